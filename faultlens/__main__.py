@@ -1,0 +1,3 @@
+from faultlens.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""`faultlens` command line: one subcommand per module in :mod:`faultlens.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from faultlens import __version__
+from faultlens.commands import COMMAND_NAMES
+
+DESCRIPTION = """\
+faultlens keeps large GPU training jobs running: node agents publish telemetry to Kafka,
+consumers diagnose faults (explicit errors, hangs, stragglers), name the machines to blame,
+and send the trainer signed commands (evict, reattempt, rollback, capture stacks, ...).
+
+Machine-readable output is JSON lines on stdout; logs go to stderr.
+Commands that talk to Kafka take --bootstrap HOST:PORT (or FAULTLENS_BOOTSTRAP); without one
+they use the running embedded broker (`faultlens broker`) or start one.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="faultlens",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"faultlens {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug); also FAULTLENS_LOG_LEVEL"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_NAMES:
+        module = importlib.import_module(f"faultlens.commands.{name}")
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", None) or module.HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def setup_logging(verbosity: int) -> None:
+    env = os.environ.get("FAULTLENS_LOG_LEVEL")
+    level = env.upper() if env else ("WARNING", "INFO", "DEBUG")[min(verbosity, 2)]
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # kafka-python is chatty at INFO about every reconnect; keep it to warnings unless debugging.
+    if level != "DEBUG":
+        logging.getLogger("kafka").setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    setup_logging(args.verbose)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `faultlens parse big.log | head` closes stdout early; that is not an error.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,20 @@
+"""One module per `faultlens` subcommand; each defines HELP, add_arguments(parser) and run(args) -> int."""
+
+# Order is the order `faultlens --help` lists them in.
+COMMAND_NAMES = (
+    "demo",
+    "up",
+    "broker",
+    "collect",
+    "diagnose",
+    "remediate",
+    "history",
+    "simulate",
+    "record",
+    "replay",
+    "analyze",
+    "score",
+    "parse",
+    "stacks",
+    "report",
+)

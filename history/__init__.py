@@ -1,0 +1,1 @@
+"""Fault history: the DuckDB sink and the report."""

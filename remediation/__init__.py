@@ -1,0 +1,1 @@
+"""Remediation: the escalation ladder, safety limits, warm standbys, and signed commands."""

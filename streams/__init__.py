@@ -1,0 +1,1 @@
+"""Streaming layer: event contract, topics, Kafka producer and consumer-group runner, embedded broker, traces."""

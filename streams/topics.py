@@ -1,0 +1,60 @@
+"""The topic registry: every topic faultlens reads or writes, with its key and default settings.
+
+Partition counts and retention are defaults for one machine; a real cluster overrides them per
+topic through :class:`streams.config.KafkaSettings` (``topic.<name>.partitions`` etc.).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.events import Envelope
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    key: str  # what the message key is: "node" or "job"
+    partitions: int = 3
+    config: dict[str, str] = field(default_factory=dict)
+    doc: str = ""
+
+
+_DAY_MS = str(24 * 3600 * 1000)
+_WEEK_MS = str(7 * 24 * 3600 * 1000)
+
+TOPICS: dict[str, TopicSpec] = {
+    t.name: t
+    for t in (
+        TopicSpec("telemetry.gpu", "node", 6, {"retention.ms": _DAY_MS}, "NVML samples, one message per node per interval; NVML Xid events"),
+        TopicSpec("telemetry.kernel", "node", 3, {"retention.ms": _WEEK_MS}, "kernel log events (Xid, fall-off-bus, mlx5, ECC, hung task, OOM, ...)"),
+        TopicSpec("telemetry.nccl", "node", 3, {"retention.ms": _WEEK_MS}, "NCCL / torch.distributed / trainer log events"),
+        TopicSpec("telemetry.train", "node", 3, {"retention.ms": _WEEK_MS}, "training step telemetry from trainer_hooks"),
+        TopicSpec("telemetry.heartbeat", "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
+        TopicSpec("telemetry.stacks", "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
+        TopicSpec("telemetry.host", "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
+        TopicSpec("jobs", "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
+        TopicSpec("summaries", "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
+        TopicSpec("diagnoses", "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
+        TopicSpec("commands", "job", 3, {"retention.ms": _WEEK_MS}, "signed remediation commands"),
+        TopicSpec("dead-letter", "node", 1, {"retention.ms": _WEEK_MS}, "messages no consumer could read, with the reason"),
+    )
+}
+
+SOURCE_TOPIC = {
+    "gpu": "telemetry.gpu",
+    "kernel": "telemetry.kernel",
+    "nccl": "telemetry.nccl",
+    "train": "telemetry.train",
+    "heartbeat": "telemetry.heartbeat",
+    "stack": "telemetry.stacks",
+    "host": "telemetry.host",
+    "job": "jobs",
+}
+
+TELEMETRY_TOPICS = tuple(name for name in TOPICS if name.startswith("telemetry."))
+
+
+def topic_for(event: Envelope) -> str:
+    """The topic an envelope belongs on, by its source."""
+    return SOURCE_TOPIC[event.source]

@@ -17,7 +17,9 @@ import orjson
 
 SCHEMA_VERSION = 1
 
-SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job"})
+# `job` carries job-level records (topology, restarts); `summary` carries the node stage's compact
+# per-node window summaries and node-local findings to the job stage (DESIGN.md §1, scaling out).
+SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job", "summary"})
 
 # Envelope fields in the order they are written, so traces and dumps read alike.
 FIELDS = ("v", "id", "ts", "job", "node", "source", "kind", "data")
@@ -84,7 +86,7 @@ class Envelope:
     @property
     def key(self) -> bytes:
         """Kafka key: the node keeps per-node order; job-level records are keyed by job."""
-        return (self.job if self.source == "job" else self.node).encode()
+        return (self.job if self.source in ("job", "summary") else self.node).encode()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -50,6 +50,7 @@ SOURCE_TOPIC = {
     "stack": "telemetry.stacks",
     "host": "telemetry.host",
     "job": "jobs",
+    "summary": "summaries",
 }
 
 TELEMETRY_TOPICS = tuple(name for name in TOPICS if name.startswith("telemetry."))

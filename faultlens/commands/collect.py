@@ -1,15 +1,124 @@
-"""faultlens collect (placeholder until issue 3 lands)."""
+"""faultlens collect: run the node agent (NVML, kernel log, trainer logs, heartbeat, stack capture)."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
 
-from faultlens.commands._unbuilt import not_built
+from collectors.agent import Agent, AgentConfig
+from remediation.command import load_secret
+from streams.broker import faultlens_home, resolve_bootstrap
+from streams.config import KafkaSettings, add_kafka_arguments
 
-HELP = "(not built yet: issue 3)"
+log = logging.getLogger(__name__)
+
+HELP = "run the node agent: publish GPU, kernel, trainer-log telemetry and heartbeats; dump stacks on command"
+DESCRIPTION = """\
+Runs on every node of a training job. Each source runs in its own thread; one that fails is
+reported in the heartbeat's `sources` and the others go on:
+
+  nvml       one gpu/sample per --interval for every GPU, gpu/xid from NVML events, gpu/lost
+  kernel     /dev/kmsg (or --kernel-log FILE, or `dmesg --follow`) parsed → telemetry.kernel
+  trainer    the trainer's log files (--trainer-log, globs, rotation-safe) parsed → telemetry.nccl
+  heartbeat  heartbeat/beat every --heartbeat-interval with training pids and source statuses
+  stacks     on a signed capture_stacks command: py-spy dump of every training process
+
+While the broker is unreachable, events go to a bounded spool (--spool-dir, --spool-max-mb) and
+are sent in order when it is back; when full, the oldest GPU samples are dropped, never a fault.
+Prints one JSON line when started and one with counters when stopped (Ctrl-C / SIGTERM)."""
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get("FAULTLENS_" + name) or None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--job", default=_env("JOB"), help="training job id (FAULTLENS_JOB; required)")
+    parser.add_argument("--node", default=_env("NODE") or socket.gethostname(),
+                        help="this node's name (FAULTLENS_NODE; default: the host name)")
+    parser.add_argument("--interval", type=float, default=1.0, help="GPU sample interval in seconds (default 1)")
+    parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat interval in seconds (default 5)")
+    g = parser.add_argument_group("sources")
+    g.add_argument("--no-nvml", action="store_true", help="do not sample GPUs through NVML")
+    g.add_argument("--kernel-log", metavar="FILE", help="follow this kernel log file instead of /dev/kmsg")
+    g.add_argument("--no-kernel", action="store_true", help="do not follow the kernel log")
+    g.add_argument("--kernel-from-start", action="store_true",
+                   help="read the kernel ring buffer (or --kernel-log file) from its start, not its end")
+    g.add_argument("--trainer-log", action="append", default=[], metavar="PATH",
+                   help="a trainer / NCCL log file to follow; repeatable; globs allowed (quote them)")
+    g.add_argument("--trainer-from-start", action="store_true",
+                   help="read trainer logs that exist at start from their beginning (default: their end)")
+    s = parser.add_argument_group("training processes and stack capture")
+    s.add_argument("--launcher-pid", type=int, help="pid of the launcher (torchrun); its workers are the training processes")
+    s.add_argument("--proc-pattern", metavar="REGEX", help="training processes are those whose command line matches")
+    s.add_argument("--rank-env", default="RANK", help="environment variable holding a process's rank (default RANK)")
+    s.add_argument("--secret-file", help="shared command secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET); "
+                                         "without one, stack capture is off")
+    s.add_argument("--dump-timeout", type=float, default=10.0, help="seconds per py-spy dump (default 10)")
+    o = parser.add_argument_group("broker outages")
+    o.add_argument("--spool-dir", default=_env("SPOOL_DIR"),
+                   help="where to spool events while the broker is away (default $FAULTLENS_HOME/spool/JOB-NODE)")
+    o.add_argument("--spool-max-mb", type=float, default=float(_env("SPOOL_MAX_MB") or 256),
+                   help="spool bound in MB (default 256); when full, the oldest GPU samples go first")
+    o.add_argument("--no-create-topics", action="store_true", help="do not create missing telemetry topics")
+    add_kafka_arguments(parser)
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    if not args.job:
+        raise ValueError("--job (or FAULTLENS_JOB) is required")
+    if args.interval <= 0 or args.heartbeat_interval <= 0:
+        raise ValueError("--interval and --heartbeat-interval must be positive")
+    if args.launcher_pid is not None and args.proc_pattern:
+        raise ValueError("give --launcher-pid or --proc-pattern, not both")
+    secret, secret_error = None, None
+    try:
+        secret = load_secret(args.secret_file)
+    except (ValueError, OSError) as exc:
+        secret_error = str(exc)
+    spool_dir = Path(args.spool_dir) if args.spool_dir else faultlens_home() / "spool" / f"{args.job}-{args.node}"
+    return AgentConfig(
+        job=args.job, node=args.node, interval_s=args.interval, heartbeat_interval_s=args.heartbeat_interval,
+        kernel=not args.no_kernel, kernel_log=args.kernel_log, kernel_from_start=args.kernel_from_start,
+        trainer_logs=list(args.trainer_log), trainer_from_start=args.trainer_from_start, nvml=not args.no_nvml,
+        launcher_pid=args.launcher_pid, proc_pattern=args.proc_pattern, rank_env=args.rank_env,
+        secret=secret, secret_error=secret_error, spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
+        create_topics=not args.no_create_topics, dump_timeout_s=args.dump_timeout,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("collect", "issue 3")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"faultlens collect: {exc}", file=sys.stderr)
+        return 2
+    settings = KafkaSettings.from_args(args)
+    bootstrap, owned = resolve_bootstrap(settings.bootstrap)
+    settings.bootstrap = bootstrap
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent = Agent(config, settings)
+    try:
+        agent.start()
+        print(json.dumps({"event": "started", "job": config.job, "node": config.node, "bootstrap": bootstrap,
+                          "sources": [s.name for s in agent.sources], "spool": str(agent.spool.path)}), flush=True)
+        stop.wait()
+        log.info("stopping")
+    finally:
+        agent.stop()
+        if owned is not None:
+            owned.stop()
+    p = agent.publisher.stats
+    print(json.dumps({"event": "stopped", "published": p.published, "delivered": p.delivered, "spooled": p.spooled,
+                      "spool_waiting": len(agent.spool),
+                      "spool_dropped": agent.spool.stats.dropped, "sources": agent.statuses()}), flush=True)
+    return 0

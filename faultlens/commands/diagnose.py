@@ -1,15 +1,73 @@
-"""faultlens diagnose (placeholder until issue 4 lands)."""
+"""faultlens diagnose: the diagnosis consumer group (telemetry + jobs → diagnoses)."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 
-from faultlens.commands._unbuilt import not_built
+from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, INPUT_TOPICS, DiagnoseHandler, prime_topologies
+from diagnosis.engine import Engine, EngineConfig
+from streams.admin import ensure_topics
+from streams.broker import resolve_bootstrap
+from streams.config import KafkaSettings, add_kafka_arguments
+from streams.runner import GroupRunner
 
-HELP = "(not built yet: issue 4)"
+log = logging.getLogger(__name__)
+
+HELP = "run the diagnosis consumer: telemetry topics + jobs → diagnoses"
+DESCRIPTION = """\
+Consumes the telemetry topics and `jobs` as consumer group faultlens-diagnose, runs the
+diagnosis engine (explicit-fault rules, first failing rank, silent nodes, peer anomaly
+detection, hang and fail-slow localisation, dedup / suppression / escalation) and produces
+one Diagnosis record per finding to `diagnoses` (key = job). Unreadable events go to
+`dead-letter` with the reason. Add members (same --group) to scale out.
+
+On exit prints one JSON line with the run's counts."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--group", default=os.environ.get("FAULTLENS_DIAGNOSE_GROUP", GROUP),
+                        help=f"consumer group (default {GROUP}; env FAULTLENS_DIAGNOSE_GROUP)")
+    parser.add_argument("--grace", type=float, default=float(os.environ.get("FAULTLENS_DIAGNOSE_GRACE_S", 30.0)),
+                        help="seconds without any event before the wall clock moves event time (default 30)")
+    parser.add_argument("--idle-stop", type=float, default=None,
+                        help="exit after this many seconds without input (replays, tests)")
+    parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
+    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    add_kafka_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("diagnose", "issue 4")
+    bootstrap, broker = resolve_bootstrap(args.bootstrap)
+    args.bootstrap = bootstrap
+    settings = KafkaSettings.from_args(args)
+    engine = Engine(EngineConfig(grace_s=args.grace, implicit=not args.no_implicit))
+    handler = DiagnoseHandler(engine, args.group)
+    try:
+        ensure_topics(settings, [*INPUT_TOPICS, DIAGNOSES_TOPIC, "dead-letter"])
+        log.info("primed %d topology event(s) from the jobs topic", prime_topologies(engine, settings))
+        runner = GroupRunner(settings, args.group, INPUT_TOPICS, handler)
+        stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
+        # Pending decisions (an open NCCL incident, final counts) go out before we leave.
+        final = handler.flush()
+        if final:
+            _send(settings, final)
+        print(json.dumps({"records": stats.records_in, "diagnoses": handler.emitted,
+                          "dead_letters": stats.dead_letters, **{k: v for k, v in engine.stats.items()}}), flush=True)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return 0
+
+
+def _send(settings: KafkaSettings, records) -> None:
+    from streams.producer import Producer
+
+    producer = Producer(settings)
+    try:
+        producer.send_all(records)
+        producer.flush()
+    finally:
+        producer.close()

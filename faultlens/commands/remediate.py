@@ -1,15 +1,134 @@
-"""faultlens remediate (placeholder until issue 5 lands)."""
+"""faultlens remediate: turn diagnoses into signed commands, safely."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
 
-from faultlens.commands._unbuilt import not_built
+from remediation.command import load_secret
+from remediation.consumer import DECODERS, DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, RemediationHandler, prime_topologies
+from remediation.policy import Policy, PolicyConfig
+from remediation.safety import BREAKER_FILE, CircuitBreaker, Safety, SafetyConfig
+from streams.admin import ensure_topics
+from streams.broker import faultlens_home, resolve_bootstrap
+from streams.config import KafkaSettings, add_kafka_arguments
+from streams.runner import GroupRunner
 
-HELP = "(not built yet: issue 5)"
+log = logging.getLogger(__name__)
+
+HELP = "run the remediation consumer: diagnoses → escalation ladder → signed commands"
+DESCRIPTION = """\
+Reads `diagnoses` (consumer group faultlens-remediate) and the job topologies, climbs each job's
+escalation ladder (DESIGN.md §4) and prints every decision as one JSON line on stdout; the same
+lines go to the decision log (default $FAULTLENS_HOME/remediation-decisions.jsonl).
+
+Observe-only by default: nothing is sent to `commands` until a job is switched on with --act-on JOB
+(repeatable, or FAULTLENS_ACT_ON=job1,job2) or --act-on-all. --dry-run decides and signs but sends
+nothing. Safety: caps on evictions per window and per job share, dedup of repeated diagnoses, and a
+circuit breaker that blocks all evictions once too many nodes went in one window; it stays open
+across restarts until `faultlens remediate --reset`.
+
+Commands are HMAC-signed with the shared secret (--secret-file, FAULTLENS_SECRET_FILE or
+FAULTLENS_SECRET)."""
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    g = parser.add_argument_group("what to act on")
+    g.add_argument("--act-on", action="append", default=None, metavar="JOB",
+                   help="send commands for this job (repeatable; default: observe only)")
+    g.add_argument("--act-on-all", action="store_true", default=os.environ.get("FAULTLENS_ACT_ON_ALL") == "1",
+                   help="send commands for every job")
+    g.add_argument("--dry-run", action="store_true", help="decide and log commands, send nothing")
+    g.add_argument("--reset", action="store_true", help="close the circuit breaker and exit")
+    g.add_argument("--status", action="store_true", help="print the circuit breaker state as JSON and exit")
+    s = parser.add_argument_group("safety")
+    s.add_argument("--window", type=float, default=_env_float("FAULTLENS_EVICT_WINDOW_S", 600.0),
+                   help="seconds of the eviction window (default 600)")
+    s.add_argument("--max-evictions", type=int, default=int(_env_float("FAULTLENS_MAX_EVICTIONS", 8)),
+                   help="nodes evicted per window over all jobs (default 8)")
+    s.add_argument("--max-job-share", type=float, default=_env_float("FAULTLENS_MAX_JOB_SHARE", 0.10),
+                   help="share of one job's nodes evicted per window, at least one node (default 0.10)")
+    s.add_argument("--breaker-share", type=float, default=_env_float("FAULTLENS_BREAKER_SHARE", 0.20),
+                   help="share of all known nodes evicted per window that opens the breaker (default 0.20)")
+    s.add_argument("--dedup", type=float, default=300.0,
+                   help="seconds in which a repeated diagnosis makes no second command (default 300)")
+    s.add_argument("--min-confidence", type=float, default=0.5, help="least confidence to evict (default 0.5)")
+    s.add_argument("--ttl", type=float, default=300.0, help="seconds a command stays valid (default 300)")
+    s.add_argument("--settle", type=float, default=30.0,
+                   help="seconds after an escalation in which more crash reports count as the same incident")
+    p = parser.add_argument_group("warm standby pool")
+    p.add_argument("--standby", default=os.environ.get("FAULTLENS_STANDBY", ""),
+                   help="comma-separated spare hosts handed to evictions (default: named per job)")
+    p.add_argument("--failure-rate", type=float, default=0.0012, help="per-node daily failure rate (default 0.0012)")
+    p.add_argument("--replacement-days", type=float, default=1.0, help="replacement window in days (default 1)")
+    o = parser.add_argument_group("run")
+    o.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
+    o.add_argument("--decision-log", type=Path, help="JSON lines file of decisions")
+    o.add_argument("--group", default=GROUP, help=f"consumer group (default {GROUP})")
+    o.add_argument("--idle-stop", type=float, default=None, help="exit after this many seconds without input")
+    add_kafka_arguments(parser)
+
+
+def _breaker() -> CircuitBreaker:
+    return CircuitBreaker(faultlens_home() / BREAKER_FILE)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("remediate", "issue 5")
+    if args.reset:
+        breaker = _breaker()
+        was = breaker.reason
+        breaker.reset()
+        print(json.dumps({"breaker": "closed", "was": was or None}), flush=True)
+        return 0
+    if args.status:
+        b = _breaker()
+        print(json.dumps({"breaker": "open" if b.open else "closed", "reason": b.reason, "opened_at": b.opened_at}))
+        return 0
+    try:
+        secret = load_secret(args.secret_file)
+        safety_config = SafetyConfig(args.window, args.max_evictions, args.max_job_share, args.breaker_share, args.dedup)
+    except (ValueError, OSError) as exc:
+        print(f"faultlens remediate: {exc}", file=sys.stderr)
+        return 2
+    act_on = set(args.act_on or [])
+    act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
+    config = PolicyConfig(
+        act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run, ttl_s=args.ttl,
+        min_confidence=args.min_confidence, settle_s=args.settle,
+        standby_names=tuple(n for n in args.standby.split(",") if n),
+        daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
+    )
+    policy = Policy(secret, config, Safety(safety_config, _breaker()))
+    if policy.safety.breaker.open:
+        log.error("circuit breaker is open (%s): evictions are blocked until --reset", policy.safety.breaker.reason)
+    if not (config.act_on or config.act_on_all):
+        log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
+
+    def emit(decision) -> None:
+        print(json.dumps(decision.to_dict()), flush=True)
+
+    handler = RemediationHandler(policy, decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
+                                 emit=emit)
+    bootstrap, broker = resolve_bootstrap(args.bootstrap)
+    args.bootstrap = bootstrap
+    settings = KafkaSettings.from_args(args)
+    try:
+        ensure_topics(settings, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"])
+        log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
+        runner = GroupRunner(settings, args.group, [DIAGNOSES_TOPIC, JOBS_TOPIC], handler, DECODERS)
+        stats = runner.run(idle_stop_s=args.idle_stop)
+        log.info("remediate stopped: %d records, %d commands, %d dead letters",
+                 stats.records_in, stats.outputs - stats.dead_letters, stats.dead_letters)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return 0

@@ -1,15 +1,64 @@
-"""faultlens report (placeholder until issue 6 lands)."""
+"""faultlens report: summarise a DuckDB fault history (tables, JSON lines, PNG charts)."""
+
+from __future__ import annotations
 
 import argparse
+import sys
 
-from faultlens.commands._unbuilt import not_built
+HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, over-eviction, ETTR"
+DESCRIPTION = """\
+Reads a history written by `faultlens history` and prints: faults by class, by node and by day;
+the top offending nodes; detection latency (fault onset → diagnosis) and time to command
+(diagnosis → command) p50/p99; MTBF per node; the over-eviction ratio; the ETTR of each job
+(productive time / wall time); each incident. Definitions: docs/history.md.
 
-HELP = "(not built yet: issue 6)"
+--json prints one JSON line per section (each with a "section" key) instead of tables.
+--plots DIR also writes PNG charts there (faults over time, node × class heat map, detection
+latency histogram, job timelines, MTBF). Exits 1 with one line on stderr when the file is not a
+usable history or holds nothing."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--db", help="DuckDB history file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
+    parser.add_argument("--json", action="store_true", help="JSON lines (one per section) instead of tables")
+    parser.add_argument("--plots", metavar="DIR", help="write PNG charts into DIR")
+    parser.add_argument("--top", type=int, default=10, help="rows in the top-nodes section (default 10)")
+    parser.add_argument("--max-gap", type=float, default=60.0,
+                        help="ETTR: seconds a step mark counts as productive at most (default 60)")
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("report", "issue 6")
+    import duckdb
+
+    from history import report
+    from history.queries import is_empty
+    from history.schema import HistoryError, default_db_path, open_history
+
+    db = args.db or default_db_path()
+    try:
+        conn = open_history(db, read_only=True)
+    except HistoryError as exc:
+        print(f"faultlens report: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if is_empty(conn):
+            print(f"faultlens report: the history {db} is empty: nothing to report", file=sys.stderr)
+            return 1
+        sections = report.build(conn, limit=args.top, max_gap=args.max_gap)
+        if args.json:
+            for line in report.json_lines(sections):
+                sys.stdout.write(line.decode() + "\n")
+        else:
+            report.render(sections)
+        if args.plots:
+            from history.plots import write_plots
+
+            for name, path in write_plots(conn, args.plots).items():
+                print(f"plot {name}: {path if path else 'no data to plot'}", file=sys.stderr)
+        sys.stdout.flush()
+        return 0
+    except duckdb.Error as exc:
+        print(f"faultlens report: {db}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()

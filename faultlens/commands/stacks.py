@@ -1,15 +1,137 @@
-"""faultlens stacks (placeholder until issue 4 lands)."""
+"""faultlens stacks: cluster one stack dump per rank and name the parallel group to evict."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
 
-from faultlens.commands._unbuilt import not_built
+from tqdm import tqdm
 
-HELP = "(not built yet: issue 4)"
+from diagnosis.record import Diagnosis
+from diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
+from streams.events import InvalidEvent
+from streams.topology import Topology
+
+log = logging.getLogger(__name__)
+
+HELP = "cluster per-rank py-spy dumps and print the diagnosis: outlier ranks, their group and nodes"
+DESCRIPTION = """\
+Reads DIR/<rank>.txt (one `py-spy dump` or faulthandler dump per rank) and the job topology FILE
+(a topology event's `data` as JSON: {"tp", "pp", "dp", "ranks": [{"rank", "node", "tp", "pp", "dp"}]};
+a whole topology event is accepted too). Ranks are grouped by their training thread's stack, the
+dominant stacks are taken as healthy, and the parallel group (PP, TP or DP) that the outlier ranks
+share is blamed. Prints ONE diagnosis as a JSON line: fault job_hang (or --fault fail_slow),
+action evict, ranks = outliers, nodes = the group's machines, group (e.g. "pp:3"), confidence,
+detail. When nothing can be localised the diagnosis is fault `unknown`, action `none`, with the
+reason. Empty, garbled or truncated dumps are reported in the detail, never fatal.
+
+Exit status: 0 with a diagnosis; 1 when DIR or FILE cannot be used or the dumps name ranks the
+topology does not have.
+
+Environment: FAULTLENS_STACKS_HEALTHY_SHARE, FAULTLENS_STACKS_MAX_EDITS set the flag defaults."""
+
+_RANK_FILE = re.compile(r"^(\d+)\.txt$")
+_DEFAULTS = StackConfig()
+_MAX_DUMP_BYTES = 4 * 1024 * 1024  # a dump is a few KB; anything far larger is not one
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("dir", metavar="DIR", type=Path, help="folder of <rank>.txt dumps")
+    parser.add_argument("--topology", metavar="FILE", type=Path, required=True, help="topology JSON (event data)")
+    parser.add_argument("--job", default=None, help="job id (default: the topology file's, else 'unknown')")
+    parser.add_argument("--fault", choices=("job_hang", "fail_slow"), default="job_hang",
+                        help="fault class of the diagnosis (default job_hang)")
+    parser.add_argument("--healthy-share", type=float,
+                        default=_env_float("FAULTLENS_STACKS_HEALTHY_SHARE", _DEFAULTS.healthy_share),
+                        help="besides the largest, stack groups with at least this share of ranks are healthy "
+                             "(default %(default)s)")
+    parser.add_argument("--max-edits", type=int,
+                        default=int(_env_float("FAULTLENS_STACKS_MAX_EDITS", _DEFAULTS.max_frame_edits)),
+                        help="frame edits between stacks that still group together (default %(default)s)")
+
+
+def _load_topology(path: Path) -> tuple[Topology, str | None]:
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    job = None
+    if isinstance(obj, dict) and isinstance(obj.get("data"), dict) and obj.get("source") == "job":
+        job = obj.get("job")
+        obj = obj["data"]
+    if isinstance(obj, dict) and isinstance(obj.get("job"), str):
+        job = obj["job"]
+    return Topology.from_data(obj), job
+
+
+def _read_dumps(folder: Path) -> tuple[dict[int, str], list[str], float | None]:
+    """rank → text, names skipped (not <rank>.txt or unreadable), earliest mtime."""
+    dumps: dict[int, str] = {}
+    skipped: list[str] = []
+    first: float | None = None
+    entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    for entry in tqdm(entries, desc="reading dumps", unit="file", disable=None, file=sys.stderr):
+        m = _RANK_FILE.match(entry.name)
+        if not m or not entry.is_file():
+            skipped.append(entry.name)
+            continue
+        try:
+            stat = entry.stat()
+            if stat.st_size > _MAX_DUMP_BYTES:
+                raise OSError(f"{stat.st_size} bytes is too large for a stack dump")
+            with open(entry.path, "rb") as fh:
+                dumps[int(m.group(1))] = fh.read().decode("utf-8", errors="replace")
+            first = stat.st_mtime if first is None else min(first, stat.st_mtime)
+        except OSError as exc:
+            log.warning("cannot read %s: %s", entry.path, exc)
+            dumps[int(m.group(1))] = ""  # reported as a bad dump for that rank
+    return dumps, skipped, first
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("stacks", "issue 4")
+    try:
+        topology, topo_job = _load_topology(args.topology)
+    except (OSError, ValueError, InvalidEvent) as exc:
+        print(f"faultlens stacks: cannot use topology {args.topology}: {exc}", file=sys.stderr)
+        return 1
+    if not args.dir.is_dir():
+        print(f"faultlens stacks: {args.dir} is not a folder of <rank>.txt dumps", file=sys.stderr)
+        return 1
+    dumps, skipped, first_mtime = _read_dumps(args.dir)
+    if skipped:
+        log.warning("ignored %d file(s) not named <rank>.txt: %s", len(skipped), ", ".join(skipped[:5]))
+    job = args.job or topo_job or "unknown"
+    now = time.time()
+    if not dumps:
+        print(f"faultlens stacks: no <rank>.txt dump in {args.dir}", file=sys.stderr)
+        return 1
+    config = StackConfig(healthy_share=args.healthy_share, max_frame_edits=max(0, args.max_edits))
+    try:
+        verdict = cluster_stacks(dumps, topology, config)
+    except NotInTopology as exc:
+        print(f"faultlens stacks: the topology {args.topology} does not match the dumps: {exc}", file=sys.stderr)
+        return 1
+    onset = min(first_mtime or now, now)
+    if verdict.localized:
+        diagnosis = Diagnosis(
+            job=job, ts=now, onset=onset, fault=args.fault, action="evict", nodes=verdict.nodes,
+            ranks=verdict.outlier_ranks, group=verdict.group, confidence=verdict.confidence,
+            evidence=tuple(f"{r}.txt" for r in verdict.outlier_ranks[:256]), detail=verdict.detail,
+        )
+    else:
+        diagnosis = Diagnosis(
+            job=job, ts=now, onset=onset, fault="unknown", action="none", confidence=0.0,
+            detail=f"nothing to localise: {verdict.detail}",
+        )
+    sys.stdout.write(json.dumps(diagnosis.to_dict()) + "\n")
+    return 0

@@ -1,0 +1,188 @@
+"""The node agent: every source in its own thread, all publishing through one spooling publisher.
+
+A source is anything with a ``name`` and ``run(stop: threading.Event)``. A source that raises is
+reported in the heartbeat's ``sources`` map and restarted with a growing back-off, unless it
+raised :class:`SourceUnavailable` (NVML on a node with no GPU: retrying will not help). One
+source that hangs or dies never silences the others: each has its own thread, and publishing
+never blocks on Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from collectors.command_listener import StackCaptureSource
+from collectors.file_follower import FileFollower
+from collectors.heartbeat import HeartbeatSource
+from collectors.kernel_follower import open_kernel_reader
+from collectors.log_source import LogSource, keyed
+from collectors.nvml_sampler import NvmlSampler, NvmlUnavailable
+from collectors.publisher import Publisher
+from collectors.spool import Spool
+from collectors.stack_capture import find_training_processes
+from streams.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+# Errors that retrying will not fix: the source stays down and says why.
+SourceUnavailable = (NvmlUnavailable,)
+
+
+class Source(Protocol):
+    name: str
+
+    def run(self, stop: threading.Event) -> None: ...
+
+
+@dataclass
+class AgentConfig:
+    job: str
+    node: str
+    interval_s: float = 1.0
+    heartbeat_interval_s: float = 5.0
+    kernel: bool = True
+    kernel_log: str | None = None
+    kernel_from_start: bool = False
+    trainer_logs: list[str] = field(default_factory=list)
+    trainer_from_start: bool = False
+    nvml: bool = True
+    launcher_pid: int | None = None
+    proc_pattern: str | None = None
+    rank_env: str = "RANK"
+    secret: bytes | None = None
+    secret_error: str | None = None  # why there is no secret (shown as the stacks source's status)
+    spool_dir: Path = Path(".")
+    spool_max_mb: float = 256.0
+    create_topics: bool = True
+    dump_timeout_s: float = 10.0
+
+
+class _Runner:
+    """One source's thread: runs it, records its status, restarts it after a transient failure."""
+
+    def __init__(self, source: Source, stop: threading.Event, backoff_s: float = 2.0, backoff_max_s: float = 60.0):
+        self.source = source
+        self.stop = stop
+        self.status = "starting"
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.failures = 0
+        self.thread = threading.Thread(target=self._loop, name=f"source-{source.name}", daemon=True)
+
+    def _loop(self) -> None:
+        delay = self.backoff_s
+        while not self.stop.is_set():
+            self.status = "ok"
+            log.info("source %s started", self.source.name)
+            try:
+                self.source.run(self.stop)
+            except SourceUnavailable as exc:
+                self.status = f"unavailable: {exc}"
+                log.warning("source %s is off: %s", self.source.name, exc)
+                return
+            except Exception as exc:
+                self.failures += 1
+                self.status = f"error: {type(exc).__name__}: {exc}"
+                log.error("source %s failed (%s); restarting in %.0fs", self.source.name, exc, delay, exc_info=True)
+                if self.stop.wait(delay):
+                    break
+                delay = min(delay * 2, self.backoff_max_s)
+                continue
+            if not self.stop.is_set():
+                self.status = "exited"
+                log.warning("source %s returned; not restarting", self.source.name)
+                return
+        self.status = "stopped"
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, settings: KafkaSettings, *,
+                 parser_factories: dict[str, Callable[[], Any]] | None = None,
+                 extra_sources: list[Source] | None = None):
+        self.config = config
+        self.settings = settings
+        self.spool = Spool(config.spool_dir, int(config.spool_max_mb * 1024 * 1024))
+        self.publisher = Publisher(settings, self.spool, create_topics=config.create_topics)
+        self.stop_event = threading.Event()
+        self.unavailable: dict[str, str] = {}  # sources not started at all, and why
+        self.parser_factories = parser_factories or {}
+        self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
+        self._runners = [_Runner(s, self.stop_event) for s in self.sources]
+
+    # --- sources -------------------------------------------------------------------------------
+    def _parser_factory(self, kind: str) -> Callable[[], Any]:
+        if kind in self.parser_factories:
+            return self.parser_factories[kind]
+        from collectors.logparse import parser_for
+
+        return lambda: parser_for(kind)
+
+    def _build_sources(self) -> list[Source]:
+        c, publish = self.config, self.publisher.publish
+        sources: list[Source] = []
+        if c.nvml:
+            sources.append(NvmlSampler(job=c.job, node=c.node, interval_s=c.interval_s, publish=publish))
+        if c.kernel:
+            sources.append(LogSource(
+                "kernel", lambda: keyed(open_kernel_reader(c.kernel_log, c.kernel_from_start), "kernel"),
+                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
+        if c.trainer_logs:
+            sources.append(LogSource(
+                "trainer", lambda: FileFollower(c.trainer_logs, from_start=c.trainer_from_start),
+                self._parser_factory("nccl"), job=c.job, node=c.node, publish=publish))
+        if c.secret is not None:
+            sources.append(StackCaptureSource(
+                self.settings, secret=c.secret, job=c.job, node=c.node, publish=publish,
+                launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern, rank_env=c.rank_env,
+                dump_timeout_s=c.dump_timeout_s))
+        else:
+            self.unavailable["stacks"] = c.secret_error or "no command secret"
+        sources.append(HeartbeatSource(job=c.job, node=c.node, interval_s=c.heartbeat_interval_s, publish=publish,
+                                       statuses=self.statuses, pids=self.training_pids))
+        return sources
+
+    def training_pids(self) -> list[int]:
+        c = self.config
+        if c.launcher_pid is None and not c.proc_pattern:
+            return []
+        return [p.pid for p in find_training_processes(launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern,
+                                                       rank_env=c.rank_env)]
+
+    def source(self, name: str) -> Source:
+        return next(s for s in self.sources if s.name == name)
+
+    def statuses(self) -> dict[str, str]:
+        out = {r.source.name: r.status for r in self._runners}
+        out.update({name: f"off: {why}" for name, why in self.unavailable.items()})
+        out["publisher"] = self.publisher.status()
+        return out
+
+    # --- life ----------------------------------------------------------------------------------
+    def start(self) -> "Agent":
+        self.publisher.start()
+        for runner in self._runners:
+            runner.thread.start()
+        for name, why in self.unavailable.items():
+            log.warning("source %s is off: %s", name, why)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every source, then let the publisher send (or spool) what they produced."""
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout
+        for runner in self._runners:
+            runner.thread.join(max(0.1, deadline - time.monotonic()))
+            if runner.thread.is_alive():
+                log.warning("source %s did not stop in time; leaving it", runner.source.name)
+        self.publisher.stop(timeout=max(5.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> "Agent":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

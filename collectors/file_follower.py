@@ -1,0 +1,174 @@
+"""Follow log files like ``tail -F``: globs, rotation (a new inode at the path), truncation, partial lines.
+
+:meth:`FileFollower.poll` is one non-blocking step that returns the complete lines written since
+the last step, so the rotation and truncation logic is tested without threads or sleeps; the
+agent calls it in a loop.
+
+- A file that exists when the follower starts is read from its end (``from_start`` reads it all);
+  a file that appears later (a new glob match, or the new file after a rotation) is read from the
+  start, since everything in it is new.
+- Rotation: when the path names a different inode, the rest of the old file is read to its end
+  first (the writer may have appended before it reopened), then the new file from its start.
+- Truncation (size below the read position, ``copytruncate`` or ``> file``): read again from 0.
+- A line without its newline yet is held until the newline comes; at rotation or when the file
+  vanishes it is emitted as is, since nothing more will be appended to it.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable
+
+log = logging.getLogger(__name__)
+
+# A "line" longer than this without a newline is cut: a runaway writer (binary garbage, a
+# progress bar without newlines) must not grow the agent's memory without bound.
+MAX_LINE_BYTES = 64 * 1024
+_READ_CHUNK = 1024 * 1024
+
+
+@dataclass
+class _Tail:
+    path: str
+    file: BinaryIO
+    inode: int
+    pos: int = 0
+    partial: bytes = b""
+
+
+@dataclass
+class FollowerStats:
+    lines: int = 0
+    rotations: int = 0
+    truncations: int = 0
+    cut_lines: int = 0  # lines longer than MAX_LINE_BYTES, cut
+    undecodable: int = 0  # lines with bytes that are not UTF-8 (replaced, still emitted)
+    errors: list[str] = field(default_factory=list)
+
+
+class FileFollower:
+    """Tails every file matching ``patterns``; ``poll()`` → ``[(path, line), ...]`` (no newline)."""
+
+    def __init__(self, patterns: Iterable[str], *, from_start: bool = False):
+        self.patterns = list(patterns)
+        self.stats = FollowerStats()
+        self._tails: dict[str, _Tail] = {}
+        self._first_scan = True
+        self._from_start = from_start
+
+    def paths(self) -> list[str]:
+        return sorted(self._tails)
+
+    def poll(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        self._discover(out)
+        for tail in list(self._tails.values()):
+            self._step(tail, out)
+        self._first_scan = False
+        return out
+
+    def close(self) -> None:
+        for tail in self._tails.values():
+            tail.file.close()
+        self._tails.clear()
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _discover(self, out: list[tuple[str, str]]) -> None:
+        for pattern in self.patterns:
+            matches = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
+            for path in matches:
+                if path in self._tails or not os.path.isfile(path):
+                    continue
+                at_end = self._first_scan and not self._from_start
+                tail = self._open(path, at_end)
+                if tail is not None:
+                    self._tails[path] = tail
+                    log.info("following %s from %s", path, "its end" if at_end else "the start")
+
+    def _open(self, path: str, at_end: bool) -> _Tail | None:
+        try:
+            f = open(path, "rb")
+        except OSError as exc:
+            self._error(f"{path}: {exc}")
+            return None
+        st = os.fstat(f.fileno())
+        pos = st.st_size if at_end else 0
+        f.seek(pos)
+        return _Tail(path, f, st.st_ino, pos)
+
+    def _step(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
+        try:
+            st = os.stat(tail.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            self._error(f"{tail.path}: {exc}")
+            return
+        # Whatever the path now names, the open handle still reaches the file we were reading.
+        size = os.fstat(tail.file.fileno()).st_size
+        if size < tail.pos:
+            self.stats.truncations += 1
+            log.info("%s was truncated; reading it again from the start", tail.path)
+            tail.file.seek(0)
+            tail.pos = 0
+            tail.partial = b""
+        self._read(tail, out)
+        if st is None or st.st_ino != tail.inode:
+            # Rotated (or removed): the old file is read to its end above; its unterminated last
+            # line is final now.
+            self._emit_partial(tail, out)
+            tail.file.close()
+            del self._tails[tail.path]
+            if st is not None:
+                self.stats.rotations += 1
+                log.info("%s was rotated; following the new file", tail.path)
+                new = self._open(tail.path, at_end=False)
+                if new is not None:
+                    self._tails[tail.path] = new
+                    self._read(new, out)
+
+    def _read(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
+        while True:
+            chunk = tail.file.read(_READ_CHUNK)
+            if not chunk:
+                return
+            tail.pos += len(chunk)
+            data = tail.partial + chunk
+            lines = data.split(b"\n")
+            tail.partial = lines.pop()
+            for raw in lines:
+                self._emit(tail.path, raw, out)
+            while len(tail.partial) > MAX_LINE_BYTES:
+                self.stats.cut_lines += 1
+                self._emit(tail.path, tail.partial[:MAX_LINE_BYTES], out)
+                tail.partial = tail.partial[MAX_LINE_BYTES:]
+
+    def _emit_partial(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
+        if tail.partial:
+            self._emit(tail.path, tail.partial, out)
+            tail.partial = b""
+
+    def _emit(self, path: str, raw: bytes, out: list[tuple[str, str]]) -> None:
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        while len(raw) > MAX_LINE_BYTES:
+            # Cut into pieces rather than dropping the tail: the tail may hold the error text.
+            self.stats.cut_lines += 1
+            self._emit(path, raw[:MAX_LINE_BYTES], out)
+            raw = raw[MAX_LINE_BYTES:]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.stats.undecodable += 1
+            text = raw.decode("utf-8", errors="replace")
+        self.stats.lines += 1
+        out.append((path, text))
+
+    def _error(self, message: str) -> None:
+        # Kept short: a file we cannot read is reported in the source's status, not repeated forever.
+        if message not in self.stats.errors:
+            log.warning("file follower: %s", message)
+            self.stats.errors = (self.stats.errors + [message])[-10:]

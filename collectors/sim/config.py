@@ -1,0 +1,70 @@
+"""What the simulated cluster looks like: size, parallel layout, rates, seed.
+
+Defaults follow a large-model pretraining job: 8 GPUs per node with TP inside the node, a 10 s
+step (realistic for LLMs at scale), NVML sampled every second, heartbeats every 5 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# 2026-01-01T00:00:00Z: a fixed start so the same seed gives the same trace, byte for byte.
+DEFAULT_START_TS = 1767225600.0
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+
+
+def choose_layout(nodes: int, gpus: int, tp: int | None = None, pp: int | None = None,
+                  dp: int | None = None) -> Layout:
+    """TP = GPUs per node unless given, then PP up to 4 stages, DP fills the rest of the job.
+
+    Any given value is kept; the product must equal ``nodes * gpus`` or this raises ValueError
+    with the sizes, so a bad ``--tp/--pp/--dp`` is a clear error, not a silent re-layout.
+    """
+    world = nodes * gpus
+    if nodes < 1 or gpus < 1:
+        raise ValueError(f"need at least one node and one GPU (got {nodes} nodes × {gpus} GPUs)")
+    tp = tp or gpus
+    if world % tp:
+        raise ValueError(f"tp={tp} does not divide the {world} ranks of {nodes} nodes × {gpus} GPUs")
+    rest = world // tp
+    if pp is None and dp is None:
+        pp = next(p for p in (4, 2, 1) if rest % p == 0)
+    if pp is None:
+        pp = rest // dp if dp and rest % dp == 0 else 0
+    if dp is None:
+        dp = rest // pp if pp and rest % pp == 0 else 0
+    if tp * pp * dp != world:
+        raise ValueError(f"tp*pp*dp = {tp}*{pp}*{dp} != {world} ranks ({nodes} nodes × {gpus} GPUs)")
+    return Layout(tp, pp, dp)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    nodes: int = 8
+    gpus: int = 8
+    job: str = "job-sim"
+    seed: int = 0
+    start_ts: float = DEFAULT_START_TS
+    sample_interval_s: float = 1.0
+    heartbeat_interval_s: float = 5.0
+    step_time_s: float = 10.0
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    tokens_per_step: int = 4 * 1024 * 1024
+    checkpoint_every: int = 50  # steps
+    restart_s: float = 30.0  # a job-wide episode ends with a restart taking this long
+    nccl_timeout_ms: int = 120_000  # ProcessGroupNCCL timeout the simulated job runs with
+    noise: bool = True  # benign unlabelled noise (Xid 63/92, NCCL INFO, single NIC flaps)
+
+    def layout(self) -> Layout:
+        return choose_layout(self.nodes, self.gpus, self.tp, self.pp, self.dp)
+
+    def node_names(self) -> list[str]:
+        return [f"n{i:03d}" for i in range(self.nodes)]

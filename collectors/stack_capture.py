@@ -1,0 +1,198 @@
+"""Find the training processes on this node and dump their Python stacks with py-spy.
+
+Hang and fail-slow diagnosis (DESIGN.md §5) compares the stacks of every rank, so each dump
+carries the rank it came from. Nothing here raises for a process or tool that misbehaves: a
+process that exited, a py-spy that is missing, fails or hangs gives a dump event whose text says
+what went wrong, because "rank 17 could not be dumped" is itself evidence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import psutil
+
+from streams.events import Envelope
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RANK_ENV = "RANK"
+_DUMP_LIMIT = 256 * 1024  # a dump of thousands of threads is cut, not sent as a 10 MB event
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingProcess:
+    pid: int
+    rank: int | None
+    cmdline: str
+
+
+@dataclass(frozen=True, slots=True)
+class DumpResult:
+    pid: int | None  # None: no process to dump (the text says why)
+    rank: int | None
+    dump: str
+    ok: bool
+
+
+def rank_from_environ(env: Mapping[str, str], rank_env: str = DEFAULT_RANK_ENV) -> int | None:
+    """The global rank of a process from its environment.
+
+    ``rank_env`` (default ``RANK``) first; else torchrun's ``LOCAL_RANK`` plus this node's offset
+    (``GROUP_RANK`` or ``NODE_RANK`` times ``LOCAL_WORLD_SIZE``); ``None`` when neither says.
+    """
+    def num(name: str) -> int | None:
+        try:
+            return int(env[name])
+        except (KeyError, ValueError):
+            return None
+
+    rank = num(rank_env)
+    if rank is not None:
+        return rank
+    local, size = num("LOCAL_RANK"), num("LOCAL_WORLD_SIZE")
+    node_rank = num("GROUP_RANK") if num("GROUP_RANK") is not None else num("NODE_RANK")
+    if local is not None and size is not None and node_rank is not None:
+        return node_rank * size + local
+    return local if local is not None and num("WORLD_SIZE") == size else None
+
+
+def _rank_of(proc: psutil.Process, rank_env: str) -> int | None:
+    try:
+        return rank_from_environ(proc.environ(), rank_env)
+    except (psutil.Error, OSError):
+        return None
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+def _topmost(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Drop processes whose ancestor is in the list too: a rank's DataLoader workers carry the
+    rank's environment and command line, but the rank is the parent."""
+    pids = {p.pid for p in procs}
+    out = []
+    for p in procs:
+        try:
+            if not any(a.pid in pids for a in p.parents()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def find_training_processes(*, launcher_pid: int | None = None, proc_pattern: str | None = None,
+                            rank_env: str = DEFAULT_RANK_ENV) -> list[TrainingProcess]:
+    """The training processes of this node, by launcher process tree or by command-line regex.
+
+    Under a launcher, the workers are the topmost descendants that carry a rank in their
+    environment; when none does (environment unreadable), the launcher's direct children.
+    """
+    me = os.getpid()
+    candidates: list[psutil.Process] = []
+    if launcher_pid is not None:
+        try:
+            launcher = psutil.Process(launcher_pid)
+            descendants = launcher.children(recursive=True)
+        except psutil.Error as exc:
+            log.warning("launcher pid %d: %s", launcher_pid, exc)
+            descendants = []
+        ranked = [p for p in descendants if _rank_of(p, rank_env) is not None]
+        if ranked:
+            candidates = _topmost(ranked)
+        else:
+            try:
+                candidates = launcher.children(recursive=False) if descendants else []
+            except psutil.Error:
+                candidates = []
+    elif proc_pattern:
+        regex = re.compile(proc_pattern)
+        for p in psutil.process_iter():
+            if p.pid == me:
+                continue
+            line = _cmdline(p)
+            if line and regex.search(line):
+                candidates.append(p)
+        candidates = _topmost(candidates)
+    out = []
+    for p in sorted(candidates, key=lambda p: p.pid):
+        if p.pid == me:
+            continue
+        try:
+            if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        out.append(TrainingProcess(p.pid, _rank_of(p, rank_env), _cmdline(p)))
+    return out
+
+
+def py_spy_binary() -> str | None:
+    """py-spy from PATH, or beside this Python (a venv's bin/ is often not on PATH)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    candidate = Path(sys.executable).parent / "py-spy"
+    return str(candidate) if candidate.exists() else None
+
+
+def dump_stack(pid: int, *, timeout_s: float = 10.0, binary: str | None = None, native: bool = False) -> tuple[bool, str]:
+    """``py-spy dump --pid PID``: (ok, text). On failure the text says why (tool missing, timeout, error)."""
+    binary = binary or py_spy_binary()
+    if not binary:
+        return False, "py-spy not found (pip install py-spy, or put it on PATH)"
+    cmd = [binary, "dump", "--pid", str(pid)]
+    if native:
+        cmd.append("--native")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return False, f"py-spy dump --pid {pid} did not finish within {timeout_s:.0f}s"
+    except OSError as exc:
+        return False, f"py-spy could not run: {exc}"
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip() or "no output"
+        return False, f"py-spy dump --pid {pid} failed (exit {proc.returncode}): {detail}"[:_DUMP_LIMIT]
+    text = proc.stdout
+    if len(text) > _DUMP_LIMIT:
+        text = text[:_DUMP_LIMIT] + "\n... (cut)\n"
+    return True, text
+
+
+def capture(processes: list[TrainingProcess], **dump_kwargs) -> list[DumpResult]:
+    """One dump per process, in pid order (sequential: py-spy pauses its target, and pausing
+    every rank at once on a node would be a bigger hiccup for the job than one after another)."""
+    results = []
+    for proc in processes:
+        ok, text = dump_stack(proc.pid, **dump_kwargs)
+        if not ok:
+            log.warning("stack of pid %d (rank %s): %s", proc.pid, proc.rank, text.splitlines()[0] if text else "")
+        results.append(DumpResult(proc.pid, proc.rank, text, ok))
+    return results
+
+
+def dump_event(result: DumpResult, *, job: str, node: str, request_id: str, ts: float | None = None) -> Envelope:
+    """The `stack`/`stack_dump` event (docs/events.md) of one dump; ``ok`` tells a dump from an error."""
+    return Envelope(
+        ts=ts if ts is not None else time.time(),
+        job=job,
+        node=node,
+        source="stack",
+        kind="stack_dump",
+        data={"rank": result.rank, "pid": result.pid, "dump": result.dump, "request_id": request_id,
+              "tool": "py-spy", "ok": result.ok},
+    )

@@ -1,0 +1,154 @@
+"""Timestamp prefixes of kernel and trainer log lines: split a line into (epoch, monotonic, message).
+
+Pure functions, no state. Forms recognised at the start of a line:
+
+* ``/dev/kmsg`` records ``6,1234,5678901234,-;message`` (monotonic microseconds)
+* ``dmesg`` monotonic ``[12345.678901] message``
+* ``dmesg -T`` ``[Sun Nov 22 10:11:12 2026] message``
+* ``dmesg --time-format iso`` ``2026-11-22T10:11:12,123456+00:00 message``
+* journald short-iso / rsyslog RFC 3339 ``2026-11-22T10:11:12[.123456]+0000 host kernel: message``
+* classic syslog ``Nov 22 10:11:12 host kernel: message`` (no year: the caller's year, or the
+  year before when that would put the line more than a day in the future)
+* Python logging / torchrun ``[2026-11-22 10:11:12,345] ...`` and ``2026-11-22 10:11:12,345 ...``
+* glog (torch C++ logs) ``E1122 10:11:12.345678 1234 file.cpp:12] ...`` (no year either)
+
+Times without a zone (dmesg -T, syslog, glog, Python logging) are read as UTC: collectors run
+with TZ=UTC on the fleets this targets, and a wrong zone shifts events, it never drops them.
+A syslog or journald prefix may itself be followed by a monotonic ``[  12.345]``; both are kept.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+_KMSG = re.compile(r"(\d{1,2}),(\d+),(\d+),[^;]{0,16};")
+_MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\]\s?")
+_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? (\d{4})\]\s?")
+_ISO = re.compile(
+    r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?\s?"
+)
+_SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
+# After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring).
+_HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
+_GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
+
+
+@dataclass(frozen=True, slots=True)
+class Stamped:
+    """A log line split into its clock (``ts`` epoch seconds, ``mono`` seconds since boot) and message."""
+
+    ts: float | None
+    mono: float | None
+    message: str
+
+
+def _epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None = None) -> float | None:
+    try:
+        value = float(calendar.timegm((year, month, day, hh, mm, ss, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
+        return None
+    if frac:
+        value += int(frac) / 10 ** len(frac)
+    return value
+
+
+def _zone_offset(zone: str | None) -> int:
+    if not zone or zone == "Z":
+        return 0
+    sign = -1 if zone[0] == "-" else 1
+    digits = zone[1:].replace(":", "")
+    return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+
+
+def _guess_year(month: int, day: int, now: float | None) -> int:
+    """Syslog and glog omit the year: take now's, unless that lands more than a day ahead."""
+    now = time.time() if now is None else now
+    year = time.gmtime(now).tm_year
+    candidate = _epoch(year, month, day, 0, 0, 0)
+    if candidate is not None and candidate > now + 86400:
+        return year - 1
+    return year
+
+
+def _strip_mono(message: str) -> tuple[float | None, str]:
+    m = _MONO.match(message)
+    if m:
+        return float(m.group(1)), message[m.end():]
+    return None, message
+
+
+def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
+    """The clock prefix of ``line`` (any form above) and the message after it; never raises."""
+    if not line:
+        return Stamped(None, None, line)
+    first = line[0]
+    if first.isdigit():
+        m = _KMSG.match(line)
+        if m:
+            return Stamped(None, int(m.group(3)) / 1e6, line[m.end():])
+        m = _ISO.match(line)
+        if m:
+            return _from_iso(m, line)
+    elif first == "[":
+        m = _MONO.match(line)
+        if m:
+            return Stamped(None, float(m.group(1)), line[m.end():])
+        m = _CTIME.match(line)
+        if m:
+            month = _MONTHS.get(m.group(1))
+            ts = _epoch(int(m.group(6)), month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))) if month else None
+            if ts is not None:
+                return Stamped(ts, None, line[m.end():])
+        m = _ISO.match(line)
+        if m:
+            return _from_iso(m, line)
+        m = _GLOG.match(line, 1)  # torch >= 2.2 wraps glog headers in brackets: [E1122 10:11:12.345 ...]
+        if m:
+            return _from_glog(m, line, now)
+    elif first in "IWEF":
+        m = _GLOG.match(line)
+        if m:
+            return _from_glog(m, line, now)
+    elif first.isupper():
+        m = _SYSLOG.match(line)
+        month = _MONTHS.get(m.group(1)) if m else None
+        if m and month:
+            day = int(m.group(2))
+            ts = _epoch(_guess_year(month, day, now), month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), m.group(6))
+            if ts is not None:
+                rest = line[m.end():]
+                tag = _HOST_TAG.match(rest)
+                if tag:
+                    rest = rest[tag.end():]
+                mono, rest = _strip_mono(rest)
+                return Stamped(ts, mono, rest)
+    return Stamped(None, None, line)
+
+
+def _from_iso(m: re.Match[str], line: str) -> Stamped:
+    ts = _epoch(*(int(m.group(i)) for i in range(1, 7)), m.group(8))
+    if ts is None:
+        return Stamped(None, None, line)
+    ts -= _zone_offset(m.group(9))
+    rest = line[m.end():]
+    # dmesg --time-format iso writes a comma and no host; journald/rsyslog write "host tag: ".
+    if m.group(7) != "," and not line.startswith("["):
+        tag = _HOST_TAG.match(rest)
+        if tag:
+            rest = rest[tag.end():]
+    mono, rest = _strip_mono(rest)
+    return Stamped(ts, mono, rest)
+
+
+def _from_glog(m: re.Match[str], line: str, now: float | None) -> Stamped:
+    month, day = int(m.group(1)), int(m.group(2))
+    ts = _epoch(_guess_year(month, day, now), month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), m.group(6))
+    # glog's header (severity, thread, file:line) stays in the message: parsers read the severity.
+    return Stamped(ts, None, line)

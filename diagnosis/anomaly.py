@@ -1,0 +1,182 @@
+"""Gray failures by peer comparison (Minder's idea: in one job, healthy machines look alike).
+
+Job-level. For every closed feature window, each node's features are scored against its peers
+in the same job and the same window: a robust z-score (distance from the peer median in units
+of 1.4826 × MAD, with a floor so a very uniform fleet does not turn 1 % into 10 sigma), counted
+only in the direction that is worse (clock down, compute time up, ...). An IsolationForest fitted
+on the job's healthy windows (their z-vectors) adds a second, multivariate opinion that lets a
+moderate drift in several metrics at once count. A node that stays away from its peers for
+``persist`` consecutive windows becomes a ``fail_slow`` suspicion (action capture_stacks,
+confidence < 1), which the implicit-fault detector turns into rounds of stack captures.
+
+Thermal throttling is left to the thermal rule (it must be confirmed by step time there), so a
+node whose drift is explained by thermal throttle flags raises no fail-slow suspicion here.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnosis.features import DIRECTION, FEATURES, NodeWindow
+from diagnosis.rules.base import Finding
+
+log = logging.getLogger(__name__)
+
+Z_THRESHOLD = 6.0
+Z_SOFT = 3.5  # with the forest's agreement
+MIN_REL_DEV = 0.08
+MIN_PEERS = 4
+PERSIST = 3
+# A sigma floor per feature: relative to the median, and absolute (units of the feature).
+FLOOR_REL = 0.02
+FLOOR_ABS = {"sm_clock_ratio": 0.02, "power_ratio": 0.03, "temp_c": 2.0, "throttle": 0.05,
+             "pcie_replay_rate": 1.0, "compute_s": 0.005}
+FOREST_MIN_ROWS = 200
+FOREST_REFIT_EVERY = 2000
+
+
+@dataclass(slots=True)
+class _Streak:
+    windows: int = 0
+    since: float = 0.0
+    worst: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # feature -> (z, value, median)
+    evidence: list[str] = field(default_factory=list)
+    fired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    node: str
+    z: dict[str, float]  # signed so that positive = worse than peers
+    rel: dict[str, float]
+    medians: dict[str, float]
+    values: dict[str, float]
+
+
+def peer_scores(windows: list[NodeWindow]) -> list[Scored]:
+    """Robust z-scores of every node against the peers of one job-window (pure)."""
+    out = []
+    stats: dict[str, tuple[float, float]] = {}
+    for feat in FEATURES:
+        vals = [w.features[feat] for w in windows if feat in w.features]
+        if len(vals) < MIN_PEERS:
+            continue
+        med = statistics.median(vals)
+        mad = statistics.median(abs(v - med) for v in vals)
+        sigma = max(1.4826 * mad, FLOOR_REL * abs(med), FLOOR_ABS.get(feat, 1e-9))
+        stats[feat] = (med, sigma)
+    for w in windows:
+        z, rel, meds, values = {}, {}, {}, {}
+        for feat, (med, sigma) in stats.items():
+            if feat not in w.features:
+                continue
+            v = w.features[feat]
+            z[feat] = DIRECTION[feat] * (v - med) / sigma
+            rel[feat] = abs(v - med) / abs(med) if med else float("inf") if v != med else 0.0
+            meds[feat] = med
+            values[feat] = v
+        out.append(Scored(w.node, z, rel, meds, values))
+    return out
+
+
+class PeerAnomalyDetector:
+    """Collects closed node windows per job and judges each job-window once it is complete."""
+
+    def __init__(self, window_s: float = 10.0, persist: int = PERSIST, z_threshold: float = Z_THRESHOLD,
+                 use_forest: bool = True, seed: int = 0) -> None:
+        self.window_s = window_s
+        self.persist = persist
+        self.z_threshold = z_threshold
+        self.use_forest = use_forest
+        self.seed = seed
+        self._pending: dict[tuple[str, float], dict[str, NodeWindow]] = {}
+        self._streaks: dict[tuple[str, str], _Streak] = {}
+        self._healthy: dict[str, list[list[float]]] = {}
+        self._forest: dict[str, tuple[object, float, int]] = {}
+
+    def observe_window(self, window: NodeWindow) -> None:
+        self._pending.setdefault((window.job, window.start), {})[window.node] = window
+
+    def tick(self, now: float) -> list[Finding]:
+        # A window is judged once two more windows have passed: late nodes have reported by then.
+        ready = sorted(k for k in self._pending if k[1] + 3 * self.window_s <= now)
+        out: list[Finding] = []
+        for key in ready:
+            out.extend(self._judge(key[0], key[1], list(self._pending.pop(key).values())))
+        return out
+
+    def flush(self) -> list[Finding]:
+        out: list[Finding] = []
+        for key in sorted(self._pending, key=lambda k: k[1]):
+            out.extend(self._judge(key[0], key[1], list(self._pending.pop(key).values())))
+        return out
+
+    # --- judging ----------------------------------------------------------------------------
+    def _judge(self, job: str, start: float, windows: list[NodeWindow]) -> list[Finding]:
+        if len(windows) < MIN_PEERS:
+            return []
+        scored = peer_scores(windows)
+        by_node = {w.node: w for w in windows}
+        vectors = np.array([[max(-10.0, min(10.0, s.z.get(f, 0.0))) for f in FEATURES] for s in scored])
+        forest_flags = self._forest_flags(job, vectors)
+        out: list[Finding] = []
+        for i, s in enumerate(scored):
+            bad = {f: z for f, z in s.z.items() if z > 0 and s.rel.get(f, 0.0) >= MIN_REL_DEV}
+            top = max(bad.values(), default=0.0)
+            flagged = top >= self.z_threshold or (forest_flags[i] and top >= Z_SOFT)
+            if flagged and s.values.get("throttle", 0.0) > 0:
+                flagged = False  # thermal: the thermal rule decides, with step-time confirmation
+            key = (job, s.node)
+            if not flagged:
+                self._healthy.setdefault(job, []).append(list(vectors[i]))
+                self._streaks.pop(key, None)
+                continue
+            st = self._streaks.setdefault(key, _Streak(since=start))
+            st.windows += 1
+            for f, z in bad.items():
+                if z > st.worst.get(f, (0.0,))[0]:
+                    st.worst[f] = (z, s.values[f], s.medians[f])
+            if len(st.evidence) < 16:
+                st.evidence.extend(by_node[s.node].evidence[:2])
+            if st.windows >= self.persist and not st.fired:
+                st.fired = True
+                out.append(self._finding(job, start, s.node, st, by_node[s.node], bool(forest_flags[i])))
+        return out
+
+    def _forest_flags(self, job: str, vectors: np.ndarray) -> np.ndarray:
+        flags = np.zeros(len(vectors), dtype=bool)
+        if not self.use_forest:
+            return flags
+        rows = self._healthy.get(job, [])
+        fitted = self._forest.get(job)
+        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= FOREST_REFIT_EVERY):
+            from sklearn.ensemble import IsolationForest
+
+            train = np.array(rows[-5000:])
+            model = IsolationForest(n_estimators=50, random_state=self.seed).fit(train)
+            # Outlier = scores below every healthy window but the lowest 0.1 %.
+            cut = float(np.quantile(model.score_samples(train), 0.001))
+            fitted = self._forest[job] = (model, cut, len(rows))
+            if len(rows) > 10000:
+                del rows[:-5000]
+        if fitted is not None:
+            model, cut, _ = fitted
+            flags = model.score_samples(vectors) < cut
+        return flags
+
+    def _finding(self, job: str, start: float, node: str, st: _Streak, w: NodeWindow, forest: bool) -> Finding:
+        parts = [f"{f} {v:.4g} vs peer median {m:.4g} ({z:.1f} robust sigmas)"
+                 for f, (z, v, m) in sorted(st.worst.items(), key=lambda kv: -kv[1][0])[:3]]
+        top = max(z for z, _, _ in st.worst.values())
+        confidence = min(0.9, 0.5 + 0.05 * top + (0.1 if forest else 0.0))
+        return Finding(
+            job=job, ts=start + self.window_s, onset=st.since, fault="fail_slow", action="capture_stacks",
+            nodes=(node,), ranks=w.ranks, entity="peers", confidence=round(confidence, 3),
+            evidence=tuple(st.evidence),
+            detail=f"{node} drifted from its peers for {st.windows} consecutive {self.window_s:.0f}s windows: "
+                   + "; ".join(parts) + ("; isolation forest agrees" if forest else ""),
+        )

@@ -1,0 +1,172 @@
+"""Folding, sympathetic suppression and escalation: findings in, diagnosis records out.
+
+* Folding: one diagnosis per (job, fault, nodes, entity) while the finding keeps recurring with
+  gaps shorter than ``window_s``; later copies only raise its ``count``. When the episode goes
+  quiet (or at flush) a record with the SAME id and the final count is emitted again if the
+  count grew, so consumers that key by id (remediation, history) upsert instead of acting twice.
+* Suppression: a finding marked sympathetic (Xid 45, Xid 43 after 13s) is never blamed; faults
+  that are the usual *consequence* of another (NCCL timeouts, a hang, a slowdown, a silent
+  node after its GPU vanished) are dropped while a primary fault of the job explains them.
+* Escalation: the same (job, fault, nodes, entity) coming back in a new episode, or after the
+  job restarted, climbs the ladder: reattempt / restart / stop-time diagnosis → evict, and an
+  eviction that did not cure it → inspect_hardware.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from diagnosis.record import Diagnosis
+from diagnosis.rules.base import Finding
+
+log = logging.getLogger(__name__)
+
+WINDOW_S = 300.0
+SUPPRESS_S = 600.0
+# Consequences of a crash anywhere in the job: every peer waits, steps stop, the job slows.
+JOB_CONSEQUENCES = frozenset({"nccl_error", "job_hang", "fail_slow"})
+# Consequences of a fault on the same node: a node whose GPU or kernel died stops beating, and
+# CUDA calls on a GPU that vanished or lost its memory fail.
+NODE_CONSEQUENCES = frozenset({"node_silent", "cuda_error", "app_fault"})
+HARDWARE = frozenset({"gpu_lost", "gpu_memory", "gpu_reset_required", "nvlink", "kernel"})
+# Faults that never escalate to eviction: the machine is not the problem.
+NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown"})
+_SOFT_ACTIONS = frozenset({"reattempt", "restart", "stop_time_diagnosis", "rollback"})
+
+
+def escalate(fault: str, action: str, prior: int) -> str:
+    """The action for the ``prior + 1``-th episode of the same fault on the same nodes."""
+    if prior <= 0 or fault in NO_EVICT or action in ("none", "capture_stacks"):
+        return action
+    if action in _SOFT_ACTIONS:
+        return "evict"
+    if action in ("evict", "evict_reset_gpu"):
+        return "inspect_hardware"
+    return action
+
+
+@dataclass(slots=True)
+class _Episode:
+    diagnosis: Diagnosis
+    last_ts: float
+    count: int
+    emitted_count: int
+    generation: int
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Primary:
+    onset: float
+    ts: float
+    nodes: frozenset[str]
+    fault: str
+
+
+class Dedup:
+    def __init__(self, window_s: float = WINDOW_S, suppress_s: float = SUPPRESS_S) -> None:
+        self.window_s = window_s
+        self.suppress_s = suppress_s
+        self._open: dict[tuple, _Episode] = {}
+        self._episodes: Counter = Counter()
+        self._generation: Counter = Counter()
+        self._primaries: dict[str, list[_Primary]] = {}
+        self.stats: Counter = Counter()
+
+    # --- inputs -----------------------------------------------------------------------------
+    def restarted(self, job: str) -> None:
+        """The job was restarted: a fault seen before that shows up again is a repeat."""
+        self._generation[job] += 1
+
+    def admit_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        """Another detector's finished diagnosis (hang, fail-slow blame): folded and suppressed like a
+        finding, but emitted with its own id so requests and answers stay linked."""
+        if diagnosis.action == "capture_stacks" and diagnosis.confidence < 0.5:
+            return [diagnosis]  # a request for evidence, not a finding: never folded away
+        finding = Finding(
+            job=diagnosis.job, ts=diagnosis.ts, onset=diagnosis.onset, fault=diagnosis.fault,
+            action=diagnosis.action, nodes=diagnosis.nodes, ranks=diagnosis.ranks, group=diagnosis.group,
+            entity=f"{diagnosis.group or ''}:{diagnosis.action}", confidence=diagnosis.confidence,
+            evidence=diagnosis.evidence, detail=diagnosis.detail,
+        )
+        return self.admit(finding, diagnosis)
+
+    def admit(self, finding: Finding, original: Diagnosis | None = None) -> list[Diagnosis]:
+        if finding.sympathetic:
+            self.stats["sympathetic"] += 1
+            return []
+        if self._explained(finding):
+            self.stats["consequence"] += 1
+            return []
+        key = (finding.job, finding.fault, finding.nodes, finding.entity)
+        gen = self._generation[finding.job]
+        ep = self._open.get(key)
+        if ep is not None and ep.generation == gen and finding.ts - ep.last_ts <= self.window_s:
+            ep.count += 1
+            ep.last_ts = max(ep.last_ts, finding.ts)
+            if len(ep.evidence) < 32:
+                ep.evidence.extend(finding.evidence[: 32 - len(ep.evidence)])
+            self.stats["folded"] += 1
+            return []
+        prior = self._episodes[key]
+        action = escalate(finding.fault, finding.action, prior)
+        detail = finding.detail
+        if action != finding.action:
+            detail = f"{detail} [episode {prior + 1} of this fault here: {finding.action} → {action}]"
+        if original is not None:
+            diag = dataclasses.replace(original, action=action, detail=detail)
+        else:
+            diag = finding.to_diagnosis(action=action, detail=detail)
+        out = self._close(key, ep) if ep is not None else []
+        self._open[key] = _Episode(diag, finding.ts, 1, 1, gen, list(finding.evidence))
+        self._episodes[key] += 1
+        if diag.action != "none" and diag.fault not in JOB_CONSEQUENCES and diag.fault != "node_silent":
+            self._primaries.setdefault(diag.job, []).append(
+                _Primary(diag.onset, diag.ts, frozenset(diag.nodes), diag.fault))
+        self.stats["emitted"] += 1
+        out.append(diag)
+        return out
+
+    def _explained(self, f: Finding) -> bool:
+        """Is this finding the usual consequence of a primary fault already diagnosed in the job?"""
+        if f.fault not in JOB_CONSEQUENCES and f.fault not in NODE_CONSEQUENCES:
+            return False
+        onset = f.onset if f.onset is not None else f.ts
+        for p in self._primaries.get(f.job, ()):
+            if p.fault == f.fault:
+                continue  # the same class is folded or escalated, not suppressed
+            if not (p.onset - 60.0 <= onset <= p.ts + self.suppress_s):
+                continue
+            if f.fault in JOB_CONSEQUENCES:
+                return True
+            if not p.nodes.intersection(f.nodes):
+                continue
+            if f.fault == "node_silent" or p.fault in HARDWARE:
+                return True
+        return False
+
+    # --- time -------------------------------------------------------------------------------
+    def tick(self, now: float) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for key in [k for k, ep in self._open.items() if now - ep.last_ts > self.window_s]:
+            out.extend(self._close(key, self._open.pop(key)))
+        horizon = now - self.suppress_s - self.window_s
+        for job, prims in self._primaries.items():
+            if prims and prims[0].ts < horizon:
+                self._primaries[job] = [p for p in prims if p.ts >= horizon]
+        return out
+
+    def flush(self) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for key in list(self._open):
+            out.extend(self._close(key, self._open.pop(key)))
+        return out
+
+    def _close(self, key: tuple, ep: _Episode) -> list[Diagnosis]:
+        if ep.count <= ep.emitted_count:
+            return []
+        ep.emitted_count = ep.count
+        return [dataclasses.replace(ep.diagnosis, count=ep.count, evidence=tuple(ep.evidence))]

@@ -1,0 +1,243 @@
+"""Fail-slow localisation by repeated stack rounds (DESIGN.md §3: every 10 s, 5 rounds → evict the degrader group).
+
+A slow machine is not stuck, so one snapshot of stacks is noise: healthy ranks are caught in
+many places. Repeated over rounds, though, the degrader's group keeps showing up among the
+outliers (still computing while its peers already wait). A campaign starts on a ``fail_slow`` /
+``capture_stacks`` suspicion (the ML detector's) or when stack rounds simply arrive (a trace).
+Each round (dumps sharing ``data.request_id``, else a window of ``round_window_s`` event time)
+goes through :func:`diagnosis.stacks.cluster_stacks`; after ``rounds`` rounds the ranks that were
+outliers in most of them are localised and their group evicted. No consistent group → no blame.
+
+While a campaign with a suspicion wants rounds it emits a ``capture_stacks`` request at most every
+``round_window_s`` (a Diagnosis: fault ``fail_slow``, action ``capture_stacks``, nodes = every
+node of the job, detail "stack round k/5"). Requests carry confidence ``request_confidence``
+(< 0.5) so scorers and the remediation ladder never take them for a finding of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from diagnosis.detector import JobBook
+from diagnosis.dump_set import DumpSet, StackDump
+from diagnosis.localize import group_counts, localize
+from diagnosis.record import Diagnosis
+from diagnosis.stacks import StackConfig, cluster_stacks
+from streams.events import new_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FailSlowConfig:
+    rounds: int = 5
+    round_window_s: float = 10.0  # request spacing, and the span of a round without a request id
+    persist_share: float = 0.6  # a rank (group) must be an outlier in this share of rounds
+    min_rounds: int = 3  # rounds enough to conclude when the campaign times out
+    no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion's own nodes stand
+    campaign_timeout_s: float = 150.0
+    request_confidence: float = 0.3
+    cooldown_s: float = 300.0  # after a conclusion, further suspicions for the job are folded
+    evidence_limit: int = 256
+    stacks: StackConfig = field(default_factory=StackConfig)
+
+
+@dataclass
+class _Round:
+    key: str
+    dumps: DumpSet = field(default_factory=DumpSet)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    key: str
+    ts: float
+    outliers: tuple[int, ...]
+    groups: dict  # "pp:3" → outlier count in that group
+    evidence: tuple[str, ...]
+
+
+@dataclass
+class _Campaign:
+    started: float
+    suspicion: Diagnosis | None = None
+    open: dict[str, _Round] = field(default_factory=dict)
+    done: list[RoundResult] = field(default_factory=list)
+    requested: int = 0
+    last_request: float | None = None
+    dumps_seen: int = 0
+
+
+class FailSlowRounds:
+    """Stack rounds per job → the degrader group. Detector-shaped: dumps come through ``add_dump``."""
+
+    def __init__(self, book: JobBook, config: FailSlowConfig = FailSlowConfig()):
+        self._book = book
+        self.config = config
+        self._campaigns: dict[str, _Campaign] = {}
+        self._cooldown_until: dict[str, float] = {}
+        self._own: set[str] = set()
+
+    # --- inputs ---------------------------------------------------------------------------
+    def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        if diagnosis.id in self._own or diagnosis.fault != "fail_slow" or diagnosis.action != "capture_stacks":
+            return []
+        job = diagnosis.job
+        if diagnosis.ts < self._cooldown_until.get(job, -math.inf):
+            return []
+        campaign = self._campaigns.get(job)
+        if campaign is None:
+            campaign = self._campaigns[job] = _Campaign(started=diagnosis.ts)
+        if campaign.suspicion is None:
+            campaign.suspicion = diagnosis
+            log.info("job %s: fail-slow suspicion on %s, starting stack rounds", job, ", ".join(diagnosis.nodes))
+        return self._maybe_request(job, campaign, diagnosis.ts)
+
+    def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
+        if dump.ts < self._cooldown_until.get(job, -math.inf):
+            return []
+        campaign = self._campaigns.get(job)
+        if campaign is None:
+            campaign = self._campaigns[job] = _Campaign(started=dump.ts)
+        campaign.dumps_seen += 1
+        out = self._close_due(job, campaign, dump.ts, before=dump)
+        rnd = self._round_for(campaign, dump)
+        rnd.dumps.add(dump)
+        topology = self._book.topology(job)
+        if topology is not None and rnd.dumps.ranks() >= set(topology.by_rank):
+            out += self._close(job, campaign, rnd.key, dump.ts)
+        return out
+
+    def _round_for(self, campaign: _Campaign, dump: StackDump) -> _Round:
+        if dump.request_id is not None:
+            key = f"request {dump.request_id}"
+            return campaign.open.setdefault(key, _Round(key))
+        # Without a request id a round is a window of event time; a rank seen twice starts the next one.
+        for rnd in campaign.open.values():
+            if rnd.key.startswith("window") and dump.rank not in rnd.dumps.ranks():
+                return rnd
+        key = f"window@{dump.ts:.3f}"
+        return campaign.open.setdefault(key, _Round(key))
+
+    # --- time -----------------------------------------------------------------------------
+    def tick(self, now: float) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for job, campaign in list(self._campaigns.items()):
+            out += self._close_due(job, campaign, now)
+            if job not in self._campaigns:
+                continue
+            age = now - campaign.started
+            if campaign.suspicion is not None and campaign.dumps_seen == 0 and age >= self.config.no_rounds_timeout_s:
+                out.append(self._suspicion_stands(job, campaign, now, "no stack round arrived"))
+            elif age >= self.config.campaign_timeout_s:
+                out += self._conclude(job, campaign, now, timed_out=True)
+            else:
+                out += self._maybe_request(job, campaign, now)
+        return out
+
+    def _close_due(self, job: str, campaign: _Campaign, now: float, before: StackDump | None = None) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for key, rnd in list(campaign.open.items()):
+            if rnd.dumps.first_ts is not None and now - rnd.dumps.first_ts >= self.config.round_window_s:
+                if before is not None and before.request_id is not None and key == f"request {before.request_id}":
+                    continue  # a straggler of this very round
+                out += self._close(job, campaign, key, now)
+                if job not in self._campaigns:
+                    break
+        return out
+
+    def _maybe_request(self, job: str, campaign: _Campaign, now: float) -> list[Diagnosis]:
+        if campaign.suspicion is None or campaign.requested >= self.config.rounds:
+            return []
+        if len(campaign.done) + len(campaign.open) >= self.config.rounds:
+            return []
+        if campaign.last_request is not None and now - campaign.last_request < self.config.round_window_s:
+            return []
+        campaign.requested += 1
+        campaign.last_request = now
+        topology = self._book.topology(job)
+        nodes = topology.nodes if topology is not None else campaign.suspicion.nodes
+        request = Diagnosis(
+            id=new_id(), job=job, ts=now, onset=campaign.suspicion.onset, fault="fail_slow", action="capture_stacks",
+            nodes=nodes, confidence=self.config.request_confidence,
+            detail=f"stack round {campaign.requested}/{self.config.rounds}: capture every rank's stack "
+                   f"(fail-slow suspicion {campaign.suspicion.id} on {', '.join(campaign.suspicion.nodes)})",
+        )
+        self._own.add(request.id)
+        return [request]
+
+    # --- rounds and the verdict -------------------------------------------------------------
+    def _close(self, job: str, campaign: _Campaign, key: str, now: float) -> list[Diagnosis]:
+        rnd = campaign.open.pop(key)
+        topology = self._book.topology(job)
+        if topology is None:
+            log.warning("job %s: stack round %s without a topology, dropped", job, key)
+            return []
+        texts = rnd.dumps.texts(topology.by_rank)
+        if not texts:
+            return []
+        verdict = cluster_stacks(texts, topology, self.config.stacks)
+        campaign.done.append(RoundResult(
+            key=key, ts=rnd.dumps.first_ts or now, outliers=verdict.outlier_ranks,
+            groups=group_counts(verdict.outlier_ranks, topology),
+            evidence=rnd.dumps.evidence(verdict.outlier_ranks, limit=len(verdict.outlier_ranks)),
+        ))
+        log.info("job %s: stack round %d (%s): %d outlier(s)", job, len(campaign.done), key, len(verdict.outlier_ranks))
+        if len(campaign.done) >= self.config.rounds:
+            return self._conclude(job, campaign, now, timed_out=False)
+        return []
+
+    def _finish(self, job: str, now: float) -> None:
+        self._campaigns.pop(job, None)
+        self._cooldown_until[job] = now + self.config.cooldown_s
+
+    def _suspicion_stands(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
+        s = campaign.suspicion
+        self._finish(job, now)
+        return Diagnosis(
+            job=job, ts=now, onset=s.onset, fault="fail_slow", action="evict", nodes=s.nodes, ranks=s.ranks,
+            group=s.group, confidence=s.confidence, evidence=s.evidence,
+            detail=f"{why} within {now - campaign.started:.0f}s: the suspicion's own nodes stand ({s.detail})",
+        )
+
+    def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
+        rounds = campaign.done
+        if len(rounds) < (self.config.min_rounds if timed_out else self.config.rounds):
+            if campaign.suspicion is not None:
+                return [self._suspicion_stands(job, campaign, now, f"only {len(rounds)} stack round(s) completed")]
+            self._finish(job, now)
+            return []
+        self._finish(job, now)
+        topology = self._book.topology(job)
+        need = math.ceil(self.config.persist_share * len(rounds))
+        per_rank = Counter(r for rnd in rounds for r in rnd.outliers)
+        persistent = sorted(r for r, n in per_rank.items() if n >= need)
+        place = localize(persistent, topology, cover_share=self.config.stacks.cover_share) if persistent else None
+        counts = [rnd.groups.get(place.group, 0) for rnd in rounds] if place else []
+        hits = sum(1 for c in counts if c)
+        if place is None or hits < need:
+            busiest = Counter()
+            for rnd in rounds:
+                busiest.update(rnd.groups)
+            log.info("job %s: %d stack rounds, no consistent outlier group (top %s): no blame",
+                     job, len(rounds), busiest.most_common(3))
+            return []
+        consistency = hits / len(rounds)
+        confidence = round(min(0.95, 0.95 * consistency * place.coverage), 4)
+        evidence = tuple(e for rnd in rounds for e in rnd.evidence if e)[: self.config.evidence_limit]
+        onset = campaign.suspicion.onset if campaign.suspicion is not None else rounds[0].ts
+        detail = (
+            f"{len(rounds)} stack rounds: outliers in {place.group} per round {counts}; persistent outlier ranks "
+            f"{persistent} (outlier in >= {need}/{len(rounds)} rounds), {place.covered}/{place.outliers} in "
+            f"{place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))"
+        )
+        return [Diagnosis(
+            job=job, ts=now, onset=onset, fault="fail_slow", action="evict", nodes=place.nodes,
+            ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
+        )]
+
+    def active(self, job: str) -> bool:
+        return job in self._campaigns

@@ -1,0 +1,254 @@
+"""Job hang detection (DESIGN.md §3-§4): no step progress while the processes live → stacks → evict a group.
+
+Per job: the last step of every rank (``train``/``step``) and the last heartbeat that still lists
+training pids. When no rank has advanced for max(k × median step time, floor) and heartbeats
+keep coming, the job is hung, not dead: a ``job_hang`` suspicion asks for every rank's stack
+(action ``capture_stacks``). The dumps that then arrive are clustered (diagnosis.stacks) once
+every rank has sent one or the collection times out, and the final ``job_hang`` diagnosis evicts
+the parallel group the outlier stacks share. One suspicion per stall; stepping again clears it.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from diagnosis.detector import JobBook
+from diagnosis.dump_set import DumpSet, StackDump
+from diagnosis.localize import first_ranks_nodes, localize
+from diagnosis.record import Diagnosis
+from diagnosis.stacks import StackConfig, StackVerdict, cluster_stacks
+from streams.events import Envelope, as_float, new_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HangConfig:
+    k: float = 5.0  # stall threshold in median step times
+    floor_s: float = 60.0  # never call a stall shorter than this a hang
+    heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
+    collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
+    suspicion_confidence: float = 0.6
+    fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
+    step_window: int = 512  # recent step times the median is taken over
+    evidence_limit: int = 256
+    stacks: StackConfig = field(default_factory=StackConfig)
+
+
+@dataclass
+class _Stall:
+    suspicion_id: str
+    onset: float  # the last step progress
+    opened: float  # when the suspicion was raised
+    first_stopped: tuple[int, ...]
+    dumps: DumpSet = field(default_factory=DumpSet)
+    decided: bool = False
+
+
+@dataclass
+class _Job:
+    last_step: dict[int, tuple[int, float, str]] = field(default_factory=dict)  # rank → (step, ts, event id)
+    rank_node: dict[int, str] = field(default_factory=dict)
+    step_times: deque = field(default_factory=deque)
+    last_progress: float | None = None
+    last_beat: float | None = None
+    stall: _Stall | None = None
+
+
+class HangDetector:
+    """Detector of hung jobs; ``add_dump`` takes the stack dumps routed to it while a stall is open."""
+
+    def __init__(self, book: JobBook, config: HangConfig = HangConfig()):
+        self._book = book
+        self.config = config
+        self._jobs: dict[str, _Job] = {}
+
+    # --- events ---------------------------------------------------------------------------
+    def observe(self, event: Envelope) -> list[Diagnosis]:
+        if event.source == "train" and event.kind == "step":
+            self._step(event)
+        elif event.source == "heartbeat" and event.kind == "beat":
+            pids = event.data.get("pids")
+            # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
+            if pids is None or (isinstance(pids, list) and pids):
+                job = self._job(event.job)
+                job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
+        return []
+
+    def _job(self, name: str) -> _Job:
+        job = self._jobs.get(name)
+        if job is None:
+            job = self._jobs[name] = _Job(step_times=deque(maxlen=self.config.step_window))
+        return job
+
+    def _step(self, event: Envelope) -> None:
+        rank, step = event.data.get("rank"), event.data.get("step")
+        if isinstance(rank, bool) or not isinstance(rank, int) or isinstance(step, bool) or not isinstance(step, int):
+            return  # the training rules own step validation (and its dead letters); nothing to learn here
+        job = self._job(event.job)
+        job.rank_node[rank] = event.node
+        step_time = as_float(event.data.get("step_time_s"))
+        if step_time is not None and 0 < step_time < float("inf"):
+            job.step_times.append(step_time)
+        old = job.last_step.get(rank)
+        job.last_step[rank] = (step, event.ts, event.id)
+        # A different step is progress; a lower one is a restart from a checkpoint, progress too.
+        if old is None or old[0] != step:
+            job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
+            if job.stall is not None:
+                log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
+                         "verdict" if job.stall.decided else "suspicion")
+                job.stall = None
+
+    def wants_dumps(self, job: str) -> bool:
+        """True while a stall is open: its stack dumps belong here, not to fail-slow rounds."""
+        state = self._jobs.get(job)
+        return state is not None and state.stall is not None
+
+    def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
+        state = self._jobs.get(job)
+        if state is None or state.stall is None or state.stall.decided:
+            return []
+        state.stall.dumps.add(dump)
+        topology = self._book.topology(job)
+        if topology is not None and state.stall.dumps.ranks() >= set(topology.by_rank):
+            return [self._decide(job, state, dump.ts)]
+        return []
+
+    # --- time -----------------------------------------------------------------------------
+    def threshold(self, job: str) -> float:
+        state = self._jobs.get(job)
+        times = state.step_times if state else ()
+        median = statistics.median(times) if times else 0.0
+        return max(self.config.k * median, self.config.floor_s)
+
+    def tick(self, now: float) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for name, job in self._jobs.items():
+            stall = job.stall
+            if stall is not None:
+                if not stall.decided and now - stall.opened >= self.config.collect_timeout_s:
+                    out.append(self._decide(name, job, now))
+                continue
+            if job.last_progress is None:
+                continue
+            stalled = now - job.last_progress
+            alive = (
+                job.last_beat is not None
+                and job.last_beat > job.last_progress
+                and now - job.last_beat <= self.config.heartbeat_fresh_s
+            )
+            if stalled >= self.threshold(name) and alive:
+                out.append(self._suspect(name, job, now))
+        return out
+
+    def _first_stopped(self, job: _Job) -> tuple[int, ...]:
+        if not job.last_step:
+            return ()
+        low = min(step for step, _, _ in job.last_step.values())
+        return tuple(sorted(r for r, (step, _, _) in job.last_step.items() if step == low))
+
+    def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        topology = self._book.topology(name)
+        if topology is not None:
+            nodes = first_ranks_nodes(ranks, topology)
+            if nodes:
+                return nodes
+        return tuple(dict.fromkeys(job.rank_node[r] for r in sorted(ranks) if r in job.rank_node))
+
+    def _suspect(self, name: str, job: _Job, now: float) -> Diagnosis:
+        first = self._first_stopped(job)
+        stall = _Stall(suspicion_id=new_id(), onset=job.last_progress, opened=now, first_stopped=first)
+        job.stall = stall
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        low = job.last_step[first[0]][0] if first else None
+        detail = (
+            f"no step progress for {now - stall.onset:.0f}s (threshold {self.threshold(name):.0f}s) while "
+            f"heartbeats list live training processes; lowest last step {low} on {len(first)} rank(s) "
+            f"[{_short(first)}] (the first to stop); capturing every rank's stack"
+        )
+        return Diagnosis(
+            id=stall.suspicion_id, job=name, ts=now, onset=stall.onset, fault="job_hang", action="capture_stacks",
+            nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
+            evidence=self._step_evidence(job, first), detail=detail,
+        )
+
+    def _step_evidence(self, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        return tuple(job.last_step[r][2] for r in ranks[:16] if r in job.last_step)
+
+    def _decide(self, name: str, job: _Job, now: float) -> Diagnosis:
+        stall = job.stall
+        stall.decided = True
+        topology = self._book.topology(name)
+        base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
+        stalled = f"stalled {now - stall.onset:.0f}s"
+        if topology is not None and len(stall.dumps):
+            texts = stall.dumps.texts(topology.by_rank)
+            stray = len(stall.dumps) - len(texts)
+            verdict = cluster_stacks(texts, topology, self.config.stacks)
+            note = f"; {stray} dump(s) from ranks outside the topology ignored" if stray else ""
+            if verdict.localized:
+                return Diagnosis(
+                    **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
+                    confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
+                    evidence=self._evidence(job, stall, verdict),
+                )
+            missing = _missing_blame(verdict, topology, self.config)
+            if missing is not None:
+                why = missing.pop("why")
+                return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
+                                 evidence=self._evidence(job, stall, verdict))
+            why = f"stacks name no outlier ({verdict.detail}){note}"
+        elif topology is None:
+            why = "no topology for the job, stacks cannot be placed"
+        else:
+            why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
+        return self._fallback(name, job, stall, now, f"{stalled}; {why}")
+
+    def _evidence(self, job: _Job, stall: _Stall, verdict: StackVerdict) -> tuple[str, ...]:
+        ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
+        return ids + self._step_evidence(job, stall.first_stopped)
+
+    def _fallback(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis:
+        first = stall.first_stopped
+        known = len(job.last_step)
+        if first and len(first) * 2 <= known:
+            nodes = self._nodes_of(name, job, first)
+            return Diagnosis(
+                job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=first,
+                confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
+                detail=f"{why}; blaming the node(s) of the first rank(s) to stop [{_short(first)}], without stack evidence",
+            )
+        # Every rank stopped at the same step: nothing singles a machine out, so restart in place.
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault="job_hang", action="reattempt", nodes=nodes,
+            confidence=self.config.fallback_confidence / 2, evidence=self._step_evidence(job, first),
+            detail=f"{why}; no rank stopped before the others, no culprit: reattempt in place",
+        )
+
+
+def _missing_blame(verdict: StackVerdict, topology, config: HangConfig) -> dict | None:
+    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang."""
+    silent = tuple(sorted(set(verdict.missing_ranks) | set(verdict.bad_ranks)))
+    if not silent or len(silent) * 2 > len(topology.by_rank):
+        return None
+    place = localize(silent, topology, cover_share=config.stacks.cover_share)
+    if place is None:
+        return None
+    return {
+        "action": "evict", "nodes": place.nodes, "ranks": silent, "group": place.group,
+        "confidence": round(0.6 * place.coverage, 4),
+        "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
+               f"{place.covered} of them in {place.group}",
+    }
+
+
+def _short(ranks: tuple[int, ...], limit: int = 8) -> str:
+    shown = ", ".join(map(str, ranks[:limit]))
+    return shown + (f" ... (+{len(ranks) - limit})" if len(ranks) > limit else "")

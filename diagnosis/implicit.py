@@ -1,0 +1,47 @@
+"""The implicit-fault detector the engine plugs in: job hangs and fail-slow, sharing the stack dumps.
+
+A stack dump answers whichever question is open for its job: while a hang is suspected (or
+decided and not yet resolved by stepping again) it belongs to the hang's collection, otherwise
+to the fail-slow rounds. The engine must keep the shared :class:`JobBook` up to date with the
+``job``/``topology`` events; this detector only reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnosis.detector import JobBook
+from diagnosis.dump_set import is_stack_dump, read_stack_dump
+from diagnosis.failslow import FailSlowConfig, FailSlowRounds
+from diagnosis.hang import HangConfig, HangDetector
+from diagnosis.record import Diagnosis
+from streams.events import Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class ImplicitConfig:
+    hang: HangConfig = field(default_factory=HangConfig)
+    failslow: FailSlowConfig = field(default_factory=FailSlowConfig)
+
+
+class ImplicitFaultDetector:
+    """Detector + DiagnosisListener: ``observe``, ``tick``, ``observe_diagnosis``."""
+
+    def __init__(self, book: JobBook, config: ImplicitConfig = ImplicitConfig()):
+        self.config = config
+        self.hang = HangDetector(book, config.hang)
+        self.failslow = FailSlowRounds(book, config.failslow)
+
+    def observe(self, event: Envelope) -> list[Diagnosis]:
+        if is_stack_dump(event):
+            dump = read_stack_dump(event)  # InvalidEvent → the engine dead-letters it
+            if self.hang.wants_dumps(event.job):
+                return self.hang.add_dump(event.job, dump)
+            return self.failslow.add_dump(event.job, dump)
+        return self.hang.observe(event)
+
+    def tick(self, now: float) -> list[Diagnosis]:
+        return self.hang.tick(now) + self.failslow.tick(now)
+
+    def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        return self.failslow.observe_diagnosis(diagnosis)

@@ -1,0 +1,109 @@
+"""What a rule emits and the small helpers every rule family shares.
+
+A rule turns events into :class:`Finding` values: a would-be diagnosis plus the entity it is about
+(a GPU, a port, a rank) and whether it is only a consequence of another fault. Findings are cheap
+(no id, no record) because a node can log hundreds of thousands of identical lines; the dedup
+stage (diagnosis/dedup.py) folds them and turns the survivors into :class:`Diagnosis` records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from diagnosis.record import ACTIONS, FAULT_CLASSES, Diagnosis
+from streams.events import Envelope, InvalidEvent, as_float
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    job: str
+    ts: float
+    fault: str
+    action: str
+    nodes: tuple[str, ...] = ()
+    entity: str = ""
+    ranks: tuple[int, ...] = ()
+    group: str | None = None
+    confidence: float = 1.0
+    evidence: tuple[str, ...] = ()
+    detail: str = ""
+    onset: float | None = None
+    # A consequence of another fault (Xid 45, a peer that only waited): never blamed on its own.
+    sympathetic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fault not in FAULT_CLASSES:
+            raise ValueError(f"unknown fault class {self.fault!r}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}")
+
+    def to_diagnosis(self, *, action: str | None = None, count: int = 1, detail: str | None = None) -> Diagnosis:
+        return Diagnosis(
+            job=self.job,
+            ts=self.ts,
+            onset=self.onset if self.onset is not None else self.ts,
+            fault=self.fault,
+            action=action or self.action,
+            nodes=self.nodes,
+            ranks=self.ranks,
+            group=self.group,
+            confidence=self.confidence,
+            evidence=self.evidence,
+            detail=self.detail if detail is None else detail,
+            count=count,
+        )
+
+
+class Rule(Protocol):
+    """A node-local rule: sees one node's events (any order across nodes), emits findings."""
+
+    sources: frozenset[str]
+
+    def observe(self, event: Envelope) -> list[Finding]: ...
+
+    def tick(self, now: float) -> list[Finding]: ...
+
+
+def need(data: Mapping[str, Any], key: str, event: Envelope) -> Any:
+    """A payload key a rule cannot do without: its absence makes the event a dead letter."""
+    if key not in data or data[key] is None:
+        raise InvalidEvent(f"data.{key}", f"missing in {event.source}/{event.kind} event {event.id}")
+    return data[key]
+
+
+def need_int(data: Mapping[str, Any], key: str, event: Envelope) -> int:
+    value = need(data, key, event)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidEvent(f"data.{key}", f"must be an integer, got {value!r}") from None
+
+
+def opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def opt_float(data: Mapping[str, Any], key: str) -> float | None:
+    return as_float(data.get(key))
+
+
+def parsed_fault(event: Envelope, default_fault: str, default_action: str) -> tuple[str, str]:
+    """The parser's fault class and action when it gave valid ones, else the rule's defaults."""
+    fault = event.data.get("fault")
+    action = event.data.get("action")
+    return (
+        fault if fault in FAULT_CLASSES else default_fault,
+        action if action in ACTIONS else default_action,
+    )
+
+
+def line_of(event: Envelope) -> str:
+    text = event.data.get("line") or event.data.get("text") or ""
+    return str(text)[:200]

@@ -1,0 +1,42 @@
+"""Host rules: OS kernel faults (panic, soft lockup, hung task, fatal MCE) and the OOM killer.
+
+The first occurrence restarts the job in place (a leak or a one-off stall); the dedup stage turns
+a repeat on the same node into an eviction (DESIGN.md §3: restart / evict by repetition).
+"""
+
+from __future__ import annotations
+
+from diagnosis.rules.base import Finding, line_of, parsed_fault
+from streams.events import Envelope
+
+# A panic takes the machine down: nothing to restart in place.
+_KERNEL_KINDS = {"panic": "evict", "soft_lockup": "restart", "hung_task": "restart"}
+
+
+class KernelRule:
+    sources = frozenset({"kernel"})
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        kind = event.kind
+        if kind in _KERNEL_KINDS:
+            fault, action = parsed_fault(event, "kernel", _KERNEL_KINDS[kind])
+            if fault != "kernel":
+                fault = "kernel"
+            return [self._finding(event, fault, action, kind)]
+        if kind == "oom_kill":
+            _, action = parsed_fault(event, "host_oom", "restart")
+            what = event.data.get("process") or "?"
+            return [self._finding(event, "host_oom", action, f"oom_kill of {what} (pid {event.data.get('pid', '?')})")]
+        if kind == "mce" and event.data.get("corrected") is False:
+            return [self._finding(event, "kernel", "evict", "uncorrected machine check")]
+        return []
+
+    @staticmethod
+    def _finding(event: Envelope, fault: str, action: str, what: str) -> Finding:
+        return Finding(
+            job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), entity=fault,
+            evidence=(event.id,), detail=f"{what}: {line_of(event)}",
+        )
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

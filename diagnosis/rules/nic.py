@@ -1,0 +1,45 @@
+"""NIC / InfiniBand rule: a port that goes down twice within five minutes is broken.
+
+One flap (down, then up) is tolerated: links renegotiate, cables get reseated. The second alert
+on the same node within the window is the finding; mlx5 health errors count as alerts too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from diagnosis.rules.base import Finding, line_of
+from streams.events import Envelope
+
+NIC_WINDOW_S = 300.0
+NIC_ALERTS = 2
+
+
+class NicRule:
+    sources = frozenset({"kernel"})
+
+    def __init__(self, window_s: float = NIC_WINDOW_S, alerts: int = NIC_ALERTS) -> None:
+        self.window_s = window_s
+        self.alerts = alerts
+        self._seen: dict[tuple[str, str], deque] = {}
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.kind not in ("link_down", "nic_error"):
+            return []
+        device = str(event.data.get("device") or "?")
+        port = event.data.get("port")
+        q = self._seen.setdefault((event.job, event.node), deque())
+        q.append((event.ts, event.id, f"{device}" + (f" port {port}" if port is not None else "")))
+        while q and event.ts - q[0][0] > self.window_s:
+            q.popleft()
+        if len(q) < self.alerts:
+            return []
+        where = sorted({w for _, _, w in q})
+        return [Finding(
+            job=event.job, ts=event.ts, onset=q[0][0], fault="nic", action="evict", nodes=(event.node,),
+            entity="nic", evidence=tuple(i for _, i, _ in q)[-16:],
+            detail=f"{len(q)} NIC alerts in {self.window_s:.0f}s on {', '.join(where)}: {line_of(event)}",
+        )]
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

@@ -1,0 +1,111 @@
+"""Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes.
+
+None of these evicts on first sight: a user bug is rolled back, a NaN or a CUDA error goes to
+stop-time diagnosis (DESIGN.md §4, step 3). Loss anomalies are job-wide (every data-parallel
+replica sees the same batch statistics), so their findings name no node: one per job, with the
+rank that first showed it in the detail.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+from diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
+from streams.events import Envelope, as_float
+
+SPIKE_FACTOR = 5.0
+BASELINE_STEPS = 50
+MIN_BASELINE = 10
+# MAD of a flat series is 0; a jump must also clear this many robust sigmas, with a floor on sigma.
+SPIKE_SIGMAS = 6.0
+
+
+def robust_sigma(values) -> tuple[float, float]:
+    """(median, 1.4826 × MAD): the centre and spread that one outlier cannot move."""
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return med, 1.4826 * mad
+
+
+class TrainingRule:
+    sources = frozenset({"nccl", "train"})
+
+    def __init__(self, factor: float = SPIKE_FACTOR, window: int = BASELINE_STEPS) -> None:
+        self.factor = factor
+        self.window = window
+        self._base: dict[tuple[str, int, str], deque] = {}
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.source == "nccl":
+            return self._log(event)
+        if event.kind == "step":
+            return self._step(event)
+        return []
+
+    def _log(self, event: Envelope) -> list[Finding]:
+        rank = opt_int(event.data, "rank")
+        ranks = (rank,) if rank is not None else ()
+        if event.kind == "exception":
+            user = event.data.get("user_code")
+            fault, action = parsed_fault(event, "user_code" if user else "unknown", "rollback" if user else "stop_time_diagnosis")
+            if fault in ("nccl_error", "cuda_error"):
+                return []  # the matching nccl_error / cuda_error event carries it
+            if fault == "user_code":
+                action = "rollback"  # never evict for a bug in the user's script
+            where = f"{event.data.get('file', '?')}:{event.data.get('lineno', '?')} in {event.data.get('func', '?')}"
+            return [Finding(
+                job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), ranks=ranks,
+                entity="exception", evidence=(event.id,),
+                detail=f"{event.data.get('type', 'Exception')}: {event.data.get('message', '')} at {where}"[:300],
+            )]
+        if event.kind == "cuda_error":
+            fault, action = parsed_fault(event, "cuda_error", "stop_time_diagnosis")
+            return [Finding(
+                job=event.job, ts=event.ts, fault="cuda_error", action=action, nodes=(event.node,), ranks=ranks,
+                entity="cuda", evidence=(event.id,),
+                detail=f"rank {rank if rank is not None else '?'}: {event.data.get('error') or line_of(event)}",
+            )]
+        if event.kind == "nan":
+            return [self._nan(event, ranks, f"rank {rank if rank is not None else '?'} on {event.node}: {line_of(event)}")]
+        return []
+
+    def _nan(self, event: Envelope, ranks: tuple[int, ...], detail: str) -> Finding:
+        return Finding(
+            job=event.job, ts=event.ts, fault="nan_loss", action="stop_time_diagnosis", ranks=ranks,
+            entity="loss", evidence=(event.id,), detail=detail,
+        )
+
+    def _step(self, event: Envelope) -> list[Finding]:
+        rank = opt_int(event.data, "rank")
+        if rank is None:
+            need(event.data, "rank", event)
+        out: list[Finding] = []
+        for metric in ("loss", "grad_norm"):
+            raw = event.data.get(metric)
+            if raw is None:
+                continue
+            value = as_float(raw)
+            if value is None:
+                continue
+            if not math.isfinite(value):
+                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {event.data.get('step', '?')} (rank {rank} on {event.node})"))
+                continue
+            base = self._base.setdefault((event.job, rank, metric), deque(maxlen=self.window))
+            if len(base) >= MIN_BASELINE:
+                med, sigma = robust_sigma(base)
+                floor = max(sigma, 0.01 * abs(med), 1e-12)
+                if med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor:
+                    out.append(Finding(
+                        job=event.job, ts=event.ts, fault="loss_spike", action="stop_time_diagnosis", ranks=(rank,),
+                        entity="loss", evidence=(event.id,),
+                        detail=f"{metric} {value:.4g} at step {event.data.get('step', '?')} is {value / med:.1f}× the "
+                               f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})",
+                    ))
+                    continue  # a spike must not drag the baseline up
+            base.append(value)
+        return out
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

@@ -1,0 +1,121 @@
+"""The two stages of the diagnosis engine (DESIGN.md §1, scaling out).
+
+:class:`NodeStage` needs only one node's events: it parses raw log lines, runs the node-local
+rules and folds samples into feature windows. Its outputs are small: findings, closed
+:class:`~diagnosis.features.NodeWindow` summaries, and the parsed events the job stage reads
+(NCCL reports, heartbeats, steps, stack dumps). :class:`JobStage` needs a whole job: the first
+failing rank, silent nodes, peer comparison and hang / fail-slow localisation. Today both run in
+one process; split, the node stage's outputs travel on the ``summaries`` topic keyed by job.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from diagnosis.anomaly import PeerAnomalyDetector
+from diagnosis.detector import JobBook
+from diagnosis.features import FeatureWindows, NodeWindow
+from diagnosis.record import Diagnosis
+from diagnosis.rules import Finding, Rule, node_rules
+from diagnosis.rules.comms import FirstFailingRank
+from diagnosis.rules.liveness import SilenceDetector
+from streams.events import Envelope
+
+log = logging.getLogger(__name__)
+
+# What the job stage reads from the node stage besides findings and windows.
+JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack"})
+
+
+def _line_parser():
+    try:
+        from collectors.logparse import LineEventParser
+    except ImportError:  # pragma: no cover - the collectors package ships with faultlens
+        return None
+    return LineEventParser()
+
+
+@dataclass
+class NodeOutput:
+    findings: list[Finding] = field(default_factory=list)
+    windows: list[NodeWindow] = field(default_factory=list)
+    forward: list[Envelope] = field(default_factory=list)
+
+
+class NodeStage:
+    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0) -> None:
+        self.parser = _line_parser()
+        self.rules = rules if rules is not None else node_rules()
+        self._by_source: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            for source in rule.sources:
+                self._by_source.setdefault(source, []).append(rule)
+        self.windows = FeatureWindows(window_s)
+
+    def parse(self, event: Envelope) -> list[Envelope]:
+        """Raw ``line`` events become parsed events (possibly none); others pass through."""
+        if event.kind != "line":
+            return [event]
+        if self.parser is None:
+            return []
+        return self.parser.parse(event)
+
+    def observe(self, event: Envelope, out: NodeOutput) -> None:
+        """One parsed event; raises InvalidEvent when a rule needs a payload key it lacks."""
+        for rule in self._by_source.get(event.source, ()):
+            out.findings.extend(rule.observe(event))
+        out.windows.extend(self.windows.observe(event))
+        if event.source in JOB_SOURCES:
+            out.forward.append(event)
+
+    def flush(self) -> tuple[list[Envelope], list[NodeWindow]]:
+        parsed = self.parser.flush() if self.parser is not None else []
+        return parsed, self.windows.flush()
+
+
+def _implicit(book: JobBook):
+    try:
+        from diagnosis.implicit import ImplicitFaultDetector
+    except ImportError:
+        log.warning("diagnosis.implicit is not available: hang and fail-slow localisation are off")
+        return None
+    return ImplicitFaultDetector(book)
+
+
+class JobStage:
+    def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True) -> None:
+        self.book = book
+        self.comms = FirstFailingRank(book)
+        self.silence = SilenceDetector()
+        self.anomaly = PeerAnomalyDetector(window_s)
+        self.implicit = _implicit(book) if implicit else None
+
+    def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:
+        findings: list[Finding] = []
+        if event.source == "nccl":
+            findings.extend(self.comms.observe(event))
+        elif event.source == "heartbeat":
+            findings.extend(self.silence.observe(event))
+        diags = self.implicit.observe(event) if self.implicit is not None else []
+        return findings, list(diags)
+
+    def observe_window(self, window: NodeWindow) -> None:
+        self.anomaly.observe_window(window)
+
+    def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        if self.implicit is None or not hasattr(self.implicit, "observe_diagnosis"):
+            return []
+        return list(self.implicit.observe_diagnosis(diagnosis))
+
+    def tick(self, now: float) -> tuple[list[Finding], list[Diagnosis]]:
+        findings = self.comms.tick(now) + self.silence.tick(now) + self.anomaly.tick(now)
+        diags = self.implicit.tick(now) if self.implicit is not None else []
+        return findings, list(diags)
+
+    def flush(self) -> list[Finding]:
+        return self.comms.flush() + self.anomaly.flush()
+
+    def restarted(self, job: str, nodes_out: list[str]) -> None:
+        for node in nodes_out:
+            self.silence.forget(job, node)

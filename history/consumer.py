@@ -1,0 +1,80 @@
+"""The Kafka edge of the history: a consumer group that stores what the topics carry.
+
+The runner decodes (a message that does not decode is dead-lettered there), the handler turns a
+polled batch into Arrow tables and writes them before the runner commits, so a crash re-delivers
+a batch and the idempotent inserts drop what was already stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import duckdb
+
+from diagnosis.record import Diagnosis
+from history.sink import HistorySink, Sampling, build_batch
+from remediation.command import Command
+from streams.config import KafkaSettings
+from streams.events import Envelope, encode
+from streams.producer import Outgoing
+from streams.runner import GroupRunner, Record, dead_letter
+from streams.topics import TELEMETRY_TOPICS
+
+log = logging.getLogger(__name__)
+
+GROUP = "faultlens-history"
+TOPICS = (*TELEMETRY_TOPICS, "jobs", "diagnoses", "commands")
+DECODERS = {"diagnoses": Diagnosis.decode, "commands": Command.decode}
+
+
+class StoreUnavailable(BaseException):
+    """The DuckDB file cannot take writes (disk full, I/O error, closed).
+
+    A BaseException on purpose: the runner isolates ordinary exceptions record by record and
+    dead-letters them, which would throw good events away when the store, not the record, is at
+    fault. This one escapes the runner before it commits, so the batch is read again next time.
+    """
+
+
+def _raw(value: Any) -> bytes | None:
+    if isinstance(value, Envelope):
+        return encode(value)
+    if isinstance(value, (Diagnosis, Command)):
+        return value.encode()
+    return None if value is None else repr(value).encode()
+
+
+class HistoryHandler:
+    """``handle(records)``: store a batch, return dead letters for the records the sink refused."""
+
+    def __init__(self, sink: HistorySink, sampling: Sampling = Sampling(), group: str = GROUP):
+        self.sink = sink
+        self.sampling = sampling
+        self.group = group
+        self.sampled_out = 0
+        self.rejected = 0
+
+    def handle(self, records: list[Record]) -> list[Outgoing]:
+        batch = build_batch([r.value for r in records], self.sampling)
+        try:
+            self.sink.write(batch)
+        except (duckdb.IOException, duckdb.ConnectionException, duckdb.FatalException) as exc:
+            raise StoreUnavailable(f"history store unavailable: {exc}") from exc
+        self.sampled_out += batch.sampled_out
+        self.rejected += len(batch.rejected)
+        out = []
+        for rej in batch.rejected:
+            r = records[rej.index]
+            log.warning("history: cannot store %s@%d:%d: %s", r.topic, r.partition, r.offset, rej.reason)
+            out.append(dead_letter(r.topic, r.partition, r.offset, r.key, _raw(r.value),
+                                   f"history: {rej.reason}", self.group))
+        return out
+
+
+def history_runner(settings: KafkaSettings, conn: duckdb.DuckDBPyConnection, *, sampling: Sampling = Sampling(),
+                   group: str = GROUP, topics: tuple[str, ...] = TOPICS, **runner_kwargs) -> tuple[GroupRunner, HistoryHandler]:
+    """A GroupRunner (not started) that writes every record of ``topics`` into ``conn``."""
+    handler = HistoryHandler(HistorySink(conn), sampling, group)
+    runner = GroupRunner(settings, group, topics, handler, decoders=DECODERS, **runner_kwargs)
+    return runner, handler

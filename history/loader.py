@@ -1,0 +1,156 @@
+"""Load a trace into a history without a broker: its events, its labels and (optionally) the
+diagnoses the engine produces over it.
+
+The trace reader and the diagnosis engine are other parts of faultlens, imported when needed: a
+build without the engine still loads events and labels, and says it skipped the diagnoses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from history.schema import HistoryError
+from history.sink import Batch, HistorySink, Sampling, build_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadStats:
+    events: int = 0
+    sampled_out: int = 0
+    diagnoses: int = 0
+    labels: int = 0
+    rejected: int = 0
+    engine_errors: int = 0
+    inserted: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"events": self.events, "sampled_out": self.sampled_out, "diagnoses": self.diagnoses,
+                "labels": self.labels, "rejected": self.rejected, "engine_errors": self.engine_errors,
+                "inserted": self.inserted, "notes": self.notes}
+
+
+def _trace_module() -> Any:
+    try:
+        from streams import trace
+    except ImportError as exc:
+        raise HistoryError(f"this build cannot read traces (streams.trace: {exc})") from None
+    return trace
+
+
+def load_engine() -> tuple[Any | None, str | None]:
+    """A fresh diagnosis engine, or (None, why not)."""
+    try:
+        from diagnosis.engine import Engine
+    except ImportError as exc:
+        return None, f"diagnosis engine not available ({exc}); loaded events and labels only"
+    return Engine(), None
+
+
+def _labels(read_labels: Callable[[Any], Any] | None, path: Path) -> tuple[list[Any], str | None]:
+    if read_labels is None:
+        return [], "streams.trace has no read_labels; labels not loaded"
+    try:
+        return list(read_labels(path) or ()), None
+    except FileNotFoundError:
+        return [], None
+    except (ValueError, OSError) as exc:
+        return [], f"labels not loaded: {exc}"
+
+
+class _Diagnoser:
+    """Feeds events to the engine in order, ticking it once per second of trace time."""
+
+    def __init__(self, engine: Any, stats: LoadStats):
+        self.engine = engine
+        self.stats = stats
+        self.last_tick: float | None = None
+
+    def _safe(self, fn: Callable[[], Iterable[Any] | None]) -> list[Any]:
+        try:
+            return list(fn() or ())
+        except Exception as exc:  # noqa: BLE001 - one event the engine chokes on must not stop the load
+            self.stats.engine_errors += 1
+            log.warning("diagnosis engine failed: %s: %s", type(exc).__name__, exc)
+            return []
+
+    def feed(self, event: Any) -> list[Any]:
+        out = self._safe(lambda: self.engine.process(event))
+        sec = math.floor(event.ts)
+        if self.last_tick is None or sec > self.last_tick:
+            self.last_tick = sec
+            if hasattr(self.engine, "tick"):
+                out.extend(self._safe(lambda: self.engine.tick(float(sec))))
+        return out
+
+    def finish(self) -> list[Any]:
+        return self._safe(self.engine.flush) if hasattr(self.engine, "flush") else []
+
+
+def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Sampling(), diagnose: bool = True,
+               batch_size: int = 5000, progress: bool = True) -> LoadStats:
+    """Write a trace's events (sampled), labels and diagnoses into ``sink``."""
+    path = Path(path)
+    if not path.exists():
+        raise HistoryError(f"trace {path} does not exist")
+    trace = _trace_module()
+    try:
+        total = trace.trace_rows(path)
+    except ValueError as exc:  # TraceError: not a Parquet trace, missing columns
+        raise HistoryError(str(exc)) from None
+    stats = LoadStats()
+    labels, note = _labels(getattr(trace, "read_labels", None), path)
+    if note:
+        stats.notes.append(note)
+    diagnoser = None
+    if diagnose:
+        engine, why = load_engine()
+        if engine is None:
+            stats.notes.append(why or "no engine")
+        else:
+            diagnoser = _Diagnoser(engine, stats)
+
+    def write(items: list[Any], labels: Iterable[Any] = ()) -> None:
+        batch: Batch = build_batch(items, sampling, labels=labels)
+        stats.sampled_out += batch.sampled_out
+        stats.rejected += len(batch.rejected)
+        for rej in batch.rejected[:5]:
+            log.warning("not stored: %s", rej.reason)
+        for table, n in sink.write(batch).items():
+            stats.inserted[table] = stats.inserted.get(table, 0) + n
+
+    from tqdm import tqdm
+
+    pending: list[Any] = []
+    try:
+        with tqdm(trace.iter_trace(path), total=total, desc=f"loading {path.name}", unit="ev",
+                  disable=not progress, mininterval=0.5) as bar:
+            for event in bar:
+                stats.events += 1
+                pending.append(event)
+                if diagnoser is not None:
+                    found = diagnoser.feed(event)
+                    stats.diagnoses += len(found)
+                    pending.extend(found)
+                if len(pending) >= batch_size:
+                    write(pending)
+                    pending = []
+    except HistoryError:
+        raise
+    except (ValueError, OSError) as exc:
+        # A truncated or corrupt trace: keep what was read, say where it stopped.
+        stats.notes.append(f"trace read stopped after {stats.events} events: {exc}")
+        log.error("trace %s: %s", path, exc)
+    if diagnoser is not None:
+        found = diagnoser.finish()
+        stats.diagnoses += len(found)
+        pending.extend(found)
+    write(pending, labels)
+    stats.labels = len(labels)
+    return stats

@@ -1,0 +1,167 @@
+"""The report's SQL, one named query per question (docs/history.md defines each measure).
+
+`faultlens report`, the plots and the notebooks all go through :func:`run`, so a measure is
+defined once. Each query takes named parameters (``$name``) with the defaults in ``DEFAULTS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+DEFAULTS: dict[str, Any] = {
+    "limit": 10,          # rows of the "top" sections
+    "max_gap": 60.0,      # a running mark counts as productive for at most this many seconds
+    "buckets": 40,        # time buckets of faults_over_time
+    "confirmed": 0.9,     # confidence from which a diagnosis counts as a really faulty node
+}
+
+# Marks at the same second sort running first: a step's mark is floored to its second, so a fault
+# at 40.0 must follow the step mark of 40.x, not precede it.
+# A failure, for MTBF and incidents, is a diagnosis that interrupts the job (action other than `none`).
+_SPAN = """
+    span AS (
+        SELECT min(lo) AS first_ts, max(hi) AS last_ts FROM (
+            SELECT min(ts) AS lo, max(ts) AS hi FROM events
+            UNION ALL SELECT min(onset), max(ts) FROM diagnoses
+            UNION ALL SELECT min(issued_at), max(issued_at) FROM commands
+            UNION ALL SELECT min(ts), max(ts) FROM job_timeline
+        )
+    )"""
+
+QUERIES: dict[str, str] = {
+    "summary": f"""
+        WITH {_SPAN}
+        SELECT (SELECT count(*) FROM events) AS events,
+               (SELECT count(*) FROM diagnoses) AS diagnoses,
+               (SELECT count(*) FROM commands) AS commands,
+               (SELECT count(*) FROM labels) AS labels,
+               (SELECT count(DISTINCT job) FROM job_timeline) AS jobs,
+               first_ts, last_ts, last_ts - first_ts AS span_s
+        FROM span""",
+    "faults_by_class": """
+        SELECT fault, count(*) AS diagnoses, sum(count) AS occurrences,
+               count(DISTINCT job) AS jobs,
+               (SELECT count(DISTINCT n) FROM diagnoses d2, unnest(d2.nodes) AS u(n) WHERE d2.fault = d.fault) AS nodes
+        FROM diagnoses d GROUP BY fault ORDER BY diagnoses DESC, fault""",
+    "faults_by_node": """
+        SELECT n AS node, fault, count(*) AS diagnoses
+        FROM diagnoses, unnest(nodes) AS u(n)
+        GROUP BY node, fault ORDER BY node, fault""",
+    "faults_by_day": """
+        SELECT DATE '1970-01-01' + CAST(floor(onset / 86400) AS INTEGER) AS day, fault, count(*) AS diagnoses
+        FROM diagnoses GROUP BY day, fault ORDER BY day, fault""",
+    "faults_over_time": """
+        WITH b AS (SELECT min(onset) AS lo, greatest(max(onset) - min(onset), 1.0) / $buckets AS width FROM diagnoses)
+        SELECT b.lo + least(floor((onset - b.lo) / b.width), $buckets - 1) * b.width AS bucket_start,
+               fault, count(*) AS diagnoses, any_value(b.width) AS width
+        FROM diagnoses, b GROUP BY bucket_start, fault ORDER BY bucket_start, fault""",
+    "top_nodes": """
+        SELECT n AS node, count(*) AS diagnoses, count(DISTINCT fault) AS classes,
+               list(DISTINCT fault ORDER BY fault) AS faults,
+               count(*) FILTER (WHERE action <> 'none') AS failures, max(ts) AS last_ts
+        FROM diagnoses, unnest(nodes) AS u(n)
+        GROUP BY node ORDER BY diagnoses DESC, node LIMIT $limit""",
+    "detection_latency": """
+        SELECT count(*) AS n, quantile_cont(ts - onset, 0.5) AS p50_s, quantile_cont(ts - onset, 0.99) AS p99_s,
+               avg(ts - onset) AS mean_s, max(ts - onset) AS max_s
+        FROM diagnoses""",
+    "detection_latencies": """
+        SELECT fault, ts - onset AS latency_s FROM diagnoses ORDER BY latency_s""",
+    "time_to_command": """
+        WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM commands
+                           WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
+        SELECT count(*) AS n, quantile_cont(c.issued_at - d.ts, 0.5) AS p50_s,
+               quantile_cont(c.issued_at - d.ts, 0.99) AS p99_s, avg(c.issued_at - d.ts) AS mean_s,
+               (SELECT count(*) FROM diagnoses WHERE action <> 'none') - count(*) AS diagnoses_without_command
+        FROM diagnoses d JOIN first_cmd c ON c.diagnosis_id = d.id""",
+    "mtbf": f"""
+        WITH {_SPAN},
+        f AS (SELECT n AS node, count(*) AS failures FROM diagnoses, unnest(nodes) AS u(n)
+              WHERE action <> 'none' GROUP BY node)
+        SELECT node, failures, span.last_ts - span.first_ts AS window_s,
+               (span.last_ts - span.first_ts) / failures AS mtbf_s
+        FROM f, span ORDER BY mtbf_s, node""",
+    "over_eviction": """
+        WITH evicted AS (SELECT DISTINCT n FROM commands, unnest(nodes) AS u(n) WHERE action = 'evict'),
+        truth AS (
+            SELECT DISTINCT n FROM labels, unnest(nodes) AS u(n)
+            UNION
+            SELECT DISTINCT n FROM diagnoses, unnest(nodes) AS u(n)
+            WHERE NOT EXISTS (SELECT 1 FROM labels) AND confidence >= $confirmed AND action <> 'none'
+        )
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM labels) THEN 'labels' ELSE 'confirmed diagnoses' END AS basis,
+               (SELECT count(*) FROM evicted) AS evicted_nodes,
+               (SELECT count(*) FROM truth) AS faulty_nodes,
+               (SELECT count(*) FROM evicted WHERE n NOT IN (SELECT n FROM truth)) AS healthy_evicted,
+               (SELECT count(*) FROM evicted)::DOUBLE / nullif((SELECT count(*) FROM truth), 0) AS ratio""",
+    "ettr": """
+        WITH m AS (
+            SELECT job, ts, state,
+                   coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts
+            FROM job_timeline
+        )
+        SELECT job, max(ts) - min(ts) AS wall_s,
+               coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0) AS productive_s,
+               coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0)
+                   / nullif(max(ts) - min(ts), 0) AS ettr,
+               count(*) FILTER (WHERE state IN ('down', 'stalled')) AS incidents
+        FROM m GROUP BY job ORDER BY job""",
+    "timeline": """
+        SELECT job, ts, coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts,
+               state, reason
+        FROM job_timeline ORDER BY job, ts, state <> 'running', id""",
+    # Recovery: the first running mark after the diagnosis's first command (or, with no command,
+    # after the diagnosis itself).
+    "incidents": """
+        WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at, arg_min(action, issued_at) AS command
+                           FROM commands WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
+        SELECT d.job, d.id AS diagnosis_id, d.fault, d.nodes, d.action, d.onset, d.ts AS detected_at,
+               d.ts - d.onset AS detection_s, c.command, c.issued_at AS command_at, c.issued_at - d.ts AS to_command_s,
+               r.recovered_at, r.recovered_at - d.onset AS recovery_s
+        FROM diagnoses d
+        LEFT JOIN first_cmd c ON c.diagnosis_id = d.id
+        LEFT JOIN LATERAL (
+            SELECT min(t.ts) AS recovered_at FROM job_timeline t
+            WHERE t.job = d.job AND t.state = 'running' AND t.ts > coalesce(c.issued_at, d.ts)
+        ) r ON true
+        WHERE d.action <> 'none'
+        ORDER BY d.job, d.onset, d.id""",
+    "event_faults": """
+        SELECT source, kind, fault, count(*) AS events, count(DISTINCT node) AS nodes
+        FROM events WHERE fault IS NOT NULL GROUP BY source, kind, fault ORDER BY events DESC, source, kind""",
+}
+
+# The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
+REPORT_SECTIONS = (
+    "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
+    "time_to_command", "mtbf", "over_eviction", "ettr", "incidents", "event_faults",
+)
+
+
+def _params(sql: str, given: dict[str, Any]) -> dict[str, Any]:
+    values = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    return {k: v for k, v in values.items() if f"${k}" in sql}
+
+
+def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    """Rows of query ``name`` as dicts (column → value)."""
+    try:
+        sql = QUERIES[name]
+    except KeyError:
+        raise KeyError(f"unknown query {name!r} (one of {', '.join(QUERIES)})") from None
+    cur = conn.execute(sql, _params(sql, params))
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def columns(rows: list[dict[str, Any]], *names: str) -> tuple[list[Any], ...]:
+    """Column lists from rows, for plotting without pandas."""
+    return tuple([r[n] for r in rows] for n in names)
+
+
+def is_empty(conn: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the history holds nothing to report on."""
+    s = run(conn, "summary")[0]
+    return not any(s[k] for k in ("events", "diagnoses", "commands", "labels")) and not s["jobs"]

@@ -1,0 +1,90 @@
+"""The fault-history report: every section of history.queries as rich tables or JSON lines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import IO, Any
+
+import duckdb
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from history.queries import REPORT_SECTIONS, run
+
+TITLES = {
+    "summary": "History",
+    "faults_by_class": "Faults by class",
+    "faults_by_node": "Faults by node and class",
+    "faults_by_day": "Faults by day (UTC, by onset)",
+    "top_nodes": "Top offending nodes",
+    "detection_latency": "Detection latency: fault onset → diagnosis (s)",
+    "time_to_command": "Time to command: diagnosis → first command (s)",
+    "mtbf": "MTBF per node (history window / failures)",
+    "over_eviction": "Over-eviction (evicted nodes / really faulty nodes)",
+    "ettr": "ETTR per job (productive time / wall time)",
+    "incidents": "Incidents",
+    "event_faults": "Fault signals in stored events",
+}
+
+# Sections that are one row of figures: printed as one JSON object, not a list of rows.
+SINGLE_ROW = frozenset({"summary", "detection_latency", "time_to_command", "over_eviction"})
+
+
+def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every report section's rows, in report order."""
+    return {name: run(conn, name, **params) for name in REPORT_SECTIONS}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def json_lines(sections: dict[str, list[dict[str, Any]]]) -> list[bytes]:
+    """One JSON line per section, each with a ``section`` key."""
+    out = []
+    for name, rows in sections.items():
+        body: dict[str, Any] = {"section": name}
+        if name in SINGLE_ROW:
+            body.update(rows[0] if rows else {})
+        else:
+            body["rows"] = rows
+        out.append(orjson.dumps(body, default=_jsonable, option=orjson.OPT_NON_STR_KEYS))
+    return out
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if column in ("ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "last_ts"):
+            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        if column in ("ettr", "ratio", "confidence"):
+            return f"{value:.3f}"
+        return f"{value:,.1f}"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value[:6]) + (f" (+{len(value) - 6})" if len(value) > 6 else "")
+    return str(value)
+
+
+def render(sections: dict[str, list[dict[str, Any]]], file: IO[str] | None = None, max_rows: int = 30) -> None:
+    """Rich tables on ``file`` (stdout by default)."""
+    console = Console(file=file, width=140 if file is not None else None)
+    for name, rows in sections.items():
+        table = Table(title=TITLES.get(name, name), title_justify="left")
+        if not rows:
+            console.print(f"[bold]{TITLES.get(name, name)}[/bold]: no data")
+            continue
+        cols = list(rows[0])
+        for col in cols:
+            table.add_column(col, overflow="fold")
+        for row in rows[:max_rows]:
+            table.add_row(*(_cell(c, row[c]) for c in cols))
+        if len(rows) > max_rows:
+            table.caption = f"{len(rows) - max_rows} more rows (use --json for all)"
+        console.print(table)

@@ -1,0 +1,304 @@
+"""The history sink: records → Arrow batches (pure) → idempotent upserts into DuckDB.
+
+:func:`build_batch` turns events, diagnoses, commands and labels into one Arrow table per history
+table, plus the job-timeline marks they imply, and says which records it could not store and
+why. :class:`HistorySink` writes a batch in one transaction: each Arrow table is registered into
+DuckDB and copied with one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``, so a batch delivered
+twice leaves the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from diagnosis.record import Diagnosis
+from remediation.command import Command
+from streams.events import Envelope
+
+# High-rate periodic samples may be stored as a sample; everything else is always kept.
+SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample")})
+
+# Faults during which the processes are alive but make no (or slow) progress; other faults take
+# the job down until it is restarted.
+STALL_FAULTS = frozenset({"job_hang", "fail_slow", "loss_spike"})
+# Commands that end the current run of the job; capture_stacks/checkpoint leave it running.
+RESTART_ACTIONS = frozenset({"evict", "restart", "reattempt", "rollback"})
+
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "events": pa.schema([
+        ("id", pa.string()), ("ts", pa.float64()), ("job", pa.string()), ("node", pa.string()),
+        ("source", pa.string()), ("kind", pa.string()), ("fault", pa.string()), ("rank", pa.int32()),
+        ("step", pa.int64()), ("data", pa.string()),
+    ]),
+    "diagnoses": pa.schema([
+        ("id", pa.string()), ("job", pa.string()), ("ts", pa.float64()), ("onset", pa.float64()),
+        ("fault", pa.string()), ("nodes", pa.list_(pa.string())), ("ranks", pa.list_(pa.int32())),
+        ("group", pa.string()), ("confidence", pa.float64()), ("action", pa.string()),
+        ("evidence", pa.list_(pa.string())), ("detail", pa.string()), ("count", pa.int32()),
+    ]),
+    "commands": pa.schema([
+        ("id", pa.string()), ("job", pa.string()), ("action", pa.string()), ("nodes", pa.list_(pa.string())),
+        ("ranks", pa.list_(pa.int32())), ("reason", pa.string()), ("diagnosis_id", pa.string()),
+        ("issued_at", pa.float64()), ("expires_at", pa.float64()), ("params", pa.string()),
+        ("signature", pa.string()),
+    ]),
+    "job_timeline": pa.schema([
+        ("id", pa.string()), ("job", pa.string()), ("ts", pa.float64()), ("state", pa.string()),
+        ("reason", pa.string()),
+    ]),
+    "labels": pa.schema([
+        ("id", pa.string()), ("job", pa.string()), ("fault", pa.string()), ("nodes", pa.list_(pa.string())),
+        ("ranks", pa.list_(pa.int32())), ("onset", pa.float64()), ("extra", pa.string()),
+    ]),
+}
+
+
+class Unstorable(ValueError):
+    """A record the history cannot hold (non-finite time, out-of-range rank, unknown type)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Keep this fraction of the high-rate samples, chosen by a hash of the event id.
+
+    Hashing the id (not drawing a random number) makes the choice deterministic: a re-delivered
+    or re-loaded event is kept or dropped exactly as the first time.
+    """
+
+    rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0 or math.isnan(self.rate):
+            raise ValueError(f"sample rate must be within 0..1, got {self.rate}")
+
+    def keep(self, event: Envelope) -> bool:
+        if self.rate >= 1.0 or (event.source, event.kind) not in SAMPLED_KINDS:
+            return True
+        digest = hashlib.blake2b(event.id.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") < self.rate * 2**64
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record :func:`build_batch` could not store: its position in the input and the reason."""
+
+    index: int
+    reason: str
+
+
+@dataclass
+class Batch:
+    tables: dict[str, pa.Table]
+    rejected: list[Rejected] = field(default_factory=list)
+    sampled_out: int = 0
+
+    def rows(self) -> dict[str, int]:
+        return {name: t.num_rows for name, t in self.tables.items()}
+
+
+# --- pure conversion ----------------------------------------------------------------------------
+def _finite(name: str, value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise Unstorable(f"{name} is not a number: {value!r}") from None
+    if not math.isfinite(f):
+        raise Unstorable(f"{name} is not finite: {value!r}")
+    return f
+
+
+def _opt_int(value: Any, limit: int) -> int | None:
+    """An int payload field, or None when it is missing, not an int, or out of the column's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    v = int(value)
+    return v if -limit - 1 <= v <= limit else None
+
+
+def _ranks(ranks: Iterable[int]) -> list[int]:
+    out = [int(r) for r in ranks]
+    bad = [r for r in out if not -_INT32 - 1 <= r <= _INT32]
+    if bad:
+        raise Unstorable(f"rank {bad[0]} out of range")
+    return out
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        # orjson refuses ints beyond 64 bits and odd types; the stdlib writes them (or their text),
+        # and storing an odd payload beats losing the event.
+        try:
+            return json.dumps(value, default=str)
+        except (TypeError, ValueError) as exc:
+            raise Unstorable(f"payload is not JSON-serialisable: {exc}") from None
+
+
+def event_row(e: Envelope) -> dict[str, Any]:
+    data = e.data
+    fault = data.get("fault")
+    return {
+        "id": e.id, "ts": _finite("ts", e.ts), "job": e.job, "node": e.node, "source": e.source,
+        "kind": e.kind, "fault": fault if isinstance(fault, str) else None,
+        "rank": _opt_int(data.get("rank"), _INT32), "step": _opt_int(data.get("step"), _INT64),
+        "data": _json(dict(data)),
+    }
+
+
+def event_marks(e: Envelope) -> list[dict[str, Any]]:
+    if e.source == "train" and e.kind == "step":
+        # One running mark per job per second: the timeline needs progress, not every rank's step.
+        sec = math.floor(e.ts)
+        return [{"id": f"run|{e.job}|{sec}", "job": e.job, "ts": float(sec), "state": "running", "reason": "step"}]
+    if e.source == "job" and e.kind == "restart":
+        reason = e.data.get("reason")
+        return [{"id": f"restart|{e.id}", "job": e.job, "ts": e.ts, "state": "restarting",
+                 "reason": f"restart: {reason}" if reason else "restart"}]
+    if e.source == "job" and e.kind == "topology":
+        return [{"id": f"start|{e.id}", "job": e.job, "ts": e.ts, "state": "restarting", "reason": "job start (topology)"}]
+    return []
+
+
+def diagnosis_row(d: Diagnosis) -> dict[str, Any]:
+    return {
+        "id": d.id, "job": d.job, "ts": _finite("ts", d.ts), "onset": _finite("onset", d.onset), "fault": d.fault,
+        "nodes": list(d.nodes), "ranks": _ranks(d.ranks), "group": d.group,
+        "confidence": _finite("confidence", d.confidence), "action": d.action, "evidence": list(d.evidence),
+        "detail": d.detail, "count": _opt_int(d.count, _INT32),
+    }
+
+
+def diagnosis_marks(d: Diagnosis) -> list[dict[str, Any]]:
+    if d.action == "none":
+        return []  # recorded only (Xid 63, 92): the job keeps running
+    state = "stalled" if d.fault in STALL_FAULTS else "down"
+    return [{"id": f"onset|{d.id}", "job": d.job, "ts": d.onset, "state": state, "reason": f"{d.fault} onset"}]
+
+
+def command_row(c: Command) -> dict[str, Any]:
+    return {
+        "id": c.id, "job": c.job, "action": c.action, "nodes": list(c.nodes), "ranks": _ranks(c.ranks),
+        "reason": c.reason, "diagnosis_id": c.diagnosis_id, "issued_at": _finite("issued_at", c.issued_at),
+        "expires_at": _finite("expires_at", c.expires_at), "params": _json(dict(c.params)),
+        "signature": c.signature,
+    }
+
+
+def command_marks(c: Command) -> list[dict[str, Any]]:
+    if c.action in RESTART_ACTIONS:
+        return [{"id": f"cmd|{c.id}", "job": c.job, "ts": c.issued_at, "state": "restarting", "reason": c.action}]
+    if c.action == "stop":
+        return [{"id": f"cmd|{c.id}", "job": c.job, "ts": c.issued_at, "state": "down", "reason": "stop"}]
+    return []
+
+
+def label_row(label: Any) -> dict[str, Any]:
+    """A ground-truth label (DESIGN.md §8) from a dict or a dataclass; its id is a hash of its content."""
+    if dataclasses.is_dataclass(label) and not isinstance(label, type):
+        label = dataclasses.asdict(label)
+    elif hasattr(label, "to_dict"):
+        label = label.to_dict()
+    if not isinstance(label, Mapping):
+        raise Unstorable(f"a label must be an object, got {type(label).__name__}")
+    fault = label.get("fault")
+    if not isinstance(fault, str) or not fault:
+        raise Unstorable("label has no fault class")
+    nodes = label.get("nodes") or []
+    if isinstance(nodes, str):
+        nodes = [nodes]
+    onset = label.get("onset")
+    canonical = _json({k: label[k] for k in sorted(label, key=str)})
+    extra = {k: v for k, v in label.items() if k not in ("job", "fault", "nodes", "ranks", "onset")}
+    return {
+        "id": hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest(),
+        "job": None if label.get("job") is None else str(label["job"]),
+        "fault": fault, "nodes": [str(n) for n in nodes], "ranks": _ranks(label.get("ranks") or []),
+        "onset": None if onset is None else _finite("onset", onset), "extra": _json(extra),
+    }
+
+
+def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels: Iterable[Any] = ()) -> Batch:
+    """Rows for every record in ``items`` (Envelope, Diagnosis or Command) and every label."""
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
+    rejected: list[Rejected] = []
+    sampled_out = 0
+    for i, item in enumerate(items):
+        try:
+            if isinstance(item, Envelope):
+                marks = event_marks(item)
+                if sampling.keep(item):
+                    rows["events"].append(event_row(item))
+                else:
+                    sampled_out += 1
+            elif isinstance(item, Diagnosis):
+                rows["diagnoses"].append(diagnosis_row(item))
+                marks = diagnosis_marks(item)
+            elif isinstance(item, Command):
+                rows["commands"].append(command_row(item))
+                marks = command_marks(item)
+            else:
+                raise Unstorable(f"not an event, diagnosis or command: {type(item).__name__}")
+            rows["job_timeline"].extend(marks)
+        except Unstorable as exc:
+            rejected.append(Rejected(i, str(exc)))
+    for label in labels:
+        try:
+            rows["labels"].append(label_row(label))
+        except Unstorable as exc:
+            rejected.append(Rejected(-1, f"label: {exc}"))
+    tables = {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) for name, r in rows.items()}
+    return Batch(tables, rejected, sampled_out)
+
+
+# --- the DuckDB edge ----------------------------------------------------------------------------
+def _columns(name: str) -> str:
+    return ", ".join(f'"{f.name}"' for f in SCHEMAS[name])
+
+
+class HistorySink:
+    """Writes :class:`Batch` es into an open history connection (see history.schema.open_history)."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection):
+        self.conn = conn
+        self.inserted: dict[str, int] = {name: 0 for name in SCHEMAS}
+
+    def write(self, batch: Batch) -> dict[str, int]:
+        """Insert a batch atomically; returns the rows actually added per table (duplicates skipped)."""
+        added: dict[str, int] = {}
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            for name, table in batch.tables.items():
+                if table.num_rows == 0:
+                    continue
+                view = f"_incoming_{name}"
+                self.conn.register(view, table)
+                try:
+                    cols = _columns(name)
+                    # DuckDB reports the rows kept, so duplicates show up as a smaller count.
+                    added[name] = self.conn.execute(
+                        f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view} ON CONFLICT DO NOTHING"
+                    ).fetchone()[0]
+                finally:
+                    self.conn.unregister(view)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        for name, n in added.items():
+            self.inserted[name] += n
+        return added

@@ -1,0 +1,96 @@
+"""The Kafka edge of remediation: diagnoses and topologies in, signed commands out.
+
+Runs as consumer group ``faultlens-remediate`` over ``diagnoses`` (and ``jobs``, for each job's
+machines). Every decision is written as one JSON line to the decision log and to ``emit`` (stdout
+in the CLI), whether or not a command was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Iterable
+
+import orjson
+
+from diagnosis.record import Diagnosis
+from remediation.policy import Decision, Policy
+from streams.config import KafkaSettings
+from streams.events import Envelope, decode
+from streams.producer import Outgoing
+from streams.reader import iter_topics
+from streams.runner import Record
+from streams.topology import Topology
+
+log = logging.getLogger(__name__)
+
+GROUP = "faultlens-remediate"
+COMMANDS_TOPIC = "commands"
+DIAGNOSES_TOPIC = "diagnoses"
+JOBS_TOPIC = "jobs"
+DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode}
+_SEEN_LIMIT = 100_000
+
+
+class RemediationHandler:
+    """A GroupRunner handler; ``clock`` is injectable so tests decide what "now" is."""
+
+    def __init__(self, policy: Policy, *, decision_log: Path | None = None,
+                 emit: Callable[[Decision], None] | None = None, clock: Callable[[], float] = time.time):
+        self.policy = policy
+        self.decision_log = decision_log
+        self.emit = emit
+        self.clock = clock
+        self.decisions: list[Decision] = []
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def observe_topology(self, event: Envelope) -> None:
+        if event.source == "job" and event.kind == "topology":
+            self.policy.observe_topology(event.job, Topology.from_data(event.data))
+
+    def handle(self, records: list[Record]) -> Iterable[Outgoing]:
+        out: list[Outgoing] = []
+        for r in records:
+            if r.topic == JOBS_TOPIC:
+                self.observe_topology(r.value)
+                continue
+            d: Diagnosis = r.value
+            if d.id in self._seen:
+                # A redelivery after a crash or rebalance: the ladder must not climb twice for it.
+                log.info("diagnosis %s seen before; skipped", d.id)
+                continue
+            self._seen[d.id] = None
+            if len(self._seen) > _SEEN_LIMIT:
+                self._seen.popitem(last=False)
+            decision, command = self.policy.decide(d, self.clock())
+            self._record(decision)
+            if command is not None:
+                out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+        return out
+
+    def _record(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        line = orjson.dumps(decision.to_dict())
+        level = logging.WARNING if decision.blocked else logging.INFO
+        log.log(level, "job %s %s → %s %s (%s%s)", decision.job, decision.fault, decision.action,
+                ",".join(decision.nodes) or "*", decision.mode, f", blocked: {decision.blocked}" if decision.blocked else "")
+        if self.decision_log is not None:
+            self.decision_log.parent.mkdir(parents=True, exist_ok=True)
+            with self.decision_log.open("ab") as f:
+                f.write(line + b"\n")
+        if self.emit is not None:
+            self.emit(decision)
+
+
+def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_s: float = 1.0) -> int:
+    """Read the compacted ``jobs`` topic once, so a restarted remediator knows every job's machines."""
+    n = 0
+    for m in iter_topics(settings, [JOBS_TOPIC], idle_s=idle_s, timeout_s=30.0):
+        try:
+            handler.observe_topology(decode(m.value))
+            n += 1
+        except ValueError as exc:  # InvalidEvent is a ValueError: a bad topology is skipped, not fatal
+            log.warning("jobs topic offset %d: %s", m.offset, exc)
+    return n

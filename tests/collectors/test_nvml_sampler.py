@@ -1,0 +1,272 @@
+"""The NVML source with a fake NVML module (unit tests only): payload values, guards, lost GPUs, Xid events."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import pytest
+
+from collectors.gpu_sample import GpuReading, gpu_payload, throttle_names
+from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value):
+        self.value = value
+        super().__init__(f"NVML error {value}")
+
+
+NOT_SUPPORTED, TIMEOUT, LIBRARY_NOT_FOUND, GPU_IS_LOST, UNKNOWN = 3, 10, 12, 15, 999
+
+
+class FakeNvml:
+    """Just the pynvml surface the sampler uses. ``gpus``: index → dict of overrides."""
+
+    NVMLError = FakeNVMLError
+    NVML_ERROR_NOT_SUPPORTED = NOT_SUPPORTED
+    NVML_ERROR_TIMEOUT = TIMEOUT
+    NVML_ERROR_LIBRARY_NOT_FOUND = LIBRARY_NOT_FOUND
+    NVML_ERROR_GPU_IS_LOST = GPU_IS_LOST
+    NVML_ERROR_UNKNOWN = UNKNOWN
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+    NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 0, 1
+    NVML_NVLINK_MAX_LINKS = 4
+    NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY = 0, 1
+    NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA = 2, 3
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+    nvmlEventTypeXidCriticalError = 0x8
+
+    def __init__(self, n=2, init_error=None, unsupported=(), lost=(), xids=()):
+        self.n = n
+        self.init_error = init_error
+        self.unsupported = set(unsupported)  # function names that raise NOT_SUPPORTED
+        self.lost = set(lost)  # GPU indices whose calls raise GPU_IS_LOST
+        self.xids = list(xids)  # (gpu, xid) delivered by the event set, then timeouts
+        self.shutdown = False
+
+    def _guard(self, name, h):
+        if h in self.lost:
+            raise FakeNVMLError(GPU_IS_LOST)
+        if name in self.unsupported:
+            raise FakeNVMLError(NOT_SUPPORTED)
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise FakeNVMLError(self.init_error)
+
+    def nvmlShutdown(self):
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self):
+        return self.n
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
+
+    def nvmlDeviceGetUUID(self, h):
+        self._guard("uuid", h)
+        return f"GPU-{h:04d}"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._guard("util", h)
+        return types.SimpleNamespace(gpu=97, memory=40)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._guard("mem", h)
+        return types.SimpleNamespace(used=40 * 1024**3, total=80 * 1024**3)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        self._guard("temp", h)
+        return 71 + h
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._guard("power", h)
+        return 612_345
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700_000
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return {1: 1980, 2: 2619}[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._guard("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return 0x40 | 0x4  # hw_thermal + sw_power_cap
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x80
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        self._guard("ecc", h)
+        return {(0, 0): 3, (1, 0): 0, (0, 1): 120, (1, 1): 2}[(kind, counter)]
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        self._guard("nvmlDeviceGetRemappedRows", h)
+        return (5, 1, 0, 1)
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        self._guard("nvmlDeviceGetRetiredPages", h)
+        return [0x1000] * (2 if cause == 0 else 1)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return 0
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        self._guard("pcie", h)
+        return 7
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        self._guard("nvlink", h)
+        if link >= 2:
+            raise FakeNVMLError(NOT_SUPPORTED)
+        return 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        return {0: 1, 1: 0, 2: 10, 3: 0}[counter]
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        self._guard("nvmlDeviceGetFieldValues", h)
+        assert ids == [230]
+        return [types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=1))]
+
+    def nvmlEventSetCreate(self):
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h, types_, event_set):
+        pass
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        if self.xids:
+            gpu, xid = self.xids.pop(0)
+            return types.SimpleNamespace(device=gpu, eventType=0x8, eventData=xid)
+        raise FakeNVMLError(TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set):
+        pass
+
+
+def test_throttle_bits_decode_to_names_and_unknown_bits_are_kept():
+    assert throttle_names(0) == []
+    assert throttle_names(None) is None
+    assert throttle_names(0x1 | 0x80) == ["gpu_idle", "hw_power_brake"]
+    assert throttle_names(0x40 | 0x1000) == ["hw_thermal", "bit_0x1000"]
+
+
+def test_a_full_reading_becomes_the_documented_payload():
+    reader = NvmlReader(FakeNvml())
+    reading = reader.read(1, 1)
+    p = gpu_payload(reading)
+    assert p["index"] == 1 and p["uuid"] == "GPU-0001"
+    assert p["util"] == 97 and p["mem_util"] == 40
+    assert p["mem_used_mb"] == 40 * 1024.0 and p["mem_total_mb"] == 80 * 1024.0
+    assert p["temp_c"] == 72 and p["power_w"] == 612.35 and p["power_limit_w"] == 700.0
+    assert (p["sm_clock_mhz"], p["mem_clock_mhz"], p["sm_clock_max_mhz"]) == (1980, 2619, 1980)
+    assert p["throttle"] == ["sw_power_cap", "hw_thermal"]
+    assert (p["ecc_sbe_volatile"], p["ecc_dbe_volatile"], p["ecc_sbe_aggregate"], p["ecc_dbe_aggregate"]) == (3, 0, 120, 2)
+    assert (p["remap_correctable"], p["remap_uncorrectable"], p["remap_pending"], p["remap_failure"]) == (5, 1, False, True)
+    assert (p["retired_pages_sbe"], p["retired_pages_dbe"], p["retired_pending"]) == (2, 1, False)
+    assert p["pcie_replay"] == 7
+    # Two active links of four; counters summed over them.
+    assert p["nvlink_errors"] == {"replay": 2, "recovery": 0, "crc_flit": 20, "crc_data": 0}
+    assert p["recovery_action"] == "gpu_reset"
+    documented = {"index", "uuid", "util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w",
+                  "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "throttle",
+                  "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate",
+                  "remap_correctable", "remap_uncorrectable", "remap_pending", "remap_failure", "retired_pages_sbe",
+                  "retired_pages_dbe", "retired_pending", "pcie_replay", "nvlink_errors", "recovery_action"}
+    assert set(p) == documented
+
+
+def test_unsupported_fields_read_as_null_and_fall_back_where_there_is_an_older_call():
+    nvml = FakeNvml(unsupported={"ecc", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetRetiredPages", "nvlink",
+                                 "nvmlDeviceGetFieldValues", "nvmlDeviceGetCurrentClocksEventReasons"})
+    p = gpu_payload(NvmlReader(nvml).read(0, 0))
+    assert p["ecc_sbe_volatile"] is None and p["ecc_dbe_aggregate"] is None
+    assert p["remap_correctable"] is None and p["remap_failure"] is None
+    assert p["retired_pages_sbe"] is None and p["nvlink_errors"] is None and p["recovery_action"] is None
+    assert p["throttle"] == ["hw_power_brake"]  # the older ThrottleReasons call answered
+    assert p["util"] == 97  # the rest is still read
+
+
+def test_one_sample_per_interval_for_all_gpus_and_one_lost_event_per_lost_gpu():
+    nvml = FakeNvml(n=3, lost={1})
+    sampler = NvmlSampler(job="j", node="n1", interval_s=1.0, publish=lambda e: None, nvml=nvml)
+    reader = NvmlReader(nvml)
+    first = sampler.sample_once(reader)
+    assert [(e.source, e.kind) for e in first] == [("gpu", "sample"), ("gpu", "lost")]
+    sample, lost = first
+    assert [g["index"] for g in sample.data["gpus"]] == [0, 2] and sample.data["interval_s"] == 1.0
+    assert lost.data["gpu"] == 1 and lost.data["fault"] == "gpu_lost" and lost.data["action"] == "evict"
+    assert "nvmlDeviceGetUUID" in lost.data["error"]
+    # Still lost a second later: the sample goes on without it, no second lost event.
+    assert [e.kind for e in sampler.sample_once(reader)] == ["sample"]
+    nvml.lost = {0, 1, 2}
+    assert [e.data["gpu"] for e in sampler.sample_once(reader)] == [0, 2]  # no sample when no GPU answers
+
+
+def test_unknown_error_on_a_gpu_counts_as_lost():
+    class Unknown(FakeNvml):
+        def nvmlDeviceGetUtilizationRates(self, h):
+            raise FakeNVMLError(UNKNOWN)
+
+    r = NvmlReader(Unknown()).read(0, 0)
+    assert r.lost and "nvmlDeviceGetUtilizationRates" in r.lost
+
+
+def test_an_unexpected_error_is_null_and_remembered():
+    class Odd(FakeNvml):
+        def nvmlDeviceGetPcieReplayCounter(self, h):
+            raise FakeNVMLError(21)
+
+    r = NvmlReader(Odd()).read(0, 0)
+    assert r.pcie_replay is None and r.lost is None and "pcie_replay" in r.errors
+
+
+def test_no_nvml_is_a_one_line_unavailable_error():
+    with pytest.raises(NvmlUnavailable) as err:
+        open_nvml(FakeNvml(init_error=LIBRARY_NOT_FOUND))
+    assert "no NVIDIA driver or GPU" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_real_pynvml_on_a_machine_without_a_gpu_is_unavailable():
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has a working NVML")
+    with pytest.raises(NvmlUnavailable):
+        NvmlSampler(job="j", node="n", interval_s=1, publish=lambda e: None).run(threading.Event())
+
+
+def test_run_publishes_samples_and_xid_events_until_stopped():
+    nvml = FakeNvml(n=2, xids=[(1, 79), (0, 13), (0, 99999)])
+    out = []
+    stop = threading.Event()
+
+    def publish(event):
+        out.append(event)
+        if sum(e.kind == "xid" for e in out) == 3 and sum(e.kind == "sample" for e in out) >= 2:
+            stop.set()
+
+    sampler = NvmlSampler(job="j", node="n1", interval_s=0.01, publish=publish, nvml=nvml)
+    t = threading.Thread(target=sampler.run, args=(stop,))
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and nvml.shutdown
+    xids = {e.data["xid"]: e.data for e in out if e.kind == "xid"}
+    assert xids[79]["gpu"] == 1 and xids[79]["fault"] == "gpu_lost" and xids[79]["action"] == "evict"
+    assert xids[13]["fault"] == "app_fault"
+    assert xids[99999]["fault"] == "unknown"  # not in the table: recorded, not dropped

@@ -1,0 +1,53 @@
+import random
+
+from diagnosis.anomaly import PeerAnomalyDetector, peer_scores
+from diagnosis.features import FeatureWindows, NodeWindow
+from tests.diagnosis.diag_events import T0, gpu, sample, step
+
+
+def _run(seconds: int, n_nodes: int = 16, slow_node: str | None = None, slow_from: int = 10**9, seed: int = 0,
+         thermal: bool = False):
+    """NVML samples every second and steps every 10 s for a job; the slow node's GPU 1 clocks down."""
+    rng = random.Random(seed)
+    fw, det = FeatureWindows(10.0), PeerAnomalyDetector(10.0)
+    found = []
+    for t in range(seconds):
+        for i in range(n_nodes):
+            node = f"n{i:03d}"
+            slow = node == slow_node and t >= slow_from
+            g1 = gpu(1, sm_clock_mhz=1980 - rng.randint(0, 40) - (500 if slow else 0), util=rng.randint(90, 100),
+                     temp_c=rng.gauss(66, 2), power_w=rng.gauss(610, 15), throttle=["hw_thermal"] if slow and thermal else [])
+            for w in fw.observe(sample(t, node, [gpu(0, sm_clock_mhz=1980 - rng.randint(0, 40), temp_c=rng.gauss(65, 2)), g1])):
+                det.observe_window(w)
+            if t % 10 == 5:
+                compute = rng.gauss(7.0, 0.1) * (1.3 if slow else 1.0)
+                for w in fw.observe(step(t, node, i * 2, t // 10, step_time_s=10.0, compute_s=compute)):
+                    det.observe_window(w)
+        found += det.tick(T0 + t)
+    return found + det.flush()
+
+
+def test_healthy_noisy_peers_raise_nothing():
+    assert _run(600, seed=1) == []
+
+
+def test_a_degraded_node_becomes_a_fail_slow_suspicion_after_k_windows():
+    found = _run(400, slow_node="n005", slow_from=200, seed=2)
+    assert len(found) == 1
+    [f] = found
+    assert (f.fault, f.action, f.nodes) == ("fail_slow", "capture_stacks", ("n005",))
+    assert 0.5 <= f.confidence < 1.0
+    assert "sm_clock_ratio" in f.detail and "3 consecutive" in f.detail and "peer median" in f.detail
+    assert T0 + 200 <= f.onset <= T0 + 210 and f.ts <= T0 + 250
+
+
+def test_thermal_throttle_is_left_to_the_thermal_rule():
+    assert _run(400, slow_node="n005", slow_from=200, seed=2, thermal=True) == []
+
+
+def test_peer_scores_point_the_worse_way():
+    ws = [NodeWindow("j", f"n{i}", 0.0, {"sm_clock_ratio": 1.0, "compute_s": 7.0}, 10) for i in range(6)]
+    ws.append(NodeWindow("j", "fast", 0.0, {"sm_clock_ratio": 1.0, "compute_s": 5.0}, 10))
+    ws.append(NodeWindow("j", "slow", 0.0, {"sm_clock_ratio": 0.7, "compute_s": 9.0}, 10))
+    z = {s.node: s.z for s in peer_scores(ws)}
+    assert z["fast"]["compute_s"] < 0 < z["slow"]["compute_s"] and z["slow"]["sm_clock_ratio"] > 6

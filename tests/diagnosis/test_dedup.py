@@ -1,0 +1,77 @@
+from diagnosis.dedup import Dedup, escalate
+from diagnosis.rules.base import Finding
+from tests.diagnosis.diag_events import T0
+
+
+def _f(ts, fault="gpu_memory", action="evict_reset_gpu", node="n001", entity="gpu:0", **kw):
+    return Finding(job="j", ts=T0 + ts, fault=fault, action=action, nodes=(node,), entity=entity,
+                   evidence=(f"e{ts}",), **kw)
+
+
+def test_a_flood_of_the_same_xid_is_one_diagnosis_with_a_count():
+    d = Dedup(window_s=300)
+    out = []
+    for i in range(100_000):
+        out += d.admit(_f(i * 0.001))
+    assert len(out) == 1 and out[0].count == 1
+    [final] = d.flush()
+    assert final.id == out[0].id and final.count == 100_000
+
+
+def test_other_gpu_or_other_fault_is_its_own_diagnosis():
+    d = Dedup()
+    assert len(d.admit(_f(0))) == 1
+    assert len(d.admit(_f(1, entity="gpu:1"))) == 1
+    assert len(d.admit(_f(2, fault="nvlink", action="evict"))) == 1
+
+
+def test_sympathetic_findings_are_never_blamed():
+    d = Dedup()
+    assert d.admit(_f(0, fault="app_fault", action="none", sympathetic=True)) == []
+    assert d.stats["sympathetic"] == 1
+
+
+def test_nccl_timeouts_after_a_lost_gpu_are_consequences():
+    d = Dedup()
+    [lost] = d.admit(_f(0, fault="gpu_lost", action="evict", node="n004"))
+    assert d.admit(_f(130, fault="nccl_error", action="reattempt", node="n002", entity="nccl")) == []
+    assert d.admit(_f(150, fault="job_hang", action="evict", node="n002", entity="pp:1")) == []
+    assert d.admit(_f(40, fault="node_silent", action="evict", node="n004", entity="heartbeat")) == []
+    # a silent node elsewhere is its own fault
+    assert len(d.admit(_f(41, fault="node_silent", action="evict", node="n007", entity="heartbeat"))) == 1
+    # long after the loss, an NCCL error stands on its own again
+    assert len(d.admit(_f(2000, fault="nccl_error", action="reattempt", node="n002", entity="nccl"))) == 1
+
+
+def test_app_fault_repeating_on_the_same_gpu_after_a_restart_evicts():
+    d = Dedup()
+    [a] = d.admit(_f(0, fault="app_fault", action="reattempt"))
+    d.restarted("j")
+    [b] = d.admit(_f(60, fault="app_fault", action="reattempt"))
+    assert (a.action, b.action) == ("reattempt", "evict") and "episode 2" in b.detail
+    [c] = d.admit(_f(70, fault="app_fault", action="reattempt", entity="gpu:5"))  # other GPU: first time
+    assert c.action == "reattempt"
+
+
+def test_eviction_that_did_not_cure_goes_to_hardware_inspection_after_a_quiet_gap():
+    d = Dedup(window_s=300)
+    [a] = d.admit(_f(0))
+    [b] = d.admit(_f(1000))
+    assert (a.action, b.action) == ("evict_reset_gpu", "inspect_hardware")
+
+
+def test_user_code_never_escalates_to_eviction():
+    assert escalate("user_code", "rollback", 3) == "rollback"
+    assert escalate("nan_loss", "stop_time_diagnosis", 2) == "stop_time_diagnosis"
+    assert escalate("cuda_error", "stop_time_diagnosis", 1) == "evict"
+    assert escalate("host_oom", "restart", 0) == "restart"
+
+
+def test_closed_episode_reports_its_final_count_on_tick():
+    d = Dedup(window_s=300)
+    [a] = d.admit(_f(0))
+    d.admit(_f(10))
+    d.admit(_f(20))
+    assert d.tick(T0 + 100) == []
+    [final] = d.tick(T0 + 400)
+    assert final.id == a.id and final.count == 3 and len(final.evidence) == 3

@@ -1,0 +1,178 @@
+"""Hang detection: stall → capture_stacks suspicion → dumps → evict the outliers' group (diagnosis.hang)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis.detector import JobBook
+from diagnosis.hang import HangConfig
+from diagnosis.implicit import ImplicitFaultDetector
+from streams.events import InvalidEvent
+from tests.diagnosis.stack_samples import (
+    JOB,
+    T0,
+    beat_event,
+    event,
+    faulthandler_dump,
+    fig7_dumps,
+    GRAD_SYNC,
+    grid,
+    stack_event,
+    step_event,
+)
+
+TOPO = grid(16, 2, tp=2, pp=4, dp=4)
+STUCK = 7  # pp stage 3 of pipeline pp:1
+
+
+def _detector(**hang):
+    book = JobBook()
+    book.update(TOPO.to_event(JOB, T0))
+    from diagnosis.implicit import ImplicitConfig
+
+    return ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig(**hang)))
+
+
+def _training(until_step: int, stop_rank: int | None = STUCK, beats_until: float = 300.0, resume_at: float | None = None):
+    """Steps every 2 s; at the last step ``stop_rank`` does not report; heartbeats every 10 s."""
+    events = []
+    for n in range(1, until_step + 1):
+        for r in range(32):
+            if n == until_step and r == stop_rank:
+                continue
+            events.append(step_event(2.0 * n + 0.001 * r, TOPO, r, n))
+    if resume_at is not None:
+        for r in range(32):
+            events.append(step_event(resume_at, TOPO, r, until_step + 1))
+    t = 0.0
+    while t <= beats_until:
+        for node in TOPO.nodes:
+            events.append(beat_event(t, node))
+        t += 10.0
+    return events
+
+
+def _run(det, events, until: float):
+    """Feed events in time order, ticking every second of event time, as the engine does."""
+    out = []
+    events = sorted(events, key=lambda e: e.ts)
+    t = T0
+    i = 0
+    while t <= T0 + until:
+        while i < len(events) and events[i].ts <= t:
+            out += det.observe(events[i])
+            i += 1
+        out += det.tick(t)
+        t += 1.0
+    return out
+
+
+def test_stall_raises_one_suspicion_then_dumps_evict_the_pipeline():
+    det = _detector()
+    events = _training(20)
+    dumps = fig7_dumps(TOPO, STUCK)
+    stack_ids = []
+    for r, text in dumps.items():
+        e = stack_event(105.0 + 0.01 * r, TOPO, r, text)
+        stack_ids.append(e.id)
+        events.append(e)
+    out = _run(det, events, until=200)
+    suspicions = [d for d in out if d.action == "capture_stacks"]
+    finals = [d for d in out if d.action == "evict"]
+    assert len(suspicions) == 1 and len(finals) == 1 and len(out) == 2
+    s = suspicions[0]
+    assert s.fault == "job_hang" and s.confidence == pytest.approx(0.6)
+    assert s.nodes == TOPO.nodes and s.ranks == (STUCK,)
+    assert s.onset == pytest.approx(T0 + 40.031)  # the last step progress
+    assert 100 <= s.ts - T0 <= 102  # max(5 × 2 s, 60 s floor) after the last step
+    assert "lowest last step 19" in s.detail
+    f = finals[0]
+    pipeline = TOPO.group_id(STUCK, "pp")
+    assert f.fault == "job_hang" and f.group == f"pp:{pipeline}"
+    assert f.nodes == TOPO.group_nodes("pp", pipeline) and set(f.ranks) == set(TOPO.group_ranks("pp", pipeline))
+    assert f.ts == pytest.approx(T0 + 105.31)  # decided on the last dump, not the timeout
+    assert set(f.evidence) >= set(stack_ids) and f.confidence > 0.8
+    assert "all_gather_into_tensor" in f.detail
+
+
+def test_threshold_follows_the_median_step_time():
+    det = _detector(k=5.0, floor_s=1.0)
+    events = [step_event(10.0 * n + 0.01 * r, TOPO, r, n, step_time_s=10.0) for n in range(1, 6) for r in range(32)]
+    events += [beat_event(t, TOPO.nodes[0]) for t in range(0, 200, 5)]
+    out = _run(det, events, until=120)
+    assert det.hang.threshold(JOB) == pytest.approx(50.0)
+    (s,) = out
+    assert s.ts - s.onset == pytest.approx(50.0, abs=1.0)
+
+
+def test_no_dumps_falls_back_to_the_first_stopped_rank_node():
+    det = _detector(collect_timeout_s=30.0)
+    out = _run(det, _training(20), until=200)
+    assert [d.action for d in out] == ["capture_stacks", "evict"]
+    f = out[1]
+    assert f.nodes == (TOPO.by_rank[STUCK].node,) and f.ranks == (STUCK,)
+    assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "without stack evidence" in f.detail
+    assert f.ts - out[0].ts == pytest.approx(30.0)
+
+
+def test_every_rank_stopped_together_and_no_dumps_means_reattempt_not_eviction():
+    det = _detector()
+    out = _run(det, _training(20, stop_rank=None), until=200)
+    assert [d.action for d in out] == ["capture_stacks", "reattempt"]
+    assert "no culprit" in out[1].detail
+
+
+def test_stepping_again_clears_the_suspicion_and_a_new_stall_is_a_new_one():
+    det = _detector()
+    events = _training(20, resume_at=110.0, beats_until=400)
+    out = _run(det, events, until=400)
+    suspicions = [d for d in out if d.action == "capture_stacks"]
+    # One suspicion for the first stall (before 110 s), none repeated, a new one for the second stall.
+    assert len(suspicions) == 2
+    assert suspicions[0].ts < T0 + 110 < suspicions[1].ts
+    assert suspicions[1].onset == pytest.approx(T0 + 110.0)
+    # The first stall's collection was cancelled by the recovery: no verdict for it.
+    finals = [d for d in out if d.action != "capture_stacks"]
+    assert all(d.ts > suspicions[1].ts for d in finals)
+
+
+def test_dead_processes_are_not_a_hang():
+    det = _detector()
+    events = _training(20, beats_until=-1.0)
+    events += [beat_event(t, n, pids=[]) for t in range(50, 200, 10) for n in TOPO.nodes]
+    assert _run(det, events, until=200) == []
+
+
+def test_faulthandler_and_pyspy_dumps_of_one_rank_count_once_with_pyspy_kept():
+    det = _detector()
+    events = _training(20)
+    dumps = fig7_dumps(TOPO, STUCK)
+    for r, text in dumps.items():
+        events.append(stack_event(104.0, TOPO, r, faulthandler_dump(GRAD_SYNC), tool="faulthandler"))
+        events.append(stack_event(105.0, TOPO, r, text))
+    out = _run(det, events, until=200)
+    final = [d for d in out if d.action == "evict"][0]
+    assert final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
+
+
+def test_missing_dumps_are_blamed_when_the_dumps_agree():
+    det = _detector()
+    events = _training(20)
+    silent = TOPO.group_ranks("tp", 6)
+    for r in range(32):
+        if r not in silent:
+            events.append(stack_event(105.0, TOPO, r, fig7_dumps(TOPO, STUCK)[0]))
+    out = _run(det, events, until=200)
+    final = out[-1]
+    assert final.action == "evict" and final.group == "tp:6" and final.ranks == silent
+    assert "gave no usable dump" in final.detail
+
+
+def test_malformed_stack_dump_is_an_invalid_event():
+    det = _detector()
+    with pytest.raises(InvalidEvent, match="data.rank"):
+        det.observe(event(1.0, "n000", "stack", "stack_dump", dump="x"))
+    with pytest.raises(InvalidEvent, match="data.dump"):
+        det.observe(event(1.0, "n000", "stack", "stack_dump", rank=3))
+    # A step without a rank is skipped here (the training rules own its dead letter).
+    assert det.observe(event(1.0, "n000", "train", "step", step=3)) == []

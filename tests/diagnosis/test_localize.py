@@ -1,0 +1,63 @@
+"""Outlier ranks → the parallel group they share (diagnosis.localize)."""
+
+from __future__ import annotations
+
+from diagnosis.localize import first_ranks_nodes, group_counts, localize
+from streams.topology import RankPlace, Topology
+from tests.diagnosis.stack_samples import grid
+
+
+def test_whole_pipeline_is_its_pp_group():
+    topo = grid(16, 2, tp=2, pp=4, dp=4)
+    members = topo.group_ranks("pp", 5)
+    place = localize(members, topo)
+    assert (place.axis, place.group_id, place.group) == ("pp", 5, "pp:5")
+    assert place.ranks == members and place.covered == 4 and place.coverage == 1.0
+    assert place.nodes == topo.group_nodes("pp", 5)
+
+
+def test_smallest_covering_group_wins():
+    topo = grid(16, 2, tp=2, pp=4, dp=4)
+    # Two TP peers: their TP group (2 ranks) covers them, so no pipeline or replica is blamed.
+    place = localize(topo.group_ranks("tp", 3), topo)
+    assert place.group == "tp:3" and len(place.ranks) == 2
+
+
+def test_pp_goes_first_when_groups_tie_in_size():
+    topo = grid(16, 4, tp=4, pp=4, dp=4)  # TP, PP and DP groups all hold 4 ranks
+    place = localize([13], topo)
+    assert place.axis == "pp" and 13 in place.ranks
+
+
+def test_noise_rank_outside_the_group_is_tolerated():
+    topo = grid(16, 2, tp=2, pp=4, dp=4)
+    members = list(topo.group_ranks("pp", 2))
+    noise = next(r for r in range(32) if topo.group_id(r, "pp") != 2 and topo.group_id(r, "dp") not in
+                 {topo.group_id(m, "dp") for m in members})
+    place = localize(members + [noise], topo)
+    assert place.group == "pp:2" and place.covered == 4 and place.coverage == 0.8
+    # Below the cover share the group holding the most outliers is still named.
+    strict = localize(members + [noise], topo, cover_share=1.0)
+    assert strict.group == "pp:2"
+
+
+def test_unknown_ranks_are_ignored_and_nothing_left_is_none():
+    topo = grid(2, 2, tp=2, pp=2, dp=1)
+    assert localize([99], topo) is None
+    assert localize([], topo) is None
+    assert localize([0, 99], topo).outliers == 1
+
+
+def test_explicit_topology_with_non_grid_placement():
+    # Coordinates are explicit in the topology event: no rank-order convention is assumed.
+    places = (RankPlace(0, "a", 0, 0, 0), RankPlace(1, "b", 0, 1, 0), RankPlace(2, "a", 0, 0, 1), RankPlace(3, "b", 0, 1, 1))
+    topo = Topology(1, 2, 2, places)
+    place = localize([1, 3], topo)
+    assert place.axis == "dp" and place.nodes == ("b",)
+
+
+def test_group_counts_and_fallback_nodes():
+    topo = grid(16, 2, tp=2, pp=4, dp=4)
+    counts = group_counts(topo.group_ranks("pp", 1), topo)
+    assert counts["pp:1"] == 4 and sum(v for k, v in counts.items() if k.startswith("tp:")) == 4
+    assert first_ranks_nodes([5, 0, 99], topo) == (topo.by_rank[0].node, topo.by_rank[5].node)

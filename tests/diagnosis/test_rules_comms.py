@@ -1,0 +1,37 @@
+from diagnosis.detector import JobBook
+from diagnosis.rules.comms import FirstFailingRank
+from tests.diagnosis.diag_events import T0, ev, topology
+
+
+def _book():
+    book = JobBook()
+    book.update(topology(n=4, gpus=2))  # ranks 0-1 on n000, 2-3 on n001, ...
+    return book
+
+
+def _timeout(ts, rank, seq):
+    node = f"n{rank // 2:03d}"
+    return ev(ts, node, "nccl", "nccl_timeout", rank=rank, seq=seq, op="ALLREDUCE", timeout_ms=120000,
+              fault="nccl_error", action="reattempt", severity="error")
+
+
+def test_lowest_seqnum_is_blamed_not_every_rank_that_timed_out():
+    det = FirstFailingRank(_book(), collect_s=30)
+    for r in range(8):
+        if r != 5:
+            assert det.observe(_timeout(100 + r * 0.1, r, 812)) == []
+    det.observe(_timeout(101, 5, 811))  # rank 5 is one collective behind: it failed first
+    assert det.tick(T0 + 110) == []
+    [f] = det.tick(T0 + 131)
+    assert (f.fault, f.nodes, f.ranks, f.action) == ("nccl_error", ("n002",), (5,), "reattempt")
+    assert f.onset == T0 + 100 and "7 other rank(s) only waited" in f.detail
+
+
+def test_hard_error_beats_timeouts():
+    det = FirstFailingRank(_book(), collect_s=30)
+    for r in range(8):
+        det.observe(_timeout(100 + r, r, 812))
+    det.observe(ev(104.5, "n003", "nccl", "nccl_error", rank=6, error="ncclRemoteError: remote process exited"))
+    det.observe(ev(106.5, "n001", "nccl", "nccl_error", rank=3, error="ncclSystemError"))
+    [f] = det.flush()
+    assert f.ranks == (6,) and f.nodes == ("n003",) and "ncclRemoteError" in f.detail

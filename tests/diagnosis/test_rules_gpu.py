@@ -1,0 +1,82 @@
+import pytest
+
+from diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
+from streams.events import InvalidEvent
+from tests.diagnosis.diag_events import ev, gpu, sample, step, xid
+
+
+def test_xid_95_is_reset_required_and_names_the_gpu():
+    [f] = XidRule().observe(xid(1, "n001", 95, "gpu_reset_required", "evict_reset_gpu", pci="0000:3b:00"))
+    assert (f.fault, f.action, f.nodes, f.entity) == ("gpu_reset_required", "evict_reset_gpu", ("n001",), "gpu:0000:3b:00")
+    assert not f.sympathetic
+
+
+def test_xid_without_fault_falls_back_to_the_xid_table():
+    e = ev(1, "n001", "kernel", "xid", xid=79, pci="0000:3b:00", line="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    [f] = XidRule().observe(e)
+    assert f.fault == "gpu_lost" and f.action == "evict"
+
+
+def test_xid_45_is_sympathetic_and_43_after_13_too():
+    rule = XidRule()
+    assert rule.observe(xid(1, "n001", 45, "unknown", "none"))[0].sympathetic
+    assert not rule.observe(xid(2, "n002", 43, "app_fault", "reattempt"))[0].sympathetic  # no 13 before
+    assert not rule.observe(xid(3, "n001", 13, "app_fault", "reattempt"))[0].sympathetic
+    assert rule.observe(xid(5, "n001", 43, "app_fault", "reattempt"))[0].sympathetic
+
+
+def test_xid_missing_code_is_a_dead_letter():
+    with pytest.raises(InvalidEvent, match="data.xid"):
+        XidRule().observe(ev(1, "n001", "kernel", "xid", pci="x"))
+
+
+def test_gpu_lost_from_nvml_and_kernel():
+    rule = GpuLostRule()
+    [a] = rule.observe(ev(1, "n003", "gpu", "lost", gpu=2, error="NVML_ERROR_GPU_IS_LOST"))
+    [b] = rule.observe(ev(1, "n003", "kernel", "gpu_lost", pci="0000:3b:00", line="GPU has fallen off the bus"))
+    assert a.fault == b.fault == "gpu_lost" and a.action == b.action == "evict"
+
+
+def test_ecc_counts_only_an_increase():
+    rule = MemoryHealthRule()
+    assert rule.observe(sample(0, "n001", [gpu(0, ecc_dbe_aggregate=3), gpu(1)])) == []  # old history
+    assert rule.observe(sample(1, "n001", [gpu(0, ecc_dbe_aggregate=3), gpu(1)])) == []
+    [f] = rule.observe(sample(2, "n001", [gpu(0, ecc_dbe_aggregate=4), gpu(1)]))
+    assert f.fault == "gpu_memory" and f.action == "evict" and f.entity == "gpu:0" and "rose 3 → 4" in f.detail
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"remap_failure": True}, "remapping failed"),
+    ({"remap_pending": True}, "pending"),
+    ({"retired_pages_dbe": 40, "retired_pages_sbe": 20}, "60 retired pages"),
+])
+def test_memory_states_that_need_eviction(over, words):
+    [f] = MemoryHealthRule().observe(sample(0, "n001", [gpu(0), gpu(1, **over)]))
+    assert f.entity == "gpu:1" and words in f.detail
+
+
+def test_malformed_sample_is_a_dead_letter():
+    with pytest.raises(InvalidEvent, match="data.gpus"):
+        MemoryHealthRule().observe(ev(0, "n001", "gpu", "sample", gpus="nope"))
+
+
+def _thermal_run(slow: float) -> list:
+    rule = ThermalRule()
+    out = []
+    for i in range(10):
+        out += rule.observe(step(i * 10, "n001", 0, i, step_time_s=10.0))
+        out += rule.observe(sample(i * 10 + 1, "n001"))
+    for i in range(10, 16):
+        out += rule.observe(sample(i * 10 + 1, "n001", [gpu(0, temp_c=93, throttle=["hw_thermal"]), gpu(1)]))
+        out += rule.observe(step(i * 10 + 5, "n001", 0, i, step_time_s=slow))
+    return out
+
+
+def test_thermal_throttle_with_slower_steps_is_gpu_thermal():
+    found = _thermal_run(slow=13.0)
+    assert found and found[0].fault == "gpu_thermal" and found[0].action == "evict"
+    assert "hw_thermal" in found[0].detail and "1.30×" in found[0].detail
+
+
+def test_thermal_throttle_alone_is_not_a_fault():
+    assert _thermal_run(slow=10.1) == []

@@ -1,0 +1,145 @@
+"""Report sections on the hand-worked history of tests/history/known.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+import pytest
+
+from history import queries, report
+from history.schema import memory_history
+from history.sink import HistorySink, build_batch
+from tests.history import known
+from tests.history.known import D, T0
+
+
+@pytest.fixture
+def conn():
+    c = memory_history()
+    HistorySink(c).write(build_batch(known.records()))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def labelled(conn):
+    HistorySink(conn).write(build_batch([], labels=known.LABELS))
+    return conn
+
+
+def test_faults_by_class_node_and_day(conn):
+    by_class = {r["fault"]: r for r in queries.run(conn, "faults_by_class")}
+    assert set(by_class) == {"gpu_lost", "nccl_error", "gpu_memory", "gpu_thermal"}
+    assert by_class["nccl_error"]["occurrences"] == 12 and by_class["nccl_error"]["nodes"] == 2
+    by_node = {(r["node"], r["fault"]): r["diagnoses"] for r in queries.run(conn, "faults_by_node")}
+    assert by_node == {("n0", "gpu_memory"): 1, ("n1", "gpu_lost"): 1, ("n1", "gpu_thermal"): 1,
+                       ("n2", "nccl_error"): 1, ("n3", "nccl_error"): 1}
+    by_day = {(r["day"], r["fault"]) for r in queries.run(conn, "faults_by_day")}
+    day1, day2 = dt.date(2023, 11, 14), dt.date(2023, 11, 15)
+    assert by_day == {(day1, "gpu_lost"), (day1, "gpu_memory"), (day1, "nccl_error"), (day2, "gpu_thermal")}
+
+
+def test_top_nodes(conn):
+    top = queries.run(conn, "top_nodes", limit=2)
+    assert [r["node"] for r in top] == ["n1", "n0"]
+    assert top[0]["diagnoses"] == 2 and top[0]["faults"] == ["gpu_lost", "gpu_thermal"] and top[0]["failures"] == 2
+    assert top[1]["failures"] == 0  # n0's only diagnosis was record-only
+
+
+def test_detection_latency_percentiles(conn):
+    # latencies 3, 10, 1, 6 → sorted 1, 3, 6, 10: p50 = 4.5, p99 = 6 + 0.97 * 4 = 9.88
+    lat = queries.run(conn, "detection_latency")[0]
+    assert lat["n"] == 4
+    assert lat["p50_s"] == pytest.approx(4.5)
+    assert lat["p99_s"] == pytest.approx(9.88)
+    assert lat["max_s"] == pytest.approx(10.0)
+
+
+def test_time_to_command(conn):
+    # d1 → c1 after 2 s, d2 → c2 after 1 s; d4 (evict) never got a command
+    ttc = queries.run(conn, "time_to_command")[0]
+    assert ttc["n"] == 2
+    assert ttc["p50_s"] == pytest.approx(1.5)
+    assert ttc["p99_s"] == pytest.approx(1.99)
+    assert ttc["diagnoses_without_command"] == 1
+
+
+def test_mtbf(conn):
+    window = (D + 29.25) - (T0 - 10)  # first event (j1 topology) to last (j2's last step)
+    rows = {r["node"]: r for r in queries.run(conn, "mtbf")}
+    assert set(rows) == {"n1", "n2", "n3"}  # n0 had only a record-only diagnosis
+    assert rows["n1"]["failures"] == 2
+    assert rows["n1"]["mtbf_s"] == pytest.approx(window / 2)
+    assert rows["n2"]["mtbf_s"] == pytest.approx(window)
+
+
+def test_over_eviction_from_confirmed_diagnoses(conn):
+    ov = queries.run(conn, "over_eviction")[0]
+    # evicted {n0, n1, n2, n3}; confirmed (confidence ≥ 0.9, acting) {n1, n2, n3}
+    assert ov["basis"] == "confirmed diagnoses"
+    assert (ov["evicted_nodes"], ov["faulty_nodes"], ov["healthy_evicted"]) == (4, 3, 1)
+    assert ov["ratio"] == pytest.approx(4 / 3)
+
+
+def test_over_eviction_prefers_labels(labelled):
+    ov = queries.run(labelled, "over_eviction")[0]
+    # labels blame {n1, n2}: n0 and n3 were evicted although healthy
+    assert ov["basis"] == "labels"
+    assert (ov["evicted_nodes"], ov["faulty_nodes"], ov["healthy_evicted"]) == (4, 2, 2)
+    assert ov["ratio"] == pytest.approx(2.0)
+
+
+def test_ettr(conn):
+    rows = {r["job"]: r for r in queries.run(conn, "ettr")}
+    # j1: productive 0..40, 60..80, 95..119 = 84 s over a wall of -10..119 = 129 s
+    assert rows["j1"]["productive_s"] == pytest.approx(84.0)
+    assert rows["j1"]["wall_s"] == pytest.approx(129.0)
+    assert rows["j1"]["ettr"] == pytest.approx(84 / 129)
+    assert rows["j1"]["incidents"] == 2  # the record-only diagnosis is not an incident
+    # j2: steps go on through the thermal fault, but the second after its onset is lost: 28 / 39
+    assert rows["j2"]["ettr"] == pytest.approx(28 / 39)
+
+
+def test_ettr_caps_running_gaps(conn):
+    # with max_gap 0.5 every 1 s step interval counts half: 84 intervals → 42 s
+    rows = {r["job"]: r for r in queries.run(conn, "ettr", max_gap=0.5)}
+    assert rows["j1"]["productive_s"] == pytest.approx(42.0)
+
+
+def test_incidents(conn):
+    inc = {r["diagnosis_id"]: r for r in queries.run(conn, "incidents")}
+    assert set(inc) == {"d1", "d2", "d4"}
+    assert inc["d1"]["command"] == "evict" and inc["d1"]["to_command_s"] == pytest.approx(2.0)
+    assert inc["d1"]["recovered_at"] == T0 + 60 and inc["d1"]["recovery_s"] == pytest.approx(20.0)
+    assert inc["d2"]["recovery_s"] == pytest.approx(15.0)
+    assert inc["d4"]["command"] is None and inc["d4"]["recovery_s"] == pytest.approx(7.0)
+
+
+def test_event_faults_and_summary(conn):
+    assert queries.run(conn, "event_faults") == [
+        {"source": "kernel", "kind": "gpu_lost", "fault": "gpu_lost", "events": 1, "nodes": 1}]
+    s = queries.run(conn, "summary")[0]
+    assert (s["events"], s["diagnoses"], s["commands"], s["labels"], s["jobs"]) == (119, 4, 2, 0, 2)  # j1: 85 steps + 3, j2: 30 steps + 1
+
+
+def test_json_lines_have_one_section_each(conn):
+    lines = [orjson.loads(line) for line in report.json_lines(report.build(conn))]
+    assert [line["section"] for line in lines] == list(queries.REPORT_SECTIONS)
+    by = {line["section"]: line for line in lines}
+    assert by["detection_latency"]["p50_s"] == pytest.approx(4.5)
+    assert by["faults_by_day"]["rows"][0]["day"] == "2023-11-14"
+    assert {r["job"] for r in by["ettr"]["rows"]} == {"j1", "j2"}
+
+
+def test_rich_render_shows_sections(conn, tmp_path):
+    out = tmp_path / "report.txt"
+    with open(out, "w") as fh:
+        report.render(report.build(conn), file=fh)
+    text = out.read_text()
+    assert "Faults by class" in text and "ETTR per job" in text and "gpu_thermal" in text
+
+
+def test_unknown_query_is_a_clear_error(conn):
+    with pytest.raises(KeyError, match="unknown query 'nope'"):
+        queries.run(conn, "nope")

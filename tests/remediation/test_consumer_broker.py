@@ -1,0 +1,80 @@
+"""The remediation consumer group on the real broker: diagnoses in, signed commands out."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from diagnosis.record import Diagnosis
+from remediation.command import Command
+from remediation.consumer import DECODERS, RemediationHandler
+from remediation.policy import Policy, PolicyConfig
+from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from streams.producer import Producer
+from streams.reader import read_topic
+from streams.runner import GroupRunner
+from streams.topology import Topology
+
+pytestmark = pytest.mark.broker
+SECRET = b"consumer-secret"
+
+
+def publish(settings, job, diagnoses, raw=()):
+    topo = Topology.grid(["n000", "n001", "n002", "n003"], 1, 1, 2, 2).to_event(job, time.time())
+    with Producer(settings) as p:
+        p.send_event(topo)
+        for d in diagnoses:
+            p.send("diagnoses", job.encode(), d.encode())
+        for r in raw:
+            p.send("diagnoses", job.encode(), r)
+        p.flush()
+
+
+def commands_for(settings, job):
+    return [Command.decode(m.value) for m in read_topic(settings, "commands", idle_s=0.5, timeout_s=10)
+            if Command.decode(m.value).job == job]
+
+
+def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kafka_settings, group_name, tmp_path):
+    job = f"rem-{uuid.uuid4().hex[:8]}"
+    hw = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="gpu_lost", action="evict", nodes=("n001",))
+    nan = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="nan_loss", action="stop_time_diagnosis")
+    publish(kafka_settings, job, [hw, hw, nan], raw=[b"not a diagnosis", b'{"id": "x"}'])
+    policy = Policy(SECRET, PolicyConfig(act_on=frozenset({job})),
+                    Safety(SafetyConfig(max_job_share=0.5, breaker_share=0.9), CircuitBreaker(tmp_path / "b.json")))
+    handler = RemediationHandler(policy, decision_log=tmp_path / "decisions.jsonl")
+    runner = GroupRunner(kafka_settings, group_name, ["diagnoses", "jobs"], handler, DECODERS)
+    runner.run(idle_stop_s=2.0, handle_signals=False)
+
+    cmds = commands_for(kafka_settings, job)
+    assert sorted(c.action for c in cmds) == ["evict", "rollback"]  # the duplicate diagnosis made no 2nd command
+    assert all(c.verify(SECRET) for c in cmds)
+    evict = next(c for c in cmds if c.action == "evict")
+    assert evict.nodes == ("n001",) and evict.diagnosis_id == hw.id
+    lines = [json.loads(l) for l in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [l["action"] for l in lines if l["job"] == job] == ["evict", "rollback"]  # redelivered id skipped
+    assert runner.stats.dead_letters == 2
+
+
+def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, tmp_path):
+    job = f"rem-{uuid.uuid4().hex[:8]}"
+    d = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="user_code", action="rollback")
+    publish(kafka_settings, job, [d])
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path), "FAULTLENS_SECRET": SECRET.decode()}
+    cli = [sys.executable, "-m", "faultlens"]
+    out = subprocess.run([*cli, "remediate", "--bootstrap", kafka_settings.bootstrap, "--idle-stop", "2",
+                          "--group", f"g-{job}"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    mine = [json.loads(l) for l in out.stdout.splitlines() if json.loads(l)["job"] == job]
+    assert len(mine) == 1 and mine[0]["mode"] == "observe" and mine[0]["sent"] is False and mine[0]["action"] == "rollback"
+    assert commands_for(kafka_settings, job) == []
+
+    CircuitBreaker(tmp_path / "remediation-breaker.json").trip(1.0, "test")
+    status = subprocess.run([*cli, "remediate", "--status"], env=env, capture_output=True, text=True, timeout=30)
+    assert json.loads(status.stdout)["breaker"] == "open"
+    subprocess.run([*cli, "remediate", "--reset"], env=env, check=True, capture_output=True, timeout=30)
+    assert not CircuitBreaker(tmp_path / "remediation-breaker.json").open

@@ -1,0 +1,37 @@
+import pytest
+from scipy.stats import binom
+
+from remediation.pool import StandbyPool, binomial_quantile, standby_size
+
+
+def test_bytedance_table5_1024_nodes_at_0_12_percent_a_day_needs_4_spares():
+    assert standby_size(1024, 0.0012) == 4
+
+
+@pytest.mark.parametrize("n,p,q", [(1024, 0.0012, 0.99), (128, 0.01, 0.99), (10_000, 0.0005, 0.999), (16, 0.3, 0.5)])
+def test_quantile_matches_scipy(n, p, q):
+    assert binomial_quantile(n, p, q) == int(binom.ppf(q, n, p))
+
+
+def test_longer_replacement_window_needs_more_spares():
+    assert standby_size(1024, 0.0012, window_days=7) > standby_size(1024, 0.0012, window_days=1)
+
+
+def test_edges_and_bad_input():
+    assert standby_size(0) == 0
+    assert binomial_quantile(10, 0.0, 0.99) == 0
+    assert binomial_quantile(10, 1.0, 0.99) == 10
+    with pytest.raises(ValueError):
+        binomial_quantile(10, 1.5, 0.99)
+    with pytest.raises(ValueError):
+        standby_size(10, window_days=0)
+
+
+def test_pool_hands_out_named_spares_then_reports_the_shortfall():
+    pool = StandbyPool.for_job("j", 1024, ["s000", "s001"])
+    assert pool.spares[:2] == ["s000", "s001"] and len(pool.spares) == 4
+    first = pool.take(3)
+    assert first.replacements == ("s000", "s001", "j-standby-002") and first.shortfall == 0
+    second = pool.take(3)
+    assert second.replacements == ("j-standby-003",) and second.shortfall == 2
+    assert second.to_params() == {"replacements": ["j-standby-003"], "standby_shortfall": 2}

@@ -1,0 +1,28 @@
+"""A consumer process for the crash test: processes records, records their ids, then hangs
+inside the handler (before the runner can produce or commit) until it is SIGKILLed."""
+
+import sys
+import time
+from pathlib import Path
+
+from streams.config import KafkaSettings
+from streams.runner import GroupRunner
+
+
+def main() -> None:
+    bootstrap, topic, group, out, mode = sys.argv[1:6]
+    out_path = Path(out)
+
+    def handle(records):
+        with out_path.open("a") as f:
+            for r in records:
+                f.write(r.value.id + "\n")
+        if mode == "hang":
+            time.sleep(3600)  # killed here: processed, not committed
+        return []
+
+    GroupRunner(KafkaSettings(bootstrap=bootstrap), group, [topic], handle).run(idle_stop_s=4)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streams.config import KafkaSettings
+from streams.events import Envelope
+from streams.producer import Producer
+from streams.reader import read_topic
+
+pytestmark = pytest.mark.broker
+
+
+def test_faultlens_broker_prints_its_address_serves_and_stops(tmp_path):
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "faultlens", "broker"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        info = json.loads(line)
+        bootstrap = info["bootstrap"]
+        assert bootstrap.startswith("127.0.0.1:")
+        assert json.loads((tmp_path / "broker.json").read_text())["bootstrap"] == bootstrap
+        settings = KafkaSettings(bootstrap=bootstrap)
+        ev = Envelope(ts=time.time(), job="cli", node="n0", source="heartbeat", kind="beat", data={"seq": 1})
+        with Producer(settings) as p:
+            p.send_event(ev)
+            p.flush()
+        got = read_topic(settings, "telemetry.heartbeat", idle_s=1.0)
+        assert [json.loads(r.value)["id"] for r in got] == [ev.id]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(20)
+    assert rc == 0
+    assert not (tmp_path / "broker.json").exists()
+
+
+def test_commands_without_bootstrap_find_the_running_broker(tmp_path, broker, monkeypatch):
+    from streams.broker import resolve_bootstrap, state_file
+
+    monkeypatch.setenv("FAULTLENS_HOME", str(tmp_path))
+    state_file().write_text(json.dumps({"bootstrap": broker.bootstrap, "pid": broker.proc.pid}))
+    bootstrap, owned = resolve_bootstrap(None)
+    assert bootstrap == broker.bootstrap and owned is None
+    # an explicit address always wins
+    assert resolve_bootstrap("kafka:9092") == ("kafka:9092", None)
+
+
+def test_help_lists_every_command_and_unbuilt_ones_fail():
+    from faultlens.commands import COMMAND_NAMES
+
+    out = subprocess.run([sys.executable, "-m", "faultlens", "--help"], capture_output=True, text=True, check=True).stdout
+    for name in COMMAND_NAMES:
+        assert f"    {name}" in out
+    for name in COMMAND_NAMES:
+        module = __import__(f"faultlens.commands.{name}", fromlist=["run"])
+        if "not built yet" in module.HELP:
+            res = subprocess.run([sys.executable, "-m", "faultlens", name], capture_output=True, text=True)
+            assert res.returncode != 0 and "not built yet" in res.stderr and res.stdout == ""

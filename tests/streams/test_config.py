@@ -1,0 +1,64 @@
+import argparse
+
+import pytest
+
+from streams.config import KafkaSettings, add_kafka_arguments
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    add_kafka_arguments(p)
+    return p.parse_args(argv)
+
+
+def test_flags_beat_environment_beat_file(tmp_path, monkeypatch):
+    cfg = tmp_path / "faultlens.toml"
+    cfg.write_text(
+        '[kafka]\nbootstrap = "file:1"\nclient_id = "from-file"\nacks = "1"\ncompression = "gzip"\n'
+        '[topics."telemetry.gpu"]\npartitions = 48\n"retention.ms" = "3600000"\n'
+    )
+    monkeypatch.setenv("FAULTLENS_CLIENT_ID", "from-env")
+    monkeypatch.setenv("FAULTLENS_BOOTSTRAP", "env:2")
+    s = KafkaSettings.from_args(parse(["--config", str(cfg), "--bootstrap", "flag:3"]))
+    assert s.bootstrap == "flag:3"
+    assert s.client_id == "from-env"
+    assert s.acks == "1" and s.compression == "gzip"
+    spec = s.topic_spec("telemetry.gpu")
+    assert spec.partitions == 48 and spec.config["retention.ms"] == "3600000"
+    assert s.topic_spec("jobs").config["cleanup.policy"] == "compact"
+    kw = s.producer_kwargs()
+    assert kw["acks"] == 1 and kw["compression_type"] == "gzip" and kw["bootstrap_servers"] == ["flag:3"]
+
+
+def test_sasl_tls_settings_reach_the_client(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    s = KafkaSettings.from_args(parse([
+        "--bootstrap", "a:9093,b:9093", "--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512",
+        "--sasl-username", "fl", "--sasl-password-file", str(pw), "--ssl-cafile", "/etc/ca.pem",
+    ]))
+    kw = s.consumer_kwargs("g")
+    assert kw["bootstrap_servers"] == ["a:9093", "b:9093"]
+    assert kw["security_protocol"] == "SASL_SSL"
+    assert kw["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert kw["sasl_plain_username"] == "fl" and kw["sasl_plain_password"] == "s3cret"
+    assert kw["ssl_cafile"] == "/etc/ca.pem"
+    assert kw["enable_auto_commit"] is False
+    assert kw["session_timeout_ms"] == 6000
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [("[kafka]\nnope = 1\n", "unknown Kafka setting"), ("[topics.bogus]\npartitions = 1\n", "unknown topic"),
+     ("not = [toml", "not valid TOML")],
+)
+def test_bad_config_file_gives_a_clear_error(tmp_path, text, message):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        KafkaSettings.load(str(cfg))
+
+
+def test_missing_config_file():
+    with pytest.raises(ValueError, match="does not exist"):
+        KafkaSettings.load("/nonexistent/faultlens.toml")

@@ -1,0 +1,135 @@
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import orjson
+import pytest
+
+from streams.events import Envelope, encode
+from streams.producer import Outgoing, Producer
+from streams.reader import read_topic
+from streams.runner import DEAD_LETTER_TOPIC, GroupRunner
+
+pytestmark = pytest.mark.broker
+
+
+def events(n, job="j", start=1_790_000_000.0):
+    return [Envelope(ts=start + i, job=job, node=f"n{i % 4}", source="gpu", kind="sample", data={"i": i}) for i in range(n)]
+
+
+def publish(settings, topic, items):
+    with Producer(settings) as p:
+        for item in items:
+            if isinstance(item, Envelope):
+                p.send(topic, item.key, encode(item))
+            else:
+                p.send(topic, b"n0", item)
+        p.flush()
+
+
+def test_produce_then_consume_through_a_group(kafka_settings, group_name, fresh_topic):
+    topic = fresh_topic()
+    sent = events(300)
+    publish(kafka_settings, topic, sent)
+    seen = []
+    runner = GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value for r in recs) or [])
+    stats = runner.run(idle_stop_s=2, handle_signals=False)
+    assert sorted(e.id for e in seen) == sorted(e.id for e in sent)
+    assert stats.records_in == 300 and stats.dead_letters == 0
+    # per-node order is kept (key = node → one partition)
+    by_node = {}
+    for e in seen:
+        by_node.setdefault(e.node, []).append(e.data["i"])
+    assert all(v == sorted(v) for v in by_node.values())
+    # committed: a second member of the same group gets nothing again
+    again = []
+    GroupRunner(kafka_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(idle_stop_s=2, handle_signals=False)
+    assert again == []
+
+
+def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(kafka_settings, group_name, fresh_topic):
+    topic = fresh_topic(partitions=1)
+    good = events(20, job=f"dl-{group_name}")
+    bad = [b"{not json", orjson.dumps({"v": 1, "id": "x", "ts": 1_790_000_000.0, "job": "j", "node": "n0",
+                                         "source": "gpu", "kind": "sample"}), b"\xff\xfe"]
+    items = good[:7] + [bad[0]] + good[7:13] + [bad[1]] + good[13:] + [bad[2]]
+    publish(kafka_settings, topic, items)
+    seen = []
+    stats = GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
+        idle_stop_s=2, handle_signals=False)
+    assert seen == [e.id for e in good]  # one partition: order kept, nothing lost
+    assert stats.dead_letters == 3
+    dead = [orjson.loads(r.value) for r in read_topic(kafka_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    mine = [d for d in dead if d["topic"] == topic]
+    assert len(mine) == 3
+    reasons = " | ".join(d["reason"] for d in mine)
+    assert "not valid JSON" in reasons and "data: missing" in reasons
+    assert all(d["group"] == group_name and isinstance(d["offset"], int) for d in mine)
+
+
+def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(kafka_settings, group_name, fresh_topic):
+    topic = fresh_topic(partitions=1)
+    sent = events(10)
+    poison = sent[4].id
+    publish(kafka_settings, topic, sent)
+    seen = []
+
+    def handle(records):
+        if any(r.value.id == poison for r in records):
+            raise RuntimeError("detector bug")
+        seen.extend(r.value.id for r in records)
+        return [Outgoing(topic + "-out", None, b"x")] if False else []
+
+    stats = GroupRunner(kafka_settings, group_name, [topic], handle).run(idle_stop_s=2, handle_signals=False)
+    assert sorted(seen) == sorted(e.id for e in sent if e.id != poison)
+    assert stats.dead_letters == 1
+    dead = [orjson.loads(r.value) for r in read_topic(kafka_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    assert any(d["topic"] == topic and "handler failed: RuntimeError: detector bug" in d["reason"] for d in dead)
+
+
+def test_outputs_are_produced_before_commit(kafka_settings, group_name, fresh_topic):
+    src, dst = fresh_topic(), fresh_topic()
+    sent = events(50)
+    publish(kafka_settings, src, sent)
+    runner = GroupRunner(kafka_settings, group_name, [src],
+                         lambda recs: [Outgoing(dst, r.key, r.value.id.encode()) for r in recs])
+    runner.run(idle_stop_s=2, handle_signals=False)
+    out = read_topic(kafka_settings, dst, idle_s=1.5)
+    assert sorted(r.value.decode() for r in out) == sorted(e.id for e in sent)
+
+
+def test_stop_from_another_thread_ends_the_run(kafka_settings, group_name, fresh_topic):
+    topic = fresh_topic()
+    runner = GroupRunner(kafka_settings, group_name, [topic], lambda recs: [])
+    t = threading.Thread(target=runner.run, kwargs={"handle_signals": False})
+    t.start()
+    assert runner.ready.wait(30)
+    runner.stop()
+    t.join(15)
+    assert not t.is_alive()
+
+
+def test_sigkill_after_processing_before_commit_redelivers(kafka_settings, group_name, fresh_topic, tmp_path):
+    topic = fresh_topic()
+    sent = events(40)
+    publish(kafka_settings, topic, sent)
+    first = tmp_path / "first.txt"
+    child = subprocess.Popen([sys.executable, "-m", "tests.streams.killable_consumer", kafka_settings.bootstrap,
+                              topic, group_name, str(first), "hang"])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (first.exists() and first.read_text().strip()):
+            time.sleep(0.2)
+        processed = set(first.read_text().split())
+        assert processed, "the consumer processed nothing before the kill"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    second = tmp_path / "second.txt"
+    subprocess.run([sys.executable, "-m", "tests.streams.killable_consumer", kafka_settings.bootstrap,
+                    topic, group_name, str(second), "finish"], check=True, timeout=120)
+    redelivered = set(second.read_text().split())
+    assert processed <= redelivered  # nothing processed-but-uncommitted was lost
+    assert redelivered | processed == {e.id for e in sent}

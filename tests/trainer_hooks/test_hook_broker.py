@@ -1,0 +1,109 @@
+"""TrainerHook against the real embedded broker: telemetry out, commands in, refusals acked."""
+
+import os
+import time
+import uuid
+
+import pytest
+
+from remediation.command import Command
+from streams.events import as_float, decode
+from streams.producer import Producer
+from streams.reader import read_topic
+from trainer_hooks.exit_codes import RESTART
+from trainer_hooks.hook import TrainerHook
+
+pytestmark = pytest.mark.broker
+SECRET = b"hook-secret"
+
+
+def events(settings, topic, job, kind=None):
+    out = []
+    for m in read_topic(settings, topic, idle_s=0.5, timeout_s=10):
+        e = decode(m.value)
+        if e.job == job and (kind is None or e.kind == kind):
+            out.append(e)
+    return out
+
+
+def wait_events(settings, topic, job, kind, count=1, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = events(settings, topic, job, kind)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+
+
+@pytest.fixture
+def job():
+    return f"hook-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def hook(kafka_settings, job):
+    saved = []
+    h = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, secret=SECRET,
+                    on_checkpoint=lambda: saved.append(h.steps), flops_per_step=1e9, peak_flops=1e12, exit_grace_s=30)
+    h.saved = saved
+    assert h.wait_ready()
+    yield h
+    h.close()
+
+
+def send(settings, *commands: Command | bytes):
+    with Producer(settings) as p:
+        for c in commands:
+            p.send("commands", b"k", c if isinstance(c, bytes) else c.encode())
+        p.flush()
+
+
+def command(job, action, **kw):
+    now = time.time()
+    return Command(job=job, action=action, issued_at=now, expires_at=now + 60, **kw).signed(SECRET)
+
+
+def test_step_telemetry_carries_nan_as_text_and_derived_rates(kafka_settings, hook, job):
+    hook.step(loss=0.5, grad_norm=1.0, tokens=64, compute_s=0.01)
+    hook.step(loss=float("nan"), grad_norm=float("inf"), tokens=64)
+    hook.producer.flush()
+    steps = sorted(events(kafka_settings, "telemetry.train", job, "step"), key=lambda e: e.data["step"])
+    assert [e.data["step"] for e in steps] == [1, 2]
+    first, second = steps[0].data, steps[1].data
+    assert first["rank"] == 3 and first["loss"] == 0.5 and first["compute_s"] == 0.01 and steps[0].node == "n001"
+    assert first["tokens_per_s"] > 0 and 0 < first["mfu"]
+    assert second["loss"] == "nan" and second["grad_norm"] == "inf" and as_float(second["loss"]) != as_float(second["loss"])
+
+
+def test_capture_stacks_publishes_every_thread_via_faulthandler(kafka_settings, hook, job):
+    c = command(job, "capture_stacks")
+    send(kafka_settings, c)
+    dumps = wait_events(kafka_settings, "telemetry.stacks", job, "stack_dump")
+    assert len(dumps) == 1
+    data = dumps[0].data
+    assert data["tool"] == "faulthandler" and data["request_id"] == c.id and data["rank"] == 3 and data["pid"] == os.getpid()
+    assert "Thread" in data["dump"] and "test_hook_broker.py" in data["dump"] and "listener.py" in data["dump"]
+
+
+def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_settings, hook, job):
+    now = time.time()
+    forged = Command(job=job, action="stop", issued_at=now, expires_at=now + 60).signed(b"wrong")
+    expired = Command(job=job, action="stop", issued_at=now - 120, expires_at=now - 60).signed(SECRET)
+    good = command(job, "checkpoint")
+    other_node = command(job, "stop", nodes=("n999",))
+    send(kafka_settings, forged, expired, good, good, b"\xff not json", other_node)
+    acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=5)
+    by = [(a.data["command_id"], a.data["obeyed"]) for a in acks]
+    assert (forged.id, False) in by and (expired.id, False) in by and (None, False) in by
+    assert by.count((good.id, True)) == 1 and by.count((good.id, False)) == 1  # the replay is refused
+    assert other_node.id not in {cid for cid, _ in by}  # not addressed here: not even acked
+    assert hook.exit_code is None  # nothing forged or stale was obeyed
+    hook.step(loss=1.0)
+    assert hook.saved == [1]  # the genuine checkpoint ran at the step boundary
+
+
+def test_restart_command_ends_the_loop_at_a_step_boundary_with_its_code(kafka_settings, hook, job):
+    send(kafka_settings, command(job, "restart", nodes=("n001",)))
+    wait_events(kafka_settings, "telemetry.train", job, "command_ack")
+    with pytest.raises(SystemExit) as exc:
+        hook.step(loss=1.0)
+    assert exc.value.code == RESTART

@@ -1,0 +1,169 @@
+"""The object a training loop creates: step telemetry out, signed commands in.
+
+    hook = TrainerHook(job="j1", rank=rank, node=node, settings=settings, secret=secret,
+                       on_checkpoint=save)
+    for step in ...:
+        loss = train_step()
+        hook.step(loss=loss.item(), grad_norm=g, tokens=n)   # may raise SystemExit(code)
+
+Commands (see trainer_hooks.listener for what is obeyed):
+- ``checkpoint``: ``on_checkpoint()`` runs in the training thread at the next step boundary;
+- ``capture_stacks``: every thread's stack (faulthandler) is published at once, from the
+  listener thread, so a rank stuck inside a collective still answers;
+- ``evict`` / ``restart`` / ``rollback`` / ``reattempt`` / ``stop``: the loop exits at the next
+  step boundary with the code of trainer_hooks.exit_codes; a loop stuck longer than
+  ``exit_grace_s`` is ended from the listener thread with the same code.
+Every command addressed here is acked (`train`/`command_ack`), obeyed or refused.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Callable
+
+from remediation.command import Command
+from streams.config import KafkaSettings
+from streams.events import Envelope, number
+from streams.producer import Producer
+from trainer_hooks.exit_codes import ACTION_EXIT
+from trainer_hooks.listener import CommandListener, CommandScreen, Screened
+
+log = logging.getLogger(__name__)
+
+
+def faulthandler_dump() -> str:
+    """Every thread's Python stack, as faulthandler prints it (it needs a real file descriptor)."""
+    with tempfile.TemporaryFile(mode="w+") as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
+        f.seek(0)
+        return f.read()
+
+
+class TrainerHook:
+    def __init__(self, *, job: str, rank: int, node: str, settings: KafkaSettings, secret: bytes,
+                 on_checkpoint: Callable[[], None] | None = None, flops_per_step: float | None = None,
+                 peak_flops: float | None = None, exit_grace_s: float = 10.0, listen: bool = True,
+                 producer: Producer | None = None):
+        self.job, self.rank, self.node = job, rank, node
+        self.on_checkpoint = on_checkpoint
+        self.flops_per_step = flops_per_step
+        self.peak_flops = peak_flops
+        self.exit_grace_s = exit_grace_s
+        self.producer = producer or Producer(settings)
+        self.steps = 0
+        self.exit_code: int | None = None
+        self.exit_command: Command | None = None
+        self._checkpoint_due = threading.Event()
+        self._last_step_at = time.monotonic()
+        self._lock = threading.Lock()
+        self.listener: CommandListener | None = None
+        if listen:
+            screen = CommandScreen(secret, job, node, rank)
+            self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)
+            self.listener.start()
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Block until the listener sees new commands (so none issued after this is missed)."""
+        return self.listener is None or self.listener.ready.wait(timeout)
+
+    # --- telemetry --------------------------------------------------------------------------
+    def _event(self, source: str, kind: str, data: dict) -> Envelope:
+        return Envelope(ts=time.time(), job=self.job, node=self.node, source=source, kind=kind, data=data)
+
+    def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
+             compute_s: float | None = None, step: int | None = None) -> None:
+        """Publish one step's telemetry, then act on commands that wait for a step boundary."""
+        now = time.monotonic()
+        step_time = now - self._last_step_at
+        self._last_step_at = now
+        self.steps = step if step is not None else self.steps + 1
+        data: dict = {"rank": self.rank, "step": self.steps, "loss": number(loss), "grad_norm": number(grad_norm),
+                      "step_time_s": round(step_time, 6), "tokens": tokens,
+                      "tokens_per_s": round(tokens / step_time, 3) if tokens and step_time > 0 else None,
+                      "mfu": None}
+        if self.flops_per_step and self.peak_flops and step_time > 0:
+            data["mfu"] = round(self.flops_per_step / step_time / self.peak_flops, 6)
+        if compute_s is not None:
+            data["compute_s"] = round(compute_s, 6)
+        self.producer.send_event(self._event("train", "step", data))
+        self.boundary()
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        self.producer.send_event(self._event("train", "checkpoint", {"rank": self.rank, "step": step, "path": path}))
+
+    def boundary(self) -> None:
+        """Run what waits for a step boundary: a requested checkpoint, then a requested exit."""
+        if self._checkpoint_due.is_set():
+            self._checkpoint_due.clear()
+            if self.on_checkpoint is not None:
+                self.on_checkpoint()
+        if self.exit_code is not None:
+            self.close()
+            raise SystemExit(self.exit_code)
+
+    @property
+    def should_stop(self) -> bool:
+        return self.exit_code is not None
+
+    # --- commands ---------------------------------------------------------------------------
+    def _ack(self, command_id: str | None, action: str | None, obeyed: bool, reason: str) -> None:
+        self.producer.send_event(self._event("train", "command_ack", {
+            "rank": self.rank, "command_id": command_id, "action": action, "obeyed": obeyed, "reason": reason}))
+        self.producer.flush(10.0)
+
+    def _on_refused(self, result: Screened) -> None:
+        cmd = result.command
+        self._ack(cmd.id if cmd else None, cmd.action if cmd else None, False, result.reason)
+
+    def _on_command(self, cmd: Command) -> None:
+        if cmd.action == "checkpoint":
+            self._checkpoint_due.set()
+            self._ack(cmd.id, cmd.action, True, "checkpoint at the next step boundary")
+        elif cmd.action == "capture_stacks":
+            self._ack(cmd.id, cmd.action, True, "stacks published")
+            self.publish_stacks(cmd.id)
+        else:
+            with self._lock:
+                if self.exit_code is not None:
+                    return
+                self.exit_code, self.exit_command = ACTION_EXIT[cmd.action], cmd
+            self._ack(cmd.id, cmd.action, True, f"exiting with code {self.exit_code}")
+            threading.Thread(target=self._exit_if_stuck, args=(self.steps,), daemon=True).start()
+
+    def publish_stacks(self, request_id: str | None = None) -> None:
+        dump = faulthandler_dump()
+        self.producer.send_event(self._event("stack", "stack_dump", {
+            "rank": self.rank, "pid": os.getpid(), "dump": dump, "request_id": request_id, "tool": "faulthandler"}))
+        self.producer.flush(10.0)
+
+    def _exit_if_stuck(self, step_at_command: int) -> None:
+        deadline = time.monotonic() + self.exit_grace_s
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Still here: the training thread never reached a boundary (hung in a collective).
+        log.warning("rank %d did not reach a step boundary within %.0fs of %s (step %d); exiting %d now",
+                    self.rank, self.exit_grace_s, self.exit_command.action if self.exit_command else "?",
+                    step_at_command, self.exit_code)
+        try:
+            self.producer.flush(5.0)
+        finally:
+            os._exit(self.exit_code or 1)
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        try:
+            self.producer.flush(10.0)
+        except Exception as exc:  # noqa: BLE001 - shutting down: report, do not mask the exit code
+            log.warning("flushing telemetry on close: %s", exc)
+
+    def __enter__(self) -> "TrainerHook":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,272 @@
+"""Runs a trainer as "nodes" of processes on one machine and restarts it the way commands say.
+
+    python -m trainer_hooks.launcher --job j1 --nodes 4 --procs-per-node 2 --standby s000,s001 \\
+        -- --ckpt-dir /tmp/ck --steps 200
+
+Each node is a name (n000, n001, ...) whose processes share FAULTLENS_NODE. The launcher listens
+to ``commands`` itself (job-level, every node) and watches its children's exit codes
+(trainer_hooks.exit_codes): on evict it restarts the job without the evicted nodes, replacing them
+with standbys (the command's ``replacements`` first, then ``--standby``); on restart / reattempt /
+rollback it restarts in place (rollback resumes from the checkpoint before the last). A crash
+with no command is followed by a wait for one (``--crash-wait``), then a restart in place. Every
+restart is published as a `job`/`restart` event and printed as a JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from remediation.command import Command, load_secret
+from streams.broker import free_port
+from streams.config import KafkaSettings, add_kafka_arguments
+from streams.events import Envelope
+from streams.producer import Producer
+from trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
+from trainer_hooks.listener import CommandListener, CommandScreen
+
+log = logging.getLogger("faultlens.launcher")
+
+RESTART_ACTIONS = ("evict", "restart", "reattempt", "rollback")
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    nodes: tuple[str, ...]
+    nodes_out: tuple[str, ...]
+    nodes_in: tuple[str, ...]
+    resume: str  # "latest" or "rollback"
+    standby: tuple[str, ...]  # what is left of the launcher's own standby list
+
+
+def plan_restart(nodes: tuple[str, ...], standby: tuple[str, ...], action: str,
+                 evicted: tuple[str, ...] = (), replacements: tuple[str, ...] = ()) -> RestartPlan:
+    """The job's next node list: evicted nodes leave, each replaced by a spare while spares last.
+
+    Spares come from the command (the remediator's pool) first, then the launcher's own list;
+    a spare already in the job is skipped. Order is kept so ranks move as little as possible.
+    """
+    out = tuple(n for n in nodes if n in evicted) if action == "evict" else ()
+    spares = [s for s in (*replacements, *standby) if s not in nodes]
+    spares = list(dict.fromkeys(spares))
+    new: list[str] = []
+    taken: list[str] = []
+    for n in nodes:
+        if n not in out:
+            new.append(n)
+        elif spares:
+            taken.append(spares.pop(0))
+            new.append(taken[-1])
+    left = tuple(s for s in standby if s not in taken)
+    return RestartPlan(tuple(new), out, tuple(taken), "rollback" if action == "rollback" else "latest", left)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer_hooks.launcher", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "job-0"), help="job id")
+    p.add_argument("--nodes", type=int, default=2, help="number of nodes")
+    p.add_argument("--procs-per-node", type=int, default=1, help="trainer processes per node")
+    p.add_argument("--standby", default="", help="comma-separated spare node names (e.g. s000,s001)")
+    p.add_argument("--trainer", default="trainer_hooks.reference_trainer", help="python module to run")
+    p.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
+    p.add_argument("--max-restarts", type=int, default=5, help="give up after this many restarts")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds children get to exit on their own")
+    p.add_argument("--command-wait", type=float, default=10.0,
+                   help="seconds to wait for the command behind a child's restart exit code")
+    p.add_argument("--crash-wait", type=float, default=30.0, help="seconds to wait for a command after a crash")
+    p.add_argument("--log-dir", type=Path, help="one log file per rank and attempt (default: inherit stderr)")
+    add_kafka_arguments(p)
+    p.add_argument("trainer_args", nargs=argparse.REMAINDER, help="after --: arguments for the trainer")
+    args = p.parse_args(argv)
+    if args.trainer_args and args.trainer_args[0] == "--":
+        args.trainer_args = args.trainer_args[1:]
+    return args
+
+
+class Launcher:
+    def __init__(self, args: argparse.Namespace, settings: KafkaSettings, secret: bytes):
+        self.args = args
+        self.settings = settings
+        self.job = args.job
+        self.nodes = tuple(f"n{i:03d}" for i in range(args.nodes))
+        self.standby = tuple(s for s in args.standby.split(",") if s)
+        self.commands: queue.Queue[Command] = queue.Queue()
+        self.listener = CommandListener(settings, CommandScreen(secret, self.job), self.commands.put)
+        self.producer = Producer(settings)
+        self.procs: list[tuple[subprocess.Popen, str, int]] = []
+        self.attempt = 0
+        self._stopping = False
+
+    # --- children ---------------------------------------------------------------------------
+    def spawn(self, resume: str) -> None:
+        ppn = self.args.procs_per_node
+        world = len(self.nodes) * ppn
+        port = free_port()
+        self.procs = []
+        for i, node in enumerate(self.nodes):
+            for local in range(ppn):
+                rank = i * ppn + local
+                env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "FAULTLENS_JOB": self.job,
+                       "FAULTLENS_NODE": node, "FAULTLENS_NODES": ",".join(self.nodes),
+                       "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_ATTEMPT": str(self.attempt),
+                       "FAULTLENS_RESUME": resume}
+                out = None
+                if self.args.log_dir:
+                    self.args.log_dir.mkdir(parents=True, exist_ok=True)
+                    out = open(self.args.log_dir / f"attempt{self.attempt}-rank{rank}-{node}.log", "ab")
+                proc = subprocess.Popen([sys.executable, "-m", self.args.trainer, *self.args.trainer_args],
+                                        env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                        start_new_session=True)
+                self.procs.append((proc, node, rank))
+        self.emit({"event": "start", "attempt": self.attempt, "nodes": list(self.nodes), "world_size": world,
+                   "resume": resume, "pids": [p.pid for p, _, _ in self.procs]})
+
+    def terminate(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.poll() is None for p, _, _ in self.procs):
+            time.sleep(0.1)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            alive = [p for p, _, _ in self.procs if p.poll() is None]
+            for p in alive:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+            end = time.monotonic() + 3
+            while time.monotonic() < end and any(p.poll() is None for p in alive):
+                time.sleep(0.1)
+
+    # --- output -----------------------------------------------------------------------------
+    def emit(self, obj: dict) -> None:
+        print(json.dumps({"ts": time.time(), "job": self.job, **obj}), flush=True)
+
+    def publish_restart(self, plan: RestartPlan, reason: str, command_id: str | None) -> None:
+        event = Envelope(ts=time.time(), job=self.job, node="-", source="job", kind="restart", data={
+            "reason": reason, "command_id": command_id, "nodes_out": list(plan.nodes_out),
+            "nodes_in": list(plan.nodes_in), "attempt": self.attempt, "resume": plan.resume})
+        self.producer.send_event(event)
+        self.producer.flush()
+
+    # --- the loop ---------------------------------------------------------------------------
+    def _wait_command(self, seconds: float) -> Command | None:
+        try:
+            return self.commands.get(timeout=seconds)
+        except queue.Empty:
+            return None
+
+    def run(self) -> int:
+        self.listener.start()
+        if not self.listener.ready.wait(30):
+            log.error("command listener not ready; continuing without commands")
+        resume = "latest"
+        while True:
+            self.spawn(resume)
+            outcome = self._watch()
+            if outcome is None:
+                self.emit({"event": "done", "exit": 0, "attempt": self.attempt})
+                return 0
+            action, cmd, crashed = outcome
+            if action == "stop":
+                self.terminate(self.args.grace)
+                self.emit({"event": "stopped", "command_id": cmd.id if cmd else None})
+                return STOPPED
+            self.terminate(self.args.grace)
+            if self.attempt >= self.args.max_restarts:
+                self.emit({"event": "gave_up", "attempt": self.attempt, "reason": f"{self.args.max_restarts} restarts"})
+                return 1
+            evicted = cmd.nodes if cmd and action == "evict" else tuple(crashed)
+            replacements = tuple((cmd.params or {}).get("replacements") or ()) if cmd else ()
+            plan = plan_restart(self.nodes, self.standby, action, evicted, replacements)
+            if not plan.nodes:
+                self.emit({"event": "gave_up", "reason": "no nodes left"})
+                return 1
+            self.attempt += 1
+            self.nodes, self.standby, resume = plan.nodes, plan.standby, plan.resume
+            reason = cmd.reason if cmd else f"{action} after exit codes without a command"
+            self.publish_restart(plan, reason, cmd.id if cmd else None)
+            self.emit({"event": "restart", "attempt": self.attempt, "action": action,
+                       "command_id": cmd.id if cmd else None, "nodes_out": list(plan.nodes_out),
+                       "nodes_in": list(plan.nodes_in), "nodes": list(plan.nodes), "resume": resume})
+
+    def _watch(self) -> tuple[str, Command | None, list[str]] | None:
+        """Until the attempt ends: None when every rank finished, else (action, command, nodes)."""
+        while True:
+            cmd = self._wait_command(0.2)
+            if cmd is not None:
+                if cmd.action in RESTART_ACTIONS or cmd.action == "stop":
+                    if cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes):
+                        log.info("evict %s names no node of this job now; ignored", cmd.id)
+                        continue
+                    return cmd.action, cmd, []
+                continue  # checkpoint / capture_stacks are the ranks' business
+            codes = [(p.poll(), node) for p, node, _ in self.procs]
+            if all(c == 0 for c, _ in codes):
+                return None
+            failed = [(c, node) for c, node in codes if c not in (None, 0)]
+            if not failed:
+                continue
+            known = [(c, node) for c, node in failed if c in EXIT_ACTION]
+            if known:
+                # A rank obeyed a command we have not read yet: it is on its way.
+                cmd = self._wait_command(self.args.command_wait)
+                if cmd is not None and (cmd.action != "evict" or set(cmd.nodes) & set(self.nodes)):
+                    return cmd.action, cmd, []
+                action = EXIT_ACTION[known[0][0]]
+                return action, None, sorted({node for c, node in known if c == known[0][0]})
+            log.warning("rank(s) on %s crashed with %s; waiting %.0fs for a command",
+                        ",".join(sorted({n for _, n in failed})), sorted({c for c, _ in failed}), self.args.crash_wait)
+            self.emit({"event": "crash", "attempt": self.attempt, "exit_codes": {n: c for c, n in failed}})
+            self.terminate(0)
+            cmd = self._wait_command(self.args.crash_wait)
+            if cmd is not None and cmd.action in (*RESTART_ACTIONS, "stop"):
+                return cmd.action, cmd, []
+            return "reattempt", None, []
+
+    def close(self) -> None:
+        self.listener.stop()
+        self.terminate(0)
+        self.producer.close()
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the job like Ctrl-C: children are terminated in close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=os.environ.get("FAULTLENS_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s launcher %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    if not args.bootstrap and not os.environ.get("FAULTLENS_BOOTSTRAP"):
+        print("launcher: --bootstrap or FAULTLENS_BOOTSTRAP is required", file=sys.stderr)
+        return 2
+    try:
+        secret = load_secret(args.secret_file)
+    except (ValueError, OSError) as exc:
+        print(f"launcher: {exc}", file=sys.stderr)
+        return 2
+    if args.secret_file:
+        os.environ["FAULTLENS_SECRET_FILE"] = str(args.secret_file)
+    launcher = Launcher(args, KafkaSettings.from_args(args), secret)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return launcher.run()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        launcher.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

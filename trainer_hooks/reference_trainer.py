@@ -1,0 +1,172 @@
+"""A small torch job that obeys faultlens: data-parallel MLP on gloo (CPU) with fault injection.
+
+Run under trainer_hooks.launcher, which sets the torch.distributed variables (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) and the faultlens ones (FAULTLENS_JOB, FAULTLENS_NODE, FAULTLENS_NODES,
+FAULTLENS_BOOTSTRAP, FAULTLENS_ATTEMPT, FAULTLENS_RESUME, FAULTLENS_SECRET[_FILE]).
+
+Faults are injected in the first attempt only (``--inject-attempts``), so a restart after the
+remedy runs clean, as a real job would after the bad machine or batch is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from remediation.command import load_secret
+from streams.config import KafkaSettings
+from streams.producer import Producer
+from streams.topology import Topology
+from trainer_hooks.hook import TrainerHook
+
+log = logging.getLogger("faultlens.trainer")
+
+FEATURES = 32
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer_hooks.reference_trainer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=200, help="total training steps")
+    p.add_argument("--step-sleep", type=float, default=0.1, help="extra seconds per step (stands in for GPU work)")
+    p.add_argument("--ckpt-dir", type=Path, required=True, help="checkpoint folder (shared by all ranks)")
+    p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every N steps")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size claimed in the topology")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size claimed in the topology")
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="gloo collective timeout, seconds")
+    p.add_argument("--nan-at", type=int, default=None, help="loss becomes NaN from this step")
+    p.add_argument("--hang-rank", type=int, default=None, help="this rank blocks forever ...")
+    p.add_argument("--hang-at", type=int, default=None, help="... from this step")
+    p.add_argument("--slow-rank", type=int, default=None, help="this rank is slow ...")
+    p.add_argument("--slow-s", type=float, default=0.5, help="... by this many extra seconds per step")
+    p.add_argument("--crash-rank", type=int, default=None, help="this rank raises ...")
+    p.add_argument("--crash-at", type=int, default=None, help="... at this step")
+    p.add_argument("--inject-attempts", type=int, default=1, help="inject faults in the first N attempts")
+    return p.parse_args(argv)
+
+
+def stuck_in_all_gather_into_tensor(step: int) -> None:
+    """The injected hang: a rank that never returns from a collective (a distinctive py-spy frame)."""
+    while True:
+        time.sleep(0.5)
+
+
+def checkpoints(folder: Path) -> list[Path]:
+    return sorted(folder.glob("step_*.pt"))
+
+
+def choose_resume(folder: Path, mode: str) -> Path | None:
+    """The checkpoint to load: the last one, or for a rollback the one before it."""
+    found = checkpoints(folder)
+    if mode == "rollback":
+        return found[-2] if len(found) >= 2 else None
+    return found[-1] if found else None
+
+
+def batch(step: int, rank: int, size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(step * 1000 + rank)
+    x = torch.randn(size, FEATURES, generator=g)
+    y = x[:, :4].sum(dim=1, keepdim=True)
+    return x, y
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=os.environ.get("FAULTLENS_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format=f"%(asctime)s rank{os.environ.get('RANK', '?')} %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    job, node = os.environ["FAULTLENS_JOB"], os.environ["FAULTLENS_NODE"]
+    attempt = int(os.environ.get("FAULTLENS_ATTEMPT", "0"))
+    inject = attempt < args.inject_attempts
+    settings = KafkaSettings.load(overrides={"bootstrap": os.environ["FAULTLENS_BOOTSTRAP"],
+                                             "client_id": f"trainer-{job}-{rank}"})
+    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    start = 0
+    target = choose_resume(args.ckpt_dir, os.environ.get("FAULTLENS_RESUME", "latest"))
+    dist.barrier()  # every rank chose its checkpoint before rank 0 prunes the newer ones
+    if target is not None:
+        state = torch.load(target, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = int(state["step"])
+        if rank == 0:
+            for newer in checkpoints(args.ckpt_dir):
+                if newer > target:
+                    newer.unlink(missing_ok=True)
+        log.info("resumed from %s (step %d, attempt %d)", target.name, start, attempt)
+
+    def save(step: int) -> None:
+        if rank != 0:
+            return
+        path = args.ckpt_dir / f"step_{step:06d}.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+        os.replace(tmp, path)
+        hook.checkpoint_saved(step, str(path))
+
+    producer = Producer(settings)
+    hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, secret=load_secret(),
+                       on_checkpoint=lambda: save(hook.steps), producer=producer,
+                       flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
+    hook.wait_ready()
+    if rank == 0:
+        nodes = os.environ.get("FAULTLENS_NODES", node).split(",")
+        per_node = world // len(nodes)
+        tp, pp = args.tp, args.pp
+        if world % (tp * pp):
+            log.warning("world size %d does not fit tp=%d x pp=%d; publishing a pure data-parallel topology", world, tp, pp)
+            tp = pp = 1
+        producer.send_event(Topology.grid(nodes, per_node, tp, pp, world // (tp * pp)).to_event(job, time.time()))
+        producer.flush()
+    dist.barrier()  # every listener is ready before the first step, so no command slips past
+
+    try:
+        for step in range(start + 1, args.steps + 1):
+            t0 = time.monotonic()
+            if inject and rank == args.crash_rank and step == args.crash_at:
+                raise RuntimeError(f"injected crash on rank {rank} at step {step}")
+            if inject and rank == args.hang_rank and args.hang_at is not None and step >= args.hang_at:
+                stuck_in_all_gather_into_tensor(step)
+            x, y = batch(step, rank)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if inject and args.nan_at is not None and step >= args.nan_at:
+                loss = loss * float("nan")
+            opt.zero_grad()
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= world
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+            opt.step()
+            time.sleep(args.step_sleep + (args.slow_s if inject and rank == args.slow_rank else 0.0))
+            compute_s = time.monotonic() - t0
+            # A diverged model is never a rollback target: checkpoint only finite losses.
+            if step % args.ckpt_every == 0 and math.isfinite(loss.item()):
+                save(step)
+            hook.step(loss=loss.item(), grad_norm=grad_norm, tokens=x.shape[0], compute_s=compute_s, step=step)
+        dist.barrier()
+    finally:
+        hook.close()
+    log.info("finished %d steps", args.steps)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,7 +63,8 @@ def rank_from_environ(env: Mapping[str, str], rank_env: str = DEFAULT_RANK_ENV) 
     node_rank = num("GROUP_RANK") if num("GROUP_RANK") is not None else num("NODE_RANK")
     if local is not None and size is not None and node_rank is not None:
         return node_rank * size + local
-    return local if local is not None and num("WORLD_SIZE") == size else None
+    single_node = size is not None and num("WORLD_SIZE") == size
+    return local if local is not None and single_node else None
 
 
 def _rank_of(proc: psutil.Process, rank_env: str) -> int | None:

@@ -75,6 +75,9 @@ class DumpSet:
     def __len__(self) -> int:
         return len(self._by_rank)
 
+    def all_preferred(self) -> bool:
+        return all(d.tool == PREFERRED_TOOL for d in self._by_rank.values())
+
     def ranks(self) -> set[int]:
         return set(self._by_rank)
 

@@ -216,3 +216,34 @@ def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosi
     for d in engine.flush():
         latest[d.id] = d
     return list(latest.values())
+
+
+def analyze_trace(path, *, config: EngineConfig | None = None, progress: bool = False) -> tuple[list[Diagnosis], Engine]:
+    """:func:`analyze` over a Parquet trace (streams.trace), with a progress bar on stderr if asked."""
+    from streams.trace import iter_trace, trace_rows
+
+    engine = Engine(config)
+    events = iter_trace(path)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=trace_rows(path), unit="ev", unit_scale=True, desc="analyze", leave=False)
+
+        def counted(it):
+            for i, e in enumerate(it, 1):
+                if i % 4096 == 0:
+                    bar.update(4096)
+                yield e
+
+        events = counted(events)
+
+    def dead(event: Envelope, reason: str) -> None:
+        log.warning("dead letter: %s/%s event %s: %s", event.source, event.kind, event.id, reason)
+
+    try:
+        found = analyze(events, engine, on_dead=dead)
+    finally:
+        if bar is not None:
+            bar.close()
+    return found, engine

@@ -31,6 +31,7 @@ class HangConfig:
     floor_s: float = 60.0  # never call a stall shorter than this a hang
     heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
     collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
+    pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
     suspicion_confidence: float = 0.6
     fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
     step_window: int = 512  # recent step times the median is taken over
@@ -45,6 +46,7 @@ class _Stall:
     opened: float  # when the suspicion was raised
     first_stopped: tuple[int, ...]
     dumps: DumpSet = field(default_factory=DumpSet)
+    complete_at: float | None = None  # every rank has a dump, some only the trainer's faulthandler one
     decided: bool = False
 
 
@@ -112,10 +114,15 @@ class HangDetector:
         state = self._jobs.get(job)
         if state is None or state.stall is None or state.stall.decided:
             return []
-        state.stall.dumps.add(dump)
+        dumps = state.stall.dumps
+        dumps.add(dump)
         topology = self._book.topology(job)
-        if topology is not None and state.stall.dumps.ranks() >= set(topology.by_rank):
-            return [self._decide(job, state, dump.ts)]
+        if topology is not None and dumps.ranks() >= set(topology.by_rank):
+            if dumps.all_preferred():
+                return [self._decide(job, state, dump.ts)]
+            # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
+            if state.stall.complete_at is None:
+                state.stall.complete_at = dump.ts
         return []
 
     # --- time -----------------------------------------------------------------------------
@@ -130,7 +137,8 @@ class HangDetector:
         for name, job in self._jobs.items():
             stall = job.stall
             if stall is not None:
-                if not stall.decided and now - stall.opened >= self.config.collect_timeout_s:
+                grace_over = stall.complete_at is not None and now - stall.complete_at >= self.config.pyspy_grace_s
+                if not stall.decided and (grace_over or now - stall.opened >= self.config.collect_timeout_s):
                     out.append(self._decide(name, job, now))
                 continue
             if job.last_progress is None:

@@ -8,7 +8,6 @@ build without the engine still loads events and labels, and says it skipped the 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -65,29 +64,23 @@ def _labels(read_labels: Callable[[Any], Any] | None, path: Path) -> tuple[list[
 
 
 class _Diagnoser:
-    """Feeds events to the engine in order, ticking it once per second of trace time."""
+    """Feeds events to the engine in trace order (it keeps event time itself) and counts failures."""
 
     def __init__(self, engine: Any, stats: LoadStats):
         self.engine = engine
         self.stats = stats
-        self.last_tick: float | None = None
 
     def _safe(self, fn: Callable[[], Iterable[Any] | None]) -> list[Any]:
         try:
             return list(fn() or ())
-        except Exception as exc:  # noqa: BLE001 - one event the engine chokes on must not stop the load
+        except Exception as exc:  # noqa: BLE001 - an event the engine refuses (InvalidEvent) or chokes on must not stop the load
             self.stats.engine_errors += 1
-            log.warning("diagnosis engine failed: %s: %s", type(exc).__name__, exc)
+            if self.stats.engine_errors <= 5:
+                log.warning("diagnosis engine: %s: %s", type(exc).__name__, exc)
             return []
 
     def feed(self, event: Any) -> list[Any]:
-        out = self._safe(lambda: self.engine.process(event))
-        sec = math.floor(event.ts)
-        if self.last_tick is None or sec > self.last_tick:
-            self.last_tick = sec
-            if hasattr(self.engine, "tick"):
-                out.extend(self._safe(lambda: self.engine.tick(float(sec))))
-        return out
+        return self._safe(lambda: self.engine.process(event))
 
     def finish(self) -> list[Any]:
         return self._safe(self.engine.flush) if hasattr(self.engine, "flush") else []

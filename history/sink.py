@@ -4,7 +4,7 @@
 table, plus the job-timeline marks they imply, and says which records it could not store and
 why. :class:`HistorySink` writes a batch in one transaction: each Arrow table is registered into
 DuckDB and copied with one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``, so a batch delivered
-twice leaves the same rows.
+twice leaves the same rows (a diagnosis re-emitted with a higher fold count replaces its row).
 """
 
 from __future__ import annotations
@@ -256,6 +256,14 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
             rows["job_timeline"].extend(marks)
         except Unstorable as exc:
             rejected.append(Rejected(i, str(exc)))
+    # The engine re-emits a folded diagnosis under the same id with a growing count: keep the
+    # fullest version of each (the table upsert does the same across batches).
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows["diagnoses"]:
+        prev = latest.get(row["id"])
+        if prev is None or (row["count"] or 0) >= (prev["count"] or 0):
+            latest[row["id"]] = row
+    rows["diagnoses"] = list(latest.values())
     for label in labels:
         try:
             rows["labels"].append(label_row(label))
@@ -270,6 +278,15 @@ def _columns(name: str) -> str:
     return ", ".join(f'"{f.name}"' for f in SCHEMAS[name])
 
 
+def _on_conflict(name: str) -> str:
+    if name != "diagnoses":
+        return "ON CONFLICT DO NOTHING"
+    # A later version of a folded diagnosis (higher count) replaces the stored one; the same or an
+    # older version delivered again changes nothing, so the write stays idempotent.
+    sets = ", ".join(f'"{f.name}" = excluded."{f.name}"' for f in SCHEMAS[name] if f.name != "id")
+    return f"ON CONFLICT (id) DO UPDATE SET {sets} WHERE excluded.count > diagnoses.count"
+
+
 class HistorySink:
     """Writes :class:`Batch` es into an open history connection (see history.schema.open_history)."""
 
@@ -278,7 +295,8 @@ class HistorySink:
         self.inserted: dict[str, int] = {name: 0 for name in SCHEMAS}
 
     def write(self, batch: Batch) -> dict[str, int]:
-        """Insert a batch atomically; returns the rows actually added per table (duplicates skipped)."""
+        """Insert a batch atomically; returns the rows written per table (added, or a diagnosis
+        replaced by a fuller version); duplicates count zero."""
         added: dict[str, int] = {}
         self.conn.execute("BEGIN TRANSACTION")
         try:
@@ -289,9 +307,9 @@ class HistorySink:
                 self.conn.register(view, table)
                 try:
                     cols = _columns(name)
-                    # DuckDB reports the rows kept, so duplicates show up as a smaller count.
+                    # DuckDB reports the rows written, so duplicates show up as a smaller count.
                     added[name] = self.conn.execute(
-                        f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view} ON CONFLICT DO NOTHING"
+                        f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view} {_on_conflict(name)}"
                     ).fetchone()[0]
                 finally:
                     self.conn.unregister(view)

@@ -74,7 +74,7 @@ class NodeGpus:
             self.uuids.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
         # A little silicon lottery: each GPU runs a bit hotter or cooler than its neighbours.
         offsets = np.random.default_rng([self.seed, int(hashlib.blake2b(self.node.encode(), digest_size=4).hexdigest(), 16)])
-        self.temp_base = (62.0 + offsets.normal(0, 2.5, self.gpus)).tolist()
+        self.temp_base_arr = 62.0 + offsets.normal(0, 2.5, self.gpus)
 
     def bump(self, gpu: int, name: str, delta: int) -> None:
         if name not in COUNTERS:
@@ -84,36 +84,35 @@ class NodeGpus:
     def sample(self, noise: np.ndarray, mods: dict[int, GpuMods] | None = None) -> list[dict[str, Any]]:
         """One ``gpus`` list; ``noise`` is a (gpus, 4) standard-normal draw (kept outside so the
         caller draws a fixed amount of randomness per tick, whatever the faults: determinism)."""
+        mods = mods or {}
+        ms = [mods.get(g, _NO_MODS) for g in range(self.gpus)]
+        util_f = np.array([m.util_factor for m in ms])
+        idle = np.array([m.idle for m in ms])
+        n0, n1, n2, n3 = noise.T
+        util = np.where(idle, 0.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0))
+        mem_used = np.where(idle, 512.0 + np.abs(n1) * 20, 76_800.0 + n1 * 300)
+        power = np.where(idle, 72.0 + n2 * 3, np.minimum(POWER_LIMIT_W, (610.0 + n2 * 25) * (0.55 + 0.45 * util_f)))
+        heat = np.array([m.heat_c for m in ms])
+        temp = np.where(idle, self.temp_base_arr - 25.0 + n3, self.temp_base_arr + n3 * 0.8 + heat)
+        clock = np.where(idle, 345, (SM_CLOCK_MAX * np.array([m.clock_factor for m in ms])).astype(int))
+        util_l = np.round(util, 1).tolist()
+        mem_util_l = np.round(util * 0.45, 1).tolist()
+        mem_l = np.round(mem_used, 0).tolist()
+        temp_l = np.round(temp, 1).tolist()
+        power_l = np.round(power, 1).tolist()
+        clock_l = clock.tolist()
         out = []
-        for g in range(self.gpus):
-            m = (mods or {}).get(g, _NO_MODS)
-            n0, n1, n2, n3 = noise[g]
+        for g, m in enumerate(ms):
             row: dict[str, Any] = {"index": g, "uuid": self.uuids[g]}
             if m.lost:
-                row.update({k: None for k in _VALUE_KEYS})
-                row["throttle"] = None
+                row.update(_LOST)
                 out.append(row)
                 continue
-            if m.idle:
-                util, mem_used, power = 0.0, 512.0 + abs(n1) * 20, 72.0 + n2 * 3
-                temp = self.temp_base[g] - 25.0 + n3
-            else:
-                util = min(100.0, max(0.0, (98.0 + n0 * 1.5) * m.util_factor))
-                mem_used = 76_800.0 + n1 * 300
-                power = min(POWER_LIMIT_W, (610.0 + n2 * 25) * (0.55 + 0.45 * m.util_factor))
-                temp = self.temp_base[g] + n3 * 0.8 + m.heat_c
-            clock = int(SM_CLOCK_MAX * m.clock_factor) if not m.idle else 345
             c = self.counters[g]
             row.update({
-                "util": round(util, 1),
-                "mem_util": round(util * 0.45, 1),
-                "mem_used_mb": round(mem_used, 0),
-                "mem_total_mb": MEM_TOTAL_MB,
-                "temp_c": round(temp, 1),
-                "power_w": round(power, 1),
-                "power_limit_w": POWER_LIMIT_W,
-                "sm_clock_mhz": clock,
-                "mem_clock_mhz": MEM_CLOCK,
+                "util": util_l[g], "mem_util": mem_util_l[g], "mem_used_mb": mem_l[g],
+                "mem_total_mb": MEM_TOTAL_MB, "temp_c": temp_l[g], "power_w": power_l[g],
+                "power_limit_w": POWER_LIMIT_W, "sm_clock_mhz": clock_l[g], "mem_clock_mhz": MEM_CLOCK,
                 "sm_clock_max_mhz": SM_CLOCK_MAX,
                 "throttle": list(m.throttle) if m.throttle else (["gpu_idle"] if m.idle else []),
                 **c,
@@ -129,3 +128,6 @@ _VALUE_KEYS = (
     "util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
     "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", *COUNTERS, "recovery_action",
 )
+
+# A lost GPU: the driver answers nothing, so every value (and the throttle list) is null.
+_LOST = {**{k: None for k in _VALUE_KEYS}, "throttle": None}

@@ -1,15 +1,50 @@
-"""faultlens analyze (placeholder until issue 4 lands)."""
+"""faultlens analyze TRACE: the diagnosis engine over a trace file, no broker."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
 
-from faultlens.commands._unbuilt import not_built
+import orjson
 
-HELP = "(not built yet: issue 4)"
+from diagnosis.engine import EngineConfig, analyze_trace
+from streams.trace import TraceError
+
+log = logging.getLogger(__name__)
+
+HELP = "run the detectors over a trace file (no broker) and print the diagnoses as JSON lines"
+DESCRIPTION = """\
+Reads a Parquet trace (from `faultlens simulate` or `faultlens record`), parses raw log lines on
+the way in, runs the same engine as `faultlens diagnose` on event time, and prints one JSON
+line per diagnosis on stdout (the final version of each: folded duplicates raise `count`).
+Record-only diagnoses (action `none`) are printed too; --findings-only leaves them and requests
+for stack captures out. A summary (events, dead letters, diagnoses) goes to stderr."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("trace", help="Parquet trace file")
+    parser.add_argument("--findings-only", action="store_true",
+                        help="leave out record-only diagnoses and stack-capture requests")
+    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("analyze", "issue 4")
+    from diagnosis.scoring import is_scored
+
+    try:
+        found, engine = analyze_trace(args.trace, config=EngineConfig(implicit=not args.no_implicit),
+                                      progress=not args.no_progress and sys.stderr.isatty())
+    except (TraceError, FileNotFoundError, OSError) as exc:
+        print(f"faultlens analyze: {exc}", file=sys.stderr)
+        return 2
+    out = sys.stdout.buffer
+    for d in found:
+        if args.findings_only and not is_scored(d):
+            continue
+        out.write(orjson.dumps(d.to_dict()) + b"\n")
+    out.flush()
+    print(json.dumps({"summary": dict(engine.stats), "dedup": dict(engine.dedup.stats)}), file=sys.stderr)
+    return 0

@@ -1,15 +1,100 @@
-"""faultlens score (placeholder until issue 4 lands)."""
+"""faultlens score TRACE: analyze a trace and compare the diagnoses with its ground-truth labels."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import sys
 
-from faultlens.commands._unbuilt import not_built
+from diagnosis.engine import EngineConfig, analyze_trace
+from diagnosis.scoring import EARLY_S, WINDOW_S, score
+from streams.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 
-HELP = "(not built yet: issue 4)"
+HELP = "analyze a trace and score the diagnoses against TRACE.labels.jsonl (precision, recall, latency)"
+DESCRIPTION = f"""\
+Runs `faultlens analyze` on TRACE and matches its diagnoses with the injected faults in
+TRACE.labels.jsonl (or --labels FILE). A diagnosis matches a label when it has the same job and
+fault class, was decided between {EARLY_S:.0f}s before and --window seconds (default {WINDOW_S:.0f})
+after the onset, and names at least one of the label's nodes (or either names none). Record-only
+diagnoses (action none), stack-capture requests (capture_stacks, confidence < 0.5) and `unknown`
+are not scored. Per class: precision, recall, detection latency (onset → decision), nodes wrongly
+blamed, and for job_hang / fail_slow whether the evicted group holds the culprit.
+
+Prints a table; with --json one JSON line per fault class and a last line with the overall
+precision, recall, detection_latency_p50_s, detection_latency_p99_s and healthy_nodes_blamed.
+--show-misses lists missed labels and unmatched diagnoses on stderr."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("trace", help="Parquet trace file")
+    parser.add_argument("--labels", help="labels file (default TRACE.labels.jsonl)")
+    parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    parser.add_argument("--window", type=float, default=WINDOW_S, help=f"match window after onset, s (default {WINDOW_S:.0f})")
+    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    parser.add_argument("--show-misses", action="store_true", help="list missed labels and unmatched diagnoses on stderr")
+
+
+def _labels(args) -> list[dict]:
+    if not args.labels:
+        return read_labels(args.trace)
+    import orjson
+
+    out = []
+    with open(args.labels, "rb") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                label = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise TraceError(f"{args.labels}:{i}: not valid JSON ({exc})") from None
+            if not isinstance(label, dict) or any(k not in label for k in LABEL_KEYS):
+                raise TraceError(f"{args.labels}:{i}: a label needs {', '.join(LABEL_KEYS)}")
+            out.append(label)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("score", "issue 4")
+    try:
+        labels = _labels(args)
+        found, _ = analyze_trace(args.trace, config=EngineConfig(implicit=not args.no_implicit),
+                                 progress=sys.stderr.isatty())
+    except (TraceError, FileNotFoundError, OSError, ValueError) as exc:
+        print(f"faultlens score: {exc} (labels: {args.labels or labels_path(args.trace)})", file=sys.stderr)
+        return 2
+    result = score(found, labels, window_s=args.window)
+    rows = [result.classes[k].to_dict() for k in sorted(result.classes)]
+    overall = result.overall()
+    if args.show_misses:
+        for lab in result.missed:
+            print(json.dumps({"missed": lab}), file=sys.stderr)
+        for d in result.unmatched:
+            print(json.dumps({"unmatched": d.to_dict()}), file=sys.stderr)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        print(json.dumps(overall), flush=True)
+        return 0
+    _table(rows, overall)
+    return 0
+
+
+def _table(rows: list[dict], overall: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def f(x):
+        return "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
+
+    t = Table(title="faultlens score")
+    for col in ("fault", "labels", "detected", "diagnoses", "precision", "recall", "latency p50 s", "latency p99 s",
+                "wrong nodes", "group holds culprit"):
+        t.add_column(col, justify="left" if col == "fault" else "right")
+    for r in rows:
+        t.add_row(r["fault"], f(r["labels"]), f(r["detected"]), f(r["diagnoses"]), f(r["precision"]), f(r["recall"]),
+                  f(r["detection_latency_p50_s"]), f(r["detection_latency_p99_s"]), f(r["wrong_nodes"]),
+                  r.get("group_holds_culprit", ""))
+    t.add_row("[b]overall", f(overall["labels"]), f(overall["detected"]), f(overall["diagnoses"]),
+              f(overall["precision"]), f(overall["recall"]), f(overall["detection_latency_p50_s"]),
+              f(overall["detection_latency_p99_s"]), f(overall["healthy_nodes_blamed"]), overall["group_holds_culprit"])
+    Console().print(t)

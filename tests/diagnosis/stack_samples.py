@@ -129,7 +129,7 @@ def faulthandler_dump(frames: Frames, *, site: str = "/usr/lib/python3.11/site-p
     return "\n".join(lines) + "\n"
 
 
-def fig7_dumps(topology: Topology, stuck_rank: int, *, seed: int = 0) -> dict[int, str]:
+def fig7_dumps(topology: Topology, stuck_rank: int, *, seed: int = 0, tool: str = "py-spy") -> dict[int, str]:
     """Fig. 7: ``stuck_rank`` in all_gather, its pipeline peers in isend/irecv, everyone else in grad sync.
 
     Healthy ranks vary in pid, locals and the pin-memory thread, as real dumps do.
@@ -144,7 +144,10 @@ def fig7_dumps(topology: Topology, stuck_rank: int, *, seed: int = 0) -> dict[in
             frames = PP_SEND if p.pp < place.pp else PP_RECV
         else:
             frames = GRAD_SYNC
-        dumps[p.rank] = pyspy_dump(frames, pid=1000 + p.rank, loader=rng.random() < 0.8, locals_=rng.random() < 0.2)
+        if tool == "faulthandler":
+            dumps[p.rank] = faulthandler_dump(frames)
+        else:
+            dumps[p.rank] = pyspy_dump(frames, pid=1000 + p.rank, loader=rng.random() < 0.8, locals_=rng.random() < 0.2)
     return dumps
 
 

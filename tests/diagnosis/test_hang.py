@@ -155,6 +155,17 @@ def test_faulthandler_and_pyspy_dumps_of_one_rank_count_once_with_pyspy_kept():
     assert final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
 
 
+def test_faulthandler_only_dumps_decide_after_the_pyspy_grace():
+    det = _detector(pyspy_grace_s=5.0)
+    events = _training(20)
+    events += [stack_event(105.0, TOPO, r, text, tool="faulthandler")
+               for r, text in fig7_dumps(TOPO, STUCK, tool="faulthandler").items()]
+    out = _run(det, events, until=200)
+    final = out[-1]
+    assert final.action == "evict" and final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
+    assert final.ts == pytest.approx(T0 + 110.0)
+
+
 def test_missing_dumps_are_blamed_when_the_dumps_agree():
     det = _detector()
     events = _training(20)

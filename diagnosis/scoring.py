@@ -1,0 +1,174 @@
+"""Scoring diagnoses against a trace's ground truth (``TRACE.labels.jsonl``, DESIGN.md §8).
+
+Matching, per label ``{"job", "fault", "nodes", "ranks", "onset"}``: a diagnosis matches when it
+has the same job and fault class, was decided no earlier than ``early_s`` before the onset and
+no later than ``window_s`` after it, and blames at least one of the label's nodes (a diagnosis
+that blames no node, like a job-wide NaN, or a label without nodes, match on class and time).
+
+* Not scored: record-only diagnoses (action ``none``), requests for evidence (action
+  ``capture_stacks`` with confidence < 0.5) and ``unknown`` (input problems, not faults).
+* Precision of a class: scored diagnoses of that class that match some label / all of them.
+* Recall of a class: labels matched by at least one diagnosis / all labels of the class.
+* Detection latency: decision time of the first matching diagnosis minus the label's onset.
+* Healthy nodes blamed: distinct (job, node) pairs named by a diagnosis that matches no label,
+  or named beside the culprit by a matching one, that no label around that time names. Groups
+  evicted on purpose (hang / fail-slow: the parallel group is over-evicted by design) are
+  counted apart, as ``over_evicted_nodes``.
+* For hang and fail-slow, ``group_holds_culprit`` counts detected labels whose evicting
+  diagnosis names every one of the label's nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from diagnosis.record import Diagnosis
+
+WINDOW_S = 600.0
+EARLY_S = 30.0
+GROUP_CLASSES = ("job_hang", "fail_slow")
+
+
+def is_scored(d: Diagnosis) -> bool:
+    if d.action == "none" or d.fault == "unknown":
+        return False
+    return not (d.action == "capture_stacks" and d.confidence < 0.5)
+
+
+@dataclass
+class ClassScore:
+    fault: str
+    labels: int = 0
+    detected: int = 0
+    diagnoses: int = 0
+    true_positives: int = 0
+    latencies: list[float] = field(default_factory=list)
+    wrong_nodes: set = field(default_factory=set)
+    group_checked: int = 0
+    group_holds: int = 0
+
+    @property
+    def precision(self) -> float | None:
+        return self.true_positives / self.diagnoses if self.diagnoses else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.detected / self.labels if self.labels else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "fault": self.fault, "labels": self.labels, "detected": self.detected, "diagnoses": self.diagnoses,
+            "true_positives": self.true_positives, "precision": _r(self.precision), "recall": _r(self.recall),
+            "detection_latency_p50_s": _pct(self.latencies, 50), "detection_latency_p99_s": _pct(self.latencies, 99),
+            "wrong_nodes": len(self.wrong_nodes),
+        }
+        if self.fault in GROUP_CLASSES:
+            out["group_holds_culprit"] = f"{self.group_holds}/{self.group_checked}"
+        return out
+
+
+@dataclass
+class Score:
+    classes: dict[str, ClassScore]
+    healthy_nodes_blamed: int
+    over_evicted_nodes: int
+    unmatched: list[Diagnosis]
+    missed: list[Mapping[str, Any]]
+
+    def overall(self) -> dict[str, Any]:
+        diags = sum(c.diagnoses for c in self.classes.values())
+        tp = sum(c.true_positives for c in self.classes.values())
+        labels = sum(c.labels for c in self.classes.values())
+        detected = sum(c.detected for c in self.classes.values())
+        lat = [x for c in self.classes.values() for x in c.latencies]
+        checked = sum(c.group_checked for c in self.classes.values())
+        holds = sum(c.group_holds for c in self.classes.values())
+        return {
+            "precision": _r(tp / diags) if diags else None,
+            "recall": _r(detected / labels) if labels else None,
+            "detection_latency_p50_s": _pct(lat, 50),
+            "detection_latency_p99_s": _pct(lat, 99),
+            "healthy_nodes_blamed": self.healthy_nodes_blamed,
+            "over_evicted_nodes": self.over_evicted_nodes,
+            "labels": labels, "detected": detected, "diagnoses": diags, "true_positives": tp,
+            "group_holds_culprit": f"{holds}/{checked}",
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def _matches(d: Diagnosis, label: Mapping[str, Any], early_s: float, window_s: float) -> bool:
+    if d.fault != label["fault"] or d.job != label["job"]:
+        return False
+    onset = float(label["onset"])
+    if not (onset - early_s <= d.ts <= onset + window_s):
+        return False
+    nodes = set(label.get("nodes") or ())
+    return not nodes or not d.nodes or bool(nodes.intersection(d.nodes))
+
+
+def score(diagnoses: Iterable[Diagnosis], labels: Iterable[Mapping[str, Any]], *, window_s: float = WINDOW_S,
+          early_s: float = EARLY_S) -> Score:
+    labels = list(labels)
+    diags = [d for d in diagnoses if is_scored(d)]
+    classes: dict[str, ClassScore] = {}
+    for lab in labels:
+        classes.setdefault(lab["fault"], ClassScore(lab["fault"])).labels += 1
+    hit_labels: dict[int, list[Diagnosis]] = {}
+    healthy: set[tuple[str, str]] = set()
+    over: set[tuple[str, str]] = set()
+    unmatched: list[Diagnosis] = []
+    for d in diags:
+        c = classes.setdefault(d.fault, ClassScore(d.fault))
+        c.diagnoses += 1
+        matched = [i for i, lab in enumerate(labels) if _matches(d, lab, early_s, window_s)]
+        nearby = _labelled_nodes(labels, d, window_s)
+        if matched:
+            c.true_positives += 1
+            for i in matched:
+                hit_labels.setdefault(i, []).append(d)
+        else:
+            unmatched.append(d)
+        for node in d.nodes:
+            if node in nearby:
+                continue
+            if matched and (d.group or d.fault in GROUP_CLASSES):
+                over.add((d.job, node))
+            else:
+                healthy.add((d.job, node))
+                c.wrong_nodes.add((d.job, node))
+    missed = []
+    for i, lab in enumerate(labels):
+        c = classes[lab["fault"]]
+        found = hit_labels.get(i)
+        if not found:
+            missed.append(lab)
+            continue
+        c.detected += 1
+        c.latencies.append(max(0.0, min(d.ts for d in found) - float(lab["onset"])))
+        if lab["fault"] in GROUP_CLASSES:
+            evicting = [d for d in found if d.action in ("evict", "inspect_hardware")]
+            if evicting:
+                c.group_checked += 1
+                culprit = set(lab.get("nodes") or ())
+                c.group_holds += any(culprit <= set(d.nodes) for d in evicting)
+    return Score(classes, len(healthy), len(over), unmatched, missed)
+
+
+def _labelled_nodes(labels: list[Mapping[str, Any]], d: Diagnosis, window_s: float) -> set[str]:
+    """Nodes some label of the same job names around the diagnosis time (any class)."""
+    out: set[str] = set()
+    for lab in labels:
+        if lab["job"] == d.job and float(lab["onset"]) - EARLY_S <= d.ts <= float(lab["onset"]) + window_s:
+            out.update(lab.get("nodes") or ())
+    return out
+

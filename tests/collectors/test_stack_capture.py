@@ -1,0 +1,151 @@
+"""Stack capture with the real py-spy on real Python processes; the command gate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from collectors.command_listener import SeenIds, StackCaptureSource, check_command
+from collectors.stack_capture import (dump_stack, find_training_processes, py_spy_binary, rank_from_environ)
+from remediation.command import Command
+from streams.config import KafkaSettings
+
+SECRET = b"test-secret"
+
+# A "launcher" with two "ranks"; each rank has a child of its own (a DataLoader worker stand-in)
+# carrying the same environment, which must not be dumped as a rank of its own.
+_LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    rank_code = '''
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+def train_step_waiting_in_allreduce():
+    time.sleep(120)
+train_step_waiting_in_allreduce()
+'''
+    kids = [subprocess.Popen([sys.executable, "-c", rank_code], env={**os.environ, "RANK": str(8 + r), "LOCAL_RANK": str(r)})
+            for r in range(2)]
+    print("ready", flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.fixture
+def launcher():
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    import psutil
+
+    # Wait until both ranks have started their worker child (the tree is complete).
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 4:
+        time.sleep(0.05)
+    yield proc
+    os.killpg(proc.pid, 9)
+    proc.wait()
+
+
+def test_rank_from_environ():
+    assert rank_from_environ({"RANK": "12"}) == 12
+    assert rank_from_environ({"MY_RANK": "3"}, "MY_RANK") == 3
+    assert rank_from_environ({"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "3"}) == 26
+    assert rank_from_environ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "NODE_RANK": "2"}) == 17
+    assert rank_from_environ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4"}) == 1
+    assert rank_from_environ({"LOCAL_RANK": "1"}) is None  # which node? unknown, not guessed
+    assert rank_from_environ({"RANK": "x"}) is None
+
+
+def test_training_processes_under_a_launcher_are_the_ranks_not_their_workers(launcher):
+    procs = find_training_processes(launcher_pid=launcher.pid)
+    assert sorted(p.rank for p in procs) == [8, 9]
+    import psutil
+
+    assert all(psutil.Process(p.pid).ppid() == launcher.pid for p in procs)
+
+
+def test_training_processes_by_pattern(launcher):
+    procs = find_training_processes(proc_pattern=r"train_step_waiting_in_allreduce")
+    assert sorted(p.rank for p in procs) == [8, 9]
+    assert find_training_processes(proc_pattern=r"no-such-process-\d{40}") == []
+
+
+def test_py_spy_dumps_a_real_process(launcher):
+    assert py_spy_binary(), "py-spy is a dependency of the project"
+    rank = find_training_processes(launcher_pid=launcher.pid)[0]
+    ok, text = dump_stack(rank.pid, timeout_s=20)
+    assert ok, text
+    assert "train_step_waiting_in_allreduce" in text and f"Process {rank.pid}" in text
+
+
+def test_py_spy_failures_are_text_not_exceptions(tmp_path):
+    ok, text = dump_stack(2**22 + 12345, timeout_s=20)  # no such pid
+    assert not ok and "failed" in text
+    ok, text = dump_stack(os.getpid(), binary=str(tmp_path / "no-py-spy"))
+    assert not ok and "could not run" in text
+    hang = tmp_path / "hang-spy"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(0o755)
+    ok, text = dump_stack(os.getpid(), binary=str(hang), timeout_s=0.3)
+    assert not ok and "did not finish" in text
+
+
+def _cmd(**kw) -> Command:
+    now = time.time()
+    base = dict(job="job1", action="capture_stacks", issued_at=now, expires_at=now + 60)
+    return Command(**{**base, **kw})
+
+
+def test_the_command_gate():
+    seen = SeenIds()
+    now = time.time()
+    ok = _cmd(nodes=("n1",)).signed(SECRET)
+    gate = dict(secret=SECRET, job="job1", node="n1", now=now, seen=seen)
+    assert check_command(ok, **gate) is None
+    assert check_command(_cmd().signed(SECRET), **gate) is None  # no nodes: every node
+    assert check_command(_cmd(nodes=("n1",)), **gate) == "bad signature"  # unsigned
+    assert check_command(_cmd().signed(b"other secret"), **gate) == "bad signature"
+    forged = Command.from_dict({**ok.to_dict(), "nodes": ["n1", "n2"]})  # altered after signing
+    assert check_command(forged, **gate) == "bad signature"
+    assert "not addressed" in check_command(_cmd(nodes=("n2",)).signed(SECRET), **gate)
+    assert "job" in check_command(_cmd(job="job2").signed(SECRET), **gate)
+    assert "expired" in check_command(_cmd(issued_at=now - 100, expires_at=now - 10).signed(SECRET), **gate)
+    assert "not for the node agent" in check_command(_cmd(action="evict").signed(SECRET), **gate)
+    seen.add(ok.id)
+    assert check_command(ok, **gate) == "already handled"
+
+
+def test_seen_ids_are_bounded():
+    seen = SeenIds(limit=3)
+    for i in range(5):
+        seen.add(str(i))
+    assert "0" not in seen and "1" not in seen and "4" in seen
+
+
+def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
+    out = []
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+                             publish=out.append, launcher_pid=launcher.pid, dump_timeout_s=20)
+    cmd = _cmd(nodes=("n1",)).signed(SECRET)
+    events = src.handle(cmd.encode())
+    assert sorted(e.data["rank"] for e in events) == [8, 9] and out == events
+    for e in events:
+        assert (e.source, e.kind, e.node, e.job) == ("stack", "stack_dump", "n1", "job1")
+        assert e.data["request_id"] == cmd.id and e.data["tool"] == "py-spy" and e.data["ok"]
+        assert "train_step_waiting_in_allreduce" in e.data["dump"]
+    assert src.handle(cmd.encode()) == []  # redelivered: not again
+    assert src.handle(b"{not json") == [] and src.handle(None) == []
+    assert src.refused == 3
+
+
+def test_no_training_process_is_answered_with_an_error_dump():
+    out = []
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+                             publish=out.append, proc_pattern=r"no-such-process-\d{40}")
+    (event,) = src.handle(_cmd().signed(SECRET).encode())
+    assert event.data["pid"] is None and not event.data["ok"] and "no training processes" in event.data["dump"]

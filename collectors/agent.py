@@ -60,6 +60,7 @@ class AgentConfig:
     spool_max_mb: float = 256.0
     create_topics: bool = True
     dump_timeout_s: float = 10.0
+    send_timeout_s: float = 10.0  # how long a batch may wait for the broker before it is spooled
 
 
 class _Runner:
@@ -107,7 +108,8 @@ class Agent:
         self.config = config
         self.settings = settings
         self.spool = Spool(config.spool_dir, int(config.spool_max_mb * 1024 * 1024))
-        self.publisher = Publisher(settings, self.spool, create_topics=config.create_topics)
+        self.publisher = Publisher(settings, self.spool, create_topics=config.create_topics,
+                                   send_timeout_s=config.send_timeout_s)
         self.stop_event = threading.Event()
         self.unavailable: dict[str, str] = {}  # sources not started at all, and why
         self.parser_factories = parser_factories or {}

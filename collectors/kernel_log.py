@@ -219,7 +219,7 @@ class KernelLogParser:
         if ctx and self._n - ctx[0] <= CONTEXT_LINES:
             lines = ctx[1] + [raw]
             more = ctx[2]
-        data = common("\n".join(lines), "gpu_lost", "evict", "fatal", pci=pci, **more, **{k: v for k, v in extra.items() if v is not None})
+        data = common("\n".join(lines), "gpu_lost", "evict", "fatal", pci=pci, **more, **extra)
         if xid is not None:
             data["xid"] = xid
         return [("gpu_lost", data)]

@@ -100,7 +100,8 @@ def find_training_processes(*, launcher_pid: int | None = None, proc_pattern: st
     """The training processes of this node, by launcher process tree or by command-line regex.
 
     Under a launcher, the workers are the topmost descendants that carry a rank in their
-    environment; when none does (environment unreadable), the launcher's direct children.
+    environment; when none does (environment unreadable), the launcher's direct children. By
+    pattern, the topmost matches that carry a rank, else the topmost matches.
     """
     me = os.getpid()
     candidates: list[psutil.Process] = []
@@ -127,7 +128,10 @@ def find_training_processes(*, launcher_pid: int | None = None, proc_pattern: st
             line = _cmdline(p)
             if line and regex.search(line):
                 candidates.append(p)
-        candidates = _topmost(candidates)
+        # `torchrun train.py` matches "train.py" as well as its workers do: when some matches
+        # carry a rank, those are the training processes.
+        ranked = [p for p in candidates if _rank_of(p, rank_env) is not None]
+        candidates = _topmost(ranked or candidates)
     out = []
     for p in sorted(candidates, key=lambda p: p.pid):
         if p.pid == me:

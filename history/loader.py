@@ -121,6 +121,7 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
     from tqdm import tqdm
 
     pending: list[Any] = []
+    diagnosis_ids: set[str] = set()  # the engine re-emits a folded diagnosis as its count grows
     try:
         with tqdm(trace.iter_trace(path), total=total, desc=f"loading {path.name}", unit="ev",
                   disable=not progress, mininterval=0.5) as bar:
@@ -129,7 +130,7 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
                 pending.append(event)
                 if diagnoser is not None:
                     found = diagnoser.feed(event)
-                    stats.diagnoses += len(found)
+                    diagnosis_ids.update(d.id for d in found)
                     pending.extend(found)
                 if len(pending) >= batch_size:
                     write(pending)
@@ -142,8 +143,9 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
         log.error("trace %s: %s", path, exc)
     if diagnoser is not None:
         found = diagnoser.finish()
-        stats.diagnoses += len(found)
+        diagnosis_ids.update(d.id for d in found)
         pending.extend(found)
+    stats.diagnoses = len(diagnosis_ids)
     write(pending, labels)
     stats.labels = len(labels)
     return stats

@@ -15,6 +15,7 @@ DEFAULTS: dict[str, Any] = {
     "max_gap": 60.0,      # a running mark counts as productive for at most this many seconds
     "buckets": 40,        # time buckets of faults_over_time
     "confirmed": 0.9,     # confidence from which a diagnosis counts as a really faulty node
+    "match_window": 600.0,  # label_detection: a diagnosis's evidence may start this long after the true onset
 }
 
 # Marks at the same second sort running first: a step's mark is floored to its second, so a fault
@@ -69,6 +70,19 @@ QUERIES: dict[str, str] = {
         FROM diagnoses""",
     "detection_latencies": """
         SELECT fault, ts - onset AS latency_s FROM diagnoses ORDER BY latency_s""",
+    # With ground truth: each label's first matching diagnosis (same job, a shared node, decided at
+    # or after the true onset, first evidence within match_window of it).
+    "label_detection": """
+        WITH m AS (
+            SELECT l.id, min(d.ts) - l.onset AS latency_s
+            FROM labels l LEFT JOIN diagnoses d
+              ON d.job = l.job AND list_has_any(d.nodes, l.nodes) AND d.ts >= l.onset
+             AND d.onset <= l.onset + $match_window
+            WHERE l.onset IS NOT NULL GROUP BY l.id, l.onset
+        )
+        SELECT count(*) AS labels, count(latency_s) AS detected, count(*) - count(latency_s) AS missed,
+               quantile_cont(latency_s, 0.5) AS p50_s, quantile_cont(latency_s, 0.99) AS p99_s
+        FROM m""",
     "time_to_command": """
         WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM commands
                            WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
@@ -136,7 +150,7 @@ QUERIES: dict[str, str] = {
 # The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
 REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
-    "time_to_command", "mtbf", "over_eviction", "ettr", "incidents", "event_faults",
+    "label_detection", "time_to_command", "mtbf", "over_eviction", "ettr", "incidents", "event_faults",
 )
 
 

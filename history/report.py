@@ -20,6 +20,7 @@ TITLES = {
     "faults_by_day": "Faults by day (UTC, by onset)",
     "top_nodes": "Top offending nodes",
     "detection_latency": "Detection latency: fault onset → diagnosis (s)",
+    "label_detection": "Detection latency against ground truth: labelled onset → first matching diagnosis (s)",
     "time_to_command": "Time to command: diagnosis → first command (s)",
     "mtbf": "MTBF per node (history window / failures)",
     "over_eviction": "Over-eviction (evicted nodes / really faulty nodes)",
@@ -29,7 +30,8 @@ TITLES = {
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
-SINGLE_ROW = frozenset({"summary", "detection_latency", "time_to_command", "over_eviction"})
+SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
+_TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at"})
 
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:
@@ -62,11 +64,13 @@ def _cell(column: str, value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        if column in ("ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "last_ts"):
-            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        if column in _TIMES:
+            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime("%m-%d %H:%M:%S")
         if column in ("ettr", "ratio", "confidence"):
             return f"{value:.3f}"
         return f"{value:,.1f}"
+    if column.endswith("id") and isinstance(value, str) and len(value) > 12:
+        return value[:10] + "…"  # ids are for --json; a prefix is enough to tell rows apart
     if isinstance(value, list):
         return ", ".join(str(v) for v in value[:6]) + (f" (+{len(value) - 6})" if len(value) > 6 else "")
     return str(value)
@@ -74,7 +78,9 @@ def _cell(column: str, value: Any) -> str:
 
 def render(sections: dict[str, list[dict[str, Any]]], file: IO[str] | None = None, max_rows: int = 30) -> None:
     """Rich tables on ``file`` (stdout by default)."""
-    console = Console(file=file, width=140 if file is not None else None)
+    console = Console(file=file)
+    if not console.is_terminal:
+        console.width = 160  # piped or to a file: rich would assume 80 columns and fold every cell
     for name, rows in sections.items():
         table = Table(title=TITLES.get(name, name), title_justify="left")
         if not rows:

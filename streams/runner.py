@@ -57,6 +57,7 @@ class RunnerStats:
     batches: int = 0
     commits: int = 0
     redeliveries: int = 0
+    lag: int = 0  # messages behind the partitions' high-water marks, refreshed every few seconds
     last_loop_s: float = 0.0
     started_at: float = field(default_factory=time.time)
 
@@ -182,7 +183,7 @@ class GroupRunner:
             self._install_signals()
         self.consumer = consumer = self._consumer()
         last_data = time.monotonic()
-        last_tick = 0.0
+        last_tick = last_lag = 0.0
         try:
             while not self._stop.is_set():
                 t0 = time.monotonic()
@@ -204,6 +205,9 @@ class GroupRunner:
                     self.stats.records_in += sum(len(v) for v in polled.values())
                     self.stats.batches += 1 if polled else 0
                 self.stats.last_loop_s = time.monotonic() - t0
+                if time.monotonic() - last_lag >= 5.0:
+                    last_lag = time.monotonic()
+                    self.stats.lag = self._lag(consumer)
                 if max_records_total is not None and self.stats.records_in >= max_records_total:
                     break
                 if not self.ready.is_set():
@@ -234,6 +238,16 @@ class GroupRunner:
                 # A rebalance took the partitions away: the new owner re-reads from the last commit.
                 log.warning("commit failed (%s); those records will be delivered again", exc)
         return True
+
+    @staticmethod
+    def _lag(consumer: KafkaConsumer) -> int:
+        # highwater() is what the last fetch reported: no extra request on the hot path.
+        lag = 0
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - consumer.position(tp))
+        return lag
 
     def _close(self) -> None:
         try:

@@ -78,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--procs-per-node", type=int, default=1, help="trainer processes per node")
     p.add_argument("--standby", default="", help="comma-separated spare node names (e.g. s000,s001)")
     p.add_argument("--trainer", default="trainer_hooks.reference_trainer", help="python module to run")
+    p.add_argument("--node-arg", default="--node",
+                   help="flag that passes each process its node name on the command line ('' for none)")
     p.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
     p.add_argument("--max-restarts", type=int, default=5, help="give up after this many restarts")
     p.add_argument("--grace", type=float, default=5.0, help="seconds children get to exit on their own")
@@ -125,7 +127,8 @@ class Launcher:
                 if self.args.log_dir:
                     self.args.log_dir.mkdir(parents=True, exist_ok=True)
                     out = open(self.args.log_dir / f"attempt{self.attempt}-rank{rank}-{node}.log", "ab")
-                proc = subprocess.Popen([sys.executable, "-m", self.args.trainer, *self.args.trainer_args],
+                node_arg = [self.args.node_arg, node] if self.args.node_arg else []
+                proc = subprocess.Popen([sys.executable, "-m", self.args.trainer, *node_arg, *self.args.trainer_args],
                                         env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True)
                 self.procs.append((proc, node, rank))

@@ -36,6 +36,9 @@ FEATURES = 32
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer_hooks.reference_trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--node", default=os.environ.get("FAULTLENS_NODE"),
+                   help="node name (default FAULTLENS_NODE); on the command line it lets a node agent's "
+                        "--proc-pattern tell the nodes of one machine apart")
     p.add_argument("--steps", type=int, default=200, help="total training steps")
     p.add_argument("--step-sleep", type=float, default=0.1, help="extra seconds per step (stands in for GPU work)")
     p.add_argument("--ckpt-dir", type=Path, required=True, help="checkpoint folder (shared by all ranks)")
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s rank{os.environ.get('RANK', '?')} %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    job, node = os.environ["FAULTLENS_JOB"], os.environ["FAULTLENS_NODE"]
+    job, node = os.environ["FAULTLENS_JOB"], args.node
     attempt = int(os.environ.get("FAULTLENS_ATTEMPT", "0"))
     inject = attempt < args.inject_attempts
     settings = KafkaSettings.load(overrides={"bootstrap": os.environ["FAULTLENS_BOOTSTRAP"],

@@ -75,53 +75,70 @@ class NodeGpus:
         # A little silicon lottery: each GPU runs a bit hotter or cooler than its neighbours.
         offsets = np.random.default_rng([self.seed, int(hashlib.blake2b(self.node.encode(), digest_size=4).hexdigest(), 16)])
         self.temp_base_arr = 62.0 + offsets.normal(0, 2.5, self.gpus)
+        self._static: list[dict[str, Any] | None] = [None] * self.gpus
 
     def bump(self, gpu: int, name: str, delta: int) -> None:
         if name not in COUNTERS:
             raise ValueError(f"unknown counter {name!r}")
         self.counters[gpu][name] += delta
+        self._static[gpu] = None
 
-    def sample(self, noise: np.ndarray, mods: dict[int, GpuMods] | None = None) -> list[dict[str, Any]]:
-        """One ``gpus`` list; ``noise`` is a (gpus, 4) standard-normal draw (kept outside so the
-        caller draws a fixed amount of randomness per tick, whatever the faults: determinism)."""
-        mods = mods or {}
-        ms = [mods.get(g, _NO_MODS) for g in range(self.gpus)]
-        util_f = np.array([m.util_factor for m in ms])
-        idle = np.array([m.idle for m in ms])
-        n0, n1, n2, n3 = noise.T
-        util = np.where(idle, 0.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0))
-        mem_used = np.where(idle, 512.0 + np.abs(n1) * 20, 76_800.0 + n1 * 300)
-        power = np.where(idle, 72.0 + n2 * 3, np.minimum(POWER_LIMIT_W, (610.0 + n2 * 25) * (0.55 + 0.45 * util_f)))
-        heat = np.array([m.heat_c for m in ms])
-        temp = np.where(idle, self.temp_base_arr - 25.0 + n3, self.temp_base_arr + n3 * 0.8 + heat)
-        clock = np.where(idle, 345, (SM_CLOCK_MAX * np.array([m.clock_factor for m in ms])).astype(int))
-        util_l = np.round(util, 1).tolist()
-        mem_util_l = np.round(util * 0.45, 1).tolist()
-        mem_l = np.round(mem_used, 0).tolist()
-        temp_l = np.round(temp, 1).tolist()
-        power_l = np.round(power, 1).tolist()
-        clock_l = clock.tolist()
-        out = []
-        for g, m in enumerate(ms):
-            row: dict[str, Any] = {"index": g, "uuid": self.uuids[g]}
-            if m.lost:
-                row.update(_LOST)
-                out.append(row)
-                continue
+    def _static_row(self, g: int) -> dict[str, Any]:
+        """The part of a GPU's row that changes only when a counter does (cached: it is most of it)."""
+        row = self._static[g]
+        if row is None:
             c = self.counters[g]
-            row.update({
-                "util": util_l[g], "mem_util": mem_util_l[g], "mem_used_mb": mem_l[g],
-                "mem_total_mb": MEM_TOTAL_MB, "temp_c": temp_l[g], "power_w": power_l[g],
-                "power_limit_w": POWER_LIMIT_W, "sm_clock_mhz": clock_l[g], "mem_clock_mhz": MEM_CLOCK,
-                "sm_clock_max_mhz": SM_CLOCK_MAX,
-                "throttle": list(m.throttle) if m.throttle else (["gpu_idle"] if m.idle else []),
-                **c,
-                "remap_pending": bool(c["remap_pending"]),
-                "remap_failure": bool(c["remap_failure"]),
-                "recovery_action": m.recovery_action,
-            })
+            row = {"index": g, "uuid": self.uuids[g], "util": None, "mem_util": None, "mem_used_mb": None,
+                   "mem_total_mb": MEM_TOTAL_MB, "temp_c": None, "power_w": None, "power_limit_w": POWER_LIMIT_W,
+                   "sm_clock_mhz": None, "mem_clock_mhz": MEM_CLOCK, "sm_clock_max_mhz": SM_CLOCK_MAX,
+                   "throttle": None, **c, "remap_pending": bool(c["remap_pending"]),
+                   "remap_failure": bool(c["remap_failure"]), "recovery_action": RECOVERY_NONE}
+            self._static[g] = row
+        return row
+
+    def rows(self, values: list[list], mods: dict[int, GpuMods]) -> list[dict[str, Any]]:
+        """Build the ``gpus`` list from per-GPU values (util, mem_util, mem, temp, power, clock)."""
+        out = []
+        for g in range(self.gpus):
+            m = mods.get(g, _NO_MODS)
+            if m.lost:
+                out.append({"index": g, "uuid": self.uuids[g], **_LOST})
+                continue
+            row = dict(self._static_row(g))
+            v = values[g]
+            row["util"], row["mem_util"], row["mem_used_mb"], row["temp_c"], row["power_w"], row["sm_clock_mhz"] = v
+            row["throttle"] = list(m.throttle) if m.throttle else (["gpu_idle"] if m.idle else [])
+            if m.recovery_action:
+                row["recovery_action"] = m.recovery_action
             out.append(row)
         return out
+
+
+def sample_nodes(nodes: list[NodeGpus], noise: np.ndarray, mods: list[dict[int, GpuMods]]) -> list[list[dict[str, Any]]]:
+    """Every node's ``gpus`` list for one tick. ``noise`` is (nodes, gpus, 4) standard normal,
+    drawn by the caller in a fixed amount per tick whatever the faults (determinism); the maths
+    runs once over the whole cluster because per-node numpy calls dominate otherwise."""
+    n, g = noise.shape[0], noise.shape[1]
+    util_f = np.ones((n, g))
+    clock_f = np.ones((n, g))
+    heat = np.zeros((n, g))
+    idle = np.zeros((n, g), dtype=bool)
+    for i, node_mods in enumerate(mods):
+        for j, m in node_mods.items():
+            util_f[i, j], clock_f[i, j], heat[i, j], idle[i, j] = m.util_factor, m.clock_factor, m.heat_c, m.idle
+    base = np.stack([node.temp_base_arr for node in nodes])
+    n0, n1, n2, n3 = noise[..., 0], noise[..., 1], noise[..., 2], noise[..., 3]
+    util = np.where(idle, 0.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0))
+    mem_used = np.where(idle, 512.0 + np.abs(n1) * 20, 76_800.0 + n1 * 300)
+    power = np.where(idle, 72.0 + n2 * 3, np.minimum(POWER_LIMIT_W, (610.0 + n2 * 25) * (0.55 + 0.45 * util_f)))
+    temp = np.where(idle, base - 25.0 + n3, base + n3 * 0.8 + heat)
+    clock = np.where(idle, 345.0, np.floor(SM_CLOCK_MAX * clock_f))
+    values = np.stack([np.round(util, 1), np.round(util * 0.45, 1), np.round(mem_used, 0), np.round(temp, 1),
+                       np.round(power, 1), clock], axis=-1).tolist()
+    for row in values:
+        for v in row:
+            v[5] = int(v[5])
+    return [node.rows(values[i], mods[i]) for i, node in enumerate(nodes)]
 
 
 _VALUE_KEYS = (

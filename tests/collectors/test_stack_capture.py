@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -14,41 +11,9 @@ from collectors.command_listener import SeenIds, StackCaptureSource, check_comma
 from collectors.stack_capture import (dump_stack, find_training_processes, py_spy_binary, rank_from_environ)
 from remediation.command import Command
 from streams.config import KafkaSettings
+from tests.collectors.stack_fixtures import RANK_FUNCTION, launcher  # noqa: F401 (fixture)
 
 SECRET = b"test-secret"
-
-# A "launcher" with two "ranks"; each rank has a child of its own (a DataLoader worker stand-in)
-# carrying the same environment, which must not be dumped as a rank of its own.
-_LAUNCHER = textwrap.dedent("""
-    import os, subprocess, sys, time
-    rank_code = '''
-import subprocess, sys, time
-worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-def train_step_waiting_in_allreduce():
-    time.sleep(120)
-train_step_waiting_in_allreduce()
-'''
-    kids = [subprocess.Popen([sys.executable, "-c", rank_code], env={**os.environ, "RANK": str(8 + r), "LOCAL_RANK": str(r)})
-            for r in range(2)]
-    print("ready", flush=True)
-    time.sleep(120)
-""")
-
-
-@pytest.fixture
-def launcher():
-    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    assert proc.stdout.readline().strip() == "ready"
-    import psutil
-
-    # Wait until both ranks have started their worker child (the tree is complete).
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 4:
-        time.sleep(0.05)
-    yield proc
-    os.killpg(proc.pid, 9)
-    proc.wait()
 
 
 def test_rank_from_environ():
@@ -70,7 +35,7 @@ def test_training_processes_under_a_launcher_are_the_ranks_not_their_workers(lau
 
 
 def test_training_processes_by_pattern(launcher):
-    procs = find_training_processes(proc_pattern=r"train_step_waiting_in_allreduce")
+    procs = find_training_processes(proc_pattern=RANK_FUNCTION)
     assert sorted(p.rank for p in procs) == [8, 9]
     assert find_training_processes(proc_pattern=r"no-such-process-\d{40}") == []
 
@@ -80,7 +45,7 @@ def test_py_spy_dumps_a_real_process(launcher):
     rank = find_training_processes(launcher_pid=launcher.pid)[0]
     ok, text = dump_stack(rank.pid, timeout_s=20)
     assert ok, text
-    assert "train_step_waiting_in_allreduce" in text and f"Process {rank.pid}" in text
+    assert RANK_FUNCTION in text and f"Process {rank.pid}" in text
 
 
 def test_py_spy_failures_are_text_not_exceptions(tmp_path):
@@ -137,7 +102,7 @@ def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
     for e in events:
         assert (e.source, e.kind, e.node, e.job) == ("stack", "stack_dump", "n1", "job1")
         assert e.data["request_id"] == cmd.id and e.data["tool"] == "py-spy" and e.data["ok"]
-        assert "train_step_waiting_in_allreduce" in e.data["dump"]
+        assert RANK_FUNCTION in e.data["dump"]
     assert src.handle(cmd.encode()) == []  # redelivered: not again
     assert src.handle(b"{not json") == [] and src.handle(None) == []
     assert src.refused == 3

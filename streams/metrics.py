@@ -1,0 +1,59 @@
+"""Prometheus metrics for long-running commands (``--metrics-port``): the pipeline's own health.
+
+Each consumer registers its GroupRunner; a scrape reads their stats (no Kafka calls on scrape).
+Extra counters (diagnoses, commands) are registered by the consumers that produce them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger(__name__)
+
+REGISTRY = CollectorRegistry()
+_runners: dict[str, Callable[[], object]] = {}
+_lock = threading.Lock()
+
+DIAGNOSES = Counter("faultlens_diagnoses", "diagnoses produced", ["fault", "action"], registry=REGISTRY)
+COMMANDS = Counter("faultlens_commands", "commands decided", ["action", "sent"], registry=REGISTRY)
+
+
+class _RunnerCollector:
+    def collect(self):
+        specs = [
+            ("faultlens_events_in", "records consumed", "records_in", CounterMetricFamily),
+            ("faultlens_dead_letters", "messages sent to dead-letter", "dead_letters", CounterMetricFamily),
+            ("faultlens_outputs", "records produced by handlers", "outputs", CounterMetricFamily),
+            ("faultlens_commits", "offset commits", "commits", CounterMetricFamily),
+            ("faultlens_redeliveries", "batches re-read after a delivery failure", "redeliveries", CounterMetricFamily),
+            ("faultlens_consumer_lag", "messages behind the high-water marks", "lag", GaugeMetricFamily),
+            ("faultlens_loop_seconds", "duration of the last poll-handle-commit loop", "last_loop_s", GaugeMetricFamily),
+        ]
+        with _lock:
+            runners = {name: get() for name, get in _runners.items()}
+        for metric, doc, attr, family in specs:
+            fam = family(metric, doc, labels=["consumer"])
+            for name, stats in runners.items():
+                fam.add_metric([name], float(getattr(stats, attr)))
+            yield fam
+
+
+REGISTRY.register(_RunnerCollector())
+
+
+def register_runner(name: str, stats_getter: Callable[[], object]) -> None:
+    with _lock:
+        _runners[name] = stats_getter
+
+
+def serve(port: int | None, addr: str = "0.0.0.0") -> None:
+    """Start the /metrics endpoint when a port is given (0 or None: no endpoint)."""
+    if not port:
+        return
+    start_http_server(port, addr=addr, registry=REGISTRY)
+    log.info("metrics on http://%s:%d/metrics", addr, port)

@@ -1,0 +1,96 @@
+"""The node agent end to end on the real broker: trainer and kernel logs → parsed events,
+heartbeats with source statuses, signed capture_stacks → py-spy dumps, forged → nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import orjson
+import pytest
+
+from collectors.agent import Agent, AgentConfig
+from remediation.command import Command
+from streams.events import decode
+from streams.producer import Producer
+from streams.reader import iter_topics
+from tests.collectors.stack_fixtures import RANK_FUNCTION, launcher  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
+
+SECRET = b"e2e-secret"
+WATCHDOG = ("[rank3]:[E1122 10:11:12.345678 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+            "600042 milliseconds before timing out.")
+XID79 = "[  123.456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+
+
+def wait_for(settings, topic, job, predicate, timeout_s=30.0):
+    """Events of ``job`` on ``topic`` until ``predicate(events)`` holds (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    events = []
+    while time.monotonic() < deadline:
+        events = [e for e in (decode(r.value) for r in iter_topics(settings, [topic], idle_s=0.3)) if e.job == job]
+        if predicate(events):
+            break
+        time.sleep(0.2)
+    return events
+
+
+def test_agent_e2e(kafka_settings, tmp_path, launcher):
+    job, node = f"job-{uuid.uuid4().hex[:8]}", "node-e2e"
+    (tmp_path / "logs").mkdir()
+    kern = tmp_path / "kern.log"
+    kern.write_text("[    1.000] Linux version 6.1\n" + XID79 + "\n")
+    config = AgentConfig(
+        job=job, node=node, interval_s=0.2, heartbeat_interval_s=0.3, nvml=True,  # no GPU here: reported, not fatal
+        kernel_log=str(kern), kernel_from_start=True, trainer_logs=[str(tmp_path / "logs" / "rank*.log")],
+        launcher_pid=launcher.pid, secret=SECRET, spool_dir=tmp_path / "spool", dump_timeout_s=20,
+    )
+    agent = Agent(config, kafka_settings).start()
+    try:
+        # A log file that appears after the agent started is read from its start.
+        (tmp_path / "logs" / "rank3.log").write_text("step 1 loss 2.3\n" + WATCHDOG + "\n")
+        nccl = wait_for(kafka_settings, "telemetry.nccl", job, lambda ev: any(e.kind == "nccl_timeout" for e in ev))
+        (timeout,) = [e for e in nccl if e.kind == "nccl_timeout"]
+        assert timeout.node == node and timeout.data["rank"] == 3 and timeout.data["seq"] == 42
+        assert timeout.data["fault"] == "nccl_error" and timeout.data["line"] == WATCHDOG
+
+        kernel = wait_for(kafka_settings, "telemetry.kernel", job, lambda ev: len(ev) >= 1)
+        assert [(e.kind, e.data["fault"], e.data["xid"]) for e in kernel] == [("gpu_lost", "gpu_lost", 79)]
+
+        stacks = agent.source("stacks")
+        assert stacks.ready.wait(20), "the command listener never reached the end of the commands topic"
+        now = time.time()
+        forged = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60,
+                         nodes=(node,)).signed(b"not the secret")
+        good = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60, nodes=(node,),
+                       reason="hang suspected").signed(SECRET)
+        other_node = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60,
+                             nodes=("some-other-node",)).signed(SECRET)
+        with Producer(kafka_settings) as producer:
+            for cmd in (forged, other_node, good):
+                producer.send("commands", job.encode(), cmd.encode())
+            producer.flush()
+
+        dumps = wait_for(kafka_settings, "telemetry.stacks", job, lambda ev: len(ev) >= 2)
+        assert sorted(e.data["rank"] for e in dumps) == [8, 9]
+        assert {e.data["request_id"] for e in dumps} == {good.id}  # nothing for the forged or misaddressed one
+        assert all(e.data["ok"] and RANK_FUNCTION in e.data["dump"] and e.node == node for e in dumps)
+        assert stacks.refused == 2
+
+        beats = wait_for(kafka_settings, "telemetry.heartbeat", job, lambda ev: len(ev) >= 3)
+    finally:
+        agent.stop()
+    seqs = [e.data["seq"] for e in beats]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    last = beats[-1].data
+    ranks = sorted(p.pid for p in __import__("psutil").Process(launcher.pid).children())
+    assert last["pids"] == ranks
+    assert last["sources"]["nvml"].startswith("unavailable: NVML not available")
+    assert last["sources"]["trainer"] == "ok" and last["sources"]["kernel"] == "ok"
+    assert last["sources"]["stacks"] == "ok" and last["sources"]["heartbeat"] == "ok"
+    assert agent.publisher.stats.unencodable == 0 and len(agent.spool) == 0
+    # Dump texts are real py-spy output: they name the process they dumped.
+    assert all(f"Process {e.data['pid']}" in e.data["dump"] for e in dumps)
+    assert orjson.loads(orjson.dumps(last))  # the heartbeat is plain JSON

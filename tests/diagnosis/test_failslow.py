@@ -1,0 +1,141 @@
+"""Fail-slow: repeated stack rounds → the degrader group, or no blame (diagnosis.failslow)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from diagnosis.detector import JobBook
+from diagnosis.implicit import ImplicitFaultDetector
+from diagnosis.record import Diagnosis
+from tests.diagnosis.stack_samples import (
+    GRAD_SYNC,
+    JOB,
+    PP_RECV,
+    SLOW_COMPUTE,
+    T0,
+    grid,
+    pyspy_dump,
+    stack_event,
+)
+
+TOPO = grid(16, 2, tp=2, pp=4, dp=4)
+SLOW = 13
+
+
+def _detector() -> ImplicitFaultDetector:
+    book = JobBook()
+    book.update(TOPO.to_event(JOB, T0))
+    return ImplicitFaultDetector(book)
+
+
+def _suspicion(ts: float, confidence: float = 0.7) -> Diagnosis:
+    node = TOPO.by_rank[SLOW].node
+    return Diagnosis(job=JOB, ts=T0 + ts, onset=T0 + ts - 30, fault="fail_slow", action="capture_stacks",
+                     nodes=(node,), ranks=TOPO.ranks_by_node[node], confidence=confidence,
+                     detail="n006 drifted from its peers")
+
+
+def _round(ts: float, slow: dict[int, list], *, request_id: str | None, rng: random.Random, noise: int = 2):
+    """One stack round: ``slow`` ranks on their frames, ``noise`` random healthy ranks caught elsewhere."""
+    caught = set(rng.sample([r for r in range(32) if r not in slow], noise))
+    events = []
+    for r in range(32):
+        frames = slow.get(r) or (PP_RECV if r in caught else GRAD_SYNC)
+        events.append(stack_event(ts + 0.01 * r, TOPO, r, pyspy_dump(frames, pid=5000 + r), request_id=request_id))
+    return events
+
+
+def _run(det, events, start: float, until: float, diagnoses=()):
+    out = []
+    pending = sorted(diagnoses, key=lambda d: d.ts)
+    events = sorted(events, key=lambda e: e.ts)
+    i = 0
+    t = T0 + start
+    while t <= T0 + until:
+        while pending and pending[0].ts <= t:
+            out += det.observe_diagnosis(pending.pop(0))
+        while i < len(events) and events[i].ts <= t:
+            out += det.observe(events[i])
+            i += 1
+        out += det.tick(t)
+        t += 1.0
+    return out
+
+
+def test_five_rounds_blame_the_degrader_group_and_requests_are_spaced():
+    det = _detector()
+    rng = random.Random(4)
+    # The slow rank is caught computing in 4 of 5 rounds; noise differs every round.
+    events = []
+    for k in range(5):
+        slow = {SLOW: SLOW_COMPUTE} if k != 2 else {}
+        events += _round(102.0 + 10 * k, slow, request_id=f"req{k}", rng=rng)
+    out = _run(det, events, start=95, until=200, diagnoses=[_suspicion(100.0)])
+    requests = [d for d in out if d.action == "capture_stacks"]
+    assert [d.detail.split(":")[0] for d in requests] == [f"stack round {k}/5" for k in range(1, 6)]
+    assert all(d.confidence < 0.5 and d.fault == "fail_slow" and d.nodes == TOPO.nodes for d in requests)
+    assert all(b.ts - a.ts >= 10.0 for a, b in zip(requests, requests[1:]))
+    (final,) = [d for d in out if d.action == "evict"]
+    tp = TOPO.group_id(SLOW, "tp")
+    assert final.fault == "fail_slow" and final.group == f"tp:{tp}"
+    assert final.nodes == TOPO.group_nodes("tp", tp) == (TOPO.by_rank[SLOW].node,)
+    assert final.ranks == (SLOW,) and final.onset == pytest.approx(T0 + 70.0)
+    assert "[1, 1, 0, 1, 1]" in final.detail and 0.5 < final.confidence < 0.95
+    assert final.evidence  # the outliers' dump events
+
+
+def test_trace_rounds_without_a_suspicion_or_request_ids_use_time_windows():
+    det = _detector()
+    rng = random.Random(9)
+    pipeline = TOPO.group_ranks("pp", 3)
+    events = []
+    for k in range(5):
+        events += _round(10.0 + 12 * k, {r: SLOW_COMPUTE for r in pipeline}, request_id=None, rng=rng)
+    out = _run(det, events, start=0, until=120)
+    assert [d.action for d in out] == ["evict"]
+    assert out[0].group == "pp:3" and set(out[0].ranks) == set(pipeline)
+
+
+def test_no_consistent_outlier_group_blames_nobody():
+    det = _detector()
+    rng = random.Random(1)
+    events = []
+    for k in range(5):
+        events += _round(102.0 + 10 * k, {}, request_id=f"r{k}", rng=rng, noise=3)
+    out = _run(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
+    assert [d for d in out if d.action != "capture_stacks"] == []
+
+
+def test_without_any_round_the_suspicion_nodes_stand():
+    det = _detector()
+    out = _run(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.72)])
+    final = [d for d in out if d.action == "evict"]
+    assert len(final) == 1
+    assert final[0].nodes == (TOPO.by_rank[SLOW].node,) and final[0].confidence == pytest.approx(0.72)
+    assert "no stack round arrived" in final[0].detail
+    assert final[0].ts - T0 == pytest.approx(160.0)  # no_rounds_timeout_s after the suspicion
+
+
+def test_own_requests_and_other_faults_do_not_start_campaigns():
+    det = _detector()
+    (request,) = det.observe_diagnosis(_suspicion(100.0))
+    assert det.observe_diagnosis(request) == []
+    other = Diagnosis(job=JOB, ts=T0 + 101, onset=T0 + 100, fault="job_hang", action="capture_stacks", nodes=("n001",))
+    assert det.observe_diagnosis(other) == []
+    # A second suspicion for the same job joins the running campaign: no second request burst.
+    assert det.observe_diagnosis(_suspicion(101.0)) == []
+
+
+def test_dumps_during_a_hang_do_not_feed_fail_slow_rounds():
+    from tests.diagnosis.stack_samples import beat_event, step_event
+
+    det = _detector()
+    events = [step_event(2.0 * n + 0.001 * r, TOPO, r, n) for n in range(1, 6) for r in range(32)]
+    events += [beat_event(t, node) for t in range(0, 200, 10) for node in TOPO.nodes]
+    rng = random.Random(2)
+    for k in range(5):  # dumps arrive only after the hang suspicion (at ~70 s)
+        events += _round(80.0 + 10 * k, {SLOW: SLOW_COMPUTE}, request_id=None, rng=rng)
+    out = _run(det, events, start=0, until=200)
+    assert {d.fault for d in out} == {"job_hang"}

@@ -66,39 +66,54 @@ class AgentConfig:
 class _Runner:
     """One source's thread: runs it, records its status, restarts it after a transient failure."""
 
+    # A source that failed within this many seconds still reports the failure, even while it runs
+    # again: a source that crashes every minute must not look healthy between crashes.
+    ERROR_MEMORY_S = 60.0
+
     def __init__(self, source: Source, stop: threading.Event, backoff_s: float = 2.0, backoff_max_s: float = 60.0):
         self.source = source
         self.stop = stop
-        self.status = "starting"
+        self.state = "starting"
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.failures = 0
+        self.last_error: str | None = None
+        self.last_error_at = 0.0
         self.thread = threading.Thread(target=self._loop, name=f"source-{source.name}", daemon=True)
+
+    @property
+    def status(self) -> str:
+        if self.state == "running":
+            if self.last_error and time.monotonic() - self.last_error_at < self.ERROR_MEMORY_S:
+                return f"error: {self.last_error} ({self.failures} failure(s), restarted)"
+            return "ok"
+        return self.state
 
     def _loop(self) -> None:
         delay = self.backoff_s
         while not self.stop.is_set():
-            self.status = "ok"
+            self.state = "running"
             log.info("source %s started", self.source.name)
             try:
                 self.source.run(self.stop)
             except SourceUnavailable as exc:
-                self.status = f"unavailable: {exc}"
+                self.state = f"unavailable: {exc}"
                 log.warning("source %s is off: %s", self.source.name, exc)
                 return
             except Exception as exc:
                 self.failures += 1
-                self.status = f"error: {type(exc).__name__}: {exc}"
+                self.last_error, self.last_error_at = f"{type(exc).__name__}: {exc}", time.monotonic()
+                self.state = f"error: {self.last_error}"
                 log.error("source %s failed (%s); restarting in %.0fs", self.source.name, exc, delay, exc_info=True)
                 if self.stop.wait(delay):
                     break
                 delay = min(delay * 2, self.backoff_max_s)
                 continue
             if not self.stop.is_set():
-                self.status = "exited"
+                self.state = "exited"
                 log.warning("source %s returned; not restarting", self.source.name)
                 return
-        self.status = "stopped"
+        self.state = "stopped"
 
 
 class Agent:

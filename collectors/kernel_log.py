@@ -61,7 +61,7 @@ _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory 
 
 _MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
 _LINK_STATE = re.compile(
-    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|not ready|ready|Down|Up)\b"
+    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
 )
 _PORT_STATE = re.compile(r"[Pp]ort (?P<port>\d+)\b.*?(?:changed state to|state:?|->) ?(?P<state>DOWN|ACTIVE|POLLING|INIT|ARMED)\b")
 _BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>down|up) for interface (?P<netdev>[\w.\-]+)")
@@ -69,7 +69,8 @@ _MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+
 _MLX_HEALTH = re.compile(r"health|syndrome|\bsynd\b|[Ff]atal|internal error|crdump|error state|firmware error|FW error")
 _PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
 
-_DOWN = {"down", "inactive", "not ready", "polling", "unplugged"}
+# "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
+_DOWN = {"down", "inactive", "polling", "unplugged"}
 _UP = {"up", "ready", "active", "plugged"}
 
 

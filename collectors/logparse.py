@@ -70,6 +70,8 @@ def clean_line(line: Any) -> str | None:
     if not isinstance(line, str):
         return None
     line = line[:MAX_LINE].rstrip("\r\n")
+    if line.isprintable() and "\ufffd" not in line:  # the common case, checked in C
+        return line
     bad = len(_BAD_CHARS.findall(line))
     if bad:
         if bad * 4 > len(line) or "\x00" in line and bad * 10 > len(line):
@@ -131,7 +133,6 @@ def to_envelope(parsed: ParsedLine, *, job: str, node: str, ts: float, event_id:
 class _Stream:
     parser: LogParser
     last: Envelope
-    emitted: int = 0
 
 
 @dataclass

@@ -79,6 +79,8 @@ class Publisher:
     def status(self) -> str:
         """For heartbeats: "ok" or what is wrong."""
         pending = len(self.spool)
+        if self._stop.is_set() and not self._thread.is_alive():
+            return f"stopped ({pending} waiting in the spool)"
         if self._producer is None:
             return f"broker unreachable, spooling ({pending} waiting)"
         return "ok" if not pending else f"sending spool ({pending} waiting)"
@@ -97,6 +99,7 @@ class Publisher:
             log.warning("publisher did not finish within %.0fs; unsent records stay in %s", timeout, self.spool.path)
 
     def _loop(self) -> None:
+        self._try_connect()  # so the first events go straight out, not through the spool
         while True:
             batch, stopping = self._take()
             try:
@@ -194,10 +197,14 @@ class Publisher:
         self._next_try = now + self.retry_s
         if not self.settings.bootstrap or not answers(self.settings.bootstrap, 0.5):
             return
-        try:
-            if self.create_topics:
-                # A broker that came back empty (the embedded one forgets topics) gets them again.
+        if self.create_topics:
+            # A broker that came back empty (the embedded one forgets topics) gets them again. An
+            # agent without the right to create topics still sends to the ones that exist.
+            try:
                 ensure_topics(self.settings, TELEMETRY_TOPICS)
+            except (KafkaError, OSError) as exc:
+                log.debug("could not create the telemetry topics: %s", exc)
+        try:
             self._producer = Producer(self.settings, **_PRODUCER_OVERRIDES)
         except (KafkaError, OSError, ValueError) as exc:
             log.debug("broker not ready yet: %s", exc)

@@ -38,7 +38,7 @@ _LAST_WORK = re.compile(
 )
 _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
 
-_NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL WARN (?P<text>.*)")
+_NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
 _IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
 
 _NCCL_ERR = re.compile(
@@ -60,6 +60,7 @@ _NAN = re.compile(
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
     re.IGNORECASE,
 )
+_NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 
 _TB_START = "Traceback (most recent call last):"
@@ -120,8 +121,10 @@ class _Traceback:
     frames: list[tuple[str, int, str]] = field(default_factory=list)
     idle: int = 0
     size: int = 0
+    last: str = ""
 
     def add(self, raw: str) -> None:
+        self.last = raw  # the exception line is kept even when the record outgrew MAX_KEPT
         if self.size < MAX_KEPT:
             self.lines.append(raw)
             self.size += len(raw) + 1
@@ -169,10 +172,14 @@ class TrainerLogParser:
                 self._open[key] = _Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
                 absorbed = True
             else:
-                rank = prefix_rank if prefix_rank is not None else _rank(msg)
-                found = self._single(msg, text, rank, local_rank, key)
+                found = self._single(msg, text, prefix_rank, local_rank, key)
                 if found is not None:
                     absorbed = True
+                    if prefix_rank is None and found:  # only now: the rank search is the costliest regex
+                        rank = _rank(msg)
+                        for _, data in found:
+                            if data.get("rank") is None:
+                                data["rank"] = rank
                     out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found)
         if absorbed or out:
             self.stats.recognised += 1
@@ -183,7 +190,7 @@ class TrainerLogParser:
 
     def flush(self) -> list[ParsedLine]:
         """Close every open traceback as truncated (its exception line never came)."""
-        out = [self._emit(key, tb, None, None, truncated=True) for key, tb in self._open.items()]
+        out = [e for key, tb in self._open.items() for e in self._emit(key, tb, None, None, truncated=True)]
         self._open.clear()
         self._folded.clear()
         self.stats.events += len(out)
@@ -207,17 +214,19 @@ class TrainerLogParser:
         if em and tb.frames and em.group("type").rsplit(".", 1)[-1].endswith(_EXC_SUFFIXES):
             tb.add(raw)
             del self._open[key]
-            return True, [self._emit(key, tb, em.group("type"), (em.group("msg") or "").strip())]
+            return True, self._emit(key, tb, em.group("type"), (em.group("msg") or "").strip())
         if msg.startswith(_TB_START):
             del self._open[key]
-            return False, [self._emit(key, tb, None, None, truncated=True)]
+            return False, self._emit(key, tb, None, None, truncated=True)
         tb.idle += 1
         if tb.idle > TRACEBACK_PATIENCE:
             del self._open[key]
-            return False, [self._emit(key, tb, None, None, truncated=True)]
+            return False, self._emit(key, tb, None, None, truncated=True)
         return False, []
 
-    def _emit(self, key: Any, tb: _Traceback, etype: str | None, message: str | None, truncated: bool = False) -> ParsedLine:
+    def _emit(self, key: Any, tb: _Traceback, etype: str | None, message: str | None, truncated: bool = False) -> list[ParsedLine]:
+        """The exception event; for one that ends in a CUDA / NCCL error also that error's own event
+        (detectors of CUDA and NCCL faults read those kinds), unless the error was just reported."""
         user_frames = [f for f in tb.frames if not _LIBRARY.search(f[0])]
         innermost = tb.frames[-1] if tb.frames else None
         frame = user_frames[-1] if user_frames else innermost
@@ -243,7 +252,12 @@ class TrainerLogParser:
             innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
             user_code = innermost_is_user or (bool(user_frames) and short in _USER_TYPES)
             fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
-        if fault in ("cuda_error", "nccl_error", "gpu_memory"):
+        companion = None
+        if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in extra:
+            kind = "nccl_error" if fault == "nccl_error" else "cuda_error"
+            if not self._fold(key, fault):
+                companion = ParsedLine(self.source, kind, common(tb.last, fault, action, severity,
+                                                                 rank=tb.rank, error=extra["error"]), tb.ts, tb.mono)  # fmt: skip
             self._folded[(key, fault)] = self._n
         data = common(
             "\n".join(tb.lines), fault, action, severity,
@@ -255,7 +269,10 @@ class TrainerLogParser:
             data["local_rank"] = tb.local_rank
         if truncated:
             data["truncated"] = True
-        return ParsedLine(self.source, "exception", data, tb.ts, tb.mono)
+        if companion is not None and tb.local_rank is not None:
+            companion.data["local_rank"] = tb.local_rank
+        exception = ParsedLine(self.source, "exception", data, tb.ts, tb.mono)
+        return [exception, companion] if companion is not None else [exception]
 
     # -- single lines ----------------------------------------------------------------------
     def _fold(self, key: Any, fault: str) -> bool:
@@ -263,6 +280,8 @@ class TrainerLogParser:
         return at is not None and self._n - at <= FOLD_LINES
 
     def _single(self, msg: str, raw: str, rank: int | None, local_rank: int | None, key: Any) -> list[tuple[str, dict[str, Any]]] | None:
+        if " NCCL INFO " in msg:
+            return None  # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault
         extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
         if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
             found = self._watchdog(msg, raw, rank, extra)
@@ -278,15 +297,17 @@ class TrainerLogParser:
                 error, fault, action, severity = cuda
                 if self._fold(key, fault):
                     return []
+                self._folded[(key, fault)] = self._n
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
         if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
             error = classify_nccl(msg)
             if error:
                 if self._fold(key, "nccl_error"):
                     return []
+                self._folded[(key, "nccl_error")] = self._n
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
         low = msg.lower()
-        if ("nan" in low or "inf" in low or "non-finite" in low) and "overflow" not in low and _NAN.search(msg):
+        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and _NAN.search(msg):
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip

@@ -122,7 +122,9 @@ class PeerAnomalyDetector:
         scored = peer_scores(windows)
         by_node = {w.node: w for w in windows}
         vectors = np.array([[max(-10.0, min(10.0, s.z.get(f, 0.0))) for f in FEATURES] for s in scored])
-        forest_flags = self._forest_flags(job, vectors)
+        # The forest only matters for a node already Z_SOFT away somewhere: score just those.
+        tops = [max((z for f, z in s.z.items() if z > 0 and s.rel.get(f, 0.0) >= MIN_REL_DEV), default=0.0) for s in scored]
+        forest_flags = self._forest_flags(job, vectors, np.array(tops) >= Z_SOFT)
         out: list[Finding] = []
         for i, s in enumerate(scored):
             bad = {f: z for f, z in s.z.items() if z > 0 and s.rel.get(f, 0.0) >= MIN_REL_DEV}
@@ -147,7 +149,7 @@ class PeerAnomalyDetector:
                 out.append(self._finding(job, start, s.node, st, by_node[s.node], bool(forest_flags[i])))
         return out
 
-    def _forest_flags(self, job: str, vectors: np.ndarray) -> np.ndarray:
+    def _forest_flags(self, job: str, vectors: np.ndarray, ask: np.ndarray) -> np.ndarray:
         flags = np.zeros(len(vectors), dtype=bool)
         if not self.use_forest:
             return flags
@@ -163,9 +165,9 @@ class PeerAnomalyDetector:
             fitted = self._forest[job] = (model, cut, len(rows))
             if len(rows) > 10000:
                 del rows[:-5000]
-        if fitted is not None:
+        if fitted is not None and ask.any():
             model, cut, _ = fitted
-            flags = model.score_samples(vectors) < cut
+            flags[ask] = model.score_samples(vectors[ask]) < cut
         return flags
 
     def _finding(self, job: str, start: float, node: str, st: _Streak, w: NodeWindow, forest: bool) -> Finding:

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from diagnosis.record import Diagnosis
 from diagnosis.rules.base import Finding
@@ -25,13 +26,20 @@ from diagnosis.rules.base import Finding
 log = logging.getLogger(__name__)
 
 WINDOW_S = 300.0
-SUPPRESS_S = 600.0
+# A consequence starts when its cause does: a stall's onset is the last step, an NCCL incident's
+# the start of the stuck collective, a silent node's its last beat. Within this slack of the
+# primary it is the primary's echo; later it is a fault of its own.
+SUPPRESS_S = 60.0
 # Consequences of a crash anywhere in the job: every peer waits, steps stop, the job slows.
 JOB_CONSEQUENCES = frozenset({"nccl_error", "job_hang", "fail_slow"})
 # Consequences of a fault on the same node: a node whose GPU or kernel died stops beating, and
 # CUDA calls on a GPU that vanished or lost its memory fail.
 NODE_CONSEQUENCES = frozenset({"node_silent", "cuda_error", "app_fault"})
 HARDWARE = frozenset({"gpu_lost", "gpu_memory", "gpu_reset_required", "nvlink", "kernel"})
+# Primaries that stop every rank of the job (a process dies, a collective breaks, steps stop):
+# whatever NCCL timeouts or stalls follow anywhere in the job are their echo.
+JOB_STOPPING = frozenset({"gpu_lost", "cuda_error", "nccl_error", "user_code", "host_oom", "app_fault",
+                          "node_silent", "job_hang", "nan_loss"})
 # Faults that never escalate to eviction: the machine is not the problem.
 NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown"})
 _SOFT_ACTIONS = frozenset({"reattempt", "restart", "stop_time_diagnosis", "rollback"})
@@ -67,7 +75,9 @@ class _Primary:
 
 
 class Dedup:
-    def __init__(self, window_s: float = WINDOW_S, suppress_s: float = SUPPRESS_S) -> None:
+    def __init__(self, window_s: float = WINDOW_S, suppress_s: float = SUPPRESS_S,
+                 job_size: Callable[[str], int] | None = None) -> None:
+        self.job_size = job_size  # nodes in a job (from the topology), to tell "one node" from "everyone"
         self.window_s = window_s
         self.suppress_s = suppress_s
         self._open: dict[tuple, _Episode] = {}
@@ -123,7 +133,8 @@ class Dedup:
         out = self._close(key, ep) if ep is not None else []
         self._open[key] = _Episode(diag, finding.ts, 1, 1, gen, list(finding.evidence))
         self._episodes[key] += 1
-        if diag.action != "none" and diag.fault not in JOB_CONSEQUENCES and diag.fault != "node_silent":
+        if diag.action != "none" and diag.fault != "fail_slow" and not (
+                diag.action == "capture_stacks" and diag.confidence < 0.5):
             self._primaries.setdefault(diag.job, []).append(
                 _Primary(diag.onset, diag.ts, frozenset(diag.nodes), diag.fault))
         self.stats["emitted"] += 1
@@ -131,20 +142,26 @@ class Dedup:
         return out
 
     def _explained(self, f: Finding) -> bool:
-        """Is this finding the usual consequence of a primary fault already diagnosed in the job?"""
+        """Is this finding the usual consequence of a primary fault already diagnosed in the job?
+
+        A job-wide consequence (NCCL errors, a hang, a slowdown) is explained by a crash-type
+        primary anywhere in the job, or by any primary on the node it singles out. Blaming most
+        of the job singles out nobody, so overlap with such a blame explains nothing."""
         if f.fault not in JOB_CONSEQUENCES and f.fault not in NODE_CONSEQUENCES:
             return False
         onset = f.onset if f.onset is not None else f.ts
+        size = self.job_size(f.job) if self.job_size else 0
+        specific = bool(f.nodes) and (not size or len(f.nodes) * 2 <= size)
         for p in self._primaries.get(f.job, ()):
             if p.fault == f.fault:
                 continue  # the same class is folded or escalated, not suppressed
-            if not (p.onset - 60.0 <= onset <= p.ts + self.suppress_s):
+            if not (p.onset - self.suppress_s <= onset <= p.ts + self.suppress_s):
                 continue
+            overlap = specific and bool(p.nodes.intersection(f.nodes))
             if f.fault in JOB_CONSEQUENCES:
-                return True
-            if not p.nodes.intersection(f.nodes):
-                continue
-            if f.fault == "node_silent" or p.fault in HARDWARE:
+                if p.fault in JOB_STOPPING or overlap:
+                    return True
+            elif overlap and (f.fault == "node_silent" or p.fault in HARDWARE):
                 return True
         return False
 

@@ -58,13 +58,17 @@ class Engine:
         self.book = JobBook()
         self.node_stage = NodeStage(window_s=self.config.window_s)
         self.job_stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit)
-        self.dedup = Dedup()
+        self.dedup = Dedup(job_size=self._job_size)
         self.now: float | None = None
         self.stats: Counter = Counter()
         self._last_tick: float = float("-inf")
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._arrival_wall = time.monotonic()
         self._arrival_now: float | None = None
+
+    def _job_size(self, job: str) -> int:
+        topo = self.book.topology(job)
+        return len(topo.nodes) if topo is not None else 0
 
     # --- events -----------------------------------------------------------------------------
     def process(self, event: Envelope) -> list[Diagnosis]:
@@ -120,7 +124,7 @@ class Engine:
             if place is not None and place.node == event.node:
                 return
             where = f"on node {place.node}" if place else "absent"
-            reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", f"rank:{rank}"
+            reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"
         self.stats["topology_mismatch"] += 1
         out.findings.append(Finding(job=event.job, ts=event.ts, fault="unknown", action="none",
                                     nodes=(event.node,), entity=entity, evidence=(event.id,), detail=reason))

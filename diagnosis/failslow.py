@@ -37,6 +37,7 @@ class FailSlowConfig:
     round_window_s: float = 10.0  # request spacing, and the span of a round without a request id
     persist_share: float = 0.6  # a rank (group) must be an outlier in this share of rounds
     min_rounds: int = 3  # rounds enough to conclude when the campaign times out
+    min_round_share: float = 0.5  # a round needs dumps from this share of the ranks to count
     no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion's own nodes stand
     campaign_timeout_s: float = 150.0
     request_confidence: float = 0.3
@@ -69,6 +70,7 @@ class _Campaign:
     requested: int = 0
     last_request: float | None = None
     dumps_seen: int = 0
+    closed: set[str] = field(default_factory=set)  # request ids already judged: stragglers are dropped
 
 
 class FailSlowRounds:
@@ -103,7 +105,11 @@ class FailSlowRounds:
         if campaign is None:
             campaign = self._campaigns[job] = _Campaign(started=dump.ts)
         campaign.dumps_seen += 1
+        if dump.request_id is not None and f"request {dump.request_id}" in campaign.closed:
+            return []
         out = self._close_due(job, campaign, dump.ts, before=dump)
+        if job not in self._campaigns:
+            return out  # that close concluded the campaign; this dump comes after it
         rnd = self._round_for(campaign, dump)
         rnd.dumps.add(dump)
         topology = self._book.topology(job)
@@ -172,12 +178,14 @@ class FailSlowRounds:
     # --- rounds and the verdict -------------------------------------------------------------
     def _close(self, job: str, campaign: _Campaign, key: str, now: float) -> list[Diagnosis]:
         rnd = campaign.open.pop(key)
+        campaign.closed.add(key)
         topology = self._book.topology(job)
         if topology is None:
             log.warning("job %s: stack round %s without a topology, dropped", job, key)
             return []
         texts = rnd.dumps.texts(topology.by_rank)
-        if not texts:
+        if len(texts) < self.config.min_round_share * len(topology.by_rank):
+            log.info("job %s: stack round %s has %d of %d ranks, not counted", job, key, len(texts), len(topology.by_rank))
             return []
         verdict = cluster_stacks(texts, topology, self.config.stacks)
         campaign.done.append(RoundResult(
@@ -238,6 +246,16 @@ class FailSlowRounds:
             job=job, ts=now, onset=onset, fault="fail_slow", action="evict", nodes=place.nodes,
             ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
         )]
+
+    def restarted(self, job: str) -> None:
+        """The job was restarted: rounds of the old incarnation compare stacks that no longer exist."""
+        self._campaigns.pop(job, None)
+
+    def abandon(self, job: str) -> None:
+        """Drop rounds that no suspicion asked for (the hang detector claims the job's dumps)."""
+        campaign = self._campaigns.get(job)
+        if campaign is not None and campaign.suspicion is None:
+            del self._campaigns[job]
 
     def active(self, job: str) -> bool:
         return job in self._campaigns

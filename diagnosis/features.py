@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from diagnosis.rules.gpu import num
 from streams.events import Envelope, as_float
 
 WINDOW_S = 10.0
@@ -110,23 +111,27 @@ class FeatureWindows:
         if not isinstance(gpus, list) or not gpus:
             return
         acc.samples += 1
-        ratios, powers, temps, throttled, replay = [], [], [], 0, 0.0
+        ratios, powers, temps, throttled, replay, util = [], [], [], 0, 0.0, []
         for g in gpus:
             if not isinstance(g, Mapping):
                 continue
-            clock, cmax = as_float(g.get("sm_clock_mhz")), as_float(g.get("sm_clock_max_mhz"))
+            clock, cmax = num(g.get("sm_clock_mhz")), num(g.get("sm_clock_max_mhz"))
             if clock is not None and cmax:
                 ratios.append(clock / cmax)
-            power, limit = as_float(g.get("power_w")), as_float(g.get("power_limit_w"))
+            power, limit = num(g.get("power_w")), num(g.get("power_limit_w"))
             if power is not None and limit:
                 powers.append(power / limit)
-            temp = as_float(g.get("temp_c"))
+            temp = num(g.get("temp_c"))
             if temp is not None:
                 temps.append(temp)
-            if THERMAL.intersection(g.get("throttle") or ()):
+            throttle = g.get("throttle")
+            if throttle and not THERMAL.isdisjoint(throttle):
                 throttled += 1
-            replay += as_float(g.get("pcie_replay")) or 0.0
-            acc.add("util", as_float(g.get("util")))
+            replay += num(g.get("pcie_replay")) or 0.0
+            u = num(g.get("util"))
+            if u is not None:
+                util.append(u)
+        acc.add("util", sum(util) / len(util) if util else None)
         # The slowest GPU sets the node's pace in synchronous training: judge the worst one.
         acc.add("sm_clock_ratio", min(ratios) if ratios else None)
         acc.add("power_ratio", min(powers) if powers else None)

@@ -58,6 +58,9 @@ class _Job:
     last_progress: float | None = None
     last_beat: float | None = None
     stall: _Stall | None = None
+    # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
+    # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
+    recent: DumpSet = field(default_factory=DumpSet)
 
 
 class HangDetector:
@@ -100,6 +103,8 @@ class HangDetector:
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.
         if old is None or old[0] != step:
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
+            if len(job.recent):
+                job.recent = DumpSet()
             if job.stall is not None:
                 log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
                          "verdict" if job.stall.decided else "suspicion")
@@ -110,19 +115,28 @@ class HangDetector:
         state = self._jobs.get(job)
         return state is not None and state.stall is not None
 
+    def note_dump(self, job: str, dump: StackDump) -> None:
+        """A dump that arrived with no stall open: kept in case a suspicion follows before progress."""
+        state = self._jobs.get(job)
+        if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
+            state.recent.add(dump)
+
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         state = self._jobs.get(job)
         if state is None or state.stall is None or state.stall.decided:
             return []
+        state.stall.dumps.add(dump)
+        return self._check_complete(job, state, dump.ts)
+
+    def _check_complete(self, job: str, state: _Job, now: float) -> list[Diagnosis]:
         dumps = state.stall.dumps
-        dumps.add(dump)
         topology = self._book.topology(job)
         if topology is not None and dumps.ranks() >= set(topology.by_rank):
             if dumps.all_preferred():
-                return [self._decide(job, state, dump.ts)]
+                return [self._decide(job, state, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
             if state.stall.complete_at is None:
-                state.stall.complete_at = dump.ts
+                state.stall.complete_at = now
         return []
 
     # --- time -----------------------------------------------------------------------------
@@ -149,15 +163,24 @@ class HangDetector:
                 and job.last_beat > job.last_progress
                 and now - job.last_beat <= self.config.heartbeat_fresh_s
             )
-            if stalled >= self.threshold(name) and alive:
+            # The floor bounds the threshold from below: skip the median until it could matter.
+            if stalled >= self.config.floor_s and alive and stalled >= self.threshold(name):
                 out.append(self._suspect(name, job, now))
+                out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
 
-    def _first_stopped(self, job: _Job) -> tuple[int, ...]:
-        if not job.last_step:
+    def _first_stopped(self, name: str, job: _Job) -> tuple[int, ...]:
+        topology = self._book.topology(name)
+        # Ranks a newer topology no longer lists (evicted, resized) say nothing about this stall.
+        last = {r: v for r, v in job.last_step.items() if topology is None or r in topology.by_rank}
+        if not last:
             return ()
-        low = min(step for step, _, _ in job.last_step.values())
-        return tuple(sorted(r for r, (step, _, _) in job.last_step.items() if step == low))
+        low = min(step for step, _, _ in last.values())
+        return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
+
+    def restarted(self, job: str) -> None:
+        """The job was restarted (``job``/``restart``): its old steps and any open stall are history."""
+        self._jobs.pop(job, None)
 
     def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
         topology = self._book.topology(name)
@@ -168,9 +191,10 @@ class HangDetector:
         return tuple(dict.fromkeys(job.rank_node[r] for r in sorted(ranks) if r in job.rank_node))
 
     def _suspect(self, name: str, job: _Job, now: float) -> Diagnosis:
-        first = self._first_stopped(job)
-        stall = _Stall(suspicion_id=new_id(), onset=job.last_progress, opened=now, first_stopped=first)
+        first = self._first_stopped(name, job)
+        stall = _Stall(suspicion_id=new_id(), onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
         job.stall = stall
+        job.recent = DumpSet()
         topology = self._book.topology(name)
         nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
         low = job.last_step[first[0]][0] if first else None

@@ -37,11 +37,22 @@ class ImplicitFaultDetector:
             dump = read_stack_dump(event)  # InvalidEvent → the engine dead-letters it
             if self.hang.wants_dumps(event.job):
                 return self.hang.add_dump(event.job, dump)
+            self.hang.note_dump(event.job, dump)
             return self.failslow.add_dump(event.job, dump)
         return self.hang.observe(event)
 
     def tick(self, now: float) -> list[Diagnosis]:
-        return self.hang.tick(now) + self.failslow.tick(now)
+        hang = self.hang.tick(now)
+        for d in hang:
+            if d.action == "capture_stacks":
+                # Dumps that started trace-driven rounds before the hang was seen were the hang's.
+                self.failslow.abandon(d.job)
+        return hang + self.failslow.tick(now)
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         return self.failslow.observe_diagnosis(diagnosis)
+
+    def restarted(self, job: str) -> None:
+        """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and rounds."""
+        self.hang.restarted(job)
+        self.failslow.restarted(job)

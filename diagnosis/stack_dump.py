@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _PYSPY_THREAD = re.compile(r'^Thread\s+(0x[0-9a-fA-F]+|\d+)(?:\s+\(([^)]*)\))?(?::\s*"(.*)")?\s*$')
 _PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \(([^()]*?)(?::(\d+))?\)\s*$")
@@ -51,7 +52,8 @@ class Frame:
         py-spy prints ``Thread.run`` where faulthandler prints ``run``, and a user file's path
         depends on where the job was unpacked, so function basename + file basename it is.
         """
-        return (self.function.rsplit(".", 1)[-1], self.file.rsplit("/", 1)[-1])
+        function = "?" if self.function.startswith("0x") else self.function.rsplit(".", 1)[-1]  # native address
+        return (function, self.file.rsplit("/", 1)[-1])
 
     def __str__(self) -> str:
         return f"{self.function} ({self.file})"
@@ -79,6 +81,7 @@ class ThreadStack:
         return sum(1 for f in self.frames if f.file.startswith("torch/") or "/torch/" in f.file)
 
 
+@lru_cache(maxsize=4096)
 def short_path(path: str) -> str:
     """The path py-spy would print: everything up to site-packages (or the stdlib dir) dropped."""
     path = path.replace("\\", "/")
@@ -108,15 +111,16 @@ def parse_dump(text: str) -> list[ThreadStack]:
         if not line.strip():
             in_locals = False
             continue
-        m = _PYSPY_THREAD.match(line)
+        # Frames (indented) are most lines: only unindented lines can open a thread.
+        m = None if line[0] in " \t" else _PYSPY_THREAD.match(line)
         if m:
             close()
             status = (m.group(2) or "").strip() or None
             head = {"thread_id": m.group(1), "name": m.group(3), "status": status, "tool": "py-spy"}
             in_locals = bad_tail = False
             continue
-        m = _FH_THREAD.match(line)
-        if m or _FH_STACK.match(line):
+        m = None if line[0] in " \t" else _FH_THREAD.match(line)
+        if m or (line[0] not in " \t" and _FH_STACK.match(line)):
             close()
             current = bool(m) and m.group(1) == "Current thread"
             head = {"thread_id": m.group(2) if m else "-", "name": None, "current": current, "tool": "faulthandler"}

@@ -117,5 +117,6 @@ class JobStage:
         return self.comms.flush() + self.anomaly.flush()
 
     def restarted(self, job: str, nodes_out: list[str]) -> None:
+        self.comms.restarted(job)
         for node in nodes_out:
             self.silence.forget(job, node)

@@ -15,6 +15,7 @@ DEFAULTS: dict[str, Any] = {
     "max_gap": 60.0,      # a running mark counts as productive for at most this many seconds
     "buckets": 40,        # time buckets of faults_over_time
     "confirmed": 0.9,     # confidence from which a diagnosis counts as a really faulty node
+    "repeat": 2,          # inspection_candidates: hardware failures on one node that warrant a look
     "match_window": 600.0,  # label_detection: a diagnosis's evidence may start this long after the true onset
 }
 
@@ -142,6 +143,16 @@ QUERIES: dict[str, str] = {
         ) r ON true
         WHERE d.action <> 'none'
         ORDER BY d.job, d.onset, d.id""",
+    # Nodes to send to hardware inspection: repeated hardware failures, or the engine already asked.
+    "inspection_candidates": """
+        SELECT n AS node, count(*) AS hardware_failures, list(DISTINCT fault ORDER BY fault) AS faults,
+               bool_or(action = 'inspect_hardware') AS engine_asked, max(ts) AS last_ts
+        FROM diagnoses, unnest(nodes) AS u(n)
+        WHERE fault IN ('gpu_lost', 'gpu_memory', 'nvlink', 'gpu_thermal', 'gpu_reset_required', 'nic', 'kernel')
+          AND action <> 'none'
+        GROUP BY node
+        HAVING count(*) >= $repeat OR bool_or(action = 'inspect_hardware')
+        ORDER BY hardware_failures DESC, node""",
     "event_faults": """
         SELECT source, kind, fault, count(*) AS events, count(DISTINCT node) AS nodes
         FROM events WHERE fault IS NOT NULL GROUP BY source, kind, fault ORDER BY events DESC, source, kind""",

@@ -45,6 +45,12 @@ class TraceError(ValueError):
     """A trace or labels file that cannot be read; the message names the file and the row."""
 
 
+def trace_order(event: Envelope) -> tuple[float, int, str]:
+    """The order of rows in a trace: time, then job records (topology) first, then id. A total
+    order on the events themselves, so a recording of a replay comes back row for row."""
+    return (event.ts, 0 if event.source == "job" else 1, event.id)
+
+
 def labels_path(trace_path: str | os.PathLike[str]) -> Path:
     """``TRACE.labels.jsonl``: the literal trace path with ``.labels.jsonl`` appended."""
     return Path(str(trace_path) + ".labels.jsonl")
@@ -60,41 +66,69 @@ def _columns(rows: list[Envelope]) -> pa.RecordBatch:
         cols["node"].append(e.node)
         cols["source"].append(e.source)
         cols["kind"].append(e.kind)
-        cols["data"].append(orjson.dumps(dict(e.data), option=orjson.OPT_SERIALIZE_NUMPY).decode())
+        data = e.data if type(e.data) is dict else dict(e.data)
+        cols["data"].append(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode())
     return pa.RecordBatch.from_pydict(cols, schema=SCHEMA)
+
+
+class TraceWriter:
+    """Streaming writer: ``with TraceWriter(path) as w: w.write(event)``; rows must come in time order.
+
+    The file appears complete or not at all: it is written beside the target and renamed on a
+    clean close, so a crash mid-write never leaves a truncated trace under the real name.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, row_group_rows: int = ROW_GROUP_ROWS):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + ".part")
+        self._rows = row_group_rows
+        self._writer = pq.ParquetWriter(self._tmp, SCHEMA, compression="zstd")
+        self._buf: list[Envelope] = []
+        self._last_ts = float("-inf")
+        self.count = 0
+
+    def write(self, event: Envelope) -> None:
+        if event.ts < self._last_ts:
+            raise TraceError(f"{self.path}: event {self.count} ({event.id}) at ts {event.ts} is earlier than "
+                             f"the one before ({self._last_ts}); traces are in time order")
+        self._last_ts = event.ts
+        self._buf.append(event)
+        self.count += 1
+        if len(self._buf) >= self._rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            self._writer.write_batch(_columns(self._buf), row_group_size=self._rows)
+            self._buf = []
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def write_trace(path: str | os.PathLike[str], events: Iterable[Envelope], *,
                 row_group_rows: int = ROW_GROUP_ROWS) -> int:
-    """Stream ``events`` (already in time order) into a Parquet trace; returns the row count.
-
-    The file appears complete or not at all: it is written beside the target and renamed, so a
-    crash mid-write never leaves a truncated trace under the real name.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".part")
-    n = 0
-    last_ts = float("-inf")
-    buf: list[Envelope] = []
-    try:
-        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd") as writer:
-            for event in events:
-                if event.ts < last_ts:
-                    raise TraceError(f"{target}: event {n} ({event.id}) at ts {event.ts} is earlier than the one before ({last_ts}); traces are in time order")
-                last_ts = event.ts
-                buf.append(event)
-                n += 1
-                if len(buf) >= row_group_rows:
-                    writer.write_batch(_columns(buf), row_group_size=row_group_rows)
-                    buf = []
-            if buf:
-                writer.write_batch(_columns(buf), row_group_size=row_group_rows)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return n
+    """Stream ``events`` (in time order) into a Parquet trace; returns the row count."""
+    with TraceWriter(path, row_group_rows=row_group_rows) as writer:
+        for event in events:
+            writer.write(event)
+    return writer.count
 
 
 def _open(path: str | os.PathLike[str]) -> pq.ParquetFile:

@@ -59,6 +59,7 @@ class TrainerHook:
         self.exit_code: int | None = None
         self.exit_command: Command | None = None
         self._checkpoint_due = threading.Event()
+        self._boundary_reached = threading.Event()
         self._last_step_at = time.monotonic()
         self._lock = threading.Lock()
         self.listener: CommandListener | None = None
@@ -103,6 +104,7 @@ class TrainerHook:
             if self.on_checkpoint is not None:
                 self.on_checkpoint()
         if self.exit_code is not None:
+            self._boundary_reached.set()  # the loop is leaving on its own: call off the watchdog
             self.close()
             raise SystemExit(self.exit_code)
 
@@ -142,9 +144,8 @@ class TrainerHook:
         self.producer.flush(10.0)
 
     def _exit_if_stuck(self, step_at_command: int) -> None:
-        deadline = time.monotonic() + self.exit_grace_s
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
+        if self._boundary_reached.wait(self.exit_grace_s):
+            return
         # Still here: the training thread never reached a boundary (hung in a collective).
         log.warning("rank %d did not reach a step boundary within %.0fs of %s (step %d); exiting %d now",
                     self.rank, self.exit_grace_s, self.exit_command.action if self.exit_command else "?",

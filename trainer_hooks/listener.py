@@ -98,7 +98,9 @@ class CommandListener(threading.Thread):
         self._stop_event.set()
 
     def _consumer(self) -> KafkaConsumer:
-        consumer = KafkaConsumer(**{**self.settings.common_kwargs(), "group_id": None, "enable_auto_commit": False})
+        # A short fetch wait: a command should reach the trainer in milliseconds, not at the next long poll.
+        consumer = KafkaConsumer(**{**self.settings.common_kwargs(), "group_id": None, "enable_auto_commit": False,
+                                    "fetch_max_wait_ms": 50})
         deadline = time.monotonic() + 30
         parts = consumer.partitions_for_topic(self.topic)
         while not parts and time.monotonic() < deadline:

@@ -25,11 +25,13 @@ import numpy as np
 from collectors.sim import lines, stacks
 from collectors.sim.config import SimConfig
 from collectors.sim.effects import Effect, Episode
+from collectors.sim.faults import INJECTORS, nccl_init, noise_tick
 from collectors.sim.metrics import RECOVERY_GPU_RESET, GpuMods, NodeGpus, sample_nodes
 from collectors.sim.plan import EPISODE_S, FaultPlan, PlannedFault
 from remediation.command import Command
 from streams.events import Envelope, number
 from streams.topology import Topology
+from streams.trace import trace_order
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
 FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
@@ -37,12 +39,12 @@ FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
 
 class SimulatedCluster:
     def __init__(self, config: SimConfig, plan: FaultPlan | None = None, *, auto_recover: bool = True):
-        from collectors.sim.faults import INJECTORS, nccl_init, noise_tick  # they call back into this engine
-
         self.cfg = config
-        self._injectors = INJECTORS
         self.auto_recover = auto_recover
         layout = config.layout()
+        if config.nccl_timeout_ms / 1000.0 + 10.0 > min(EPISODE_S[c] for c in ("gpu_lost", "cuda_error", "nccl_error")):
+            raise ValueError(f"nccl_timeout_ms={config.nccl_timeout_ms} is too long: the sympathetic timeouts would "
+                             "fall after the episode's restart")
         self.tp, self.pp, self.dp = layout.tp, layout.pp, layout.dp
         self.world = layout.tp * layout.pp * layout.dp
         self.rng = np.random.default_rng([config.seed, 0x51])
@@ -78,6 +80,10 @@ class SimulatedCluster:
         if config.noise:
             self._at(config.start_ts + float(self.rng.uniform(60, 300)), lambda: noise_tick(self))
         for planned in (plan.sorted() if plan else []):
+            if planned.slot is not None and not 0 <= planned.slot < config.nodes:
+                raise ValueError(f"{planned.fault} at t={planned.t:g}: node n{planned.slot:03d} is not in a {config.nodes}-node job")
+            if planned.rank is not None and not 0 <= planned.rank < self.world:
+                raise ValueError(f"{planned.fault} at t={planned.t:g}: rank {planned.rank} outside 0..{self.world - 1}")
             self._at(config.start_ts + planned.t, lambda p=planned: self._start(p))
 
     # --- the clock --------------------------------------------------------------------------
@@ -94,7 +100,7 @@ class SimulatedCluster:
                 gc.enable()
 
     def _advance(self, until_ts: float) -> list[Envelope]:
-        self._out = out = []
+        out = self._out  # may already hold what apply() emitted since the last call
         cfg = self.cfg
         while True:
             t_heap = self._heap[0][0] if self._heap else math.inf
@@ -119,7 +125,8 @@ class SimulatedCluster:
         self.now = max(self.now, until_ts)
         self.effects = [e for e in self.effects if e.t1 > self.now]
         self._silent = [e for e in self._silent if e.t1 > self.now]
-        out.sort(key=lambda e: e.ts)
+        out.sort(key=trace_order)  # the order a recording of this trace would have
+        self._out = []
         return out
 
     def _at(self, ts: float, action: Callable[[], None], episode: int = -1) -> None:
@@ -152,10 +159,12 @@ class SimulatedCluster:
 
     # --- places and identities --------------------------------------------------------------
     def _grid(self) -> Topology:
-        return Topology.grid(self.slots, self.cfg.gpus, self.tp, self.pp, self.dp)
+        topo = Topology.grid(self.slots, self.cfg.gpus, self.tp, self.pp, self.dp)
+        self._rank_nodes = [p.node for p in topo.ranks]
+        return topo
 
     def node_of(self, rank: int) -> str:
-        return self.slots[rank // self.cfg.gpus]
+        return self._rank_nodes[rank]
 
     def ranks_of(self, node: str) -> list[int]:
         i = self.slots.index(node)
@@ -176,7 +185,7 @@ class SimulatedCluster:
 
     # --- episodes ---------------------------------------------------------------------------
     def _start(self, planned: PlannedFault) -> None:
-        ep = self._injectors[planned.fault](self, planned)
+        ep = INJECTORS[planned.fault](self, planned)
         self.episodes[ep.id] = ep
         self.labels.append(ep.label(self.cfg.job))
         if self.auto_recover:
@@ -193,7 +202,8 @@ class SimulatedCluster:
             self._silent.append(e)
         return e
 
-    def end_episode(self, ep_id: int, *, swap: list[str] | None = None) -> None:
+    def end_episode(self, ep_id: int, *, swap: list[str] | None = None, reason: str | None = None,
+                    command_id: str = "") -> None:
         """Recovery: cancel what the episode still had to emit, swap its nodes, restart the job."""
         ep = self.episodes.get(ep_id)
         if ep is None or ep.ended:
@@ -210,8 +220,8 @@ class SimulatedCluster:
         if nodes_in:
             self._emit_topology(now)
         if ep.stops_job or nodes_in:
-            self.restart(f"{ep.planned.fault} episode {ep_id} remediated", nodes_out=out, nodes_in=nodes_in,
-                         rollback=ep.stops_job)
+            self.restart(reason or f"{ep.planned.fault} episode {ep_id} remediated", nodes_out=out,
+                         nodes_in=nodes_in, rollback=ep.stops_job, command_id=command_id)
 
     def _swap(self, node: str) -> str:
         spare = f"s{self.spares:03d}"
@@ -233,8 +243,6 @@ class SimulatedCluster:
         self._emit(self.now, "-", "job", "restart", {"reason": reason, "command_id": command_id,
                                                      "nodes_out": list(nodes_out), "nodes_in": list(nodes_in)})
         if rollback:
-            from collectors.sim.faults import nccl_init
-
             self.step = self.last_ckpt
             self.state = "running"
             self.halted = set()
@@ -252,7 +260,8 @@ class SimulatedCluster:
             victims = [n for n in command.nodes if n in self.slots]
             for ep in list(self.episodes.values()):
                 if not ep.ended and set(ep.nodes) & set(victims):
-                    self.end_episode(ep.id, swap=victims)
+                    self.end_episode(ep.id, swap=victims, reason=f"evicted by command {command.id}",
+                                     command_id=command.id)
                     victims = [n for n in victims if n in self.slots]
             if victims:
                 nodes_in = [self._swap(n) for n in victims]
@@ -262,8 +271,8 @@ class SimulatedCluster:
         elif command.action in ("restart", "reattempt", "rollback"):
             for ep in list(self.episodes.values()):
                 if not ep.ended and ep.stops_job:
-                    ep.swap = []
-                    self.end_episode(ep.id)
+                    self.end_episode(ep.id, swap=[], reason=f"{command.action} by command {command.id}",
+                                     command_id=command.id)
             if self.state != "running" or self.halted:
                 self.restart(f"{command.action} by command {command.id}", command_id=command.id)
 
@@ -277,10 +286,15 @@ class SimulatedCluster:
 
     def stack_round(self, ts: float, states: dict[int, str], request_id: str, episode: int = -1) -> None:
         for rank in range(self.world):
-            node, pid = self.node_of(rank), self.pid(rank)
-            data = {"rank": rank, "pid": pid, "dump": stacks.py_spy_dump(pid, states[rank]),
-                    "request_id": request_id, "tool": "py-spy"}
-            self.emit_at(ts + 0.05 * self.local(rank), node, "stack", "stack_dump", data, episode)
+            self.rank_event_at(ts + 0.05 * self.local(rank), rank, "stack", "stack_dump", episode,
+                               lambda r=rank: {"rank": r, "pid": self.pid(r), "dump": stacks.py_spy_dump(self.pid(r), states[r]),
+                                               "request_id": request_id, "tool": "py-spy"})
+
+    def rank_event_at(self, ts: float, rank: int, source: str, kind: str, episode: int,
+                      data: Callable[[], dict[str, Any]]) -> None:
+        """An event from a rank, placed on whatever node holds the rank when it is emitted (a node
+        swapped in the meantime no longer speaks)."""
+        self._at(ts, lambda: self._emit(ts, self.node_of(rank), source, kind, data()), episode)
 
     # --- periodic telemetry -----------------------------------------------------------------
     def _gpu_mods(self, node: str, t: float) -> dict[int, GpuMods]:
@@ -320,7 +334,7 @@ class SimulatedCluster:
     def _do_beats(self, t: float) -> None:
         self._hb_seq += 1
         for node in self.slots:
-            lost = [g for g, m in self._gpu_mods(node, t).items() if m.lost]
+            lost = [g for g, m in self._gpu_mods(node, t).items() if m.lost] if self.effects else []
             nvml = f"error: GPU {lost[0]} is lost (NVML_ERROR_GPU_IS_LOST)" if lost else "ok"
             pids = [] if self.state == "down" else [self.pid(r) for r in self.ranks_of(node)]
             self._emit(t, node, "heartbeat", "beat", {"seq": self._hb_seq, "pids": pids,
@@ -345,22 +359,28 @@ class SimulatedCluster:
         trend = 1.75 + 1.3 * math.exp(-(self.step - FIRST_STEP + 40_000) / 60_000)
         common = trend + 0.012 * float(noise[0, 2])
         self.step += 1
+        # Whole-job arrays, rounded once: per-rank Python arithmetic dominated big clusters.
+        loss = common + 0.004 * noise[:, 1]
+        gnorm = 0.9 * np.exp(0.06 * noise[:, 2])
+        if loss_mode == "spike":
+            loss, gnorm = loss * 8.0, gnorm * 8.0
+        step_s = step_time * (1.0 + 0.001 * noise[:, 0])
+        if loss_mode == "nan":
+            losses = gnorms = [number(float("nan"))] * self.world
+        else:
+            losses, gnorms = np.round(loss, 5).tolist(), np.round(gnorm, 5).tolist()
+        step_l = np.round(step_s, 4).tolist()
+        tps_l = np.round(cfg.tokens_per_step / step_s, 1).tolist()
+        mfu_l = np.round(0.42 * cfg.step_time_s / step_s, 4).tolist()
+        comp_l = np.round(compute, 4).tolist()
+        nodes = self._rank_nodes
         for rank in range(self.world):
             if rank in self.halted:
                 continue
-            loss = common + 0.004 * float(noise[rank, 1])
-            gnorm = 0.9 * math.exp(0.06 * float(noise[rank, 2]))
-            if loss_mode == "nan":
-                loss = gnorm = float("nan")
-            elif loss_mode == "spike":
-                loss, gnorm = loss * 8.0, gnorm * 8.0
-            step_s = step_time * (1.0 + 0.001 * float(noise[rank, 0]))
-            self._emit(t, self.node_of(rank), "train", "step", {
-                "rank": rank, "step": self.step, "loss": number(round(loss, 5) if math.isfinite(loss) else loss),
-                "grad_norm": number(round(gnorm, 5) if math.isfinite(gnorm) else gnorm),
-                "step_time_s": round(step_s, 4), "tokens": cfg.tokens_per_step,
-                "tokens_per_s": round(cfg.tokens_per_step / step_s, 1),
-                "mfu": round(0.42 * cfg.step_time_s / step_s, 4), "compute_s": round(float(compute[rank]), 4),
+            self._emit(t, nodes[rank], "train", "step", {
+                "rank": rank, "step": self.step, "loss": losses[rank], "grad_norm": gnorms[rank],
+                "step_time_s": step_l[rank], "tokens": cfg.tokens_per_step, "tokens_per_s": tps_l[rank],
+                "mfu": mfu_l[rank], "compute_s": comp_l[rank],
             })
         if self.step % cfg.checkpoint_every == 0 and loss_mode == "" and not self.halted:
             self.last_ckpt = self.step

@@ -58,9 +58,11 @@ class SimConfig:
     pp: int | None = None
     dp: int | None = None
     tokens_per_step: int = 4 * 1024 * 1024
-    checkpoint_every: int = 50  # steps
+    checkpoint_every: int = 10  # steps (~100 s): faults are dense in a test trace, restarts roll back to it
     restart_s: float = 30.0  # a job-wide episode ends with a restart taking this long
-    nccl_timeout_ms: int = 120_000  # ProcessGroupNCCL timeout the simulated job runs with
+    # ProcessGroupNCCL timeout of the simulated job: shorter than torch's 10 min default so that a
+    # crash episode (sympathetic timeouts, then the restart) fits in ~2 minutes of trace.
+    nccl_timeout_ms: int = 60_000
     noise: bool = True  # benign unlabelled noise (Xid 63/92, NCCL INFO, single NIC flaps)
 
     def layout(self) -> Layout:

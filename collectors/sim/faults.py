@@ -47,10 +47,11 @@ def _timeouts(sim, ts: float, ranks, seq: int, ep: int, op: str = "ALLREDUCE") -
     timeout = sim.cfg.nccl_timeout_ms
     for i, r in enumerate(ranks):
         t = ts + 0.002 * (i % 500)
-        node, pid = sim.node_of(r), sim.pid(r)
         elapsed = timeout + 60 + (i % 97)
-        sim.trainer_line(t, node, lines.watchdog_timeout(r, t, pid, seq, op, timeout, elapsed), ep)
-        sim.trainer_line(t, node, lines.watchdog_exception(r, t, pid, seq, seq, seq - 1), ep)
+        sim.rank_event_at(t, r, "nccl", "line", ep, lambda r=r, t=t, e=elapsed: {
+            "line": lines.watchdog_timeout(r, t, sim.pid(r), seq, op, timeout, e)})
+        sim.rank_event_at(t, r, "nccl", "line", ep, lambda r=r, t=t: {
+            "line": lines.watchdog_exception(r, t, sim.pid(r), seq, seq, seq - 1)})
 
 
 def _crash_then_timeouts(sim, ep: Episode, culprit: int) -> None:

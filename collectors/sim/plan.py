@@ -30,10 +30,10 @@ JOB_WIDE = frozenset({
 # each). Sized so that a detector has the evidence it needs (k × step time for a hang, rounds of
 # stacks every 10 s for fail-slow, the NCCL timeout for sympathetic errors).
 EPISODE_S = {
-    "gpu_lost": 110.0, "gpu_memory": 60.0, "nvlink": 60.0, "gpu_thermal": 180.0,
-    "gpu_reset_required": 60.0, "nic": 120.0, "kernel": 60.0, "host_oom": 110.0,
-    "cuda_error": 110.0, "nccl_error": 110.0, "user_code": 45.0, "nan_loss": 80.0,
-    "loss_spike": 60.0, "job_hang": 100.0, "fail_slow": 180.0, "node_silent": 90.0,
+    "gpu_lost": 95.0, "gpu_memory": 60.0, "nvlink": 60.0, "gpu_thermal": 150.0,
+    "gpu_reset_required": 60.0, "nic": 120.0, "kernel": 60.0, "host_oom": 95.0,
+    "cuda_error": 95.0, "nccl_error": 95.0, "user_code": 45.0, "nan_loss": 80.0,
+    "loss_spike": 60.0, "job_hang": 80.0, "fail_slow": 140.0, "node_silent": 90.0,
     "app_fault": 60.0,
 }
 
@@ -51,7 +51,7 @@ DEFAULT_MIX = {
 }
 
 WARMUP_S = 120.0  # healthy steps before the first fault, so detectors have a baseline
-GAP_S = 30.0  # at least this much healthy time between job-wide episodes
+GAP_S = 20.0  # at least this much healthy time between job-wide episodes (two steps)
 
 
 @dataclass(frozen=True)

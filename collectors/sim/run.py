@@ -2,7 +2,8 @@
 
 Default sizing: without ``faults`` a run gets one fault per :data:`FAULT_EVERY_S` seconds;
 without ``duration`` it lasts as long as its faults need (job-wide episodes back to back, see
-:func:`collectors.sim.plan.min_duration`). A 128-node, 500-fault trace is ~13 simulated hours.
+:func:`collectors.sim.plan.min_duration`). A 500-fault trace is ~12 simulated hours (job-wide
+episodes take ~90 s each plus a 20 s gap; node-local ones overlap them).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ When one rank dies or stalls, every peer in its communicators hits the NCCL watc
 later: the timeouts are sympathetic. This job-level detector gathers a job's NCCL errors and
 watchdog timeouts for ``collect_s`` after the first one, then names one culprit: the earliest
 hard NCCL error if any rank reported one, else the rank stuck at the lowest collective sequence
-number (it fell behind first), ties broken by the earliest report.
+number (it fell behind first), ties broken by the earliest report. The incident's onset is when
+the stuck collective began (report time minus the watchdog's elapsed time), not when it fired. A hard error opening an
+incident is decided at once (events arrive in time order, so it is the earliest); what follows
+within ``collect_s`` is folded into it as sympathetic.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from diagnosis.rules.base import Finding, line_of, opt_int
 from streams.events import Envelope
 
 COLLECT_S = 30.0
+# After a decision, NCCL reports keep coming for a while (every watchdog fires after its own
+# timeout): until the job restarts, or this long, they are echoes of the decided incident.
+ECHO_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +29,8 @@ class _Report:
     ts: float
     rank: int | None
     node: str
-    seq: int | None
+    progress: int | None  # the last collective this rank completed
+    started: float  # when the collective it is stuck in began (ts minus the elapsed time)
     hard: bool
     id: str
     text: str
@@ -44,39 +51,59 @@ class FirstFailingRank:
         self.book = book
         self.collect_s = collect_s
         self._open: dict[str, _Incident] = {}
+        self._decided: dict[str, _Incident] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind not in ("nccl_timeout", "nccl_error"):
             return []
         rank = opt_int(event.data, "rank")
-        seq = opt_int(event.data, "seq")
+        progress = opt_int(event.data, "last_completed")
+        if progress is None:
+            seq = opt_int(event.data, "seq")  # the collective that timed out: the one before it completed
+            progress = seq - 1 if seq is not None else None
+        waited_ms = opt_int(event.data, "elapsed_ms") or opt_int(event.data, "timeout_ms") or 0
+        started = event.ts - waited_ms / 1000.0 if event.kind == "nccl_timeout" else event.ts
         text = str(event.data.get("error") or event.data.get("op") or line_of(event))
+        report = _Report(event.ts, rank, event.node, progress, started, event.kind == "nccl_error", event.id, text)
+        decided = self._decided.get(event.job)
+        if decided is not None and event.ts - decided.first_ts < ECHO_S:
+            return []  # the incident is decided; later reports only waited on the culprit
         incident = self._open.setdefault(event.job, _Incident(event.ts))
-        incident.reports.append(_Report(event.ts, rank, event.node, seq, event.kind == "nccl_error", event.id, text))
+        incident.reports.append(report)
+        if report.hard and len(incident.reports) == 1:
+            return [self._decide(event.job, self._open.pop(event.job), event.ts)]
         return []
 
     def tick(self, now: float) -> list[Finding]:
         done = [job for job, inc in self._open.items() if now - inc.first_ts >= self.collect_s]
-        return [self._decide(job, self._open.pop(job)) for job in done]
+        return [self._decide(job, self._open.pop(job), now) for job in done]
 
     def flush(self) -> list[Finding]:
-        jobs = list(self._open)
-        return [self._decide(job, self._open.pop(job)) for job in jobs]
+        out = []
+        for job in list(self._open):
+            inc = self._open.pop(job)
+            out.append(self._decide(job, inc, max(r.ts for r in inc.reports)))
+        return out
 
-    def _decide(self, job: str, inc: _Incident) -> Finding:
+    def restarted(self, job: str) -> None:
+        """A restart ends the incident: NCCL errors after it are news."""
+        self._decided.pop(job, None)
+
+    def _decide(self, job: str, inc: _Incident, now: float) -> Finding:
+        self._decided[job] = inc
         hard = [r for r in inc.reports if r.hard]
         if hard:
             culprit = min(hard, key=lambda r: r.ts)
             why = f"earliest hard NCCL error ({culprit.text})"
         else:
-            culprit = min(inc.reports, key=lambda r: (r.seq if r.seq is not None else 1 << 62, r.ts))
-            why = f"lowest collective SeqNum {culprit.seq} ({culprit.text})"
+            culprit = min(inc.reports, key=lambda r: (r.progress if r.progress is not None else 1 << 62, r.ts))
+            why = f"lowest last completed collective SeqNum {culprit.progress} ({culprit.text})"
         node = culprit.node
         if culprit.rank is not None:
             node = self.book.rank_node(job, culprit.rank) or node
         waiting = sorted({r.rank for r in inc.reports if r.rank is not None and r.rank != culprit.rank})
         return Finding(
-            job=job, ts=max(r.ts for r in inc.reports), onset=inc.first_ts, fault="nccl_error", action="reattempt",
+            job=job, ts=now, onset=min(r.started for r in inc.reports), fault="nccl_error", action="reattempt",
             nodes=(node,), ranks=(culprit.rank,) if culprit.rank is not None else (), entity="nccl",
             evidence=tuple(r.id for r in sorted(inc.reports, key=lambda r: r.ts))[:32],
             detail=f"first failing rank {culprit.rank} on {node}: {why}; {len(waiting)} other rank(s) only waited "

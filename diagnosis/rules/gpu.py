@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from diagnosis.rules.base import Finding, line_of, need, need_int, opt_float, opt_int, parsed_fault
-from streams.events import Envelope, InvalidEvent
+from streams.events import Envelope, InvalidEvent, as_float
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ RETIRED_PAGES_LIMIT = 48
 class _Counters:
     dbe: float | None = None
     remap_unc: float | None = None
+    states: frozenset[str] = frozenset()
 
 
 class MemoryHealthRule:
@@ -124,23 +125,34 @@ class MemoryHealthRule:
                 raise InvalidEvent("data.gpus[]", "each GPU sample must be an object")
             idx = str(g.get("index", g.get("uuid", "?")))
             key = (event.node, idx)
-            prev = self._prev.setdefault(key, _Counters())
+            prev = self._prev.get(key)
+            if prev is None:
+                prev = self._prev[key] = _Counters()
             dbe = _max_of(g, "ecc_dbe_volatile", "ecc_dbe_aggregate")
-            remap_unc = opt_float(g, "remap_uncorrectable")
+            remap_unc = num(g.get("remap_uncorrectable"))
+            retired = (num(g.get("retired_pages_sbe")) or 0) + (num(g.get("retired_pages_dbe")) or 0)
+            remap_failure = _truthy(g.get("remap_failure"))
+            pending = _truthy(g.get("remap_pending")) or _truthy(g.get("retired_pending"))
             reasons = []
             if dbe is not None and prev.dbe is not None and dbe > prev.dbe:
                 reasons.append(f"uncorrectable ECC errors rose {prev.dbe:g} → {dbe:g}")
             if remap_unc is not None and prev.remap_unc is not None and remap_unc > prev.remap_unc:
                 reasons.append(f"uncorrectable row remaps rose {prev.remap_unc:g} → {remap_unc:g}")
-            if _truthy(g.get("remap_failure")):
-                reasons.append("row remapping failed")
-            if _truthy(g.get("remap_pending")) or _truthy(g.get("retired_pending")):
-                reasons.append("a remap / page retirement is pending (needs a GPU reset)")
-            retired = (opt_int(g, "retired_pages_sbe") or 0) + (opt_int(g, "retired_pages_dbe") or 0)
-            if retired > self.retired_limit:
-                reasons.append(f"{retired} retired pages (limit {self.retired_limit})")
-            prev.dbe = dbe if dbe is not None else prev.dbe
-            prev.remap_unc = remap_unc if remap_unc is not None else prev.remap_unc
+            if remap_failure or pending or retired > self.retired_limit or prev.states:
+                states = {}
+                if remap_failure:
+                    states["remap_failure"] = "row remapping failed"
+                if pending:
+                    states["pending"] = "a remap / page retirement is pending (needs a GPU reset)"
+                if retired > self.retired_limit:
+                    states["retired"] = f"retired pages over the limit of {self.retired_limit} ({retired:g})"
+                # A standing bad state is reported when it appears, not on every sample while it lasts.
+                reasons.extend(text for name, text in states.items() if name not in prev.states)
+                prev.states = frozenset(states)
+            if dbe is not None:
+                prev.dbe = dbe
+            if remap_unc is not None:
+                prev.remap_unc = remap_unc
             if reasons:
                 out.append(Finding(
                     job=event.job, ts=event.ts, fault="gpu_memory", action="evict", nodes=(event.node,),
@@ -152,9 +164,18 @@ class MemoryHealthRule:
         return []
 
 
-def _max_of(g: dict, *keys: str) -> float | None:
-    values = [v for v in (opt_float(g, k) for k in keys) if v is not None]
-    return max(values) if values else None
+def num(value) -> float | None:
+    """as_float with a fast path: NVML counters are plain numbers on every sample but the odd one."""
+    if type(value) is int or type(value) is float:
+        return value
+    return as_float(value)
+
+
+def _max_of(g: dict, a: str, b: str) -> float | None:
+    x, y = num(g.get(a)), num(g.get(b))
+    if x is None:
+        return y
+    return x if y is None or x >= y else y
 
 
 def _truthy(value) -> bool:

@@ -92,8 +92,11 @@ class TrainingRule:
             if not math.isfinite(value):
                 out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {event.data.get('step', '?')} (rank {rank} on {event.node})"))
                 continue
-            base = self._base.setdefault((event.job, rank, metric), deque(maxlen=self.window))
-            if len(base) >= MIN_BASELINE:
+            base = self._base.get((event.job, rank, metric))
+            if base is None:
+                base = self._base[(event.job, rank, metric)] = deque(maxlen=self.window)
+            # Below factor × the window's minimum it cannot be factor × the median: skip the medians.
+            if len(base) >= MIN_BASELINE and value >= self.factor * min(base):
                 med, sigma = robust_sigma(base)
                 floor = max(sigma, 0.01 * abs(med), 1e-12)
                 if med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor:

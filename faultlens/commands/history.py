@@ -63,7 +63,7 @@ def _sample_rate(args: argparse.Namespace) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from history.schema import HistoryError, default_db_path, open_history
-    from history.sink import HistorySink, Sampling
+    from history.sink import Sampling
 
     db = args.db or default_db_path()
     try:

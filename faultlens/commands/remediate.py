@@ -118,9 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
     handler = RemediationHandler(policy, decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
                                  emit=emit)
-    bootstrap, broker = resolve_bootstrap(args.bootstrap)
-    args.bootstrap = bootstrap
-    settings = KafkaSettings.from_args(args)
+    settings = KafkaSettings.from_args(args)  # flags, then FAULTLENS_BOOTSTRAP and the config file
+    settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
     try:
         ensure_topics(settings, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"])
         log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))

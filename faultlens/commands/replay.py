@@ -1,15 +1,47 @@
-"""faultlens replay (placeholder until issue 3 lands)."""
+"""faultlens replay: publish a trace back to its topics."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import sys
 
-from faultlens.commands._unbuilt import not_built
+from streams.config import KafkaSettings, add_kafka_arguments
+from streams.replay import replay_trace
+from streams.trace import TraceError
 
-HELP = "(not built yet: issue 3)"
+HELP = "publish a trace back to its topics (real speed, k× or as fast as possible)"
+DESCRIPTION = """\
+Sends every event of TRACE to its topic (telemetry.* by source, `jobs` for job records), keyed
+by node (job records by job), in trace order, paced by event time: --speed 1 is real time,
+--speed K is K times faster, --as-fast-as-possible (or --speed 0) does not wait.
+Prints one JSON summary line."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("trace", help="trace path (.parquet)")
+    parser.add_argument("--speed", type=float, default=1.0, help="K× real time (default 1; 0: no pacing)")
+    parser.add_argument("--as-fast-as-possible", action="store_true", help="same as --speed 0")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_kafka_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("replay", "issue 3")
+    from streams.broker import resolve_bootstrap
+
+    speed = 0.0 if args.as_fast_as_possible else args.speed
+    if speed < 0:
+        print("faultlens replay: --speed must be >= 0", file=sys.stderr)
+        return 2
+    settings = KafkaSettings.from_args(args)
+    settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
+    try:
+        stats = replay_trace(settings, args.trace, speed, show_progress=not args.no_progress)
+    except TraceError as exc:
+        print(f"faultlens replay: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if broker is not None:
+            broker.stop()
+    print(json.dumps({"path": args.trace, "speed": speed, **stats.to_dict()}), flush=True)
+    return 0

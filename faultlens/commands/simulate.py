@@ -1,15 +1,136 @@
-"""faultlens simulate (placeholder until issue 3 lands)."""
+"""faultlens simulate: a seeded simulated cluster with labelled faults, to a trace or live to Kafka."""
+
+from __future__ import annotations
 
 import argparse
+import collections
+import json
+import logging
+import os
+import sys
+import time
 
-from faultlens.commands._unbuilt import not_built
+from collectors.sim import SimConfig, simulate
+from collectors.sim.run import DEFAULT_DURATION_S, FAULT_EVERY_S
+from streams.trace import TraceWriter, labels_path, write_labels, write_trace
 
-HELP = "(not built yet: issue 3)"
+log = logging.getLogger(__name__)
+
+HELP = "write a labelled trace of a simulated cluster (or, with --publish, send it live)"
+DESCRIPTION = f"""\
+Simulates N nodes × G GPUs running one training job (TP/PP/DP layout; TP = G by default) with
+NVML samples, per-rank step telemetry, heartbeats, raw kernel / NCCL log lines and stack dumps,
+and injects faults of every DESIGN.md §9 class with ground truth. Same --seed, same trace, byte
+for byte.
+
+Writes TRACE (Parquet) and TRACE.labels.jsonl, and prints one JSON summary line on stdout.
+Without --faults a run gets one fault per {FAULT_EVERY_S:.0f} s of --duration (default
+{DEFAULT_DURATION_S:.0f} s); without --duration it lasts as long as its faults need. Every fault
+class appears at least once when --faults >= 17 (--no-every-class to draw purely from the mix).
+Event rate ≈ N/sample-interval + N·G/step-time + N/5 per simulated second: for a 128-node trace
+with 500 faults (~12 simulated hours, ~6 M events) use --sample-interval 10.
+
+With --publish the events go to the Kafka topics at real speed (--speed 1), k× (--speed K) or as
+fast as possible (--speed 0). Flags default from FAULTLENS_SIM_<FLAG> (e.g. FAULTLENS_SIM_SEED)."""
+
+
+def _env(name: str, default, cast=str):
+    value = os.environ.get("FAULTLENS_SIM_" + name.upper())
+    return cast(value) if value else default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    from streams.config import add_kafka_arguments
+
+    parser.add_argument("--nodes", type=int, default=_env("nodes", 8, int), help="nodes in the job (default 8)")
+    parser.add_argument("--gpus", type=int, default=_env("gpus", 8, int), help="GPUs per node (default 8)")
+    parser.add_argument("--duration", type=float, default=_env("duration", None, float),
+                        help="simulated seconds (default: what --faults need, else %.0f)" % DEFAULT_DURATION_S)
+    parser.add_argument("--seed", type=int, default=_env("seed", 0, int), help="random seed (default 0)")
+    parser.add_argument("--out", default=_env("out", None), help="trace path (.parquet); labels go to OUT.labels.jsonl")
+    parser.add_argument("--job", default=_env("job", "job-sim"), help="job id (default job-sim)")
+    parser.add_argument("--faults", type=int, default=_env("faults", None, int), help="number of faults to inject")
+    parser.add_argument("--every-class", action=argparse.BooleanOptionalAction, default=True,
+                        help="every fault class at least once when --faults allows (default on)")
+    for axis in ("tp", "pp", "dp"):
+        parser.add_argument(f"--{axis}", type=int, default=None, help=f"{axis.upper()} size (default: chosen to fit)")
+    parser.add_argument("--sample-interval", type=float, default=_env("sample_interval", 1.0, float),
+                        help="NVML sample interval in seconds (default 1)")
+    parser.add_argument("--step-time", type=float, default=_env("step_time", 10.0, float),
+                        help="nominal training step time in seconds (default 10)")
+    parser.add_argument("--no-noise", action="store_true", help="no benign unlabelled noise lines")
+    parser.add_argument("--publish", action="store_true", help="send the events to Kafka as they are simulated")
+    parser.add_argument("--speed", type=float, default=1.0,
+                        help="with --publish: 1 real time, K k× faster, 0 as fast as possible (default 1)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_kafka_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("simulate", "issue 3")
+    from tqdm import tqdm
+
+    if not args.out and not args.publish:
+        print("faultlens simulate: give --out TRACE and/or --publish", file=sys.stderr)
+        return 2
+    try:
+        config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=args.job, seed=args.seed,
+                           sample_interval_s=args.sample_interval, step_time_s=args.step_time,
+                           tp=args.tp, pp=args.pp, dp=args.dp, noise=not args.no_noise)
+        if args.sample_interval <= 0 or args.step_time <= 0:
+            raise ValueError("--sample-interval and --step-time must be > 0")
+        config.layout()
+        sim = simulate(config, duration=args.duration, faults=args.faults, every_class=args.every_class)
+    except ValueError as exc:
+        print(f"faultlens simulate: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    bar = tqdm(total=round(sim.duration), unit="sim s", desc="simulate", disable=True if args.no_progress else None,
+               leave=False)
+    events = sim.events(progress=lambda s: bar.update(round(s)))
+    broker = None
+    try:
+        if args.publish:
+            from streams.broker import resolve_bootstrap
+            from streams.config import KafkaSettings
+            from streams.replay import publish
+
+            settings = KafkaSettings.from_args(args)
+            settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
+            if args.out:
+                events = _tee_to_trace(events, args.out)
+            stats = publish(settings, events, args.speed)
+            summary_extra = {"published": stats.events, "bootstrap": settings.bootstrap}
+        else:
+            write_trace(args.out, events)
+            summary_extra = {}
+    except KeyboardInterrupt:
+        bar.close()
+        print("faultlens simulate: interrupted; no trace written", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+        if broker is not None:
+            broker.stop()
+    summary = {
+        "events": sim.count,
+        "faults": dict(sorted(collections.Counter(l["fault"] for l in sim.labels).items())),
+        "labels": len(sim.labels),
+        "duration_s": sim.duration,
+        "nodes": config.nodes, "gpus": config.gpus, "job": config.job, "seed": config.seed,
+        "tp": sim.cluster.tp, "pp": sim.cluster.pp, "dp": sim.cluster.dp,
+        "elapsed_s": round(time.perf_counter() - started, 2),
+        **summary_extra,
+    }
+    if args.out:
+        summary["path"] = str(args.out)
+        summary["labels_path"] = str(write_labels(labels_path(args.out), sim.labels))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def _tee_to_trace(events, out):
+    """Write each event to the trace as it goes by on its way to the broker (one pass, streaming)."""
+    with TraceWriter(out) as writer:
+        for event in events:
+            writer.write(event)
+            yield event

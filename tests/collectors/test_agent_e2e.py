@@ -30,7 +30,9 @@ def wait_for(settings, topic, job, predicate, timeout_s=30.0):
     deadline = time.monotonic() + timeout_s
     events = []
     while time.monotonic() < deadline:
-        events = [e for e in (decode(r.value) for r in iter_topics(settings, [topic], idle_s=0.3)) if e.job == job]
+        # timeout_s: a topic that never goes quiet (heartbeats) still ends the read.
+        records = iter_topics(settings, [topic], idle_s=0.3, timeout_s=3.0)
+        events = [e for e in (decode(r.value) for r in records) if e.job == job]
         if predicate(events):
             break
         time.sleep(0.2)

@@ -270,3 +270,20 @@ def test_run_publishes_samples_and_xid_events_until_stopped():
     assert xids[79]["gpu"] == 1 and xids[79]["fault"] == "gpu_lost" and xids[79]["action"] == "evict"
     assert xids[13]["fault"] == "app_fault"
     assert xids[99999]["fault"] == "unknown"  # not in the table: recorded, not dropped
+
+
+def test_probe_says_why_in_one_line_without_nvml(capsys):
+    from collectors import nvml_probe
+
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        assert nvml_probe.main(["--seconds", "0.1"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "NVML not available" in err
+    else:
+        pynvml.nvmlShutdown()
+        assert nvml_probe.main(["--seconds", "1.5"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert '"summary": true' in lines[-1] and any('"kind": "sample"' in line for line in lines)

@@ -34,12 +34,14 @@ def test_sympathetic_findings_are_never_blamed():
 def test_nccl_timeouts_after_a_lost_gpu_are_consequences():
     d = Dedup()
     [lost] = d.admit(_f(0, fault="gpu_lost", action="evict", node="n004"))
-    assert d.admit(_f(130, fault="nccl_error", action="reattempt", node="n002", entity="nccl")) == []
-    assert d.admit(_f(150, fault="job_hang", action="evict", node="n002", entity="pp:1")) == []
+    # NCCL watchdogs fire 120 s later, about a collective that got stuck when the GPU went
+    assert d.admit(_f(130, fault="nccl_error", action="reattempt", node="n002", entity="nccl", onset=T0 + 10)) == []
+    assert d.admit(_f(150, fault="job_hang", action="evict", node="n002", entity="pp:1", onset=T0 + 2)) == []
     assert d.admit(_f(40, fault="node_silent", action="evict", node="n004", entity="heartbeat")) == []
     # a silent node elsewhere is its own fault
     assert len(d.admit(_f(41, fault="node_silent", action="evict", node="n007", entity="heartbeat"))) == 1
-    # long after the loss, an NCCL error stands on its own again
+    # a stall that began long after the loss is a fault of its own
+    assert len(d.admit(_f(400, fault="job_hang", action="evict", node="n002", entity="pp:1", onset=T0 + 300))) == 1
     assert len(d.admit(_f(2000, fault="nccl_error", action="reattempt", node="n002", entity="nccl"))) == 1
 
 

@@ -139,3 +139,17 @@ def test_dumps_during_a_hang_do_not_feed_fail_slow_rounds():
         events += _round(80.0 + 10 * k, {SLOW: SLOW_COMPUTE}, request_id=None, rng=rng)
     out = _run(det, events, start=0, until=200)
     assert {d.fault for d in out} == {"job_hang"}
+
+
+def test_stragglers_and_thin_rounds_do_not_count_as_rounds():
+    det = _detector()
+    rng = random.Random(5)
+    events = []
+    for k in range(5):
+        events += _round(102.0 + 10 * k, {SLOW: SLOW_COMPUTE}, request_id=f"q{k}", rng=rng)
+        # A late duplicate of round k's request and a thin window of 3 dumps without a request id.
+        events.append(stack_event(102.0 + 10 * k + 9.5, TOPO, 3, pyspy_dump(GRAD_SYNC), request_id=f"q{k}"))
+    events += [stack_event(160.0 + 0.1 * r, TOPO, r, pyspy_dump(GRAD_SYNC)) for r in range(3)]
+    out = _run(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
+    (final,) = [d for d in out if d.action == "evict"]
+    assert final.ranks == (SLOW,) and "[1, 1, 1, 1, 1]" in final.detail

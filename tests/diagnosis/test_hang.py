@@ -95,6 +95,16 @@ def test_stall_raises_one_suspicion_then_dumps_evict_the_pipeline():
     assert "all_gather_into_tensor" in f.detail
 
 
+def test_dumps_just_before_the_suspicion_belong_to_the_stall():
+    # A trace's dumps can precede the detector's tick: they are claimed by the stall, not by fail-slow.
+    det = _detector()
+    events = _training(20)
+    events += [stack_event(100.5, TOPO, r, text) for r, text in fig7_dumps(TOPO, STUCK).items()]
+    out = _run(det, events, until=200)
+    assert [(d.fault, d.action) for d in out] == [("job_hang", "capture_stacks"), ("job_hang", "evict")]
+    assert out[1].group == f"pp:{TOPO.group_id(STUCK, 'pp')}" and out[1].ts == out[0].ts == T0 + 101
+
+
 def test_threshold_follows_the_median_step_time():
     det = _detector(k=5.0, floor_s=1.0)
     events = [step_event(10.0 * n + 0.01 * r, TOPO, r, n, step_time_s=10.0) for n in range(1, 6) for r in range(32)]
@@ -187,3 +197,13 @@ def test_malformed_stack_dump_is_an_invalid_event():
         det.observe(event(1.0, "n000", "stack", "stack_dump", rank=3))
     # A step without a rank is skipped here (the training rules own its dead letter).
     assert det.observe(event(1.0, "n000", "train", "step", step=3)) == []
+
+
+def test_restart_forgets_the_old_incarnation():
+    det = _detector()
+    out = _run(det, _training(20), until=101)
+    assert [d.action for d in out] == ["capture_stacks"]
+    det.restarted(JOB)
+    # The dropped collection never times out into a verdict, and no stall is seen before new steps.
+    assert [d for t in range(102, 300) for d in det.tick(T0 + t)] == []
+    assert not det.hang.wants_dumps(JOB)

@@ -11,7 +11,7 @@ def _book():
 
 def _timeout(ts, rank, seq):
     node = f"n{rank // 2:03d}"
-    return ev(ts, node, "nccl", "nccl_timeout", rank=rank, seq=seq, op="ALLREDUCE", timeout_ms=120000,
+    return ev(ts, node, "nccl", "nccl_timeout", rank=rank, seq=seq, op="ALLREDUCE", timeout_ms=120000, elapsed_ms=120004,
               fault="nccl_error", action="reattempt", severity="error")
 
 
@@ -24,7 +24,8 @@ def test_lowest_seqnum_is_blamed_not_every_rank_that_timed_out():
     assert det.tick(T0 + 110) == []
     [f] = det.tick(T0 + 131)
     assert (f.fault, f.nodes, f.ranks, f.action) == ("nccl_error", ("n002",), (5,), "reattempt")
-    assert f.onset == T0 + 100 and "7 other rank(s) only waited" in f.detail
+    assert abs(f.onset - (T0 + 100 - 120.004)) < 1e-6 and "7 other rank(s) only waited" in f.detail
+    assert f.ts == T0 + 131  # decided when the collection window closed
 
 
 def test_hard_error_beats_timeouts():
@@ -35,3 +36,16 @@ def test_hard_error_beats_timeouts():
     det.observe(ev(106.5, "n001", "nccl", "nccl_error", rank=3, error="ncclSystemError"))
     [f] = det.flush()
     assert f.ranks == (6,) and f.nodes == ("n003",) and "ncclRemoteError" in f.detail
+
+
+def test_reports_after_the_decision_are_echoes_until_the_job_restarts():
+    det = FirstFailingRank(_book(), collect_s=30)
+    [f] = det.observe(ev(100, "n003", "nccl", "nccl_error", rank=6, error="ncclRemoteError"))
+    assert f.ts == T0 + 100  # a hard error is decided at once
+    for r in range(8):
+        assert det.observe(_timeout(220 + r, r, 900)) == []
+    assert det.flush() == []
+    det.restarted("job-t")
+    det.observe(_timeout(400, 1, 10))
+    [g] = det.flush()
+    assert g.ranks == (1,)

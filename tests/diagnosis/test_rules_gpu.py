@@ -48,7 +48,7 @@ def test_ecc_counts_only_an_increase():
 @pytest.mark.parametrize("over,words", [
     ({"remap_failure": True}, "remapping failed"),
     ({"remap_pending": True}, "pending"),
-    ({"retired_pages_dbe": 40, "retired_pages_sbe": 20}, "60 retired pages"),
+    ({"retired_pages_dbe": 40, "retired_pages_sbe": 20}, "retired pages over the limit of 48 (60)"),
 ])
 def test_memory_states_that_need_eviction(over, words):
     [f] = MemoryHealthRule().observe(sample(0, "n001", [gpu(0), gpu(1, **over)]))

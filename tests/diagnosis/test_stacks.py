@@ -69,6 +69,8 @@ def test_both_tools_give_the_same_signature():
     fh = training_thread(parse_dump(faulthandler_dump(PP_RECV)))
     assert signature(spy) == signature(fh)
     assert signature(spy) != signature(training_thread(parse_dump(pyspy_dump(PP_SEND))))
+    assert signature(faulthandler_dump(PP_RECV)) == signature(spy)  # straight from dump text
+    assert signature("not a dump") is None
 
 
 def test_signature_ignores_pids_lines_and_the_loader_thread():
@@ -242,3 +244,12 @@ def test_cli_bad_topology_and_nothing_to_localise(tmp_path, capsys):
     assert main(["stacks", str(d), "--topology", str(t)]) == 0
     diag = json.loads(capsys.readouterr().out)
     assert diag["fault"] == "unknown" and diag["action"] == "none" and "nothing to localise" in diag["detail"]
+
+
+def test_no_dominant_stack_blames_no_group():
+    topo = grid(4, 2, tp=2, pp=2, dp=2)
+    # Every rank somewhere else: nothing is "the healthy stack", so nothing is an outlier either.
+    frames = [GRAD_SYNC, PP_RECV, PP_SEND, STUCK_ALL_GATHER, SLOW_COMPUTE]
+    dumps = {r: pyspy_dump(frames[r % 5][:1] + [(f"fn{r}", "x.py", 1)] + frames[r % 5][1:]) for r in range(8)}
+    verdict = cluster_stacks(dumps, topo, StackConfig(max_frame_edits=0))
+    assert verdict.group is None and verdict.confidence == 0.0 and "no dominant stack" in verdict.detail

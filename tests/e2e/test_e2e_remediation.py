@@ -62,7 +62,7 @@ def rig(kafka_settings, tmp_path):
 
 def remediate(r, *extra: str) -> pipeline.Proc:
     return r.start(pipeline.faultlens("remediate", [
-        "remediate", "--act-on", r.job, "--max-job-share", "0.5", "--breaker-share", "0.9",
+        "remediate", "--bootstrap", r.settings.bootstrap, "--act-on", r.job, "--max-job-share", "0.5", "--breaker-share", "0.9",
         "--group", f"rem-{r.job}", "--standby", "s000,s001", *extra], r.env, r.dir))
 
 
@@ -94,7 +94,7 @@ def explain(r) -> str:
 def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
     r = rig
     rem = remediate(r)
-    job = launch(r, 2, ["--steps", "60", "--step-sleep", "0.1"])
+    job = launch(r, 2, ["--steps", "80", "--step-sleep", "0.1"])
     assert pipeline.wait_until(lambda: (r.dir / "ckpt" / "step_000010.pt").exists(), 60), explain(r)
 
     d = Diagnosis(job=r.job, ts=time.time(), onset=time.time(), fault="gpu_lost", action="evict",
@@ -125,9 +125,9 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
     if (m := _missing("diagnosis.consumer")):
         pytest.skip(f"needs `faultlens diagnose` ({m} is not built)")
     r = rig
-    r.start(pipeline.faultlens("diagnose", ["diagnose", "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
+    r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
     remediate(r)
-    job = launch(r, 2, ["--steps", "60", "--step-sleep", "0.1", "--nan-at", "25"])
+    job = launch(r, 2, ["--steps", "100", "--step-sleep", "0.1", "--nan-at", "25"])
 
     restart = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "restart"), 80)
     assert restart, explain(r)
@@ -143,12 +143,12 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
         pytest.skip(f"needs `faultlens diagnose` and `faultlens collect` ({m} is not built)")
     r = rig
     # TP=1, PP=2, DP=2 on 4 nodes of 1 rank: rank 3 is stage 1 of replica 1; its pipeline is ranks 2, 3.
-    r.start(pipeline.faultlens("diagnose", ["diagnose", "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
+    r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
     remediate(r)
     for i in range(4):
         node = f"n{i:03d}"
         r.start(pipeline.faultlens(f"collect-{node}", [
-            "collect", "--job", r.job, "--node", node, "--no-nvml", "--no-kernel", "--heartbeat-interval", "2",
+            "collect", "--bootstrap", r.settings.bootstrap, "--job", r.job, "--node", node, "--no-nvml", "--no-kernel", "--heartbeat-interval", "2",
             "--proc-pattern", rf"reference_trainer --node {node}\b"], r.env, r.dir))
     job = launch(r, 4, ["--steps", "400", "--step-sleep", "0.1", "--pp", "2", "--hang-rank", "3", "--hang-at", "20"])
 
@@ -156,10 +156,18 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
     assert restart, explain(r)
     evicts = [c for c in commands(r) if c.action == "evict"]
     assert evicts, explain(r)
-    assert set(evicts[0].nodes) == {"n002", "n003"}
+    cmd = evicts[0]
+    diagnoses = [Diagnosis.decode(m.value) for m in read_topic(r.settings, "diagnoses", idle_s=0.3, timeout_s=10)]
+    [final] = [d for d in diagnoses if d.id == cmd.diagnosis_id]
+    # the blamed group holds the hung rank and lies inside its pipeline (ranks 2, 3 on n002, n003)
+    assert final.fault == "job_hang" and final.action == "evict" and final.group
+    assert "n003" in cmd.nodes and set(cmd.nodes) <= {"n002", "n003"} and cmd.nodes == final.nodes
+    assert cmd.params["group"] == final.group
     assert any(c.action == "capture_stacks" for c in commands(r))
-    assert restart[0]["action"] == "evict" and set(restart[0]["nodes_out"]) == {"n002", "n003"}
-    assert restart[0]["nodes"] == ["n000", "n001", "s000", "s001"]
+    assert restart[0]["action"] == "evict" and restart[0]["command_id"] == cmd.id
+    assert restart[0]["nodes_out"] == list(cmd.nodes)
+    assert "n003" not in restart[0]["nodes"] and len(restart[0]["nodes"]) == 4
     stacks = [decode(m.value) for m in read_topic(r.settings, "telemetry.stacks", idle_s=0.3, timeout_s=10)]
-    tools = {e.data.get("tool") for e in stacks if e.job == r.job}
-    assert "py-spy" in tools, tools
+    mine = [e for e in stacks if e.job == r.job]
+    assert {"py-spy", "faulthandler"} <= {e.data.get("tool") for e in mine}
+    assert any("stuck_in_all_gather_into_tensor" in e.data["dump"] for e in mine if e.data.get("rank") == 3)

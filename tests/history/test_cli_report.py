@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import struct
 
 import duckdb
@@ -111,3 +113,15 @@ def test_history_cli_rejects_a_foreign_db(tmp_path, capsys):
     path.write_bytes(struct.pack("<Q", 7) * 100)
     assert main(["history", "--db", str(path), "--from-trace", str(tmp_path / "t.parquet")]) == 1
     assert "not a DuckDB history file" in _one_line_error(capsys)
+
+
+def test_report_while_a_writer_holds_the_file(db):
+    writer = open_history(db)  # this process holds DuckDB's write lock, as a running consumer would
+    try:
+        proc = subprocess.run([sys.executable, "-m", "faultlens", "report", "--db", str(db)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        writer.close()
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "in use by another process" in err[0]

@@ -7,6 +7,7 @@ import datetime as dt
 import orjson
 import pytest
 
+from diagnosis.record import Diagnosis
 from history import queries, report
 from history.schema import memory_history
 from history.sink import HistorySink, build_batch
@@ -143,3 +144,23 @@ def test_rich_render_shows_sections(conn, tmp_path):
 def test_unknown_query_is_a_clear_error(conn):
     with pytest.raises(KeyError, match="unknown query 'nope'"):
         queries.run(conn, "nope")
+
+
+def test_label_detection(labelled):
+    det = queries.run(labelled, "label_detection")[0]
+    # gpu_lost on n1 at 40 → d1 at 43 (3 s); nccl_error on n2 at 80 → d2 at 90 (10 s)
+    assert (det["labels"], det["detected"], det["missed"]) == (2, 2, 0)
+    assert det["p50_s"] == pytest.approx(6.5) and det["p99_s"] == pytest.approx(9.93)
+    late = {"job": "j1", "fault": "nic", "nodes": ["n3"], "ranks": [], "onset": T0 + 100}
+    HistorySink(labelled).write(build_batch([], labels=[late]))  # nothing diagnosed n3 after 100
+    det = queries.run(labelled, "label_detection")[0]
+    assert (det["labels"], det["detected"], det["missed"]) == (3, 2, 1)
+
+
+def test_inspection_candidates(conn):
+    rows = queries.run(conn, "inspection_candidates")
+    assert [(r["node"], r["hardware_failures"], r["faults"]) for r in rows] == [("n1", 2, ["gpu_lost", "gpu_thermal"])]
+    HistorySink(conn).write(build_batch([Diagnosis(
+        id="d5", job="j1", ts=T0 + 200, onset=T0 + 199, fault="gpu_reset_required", action="inspect_hardware",
+        nodes=("n0",))]))
+    assert [r["node"] for r in queries.run(conn, "inspection_candidates")] == ["n1", "n0"]

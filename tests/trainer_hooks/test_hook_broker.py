@@ -107,3 +107,27 @@ def test_restart_command_ends_the_loop_at_a_step_boundary_with_its_code(kafka_se
     with pytest.raises(SystemExit) as exc:
         hook.step(loss=1.0)
     assert exc.value.code == RESTART
+
+
+def test_a_loop_stuck_past_the_grace_is_ended_with_the_command_code(kafka_settings, job, tmp_path):
+    """In a child process (the watchdog ends its process): the loop never reaches a boundary."""
+    import subprocess
+    import sys
+
+    script = f"""
+import time
+from streams.config import KafkaSettings
+from trainer_hooks.hook import TrainerHook
+h = TrainerHook(job={job!r}, rank=0, node="n000", settings=KafkaSettings(bootstrap={kafka_settings.bootstrap!r}),
+                secret={SECRET!r}, exit_grace_s=1.0)
+h.wait_ready()
+print("ready", flush=True)
+time.sleep(120)  # stuck: never calls step()
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        send(kafka_settings, command(job, "rollback"))
+        assert proc.wait(60) == 77
+    finally:
+        proc.kill()

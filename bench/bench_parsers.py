@@ -1,0 +1,94 @@
+"""Parser throughput: lines per second of each log parser on a realistic mixed log.
+
+    .venv/bin/python -m bench.bench_parsers [--lines 300000] [--seed 1]
+
+A realistic log is mostly noise: the mix is ~97% ordinary lines (boot messages, NCCL INFO,
+step logs) and ~3% faults of every family, multi-line records included. Prints one JSON line per
+parser (lines, seconds, lines_per_s, events) and, for the kernel parser, the cost of the same
+lines fed through LineEventParser as raw ``line`` events (envelopes in and out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+from collectors.logparse import LineEventParser, parser_for
+from streams.events import Envelope
+from tests.collectors import log_samples as S
+
+KERNEL_NOISE = S.KERNEL_BENIGN + [
+    "[ 9001.{:06d}] audit: type=1400 audit(1700000000.123:456): apparmor=\"STATUS\" operation=\"profile_load\"",
+    "[ 9001.{:06d}] IPv4: martian source 10.0.3.255 from 10.0.3.17, on dev ib0",
+    "[ 9001.{:06d}] nvidia-peermem nv_mem_get_pages: get page for va 0x7f00 size 2097152",
+    "[ 9001.{:06d}] docker0: port 3(veth12ab) entered forwarding state",
+    "[ 9001.{:06d}] EXT4-fs (nvme1n1): re-mounted. Quota mode: none.",
+]
+KERNEL_FAULTS = [
+    [S.XID_13], [S.XID_31_OLD], [S.XID_48], [S.XID_63], [S.XID_94], [S.XID_95], [S.XID_119], [S.XID_145_IGNORE],
+    S.FALLEN_MULTILINE, S.SXID_NONFATAL, [S.MLX_LINK_DOWN, S.MLX_LINK_UP], [S.MLX_HEALTH], [S.AER_FATAL, S.AER_FATAL_DETAIL],
+    [S.AER_CORRECTED], [S.EDAC_CE], [S.MCE_UNCORRECTED, S.MCE_DUMP], [S.SOFT_LOCKUP], [S.HUNG_TASK], [S.OOM_KILL, S.OOM_SUMMARY],
+    [S.SEGV_NCCL], [S.KMSG], [S.JOURNAL_ISO],
+]
+TRAINER_NOISE = S.TRAINER_BENIGN + [
+    "[rank{r}]: 2026-11-22 10:11:12,345 - train - INFO - step {i} | loss 2.{i} | grad_norm 0.8 | tokens/s 152000",
+    "gpu-node-17:48213:48213 [{r}] NCCL INFO Channel 01/32 : 0[3] -> 1[3] [send] via NET/IB/0/GDRDMA",
+    "gpu-node-17:48213:48213 [{r}] NCCL INFO Connected all rings",
+    "[rank{r}]: /usr/lib/python3.11/site-packages/torch/nn/modules/module.py:1511: UserWarning: something deprecated",
+]
+TRAINER_FAULTS = [
+    [S.NCCL_WARN_IB], [S.NCCL_WARN_CUDA], [S.WATCHDOG_OLD], [S.WATCHDOG_NEW, S.LAST_WORK], [S.NCCL_ERROR_LINE], [S.NCCL_REMOTE],
+    [S.CONN_RESET], [S.CUDA_ILLEGAL], [S.CUDA_ECC], [S.CUBLAS], [S.NAN_LOSS], [S.NAN_LOSS_2],
+    S.TRACEBACK_USER, S.TRACEBACK_CUDA, S.TRACEBACK_LIBRARY,
+]
+
+
+def make_log(noise: list[str], faults: list[list[str]], n: int, rng: random.Random, fault_share: float = 0.03) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        i += 1
+        if rng.random() < fault_share:
+            out.extend(rng.choice(faults))
+        else:
+            out.append(rng.choice(noise).format(i % 1000000, r=i % 8, i=i))
+    return out[:n]
+
+
+def measure(source: str, lines: list[str]) -> dict:
+    parser = parser_for(source)
+    start = time.perf_counter()
+    events = 0
+    for line in lines:
+        events += len(parser.feed(line))
+    events += len(parser.flush())
+    elapsed = time.perf_counter() - start
+    return {"parser": source, "lines": len(lines), "seconds": round(elapsed, 3), "lines_per_s": round(len(lines) / elapsed), "events": events}
+
+
+def measure_line_events(source: str, lines: list[str]) -> dict:
+    raw = [Envelope(ts=1.8e9, job="j", node=f"n{i % 16:03d}", source=source, kind="line", data={"line": l}, id=f"r{i}") for i, l in enumerate(lines)]
+    lp = LineEventParser()
+    start = time.perf_counter()
+    events = sum(len(lp.parse(env)) for env in raw) + len(lp.flush())
+    elapsed = time.perf_counter() - start
+    return {"parser": f"LineEventParser/{source}", "lines": len(lines), "seconds": round(elapsed, 3), "lines_per_s": round(len(lines) / elapsed), "events": events}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=300_000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    kernel = make_log(KERNEL_NOISE, KERNEL_FAULTS, args.lines, rng)
+    trainer = make_log(TRAINER_NOISE, TRAINER_FAULTS, args.lines, rng)
+    for result in (measure("kernel", kernel), measure("nccl", trainer), measure_line_events("kernel", kernel), measure_line_events("nccl", trainer)):
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The agent's source threads: a stuck or crashing source never silences the others; heartbeats
+say which source is in trouble. No broker here: the publisher spools, and the spool is read back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orjson
+
+from collectors.agent import Agent, AgentConfig
+from collectors.heartbeat import HeartbeatSource
+from collectors.nvml_sampler import NvmlUnavailable
+from collectors.spool import Spool
+from streams.config import KafkaSettings
+from streams.events import decode
+
+
+class Stuck:
+    name = "stuck"
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def run(self, stop):
+        self.release.wait(30)  # ignores stop: a source wedged in a system call
+
+
+class Crashing:
+    name = "crashing"
+
+    def __init__(self):
+        self.calls = 0
+
+    def run(self, stop):
+        self.calls += 1
+        raise RuntimeError(f"boom {self.calls}")
+
+
+class Unavailable:
+    name = "gpu-ish"
+
+    def run(self, stop):
+        raise NvmlUnavailable("NVML not available (no NVIDIA driver or GPU on this node)")
+
+
+def _wait(predicate, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_heartbeat_event_counts_and_reads_statuses_fresh():
+    out = []
+    statuses = {"kernel": "ok"}
+    hb = HeartbeatSource(job="j", node="n1", interval_s=1, publish=out.append, statuses=lambda: dict(statuses),
+                         pids=lambda: [30, 10])
+    hb.beat()
+    statuses["kernel"] = "error: gone"
+    hb.beat()
+    assert [(e.source, e.kind, e.key) for e in out] == [("heartbeat", "beat", b"n1")] * 2
+    assert [e.data["seq"] for e in out] == [0, 1]
+    assert out[0].data["pids"] == [10, 30] and out[1].data["sources"] == {"kernel": "error: gone"}
+
+
+def test_heartbeat_goes_on_when_process_discovery_fails():
+    out = []
+
+    def broken():
+        raise PermissionError("no /proc")
+
+    HeartbeatSource(job="j", node="n1", interval_s=1, publish=out.append, statuses=dict, pids=broken).beat()
+    assert out[0].data["pids"] == []
+
+
+def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
+                         spool_dir=tmp_path / "spool", create_topics=False)
+    stuck, crashing = Stuck(), Crashing()
+    # Port 1: nothing listens, so everything lands in the spool where the test can read it.
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"), extra_sources=[stuck, crashing, Unavailable()])
+    for runner in agent._runners:
+        runner.backoff_s = 0.05
+    agent.start()
+    try:
+        assert _wait(lambda: crashing.calls >= 2)  # restarted after a failure
+        assert _wait(lambda: len(agent.spool) >= 10)
+        statuses = agent.statuses()
+    finally:
+        stuck.release.set()
+        agent.stop()
+    assert statuses["stuck"] == "ok"
+    assert statuses["crashing"].startswith("error: RuntimeError: boom")
+    assert statuses["gpu-ish"].startswith("unavailable: NVML not available")
+    assert statuses["stacks"].startswith("off: ")  # no secret configured
+    assert statuses["publisher"].startswith("broker unreachable, spooling")
+    spool = Spool(tmp_path / "spool", 1 << 20)  # what the stopped agent left for its next run
+    beats = [decode(r.value) for r in spool.peek(10_000)]
+    assert beats and all(e.kind == "beat" for e in beats)
+    seqs = [e.data["seq"] for e in beats]
+    assert seqs == list(range(len(seqs)))  # spooled in order, none lost
+    last = orjson.loads(spool.peek(10_000)[-1].value)["data"]["sources"]
+    assert last["gpu-ish"].startswith("unavailable") and last["heartbeat"] == "ok"
+
+
+def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
+                         spool_dir=tmp_path / "spool", create_topics=False)
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
+    assert _wait(lambda: len(agent.spool) >= 3)
+    agent.stop()
+    waiting = len(agent.spool)
+    again = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))
+    assert again.spool.stats.recovered == waiting
+    assert [decode(r.value).data["seq"] for r in again.spool.peek(3)] == [0, 1, 2]
+    again.spool.close()

@@ -1,0 +1,25 @@
+"""Small simulated traces for the replay tests: one planned fault on a 4-node job, run through
+the engine exactly as `faultlens analyze` would (via a Parquet trace file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collectors.sim.config import SimConfig
+from collectors.sim.plan import FaultPlan
+from collectors.sim.run import simulate
+from diagnosis.engine import analyze_trace
+from diagnosis.record import Diagnosis
+from diagnosis.scoring import is_scored
+from streams.trace import write_labels, labels_path, write_trace
+
+
+def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,
+           duration: float | None = None) -> tuple[list[Diagnosis], list[dict], float]:
+    """(scored diagnoses, labels, trace start) for one simulated run written to and read from disk."""
+    run = simulate(SimConfig(nodes=nodes, gpus=gpus, seed=seed, noise=noise), plan, duration=duration)
+    path = tmp / "trace.parquet"
+    write_trace(path, run.events())
+    write_labels(labels_path(path), run.labels)
+    found, _ = analyze_trace(path)
+    return [d for d in found if is_scored(d)], run.labels, run.config.start_ts

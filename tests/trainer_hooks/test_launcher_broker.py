@@ -1,0 +1,47 @@
+"""The launcher's restart logic with real child processes and the real broker (no torch needed)."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from streams.events import decode
+from streams.reader import read_topic
+
+pytestmark = pytest.mark.broker
+
+
+def launch(settings, job, codes, *extra):
+    env = {**os.environ, "FAULTLENS_SECRET": "x", "FAULTLENS_BOOTSTRAP": settings.bootstrap}
+    out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2",
+                          "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
+                          "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
+                          "--", "--codes", codes], env=env, capture_output=True, text=True, timeout=120)
+    return out.returncode, [json.loads(l) for l in out.stdout.splitlines()]
+
+
+def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings):
+    job = f"launch-{uuid.uuid4().hex[:8]}"
+    rc, lines = launch(kafka_settings, job, "77,75,1,0", "--standby", "s000")
+    assert rc == 0
+    events = [l["event"] for l in lines]
+    assert events == ["start", "restart", "start", "restart", "start", "crash", "restart", "start", "done"]
+    restarts = [l for l in lines if l["event"] == "restart"]
+    assert [r["action"] for r in restarts] == ["rollback", "evict", "reattempt"]
+    assert restarts[0]["resume"] == "rollback" and restarts[1]["resume"] == "latest"
+    # both nodes exited "evicted": the first is replaced by the standby, the second leaves the job
+    assert restarts[1]["nodes_out"] == ["n000", "n001"] and restarts[1]["nodes"] == ["s000"]
+    published = [decode(m.value) for m in read_topic(kafka_settings, "jobs", idle_s=0.3, timeout_s=10)]
+    mine = [e.data for e in published if e.job == job and e.kind == "restart"]
+    assert [e["command_id"] for e in mine] == [None, None, None] and mine[1]["nodes_in"] == ["s000"]
+
+
+def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings):
+    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "79")
+    assert rc == 79 and lines[-1]["event"] == "stopped"
+    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "1", "--max-restarts", "2")
+    assert rc == 1 and lines[-1]["event"] == "gave_up"
+    assert sum(1 for l in lines if l["event"] == "start") == 3

@@ -101,7 +101,7 @@ def bench_outage_drain(settings: KafkaSettings, n: int) -> dict:
         while down.stats.spooled < n:
             time.sleep(0.001)
         t_spool = time.perf_counter() - t0
-        down.stop(timeout=1)
+        down.stop(timeout=10)
         # The broker "comes back": a new publisher finds the spool and sends it.
         up = Publisher(settings, Spool(d, 1 << 30), create_topics=False)
         waiting = len(up.spool)

@@ -85,7 +85,7 @@ def build_history(db: Path, events: int, nodes: int, jobs: int, chunk: int) -> N
 
 def time_queries(db: Path) -> None:
     conn = open_history(db, read_only=True)
-    names = list(REPORT_SECTIONS) + ["faults_over_time", "detection_latencies", "timeline", "inspection_candidates"]
+    names = list(REPORT_SECTIONS) + ["faults_over_time", "detection_latencies", "timeline", "timeline_spans", "inspection_candidates"]
     total = 0.0
     for name in names:
         t = time.perf_counter()
@@ -97,10 +97,15 @@ def time_queries(db: Path) -> None:
     conn.close()
 
 
+class _NoopHandler:
+    def handle(self, records):
+        return []
+
+
 class _Timed:
     """Wraps the handler to note when the first and last batches were handled."""
 
-    def __init__(self, inner: HistoryHandler):
+    def __init__(self, inner):
         self.inner = inner
         self.first: float | None = None
         self.last = 0.0
@@ -134,11 +139,20 @@ def kafka_rate(messages: int, bootstrap: str | None, tmp: Path) -> None:
         conn.close()
         sink_s = (handler.last - handler.first) if handler.first else float("nan")
         raw_n, raw_s = raw_consume_rate(settings, "telemetry.gpu", messages, "bench-raw")
+        # The runner alone (decode + validate + commit, a handler that stores nothing) separates the
+        # sink's own cost from the runner's.
+        noop = _Timed(_NoopHandler())
+        GroupRunner(settings, "bench-noop", ["telemetry.gpu"], noop).run(
+            max_records_total=messages, idle_stop_s=10.0, handle_signals=False)
         sink_rate = handler.records / sink_s if sink_s else float("nan")
         raw_rate = raw_n / raw_s if raw_s else float("nan")
+        noop_s = (noop.last - noop.first) if noop.first else float("nan")
+        noop_rate = noop.records / noop_s if noop_s else float("nan")
         emit(measure="kafka", messages=messages, stored_rows=stored,
-             history_sink_rows_per_s=round(sink_rate), raw_kafka_python_msgs_per_s=round(raw_rate),
-             sink_to_raw_ratio=round(sink_rate / raw_rate, 3) if raw_rate else None)
+             history_sink_rows_per_s=round(sink_rate), runner_noop_msgs_per_s=round(noop_rate),
+             raw_kafka_python_msgs_per_s=round(raw_rate),
+             sink_to_raw_ratio=round(sink_rate / raw_rate, 3) if raw_rate else None,
+             sink_to_noop_runner_ratio=round(sink_rate / noop_rate, 3) if noop_rate else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,14 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=10_000_000, help="rows per INSERT while generating")
     ap.add_argument("--db", help="history file to build (default: a temporary one, deleted after)")
+    ap.add_argument("--reuse", action="store_true", help="with --db: time the queries on an existing file, no rebuild")
     ap.add_argument("--kafka-messages", type=int, default=200_000, help="messages for the Kafka part (0 skips it)")
     ap.add_argument("--bootstrap", help="a Kafka cluster (default: a fresh embedded broker)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "history.duckdb"
-        if db.exists():
-            db.unlink()
-        build_history(db, args.events, args.nodes, args.jobs, args.chunk)
+        if not (args.reuse and db.exists()):
+            db.unlink(missing_ok=True)
+            build_history(db, args.events, args.nodes, args.jobs, args.chunk)
         emit(step="db_size", bytes=db.stat().st_size)
         time_queries(db)
         if args.kafka_messages:

@@ -126,17 +126,20 @@ class DmesgReader:
         ready, _, _ = select.select([self._out], [], [], 0)
         if not ready:
             if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode(errors="replace").strip() if self._proc.stderr else ""
-                raise OSError(f"dmesg exited with status {self._proc.returncode}: {err or 'no message'}")
+                self._exited()
             return []
         chunk = self._out.read() or b""
         if not chunk and self._proc.poll() is not None:
-            raise OSError(f"dmesg exited with status {self._proc.returncode}")
+            self._exited()
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
         out = [raw.decode("utf-8", errors="replace") for raw in lines]
         self.stats.lines += len(out)
         return out
+
+    def _exited(self) -> None:
+        err = self._proc.stderr.read().decode(errors="replace").strip() if self._proc.stderr else ""
+        raise OSError(f"dmesg exited with status {self._proc.returncode}: {err or 'no message'}")
 
     def close(self) -> None:
         if self._proc.poll() is None:

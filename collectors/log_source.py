@@ -99,6 +99,11 @@ class LogSource:
         finally:
             reader.close()
 
+    def counters(self) -> dict[str, int]:
+        """Lines read, events sent, lines skipped as garbled (by this source or by the parsers)."""
+        parser_garbled = sum(getattr(getattr(p, "stats", None), "garbled", 0) for p in self._parsers.values())
+        return {"lines": self.stats.lines, "events": self.stats.events, "garbled": self.stats.garbled + parser_garbled}
+
     # --- the pure-ish part, driven directly by tests ------------------------------------------
     def feed(self, stream: str, line: str) -> None:
         parser = self._parsers.get(stream)

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Short client timeouts: the agent must notice a dead broker in seconds and spool, not block a
 # minute inside kafka-python (its default max_block_ms is 60 s).
 _PRODUCER_OVERRIDES = {"max_block_ms": 3000, "request_timeout_ms": 5000, "reconnect_backoff_max_ms": 2000}
-_DRAIN_CHUNK = 500
+_DRAIN_CHUNK = 2000
 
 
 @dataclass
@@ -40,6 +40,7 @@ class PublisherStats:
     delivered: int = 0  # acknowledged by the broker (spooled ones included once sent)
     spooled: int = 0  # went through the spool
     unencodable: int = 0  # a source handed an event that cannot be serialised
+    lost: int = 0  # could be neither sent nor spooled (spool unwritable)
     outages: int = 0
 
 
@@ -187,7 +188,15 @@ class Publisher:
 
     def _to_spool(self, batch: list[tuple[Outgoing, bool]]) -> None:
         for out, droppable in batch:
-            self.spool.append(SpooledRecord(out.topic, out.key, out.value), droppable)
+            try:
+                self.spool.append(SpooledRecord(out.topic, out.key, out.value), droppable)
+            except OSError as exc:
+                # Disk full or spool unwritable while the broker is away: nothing left to hold
+                # the record. Counted and logged loudly, and the publisher keeps running.
+                self.stats.lost += 1
+                if self.stats.lost == 1 or self.stats.lost % 1000 == 0:
+                    log.error("spool %s unwritable (%s): %d record(s) lost", self.spool.path, exc, self.stats.lost)
+                continue
             self.stats.spooled += 1
 
     def _try_connect(self) -> None:

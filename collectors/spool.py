@@ -15,6 +15,7 @@ the file; a compaction rewrites the file with the live records only once enough 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -38,6 +39,10 @@ DROPPABLE_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("heartbeat"
 
 def is_droppable(source: str, kind: str) -> bool:
     return (source, kind) in DROPPABLE_KINDS or source == "heartbeat"
+
+
+class SpoolBusy(RuntimeError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +86,23 @@ class Spool:
         self._lock = threading.Lock()
         self._entries: deque[_Entry] = deque()
         self._live_bytes = 0
+        self._drop_rounds = 0
         self.path.touch(exist_ok=True)
         self._file = open(self.path, "r+b")
+        self._lock_dir()
         self._recover()
 
     # --- open ------------------------------------------------------------------------------
+    def _lock_dir(self) -> None:
+        """One agent per spool: two writing the same file would interleave and corrupt it."""
+        self._lockfile = open(self.dir / "spool.lock", "w")
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lockfile.close()
+            self._file.close()
+            raise SpoolBusy(f"spool {self.dir} is in use by another agent (give each agent its own --spool-dir)") from None
+
     def _recover(self) -> None:
         """Index the live records of an existing file; cut a torn tail (crash mid-write)."""
         self._file.seek(0)
@@ -153,7 +170,10 @@ class Spool:
         if dropped:
             self._entries = kept
             self.stats.dropped += dropped
-            log.warning("spool full: dropped the %d oldest sample(s)", dropped)
+            self._drop_rounds += 1
+            if self._drop_rounds == 1 or self._drop_rounds % 100 == 0:
+                log.warning("spool full (%d bytes): dropping the oldest samples (%d so far)",
+                            self.max_bytes, self.stats.dropped)
             self._compact()
 
     # --- head ----------------------------------------------------------------------------------
@@ -195,6 +215,7 @@ class Spool:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
+            self._lockfile.close()
 
     # --- internals -----------------------------------------------------------------------------
     def _file_size(self) -> int:

@@ -36,7 +36,8 @@ FLOOR_REL = 0.02
 FLOOR_ABS = {"sm_clock_ratio": 0.02, "power_ratio": 0.03, "temp_c": 2.0, "throttle": 0.05,
              "pcie_replay_rate": 1.0, "compute_s": 0.005}
 FOREST_MIN_ROWS = 200
-FOREST_REFIT_EVERY = 2000
+FOREST_REFIT_EVERY = 20000
+FOREST_QUANTILE = 0.01
 
 
 @dataclass(slots=True)
@@ -155,16 +156,18 @@ class PeerAnomalyDetector:
             return flags
         rows = self._healthy.get(job, [])
         fitted = self._forest.get(job)
-        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= FOREST_REFIT_EVERY):
+        # Refit as healthy history doubles (then every FOREST_REFIT_EVERY rows): cheap early, stable later.
+        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= min(fitted[2], FOREST_REFIT_EVERY)):
             from sklearn.ensemble import IsolationForest
 
             train = np.array(rows[-5000:])
             model = IsolationForest(n_estimators=50, random_state=self.seed).fit(train)
-            # Outlier = scores below every healthy window but the lowest 0.1 %.
-            cut = float(np.quantile(model.score_samples(train), 0.001))
-            fitted = self._forest[job] = (model, cut, len(rows))
+            # Outlier = scores below all but the lowest 1 % of healthy windows; the z gate (Z_SOFT) and
+            # persistence over k windows keep that 1 % from becoming false alarms.
+            cut = float(np.quantile(model.score_samples(train), FOREST_QUANTILE))
             if len(rows) > 10000:
-                del rows[:-5000]
+                del rows[:-5000]  # bounded memory: the forest sees the most recent healthy windows
+            fitted = self._forest[job] = (model, cut, len(rows))
         if fitted is not None and ask.any():
             model, cut, _ = fitted
             flags[ask] = model.score_samples(vectors[ask]) < cut

@@ -16,6 +16,7 @@ from diagnosis.record import Diagnosis
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
+from streams.metrics import DIAGNOSES
 from streams.reader import iter_topics
 from streams.runner import Record, dead_letter
 from streams.topics import TELEMETRY_TOPICS
@@ -29,6 +30,7 @@ INPUT_TOPICS = (*TELEMETRY_TOPICS, JOBS_TOPIC)
 
 
 def diagnosis_record(d: Diagnosis) -> Outgoing:
+    DIAGNOSES.labels(d.fault, d.action).inc()
     return Outgoing(DIAGNOSES_TOPIC, d.job.encode(), d.encode())
 
 

@@ -4,6 +4,8 @@
   gaps shorter than ``window_s``; later copies only raise its ``count``. When the episode goes
   quiet (or at flush) a record with the SAME id and the final count is emitted again if the
   count grew, so consumers that key by id (remediation, history) upsert instead of acting twice.
+* Holding: an application fault or a CUDA error waits ``hold_s`` of event time before it is
+  judged, because its hardware cause (Xid 95 beside Xid 94, a lost GPU) may log in the same second.
 * Suppression: a finding marked sympathetic (Xid 45, Xid 43 after 13s) is never blamed; faults
   that are the usual *consequence* of another (NCCL timeouts, a hang, a slowdown, a silent
   node after its GPU vanished) are dropped while a primary fault of the job explains them.
@@ -40,6 +42,10 @@ HARDWARE = frozenset({"gpu_lost", "gpu_memory", "gpu_reset_required", "nvlink", 
 # whatever NCCL timeouts or stalls follow anywhere in the job are their echo.
 JOB_STOPPING = frozenset({"gpu_lost", "cuda_error", "nccl_error", "user_code", "host_oom", "app_fault",
                           "node_silent", "job_hang", "nan_loss"})
+# Faults that often arrive together with their hardware cause in the same second (Xid 94 beside
+# Xid 95, a CUDA error beside a lost GPU): held this long in event time, so the cause is seen first.
+HELD = frozenset({"app_fault", "cuda_error"})
+HOLD_S = 2.0
 # Faults that never escalate to eviction: the machine is not the problem.
 NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown"})
 _SOFT_ACTIONS = frozenset({"reattempt", "restart", "stop_time_diagnosis", "rollback"})
@@ -76,7 +82,8 @@ class _Primary:
 
 class Dedup:
     def __init__(self, window_s: float = WINDOW_S, suppress_s: float = SUPPRESS_S,
-                 job_size: Callable[[str], int] | None = None) -> None:
+                 job_size: Callable[[str], int] | None = None, hold_s: float = HOLD_S) -> None:
+        self.hold_s = hold_s
         self.job_size = job_size  # nodes in a job (from the topology), to tell "one node" from "everyone"
         self.window_s = window_s
         self.suppress_s = suppress_s
@@ -84,12 +91,17 @@ class Dedup:
         self._episodes: Counter = Counter()
         self._generation: Counter = Counter()
         self._primaries: dict[str, list[_Primary]] = {}
+        self._restarts: dict[str, list[float]] = {}
+        self._held: list[Finding] = []
         self.stats: Counter = Counter()
 
     # --- inputs -----------------------------------------------------------------------------
-    def restarted(self, job: str) -> None:
-        """The job was restarted: a fault seen before that shows up again is a repeat."""
+    def restarted(self, job: str, ts: float | None = None) -> None:
+        """The job was restarted: a fault seen before that shows up again is a repeat, and what
+        went wrong before the restart explains nothing that starts after it."""
         self._generation[job] += 1
+        if ts is not None:
+            self._restarts.setdefault(job, []).append(ts)
 
     def admit_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         """Another detector's finished diagnosis (hang, fail-slow blame): folded and suppressed like a
@@ -105,6 +117,15 @@ class Dedup:
         return self.admit(finding, diagnosis)
 
     def admit(self, finding: Finding, original: Diagnosis | None = None) -> list[Diagnosis]:
+        if finding.sympathetic:
+            self.stats["sympathetic"] += 1
+            return []
+        if original is None and finding.fault in HELD and self.hold_s > 0:
+            self._held.append(finding)  # decided on the next tick, once its cause may have arrived
+            return []
+        return self._admit(finding, original)
+
+    def _admit(self, finding: Finding, original: Diagnosis | None = None) -> list[Diagnosis]:
         if finding.sympathetic:
             self.stats["sympathetic"] += 1
             return []
@@ -157,27 +178,48 @@ class Dedup:
                 continue  # the same class is folded or escalated, not suppressed
             if not (p.onset - self.suppress_s <= onset <= p.ts + self.suppress_s):
                 continue
-            overlap = specific and bool(p.nodes.intersection(f.nodes))
+            if any(p.onset < r < onset for r in self._restarts.get(f.job, ())):
+                continue  # the job restarted in between: a new run, a new fault
+            # Overlap means something only when both sides single out a few nodes.
+            overlap = specific and bool(p.nodes) and (not size or len(p.nodes) * 2 <= size) \
+                and bool(p.nodes.intersection(f.nodes))
             if f.fault in JOB_CONSEQUENCES:
-                if p.fault in JOB_STOPPING or overlap:
+                # A crash stops steps (a hang, NCCL timeouts); it does not make one node slower.
+                if overlap or (p.fault in JOB_STOPPING and f.fault != "fail_slow"):
                     return True
             elif overlap and (f.fault == "node_silent" or p.fault in HARDWARE):
                 return True
         return False
 
     # --- time -------------------------------------------------------------------------------
-    def tick(self, now: float) -> list[Diagnosis]:
+    def _release(self, now: float | None) -> list[Diagnosis]:
         out: list[Diagnosis] = []
+        if not self._held:
+            return out
+        keep = []
+        for f in self._held:
+            if now is None or now - f.ts >= self.hold_s:
+                out.extend(self._admit(f))
+            else:
+                keep.append(f)
+        self._held = keep
+        return out
+
+    def tick(self, now: float) -> list[Diagnosis]:
+        out: list[Diagnosis] = self._release(now)
         for key in [k for k, ep in self._open.items() if now - ep.last_ts > self.window_s]:
             out.extend(self._close(key, self._open.pop(key)))
         horizon = now - self.suppress_s - self.window_s
         for job, prims in self._primaries.items():
             if prims and prims[0].ts < horizon:
                 self._primaries[job] = [p for p in prims if p.ts >= horizon]
+        for job, restarts in self._restarts.items():
+            if restarts and restarts[0] < horizon - self.window_s:
+                self._restarts[job] = [r for r in restarts if r >= horizon - self.window_s]
         return out
 
     def flush(self) -> list[Diagnosis]:
-        out: list[Diagnosis] = []
+        out: list[Diagnosis] = self._release(None)
         for key in list(self._open):
             out.extend(self._close(key, self._open.pop(key)))
         return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from diagnosis.dedup import Dedup
 from diagnosis.detector import JobBook
+from diagnosis.features import NodeWindow
 from diagnosis.record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JobStage, NodeOutput, NodeStage
@@ -63,7 +64,7 @@ class Engine:
         self.stats: Counter = Counter()
         self._last_tick: float = float("-inf")
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._arrival_wall = time.monotonic()
+        self._arrival_wall = time.time()
         self._arrival_now: float | None = None
 
     def _job_size(self, job: str) -> int:
@@ -76,18 +77,22 @@ class Engine:
         if event.id in self._seen:
             self.stats["duplicates"] += 1
             return []
-        self._remember(event.id)
         kinds = KNOWN_KINDS.get(event.source)
         if kinds is not None and event.kind not in kinds:
             raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
         if self.now is not None and event.ts < self.now - self.config.max_lateness_s:
             raise InvalidEvent("ts", f"{event.ts:.3f} is {self.now - event.ts:.0f}s behind the stream "
                                      f"(limit {self.config.max_lateness_s:.0f}s): too late to judge")
+        self._remember(event.id)
         self.stats["events"] += 1
-        self._arrival_wall = time.monotonic()
+        self._arrival_wall = time.time()
         out: list[Diagnosis] = []
         if event.source == "job":
             self._job_event(event)
+        elif event.source == "summary":
+            # The node stage of another process summarised a window (DESIGN.md §1, split stages).
+            if event.kind == "window":
+                self.job_stage.observe_window(NodeWindow.from_event(event))
         else:
             node_out = NodeOutput()
             for parsed in self.node_stage.parse(event):
@@ -107,7 +112,7 @@ class Engine:
             self.book.update(event)
             self.stats["topologies"] += 1
         elif event.kind == "restart":
-            self.dedup.restarted(event.job)
+            self.dedup.restarted(event.job, event.ts)
             nodes_out = event.data.get("nodes_out") or []
             self.job_stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)])
 
@@ -143,6 +148,8 @@ class Engine:
     def _settle(self, findings: list[Finding], diags: list[Diagnosis]) -> list[Diagnosis]:
         """Dedup everything, then let the job stage react to what came out (a fail-slow suspicion
         starts stack rounds), until nothing new appears."""
+        if not findings and not diags:
+            return []
         out: list[Diagnosis] = []
         for f in findings:
             out.extend(self.dedup.admit(f))
@@ -170,10 +177,11 @@ class Engine:
         return out
 
     def tick(self, wall_now: float | None = None) -> list[Diagnosis]:
-        """The live consumer's clock: moves event time only after ``grace_s`` without events."""
+        """The live consumer's clock (wall seconds since the epoch, default now): moves event time
+        only after ``grace_s`` without events, by the wall time elapsed beyond the grace."""
         if self.now is None or self._arrival_now is None:
             return []
-        idle = time.monotonic() - self._arrival_wall
+        idle = (time.time() if wall_now is None else wall_now) - self._arrival_wall
         if idle <= self.config.grace_s:
             return []
         target = self._arrival_now + (idle - self.config.grace_s)

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from diagnosis.rules.gpu import num
-from streams.events import Envelope, as_float
+from diagnosis.rules.base import num
+from streams.events import Envelope, InvalidEvent, as_float
 
 WINDOW_S = 10.0
 THERMAL = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
@@ -49,9 +49,12 @@ class NodeWindow:
     @classmethod
     def from_event(cls, event: Envelope) -> "NodeWindow":
         d = event.data
-        return cls(event.job, event.node, float(d.get("start", event.ts)),
-                   {k: float(v) for k, v in (d.get("features") or {}).items()}, int(d.get("samples", 0)),
-                   tuple(int(r) for r in d.get("ranks") or ()), tuple(str(e) for e in d.get("evidence") or ()))
+        try:
+            return cls(event.job, event.node, float(d.get("start", event.ts)),
+                       {str(k): float(v) for k, v in (d.get("features") or {}).items()}, int(d.get("samples", 0)),
+                       tuple(int(r) for r in d.get("ranks") or ()), tuple(str(e) for e in d.get("evidence") or ()))
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise InvalidEvent("data", f"not a node window summary: {exc}") from None
 
 
 @dataclass(slots=True)

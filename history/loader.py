@@ -28,13 +28,14 @@ class LoadStats:
     labels: int = 0
     rejected: int = 0
     engine_errors: int = 0
+    truncated: bool = False  # the trace stopped being readable part way; what came before is stored
     inserted: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"events": self.events, "sampled_out": self.sampled_out, "diagnoses": self.diagnoses,
                 "labels": self.labels, "rejected": self.rejected, "engine_errors": self.engine_errors,
-                "inserted": self.inserted, "notes": self.notes}
+                "truncated": self.truncated, "inserted": self.inserted, "notes": self.notes}
 
 
 def _trace_module() -> Any:
@@ -149,10 +150,9 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
                 if len(pending) >= batch_size:
                     write(pending)
                     pending = []
-    except HistoryError:
-        raise
-    except (ValueError, OSError) as exc:
+    except (trace.TraceError, OSError) as exc:
         # A truncated or corrupt trace: keep what was read, say where it stopped.
+        stats.truncated = True
         stats.notes.append(f"trace read stopped after {stats.events} events: {exc}")
         log.error("trace %s: %s", path, exc)
     if diagnoser is not None:

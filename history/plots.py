@@ -89,11 +89,14 @@ def latency_histogram(conn: duckdb.DuckDBPyConnection) -> Figure | None:
 
 def job_timeline(conn: duckdb.DuckDBPyConnection, max_jobs: int = 12) -> Figure | None:
     """One bar per job, in seconds since the job's first mark (jobs far apart in time stay legible)."""
-    marks = run(conn, "timeline")
+    marks = run(conn, "timeline_spans")
     if not marks:
         return None
-    jobs = sorted({m["job"] for m in marks})[:max_jobs]
-    start = {job: min(m["ts"] for m in marks if m["job"] == job) for job in jobs}
+    jobs = set(sorted({m["job"] for m in marks})[:max_jobs])
+    start: dict[str, float] = {}
+    for m in marks:  # spans come ordered by job, ts: the first of each job is its start
+        if m["job"] in jobs and m["job"] not in start:
+            start[m["job"]] = m["ts"]
     incidents = [i for i in run(conn, "incidents") if i["job"] in start]
     fig = Figure(figsize=(11, 1.2 + 0.7 * len(jobs)), layout="constrained")
     ax = fig.subplots()
@@ -105,11 +108,14 @@ def job_timeline(conn: duckdb.DuckDBPyConnection, max_jobs: int = 12) -> Figure 
         seen.add(name)
         return name
 
-    for y, job in enumerate(jobs):
+    spans_of: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for m in marks:
+        if m["job"] in start and m["next_ts"] > m["ts"]:
+            spans_of.setdefault((m["job"], m["state"]), []).append((m["ts"] - start[m["job"]], m["next_ts"] - m["ts"]))
+    for y, job in enumerate(sorted(jobs)):
         t0 = start[job]
         for state, colour in STATE_COLOURS.items():
-            spans = [(m["ts"] - t0, m["next_ts"] - m["ts"]) for m in marks
-                     if m["job"] == job and m["state"] == state and m["next_ts"] > m["ts"]]
+            spans = spans_of.get((job, state))
             if spans:
                 ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colour, label=label(state))
         mine = [i for i in incidents if i["job"] == job]
@@ -118,7 +124,7 @@ def job_timeline(conn: duckdb.DuckDBPyConnection, max_jobs: int = 12) -> Figure 
                        label=label("fault onset"))
             ax.scatter([i["detected_at"] - t0 for i in mine], [y + 0.4] * len(mine), marker="x", color="purple",
                        zorder=3, label=label("diagnosis"))
-    ax.set_yticks(range(len(jobs)), [f"{j}\n{_when(start[j]):%Y-%m-%d %H:%M}" for j in jobs])
+    ax.set_yticks(range(len(jobs)), [f"{j}\n{_when(start[j]):%Y-%m-%d %H:%M}" for j in sorted(jobs)])
     ax.set_xlabel("seconds since the job's first record")
     ax.set_title("Job timelines: state and incidents")
     handles, labels = ax.get_legend_handles_labels()

@@ -110,9 +110,19 @@ def default_db_path() -> Path:
     return Path(env) if env else faultlens_home() / "history.duckdb"
 
 
+def _quiet(conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    # DuckDB draws a progress bar on stdout for long queries, which would corrupt JSON-lines output.
+    # Inside Jupyter DuckDB refuses to touch the setting without ipywidgets (and draws no bar).
+    try:
+        conn.execute("SET enable_progress_bar = false")
+    except duckdb.Error:
+        pass
+    return conn
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        return _quiet(duckdb.connect(str(path), read_only=read_only))
     except duckdb.IOException as exc:
         text = str(exc)
         if "lock" in text.lower():
@@ -172,7 +182,7 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
 
 def memory_history() -> duckdb.DuckDBPyConnection:
     """An in-memory history (tests, a trace analysed without keeping the file)."""
-    conn = duckdb.connect(":memory:")
+    conn = _quiet(duckdb.connect(":memory:"))
     for statement in DDL:
         conn.execute(statement)
     conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])

@@ -315,7 +315,10 @@ class HistorySink:
                     self.conn.unregister(view)
             self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            try:
+                self.conn.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # the connection itself failed; the original error is the one to report
             raise
         for name, n in added.items():
             self.inserted[name] += n

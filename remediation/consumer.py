@@ -18,10 +18,10 @@ import orjson
 from diagnosis.record import Diagnosis
 from remediation.policy import Decision, Policy
 from streams.config import KafkaSettings
-from streams.events import Envelope, decode
+from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
 from streams.reader import iter_topics
-from streams.runner import Record
+from streams.runner import Record, dead_letter
 from streams.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,10 @@ class RemediationHandler:
     """A GroupRunner handler; ``clock`` is injectable so tests decide what "now" is."""
 
     def __init__(self, policy: Policy, *, decision_log: Path | None = None,
-                 emit: Callable[[Decision], None] | None = None, clock: Callable[[], float] = time.time):
+                 emit: Callable[[Decision], None] | None = None, clock: Callable[[], float] = time.time,
+                 group: str = GROUP):
         self.policy = policy
+        self.group = group
         self.decision_log = decision_log
         self.emit = emit
         self.clock = clock
@@ -54,17 +56,23 @@ class RemediationHandler:
         out: list[Outgoing] = []
         for r in records:
             if r.topic == JOBS_TOPIC:
-                self.observe_topology(r.value)
+                try:
+                    self.observe_topology(r.value)
+                except InvalidEvent as exc:
+                    # Dead-lettered here, not raised: a raise would make the runner replay the whole
+                    # batch, and diagnoses already decided in it would then be skipped as seen.
+                    out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value),
+                                           f"bad topology: {exc}", self.group))
                 continue
             d: Diagnosis = r.value
             if d.id in self._seen:
                 # A redelivery after a crash or rebalance: the ladder must not climb twice for it.
                 log.info("diagnosis %s seen before; skipped", d.id)
                 continue
+            decision, command = self.policy.decide(d, self.clock())
             self._seen[d.id] = None
             if len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
-            decision, command = self.policy.decide(d, self.clock())
             self._record(decision)
             if command is not None:
                 out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))

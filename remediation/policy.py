@@ -105,10 +105,12 @@ class Policy:
         if step.action is None:
             return self._decision(now, d, step, mode, sent=False), None
 
-        if self.safety.is_duplicate(d.job, step.nodes, d.fault, step.action, now):
+        # Capturing stacks is harmless and a second stall soon after a restart needs it again, so it
+        # is folded only over the settle time; disruptive actions over the full dedup window.
+        window = self.config.settle_s if step.action == "capture_stacks" else self.safety.config.dedup_s
+        if self.safety.is_duplicate(d.job, step.nodes, d.fault, step.action, now, window):
             return self._decision(now, d, step, mode, sent=False,
-                                  blocked=f"duplicate: {step.action} for these nodes and {d.fault} within "
-                                          f"{self.safety.config.dedup_s:.0f}s"), None
+                                  blocked=f"duplicate: {step.action} for these nodes and {d.fault} within {window:.0f}s"), None
         params = dict(step.params)
         if step.evicts:
             verdict = self.safety.check_eviction(d.job, step.nodes, now)

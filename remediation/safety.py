@@ -109,10 +109,13 @@ class Safety:
         while self._evictions and self._evictions[0][0] < now - self.config.window_s:
             self._evictions.popleft()
 
-    def is_duplicate(self, job: str, nodes: tuple[str, ...], fault: str, action: str, now: float) -> bool:
-        """True when every node (or the whole job, for no nodes) already got this within ``dedup_s``."""
+    def is_duplicate(self, job: str, nodes: tuple[str, ...], fault: str, action: str, now: float,
+                     window_s: float | None = None) -> bool:
+        """True when every node (or the whole job, for no nodes) already got this within the window
+        (``dedup_s`` unless given)."""
+        window = self.config.dedup_s if window_s is None else window_s
         keys = [(job, n, fault, action) for n in (nodes or ("*",))]
-        return all(now - self._last_command.get(k, -math.inf) < self.config.dedup_s for k in keys)
+        return all(now - self._last_command.get(k, -math.inf) < window for k in keys)
 
     def remember(self, job: str, nodes: tuple[str, ...], fault: str, action: str, now: float) -> None:
         for n in nodes or ("*",):

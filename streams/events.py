@@ -11,7 +11,8 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 

@@ -188,6 +188,10 @@ class Launcher:
             if self.attempt >= self.args.max_restarts:
                 self.emit({"event": "gave_up", "attempt": self.attempt, "reason": f"{self.args.max_restarts} restarts"})
                 return 1
+            if cmd and (cmd.params or {}).get("mode") == "dual_phase_replay":
+                # Running the replay groups needs a scheduler that can split the job; this one can't.
+                log.warning("dual-phase replay plan received (%s); restarting in place instead",
+                            json.dumps(cmd.params.get("plan")))
             evicted = cmd.nodes if cmd and action == "evict" else tuple(crashed)
             replacements = tuple((cmd.params or {}).get("replacements") or ()) if cmd else ()
             plan = plan_restart(self.nodes, self.standby, action, evicted, replacements)

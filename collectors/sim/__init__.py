@@ -5,6 +5,7 @@ Public API: :class:`SimConfig`, :class:`FaultPlan`, :func:`random_plan`, :class:
 and :mod:`collectors.sim.lines` (every raw log line template, for the parsers' tests).
 """
 
+from collectors.sim import lines
 from collectors.sim.cluster import SimulatedCluster
 from collectors.sim.config import SimConfig, choose_layout
 from collectors.sim.plan import DEFAULT_MIX, EPISODE_S, JOB_WIDE, SIM_CLASSES, FaultPlan, random_plan
@@ -12,5 +13,5 @@ from collectors.sim.run import SimRun, plan_for, simulate
 
 __all__ = [
     "DEFAULT_MIX", "EPISODE_S", "JOB_WIDE", "SIM_CLASSES", "FaultPlan", "SimConfig", "SimRun",
-    "SimulatedCluster", "choose_layout", "plan_for", "random_plan", "simulate",
+    "SimulatedCluster", "choose_layout", "lines", "plan_for", "random_plan", "simulate",
 ]

@@ -90,6 +90,13 @@ def opt_int(data: Mapping[str, Any], key: str) -> int | None:
         return None
 
 
+def num(value) -> float | None:
+    """as_float with a fast path: NVML counters are plain numbers on every sample but the odd one."""
+    if type(value) is int or type(value) is float:
+        return value
+    return as_float(value)
+
+
 def opt_float(data: Mapping[str, Any], key: str) -> float | None:
     return as_float(data.get(key))
 

@@ -12,11 +12,14 @@ within ``collect_s`` is folded into it as sympathetic.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
 from diagnosis.rules.base import Finding, line_of, opt_int
 from streams.events import Envelope
+
+log = logging.getLogger(__name__)
 
 COLLECT_S = 30.0
 # After a decision, NCCL reports keep coming for a while (every watchdog fires after its own
@@ -76,20 +79,22 @@ class FirstFailingRank:
 
     def tick(self, now: float) -> list[Finding]:
         done = [job for job, inc in self._open.items() if now - inc.first_ts >= self.collect_s]
-        return [self._decide(job, self._open.pop(job), now) for job in done]
+        return [f for f in (self._decide(job, self._open.pop(job), now) for job in done) if f is not None]
 
     def flush(self) -> list[Finding]:
         out = []
         for job in list(self._open):
             inc = self._open.pop(job)
-            out.append(self._decide(job, inc, max(r.ts for r in inc.reports)))
+            f = self._decide(job, inc, max(r.ts for r in inc.reports))
+            if f is not None:
+                out.append(f)
         return out
 
     def restarted(self, job: str) -> None:
         """A restart ends the incident: NCCL errors after it are news."""
         self._decided.pop(job, None)
 
-    def _decide(self, job: str, inc: _Incident, now: float) -> Finding:
+    def _decide(self, job: str, inc: _Incident, now: float) -> Finding | None:
         self._decided[job] = inc
         hard = [r for r in inc.reports if r.hard]
         if hard:
@@ -97,6 +102,13 @@ class FirstFailingRank:
             why = f"earliest hard NCCL error ({culprit.text})"
         else:
             culprit = min(inc.reports, key=lambda r: (r.progress if r.progress is not None else 1 << 62, r.ts))
+            tied = {r.node for r in inc.reports if r.progress == culprit.progress}
+            if len(tied) > 1 and len(tied) * 2 > len({r.node for r in inc.reports}):
+                # Everyone stopped at the same collective: nobody fell behind first. That is a hang
+                # (the stack-based hang detector localises it), not a rank to blame here.
+                log.info("job %s: %d NCCL timeouts, all at SeqNum %s on %d nodes: no first failing rank",
+                         job, len(inc.reports), culprit.progress, len(tied))
+                return None
             why = f"lowest last completed collective SeqNum {culprit.progress} ({culprit.text})"
         node = culprit.node
         if culprit.rank is not None:

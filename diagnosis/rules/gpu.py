@@ -13,8 +13,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from diagnosis.rules.base import Finding, line_of, need, need_int, opt_float, opt_int, parsed_fault
-from streams.events import Envelope, InvalidEvent, as_float
+from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
+from streams.events import Envelope, InvalidEvent
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +164,6 @@ class MemoryHealthRule:
         return []
 
 
-def num(value) -> float | None:
-    """as_float with a fast path: NVML counters are plain numbers on every sample but the odd one."""
-    if type(value) is int or type(value) is float:
-        return value
-    return as_float(value)
-
-
 def _max_of(g: dict, a: str, b: str) -> float | None:
     x, y = num(g.get(a)), num(g.get(b))
     if x is None:
@@ -200,6 +193,7 @@ class _NodeHeat:
     baseline: deque = field(default_factory=lambda: deque(maxlen=60))
     recent: deque = field(default_factory=lambda: deque(maxlen=10))
     reason: str = ""
+    fired: bool = False
 
 
 class ThermalRule:
@@ -214,7 +208,9 @@ class ThermalRule:
         self._nodes: dict[tuple[str, str], _NodeHeat] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
-        state = self._nodes.setdefault((event.job, event.node), _NodeHeat())
+        state = self._nodes.get((event.job, event.node))
+        if state is None:
+            state = self._nodes[(event.job, event.node)] = _NodeHeat()
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
@@ -251,17 +247,19 @@ class ThermalRule:
             state.reason = "; ".join(why[:4])
         elif state.since is not None:
             state.since = None
+            state.fired = False
             state.gpus.clear()
             state.recent.clear()
         return []
 
     def _confirm(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
-        if state.since is None or len(state.recent) < self.min_recent or len(state.baseline) < self.min_recent:
-            return []
+        if state.since is None or state.fired or len(state.recent) < self.min_recent or len(state.baseline) < self.min_recent:
+            return []  # one finding per throttling episode
         base = statistics.median(state.baseline)
         now = statistics.median(state.recent)
         if base <= 0 or now < self.ratio * base:
             return []
+        state.fired = True
         return [Finding(
             job=event.job, ts=event.ts, onset=state.since, fault="gpu_thermal", action="evict",
             nodes=(event.node,), entity="thermal", evidence=tuple(state.evidence) + (event.id,),

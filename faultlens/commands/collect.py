@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 
 from collectors.agent import Agent, AgentConfig
+from collectors.log_source import LogSource
+from collectors.spool import SpoolBusy
 from remediation.command import load_secret
 from streams.broker import faultlens_home, resolve_bootstrap
 from streams.config import KafkaSettings, add_kafka_arguments
@@ -106,7 +108,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    agent = Agent(config, settings)
+    try:
+        agent = Agent(config, settings)
+    except SpoolBusy as exc:
+        print(f"faultlens collect: {exc}", file=sys.stderr)
+        if owned is not None:
+            owned.stop()
+        return 1
     try:
         agent.start()
         print(json.dumps({"event": "started", "job": config.job, "node": config.node, "bootstrap": bootstrap,
@@ -120,5 +128,6 @@ def run(args: argparse.Namespace) -> int:
     p = agent.publisher.stats
     print(json.dumps({"event": "stopped", "published": p.published, "delivered": p.delivered, "spooled": p.spooled,
                       "spool_waiting": len(agent.spool),
-                      "spool_dropped": agent.spool.stats.dropped, "sources": agent.statuses()}), flush=True)
+                      "spool_dropped": agent.spool.stats.dropped, "lost": p.lost, "sources": agent.statuses(),
+                      "logs": {s.name: s.counters() for s in agent.sources if isinstance(s, LogSource)}}), flush=True)
     return 0

@@ -12,6 +12,7 @@ from diagnosis.engine import Engine, EngineConfig
 from streams.admin import ensure_topics
 from streams.broker import resolve_bootstrap
 from streams.config import KafkaSettings, add_kafka_arguments
+from streams import metrics
 from streams.runner import GroupRunner
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit after this many seconds without input (replays, tests)")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
     parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0)),
+                        help="serve Prometheus /metrics on this port (default off; env FAULTLENS_METRICS_PORT)")
     add_kafka_arguments(parser)
 
 
@@ -49,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         ensure_topics(settings, [*INPUT_TOPICS, DIAGNOSES_TOPIC, "dead-letter"])
         log.info("primed %d topology event(s) from the jobs topic", prime_topologies(engine, settings))
         runner = GroupRunner(settings, args.group, INPUT_TOPICS, handler)
+        metrics.register_runner("diagnose", lambda: runner.stats)
+        metrics.serve(args.metrics_port)
         stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
         # Pending decisions (an open NCCL incident, final counts) go out before we leave.
         final = handler.flush()

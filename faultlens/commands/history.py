@@ -92,7 +92,7 @@ def _from_trace(args, conn, sampling, db) -> int:
     for note in stats.notes:
         print(f"faultlens history: {note}", file=sys.stderr)
     print(orjson.dumps({"db": str(db), "trace": args.from_trace, **stats.to_dict()}).decode(), flush=True)
-    return 0
+    return 1 if stats.truncated else 0
 
 
 def _consume(args, conn, sampling, db) -> int:

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(decision.to_dict()), flush=True)
 
     handler = RemediationHandler(policy, decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
-                                 emit=emit)
+                                 emit=emit, group=args.group)
     settings = KafkaSettings.from_args(args)  # flags, then FAULTLENS_BOOTSTRAP and the config file
     settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
     try:

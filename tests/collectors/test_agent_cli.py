@@ -52,7 +52,7 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
         assert started["event"] == "started" and started["job"] == job and started["node"] == "cli-node"
         assert started["spool"].startswith(str(tmp_path))
         with open(log, "a") as f:
-            f.write(WARN + "\n")
+            f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
         deadline = time.monotonic() + 30
         found = []
         while not found and time.monotonic() < deadline:
@@ -69,6 +69,7 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["spool_waiting"] == 0 and stopped["delivered"] >= 2
     assert stopped["sources"]["trainer"] == "stopped"
+    assert stopped["logs"]["trainer"] == {"lines": 2, "events": 1, "garbled": 1}
     if _has_nvml():
         return
     # No GPU here: one clear line about NVML on stderr, and the other sources ran on.

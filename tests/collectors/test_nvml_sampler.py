@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from collectors.gpu_sample import GpuReading, gpu_payload, throttle_names
+from collectors.gpu_sample import gpu_payload, throttle_names
 from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 
 

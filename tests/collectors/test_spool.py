@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from collectors.spool import Spool, SpooledRecord, is_droppable
+from collectors.spool import Spool, SpoolBusy, SpooledRecord, is_droppable
 from streams.events import Envelope, encode
 
 
@@ -111,3 +111,11 @@ def test_recovered_records_know_what_is_droppable(tmp_path):
 def test_bad_bound_is_refused(tmp_path):
     with pytest.raises(ValueError):
         Spool(tmp_path, 0)
+
+
+def test_one_agent_per_spool(tmp_path):
+    first = Spool(tmp_path, 1024 * 1024)
+    with pytest.raises(SpoolBusy, match="in use by another agent"):
+        Spool(tmp_path, 1024 * 1024)
+    first.close()
+    Spool(tmp_path, 1024 * 1024).close()  # free again once the first is closed

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
-
 from collectors.command_listener import SeenIds, StackCaptureSource, check_command
-from collectors.stack_capture import (dump_stack, find_training_processes, py_spy_binary, rank_from_environ)
+from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
 from remediation.command import Command
 from streams.config import KafkaSettings
 from tests.collectors.stack_fixtures import RANK_FUNCTION, launcher  # noqa: F401 (fixture)

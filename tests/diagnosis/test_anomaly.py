@@ -6,21 +6,21 @@ from tests.diagnosis.diag_events import T0, gpu, sample, step
 
 
 def _run(seconds: int, n_nodes: int = 16, slow_node: str | None = None, slow_from: int = 10**9, seed: int = 0,
-         thermal: bool = False):
+         thermal: bool = False, clock_drop: int = 500, compute_factor: float = 1.3, forest: bool = True):
     """NVML samples every second and steps every 10 s for a job; the slow node's GPU 1 clocks down."""
     rng = random.Random(seed)
-    fw, det = FeatureWindows(10.0), PeerAnomalyDetector(10.0)
+    fw, det = FeatureWindows(10.0), PeerAnomalyDetector(10.0, use_forest=forest)
     found = []
     for t in range(seconds):
         for i in range(n_nodes):
             node = f"n{i:03d}"
             slow = node == slow_node and t >= slow_from
-            g1 = gpu(1, sm_clock_mhz=1980 - rng.randint(0, 40) - (500 if slow else 0), util=rng.randint(90, 100),
+            g1 = gpu(1, sm_clock_mhz=1980 - rng.randint(0, 40) - (clock_drop if slow else 0), util=rng.randint(90, 100),
                      temp_c=rng.gauss(66, 2), power_w=rng.gauss(610, 15), throttle=["hw_thermal"] if slow and thermal else [])
             for w in fw.observe(sample(t, node, [gpu(0, sm_clock_mhz=1980 - rng.randint(0, 40), temp_c=rng.gauss(65, 2)), g1])):
                 det.observe_window(w)
             if t % 10 == 5:
-                compute = rng.gauss(7.0, 0.1) * (1.3 if slow else 1.0)
+                compute = rng.gauss(7.0, 0.1) * (compute_factor if slow else 1.0)
                 for w in fw.observe(step(t, node, i * 2, t // 10, step_time_s=10.0, compute_s=compute)):
                     det.observe_window(w)
         found += det.tick(T0 + t)
@@ -51,3 +51,11 @@ def test_peer_scores_point_the_worse_way():
     ws.append(NodeWindow("j", "slow", 0.0, {"sm_clock_ratio": 0.7, "compute_s": 9.0}, 10))
     z = {s.node: s.z for s in peer_scores(ws)}
     assert z["fast"]["compute_s"] < 0 < z["slow"]["compute_s"] and z["slow"]["sm_clock_ratio"] > 6
+
+
+def test_the_forest_catches_a_moderate_drift_the_threshold_alone_misses():
+    # ~10 % slower clock and 7 % more compute time: 3-5 robust sigmas each, under the threshold of 6
+    kw = dict(slow_node="n009", slow_from=400, seed=4, clock_drop=200, compute_factor=1.07)
+    assert _run(600, forest=False, **kw) == []
+    [f] = _run(600, forest=True, **kw)
+    assert f.nodes == ("n009",) and "isolation forest agrees" in f.detail

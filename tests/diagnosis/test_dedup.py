@@ -46,7 +46,7 @@ def test_nccl_timeouts_after_a_lost_gpu_are_consequences():
 
 
 def test_app_fault_repeating_on_the_same_gpu_after_a_restart_evicts():
-    d = Dedup()
+    d = Dedup(hold_s=0)
     [a] = d.admit(_f(0, fault="app_fault", action="reattempt"))
     d.restarted("j")
     [b] = d.admit(_f(60, fault="app_fault", action="reattempt"))
@@ -77,3 +77,22 @@ def test_closed_episode_reports_its_final_count_on_tick():
     assert d.tick(T0 + 100) == []
     [final] = d.tick(T0 + 400)
     assert final.id == a.id and final.count == 3 and len(final.evidence) == 3
+
+
+def test_app_fault_beside_its_hardware_cause_is_not_blamed_on_the_application():
+    d = Dedup(hold_s=2)
+    assert d.admit(_f(0, fault="app_fault", action="reattempt", entity="gpu:0000:5d:00")) == []  # Xid 94, held
+    [memory] = d.admit(_f(0.01, fault="gpu_memory", action="evict_reset_gpu", entity="gpu:0000:5d:00"))  # Xid 95
+    assert d.tick(T0 + 5) == [] and d.stats["consequence"] == 1
+    assert d.admit(_f(100, fault="app_fault", action="reattempt", node="n009")) == []
+    [alone] = d.tick(T0 + 103)  # an Xid 13 on another node stands on its own, 2 s later
+    assert alone.fault == "app_fault" and alone.nodes == ("n009",)
+
+
+def test_a_restart_ends_what_a_primary_explains():
+    d = Dedup()
+    d.admit(_f(0, fault="job_hang", action="evict", node="n001", entity="pp:0"))
+    d.restarted("j", T0 + 30)
+    # an NCCL incident that began after the restart is news, even within the slack
+    [news] = d.admit(_f(60, fault="nccl_error", action="reattempt", node="n004", entity="nccl", onset=T0 + 40))
+    assert news.nodes == ("n004",)

@@ -49,3 +49,10 @@ def test_reports_after_the_decision_are_echoes_until_the_job_restarts():
     det.observe(_timeout(400, 1, 10))
     [g] = det.flush()
     assert g.ranks == (1,)
+
+
+def test_everyone_stuck_at_the_same_collective_blames_nobody():
+    det = FirstFailingRank(_book(), collect_s=30)
+    for r in range(8):
+        det.observe(_timeout(100 + r * 0.1, r, 812))
+    assert det.flush() == []

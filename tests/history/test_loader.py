@@ -90,3 +90,24 @@ def test_cli_from_a_file_that_is_not_a_trace(tmp_path, capsys):
 def test_missing_trace(tmp_path):
     with pytest.raises(HistoryError, match="does not exist"):
         load_trace(tmp_path / "nope.parquet", HistorySink(memory_history()), progress=False)
+
+
+def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streams.trace import SCHEMA
+
+    rows = pq.read_table(sim_trace).slice(0, 300).to_pylist()
+    rows[200]["source"] = "bogus"  # a row that is not a valid envelope
+    broken = tmp_path / "broken.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), broken)
+    db = tmp_path / "h.duckdb"
+    assert main(["history", "--from-trace", str(broken), "--db", str(db), "--no-progress", "--no-diagnose"]) == 1
+    captured = capsys.readouterr()
+    out = orjson.loads(captured.out.strip().splitlines()[-1])
+    assert out["truncated"] is True and out["events"] == 200
+    assert "row 200" in captured.err and "Traceback" not in captured.err
+    conn = open_history(db, read_only=True)
+    assert _count(conn, "SELECT count(*) FROM events") == 200
+    conn.close()

@@ -164,3 +164,9 @@ def test_inspection_candidates(conn):
         id="d5", job="j1", ts=T0 + 200, onset=T0 + 199, fault="gpu_reset_required", action="inspect_hardware",
         nodes=("n0",))]))
     assert [r["node"] for r in queries.run(conn, "inspection_candidates")] == ["n1", "n0"]
+
+
+def test_timeline_spans_merge_marks_into_state_changes(conn):
+    spans = [(r["state"], r["ts"] - T0, r["next_ts"] - T0) for r in queries.run(conn, "timeline_spans") if r["job"] == "j1"]
+    assert spans == [("restarting", -10, 0), ("running", 0, 40), ("down", 40, 45), ("restarting", 45, 60),
+                     ("running", 60, 80), ("down", 80, 91), ("restarting", 91, 95), ("running", 95, 119)]

@@ -129,3 +129,17 @@ def test_labels_are_idempotent_and_rejected_when_faultless():
     sink.write(batch)
     sink.write(build_batch([], labels=known.LABELS))
     assert _counts(conn)["labels"] == 2
+
+
+def test_a_fuller_version_of_a_diagnosis_replaces_the_stored_one():
+    import dataclasses
+
+    conn = memory_history()
+    sink = HistorySink(conn)
+    v1 = known.D1
+    v3 = dataclasses.replace(v1, count=3, ts=v1.ts + 5, evidence=("a", "b", "c"))
+    sink.write(build_batch([v1, dataclasses.replace(v1, count=2)]))  # both versions in one batch
+    assert conn.execute("SELECT count FROM diagnoses").fetchall() == [(2,)]
+    sink.write(build_batch([v3]))
+    sink.write(build_batch([v1]))  # an older version re-delivered changes nothing
+    assert conn.execute("SELECT count, ts, evidence FROM diagnoses").fetchall() == [(3, v1.ts + 5, ["a", "b", "c"])]

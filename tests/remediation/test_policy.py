@@ -77,3 +77,11 @@ def test_pool_shortfall_is_reported_in_the_command():
     p.pools["j"].spares.clear()
     _, cmd = p.decide(evict("n002"), 1000)
     assert cmd.params["replacements"] == [] and cmd.params["standby_shortfall"] == 1
+
+
+def test_stack_capture_is_folded_only_over_the_settle_time():
+    p = policy()
+    d = lambda ts: Diagnosis(job="j", ts=ts, onset=ts, fault="job_hang", action="capture_stacks")  # noqa: E731
+    assert p.decide(d(1000), 1000)[1] is not None
+    assert p.decide(d(1010), 1010)[1] is None  # the same stall reported twice
+    assert p.decide(d(1100), 1100)[1] is not None  # a new stall after a restart gets its stacks

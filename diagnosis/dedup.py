@@ -120,7 +120,7 @@ class Dedup:
         if finding.sympathetic:
             self.stats["sympathetic"] += 1
             return []
-        if original is None and finding.fault in HELD and self.hold_s > 0:
+        if original is None and (finding.hold_s > 0 or (finding.fault in HELD and self.hold_s > 0)):
             self._held.append(finding)  # decided on the next tick, once its cause may have arrived
             return []
         return self._admit(finding, original)
@@ -198,7 +198,7 @@ class Dedup:
             return out
         keep = []
         for f in self._held:
-            if now is None or now - f.ts >= self.hold_s:
+            if now is None or now - f.ts >= max(self.hold_s, f.hold_s):
                 out.extend(self._admit(f))
             else:
                 keep.append(f)

@@ -14,8 +14,9 @@ that blames no node, like a job-wide NaN, or a label without nodes, match on cla
   or named beside the culprit by a matching one, that no label around that time names. Groups
   evicted on purpose (hang / fail-slow: the parallel group is over-evicted by design) are
   counted apart, as ``over_evicted_nodes``.
-* For hang and fail-slow, ``group_holds_culprit`` counts detected labels whose evicting
-  diagnosis names every one of the label's nodes.
+* For hang and fail-slow, ``group_holds_culprit`` is k/n: of the n labels with an evicting
+  diagnosis of their class in the window (whatever nodes it names), k have one that names every
+  one of the label's nodes.
 """
 
 from __future__ import annotations
@@ -155,8 +156,14 @@ def score(diagnoses: Iterable[Diagnosis], labels: Iterable[Mapping[str, Any]], *
             continue
         c.detected += 1
         c.latencies.append(max(0.0, min(d.ts for d in found) - float(lab["onset"])))
+    for lab in labels:
+        # Judged on every evicting decision of the class around the onset, whatever nodes it names:
+        # a group that misses the culprit must count against the localiser, not vanish as unmatched.
         if lab["fault"] in GROUP_CLASSES:
-            evicting = [d for d in found if d.action in ("evict", "inspect_hardware")]
+            c = classes[lab["fault"]]
+            onset = float(lab["onset"])
+            evicting = [d for d in diags if d.fault == lab["fault"] and d.job == lab["job"]
+                        and d.action in ("evict", "inspect_hardware") and onset - early_s <= d.ts <= onset + window_s]
             if evicting:
                 c.group_checked += 1
                 culprit = set(lab.get("nodes") or ())

@@ -18,7 +18,7 @@ from remediation.command import Command
 from streams.config import KafkaSettings
 from streams.events import Envelope, encode
 from streams.producer import Outgoing
-from streams.runner import GroupRunner, Record, dead_letter
+from streams.runner import FatalHandlerError, GroupRunner, Record, dead_letter
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
@@ -28,12 +28,11 @@ TOPICS = (*TELEMETRY_TOPICS, "jobs", "diagnoses", "commands")
 DECODERS = {"diagnoses": Diagnosis.decode, "commands": Command.decode}
 
 
-class StoreUnavailable(BaseException):
+class StoreUnavailable(FatalHandlerError):
     """The DuckDB file cannot take writes (disk full, I/O error, closed).
 
-    A BaseException on purpose: the runner isolates ordinary exceptions record by record and
-    dead-letters them, which would throw good events away when the store, not the record, is at
-    fault. This one escapes the runner before it commits, so the batch is read again next time.
+    The store, not the record, is at fault: dead-lettering would throw good events away, so the
+    runner stops before it commits and the batch is read again next time.
     """
 
 

@@ -45,6 +45,11 @@ class Record:
     timestamp_ms: int
 
 
+class FatalHandlerError(RuntimeError):
+    """Raised by a handler when it cannot work at all (its store is gone, say): the runner stops
+    without committing, so the batch is read again after a restart instead of dead-lettered."""
+
+
 class Handler(Protocol):
     def handle(self, records: list[Record]) -> Iterable[Outgoing]: ...
 
@@ -127,11 +132,14 @@ class GroupRunner:
     def stop(self) -> None:
         self._stop.set()
 
-    def _install_signals(self) -> None:
+    def _install_signals(self) -> dict:
+        """Stop on SIGTERM/SIGINT; returns the handlers they replace, restored after the run."""
         if threading.current_thread() is not threading.main_thread():
-            return
+            return {}
+        previous = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
+            previous[sig] = signal.signal(sig, lambda *_: self.stop())
+        return previous
 
     # --- decoding ---------------------------------------------------------------------------
     def _decoder(self, topic: str) -> Decoder:
@@ -158,12 +166,16 @@ class GroupRunner:
             return []
         try:
             return list(self._handle(records))
+        except FatalHandlerError:
+            raise
         except Exception:  # noqa: BLE001 - isolate the record that breaks the handler
             log.exception("handler failed on a batch of %d; retrying one by one", len(records))
         out: list[Outgoing] = []
         for r in records:
             try:
                 out.extend(self._handle([r]))
+            except FatalHandlerError:
+                raise
             except Exception as exc:  # noqa: BLE001
                 raw = _reencode(r.value)
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, raw,
@@ -179,8 +191,7 @@ class GroupRunner:
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,
             handle_signals: bool = True) -> RunnerStats:
         """Process until stopped; ``max_records_total``/``idle_stop_s`` bound a run (tests, replays)."""
-        if handle_signals:
-            self._install_signals()
+        previous_signals = self._install_signals() if handle_signals else {}
         self.consumer = consumer = self._consumer()
         last_data = time.monotonic()
         last_tick = last_lag = 0.0
@@ -216,6 +227,8 @@ class GroupRunner:
                     break
         finally:
             self._close()
+            for sig, handler in previous_signals.items():
+                signal.signal(sig, handler)
         return self.stats
 
     def _deliver_and_commit(self, consumer: KafkaConsumer, polled, out: list[Outgoing]) -> bool:

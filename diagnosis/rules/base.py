@@ -31,6 +31,8 @@ class Finding:
     onset: float | None = None
     # A consequence of another fault (Xid 45, a peer that only waited): never blamed on its own.
     sympathetic: bool = False
+    # Event seconds to wait before judging it, for a cause that shows up later (an NVML sample).
+    hold_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fault not in FAULT_CLASSES:

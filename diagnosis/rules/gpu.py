@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 APP_XIDS = frozenset({13, 31, 43})
 # Xid 43 within this long after Xid 13 on the same node is the reset that the 13 caused.
 APP_BURST_S = 120.0
+# Long enough for an NVML sample or two (samples come every 1-10 s).
+MEMORY_HOLD_S = 25.0
 
 
 def _xid_info(code: int):
@@ -64,8 +66,11 @@ class XidRule:
             self._last_app_xid[node] = event.ts
         self._last_any_xid[node] = event.ts
         mnemonic = data.get("mnemonic") or getattr(info, "mnemonic", "") or ""
+        # A contained memory error (Xid 94) is the application's problem unless the GPU's ECC / remap
+        # counters show the memory failing: wait for the next NVML samples before blaming the app.
+        hold = MEMORY_HOLD_S if fault == "app_fault" and getattr(info, "memory", False) else 0.0
         return [Finding(
-            job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,),
+            job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold,
             entity=f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
             detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip(),
         )]

@@ -4,7 +4,7 @@ import pytest
 
 from diagnosis.engine import Engine, EngineConfig, analyze
 from streams.events import InvalidEvent
-from tests.diagnosis.diag_events import T0, beat, ev, nodes, sample, step, topology, xid
+from tests.diagnosis.diag_events import T0, beat, ev, gpu, nodes, sample, step, topology, xid
 
 
 def _engine() -> Engine:
@@ -138,3 +138,21 @@ def test_healthy_samples_and_steps_give_nothing():
                 out += e.process(beat(t, n))
     assert out + e.flush() == []
     assert e.stats["events"] == 300 * 4 + 30 * 8 + 60 * 4 + 1
+
+
+def test_contained_memory_error_is_the_memory_when_the_counters_confirm_it():
+    e = _engine()
+    out = e.process(xid(100, "n001", 94, "app_fault", "reattempt"))
+    out += e.process(sample(99, "n001"))
+    out += e.process(sample(109, "n001", [gpu(0, ecc_dbe_volatile=2), gpu(1)]))
+    for t in range(110, 140, 5):
+        out += e.process(beat(t, "n001"))
+    assert [(d.fault, d.nodes) for d in out] == [("gpu_memory", ("n001",))]
+
+
+def test_contained_memory_error_alone_is_an_application_fault():
+    e = _engine()
+    out = e.process(xid(100, "n001", 94, "app_fault", "reattempt"))
+    for t in range(100, 140, 5):
+        out += e.process(sample(t, "n001"))
+    assert [(d.fault, d.action, round(d.ts - d.onset)) for d in out] == [("app_fault", "reattempt", 0)]

@@ -133,3 +133,23 @@ def test_sigkill_after_processing_before_commit_redelivers(kafka_settings, group
     redelivered = set(second.read_text().split())
     assert processed <= redelivered  # nothing processed-but-uncommitted was lost
     assert redelivered | processed == {e.id for e in sent}
+
+
+def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(kafka_settings, group_name, fresh_topic):
+    from streams.runner import FatalHandlerError
+
+    topic = fresh_topic(partitions=1)
+    sent = events(5)
+    publish(kafka_settings, topic, sent)
+
+    def broken(records):
+        raise FatalHandlerError("store gone")
+
+    runner = GroupRunner(kafka_settings, group_name, [topic], broken)
+    with pytest.raises(FatalHandlerError):
+        runner.run(idle_stop_s=2, handle_signals=False)
+    assert runner.stats.dead_letters == 0 and runner.stats.commits == 0
+    seen = []
+    GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
+        idle_stop_s=2, handle_signals=False)
+    assert seen == [e.id for e in sent]

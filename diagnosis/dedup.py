@@ -199,7 +199,9 @@ class Dedup:
         keep = []
         for f in self._held:
             if now is None or now - f.ts >= max(self.hold_s, f.hold_s):
-                out.extend(self._admit(f))
+                # Decided now, not when first seen: the hold is part of the detection latency.
+                onset = f.onset if f.onset is not None else f.ts
+                out.extend(self._admit(dataclasses.replace(f, ts=now, onset=onset) if now is not None else f))
             else:
                 keep.append(f)
         self._held = keep

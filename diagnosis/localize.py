@@ -2,8 +2,8 @@
 
 ByteRobust over-evicts the whole group the outliers share rather than guessing the single bad
 machine: a hang's culprit and its sympathetic victims usually sit in one pipeline or one
-tensor-parallel group. Among the groups that hold all (or, under noise, ``cover_share`` of) the
-outliers the smallest one wins, and on a tie PP goes first, as in the paper.
+tensor-parallel group. Among the machine sets that hold all (or, under noise, ``cover_share`` of)
+the outliers the smallest one wins, and on a tie PP goes first, as in the paper.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ AXIS_PREFERENCE = ("pp", "tp", "dp")
 @dataclass(frozen=True, slots=True)
 class Localization:
     axis: str
-    group_id: int
-    ranks: tuple[int, ...]  # every rank of the group
+    group_id: int  # the group holding most outliers; ``ranks``/``nodes`` span all touched ones
+    ranks: tuple[int, ...]  # every rank of the touched groups along ``axis`` on those machines
     nodes: tuple[str, ...]  # the group's machines, the eviction set
     covered: int  # outliers inside the group
     outliers: int  # outliers given (those the topology knows)
@@ -37,31 +37,49 @@ class Localization:
 
 
 def localize(ranks: Iterable[int], topology: Topology, *, cover_share: float = 0.75) -> Localization | None:
-    """The smallest group holding at least ``cover_share`` of ``ranks`` (else the one holding most).
+    """The fewest machines whose parallel group(s) hold at least ``cover_share`` of ``ranks``.
 
+    Candidates are formed per axis at the machine level: outliers whose groups along an axis sit
+    on the same set of machines count together. With TP inside a node, a stuck machine's whole
+    TP group and their pipeline peers are outliers spread over several PP groups (one per TP
+    index) that all span the same machines — that machine set is the one pipeline to evict.
+    Fewest machines win, then fewest ranks, then PP before TP before DP (the paper's order).
     Ranks the topology does not know are ignored; ``None`` when none is left.
     """
     known = sorted({r for r in ranks if r in topology.by_rank})
     if not known:
         return None
-    candidates: list[tuple[str, int, int, int]] = []  # axis, group id, covered, group size
-    for axis in AXIS_PREFERENCE:
-        counts = Counter(topology.group_id(r, axis) for r in known)
-        for gid, covered in counts.items():
-            candidates.append((axis, gid, covered, len(topology.group_ranks(axis, gid))))
     order = {a: i for i, a in enumerate(AXIS_PREFERENCE)}
+    candidates = []  # (axis, machines, touched group ids with their outlier counts)
+    for axis in AXIS_PREFERENCE:
+        by_machines: dict[tuple[str, ...], Counter[int]] = {}
+        for r in known:
+            gid = topology.group_id(r, axis)
+            machines = tuple(sorted(topology.group_nodes(axis, gid)))
+            by_machines.setdefault(machines, Counter())[gid] += 1
+        for machines, gids in by_machines.items():
+            candidates.append((axis, machines, gids))
+
+    def size(c) -> tuple[int, int]:
+        axis, machines, gids = c
+        return len(machines), sum(len(topology.group_ranks(axis, g)) for g in gids)
+
     need = cover_share * len(known)
-    enough = [c for c in candidates if c[2] >= need]
+    enough = [c for c in candidates if sum(c[2].values()) >= need]
     if enough:
-        axis, gid, covered, _ = min(enough, key=lambda c: (c[3], -c[2], order[c[0]], c[1]))
+        best = min(enough, key=lambda c: (*size(c), order[c[0]], min(c[2])))
     else:
-        axis, gid, covered, _ = min(candidates, key=lambda c: (-c[2], c[3], order[c[0]], c[1]))
+        best = min(candidates, key=lambda c: (-sum(c[2].values()), *size(c), order[c[0]], min(c[2])))
+    axis, _, gids = best
+    gid = min(gids, key=lambda g: (-gids[g], g))  # the group holding most outliers names the set
+    touched = sorted({r for g in gids for r in topology.group_ranks(axis, g)})
+    nodes = tuple(dict.fromkeys(topology.by_rank[r].node for r in touched))
     return Localization(
         axis=axis,
         group_id=gid,
-        ranks=topology.group_ranks(axis, gid),
-        nodes=topology.group_nodes(axis, gid),
-        covered=covered,
+        ranks=tuple(touched),
+        nodes=nodes,
+        covered=sum(gids.values()),
         outliers=len(known),
     )
 

@@ -87,9 +87,10 @@ def _table(rows: list[dict], overall: dict) -> None:
         return "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
     t = Table(title="faultlens score")
-    for col in ("fault", "labels", "detected", "diagnoses", "precision", "recall", "latency p50 s", "latency p99 s",
+    t.add_column("fault", no_wrap=True, min_width=18)
+    for col in ("labels", "detected", "diagnoses", "precision", "recall", "latency p50 s", "latency p99 s",
                 "wrong nodes", "group holds culprit"):
-        t.add_column(col, justify="left" if col == "fault" else "right")
+        t.add_column(col, justify="right")
     for r in rows:
         t.add_row(r["fault"], f(r["labels"]), f(r["detected"]), f(r["diagnoses"]), f(r["precision"]), f(r["recall"]),
                   f(r["detection_latency_p50_s"]), f(r["detection_latency_p99_s"]), f(r["wrong_nodes"]),
@@ -97,4 +98,5 @@ def _table(rows: list[dict], overall: dict) -> None:
     t.add_row("[b]overall", f(overall["labels"]), f(overall["detected"]), f(overall["diagnoses"]),
               f(overall["precision"]), f(overall["recall"]), f(overall["detection_latency_p50_s"]),
               f(overall["detection_latency_p99_s"]), f(overall["healthy_nodes_blamed"]), overall["group_holds_culprit"])
-    Console().print(t)
+    # Piped output has no terminal width to fit: give the table the room it needs.
+    Console(width=None if sys.stdout.isatty() else 150).print(t)

@@ -155,4 +155,5 @@ def test_contained_memory_error_alone_is_an_application_fault():
     out = e.process(xid(100, "n001", 94, "app_fault", "reattempt"))
     for t in range(100, 140, 5):
         out += e.process(sample(t, "n001"))
-    assert [(d.fault, d.action, round(d.ts - d.onset)) for d in out] == [("app_fault", "reattempt", 0)]
+    assert [(d.fault, d.action) for d in out] == [("app_fault", "reattempt")]
+    assert 25 <= out[0].ts - out[0].onset <= 30  # decided after the hold, onset at the Xid

@@ -23,10 +23,30 @@ def test_smallest_covering_group_wins():
     assert place.group == "tp:3" and len(place.ranks) == 2
 
 
-def test_pp_goes_first_when_groups_tie_in_size():
-    topo = grid(16, 4, tp=4, pp=4, dp=4)  # TP, PP and DP groups all hold 4 ranks
+def test_pp_goes_first_when_groups_tie_in_machines_and_size():
+    topo = grid(8, 1, tp=2, pp=2, dp=2)  # one rank per machine: every group is 2 ranks on 2 machines
+    place = localize([5], topo)
+    assert place.axis == "pp" and 5 in place.ranks and len(place.nodes) == 2
+
+
+def test_a_single_stuck_rank_blames_its_own_machine_first():
+    topo = grid(16, 4, tp=4, pp=4, dp=4)  # TP inside a node: the TP group is one machine
     place = localize([13], topo)
-    assert place.axis == "pp" and 13 in place.ranks
+    assert place.axis == "tp" and place.nodes == (topo.by_rank[13].node,)
+
+
+def test_stuck_machine_with_its_pipeline_peers_blames_that_pipeline_of_machines():
+    # TP=8 inside a node, PP=4 across nodes: a machine's whole TP group is stuck and every one of
+    # its ranks' pipeline peers waits in p2p, so the outliers span 8 PP groups on the same 4
+    # machines. Those 4 machines are the pipeline to evict; no single rank-level group holds them.
+    topo = grid(32, 8, tp=8, pp=4, dp=8)
+    culprit = 222
+    stuck = topo.group_ranks("tp", topo.group_id(culprit, "tp"))
+    outliers = {p for r in stuck for p in topo.group_ranks("pp", topo.group_id(r, "pp"))}
+    place = localize(outliers, topo)
+    assert place.axis == "pp" and place.coverage == 1.0
+    assert set(place.nodes) == set(topo.group_nodes("pp", topo.group_id(culprit, "pp")))
+    assert len(place.nodes) == 4 and topo.by_rank[culprit].node in place.nodes
 
 
 def test_noise_rank_outside_the_group_is_tolerated():
@@ -53,7 +73,7 @@ def test_explicit_topology_with_non_grid_placement():
     places = (RankPlace(0, "a", 0, 0, 0), RankPlace(1, "b", 0, 1, 0), RankPlace(2, "a", 0, 0, 1), RankPlace(3, "b", 0, 1, 1))
     topo = Topology(1, 2, 2, places)
     place = localize([1, 3], topo)
-    assert place.axis == "dp" and place.nodes == ("b",)
+    assert place.nodes == ("b",) and place.coverage == 1.0
 
 
 def test_group_counts_and_fallback_nodes():

@@ -64,9 +64,9 @@ def build_history(db: Path, events: int, nodes: int, jobs: int, chunk: int) -> N
                ['n' || lpad(((i * 7919) % {nodes})::VARCHAR, 5, '0')], [i % 64], NULL, 0.5 + random() / 2,
                CASE WHEN i % 10 = 0 THEN 'none' ELSE 'evict' END, [], '', 1 + (i % 5)
         FROM (SELECT i, {T0} + random() * {span} AS onset FROM range({n_diag}) r(i))""")
-    conn.execute(f"""
+    conn.execute("""
         INSERT INTO commands
-        SELECT 'c' || d.id, d.job, 'evict', d.nodes, [], d.fault, d.id, d.ts + random() * 5, d.ts + 600, '{{}}', 'sig'
+        SELECT 'c' || d.id, d.job, 'evict', d.nodes, [], d.fault, d.id, d.ts + random() * 5, d.ts + 600, '{}', 'sig'
         FROM diagnoses d WHERE d.action = 'evict'""")
     # one running mark per job per minute, holes where diagnoses took the job down
     conn.execute(f"""

@@ -41,7 +41,8 @@ from streams.producer import Producer
 from streams.reader import read_topic
 from streams.topology import Topology
 from trainer_hooks import pipeline
-from trainer_hooks.listener import CommandListener, CommandScreen
+from remediation.listener import CommandListener
+from remediation.screen import CommandScreen
 
 SECRET = "bench-secret"
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

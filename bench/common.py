@@ -9,7 +9,7 @@ from typing import Iterator
 from kafka import KafkaConsumer
 
 from streams.admin import ensure_topics
-from streams.broker import EmbeddedBroker, resolve_bootstrap
+from streams.broker import EmbeddedBroker
 from streams.config import KafkaSettings
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnosis.dedup import Dedup
 from diagnosis.detector import JobBook
 from diagnosis.features import NodeWindow
+from diagnosis.implicit import ImplicitConfig
 from diagnosis.record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JobStage, NodeOutput, NodeStage
@@ -50,6 +51,7 @@ class EngineConfig:
     grace_s: float = 30.0  # wall seconds without events before the wall clock moves event time
     max_lateness_s: float = 900.0  # an event older than now - this is too late to judge
     implicit: bool = True  # hang / fail-slow localisation (diagnosis.implicit)
+    implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
     seen_ids: int = 200_000  # redelivered events (at-least-once) are recognised by id
 
 
@@ -58,7 +60,8 @@ class Engine:
         self.config = config or EngineConfig()
         self.book = JobBook()
         self.node_stage = NodeStage(window_s=self.config.window_s)
-        self.job_stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit)
+        self.job_stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
+                                  implicit_config=self.config.implicit_config)
         self.dedup = Dedup(job_size=self._job_size)
         self.now: float | None = None
         self.stats: Counter = Counter()

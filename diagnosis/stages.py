@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from diagnosis.anomaly import PeerAnomalyDetector
 from diagnosis.detector import JobBook
 from diagnosis.features import FeatureWindows, NodeWindow
+from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from diagnosis.record import Diagnosis
 from diagnosis.rules import Finding, Rule, node_rules
 from diagnosis.rules.comms import FirstFailingRank
@@ -74,22 +75,14 @@ class NodeStage:
         return parsed, self.windows.flush()
 
 
-def _implicit(book: JobBook):
-    try:
-        from diagnosis.implicit import ImplicitFaultDetector
-    except ImportError:
-        log.warning("diagnosis.implicit is not available: hang and fail-slow localisation are off")
-        return None
-    return ImplicitFaultDetector(book)
-
-
 class JobStage:
-    def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True) -> None:
+    def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
+                 implicit_config: ImplicitConfig | None = None) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
         self.silence = SilenceDetector()
         self.anomaly = PeerAnomalyDetector(window_s)
-        self.implicit = _implicit(book) if implicit else None
+        self.implicit = ImplicitFaultDetector(book, implicit_config) if implicit else None
 
     def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:
         findings: list[Finding] = []
@@ -104,7 +97,7 @@ class JobStage:
         self.anomaly.observe_window(window)
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
-        if self.implicit is None or not hasattr(self.implicit, "observe_diagnosis"):
+        if self.implicit is None:
             return []
         return list(self.implicit.observe_diagnosis(diagnosis))
 
@@ -118,5 +111,7 @@ class JobStage:
 
     def restarted(self, job: str, nodes_out: list[str]) -> None:
         self.comms.restarted(job)
+        if self.implicit is not None:
+            self.implicit.restarted(job)  # a stall or fail-slow rounds must not outlive a restart
         for node in nodes_out:
             self.silence.forget(job, node)

@@ -31,7 +31,8 @@ from streams.config import KafkaSettings
 from streams.events import Envelope, number
 from streams.producer import Producer
 from trainer_hooks.exit_codes import ACTION_EXIT
-from trainer_hooks.listener import CommandListener, CommandScreen, Screened
+from remediation.listener import CommandListener
+from remediation.screen import CommandScreen, Screened
 
 log = logging.getLogger(__name__)
 

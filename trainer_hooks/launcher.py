@@ -32,7 +32,8 @@ from streams.config import KafkaSettings, add_kafka_arguments
 from streams.events import Envelope
 from streams.producer import Producer
 from trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
-from trainer_hooks.listener import CommandListener, CommandScreen
+from remediation.listener import CommandListener
+from remediation.screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 

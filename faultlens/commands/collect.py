@@ -16,8 +16,9 @@ from collectors.agent import Agent, AgentConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
 from remediation.command import load_secret
-from streams.broker import faultlens_home, resolve_bootstrap
-from streams.config import KafkaSettings, add_kafka_arguments
+from streams.broker import faultlens_home
+from streams.config import add_kafka_arguments
+from streams.connect import connected
 
 log = logging.getLogger(__name__)
 
@@ -102,29 +103,26 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"faultlens collect: {exc}", file=sys.stderr)
         return 2
-    settings = KafkaSettings.from_args(args)
-    bootstrap, owned = resolve_bootstrap(settings.bootstrap)
-    settings.bootstrap = bootstrap
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    try:
-        agent = Agent(config, settings)
-    except SpoolBusy as exc:
-        print(f"faultlens collect: {exc}", file=sys.stderr)
-        if owned is not None:
-            owned.stop()
-        return 1
-    try:
-        agent.start()
-        print(json.dumps({"event": "started", "job": config.job, "node": config.node, "bootstrap": bootstrap,
-                          "sources": [s.name for s in agent.sources], "spool": str(agent.spool.path)}), flush=True)
-        stop.wait()
-        log.info("stopping")
-    finally:
-        agent.stop()
-        if owned is not None:
-            owned.stop()
+    # The agent creates topics itself once the broker answers: it must start (and spool) while
+    # Kafka is down, so nothing here may wait for the broker.
+    with connected(args, create_topics=False) as settings:
+        try:
+            agent = Agent(config, settings)
+        except SpoolBusy as exc:
+            print(f"faultlens collect: {exc}", file=sys.stderr)
+            return 1
+        try:
+            agent.start()
+            print(json.dumps({"event": "started", "job": config.job, "node": config.node,
+                              "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],
+                              "spool": str(agent.spool.path)}), flush=True)
+            stop.wait()
+            log.info("stopping")
+        finally:
+            agent.stop()
     p = agent.publisher.stats
     print(json.dumps({"event": "stopped", "published": p.published, "delivered": p.delivered, "spooled": p.spooled,
                       "spool_waiting": len(agent.spool),

@@ -9,8 +9,9 @@ import os
 
 from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, INPUT_TOPICS, DiagnoseHandler, prime_topologies
 from diagnosis.engine import Engine, EngineConfig
-from streams.admin import ensure_topics
-from streams.broker import resolve_bootstrap
+from diagnosis.hang import HangConfig
+from diagnosis.implicit import ImplicitConfig
+from streams.connect import connected
 from streams.config import KafkaSettings, add_kafka_arguments
 from streams import metrics
 from streams.runner import GroupRunner
@@ -37,19 +38,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit after this many seconds without input (replays, tests)")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
     parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    parser.add_argument("--hang-floor", type=float, default=float(os.environ.get("FAULTLENS_HANG_FLOOR_S", 60.0)),
+                        help="never call a stall shorter than this many seconds a hang (default 60; env FAULTLENS_HANG_FLOOR_S)")
+    parser.add_argument("--hang-k", type=float, default=float(os.environ.get("FAULTLENS_HANG_K", 5.0)),
+                        help="a stall is a hang after this many median step times (default 5; env FAULTLENS_HANG_K)")
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0)),
                         help="serve Prometheus /metrics on this port (default off; env FAULTLENS_METRICS_PORT)")
     add_kafka_arguments(parser)
 
 
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine settings these flags name (shared with `faultlens up`)."""
+    hang = HangConfig(k=args.hang_k, floor_s=args.hang_floor)
+    return EngineConfig(grace_s=args.grace, implicit=not args.no_implicit, implicit_config=ImplicitConfig(hang=hang))
+
+
 def run(args: argparse.Namespace) -> int:
-    bootstrap, broker = resolve_bootstrap(args.bootstrap)
-    args.bootstrap = bootstrap
-    settings = KafkaSettings.from_args(args)
-    engine = Engine(EngineConfig(grace_s=args.grace, implicit=not args.no_implicit))
+    engine = Engine(engine_config(args))
     handler = DiagnoseHandler(engine, args.group)
-    try:
-        ensure_topics(settings, [*INPUT_TOPICS, DIAGNOSES_TOPIC, "dead-letter"])
+    with connected(args, [*INPUT_TOPICS, DIAGNOSES_TOPIC, "dead-letter"]) as settings:
         log.info("primed %d topology event(s) from the jobs topic", prime_topologies(engine, settings))
         runner = GroupRunner(settings, args.group, INPUT_TOPICS, handler)
         metrics.register_runner("diagnose", lambda: runner.stats)
@@ -61,9 +68,6 @@ def run(args: argparse.Namespace) -> int:
             _send(settings, final)
         print(json.dumps({"records": stats.records_in, "diagnoses": handler.emitted,
                           "dead_letters": stats.dead_letters, **{k: v for k, v in engine.stats.items()}}), flush=True)
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0
 
 

@@ -9,7 +9,7 @@ import sys
 
 import orjson
 
-from streams.config import KafkaSettings, add_kafka_arguments
+from streams.config import add_kafka_arguments
 
 log = logging.getLogger(__name__)
 
@@ -97,29 +97,22 @@ def _from_trace(args, conn, sampling, db) -> int:
 
 def _consume(args, conn, sampling, db) -> int:
     from history.consumer import GROUP, StoreUnavailable, history_runner
-    from streams.admin import ensure_topics
-    from streams.broker import BrokerError, resolve_bootstrap
+    from streams.broker import BrokerError
+    from streams.connect import connected
 
     try:
-        settings = KafkaSettings.from_args(args)
-        settings.bootstrap, own_broker = resolve_bootstrap(settings.bootstrap)
+        with connected(args) as settings:
+            runner, handler = history_runner(settings, conn, sampling=sampling, group=args.group or GROUP)
+            log.info("history consumer writing to %s (sample rate %.3f)", db, sampling.rate)
+            stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
     except (ValueError, BrokerError) as exc:
         print(f"faultlens history: {exc}", file=sys.stderr)
         return 1
-    try:
-        ensure_topics(settings)
-        runner, handler = history_runner(settings, conn, sampling=sampling, group=args.group or GROUP)
-        log.info("history consumer writing to %s (sample rate %.3f)", db, sampling.rate)
-        try:
-            stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
-        except StoreUnavailable as exc:
-            print(f"faultlens history: {exc}; stopped without committing the last batch", file=sys.stderr)
-            return 1
-        print(orjson.dumps({
-            "db": str(db), "records": stats.records_in, "dead_letters": stats.dead_letters,
-            "sampled_out": handler.sampled_out, "inserted": handler.sink.inserted,
-        }).decode(), flush=True)
-        return 0
-    finally:
-        if own_broker is not None:
-            own_broker.stop()
+    except StoreUnavailable as exc:
+        print(f"faultlens history: {exc}; stopped without committing the last batch", file=sys.stderr)
+        return 1
+    print(orjson.dumps({
+        "db": str(db), "records": stats.records_in, "dead_letters": stats.dead_letters,
+        "sampled_out": handler.sampled_out, "inserted": handler.sink.inserted,
+    }).decode(), flush=True)
+    return 0

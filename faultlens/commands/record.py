@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from streams.config import KafkaSettings, add_kafka_arguments
+from streams.config import add_kafka_arguments
+from streams.connect import connected
 from streams.record import DEFAULT_TOPICS, collect
 from streams.topics import TOPICS
 from streams.trace import write_trace
@@ -36,21 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from streams.broker import resolve_bootstrap
-
     unknown = [t for t in args.topics if t not in TOPICS]
     if unknown:
         print(f"faultlens record: unknown topic(s) {', '.join(unknown)} (known: {', '.join(TOPICS)})", file=sys.stderr)
         return 2
-    settings = KafkaSettings.from_args(args)
-    settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
-    try:
+    with connected(args, args.topics) as settings:
         with tqdm(unit="ev", desc="record", disable=True if args.no_progress else None, leave=False) as bar:
             events, stats = collect(settings, args.topics, job=args.job, duration_s=args.duration,
                                     idle_s=args.idle, from_beginning=not args.from_now, progress=bar.update)
         write_trace(args.out, events)
-    finally:
-        if broker is not None:
-            broker.stop()
     print(json.dumps({"path": str(args.out), **stats.to_dict()}), flush=True)
     return 0

@@ -13,9 +13,9 @@ from remediation.command import load_secret
 from remediation.consumer import DECODERS, DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, RemediationHandler, prime_topologies
 from remediation.policy import Policy, PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, Safety, SafetyConfig
-from streams.admin import ensure_topics
-from streams.broker import faultlens_home, resolve_bootstrap
-from streams.config import KafkaSettings, add_kafka_arguments
+from streams.broker import faultlens_home
+from streams.connect import connected
+from streams.config import add_kafka_arguments
 from streams.runner import GroupRunner
 
 log = logging.getLogger(__name__)
@@ -118,16 +118,10 @@ def run(args: argparse.Namespace) -> int:
 
     handler = RemediationHandler(policy, decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
                                  emit=emit, group=args.group)
-    settings = KafkaSettings.from_args(args)  # flags, then FAULTLENS_BOOTSTRAP and the config file
-    settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
-    try:
-        ensure_topics(settings, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"])
+    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"]) as settings:
         log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
         runner = GroupRunner(settings, args.group, [DIAGNOSES_TOPIC, JOBS_TOPIC], handler, DECODERS)
         stats = runner.run(idle_stop_s=args.idle_stop)
         log.info("remediate stopped: %d records, %d commands, %d dead letters",
                  stats.records_in, stats.outputs - stats.dead_letters, stats.dead_letters)
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from streams.config import KafkaSettings, add_kafka_arguments
+from streams.config import add_kafka_arguments
+from streams.connect import connected
 from streams.replay import replay_trace
 from streams.trace import TraceError
 
@@ -27,21 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.broker import resolve_bootstrap
-
     speed = 0.0 if args.as_fast_as_possible else args.speed
     if speed < 0:
         print("faultlens replay: --speed must be >= 0", file=sys.stderr)
         return 2
-    settings = KafkaSettings.from_args(args)
-    settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
     try:
-        stats = replay_trace(settings, args.trace, speed, show_progress=not args.no_progress)
+        with connected(args) as settings:
+            stats = replay_trace(settings, args.trace, speed, show_progress=not args.no_progress)
     except TraceError as exc:
         print(f"faultlens replay: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if broker is not None:
-            broker.stop()
     print(json.dumps({"path": args.trace, "speed": speed, **stats.to_dict()}), flush=True)
     return 0

@@ -87,18 +87,15 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(total=round(sim.duration), unit="sim s", desc="simulate", disable=True if args.no_progress else None,
                leave=False)
     events = sim.events(progress=lambda s: bar.update(round(s)))
-    broker = None
     try:
         if args.publish:
-            from streams.broker import resolve_bootstrap
-            from streams.config import KafkaSettings
+            from streams.connect import connected
             from streams.replay import publish
 
-            settings = KafkaSettings.from_args(args)
-            settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
-            if args.out:
-                events = _tee_to_trace(events, args.out)
-            stats = publish(settings, events, args.speed)
+            with connected(args) as settings:
+                if args.out:
+                    events = _tee_to_trace(events, args.out)
+                stats = publish(settings, events, args.speed)
             summary_extra = {"published": stats.events, "bootstrap": settings.bootstrap}
         else:
             write_trace(args.out, events)
@@ -109,8 +106,6 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         bar.close()
-        if broker is not None:
-            broker.stop()
     summary = {
         "events": sim.count,
         "faults": dict(sorted(collections.Counter(l["fault"] for l in sim.labels).items())),

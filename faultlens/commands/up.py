@@ -1,15 +1,156 @@
-"""faultlens up (placeholder until issue 7 lands)."""
+"""faultlens up: the diagnosis, remediation and history consumers in one process."""
+
+from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+from pathlib import Path
 
-from faultlens.commands._unbuilt import not_built
+log = logging.getLogger(__name__)
 
-HELP = "(not built yet: issue 7)"
+HELP = "run the whole pipeline in one process: diagnose + remediate + history"
+DESCRIPTION = """\
+Starts (or connects to, with --bootstrap / FAULTLENS_BOOTSTRAP / --config) the broker, creates the
+topics and runs three consumer groups in one process, one thread each:
+
+  diagnose   telemetry + jobs → diagnoses          (alone: `faultlens diagnose`)
+  remediate  diagnoses → signed commands           (alone: `faultlens remediate`)
+  history    every topic → DuckDB fault history    (alone: `faultlens history`)
+
+Each consumer also runs alone with its own command (same groups, so they can be split across
+machines later). Remediation is observe-only by default: nothing goes to `commands` until a job
+is switched on with --act-on JOB (repeatable, or FAULTLENS_ACT_ON=j1,j2) or --act-on-all;
+--dry-run decides and signs but sends nothing.
+
+Prints one JSON line when every consumer has joined its group ({"event": "ready", ...}) and one
+at exit with per-consumer counts. Ctrl-C / SIGTERM stops cleanly: each consumer finishes its
+batch and commits, and an embedded broker this command started stops last."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    from remediation.safety import SafetyConfig
+    from streams.config import add_kafka_arguments
+
+    defaults = SafetyConfig()
+    g = parser.add_argument_group("consumers")
+    g.add_argument("--no-diagnose", action="store_true", help="do not run the diagnosis consumer")
+    g.add_argument("--no-remediate", action="store_true", help="do not run the remediation consumer")
+    g.add_argument("--no-history", action="store_true", help="do not run the history consumer")
+    g.add_argument("--group-suffix", default=os.environ.get("FAULTLENS_GROUP_SUFFIX", ""),
+                   help="append -SUFFIX to every consumer group (default none; env FAULTLENS_GROUP_SUFFIX)")
+    g.add_argument("--grace", type=float, default=float(os.environ.get("FAULTLENS_DIAGNOSE_GRACE_S", 30.0)),
+                   help="diagnose: seconds without any event before the wall clock moves event time (default 30)")
+    g.add_argument("--no-implicit", action="store_true", help="diagnose: turn off hang / fail-slow localisation")
+    g.add_argument("--db", type=Path, default=None,
+                   help="history: DuckDB file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
+    g.add_argument("--sample-rate", type=float, default=float(os.environ.get("FAULTLENS_HISTORY_SAMPLE_RATE", 1.0)),
+                   help="history: fraction of gpu/host samples stored (default 1.0)")
+    r = parser.add_argument_group("remediation")
+    r.add_argument("--act-on", action="append", default=None, metavar="JOB",
+                   help="send commands for this job (repeatable; default: observe only)")
+    r.add_argument("--act-on-all", action="store_true", default=os.environ.get("FAULTLENS_ACT_ON_ALL") == "1",
+                   help="send commands for every job")
+    r.add_argument("--dry-run", action="store_true", help="decide and sign commands, send nothing")
+    r.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
+    r.add_argument("--standby", default=os.environ.get("FAULTLENS_STANDBY", ""),
+                   help="comma-separated spare hosts handed to evictions")
+    r.add_argument("--max-evictions", type=int, default=defaults.max_evictions,
+                   help=f"nodes evicted per window over all jobs (default {defaults.max_evictions})")
+    r.add_argument("--max-job-share", type=float, default=defaults.max_job_share,
+                   help=f"share of one job's nodes evicted per window (default {defaults.max_job_share})")
+    r.add_argument("--decision-log", type=Path, help="JSON lines file of decisions "
+                   "(default $FAULTLENS_HOME/remediation-decisions.jsonl)")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0)),
+                        help="serve Prometheus /metrics for every consumer on this port (default off)")
+    add_kafka_arguments(parser)
+
+
+def _consumers(args: argparse.Namespace) -> tuple[str, ...]:
+    skip = {name for name in ("diagnose", "remediate", "history") if getattr(args, f"no_{name}")}
+    return tuple(n for n in ("diagnose", "remediate", "history") if n not in skip)
+
+
+def _secret(args: argparse.Namespace, acting: bool) -> bytes:
+    from remediation.command import load_secret
+
+    try:
+        return load_secret(args.secret_file)
+    except ValueError:
+        if acting:
+            raise
+        # Observe-only signs commands it never sends; a throwaway key keeps that honest.
+        return secrets.token_bytes(32)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("up", "issue 7")
+    import dataclasses
+
+    from faultlens.pipeline import Pipeline, PipelineOptions
+    from history.schema import HistoryError, default_db_path
+    from remediation.policy import PolicyConfig
+    from remediation.safety import BREAKER_FILE, SafetyConfig
+    from streams import metrics
+    from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
+    from streams.config import KafkaSettings
+
+    act_on = set(args.act_on or [])
+    act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
+    consumers = _consumers(args)
+    if not consumers:
+        print("faultlens up: every consumer is switched off", file=sys.stderr)
+        return 2
+    try:
+        secret = _secret(args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
+        safety = dataclasses.replace(SafetyConfig(), max_evictions=args.max_evictions, max_job_share=args.max_job_share)
+        settings = KafkaSettings.from_args(args)
+    except (ValueError, OSError) as exc:
+        print(f"faultlens up: {exc}", file=sys.stderr)
+        return 2
+    db = (args.db or default_db_path()) if "history" in consumers else None
+    options = PipelineOptions(
+        secret=secret, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
+        policy=PolicyConfig(act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run,
+                            standby_names=tuple(n for n in args.standby.split(",") if n)),
+        safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
+        decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
+        grace_s=args.grace, implicit=not args.no_implicit, group_suffix=args.group_suffix,
+    )
+    if "remediate" in consumers and not (act_on or args.act_on_all):
+        log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    broker = None
+    try:
+        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
+        pipeline = Pipeline(settings, options).build()
+    except (ValueError, BrokerError, HistoryError, OSError) as exc:
+        print(f"faultlens up: {exc}", file=sys.stderr)
+        if broker is not None:
+            broker.stop()
+        return 1
+    try:
+        pipeline.start()
+        metrics.serve(args.metrics_port)
+        if pipeline.wait_ready():
+            print(json.dumps({"event": "ready", "bootstrap": settings.bootstrap, "consumers": list(consumers),
+                              "db": str(db) if db else None, "metrics_port": args.metrics_port or None,
+                              "act_on": sorted(act_on), "act_on_all": args.act_on_all, "dry_run": args.dry_run}),
+                  flush=True)
+        while not (stop.wait(0.5) or pipeline.failed.is_set()):
+            pass
+        log.info("stopping: %s", "a consumer failed" if pipeline.failed.is_set() else "signal")
+        summary = pipeline.shutdown()
+        print(json.dumps({"event": "stopped", "consumers": summary}, default=str), flush=True)
+        return 1 if pipeline.failed.is_set() else 0
+    finally:
+        if broker is not None:
+            broker.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

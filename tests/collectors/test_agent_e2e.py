@@ -14,7 +14,7 @@ from remediation.command import Command
 from streams.events import decode
 from streams.producer import Producer
 from streams.reader import iter_topics
-from tests.collectors.stack_fixtures import RANK_FUNCTION, launcher  # noqa: F401 (fixture)
+from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
@@ -79,7 +79,7 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
         assert sorted(e.data["rank"] for e in dumps) == [8, 9]
         assert {e.data["request_id"] for e in dumps} == {good.id}  # nothing for the forged or misaddressed one
         assert all(e.data["ok"] and RANK_FUNCTION in e.data["dump"] and e.node == node for e in dumps)
-        assert stacks.refused == 2
+        assert stacks.refused == 1  # the forged one; a command for another node is not ours to refuse
 
         beats = wait_for(kafka_settings, "telemetry.heartbeat", job, lambda ev: len(ev) >= 3)
     finally:

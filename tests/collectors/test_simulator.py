@@ -13,7 +13,7 @@ from diagnosis.record import FAULT_CLASSES
 from remediation.command import Command
 from streams.events import as_float, decode, encode
 from streams.topology import Topology
-from tests.collectors.sim_fixtures import SMALL, build, every_class_trace  # noqa: F401
+from tests.collectors.sim_fixtures import SMALL, build
 
 XID = re.compile(r"NVRM: Xid \(PCI:[0-9a-f:]+\): (\d+),")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import time
 
-from collectors.command_listener import SeenIds, StackCaptureSource, check_command
+from collectors.command_listener import StackCaptureSource
 from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
 from remediation.command import Command
 from streams.config import KafkaSettings
-from tests.collectors.stack_fixtures import RANK_FUNCTION, launcher  # noqa: F401 (fixture)
+from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 SECRET = b"test-secret"
 
@@ -64,30 +64,26 @@ def _cmd(**kw) -> Command:
     return Command(**{**base, **kw})
 
 
-def test_the_command_gate():
-    seen = SeenIds()
+def test_the_agent_gate_obeys_only_signed_fresh_capture_stacks_for_its_node():
     now = time.time()
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+                             publish=lambda e: None)
+    gate = src.screen
     ok = _cmd(nodes=("n1",)).signed(SECRET)
-    gate = dict(secret=SECRET, job="job1", node="n1", now=now, seen=seen)
-    assert check_command(ok, **gate) is None
-    assert check_command(_cmd().signed(SECRET), **gate) is None  # no nodes: every node
-    assert check_command(_cmd(nodes=("n1",)), **gate) == "bad signature"  # unsigned
-    assert check_command(_cmd().signed(b"other secret"), **gate) == "bad signature"
+    assert gate.screen(ok.encode(), now).obey
+    assert gate.screen(_cmd().signed(SECRET).encode(), now).obey  # no nodes: every node
+    assert "bad signature" in gate.screen(_cmd(nodes=("n1",)).encode(), now).reason  # unsigned
+    assert "bad signature" in gate.screen(_cmd().signed(b"other secret").encode(), now).reason
     forged = Command.from_dict({**ok.to_dict(), "nodes": ["n1", "n2"]})  # altered after signing
-    assert check_command(forged, **gate) == "bad signature"
-    assert "not addressed" in check_command(_cmd(nodes=("n2",)).signed(SECRET), **gate)
-    assert "job" in check_command(_cmd(job="job2").signed(SECRET), **gate)
-    assert "expired" in check_command(_cmd(issued_at=now - 100, expires_at=now - 10).signed(SECRET), **gate)
-    assert "not for the node agent" in check_command(_cmd(action="evict").signed(SECRET), **gate)
-    seen.add(ok.id)
-    assert check_command(ok, **gate) == "already handled"
-
-
-def test_seen_ids_are_bounded():
-    seen = SeenIds(limit=3)
-    for i in range(5):
-        seen.add(str(i))
-    assert "0" not in seen and "1" not in seen and "4" in seen
+    assert "bad signature" in gate.screen(forged.encode(), now).reason
+    other_node = gate.screen(_cmd(nodes=("n2",)).signed(SECRET).encode(), now)
+    assert not other_node.obey and not other_node.addressed
+    other_job = gate.screen(_cmd(job="job2").signed(SECRET).encode(), now)
+    assert not other_job.obey and not other_job.addressed
+    assert "expired" in gate.screen(_cmd(issued_at=now - 100, expires_at=now - 10).signed(SECRET).encode(), now).reason
+    evict = gate.screen(_cmd(action="evict").signed(SECRET).encode(), now)
+    assert not evict.obey and not evict.addressed  # the trainer's business, not refused by the agent
+    assert "replayed" in gate.screen(ok.encode(), now).reason
 
 
 def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):

@@ -11,7 +11,7 @@ from streams.replay import paced
 from streams.trace import (
     SCHEMA, TraceError, iter_trace, labels_path, read_labels, trace_order, trace_rows, write_labels, write_trace,
 )
-from tests.collectors.sim_fixtures import every_class_trace  # noqa: F401
+
 
 T0 = 1767225600.0
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 import orjson
 
 from remediation.command import Command
-from trainer_hooks.listener import CommandScreen
+from remediation.screen import CommandScreen
 
 SECRET = b"shared"
 

@@ -1,0 +1,123 @@
+"""The simulated cluster driven live: its events go to the broker at ``speed``× simulated time and
+it obeys the commands that come back, screened exactly as a real trainer screens them.
+
+``speed`` 0 runs in lockstep with the pipeline instead: after each slice of simulated time the
+driver waits until the consumers have read what it published and the commands they sent have
+arrived, so the run is as fast as the pipeline allows and never outruns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Callable
+
+from collectors.sim import SimulatedCluster
+from faultlens.demo.state import CommandRecord, DemoState
+from remediation.command import Command
+from streams.config import KafkaSettings
+from streams.producer import Producer
+from trainer_hooks.listener import CommandListener, CommandScreen, Screened
+
+log = logging.getLogger(__name__)
+
+SLICE_WALL_S = 0.1  # paced runs publish this often
+LOCKSTEP_SLICE_S = 2.0  # simulated seconds per slice in lockstep
+CRASH_WAIT_S = 60.0  # like the launcher's --crash-wait: a stopped job with no command restarts in place
+
+
+class SimDriver:
+    def __init__(self, settings: KafkaSettings, cluster: SimulatedCluster, duration_s: float, speed: float,
+                 secret: bytes, state: DemoState, *, settled: Callable[[int], bool] | None = None):
+        if speed < 0:
+            raise ValueError(f"speed must be >= 0 (0: lockstep with the pipeline), got {speed}")
+        self.settings = settings
+        self.cluster = cluster
+        self.duration_s = duration_s
+        self.speed = speed
+        self.state = state
+        self.settled = settled  # lockstep: given events published so far, whether the pipeline caught up
+        self._inbox: queue.Queue[Command] = queue.Queue()
+        self.listener = CommandListener(settings, CommandScreen(secret, cluster.cfg.job),
+                                        on_command=self._inbox.put, on_refused=self._refused)
+        self.stop_event = threading.Event()
+        self.published = 0
+        self.applied = 0
+
+    def _refused(self, screened: Screened) -> None:
+        self.state.on_command(CommandRecord(screened.command, False, screened.reason, time.time(), self.cluster.now))
+
+    def start_listener(self, timeout: float = 30.0) -> bool:
+        self.listener.start()
+        return self.listener.ready.wait(timeout)
+
+    def run(self) -> None:
+        cfg = self.cluster.cfg
+        start, end = cfg.start_ts, cfg.start_ts + self.duration_s
+        self.state.sim_start, self.state.sim_end = start, end
+        self.state.slots = list(self.cluster.slots)
+        wall0 = time.monotonic()
+        t = start
+        with Producer(self.settings) as producer:
+            while t < end and not self.stop_event.is_set():
+                self._obey()
+                step = LOCKSTEP_SLICE_S if self.speed == 0 else max(0.5, self.speed * SLICE_WALL_S)
+                t = min(end, t + step)
+                for event in self.cluster.advance(t):
+                    producer.send_event(event)
+                    self.published += 1
+                producer.flush()
+                self._launcher_restarts()
+                self.state.sim_now, self.state.published = t, self.published
+                if self.speed > 0:
+                    wait = wall0 + (t - start) / self.speed - time.monotonic()
+                    if wait > 0:
+                        self.stop_event.wait(wait)
+                elif self.settled is not None:
+                    self._lockstep()
+            self._obey()
+            tail = self.cluster.advance(self.cluster.now + 0.001)  # whatever the last commands emitted
+            for event in tail:
+                producer.send_event(event)
+            self.published += len(tail)
+            producer.flush()
+        self.state.published = self.published
+
+    def _lockstep(self, limit_s: float = 5.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            if self.settled(self.published) and self._inbox.empty():
+                return
+            time.sleep(0.02)
+
+    def _obey(self) -> None:
+        while True:
+            try:
+                cmd = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            before = list(self.cluster.slots)
+            self.cluster.apply(cmd)
+            self.applied += 1
+            gone = [n for n in before if n not in self.cluster.slots]
+            if gone:
+                self.state.on_evicted(gone, self.cluster.slots)
+            self.state.on_command(CommandRecord(cmd, True, "obeyed", time.time(), self.cluster.now))
+
+    def _launcher_restarts(self) -> None:
+        """A job stopped by an episode that no command ended restarts in place after CRASH_WAIT_S,
+        as the real launcher does; without it one missed command would stall the rest of the run."""
+        for ep in list(self.cluster.episodes.values()):
+            if not ep.ended and ep.stops_job and self.cluster.now > ep.end + CRASH_WAIT_S:
+                log.info("simulated launcher: %s episode %d got no command; restarting in place", ep.planned.fault, ep.id)
+                self.cluster.end_episode(ep.id, swap=[], reason="launcher restart after crash wait (no command)")
+                self.state.launcher_restarts += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def close(self) -> None:
+        self.listener.stop()
+        self.listener.join(5)

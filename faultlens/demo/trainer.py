@@ -1,0 +1,56 @@
+"""The demo's real training job: the reference torch trainer under the launcher, hooks included,
+with a NaN injected so that diagnosis → rollback → restart from the checkpoint happens for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from streams.config import KafkaSettings
+from trainer_hooks import pipeline
+
+TRAINER_JOB = "demo-trainer"
+
+
+def torch_missing() -> str | None:
+    """Why the real trainer cannot run here, or None."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install -e '.[torch]'); running the simulated cluster alone"
+    return None
+
+
+class TrainerJob:
+    def __init__(self, settings: KafkaSettings, secret: str, out_dir: Path, *, job: str = TRAINER_JOB,
+                 nodes: int = 2, procs_per_node: int = 1, steps: int = 60, nan_at: int = 25):
+        self.settings = settings
+        self.secret = secret
+        self.dir = out_dir / "trainer"
+        self.job = job
+        self.nodes, self.procs_per_node, self.steps, self.nan_at = nodes, procs_per_node, steps, nan_at
+        self.proc: pipeline.Proc | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_SECRET": self.secret}
+        env.pop("FAULTLENS_SECRET_FILE", None)
+        self.proc = pipeline.launcher(
+            ["--job", self.job, "--nodes", str(self.nodes), "--procs-per-node", str(self.procs_per_node),
+             "--standby", "s000,s001", "--grace", "3", "--crash-wait", "20"],
+            ["--ckpt-dir", str(self.dir / "ckpt"), "--ckpt-every", "10", "--steps", str(self.steps),
+             "--step-sleep", "0.1", "--nan-at", str(self.nan_at)],
+            env, self.dir)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The launcher's JSON lines so far (start, crash, restart, done, ...)."""
+        return list(self.proc.lines) if self.proc else []
+
+    def finished(self) -> bool:
+        return self.proc is None or self.proc.popen.poll() is not None or any(
+            e.get("event") in ("done", "gave_up", "stopped") for e in self.events())
+
+    def stop(self) -> int | None:
+        return self.proc.stop() if self.proc else None
+
+    def log_tail(self) -> str:
+        return self.proc.tail(2000) if self.proc else ""

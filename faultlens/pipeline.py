@@ -1,0 +1,281 @@
+"""The diagnosis, remediation and history consumers in one process (`faultlens up`, `faultlens demo`).
+
+Each consumer is the same GroupRunner + handler that `faultlens diagnose|remediate|history` run
+alone; here each gets its own thread and consumer group, and the caller's main thread owns the
+signals. Shutdown keeps the at-least-once promise: diagnosis stops first and publishes what it
+still held (open incidents), remediation and history drain what is left, then each runner
+finishes its batch, commits and closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from diagnosis.consumer import GROUP as DIAGNOSE_GROUP
+from diagnosis.consumer import INPUT_TOPICS, DiagnoseHandler, prime_topologies
+from diagnosis.engine import Engine, EngineConfig
+from diagnosis.record import Diagnosis
+from remediation.consumer import DECODERS as REMEDIATION_DECODERS
+from remediation.consumer import DIAGNOSES_TOPIC, JOBS_TOPIC, RemediationHandler
+from remediation.consumer import GROUP as REMEDIATE_GROUP
+from remediation.consumer import prime_topologies as prime_remediation
+from remediation.policy import Decision, Policy, PolicyConfig
+from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from streams import metrics
+from streams.admin import ensure_topics
+from streams.config import KafkaSettings
+from streams.producer import Outgoing, Producer
+from streams.runner import GroupRunner, Record, RunnerStats
+
+log = logging.getLogger(__name__)
+
+CONSUMERS = ("diagnose", "remediate", "history")
+
+
+@dataclass
+class PipelineOptions:
+    """What `faultlens up` (or the demo) configures; defaults match the single-consumer commands."""
+
+    secret: bytes
+    consumers: tuple[str, ...] = CONSUMERS
+    db: Path | None = None  # history file; required when "history" is among the consumers
+    history_sample_rate: float = 1.0
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    breaker_file: Path | None = None  # None: an in-memory breaker (the demo must not trip the real one)
+    decision_log: Path | None = None
+    grace_s: float = 30.0
+    implicit: bool = True
+    # Jobs diagnosed by an engine of their own. The engine keeps one event clock; a job whose
+    # clock runs differently (a simulated cluster at 20x beside a real trainer) would otherwise
+    # look late or silent to it.
+    own_engine_jobs: tuple[str, ...] = ()
+    group_suffix: str = ""  # appended to every consumer group name (tests, parallel demos)
+    on_diagnosis: Callable[[Diagnosis], None] | None = None  # called as remediation reads each one
+    on_decision: Callable[[Decision], None] | None = None
+
+
+class EngineRouter:
+    """A diagnose handler that sends each job's events to its own engine (default: the shared one)."""
+
+    def __init__(self, default: DiagnoseHandler, own: dict[str, DiagnoseHandler]):
+        self.default = default
+        self.own = own
+
+    @property
+    def handlers(self) -> list[DiagnoseHandler]:
+        return [self.default, *self.own.values()]
+
+    @property
+    def emitted(self) -> int:
+        return sum(h.emitted for h in self.handlers)
+
+    def handle(self, records: list[Record]) -> list[Outgoing]:
+        if not self.own:
+            return self.default.handle(records)
+        lanes: dict[int, tuple[DiagnoseHandler, list[Record]]] = {}
+        for r in records:
+            h = self.own.get(getattr(r.value, "job", None), self.default)
+            lanes.setdefault(id(h), (h, []))[1].append(r)
+        out: list[Outgoing] = []
+        for h, recs in lanes.values():
+            out.extend(h.handle(recs))
+        return out
+
+    def tick(self, now: float) -> list[Outgoing]:
+        return [o for h in self.handlers for o in h.tick(now)]
+
+    def flush(self) -> list[Outgoing]:
+        return [o for h in self.handlers for o in h.flush()]
+
+
+class DiagnosisTap:
+    """Wraps the remediation handler so the caller sees every diagnosis it is about to decide."""
+
+    def __init__(self, handler: RemediationHandler, on_diagnosis: Callable[[Diagnosis], None]):
+        self.handler = handler
+        self.on_diagnosis = on_diagnosis
+
+    def handle(self, records: list[Record]) -> Iterable[Outgoing]:
+        for r in records:
+            if r.topic == DIAGNOSES_TOPIC and isinstance(r.value, Diagnosis):
+                try:
+                    self.on_diagnosis(r.value)
+                except Exception:  # noqa: BLE001 - a view callback must never cost a decision
+                    log.exception("diagnosis callback failed")
+        return self.handler.handle(records)
+
+
+@dataclass
+class Consumer:
+    name: str
+    runner: GroupRunner
+    handler: object
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+
+class Pipeline:
+    """Build with :meth:`build`, then :meth:`start`, later :meth:`shutdown` (from any thread)."""
+
+    def __init__(self, settings: KafkaSettings, options: PipelineOptions):
+        unknown = set(options.consumers) - set(CONSUMERS)
+        if unknown:
+            raise ValueError(f"unknown consumer(s) {', '.join(sorted(unknown))} (known: {', '.join(CONSUMERS)})")
+        if "history" in options.consumers and options.db is None:
+            raise ValueError("the history consumer needs a DuckDB file (db)")
+        self.settings = settings
+        self.options = options
+        self.consumers: dict[str, Consumer] = {}
+        self.history_conn = None
+        self.failed = threading.Event()  # a consumer thread died; the caller should shut down
+
+    # --- building -------------------------------------------------------------------------------
+    def _group(self, base: str) -> str:
+        return f"{base}-{self.options.group_suffix}" if self.options.group_suffix else base
+
+    def build(self) -> "Pipeline":
+        ensure_topics(self.settings)
+        o = self.options
+        if "diagnose" in o.consumers:
+            self._add_diagnose()
+        if "remediate" in o.consumers:
+            self._add_remediate()
+        if "history" in o.consumers:
+            self._add_history()
+        for c in self.consumers.values():
+            metrics.register_runner(c.name, lambda r=c.runner: r.stats)
+        return self
+
+    def _add_diagnose(self) -> None:
+        group = self._group(DIAGNOSE_GROUP)
+
+        def handler() -> DiagnoseHandler:
+            engine = Engine(EngineConfig(grace_s=self.options.grace_s, implicit=self.options.implicit))
+            primed = prime_topologies(engine, self.settings)
+            log.debug("diagnose engine primed with %d topology event(s)", primed)
+            return DiagnoseHandler(engine, group)
+
+        router = EngineRouter(handler(), {job: handler() for job in self.options.own_engine_jobs})
+        self.consumers["diagnose"] = Consumer("diagnose", GroupRunner(self.settings, group, INPUT_TOPICS, router), router)
+
+    def _add_remediate(self) -> None:
+        o = self.options
+        group = self._group(REMEDIATE_GROUP)
+        policy = Policy(o.secret, o.policy, Safety(o.safety, CircuitBreaker(o.breaker_file)))
+        if policy.safety.breaker.open:
+            log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",
+                      policy.safety.breaker.reason)
+        handler = RemediationHandler(policy, decision_log=o.decision_log, emit=o.on_decision, group=group)
+        log.debug("remediation knows %d topology event(s)", prime_remediation(handler, self.settings))
+        wrapped = DiagnosisTap(handler, o.on_diagnosis) if o.on_diagnosis else handler
+        runner = GroupRunner(self.settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC], wrapped, REMEDIATION_DECODERS)
+        self.consumers["remediate"] = Consumer("remediate", runner, handler)
+
+    def _add_history(self) -> None:
+        from history.consumer import GROUP as HISTORY_GROUP
+        from history.consumer import history_runner
+        from history.schema import open_history
+        from history.sink import Sampling
+
+        self.history_conn = open_history(self.options.db, create=True)
+        runner, handler = history_runner(self.settings, self.history_conn,
+                                         sampling=Sampling(self.options.history_sample_rate),
+                                         group=self._group(HISTORY_GROUP))
+        self.consumers["history"] = Consumer("history", runner, handler)
+
+    # --- running --------------------------------------------------------------------------------
+    def start(self) -> "Pipeline":
+        for c in self.consumers.values():
+            c.thread = threading.Thread(target=self._run, args=(c,), name=f"faultlens-{c.name}", daemon=True)
+            c.thread.start()
+        return self
+
+    def _run(self, c: Consumer) -> None:
+        try:
+            c.runner.run(handle_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread, which shuts down
+            log.exception("consumer %s stopped on an error", c.name)
+            c.error = exc
+            self.failed.set()
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Whether every consumer joined its group (got partitions) within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        for c in self.consumers.values():
+            while not c.runner.ready.wait(0.2):
+                if self.failed.is_set() or time.monotonic() > deadline:
+                    return False
+        return True
+
+    def stats(self) -> dict[str, RunnerStats]:
+        return {name: c.runner.stats for name, c in self.consumers.items()}
+
+    def shutdown(self, drain_s: float = 3.0) -> dict[str, dict]:
+        """Stop in order, lose nothing; returns per-consumer stats (JSON-ready)."""
+        diag = self.consumers.get("diagnose")
+        if diag is not None:
+            self._stop(diag)
+            final = diag.handler.flush() if diag.error is None else []
+            if final:
+                with Producer(self.settings) as producer:
+                    producer.send_all(final)
+                    producer.flush()
+                log.info("published %d pending diagnosis record(s) at shutdown", len(final))
+        rest = [c for c in self.consumers.values() if c is not diag]
+        self._drain(rest, drain_s)
+        for c in rest:
+            self._stop(c)
+        if self.history_conn is not None:
+            self.history_conn.close()
+            self.history_conn = None
+        return self.summary()
+
+    @staticmethod
+    def _stop(c: Consumer) -> None:
+        c.runner.stop()
+        if c.thread is not None:
+            c.thread.join(60)
+            if c.thread.is_alive():
+                log.error("consumer %s did not stop within 60 s", c.name)
+
+    @staticmethod
+    def _drain(consumers: list[Consumer], limit_s: float) -> None:
+        """Let the downstream consumers read what diagnosis just flushed: until nothing new arrives
+        for half a second (or ``limit_s``)."""
+        live = [c for c in consumers if c.thread is not None and c.thread.is_alive()]
+        if not live:
+            return
+        deadline = time.monotonic() + limit_s
+        last = [c.runner.stats.records_in for c in live]
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = [c.runner.stats.records_in for c in live]
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= 0.5:
+                return
+
+    def summary(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name, c in self.consumers.items():
+            s = c.runner.stats
+            row = {"records": s.records_in, "outputs": s.outputs, "dead_letters": s.dead_letters,
+                   "commits": s.commits, "redeliveries": s.redeliveries, "lag": s.lag}
+            if name == "diagnose":
+                row["diagnoses"] = c.handler.emitted
+            elif name == "remediate":
+                row["decisions"] = len(c.handler.decisions)
+                row["commands_sent"] = sum(1 for d in c.handler.decisions if d.sent)
+            elif name == "history":
+                row["inserted"] = c.handler.sink.inserted
+            if c.error is not None:
+                row["error"] = f"{type(c.error).__name__}: {c.error}"
+            out[name] = row
+        return out

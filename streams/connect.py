@@ -1,0 +1,32 @@
+"""One way for every command to reach Kafka: settings from flags/env/config, a bootstrap address
+(given, the running embedded broker, or one started for this command), and the topics it needs."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Iterable, Iterator
+
+from streams.admin import ensure_topics
+from streams.broker import resolve_bootstrap
+from streams.config import KafkaSettings
+
+
+@contextlib.contextmanager
+def connected(args: argparse.Namespace, topics: Iterable[str] | None = None, *,
+              create_topics: bool = True) -> Iterator[KafkaSettings]:
+    """Settings with a resolved bootstrap; a broker started here stops when the block ends.
+
+    The bootstrap comes from ``--bootstrap``, then ``FAULTLENS_BOOTSTRAP``, then the config file,
+    and only then from the embedded broker, so a deployment's environment is never overridden.
+    Raises ValueError (bad settings) or streams.broker.BrokerError (no broker could be started).
+    """
+    settings = KafkaSettings.from_args(args)
+    settings.bootstrap, owned = resolve_bootstrap(settings.bootstrap)
+    try:
+        if create_topics:
+            ensure_topics(settings, topics)
+        yield settings
+    finally:
+        if owned is not None:
+            owned.stop()

@@ -1,0 +1,108 @@
+"""`faultlens up` as a real process on the test broker: one simulated fault per job goes in, a
+diagnosis comes out for each, a signed evict only for the job remediation acts on, history rows
+after SIGTERM, and a metrics endpoint serving the runners' counters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from collectors.sim import FaultPlan, SimConfig, simulate
+from diagnosis.record import Diagnosis
+from history.schema import open_history
+from remediation.command import Command
+from streams.broker import free_port
+from streams.events import InvalidEvent
+from streams.reader import read_topic
+from streams.replay import publish
+from trainer_hooks import pipeline
+
+pytestmark = [pytest.mark.broker]
+SECRET = "up-test-secret"
+
+
+def _decoded(settings, topic, decoder, job):
+    out = []
+    for m in read_topic(settings, topic, idle_s=0.3, timeout_s=10):
+        try:
+            value = decoder(m.value)
+        except InvalidEvent:
+            continue  # other tests leave garbage on shared topics on purpose
+        if value.job == job:
+            out.append(value)
+    return out
+
+
+def _trace(job: str):
+    # Recent event times: the engine's clock is the newest event on the shared topics, and a trace
+    # from January would be "too late" next to other tests' wall-clock events.
+    config = SimConfig(nodes=4, gpus=2, job=job, seed=3, start_ts=time.time() - 240, noise=False)
+    return simulate(config, FaultPlan().fail_at("gpu_lost", node="n001", t=130), duration=200)
+
+
+def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kafka_settings, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    observed, acted = f"up-obs-{tag}", f"up-act-{tag}"
+    db = tmp_path / "history.duckdb"
+    port = free_port()
+    env = {**os.environ, "FAULTLENS_SECRET": SECRET, "FAULTLENS_HOME": str(tmp_path / "home"), "FAULTLENS_LOG_LEVEL": "INFO"}
+    up = pipeline.faultlens("up", ["up", "--bootstrap", kafka_settings.bootstrap, "--db", str(db), "--act-on", acted,
+                                   "--group-suffix", tag, "--metrics-port", str(port), "--grace", "5"], env, tmp_path)
+    try:
+        ready = pipeline.wait_until(lambda: up.find(lambda l: l.get("event") == "ready"), 90)
+        assert ready, up.tail()
+        assert ready[0]["consumers"] == ["diagnose", "remediate", "history"] and ready[0]["db"] == str(db)
+
+        runs = {job: _trace(job) for job in (observed, acted)}
+        for run in runs.values():
+            publish(kafka_settings, run.events(), speed=0)
+
+        def diagnosed():
+            found = {job: [d for d in _decoded(kafka_settings, "diagnoses", Diagnosis.decode, job) if d.fault == "gpu_lost"]
+                     for job in runs}
+            return found if all(found.values()) else None
+
+        found = pipeline.wait_until(diagnosed, 60, interval=1.0)
+        assert found, up.tail()
+        for job, ds in found.items():
+            assert "n001" in ds[0].nodes and ds[0].action == "evict"
+
+        evicts = pipeline.wait_until(lambda: [c for c in _decoded(kafka_settings, "commands", Command.decode, acted)
+                                              if c.action == "evict"], 30, interval=1.0)
+        assert evicts, up.tail()
+        assert evicts[0].verify(SECRET.encode()) and evicts[0].nodes == ("n001",)
+        assert evicts[0].diagnosis_id in {d.id for d in found[acted]}
+        # observe-only for the other job: decided, never sent
+        assert _decoded(kafka_settings, "commands", Command.decode, observed) == []
+
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        events_in = [line for line in body.splitlines() if line.startswith("faultlens_events_in")]
+        assert {'consumer="diagnose"', 'consumer="remediate"', 'consumer="history"'} <= {
+            line[line.index("{") + 1:line.index("}")] for line in events_in}
+        assert any(float(line.split()[-1]) > 0 for line in events_in if 'consumer="diagnose"' in line)
+        # history has caught up with our diagnoses before we stop (the report reads it after exit)
+        time.sleep(1.0)
+    finally:
+        os.killpg(up.popen.pid, signal.SIGTERM)
+        rc = up.popen.wait(60)
+        up.stop()
+    assert rc == 0, up.tail()
+    stopped = up.find(lambda l: l.get("event") == "stopped")
+    assert stopped and stopped[0]["consumers"]["diagnose"]["records"] > 0, up.tail()
+    assert stopped[0]["consumers"]["remediate"]["commands_sent"] >= 1
+
+    conn = open_history(db)
+    try:
+        for job in runs:
+            [(n_diag,)] = conn.execute("SELECT count(*) FROM diagnoses WHERE job = ? AND fault = 'gpu_lost'", [job]).fetchall()
+            [(n_events,)] = conn.execute("SELECT count(*) FROM events WHERE job = ?", [job]).fetchall()
+            assert n_diag >= 1 and n_events > 0
+        [(n_cmd,)] = conn.execute("SELECT count(*) FROM commands WHERE job = ? AND action = 'evict'", [acted]).fetchall()
+        assert n_cmd >= 1
+    finally:
+        conn.close()

@@ -26,7 +26,6 @@ from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import group_counts, localize
 from diagnosis.record import Diagnosis
 from diagnosis.stacks import StackConfig, cluster_stacks
-from streams.events import new_id
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +166,8 @@ class FailSlowRounds:
         topology = self._book.topology(job)
         nodes = topology.nodes if topology is not None else campaign.suspicion.nodes
         request = Diagnosis(
-            id=new_id(), job=job, ts=now, onset=campaign.suspicion.onset, fault="fail_slow", action="capture_stacks",
+            id=f"{campaign.suspicion.id}.round{campaign.requested}", job=job, ts=now, onset=campaign.suspicion.onset,
+            fault="fail_slow", action="capture_stacks",
             nodes=nodes, confidence=self.config.request_confidence,
             detail=f"stack round {campaign.requested}/{self.config.rounds}: capture every rank's stack "
                    f"(fail-slow suspicion {campaign.suspicion.id} on {', '.join(campaign.suspicion.nodes)})",

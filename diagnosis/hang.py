@@ -10,6 +10,8 @@ the parallel group the outlier stacks share. One suspicion per stall; stepping a
 
 from __future__ import annotations
 
+import hashlib
+
 import logging
 import statistics
 from collections import deque
@@ -20,7 +22,7 @@ from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import first_ranks_nodes, localize
 from diagnosis.record import Diagnosis
 from diagnosis.stacks import StackConfig, StackVerdict, cluster_stacks
-from streams.events import Envelope, as_float, new_id
+from streams.events import Envelope, as_float
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,9 @@ class HangDetector:
 
     def _suspect(self, name: str, job: _Job, now: float) -> Diagnosis:
         first = self._first_stopped(name, job)
-        stall = _Stall(suspicion_id=new_id(), onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
+        # The id follows from the stall (job, onset): a re-run over the same events names it alike.
+        sid = hashlib.blake2b(f"{name}|job_hang|{job.last_progress:.3f}".encode(), digest_size=16).hexdigest()
+        stall = _Stall(suspicion_id=sid, onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
         job.stall = stall
         job.recent = DumpSet()
         topology = self._book.topology(name)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import orjson
 
-from streams.events import InvalidEvent, new_id
+from streams.events import InvalidEvent
 
 FAULT_CLASSES = (
     "gpu_lost",
@@ -59,9 +60,17 @@ class Diagnosis:
     evidence: tuple[str, ...] = ()
     detail: str = ""
     count: int = 1
-    id: str = field(default_factory=new_id)
+    # Left empty, the id is derived from what was decided (job, fault, action, onset, suspects,
+    # evidence): analysing the same trace twice, or a consumer re-running after a crash, gives
+    # the same ids, so every downstream store dedups by id. A folded diagnosis re-emitted with a
+    # higher count keeps its id (dataclasses.replace copies it).
+    id: str = ""
 
     def __post_init__(self) -> None:
+        if not self.id:
+            basis = orjson.dumps([self.job, self.fault, self.action, round(float(self.onset), 3), list(self.nodes),
+                                  list(self.ranks), self.group, list(self.evidence[:16])])
+            object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
         if self.fault not in FAULT_CLASSES:
             raise InvalidEvent("fault", f"unknown fault class {self.fault!r}")
         if self.action not in ACTIONS:

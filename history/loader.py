@@ -7,8 +7,6 @@ build without the engine still loads events and labels, and says it skipped the 
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,24 +64,12 @@ def _labels(read_labels: Callable[[Any], Any] | None, path: Path) -> tuple[list[
         return [], f"labels not loaded: {exc}"
 
 
-def content_id(d: Any) -> str:
-    """A diagnosis id from what it says, not from a random draw: the engine names each diagnosis
-    with a fresh random id, so loading the same trace twice would otherwise double them."""
-    key = "|".join([d.job, d.fault, f"{d.onset:.6f}", ",".join(sorted(d.nodes)), d.group or "",
-                    ",".join(sorted(d.evidence)[:1])])
-    return "t-" + hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
-
-
 class _Diagnoser:
     """Feeds events to the engine in trace order (it keeps event time itself) and counts failures."""
 
     def __init__(self, engine: Any, stats: LoadStats):
         self.engine = engine
         self.stats = stats
-        self.ids: dict[str, str] = {}  # engine id → content id, fixed at the first emission
-
-    def _renamed(self, found: list[Any]) -> list[Any]:
-        return [dataclasses.replace(d, id=self.ids.setdefault(d.id, content_id(d))) for d in found]
 
     def _safe(self, fn: Callable[[], Iterable[Any] | None]) -> list[Any]:
         try:
@@ -95,10 +81,10 @@ class _Diagnoser:
             return []
 
     def feed(self, event: Any) -> list[Any]:
-        return self._renamed(self._safe(lambda: self.engine.process(event)))
+        return self._safe(lambda: self.engine.process(event))
 
     def finish(self) -> list[Any]:
-        return self._renamed(self._safe(self.engine.flush)) if hasattr(self.engine, "flush") else []
+        return self._safe(self.engine.flush) if hasattr(self.engine, "flush") else []
 
 
 def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Sampling(), diagnose: bool = True,

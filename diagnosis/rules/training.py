@@ -61,9 +61,13 @@ class TrainingRule:
                 detail=f"{event.data.get('type', 'Exception')}: {event.data.get('message', '')} at {where}"[:300],
             )]
         if event.kind == "cuda_error":
+            # The parser knows a device-side assert or a CUDA OOM is the script's bug (user_code)
+            # and an ECC error the GPU's (gpu_memory): keep its class, not a blanket cuda_error.
             fault, action = parsed_fault(event, "cuda_error", "stop_time_diagnosis")
+            if fault == "user_code":
+                action = "rollback"
             return [Finding(
-                job=event.job, ts=event.ts, fault="cuda_error", action=action, nodes=(event.node,), ranks=ranks,
+                job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), ranks=ranks,
                 entity="cuda", evidence=(event.id,),
                 detail=f"rank {rank if rank is not None else '?'}: {event.data.get('error') or line_of(event)}",
             )]

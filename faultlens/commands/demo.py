@@ -1,15 +1,200 @@
-"""faultlens demo (placeholder until issue 7 lands)."""
+"""faultlens demo: the whole pipeline live against a simulated cluster and a real torch job."""
+
+from __future__ import annotations
 
 import argparse
+import logging
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
 
-from faultlens.commands._unbuilt import not_built
+log = logging.getLogger(__name__)
 
-HELP = "(not built yet: issue 7)"
+HELP = "run the whole pipeline live on the embedded broker against a simulated cluster (and a real torch job)"
+DESCRIPTION = """\
+Starts the embedded broker (or uses --bootstrap), the diagnosis, remediation and history consumers
+(as `faultlens up`, with remediation ACTING on the demo jobs), and then:
+
+  * a simulated cluster (default 64 nodes x 8 GPUs) with the ByteRobust fault mix, every fault
+    class at least once, run at --speed x simulated time; it obeys the commands that come back,
+    screened as a real trainer screens them (a forged command is sent once to show the refusal);
+  * a small real torch job (the reference trainer under the launcher, CPU, job demo-trainer)
+    with a NaN injected: diagnose -> rollback -> the launcher restarts from the checkpoint
+    (skipped, with a note, when torch is missing or with --no-trainer).
+
+A live view shows the node grid, incidents, commands and counters (plain status lines on stderr
+when stdout is not a terminal, or with --no-live). At the end: a report of what was injected, what
+was found (detection latency, command, time to command), what was wrongly blamed, the jobs' ETTR
+from the DuckDB history, and where the history and plots were written (--out, default a fresh
+$FAULTLENS_HOME/demo-<timestamp>/). --json prints the report as JSON lines instead.
+Ctrl-C ends the run cleanly with a partial report."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    from streams.config import add_kafka_arguments
+
+    parser.add_argument("--nodes", type=int, default=int(os.environ.get("FAULTLENS_DEMO_NODES", 64)),
+                        help="simulated nodes (default 64)")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per simulated node (default 8)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="simulated seconds (default: what one fault of every class needs, ~1400)")
+    parser.add_argument("--speed", type=float, default=float(os.environ.get("FAULTLENS_DEMO_SPEED", 20.0)),
+                        help="simulated seconds per wall second (default 20); 0: lockstep, as fast as the pipeline keeps up")
+    parser.add_argument("--seed", type=int, default=0, help="fault plan and telemetry seed (default 0)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the history, plots and logs")
+    parser.add_argument("--no-live", action="store_true", help="plain status lines instead of the live view")
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON lines")
+    parser.add_argument("--no-trainer", action="store_true", help="skip the real torch job")
+    parser.add_argument("--trainer-nodes", type=int, default=2, help="nodes of the real torch job (default 2)")
+    parser.add_argument("--trainer-procs", type=int, default=1, help="processes per node of the torch job (default 1)")
+    parser.add_argument("--sample-rate", type=float, default=0.1,
+                        help="share of gpu samples stored in the history (default 0.1)")
+    add_kafka_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("demo", "issue 7")
+    from collectors.sim import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
+    from faultlens.demo import summary
+    from faultlens.demo.driver import SimDriver
+    from faultlens.demo.state import DemoState
+    from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
+    from faultlens.demo.view import LiveView
+    from faultlens.pipeline import Pipeline, PipelineOptions
+    from history.plots import write_plots
+    from history.queries import run as query
+    from history.schema import open_history
+    from remediation.policy import PolicyConfig
+    from remediation.safety import SafetyConfig
+    from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
+    from streams.config import KafkaSettings
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = args.out or faultlens_home() / f"demo-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    sim_job = "demo-sim"
+    try:
+        if args.speed < 0:
+            raise ValueError("--speed must be >= 0")
+        # Anchored at now, so the history's timeline reads as today's run.
+        config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=sim_job, seed=args.seed, start_ts=round(time.time()))
+        config.layout()
+        plan, duration = plan_for(config, faults=len(SIM_CLASSES), duration=args.duration)
+        if args.duration is None:
+            duration += 60.0  # room to detect and obey the last fault
+        cluster = SimulatedCluster(config, plan, auto_recover=False)
+        settings = KafkaSettings.from_args(args)
+    except ValueError as exc:
+        print(f"faultlens demo: {exc}", file=sys.stderr)
+        return 2
+    want_trainer = not args.no_trainer
+    if want_trainer and (why := torch_missing()):
+        notes.append(why)
+        want_trainer = False
+    secret = secrets.token_hex(16)
+    # The simulated clock runs `scale` times the wall clock: safety windows shrink to match, or a
+    # whole simulated day of evictions would land in one ten-minute window.
+    scale = args.speed if args.speed > 0 else 50.0
+    state = DemoState(sim_job=sim_job, trainer_job=TRAINER_JOB if want_trainer else None)
+    options = PipelineOptions(
+        secret=secret.encode(), db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
+        policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB})),
+        safety=SafetyConfig(window_s=600.0 / scale, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
+                            breaker_share=0.5, dedup_s=60.0 / scale),
+        decision_log=out_dir / "decisions.jsonl", own_engine_jobs=(TRAINER_JOB,) if want_trainer else (),
+        group_suffix=f"demo-{stamp}-{os.getpid()}", on_diagnosis=state.on_diagnosis, on_decision=state.on_decision,
+    )
+
+    interrupted = False
+    driver = trainer = view = pipeline = None
+
+    def on_signal(*_):
+        nonlocal interrupted
+        interrupted = True
+        if driver is not None:
+            driver.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    broker = None
+    try:
+        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
+        pipeline = Pipeline(settings, options).build().start()
+        if not pipeline.wait_ready(90):
+            raise BrokerError("the consumers did not join their groups within 90 s")
+
+        def settled(published: int) -> bool:
+            c = pipeline.consumers
+            sent = sum(1 for d in list(state.decisions) if d.sent and d.job == sim_job)
+            return (c["diagnose"].runner.stats.records_in >= published
+                    and c["remediate"].runner.stats.records_in >= c["diagnose"].handler.emitted
+                    and driver.listener.obeyed + driver.listener.refused >= sent)
+
+        driver = SimDriver(settings, cluster, duration, args.speed, secret.encode(), state, settled=settled)
+        if not driver.start_listener():
+            raise BrokerError("the simulated cluster's command listener could not start")
+        _send_forged(settings, sim_job)
+        if want_trainer:
+            trainer = TrainerJob(settings, secret, out_dir, nodes=args.trainer_nodes, procs_per_node=args.trainer_procs)
+            trainer.start()
+        view = LiveView(state, pipeline.stats, trainer.events if trainer else list,
+                        live=not args.no_live and not args.json and sys.stdout.isatty())
+        view.start()
+        driver.run()
+        if trainer is not None and not interrupted:
+            deadline = time.monotonic() + 120
+            while not (trainer.finished() or interrupted) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if not trainer.finished():
+                notes.append("the real trainer had not finished when the demo ended")
+        time.sleep(1.0)  # the last commands' effects reach the history
+    except (BrokerError, ValueError, OSError) as exc:
+        print(f"faultlens demo: {exc}", file=sys.stderr)
+        notes.append(str(exc))
+    finally:
+        if view is not None:
+            view.stop()
+        if driver is not None:
+            driver.close()
+        trainer_events = trainer.events() if trainer else []
+        if trainer is not None:
+            trainer.stop()
+        consumer_stats = pipeline.shutdown() if pipeline is not None else {}
+        if broker is not None:
+            broker.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    if pipeline is None:
+        return 1
+    conn = open_history(options.db)
+    try:
+        ettr = query(conn, "ettr")
+        plots = write_plots(conn, out_dir / "plots")
+    finally:
+        conn.close()
+    report = summary.build(state, cluster.labels, trainer_events=trainer_events, ettr=ettr,
+                           files=summary.files_of(out_dir, options.db, plots), pipeline=consumer_stats,
+                           interrupted=interrupted, notes=notes)
+    if args.json:
+        for line in summary.json_lines(report):
+            sys.stdout.write(line.decode() + "\n")
+        sys.stdout.flush()
+    else:
+        summary.render(report)
+    return 130 if interrupted else 0
+
+
+def _send_forged(settings, job: str) -> None:
+    """One evict signed with the wrong key: the cluster must refuse it, as a real trainer would."""
+    from remediation.command import Command
+    from streams.producer import Producer
+
+    now = time.time()
+    forged = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
+                     reason="forged by the demo: must be refused").signed(b"not-the-shared-secret")
+    with Producer(settings) as producer:
+        producer.send("commands", job.encode(), forged.encode())
+        producer.flush()

@@ -19,7 +19,8 @@ from faultlens.demo.state import CommandRecord, DemoState
 from remediation.command import Command
 from streams.config import KafkaSettings
 from streams.producer import Producer
-from trainer_hooks.listener import CommandListener, CommandScreen, Screened
+from remediation.listener import CommandListener
+from remediation.screen import CommandScreen, Screened
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,16 @@ def test_cuda_error_goes_to_stop_time_diagnosis():
     assert (f.fault, f.action, f.nodes, f.ranks) == ("cuda_error", "stop_time_diagnosis", ("n001",), (2,))
 
 
+def test_cuda_error_keeps_the_parsers_class():
+    # A device-side assert is the script's bug: roll back, never evict; an ECC error is the GPU's.
+    [a] = TrainingRule().observe(ev(0, "n001", "nccl", "cuda_error", rank=2, error="device-side assert triggered",
+                                    fault="user_code", action="rollback"))
+    assert (a.fault, a.action) == ("user_code", "rollback")
+    [b] = TrainingRule().observe(ev(0, "n001", "nccl", "cuda_error", rank=2, error="uncorrectable ECC error encountered",
+                                    fault="gpu_memory", action="evict"))
+    assert (b.fault, b.action) == ("gpu_memory", "evict")
+
+
 def test_nan_loss_from_step_telemetry_and_log():
     rule = TrainingRule()
     [a] = rule.observe(step(0, "n001", 0, 1, loss="nan"))

@@ -58,6 +58,7 @@ class PipelineOptions:
     group_suffix: str = ""  # appended to every consumer group name (tests, parallel demos)
     on_diagnosis: Callable[[Diagnosis], None] | None = None  # called as remediation reads each one
     on_decision: Callable[[Decision], None] | None = None
+    event_time_remediation: bool = False  # see DiagnosisTap: for simulated clocks, not production
 
 
 class EngineRouter:
@@ -95,20 +96,41 @@ class EngineRouter:
 
 
 class DiagnosisTap:
-    """Wraps the remediation handler so the caller sees every diagnosis it is about to decide."""
+    """Wraps the remediation handler: the caller sees every diagnosis it is about to decide, and
+    with ``event_time`` the policy's clock is each diagnosis's own decision time instead of the
+    wall clock (windows, dedup and command expiry then follow a simulated clock that runs faster)."""
 
-    def __init__(self, handler: RemediationHandler, on_diagnosis: Callable[[Diagnosis], None]):
-        self.handler = handler
+    def __init__(self, on_diagnosis: Callable[[Diagnosis], None] | None = None, event_time: bool = False):
         self.on_diagnosis = on_diagnosis
+        self.event_time = event_time
+        self.handler: RemediationHandler | None = None
+        self._current: float | None = None
+
+    def clock(self) -> float:
+        return self._current if self._current is not None else time.time()
+
+    def _seen(self, r: Record) -> None:
+        if self.on_diagnosis is not None and r.topic == DIAGNOSES_TOPIC and isinstance(r.value, Diagnosis):
+            try:
+                self.on_diagnosis(r.value)
+            except Exception:  # noqa: BLE001 - a view callback must never cost a decision
+                log.exception("diagnosis callback failed")
 
     def handle(self, records: list[Record]) -> Iterable[Outgoing]:
-        for r in records:
-            if r.topic == DIAGNOSES_TOPIC and isinstance(r.value, Diagnosis):
-                try:
-                    self.on_diagnosis(r.value)
-                except Exception:  # noqa: BLE001 - a view callback must never cost a decision
-                    log.exception("diagnosis callback failed")
-        return self.handler.handle(records)
+        assert self.handler is not None
+        if not self.event_time:
+            for r in records:
+                self._seen(r)
+            return self.handler.handle(records)
+        out: list[Outgoing] = []
+        for r in records:  # one at a time: the clock is this record's time while it is decided
+            self._seen(r)
+            self._current = r.value.ts if isinstance(r.value, Diagnosis) else None
+            try:
+                out.extend(self.handler.handle([r]))
+            finally:
+                self._current = None
+        return out
 
 
 @dataclass
@@ -171,9 +193,12 @@ class Pipeline:
         if policy.safety.breaker.open:
             log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",
                       policy.safety.breaker.reason)
-        handler = RemediationHandler(policy, decision_log=o.decision_log, emit=o.on_decision, group=group)
+        tap = DiagnosisTap(o.on_diagnosis, o.event_time_remediation)
+        handler = RemediationHandler(policy, decision_log=o.decision_log, emit=o.on_decision, group=group,
+                                     clock=tap.clock)
+        tap.handler = handler
         log.debug("remediation knows %d topology event(s)", prime_remediation(handler, self.settings))
-        wrapped = DiagnosisTap(handler, o.on_diagnosis) if o.on_diagnosis else handler
+        wrapped = tap if (o.on_diagnosis or o.event_time_remediation) else handler
         runner = GroupRunner(self.settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC], wrapped, REMEDIATION_DECODERS)
         self.consumers["remediate"] = Consumer("remediate", runner, handler)
 

@@ -95,15 +95,15 @@ def run(args: argparse.Namespace) -> int:
         notes.append(why)
         want_trainer = False
     secret = secrets.token_hex(16)
-    # The simulated clock runs `scale` times the wall clock: safety windows shrink to match, or a
-    # whole simulated day of evictions would land in one ten-minute window.
-    scale = args.speed if args.speed > 0 else 50.0
     state = DemoState(sim_job=sim_job, trainer_job=TRAINER_JOB if want_trainer else None)
     options = PipelineOptions(
         secret=secret.encode(), db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
-        policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB})),
-        safety=SafetyConfig(window_s=600.0 / scale, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
-                            breaker_share=0.5, dedup_s=60.0 / scale),
+        # Remediation runs on each diagnosis's own time, so its windows (dedup, eviction caps, the
+        # ladder's episodes) are simulated seconds for the simulated job and wall seconds for the
+        # real one. Episodes are short because the demo packs every fault class into minutes.
+        policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB}), episode_s=60.0),
+        safety=SafetyConfig(max_evictions=max(8, args.nodes // 4), max_job_share=0.25, breaker_share=0.5, dedup_s=60.0),
+        event_time_remediation=True,
         decision_log=out_dir / "decisions.jsonl", own_engine_jobs=(TRAINER_JOB,) if want_trainer else (),
         group_suffix=f"demo-{stamp}-{os.getpid()}", on_diagnosis=state.on_diagnosis, on_decision=state.on_decision,
     )

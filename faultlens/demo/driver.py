@@ -25,8 +25,17 @@ from remediation.screen import CommandScreen, Screened
 log = logging.getLogger(__name__)
 
 SLICE_WALL_S = 0.1  # paced runs publish this often
-LOCKSTEP_SLICE_S = 2.0  # simulated seconds per slice in lockstep
+LOCKSTEP_SLICE_S = 5.0  # simulated seconds per slice in lockstep
 CRASH_WAIT_S = 60.0  # like the launcher's --crash-wait: a stopped job with no command restarts in place
+
+
+class SimListener(CommandListener):
+    """The real listener, judging expiry by the simulated clock: the cluster lives on it."""
+
+    sim_clock: Callable[[], float] = time.time
+
+    def dispatch(self, raw: bytes | None, now: float | None = None) -> Screened:
+        return super().dispatch(raw, self.sim_clock() if now is None else now)
 
 
 class SimDriver:
@@ -41,8 +50,9 @@ class SimDriver:
         self.state = state
         self.settled = settled  # lockstep: given events published so far, whether the pipeline caught up
         self._inbox: queue.Queue[Command] = queue.Queue()
-        self.listener = CommandListener(settings, CommandScreen(secret, cluster.cfg.job),
-                                        on_command=self._inbox.put, on_refused=self._refused)
+        self.listener = SimListener(settings, CommandScreen(secret, cluster.cfg.job),
+                                    on_command=self._inbox.put, on_refused=self._refused)
+        self.listener.sim_clock = lambda: self.cluster.now
         self.stop_event = threading.Event()
         self.published = 0
         self.applied = 0

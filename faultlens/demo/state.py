@@ -34,10 +34,8 @@ class DemoState:
     suspects: set[str] = field(default_factory=set)
     evicted: list[str] = field(default_factory=list)
     diagnoses: list[Diagnosis] = field(default_factory=list)
-    seen_wall: dict[str, float] = field(default_factory=dict)  # diagnosis id → wall time remediation read it
     decisions: list[Any] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
-    trainer_events: list[dict[str, Any]] = field(default_factory=list)
     sim_now: float = 0.0
     sim_start: float = 0.0
     sim_end: float = 0.0
@@ -49,7 +47,6 @@ class DemoState:
     def on_diagnosis(self, d: Diagnosis) -> None:
         with self.lock:
             self.diagnoses.append(d)
-            self.seen_wall.setdefault(d.id, time.time())
             if d.job == self.sim_job and d.action not in ("none",):
                 self.suspects.update(n for n in d.nodes if n in self.slots)
 
@@ -67,10 +64,6 @@ class DemoState:
             self.suspects.difference_update(nodes)
             self.slots = list(slots)
 
-    def on_trainer_event(self, event: dict[str, Any]) -> None:
-        with self.lock:
-            self.trainer_events.append(event)
-
     def node_states(self) -> list[tuple[str, str]]:
         """(machine, state) per slot: healthy, suspect or replaced (a spare took the slot)."""
         with self.lock:
@@ -84,7 +77,7 @@ class DemoState:
                     out.append((name, "healthy"))
             return out
 
-    def recent(self) -> tuple[list[Diagnosis], list[CommandRecord], list[dict[str, Any]]]:
+    def recent(self) -> tuple[list[Diagnosis], list[CommandRecord]]:
         with self.lock:
             shown = [d for d in self.diagnoses if d.action != "none"]
-            return shown[-RECENT:], self.commands[-RECENT:], self.trainer_events[-6:]
+            return shown[-RECENT:], self.commands[-RECENT:]

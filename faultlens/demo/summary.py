@@ -38,11 +38,13 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
             ids = {d.id for d in matched}
             cmds = [c for c in obeyed if c.command.diagnosis_id in ids]
             if cmds:
+                # Simulated seconds from the fault's onset: remediation runs on event time, so a
+                # command's issued_at is on the same clock as the onset.
                 c = cmds[0]
-                seen = state.seen_wall.get(c.command.diagnosis_id)
+                onset = float(lab["onset"])
                 row.update(command=c.command.action, command_nodes=list(c.command.nodes),
-                           time_to_command_s=round(max(0.0, c.command.issued_at - seen), 3) if seen else None,
-                           obeyed_at_s=round(c.sim_ts - state.sim_start, 1) if c.sim_ts is not None else None)
+                           time_to_command_s=round(max(0.0, c.command.issued_at - onset), 1),
+                           time_to_obeyed_s=round(c.sim_ts - onset, 1) if c.sim_ts is not None else None)
         rows.append(row)
     return rows
 
@@ -94,13 +96,14 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
                  f"in {run['wall_s']:.0f} s{' (interrupted)' if run['interrupted'] else ''}")
     for note in run["notes"]:
         console.print(f"[yellow]note:[/] {note}")
-    t = Table(title="Injected faults → diagnoses → commands", show_lines=False)
-    for col in ("at (s)", "fault", "nodes", "found", "blamed", "latency (s)", "command", "to command (s)"):
+    t = Table(title="Injected faults → diagnoses → commands (simulated seconds from onset)", show_lines=False)
+    for col in ("at (s)", "fault", "nodes", "found", "blamed", "latency (s)", "command", "to command (s)", "obeyed (s)"):
         t.add_column(col)
     for r in report["injected"]:
         t.add_row(f"{r['onset_s']:.0f}", r["fault"], ",".join(r["nodes"]),
                   "[green]yes[/]" if r["matched"] else "[red]missed[/]", ",".join(r.get("blamed", [])),
-                  _num(r.get("detection_latency_s")), r.get("command", "-"), _num(r.get("time_to_command_s")))
+                  _num(r.get("detection_latency_s")), r.get("command", "-"), _num(r.get("time_to_command_s")),
+                  _num(r.get("time_to_obeyed_s")))
     console.print(t)
     sc, wb = report["score"], report["wrongly_blamed"]
     console.print(f"precision {sc['precision']}  recall {sc['recall']}  detection latency p50 "

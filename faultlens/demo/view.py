@@ -51,7 +51,7 @@ def render(state: DemoState, counters: Counters, trainer_events: Callable[[], li
         if (i + 1) % width == 0:
             grid.append("\n")
     grid.append(f"\nhealthy ■ suspect ■ replaced ■   evicted so far: {', '.join(state.evicted[-8:]) or '-'}")
-    diags, cmds, trainer = state.recent()
+    diags, cmds = state.recent()
     inc = Table(expand=True, title="incidents")
     for col in ("t (s)", "job", "fault", "nodes", "action", "conf"):
         inc.add_column(col)

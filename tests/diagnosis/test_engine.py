@@ -50,7 +50,7 @@ def test_bad_input_is_a_dead_letter_naming_the_field(make, field):
 def test_an_event_far_behind_the_stream_is_a_dead_letter_and_good_events_still_count():
     e = _engine()
     e.process(beat(2000, "n001"))
-    with pytest.raises(InvalidEvent, match="behind the stream"):
+    with pytest.raises(InvalidEvent, match="behind job .*stream"):
         e.process(xid(10, "n001", 79, "gpu_lost", "evict"))
     assert e.process(xid(1990, "n001", 79, "gpu_lost", "evict"))[0].fault == "gpu_lost"  # small disorder is fine
 
@@ -157,3 +157,23 @@ def test_contained_memory_error_alone_is_an_application_fault():
         out += e.process(sample(t, "n001"))
     assert [(d.fault, d.action) for d in out] == [("app_fault", "reattempt")]
     assert 25 <= out[0].ts - out[0].onset <= 30  # decided after the hold, onset at the Xid
+
+
+def test_lateness_is_judged_per_job():
+    """A job far behind another (a replayed trace beside a live job) is not 'too late'; a job's
+    own straggler event is."""
+    import pytest
+
+    from diagnosis.engine import Engine
+    from streams.events import Envelope, InvalidEvent
+
+    engine = Engine()
+
+    def beat(job, ts):
+        return Envelope(ts=ts, job=job, node="n0", source="heartbeat", kind="beat", data={"seq": 1, "pids": [1]})
+
+    engine.process(beat("live", 1_795_000_000.0))
+    engine.process(beat("replayed", 1_767_225_600.0))  # a year behind the live job: its own clock
+    engine.process(beat("replayed", 1_767_225_700.0))
+    with pytest.raises(InvalidEvent, match="behind job replayed"):
+        engine.process(beat("replayed", 1_767_225_700.0 - 3600))

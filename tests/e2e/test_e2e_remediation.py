@@ -145,7 +145,10 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
         pytest.skip(f"needs `faultlens diagnose` and `faultlens collect` ({m} is not built)")
     r = rig
     # TP=1, PP=2, DP=2 on 4 nodes of 1 rank: rank 3 is stage 1 of replica 1; its pipeline is ranks 2, 3.
-    r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
+    # A 15 s hang floor instead of the production 60 s: steps take 0.1 s here, so 15 s of no
+    # progress is still 150 median steps, and the test spends its time on the pipeline, not waiting.
+    r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}",
+                                            "--grace", "5", "--hang-floor", "15"], r.env, r.dir))
     remediate(r)
     for i in range(4):
         node = f"n{i:03d}"

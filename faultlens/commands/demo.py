@@ -100,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
         secret=secret.encode(), db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
         # Remediation runs on each diagnosis's own time, so its windows (dedup, eviction caps, the
         # ladder's episodes) are simulated seconds for the simulated job and wall seconds for the
-        # real one. Episodes are short because the demo packs every fault class into minutes.
+        # real one. Windows are short because the demo packs a fleet-day of every fault class into
+        # ~20 simulated minutes (one fault every ~80 s); production keeps the 600 s defaults.
         policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB}), episode_s=60.0),
-        safety=SafetyConfig(max_evictions=max(8, args.nodes // 4), max_job_share=0.25, breaker_share=0.5, dedup_s=60.0),
+        safety=SafetyConfig(window_s=120.0, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
+                            breaker_share=0.5, dedup_s=60.0),
         event_time_remediation=True,
         decision_log=out_dir / "decisions.jsonl", own_engine_jobs=(TRAINER_JOB,) if want_trainer else (),
         group_suffix=f"demo-{stamp}-{os.getpid()}", on_diagnosis=state.on_diagnosis, on_decision=state.on_decision,

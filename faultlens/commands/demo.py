@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         if driver is not None:
             driver.stop()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     broker = None
     try:
         settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)

@@ -95,9 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from history.schema import HistoryError, default_db_path
     from remediation.policy import PolicyConfig
     from remediation.safety import BREAKER_FILE, SafetyConfig
-    from streams import metrics
-    from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
-    from streams.config import KafkaSettings
+    from streams.broker import BrokerError, faultlens_home
+    from streams.connect import connected
 
     act_on = set(args.act_on or [])
     act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
@@ -108,7 +107,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         secret = _secret(args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
         safety = dataclasses.replace(SafetyConfig(), max_evictions=args.max_evictions, max_job_share=args.max_job_share)
-        settings = KafkaSettings.from_args(args)
     except (ValueError, OSError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 2
@@ -125,32 +123,37 @@ def run(args: argparse.Namespace) -> int:
         log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
 
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    broker = None
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
-        pipeline = Pipeline(settings, options).build()
-    except (ValueError, BrokerError, HistoryError, OSError) as exc:
+        # connected() stops a broker it started when the block ends: after every consumer closed.
+        with connected(args) as settings:
+            try:
+                pipeline = Pipeline(settings, options).build()
+            except (ValueError, HistoryError, OSError) as exc:
+                print(f"faultlens up: {exc}", file=sys.stderr)
+                return 1
+            return _serve(pipeline, settings, stop, args, consumers, db, act_on)
+    except (ValueError, BrokerError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
-        if broker is not None:
-            broker.stop()
         return 1
-    try:
-        pipeline.start()
-        metrics.serve(args.metrics_port)
-        if pipeline.wait_ready():
-            print(json.dumps({"event": "ready", "bootstrap": settings.bootstrap, "consumers": list(consumers),
-                              "db": str(db) if db else None, "metrics_port": args.metrics_port or None,
-                              "act_on": sorted(act_on), "act_on_all": args.act_on_all, "dry_run": args.dry_run}),
-                  flush=True)
-        while not (stop.wait(0.5) or pipeline.failed.is_set()):
-            pass
-        log.info("stopping: %s", "a consumer failed" if pipeline.failed.is_set() else "signal")
-        summary = pipeline.shutdown()
-        print(json.dumps({"event": "stopped", "consumers": summary}, default=str), flush=True)
-        return 1 if pipeline.failed.is_set() else 0
     finally:
-        if broker is not None:
-            broker.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve(pipeline, settings, stop: threading.Event, args: argparse.Namespace, consumers, db, act_on) -> int:
+    from streams import metrics
+
+    pipeline.start()
+    metrics.serve(args.metrics_port)
+    if pipeline.wait_ready():
+        print(json.dumps({"event": "ready", "bootstrap": settings.bootstrap, "consumers": list(consumers),
+                          "db": str(db) if db else None, "metrics_port": args.metrics_port or None,
+                          "act_on": sorted(act_on), "act_on_all": args.act_on_all, "dry_run": args.dry_run}),
+              flush=True)
+    while not (stop.wait(0.5) or pipeline.failed.is_set()):
+        pass
+    log.info("stopping: %s", "a consumer failed" if pipeline.failed.is_set() else "signal")
+    summary = pipeline.shutdown()
+    print(json.dumps({"event": "stopped", "consumers": summary}, default=str), flush=True)
+    return 1 if pipeline.failed.is_set() else 0

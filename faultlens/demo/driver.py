@@ -99,9 +99,11 @@ class SimDriver:
     def _lockstep(self, limit_s: float = 5.0) -> None:
         deadline = time.monotonic() + limit_s
         while not self.stop_event.is_set() and time.monotonic() < deadline:
-            if self.settled(self.published) and self._inbox.empty():
+            self._obey()  # a command that arrives while we wait is part of catching up
+            if self.settled(self.published):
                 return
             time.sleep(0.02)
+        self.state.lockstep_timeouts += 1
 
     def _obey(self) -> None:
         while True:
@@ -115,6 +117,8 @@ class SimDriver:
             gone = [n for n in before if n not in self.cluster.slots]
             if gone:
                 self.state.on_evicted(gone, self.cluster.slots)
+            if cmd.action in ("evict", "restart", "reattempt", "rollback"):
+                self.state.on_restarted()
             self.state.on_command(CommandRecord(cmd, True, "obeyed", time.time(), self.cluster.now))
 
     def _launcher_restarts(self) -> None:

@@ -40,6 +40,7 @@ class DemoState:
     sim_start: float = 0.0
     sim_end: float = 0.0
     published: int = 0
+    lockstep_timeouts: int = 0  # --speed 0 slices after which the pipeline had not caught up in 5 s
     launcher_restarts: int = 0  # the simulated launcher restarted a crashed job with no command
     started_wall: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -47,7 +48,8 @@ class DemoState:
     def on_diagnosis(self, d: Diagnosis) -> None:
         with self.lock:
             self.diagnoses.append(d)
-            if d.job == self.sim_job and d.action not in ("none",):
+            # Low-confidence requests for evidence (stacks of every rank) name everyone: not suspects.
+            if d.job == self.sim_job and d.action != "none" and d.confidence >= 0.5:
                 self.suspects.update(n for n in d.nodes if n in self.slots)
 
     def on_decision(self, decision: Any) -> None:
@@ -57,6 +59,11 @@ class DemoState:
     def on_command(self, record: CommandRecord) -> None:
         with self.lock:
             self.commands.append(record)
+
+    def on_restarted(self) -> None:
+        """The job restarted on a command: what was suspected before is settled."""
+        with self.lock:
+            self.suspects.clear()
 
     def on_evicted(self, nodes: list[str], slots: list[str]) -> None:
         with self.lock:

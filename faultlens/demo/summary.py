@@ -11,9 +11,12 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from collectors.sim import EPISODE_S
 from diagnosis.record import Diagnosis
 from diagnosis.scoring import score
 from faultlens.demo.state import DemoState
+
+RESTARTING = ("evict", "restart", "reattempt", "rollback")
 
 
 def _matches(d: Diagnosis, label: Mapping[str, Any]) -> bool:
@@ -43,10 +46,24 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
                 c = cmds[0]
                 onset = float(lab["onset"])
                 row.update(command=c.command.action, command_nodes=list(c.command.nodes),
+                           commands=[x.command.action for x in cmds],
                            time_to_command_s=round(max(0.0, c.command.issued_at - onset), 1),
                            time_to_obeyed_s=round(c.sim_ts - onset, 1) if c.sim_ts is not None else None)
+        elif (cut := _cut_short(obeyed, lab)) is not None:
+            # A missed fault is often one another fault's remediation cured first (a restart ends
+            # a hang before any detector may call it one): say so rather than leave it unexplained.
+            row["cut_short_by"] = cut
         rows.append(row)
     return rows
+
+
+def _cut_short(obeyed: list, lab: Mapping[str, Any]) -> dict[str, Any] | None:
+    onset, end = float(lab["onset"]), float(lab["onset"]) + EPISODE_S.get(lab["fault"], 60.0)
+    for c in obeyed:
+        if c.sim_ts is not None and onset <= c.sim_ts <= end and c.command.action in RESTARTING:
+            return {"action": c.command.action, "nodes": list(c.command.nodes), "reason": c.command.reason,
+                    "after_s": round(c.sim_ts - onset, 1)}
+    return None
 
 
 def build(state: DemoState, labels: list[Mapping[str, Any]], *, trainer_events: list[dict[str, Any]],
@@ -61,6 +78,7 @@ def build(state: DemoState, labels: list[Mapping[str, Any]], *, trainer_events: 
     return {
         "run": {"job": state.sim_job, "nodes": len(state.slots), "simulated_s": round(state.sim_now - state.sim_start, 1),
                 "wall_s": round(_wall(state), 1), "events_published": state.published, "interrupted": interrupted,
+                "lockstep_timeouts": state.lockstep_timeouts,
                 "notes": notes},
         "injected": injected(state, labels),
         "score": s.overall(),
@@ -101,8 +119,8 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
         t.add_column(col)
     for r in report["injected"]:
         t.add_row(f"{r['onset_s']:.0f}", r["fault"], ",".join(r["nodes"]),
-                  "[green]yes[/]" if r["matched"] else "[red]missed[/]", ",".join(r.get("blamed", [])),
-                  _num(r.get("detection_latency_s")), r.get("command", "-"), _num(r.get("time_to_command_s")),
+                  "[green]yes[/]" if r["matched"] else _missed(r), ",".join(r.get("blamed", [])),
+                  _num(r.get("detection_latency_s")), "→".join(r.get("commands", [])) or "-", _num(r.get("time_to_command_s")),
                   _num(r.get("time_to_obeyed_s")))
     console.print(t)
     sc, wb = report["score"], report["wrongly_blamed"]
@@ -124,6 +142,13 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
                       f"{_num(row.get('wall_s'))} s, {row.get('incidents')} incident(s))")
     for name, path in report["files"].items():
         console.print(f"{name}: {path}")
+
+
+def _missed(row: dict[str, Any]) -> str:
+    cut = row.get("cut_short_by")
+    if not cut:
+        return "[red]missed[/]"
+    return f"[red]missed[/] (job restarted by {cut['action']} {','.join(cut['nodes'])} {cut['after_s']:.0f} s in)"
 
 
 def _num(x: Any) -> str:

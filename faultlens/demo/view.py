@@ -58,13 +58,13 @@ def render(state: DemoState, counters: Counters, trainer_events: Callable[[], li
     for d in diags:
         t = d.ts - state.sim_start if d.job == state.sim_job else 0.0
         inc.add_row(f"{t:.0f}" if d.job == state.sim_job else "live", d.job, d.fault,
-                    ",".join(d.nodes[:4]) + ("…" if len(d.nodes) > 4 else ""), d.action, f"{d.confidence:.2f}")
+                    _nodes(d.nodes), d.action, f"{d.confidence:.2f}")
     com = Table(expand=True, title="commands")
     for col in ("action", "job", "nodes", "outcome"):
         com.add_column(col)
     for c in cmds:
         cmd = c.command
-        com.add_row(cmd.action if cmd else "?", cmd.job if cmd else "?", ",".join(cmd.nodes) if cmd else "",
+        com.add_row(cmd.action if cmd else "?", cmd.job if cmd else "?", _nodes(cmd.nodes) if cmd else "",
                     "[green]obeyed[/]" if c.accepted else f"[red]refused[/]: {c.reason}")
     parts: list[Any] = [Panel(grid, title=f"{state.sim_job}: nodes"), inc, com]
     events = trainer_events()
@@ -73,6 +73,10 @@ def render(state: DemoState, counters: Counters, trainer_events: Callable[[], li
         parts.append(Text(f"real trainer {state.trainer_job}: {last}"))
     parts.append(Text(counters.line(state), style="bold"))
     return Group(*parts)
+
+
+def _nodes(nodes: tuple[str, ...], shown: int = 4) -> str:
+    return ",".join(nodes[:shown]) + (f" +{len(nodes) - shown}" if len(nodes) > shown else "")
 
 
 def _trainer_word(e: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ no later than ``window_s`` after it, and blames at least one of the label's node
 that blames no node, like a job-wide NaN, or a label without nodes, match on class and time).
 
 * Not scored: record-only diagnoses (action ``none``), requests for evidence (action
-  ``capture_stacks`` with confidence < 0.5) and ``unknown`` (input problems, not faults).
+  ``capture_stacks``: a hang or fail-slow suspicion asks for stacks and blames nobody; its
+  verdict is what counts) and ``unknown`` (input problems, not faults).
 * Precision of a class: scored diagnoses of that class that match some label / all of them.
 * Recall of a class: labels matched by at least one diagnosis / all labels of the class.
 * Detection latency: decision time of the first matching diagnosis minus the label's onset.
@@ -34,9 +35,7 @@ GROUP_CLASSES = ("job_hang", "fail_slow")
 
 
 def is_scored(d: Diagnosis) -> bool:
-    if d.action == "none" or d.fault == "unknown":
-        return False
-    return not (d.action == "capture_stacks" and d.confidence < 0.5)
+    return d.action not in ("none", "capture_stacks") and d.fault != "unknown"
 
 
 @dataclass

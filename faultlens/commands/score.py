@@ -16,7 +16,7 @@ Runs `faultlens analyze` on TRACE and matches its diagnoses with the injected fa
 TRACE.labels.jsonl (or --labels FILE). A diagnosis matches a label when it has the same job and
 fault class, was decided between {EARLY_S:.0f}s before and --window seconds (default {WINDOW_S:.0f})
 after the onset, and names at least one of the label's nodes (or either names none). Record-only
-diagnoses (action none), stack-capture requests (capture_stacks, confidence < 0.5) and `unknown`
+diagnoses (action none), requests for stacks (action capture_stacks: suspicions blame nobody) and `unknown`
 are not scored. Per class: precision, recall, detection latency (onset → decision), nodes wrongly
 blamed, and for job_hang / fail_slow whether the evicted group holds the culprit.
 

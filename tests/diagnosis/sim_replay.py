@@ -16,10 +16,13 @@ from streams.trace import write_labels, labels_path, write_trace
 
 def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,
            duration: float | None = None) -> tuple[list[Diagnosis], list[dict], float]:
-    """(scored diagnoses, labels, trace start) for one simulated run written to and read from disk."""
+    """(diagnoses, labels, trace start) for one simulated run written to and read from disk.
+
+    The diagnoses are the scored ones plus requests for stacks (a suspicion is part of what a
+    hang or fail-slow replay must show); record-only and ``unknown`` ones are left out."""
     run = simulate(SimConfig(nodes=nodes, gpus=gpus, seed=seed, noise=noise), plan, duration=duration)
     path = tmp / "trace.parquet"
     write_trace(path, run.events())
     write_labels(labels_path(path), run.labels)
     found, _ = analyze_trace(path)
-    return [d for d in found if is_scored(d)], run.labels, run.config.start_ts
+    return [d for d in found if is_scored(d) or d.action == "capture_stacks"], run.labels, run.config.start_ts

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from typing import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
@@ -247,9 +248,22 @@ class FailSlowRounds:
             ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
         )]
 
-    def restarted(self, job: str) -> None:
-        """The job was restarted: rounds of the old incarnation compare stacks that no longer exist."""
-        self._campaigns.pop(job, None)
+    def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
+        """The job was restarted: rounds of the old incarnation compare stacks that no longer exist.
+
+        A suspicion whose suspects are still in the job survives (a slow machine is not fixed by
+        restarting the job around it): its rounds start over; evicting a suspect ends it."""
+        campaign = self._campaigns.get(job)
+        if campaign is None:
+            return
+        suspicion = campaign.suspicion
+        if suspicion is None or set(suspicion.nodes) & set(nodes_out):
+            del self._campaigns[job]
+            return
+        campaign.open.clear()
+        campaign.done.clear()
+        campaign.requested = 0
+        campaign.last_request = None
 
     def abandon(self, job: str) -> None:
         """Drop rounds that no suspicion asked for (the hang detector claims the job's dumps)."""

@@ -8,6 +8,7 @@ to the fail-slow rounds. The engine must keep the shared :class:`JobBook` up to 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
@@ -52,7 +53,8 @@ class ImplicitFaultDetector:
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         return self.failslow.observe_diagnosis(diagnosis)
 
-    def restarted(self, job: str) -> None:
-        """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and rounds."""
+    def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
+        """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and
+        rounds (a fail-slow suspicion whose suspects stay in the job is kept, see FailSlowRounds)."""
         self.hang.restarted(job)
-        self.failslow.restarted(job)
+        self.failslow.restarted(job, nodes_out)

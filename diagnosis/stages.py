@@ -112,6 +112,6 @@ class JobStage:
     def restarted(self, job: str, nodes_out: list[str]) -> None:
         self.comms.restarted(job)
         if self.implicit is not None:
-            self.implicit.restarted(job)  # a stall or fail-slow rounds must not outlive a restart
+            self.implicit.restarted(job, nodes_out)  # a stall must not outlive a restart
         for node in nodes_out:
             self.silence.forget(job, node)

@@ -189,7 +189,17 @@ class SimulatedCluster:
         self.episodes[ep.id] = ep
         self.labels.append(ep.label(self.cfg.job))
         if self.auto_recover:
-            self._at(ep.end, lambda: self.end_episode(ep.id), ep.id)
+            self._at(ep.end, lambda: self._recover(ep.id), ep.id)
+
+    def _recover(self, ep_id: int) -> None:
+        """Auto-recovery at an episode's end. A node-local episode that ends while a job-wide one
+        holds the job stopped (hung, down) waits for it: swapping a node means restarting the
+        job, and a real restart would end the other fault too, so the trace would lie about it."""
+        ep = self.episodes.get(ep_id)
+        if ep is not None and not ep.stops_job and (self.state != "running" or self.halted):
+            self._at(self.now + 5.0, lambda: self._recover(ep_id), ep_id)
+            return
+        self.end_episode(ep_id)
 
     def new_episode(self, planned: PlannedFault, *, nodes: list[str], ranks: list[int], **kw: Any) -> Episode:
         return Episode(id=len(self.episodes) + 1, planned=planned, onset=self.now,

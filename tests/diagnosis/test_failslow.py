@@ -153,3 +153,15 @@ def test_stragglers_and_thin_rounds_do_not_count_as_rounds():
     out = _run(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
     (final,) = [d for d in out if d.action == "evict"]
     assert final.ranks == (SLOW,) and "[1, 1, 1, 1, 1]" in final.detail
+
+
+def test_a_restart_keeps_a_suspicion_whose_suspects_stay_and_drops_one_whose_suspects_left():
+    det = _detector()
+    requests = det.observe_diagnosis(_suspicion(0))
+    assert requests and det.failslow.active(JOB)
+    # An unrelated restart (another node swapped): the slow machine is still there, so is the suspicion.
+    det.restarted(JOB, nodes_out=["some-other-node"])
+    assert det.failslow.active(JOB)
+    # Evicting the suspect ends it.
+    det.restarted(JOB, nodes_out=[TOPO.by_rank[SLOW].node])
+    assert not det.failslow.active(JOB)

@@ -252,7 +252,9 @@ class FailSlowRounds:
         """The job was restarted: rounds of the old incarnation compare stacks that no longer exist.
 
         A suspicion whose suspects are still in the job survives (a slow machine is not fixed by
-        restarting the job around it): its rounds start over; evicting a suspect ends it."""
+        restarting the job around it), and so do its completed rounds: which machine lagged is
+        still true of the machines that stay. Only the rounds being collected are dropped (half of
+        their dumps come from processes that are gone). Evicting a suspect ends the campaign."""
         campaign = self._campaigns.get(job)
         if campaign is None:
             return
@@ -260,9 +262,9 @@ class FailSlowRounds:
         if suspicion is None or set(suspicion.nodes) & set(nodes_out):
             del self._campaigns[job]
             return
+        campaign.closed.update(campaign.open)
         campaign.open.clear()
-        campaign.done.clear()
-        campaign.requested = 0
+        campaign.requested = len(campaign.done)
         campaign.last_request = None
 
     def abandon(self, job: str) -> None:

@@ -41,7 +41,7 @@ class FailSlowConfig:
     no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion's own nodes stand
     campaign_timeout_s: float = 150.0
     request_confidence: float = 0.3
-    cooldown_s: float = 300.0  # after a conclusion, further suspicions for the job are folded
+    cooldown_s: float = 300.0  # after a conclusion, suspicions of the same machines are folded
     evidence_limit: int = 256
     stacks: StackConfig = field(default_factory=StackConfig)
 
@@ -81,6 +81,9 @@ class FailSlowRounds:
         self.config = config
         self._campaigns: dict[str, _Campaign] = {}
         self._cooldown_until: dict[str, float] = {}
+        # The machines a concluded campaign was about (None: the whole job, for unsolicited rounds):
+        # a new suspicion on other machines is a new degradation and gets its own rounds.
+        self._cooled_nodes: dict[str, frozenset[str] | None] = {}
         self._own: set[str] = set()
 
     # --- inputs ---------------------------------------------------------------------------
@@ -89,7 +92,9 @@ class FailSlowRounds:
             return []
         job = diagnosis.job
         if diagnosis.ts < self._cooldown_until.get(job, -math.inf):
-            return []
+            cooled = self._cooled_nodes.get(job)
+            if cooled is None or cooled & set(diagnosis.nodes):
+                return []
         campaign = self._campaigns.get(job)
         if campaign is None:
             campaign = self._campaigns[job] = _Campaign(started=diagnosis.ts)
@@ -99,8 +104,8 @@ class FailSlowRounds:
         return self._maybe_request(job, campaign, diagnosis.ts)
 
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
-        if dump.ts < self._cooldown_until.get(job, -math.inf):
-            return []
+        if dump.ts < self._cooldown_until.get(job, -math.inf) and job not in self._campaigns:
+            return []  # stragglers of the concluded campaign's rounds
         campaign = self._campaigns.get(job)
         if campaign is None:
             campaign = self._campaigns[job] = _Campaign(started=dump.ts)
@@ -200,8 +205,10 @@ class FailSlowRounds:
         return []
 
     def _finish(self, job: str, now: float) -> None:
-        self._campaigns.pop(job, None)
+        campaign = self._campaigns.pop(job, None)
         self._cooldown_until[job] = now + self.config.cooldown_s
+        suspicion = campaign.suspicion if campaign is not None else None
+        self._cooled_nodes[job] = frozenset(suspicion.nodes) if suspicion is not None else None
 
     def _suspicion_stands(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
         s = campaign.suspicion

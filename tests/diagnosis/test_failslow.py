@@ -165,3 +165,16 @@ def test_a_restart_keeps_a_suspicion_whose_suspects_stay_and_drops_one_whose_sus
     # Evicting the suspect ends it.
     det.restarted(JOB, nodes_out=[TOPO.by_rank[SLOW].node])
     assert not det.failslow.active(JOB)
+
+
+def test_after_a_conclusion_only_suspicions_of_the_same_machines_are_folded():
+    det = _detector()
+    fs = det.failslow
+    first = _suspicion(0)
+    fs.observe_diagnosis(first)
+    fs._finish(JOB, T0 + 100)  # the campaign concluded (as after its verdict)
+    assert fs.observe_diagnosis(_suspicion(150)) == []  # the same slow machine again: folded
+    other_node = next(n for n in TOPO.nodes if n not in first.nodes)
+    other = Diagnosis(job=JOB, ts=T0 + 160, onset=T0 + 130, fault="fail_slow", action="capture_stacks",
+                      nodes=(other_node,), confidence=0.8, detail=f"{other_node} drifted")
+    assert fs.observe_diagnosis(other) and fs.active(JOB)  # another machine: its own rounds

@@ -46,6 +46,40 @@ class _RunnerCollector:
 REGISTRY.register(_RunnerCollector())
 
 
+_gauges: dict[str, Callable[[], dict[str, float]]] = {}
+
+
+class _GaugeCollector:
+    """Components that are not consumer groups (the node agent) report named numbers."""
+
+    def collect(self):
+        with _lock:
+            sources = {name: get() for name, get in _gauges.items()}
+        families: dict[str, GaugeMetricFamily] = {}
+        for name, values in sources.items():
+            for key, value in values.items():
+                fam = families.setdefault(key, GaugeMetricFamily(f"faultlens_{key}", key.replace("_", " "),
+                                                                 labels=["component"]))
+                fam.add_metric([name], float(value))
+        yield from families.values()
+
+
+REGISTRY.register(_GaugeCollector())
+
+
+def register_gauges(name: str, getter: Callable[[], dict[str, float]]) -> None:
+    with _lock:
+        _gauges[name] = getter
+
+
+def add_metrics_argument(parser) -> None:
+    """``--metrics-port`` for every long-running command (env FAULTLENS_METRICS_PORT)."""
+    import os
+
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0) or 0),
+                        help="serve Prometheus /metrics on this port (default off; env FAULTLENS_METRICS_PORT)")
+
+
 def register_runner(name: str, stats_getter: Callable[[], object]) -> None:
     with _lock:
         _runners[name] = stats_getter

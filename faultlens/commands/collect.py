@@ -17,6 +17,7 @@ from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
 from remediation.command import load_secret
 from streams.broker import faultlens_home
+from streams import metrics
 from streams.config import add_kafka_arguments
 from streams.connect import connected
 
@@ -71,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--spool-max-mb", type=float, default=float(_env("SPOOL_MAX_MB") or 256),
                    help="spool bound in MB (default 256); when full, the oldest GPU samples go first")
     o.add_argument("--no-create-topics", action="store_true", help="do not create missing telemetry topics")
+    metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 
@@ -116,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         try:
             agent.start()
+            metrics.register_gauges("collect", lambda: {
+                "agent_published": agent.publisher.stats.published, "agent_delivered": agent.publisher.stats.delivered,
+                "agent_spooled": agent.publisher.stats.spooled, "agent_spool_waiting": len(agent.spool),
+                "agent_lost": agent.publisher.stats.lost})
+            metrics.serve(args.metrics_port)
             print(json.dumps({"event": "started", "job": config.job, "node": config.node,
                               "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],
                               "spool": str(agent.spool.path)}), flush=True)

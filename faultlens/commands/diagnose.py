@@ -42,8 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="never call a stall shorter than this many seconds a hang (default 60; env FAULTLENS_HANG_FLOOR_S)")
     parser.add_argument("--hang-k", type=float, default=float(os.environ.get("FAULTLENS_HANG_K", 5.0)),
                         help="a stall is a hang after this many median step times (default 5; env FAULTLENS_HANG_K)")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0)),
-                        help="serve Prometheus /metrics on this port (default off; env FAULTLENS_METRICS_PORT)")
+    metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 

@@ -9,6 +9,7 @@ import sys
 
 import orjson
 
+from streams import metrics
 from streams.config import add_kafka_arguments
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop after S seconds without messages (bounded runs)")
     parser.add_argument("--max-records", type=int, default=None, help="stop after this many records")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 
@@ -104,6 +106,8 @@ def _consume(args, conn, sampling, db) -> int:
         with connected(args) as settings:
             runner, handler = history_runner(settings, conn, sampling=sampling, group=args.group or GROUP)
             log.info("history consumer writing to %s (sample rate %.3f)", db, sampling.rate)
+            metrics.register_runner("history", lambda: runner.stats)
+            metrics.serve(args.metrics_port)
             stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
     except (ValueError, BrokerError) as exc:
         print(f"faultlens history: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ from remediation.safety import BREAKER_FILE, CircuitBreaker, Safety, SafetyConfi
 from streams.broker import faultlens_home
 from streams.connect import connected
 from streams.config import add_kafka_arguments
+from streams import metrics
 from streams.runner import GroupRunner
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--decision-log", type=Path, help="JSON lines file of decisions")
     o.add_argument("--group", default=GROUP, help=f"consumer group (default {GROUP})")
     o.add_argument("--idle-stop", type=float, default=None, help="exit after this many seconds without input")
+    metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"]) as settings:
         log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
         runner = GroupRunner(settings, args.group, [DIAGNOSES_TOPIC, JOBS_TOPIC], handler, DECODERS)
+        metrics.register_runner("remediate", lambda: runner.stats)
+        metrics.serve(args.metrics_port)
         stats = runner.run(idle_stop_s=args.idle_stop)
         log.info("remediate stopped: %d records, %d commands, %d dead letters",
                  stats.records_in, stats.outputs - stats.dead_letters, stats.dead_letters)

@@ -66,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"share of one job's nodes evicted per window (default {defaults.max_job_share})")
     r.add_argument("--decision-log", type=Path, help="JSON lines file of decisions "
                    "(default $FAULTLENS_HOME/remediation-decisions.jsonl)")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0)),
-                        help="serve Prometheus /metrics for every consumer on this port (default off)")
+    from streams import metrics
+
+    metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 

@@ -80,7 +80,7 @@ class JobStage:
                  implicit_config: ImplicitConfig | None = None) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
-        self.silence = SilenceDetector()
+        self.silence = SilenceDetector(book=book)
         self.anomaly = PeerAnomalyDetector(window_s)
         self.implicit = ImplicitFaultDetector(book, implicit_config) if implicit else None
 

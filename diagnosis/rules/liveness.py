@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnosis.detector import JobBook
 from diagnosis.rules.base import Finding
 from streams.events import Envelope
 
@@ -27,9 +28,11 @@ class _Beat:
 class SilenceDetector:
     sources = frozenset({"heartbeat"})
 
-    def __init__(self, grace_s: float = GRACE_S, max_share: float = MAX_SILENT_SHARE) -> None:
+    def __init__(self, grace_s: float = GRACE_S, max_share: float = MAX_SILENT_SHARE,
+                 book: JobBook | None = None) -> None:
         self.grace_s = grace_s
         self.max_share = max_share
+        self.book = book
         self._beats: dict[str, dict[str, _Beat]] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
@@ -44,6 +47,7 @@ class SilenceDetector:
     def tick(self, now: float) -> list[Finding]:
         out: list[Finding] = []
         for job, nodes in self._beats.items():
+            self._drop_departed(job, nodes)
             late = [(n, b) for n, b in nodes.items() if not b.silent and now - b.ts > self.grace_s]
             if not late:
                 continue
@@ -58,6 +62,16 @@ class SilenceDetector:
                     detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s (grace {self.grace_s:.0f}s)",
                 ))
         return out
+
+    def _drop_departed(self, job: str, nodes: dict[str, _Beat]) -> None:
+        """A node the job's current topology no longer lists was swapped out: its last beats may
+        arrive after the restart event (another topic, no order between them), and it must not
+        then be called silent."""
+        topology = self.book.topology(job) if self.book is not None else None
+        if topology is None:
+            return
+        for node in [n for n in nodes if n not in topology.ranks_by_node]:
+            del nodes[node]
 
     def forget(self, job: str, node: str) -> None:
         """The node left the job (evicted, restarted elsewhere): stop expecting its beats."""

@@ -65,3 +65,21 @@ def test_silent_node_after_grace_but_not_the_whole_job():
     assert det.tick(T0 + 57) == []  # once
     # everyone stops (the stream ended): nobody is blamed
     assert det.tick(T0 + 500) == []
+
+
+def test_a_node_swapped_out_of_the_topology_is_not_called_silent():
+    from diagnosis.detector import JobBook
+    from streams.topology import Topology
+
+    book = JobBook()
+    nodes = ["n000", "n001", "n002", "n003", "n004"]
+    book.update(Topology.grid(nodes, 1, 1, 1, 5).to_event("j", T0))
+    det = SilenceDetector(book=book)
+    for n in nodes:
+        det.observe(beat(0, n, job="j"))
+    # n004 is evicted: the new topology has a spare instead; a late beat from n004 still arrives.
+    book.update(Topology.grid(nodes[:4] + ["s000"], 1, 1, 1, 5).to_event("j", T0 + 5))
+    det.observe(beat(6, "n004", job="j"))
+    for n in nodes[:4] + ["s000"]:
+        det.observe(beat(40, n, job="j"))
+    assert det.tick(T0 + 60) == []

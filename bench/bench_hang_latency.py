@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_broker
+from collectors.sim.faults import hang_states
 from collectors.sim.stacks import py_spy_dump
 from remediation.command import Command
 from remediation.listener import CommandListener
@@ -41,19 +42,6 @@ from trainer_hooks import pipeline
 
 SECRET = "bench-hang-secret"
 GPUS, TP, PP, DP = 2, 2, 2, 2
-
-
-def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
-    """DESIGN.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
-    stuck = set(topo.group_ranks("tp", topo.group_id(culprit, "tp")))
-    stage = topo.by_rank[culprit].pp
-    states = {p.rank: "grad_sync" for p in topo.ranks}
-    for r in stuck:
-        for peer in topo.group_ranks("pp", topo.group_id(r, "pp")):
-            states[peer] = "irecv" if topo.by_rank[peer].pp > stage else "isend"
-    for r in stuck:
-        states[r] = "all_gather"
-    return states
 
 
 class Fleet:

@@ -14,6 +14,7 @@ from collectors.sim import lines
 from collectors.sim.effects import Episode
 from collectors.sim.metrics import nic_pci, pci_bus_id
 from collectors.sim.plan import PlannedFault
+from streams.topology import Topology
 
 Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
 
@@ -255,12 +256,11 @@ def loss_spike(sim, p: PlannedFault) -> Episode:
 
 
 # --- implicit faults: hang and fail-slow ----------------------------------------------------
-def hang_states(sim, culprit: int) -> dict[int, str]:
+def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
     """DESIGN.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
-    topo = sim.topology
     stuck = set(topo.group_ranks("tp", topo.group_id(culprit, "tp")))
     stage = topo.by_rank[culprit].pp
-    states = {r: "grad_sync" for r in range(sim.world)}
+    states = {p.rank: "grad_sync" for p in topo.ranks}
     for r in stuck:
         for peer in topo.group_ranks("pp", topo.group_id(r, "pp")):
             states[peer] = "irecv" if topo.by_rank[peer].pp > stage else "isend"
@@ -278,7 +278,7 @@ def job_hang(sim, p: PlannedFault) -> Episode:
     gid = sim.topology.group_id(rank, "pp")
     ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], stops_job=True, group=f"pp:{gid}",
                          detail="rank stuck in all_gather_into_tensor; no progress, no log output")
-    states = hang_states(sim, rank)
+    states = hang_states(sim.topology, rank)
     ep.extra["stack_states"] = states
     step = sim.cfg.step_time_s
     sim.call_at(sim.now, lambda: sim.halt({rank}), ep.id)

@@ -193,3 +193,22 @@ def stack_event(ts: float, topology: Topology, rank: int, dump: str, *, tool: st
     if request_id is not None:
         data["request_id"] = request_id
     return event(ts, topology.by_rank[rank].node, "stack", "stack_dump", job=job, **data)
+
+
+def run_detector(det, events, *, start: float = 0.0, until: float, diagnoses=()):
+    """Feed events (and other detectors' diagnoses) in time order, ticking every second of event
+    time from T0 + start to T0 + until, as the engine does; returns what the detector emitted."""
+    out = []
+    pending = sorted(diagnoses, key=lambda d: d.ts)
+    events = sorted(events, key=lambda e: e.ts)
+    i = 0
+    t = T0 + start
+    while t <= T0 + until:
+        while pending and pending[0].ts <= t:
+            out += det.observe_diagnosis(pending.pop(0))
+        while i < len(events) and events[i].ts <= t:
+            out += det.observe(events[i])
+            i += 1
+        out += det.tick(t)
+        t += 1.0
+    return out

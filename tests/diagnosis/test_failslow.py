@@ -16,6 +16,7 @@ from tests.diagnosis.stack_samples import (
     SLOW_COMPUTE,
     T0,
     grid,
+    run_detector,
     pyspy_dump,
     stack_event,
 )
@@ -47,23 +48,6 @@ def _round(ts: float, slow: dict[int, list], *, request_id: str | None, rng: ran
     return events
 
 
-def _run(det, events, start: float, until: float, diagnoses=()):
-    out = []
-    pending = sorted(diagnoses, key=lambda d: d.ts)
-    events = sorted(events, key=lambda e: e.ts)
-    i = 0
-    t = T0 + start
-    while t <= T0 + until:
-        while pending and pending[0].ts <= t:
-            out += det.observe_diagnosis(pending.pop(0))
-        while i < len(events) and events[i].ts <= t:
-            out += det.observe(events[i])
-            i += 1
-        out += det.tick(t)
-        t += 1.0
-    return out
-
-
 def test_five_rounds_blame_the_degrader_group_and_requests_are_spaced():
     det = _detector()
     rng = random.Random(4)
@@ -72,7 +56,7 @@ def test_five_rounds_blame_the_degrader_group_and_requests_are_spaced():
     for k in range(5):
         slow = {SLOW: SLOW_COMPUTE} if k != 2 else {}
         events += _round(102.0 + 10 * k, slow, request_id=f"req{k}", rng=rng)
-    out = _run(det, events, start=95, until=200, diagnoses=[_suspicion(100.0)])
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0)])
     requests = [d for d in out if d.action == "capture_stacks"]
     assert [d.detail.split(":")[0] for d in requests] == [f"stack round {k}/5" for k in range(1, 6)]
     assert all(d.confidence < 0.5 and d.fault == "fail_slow" and d.nodes == TOPO.nodes for d in requests)
@@ -93,7 +77,7 @@ def test_trace_rounds_without_a_suspicion_or_request_ids_use_time_windows():
     events = []
     for k in range(5):
         events += _round(10.0 + 12 * k, {r: SLOW_COMPUTE for r in pipeline}, request_id=None, rng=rng)
-    out = _run(det, events, start=0, until=120)
+    out = run_detector(det, events, start=0, until=120)
     assert [d.action for d in out] == ["evict"]
     assert out[0].group == "pp:3" and set(out[0].ranks) == set(pipeline)
 
@@ -104,13 +88,13 @@ def test_no_consistent_outlier_group_blames_nobody():
     events = []
     for k in range(5):
         events += _round(102.0 + 10 * k, {}, request_id=f"r{k}", rng=rng, noise=3)
-    out = _run(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
+    out = run_detector(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
     assert [d for d in out if d.action != "capture_stacks"] == []
 
 
 def test_without_any_round_the_suspicion_nodes_stand():
     det = _detector()
-    out = _run(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.72)])
+    out = run_detector(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.72)])
     final = [d for d in out if d.action == "evict"]
     assert len(final) == 1
     assert final[0].nodes == (TOPO.by_rank[SLOW].node,) and final[0].confidence == pytest.approx(0.72)
@@ -137,7 +121,7 @@ def test_dumps_during_a_hang_do_not_feed_fail_slow_rounds():
     rng = random.Random(2)
     for k in range(5):  # dumps arrive only after the hang suspicion (at ~70 s)
         events += _round(80.0 + 10 * k, {SLOW: SLOW_COMPUTE}, request_id=None, rng=rng)
-    out = _run(det, events, start=0, until=200)
+    out = run_detector(det, events, start=0, until=200)
     assert {d.fault for d in out} == {"job_hang"}
 
 
@@ -150,7 +134,7 @@ def test_stragglers_and_thin_rounds_do_not_count_as_rounds():
         # A late duplicate of round k's request and a thin window of 3 dumps without a request id.
         events.append(stack_event(102.0 + 10 * k + 9.5, TOPO, 3, pyspy_dump(GRAD_SYNC), request_id=f"q{k}"))
     events += [stack_event(160.0 + 0.1 * r, TOPO, r, pyspy_dump(GRAD_SYNC)) for r in range(3)]
-    out = _run(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
+    out = run_detector(det, events, start=95, until=300, diagnoses=[_suspicion(100.0)])
     (final,) = [d for d in out if d.action == "evict"]
     assert final.ranks == (SLOW,) and "[1, 1, 1, 1, 1]" in final.detail
 

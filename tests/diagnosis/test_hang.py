@@ -17,6 +17,7 @@ from tests.diagnosis.stack_samples import (
     fig7_dumps,
     GRAD_SYNC,
     grid,
+    run_detector,
     stack_event,
     step_event,
 )
@@ -52,21 +53,6 @@ def _training(until_step: int, stop_rank: int | None = STUCK, beats_until: float
     return events
 
 
-def _run(det, events, until: float):
-    """Feed events in time order, ticking every second of event time, as the engine does."""
-    out = []
-    events = sorted(events, key=lambda e: e.ts)
-    t = T0
-    i = 0
-    while t <= T0 + until:
-        while i < len(events) and events[i].ts <= t:
-            out += det.observe(events[i])
-            i += 1
-        out += det.tick(t)
-        t += 1.0
-    return out
-
-
 def test_stall_raises_one_suspicion_then_dumps_evict_the_pipeline():
     det = _detector()
     events = _training(20)
@@ -76,7 +62,7 @@ def test_stall_raises_one_suspicion_then_dumps_evict_the_pipeline():
         e = stack_event(105.0 + 0.01 * r, TOPO, r, text)
         stack_ids.append(e.id)
         events.append(e)
-    out = _run(det, events, until=200)
+    out = run_detector(det, events, until=200)
     suspicions = [d for d in out if d.action == "capture_stacks"]
     finals = [d for d in out if d.action == "evict"]
     assert len(suspicions) == 1 and len(finals) == 1 and len(out) == 2
@@ -100,7 +86,7 @@ def test_dumps_just_before_the_suspicion_belong_to_the_stall():
     det = _detector()
     events = _training(20)
     events += [stack_event(100.5, TOPO, r, text) for r, text in fig7_dumps(TOPO, STUCK).items()]
-    out = _run(det, events, until=200)
+    out = run_detector(det, events, until=200)
     assert [(d.fault, d.action) for d in out] == [("job_hang", "capture_stacks"), ("job_hang", "evict")]
     assert out[1].group == f"pp:{TOPO.group_id(STUCK, 'pp')}" and out[1].ts == out[0].ts == T0 + 101
 
@@ -109,7 +95,7 @@ def test_threshold_follows_the_median_step_time():
     det = _detector(k=5.0, floor_s=1.0)
     events = [step_event(10.0 * n + 0.01 * r, TOPO, r, n, step_time_s=10.0) for n in range(1, 6) for r in range(32)]
     events += [beat_event(t, TOPO.nodes[0]) for t in range(0, 200, 5)]
-    out = _run(det, events, until=120)
+    out = run_detector(det, events, until=120)
     assert det.hang.threshold(JOB) == pytest.approx(50.0)
     (s,) = out
     assert s.ts - s.onset == pytest.approx(50.0, abs=1.0)
@@ -117,7 +103,7 @@ def test_threshold_follows_the_median_step_time():
 
 def test_no_dumps_falls_back_to_the_first_stopped_rank_node():
     det = _detector(collect_timeout_s=30.0)
-    out = _run(det, _training(20), until=200)
+    out = run_detector(det, _training(20), until=200)
     assert [d.action for d in out] == ["capture_stacks", "evict"]
     f = out[1]
     assert f.nodes == (TOPO.by_rank[STUCK].node,) and f.ranks == (STUCK,)
@@ -127,7 +113,7 @@ def test_no_dumps_falls_back_to_the_first_stopped_rank_node():
 
 def test_every_rank_stopped_together_and_no_dumps_means_reattempt_not_eviction():
     det = _detector()
-    out = _run(det, _training(20, stop_rank=None), until=200)
+    out = run_detector(det, _training(20, stop_rank=None), until=200)
     assert [d.action for d in out] == ["capture_stacks", "reattempt"]
     assert "no culprit" in out[1].detail
 
@@ -135,7 +121,7 @@ def test_every_rank_stopped_together_and_no_dumps_means_reattempt_not_eviction()
 def test_stepping_again_clears_the_suspicion_and_a_new_stall_is_a_new_one():
     det = _detector()
     events = _training(20, resume_at=110.0, beats_until=400)
-    out = _run(det, events, until=400)
+    out = run_detector(det, events, until=400)
     suspicions = [d for d in out if d.action == "capture_stacks"]
     # One suspicion for the first stall (before 110 s), none repeated, a new one for the second stall.
     assert len(suspicions) == 2
@@ -150,7 +136,7 @@ def test_dead_processes_are_not_a_hang():
     det = _detector()
     events = _training(20, beats_until=-1.0)
     events += [beat_event(t, n, pids=[]) for t in range(50, 200, 10) for n in TOPO.nodes]
-    assert _run(det, events, until=200) == []
+    assert run_detector(det, events, until=200) == []
 
 
 def test_faulthandler_and_pyspy_dumps_of_one_rank_count_once_with_pyspy_kept():
@@ -160,7 +146,7 @@ def test_faulthandler_and_pyspy_dumps_of_one_rank_count_once_with_pyspy_kept():
     for r, text in dumps.items():
         events.append(stack_event(104.0, TOPO, r, faulthandler_dump(GRAD_SYNC), tool="faulthandler"))
         events.append(stack_event(105.0, TOPO, r, text))
-    out = _run(det, events, until=200)
+    out = run_detector(det, events, until=200)
     final = [d for d in out if d.action == "evict"][0]
     assert final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
 
@@ -170,7 +156,7 @@ def test_faulthandler_only_dumps_decide_after_the_pyspy_grace():
     events = _training(20)
     events += [stack_event(105.0, TOPO, r, text, tool="faulthandler")
                for r, text in fig7_dumps(TOPO, STUCK, tool="faulthandler").items()]
-    out = _run(det, events, until=200)
+    out = run_detector(det, events, until=200)
     final = out[-1]
     assert final.action == "evict" and final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
     assert final.ts == pytest.approx(T0 + 110.0)
@@ -183,7 +169,7 @@ def test_missing_dumps_are_blamed_when_the_dumps_agree():
     for r in range(32):
         if r not in silent:
             events.append(stack_event(105.0, TOPO, r, fig7_dumps(TOPO, STUCK)[0]))
-    out = _run(det, events, until=200)
+    out = run_detector(det, events, until=200)
     final = out[-1]
     assert final.action == "evict" and final.group == "tp:6" and final.ranks == silent
     assert "gave no usable dump" in final.detail
@@ -201,7 +187,7 @@ def test_malformed_stack_dump_is_an_invalid_event():
 
 def test_restart_forgets_the_old_incarnation():
     det = _detector()
-    out = _run(det, _training(20), until=101)
+    out = run_detector(det, _training(20), until=101)
     assert [d.action for d in out] == ["capture_stacks"]
     det.restarted(JOB)
     # The dropped collection never times out into a verdict, and no stall is seen before new steps.

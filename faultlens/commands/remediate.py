@@ -42,15 +42,15 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value else default
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to act on, safety, the standby pool, the secret and the decision log: the flags of
+    every command that runs remediation (`remediate`, `up`)."""
     g = parser.add_argument_group("what to act on")
     g.add_argument("--act-on", action="append", default=None, metavar="JOB",
-                   help="send commands for this job (repeatable; default: observe only)")
+                   help="send commands for this job (repeatable, or FAULTLENS_ACT_ON=job1,job2; default: observe only)")
     g.add_argument("--act-on-all", action="store_true", default=os.environ.get("FAULTLENS_ACT_ON_ALL") == "1",
                    help="send commands for every job")
     g.add_argument("--dry-run", action="store_true", help="decide and log commands, send nothing")
-    g.add_argument("--reset", action="store_true", help="close the circuit breaker and exit")
-    g.add_argument("--status", action="store_true", help="print the circuit breaker state as JSON and exit")
     s = parser.add_argument_group("safety")
     s.add_argument("--window", type=float, default=_env_float("FAULTLENS_EVICT_WINDOW_S", 600.0),
                    help="seconds of the eviction window (default 600)")
@@ -71,9 +71,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="comma-separated spare hosts handed to evictions (default: named per job)")
     p.add_argument("--failure-rate", type=float, default=0.0012, help="per-node daily failure rate (default 0.0012)")
     p.add_argument("--replacement-days", type=float, default=1.0, help="replacement window in days (default 1)")
-    o = parser.add_argument_group("run")
+    o = parser.add_argument_group("commands")
     o.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
-    o.add_argument("--decision-log", type=Path, help="JSON lines file of decisions")
+    o.add_argument("--decision-log", type=Path,
+                   help="JSON lines file of decisions (default $FAULTLENS_HOME/remediation-decisions.jsonl)")
+
+
+def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig]:
+    """The policy and safety settings those flags name; raises ValueError for impossible ones."""
+    act_on = set(args.act_on or [])
+    act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
+    safety = SafetyConfig(args.window, args.max_evictions, args.max_job_share, args.breaker_share, args.dedup)
+    policy = PolicyConfig(
+        act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run, ttl_s=args.ttl,
+        min_confidence=args.min_confidence, settle_s=args.settle,
+        standby_names=tuple(n for n in args.standby.split(",") if n),
+        daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
+    )
+    return policy, safety
+
+
+def decision_log_path(args: argparse.Namespace) -> Path:
+    return args.decision_log or faultlens_home() / "remediation-decisions.jsonl"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_policy_arguments(parser)
+    b = parser.add_argument_group("circuit breaker")
+    b.add_argument("--reset", action="store_true", help="close the circuit breaker and exit")
+    b.add_argument("--status", action="store_true", help="print the circuit breaker state as JSON and exit")
+    o = parser.add_argument_group("run")
     o.add_argument("--group", default=GROUP, help=f"consumer group (default {GROUP})")
     o.add_argument("--idle-stop", type=float, default=None, help="exit after this many seconds without input")
     metrics.add_metrics_argument(parser)
@@ -97,18 +124,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         secret = load_secret(args.secret_file)
-        safety_config = SafetyConfig(args.window, args.max_evictions, args.max_job_share, args.breaker_share, args.dedup)
+        config, safety_config = policy_configs(args)
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
-    act_on = set(args.act_on or [])
-    act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
-    config = PolicyConfig(
-        act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run, ttl_s=args.ttl,
-        min_confidence=args.min_confidence, settle_s=args.settle,
-        standby_names=tuple(n for n in args.standby.split(",") if n),
-        daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
-    )
     policy = Policy(secret, config, Safety(safety_config, _breaker()))
     if policy.safety.breaker.open:
         log.error("circuit breaker is open (%s): evictions are blocked until --reset", policy.safety.breaker.reason)
@@ -118,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)
 
-    handler = RemediationHandler(policy, decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
+    handler = RemediationHandler(policy, decision_log=decision_log_path(args),
                                  emit=emit, group=args.group)
     with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"]) as settings:
         log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))

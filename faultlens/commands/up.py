@@ -34,10 +34,9 @@ batch and commits, and an embedded broker this command started stops last."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from remediation.safety import SafetyConfig
+    from faultlens.commands.remediate import add_policy_arguments
     from streams.config import add_kafka_arguments
 
-    defaults = SafetyConfig()
     g = parser.add_argument_group("consumers")
     g.add_argument("--no-diagnose", action="store_true", help="do not run the diagnosis consumer")
     g.add_argument("--no-remediate", action="store_true", help="do not run the remediation consumer")
@@ -51,21 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="history: DuckDB file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
     g.add_argument("--sample-rate", type=float, default=float(os.environ.get("FAULTLENS_HISTORY_SAMPLE_RATE", 1.0)),
                    help="history: fraction of gpu/host samples stored (default 1.0)")
-    r = parser.add_argument_group("remediation")
-    r.add_argument("--act-on", action="append", default=None, metavar="JOB",
-                   help="send commands for this job (repeatable; default: observe only)")
-    r.add_argument("--act-on-all", action="store_true", default=os.environ.get("FAULTLENS_ACT_ON_ALL") == "1",
-                   help="send commands for every job")
-    r.add_argument("--dry-run", action="store_true", help="decide and sign commands, send nothing")
-    r.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
-    r.add_argument("--standby", default=os.environ.get("FAULTLENS_STANDBY", ""),
-                   help="comma-separated spare hosts handed to evictions")
-    r.add_argument("--max-evictions", type=int, default=defaults.max_evictions,
-                   help=f"nodes evicted per window over all jobs (default {defaults.max_evictions})")
-    r.add_argument("--max-job-share", type=float, default=defaults.max_job_share,
-                   help=f"share of one job's nodes evicted per window (default {defaults.max_job_share})")
-    r.add_argument("--decision-log", type=Path, help="JSON lines file of decisions "
-                   "(default $FAULTLENS_HOME/remediation-decisions.jsonl)")
+    add_policy_arguments(parser)  # the same remediation flags as `faultlens remediate`
     from streams import metrics
 
     metrics.add_metrics_argument(parser)
@@ -90,34 +75,29 @@ def _secret(args: argparse.Namespace, acting: bool) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
+    from faultlens.commands.remediate import decision_log_path, policy_configs
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.schema import HistoryError, default_db_path
-    from remediation.policy import PolicyConfig
-    from remediation.safety import BREAKER_FILE, SafetyConfig
+    from remediation.safety import BREAKER_FILE
     from streams.broker import BrokerError, faultlens_home
     from streams.connect import connected
 
-    act_on = set(args.act_on or [])
-    act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
     consumers = _consumers(args)
     if not consumers:
         print("faultlens up: every consumer is switched off", file=sys.stderr)
         return 2
     try:
+        policy, safety = policy_configs(args)
+        act_on = set(policy.act_on)
         secret = _secret(args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
-        safety = dataclasses.replace(SafetyConfig(), max_evictions=args.max_evictions, max_job_share=args.max_job_share)
     except (ValueError, OSError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 2
     db = (args.db or default_db_path()) if "history" in consumers else None
     options = PipelineOptions(
         secret=secret, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
-        policy=PolicyConfig(act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run,
-                            standby_names=tuple(n for n in args.standby.split(",") if n)),
-        safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
-        decision_log=args.decision_log or faultlens_home() / "remediation-decisions.jsonl",
+        policy=policy, safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
+        decision_log=decision_log_path(args),
         grace_s=args.grace, implicit=not args.no_implicit, group_suffix=args.group_suffix,
     )
     if "remediate" in consumers and not (act_on or args.act_on_all):

@@ -49,8 +49,7 @@ class PipelineOptions:
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     breaker_file: Path | None = None  # None: an in-memory breaker (the demo must not trip the real one)
     decision_log: Path | None = None
-    grace_s: float = 30.0
-    implicit: bool = True
+    engine: EngineConfig = field(default_factory=EngineConfig)
     # Jobs diagnosed by an engine of their own. The engine keeps one event clock; a job whose
     # clock runs differently (a simulated cluster at 20x beside a real trainer) would otherwise
     # look late or silent to it.
@@ -178,7 +177,7 @@ class Pipeline:
         group = self._group(DIAGNOSE_GROUP)
 
         def handler() -> DiagnoseHandler:
-            engine = Engine(EngineConfig(grace_s=self.options.grace_s, implicit=self.options.implicit))
+            engine = Engine(self.options.engine)
             primed = prime_topologies(engine, self.settings)
             log.debug("diagnose engine primed with %d topology event(s)", primed)
             return DiagnoseHandler(engine, group)

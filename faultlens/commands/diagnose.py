@@ -32,18 +32,24 @@ On exit prints one JSON line with the run's counts."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", default=os.environ.get("FAULTLENS_DIAGNOSE_GROUP", GROUP),
                         help=f"consumer group (default {GROUP}; env FAULTLENS_DIAGNOSE_GROUP)")
-    parser.add_argument("--grace", type=float, default=float(os.environ.get("FAULTLENS_DIAGNOSE_GRACE_S", 30.0)),
-                        help="seconds without any event before the wall clock moves event time (default 30)")
     parser.add_argument("--idle-stop", type=float, default=None,
                         help="exit after this many seconds without input (replays, tests)")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
-    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
-    parser.add_argument("--hang-floor", type=float, default=float(os.environ.get("FAULTLENS_HANG_FLOOR_S", 60.0)),
-                        help="never call a stall shorter than this many seconds a hang (default 60; env FAULTLENS_HANG_FLOOR_S)")
-    parser.add_argument("--hang-k", type=float, default=float(os.environ.get("FAULTLENS_HANG_K", 5.0)),
-                        help="a stall is a hang after this many median step times (default 5; env FAULTLENS_HANG_K)")
+    add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine's flags, for every command that runs the diagnosis consumer (`diagnose`, `up`)."""
+    g = parser.add_argument_group("diagnosis engine")
+    g.add_argument("--grace", type=float, default=float(os.environ.get("FAULTLENS_DIAGNOSE_GRACE_S", 30.0)),
+                   help="seconds without any event before the wall clock moves event time (default 30)")
+    g.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
+    g.add_argument("--hang-floor", type=float, default=float(os.environ.get("FAULTLENS_HANG_FLOOR_S", 60.0)),
+                   help="never call a stall shorter than this many seconds a hang (default 60; env FAULTLENS_HANG_FLOOR_S)")
+    g.add_argument("--hang-k", type=float, default=float(os.environ.get("FAULTLENS_HANG_K", 5.0)),
+                   help="a stall is a hang after this many median step times (default 5; env FAULTLENS_HANG_K)")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

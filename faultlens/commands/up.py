@@ -34,6 +34,7 @@ batch and commits, and an embedded broker this command started stops last."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from faultlens.commands.diagnose import add_engine_arguments
     from faultlens.commands.remediate import add_policy_arguments
     from streams.config import add_kafka_arguments
 
@@ -43,13 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-history", action="store_true", help="do not run the history consumer")
     g.add_argument("--group-suffix", default=os.environ.get("FAULTLENS_GROUP_SUFFIX", ""),
                    help="append -SUFFIX to every consumer group (default none; env FAULTLENS_GROUP_SUFFIX)")
-    g.add_argument("--grace", type=float, default=float(os.environ.get("FAULTLENS_DIAGNOSE_GRACE_S", 30.0)),
-                   help="diagnose: seconds without any event before the wall clock moves event time (default 30)")
-    g.add_argument("--no-implicit", action="store_true", help="diagnose: turn off hang / fail-slow localisation")
     g.add_argument("--db", type=Path, default=None,
                    help="history: DuckDB file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
     g.add_argument("--sample-rate", type=float, default=float(os.environ.get("FAULTLENS_HISTORY_SAMPLE_RATE", 1.0)),
                    help="history: fraction of gpu/host samples stored (default 1.0)")
+    add_engine_arguments(parser)  # the same engine flags as `faultlens diagnose`
     add_policy_arguments(parser)  # the same remediation flags as `faultlens remediate`
     from streams import metrics
 
@@ -75,6 +74,7 @@ def _secret(args: argparse.Namespace, acting: bool) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    from faultlens.commands.diagnose import engine_config
     from faultlens.commands.remediate import decision_log_path, policy_configs
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.schema import HistoryError, default_db_path
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         secret=secret, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
         policy=policy, safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
         decision_log=decision_log_path(args),
-        grace_s=args.grace, implicit=not args.no_implicit, group_suffix=args.group_suffix,
+        engine=engine_config(args), group_suffix=args.group_suffix,
     )
     if "remediate" in consumers and not (act_on or args.act_on_all):
         log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")

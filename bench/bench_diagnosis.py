@@ -30,8 +30,8 @@ from streams.trace import iter_trace, labels_path, read_labels, write_labels, wr
 
 
 def _simulate(args, path: Path) -> None:
-    from collectors.sim.config import SimConfig
-    from collectors.sim.run import simulate
+    from simulator.config import SimConfig
+    from simulator.run import simulate
 
     run = simulate(SimConfig(nodes=args.nodes, gpus=args.gpus, seed=args.seed, sample_interval_s=args.sample_interval),
                    faults=args.faults)

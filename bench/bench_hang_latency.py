@@ -9,7 +9,7 @@ After a warm-up every job's culprit rank stops stepping (the onset: its last ste
 the rest stop a step later, heartbeats go on. The driver answers each signed ``capture_stacks``
 command the way the node agents would (one py-spy dump per rank: the culprit's machine in
 ``all_gather_into_tensor``, its pipeline peers in ``isend``/``irecv``, the rest in the gradient
-sync) and times the signed ``evict`` each job's hook accepts (remediation.screen, as a trainer
+sync) and times the signed ``evict`` each job's hook accepts (streams.command_screen, as a trainer
 does). A job whose evict misses the culprit's machine counts as wrong.
 
 The latency is the stall floor (the detector's patience, ``--hang-floor``) plus the pipeline:
@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_broker
-from collectors.sim.faults import hang_states
-from collectors.sim.stacks import py_spy_dump
-from remediation.command import Command
-from remediation.listener import CommandListener
-from remediation.screen import CommandScreen
+from simulator.faults import hang_states
+from simulator.stacks import py_spy_dump
+from streams.command import Command
+from streams.command_listener import CommandListener
+from streams.command_screen import CommandScreen
 from streams.events import Envelope
 from streams.producer import Producer
 from streams.topology import Topology
-from trainer_hooks import pipeline
+from faultlens.demo import processes as pipeline
 
 SECRET = "bench-hang-secret"
 GPUS, TP, PP, DP = 2, 2, 2, 2

@@ -15,9 +15,9 @@ import json
 import random
 import time
 
-from collectors.logparse import LineEventParser, parser_for
+from parsing.registry import LineEventParser, parser_for
 from streams.events import Envelope
-from tests.collectors import log_samples as S
+from tests.parsing import log_samples as S
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [
     "[ 9001.{:06d}] audit: type=1400 audit(1700000000.123:456): apparmor=\"STATUS\" operation=\"profile_load\"",

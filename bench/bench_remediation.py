@@ -33,16 +33,16 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.common import bench_broker
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from streams.config import KafkaSettings
 from streams.events import Envelope, decode
 from streams.producer import Producer
 from streams.reader import read_topic
 from streams.topology import Topology
-from trainer_hooks import pipeline
-from remediation.listener import CommandListener
-from remediation.screen import CommandScreen
+from faultlens.demo import processes as pipeline
+from streams.command_listener import CommandListener
+from streams.command_screen import CommandScreen
 
 SECRET = "bench-secret"
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.sim import SimConfig, simulate  # noqa: E402
+from simulator import SimConfig, simulate  # noqa: E402
 from streams.trace import iter_trace, write_trace  # noqa: E402
 
 

@@ -135,7 +135,7 @@ class Agent:
     def _parser_factory(self, kind: str) -> Callable[[], Any]:
         if kind in self.parser_factories:
             return self.parser_factories[kind]
-        from collectors.logparse import parser_for
+        from parsing.registry import parser_for
 
         return lambda: parser_for(kind)
 

@@ -1,8 +1,8 @@
 """The agent's ear on the `commands` topic: signed `capture_stacks` commands → py-spy dumps.
 
 Every agent must see every command for its job, so it reads with no group from the end of the
-topic (remediation.listener.CommandListener, reconnecting while Kafka is away). The gate is the
-one every recipient uses (remediation.screen.CommandScreen): signed, unexpired, for this job,
+topic (streams.command_listener.CommandListener, reconnecting while Kafka is away). The gate is the
+one every recipient uses (streams.command_screen.CommandScreen): signed, unexpired, for this job,
 addressed to this node (or to every node when ``nodes`` is empty), not seen before, and — here —
 a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
 """
@@ -14,9 +14,9 @@ import threading
 from typing import Any, Callable
 
 from collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes
-from remediation.command import Command
-from remediation.listener import COMMANDS_TOPIC, CommandListener
-from remediation.screen import CommandScreen
+from streams.command import Command
+from streams.command_listener import COMMANDS_TOPIC, CommandListener
+from streams.command_screen import CommandScreen
 from streams.config import KafkaSettings
 from streams.events import Envelope
 

@@ -18,14 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from parsing.line import LogParser
+from parsing.registry import to_envelope as parsed_to_envelope
 from streams.events import Envelope, InvalidEvent, new_id
 
 log = logging.getLogger(__name__)
-
-
-class LineParser(Protocol):
-    def feed(self, line: str) -> list[Any]: ...
-    def flush(self) -> list[Any]: ...
 
 
 class LineReader(Protocol):
@@ -57,16 +54,10 @@ class keyed:
         self.reader.close()
 
 
-def default_to_envelope() -> ToEnvelope:
-    from collectors.logparse import to_envelope
-
-    return to_envelope
-
-
 class LogSource:
     """One agent source; ``run(stop)`` polls until ``stop`` is set (runs in its own thread)."""
 
-    def __init__(self, name: str, open_reader: Callable[[], LineReader], parser_factory: Callable[[], LineParser],
+    def __init__(self, name: str, open_reader: Callable[[], LineReader], parser_factory: Callable[[], LogParser],
                  *, job: str, node: str, publish: Callable[[Envelope], Any], poll_s: float = 0.2,
                  flush_idle_s: float = 2.0, to_envelope: ToEnvelope | None = None):
         self.name = name
@@ -77,9 +68,9 @@ class LogSource:
         self.publish = publish
         self.poll_s = poll_s
         self.flush_idle_s = flush_idle_s
-        self.to_envelope = to_envelope or default_to_envelope()
+        self.to_envelope = to_envelope or parsed_to_envelope
         self.stats = LogSourceStats()
-        self._parsers: dict[str, LineParser] = {}
+        self._parsers: dict[str, LogParser] = {}
         self._last_line: dict[str, float] = {}
         self._lock = threading.Lock()
 

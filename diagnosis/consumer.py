@@ -9,23 +9,24 @@ are recognised by event id inside the engine.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Any, Iterable
 
-from diagnosis.engine import Engine
-from diagnosis.record import Diagnosis
+from diagnosis.engine import Engine, EngineConfig
+from streams.diagnosis_record import Diagnosis
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
 from streams.metrics import DIAGNOSES
 from streams.reader import iter_topics
-from streams.runner import Record, dead_letter
+from streams.runner import GroupRunner, Record, dead_letter
+from streams import topics
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-diagnose"
-DIAGNOSES_TOPIC = "diagnoses"
-JOBS_TOPIC = "jobs"
+DIAGNOSES_TOPIC = topics.DIAGNOSES
+JOBS_TOPIC = topics.JOBS
 INPUT_TOPICS = (*TELEMETRY_TOPICS, JOBS_TOPIC)
 
 
@@ -83,3 +84,18 @@ def prime_topologies(engine: Engine, settings: KafkaSettings, idle_s: float = 1.
             continue
         n += event.kind == "topology"
     return n
+
+
+def primed_handler(settings: KafkaSettings, config: EngineConfig | None = None, group: str = GROUP) -> DiagnoseHandler:
+    """A handler over a fresh engine that already knows every job's topology."""
+    engine = Engine(config)
+    log.info("primed %d topology event(s) from the jobs topic", prime_topologies(engine, settings))
+    return DiagnoseHandler(engine, group)
+
+
+def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = None, *, group: str = GROUP,
+                      handler: Any = None) -> tuple[GroupRunner, Any]:
+    """The diagnosis consumer, not started: `faultlens diagnose` and `faultlens up` both build it here.
+    ``handler`` replaces the primed default (the demo routes some jobs to engines of their own)."""
+    handler = handler if handler is not None else primed_handler(settings, config, group)
+    return GroupRunner(settings, group, INPUT_TOPICS, handler), handler

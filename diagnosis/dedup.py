@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from streams.events import Envelope, InvalidEvent
 from streams.topology import Topology
 

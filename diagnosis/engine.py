@@ -22,7 +22,7 @@ from diagnosis.dedup import Dedup
 from diagnosis.detector import JobBook
 from diagnosis.features import NodeWindow
 from diagnosis.implicit import ImplicitConfig
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JobStage, NodeOutput, NodeStage
 from streams.events import Envelope, InvalidEvent

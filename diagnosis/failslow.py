@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import group_counts, localize
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, cluster_stacks
 
 log = logging.getLogger(__name__)

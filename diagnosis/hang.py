@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import first_ranks_nodes, localize
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, StackVerdict, cluster_stacks
 from streams.events import Envelope, as_float
 

@@ -15,7 +15,7 @@ from diagnosis.detector import JobBook
 from diagnosis.dump_set import is_stack_dump, read_stack_dump
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from streams.events import Envelope
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 
 WINDOW_S = 600.0
 EARLY_S = 30.0

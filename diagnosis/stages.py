@@ -17,24 +17,17 @@ from diagnosis.anomaly import PeerAnomalyDetector
 from diagnosis.detector import JobBook
 from diagnosis.features import FeatureWindows, NodeWindow
 from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.rules import Finding, Rule, node_rules
 from diagnosis.rules.comms import FirstFailingRank
 from diagnosis.rules.liveness import SilenceDetector
+from parsing.registry import LineEventParser
 from streams.events import Envelope
 
 log = logging.getLogger(__name__)
 
 # What the job stage reads from the node stage besides findings and windows.
 JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack"})
-
-
-def _line_parser():
-    try:
-        from collectors.logparse import LineEventParser
-    except ImportError:  # pragma: no cover - the collectors package ships with faultlens
-        return None
-    return LineEventParser()
 
 
 @dataclass
@@ -46,7 +39,7 @@ class NodeOutput:
 
 class NodeStage:
     def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0) -> None:
-        self.parser = _line_parser()
+        self.parser = LineEventParser()
         self.rules = rules if rules is not None else node_rules()
         self._by_source: dict[str, list[Rule]] = {}
         for rule in self.rules:
@@ -58,8 +51,6 @@ class NodeStage:
         """Raw ``line`` events become parsed events (possibly none); others pass through."""
         if event.kind != "line":
             return [event]
-        if self.parser is None:
-            return []
         return self.parser.parse(event)
 
     def observe(self, event: Envelope, out: NodeOutput) -> None:
@@ -71,7 +62,7 @@ class NodeStage:
             out.forward.append(event)
 
     def flush(self) -> tuple[list[Envelope], list[NodeWindow]]:
-        parsed = self.parser.flush() if self.parser is not None else []
+        parsed = self.parser.flush()
         return parsed, self.windows.flush()
 
 

@@ -14,23 +14,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable
 
 from diagnosis.consumer import GROUP as DIAGNOSE_GROUP
-from diagnosis.consumer import INPUT_TOPICS, DiagnoseHandler, prime_topologies
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.record import Diagnosis
-from remediation.consumer import DECODERS as REMEDIATION_DECODERS
-from remediation.consumer import DIAGNOSES_TOPIC, JOBS_TOPIC, RemediationHandler
+from diagnosis.consumer import diagnose_consumer
+from diagnosis.engine import EngineConfig
 from remediation.consumer import GROUP as REMEDIATE_GROUP
-from remediation.consumer import prime_topologies as prime_remediation
-from remediation.policy import Decision, Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from remediation.consumer import RemediationHandler, build_policy, remediate_consumer
+from remediation.policy import Decision, PolicyConfig
+from remediation.safety import SafetyConfig
 from streams import metrics
 from streams.admin import ensure_topics
 from streams.config import KafkaSettings
-from streams.producer import Outgoing, Producer
-from streams.runner import GroupRunner, Record, RunnerStats
+from streams.producer import Producer
+from streams.runner import GroupRunner, RunnerStats
 
 log = logging.getLogger(__name__)
 
@@ -50,86 +47,11 @@ class PipelineOptions:
     breaker_file: Path | None = None  # None: an in-memory breaker (the demo must not trip the real one)
     decision_log: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
-    # Jobs diagnosed by an engine of their own. The engine keeps one event clock; a job whose
-    # clock runs differently (a simulated cluster at 20x beside a real trainer) would otherwise
-    # look late or silent to it.
-    own_engine_jobs: tuple[str, ...] = ()
     group_suffix: str = ""  # appended to every consumer group name (tests, parallel demos)
-    on_diagnosis: Callable[[Diagnosis], None] | None = None  # called as remediation reads each one
     on_decision: Callable[[Decision], None] | None = None
-    event_time_remediation: bool = False  # see DiagnosisTap: for simulated clocks, not production
-
-
-class EngineRouter:
-    """A diagnose handler that sends each job's events to its own engine (default: the shared one)."""
-
-    def __init__(self, default: DiagnoseHandler, own: dict[str, DiagnoseHandler]):
-        self.default = default
-        self.own = own
-
-    @property
-    def handlers(self) -> list[DiagnoseHandler]:
-        return [self.default, *self.own.values()]
-
-    @property
-    def emitted(self) -> int:
-        return sum(h.emitted for h in self.handlers)
-
-    def handle(self, records: list[Record]) -> list[Outgoing]:
-        if not self.own:
-            return self.default.handle(records)
-        lanes: dict[int, tuple[DiagnoseHandler, list[Record]]] = {}
-        for r in records:
-            h = self.own.get(getattr(r.value, "job", None), self.default)
-            lanes.setdefault(id(h), (h, []))[1].append(r)
-        out: list[Outgoing] = []
-        for h, recs in lanes.values():
-            out.extend(h.handle(recs))
-        return out
-
-    def tick(self, now: float) -> list[Outgoing]:
-        return [o for h in self.handlers for o in h.tick(now)]
-
-    def flush(self) -> list[Outgoing]:
-        return [o for h in self.handlers for o in h.flush()]
-
-
-class DiagnosisTap:
-    """Wraps the remediation handler: the caller sees every diagnosis it is about to decide, and
-    with ``event_time`` the policy's clock is each diagnosis's own decision time instead of the
-    wall clock (windows, dedup and command expiry then follow a simulated clock that runs faster)."""
-
-    def __init__(self, on_diagnosis: Callable[[Diagnosis], None] | None = None, event_time: bool = False):
-        self.on_diagnosis = on_diagnosis
-        self.event_time = event_time
-        self.handler: RemediationHandler | None = None
-        self._current: float | None = None
-
-    def clock(self) -> float:
-        return self._current if self._current is not None else time.time()
-
-    def _seen(self, r: Record) -> None:
-        if self.on_diagnosis is not None and r.topic == DIAGNOSES_TOPIC and isinstance(r.value, Diagnosis):
-            try:
-                self.on_diagnosis(r.value)
-            except Exception:  # noqa: BLE001 - a view callback must never cost a decision
-                log.exception("diagnosis callback failed")
-
-    def handle(self, records: list[Record]) -> Iterable[Outgoing]:
-        assert self.handler is not None
-        if not self.event_time:
-            for r in records:
-                self._seen(r)
-            return self.handler.handle(records)
-        out: list[Outgoing] = []
-        for r in records:  # one at a time: the clock is this record's time while it is decided
-            self._seen(r)
-            self._current = r.value.ts if isinstance(r.value, Diagnosis) else None
-            try:
-                out.extend(self.handler.handle([r]))
-            finally:
-                self._current = None
-        return out
+    # Extension points for the demo (faultlens/demo/wiring.py); production leaves them None.
+    diagnose_handler: Callable[[KafkaSettings, str], Any] | None = None  # (settings, group) → handler
+    wrap_remediation: Callable[[RemediationHandler], Any] | None = None
 
 
 @dataclass
@@ -174,31 +96,18 @@ class Pipeline:
         return self
 
     def _add_diagnose(self) -> None:
+        o = self.options
         group = self._group(DIAGNOSE_GROUP)
-
-        def handler() -> DiagnoseHandler:
-            engine = Engine(self.options.engine)
-            primed = prime_topologies(engine, self.settings)
-            log.debug("diagnose engine primed with %d topology event(s)", primed)
-            return DiagnoseHandler(engine, group)
-
-        router = EngineRouter(handler(), {job: handler() for job in self.options.own_engine_jobs})
-        self.consumers["diagnose"] = Consumer("diagnose", GroupRunner(self.settings, group, INPUT_TOPICS, router), router)
+        custom = o.diagnose_handler(self.settings, group) if o.diagnose_handler is not None else None
+        runner, handler = diagnose_consumer(self.settings, o.engine, group=group, handler=custom)
+        self.consumers["diagnose"] = Consumer("diagnose", runner, handler)
 
     def _add_remediate(self) -> None:
         o = self.options
-        group = self._group(REMEDIATE_GROUP)
-        policy = Policy(o.secret, o.policy, Safety(o.safety, CircuitBreaker(o.breaker_file)))
-        if policy.safety.breaker.open:
-            log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",
-                      policy.safety.breaker.reason)
-        tap = DiagnosisTap(o.on_diagnosis, o.event_time_remediation)
-        handler = RemediationHandler(policy, decision_log=o.decision_log, emit=o.on_decision, group=group,
-                                     clock=tap.clock)
-        tap.handler = handler
-        log.debug("remediation knows %d topology event(s)", prime_remediation(handler, self.settings))
-        wrapped = tap if (o.on_diagnosis or o.event_time_remediation) else handler
-        runner = GroupRunner(self.settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC], wrapped, REMEDIATION_DECODERS)
+        policy = build_policy(o.secret, o.policy, o.safety, o.breaker_file)
+        runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
+                                             decision_log=o.decision_log, emit=o.on_decision,
+                                             wrap=o.wrap_remediation)
         self.consumers["remediate"] = Consumer("remediate", runner, handler)
 
     def _add_history(self) -> None:

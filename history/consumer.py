@@ -12,20 +12,21 @@ from typing import Any
 
 import duckdb
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from history.sink import HistorySink, Sampling, build_batch
-from remediation.command import Command
+from streams.command import Command
 from streams.config import KafkaSettings
 from streams.events import Envelope, encode
 from streams.producer import Outgoing
 from streams.runner import FatalHandlerError, GroupRunner, Record, dead_letter
+from streams import topics
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-history"
-TOPICS = (*TELEMETRY_TOPICS, "jobs", "diagnoses", "commands")
-DECODERS = {"diagnoses": Diagnosis.decode, "commands": Command.decode}
+TOPICS = (*TELEMETRY_TOPICS, topics.JOBS, topics.DIAGNOSES, topics.COMMANDS)
+DECODERS = {topics.DIAGNOSES: Diagnosis.decode, topics.COMMANDS: Command.decode}
 
 
 class StoreUnavailable(FatalHandlerError):

@@ -1,8 +1,6 @@
 """Load a trace into a history without a broker: its events, its labels and (optionally) the
-diagnoses the engine produces over it.
-
-The trace reader and the diagnosis engine are other parts of faultlens, imported when needed: a
-build without the engine still loads events and labels, and says it skipped the diagnoses.
+diagnoses the engine produces over it, with the engine settings the caller names (the same flags
+as `faultlens diagnose`, so an offline load reproduces a live run).
 """
 
 from __future__ import annotations
@@ -12,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from diagnosis.engine import Engine, EngineConfig
 from history.schema import HistoryError
 from history.sink import Batch, HistorySink, Sampling, build_batch
+from streams import trace
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +36,9 @@ class LoadStats:
                 "truncated": self.truncated, "inserted": self.inserted, "notes": self.notes}
 
 
-def _trace_module() -> Any:
+def _labels(path: Path) -> tuple[list[Any], str | None]:
     try:
-        from streams import trace
-    except ImportError as exc:
-        raise HistoryError(f"this build cannot read traces (streams.trace: {exc})") from None
-    return trace
-
-
-def load_engine() -> tuple[Any | None, str | None]:
-    """A fresh diagnosis engine, or (None, why not)."""
-    try:
-        from diagnosis.engine import Engine
-    except ImportError as exc:
-        return None, f"diagnosis engine not available ({exc}); loaded events and labels only"
-    return Engine(), None
-
-
-def _labels(read_labels: Callable[[Any], Any] | None, path: Path) -> tuple[list[Any], str | None]:
-    if read_labels is None:
-        return [], "streams.trace has no read_labels; labels not loaded"
-    try:
-        return list(read_labels(path) or ()), None
+        return list(trace.read_labels(path) or ()), None
     except FileNotFoundError:
         return [], None
     except (ValueError, OSError) as exc:
@@ -67,7 +48,7 @@ def _labels(read_labels: Callable[[Any], Any] | None, path: Path) -> tuple[list[
 class _Diagnoser:
     """Feeds events to the engine in trace order (it keeps event time itself) and counts failures."""
 
-    def __init__(self, engine: Any, stats: LoadStats):
+    def __init__(self, engine: Engine, stats: LoadStats):
         self.engine = engine
         self.stats = stats
 
@@ -84,31 +65,26 @@ class _Diagnoser:
         return self._safe(lambda: self.engine.process(event))
 
     def finish(self) -> list[Any]:
-        return self._safe(self.engine.flush) if hasattr(self.engine, "flush") else []
+        return self._safe(self.engine.flush)
 
 
 def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Sampling(), diagnose: bool = True,
-               batch_size: int = 5000, progress: bool = True) -> LoadStats:
-    """Write a trace's events (sampled), labels and diagnoses into ``sink``."""
+               engine_config: EngineConfig | None = None, batch_size: int = 5000,
+               progress: bool = True) -> LoadStats:
+    """Write a trace's events (sampled), labels and diagnoses (an engine with ``engine_config``)
+    into ``sink``."""
     path = Path(path)
     if not path.exists():
         raise HistoryError(f"trace {path} does not exist")
-    trace = _trace_module()
     try:
         total = trace.trace_rows(path)
     except ValueError as exc:  # TraceError: not a Parquet trace, missing columns
         raise HistoryError(str(exc)) from None
     stats = LoadStats()
-    labels, note = _labels(getattr(trace, "read_labels", None), path)
+    labels, note = _labels(path)
     if note:
         stats.notes.append(note)
-    diagnoser = None
-    if diagnose:
-        engine, why = load_engine()
-        if engine is None:
-            stats.notes.append(why or "no engine")
-        else:
-            diagnoser = _Diagnoser(engine, stats)
+    diagnoser = _Diagnoser(Engine(engine_config or EngineConfig()), stats) if diagnose else None
 
     def write(items: list[Any], labels: Iterable[Any] = ()) -> None:
         batch: Batch = build_batch(items, sampling, labels=labels)

@@ -20,8 +20,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from streams.events import Envelope
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.

@@ -11,25 +11,27 @@ import logging
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
-from diagnosis.record import Diagnosis
-from remediation.policy import Decision, Policy
+from streams.diagnosis_record import Diagnosis
+from remediation.policy import Decision, Policy, PolicyConfig
+from remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
 from streams.reader import iter_topics
-from streams.runner import Record, dead_letter
+from streams.runner import GroupRunner, Record, dead_letter
+from streams import topics
 from streams.topology import Topology
 
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-remediate"
-COMMANDS_TOPIC = "commands"
-DIAGNOSES_TOPIC = "diagnoses"
-JOBS_TOPIC = "jobs"
+COMMANDS_TOPIC = topics.COMMANDS
+DIAGNOSES_TOPIC = topics.DIAGNOSES
+JOBS_TOPIC = topics.JOBS
 DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode}
 _SEEN_LIMIT = 100_000
 
@@ -102,3 +104,25 @@ def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_
         except ValueError as exc:  # InvalidEvent is a ValueError: a bad topology is skipped, not fatal
             log.warning("jobs topic offset %d: %s", m.offset, exc)
     return n
+
+
+def build_policy(secret: bytes, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None) -> Policy:
+    """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory."""
+    policy = Policy(secret, config, Safety(safety, CircuitBreaker(breaker_file)))
+    if policy.safety.breaker.open:
+        log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",
+                  policy.safety.breaker.reason)
+    if not (config.act_on or config.act_on_all):
+        log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
+    return policy
+
+
+def remediate_consumer(settings: KafkaSettings, policy: Policy, *, group: str = GROUP,
+                       decision_log: Path | None = None, emit: Callable[[Decision], None] | None = None,
+                       wrap: Callable[[RemediationHandler], Any] | None = None) -> tuple[GroupRunner, RemediationHandler]:
+    """The remediation consumer, not started: `faultlens remediate` and `faultlens up` both build it here.
+    ``wrap`` puts a handler around it (the demo decides on simulated time)."""
+    handler = RemediationHandler(policy, decision_log=decision_log, emit=emit, group=group)
+    log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
+    runner = GroupRunner(settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC], wrap(handler) if wrap else handler, DECODERS)
+    return runner, handler

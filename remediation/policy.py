@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from remediation.ladder import JobLadder, Step
 from remediation.pool import StandbyPool
 from remediation.safety import Safety

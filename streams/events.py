@@ -11,7 +11,7 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -103,11 +103,7 @@ class Envelope:
 
     @classmethod
     def from_dict(cls, obj: Any) -> "Envelope":
-        if not isinstance(obj, Mapping):
-            raise InvalidEvent(None, f"an event must be a JSON object, got {type(obj).__name__}")
-        missing = [f for f in FIELDS if f not in obj]
-        if missing:
-            raise InvalidEvent(missing[0], "missing")
+        obj = require_fields(obj, FIELDS, "an event")
         return cls(
             v=obj["v"],
             id=obj["id"],
@@ -118,6 +114,27 @@ class Envelope:
             kind=obj["kind"],
             data=obj["data"],
         )
+
+
+def require_fields(obj: Any, fields: Iterable[str], what: str) -> Mapping[str, Any]:
+    """``obj`` as a mapping holding every one of ``fields``; else InvalidEvent naming the first gap.
+    Every record read from a topic (event, diagnosis, command) is checked through here."""
+    if not isinstance(obj, Mapping):
+        raise InvalidEvent(None, f"{what} must be a JSON object, got {type(obj).__name__}")
+    for name in fields:
+        if name not in obj:
+            raise InvalidEvent(name, "missing")
+    return obj
+
+
+def loads(raw: bytes | str | None) -> Any:
+    """The JSON value of one message; InvalidEvent for a tombstone or text that is not JSON."""
+    if raw is None:
+        raise InvalidEvent(None, "empty message (tombstone or null value)")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(None, f"not valid JSON: {exc}") from None
 
 
 def encode(event: Envelope) -> bytes:
@@ -133,13 +150,7 @@ def _default(value: Any) -> Any:
 
 def decode(raw: bytes | str | None) -> Envelope:
     """Parse one message value; raises :class:`InvalidEvent` naming the problem."""
-    if raw is None:
-        raise InvalidEvent(None, "empty message (tombstone or null value)")
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(None, f"not valid JSON: {exc}") from None
-    return Envelope.from_dict(obj)
+    return Envelope.from_dict(loads(raw))
 
 
 def number(value: float | int | None) -> float | int | str | None:

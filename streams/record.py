@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from streams import topics
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode
 from streams.reader import iter_topics
@@ -21,7 +22,7 @@ from streams.trace import trace_order, write_trace
 
 log = logging.getLogger(__name__)
 
-JOBS_TOPIC = "jobs"
+JOBS_TOPIC = topics.JOBS
 DEFAULT_TOPICS = (*TELEMETRY_TOPICS, JOBS_TOPIC)
 
 

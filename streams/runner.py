@@ -21,13 +21,14 @@ from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 
+from streams import topics
 from streams.config import KafkaSettings
 from streams.events import InvalidEvent, decode
 from streams.producer import DeliveryError, Outgoing, Producer
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_TOPIC = "dead-letter"
+DEAD_LETTER_TOPIC = topics.DEAD_LETTER
 _MAX_DEAD_VALUE = 64 * 1024
 
 Decoder = Callable[[bytes | None], Any]

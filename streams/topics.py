@@ -20,37 +20,51 @@ class TopicSpec:
     doc: str = ""
 
 
+# Topic names; code names a topic only through these (or TOPICS / SOURCE_TOPIC).
+GPU = "telemetry.gpu"
+KERNEL = "telemetry.kernel"
+NCCL = "telemetry.nccl"
+TRAIN = "telemetry.train"
+HEARTBEAT = "telemetry.heartbeat"
+STACKS = "telemetry.stacks"
+HOST = "telemetry.host"
+JOBS = "jobs"
+SUMMARIES = "summaries"
+DIAGNOSES = "diagnoses"
+COMMANDS = "commands"
+DEAD_LETTER = "dead-letter"
+
 _DAY_MS = str(24 * 3600 * 1000)
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 
 TOPICS: dict[str, TopicSpec] = {
     t.name: t
     for t in (
-        TopicSpec("telemetry.gpu", "node", 6, {"retention.ms": _DAY_MS}, "NVML samples, one message per node per interval; NVML Xid events"),
-        TopicSpec("telemetry.kernel", "node", 3, {"retention.ms": _WEEK_MS}, "kernel log events (Xid, fall-off-bus, mlx5, ECC, hung task, OOM, ...)"),
-        TopicSpec("telemetry.nccl", "node", 3, {"retention.ms": _WEEK_MS}, "NCCL / torch.distributed / trainer log events"),
-        TopicSpec("telemetry.train", "node", 3, {"retention.ms": _WEEK_MS}, "training step telemetry from trainer_hooks"),
-        TopicSpec("telemetry.heartbeat", "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
-        TopicSpec("telemetry.stacks", "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
-        TopicSpec("telemetry.host", "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
-        TopicSpec("jobs", "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
-        TopicSpec("summaries", "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
-        TopicSpec("diagnoses", "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
-        TopicSpec("commands", "job", 3, {"retention.ms": _WEEK_MS}, "signed remediation commands"),
-        TopicSpec("dead-letter", "node", 1, {"retention.ms": _WEEK_MS}, "messages no consumer could read, with the reason"),
+        TopicSpec(GPU, "node", 6, {"retention.ms": _DAY_MS}, "NVML samples, one message per node per interval; NVML Xid events"),
+        TopicSpec(KERNEL, "node", 3, {"retention.ms": _WEEK_MS}, "kernel log events (Xid, fall-off-bus, mlx5, ECC, hung task, OOM, ...)"),
+        TopicSpec(NCCL, "node", 3, {"retention.ms": _WEEK_MS}, "NCCL / torch.distributed / trainer log events"),
+        TopicSpec(TRAIN, "node", 3, {"retention.ms": _WEEK_MS}, "training step telemetry from trainer_hooks"),
+        TopicSpec(HEARTBEAT, "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
+        TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
+        TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
+        TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
+        TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
+        TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
+        TopicSpec(COMMANDS, "job", 3, {"retention.ms": _WEEK_MS}, "signed remediation commands"),
+        TopicSpec(DEAD_LETTER, "node", 1, {"retention.ms": _WEEK_MS}, "messages no consumer could read, with the reason"),
     )
 }
 
 SOURCE_TOPIC = {
-    "gpu": "telemetry.gpu",
-    "kernel": "telemetry.kernel",
-    "nccl": "telemetry.nccl",
-    "train": "telemetry.train",
-    "heartbeat": "telemetry.heartbeat",
-    "stack": "telemetry.stacks",
-    "host": "telemetry.host",
-    "job": "jobs",
-    "summary": "summaries",
+    "gpu": GPU,
+    "kernel": KERNEL,
+    "nccl": NCCL,
+    "train": TRAIN,
+    "heartbeat": HEARTBEAT,
+    "stack": STACKS,
+    "host": HOST,
+    "job": JOBS,
+    "summary": SUMMARIES,
 }
 
 TELEMETRY_TOPICS = tuple(name for name in TOPICS if name.startswith("telemetry."))

@@ -3,6 +3,6 @@ module-scoped fixture (a simulated trace, say) is built once however many test f
 
 pytest_plugins = [
     "tests.kafka_fixtures",
-    "tests.collectors.sim_fixtures",
+    "tests.simulator.sim_fixtures",
     "tests.collectors.stack_fixtures",
 ]

@@ -12,15 +12,15 @@ import uuid
 
 import pytest
 
-from collectors.sim import FaultPlan, SimConfig, simulate
-from diagnosis.record import Diagnosis
+from simulator import FaultPlan, SimConfig, simulate
+from streams.diagnosis_record import Diagnosis
 from history.schema import open_history
-from remediation.command import Command
+from streams.command import Command
 from streams.broker import free_port
 from streams.events import InvalidEvent
 from streams.reader import read_topic
 from streams.replay import publish
-from trainer_hooks import pipeline
+from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker]
 SECRET = "up-test-secret"

@@ -26,13 +26,13 @@ import threading
 import time
 from typing import Callable
 
-from remediation.command import Command
+from streams.command import Command
 from streams.config import KafkaSettings
 from streams.events import Envelope, number
 from streams.producer import Producer
 from trainer_hooks.exit_codes import ACTION_EXIT
-from remediation.listener import CommandListener
-from remediation.screen import CommandScreen, Screened
+from streams.command_listener import CommandListener
+from streams.command_screen import CommandScreen, Screened
 
 log = logging.getLogger(__name__)
 

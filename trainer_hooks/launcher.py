@@ -26,14 +26,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from remediation.command import Command, load_secret
+from streams.command import Command, load_secret
 from streams.broker import free_port
 from streams.config import KafkaSettings, add_kafka_arguments
 from streams.events import Envelope
 from streams.producer import Producer
 from trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
-from remediation.listener import CommandListener
-from remediation.screen import CommandScreen
+from streams.command_listener import CommandListener
+from streams.command_screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 

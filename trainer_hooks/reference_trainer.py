@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from remediation.command import load_secret
+from streams.command import load_secret
 from streams.config import KafkaSettings
 from streams.producer import Producer
 from streams.topology import Topology

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from diagnosis.record import ACTIONS, FAULT_CLASSES, Diagnosis
+from streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
 from streams.events import Envelope, InvalidEvent, as_float
 
 

@@ -13,6 +13,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from parsing.xid_table import lookup
 from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
 from streams.events import Envelope, InvalidEvent
 
@@ -27,11 +28,7 @@ MEMORY_HOLD_S = 25.0
 
 
 def _xid_info(code: int):
-    """The project's Xid table entry, or None while collectors/xid_table.py is unavailable."""
-    try:
-        from collectors.xid_table import lookup
-    except ImportError:  # built in parallel; parsed events carry fault/action anyway
-        return None
+    """The project's Xid table entry, or None for a code it cannot read."""
     try:
         return lookup(code)
     except (KeyError, ValueError):

@@ -9,7 +9,8 @@ import sys
 
 import orjson
 
-from diagnosis.engine import EngineConfig, analyze_trace
+from diagnosis.engine import analyze_trace
+from faultlens.engine_flags import add_engine_arguments, engine_config
 from streams.trace import TraceError
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="Parquet trace file")
     parser.add_argument("--findings-only", action="store_true",
                         help="leave out record-only diagnoses and stack-capture requests")
-    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_engine_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from diagnosis.scoring import is_scored
 
     try:
-        found, engine = analyze_trace(args.trace, config=EngineConfig(implicit=not args.no_implicit),
+        found, engine = analyze_trace(args.trace, config=engine_config(args),
                                       progress=not args.no_progress and sys.stderr.isatty())
     except (TraceError, FileNotFoundError, OSError) as exc:
         print(f"faultlens analyze: {exc}", file=sys.stderr)

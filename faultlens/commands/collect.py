@@ -15,7 +15,7 @@ from pathlib import Path
 from collectors.agent import Agent, AgentConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
-from remediation.command import load_secret
+from streams.command import load_secret
 from streams.broker import faultlens_home
 from streams import metrics
 from streams.config import add_kafka_arguments

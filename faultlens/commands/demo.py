@@ -56,12 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collectors.sim import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
+    from simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
     from faultlens.demo import summary
     from faultlens.demo.driver import SimDriver
     from faultlens.demo.state import DemoState
     from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
     from faultlens.demo.view import LiveView
+    from faultlens.demo.wiring import DiagnosisTap, routed_engines
+    from diagnosis.engine import EngineConfig
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.plots import write_plots
     from history.queries import run as query
@@ -105,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
         policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB}), episode_s=60.0),
         safety=SafetyConfig(window_s=120.0, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
                             breaker_share=0.5, dedup_s=60.0),
-        event_time_remediation=True,
-        decision_log=out_dir / "decisions.jsonl", own_engine_jobs=(TRAINER_JOB,) if want_trainer else (),
-        group_suffix=f"demo-{stamp}-{os.getpid()}", on_diagnosis=state.on_diagnosis, on_decision=state.on_decision,
+        decision_log=out_dir / "decisions.jsonl",
+        group_suffix=f"demo-{stamp}-{os.getpid()}", on_decision=state.on_decision,
+        diagnose_handler=routed_engines((TRAINER_JOB,) if want_trainer else (), EngineConfig()),
+        wrap_remediation=DiagnosisTap(state.on_diagnosis, event_time=True).wrap,
     )
 
     interrupted = False
@@ -191,12 +194,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _send_forged(settings, job: str) -> None:
     """One evict signed with the wrong key: the cluster must refuse it, as a real trainer would."""
-    from remediation.command import Command
+    from streams import topics
+    from streams.command import Command
     from streams.producer import Producer
 
     now = time.time()
     forged = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
                      reason="forged by the demo: must be refused").signed(b"not-the-shared-secret")
     with Producer(settings) as producer:
-        producer.send("commands", job.encode(), forged.encode())
+        producer.send(topics.COMMANDS, job.encode(), forged.encode())
         producer.flush()

@@ -9,6 +9,7 @@ import sys
 
 import orjson
 
+from faultlens.engine_flags import add_engine_arguments, engine_config
 from streams import metrics
 from streams.config import add_kafka_arguments
 
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop after S seconds without messages (bounded runs)")
     parser.add_argument("--max-records", type=int, default=None, help="stop after this many records")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
@@ -90,7 +92,7 @@ def _from_trace(args, conn, sampling, db) -> int:
     from history.sink import HistorySink
 
     stats = load_trace(args.from_trace, HistorySink(conn), sampling=sampling, diagnose=not args.no_diagnose,
-                       batch_size=args.batch_size, progress=not args.no_progress)
+                       engine_config=engine_config(args), batch_size=args.batch_size, progress=not args.no_progress)
     for note in stats.notes:
         print(f"faultlens history: {note}", file=sys.stderr)
     print(orjson.dumps({"db": str(db), "trace": args.from_trace, **stats.to_dict()}).decode(), flush=True)

@@ -15,7 +15,8 @@ from typing import BinaryIO, Iterator
 
 from tqdm import tqdm
 
-from collectors.logparse import ParsedLine, guess_source, parser_for, to_envelope
+from parsing.line import ParsedLine
+from parsing.registry import guess_source, parser_for, to_envelope
 from streams.events import InvalidEvent, encode
 
 log = logging.getLogger(__name__)

@@ -9,15 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-from remediation.command import load_secret
-from remediation.consumer import DECODERS, DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, RemediationHandler, prime_topologies
-from remediation.policy import Policy, PolicyConfig
-from remediation.safety import BREAKER_FILE, CircuitBreaker, Safety, SafetyConfig
+from streams.command import load_secret
+from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
+from remediation.policy import PolicyConfig
+from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
 from streams.broker import faultlens_home
 from streams.connect import connected
 from streams.config import add_kafka_arguments
-from streams import metrics
-from streams.runner import GroupRunner
+from streams import metrics, topics
 
 log = logging.getLogger(__name__)
 
@@ -128,20 +127,14 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
-    policy = Policy(secret, config, Safety(safety_config, _breaker()))
-    if policy.safety.breaker.open:
-        log.error("circuit breaker is open (%s): evictions are blocked until --reset", policy.safety.breaker.reason)
-    if not (config.act_on or config.act_on_all):
-        log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
+    policy = build_policy(secret, config, safety_config, faultlens_home() / BREAKER_FILE)
 
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)
 
-    handler = RemediationHandler(policy, decision_log=decision_log_path(args),
-                                 emit=emit, group=args.group)
-    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, "commands", "dead-letter"]) as settings:
-        log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
-        runner = GroupRunner(settings, args.group, [DIAGNOSES_TOPIC, JOBS_TOPIC], handler, DECODERS)
+    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER]) as settings:
+        runner, _ = remediate_consumer(settings, policy, group=args.group, decision_log=decision_log_path(args),
+                                       emit=emit)
         metrics.register_runner("remediate", lambda: runner.stats)
         metrics.serve(args.metrics_port)
         stats = runner.run(idle_stop_s=args.idle_stop)

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from diagnosis.engine import EngineConfig, analyze_trace
+from diagnosis.engine import analyze_trace
+from faultlens.engine_flags import add_engine_arguments, engine_config
 from diagnosis.scoring import EARLY_S, WINDOW_S, score
 from streams.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 
@@ -30,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="labels file (default TRACE.labels.jsonl)")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     parser.add_argument("--window", type=float, default=WINDOW_S, help=f"match window after onset, s (default {WINDOW_S:.0f})")
-    parser.add_argument("--no-implicit", action="store_true", help="turn off hang / fail-slow localisation")
     parser.add_argument("--show-misses", action="store_true", help="list missed labels and unmatched diagnoses on stderr")
+    add_engine_arguments(parser)
 
 
 def _labels(args) -> list[dict]:
@@ -57,7 +58,7 @@ def _labels(args) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     try:
         labels = _labels(args)
-        found, _ = analyze_trace(args.trace, config=EngineConfig(implicit=not args.no_implicit),
+        found, _ = analyze_trace(args.trace, config=engine_config(args),
                                  progress=sys.stderr.isatty())
     except (TraceError, FileNotFoundError, OSError, ValueError) as exc:
         print(f"faultlens score: {exc} (labels: {args.labels or labels_path(args.trace)})", file=sys.stderr)

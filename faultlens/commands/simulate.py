@@ -10,8 +10,8 @@ import os
 import sys
 import time
 
-from collectors.sim import SimConfig, simulate
-from collectors.sim.run import DEFAULT_DURATION_S, FAULT_EVERY_S
+from simulator import SimConfig, simulate
+from simulator.run import DEFAULT_DURATION_S, FAULT_EVERY_S
 from streams.trace import TraceWriter, labels_path, write_labels, write_trace
 
 log = logging.getLogger(__name__)

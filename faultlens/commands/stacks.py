@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
 from streams.events import InvalidEvent
 from streams.topology import Topology

@@ -34,7 +34,7 @@ batch and commits, and an embedded broker this command started stops last."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from faultlens.commands.diagnose import add_engine_arguments
+    from faultlens.engine_flags import add_engine_arguments
     from faultlens.commands.remediate import add_policy_arguments
     from streams.config import add_kafka_arguments
 
@@ -62,7 +62,7 @@ def _consumers(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _secret(args: argparse.Namespace, acting: bool) -> bytes:
-    from remediation.command import load_secret
+    from streams.command import load_secret
 
     try:
         return load_secret(args.secret_file)
@@ -74,7 +74,7 @@ def _secret(args: argparse.Namespace, acting: bool) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
-    from faultlens.commands.diagnose import engine_config
+    from faultlens.engine_flags import engine_config
     from faultlens.commands.remediate import decision_log_path, policy_configs
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.schema import HistoryError, default_db_path
@@ -100,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
         decision_log=decision_log_path(args),
         engine=engine_config(args), group_suffix=args.group_suffix,
     )
-    if "remediate" in consumers and not (act_on or args.act_on_all):
-        log.warning("observe-only: decisions are logged, no command is sent (use --act-on JOB or --act-on-all)")
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

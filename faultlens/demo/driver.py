@@ -14,13 +14,13 @@ import threading
 import time
 from typing import Callable
 
-from collectors.sim import SimulatedCluster
+from simulator import SimulatedCluster
 from faultlens.demo.state import CommandRecord, DemoState
-from remediation.command import Command
+from streams.command import Command
 from streams.config import KafkaSettings
 from streams.producer import Producer
-from remediation.listener import CommandListener
-from remediation.screen import CommandScreen, Screened
+from streams.command_listener import CommandListener
+from streams.command_screen import CommandScreen, Screened
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from collectors.sim import EPISODE_S
-from diagnosis.record import Diagnosis
+from simulator import EPISODE_S
+from streams.diagnosis_record import Diagnosis
 from diagnosis.scoring import score
 from faultlens.demo.state import DemoState
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.config import KafkaSettings
-from trainer_hooks import pipeline
+from faultlens.demo import processes as pipeline
 
 TRAINER_JOB = "demo-trainer"
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from collectors.agent import Agent, AgentConfig
-from remediation.command import Command
+from streams.command import Command
 from streams.events import decode
 from streams.producer import Producer
 from streams.reader import iter_topics

@@ -273,7 +273,7 @@ def test_run_publishes_samples_and_xid_events_until_stopped():
 
 
 def test_probe_says_why_in_one_line_without_nvml(capsys):
-    from collectors import nvml_probe
+    from tools import nvml_probe
 
     pynvml = pytest.importorskip("pynvml")
     try:

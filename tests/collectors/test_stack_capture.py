@@ -7,7 +7,7 @@ import time
 
 from collectors.command_listener import StackCaptureSource
 from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
-from remediation.command import Command
+from streams.command import Command
 from streams.config import KafkaSettings
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 

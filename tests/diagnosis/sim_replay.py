@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.sim.config import SimConfig
-from collectors.sim.plan import FaultPlan
-from collectors.sim.run import simulate
+from simulator.config import SimConfig
+from simulator.plan import FaultPlan
+from simulator.run import simulate
 from diagnosis.engine import analyze_trace
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from diagnosis.scoring import is_scored
 from streams.trace import write_labels, labels_path, write_trace
 

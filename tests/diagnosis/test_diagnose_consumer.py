@@ -6,7 +6,7 @@ import uuid
 import orjson
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from faultlens.cli import main
 from streams.producer import Producer
 from streams.reader import read_topic

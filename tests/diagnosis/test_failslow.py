@@ -8,7 +8,7 @@ import pytest
 
 from diagnosis.detector import JobBook
 from diagnosis.implicit import ImplicitFaultDetector
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     JOB,

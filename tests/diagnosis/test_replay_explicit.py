@@ -2,7 +2,7 @@
 
 import pytest
 
-from collectors.sim.plan import FaultPlan
+from simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay
 
 EXPECTED = {

@@ -1,6 +1,6 @@
 """Replay: a hang and a fail-slow node from simulated traces → the evicted group holds the culprit."""
 
-from collectors.sim.plan import FaultPlan
+from simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay
 
 

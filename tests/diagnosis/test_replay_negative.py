@@ -1,7 +1,7 @@
 """Replay: what must NOT be diagnosed (healthy noise, a single NIC flap, user errors as evictions)."""
 
-from collectors.sim import lines
-from collectors.sim.plan import FaultPlan
+from simulator import lines
+from simulator.plan import FaultPlan
 from diagnosis.engine import Engine, EngineConfig
 from tests.diagnosis.diag_events import ev, topology
 from tests.diagnosis.sim_replay import replay

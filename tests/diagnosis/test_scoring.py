@@ -1,7 +1,7 @@
 import json
 
-from collectors.sim.plan import FaultPlan
-from diagnosis.record import Diagnosis
+from simulator.plan import FaultPlan
+from streams.diagnosis_record import Diagnosis
 from diagnosis.scoring import score
 from faultlens.cli import main
 from tests.diagnosis.sim_replay import replay

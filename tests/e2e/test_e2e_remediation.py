@@ -17,12 +17,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from streams.events import InvalidEvent, decode
 from streams.producer import Producer
 from streams.reader import read_topic
-from trainer_hooks import pipeline
+from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 SECRET = "e2e-secret"

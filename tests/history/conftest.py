@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.sim.config import SimConfig
-from collectors.sim.run import simulate
+from simulator.config import SimConfig
+from simulator.run import simulate
 from streams.trace import labels_path, write_labels, write_trace
 
 

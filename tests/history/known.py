@@ -11,8 +11,8 @@ Job j2 (next day, D = T0 + 86400): topology at D-10, steps D..D+29,
 
 from __future__ import annotations
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from streams.events import Envelope
 from streams.topology import Topology
 

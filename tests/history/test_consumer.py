@@ -9,10 +9,10 @@ import sys
 import orjson
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from history.consumer import history_runner
 from history.schema import open_history
-from remediation.command import Command
+from streams.command import Command
 from streams.events import Envelope
 from streams.producer import Producer
 from streams.reader import read_topic

@@ -7,7 +7,7 @@ import math
 import orjson
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from history.consumer import HistoryHandler, StoreUnavailable
 from history.schema import memory_history
 from history.sink import HistorySink

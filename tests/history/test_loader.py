@@ -58,14 +58,6 @@ def test_sampling_drops_only_high_rate_samples(sim_trace):
     assert _count(conn, "SELECT count(*) FROM diagnoses") == 0
 
 
-def test_without_the_engine_loads_events_and_labels(sim_trace, monkeypatch):
-    monkeypatch.setitem(sys.modules, "diagnosis.engine", None)  # import now fails as if it were not built
-    conn = memory_history()
-    stats = load_trace(sim_trace, HistorySink(conn), progress=False)
-    assert any("diagnosis engine not available" in n for n in stats.notes)
-    assert stats.events > 0 and stats.labels > 0 and stats.diagnoses == 0
-
-
 def test_cli_from_trace(sim_trace, tmp_path, capsys):
     db = tmp_path / "h.duckdb"
     assert main(["history", "--from-trace", str(sim_trace), "--db", str(db), "--no-progress",

@@ -7,7 +7,7 @@ import datetime as dt
 import orjson
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from history import queries, report
 from history.schema import memory_history
 from history.sink import HistorySink, build_batch

@@ -7,10 +7,10 @@ import math
 import pyarrow as pa
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from history.schema import memory_history
 from history.sink import SCHEMAS, HistorySink, Sampling, build_batch
-from remediation.command import Command
+from streams.command import Command
 from streams.events import Envelope
 from tests.history import known
 from tests.history.known import T0

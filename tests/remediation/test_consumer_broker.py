@@ -10,8 +10,8 @@ import uuid
 import orjson
 import pytest
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from remediation.consumer import DECODERS, RemediationHandler
 from remediation.policy import Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig

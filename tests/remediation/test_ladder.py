@@ -1,6 +1,6 @@
 import pytest
 
-from diagnosis.record import Diagnosis
+from streams.diagnosis_record import Diagnosis
 from remediation.ladder import JobLadder, dual_phase_plan
 
 NODES = ("n000", "n001", "n002", "n003")

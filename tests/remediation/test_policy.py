@@ -1,5 +1,5 @@
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from remediation.policy import Policy, PolicyConfig, command_id
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from streams.topology import Topology

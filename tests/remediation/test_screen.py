@@ -2,8 +2,8 @@ from dataclasses import replace
 
 import orjson
 
-from remediation.command import Command
-from remediation.screen import CommandScreen
+from streams.command import Command
+from streams.command_screen import CommandScreen
 
 SECRET = b"shared"
 

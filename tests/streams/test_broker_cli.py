@@ -50,14 +50,9 @@ def test_commands_without_bootstrap_find_the_running_broker(tmp_path, broker, mo
     assert resolve_bootstrap("kafka:9092") == ("kafka:9092", None)
 
 
-def test_help_lists_every_command_and_unbuilt_ones_fail():
+def test_help_lists_every_command():
     from faultlens.commands import COMMAND_NAMES
 
     out = subprocess.run([sys.executable, "-m", "faultlens", "--help"], capture_output=True, text=True, check=True).stdout
     for name in COMMAND_NAMES:
         assert f"    {name}" in out
-    for name in COMMAND_NAMES:
-        module = __import__(f"faultlens.commands.{name}", fromlist=["run"])
-        if "not built yet" in module.HELP:
-            res = subprocess.run([sys.executable, "-m", "faultlens", name], capture_output=True, text=True)
-            assert res.returncode != 0 and "not built yet" in res.stderr and res.stdout == ""

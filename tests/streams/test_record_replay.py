@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from collectors.sim import FaultPlan, SimConfig, simulate
+from simulator import FaultPlan, SimConfig, simulate
 from faultlens.cli import main
 from streams.record import collect, record_trace
 from streams.replay import replay_trace

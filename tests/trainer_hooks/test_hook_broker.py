@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from remediation.command import Command
+from streams.command import Command
 from streams.events import InvalidEvent, as_float, decode
 from streams.producer import Producer
 from streams.reader import read_topic

@@ -1,0 +1,54 @@
+"""The diagnosis engine's flags, built in one place for every command that runs the engine.
+
+`diagnose` and `up` (live), `analyze`, `score` and `history --from-trace` (offline) all take these
+flags and build their :class:`EngineConfig` with :func:`engine_config`, so a live run started with
+``--hang-floor 15`` is reproduced offline by passing the same flag (tests/test_engine_flags.py).
+Flags win over ``FAULTLENS_*`` environment variables, which win over the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from diagnosis.engine import EngineConfig
+from diagnosis.hang import HangConfig
+from diagnosis.implicit import ImplicitConfig
+
+_DEFAULTS = EngineConfig()
+_HANG = HangConfig()
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise SystemExit(f"faultlens: {name}={value!r} is not a number") from None
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("diagnosis engine (the same flags on diagnose, up, analyze, score, history)")
+    g.add_argument("--grace", type=float, default=_env_float("FAULTLENS_DIAGNOSE_GRACE_S", _DEFAULTS.grace_s),
+                   help=f"live only: seconds without any event before the wall clock moves event time "
+                        f"(default {_DEFAULTS.grace_s:g}; env FAULTLENS_DIAGNOSE_GRACE_S)")
+    g.add_argument("--max-lateness", type=float,
+                   default=_env_float("FAULTLENS_MAX_LATENESS_S", _DEFAULTS.max_lateness_s),
+                   help=f"an event this many seconds behind its job's event time is too late to judge "
+                        f"(default {_DEFAULTS.max_lateness_s:g}; env FAULTLENS_MAX_LATENESS_S)")
+    g.add_argument("--no-implicit", action="store_true", default=os.environ.get("FAULTLENS_NO_IMPLICIT") == "1",
+                   help="turn off hang / fail-slow localisation (env FAULTLENS_NO_IMPLICIT=1)")
+    g.add_argument("--hang-floor", type=float, default=_env_float("FAULTLENS_HANG_FLOOR_S", _HANG.floor_s),
+                   help=f"never call a stall shorter than this many seconds a hang "
+                        f"(default {_HANG.floor_s:g}; env FAULTLENS_HANG_FLOOR_S)")
+    g.add_argument("--hang-k", type=float, default=_env_float("FAULTLENS_HANG_K", _HANG.k),
+                   help=f"a stall is a hang after this many median step times (default {_HANG.k:g}; env FAULTLENS_HANG_K)")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine settings the flags of :func:`add_engine_arguments` name."""
+    hang = HangConfig(k=args.hang_k, floor_s=args.hang_floor)
+    return EngineConfig(grace_s=args.grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
+                        implicit_config=ImplicitConfig(hang=hang))

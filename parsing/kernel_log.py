@@ -1,0 +1,376 @@
+"""Kernel log (dmesg, /dev/kmsg, syslog, journald) -> parsed events (docs/events.md, source ``kernel``).
+
+One parser per node's kernel stream. It is stateful only where the kernel spreads one fault over
+several lines: the NVRM header lines (``GPU at PCI:...``, ``Board Serial Number``) are kept for the
+fall-off-the-bus record that follows, and the echoes of one fault (Xid 79 then "GPU has fallen
+off the bus", an OOM "Killed process" then its ``oom-kill:`` summary, an AER notice then its
+``PCIe Bus Error`` detail, SXid detail lines) are folded into the first event, which is emitted at
+once: a lost GPU should not wait for the next line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from parsing.line import ParsedLine, ParserStats, clean_line, common
+from parsing.timestamps import split_timestamp
+from parsing.xid_table import lookup
+
+# Echoes of one fault arrive within a few lines; further apart they are a new occurrence.
+FOLD_LINES = 64
+# NVRM header lines that may precede a fall-off record.
+CONTEXT_LINES = 16
+
+_PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,4})\b,?\s*(?P<rest>.*)")
+_PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
+_NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
+_NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]+)\b.*?\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
+_RECOVERY = re.compile(r"to 0x[0-9a-fA-F]+ \((?P<action>[^)]*)\)")
+_GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>" + _PCI + r"):\s*(?P<uuid>GPU-[0-9a-fA-F\-]+)?")
+_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:\s*(?P<serial>\S*)")
+_ANY_PCI = re.compile(r"(?:PCI:)?(" + _PCI + r")")
+
+_SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d+),\s*(?P<rest>.*)")
+
+_SEGV = re.compile(
+    r"(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? (?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
+)
+_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)\[")
+
+_OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
+_OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
+_OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
+
+_SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s!(?: \[(?P<proc>.+?):(?P<pid>\d+)\])?")
+_RCU_STALL = re.compile(r"rcu: INFO: rcu_\w+ (?:self-)?detected stalls? on CPUs?")
+_HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
+_PANIC = re.compile(r"Kernel panic - not syncing:\s*(?P<text>.*)")
+
+_AER = re.compile(
+    r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
+    r" errors? received:\s*(?P<pci>" + _PCI + r")?"
+)
+_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: severity=(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)")
+
+_EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
+_MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
+_MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
+
+_MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
+_LINK_STATE = re.compile(
+    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
+)
+_PORT_STATE = re.compile(r"[Pp]ort (?P<port>\d+)\b.*?(?:changed state to|state:?|->) ?(?P<state>DOWN|ACTIVE|POLLING|INIT|ARMED)\b")
+_BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>down|up) for interface (?P<netdev>[\w.\-]+)")
+_MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+), Cable (?P<what>plugged|unplugged|error)(?:, (?P<why>.*))?")
+_MLX_HEALTH = re.compile(r"health|syndrome|\bsynd\b|[Ff]atal|internal error|crdump|error state|firmware error|FW error")
+_PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
+
+# "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
+_DOWN = {"down", "inactive", "polling", "unplugged"}
+_UP = {"up", "ready", "active", "plugged"}
+
+
+def _norm_pci(pci: str) -> str:
+    """Xid lines name domain:bus:device, other lines add ``.function``: compare without it."""
+    pci = pci.lower()
+    return pci.rsplit(".", 1)[0] if "." in pci else pci
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+class KernelLogParser:
+    source = "kernel"
+
+    def __init__(self, *, now: float | None = None):
+        self.stats = ParserStats()
+        self._now = now
+        self._n = 0
+        self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
+        self._context_pci: str | None = None
+        self._recent: dict[tuple[str, Any], int] = {}
+
+    def feed(self, line: str) -> list[ParsedLine]:
+        self.stats.lines += 1
+        self._n += 1
+        text = clean_line(line)
+        if text is None:
+            self.stats.garbled += 1
+            return []
+        stamped = split_timestamp(text, now=self._now)
+        found = self._classify(stamped.message, text)
+        if found is None:
+            self.stats.skipped += 1
+            return []
+        self.stats.recognised += 1
+        self.stats.events += len(found)
+        return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
+
+    def flush(self) -> list[ParsedLine]:
+        """Nothing waits in this parser (records are emitted on their first line); forget context."""
+        self._context.clear()
+        self._recent.clear()
+        self._context_pci = None
+        return []
+
+    # -- folding -----------------------------------------------------------------------------
+    def _seen(self, key: tuple[str, Any]) -> bool:
+        """True when ``key`` fired within FOLD_LINES; marks it as fired now either way."""
+        last = self._recent.get(key)
+        self._recent[key] = self._n
+        if len(self._recent) > 4096:
+            self._recent = {k: v for k, v in self._recent.items() if self._n - v <= FOLD_LINES}
+        return last is not None and self._n - last <= FOLD_LINES
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def _classify(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        """Events of one line; [] when the line belongs to a record already emitted; None: not ours."""
+        if "NVRM" in msg:
+            return self._nvrm(msg, raw)
+        if "fallen off the bus" in msg:
+            m = _ANY_PCI.search(msg)
+            return self._gpu_lost(raw, _norm_pci(m.group(1)) if m else "unknown", None)
+        if "SXid" in msg:
+            return self._sxid(msg, raw)
+        if "segfault at" in msg or "traps: " in msg:
+            return self._segfault(msg, raw)
+        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg:
+            return self._oom(msg, raw)
+        if "lockup" in msg or "blocked for more than" in msg or "Kernel panic" in msg or "rcu: INFO" in msg:
+            return self._stall(msg, raw)
+        if "AER" in msg or "PCIe Bus Error" in msg:
+            return self._aer(msg, raw)
+        if "EDAC" in msg or "mce:" in msg:
+            return self._machine_check(msg, raw)
+        lower = msg.lower()
+        if "mlx" in msg or "link" in lower or "port" in lower:
+            return self._nic(msg, raw)
+        return None
+
+    # -- GPU -------------------------------------------------------------------------------
+    def _nvrm(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _XID.search(msg)
+        if m:
+            return self._xid(m, raw)
+        m = _GPU_AT.search(msg)
+        if m:
+            pci = _norm_pci(m.group("pci"))
+            self._context[pci] = (self._n, [raw], {"uuid": m.group("uuid")} if m.group("uuid") else {})
+            self._context_pci = pci
+            return None  # a header says nothing wrong by itself
+        m = _SERIAL.search(msg)
+        if m and self._context_pci in self._context:
+            at, lines, extra = self._context[self._context_pci]
+            lines.append(raw)
+            extra["serial"] = m.group("serial")
+            return None
+        if "fallen off the bus" in msg:
+            pm = _ANY_PCI.search(msg.split("NVRM:", 1)[-1])
+            return self._gpu_lost(raw, _norm_pci(pm.group(1)) if pm else "unknown", None)
+        return None
+
+    def _xid(self, m: re.Match[str], raw: str) -> list[tuple[str, dict[str, Any]]]:
+        pci = _norm_pci(m.group("pci"))
+        code = int(m.group("code"))
+        rest = m.group("rest")
+        pid = process = None
+        pm = _PID.match(rest)
+        if pm:
+            pid = _int(pm.group("pid"))
+            rest = rest[pm.end():]
+        nm = _NAME.match(rest)
+        if nm:
+            name = nm.group("name").strip().strip("'")
+            process = None if name in ("<unknown>", "") else name
+            rest = rest[nm.end():]
+        text = rest.strip()
+        if code == 79:
+            return self._gpu_lost(raw, pci, 79, pid=pid, process=process, text=text)
+        intrinfo = status = unit = None
+        if 144 <= code <= 150:
+            dm = _NVLINK5.search(text)
+            if dm:
+                unit, intrinfo, status = dm.group("unit"), int(dm.group("intr"), 16), int(dm.group("status"), 16)
+        info = lookup(code, intrinfo, error_status=status, unit=unit)
+        fault, action, severity, sympathetic = info.fault, info.action, info.severity, info.sympathetic
+        if code == 154:
+            fault, action, severity, sympathetic = _recovery_action(text, info)
+        data = common(
+            raw, fault, action, severity,
+            xid=code, pci=pci, pid=pid, process=process, text=text, mnemonic=info.mnemonic,
+            nvidia_action=info.nvidia_action, sympathetic=sympathetic,
+        )  # fmt: skip
+        if info.subcode:
+            data["subcode"] = info.subcode
+        if intrinfo is not None:
+            data["intrinfo"] = f"0x{intrinfo:08x}"
+            data["error_status"] = f"0x{status:08x}"
+        return [("xid", data)]
+
+    def _gpu_lost(self, raw: str, pci: str, xid: int | None, **extra: Any) -> list[tuple[str, dict[str, Any]]]:
+        if self._seen(("gpu_lost", pci)):
+            return []  # the Xid 79 and the "fallen off the bus" text of one loss
+        lines, more = [raw], {}
+        ctx = self._context.pop(pci, None)
+        if ctx and self._n - ctx[0] <= CONTEXT_LINES:
+            lines = ctx[1] + [raw]
+            more = ctx[2]
+        data = common("\n".join(lines), "gpu_lost", "evict", "fatal", pci=pci, **more, **extra)
+        if xid is not None:
+            data["xid"] = xid
+        return [("gpu_lost", data)]
+
+    def _sxid(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _SXID.search(msg)
+        if not m:
+            return None
+        rest = m.group("rest").strip()
+        key = ("sxid", m.group("dev"), m.group("code"))
+        if rest.startswith(("Severity", "Data {", "Data:")):
+            self._seen(key)
+            return []  # detail lines of the SXid just emitted
+        self._seen(key)
+        fatal = rest.lower().startswith("fatal")
+        return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn",
+                                sxid=int(m.group("code")), device=m.group("dev"), pci=_norm_pci(m.group("pci")), text=rest))]  # fmt: skip
+
+    # -- host --------------------------------------------------------------------------------
+    def _segfault(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _SEGV.search(msg)
+        if not m:
+            return None
+        lm = _SEGV_LIB.search(msg, m.end())
+        lib = lm.group("lib") if lm else None
+        name = (lib or "").lower()
+        if "nccl" in name:
+            fault = "nccl_error"
+        elif any(k in name for k in ("cuda", "nvidia", "cublas", "cudnn", "nvrtc", "cupti", "nvjitlink")):
+            fault = "cuda_error"
+        else:
+            fault = "unknown"
+        return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=int(m.group("pid")), lib=lib,
+                                    text=m.group("what")))]  # fmt: skip
+
+    def _oom(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg)
+        if m:
+            pid = int(m.group("pid"))
+            if self._seen(("oom", pid)):
+                return []
+            cgroup = "Memory cgroup" in msg or "CONSTRAINT_MEMCG" in msg
+            return [("oom_kill", common(raw, "host_oom", "restart", "error", pid=pid, process=m.group("proc"), cgroup=cgroup))]
+        m = _OOM_REAPED.search(msg)
+        if m and self._recent.get(("oom", int(m.group("pid")))):
+            return []
+        return None
+
+    def _stall(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _SOFT_LOCKUP.search(msg)
+        if m:
+            return [("soft_lockup", common(raw, "kernel", "restart", "error", process=m.group("proc"), pid=_int(m.group("pid")),
+                                           cpu=int(m.group("cpu")), text=m.group(0)))]  # fmt: skip
+        m = _HUNG.search(msg)
+        if m:
+            return [("hung_task", common(raw, "kernel", "restart", "error", process=m.group("proc"), pid=int(m.group("pid")),
+                                         text=m.group(0)))]  # fmt: skip
+        m = _PANIC.search(msg)
+        if m:
+            return [("panic", common(raw, "kernel", "evict", "fatal", text=m.group("text")))]
+        m = _RCU_STALL.search(msg)
+        if m:
+            return [("soft_lockup", common(raw, "kernel", "restart", "error", text=m.group(0)))]
+        return None
+
+    def _aer(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _AER.search(msg)
+        if m:
+            pci = _norm_pci(m.group("pci") or m.group("reporter"))
+            self._seen(("aer", pci))
+            return [("pcie_aer", _aer_data(raw, pci, m.group("type")))]
+        m = _PCIE_BUS.search(msg)
+        if m:
+            pci = _norm_pci(m.group("pci"))
+            if self._seen(("aer", pci)):
+                return []  # the detail line of the AER notice just emitted
+            return [("pcie_aer", _aer_data(raw, pci, m.group("type")))]
+        return None
+
+    def _machine_check(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _EDAC.search(msg)
+        if m:
+            corrected = m.group("ce") == "CE"
+            return [("edac", _hw_data(raw, m.group("text"), corrected, count=int(m.group("count"))))]
+        m = _MCE.search(msg)
+        if not m:
+            return [] if "EDAC" in msg and self._recent.get(("mce", 0)) else None
+        text = m.group("text")
+        if not _MCE_EVENT.search(text):
+            # Register dumps (TSC, ADDR, PROCESSOR ...) that follow the event line.
+            return [] if self._seen(("mce", 0)) else None
+        self._seen(("mce", 0))
+        corrected = not re.search(r"Uncorrected|[Ff]atal|Exception|PCC", text)
+        return [("mce", _hw_data(raw, text, corrected))]
+
+    def _nic(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        mlx = _MLX.search(msg)
+        body = mlx.group("msg") if mlx else msg
+        device = (mlx.group("netdev") or mlx.group("pci")) if mlx else None
+        m = _MODULE.search(body)
+        if m:
+            port = int(m.group("port"))
+            if m.group("what") == "error":
+                return [("nic_error", common(raw, "nic", "evict", "error", device=device, port=port, text=body))]
+            return [_link(raw, device, port, m.group("what"))]
+        m = _BOND.search(body)
+        if m:
+            return [_link(raw, m.group("netdev"), None, m.group("state"), bond=m.group("bond"))]
+        m = _PORT_STATE.search(body)
+        if m and m.group("state") not in ("INIT", "ARMED"):  # INIT/ARMED: on the way up
+            return [_link(raw, device, int(m.group("port")), m.group("state"))]
+        m = _LINK_STATE.search(body)
+        if m and (mlx or m.group("netdev") or "NIC Link" in body):
+            pm = _PORT_NUM.search(body)
+            return [_link(raw, m.group("netdev") or device, int(pm.group(1)) if pm else None, m.group("state"))]
+        if mlx and _MLX_HEALTH.search(body):
+            if self._seen(("nic_error", device)):
+                return []
+            return [("nic_error", common(raw, "nic", "evict", "error", device=device, text=body))]
+        return None
+
+
+def _link(raw: str, device: str | None, port: int | None, state: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    state = state.lower()
+    if state in _DOWN:
+        return "link_down", common(raw, "nic", "evict", "error", device=device, port=port, state=state, **extra)
+    return "link_up", common(raw, "nic", "none", "info", device=device, port=port, state=state, **extra)
+
+
+def _aer_data(raw: str, pci: str, kind: str) -> dict[str, Any]:
+    kind = kind.lower()
+    if kind == "corrected":
+        return common(raw, "kernel", "none", "info", pci=pci, error_type="corrected")
+    if "non-fatal" in kind:
+        return common(raw, "kernel", "none", "warn", pci=pci, error_type="non_fatal")
+    return common(raw, "kernel", "evict", "fatal", pci=pci, error_type="fatal")
+
+
+def _hw_data(raw: str, text: str, corrected: bool, **extra: Any) -> dict[str, Any]:
+    if corrected:
+        return common(raw, "kernel", "none", "info", text=text, corrected=True, **extra)
+    return common(raw, "kernel", "evict", "fatal", text=text, corrected=False, **extra)
+
+
+def _recovery_action(text: str, info: Any) -> tuple[str, str, str, bool]:
+    """Xid 154 names the recovery the driver now wants; that, not the code, is the action."""
+    m = _RECOVERY.search(text)
+    wanted = m.group("action").lower() if m else ""
+    if "reboot" in wanted:
+        return "gpu_reset_required", "evict", "fatal", False
+    if "reset" in wanted or "drain" in wanted:
+        return "gpu_reset_required", "evict_reset_gpu", "fatal", False
+    return info.fault, info.action, info.severity, info.sympathetic

@@ -1,0 +1,81 @@
+"""What every log parser shares: the parsed record, the counters, the parser interface and line
+hygiene. The parsers (:mod:`parsing.kernel_log`, :mod:`parsing.trainer_log`) import this module and
+:mod:`parsing.registry` imports them, so the arrows only point one way."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# A line longer than this is a runaway (binary, a dumped tensor): only its head is examined.
+MAX_LINE = 8192
+# The raw line kept in an event's data; enough for any real log record.
+MAX_KEPT = 4096
+
+
+
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    """One recognised record: ``kind`` and ``data`` per docs/events.md; ``ts`` epoch seconds when
+    the line carried a wall clock, ``mono`` seconds since boot when it carried that."""
+
+    source: str
+    kind: str
+    data: dict[str, Any]
+    ts: float | None = None
+    mono: float | None = None
+
+
+@dataclass
+class ParserStats:
+    """Every fed line lands in exactly one of recognised / skipped / garbled."""
+
+    lines: int = 0
+    recognised: int = 0
+    skipped: int = 0
+    garbled: int = 0
+    events: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"lines": self.lines, "recognised": self.recognised, "skipped": self.skipped, "garbled": self.garbled, "events": self.events}
+
+
+class LogParser(Protocol):
+    source: str
+    stats: ParserStats
+
+    def feed(self, line: str) -> list[ParsedLine]: ...
+
+    def flush(self) -> list[ParsedLine]: ...
+
+
+def clean_line(line: Any) -> str | None:
+    """The printable text of a raw line, or None when it is garbage (binary, mostly control bytes).
+
+    A few stray control bytes (a torn write) are dropped and the rest still parsed, so a good
+    record with one bad byte is not lost.
+    """
+    if isinstance(line, (bytes, bytearray)):
+        line = bytes(line).decode("utf-8", errors="replace")
+    if not isinstance(line, str):
+        return None
+    line = line[:MAX_LINE].rstrip("\r\n")
+    if line.isprintable() and "\ufffd" not in line:  # the common case, checked in C
+        return line
+    bad = len(_BAD_CHARS.findall(line))
+    if bad:
+        if bad * 4 > len(line) or "\x00" in line and bad * 10 > len(line):
+            return None
+        line = _BAD_CHARS.sub("", line)
+    return line
+
+
+def common(line: str, fault: str, action: str, severity: str, **extra: Any) -> dict[str, Any]:
+    """The keys every parsed event carries (docs/events.md), then the kind's own."""
+    data: dict[str, Any] = {"line": line[:MAX_KEPT], "fault": fault, "action": action, "severity": severity}
+    data.update(extra)
+    return data

@@ -1,0 +1,100 @@
+"""The parser registry: a parser per source, guessing a source from a sample of lines, and the
+glue that turns raw ``line`` events (DESIGN.md §2) into parsed events.
+
+The parsers themselves (:mod:`parsing.kernel_log`, :mod:`parsing.trainer_log`) are pure and
+stateful only across the lines of one multi-line record; :class:`LineEventParser` keeps one per
+(job, node, source) so interleaved streams of many nodes never mix their records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from parsing.kernel_log import KernelLogParser
+from parsing.line import LogParser, ParsedLine
+from parsing.trainer_log import TrainerLogParser
+from streams.events import Envelope, InvalidEvent
+
+SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
+
+
+def parser_for(source: str) -> LogParser:
+    """A fresh parser for ``kernel`` or ``nccl`` (``trainer`` and ``dmesg`` are aliases)."""
+    canonical = SOURCE_ALIASES.get((source or "").strip().lower())
+    if canonical == "kernel":
+        return KernelLogParser()
+    if canonical == "nccl":
+        return TrainerLogParser()
+    raise ValueError(f"no log parser for source {source!r} (one of kernel, nccl, trainer)")
+
+
+_KERNEL_HINTS = re.compile(
+    r"NVRM:|\bkernel: |mlx5_core|nvidia-nvswitch|pcieport|\bEDAC\b|\bmce: |segfault at|Out of memory|oom-kill|"
+    r"soft lockup|blocked for more than|^\[\s*\d+\.\d+\]|^\d,\d+,\d+,[-c+];"
+)
+_TRAINER_HINTS = re.compile(
+    r"NCCL (?:WARN|INFO)|ProcessGroupNCCL|Traceback \(most recent call last\)|^\[rank\d+\]|torch\.distributed|"
+    r"CUDA error|\bloss\b|^\s+File \"|Error: |\[default\d+\]:"
+)
+
+
+def guess_source(lines: Iterable[str]) -> str:
+    """``kernel`` or ``nccl`` from the look of a sample of lines; a tie goes to ``nccl``."""
+    kernel = trainer = 0
+    for line in lines:
+        if not isinstance(line, str):
+            continue
+        if _KERNEL_HINTS.search(line):
+            kernel += 1
+        if _TRAINER_HINTS.search(line):
+            trainer += 1
+    return "kernel" if kernel > trainer else "nccl"
+
+
+def to_envelope(parsed: ParsedLine, *, job: str, node: str, ts: float, event_id: str) -> Envelope:
+    """The event for one parsed record (raises InvalidEvent on a bad job/node/ts, like any envelope)."""
+    return Envelope(ts=ts, job=job, node=node, source=parsed.source, kind=parsed.kind, data=parsed.data, id=event_id)
+
+
+@dataclass
+class _Stream:
+    parser: LogParser
+    last: Envelope
+
+
+@dataclass
+class LineEventParser:
+    """Parses raw ``line`` events on the way in; every other event passes through unchanged.
+
+    Parsed events get ids derived from the raw event's id (``{id}.{i}``), so a replayed or
+    redelivered raw line yields the same ids and dedup downstream holds.
+    """
+
+    streams: dict[tuple[str, str, str], _Stream] = field(default_factory=dict)
+
+    def parse(self, env: Envelope) -> list[Envelope]:
+        if env.kind != "line" or env.source not in ("kernel", "nccl"):
+            return [env]
+        line = env.data.get("line") if isinstance(env.data, Mapping) else None
+        if not isinstance(line, str):
+            raise InvalidEvent("data.line", f"a line event needs a string data.line, got {type(line).__name__}")
+        key = (env.job, env.node, env.source)
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = _Stream(parser_for(env.source), env)
+        stream.last = env
+        return [
+            to_envelope(p, job=env.job, node=env.node, ts=env.ts, event_id=f"{env.id}.{i}")
+            for i, p in enumerate(stream.parser.feed(line))
+        ]
+
+    def flush(self) -> list[Envelope]:
+        """Records still open (a traceback cut off at the end of a trace), attributed to the last line seen."""
+        out = []
+        for stream in self.streams.values():
+            env = stream.last
+            for i, p in enumerate(stream.parser.flush()):
+                out.append(to_envelope(p, job=env.job, node=env.node, ts=env.ts, event_id=f"{env.id}.f{i}"))
+        return out

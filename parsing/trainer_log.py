@@ -1,0 +1,355 @@
+"""Trainer / NCCL log (stdout+stderr of torchrun ranks) -> parsed events (docs/events.md, source ``nccl``).
+
+Single-line records (NCCL WARN, ProcessGroupNCCL watchdog, CUDA and NCCL errors, NaN losses)
+are emitted on their line. Python tracebacks span lines, and with torchrun's ``[rank3]:`` prefix
+the tracebacks of many ranks interleave, so one traceback is kept open per rank prefix until its
+exception line arrives (or :meth:`TrainerLogParser.flush` closes it as truncated).
+
+The rank comes from ``[rank3]:``, ``[Rank 3]``, ``... Rank 3]`` or ``rank=3``; the ``[3]`` of an
+NCCL line is the CUDA device, kept as ``device``, never taken for the rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from parsing.line import MAX_KEPT, ParsedLine, ParserStats, clean_line, common
+from parsing.timestamps import split_timestamp
+
+# A traceback that sees this many foreign lines before its exception line is given up as truncated.
+TRACEBACK_PATIENCE = 32
+MAX_FRAMES = 256
+# Lines after a traceback that repeat its error (torch prints the NCCL/CUDA detail again) fold into it.
+FOLD_LINES = 8
+
+_PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
+_RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
+
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds")
+_SEQ = re.compile(r"SeqNum=(\d+)")
+_OP = re.compile(r"OpType=(\w+)")
+_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
+_NUMEL = re.compile(r"Numel(In|Out)=(\d+)")
+_LAST_WORK = re.compile(
+    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<work>-?\d+), last enqueued NCCL work: (?P<enq>-?\d+), "
+    r"last completed NCCL work: (?P<done>-?\d+)"
+)
+_WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
+
+_NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
+_IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
+
+_NCCL_ERR = re.compile(
+    r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
+    r"|(?P<reset>Connection reset by peer|Connection closed by remote peer|Broken pipe)"
+    r"|NCCL error in: (?P<where>\S+?),? (?P<why>[^,]*)"
+    r"|(?P<aborted>NCCL communicator was aborted)"
+)
+_CUDA_ERR = re.compile(
+    r"CUDA error: (?P<err>[^.\n]+)"
+    r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
+    r"|(?P<cuerr>\bcudaError\w+)"
+    r"|(?P<oom>CUDA out of memory)"
+    r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*)"
+)
+_NAN = re.compile(
+    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,24}?(?:\bis\b|=|:)\s*(?:nan|[+-]?inf)\b"
+    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\bnan\b"
+    r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
+    re.IGNORECASE,
+)
+_NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
+_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
+
+_TB_START = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<lineno>\d+)(?:, in (?P<func>.+))?')
+_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+_EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning", "Timeout", "StopIteration")
+_LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
+# Exception types that say the program itself is wrong when raised from a frame of its own.
+_USER_TYPES = frozenset(
+    "ValueError KeyError TypeError IndexError AttributeError AssertionError NameError ZeroDivisionError "
+    "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError".split()
+)
+
+
+def _rank(text: str) -> int | None:
+    m = _RANK.search(text)
+    if not m:
+        return None
+    return int(next(g for g in m.groups() if g is not None))
+
+
+def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
+    """(error, fault, action, severity) of a CUDA failure named in ``text``, or None."""
+    m = _CUDA_ERR.search(text)
+    if not m:
+        return None
+    error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("text")).strip()
+    low = error.lower()
+    if "ecc" in low:
+        return error, "gpu_memory", "evict", "fatal"
+    if "device-side assert" in low or m.group("oom"):
+        # An index out of range or a batch too big: the program's fault, not the GPU's.
+        return error, "user_code", "rollback", "error"
+    return error, "cuda_error", "stop_time_diagnosis", "error"
+
+
+def classify_nccl(text: str) -> str | None:
+    """The NCCL error a line names (``ncclSystemError``, ``connection reset``, ...), or None."""
+    m = _NCCL_ERR.search(text)
+    if not m:
+        return None
+    if m.group("name"):
+        return m.group("name")
+    if m.group("reset"):
+        return m.group("reset").lower()
+    if m.group("where"):
+        return f"NCCL error in {m.group('where')}: {m.group('why').strip()}".rstrip(": ")
+    return "communicator aborted"
+
+
+@dataclass
+class _Traceback:
+    rank: int | None
+    local_rank: int | None
+    ts: float | None
+    mono: float | None
+    lines: list[str] = field(default_factory=list)
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
+    idle: int = 0
+    size: int = 0
+    last: str = ""
+
+    def add(self, raw: str) -> None:
+        self.last = raw  # the exception line is kept even when the record outgrew MAX_KEPT
+        if self.size < MAX_KEPT:
+            self.lines.append(raw)
+            self.size += len(raw) + 1
+
+
+class TrainerLogParser:
+    source = "nccl"
+
+    def __init__(self, *, now: float | None = None):
+        self.stats = ParserStats()
+        self._now = now
+        self._n = 0
+        self._open: dict[tuple[str, int] | None, _Traceback] = {}
+        self._folded: dict[tuple[tuple[str, int] | None, str], int] = {}
+
+    def feed(self, line: str) -> list[ParsedLine]:
+        self.stats.lines += 1
+        self._n += 1
+        text = clean_line(line)
+        if text is None:
+            self.stats.garbled += 1
+            return []
+        m = _PREFIX.match(text)
+        key: tuple[str, int] | None = None
+        prefix_rank = local_rank = None
+        body = text
+        if m:
+            if m.group(1):
+                prefix_rank = int(m.group(2))
+                key = ("rank", prefix_rank)
+            else:
+                local_rank = int(m.group(4))
+                key = ("local", local_rank)
+            body = text[m.end():]
+        stamped = split_timestamp(body, now=self._now)
+        msg = stamped.message
+        out: list[ParsedLine] = []
+        absorbed = False
+        tb = self._open.get(key)
+        if tb is not None:
+            absorbed, closed = self._continue(tb, key, msg, text)
+            out.extend(closed)
+        if not absorbed:
+            if msg.startswith(_TB_START) or msg.strip() == _TB_START:
+                self._open[key] = _Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
+                absorbed = True
+            else:
+                found = self._single(msg, text, prefix_rank, local_rank, key)
+                if found is not None:
+                    absorbed = True
+                    if prefix_rank is None and found:  # only now: the rank search is the costliest regex
+                        rank = _rank(msg)
+                        for _, data in found:
+                            if data.get("rank") is None:
+                                data["rank"] = rank
+                    out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found)
+        if absorbed or out:
+            self.stats.recognised += 1
+        else:
+            self.stats.skipped += 1
+        self.stats.events += len(out)
+        return out
+
+    def flush(self) -> list[ParsedLine]:
+        """Close every open traceback as truncated (its exception line never came)."""
+        out = [e for key, tb in self._open.items() for e in self._emit(key, tb, None, None, truncated=True)]
+        self._open.clear()
+        self._folded.clear()
+        self.stats.events += len(out)
+        return out
+
+    # -- tracebacks -------------------------------------------------------------------------
+    def _continue(self, tb: _Traceback, key: Any, msg: str, raw: str) -> tuple[bool, list[ParsedLine]]:
+        """Feed one line to an open traceback: (absorbed, events closed by it)."""
+        fm = _FRAME.match(msg)
+        if fm:
+            tb.add(raw)
+            if len(tb.frames) >= MAX_FRAMES:
+                tb.frames.pop(0)
+            tb.frames.append((fm.group("file"), int(fm.group("lineno")), (fm.group("func") or "").strip()))
+            tb.idle = 0
+            return True, []
+        if not msg.strip() or msg[0] in " \t":
+            tb.add(raw)  # source lines, ^^^^ markers, "[Previous line repeated N more times]"
+            return True, []
+        em = _EXC.match(msg.strip())
+        if em and tb.frames and em.group("type").rsplit(".", 1)[-1].endswith(_EXC_SUFFIXES):
+            tb.add(raw)
+            del self._open[key]
+            return True, self._emit(key, tb, em.group("type"), (em.group("msg") or "").strip())
+        if msg.startswith(_TB_START):
+            del self._open[key]
+            return False, self._emit(key, tb, None, None, truncated=True)
+        tb.idle += 1
+        if tb.idle > TRACEBACK_PATIENCE:
+            del self._open[key]
+            return False, self._emit(key, tb, None, None, truncated=True)
+        return False, []
+
+    def _emit(self, key: Any, tb: _Traceback, etype: str | None, message: str | None, truncated: bool = False) -> list[ParsedLine]:
+        """The exception event; for one that ends in a CUDA / NCCL error also that error's own event
+        (detectors of CUDA and NCCL faults read those kinds), unless the error was just reported."""
+        user_frames = [f for f in tb.frames if not _LIBRARY.search(f[0])]
+        innermost = tb.frames[-1] if tb.frames else None
+        frame = user_frames[-1] if user_frames else innermost
+        text = f"{etype or ''}: {message or ''}"
+        cuda = classify_cuda(text)
+        nccl = None if cuda else classify_nccl(text) or ("nccl" if etype and "DistBackendError" in etype else None)
+        short = (etype or "").rsplit(".", 1)[-1]
+        user_code = False
+        extra: dict[str, Any] = {}
+        if truncated:
+            fault, action, severity = "unknown", "stop_time_diagnosis", "warn"
+        elif cuda:
+            extra["error"], fault, action, severity = cuda
+            user_code = fault == "user_code"
+        elif nccl:
+            extra["error"] = nccl
+            fault, action, severity = "nccl_error", "reattempt", "error"
+        elif short == "ChildFailedError":
+            # torchrun's summary of a rank that already failed: the rank's own traceback is the evidence.
+            fault, action, severity = "unknown", "none", "info"
+            extra["sympathetic"] = True
+        else:
+            innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
+            user_code = innermost_is_user or (bool(user_frames) and short in _USER_TYPES)
+            fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
+        companion = None
+        if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in extra:
+            kind = "nccl_error" if fault == "nccl_error" else "cuda_error"
+            if not self._fold(key, fault):
+                companion = ParsedLine(self.source, kind, common(tb.last, fault, action, severity,
+                                                                 rank=tb.rank, error=extra["error"]), tb.ts, tb.mono)  # fmt: skip
+            self._folded[(key, fault)] = self._n
+        data = common(
+            "\n".join(tb.lines), fault, action, severity,
+            rank=tb.rank, type=etype, message=(message or "")[:1024],
+            file=frame[0] if frame else None, lineno=frame[1] if frame else None, func=frame[2] if frame else None,
+            user_code=user_code, frames=len(tb.frames), **extra,
+        )  # fmt: skip
+        if tb.local_rank is not None:
+            data["local_rank"] = tb.local_rank
+        if truncated:
+            data["truncated"] = True
+        if companion is not None and tb.local_rank is not None:
+            companion.data["local_rank"] = tb.local_rank
+        exception = ParsedLine(self.source, "exception", data, tb.ts, tb.mono)
+        return [exception, companion] if companion is not None else [exception]
+
+    # -- single lines ----------------------------------------------------------------------
+    def _fold(self, key: Any, fault: str) -> bool:
+        at = self._folded.get((key, fault))
+        return at is not None and self._n - at <= FOLD_LINES
+
+    def _single(self, msg: str, raw: str, rank: int | None, local_rank: int | None, key: Any) -> list[tuple[str, dict[str, Any]]] | None:
+        if " NCCL INFO " in msg:
+            return None  # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault
+        extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
+        if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
+            found = self._watchdog(msg, raw, rank, extra)
+            if found is not None:
+                return found
+        if "NCCL WARN" in msg:
+            m = _NCCL_WARN.search(msg)
+            if m:
+                return [self._nccl_warn(m, raw, rank, extra)]
+        if "CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg:
+            cuda = classify_cuda(msg)
+            if cuda:
+                error, fault, action, severity = cuda
+                if self._fold(key, fault):
+                    return []
+                self._folded[(key, fault)] = self._n
+                return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
+        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
+            error = classify_nccl(msg)
+            if error:
+                if self._fold(key, "nccl_error"):
+                    return []
+                self._folded[(key, "nccl_error")] = self._n
+                return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
+        low = msg.lower()
+        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and _NAN.search(msg):
+            sm = _STEP.search(msg)
+            return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
+                                   step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
+        return None
+
+    def _watchdog(self, msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _WATCHDOG.search(msg)
+        if m:
+            args = m.group("args")
+            seq, op, timeout = _SEQ.search(args), _OP.search(args), _TIMEOUT.search(args)
+            numel = dict(_NUMEL.findall(args))
+            data = common(
+                raw, "nccl_error", "reattempt", "error", rank=rank,
+                seq=int(seq.group(1)) if seq else None, op=op.group(1) if op else None,
+                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=int(m.group("elapsed")),
+                numel_in=int(numel["In"]) if "In" in numel else None, numel_out=int(numel["Out"]) if "Out" in numel else None, **extra,
+            )  # fmt: skip
+            return [("nccl_timeout", data)]
+        m = _LAST_WORK.search(msg)
+        if m:
+            return [("nccl_timeout", common(raw, "nccl_error", "reattempt", "error", rank=rank, seq=int(m.group("work")),
+                                            last_enqueued=int(m.group("enq")), last_completed=int(m.group("done")), **extra))]  # fmt: skip
+        m = _WATCHDOG_STUCK.search(msg)
+        if m:
+            return [("nccl_timeout", common(raw, "nccl_error", "capture_stacks", "error", rank=rank, seq=None, op=None,
+                                            timeout_ms=int(m.group(1)) * 1000 if m.group(1) else None, text=msg.strip()[:512],
+                                            **extra))]  # fmt: skip
+        return None
+
+    def _nccl_warn(self, m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        text = m.group("text").strip()
+        cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
+        fault = cuda[1] if cuda else "nccl_error"
+        action = cuda[2] if cuda else "reattempt"
+        serious = cuda or classify_nccl(text) or _IB_COMPLETION.search(text) or "error" in text.lower()
+        data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text, device=int(m.group("dev")),
+                      host=m.group("host"), pid=int(m.group("pid")), **extra)  # fmt: skip
+        ib = _IB_COMPLETION.search(text)
+        if ib:
+            data["ib_error"] = int(ib.group("err"))
+            if ib.group("op"):
+                data["ib_opcode"] = int(ib.group("op"))
+            if ib.group("peer"):
+                data["peer"] = ib.group("peer")
+        return "nccl_warn", data

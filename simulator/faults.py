@@ -1,0 +1,342 @@
+"""One injector per fault class: what a real cluster emits when that fault happens.
+
+Each injector runs at the fault's onset (``sim.now``), schedules the raw log lines, counter
+changes, metric effects and job stops the fault causes, and returns the :class:`Episode` whose
+label is the ground truth. Sympathetic evidence (watchdog timeouts on ranks that only waited,
+Xid 43 after Xid 13) is emitted but not labelled as a separate fault.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from simulator import lines
+from simulator.effects import Episode
+from simulator.metrics import nic_pci, pci_bus_id
+from simulator.plan import PlannedFault
+from streams.topology import Topology
+
+Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
+
+
+# --- helpers --------------------------------------------------------------------------------
+def _place(sim, p: PlannedFault) -> tuple[str, int, int]:
+    """(node, rank, gpu) for a fault: from the plan where given, else drawn from the generator."""
+    if p.rank is not None:
+        if not 0 <= p.rank < sim.world:
+            raise ValueError(f"{p.fault}: rank {p.rank} outside 0..{sim.world - 1}")
+        rank = p.rank
+    else:
+        slot = p.slot if p.slot is not None else int(sim.rng.integers(len(sim.slots)))
+        if not 0 <= slot < len(sim.slots):
+            raise ValueError(f"{p.fault}: node slot {slot} outside 0..{len(sim.slots) - 1}")
+        gpu = p.gpu if p.gpu is not None else int(sim.rng.integers(sim.cfg.gpus))
+        rank = slot * sim.cfg.gpus + gpu
+    return sim.node_of(rank), rank, sim.local(rank)
+
+
+def _variant(sim, p: PlannedFault, choices: tuple[str, ...], weights: tuple[float, ...] | None = None) -> str:
+    if p.detail:
+        if p.detail not in choices:
+            raise ValueError(f"{p.fault}: unknown variant {p.detail!r} (one of {', '.join(choices)})")
+        return p.detail
+    return str(sim.rng.choice(choices, p=weights))
+
+
+def _timeouts(sim, ts: float, ranks, seq: int, ep: int, op: str = "ALLREDUCE") -> None:
+    """The ProcessGroupNCCL watchdog on every rank that waited on a collective that never finished."""
+    timeout = sim.cfg.nccl_timeout_ms
+    for i, r in enumerate(ranks):
+        t = ts + 0.002 * (i % 500)
+        elapsed = timeout + 60 + (i % 97)
+        sim.rank_event_at(t, r, "nccl", "line", ep, lambda r=r, t=t, e=elapsed: {
+            "line": lines.watchdog_timeout(r, t, sim.pid(r), seq, op, timeout, e)})
+        sim.rank_event_at(t, r, "nccl", "line", ep, lambda r=r, t=t: {
+            "line": lines.watchdog_exception(r, t, sim.pid(r), seq, seq, seq - 1)})
+
+
+def _crash_then_timeouts(sim, ep: Episode, culprit: int) -> None:
+    """A rank died or stalled mid-collective: the others block in it until the NCCL timeout."""
+    t, seq = sim.now, sim.nccl_seq()
+    others = [r for r in range(sim.world) if r != culprit]
+    sim.call_at(t, lambda: sim.stop("hung", {culprit}), ep.id)
+    t_out = t + sim.cfg.nccl_timeout_ms / 1000.0
+    _timeouts(sim, t_out, others, seq + 1, ep.id)
+    sim.call_at(t_out + 2.0, lambda: sim.stop("down"), ep.id)
+
+
+# --- GPU hardware ---------------------------------------------------------------------------
+def gpu_lost(sim, p: PlannedFault) -> Episode:
+    node, rank, gpu = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], stops_job=True, detail=f"xid79 gpu {gpu}")
+    pci, t = pci_bus_id(gpu), sim.now
+    sim.kernel_line(t, node, lines.xid(pci, 79, sim.pid(rank)), ep.id)
+    sim.kernel_line(t + 0.001, node, lines.gpu_fell_off_bus(pci), ep.id)
+    sim.kernel_line(t + 0.002, node, lines.gpu_crash_dump(), ep.id)
+    sim.effect(kind="lost", t0=t, t1=ep.end, episode=ep.id, node=node, gpus=(gpu,))
+    _crash_then_timeouts(sim, ep, rank)
+    return ep
+
+
+# variant: (xid lines, counter bumps, needs a GPU reset). Xid 94 (a *contained* ECC error) is
+# RESTART_APP in NVIDIA's catalogue, i.e. app_fault in DESIGN.md §3, so it is not a variant here.
+_MEMORY = {
+    "xid48": ((48,), {"ecc_dbe_volatile": 1, "ecc_dbe_aggregate": 1, "retired_pages_dbe": 1, "retired_pending": 1}, True),
+    "xid95": ((95,), {"ecc_dbe_volatile": 2, "ecc_dbe_aggregate": 2, "remap_uncorrectable": 1, "remap_pending": 1}, True),
+    "xid64": ((63, 64), {"remap_uncorrectable": 1, "remap_failure": 1}, True),
+}
+
+
+def gpu_memory(sim, p: PlannedFault) -> Episode:
+    node, rank, gpu = _place(sim, p)
+    variant = _variant(sim, p, tuple(_MEMORY))
+    xids, bumps, reset = _MEMORY[variant]
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], detail=f"{variant} gpu {gpu}")
+    for i, code in enumerate(xids):
+        sim.kernel_line(sim.now + 0.5 * i, node, lines.xid(pci_bus_id(gpu), code, sim.pid(rank)), ep.id)
+    for name, delta in bumps.items():
+        sim.gpus[node].bump(gpu, name, delta)
+    if reset:
+        sim.effect(kind="reset", t0=sim.now, t1=ep.end, episode=ep.id, node=node, gpus=(gpu,))
+    return ep
+
+
+def nvlink(sim, p: PlannedFault) -> Episode:
+    node, rank, gpu = _place(sim, p)
+    code = int(_variant(sim, p, ("74", "145", "149")))
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], detail=f"xid{code} gpu {gpu}")
+    for i in range(3):
+        sim.kernel_line(sim.now + 2.0 * i, node, lines.xid(pci_bus_id(gpu), code, sim.pid(rank)), ep.id)
+    sim.gpus[node].bump(gpu, "nvlink_errors", int(sim.rng.integers(40, 400)))
+    return ep
+
+
+def gpu_thermal(sim, p: PlannedFault) -> Episode:
+    node, _, _ = _place(sim, p)
+    ranks = sim.ranks_of(node)
+    ep = sim.new_episode(p, nodes=[node], ranks=ranks, swap=[node], detail="cooling failure, all GPUs of the node")
+    sim.effect(kind="thermal", t0=sim.now, t1=ep.end, episode=ep.id, node=node, ramp_s=60.0)
+    sim.effect(kind="compute", t0=sim.now, t1=ep.end, episode=ep.id, ranks=frozenset(ranks), factor=1.4, ramp_s=60.0)
+    return ep
+
+
+def gpu_reset_required(sim, p: PlannedFault) -> Episode:
+    node, rank, gpu = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], detail=f"gsp gpu {gpu}")
+    for i, code in enumerate((119, 119, 120)):
+        sim.kernel_line(sim.now + 6.0 * i, node, lines.xid(pci_bus_id(gpu), code, sim.pid(rank)), ep.id)
+    sim.effect(kind="reset", t0=sim.now, t1=ep.end, episode=ep.id, node=node, gpus=(gpu,))
+    return ep
+
+
+def app_fault(sim, p: PlannedFault) -> Episode:
+    node, rank, gpu = _place(sim, p)
+    code = int(_variant(sim, p, ("13", "31")))
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], stops_job=True, detail=f"xid{code} burst then xid43, gpu {gpu}")
+    pci, n = pci_bus_id(gpu), int(sim.rng.integers(6, 13))
+    for i in range(n):
+        sim.kernel_line(sim.now + 0.25 * i, node, lines.xid(pci, code, sim.pid(rank)), ep.id)
+    sim.kernel_line(sim.now + 0.25 * n + 1.0, node, lines.xid(pci, 43, sim.pid(rank)), ep.id)
+    sim.call_at(sim.now + 0.25 * n + 2.0, lambda: sim.stop("down"), ep.id)
+    return ep
+
+
+# --- host and network ----------------------------------------------------------------------
+def flap(sim, node: str, t: float, up_after: float, ep: int = -1) -> None:
+    pci = nic_pci(0)
+    sim.kernel_line(t, node, lines.mlx5_module_event(pci, "Cable unplugged"), ep)
+    sim.kernel_line(t + 0.01, node, lines.mlx5_link(pci, "ib0", up=False), ep)
+    sim.kernel_line(t + up_after, node, lines.mlx5_module_event(pci, "Cable plugged"), ep)
+    sim.kernel_line(t + up_after + 0.01, node, lines.mlx5_link(pci, "ib0", up=True), ep)
+
+
+def nic(sim, p: PlannedFault) -> Episode:
+    node, _, _ = _place(sim, p)
+    flaps = 2 + int(sim.rng.integers(0, 2))
+    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"{flaps} mlx5 link flaps on ib0")
+    for i in range(flaps):
+        flap(sim, node, sim.now + 35.0 * i, float(sim.rng.uniform(3, 12)), ep.id)
+    return ep
+
+
+def kernel(sim, p: PlannedFault) -> Episode:
+    node, rank, _ = _place(sim, p)
+    variant = _variant(sim, p, ("soft_lockup", "hung_task", "panic"), (0.45, 0.45, 0.10))
+    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=variant)
+    pid, t = sim.pid(rank), sim.now
+    if variant == "soft_lockup":
+        cpu = int(sim.rng.integers(0, 192))
+        for i in range(3):
+            sim.kernel_line(t + 28.0 * i, node, lines.soft_lockup(cpu, 22 + 28 * i, pid), ep.id)
+    elif variant == "hung_task":
+        for i, text in enumerate(lines.hung_task(pid)):
+            sim.kernel_line(t + 0.001 * i, node, text, ep.id)
+    else:
+        for i, text in enumerate(lines.kernel_panic()):
+            sim.kernel_line(t + 0.001 * i, node, text, ep.id)
+        sim.effect(kind="silent", t0=t + 1.0, t1=ep.end, episode=ep.id, node=node)
+    return ep
+
+
+def host_oom(sim, p: PlannedFault) -> Episode:
+    node, rank, _ = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], stops_job=True, detail="trainer killed by the OOM killer")
+    t, pid = sim.now, sim.pid(rank)
+    sim.kernel_line(t, node, lines.oom_invoked(), ep.id)
+    sim.kernel_line(t + 0.01, node, lines.oom_killed(pid), ep.id)
+    sim.trainer_line(t + 1.5, node, lines.torchrun_worker_failed(t + 1.5, sim.local(rank), pid, -9), ep.id)
+    sim.call_at(t + 2.0, lambda: sim.stop("down"), ep.id)
+    return ep
+
+
+def node_silent(sim, p: PlannedFault) -> Episode:
+    node, _, _ = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail="node stopped emitting (power / network loss)")
+    sim.effect(kind="silent", t0=sim.now, t1=ep.end, episode=ep.id, node=node)
+    return ep
+
+
+# --- trainer / NCCL --------------------------------------------------------------------------
+def cuda_error(sim, p: PlannedFault) -> Episode:
+    node, rank, _ = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], stops_job=True, detail="illegal memory access")
+    for i, text in enumerate(lines.cuda_error(rank, sim.now, sim.pid(rank))):
+        sim.trainer_line(sim.now + 0.001 * i, node, text, ep.id)
+    _crash_then_timeouts(sim, ep, rank)
+    return ep
+
+
+def nccl_error(sim, p: PlannedFault) -> Episode:
+    node, rank, local = _place(sim, p)
+    variant = _variant(sim, p, ("ib_completion", "connection_reset"))
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], stops_job=True, detail=variant)
+    t, pid, seq = sim.now, sim.pid(rank), sim.nccl_seq()
+    peer = sim.node_of((rank + sim.cfg.gpus) % sim.world)
+    if variant == "ib_completion":
+        first = lines.nccl_ib_completion_error(node, pid, pid + 54, local, f"10.0.{rank // 256}.{rank % 256}", 45_678)
+    else:
+        first = lines.nccl_connection_reset(node, pid, pid + 54, local, peer, 58_392)
+    sim.trainer_line(t, node, first, ep.id)
+    for i, text in enumerate(lines.nccl_remote_error(rank)):
+        sim.trainer_line(t + 0.5 + 0.001 * i, node, text, ep.id)
+    # The failing rank is the one behind: its last completed op is older than everyone else's.
+    sim.trainer_line(t + 0.6, node, lines.watchdog_exception(rank, t + 0.6, pid, seq, seq, seq - 1), ep.id)
+    others = [r for r in range(sim.world) if r != rank]
+    sim.call_at(t, lambda: sim.stop("hung", {rank}), ep.id)
+    t_out = t + sim.cfg.nccl_timeout_ms / 1000.0
+    _timeouts(sim, t_out, others, seq + 1, ep.id)
+    sim.call_at(t_out + 2.0, lambda: sim.stop("down"), ep.id)
+    return ep
+
+
+def user_code(sim, p: PlannedFault) -> Episode:
+    node, rank, _ = _place(sim, p)
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], stops_job=True, detail="KeyError in the data loader")
+    for i, text in enumerate(lines.user_code_traceback(rank)):
+        sim.trainer_line(sim.now + 0.001 * i, node, text, ep.id)
+    t = sim.now + 1.0
+    sim.trainer_line(t, node, lines.torchrun_worker_failed(t, sim.local(rank), sim.pid(rank), 1), ep.id)
+    sim.call_at(t + 0.5, lambda: sim.stop("down"), ep.id)
+    return ep
+
+
+def nan_loss(sim, p: PlannedFault) -> Episode:
+    ep = sim.new_episode(p, nodes=[], ranks=[], stops_job=True, detail="loss became nan on every rank")
+    span = 3 * sim.cfg.step_time_s
+    sim.effect(kind="loss", t0=sim.now, t1=sim.now + span, episode=ep.id, mode="nan")
+    sim.call_at(sim.now + 1.0, lambda: sim.trainer_line(sim.now, sim.node_of(0), lines.nan_warning(0, sim.step + 1), ep.id), ep.id)
+    sim.call_at(sim.now + span, lambda: sim.stop("down"), ep.id)
+    return ep
+
+
+def loss_spike(sim, p: PlannedFault) -> Episode:
+    ep = sim.new_episode(p, nodes=[], ranks=[], stops_job=True, detail="loss and grad norm ×8 for two steps")
+    sim.effect(kind="loss", t0=sim.now, t1=sim.now + 2 * sim.cfg.step_time_s, episode=ep.id, mode="spike")
+    return ep
+
+
+# --- implicit faults: hang and fail-slow ----------------------------------------------------
+def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
+    """DESIGN.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
+    stuck = set(topo.group_ranks("tp", topo.group_id(culprit, "tp")))
+    stage = topo.by_rank[culprit].pp
+    states = {p.rank: "grad_sync" for p in topo.ranks}
+    for r in stuck:
+        for peer in topo.group_ranks("pp", topo.group_id(r, "pp")):
+            states[peer] = "irecv" if topo.by_rank[peer].pp > stage else "isend"
+    for r in stuck:
+        states[r] = "all_gather"
+    return states
+
+
+def job_hang(sim, p: PlannedFault) -> Episode:
+    node, rank, _ = _place(sim, p)
+    if p.rank is None and p.slot is None:  # the paper's example: a last-stage machine
+        last = [r for r in range(sim.world) if sim.topology.by_rank[r].pp == sim.pp - 1]
+        rank = int(sim.rng.choice(last))
+        node = sim.node_of(rank)
+    gid = sim.topology.group_id(rank, "pp")
+    ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], stops_job=True, group=f"pp:{gid}",
+                         detail="rank stuck in all_gather_into_tensor; no progress, no log output")
+    states = hang_states(sim.topology, rank)
+    ep.extra["stack_states"] = states
+    step = sim.cfg.step_time_s
+    sim.call_at(sim.now, lambda: sim.halt({rank}), ep.id)
+    sim.call_at(sim.now + 1.05 * step, lambda: sim.stop("hung"), ep.id)
+    sim.stack_round(sim.now + 5 * step, states, sim.request_id(), ep.id)
+    return ep
+
+
+def fail_slow(sim, p: PlannedFault) -> Episode:
+    node, _, _ = _place(sim, p)
+    ranks = sim.ranks_of(node)
+    factor = float(sim.rng.uniform(1.3, 1.6))
+    ep = sim.new_episode(p, nodes=[node], ranks=ranks, swap=[node], detail=f"node runs slow (compute ×{factor:.2f})")
+    sim.effect(kind="slow", t0=sim.now, t1=ep.end, episode=ep.id, node=node, factor=factor, ramp_s=20.0)
+    sim.effect(kind="compute", t0=sim.now, t1=ep.end, episode=ep.id, ranks=frozenset(ranks), factor=factor, ramp_s=20.0)
+    states = {r: ("compute" if r in ranks else "grad_sync") for r in range(sim.world)}
+    ep.extra["stack_states"] = states
+    for k in range(5):  # DESIGN.md §3: repeated rounds of stack aggregation, every 10 s, 5 rounds
+        sim.stack_round(sim.now + 60.0 + 10.0 * k, states, sim.request_id(), ep.id)
+    return ep
+
+
+INJECTORS: dict[str, Injector] = {
+    f.__name__: f for f in (
+        gpu_lost, gpu_memory, nvlink, gpu_thermal, gpu_reset_required, nic, kernel, host_oom,
+        cuda_error, nccl_error, user_code, nan_loss, loss_spike, job_hang, fail_slow, node_silent,
+        app_fault,
+    )
+}
+
+
+# --- benign noise (no label) ---------------------------------------------------------------
+NOISE_EVERY_S = 300.0
+
+
+def nccl_init(sim, t: float) -> None:
+    """NCCL INFO lines local rank 0 of each node prints at communicator init: harmless."""
+    for node in sim.slots:
+        r = sim.ranks_of(node)[0]
+        sim.trainer_line(t, node, lines.nccl_ib_using(node, sim.pid(r), 0))
+        sim.trainer_line(t + 0.01, node, lines.nccl_init_complete(node, sim.pid(r), 0, r, sim.world))
+
+
+def noise_tick(sim) -> None:
+    """Every few minutes: an Xid 63/92 IGNORE line or a single NIC flap on a node with no episode."""
+    busy = {n for ep in sim.episodes.values() if not ep.ended for n in ep.nodes}
+    free = [n for n in sim.slots if n not in busy and sim.last_flap.get(n, -1e18) < sim.now - 900.0]
+    if free:
+        node = free[int(sim.rng.integers(len(free)))]
+        what = sim.rng.choice(("xid63", "xid92", "flap"))
+        if what == "flap":
+            sim.last_flap[node] = sim.now
+            flap(sim, node, sim.now, float(sim.rng.uniform(2, 8)))
+        else:
+            gpu = int(sim.rng.integers(sim.cfg.gpus))
+            sim.kernel_line(sim.now, node, lines.xid(pci_bus_id(gpu), int(what[3:]), None))
+            if what == "xid63":
+                sim.gpus[node].bump(gpu, "remap_correctable", 1)
+            else:
+                sim.gpus[node].bump(gpu, "ecc_sbe_volatile", int(sim.rng.integers(20, 200)))
+    sim.call_at(sim.now + NOISE_EVERY_S * float(sim.rng.uniform(0.5, 1.5)), lambda: noise_tick(sim))

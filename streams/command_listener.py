@@ -1,0 +1,131 @@
+"""The background command listener: reads ``commands`` and passes on only commands to obey
+(the rules are streams.command_screen.CommandScreen).
+
+The listener reads from the end of the topic with no consumer group: every process must see
+every command (a group would split them), and a command issued before the process started is
+not meant for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from streams.command import Command
+from streams.command_screen import CommandScreen, Screened
+from streams import topics
+from streams.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+COMMANDS_TOPIC = topics.COMMANDS
+
+
+class CommandListener(threading.Thread):
+    """Polls ``commands`` in a daemon thread; calls ``on_command`` for each one to obey and
+    ``on_refused`` for each refused one addressed here (or unreadable)."""
+
+    def __init__(self, settings: KafkaSettings, screen: CommandScreen,
+                 on_command: Callable[[Command], None],
+                 on_refused: Callable[[Screened], None] | None = None,
+                 *, topic: str = COMMANDS_TOPIC, poll_ms: int = 100):
+        super().__init__(name="faultlens-commands", daemon=True)
+        self.settings = settings
+        self.screen = screen
+        self.on_command = on_command
+        self.on_refused = on_refused
+        self.topic = topic
+        self.poll_ms = poll_ms
+        self.ready = threading.Event()
+        self._stop_event = threading.Event()
+        self.obeyed = 0
+        self.refused = 0
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def _consumer(self) -> KafkaConsumer | None:
+        """A consumer at the end of every partition, or None while the broker or topic is away."""
+        try:
+            # A short fetch wait: a command should arrive in milliseconds, not at the next long poll.
+            consumer = KafkaConsumer(**{**self.settings.common_kwargs(), "group_id": None,
+                                        "enable_auto_commit": False, "fetch_max_wait_ms": 50})
+        except (KafkaError, OSError) as exc:
+            log.debug("command listener: broker not reachable: %s", exc)
+            return None
+        try:
+            parts = consumer.partitions_for_topic(self.topic)
+            if not parts:
+                consumer.topics()  # refresh metadata: the topic may be created a moment later
+                parts = consumer.partitions_for_topic(self.topic)
+            if not parts:
+                log.debug("command listener: topic %s not there yet", self.topic)
+                consumer.close()
+                return None
+            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            consumer.seek_to_end(*tps)
+            for tp in tps:
+                consumer.position(tp)  # resolve the end offsets now, so "ready" means "sees what comes next"
+        except (KafkaError, OSError) as exc:
+            log.debug("command listener: %s", exc)
+            consumer.close()
+            return None
+        return consumer
+
+    def run(self) -> None:
+        self.serve(self._stop_event)
+
+    def serve(self, stop: threading.Event, retry_s: float = 1.0) -> None:
+        """Listen until ``stop``; reconnects while the broker or the topic is away (an agent
+        starts before Kafka is up, and must obey the first command after it comes back)."""
+        warned = False
+        while not stop.is_set():
+            consumer = self._consumer()
+            if consumer is None:
+                if not warned:
+                    log.warning("command listener: no %s topic reachable yet; retrying every %.0fs", self.topic, retry_s)
+                    warned = True
+                stop.wait(retry_s)
+                continue
+            self.ready.set()
+            log.info("listening for commands on %s", self.topic)
+            try:
+                while not stop.is_set():
+                    for messages in consumer.poll(timeout_ms=self.poll_ms).values():
+                        for m in messages:
+                            self.dispatch(m.value)
+            except KafkaError as exc:
+                log.warning("command listener: %s; reconnecting", exc)
+                stop.wait(retry_s)
+            finally:
+                self.ready.clear()
+                consumer.close()
+
+    def dispatch(self, raw: bytes | None, now: float | None = None) -> Screened:
+        """Screen one message of the topic and obey or refuse it; returns the screening."""
+        result = self.screen.screen(raw, time.time() if now is None else now)
+        if result.obey:
+            self.obeyed += 1
+            log.info("obeying command %s: %s %s", result.command.id, result.command.action, result.command.reason)
+            try:
+                self.on_command(result.command)
+            except Exception:  # noqa: BLE001 - a failing callback must not kill the listener
+                log.exception("handling command %s failed", result.command.id)
+            return result
+        if not result.addressed:
+            return result
+        self.refused += 1
+        cid = result.command.id if result.command else None
+        log.warning("refused command %s: %s", cid, result.reason)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(result)
+            except Exception:  # noqa: BLE001
+                log.exception("acking refused command %s failed", cid)
+        return result

@@ -1,6 +1,14 @@
 """The consumer-group runner: poll a batch, decode, hand it to a pure handler, produce the
 handler's outputs, and only then commit (at-least-once).
 
+With ``event_time=True`` (the diagnosis consumer) records are handed on in event-time order
+across every assigned partition and topic, not in arrival order: a :class:`WatermarkMerge` holds
+each record until no partition can still deliver an earlier one, pauses partitions that run
+ahead, and only offsets already handed on are committed. An :class:`EventClock` places each record
+in time first, so a sender stamped in the future or a node with a skewed clock cannot drag a job
+forward (streams/event_time.py). A message over ``max_message_bytes`` is a dead letter with its
+size, never decoded.
+
 A message that does not decode, or that makes the handler raise, goes to ``dead-letter`` with
 the reason; the messages around it are processed as usual. A handler that raises on a whole
 batch is retried one record at a time, so one poisoned event never costs its neighbours.
@@ -13,16 +21,18 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import orjson
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from streams import topics
 from streams.config import KafkaSettings
+from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
 from streams.events import InvalidEvent, decode
 from streams.producer import DeliveryError, Outgoing, Producer
 
@@ -30,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_TOPIC = topics.DEAD_LETTER
 _MAX_DEAD_VALUE = 64 * 1024
+# Kafka's own default message.max.bytes; a telemetry message is a few KB.
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 
 Decoder = Callable[[bytes | None], Any]
 
@@ -44,6 +56,10 @@ class Record:
     key: bytes | None
     value: Any
     timestamp_ms: int
+    # Where the record sits in event time (event_time mode): its own ts unless its clock was off.
+    event_ts: float | None = None
+    skew_s: float | None = None  # the sender's clock error when it was beyond the bound
+    clamped: str | None = None  # "future": its own time was not believable
 
 
 class FatalHandlerError(RuntimeError):
@@ -64,6 +80,9 @@ class RunnerStats:
     commits: int = 0
     redeliveries: int = 0
     lag: int = 0  # messages behind the partitions' high-water marks, refreshed every few seconds
+    held: int = 0  # records waiting for the other partitions' event time (event_time mode)
+    skewed: int = 0  # records whose sender's clock was off by more than the bound
+    oversized: int = 0
     last_loop_s: float = 0.0
     started_at: float = field(default_factory=time.time)
 
@@ -87,14 +106,14 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, valu
 
 
 class _Assigned(ConsumerRebalanceListener):
-    def __init__(self, ready: threading.Event):
-        self.ready = ready
+    def __init__(self, runner: "GroupRunner"):
+        self.runner = runner
 
     def on_partitions_revoked(self, revoked) -> None:
-        pass
+        self.runner._revoked(revoked)
 
     def on_partitions_assigned(self, assigned) -> None:
-        self.ready.set()
+        self.runner._assigned(assigned)
 
 
 class GroupRunner:
@@ -112,6 +131,10 @@ class GroupRunner:
         poll_timeout_ms: int = 200,
         max_records: int = 2000,
         tick_interval_s: float = 1.0,
+        event_time: bool = False,
+        max_idle_s: float = 2.0,
+        max_skew_s: float = DEFAULT_MAX_SKEW_S,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ):
         self.settings = settings
         self.group = group
@@ -128,6 +151,10 @@ class GroupRunner:
         self.ready = threading.Event()
         self._stop = threading.Event()
         self.consumer: KafkaConsumer | None = None
+        self.max_message_bytes = max_message_bytes
+        self.clock = EventClock(max_skew_s) if event_time else None
+        self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
+        self._paused: set[TopicPartition] = set()
 
     # --- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -154,13 +181,34 @@ class GroupRunner:
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
             for m in messages:
+                size = 0 if m.value is None else len(m.value)
+                if size > self.max_message_bytes:
+                    # Never handed to a parser whole: a runaway line or a hostile sender.
+                    self.stats.oversized += 1
+                    dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value,
+                                            f"oversized: {size} bytes (limit {self.max_message_bytes})", self.group))
+                    continue
                 try:
                     value = dec(m.value)
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
                     dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value, f"invalid: {exc}", self.group))
                     continue
-                good.append(Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp))
+                good.append(self._placed(Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)))
         return good, dead
+
+    def _placed(self, r: Record) -> Record:
+        if self.clock is None:
+            return r
+        ts = getattr(r.value, "ts", None)
+        record_ts = r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None
+        if not isinstance(ts, (int, float)):
+            return replace(r, event_ts=record_ts if record_ts is not None else time.time())
+        p = self.clock.place(str(getattr(r.value, "job", "")), str(getattr(r.value, "node", "")), float(ts),
+                             record_ts, time.time())
+        if p.skew_s is None:
+            return replace(r, event_ts=p.ts)
+        self.stats.skewed += 1
+        return replace(r, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped)
 
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:
         if not records:
@@ -186,8 +234,72 @@ class GroupRunner:
     # --- the loop ---------------------------------------------------------------------------
     def _consumer(self) -> KafkaConsumer:
         consumer = KafkaConsumer(**{**self.settings.consumer_kwargs(self.group), "max_poll_records": self.max_records})
-        consumer.subscribe(self.topics, listener=_Assigned(self.ready))
+        consumer.subscribe(self.topics, listener=_Assigned(self))
         return consumer
+
+    # --- rebalances -------------------------------------------------------------------------
+    def _assigned(self, assigned) -> None:
+        if self.merge is not None:
+            self.merge.assign(assigned, time.time())
+        self.ready.set()
+
+    def _revoked(self, revoked) -> None:
+        if self.merge is None or not revoked:
+            return
+        # What was handed on is committed; what is held goes back to the partition's next owner.
+        self._commit_handed_on(self.consumer, [tp for tp in revoked])
+        dropped = self.merge.revoke(revoked)
+        self._paused -= set(revoked)
+        if dropped:
+            log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
+
+    # --- event-time order -------------------------------------------------------------------
+    def _caught_up(self, consumer: KafkaConsumer) -> dict[TopicPartition, bool]:
+        out = {}
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            # Unknown high-water (nothing fetched yet): the idle timer since assignment decides.
+            out[tp] = True if high is None else consumer.position(tp) >= high
+        return out
+
+    def _ordered(self, consumer: KafkaConsumer, good: list[Record], drain: bool = False) -> list[Record]:
+        """Hold ``good`` in the merge and return what may go, in event-time order; pause the
+        partitions that ran ahead and resume those that fell behind."""
+        assert self.merge is not None
+        now = time.time()
+        for r in good:
+            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now)
+        out = self.merge.drain() if drain else self.merge.release(now, self._caught_up(consumer))
+        pause = self.merge.to_pause() - self._paused
+        resume = self.merge.to_resume() & self._paused
+        if pause:
+            consumer.pause(*pause)
+            self._paused |= pause
+        if resume:
+            consumer.resume(*resume)
+            self._paused -= resume
+        self.stats.held = self.merge.held
+        return out
+
+    def _commit_handed_on(self, consumer: KafkaConsumer | None, partitions) -> None:
+        """Commit, per partition, up to the first record still held (or the position)."""
+        if consumer is None:
+            return
+        offsets = {}
+        for tp in partitions:
+            low = self.merge.lowest_held_offset(tp) if self.merge is not None else None
+            try:
+                pos = low if low is not None else consumer.position(tp)
+            except KafkaError:
+                continue
+            offsets[tp] = OffsetAndMetadata(pos, "", -1)
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets)
+            self.stats.commits += 1
+        except (CommitFailedError, KafkaError) as exc:
+            log.warning("commit failed (%s); those records will be delivered again", exc)
 
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,
             handle_signals: bool = True) -> RunnerStats:
@@ -205,10 +317,12 @@ class GroupRunner:
                 if polled:
                     good, dead = self._split(polled)
                     out.extend(dead)
-                    out.extend(self._run_handler(good))
-                    self.stats.dead_letters += len(dead) + sum(1 for o in out[len(dead):] if o.topic == DEAD_LETTER_TOPIC)
+                    self.stats.dead_letters += len(dead)
                     last_data = time.monotonic()
-                if self._tick and time.monotonic() - last_tick >= self.tick_interval_s:
+                if self.merge is not None:
+                    good = self._ordered(consumer, good)
+                self._handle_into(good, out)
+                if self._tick and time.monotonic() - last_tick >= self.tick_interval_s and self._input_settled(consumer):
                     last_tick = time.monotonic()
                     out.extend(self._tick(time.time()))
                 if polled or out:
@@ -226,11 +340,35 @@ class GroupRunner:
                     last_data = time.monotonic()  # idle time counts from joining the group
                 elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
                     break
+            self._finish(consumer)
         finally:
             self._close()
             for sig, handler in previous_signals.items():
                 signal.signal(sig, handler)
         return self.stats
+
+    def _handle_into(self, records: list[Record], out: list[Outgoing]) -> None:
+        if not records:
+            return
+        produced = self._run_handler(records)
+        self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
+        out.extend(produced)
+
+    def _input_settled(self, consumer: KafkaConsumer) -> bool:
+        """Whether the wall clock may stand in for event time: nothing is held back and no
+        partition has unread input (while a backlog is read, only the input moves time)."""
+        if self.merge is None:
+            return True
+        return self.merge.held == 0 and all(self._caught_up(consumer).values())
+
+    def _finish(self, consumer: KafkaConsumer) -> None:
+        """End of a run: what the merge still holds is handed on (nothing more is coming to this
+        member), its outputs delivered and the offsets committed."""
+        if self.merge is None or not self.merge.held:
+            return
+        out: list[Outgoing] = []
+        self._handle_into(self._ordered(consumer, [], drain=True), out)
+        self._deliver_and_commit(consumer, {}, out)
 
     def _deliver_and_commit(self, consumer: KafkaConsumer, polled, out: list[Outgoing]) -> bool:
         try:
@@ -239,11 +377,24 @@ class GroupRunner:
         except (DeliveryError, KafkaError) as exc:
             # Outputs not acknowledged: do not commit, rewind to the batch start, try again.
             log.error("could not deliver %d outputs (%s); re-reading the batch", len(out), exc)
-            for tp, messages in polled.items():
-                consumer.seek(tp, messages[0].offset)
             self.stats.redeliveries += 1
+            if self.merge is not None:
+                # Held records go too: every partition is read again from its last commit, and
+                # the handler recognises what it already saw by event id.
+                assigned = list(consumer.assignment())
+                self.merge.revoke(assigned)
+                self.merge.assign(assigned, time.time())
+                for tp in assigned:
+                    committed = consumer.committed(tp)
+                    consumer.seek(tp, committed if committed is not None else 0)
+            else:
+                for tp, messages in polled.items():
+                    consumer.seek(tp, messages[0].offset)
             time.sleep(1.0)
             return False
+        if self.merge is not None:
+            self._commit_handed_on(consumer, consumer.assignment())
+            return True
         if polled:
             try:
                 consumer.commit()

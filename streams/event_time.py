@@ -1,0 +1,213 @@
+"""Event time for consumers: where an event sits in time, and in which order to hand events on.
+
+Two pure pieces, used by :class:`streams.runner.GroupRunner` (live) and testable alone:
+
+:class:`EventClock` places one event in time. A consumer must not let one bad clock (or one hostile
+sender) drag a job's time forward: an event stamped more than ``max_skew_s`` ahead of every real
+clock the consumer has (its own wall clock at arrival and the broker's record timestamp) is from
+the future, and is judged at its arrival position instead. Each node's clock is measured against
+its peers: the offset ``event ts - record ts`` is the same for every node of a job (zero live,
+the trace's age in a replay), so a node whose offset differs from the job's by more than the bound
+has a skewed clock; its events are shifted back by the measured difference and still count.
+
+:class:`WatermarkMerge` hands records on in event-time order across partitions and topics,
+whatever speed each partition is read at (a backlog after an outage, a slow broker, a rebalance).
+Each partition's watermark is the latest event time it delivered; a record is released once every
+partition that may still deliver something earlier has moved past it. A partition that has caught
+up with its high-water mark and delivered nothing for ``max_idle_s`` stops holding the others
+back (Kafka Streams' ``max.task.idle.ms``, Flink's idleness). Partitions that run ahead are
+reported for pausing so the consumer fetches from the ones behind.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, Hashable, Iterable, TypeVar
+
+T = TypeVar("T")
+Partition = Hashable
+
+DEFAULT_MAX_SKEW_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an event is judged: ``ts`` (its own unless its clock was off) and why it moved."""
+
+    ts: float
+    skew_s: float | None = None  # the node's measured clock error, when beyond the bound
+    clamped: str | None = None  # "future" when the event's own time was not believable
+
+
+@dataclass
+class _NodeOffsets:
+    recent: deque = field(default_factory=lambda: deque(maxlen=15))
+    median: float = 0.0
+    fresh: int = 0  # offsets added since the median was taken
+
+
+class EventClock:
+    """Places events in time (see the module's docstring). Not thread-safe: one per consumer."""
+
+    def __init__(self, max_skew_s: float = DEFAULT_MAX_SKEW_S) -> None:
+        if max_skew_s <= 0:
+            raise ValueError("max_skew_s must be positive")
+        self.max_skew_s = max_skew_s
+        self._nodes: dict[tuple[str, str], _NodeOffsets] = {}
+        self._job_offset: dict[str, float] = {}
+        self._job_dirty: dict[str, int] = {}
+        self.skewed_nodes: dict[tuple[str, str], float] = {}
+
+    def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
+        reference = wall_now if record_ts is None else max(wall_now, record_ts)
+        if ts > reference + self.max_skew_s:
+            # From the future: no real clock of ours has reached it. Its offset is not learned.
+            return Placement(reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0),
+                             ts - reference, "future")
+        if record_ts is None:
+            return Placement(ts)
+        skew = self._learn(job, node, ts - record_ts)
+        if abs(skew) > self.max_skew_s:
+            self.skewed_nodes[(job, node)] = skew
+            return Placement(ts - skew, skew)
+        self.skewed_nodes.pop((job, node), None)
+        return Placement(ts)
+
+    def _learn(self, job: str, node: str, offset: float) -> float:
+        """The node's clock error against its job's peers, after learning this offset."""
+        entry = self._nodes.get((job, node))
+        if entry is None:
+            entry = self._nodes[(job, node)] = _NodeOffsets()
+            entry.median = offset
+            self._job_dirty[job] = self._job_dirty.get(job, 0) + 64
+        entry.recent.append(offset)
+        entry.fresh += 1
+        if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
+            entry.median = statistics.median(entry.recent)
+            entry.fresh = 0
+            self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
+        if self._job_dirty.get(job, 0) >= 8 or job not in self._job_offset:
+            medians = [e.median for (j, _), e in self._nodes.items() if j == job]
+            self._job_offset[job] = statistics.median(medians)
+            self._job_dirty[job] = 0
+        return entry.median - self._job_offset[job]
+
+
+@dataclass(order=True)
+class _Held(Generic[T]):
+    ts: float
+    seq: int
+    partition: Partition = field(compare=False)
+    offset: int = field(compare=False)
+    item: T = field(compare=False)
+
+
+@dataclass
+class _PartitionState:
+    watermark: float | None = None
+    last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
+    held: int = 0
+    offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
+    released: set[int] = field(default_factory=set)  # released while a lower offset is still held
+
+
+class WatermarkMerge(Generic[T]):
+    """Holds records until every partition that may deliver earlier ones has moved past them."""
+
+    def __init__(self, max_idle_s: float = 2.0, max_held_per_partition: int = 20_000,
+                 max_held: int = 500_000) -> None:
+        self.max_idle_s = max_idle_s
+        self.max_held_per_partition = max_held_per_partition
+        self.max_held = max_held
+        self._parts: dict[Partition, _PartitionState] = {}
+        self._heap: list[_Held[T]] = []
+        self._seq = itertools.count()
+        self.forced = 0  # records released before their time because memory ran out
+
+    # --- partitions ---------------------------------------------------------------------------
+    def assign(self, partitions: Iterable[Partition], wall_now: float) -> None:
+        for p in partitions:
+            self._parts.setdefault(p, _PartitionState(last_data=wall_now))
+
+    def revoke(self, partitions: Iterable[Partition]) -> int:
+        """Forget partitions taken away (their records are uncommitted: the new owner re-reads them)."""
+        gone = set(partitions) & set(self._parts)
+        for p in gone:
+            del self._parts[p]
+        before = len(self._heap)
+        if gone:
+            self._heap = [h for h in self._heap if h.partition not in gone]
+            heapq.heapify(self._heap)
+        return before - len(self._heap)
+
+    @property
+    def held(self) -> int:
+        return len(self._heap)
+
+    # --- records ------------------------------------------------------------------------------
+    def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float) -> None:
+        state = self._parts.setdefault(partition, _PartitionState())
+        state.watermark = ts if state.watermark is None else max(state.watermark, ts)
+        state.last_data = wall_now
+        state.held += 1
+        heapq.heappush(state.offsets, offset)
+        heapq.heappush(self._heap, _Held(ts, next(self._seq), partition, offset, item))
+
+    def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
+        """The event time up to which every partition has delivered; None when all are idle
+        (everything held may go); -inf while a partition that must speak has said nothing yet."""
+        low: float | None = None
+        for p, state in self._parts.items():
+            idle = caught_up.get(p, True) and state.held == 0 and wall_now - state.last_data >= self.max_idle_s
+            if idle:
+                continue
+            mark = state.watermark if state.watermark is not None else float("-inf")
+            low = mark if low is None else min(low, mark)
+        return low
+
+    def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
+        """Records whose time has come, in event-time order (ties in arrival order)."""
+        low = self.low_watermark(wall_now, caught_up)
+        out: list[T] = []
+        while self._heap and (low is None or self._heap[0].ts <= low or len(self._heap) > self.max_held):
+            forced = low is not None and self._heap[0].ts > low
+            self.forced += forced
+            h = heapq.heappop(self._heap)
+            self._release_offset(h.partition, h.offset)
+            out.append(h.item)
+        return out
+
+    def drain(self) -> list[T]:
+        """Everything held, in event-time order (end of input)."""
+        out = []
+        while self._heap:
+            h = heapq.heappop(self._heap)
+            self._release_offset(h.partition, h.offset)
+            out.append(h.item)
+        return out
+
+    def _release_offset(self, partition: Partition, offset: int) -> None:
+        state = self._parts.get(partition)
+        if state is None:
+            return
+        state.held -= 1
+        # Released out of offset order is fine: the committable offset is the lowest still held.
+        state.released.add(offset)
+        while state.offsets and state.offsets[0] in state.released:
+            state.released.discard(heapq.heappop(state.offsets))
+
+    # --- what the consumer should do ----------------------------------------------------------
+    def lowest_held_offset(self, partition: Partition) -> int | None:
+        """The first offset of ``partition`` not yet handed on: commit up to (not including) it."""
+        state = self._parts.get(partition)
+        return state.offsets[0] if state is not None and state.offsets else None
+
+    def to_pause(self) -> set[Partition]:
+        return {p for p, s in self._parts.items() if s.held > self.max_held_per_partition}
+
+    def to_resume(self) -> set[Partition]:
+        return {p for p, s in self._parts.items() if s.held <= self.max_held_per_partition // 2}

@@ -45,7 +45,7 @@ class DiagnoseHandler:
         out: list[Outgoing] = []
         for r in records:
             try:
-                found = self.engine.process(r.value)
+                found = self.engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped)
             except InvalidEvent as exc:
                 out.append(self._dead(r, f"invalid: {exc}"))
                 continue
@@ -98,4 +98,4 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     """The diagnosis consumer, not started: `faultlens diagnose` and `faultlens up` both build it here.
     ``handler`` replaces the primed default (the demo routes some jobs to engines of their own)."""
     handler = handler if handler is not None else primed_handler(settings, config, group)
-    return GroupRunner(settings, group, INPUT_TOPICS, handler), handler
+    return GroupRunner(settings, group, INPUT_TOPICS, handler, event_time=True), handler

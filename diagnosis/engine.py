@@ -5,14 +5,19 @@ rules, feature windows) → the job stage (first failing rank, silent nodes, pee
 hang / fail-slow localisation) → dedup (folding, suppression, escalation). Diagnoses that come
 out are shown to the job stage again, so a fail-slow suspicion can start stack rounds.
 
-Time is event time: ``now`` is the largest event timestamp seen, and the absence detectors
-(silence, hangs, windows) tick on it. A live consumer also calls :meth:`Engine.tick` with the wall
-clock; that moves event time only after ``grace_s`` without any event, by the wall time elapsed
-since, so a replay of an old trace is never judged silent by today's clock.
+Time is event time, and each job has its own: a job's time is the latest event time it delivered,
+and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
+over in event-time order across partitions (streams.runner, event_time mode) and may place an
+event whose sender's clock is off at another time (``process(..., at=)``). It also calls
+:meth:`Engine.tick` with the wall clock, which moves a job's time only after ``grace_s`` without
+any event of that job, by the wall time elapsed since, so a replay of an old trace is never judged
+silent by today's clock. A telemetry sample more than ``max_lateness_s`` behind its job's time is
+counted and not judged; a late fault report is diagnosed and marked late.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -26,6 +31,7 @@ from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JobStage, NodeOutput, NodeStage
 from streams.events import Envelope, InvalidEvent
+from streams.payloads import check_payload
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +54,33 @@ KNOWN_KINDS = {
 class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
     tick_every_s: float = 1.0  # event-time cadence of the absence detectors
-    grace_s: float = 30.0  # wall seconds without events before the wall clock moves event time
-    max_lateness_s: float = 900.0  # an event older than now - this is too late to judge
+    grace_s: float = 30.0  # wall seconds without events before the wall clock moves a job's time
+    max_lateness_s: float = 900.0  # a telemetry sample this far behind its job's time is not judged
     implicit: bool = True  # hang / fail-slow localisation (diagnosis.implicit)
     implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
     seen_ids: int = 200_000  # redelivered events (at-least-once) are recognised by id
+    skew_alert_every_s: float = 3600.0  # one clock_skew alert per node per this much event time
+
+
+# Samples and progress reports: judged only while they are on time. Everything else a node sends
+# reports a fault (an Xid, a lost GPU, a link down, an NCCL error), and a fault is never dropped
+# for being late: it is diagnosed, and the diagnosis says it came late.
+_TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step"), ("heartbeat", "beat"),
+                          ("summary", "window"), ("stack", "stack_dump"), ("train", "checkpoint")})
+
+
+@dataclass
+class _Lane:
+    """One job's detectors and clock: jobs never share time, so a replayed old trace beside live
+    jobs, or a simulated cluster at 20x beside a real trainer, each run on their own events."""
+
+    stage: JobStage
+    dedup: Dedup
+    now: float | None = None
+    last_tick: float = float("-inf")
+    arrival_wall: float = 0.0  # wall time of its latest event
+    arrival_now: float | None = None  # its event time then
+    skew_alerted: dict[str, float] = field(default_factory=dict)
 
 
 class Engine:
@@ -60,70 +88,120 @@ class Engine:
         self.config = config or EngineConfig()
         self.book = JobBook()
         self.node_stage = NodeStage(window_s=self.config.window_s)
-        self.job_stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
-                                  implicit_config=self.config.implicit_config)
-        self.dedup = Dedup(job_size=self._job_size)
-        self.now: float | None = None
-        self._job_now: dict[str, float] = {}
+        self._lanes: dict[str, _Lane] = {}
         self.stats: Counter = Counter()
-        self._last_tick: float = float("-inf")
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._arrival_wall = time.time()
-        self._arrival_now: float | None = None
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
         return len(topo.nodes) if topo is not None else 0
 
+    def _lane(self, job: str) -> _Lane:
+        lane = self._lanes.get(job)
+        if lane is None:
+            stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
+                             implicit_config=self.config.implicit_config)
+            lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
+        return lane
+
+    @property
+    def dedup_stats(self) -> Counter:
+        return sum((lane.dedup.stats for lane in self._lanes.values()), Counter())
+
+    def job_time(self, job: str) -> float | None:
+        """The job's event time: the latest event time it delivered (or the wall clock moved it to)."""
+        lane = self._lanes.get(job)
+        return None if lane is None else lane.now
+
     # --- events -----------------------------------------------------------------------------
-    def process(self, event: Envelope) -> list[Diagnosis]:
-        """One event. Raises InvalidEvent (→ dead letter) for input no detector can use."""
+    def process(self, event: Envelope, *, at: float | None = None, skew_s: float | None = None,
+                clamped: str | None = None) -> list[Diagnosis]:
+        """One event. ``at`` is where the consumer placed it in event time when that differs from
+        its own ``ts`` (its sender's clock was off by ``skew_s``; ``clamped`` says why).
+        Raises InvalidEvent (→ dead letter) for input no detector can use."""
         if event.id in self._seen:
             self.stats["duplicates"] += 1
             return []
         kinds = KNOWN_KINDS.get(event.source)
         if kinds is not None and event.kind not in kinds:
             raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        # Lateness is judged against the event's own job: jobs keep their own clocks (a replayed
-        # trace beside live jobs, a test job beside others on a shared broker).
-        job_now = self._job_now.get(event.job)
-        if job_now is not None and event.ts < job_now - self.config.max_lateness_s:
-            raise InvalidEvent("ts", f"{event.ts:.3f} is {job_now - event.ts:.0f}s behind job {event.job}'s stream "
-                                     f"(limit {self.config.max_lateness_s:.0f}s): too late to judge")
-        if job_now is None or event.ts > job_now:
-            self._job_now[event.job] = event.ts
+        check_payload(event)
+        lane = self._lane(event.job)
+        out: list[Diagnosis] = []
+        if skew_s is not None:
+            out.extend(self._skew_alert(lane, event, skew_s, clamped, at))
+            if at is not None and at != event.ts:
+                event = dataclasses.replace(event, ts=at)
+        late_by = 0.0 if lane.now is None else lane.now - event.ts
+        if late_by > self.config.max_lateness_s and (event.source, event.kind) in _TIMELY_ONLY:
+            # Counted and logged (the history keeps it); judging a window or a silence from it
+            # now could only produce a false verdict.
+            self.stats["late"] += 1
+            if self.stats["late"] <= 5 or self.stats["late"] % 1000 == 0:
+                log.warning("late %s/%s from %s/%s: %.0fs behind the job's time (limit %.0fs); not judged "
+                            "(%d so far)", event.source, event.kind, event.job, event.node, late_by,
+                            self.config.max_lateness_s, self.stats["late"])
+            self._remember(event.id)
+            return out
         self._remember(event.id)
         self.stats["events"] += 1
-        self._arrival_wall = time.time()
-        out: list[Diagnosis] = []
-        if event.source == "job":
-            self._job_event(event)
-        elif event.source == "summary":
-            # The node stage of another process summarised a window (DESIGN.md §1, split stages).
-            if event.kind == "window":
-                self.job_stage.observe_window(NodeWindow.from_event(event))
-        else:
-            node_out = NodeOutput()
-            for parsed in self.node_stage.parse(event):
-                self.stats["parsed"] += parsed is not event
-                self._check_rank(parsed, node_out)
-                self.node_stage.observe(parsed, node_out)
-            out.extend(self._job_side(node_out))
-        if self.now is None or event.ts > self.now:
-            self.now = event.ts
-            self._arrival_now = event.ts
-        if self.now - self._last_tick >= self.config.tick_every_s:
-            out.extend(self._tick(self.now))
+        found = self._observe(lane, event)
+        if late_by > self.config.max_lateness_s:
+            self.stats["late_faults"] += 1
+            found = [dataclasses.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
+        out.extend(found)
+        if lane.now is None or event.ts > lane.now:
+            lane.now = event.ts
+        lane.arrival_wall = time.time()
+        lane.arrival_now = lane.now
+        if lane.now - lane.last_tick >= self.config.tick_every_s:
+            out.extend(self._tick(lane, lane.now))
         return out
 
-    def _job_event(self, event: Envelope) -> None:
+    def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
+        if event.source == "job":
+            self._job_event(lane, event)
+            return []
+        if event.source == "summary":
+            # The node stage of another process summarised a window (DESIGN.md §1, split stages).
+            if event.kind == "window":
+                lane.stage.observe_window(NodeWindow.from_event(event))
+            return []
+        node_out = NodeOutput()
+        for parsed in self.node_stage.parse(event):
+            self.stats["parsed"] += parsed is not event
+            self._check_rank(parsed, node_out)
+            self.node_stage.observe(parsed, node_out)
+        return self._job_side(lane, node_out)
+
+    def _skew_alert(self, lane: _Lane, event: Envelope, skew_s: float, clamped: str | None,
+                    at: float | None) -> list[Diagnosis]:
+        """A node's clock is off: its events still count (placed by the consumer), and it is named
+        in a record-only alert once per ``skew_alert_every_s``."""
+        self.stats["clock_skew"] += 1
+        when = at if at is not None else event.ts
+        last = lane.skew_alerted.get(event.node)
+        if last is not None and abs(when - last) < self.config.skew_alert_every_s:
+            return []
+        lane.skew_alerted[event.node] = when
+        if clamped == "future":
+            detail = (f"{event.source}/{event.kind} from {event.node} is stamped {skew_s:.0f}s ahead of every "
+                      f"clock this consumer has: judged at its arrival instead (a broken clock or a bad sender)")
+        else:
+            side = "ahead of" if skew_s > 0 else "behind"
+            detail = (f"the clock of {event.node} runs {abs(skew_s):.0f}s {side} its peers' in job {event.job}: "
+                      f"its events are placed by the broker's time and still count")
+        return [Diagnosis(job=event.job, ts=when, onset=when, fault="clock_skew", action="none",
+                          nodes=(event.node,), confidence=1.0, evidence=(event.id,), detail=detail)]
+
+    def _job_event(self, lane: _Lane, event: Envelope) -> None:
         if event.kind == "topology":
             self.book.update(event)
             self.stats["topologies"] += 1
         elif event.kind == "restart":
-            self.dedup.restarted(event.job, event.ts)
+            lane.dedup.restarted(event.job, event.ts)
             nodes_out = event.data.get("nodes_out") or []
-            self.job_stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)])
+            lane.stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)])
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""
@@ -143,33 +221,33 @@ class Engine:
         out.findings.append(Finding(job=event.job, ts=event.ts, fault="unknown", action="none",
                                     nodes=(event.node,), entity=entity, evidence=(event.id,), detail=reason))
 
-    def _job_side(self, node_out: NodeOutput) -> list[Diagnosis]:
+    def _job_side(self, lane: _Lane, node_out: NodeOutput) -> list[Diagnosis]:
         findings = list(node_out.findings)
         diags: list[Diagnosis] = []
         for w in node_out.windows:
-            self.job_stage.observe_window(w)
+            self._lane(w.job).stage.observe_window(w)
         for ev in node_out.forward:
-            f, d = self.job_stage.observe(ev)
+            f, d = self._lane(ev.job).stage.observe(ev)
             findings.extend(f)
             diags.extend(d)
-        return self._settle(findings, diags)
+        return self._settle(lane, findings, diags)
 
-    def _settle(self, findings: list[Finding], diags: list[Diagnosis]) -> list[Diagnosis]:
+    def _settle(self, lane: _Lane, findings: list[Finding], diags: list[Diagnosis]) -> list[Diagnosis]:
         """Dedup everything, then let the job stage react to what came out (a fail-slow suspicion
         starts stack rounds), until nothing new appears."""
         if not findings and not diags:
             return []
         out: list[Diagnosis] = []
         for f in findings:
-            out.extend(self.dedup.admit(f))
+            out.extend(lane.dedup.admit(f))
         for d in diags:
-            out.extend(self.dedup.admit_diagnosis(d))
+            out.extend(lane.dedup.admit_diagnosis(d))
         queue = list(out)
         for _ in range(4):  # reactions of reactions are rare; bounded so a loop cannot spin
             follow: list[Diagnosis] = []
             for d in queue:
-                for r in self.job_stage.observe_diagnosis(d):
-                    follow.extend(self.dedup.admit_diagnosis(r))
+                for r in lane.stage.observe_diagnosis(d):
+                    follow.extend(lane.dedup.admit_diagnosis(r))
             if not follow:
                 break
             out.extend(follow)
@@ -178,26 +256,31 @@ class Engine:
         return out
 
     # --- time -------------------------------------------------------------------------------
-    def _tick(self, now: float) -> list[Diagnosis]:
-        self._last_tick = now
-        findings, diags = self.job_stage.tick(now)
-        out = self._settle(findings, diags)
-        out.extend(self.dedup.tick(now))
+    def _tick(self, lane: _Lane, now: float) -> list[Diagnosis]:
+        lane.last_tick = now
+        findings, diags = lane.stage.tick(now)
+        out = self._settle(lane, findings, diags)
+        out.extend(lane.dedup.tick(now))
         return out
 
     def tick(self, wall_now: float | None = None) -> list[Diagnosis]:
-        """The live consumer's clock (wall seconds since the epoch, default now): moves event time
-        only after ``grace_s`` without events, by the wall time elapsed beyond the grace."""
-        if self.now is None or self._arrival_now is None:
-            return []
-        idle = (time.time() if wall_now is None else wall_now) - self._arrival_wall
-        if idle <= self.config.grace_s:
-            return []
-        target = self._arrival_now + (idle - self.config.grace_s)
-        if target <= self.now:
-            return []
-        self.now = target
-        return self._tick(target)
+        """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
+        nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
+        beyond the grace (a job whose every node died must still be judged silent)."""
+        wall = time.time() if wall_now is None else wall_now
+        out: list[Diagnosis] = []
+        for lane in self._lanes.values():
+            if lane.now is None or lane.arrival_now is None:
+                continue
+            idle = wall - lane.arrival_wall
+            if idle <= self.config.grace_s:
+                continue
+            target = lane.arrival_now + (idle - self.config.grace_s)
+            if target <= lane.now:
+                continue
+            lane.now = target
+            out.extend(self._tick(lane, target))
+        return out
 
     def flush(self) -> list[Diagnosis]:
         """End of input (a trace's end, shutdown): decide what is pending, report final counts.
@@ -205,12 +288,16 @@ class Engine:
         Absence is not judged here: a trace that ends is not a cluster that went silent."""
         out: list[Diagnosis] = []
         parsed, windows = self.node_stage.flush()
-        node_out = NodeOutput(windows=windows)
+        by_job: dict[str, NodeOutput] = {}
+        for w in windows:
+            by_job.setdefault(w.job, NodeOutput()).windows.append(w)
         for ev in parsed:
-            self.node_stage.observe(ev, node_out)
-        out.extend(self._job_side(node_out))
-        out.extend(self._settle(self.job_stage.flush(), []))
-        out.extend(self.dedup.flush())
+            self.node_stage.observe(ev, by_job.setdefault(ev.job, NodeOutput()))
+        for job, node_out in by_job.items():
+            out.extend(self._job_side(self._lane(job), node_out))
+        for lane in self._lanes.values():
+            out.extend(self._settle(lane, lane.stage.flush(), []))
+            out.extend(lane.dedup.flush())
         return out
 
     def _remember(self, event_id: str) -> None:

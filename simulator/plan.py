@@ -19,7 +19,8 @@ import numpy as np
 
 from streams.diagnosis_record import FAULT_CLASSES
 
-SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c != "unknown")
+# Not injected: `unknown` is no fault, `clock_skew` an alert about a node's clock (not a fault of the job).
+SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c not in ("unknown", "clock_skew"))
 
 JOB_WIDE = frozenset({
     "gpu_lost", "gpu_thermal", "host_oom", "cuda_error", "nccl_error", "user_code", "nan_loss",

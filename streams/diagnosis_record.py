@@ -29,6 +29,8 @@ FAULT_CLASSES = (
     "node_silent",
     "app_fault",
     "unknown",
+    # Added (never renamed): a node whose clock is off; record-only, its events still count.
+    "clock_skew",
 )
 
 # The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;

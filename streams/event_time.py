@@ -48,53 +48,76 @@ class _NodeOffsets:
     recent: deque = field(default_factory=lambda: deque(maxlen=15))
     median: float = 0.0
     fresh: int = 0  # offsets added since the median was taken
+    correction: float = 0.0  # what its events are shifted by, held steady while the skew stays
+
+
+# With fewer nodes a job has no majority to tell the wrong clock from the right ones.
+MIN_PEERS = 3
 
 
 class EventClock:
-    """Places events in time (see the module's docstring). Not thread-safe: one per consumer."""
+    """Places events in time (see the module's docstring). Not thread-safe: one per consumer.
+
+    :meth:`observe` learns offsets and :meth:`place` uses them: a consumer observes a whole polled
+    batch before placing any of it, so the first records of a job are not placed on the word of
+    whichever node happened to be read first."""
 
     def __init__(self, max_skew_s: float = DEFAULT_MAX_SKEW_S) -> None:
         if max_skew_s <= 0:
             raise ValueError("max_skew_s must be positive")
         self.max_skew_s = max_skew_s
         self._nodes: dict[tuple[str, str], _NodeOffsets] = {}
+        self._job_nodes: dict[str, list[_NodeOffsets]] = {}
         self._job_offset: dict[str, float] = {}
         self._job_dirty: dict[str, int] = {}
-        self.skewed_nodes: dict[tuple[str, str], float] = {}
 
-    def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
+    @property
+    def skewed_nodes(self) -> dict[tuple[str, str], float]:
+        return {key: e.correction for key, e in self._nodes.items() if e.correction}
+
+    def _from_future(self, ts: float, record_ts: float | None, wall_now: float) -> bool:
         reference = wall_now if record_ts is None else max(wall_now, record_ts)
-        if ts > reference + self.max_skew_s:
-            # From the future: no real clock of ours has reached it. Its offset is not learned.
-            return Placement(reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0),
-                             ts - reference, "future")
-        if record_ts is None:
-            return Placement(ts)
-        skew = self._learn(job, node, ts - record_ts)
-        if abs(skew) > self.max_skew_s:
-            self.skewed_nodes[(job, node)] = skew
-            return Placement(ts - skew, skew)
-        self.skewed_nodes.pop((job, node), None)
-        return Placement(ts)
+        return ts > reference + self.max_skew_s
 
-    def _learn(self, job: str, node: str, offset: float) -> float:
-        """The node's clock error against its job's peers, after learning this offset."""
+    def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
+        """Learn the offset of one event (no-op without a record time or for a stamp from the future)."""
+        if record_ts is None or self._from_future(ts, record_ts, wall_now):
+            return
+        offset = ts - record_ts
         entry = self._nodes.get((job, node))
         if entry is None:
-            entry = self._nodes[(job, node)] = _NodeOffsets()
-            entry.median = offset
-            self._job_dirty[job] = self._job_dirty.get(job, 0) + 64
+            entry = self._nodes[(job, node)] = _NodeOffsets(median=offset)
+            self._job_nodes.setdefault(job, []).append(entry)
+            self._job_dirty[job] = 64
         entry.recent.append(offset)
         entry.fresh += 1
         if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
             entry.median = statistics.median(entry.recent)
             entry.fresh = 0
             self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
-        if self._job_dirty.get(job, 0) >= 8 or job not in self._job_offset:
-            medians = [e.median for (j, _), e in self._nodes.items() if j == job]
-            self._job_offset[job] = statistics.median(medians)
+        if self._job_dirty.get(job, 0) >= 8:
+            self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
             self._job_dirty[job] = 0
-        return entry.median - self._job_offset[job]
+
+    def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
+        if self._from_future(ts, record_ts, wall_now):
+            # No real clock of ours has reached it: judged where it arrived.
+            reference = wall_now if record_ts is None else max(wall_now, record_ts)
+            at = reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0)
+            return Placement(at, ts - reference, "future")
+        entry = self._nodes.get((job, node))
+        if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
+            return Placement(ts)
+        skew = entry.median - self._job_offset[job]
+        # Hysteresis: the correction stays put while the measured skew wobbles within half the
+        # bound (a backlog makes offsets noisy), so a corrected node's events keep their spacing.
+        if abs(skew) > self.max_skew_s and abs(skew - entry.correction) > self.max_skew_s / 2:
+            entry.correction = skew
+        elif abs(skew) <= self.max_skew_s / 2:
+            entry.correction = 0.0
+        if not entry.correction:
+            return Placement(ts)
+        return Placement(ts - entry.correction, entry.correction)
 
 
 @dataclass(order=True)

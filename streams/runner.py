@@ -193,22 +193,35 @@ class GroupRunner:
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
                     dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value, f"invalid: {exc}", self.group))
                     continue
-                good.append(self._placed(Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)))
+                good.append(Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp))
+        if self.clock is not None:
+            good = self._placed(good)
         return good, dead
 
-    def _placed(self, r: Record) -> Record:
-        if self.clock is None:
-            return r
-        ts = getattr(r.value, "ts", None)
-        record_ts = r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None
-        if not isinstance(ts, (int, float)):
-            return replace(r, event_ts=record_ts if record_ts is not None else time.time())
-        p = self.clock.place(str(getattr(r.value, "job", "")), str(getattr(r.value, "node", "")), float(ts),
-                             record_ts, time.time())
-        if p.skew_s is None:
-            return replace(r, event_ts=p.ts)
-        self.stats.skewed += 1
-        return replace(r, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped)
+    def _placed(self, records: list[Record]) -> list[Record]:
+        """Each record with its place in event time: the whole batch teaches the clock first."""
+        assert self.clock is not None
+        wall = time.time()
+        keyed = []
+        for r in records:
+            ts = getattr(r.value, "ts", None)
+            record_ts = r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None
+            job, node = str(getattr(r.value, "job", "")), str(getattr(r.value, "node", ""))
+            if isinstance(ts, (int, float)):
+                self.clock.observe(job, node, float(ts), record_ts, wall)
+            keyed.append((r, ts, record_ts, job, node))
+        out = []
+        for r, ts, record_ts, job, node in keyed:
+            if not isinstance(ts, (int, float)):
+                out.append(replace(r, event_ts=record_ts if record_ts is not None else wall))
+                continue
+            p = self.clock.place(job, node, float(ts), record_ts, wall)
+            if p.skew_s is None:
+                out.append(replace(r, event_ts=p.ts))
+                continue
+            self.stats.skewed += 1
+            out.append(replace(r, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
+        return out
 
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:
         if not records:
@@ -246,8 +259,8 @@ class GroupRunner:
     def _revoked(self, revoked) -> None:
         if self.merge is None or not revoked:
             return
-        # What was handed on is committed; what is held goes back to the partition's next owner.
-        self._commit_handed_on(self.consumer, [tp for tp in revoked])
+        # What was handed on is committed already (every loop commits after its batch; a listener
+        # may not block on the broker); what is held goes back to the partition's next owner.
         dropped = self.merge.revoke(revoked)
         self._paused -= set(revoked)
         if dropped:

@@ -47,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
             continue
         out.write(orjson.dumps(d.to_dict()) + b"\n")
     out.flush()
-    print(json.dumps({"summary": dict(engine.stats), "dedup": dict(engine.dedup.stats)}), file=sys.stderr)
+    print(json.dumps({"summary": dict(engine.stats), "dedup": dict(engine.dedup_stats)}), file=sys.stderr)
     return 0

@@ -49,8 +49,12 @@ def run(args: argparse.Namespace) -> int:
         final = handler.flush()
         if final:
             _send(settings, final)
+        # late: samples too far behind their job's time (counted, not judged); late_faults: fault
+        # reports diagnosed although late; clock_skew: events whose sender's clock was off.
+        counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **engine.stats}
         print(json.dumps({"records": stats.records_in, "diagnoses": handler.emitted,
-                          "dead_letters": stats.dead_letters, **{k: v for k, v in engine.stats.items()}}), flush=True)
+                          "dead_letters": stats.dead_letters, "oversized": stats.oversized,
+                          "forced_early": runner.merge.forced if runner.merge else 0, **counts}), flush=True)
     return 0
 
 

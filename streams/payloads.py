@@ -1,0 +1,140 @@
+"""Types of the payload keys docs/events.md documents, checked before any detector reads them.
+
+A key that is absent or ``null`` passes here (the driver may not report a field; the detector that
+needs a key says so itself). A key that is present with the wrong type — ``gpus`` not a list,
+``rank`` a string, ``loss`` an object, a negative interval — is an :class:`InvalidEvent` naming the
+field, so the event becomes a dead letter with that reason instead of being read as something else.
+Unknown keys are allowed (forward compatibility).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from streams.events import Envelope, InvalidEvent
+
+Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) else f"must be an integer, got {_kind(v)}"
+
+
+def _nonneg_int(v: Any) -> str | None:
+    return _int(v) or (f"must not be negative, got {v}" if v < 0 else None)
+
+
+def _num(v: Any) -> str | None:
+    if not _is_num(v):
+        return f"must be a number, got {_kind(v)}"
+    return None if math.isfinite(v) else f"must be finite, got {v}"
+
+
+def _nonneg(v: Any) -> str | None:
+    return _num(v) or (f"must not be negative, got {v}" if v < 0 else None)
+
+
+def _metric(v: Any) -> str | None:
+    """A training metric: a number, or the string of a non-finite one (streams.events.number)."""
+    if _is_num(v):
+        return None
+    if isinstance(v, str) and v.strip().lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
+        return None
+    return f"must be a number (or \"nan\"/\"inf\"), got {_kind(v)}"
+
+
+def _str(v: Any) -> str | None:
+    return None if isinstance(v, str) else f"must be a string, got {_kind(v)}"
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {_kind(v)}"
+
+
+def _obj(v: Any) -> str | None:
+    return None if isinstance(v, Mapping) else f"must be an object, got {_kind(v)}"
+
+
+def _list_of(item: Check) -> Check:
+    def check(v: Any) -> str | None:
+        if not isinstance(v, list):
+            return f"must be a list, got {_kind(v)}"
+        for i, x in enumerate(v):
+            if x is None:
+                continue
+            problem = item(x)
+            if problem:
+                return f"[{i}] {problem}"
+        return None
+    return check
+
+
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: f"the string {v!r:.40}", bool: f"{v}".lower()}.get(
+        type(v), type(v).__name__)
+
+
+_GPU_NUMBERS = ("util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
+                "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "ecc_sbe_volatile", "ecc_dbe_volatile",
+                "ecc_sbe_aggregate", "ecc_dbe_aggregate", "remap_correctable", "remap_uncorrectable",
+                "retired_pages_sbe", "retired_pages_dbe", "pcie_replay", "nvlink_errors")
+_GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_of(_str),
+                          **{k: _num for k in _GPU_NUMBERS}}
+
+
+def _gpu(v: Any) -> str | None:
+    if not isinstance(v, Mapping):
+        return f"must be an object, got {_kind(v)}"
+    for key, check in _GPU.items():
+        value = v.get(key)
+        if value is not None and (problem := check(value)):
+            return f"{key} {problem}"
+    return None
+
+
+_RANK = {"rank": _nonneg_int}
+SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
+    ("gpu", "sample"): {"gpus": _list_of(_gpu), "interval_s": _nonneg},
+    ("gpu", "xid"): {"gpu": _nonneg_int, "xid": _nonneg_int},
+    ("gpu", "lost"): {"gpu": _nonneg_int},
+    ("kernel", "xid"): {"xid": _nonneg_int, "pid": _int, "sympathetic": _bool},
+    ("kernel", "gpu_lost"): {"xid": _nonneg_int},
+    ("kernel", "sxid"): {"sxid": _nonneg_int},
+    ("kernel", "mce"): {"corrected": _bool},
+    ("kernel", "edac"): {"corrected": _bool},
+    ("kernel", "line"): {"line": _str},
+    ("nccl", "nccl_timeout"): {**_RANK, "seq": _int, "timeout_ms": _nonneg, "elapsed_ms": _nonneg,
+                               "last_enqueued": _int, "last_completed": _int},
+    ("nccl", "nccl_error"): _RANK,
+    ("nccl", "cuda_error"): _RANK,
+    ("nccl", "exception"): {**_RANK, "user_code": _bool},
+    ("nccl", "nan"): _RANK,
+    ("nccl", "line"): {"line": _str},
+    ("train", "step"): {**_RANK, "step": _nonneg_int, "loss": _metric, "grad_norm": _metric,
+                        "step_time_s": _nonneg, "compute_s": _nonneg, "tokens": _nonneg, "tokens_per_s": _nonneg,
+                        "mfu": _nonneg},
+    ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
+    ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj},
+    ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str},
+    ("host", "sample"): {"cpu_util": _nonneg, "mem_used_frac": _nonneg, "disk_free_frac": _nonneg, "load1": _nonneg},
+}
+
+
+def check_payload(event: Envelope) -> None:
+    """Raise InvalidEvent (``data.<key>``) when a documented key has the wrong type."""
+    schema = SCHEMAS.get((event.source, event.kind))
+    if not schema:
+        return
+    data = event.data
+    for key, check in schema.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        problem = check(value)
+        if problem:
+            raise InvalidEvent(f"data.{key}", problem)

@@ -1,0 +1,147 @@
+"""EventClock (where an event sits in time) and WatermarkMerge (in which order events go on)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from streams.event_time import EventClock, WatermarkMerge
+
+NOW = 1_790_000_000.0
+YEAR = 365 * 86400.0
+
+
+def _seen(clock: EventClock, job, node, ts, record_ts, wall_now):
+    clock.observe(job, node, ts, record_ts, wall_now)
+    return clock.place(job, node, ts, record_ts, wall_now)
+
+
+def test_a_stamp_from_the_future_does_not_move_time():
+    clock = EventClock(max_skew_s=300)
+    p = clock.place("j", "n0", NOW + 10 * YEAR, record_ts=NOW, wall_now=NOW + 1)
+    assert p.clamped == "future" and p.ts == pytest.approx(NOW) and p.skew_s == pytest.approx(10 * YEAR - 1)
+    # a small skew is an ordinary clock, not a bad one
+    assert clock.place("j", "n0", NOW + 60, record_ts=NOW, wall_now=NOW).clamped is None
+
+
+def test_an_old_trace_replayed_today_is_not_skewed():
+    # Every node of a replayed trace carries the same offset from the broker's clock: nobody is off.
+    clock = EventClock(max_skew_s=300)
+    age = 300 * 86400.0
+    for i in range(200):
+        for n in range(8):
+            p = _seen(clock, "j", f"n{n}", NOW - age + i, record_ts=NOW + i * 0.01, wall_now=NOW + i * 0.01)
+            assert p.ts == NOW - age + i and p.skew_s is None
+
+
+def test_a_node_whose_clock_is_off_is_measured_against_its_peers_and_corrected():
+    clock = EventClock(max_skew_s=300)
+    placed = {}
+    for i in range(100):
+        for n in range(8):
+            off = -3600.0 if n == 5 else random.Random(i * 8 + n).uniform(-0.5, 0.5)
+            placed[(i, n)] = _seen(clock, "j", f"n{n}", NOW + i + off, record_ts=NOW + i, wall_now=NOW + i)
+    late = placed[(99, 5)]
+    assert late.skew_s == pytest.approx(-3600, abs=1) and late.ts == pytest.approx(NOW + 99, abs=1)
+    assert all(placed[(99, n)].skew_s is None for n in range(8) if n != 5)
+    assert ("j", "n5") in clock.skewed_nodes
+
+
+def test_a_backlog_sent_at_once_is_corrected_steadily():
+    # 90 s of beats produced in one burst: offsets drift with the backlog, the correction must not
+    # (a jittering correction opens gaps that look like silences).
+    clock = EventClock(max_skew_s=300)
+    batch = [(f"n{n}", NOW - 90 + t + (-3600 if n == 5 else 0)) for t in range(0, 90, 3) for n in range(8)]
+    for node, ts in batch:
+        clock.observe("j", node, ts, NOW, NOW)
+    placed = [clock.place("j", node, ts, NOW, NOW).ts for node, ts in batch if node == "n5"]
+    gaps = {round(b - a, 6) for a, b in zip(placed, placed[1:])}
+    assert gaps == {3.0} and abs(placed[0] - (NOW - 90)) < 60
+
+
+def test_two_nodes_cannot_outvote_each_other():
+    clock = EventClock(max_skew_s=300)
+    for i in range(20):
+        _seen(clock, "j", "a", NOW + i, NOW + i, NOW + i)
+        p = _seen(clock, "j", "b", NOW + i - 3600, NOW + i, NOW + i)
+    assert p.skew_s is None  # no majority to say which clock is wrong
+
+
+def test_offline_without_record_times_only_the_future_is_guarded():
+    clock = EventClock(max_skew_s=300)
+    assert clock.place("j", "n0", NOW - YEAR, record_ts=None, wall_now=NOW).ts == NOW - YEAR
+    assert clock.place("j", "n0", NOW + YEAR, record_ts=None, wall_now=NOW).clamped == "future"
+
+
+def _merge_all(batches, caught_up_after, idle=2.0):
+    """Feed (wall, partition, offset, ts) batches; return the release order."""
+    m = WatermarkMerge(max_idle_s=idle)
+    m.assign(["a", "b"], 0.0)
+    out = []
+    for wall, items in batches:
+        for p, off, ts in items:
+            m.add(p, off, ts, (p, off, ts), wall)
+        out += m.release(wall, {p: wall >= caught_up_after.get(p, 0) for p in ("a", "b")})
+    return m, out
+
+
+def test_records_go_on_in_event_time_order_across_partitions():
+    # Partition a is read far ahead of b (a backlog): nothing of a passes b's watermark.
+    a = [("a", i, 100.0 + i) for i in range(50)]
+    b = [("b", i, 100.0 + i + 0.5) for i in range(50)]
+    m, out = _merge_all([(0.1, a), (0.2, b[:10]), (0.3, b[10:])], caught_up_after={"a": 0.0, "b": 0.3})
+    times = [ts for _, _, ts in out]
+    assert times == sorted(times)
+    assert len(out) + m.held == 100
+    # b's last record (149.5) waits: a has delivered only up to 149 and may still send earlier ones
+    assert m.held == 1 and m.lowest_held_offset("b") == 49 and m.lowest_held_offset("a") is None
+
+
+def test_a_partition_that_says_nothing_holds_the_others_back_only_while_it_may_speak():
+    m = WatermarkMerge(max_idle_s=2.0)
+    m.assign(["a", "b"], 0.0)
+    m.add("a", 0, 100.0, "x", 0.5)
+    assert m.release(0.5, {"a": True, "b": True}) == []  # b was just assigned: it may still speak
+    assert m.release(1.0, {"a": True, "b": False}) == []  # b has unread input: wait however long
+    assert m.release(30.0, {"a": True, "b": False}) == []
+    assert m.release(2.5, {"a": True, "b": True}) == ["x"]  # b caught up and idle past the bound
+
+
+def test_commit_position_is_the_lowest_record_still_held():
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["a", "b"], 0.0)
+    for off, ts in enumerate([5.0, 1.0, 9.0]):  # out of time order inside the partition
+        m.add("a", off, ts, off, 0.0)
+    m.add("b", 0, 6.0, "b0", 0.0)
+    assert m.release(0.0, {"a": False, "b": False}) == [1, 0, "b0"]  # up to b's watermark 6.0
+    assert m.lowest_held_offset("a") == 2 and m.lowest_held_offset("b") is None
+
+
+def test_revoked_partitions_leave_their_records_to_the_next_owner():
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["a", "b"], 0.0)
+    m.add("a", 0, 5.0, "a0", 0.0)
+    m.add("b", 0, 1.0, "b0", 0.0)
+    assert m.revoke(["b"]) == 1
+    assert m.release(0.0, {"a": False}) == ["a0"]
+
+
+def test_partitions_running_ahead_are_paused_and_resumed():
+    m = WatermarkMerge(max_idle_s=100, max_held_per_partition=10)
+    m.assign(["a", "b"], 0.0)
+    for i in range(20):
+        m.add("a", i, float(i), i, 0.0)
+    assert m.to_pause() == {"a"}
+    m.add("b", 0, 100.0, "b0", 0.0)
+    m.release(0.0, {"a": False, "b": False})
+    assert "a" in m.to_resume()
+
+
+def test_memory_is_bounded_when_a_partition_never_moves():
+    m = WatermarkMerge(max_idle_s=100, max_held=50)
+    m.assign(["a", "b"], 0.0)
+    for i in range(80):
+        m.add("a", i, float(i), i, 0.0)
+    out = m.release(0.0, {"a": False, "b": False})
+    assert m.held == 50 and out == list(range(30)) and m.forced == 30

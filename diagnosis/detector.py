@@ -36,27 +36,52 @@ class DiagnosisListener(Protocol):
 
 
 class JobBook:
-    """The latest topology of every job, from ``job``/``topology`` events."""
+    """Every job's topology over time, from ``job``/``topology`` events.
+
+    A job's machines change (an eviction brings a standby in), and a consumer may learn a later
+    topology before it has judged the events that came before it (priming from the compacted
+    ``jobs`` topic, a backlog). So the book keeps each version with its time, and answers for the
+    job's current event time, which the engine sets with :meth:`advance`."""
 
     def __init__(self) -> None:
-        self._topologies: dict[str, Topology] = {}
+        self._versions: dict[str, list[tuple[float, Topology]]] = {}
+        self._now: dict[str, float] = {}
 
     def update(self, event: Envelope) -> Topology | None:
         """Record a topology event; raises InvalidEvent (a dead letter) when it is malformed."""
         if event.source != "job" or event.kind != "topology":
             return None
         topology = Topology.from_data(event.data)
-        self._topologies[event.job] = topology
+        versions = self._versions.setdefault(event.job, [])
+        entry = (float(event.ts), topology)
+        if entry[0] not in {ts for ts, _ in versions}:
+            versions.append(entry)
+            versions.sort(key=lambda v: v[0])
         return topology
 
+    def advance(self, job: str, now: float) -> None:
+        """The job's event time has reached ``now``: topologies stamped up to then apply."""
+        self._now[job] = now
+
     def topology(self, job: str) -> Topology | None:
-        return self._topologies.get(job)
+        versions = self._versions.get(job)
+        if not versions:
+            return None
+        now = self._now.get(job)
+        if now is None:
+            return versions[-1][1]
+        current = versions[0][1]  # before its first version the job's first topology applies
+        for ts, topology in versions:
+            if ts > now:
+                break
+            current = topology
+        return current
 
     def jobs(self) -> list[str]:
-        return list(self._topologies)
+        return list(self._versions)
 
     def rank_node(self, job: str, rank: int) -> str | None:
-        topo = self._topologies.get(job)
+        topo = self.topology(job)
         if topo is None:
             return None
         place = topo.by_rank.get(rank)

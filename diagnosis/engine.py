@@ -133,6 +133,8 @@ class Engine:
             if at is not None and at != event.ts:
                 event = dataclasses.replace(event, ts=at)
         late_by = 0.0 if lane.now is None else lane.now - event.ts
+        if lane.now is None:
+            self.book.advance(event.job, event.ts)
         if late_by > self.config.max_lateness_s and (event.source, event.kind) in _TIMELY_ONLY:
             # Counted and logged (the history keeps it); judging a window or a silence from it
             # now could only produce a false verdict.
@@ -152,6 +154,7 @@ class Engine:
         out.extend(found)
         if lane.now is None or event.ts > lane.now:
             lane.now = event.ts
+            self.book.advance(event.job, lane.now)
         lane.arrival_wall = time.time()
         lane.arrival_now = lane.now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
@@ -269,7 +272,7 @@ class Engine:
         beyond the grace (a job whose every node died must still be judged silent)."""
         wall = time.time() if wall_now is None else wall_now
         out: list[Diagnosis] = []
-        for lane in self._lanes.values():
+        for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None:
                 continue
             idle = wall - lane.arrival_wall
@@ -279,6 +282,7 @@ class Engine:
             if target <= lane.now:
                 continue
             lane.now = target
+            self.book.advance(job, target)
             out.extend(self._tick(lane, target))
         return out
 

@@ -6,9 +6,10 @@ Two pure pieces, used by :class:`streams.runner.GroupRunner` (live) and testable
 sender) drag a job's time forward: an event stamped more than ``max_skew_s`` ahead of every real
 clock the consumer has (its own wall clock at arrival and the broker's record timestamp) is from
 the future, and is judged at its arrival position instead. Each node's clock is measured against
-its peers: the offset ``event ts - record ts`` is the same for every node of a job (zero live,
-the trace's age in a replay), so a node whose offset differs from the job's by more than the bound
-has a skewed clock; its events are shifted back by the measured difference and still count.
+its peers: read live, the offset ``event ts - record ts`` is the same for every node of a job, so
+a node whose offset differs from the job's by more than the bound has a skewed clock; its events
+are shifted back by the measured difference and still count. Read from a backlog (a spool
+flushed, a trace replayed fast) the offsets of one job spread apart, and no clock is judged.
 
 :class:`WatermarkMerge` hands records on in event-time order across partitions and topics,
 whatever speed each partition is read at (a backlog after an outage, a slow broker, a rebalance).
@@ -53,6 +54,8 @@ class _NodeOffsets:
 
 # With fewer nodes a job has no majority to tell the wrong clock from the right ones.
 MIN_PEERS = 3
+# Clocks are judged only once a job has been sending for this long by the broker's clock.
+LIVE_SPAN_S = 60.0
 
 
 class EventClock:
@@ -70,6 +73,9 @@ class EventClock:
         self._job_nodes: dict[str, list[_NodeOffsets]] = {}
         self._job_offset: dict[str, float] = {}
         self._job_dirty: dict[str, int] = {}
+        self._job_recent: dict[str, deque] = {}  # recent offsets of all its nodes
+        self._job_spread: dict[str, float] = {}
+        self._job_span: dict[str, list[float]] = {}  # first and last record time seen
 
     @property
     def skewed_nodes(self) -> dict[tuple[str, str], float]:
@@ -90,6 +96,9 @@ class EventClock:
             self._job_nodes.setdefault(job, []).append(entry)
             self._job_dirty[job] = 64
         entry.recent.append(offset)
+        self._job_recent.setdefault(job, deque(maxlen=255)).append(offset)
+        span = self._job_span.setdefault(job, [record_ts, record_ts])
+        span[0], span[1] = min(span[0], record_ts), max(span[1], record_ts)
         entry.fresh += 1
         if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
             entry.median = statistics.median(entry.recent)
@@ -97,6 +106,8 @@ class EventClock:
             self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
         if self._job_dirty.get(job, 0) >= 8:
             self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
+            q = statistics.quantiles(self._job_recent[job], n=4) if len(self._job_recent[job]) > 1 else [0, 0, 0]
+            self._job_spread[job] = q[2] - q[0]
             self._job_dirty[job] = 0
 
     def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
@@ -107,6 +118,12 @@ class EventClock:
             return Placement(at, ts - reference, "future")
         entry = self._nodes.get((job, node))
         if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
+            return Placement(ts)
+        span = self._job_span.get(job, [0.0, 0.0])
+        if span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4:
+            # Not (yet) seen live: a burst sent at once, or offsets that disagree among themselves
+            # (a spool flushed, a trace replayed), where the broker's time says when an event was
+            # sent, not when it happened. Clocks cannot be judged from that; none is corrected.
             return Placement(ts)
         skew = entry.median - self._job_offset[job]
         # Hysteresis: the correction stays put while the measured skew wobbles within half the

@@ -42,6 +42,8 @@ DEAD_LETTER_TOPIC = topics.DEAD_LETTER
 _MAX_DEAD_VALUE = 64 * 1024
 # Kafka's own default message.max.bytes; a telemetry message is a few KB.
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+# How long an assigned partition that was never fetched from holds event time back.
+UNFETCHED_WAIT_S = 30.0
 
 Decoder = Callable[[bytes | None], Any]
 
@@ -155,6 +157,7 @@ class GroupRunner:
         self.clock = EventClock(max_skew_s) if event_time else None
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
         self._paused: set[TopicPartition] = set()
+        self._assigned_at: dict[TopicPartition, float] = {}
 
     # --- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -254,6 +257,8 @@ class GroupRunner:
     def _assigned(self, assigned) -> None:
         if self.merge is not None:
             self.merge.assign(assigned, time.time())
+            now = time.monotonic()
+            self._assigned_at.update({tp: now for tp in assigned})
         self.ready.set()
 
     def _revoked(self, revoked) -> None:
@@ -269,10 +274,15 @@ class GroupRunner:
     # --- event-time order -------------------------------------------------------------------
     def _caught_up(self, consumer: KafkaConsumer) -> dict[TopicPartition, bool]:
         out = {}
+        now = time.monotonic()
         for tp in consumer.assignment():
             high = consumer.highwater(tp)
-            # Unknown high-water (nothing fetched yet): the idle timer since assignment decides.
-            out[tp] = True if high is None else consumer.position(tp) >= high
+            if high is None:
+                # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
+                # but not forever (a partition the broker never answers for).
+                out[tp] = now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
+            else:
+                out[tp] = consumer.position(tp) >= high
         return out
 
     def _ordered(self, consumer: KafkaConsumer, good: list[Record], drain: bool = False) -> list[Record]:

@@ -108,12 +108,16 @@ def test_a_node_an_hour_behind_is_named_and_still_counts(kafka_settings, group_n
     now = time.time()
     nodes = [f"n{i:03d}" for i in range(8)]
     producer = KafkaProducer(bootstrap_servers=kafka_settings.bootstrap)
-    for t in range(0, 90, 3):
+    # Sent as it happened (the broker's record time is each beat's true time, as a live agent's
+    # is); only the envelope's stamp of n005 comes from a clock an hour behind.
+    for t in range(0, 120, 3):
+        true = now - 120 + t
         for n in nodes:
-            off = -3600.0 if n == "n005" else 0.0  # its clock runs an hour behind
-            producer.send("telemetry.heartbeat", key=n.encode(),
-                          value=_envelope(job, n, now - 90 + t + off, "heartbeat", "beat", seq=t, pids=[1]))
-    producer.send("telemetry.kernel", key=b"n005", value=_envelope(job, "n005", now - 3600, "kernel", "line", line=XID79))
+            off = -3600.0 if n == "n005" else 0.0
+            producer.send("telemetry.heartbeat", key=n.encode(), timestamp_ms=int(true * 1000),
+                          value=_envelope(job, n, true + off, "heartbeat", "beat", seq=t, pids=[1]))
+    producer.send("telemetry.kernel", key=b"n005", timestamp_ms=int(now * 1000),
+                  value=_envelope(job, "n005", now - 3600, "kernel", "line", line=XID79))
     producer.flush()
     producer.close()
 

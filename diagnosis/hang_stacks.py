@@ -174,7 +174,7 @@ def _why_not_wait_chain(activities: Mapping[int, RankActivity], chains: WaitChai
         ends = chains.dead_ends
         sample = activities[ends[0]]
         parts.append(f"chains end at waiting ranks whose groups have all arrived [{rank_list(ends)}] "
-                     f"(e.g. {ends[0]} in {sample.frame}): ranks wait in different calls")
+                     f"(e.g. {ends[0]} in {sample.frame})")
     if not parts:
         parts.append(f"all {waiting} waiting ranks wait on each other, none outside communication")
     return "; ".join(parts)

@@ -231,6 +231,13 @@ def read_activity(frames: Sequence[Frame], call_site_depth: int = 4) -> RankActi
                 return RankActivity(False, None, _where(frame), "GPU work that does not finish (a stream sync outside communication)")
             i, prim = behind
             frame = frames[i]
+        if prim is not None and is_native(frame):
+            # gloo's waitRecv says "waiting"; the torch or Megatron call further out says in what.
+            outer = next(((j, p) for j, p in ((j, primitive_of(f)) for j, f in enumerate(frames[i + 1:], i + 1))
+                          if p is not None and p.kind != SYNC and not is_native(frames[j])), None)
+            if outer is not None:
+                i, prim = outer
+                frame = frames[i]
         if prim is not None:
             callers = frames[i + 1:]
             direction = prim.direction

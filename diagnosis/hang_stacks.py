@@ -91,7 +91,8 @@ def _by_wait_chain(stacks: RankStacks, activities: Mapping[int, RankActivity], c
         if waiting == usable and not chains.unknown_ends and len(chains.dead_ends) == waiting and not stacks.missing:
             sites = Counter(activities[r].frame.split(" (", 1)[0] for r in chains.waiting)
             calls = ", ".join(f"{n} in {op}" for op, n in sites.most_common(3))
-            head = (f"rule {RULE_WAIT_CHAIN}: no suspect: every rank waits in the same collective call ({calls}) and "
+            same = "the same collective call" if len({activities[r].call_site for r in chains.waiting}) == 1 else "collective calls"
+            head = (f"rule {RULE_WAIT_CHAIN}: no suspect: every rank waits in {same} ({calls}) and "
                     f"every member of its groups has arrived; nobody is behind, the hang is inside the "
                     f"communication layer (network, NCCL/gloo): nothing to evict, ask again or alert")
             return StackVerdict(outlier_ranks=(), axis=None, group_id=None, group=None, nodes=(), confidence=0.0,

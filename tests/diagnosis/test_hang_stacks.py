@@ -94,6 +94,14 @@ def test_a_spread_hang_misleads_the_majority_vote_but_not_the_chains(case):
     assert next(iter(verdict.groups)) == "waiting in recv" and len(verdict.groups) >= 3
 
 
+def test_native_gloo_frames_are_read_through_to_the_torch_call():
+    meta, topo, dumps = load("tp2pp4_middle_compute_native")
+    assert sum("gloo::transport::tcp::UnboundBuffer::wait" in t for t in dumps.values()) >= 10
+    verdict = read_hang_stacks(dumps, topo)
+    assert verdict.outlier_ranks == (meta["culprit_rank"],)
+    assert set(verdict.groups) == {"waiting in recv", "waiting in send", "waiting in all_reduce", "compute"}
+
+
 @pytest.mark.parametrize("tool", ["py-spy", "faulthandler"])
 def test_every_rank_in_the_same_collective_is_no_suspect(tool):
     _, topo, dumps = load("pp2_same_collective", tool)
@@ -185,8 +193,10 @@ def _py_spy_can_attach() -> str | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         return "py-spy is not installed"
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
     try:
+        child.stdout.readline()  # the interpreter is up: py-spy can find it
         res = subprocess.run([spy, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30)
         return None if res.returncode == 0 else f"py-spy cannot attach here: {res.stderr.strip()[:200]}"
     finally:

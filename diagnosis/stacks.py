@@ -6,6 +6,10 @@ grouped by signature, near-identical signatures are merged (same innermost frame
 ``max_frame_edits`` frame edits apart, so a line number or one extra wrapper frame does not split
 healthy ranks), the dominant groups are healthy and the rest are outliers, and
 :func:`diagnosis.localize.localize` names the parallel group the outliers share.
+
+This is the rule of the fail-slow rounds and the fallback of a hang's reading: a hang whose stall
+has spread is read by its wait chains first (diagnosis.hang_stacks), on the same parsed dumps
+(:func:`read_rank_stacks`).
 """
 
 from __future__ import annotations

@@ -137,6 +137,15 @@ def test_garbled_and_truncated_real_dumps_are_reported_not_fatal():
     assert "bad dumps" in verdict.detail
 
 
+@pytest.mark.parametrize("dumps", [{}, {0: "", 1: None, 2: 42, 3: "junk"},
+                                   {0: 'Thread 1 (idle): "MainThread"\n    pthread_cond_wait (libc.so.6)\n'}])
+def test_nothing_usable_gives_a_verdict_without_suspects(dumps):
+    topo = grid(2, 2, tp=2, pp=2, dp=1)
+    verdict = read_hang_stacks(dumps, topo)
+    assert verdict.group is None and verdict.outlier_ranks == () and not verdict.no_suspect
+    assert verdict.rule is None and "wait chains name no suspect" in verdict.detail
+
+
 # --- the same code in `faultlens stacks` and in the streaming hang detector ---------------------
 def test_cli_reads_a_real_hang(capsys):
     meta, topo, _ = load("pp4dp4_overlap_middle_compute")

@@ -1,10 +1,14 @@
-"""Stack aggregation at scale: cluster_stacks on 16,384 ranks and `faultlens stacks` on a folder of them.
+"""Stack reading at scale: read_hang_stacks / cluster_stacks on 16,384 ranks, `faultlens stacks` on a folder.
 
-Prints one JSON line per measurement. The job is 2048 nodes × 8 GPUs, TP=8, PP=16, DP=128, in the
-Fig. 7 situation (one rank stuck in all_gather, its pipeline in isend/irecv, all others in the
-gradient sync). Two dump populations: "pid-only" (healthy dumps identical but for pids, thread
-ids, locals and an optional loader thread: the usual case, where the signature cache pays) and
-"all-distinct" (every dump's line numbers differ, so every text is parsed).
+Prints one JSON line per measurement. The job is 2048 nodes × 8 GPUs, TP=8, PP=16, DP=128. Three
+dump populations: "pid-only" (Fig. 7: one rank stuck in all_gather, its pipeline in isend/irecv,
+all others in the gradient sync; healthy dumps identical but for pids, thread ids, locals and an
+optional loader thread: the usual case, where the signature cache pays), "all-distinct" (Fig. 7
+with every dump's line numbers different, so every text is parsed) and "spread-hang" (a hang
+minutes old, shaped like the real gloo captures: one rank computing, everyone else in recv, send,
+all_gather or the overlapped grad sync, no majority stack). For each, both the hang reading
+(wait chains, else clustering: what `faultlens stacks` and the hang detector run) and the bare
+outlier clustering (the fail-slow rounds) are timed, and whether each blamed the expected group.
 
     .venv/bin/python -m bench.bench_stacks [--nodes 2048] [--gpus 8] [--tp 8] [--pp 16] [--repeat 3]
 """
@@ -20,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from diagnosis.hang_stacks import read_hang_stacks
 from diagnosis.stacks import cluster_stacks
-from tests.diagnosis.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump
+from tests.diagnosis.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
 
 
 def _distinct(topology, stuck: int) -> dict[int, str]:
@@ -34,12 +39,12 @@ def _distinct(topology, stuck: int) -> dict[int, str]:
     return dumps
 
 
-def _time_cluster(dumps, topology, repeat: int) -> tuple[float, object]:
+def _time(read, dumps, topology, repeat: int) -> tuple[float, object]:
     best = float("inf")
     verdict = None
     for _ in range(repeat):
         start = time.perf_counter()
-        verdict = cluster_stacks(dumps, topology)
+        verdict = read(dumps, topology)
         best = min(best, time.perf_counter() - start)
     return best, verdict
 
@@ -56,33 +61,40 @@ def main() -> int:
     topology = grid(args.nodes, args.gpus, args.tp, args.pp, dp)
     ranks = len(topology.ranks)
     stuck = next(p.rank for p in topology.ranks if p.pp == args.pp - 1 and p.dp == dp // 2)
-    expected = f"pp:{topology.group_id(stuck, 'pp')}"
+    fig7_group = f"pp:{topology.group_id(stuck, 'pp')}"
+    culprit = next(p.rank for p in topology.ranks if p.pp == args.pp // 2 and p.dp == dp // 3 and p.tp == 3)
+    spread_group = f"tp:{topology.group_id(culprit, 'tp')}"
 
-    for name, dumps in (("pid-only", fig7_dumps(topology, stuck)), ("all-distinct", _distinct(topology, stuck))):
-        seconds, verdict = _time_cluster(dumps, topology, args.repeat)
-        print(json.dumps({
-            "bench": "cluster_stacks", "dumps": name, "ranks": ranks, "seconds": round(seconds, 3),
-            "ranks_per_s": round(ranks / seconds), "group": verdict.group, "expected": expected,
-            "correct": verdict.group == expected, "outliers": len(verdict.outlier_ranks),
-            "dump_mb": round(sum(map(len, dumps.values())) / 1e6, 1),
-        }), flush=True)
+    populations = (("pid-only", fig7_dumps(topology, stuck), fig7_group),
+                   ("all-distinct", _distinct(topology, stuck), fig7_group),
+                   ("spread-hang", spread_hang_dumps(topology, culprit), spread_group))
+    for name, dumps, expected in populations:
+        for bench, read in (("read_hang_stacks", read_hang_stacks), ("cluster_stacks", cluster_stacks)):
+            seconds, verdict = _time(read, dumps, topology, args.repeat)
+            print(json.dumps({
+                "bench": bench, "dumps": name, "ranks": ranks, "seconds": round(seconds, 3),
+                "ranks_per_s": round(ranks / seconds), "rule": verdict.rule, "group": verdict.group,
+                "expected": expected, "correct": verdict.group == expected, "suspects": len(verdict.outlier_ranks),
+                "dump_mb": round(sum(map(len, dumps.values())) / 1e6, 1),
+            }), flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="bench_stacks_") as tmp:
-        folder = Path(tmp) / "dumps"
-        folder.mkdir()
-        for rank, text in fig7_dumps(topology, stuck).items():
-            (folder / f"{rank}.txt").write_text(text)
-        topo_file = Path(tmp) / "topology.json"
-        topo_file.write_text(json.dumps(topology.to_data()))
-        cmd = [sys.executable, "-m", "faultlens", "stacks", str(folder), "--topology", str(topo_file)]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
-        wall = time.perf_counter() - start
-        group = json.loads(proc.stdout)["group"] if proc.returncode == 0 and proc.stdout.strip() else None
-        print(json.dumps({
-            "bench": "faultlens stacks", "ranks": ranks, "wall_s": round(wall, 3), "rc": proc.returncode,
-            "group": group, "correct": group == expected,
-        }), flush=True)
+    for name, dumps, expected in (populations[0], populations[2]):
+        with tempfile.TemporaryDirectory(prefix="bench_stacks_") as tmp:
+            folder = Path(tmp) / "dumps"
+            folder.mkdir()
+            for rank, text in dumps.items():
+                (folder / f"{rank}.txt").write_text(text)
+            topo_file = Path(tmp) / "topology.json"
+            topo_file.write_text(json.dumps(topology.to_data()))
+            cmd = [sys.executable, "-m", "faultlens", "stacks", str(folder), "--topology", str(topo_file)]
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+            wall = time.perf_counter() - start
+            group = json.loads(proc.stdout)["group"] if proc.returncode == 0 and proc.stdout.strip() else None
+            print(json.dumps({
+                "bench": "faultlens stacks", "dumps": name, "ranks": ranks, "wall_s": round(wall, 3),
+                "rc": proc.returncode, "group": group, "correct": group == expected,
+            }), flush=True)
     return 0
 
 

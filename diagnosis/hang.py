@@ -3,9 +3,11 @@
 Per job: the last step of every rank (``train``/``step``) and the last heartbeat that still lists
 training pids. When no rank has advanced for max(k × median step time, floor) and heartbeats
 keep coming, the job is hung, not dead: a ``job_hang`` suspicion asks for every rank's stack
-(action ``capture_stacks``). The dumps that then arrive are clustered (diagnosis.stacks) once
-every rank has sent one or the collection times out, and the final ``job_hang`` diagnosis evicts
-the parallel group the outlier stacks share. One suspicion per stall; stepping again clears it.
+(action ``capture_stacks``). The dumps that then arrive are read (diagnosis.hang_stacks: the wait
+chains, else the outlier clustering) once every rank has sent one or the collection times out,
+and the final ``job_hang`` diagnosis evicts the parallel group of the suspects; when every rank
+waits in the same collective and nobody is behind, it evicts nobody and asks for stop-time
+diagnosis instead. One suspicion per stall; stepping again clears it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import first_ranks_nodes, localize
 from streams.diagnosis_record import Diagnosis
-from diagnosis.stacks import StackConfig, StackVerdict, cluster_stacks
+from diagnosis.hang_stacks import read_hang_stacks
+from diagnosis.stacks import StackConfig, StackVerdict
 from streams.events import Envelope, as_float
 
 log = logging.getLogger(__name__)
@@ -225,8 +228,14 @@ class HangDetector:
         if topology is not None and len(stall.dumps):
             texts = stall.dumps.texts(topology.by_rank)
             stray = len(stall.dumps) - len(texts)
-            verdict = cluster_stacks(texts, topology, self.config.stacks)
+            verdict = read_hang_stacks(texts, topology, self.config.stacks)
             note = f"; {stray} dump(s) from ranks outside the topology ignored" if stray else ""
+            if verdict.no_suspect:
+                # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
+                return Diagnosis(
+                    **base, action="stop_time_diagnosis", confidence=self.config.fallback_confidence,
+                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
+                )
             if verdict.localized:
                 return Diagnosis(
                     **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,

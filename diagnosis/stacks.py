@@ -6,6 +6,10 @@ grouped by signature, near-identical signatures are merged (same innermost frame
 ``max_frame_edits`` frame edits apart, so a line number or one extra wrapper frame does not split
 healthy ranks), the dominant groups are healthy and the rest are outliers, and
 :func:`diagnosis.localize.localize` names the parallel group the outliers share.
+
+This is the rule of the fail-slow rounds and the fallback of a hang's reading: a hang whose stall
+has spread is read by its wait chains first (diagnosis.hang_stacks), on the same parsed dumps
+(:func:`read_rank_stacks`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,13 @@ _VOLATILE = tuple(re.compile(p) for p in (r"Thread \d+", r"Process \d+", r"0x[0-
 
 __all__ = [
     "Frame", "ThreadStack", "parse_dump", "training_thread", "Signature", "signature", "describe",
-    "StackConfig", "StackVerdict", "cluster_stacks", "NotInTopology",
+    "StackConfig", "StackVerdict", "cluster_stacks", "NotInTopology", "RankStacks", "read_rank_stacks",
+    "cluster_rank_stacks", "RULE_OUTLIER", "RULE_WAIT_CHAIN",
 ]
+
+# Which rule named the suspects of a verdict (StackVerdict.rule).
+RULE_OUTLIER = "outlier-clustering"
+RULE_WAIT_CHAIN = "wait-chain"
 
 
 class NotInTopology(ValueError):
@@ -50,6 +59,10 @@ class StackConfig:
     cover_share: float = 0.75  # share of outliers a blamed group must hold (localize)
     min_seen_share: float = 0.5  # below this share of ranks with a usable dump, confidence is halved
     max_detail_groups: int = 6
+    # Wait-chain reading of a hang (diagnosis.hang_stacks): it names suspects only when most ranks
+    # wait and few do not, else the outlier clustering decides.
+    min_waiting_share: float = 0.5  # of usable ranks, waiting in a communication primitive
+    max_suspect_share: float = 0.25  # of usable ranks, at the ends of the chains
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,9 @@ class StackVerdict:
     bad_ranks: tuple[int, ...] = ()  # empty, garbled or truncated dumps
     missing_ranks: tuple[int, ...] = ()  # in the topology, no dump at all
     outlier_frames: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # outlier signature → frames setting it apart
+    rule: str | None = None  # RULE_WAIT_CHAIN or RULE_OUTLIER: what named the suspects (None: nothing did)
+    chains: tuple[str, ...] = ()  # wait chains, victim first, to each suspect (wait-chain rule)
+    no_suspect: bool = False  # every rank waits in the same call and nobody is behind: evict nobody
 
     @property
     def localized(self) -> bool:
@@ -143,17 +159,26 @@ def _apart(outlier: Signature, healthy: Signature, limit: int = 3) -> tuple[str,
     return tuple(f"{fn} ({file})" for fn, file in outlier if (fn, file) not in seen)[:limit]
 
 
-def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackConfig = StackConfig()) -> StackVerdict:
-    """Group ranks by stack, find the outliers and the parallel group they share.
+@dataclass(frozen=True)
+class RankStacks:
+    """Every rank's training thread, parsed once for both rules."""
 
-    Raises :class:`NotInTopology` when a dump names a rank the topology lacks; any dump text,
-    however broken, is otherwise accepted (unusable ones land in ``bad_ranks``).
+    threads: Mapping[int, ThreadStack]  # usable ranks (identical dumps share one object)
+    bad: tuple[int, ...]  # empty, garbled or truncated dumps
+    missing: tuple[int, ...]  # in the topology, no dump at all
+    expected: int  # ranks in the topology
+
+
+def read_rank_stacks(dumps: Mapping[int, str], topology: Topology) -> RankStacks:
+    """Parse one dump per rank; :class:`NotInTopology` when a dump names a rank the topology lacks.
+
+    Any dump text, however broken, is otherwise accepted (unusable ones land in ``bad``).
     """
     unknown = sorted(r for r in dumps if r not in topology.by_rank)
     if unknown:
         raise NotInTopology(unknown)
-    cache: dict[str, Signature | None] = {}
-    rank_sig: dict[int, Signature] = {}
+    cache: dict[str, ThreadStack | None] = {}
+    threads: dict[int, ThreadStack] = {}
     bad: list[int] = []
     for rank, text in dumps.items():
         if not isinstance(text, str):
@@ -163,15 +188,38 @@ def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackCo
         for pattern in _VOLATILE:
             key = pattern.sub("#", key)
         if key not in cache:
-            cache[key] = _dump_signature(text)
-        sig = cache[key]
-        if sig is None:
+            thread = training_thread(parse_dump(text))
+            cache[key] = None if thread is None or thread.truncated else thread
+        thread = cache[key]
+        if thread is None:
             bad.append(rank)
         else:
-            rank_sig[rank] = sig
-    bad.sort()
+            threads[rank] = thread
     missing = tuple(sorted(set(topology.by_rank) - set(dumps)))
-    expected = len(topology.by_rank)
+    return RankStacks(threads, tuple(sorted(bad)), missing, len(topology.by_rank))
+
+
+def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackConfig = StackConfig()) -> StackVerdict:
+    """Group ranks by stack, find the outliers and the parallel group they share.
+
+    Raises :class:`NotInTopology` when a dump names a rank the topology lacks; any dump text,
+    however broken, is otherwise accepted (unusable ones land in ``bad_ranks``).
+    """
+    return cluster_rank_stacks(read_rank_stacks(dumps, topology), topology, config)
+
+
+def cluster_rank_stacks(stacks: RankStacks, topology: Topology, config: StackConfig = StackConfig()) -> StackVerdict:
+    """:func:`cluster_stacks` on dumps already parsed."""
+    sig_of: dict[int, Signature] = {}  # by thread object: identical dumps are signed once
+    rank_sig: dict[int, Signature] = {}
+    for rank, thread in stacks.threads.items():
+        sig = sig_of.get(id(thread))
+        if sig is None:
+            sig = sig_of[id(thread)] = tuple(f.key for f in thread.frames)
+        rank_sig[rank] = sig
+    bad = list(stacks.bad)
+    missing = stacks.missing
+    expected = stacks.expected
     if not rank_sig:
         return StackVerdict(
             outlier_ranks=(), healthy_signatures=(), groups={}, axis=None, group_id=None, group=None, nodes=(),
@@ -196,13 +244,13 @@ def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackCo
     for i, (sig, rs) in enumerate(ordered[: config.max_detail_groups]):
         role = "healthy" if sig in healthy_set else "outlier"
         extra = f"; apart by {', '.join(apart[describe(sig)])}" if role == "outlier" and apart[describe(sig)] else ""
-        lines.append(f"{role} {len(rs)} rank(s) [{_rank_list(rs)}]: {describe(sig, 4)}{extra}")
+        lines.append(f"{role} {len(rs)} rank(s) [{rank_list(rs)}]: {describe(sig, 4)}{extra}")
     if len(ordered) > config.max_detail_groups:
         lines.append(f"... {len(ordered) - config.max_detail_groups} more group(s)")
     if bad:
-        lines.append(f"bad dumps (empty, garbled or truncated): ranks {_rank_list(bad)}")
+        lines.append(f"bad dumps (empty, garbled or truncated): ranks {rank_list(bad)}")
     if missing:
-        lines.append(f"no dump: ranks {_rank_list(missing)}")
+        lines.append(f"no dump: ranks {rank_list(missing)}")
     low_seen = seen_share < config.min_seen_share
     if low_seen:
         lines.append(f"too many ranks missing ({usable}/{expected} usable): low confidence")
@@ -224,7 +272,7 @@ def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackCo
         confidence *= 0.5
     lines.insert(
         0,
-        f"{len(outliers)} outlier rank(s) [{_rank_list(outliers)}]; {place.covered}/{place.outliers} in "
+        f"rule {RULE_OUTLIER}: {len(outliers)} outlier rank(s) [{rank_list(outliers)}]; {place.covered}/{place.outliers} in "
         f"{place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))",
     )
     return StackVerdict(
@@ -240,10 +288,11 @@ def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackCo
         bad_ranks=tuple(bad),
         missing_ranks=missing,
         outlier_frames=apart,
+        rule=RULE_OUTLIER,
     )
 
 
-def _rank_list(ranks: list[int] | tuple[int, ...], limit: int = 12) -> str:
+def rank_list(ranks: list[int] | tuple[int, ...], limit: int = 12) -> str:
     """``0-3, 7, 9`` style, cut after ``limit`` runs."""
     runs: list[str] = []
     rs = sorted(ranks)

@@ -1,4 +1,4 @@
-"""faultlens stacks: cluster one stack dump per rank and name the parallel group to evict."""
+"""faultlens stacks: read one stack dump per rank and name the suspects and the parallel group to evict."""
 
 from __future__ import annotations
 
@@ -14,22 +14,33 @@ from pathlib import Path
 from tqdm import tqdm
 
 from streams.diagnosis_record import Diagnosis
+from diagnosis.hang_stacks import read_hang_stacks
 from diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
 from streams.events import InvalidEvent
 from streams.topology import Topology
 
 log = logging.getLogger(__name__)
 
-HELP = "cluster per-rank py-spy dumps and print the diagnosis: outlier ranks, their group and nodes"
+HELP = "read per-rank py-spy dumps and print the diagnosis: suspect ranks, their group and nodes"
 DESCRIPTION = """\
 Reads DIR/<rank>.txt (one `py-spy dump` or faulthandler dump per rank) and the job topology FILE
 (a topology event's `data` as JSON: {"tp", "pp", "dp", "ranks": [{"rank", "node", "tp", "pp", "dp"}]};
-a whole topology event is accepted too). Ranks are grouped by their training thread's stack, the
-dominant stacks are taken as healthy, and the parallel group (PP, TP or DP) that the outlier ranks
-share is blamed. Prints ONE diagnosis as a JSON line: fault job_hang (or --fault fail_slow),
-action evict, ranks = outliers, nodes = the group's machines, group (e.g. "pp:3"), confidence,
-detail. When nothing can be localised the diagnosis is fault `unknown`, action `none`, with the
-reason. Empty, garbled or truncated dumps are reported in the detail, never fatal.
+a whole topology event is accepted too). Prints ONE diagnosis as a JSON line.
+
+--fault job_hang (default) reads the dumps as the streaming hang detector does: each rank is
+waiting in a communication call (collective, send/recv, barrier, NCCL/gloo wait) or not; the
+wait-for chains are followed through the topology (recv → the stage that should send, a
+collective → the group members not in the same call) and the ranks outside communication at
+their ends are the suspects (rule "wait-chain"). When that names nobody, ranks are grouped by
+stack, the dominant stacks taken as healthy and the outliers are the suspects (rule
+"outlier-clustering"). --fault fail_slow uses the outlier clustering only, as the fail-slow rounds do.
+
+The diagnosis: action evict, ranks = suspects, nodes = the machines of the parallel group (PP,
+TP or DP) they share, group (e.g. "pp:3"), confidence, and a detail that names the rule and its
+evidence (the chains and frames, or the stack groups). When every rank waits in the same
+collective and nobody is behind, it is fault job_hang, action stop_time_diagnosis, no node:
+nothing to evict. When nothing can be localised the diagnosis is fault `unknown`, action `none`,
+with the reason. Empty, garbled or truncated dumps are reported in the detail, never fatal.
 
 Exit status: 0 with a diagnosis; 1 when DIR or FILE cannot be used or the dumps name ranks the
 topology does not have.
@@ -116,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"faultlens stacks: no <rank>.txt dump in {args.dir}", file=sys.stderr)
         return 1
     config = StackConfig(healthy_share=args.healthy_share, max_frame_edits=max(0, args.max_edits))
+    read = read_hang_stacks if args.fault == "job_hang" else cluster_stacks
     try:
-        verdict = cluster_stacks(dumps, topology, config)
+        verdict = read(dumps, topology, config)
     except NotInTopology as exc:
         print(f"faultlens stacks: the topology {args.topology} does not match the dumps: {exc}", file=sys.stderr)
         return 1
@@ -127,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
             job=job, ts=now, onset=onset, fault=args.fault, action="evict", nodes=verdict.nodes,
             ranks=verdict.outlier_ranks, group=verdict.group, confidence=verdict.confidence,
             evidence=tuple(f"{r}.txt" for r in verdict.outlier_ranks[:256]), detail=verdict.detail,
+        )
+    elif verdict.no_suspect:
+        diagnosis = Diagnosis(
+            job=job, ts=now, onset=onset, fault=args.fault, action="stop_time_diagnosis", confidence=0.0,
+            detail=verdict.detail,
         )
     else:
         diagnosis = Diagnosis(

@@ -151,6 +151,40 @@ def fig7_dumps(topology: Topology, stuck_rank: int, *, seed: int = 0, tool: str 
     return dumps
 
 
+PP_RECV_FORWARD: Frames = _p2p("irecv", "recv_forward")
+# Megatron's overlapped grad sync: a stage reduces over DP right after its last backward.
+OVERLAP_GRAD_SYNC: Frames = [
+    ("all_reduce", C10D, 2501),
+    ("wrapper", "torch/distributed/c10d_logger.py", 83),
+    ("start_grad_sync", "megatron/core/distributed/param_and_grad_buffer.py", 373),
+    ("backward_step", SCHED, 370),
+    ("forward_backward_pipelining_without_interleaving", SCHED, 1200),
+] + BASE
+
+
+def spread_hang_dumps(topology: Topology, culprit: int) -> dict[int, str]:
+    """A hang minutes old, shaped like the real gloo captures (tests/fixtures/stacks/*overlap*).
+
+    ``culprit`` computes; its TP peers wait for it in a TP all_gather; in its pipelines the
+    earlier stages block in send_forward and the later ones in recv_forward; every other
+    pipeline's last stage waits in the overlapped DP grad sync and its other stages in
+    recv_backward. No stack holds a majority: the vote cannot name the culprit, the chains can.
+    """
+    place = topology.by_rank[culprit]
+    dumps: dict[int, str] = {}
+    for p in topology.ranks:
+        if p.rank == culprit:
+            frames = SLOW_COMPUTE
+        elif p.dp == place.dp and p.pp == place.pp:
+            frames = STUCK_ALL_GATHER
+        elif p.dp == place.dp:
+            frames = PP_SEND if p.pp < place.pp else PP_RECV_FORWARD
+        else:
+            frames = OVERLAP_GRAD_SYNC if p.pp == topology.pp - 1 else PP_RECV
+        dumps[p.rank] = pyspy_dump(frames, pid=3000 + p.rank, loader=p.rank % 3 == 0)
+    return dumps
+
+
 def outlier_dumps(topology: Topology, outliers: Mapping[int, Frames], *, healthy: Frames = GRAD_SYNC) -> dict[int, str]:
     """Every rank on ``healthy`` except the given ones."""
     return {p.rank: pyspy_dump(outliers.get(p.rank, healthy), pid=2000 + p.rank) for p in topology.ranks}

@@ -241,7 +241,13 @@ def test_cli_bad_topology_and_nothing_to_localise(tmp_path, capsys):
     assert main(["stacks", str(d), "--topology", str(t)]) == 1
     assert "cannot use topology" in capsys.readouterr().err
     t.write_text(json.dumps(topo.to_data()))
+    # Every rank in the same gradient sync: as a hang, nobody is behind (no suspect, no eviction);
+    # as a fail-slow round, the clustering finds no outlier.
     assert main(["stacks", str(d), "--topology", str(t)]) == 0
+    diag = json.loads(capsys.readouterr().out)
+    assert diag["fault"] == "job_hang" and diag["action"] == "stop_time_diagnosis" and diag["nodes"] == []
+    assert "no suspect" in diag["detail"]
+    assert main(["stacks", str(d), "--topology", str(t), "--fault", "fail_slow"]) == 0
     diag = json.loads(capsys.readouterr().out)
     assert diag["fault"] == "unknown" and diag["action"] == "none" and "nothing to localise" in diag["detail"]
 

@@ -19,19 +19,24 @@ TITLES = {
     "faults_by_node": "Faults by node and class",
     "faults_by_day": "Faults by day (UTC, by onset)",
     "top_nodes": "Top offending nodes",
-    "detection_latency": "Detection latency: fault onset → diagnosis (s)",
+    "detection_latency": "Detection latency of acting diagnoses: fault onset → diagnosis (s)",
+    "detection_by_class": "Detection latency by class (acting diagnoses, s)",
     "label_detection": "Detection latency against ground truth: labelled onset → first matching diagnosis (s)",
     "time_to_command": "Time to command: diagnosis → first command (s)",
     "mtbf": "MTBF per node (history window / failures)",
     "over_eviction": "Over-eviction (evicted nodes / really faulty nodes)",
+    "wrongly_blamed": "Wrongly blamed: evictions of nodes that were not really faulty",
     "ettr": "ETTR per job (productive time / wall time)",
-    "incidents": "Incidents",
+    "incidents": "Incidents (acting diagnoses)",
+    "mttr_by_class": "MTTR by class: fault onset → job productive again (s)",
+    "command_outcomes": "Commands and their outcome",
     "event_faults": "Fault signals in stored events",
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
 SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
-_TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at"})
+_TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "issued_at",
+                    "restarted_at"})
 
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:

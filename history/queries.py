@@ -245,6 +245,9 @@ QUERIES: dict[str, str] = {
         GROUP BY node
         HAVING count(*) >= $repeat OR bool_or(action = 'inspect_hardware')
         ORDER BY hardware_failures DESC, node""",
+    "acting_diagnoses": f"""
+        SELECT ts, job, fault, action, nodes, "group", confidence, detail, id
+        FROM diagnoses WHERE {ACTING} ORDER BY ts, id""",
     "event_faults": """
         SELECT source, kind, fault, count(*) AS events, count(DISTINCT node) AS nodes
         FROM events WHERE fault IS NOT NULL GROUP BY source, kind, fault ORDER BY events DESC, source, kind""",

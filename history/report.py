@@ -65,19 +65,21 @@ def json_lines(sections: dict[str, list[dict[str, Any]]]) -> list[bytes]:
     return out
 
 
-def _cell(column: str, value: Any) -> str:
-    if value is None:
+def cell(column: str, value: Any, *, max_items: int = 6, time_format: str = "%m-%d %H:%M:%S") -> str:
+    """One value as table text: times in UTC, ratios to 3 places, ids shortened, lists cut at ``max_items``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
         if column in _TIMES:
-            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime(time_format)
         if column in ("ettr", "ratio", "confidence"):
             return f"{value:.3f}"
         return f"{value:,.1f}"
     if column.endswith("id") and isinstance(value, str) and len(value) > 12:
         return value[:10] + "…"  # ids are for --json; a prefix is enough to tell rows apart
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value[:6]) + (f" (+{len(value) - 6})" if len(value) > 6 else "")
+        more = f" (+{len(value) - max_items})" if len(value) > max_items else ""
+        return ", ".join(str(v) for v in value[:max_items]) + more
     return str(value)
 
 
@@ -95,7 +97,7 @@ def render(sections: dict[str, list[dict[str, Any]]], file: IO[str] | None = Non
         for col in cols:
             table.add_column(col, overflow="fold")
         for row in rows[:max_rows]:
-            table.add_row(*(_cell(c, row[c]) for c in cols))
+            table.add_row(*(cell(c, row[c]) for c in cols))
         if len(rows) > max_rows:
             table.caption = f"{len(rows) - max_rows} more rows (use --json for all)"
         console.print(table)

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 path = html_report.write(conn, args.html, source=str(db), max_gap=args.max_gap)
             except OSError as exc:
-                print(f"faultlens report: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
+                print(f"faultlens report: cannot write {args.html}: {exc}", file=sys.stderr)
                 return 1
             print(f"html report: {path.resolve()}", file=sys.stderr)
         sys.stdout.flush()

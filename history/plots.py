@@ -102,7 +102,7 @@ def faults_over_time(conn: duckdb.DuckDBPyConnection, buckets: int = 40) -> Figu
     if rax is not None:
         rax.bar([_when(s) for s in requests.index], requests.tolist(), width=bar_width, align="edge",
                 color=REQUEST_COLOUR, label="stack requests")
-        rax.set_ylabel("stack\nrequests")
+        rax.set_ylabel("stack requests\nper bucket")
         rax.yaxis.set_major_locator(MaxNLocator(integer=True))
         rax.set_xlabel("fault onset (UTC)")
     else:

@@ -50,12 +50,24 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
                            commands=[x.command.action for x in cmds],
                            time_to_command_s=round(max(0.0, c.command.issued_at - onset), 1),
                            time_to_obeyed_s=round(c.sim_ts - onset, 1) if c.sim_ts is not None else None)
+            elif (why := _no_command(state, ids)) is not None:
+                # Found but not acted on: the remediation's own reason (same incident, a cap, a breaker).
+                row["no_command_because"] = why
         elif (cut := _cut_short(obeyed, lab)) is not None:
             # A missed fault is often one another fault's remediation cured first (a restart ends
             # a hang before any detector may call it one): say so rather than leave it unexplained.
             row["cut_short_by"] = cut
         rows.append(row)
     return rows
+
+
+def _no_command(state: DemoState, ids: set[str]) -> str | None:
+    with state.lock:
+        decisions = [d for d in state.decisions if getattr(d, "diagnosis_id", None) in ids]
+    for d in decisions:
+        if not d.sent:
+            return f"{d.reason}{f' (blocked: {d.blocked})' if d.blocked else ''}"
+    return None
 
 
 def _cut_short(obeyed: list, lab: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -139,6 +151,8 @@ def _follow_ups(r: dict[str, Any]) -> list[str]:
         lines.append(f"blamed {', '.join(blamed) or 'no node (job-wide)'}; diagnosed as {r['diagnosis']} "
                      f"→ {r['action']}")
     commands = r.get("commands") or []
+    if r.get("no_command_because"):
+        lines.append(f"no command: {r['no_command_because']}")
     if len(commands) > 1:
         lines.append("commands: " + " → ".join(commands))
     if not r["matched"]:

@@ -110,3 +110,29 @@ def test_ends_with_where_to_find_the_html_report():
     lines = _rendered().rstrip().splitlines()
     assert lines[-1].strip() == "file:///home/someone/.faultlens/demo-20261122-204831/report.html"
     assert "refused: 1" in "\n".join(lines) and "bad signature (forged or altered)" in "\n".join(lines)
+
+
+def test_a_fault_found_but_not_acted_on_says_why():
+    from diagnosis.record import Diagnosis
+    from faultlens.demo.state import DemoState
+    from remediation.policy import Decision
+
+    t0 = 1_795_380_000.0
+    state = DemoState(sim_job="demo-sim", sim_start=t0, sim_now=t0 + 1455)
+    kernel = Diagnosis(job="demo-sim", ts=t0 + 430.5, onset=t0 + 430.2, fault="kernel", action="restart",
+                       nodes=("n019",), detail="soft_lockup: watchdog: BUG: soft lockup - CPU#113 stuck for 22s!")
+    state.on_diagnosis(kernel)
+    state.on_decision(Decision(ts=kernel.ts, job="demo-sim", diagnosis_id=kernel.id, fault="kernel",
+                               rung="same_incident", action="none", nodes=("n019",),
+                               reason="kernel: within 30s of the last escalation; same incident", mode="act",
+                               sent=False))
+    label = {"job": "demo-sim", "fault": "kernel", "nodes": ["n019"], "ranks": [], "onset": t0 + 430.0}
+    (row,) = summary.injected(state, [label])
+    assert row["matched"] and "command" not in row
+    assert row["no_command_because"] == "kernel: within 30s of the last escalation; same incident"
+    report = {**REPORT, "injected": [row]}
+    out = io.StringIO()
+    summary.render(report, file=out)
+    lines = out.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if re.match(r"^ +430 kernel ", line))
+    assert lines[at + 1].strip() == "no command: kernel: within 30s of the last escalation; same incident"

@@ -84,7 +84,7 @@ def faults_over_time(conn: duckdb.DuckDBPyConnection, buckets: int = 40) -> Figu
     show_requests = bool(requests.sum())
     fig = Figure(figsize=(10, 5.2 if show_requests else 4.5), layout="constrained")
     if show_requests:
-        ax, rax = fig.subplots(2, 1, sharex=True, height_ratios=(4, 1))
+        ax, rax = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.3))
     else:
         ax, rax = fig.subplots(), None
     bar_width = dt.timedelta(seconds=width * 0.9)
@@ -102,7 +102,7 @@ def faults_over_time(conn: duckdb.DuckDBPyConnection, buckets: int = 40) -> Figu
     if rax is not None:
         rax.bar([_when(s) for s in requests.index], requests.tolist(), width=bar_width, align="edge",
                 color=REQUEST_COLOUR, label="stack requests")
-        rax.set_ylabel("stack requests\nper bucket")
+        rax.set_ylabel("stack requests\nper bucket", fontsize="small")
         rax.yaxis.set_major_locator(MaxNLocator(integer=True))
         rax.set_xlabel("fault onset (UTC)")
     else:

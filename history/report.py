@@ -33,6 +33,12 @@ TITLES = {
     "event_faults": "Fault signals in stored events",
 }
 
+# Wide sections: the columns a terminal table shows (--json and --html have every column).
+TABLE_COLUMNS = {
+    "command_outcomes": ("issued_at", "job", "action", "nodes", "fault", "outcome", "to_restart_s"),
+    "wrongly_blamed": ("issued_at", "job", "node", "fault", "group", "reason"),
+}
+
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
 SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
 _TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "issued_at",
@@ -69,6 +75,8 @@ def cell(column: str, value: Any, *, max_items: int = 6, time_format: str = "%m-
     """One value as table text: times in UTC, ratios to 3 places, ids shortened, lists cut at ``max_items``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if column in _TIMES:
             return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime(time_format)
@@ -93,7 +101,7 @@ def render(sections: dict[str, list[dict[str, Any]]], file: IO[str] | None = Non
         if not rows:
             console.print(f"[bold]{TITLES.get(name, name)}[/bold]: no data")
             continue
-        cols = list(rows[0])
+        cols = list(TABLE_COLUMNS.get(name, rows[0]))
         for col in cols:
             table.add_column(col, overflow="fold")
         for row in rows[:max_rows]:

@@ -146,6 +146,8 @@ def test_rich_render_shows_sections(conn, tmp_path):
         report.render(report.build(conn), file=fh)
     text = out.read_text()
     assert "Faults by class" in text and "ETTR per job" in text and "gpu_thermal" in text
+    # the wide commands section shows its key columns only (--json has them all)
+    assert "job restarted" in text and "no restart recorded" in text and "has_diagnosis" not in text
 
 
 def test_unknown_query_is_a_clear_error(conn):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, over-eviction, ETTR"
+HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, MTTR, over-eviction, ETTR (tables, JSON, PNGs, HTML)"
 DESCRIPTION = """\
 Reads a history written by `faultlens history` and prints: faults by class, by node and by day;
 the top offending nodes; detection latency (fault onset → diagnosis) and time to command

@@ -128,3 +128,15 @@ def test_renders_in_headless_chromium(conn, tmp_path):
     assert colours is not None and len(colours) > 500, len(colours or [])
     # the charts' own colours are on screen (the data-URI images decoded): the heat map's reds
     assert any(r > 180 and g < 90 and b < 90 and n > 200 for n, (r, g, b) in colours)
+
+
+def test_a_history_without_diagnoses_still_renders():
+    c = memory_history()  # a trace loaded with --no-diagnose: events and timeline marks only
+    HistorySink(c).write(build_batch(known.events()))
+    try:
+        page = html_report.render(c)
+    finally:
+        c.close()
+    assert page.count("<img") == 1  # only the job timeline has data
+    assert page.count("No data for the chart") == 5 and "No incidents." in page
+    assert "No commands were issued." in page

@@ -1,7 +1,17 @@
 """The report's SQL, one named query per question (docs/history.md defines each measure).
 
-`faultlens report`, the plots and the notebooks all go through :func:`run`, so a measure is
-defined once. Each query takes named parameters (``$name``) with the defaults in ``DEFAULTS``.
+`faultlens report`, the HTML report, the plots and the notebooks all go through these queries, so a
+measure is defined once: :func:`frame` gives a pandas DataFrame (DuckDB's ``.df()``, for plots and
+notebooks), :func:`run` the same rows as plain Python values (for JSON lines and tables, where a
+NULL must stay ``None`` and a list a list). Each query takes named parameters (``$name``) with the
+defaults in ``DEFAULTS``.
+
+A diagnosis is one of three kinds (``KINDS``), by its action: *acting* (it asks for something to be
+done to the job: evict, restart, reattempt, rollback, stop-time diagnosis, hardware inspection),
+an *evidence request* (``capture_stacks``: a hang or fail-slow suspicion that asks every rank for
+its stack and blames nobody; it names every node of the job) or *record-only* (``none``). Failures,
+incidents, latencies and every plot count acting diagnoses only; counting requests would show every
+node of a job failing once per stack round.
 """
 
 from __future__ import annotations
@@ -9,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+import pandas as pd
 
 DEFAULTS: dict[str, Any] = {
     "limit": 10,          # rows of the "top" sections
@@ -19,9 +30,17 @@ DEFAULTS: dict[str, Any] = {
     "match_window": 600.0,  # label_detection: a diagnosis's evidence may start this long after the true onset
 }
 
+KINDS = ("acting", "evidence_request", "record_only")
+ACTING = "action NOT IN ('none', 'capture_stacks')"
+_KIND = ("CASE action WHEN 'none' THEN 'record_only' WHEN 'capture_stacks' THEN 'evidence_request' "
+         "ELSE 'acting' END")
+_KIND_COUNTS = """count(*) FILTER (WHERE action NOT IN ('none', 'capture_stacks')) AS acting,
+               count(*) FILTER (WHERE action = 'capture_stacks') AS evidence_requests,
+               count(*) FILTER (WHERE action = 'none') AS record_only"""
+
 # Marks at the same second sort running first: a step's mark is floored to its second, so a fault
 # at 40.0 must follow the step mark of 40.x, not precede it.
-# A failure, for MTBF and incidents, is a diagnosis that interrupts the job (action other than `none`).
+# A failure, for MTBF and incidents, is an acting diagnosis (it interrupts the job).
 _SPAN = """
     span AS (
         SELECT min(lo) AS first_ts, max(hi) AS last_ts FROM (
@@ -32,45 +51,83 @@ _SPAN = """
         )
     )"""
 
+# Recovery: the first running mark after the diagnosis's first command (or, with no command,
+# after the diagnosis itself). An ASOF join finds it in one merge instead of a scan per incident.
+_INCIDENTS = f"""
+    first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at, arg_min(action, issued_at) AS command
+                  FROM commands WHERE diagnosis_id <> '' GROUP BY diagnosis_id),
+    i AS (SELECT d.*, c.command, c.issued_at AS command_at, coalesce(c.issued_at, d.ts) AS after_ts
+          FROM diagnoses d LEFT JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.{ACTING}),
+    running AS (SELECT job, ts AS recovered_at FROM job_timeline WHERE state = 'running'),
+    incidents AS (
+        SELECT i.job, i.id AS diagnosis_id, i.fault, i.nodes, i.action, i.onset, i.ts AS detected_at,
+               i.ts - i.onset AS detection_s, i.command, i.command_at, i.command_at - i.ts AS to_command_s,
+               r.recovered_at, r.recovered_at - i.onset AS recovery_s
+        FROM i ASOF LEFT JOIN running r ON r.job = i.job AND r.recovered_at > i.after_ts
+    )"""
+
+# The really faulty nodes: the labels when the history has any, else confirmed acting diagnoses.
+_TRUTH = f"""
+    truth AS (
+        SELECT DISTINCT n FROM labels, unnest(nodes) AS u(n)
+        UNION
+        SELECT DISTINCT n FROM diagnoses, unnest(nodes) AS u(n)
+        WHERE NOT EXISTS (SELECT 1 FROM labels) AND confidence >= $confirmed AND {ACTING}
+    )"""
+_BASIS = "CASE WHEN EXISTS (SELECT 1 FROM labels) THEN 'labels' ELSE 'confirmed diagnoses' END"
+
 QUERIES: dict[str, str] = {
     "summary": f"""
         WITH {_SPAN}
         SELECT (SELECT count(*) FROM events) AS events,
                (SELECT count(*) FROM diagnoses) AS diagnoses,
+               (SELECT count(*) FROM diagnoses WHERE {ACTING}) AS acting_diagnoses,
                (SELECT count(*) FROM commands) AS commands,
                (SELECT count(*) FROM labels) AS labels,
                (SELECT count(DISTINCT job) FROM job_timeline) AS jobs,
                first_ts, last_ts, last_ts - first_ts AS span_s
         FROM span""",
-    "faults_by_class": """
-        SELECT fault, count(*) AS diagnoses, sum(count) AS occurrences,
+    # `nodes`: distinct nodes that acting diagnoses of the class blame (a request names them all).
+    "faults_by_class": f"""
+        SELECT fault, count(*) AS diagnoses, {_KIND_COUNTS}, sum(count) AS occurrences,
                count(DISTINCT job) AS jobs,
-               (SELECT count(DISTINCT n) FROM diagnoses d2, unnest(d2.nodes) AS u(n) WHERE d2.fault = d.fault) AS nodes
-        FROM diagnoses d GROUP BY fault ORDER BY diagnoses DESC, fault""",
-    "faults_by_node": """
-        SELECT n AS node, fault, count(*) AS diagnoses
+               (SELECT count(DISTINCT n) FROM diagnoses d2, unnest(d2.nodes) AS u(n)
+                WHERE d2.fault = d.fault AND d2.{ACTING}) AS nodes
+        FROM diagnoses d GROUP BY fault ORDER BY acting DESC, diagnoses DESC, fault""",
+    "faults_by_node": f"""
+        SELECT n AS node, fault, count(*) AS diagnoses, {_KIND_COUNTS}
         FROM diagnoses, unnest(nodes) AS u(n)
         GROUP BY node, fault ORDER BY node, fault""",
-    "faults_by_day": """
-        SELECT DATE '1970-01-01' + CAST(floor(onset / 86400) AS INTEGER) AS day, fault, count(*) AS diagnoses
+    "faults_by_day": f"""
+        SELECT DATE '1970-01-01' + CAST(floor(onset / 86400) AS INTEGER) AS day, fault, count(*) AS diagnoses,
+               {_KIND_COUNTS}
         FROM diagnoses GROUP BY day, fault ORDER BY day, fault""",
-    "faults_over_time": """
+    "faults_over_time": f"""
         WITH b AS (SELECT min(onset) AS lo, greatest(max(onset) - min(onset), 1.0) / $buckets AS width FROM diagnoses)
         SELECT b.lo + least(floor((onset - b.lo) / b.width), $buckets - 1) * b.width AS bucket_start,
-               fault, count(*) AS diagnoses, any_value(b.width) AS width
+               fault, count(*) AS diagnoses, {_KIND_COUNTS}, any_value(b.width) AS width
         FROM diagnoses, b GROUP BY bucket_start, fault ORDER BY bucket_start, fault""",
-    "top_nodes": """
-        SELECT n AS node, count(*) AS diagnoses, count(DISTINCT fault) AS classes,
-               list(DISTINCT fault ORDER BY fault) AS faults,
-               count(*) FILTER (WHERE action <> 'none') AS failures, max(ts) AS last_ts
+    "diagnosis_kinds": f"""
+        SELECT k.kind, count(d.id) AS diagnoses
+        FROM (VALUES ('acting', 1), ('evidence_request', 2), ('record_only', 3)) AS k(kind, pos)
+        LEFT JOIN (SELECT id, {_KIND} AS kind FROM diagnoses) d ON d.kind = k.kind
+        GROUP BY k.kind, k.pos ORDER BY k.pos""",
+    # Offenders are nodes that failed (acting diagnoses); `diagnoses` also counts requests and records.
+    "top_nodes": f"""
+        SELECT n AS node, count(*) FILTER (WHERE {ACTING}) AS failures, count(*) AS diagnoses,
+               list(DISTINCT fault ORDER BY fault) FILTER (WHERE {ACTING}) AS faults, max(ts) AS last_ts
         FROM diagnoses, unnest(nodes) AS u(n)
-        GROUP BY node ORDER BY diagnoses DESC, node LIMIT $limit""",
-    "detection_latency": """
+        GROUP BY node ORDER BY failures DESC, diagnoses DESC, node LIMIT $limit""",
+    "detection_latency": f"""
         SELECT count(*) AS n, quantile_cont(ts - onset, 0.5) AS p50_s, quantile_cont(ts - onset, 0.99) AS p99_s,
                avg(ts - onset) AS mean_s, max(ts - onset) AS max_s
-        FROM diagnoses""",
-    "detection_latencies": """
-        SELECT fault, ts - onset AS latency_s FROM diagnoses ORDER BY latency_s""",
+        FROM diagnoses WHERE {ACTING}""",
+    "detection_by_class": f"""
+        SELECT fault, count(*) AS n, quantile_cont(ts - onset, 0.5) AS p50_s,
+               quantile_cont(ts - onset, 0.99) AS p99_s, max(ts - onset) AS max_s
+        FROM diagnoses WHERE {ACTING} GROUP BY fault ORDER BY p50_s DESC, fault""",
+    "detection_latencies": f"""
+        SELECT fault, ts - onset AS latency_s FROM diagnoses WHERE {ACTING} ORDER BY latency_s""",
     # With ground truth: each label's first matching diagnosis (same job, a shared node, decided at
     # or after the true onset, first evidence within match_window of it).
     "label_detection": """
@@ -84,33 +141,36 @@ QUERIES: dict[str, str] = {
         SELECT count(*) AS labels, count(latency_s) AS detected, count(*) - count(latency_s) AS missed,
                quantile_cont(latency_s, 0.5) AS p50_s, quantile_cont(latency_s, 0.99) AS p99_s
         FROM m""",
-    "time_to_command": """
+    "time_to_command": f"""
         WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM commands
                            WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
         SELECT count(*) AS n, quantile_cont(c.issued_at - d.ts, 0.5) AS p50_s,
                quantile_cont(c.issued_at - d.ts, 0.99) AS p99_s, avg(c.issued_at - d.ts) AS mean_s,
-               (SELECT count(*) FROM diagnoses WHERE action <> 'none') - count(*) AS diagnoses_without_command
-        FROM diagnoses d JOIN first_cmd c ON c.diagnosis_id = d.id""",
+               (SELECT count(*) FROM diagnoses WHERE {ACTING}) - count(*) AS diagnoses_without_command
+        FROM diagnoses d JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.{ACTING}""",
     "mtbf": f"""
         WITH {_SPAN},
         f AS (SELECT n AS node, count(*) AS failures FROM diagnoses, unnest(nodes) AS u(n)
-              WHERE action <> 'none' GROUP BY node)
+              WHERE {ACTING} GROUP BY node)
         SELECT node, failures, span.last_ts - span.first_ts AS window_s,
                (span.last_ts - span.first_ts) / failures AS mtbf_s
         FROM f, span ORDER BY mtbf_s, node""",
-    "over_eviction": """
+    "over_eviction": f"""
         WITH evicted AS (SELECT DISTINCT n FROM commands, unnest(nodes) AS u(n) WHERE action = 'evict'),
-        truth AS (
-            SELECT DISTINCT n FROM labels, unnest(nodes) AS u(n)
-            UNION
-            SELECT DISTINCT n FROM diagnoses, unnest(nodes) AS u(n)
-            WHERE NOT EXISTS (SELECT 1 FROM labels) AND confidence >= $confirmed AND action <> 'none'
-        )
-        SELECT CASE WHEN EXISTS (SELECT 1 FROM labels) THEN 'labels' ELSE 'confirmed diagnoses' END AS basis,
+        {_TRUTH}
+        SELECT {_BASIS} AS basis,
                (SELECT count(*) FROM evicted) AS evicted_nodes,
                (SELECT count(*) FROM truth) AS faulty_nodes,
                (SELECT count(*) FROM evicted WHERE n NOT IN (SELECT n FROM truth)) AS healthy_evicted,
                (SELECT count(*) FROM evicted)::DOUBLE / nullif((SELECT count(*) FROM truth), 0) AS ratio""",
+    # Each eviction of a node that was not really faulty, with the command and diagnosis behind it.
+    "wrongly_blamed": f"""
+        WITH {_TRUTH}
+        SELECT c.job, n AS node, c.issued_at, d.fault, d."group", c.reason, c.id AS command_id,
+               {_BASIS} AS basis
+        FROM commands c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
+        WHERE c.action = 'evict' AND n NOT IN (SELECT n FROM truth)
+        ORDER BY c.issued_at, node""",
     "ettr": """
         WITH m AS (
             SELECT job, ts, state,
@@ -141,29 +201,53 @@ QUERIES: dict[str, str] = {
         )
         SELECT job, state, min(ts) AS ts, max(next_ts) AS next_ts, count(*) AS marks
         FROM g GROUP BY job, span, state ORDER BY job, ts""",
-    # Recovery: the first running mark after the diagnosis's first command (or, with no command,
-    # after the diagnosis itself). An ASOF join finds it in one merge instead of a scan per incident.
-    "incidents": """
-        WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at, arg_min(action, issued_at) AS command
-                           FROM commands WHERE diagnosis_id <> '' GROUP BY diagnosis_id),
-        i AS (SELECT d.*, c.command, c.issued_at AS command_at, coalesce(c.issued_at, d.ts) AS after_ts
-              FROM diagnoses d LEFT JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.action <> 'none'),
-        running AS (SELECT job, ts AS recovered_at FROM job_timeline WHERE state = 'running')
-        SELECT i.job, i.id AS diagnosis_id, i.fault, i.nodes, i.action, i.onset, i.ts AS detected_at,
-               i.ts - i.onset AS detection_s, i.command, i.command_at, i.command_at - i.ts AS to_command_s,
-               r.recovered_at, r.recovered_at - i.onset AS recovery_s
-        FROM i ASOF LEFT JOIN running r ON r.job = i.job AND r.recovered_at > i.after_ts
-        ORDER BY i.job, i.onset, i.id""",
+    "incidents": f"""
+        WITH {_INCIDENTS}
+        SELECT * FROM incidents ORDER BY job, onset, diagnosis_id""",
+    # MTTR: fault onset → the job productive again, per class (incidents that never recovered
+    # within the history are counted apart, not as zero).
+    "mttr_by_class": f"""
+        WITH {_INCIDENTS}
+        SELECT fault, count(*) AS incidents, count(recovery_s) AS recovered, avg(recovery_s) AS mttr_s,
+               quantile_cont(recovery_s, 0.5) AS p50_s, max(recovery_s) AS max_s,
+               quantile_cont(detection_s, 0.5) AS detection_p50_s
+        FROM incidents GROUP BY fault ORDER BY mttr_s DESC NULLS LAST, fault""",
+    # Every command and what came of it: a job restart that names it (`job/restart` events carry
+    # the command id), or the stack dumps that answered it (`stack_dump.request_id`).
+    "command_outcomes": """
+        WITH r AS (SELECT data->>'command_id' AS command_id, min(ts) AS restarted_at,
+                          arg_min(CAST(data->'nodes_out' AS VARCHAR[]), ts) AS nodes_out,
+                          arg_min(CAST(data->'nodes_in' AS VARCHAR[]), ts) AS nodes_in
+                   FROM events WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL
+                   GROUP BY 1),
+        s AS (SELECT data->>'request_id' AS command_id, count(*) AS dumps,
+                     count(*) FILTER (WHERE (data->>'ok') IS DISTINCT FROM 'false') AS usable_dumps,
+                     count(DISTINCT node) AS dump_nodes
+              FROM events WHERE source = 'stack' AND kind = 'stack_dump' AND data->>'request_id' IS NOT NULL
+              GROUP BY 1)
+        SELECT c.job, c.issued_at, c.action, c.nodes, d.fault, c.reason,
+               CASE WHEN r.command_id IS NOT NULL THEN 'job restarted'
+                    WHEN s.command_id IS NOT NULL THEN 'stack dumps received'
+                    WHEN c.action IN ('evict', 'restart', 'reattempt', 'rollback') THEN 'no restart recorded'
+                    ELSE 'no effect recorded' END AS outcome,
+               r.restarted_at - c.issued_at AS to_restart_s, r.nodes_out, r.nodes_in,
+               s.usable_dumps, s.dump_nodes, d.id IS NOT NULL AS has_diagnosis, c.id AS command_id
+        FROM commands c LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
+        LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id
+        ORDER BY c.issued_at, c.id""",
     # Nodes to send to hardware inspection: repeated hardware failures, or the engine already asked.
-    "inspection_candidates": """
+    "inspection_candidates": f"""
         SELECT n AS node, count(*) AS hardware_failures, list(DISTINCT fault ORDER BY fault) AS faults,
                bool_or(action = 'inspect_hardware') AS engine_asked, max(ts) AS last_ts
         FROM diagnoses, unnest(nodes) AS u(n)
         WHERE fault IN ('gpu_lost', 'gpu_memory', 'nvlink', 'gpu_thermal', 'gpu_reset_required', 'nic', 'kernel')
-          AND action <> 'none'
+          AND {ACTING}
         GROUP BY node
         HAVING count(*) >= $repeat OR bool_or(action = 'inspect_hardware')
         ORDER BY hardware_failures DESC, node""",
+    "acting_diagnoses": f"""
+        SELECT ts, job, fault, action, nodes, "group", confidence, detail, id
+        FROM diagnoses WHERE {ACTING} ORDER BY ts, id""",
     "event_faults": """
         SELECT source, kind, fault, count(*) AS events, count(DISTINCT node) AS nodes
         FROM events WHERE fault IS NOT NULL GROUP BY source, kind, fault ORDER BY events DESC, source, kind""",
@@ -172,7 +256,8 @@ QUERIES: dict[str, str] = {
 # The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
 REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
-    "label_detection", "time_to_command", "mtbf", "over_eviction", "ettr", "incidents", "event_faults",
+    "detection_by_class", "label_detection", "time_to_command", "mtbf", "over_eviction", "wrongly_blamed", "ettr",
+    "incidents", "mttr_by_class", "command_outcomes", "event_faults",
 )
 
 
@@ -181,20 +266,29 @@ def _params(sql: str, given: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if f"${k}" in sql}
 
 
-def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
-    """Rows of query ``name`` as dicts (column → value)."""
+def _execute(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> duckdb.DuckDBPyConnection:
     try:
         sql = QUERIES[name]
     except KeyError:
         raise KeyError(f"unknown query {name!r} (one of {', '.join(QUERIES)})") from None
-    cur = conn.execute(sql, _params(sql, params))
+    return conn.execute(sql, _params(sql, params))
+
+
+def frame(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pd.DataFrame:
+    """Query ``name`` as a pandas DataFrame (NULL → NaN/None, lists → arrays, as DuckDB converts them)."""
+    return _execute(conn, name, params).df()
+
+
+def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    """Rows of query ``name`` as dicts of plain Python values (None for NULL, lists as lists)."""
+    cur = _execute(conn, name, params)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row)) for row in cur.fetchall()]
 
 
-def columns(rows: list[dict[str, Any]], *names: str) -> tuple[list[Any], ...]:
-    """Column lists from rows, for plotting without pandas."""
-    return tuple([r[n] for r in rows] for n in names)
+def kind_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Diagnoses of each kind (``KINDS``): what a plot counts and what it leaves out."""
+    return {r["kind"]: r["diagnoses"] for r in run(conn, "diagnosis_kinds")}
 
 
 def is_empty(conn: duckdb.DuckDBPyConnection) -> bool:

@@ -19,19 +19,30 @@ TITLES = {
     "faults_by_node": "Faults by node and class",
     "faults_by_day": "Faults by day (UTC, by onset)",
     "top_nodes": "Top offending nodes",
-    "detection_latency": "Detection latency: fault onset → diagnosis (s)",
+    "detection_latency": "Detection latency of acting diagnoses: fault onset → diagnosis (s)",
+    "detection_by_class": "Detection latency by class (acting diagnoses, s)",
     "label_detection": "Detection latency against ground truth: labelled onset → first matching diagnosis (s)",
     "time_to_command": "Time to command: diagnosis → first command (s)",
     "mtbf": "MTBF per node (history window / failures)",
     "over_eviction": "Over-eviction (evicted nodes / really faulty nodes)",
+    "wrongly_blamed": "Wrongly blamed: evictions of nodes that were not really faulty",
     "ettr": "ETTR per job (productive time / wall time)",
-    "incidents": "Incidents",
+    "incidents": "Incidents (acting diagnoses)",
+    "mttr_by_class": "MTTR by class: fault onset → job productive again (s)",
+    "command_outcomes": "Commands and their outcome",
     "event_faults": "Fault signals in stored events",
+}
+
+# Wide sections: the columns a terminal table shows (--json and --html have every column).
+TABLE_COLUMNS = {
+    "command_outcomes": ("issued_at", "job", "action", "nodes", "fault", "outcome", "to_restart_s"),
+    "wrongly_blamed": ("issued_at", "job", "node", "fault", "group", "reason"),
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
 SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
-_TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at"})
+_TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "issued_at",
+                    "restarted_at"})
 
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:
@@ -60,19 +71,23 @@ def json_lines(sections: dict[str, list[dict[str, Any]]]) -> list[bytes]:
     return out
 
 
-def _cell(column: str, value: Any) -> str:
-    if value is None:
+def cell(column: str, value: Any, *, max_items: int = 6, time_format: str = "%m-%d %H:%M:%S") -> str:
+    """One value as table text: times in UTC, ratios to 3 places, ids shortened, lists cut at ``max_items``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if column in _TIMES:
-            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).strftime(time_format)
         if column in ("ettr", "ratio", "confidence"):
             return f"{value:.3f}"
         return f"{value:,.1f}"
     if column.endswith("id") and isinstance(value, str) and len(value) > 12:
         return value[:10] + "…"  # ids are for --json; a prefix is enough to tell rows apart
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value[:6]) + (f" (+{len(value) - 6})" if len(value) > 6 else "")
+        more = f" (+{len(value) - max_items})" if len(value) > max_items else ""
+        return ", ".join(str(v) for v in value[:max_items]) + more
     return str(value)
 
 
@@ -86,11 +101,11 @@ def render(sections: dict[str, list[dict[str, Any]]], file: IO[str] | None = Non
         if not rows:
             console.print(f"[bold]{TITLES.get(name, name)}[/bold]: no data")
             continue
-        cols = list(rows[0])
+        cols = list(TABLE_COLUMNS.get(name, rows[0]))
         for col in cols:
             table.add_column(col, overflow="fold")
         for row in rows[:max_rows]:
-            table.add_row(*(_cell(c, row[c]) for c in cols))
+            table.add_row(*(cell(c, row[c]) for c in cols))
         if len(rows) > max_rows:
             table.caption = f"{len(rows) - max_rows} more rows (use --json for all)"
         console.print(table)

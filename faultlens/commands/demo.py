@@ -28,7 +28,8 @@ Starts the embedded broker (or uses --bootstrap), the diagnosis, remediation and
 A live view shows the node grid, incidents, commands and counters (plain status lines on stderr
 when stdout is not a terminal, or with --no-live). At the end: a report of what was injected, what
 was found (detection latency, command, time to command), what was wrongly blamed, the jobs' ETTR
-from the DuckDB history, and where the history and plots were written (--out, default a fresh
+from the DuckDB history, and where the history, the plots and a self-contained HTML report
+(report.html: open it in a browser) were written (--out, default a fresh
 $FAULTLENS_HOME/demo-<timestamp>/). --json prints the report as JSON lines instead.
 Ctrl-C ends the run cleanly with a partial report."""
 
@@ -65,9 +66,11 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.demo.wiring import DiagnosisTap, routed_engines
     from diagnosis.engine import EngineConfig
     from faultlens.pipeline import Pipeline, PipelineOptions
+    from history import html_report
     from history.plots import write_plots
     from history.queries import run as query
     from history.schema import open_history
+    from history.sink import HistorySink, build_batch
     from remediation.policy import PolicyConfig
     from remediation.safety import SafetyConfig
     from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
@@ -176,12 +179,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
     conn = open_history(options.db)
     try:
+        # The demo knows the truth it injected: stored beside the diagnoses, the history's
+        # over-eviction and wrongly-blamed sections judge against it instead of the engine's own word.
+        HistorySink(conn).write(build_batch([], labels=cluster.labels))
         ettr = query(conn, "ettr")
         plots = write_plots(conn, out_dir / "plots")
+        html = html_report.write(conn, out_dir / "report.html", source=str(options.db))
     finally:
         conn.close()
     report = summary.build(state, cluster.labels, trainer_events=trainer_events, ettr=ettr,
-                           files=summary.files_of(out_dir, options.db, plots), pipeline=consumer_stats,
+                           files=summary.files_of(out_dir, options.db, plots, html), pipeline=consumer_stats,
                            interrupted=interrupted, notes=notes)
     if args.json:
         for line in summary.json_lines(report):

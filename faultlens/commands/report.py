@@ -1,11 +1,11 @@
-"""faultlens report: summarise a DuckDB fault history (tables, JSON lines, PNG charts)."""
+"""faultlens report: summarise a DuckDB fault history (tables, JSON lines, PNG charts, one HTML file)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, over-eviction, ETTR"
+HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, MTTR, over-eviction, ETTR (tables, JSON, PNGs, HTML)"
 DESCRIPTION = """\
 Reads a history written by `faultlens history` and prints: faults by class, by node and by day;
 the top offending nodes; detection latency (fault onset → diagnosis) and time to command
@@ -14,7 +14,11 @@ the top offending nodes; detection latency (fault onset → diagnosis) and time 
 
 --json prints one JSON line per section (each with a "section" key) instead of tables.
 --plots DIR also writes PNG charts there (faults over time, node × class heat map, detection
-latency histogram, job timelines, MTBF). Exits 1 with one line on stderr when the file is not a
+latency histogram, job timelines, MTBF, MTTR). Charts count acting diagnoses only: stack requests
+(capture_stacks) are drawn apart and record-only findings are left out; each says so in its caption.
+--html OUT.html also writes one self-contained HTML report (charts inlined, no external files):
+per-job ETTR, incidents, MTTR per class, detection latency, commands and their outcome, the wrongly
+blamed nodes; open it in any browser. Exits 1 with one line on stderr when the file is not a
 usable history or holds nothing."""
 
 
@@ -22,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="DuckDB history file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
     parser.add_argument("--json", action="store_true", help="JSON lines (one per section) instead of tables")
     parser.add_argument("--plots", metavar="DIR", help="write PNG charts into DIR")
+    parser.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML report to OUT.html")
     parser.add_argument("--top", type=int, default=10, help="rows in the top-nodes section (default 10)")
     parser.add_argument("--max-gap", type=float, default=60.0,
                         help="ETTR: seconds a step mark counts as productive at most (default 60)")
@@ -55,6 +60,15 @@ def run(args: argparse.Namespace) -> int:
 
             for name, path in write_plots(conn, args.plots).items():
                 print(f"plot {name}: {path if path else 'no data to plot'}", file=sys.stderr)
+        if args.html:
+            from history import html_report
+
+            try:
+                path = html_report.write(conn, args.html, source=str(db), max_gap=args.max_gap)
+            except OSError as exc:
+                print(f"faultlens report: cannot write {args.html}: {exc}", file=sys.stderr)
+                return 1
+            print(f"html report: {path.resolve()}", file=sys.stderr)
         sys.stdout.flush()
         return 0
     except duckdb.Error as exc:

@@ -3,13 +3,14 @@ blamed, the jobs' ETTR from the fault history, and where the history and plots w
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
 import orjson
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from simulator import EPISODE_S
 from streams.diagnosis_record import Diagnosis
@@ -49,12 +50,24 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
                            commands=[x.command.action for x in cmds],
                            time_to_command_s=round(max(0.0, c.command.issued_at - onset), 1),
                            time_to_obeyed_s=round(c.sim_ts - onset, 1) if c.sim_ts is not None else None)
+            elif (why := _no_command(state, ids)) is not None:
+                # Found but not acted on: the remediation's own reason (same incident, a cap, a breaker).
+                row["no_command_because"] = why
         elif (cut := _cut_short(obeyed, lab)) is not None:
             # A missed fault is often one another fault's remediation cured first (a restart ends
             # a hang before any detector may call it one): say so rather than leave it unexplained.
             row["cut_short_by"] = cut
         rows.append(row)
     return rows
+
+
+def _no_command(state: DemoState, ids: set[str]) -> str | None:
+    with state.lock:
+        decisions = [d for d in state.decisions if getattr(d, "diagnosis_id", None) in ids]
+    for d in decisions:
+        if not d.sent:
+            return f"{d.reason}{f' (blocked: {d.blocked})' if d.blocked else ''}"
+    return None
 
 
 def _cut_short(obeyed: list, lab: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -107,48 +120,126 @@ def json_lines(report: dict[str, Any]) -> list[bytes]:
     return [orjson.dumps({"section": name, "data": body}, default=str) for name, body in report.items()]
 
 
+# Column widths of the injected-faults table: 79 characters in all, so it reads whole in an
+# 80-column terminal and in a log file; the longest class name (gpu_reset_required) is 18.
+_COLUMNS = (("at s", 5, ">"), ("fault", 18, "<"), ("nodes", 9, "<"), ("found", 6, "<"), ("latency", 7, ">"),
+            ("command", 14, "<"), ("to cmd", 6, ">"), ("obeyed", 6, ">"))
+
+
+_FOUND_AT = 1 + sum(width + 1 for _, width, _ in _COLUMNS[:3])  # where the "found" cell starts in a row
+
+
+def _row(values: list[str]) -> str:
+    cells = [f"{v:{align}{width}}" for v, (_, width, align) in zip(values, _COLUMNS)]
+    return (" " + " ".join(cells)).rstrip()
+
+
+def _short_nodes(nodes: list[str]) -> str:
+    if len(nodes) <= 1 or len(",".join(nodes)) <= 9:
+        return ",".join(nodes) or "-"
+    return f"{nodes[0]} +{len(nodes) - 1}"
+
+
+def _follow_ups(r: dict[str, Any]) -> list[str]:
+    """What does not fit a cell, each on its own line under the fault's row."""
+    lines = []
+    nodes = list(r["nodes"])
+    if len(_short_nodes(nodes)) < len(",".join(nodes)):
+        lines.append(f"injected on {', '.join(nodes)}")
+    blamed = r.get("blamed")
+    if r["matched"] and blamed is not None and sorted(blamed) != sorted(nodes):
+        lines.append(f"blamed {', '.join(blamed) or 'no node (job-wide)'}; diagnosed as {r['diagnosis']} "
+                     f"→ {r['action']}")
+    commands = r.get("commands") or []
+    if r.get("no_command_because"):
+        lines.append(f"no command: {r['no_command_because']}")
+    if len(commands) > 1:
+        lines.append("commands: " + " → ".join(commands))
+    if not r["matched"]:
+        cut = r.get("cut_short_by")
+        if cut:
+            lines.append(f"missed: the job was restarted by {cut['action']} {','.join(cut['nodes']) or '(all)'} "
+                         f"{cut['after_s']:.0f} s after the onset, before a detector could call it")
+            lines.append(f"that command's reason: {cut['reason']}")
+        else:
+            lines.append("missed: no diagnosis of this class named these nodes in time")
+    return lines
+
+
 def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
+    """The end report for a person: reads whole at 80 columns, in a terminal or in a log file."""
     console = Console(file=file, highlight=False)
+    width = min(console.width, 100) if console.is_terminal else 80
+
+    def say(text: str = "", style: str | None = None, indent: int = 0, hang: int = 2) -> None:
+        # Wrapped here, not by rich: rich folds a long word (a path, a URL) mid-way at 80 columns.
+        lines = textwrap.wrap(text, width=width, initial_indent=" " * indent,
+                              subsequent_indent=" " * (indent + hang), break_long_words=False,
+                              break_on_hyphens=False) or [""]
+        for line in lines:
+            console.print(Text(line, style=style) if style else Text(line), soft_wrap=True)
+
     run = report["run"]
     console.rule(f"faultlens demo: {run['job']} on {run['nodes']} nodes, {run['simulated_s']:.0f} simulated s "
                  f"in {run['wall_s']:.0f} s{' (interrupted)' if run['interrupted'] else ''}")
     for note in run["notes"]:
-        console.print(f"[yellow]note:[/] {note}")
-    t = Table(title="Injected faults → diagnoses → commands (simulated seconds from onset)", show_lines=False)
-    for col in ("at (s)", "fault", "nodes", "found", "blamed", "latency (s)", "command", "to command (s)", "obeyed (s)"):
-        t.add_column(col)
+        say(f"note: {note}", "yellow")
+    say()
+    say("Injected faults → diagnoses → commands", "bold")
+    say("seconds of simulated time: 'at' from the start; latency, to cmd and obeyed from the fault's onset")
+    console.print(Text(_row([c for c, _, _ in _COLUMNS]), style="bold"), soft_wrap=True)
     for r in report["injected"]:
-        t.add_row(f"{r['onset_s']:.0f}", r["fault"], ",".join(r["nodes"]),
-                  "[green]yes[/]" if r["matched"] else _missed(r), ",".join(r.get("blamed", [])),
-                  _num(r.get("detection_latency_s")), "→".join(r.get("commands", [])) or "-", _num(r.get("time_to_command_s")),
-                  _num(r.get("time_to_obeyed_s")))
-    console.print(t)
+        found = "yes" if r["matched"] else "MISSED"
+        line = _row([f"{r['onset_s']:.0f}", r["fault"], _short_nodes(list(r["nodes"])), found,
+                     _num(r.get("detection_latency_s")), (r.get("commands") or ["-"])[0],
+                     _num(r.get("time_to_command_s")), _num(r.get("time_to_obeyed_s"))])
+        text = Text(line)
+        start = _FOUND_AT
+        text.stylize("green" if r["matched"] else "bold red", start, start + len(found))
+        console.print(text, soft_wrap=True)
+        for extra in _follow_ups(r):
+            say(extra, "red" if extra.startswith("missed") else "dim", indent=7)
     sc, wb = report["score"], report["wrongly_blamed"]
-    console.print(f"precision {sc['precision']}  recall {sc['recall']}  detection latency p50 "
-                  f"{sc['detection_latency_p50_s']} s  p99 {sc['detection_latency_p99_s']} s")
-    console.print(f"wrongly blamed: {wb['healthy_nodes_blamed']} healthy node(s), {len(wb['false_diagnoses'])} false "
-                  f"diagnosis(es); over-evicted by design (parallel groups): {wb['over_evicted_nodes']}")
+    say()
+    say(f"precision {_num(sc['precision'])}, recall {_num(sc['recall'])}; detection latency p50 "
+        f"{_num(sc['detection_latency_p50_s'])} s, p99 {_num(sc['detection_latency_p99_s'])} s")
+    say()
+    say("Wrongly blamed", "bold")
+    say(f"healthy nodes blamed: {wb['healthy_nodes_blamed']}", indent=2)
+    say(f"false diagnoses: {len(wb['false_diagnoses'])}", indent=2)
     for d in wb["false_diagnoses"][:10]:
-        console.print(f"  at {d['at_s']:.0f} s: {d['fault']} on {','.join(d['nodes']) or '-'} → {d['action']}")
+        say(f"at {d['at_s']:.0f} s: {d['fault']} on {', '.join(d['nodes']) or '-'} → {d['action']}", indent=4)
+    say(f"over-evicted by design (the parallel group of a hang or fail-slow): {wb['over_evicted_nodes']}", indent=2)
     cm = report["commands"]
-    console.print(f"commands obeyed: {cm['obeyed'] or 'none'}; refused: {len(cm['refused'])} "
-                  f"({'; '.join(sorted({r['reason'] for r in cm['refused']})) or '-'})")
+    say()
+    say("Commands", "bold")
+    obeyed = ", ".join(f"{n} {a}" for a, n in sorted(cm["obeyed"].items(), key=lambda kv: (-kv[1], kv[0])))
+    say(f"obeyed: {obeyed or 'none'}", indent=2)
+    say(f"refused: {len(cm['refused'])}", indent=2)
+    for reason in sorted({str(r["reason"]) for r in cm["refused"]}):
+        say(reason, indent=4)
+    if cm.get("launcher_restarts"):
+        say(f"restarted by the launcher with no command: {cm['launcher_restarts']}", indent=2)
     if report["trainer"]:
         tr = report["trainer"]
         steps = ", ".join(f"{r['action']} (resume {r['resume']})" for r in tr["restarts"]) or "none"
-        console.print(f"real trainer {tr['job']}: restarts {steps}; finished: {tr['done']}")
+        say()
+        say(f"Real trainer {tr['job']}: restarts {steps}; finished: {'yes' if tr['done'] else 'no'}")
+    if report["ettr"]:
+        say()
+        say("Effective training time ratio (from the history)", "bold")
     for row in report["ettr"]:
-        console.print(f"ETTR {row['job']}: {_num(row.get('ettr'))} ({_num(row.get('productive_s'))} s productive of "
-                      f"{_num(row.get('wall_s'))} s, {row.get('incidents')} incident(s))")
-    for name, path in report["files"].items():
-        console.print(f"{name}: {path}")
-
-
-def _missed(row: dict[str, Any]) -> str:
-    cut = row.get("cut_short_by")
-    if not cut:
-        return "[red]missed[/]"
-    return f"[red]missed[/] (job restarted by {cut['action']} {','.join(cut['nodes'])} {cut['after_s']:.0f} s in)"
+        say(f"{row['job']}: ETTR {_num(row.get('ettr'))} ({_num(row.get('productive_s'))} s productive of "
+            f"{_num(row.get('wall_s'))} s, {row.get('incidents')} incident(s))", indent=2)
+    files = report["files"]
+    say()
+    say(f"Written to {files['out_dir']}", "bold")
+    say(f"history: {files['history_db']}", indent=2)
+    if files.get("plots"):
+        say(f"plots: {len(files['plots'])} PNG charts in {Path(files['plots'][0]).parent}", indent=2)
+    if files.get("html_report"):
+        say("Open the incident report (one self-contained HTML file) in a browser:", "bold")
+        say(Path(files["html_report"]).resolve().as_uri(), indent=2)
 
 
 def _num(x: Any) -> str:
@@ -157,6 +248,7 @@ def _num(x: Any) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
-def files_of(out_dir: Path, db: Path, plots: dict[str, Path | None]) -> dict[str, Any]:
+def files_of(out_dir: Path, db: Path, plots: dict[str, Path | None], html: Path | None = None) -> dict[str, Any]:
     return {"out_dir": str(out_dir), "history_db": str(db),
-            "plots": sorted(str(p) for p in plots.values() if p is not None)}
+            "plots": sorted(str(p) for p in plots.values() if p is not None),
+            "html_report": str(html) if html is not None else None}

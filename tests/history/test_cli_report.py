@@ -47,7 +47,7 @@ def test_report_tables_and_plots(db, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Top offending nodes" in out and "n1" in out
     pngs = sorted(p.name for p in plots.glob("*.png"))
-    assert pngs == ["detection_latency.png", "faults_over_time.png", "job_timeline.png", "mtbf.png",
+    assert pngs == ["detection_latency.png", "faults_over_time.png", "job_timeline.png", "mtbf.png", "mttr.png",
                     "node_class_heatmap.png"]
     for p in plots.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000

@@ -7,6 +7,7 @@ temporary JUPYTER_PATH, which Jupyter searches before the user's and the system'
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,13 +48,22 @@ def sim_db(sim_trace, tmp_path_factory):
 
 
 def _execute(name: str, db: Path, kernel_path: Path, monkeypatch) -> tuple[nbformat.NotebookNode, str]:
+    """Run the notebook; return it and its text: printed lines and the plain-text form of displayed DataFrames."""
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
     monkeypatch.setenv("FAULTLENS_DB", str(db))
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.executable)"))
     NotebookClient(nb, kernel_name=KERNEL, timeout=120, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                     if o.output_type == "stream")
+    parts = []
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        for o in c.outputs:
+            if o.output_type == "stream":
+                parts.append(o.get("text", ""))
+            elif o.output_type in ("display_data", "execute_result") and "text/html" in o.get("data", {}):
+                parts.append(o["data"].get("text/plain", ""))  # a DataFrame (figures have no HTML form)
+    text = "\n".join(parts)
     assert f"KERNEL {sys.executable}" in text
     return nb, text
 
@@ -61,6 +71,11 @@ def _execute(name: str, db: Path, kernel_path: Path, monkeypatch) -> tuple[nbfor
 def _pngs(nb) -> int:
     return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs
                if o.output_type == "display_data" and "image/png" in o.get("data", {}))
+
+
+def _tables(nb) -> int:
+    return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if o.output_type == "display_data" and "<table" in o.get("data", {}).get("text/html", ""))
 
 
 def _db_counts(db: Path, sql: str) -> list[tuple]:
@@ -71,25 +86,36 @@ def _db_counts(db: Path, sql: str) -> list[tuple]:
         conn.close()
 
 
+def _row(text: str, *cells) -> bool:
+    """Whether a DataFrame row holds these cells in this order (its index first)."""
+    pattern = r"^\s*\d+\s+" + r"\s+".join(re.escape(str(c)) for c in cells) + r"(\s|$)"
+    return re.search(pattern, text, re.M) is not None
+
+
 def test_fleet_overview(sim_db, kernel_path, monkeypatch):
     nb, text = _execute("fleet_overview", sim_db, kernel_path, monkeypatch)
     (total,) = _db_counts(sim_db, "SELECT count(*) FROM diagnoses")[0]
-    assert f"{total} diagnoses" in text
-    for fault, n in _db_counts(sim_db, "SELECT fault, count(*) FROM diagnoses GROUP BY fault"):
-        assert f"fault={fault}  diagnoses={n}" in text
-    assert _pngs(nb) == 3  # classes over time, heat map, latency histogram
+    assert f"{total} diagnoses (" in text
+    kinds = "count(*) FILTER (WHERE action NOT IN ('none', 'capture_stacks')), " \
+            "count(*) FILTER (WHERE action = 'capture_stacks'), count(*) FILTER (WHERE action = 'none')"
+    for fault, acting, requests, record in _db_counts(sim_db, f"SELECT fault, {kinds} FROM diagnoses GROUP BY fault"):
+        assert _row(text, fault, acting, requests, record), fault
+    # a pandas bar chart of classes by kind, classes over time, heat map, latency histogram
+    assert _pngs(nb) == 4
+    assert _tables(nb) == 4
 
 
 def test_node_reliability(sim_db, kernel_path, monkeypatch):
     nb, text = _execute("node_reliability", sim_db, kernel_path, monkeypatch)
-    assert "node=n1  hardware_failures=2" in text  # the hand-worked history's n1: gpu_lost + gpu_thermal
-    assert "basis=labels" in text
-    assert _pngs(nb) == 1
+    assert _row(text, "n1", 2, "[gpu_lost, gpu_thermal]")  # inspection: the hand-worked history's n1
+    assert _row(text, "labels", 4)  # over-eviction judged against the trace's and the hand-worked labels
+    assert _pngs(nb) == 2  # MTBF, failures per node
 
 
 def test_job_timeline(sim_db, kernel_path, monkeypatch):
     nb, text = _execute("job_timeline", sim_db, kernel_path, monkeypatch)
-    assert "job=j1  wall_s=129.0  productive_s=84.0" in text
-    assert "job=job-sim" in text
-    assert "fault=gpu_lost  nodes=['n1']  detection_s=3.0  command=evict  to_command_s=2.0  recovery_s=20.0" in text
-    assert _pngs(nb) == 1
+    assert _row(text, "j1", "129.00", "84.00")  # ETTR: wall 129 s, 84 s productive
+    assert "job-sim" in text
+    assert _row(text, "j1", "gpu_lost", "[n1]", "3.00", "evict", "2.00", "20.00")  # the incident of d1
+    assert _row(text, "j1", "evict", "[n1]", "gpu_lost", "job restarted", "5.00")  # c1, obeyed 5 s later
+    assert _pngs(nb) == 3  # ETTR bars, timelines, MTTR

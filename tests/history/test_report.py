@@ -42,19 +42,26 @@ def test_faults_by_class_node_and_day(conn):
 
 
 def test_top_nodes(conn):
-    top = queries.run(conn, "top_nodes", limit=2)
-    assert [r["node"] for r in top] == ["n1", "n0"]
+    top = queries.run(conn, "top_nodes", limit=4)
+    # offenders by failures (acting diagnoses), then by all diagnoses, then by name
+    assert [r["node"] for r in top] == ["n1", "n2", "n3", "n0"]
     assert top[0]["diagnoses"] == 2 and top[0]["faults"] == ["gpu_lost", "gpu_thermal"] and top[0]["failures"] == 2
-    assert top[1]["failures"] == 0  # n0's only diagnosis was record-only
+    assert top[3]["failures"] == 0 and top[3]["diagnoses"] == 1  # n0's only diagnosis was record-only
+    assert top[3]["faults"] is None
+    assert [r["node"] for r in queries.run(conn, "top_nodes", limit=2)] == ["n1", "n2"]
 
 
 def test_detection_latency_percentiles(conn):
-    # latencies 3, 10, 1, 6 → sorted 1, 3, 6, 10: p50 = 4.5, p99 = 6 + 0.97 * 4 = 9.88
+    # acting diagnoses' latencies 3, 10, 6 (d3 is record-only) → sorted 3, 6, 10:
+    # p50 = 6, p99 = 6 + 0.98 * 4 = 9.92
     lat = queries.run(conn, "detection_latency")[0]
-    assert lat["n"] == 4
-    assert lat["p50_s"] == pytest.approx(4.5)
-    assert lat["p99_s"] == pytest.approx(9.88)
+    assert lat["n"] == 3
+    assert lat["p50_s"] == pytest.approx(6.0)
+    assert lat["p99_s"] == pytest.approx(9.92)
     assert lat["max_s"] == pytest.approx(10.0)
+    by_class = {r["fault"]: r for r in queries.run(conn, "detection_by_class")}
+    assert set(by_class) == {"gpu_lost", "nccl_error", "gpu_thermal"}
+    assert by_class["nccl_error"]["p50_s"] == pytest.approx(10.0) and by_class["gpu_lost"]["n"] == 1
 
 
 def test_time_to_command(conn):
@@ -128,7 +135,7 @@ def test_json_lines_have_one_section_each(conn):
     lines = [orjson.loads(line) for line in report.json_lines(report.build(conn))]
     assert [line["section"] for line in lines] == list(queries.REPORT_SECTIONS)
     by = {line["section"]: line for line in lines}
-    assert by["detection_latency"]["p50_s"] == pytest.approx(4.5)
+    assert by["detection_latency"]["p50_s"] == pytest.approx(6.0)
     assert by["faults_by_day"]["rows"][0]["day"] == "2023-11-14"
     assert {r["job"] for r in by["ettr"]["rows"]} == {"j1", "j2"}
 
@@ -139,6 +146,8 @@ def test_rich_render_shows_sections(conn, tmp_path):
         report.render(report.build(conn), file=fh)
     text = out.read_text()
     assert "Faults by class" in text and "ETTR per job" in text and "gpu_thermal" in text
+    # the wide commands section shows its key columns only (--json has them all)
+    assert "job restarted" in text and "no restart recorded" in text and "has_diagnosis" not in text
 
 
 def test_unknown_query_is_a_clear_error(conn):

@@ -1,0 +1,279 @@
+"""One self-contained HTML file for a fault history: what to hand a colleague after an incident.
+
+Everything is inline (CSS, PNG charts as base64 data URIs), so the file opens anywhere, offline,
+and can be attached to a ticket. Every value that comes from the history is HTML-escaped: a
+diagnosis detail quotes log lines and stack frames, which hold ``<`` and ``&``.
+
+The numbers are the same named queries as `faultlens report` (history.queries) and the charts
+are history.plots; this module only lays them out.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+
+from history import plots
+from history.queries import kind_counts, run
+from history.report import cell
+
+MAX_ROWS = 200  # rows per table; the file stays small enough to mail, --json has every row
+
+# Column headings with their units; a column not listed is shown under its own name.
+HEADINGS = {
+    "job": "job", "fault": "fault class", "nodes": "nodes", "node": "node", "action": "action",
+    "onset": "onset (UTC)", "detected_at": "detected (UTC)", "issued_at": "issued (UTC)",
+    "detection_s": "detection (s)", "command": "first command", "to_command_s": "to command (s)",
+    "recovery_s": "recovery (s)", "wall_s": "wall (s)", "productive_s": "productive (s)", "ettr": "ETTR",
+    "incidents": "incidents", "recovered": "recovered", "mttr_s": "MTTR (s)", "p50_s": "p50 (s)",
+    "p99_s": "p99 (s)", "max_s": "max (s)", "detection_p50_s": "detection p50 (s)", "n": "diagnoses",
+    "outcome": "outcome", "to_restart_s": "to restart (s)", "reason": "reason", "group": "group",
+    "diagnoses": "all diagnoses", "acting": "acting", "evidence_requests": "stack requests", "record_only": "record-only",
+    "occurrences": "occurrences", "jobs": "jobs", "failures": "failures", "mtbf_s": "MTBF (s)",
+    "hardware_failures": "hardware failures", "faults": "classes", "engine_asked": "engine asked",
+    "confidence": "confidence", "detail": "detail", "ts": "decided (UTC)", "basis": "truth from",
+}
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
+       margin: 0; background: #f5f5f7; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; background: #fff; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 20px; margin: 36px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #e5e5ea; }
+h3 { font-size: 16px; margin: 20px 0 6px; }
+p.meta, p.note, figcaption { color: #555; margin: 4px 0 10px; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 18px 0 8px; }
+.card { flex: 1 1 150px; border: 1px solid #e5e5ea; border-radius: 8px; padding: 10px 14px; background: #fafafc; }
+.card .v { font-size: 24px; font-weight: 600; }
+.card .k { color: #555; font-size: 13px; }
+.card.bad .v { color: #c0392b; }
+.card.good .v { color: #1e8449; }
+table { border-collapse: collapse; width: 100%; margin: 6px 0 14px; font-size: 13.5px; }
+th, td { border-bottom: 1px solid #e5e5ea; padding: 5px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f5; font-weight: 600; position: sticky; top: 0; }
+tr:nth-child(even) td { background: #fafafc; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.detail { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; white-space: pre-wrap;
+            word-break: break-word; max-width: 560px; }
+td.nw { white-space: nowrap; }
+td.bad { color: #c0392b; font-weight: 600; }
+td.good { color: #1e8449; }
+figure { margin: 10px 0 22px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e5e5ea; }
+nav a { margin-right: 14px; }
+footer { color: #777; font-size: 13px; margin-top: 40px; }
+"""
+
+_NOWRAP = frozenset({"job", "node", "fault", "action", "ts", "onset", "issued_at", "detected_at", "command"})
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _is_numeric(column: str, value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and column not in ("job", "node")
+
+
+def _table(rows: list[dict[str, Any]], columns: Iterable[str], *, empty: str,
+           classes: dict[str, Any] | None = None) -> str:
+    """An HTML table of ``columns`` of ``rows``; ``classes`` maps a column to a function row → CSS class."""
+    if not rows:
+        return f'<p class="note">{_e(empty)}</p>'
+    cols = list(columns)
+    numeric = {c for c in cols if any(_is_numeric(c, r.get(c)) for r in rows[:MAX_ROWS])}
+    head = "".join(f'<th{" class=num" if c in numeric else ""}>{_e(HEADINGS.get(c, c))}</th>' for c in cols)
+    body = []
+    for row in rows[:MAX_ROWS]:
+        cells = []
+        for c in cols:
+            value = row.get(c)
+            css = []
+            if c in numeric:
+                css.append("num")
+            if c == "detail":
+                css.append("detail")
+            elif c in _NOWRAP:
+                css.append("nw")
+            if classes and c in classes and (extra := classes[c](row)):
+                css.append(extra)
+            text = cell(c, value, max_items=12, time_format="%Y-%m-%d %H:%M:%S")
+            attr = f' class="{" ".join(css)}"' if css else ""
+            cells.append(f"<td{attr}>{_e(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (`faultlens report --json` has them all).</p>'
+            if len(rows) > MAX_ROWS else "")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def _figure(conn: duckdb.DuckDBPyConnection, name: str, alt: str) -> str:
+    fig = plots.PLOTS[name](conn)
+    if fig is None:
+        return f'<p class="note">No data for the chart “{_e(alt)}”.</p>'
+    data = base64.b64encode(plots.png_bytes(fig)).decode("ascii")
+    return f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}"></figure>'
+
+
+def _card(value: str, label: str, tone: str = "") -> str:
+    return f'<div class="card {tone}"><div class="v">{_e(value)}</div><div class="k">{_e(label)}</div></div>'
+
+
+def _num(value: Any, fmt: str = "{:.1f}", none: str = "-") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return none
+    return fmt.format(value)
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _outcome_class(row: dict[str, Any]) -> str:
+    if row["outcome"] in ("job restarted", "stack dumps received"):
+        return "good"
+    return "bad" if row["action"] in ("evict", "restart", "reattempt", "rollback") else ""
+
+
+def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    rows = run(conn, "command_outcomes")
+    for r in rows:
+        notes = []
+        if r["outcome"] == "job restarted":
+            swapped = ", ".join(f"{a}→{b}" for a, b in zip(r["nodes_out"] or [], r["nodes_in"] or []))
+            notes.append(f"after {_num(r['to_restart_s'])} s" + (f"; replaced {swapped}" if swapped else ""))
+        elif r["outcome"] == "stack dumps received":
+            notes.append(f"{r['usable_dumps']} usable dumps from {r['dump_nodes']} node(s)")
+        if not r["has_diagnosis"]:
+            notes.append("no diagnosis in the history caused it (forged, manual, or from another history)")
+        r["details"] = "; ".join(notes)
+    return rows
+
+
+def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float | None = None,
+           generated_at: float | None = None) -> str:
+    """The whole report as one HTML string."""
+    summary = run(conn, "summary")[0]
+    kinds = kind_counts(conn)
+    ettr = run(conn, "ettr", max_gap=max_gap)
+    latency = run(conn, "detection_latency")[0]
+    ttc = run(conn, "time_to_command")[0]
+    over = run(conn, "over_eviction")[0]
+    wrong = run(conn, "wrongly_blamed")
+    commands = _command_rows(conn)
+    labels = run(conn, "label_detection")[0] if summary["labels"] else None
+    generated = generated_at if generated_at is not None else dt.datetime.now(dt.timezone.utc).timestamp()
+
+    cards = []
+    for job in ettr[:4]:
+        tone = "good" if (job["ettr"] or 0) >= 0.9 else "bad" if (job["ettr"] or 0) < 0.7 else ""
+        cards.append(_card(_num(job["ettr"], "{:.1%}"), f"ETTR of {job['job']}", tone))
+    cards.append(_card(str(kinds["acting"]), f"acting diagnoses (+{kinds['evidence_request']} stack requests, "
+                                             f"{kinds['record_only']} record-only)"))
+    cards.append(_card(f"{_num(latency['p50_s'])} s", f"detection latency p50 (p99 {_num(latency['p99_s'])} s)"))
+    cards.append(_card(f"{_num(ttc['p50_s'])} s", "diagnosis → command p50"))
+    failed = sum(1 for c in commands if _outcome_class(c) == "bad")
+    cards.append(_card(f"{len(commands)}", f"commands ({failed} with no effect recorded)", "bad" if failed else ""))
+    healthy = over["healthy_evicted"] or 0
+    cards.append(_card(str(healthy), f"healthy nodes evicted (truth from {over['basis']})", "bad" if healthy else "good"))
+
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>faultlens incident report{(' — ' + _e(source)) if source else ''}</title>",
+        f"<style>{CSS}</style></head><body><main>",
+        "<h1>faultlens incident report</h1>",
+        f'<p class="meta">History {_e(source or "(in memory)")}: {_when(summary["first_ts"])} to '
+        f'{_when(summary["last_ts"])} ({_num(summary["span_s"], "{:,.0f}")} s); {summary["events"]:,} events, '
+        f'{summary["diagnoses"]} diagnoses, {summary["commands"]} commands, {summary["jobs"]} job(s), '
+        f'{summary["labels"]} ground-truth labels.</p>',
+        '<nav><a href="#ettr">ETTR</a><a href="#incidents">Incidents</a><a href="#mttr">MTTR</a>'
+        '<a href="#latency">Detection latency</a><a href="#commands">Commands</a>'
+        '<a href="#blamed">Wrongly blamed</a><a href="#faults">Faults</a><a href="#nodes">Nodes</a>'
+        '<a href="#diagnoses">Diagnoses</a></nav>',
+        f'<div class="cards">{"".join(cards)}</div>',
+        '<p class="note">An <b>acting</b> diagnosis asks for something to be done to the job (evict, restart, '
+        "reattempt, rollback, stop-time diagnosis, inspection). A <b>stack request</b> (capture_stacks) is a "
+        "suspicion that asks every rank for its stack and blames nobody; a <b>record-only</b> finding changes "
+        "nothing. Failures, incidents, latencies and every chart count acting diagnoses only.</p>",
+
+        '<h2 id="ettr">Effective training time (ETTR) per job</h2>',
+        '<p class="note">Productive time (train steps seen) / wall time, from the job timeline.</p>',
+        _table(ettr, ["job", "ettr", "productive_s", "wall_s", "incidents"], empty="No job timeline in this history."),
+        _figure(conn, "job_timeline", "Job timelines"),
+
+        '<h2 id="incidents">Incidents</h2>',
+        '<p class="note">Each acting diagnosis: when the fault began (first evidence), when it was diagnosed, the '
+        "first command, and when the job was productive again.</p>",
+        _table(run(conn, "incidents"), ["job", "onset", "fault", "nodes", "action", "detection_s", "command",
+                                        "to_command_s", "recovery_s"], empty="No incidents."),
+
+        '<h2 id="mttr">Time to recover (MTTR) per fault class</h2>',
+        _table(run(conn, "mttr_by_class"), ["fault", "incidents", "recovered", "mttr_s", "p50_s", "max_s",
+                                            "detection_p50_s"], empty="No incidents."),
+        _figure(conn, "mttr", "MTTR per fault class"),
+
+        '<h2 id="latency">Detection latency</h2>',
+        f'<p class="note">First evidence → diagnosis over {latency["n"]} acting diagnoses: p50 '
+        f'{_num(latency["p50_s"])} s, p99 {_num(latency["p99_s"])} s, max {_num(latency["max_s"])} s. Diagnosis → '
+        f'first command: p50 {_num(ttc["p50_s"])} s, p99 {_num(ttc["p99_s"])} s; '
+        f'{ttc["diagnoses_without_command"]} acting diagnosis(es) got no command.</p>',
+    ]
+    if labels:
+        parts.append(f'<p class="note">Against ground truth: {labels["detected"]} of {labels["labels"]} labelled '
+                     f'faults detected, {labels["missed"]} missed; labelled onset → first matching diagnosis p50 '
+                     f'{_num(labels["p50_s"])} s, p99 {_num(labels["p99_s"])} s.</p>')
+    parts += [
+        _table(run(conn, "detection_by_class"), ["fault", "n", "p50_s", "p99_s", "max_s"], empty="No acting diagnoses."),
+        _figure(conn, "detection_latency", "Detection latency histogram"),
+
+        '<h2 id="commands">Commands and their outcome</h2>',
+        '<p class="note">Outcome from the history: a job restart that names the command, or the stack dumps that '
+        "answered a stack request.</p>",
+        _table(commands, ["issued_at", "job", "action", "nodes", "fault", "outcome", "details", "reason"],
+               empty="No commands were issued.", classes={"outcome": _outcome_class}),
+
+        '<h2 id="blamed">Wrongly blamed</h2>',
+        f'<p class="note">Over-eviction: {over["evicted_nodes"]} node(s) evicted, {over["faulty_nodes"]} really '
+        f'faulty (from {_e(over["basis"])}), ratio {_num(over["ratio"], "{:.2f}")}. A hang or fail-slow verdict '
+        "evicts its whole parallel group on purpose, so some healthy evictions there are by design.</p>",
+        _table(wrong, ["issued_at", "job", "node", "fault", "group", "reason"],
+               empty=f"No healthy node was evicted (truth from {over['basis']})."),
+
+        '<h2 id="faults">Faults</h2>',
+        _table(run(conn, "faults_by_class"), ["fault", "acting", "evidence_requests", "record_only", "occurrences",
+                                              "nodes"], empty="No diagnoses."),
+        _figure(conn, "faults_over_time", "Acting diagnoses by class over time"),
+        _figure(conn, "node_class_heatmap", "Acting diagnoses per node and class"),
+
+        '<h2 id="nodes">Nodes</h2>',
+        "<h3>Top offending nodes</h3>",
+        _table(run(conn, "top_nodes"), ["node", "failures", "faults", "diagnoses"], empty="No node was diagnosed."),
+        "<h3>Candidates for hardware inspection</h3>",
+        _table(run(conn, "inspection_candidates"), ["node", "hardware_failures", "faults", "engine_asked"],
+               empty="None: no node had repeated hardware failures."),
+        _figure(conn, "mtbf", "MTBF per node"),
+
+        '<h2 id="diagnoses">Acting diagnoses in full</h2>',
+        _table(run(conn, "acting_diagnoses"), ["ts", "job", "fault", "action", "nodes", "group", "confidence", "detail"],
+               empty="No acting diagnoses."),
+        f"<footer>Written by <code>faultlens report --html</code> at {_when(generated)}. Definitions of every "
+        "measure: docs/history.md.</footer>",
+        "</main></body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write(conn: duckdb.DuckDBPyConnection, path: str | Path, **kwargs: Any) -> Path:
+    """Write the report to ``path`` (parents created) and return it."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(conn, **kwargs), encoding="utf-8")
+    return out

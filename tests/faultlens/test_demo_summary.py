@@ -1,0 +1,138 @@
+"""The demo's end report as a person reads it: whole at 80 columns, in a log file (no TTY).
+
+The report below is the shape `faultlens demo --json` prints (its sections and keys), with values
+from a 64-node seed-0 run: every fault class, a hang cut short by another fault's eviction, a
+fail-slow whose verdict came after stack rounds, a group eviction, a forged command refused.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from diagnosis.record import FAULT_CLASSES
+from faultlens.demo import summary
+
+
+def _fault(at, fault, nodes, *, latency=1.0, commands=("evict",), blamed=None, to_cmd=2.0, obeyed=3.0,
+           action="evict", diagnosis=None):
+    row = {"fault": fault, "nodes": list(nodes), "onset_s": float(at), "matched": True,
+           "diagnosis": diagnosis or fault, "blamed": list(nodes if blamed is None else blamed), "action": action,
+           "confidence": 1.0, "detection_latency_s": latency}
+    if commands:
+        row.update(command=commands[0], command_nodes=list(nodes), commands=list(commands),
+                   time_to_command_s=to_cmd, time_to_obeyed_s=obeyed)
+    return row
+
+
+HANG_CUT_SHORT = {
+    "fault": "job_hang", "nodes": ["n043"], "onset_s": 512.0, "matched": False,
+    "cut_short_by": {"action": "evict", "nodes": ["n017"], "after_s": 36.0,
+                     "reason": "gpu_reset_required: evict and restart on warm standbys (Xid 119 GSP_RPC_TIMEOUT "
+                               "on GPU 0000:9a:00, <pid 20580>)"},
+}
+
+REPORT = {
+    "run": {"job": "demo-sim", "nodes": 64, "simulated_s": 1449.0, "wall_s": 96.4, "events_published": 120345,
+            "interrupted": False, "lockstep_timeouts": 0,
+            "notes": ["torch is not installed: the real trainer job is skipped (pip install '.[torch]')"]},
+    "injected": [
+        _fault(60, "gpu_reset_required", ["n017"], action="evict_reset_gpu"),
+        _fault(140, "nccl_error", ["n020", "n021", "n022"], blamed=["n020"], commands=("reattempt",), action="reattempt"),
+        _fault(230, "fail_slow", ["n033"], latency=71.35, commands=("capture_stacks", "capture_stacks", "evict"),
+               blamed=["n032", "n033", "n034", "n035"], to_cmd=61.0, obeyed=82.0),
+        _fault(330, "loss_spike", ["n001"], blamed=[], commands=("rollback",), action="stop_time_diagnosis"),
+        HANG_CUT_SHORT,
+        *[_fault(600 + 40 * i, f, [f"n{10 + i:03d}"]) for i, f in enumerate(
+            c for c in FAULT_CLASSES if c not in ("gpu_reset_required", "nccl_error", "fail_slow", "loss_spike",
+                                                 "job_hang", "unknown"))],
+    ],
+    "score": {"precision": 0.95, "recall": 0.9412, "detection_latency_p50_s": 0.0, "detection_latency_p99_s": 69.5,
+              "healthy_nodes_blamed": 1},
+    "wrongly_blamed": {"healthy_nodes_blamed": 1, "over_evicted_nodes": 3,
+                       "false_diagnoses": [{"fault": "gpu_thermal", "nodes": ["n050"], "action": "evict",
+                                            "at_s": 901.0}]},
+    "commands": {"obeyed": {"evict": 9, "rollback": 3, "reattempt": 3, "restart": 1, "capture_stacks": 3},
+                 "refused": [{"id": "b848b085", "action": "evict", "reason": "bad signature (forged or altered)"}],
+                 "launcher_restarts": 0},
+    "trainer": None,
+    "ettr": [{"job": "demo-sim", "wall_s": 1449.0, "productive_s": 1130.6, "ettr": 0.7803, "incidents": 24}],
+    "pipeline": {},
+    "files": {"out_dir": "/home/someone/.faultlens/demo-20261122-204831",
+              "history_db": "/home/someone/.faultlens/demo-20261122-204831/history.duckdb",
+              "plots": [f"/home/someone/.faultlens/demo-20261122-204831/plots/{n}.png" for n in ("mtbf", "mttr")],
+              "html_report": "/home/someone/.faultlens/demo-20261122-204831/report.html"},
+}
+
+
+def _rendered() -> str:
+    out = io.StringIO()  # not a terminal: what a log file or a pipe gets
+    summary.render(REPORT, file=out)
+    return out.getvalue()
+
+
+def test_fits_80_columns_without_cutting_anything():
+    text = _rendered()
+    lines = text.splitlines()
+    too_wide = [line for line in lines if len(line) > 80 and not line.strip().startswith("file://")]
+    assert not too_wide, too_wide
+    assert "…" not in text
+    assert "\x1b[" not in text  # no colour codes in a log file
+
+
+def test_every_class_is_named_in_full():
+    text = _rendered()
+    for r in REPORT["injected"]:
+        assert re.search(rf"^\s+\d+ {r['fault']}\s", text, re.M), r["fault"]
+
+
+def test_a_missed_fault_says_why_on_lines_of_its_own():
+    lines = _rendered().splitlines()
+    row = next(i for i, line in enumerate(lines) if " job_hang " in line)
+    assert "MISSED" in lines[row]
+    follow = "\n".join(lines[row + 1:row + 5])
+    assert "missed: the job was restarted by evict n017 36 s after the onset" in follow
+    # the long reason is wrapped, whole, with its '<' kept
+    reason = " ".join(line.strip() for line in lines[row + 1:row + 6])
+    assert HANG_CUT_SHORT["cut_short_by"]["reason"] in reason
+
+
+def test_follow_up_lines_for_groups_chains_and_several_nodes():
+    text = _rendered()
+    assert "blamed n032, n033, n034, n035; diagnosed as fail_slow → evict" in text
+    assert "commands: capture_stacks → capture_stacks → evict" in text
+    assert "injected on n020, n021, n022" in text
+    assert re.search(r"^ +140 nccl_error +n020 \+2 +yes", text, re.M)
+    assert "blamed no node (job-wide); diagnosed as loss_spike → stop_time_diagnosis" in text
+
+
+def test_ends_with_where_to_find_the_html_report():
+    lines = _rendered().rstrip().splitlines()
+    assert lines[-1].strip() == "file:///home/someone/.faultlens/demo-20261122-204831/report.html"
+    assert "refused: 1" in "\n".join(lines) and "bad signature (forged or altered)" in "\n".join(lines)
+
+
+def test_a_fault_found_but_not_acted_on_says_why():
+    from diagnosis.record import Diagnosis
+    from faultlens.demo.state import DemoState
+    from remediation.policy import Decision
+
+    t0 = 1_795_380_000.0
+    state = DemoState(sim_job="demo-sim", sim_start=t0, sim_now=t0 + 1455)
+    kernel = Diagnosis(job="demo-sim", ts=t0 + 430.5, onset=t0 + 430.2, fault="kernel", action="restart",
+                       nodes=("n019",), detail="soft_lockup: watchdog: BUG: soft lockup - CPU#113 stuck for 22s!")
+    state.on_diagnosis(kernel)
+    state.on_decision(Decision(ts=kernel.ts, job="demo-sim", diagnosis_id=kernel.id, fault="kernel",
+                               rung="same_incident", action="none", nodes=("n019",),
+                               reason="kernel: within 30s of the last escalation; same incident", mode="act",
+                               sent=False))
+    label = {"job": "demo-sim", "fault": "kernel", "nodes": ["n019"], "ranks": [], "onset": t0 + 430.0}
+    (row,) = summary.injected(state, [label])
+    assert row["matched"] and "command" not in row
+    assert row["no_command_because"] == "kernel: within 30s of the last escalation; same incident"
+    report = {**REPORT, "injected": [row]}
+    out = io.StringIO()
+    summary.render(report, file=out)
+    lines = out.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if re.match(r"^ +430 kernel ", line))
+    assert lines[at + 1].strip() == "no command: kernel: within 30s of the last escalation; same incident"

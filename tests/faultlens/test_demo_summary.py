@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 
-from diagnosis.record import FAULT_CLASSES
+from streams.diagnosis_record import FAULT_CLASSES
 from faultlens.demo import summary
 
 
@@ -113,7 +113,7 @@ def test_ends_with_where_to_find_the_html_report():
 
 
 def test_a_fault_found_but_not_acted_on_says_why():
-    from diagnosis.record import Diagnosis
+    from streams.diagnosis_record import Diagnosis
     from faultlens.demo.state import DemoState
     from remediation.policy import Decision
 

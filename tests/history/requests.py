@@ -8,8 +8,8 @@ alone (the request still marks the job stalled in the timeline: the sink derives
 
 from __future__ import annotations
 
-from diagnosis.record import Diagnosis
-from remediation.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.command import Command
 from streams.events import Envelope
 from tests.history.known import NODES, T0
 

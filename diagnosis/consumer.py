@@ -9,9 +9,11 @@ are recognised by event id inside the engine.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Iterable
 
 from diagnosis.engine import Engine, EngineConfig
+from diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
 from streams.diagnosis_record import Diagnosis
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
@@ -25,9 +27,10 @@ from streams.topics import TELEMETRY_TOPICS
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-diagnose"
+JOB_GROUP = "faultlens-diagnose-job"
+STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
-INPUT_TOPICS = (*TELEMETRY_TOPICS, JOBS_TOPIC)
 
 
 def diagnosis_record(d: Diagnosis) -> Outgoing:
@@ -93,9 +96,33 @@ def primed_handler(settings: KafkaSettings, config: EngineConfig | None = None, 
     return DiagnoseHandler(engine, group)
 
 
-def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = None, *, group: str = GROUP,
-                      handler: Any = None) -> tuple[GroupRunner, Any]:
-    """The diagnosis consumer, not started: `faultlens diagnose` and `faultlens up` both build it here.
-    ``handler`` replaces the primed default (the demo routes some jobs to engines of their own)."""
+def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = None, *, stage: str = "all",
+                      group: str | None = None, handler: Any = None) -> tuple[GroupRunner, Any]:
+    """The diagnosis consumer of one stage, not started: `faultlens diagnose` and `faultlens up`
+    both build it here (DESIGN.md §1). Every stage reads in event-time order and reads the
+    compacted `jobs` topic in full, outside its group (every member needs every topology).
+
+    - ``all``: telemetry → diagnoses, both stages in one process (one member: each member of a
+      group sees only some nodes of a job);
+    - ``node``: telemetry → `summaries` (any number of members);
+    - ``job``: `summaries` → diagnoses (any number of members; a job lives on one partition).
+
+    ``handler`` replaces the default (tests, the demo)."""
+    config = config or EngineConfig()
+    if stage == "node":
+        group = group or NODE_GROUP
+        node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
+        runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC])
+        runner.on_progress = node.watermarks(runner.producer.partitions(topics.SUMMARIES))
+        return runner, node
+    if stage == "job":
+        group = group or JOB_GROUP
+        handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
+        return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True,
+                           broadcast_topics=[JOBS_TOPIC], watermark_of=watermark_of), handler
+    if stage != "all":
+        raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
+    group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
-    return GroupRunner(settings, group, INPUT_TOPICS, handler, event_time=True), handler
+    return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True,
+                       broadcast_topics=[JOBS_TOPIC]), handler

@@ -63,11 +63,12 @@ class JobBook:
         """The job's event time has reached ``now``: topologies stamped up to then apply."""
         self._now[job] = now
 
-    def topology(self, job: str) -> Topology | None:
+    def topology(self, job: str, at: float | None = None) -> Topology | None:
+        """The topology in force at ``at`` (default: the job's current event time)."""
         versions = self._versions.get(job)
         if not versions:
             return None
-        now = self._now.get(job)
+        now = self._now.get(job) if at is None else at
         if now is None:
             return versions[-1][1]
         current = versions[0][1]  # before its first version the job's first topology applies

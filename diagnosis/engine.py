@@ -29,7 +29,7 @@ from diagnosis.features import NodeWindow
 from diagnosis.implicit import ImplicitConfig
 from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
-from diagnosis.stages import JobStage, NodeOutput, NodeStage
+from diagnosis.stages import JobStage, NodeOutput, NodeStage, rank_mismatch
 from streams.events import Envelope, InvalidEvent
 from streams.payloads import check_payload
 
@@ -46,7 +46,7 @@ KNOWN_KINDS = {
     "stack": {"stack_dump"},
     "host": {"sample"},
     "job": {"topology", "restart"},
-    "summary": {"window", "finding"},
+    "summary": {"window", "finding", "watermark"},
 }
 
 
@@ -60,6 +60,9 @@ class EngineConfig:
     implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
     seen_ids: int = 200_000  # redelivered events (at-least-once) are recognised by id
     skew_alert_every_s: float = 3600.0  # one clock_skew alert per node per this much event time
+    # "all": parse and run the node rules here too; "job": a node stage upstream did (its findings,
+    # windows and forwarded events arrive on `summaries`), so events go straight to the job stage.
+    stage: str = "all"
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -166,10 +169,16 @@ class Engine:
             self._job_event(lane, event)
             return []
         if event.source == "summary":
-            # The node stage of another process summarised a window (DESIGN.md §1, split stages).
+            # The node stage of another process summarised a window or found something (DESIGN.md
+            # §1, split stages); its watermarks are the runner's business.
             if event.kind == "window":
                 lane.stage.observe_window(NodeWindow.from_event(event))
+            elif event.kind == "finding":
+                return self._settle(lane, [Finding.from_event(event)], [])
             return []
+        if self.config.stage == "job":
+            findings, diags = lane.stage.observe(event)
+            return self._settle(lane, findings, diags)
         node_out = NodeOutput()
         for parsed in self.node_stage.parse(event):
             self.stats["parsed"] += parsed is not event
@@ -208,21 +217,10 @@ class Engine:
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""
-        rank = opt_int(event.data, "rank")
-        if rank is None:
-            return
-        topo = self.book.topology(event.job)
-        if topo is None:
-            reason, entity = f"no topology for job {event.job}: ranks cannot be placed in parallel groups", "topology"
-        else:
-            place = topo.by_rank.get(rank)
-            if place is not None and place.node == event.node:
-                return
-            where = f"on node {place.node}" if place else "absent"
-            reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"
-        self.stats["topology_mismatch"] += 1
-        out.findings.append(Finding(job=event.job, ts=event.ts, fault="unknown", action="none",
-                                    nodes=(event.node,), entity=entity, evidence=(event.id,), detail=reason))
+        finding = rank_mismatch(self.book, event)
+        if finding is not None:
+            self.stats["topology_mismatch"] += 1
+            out.findings.append(finding)
 
     def _job_side(self, lane: _Lane, node_out: NodeOutput) -> list[Diagnosis]:
         findings = list(node_out.findings)

@@ -222,7 +222,9 @@ class HangDetector:
     def _decide(self, name: str, job: _Job, now: float) -> Diagnosis:
         stall = job.stall
         stall.decided = True
-        topology = self._book.topology(name)
+        # The machines that hung are those in force when it began: a decision that comes after a
+        # restart (the evidence arrived late) must not blame the machines that replaced them.
+        topology = self._book.topology(name, at=stall.onset)
         base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
         stalled = f"stalled {now - stall.onset:.0f}s"
         if topology is not None and len(stall.dumps):

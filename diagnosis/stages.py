@@ -19,6 +19,7 @@ from diagnosis.features import FeatureWindows, NodeWindow
 from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from streams.diagnosis_record import Diagnosis
 from diagnosis.rules import Finding, Rule, node_rules
+from diagnosis.rules.base import opt_int
 from diagnosis.rules.comms import FirstFailingRank
 from diagnosis.rules.liveness import SilenceDetector
 from parsing.registry import LineEventParser
@@ -35,6 +36,24 @@ class NodeOutput:
     findings: list[Finding] = field(default_factory=list)
     windows: list[NodeWindow] = field(default_factory=list)
     forward: list[Envelope] = field(default_factory=list)
+
+
+def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
+    """A rank-bearing event that disagrees with its job's topology, as a record-only finding."""
+    rank = opt_int(event.data, "rank")
+    if rank is None:
+        return None
+    topo = book.topology(event.job)
+    if topo is None:
+        reason, entity = f"no topology for job {event.job}: ranks cannot be placed in parallel groups", "topology"
+    else:
+        place = topo.by_rank.get(rank)
+        if place is not None and place.node == event.node:
+            return None
+        where = f"on node {place.node}" if place else "absent"
+        reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"
+    return Finding(job=event.job, ts=event.ts, fault="unknown", action="none", nodes=(event.node,), entity=entity,
+                   evidence=(event.id,), detail=reason)
 
 
 class NodeStage:

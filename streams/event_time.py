@@ -149,6 +149,10 @@ class _Held(Generic[T]):
 @dataclass
 class _PartitionState:
     watermark: float | None = None
+    # Upstream writers' own watermarks, when a partition has several (the node stage's members
+    # writing `summaries`): writer → (watermark, wall time heard). The partition is then only as
+    # far along as its slowest live writer.
+    writers: dict[str, tuple[float, float]] = field(default_factory=dict)
     last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
     held: int = 0
     offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
@@ -159,14 +163,17 @@ class WatermarkMerge(Generic[T]):
     """Holds records until every partition that may deliver earlier ones has moved past them."""
 
     def __init__(self, max_idle_s: float = 2.0, max_held_per_partition: int = 20_000,
-                 max_held: int = 500_000) -> None:
+                 max_held: int = 500_000, writer_ttl_s: float = 15.0) -> None:
         self.max_idle_s = max_idle_s
+        self.writer_ttl_s = writer_ttl_s
         self.max_held_per_partition = max_held_per_partition
         self.max_held = max_held
         self._parts: dict[Partition, _PartitionState] = {}
         self._heap: list[_Held[T]] = []
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
+        # Event time up to which everything was handed on (what a writer downstream may announce).
+        self.progress: float | None = None
 
     # --- partitions ---------------------------------------------------------------------------
     def assign(self, partitions: Iterable[Partition], wall_now: float) -> None:
@@ -197,6 +204,19 @@ class WatermarkMerge(Generic[T]):
         heapq.heappush(state.offsets, offset)
         heapq.heappush(self._heap, _Held(ts, next(self._seq), partition, offset, item))
 
+    def report(self, partition: Partition, writer: str, watermark: float, wall_now: float) -> None:
+        """An upstream writer of ``partition`` has written everything up to ``watermark``."""
+        state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
+        previous = state.writers.get(writer)
+        state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, wall_now)
+        state.last_data = wall_now
+
+    def _mark(self, state: _PartitionState, wall_now: float) -> float | None:
+        live = [w for w, heard in state.writers.values() if wall_now - heard < self.writer_ttl_s]
+        if live:
+            return min(live)
+        return state.watermark
+
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
         """The event time up to which every partition has delivered; None when all are idle
         (everything held may go); -inf while a partition that must speak has said nothing yet."""
@@ -205,7 +225,8 @@ class WatermarkMerge(Generic[T]):
             idle = caught_up.get(p, True) and state.held == 0 and wall_now - state.last_data >= self.max_idle_s
             if idle:
                 continue
-            mark = state.watermark if state.watermark is not None else float("-inf")
+            mark = self._mark(state, wall_now)
+            mark = mark if mark is not None else float("-inf")
             low = mark if low is None else min(low, mark)
         return low
 
@@ -219,6 +240,11 @@ class WatermarkMerge(Generic[T]):
             h = heapq.heappop(self._heap)
             self._release_offset(h.partition, h.offset)
             out.append(h.item)
+        if low is None:  # everything idle and handed on: as far as any partition got
+            marks = [m for s in self._parts.values() if (m := self._mark(s, wall_now)) is not None]
+            low = max(marks) if marks else None
+        if low is not None and low != float("-inf"):
+            self.progress = low if self.progress is None else max(self.progress, low)
         return out
 
     def drain(self) -> list[T]:
@@ -228,6 +254,8 @@ class WatermarkMerge(Generic[T]):
             h = heapq.heappop(self._heap)
             self._release_offset(h.partition, h.offset)
             out.append(h.item)
+            if h.ts != float("-inf"):
+                self.progress = h.ts if self.progress is None else max(self.progress, h.ts)
         return out
 
     def _release_offset(self, partition: Partition, offset: int) -> None:

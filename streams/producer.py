@@ -33,6 +33,7 @@ class Outgoing:
     topic: str
     key: bytes | None
     value: bytes
+    partition: int | None = None  # None: by key (a watermark goes to every partition by number)
 
     @classmethod
     def event(cls, event: Envelope) -> "Outgoing":
@@ -49,11 +50,14 @@ class Producer:
         self.sent = 0
         self.delivered = 0
 
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        future = self._producer.send(topic, key=key, value=value)
+    def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
+        future = self._producer.send(topic, key=key, value=value, partition=partition)
         self.sent += 1
         future.add_callback(self._ok)
         future.add_errback(self._failed, topic)
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(self._producer.partitions_for(topic))
 
     def send_event(self, event: Envelope) -> None:
         self.send(topic_for(event), event.key, encode(event))
@@ -61,7 +65,7 @@ class Producer:
     def send_all(self, records: Iterable[Outgoing]) -> int:
         n = 0
         for r in records:
-            self.send(r.topic, r.key, r.value)
+            self.send(r.topic, r.key, r.value, r.partition)
             n += 1
         return n
 

@@ -44,6 +44,8 @@ _MAX_DEAD_VALUE = 64 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 # How long an assigned partition that was never fetched from holds event time back.
 UNFETCHED_WAIT_S = 30.0
+# How long after a rebalance a member announces no progress downstream.
+REBALANCE_SETTLE_S = 3.0
 
 Decoder = Callable[[bytes | None], Any]
 
@@ -137,6 +139,9 @@ class GroupRunner:
         max_idle_s: float = 2.0,
         max_skew_s: float = DEFAULT_MAX_SKEW_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        broadcast_topics: Iterable[str] = (),
+        watermark_of: Callable[[Record], tuple[str, float] | None] | None = None,
+        on_progress: Callable[[float], Iterable[Outgoing]] | None = None,
     ):
         self.settings = settings
         self.group = group
@@ -158,6 +163,19 @@ class GroupRunner:
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
         self._paused: set[TopicPartition] = set()
         self._assigned_at: dict[TopicPartition, float] = {}
+        # Topics every member reads in full, outside the group (the compacted `jobs`): not
+        # committed, read from the start by each member (event_time mode only).
+        self.broadcast_topics = [t for t in broadcast_topics if t not in self.topics]
+        self._broadcast: KafkaConsumer | None = None
+        self.watermark_of = watermark_of  # upstream writers' watermark records (job stage)
+        self.on_progress = on_progress  # announce this member's progress downstream (node stage)
+        self._announced: float | None = None
+        self._announced_wall = 0.0
+        # After a rebalance: say "I write here too, from nothing yet" at once, then keep quiet a
+        # moment, so a member that kept its partitions cannot announce progress past the records
+        # a new owner is about to write (the stage downstream holds at the last word it heard).
+        self._hello = False
+        self._settle_until = 0.0
 
     # --- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -196,7 +214,13 @@ class GroupRunner:
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
                     dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value, f"invalid: {exc}", self.group))
                     continue
-                good.append(Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp))
+                record = Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)
+                mark = self.watermark_of(record) if self.watermark_of is not None else None
+                if mark is not None and self.merge is not None:
+                    self.merge.report(tp, mark[0], mark[1], time.time())
+                    self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
+                    continue
+                good.append(record)
         if self.clock is not None:
             good = self._placed(good)
         return good, dead
@@ -251,10 +275,33 @@ class GroupRunner:
     def _consumer(self) -> KafkaConsumer:
         consumer = KafkaConsumer(**{**self.settings.consumer_kwargs(self.group), "max_poll_records": self.max_records})
         consumer.subscribe(self.topics, listener=_Assigned(self))
+        if self.broadcast_topics and self.merge is not None:
+            kwargs = {**self.settings.consumer_kwargs(None), "enable_auto_commit": False}
+            self._broadcast = KafkaConsumer(**kwargs)
+            parts = [TopicPartition(t, p) for t in self.broadcast_topics
+                     for p in sorted(self._broadcast.partitions_for_topic(t) or ())]
+            self._broadcast.assign(parts)
+            self._broadcast.seek_to_beginning(*parts)
+            self.merge.assign(parts, time.time())
+            now = time.monotonic()
+            self._assigned_at.update({tp: now for tp in parts})
         return consumer
+
+    def _poll_broadcast(self) -> list[Record]:
+        if self._broadcast is None:
+            return []
+        polled = self._broadcast.poll(timeout_ms=0)
+        if not polled:
+            return []
+        good, dead = self._split(polled)
+        for d in dead:
+            log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))
+        return good
 
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:
+        self._hello = True
+        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
         if self.merge is not None:
             self.merge.assign(assigned, time.time())
             now = time.monotonic()
@@ -262,6 +309,7 @@ class GroupRunner:
         self.ready.set()
 
     def _revoked(self, revoked) -> None:
+        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
         if self.merge is None or not revoked:
             return
         # What was handed on is committed already (every loop commits after its batch; a listener
@@ -283,6 +331,11 @@ class GroupRunner:
                 out[tp] = now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
             else:
                 out[tp] = consumer.position(tp) >= high
+        if self._broadcast is not None:
+            for tp in self._broadcast.assignment():
+                high = self._broadcast.highwater(tp)
+                out[tp] = (now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S if high is None
+                           else self._broadcast.position(tp) >= high)
         return out
 
     def _ordered(self, consumer: KafkaConsumer, good: list[Record], drain: bool = False) -> list[Record]:
@@ -290,9 +343,10 @@ class GroupRunner:
         partitions that ran ahead and resume those that fell behind."""
         assert self.merge is not None
         now = time.time()
-        for r in good:
+        for r in [*good, *self._poll_broadcast()]:
             self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now)
         out = self.merge.drain() if drain else self.merge.release(now, self._caught_up(consumer))
+        out = [r for r in out if r is not None]  # watermark records only hold their offset
         pause = self.merge.to_pause() - self._paused
         resume = self.merge.to_resume() & self._paused
         if pause:
@@ -348,6 +402,7 @@ class GroupRunner:
                 if self._tick and time.monotonic() - last_tick >= self.tick_interval_s and self._input_settled(consumer):
                     last_tick = time.monotonic()
                     out.extend(self._tick(time.time()))
+                out.extend(self._announce())
                 if polled or out:
                     if not self._deliver_and_commit(consumer, polled, out):
                         continue
@@ -377,6 +432,22 @@ class GroupRunner:
         self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
         out.extend(produced)
 
+    def _announce(self) -> list[Outgoing]:
+        """This member's progress, for the stage downstream: after its outputs, at most once a second."""
+        if self.on_progress is None or self.merge is None:
+            return []
+        hello: list[Outgoing] = []
+        if self._hello:
+            self._hello = False
+            hello = list(self.on_progress(float("-inf")))
+        if time.monotonic() < self._settle_until or self.merge.progress is None:
+            return hello
+        progress = self.merge.progress
+        if self._announced is not None and (progress <= self._announced or time.monotonic() - self._announced_wall < 1.0):
+            return []
+        self._announced, self._announced_wall = progress, time.monotonic()
+        return hello + list(self.on_progress(progress))
+
     def _input_settled(self, consumer: KafkaConsumer) -> bool:
         """Whether the wall clock may stand in for event time: nothing is held back and no
         partition has unread input (while a backlog is read, only the input moves time)."""
@@ -387,11 +458,15 @@ class GroupRunner:
     def _finish(self, consumer: KafkaConsumer) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this
         member), its outputs delivered and the offsets committed."""
-        if self.merge is None or not self.merge.held:
+        if self.merge is None:
             return
         out: list[Outgoing] = []
-        self._handle_into(self._ordered(consumer, [], drain=True), out)
-        self._deliver_and_commit(consumer, {}, out)
+        if self.merge.held:
+            self._handle_into(self._ordered(consumer, [], drain=True), out)
+        self._announced_wall = self._settle_until = 0.0  # the last word on progress goes out now
+        out.extend(self._announce())
+        if out:
+            self._deliver_and_commit(consumer, {}, out)
 
     def _deliver_and_commit(self, consumer: KafkaConsumer, polled, out: list[Outgoing]) -> bool:
         try:
@@ -439,6 +514,8 @@ class GroupRunner:
 
     def _close(self) -> None:
         try:
+            if self._broadcast is not None:
+                self._broadcast.close(autocommit=False)
             if self.consumer is not None:
                 self.consumer.close(autocommit=False)
         finally:

@@ -40,6 +40,28 @@ class Finding:
         if self.action not in ACTIONS:
             raise ValueError(f"unknown action {self.action!r}")
 
+    def to_event(self, event_id: str) -> Envelope:
+        """The node stage's finding as a `summary/finding` record for the job stage."""
+        data = {"fault": self.fault, "action": self.action, "nodes": list(self.nodes), "entity": self.entity,
+                "ranks": list(self.ranks), "group": self.group, "confidence": self.confidence,
+                "evidence": list(self.evidence), "detail": self.detail, "onset": self.onset,
+                "sympathetic": self.sympathetic, "hold_s": self.hold_s}
+        return Envelope(ts=self.ts, job=self.job, node=self.nodes[0] if self.nodes else "-", source="summary",
+                        kind="finding", data=data, id=event_id)
+
+    @classmethod
+    def from_event(cls, event: Envelope) -> "Finding":
+        d = event.data
+        try:
+            return cls(job=event.job, ts=event.ts, fault=str(d["fault"]), action=str(d["action"]),
+                       nodes=tuple(str(n) for n in d.get("nodes") or ()), entity=str(d.get("entity") or ""),
+                       ranks=tuple(int(r) for r in d.get("ranks") or ()), group=d.get("group"),
+                       confidence=float(d.get("confidence", 1.0)), evidence=tuple(str(e) for e in d.get("evidence") or ()),
+                       detail=str(d.get("detail") or ""), onset=None if d.get("onset") is None else float(d["onset"]),
+                       sympathetic=bool(d.get("sympathetic", False)), hold_s=float(d.get("hold_s") or 0.0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidEvent("data", f"not a node finding: {exc}") from None
+
     def to_diagnosis(self, *, action: str | None = None, count: int = 1, detail: str | None = None) -> Diagnosis:
         return Diagnosis(
             job=self.job,

@@ -7,7 +7,9 @@ import json
 import logging
 import os
 
-from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, INPUT_TOPICS, diagnose_consumer
+from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, diagnose_consumer
+from diagnosis.node_consumer import NODE_GROUP
+from streams.topics import TELEMETRY_TOPICS
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from streams.connect import connected
 from streams.config import KafkaSettings, add_kafka_arguments
@@ -15,20 +17,32 @@ from streams import metrics, topics
 
 log = logging.getLogger(__name__)
 
-HELP = "run the diagnosis consumer: telemetry topics + jobs → diagnoses"
+HELP = "run the diagnosis consumer: telemetry → diagnoses (one stage, or both in one process)"
 DESCRIPTION = """\
-Consumes the telemetry topics and `jobs` as consumer group faultlens-diagnose, runs the
-diagnosis engine (explicit-fault rules, first failing rank, silent nodes, peer anomaly
-detection, hang and fail-slow localisation, dedup / suppression / escalation) and produces
-one Diagnosis record per finding to `diagnoses` (key = job). Unreadable events go to
-`dead-letter` with the reason. Add members (same --group) to scale out.
+Runs the diagnosis engine as a consumer group (DESIGN.md §1), in event-time order across every
+partition and topic (a backlog after an outage gives what `faultlens analyze` gives on the same
+events), with the compacted `jobs` topic read in full by every member.
 
-On exit prints one JSON line with the run's counts."""
+  --stage all   telemetry → diagnoses, both stages in one process (group faultlens-diagnose).
+                One member: a second member of the group would see only some nodes of each job.
+  --stage node  telemetry (keyed by node) → `summaries` (keyed by job): log parsing, node rules,
+                feature windows, and the events the job stage reads. Scale by adding members
+                (group faultlens-diagnose-node) and telemetry partitions.
+  --stage job   `summaries` → `diagnoses`: first failing rank, silence, peer anomaly, hang and
+                fail-slow localisation, dedup / escalation. Scale by adding members (group
+                faultlens-diagnose-job) and `summaries` partitions: a job lives on one partition.
+
+Unreadable or invalid events go to `dead-letter` with the reason; an event stamped far in the
+future is judged at its arrival (clock_skew alert); a sample too late to judge is counted, a
+late fault report is still diagnosed. On exit prints one JSON line with the run's counts."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--group", default=os.environ.get("FAULTLENS_DIAGNOSE_GROUP", GROUP),
-                        help=f"consumer group (default {GROUP}; env FAULTLENS_DIAGNOSE_GROUP)")
+    parser.add_argument("--stage", choices=STAGES, default=os.environ.get("FAULTLENS_DIAGNOSE_STAGE", "all"),
+                        help="which stage to run (default all; env FAULTLENS_DIAGNOSE_STAGE)")
+    parser.add_argument("--group", default=os.environ.get("FAULTLENS_DIAGNOSE_GROUP"),
+                        help=f"consumer group (default {GROUP}, {NODE_GROUP} or {JOB_GROUP} by stage; "
+                             "env FAULTLENS_DIAGNOSE_GROUP)")
     parser.add_argument("--idle-stop", type=float, default=None,
                         help="exit after this many seconds without input (replays, tests)")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
@@ -39,21 +53,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = engine_config(args)
-    with connected(args, [*INPUT_TOPICS, DIAGNOSES_TOPIC, topics.DEAD_LETTER]) as settings:
-        runner, handler = diagnose_consumer(settings, config, group=args.group)
-        engine = handler.engine
-        metrics.register_runner("diagnose", lambda: runner.stats)
+    wanted = [*TELEMETRY_TOPICS, topics.JOBS, topics.SUMMARIES, DIAGNOSES_TOPIC, topics.DEAD_LETTER]
+    with connected(args, wanted) as settings:
+        runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
+        metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
         metrics.serve(args.metrics_port)
         stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
-        # Pending decisions (an open NCCL incident, final counts) go out before we leave.
+        # Pending decisions (an open NCCL incident, final counts, open windows) go out before we leave.
         final = handler.flush()
         if final:
             _send(settings, final)
         # late: samples too far behind their job's time (counted, not judged); late_faults: fault
         # reports diagnosed although late; clock_skew: events whose sender's clock was off.
-        counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **engine.stats}
-        print(json.dumps({"records": stats.records_in, "diagnoses": handler.emitted,
-                          "dead_letters": stats.dead_letters, "oversized": stats.oversized,
+        engine = getattr(handler, "engine", None)
+        counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **(engine.stats if engine else {})}
+        print(json.dumps({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
+                          "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
+                          "oversized": stats.oversized, "skewed": stats.skewed,
                           "forced_early": runner.merge.forced if runner.merge else 0, **counts}), flush=True)
     return 0
 

@@ -1,0 +1,153 @@
+"""The node stage as a consumer of its own (DESIGN.md §1, scaling out): telemetry keyed by node in,
+`summaries` keyed by job out.
+
+Everything here needs one node's events only: raw lines are parsed, the node-local rules run,
+samples fold into feature windows. What the job stage needs goes to `summaries`, keyed by job so
+one job-stage member sees a whole job: each node finding (`summary/finding`), each closed window
+(`summary/window`), and the events the job-level detectors read themselves (NCCL reports,
+heartbeats, steps, stack dumps) as they are. Ids are derived from the input's, so a redelivered
+batch produces the same records and the job stage drops the copies.
+
+Each member also announces how far it has got in event time (`summary/watermark`, to every
+partition of `summaries`): a job-stage partition holds records from several node-stage members,
+and is only as far along as the slowest of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Iterable
+
+from diagnosis.detector import JobBook
+from diagnosis.engine import KNOWN_KINDS
+from diagnosis.rules.base import Finding
+from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch
+from streams import topics
+from streams.events import Envelope, InvalidEvent, encode
+from streams.payloads import check_payload
+from streams.producer import Outgoing
+from streams.runner import Record, dead_letter
+
+log = logging.getLogger(__name__)
+
+NODE_GROUP = "faultlens-diagnose-node"
+
+
+def member_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def summary(event: Envelope) -> Outgoing:
+    return Outgoing(topics.SUMMARIES, event.job.encode(), encode(event))
+
+
+class NodeStageHandler:
+    """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
+
+    def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0):
+        self.stage = NodeStage(window_s=window_s)
+        self.book = JobBook()
+        self.group = group
+        self.skew_alert_every_s = skew_alert_every_s
+        self._skew_alerted: dict[tuple[str, str], float] = {}
+        self.member = member_id()
+        self.emitted = 0
+
+    def handle(self, records: list[Record]) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for r in records:
+            try:
+                out.extend(self._one(r))
+            except InvalidEvent as exc:
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value), f"invalid: {exc}",
+                                       self.group))
+        self.emitted += len(out)
+        return out
+
+    def _one(self, r: Record) -> list[Outgoing]:
+        event: Envelope = r.value
+        kinds = KNOWN_KINDS.get(event.source)
+        if kinds is not None and event.kind not in kinds:
+            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+        check_payload(event)
+        if event.source == "job":
+            self.book.update(event)
+            return []
+        self.book.advance(event.job, r.event_ts if r.event_ts is not None else event.ts)
+        out: list[Outgoing] = []
+        if r.skew_s is not None:
+            out.extend(self._skew(event, r))
+            if r.event_ts is not None and r.event_ts != event.ts:
+                event = dataclasses.replace(event, ts=r.event_ts)
+        node_out = NodeOutput()
+        for parsed in self.stage.parse(event):
+            mismatch = rank_mismatch(self.book, parsed)
+            if mismatch is not None:
+                node_out.findings.append(mismatch)
+            self.stage.observe(parsed, node_out)
+        return out + self._outputs(event, node_out)
+
+    def _outputs(self, event: Envelope, node_out: NodeOutput) -> list[Outgoing]:
+        out = [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+        for w in node_out.windows:
+            window = w.to_event()
+            out.append(summary(dataclasses.replace(window, id=f"w.{w.job}.{w.node}.{w.start:.3f}")))
+        out.extend(summary(e) for e in node_out.forward)
+        return out
+
+    def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:
+        key = (event.job, event.node)
+        when = r.event_ts if r.event_ts is not None else event.ts
+        last = self._skew_alerted.get(key)
+        if last is not None and abs(when - last) < self.skew_alert_every_s:
+            return []
+        self._skew_alerted[key] = when
+        if r.clamped == "future":
+            detail = (f"{event.source}/{event.kind} from {event.node} is stamped {r.skew_s:.0f}s ahead of every "
+                      f"clock this consumer has: judged at its arrival instead (a broken clock or a bad sender)")
+        else:
+            side = "ahead of" if r.skew_s > 0 else "behind"
+            detail = (f"the clock of {event.node} runs {abs(r.skew_s):.0f}s {side} its peers' in job {event.job}: "
+                      f"its events are placed by the broker's time and still count")
+        finding = Finding(job=event.job, ts=when, fault="clock_skew", action="none", nodes=(event.node,),
+                          entity="clock", evidence=(event.id,), detail=detail)
+        return [summary(finding.to_event(f"{event.id}.skew"))]
+
+    def flush(self) -> list[Outgoing]:
+        parsed, windows = self.stage.flush()
+        node_out = NodeOutput(windows=windows)
+        for ev in parsed:
+            self.stage.observe(ev, node_out)
+        out = [summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}")) for w in node_out.windows]
+        out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
+        out += [summary(e) for e in node_out.forward]
+        return out
+
+    def watermarks(self, partitions: Iterable[int]):
+        """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""
+        parts = list(partitions)
+
+        def announce(progress: float) -> list[Outgoing]:
+            # -inf ("nothing written yet") travels as null: JSON has no infinity.
+            known = progress != float("-inf")
+            mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",
+                            kind="watermark", data={"member": self.member, "watermark": progress if known else None})
+            return [Outgoing(topics.SUMMARIES, None, encode(mark), partition=p) for p in parts]
+        return announce
+
+
+def watermark_of(record: Record) -> tuple[str, float] | None:
+    """``watermark_of`` for the job stage's runner: a node-stage member's announcement, if this is one."""
+    value = record.value
+    if isinstance(value, Envelope) and value.source == "summary" and value.kind == "watermark":
+        try:
+            mark = value.data["watermark"]
+            return str(value.data["member"]), float("-inf") if mark is None else float(mark)
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None

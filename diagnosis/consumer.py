@@ -97,7 +97,8 @@ def primed_handler(settings: KafkaSettings, config: EngineConfig | None = None, 
 
 
 def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = None, *, stage: str = "all",
-                      group: str | None = None, handler: Any = None) -> tuple[GroupRunner, Any]:
+                      group: str | None = None, handler: Any = None,
+                      max_idle_s: float = 2.0) -> tuple[GroupRunner, Any]:
     """The diagnosis consumer of one stage, not started: `faultlens diagnose` and `faultlens up`
     both build it here (DESIGN.md §1). Every stage reads in event-time order and reads the
     compacted `jobs` topic in full, outside its group (every member needs every topology).
@@ -107,22 +108,24 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     - ``node``: telemetry → `summaries` (any number of members);
     - ``job``: `summaries` → diagnoses (any number of members; a job lives on one partition).
 
-    ``handler`` replaces the default (tests, the demo)."""
+    ``handler`` replaces the default (tests, the demo); ``max_idle_s`` is how long a caught-up,
+    silent partition holds event time back."""
     config = config or EngineConfig()
     if stage == "node":
         group = group or NODE_GROUP
         node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
-        runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC])
+        runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
+                             max_idle_s=max_idle_s)
         runner.on_progress = node.watermarks(runner.producer.partitions(topics.SUMMARIES))
         return runner, node
     if stage == "job":
         group = group or JOB_GROUP
         handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
-        return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True,
+        return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
                            broadcast_topics=[JOBS_TOPIC], watermark_of=watermark_of), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
     return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True,
-                       broadcast_topics=[JOBS_TOPIC]), handler
+                       broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s), handler

@@ -48,9 +48,9 @@ class PipelineOptions:
     decision_log: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     group_suffix: str = ""  # appended to every consumer group name (tests, parallel demos)
+    max_idle_s: float = 2.0  # how long a caught-up, silent partition holds diagnosis's event time back
     on_decision: Callable[[Decision], None] | None = None
-    # Extension points for the demo (faultlens/demo/wiring.py); production leaves them None.
-    diagnose_handler: Callable[[KafkaSettings, str], Any] | None = None  # (settings, group) → handler
+    # Extension point for the demo (faultlens/demo/wiring.py); production leaves it None.
     wrap_remediation: Callable[[RemediationHandler], Any] | None = None
 
 
@@ -98,8 +98,7 @@ class Pipeline:
     def _add_diagnose(self) -> None:
         o = self.options
         group = self._group(DIAGNOSE_GROUP)
-        custom = o.diagnose_handler(self.settings, group) if o.diagnose_handler is not None else None
-        runner, handler = diagnose_consumer(self.settings, o.engine, group=group, handler=custom)
+        runner, handler = diagnose_consumer(self.settings, o.engine, group=group, max_idle_s=o.max_idle_s)
         self.consumers["diagnose"] = Consumer("diagnose", runner, handler)
 
     def _add_remediate(self) -> None:

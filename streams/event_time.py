@@ -76,6 +76,7 @@ class EventClock:
         self._job_recent: dict[str, deque] = {}  # recent offsets of all its nodes
         self._job_spread: dict[str, float] = {}
         self._job_span: dict[str, list[float]] = {}  # first and last record time seen
+        self._job_anchor: dict[str, float] = {}  # the job's first offset: live, it stays put
 
     @property
     def skewed_nodes(self) -> dict[tuple[str, str], float]:
@@ -106,6 +107,7 @@ class EventClock:
             self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
         if self._job_dirty.get(job, 0) >= 8:
             self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
+            self._job_anchor.setdefault(job, self._job_offset[job])
             q = statistics.quantiles(self._job_recent[job], n=4) if len(self._job_recent[job]) > 1 else [0, 0, 0]
             self._job_spread[job] = q[2] - q[0]
             self._job_dirty[job] = 0
@@ -120,10 +122,13 @@ class EventClock:
         if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
             return Placement(ts)
         span = self._job_span.get(job, [0.0, 0.0])
-        if span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4:
-            # Not (yet) seen live: a burst sent at once, or offsets that disagree among themselves
-            # (a spool flushed, a trace replayed), where the broker's time says when an event was
-            # sent, not when it happened. Clocks cannot be judged from that; none is corrected.
+        drift = abs(self._job_offset[job] - self._job_anchor.get(job, self._job_offset[job]))
+        if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
+                or drift > self.max_skew_s / 4):
+            # Not (yet) seen live: a burst sent at once, offsets that disagree among themselves (a
+            # spool flushed, a trace replayed) or that drift (a simulation faster than real time),
+            # where the broker's time says when an event was sent, not when it happened. Clocks
+            # cannot be judged from that; none is corrected.
             return Placement(ts)
         skew = entry.median - self._job_offset[job]
         # Hysteresis: the correction stays put while the measured skew wobbles within half the

@@ -293,6 +293,7 @@ class GroupRunner:
         polled = self._broadcast.poll(timeout_ms=0)
         if not polled:
             return []
+        self.stats.records_in += sum(len(v) for v in polled.values())
         good, dead = self._split(polled)
         for d in dead:
             log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))

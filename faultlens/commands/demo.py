@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import secrets
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.demo.state import DemoState
     from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
     from faultlens.demo.view import LiveView
-    from faultlens.demo.wiring import DiagnosisTap, routed_engines
-    from diagnosis.engine import EngineConfig
+    from faultlens.demo.wiring import DiagnosisTap
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history import html_report
     from history.plots import write_plots
@@ -84,12 +84,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.speed < 0:
             raise ValueError("--speed must be >= 0")
-        # Anchored at now, so the history's timeline reads as today's run.
-        config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=sim_job, seed=args.seed, start_ts=round(time.time()))
+        config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=sim_job, seed=args.seed)
         config.layout()
         plan, duration = plan_for(config, faults=len(SIM_CLASSES), duration=args.duration)
         if args.duration is None:
             duration += 60.0  # room to detect and obey the last fault
+        # Anchored so the simulated run ends now: the history's timeline reads as today's run, and
+        # a simulation faster than real time never stamps events in the future (a consumer judges
+        # such stamps as a broken clock).
+        config = dataclasses.replace(config, start_ts=round(time.time() - duration))
         cluster = SimulatedCluster(config, plan, auto_recover=False)
         settings = KafkaSettings.from_args(args)
     except ValueError as exc:
@@ -112,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
                             breaker_share=0.5, dedup_s=60.0),
         decision_log=out_dir / "decisions.jsonl",
         group_suffix=f"demo-{stamp}-{os.getpid()}", on_decision=state.on_decision,
-        diagnose_handler=routed_engines((TRAINER_JOB,) if want_trainer else (), EngineConfig()),
+        # Lockstep: whatever the driver published is on the topics, so a silent partition has
+        # nothing more to say; jobs keep their own event time (the trainer runs on the wall clock).
+        max_idle_s=0.1,
         wrap_remediation=DiagnosisTap(state.on_diagnosis, event_time=True).wrap,
     )
 
@@ -136,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         def settled(published: int) -> bool:
             c = pipeline.consumers
             sent = sum(1 for d in list(state.decisions) if d.sent and d.job == sim_job)
-            return (c["diagnose"].runner.stats.records_in >= published
+            return (c["diagnose"].runner.stats.records_in >= published and c["diagnose"].runner.stats.held == 0
                     and c["remediate"].runner.stats.records_in >= c["diagnose"].handler.emitted
                     and driver.listener.obeyed + driver.listener.refused >= sent)
 

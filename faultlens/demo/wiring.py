@@ -1,12 +1,10 @@
 """Demo-only wiring of the pipeline's consumers: what a simulated cluster beside a real trainer needs
-and production must not have (both plug into PipelineOptions' extension points).
+and production must not have (it plugs into PipelineOptions.wrap_remediation).
 
-- :class:`EngineRouter`: jobs diagnosed by an engine of their own. The engine keeps one event
-  clock; a job whose clock runs differently (a simulated cluster at 20x beside a real trainer)
-  would otherwise look late or silent to it.
-- :class:`DiagnosisTap`: the live view sees every diagnosis remediation is about to decide, and the
-  policy's clock is each diagnosis's own decision time instead of the wall clock, so windows,
-  dedup and command expiry follow the simulated clock that runs faster.
+:class:`DiagnosisTap`: the live view sees every diagnosis remediation is about to decide, and the
+policy's clock is each diagnosis's own decision time instead of the wall clock, so windows, dedup
+and command expiry follow the simulated clock that runs faster. (Diagnosis needs no such help: the
+engine keeps each job's own event time.)
 """
 
 from __future__ import annotations
@@ -15,49 +13,12 @@ import logging
 import time
 from typing import Callable, Iterable
 
-from diagnosis.consumer import DiagnoseHandler, primed_handler
-from diagnosis.engine import EngineConfig
 from remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
-from streams.config import KafkaSettings
 from streams.diagnosis_record import Diagnosis
 from streams.producer import Outgoing
 from streams.runner import Record
 
 log = logging.getLogger(__name__)
-
-
-class EngineRouter:
-    """A diagnose handler that sends each job's events to its own engine (default: the shared one)."""
-
-    def __init__(self, default: DiagnoseHandler, own: dict[str, DiagnoseHandler]):
-        self.default = default
-        self.own = own
-
-    @property
-    def handlers(self) -> list[DiagnoseHandler]:
-        return [self.default, *self.own.values()]
-
-    @property
-    def emitted(self) -> int:
-        return sum(h.emitted for h in self.handlers)
-
-    def handle(self, records: list[Record]) -> list[Outgoing]:
-        if not self.own:
-            return self.default.handle(records)
-        lanes: dict[int, tuple[DiagnoseHandler, list[Record]]] = {}
-        for r in records:
-            h = self.own.get(getattr(r.value, "job", None), self.default)
-            lanes.setdefault(id(h), (h, []))[1].append(r)
-        out: list[Outgoing] = []
-        for h, recs in lanes.values():
-            out.extend(h.handle(recs))
-        return out
-
-    def tick(self, now: float) -> list[Outgoing]:
-        return [o for h in self.handlers for o in h.tick(now)]
-
-    def flush(self) -> list[Outgoing]:
-        return [o for h in self.handlers for o in h.flush()]
 
 
 class DiagnosisTap:
@@ -101,10 +62,3 @@ class DiagnosisTap:
                 self._current = None
         return out
 
-
-def routed_engines(own_jobs: Iterable[str], config: EngineConfig) -> Callable[[KafkaSettings, str], EngineRouter]:
-    """For PipelineOptions.diagnose_handler: one shared engine, and one of its own per job in ``own_jobs``."""
-    def build(settings: KafkaSettings, group: str) -> EngineRouter:
-        return EngineRouter(primed_handler(settings, config, group),
-                            {job: primed_handler(settings, config, group) for job in own_jobs})
-    return build

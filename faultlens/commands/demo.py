@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                            settled=settled)
         if not driver.start_listener():
             raise BrokerError("the simulated cluster's command listener could not start")
-        _send_forged(settings, sim_job)
+        _send_forged(settings, sim_job, signing_key.key_id)
         if want_trainer:
             trainer = TrainerJob(settings, signing_key, out_dir, nodes=args.trainer_nodes, procs_per_node=args.trainer_procs)
             trainer.start()
@@ -195,16 +195,19 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _send_forged(settings, job: str) -> None:
-    """One evict signed with another deployment's key: the cluster must refuse it, as a real trainer would."""
+def _send_forged(settings, job: str, key_id: str) -> None:
+    """One evict that claims our key id but is signed with another key (what a node that stole no
+    private key could at best produce): the cluster must refuse it, as a real trainer would."""
     from streams import topics
     from streams.command import Command
     from streams.producer import Producer
     from streams.signing import SigningKey
+    from dataclasses import replace
 
     now = time.time()
-    forged = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
-                     reason="forged by the demo: must be refused").signed(SigningKey.generate())
+    unsigned = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
+                       reason="forged by the demo: must be refused", key_id=key_id)
+    forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))
     with Producer(settings) as producer:
         producer.send(topics.COMMANDS, job.encode(), forged.encode())
         producer.flush()

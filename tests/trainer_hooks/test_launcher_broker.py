@@ -55,3 +55,12 @@ def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_pat
     rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "1", "--max-restarts", "2", tmp_path=tmp_path)
     assert rc == 1 and lines[-1]["event"] == "gave_up"
     assert sum(1 for l in lines if l["event"] == "start") == 3
+
+
+def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_settings):
+    env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_SECRET": "old-shared-secret"}
+    env.pop("FAULTLENS_VERIFY_KEY", None)
+    out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", "j", "--nodes", "1",
+                          "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no command verify key" in out.stderr and "FAULTLENS_SECRET is ignored" in out.stderr

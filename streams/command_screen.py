@@ -15,6 +15,7 @@ altered, replayed or over-long command sent here) under thousands of routine "no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -66,6 +67,10 @@ class CommandScreen:
 
     def _problem(self, cmd: Command, now: float) -> str | None:
         """Why an addressed command must not be obeyed; None when it may."""
+        if not (math.isfinite(cmd.issued_at) and math.isfinite(cmd.expires_at)):
+            # NaN passes every comparison below, the lifetime cap included. (The record type lets
+            # it through: the history stores such a record's rejection with its reason.)
+            return "malformed command: issued_at and expires_at must be finite"
         bad = cmd.signature_problem(self.keys)
         if bad:
             return bad

@@ -138,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
             metrics.serve(args.metrics_port)
             print(json.dumps({"event": "started", "job": config.job, "node": config.node,
                               "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],
-                              "spool": str(agent.spool.path)}), flush=True)
+                              "spool": str(agent.spool.path),
+                              "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
+                              "replay_file": str(config.replay_file)}), flush=True)
             stop.wait()
             log.info("stopping")
         finally:

@@ -14,6 +14,7 @@ import pytest
 
 from streams.events import decode
 from streams.reader import iter_topics
+from streams.command_memory import memory_file
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
@@ -58,6 +59,8 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
         started = json.loads(proc.stdout.readline())
         assert started["event"] == "started" and started["job"] == job and started["node"] == "cli-node"
         assert started["spool"].startswith(str(tmp_path))
+        assert started["verify_key_ids"] == [] and "stacks" not in started["sources"]  # no key: no stack capture
+        assert started["replay_file"] == str(memory_file(tmp_path, "agent", job, "cli-node"))  # in FAULTLENS_HOME
         with open(log, "a") as f:
             f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
         deadline = time.monotonic() + 30

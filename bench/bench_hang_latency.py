@@ -35,12 +35,13 @@ from simulator.stacks import py_spy_dump
 from streams.command import Command
 from streams.command_listener import CommandListener
 from streams.command_screen import CommandScreen
+from streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
 from streams.events import Envelope
 from streams.producer import Producer
 from streams.topology import Topology
 from faultlens.demo import processes as pipeline
 
-SECRET = "bench-hang-secret"
+KEY = SigningKey.generate()  # the bench is its own deployment
 GPUS, TP, PP, DP = 2, 2, 2, 2
 
 
@@ -114,13 +115,13 @@ class FleetScreen:
     """One hook-style screen per job: the command must be signed, fresh, new and for that job."""
 
     def __init__(self, jobs):
-        self.screens = {job: CommandScreen(SECRET.encode(), job) for job in jobs}
+        self.screens = {job: CommandScreen(KEY.verify_keys(), job) for job in jobs}
 
     def screen(self, raw, now):
         cmd = Command.decode(raw) if raw else None
         target = self.screens.get(cmd.job) if cmd else None
         if target is None:
-            return CommandScreen(SECRET.encode(), "-").screen(raw, now)
+            return CommandScreen(KEY.verify_keys(), "-").screen(raw, now)
         return target.screen(raw, now)
 
 
@@ -134,7 +135,8 @@ def main() -> None:
     ap.add_argument("--bootstrap")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-hang-"))
-    env = {**os.environ, "FAULTLENS_SECRET": SECRET, "FAULTLENS_HOME": str(work)}
+    private, _ = write_key_pair(work / "keys", KEY)
+    env = {**os.environ, SIGNING_KEY_ENV: str(private), "FAULTLENS_HOME": str(work)}
     with bench_broker(args.bootstrap) as settings:
         tag = uuid.uuid4().hex[:6]
         procs = [

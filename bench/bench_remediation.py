@@ -43,8 +43,9 @@ from streams.topology import Topology
 from faultlens.demo import processes as pipeline
 from streams.command_listener import CommandListener
 from streams.command_screen import CommandScreen
+from streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
 
-SECRET = "bench-secret"
+KEY = SigningKey.generate()  # the bench is its own deployment
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
 
 
@@ -62,7 +63,7 @@ class Arrivals:
 
     def __init__(self, settings: KafkaSettings, job: str):
         self.q: queue.Queue[tuple[float, Command]] = queue.Queue()
-        self.listener = CommandListener(settings, CommandScreen(SECRET.encode(), job),
+        self.listener = CommandListener(settings, CommandScreen(KEY.verify_keys(), job),
                                         lambda c: self.q.put((time.time(), c)))
         self.listener.start()
         if not self.listener.ready.wait(30):
@@ -177,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     with_xid = importlib.util.find_spec("diagnosis.consumer") is not None
     with tempfile.TemporaryDirectory(prefix="bench-remediation-") as tmp, bench_broker(args.bootstrap) as settings:
         work = Path(tmp)
-        env = {**os.environ, "FAULTLENS_SECRET": SECRET, "FAULTLENS_HOME": str(work / "home"),
+        private, _ = write_key_pair(work / "keys", KEY)
+        env = {**os.environ, SIGNING_KEY_ENV: str(private), "FAULTLENS_HOME": str(work / "home"),
                "FAULTLENS_BOOTSTRAP": settings.bootstrap, "FAULTLENS_LOG_LEVEL": "WARNING"}
         results = run_fast_stages(settings, args.runs, work, env, with_xid)
         if not with_xid:

@@ -25,7 +25,9 @@ from collectors.nvml_sampler import NvmlSampler, NvmlUnavailable
 from collectors.publisher import Publisher
 from collectors.spool import Spool
 from collectors.stack_capture import find_training_processes
+from streams.command_memory import ReplayMemory
 from streams.config import KafkaSettings
+from streams.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,9 @@ class AgentConfig:
     launcher_pid: int | None = None
     proc_pattern: str | None = None
     rank_env: str = "RANK"
-    secret: bytes | None = None
-    secret_error: str | None = None  # why there is no secret (shown as the stacks source's status)
+    verify_keys: VerifyKeys | None = None  # public key(s) commands must be signed with
+    verify_keys_error: str | None = None  # why there are none (shown as the stacks source's status)
+    replay_file: Path | None = None  # command ids handled, kept across restarts (None: in memory only)
     spool_dir: Path = Path(".")
     spool_max_mb: float = 256.0
     create_topics: bool = True
@@ -152,13 +155,13 @@ class Agent:
             sources.append(LogSource(
                 "trainer", lambda: FileFollower(c.trainer_logs, from_start=c.trainer_from_start),
                 self._parser_factory("nccl"), job=c.job, node=c.node, publish=publish))
-        if c.secret is not None:
+        if c.verify_keys is not None:
             sources.append(StackCaptureSource(
-                self.settings, secret=c.secret, job=c.job, node=c.node, publish=publish,
+                self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,
                 launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern, rank_env=c.rank_env,
-                dump_timeout_s=c.dump_timeout_s))
+                dump_timeout_s=c.dump_timeout_s, memory=ReplayMemory(c.replay_file)))
         else:
-            self.unavailable["stacks"] = c.secret_error or "no command secret"
+            self.unavailable["stacks"] = c.verify_keys_error or "no command verify key"
         sources.append(HeartbeatSource(job=c.job, node=c.node, interval_s=c.heartbeat_interval_s, publish=publish,
                                        statuses=self.statuses, pids=self.training_pids))
         return sources

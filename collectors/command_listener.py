@@ -2,9 +2,10 @@
 
 Every agent must see every command for its job, so it reads with no group from the end of the
 topic (streams.command_listener.CommandListener, reconnecting while Kafka is away). The gate is the
-one every recipient uses (streams.command_screen.CommandScreen): signed, unexpired, for this job,
-addressed to this node (or to every node when ``nodes`` is empty), not seen before, and — here —
-a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
+one every recipient uses (streams.command_screen.CommandScreen): signed by a trusted key, within
+the lifetime cap, unexpired, for this job, addressed to this node (or to every node when ``nodes``
+is empty), not seen before (``memory``: persisted, so a restarted agent still refuses a replay),
+and — here — a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any, Callable
 from collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes
 from streams.command import Command
 from streams.command_listener import COMMANDS_TOPIC, CommandListener
+from streams.command_memory import ReplayMemory
 from streams.command_screen import CommandScreen
 from streams.config import KafkaSettings
 from streams.events import Envelope
+from streams.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +31,11 @@ class StackCaptureSource:
 
     name = "stacks"
 
-    def __init__(self, settings: KafkaSettings, *, secret: bytes, job: str, node: str,
+    def __init__(self, settings: KafkaSettings, *, keys: VerifyKeys, job: str, node: str,
                  publish: Callable[[Envelope], Any], launcher_pid: int | None = None,
                  proc_pattern: str | None = None, rank_env: str = "RANK", dump_timeout_s: float = 10.0,
-                 retry_s: float = 2.0):
+                 retry_s: float = 2.0, memory: ReplayMemory | None = None):
         self.settings = settings
-        self.secret = secret
         self.job = job
         self.node = node
         self.publish = publish
@@ -42,7 +44,7 @@ class StackCaptureSource:
         self.rank_env = rank_env
         self.dump_timeout_s = dump_timeout_s
         self.retry_s = retry_s
-        self.screen = CommandScreen(secret, job, node, actions={"capture_stacks"})
+        self.screen = CommandScreen(keys, job, node, actions={"capture_stacks"}, memory=memory)
         self.listener = CommandListener(settings, self.screen, self._obey, topic=COMMANDS_TOPIC)
         self.captures = 0
         self._last: list[Envelope] = []

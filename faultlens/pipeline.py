@@ -28,6 +28,7 @@ from streams.admin import ensure_topics
 from streams.config import KafkaSettings
 from streams.producer import Producer
 from streams.runner import GroupRunner, RunnerStats
+from streams.signing import SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ CONSUMERS = ("diagnose", "remediate", "history")
 class PipelineOptions:
     """What `faultlens up` (or the demo) configures; defaults match the single-consumer commands."""
 
-    secret: bytes
+    signing_key: SigningKey  # the private half of the command-signing pair (streams.signing)
     consumers: tuple[str, ...] = CONSUMERS
     db: Path | None = None  # history file; required when "history" is among the consumers
     history_sample_rate: float = 1.0
@@ -103,7 +104,7 @@ class Pipeline:
 
     def _add_remediate(self) -> None:
         o = self.options
-        policy = build_policy(o.secret, o.policy, o.safety, o.breaker_file)
+        policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file)
         runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
                                              decision_log=o.decision_log, emit=o.on_decision,
                                              wrap=o.wrap_remediation)

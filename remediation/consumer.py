@@ -23,6 +23,7 @@ from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
 from streams.reader import iter_topics
 from streams.runner import GroupRunner, Record, dead_letter
+from streams.signing import SigningKey
 from streams import topics
 from streams.topology import Topology
 
@@ -106,9 +107,10 @@ def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_
     return n
 
 
-def build_policy(secret: bytes, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None) -> Policy:
+def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None) -> Policy:
     """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory."""
-    policy = Policy(secret, config, Safety(safety, CircuitBreaker(breaker_file)))
+    policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)))
+    log.info("commands are signed with key %s", signing_key.key_id)
     if policy.safety.breaker.open:
         log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",
                   policy.safety.breaker.reason)

@@ -14,6 +14,7 @@ from typing import Any
 
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
+from streams.signing import SigningKey
 from remediation.ladder import JobLadder, Step
 from remediation.pool import StandbyPool
 from remediation.safety import Safety
@@ -73,7 +74,7 @@ class Decision:
 
 @dataclass
 class Policy:
-    secret: bytes
+    signing_key: SigningKey  # the private half: only the remediation consumer holds it
     config: PolicyConfig = field(default_factory=PolicyConfig)
     safety: Safety = field(default_factory=Safety)
     ladders: dict[str, JobLadder] = field(default_factory=dict)
@@ -129,7 +130,7 @@ class Policy:
             id=command_id(d.id, step.action), job=d.job, action=step.action, nodes=step.nodes,
             reason=step.reason,
             diagnosis_id=d.id, issued_at=now, expires_at=now + self.config.ttl_s, params=params,
-        ).signed(self.secret)
+        ).signed(self.signing_key)
         self.safety.remember(d.job, step.nodes, d.fault, step.action, now)
         sent = mode == "act"
         if sent and step.evicts:

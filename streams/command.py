@@ -1,40 +1,26 @@
-"""The command record of DESIGN.md §6, with its HMAC signature.
+"""The command record of DESIGN.md §6, with its Ed25519 signature.
 
-A trainer obeys only commands whose signature verifies under the shared secret, so a forged or
-altered command is refused. The signature covers the canonical JSON of every other field.
+Only the remediation consumer holds the private key (streams.signing); every receiver verifies
+with the public key, named in the command by ``key_id``, so a forged or altered command is
+refused and a compromised node cannot sign one. The signature covers the canonical JSON of every
+other field, ``key_id`` included.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping
 
 import orjson
 
 from streams.events import InvalidEvent, loads, new_id, require_fields
+from streams.signing import SigningKey, VerifyKeys
 
 COMMAND_ACTIONS = ("evict", "restart", "reattempt", "rollback", "capture_stacks", "checkpoint", "stop")
 
-SECRET_ENV = "FAULTLENS_SECRET"
-SECRET_FILE_ENV = "FAULTLENS_SECRET_FILE"
-
-
-def load_secret(path: str | os.PathLike[str] | None = None) -> bytes:
-    """The shared secret: a file (flag, or ``FAULTLENS_SECRET_FILE``) or ``FAULTLENS_SECRET``."""
-    path = path or os.environ.get(SECRET_FILE_ENV)
-    if path:
-        secret = Path(path).read_bytes().strip()
-        if not secret:
-            raise ValueError(f"secret file {path} is empty")
-        return secret
-    env = os.environ.get(SECRET_ENV)
-    if env:
-        return env.encode()
-    raise ValueError(f"no command secret: set {SECRET_ENV} or {SECRET_FILE_ENV}, or pass --secret-file")
+# Receivers refuse a command valid for longer than this, whatever its signer wrote: a leaked
+# signed command is dangerous only until it expires.
+MAX_LIFETIME_S = 600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,11 +35,14 @@ class Command:
     diagnosis_id: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     id: str = field(default_factory=new_id)
+    key_id: str = ""
     signature: str = ""
 
     def __post_init__(self) -> None:
         if self.action not in COMMAND_ACTIONS:
             raise InvalidEvent("action", f"unknown command action {self.action!r}")
+        if not self.job:
+            raise InvalidEvent("job", "a command must name its job")
         if self.expires_at < self.issued_at:
             raise InvalidEvent("expires_at", "expires before it was issued")
 
@@ -69,17 +58,23 @@ class Command:
             "issued_at": self.issued_at,
             "expires_at": self.expires_at,
             "params": dict(self.params),
+            "key_id": self.key_id,
         }
 
-    def _mac(self, secret: bytes) -> str:
-        canonical = orjson.dumps(self.body(), option=orjson.OPT_SORT_KEYS)
-        return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
+    def canonical(self) -> bytes:
+        """The signed bytes: sorted-key JSON of every field but the signature."""
+        return orjson.dumps(self.body(), option=orjson.OPT_SORT_KEYS)
 
-    def signed(self, secret: bytes) -> "Command":
-        return replace(self, signature=self._mac(secret))
+    def signed(self, key: SigningKey) -> "Command":
+        unsigned = replace(self, key_id=key.key_id, signature="")
+        return replace(unsigned, signature=key.sign(unsigned.canonical()))
 
-    def verify(self, secret: bytes) -> bool:
-        return bool(self.signature) and hmac.compare_digest(self.signature, self._mac(secret))
+    def signature_problem(self, keys: VerifyKeys) -> str | None:
+        """Why the signature is not good under ``keys``; None when it is."""
+        return keys.problem(self.key_id, self.canonical(), self.signature)
+
+    def verify(self, keys: VerifyKeys) -> bool:
+        return self.signature_problem(keys) is None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.body(), "signature": self.signature}
@@ -102,6 +97,7 @@ class Command:
                 issued_at=float(obj["issued_at"]),
                 expires_at=float(obj["expires_at"]),
                 params=dict(obj.get("params") or {}),
+                key_id=str(obj.get("key_id") or ""),
                 signature=str(obj["signature"]),
             )
         except (TypeError, ValueError) as exc:

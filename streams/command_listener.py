@@ -119,6 +119,7 @@ class CommandListener(threading.Thread):
                 log.exception("handling command %s failed", result.command.id)
             return result
         if not result.addressed:
+            log.debug("command %s not for this receiver: %s", result.command.id if result.command else None, result.reason)
             return result
         self.refused += 1
         cid = result.command.id if result.command else None

@@ -1,22 +1,31 @@
 """Who obeys a command: the acceptance rules every recipient applies (trainer hook, launcher,
 node agent, the demo's simulated cluster).
 
-A command is obeyed only when it is well formed, signed with the shared secret, not expired, not
-seen before (its id), addressed to this job and to this node / rank (no nodes: the whole job;
-no ranks: every rank), and of an action this recipient carries out. Everything else is refused
-with a reason, and never obeyed.
+A command is obeyed only when it is well formed, signed by a trusted key (Ed25519, streams.signing),
+valid for no longer than this receiver accepts (``max_lifetime_s``, whatever the signer wrote),
+issued not in the future, not expired, not handled before (its id, remembered across restarts
+when the receiver keeps a replay file), addressed to this job and to this node / rank (no nodes:
+the whole job; an ``evict`` must name its nodes) and of an action this recipient carries out.
+Everything else is refused with a reason, and never obeyed.
+
+Commands for another job, node or rank are refused too, but marked not addressed: every receiver
+reads every command of the fleet, so acking those would bury the refusals that matter (a forged,
+altered, replayed or over-long command sent here) under thousands of routine "not for me" acks.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from streams.command import Command
+from streams.command import MAX_LIFETIME_S, Command
+from streams.command_memory import ReplayMemory
 from streams.events import InvalidEvent
+from streams.signing import VerifyKeys
 
-_SEEN_LIMIT = 10_000  # ids remembered: a recipient runs for months, a replay comes within minutes
+# Clocks of the signer and the receivers differ a little; a command from further ahead is refused.
+FUTURE_SKEW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -26,41 +35,68 @@ class Screened:
     command: Command | None
     obey: bool
     reason: str
-    addressed: bool = True  # False: meant for another job / node; neither obeyed nor acked
+    addressed: bool = True  # False: meant for another job / node / rank / kind of receiver; not acked
 
 
 class CommandScreen:
-    """The pure acceptance rules, with the set of ids already handled."""
+    """The pure acceptance rules, with the ids already handled (``memory``; in memory only unless
+    given a persisted one)."""
 
-    def __init__(self, secret: bytes, job: str, node: str | None = None, rank: int | None = None,
-                 actions: Iterable[str] | None = None):
-        self.secret = secret
+    def __init__(self, keys: VerifyKeys, job: str, node: str | None = None, rank: int | None = None,
+                 actions: Iterable[str] | None = None, *, memory: ReplayMemory | None = None,
+                 max_lifetime_s: float = MAX_LIFETIME_S):
+        self.keys = keys
         self.job = job
         self.node = node
         self.rank = rank
         self.actions = frozenset(actions) if actions is not None else None  # None: every action
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.memory = memory if memory is not None else ReplayMemory()
+        self.max_lifetime_s = max_lifetime_s
+
+    def _scope(self, cmd: Command) -> str | None:
+        """Why the command is not addressed to this receiver; None when it is."""
+        if cmd.job != self.job:
+            return f"for job {cmd.job}, not {self.job}"
+        if self.actions is not None and cmd.action not in self.actions:
+            return f"action {cmd.action} is not carried out here"
+        if self.node is not None and cmd.nodes and self.node not in cmd.nodes:
+            return f"for nodes {','.join(cmd.nodes)}, not {self.node}"
+        if self.rank is not None and cmd.ranks and self.rank not in cmd.ranks:
+            return f"for ranks {','.join(map(str, cmd.ranks))}, not {self.rank}"
+        return None
+
+    def _problem(self, cmd: Command, now: float) -> str | None:
+        """Why an addressed command must not be obeyed; None when it may."""
+        if not (math.isfinite(cmd.issued_at) and math.isfinite(cmd.expires_at)):
+            # NaN passes every comparison below, the lifetime cap included. (The record type lets
+            # it through: the history stores such a record's rejection with its reason.)
+            return "malformed command: issued_at and expires_at must be finite"
+        bad = cmd.signature_problem(self.keys)
+        if bad:
+            return bad
+        lifetime = cmd.expires_at - cmd.issued_at
+        if lifetime > self.max_lifetime_s:
+            return f"lifetime {lifetime:.0f}s is over the {self.max_lifetime_s:.0f}s this receiver accepts"
+        if cmd.issued_at > now + FUTURE_SKEW_S:
+            return f"issued {cmd.issued_at - now:.0f}s in the future (clocks more than {FUTURE_SKEW_S:.0f}s apart?)"
+        if now > cmd.expires_at:
+            return f"expired {now - cmd.expires_at:.1f}s ago"
+        if cmd.action == "evict" and not cmd.nodes:
+            return "an evict must name its nodes"
+        if cmd.id in self.memory:
+            return "replayed (command id already handled)"
+        return None
 
     def screen(self, raw: bytes | None, now: float) -> Screened:
         try:
             cmd = Command.decode(raw)
         except InvalidEvent as exc:
             return Screened(None, False, f"malformed command: {exc}")
-        if cmd.job != self.job:
-            return Screened(cmd, False, f"for job {cmd.job}", addressed=False)
-        if self.actions is not None and cmd.action not in self.actions:
-            return Screened(cmd, False, f"action {cmd.action} is not carried out here", addressed=False)
-        if self.node is not None and cmd.nodes and self.node not in cmd.nodes:
-            return Screened(cmd, False, f"for nodes {','.join(cmd.nodes)}", addressed=False)
-        if self.rank is not None and cmd.ranks and self.rank not in cmd.ranks:
-            return Screened(cmd, False, f"for ranks {cmd.ranks}", addressed=False)
-        if not cmd.verify(self.secret):
-            return Screened(cmd, False, "bad signature (forged or altered)")
-        if now > cmd.expires_at:
-            return Screened(cmd, False, f"expired {now - cmd.expires_at:.1f}s ago")
-        if cmd.id in self._seen:
-            return Screened(cmd, False, "replayed (command id already handled)")
-        self._seen[cmd.id] = None
-        if len(self._seen) > _SEEN_LIMIT:
-            self._seen.popitem(last=False)
+        elsewhere = self._scope(cmd)
+        if elsewhere:
+            return Screened(cmd, False, elsewhere, addressed=False)
+        problem = self._problem(cmd, now)
+        if problem:
+            return Screened(cmd, False, problem)
+        self.memory.remember(cmd.id, cmd.expires_at, now)
         return Screened(cmd, True, "ok")

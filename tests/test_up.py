@@ -16,6 +16,7 @@ from simulator import FaultPlan, SimConfig, simulate
 from streams.diagnosis_record import Diagnosis
 from history.schema import open_history
 from streams.command import Command
+from streams.signing import load_verify_keys, write_key_pair
 from streams.broker import free_port
 from streams.events import InvalidEvent
 from streams.reader import read_topic
@@ -23,7 +24,6 @@ from streams.replay import publish
 from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker]
-SECRET = "up-test-secret"
 
 
 def _decoded(settings, topic, decoder, job):
@@ -50,13 +50,17 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
     observed, acted = f"up-obs-{tag}", f"up-act-{tag}"
     db = tmp_path / "history.duckdb"
     port = free_port()
-    env = {**os.environ, "FAULTLENS_SECRET": SECRET, "FAULTLENS_HOME": str(tmp_path / "home"), "FAULTLENS_LOG_LEVEL": "INFO"}
+    private, public = write_key_pair(tmp_path / "keys")
+    env = {**os.environ, "FAULTLENS_SIGNING_KEY": str(private), "FAULTLENS_HOME": str(tmp_path / "home"),
+           "FAULTLENS_LOG_LEVEL": "INFO"}
     up = pipeline.faultlens("up", ["up", "--bootstrap", kafka_settings.bootstrap, "--db", str(db), "--act-on", acted,
                                    "--group-suffix", tag, "--metrics-port", str(port), "--grace", "5"], env, tmp_path)
     try:
         ready = pipeline.wait_until(lambda: up.find(lambda l: l.get("event") == "ready"), 90)
         assert ready, up.tail()
         assert ready[0]["consumers"] == ["diagnose", "remediate", "history"] and ready[0]["db"] == str(db)
+        keys = load_verify_keys([public])
+        assert ready[0]["signing_key_id"] == keys.ids[0] and ready[0]["signing_key"] == str(private)
 
         runs = {job: _trace(job) for job in (observed, acted)}
         for run in runs.values():
@@ -75,7 +79,7 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
         evicts = pipeline.wait_until(lambda: [c for c in _decoded(kafka_settings, "commands", Command.decode, acted)
                                               if c.action == "evict"], 30, interval=1.0)
         assert evicts, up.tail()
-        assert evicts[0].verify(SECRET.encode()) and evicts[0].nodes == ("n001",)
+        assert evicts[0].verify(keys) and evicts[0].nodes == ("n001",)
         assert evicts[0].diagnosis_id in {d.id for d in found[acted]}
         # observe-only for the other job: decided, never sent
         assert _decoded(kafka_settings, "commands", Command.decode, observed) == []
@@ -106,3 +110,21 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
         assert n_cmd >= 1
     finally:
         conn.close()
+
+
+def test_up_without_a_key_makes_an_ephemeral_pair_and_says_where_its_public_half_is(tmp_path, monkeypatch, caplog):
+    import argparse
+
+    from faultlens.commands.up import EPHEMERAL_VERIFY_KEY, _signing_key
+
+    monkeypatch.setenv("FAULTLENS_HOME", str(tmp_path))
+    monkeypatch.delenv("FAULTLENS_SIGNING_KEY", raising=False)
+    args = argparse.Namespace(signing_key=None, secret_file=None)
+    with caplog.at_level("WARNING"):
+        observing, where = _signing_key(args, acting=False)
+    assert where == "ephemeral" and "ephemeral command-signing key" in caplog.text
+    assert not (tmp_path / EPHEMERAL_VERIFY_KEY).exists()  # nothing is sent: no receiver needs it
+    acting, where = _signing_key(args, acting=True)
+    public = tmp_path / EPHEMERAL_VERIFY_KEY
+    assert str(public) in where and load_verify_keys([public]).ids == (acting.key_id,)
+    assert acting.key_id != observing.key_id

@@ -1,7 +1,7 @@
 """The object a training loop creates: step telemetry out, signed commands in.
 
-    hook = TrainerHook(job="j1", rank=rank, node=node, settings=settings, secret=secret,
-                       on_checkpoint=save)
+    hook = TrainerHook(job="j1", rank=rank, node=node, settings=settings, keys=keys,
+                       state_dir=ckpt_dir, on_checkpoint=save)
     for step in ...:
         loss = train_step()
         hook.step(loss=loss.item(), grad_norm=g, tokens=n)   # may raise SystemExit(code)
@@ -13,7 +13,11 @@ Commands (see trainer_hooks.listener for what is obeyed):
 - ``evict`` / ``restart`` / ``rollback`` / ``reattempt`` / ``stop``: the loop exits at the next
   step boundary with the code of trainer_hooks.exit_codes; a loop stuck longer than
   ``exit_grace_s`` is ended from the listener thread with the same code.
-Every command addressed here is acked (`train`/`command_ack`), obeyed or refused.
+Every command addressed here is acked (`train`/`command_ack`), obeyed or refused with the reason
+(streams.command_screen). Commands must be signed with a key in ``keys`` (the public key of
+`faultlens keys generate`; default: the files named by FAULTLENS_VERIFY_KEY). The ids of commands
+handled are kept in ``state_dir`` (default FAULTLENS_STATE_DIR, else $FAULTLENS_HOME; the
+checkpoint directory is a good choice), so a restarted trainer refuses a command replayed to it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from streams.events import Envelope, number
 from streams.producer import Producer
 from trainer_hooks.exit_codes import ACTION_EXIT
 from streams.command_listener import CommandListener
+from streams.command_memory import ReplayMemory, default_state_dir, memory_file
 from streams.command_screen import CommandScreen, Screened
+from streams.signing import VerifyKeys, load_verify_keys
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +52,8 @@ def faulthandler_dump() -> str:
 
 
 class TrainerHook:
-    def __init__(self, *, job: str, rank: int, node: str, settings: KafkaSettings, secret: bytes,
+    def __init__(self, *, job: str, rank: int, node: str, settings: KafkaSettings,
+                 keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  on_checkpoint: Callable[[], None] | None = None, flops_per_step: float | None = None,
                  peak_flops: float | None = None, exit_grace_s: float = 10.0, listen: bool = True,
                  producer: Producer | None = None):
@@ -65,7 +72,8 @@ class TrainerHook:
         self._lock = threading.Lock()
         self.listener: CommandListener | None = None
         if listen:
-            screen = CommandScreen(secret, job, node, rank)
+            memory = ReplayMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
+            screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory)
             self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)
             self.listener.start()
 

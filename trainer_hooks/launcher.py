@@ -26,7 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.command import Command, load_secret
+from streams.command import Command
+from streams.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from streams.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
 from streams.broker import free_port
 from streams.config import KafkaSettings, add_kafka_arguments
 from streams.events import Envelope
@@ -81,7 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trainer", default="trainer_hooks.reference_trainer", help="python module to run")
     p.add_argument("--node-arg", default="--node",
                    help="flag that passes each process its node name on the command line ('' for none)")
-    p.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
+    p.add_argument("--verify-key", action="append", default=None, metavar="PEM",
+                   help=f"public key commands must be signed with (repeatable during a key rollover; else "
+                        f"{VERIFY_KEY_ENV}, comma-separated); passed on to the trainers")
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help=f"where handled command ids are kept across restarts (else {STATE_DIR_ENV}, else $FAULTLENS_HOME)")
     p.add_argument("--max-restarts", type=int, default=5, help="give up after this many restarts")
     p.add_argument("--grace", type=float, default=5.0, help="seconds children get to exit on their own")
     p.add_argument("--command-wait", type=float, default=10.0,
@@ -97,14 +103,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Launcher:
-    def __init__(self, args: argparse.Namespace, settings: KafkaSettings, secret: bytes):
+    def __init__(self, args: argparse.Namespace, settings: KafkaSettings, keys: VerifyKeys):
         self.args = args
         self.settings = settings
         self.job = args.job
         self.nodes = tuple(f"n{i:03d}" for i in range(args.nodes))
         self.standby = tuple(s for s in args.standby.split(",") if s)
         self.commands: queue.Queue[Command] = queue.Queue()
-        self.listener = CommandListener(settings, CommandScreen(secret, self.job), self.commands.put)
+        memory = ReplayMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
+        self.listener = CommandListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
         self.producer = Producer(settings)
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
         self.attempt = 0
@@ -260,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         print("launcher: --bootstrap or FAULTLENS_BOOTSTRAP is required", file=sys.stderr)
         return 2
     try:
-        secret = load_secret(args.secret_file)
-    except (ValueError, OSError) as exc:
+        keys = load_verify_keys(args.verify_key)
+    except ValueError as exc:
         print(f"launcher: {exc}", file=sys.stderr)
         return 2
-    if args.secret_file:
-        os.environ["FAULTLENS_SECRET_FILE"] = str(args.secret_file)
-    launcher = Launcher(args, KafkaSettings.from_args(args), secret)
+    # The trainers' hooks verify with the same keys and keep their replay memory in the same place.
+    os.environ["FAULTLENS_VERIFY_KEY"] = ",".join(str(Path(p).resolve()) for p in verify_key_paths(args.verify_key))
+    if args.state_dir:
+        os.environ[STATE_DIR_ENV] = str(args.state_dir)
+    launcher = Launcher(args, KafkaSettings.from_args(args), keys)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return launcher.run()

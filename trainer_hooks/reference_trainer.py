@@ -2,7 +2,7 @@
 
 Run under trainer_hooks.launcher, which sets the torch.distributed variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) and the faultlens ones (FAULTLENS_JOB, FAULTLENS_NODE, FAULTLENS_NODES,
-FAULTLENS_BOOTSTRAP, FAULTLENS_ATTEMPT, FAULTLENS_RESUME, FAULTLENS_SECRET[_FILE]).
+FAULTLENS_BOOTSTRAP, FAULTLENS_ATTEMPT, FAULTLENS_RESUME, FAULTLENS_VERIFY_KEY, FAULTLENS_STATE_DIR).
 
 Faults are injected in the first attempt only (``--inject-attempts``), so a restart after the
 remedy runs clean, as a real job would after the bad machine or batch is gone.
@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from streams.command import load_secret
 from streams.config import KafkaSettings
 from streams.producer import Producer
 from streams.topology import Topology
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         hook.checkpoint_saved(step, str(path))
 
     producer = Producer(settings)
-    hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, secret=load_secret(),
+    hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, state_dir=args.ckpt_dir,
                        on_checkpoint=lambda: save(hook.steps), producer=producer,
                        flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
     hook.wait_ready()

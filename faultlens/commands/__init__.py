@@ -8,6 +8,7 @@ COMMAND_NAMES = (
     "collect",
     "diagnose",
     "remediate",
+    "keys",
     "history",
     "simulate",
     "record",

@@ -15,11 +15,12 @@ from pathlib import Path
 from collectors.agent import Agent, AgentConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
-from streams.command import load_secret
 from streams.broker import faultlens_home
 from streams import metrics
 from streams.config import add_kafka_arguments
 from streams.connect import connected
+from streams.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
+from streams.signing import VERIFY_KEY_ENV, load_verify_keys
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ reported in the heartbeat's `sources` and the others go on:
   trainer    the trainer's log files (--trainer-log, globs, rotation-safe) parsed → telemetry.nccl
   heartbeat  heartbeat/beat every --heartbeat-interval with training pids and source statuses
   stacks     on a signed capture_stacks command: py-spy dump of every training process
+             (needs the public key of `faultlens keys generate`: --verify-key / FAULTLENS_VERIFY_KEY;
+             the ids of commands handled are kept in --state-dir, so a restart refuses replays)
 
 While the broker is unreachable, events go to a bounded spool (--spool-dir, --spool-max-mb) and
 are sent in order when it is back; when full, the oldest GPU samples are dropped, never a fault.
@@ -63,8 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--launcher-pid", type=int, help="pid of the launcher (torchrun); its workers are the training processes")
     s.add_argument("--proc-pattern", metavar="REGEX", help="training processes are those whose command line matches")
     s.add_argument("--rank-env", default="RANK", help="environment variable holding a process's rank (default RANK)")
-    s.add_argument("--secret-file", help="shared command secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET); "
-                                         "without one, stack capture is off")
+    s.add_argument("--verify-key", action="append", default=None, metavar="PEM",
+                   help=f"public key commands must be signed with (repeatable during a key rollover; else "
+                        f"{VERIFY_KEY_ENV}, comma-separated); without one, stack capture is off")
+    s.add_argument("--state-dir", type=Path, default=None,
+                   help=f"where the ids of handled commands are kept across restarts (else {STATE_DIR_ENV}, "
+                        "else $FAULTLENS_HOME)")
+    s.add_argument("--secret-file", help=argparse.SUPPRESS)  # removed: said so instead of "unrecognized"
     s.add_argument("--dump-timeout", type=float, default=10.0, help="seconds per py-spy dump (default 10)")
     o = parser.add_argument_group("broker outages")
     o.add_argument("--spool-dir", default=_env("SPOOL_DIR"),
@@ -83,18 +91,23 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise ValueError("--interval and --heartbeat-interval must be positive")
     if args.launcher_pid is not None and args.proc_pattern:
         raise ValueError("give --launcher-pid or --proc-pattern, not both")
-    secret, secret_error = None, None
+    if args.secret_file:
+        raise ValueError("--secret-file: shared-secret (HMAC) commands were removed; pass the public key "
+                         "from `faultlens keys generate` with --verify-key")
+    keys, keys_error = None, None
     try:
-        secret = load_secret(args.secret_file)
-    except (ValueError, OSError) as exc:
-        secret_error = str(exc)
+        keys = load_verify_keys(args.verify_key)
+    except ValueError as exc:
+        keys_error = str(exc)
+    state_dir = args.state_dir or default_state_dir()
     spool_dir = Path(args.spool_dir) if args.spool_dir else faultlens_home() / "spool" / f"{args.job}-{args.node}"
     return AgentConfig(
         job=args.job, node=args.node, interval_s=args.interval, heartbeat_interval_s=args.heartbeat_interval,
         kernel=not args.no_kernel, kernel_log=args.kernel_log, kernel_from_start=args.kernel_from_start,
         trainer_logs=list(args.trainer_log), trainer_from_start=args.trainer_from_start, nvml=not args.no_nvml,
         launcher_pid=args.launcher_pid, proc_pattern=args.proc_pattern, rank_env=args.rank_env,
-        secret=secret, secret_error=secret_error, spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
+        verify_keys=keys, verify_keys_error=keys_error,
+        replay_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
         create_topics=not args.no_create_topics, dump_timeout_s=args.dump_timeout,
     )
 
@@ -125,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
             metrics.serve(args.metrics_port)
             print(json.dumps({"event": "started", "job": config.job, "node": config.node,
                               "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],
-                              "spool": str(agent.spool.path)}), flush=True)
+                              "spool": str(agent.spool.path),
+                              "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
+                              "replay_file": str(config.replay_file)}), flush=True)
             stop.wait()
             log.info("stopping")
         finally:

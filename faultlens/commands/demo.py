@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import secrets
 import signal
 import sys
 import time
@@ -75,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from remediation.safety import SafetyConfig
     from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
     from streams.config import KafkaSettings
+    from streams.signing import ephemeral_signing_key
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = args.out or faultlens_home() / f"demo-{stamp}"
@@ -102,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
     if want_trainer and (why := torch_missing()):
         notes.append(why)
         want_trainer = False
-    secret = secrets.token_hex(16)
+    # The demo is its own deployment: an ephemeral pair, its public half handed to its receivers.
+    signing_key = ephemeral_signing_key("the demo: its simulated cluster and trainer trust this key only")
+    notes.append(f"commands are signed with an ephemeral key {signing_key.key_id} made for this run")
     state = DemoState(sim_job=sim_job, trainer_job=TRAINER_JOB if want_trainer else None)
     options = PipelineOptions(
-        secret=secret.encode(), db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
+        signing_key=signing_key, db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
         # Remediation runs on each diagnosis's own time, so its windows (dedup, eviction caps, the
         # ladder's episodes) are simulated seconds for the simulated job and wall seconds for the
         # real one. Windows are short because the demo packs a fleet-day of every fault class into
@@ -145,12 +147,13 @@ def run(args: argparse.Namespace) -> int:
                     and c["remediate"].runner.stats.records_in >= c["diagnose"].handler.emitted
                     and driver.listener.obeyed + driver.listener.refused >= sent)
 
-        driver = SimDriver(settings, cluster, duration, args.speed, secret.encode(), state, settled=settled)
+        driver = SimDriver(settings, cluster, duration, args.speed, signing_key.verify_keys(), state,
+                           settled=settled)
         if not driver.start_listener():
             raise BrokerError("the simulated cluster's command listener could not start")
-        _send_forged(settings, sim_job)
+        _send_forged(settings, sim_job, signing_key.key_id)
         if want_trainer:
-            trainer = TrainerJob(settings, secret, out_dir, nodes=args.trainer_nodes, procs_per_node=args.trainer_procs)
+            trainer = TrainerJob(settings, signing_key, out_dir, nodes=args.trainer_nodes, procs_per_node=args.trainer_procs)
             trainer.start()
         view = LiveView(state, pipeline.stats, trainer.events if trainer else list,
                         live=not args.no_live and not args.json and sys.stdout.isatty())
@@ -204,15 +207,19 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _send_forged(settings, job: str) -> None:
-    """One evict signed with the wrong key: the cluster must refuse it, as a real trainer would."""
+def _send_forged(settings, job: str, key_id: str) -> None:
+    """One evict that claims our key id but is signed with another key (what a node that stole no
+    private key could at best produce): the cluster must refuse it, as a real trainer would."""
     from streams import topics
     from streams.command import Command
     from streams.producer import Producer
+    from streams.signing import SigningKey
+    from dataclasses import replace
 
     now = time.time()
-    forged = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
-                     reason="forged by the demo: must be refused").signed(b"not-the-shared-secret")
+    unsigned = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
+                       reason="forged by the demo: must be refused", key_id=key_id)
+    forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))
     with Producer(settings) as producer:
         producer.send(topics.COMMANDS, job.encode(), forged.encode())
         producer.flush()

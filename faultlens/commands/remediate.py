@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from streams.command import load_secret
+from streams.command import MAX_LIFETIME_S
 from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
 from remediation.policy import PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
@@ -17,6 +17,7 @@ from streams.broker import faultlens_home
 from streams.connect import connected
 from streams.config import add_kafka_arguments
 from streams import metrics, topics
+from streams.signing import SIGNING_KEY_ENV, SigningKey, ephemeral_signing_key, load_signing_key
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,10 @@ nothing. Safety: caps on evictions per window and per job share, dedup of repeat
 circuit breaker that blocks all evictions once too many nodes went in one window; it stays open
 across restarts until `faultlens remediate --reset`.
 
-Commands are HMAC-signed with the shared secret (--secret-file, FAULTLENS_SECRET_FILE or
-FAULTLENS_SECRET)."""
+Commands are signed with an Ed25519 private key (--signing-key or FAULTLENS_SIGNING_KEY; make a
+pair with `faultlens keys generate --out DIR`); agents, hooks and launchers verify them with the
+public key. Acting needs the key; observe-only without one signs with an ephemeral key, since
+nothing it signs is sent."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -71,7 +74,11 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--failure-rate", type=float, default=0.0012, help="per-node daily failure rate (default 0.0012)")
     p.add_argument("--replacement-days", type=float, default=1.0, help="replacement window in days (default 1)")
     o = parser.add_argument_group("commands")
-    o.add_argument("--secret-file", help="shared HMAC secret (else FAULTLENS_SECRET_FILE / FAULTLENS_SECRET)")
+    o.add_argument("--signing-key", metavar="PEM",
+                   help=f"Ed25519 private key that signs commands (else {SIGNING_KEY_ENV}; "
+                        "from `faultlens keys generate`)")
+    # The shared HMAC secret is gone; the flag stays only to say so instead of "unrecognized argument".
+    o.add_argument("--secret-file", help=argparse.SUPPRESS)
     o.add_argument("--decision-log", type=Path,
                    help="JSON lines file of decisions (default $FAULTLENS_HOME/remediation-decisions.jsonl)")
 
@@ -80,6 +87,8 @@ def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig
     """The policy and safety settings those flags name; raises ValueError for impossible ones."""
     act_on = set(args.act_on or [])
     act_on.update(j for j in os.environ.get("FAULTLENS_ACT_ON", "").split(",") if j)
+    if args.ttl > MAX_LIFETIME_S:
+        raise ValueError(f"--ttl {args.ttl:.0f}s: receivers refuse commands valid for over {MAX_LIFETIME_S:.0f}s")
     safety = SafetyConfig(args.window, args.max_evictions, args.max_job_share, args.breaker_share, args.dedup)
     policy = PolicyConfig(
         act_on=frozenset(act_on), act_on_all=args.act_on_all, dry_run=args.dry_run, ttl_s=args.ttl,
@@ -88,6 +97,22 @@ def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig
         daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
     )
     return policy, safety
+
+
+def command_signing_key(args: argparse.Namespace, *, acting: bool, ephemeral_when_acting: bool = False) -> SigningKey:
+    """The private key named by --signing-key / FAULTLENS_SIGNING_KEY; without one, an ephemeral
+    key when nothing signed will be sent (or when ``ephemeral_when_acting``: `up` on a laptop).
+    Raises ValueError with what to do."""
+    if getattr(args, "secret_file", None):
+        raise ValueError("--secret-file: shared-secret (HMAC) command signing was removed; make an Ed25519 pair "
+                         "with `faultlens keys generate --out DIR` and pass --signing-key DIR/command-signing-key.pem")
+    if args.signing_key or os.environ.get(SIGNING_KEY_ENV):
+        return load_signing_key(args.signing_key)
+    if not acting:
+        return ephemeral_signing_key("observe-only: commands are signed but never sent")
+    if not ephemeral_when_acting:
+        return load_signing_key(None)  # raises: acting needs the key every receiver trusts
+    return ephemeral_signing_key("no --signing-key: only receivers given its public key obey")
 
 
 def decision_log_path(args: argparse.Namespace) -> Path:
@@ -122,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"breaker": "open" if b.open else "closed", "reason": b.reason, "opened_at": b.opened_at}))
         return 0
     try:
-        secret = load_secret(args.secret_file)
         config, safety_config = policy_configs(args)
+        signing_key = command_signing_key(args, acting=bool(config.act_on or config.act_on_all) and not config.dry_run)
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
-    policy = build_policy(secret, config, safety_config, faultlens_home() / BREAKER_FILE)
+    policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE)
 
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)

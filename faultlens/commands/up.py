@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -27,6 +26,11 @@ Each consumer also runs alone with its own command (same groups, so they can be 
 machines later). Remediation is observe-only by default: nothing goes to `commands` until a job
 is switched on with --act-on JOB (repeatable, or FAULTLENS_ACT_ON=j1,j2) or --act-on-all;
 --dry-run decides and signs but sends nothing.
+
+Commands are signed with the Ed25519 private key of --signing-key / FAULTLENS_SIGNING_KEY (from
+`faultlens keys generate --out DIR`). Without one, `up` makes an ephemeral pair and says so; when
+it acts, it writes that pair's public key to $FAULTLENS_HOME/ephemeral-command-verify-key.pem
+(named in the ready line) for local receivers' --verify-key.
 
 Prints one JSON line when every consumer has joined its group ({"event": "ready", ...}) and one
 at exit with per-consumer counts. Ctrl-C / SIGTERM stops cleanly: each consumer finishes its
@@ -61,16 +65,26 @@ def _consumers(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(n for n in ("diagnose", "remediate", "history") if n not in skip)
 
 
-def _secret(args: argparse.Namespace, acting: bool) -> bytes:
-    from streams.command import load_secret
+EPHEMERAL_VERIFY_KEY = "ephemeral-command-verify-key.pem"
 
-    try:
-        return load_secret(args.secret_file)
-    except ValueError:
-        if acting:
-            raise
-        # Observe-only signs commands it never sends; a throwaway key keeps that honest.
-        return secrets.token_bytes(32)
+
+def _signing_key(args: argparse.Namespace, acting: bool):
+    """The signing key and where its public half is, for the ready line: (key, "PATH" or "ephemeral")."""
+    from faultlens.commands.remediate import command_signing_key
+    from streams.broker import faultlens_home
+    from streams.signing import SIGNING_KEY_ENV
+
+    given = args.signing_key or os.environ.get(SIGNING_KEY_ENV)
+    key = command_signing_key(args, acting=acting, ephemeral_when_acting=True)
+    if given:
+        return key, str(given)
+    if not acting:
+        return key, "ephemeral"
+    # Public, so overwriting it each run is harmless; receivers started with it obey this run only.
+    public = faultlens_home() / EPHEMERAL_VERIFY_KEY
+    public.write_bytes(key.public_pem())
+    log.warning("acting with an ephemeral signing key: receivers must be given --verify-key %s", public)
+    return key, f"ephemeral (public key {public})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,13 +103,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         policy, safety = policy_configs(args)
         act_on = set(policy.act_on)
-        secret = _secret(args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
+        signing_key, key_source = _signing_key(
+            args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
     except (ValueError, OSError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 2
     db = (args.db or default_db_path()) if "history" in consumers else None
     options = PipelineOptions(
-        secret=secret, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
+        signing_key=signing_key, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
         policy=policy, safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
         decision_log=decision_log_path(args),
         engine=engine_config(args), group_suffix=args.group_suffix,
@@ -111,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
             except (ValueError, HistoryError, OSError) as exc:
                 print(f"faultlens up: {exc}", file=sys.stderr)
                 return 1
-            return _serve(pipeline, settings, stop, args, consumers, db, act_on)
+            return _serve(pipeline, settings, stop, args, consumers, db, act_on,
+                          {"signing_key_id": signing_key.key_id, "signing_key": key_source})
     except (ValueError, BrokerError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 1
@@ -120,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
-def _serve(pipeline, settings, stop: threading.Event, args: argparse.Namespace, consumers, db, act_on) -> int:
+def _serve(pipeline, settings, stop: threading.Event, args: argparse.Namespace, consumers, db, act_on,
+           key: dict) -> int:
     from streams import metrics
 
     pipeline.start()
@@ -128,7 +145,7 @@ def _serve(pipeline, settings, stop: threading.Event, args: argparse.Namespace, 
     if pipeline.wait_ready():
         print(json.dumps({"event": "ready", "bootstrap": settings.bootstrap, "consumers": list(consumers),
                           "db": str(db) if db else None, "metrics_port": args.metrics_port or None,
-                          "act_on": sorted(act_on), "act_on_all": args.act_on_all, "dry_run": args.dry_run}),
+                          "act_on": sorted(act_on), "act_on_all": args.act_on_all, "dry_run": args.dry_run, **key}),
               flush=True)
     while not (stop.wait(0.5) or pipeline.failed.is_set()):
         pass

@@ -21,6 +21,7 @@ from streams.config import KafkaSettings
 from streams.producer import Producer
 from streams.command_listener import CommandListener
 from streams.command_screen import CommandScreen, Screened
+from streams.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class SimListener(CommandListener):
 
 class SimDriver:
     def __init__(self, settings: KafkaSettings, cluster: SimulatedCluster, duration_s: float, speed: float,
-                 secret: bytes, state: DemoState, *, settled: Callable[[int], bool] | None = None):
+                 keys: VerifyKeys, state: DemoState, *, settled: Callable[[int], bool] | None = None):
         if speed < 0:
             raise ValueError(f"speed must be >= 0 (0: lockstep with the pipeline), got {speed}")
         self.settings = settings
@@ -50,7 +51,7 @@ class SimDriver:
         self.state = state
         self.settled = settled  # lockstep: given events published so far, whether the pipeline caught up
         self._inbox: queue.Queue[Command] = queue.Queue()
-        self.listener = SimListener(settings, CommandScreen(secret, cluster.cfg.job),
+        self.listener = SimListener(settings, CommandScreen(keys, cluster.cfg.job),
                                     on_command=self._inbox.put, on_refused=self._refused)
         self.listener.sim_clock = lambda: self.cluster.now
         self.stop_event = threading.Event()

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from streams.command_memory import STATE_DIR_ENV
 from streams.config import KafkaSettings
+from streams.signing import PUBLIC_KEY_FILE, VERIFY_KEY_ENV, SigningKey
 from faultlens.demo import processes as pipeline
 
 TRAINER_JOB = "demo-trainer"
@@ -22,18 +24,21 @@ def torch_missing() -> str | None:
 
 
 class TrainerJob:
-    def __init__(self, settings: KafkaSettings, secret: str, out_dir: Path, *, job: str = TRAINER_JOB,
+    def __init__(self, settings: KafkaSettings, signing_key: SigningKey, out_dir: Path, *, job: str = TRAINER_JOB,
                  nodes: int = 2, procs_per_node: int = 1, steps: int = 60, nan_at: int = 25):
         self.settings = settings
-        self.secret = secret
+        self.signing_key = signing_key
         self.dir = out_dir / "trainer"
         self.job = job
         self.nodes, self.procs_per_node, self.steps, self.nan_at = nodes, procs_per_node, steps, nan_at
         self.proc: pipeline.Proc | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_SECRET": self.secret}
-        env.pop("FAULTLENS_SECRET_FILE", None)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        verify_key = self.dir / PUBLIC_KEY_FILE
+        verify_key.write_bytes(self.signing_key.public_pem())
+        env = {**os.environ, "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, VERIFY_KEY_ENV: str(verify_key),
+               STATE_DIR_ENV: str(self.dir / "state")}
         self.proc = pipeline.launcher(
             ["--job", self.job, "--nodes", str(self.nodes), "--procs-per-node", str(self.procs_per_node),
              "--standby", "s000,s001", "--grace", "3", "--crash-wait", "20"],

@@ -14,6 +14,7 @@ import pytest
 
 from streams.events import decode
 from streams.reader import iter_topics
+from streams.command_memory import memory_file
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
@@ -24,7 +25,7 @@ def test_collect_help_names_the_flags():
     out = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for flag in ("--job", "--node", "--interval", "--heartbeat-interval", "--kernel-log", "--no-kernel",
-                 "--trainer-log", "--no-nvml", "--launcher-pid", "--proc-pattern", "--secret-file", "--spool-dir",
+                 "--trainer-log", "--no-nvml", "--launcher-pid", "--proc-pattern", "--verify-key", "--state-dir", "--spool-dir",
                  "--spool-max-mb", "--bootstrap"):
         assert flag in out.stdout
 
@@ -36,13 +37,20 @@ def test_collect_without_a_job_is_a_clear_error(tmp_path):
     assert out.returncode == 2 and "--job" in out.stderr
 
 
+def test_collect_refuses_the_removed_shared_secret_clearly(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    out = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--job", "j", "--bootstrap", "127.0.0.1:1",
+                          "--secret-file", str(secret)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "HMAC" in out.stderr and "--verify-key" in out.stderr
+
+
 def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
     job = f"cli-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "train.log"
     log.touch()
     env = {**os.environ, "FAULTLENS_JOB": job, "FAULTLENS_NODE": "cli-node", "FAULTLENS_HOME": str(tmp_path)}
-    env.pop("FAULTLENS_SECRET", None)
-    env.pop("FAULTLENS_SECRET_FILE", None)
+    env.pop("FAULTLENS_VERIFY_KEY", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--no-kernel",
          "--trainer-log", str(log), "--trainer-from-start", "--heartbeat-interval", "0.2"],
@@ -51,6 +59,8 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
         started = json.loads(proc.stdout.readline())
         assert started["event"] == "started" and started["job"] == job and started["node"] == "cli-node"
         assert started["spool"].startswith(str(tmp_path))
+        assert started["verify_key_ids"] == [] and "stacks" not in started["sources"]  # no key: no stack capture
+        assert started["replay_file"] == str(memory_file(tmp_path, "agent", job, "cli-node"))  # in FAULTLENS_HOME
         with open(log, "a") as f:
             f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
         deadline = time.monotonic() + 30

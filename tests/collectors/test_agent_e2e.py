@@ -11,6 +11,7 @@ import pytest
 
 from collectors.agent import Agent, AgentConfig
 from streams.command import Command
+from streams.signing import SigningKey
 from streams.events import decode
 from streams.producer import Producer
 from streams.reader import iter_topics
@@ -18,7 +19,7 @@ from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
-SECRET = b"e2e-secret"
+KEY = SigningKey.generate()
 WATCHDOG = ("[rank3]:[E1122 10:11:12.345678 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation "
             "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
             "600042 milliseconds before timing out.")
@@ -47,7 +48,7 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
     config = AgentConfig(
         job=job, node=node, interval_s=0.2, heartbeat_interval_s=0.3, nvml=True,  # no GPU here: reported, not fatal
         kernel_log=str(kern), kernel_from_start=True, trainer_logs=[str(tmp_path / "logs" / "rank*.log")],
-        launcher_pid=launcher.pid, secret=SECRET, spool_dir=tmp_path / "spool", dump_timeout_s=20,
+        launcher_pid=launcher.pid, verify_keys=KEY.verify_keys(), replay_file=tmp_path / "seen.jsonl", spool_dir=tmp_path / "spool", dump_timeout_s=20,
     )
     agent = Agent(config, kafka_settings).start()
     try:
@@ -65,11 +66,11 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
         assert stacks.ready.wait(20), "the command listener never reached the end of the commands topic"
         now = time.time()
         forged = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60,
-                         nodes=(node,)).signed(b"not the secret")
+                         nodes=(node,)).signed(SigningKey.generate())
         good = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60, nodes=(node,),
-                       reason="hang suspected").signed(SECRET)
+                       reason="hang suspected").signed(KEY)
         other_node = Command(job=job, action="capture_stacks", issued_at=now, expires_at=now + 60,
-                             nodes=("some-other-node",)).signed(SECRET)
+                             nodes=("some-other-node",)).signed(KEY)
         with Producer(kafka_settings) as producer:
             for cmd in (forged, other_node, good):
                 producer.send("commands", job.encode(), cmd.encode())

@@ -93,7 +93,7 @@ def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
     assert statuses["stuck"] == "ok"
     assert statuses["crashing"].startswith("error: RuntimeError: boom")
     assert statuses["gpu-ish"].startswith("unavailable: NVML not available")
-    assert statuses["stacks"].startswith("off: ")  # no secret configured
+    assert statuses["stacks"].startswith("off: ")  # no verify key configured
     assert statuses["publisher"].startswith("broker unreachable, spooling")
     spool = Spool(tmp_path / "spool", 1 << 20)  # what the stopped agent left for its next run
     beats = [decode(r.value) for r in spool.peek(10_000)]

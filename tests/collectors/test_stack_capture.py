@@ -9,9 +9,10 @@ from collectors.command_listener import StackCaptureSource
 from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
 from streams.command import Command
 from streams.config import KafkaSettings
+from streams.signing import SigningKey
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 
-SECRET = b"test-secret"
+KEY = SigningKey.generate()
 
 
 def test_rank_from_environ():
@@ -66,31 +67,31 @@ def _cmd(**kw) -> Command:
 
 def test_the_agent_gate_obeys_only_signed_fresh_capture_stacks_for_its_node():
     now = time.time()
-    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
                              publish=lambda e: None)
     gate = src.screen
-    ok = _cmd(nodes=("n1",)).signed(SECRET)
+    ok = _cmd(nodes=("n1",)).signed(KEY)
     assert gate.screen(ok.encode(), now).obey
-    assert gate.screen(_cmd().signed(SECRET).encode(), now).obey  # no nodes: every node
-    assert "bad signature" in gate.screen(_cmd(nodes=("n1",)).encode(), now).reason  # unsigned
-    assert "bad signature" in gate.screen(_cmd().signed(b"other secret").encode(), now).reason
+    assert gate.screen(_cmd().signed(KEY).encode(), now).obey  # no nodes: every node
+    assert "unsigned" in gate.screen(_cmd(nodes=("n1",)).encode(), now).reason
+    assert "unknown key" in gate.screen(_cmd().signed(SigningKey.generate()).encode(), now).reason
     forged = Command.from_dict({**ok.to_dict(), "nodes": ["n1", "n2"]})  # altered after signing
     assert "bad signature" in gate.screen(forged.encode(), now).reason
-    other_node = gate.screen(_cmd(nodes=("n2",)).signed(SECRET).encode(), now)
+    other_node = gate.screen(_cmd(nodes=("n2",)).signed(KEY).encode(), now)
     assert not other_node.obey and not other_node.addressed
-    other_job = gate.screen(_cmd(job="job2").signed(SECRET).encode(), now)
+    other_job = gate.screen(_cmd(job="job2").signed(KEY).encode(), now)
     assert not other_job.obey and not other_job.addressed
-    assert "expired" in gate.screen(_cmd(issued_at=now - 100, expires_at=now - 10).signed(SECRET).encode(), now).reason
-    evict = gate.screen(_cmd(action="evict").signed(SECRET).encode(), now)
+    assert "expired" in gate.screen(_cmd(issued_at=now - 100, expires_at=now - 10).signed(KEY).encode(), now).reason
+    evict = gate.screen(_cmd(action="evict").signed(KEY).encode(), now)
     assert not evict.obey and not evict.addressed  # the trainer's business, not refused by the agent
     assert "replayed" in gate.screen(ok.encode(), now).reason
 
 
 def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
     out = []
-    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
                              publish=out.append, launcher_pid=launcher.pid, dump_timeout_s=20)
-    cmd = _cmd(nodes=("n1",)).signed(SECRET)
+    cmd = _cmd(nodes=("n1",)).signed(KEY)
     events = src.handle(cmd.encode())
     assert sorted(e.data["rank"] for e in events) == [8, 9] and out == events
     for e in events:
@@ -104,7 +105,24 @@ def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
 
 def test_no_training_process_is_answered_with_an_error_dump():
     out = []
-    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), secret=SECRET, job="job1", node="n1",
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
                              publish=out.append, proc_pattern=r"no-such-process-\d{40}")
-    (event,) = src.handle(_cmd().signed(SECRET).encode())
+    (event,) = src.handle(_cmd().signed(KEY).encode())
     assert event.data["pid"] is None and not event.data["ok"] and "no training processes" in event.data["dump"]
+
+
+def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
+    """The replay file of `faultlens collect --state-dir`: a recorded capture_stacks played back
+    after the agent restarted is refused, not dumped again."""
+    from streams.command_memory import ReplayMemory
+
+    def agent_source(out):
+        return StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1",
+                                  node="n1", publish=out.append, proc_pattern=r"no-such-process-\d{40}",
+                                  memory=ReplayMemory(tmp_path / "seen.jsonl"))
+
+    cmd = _cmd(nodes=("n1",)).signed(KEY)
+    first, after_restart = [], []
+    assert len(agent_source(first).handle(cmd.encode())) == 1
+    restarted = agent_source(after_restart)
+    assert restarted.handle(cmd.encode()) == [] and after_restart == [] and restarted.refused == 1

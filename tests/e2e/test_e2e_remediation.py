@@ -19,13 +19,13 @@ import pytest
 
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
+from streams.signing import load_verify_keys, write_key_pair
 from streams.events import InvalidEvent, decode
 from streams.producer import Producer
 from streams.reader import read_topic
 from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-SECRET = "e2e-secret"
 
 
 def _missing(*modules: str) -> str | None:
@@ -39,7 +39,10 @@ def _missing(*modules: str) -> str | None:
 def rig(kafka_settings, tmp_path):
     """The job id, the environment every process gets, and cleanup of whatever was started."""
     job = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "FAULTLENS_SECRET": SECRET, "FAULTLENS_HOME": str(tmp_path / "home"),
+    # One deployment: remediate holds the private key, the launcher and its trainers the public one.
+    private, public = write_key_pair(tmp_path / "keys")
+    env = {**os.environ, "FAULTLENS_SIGNING_KEY": str(private), "FAULTLENS_VERIFY_KEY": str(public),
+           "FAULTLENS_STATE_DIR": str(tmp_path / "state"), "FAULTLENS_HOME": str(tmp_path / "home"),
            "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_LOG_LEVEL": "INFO"}
     started: list[pipeline.Proc] = []
 
@@ -114,7 +117,7 @@ def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
     assert done, explain(r)
 
     [cmd] = [c for c in commands(r) if c.action == "evict"]
-    assert cmd.verify(SECRET.encode()) and cmd.diagnosis_id == d.id and cmd.nodes == ("n001",)
+    assert cmd.verify(load_verify_keys([r.env["FAULTLENS_VERIFY_KEY"]])) and cmd.diagnosis_id == d.id and cmd.nodes == ("n001",)
     assert restart[0]["command_id"] == cmd.id
     assert [e.data["command_id"] for e in events(r, "jobs", "restart")] == [cmd.id]
     decisions = rem.find(lambda l: l.get("diagnosis_id") == d.id)

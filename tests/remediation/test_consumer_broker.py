@@ -19,10 +19,11 @@ from streams.events import Envelope, InvalidEvent
 from streams.producer import Producer
 from streams.reader import read_topic
 from streams.runner import GroupRunner
+from streams.signing import SigningKey
 from streams.topology import Topology
 
 pytestmark = pytest.mark.broker
-SECRET = b"consumer-secret"
+KEY = SigningKey.generate()
 
 
 def publish(settings, job, diagnoses, raw=(), bad_topology=False):
@@ -56,7 +57,7 @@ def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kaf
     nan = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="nan_loss", action="stop_time_diagnosis")
     publish(kafka_settings, job, [hw, hw, nan], raw=[f"not a diagnosis {job}".encode(), f'{{"id": "{job}"}}'.encode()],
             bad_topology=True)
-    policy = Policy(SECRET, PolicyConfig(act_on=frozenset({job})),
+    policy = Policy(KEY, PolicyConfig(act_on=frozenset({job})),
                     Safety(SafetyConfig(max_job_share=0.5, breaker_share=0.9), CircuitBreaker(tmp_path / "b.json")))
     handler = RemediationHandler(policy, decision_log=tmp_path / "decisions.jsonl", group=group_name)
     runner = GroupRunner(kafka_settings, group_name, ["diagnoses", "jobs"], handler, DECODERS)
@@ -64,7 +65,7 @@ def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kaf
 
     cmds = commands_for(kafka_settings, job)
     assert sorted(c.action for c in cmds) == ["evict", "rollback"]  # the duplicate diagnosis made no 2nd command
-    assert all(c.verify(SECRET) for c in cmds)
+    assert all(c.verify(KEY.verify_keys()) for c in cmds)
     evict = next(c for c in cmds if c.action == "evict")
     assert evict.nodes == ("n001",) and evict.diagnosis_id == hw.id
     lines = [json.loads(l) for l in (tmp_path / "decisions.jsonl").read_text().splitlines()]
@@ -78,11 +79,13 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
     job = f"rem-{uuid.uuid4().hex[:8]}"
     d = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="user_code", action="rollback")
     publish(kafka_settings, job, [d])
-    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path), "FAULTLENS_SECRET": SECRET.decode()}
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
+    env.pop("FAULTLENS_SIGNING_KEY", None)  # observe-only needs no key: it signs with an ephemeral one
     cli = [sys.executable, "-m", "faultlens"]
     out = subprocess.run([*cli, "remediate", "--bootstrap", kafka_settings.bootstrap, "--idle-stop", "2",
                           "--group", f"g-{job}"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+    assert "ephemeral command-signing key" in out.stderr
     mine = [json.loads(l) for l in out.stdout.splitlines() if json.loads(l)["job"] == job]
     assert len(mine) == 1 and mine[0]["mode"] == "observe" and mine[0]["sent"] is False and mine[0]["action"] == "rollback"
     assert commands_for(kafka_settings, job) == []

@@ -1,17 +1,18 @@
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
+from streams.signing import SigningKey
 from remediation.policy import Policy, PolicyConfig, command_id
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from streams.topology import Topology
 
-SECRET = b"k"
+KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]
 
 
 def policy(mode="act", tmp_path=None, **safety):
     config = PolicyConfig(act_on=frozenset({"j"}) if mode != "observe" else frozenset(), dry_run=mode == "dry_run",
                           standby_names=("s000",))
-    p = Policy(SECRET, config, Safety(SafetyConfig(**{"max_job_share": 0.5, "breaker_share": 0.9, **safety}),
+    p = Policy(KEY, config, Safety(SafetyConfig(**{"max_job_share": 0.5, "breaker_share": 0.9, **safety}),
                                       CircuitBreaker(tmp_path / "b.json" if tmp_path else None)))
     p.observe_topology("j", Topology.grid(NODES, 1, 1, 2, 2))
     return p
@@ -27,7 +28,8 @@ def test_acting_makes_a_signed_idempotent_command_with_standby_and_expiry():
     d = evict()
     decision, cmd = p.decide(d, 2000.0)
     assert decision.sent and decision.mode == "act"
-    assert cmd.verify(SECRET) and not cmd.verify(b"other")
+    assert cmd.key_id == KEY.key_id and cmd.verify(KEY.verify_keys())
+    assert not cmd.verify(SigningKey.generate().verify_keys())
     assert cmd.id == command_id(d.id, "evict") and cmd.diagnosis_id == d.id
     assert (cmd.action, cmd.nodes, cmd.issued_at, cmd.expires_at) == ("evict", ("n001",), 2000.0, 2300.0)
     assert cmd.params["replacements"] == ["s000"] and cmd.params["standby_shortfall"] == 0

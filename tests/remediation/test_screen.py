@@ -4,17 +4,19 @@ import orjson
 
 from streams.command import Command
 from streams.command_screen import CommandScreen
+from streams.signing import SigningKey
 
-SECRET = b"shared"
+KEY = SigningKey.generate()
+KEYS = KEY.verify_keys()
 
 
 def cmd(**kw):
     base = dict(job="j", action="restart", issued_at=1000.0, expires_at=1300.0)
-    return Command(**{**base, **kw}).signed(SECRET)
+    return Command(**{**base, **kw}).signed(KEY)
 
 
 def screen(node="n001", rank=1):
-    return CommandScreen(SECRET, "j", node, rank)
+    return CommandScreen(KEYS, "j", node, rank)
 
 
 def test_a_signed_fresh_addressed_command_is_obeyed_once():
@@ -27,13 +29,15 @@ def test_a_signed_fresh_addressed_command_is_obeyed_once():
 
 def test_forged_and_altered_commands_are_refused():
     s = screen()
-    forged = Command(job="j", action="evict", issued_at=1000.0, expires_at=1300.0).signed(b"attacker")
+    # an attacker's own key, claiming the trusted key's id
+    unsigned = Command(job="j", action="evict", nodes=("n001",), issued_at=1000.0, expires_at=1300.0, key_id=KEY.key_id)
+    forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))
     r = s.screen(forged.encode(), 1100.0)
-    assert not r.obey and r.addressed and "signature" in r.reason
+    assert not r.obey and r.addressed and "bad signature" in r.reason
     body = orjson.loads(cmd(action="checkpoint").encode())
     body["action"] = "evict"  # altered after signing
     r = s.screen(orjson.dumps(body), 1100.0)
-    assert not r.obey and "signature" in r.reason
+    assert not r.obey and "bad signature" in r.reason
     unsigned = replace(cmd(), signature="")
     assert not s.screen(unsigned.encode(), 1100.0).obey
 
@@ -57,4 +61,4 @@ def test_addressing_by_job_node_and_rank():
     assert s.screen(cmd(nodes=("n001", "n002")).encode(), 1100).obey
     assert s.screen(cmd(ranks=(1,)).encode(), 1100).obey
     # the launcher listens for the whole job: any node
-    assert CommandScreen(SECRET, "j").screen(cmd(nodes=("n009",)).encode(), 1100).obey
+    assert CommandScreen(KEYS, "j").screen(cmd(nodes=("n009",)).encode(), 1100).obey

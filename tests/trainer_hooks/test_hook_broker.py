@@ -6,7 +6,12 @@ import uuid
 
 import pytest
 
+from dataclasses import replace
+
+import orjson
+
 from streams.command import Command
+from streams.signing import SigningKey, write_key_pair
 from streams.events import InvalidEvent, as_float, decode
 from streams.producer import Producer
 from streams.reader import read_topic
@@ -14,7 +19,7 @@ from trainer_hooks.exit_codes import RESTART
 from trainer_hooks.hook import TrainerHook
 
 pytestmark = pytest.mark.broker
-SECRET = b"hook-secret"
+KEY = SigningKey.generate()  # the deployment's remediation consumer
 
 
 def events(settings, topic, job, kind=None):
@@ -43,9 +48,9 @@ def job():
 
 
 @pytest.fixture
-def hook(kafka_settings, job):
+def hook(kafka_settings, job, tmp_path):
     saved = []
-    h = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, secret=SECRET,
+    h = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, keys=KEY.verify_keys(), state_dir=tmp_path,
                     on_checkpoint=lambda: saved.append(h.steps), flops_per_step=1e9, peak_flops=1e12, exit_grace_s=30)
     h.saved = saved
     assert h.wait_ready()
@@ -62,7 +67,7 @@ def send(settings, *commands: Command | bytes):
 
 def command(job, action, **kw):
     now = time.time()
-    return Command(job=job, action=action, issued_at=now, expires_at=now + 60, **kw).signed(SECRET)
+    return Command(job=job, action=action, issued_at=now, expires_at=now + 60, **kw).signed(KEY)
 
 
 def test_step_telemetry_carries_nan_as_text_and_derived_rates(kafka_settings, hook, job):
@@ -89,19 +94,58 @@ def test_capture_stacks_publishes_every_thread_via_faulthandler(kafka_settings, 
 
 def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_settings, hook, job):
     now = time.time()
-    forged = Command(job=job, action="stop", issued_at=now, expires_at=now + 60).signed(b"wrong")
-    expired = Command(job=job, action="stop", issued_at=now - 120, expires_at=now - 60).signed(SECRET)
+    other_deployment = Command(job=job, action="stop", issued_at=now, expires_at=now + 60).signed(SigningKey.generate())
+    unsigned = Command(job=job, action="stop", issued_at=now, expires_at=now + 60, key_id=KEY.key_id)
+    forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))  # claims our key id
+    altered = orjson.loads(command(job, "checkpoint").encode())
+    altered["action"] = "stop"
+    expired = Command(job=job, action="stop", issued_at=now - 120, expires_at=now - 60).signed(KEY)
+    year_long = Command(job=job, action="stop", issued_at=now, expires_at=now + 365 * 86400).signed(KEY)
     good = command(job, "checkpoint")
     other_node = command(job, "stop", nodes=("n999",))
-    send(kafka_settings, forged, expired, good, good, b"\xff not json", other_node)
-    acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=5)
+    other_job = command(f"{job}-other", "stop")
+    send(kafka_settings, other_deployment, forged, orjson.dumps(altered), expired, year_long, good, good,
+         b"\xff not json", other_node, other_job)
+    acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=8)
+    reasons = {(a.data["command_id"], a.data["obeyed"]): a.data["reason"] for a in acks}
+    assert "unknown key" in reasons[(other_deployment.id, False)]
+    assert "bad signature" in reasons[(forged.id, False)] and "bad signature" in reasons[(altered["id"], False)]
+    assert "expired" in reasons[(expired.id, False)]
+    assert "over the 600s this receiver accepts" in reasons[(year_long.id, False)]
+    assert reasons[(None, False)].startswith("malformed")
     by = [(a.data["command_id"], a.data["obeyed"]) for a in acks]
-    assert (forged.id, False) in by and (expired.id, False) in by and (None, False) in by
     assert by.count((good.id, True)) == 1 and by.count((good.id, False)) == 1  # the replay is refused
-    assert other_node.id not in {cid for cid, _ in by}  # not addressed here: not even acked
+    assert reasons[(good.id, False)] == "replayed (command id already handled)"
+    # not addressed here: not acked (every rank of every job would answer every command)
+    assert not {other_node.id, other_job.id} & {cid for cid, _ in by}
     assert hook.exit_code is None  # nothing forged or stale was obeyed
     hook.step(loss=1.0)
     assert hook.saved == [1]  # the genuine checkpoint ran at the step boundary
+
+
+def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_settings, job, tmp_path):
+    """The hook's replay memory lives in its state dir (the checkpoint dir in the reference
+    trainer), so a restarted trainer still knows the evict it obeyed before."""
+    evict = command(job, "evict", nodes=("n001",))
+    first = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
+                        state_dir=tmp_path, exit_grace_s=60)
+    try:
+        assert first.wait_ready()
+        send(kafka_settings, evict)
+        wait_events(kafka_settings, "telemetry.train", job, "command_ack")
+        assert first.exit_command == evict
+    finally:
+        first.close()
+    restarted = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
+                            state_dir=tmp_path, exit_grace_s=60)
+    try:
+        assert restarted.wait_ready()
+        send(kafka_settings, evict)  # the same signed bytes, played back within their lifetime
+        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=2)
+        assert [(a.data["obeyed"], a.data["reason"]) for a in acks][-1] == (False, "replayed (command id already handled)")
+        assert restarted.exit_code is None
+    finally:
+        restarted.close()
 
 
 def test_restart_command_ends_the_loop_at_a_step_boundary_with_its_code(kafka_settings, hook, job):
@@ -117,17 +161,19 @@ def test_a_loop_stuck_past_the_grace_is_ended_with_the_command_code(kafka_settin
     import subprocess
     import sys
 
+    _, public = write_key_pair(tmp_path / "keys", KEY)
     script = f"""
 import time
 from streams.config import KafkaSettings
 from trainer_hooks.hook import TrainerHook
 h = TrainerHook(job={job!r}, rank=0, node="n000", settings=KafkaSettings(bootstrap={kafka_settings.bootstrap!r}),
-                secret={SECRET!r}, exit_grace_s=1.0)
+                state_dir={str(tmp_path)!r}, exit_grace_s=1.0)
 h.wait_ready()
 print("ready", flush=True)
 time.sleep(120)  # stuck: never calls step()
 """
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "FAULTLENS_VERIFY_KEY": str(public)}  # the hook's default: keys from the environment
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "ready"
         send(kafka_settings, command(job, "rollback"))

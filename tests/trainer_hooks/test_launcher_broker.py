@@ -10,6 +10,7 @@ import pytest
 
 from streams.events import InvalidEvent, decode
 from streams.reader import read_topic
+from streams.signing import write_key_pair
 
 pytestmark = pytest.mark.broker
 
@@ -22,18 +23,20 @@ def valid_events(settings, topic):
             continue  # other tests' deliberate garbage on shared topics
 
 
-def launch(settings, job, codes, *extra):
-    env = {**os.environ, "FAULTLENS_SECRET": "x", "FAULTLENS_BOOTSTRAP": settings.bootstrap}
+def launch(settings, job, codes, *extra, tmp_path):
+    _, public = write_key_pair(tmp_path / f"keys-{job}")
+    env = {**os.environ, "FAULTLENS_BOOTSTRAP": settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state")}
     out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2",
+                          "--verify-key", str(public),
                           "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
                           "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
                           "--", "--codes", codes], env=env, capture_output=True, text=True, timeout=120)
     return out.returncode, [json.loads(l) for l in out.stdout.splitlines()]
 
 
-def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings):
+def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings, tmp_path):
     job = f"launch-{uuid.uuid4().hex[:8]}"
-    rc, lines = launch(kafka_settings, job, "77,75,1,0", "--standby", "s000")
+    rc, lines = launch(kafka_settings, job, "77,75,1,0", "--standby", "s000", tmp_path=tmp_path)
     assert rc == 0
     events = [l["event"] for l in lines]
     assert events == ["start", "restart", "start", "restart", "start", "crash", "restart", "start", "done"]
@@ -46,9 +49,18 @@ def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings
     assert [e["command_id"] for e in mine] == [None, None, None] and mine[1]["nodes_in"] == ["s000"]
 
 
-def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings):
-    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "79")
+def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_path):
+    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "79", tmp_path=tmp_path)
     assert rc == 79 and lines[-1]["event"] == "stopped"
-    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "1", "--max-restarts", "2")
+    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "1", "--max-restarts", "2", tmp_path=tmp_path)
     assert rc == 1 and lines[-1]["event"] == "gave_up"
     assert sum(1 for l in lines if l["event"] == "start") == 3
+
+
+def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_settings):
+    env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_SECRET": "old-shared-secret"}
+    env.pop("FAULTLENS_VERIFY_KEY", None)
+    out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", "j", "--nodes", "1",
+                          "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no command verify key" in out.stderr and "FAULTLENS_SECRET is ignored" in out.stderr

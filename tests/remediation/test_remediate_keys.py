@@ -1,0 +1,50 @@
+"""Which key `faultlens remediate` signs with: acting needs the deployment's private key; the
+removed shared secret is refused with what to do instead. None of these reach a broker."""
+
+import os
+import subprocess
+import sys
+
+from streams.command import MAX_LIFETIME_S
+
+CLI = [sys.executable, "-m", "faultlens", "remediate", "--bootstrap", "127.0.0.1:1"]
+
+
+def _env(tmp_path, **extra):
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path), **extra}
+    for name in ("FAULTLENS_SIGNING_KEY", "FAULTLENS_SECRET", "FAULTLENS_SECRET_FILE"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def _run(args, env):
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_acting_without_a_signing_key_is_refused_and_says_how_to_make_one(tmp_path):
+    out = _run(["--act-on", "j1"], _env(tmp_path, FAULTLENS_SECRET="old-shared-secret"))
+    assert out.returncode == 2
+    assert "no command signing key" in out.stderr and "faultlens keys generate" in out.stderr
+    assert "FAULTLENS_SECRET is ignored" in out.stderr  # an old deployment learns why its secret stopped working
+
+
+def test_the_removed_secret_file_flag_is_refused_clearly(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    out = _run(["--secret-file", str(secret)], _env(tmp_path))
+    assert out.returncode == 2 and "HMAC" in out.stderr and "--signing-key" in out.stderr
+
+
+def test_a_bad_signing_key_file_is_refused(tmp_path):
+    bad = tmp_path / "key.pem"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n")
+    out = _run(["--act-on", "j1", "--signing-key", str(bad)], _env(tmp_path))
+    assert out.returncode == 2 and "not an unencrypted PEM private key" in out.stderr
+    missing = _run(["--act-on", "j1", "--signing-key", str(tmp_path / "nope.pem")], _env(tmp_path))
+    assert missing.returncode == 2 and "nope.pem" in missing.stderr
+
+
+def test_a_ttl_over_the_receivers_cap_is_refused_before_anything_is_signed(tmp_path):
+    out = _run(["--ttl", str(MAX_LIFETIME_S + 1)], _env(tmp_path))
+    assert out.returncode == 2 and "receivers refuse" in out.stderr

@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 GROUP = "faultlens-diagnose"
 JOB_GROUP = "faultlens-diagnose-job"
+# How much retained input a member re-reads for a partition it takes over (streams.runner): the
+# job stage's state spans a hang (floor, stack rounds) and the dedup window; the node stage's only
+# its feature windows and half-read multi-line records.
+JOB_REBUILD_S = 900.0
+NODE_REBUILD_S = 60.0
 STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
@@ -115,17 +120,17 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         group = group or NODE_GROUP
         node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
-                             max_idle_s=max_idle_s)
+                             max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S)
         runner.on_progress = node.watermarks(runner.producer.partitions(topics.SUMMARIES))
         return runner, node
     if stage == "job":
         group = group or JOB_GROUP
         handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
         return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
-                           broadcast_topics=[JOBS_TOPIC], watermark_of=watermark_of), handler
+                           broadcast_topics=[JOBS_TOPIC], watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
     return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True,
-                       broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s), handler
+                       broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s, rebuild_s=JOB_REBUILD_S), handler

@@ -142,6 +142,7 @@ class GroupRunner:
         broadcast_topics: Iterable[str] = (),
         watermark_of: Callable[[Record], tuple[str, float] | None] | None = None,
         on_progress: Callable[[float], Iterable[Outgoing]] | None = None,
+        rebuild_s: float = 0.0,
     ):
         self.settings = settings
         self.group = group
@@ -176,6 +177,13 @@ class GroupRunner:
         # a new owner is about to write (the stage downstream holds at the last word it heard).
         self._hello = False
         self._settle_until = 0.0
+        # State a handler keeps (windows, pending hang rounds, dedup) lives in memory: a partition
+        # that comes to this member (a rebalance, a restart) is read again from `rebuild_s` of
+        # broker time before its committed offset, so that state is rebuilt from retained input.
+        # What comes out again carries the ids it had (they derive from the input): downstream
+        # stores and remediation drop the copies.
+        self.rebuild_s = rebuild_s
+        self._to_rebuild: set[TopicPartition] = set()
 
     # --- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -301,6 +309,8 @@ class GroupRunner:
 
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:
+        if self.rebuild_s > 0:
+            self._to_rebuild |= set(assigned)
         self._hello = True
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
         if self.merge is not None:
@@ -311,6 +321,7 @@ class GroupRunner:
 
     def _revoked(self, revoked) -> None:
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
+        self._to_rebuild -= set(revoked)
         if self.merge is None or not revoked:
             return
         # What was handed on is committed already (every loop commits after its batch; a listener
@@ -319,6 +330,26 @@ class GroupRunner:
         self._paused -= set(revoked)
         if dropped:
             log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
+
+    def _rebuild(self, consumer: KafkaConsumer) -> None:
+        """Seek newly assigned partitions back by ``rebuild_s`` (see __init__); runs in the loop,
+        where the consumer may block on the broker."""
+        parts, self._to_rebuild = [tp for tp in self._to_rebuild if tp in consumer.assignment()], set()
+        if not parts:
+            return
+        since_ms = int((time.time() - self.rebuild_s) * 1000)
+        try:
+            found = consumer.offsets_for_times({tp: since_ms for tp in parts})
+        except (KafkaError, ValueError) as exc:  # a broker without timestamp lookups
+            log.warning("cannot rebuild state from retained input (%s); starting from the commit", exc)
+            return
+        for tp in parts:
+            position = consumer.position(tp)
+            at = found.get(tp)
+            start = min(at.offset, position) if at is not None else position
+            if start < position:
+                consumer.seek(tp, start)
+                log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, position - start)
 
     # --- event-time order -------------------------------------------------------------------
     def _caught_up(self, consumer: KafkaConsumer) -> dict[TopicPartition, bool]:
@@ -389,6 +420,8 @@ class GroupRunner:
         try:
             while not self._stop.is_set():
                 t0 = time.monotonic()
+                if self._to_rebuild:
+                    self._rebuild(consumer)
                 polled = consumer.poll(timeout_ms=self.poll_timeout_ms)
                 out: list[Outgoing] = []
                 good: list[Record] = []

@@ -68,3 +68,48 @@ def test_split_stages_give_the_offline_answer(kafka_settings, tmp_path, node_mem
     assert _acting(live) == _acting(offline)
     for _, r, _ in nodes + jobs:
         assert r.stats.dead_letters == 0 or r.group.startswith("test-node")  # other tests' bad input
+
+
+@pytest.mark.e2e
+def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(kafka_settings, tmp_path):
+    """Two `faultlens diagnose --stage job` processes; one is SIGKILLed while the node stage is
+    still writing and started again: its partitions move, the state is rebuilt from retained
+    input, and the acting diagnoses are still the offline ones."""
+    import os
+    import signal
+    import time
+
+    from faultlens.demo.processes import faultlens
+
+    job = f"kill-{uuid.uuid4().hex[:8]}"
+    plan = FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("job_hang", node="n003", t=300)
+    run = simulate(SimConfig(nodes=6, gpus=4, seed=4, job=job), plan)
+    path = tmp_path / "kill.parquet"
+    write_trace(path, run.events())
+    offline, _ = analyze_trace(path)
+    assert {"gpu_lost", "job_hang"} <= {d.fault for d in offline if is_scored(d)}
+
+    group = f"test-kill-{uuid.uuid4().hex[:6]}"
+    argv = ["diagnose", "--stage", "job", "--bootstrap", kafka_settings.bootstrap, "--group", group,
+            "--idle-stop", "30"]
+    env = dict(os.environ)
+    first, second = (faultlens(f"job{i}", argv, env, tmp_path) for i in range(2))
+    procs = [first, second]
+    try:
+        time.sleep(8)  # both joined the group
+        replay_trace(kafka_settings, path, speed=0, show_progress=False)
+        nodes = _members(kafka_settings, "node", 1, f"test-knode-{uuid.uuid4().hex[:6]}", idle_s=6)
+        time.sleep(1.5)
+        os.killpg(first.popen.pid, signal.SIGKILL)
+        first.popen.wait(10)
+        procs.append(faultlens("job0-again", argv, env, tmp_path))
+        _finish(kafka_settings, nodes)
+        for p in procs[1:]:
+            assert p.popen.wait(180) == 0, p.tail()
+    finally:
+        for p in procs:
+            p.stop()
+
+    live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
+            if d.job == job]
+    assert _acting(live) == _acting(offline)

@@ -101,7 +101,7 @@ class Engine:
         elif event.source == "summary":
             # The node stage of another process summarised a window (DESIGN.md §1, split stages).
             if event.kind == "window":
-                self.job_stage.observe_window(NodeWindow.from_event(event))
+                out.extend(self._settle([], self.job_stage.observe_window(NodeWindow.from_event(event))))
         else:
             node_out = NodeOutput()
             for parsed in self.node_stage.parse(event):
@@ -147,7 +147,7 @@ class Engine:
         findings = list(node_out.findings)
         diags: list[Diagnosis] = []
         for w in node_out.windows:
-            self.job_stage.observe_window(w)
+            diags.extend(self.job_stage.observe_window(w))
         for ev in node_out.forward:
             f, d = self.job_stage.observe(ev)
             findings.extend(f)

@@ -101,13 +101,13 @@ def test_threshold_follows_the_median_step_time():
     assert s.ts - s.onset == pytest.approx(50.0, abs=1.0)
 
 
-def test_no_dumps_falls_back_to_the_first_stopped_rank_node():
+def test_no_dumps_and_only_the_first_stopped_rank_is_an_alert_not_an_eviction():
     det = _detector(collect_timeout_s=30.0)
     out = run_detector(det, _training(20), until=200)
-    assert [d.action for d in out] == ["capture_stacks", "evict"]
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
     f = out[1]
     assert f.nodes == (TOPO.by_rank[STUCK].node,) and f.ranks == (STUCK,)
-    assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "without stack evidence" in f.detail
+    assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "alert for inspection" in f.detail
     assert f.ts - out[0].ts == pytest.approx(30.0)
 
 

@@ -65,9 +65,12 @@ class SilenceDetector:
             quiet = sum(1 for b in nodes.values() if now - b.ts > self.grace_s)
             if quiet > max(1, self.max_share * len(nodes)):
                 continue  # the whole stream stopped; look again when beats return
+            newest = max((t for (j, _), t in self._steps.items() if j == job), default=None)
             for node, beat in late:
                 stepped = self._steps.get((job, node))
-                if stepped is not None and stepped > beat.ts and now - stepped <= self.grace_s:
+                # Its ranks stepped after the last beat and keep pace with the rest of the job (a
+                # checkpoint pause stops everyone's steps, not this node's alone).
+                if stepped is not None and stepped > beat.ts and newest is not None and newest - stepped <= self.grace_s:
                     if not beat.agent_alerted:
                         beat.agent_alerted = True
                         out.append(Finding(

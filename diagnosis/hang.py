@@ -55,6 +55,9 @@ class HangConfig:
     nccl_confidence: float = 0.6
     corroboration: float = 0.1  # added when another cue names the same nodes
     step_window: int = 512  # recent step times the median is taken over
+    # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
+    # also outlast this multiple of the longest gap between progress seen in the recent past.
+    gap_margin: float = 2.0
     evidence_limit: int = 256
     stacks: StackConfig = field(default_factory=StackConfig)
 
@@ -79,6 +82,7 @@ class _Job:
     step_times: deque = field(default_factory=deque)
     last_progress: float | None = None
     last_beat: float | None = None
+    gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: _Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
     # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
@@ -166,6 +170,8 @@ class HangDetector:
         job.last_step[rank] = (step, event.ts, event.id)
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.
         if old is None or old[0] != step:
+            if job.last_progress is not None and event.ts > job.last_progress:
+                job.gaps.append(event.ts - job.last_progress)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
             if len(job.recent):
                 job.recent = DumpSet()
@@ -208,7 +214,8 @@ class HangDetector:
         state = self._jobs.get(job)
         times = state.step_times if state else ()
         median = statistics.median(times) if times else 0.0
-        return max(self.config.k * median, self.config.floor_s)
+        longest = max(state.gaps) if state is not None and state.gaps else 0.0
+        return max(self.config.k * median, self.config.floor_s, self.config.gap_margin * longest)
 
     def tick(self, now: float) -> list[Diagnosis]:
         out: list[Diagnosis] = []

@@ -34,7 +34,7 @@ EPISODE_S = {
     "gpu_lost": 95.0, "gpu_memory": 60.0, "nvlink": 60.0, "gpu_thermal": 150.0,
     "gpu_reset_required": 60.0, "nic": 120.0, "kernel": 60.0, "host_oom": 95.0,
     "cuda_error": 95.0, "nccl_error": 95.0, "user_code": 45.0, "nan_loss": 80.0,
-    "loss_spike": 60.0, "job_hang": 80.0, "fail_slow": 200.0, "node_silent": 90.0,
+    "loss_spike": 60.0, "job_hang": 240.0, "fail_slow": 200.0, "node_silent": 90.0,
     "app_fault": 60.0,
 }
 

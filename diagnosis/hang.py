@@ -87,6 +87,7 @@ class _Job:
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
     # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
     recent: DumpSet = field(default_factory=DumpSet)
+    recent_failed: set = field(default_factory=set)  # failed captures since the last progress, before a suspicion
     windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
     progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
 
@@ -146,7 +147,13 @@ class HangDetector:
     def capture_failed(self, job: str, dump: StackDump) -> list[Diagnosis]:
         """A rank's capture failed (``ok: false``): it answered, and is not a silent suspect."""
         state = self._jobs.get(job)
-        if state is None or state.stall is None or state.stall.decided:
+        if state is None:
+            return []
+        if state.stall is None:
+            if state.last_progress is not None and dump.ts >= state.last_progress:
+                state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
+            return []
+        if state.stall.decided:
             return []
         state.stall.failed.add(dump.rank)
         return self._check_complete(job, state, dump.ts)
@@ -175,6 +182,7 @@ class HangDetector:
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
             if len(job.recent):
                 job.recent = DumpSet()
+            job.recent_failed = set()
             if job.stall is not None:
                 log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
                          "verdict" if job.stall.decided else "suspicion")
@@ -266,8 +274,10 @@ class HangDetector:
         # The id follows from the stall (job, onset): a re-run over the same events names it alike.
         sid = hashlib.blake2b(f"{name}|job_hang|{job.last_progress:.3f}".encode(), digest_size=16).hexdigest()
         stall = _Stall(suspicion_id=sid, onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
+        stall.failed |= job.recent_failed
         job.stall = stall
         job.recent = DumpSet()
+        job.recent_failed = set()
         topology = self._book.topology(name)
         nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
         low = job.last_step[first[0]][0] if first else None

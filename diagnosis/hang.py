@@ -353,17 +353,25 @@ class HangDetector:
         return idle, f"GPUs idle on {shown} while the peers spin (median least-busy GPU {median:.0f}%)", evidence
 
     def _behind(self, job: _Job, topology) -> tuple[tuple[int, ...], str, tuple[str, ...]]:
-        """Ranks the NCCL watchdog shows behind the rest (lowest last completed collective), a minority."""
+        """Ranks the NCCL watchdog shows behind the rest: the lowest last completed collective held
+        by a minority of the reporters, or, when nearly every rank reported the same one, the few
+        ranks whose watchdog never fired (a rank that never enqueued the collective has nothing
+        to time out: it is the last rank to log)."""
         known = {r: v for r, v in job.progress.items() if topology is None or r in topology.by_rank}
         if len(known) < 2:
             return (), "", ()
         low = min(done for done, _ in known.values())
-        behind = tuple(sorted(r for r, (done, _) in known.items() if done == low))
-        if len(behind) * 2 >= len(known):
-            return (), "", ()
         ahead = max(done for done, _ in known.values())
-        return (behind, f"NCCL watchdog: rank(s) [{_short(behind)}] completed collective {low}, the rest up to {ahead}",
-                tuple(known[r][1] for r in behind[:16]))
+        behind = tuple(sorted(r for r, (done, _) in known.items() if done == low))
+        if len(behind) * 2 < len(known):
+            return (behind, f"NCCL watchdog: rank(s) [{_short(behind)}] completed collective {low}, the rest up to {ahead}",
+                    tuple(known[r][1] for r in behind[:16]))
+        if topology is not None and low == ahead:
+            quiet = tuple(sorted(set(topology.by_rank) - set(known)))
+            if quiet and len(quiet) * 4 <= len(topology.by_rank):
+                return (quiet, f"NCCL watchdog fired on {len(known)} rank(s), all at collective {low}; rank(s) "
+                               f"[{_short(quiet)}] never reported (last to log)", tuple(v[1] for v in list(known.values())[:16]))
+        return (), "", ()
 
     def _without_stacks(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis | None:
         """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""

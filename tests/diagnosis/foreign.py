@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from streams.events import Envelope
 from streams.topology import Topology
-from streams.trace import trace_order
+from streams.trace import _check_label as check_label, trace_order
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
 T0 = 1767225600.0
@@ -178,7 +178,7 @@ def load(name: str) -> Trace:
         elif "label" in obj:
             label = dict(obj["label"], job=trace.job)
             label["onset"] = T0 + float(label["onset"])
-            trace.labels.append(label)
+            trace.labels.append(check_label(label, f"{name}.jsonl"))  # DESIGN.md §8's label shape
         else:
             trace.add(float(obj["ts"]), obj.get("node", "-"), obj["source"], obj["kind"], obj.get("data", {}))
     for s in series:

@@ -264,3 +264,15 @@ def test_failed_captures_answer_and_are_not_suspects():
             events.append(stack_event(95.5, TOPO, r, pyspy_dump(GRAD_SYNC, pid=1000 + r)))
     out = run_detector(det, events, until=200)
     assert not [d for d in out if d.action == "evict"]
+
+
+def test_the_ranks_whose_watchdog_never_fired_are_the_last_to_log():
+    det = _detector(collect_timeout_s=30.0)
+    events = _training(20, stop_rank=None)
+    for r in range(32):
+        if r != STUCK:
+            events.append(event(100.0 + 0.01 * r, TOPO.by_rank[r].node, "nccl", "nccl_timeout", rank=r, seq=501,
+                                last_enqueued=501, last_completed=500))
+    out = run_detector(det, events, until=200)
+    final = [d for d in out if d.action == "evict"]
+    assert final and STUCK in final[0].ranks and "never reported" in final[0].detail

@@ -258,8 +258,13 @@ class HangDetector:
         return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
 
     def restarted(self, job: str) -> None:
-        """The job was restarted (``job``/``restart``): its old steps and any open stall are history."""
-        self._jobs.pop(job, None)
+        """The job was restarted (``job``/``restart``): its old steps and any open stall are history.
+        Its pace is not: step times and the pauses between steps (checkpoints, evaluation) are the
+        same job's after a restart, and a first checkpoint after it must not look like a hang."""
+        old = self._jobs.pop(job, None)
+        if old is not None:
+            fresh = self._job(job)
+            fresh.step_times, fresh.gaps = old.step_times, old.gaps
 
     def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
         topology = self._book.topology(name)

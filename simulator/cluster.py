@@ -419,7 +419,8 @@ class SimulatedCluster:
             self._emit(t, self.node_of(0), "train", "checkpoint",
                        {"rank": 0, "step": self.step, "path": f"/ckpt/{cfg.job}/iter_{self.step:07d}"})
             pause += cfg.checkpoint_pause_s * float(self.vrng.uniform(0.8, 1.2))
-        if cfg.eval_every and self.step % cfg.eval_every == 0:
+        # Evaluation runs half-way between its own intervals, so it never lands on a checkpoint step.
+        if cfg.eval_every and self.step % cfg.eval_every == cfg.eval_every // 2:
             pause += cfg.eval_pause_s * float(self.vrng.uniform(0.8, 1.2))
         self._next_step = t + step_time + pause
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.features import NodeWindow
+from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
 from diagnosis.localize import first_ranks_nodes, localize
 from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, StackVerdict, cluster_stacks
@@ -339,52 +340,14 @@ class HangDetector:
         return ids + self._step_evidence(job, stall.first_stopped)
 
     # --- localisation without stacks ---------------------------------------------------------
-    def _idle_nodes(self, job: _Job, stall: _Stall) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
-        """Nodes whose GPUs sit idle while their peers spin (windows of the stall only): (nodes, why, evidence)."""
-        during = [w for w in job.windows.values() if w.start >= stall.onset]
-        util = {w.node: w.features["util_min"] for w in during if "util_min" in w.features}
-        if len(util) < 4:
-            return (), "", ()
-        median = statistics.median(util.values())
-        if median < self.config.busy_util:
-            return (), "", ()  # the peers are not spinning either: no GPU-side contrast
-        idle = tuple(sorted(n for n, u in util.items() if u <= self.config.idle_share * median))
-        if not idle or len(idle) * 4 > len(util):
-            return (), "", ()
-        power = {w.node: w.features.get("power_ratio") for w in during}
-        shown = ", ".join(f"{n} util {util[n]:.0f}%" + (f" power {power[n]:.0%}" if power.get(n) is not None else "")
-                          for n in idle[:4])
-        evidence = tuple(e for w in during if w.node in idle for e in w.evidence[:2])
-        return idle, f"GPUs idle on {shown} while the peers spin (median least-busy GPU {median:.0f}%)", evidence
-
-    def _behind(self, job: _Job, topology) -> tuple[tuple[int, ...], str, tuple[str, ...]]:
-        """Ranks the NCCL watchdog shows behind the rest: the lowest last completed collective held
-        by a minority of the reporters, or, when nearly every rank reported the same one, the few
-        ranks whose watchdog never fired (a rank that never enqueued the collective has nothing
-        to time out: it is the last rank to log)."""
-        known = {r: v for r, v in job.progress.items() if topology is None or r in topology.by_rank}
-        if len(known) < 2:
-            return (), "", ()
-        low = min(done for done, _ in known.values())
-        ahead = max(done for done, _ in known.values())
-        behind = tuple(sorted(r for r, (done, _) in known.items() if done == low))
-        if len(behind) * 2 < len(known):
-            return (behind, f"NCCL watchdog: rank(s) [{_short(behind)}] completed collective {low}, the rest up to {ahead}",
-                    tuple(known[r][1] for r in behind[:16]))
-        if topology is not None and low == ahead:
-            quiet = tuple(sorted(set(topology.by_rank) - set(known)))
-            if quiet and len(quiet) * 4 <= len(topology.by_rank):
-                return (quiet, f"NCCL watchdog fired on {len(known)} rank(s), all at collective {low}; rank(s) "
-                               f"[{_short(quiet)}] never reported (last to log)", tuple(v[1] for v in list(known.values())[:16]))
-        return (), "", ()
-
     def _without_stacks(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis | None:
         """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""
         topology = self._book.topology(name)
         if topology is None:
             return None
-        idle, idle_why, idle_ev = self._idle_nodes(job, stall)
-        behind, behind_why, behind_ev = self._behind(job, topology)
+        idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
+                                             self.config.busy_util)
+        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
         first = stall.first_stopped
         first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
         if idle:
@@ -445,8 +408,3 @@ def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=f
         "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
                f"{place.covered} of them in {place.group}",
     }
-
-
-def _short(ranks: tuple[int, ...], limit: int = 8) -> str:
-    shown = ", ".join(map(str, ranks[:limit]))
-    return shown + (f" ... (+{len(ranks) - limit})" if len(ranks) > limit else "")

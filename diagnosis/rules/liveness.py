@@ -68,9 +68,11 @@ class SilenceDetector:
             newest = max((t for (j, _), t in self._steps.items() if j == job), default=None)
             for node, beat in late:
                 stepped = self._steps.get((job, node))
-                # Its ranks stepped after the last beat and keep pace with the rest of the job (a
-                # checkpoint pause stops everyone's steps, not this node's alone).
-                if stepped is not None and stepped > beat.ts and newest is not None and newest - stepped <= self.grace_s:
+                # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's
+                # steps, not this node's alone), and kept stepping well after its beats stopped
+                # (a node that died between a beat and a step report is not an agent that died).
+                keeps_pace = stepped is not None and newest is not None and newest - stepped <= self.grace_s
+                if keeps_pace and (beat.agent_alerted or stepped >= beat.ts + self.grace_s / 2):
                     if not beat.agent_alerted:
                         beat.agent_alerted = True
                         out.append(Finding(

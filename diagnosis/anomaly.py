@@ -9,8 +9,12 @@ moderate drift in several metrics at once count. A node that stays away from its
 ``persist`` consecutive windows becomes a ``fail_slow`` suspicion (action capture_stacks,
 confidence < 1), which the implicit-fault detector turns into rounds of stack captures.
 
-Thermal throttling is left to the thermal rule (it must be confirmed by step time there), so a
-node whose drift is explained by thermal throttle flags raises no fail-slow suspicion here.
+Only a measured slowdown convicts (the node's compute time against its peers'). Temperature,
+power, clocks and PCIe replays explain a slowdown, never stand for one: a healthy GPU that runs
+warm, or one held at its power cap, computes as fast as its peers. A slowdown explained by a
+hardware drift (clocks down, power down) is two independent signals, and the suspicion says so
+with a confidence of at least ``CORROBORATED``; a slowdown with thermal / power-brake throttle
+flags is ``gpu_thermal`` on that node (DESIGN.md §3: evict when step time also suffers).
 """
 
 from __future__ import annotations
@@ -28,13 +32,22 @@ log = logging.getLogger(__name__)
 
 Z_THRESHOLD = 6.0
 Z_SOFT = 3.5  # with the forest's agreement
+Z_SLOW_SOFT = 2.5  # ... the slowdown itself must still be this clear
 MIN_REL_DEV = 0.08
+# A slowdown counts from 5 %: compute time is the measured thing, and one slow rank sets the pace.
+MIN_SLOW_REL = 0.05
 MIN_PEERS = 4
 PERSIST = 3
 # A sigma floor per feature: relative to the median, and absolute (units of the feature).
 FLOOR_REL = 0.02
 FLOOR_ABS = {"sm_clock_ratio": 0.02, "power_ratio": 0.03, "temp_c": 2.0, "throttle": 0.05,
              "pcie_replay_rate": 1.0, "compute_s": 0.005}
+# What convicts (a measured slowdown) and what may only explain it (hardware).
+SLOWDOWN = ("compute_s",)
+HARDWARE = ("sm_clock_ratio", "power_ratio", "temp_c", "throttle", "pcie_replay_rate")
+# A suspicion at or above this confidence carries a second independent signal (hardware drift
+# beside the slowdown): enough to evict when no stack round answers (diagnosis.failslow).
+CORROBORATED = 0.75
 FOREST_MIN_ROWS = 200
 FOREST_REFIT_EVERY = 20000
 FOREST_QUANTILE = 0.01
@@ -128,12 +141,14 @@ class PeerAnomalyDetector:
         forest_flags = self._forest_flags(job, vectors, np.array(tops) >= Z_SOFT)
         out: list[Finding] = []
         for i, s in enumerate(scored):
-            bad = {f: z for f, z in s.z.items() if z > 0 and s.rel.get(f, 0.0) >= MIN_REL_DEV}
+            bad = {f: z for f, z in s.z.items()
+                   if z > 0 and s.rel.get(f, 0.0) >= (MIN_SLOW_REL if f in SLOWDOWN else MIN_REL_DEV)}
+            slow = max((bad.get(f, 0.0) for f in SLOWDOWN), default=0.0)
             top = max(bad.values(), default=0.0)
-            flagged = top >= self.z_threshold or (forest_flags[i] and top >= Z_SOFT)
-            if flagged and s.values.get("throttle", 0.0) > 0:
-                flagged = False  # thermal: the thermal rule decides, with step-time confirmation
+            flagged = slow >= self.z_threshold or (forest_flags[i] and slow >= Z_SLOW_SOFT and top >= Z_SOFT)
             key = (job, s.node)
+            if not flagged and not any(f in s.z for f in SLOWDOWN):
+                continue  # no step in this window (steps longer than it): no measurement, streak kept
             if not flagged:
                 self._healthy.setdefault(job, []).append(list(vectors[i]))
                 self._streaks.pop(key, None)
@@ -175,13 +190,27 @@ class PeerAnomalyDetector:
 
     def _finding(self, job: str, start: float, node: str, st: _Streak, w: NodeWindow, forest: bool) -> Finding:
         parts = [f"{f} {v:.4g} vs peer median {m:.4g} ({z:.1f} robust sigmas)"
-                 for f, (z, v, m) in sorted(st.worst.items(), key=lambda kv: -kv[1][0])[:3]]
-        top = max(z for z, _, _ in st.worst.values())
-        confidence = min(0.9, 0.5 + 0.05 * top + (0.1 if forest else 0.0))
+                 for f, (z, v, m) in sorted(st.worst.items(), key=lambda kv: -kv[1][0])[:4]]
+        slow = max(st.worst.get(f, (0.0,))[0] for f in SLOWDOWN)
+        # Hardware that explains the slowdown: clocks or power well below the peers', or throttling.
+        explains = sorted(f for f in HARDWARE if f != "temp_c" and st.worst.get(f, (0.0,))[0] >= Z_SOFT)
+        head = f"{node} computed slower than its peers for {st.windows} consecutive {self.window_s:.0f}s windows: "
+        tail = ("; isolation forest agrees" if forest else "")
+        if "throttle" in explains and w.features.get("throttle", 0.0) > 0:
+            return Finding(
+                job=job, ts=start + self.window_s, onset=st.since, fault="gpu_thermal", action="evict",
+                nodes=(node,), ranks=w.ranks, entity="thermal", confidence=round(min(0.95, 0.8 + 0.01 * slow), 3),
+                evidence=tuple(st.evidence),
+                detail=head + "; ".join(parts) + "; throttled (thermal / power brake) while slower: gray failure" + tail,
+            )
+        if explains:
+            confidence = min(0.9, CORROBORATED + 0.01 * slow + (0.05 if forest else 0.0))
+            tail = f"; explained by {', '.join(explains)}" + tail
+        else:
+            confidence = min(CORROBORATED - 0.05, 0.5 + 0.02 * slow + (0.05 if forest else 0.0))
+            tail = "; no hardware drift explains it" + tail
         return Finding(
             job=job, ts=start + self.window_s, onset=st.since, fault="fail_slow", action="capture_stacks",
             nodes=(node,), ranks=w.ranks, entity="peers", confidence=round(confidence, 3),
-            evidence=tuple(st.evidence),
-            detail=f"{node} drifted from its peers for {st.windows} consecutive {self.window_s:.0f}s windows: "
-                   + "; ".join(parts) + ("; isolation forest agrees" if forest else ""),
+            evidence=tuple(st.evidence), detail=head + "; ".join(parts) + tail,
         )

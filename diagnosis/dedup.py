@@ -154,7 +154,7 @@ class Dedup:
         out = self._close(key, ep) if ep is not None else []
         self._open[key] = _Episode(diag, finding.ts, 1, 1, gen, list(finding.evidence))
         self._episodes[key] += 1
-        if diag.action != "none" and diag.fault != "fail_slow" and not (
+        if diag.action not in ("none", "alert") and diag.fault != "fail_slow" and not (
                 diag.action == "capture_stacks" and diag.confidence < 0.5):
             self._primaries.setdefault(diag.job, []).append(
                 _Primary(diag.onset, diag.ts, frozenset(diag.nodes), diag.fault))

@@ -172,8 +172,8 @@ class Engine:
             # The node stage of another process summarised a window or found something (DESIGN.md
             # §1, split stages); its watermarks are the runner's business.
             if event.kind == "window":
-                lane.stage.observe_window(NodeWindow.from_event(event))
-            elif event.kind == "finding":
+                return self._settle(lane, [], lane.stage.observe_window(NodeWindow.from_event(event)))
+            if event.kind == "finding":
                 return self._settle(lane, [Finding.from_event(event)], [])
             return []
         if self.config.stage == "job":
@@ -226,7 +226,7 @@ class Engine:
         findings = list(node_out.findings)
         diags: list[Diagnosis] = []
         for w in node_out.windows:
-            self._lane(w.job).stage.observe_window(w)
+            diags.extend(self._lane(w.job).stage.observe_window(w))
         for ev in node_out.forward:
             f, d = self._lane(ev.job).stage.observe(ev)
             findings.extend(f)

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Iterable
 from dataclasses import dataclass, field
 
+from diagnosis.anomaly import CORROBORATED
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.localize import group_counts, localize
@@ -38,7 +39,10 @@ class FailSlowConfig:
     persist_share: float = 0.6  # a rank (group) must be an outlier in this share of rounds
     min_rounds: int = 3  # rounds enough to conclude when the campaign times out
     min_round_share: float = 0.5  # a round needs dumps from this share of the ranks to count
-    no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion's own nodes stand
+    no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion is judged on its own
+    # Without stacks a suspicion evicts only with a second independent signal (a hardware drift
+    # beside the slowdown, diagnosis.anomaly.CORROBORATED); otherwise it is an alert for a person.
+    stand_confidence: float = CORROBORATED
     campaign_timeout_s: float = 150.0
     request_confidence: float = 0.3
     cooldown_s: float = 300.0  # after a conclusion, suspicions of the same machines are folded
@@ -213,10 +217,14 @@ class FailSlowRounds:
     def _suspicion_stands(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
         s = campaign.suspicion
         self._finish(job, now)
+        if s.confidence >= self.config.stand_confidence:
+            action, verdict = "evict", "the suspicion's own nodes stand on two independent signals"
+        else:
+            action, verdict = "alert", "a slowdown alone, without stacks, evicts nobody: alert for inspection"
         return Diagnosis(
-            job=job, ts=now, onset=s.onset, fault="fail_slow", action="evict", nodes=s.nodes, ranks=s.ranks,
+            job=job, ts=now, onset=s.onset, fault="fail_slow", action=action, nodes=s.nodes, ranks=s.ranks,
             group=s.group, confidence=s.confidence, evidence=s.evidence,
-            detail=f"{why} within {now - campaign.started:.0f}s: the suspicion's own nodes stand ({s.detail})",
+            detail=f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
         )
 
     def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:

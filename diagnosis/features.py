@@ -1,6 +1,7 @@
 """Per-node feature windows: the node stage's compact summary of NVML samples and step times.
 
-One :class:`NodeWindow` per node per ``window_s`` of event time; it is what the node stage
+One :class:`NodeWindow` per node per ``window_s`` of event time (``compute_s`` is the slowest
+rank's mean compute time, ``util_min`` the least busy GPU's mean utilisation); it is what the node stage
 would publish on the ``summaries`` topic (source ``summary``, kind ``window``) for the job-level
 peer comparison in diagnosis/anomaly.py. A window closes when the node's first event of a later
 window arrives, so a node that falls silent simply stops producing windows.
@@ -69,6 +70,7 @@ class _Acc:
     replay_last: float | None = None
     replay_t0: float = 0.0
     replay_t1: float = 0.0
+    rank_compute: dict[int, list[float]] = field(default_factory=dict)  # rank → [sum, count]
 
     def add(self, name: str, value: float | None) -> None:
         if value is None or not math.isfinite(value):
@@ -100,11 +102,15 @@ class FeatureWindows:
         if event.source == "gpu":
             self._sample(acc, event)
         else:
-            acc.add("compute_s", as_float(event.data.get("compute_s")))
             acc.add("step_time_s", as_float(event.data.get("step_time_s")))
             rank = event.data.get("rank")
-            if isinstance(rank, int):
+            if isinstance(rank, int) and not isinstance(rank, bool):
                 acc.ranks.add(rank)
+                compute = as_float(event.data.get("compute_s"))
+                if compute is not None and math.isfinite(compute):
+                    tally = acc.rank_compute.setdefault(rank, [0.0, 0])
+                    tally[0] += compute
+                    tally[1] += 1
         if len(acc.evidence) < 4:
             acc.evidence.append(event.id)
         return out
@@ -135,6 +141,7 @@ class FeatureWindows:
             if u is not None:
                 util.append(u)
         acc.add("util", sum(util) / len(util) if util else None)
+        acc.add("util_min", min(util) if util else None)
         # The slowest GPU sets the node's pace in synchronous training: judge the worst one.
         acc.add("sm_clock_ratio", min(ratios) if ratios else None)
         acc.add("power_ratio", min(powers) if powers else None)
@@ -146,6 +153,9 @@ class FeatureWindows:
 
     def _close(self, key: tuple[str, str], acc: _Acc) -> NodeWindow:
         feats = {k: acc.sums[k] / acc.counts[k] for k in acc.sums}
+        if acc.rank_compute:
+            # The slowest rank sets the node's pace (one slow GPU of eight barely moves a mean).
+            feats["compute_s"] = max(total / n for total, n in acc.rank_compute.values())
         if acc.replay_first is not None and acc.replay_t1 > acc.replay_t0:
             feats["pcie_replay_rate"] = max(0.0, (acc.replay_last - acc.replay_first) / (acc.replay_t1 - acc.replay_t0))
         return NodeWindow(key[0], key[1], acc.start, feats, acc.samples, tuple(sorted(acc.ranks)), tuple(acc.evidence))

@@ -8,6 +8,15 @@ chains, else the outlier clustering) once every rank has sent one or the collect
 and the final ``job_hang`` diagnosis evicts the parallel group of the suspects; when every rank
 waits in the same collective and nobody is behind, it evicts nobody and asks for stop-time
 diagnosis instead. One suspicion per stall; stepping again clears it.
+
+Stacks do not always come (py-spy missing, ptrace denied, an agent that cannot answer). Then
+the hang is localised with the cues a real cluster has, in this order: GPU-side evidence (the
+culprit's GPUs idle while every peer spins in NCCL kernels, from the node feature windows), the
+ProcessGroupNCCL watchdog's sequence numbers (a minority of ranks behind the rest). Every rank
+stopping at the same step is the rule in synchronous training, so the first rank to stop only
+corroborates: alone it is an ``alert``, never an eviction. A rank whose capture failed
+(``ok: false``) answered; it is not a silent suspect. A verdict that named nobody is revisited
+once if GPU-side or watchdog evidence arrives while the job is still stuck.
 """
 
 from __future__ import annotations
@@ -21,11 +30,14 @@ from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
+from diagnosis.features import NodeWindow
+from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
 from diagnosis.localize import first_ranks_nodes, localize
 from streams.diagnosis_record import Diagnosis
 from diagnosis.hang_stacks import read_hang_stacks
 from diagnosis.stacks import StackConfig, StackVerdict
 from streams.events import Envelope, as_float
+from diagnosis.rules.base import opt_int
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +51,17 @@ class HangConfig:
     pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
     suspicion_confidence: float = 0.6
     fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
+    # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)
+    # utilisation, while the peers are at least ``busy_util`` busy, is idle while they spin.
+    idle_share: float = 0.3
+    busy_util: float = 50.0
+    gpu_confidence: float = 0.65
+    nccl_confidence: float = 0.6
+    corroboration: float = 0.1  # added when another cue names the same nodes
     step_window: int = 512  # recent step times the median is taken over
+    # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
+    # also outlast this multiple of the longest gap between progress seen in the recent past.
+    gap_margin: float = 2.0
     evidence_limit: int = 256
     stacks: StackConfig = field(default_factory=StackConfig)
 
@@ -53,6 +75,8 @@ class _Stall:
     dumps: DumpSet = field(default_factory=DumpSet)
     complete_at: float | None = None  # every rank has a dump, some only the trainer's faulthandler one
     decided: bool = False
+    failed: set = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
+    inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
 
 
 @dataclass
@@ -62,10 +86,14 @@ class _Job:
     step_times: deque = field(default_factory=deque)
     last_progress: float | None = None
     last_beat: float | None = None
+    gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: _Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
     # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
     recent: DumpSet = field(default_factory=DumpSet)
+    recent_failed: set = field(default_factory=set)  # failed captures since the last progress, before a suspicion
+    windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
+    progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
 
 
 class HangDetector:
@@ -78,6 +106,8 @@ class HangDetector:
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
+        if event.source == "nccl" and event.kind == "nccl_timeout":
+            return self._watchdog(event)
         if event.source == "train" and event.kind == "step":
             self._step(event)
         elif event.source == "heartbeat" and event.kind == "beat":
@@ -87,6 +117,50 @@ class HangDetector:
                 job = self._job(event.job)
                 job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
         return []
+
+    def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
+        job = self._job(window.job)
+        old = job.windows.get(window.node)
+        if old is None or window.start >= old.start:
+            job.windows[window.node] = window
+        return self._revisit(window.job, job, window.start + 1e-9)
+
+    def _watchdog(self, event: Envelope) -> list[Diagnosis]:
+        rank = opt_int(event.data, "rank")
+        done = opt_int(event.data, "last_completed")
+        if done is None:
+            seq = opt_int(event.data, "seq")
+            done = seq - 1 if seq is not None else None
+        if rank is None or done is None:
+            return []
+        job = self._job(event.job)
+        job.progress[rank] = (done, event.id)
+        return self._revisit(event.job, job, event.ts)
+
+    def _revisit(self, name: str, job: _Job, now: float) -> list[Diagnosis]:
+        """A verdict that named nobody gets one more look when new evidence names a culprit."""
+        stall = job.stall
+        if stall is None or not stall.inconclusive:
+            return []
+        found = self._without_stacks(name, job, stall, now, "new evidence while the job is still stuck")
+        if found is None or found.action != "evict":
+            return []
+        stall.inconclusive = False
+        return [found]
+
+    def capture_failed(self, job: str, dump: StackDump) -> list[Diagnosis]:
+        """A rank's capture failed (``ok: false``): it answered, and is not a silent suspect."""
+        state = self._jobs.get(job)
+        if state is None:
+            return []
+        if state.stall is None:
+            if state.last_progress is not None and dump.ts >= state.last_progress:
+                state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
+            return []
+        if state.stall.decided:
+            return []
+        state.stall.failed.add(dump.rank)
+        return self._check_complete(job, state, dump.ts)
 
     def _job(self, name: str) -> _Job:
         job = self._jobs.get(name)
@@ -107,9 +181,12 @@ class HangDetector:
         job.last_step[rank] = (step, event.ts, event.id)
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.
         if old is None or old[0] != step:
+            if job.last_progress is not None and event.ts > job.last_progress:
+                job.gaps.append(event.ts - job.last_progress)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
             if len(job.recent):
                 job.recent = DumpSet()
+            job.recent_failed = set()
             if job.stall is not None:
                 log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
                          "verdict" if job.stall.decided else "suspicion")
@@ -136,7 +213,7 @@ class HangDetector:
     def _check_complete(self, job: str, state: _Job, now: float) -> list[Diagnosis]:
         dumps = state.stall.dumps
         topology = self._book.topology(job)
-        if topology is not None and dumps.ranks() >= set(topology.by_rank):
+        if topology is not None and dumps.ranks() | state.stall.failed >= set(topology.by_rank):
             if dumps.all_preferred():
                 return [self._decide(job, state, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
@@ -149,7 +226,8 @@ class HangDetector:
         state = self._jobs.get(job)
         times = state.step_times if state else ()
         median = statistics.median(times) if times else 0.0
-        return max(self.config.k * median, self.config.floor_s)
+        longest = max(state.gaps) if state is not None and state.gaps else 0.0
+        return max(self.config.k * median, self.config.floor_s, self.config.gap_margin * longest)
 
     def tick(self, now: float) -> list[Diagnosis]:
         out: list[Diagnosis] = []
@@ -184,8 +262,13 @@ class HangDetector:
         return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
 
     def restarted(self, job: str) -> None:
-        """The job was restarted (``job``/``restart``): its old steps and any open stall are history."""
-        self._jobs.pop(job, None)
+        """The job was restarted (``job``/``restart``): its old steps and any open stall are history.
+        Its pace is not: step times and the pauses between steps (checkpoints, evaluation) are the
+        same job's after a restart, and a first checkpoint after it must not look like a hang."""
+        old = self._jobs.pop(job, None)
+        if old is not None:
+            fresh = self._job(job)
+            fresh.step_times, fresh.gaps = old.step_times, old.gaps
 
     def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
         topology = self._book.topology(name)
@@ -200,8 +283,10 @@ class HangDetector:
         # The id follows from the stall (job, onset): a re-run over the same events names it alike.
         sid = hashlib.blake2b(f"{name}|job_hang|{job.last_progress:.3f}".encode(), digest_size=16).hexdigest()
         stall = _Stall(suspicion_id=sid, onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
+        stall.failed |= job.recent_failed
         job.stall = stall
         job.recent = DumpSet()
+        job.recent_failed = set()
         topology = self._book.topology(name)
         nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
         low = job.last_step[first[0]][0] if first else None
@@ -244,7 +329,7 @@ class HangDetector:
                     confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
                     evidence=self._evidence(job, stall, verdict),
                 )
-            missing = _missing_blame(verdict, topology, self.config)
+            missing = _missing_blame(verdict, topology, self.config, stall.failed)
             if missing is not None:
                 why = missing.pop("why")
                 return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
@@ -252,23 +337,62 @@ class HangDetector:
             why = f"stacks name no outlier ({verdict.detail}){note}"
         elif topology is None:
             why = "no topology for the job, stacks cannot be placed"
+        elif stall.failed:
+            why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
         else:
             why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
+        found = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
+        if found is not None:
+            return found
         return self._fallback(name, job, stall, now, f"{stalled}; {why}")
 
     def _evidence(self, job: _Job, stall: _Stall, verdict: StackVerdict) -> tuple[str, ...]:
         ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
         return ids + self._step_evidence(job, stall.first_stopped)
 
+    # --- localisation without stacks ---------------------------------------------------------
+    def _without_stacks(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis | None:
+        """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""
+        topology = self._book.topology(name)
+        if topology is None:
+            return None
+        idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
+                                             self.config.busy_util)
+        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
+        first = stall.first_stopped
+        first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
+        if idle:
+            ranks = tuple(r for n in idle for r in topology.ranks_by_node.get(n, ()))
+            cues, base, evidence = [idle_why], self.config.gpu_confidence, idle_ev
+            if behind and set(self._nodes_of(name, job, behind)) & set(idle):
+                cues.append(behind_why)
+        elif behind:
+            ranks, cues, base, evidence = behind, [behind_why], self.config.nccl_confidence, behind_ev
+        else:
+            return None
+        place = localize(ranks, topology, cover_share=self.config.stacks.cover_share)
+        nodes = place.nodes if place is not None else tuple(idle) or self._nodes_of(name, job, ranks)
+        if first_nodes & set(nodes):
+            cues.append(f"first to stop: rank(s) [{_short(first)}]")
+        confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
+        stall.inconclusive = False
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=ranks,
+            group=place.group if place is not None else None, confidence=confidence,
+            evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
+        )
+
     def _fallback(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis:
+        stall.inconclusive = True
         first = stall.first_stopped
         known = len(job.last_step)
         if first and len(first) * 2 <= known:
             nodes = self._nodes_of(name, job, first)
             return Diagnosis(
-                job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=first,
+                job=name, ts=now, onset=stall.onset, fault="job_hang", action="alert", nodes=nodes, ranks=first,
                 confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
-                detail=f"{why}; blaming the node(s) of the first rank(s) to stop [{_short(first)}], without stack evidence",
+                detail=f"{why}; the first rank(s) to stop [{_short(first)}] are on these node(s), but that alone "
+                       f"is no evidence a person would evict on: alert for inspection",
             )
         # Every rank stopped at the same step: nothing singles a machine out, so restart in place.
         topology = self._book.topology(name)
@@ -280,9 +404,10 @@ class HangDetector:
         )
 
 
-def _missing_blame(verdict: StackVerdict, topology, config: HangConfig) -> dict | None:
-    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang."""
-    silent = tuple(sorted(set(verdict.missing_ranks) | set(verdict.bad_ranks)))
+def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=frozenset()) -> dict | None:
+    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
+    ranks whose capture reported failure (``ok: false``) answered and are not."""
+    silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
     if not silent or len(silent) * 2 > len(topology.by_rank):
         return None
     place = localize(silent, topology, cover_share=config.stacks.cover_share)
@@ -294,8 +419,3 @@ def _missing_blame(verdict: StackVerdict, topology, config: HangConfig) -> dict 
         "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
                f"{place.covered} of them in {place.group}",
     }
-
-
-def _short(ranks: tuple[int, ...], limit: int = 8) -> str:
-    shown = ", ".join(map(str, ranks[:limit]))
-    return shown + (f" ... (+{len(ranks) - limit})" if len(ranks) > limit else "")

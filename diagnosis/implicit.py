@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import is_stack_dump, read_stack_dump
+from diagnosis.features import NodeWindow
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
 from streams.diagnosis_record import Diagnosis
@@ -36,11 +37,18 @@ class ImplicitFaultDetector:
     def observe(self, event: Envelope) -> list[Diagnosis]:
         if is_stack_dump(event):
             dump = read_stack_dump(event)  # InvalidEvent → the engine dead-letters it
+            if event.data.get("ok") is False:
+                # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
+                return self.hang.capture_failed(event.job, dump)
             if self.hang.wants_dumps(event.job):
                 return self.hang.add_dump(event.job, dump)
             self.hang.note_dump(event.job, dump)
             return self.failslow.add_dump(event.job, dump)
         return self.hang.observe(event)
+
+    def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
+        """A node's feature window: GPU-side evidence for a hang without stacks."""
+        return self.hang.observe_window(window)
 
     def tick(self, now: float) -> list[Diagnosis]:
         hang = self.hang.tick(now)

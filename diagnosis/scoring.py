@@ -5,7 +5,8 @@ has the same job and fault class, was decided no earlier than ``early_s`` before
 no later than ``window_s`` after it, and blames at least one of the label's nodes (a diagnosis
 that blames no node, like a job-wide NaN, or a label without nodes, match on class and time).
 
-* Not scored: record-only diagnoses (action ``none``), requests for evidence (action
+* Not scored: record-only diagnoses (action ``none``), alerts for a person (action ``alert``: a
+  suspicion without the evidence an eviction needs), requests for evidence (action
   ``capture_stacks``: a hang or fail-slow suspicion asks for stacks and blames nobody; its
   verdict is what counts) and ``unknown`` (input problems, not faults).
 * Precision of a class: scored diagnoses of that class that match some label / all of them.
@@ -14,7 +15,8 @@ that blames no node, like a job-wide NaN, or a label without nodes, match on cla
 * Healthy nodes blamed: distinct (job, node) pairs named by a diagnosis that matches no label,
   or named beside the culprit by a matching one, that no label around that time names. Groups
   evicted on purpose (hang / fail-slow: the parallel group is over-evicted by design) are
-  counted apart, as ``over_evicted_nodes``.
+  counted apart, as ``over_evicted_nodes``. ``healthy_nodes_evicted`` is the part of
+  ``healthy_nodes_blamed`` that an evicting action (evict, evict_reset_gpu, inspect_hardware) named.
 * For hang and fail-slow, ``group_holds_culprit`` is k/n: of the n labels with an evicting
   diagnosis of their class in the window (whatever nodes it names), k have one that names every
   one of the label's nodes.
@@ -34,8 +36,12 @@ EARLY_S = 30.0
 GROUP_CLASSES = ("job_hang", "fail_slow")
 
 
+# Actions that take a machine out of the job: a healthy node named by one of these is the worst outcome.
+EVICTING = frozenset({"evict", "evict_reset_gpu", "inspect_hardware"})
+
+
 def is_scored(d: Diagnosis) -> bool:
-    return d.action not in ("none", "capture_stacks") and d.fault != "unknown"
+    return d.action not in ("none", "capture_stacks", "alert") and d.fault != "unknown"
 
 
 @dataclass
@@ -75,6 +81,7 @@ class Score:
     classes: dict[str, ClassScore]
     healthy_nodes_blamed: int
     over_evicted_nodes: int
+    healthy_nodes_evicted: int
     unmatched: list[Diagnosis]
     missed: list[Mapping[str, Any]]
 
@@ -92,6 +99,7 @@ class Score:
             "detection_latency_p50_s": _pct(lat, 50),
             "detection_latency_p99_s": _pct(lat, 99),
             "healthy_nodes_blamed": self.healthy_nodes_blamed,
+            "healthy_nodes_evicted": self.healthy_nodes_evicted,
             "over_evicted_nodes": self.over_evicted_nodes,
             "labels": labels, "detected": detected, "diagnoses": diags, "true_positives": tp,
             "group_holds_culprit": f"{holds}/{checked}",
@@ -125,6 +133,7 @@ def score(diagnoses: Iterable[Diagnosis], labels: Iterable[Mapping[str, Any]], *
         classes.setdefault(lab["fault"], ClassScore(lab["fault"])).labels += 1
     hit_labels: dict[int, list[Diagnosis]] = {}
     healthy: set[tuple[str, str]] = set()
+    evicted: set[tuple[str, str]] = set()
     over: set[tuple[str, str]] = set()
     unmatched: list[Diagnosis] = []
     for d in diags:
@@ -145,6 +154,8 @@ def score(diagnoses: Iterable[Diagnosis], labels: Iterable[Mapping[str, Any]], *
                 over.add((d.job, node))
             else:
                 healthy.add((d.job, node))
+                if d.action in EVICTING:
+                    evicted.add((d.job, node))
                 c.wrong_nodes.add((d.job, node))
     missed = []
     for i, lab in enumerate(labels):
@@ -162,12 +173,12 @@ def score(diagnoses: Iterable[Diagnosis], labels: Iterable[Mapping[str, Any]], *
             c = classes[lab["fault"]]
             onset = float(lab["onset"])
             evicting = [d for d in diags if d.fault == lab["fault"] and d.job == lab["job"]
-                        and d.action in ("evict", "inspect_hardware") and onset - early_s <= d.ts <= onset + window_s]
+                        and d.action in EVICTING and onset - early_s <= d.ts <= onset + window_s]
             if evicting:
                 c.group_checked += 1
                 culprit = set(lab.get("nodes") or ())
                 c.group_holds += any(culprit <= set(d.nodes) for d in evicting)
-    return Score(classes, len(healthy), len(over), unmatched, missed)
+    return Score(classes, len(healthy), len(over), len(evicted), unmatched, missed)
 
 
 def _labelled_nodes(labels: list[Mapping[str, Any]], d: Diagnosis, window_s: float) -> set[str]:

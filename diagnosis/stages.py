@@ -98,13 +98,14 @@ class JobStage:
         findings: list[Finding] = []
         if event.source == "nccl":
             findings.extend(self.comms.observe(event))
-        elif event.source == "heartbeat":
+        elif event.source in self.silence.sources:  # beats, and steps (agent down ≠ node down)
             findings.extend(self.silence.observe(event))
         diags = self.implicit.observe(event) if self.implicit is not None else []
         return findings, list(diags)
 
-    def observe_window(self, window: NodeWindow) -> None:
+    def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         self.anomaly.observe_window(window)
+        return self.implicit.observe_window(window) if self.implicit is not None else []
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         if self.implicit is None:

@@ -17,8 +17,9 @@ from parsing.line import ParsedLine, ParserStats, clean_line, common
 from parsing.timestamps import split_timestamp
 from parsing.xid_table import lookup
 
-# Echoes of one fault arrive within a few lines; further apart they are a new occurrence.
+# Echoes of one fault arrive within a few lines and seconds; further apart they are a new occurrence.
 FOLD_LINES = 64
+FOLD_S = 10.0
 # NVRM header lines that may precede a fall-off record.
 CONTEXT_LINES = 16
 
@@ -60,6 +61,12 @@ _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
 _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
 
 _MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
+# Any NIC driver's "<driver> <pci> <netdev>: ..." (e1000e, ixgbe, i40e, bnxt_en, ice, mlx5_core, ...).
+_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<netdev>[\w.\-]+): (?P<msg>.*)")
+# The qdisc watchdog: a transmit queue that made no progress (a hung NIC or a dead link partner).
+_NETDEV_WATCHDOG = re.compile(
+    r"NETDEV WATCHDOG: (?P<netdev>[\w.\-]+) \((?P<drv>[\w\-]+)\): transmit queue (?P<queue>\d+) timed out(?: (?P<ms>\d+) ms)?"
+)
 _LINK_STATE = re.compile(
     r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
 )
@@ -93,9 +100,11 @@ class KernelLogParser:
         self._n = 0
         self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
         self._context_pci: str | None = None
-        self._recent: dict[tuple[str, Any], int] = {}
+        self._recent: dict[tuple[str, Any], tuple[int, tuple[str, float] | None]] = {}
+        self._clock: tuple[str, float] | None = None  # this line's time: its boot clock, wall clock or the caller's
 
-    def feed(self, line: str) -> list[ParsedLine]:
+    def feed(self, line: str, *, ts: float | None = None) -> list[ParsedLine]:
+        """One raw line; ``ts`` is when it was read (the event's time), used when the line has no clock."""
         self.stats.lines += 1
         self._n += 1
         text = clean_line(line)
@@ -103,6 +112,12 @@ class KernelLogParser:
             self.stats.garbled += 1
             return []
         stamped = split_timestamp(text, now=self._now)
+        if stamped.mono is not None:
+            self._clock = ("mono", stamped.mono)
+        elif stamped.ts is not None or ts is not None:
+            self._clock = ("wall", stamped.ts if stamped.ts is not None else ts)
+        else:
+            self._clock = None
         found = self._classify(stamped.message, text)
         if found is None:
             self.stats.skipped += 1
@@ -120,12 +135,16 @@ class KernelLogParser:
 
     # -- folding -----------------------------------------------------------------------------
     def _seen(self, key: tuple[str, Any]) -> bool:
-        """True when ``key`` fired within FOLD_LINES; marks it as fired now either way."""
+        """True when ``key`` fired within FOLD_LINES and FOLD_S; marks it as fired now either way."""
         last = self._recent.get(key)
-        self._recent[key] = self._n
+        self._recent[key] = (self._n, self._clock)
         if len(self._recent) > 4096:
-            self._recent = {k: v for k, v in self._recent.items() if self._n - v <= FOLD_LINES}
-        return last is not None and self._n - last <= FOLD_LINES
+            self._recent = {k: v for k, v in self._recent.items() if self._n - v[0] <= FOLD_LINES}
+        if last is None or self._n - last[0] > FOLD_LINES:
+            return False
+        then, now = last[1], self._clock
+        # Lines hours apart (the same fault after a restart) are two faults, however few lines lie between.
+        return then is None or now is None or then[0] != now[0] or abs(now[1] - then[1]) <= FOLD_S
 
     # -- dispatch ----------------------------------------------------------------------------
     def _classify(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
@@ -147,6 +166,8 @@ class KernelLogParser:
             return self._aer(msg, raw)
         if "EDAC" in msg or "mce:" in msg:
             return self._machine_check(msg, raw)
+        if "NETDEV WATCHDOG" in msg:
+            return self._netdev_watchdog(msg, raw)
         lower = msg.lower()
         if "mlx" in msg or "link" in lower or "port" in lower:
             return self._nic(msg, raw)
@@ -316,10 +337,29 @@ class KernelLogParser:
         corrected = not re.search(r"Uncorrected|[Ff]atal|Exception|PCC", text)
         return [("mce", _hw_data(raw, text, corrected))]
 
+    def _netdev_watchdog(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _NETDEV_WATCHDOG.search(msg)
+        if not m:
+            return None
+        netdev = m.group("netdev")
+        if self._seen(("netdev_watchdog", netdev)):
+            return []  # the same hang reported for another queue, or its WARNING backtrace
+        return [("nic_error", common(raw, "nic", "evict", "error", device=netdev, driver=m.group("drv"),
+                                     queue=int(m.group("queue")), text=m.group(0)))]
+
     def _nic(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
         mlx = _MLX.search(msg)
-        body = mlx.group("msg") if mlx else msg
-        device = (mlx.group("netdev") or mlx.group("pci")) if mlx else None
+        drv = _NETDRV.search(msg) if mlx is None else None
+        body = mlx.group("msg") if mlx else drv.group("msg") if drv else msg
+        device = (mlx.group("netdev") or mlx.group("pci")) if mlx else drv.group("netdev") if drv else None
+        driver = mlx.group("drv") if mlx else drv.group("drv") if drv else None
+        found = self._nic_body(body, raw, mlx, device)
+        if found and driver:
+            for _, data in found:
+                data["driver"] = driver
+        return found
+
+    def _nic_body(self, body: str, raw: str, mlx: re.Match[str] | None, device: str | None) -> list[tuple[str, dict[str, Any]]] | None:
         m = _MODULE.search(body)
         if m:
             port = int(m.group("port"))

@@ -87,7 +87,7 @@ class LineEventParser:
         stream.last = env
         return [
             to_envelope(p, job=env.job, node=env.node, ts=env.ts, event_id=f"{env.id}.{i}")
-            for i, p in enumerate(stream.parser.feed(line))
+            for i, p in enumerate(stream.parser.feed(line, ts=env.ts))
         ]
 
     def flush(self) -> list[Envelope]:

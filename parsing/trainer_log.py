@@ -21,8 +21,10 @@ from parsing.timestamps import split_timestamp
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
 TRACEBACK_PATIENCE = 32
 MAX_FRAMES = 256
-# Lines after a traceback that repeat its error (torch prints the NCCL/CUDA detail again) fold into it.
+# Lines after a traceback that repeat its error (torch prints the NCCL/CUDA detail again) fold into it,
+# when they also come within FOLD_S seconds: the same error hours later (after a restart) is news.
 FOLD_LINES = 8
+FOLD_S = 10.0
 
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
@@ -91,7 +93,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     low = error.lower()
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
-    if "device-side assert" in low or m.group("oom"):
+    if "device-side assert" in low or m.group("oom") or "out of memory" in low:
         # An index out of range or a batch too big: the program's fault, not the GPU's.
         return error, "user_code", "rollback", "error"
     return error, "cuda_error", "stop_time_diagnosis", "error"
@@ -138,9 +140,11 @@ class TrainerLogParser:
         self._now = now
         self._n = 0
         self._open: dict[tuple[str, int] | None, _Traceback] = {}
-        self._folded: dict[tuple[tuple[str, int] | None, str], int] = {}
+        self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
+        self._t: float | None = None  # the current line's time (its own clock, else the caller's)
 
-    def feed(self, line: str) -> list[ParsedLine]:
+    def feed(self, line: str, *, ts: float | None = None) -> list[ParsedLine]:
+        """One raw line; ``ts`` is when it was read (the event's time), used when the line has no clock."""
         self.stats.lines += 1
         self._n += 1
         text = clean_line(line)
@@ -160,6 +164,7 @@ class TrainerLogParser:
                 key = ("local", local_rank)
             body = text[m.end():]
         stamped = split_timestamp(body, now=self._now)
+        self._t = stamped.ts if stamped.ts is not None else ts
         msg = stamped.message
         out: list[ParsedLine] = []
         absorbed = False
@@ -258,7 +263,7 @@ class TrainerLogParser:
             if not self._fold(key, fault):
                 companion = ParsedLine(self.source, kind, common(tb.last, fault, action, severity,
                                                                  rank=tb.rank, error=extra["error"]), tb.ts, tb.mono)  # fmt: skip
-            self._folded[(key, fault)] = self._n
+            self._folded[(key, fault)] = (self._n, self._t)
         data = common(
             "\n".join(tb.lines), fault, action, severity,
             rank=tb.rank, type=etype, message=(message or "")[:1024],
@@ -276,8 +281,11 @@ class TrainerLogParser:
 
     # -- single lines ----------------------------------------------------------------------
     def _fold(self, key: Any, fault: str) -> bool:
+        """The same error on the same rank a few lines AND a few seconds ago: the echo of one report."""
         at = self._folded.get((key, fault))
-        return at is not None and self._n - at <= FOLD_LINES
+        if at is None or self._n - at[0] > FOLD_LINES:
+            return False
+        return at[1] is None or self._t is None or abs(self._t - at[1]) <= FOLD_S
 
     def _single(self, msg: str, raw: str, rank: int | None, local_rank: int | None, key: Any) -> list[tuple[str, dict[str, Any]]] | None:
         if " NCCL INFO " in msg:
@@ -297,14 +305,14 @@ class TrainerLogParser:
                 error, fault, action, severity = cuda
                 if self._fold(key, fault):
                     return []
-                self._folded[(key, fault)] = self._n
+                self._folded[(key, fault)] = (self._n, self._t)
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
         if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
             error = classify_nccl(msg)
             if error:
                 if self._fold(key, "nccl_error"):
                     return []
-                self._folded[(key, "nccl_error")] = self._n
+                self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
         low = msg.lower()
         if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and _NAN.search(msg):

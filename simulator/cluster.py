@@ -69,6 +69,10 @@ class SimulatedCluster:
         self.step = FIRST_STEP
         self.last_ckpt = FIRST_STEP
         self._rank_speed = 1.0 + self.rng.normal(0, 0.01, self.world)
+        # Healthy variance draws from its own generator: fault placement stays what the seed gave.
+        self.vrng = np.random.default_rng([config.seed, 0x7A])
+        broken = int(round(config.stack_fail_share * config.nodes))
+        self.stack_broken = set(self.vrng.choice(self.slots, size=broken, replace=False).tolist()) if broken else set()
         self._next_step = config.start_ts + config.step_time_s
         self._n_sample = 0
         self._n_beat = 0
@@ -295,10 +299,20 @@ class SimulatedCluster:
         return {r: ("grad_sync" if r % 3 else "compute") for r in range(self.world)}
 
     def stack_round(self, ts: float, states: dict[int, str], request_id: str, episode: int = -1) -> None:
+        """Every rank's agent answers a capture request: a py-spy dump, or on a node where capture
+        is broken (py-spy missing, ptrace denied) the error, with ``ok: false``."""
         for rank in range(self.world):
             self.rank_event_at(ts + 0.05 * self.local(rank), rank, "stack", "stack_dump", episode,
-                               lambda r=rank: {"rank": r, "pid": self.pid(r), "dump": stacks.py_spy_dump(self.pid(r), states[r]),
-                                               "request_id": request_id, "tool": "py-spy"})
+                               lambda r=rank: self._dump(r, states[r], request_id))
+
+    def _dump(self, rank: int, state: str, request_id: str) -> dict[str, Any]:
+        node = self.node_of(rank)
+        if node in self.stack_broken:
+            why = ("py-spy: command not found" if sum(map(ord, node)) % 2 == 0 else
+                   "Error: Failed to attach to process: Operation not permitted (os error 1) (ptrace_scope 1)")
+            return {"rank": rank, "pid": self.pid(rank), "dump": why, "request_id": request_id, "tool": "py-spy", "ok": False}
+        return {"rank": rank, "pid": self.pid(rank), "dump": stacks.py_spy_dump(self.pid(rank), state),
+                "request_id": request_id, "tool": "py-spy"}
 
     def rank_event_at(self, ts: float, rank: int, source: str, kind: str, episode: int,
                       data: Callable[[], dict[str, Any]]) -> None:
@@ -310,16 +324,19 @@ class SimulatedCluster:
     def _gpu_mods(self, node: str, t: float) -> dict[int, GpuMods]:
         mods: dict[int, GpuMods] = {}
         idle = self.state == "down"
-        if not idle and not self.effects:
+        spin = self.state == "hung"
+        if not idle and not spin and not self.effects:
             return mods
-        if idle:
-            mods = {g: GpuMods(idle=True) for g in range(self.cfg.gpus)}
+        if idle or spin:
+            mods = {g: GpuMods(idle=idle, spin=spin) for g in range(self.cfg.gpus)}
         for e in self.effects:
-            if e.node != node or not e.active(t) or e.kind not in ("lost", "thermal", "slow", "reset"):
+            if e.node != node or not e.active(t) or e.kind not in ("lost", "thermal", "slow", "reset", "idle"):
                 continue
             for g in e.gpus or range(self.cfg.gpus):
-                m = mods.setdefault(g, GpuMods(idle=idle))
-                if e.kind == "lost":
+                m = mods.setdefault(g, GpuMods(idle=idle, spin=spin))
+                if e.kind == "idle":
+                    m.idle, m.spin = True, False
+                elif e.kind == "lost":
                     m.lost = True
                 elif e.kind == "reset":
                     m.recovery_action = RECOVERY_GPU_RESET
@@ -364,7 +381,11 @@ class SimulatedCluster:
                 loss_mode = e.mode
         noise = self.rng.normal(0, 1, (self.world, 3))
         base_compute = 0.8 * cfg.step_time_s
-        compute = base_compute * self._rank_speed * factors * (1.0 + 0.015 * noise[:, 0])
+        # Every rank's compute shares the step's batch (±3 %); a slow batch stalls one rank's loader.
+        common_jitter = 1.0 + 0.03 * float(self.vrng.normal())
+        compute = base_compute * self._rank_speed * factors * (1.0 + 0.015 * noise[:, 0]) * common_jitter
+        if cfg.loader_stall_p > 0 and self.vrng.random() < cfg.loader_stall_p:
+            compute[int(self.vrng.integers(self.world))] *= float(self.vrng.uniform(1.3, 2.0))
         step_time = float(compute.max() + 0.2 * cfg.step_time_s * (1.0 + 0.02 * noise[0, 1]))
         trend = 1.75 + 1.3 * math.exp(-(self.step - FIRST_STEP + 40_000) / 60_000)
         common = trend + 0.012 * float(noise[0, 2])
@@ -392,11 +413,16 @@ class SimulatedCluster:
                 "step_time_s": step_l[rank], "tokens": cfg.tokens_per_step, "tokens_per_s": tps_l[rank],
                 "mfu": mfu_l[rank], "compute_s": comp_l[rank],
             })
+        pause = 0.0
         if self.step % cfg.checkpoint_every == 0 and loss_mode == "" and not self.halted:
             self.last_ckpt = self.step
             self._emit(t, self.node_of(0), "train", "checkpoint",
                        {"rank": 0, "step": self.step, "path": f"/ckpt/{cfg.job}/iter_{self.step:07d}"})
-        self._next_step = t + step_time
+            pause += cfg.checkpoint_pause_s * float(self.vrng.uniform(0.8, 1.2))
+        # Evaluation runs half-way between its own intervals, so it never lands on a checkpoint step.
+        if cfg.eval_every and self.step % cfg.eval_every == cfg.eval_every // 2:
+            pause += cfg.eval_pause_s * float(self.vrng.uniform(0.8, 1.2))
+        self._next_step = t + step_time + pause
 
     def halt(self, ranks: set[int]) -> None:
         """These ranks stop stepping; the others go on until they block on them."""

@@ -64,6 +64,15 @@ class SimConfig:
     # crash episode (sympathetic timeouts, then the restart) fits in ~2 minutes of trace.
     nccl_timeout_ms: int = 60_000
     noise: bool = True  # benign unlabelled noise (Xid 63/92, NCCL INFO, single NIC flaps)
+    # Healthy variance of a real job (unlabelled): pauses every rank takes together, and the odd
+    # rank whose data loader stalls for a step.
+    checkpoint_pause_s: float = 25.0  # saving a checkpoint holds the step after it
+    eval_every: int = 50  # steps between evaluation passes
+    eval_pause_s: float = 30.0
+    loader_stall_p: float = 0.01  # per step: one rank's compute takes 1.3-2× (a slow batch)
+    # Share of the nodes where stack capture fails (py-spy not installed, ptrace denied): their
+    # agents answer a capture request with ``ok: false``.
+    stack_fail_share: float = 0.1
 
     def layout(self) -> Layout:
         return choose_layout(self.nodes, self.gpus, self.tp, self.pp, self.dp)

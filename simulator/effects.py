@@ -13,8 +13,9 @@ from simulator.plan import PlannedFault
 
 # kinds: "lost" (NVML nulls), "thermal" (heat + throttle ramp), "slow" (lower clocks/util),
 # "reset" (recovery action asks for a GPU reset), "compute" (ranks' compute_s × factor),
-# "loss" (nan / spike on every rank), "silent" (the node emits nothing).
-EFFECT_KINDS = frozenset({"lost", "thermal", "slow", "reset", "compute", "loss", "silent"})
+# "loss" (nan / spike on every rank), "silent" (the node emits nothing), "idle" (a hung rank's
+# GPU runs no kernel while its peers spin in NCCL).
+EFFECT_KINDS = frozenset({"lost", "thermal", "slow", "reset", "compute", "loss", "silent", "idle"})
 
 
 @dataclass

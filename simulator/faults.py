@@ -278,12 +278,11 @@ def job_hang(sim, p: PlannedFault) -> Episode:
     gid = sim.topology.group_id(rank, "pp")
     ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], stops_job=True, group=f"pp:{gid}",
                          detail="rank stuck in all_gather_into_tensor; no progress, no log output")
-    states = hang_states(sim.topology, rank)
-    ep.extra["stack_states"] = states
-    step = sim.cfg.step_time_s
-    sim.call_at(sim.now, lambda: sim.halt({rank}), ep.id)
-    sim.call_at(sim.now + 1.05 * step, lambda: sim.stop("hung"), ep.id)
-    sim.stack_round(sim.now + 5 * step, states, sim.request_id(), ep.id)
+    ep.extra["stack_states"] = hang_states(sim.topology, rank)
+    # Synchronous training: every rank stops at the same step. The culprit's GPU runs nothing while
+    # every other GPU spins in the NCCL kernel waiting for it. Stacks come only when asked for.
+    sim.call_at(sim.now, lambda: sim.stop("hung"), ep.id)
+    sim.effect(kind="idle", t0=sim.now, t1=ep.end, episode=ep.id, node=node, gpus=(sim.local(rank),))
     return ep
 
 
@@ -294,10 +293,8 @@ def fail_slow(sim, p: PlannedFault) -> Episode:
     ep = sim.new_episode(p, nodes=[node], ranks=ranks, swap=[node], detail=f"node runs slow (compute ×{factor:.2f})")
     sim.effect(kind="slow", t0=sim.now, t1=ep.end, episode=ep.id, node=node, factor=factor, ramp_s=20.0)
     sim.effect(kind="compute", t0=sim.now, t1=ep.end, episode=ep.id, ranks=frozenset(ranks), factor=factor, ramp_s=20.0)
-    states = {r: ("compute" if r in ranks else "grad_sync") for r in range(sim.world)}
-    ep.extra["stack_states"] = states
-    for k in range(5):  # DESIGN.md §3: repeated rounds of stack aggregation, every 10 s, 5 rounds
-        sim.stack_round(sim.now + 60.0 + 10.0 * k, states, sim.request_id(), ep.id)
+    # What a capture request finds while the episode lasts (stacks come only when asked for).
+    ep.extra["stack_states"] = {r: ("compute" if r in ranks else "grad_sync") for r in range(sim.world)}
     return ep
 
 

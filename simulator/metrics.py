@@ -1,7 +1,9 @@
 """Per-node NVML state and the ``gpu``/``sample`` payload a node agent would publish.
 
-Values are an H100-SXM node under steady LLM training: near-full utilisation, ~75 GB used,
-60-70 °C, 550-680 W, SM clocks at the 1980 MHz boost. Counters (ECC, row remapping, retired pages,
+Values are an H100-SXM node under steady LLM training, with the variance a real fleet shows:
+near-full utilisation, ~75 GB used; temperatures spread across nodes (rack position, ±4 °C) and
+across the GPUs of a node (±2.5 °C); power swinging 480-700 W, and a GPU that reaches its cap runs
+at reduced clocks with ``sw_power_cap`` set; boost clocks wander 1,800-1,980 MHz with load. Counters (ECC, row remapping, retired pages,
 PCIe replay, NVLink errors) are cumulative: faults raise them, a node swap starts from zero.
 """
 
@@ -50,6 +52,7 @@ class GpuMods:
     util_factor: float = 1.0
     throttle: tuple[str, ...] = ()
     idle: bool = False  # the trainer died: no kernels running
+    spin: bool = False  # the job hangs: NCCL kernels spin (100 % busy, low power, full clocks)
     recovery_action: int = RECOVERY_NONE
 
 
@@ -74,7 +77,8 @@ class NodeGpus:
             self.uuids.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
         # A little silicon lottery: each GPU runs a bit hotter or cooler than its neighbours.
         offsets = np.random.default_rng([self.seed, int(hashlib.blake2b(self.node.encode(), digest_size=4).hexdigest(), 16)])
-        self.temp_base_arr = 62.0 + offsets.normal(0, 2.5, self.gpus)
+        node_offset = offsets.normal(0, 4.0)  # rack position, airflow: whole nodes run warmer or cooler
+        self.temp_base_arr = 64.0 + node_offset + offsets.normal(0, 2.5, self.gpus)
         self._static: list[dict[str, Any] | None] = [None] * self.gpus
 
     def bump(self, gpu: int, name: str, delta: int) -> None:
@@ -96,7 +100,7 @@ class NodeGpus:
             self._static[g] = row
         return row
 
-    def rows(self, values: list[list], mods: dict[int, GpuMods]) -> list[dict[str, Any]]:
+    def rows(self, values: list[list], mods: dict[int, GpuMods], capped=None) -> list[dict[str, Any]]:
         """Build the ``gpus`` list from per-GPU values (util, mem_util, mem, temp, power, clock)."""
         out = []
         for g in range(self.gpus):
@@ -107,7 +111,8 @@ class NodeGpus:
             row = dict(self._static_row(g))
             v = values[g]
             row["util"], row["mem_util"], row["mem_used_mb"], row["temp_c"], row["power_w"], row["sm_clock_mhz"] = v
-            row["throttle"] = list(m.throttle) if m.throttle else (["gpu_idle"] if m.idle else [])
+            row["throttle"] = list(m.throttle) if m.throttle else (["gpu_idle"] if m.idle else
+                                                                   ["sw_power_cap"] if capped is not None and capped[g] else [])
             if m.recovery_action:
                 row["recovery_action"] = m.recovery_action
             out.append(row)
@@ -123,22 +128,30 @@ def sample_nodes(nodes: list[NodeGpus], noise: np.ndarray, mods: list[dict[int, 
     clock_f = np.ones((n, g))
     heat = np.zeros((n, g))
     idle = np.zeros((n, g), dtype=bool)
+    spin = np.zeros((n, g), dtype=bool)
     for i, node_mods in enumerate(mods):
         for j, m in node_mods.items():
             util_f[i, j], clock_f[i, j], heat[i, j], idle[i, j] = m.util_factor, m.clock_factor, m.heat_c, m.idle
+            spin[i, j] = m.spin
     base = np.stack([node.temp_base_arr for node in nodes])
     n0, n1, n2, n3 = noise[..., 0], noise[..., 1], noise[..., 2], noise[..., 3]
-    util = np.where(idle, 0.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0))
+    util = np.where(idle, 0.0, np.where(spin, 100.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0)))
     mem_used = np.where(idle, 512.0 + np.abs(n1) * 20, 76_800.0 + n1 * 300)
-    power = np.where(idle, 72.0 + n2 * 3, np.minimum(POWER_LIMIT_W, (610.0 + n2 * 25) * (0.55 + 0.45 * util_f)))
-    temp = np.where(idle, base - 25.0 + n3, base + n3 * 0.8 + heat)
-    clock = np.where(idle, 345.0, np.floor(SM_CLOCK_MAX * clock_f))
+    # Power swings with the kernels running (GEMM vs attention vs communication phases); at the cap
+    # the GPU sheds clocks (sw_power_cap), which is health, not a fault.
+    raw_power = (600.0 + n2 * 45) * (0.55 + 0.45 * util_f)
+    capped = ~idle & ~spin & (raw_power >= POWER_LIMIT_W - 2.0)
+    power = np.where(idle, 72.0 + n2 * 3, np.where(spin, 240.0 + n2 * 10, np.minimum(POWER_LIMIT_W - 1.0, raw_power)))
+    temp = np.where(idle, base - 25.0 + n3, np.where(spin, base - 12.0 + n3, base + n3 * 0.8 + heat + n2 * 1.2))
+    boost = np.minimum(SM_CLOCK_MAX, SM_CLOCK_MAX - 15.0 * np.floor(np.abs(n0 + n2) * 3.0))
+    boost = np.where(capped, boost - 180.0, boost)
+    clock = np.where(idle, 345.0, np.where(spin, float(SM_CLOCK_MAX), np.floor(boost * clock_f)))
     values = np.stack([np.round(util, 1), np.round(util * 0.45, 1), np.round(mem_used, 0), np.round(temp, 1),
                        np.round(power, 1), clock], axis=-1).tolist()
     for row in values:
         for v in row:
             v[5] = int(v[5])
-    return [node.rows(values[i], mods[i]) for i, node in enumerate(nodes)]
+    return [node.rows(values[i], mods[i], capped[i]) for i, node in enumerate(nodes)]
 
 
 _VALUE_KEYS = (

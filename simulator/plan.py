@@ -27,6 +27,9 @@ JOB_WIDE = frozenset({
     "loss_spike", "job_hang", "fail_slow", "app_fault",
 })
 
+# Job-wide faults localised by absence and comparison (no log line names them).
+IMPLICIT = frozenset({"job_hang", "fail_slow"})
+
 # Seconds from onset to the end of the episode, restart included (see faults.py for the shape of
 # each). Sized so that a detector has the evidence it needs (k × step time for a hang, rounds of
 # stacks every 10 s for fail-slow — five rounds, or the detector's 150 s campaign timeout when a
@@ -35,7 +38,7 @@ EPISODE_S = {
     "gpu_lost": 95.0, "gpu_memory": 60.0, "nvlink": 60.0, "gpu_thermal": 150.0,
     "gpu_reset_required": 60.0, "nic": 120.0, "kernel": 60.0, "host_oom": 95.0,
     "cuda_error": 95.0, "nccl_error": 95.0, "user_code": 45.0, "nan_loss": 80.0,
-    "loss_spike": 60.0, "job_hang": 80.0, "fail_slow": 200.0, "node_silent": 90.0,
+    "loss_spike": 60.0, "job_hang": 240.0, "fail_slow": 200.0, "node_silent": 90.0,
     "app_fault": 60.0,
 }
 
@@ -152,17 +155,26 @@ def random_plan(n: int, duration: float | None, nodes: int, rng: np.random.Gener
     slack = duration - need
     t = WARMUP_S
     busy: dict[int, list[tuple[float, float]]] = {}
+    # Hangs and slowdowns are found by absence and comparison over minutes; a node-local fault
+    # starting inside one (a node going silent, a kernel lockup that restarts the job) explains or
+    # ends it, and the label would name a fault no evidence could single out. Such starts are
+    # avoided while the plan has room.
+    quiet: list[tuple[float, float]] = []
     for c in wide:
         t += float(rng.uniform(0, slack / max(1, len(wide))))
         slot = int(rng.integers(nodes))
         plan.faults.append(PlannedFault(c, round(t, 3), slot))
         busy.setdefault(slot, []).append((t, t + EPISODE_S[c] + GAP_S))
+        if c in IMPLICIT:
+            quiet.append((t - GAP_S, t + EPISODE_S[c]))
         t += EPISODE_S[c] + GAP_S
     for c in (c for c in classes if c not in JOB_WIDE):
-        for _ in range(100):
+        for attempt in range(100):
             start = float(rng.uniform(WARMUP_S, max(WARMUP_S + 1, duration - EPISODE_S[c] - GAP_S)))
             slot = int(rng.integers(nodes))
             end = start + EPISODE_S[c] + GAP_S
+            if attempt < 70 and any(q0 <= start <= q1 for q0, q1 in quiet):
+                continue
             if all(e <= start or s >= end for s, e in busy.get(slot, ())):
                 break
         else:

@@ -55,7 +55,11 @@ class SimRun:
     def labels(self) -> list[dict[str, Any]]:
         return self.cluster.labels
 
-    def events(self, chunk_s: float = CHUNK_S, progress=None) -> Iterator[Envelope]:
+    def events(self, chunk_s: float = CHUNK_S, progress=None, respond=None) -> Iterator[Envelope]:
+        """The run's events in time order. ``respond(batch) -> commands`` closes the loop: the
+        commands (capture_stacks, evict, ...) are applied as the cluster's agents and launcher
+        would, so the answers appear in the next chunks, as in a trace recorded from a live
+        cluster. Keep ``chunk_s`` small (about a second) when responding."""
         start = self.config.start_ts
         end = start + self.duration
         t = start
@@ -64,6 +68,9 @@ class SimRun:
             batch = self.cluster.advance(nxt)
             self.count += len(batch)
             yield from batch
+            if respond is not None:
+                for command in respond(batch):
+                    self.cluster.apply(command)
             if progress is not None:
                 progress(nxt - t)
             t = nxt

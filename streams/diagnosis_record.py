@@ -35,6 +35,8 @@ FAULT_CLASSES = (
 
 # The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;
 # `stop_time_diagnosis` asks the ladder to run diagnostics, then reattempt / rollback / replay.
+# `alert` asks a person to look (a suspicion without the evidence an eviction needs, an agent that
+# stopped beating while its node still trains): like `none`, nothing is done automatically.
 ACTIONS = (
     "evict",
     "evict_reset_gpu",
@@ -45,6 +47,7 @@ ACTIONS = (
     "stop_time_diagnosis",
     "inspect_hardware",
     "none",
+    "alert",
 )
 
 

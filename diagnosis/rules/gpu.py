@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 APP_XIDS = frozenset({13, 31, 43})
 # Xid 43 within this long after Xid 13 on the same node is the reset that the 13 caused.
 APP_BURST_S = 120.0
+# The kernel log and NVML's event API report one Xid within this many seconds of each other.
+CROSS_SOURCE_S = 10.0
 # Long enough for an NVML sample or two (samples come every 1-10 s).
 MEMORY_HOLD_S = 25.0
 
@@ -41,6 +43,7 @@ class XidRule:
     def __init__(self) -> None:
         self._last_app_xid: dict[str, float] = {}
         self._last_any_xid: dict[str, float] = {}
+        self._last_by_source: dict[tuple[str, str, int], tuple[float, str]] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "xid":
@@ -66,9 +69,16 @@ class XidRule:
         # A contained memory error (Xid 94) is the application's problem unless the GPU's ECC / remap
         # counters show the memory failing: wait for the next NVML samples before blaming the app.
         hold = MEMORY_HOLD_S if fault == "app_fault" and getattr(info, "memory", False) else 0.0
+        # The kernel log and NVML's event API both report an Xid, naming the GPU differently (PCI
+        # address vs index): the second report of the same code on the node moments later is an echo.
+        seen = self._last_by_source.get((event.job, node, code))
+        if seen is not None and seen[1] != event.source and event.ts - seen[0] <= CROSS_SOURCE_S:
+            sympathetic = True
+        else:
+            self._last_by_source[(event.job, node, code)] = (event.ts, event.source)
         return [Finding(
             job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold,
-            entity=f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
+            entity="gpu_lost" if fault == "gpu_lost" else f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
             detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip(),
         )]
 
@@ -76,20 +86,87 @@ class XidRule:
         return []
 
 
+# NVML's answer that the GPU itself is gone; any other error (NVML_ERROR_UNKNOWN, a timeout) may be
+# a hiccup of the driver call and is retried before the GPU is called lost.
+NVML_GONE = ("NVML_ERROR_GPU_IS_LOST",)
+# A GPU is lost after this many unreadable samples spanning at least LOST_CONFIRM_S.
+LOST_CONFIRM_SAMPLES = 3
+LOST_CONFIRM_S = 10.0
+
+
+@dataclass(slots=True)
+class _Unsure:
+    event: Envelope
+    unreadable: int = 0
+    last_ts: float = 0.0
+    evidence: list[str] = field(default_factory=list)
+
+
 class GpuLostRule:
-    """A GPU that fell off the bus (kernel text) or whose NVML handle is gone: evict at once."""
+    """A GPU that fell off the bus (kernel text) or whose NVML handle is gone: evict at once.
+
+    An NVML error that does not say the GPU is gone is confirmed first: the GPU's row must stay
+    unreadable over the next samples (LOST_CONFIRM_SAMPLES spanning LOST_CONFIRM_S); a row that
+    reads again ends the doubt with a record-only note. A kernel "fallen off the bus" confirms it."""
 
     sources = frozenset({"kernel", "gpu"})
 
+    def __init__(self) -> None:
+        self._unsure: dict[tuple[str, str, str], _Unsure] = {}
+
     def observe(self, event: Envelope) -> list[Finding]:
+        if event.source == "gpu" and event.kind == "sample" and self._unsure:
+            return self._retry(event)
         if not ((event.source == "kernel" and event.kind == "gpu_lost") or (event.source == "gpu" and event.kind == "lost")):
             return []
         gpu = event.data.get("gpu", event.data.get("pci", ""))
         why = event.data.get("error") or line_of(event)
-        return [Finding(
-            job=event.job, ts=event.ts, fault="gpu_lost", action="evict", nodes=(event.node,),
-            entity=f"gpu:{gpu}", evidence=(event.id,), detail=f"GPU {gpu} lost: {why}",
-        )]
+        if event.source == "gpu" and not any(code in str(why) for code in NVML_GONE):
+            self._unsure.setdefault((event.job, event.node, str(gpu)), _Unsure(event, last_ts=event.ts, evidence=[event.id]))
+            return []
+        for key in [k for k in self._unsure if k[:2] == (event.job, event.node)]:
+            del self._unsure[key]  # the kernel saw it go: one loss, one finding
+        return [self._lost(event, gpu, f"GPU {gpu} lost: {why}")]
+
+    @staticmethod
+    def _lost(event: Envelope, gpu, detail: str, evidence: tuple[str, ...] | None = None, onset: float | None = None) -> Finding:
+        # One entity per node: the kernel names the GPU by PCI address, NVML by index, and one loss
+        # seen by both is one diagnosis.
+        return Finding(
+            job=event.job, ts=event.ts, onset=onset, fault="gpu_lost", action="evict", nodes=(event.node,),
+            entity="gpu_lost", evidence=evidence or (event.id,), detail=detail,
+        )
+
+    def _retry(self, event: Envelope) -> list[Finding]:
+        gpus = event.data.get("gpus")
+        if not isinstance(gpus, list):
+            return []
+        out: list[Finding] = []
+        rows = {str(g.get("index")): g for g in gpus if isinstance(g, dict)}
+        for key in [k for k in self._unsure if k[:2] == (event.job, event.node)]:
+            u = self._unsure[key]
+            row = rows.get(key[2])
+            if row is None:
+                continue
+            if any(row.get(k) is not None for k in ("util", "temp_c", "power_w", "sm_clock_mhz")):
+                del self._unsure[key]
+                log.info("%s GPU %s reads again after %s: not lost", event.node, key[2], u.event.data.get("error"))
+                out.append(Finding(
+                    job=event.job, ts=event.ts, onset=u.event.ts, fault="gpu_lost", action="none", nodes=(event.node,),
+                    entity="gpu_lost:transient", evidence=tuple(u.evidence),
+                    detail=f"GPU {key[2]}: NVML said {u.event.data.get('error')!r} once, then read normally: not lost",
+                ))
+                continue
+            u.unreadable += 1
+            u.last_ts = event.ts
+            if len(u.evidence) < 8:
+                u.evidence.append(event.id)
+            if u.unreadable >= LOST_CONFIRM_SAMPLES and event.ts - u.event.ts >= LOST_CONFIRM_S:
+                del self._unsure[key]
+                out.append(self._lost(event, key[2], f"GPU {key[2]} lost: NVML {u.event.data.get('error')!r}, then "
+                                                     f"{u.unreadable} unreadable samples over {event.ts - u.event.ts:.0f}s",
+                                      tuple(u.evidence), onset=u.event.ts))
+        return out
 
     def tick(self, now: float) -> list[Finding]:
         return []
@@ -183,8 +260,11 @@ def _truthy(value) -> bool:
 
 THROTTLE_REASONS = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
 HOT_C = 90.0
-# The node's step (or compute) time must rise this much over its own pre-throttle baseline.
+# A rank of the node must be this much slower than its own pre-throttle baseline, or than the
+# node's other ranks (a single hot GPU slows one rank; the other seven are its local peers).
 SLOWDOWN_RATIO = 1.15
+# SM clock under this share of its maximum counts as lost clocks (named in the detail).
+LOST_CLOCK_RATIO = 0.9
 
 
 @dataclass(slots=True)
@@ -192,14 +272,18 @@ class _NodeHeat:
     since: float | None = None
     gpus: set[str] = field(default_factory=set)
     evidence: deque = field(default_factory=lambda: deque(maxlen=8))
-    baseline: deque = field(default_factory=lambda: deque(maxlen=60))
-    recent: deque = field(default_factory=lambda: deque(maxlen=10))
+    baseline: dict[int, deque] = field(default_factory=dict)  # rank → compute times before throttling
+    recent: dict[int, deque] = field(default_factory=dict)  # rank → compute times while throttled
     reason: str = ""
+    power: bool = False  # a power brake rather than heat
     fired: bool = False
 
 
 class ThermalRule:
-    """Throttling alone is a warning; throttling while this node's steps got slower is a gray failure."""
+    """Throttling alone is a warning; throttling while a rank of this node got slower is a gray failure.
+
+    Slower means a rank's compute (else step) time rose SLOWDOWN_RATIO over its own baseline before
+    the throttling began, or over the median of the node's other ranks during it."""
 
     sources = frozenset({"gpu", "train"})
 
@@ -219,10 +303,12 @@ class ThermalRule:
             t = opt_float(event.data, "compute_s")
             if t is None:
                 t = opt_float(event.data, "step_time_s")
-            if t is None or t <= 0:
+            rank = event.data.get("rank")
+            if t is None or t <= 0 or not isinstance(rank, int) or isinstance(rank, bool):
                 return []
-            (state.recent if state.since is not None else state.baseline).append(t)
-            return self._confirm(event, state)
+            book = state.recent if state.since is not None else state.baseline
+            book.setdefault(rank, deque(maxlen=60 if book is state.baseline else 10)).append(t)
+            return self._confirm(event, state, rank)
         return []
 
     def _sample(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
@@ -231,6 +317,7 @@ class ThermalRule:
             return []  # MemoryHealthRule dead-letters the malformed sample
         hot = set()
         why = []
+        power = False
         for g in gpus:
             if not isinstance(g, dict):
                 continue
@@ -239,12 +326,16 @@ class ThermalRule:
             if reasons or (temp is not None and temp >= self.hot_c):
                 idx = str(g.get("index", "?"))
                 hot.add(idx)
-                why.append(f"GPU {idx} {'/'.join(sorted(reasons)) or 'hot'} at {temp if temp is not None else '?'}°C")
+                power = power or reasons == {"hw_power_brake"}
+                clock, cmax = opt_float(g, "sm_clock_mhz"), opt_float(g, "sm_clock_max_mhz")
+                lost = f", SM clock {clock:.0f} of {cmax:.0f} MHz" if clock is not None and cmax and clock < LOST_CLOCK_RATIO * cmax else ""
+                why.append(f"GPU {idx} {'/'.join(sorted(reasons)) or 'hot'} at {temp if temp is not None else '?'}°C{lost}")
         if hot:
             if state.since is None:
                 state.since = event.ts
                 state.recent.clear()
             state.gpus |= hot
+            state.power = power
             state.evidence.append(event.id)
             state.reason = "; ".join(why[:4])
         elif state.since is not None:
@@ -254,18 +345,35 @@ class ThermalRule:
             state.recent.clear()
         return []
 
-    def _confirm(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
-        if state.since is None or state.fired or len(state.recent) < self.min_recent or len(state.baseline) < self.min_recent:
+    def _slowdown(self, state: _NodeHeat, rank: int) -> str | None:
+        recent = state.recent.get(rank)
+        if recent is None or len(recent) < self.min_recent:
+            return None
+        now = statistics.median(recent)
+        base = state.baseline.get(rank)
+        if base is not None and len(base) >= self.min_recent:
+            before = statistics.median(base)
+            if before > 0 and now >= self.ratio * before:
+                return f"rank {rank} compute {now:.3f}s vs {before:.3f}s before throttling ({now / before:.2f}×)"
+        peers = [statistics.median(q) for r, q in state.recent.items() if r != rank and len(q) >= self.min_recent]
+        if len(peers) >= 2:
+            local = statistics.median(peers)
+            if local > 0 and now >= self.ratio * local:
+                return f"rank {rank} compute {now:.3f}s vs {local:.3f}s on the node's other ranks ({now / local:.2f}×)"
+        return None
+
+    def _confirm(self, event: Envelope, state: _NodeHeat, rank: int) -> list[Finding]:
+        if state.since is None or state.fired:
             return []  # one finding per throttling episode
-        base = statistics.median(state.baseline)
-        now = statistics.median(state.recent)
-        if base <= 0 or now < self.ratio * base:
+        slow = self._slowdown(state, rank)
+        if slow is None:
             return []
         state.fired = True
+        what = "power brake" if state.power else "thermal throttling"
         return [Finding(
             job=event.job, ts=event.ts, onset=state.since, fault="gpu_thermal", action="evict",
-            nodes=(event.node,), entity="thermal", evidence=tuple(state.evidence) + (event.id,),
-            detail=f"{state.reason}; step time {now:.3f}s vs {base:.3f}s before throttling ({now / base:.2f}×)",
+            nodes=(event.node,), ranks=(rank,), entity="thermal", evidence=tuple(state.evidence) + (event.id,),
+            detail=f"{what}: {state.reason}; {slow}",
         )]
 
     def tick(self, now: float) -> list[Finding]:

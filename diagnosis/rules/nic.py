@@ -1,13 +1,20 @@
-"""NIC / InfiniBand rule: a port that goes down twice within five minutes is broken.
+"""NIC / InfiniBand rule: a training-fabric port that goes down twice within five minutes is broken.
 
 One flap (down, then up) is tolerated: links renegotiate, cables get reseated. The second alert
-on the same node within the window is the finding; mlx5 health errors count as alerts too. The
-lines of one flap (module event "cable unplugged", then "link down") are one alert: a new alert
-needs the link to have come back up, or ``debounce_s`` of quiet.
+on the same node within the window is the finding; mlx5 health errors and NETDEV WATCHDOG
+transmit timeouts count as alerts too. The lines of one flap (module event "cable unplugged",
+then "link down") are one alert: a new alert needs the link to have come back up, or
+``debounce_s`` of quiet.
+
+Only the training fabric (RDMA NICs: mlx4/mlx5, InfiniBand, RoCE drivers, or devices named like
+them) leads to eviction. A management or storage NIC (``e1000e … eno1``) going down does not
+stop the collectives; it is an ``alert`` for a person, never an eviction. Which NICs are the
+fabric is configurable (``fabric_drivers`` / ``fabric_devices``).
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from diagnosis.rules.base import Finding, line_of
@@ -16,24 +23,38 @@ from streams.events import Envelope
 NIC_WINDOW_S = 300.0
 NIC_ALERTS = 2
 DEBOUNCE_S = 30.0
+# Drivers of RDMA NICs (InfiniBand and RoCE) that carry NCCL's traffic.
+FABRIC_DRIVERS = ("mlx4_", "mlx5_", "ib_", "infiniband", "bnxt_re", "irdma", "efa", "rdma")
+# Device names of the fabric when the line names no driver: ib0, ibp12s0, mlx5_3, roce0, rdma1.
+FABRIC_DEVICES = r"^(?:ib\d|ibp|mlx\d_|roce|rdma)"
 
 
 class NicRule:
     sources = frozenset({"kernel"})
 
-    def __init__(self, window_s: float = NIC_WINDOW_S, alerts: int = NIC_ALERTS, debounce_s: float = DEBOUNCE_S) -> None:
+    def __init__(self, window_s: float = NIC_WINDOW_S, alerts: int = NIC_ALERTS, debounce_s: float = DEBOUNCE_S,
+                 fabric_drivers: tuple[str, ...] = FABRIC_DRIVERS, fabric_devices: str = FABRIC_DEVICES) -> None:
         self.window_s = window_s
         self.alerts = alerts
         self.debounce_s = debounce_s
-        self._seen: dict[tuple[str, str], deque] = {}
-        self._came_up: set[tuple[str, str]] = set()
+        self.fabric_drivers = tuple(d.lower() for d in fabric_drivers)
+        self.fabric_devices = re.compile(fabric_devices)
+        self._seen: dict[tuple[str, str, bool], deque] = {}
+        self._came_up: set[tuple[str, str, bool]] = set()
+
+    def is_fabric(self, data) -> bool:
+        driver = str(data.get("driver") or "").lower()
+        if driver:
+            return driver.startswith(self.fabric_drivers)
+        return bool(self.fabric_devices.match(str(data.get("device") or "")))
 
     def observe(self, event: Envelope) -> list[Finding]:
-        key = (event.job, event.node)
+        if event.kind not in ("link_up", "link_down", "nic_error"):
+            return []
+        fabric = self.is_fabric(event.data)
+        key = (event.job, event.node, fabric)
         if event.kind == "link_up":
             self._came_up.add(key)
-            return []
-        if event.kind not in ("link_down", "nic_error"):
             return []
         device = str(event.data.get("device") or "?")
         port = event.data.get("port")
@@ -46,11 +67,15 @@ class NicRule:
             q.popleft()
         if len(q) < self.alerts:
             return []
-        where = sorted({w for _, _, w in q})
+        where = ", ".join(sorted({w for _, _, w in q}))
+        if fabric:
+            action, what = "evict", f"{len(q)} NIC alerts in {self.window_s:.0f}s on {where}"
+        else:
+            action, what = "alert", f"{len(q)} alerts in {self.window_s:.0f}s on {where}, not a training-fabric NIC (no eviction)"
         return [Finding(
-            job=event.job, ts=event.ts, onset=q[0][0], fault="nic", action="evict", nodes=(event.node,),
-            entity="nic", evidence=tuple(i for _, i, _ in q)[-16:],
-            detail=f"{len(q)} NIC alerts in {self.window_s:.0f}s on {', '.join(where)}: {line_of(event)}",
+            job=event.job, ts=event.ts, onset=q[0][0], fault="nic", action=action, nodes=(event.node,),
+            entity="nic" if fabric else "nic:other", evidence=tuple(i for _, i, _ in q)[-16:],
+            detail=f"{what}: {line_of(event)}",
         )]
 
     def tick(self, now: float) -> list[Finding]:

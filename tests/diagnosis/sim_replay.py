@@ -1,5 +1,6 @@
-"""Small simulated traces for the replay tests: one planned fault on a 4-node job, run through
-the engine exactly as `faultlens analyze` would (via a Parquet trace file)."""
+"""Small simulated traces for the replay tests: one planned fault on a 4-node job, recorded
+closed-loop (the simulated agents answer the engine's capture requests, as on a live cluster),
+then run through the engine exactly as `faultlens analyze` would (via a Parquet trace file)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from simulator.config import SimConfig
 from simulator.plan import FaultPlan
+from faultlens.closed_loop import ClosedLoop
 from simulator.run import simulate
 from diagnosis.engine import analyze_trace
 from streams.diagnosis_record import Diagnosis
@@ -22,7 +24,7 @@ def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: i
     hang or fail-slow replay must show); record-only and ``unknown`` ones are left out."""
     run = simulate(SimConfig(nodes=nodes, gpus=gpus, seed=seed, noise=noise), plan, duration=duration)
     path = tmp / "trace.parquet"
-    write_trace(path, run.events())
+    write_trace(path, ClosedLoop(run).events())
     write_labels(labels_path(path), run.labels)
     found, _ = analyze_trace(path)
     return [d for d in found if is_scored(d) or d.action == "capture_stacks"], run.labels, run.config.start_ts

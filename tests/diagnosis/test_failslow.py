@@ -92,14 +92,22 @@ def test_no_consistent_outlier_group_blames_nobody():
     assert [d for d in out if d.action != "capture_stacks"] == []
 
 
-def test_without_any_round_the_suspicion_nodes_stand():
+def test_without_any_round_a_corroborated_suspicion_stands():
     det = _detector()
-    out = run_detector(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.72)])
-    final = [d for d in out if d.action == "evict"]
-    assert len(final) == 1
-    assert final[0].nodes == (TOPO.by_rank[SLOW].node,) and final[0].confidence == pytest.approx(0.72)
-    assert "no stack round arrived" in final[0].detail
+    out = run_detector(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.82)])
+    final = [d for d in out if d.action != "capture_stacks"]
+    assert [d.action for d in final] == ["evict"]
+    assert final[0].nodes == (TOPO.by_rank[SLOW].node,) and final[0].confidence == pytest.approx(0.82)
+    assert "no stack round arrived" in final[0].detail and "two independent signals" in final[0].detail
     assert final[0].ts - T0 == pytest.approx(160.0)  # no_rounds_timeout_s after the suspicion
+
+
+def test_without_any_round_a_slowdown_alone_is_an_alert_not_an_eviction():
+    det = _detector()
+    out = run_detector(det, [], start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.62)])
+    final = [d for d in out if d.action != "capture_stacks"]
+    assert [d.action for d in final] == ["alert"]
+    assert final[0].nodes == (TOPO.by_rank[SLOW].node,) and "alert for inspection" in final[0].detail
 
 
 def test_own_requests_and_other_faults_do_not_start_campaigns():

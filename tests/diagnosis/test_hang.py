@@ -17,6 +17,7 @@ from tests.diagnosis.stack_samples import (
     fig7_dumps,
     GRAD_SYNC,
     grid,
+    pyspy_dump,
     run_detector,
     stack_event,
     step_event,
@@ -101,13 +102,13 @@ def test_threshold_follows_the_median_step_time():
     assert s.ts - s.onset == pytest.approx(50.0, abs=1.0)
 
 
-def test_no_dumps_falls_back_to_the_first_stopped_rank_node():
+def test_no_dumps_and_only_the_first_stopped_rank_is_an_alert_not_an_eviction():
     det = _detector(collect_timeout_s=30.0)
     out = run_detector(det, _training(20), until=200)
-    assert [d.action for d in out] == ["capture_stacks", "evict"]
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
     f = out[1]
     assert f.nodes == (TOPO.by_rank[STUCK].node,) and f.ranks == (STUCK,)
-    assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "without stack evidence" in f.detail
+    assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "alert for inspection" in f.detail
     assert f.ts - out[0].ts == pytest.approx(30.0)
 
 
@@ -193,3 +194,85 @@ def test_restart_forgets_the_old_incarnation():
     # The dropped collection never times out into a verdict, and no stall is seen before new steps.
     assert [d for t in range(102, 300) for d in det.tick(T0 + t)] == []
     assert not det.hang.wants_dumps(JOB)
+
+
+# --- without stacks: GPU-side evidence, watchdog sequence numbers, failed captures (issue 12) ---
+def _window(ts, node, util_min, power=0.35):
+    from diagnosis.features import NodeWindow
+
+    return NodeWindow(JOB, node, T0 + ts, {"util_min": util_min, "util": util_min, "power_ratio": power}, 10)
+
+
+def _idle_windows(det, culprit, times):
+    out = []
+    for ts in times:
+        for node in TOPO.nodes:
+            out += det.observe_window(_window(ts, node, 0.0 if node == culprit else 100.0, 0.1 if node == culprit else 0.35))
+    return out
+
+
+def test_every_rank_stopped_together_the_idle_gpus_node_is_the_culprit():
+    det = _detector(collect_timeout_s=30.0)
+    culprit = TOPO.by_rank[STUCK].node
+    events = _training(20, stop_rank=None)
+    out = run_detector(det, [e for e in events if e.ts <= T0 + 85], until=85)
+    out += _idle_windows(det, culprit, (50.0, 60.0, 70.0))
+    out += run_detector(det, [e for e in events if e.ts > T0 + 85], start=86, until=200)
+    final = [d for d in out if d.action != "capture_stacks"]
+    assert [d.action for d in final] == ["evict"] and culprit in final[0].nodes
+    assert "idle" in final[0].detail and final[0].confidence >= 0.5
+
+
+def test_a_verdict_that_named_nobody_is_revisited_when_gpu_evidence_arrives():
+    det = _detector(collect_timeout_s=30.0)
+    culprit = TOPO.by_rank[STUCK].node
+    out = run_detector(det, _training(20, stop_rank=None), until=200)
+    assert [d.action for d in out if d.action != "capture_stacks"] == ["reattempt"]
+    late = _idle_windows(det, culprit, (150.0, 160.0))
+    assert [d.action for d in late] == ["evict"] and culprit in late[0].nodes
+
+
+def test_gpus_that_all_idle_or_all_spin_name_nobody():
+    det = _detector(collect_timeout_s=30.0)
+    out = run_detector(det, _training(20, stop_rank=None), until=200)
+    for node in TOPO.nodes:
+        out += det.observe_window(_window(70.0, node, 100.0))
+    assert [d.action for d in out if d.action != "capture_stacks"] == ["reattempt"]
+
+
+def test_watchdog_sequence_numbers_name_the_ranks_behind():
+    det = _detector(collect_timeout_s=30.0)
+    events = _training(20, stop_rank=None)
+    for r in range(32):
+        done = 499 if r == STUCK else 500
+        events.append(event(100.0 + 0.01 * r, TOPO.by_rank[r].node, "nccl", "nccl_timeout", rank=r, seq=done + 1,
+                            last_enqueued=done + 1, last_completed=done))
+    out = run_detector(det, events, until=200)
+    final = [d for d in out if d.action == "evict"]
+    assert final and TOPO.by_rank[STUCK].node in final[0].nodes and "NCCL watchdog" in final[0].detail
+
+
+def test_failed_captures_answer_and_are_not_suspects():
+    det = _detector(collect_timeout_s=30.0)
+    events = _training(20, stop_rank=None)
+    broken = [r for r in range(32) if TOPO.by_rank[r].node in TOPO.nodes[:2]]
+    for r in broken:
+        events.append(event(95.0, TOPO.by_rank[r].node, "stack", "stack_dump", rank=r, pid=None,
+                            dump="py-spy: command not found", tool="py-spy", ok=False))
+    for r in range(32):
+        if r not in broken:
+            events.append(stack_event(95.5, TOPO, r, pyspy_dump(GRAD_SYNC, pid=1000 + r)))
+    out = run_detector(det, events, until=200)
+    assert not [d for d in out if d.action == "evict"]
+
+
+def test_the_ranks_whose_watchdog_never_fired_are_the_last_to_log():
+    det = _detector(collect_timeout_s=30.0)
+    events = _training(20, stop_rank=None)
+    for r in range(32):
+        if r != STUCK:
+            events.append(event(100.0 + 0.01 * r, TOPO.by_rank[r].node, "nccl", "nccl_timeout", rank=r, seq=501,
+                                last_enqueued=501, last_completed=500))
+    out = run_detector(det, events, until=200)
+    final = [d for d in out if d.action == "evict"]
+    assert final and STUCK in final[0].ranks and "never reported" in final[0].detail

@@ -210,30 +210,48 @@ def test_nan_and_spike_show_in_the_loss(every_class_trace):
     assert max(as_float(e.data["loss"]) for e in _steps(t.window(spike))) > 5 * base
 
 
-def test_job_hang_culprit_stops_first_beats_go_on_and_stacks_point_at_it(every_class_trace):
+def test_job_hang_every_rank_stops_at_the_same_step_and_the_culprit_gpu_idles(every_class_trace):
     t = every_class_trace
     label = t.label("job_hang")
     culprit, node = label["ranks"][0], label["nodes"][0]
     w = t.window(label)
-    steps = _steps(w)
-    last_culprit = max((e.ts for e in steps if e.data["rank"] == culprit), default=label["onset"] - 1)
-    last_other = max(e.ts for e in steps if e.data["rank"] != culprit and e.ts < label["end"] - 1)
-    assert last_culprit < label["onset"] <= last_other
-    assert any(e.kind == "beat" and e.ts > last_other + 30 for e in w)  # heartbeats go on
-    dumps = {e.data["rank"]: e for e in w if e.kind == "stack_dump"}
-    topo = Topology.from_data(next(e for e in t.events if e.kind == "topology" and e.ts <= label["onset"]).data)
-    world = SMALL.nodes * SMALL.gpus
-    assert sorted(dumps) == list(range(world))
-    assert "all_gather_into_tensor" in dumps[culprit].data["dump"] and dumps[culprit].node == node
-    pp_peers = set(topo.group_ranks("pp", topo.group_id(culprit, "pp"))) - {culprit}
+    before = [e for e in _steps(t.events) if label["onset"] - 60 <= e.ts < label["onset"] + 1]
+    last = {}
+    for e in before:
+        last[e.data["rank"]] = max(last.get(e.data["rank"], 0), e.data["step"])
+    assert len(set(last.values())) == 1  # synchronous training: nobody stops first
+    assert not [e for e in _steps(w) if label["onset"] + 1 < e.ts < label["end"] - 1]
+    assert any(e.kind == "beat" and e.ts > label["onset"] + 60 for e in w)  # heartbeats go on
+    samples = [e for e in w if e.kind == "sample" and e.source == "gpu" and label["onset"] + 5 < e.ts < label["end"] - 5]
+    local = culprit % SMALL.gpus
+    mine = [e.data["gpus"][local] for e in samples if e.node == node]
+    peers = [g for e in samples if e.node != node for g in e.data["gpus"]]
+    assert mine and all(g["util"] == 0.0 for g in mine)  # the culprit's GPU runs nothing...
+    assert peers and statistics.median(g["util"] for g in peers) == 100.0  # ...while the peers spin in NCCL
+    assert not [e for e in w if e.kind == "stack_dump"]  # stacks come only when asked for
+
+
+def test_a_capture_request_during_a_hang_gets_stacks_pointing_at_the_culprit():
+    cfg = SimConfig(nodes=8, gpus=4, seed=7, noise=False, stack_fail_share=0.25)
+    sim = SimulatedCluster(cfg, FaultPlan().fail_at("job_hang", rank=13, t=50), auto_recover=False)
+    sim.advance(cfg.start_ts + 150)
+    now = sim.now
+    sim.apply(Command(job=cfg.job, action="capture_stacks", issued_at=now, expires_at=now + 60))
+    dumps = {e.data["rank"]: e for e in sim.advance(now + 10) if e.kind == "stack_dump"}
+    topo = sim.topology
+    assert sorted(dumps) == list(range(32))
+    broken = {r for r, e in dumps.items() if e.data.get("ok") is False}
+    assert {dumps[r].node for r in broken} == sim.stack_broken and len(sim.stack_broken) == 2
+    assert all("py-spy" in dumps[r].data["dump"] or "ptrace" in dumps[r].data["dump"] for r in broken)
+    if 13 not in broken:
+        assert "all_gather_into_tensor" in dumps[13].data["dump"]
+    pp_peers = set(topo.group_ranks("pp", topo.group_id(13, "pp"))) - {13} - broken
     assert all(re.search(r"\b(isend|irecv) \(", dumps[r].data["dump"]) for r in pp_peers)
-    assert any("finish_grad_sync" in d.data["dump"] for d in dumps.values())
-    assert label["group"] == f"pp:{topo.group_id(culprit, 'pp')}"
-    first = dumps[culprit].data["dump"].splitlines()
+    first = next(d for r, d in dumps.items() if r not in broken).data["dump"].splitlines()
     assert re.match(r"Process \d+: ", first[0]) and re.match(r'Thread 0x[0-9A-F]+ \(active\): "MainThread"', first[3])
 
 
-def test_fail_slow_slower_compute_and_five_rounds_of_stacks(every_class_trace):
+def test_fail_slow_slower_compute_and_no_stacks_unasked(every_class_trace):
     t = every_class_trace
     label = t.label("fail_slow")
     slow = set(label["ranks"])
@@ -241,11 +259,25 @@ def test_fail_slow_slower_compute_and_five_rounds_of_stacks(every_class_trace):
     ratio = statistics.median(e.data["compute_s"] for e in late if e.data["rank"] in slow) / \
         statistics.median(e.data["compute_s"] for e in late if e.data["rank"] not in slow)
     assert 1.25 < ratio < 1.65
-    rounds = {e.data["request_id"] for e in t.window(label) if e.kind == "stack_dump"}
-    assert len(rounds) == 5
-    for e in t.window(label):
-        if e.kind == "stack_dump":
-            assert ("_flash_attn_forward" in e.data["dump"]) == (e.data["rank"] in slow)
+    assert not [e for e in t.window(label) if e.kind == "stack_dump"]
+
+
+def test_healthy_variance_is_there():
+    cfg = SimConfig(nodes=8, gpus=8, seed=3, noise=False)
+    events = list(simulate(cfg, FaultPlan(), duration=1200).events())
+    rows = [g for e in events if e.kind == "sample" and e.source == "gpu" for g in e.data["gpus"]]
+    clocks = [g["sm_clock_mhz"] for g in rows]
+    node_temp = {}
+    for e in events:
+        if e.kind == "sample" and e.source == "gpu":
+            node_temp.setdefault(e.node, []).extend(g["temp_c"] for g in e.data["gpus"])
+    means = [statistics.mean(v) for v in node_temp.values()]
+    assert max(clocks) == 1980 and min(clocks) < 1850  # boost and power-cap swings
+    assert any("sw_power_cap" in g["throttle"] for g in rows)
+    assert max(means) - min(means) > 4.0  # some nodes run warmer than others
+    steps = sorted({(e.ts, e.data["step"]) for e in events if e.kind == "step" and e.data["rank"] == 0})
+    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+    assert max(gaps) > 1.5 * statistics.median(gaps)  # checkpoint / eval pauses
 
 
 def test_node_silent_emits_nothing_then_is_replaced(every_class_trace):

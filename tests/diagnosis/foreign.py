@@ -1,0 +1,192 @@
+"""Loader of the foreign traces under tests/fixtures/foreign/ (written by hand from docs/events.md).
+
+A fixture is JSON lines. Each line is one of:
+
+* an event envelope as docs/events.md gives it, with ``ts`` in seconds from the trace start
+  (raw kernel / trainer log lines, NVML ``lost`` / ``xid`` events, stack dumps, restarts);
+* ``{"topology": {"nodes": [...], "gpus_per_node", "tp", "pp", "dp"}}``: the job's layout
+  (the usual Megatron grid, written out as the ``job``/``topology`` event);
+* ``{"series": "gpu" | "step" | "beat", ...}``: a periodic stream a hand cannot write line by line
+  (an NVML sample every second on every node), given as a base payload, a jitter per field
+  (uniform ± the value, from a fixed seed) and ``override`` entries that change it for some
+  nodes / GPUs / ranks over a time span;
+* ``{"label": {...}}``: the ground truth (DESIGN.md §8), ``onset`` in seconds from the start.
+
+Nothing here knows the simulator; the numbers in the fixtures are a real H100 job's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+from streams.events import Envelope
+from streams.topology import Topology
+from streams.trace import _check_label as check_label, trace_order
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
+T0 = 1767225600.0
+
+
+def _nodes(spec: Any, all_nodes: list[str]) -> list[str]:
+    return list(all_nodes) if spec in (None, "all") else list(spec)
+
+
+def _within(o: dict, t: float) -> bool:
+    return o.get("from", float("-inf")) <= t < o.get("to", float("inf"))
+
+
+def _jittered(base: dict, jitter: dict, rng: random.Random) -> dict:
+    out = dict(base)
+    for key, amp in jitter.items():
+        if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool):
+            out[key] = round(out[key] + rng.uniform(-amp, amp), 3)
+    return out
+
+
+def _apply(row: dict, o: dict) -> dict:
+    row = dict(row)
+    row.update(o.get("set", {}))
+    for key, delta in o.get("add", {}).items():
+        if isinstance(row.get(key), (int, float)):
+            row[key] = round(row[key] + delta, 3)
+    for key, factor in o.get("scale", {}).items():
+        if isinstance(row.get(key), (int, float)):
+            row[key] = round(row[key] * factor, 4)
+    return row
+
+
+class Trace:
+    def __init__(self, name: str):
+        self.name = name
+        self.job = f"foreign-{name}"  # one job per case, so cases scored together never match each other
+        self.events: list[Envelope] = []
+        self.labels: list[dict] = []
+        self.topology: Topology | None = None
+        self._n = 0
+
+    def _id(self) -> str:
+        self._n += 1
+        return f"{self.name}-{self._n}"
+
+    def add(self, ts: float, node: str, source: str, kind: str, data: dict) -> None:
+        self.events.append(Envelope(ts=T0 + ts, job=self.job, node=node, source=source, kind=kind, data=data, id=self._id()))
+
+    # --- series ---------------------------------------------------------------------------
+    def gpu(self, s: dict, rng: random.Random) -> None:
+        nodes, every = _nodes(s.get("nodes"), list(self.topology.nodes)), float(s.get("every", 1.0))
+        gpus = int(s.get("gpus", 8))
+        node_offset = {n: rng.uniform(-s.get("node_spread_c", 0.0), s.get("node_spread_c", 0.0)) for n in nodes}
+        gpu_offset = {(n, g): rng.uniform(-s.get("gpu_spread_c", 0.0), s.get("gpu_spread_c", 0.0))
+                      for n in nodes for g in range(gpus)}
+        t = float(s.get("from", 0.0))
+        while t < s["to"]:
+            for node in nodes:
+                if any(node in o.get("nodes", [node]) and _within(o, t) and o.get("drop") for o in s.get("override", ())):
+                    continue  # the agent that samples this node is gone
+                rows = []
+                for g in range(gpus):
+                    row = _jittered(s["gpu"], s.get("jitter", {}), rng)
+                    row["index"], row["uuid"] = g, f"GPU-{node}-{g}"
+                    if isinstance(row.get("temp_c"), (int, float)):
+                        row["temp_c"] = round(row["temp_c"] + node_offset[node] + gpu_offset[(node, g)], 1)
+                    for o in s.get("override", ()):
+                        if node in o.get("nodes", [node]) and g in o.get("gpus", [g]) and _within(o, t):
+                            row = _apply(row, o)
+                    if row.get("sm_clock_mhz") is not None:
+                        row["sm_clock_mhz"] = int(min(row["sm_clock_mhz"], row.get("sm_clock_max_mhz", 1980)))
+                    if row.get("util") is not None:
+                        row["util"] = max(0.0, min(100.0, row["util"]))
+                    rows.append(row)
+                self.add(t, node, "gpu", "sample", {"gpus": rows, "interval_s": every})
+            t += every
+
+    def step(self, s: dict, rng: random.Random) -> None:
+        """Synchronous training: every rank reports each step at about the same time; a step takes
+        the slowest rank's compute plus the collectives, and every rank's step_time_s is that."""
+        topo = self.topology
+        t, n = float(s.get("from", 0.0)), int(s.get("step0", 1000))
+        stop = s.get("stop_at", float("inf"))
+        while t < min(s["to"], stop):
+            rows = {}
+            for place in topo.ranks:
+                row = _jittered(s["data"], s.get("jitter", {}), rng)
+                for o in s.get("override", ()):
+                    if place.rank in o.get("ranks", [place.rank]) and place.node in o.get("nodes", [place.node]) and _within(o, t):
+                        row = _apply(row, o)
+                rows[place.rank] = row
+            comm = float(s.get("comm_s", 2.0))
+            pause = sum(o.get("pause_s", 0.0) for o in s.get("pauses", ()) if o["at"] <= t < o["at"] + s.get("every", 10.0))
+            step_time = max(r["compute_s"] for r in rows.values()) + comm + pause
+            loss = s.get("loss0", 2.4) * (1.0 - 0.0004 * (n - int(s.get("step0", 1000))))
+            for place in topo.ranks:
+                row = rows[place.rank]
+                self.add(t + rng.uniform(0, 0.05), place.node, "train", "step", {
+                    "rank": place.rank, "step": n, "loss": round(loss + rng.uniform(-0.01, 0.01), 4),
+                    "grad_norm": round(0.9 + rng.uniform(-0.1, 0.1), 3), "step_time_s": round(step_time, 3),
+                    "tokens": 4194304, "tokens_per_s": round(4194304 / step_time, 1), "mfu": 0.41,
+                    "compute_s": round(row["compute_s"], 3)})
+            n += 1
+            t += step_time
+
+    def beat(self, s: dict, rng: random.Random) -> None:
+        t, seq = float(s.get("from", 0.0)), 0
+        while t < s["to"]:
+            seq += 1
+            for node in _nodes(s.get("nodes"), list(self.topology.nodes)):
+                if any(node in o.get("nodes", [node]) and _within(o, t) and o.get("drop") for o in s.get("override", ())):
+                    continue
+                self.add(t + rng.uniform(0, 0.2), node, "heartbeat", "beat",
+                         {"seq": seq, "pids": [4000 + g for g in range(8)], "sources": {"nvml": "ok", "kernel_log": "ok"}})
+            t += float(s.get("every", 5.0))
+
+
+def _lines(name: str) -> Iterator[str]:
+    """The fixture's lines, ``{"include": "other"}`` lines replaced by that file's (a shared background)."""
+    for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines():
+        if line.startswith('{"include"'):
+            yield from _lines(json.loads(line)["include"])
+        else:
+            yield line
+
+
+def load(name: str) -> Trace:
+    """The events (in trace order) and labels of ``tests/fixtures/foreign/<name>.jsonl``."""
+    trace = Trace(name)
+    rng = random.Random(name)
+    series: list[dict] = []
+    for line in _lines(name):
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        obj = json.loads(line)
+        if "topology" in obj:
+            spec = obj["topology"]
+            trace.topology = Topology.grid(spec["nodes"], spec["gpus_per_node"], spec["tp"], spec["pp"], spec["dp"])
+            trace.events.append(trace.topology.to_event(trace.job, T0, event_id=f"{name}-topology"))
+        elif "series" in obj:
+            series.append(dict(obj, override=list(obj.get("override", ()))))
+        elif "override" in obj:
+            # A case's change to a background series: {"override": "gpu", "nodes": [...], "from": ..., "set": {...}}
+            # ({"override": "step", "series_set": {"stop_at": 400}} changes the series itself).
+            for s in series:
+                if s["series"] == obj["override"] and s.get("name") == obj.get("name"):
+                    s.update(obj.get("series_set", {}))
+                    if "series_set" not in obj:
+                        s["override"].append(obj)
+        elif "label" in obj:
+            label = dict(obj["label"], job=trace.job)
+            label["onset"] = T0 + float(label["onset"])
+            trace.labels.append(check_label(label, f"{name}.jsonl"))  # DESIGN.md §8's label shape
+        else:
+            trace.add(float(obj["ts"]), obj.get("node", "-"), obj["source"], obj["kind"], obj.get("data", {}))
+    for s in series:
+        getattr(trace, s["series"])(s, rng)
+    trace.events.sort(key=trace_order)
+    return trace
+
+
+def names() -> list[str]:
+    """Every case (files starting with ``_`` are shared parts, not cases)."""
+    return [p.stem for p in sorted(FIXTURES.glob("*.jsonl")) if not p.stem.startswith("_")]

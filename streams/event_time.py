@@ -76,7 +76,8 @@ class EventClock:
         self._job_recent: dict[str, deque] = {}  # recent offsets of all its nodes
         self._job_spread: dict[str, float] = {}
         self._job_span: dict[str, list[float]] = {}  # first and last record time seen
-        self._job_anchor: dict[str, float] = {}  # the job's first offset: live, it stays put
+        # (record time, job offset) a few times a minute: read live, the offset stays put.
+        self._job_history: dict[str, deque] = {}
 
     @property
     def skewed_nodes(self) -> dict[tuple[str, str], float]:
@@ -107,10 +108,21 @@ class EventClock:
             self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
         if self._job_dirty.get(job, 0) >= 8:
             self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
-            self._job_anchor.setdefault(job, self._job_offset[job])
+            history = self._job_history.setdefault(job, deque(maxlen=64))
+            if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
+                history.append((record_ts, self._job_offset[job]))
             q = statistics.quantiles(self._job_recent[job], n=4) if len(self._job_recent[job]) > 1 else [0, 0, 0]
             self._job_spread[job] = q[2] - q[0]
             self._job_dirty[job] = 0
+
+    def _drift(self, job: str) -> float:
+        """How far the job's offset moved over the last minute of broker time."""
+        history = self._job_history.get(job)
+        if not history:
+            return 0.0
+        latest_ts, latest = history[-1]
+        past = next((off for ts, off in history if latest_ts - ts <= LIVE_SPAN_S), latest)
+        return abs(latest - past)
 
     def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
         if self._from_future(ts, record_ts, wall_now):
@@ -122,7 +134,7 @@ class EventClock:
         if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
             return Placement(ts)
         span = self._job_span.get(job, [0.0, 0.0])
-        drift = abs(self._job_offset[job] - self._job_anchor.get(job, self._job_offset[job]))
+        drift = self._drift(job)
         if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
                 or drift > self.max_skew_s / 4):
             # Not (yet) seen live: a burst sent at once, offsets that disagree among themselves (a

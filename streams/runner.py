@@ -377,7 +377,14 @@ class GroupRunner:
         now = time.time()
         for r in [*good, *self._poll_broadcast()]:
             self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now)
-        out = self.merge.drain() if drain else self.merge.release(now, self._caught_up(consumer))
+        if drain:
+            out = self.merge.drain()
+        elif not consumer.assignment():
+            # Not in the group yet: the broadcast topics alone must not set the pace (a restart at
+            # the end of `jobs` would run ahead of all the telemetry before it).
+            out = []
+        else:
+            out = self.merge.release(now, self._caught_up(consumer))
         out = [r for r in out if r is not None]  # watermark records only hold their offset
         pause = self.merge.to_pause() - self._paused
         resume = self.merge.to_resume() & self._paused

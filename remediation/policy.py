@@ -135,17 +135,18 @@ class Policy:
         return result
 
     def _job_state(self, job: str) -> tuple[dict | None, dict | None]:
+        """What the state file keeps of ``job``: an episode under way, spares handed out."""
         ladder, pool = self.ladders.get(job), self.pools.get(job)
-        return (ladder.to_dict() if ladder else None, pool.to_dict() if pool else None)
+        return (ladder.to_dict() if ladder is not None and ladder.failures else None,
+                pool.to_dict() if pool is not None and pool.used else None)
 
     def _save(self, now: float) -> None:
         jobs: dict[str, JobState] = {}
         for job in set(self.ladders) | set(self.pools):
-            ladder, pool = self.ladders.get(job), self.pools.get(job)
-            ladder = ladder if ladder is not None and ladder.failures else None
-            pool = pool if pool is not None and pool.used else None
+            ladder, pool = self._job_state(job)
             if ladder or pool:  # a job with no episode and no spare handed out has nothing to remember
-                jobs[job] = JobState(job, self._touched.get(job, now), ladder, pool)
+                jobs[job] = JobState(job, self._touched.get(job, now), self.ladders[job] if ladder else None,
+                                     self.pools[job] if pool else None)
         try:
             self.store.save(jobs, now)
         except OSError as exc:

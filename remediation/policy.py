@@ -1,8 +1,8 @@
 """Diagnosis → decision → signed command: the ladder, gated by safety and fed by the standby pool.
 
-No I/O beyond the breaker's state file and the ladder / pool state file (remediation.state), both
-optional: the Kafka edge (remediation.consumer) feeds diagnoses and
-topologies in and sends the commands that come out. Every diagnosis yields one :class:`Decision`
+No I/O beyond two optional state files, the breaker's and the ladders' / pools' (remediation.state):
+the Kafka edge (remediation.consumer) feeds diagnoses and topologies in and sends the commands
+that come out. Every diagnosis yields one :class:`Decision`
 (also when nothing is sent) so the decision log explains each outcome.
 """
 

@@ -46,6 +46,7 @@ class PipelineOptions:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     breaker_file: Path | None = None  # None: an in-memory breaker (the demo must not trip the real one)
+    remediation_state_file: Path | None = None  # ladders and standby pools; None: in memory (the demo)
     decision_log: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     group_suffix: str = ""  # appended to every consumer group name (tests, parallel demos)
@@ -104,7 +105,7 @@ class Pipeline:
 
     def _add_remediate(self) -> None:
         o = self.options
-        policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file)
+        policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file)
         runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
                                              decision_log=o.decision_log, emit=o.on_decision,
                                              wrap=o.wrap_remediation)

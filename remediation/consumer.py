@@ -107,9 +107,14 @@ def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_
     return n
 
 
-def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None) -> Policy:
-    """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory."""
-    policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)))
+def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None,
+                 state_file: Path | None = None) -> Policy:
+    """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory, and
+    ``state_file`` None the ladders and standby pools (remediation.state)."""
+    policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)), state_file=state_file)
+    if state_file is not None:
+        log.info("ladder and standby pool state: %s (%d job(s) restored)", state_file,
+                 len(set(policy.ladders) | set(policy.pools)))
     log.info("commands are signed with key %s", signing_key.key_id)
     if policy.safety.breaker.open:
         log.error("circuit breaker is open (%s): evictions are blocked until `faultlens remediate --reset`",

@@ -108,6 +108,30 @@ class JobLadder:
     settle_s: float = 30.0
     failures: list[float] = field(default_factory=list)  # ts of each rung climbed in this episode
     sequence: str = ""
+    rung: str = ""  # the last rung climbed, for people reading the state file; decide() never reads it
+
+    def to_dict(self) -> dict[str, Any]:
+        """The episode (remediation.state persists it); the limits come from the config, not the file."""
+        return {"job": self.job, "sequence": self.sequence, "rung": self.rung, "count": len(self.failures),
+                "last": self.failures[-1] if self.failures else None, "failures": list(self.failures)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], min_confidence: float = 0.5, episode_s: float = 3600.0,
+                  settle_s: float = 30.0) -> "JobLadder":
+        """Raises ValueError for anything that is not what :meth:`to_dict` writes."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"ladder must be an object, got {type(data).__name__}")
+        job, sequence, rung, failures = data.get("job"), data.get("sequence"), data.get("rung", ""), data.get("failures")
+        if not isinstance(job, str) or not job:
+            raise ValueError(f"ladder 'job' must be a non-empty string, got {job!r}")
+        if not isinstance(sequence, str) or (sequence and sequence not in SEQUENCES):
+            raise ValueError(f"ladder 'sequence' must be one of {sorted(SEQUENCES)} or empty, got {sequence!r}")
+        if not isinstance(rung, str):
+            raise ValueError(f"ladder 'rung' must be a string, got {rung!r}")
+        if not isinstance(failures, list) or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in failures):
+            raise ValueError(f"ladder 'failures' must be a list of times, got {failures!r}")
+        return cls(job, min_confidence, episode_s, settle_s, [float(t) for t in failures], sequence, rung)
 
     def decide(self, d: Diagnosis, job_nodes: tuple[str, ...] = ()) -> Step:
         if d.action in HARDWARE_ACTIONS:
@@ -155,6 +179,7 @@ class JobLadder:
             rungs = tuple(r for r in rungs if r != "evict_suspects")
         index = len(self.failures)
         self.failures.append(now)
+        self.rung = rungs[index] if index < len(rungs) else "exhausted"
         if index >= len(rungs):
             return Step("exhausted", None, d.nodes,
                         f"{d.fault}: failure {index + 1} after every rung ({', '.join(rungs)}); needs a person")
@@ -169,6 +194,7 @@ class JobLadder:
         if rung == "dual_phase_replay":
             plan_nodes = job_nodes or d.nodes
             if not plan_nodes:
+                self.rung = "exhausted"
                 return Step("exhausted", None, (), f"{d.fault}: replay needs the job's machines (no topology seen)")
             params["mode"] = "dual_phase_replay"
             params["plan"] = dual_phase_plan(plan_nodes).to_dict()

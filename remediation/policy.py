@@ -1,7 +1,8 @@
 """Diagnosis → decision → signed command: the ladder, gated by safety and fed by the standby pool.
 
-No I/O beyond the breaker's state file: the Kafka edge (remediation.consumer) feeds diagnoses and
-topologies in and sends the commands that come out. Every diagnosis yields one :class:`Decision`
+No I/O beyond two optional state files, the breaker's and the ladders' / pools' (remediation.state):
+the Kafka edge (remediation.consumer) feeds diagnoses and topologies in and sends the commands
+that come out. Every diagnosis yields one :class:`Decision`
 (also when nothing is sent) so the decision log explains each outcome.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from streams.diagnosis_record import Diagnosis
@@ -18,6 +20,7 @@ from streams.signing import SigningKey
 from remediation.ladder import JobLadder, Step
 from remediation.pool import StandbyPool
 from remediation.safety import Safety
+from remediation.state import JobState, StateStore
 from streams.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,23 @@ class Policy:
     ladders: dict[str, JobLadder] = field(default_factory=dict)
     topologies: dict[str, Topology] = field(default_factory=dict)
     pools: dict[str, StandbyPool] = field(default_factory=dict)
+    # Where ladders and pools outlive a restart (remediation.state); None keeps them in memory only.
+    state_file: Path | None = None
+    store: StateStore | None = field(default=None, init=False)
+    _touched: dict[str, float] = field(default_factory=dict, init=False)  # job → last decision that changed it
+
+    def __post_init__(self) -> None:
+        if self.state_file is None:
+            return
+        self.store = StateStore(self.state_file)
+        c = self.config
+        for job, state in self.store.load({"min_confidence": c.min_confidence, "episode_s": c.episode_s,
+                                           "settle_s": c.settle_s}).items():
+            self._touched[job] = state.touched
+            if state.ladder is not None:
+                self.ladders[job] = state.ladder
+            if state.pool is not None:
+                self.pools[job] = state.pool
 
     def observe_topology(self, job: str, topology: Topology) -> None:
         first = job not in self.topologies
@@ -87,10 +107,18 @@ class Policy:
         # A restarted job may list standbys that replaced evicted nodes; its size is what caps use.
         self.safety.job_nodes[job] = len(topology.nodes)
         if first:
-            self.pools[job] = StandbyPool.for_job(
+            pool = StandbyPool.for_job(
                 job, len(topology.nodes), list(self.config.standby_names),
                 daily_failure_rate=self.config.daily_failure_rate, window_days=self.config.standby_window_days)
+            earlier = self.pools.get(job)  # restored from the state file, or made by an eviction seen first
+            if earlier is not None:
+                pool = pool.without(earlier.used)
+                pool.used, pool.allocations = list(earlier.used), dict(earlier.allocations)
+            self.pools[job] = pool
             log.info("job %s: %d nodes, warm standby pool of %d", job, len(topology.nodes), len(self.pools[job].spares))
+        # A spare the job now runs on (it replaced an evicted node) is no spare, whatever was remembered.
+        if set(self.pools[job].spares) & set(topology.nodes):
+            self.pools[job] = self.pools[job].without(topology.nodes)
 
     def _ladder(self, job: str) -> JobLadder:
         if job not in self.ladders:
@@ -99,6 +127,33 @@ class Policy:
         return self.ladders[job]
 
     def decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
+        before = self._job_state(d.job)
+        result = self._decide(d, now)
+        if self.store is not None and self._job_state(d.job) != before:
+            self._touched[d.job] = now
+            self._save(now)
+        return result
+
+    def _job_state(self, job: str) -> tuple[dict | None, dict | None]:
+        """What the state file keeps of ``job``: an episode under way, spares handed out."""
+        ladder, pool = self.ladders.get(job), self.pools.get(job)
+        return (ladder.to_dict() if ladder is not None and ladder.failures else None,
+                pool.to_dict() if pool is not None and pool.used else None)
+
+    def _save(self, now: float) -> None:
+        jobs: dict[str, JobState] = {}
+        for job in set(self.ladders) | set(self.pools):
+            ladder, pool = self._job_state(job)
+            if ladder or pool:  # a job with no episode and no spare handed out has nothing to remember
+                jobs[job] = JobState(job, self._touched.get(job, now), self.ladders[job] if ladder else None,
+                                     self.pools[job] if pool else None)
+        try:
+            self.store.save(jobs, now)
+        except OSError as exc:
+            # The decision stands (its command may already be on its way); the next save retries.
+            log.error("could not save remediation state %s: %s; a restart now would forget it", self.store.path, exc)
+
+    def _decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
         topology = self.topologies.get(d.job)
         job_nodes = topology.nodes if topology else ()
         step = self._ladder(d.job).decide(d, job_nodes)
@@ -121,7 +176,7 @@ class Policy:
             pool = self.pools.get(d.job) or StandbyPool.for_job(d.job, 0, list(self.config.standby_names))
             self.pools.setdefault(d.job, pool)
             if mode == "act":
-                allocation = pool.take(len(step.nodes))
+                allocation = pool.take_for(d.id, len(step.nodes))
             else:
                 allocation = StandbyPool(d.job, list(pool.spares)).take(len(step.nodes))
             params.update(allocation.to_params())

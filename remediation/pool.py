@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,40 @@ class StandbyPool:
     job: str
     spares: list[str] = field(default_factory=list)
     used: list[str] = field(default_factory=list)
+    # Diagnosis id → the spares its eviction got: a diagnosis redelivered after a restart (decided,
+    # not yet committed) gets the same spares back instead of taking new ones.
+    allocations: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "spares": list(self.spares), "used": list(self.used),
+                "allocations": {k: list(v) for k, v in self.allocations.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StandbyPool":
+        """Raises ValueError for anything that is not what :meth:`to_dict` writes."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"pool must be an object, got {type(data).__name__}")
+        job = data.get("job")
+        if not isinstance(job, str) or not job:
+            raise ValueError(f"pool 'job' must be a non-empty string, got {job!r}")
+        lists = {}
+        for key in ("spares", "used"):
+            value = data.get(key)
+            if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+                raise ValueError(f"pool {key!r} must be a list of host names, got {value!r}")
+            lists[key] = list(value)
+        allocations = data.get("allocations", {})
+        if not isinstance(allocations, Mapping) or not all(
+                isinstance(v, list) and all(isinstance(n, str) for n in v) for v in allocations.values()):
+            raise ValueError(f"pool 'allocations' must map diagnosis ids to host lists, got {allocations!r}")
+        return cls(job, lists["spares"], lists["used"], {str(k): list(v) for k, v in allocations.items()})
+
+    def without(self, names: "list[str] | tuple[str, ...] | set[str]") -> "StandbyPool":
+        """This pool less ``names`` among its spares: hosts handed out before a restart, or now
+        running the job, are no spare."""
+        gone = set(names)
+        return StandbyPool(self.job, [s for s in self.spares if s not in gone], list(self.used),
+                           {k: list(v) for k, v in self.allocations.items()})
 
     @classmethod
     def for_job(cls, job: str, nodes: int, names: list[str] | None = None, **sizing) -> "StandbyPool":
@@ -89,3 +124,13 @@ class StandbyPool:
             log.warning("job %s: standby pool short by %d node(s) (%d spare(s) left before this eviction)",
                         self.job, shortfall, len(got))
         return Allocation(tuple(got), shortfall)
+
+    def take_for(self, key: str, count: int) -> Allocation:
+        """:meth:`take`, once per ``key`` (a diagnosis id): the same key again gets what it got."""
+        if key in self.allocations:
+            got = tuple(self.allocations[key])
+            return Allocation(got, max(0, count - len(got)))
+        allocation = self.take(count)
+        if allocation.replacements:
+            self.allocations[key] = list(allocation.replacements)
+        return allocation

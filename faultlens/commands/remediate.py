@@ -13,6 +13,7 @@ from streams.command import MAX_LIFETIME_S
 from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
 from remediation.policy import PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
+from remediation.state import STATE_ENV, STATE_FILE
 from streams.broker import faultlens_home
 from streams.connect import connected
 from streams.config import add_kafka_arguments
@@ -31,7 +32,10 @@ Observe-only by default: nothing is sent to `commands` until a job is switched o
 (repeatable, or FAULTLENS_ACT_ON=job1,job2) or --act-on-all. --dry-run decides and signs but sends
 nothing. Safety: caps on evictions per window and per job share, dedup of repeated diagnoses, and a
 circuit breaker that blocks all evictions once too many nodes went in one window; it stays open
-across restarts until `faultlens remediate --reset`.
+across restarts until `faultlens remediate --reset`. Each job's escalation ladder and the warm
+standbys it handed out also survive a restart: they are saved after every decision that changed
+them to --state-file (default $FAULTLENS_HOME/remediation-state.json; one file per remediation
+consumer); an unreadable file is moved aside with an ERROR and remediation starts with no state.
 
 Commands are signed with an Ed25519 private key (--signing-key or FAULTLENS_SIGNING_KEY; make a
 pair with `faultlens keys generate --out DIR`); agents, hooks and launchers verify them with the
@@ -81,6 +85,9 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--secret-file", help=argparse.SUPPRESS)
     o.add_argument("--decision-log", type=Path,
                    help="JSON lines file of decisions (default $FAULTLENS_HOME/remediation-decisions.jsonl)")
+    o.add_argument("--state-file", type=Path, default=Path(os.environ[STATE_ENV]) if os.environ.get(STATE_ENV) else None,
+                   help=f"where each job's escalation ladder and handed-out standbys survive a restart, one file "
+                        f"per remediation consumer (else {STATE_ENV}; default $FAULTLENS_HOME/{STATE_FILE})")
 
 
 def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig]:
@@ -119,6 +126,10 @@ def decision_log_path(args: argparse.Namespace) -> Path:
     return args.decision_log or faultlens_home() / "remediation-decisions.jsonl"
 
 
+def state_file_path(args: argparse.Namespace) -> Path:
+    return args.state_file or faultlens_home() / STATE_FILE
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_policy_arguments(parser)
     b = parser.add_argument_group("circuit breaker")
@@ -152,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
-    policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE)
+    policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE,
+                          state_file_path(args))
 
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)

@@ -25,7 +25,8 @@ topics and runs three consumer groups in one process, one thread each:
 Each consumer also runs alone with its own command (same groups, so they can be split across
 machines later). Remediation is observe-only by default: nothing goes to `commands` until a job
 is switched on with --act-on JOB (repeatable, or FAULTLENS_ACT_ON=j1,j2) or --act-on-all;
---dry-run decides and signs but sends nothing.
+--dry-run decides and signs but sends nothing. Each job's escalation ladder and handed-out warm
+standbys survive a restart in --state-file (default $FAULTLENS_HOME/remediation-state.json).
 
 Commands are signed with the Ed25519 private key of --signing-key / FAULTLENS_SIGNING_KEY (from
 `faultlens keys generate --out DIR`). Without one, `up` makes an ephemeral pair and says so; when
@@ -89,7 +90,7 @@ def _signing_key(args: argparse.Namespace, acting: bool):
 
 def run(args: argparse.Namespace) -> int:
     from faultlens.engine_flags import engine_config
-    from faultlens.commands.remediate import decision_log_path, policy_configs
+    from faultlens.commands.remediate import decision_log_path, policy_configs, state_file_path
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.schema import HistoryError, default_db_path
     from remediation.safety import BREAKER_FILE
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     options = PipelineOptions(
         signing_key=signing_key, consumers=consumers, db=db, history_sample_rate=args.sample_rate,
         policy=policy, safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
-        decision_log=decision_log_path(args),
+        remediation_state_file=state_file_path(args), decision_log=decision_log_path(args),
         engine=engine_config(args), group_suffix=args.group_suffix,
     )
 

@@ -95,3 +95,26 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
     assert json.loads(status.stdout)["breaker"] == "open"
     subprocess.run([*cli, "remediate", "--reset"], env=env, check=True, capture_output=True, timeout=30)
     assert not CircuitBreaker(tmp_path / "remediation-breaker.json").open
+
+
+def test_a_restarted_consumer_climbs_the_ladder_where_the_last_one_stopped(kafka_settings, group_name, tmp_path):
+    """Stop the remediation consumer after a crash's first diagnosis, start a new one on the same
+    state file: the crash's second diagnosis climbs to rollback instead of reattempting again."""
+    from remediation.consumer import build_policy, remediate_consumer
+
+    job = f"rem-{uuid.uuid4().hex[:8]}"
+    state, t0 = tmp_path / "remediation-state.json", time.time()
+    config = PolicyConfig(act_on=frozenset({job}))
+
+    def run_once(diagnosis):
+        publish(kafka_settings, job, [diagnosis])
+        policy = build_policy(KEY, config, SafetyConfig(), tmp_path / "b.json", state)
+        runner, handler = remediate_consumer(kafka_settings, policy, group=group_name)
+        runner.run(idle_stop_s=2.0, handle_signals=False)
+        return [d for d in handler.decisions if d.job == job]
+
+    first = run_once(Diagnosis(job=job, ts=t0, onset=t0, fault="cuda_error", action="stop_time_diagnosis"))
+    assert [d.rung for d in first] == ["reattempt"]
+    second = run_once(Diagnosis(job=job, ts=t0 + 120, onset=t0 + 120, fault="cuda_error", action="stop_time_diagnosis"))
+    assert [d.rung for d in second] == ["rollback"]  # the first diagnosis was committed, not decided again
+    assert sorted(c.action for c in commands_for(kafka_settings, job)) == ["reattempt", "rollback"]

@@ -29,7 +29,7 @@ from diagnosis.features import NodeWindow
 from diagnosis.implicit import ImplicitConfig
 from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
-from diagnosis.stages import JobStage, NodeOutput, NodeStage, rank_mismatch
+from diagnosis.stages import JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams.events import Envelope, InvalidEvent
 from streams.payloads import check_payload
 
@@ -84,6 +84,9 @@ class _Lane:
     arrival_wall: float = 0.0  # wall time of its latest event
     arrival_now: float | None = None  # its event time then
     skew_alerted: dict[str, float] = field(default_factory=dict)
+    # Restarts stamped ahead of the job's time, applied when its time gets there: a consumer that
+    # reads `jobs` in full may see a restart before the telemetry that came before it.
+    pending: list[Envelope] = field(default_factory=list)
 
 
 class Engine:
@@ -166,8 +169,13 @@ class Engine:
 
     def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
         if event.source == "job":
-            self._job_event(lane, event)
+            if event.kind == "restart" and lane.now is not None and event.ts > lane.now:
+                lane.pending.append(event)
+                lane.pending.sort(key=lambda e: e.ts)
+            else:
+                self._job_event(lane, event)
             return []
+        self._apply_pending(lane, event.ts)
         if event.source == "summary":
             # The node stage of another process summarised a window or found something (DESIGN.md
             # §1, split stages); its watermarks are the runner's business.
@@ -196,15 +204,13 @@ class Engine:
         if last is not None and abs(when - last) < self.config.skew_alert_every_s:
             return []
         lane.skew_alerted[event.node] = when
-        if clamped == "future":
-            detail = (f"{event.source}/{event.kind} from {event.node} is stamped {skew_s:.0f}s ahead of every "
-                      f"clock this consumer has: judged at its arrival instead (a broken clock or a bad sender)")
-        else:
-            side = "ahead of" if skew_s > 0 else "behind"
-            detail = (f"the clock of {event.node} runs {abs(skew_s):.0f}s {side} its peers' in job {event.job}: "
-                      f"its events are placed by the broker's time and still count")
         return [Diagnosis(job=event.job, ts=when, onset=when, fault="clock_skew", action="none",
-                          nodes=(event.node,), confidence=1.0, evidence=(event.id,), detail=detail)]
+                          nodes=(event.node,), confidence=1.0, evidence=(event.id,),
+                          detail=skew_detail(event, skew_s, clamped))]
+
+    def _apply_pending(self, lane: _Lane, until: float) -> None:
+        while lane.pending and lane.pending[0].ts <= until:
+            self._job_event(lane, lane.pending.pop(0))
 
     def _job_event(self, lane: _Lane, event: Envelope) -> None:
         if event.kind == "topology":
@@ -281,6 +287,7 @@ class Engine:
                 continue
             lane.now = target
             self.book.advance(job, target)
+            self._apply_pending(lane, target)
             out.extend(self._tick(lane, target))
         return out
 
@@ -298,6 +305,7 @@ class Engine:
         for job, node_out in by_job.items():
             out.extend(self._job_side(self._lane(job), node_out))
         for lane in self._lanes.values():
+            self._apply_pending(lane, float("inf"))
             out.extend(self._settle(lane, lane.stage.flush(), []))
             out.extend(lane.dedup.flush())
         return out

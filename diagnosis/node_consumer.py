@@ -26,7 +26,7 @@ from typing import Iterable
 from diagnosis.detector import JobBook
 from diagnosis.engine import KNOWN_KINDS
 from diagnosis.rules.base import Finding
-from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch
+from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams import topics
 from streams.events import Envelope, InvalidEvent, encode
 from streams.payloads import check_payload
@@ -107,15 +107,8 @@ class NodeStageHandler:
         if last is not None and abs(when - last) < self.skew_alert_every_s:
             return []
         self._skew_alerted[key] = when
-        if r.clamped == "future":
-            detail = (f"{event.source}/{event.kind} from {event.node} is stamped {r.skew_s:.0f}s ahead of every "
-                      f"clock this consumer has: judged at its arrival instead (a broken clock or a bad sender)")
-        else:
-            side = "ahead of" if r.skew_s > 0 else "behind"
-            detail = (f"the clock of {event.node} runs {abs(r.skew_s):.0f}s {side} its peers' in job {event.job}: "
-                      f"its events are placed by the broker's time and still count")
         finding = Finding(job=event.job, ts=when, fault="clock_skew", action="none", nodes=(event.node,),
-                          entity="clock", evidence=(event.id,), detail=detail)
+                          entity="clock", evidence=(event.id,), detail=skew_detail(event, r.skew_s, r.clamped))
         return [summary(finding.to_event(f"{event.id}.skew"))]
 
     def flush(self) -> list[Outgoing]:

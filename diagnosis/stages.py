@@ -56,6 +56,19 @@ def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
                    evidence=(event.id,), detail=reason)
 
 
+def skew_detail(event: Envelope, skew_s: float, clamped: str | None) -> str:
+    """What a clock_skew alert says about the event the consumer had to place itself."""
+    if clamped == "future":
+        return (f"{event.source}/{event.kind} from {event.node} is stamped {skew_s:.0f}s ahead of every clock this "
+                f"consumer has: judged at its arrival instead (a broken clock or a bad sender)")
+    if clamped == "outlier":
+        return (f"{event.source}/{event.kind} from {event.node} is stamped {abs(skew_s):.0f}s off its node's own "
+                f"clock: judged at its arrival instead (a broken clock or a bad sender)")
+    side = "ahead of" if skew_s > 0 else "behind"
+    return (f"the clock of {event.node} runs {abs(skew_s):.0f}s {side} its peers' in job {event.job}: its events "
+            f"are placed by the broker's time and still count")
+
+
 class NodeStage:
     def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0) -> None:
         self.parser = LineEventParser()

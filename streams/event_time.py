@@ -149,6 +149,11 @@ class EventClock:
             entry.correction = skew
         elif abs(skew) <= self.max_skew_s / 2:
             entry.correction = 0.0
+        own = (ts - record_ts) - entry.median  # this event against its own node's recent clock
+        if abs(own) > self.max_skew_s:
+            # One stamp far off its own node's clock (far past or future, read live): judged where
+            # it arrived, by the node's usual offset, and flagged.
+            return Placement(record_ts + entry.median - entry.correction, own, "outlier")
         if not entry.correction:
             return Placement(ts)
         return Placement(ts - entry.correction, entry.correction)
@@ -170,6 +175,9 @@ class _PartitionState:
     # writing `summaries`): writer → (watermark, wall time heard). The partition is then only as
     # far along as its slowest live writer.
     writers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # A follower (a topic every member reads in full, such as `jobs`) never sets the pace: its
+    # records wait until the other partitions' data has reached them.
+    follower: bool = False
     last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
     held: int = 0
     offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
@@ -193,9 +201,9 @@ class WatermarkMerge(Generic[T]):
         self.progress: float | None = None
 
     # --- partitions ---------------------------------------------------------------------------
-    def assign(self, partitions: Iterable[Partition], wall_now: float) -> None:
+    def assign(self, partitions: Iterable[Partition], wall_now: float, *, follower: bool = False) -> None:
         for p in partitions:
-            self._parts.setdefault(p, _PartitionState(last_data=wall_now))
+            self._parts.setdefault(p, _PartitionState(last_data=wall_now, follower=follower))
 
     def revoke(self, partitions: Iterable[Partition]) -> int:
         """Forget partitions taken away (their records are uncommitted: the new owner re-reads them)."""
@@ -221,11 +229,15 @@ class WatermarkMerge(Generic[T]):
         heapq.heappush(state.offsets, offset)
         heapq.heappush(self._heap, _Held(ts, next(self._seq), partition, offset, item))
 
-    def report(self, partition: Partition, writer: str, watermark: float, wall_now: float) -> None:
-        """An upstream writer of ``partition`` has written everything up to ``watermark``."""
+    def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
+               said_at: float | None = None) -> None:
+        """An upstream writer of ``partition`` has written everything up to ``watermark``;
+        ``said_at`` is when it said so (the broker's record time): an old announcement read from a
+        retained backlog speaks for a writer that may be long gone."""
         state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
         previous = state.writers.get(writer)
-        state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, wall_now)
+        heard = wall_now if said_at is None else min(wall_now, said_at)
+        state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, heard)
         state.last_data = wall_now
 
     def _mark(self, state: _PartitionState, wall_now: float) -> float | None:
@@ -239,6 +251,8 @@ class WatermarkMerge(Generic[T]):
         (everything held may go); -inf while a partition that must speak has said nothing yet."""
         low: float | None = None
         for p, state in self._parts.items():
+            if state.follower:
+                continue
             idle = caught_up.get(p, True) and state.held == 0 and wall_now - state.last_data >= self.max_idle_s
             if idle:
                 continue
@@ -250,19 +264,22 @@ class WatermarkMerge(Generic[T]):
     def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
         """Records whose time has come, in event-time order (ties in arrival order)."""
         low = self.low_watermark(wall_now, caught_up)
+        # Everything idle: as far as the data itself got (followers never lead).
+        limit = low if low is not None else self._reached(wall_now)
         out: list[T] = []
-        while self._heap and (low is None or self._heap[0].ts <= low or len(self._heap) > self.max_held):
-            forced = low is not None and self._heap[0].ts > low
+        while self._heap and (self._heap[0].ts <= limit or len(self._heap) > self.max_held):
+            forced = self._heap[0].ts > limit
             self.forced += forced
             h = heapq.heappop(self._heap)
             self._release_offset(h.partition, h.offset)
             out.append(h.item)
-        if low is None:  # everything idle and handed on: as far as any partition got
-            marks = [m for s in self._parts.values() if (m := self._mark(s, wall_now)) is not None]
-            low = max(marks) if marks else None
-        if low is not None and low != float("-inf"):
-            self.progress = low if self.progress is None else max(self.progress, low)
+        if limit != float("-inf"):
+            self.progress = limit if self.progress is None else max(self.progress, limit)
         return out
+
+    def _reached(self, wall_now: float) -> float:
+        marks = [m for s in self._parts.values() if not s.follower and (m := self._mark(s, wall_now)) is not None]
+        return max(marks) if marks else float("-inf")
 
     def drain(self) -> list[T]:
         """Everything held, in event-time order (end of input)."""

@@ -225,7 +225,8 @@ class GroupRunner:
                 record = Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)
                 mark = self.watermark_of(record) if self.watermark_of is not None else None
                 if mark is not None and self.merge is not None:
-                    self.merge.report(tp, mark[0], mark[1], time.time())
+                    said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
+                    self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
                     self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
                     continue
                 good.append(record)
@@ -290,7 +291,7 @@ class GroupRunner:
                      for p in sorted(self._broadcast.partitions_for_topic(t) or ())]
             self._broadcast.assign(parts)
             self._broadcast.seek_to_beginning(*parts)
-            self.merge.assign(parts, time.time())
+            self.merge.assign(parts, time.time(), follower=True)
             now = time.monotonic()
             self._assigned_at.update({tp: now for tp in parts})
         return consumer
@@ -343,13 +344,17 @@ class GroupRunner:
         except (KafkaError, ValueError) as exc:  # a broker without timestamp lookups
             log.warning("cannot rebuild state from retained input (%s); starting from the commit", exc)
             return
+        committed = {tp: consumer.committed(tp) for tp in parts}
+        first = consumer.beginning_offsets(parts)
         for tp in parts:
-            position = consumer.position(tp)
+            # Where the group left off (the start, for a group that never committed)...
+            base = committed[tp] if committed[tp] is not None else first.get(tp, 0)
             at = found.get(tp)
-            start = min(at.offset, position) if at is not None else position
-            if start < position:
-                consumer.seek(tp, start)
-                log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, position - start)
+            # ... or earlier, by `rebuild_s` of broker time.
+            start = min(at.offset, base) if at is not None else base
+            consumer.seek(tp, start)
+            if start < base:
+                log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, base - start)
 
     # --- event-time order -------------------------------------------------------------------
     def _caught_up(self, consumer: KafkaConsumer) -> dict[TopicPartition, bool]:
@@ -427,9 +432,12 @@ class GroupRunner:
         try:
             while not self._stop.is_set():
                 t0 = time.monotonic()
-                if self._to_rebuild:
-                    self._rebuild(consumer)
                 polled = consumer.poll(timeout_ms=self.poll_timeout_ms)
+                if self._to_rebuild:
+                    # Partitions just assigned are read again from further back: what this poll
+                    # brought of them comes again after the seek.
+                    polled = {tp: m for tp, m in polled.items() if tp not in self._to_rebuild}
+                    self._rebuild(consumer)
                 out: list[Outgoing] = []
                 good: list[Record] = []
                 if polled:

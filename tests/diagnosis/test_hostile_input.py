@@ -118,14 +118,18 @@ def test_a_node_an_hour_behind_is_named_and_still_counts(kafka_settings, group_n
                           value=_envelope(job, n, true + off, "heartbeat", "beat", seq=t, pids=[1]))
     producer.send("telemetry.kernel", key=b"n005", timestamp_ms=int(now * 1000),
                   value=_envelope(job, "n005", now - 3600, "kernel", "line", line=XID79))
+    # and one stamp from ten years ago on a node whose clock is otherwise right: a lost GPU on n002
+    producer.send("telemetry.kernel", key=b"n002", timestamp_ms=int(now * 1000),
+                  value=_envelope(job, "n002", now - 10 * YEAR, "kernel", "line", line=XID79))
     producer.flush()
     producer.close()
 
     _diagnose(kafka_settings, group_name, capsys)
     found = _mine(kafka_settings, job)
     assert not [d for d in found if d.fault == "node_silent"], [(d.nodes, d.detail) for d in found]
-    skew = [d for d in found if d.fault == "clock_skew"]
-    assert [d.nodes for d in skew] == [("n005",)] and "behind its peers" in skew[0].detail
-    lost = [d for d in found if d.fault == "gpu_lost"]
-    assert [(d.nodes, d.action) for d in lost] == [(("n005",), "evict")]
+    skew = {d.nodes: d.detail for d in found if d.fault == "clock_skew"}
+    assert set(skew) == {("n005",), ("n002",)}
+    assert "behind its peers" in skew[("n005",)] and "off its node's own clock" in skew[("n002",)]
+    lost = sorted((d.nodes, d.action, abs(d.onset - now) < 60) for d in found if d.fault == "gpu_lost")
+    assert lost == [(("n002",), "evict", True), (("n005",), "evict", True)]  # both judged where they arrived
     assert not [d for d in _dead(kafka_settings, group_name) if job in (d.get("value") or "")]

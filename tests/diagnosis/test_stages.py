@@ -65,7 +65,8 @@ def test_split_stages_give_the_offline_answer(kafka_settings, tmp_path, node_mem
 
     live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
             if d.job == job]
-    assert _acting(live) == _acting(offline)
+    assert _acting(live) == _acting(offline), [(d.fault, d.action, round(d.ts - run.config.start_ts), d.detail[:90])
+                                               for d in live if d.fault == "job_hang"]
     for _, r, _ in nodes + jobs:
         assert r.stats.dead_letters == 0 or r.group.startswith("test-node")  # other tests' bad input
 

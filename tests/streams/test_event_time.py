@@ -156,3 +156,30 @@ def test_memory_is_bounded_when_a_partition_never_moves():
         m.add("a", i, float(i), i, 0.0)
     out = m.release(0.0, {"a": False, "b": False})
     assert m.held == 50 and out == list(range(30)) and m.forced == 30
+
+
+def test_one_stamp_far_off_its_node_is_judged_at_arrival_when_read_live():
+    clock = EventClock(max_skew_s=300)
+    for i in range(120):
+        for n in range(8):
+            _seen(clock, "j", f"n{n}", NOW + i, NOW + i, NOW + i)
+    p = _seen(clock, "j", "n3", NOW - 10 * YEAR, NOW + 120, NOW + 120)  # a stamp from ten years ago
+    assert p.clamped == "outlier" and p.ts == pytest.approx(NOW + 120, abs=1) and p.skew_s < -9 * YEAR
+    assert _seen(clock, "j", "n3", NOW + 121, NOW + 121, NOW + 121).skew_s is None  # the node itself is fine
+
+
+def test_a_followed_topic_never_runs_ahead_of_the_data():
+    # `jobs` is read in full by every member: a restart stamped at 660 must wait until the
+    # telemetry has reached 660, even while every telemetry partition is idle.
+    m = WatermarkMerge(max_idle_s=0.5)
+    m.assign(["t0", "t1"], 0.0)
+    m.assign(["jobs"], 0.0, follower=True)
+    m.add("jobs", 0, 0.0, "topology@0", 0.0)
+    m.add("jobs", 1, 660.0, "restart@660", 0.0)
+    assert m.release(10.0, {"t0": True, "t1": True, "jobs": True}) == []  # no telemetry yet: nothing leads
+    m.add("t0", 0, 100.0, "beat@100", 10.0)
+    assert m.release(11.0, {"t0": True, "t1": True, "jobs": True}) == ["topology@0", "beat@100"]
+    m.add("t1", 0, 700.0, "step@700", 12.0)
+    m.add("t0", 1, 650.0, "beat@650", 12.0)
+    assert m.release(12.0, {"t0": False, "t1": False, "jobs": True}) == ["beat@650"]
+    assert m.release(13.0, {"t0": True, "t1": True, "jobs": True}) == ["restart@660", "step@700"]

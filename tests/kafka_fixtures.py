@@ -36,6 +36,19 @@ def kafka_settings(broker) -> KafkaSettings:
 
 
 @pytest.fixture
+def own_kafka_settings(tmp_path) -> KafkaSettings:
+    """A broker of the test's own, empty: for tests whose consumers must see only that test's
+    topics from the start (the session broker holds every earlier test's messages)."""
+    external = os.environ.get("FAULTLENS_TEST_BOOTSTRAP")
+    if external:
+        pytest.skip("needs a broker of its own; FAULTLENS_TEST_BOOTSTRAP points at a shared cluster")
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as b:
+        settings = KafkaSettings(bootstrap=b.bootstrap)
+        ensure_topics(settings)
+        yield settings
+
+
+@pytest.fixture
 def group_name(request) -> str:
     """A consumer group no other test uses (Tansu keeps offsets for the whole session)."""
     return f"test-{request.node.name[:40]}-{os.getpid()}-{next(_groups)}"

@@ -103,7 +103,10 @@ def test_hostile_rounds_do_not_hide_a_lost_gpu(kafka_settings, group_name, capsy
 
 
 @pytest.mark.broker
-def test_a_node_an_hour_behind_is_named_and_still_counts(kafka_settings, group_name, capsys):
+def test_a_node_an_hour_behind_is_named_and_still_counts(own_kafka_settings, group_name, capsys):
+    # Its own broker: the clock of a job is learned from the job's first records, and on the
+    # session broker those come after every earlier test's backlog (see the note on issue 18).
+    kafka_settings = own_kafka_settings
     job = f"skew-{uuid.uuid4().hex[:8]}"
     now = time.time()
     nodes = [f"n{i:03d}" for i in range(8)]

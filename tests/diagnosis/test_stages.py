@@ -46,7 +46,9 @@ def _finish(settings, members) -> None:
 
 
 @pytest.mark.parametrize("node_members,job_members", [(2, 1), (1, 2)])
-def test_split_stages_give_the_offline_answer(kafka_settings, tmp_path, node_members, job_members):
+def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node_members, job_members):
+    # Its own broker: `summaries` on the session broker holds earlier runs' announcements.
+    kafka_settings = own_kafka_settings
     job = f"stages-{uuid.uuid4().hex[:8]}"
     plan = (FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("nic", node="n002", t=200)
             .fail_at("job_hang", node="n003", t=420))
@@ -72,7 +74,8 @@ def test_split_stages_give_the_offline_answer(kafka_settings, tmp_path, node_mem
 
 
 @pytest.mark.e2e
-def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(kafka_settings, tmp_path):
+def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_settings, tmp_path):
+    kafka_settings = own_kafka_settings
     """Two `faultlens diagnose --stage job` processes; one is SIGKILLed while the node stage is
     still writing and started again: its partitions move, the state is rebuilt from retained
     input, and the acting diagnoses are still the offline ones."""

@@ -28,3 +28,25 @@ def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: i
     write_labels(labels_path(path), run.labels)
     found, _ = analyze_trace(path)
     return [d for d in found if is_scored(d) or d.action == "capture_stacks"], run.labels, run.config.start_ts
+
+
+# Three faults a streaming consumer must get right whatever order it reads partitions in: an
+# explicit one, a repeated one, and a hang that spans a restart.
+THREE_FAULTS = (FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("nic", node="n002", t=200)
+                .fail_at("job_hang", node="n003", t=420))
+
+
+def offline_trace(tmp: Path, job: str, plan: FaultPlan = THREE_FAULTS, *, seed: int = 9, nodes: int = 6,
+                  gpus: int = 4, name: str = "trace.parquet") -> tuple[Path, list[Diagnosis], float]:
+    """(trace path, what `faultlens analyze` finds in it, trace start) for an open-loop simulated
+    run of ``job``: the reference the live consumers are compared with."""
+    run = simulate(SimConfig(nodes=nodes, gpus=gpus, seed=seed, job=job), plan)
+    path = tmp / name
+    write_trace(path, run.events())
+    found, _ = analyze_trace(path)
+    return path, found, run.config.start_ts
+
+
+def acting(diagnoses) -> set[tuple]:
+    """What a consumer must agree on: each scored diagnosis's fault, nodes, action and group."""
+    return {(d.fault, d.nodes, d.action, d.group) for d in diagnoses if is_scored(d)}

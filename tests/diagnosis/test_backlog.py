@@ -12,30 +12,19 @@ import uuid
 
 import pytest
 
-from diagnosis.engine import analyze_trace
 from diagnosis.scoring import is_scored
 from faultlens.cli import main
-from simulator import FaultPlan, SimConfig, simulate
 from streams.diagnosis_record import Diagnosis
 from streams.reader import read_topic
 from streams.replay import replay_trace
-from streams.trace import write_trace
+from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker
 
 
-def _acting(diagnoses) -> set[tuple]:
-    return {(d.fault, d.nodes, d.action, d.group) for d in diagnoses if is_scored(d)}
-
-
 def test_a_backlog_read_after_the_fact_gives_the_offline_answer(kafka_settings, group_name, tmp_path, capsys):
     job = f"backlog-{uuid.uuid4().hex[:8]}"
-    plan = (FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("nic", node="n002", t=200)
-            .fail_at("job_hang", node="n003", t=420))
-    run = simulate(SimConfig(nodes=6, gpus=4, seed=9, job=job), plan)
-    path = tmp_path / "backlog.parquet"
-    write_trace(path, run.events())
-    offline, _ = analyze_trace(path)
+    path, offline, _ = offline_trace(tmp_path, job)
     assert {d.fault for d in offline if is_scored(d)} >= {"gpu_lost", "nic", "job_hang"}
 
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
@@ -43,7 +32,7 @@ def test_a_backlog_read_after_the_fact_gives_the_offline_answer(kafka_settings, 
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
             if d.job == job]
-    assert _acting(live) == _acting(offline)
+    assert acting(live) == acting(offline)
     assert summary["late"] == 0
     assert not [d for d in live if d.fault == "clock_skew"]  # a burst of old events is no bad clock
 

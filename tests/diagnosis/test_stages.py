@@ -10,20 +10,15 @@ import uuid
 import pytest
 
 from diagnosis.consumer import diagnose_consumer
-from diagnosis.engine import analyze_trace
 from diagnosis.scoring import is_scored
-from simulator import FaultPlan, SimConfig, simulate
+from simulator import FaultPlan
 from streams.diagnosis_record import Diagnosis
 from streams.producer import Producer
 from streams.reader import read_topic
 from streams.replay import replay_trace
-from streams.trace import write_trace
+from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker
-
-
-def _acting(diagnoses) -> set[tuple]:
-    return {(d.fault, d.nodes, d.action, d.group) for d in diagnoses if is_scored(d)}
 
 
 def _members(settings, stage: str, n: int, group: str, idle_s: float) -> list:
@@ -50,12 +45,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
     # Its own broker: `summaries` on the session broker holds earlier runs' announcements.
     kafka_settings = own_kafka_settings
     job = f"stages-{uuid.uuid4().hex[:8]}"
-    plan = (FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("nic", node="n002", t=200)
-            .fail_at("job_hang", node="n003", t=420))
-    run = simulate(SimConfig(nodes=6, gpus=4, seed=9, job=job), plan)
-    path = tmp_path / "stages.parquet"
-    write_trace(path, run.events())
-    offline, _ = analyze_trace(path)
+    path, offline, start = offline_trace(tmp_path, job)
 
     tag = uuid.uuid4().hex[:6]
     # the job stage runs while the node stage works through the backlog, as deployed
@@ -67,7 +57,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
 
     live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
             if d.job == job]
-    assert _acting(live) == _acting(offline), [(d.fault, d.action, round(d.ts - run.config.start_ts), d.detail[:90])
+    assert acting(live) == acting(offline), [(d.fault, d.action, round(d.ts - start), d.detail[:90])
                                                for d in live if d.fault == "job_hang"]
     for _, r, _ in nodes + jobs:
         assert r.stats.dead_letters == 0 or r.group.startswith("test-node")  # other tests' bad input
@@ -87,10 +77,7 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
 
     job = f"kill-{uuid.uuid4().hex[:8]}"
     plan = FaultPlan().fail_at("gpu_lost", node="n001", t=60).fail_at("job_hang", node="n003", t=300)
-    run = simulate(SimConfig(nodes=6, gpus=4, seed=4, job=job), plan)
-    path = tmp_path / "kill.parquet"
-    write_trace(path, run.events())
-    offline, _ = analyze_trace(path)
+    path, offline, _ = offline_trace(tmp_path, job, plan, seed=4)
     assert {"gpu_lost", "job_hang"} <= {d.fault for d in offline if is_scored(d)}
 
     group = f"test-kill-{uuid.uuid4().hex[:6]}"
@@ -116,4 +103,4 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
 
     live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
             if d.job == job]
-    assert _acting(live) == _acting(offline)
+    assert acting(live) == acting(offline)

@@ -28,7 +28,8 @@ COMMANDS_TOPIC = topics.COMMANDS
 
 class CommandListener(threading.Thread):
     """Polls ``commands`` in a daemon thread; calls ``on_command`` for each one to obey and
-    ``on_refused`` for each refused one addressed here (or unreadable)."""
+    ``on_refused`` for each refused one to ack (addressed here, unreadable, or misaddressed in a
+    way streams.command_screen acks)."""
 
     def __init__(self, settings: KafkaSettings, screen: CommandScreen,
                  on_command: Callable[[Command], None],
@@ -118,12 +119,13 @@ class CommandListener(threading.Thread):
             except Exception:  # noqa: BLE001 - a failing callback must not kill the listener
                 log.exception("handling command %s failed", result.command.id)
             return result
-        if not result.addressed:
+        if not result.ack:
             log.debug("command %s not for this receiver: %s", result.command.id if result.command else None, result.reason)
             return result
-        self.refused += 1
+        if result.addressed:
+            self.refused += 1
         cid = result.command.id if result.command else None
-        log.warning("refused command %s: %s", cid, result.reason)
+        log.log(logging.WARNING if result.addressed else logging.INFO, "refused command %s: %s", cid, result.reason)
         if self.on_refused is not None:
             try:
                 self.on_refused(result)

@@ -8,9 +8,16 @@ when the receiver keeps a replay file), addressed to this job and to this node /
 the whole job; an ``evict`` must name its nodes) and of an action this recipient carries out.
 Everything else is refused with a reason, and never obeyed.
 
-Commands for another job, node or rank are refused too, but marked not addressed: every receiver
-reads every command of the fleet, so acking those would bury the refusals that matter (a forged,
-altered, replayed or over-long command sent here) under thousands of routine "not for me" acks.
+Commands for another job, node or rank are refused too, but marked not addressed. Every receiver
+reads every command of the fleet, so if each acked those, the refusals that matter (a forged,
+altered, replayed or over-long command sent here) would drown in thousands of routine "not for me"
+acks. Only two kinds are acked (``Screened.ack``), so that a misaddressed command still leaves a
+reason on ``command_ack`` while each command costs at most a node's receivers:
+- a command of another job that names this node (a stale command for the job that ran here
+  before, or a signer confused about placement): acked by the receivers on that node;
+- a command of this job for other nodes or ranks: acked once per job, by the receiver chosen as
+  the job's ``spokesperson`` (the trainer hook of rank 0), so the job's ack stream shows that the
+  job saw it and who it was for.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ class Screened:
     command: Command | None
     obey: bool
     reason: str
-    addressed: bool = True  # False: meant for another job / node / rank / kind of receiver; not acked
+    addressed: bool = True  # False: meant for another job / node / rank / kind of receiver
+    ack: bool = True  # answer it on command_ack (every addressed one; see the module doc for the rest)
 
 
 class CommandScreen:
@@ -44,7 +52,7 @@ class CommandScreen:
 
     def __init__(self, keys: VerifyKeys, job: str, node: str | None = None, rank: int | None = None,
                  actions: Iterable[str] | None = None, *, memory: ReplayMemory | None = None,
-                 max_lifetime_s: float = MAX_LIFETIME_S):
+                 max_lifetime_s: float = MAX_LIFETIME_S, spokesperson: bool = False):
         self.keys = keys
         self.job = job
         self.node = node
@@ -52,17 +60,20 @@ class CommandScreen:
         self.actions = frozenset(actions) if actions is not None else None  # None: every action
         self.memory = memory if memory is not None else ReplayMemory()
         self.max_lifetime_s = max_lifetime_s
+        self.spokesperson = spokesperson
 
-    def _scope(self, cmd: Command) -> str | None:
-        """Why the command is not addressed to this receiver; None when it is."""
+    def _scope(self, cmd: Command) -> tuple[str, bool] | None:
+        """Why the command is not addressed to this receiver, and whether to ack that; None when
+        it is addressed here."""
         if cmd.job != self.job:
-            return f"for job {cmd.job}, not {self.job}"
+            names_me = self.node is not None and self.node in cmd.nodes
+            return f"for job {cmd.job}, not {self.job}" + (f" (names {self.node})" if names_me else ""), names_me
         if self.actions is not None and cmd.action not in self.actions:
-            return f"action {cmd.action} is not carried out here"
+            return f"action {cmd.action} is not carried out here", False
         if self.node is not None and cmd.nodes and self.node not in cmd.nodes:
-            return f"for nodes {','.join(cmd.nodes)}, not {self.node}"
+            return f"for nodes {','.join(cmd.nodes)}, not {self.node}", self.spokesperson
         if self.rank is not None and cmd.ranks and self.rank not in cmd.ranks:
-            return f"for ranks {','.join(map(str, cmd.ranks))}, not {self.rank}"
+            return f"for ranks {','.join(map(str, cmd.ranks))}, not {self.rank}", self.spokesperson
         return None
 
     def _problem(self, cmd: Command, now: float) -> str | None:
@@ -94,7 +105,8 @@ class CommandScreen:
             return Screened(None, False, f"malformed command: {exc}")
         elsewhere = self._scope(cmd)
         if elsewhere:
-            return Screened(cmd, False, elsewhere, addressed=False)
+            reason, ack = elsewhere
+            return Screened(cmd, False, reason, addressed=False, ack=ack)
         problem = self._problem(cmd, now)
         if problem:
             return Screened(cmd, False, problem)

@@ -14,7 +14,8 @@ Commands (see trainer_hooks.listener for what is obeyed):
   step boundary with the code of trainer_hooks.exit_codes; a loop stuck longer than
   ``exit_grace_s`` is ended from the listener thread with the same code.
 Every command addressed here is acked (`train`/`command_ack`), obeyed or refused with the reason
-(streams.command_screen). Commands must be signed with a key in ``keys`` (the public key of
+(streams.command_screen); rank 0 also acks, once for the job, commands of this job meant for other
+nodes or ranks, and every rank acks a command of another job that names its node. Commands must be signed with a key in ``keys`` (the public key of
 `faultlens keys generate`; default: the files named by FAULTLENS_VERIFY_KEY). The ids of commands
 handled are kept in ``state_dir`` (default FAULTLENS_STATE_DIR, else $FAULTLENS_HOME; the
 checkpoint directory is a good choice), so a restarted trainer refuses a command replayed to it.
@@ -73,7 +74,8 @@ class TrainerHook:
         self.listener: CommandListener | None = None
         if listen:
             memory = ReplayMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
-            screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory)
+            screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory,
+                                   spokesperson=rank == 0)
             self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)
             self.listener.start()
 

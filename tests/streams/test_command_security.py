@@ -90,7 +90,7 @@ def test_an_evict_that_names_no_nodes(tmp_path):
     refused(receiver(tmp_path).screen(whole_job.encode(), NOW + 1), "must name its nodes")
 
 
-def test_wrong_job_and_wrong_node_are_refused_not_obeyed_and_not_acked(tmp_path):
+def test_wrong_job_and_wrong_node_are_refused_and_not_obeyed(tmp_path):
     screen = receiver(tmp_path, node="n001", rank=3)
     other_job = screen.screen(evict(job="train-8").signed(OURS).encode(), NOW + 1)
     assert not other_job.obey and not other_job.addressed and other_job.reason == "for job train-8, not train-7"
@@ -98,6 +98,27 @@ def test_wrong_job_and_wrong_node_are_refused_not_obeyed_and_not_acked(tmp_path)
     assert not other_node.obey and not other_node.addressed and other_node.reason == "for nodes n004, not n001"
     other_rank = screen.screen(evict(nodes=("n001",), ranks=(0, 1)).signed(OURS).encode(), NOW + 1)
     assert not other_rank.obey and other_rank.reason == "for ranks 0,1, not 3"
+    # none of these is acked by an ordinary rank: the fleet's every receiver reads every command
+    assert not (other_job.ack or other_node.ack or other_rank.ack)
+
+
+def test_which_misaddressed_commands_are_acked(tmp_path):
+    """A command of another job that names this node is acked by that node's receivers; a command
+    of this job for other nodes or ranks is acked by the job's spokesperson (rank 0) only."""
+    rank3 = receiver(tmp_path / "r3", node="n001", rank=3)
+    aimed_here = rank3.screen(evict(job="train-8", nodes=("n001",)).signed(OURS).encode(), NOW + 1)
+    assert not aimed_here.obey and not aimed_here.addressed and aimed_here.ack
+    assert aimed_here.reason == "for job train-8, not train-7 (names n001)"
+    rank0 = CommandScreen(OURS.verify_keys(), "train-7", "n000", 0, spokesperson=True,
+                          memory=ReplayMemory(memory_file(tmp_path, "hook", "train-7", "r0")))
+    for_n004 = rank0.screen(evict().signed(OURS).encode(), NOW + 1)
+    assert not for_n004.obey and for_n004.ack and for_n004.reason == "for nodes n004, not n000"
+    for_rank5 = rank0.screen(evict(nodes=("n000",), ranks=(5,)).signed(OURS).encode(), NOW + 1)
+    assert not for_rank5.obey and for_rank5.ack and for_rank5.reason == "for ranks 5, not 0"
+    elsewhere = rank0.screen(evict(job="train-8").signed(OURS).encode(), NOW + 1)
+    assert not elsewhere.ack  # another job's command for another machine: nobody here answers it
+    agent = CommandScreen(OURS.verify_keys(), "train-7", "n004", actions=("capture_stacks",))
+    assert not agent.screen(evict().signed(OURS).encode(), NOW + 1).ack  # the trainer's business
 
 
 def test_replayed_after_a_restart(tmp_path):

@@ -116,11 +116,32 @@ def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_setting
     by = [(a.data["command_id"], a.data["obeyed"]) for a in acks]
     assert by.count((good.id, True)) == 1 and by.count((good.id, False)) == 1  # the replay is refused
     assert reasons[(good.id, False)] == "replayed (command id already handled)"
-    # not addressed here: not acked (every rank of every job would answer every command)
+    # not addressed here and this is rank 3 of the job: not acked (every rank of every job would
+    # answer every command); rank 0's acks are in the next test
     assert not {other_node.id, other_job.id} & {cid for cid, _ in by}
     assert hook.exit_code is None  # nothing forged or stale was obeyed
     hook.step(loss=1.0)
     assert hook.saved == [1]  # the genuine checkpoint ran at the step boundary
+
+
+def test_rank0_acks_misaddressed_commands_of_its_job_and_a_node_acks_another_jobs_command_naming_it(
+        kafka_settings, job, tmp_path):
+    rank0 = TrainerHook(job=job, rank=0, node="n000", settings=kafka_settings, keys=KEY.verify_keys(),
+                        state_dir=tmp_path, exit_grace_s=60)
+    try:
+        assert rank0.wait_ready()
+        other_node = command(job, "evict", nodes=("n999",))
+        stale = command(f"{job}-before", "evict", nodes=("n000",))  # the job that ran here before
+        elsewhere = command(f"{job}-other", "evict", nodes=("n555",))
+        send(kafka_settings, other_node, stale, elsewhere, command(job, "checkpoint"))
+        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=3)
+        reasons = {a.data["command_id"]: (a.data["obeyed"], a.data["reason"]) for a in acks}
+        assert reasons[other_node.id] == (False, "for nodes n999, not n000")
+        assert reasons[stale.id] == (False, f"for job {job}-before, not {job} (names n000)")
+        assert elsewhere.id not in reasons
+        assert rank0.exit_code is None
+    finally:
+        rank0.close()
 
 
 def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_settings, job, tmp_path):

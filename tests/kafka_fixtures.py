@@ -70,3 +70,21 @@ def fresh_topic(kafka_settings, request):
         return name
 
     return make
+
+
+def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = None, *,
+                idle_s: float = 0.5, timeout_s: float = 10.0) -> list:
+    """Every record of ``topic`` that ``decoder`` reads, of ``job`` when given. Records that do not
+    decode are skipped: tests share the session broker, and some put garbage on a topic on purpose."""
+    from streams.events import InvalidEvent
+    from streams.reader import read_topic
+
+    out = []
+    for m in read_topic(settings, topic, idle_s=idle_s, timeout_s=timeout_s):
+        try:
+            value = decoder(m.value)
+        except InvalidEvent:
+            continue
+        if job is None or value.job == job:
+            out.append(value)
+    return out

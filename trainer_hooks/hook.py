@@ -167,6 +167,9 @@ class TrainerHook:
             os._exit(self.exit_code or 1)
 
     def close(self) -> None:
+        # A closed hook's process is leaving (or goes on without it, as in a test): the watchdog
+        # must not end it later with os._exit.
+        self._boundary_reached.set()
         if self.listener is not None:
             self.listener.stop()
         try:

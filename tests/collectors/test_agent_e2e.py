@@ -9,12 +9,13 @@ import uuid
 import orjson
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from collectors.agent import Agent, AgentConfig
 from streams.command import Command
 from streams.signing import SigningKey
 from streams.events import decode
 from streams.producer import Producer
-from streams.reader import iter_topics
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -32,8 +33,7 @@ def wait_for(settings, topic, job, predicate, timeout_s=30.0):
     events = []
     while time.monotonic() < deadline:
         # timeout_s: a topic that never goes quiet (heartbeats) still ends the read.
-        records = iter_topics(settings, [topic], idle_s=0.3, timeout_s=3.0)
-        events = [e for e in (decode(r.value) for r in records) if e.job == job]
+        events = job_records(settings, topic, decode, job, idle_s=0.3, timeout_s=3.0)
         if predicate(events):
             break
         time.sleep(0.2)

@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from diagnosis.scoring import is_scored
 from faultlens.cli import main
 from streams.diagnosis_record import Diagnosis
@@ -30,8 +32,7 @@ def test_a_backlog_read_after_the_fact_gives_the_offline_answer(kafka_settings, 
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
     assert main(["diagnose", "--bootstrap", kafka_settings.bootstrap, "--group", group_name, "--idle-stop", "5"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
-            if d.job == job]
+    live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     assert acting(live) == acting(offline)
     assert summary["late"] == 0
     assert not [d for d in live if d.fault == "clock_skew"]  # a burst of old events is no bad clock

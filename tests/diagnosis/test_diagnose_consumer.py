@@ -6,6 +6,8 @@ import uuid
 import orjson
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from streams.diagnosis_record import Diagnosis
 from faultlens.cli import main
 from streams.producer import Producer
@@ -32,8 +34,7 @@ def test_diagnose_consumer_publishes_diagnoses_and_dead_letters(kafka_settings, 
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["records"] >= 303 and summary["dead_letters"] >= 2
 
-    diags = [Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5)]
-    mine = [d for d in diags if d.job == job]
+    mine = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     by_fault = {}
     for d in mine:
         by_fault.setdefault(d.fault, []).append(d)

@@ -14,6 +14,8 @@ import uuid
 
 import orjson
 import pytest
+
+from tests.kafka_fixtures import job_records
 from kafka import KafkaProducer
 
 from faultlens.cli import main
@@ -55,8 +57,7 @@ def _diagnose(kafka_settings, group: str, capsys) -> dict:
 
 
 def _mine(kafka_settings, job: str) -> list[Diagnosis]:
-    return [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
-            if d.job == job]
+    return job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
 
 
 def _dead(kafka_settings, group: str) -> list[dict]:

@@ -9,12 +9,13 @@ import uuid
 
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from diagnosis.consumer import diagnose_consumer
 from diagnosis.scoring import is_scored
 from simulator import FaultPlan
 from streams.diagnosis_record import Diagnosis
 from streams.producer import Producer
-from streams.reader import read_topic
 from streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 
@@ -55,8 +56,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
     _finish(kafka_settings, nodes)
     _finish(kafka_settings, jobs)
 
-    live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
-            if d.job == job]
+    live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     assert acting(live) == acting(offline), [(d.fault, d.action, round(d.ts - start), d.detail[:90])
                                                for d in live if d.fault == "job_hang"]
     for _, r, _ in nodes + jobs:
@@ -101,6 +101,5 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
         for p in procs:
             p.stop()
 
-    live = [d for d in (Diagnosis.decode(m.value) for m in read_topic(kafka_settings, "diagnoses", idle_s=1.5))
-            if d.job == job]
+    live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     assert acting(live) == acting(offline)

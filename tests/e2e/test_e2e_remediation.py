@@ -17,6 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.signing import load_verify_keys, write_key_pair
@@ -70,14 +72,7 @@ def launch(r, nodes: int, trainer: list[str], ppn: int = 1) -> pipeline.Proc:
 
 
 def commands(r) -> list[Command]:
-    out = []
-    for m in read_topic(r.settings, "commands", idle_s=0.3, timeout_s=10):
-        try:
-            c = Command.decode(m.value)
-        except InvalidEvent:
-            continue  # other tests put garbage on the shared topic on purpose
-        if c.job == r.job:
-            out.append(c)
+    out = job_records(r.settings, "commands", Command.decode, r.job, idle_s=0.3)
     return out
 
 
@@ -166,11 +161,7 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
     assert evicts, explain(r)
     cmd = evicts[0]
     final = None
-    for m in read_topic(r.settings, "diagnoses", idle_s=0.3, timeout_s=10):
-        try:
-            d = Diagnosis.decode(m.value)
-        except InvalidEvent:
-            continue
+    for d in job_records(r.settings, "diagnoses", Diagnosis.decode, idle_s=0.3):
         final = d if d.id == cmd.diagnosis_id else final
     assert final is not None
     # the blamed group holds the hung rank and lies inside its pipeline (ranks 2, 3 on n002, n003)

@@ -10,12 +10,14 @@ import uuid
 import orjson
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from remediation.consumer import DECODERS, RemediationHandler
 from remediation.policy import Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.events import Envelope, InvalidEvent
+from streams.events import Envelope
 from streams.producer import Producer
 from streams.reader import read_topic
 from streams.runner import GroupRunner
@@ -40,14 +42,7 @@ def publish(settings, job, diagnoses, raw=(), bad_topology=False):
 
 
 def commands_for(settings, job):
-    out = []
-    for m in read_topic(settings, "commands", idle_s=0.5, timeout_s=10):
-        try:
-            c = Command.decode(m.value)
-        except InvalidEvent:
-            continue  # other tests put garbage on the shared topic on purpose
-        if c.job == job:
-            out.append(c)
+    out = job_records(settings, "commands", Command.decode, job)
     return out
 
 

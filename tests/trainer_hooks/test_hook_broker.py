@@ -6,15 +6,16 @@ import uuid
 
 import pytest
 
+from tests.kafka_fixtures import job_records
+
 from dataclasses import replace
 
 import orjson
 
 from streams.command import Command
 from streams.signing import SigningKey, write_key_pair
-from streams.events import InvalidEvent, as_float, decode
+from streams.events import as_float, decode
 from streams.producer import Producer
-from streams.reader import read_topic
 from trainer_hooks.exit_codes import RESTART
 from trainer_hooks.hook import TrainerHook
 
@@ -23,15 +24,7 @@ KEY = SigningKey.generate()  # the deployment's remediation consumer
 
 
 def events(settings, topic, job, kind=None):
-    out = []
-    for m in read_topic(settings, topic, idle_s=0.5, timeout_s=10):
-        try:
-            e = decode(m.value)
-        except InvalidEvent:
-            continue  # other tests' deliberate garbage on shared topics
-        if e.job == job and (kind is None or e.kind == kind):
-            out.append(e)
-    return out
+    return [e for e in job_records(settings, topic, decode, job) if kind is None or e.kind == kind]
 
 
 def wait_events(settings, topic, job, kind, count=1, timeout=20.0):

@@ -185,3 +185,22 @@ def test_the_runner_publishes_one_valid_event_with_every_result(tmp_path):
 def test_only_some_checks_and_unknown_names():
     results = run_checks({"a": lambda: CheckResult("a", True, "")}, 1.0, ["a", "nope"])
     assert [r.passed for r in results] == [True, False] and "unknown check" in results[1].detail
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a real GPU with CUDA (the CPU fallback and a fake NVML are tested above)")
+def test_real_gpus_answer_every_check():
+    from collectors.checks.compute import compute_devices
+
+    health = check_gpu_health()
+    assert not health.skipped, health.detail
+    assert check_compute(compute_devices()).passed
+    collective = check_collective(timeout_s=120.0)
+    assert collective.passed or collective.skipped, collective.detail

@@ -239,3 +239,26 @@ def test_the_decision_log_line_carries_the_params():
     assert cmd is None and decision.command["action"] == "run_checks"
     assert json.loads(json.dumps(decision.to_dict()))["params"]["then"] == "reattempt"
     assert Command.from_dict(decision.command).nodes == tuple(NODES)
+
+
+def test_the_consumer_routes_check_events_and_ticks_deadlines(tmp_path):
+    from remediation.consumer import CHECKS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
+    from streams.runner import Record
+
+    now = [1000.0]
+    handler = RemediationHandler(policy(), decision_log=tmp_path / "decisions.jsonl", clock=lambda: now[0])
+    [out] = handler.handle([Record(DIAGNOSES_TOPIC, 0, 0, b"j", crash(), 0)])
+    ask = Command.decode(out.value)
+    assert out.topic == COMMANDS_TOPIC and ask.action == "run_checks"
+    records = [Record(CHECKS_TOPIC, 0, i, n.encode(), result(n, ask.id, 1010.0), 0) for i, n in enumerate(NODES[:3])]
+    assert list(handler.handle(records)) == []
+    now[0] = 1101.0
+    [again] = handler.tick(0.0)  # the handler judges on its own clock
+    assert Command.decode(again.value).nodes == ("n003",)
+    now[0] = 1150.0
+    [evict] = handler.handle([Record(CHECKS_TOPIC, 0, 9, b"n003",
+                                     result("n003", Command.decode(again.value).id, 1149.0, failed=("collective",)), 0)])
+    assert Command.decode(evict.value).nodes == ("n003",)
+    logged = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [d["rung"] for d in logged] == ["stop_time_checks", "stop_time_checks", "checks_failed"]
+    assert logged[-1]["params"]["failed_checks"] == {"n003": ["collective"]}

@@ -67,9 +67,13 @@ class PendingChecks:
         if not isinstance(passed, bool):
             return False
         failed = [c for c in data.get("checks") or () if isinstance(c, Mapping) and c.get("passed") is False]
+        if not passed and not failed:
+            failed = [{"name": "?", "detail": "failed, naming no check", "inconclusive": True}]
         self.results[event.node] = {
             "passed": passed, "ts": event.ts, "request_id": data["request_id"], "event_id": event.id,
             "failed": [str(c.get("name")) for c in failed],
+            # A check that could not run is no evidence against the machine.
+            "conclusive": [str(c.get("name")) for c in failed if c.get("inconclusive") is not True],
             "detail": "; ".join(f"{c.get('name')}: {c.get('detail', '')}" for c in failed)[:1000]}
         return True
 
@@ -80,7 +84,14 @@ class PendingChecks:
         return not self.silent()
 
     def failing(self) -> tuple[str, ...]:
-        return tuple(n for n in self.nodes if n in self.results and not self.results[n]["passed"])
+        """Machines with a check that ran and failed: the evidence to evict on."""
+        return tuple(n for n in self.nodes if n in self.results and not self.results[n]["passed"]
+                     and self.results[n].get("conclusive", self.results[n]["failed"]))
+
+    def unclear(self) -> tuple[str, ...]:
+        """Machines that did not pass only because a check could not run."""
+        return tuple(n for n in self.nodes if n in self.results and not self.results[n]["passed"]
+                     and n not in self.failing())
 
     def passing_recheck(self) -> tuple[str, ...]:
         return tuple(n for n in self.recheck if n in self.results and self.results[n]["passed"])
@@ -145,7 +156,7 @@ def judge_checks(p: PendingChecks, now: float, max_asks: int = 2) -> ChecksVerdi
     steps: list[Step] = []
     failing = p.failing()
     if failing:
-        evidence = {n: p.results[n]["failed"] for n in failing}
+        evidence = {n: p.results[n].get("conclusive", p.results[n]["failed"]) for n in failing}
         steps.append(Step("checks_failed", "evict", failing,
                           f"{fault}: stop-time checks failed on {', '.join(failing)} — "
                           + "; ".join(f"{n}: {p.results[n]['detail']}" for n in failing),
@@ -153,6 +164,13 @@ def judge_checks(p: PendingChecks, now: float, max_asks: int = 2) -> ChecksVerdi
                            "evidence": [p.results[n]["event_id"] for n in failing]}))
     if not recheck_waiting:
         steps += _bring_back(p)
+    unclear = p.unclear()
+    if unclear:
+        steps.append(Step("checks_unclear", None, unclear,
+                          f"{fault}: checks could not run on {', '.join(unclear)} — "
+                          + "; ".join(f"{n}: {p.results[n]['detail']}" for n in unclear)
+                          + "; no evidence against them, not evicted; a person should look",
+                          {"suspects": list(unclear)}))
     if silent:
         steps.append(Step("checks_silent", None, silent,
                           f"{fault}: no check results from {', '.join(silent)} after {p.asks} ask(s); not "
@@ -162,9 +180,9 @@ def judge_checks(p: PendingChecks, now: float, max_asks: int = 2) -> ChecksVerdi
         # Every machine that answered passed: the ladder's rung goes ahead (the eviction above
         # restarts the job itself when some failed).
         params = dict(p.then.params)
-        params["checks_passed"] = sorted(p.results)
-        if silent:
-            params["suspects"] = list(silent)
+        params["checks_passed"] = sorted(n for n, r in p.results.items() if r["passed"])
+        if silent or unclear:
+            params["suspects"] = [*silent, *unclear]
         steps.append(Step(p.then.rung, p.then.action, p.then.nodes, p.then.reason + " (stop-time checks passed)",
                           params))
     return ChecksVerdict(steps=tuple(steps), keep_open=bool(recheck_waiting))

@@ -97,7 +97,8 @@ def _gpu(v: Any) -> str | None:
     return None
 
 
-_CHECK_ITEM: dict[str, Check] = {"name": _str, "passed": _bool, "skipped": _bool, "detail": _str, "duration_s": _nonneg}
+_CHECK_ITEM: dict[str, Check] = {"name": _str, "passed": _bool, "skipped": _bool, "inconclusive": _bool, "detail": _str,
+                                  "duration_s": _nonneg}
 
 
 def _check_item(v: Any) -> str | None:

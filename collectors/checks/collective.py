@@ -31,27 +31,40 @@ class RankOutcome:
     ok: bool
     max_error: float | None = None
     error: str = ""
+    started: bool = True  # it imported torch and said "ready"; an error before that is our setup's
 
 
 def expected_sum(world: int) -> float:
     return world * (world + 1) / 2.0  # rank r contributes r + 1 everywhere
 
 
+# Errors of our own setup, not of the machine: a port taken between picking and binding it.
+_SETUP_ERRORS = ("Address already in use", "EADDRINUSE")
+
+
 def judge_collective(outcomes: Sequence[RankOutcome], world: int, timeout_s: float | None = None) -> CheckResult:
-    """Pure: every rank answered, without error, with the exact sum."""
+    """Pure: every rank answered, without error, with the exact sum.
+
+    Evidence against the machine: a rank that hung in the collective, a wrong sum, an error of a
+    started rank. A rank that never started (torch would not import) or a port clash is
+    inconclusive: the check could not run, which says nothing about the GPUs.
+    """
     answered = {o.rank for o in outcomes}
     silent = sorted(set(range(world)) - answered)
-    problems = []
+    problems, setup = [], []
     if silent:
         why = f"no answer within {timeout_s:g}s" if timeout_s is not None else "no answer"
         problems.append(f"rank(s) {silent} gave {why} (all_reduce hung?)")
     for o in sorted(outcomes, key=lambda o: o.rank):
         if not o.ok:
-            problems.append(f"rank {o.rank}: {o.error}")
+            text = f"rank {o.rank}: {o.error}"
+            (setup if not o.started or any(e in o.error for e in _SETUP_ERRORS) else problems).append(text)
         elif o.max_error is None or o.max_error > 0.0:
             problems.append(f"rank {o.rank}: all_reduce sum off by {o.max_error}")
     if problems:
-        return CheckResult(NAME, False, "; ".join(problems))
+        return CheckResult(NAME, False, "; ".join(problems + setup))
+    if setup:
+        return CheckResult(NAME, False, "could not run: " + "; ".join(setup), inconclusive=True)
     return CheckResult(NAME, True, f"all_reduce over {world} local rank(s) exact")
 
 
@@ -73,7 +86,7 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
     the collective (fault injection for tests).
     """
     port = _free_port()
-    procs, lines, ready, errs = [], [], [], []
+    procs, lines, ready, errs, started = [], [], [], [], []
     for rank in range(world):
         cmd = [sys.executable, "-m", "collectors.checks.collective", "--rank", str(rank), "--world", str(world),
                "--port", str(port), "--backend", backend,
@@ -88,7 +101,8 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
         procs.append(p)
         lines.append([])
         ready.append(threading.Event())
-        threading.Thread(target=_read, args=(p, lines[-1], ready[-1]), daemon=True).start()
+        started.append(threading.Event())
+        threading.Thread(target=_read, args=(p, lines[-1], ready[-1], started[-1]), daemon=True).start()
     start_deadline = time.monotonic() + start_s
     for ev in ready:
         ev.wait(max(0.0, start_deadline - time.monotonic()))
@@ -102,33 +116,35 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
             p.wait()
             continue  # silent: judged as such
         errs[rank].seek(0)
-        outcomes.append(_parse(rank, p.returncode, lines[rank], errs[rank].read()))
+        outcomes.append(_parse(rank, p.returncode, lines[rank], errs[rank].read(), started[rank].is_set()))
     for f in errs:
         f.close()
     return outcomes
 
 
-def _read(p: subprocess.Popen, into: list[str], ready: threading.Event) -> None:
+def _read(p: subprocess.Popen, into: list[str], ready: threading.Event, started: threading.Event) -> None:
     for line in p.stdout:
         if line.strip() == "ready":
+            started.set()
             ready.set()
         else:
             into.append(line)
     ready.set()  # exited before (or without) saying ready: nothing more to wait for
 
 
-def _parse(rank: int, code: int | None, out: list[str], err: str) -> RankOutcome:
+def _parse(rank: int, code: int | None, out: list[str], err: str, started: bool = True) -> RankOutcome:
     for line in reversed(out):
         try:
             obj = json.loads(line)
-            return RankOutcome(rank, bool(obj["ok"]), obj.get("max_error"), str(obj.get("error", "")))
+            return RankOutcome(rank, bool(obj["ok"]), obj.get("max_error"), str(obj.get("error", "")), started)
         except (ValueError, KeyError, TypeError):
             continue
     tail = (err.strip().splitlines() or ["no output"])[-1]
-    return RankOutcome(rank, False, None, f"exited {code}: {tail[:200]}")
+    return RankOutcome(rank, False, None, f"exited {code}: {tail[:200]}", started)
 
 
-def check_collective(*, world: int | None = None, timeout_s: float = 60.0, stall_rank: int | None = None) -> CheckResult:
+def check_collective(*, world: int | None = None, timeout_s: float = 60.0, stall_rank: int | None = None,
+                     start_s: float = 120.0) -> CheckResult:
     try:
         import torch
         import torch.distributed as dist
@@ -141,7 +157,8 @@ def check_collective(*, world: int | None = None, timeout_s: float = 60.0, stall
         return skipped(NAME, "one GPU: no intra-node collective to run")
     backend = "nccl" if gpus > 1 else "gloo"
     world = world or (gpus if gpus > 1 else 2)
-    return judge_collective(run_collective(world, backend, timeout_s, stall_rank=stall_rank), world, timeout_s)
+    outcomes = run_collective(world, backend, timeout_s, stall_rank=stall_rank, start_s=start_s)
+    return judge_collective(outcomes, world, timeout_s)
 
 
 def _worker(args: argparse.Namespace) -> dict:

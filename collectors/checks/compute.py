@@ -25,6 +25,7 @@ class DeviceProduct:
     device: str
     rel_error: float
     checksum: float
+    error: str = ""  # the device raised (a CUDA error: ECC, launch failure, ...): it fails
 
 
 Matmul = Callable[[str, Any, Any], Any]
@@ -54,10 +55,14 @@ def measure_products(devices: Sequence[str], *, size: int = 512, seed: int = 123
     scale = float(reference.abs().max())
     out = []
     for device in devices:
-        c = matmul(device, a, b)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
-        c = c.double().cpu()
+        try:
+            c = matmul(device, a, b)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize(device)
+            c = c.double().cpu()
+        except RuntimeError as exc:  # torch raises CUDA errors (ECC, illegal address, ...) as RuntimeError
+            out.append(DeviceProduct(device, float("inf"), float("nan"), f"{type(exc).__name__}: {exc}"[:300]))
+            continue
         err = float((c - reference).abs().max()) / scale
         out.append(DeviceProduct(device, err if err == err else float("inf"), float(c.sum())))
     return out
@@ -67,13 +72,16 @@ def judge_products(products: Sequence[DeviceProduct], tolerance: float = TOLERAN
     """Pure: a device fails when its product is off the reference or off its peers' median."""
     if not products:
         return skipped(NAME, "no device to compute on")
-    median = statistics.median(p.checksum for p in products)
+    ran = [p.checksum for p in products if not p.error]
+    median = statistics.median(ran) if ran else 0.0
     spread = max(1.0, abs(median))
     bad = []
     for p in products:
-        if not p.rel_error <= tolerance:
+        if p.error:
+            bad.append(f"{p.device}: {p.error}")
+        elif not p.rel_error <= tolerance:
             bad.append(f"{p.device}: product off the reference by {p.rel_error:.2e} (tolerance {tolerance:.0e})")
-        elif len(products) > 2 and abs(p.checksum - median) / spread > tolerance:
+        elif len(ran) > 2 and abs(p.checksum - median) / spread > tolerance:
             bad.append(f"{p.device}: checksum {p.checksum:.6g} differs from its peers' {median:.6g}")
     if bad:
         return CheckResult(NAME, False, "; ".join(bad))

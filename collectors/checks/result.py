@@ -10,17 +10,20 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class CheckResult:
-    """``skipped`` checks count as passed: a node without NVML is not a failing node."""
+    """``skipped`` checks count as passed: a node without NVML is not a failing node.
+    ``inconclusive``: the check itself broke (our bug, a missing library), which says nothing about
+    the machine; it does not pass, and remediation never evicts on it alone."""
 
     name: str
     passed: bool
     detail: str
     duration_s: float = 0.0
     skipped: bool = False
+    inconclusive: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "skipped": self.skipped, "detail": self.detail,
-                "duration_s": round(self.duration_s, 3)}
+        return {"name": self.name, "passed": self.passed, "skipped": self.skipped, "inconclusive": self.inconclusive,
+                "detail": self.detail, "duration_s": round(self.duration_s, 3)}
 
 
 def skipped(name: str, why: str) -> CheckResult:
@@ -32,8 +35,9 @@ def run_with_timeout(name: str, fn: Callable[[], CheckResult], timeout_s: float)
 
     The check runs in a daemon thread: a check stuck in a driver call cannot be killed from
     Python, so it is left behind rather than holding up the other checks and the answer. A
-    check that raises fails with the error as its detail (a broken check says so; it never
-    passes silently and never takes the agent down).
+    timeout is a failure: every check is short, so one that outlives its timeout hangs in the
+    driver or the device. A check that raises is inconclusive, with the error as its detail (a
+    broken check says so; it never passes silently and never takes the agent down).
     """
     box: list[CheckResult] = []
     start = time.monotonic()
@@ -42,7 +46,7 @@ def run_with_timeout(name: str, fn: Callable[[], CheckResult], timeout_s: float)
         try:
             box.append(fn())
         except Exception as exc:  # noqa: BLE001 - any error of a check is its result
-            box.append(CheckResult(name, False, f"check raised {type(exc).__name__}: {exc}"))
+            box.append(CheckResult(name, False, f"check could not run: {type(exc).__name__}: {exc}", inconclusive=True))
 
     thread = threading.Thread(target=target, name=f"check-{name}", daemon=True)
     thread.start()
@@ -51,4 +55,4 @@ def run_with_timeout(name: str, fn: Callable[[], CheckResult], timeout_s: float)
     if not box:
         return CheckResult(name, False, f"timed out after {timeout_s:g}s", took)
     r = box[0]
-    return CheckResult(r.name, r.passed, r.detail, took, r.skipped)
+    return CheckResult(r.name, r.passed, r.detail, took, r.skipped, r.inconclusive)

@@ -46,7 +46,7 @@ class ChecksSource:
 
     def _obey(self, cmd: Command) -> None:
         t = threading.Thread(target=self.run_for, args=(cmd,), name=f"checks-{cmd.id[:8]}", daemon=True)
-        self.threads.append(t)
+        self.threads = [x for x in self.threads if x.is_alive()] + [t]
         t.start()
 
     def run_for(self, cmd: Command) -> Envelope:

@@ -17,6 +17,9 @@ from streams.events import Envelope
 log = logging.getLogger(__name__)
 
 CHECK_NAMES = ("gpu_health", "compute", "collective", "disk", "memory")
+# The collective's ranks import torch before they join; on a loaded host that alone can take long
+# and says nothing about the GPUs, so it is allowed on top of the check's timeout.
+COLLECTIVE_START_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -36,24 +39,30 @@ def suite(config: ChecksConfig) -> dict[str, Callable[[], CheckResult]]:
     return {
         "gpu_health": lambda: check_gpu_health(config.nvml),
         "compute": lambda: check_compute(config.compute_devices),
-        "collective": lambda: check_collective(world=config.collective_world,
-                                               timeout_s=max(1.0, config.timeout_s - 5.0)),
+        "collective": lambda: check_collective(world=config.collective_world, timeout_s=config.timeout_s,
+                                               start_s=COLLECTIVE_START_S),
         "disk": lambda: judge_disk([read_disk(p) for p in config.paths], int(config.min_free_gb * 1024 ** 3),
                                    config.min_free_frac),
         "memory": lambda: judge_memory(read_memory(), config.min_mem_available_frac),
     }
 
 
+def timeouts(config: ChecksConfig) -> dict[str, float]:
+    """Each check's outer limit: ``timeout_s``, the collective's start allowance on top."""
+    return {**{n: config.timeout_s for n in CHECK_NAMES}, "collective": config.timeout_s + COLLECTIVE_START_S + 5.0}
+
+
 def run_checks(checks: dict[str, Callable[[], CheckResult]], timeout_s: float,
-               only: Iterable[str] | None = None) -> list[CheckResult]:
-    """The checks in order, each under ``timeout_s``; ``only`` picks some (unknown names fail, said so)."""
+               only: Iterable[str] | None = None, limits: dict[str, float] | None = None) -> list[CheckResult]:
+    """The checks in order, each under ``timeout_s`` (or its entry in ``limits``); ``only`` picks
+    some (unknown names fail, inconclusive, said so)."""
     wanted = list(only) if only else list(checks)
     results = []
     for name in wanted:
         if name not in checks:
-            results.append(CheckResult(name, False, f"unknown check (known: {', '.join(checks)})"))
+            results.append(CheckResult(name, False, f"unknown check (known: {', '.join(checks)})", inconclusive=True))
             continue
-        results.append(run_with_timeout(name, checks[name], timeout_s))
+        results.append(run_with_timeout(name, checks[name], (limits or {}).get(name, timeout_s)))
         log.info("check %s: %s (%s)", name, "pass" if results[-1].passed else "FAIL", results[-1].detail)
     return results
 
@@ -78,7 +87,7 @@ class CheckRunner:
 
     def run(self, request_id: str, diagnosis_id: str = "", only: Iterable[str] | None = None) -> Envelope:
         start = time.monotonic()
-        results = run_checks(self.checks or suite(self.config), self.config.timeout_s, only)
+        results = run_checks(self.checks or suite(self.config), self.config.timeout_s, only, timeouts(self.config))
         event = result_event(results, job=self.job, node=self.node, request_id=request_id,
                              diagnosis_id=diagnosis_id, duration_s=time.monotonic() - start)
         self.publish(event)

@@ -95,6 +95,17 @@ def test_a_gpu_whose_product_differs_fails_and_is_named():
     assert r.detail.startswith("gpu2: product off the reference") and "gpu0" not in r.detail
 
 
+def test_a_device_that_raises_a_cuda_error_fails_and_is_named():
+    def matmul(device, a, b):
+        if device == "gpu1":
+            raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
+        return a @ b
+
+    r = judge_products(measure_products(["gpu0", "gpu1", "gpu2"], size=32, matmul=matmul))
+    assert not r.passed and not r.inconclusive
+    assert r.detail == "gpu1: RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
 def test_a_nan_product_fails():
     products = measure_products(["gpu0"], size=16, matmul=lambda d, a, b: (a @ b) * float("nan"))
     assert not judge_products(products).passed
@@ -114,6 +125,12 @@ def test_collective_verdicts():
     assert not judge_collective([RankOutcome(0, True, 0.0)], 2, 5.0).passed
     wrong = judge_collective([RankOutcome(0, True, 1.0), RankOutcome(1, False, error="RuntimeError: x")], 2)
     assert not wrong.passed and "off by 1.0" in wrong.detail and "rank 1: RuntimeError" in wrong.detail
+    assert not wrong.inconclusive
+    # Our setup failing is no evidence against the machine.
+    no_torch = judge_collective([RankOutcome(0, False, error="exited 1: ModuleNotFoundError: No module named 'torch'",
+                                             started=False), RankOutcome(1, True, 0.0)], 2)
+    clash = judge_collective([RankOutcome(0, False, error="DistNetworkError: EADDRINUSE"), RankOutcome(1, True, 0.0)], 2)
+    assert all(not r.passed and r.inconclusive and r.detail.startswith("could not run") for r in (no_torch, clash))
 
 
 def test_gloo_collective_on_cpu_passes():
@@ -164,7 +181,7 @@ def test_a_check_that_hangs_times_out_and_one_that_raises_fails():
         raise OSError("driver gone")
 
     r = run_with_timeout("boom", boom, 5.0)
-    assert not r.passed and "OSError: driver gone" in r.detail
+    assert not r.passed and r.inconclusive and r.detail == "check could not run: OSError: driver gone"
 
 
 def test_the_runner_publishes_one_valid_event_with_every_result(tmp_path):

@@ -36,8 +36,8 @@ def crash(ts=1000.0, fault="cuda_error", did=None):
                      confidence=0.6, **kw)
 
 
-def result(node, request_id, ts, passed=True, failed=()):
-    checks = [{"name": n, "passed": n not in failed, "skipped": False, "duration_s": 0.5,
+def result(node, request_id, ts, passed=True, failed=(), inconclusive=()):
+    checks = [{"name": n, "passed": n not in failed, "skipped": False, "duration_s": 0.5, "inconclusive": n in inconclusive,
                "detail": "gpu0: row remap pending (needs a GPU reset)" if n in failed else "ok"}
               for n in ("gpu_health", "compute", "collective", "disk", "memory")]
     return Envelope(ts=EPOCH + ts, job="j", node=node, source="check", kind="result",
@@ -73,6 +73,28 @@ def test_only_the_failing_node_is_evicted_and_no_reattempt_follows():
     assert evict.params["failed_checks"] == {"n002": ["gpu_health"]} and evict.params["replacements"] == ["s000"]
     assert "row remap pending" in evict.reason
     assert set(p.taken_out["j"]) == {"n002"}
+
+
+def test_a_check_that_could_not_run_is_no_evidence():
+    p = policy()
+    _, cmd = p.decide(crash(), 1000.0)
+    out = []
+    for n in NODES:
+        bad = ("collective",) if n == "n001" else ()
+        out += p.observe_check(result(n, cmd.id, 1010.0, failed=bad, inconclusive=bad), 1010.0)
+    assert [d.rung for d, _ in out] == ["checks_unclear", "reattempt"]
+    assert not any(c is not None and c.action == "evict" for _, c in out)
+    assert out[1][1].params["suspects"] == ["n001"] and "n001" not in out[1][1].params["checks_passed"]
+    # One conclusive failure beside an inconclusive one is evidence: that machine goes.
+    p2 = policy()
+    _, cmd = p2.decide(crash(), 1000.0)
+    out = []
+    for n in NODES:
+        bad = ("collective", "compute") if n == "n001" else ()
+        out += p2.observe_check(result(n, cmd.id, 1010.0, failed=bad, inconclusive=("collective",) if bad else ()),
+                                1010.0)
+    [(_, evict)] = out
+    assert evict.nodes == ("n001",) and evict.params["failed_checks"] == {"n001": ["compute"]}
 
 
 def test_results_for_another_request_or_a_stranger_are_ignored():

@@ -7,6 +7,11 @@ it into steps once every machine answered or the deadline passed. Silence is nev
 machine that does not answer is asked again, then reported to a person (and named a suspect in
 the rung that follows), never evicted for it — a dead machine is the heartbeat's business
 (`node_silent`). The Policy (remediation.policy) sends the commands and keeps these per job.
+
+Time: an answer counts whenever it is read, as long as the wait is open; the deadline is judged
+on the remediation consumer's clock at its ticks. A consumer far behind on `telemetry.checks`
+may so close a wait before reading answers that were on time: the cost is a second ask or a
+reattempt with those machines named suspects, never an eviction.
 """
 
 from __future__ import annotations

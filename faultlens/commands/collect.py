@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--check-path", action="append", default=[], metavar="DIR",
                    help="checkpoint / work folder that must have room and take a write (repeatable; default .)")
     c.add_argument("--check-min-free-gb", type=float, default=10.0, help="free space each path needs (default 10)")
-    c.add_argument("--check-timeout", type=float, default=60.0, help="seconds each check may take (default 60)")
+    c.add_argument("--check-timeout", type=float, default=60.0,
+                   help="seconds each check may take (default 60; the collective gets 60 more to start its ranks)")
     o = parser.add_argument_group("broker outages")
     o.add_argument("--spool-dir", default=_env("SPOOL_DIR"),
                    help="where to spool events while the broker is away (default $FAULTLENS_HOME/spool/JOB-NODE)")

@@ -284,3 +284,23 @@ def test_the_consumer_routes_check_events_and_ticks_deadlines(tmp_path):
     logged = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert [d["rung"] for d in logged] == ["stop_time_checks", "stop_time_checks", "checks_failed"]
     assert logged[-1]["params"]["failed_checks"] == {"n003": ["collective"]}
+
+
+def test_a_state_file_from_before_checks_still_loads(tmp_path):
+    old = {"version": 1, "saved_at": 5.0, "jobs": {"j": {"touched": 5.0, "pool": None, "ladder": {
+        "job": "j", "sequence": "stop_time_diagnosis", "rung": "reattempt", "count": 1, "last": 900.0,
+        "failures": [900.0]}}}}
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    p = policy(tmp_path)
+    assert p.store.errors == [] and p.ladders["j"].failures == [900.0]
+    assert p.pending_checks == {} and p.replays == {} and p.taken_out == {}
+
+
+def test_a_damaged_pending_entry_is_reported_and_that_job_starts_afresh(tmp_path):
+    p = policy(tmp_path)
+    p.decide(crash(), 1000.0)
+    saved = json.loads((tmp_path / "state.json").read_text())
+    saved["jobs"]["j"]["checks"]["deadline"] = "soon"
+    (tmp_path / "state.json").write_text(json.dumps(saved))
+    again = policy(tmp_path)
+    assert "j" not in again.pending_checks and any("pending checks" in e for e in again.store.errors)

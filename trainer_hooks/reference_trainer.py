@@ -160,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.mse_loss(model(x), y)
             if inject and args.nan_at is not None and step >= args.nan_at:
                 loss = loss * float("nan")
+            if replay_steps is not None and not math.isfinite(loss.item()):
+                # A replay reproduces a NaN by failing: the launcher judges groups by exit codes.
+                raise RuntimeError(f"non-finite loss {loss.item()} in replay (rank {rank}, step {step})")
             opt.zero_grad()
             loss.backward()
             for p in model.parameters():

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from collectors.checks.source import ChecksSource
+from collectors.checks.suite import ChecksConfig
 from collectors.command_listener import StackCaptureSource
 from collectors.file_follower import FileFollower
 from collectors.heartbeat import HeartbeatSource
@@ -64,6 +66,7 @@ class AgentConfig:
     create_topics: bool = True
     dump_timeout_s: float = 10.0
     send_timeout_s: float = 10.0  # how long a batch may wait for the broker before it is spooled
+    checks: ChecksConfig = field(default_factory=ChecksConfig)  # stop-time checks run on `run_checks`
 
 
 class _Runner:
@@ -160,8 +163,14 @@ class Agent:
                 self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,
                 launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern, rank_env=c.rank_env,
                 dump_timeout_s=c.dump_timeout_s, memory=ReplayMemory(c.replay_file)))
+            # Its own replay file: two listeners rewriting one file would drop each other's ids.
+            checks_memory = c.replay_file.with_name(f"{c.replay_file.stem}-checks{c.replay_file.suffix}") \
+                if c.replay_file else None
+            sources.append(ChecksSource(self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,
+                                        config=c.checks, memory=ReplayMemory(checks_memory)))
         else:
             self.unavailable["stacks"] = c.verify_keys_error or "no command verify key"
+            self.unavailable["checks"] = c.verify_keys_error or "no command verify key"
         sources.append(HeartbeatSource(job=c.job, node=c.node, interval_s=c.heartbeat_interval_s, publish=publish,
                                        statuses=self.statuses, pids=self.training_pids))
         return sources

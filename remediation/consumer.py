@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from streams.command import Command
 from streams.diagnosis_record import Diagnosis
 from remediation.policy import Decision, Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
@@ -33,7 +34,8 @@ GROUP = "faultlens-remediate"
 COMMANDS_TOPIC = topics.COMMANDS
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
-DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode}
+CHECKS_TOPIC = topics.CHECKS  # stop-time check results and replay outcomes the ladder waits for
+DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode, CHECKS_TOPIC: decode}
 _SEEN_LIMIT = 100_000
 
 
@@ -67,6 +69,9 @@ class RemediationHandler:
                     out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value),
                                            f"bad topology: {exc}", self.group))
                 continue
+            if r.topic == CHECKS_TOPIC:
+                out.extend(self._follow(self.policy.observe_check(r.value, self.clock())))
+                continue
             d: Diagnosis = r.value
             if d.id in self._seen:
                 # A redelivery after a crash or rebalance: the ladder must not climb twice for it.
@@ -76,6 +81,18 @@ class RemediationHandler:
             self._seen[d.id] = None
             if len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
+            self._record(decision)
+            if command is not None:
+                out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+        return out
+
+    def tick(self, now: float) -> Iterable[Outgoing]:
+        """Deadlines of stop-time checks and replays (judged on this handler's clock)."""
+        return self._follow(self.policy.tick(self.clock()))
+
+    def _follow(self, results: list[tuple[Decision, Command | None]]) -> list[Outgoing]:
+        out = []
+        for decision, command in results:
             self._record(decision)
             if command is not None:
                 out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
@@ -131,5 +148,6 @@ def remediate_consumer(settings: KafkaSettings, policy: Policy, *, group: str = 
     ``wrap`` puts a handler around it (the demo decides on simulated time)."""
     handler = RemediationHandler(policy, decision_log=decision_log, emit=emit, group=group)
     log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
-    runner = GroupRunner(settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC], wrap(handler) if wrap else handler, DECODERS)
+    runner = GroupRunner(settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC, CHECKS_TOPIC], wrap(handler) if wrap else handler,
+                         DECODERS)
     return runner, handler

@@ -17,10 +17,13 @@ from typing import Any
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.signing import SigningKey
-from remediation.ladder import JobLadder, Step
+from remediation.ladder import SEQUENCES, JobLadder, Step
 from remediation.pool import StandbyPool
+from remediation.replay import PendingReplay, judge_replay, plan_from_dict
 from remediation.safety import Safety
 from remediation.state import JobState, StateStore
+from remediation.stop_checks import PendingChecks, judge_checks
+from streams.events import Envelope
 from streams.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,12 @@ class PolicyConfig:
     standby_names: tuple[str, ...] = ()
     daily_failure_rate: float = 0.0012
     standby_window_days: float = 1.0
+    # Stop-time diagnosis (remediation.stop_checks): ask the node agents to run their checks before
+    # the ladder's first rung, wait up to checks_wait_s per ask, ask silent machines checks_asks times.
+    stop_checks: bool = False
+    checks_wait_s: float = 420.0
+    checks_asks: int = 2
+    replay_wait_s: float = 3600.0  # how long a dual-phase replay may take before a person is asked
 
     def mode(self, job: str) -> str:
         if not (self.act_on_all or job in self.act_on):
@@ -66,12 +75,14 @@ class Decision:
     sent: bool
     blocked: str = ""
     command: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # the step's params (e.g. bring_back), sent or not
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ts": self.ts, "job": self.job, "diagnosis_id": self.diagnosis_id, "fault": self.fault,
             "rung": self.rung, "action": self.action, "nodes": list(self.nodes), "reason": self.reason,
             "mode": self.mode, "sent": self.sent, "blocked": self.blocked, "command": self.command,
+            "params": self.params,
         }
 
 
@@ -86,6 +97,9 @@ class Policy:
     # Where ladders and pools outlive a restart (remediation.state); None keeps them in memory only.
     state_file: Path | None = None
     store: StateStore | None = field(default=None, init=False)
+    pending_checks: dict[str, PendingChecks] = field(default_factory=dict)  # job → stop-time checks under way
+    replays: dict[str, PendingReplay] = field(default_factory=dict)  # job → dual-phase replay under way
+    taken_out: dict[str, dict[str, str]] = field(default_factory=dict)  # job → node evicted → diagnosis id
     _touched: dict[str, float] = field(default_factory=dict, init=False)  # job → last decision that changed it
 
     def __post_init__(self) -> None:
@@ -100,6 +114,12 @@ class Policy:
                 self.ladders[job] = state.ladder
             if state.pool is not None:
                 self.pools[job] = state.pool
+            if state.checks is not None:
+                self.pending_checks[job] = state.checks
+            if state.replay is not None:
+                self.replays[job] = state.replay
+            if state.taken_out:
+                self.taken_out[job] = dict(state.taken_out)
 
     def observe_topology(self, job: str, topology: Topology) -> None:
         first = job not in self.topologies
@@ -129,24 +149,64 @@ class Policy:
     def decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
         before = self._job_state(d.job)
         result = self._decide(d, now)
-        if self.store is not None and self._job_state(d.job) != before:
-            self._touched[d.job] = now
-            self._save(now)
+        self._saved_if_changed(d.job, before, now)
         return result
 
-    def _job_state(self, job: str) -> tuple[dict | None, dict | None]:
-        """What the state file keeps of ``job``: an episode under way, spares handed out."""
+    def observe_check(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
+        """A `check` event (a node's stop-time results, a replay's outcome) → what follows from it."""
+        job = event.job
+        before = self._job_state(job)
+        out: list[tuple[Decision, Command | None]] = []
+        if event.kind == "result" and job in self.pending_checks:
+            if self.pending_checks[job].record(event):
+                out = self._settle_checks(job, now)
+        elif event.kind == "replay_done" and job in self.replays:
+            out = self._settle_replay(event, now)
+        self._saved_if_changed(job, before, now)
+        return out
+
+    def tick(self, now: float) -> list[tuple[Decision, Command | None]]:
+        """Deadlines: checks nobody answered in time, replays that never reported."""
+        out: list[tuple[Decision, Command | None]] = []
+        for job in sorted(set(self.pending_checks) | set(self.replays)):
+            before = self._job_state(job)
+            if job in self.pending_checks:
+                out += self._settle_checks(job, now)
+            replay = self.replays.get(job)
+            if replay is not None and now >= replay.deadline:
+                del self.replays[job]
+                d = Diagnosis.from_dict(replay.diagnosis)
+                step = Step("replay_inconclusive", None, (),
+                            f"{d.fault}: no dual-phase replay outcome within {self.config.replay_wait_s:.0f}s; "
+                            "no eviction, a person should look", {"replay_command": replay.command_id})
+                out.append((self._decision(now, d, step, self.config.mode(job), sent=False), None))
+            self._saved_if_changed(job, before, now)
+        return out
+
+    def _saved_if_changed(self, job: str, before: tuple, now: float) -> None:
+        if self.store is not None and self._job_state(job) != before:
+            self._touched[job] = now
+            self._save(now)
+
+    def _job_state(self, job: str) -> tuple:
+        """What the state file keeps of ``job``: an episode under way, spares handed out, checks or a
+        replay awaited, machines taken out."""
         ladder, pool = self.ladders.get(job), self.pools.get(job)
+        checks, replay = self.pending_checks.get(job), self.replays.get(job)
         return (ladder.to_dict() if ladder is not None and ladder.failures else None,
-                pool.to_dict() if pool is not None and pool.used else None)
+                pool.to_dict() if pool is not None and pool.used else None,
+                checks.to_dict() if checks is not None else None,
+                replay.to_dict() if replay is not None else None,
+                dict(self.taken_out.get(job) or {}) or None)
 
     def _save(self, now: float) -> None:
         jobs: dict[str, JobState] = {}
-        for job in set(self.ladders) | set(self.pools):
-            ladder, pool = self._job_state(job)
-            if ladder or pool:  # a job with no episode and no spare handed out has nothing to remember
+        for job in set(self.ladders) | set(self.pools) | set(self.pending_checks) | set(self.replays) | set(self.taken_out):
+            ladder, pool, checks, replay, taken_out = self._job_state(job)
+            if ladder or pool or checks or replay or taken_out:  # else nothing to remember
                 jobs[job] = JobState(job, self._touched.get(job, now), self.ladders[job] if ladder else None,
-                                     self.pools[job] if pool else None)
+                                     self.pools[job] if pool else None, self.pending_checks.get(job),
+                                     self.replays.get(job), dict(taken_out or {}))
         try:
             self.store.save(jobs, now)
         except OSError as exc:
@@ -156,14 +216,94 @@ class Policy:
     def _decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
         topology = self.topologies.get(d.job)
         job_nodes = topology.nodes if topology else ()
+        checks = self.pending_checks.get(d.job)
+        waiting = ("stop-time checks" if checks is not None and not checks.settled
+                   else "a dual-phase replay" if d.job in self.replays else None)
+        if waiting and d.action in SEQUENCES:
+            # The job is stopped for its checks, or reproducing the fault on purpose: what it logs
+            # meanwhile is not a new failure to climb the ladder for.
+            step = Step("waiting", None, d.nodes, f"{d.fault}: {waiting} under way for this job; recorded only")
+            return self._decision(now, d, step, self.config.mode(d.job), sent=False), None
         step = self._ladder(d.job).decide(d, job_nodes)
+        if self.config.stop_checks and step.action is not None and step.params.get("stop_time_diagnosis"):
+            return self._ask_checks(d, step, job_nodes or d.nodes, now)
+        return self._act(d, step, now)
+
+    # --- stop-time checks and replay ------------------------------------------------------------
+    def _ask_checks(self, d: Diagnosis, then: Step, nodes: tuple[str, ...], now: float) -> tuple[Decision, Command | None]:
+        earlier = self.pending_checks.pop(d.job, None)  # settled: only taken-out machines were still awaited
+        if earlier is not None:
+            log.info("job %s: new checks; machines %s did not answer the last ones", d.job,
+                     ",".join(n for n in earlier.recheck if n not in earlier.results))
+        if not nodes:
+            return self._act(d, then, now)  # no machine known to ask: the rung goes ahead as before
+        recheck = tuple(n for n in sorted(self.taken_out.get(d.job) or {}) if n not in nodes)
+        pending = PendingChecks(d.job, d.to_dict(), then, tuple(nodes), recheck, asked_at=now,
+                                deadline=now + self.config.checks_wait_s)
+        self.pending_checks[d.job] = pending
+        return self._send_checks(d, pending, pending.asked, now)
+
+    def _send_checks(self, d: Diagnosis, pending: PendingChecks, nodes: tuple[str, ...],
+                     now: float) -> tuple[Decision, Command | None]:
+        again = len(pending.requests)
+        step = Step("stop_time_checks", "run_checks", nodes,
+                    f"{d.fault}: stop-time checks on {len(nodes)} machine(s)" + (f", ask {again + 1}" if again else "")
+                    + f"; then {pending.then.rung.replace('_', ' ')} if all pass",
+                    {"then": pending.then.rung, "wait_s": self.config.checks_wait_s,
+                     **({"recheck": list(pending.recheck)} if pending.recheck else {})})
+        key = d.id if not again else f"{d.id}:ask{again + 1}"
+        decision, command = self._act(d, step, now, key=key)
+        pending.requests.append(command_id(key, "run_checks"))
+        return decision, command
+
+    def _settle_checks(self, job: str, now: float) -> list[tuple[Decision, Command | None]]:
+        pending = self.pending_checks[job]
+        verdict = judge_checks(pending, now, self.config.checks_asks)
+        if verdict is None:
+            return []
+        d = Diagnosis.from_dict(pending.diagnosis)
+        if verdict.reask:
+            pending.asks += 1
+            pending.deadline = now + self.config.checks_wait_s
+            log.warning("job %s: no check results from %s; asking again", job, ",".join(verdict.reask))
+            return [self._send_checks(d, pending, verdict.reask, now)]
+        if verdict.keep_open:
+            pending.settled = True
+        else:
+            del self.pending_checks[job]
+        out = []
+        for step in verdict.steps:
+            if step.rung == "bring_back":
+                for n in step.nodes:
+                    self.taken_out.get(job, {}).pop(n, None)
+                if not self.taken_out.get(job):
+                    self.taken_out.pop(job, None)
+            out.append(self._act(d, step, now))
+        return out
+
+    def _settle_replay(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
+        replay = self.replays[event.job]
+        if event.data.get("command_id") != replay.command_id:
+            return []
+        del self.replays[event.job]
+        d = Diagnosis.from_dict(replay.diagnosis)
+        fh, fv = event.data.get("failing_horizontal"), event.data.get("failing_vertical")
+        if not (isinstance(fh, list) and isinstance(fv, list) and all(isinstance(i, int) for i in fh + fv)):
+            step = Step("replay_inconclusive", None, (), f"{d.fault}: replay outcome unreadable ({fh!r}, {fv!r}); "
+                        "no eviction, a person should look")
+        else:
+            step = judge_replay(replay, fh, fv)
+        return [self._act(d, step, now)]
+
+    def _act(self, d: Diagnosis, step: Step, now: float, key: str | None = None) -> tuple[Decision, Command | None]:
+        """Gate ``step`` by safety and make its command (sent only in act mode)."""
         mode = self.config.mode(d.job)
         if step.action is None:
             return self._decision(now, d, step, mode, sent=False), None
 
         # Capturing stacks is harmless and a second stall soon after a restart needs it again, so it
         # is folded only over the settle time; disruptive actions over the full dedup window.
-        window = self.config.settle_s if step.action == "capture_stacks" else self.safety.config.dedup_s
+        window = self.config.settle_s if step.action in ("capture_stacks", "run_checks") else self.safety.config.dedup_s
         if self.safety.is_duplicate(d.job, step.nodes, d.fault, step.action, now, window):
             return self._decision(now, d, step, mode, sent=False,
                                   blocked=f"duplicate: {step.action} for these nodes and {d.fault} within {window:.0f}s"), None
@@ -182,7 +322,7 @@ class Policy:
             params.update(allocation.to_params())
 
         command = Command(
-            id=command_id(d.id, step.action), job=d.job, action=step.action, nodes=step.nodes,
+            id=command_id(key or d.id, step.action), job=d.job, action=step.action, nodes=step.nodes,
             reason=step.reason,
             diagnosis_id=d.id, issued_at=now, expires_at=now + self.config.ttl_s, params=params,
         ).signed(self.signing_key)
@@ -190,10 +330,15 @@ class Policy:
         sent = mode == "act"
         if sent and step.evicts:
             self.safety.record_eviction(d.job, step.nodes, now)
+            # Remembered so that a later round of checks asks them whether they may come back.
+            self.taken_out.setdefault(d.job, {}).update({n: d.id for n in step.nodes})
+        if sent and step.rung == "dual_phase_replay" and "plan" in step.params:
+            self.replays[d.job] = PendingReplay(d.job, command.id, d.to_dict(), plan_from_dict(step.params["plan"]),
+                                                now, now + self.config.replay_wait_s)
         return self._decision(now, d, step, mode, sent=sent, command=command), command if sent else None
 
     @staticmethod
     def _decision(now: float, d: Diagnosis, step: Step, mode: str, *, sent: bool, blocked: str = "",
                   command: Command | None = None) -> Decision:
         return Decision(now, d.job, d.id, d.fault, step.rung, step.action or "none", step.nodes, step.reason,
-                        mode, sent, blocked, command.to_dict() if command else None)
+                        mode, sent, blocked, command.to_dict() if command else None, dict(step.params))

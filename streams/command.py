@@ -16,7 +16,8 @@ import orjson
 from streams.events import InvalidEvent, loads, new_id, require_fields
 from streams.signing import SigningKey, VerifyKeys
 
-COMMAND_ACTIONS = ("evict", "restart", "reattempt", "rollback", "capture_stacks", "checkpoint", "stop")
+COMMAND_ACTIONS = ("evict", "restart", "reattempt", "rollback", "capture_stacks", "checkpoint", "stop",
+                   "run_checks")  # run_checks: the node agents' stop-time checks (collectors.checks)
 
 # Receivers refuse a command valid for longer than this, whatever its signer wrote: a leaked
 # signed command is dangerous only until it expires.

@@ -97,6 +97,23 @@ def _gpu(v: Any) -> str | None:
     return None
 
 
+_CHECK_ITEM: dict[str, Check] = {"name": _str, "passed": _bool, "skipped": _bool, "inconclusive": _bool, "detail": _str,
+                                  "duration_s": _nonneg}
+
+
+def _check_item(v: Any) -> str | None:
+    if not isinstance(v, Mapping):
+        return f"must be an object, got {_kind(v)}"
+    for key in ("name", "passed"):
+        if v.get(key) is None:
+            return f"{key} is missing"
+    for key, check in _CHECK_ITEM.items():
+        value = v.get(key)
+        if value is not None and (problem := check(value)):
+            return f"{key} {problem}"
+    return None
+
+
 _RANK = {"rank": _nonneg_int}
 SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("gpu", "sample"): {"gpus": _list_of(_gpu), "interval_s": _nonneg},
@@ -121,6 +138,11 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
     ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj},
     ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str},
+    ("check", "result"): {"request_id": _str, "passed": _bool, "failed": _list_of(_str), "checks": _list_of(_check_item), "duration_s": _nonneg},
+    ("check", "replay"): {"command_id": _str, "phase": _str, "group": _nonneg_int, "nodes": _list_of(_str),
+                          "reproduced": _bool},
+    ("check", "replay_done"): {"command_id": _str, "failing_horizontal": _list_of(_nonneg_int),
+                               "failing_vertical": _list_of(_nonneg_int)},
     ("host", "sample"): {"cpu_util": _nonneg, "mem_used_frac": _nonneg, "disk_free_frac": _nonneg, "load1": _nonneg},
 }
 

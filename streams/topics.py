@@ -28,6 +28,7 @@ TRAIN = "telemetry.train"
 HEARTBEAT = "telemetry.heartbeat"
 STACKS = "telemetry.stacks"
 HOST = "telemetry.host"
+CHECKS = "telemetry.checks"
 JOBS = "jobs"
 SUMMARIES = "summaries"
 DIAGNOSES = "diagnoses"
@@ -47,6 +48,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(HEARTBEAT, "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
         TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
         TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
+        TopicSpec(CHECKS, "node", 3, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
         TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
@@ -65,6 +67,7 @@ SOURCE_TOPIC = {
     "host": HOST,
     "job": JOBS,
     "summary": SUMMARIES,
+    "check": CHECKS,
 }
 
 TELEMETRY_TOPICS = tuple(name for name in TOPICS if name.startswith("telemetry."))

@@ -140,6 +140,8 @@ class TrainerHook:
         elif cmd.action == "capture_stacks":
             self._ack(cmd.id, cmd.action, True, "stacks published")
             self.publish_stacks(cmd.id)
+        elif cmd.action not in ACTION_EXIT:
+            return  # run_checks is the node agent's (collectors.checks), not the trainer's
         else:
             with self._lock:
                 if self.exit_code is not None:

@@ -10,6 +10,11 @@ with standbys (the command's ``replacements`` first, then ``--standby``); on res
 rollback it restarts in place (rollback resumes from the checkpoint before the last). A crash
 with no command is followed by a wait for one (``--crash-wait``), then a restart in place. Every
 restart is published as a `job`/`restart` event and printed as a JSON line on stdout.
+
+A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
+(trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
+which reproduced the fault, then waits ``--crash-wait`` for the verdict (an evict of the culprits)
+before restarting.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from streams.config import KafkaSettings, add_kafka_arguments
 from streams.events import Envelope
 from streams.producer import Producer
 from trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
+from trainer_hooks.replay import run_replay
 from streams.command_listener import CommandListener
 from streams.command_screen import CommandScreen
 
@@ -94,6 +100,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds to wait for the command behind a child's restart exit code")
     p.add_argument("--crash-wait", type=float, default=30.0, help="seconds to wait for a command after a crash")
     p.add_argument("--log-dir", type=Path, help="one log file per rank and attempt (default: inherit stderr)")
+    p.add_argument("--replay-steps", type=int, default=20,
+                   help="steps each dual-phase replay group runs from the latest checkpoint (default 20)")
+    p.add_argument("--replay-timeout", type=float, default=300.0,
+                   help="seconds a replay group may run; longer counts as a reproduced hang (default 300)")
     add_kafka_arguments(p)
     p.add_argument("trainer_args", nargs=argparse.REMAINDER, help="after --: arguments for the trainer")
     args = p.parse_args(argv)
@@ -118,29 +128,32 @@ class Launcher:
         self._stopping = False
 
     # --- children ---------------------------------------------------------------------------
-    def spawn(self, resume: str) -> None:
+    def spawn(self, resume: str, nodes: tuple[str, ...] | None = None, extra_env: dict[str, str] | None = None,
+              label: str = "start") -> None:
+        nodes = self.nodes if nodes is None else nodes
         ppn = self.args.procs_per_node
-        world = len(self.nodes) * ppn
+        world = len(nodes) * ppn
         port = free_port()
         self.procs = []
-        for i, node in enumerate(self.nodes):
+        for i, node in enumerate(nodes):
             for local in range(ppn):
                 rank = i * ppn + local
                 env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "FAULTLENS_JOB": self.job,
-                       "FAULTLENS_NODE": node, "FAULTLENS_NODES": ",".join(self.nodes),
+                       "FAULTLENS_NODE": node, "FAULTLENS_NODES": ",".join(nodes),
                        "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_ATTEMPT": str(self.attempt),
-                       "FAULTLENS_RESUME": resume}
+                       "FAULTLENS_RESUME": resume, **(extra_env or {})}
                 out = None
                 if self.args.log_dir:
                     self.args.log_dir.mkdir(parents=True, exist_ok=True)
-                    out = open(self.args.log_dir / f"attempt{self.attempt}-rank{rank}-{node}.log", "ab")
+                    tag = "" if label == "start" else f"-{label}-{'_'.join(nodes)}"
+                    out = open(self.args.log_dir / f"attempt{self.attempt}{tag}-rank{rank}-{node}.log", "ab")
                 node_arg = [self.args.node_arg, node] if self.args.node_arg else []
                 proc = subprocess.Popen([sys.executable, "-m", self.args.trainer, *node_arg, *self.args.trainer_args],
                                         env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True)
                 self.procs.append((proc, node, rank))
-        self.emit({"event": "start", "attempt": self.attempt, "nodes": list(self.nodes), "world_size": world,
+        self.emit({"event": label, "attempt": self.attempt, "nodes": list(nodes), "world_size": world,
                    "resume": resume, "pids": [p.pid for p, _, _ in self.procs]})
 
     def terminate(self, grace: float) -> None:
@@ -197,9 +210,12 @@ class Launcher:
                 self.emit({"event": "gave_up", "attempt": self.attempt, "reason": f"{self.args.max_restarts} restarts"})
                 return 1
             if cmd and (cmd.params or {}).get("mode") == "dual_phase_replay":
-                # Running the replay groups needs a scheduler that can split the job; this one can't.
-                log.warning("dual-phase replay plan received (%s); restarting in place instead",
-                            json.dumps(cmd.params.get("plan")))
+                follow = self.replay(cmd)
+                if follow is not None and follow.action == "stop":
+                    self.emit({"event": "stopped", "command_id": follow.id})
+                    return STOPPED
+                # The verdict: an evict of the machines that reproduced it, or (inconclusive) a restart in place.
+                action, cmd = (follow.action, follow) if follow is not None else ("reattempt", cmd)
             evicted = cmd.nodes if cmd and action == "evict" else tuple(crashed)
             replacements = tuple((cmd.params or {}).get("replacements") or ()) if cmd else ()
             plan = plan_restart(self.nodes, self.standby, action, evicted, replacements)
@@ -213,6 +229,45 @@ class Launcher:
             self.emit({"event": "restart", "attempt": self.attempt, "action": action,
                        "command_id": cmd.id if cmd else None, "nodes_out": list(plan.nodes_out),
                        "nodes_in": list(plan.nodes_in), "nodes": list(plan.nodes), "resume": resume})
+
+    # --- dual-phase replay --------------------------------------------------------------------
+    def replay(self, cmd: Command) -> Command | None:
+        """Run the plan's groups, publish what reproduced, then wait for the ladder's verdict."""
+        try:
+            run_replay(cmd, self.job, self.nodes, self._run_group, self.args.replay_timeout,
+                       self.producer.send_event, self.emit)
+            self.producer.flush()
+        except ValueError as exc:
+            log.error("dual-phase replay %s not run: %s", cmd.id, exc)
+            self.emit({"event": "replay_refused", "command_id": cmd.id, "reason": str(exc)})
+            return None
+        deadline = time.monotonic() + self.args.crash_wait
+        while (left := deadline - time.monotonic()) > 0:
+            follow = self._wait_command(left)
+            if follow is None:
+                break
+            if follow.action in (*RESTART_ACTIONS, "stop") and (follow.action != "evict" or set(follow.nodes) & set(self.nodes)):
+                return follow
+        return None
+
+    def _run_group(self, nodes: tuple[str, ...]) -> tuple[dict[str, int | None], bool]:
+        self.spawn("latest", nodes, {"FAULTLENS_REPLAY_STEPS": str(self.args.replay_steps)}, label="replay_start")
+        deadline = time.monotonic() + self.args.replay_timeout
+        timed_out = False
+        while True:
+            now_codes = [p.poll() for p, _, _ in self.procs]
+            if all(c is not None for c in now_codes) or any(c not in (None, 0) for c in now_codes):
+                break  # done, or one rank failed: the fault reproduced and its peers would only wait on it
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(0.2)
+        codes: dict[str, int | None] = {}
+        for p, node, _ in self.procs:  # per node, a failing rank's code wins
+            if node not in codes or p.poll() not in (None, 0):
+                codes[node] = p.poll()
+        self.terminate(0)
+        return codes, timed_out
 
     def _watch(self) -> tuple[str, Command | None, list[str]] | None:
         """Until the attempt ends: None when every rank finished, else (action, command, nodes)."""

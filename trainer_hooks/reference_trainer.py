@@ -5,7 +5,12 @@ MASTER_ADDR, MASTER_PORT) and the faultlens ones (FAULTLENS_JOB, FAULTLENS_NODE,
 FAULTLENS_BOOTSTRAP, FAULTLENS_ATTEMPT, FAULTLENS_RESUME, FAULTLENS_VERIFY_KEY, FAULTLENS_STATE_DIR).
 
 Faults are injected in the first attempt only (``--inject-attempts``), so a restart after the
-remedy runs clean, as a real job would after the bad machine or batch is gone.
+remedy runs clean, as a real job would after the bad machine or batch is gone — except
+``--bad-node``, a broken machine: its ranks fail on every attempt until it leaves the job.
+
+Under a dual-phase replay (``FAULTLENS_REPLAY_STEPS`` set by trainer_hooks.launcher) the trainer
+runs that many steps from the latest checkpoint, saves no checkpoint and publishes no topology:
+a replay tests machines, it must not move the job's state.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-rank", type=int, default=None, help="this rank raises ...")
     p.add_argument("--crash-at", type=int, default=None, help="... at this step")
     p.add_argument("--inject-attempts", type=int, default=1, help="inject faults in the first N attempts")
+    p.add_argument("--bad-node", default=None, help="a broken machine: its ranks raise on every attempt ...")
+    p.add_argument("--bad-node-at", type=int, default=1, help="... at this step or the first step after resuming")
     return p.parse_args(argv)
 
 
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     job, node = os.environ["FAULTLENS_JOB"], args.node
     attempt = int(os.environ.get("FAULTLENS_ATTEMPT", "0"))
     inject = attempt < args.inject_attempts
+    replay_steps = int(os.environ["FAULTLENS_REPLAY_STEPS"]) if os.environ.get("FAULTLENS_REPLAY_STEPS") else None
     settings = KafkaSettings.load(overrides={"bootstrap": os.environ["FAULTLENS_BOOTSTRAP"],
                                              "client_id": f"trainer-{job}-{rank}"})
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("resumed from %s (step %d, attempt %d)", target.name, start, attempt)
 
     def save(step: int) -> None:
-        if rank != 0:
+        if rank != 0 or replay_steps is not None:
             return
         path = args.ckpt_dir / f"step_{step:06d}.pt"
         tmp = path.with_suffix(".tmp")
@@ -127,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                        on_checkpoint=lambda: save(hook.steps), producer=producer,
                        flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
     hook.wait_ready()
-    if rank == 0:
+    if rank == 0 and replay_steps is None:
         nodes = os.environ.get("FAULTLENS_NODES", node).split(",")
         per_node = world // len(nodes)
         tp, pp = args.tp, args.pp
@@ -139,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()  # every listener is ready before the first step, so no command slips past
 
     try:
-        for step in range(start + 1, args.steps + 1):
+        last = args.steps if replay_steps is None else min(args.steps, start + replay_steps)
+        for step in range(start + 1, last + 1):
             t0 = time.monotonic()
+            if node == args.bad_node and step >= args.bad_node_at:
+                raise RuntimeError(f"injected fault: broken machine {node} (rank {rank}, step {step})")
             if inject and rank == args.crash_rank and step == args.crash_at:
                 raise RuntimeError(f"injected crash on rank {rank} at step {step}")
             if inject and rank == args.hang_rank and args.hang_at is not None and step >= args.hang_at:
@@ -149,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.mse_loss(model(x), y)
             if inject and args.nan_at is not None and step >= args.nan_at:
                 loss = loss * float("nan")
+            if replay_steps is not None and not math.isfinite(loss.item()):
+                # A replay reproduces a NaN by failing: the launcher judges groups by exit codes.
+                raise RuntimeError(f"non-finite loss {loss.item()} in replay (rank {rank}, step {step})")
             opt.zero_grad()
             loss.backward()
             for p in model.parameters():

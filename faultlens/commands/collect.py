@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from collectors.agent import Agent, AgentConfig
+from collectors.checks.suite import ChecksConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
 from streams.broker import faultlens_home
@@ -74,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "else $FAULTLENS_HOME)")
     s.add_argument("--secret-file", help=argparse.SUPPRESS)  # removed: said so instead of "unrecognized"
     s.add_argument("--dump-timeout", type=float, default=10.0, help="seconds per py-spy dump (default 10)")
+    c = parser.add_argument_group("stop-time checks (run on a signed run_checks command)")
+    c.add_argument("--check-path", action="append", default=[], metavar="DIR",
+                   help="checkpoint / work folder that must have room and take a write (repeatable; default .)")
+    c.add_argument("--check-min-free-gb", type=float, default=10.0, help="free space each path needs (default 10)")
+    c.add_argument("--check-timeout", type=float, default=60.0,
+                   help="seconds each check may take (default 60; the collective gets 60 more to start its ranks)")
     o = parser.add_argument_group("broker outages")
     o.add_argument("--spool-dir", default=_env("SPOOL_DIR"),
                    help="where to spool events while the broker is away (default $FAULTLENS_HOME/spool/JOB-NODE)")
@@ -109,6 +116,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         verify_keys=keys, verify_keys_error=keys_error,
         replay_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
         create_topics=not args.no_create_topics, dump_timeout_s=args.dump_timeout,
+        checks=ChecksConfig(paths=tuple(args.check_path) or (".",), min_free_gb=args.check_min_free_gb,
+                            timeout_s=args.check_timeout, nvml=None),
     )
 
 

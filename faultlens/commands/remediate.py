@@ -72,6 +72,13 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--ttl", type=float, default=300.0, help="seconds a command stays valid (default 300)")
     s.add_argument("--settle", type=float, default=30.0,
                    help="seconds after an escalation in which more crash reports count as the same incident")
+    c = parser.add_argument_group("stop-time diagnosis")
+    c.add_argument("--stop-checks", action="store_true", default=os.environ.get("FAULTLENS_STOP_CHECKS") == "1",
+                   help="on a crash or NaN with no clear culprit, send run_checks to the job's node agents and "
+                        "wait for their results before the ladder's first rung; evict only machines that fail")
+    c.add_argument("--checks-wait", type=float, default=420.0,
+                   help="seconds to wait for check results per ask (silent machines are asked twice, then "
+                        "reported, never evicted for silence; default 420)")
     p = parser.add_argument_group("warm standby pool")
     p.add_argument("--standby", default=os.environ.get("FAULTLENS_STANDBY", ""),
                    help="comma-separated spare hosts handed to evictions (default: named per job)")
@@ -102,6 +109,7 @@ def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig
         min_confidence=args.min_confidence, settle_s=args.settle,
         standby_names=tuple(n for n in args.standby.split(",") if n),
         daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
+        stop_checks=getattr(args, "stop_checks", False), checks_wait_s=getattr(args, "checks_wait", 420.0),
     )
     return policy, safety
 

@@ -1,0 +1,90 @@
+"""Stop-time checks on the real broker: the ladder's signed run_checks → the node agent runs its
+checks → one check/result event → the ladder evicts the node whose GPU failed; a forged command
+runs nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from collectors.agent import Agent, AgentConfig
+from collectors.checks.suite import ChecksConfig
+from remediation.policy import Policy, PolicyConfig
+from streams import topics
+from streams.command import Command
+from streams.diagnosis_record import Diagnosis
+from streams.events import InvalidEvent, decode
+from streams.payloads import check_payload
+from streams.producer import Producer
+from streams.reader import iter_topics
+from streams.signing import SigningKey
+from streams.topology import Topology
+from tests.collectors.test_checks import PendingRemapNvml
+
+pytestmark = pytest.mark.broker
+
+KEY = SigningKey.generate()
+
+
+def check_events(settings, job, want, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    events = []
+    while time.monotonic() < deadline:
+        events = []
+        for r in iter_topics(settings, [topics.CHECKS], idle_s=0.3, timeout_s=3.0):
+            try:
+                e = decode(r.value)
+            except InvalidEvent:
+                continue
+            if e.job == job:
+                events.append(e)
+        if len(events) >= want:
+            break
+        time.sleep(0.5)
+    return events
+
+
+def test_a_signed_run_checks_is_answered_and_a_failing_gpu_is_evicted(kafka_settings, tmp_path):
+    job, node = f"checks-{uuid.uuid4().hex[:8]}", "gpu-node-7"
+    checks = ChecksConfig(paths=(str(tmp_path),), min_free_gb=0.001, min_mem_available_frac=0.0, timeout_s=90.0,
+                          nvml=PendingRemapNvml(n=2), compute_devices=("cpu", "cpu"), collective_world=2)
+    config = AgentConfig(job=job, node=node, nvml=False, kernel=False, heartbeat_interval_s=5.0,
+                         verify_keys=KEY.verify_keys(), replay_file=tmp_path / "seen.jsonl",
+                         spool_dir=tmp_path / "spool", checks=checks)
+    policy = Policy(KEY, PolicyConfig(act_on=frozenset({job}), stop_checks=True, checks_wait_s=300.0))
+    policy.observe_topology(job, Topology.grid([node], 1, 1, 1, 1))
+    agent = Agent(config, kafka_settings).start()
+    try:
+        source = agent.source("checks")
+        assert source.ready.wait(30), "the checks listener never reached the end of the commands topic"
+        now = time.time()
+        forged = Command(job=job, action="run_checks", issued_at=now, expires_at=now + 60,
+                         nodes=(node,)).signed(SigningKey.generate())
+        crash = Diagnosis(job=job, ts=now, onset=now, fault="cuda_error", action="stop_time_diagnosis",
+                          ranks=(0,), confidence=0.6)
+        decision, run_checks = policy.decide(crash, now)
+        assert decision.sent and run_checks.action == "run_checks" and run_checks.nodes == (node,)
+        with Producer(kafka_settings) as producer:
+            for cmd in (forged, run_checks):
+                producer.send(topics.COMMANDS, job.encode(), cmd.encode())
+            producer.flush()
+
+        [event] = check_events(kafka_settings, job, 1)
+        check_payload(event)
+        assert event.source == "check" and event.kind == "result" and event.node == node
+        assert event.data["request_id"] == run_checks.id and event.data["diagnosis_id"] == crash.id
+        by_name = {c["name"]: c for c in event.data["checks"]}
+        assert list(by_name) == ["gpu_health", "compute", "collective", "disk", "memory"]
+        assert by_name["gpu_health"]["passed"] is False and "gpu1: row remap pending" in by_name["gpu_health"]["detail"]
+        assert all(by_name[n]["passed"] for n in ("compute", "collective", "disk", "memory")), by_name
+        assert event.data["failed"] == ["gpu_health"] and event.data["passed"] is False
+        assert source.listener.refused == 1  # the forged one ran nothing
+
+        [(verdict, evict)] = policy.observe_check(event, time.time())
+        assert verdict.rung == "checks_failed" and evict.action == "evict" and evict.nodes == (node,)
+        assert evict.params["failed_checks"] == {node: ["gpu_health"]}
+        assert evict.params["evidence"] == [event.id]
+    finally:
+        agent.stop()

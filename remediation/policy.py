@@ -66,12 +66,16 @@ class Decision:
     sent: bool
     blocked: str = ""
     command: dict[str, Any] | None = None
+    # What the actuator did on the scheduler for this decision (streams.action_record, as dicts);
+    # filled in by the consumer after the decision, empty without one.
+    actions: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ts": self.ts, "job": self.job, "diagnosis_id": self.diagnosis_id, "fault": self.fault,
             "rung": self.rung, "action": self.action, "nodes": list(self.nodes), "reason": self.reason,
             "mode": self.mode, "sent": self.sent, "blocked": self.blocked, "command": self.command,
+            "actions": list(self.actions),
         }
 
 

@@ -141,10 +141,21 @@ class SlurmActuator(Actuator):
         return f"requeued job {','.join(ids)}"
 
     def bring_back(self, request: ActionRequest) -> str:
-        self._update_nodes(request.nodes, "State=RESUME")
+        if not request.nodes:
+            raise ActuatorError("no node named")
+        # One node at a time, and judged by the state read back, not by scontrol's exit code:
+        # for a node whose base state is UNKNOWN (not registered since slurmctld started) Slurm
+        # 22.05 lifts the drain yet answers "Invalid node state specified".
+        said: dict[str, str] = {}
+        for node in request.nodes:
+            try:
+                self._update_nodes((node,), "State=RESUME")
+            except ActuatorError as exc:
+                said[node] = str(exc)
         shown = self.show_nodes(request.nodes)
-        still = [n for n in request.nodes if state_flags(shown.get(n, {}).get("State", "")) & {"DRAIN", "DOWN", "FAIL"}]
+        still = [n for n in request.nodes if "DRAIN" in state_flags(shown.get(n, {}).get("State", ""))]
         if still:
-            raise ActuatorError(f"resumed but {','.join(still)} is still "
-                                f"{', '.join(shown.get(n, {}).get('State', '?') for n in still)}")
-        return "resumed " + ", ".join(f"{n} ({shown[n]['State']})" for n in request.nodes)
+            raise ActuatorError("; ".join(f"{n} still {shown.get(n, {}).get('State', 'unknown to Slurm')}"
+                                          + (f" ({said[n]})" if n in said else "") for n in still))
+        notes = "".join(f" [{n}: drain lifted although {said[n]}]" for n in said)
+        return "resumed " + ", ".join(f"{n} ({shown[n]['State']})" for n in request.nodes) + notes

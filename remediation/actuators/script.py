@@ -55,7 +55,7 @@ class ScriptActuator(Actuator):
             r = subprocess.run(self.argv, input=payload, capture_output=True, text=True,
                                timeout=self.config.timeout_s, env=env)
         except subprocess.TimeoutExpired:
-            raise ActuatorError(f"{self.argv[0]} ran past {self.config.timeout_s:.0f}s and was killed") from None
+            raise ActuatorError(f"{self.argv[0]} ran past {self.config.timeout_s:g}s and was killed") from None
         except OSError as exc:
             raise ActuatorError(f"cannot run {self.argv[0]}: {exc}") from None
         if r.returncode != 0:

@@ -94,7 +94,10 @@ class RemediationHandler:
 
     def _actuate(self, decision: Decision) -> list:
         """Carry out what the decision asks of the scheduler; a take-out that failed is not followed
-        by a requeue (the job would come back on the machine that stayed in)."""
+        by a requeue (the job would come back on the machine that stayed in). Without an actuator
+        there is nothing to record: the decision line already says what was decided."""
+        if isinstance(self.actuator, NoActuator):
+            return []
         records = []
         for request in plan(decision, requeue_on_evict=self.requeue_on_evict):
             if request.op == "requeue" and any(r.op == "take_out" and r.outcome == "error" for r in records):

@@ -39,6 +39,7 @@ class ActionRecord:
     duration_s: float = 0.0
     # Derived from what was asked (not when or how it went): a redelivered decision that acts again
     # makes the same id, so the history keeps the first outcome and does not double the row.
+    # An operation done by hand (no diagnosis id) is its own event each time (its ts counts).
     id: str = ""
 
     def __post_init__(self) -> None:
@@ -53,7 +54,9 @@ class ActionRecord:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InvalidEvent(name, f"must be a finite number, got {v!r}")
         if not self.id:
-            basis = orjson.dumps([self.job, self.op, self.actuator, list(self.nodes), self.diagnosis_id])
+            # One done by hand (no diagnosis) is its own event each time it is done.
+            when = [] if self.diagnosis_id else [self.ts]
+            basis = orjson.dumps([self.job, self.op, self.actuator, list(self.nodes), self.diagnosis_id, *when])
             object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
 
     def to_dict(self) -> dict[str, Any]:

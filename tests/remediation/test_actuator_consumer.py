@@ -175,3 +175,10 @@ def test_slurm_drain_through_the_remediation_handler(tmp_path):
         assert "DRAIN" not in cluster.node_state(ghosts[0])
     finally:
         cluster.stop()
+
+
+def test_without_an_actuator_nothing_is_recorded_beyond_the_decision(tmp_path):
+    handler = handler_for("act", None, tmp_path)
+    out = handler.handle([diagnosis_record()[0]])
+    assert [o.topic for o in out] == [COMMANDS_TOPIC]
+    assert json.loads((tmp_path / "decisions.jsonl").read_text())["actions"] == []

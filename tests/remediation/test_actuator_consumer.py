@@ -137,10 +137,13 @@ def test_a_failing_actuator_is_recorded_and_the_consumer_goes_on(tmp_path):
 
 
 def test_action_records_round_trip_and_refuse_garbage():
-    rec = ActionRecord(ts=1.0, job="j", op="take_out", actuator="slurm", nodes=("n1",), outcome="error", detail="x")
+    rec = ActionRecord(ts=1.0, job="j", op="take_out", actuator="slurm", nodes=("n1",), diagnosis_id="d-1",
+                       outcome="error", detail="x")
     assert ActionRecord.decode(rec.encode()) == rec
     again = dataclasses.replace(rec, ts=2.0, outcome="ok", id="")
     assert again.id == rec.id  # the same operation for the same diagnosis: one history row
+    by_hand = dataclasses.replace(rec, diagnosis_id="", id="")
+    assert dataclasses.replace(by_hand, ts=2.0, id="").id != by_hand.id  # each one by hand is its own row
     for bad in (b"null", b"[]", b'{"id": "x"}', b"not json",
                 dataclasses.replace(rec).encode().replace(b'"take_out"', b'"reboot"'),
                 rec.encode().replace(b'"nodes":["n1"]', b'"nodes":"n1"')):

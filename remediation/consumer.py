@@ -16,10 +16,12 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from streams.command import Command
 from streams.diagnosis_record import Diagnosis
 from remediation.actuators import Actuator, NoActuator, carry_out, plan
 from remediation.policy import Decision, Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from streams.action_record import ActionRecord
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
@@ -83,16 +85,24 @@ class RemediationHandler:
             self._seen[d.id] = None
             if len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
-            actions = self._actuate(decision)
-            if actions:
-                decision = dataclasses.replace(decision, actions=tuple(a.to_dict() for a in actions))
-            self._record(decision)
-            if command is not None:
-                out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
-            out.extend(Outgoing(ACTIONS_TOPIC, a.job.encode(), a.encode()) for a in actions)
+            out.extend(self._decided(decision, command))
         return out
 
-    def _actuate(self, decision: Decision) -> list:
+    def _decided(self, decision: Decision, command: Command | None) -> list[Outgoing]:
+        """Carry out what ``decision`` asks of the scheduler, record it with the outcomes, and the
+        messages it makes: its command (when sent) and one action record per operation. Every
+        decision goes through here, whatever made it (a diagnosis, check results, a deadline)."""
+        actions = self._actuate(decision)
+        if actions:
+            decision = dataclasses.replace(decision, actions=tuple(a.to_dict() for a in actions))
+        self._record(decision)
+        out = []
+        if command is not None:
+            out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+        out.extend(Outgoing(ACTIONS_TOPIC, a.job.encode(), a.encode()) for a in actions)
+        return out
+
+    def _actuate(self, decision: Decision) -> list[ActionRecord]:
         """Carry out what the decision asks of the scheduler; a take-out that failed is not followed
         by a requeue (the job would come back on the machine that stayed in). Without an actuator
         there is nothing to record: the decision line already says what was decided."""

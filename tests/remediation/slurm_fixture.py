@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "scancel", "sbatch", "squeue")
 REAL_NODE = "fl-node1"
 GHOST_NODES = ("fl-node2", "fl-node3", "fl-node4")
@@ -252,3 +254,18 @@ class SlurmCluster:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A started :class:`SlurmCluster` for the tests of a module (import this fixture into the
+    test module or a conftest); the tests are skipped, saying why, where Slurm cannot run."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -10,20 +10,10 @@ import pytest
 
 from remediation.actuators.base import ActionRequest, carry_out
 from remediation.actuators.slurm import SlurmActuator, SlurmConfig, parse_show_node, state_flags
-from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
+from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
 
 REASON = skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

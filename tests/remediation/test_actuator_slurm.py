@@ -52,6 +52,21 @@ def test_slurm_observe_only_changes_nothing_and_says_what_it_would_do(slurm):
     assert "DRAIN" not in cluster.node_state(REAL_NODE)
 
 
+def test_slurm_signal_mode_reaches_the_job_step(slurm):
+    # Before the drain/resume cycle: a resumed node counts as not responding until slurmctld's next
+    # ping (SlurmdTimeout/3), and a job would wait for it.
+    actuator, cluster = slurm
+    marker, ready = cluster.root / "got-usr1", cluster.root / "trap-set"
+    job = cluster.submit(f"srun bash -c 'trap \"echo USR1 > {marker}; exit 0\" USR1; touch {ready}; "
+                         "while true; do sleep 0.1; done'")
+    cluster.wait_for(ready.exists, 20, "the job step to set its trap")
+    signaller = SlurmActuator(SlurmConfig(timeout_s=10, requeue="signal", signal="USR1", env=cluster.env))
+    rec = carry_out(signaller, request("requeue", job=job), "act")
+    assert rec.outcome == "ok" and rec.detail == f"sent SIGUSR1 to job {job}"
+    cluster.wait_for(marker.exists, 15, "the step to catch SIGUSR1")
+    assert marker.read_text().strip() == "USR1"
+
+
 def test_slurm_drain_requeue_and_resume_a_running_job(slurm):
     """The whole cycle on the one machine that runs jobs: drain it under a running job, requeue
     the job (Slurm counts the restart and holds it: its only machine is drained), bring the
@@ -72,19 +87,6 @@ def test_slurm_drain_requeue_and_resume_a_running_job(slurm):
     back = carry_out(actuator, request("bring_back", [REAL_NODE]), "act")
     assert back.outcome == "ok", back.detail
     assert "DRAIN" not in cluster.node_state(REAL_NODE)
-
-
-def test_slurm_signal_mode_reaches_the_job_step(slurm):
-    actuator, cluster = slurm
-    marker, ready = cluster.root / "got-usr1", cluster.root / "trap-set"
-    job = cluster.submit(f"srun bash -c 'trap \"echo USR1 > {marker}; exit 0\" USR1; touch {ready}; "
-                         "while true; do sleep 0.1; done'")
-    cluster.wait_for(ready.exists, 20, "the job step to set its trap")
-    signaller = SlurmActuator(SlurmConfig(timeout_s=10, requeue="signal", signal="USR1", env=cluster.env))
-    rec = carry_out(signaller, request("requeue", job=job), "act")
-    assert rec.outcome == "ok" and rec.detail == f"sent SIGUSR1 to job {job}"
-    cluster.wait_for(marker.exists, 15, "the step to catch SIGUSR1")
-    assert marker.read_text().strip() == "USR1"
 
 
 def test_slurm_resume_of_a_never_registered_machine_is_judged_by_its_state(slurm):

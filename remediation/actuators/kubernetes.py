@@ -107,6 +107,8 @@ class KubernetesActuator(Actuator):
         return f"cordoned and tainted {','.join(done)} ({TAINT_KEY}={taint_value(request.fault)}:NoSchedule)"
 
     def requeue(self, request: ActionRequest) -> str:
+        if not request.nodes:
+            raise ActuatorError("no node named: only the job's pods on taken-out machines are deleted")
         selector = self.config.pod_selector.format(job=request.job)
         deleted = []
         for node in request.nodes:

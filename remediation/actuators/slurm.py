@@ -38,6 +38,10 @@ class SlurmConfig:
             raise ValueError(f"slurm signal must be a signal name or number like USR1, got {self.signal!r}")
 
 
+def _id_order(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in job_id.split("_"))
+
+
 def parse_show_node(text: str) -> dict[str, dict[str, str]]:
     """`scontrol show node -o` output → {NodeName: {field: value}}. One line per node; fields are
     ``Key=Value`` separated by spaces, except that ``OS`` may hold spaces (a token without ``=``
@@ -115,9 +119,15 @@ class SlurmActuator(Actuator):
         if JOB_ID.match(job):
             return [job]
         out = self._run(["squeue", "--noheader", f"--name={job}", "--format=%i"])
-        ids = [line.strip() for line in out.splitlines() if line.strip()]
+        ids = list(dict.fromkeys(line.strip() for line in out.splitlines() if line.strip()))
         if not ids:
             raise ActuatorError(f"no Slurm job named {job!r} in the queue")
+        if len(ids) > 1:
+            # Names are not unique (another user's job, an old run): acting on all would disturb
+            # jobs that have nothing to do with this diagnosis.
+            listed = ",".join(sorted(ids, key=_id_order))
+            raise ActuatorError(f"{len(ids)} Slurm jobs are named {job!r} ({listed}); "
+                                "run the job under its Slurm id as the faultlens job to act on it")
         return ids
 
     # --- operations -----------------------------------------------------------------------------

@@ -190,6 +190,8 @@ def test_requeue_deletes_only_the_jobs_pods_on_the_node(actuator, api_server):
     assert listed["query"]["labelSelector"] == ["job-name=train-1"]
     assert listed["query"]["fieldSelector"] == ["spec.nodeName=gpu-node-07"]
     assert sorted(p["metadata"]["name"] for p in api_server.pods) == ["other-0-klmno", "train-1-1-fghij"]
+    nowhere = carry_out(actuator, request("requeue", nodes=()), "act")
+    assert nowhere.outcome == "error" and "no node named" in nowhere.detail
 
 
 def test_bring_back_uncordons_and_removes_only_our_taint(actuator, api_server):

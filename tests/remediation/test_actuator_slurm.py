@@ -107,6 +107,10 @@ def test_slurm_errors_are_recorded_not_raised(slurm):
     assert unknown.outcome == "error" and "exited 1" in unknown.detail
     no_job = carry_out(actuator, request("requeue", job="no-such-job"), "act")
     assert no_job.outcome == "error" and "no Slurm job named 'no-such-job'" in no_job.detail
+    twins = [cluster.submit("sleep 60", "--job-name=twin", "--hold") for _ in range(2)]
+    ambiguous = carry_out(actuator, request("requeue", job="twin"), "act")
+    assert ambiguous.outcome == "error" and f"2 Slurm jobs are named 'twin' ({','.join(twins)})" in ambiguous.detail
+    assert all(cluster.job_field(j, "Restarts") == "0" for j in twins)
     dead = SlurmActuator(SlurmConfig(timeout_s=2, env={**cluster.env, "SLURM_CONF": str(cluster.root / "missing.conf")}))
     down = carry_out(dead, request("take_out", [REAL_NODE]), "act")
     assert down.outcome == "error" and down.detail

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-
-log = logging.getLogger(__name__)
 
 HELP = "drain or resume machines through the remediation actuator (Slurm, Kubernetes, a script)"
 DESCRIPTION = """\

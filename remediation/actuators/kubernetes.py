@@ -10,13 +10,10 @@ only the taint faultlens added: other taints on the node are kept.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
-
-log = logging.getLogger(__name__)
 
 TAINT_KEY = "faultlens.io/fault"
 # A taint value is a label value: 63 characters of [A-Za-z0-9_.-]; fault classes already are.

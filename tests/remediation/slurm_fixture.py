@@ -56,6 +56,8 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+# One CPU and 256 MB per node: a machine with less than the config says would register as
+# INVALID and be drained by slurmctld itself, so ask for what any test machine has.
 SLURM_CONF = """\
 ClusterName=faultlens-test
 SlurmctldHost=localhost(127.0.0.1)
@@ -91,8 +93,8 @@ InactiveLimit=0
 MinJobAge=300
 KillWait=2
 PlugStackConfig={d}/plugstack.conf
-NodeName={real} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=2 RealMemory=512 State=UNKNOWN
-NodeName={ghost_spec} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ghost_port} CPUs=2 RealMemory=512 State=UNKNOWN
+NodeName={real} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=1 RealMemory=256 State=UNKNOWN
+NodeName={ghost_spec} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ghost_port} CPUs=1 RealMemory=256 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 

@@ -53,3 +53,18 @@ def test_slurm_nodes_drain_then_resume_by_hand(tmp_path):
         assert "DRAIN" not in cluster.node_state(node)
     finally:
         cluster.stop()
+
+
+@pytest.mark.broker
+def test_nodes_publish_files_the_record_on_the_actions_topic(kafka_settings):
+    from streams.action_record import ActionRecord
+    from streams.reader import read_topic
+
+    job = f"by-hand-{os.getpid()}"
+    r = faultlens("resume", "n7", "--job", job, "--publish", "--bootstrap", kafka_settings.bootstrap,
+                  "--actuator", "script", "--actuator-command", f"{sys.executable} -c \"print('back')\"")
+    assert r.returncode == 0, r.stderr
+    printed = ActionRecord.from_dict(json.loads(r.stdout))
+    published = [ActionRecord.decode(m.value) for m in read_topic(kafka_settings, "actions", idle_s=0.5, timeout_s=10)
+                 if m.key == job.encode()]
+    assert published == [printed] and printed.outcome == "ok" and printed.nodes == ("n7",)

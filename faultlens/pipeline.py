@@ -54,6 +54,9 @@ class PipelineOptions:
     on_decision: Callable[[Decision], None] | None = None
     # Extension point for the demo (faultlens/demo/wiring.py); production leaves it None.
     wrap_remediation: Callable[[RemediationHandler], Any] | None = None
+    # How remediation acts on the scheduler (remediation.actuators); None: commands only.
+    actuator: Any = None
+    requeue_on_evict: bool = True
 
 
 @dataclass
@@ -108,7 +111,8 @@ class Pipeline:
         policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file)
         runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
                                              decision_log=o.decision_log, emit=o.on_decision,
-                                             wrap=o.wrap_remediation)
+                                             wrap=o.wrap_remediation, actuator=o.actuator,
+                                             requeue_on_evict=o.requeue_on_evict)
         self.consumers["remediate"] = Consumer("remediate", runner, handler)
 
     def _add_history(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from streams.action_record import ActionRecord
 from streams.diagnosis_record import Diagnosis
 from history.sink import HistorySink, Sampling, build_batch
 from streams.command import Command
@@ -25,8 +26,8 @@ from streams.topics import TELEMETRY_TOPICS
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-history"
-TOPICS = (*TELEMETRY_TOPICS, topics.JOBS, topics.DIAGNOSES, topics.COMMANDS)
-DECODERS = {topics.DIAGNOSES: Diagnosis.decode, topics.COMMANDS: Command.decode}
+TOPICS = (*TELEMETRY_TOPICS, topics.JOBS, topics.DIAGNOSES, topics.COMMANDS, topics.ACTIONS)
+DECODERS = {topics.DIAGNOSES: Diagnosis.decode, topics.COMMANDS: Command.decode, topics.ACTIONS: ActionRecord.decode}
 
 
 class StoreUnavailable(FatalHandlerError):
@@ -40,7 +41,7 @@ class StoreUnavailable(FatalHandlerError):
 def _raw(value: Any) -> bytes | None:
     if isinstance(value, Envelope):
         return encode(value)
-    if isinstance(value, (Diagnosis, Command)):
+    if isinstance(value, (Diagnosis, Command, ActionRecord)):
         return value.encode()
     return None if value is None else repr(value).encode()
 

@@ -99,6 +99,26 @@ DDL = (
 
 TABLES = ("events", "diagnoses", "commands", "job_timeline", "labels")
 
+# Added after version 1 without a version change: what the remediation actuator did on the
+# scheduler (streams.action_record), one row per operation with its outcome. Files made before it
+# gain the table when opened for writing; readers of older files see no actions.
+ACTIONS_DDL = """
+    CREATE TABLE IF NOT EXISTS actions (
+        id            VARCHAR PRIMARY KEY,
+        ts            DOUBLE  NOT NULL,
+        job           VARCHAR NOT NULL,
+        op            VARCHAR NOT NULL,
+        actuator      VARCHAR NOT NULL,
+        nodes         VARCHAR[],
+        diagnosis_id  VARCHAR,
+        fault         VARCHAR,
+        reason        VARCHAR,
+        mode          VARCHAR,
+        outcome       VARCHAR NOT NULL,
+        detail        VARCHAR,
+        duration_s    DOUBLE
+    )"""
+
 
 class HistoryError(RuntimeError):
     """A history file that cannot be used; the message is one line meant for a person."""
@@ -170,8 +190,10 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
     try:
         if exists:
             check_version(conn, p)
+            if not read_only:
+                conn.execute(ACTIONS_DDL)
         else:
-            for statement in DDL:
+            for statement in (*DDL, ACTIONS_DDL):
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     except BaseException:
@@ -183,7 +205,7 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
 def memory_history() -> duckdb.DuckDBPyConnection:
     """An in-memory history (tests, a trace analysed without keeping the file)."""
     conn = _quiet(duckdb.connect(":memory:"))
-    for statement in DDL:
+    for statement in (*DDL, ACTIONS_DDL):
         conn.execute(statement)
     conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     return conn

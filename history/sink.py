@@ -20,6 +20,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from streams.action_record import ActionRecord
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.events import Envelope
@@ -57,6 +58,12 @@ SCHEMAS: dict[str, pa.Schema] = {
     "job_timeline": pa.schema([
         ("id", pa.string()), ("job", pa.string()), ("ts", pa.float64()), ("state", pa.string()),
         ("reason", pa.string()),
+    ]),
+    "actions": pa.schema([
+        ("id", pa.string()), ("ts", pa.float64()), ("job", pa.string()), ("op", pa.string()),
+        ("actuator", pa.string()), ("nodes", pa.list_(pa.string())), ("diagnosis_id", pa.string()),
+        ("fault", pa.string()), ("reason", pa.string()), ("mode", pa.string()), ("outcome", pa.string()),
+        ("detail", pa.string()), ("duration_s", pa.float64()),
     ]),
     "labels": pa.schema([
         ("id", pa.string()), ("job", pa.string()), ("fault", pa.string()), ("nodes", pa.list_(pa.string())),
@@ -207,6 +214,12 @@ def command_marks(c: Command) -> list[dict[str, Any]]:
     return []
 
 
+def action_row(a: ActionRecord) -> dict[str, Any]:
+    row = a.to_dict()
+    row["ts"] = _finite("ts", a.ts)
+    return row
+
+
 def label_row(label: Any) -> dict[str, Any]:
     """A ground-truth label (DESIGN.md §8) from a dict or a dataclass; its id is a hash of its content."""
     if dataclasses.is_dataclass(label) and not isinstance(label, type):
@@ -233,7 +246,7 @@ def label_row(label: Any) -> dict[str, Any]:
 
 
 def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels: Iterable[Any] = ()) -> Batch:
-    """Rows for every record in ``items`` (Envelope, Diagnosis or Command) and every label."""
+    """Rows for every record in ``items`` (Envelope, Diagnosis, Command or ActionRecord) and every label."""
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
     rejected: list[Rejected] = []
     sampled_out = 0
@@ -251,8 +264,11 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
             elif isinstance(item, Command):
                 rows["commands"].append(command_row(item))
                 marks = command_marks(item)
+            elif isinstance(item, ActionRecord):
+                rows["actions"].append(action_row(item))
+                marks = []
             else:
-                raise Unstorable(f"not an event, diagnosis or command: {type(item).__name__}")
+                raise Unstorable(f"not an event, diagnosis, command or action: {type(item).__name__}")
             rows["job_timeline"].extend(marks)
         except Unstorable as exc:
             rejected.append(Rejected(i, str(exc)))

@@ -7,6 +7,7 @@ in the CLI), whether or not a command was sent.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -17,8 +18,10 @@ import orjson
 
 from streams.command import Command
 from streams.diagnosis_record import Diagnosis
+from remediation.actuators import Actuator, NoActuator, carry_out, plan
 from remediation.policy import Decision, Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from streams.action_record import ActionRecord
 from streams.config import KafkaSettings
 from streams.events import Envelope, InvalidEvent, decode, encode
 from streams.producer import Outgoing
@@ -35,6 +38,7 @@ COMMANDS_TOPIC = topics.COMMANDS
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
 CHECKS_TOPIC = topics.CHECKS  # stop-time check results and replay outcomes the ladder waits for
+ACTIONS_TOPIC = topics.ACTIONS
 DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode, CHECKS_TOPIC: decode}
 _SEEN_LIMIT = 100_000
 
@@ -44,8 +48,12 @@ class RemediationHandler:
 
     def __init__(self, policy: Policy, *, decision_log: Path | None = None,
                  emit: Callable[[Decision], None] | None = None, clock: Callable[[], float] = time.time,
-                 group: str = GROUP):
+                 group: str = GROUP, actuator: Actuator | None = None, requeue_on_evict: bool = True):
         self.policy = policy
+        # Acts on the scheduler (drain, requeue, resume) for decisions of jobs in `act` mode; the
+        # others only record what it would have done (remediation.actuators).
+        self.actuator = actuator or NoActuator()
+        self.requeue_on_evict = requeue_on_evict
         self.group = group
         self.decision_log = decision_log
         self.emit = emit
@@ -81,9 +89,7 @@ class RemediationHandler:
             self._seen[d.id] = None
             if len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
-            self._record(decision)
-            if command is not None:
-                out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+            out.extend(self._decided(decision, command))
         return out
 
     def tick(self, now: float) -> Iterable[Outgoing]:
@@ -93,10 +99,37 @@ class RemediationHandler:
     def _follow(self, results: list[tuple[Decision, Command | None]]) -> list[Outgoing]:
         out = []
         for decision, command in results:
-            self._record(decision)
-            if command is not None:
-                out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+            out.extend(self._decided(decision, command))
         return out
+
+    def _decided(self, decision: Decision, command: Command | None) -> list[Outgoing]:
+        """Carry out what ``decision`` asks of the scheduler, record it with the outcomes, and the
+        messages it makes: its command (when sent) and one action record per operation. Every
+        decision goes through here, whatever made it (a diagnosis, check results, a deadline)."""
+        actions = self._actuate(decision)
+        if actions:
+            decision = dataclasses.replace(decision, actions=tuple(a.to_dict() for a in actions))
+        self._record(decision)
+        out = []
+        if command is not None:
+            out.append(Outgoing(COMMANDS_TOPIC, command.job.encode(), command.encode()))
+        out.extend(Outgoing(ACTIONS_TOPIC, a.job.encode(), a.encode()) for a in actions)
+        return out
+
+    def _actuate(self, decision: Decision) -> list[ActionRecord]:
+        """Carry out what the decision asks of the scheduler; a take-out that failed is not followed
+        by a requeue (the job would come back on the machine that stayed in). Without an actuator
+        there is nothing to record: the decision line already says what was decided."""
+        if isinstance(self.actuator, NoActuator):
+            return []
+        records = []
+        for request in plan(decision, requeue_on_evict=self.requeue_on_evict):
+            if request.op == "requeue" and any(r.op == "take_out" and r.outcome == "error" for r in records):
+                records.append(dataclasses.replace(records[-1], op="requeue", id="", outcome="skipped",
+                                                   detail="not requeued: taking the nodes out failed", duration_s=0.0))
+                continue
+            records.append(carry_out(self.actuator, request, decision.mode, clock=self.clock))
+        return records
 
     def _record(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -143,10 +176,12 @@ def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyCo
 
 def remediate_consumer(settings: KafkaSettings, policy: Policy, *, group: str = GROUP,
                        decision_log: Path | None = None, emit: Callable[[Decision], None] | None = None,
-                       wrap: Callable[[RemediationHandler], Any] | None = None) -> tuple[GroupRunner, RemediationHandler]:
+                       wrap: Callable[[RemediationHandler], Any] | None = None, actuator: Actuator | None = None,
+                       requeue_on_evict: bool = True) -> tuple[GroupRunner, RemediationHandler]:
     """The remediation consumer, not started: `faultlens remediate` and `faultlens up` both build it here.
     ``wrap`` puts a handler around it (the demo decides on simulated time)."""
-    handler = RemediationHandler(policy, decision_log=decision_log, emit=emit, group=group)
+    handler = RemediationHandler(policy, decision_log=decision_log, emit=emit, group=group, actuator=actuator,
+                                 requeue_on_evict=requeue_on_evict)
     log.info("known jobs from the jobs topic: %d topology event(s)", prime_topologies(handler, settings))
     runner = GroupRunner(settings, group, [DIAGNOSES_TOPIC, JOBS_TOPIC, CHECKS_TOPIC], wrap(handler) if wrap else handler,
                          DECODERS)

@@ -76,6 +76,9 @@ class Decision:
     blocked: str = ""
     command: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the step's params (e.g. bring_back), sent or not
+    # What the actuator did on the scheduler for this decision (streams.action_record, as dicts);
+    # filled in by the consumer after the decision, empty without one.
+    actions: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class Decision:
             "rung": self.rung, "action": self.action, "nodes": list(self.nodes), "reason": self.reason,
             "mode": self.mode, "sent": self.sent, "blocked": self.blocked, "command": self.command,
             "params": self.params,
+            "actions": list(self.actions),
         }
 
 

@@ -34,6 +34,7 @@ SUMMARIES = "summaries"
 DIAGNOSES = "diagnoses"
 COMMANDS = "commands"
 DEAD_LETTER = "dead-letter"
+ACTIONS = "actions"
 
 _DAY_MS = str(24 * 3600 * 1000)
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
@@ -54,6 +55,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
         TopicSpec(COMMANDS, "job", 3, {"retention.ms": _WEEK_MS}, "signed remediation commands"),
         TopicSpec(DEAD_LETTER, "node", 1, {"retention.ms": _WEEK_MS}, "messages no consumer could read, with the reason"),
+        TopicSpec(ACTIONS, "job", 3, {"retention.ms": _WEEK_MS}, "what the remediation actuator did on the scheduler, with its outcome"),
     )
 }
 

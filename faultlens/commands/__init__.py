@@ -8,6 +8,7 @@ COMMAND_NAMES = (
     "collect",
     "diagnose",
     "remediate",
+    "nodes",
     "keys",
     "history",
     "simulate",

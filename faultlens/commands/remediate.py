@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from streams.command import MAX_LIFETIME_S
+from remediation.actuators import ACTUATOR_ENV, ACTUATORS, COMMAND_ENV, Actuator, ActuatorSettings, make_actuator
 from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
 from remediation.policy import PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
@@ -36,6 +37,16 @@ across restarts until `faultlens remediate --reset`. Each job's escalation ladde
 standbys it handed out also survive a restart: they are saved after every decision that changed
 them to --state-file (default $FAULTLENS_HOME/remediation-state.json; one file per remediation
 consumer); an unreadable file is moved aside with an ERROR and remediation starts with no state.
+
+With --actuator slurm|kubernetes|script the consumer also acts on the scheduler, for jobs it acts
+on: an evict drains (Slurm) or cordons and taints (Kubernetes) the machines, naming the diagnosis
+and fault, then requeues the job (scontrol requeue, or deletes its pods on those machines); a
+decision whose params carry `bring_back` resumes / uncordons machines that passed their checks
+(by hand: `faultlens nodes resume NODE --actuator slurm`). Jobs in observe-only or dry-run mode
+only record what would have been done. Every operation and its outcome (ok, error text, skipped)
+is in the decision line ("actions") and on the `actions` topic, which the history stores; a
+failing scheduler is logged and recorded, never fatal. Only this consumer holds the scheduler
+credentials (SLURM_CONF + munge, or a kubeconfig / service account); nodes never do.
 
 Commands are signed with an Ed25519 private key (--signing-key or FAULTLENS_SIGNING_KEY; make a
 pair with `faultlens keys generate --out DIR`); agents, hooks and launchers verify them with the
@@ -95,6 +106,43 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--state-file", type=Path, default=Path(os.environ[STATE_ENV]) if os.environ.get(STATE_ENV) else None,
                    help=f"where each job's escalation ladder and handed-out standbys survive a restart, one file "
                         f"per remediation consumer (else {STATE_ENV}; default $FAULTLENS_HOME/{STATE_FILE})")
+    add_actuator_arguments(parser)
+
+
+def add_actuator_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the remediation consumer acts on the scheduler (remediation.actuators)."""
+    a = parser.add_argument_group("actuator (acts on the scheduler; only for jobs switched on with --act-on)")
+    a.add_argument("--actuator", choices=ACTUATORS, default=os.environ.get(ACTUATOR_ENV) or "none",
+                   help=f"none (default: commands only), slurm (scontrol/scancel), kubernetes (cordon, taint, "
+                        f"delete pods) or script (--actuator-command); else {ACTUATOR_ENV}")
+    a.add_argument("--actuator-command", default=os.environ.get(COMMAND_ENV, ""), metavar="CMD",
+                   help=f"script actuator: run CMD (no shell) with each operation as JSON on stdin; else {COMMAND_ENV}")
+    a.add_argument("--actuator-timeout", type=float, default=20.0,
+                   help="seconds one scheduler call may take before it counts as failed (default 20)")
+    a.add_argument("--no-requeue-on-evict", action="store_true",
+                   help="take evicted machines out but leave requeueing the job to its launcher")
+    a.add_argument("--slurm-requeue", choices=("requeue", "signal"), default="requeue",
+                   help="slurm: `scontrol requeue` the job (default) or `scancel --signal` its steps")
+    a.add_argument("--slurm-signal", default="USR1", help="slurm: the signal for --slurm-requeue signal (default USR1)")
+    a.add_argument("--k8s-namespace", default=os.environ.get("FAULTLENS_K8S_NAMESPACE", "default"),
+                   help="kubernetes: namespace of the jobs' pods (default 'default'; else FAULTLENS_K8S_NAMESPACE)")
+    a.add_argument("--k8s-pod-selector", default="job-name={job}",
+                   help="kubernetes: label selector of a job's pods, {job} is the job (default job-name={job})")
+    a.add_argument("--kubeconfig", default=None,
+                   help="kubernetes: kubeconfig file (default: in-cluster service account, else ~/.kube/config)")
+
+
+def actuator_settings(args: argparse.Namespace) -> ActuatorSettings:
+    return ActuatorSettings(
+        kind=args.actuator, command=args.actuator_command, timeout_s=args.actuator_timeout,
+        slurm_requeue=args.slurm_requeue, slurm_signal=args.slurm_signal, k8s_namespace=args.k8s_namespace,
+        k8s_pod_selector=args.k8s_pod_selector, kubeconfig=args.kubeconfig,
+        requeue_on_evict=not getattr(args, "no_requeue_on_evict", False))
+
+
+def build_actuator(args: argparse.Namespace) -> Actuator:
+    """The actuator the flags name; raises ValueError with what to fix."""
+    return make_actuator(actuator_settings(args))
 
 
 def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig]:
@@ -168,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config, safety_config = policy_configs(args)
         signing_key = command_signing_key(args, acting=bool(config.act_on or config.act_on_all) and not config.dry_run)
+        actuator = build_actuator(args)
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
@@ -177,9 +226,9 @@ def run(args: argparse.Namespace) -> int:
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)
 
-    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER]) as settings:
+    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER, topics.ACTIONS]) as settings:
         runner, _ = remediate_consumer(settings, policy, group=args.group, decision_log=decision_log_path(args),
-                                       emit=emit)
+                                       emit=emit, actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict)
         metrics.register_runner("remediate", lambda: runner.stats)
         metrics.serve(args.metrics_port)
         stats = runner.run(idle_stop_s=args.idle_stop)

@@ -27,6 +27,9 @@ machines later). Remediation is observe-only by default: nothing goes to `comman
 is switched on with --act-on JOB (repeatable, or FAULTLENS_ACT_ON=j1,j2) or --act-on-all;
 --dry-run decides and signs but sends nothing. Each job's escalation ladder and handed-out warm
 standbys survive a restart in --state-file (default $FAULTLENS_HOME/remediation-state.json).
+--actuator slurm|kubernetes|script also acts on the scheduler for those jobs (drain / cordon
+evicted machines, requeue the job, resume machines that passed their checks); see
+`faultlens remediate --help`.
 
 Commands are signed with the Ed25519 private key of --signing-key / FAULTLENS_SIGNING_KEY (from
 `faultlens keys generate --out DIR`). Without one, `up` makes an ephemeral pair and says so; when
@@ -90,7 +93,7 @@ def _signing_key(args: argparse.Namespace, acting: bool):
 
 def run(args: argparse.Namespace) -> int:
     from faultlens.engine_flags import engine_config
-    from faultlens.commands.remediate import decision_log_path, policy_configs, state_file_path
+    from faultlens.commands.remediate import build_actuator, decision_log_path, policy_configs, state_file_path
     from faultlens.pipeline import Pipeline, PipelineOptions
     from history.schema import HistoryError, default_db_path
     from remediation.safety import BREAKER_FILE
@@ -106,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         act_on = set(policy.act_on)
         signing_key, key_source = _signing_key(
             args, bool(act_on or args.act_on_all) and not args.dry_run and "remediate" in consumers)
+        actuator = build_actuator(args) if "remediate" in consumers else None
     except (ValueError, OSError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 2
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         policy=policy, safety=safety, breaker_file=faultlens_home() / BREAKER_FILE,
         remediation_state_file=state_file_path(args), decision_log=decision_log_path(args),
         engine=engine_config(args), group_suffix=args.group_suffix,
+        actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict,
     )
 
     stop = threading.Event()

@@ -41,7 +41,7 @@ def _finish(settings, members) -> None:
         producer.flush()
 
 
-@pytest.mark.parametrize("node_members,job_members", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("node_members,job_members", [(2, 1), (1, 2), (3, 3)])
 def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node_members, job_members):
     # Its own broker: `summaries` on the session broker holds earlier runs' announcements.
     kafka_settings = own_kafka_settings

@@ -156,8 +156,11 @@ class NetCounterRule:
             for k, v in c.items():
                 sums[k] = sums.get(k, 0) + v
         score = max(v / self.thresholds[k] for k, v in sums.items())
-        if score < 1.0 or event.ts - port.last_burst < self.burst_window_s:
+        # An overwhelming count needs no second look (and no waiting out the debounce).
+        if score < 1.0 or (event.ts - port.last_burst < self.burst_window_s and score < self.overwhelming):
             return []
+        if event.ts - port.last_burst < self.burst_window_s:
+            port.bursts.pop()  # this window's burst, now known to be overwhelming: replaced, not counted twice
         port.last_burst = event.ts
         shown = ", ".join(f"{k} +{v}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1] / self.thresholds[kv[0]]))
         text = f"{name}: {shown} in {self.burst_window_s:.0f}s"

@@ -139,10 +139,10 @@ def test_garbage_ports_is_a_dead_letter():
 NODES = [f"n{i}" for i in range(4)]
 
 
-def fleet(t, low=None, low_port=None, node_ports=2):
+def fleet(t, low=None, low_port=None, node_ports=2, nodes=NODES):
     """A sample from every node; ``low`` node's mlx5_1 carries nothing (with ``low_port`` deltas)."""
     out = []
-    for n in NODES:
+    for n in nodes:
         ports = [port("mlx5_0")] + [port(f"mlx5_{i}") for i in range(1, node_ports)]
         if n == low:
             ports[1] = port("mlx5_1", traffic=0.0, **(low_port or {}))
@@ -157,9 +157,11 @@ def test_a_silent_rail_alone_is_an_alert_not_an_eviction():
     assert "mlx5_1/1" in found[0].detail and "no eviction" in found[0].detail
 
 
-def test_a_silent_rail_with_transport_errors_evicts():
+@pytest.mark.parametrize("size", [4, 24])  # a small job compares exactly, a big one with a shared median
+def test_a_silent_rail_with_transport_errors_evicts(size):
     traffic = NetTraffic()
-    found = [f for t in range(0, 60, 5) for e in fleet(t, low="n2", low_port={"local_ack_timeout_err": 4})
+    nodes = [f"n{i}" for i in range(size)]
+    found = [f for t in range(0, 60, 5) for e in fleet(t, low="n2", low_port={"local_ack_timeout_err": 4}, nodes=nodes)
              for f in traffic.observe(e)]
     assert [(f.fault, f.action, f.nodes) for f in found] == [("nic", "evict", ("n2",))]
     assert "transport errors rose" in found[0].detail and found[0].evidence

@@ -231,14 +231,17 @@ def port_payload(prev: PortSnapshot | None, cur: PortSnapshot, interval_s: float
     rates: dict[str, float | None] = {}
     deltas: dict[str, int | None] = {}
     old = prev.counters if prev is not None and prev.present else {}
+    timed = bool(interval_s) and interval_s > 0
     for name, value in cur.counters.items():
-        delta = counter_delta(name, old.get(name), value)
+        before = old.get(name)
+        # Fast path: most counters of a healthy port stay 0 (and 15 is the lowest saturation point).
+        delta = 0 if value is not None and value == before and value < 15 else counter_delta(name, before, value)
         out_name = name
         if name in WORDS_TO_BYTES:
             out_name = WORDS_TO_BYTES[name]
             delta = None if delta is None else 4 * delta
         deltas[out_name] = delta
-        rates[out_name] = None if delta is None or not interval_s or interval_s <= 0 else round(delta / interval_s, 3)
+        rates[out_name] = None if delta is None or not timed else 0.0 if delta == 0 else round(delta / interval_s, 3)
     return {"device": cur.device, "port": cur.port, "link_layer": cur.link_layer, "state": cur.state,
             "phys_state": cur.phys_state, "rate_gbps": cur.rate_gbps, "netdev": cur.netdev,
             "rates": rates, "deltas": deltas}

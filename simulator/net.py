@@ -30,6 +30,7 @@ MTU = 4096
 # Counters an InfiniBand port of mlx5 has (the RoCE congestion counters are absent: null).
 _IB_ABSENT = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
                         "roce_adp_retrans", "roce_slow_restart"})
+_ABSENT = {n: None for n in _IB_ABSENT}
 # Background error rates per port per second on a healthy HDR link.
 BACKGROUND = {"symbol_error": 1 / 3600, "port_rcv_errors": 1 / 7200, "local_ack_timeout_err": 1 / 20000}
 _SATURATE = {"symbol_error": 0xFFFF, "port_rcv_errors": 0xFFFF, "link_error_recovery": 0xFF, "link_downed": 0xFF}
@@ -139,7 +140,7 @@ class NodeNet:
             snaps.append(PortSnapshot(
                 device=f"mlx5_{p}", port=1, link_layer="InfiniBand", state="DOWN" if down else "ACTIVE",
                 phys_state="Polling" if down else "LinkUp", rate_gbps=RATE_GBPS, netdev=f"ib{p}",
-                counters={**dict(self.counters[p]), **{n: None for n in _IB_ABSENT}}))
+                counters={**self.counters[p], **_ABSENT}))
         prev = self.prev
         payload = {"interval_s": round(dt, 3),
                    "ports": [port_payload(prev[p] if prev else None, snaps[p], dt or None) for p in range(ports)]}

@@ -222,3 +222,16 @@ def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
     nic = [d for d in diags if d.fault == "nic"]
     assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
     assert not [d for d in diags if d.action not in ("none",) and d.fault != "nic"]
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"interval_s": 5.0, "ports": "mlx5_0"}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), deltas={"symbol_error": -5})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), rates={"rx_bytes": "fast"})]}, "data.ports"),
+    ({"interval_s": -1.0, "ports": []}, "data.interval_s"),
+])
+def test_malformed_net_samples_are_dead_letters_with_the_field(data, field):
+    dead = []
+    bad = Envelope(ts=T0, job=JOB, node="n0", source="net", kind="sample", data=data)
+    analyze([bad, healthy(5)], Engine(), on_dead=lambda e, why: dead.append(why))
+    assert len(dead) == 1 and dead[0].startswith(field)

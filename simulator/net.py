@@ -31,6 +31,8 @@ MTU = 4096
 _IB_ABSENT = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
                         "roce_adp_retrans", "roce_slow_restart"})
 _ABSENT = {n: None for n in _IB_ABSENT}
+_TRANSPORT = frozenset({"local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "implied_nak_seq_err",
+                        "rnr_nak_retry_err", "port_xmit_discards"})
 # Background error rates per port per second on a healthy HDR link.
 BACKGROUND = {"symbol_error": 1 / 3600, "port_rcv_errors": 1 / 7200, "local_ack_timeout_err": 1 / 20000}
 _SATURATE = {"symbol_error": 0xFFFF, "port_rcv_errors": 0xFFFF, "link_error_recovery": 0xFF, "link_downed": 0xFF}
@@ -135,6 +137,8 @@ class NodeNet:
                     if counts[p, i]:
                         self._bump(p, name, int(counts[p, i]))
                 for name, n in extra[p].items():
+                    if name in _TRANSPORT:
+                        n *= min(1.0, busy)  # retries and sequence errors need traffic; symbol errors do not
                     if n > 0:
                         self._bump(p, name, int(rng.poisson(n)))
             snaps.append(PortSnapshot(

@@ -60,6 +60,19 @@ class NetFault:
         return max(0.0, min(1.0, (t - self.t0) / self.ramp_s))
 
 
+def busy_share(steps: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """How much of a rail's stepping rate (t0, t1] carried, given the job's step intervals: pipeline
+    and tensor traffic all through a step (30 %), the gradient all-reduce in its last 40 % (70 %);
+    pauses carry nothing. A step averages 1; a read that catches only the all-reduce sees 1.75."""
+    if t1 <= t0:
+        return 0.0
+
+    def overlap(a: float, b: float) -> float:
+        return max(0.0, min(t1, b) - max(t0, a))
+
+    return sum(0.3 * overlap(a, b) + 1.75 * overlap(a + 0.6 * (b - a), b) for a, b in steps) / (t1 - t0)
+
+
 class NodeNet:
     """One node's ports: cumulative counters, link state, and the last snapshot the agent read."""
 

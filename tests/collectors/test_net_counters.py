@@ -253,3 +253,13 @@ def test_the_agent_shows_net_off_on_a_node_without_rdma(tmp_path):
     finally:
         agent.stop()
     assert status.startswith("unavailable: no RDMA device")
+
+
+def test_a_reset_that_looks_like_a_wrap_but_exceeds_the_link_is_null(sysfs):
+    # A young 64-bit counter (still under 2^32) reset to zero looks like a 32-bit wrap; read 0.1 s
+    # later, that wrap would mean 8.6 GB in 0.1 s, more than a 200 Gb/s link carries.
+    counter(sysfs, "mlx5_0", "port_rcv_data", 2**31 + 5)
+    first = read_snapshot(sysfs, 0.0)
+    counter(sysfs, "mlx5_0", "port_rcv_data", 7)
+    assert ports(sample_data(first, read_snapshot(sysfs, 0.1)))["mlx5_0"]["deltas"]["rx_bytes"] is None
+    assert counter_delta("port_rcv_data", 2**31 + 5, 7) == 2**32 - 2**31 + 2  # without a link rate: a wrap

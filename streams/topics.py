@@ -29,6 +29,7 @@ HEARTBEAT = "telemetry.heartbeat"
 STACKS = "telemetry.stacks"
 HOST = "telemetry.host"
 CHECKS = "telemetry.checks"
+NET = "telemetry.net"
 JOBS = "jobs"
 SUMMARIES = "summaries"
 DIAGNOSES = "diagnoses"
@@ -50,6 +51,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
         TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
         TopicSpec(CHECKS, "node", 3, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes"),
+        TopicSpec(NET, "node", 3, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
         TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
@@ -67,6 +69,7 @@ SOURCE_TOPIC = {
     "heartbeat": HEARTBEAT,
     "stack": STACKS,
     "host": HOST,
+    "net": NET,
     "job": JOBS,
     "summary": SUMMARIES,
     "check": CHECKS,

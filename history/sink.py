@@ -26,7 +26,7 @@ from streams.command import Command
 from streams.events import Envelope
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.
-SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample")})
+SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("net", "sample")})
 
 # Faults during which the processes are alive but make no (or slow) progress; other faults take
 # the job down until it is restarted.

@@ -11,7 +11,7 @@ from faultlens.cli import main
 from history.loader import load_trace
 from history.queries import run
 from history.schema import HistoryError, memory_history, open_history
-from history.sink import HistorySink, Sampling
+from history.sink import SAMPLED_KINDS, HistorySink, Sampling
 from streams.trace import iter_trace, read_labels
 
 
@@ -46,12 +46,12 @@ def test_loading_twice_adds_nothing(sim_trace, tmp_path):
 
 def test_sampling_drops_only_high_rate_samples(sim_trace):
     events = list(iter_trace(sim_trace))
-    samples = sum(1 for e in events if (e.source, e.kind) in (("gpu", "sample"), ("host", "sample")))
+    samples = sum(1 for e in events if (e.source, e.kind) in SAMPLED_KINDS)
     assert samples > 100
     conn = memory_history()
     stats = load_trace(sim_trace, HistorySink(conn), sampling=Sampling(0.1), diagnose=False, progress=False)
     stored = _count(conn, "SELECT count(*) FROM events")
-    kept_samples = _count(conn, "SELECT count(*) FROM events WHERE kind = 'sample' AND source IN ('gpu', 'host')")
+    kept_samples = _count(conn, "SELECT count(*) FROM events WHERE kind = 'sample' AND source IN ('gpu', 'host', 'net')")
     assert stored == len(events) - stats.sampled_out
     assert stored - kept_samples == len(events) - samples
     assert 0.03 * samples < kept_samples < 0.2 * samples

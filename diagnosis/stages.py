@@ -100,11 +100,12 @@ class NodeStage:
 
 class JobStage:
     def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
-                 implicit_config: ImplicitConfig | None = None) -> None:
+                 implicit_config: ImplicitConfig | None = None, peer_model: bool = True) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
         self.silence = SilenceDetector(book=book)
-        self.anomaly = PeerAnomalyDetector(window_s)
+        # peer_model off: only the robust z-score threshold compares a node with its peers.
+        self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
         self.implicit = ImplicitFaultDetector(book, implicit_config) if implicit else None
 
     def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:

@@ -1,12 +1,14 @@
 """Ablation: rules only vs rules + the peer model, on the realistic test bed with slow gray failures.
 
-    .venv/bin/python -m bench.bench_ml_ablation [--seeds 1 2 3 4 5] [--nodes 16] [--hours 2] [--faults 17]
+    .venv/bin/python -m bench.bench_ml_ablation [--seeds 1 2 3 4 5] [--nodes 24] [--hours 2.5] [--faults 20]
 
 Each seed is one closed-loop run (faultlens.closed_loop: stacks only where the engine asks, capture
 failing on 10 % of the nodes, healthy variance) of ``--nodes`` × 8 GPUs for ``--hours``, holding
 the usual fault mix (simulator.plan, every class) and the slow drifts of simulator.drifts on
-machines the mix leaves alone: a GPU whose clocks and power sag together over 30 minutes
-(``gpu_sag``) and a node whose compute time creeps up 3 % per hour (``compute_creep``). The same
+machines the mix leaves alone: a GPU whose clocks and power sag together by 10 % over 30 minutes
+(``gpu_sag``), the same sag 2.5 times deeper (``gpu_sag_deep``: clocks -25 %, power -20 %, its
+rank +20 %, which the single-window threshold does cross, late), and a node whose compute time
+creeps up 3 % per hour (``compute_creep``). The same
 seed runs twice: ``--no-peer-model`` (the robust z-score threshold, the explicit rules, hang and
 stack localisation) and the default engine (plus the isolation forest and the drift judge).
 
@@ -42,6 +44,7 @@ from simulator.run import SimRun
 from streams.diagnosis_record import Diagnosis
 
 ARMS = (("rules only", False), ("rules + peer model", True))
+SCENARIOS = ("gpu_sag", "gpu_sag_deep", "compute_creep")
 SUSPECT_FAULTS = ("fail_slow", "gpu_thermal")
 
 
@@ -49,16 +52,18 @@ def _plan(seed: int, nodes: int, duration: float, faults: int):
     """The usual mix on every slot but two, and the two drifts on those (their machines must not be
     swapped out by an unrelated fault, or the drift would end with it)."""
     rng = np.random.default_rng([seed, 0xAB1])
-    sag_slot, creep_slot = (int(x) for x in rng.choice(nodes, size=2, replace=False))
+    slots = [int(x) for x in rng.choice(nodes, size=len(SCENARIOS), replace=False)]
     plan, _ = random_plan(faults, duration, nodes, np.random.default_rng([seed, 0xFA]))
-    free = [s for s in range(nodes) if s not in (sag_slot, creep_slot)]
-    plan.faults = [replace(f, slot=free[f.slot % len(free)]) if f.slot in (sag_slot, creep_slot) else f
-                   for f in plan.faults]
-    drifts = (
-        Drift("gpu_sag", t=float(rng.uniform(900, 1800)), node=f"n{sag_slot:03d}", gpu=int(rng.integers(8))),
-        Drift("compute_creep", t=float(rng.uniform(600, 1200)), node=f"n{creep_slot:03d}"),
-    )
-    return plan, drifts
+    free = [s for s in range(nodes) if s not in slots]
+    plan.faults = [replace(f, slot=free[f.slot % len(free)]) if f.slot in slots else f for f in plan.faults]
+    sag, deep, creep = (f"n{s:03d}" for s in slots)
+    drifts = {
+        sag: Drift("gpu_sag", t=float(rng.uniform(900, 1800)), node=sag, gpu=int(rng.integers(8))),
+        deep: Drift("gpu_sag", t=float(rng.uniform(900, 1800)), node=deep, gpu=int(rng.integers(8)),
+                    clock_depth=0.25, power_depth=0.20, slowdown=0.20),
+        creep: Drift("compute_creep", t=float(rng.uniform(600, 1200)), node=creep),
+    }
+    return plan, tuple(drifts.values()), dict(zip((sag, deep, creep), SCENARIOS))
 
 
 def _is_request(d: Diagnosis) -> bool:
@@ -72,7 +77,7 @@ def _is_suspicion(d: Diagnosis) -> bool:
 def _run_arm(seed: int, args, peer_model: bool) -> dict[str, Any]:
     cfg = SimConfig(nodes=args.nodes, gpus=8, seed=seed, sample_interval_s=10.0, job=f"job-abl-{seed}")
     duration = args.hours * 3600.0
-    plan, drifts = _plan(seed, args.nodes, duration, args.faults)
+    plan, drifts, scenario_of = _plan(seed, args.nodes, duration, args.faults)
     run = SimRun(cfg, plan, duration, drifts)
     loop = ClosedLoop(run, Engine(EngineConfig(peer_model=peer_model)))
     t0 = time.perf_counter()
@@ -97,7 +102,7 @@ def _run_arm(seed: int, args, peer_model: bool) -> dict[str, Any]:
         onset = float(lab["onset"])
         sus = [d for d in mine if _is_suspicion(d)]
         con = [d for d in mine if d.action in EVICTING]
-        scenarios[lab["drift"]] = {
+        scenarios[scenario_of[lab["nodes"][0]]] = {
             "node": lab["nodes"][0], "onset_min": round((onset - cfg.start_ts) / 60, 1),
             "ended_early": ends.get(lab["nodes"][0], float(lab["end"])) < float(lab["end"]) - 1,
             "suspected": bool(sus), "suspect_latency_min": round((sus[0].ts - onset) / 60, 1) if sus else None,
@@ -152,7 +157,7 @@ def _tables(results: list[dict[str, Any]], seeds: list[int]) -> str:
     n = len(seeds)
     lines = ["| scenario | arm | suspected | suspect latency, median (min) | convicted | convict latency (min) |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for kind in DRIFT_KINDS:
+    for kind in SCENARIOS:
         for name, pm in ARMS:
             rs = [r["scenarios"][kind] for r in results if r["peer_model"] == pm and kind in r["scenarios"]]
             lines.append(f"| {kind} | {name} | {sum(s['suspected'] for s in rs)}/{n} | "
@@ -173,9 +178,9 @@ def _tables(results: list[dict[str, Any]], seeds: list[int]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    ap.add_argument("--nodes", type=int, default=16)
-    ap.add_argument("--hours", type=float, default=2.0)
-    ap.add_argument("--faults", type=int, default=17, help="faults of the usual mix per seed (17: every class)")
+    ap.add_argument("--nodes", type=int, default=24)
+    ap.add_argument("--hours", type=float, default=2.5)
+    ap.add_argument("--faults", type=int, default=20, help="faults of the usual mix per seed (>= 17: every class)")
     args = ap.parse_args()
     results = []
     for seed in args.seeds:

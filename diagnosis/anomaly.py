@@ -69,6 +69,7 @@ class _Streak:
     worst: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # feature -> (z, value, median)
     evidence: list[str] = field(default_factory=list)
     fired: bool = False
+    rule: bool = False  # some window crossed the threshold on its own (else only the forest's vote flagged it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,7 @@ class PeerAnomalyDetector:
                 continue
             st = self._streaks.setdefault(key, _Streak(since=start))
             st.windows += 1
+            st.rule = st.rule or slow >= self.z_threshold
             for f, z in bad.items():
                 if z > st.worst.get(f, (0.0,))[0]:
                     st.worst[f] = (z, s.values[f], s.medians[f])
@@ -206,6 +208,16 @@ class PeerAnomalyDetector:
         explains = sorted(f for f in HARDWARE if f != "temp_c" and st.worst.get(f, (0.0,))[0] >= Z_SOFT)
         head = f"{node} computed slower than its peers for {st.windows} consecutive {self.window_s:.0f}s windows: "
         tail = ("; isolation forest agrees" if forest else "")
+        if not st.rule:
+            # Flagged only with the forest's vote: the model asks for evidence, it never convicts alone.
+            tail += "; below the threshold on its own (the model's vote only): no eviction without stacks"
+        if "throttle" in explains and w.features.get("throttle", 0.0) > 0 and not st.rule:
+            return Finding(
+                job=job, ts=start + self.window_s, onset=st.since, fault="gpu_thermal", action="alert",
+                nodes=(node,), ranks=w.ranks, entity="thermal", confidence=round(CORROBORATED - 0.05, 3),
+                evidence=tuple(st.evidence),
+                detail=head + "; ".join(parts) + "; throttled (thermal / power brake) while slower" + tail,
+            )
         if "throttle" in explains and w.features.get("throttle", 0.0) > 0:
             return Finding(
                 job=job, ts=start + self.window_s, onset=st.since, fault="gpu_thermal", action="evict",
@@ -213,8 +225,11 @@ class PeerAnomalyDetector:
                 evidence=tuple(st.evidence),
                 detail=head + "; ".join(parts) + "; throttled (thermal / power brake) while slower: gray failure" + tail,
             )
-        if explains:
+        if explains and st.rule:
             confidence = min(0.9, CORROBORATED + 0.01 * slow + (0.05 if forest else 0.0))
+            tail = f"; explained by {', '.join(explains)}" + tail
+        elif explains:
+            confidence = CORROBORATED - 0.05
             tail = f"; explained by {', '.join(explains)}" + tail
         else:
             confidence = min(CORROBORATED - 0.05, 0.5 + 0.02 * slow + (0.05 if forest else 0.0))

@@ -35,6 +35,7 @@ import numpy as np
 from diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
     peer_drift_z, relative
 from diagnosis.features import DIRECTION, FEATURES, NodeWindow
+from diagnosis.peer_forest import JobForests
 from diagnosis.rules.base import Finding
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,6 @@ HARDWARE = ("sm_clock_ratio", "power_ratio", "temp_c", "throttle", "pcie_replay_
 # A suspicion at or above this confidence carries a second independent signal (hardware drift
 # beside the slowdown): enough to evict when no stack round answers (diagnosis.failslow).
 CORROBORATED = 0.75
-FOREST_MIN_ROWS = 200
-FOREST_REFIT_EVERY = 20000
-FOREST_QUANTILE = 0.01
 
 
 @dataclass(slots=True)
@@ -120,8 +118,7 @@ class PeerAnomalyDetector:
         self.seed = seed
         self._pending: dict[tuple[str, float], dict[str, NodeWindow]] = {}
         self._streaks: dict[tuple[str, str], _Streak] = {}
-        self._healthy: dict[str, list[list[float]]] = {}
-        self._forest: dict[str, tuple[object, float, int]] = {}
+        self._forests = JobForests(seed)
 
     def observe_window(self, window: NodeWindow) -> None:
         self._pending.setdefault((window.job, window.start), {})[window.node] = window
@@ -161,7 +158,8 @@ class PeerAnomalyDetector:
             if not flagged and not any(f in s.z for f in SLOWDOWN):
                 continue  # no step in this window (steps longer than it): no measurement, streak kept
             if not flagged:
-                self._healthy.setdefault(job, []).append(list(vectors[i]))
+                if self.use_forest:
+                    self._forests.add_healthy(job, vectors[i])
                 self._streaks.pop(key, None)
                 continue
             st = self._streaks.setdefault(key, _Streak(since=start))
@@ -178,27 +176,9 @@ class PeerAnomalyDetector:
         return out
 
     def _forest_flags(self, job: str, vectors: np.ndarray, ask: np.ndarray) -> np.ndarray:
-        flags = np.zeros(len(vectors), dtype=bool)
         if not self.use_forest:
-            return flags
-        rows = self._healthy.get(job, [])
-        fitted = self._forest.get(job)
-        # Refit as healthy history doubles (then every FOREST_REFIT_EVERY rows): cheap early, stable later.
-        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= min(fitted[2], FOREST_REFIT_EVERY)):
-            from sklearn.ensemble import IsolationForest
-
-            train = np.array(rows[-5000:])
-            model = IsolationForest(n_estimators=50, random_state=self.seed).fit(train)
-            # Outlier = scores below all but the lowest 1 % of healthy windows; the z gate (Z_SOFT) and
-            # persistence over k windows keep that 1 % from becoming false alarms.
-            cut = float(np.quantile(model.score_samples(train), FOREST_QUANTILE))
-            if len(rows) > 10000:
-                del rows[:-5000]  # bounded memory: the forest sees the most recent healthy windows
-            fitted = self._forest[job] = (model, cut, len(rows))
-        if fitted is not None and ask.any():
-            model, cut, _ = fitted
-            flags[ask] = model.score_samples(vectors[ask]) < cut
-        return flags
+            return np.zeros(len(vectors), dtype=bool)
+        return self._forests.flags(job, vectors, ask)
 
     def _finding(self, job: str, start: float, node: str, st: _Streak, w: NodeWindow, forest: bool) -> Finding:
         parts = [f"{f} {v:.4g} vs peer median {m:.4g} ({z:.1f} robust sigmas)"
@@ -271,8 +251,7 @@ class DriftJudge:
         self.seed = seed
         self._trackers: dict[str, DriftTracker] = {}
         self._streaks: dict[tuple[str, str], _DriftStreak] = {}
-        self._healthy: dict[str, list[list[float]]] = {}
-        self._forest: dict[str, tuple[object, float, int]] = {}
+        self._forests = JobForests(seed)
 
     def observe(self, job: str, start: float, scored: list[Scored], windows: dict[str, NodeWindow]) -> list[Finding]:
         tracker = self._trackers.setdefault(job, DriftTracker())
@@ -294,7 +273,8 @@ class DriftJudge:
         for f, z, score, why in judged:
             key = (job, f.node)
             if score <= 0:
-                self._healthy.setdefault(job, []).append(f.vector(z))
+                if self.use_forest:
+                    self._forests.add_healthy(job, f.vector(z))
                 st = self._streaks.get(key)
                 if st is not None and st.fired_at is None:
                     del self._streaks[key]
@@ -327,24 +307,9 @@ class DriftJudge:
         return out
 
     def _forest_flags(self, job: str, vectors: np.ndarray, ask: np.ndarray) -> np.ndarray:
-        flags = np.zeros(len(vectors), dtype=bool)
         if not self.use_forest:
-            return flags
-        rows = self._healthy.get(job, [])
-        fitted = self._forest.get(job)
-        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= min(fitted[2], FOREST_REFIT_EVERY)):
-            from sklearn.ensemble import IsolationForest
-
-            train = np.array(rows[-5000:])
-            model = IsolationForest(n_estimators=50, random_state=self.seed).fit(train)
-            cut = float(np.quantile(model.score_samples(train), FOREST_QUANTILE))
-            if len(rows) > 10000:
-                del rows[:-5000]
-            fitted = self._forest[job] = (model, cut, len(rows))
-        if fitted is not None and ask.any():
-            model, cut, _ = fitted
-            flags[ask] = model.score_samples(vectors[ask]) < cut
-        return flags
+            return np.zeros(len(vectors), dtype=bool)
+        return self._forests.flags(job, vectors, ask)
 
 
 def _drift_score(f: DriftFeatures, z: dict[str, float], forest: bool) -> tuple[float, str]:

@@ -128,3 +128,16 @@ def test_the_engine_switch_turns_the_peer_model_off():
     on, off = Engine(EngineConfig()), Engine(EngineConfig(peer_model=False))
     assert on._lane("j").stage.anomaly.drift is not None and on._lane("j").stage.anomaly.use_forest
     assert off._lane("j").stage.anomaly.drift is None and not off._lane("j").stage.anomaly.use_forest
+
+
+def test_the_fast_forest_scorer_gives_scikit_learn_s_scores():
+    import numpy as np
+    from sklearn.ensemble import IsolationForest
+
+    from diagnosis.peer_forest import ForestScorer
+
+    rng = np.random.default_rng(3)
+    train = rng.normal(size=(600, 6))
+    model = IsolationForest(n_estimators=50, random_state=0).fit(train)
+    rows = np.vstack([rng.normal(size=(20, 6)), rng.normal(5.0, 1.0, size=(5, 6))])
+    assert np.allclose(ForestScorer(model).score_samples(rows), model.score_samples(rows))

@@ -21,6 +21,7 @@ from collectors.file_follower import FileFollower
 from collectors.heartbeat import HeartbeatSource
 from collectors.kernel_follower import open_kernel_reader
 from collectors.log_source import LogSource, keyed
+from collectors.net_sampler import NetSampler, NetUnavailable
 from collectors.nvml_sampler import NvmlSampler, NvmlUnavailable
 from collectors.publisher import Publisher
 from collectors.spool import Spool
@@ -32,7 +33,7 @@ from streams.signing import VerifyKeys
 log = logging.getLogger(__name__)
 
 # Errors that retrying will not fix: the source stays down and says why.
-SourceUnavailable = (NvmlUnavailable,)
+SourceUnavailable = (NvmlUnavailable, NetUnavailable)
 
 
 class Source(Protocol):
@@ -64,6 +65,9 @@ class AgentConfig:
     create_topics: bool = True
     dump_timeout_s: float = 10.0
     send_timeout_s: float = 10.0  # how long a batch may wait for the broker before it is spooled
+    net: bool = True  # RDMA port counters (collectors/net_sampler.py)
+    net_interval_s: float = 5.0
+    sysfs_root: str = "/sys"
 
 
 class _Runner:
@@ -147,6 +151,9 @@ class Agent:
         sources: list[Source] = []
         if c.nvml:
             sources.append(NvmlSampler(job=c.job, node=c.node, interval_s=c.interval_s, publish=publish))
+        if c.net:
+            sources.append(NetSampler(job=c.job, node=c.node, interval_s=c.net_interval_s, publish=publish,
+                                      sysfs_root=c.sysfs_root))
         if c.kernel:
             sources.append(LogSource(
                 "kernel", lambda: keyed(open_kernel_reader(c.kernel_log, c.kernel_from_start), "kernel"),

@@ -34,7 +34,7 @@ _LIVE, _DROPPED, _SENT = 0, 1, 2
 _MAX_RECORD = 64 * 1024 * 1024
 
 # Events the next interval replaces; everything else is (possible) evidence of a fault.
-DROPPABLE_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("heartbeat", "beat")})
+DROPPABLE_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("heartbeat", "beat"), ("net", "sample")})
 
 
 def is_droppable(source: str, kind: str) -> bool:

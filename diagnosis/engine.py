@@ -45,6 +45,7 @@ KNOWN_KINDS = {
     "heartbeat": {"beat"},
     "stack": {"stack_dump"},
     "host": {"sample"},
+    "net": {"sample"},
     "job": {"topology", "restart"},
     "summary": {"window", "finding", "watermark"},
 }
@@ -71,7 +72,8 @@ class EngineConfig:
 # reports a fault (an Xid, a lost GPU, a link down, an NCCL error), and a fault is never dropped
 # for being late: it is diagnosed, and the diagnosis says it came late.
 _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step"), ("heartbeat", "beat"),
-                          ("summary", "window"), ("stack", "stack_dump"), ("train", "checkpoint")})
+                          ("summary", "window"), ("stack", "stack_dump"), ("train", "checkpoint"),
+                          ("net", "sample")})
 
 
 @dataclass

@@ -16,6 +16,7 @@ from diagnosis.dump_set import is_stack_dump, read_stack_dump
 from diagnosis.features import NodeWindow
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
+from diagnosis.net_traffic import NetTraffic, annotate
 from streams.diagnosis_record import Diagnosis
 from streams.events import Envelope
 
@@ -29,12 +30,21 @@ class ImplicitConfig:
 class ImplicitFaultDetector:
     """Detector + DiagnosisListener: ``observe``, ``tick``, ``observe_diagnosis``."""
 
-    def __init__(self, book: JobBook, config: ImplicitConfig = ImplicitConfig()):
+    def __init__(self, book: JobBook, config: ImplicitConfig = ImplicitConfig(), net: NetTraffic | None = None):
         self.config = config
+        self.net = net  # the port counters' word on a hang (job silence) or a slowdown (congestion)
         self.hang = HangDetector(book, config.hang)
         self.failslow = FailSlowRounds(book, config.failslow)
 
+    def _with_net(self, diags: list[Diagnosis]) -> list[Diagnosis]:
+        if self.net is None or not diags:
+            return diags
+        return [annotate(self.net, d) for d in diags]
+
     def observe(self, event: Envelope) -> list[Diagnosis]:
+        return self._with_net(self._observe(event))
+
+    def _observe(self, event: Envelope) -> list[Diagnosis]:
         if is_stack_dump(event):
             dump = read_stack_dump(event)  # InvalidEvent → the engine dead-letters it
             if event.data.get("ok") is False:
@@ -48,7 +58,7 @@ class ImplicitFaultDetector:
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         """A node's feature window: GPU-side evidence for a hang without stacks."""
-        return self.hang.observe_window(window)
+        return self._with_net(self.hang.observe_window(window))
 
     def tick(self, now: float) -> list[Diagnosis]:
         hang = self.hang.tick(now)
@@ -56,10 +66,10 @@ class ImplicitFaultDetector:
             if d.action == "capture_stacks":
                 # Dumps that started trace-driven rounds before the hang was seen were the hang's.
                 self.failslow.abandon(d.job)
-        return hang + self.failslow.tick(now)
+        return self._with_net(hang + self.failslow.tick(now))
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
-        return self.failslow.observe_diagnosis(diagnosis)
+        return self._with_net(self.failslow.observe_diagnosis(diagnosis))
 
     def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
         """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and

@@ -17,6 +17,7 @@ from diagnosis.anomaly import PeerAnomalyDetector
 from diagnosis.detector import JobBook
 from diagnosis.features import FeatureWindows, NodeWindow
 from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from diagnosis.net_traffic import NetTraffic
 from streams.diagnosis_record import Diagnosis
 from diagnosis.rules import Finding, Rule, node_rules
 from diagnosis.rules.base import opt_int
@@ -28,7 +29,7 @@ from streams.events import Envelope
 log = logging.getLogger(__name__)
 
 # What the job stage reads from the node stage besides findings and windows.
-JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack"})
+JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack", "net"})
 
 
 @dataclass
@@ -106,7 +107,8 @@ class JobStage:
         self.silence = SilenceDetector(book=book)
         # peer_model off: only the robust z-score threshold compares a node with its peers.
         self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
-        self.implicit = ImplicitFaultDetector(book, implicit_config) if implicit else None
+        self.net = NetTraffic()  # rails across nodes; job silence and congestion for the implicit detectors
+        self.implicit = ImplicitFaultDetector(book, implicit_config, net=self.net) if implicit else None
 
     def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:
         findings: list[Finding] = []
@@ -114,6 +116,8 @@ class JobStage:
             findings.extend(self.comms.observe(event))
         elif event.source in self.silence.sources:  # beats, and steps (agent down ≠ node down)
             findings.extend(self.silence.observe(event))
+        elif event.source == "net":
+            findings.extend(self.net.observe(event))
         diags = self.implicit.observe(event) if self.implicit is not None else []
         return findings, list(diags)
 
@@ -136,6 +140,7 @@ class JobStage:
 
     def restarted(self, job: str, nodes_out: list[str]) -> None:
         self.comms.restarted(job)
+        self.net.restarted(job, nodes_out)
         if self.implicit is not None:
             self.implicit.restarted(job, nodes_out)  # a stall must not outlive a restart
         for node in nodes_out:

@@ -27,6 +27,7 @@ from simulator.config import SimConfig
 from simulator.effects import Effect, Episode
 from simulator.faults import INJECTORS, nccl_init, noise_tick
 from simulator.metrics import RECOVERY_GPU_RESET, GpuMods, NodeGpus, sample_nodes
+from simulator.net import NetFault, NodeNet
 from simulator.plan import EPISODE_S, FaultPlan, PlannedFault
 from streams.command import Command
 from streams.events import Envelope, number
@@ -75,6 +76,12 @@ class SimulatedCluster:
         self.stack_broken = set(self.vrng.choice(self.slots, size=broken, replace=False).tolist()) if broken else set()
         self._next_step = config.start_ts + config.step_time_s
         self._n_sample = 0
+        self._n_net = 0
+        # The network has its own generator, so switching net telemetry on or off moves no other draw.
+        self.nrng = np.random.default_rng([config.seed, 0x4E])
+        self.nets = {n: NodeNet(n, config.gpus, config.seed) for n in self.slots}
+        self.net_faults: list[NetFault] = []
+        self._busy: list[tuple[float, float]] = [(config.start_ts, config.start_ts + config.step_time_s)]
         self._n_beat = 0
         self._hb_seq = 0
         self._request = 0
@@ -110,8 +117,9 @@ class SimulatedCluster:
             t_heap = self._heap[0][0] if self._heap else math.inf
             t_sample = cfg.start_ts + self._n_sample * cfg.sample_interval_s
             t_beat = cfg.start_ts + self._n_beat * cfg.heartbeat_interval_s
+            t_net = cfg.start_ts + self._n_net * cfg.net_interval_s if cfg.net_interval_s > 0 else math.inf
             t_step = self._next_step if self.state == "running" else math.inf
-            t = min(t_heap, t_sample, t_beat, t_step)
+            t = min(t_heap, t_sample, t_beat, t_step, t_net)
             if t >= until_ts:
                 break
             self.now = t
@@ -123,6 +131,9 @@ class SimulatedCluster:
             elif t_sample == t:
                 self._do_samples(t)
                 self._n_sample += 1
+            elif t_net == t:
+                self._do_net(t)
+                self._n_net += 1
             else:
                 self._do_beats(t)
                 self._n_beat += 1
@@ -229,6 +240,9 @@ class SimulatedCluster:
         for e in self.effects:
             if e.episode == ep_id and e.t1 > now:
                 e.t1 = now
+        for f in self.net_faults:
+            if f.episode == ep_id and f.t1 > now:
+                f.t1 = now
         self._heap = [h for h in self._heap if h[3] != ep_id]
         heapq.heapify(self._heap)
         out = list(dict.fromkeys((swap if swap is not None else ep.swap)))
@@ -245,6 +259,10 @@ class SimulatedCluster:
         i = self.slots.index(node)
         self.slots[i] = spare
         self.gpus[spare] = NodeGpus(spare, self.cfg.gpus, self.cfg.seed)
+        self.nets[spare] = NodeNet(spare, self.cfg.gpus, self.cfg.seed, fresh=True)
+        for f in self.net_faults:
+            if f.node == node and f.t1 > self.now:
+                f.t1 = self.now
         self.boot_ts[spare] = self.now - 600.0
         for e in self.effects:
             if e.node == node and e.t1 > self.now:
@@ -263,6 +281,7 @@ class SimulatedCluster:
             self.state = "running"
             self.halted = set()
             self._next_step = self.now + self.cfg.step_time_s
+            self._busy.append((self.now, self._next_step))
             self._at(self.now + 1.0, lambda: nccl_init(self, self.now))
 
     # --- commands ---------------------------------------------------------------------------
@@ -434,6 +453,37 @@ class SimulatedCluster:
         if cfg.eval_every and self.step % cfg.eval_every == cfg.eval_every // 2:
             pause += cfg.eval_pause_s * float(self.vrng.uniform(0.8, 1.2))
         self._next_step = t + step_time + pause
+        self._busy.append((t + pause, self._next_step))  # the next step's compute and collectives
+
+    def _busy_share(self, t0: float, t1: float) -> float:
+        """How much of a rail's stepping rate (t0, t1] carried: pipeline and tensor traffic all through
+        a step (30 %), the gradient all-reduce in its last 40 % (70 %); pauses and stops carry nothing.
+        A step averages 1; a read that catches only the all-reduce sees 1.75, only compute 0.3."""
+        self._busy = [b for b in self._busy if b[1] > t0 - 60.0]
+        if self.state != "running" or self.halted or t1 <= t0:
+            return 0.0
+
+        def overlap(a: float, b: float) -> float:
+            return max(0.0, min(t1, b) - max(t0, a))
+
+        moved = sum(0.3 * overlap(a, b) + 1.75 * overlap(a + 0.6 * (b - a), b) for a, b in self._busy)
+        return moved / (t1 - t0)
+
+    def _do_net(self, t: float) -> None:
+        busy = self._busy_share(t - self.cfg.net_interval_s, t)
+        self.net_faults = [f for f in self.net_faults if f.t1 > t - 2 * self.cfg.net_interval_s]
+        for node in self.slots:
+            data = self.nets[node].sample(t, busy, self.cfg.rail_bytes_s, self.nrng, self.net_faults)
+            self._emit(t, node, "net", "sample", data)
+
+    def net_fault(self, fault: NetFault) -> NetFault:
+        self.net_faults.append(fault)
+        return fault
+
+    def net_down(self, node: str, port: int, t0: float, t1: float) -> None:
+        """A port's link drops at t0 and comes back at t1 (seen by the port counters)."""
+        if node in self.nets and self.cfg.net_interval_s > 0:
+            self.nets[node].link_down(port, t0, t1)
 
     def halt(self, ranks: set[int]) -> None:
         """These ranks stop stepping; the others go on until they block on them."""

@@ -73,6 +73,10 @@ class SimConfig:
     # Share of the nodes where stack capture fails (py-spy not installed, ptrace denied): their
     # agents answer a capture request with ``ok: false``.
     stack_fail_share: float = 0.1
+    # RDMA port counters (source `net`): one sample per node per interval, 0 for none; a rail moves
+    # this many bytes per second (each way) while the job steps (HDR 200 Gb/s is 25 GB/s at most).
+    net_interval_s: float = 5.0
+    rail_bytes_s: float = 6e9
 
     def layout(self) -> Layout:
         return choose_layout(self.nodes, self.gpus, self.tp, self.pp, self.dp)

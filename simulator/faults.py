@@ -13,6 +13,7 @@ from typing import Callable
 from simulator import lines
 from simulator.effects import Episode
 from simulator.metrics import nic_pci, pci_bus_id
+from simulator.net import NetFault
 from simulator.plan import PlannedFault
 from streams.topology import Topology
 
@@ -148,14 +149,55 @@ def flap(sim, node: str, t: float, up_after: float, ep: int = -1) -> None:
     sim.kernel_line(t + 0.01, node, lines.mlx5_link(pci, "ib0", up=False), ep)
     sim.kernel_line(t + up_after, node, lines.mlx5_module_event(pci, "Cable plugged"), ep)
     sim.kernel_line(t + up_after + 0.01, node, lines.mlx5_link(pci, "ib0", up=True), ep)
+    # The port counters see the same flap: link_downed +1, the port DOWN until it trains up again.
+    sim.call_at(t + 0.01, lambda: sim.net_down(node, 0, t + 0.01, t + up_after), ep)
+
+
+# kernel_flap: cable / module flaps that mlx5 logs (the default). The others show in the port
+# counters only: counter_flap (sub-second IB link bounces: link_downed counts them, the kernel prints
+# nothing for IB port events at its default level), error_burst (a marginal transceiver: symbol and
+# receive errors for a minute and a half, the link stays up), degrading (errors climbing over 9
+# minutes while the rail's traffic sags to 30 %), rail_drop (a link that black-holes: the rail's
+# traffic falls to nothing while its transport retries time out; the node's other rails take its share).
+NIC_VARIANTS = ("kernel_flap", "counter_flap", "error_burst", "degrading", "rail_drop")
+DEGRADING_S = 540.0  # within the scorer's 600 s window after the onset
 
 
 def nic(sim, p: PlannedFault) -> Episode:
     node, _, _ = _place(sim, p)
+    variant = _variant(sim, p, NIC_VARIANTS) if p.detail else "kernel_flap"
+    # Drawn for every variant, so the main generator's sequence (and every later fault) stays the same.
     flaps = 2 + int(sim.rng.integers(0, 2))
-    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"{flaps} mlx5 link flaps on ib0")
-    for i in range(flaps):
-        flap(sim, node, sim.now + 35.0 * i, float(sim.rng.uniform(3, 12)), ep.id)
+    ups = [float(sim.rng.uniform(3, 12)) for _ in range(flaps)]
+    if variant == "kernel_flap":
+        ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"{flaps} mlx5 link flaps on ib0")
+        for i in range(flaps):
+            flap(sim, node, sim.now + 35.0 * i, ups[i], ep.id)
+        return ep
+    port = int(sim.nrng.integers(sim.cfg.gpus))
+    where = f"mlx5_{port} port 1"
+    t = sim.now
+    if variant == "counter_flap":
+        ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"counter_flap: {flaps} link bounces on {where}")
+        for i in range(flaps):
+            ti = t + 35.0 * i
+            sim.call_at(ti, lambda ti=ti: sim.net_down(node, port, ti, ti + 0.4), ep.id)
+        return ep
+    if variant == "error_burst":
+        ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"error_burst: symbol / receive errors on {where}")
+        sim.net_fault(NetFault(node, port, t, t + 90.0, ep.id, errors={
+            "symbol_error": float(sim.nrng.uniform(25, 60)), "port_rcv_errors": float(sim.nrng.uniform(5, 15))}))
+        return ep
+    if variant == "degrading":
+        ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node],
+                             detail=f"degrading: errors climb and traffic sags over {DEGRADING_S:.0f}s on {where}")
+        ep.end = t + DEGRADING_S
+        sim.net_fault(NetFault(node, port, t, ep.end, ep.id, errors={
+            "symbol_error": 6.0, "port_rcv_errors": 1.5, "link_error_recovery": 0.004}, traffic=0.3, ramp_s=DEGRADING_S))
+        return ep
+    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node], detail=f"rail_drop: {where} black-holes, its traffic stops")
+    sim.net_fault(NetFault(node, port, t, ep.end, ep.id, traffic=0.0, errors={
+        "local_ack_timeout_err": float(sim.nrng.uniform(0.3, 1.0)), "out_of_sequence": float(sim.nrng.uniform(1, 4))}))
     return ep
 
 

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 
 # `job` carries job-level records (topology, restarts); `summary` carries the node stage's compact
 # per-node window summaries and node-local findings to the job stage (DESIGN.md §1, scaling out).
-SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job", "summary"})
+SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job", "summary", "net"})
 
 # Envelope fields in the order they are written, so traces and dumps read alike.
 FIELDS = ("v", "id", "ts", "job", "node", "source", "kind", "data")

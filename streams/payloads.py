@@ -97,6 +97,33 @@ def _gpu(v: Any) -> str | None:
     return None
 
 
+def _map_of(value: Check) -> Check:
+    """An object whose values pass ``value`` (or are null: a counter the port does not have)."""
+    def check(v: Any) -> str | None:
+        if not isinstance(v, Mapping):
+            return f"must be an object, got {_kind(v)}"
+        for k, x in v.items():
+            if x is not None and (problem := value(x)):
+                return f"[{k!r}] {problem}"
+        return None
+    return check
+
+
+_PORT: dict[str, Check] = {"device": _str, "port": _nonneg_int, "link_layer": _str, "state": _str,
+                           "phys_state": _str, "rate_gbps": _nonneg, "netdev": _str,
+                           "rates": _map_of(_nonneg), "deltas": _map_of(_nonneg_int)}
+
+
+def _port(v: Any) -> str | None:
+    if not isinstance(v, Mapping):
+        return f"must be an object, got {_kind(v)}"
+    for key, check in _PORT.items():
+        value = v.get(key)
+        if value is not None and (problem := check(value)):
+            return f"{key} {problem}"
+    return None
+
+
 _RANK = {"rank": _nonneg_int}
 SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("gpu", "sample"): {"gpus": _list_of(_gpu), "interval_s": _nonneg},
@@ -121,6 +148,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
     ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj},
     ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str},
+    ("net", "sample"): {"ports": _list_of(_port), "interval_s": _nonneg},
     ("host", "sample"): {"cpu_util": _nonneg, "mem_used_frac": _nonneg, "disk_free_frac": _nonneg, "load1": _nonneg},
 }
 

@@ -28,6 +28,7 @@ TRAIN = "telemetry.train"
 HEARTBEAT = "telemetry.heartbeat"
 STACKS = "telemetry.stacks"
 HOST = "telemetry.host"
+NET = "telemetry.net"
 JOBS = "jobs"
 SUMMARIES = "summaries"
 DIAGNOSES = "diagnoses"
@@ -47,6 +48,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(HEARTBEAT, "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
         TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
         TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
+        TopicSpec(NET, "node", 3, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
         TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
@@ -63,6 +65,7 @@ SOURCE_TOPIC = {
     "heartbeat": HEARTBEAT,
     "stack": STACKS,
     "host": HOST,
+    "net": NET,
     "job": JOBS,
     "summary": SUMMARIES,
 }

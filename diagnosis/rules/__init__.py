@@ -10,13 +10,15 @@ from __future__ import annotations
 from diagnosis.rules.base import Finding, Rule
 from diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
 from diagnosis.rules.host import KernelRule
+from diagnosis.rules.net_counters import NetCounterRule
 from diagnosis.rules.nic import NicRule
 from diagnosis.rules.training import TrainingRule
 
 
 def node_rules() -> list[Rule]:
     """A fresh set of every node-local rule (each keeps per-node state)."""
-    return [XidRule(), GpuLostRule(), MemoryHealthRule(), ThermalRule(), NicRule(), KernelRule(), TrainingRule()]
+    return [XidRule(), GpuLostRule(), MemoryHealthRule(), ThermalRule(), NicRule(), KernelRule(), TrainingRule(),
+            NetCounterRule()]
 
 
 __all__ = ["Finding", "Rule", "node_rules"]

@@ -30,6 +30,8 @@ Runs on every node of a training job. Each source runs in its own thread; one th
 reported in the heartbeat's `sources` and the others go on:
 
   nvml       one gpu/sample per --interval for every GPU, gpu/xid from NVML events, gpu/lost
+  net        one net/sample per --net-interval: every RDMA port's state, rate and counter rates
+             (/sys/class/infiniband, plus `ethtool -S` for RoCE ports where ethtool is installed)
   kernel     /dev/kmsg (or --kernel-log FILE, or `dmesg --follow`) parsed → telemetry.kernel
   trainer    the trainer's log files (--trainer-log, globs, rotation-safe) parsed → telemetry.nccl
   heartbeat  heartbeat/beat every --heartbeat-interval with training pids and source statuses
@@ -54,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat interval in seconds (default 5)")
     g = parser.add_argument_group("sources")
     g.add_argument("--no-nvml", action="store_true", help="do not sample GPUs through NVML")
+    g.add_argument("--no-net", action="store_true", help="do not read RDMA port counters")
+    g.add_argument("--net-interval", type=float, default=5.0,
+                   help="RDMA port counter interval in seconds (default 5)")
+    g.add_argument("--sysfs-root", default="/sys",
+                   help="where sysfs is mounted (default /sys; a copy of a node's tree for tests)")
     g.add_argument("--kernel-log", metavar="FILE", help="follow this kernel log file instead of /dev/kmsg")
     g.add_argument("--no-kernel", action="store_true", help="do not follow the kernel log")
     g.add_argument("--kernel-from-start", action="store_true",
@@ -87,8 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
     if not args.job:
         raise ValueError("--job (or FAULTLENS_JOB) is required")
-    if args.interval <= 0 or args.heartbeat_interval <= 0:
-        raise ValueError("--interval and --heartbeat-interval must be positive")
+    if args.interval <= 0 or args.heartbeat_interval <= 0 or args.net_interval <= 0:
+        raise ValueError("--interval, --heartbeat-interval and --net-interval must be positive")
     if args.launcher_pid is not None and args.proc_pattern:
         raise ValueError("give --launcher-pid or --proc-pattern, not both")
     if args.secret_file:
@@ -109,6 +116,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         verify_keys=keys, verify_keys_error=keys_error,
         replay_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
         create_topics=not args.no_create_topics, dump_timeout_s=args.dump_timeout,
+        net=not args.no_net, net_interval_s=args.net_interval, sysfs_root=args.sysfs_root,
     )
 
 

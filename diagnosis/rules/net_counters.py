@@ -1,0 +1,185 @@
+"""NIC port counter rules (node-local, `net`/`sample`): link flaps, ports that stay down, error bursts.
+
+The kernel-log rule (rules/nic.py) sees a flap only when mlx5 prints it; the port counters see
+every one (``link_downed``, ``link_down_events_phy`` on RoCE, or the port state leaving
+``ACTIVE``), and the errors a dying cable makes long before the link drops.
+
+* Flaps: one is tolerated (DESIGN.md §3); the second link-down of the node's fabric ports within
+  ``window_s`` is the finding, ``evict``.
+* A port that was ``ACTIVE`` and stays down (or vanishes) for ``down_s`` is a dead rail: ``evict``.
+  A port never seen ``ACTIVE`` since the agent started (an unused port, no cable) says nothing.
+* Error bursts: per port, the physical-layer error counters summed over ``burst_window_s``
+  against :data:`BURST_THRESHOLDS`. A burst is an ``alert``; a second burst of the same port
+  within ``window_s`` (the errors persist), or one ``overwhelming`` times over the threshold,
+  is an ``evict``. Background errors (a symbol error an hour on a healthy HDR link) stay far below.
+
+Every finding names the port and the counter values it rests on, with the samples as evidence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from diagnosis.rules.base import Finding
+from streams.events import Envelope, InvalidEvent
+
+WINDOW_S = 300.0
+FLAP_ALERTS = 2
+DOWN_S = 60.0
+BURST_WINDOW_S = 60.0
+OVERWHELMING = 10.0
+# Increments within BURST_WINDOW_S that make a burst. Symbol errors are the most sensitive sign of a
+# marginal link (a healthy one shows a handful a day); a link error recovery is a retrain.
+BURST_THRESHOLDS: Mapping[str, int] = {
+    "symbol_error": 100, "port_rcv_errors": 50, "link_error_recovery": 2, "local_link_integrity_errors": 3,
+    "excessive_buffer_overrun_errors": 3, "rx_crc_errors_phy": 50, "rx_symbol_err_phy": 100,
+    "rx_pcs_symbol_err_phy": 100,
+}
+LINK_DOWN_COUNTERS = ("link_downed", "link_down_events_phy")
+
+
+def port_entries(event: Envelope) -> list[Mapping[str, Any]]:
+    """The ``ports`` of a `net`/`sample`; a missing list is a dead letter, odd entries are skipped."""
+    ports = event.data.get("ports")
+    if not isinstance(ports, list):
+        raise InvalidEvent("data.ports", f"missing in net/sample event {event.id}")
+    return [p for p in ports if isinstance(p, Mapping) and p.get("device") is not None]
+
+
+def port_name(p: Mapping[str, Any]) -> str:
+    return f"{p.get('device')}/{p.get('port')}"
+
+
+def delta(p: Mapping[str, Any], name: str) -> int | None:
+    deltas = p.get("deltas")
+    value = deltas.get(name) if isinstance(deltas, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass
+class _Port:
+    state: str | None = None
+    was_active: bool = False
+    down_since: float | None = None
+    down_evidence: list[str] = field(default_factory=list)
+    down_reported: bool = False
+    errors: deque = field(default_factory=deque)  # (ts, {counter: increments}, event id)
+    bursts: deque = field(default_factory=deque)  # (ts, event id, text)
+    last_burst: float = float("-inf")
+
+
+@dataclass
+class _Node:
+    flaps: deque = field(default_factory=deque)  # (ts, event id, text)
+    ports: dict[str, _Port] = field(default_factory=dict)
+
+
+class NetCounterRule:
+    sources = frozenset({"net"})
+
+    def __init__(self, window_s: float = WINDOW_S, alerts: int = FLAP_ALERTS, down_s: float = DOWN_S,
+                 burst_window_s: float = BURST_WINDOW_S, thresholds: Mapping[str, int] = BURST_THRESHOLDS,
+                 overwhelming: float = OVERWHELMING) -> None:
+        self.window_s = window_s
+        self.alerts = alerts
+        self.down_s = down_s
+        self.burst_window_s = burst_window_s
+        self.thresholds = dict(thresholds)
+        self.overwhelming = overwhelming
+        self._nodes: dict[tuple[str, str], _Node] = {}
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.kind != "sample":
+            return []
+        node = self._nodes.setdefault((event.job, event.node), _Node())
+        out: list[Finding] = []
+        for p in port_entries(event):
+            name = port_name(p)
+            port = node.ports.setdefault(name, _Port())
+            out += self._link(event, node, port, p, name)
+            out += self._errors(event, port, p, name)
+        return out
+
+    # --- link state -------------------------------------------------------------------------
+    def _link(self, event: Envelope, node: _Node, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:
+        state = p.get("state")
+        counted = max((delta(p, c) or 0 for c in LINK_DOWN_COUNTERS), default=0)
+        left_active = port.state == "ACTIVE" and state != "ACTIVE"
+        downs = counted or (1 if left_active else 0)
+        if state == "ACTIVE":
+            port.was_active = True
+        port.state = state
+        out: list[Finding] = []
+        if downs and port.was_active:
+            what = f"{name} link down" + (f" (link_downed +{counted})" if counted else f" (state {state or 'gone'})")
+            for _ in range(min(downs, 8)):
+                node.flaps.append((event.ts, event.id, what))
+            while node.flaps and event.ts - node.flaps[0][0] > self.window_s:
+                node.flaps.popleft()
+            if len(node.flaps) >= self.alerts:
+                where = ", ".join(sorted({t for _, _, t in node.flaps}))
+                out.append(Finding(
+                    job=event.job, ts=event.ts, onset=node.flaps[0][0], fault="nic", action="evict",
+                    nodes=(event.node,), entity="net:flap", evidence=tuple(dict.fromkeys(i for _, i, _ in node.flaps))[-16:],
+                    detail=f"{len(node.flaps)} link-down events in {self.window_s:.0f}s on the RDMA fabric "
+                           f"(port counters): {where}"))
+        if state == "ACTIVE" or not port.was_active:
+            port.down_since, port.down_evidence, port.down_reported = None, [], False
+            return out
+        if port.down_since is None:
+            port.down_since = event.ts
+        if len(port.down_evidence) < 8:
+            port.down_evidence.append(event.id)
+        if not port.down_reported and event.ts - port.down_since >= self.down_s:
+            port.down_reported = True
+            phys = p.get("phys_state")
+            out.append(Finding(
+                job=event.job, ts=event.ts, onset=port.down_since, fault="nic", action="evict", nodes=(event.node,),
+                entity=f"net:down:{name}", evidence=tuple(port.down_evidence),
+                detail=f"RDMA port {name} was ACTIVE and has been {state or 'gone'}"
+                       + (f" ({phys})" if phys else "") + f" for {event.ts - port.down_since:.0f}s"))
+        return out
+
+    # --- error bursts -----------------------------------------------------------------------
+    def _errors(self, event: Envelope, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:
+        counts = {c: d for c in self.thresholds if (d := delta(p, c))}
+        if counts:
+            port.errors.append((event.ts, counts, event.id))
+        while port.errors and event.ts - port.errors[0][0] >= self.burst_window_s:
+            port.errors.popleft()
+        if not counts:
+            return []
+        sums: dict[str, int] = {}
+        for _, c, _ in port.errors:
+            for k, v in c.items():
+                sums[k] = sums.get(k, 0) + v
+        score = max(v / self.thresholds[k] for k, v in sums.items())
+        # An overwhelming count needs no second look (and no waiting out the debounce).
+        if score < 1.0 or (event.ts - port.last_burst < self.burst_window_s and score < self.overwhelming):
+            return []
+        if event.ts - port.last_burst < self.burst_window_s:
+            port.bursts.pop()  # this window's burst, now known to be overwhelming: replaced, not counted twice
+        port.last_burst = event.ts
+        shown = ", ".join(f"{k} +{v}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1] / self.thresholds[kv[0]]))
+        text = f"{name}: {shown} in {self.burst_window_s:.0f}s"
+        port.bursts.append((event.ts, event.id, text))
+        while port.bursts and event.ts - port.bursts[0][0] > self.window_s:
+            port.bursts.popleft()
+        evidence = tuple(i for _, _, i in port.errors)[-8:] + tuple(i for _, i, _ in port.bursts)
+        onset = min(port.bursts[0][0], port.errors[0][0])
+        if len(port.bursts) >= 2 or score >= self.overwhelming:
+            why = (f"{len(port.bursts)} error bursts within {self.window_s:.0f}s" if len(port.bursts) >= 2
+                   else f"an error burst {score:.0f}x over the threshold")
+            return [Finding(job=event.job, ts=event.ts, onset=onset, fault="nic", action="evict", nodes=(event.node,),
+                            entity=f"net:errors:{name}", evidence=tuple(dict.fromkeys(evidence))[-16:],
+                            detail=f"link errors on RDMA port {why}: " + "; ".join(t for _, _, t in port.bursts))]
+        # Its own entity: dedup folds by entity, and the eviction that may follow must not fold into it.
+        return [Finding(job=event.job, ts=event.ts, onset=onset, fault="nic", action="alert", nodes=(event.node,),
+                        entity=f"net:errors-alert:{name}", evidence=tuple(dict.fromkeys(evidence))[-16:],
+                        detail=f"link error burst on RDMA port {text} (one burst: watching for a second before "
+                               f"evicting)")]
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

@@ -35,8 +35,10 @@ import numpy as np
 from diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
     peer_drift_z, relative
 from diagnosis.features import DIRECTION, FEATURES, NodeWindow
+from diagnosis.net_drift import NetDriftJudge
 from diagnosis.peer_forest import JobForests
 from diagnosis.rules.base import Finding
+from streams.events import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,16 @@ class PeerAnomalyDetector:
         self._pending: dict[tuple[str, float], dict[str, NodeWindow]] = {}
         self._streaks: dict[tuple[str, str], _Streak] = {}
         self._forests = JobForests(seed)
+        self._net: dict[str, NetDriftJudge] = {}
 
     def observe_window(self, window: NodeWindow) -> None:
         self._pending.setdefault((window.job, window.start), {})[window.node] = window
+
+    def observe_net(self, event: Envelope) -> list[Finding]:
+        """A `net`/`sample` (port counters): a NIC decaying slowly (diagnosis.net_drift), peer model on."""
+        if self.drift is None:
+            return []
+        return self._net.setdefault(event.job, NetDriftJudge()).observe(event)
 
     def tick(self, now: float) -> list[Finding]:
         # A window is judged once two more windows have passed: late nodes have reported by then.

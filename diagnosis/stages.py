@@ -118,6 +118,7 @@ class JobStage:
             findings.extend(self.silence.observe(event))
         elif event.source == "net":
             findings.extend(self.net.observe(event))
+            findings.extend(self.anomaly.observe_net(event))
         diags = self.implicit.observe(event) if self.implicit is not None else []
         return findings, list(diags)
 

@@ -9,9 +9,13 @@ What degrading machines look like before anything breaks (no Xid, no throttle fl
 * ``compute_creep``: every rank of a node computes ``rate_per_h`` (3 %) slower per hour, with no
   GPU-side cue (host-side wear: memory bandwidth, a CPU stuck at a lower frequency, a slowly
   filling page cache).
+* ``nic_decay``: one port's physical-layer errors climb over ``ramp_s`` (to ``errors_per_s``
+  symbol errors, a quarter as many receive errors: under the counter rules' burst thresholds all
+  along) while its share of the node's traffic falls by ``traffic_fall`` (NCCL shifts it to the
+  other rails): a transceiver or cable going bad. Needs the simulated port counters (``net``).
 
-Both are labelled ``fail_slow`` (DESIGN.md §9: a straggler found by comparison with its peers);
-the label carries ``drift`` (the kind) beside the usual fields. Onset is the start of the drift,
+The first two are labelled ``fail_slow`` (DESIGN.md §9: a straggler found by comparison with its
+peers), ``nic_decay`` is ``nic``; the label carries ``drift`` (the kind) beside the usual fields. Onset is the start of the drift,
 when nothing is measurable yet: detection latency counts from there.
 
 A stack snapshot shows the slow ranks apart from their peers only while they compute and the
@@ -33,7 +37,7 @@ import numpy as np
 from simulator.effects import Effect, Episode
 from simulator.plan import PlannedFault, slot_of
 
-DRIFT_KINDS = ("gpu_sag", "compute_creep")
+DRIFT_KINDS = ("gpu_sag", "compute_creep", "nic_decay")
 COMPUTE_SHARE = 0.8  # of a step spent computing (simulator.cluster: compute is 0.8 of the step time)
 
 
@@ -48,6 +52,9 @@ class Drift:
     power_depth: float = 0.10  # gpu_sag: and power this share
     slowdown: float = 0.08  # gpu_sag: its rank's compute time at full depth, +8 %
     rate_per_h: float = 0.03  # compute_creep: +3 % compute time per hour
+    port: int = 0  # nic_decay: which port (mlx5_<port>) of the node
+    errors_per_s: float = 1.2  # nic_decay: symbol errors per second at full strength (under the burst rule's 100/min)
+    traffic_fall: float = 0.2  # nic_decay: the rail's share of traffic falls this much at full strength
     duration_s: float | None = None  # None: to the end of the run
 
     def __post_init__(self) -> None:
@@ -72,12 +79,15 @@ def add_drifts(sim, drifts: tuple[Drift, ...], run_s: float) -> None:
         if d.kind == "gpu_sag" and not 0 <= d.gpu < sim.cfg.gpus:
             raise ValueError(f"drift gpu_sag: gpu {d.gpu} outside 0..{sim.cfg.gpus - 1}")
         span = d.duration_s if d.duration_s is not None else max(1.0, run_s - d.t)
-        planned = PlannedFault("fail_slow", d.t, slot, gpu=d.gpu if d.kind == "gpu_sag" else None, detail=d.kind)
+        if d.kind == "nic_decay" and (sim.cfg.net_interval_s <= 0 or not 0 <= d.port < sim.cfg.gpus):
+            raise ValueError(f"drift nic_decay needs net telemetry and a port in 0..{sim.cfg.gpus - 1}")
+        fault = "nic" if d.kind == "nic_decay" else "fail_slow"
+        planned = PlannedFault(fault, d.t, slot, gpu=d.gpu if d.kind == "gpu_sag" else None, detail=d.kind)
         sim.call_at(sim.cfg.start_ts + d.t, lambda d=d, p=planned, span=span: _start(sim, d, p, span))
 
 
 def _start(sim, d: Drift, planned: PlannedFault, span: float) -> None:
-    injector = _gpu_sag if d.kind == "gpu_sag" else _compute_creep
+    injector = {"gpu_sag": _gpu_sag, "compute_creep": _compute_creep, "nic_decay": _nic_decay}[d.kind]
     sim.inject(planned, lambda s, p: injector(s, p, d, span))
     sim.labels[-1]["drift"] = d.kind
 
@@ -112,6 +122,21 @@ def _compute_creep(sim, p: PlannedFault, d: Drift, span: float) -> Episode:
                          factor=1.0 + d.rate_per_h * span / 3600.0, ramp_s=span)
     ep.extra["stack_states_fn"] = _glimpse(sim, compute, tuple(ranks), ep.id)
     ep.extra["drift_effect"] = compute
+    return ep
+
+
+def _nic_decay(sim, p: PlannedFault, d: Drift, span: float) -> Episode:
+    from simulator.net import NetFault
+
+    node = sim.slots[p.slot]
+    ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node],
+                         detail=f"nic_decay: mlx5_{d.port} port 1 errors climb to {d.errors_per_s:g} symbol errors/s "
+                                f"over {d.ramp_s / 60:.0f} min while its traffic share falls {d.traffic_fall:.0%}")
+    ep.end = sim.now + span
+    # node= on the record of when it ends: a swap of the machine ends the port's decay with it.
+    fault = sim.net_fault(NetFault(node, d.port, sim.now, ep.end, ep.id, ramp_s=d.ramp_s, traffic=1.0 - d.traffic_fall,
+                                   errors={"symbol_error": d.errors_per_s, "port_rcv_errors": d.errors_per_s / 4}))
+    ep.extra["drift_effect"] = fault
     return ep
 
 

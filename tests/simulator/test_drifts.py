@@ -84,3 +84,21 @@ def test_stack_answers_during_a_small_drift_are_mostly_the_healthy_mix():
 def test_a_bad_drift_is_a_clear_error(bad):
     with pytest.raises(ValueError):
         Drift(**{"kind": "gpu_sag", "t": 0, "node": "n001", **bad})
+
+
+def test_a_nic_decay_is_labelled_nic_and_shows_in_the_port_counters_under_the_burst_threshold():
+    run, events = _run(Drift("nic_decay", t=120, node="n003", port=2, ramp_s=600), duration=900.0)
+    [label] = run.labels
+    assert (label["fault"], label["drift"], label["nodes"], label["ranks"]) == ("nic", "nic_decay", ["n003"], [])
+
+    def port(e, dev):
+        return next(p for p in e.data["ports"] if p["device"] == dev)
+
+    nets = [e for e in events if e.source == "net" and e.node == "n003" and e.ts >= CFG.start_ts + 60]
+    late = [e for e in nets if e.ts >= CFG.start_ts + 780]
+    per_min = sum(port(e, "mlx5_2")["deltas"]["symbol_error"] or 0 for e in late) / ((len(late) * 5.0) / 60)
+    assert 40 < per_min < 100  # ~72 a minute at full strength: under the rule's 100 per minute
+    share = [(port(e, "mlx5_2")["rates"]["rx_bytes"] or 0) / max(1.0, port(e, "mlx5_0")["rates"]["rx_bytes"] or 0)
+             for e in late if (port(e, "mlx5_0")["rates"]["rx_bytes"] or 0) > 1e8]
+    assert share and statistics.median(share) < 0.85  # it carries less than its sibling rail
+    assert all(port(e, "mlx5_2")["state"] == "ACTIVE" for e in nets)

@@ -70,6 +70,16 @@ class Drift:
             raise ValueError(f"drift {self.kind}: slowdown, rate_per_h must be >= 0 and ramp_s > 0")
 
 
+def parse_drift(spec: str) -> Drift:
+    """``KIND:NODE@SECONDS`` (``gpu_sag:n003@900``) → a Drift with the defaults; ValueError if malformed."""
+    try:
+        kind, rest = spec.split(":", 1)
+        node, at = rest.split("@", 1)
+        return Drift(kind.strip(), t=float(at), node=node.strip())
+    except ValueError as exc:
+        raise ValueError(f"--drift {spec!r}: expected KIND:NODE@SECONDS, e.g. gpu_sag:n003@900 ({exc})") from None
+
+
 def add_drifts(sim, drifts: tuple[Drift, ...], run_s: float) -> None:
     """Schedule each drift on ``sim`` (a SimulatedCluster); it lasts to the run's end unless told."""
     for d in drifts:

@@ -102,3 +102,12 @@ def test_a_nic_decay_is_labelled_nic_and_shows_in_the_port_counters_under_the_bu
              for e in late if (port(e, "mlx5_0")["rates"]["rx_bytes"] or 0) > 1e8]
     assert share and statistics.median(share) < 0.85  # it carries less than its sibling rail
     assert all(port(e, "mlx5_2")["state"] == "ACTIVE" for e in nets)
+
+
+def test_drift_specs_from_the_command_line():
+    from simulator.drifts import parse_drift
+
+    assert parse_drift("compute_creep:n004@1200") == Drift("compute_creep", t=1200.0, node="n004")
+    for bad in ("gpu_sag", "gpu_sag:n003", "gpu_sag:n003@soon", "melt:n003@10"):
+        with pytest.raises(ValueError, match="KIND:NODE@SECONDS"):
+            parse_drift(bad)

@@ -120,6 +120,7 @@ class _Node:
     baseline: dict[str, float] | None = None
     first: list[dict[str, float]] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)
+    last: float = 0.0  # the last bucket it reported in
 
 
 class DriftTracker:
@@ -153,9 +154,12 @@ class DriftTracker:
 
     def _close(self, bucket: float) -> list[DriftFeatures]:
         out = []
-        for node, st in self._nodes.items():
+        for node, st in list(self._nodes.items()):
             if not st.current:
+                if bucket - st.last > HISTORY * self.bucket_s:
+                    del self._nodes[node]  # gone from the job (swapped out): bounded state
                 continue
+            st.last = bucket
             row = {sig: statistics.median(vs) for sig, vs in st.current.items()}
             st.current = {}
             st.buckets.append((bucket, row))

@@ -59,6 +59,7 @@ class _Port:
     streak: int = 0
     since: float = 0.0
     fired_at: float | None = None
+    seen: bool = False  # reported in the bucket being filled
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class NetDriftJudge:
         median = statistics.median(known) if len(known) >= 2 else None
         for p in ports:
             st = self._ports.setdefault((event.node, port_name(p)), _Port())
+            st.seen = True
             st.errors += sum(delta(p, name) or 0 for name in BURST_THRESHOLDS)
             rate = rates[port_name(p)]
             if median is not None and median >= BUSY_BYTES_S and rate is not None:
@@ -105,7 +107,11 @@ class NetDriftJudge:
 
     def _close(self) -> list[PortDrift]:
         out = []
-        for (node, port), st in self._ports.items():
+        for (node, port), st in list(self._ports.items()):
+            if not st.seen:
+                del self._ports[(node, port)]  # the node left the job (or its agent stopped): start afresh
+                continue
+            st.seen = False
             share = statistics.median(st.shares) if st.shares else None
             st.buckets.append((st.errors, share))
             st.errors, st.shares = 0, []

@@ -343,13 +343,13 @@ def _drift_confidence(score: float) -> float:
 
 def _describe(f: DriftFeatures, z: dict[str, float]) -> str:
     what = {"compute": "compute time", "clock": "SM clocks", "power": "power"}
-    sign = {"compute": "+", "clock": "-", "power": "-"}
+    sign = {"compute": 1.0, "clock": -1.0, "power": -1.0}  # features are positive when worse; show the real way
     parts = []
     for sig in ("compute", "clock", "power"):
         if sig not in f.excess:
             continue
         slope = f.slope.get(sig)
-        trend = f", trend {sign[sig]}{slope * 100:.1f} %/h" if slope is not None else ""
-        parts.append(f"{what[sig]} {sign[sig]}{f.excess[sig] * 100:.1f} % vs its own baseline "
-                     f"({z.get('excess_' + sig, 0.0):.1f} robust sigmas beyond its peers'{trend})")
+        trend = f", trend {sign[sig] * slope * 100:+.1f} %/h" if slope is not None else ""
+        parts.append(f"{what[sig]} {sign[sig] * f.excess[sig] * 100:+.1f} % vs its own baseline "
+                     f"({z.get('excess_' + sig, 0.0):.1f} robust sigmas beyond its peers' drift{trend})")
     return ", ".join(parts) + f" (its last {RECENT} min against its first {BASELINE} min in the job)"

@@ -17,8 +17,11 @@ Ethernet (RoCE) ports get ``ethtool -S <netdev>`` statistics beside them where t
 installed (physical-layer errors, RDMA vport bytes), under the names ethtool prints.
 
 Counters go backwards after a reset (driver reload, ``perfquery -R``) and the 32-bit ones wrap:
-a 32-bit counter seen in the upper half that comes back in the lower half wrapped once; any
-other decrease is a reset, and that interval's delta is ``null``, never a huge number. The
+a 32-bit counter seen in the upper half that comes back in the lower half wrapped once (unless
+that would be more than the link can carry: then a 64-bit counter was reset); any other decrease
+is a reset, and that interval's delta is ``null``, never a huge number. (A 32-bit data counter on
+an HDR link wraps in under a second, more than once per read: only extended, 64-bit data counters
+give true rates there; every ConnectX since ConnectX-3 has them.) The
 narrow IB error counters (8 and 16 bits) saturate at all ones (the IB spec's PMA semantics):
 a pegged counter's increase is unknown, so ``null`` too. A missing file or device is ``null``.
 """
@@ -210,8 +213,9 @@ def parse_ethtool_stats(text: str) -> dict[str, int]:
 
 
 # --- two snapshots → the payload --------------------------------------------------------------
-def counter_delta(name: str, prev: int | None, cur: int | None) -> int | None:
-    """Increments between two reads; None when unknown (missing, reset, saturated)."""
+def counter_delta(name: str, prev: int | None, cur: int | None, max_delta: float | None = None) -> int | None:
+    """Increments between two reads; None when unknown (missing, reset, saturated). A wrap that
+    would mean more than ``max_delta`` (what the link can carry in the interval) was a reset."""
     if prev is None or cur is None or prev < 0 or cur < 0:
         return None
     bits = SATURATING_BITS.get(name)
@@ -222,7 +226,8 @@ def counter_delta(name: str, prev: int | None, cur: int | None) -> int | None:
             return None  # a 32-bit PMA counter that saturated instead of wrapping
         return cur - prev
     if name in WRAP32 and prev < _2_32 and prev >= _2_32 // 2 and cur < _2_32 // 2:
-        return cur + _2_32 - prev  # wrapped once
+        wrapped = cur + _2_32 - prev  # wrapped once
+        return None if max_delta is not None and wrapped > max_delta else wrapped
     return None  # went backwards: reset
 
 
@@ -231,14 +236,22 @@ def port_payload(prev: PortSnapshot | None, cur: PortSnapshot, interval_s: float
     rates: dict[str, float | None] = {}
     deltas: dict[str, int | None] = {}
     old = prev.counters if prev is not None and prev.present else {}
+    timed = bool(interval_s) and interval_s > 0
+    # What the link can move in the interval (+10 %), to tell a 32-bit wrap from a 64-bit reset.
+    link_bytes = cur.rate_gbps * 1e9 / 8 * interval_s * 1.1 if timed and cur.rate_gbps else None
+    limits = {} if link_bytes is None else {"port_rcv_data": link_bytes / 4, "port_xmit_data": link_bytes / 4,
+                                            "port_rcv_packets": link_bytes / 64, "port_xmit_packets": link_bytes / 64}
     for name, value in cur.counters.items():
-        delta = counter_delta(name, old.get(name), value)
+        before = old.get(name)
+        # Fast path: most counters of a healthy port stay 0 (and 15 is the lowest saturation point).
+        delta = 0 if value is not None and value == before and value < 15 else \
+            counter_delta(name, before, value, limits.get(name))
         out_name = name
         if name in WORDS_TO_BYTES:
             out_name = WORDS_TO_BYTES[name]
             delta = None if delta is None else 4 * delta
         deltas[out_name] = delta
-        rates[out_name] = None if delta is None or not interval_s or interval_s <= 0 else round(delta / interval_s, 3)
+        rates[out_name] = None if delta is None or not timed else 0.0 if delta == 0 else round(delta / interval_s, 3)
     return {"device": cur.device, "port": cur.port, "link_layer": cur.link_layer, "state": cur.state,
             "phys_state": cur.phys_state, "rate_gbps": cur.rate_gbps, "netdev": cur.netdev,
             "rates": rates, "deltas": deltas}

@@ -69,6 +69,7 @@ class _Job:
     low_since: dict[tuple[str, str], tuple[float, list[str]]] = field(default_factory=dict)
     reported: set = field(default_factory=set)
     busy_at: dict[str, float] = field(default_factory=dict)  # node → last time it moved RDMA traffic
+    medians: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # rail → (at, nodes, median)
 
 
 def _rate(p: Mapping[str, Any], name: str) -> float | None:
@@ -121,10 +122,9 @@ class NetTraffic:
         out: list[Finding] = []
         for rail, (traffic, state, _) in s.rails.items():
             key = (event.node, rail)
-            peers = [p.rails[rail][0] for n, p in job.latest.items()
-                     if n != event.node and s.ts - p.ts <= c.fresh_s and rail in p.rails and p.rails[rail][0] is not None]
-            low = (state == "ACTIVE" and traffic is not None and len(peers) >= c.min_peers
-                   and statistics.median(peers) >= c.busy_bytes_s and traffic <= c.zero_share * statistics.median(peers))
+            n_peers, median = self._peers(job, rail, event.node, s.ts) if state == "ACTIVE" and traffic is not None \
+                else (0, 0.0)
+            low = n_peers >= c.min_peers and median >= c.busy_bytes_s and traffic <= c.zero_share * median
             if not low:
                 job.low_since.pop(key, None)
                 job.reported.discard(key)
@@ -135,10 +135,9 @@ class NetTraffic:
             if key in job.reported or s.ts - since < c.hold_s:
                 continue
             job.reported.add(key)
-            median = statistics.median(peers)
             errors = sum(x.rails.get(rail, (None, None, 0))[2] for x in job.history.get(event.node, ()) if x.ts >= since)
             base = (f"rail {rail} of {event.node} has carried {traffic / 1e6:.1f} MB/s for {s.ts - since:.0f}s while "
-                    f"the same rail of {len(peers)} peer node(s) carries {median / 1e6:.0f} MB/s (median)")
+                    f"the same rail of {n_peers} peer node(s) carries {median / 1e6:.0f} MB/s (median)")
             if errors:
                 out.append(Finding(
                     job=event.job, ts=s.ts, onset=since, fault="nic", action="evict", nodes=(event.node,),
@@ -152,6 +151,22 @@ class NetTraffic:
                     detail=f"{base}; the port is ACTIVE and shows no errors, so NCCL may simply avoid it: "
                            f"alert for inspection, no eviction"))
         return out
+
+    def _peers(self, job: _Job, rail: str, node: str, ts: float) -> tuple[int, float]:
+        """(peers, their median traffic) on ``rail`` at ``ts``. A big job's median is computed once
+        per half interval and includes the node itself (one value of many barely moves it); a
+        small job's excludes it exactly."""
+        c = self.config
+        cached = job.medians.get(rail)
+        if cached is not None and 0 <= ts - cached[0] < 2.5 and cached[1] >= 9:
+            return cached[1] - 1, cached[2]
+        values = {n: p.rails[rail][0] for n, p in job.latest.items()
+                  if ts - p.ts <= c.fresh_s and rail in p.rails and p.rails[rail][0] is not None}
+        if len(values) >= 9:
+            job.medians[rail] = (ts, len(values), statistics.median(values.values()))
+            return len(values) - 1, job.medians[rail][2]
+        peers = [v for n, v in values.items() if n != node]
+        return len(peers), statistics.median(peers) if peers else 0.0
 
     # --- job silence (hang evidence) ---------------------------------------------------------
     def job_silence(self, job: str, since: float) -> tuple[float, str, tuple[str, ...]] | None:

@@ -27,7 +27,7 @@ from simulator.config import SimConfig
 from simulator.effects import Effect, Episode
 from simulator.faults import INJECTORS, nccl_init, noise_tick
 from simulator.metrics import RECOVERY_GPU_RESET, GpuMods, NodeGpus, sample_nodes
-from simulator.net import NetFault, NodeNet
+from simulator.net import NetFault, NodeNet, busy_share
 from simulator.plan import EPISODE_S, FaultPlan, PlannedFault
 from streams.command import Command
 from streams.events import Envelope, number
@@ -455,22 +455,10 @@ class SimulatedCluster:
         self._next_step = t + step_time + pause
         self._busy.append((t + pause, self._next_step))  # the next step's compute and collectives
 
-    def _busy_share(self, t0: float, t1: float) -> float:
-        """How much of a rail's stepping rate (t0, t1] carried: pipeline and tensor traffic all through
-        a step (30 %), the gradient all-reduce in its last 40 % (70 %); pauses and stops carry nothing.
-        A step averages 1; a read that catches only the all-reduce sees 1.75, only compute 0.3."""
-        self._busy = [b for b in self._busy if b[1] > t0 - 60.0]
-        if self.state != "running" or self.halted or t1 <= t0:
-            return 0.0
-
-        def overlap(a: float, b: float) -> float:
-            return max(0.0, min(t1, b) - max(t0, a))
-
-        moved = sum(0.3 * overlap(a, b) + 1.75 * overlap(a + 0.6 * (b - a), b) for a, b in self._busy)
-        return moved / (t1 - t0)
-
     def _do_net(self, t: float) -> None:
-        busy = self._busy_share(t - self.cfg.net_interval_s, t)
+        t0 = t - self.cfg.net_interval_s
+        self._busy = [b for b in self._busy if b[1] > t0 - 60.0]
+        busy = 0.0 if self.state != "running" or self.halted else busy_share(self._busy, t0, t)
         self.net_faults = [f for f in self.net_faults if f.t1 > t - 2 * self.cfg.net_interval_s]
         for node in self.slots:
             data = self.nets[node].sample(t, busy, self.cfg.rail_bytes_s, self.nrng, self.net_faults)

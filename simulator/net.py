@@ -30,6 +30,9 @@ MTU = 4096
 # Counters an InfiniBand port of mlx5 has (the RoCE congestion counters are absent: null).
 _IB_ABSENT = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
                         "roce_adp_retrans", "roce_slow_restart"})
+_ABSENT = {n: None for n in _IB_ABSENT}
+_TRANSPORT = frozenset({"local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "implied_nak_seq_err",
+                        "rnr_nak_retry_err", "port_xmit_discards"})
 # Background error rates per port per second on a healthy HDR link.
 BACKGROUND = {"symbol_error": 1 / 3600, "port_rcv_errors": 1 / 7200, "local_ack_timeout_err": 1 / 20000}
 _SATURATE = {"symbol_error": 0xFFFF, "port_rcv_errors": 0xFFFF, "link_error_recovery": 0xFF, "link_downed": 0xFF}
@@ -55,6 +58,19 @@ class NetFault:
         if self.ramp_s <= 0:
             return 1.0
         return max(0.0, min(1.0, (t - self.t0) / self.ramp_s))
+
+
+def busy_share(steps: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """How much of a rail's stepping rate (t0, t1] carried, given the job's step intervals: pipeline
+    and tensor traffic all through a step (30 %), the gradient all-reduce in its last 40 % (70 %);
+    pauses carry nothing. A step averages 1; a read that catches only the all-reduce sees 1.75."""
+    if t1 <= t0:
+        return 0.0
+
+    def overlap(a: float, b: float) -> float:
+        return max(0.0, min(t1, b) - max(t0, a))
+
+    return sum(0.3 * overlap(a, b) + 1.75 * overlap(a + 0.6 * (b - a), b) for a, b in steps) / (t1 - t0)
 
 
 class NodeNet:
@@ -134,12 +150,14 @@ class NodeNet:
                     if counts[p, i]:
                         self._bump(p, name, int(counts[p, i]))
                 for name, n in extra[p].items():
+                    if name in _TRANSPORT:
+                        n *= min(1.0, busy)  # retries and sequence errors need traffic; symbol errors do not
                     if n > 0:
                         self._bump(p, name, int(rng.poisson(n)))
             snaps.append(PortSnapshot(
                 device=f"mlx5_{p}", port=1, link_layer="InfiniBand", state="DOWN" if down else "ACTIVE",
                 phys_state="Polling" if down else "LinkUp", rate_gbps=RATE_GBPS, netdev=f"ib{p}",
-                counters={**dict(self.counters[p]), **{n: None for n in _IB_ABSENT}}))
+                counters={**self.counters[p], **_ABSENT}))
         prev = self.prev
         payload = {"interval_s": round(dt, 3),
                    "ports": [port_payload(prev[p] if prev else None, snaps[p], dt or None) for p in range(ports)]}

@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{axis}", type=int, default=None, help=f"{axis.upper()} size (default: chosen to fit)")
     parser.add_argument("--sample-interval", type=float, default=_env("sample_interval", 1.0, float),
                         help="NVML sample interval in seconds (default 1)")
+    parser.add_argument("--net-interval", type=float, default=_env("net_interval", 5.0, float),
+                        help="RDMA port counter (net/sample) interval in seconds, 0 for none (default 5)")
     parser.add_argument("--step-time", type=float, default=_env("step_time", 10.0, float),
                         help="nominal training step time in seconds (default 10)")
     parser.add_argument("--no-noise", action="store_true", help="no benign unlabelled noise lines")
@@ -81,9 +83,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=args.job, seed=args.seed,
                            sample_interval_s=args.sample_interval, step_time_s=args.step_time,
-                           tp=args.tp, pp=args.pp, dp=args.dp, noise=not args.no_noise)
+                           tp=args.tp, pp=args.pp, dp=args.dp, noise=not args.no_noise,
+                           net_interval_s=args.net_interval)
         if args.sample_interval <= 0 or args.step_time <= 0:
             raise ValueError("--sample-interval and --step-time must be > 0")
+        if args.net_interval < 0:
+            raise ValueError("--net-interval must be >= 0 (0: no network counters)")
         config.layout()
         drifts = tuple(parse_drift(spec) for spec in args.drift)
         sim = simulate(config, duration=args.duration, faults=args.faults, every_class=args.every_class, drifts=drifts)

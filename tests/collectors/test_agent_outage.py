@@ -53,7 +53,7 @@ def test_agent_outage_e2e(tmp_path):
     job = f"outage-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "trainer.log"
     log.touch()
-    config = AgentConfig(job=job, node="node-o", heartbeat_interval_s=0.2, nvml=False, kernel=False,
+    config = AgentConfig(job=job, node="node-o", heartbeat_interval_s=0.2, nvml=False, kernel=False, net=False,
                          trainer_logs=[str(log)], trainer_from_start=True, spool_dir=tmp_path / "spool",
                          send_timeout_s=2.0)
     agent = Agent(config, settings).start()

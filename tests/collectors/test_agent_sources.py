@@ -75,7 +75,7 @@ def test_heartbeat_goes_on_when_process_discovery_fails():
 
 
 def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
-    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False, net=False,
                          spool_dir=tmp_path / "spool", create_topics=False)
     stuck, crashing = Stuck(), Crashing()
     # Port 1: nothing listens, so everything lands in the spool where the test can read it.
@@ -105,7 +105,7 @@ def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
 
 
 def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
-    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False, net=False,
                          spool_dir=tmp_path / "spool", create_topics=False)
     agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
     assert _wait(lambda: len(agent.spool) >= 3)

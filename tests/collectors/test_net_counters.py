@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 import threading
 from pathlib import Path
 
@@ -205,3 +206,60 @@ def test_sampler_without_rdma_devices_is_unavailable(tmp_path):
     sampler = NetSampler(job="j", node="n1", interval_s=5.0, publish=lambda e: None, sysfs_root=tmp_path)
     with pytest.raises(NetUnavailable, match="no RDMA device"):
         sampler.run(threading.Event())
+
+
+def test_the_agent_runs_the_net_source_on_a_connectx_tree(sysfs, tmp_path):
+    from collectors.agent import Agent, AgentConfig
+    from collectors.spool import Spool
+    from streams.config import KafkaSettings
+    from streams.events import decode
+
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
+                         net_interval_s=0.05, sysfs_root=str(sysfs), spool_dir=tmp_path / "spool", create_topics=False)
+    # Port 1: nothing listens, so everything lands in the spool where the test can read it.
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))
+    sampler = agent.source("net")
+    sampler.ethtool = lambda netdev: None  # no ethtool subprocess in a unit test
+    agent.start()
+    try:
+        deadline = time.monotonic() + 20
+        while sampler.samples < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        statuses = agent.statuses()
+    finally:
+        agent.stop()
+    assert statuses["net"] == "ok"
+    events = [decode(r.value) for r in Spool(tmp_path / "spool", 1 << 20).peek(10_000)]
+    samples = [e for e in events if e.source == "net"]
+    assert len(samples) >= 3
+    for e in samples:
+        check_payload(e)
+    assert {p["device"] for p in samples[-1].data["ports"]} == {"mlx5_0", "mlx5_1", "mlx5_2"}
+    assert ports(samples[-1].data)["mlx5_0"]["deltas"]["rx_bytes"] == 0  # a copied tree: nothing moves
+
+
+def test_the_agent_shows_net_off_on_a_node_without_rdma(tmp_path):
+    from collectors.agent import Agent, AgentConfig
+    from streams.config import KafkaSettings
+
+    config = AgentConfig(job="j", node="n1", nvml=False, kernel=False, sysfs_root=str(tmp_path),
+                         spool_dir=tmp_path / "spool", create_topics=False)
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
+    try:
+        deadline = time.monotonic() + 20
+        while not agent.statuses()["net"].startswith("unavailable") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = agent.statuses()["net"]
+    finally:
+        agent.stop()
+    assert status.startswith("unavailable: no RDMA device")
+
+
+def test_a_reset_that_looks_like_a_wrap_but_exceeds_the_link_is_null(sysfs):
+    # A young 64-bit counter (still under 2^32) reset to zero looks like a 32-bit wrap; read 0.1 s
+    # later, that wrap would mean 8.6 GB in 0.1 s, more than a 200 Gb/s link carries.
+    counter(sysfs, "mlx5_0", "port_rcv_data", 2**31 + 5)
+    first = read_snapshot(sysfs, 0.0)
+    counter(sysfs, "mlx5_0", "port_rcv_data", 7)
+    assert ports(sample_data(first, read_snapshot(sysfs, 0.1)))["mlx5_0"]["deltas"]["rx_bytes"] is None
+    assert counter_delta("port_rcv_data", 2**31 + 5, 7) == 2**32 - 2**31 + 2  # without a link rate: a wrap

@@ -139,10 +139,10 @@ def test_garbage_ports_is_a_dead_letter():
 NODES = [f"n{i}" for i in range(4)]
 
 
-def fleet(t, low=None, low_port=None, node_ports=2):
+def fleet(t, low=None, low_port=None, node_ports=2, nodes=NODES):
     """A sample from every node; ``low`` node's mlx5_1 carries nothing (with ``low_port`` deltas)."""
     out = []
-    for n in NODES:
+    for n in nodes:
         ports = [port("mlx5_0")] + [port(f"mlx5_{i}") for i in range(1, node_ports)]
         if n == low:
             ports[1] = port("mlx5_1", traffic=0.0, **(low_port or {}))
@@ -157,9 +157,11 @@ def test_a_silent_rail_alone_is_an_alert_not_an_eviction():
     assert "mlx5_1/1" in found[0].detail and "no eviction" in found[0].detail
 
 
-def test_a_silent_rail_with_transport_errors_evicts():
+@pytest.mark.parametrize("size", [4, 24])  # a small job compares exactly, a big one with a shared median
+def test_a_silent_rail_with_transport_errors_evicts(size):
     traffic = NetTraffic()
-    found = [f for t in range(0, 60, 5) for e in fleet(t, low="n2", low_port={"local_ack_timeout_err": 4})
+    nodes = [f"n{i}" for i in range(size)]
+    found = [f for t in range(0, 60, 5) for e in fleet(t, low="n2", low_port={"local_ack_timeout_err": 4}, nodes=nodes)
              for f in traffic.observe(e)]
     assert [(f.fault, f.action, f.nodes) for f in found] == [("nic", "evict", ("n2",))]
     assert "transport errors rose" in found[0].detail and found[0].evidence
@@ -220,3 +222,16 @@ def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
     nic = [d for d in diags if d.fault == "nic"]
     assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
     assert not [d for d in diags if d.action not in ("none",) and d.fault != "nic"]
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"interval_s": 5.0, "ports": "mlx5_0"}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), deltas={"symbol_error": -5})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), rates={"rx_bytes": "fast"})]}, "data.ports"),
+    ({"interval_s": -1.0, "ports": []}, "data.interval_s"),
+])
+def test_malformed_net_samples_are_dead_letters_with_the_field(data, field):
+    dead = []
+    bad = Envelope(ts=T0, job=JOB, node="n0", source="net", kind="sample", data=data)
+    analyze([bad, healthy(5)], Engine(), on_dead=lambda e, why: dead.append(why))
+    assert len(dead) == 1 and dead[0].startswith(field)

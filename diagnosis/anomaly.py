@@ -9,6 +9,12 @@ moderate drift in several metrics at once count. A node that stays away from its
 ``persist`` consecutive windows becomes a ``fail_slow`` suspicion (action capture_stacks,
 confidence < 1), which the implicit-fault detector turns into rounds of stack captures.
 
+The peer model proper (``peer_model``; off with ``--no-peer-model``) is what goes beyond one
+threshold on one window: the forest's opinion above, and :class:`DriftJudge`, which follows
+each node's slow drift over tens of minutes (diagnosis.drift_features) and ranks the drifting
+nodes as suspects for stack capture. It never convicts: its findings ask for stacks or alert a
+person, with a confidence below ``CORROBORATED``, so no eviction rests on it alone.
+
 Only a measured slowdown convicts (the node's compute time against its peers'). Temperature,
 power, clocks and PCIe replays explain a slowdown, never stand for one: a healthy GPU that runs
 warm, or one held at its power cap, computes as fast as its peers. A slowdown explained by a
@@ -20,13 +26,19 @@ flags is ``gpu_thermal`` on that node (DESIGN.md §3: evict when step time also 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
+    peer_drift_z, relative
 from diagnosis.features import DIRECTION, FEATURES, NodeWindow
+from diagnosis.net_drift import NetDriftJudge
+from diagnosis.peer_forest import JobForests
 from diagnosis.rules.base import Finding
+from streams.events import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +60,6 @@ HARDWARE = ("sm_clock_ratio", "power_ratio", "temp_c", "throttle", "pcie_replay_
 # A suspicion at or above this confidence carries a second independent signal (hardware drift
 # beside the slowdown): enough to evict when no stack round answers (diagnosis.failslow).
 CORROBORATED = 0.75
-FOREST_MIN_ROWS = 200
-FOREST_REFIT_EVERY = 20000
-FOREST_QUANTILE = 0.01
 
 
 @dataclass(slots=True)
@@ -60,6 +69,7 @@ class _Streak:
     worst: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # feature -> (z, value, median)
     evidence: list[str] = field(default_factory=list)
     fired: bool = False
+    rule: bool = False  # some window crossed the threshold on its own (else only the forest's vote flagged it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,19 +111,26 @@ class PeerAnomalyDetector:
     """Collects closed node windows per job and judges each job-window once it is complete."""
 
     def __init__(self, window_s: float = 10.0, persist: int = PERSIST, z_threshold: float = Z_THRESHOLD,
-                 use_forest: bool = True, seed: int = 0) -> None:
+                 use_forest: bool = True, seed: int = 0, drift: bool = False) -> None:
         self.window_s = window_s
+        self.drift = DriftJudge(use_forest=use_forest, seed=seed) if drift else None
         self.persist = persist
         self.z_threshold = z_threshold
         self.use_forest = use_forest
         self.seed = seed
         self._pending: dict[tuple[str, float], dict[str, NodeWindow]] = {}
         self._streaks: dict[tuple[str, str], _Streak] = {}
-        self._healthy: dict[str, list[list[float]]] = {}
-        self._forest: dict[str, tuple[object, float, int]] = {}
+        self._forests = JobForests(seed)
+        self._net: dict[str, NetDriftJudge] = {}
 
     def observe_window(self, window: NodeWindow) -> None:
         self._pending.setdefault((window.job, window.start), {})[window.node] = window
+
+    def observe_net(self, event: Envelope) -> list[Finding]:
+        """A `net`/`sample` (port counters): a NIC decaying slowly (diagnosis.net_drift), peer model on."""
+        if self.drift is None:
+            return []
+        return self._net.setdefault(event.job, NetDriftJudge()).observe(event)
 
     def tick(self, now: float) -> list[Finding]:
         # A window is judged once two more windows have passed: late nodes have reported by then.
@@ -135,11 +152,11 @@ class PeerAnomalyDetector:
             return []
         scored = peer_scores(windows)
         by_node = {w.node: w for w in windows}
+        out: list[Finding] = self.drift.observe(job, start, scored, by_node) if self.drift is not None else []
         vectors = np.array([[max(-10.0, min(10.0, s.z.get(f, 0.0))) for f in FEATURES] for s in scored])
         # The forest only matters for a node already Z_SOFT away somewhere: score just those.
         tops = [max((z for f, z in s.z.items() if z > 0 and s.rel.get(f, 0.0) >= MIN_REL_DEV), default=0.0) for s in scored]
         forest_flags = self._forest_flags(job, vectors, np.array(tops) >= Z_SOFT)
-        out: list[Finding] = []
         for i, s in enumerate(scored):
             bad = {f: z for f, z in s.z.items()
                    if z > 0 and s.rel.get(f, 0.0) >= (MIN_SLOW_REL if f in SLOWDOWN else MIN_REL_DEV)}
@@ -150,11 +167,13 @@ class PeerAnomalyDetector:
             if not flagged and not any(f in s.z for f in SLOWDOWN):
                 continue  # no step in this window (steps longer than it): no measurement, streak kept
             if not flagged:
-                self._healthy.setdefault(job, []).append(list(vectors[i]))
+                if self.use_forest:
+                    self._forests.add_healthy(job, vectors[i])
                 self._streaks.pop(key, None)
                 continue
             st = self._streaks.setdefault(key, _Streak(since=start))
             st.windows += 1
+            st.rule = st.rule or slow >= self.z_threshold
             for f, z in bad.items():
                 if z > st.worst.get(f, (0.0,))[0]:
                     st.worst[f] = (z, s.values[f], s.medians[f])
@@ -166,27 +185,9 @@ class PeerAnomalyDetector:
         return out
 
     def _forest_flags(self, job: str, vectors: np.ndarray, ask: np.ndarray) -> np.ndarray:
-        flags = np.zeros(len(vectors), dtype=bool)
         if not self.use_forest:
-            return flags
-        rows = self._healthy.get(job, [])
-        fitted = self._forest.get(job)
-        # Refit as healthy history doubles (then every FOREST_REFIT_EVERY rows): cheap early, stable later.
-        if len(rows) >= FOREST_MIN_ROWS and (fitted is None or len(rows) - fitted[2] >= min(fitted[2], FOREST_REFIT_EVERY)):
-            from sklearn.ensemble import IsolationForest
-
-            train = np.array(rows[-5000:])
-            model = IsolationForest(n_estimators=50, random_state=self.seed).fit(train)
-            # Outlier = scores below all but the lowest 1 % of healthy windows; the z gate (Z_SOFT) and
-            # persistence over k windows keep that 1 % from becoming false alarms.
-            cut = float(np.quantile(model.score_samples(train), FOREST_QUANTILE))
-            if len(rows) > 10000:
-                del rows[:-5000]  # bounded memory: the forest sees the most recent healthy windows
-            fitted = self._forest[job] = (model, cut, len(rows))
-        if fitted is not None and ask.any():
-            model, cut, _ = fitted
-            flags[ask] = model.score_samples(vectors[ask]) < cut
-        return flags
+            return np.zeros(len(vectors), dtype=bool)
+        return self._forests.flags(job, vectors, ask)
 
     def _finding(self, job: str, start: float, node: str, st: _Streak, w: NodeWindow, forest: bool) -> Finding:
         parts = [f"{f} {v:.4g} vs peer median {m:.4g} ({z:.1f} robust sigmas)"
@@ -196,6 +197,16 @@ class PeerAnomalyDetector:
         explains = sorted(f for f in HARDWARE if f != "temp_c" and st.worst.get(f, (0.0,))[0] >= Z_SOFT)
         head = f"{node} computed slower than its peers for {st.windows} consecutive {self.window_s:.0f}s windows: "
         tail = ("; isolation forest agrees" if forest else "")
+        if not st.rule:
+            # Flagged only with the forest's vote: the model asks for evidence, it never convicts alone.
+            tail += "; below the threshold on its own (the model's vote only): no eviction without stacks"
+        if "throttle" in explains and w.features.get("throttle", 0.0) > 0 and not st.rule:
+            return Finding(
+                job=job, ts=start + self.window_s, onset=st.since, fault="gpu_thermal", action="alert",
+                nodes=(node,), ranks=w.ranks, entity="thermal", confidence=round(CORROBORATED - 0.05, 3),
+                evidence=tuple(st.evidence),
+                detail=head + "; ".join(parts) + "; throttled (thermal / power brake) while slower" + tail,
+            )
         if "throttle" in explains and w.features.get("throttle", 0.0) > 0:
             return Finding(
                 job=job, ts=start + self.window_s, onset=st.since, fault="gpu_thermal", action="evict",
@@ -203,8 +214,11 @@ class PeerAnomalyDetector:
                 evidence=tuple(st.evidence),
                 detail=head + "; ".join(parts) + "; throttled (thermal / power brake) while slower: gray failure" + tail,
             )
-        if explains:
+        if explains and st.rule:
             confidence = min(0.9, CORROBORATED + 0.01 * slow + (0.05 if forest else 0.0))
+            tail = f"; explained by {', '.join(explains)}" + tail
+        elif explains:
+            confidence = CORROBORATED - 0.05
             tail = f"; explained by {', '.join(explains)}" + tail
         else:
             confidence = min(CORROBORATED - 0.05, 0.5 + 0.02 * slow + (0.05 if forest else 0.0))
@@ -214,3 +228,128 @@ class PeerAnomalyDetector:
             nodes=(node,), ranks=w.ranks, entity="peers", confidence=round(confidence, 3),
             evidence=tuple(st.evidence), detail=head + "; ".join(parts) + tail,
         )
+
+
+# --- slow drifts: the model ranks suspects for stack capture, it never convicts ----------------
+DRIFT_Z = 5.0  # a node's compute time this many robust sigmas further from its own baseline than its peers'
+DRIFT_MIN_EXCESS = 0.01  # ... and at least 1 % slower than it was
+JOINT_Z = 5.0  # compute, clocks and power together (Stouffer's sum of their excess z-scores)
+JOINT_SIGNAL_Z = 2.0  # ... each of at least two of them this far out
+DRIFT_FOREST_Z = 2.5  # with the forest's agreement, two signals this far out suffice
+DRIFT_PERSIST = 3  # consecutive one-minute buckets
+# Below CORROBORATED: diagnosis.failslow never lets a drift suspicion stand as an eviction.
+DRIFT_CONFIDENCE_MAX = 0.6
+DRIFT_ALERT_AFTER_S = 900.0  # still drifting this long after the suspicion: alert a person
+DRIFT_REFIRE_S = 3600.0  # one suspicion per node per hour (the stack rounds it starts cost every rank)
+
+
+@dataclass(slots=True)
+class _DriftStreak:
+    buckets: int = 0
+    since: float = 0.0
+    fired_at: float | None = None
+    alerted: bool = False
+
+
+class DriftJudge:
+    """Per job: slow-drift features per node each minute → ranked suspects (action capture_stacks),
+    and an alert for a person when a suspect keeps drifting. Pure but for its per-job state."""
+
+    def __init__(self, use_forest: bool = True, seed: int = 0) -> None:
+        self.use_forest = use_forest
+        self.seed = seed
+        self._trackers: dict[str, DriftTracker] = {}
+        self._streaks: dict[tuple[str, str], _DriftStreak] = {}
+        self._forests = JobForests(seed)
+
+    def observe(self, job: str, start: float, scored: list[Scored], windows: dict[str, NodeWindow]) -> list[Finding]:
+        tracker = self._trackers.setdefault(job, DriftTracker())
+        rel = {s.node: relative(s.values, s.medians) for s in scored}
+        closed = tracker.observe(start, rel, {n: w.evidence for n, w in windows.items()})
+        if closed is None:
+            return []
+        t, feats = closed
+        if len(feats) < DRIFT_MIN_PEERS:
+            return []
+        zs = peer_drift_z(feats)
+        vectors = np.array([f.vector(z) for f, z in zip(feats, zs)])
+        hot = [sum(1 for s in ("compute", "clock", "power") if z.get(f"excess_{s}", 0.0) >= DRIFT_FOREST_Z) >= 2
+               for z in zs]
+        forest = self._forest_flags(job, vectors, np.array(hot))
+        judged = [(f, z, *_drift_score(f, z, bool(forest[i]))) for i, (f, z) in enumerate(zip(feats, zs))]
+        suspects = sorted((j for j in judged if j[2] > 0), key=lambda j: -j[2])
+        out: list[Finding] = []
+        for f, z, score, why in judged:
+            key = (job, f.node)
+            if score <= 0:
+                if self.use_forest:
+                    self._forests.add_healthy(job, f.vector(z))
+                st = self._streaks.get(key)
+                if st is not None and st.fired_at is None:
+                    del self._streaks[key]
+                elif st is not None:
+                    st.buckets = 0
+                continue
+            st = self._streaks.setdefault(key, _DriftStreak(since=t))
+            st.buckets += 1
+            w = windows.get(f.node)
+            ranks = w.ranks if w is not None else ()
+            evidence = tracker.evidence(f.node)
+            place = next(i for i, j in enumerate(suspects, 1) if j[0].node == f.node)
+            head = (f"{f.node} drifted away from its peers: {_describe(f, z)}; {why}; drift suspect {place} of "
+                    f"{len(suspects)} in the job")
+            if st.buckets >= DRIFT_PERSIST and (st.fired_at is None or t - st.fired_at >= DRIFT_REFIRE_S):
+                st.fired_at, st.alerted = t, False
+                out.append(Finding(
+                    job=job, ts=t, onset=st.since, fault="fail_slow", action="capture_stacks", nodes=(f.node,),
+                    ranks=ranks, entity="drift", confidence=_drift_confidence(score), evidence=evidence,
+                    detail=head + f" for {st.buckets} min: capture stacks to localise it (the model ranks "
+                                  f"suspects, it never convicts alone)"))
+            elif st.fired_at is not None and not st.alerted and t - st.fired_at >= DRIFT_ALERT_AFTER_S \
+                    and st.buckets >= DRIFT_PERSIST:
+                st.alerted = True
+                out.append(Finding(
+                    job=job, ts=t, onset=st.since, fault="fail_slow", action="alert", nodes=(f.node,), ranks=ranks,
+                    entity="drift-alert", confidence=_drift_confidence(score), evidence=evidence,
+                    detail=head + f", still {t - st.fired_at:.0f}s after it was first suspected: inspect the "
+                                  f"machine (no stack or counter evidence convicts it, so nothing is evicted)"))
+        return out
+
+    def _forest_flags(self, job: str, vectors: np.ndarray, ask: np.ndarray) -> np.ndarray:
+        if not self.use_forest:
+            return np.zeros(len(vectors), dtype=bool)
+        return self._forests.flags(job, vectors, ask)
+
+
+def _drift_score(f: DriftFeatures, z: dict[str, float], forest: bool) -> tuple[float, str]:
+    """How strongly a node drifts (0: not at all) and which test says so (pure)."""
+    slow = z.get("excess_compute", 0.0)
+    if slow >= DRIFT_Z and f.excess.get("compute", 0.0) >= DRIFT_MIN_EXCESS:
+        return slow, "compute time crept up against its own baseline"
+    excess = [max(-3.0, min(6.0, z.get(f"excess_{s}", 0.0))) for s in ("compute", "clock", "power")]
+    out_there = sum(1 for e in excess if e >= JOINT_SIGNAL_Z)
+    joint = sum(excess) / math.sqrt(3.0)
+    if out_there >= 2 and joint >= JOINT_Z and f.excess.get("compute", 0.0) > 0:
+        return joint, "several signals drift together (joint deviation)"
+    if forest and sum(1 for e in excess if e >= DRIFT_FOREST_Z) >= 2:
+        return joint, "isolation forest on the drift features agrees"
+    return 0.0, ""
+
+
+def _drift_confidence(score: float) -> float:
+    # At least 0.5: requests for evidence (diagnosis.failslow, diagnosis.hang) sit below it.
+    return round(min(DRIFT_CONFIDENCE_MAX, 0.5 + 0.01 * score), 3)
+
+
+def _describe(f: DriftFeatures, z: dict[str, float]) -> str:
+    what = {"compute": "compute time", "clock": "SM clocks", "power": "power"}
+    sign = {"compute": 1.0, "clock": -1.0, "power": -1.0}  # features are positive when worse; show the real way
+    parts = []
+    for sig in ("compute", "clock", "power"):
+        if sig not in f.excess:
+            continue
+        slope = f.slope.get(sig)
+        trend = f", trend {sign[sig] * slope * 100:+.1f} %/h" if slope is not None else ""
+        parts.append(f"{what[sig]} {sign[sig] * f.excess[sig] * 100:+.1f} % vs its own baseline "
+                     f"({z.get('excess_' + sig, 0.0):.1f} robust sigmas beyond its peers' drift{trend})")
+    return ", ".join(parts) + f" (its last {RECENT} min against its first {BASELINE} min in the job)"

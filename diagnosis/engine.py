@@ -64,6 +64,8 @@ class EngineConfig:
     # "all": parse and run the node rules here too; "job": a node stage upstream did (its findings,
     # windows and forwarded events arrive on `summaries`), so events go straight to the job stage.
     stage: str = "all"
+    # The peer model (isolation forest + slow-drift suspects, diagnosis.anomaly); off: rules only.
+    peer_model: bool = True
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -108,7 +110,7 @@ class Engine:
         lane = self._lanes.get(job)
         if lane is None:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
-                             implicit_config=self.config.implicit_config)
+                             implicit_config=self.config.implicit_config, peer_model=self.config.peer_model)
             lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
         return lane
 

@@ -101,11 +101,12 @@ class NodeStage:
 
 class JobStage:
     def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
-                 implicit_config: ImplicitConfig | None = None) -> None:
+                 implicit_config: ImplicitConfig | None = None, peer_model: bool = True) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
         self.silence = SilenceDetector(book=book)
-        self.anomaly = PeerAnomalyDetector(window_s)
+        # peer_model off: only the robust z-score threshold compares a node with its peers.
+        self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
         self.net = NetTraffic()  # rails across nodes; job silence and congestion for the implicit detectors
         self.implicit = ImplicitFaultDetector(book, implicit_config, net=self.net) if implicit else None
 
@@ -117,6 +118,7 @@ class JobStage:
             findings.extend(self.silence.observe(event))
         elif event.source == "net":
             findings.extend(self.net.observe(event))
+            findings.extend(self.anomaly.observe_net(event))
         diags = self.implicit.observe(event) if self.implicit is not None else []
         return findings, list(diags)
 

@@ -40,6 +40,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(default {_DEFAULTS.max_lateness_s:g}; env FAULTLENS_MAX_LATENESS_S)")
     g.add_argument("--no-implicit", action="store_true", default=os.environ.get("FAULTLENS_NO_IMPLICIT") == "1",
                    help="turn off hang / fail-slow localisation (env FAULTLENS_NO_IMPLICIT=1)")
+    g.add_argument("--no-peer-model", action="store_true", default=os.environ.get("FAULTLENS_NO_PEER_MODEL") == "1",
+                   help="rules only: turn off the peer model (isolation forest and slow-drift suspects; the robust "
+                        "z-score threshold stays) (env FAULTLENS_NO_PEER_MODEL=1)")
     g.add_argument("--hang-floor", type=float, default=_env_float("FAULTLENS_HANG_FLOOR_S", _HANG.floor_s),
                    help=f"never call a stall shorter than this many seconds a hang "
                         f"(default {_HANG.floor_s:g}; env FAULTLENS_HANG_FLOOR_S)")
@@ -51,4 +54,4 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The engine settings the flags of :func:`add_engine_arguments` name."""
     hang = HangConfig(k=args.hang_k, floor_s=args.hang_floor)
     return EngineConfig(grace_s=args.grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
-                        implicit_config=ImplicitConfig(hang=hang))
+                        implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model)

@@ -95,7 +95,7 @@ class SimulatedCluster:
                 raise ValueError(f"{planned.fault} at t={planned.t:g}: node n{planned.slot:03d} is not in a {config.nodes}-node job")
             if planned.rank is not None and not 0 <= planned.rank < self.world:
                 raise ValueError(f"{planned.fault} at t={planned.t:g}: rank {planned.rank} outside 0..{self.world - 1}")
-            self._at(config.start_ts + planned.t, lambda p=planned: self._start(p))
+            self._at(config.start_ts + planned.t, lambda p=planned: self.inject(p))
 
     # --- the clock --------------------------------------------------------------------------
     def advance(self, until_ts: float) -> list[Envelope]:
@@ -199,8 +199,10 @@ class SimulatedCluster:
         return f"sim-stacks-{self._request}"
 
     # --- episodes ---------------------------------------------------------------------------
-    def _start(self, planned: PlannedFault) -> None:
-        ep = INJECTORS[planned.fault](self, planned)
+    def inject(self, planned: PlannedFault, injector: Callable[..., Episode] | None = None) -> None:
+        """Start an episode now, with its class's injector (simulator.faults) unless another is
+        given (the slow drifts of simulator.drifts label their own classes' faults)."""
+        ep = (injector or INJECTORS[planned.fault])(self, planned)
         self.episodes[ep.id] = ep
         self.labels.append(ep.label(self.cfg.job))
         if self.auto_recover:
@@ -315,7 +317,13 @@ class SimulatedCluster:
         for ep in self.episodes.values():
             if not ep.ended and "stack_states" in ep.extra:
                 return ep.extra["stack_states"]
-        return {r: ("grad_sync" if r % 3 else "compute") for r in range(self.world)}
+        healthy = {r: ("grad_sync" if r % 3 else "compute") for r in range(self.world)}
+        # A slow drift shows in a snapshot only now and then (simulator.drifts): it never hides a
+        # crash or hang episode's stacks.
+        for ep in self.episodes.values():
+            if not ep.ended and "stack_states_fn" in ep.extra:
+                return ep.extra["stack_states_fn"](healthy)
+        return healthy
 
     def stack_round(self, ts: float, states: dict[int, str], request_id: str, episode: int = -1) -> None:
         """Every rank's agent answers a capture request: a py-spy dump, or on a node where capture
@@ -349,7 +357,7 @@ class SimulatedCluster:
         if idle or spin:
             mods = {g: GpuMods(idle=idle, spin=spin) for g in range(self.cfg.gpus)}
         for e in self.effects:
-            if e.node != node or not e.active(t) or e.kind not in ("lost", "thermal", "slow", "reset", "idle"):
+            if e.node != node or not e.active(t) or e.kind not in ("lost", "thermal", "slow", "reset", "idle", "sag"):
                 continue
             for g in e.gpus or range(self.cfg.gpus):
                 m = mods.setdefault(g, GpuMods(idle=idle, spin=spin))
@@ -361,7 +369,10 @@ class SimulatedCluster:
                     m.recovery_action = RECOVERY_GPU_RESET
                 else:
                     s = e.strength(t)
-                    if e.kind == "thermal":
+                    if e.kind == "sag":
+                        m.clock_factor *= 1.0 - (1.0 - e.factor) * s
+                        m.power_factor *= 1.0 - (1.0 - e.power_factor) * s
+                    elif e.kind == "thermal":
                         m.heat_c += 30.0 * s
                         m.clock_factor *= 1.0 - 0.35 * s
                         m.throttle = ("sw_thermal", "hw_thermal") if s > 0.6 else ("sw_thermal",) if s > 0.3 else ()

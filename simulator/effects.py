@@ -14,8 +14,9 @@ from simulator.plan import PlannedFault
 # kinds: "lost" (NVML nulls), "thermal" (heat + throttle ramp), "slow" (lower clocks/util),
 # "reset" (recovery action asks for a GPU reset), "compute" (ranks' compute_s × factor),
 # "loss" (nan / spike on every rank), "silent" (the node emits nothing), "idle" (a hung rank's
-# GPU runs no kernel while its peers spin in NCCL).
-EFFECT_KINDS = frozenset({"lost", "thermal", "slow", "reset", "compute", "loss", "silent", "idle"})
+# GPU runs no kernel while its peers spin in NCCL), "sag" (SM clocks × ``factor`` and power ×
+# ``power_factor`` at full strength, no throttle flag: a slow drift, simulator.drifts).
+EFFECT_KINDS = frozenset({"lost", "thermal", "slow", "reset", "compute", "loss", "silent", "idle", "sag"})
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Effect:
     factor: float = 1.0
     mode: str = ""
     ramp_s: float = 0.0
+    power_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in EFFECT_KINDS:

@@ -50,6 +50,7 @@ class GpuMods:
     heat_c: float = 0.0  # added temperature
     clock_factor: float = 1.0  # SM clock multiplier
     util_factor: float = 1.0
+    power_factor: float = 1.0  # power drawn at the same load (a sagging GPU, simulator.drifts)
     throttle: tuple[str, ...] = ()
     idle: bool = False  # the trainer died: no kernels running
     spin: bool = False  # the job hangs: NCCL kernels spin (100 % busy, low power, full clocks)
@@ -126,20 +127,21 @@ def sample_nodes(nodes: list[NodeGpus], noise: np.ndarray, mods: list[dict[int, 
     n, g = noise.shape[0], noise.shape[1]
     util_f = np.ones((n, g))
     clock_f = np.ones((n, g))
+    power_f = np.ones((n, g))
     heat = np.zeros((n, g))
     idle = np.zeros((n, g), dtype=bool)
     spin = np.zeros((n, g), dtype=bool)
     for i, node_mods in enumerate(mods):
         for j, m in node_mods.items():
             util_f[i, j], clock_f[i, j], heat[i, j], idle[i, j] = m.util_factor, m.clock_factor, m.heat_c, m.idle
-            spin[i, j] = m.spin
+            spin[i, j], power_f[i, j] = m.spin, m.power_factor
     base = np.stack([node.temp_base_arr for node in nodes])
     n0, n1, n2, n3 = noise[..., 0], noise[..., 1], noise[..., 2], noise[..., 3]
     util = np.where(idle, 0.0, np.where(spin, 100.0, np.clip((98.0 + n0 * 1.5) * util_f, 0.0, 100.0)))
     mem_used = np.where(idle, 512.0 + np.abs(n1) * 20, 76_800.0 + n1 * 300)
     # Power swings with the kernels running (GEMM vs attention vs communication phases); at the cap
     # the GPU sheds clocks (sw_power_cap), which is health, not a fault.
-    raw_power = (600.0 + n2 * 45) * (0.55 + 0.45 * util_f)
+    raw_power = (600.0 + n2 * 45) * (0.55 + 0.45 * util_f) * power_f
     capped = ~idle & ~spin & (raw_power >= POWER_LIMIT_W - 2.0)
     power = np.where(idle, 72.0 + n2 * 3, np.where(spin, 240.0 + n2 * 10, np.minimum(POWER_LIMIT_W - 1.0, raw_power)))
     temp = np.where(idle, base - 25.0 + n3, np.where(spin, base - 12.0 + n3, base + n3 * 0.8 + heat + n2 * 1.2))

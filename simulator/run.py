@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator.cluster import SimulatedCluster
 from simulator.config import SimConfig
+from simulator.drifts import Drift, add_drifts
 from simulator.plan import FaultPlan, random_plan
 from streams.events import Envelope
 
@@ -44,12 +45,14 @@ class SimRun:
     config: SimConfig
     plan: FaultPlan
     duration: float
+    drifts: tuple[Drift, ...] = ()  # slow gray failures beside the plan (simulator.drifts)
     cluster: SimulatedCluster = field(init=False)
     count: int = 0
 
     def __post_init__(self) -> None:
         self.plan.check()
         self.cluster = SimulatedCluster(self.config, self.plan)
+        add_drifts(self.cluster, self.drifts, self.duration)
 
     @property
     def labels(self) -> list[dict[str, Any]]:
@@ -77,10 +80,10 @@ class SimRun:
 
 
 def simulate(config: SimConfig, plan: FaultPlan | None = None, duration: float | None = None,
-             faults: int | None = None, every_class: bool = True) -> SimRun:
-    """A run ready to stream: the given plan, or a random one of ``faults`` faults."""
+             faults: int | None = None, every_class: bool = True, drifts: tuple[Drift, ...] = ()) -> SimRun:
+    """A run ready to stream: the given plan, or a random one of ``faults`` faults, plus ``drifts``."""
     if plan is None:
         plan, duration = plan_for(config, faults, duration, every_class)
     elif duration is None:
-        duration = plan.end() + 60.0
-    return SimRun(config, plan, float(duration))
+        duration = max([plan.end() + 60.0, *(d.t + 60.0 for d in drifts)])
+    return SimRun(config, plan, float(duration), tuple(drifts))

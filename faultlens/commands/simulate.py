@@ -11,6 +11,7 @@ import sys
 import time
 
 from simulator import SimConfig, simulate
+from simulator.drifts import parse_drift
 from simulator.run import DEFAULT_DURATION_S, FAULT_EVERY_S
 from streams.trace import TraceWriter, labels_path, write_labels, write_trace
 
@@ -61,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-time", type=float, default=_env("step_time", 10.0, float),
                         help="nominal training step time in seconds (default 10)")
     parser.add_argument("--no-noise", action="store_true", help="no benign unlabelled noise lines")
+    parser.add_argument("--drift", action="append", default=[], metavar="KIND:NODE@SECONDS",
+                        help="add a slow gray failure from then to the end of the run (repeatable): gpu_sag (a GPU's "
+                             "clocks and power sag 10 %% over 30 min), compute_creep (+3 %% compute per hour), "
+                             "nic_decay (a port's errors climb while its traffic falls); labelled with a drift field "
+                             "(simulator/drifts.py); the random plan may still place faults on that node")
     parser.add_argument("--publish", action="store_true", help="send the events to Kafka as they are simulated")
     parser.add_argument("--speed", type=float, default=1.0,
                         help="with --publish: 1 real time, K k× faster, 0 as fast as possible (default 1)")
@@ -84,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         if args.net_interval < 0:
             raise ValueError("--net-interval must be >= 0 (0: no network counters)")
         config.layout()
-        sim = simulate(config, duration=args.duration, faults=args.faults, every_class=args.every_class)
+        drifts = tuple(parse_drift(spec) for spec in args.drift)
+        sim = simulate(config, duration=args.duration, faults=args.faults, every_class=args.every_class, drifts=drifts)
     except ValueError as exc:
         print(f"faultlens simulate: {exc}", file=sys.stderr)
         return 2

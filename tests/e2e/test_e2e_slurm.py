@@ -73,9 +73,8 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     job = f"e2e-slurm-{uuid.uuid4().hex[:8]}"
     bootstrap = kafka_settings.bootstrap
     private, public = write_key_pair(tmp_path / "keys")
-    # Slurm's client settings (SLURM_CONF naming the test controller and its munge socket) go to
-    # every process as a site would set them; only remediate is given the actuator.
-    env = {**cluster.env, "FAULTLENS_SIGNING_KEY": str(private), "FAULTLENS_VERIFY_KEY": str(public),
+    env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"},
+           "FAULTLENS_SIGNING_KEY": str(private), "FAULTLENS_VERIFY_KEY": str(public),
            "FAULTLENS_STATE_DIR": str(tmp_path / "state"), "FAULTLENS_HOME": str(tmp_path / "home"),
            "FAULTLENS_BOOTSTRAP": bootstrap, "FAULTLENS_LOG_LEVEL": "INFO"}
     work = tmp_path / "work"
@@ -95,12 +94,14 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     try:
         start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", bootstrap, "--group", f"diag-{job}",
                                               "--grace", "5"], env, tmp_path))
+        # Only the remediation consumer holds the scheduler's credentials: Slurm's client settings
+        # (SLURM_CONF naming the test controller and its munge socket); nodes never do.
         rem = start(pipeline.faultlens("remediate", [
             "remediate", "--bootstrap", bootstrap, "--act-on", job, "--group", f"rem-{job}",
             "--max-job-share", "0.5", "--breaker-share", "0.9", "--standby", ",".join(STANDBYS),
             "--stop-checks", "--checks-wait", "60",
             # The launcher restarts the job itself; there is no Slurm job of that name to requeue.
-            "--actuator", "slurm", "--no-requeue-on-evict"], env, tmp_path))
+            "--actuator", "slurm", "--no-requeue-on-evict"], {**env, "SLURM_CONF": cluster.env["SLURM_CONF"]}, tmp_path))
         agents = {}
         for node, extra in ((HEALTHY, []), (SUSPECT, ["--check-min-free-gb", f"{too_much_gb:.0f}"])):
             agents[node] = start(pipeline.faultlens(f"collect-{node}", [

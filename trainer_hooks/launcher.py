@@ -4,13 +4,14 @@
         -- --ckpt-dir /tmp/ck --steps 200
 
 Each node is a name (n000, n001, ..., or ``--node-names``) whose processes share
-FAULTLENS_NODE. The launcher listens to ``commands`` itself (job-level, every node) and watches its children's exit codes
-(trainer_hooks.exit_codes): on evict it restarts the job without the evicted nodes, replacing them
-with standbys (the command's ``replacements`` first, then ``--standby``); on restart / reattempt /
-rollback it restarts in place (rollback resumes from the checkpoint before the last). A crash
-with no command is followed by a wait for one (``--crash-wait``; a ``run_checks`` meanwhile
-stretches it to the checks' own wait, for their verdict), then a restart in place. Every
-restart is published as a `job`/`restart` event and printed as a JSON line on stdout.
+FAULTLENS_NODE. The launcher listens to ``commands`` itself (job-level, every node) and watches
+its children's exit codes (trainer_hooks.exit_codes): on evict it restarts the job without the
+evicted nodes, replacing them with standbys (the command's ``replacements`` first, then
+``--standby``); on restart / reattempt / rollback it restarts in place (rollback resumes from the
+checkpoint before the last). A crash with no command is followed by a wait for one
+(``--crash-wait``; a ``run_checks`` meanwhile stretches it to the checks' own wait, for their
+verdict), then a restart in place. Every restart is published as a `job`/`restart` event and
+printed as a JSON line on stdout.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
 (trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes

@@ -101,7 +101,8 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
             "--max-job-share", "0.5", "--breaker-share", "0.9", "--standby", ",".join(STANDBYS),
             "--stop-checks", "--checks-wait", "60",
             # The launcher restarts the job itself; there is no Slurm job of that name to requeue.
-            "--actuator", "slurm", "--no-requeue-on-evict"], {**env, "SLURM_CONF": cluster.env["SLURM_CONF"]}, tmp_path))
+            "--actuator", "slurm", "--no-requeue-on-evict"],
+            {**env, "SLURM_CONF": cluster.env["SLURM_CONF"]}, tmp_path))
         agents = {}
         for node, extra in ((HEALTHY, []), (SUSPECT, ["--check-min-free-gb", f"{too_much_gb:.0f}"])):
             agents[node] = start(pipeline.faultlens(f"collect-{node}", [

@@ -251,13 +251,38 @@ QUERIES: dict[str, str] = {
     "event_faults": """
         SELECT source, kind, fault, count(*) AS events, count(DISTINCT node) AS nodes
         FROM events WHERE fault IS NOT NULL GROUP BY source, kind, fault ORDER BY events DESC, source, kind""",
+    # What the actuator did on the scheduler: operations by outcome (`skipped`: observe-only or dry run).
+    "action_outcomes": """
+        SELECT op, outcome, actuator, count(*) AS actions, count(DISTINCT job) AS jobs,
+               len(list_distinct(flatten(list(coalesce(nodes, []))))) AS nodes, max(ts) AS last_ts
+        FROM actions GROUP BY op, outcome, actuator ORDER BY op, outcome, actuator""",
+    # Each machine an actuator took out (drained / cordoned, outcome ok): the latest time, why, and
+    # whether a later bring_back (ok) returned it; those still out first.
+    "nodes_taken_out": """
+        WITH a AS (SELECT ts, job, op, actuator, diagnosis_id, fault, reason, n AS node
+                   FROM actions, unnest(nodes) AS u(n) WHERE outcome = 'ok'),
+        t AS (SELECT node, max(ts) AS taken_out_at, count(*) AS times, arg_max(job, ts) AS job,
+                     arg_max(actuator, ts) AS actuator, arg_max(fault, ts) AS fault,
+                     arg_max(diagnosis_id, ts) AS diagnosis_id, arg_max(reason, ts) AS reason
+              FROM a WHERE op = 'take_out' GROUP BY node),
+        b AS (SELECT node, max(ts) AS brought_back_at FROM a WHERE op = 'bring_back' GROUP BY node)
+        SELECT t.node, t.actuator, t.job, t.fault, t.taken_out_at, t.times,
+               CASE WHEN b.brought_back_at >= t.taken_out_at THEN b.brought_back_at END AS brought_back_at,
+               b.brought_back_at IS NULL OR b.brought_back_at < t.taken_out_at AS still_out,
+               t.diagnosis_id, t.reason
+        FROM t LEFT JOIN b USING (node)
+        ORDER BY still_out DESC, t.taken_out_at, t.node""",
 }
+
+# Queries over tables a history file may predate (history.schema: `actions` came after version 1
+# and a file opened read-only does not gain it): no rows there, not an error.
+NEEDS_TABLE = {"action_outcomes": "actions", "nodes_taken_out": "actions"}
 
 # The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
 REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
     "detection_by_class", "label_detection", "time_to_command", "mtbf", "over_eviction", "wrongly_blamed", "ettr",
-    "incidents", "mttr_by_class", "command_outcomes", "event_faults",
+    "incidents", "mttr_by_class", "command_outcomes", "event_faults", "action_outcomes", "nodes_taken_out",
 )
 
 
@@ -274,13 +299,27 @@ def _execute(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any])
     return conn.execute(sql, _params(sql, params))
 
 
+def has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                             [table]).fetchone()[0])
+
+
+def _missing_table(conn: duckdb.DuckDBPyConnection, name: str) -> bool:
+    table = NEEDS_TABLE.get(name)
+    return table is not None and not has_table(conn, table)
+
+
 def frame(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pd.DataFrame:
     """Query ``name`` as a pandas DataFrame (NULL → NaN/None, lists → arrays, as DuckDB converts them)."""
+    if _missing_table(conn, name):
+        return pd.DataFrame()
     return _execute(conn, name, params).df()
 
 
 def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[str, Any]]:
     """Rows of query ``name`` as dicts of plain Python values (None for NULL, lists as lists)."""
+    if _missing_table(conn, name):
+        return []
     cur = _execute(conn, name, params)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row)) for row in cur.fetchall()]

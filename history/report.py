@@ -31,18 +31,22 @@ TITLES = {
     "mttr_by_class": "MTTR by class: fault onset → job productive again (s)",
     "command_outcomes": "Commands and their outcome",
     "event_faults": "Fault signals in stored events",
+    "action_outcomes": "Scheduler actions (actuator) by operation and outcome",
+    "nodes_taken_out": "Machines taken out of the scheduler (drained / cordoned), still out first",
 }
 
 # Wide sections: the columns a terminal table shows (--json and --html have every column).
 TABLE_COLUMNS = {
     "command_outcomes": ("issued_at", "job", "action", "nodes", "fault", "outcome", "to_restart_s"),
     "wrongly_blamed": ("issued_at", "job", "node", "fault", "group", "reason"),
+    "nodes_taken_out": ("node", "actuator", "job", "fault", "taken_out_at", "times", "brought_back_at", "still_out",
+                        "diagnosis_id"),
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
 SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
 _TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "issued_at",
-                    "restarted_at"})
+                    "restarted_at", "taken_out_at", "brought_back_at"})
 
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:

@@ -3,13 +3,15 @@
     python -m trainer_hooks.launcher --job j1 --nodes 4 --procs-per-node 2 --standby s000,s001 \\
         -- --ckpt-dir /tmp/ck --steps 200
 
-Each node is a name (n000, n001, ...) whose processes share FAULTLENS_NODE. The launcher listens
-to ``commands`` itself (job-level, every node) and watches its children's exit codes
-(trainer_hooks.exit_codes): on evict it restarts the job without the evicted nodes, replacing them
-with standbys (the command's ``replacements`` first, then ``--standby``); on restart / reattempt /
-rollback it restarts in place (rollback resumes from the checkpoint before the last). A crash
-with no command is followed by a wait for one (``--crash-wait``), then a restart in place. Every
-restart is published as a `job`/`restart` event and printed as a JSON line on stdout.
+Each node is a name (n000, n001, ..., or ``--node-names``) whose processes share
+FAULTLENS_NODE. The launcher listens to ``commands`` itself (job-level, every node) and watches
+its children's exit codes (trainer_hooks.exit_codes): on evict it restarts the job without the
+evicted nodes, replacing them with standbys (the command's ``replacements`` first, then
+``--standby``); on restart / reattempt / rollback it restarts in place (rollback resumes from the
+checkpoint before the last). A crash with no command is followed by a wait for one
+(``--crash-wait``; a ``run_checks`` meanwhile stretches it to the checks' own wait, for their
+verdict), then a restart in place. Every restart is published as a `job`/`restart` event and
+printed as a JSON line on stdout.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
 (trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
@@ -79,11 +81,24 @@ def plan_restart(nodes: tuple[str, ...], standby: tuple[str, ...], action: str,
     return RestartPlan(tuple(new), out, tuple(taken), "rollback" if action == "rollback" else "latest", left)
 
 
+def node_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """The job's node names: ``--node-names`` if given, else n000, n001, ... Raises ValueError."""
+    names = tuple(n.strip() for n in (getattr(args, "node_names", "") or "").split(",") if n.strip())
+    if not names:
+        return tuple(f"n{i:03d}" for i in range(args.nodes))
+    if len(set(names)) != len(names):
+        raise ValueError(f"--node-names: a name is given twice ({','.join(names)})")
+    return names
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer_hooks.launcher", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "job-0"), help="job id")
     p.add_argument("--nodes", type=int, default=2, help="number of nodes")
+    p.add_argument("--node-names", default="",
+                   help="comma-separated names of the nodes, instead of n000, n001, ... (--nodes of them): "
+                        "the scheduler's host names, so that taking a machine out names the right one")
     p.add_argument("--procs-per-node", type=int, default=1, help="trainer processes per node")
     p.add_argument("--standby", default="", help="comma-separated spare node names (e.g. s000,s001)")
     p.add_argument("--trainer", default="trainer_hooks.reference_trainer", help="python module to run")
@@ -117,7 +132,7 @@ class Launcher:
         self.args = args
         self.settings = settings
         self.job = args.job
-        self.nodes = tuple(f"n{i:03d}" for i in range(args.nodes))
+        self.nodes = node_names(args)
         self.standby = tuple(s for s in args.standby.split(",") if s)
         self.commands: queue.Queue[Command] = queue.Queue()
         memory = ReplayMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
@@ -298,10 +313,34 @@ class Launcher:
                         ",".join(sorted({n for _, n in failed})), sorted({c for c, _ in failed}), self.args.crash_wait)
             self.emit({"event": "crash", "attempt": self.attempt, "exit_codes": {n: c for c, n in failed}})
             self.terminate(0)
-            cmd = self._wait_command(self.args.crash_wait)
-            if cmd is not None and cmd.action in (*RESTART_ACTIONS, "stop"):
+            cmd = self._wait_after_crash()
+            if cmd is not None:
                 return cmd.action, cmd, []
             return "reattempt", None, []
+
+    def _wait_after_crash(self) -> Command | None:
+        """The command that says how to restart after a crash, or None after ``--crash-wait``.
+
+        Other commands do not end the wait: a `run_checks` means the remediator is running
+        stop-time checks on the job's machines and will send the restart (an evict of the machines
+        that failed, or a reattempt) once they answer, so the wait is stretched to the checks'
+        own wait; restarting in place meanwhile would put the job back on a suspect machine."""
+        deadline = time.monotonic() + self.args.crash_wait
+        while (left := deadline - time.monotonic()) > 0:
+            cmd = self._wait_command(left)
+            if cmd is None:
+                return None
+            if cmd.action in (*RESTART_ACTIONS, "stop"):
+                if cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes):
+                    continue
+                return cmd
+            if cmd.action == "run_checks":
+                wait_s = (cmd.params or {}).get("wait_s")
+                if isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400:
+                    deadline = max(deadline, time.monotonic() + float(wait_s) + self.args.crash_wait)
+                    self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes),
+                               "wait_s": wait_s})
+        return None
 
     def close(self) -> None:
         self.listener.stop()
@@ -330,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["FAULTLENS_VERIFY_KEY"] = ",".join(str(Path(p).resolve()) for p in verify_key_paths(args.verify_key))
     if args.state_dir:
         os.environ[STATE_DIR_ENV] = str(args.state_dir)
+    try:
+        node_names(args)
+    except ValueError as exc:
+        print(f"launcher: {exc}", file=sys.stderr)
+        return 2
     launcher = Launcher(args, KafkaSettings.from_args(args), keys)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-s", type=float, default=0.5, help="... by this many extra seconds per step")
     p.add_argument("--crash-rank", type=int, default=None, help="this rank raises ...")
     p.add_argument("--crash-at", type=int, default=None, help="... at this step")
+    p.add_argument("--crash-error", default=None, metavar="TEXT",
+                   help="... a RuntimeError with this message, as torch raises a CUDA error (e.g. 'CUDA error: "
+                        "an illegal memory access was encountered'; default: a plain injected crash)")
     p.add_argument("--inject-attempts", type=int, default=1, help="inject faults in the first N attempts")
     p.add_argument("--bad-node", default=None, help="a broken machine: its ranks raise on every attempt ...")
     p.add_argument("--bad-node-at", type=int, default=1, help="... at this step or the first step after resuming")
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             if node == args.bad_node and step >= args.bad_node_at:
                 raise RuntimeError(f"injected fault: broken machine {node} (rank {rank}, step {step})")
             if inject and rank == args.crash_rank and step == args.crash_at:
-                raise RuntimeError(f"injected crash on rank {rank} at step {step}")
+                raise RuntimeError(args.crash_error or f"injected crash on rank {rank} at step {step}")
             if inject and rank == args.hang_rank and args.hang_at is not None and step >= args.hang_at:
                 stuck_in_all_gather_into_tensor(step)
             x, y = batch(step, rank)

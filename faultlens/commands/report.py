@@ -10,7 +10,8 @@ DESCRIPTION = """\
 Reads a history written by `faultlens history` and prints: faults by class, by node and by day;
 the top offending nodes; detection latency (fault onset → diagnosis) and time to command
 (diagnosis → command) p50/p99; MTBF per node; the over-eviction ratio; the ETTR of each job
-(productive time / wall time); each incident. Definitions: docs/history.md.
+(productive time / wall time); each incident; what the actuator did on the scheduler (operations
+by outcome) and the machines it took out, still out first. Definitions: docs/history.md.
 
 --json prints one JSON line per section (each with a "section" key) instead of tables.
 --plots DIR also writes PNG charts there (faults over time, node × class heat map, detection

@@ -42,9 +42,10 @@ HARDWARE = frozenset({"gpu_lost", "gpu_memory", "gpu_reset_required", "nvlink", 
 # whatever NCCL timeouts or stalls follow anywhere in the job are their echo.
 JOB_STOPPING = frozenset({"gpu_lost", "cuda_error", "nccl_error", "user_code", "host_oom", "app_fault",
                           "node_silent", "job_hang", "nan_loss"})
-# Faults that often arrive together with their hardware cause in the same second (Xid 94 beside
-# Xid 95, a CUDA error beside a lost GPU): held this long in event time, so the cause is seen first.
-HELD = frozenset({"app_fault", "cuda_error"})
+# Faults that often arrive together with their cause in the same second (Xid 94 beside Xid 95, a
+# CUDA error beside a lost GPU; a peer's "connection closed" beside the rank that crashed): held
+# this long in event time, so the cause is seen first.
+HELD = frozenset({"app_fault", "cuda_error", "nccl_error"})
 HOLD_S = 2.0
 # Faults that never escalate to eviction: the machine is not the problem.
 NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown"})
@@ -196,15 +197,21 @@ class Dedup:
         out: list[Diagnosis] = []
         if not self._held:
             return out
-        keep = []
-        for f in self._held:
-            if now is None or now - f.ts >= max(self.hold_s, f.hold_s):
-                # Decided now, not when first seen: the hold is part of the detection latency.
-                onset = f.onset if f.onset is not None else f.ts
-                out.extend(self._admit(dataclasses.replace(f, ts=now, onset=onset) if now is not None else f))
-            else:
-                keep.append(f)
-        self._held = keep
+        due = [f for f in self._held if now is None or now - f.ts >= max(self.hold_s, f.hold_s)]
+        keep = [f for f in self._held if not any(f is d for d in due)]
+        # A job-wide consequence (an NCCL error) waits while a possible cause in its job is still
+        # held: the survivor's "connection closed by peer" can log before the dying rank's CUDA
+        # error is due, and must not be judged first.
+        pending_causes = {f.job for f in keep if f.fault not in JOB_CONSEQUENCES}
+        deferred = [f for f in due if f.fault in JOB_CONSEQUENCES and f.job in pending_causes]
+        due = [f for f in due if not any(f is d for d in deferred)]
+        # Causes before consequences, so _explained sees the primary already admitted.
+        due.sort(key=lambda f: f.fault in JOB_CONSEQUENCES)
+        for f in due:
+            # Decided now, not when first seen: the hold is part of the detection latency.
+            onset = f.onset if f.onset is not None else f.ts
+            out.extend(self._admit(dataclasses.replace(f, ts=now, onset=onset) if now is not None else f))
+        self._held = keep + deferred
         return out
 
     def tick(self, now: float) -> list[Diagnosis]:

@@ -45,7 +45,8 @@ _IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (
 
 _NCCL_ERR = re.compile(
     r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
-    r"|(?P<reset>Connection reset by peer|Connection closed by remote peer|Broken pipe)"
+    # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
+    r"|(?P<reset>Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe)"
     r"|NCCL error in: (?P<where>\S+?),? (?P<why>[^,]*)"
     r"|(?P<aborted>NCCL communicator was aborted)"
 )

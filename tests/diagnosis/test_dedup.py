@@ -42,7 +42,8 @@ def test_nccl_timeouts_after_a_lost_gpu_are_consequences():
     assert len(d.admit(_f(41, fault="node_silent", action="evict", node="n007", entity="heartbeat"))) == 1
     # a stall that began long after the loss is a fault of its own
     assert len(d.admit(_f(400, fault="job_hang", action="evict", node="n002", entity="pp:1", onset=T0 + 300))) == 1
-    assert len(d.admit(_f(2000, fault="nccl_error", action="reattempt", node="n002", entity="nccl"))) == 1
+    assert d.admit(_f(2000, fault="nccl_error", action="reattempt", node="n002", entity="nccl")) == []  # held
+    assert len(d.tick(T0 + 2002)) == 1
 
 
 def test_app_fault_repeating_on_the_same_gpu_after_a_restart_evicts():
@@ -94,5 +95,26 @@ def test_a_restart_ends_what_a_primary_explains():
     d.admit(_f(0, fault="job_hang", action="evict", node="n001", entity="pp:0"))
     d.restarted("j", T0 + 30)
     # an NCCL incident that began after the restart is news, even within the slack
-    [news] = d.admit(_f(60, fault="nccl_error", action="reattempt", node="n004", entity="nccl", onset=T0 + 40))
+    assert d.admit(_f(60, fault="nccl_error", action="reattempt", node="n004", entity="nccl", onset=T0 + 40)) == []
+    [news] = d.tick(T0 + 62)
     assert news.nodes == ("n004",)
+
+
+def test_a_survivors_connection_closed_logged_before_the_crashed_ranks_cuda_error_is_its_echo():
+    """Rank 1 dies of a CUDA error; rank 0's gloo/NCCL "connection closed by peer" is read a moment
+    earlier. The NCCL error waits for the held CUDA error and is then explained by it."""
+    d = Dedup()
+    assert d.admit(_f(10.0, fault="nccl_error", action="reattempt", node="n001", entity="nccl")) == []
+    assert d.admit(_f(10.4, fault="cuda_error", action="stop_time_diagnosis", node="n002", entity="cuda")) == []
+    assert d.tick(T0 + 12.1) == []  # the NCCL error is due, the CUDA error not yet: nothing judged
+    [crash] = d.tick(T0 + 12.5)
+    assert (crash.fault, crash.nodes, crash.action) == ("cuda_error", ("n002",), "stop_time_diagnosis")
+    assert d.flush() == [] and d.stats["consequence"] == 1
+
+
+def test_an_nccl_error_with_no_cause_beside_it_is_judged_after_the_hold():
+    d = Dedup()
+    assert d.admit(_f(10.0, fault="nccl_error", action="reattempt", node="n001", entity="nccl")) == []
+    assert d.tick(T0 + 11.0) == []
+    [nccl] = d.tick(T0 + 12.0)
+    assert (nccl.fault, nccl.nodes, nccl.action, nccl.onset) == ("nccl_error", ("n001",), "reattempt", T0 + 10.0)

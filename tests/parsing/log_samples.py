@@ -124,6 +124,9 @@ NCCL_ERROR_LINE = (
     "remote process exited or there was a network error, NCCL version 2.20.5"
 )
 NCCL_REMOTE = "[rank2]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely."
+# gloo on the surviving rank when its peer crashed (torch 2.x, CPU job)
+CONN_CLOSED = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+               "[127.0.0.1]:37521")
 CONN_RESET = "[rank7]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.3.17]:23456: Connection reset by peer"
 CUDA_ILLEGAL = "RuntimeError: CUDA error: an illegal memory access was encountered"
 CUDA_ECC = "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered"

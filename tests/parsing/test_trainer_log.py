@@ -69,6 +69,7 @@ def test_last_completed_work():
     [
         (S.NCCL_REMOTE, 2, "ncclRemoteError"),
         (S.CONN_RESET, 7, "connection reset by peer"),
+        (S.CONN_CLOSED, 0, "connection closed by peer"),
         ("[rank4]: torch.distributed.DistBackendError: ncclSystemError: System call failed", 4, "ncclSystemError"),
         ("[Rank 6] NCCL watchdog thread terminated with exception: ncclInternalError: internal check failed", 6, "ncclInternalError"),
         ("ncclUnhandledCudaError: Call to CUDA function failed. rank=9", 9, "ncclUnhandledCudaError"),

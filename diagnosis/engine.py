@@ -223,7 +223,7 @@ class Engine:
         elif event.kind == "restart":
             lane.dedup.restarted(event.job, event.ts)
             nodes_out = event.data.get("nodes_out") or []
-            lane.stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)])
+            lane.stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)], at=event.ts)
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""

@@ -62,6 +62,9 @@ class HangConfig:
     # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
     # also outlast this multiple of the longest gap between progress seen in the recent past.
     gap_margin: float = 2.0
+    # A restarted job may take this long to its first step (checkpoint load, NCCL set-up at
+    # scale); a restart still short of it by then, with its processes alive, is hung too.
+    startup_s: float = 600.0
     evidence_limit: int = 256
     stacks: StackConfig = field(default_factory=StackConfig)
 
@@ -85,6 +88,7 @@ class _Job:
     rank_node: dict[int, str] = field(default_factory=dict)
     step_times: deque = field(default_factory=deque)
     last_progress: float | None = None
+    started: float | None = None  # when the job last restarted: its first step is awaited from then
     last_beat: float | None = None
     gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: _Stall | None = None
@@ -239,6 +243,7 @@ class HangDetector:
                     out.append(self._decide(name, job, now))
                 continue
             if job.last_progress is None:
+                out += self._startup_stall(name, job, now)
                 continue
             stalled = now - job.last_progress
             alive = (
@@ -252,6 +257,17 @@ class HangDetector:
                 out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
 
+    def _startup_stall(self, name: str, job: _Job, now: float) -> list[Diagnosis]:
+        """A restart that never reaches its first step while its processes live (stuck loading a
+        checkpoint, or in the first collective) is a hang from the restart on."""
+        if job.started is None:
+            return []
+        alive = (job.last_beat is not None and job.last_beat > job.started
+                 and now - job.last_beat <= self.config.heartbeat_fresh_s)
+        if not alive or now - job.started < max(self.config.startup_s, self.threshold(name)):
+            return []
+        return [self._suspect(name, job, now), *self._check_complete(name, job, now)]
+
     def _first_stopped(self, name: str, job: _Job) -> tuple[int, ...]:
         topology = self._book.topology(name)
         # Ranks a newer topology no longer lists (evicted, resized) say nothing about this stall.
@@ -261,14 +277,16 @@ class HangDetector:
         low = min(step for step, _, _ in last.values())
         return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
 
-    def restarted(self, job: str) -> None:
-        """The job was restarted (``job``/``restart``): its old steps and any open stall are history.
-        Its pace is not: step times and the pauses between steps (checkpoints, evaluation) are the
-        same job's after a restart, and a first checkpoint after it must not look like a hang."""
+    def restarted(self, job: str, at: float | None = None) -> None:
+        """The job was restarted (``job``/``restart``, at event time ``at``): its old steps and any
+        open stall are history. Its pace is not: step times and the pauses between steps
+        (checkpoints, evaluation) are the same job's after a restart, and a first checkpoint after
+        it must not look like a hang. From ``at`` on its first step is awaited (``startup_s``)."""
         old = self._jobs.pop(job, None)
+        fresh = self._job(job)
         if old is not None:
-            fresh = self._job(job)
             fresh.step_times, fresh.gaps = old.step_times, old.gaps
+        fresh.started = at
 
     def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
         topology = self._book.topology(name)
@@ -281,8 +299,9 @@ class HangDetector:
     def _suspect(self, name: str, job: _Job, now: float) -> Diagnosis:
         first = self._first_stopped(name, job)
         # The id follows from the stall (job, onset): a re-run over the same events names it alike.
-        sid = hashlib.blake2b(f"{name}|job_hang|{job.last_progress:.3f}".encode(), digest_size=16).hexdigest()
-        stall = _Stall(suspicion_id=sid, onset=job.last_progress, opened=now, first_stopped=first, dumps=job.recent)
+        onset = job.last_progress if job.last_progress is not None else job.started
+        sid = hashlib.blake2b(f"{name}|job_hang|{onset:.3f}".encode(), digest_size=16).hexdigest()
+        stall = _Stall(suspicion_id=sid, onset=onset, opened=now, first_stopped=first, dumps=job.recent)
         stall.failed |= job.recent_failed
         job.stall = stall
         job.recent = DumpSet()
@@ -290,8 +309,9 @@ class HangDetector:
         topology = self._book.topology(name)
         nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
         low = job.last_step[first[0]][0] if first else None
+        since = "" if job.last_progress is not None else " since the restart (no first step)"
         detail = (
-            f"no step progress for {now - stall.onset:.0f}s (threshold {self.threshold(name):.0f}s) while "
+            f"no step progress for {now - stall.onset:.0f}s{since} (threshold {self.threshold(name):.0f}s) while "
             f"heartbeats list live training processes; lowest last step {low} on {len(first)} rank(s) "
             f"[{_short(first)}] (the first to stop); capturing every rank's stack"
         )

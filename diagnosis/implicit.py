@@ -71,8 +71,8 @@ class ImplicitFaultDetector:
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         return self._with_net(self.failslow.observe_diagnosis(diagnosis))
 
-    def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
+    def restarted(self, job: str, nodes_out: Iterable[str] = (), at: float | None = None) -> None:
         """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and
         rounds (a fail-slow suspicion whose suspects stay in the job is kept, see FailSlowRounds)."""
-        self.hang.restarted(job)
+        self.hang.restarted(job, at)
         self.failslow.restarted(job, nodes_out)

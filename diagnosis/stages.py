@@ -139,10 +139,10 @@ class JobStage:
     def flush(self) -> list[Finding]:
         return self.comms.flush() + self.anomaly.flush()
 
-    def restarted(self, job: str, nodes_out: list[str]) -> None:
+    def restarted(self, job: str, nodes_out: list[str], at: float | None = None) -> None:
         self.comms.restarted(job)
         self.net.restarted(job, nodes_out)
         if self.implicit is not None:
-            self.implicit.restarted(job, nodes_out)  # a stall must not outlive a restart
+            self.implicit.restarted(job, nodes_out, at)  # a stall must not outlive a restart
         for node in nodes_out:
             self.silence.forget(job, node)

@@ -196,6 +196,26 @@ def test_restart_forgets_the_old_incarnation():
     assert not det.hang.wants_dumps(JOB)
 
 
+def test_a_restart_that_never_reaches_its_first_step_is_a_hang_after_the_startup_allowance():
+    det = _detector(startup_s=600.0)
+    assert run_detector(det, _training(20, stop_rank=None, beats_until=50), until=50) == []
+    det.restarted(JOB, at=T0 + 102)
+    beats = [beat_event(t, node) for t in range(110, 1000, 10) for node in TOPO.nodes]
+    # loading a checkpoint for ten minutes is not a hang
+    assert run_detector(det, [b for b in beats if b.ts < T0 + 700], start=102, until=699) == []
+    [suspicion] = run_detector(det, [b for b in beats if T0 + 700 <= b.ts < T0 + 705], start=700, until=704)
+    assert (suspicion.fault, suspicion.action, suspicion.onset) == ("job_hang", "capture_stacks", T0 + 102)
+    assert "since the restart (no first step)" in suspicion.detail
+
+
+def test_a_restart_whose_processes_are_gone_is_not_called_hung():
+    det = _detector(startup_s=600.0)
+    assert run_detector(det, _training(20, stop_rank=None, beats_until=50), until=50) == []
+    det.restarted(JOB, at=T0 + 102)
+    dead = [beat_event(t, node, pids=[]) for t in range(110, 1000, 10) for node in TOPO.nodes]  # the trainer died
+    assert run_detector(det, dead, start=102, until=999) == []
+
+
 # --- without stacks: GPU-side evidence, watchdog sequence numbers, failed captures (issue 12) ---
 def _window(ts, node, util_min, power=0.35):
     from diagnosis.features import NodeWindow

@@ -63,6 +63,7 @@ class RoundResult:
     outliers: tuple[int, ...]
     groups: dict  # "pp:3" → outlier count in that group
     evidence: tuple[str, ...]
+    seen: frozenset = frozenset()  # ranks whose stacks the round had
 
 
 @dataclass
@@ -202,6 +203,7 @@ class FailSlowRounds:
             key=key, ts=rnd.dumps.first_ts or now, outliers=verdict.outlier_ranks,
             groups=group_counts(verdict.outlier_ranks, topology),
             evidence=rnd.dumps.evidence(verdict.outlier_ranks, limit=len(verdict.outlier_ranks)),
+            seen=frozenset(texts),
         ))
         log.info("job %s: stack round %d (%s): %d outlier(s)", job, len(campaign.done), key, len(verdict.outlier_ranks))
         if len(campaign.done) >= self.config.rounds:
@@ -215,8 +217,12 @@ class FailSlowRounds:
         self._cooled_nodes[job] = frozenset(suspicion.nodes) if suspicion is not None else None
 
     def _suspicion_stands(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
-        s = campaign.suspicion
         self._finish(job, now)
+        return self._standing(job, campaign, now, why)
+
+    def _standing(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
+        """The suspicion as the verdict: evict on two independent signals, else alert."""
+        s = campaign.suspicion
         if s.confidence >= self.config.stand_confidence:
             action, verdict = "evict", "the suspicion's own nodes stand on two independent signals"
         else:
@@ -248,7 +254,7 @@ class FailSlowRounds:
                 busiest.update(rnd.groups)
             log.info("job %s: %d stack rounds, no consistent outlier group (top %s): no blame",
                      job, len(rounds), busiest.most_common(3))
-            return []
+            return self._unconfirmed(job, campaign, rounds, need, topology, now)
         consistency = hits / len(rounds)
         confidence = round(min(0.95, 0.95 * consistency * place.coverage), 4)
         evidence = tuple(e for rnd in rounds for e in rnd.evidence if e)[: self.config.evidence_limit]
@@ -261,6 +267,27 @@ class FailSlowRounds:
         return [Diagnosis(
             job=job, ts=now, onset=onset, fault="fail_slow", action="evict", nodes=place.nodes,
             ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
+        )]
+
+    def _unconfirmed(self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int, topology,
+                     now: float) -> list[Diagnosis]:
+        """Rounds that blamed no group. A suspicion whose machines the rounds hardly saw (their
+        capture failed) was not tested by them: it stands as if no round had come. One they saw and
+        did not confirm is not dropped in silence when two signals backed it: a person is told."""
+        s = campaign.suspicion
+        if s is None or topology is None:
+            return []
+        suspects = set(s.ranks) or {r for r, place in topology.by_rank.items() if place.node in s.nodes}
+        if suspects and sum(1 for rnd in rounds if suspects & rnd.seen) < need:
+            return [self._standing(job, campaign, now, f"the suspects' stacks were missing from "
+                                                        f"{len(rounds)} stack rounds (capture failed?)")]
+        if s.confidence < self.config.stand_confidence:
+            return []
+        return [Diagnosis(
+            job=job, ts=now, onset=s.onset, fault="fail_slow", action="alert", nodes=s.nodes, ranks=s.ranks,
+            group=s.group, confidence=s.confidence, evidence=s.evidence,
+            detail=f"{len(rounds)} stack rounds found no consistent outlier group: the slowdown is not "
+                   f"confirmed by stacks, alert for inspection ({s.detail})",
         )]
 
     def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:

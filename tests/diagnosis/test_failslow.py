@@ -170,3 +170,33 @@ def test_after_a_conclusion_only_suspicions_of_the_same_machines_are_folded():
     other = Diagnosis(job=JOB, ts=T0 + 160, onset=T0 + 130, fault="fail_slow", action="capture_stacks",
                       nodes=(other_node,), confidence=0.8, detail=f"{other_node} drifted")
     assert fs.observe_diagnosis(other) and fs.active(JOB)  # another machine: its own rounds
+
+
+def _round_without(ts: float, missing: tuple[int, ...], *, request_id: str, rng: random.Random):
+    """A round in which the ranks ``missing`` sent no stack (their capture failed)."""
+    return [e for e in _round(ts, {}, request_id=request_id, rng=rng) if e.data["rank"] not in missing]
+
+
+def test_a_corroborated_suspicion_whose_stacks_never_came_stands_and_is_not_dropped():
+    """The slow node's py-spy is broken: five rounds without its ranks say nothing about it."""
+    det = _detector()
+    rng = random.Random(5)
+    suspects = TOPO.ranks_by_node[TOPO.by_rank[SLOW].node]
+    events = [e for k in range(5) for e in _round_without(102.0 + 10 * k, suspects, request_id=f"req{k}", rng=rng)]
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.9)])
+    [final] = [d for d in out if d.action != "capture_stacks"]
+    assert (final.fault, final.action, final.nodes) == ("fail_slow", "evict", (TOPO.by_rank[SLOW].node,))
+    assert "stacks were missing" in final.detail
+
+
+def test_rounds_that_saw_the_suspect_and_found_nothing_alert_a_corroborated_suspicion_never_evict():
+    det = _detector()
+    rng = random.Random(6)
+    events = [e for k in range(5) for e in _round(102.0 + 10 * k, {}, request_id=f"req{k}", rng=rng)]
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.9)])
+    [final] = [d for d in out if d.action != "capture_stacks"]
+    assert (final.fault, final.action) == ("fail_slow", "alert") and "not confirmed by stacks" in final.detail
+    # a suspicion on one signal only is dropped as before
+    det = _detector()
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.7)])
+    assert [d for d in out if d.action != "capture_stacks"] == []

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.anomaly import CORROBORATED
@@ -81,9 +81,13 @@ class _Campaign:
 class FailSlowRounds:
     """Stack rounds per job → the degrader group. Detector-shaped: dumps come through ``add_dump``."""
 
-    def __init__(self, book: JobBook, config: FailSlowConfig = FailSlowConfig()):
+    def __init__(self, book: JobBook, config: FailSlowConfig = FailSlowConfig(),
+                 stalled_since: Callable[[str, float], float | None] | None = None):
         self._book = book
         self.config = config
+        # When the job's steps stopped, if they have (the hang detector knows): a round taken
+        # after that caught a stalled job, whose stacks show where it hangs, not who is slow.
+        self._stalled_since = stalled_since
         self._campaigns: dict[str, _Campaign] = {}
         self._cooldown_until: dict[str, float] = {}
         # The machines a concluded campaign was about (None: the whole job, for unsolicited rounds):
@@ -234,6 +238,12 @@ class FailSlowRounds:
         )
 
     def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
+        since = self._stalled_since(job, now) if self._stalled_since is not None else None
+        if since is not None and any(r.ts > since for r in campaign.done):
+            log.info("job %s: steps stopped at %.0f; %d stack round(s) after it are the stall's, not counted",
+                     job, since, sum(1 for r in campaign.done if r.ts > since))
+            campaign.done = [r for r in campaign.done if r.ts <= since]
+            timed_out = True  # judged on what is left, as when rounds ran out
         rounds = campaign.done
         if len(rounds) < (self.config.min_rounds if timed_out else self.config.rounds):
             if campaign.suspicion is not None:

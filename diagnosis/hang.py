@@ -233,6 +233,15 @@ class HangDetector:
         longest = max(state.gaps) if state is not None and state.gaps else 0.0
         return max(self.config.k * median, self.config.floor_s, self.config.gap_margin * longest)
 
+    def stalled_since(self, job: str, now: float, k: float = 3.0, floor_s: float = 10.0) -> float | None:
+        """When the job's steps stopped, if no rank has stepped for ``k`` median step times (at
+        least ``floor_s``): well short of a hang, enough to say its stacks show a stall."""
+        state = self._jobs.get(job)
+        if state is None or state.last_progress is None:
+            return None
+        median = statistics.median(state.step_times) if state.step_times else 0.0
+        return state.last_progress if now - state.last_progress >= max(k * median, floor_s) else None
+
     def tick(self, now: float) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         for name, job in self._jobs.items():

@@ -34,7 +34,7 @@ class ImplicitFaultDetector:
         self.config = config
         self.net = net  # the port counters' word on a hang (job silence) or a slowdown (congestion)
         self.hang = HangDetector(book, config.hang)
-        self.failslow = FailSlowRounds(book, config.failslow)
+        self.failslow = FailSlowRounds(book, config.failslow, stalled_since=self.hang.stalled_since)
 
     def _with_net(self, diags: list[Diagnosis]) -> list[Diagnosis]:
         if self.net is None or not diags:

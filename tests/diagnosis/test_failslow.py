@@ -200,3 +200,18 @@ def test_rounds_that_saw_the_suspect_and_found_nothing_alert_a_corroborated_susp
     det = _detector()
     out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.7)])
     assert [d for d in out if d.action != "capture_stacks"] == []
+
+
+def test_rounds_taken_after_the_steps_stopped_are_the_stalls_and_blame_nobody_as_slow():
+    """A campaign is under way when the job hangs (pipeline pp:3 stuck); its last rounds catch
+    the stall, not the slow machine, and must not evict the stuck pipeline as fail_slow."""
+    from tests.diagnosis.stack_samples import step_event
+
+    det = _detector()
+    rng = random.Random(7)
+    stuck = {r: SLOW_COMPUTE for r in TOPO.group_ranks("pp", 3)}
+    steps = [step_event(t + 0.001 * r, TOPO, r, int(t)) for t in range(60, 111) for r in range(32)]
+    events = steps + [e for k in range(5) for e in _round(112.0 + 10 * k, stuck, request_id=f"req{k}", rng=rng)]
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.6)])
+    verdicts = [d for d in out if d.fault == "fail_slow" and d.action != "capture_stacks"]
+    assert verdicts and all(d.action == "alert" for d in verdicts), verdicts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from pathlib import Path
@@ -70,3 +71,14 @@ def fresh_topic(kafka_settings, request):
         return name
 
     return make
+
+
+@pytest.fixture(params=["kafka-python", "confluent"])
+def client_settings(request, kafka_settings) -> KafkaSettings:
+    """The session broker's settings with each Kafka client in turn (streams/kafka_client.py):
+    a test that takes this runs once with kafka-python and once with confluent-kafka."""
+    from streams.kafka_client import confluent_available
+
+    if request.param == "confluent" and not confluent_available():
+        pytest.skip("confluent-kafka is not installed (pip install 'faultlens[fast]')")
+    return dataclasses.replace(kafka_settings, client=request.param)

@@ -155,3 +155,46 @@ def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settin
     GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
         idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in sent]
+
+
+def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_settings, group_name, fresh_topic):
+    topic = fresh_topic(partitions=4)
+    sent = events(600)
+    publish(client_settings, topic, sent)
+    seen_a, seen_b = [], []
+
+    def slow(seen):
+        def handle(records):
+            seen.extend(r.value.id for r in records)
+            time.sleep(0.2)  # a busy detector: the second member joins while the first is mid-backlog
+            return []
+        return handle
+
+    first = GroupRunner(client_settings, group_name, [topic], slow(seen_a), max_records=10)
+    t_first = threading.Thread(target=first.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_first.start()
+    deadline = time.monotonic() + 60
+    while len(seen_a) < 30 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = GroupRunner(client_settings, group_name, [topic], slow(seen_b), max_records=10)
+    t_second = threading.Thread(target=second.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_second.start()
+    t_first.join(180)
+    t_second.join(180)
+    assert not t_first.is_alive() and not t_second.is_alive()
+    assert seen_b, "the second member was never given a partition"
+    assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
+    # What the two handed to their handlers is committed, to the end of every partition (asked of
+    # the broker: a third member would wait on Tansu for the departed members' sessions).
+    from kafka.structs import TopicPartition
+
+    from streams.kafka_client import open_consumer
+
+    looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
+    try:
+        parts = [TopicPartition(topic, p) for p in range(4)]
+        committed = {tp: looker.committed(tp) for tp in parts}
+        ends = looker.end_offsets(parts)
+    finally:
+        looker.close()
+    assert committed == ends

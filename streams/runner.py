@@ -21,7 +21,7 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import orjson
@@ -205,58 +205,64 @@ class GroupRunner:
         return self._decoders.get(topic, decode)
 
     def _split(self, polled) -> tuple[list[Record], list[Outgoing]]:
-        good: list[Record] = []
+        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp): Records once placed
         dead: list[Outgoing] = []
+        max_bytes = self.max_message_bytes
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
+            topic, partition = tp.topic, tp.partition
             for m in messages:
-                size = 0 if m.value is None else len(m.value)
-                if size > self.max_message_bytes:
+                raw = m.value
+                size = 0 if raw is None else len(raw)
+                if size > max_bytes:
                     # Never handed to a parser whole: a runaway line or a hostile sender.
                     self.stats.oversized += 1
-                    dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value,
-                                            f"oversized: {size} bytes (limit {self.max_message_bytes})", self.group))
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw,
+                                            f"oversized: {size} bytes (limit {max_bytes})", self.group))
                     continue
                 try:
-                    value = dec(m.value)
+                    value = dec(raw)
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
-                    dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value, f"invalid: {exc}", self.group))
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
                     continue
-                record = Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)
-                mark = self.watermark_of(record) if self.watermark_of is not None else None
-                if mark is not None and self.merge is not None:
-                    said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
-                    self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
-                    self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
-                    continue
-                good.append(record)
+                if self.watermark_of is not None and self.merge is not None:
+                    mark = self.watermark_of(Record(topic, partition, m.offset, m.key, value, m.timestamp))
+                    if mark is not None:
+                        said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
+                        self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
+                        self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
+                        continue
+                good.append((topic, partition, m.offset, m.key, value, m.timestamp))
         if self.clock is not None:
-            good = self._placed(good)
-        return good, dead
+            return self._placed(good), dead
+        return [Record(*g) for g in good], dead
 
-    def _placed(self, records: list[Record]) -> list[Record]:
+    def _placed(self, rows: list[tuple]) -> list[Record]:
         """Each record with its place in event time: the whole batch teaches the clock first."""
         assert self.clock is not None
         wall = time.time()
         keyed = []
-        for r in records:
-            ts = getattr(r.value, "ts", None)
-            record_ts = r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None
-            job, node = str(getattr(r.value, "job", "")), str(getattr(r.value, "node", ""))
+        observe = self.clock.observe
+        for row in rows:
+            value, timestamp_ms = row[4], row[5]
+            ts = getattr(value, "ts", None)
+            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
+            job, node = str(getattr(value, "job", "")), str(getattr(value, "node", ""))
             if isinstance(ts, (int, float)):
-                self.clock.observe(job, node, float(ts), record_ts, wall)
-            keyed.append((r, ts, record_ts, job, node))
+                observe(job, node, float(ts), record_ts, wall)
+            keyed.append((row, ts, record_ts, job, node))
         out = []
-        for r, ts, record_ts, job, node in keyed:
+        place = self.clock.place
+        for row, ts, record_ts, job, node in keyed:
             if not isinstance(ts, (int, float)):
-                out.append(replace(r, event_ts=record_ts if record_ts is not None else wall))
+                out.append(Record(*row, event_ts=record_ts if record_ts is not None else wall))
                 continue
-            p = self.clock.place(job, node, float(ts), record_ts, wall)
+            p = place(job, node, float(ts), record_ts, wall)
             if p.skew_s is None:
-                out.append(replace(r, event_ts=p.ts))
+                out.append(Record(*row, event_ts=p.ts))
                 continue
             self.stats.skewed += 1
-            out.append(replace(r, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
+            out.append(Record(*row, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
         return out
 
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:

@@ -185,7 +185,8 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     assert seen_b, "the second member was never given a partition"
     assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
     # What the two handed to their handlers is committed, to the end of every partition (asked of
-    # the broker: a third member would wait on Tansu for the departed members' sessions).
+    # the broker: a third member would wait on Tansu for the departed members' sessions). The
+    # topic is new, so offsets count from 0 and the commits add up to the records sent.
     from kafka.structs import TopicPartition
 
     from streams.kafka_client import open_consumer
@@ -193,8 +194,7 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
     try:
         parts = [TopicPartition(topic, p) for p in range(4)]
-        committed = {tp: looker.committed(tp) for tp in parts}
-        ends = looker.end_offsets(parts)
+        committed = {tp: looker.committed(tp) or 0 for tp in parts}
     finally:
         looker.close()
-    assert committed == ends
+    assert sum(committed.values()) == len(sent)

@@ -68,44 +68,75 @@ def _census(path: Path) -> tuple[int, int, int]:
 
 
 def _replay(settings: KafkaSettings, path: Path) -> dict:
+    cpu = time.process_time()
     stats = replay_trace(settings, path, 0.0, show_progress=False)
-    return {"events": stats.events, "seconds": round(stats.seconds, 2),
-            "events_per_s": round(stats.events / stats.seconds) if stats.seconds else None}
+    cpu = time.process_time() - cpu
+    return {"events": stats.events, "seconds": round(stats.seconds, 2), "cpu_seconds": round(cpu, 2),
+            "events_per_s": round(stats.events / stats.seconds) if stats.seconds else None,
+            "events_per_cpu_s": round(stats.events / cpu) if cpu else None}
 
 
-def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0) -> tuple[int, float]:
+class _Clock:
+    """Wall and CPU seconds (this process, every thread: the client's own included) from the
+    first :meth:`tick` to the last. On shared cores CPU seconds show the cost, wall seconds the rate."""
+
+    def __init__(self) -> None:
+        self.first: tuple[float, float] | None = None
+        self.last: tuple[float, float] | None = None
+
+    def tick(self) -> None:
+        now = (time.perf_counter(), time.process_time())
+        self.first = self.first or now
+        self.last = now
+
+    def seconds(self) -> tuple[float, float]:
+        if self.first is None or self.last is None:
+            return 0.0, 0.0
+        return self.last[0] - self.first[0], self.last[1] - self.first[1]
+
+
+def _rates(n: int, clock: _Clock, per_msg: float) -> dict:
+    wall, cpu = clock.seconds()
+    return {"records": n, "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+            "events_per_s": round(n / wall) if wall > 0 else None,
+            "events_per_cpu_s": round(n / cpu) if cpu > 0 else None,
+            "gpu_samples_per_s": round(n * per_msg / wall) if wall > 0 else None}
+
+
+def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0) -> tuple[int, _Clock]:
     """Poll, count, commit: the client alone, through a consumer group of its own."""
     consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
     consumer.subscribe(list(TELEMETRY_TOPICS))
-    n, start, last = 0, None, time.perf_counter()
+    n, clock = 0, _Clock()
     deadline = time.monotonic() + timeout_s
     try:
         while n < expected and time.monotonic() < deadline:
             polled = consumer.poll(timeout_ms=200)
             if polled:
-                start = start or time.perf_counter()
+                if clock.first is None:
+                    clock.tick()  # as for the stages: the clock starts when the first batch is in hand
                 n += sum(len(v) for v in polled.values())
                 consumer.commit()
-                last = time.perf_counter()
+                clock.tick()
     finally:
         consumer.close()
-    return n, last - (start or last)
+    return n, clock
 
 
-def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, float, int]:
-    """(records read, seconds from the first batch handled to the last, outputs) for one member."""
+def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Clock, int]:
+    """(records read, the clock from the first batch handled to the last, outputs) for one member."""
     from diagnosis.consumer import diagnose_consumer
 
     group = f"bench-{stage}-{settings.client}-{uuid.uuid4().hex[:6]}"
     runner, handler = diagnose_consumer(settings, None, stage=stage, group=group)
-    first = last = None
+    clock = _Clock()
     handle = runner._run_handler
 
     def timed(records):
-        nonlocal first, last
-        first = first or time.perf_counter()
+        if clock.first is None:
+            clock.tick()
         out = handle(records)
-        last = time.perf_counter()
+        clock.tick()
         return out
 
     runner._run_handler = timed  # the clock runs while there is work, not while the group forms
@@ -115,7 +146,7 @@ def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, flo
     with Producer(settings) as producer:
         final = producer.send_all(handler.flush())
         producer.flush()
-    return stats.records_in, (last or 0.0) - (first or 0.0), stats.outputs + final
+    return stats.records_in, clock, stats.outputs + final
 
 
 def _rss(nodes: int, gpus: int, duration: float, seed: int, tmp: str) -> dict:
@@ -174,23 +205,25 @@ def main(argv: list[str] | None = None) -> int:
                     _emit({"measure": "replay", "client": client, **_replay(settings, path)})
 
         raw_rate: float | None = None
+        raw_cpu: float | None = None
         for client in clients:
             settings = dataclasses.replace(base, client=client)
-            n, s = _raw(settings, telemetry)
-            rate = n / s if s else 0.0
-            raw_rate = raw_rate or rate  # kafka-python comes first: the baseline
-            _emit({"measure": "raw consume", "client": client, "records": n, "seconds": round(s, 2),
-                   "events_per_s": round(rate), "gpu_samples_per_s": round(rate * per_msg),
-                   "ratio_to_raw_kafka_python": round(rate / raw_rate, 2) if raw_rate else None})
+            n, clock = _raw(settings, telemetry)
+            row = _rates(n, clock, per_msg)
+            raw_rate = raw_rate or row["events_per_s"]  # kafka-python comes first: the baseline
+            raw_cpu = raw_cpu or row["events_per_cpu_s"]
+            _emit({"measure": "raw consume", "client": client, **row,
+                   "ratio_to_raw_kafka_python": round(row["events_per_s"] / raw_rate, 2) if raw_rate else None,
+                   "cpu_ratio_to_raw_kafka_python": round(row["events_per_cpu_s"] / raw_cpu, 2) if raw_cpu else None})
 
         node_runs = 0  # each node-stage run writes the summaries once more; the job stage reads them all
         for stage in args.stages:
             for client in clients:
                 settings = dataclasses.replace(base, client=client)
-                records, secs, outputs = _stage(settings, stage, idle_s=8.0 if stage == "job" else 4.0)
-                rate = records / secs if secs > 0 else 0.0
-                row = {"measure": f"diagnose --stage {stage}", "client": client, "records": records,
-                       "seconds": round(secs, 2), "events_per_s": round(rate), "outputs": outputs}
+                records, clock, outputs = _stage(settings, stage, idle_s=8.0 if stage == "job" else 4.0)
+                secs = clock.seconds()[0]
+                row = {"measure": f"diagnose --stage {stage}", "client": client, **_rates(records, clock, per_msg),
+                       "outputs": outputs}
                 if stage == "node":
                     node_runs += 1
                 if stage == "job":
@@ -201,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                     row["telemetry_equivalent_per_s"] = round(copies * telemetry / secs) if secs > 0 else None
                     row["gpu_samples_per_s"] = round(copies * gpu_samples / secs) if secs > 0 else None
                 else:
-                    row["gpu_samples_per_s"] = round(rate * per_msg)
-                    row["ratio_to_raw_kafka_python"] = round(rate / raw_rate, 2) if raw_rate else None
+                    row["ratio_to_raw_kafka_python"] = round(row["events_per_s"] / raw_rate, 2) if raw_rate else None
+                    row["cpu_ratio_to_raw_kafka_python"] = (round(row["events_per_cpu_s"] / raw_cpu, 2)
+                                                            if raw_cpu else None)
                 _emit(row)
 
         if not args.no_rss:

@@ -208,8 +208,15 @@ class ConfluentConsumer:
 
     # reading
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Message]]:
+        limit = max_records or self._max_records
         try:
-            batch = self._c.consume(max_records or self._max_records, timeout_ms / 1000.0)
+            # consume() waits for a full batch or the timeout; kafka-python's poll returns what is
+            # there. So: what is queued now; if nothing, wait for one message, then take the rest.
+            batch = self._c.consume(limit, 0)
+            if not batch and timeout_ms > 0:
+                first = self._c.poll(timeout_ms / 1000.0)
+                if first is not None:
+                    batch = [first, *self._c.consume(limit - 1, 0)] if limit > 1 else [first]
         except self._ck.KafkaException as exc:
             raise _error(exc, "consume") from None
         out: dict[TopicPartition, list[Message]] = {}

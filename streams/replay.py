@@ -123,7 +123,9 @@ def trace_messages(path: str | os.PathLike[str]) -> Iterator[TraceMessage]:
     """A trace's rows as ready messages, in trace order: what :func:`encode` would write for each
     row's envelope, built from the columns. A batch whose every row checks out column-wise is
     never parsed (a GPU sample's data is kilobytes of JSON); one that does not is read envelope
-    by envelope, so a bad row is a TraceError naming it, as with iter_trace."""
+    by envelope, so a bad row is a TraceError naming it, as with iter_trace. The one thing not
+    checked on the way out: data between braces that is not JSON inside goes out as it is, and
+    its consumer dead-letters it ("not valid JSON")."""
     row = 0
     for batch in trace_batches(path):
         if not _batch_is_plain(batch):

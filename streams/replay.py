@@ -26,6 +26,13 @@ from streams.trace import TraceError, trace_batches, trace_rows
 log = logging.getLogger(__name__)
 
 FLUSH_EVERY = 5_000  # bound the producer's buffer and surface delivery errors early
+# librdkafka bounds its own queue (a full one pushes back) and reports failures as they happen:
+# a flush, a round trip with the broker, is needed far less often.
+FLUSH_EVERY_CONFLUENT = 100_000
+
+
+def _flush_every(producer: Producer) -> int:
+    return FLUSH_EVERY_CONFLUENT if producer.client == "confluent" else FLUSH_EVERY
 
 
 def paced(events: Iterable[Envelope], speed: float, *, clock: Callable[[], float] = time.monotonic,
@@ -66,16 +73,17 @@ def publish(settings: KafkaSettings, events: Iterable[Envelope], speed: float = 
     stats = PublishStats()
     t0 = time.perf_counter()
     with Producer(settings) as producer:
+        every = _flush_every(producer)
         for event in paced(events, speed):
             producer.send_event(event)
             stats.events += 1
-            if stats.events % FLUSH_EVERY == 0:
+            if stats.events % every == 0:
                 producer.flush()
                 if progress:
-                    progress(FLUSH_EVERY)
+                    progress(every)
         producer.flush()
         if progress:
-            progress(stats.events % FLUSH_EVERY)
+            progress(stats.events % every)
     stats.seconds = time.perf_counter() - t0
     return stats
 
@@ -90,7 +98,10 @@ class TraceMessage:
     value: bytes
 
 
-_JOB_KEYED = frozenset({"job", "summary"})  # as Envelope.key: job-level records are keyed by job
+_JOB_KEYED = frozenset({b"job", b"summary"})  # as Envelope.key: job-level records are keyed by job
+_TOPIC_OF = {source.encode(): topic for source, topic in SOURCE_TOPIC.items()}
+# encode()'s layout (streams.events.FIELDS order, orjson's compact separators)
+_MESSAGE = b'{"v":%s,"id":"%s","ts":%s,"job":"%s","node":"%s","source":"%s","kind":"%s","data":%s}'
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'
 
 
@@ -127,20 +138,63 @@ def trace_messages(path: str | os.PathLike[str]) -> Iterator[TraceMessage]:
     checked on the way out: data between braces that is not JSON inside goes out as it is, and
     its consumer dead-letters it ("not valid JSON")."""
     row = 0
-    for batch in trace_batches(path):
+    for batch in _read_ahead(trace_batches(path)):
         if not _batch_is_plain(batch):
             yield from _checked_messages(path, batch, row)
             row += batch.num_rows
             continue
-        cols = batch.to_pydict()
-        head = b'{"v":'
-        for v, id_, ts, job, node, source, kind, data in zip(cols["v"], cols["id"], cols["ts"], cols["job"],
-                                                             cols["node"], cols["source"], cols["kind"], cols["data"]):
-            value = b"".join((head, b"%d" % v, b',"id":"', id_.encode(), b'","ts":', orjson.dumps(ts),
-                              b',"job":"', job.encode(), b'","node":"', node.encode(), b'","source":"',
-                              source.encode(), b'","kind":"', kind.encode(), b'","data":', data.encode(), b"}"))
-            yield TraceMessage(ts, SOURCE_TOPIC[source], (job if source in _JOB_KEYED else node).encode(), value)
+        # Names and data as UTF-8 bytes straight from Arrow (no str in between); times and versions
+        # written by orjson a column at a time, exactly as encode() writes each one.
+        text = {name: batch.column(name).cast(pa.binary()).to_pylist()
+                for name in ("id", "job", "node", "source", "kind", "data")}
+        times = batch.column("ts").to_pylist()
+        stamps = orjson.dumps(times)[1:-1].split(b",")
+        versions = orjson.dumps(batch.column("v").to_pylist())[1:-1].split(b",")
+        for v, id_, ts, stamp, job, node, source, kind, data in zip(
+                versions, text["id"], times, stamps, text["job"], text["node"], text["source"], text["kind"],
+                text["data"]):
+            value = _MESSAGE % (v, id_, stamp, job, node, source, kind, data)
+            yield TraceMessage(ts, _TOPIC_OF[source], job if source in _JOB_KEYED else node, value)
         row += batch.num_rows
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """The next batches read and decompressed on a thread of their own while this one is sent
+    (Arrow lets go of the GIL while it reads); errors come out where the batch would have."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        q.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader below
+            q.put(exc)
+
+    thread = threading.Thread(target=read, name="trace-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
 
 
 def _checked_messages(path, batch: pa.RecordBatch, first_row: int) -> Iterator[TraceMessage]:
@@ -165,17 +219,17 @@ def publish_messages(settings: KafkaSettings, messages: Iterable[TraceMessage], 
     stats = PublishStats()
     t0 = time.perf_counter()
     with Producer(settings) as producer:
-        send = producer.send
+        send, every = producer.send, _flush_every(producer)
         for m in paced(messages, speed):
             send(m.topic, m.key, m.value)
             stats.events += 1
-            if stats.events % FLUSH_EVERY == 0:
+            if stats.events % every == 0:
                 producer.flush()
                 if progress:
-                    progress(FLUSH_EVERY)
+                    progress(every)
         producer.flush()
         if progress:
-            progress(stats.events % FLUSH_EVERY)
+            progress(stats.events % every)
     stats.seconds = time.perf_counter() - t0
     return stats
 

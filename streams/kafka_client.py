@@ -157,6 +157,8 @@ class ConfluentConsumer:
         self._assignment: set[TopicPartition] = set()
         self._manual = False
         self._high: dict[TopicPartition, tuple[int, float]] = {}  # asked of the broker: (high, when)
+        # Where a partition nothing was consumed from yet starts (asked of the broker once).
+        self._start: dict[TopicPartition, int] = {}
 
     def _tp(self, topic: str, partition: int) -> TopicPartition:
         key = (topic, partition)
@@ -175,6 +177,8 @@ class ConfluentConsumer:
         def assigned(_consumer, parts) -> None:
             got = [self._tp(p.topic, p.partition) for p in parts]
             self._assignment |= set(got)
+            for tp in got:
+                self._start.pop(tp, None)
             if listener is not None:
                 listener.on_partitions_assigned(got)
 
@@ -183,12 +187,14 @@ class ConfluentConsumer:
             self._assignment -= set(gone)
             for tp in gone:
                 self._high.pop(tp, None)
+                self._start.pop(tp, None)
             if listener is not None:
                 listener.on_partitions_revoked(gone)
 
         self._c.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._start.clear()
         self._manual = True
         self._assignment = set(partitions)
         self._c.assign([self._ck_tp(tp) for tp in self._assignment])
@@ -242,6 +248,7 @@ class ConfluentConsumer:
         self._c.resume([self._ck_tp(tp) for tp in partitions])
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._start[partition] = offset
         try:
             self._c.seek(self._ck_tp(partition, offset))
         except self._ck.KafkaException as exc:
@@ -295,8 +302,11 @@ class ConfluentConsumer:
         offset = got[0].offset if got else -1
         if offset >= 0:
             return offset
-        committed = self.committed(partition)
-        return committed if committed is not None else self._watermarks(partition)[0]
+        start = self._start.get(partition)
+        if start is None:
+            committed = self.committed(partition)
+            start = self._start[partition] = committed if committed is not None else self._watermarks(partition)[0]
+        return start
 
     def highwater(self, partition: TopicPartition) -> int | None:
         """The partition's end as the last fetch saw it; for one nothing was fetched from (an empty

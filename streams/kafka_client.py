@@ -151,7 +151,10 @@ class ConfluentConsumer:
     def __init__(self, settings: KafkaSettings, group: str | None, max_records: int = 2000):
         ck = _confluent()
         self._ck = ck
-        self._c = ck.Consumer(_consumer_config(settings, group, max_records))
+        try:
+            self._c = ck.Consumer(_consumer_config(settings, group, max_records))
+        except ck.KafkaException as exc:  # a setting librdkafka refuses: the caller's bad input
+            raise ValueError(f"confluent-kafka consumer: {exc}") from None
         self._max_records = max_records
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         self._assignment: set[TopicPartition] = set()
@@ -398,7 +401,10 @@ class ConfluentProducer:
         conf = _producer_config(settings, overrides)
         conf["on_delivery"] = self._delivered
         conf["error_cb"] = self._client_error
-        self._p = ck.Producer(conf)
+        try:
+            self._p = ck.Producer(conf)
+        except ck.KafkaException as exc:
+            raise ValueError(f"confluent-kafka producer: {exc}") from None
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

@@ -105,3 +105,16 @@ def test_confluent_settings_say_the_same_as_kafka_python(tmp_path):
     assert conf["security.protocol"] == "sasl_ssl" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
     assert conf["sasl.username"] == "fl" and conf["sasl.password"] == "s3cret"
     assert conf["ssl.ca.location"] == "/etc/ca.pem"
+
+
+def test_settings_librdkafka_refuses_are_a_clear_error():
+    pytest.importorskip("confluent_kafka")
+    from streams.kafka_client import open_consumer
+    from streams.producer import Producer
+
+    bad = KafkaSettings(bootstrap="127.0.0.1:1", client="confluent", security_protocol="SASL_PLAINTEXT",
+                        sasl_mechanism="BOGUS")
+    with pytest.raises(ValueError, match="Unsupported SASL mechanism: BOGUS"):
+        Producer(bad)
+    with pytest.raises(ValueError, match="Unsupported SASL mechanism: BOGUS"):
+        open_consumer(bad, "g")

@@ -13,6 +13,7 @@ The config file is TOML (``--config`` or ``FAULTLENS_CONFIG``)::
     acks = "all"
     compression = "gzip"
     replication_factor = 3
+    client = "confluent"        # or "kafka-python" (the default); needs faultlens[fast]
 
     [topics."telemetry.gpu"]
     partitions = 48
@@ -39,6 +40,11 @@ ENV_PREFIX = "FAULTLENS_"
 # for the session timeout of members that left); real clusters are fine with it too.
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 
+# The Kafka client library every producer and consumer uses (streams/kafka_client.py): kafka-python
+# by default; confluent-kafka (librdkafka) is the fast path, an optional extra.
+CLIENTS = ("kafka-python", "confluent")
+DEFAULT_CLIENT = "kafka-python"
+
 
 @dataclass
 class KafkaSettings:
@@ -56,6 +62,7 @@ class KafkaSettings:
     compression: str | None = None
     replication_factor: int = 1
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    client: str = DEFAULT_CLIENT
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # --- loading ----------------------------------------------------------------------------
@@ -80,6 +87,8 @@ class KafkaSettings:
         kinds = {f.name: f.type for f in dataclasses.fields(self)}
         if key not in kinds or key == "topics":
             raise ValueError(f"unknown Kafka setting {key!r}")
+        if key == "client" and value not in CLIENTS:
+            raise ValueError(f"unknown Kafka client {value!r} (one of {', '.join(CLIENTS)})")
         current = getattr(self, key)
         if isinstance(current, int) and not isinstance(current, bool):
             value = int(value)
@@ -180,3 +189,6 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ssl-keyfile", dest="ssl_keyfile")
     g.add_argument("--acks", choices=["0", "1", "all"], help="producer acks (default all)")
     g.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    g.add_argument("--client", dest="client", choices=CLIENTS,
+                   help=f"Kafka client library (default {DEFAULT_CLIENT}; confluent needs faultlens[fast]; "
+                        "env FAULTLENS_CLIENT)")

@@ -53,6 +53,11 @@ def _check_text(name: str, value: Any, *, allow_empty: bool = False) -> None:
         raise InvalidEvent(name, f"too long ({len(value)} chars, limit 256)")
 
 
+def _plain_text(value: Any) -> bool:
+    """A name _check_text certainly accepts: a string of 1..256 chars that starts with no blank."""
+    return type(value) is str and 0 < len(value) <= 256 and not value[0].isspace()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
     """One event. ``data`` is the kind-specific payload, documented beside its producer."""
@@ -67,6 +72,17 @@ class Envelope:
     v: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        # Nearly every event is plainly valid: checked in one pass; anything unusual is looked at
+        # closely below, which names the field.
+        ts = self.ts
+        if (type(self.v) is int and 1 <= self.v <= SCHEMA_VERSION and (type(ts) is float or type(ts) is int)
+                and _MIN_TS <= ts <= _MAX_TS and self.source in SOURCES and type(self.data) is dict
+                and _plain_text(self.id) and _plain_text(self.job) and _plain_text(self.node)
+                and _plain_text(self.kind)):
+            return
+        self._check()
+
+    def _check(self) -> None:
         if not isinstance(self.v, int) or isinstance(self.v, bool):
             raise InvalidEvent("v", f"must be an int, got {type(self.v).__name__}")
         if self.v < 1 or self.v > SCHEMA_VERSION:

@@ -7,11 +7,11 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable
 
-from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from streams.config import KafkaSettings
 from streams.events import Envelope, encode
+from streams.kafka_client import open_producer
 from streams.topics import topic_for
 
 log = logging.getLogger(__name__)
@@ -41,23 +41,24 @@ class Outgoing:
 
 
 class Producer:
-    """kafka-python's producer with delivery accounting: :meth:`flush` raises if any send failed."""
+    """A producer of the configured client (``settings.client``, streams/kafka_client.py) with
+    delivery accounting: :meth:`flush` raises if any send failed."""
 
     def __init__(self, settings: KafkaSettings, **overrides):
-        self._producer = KafkaProducer(**{**settings.producer_kwargs(), **overrides})
         self._lock = threading.Lock()
         self._failures: list[tuple[str, str]] = []
+        self._producer = open_producer(settings, self._failed, **overrides)
+        self.client = settings.client
         self.sent = 0
-        self.delivered = 0
+        self.delivered = 0  # acknowledged, as of the last flush
+        self._failed_total = 0
 
     def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
-        future = self._producer.send(topic, key=key, value=value, partition=partition)
+        self._producer.send(topic, key, value, partition)
         self.sent += 1
-        future.add_callback(self._ok)
-        future.add_errback(self._failed, topic)
 
     def partitions(self, topic: str) -> list[int]:
-        return sorted(self._producer.partitions_for(topic))
+        return self._producer.partitions(topic)
 
     def send_event(self, event: Envelope) -> None:
         self.send(topic_for(event), event.key, encode(event))
@@ -69,32 +70,27 @@ class Producer:
             n += 1
         return n
 
-    def _ok(self, _metadata) -> None:
+    def _failed(self, topic: str, error: str) -> None:
         with self._lock:
-            self.delivered += 1
-
-    def _failed(self, exc: BaseException, topic: str) -> None:
-        with self._lock:
-            self._failures.append((topic, repr(exc)))
-        log.error("delivery to %s failed: %r", topic, exc)
+            self._failures.append((topic, error))
+        log.error("delivery to %s failed: %s", topic, error)
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Wait for every pending send; raise :class:`DeliveryError` for the ones that failed."""
         try:
-            self._producer.flush(timeout=timeout)
+            self._producer.flush(timeout)
         except KafkaError as exc:
             with self._lock:
                 self._failures.append(("*", f"flush: {exc!r}"))
         with self._lock:
             failures, self._failures = self._failures, []
+        self._failed_total += len(failures)
+        self.delivered = self.sent - self._failed_total
         if failures:
             raise DeliveryError(failures)
 
     def close(self, timeout: float = 10.0) -> None:
-        try:
-            self._producer.flush(timeout=timeout)
-        finally:
-            self._producer.close(timeout=timeout)
+        self._producer.close(timeout)
 
     def __enter__(self) -> "Producer":
         return self

@@ -5,17 +5,18 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
+from kafka import TopicPartition
 
 from streams.config import KafkaSettings
+from streams.kafka_client import Message, open_consumer
 
 
 def iter_topics(settings: KafkaSettings, topics: Iterable[str], *, idle_s: float = 2.0,
                 max_messages: int | None = None, timeout_s: float | None = None,
-                from_beginning: bool = True) -> Iterator[ConsumerRecord]:
-    """Yield every message of ``topics`` until none arrived for ``idle_s`` (or a limit is hit)."""
-    consumer = KafkaConsumer(**{**settings.common_kwargs(), "enable_auto_commit": False, "group_id": None})
+                from_beginning: bool = True) -> Iterator[Message]:
+    """Yield every message of ``topics`` until none arrived for ``idle_s`` (or a limit is hit);
+    each has ``topic, partition, offset, key, value, timestamp`` whichever client reads."""
+    consumer = open_consumer(settings, None)
     try:
         parts = []
         for topic in topics:
@@ -46,5 +47,5 @@ def iter_topics(settings: KafkaSettings, topics: Iterable[str], *, idle_s: float
         consumer.close()
 
 
-def read_topic(settings: KafkaSettings, topic: str, **kwargs) -> list[ConsumerRecord]:
+def read_topic(settings: KafkaSettings, topic: str, **kwargs) -> list[Message]:
     return list(iter_topics(settings, [topic], **kwargs))

@@ -21,11 +21,10 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import orjson
-from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
@@ -34,6 +33,7 @@ from streams import topics
 from streams.config import KafkaSettings
 from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
 from streams.events import InvalidEvent, decode
+from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class GroupRunner:
         self.stats = RunnerStats()
         self.ready = threading.Event()
         self._stop = threading.Event()
-        self.consumer: KafkaConsumer | None = None
+        self.consumer: Consumer | None = None
         self.max_message_bytes = max_message_bytes
         self.clock = EventClock(max_skew_s) if event_time else None
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
@@ -167,7 +167,7 @@ class GroupRunner:
         # Topics every member reads in full, outside the group (the compacted `jobs`): not
         # committed, read from the start by each member (event_time mode only).
         self.broadcast_topics = [t for t in broadcast_topics if t not in self.topics]
-        self._broadcast: KafkaConsumer | None = None
+        self._broadcast: Consumer | None = None
         self.watermark_of = watermark_of  # upstream writers' watermark records (job stage)
         self.on_progress = on_progress  # announce this member's progress downstream (node stage)
         self._announced: float | None = None
@@ -205,58 +205,64 @@ class GroupRunner:
         return self._decoders.get(topic, decode)
 
     def _split(self, polled) -> tuple[list[Record], list[Outgoing]]:
-        good: list[Record] = []
+        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp): Records once placed
         dead: list[Outgoing] = []
+        max_bytes = self.max_message_bytes
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
+            topic, partition = tp.topic, tp.partition
             for m in messages:
-                size = 0 if m.value is None else len(m.value)
-                if size > self.max_message_bytes:
+                raw = m.value
+                size = 0 if raw is None else len(raw)
+                if size > max_bytes:
                     # Never handed to a parser whole: a runaway line or a hostile sender.
                     self.stats.oversized += 1
-                    dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value,
-                                            f"oversized: {size} bytes (limit {self.max_message_bytes})", self.group))
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw,
+                                            f"oversized: {size} bytes (limit {max_bytes})", self.group))
                     continue
                 try:
-                    value = dec(m.value)
+                    value = dec(raw)
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
-                    dead.append(dead_letter(tp.topic, tp.partition, m.offset, m.key, m.value, f"invalid: {exc}", self.group))
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
                     continue
-                record = Record(tp.topic, tp.partition, m.offset, m.key, value, m.timestamp)
-                mark = self.watermark_of(record) if self.watermark_of is not None else None
-                if mark is not None and self.merge is not None:
-                    said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
-                    self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
-                    self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
-                    continue
-                good.append(record)
+                if self.watermark_of is not None and self.merge is not None:
+                    mark = self.watermark_of(Record(topic, partition, m.offset, m.key, value, m.timestamp))
+                    if mark is not None:
+                        said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
+                        self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
+                        self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
+                        continue
+                good.append((topic, partition, m.offset, m.key, value, m.timestamp))
         if self.clock is not None:
-            good = self._placed(good)
-        return good, dead
+            return self._placed(good), dead
+        return [Record(*g) for g in good], dead
 
-    def _placed(self, records: list[Record]) -> list[Record]:
+    def _placed(self, rows: list[tuple]) -> list[Record]:
         """Each record with its place in event time: the whole batch teaches the clock first."""
         assert self.clock is not None
         wall = time.time()
         keyed = []
-        for r in records:
-            ts = getattr(r.value, "ts", None)
-            record_ts = r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None
-            job, node = str(getattr(r.value, "job", "")), str(getattr(r.value, "node", ""))
+        observe = self.clock.observe
+        for row in rows:
+            value, timestamp_ms = row[4], row[5]
+            ts = getattr(value, "ts", None)
+            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
+            job, node = str(getattr(value, "job", "")), str(getattr(value, "node", ""))
             if isinstance(ts, (int, float)):
-                self.clock.observe(job, node, float(ts), record_ts, wall)
-            keyed.append((r, ts, record_ts, job, node))
+                observe(job, node, float(ts), record_ts, wall)
+            keyed.append((row, ts, record_ts, job, node))
         out = []
-        for r, ts, record_ts, job, node in keyed:
+        place = self.clock.place
+        for row, ts, record_ts, job, node in keyed:
             if not isinstance(ts, (int, float)):
-                out.append(replace(r, event_ts=record_ts if record_ts is not None else wall))
+                out.append(Record(*row, event_ts=record_ts if record_ts is not None else wall))
                 continue
-            p = self.clock.place(job, node, float(ts), record_ts, wall)
+            p = place(job, node, float(ts), record_ts, wall)
             if p.skew_s is None:
-                out.append(replace(r, event_ts=p.ts))
+                out.append(Record(*row, event_ts=p.ts))
                 continue
             self.stats.skewed += 1
-            out.append(replace(r, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
+            out.append(Record(*row, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
         return out
 
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:
@@ -281,12 +287,11 @@ class GroupRunner:
         return out
 
     # --- the loop ---------------------------------------------------------------------------
-    def _consumer(self) -> KafkaConsumer:
-        consumer = KafkaConsumer(**{**self.settings.consumer_kwargs(self.group), "max_poll_records": self.max_records})
+    def _consumer(self) -> Consumer:
+        consumer = open_consumer(self.settings, self.group, max_records=self.max_records)
         consumer.subscribe(self.topics, listener=_Assigned(self))
         if self.broadcast_topics and self.merge is not None:
-            kwargs = {**self.settings.consumer_kwargs(None), "enable_auto_commit": False}
-            self._broadcast = KafkaConsumer(**kwargs)
+            self._broadcast = open_consumer(self.settings, None, max_records=self.max_records)
             parts = [TopicPartition(t, p) for t in self.broadcast_topics
                      for p in sorted(self._broadcast.partitions_for_topic(t) or ())]
             self._broadcast.assign(parts)
@@ -332,7 +337,7 @@ class GroupRunner:
         if dropped:
             log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
 
-    def _rebuild(self, consumer: KafkaConsumer) -> None:
+    def _rebuild(self, consumer: Consumer) -> None:
         """Seek newly assigned partitions back by ``rebuild_s`` (see __init__); runs in the loop,
         where the consumer may block on the broker."""
         parts, self._to_rebuild = [tp for tp in self._to_rebuild if tp in consumer.assignment()], set()
@@ -357,7 +362,7 @@ class GroupRunner:
                 log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, base - start)
 
     # --- event-time order -------------------------------------------------------------------
-    def _caught_up(self, consumer: KafkaConsumer) -> dict[TopicPartition, bool]:
+    def _caught_up(self, consumer: Consumer) -> dict[TopicPartition, bool]:
         out = {}
         now = time.monotonic()
         for tp in consumer.assignment():
@@ -375,7 +380,7 @@ class GroupRunner:
                            else self._broadcast.position(tp) >= high)
         return out
 
-    def _ordered(self, consumer: KafkaConsumer, good: list[Record], drain: bool = False) -> list[Record]:
+    def _ordered(self, consumer: Consumer, good: list[Record], drain: bool = False) -> list[Record]:
         """Hold ``good`` in the merge and return what may go, in event-time order; pause the
         partitions that ran ahead and resume those that fell behind."""
         assert self.merge is not None
@@ -402,7 +407,7 @@ class GroupRunner:
         self.stats.held = self.merge.held
         return out
 
-    def _commit_handed_on(self, consumer: KafkaConsumer | None, partitions) -> None:
+    def _commit_handed_on(self, consumer: Consumer | None, partitions) -> None:
         """Commit, per partition, up to the first record still held (or the position)."""
         if consumer is None:
             return
@@ -497,14 +502,14 @@ class GroupRunner:
         self._announced, self._announced_wall = progress, time.monotonic()
         return hello + list(self.on_progress(progress))
 
-    def _input_settled(self, consumer: KafkaConsumer) -> bool:
+    def _input_settled(self, consumer: Consumer) -> bool:
         """Whether the wall clock may stand in for event time: nothing is held back and no
         partition has unread input (while a backlog is read, only the input moves time)."""
         if self.merge is None:
             return True
         return self.merge.held == 0 and all(self._caught_up(consumer).values())
 
-    def _finish(self, consumer: KafkaConsumer) -> None:
+    def _finish(self, consumer: Consumer) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this
         member), its outputs delivered and the offsets committed."""
         if self.merge is None:
@@ -517,7 +522,7 @@ class GroupRunner:
         if out:
             self._deliver_and_commit(consumer, {}, out)
 
-    def _deliver_and_commit(self, consumer: KafkaConsumer, polled, out: list[Outgoing]) -> bool:
+    def _deliver_and_commit(self, consumer: Consumer, polled, out: list[Outgoing]) -> bool:
         try:
             self.stats.outputs += self.producer.send_all(out)
             self.producer.flush()
@@ -552,7 +557,7 @@ class GroupRunner:
         return True
 
     @staticmethod
-    def _lag(consumer: KafkaConsumer) -> int:
+    def _lag(consumer: Consumer) -> int:
         # highwater() is what the last fetch reported: no extra request on the hot path.
         lag = 0
         for tp in consumer.assignment():

@@ -149,6 +149,12 @@ def trace_rows(path: str | os.PathLike[str]) -> int:
     return _open(path).metadata.num_rows
 
 
+def trace_batches(path: str | os.PathLike[str], *, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[pa.RecordBatch]:
+    """The trace's rows as Arrow batches of the envelope columns, unchecked (streams.replay checks
+    them a batch at a time and sends them without building envelopes)."""
+    yield from _open(path).iter_batches(batch_size=batch_rows, columns=list(SCHEMA.names))
+
+
 def iter_trace(path: str | os.PathLike[str], *, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Envelope]:
     """The trace's envelopes in file order, one batch in memory at a time.
 

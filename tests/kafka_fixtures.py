@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from pathlib import Path
@@ -88,3 +89,14 @@ def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = 
         if job is None or value.job == job:
             out.append(value)
     return out
+
+
+@pytest.fixture(params=["kafka-python", "confluent"])
+def client_settings(request, kafka_settings) -> KafkaSettings:
+    """The session broker's settings with each Kafka client in turn (streams/kafka_client.py):
+    a test that takes this runs once with kafka-python and once with confluent-kafka."""
+    from streams.kafka_client import confluent_available
+
+    if request.param == "confluent" and not confluent_available():
+        pytest.skip("confluent-kafka is not installed (pip install 'faultlens[fast]')")
+    return dataclasses.replace(kafka_settings, client=request.param)

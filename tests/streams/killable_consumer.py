@@ -1,5 +1,6 @@
 """A consumer process for the crash test: processes records, records their ids, then hangs
-inside the handler (before the runner can produce or commit) until it is SIGKILLed."""
+inside the handler (before the runner can produce or commit) until it is SIGKILLed.
+FAULTLENS_CLIENT picks the Kafka client, as for every command."""
 
 import sys
 import time
@@ -21,7 +22,7 @@ def main() -> None:
             time.sleep(3600)  # killed here: processed, not committed
         return []
 
-    GroupRunner(KafkaSettings(bootstrap=bootstrap), group, [topic], handle).run(idle_stop_s=4)
+    GroupRunner(KafkaSettings.load(overrides={"bootstrap": bootstrap}), group, [topic], handle).run(idle_stop_s=4)
 
 
 if __name__ == "__main__":

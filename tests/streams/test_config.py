@@ -62,3 +62,59 @@ def test_bad_config_file_gives_a_clear_error(tmp_path, text, message):
 def test_missing_config_file():
     with pytest.raises(ValueError, match="does not exist"):
         KafkaSettings.load("/nonexistent/faultlens.toml")
+
+
+def test_client_comes_from_flag_then_environment_then_file(tmp_path, monkeypatch):
+    cfg = tmp_path / "faultlens.toml"
+    cfg.write_text('[kafka]\nclient = "confluent"\n')
+    assert KafkaSettings.from_args(parse([])).client == "kafka-python"  # the default
+    assert KafkaSettings.from_args(parse(["--config", str(cfg)])).client == "confluent"
+    monkeypatch.setenv("FAULTLENS_CLIENT", "kafka-python")
+    assert KafkaSettings.from_args(parse(["--config", str(cfg)])).client == "kafka-python"
+    assert KafkaSettings.from_args(parse(["--client", "confluent"])).client == "confluent"
+    with pytest.raises(SystemExit):
+        parse(["--client", "librdkafka"])
+    monkeypatch.setenv("FAULTLENS_CLIENT", "librdkafka")
+    with pytest.raises(ValueError, match="unknown Kafka client 'librdkafka'"):
+        KafkaSettings.from_args(parse([]))
+
+
+def test_every_command_that_talks_to_kafka_takes_client():
+    from faultlens.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    with_kafka = {name for name, sub in commands.items()
+                  if any("--bootstrap" in a.option_strings for a in sub._actions)}
+    assert {"diagnose", "remediate", "history", "collect", "replay", "record", "simulate", "up", "demo"} <= with_kafka
+    for name in with_kafka:
+        client = next((a for a in commands[name]._actions if "--client" in a.option_strings), None)
+        assert client is not None and list(client.choices) == ["kafka-python", "confluent"], name
+
+
+def test_confluent_settings_say_the_same_as_kafka_python(tmp_path):
+    from streams.kafka_client import confluent_config
+
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    s = KafkaSettings(bootstrap="k1:9093,k2:9093", client="confluent", security_protocol="SASL_SSL",
+                      sasl_mechanism="SCRAM-SHA-512", sasl_username="fl", sasl_password_file=str(pw),
+                      ssl_cafile="/etc/ca.pem", client_id="faultlens-diagnose")
+    conf = confluent_config(s)
+    assert conf["bootstrap.servers"] == "k1:9093,k2:9093" and conf["client.id"] == "faultlens-diagnose"
+    assert conf["security.protocol"] == "sasl_ssl" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["sasl.username"] == "fl" and conf["sasl.password"] == "s3cret"
+    assert conf["ssl.ca.location"] == "/etc/ca.pem"
+
+
+def test_settings_librdkafka_refuses_are_a_clear_error():
+    pytest.importorskip("confluent_kafka")
+    from streams.kafka_client import open_consumer
+    from streams.producer import Producer
+
+    bad = KafkaSettings(bootstrap="127.0.0.1:1", client="confluent", security_protocol="SASL_PLAINTEXT",
+                        sasl_mechanism="BOGUS")
+    with pytest.raises(ValueError, match="Unsupported SASL mechanism: BOGUS"):
+        Producer(bad)
+    with pytest.raises(ValueError, match="Unsupported SASL mechanism: BOGUS"):
+        open_consumer(bad, "g")

@@ -24,14 +24,14 @@ def _small_trace(tmp_path, job: str):
     return path
 
 
-def test_replay_then_record_gives_the_trace_back(kafka_settings, tmp_path):
+def test_replay_then_record_gives_the_trace_back(client_settings, tmp_path):
     job = f"job-rr-{uuid.uuid4().hex[:8]}"
     path = _small_trace(tmp_path, job)
     original = list(iter_trace(path))
-    stats = replay_trace(kafka_settings, path, speed=0, show_progress=False)
+    stats = replay_trace(client_settings, path, speed=0, show_progress=False)
     assert stats.events == len(original)
 
-    recorded, rstats = collect(kafka_settings, job=job, idle_s=3.0)
+    recorded, rstats = collect(client_settings, job=job, idle_s=3.0)
     assert [e.id for e in recorded] == [e.id for e in original]
     assert recorded == original
     assert rstats.by_topic["jobs"] >= 1 and rstats.duplicates == 0
@@ -39,9 +39,9 @@ def test_replay_then_record_gives_the_trace_back(kafka_settings, tmp_path):
     # a second replay puts every event on the topics twice; the recording is still the same rows
     first = tmp_path / "rec1.parquet"
     write_trace(first, recorded)
-    replay_trace(kafka_settings, first, speed=0, show_progress=False)
+    replay_trace(client_settings, first, speed=0, show_progress=False)
     second = tmp_path / "rec2.parquet"
-    stats2 = record_trace(kafka_settings, second, job=job, idle_s=3.0)
+    stats2 = record_trace(client_settings, second, job=job, idle_s=3.0)
     assert stats2.duplicates == len(original)
     assert list(iter_trace(second)) == list(iter_trace(first))
 

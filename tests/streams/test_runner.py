@@ -1,3 +1,4 @@
+import os
 import signal
 import subprocess
 import sys
@@ -29,12 +30,12 @@ def publish(settings, topic, items):
         p.flush()
 
 
-def test_produce_then_consume_through_a_group(kafka_settings, group_name, fresh_topic):
+def test_produce_then_consume_through_a_group(client_settings, group_name, fresh_topic):
     topic = fresh_topic()
     sent = events(300)
-    publish(kafka_settings, topic, sent)
+    publish(client_settings, topic, sent)
     seen = []
-    runner = GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value for r in recs) or [])
+    runner = GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value for r in recs) or [])
     stats = runner.run(idle_stop_s=2, handle_signals=False)
     assert sorted(e.id for e in seen) == sorted(e.id for e in sent)
     assert stats.records_in == 300 and stats.dead_letters == 0
@@ -45,23 +46,23 @@ def test_produce_then_consume_through_a_group(kafka_settings, group_name, fresh_
     assert all(v == sorted(v) for v in by_node.values())
     # committed: a second member of the same group gets nothing again
     again = []
-    GroupRunner(kafka_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(idle_stop_s=2, handle_signals=False)
+    GroupRunner(client_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(idle_stop_s=2, handle_signals=False)
     assert again == []
 
 
-def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(kafka_settings, group_name, fresh_topic):
+def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(client_settings, group_name, fresh_topic):
     topic = fresh_topic(partitions=1)
     good = events(20, job=f"dl-{group_name}")
     bad = [b"{not json", orjson.dumps({"v": 1, "id": "x", "ts": 1_790_000_000.0, "job": "j", "node": "n0",
                                          "source": "gpu", "kind": "sample"}), b"\xff\xfe"]
     items = good[:7] + [bad[0]] + good[7:13] + [bad[1]] + good[13:] + [bad[2]]
-    publish(kafka_settings, topic, items)
+    publish(client_settings, topic, items)
     seen = []
-    stats = GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
+    stats = GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
         idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in good]  # one partition: order kept, nothing lost
     assert stats.dead_letters == 3
-    dead = [orjson.loads(r.value) for r in read_topic(kafka_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
     mine = [d for d in dead if d["topic"] == topic]
     assert len(mine) == 3
     reasons = " | ".join(d["reason"] for d in mine)
@@ -69,11 +70,11 @@ def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(kafka_s
     assert all(d["group"] == group_name and isinstance(d["offset"], int) for d in mine)
 
 
-def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(kafka_settings, group_name, fresh_topic):
+def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(client_settings, group_name, fresh_topic):
     topic = fresh_topic(partitions=1)
     sent = events(10)
     poison = sent[4].id
-    publish(kafka_settings, topic, sent)
+    publish(client_settings, topic, sent)
     seen = []
 
     def handle(records):
@@ -82,21 +83,21 @@ def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(kafka_settings,
         seen.extend(r.value.id for r in records)
         return [Outgoing(topic + "-out", None, b"x")] if False else []
 
-    stats = GroupRunner(kafka_settings, group_name, [topic], handle).run(idle_stop_s=2, handle_signals=False)
+    stats = GroupRunner(client_settings, group_name, [topic], handle).run(idle_stop_s=2, handle_signals=False)
     assert sorted(seen) == sorted(e.id for e in sent if e.id != poison)
     assert stats.dead_letters == 1
-    dead = [orjson.loads(r.value) for r in read_topic(kafka_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
     assert any(d["topic"] == topic and "handler failed: RuntimeError: detector bug" in d["reason"] for d in dead)
 
 
-def test_outputs_are_produced_before_commit(kafka_settings, group_name, fresh_topic):
+def test_outputs_are_produced_before_commit(client_settings, group_name, fresh_topic):
     src, dst = fresh_topic(), fresh_topic()
     sent = events(50)
-    publish(kafka_settings, src, sent)
-    runner = GroupRunner(kafka_settings, group_name, [src],
+    publish(client_settings, src, sent)
+    runner = GroupRunner(client_settings, group_name, [src],
                          lambda recs: [Outgoing(dst, r.key, r.value.id.encode()) for r in recs])
     runner.run(idle_stop_s=2, handle_signals=False)
-    out = read_topic(kafka_settings, dst, idle_s=1.5)
+    out = read_topic(client_settings, dst, idle_s=1.5)
     assert sorted(r.value.decode() for r in out) == sorted(e.id for e in sent)
 
 
@@ -111,13 +112,14 @@ def test_stop_from_another_thread_ends_the_run(kafka_settings, group_name, fresh
     assert not t.is_alive()
 
 
-def test_sigkill_after_processing_before_commit_redelivers(kafka_settings, group_name, fresh_topic, tmp_path):
+def test_sigkill_after_processing_before_commit_redelivers(client_settings, group_name, fresh_topic, tmp_path):
     topic = fresh_topic()
     sent = events(40)
-    publish(kafka_settings, topic, sent)
+    publish(client_settings, topic, sent)
     first = tmp_path / "first.txt"
-    child = subprocess.Popen([sys.executable, "-m", "tests.streams.killable_consumer", kafka_settings.bootstrap,
-                              topic, group_name, str(first), "hang"])
+    env = {**os.environ, "FAULTLENS_CLIENT": client_settings.client}
+    child = subprocess.Popen([sys.executable, "-m", "tests.streams.killable_consumer", client_settings.bootstrap,
+                              topic, group_name, str(first), "hang"], env=env)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (first.exists() and first.read_text().strip()):
@@ -128,28 +130,71 @@ def test_sigkill_after_processing_before_commit_redelivers(kafka_settings, group
         child.send_signal(signal.SIGKILL)
         child.wait(10)
     second = tmp_path / "second.txt"
-    subprocess.run([sys.executable, "-m", "tests.streams.killable_consumer", kafka_settings.bootstrap,
-                    topic, group_name, str(second), "finish"], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "tests.streams.killable_consumer", client_settings.bootstrap,
+                    topic, group_name, str(second), "finish"], check=True, timeout=120, env=env)
     redelivered = set(second.read_text().split())
     assert processed <= redelivered  # nothing processed-but-uncommitted was lost
     assert redelivered | processed == {e.id for e in sent}
 
 
-def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(kafka_settings, group_name, fresh_topic):
+def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settings, group_name, fresh_topic):
     from streams.runner import FatalHandlerError
 
     topic = fresh_topic(partitions=1)
     sent = events(5)
-    publish(kafka_settings, topic, sent)
+    publish(client_settings, topic, sent)
 
     def broken(records):
         raise FatalHandlerError("store gone")
 
-    runner = GroupRunner(kafka_settings, group_name, [topic], broken)
+    runner = GroupRunner(client_settings, group_name, [topic], broken)
     with pytest.raises(FatalHandlerError):
         runner.run(idle_stop_s=2, handle_signals=False)
     assert runner.stats.dead_letters == 0 and runner.stats.commits == 0
     seen = []
-    GroupRunner(kafka_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
+    GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
         idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in sent]
+
+
+def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_settings, group_name, fresh_topic):
+    topic = fresh_topic(partitions=4)
+    sent = events(600)
+    publish(client_settings, topic, sent)
+    seen_a, seen_b = [], []
+
+    def slow(seen):
+        def handle(records):
+            seen.extend(r.value.id for r in records)
+            time.sleep(0.2)  # a busy detector: the second member joins while the first is mid-backlog
+            return []
+        return handle
+
+    first = GroupRunner(client_settings, group_name, [topic], slow(seen_a), max_records=10)
+    t_first = threading.Thread(target=first.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_first.start()
+    deadline = time.monotonic() + 60
+    while len(seen_a) < 30 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = GroupRunner(client_settings, group_name, [topic], slow(seen_b), max_records=10)
+    t_second = threading.Thread(target=second.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_second.start()
+    t_first.join(180)
+    t_second.join(180)
+    assert not t_first.is_alive() and not t_second.is_alive()
+    assert seen_b, "the second member was never given a partition"
+    assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
+    # What the two handed to their handlers is committed, to the end of every partition (asked of
+    # the broker: a third member would wait on Tansu for the departed members' sessions). The
+    # topic is new, so offsets count from 0 and the commits add up to the records sent.
+    from kafka.structs import TopicPartition
+
+    from streams.kafka_client import open_consumer
+
+    looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
+    try:
+        parts = [TopicPartition(topic, p) for p in range(4)]
+        committed = {tp: looker.committed(tp) or 0 for tp in parts}
+    finally:
+        looker.close()
+    assert sum(committed.values()) == len(sent)

@@ -60,12 +60,22 @@ class RemediationHandler:
         self.clock = clock
         self.decisions: list[Decision] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._reload = False
+
+    def on_assigned(self, partitions) -> None:
+        """Called from the rebalance callback (it must not block): jobs may have come from another
+        member, whose decisions the shared state store holds; read it before the next batch."""
+        self._reload = True
 
     def observe_topology(self, event: Envelope) -> None:
         if event.source == "job" and event.kind == "topology":
             self.policy.observe_topology(event.job, Topology.from_data(event.data))
 
     def handle(self, records: list[Record]) -> Iterable[Outgoing]:
+        if self._reload:
+            self._reload = False
+            if (n := self.policy.reload()):
+                log.info("took the newer state of %d job(s) from %s", n, self.policy.store.path)
         out: list[Outgoing] = []
         for r in records:
             if r.topic == JOBS_TOPIC:
@@ -158,12 +168,14 @@ def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_
 
 
 def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None,
-                 state_file: Path | None = None) -> Policy:
+                 state_file: Path | None = None, store: Any = None) -> Policy:
     """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory, and
-    ``state_file`` None the ladders and standby pools (remediation.state)."""
-    policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)), state_file=state_file)
-    if state_file is not None:
-        log.info("ladder and standby pool state: %s (%d job(s) restored)", state_file,
+    ``state_file`` None the ladders and standby pools (remediation.state), unless ``store`` (a
+    remediation.state_log.StateLog shared by several members) keeps them."""
+    policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)), state_file=state_file,
+                    store=store)
+    if policy.store is not None:
+        log.info("ladder and standby pool state: %s (%d job(s) restored)", policy.store.path,
                  len(set(policy.ladders) | set(policy.pools)))
     log.info("commands are signed with key %s", signing_key.key_id)
     if policy.safety.breaker.open:

@@ -100,19 +100,40 @@ class Policy:
     pools: dict[str, StandbyPool] = field(default_factory=dict)
     # Where ladders and pools outlive a restart (remediation.state); None keeps them in memory only.
     state_file: Path | None = None
-    store: StateStore | None = field(default=None, init=False)
+    # Or any store with the same load/save (remediation.state_log.StateLog: a compacted topic,
+    # shared by several remediation members); it wins over ``state_file``.
+    store: StateStore | Any | None = None
     pending_checks: dict[str, PendingChecks] = field(default_factory=dict)  # job → stop-time checks under way
     replays: dict[str, PendingReplay] = field(default_factory=dict)  # job → dual-phase replay under way
     taken_out: dict[str, dict[str, str]] = field(default_factory=dict)  # job → node evicted → diagnosis id
     _touched: dict[str, float] = field(default_factory=dict, init=False)  # job → last decision that changed it
 
     def __post_init__(self) -> None:
-        if self.state_file is None:
-            return
-        self.store = StateStore(self.state_file)
+        if self.store is None and self.state_file is not None:
+            self.store = StateStore(self.state_file)
+        if self.store is not None:
+            self._restore(self._load(), only_newer=False)
+
+    def _load(self) -> dict[str, JobState]:
         c = self.config
-        for job, state in self.store.load({"min_confidence": c.min_confidence, "episode_s": c.episode_s,
-                                           "settle_s": c.settle_s}).items():
+        return self.store.load({"min_confidence": c.min_confidence, "episode_s": c.episode_s, "settle_s": c.settle_s})
+
+    def reload(self) -> int:
+        """Take the store's newer job states (another member decided for them before a rebalance
+        gave their partitions here); returns how many jobs changed."""
+        if self.store is None:
+            return 0
+        return self._restore(self._load(), only_newer=True)
+
+    def _restore(self, states: dict[str, JobState], *, only_newer: bool) -> int:
+        n = 0
+        for job, state in states.items():
+            if only_newer and state.touched <= self._touched.get(job, float("-inf")):
+                continue
+            n += 1
+            # (A pool is only kept once it handed out a spare; the one made from the topology stays.)
+            for held in (self.ladders, self.pending_checks, self.replays, self.taken_out):
+                held.pop(job, None)
             self._touched[job] = state.touched
             if state.ladder is not None:
                 self.ladders[job] = state.ladder
@@ -124,6 +145,7 @@ class Policy:
                 self.replays[job] = state.replay
             if state.taken_out:
                 self.taken_out[job] = dict(state.taken_out)
+        return n
 
     def observe_topology(self, job: str, topology: Topology) -> None:
         first = job not in self.topologies

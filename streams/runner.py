@@ -149,6 +149,7 @@ class GroupRunner:
         self.topics = list(topics)
         self._handle = handler.handle if hasattr(handler, "handle") else handler
         self._tick = getattr(handler, "tick", None)
+        self._on_assigned = getattr(handler, "on_assigned", None)
         self._decoders = decoders
         self._own_producer = producer is None
         self.producer = producer or Producer(settings)
@@ -315,6 +316,8 @@ class GroupRunner:
 
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:
+        if self._on_assigned is not None:
+            self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
         if self.rebuild_s > 0:
             self._to_rebuild |= set(assigned)
         self._hello = True

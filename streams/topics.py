@@ -36,6 +36,7 @@ DIAGNOSES = "diagnoses"
 COMMANDS = "commands"
 DEAD_LETTER = "dead-letter"
 ACTIONS = "actions"
+REMEDIATION_STATE = "remediation.state"
 
 _DAY_MS = str(24 * 3600 * 1000)
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
@@ -58,6 +59,8 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(COMMANDS, "job", 3, {"retention.ms": _WEEK_MS}, "signed remediation commands"),
         TopicSpec(DEAD_LETTER, "node", 1, {"retention.ms": _WEEK_MS}, "messages no consumer could read, with the reason"),
         TopicSpec(ACTIONS, "job", 3, {"retention.ms": _WEEK_MS}, "what the remediation actuator did on the scheduler, with its outcome"),
+        TopicSpec(REMEDIATION_STATE, "job", 3, {"cleanup.policy": "compact"},
+                  "each job's escalation ladder, standbys handed out and checks awaited (remediate --state-topic)"),
     )
 }
 

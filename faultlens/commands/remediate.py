@@ -15,6 +15,7 @@ from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_polic
 from remediation.policy import PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
 from remediation.state import STATE_ENV, STATE_FILE
+from remediation.state_log import StateLog
 from streams.broker import faultlens_home
 from streams.connect import connected
 from streams.config import add_kafka_arguments
@@ -106,6 +107,11 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--state-file", type=Path, default=Path(os.environ[STATE_ENV]) if os.environ.get(STATE_ENV) else None,
                    help=f"where each job's escalation ladder and handed-out standbys survive a restart, one file "
                         f"per remediation consumer (else {STATE_ENV}; default $FAULTLENS_HOME/{STATE_FILE})")
+    o.add_argument("--state-topic", action="store_true",
+                   default=os.environ.get("FAULTLENS_STATE_TOPIC", "") not in ("", "0"),
+                   help="keep that state on the compacted topic remediation.state instead (FAULTLENS_STATE_TOPIC=1): "
+                        "for more than one remediation member in a group, or no disk that outlives the pod; a "
+                        "member given a job's partition takes over its ladder where the last one left it")
     add_actuator_arguments(parser)
 
 
@@ -220,13 +226,14 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"faultlens remediate: {exc}", file=sys.stderr)
         return 2
-    policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE,
-                          state_file_path(args))
-
     def emit(decision) -> None:
         print(json.dumps(decision.to_dict()), flush=True)
 
-    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER, topics.ACTIONS]) as settings:
+    with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER, topics.ACTIONS,
+                          topics.REMEDIATION_STATE]) as settings:
+        store = StateLog(settings) if args.state_topic else None
+        policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE,
+                              None if store else state_file_path(args), store=store)
         runner, _ = remediate_consumer(settings, policy, group=args.group, decision_log=decision_log_path(args),
                                        emit=emit, actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict)
         metrics.register_runner("remediate", lambda: runner.stats)

@@ -198,3 +198,25 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     finally:
         looker.close()
     assert sum(committed.values()) == len(sent)
+
+
+def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_name, fresh_topic):
+    """A handler with ``on_assigned`` hears of every assignment (remediation reloads its shared
+    state then: jobs may have come from another member)."""
+    topic = fresh_topic()
+    publish(client_settings, topic, events(10))
+
+    class Handler:
+        def __init__(self):
+            self.assigned, self.seen = [], 0
+
+        def on_assigned(self, partitions):
+            self.assigned.append(sorted(tp.partition for tp in partitions if tp.topic == topic))
+
+        def handle(self, records):
+            self.seen += len(records)
+            return []
+
+    h = Handler()
+    GroupRunner(client_settings, group_name, [topic], h).run(idle_stop_s=2, handle_signals=False)
+    assert h.seen == 10 and h.assigned and h.assigned[-1] == [0, 1, 2]

@@ -191,8 +191,10 @@ def diagnosis_row(d: Diagnosis) -> dict[str, Any]:
 
 
 def diagnosis_marks(d: Diagnosis) -> list[dict[str, Any]]:
-    if d.action == "none":
-        return []  # recorded only (Xid 63, 92): the job keeps running
+    if d.action in ("none", "alert"):
+        return []  # recorded only (Xid 63, 92) or a person is told: the job keeps running
+    if d.action == "capture_stacks" and d.fault != "job_hang":
+        return []  # a fail-slow stack round is asked of a job that still steps
     state = "stalled" if d.fault in STALL_FAULTS else "down"
     return [{"id": f"onset|{d.id}", "job": d.job, "ts": d.onset, "state": state, "reason": f"{d.fault} onset"}]
 

@@ -103,3 +103,15 @@ def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path
     conn = open_history(db, read_only=True)
     assert _count(conn, "SELECT count(*) FROM events") == 200
     conn.close()
+
+
+def test_alerts_and_fail_slow_stack_rounds_do_not_mark_the_job_down_or_stalled():
+    from history.sink import diagnosis_marks
+    from streams.diagnosis_record import Diagnosis
+
+    def d(fault, action):
+        return Diagnosis(job="j", ts=100.0, onset=90.0, fault=fault, action=action, nodes=("n1",))
+
+    assert diagnosis_marks(d("nic", "alert")) == [] and diagnosis_marks(d("fail_slow", "capture_stacks")) == []
+    assert [m["state"] for m in diagnosis_marks(d("job_hang", "capture_stacks"))] == ["stalled"]  # it is stuck
+    assert [m["state"] for m in diagnosis_marks(d("gpu_lost", "evict"))] == ["down"]

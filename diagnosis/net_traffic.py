@@ -74,7 +74,7 @@ class _Job:
 
 def _rate(p: Mapping[str, Any], name: str) -> float | None:
     rates = p.get("rates")
-    v = rates.get(name) if isinstance(rates, Mapping) else None
+    v = rates.get(name) if isinstance(rates, dict) else None
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
 
 

@@ -181,6 +181,11 @@ class _Counters:
     dbe: float | None = None
     remap_unc: float | None = None
     states: frozenset[str] = frozenset()
+    seen: tuple | None = None  # the raw fields last judged: the same again cannot change anything
+
+
+_MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable", "retired_pages_sbe",
+                  "retired_pages_dbe", "remap_failure", "remap_pending", "retired_pending")
 
 
 class MemoryHealthRule:
@@ -207,6 +212,11 @@ class MemoryHealthRule:
             prev = self._prev.get(key)
             if prev is None:
                 prev = self._prev[key] = _Counters()
+            # Nearly every sample repeats the last one's counters (they move on a fault only).
+            seen = tuple(map(g.get, _MEMORY_FIELDS))
+            if seen == prev.seen:
+                continue
+            prev.seen = seen
             dbe = _max_of(g, "ecc_dbe_volatile", "ecc_dbe_aggregate")
             remap_unc = num(g.get("remap_uncorrectable"))
             retired = (num(g.get("retired_pages_sbe")) or 0) + (num(g.get("retired_pages_dbe")) or 0)

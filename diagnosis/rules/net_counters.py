@@ -45,7 +45,7 @@ def port_entries(event: Envelope) -> list[Mapping[str, Any]]:
     ports = event.data.get("ports")
     if not isinstance(ports, list):
         raise InvalidEvent("data.ports", f"missing in net/sample event {event.id}")
-    return [p for p in ports if isinstance(p, Mapping) and p.get("device") is not None]
+    return [p for p in ports if isinstance(p, dict) and p.get("device") is not None]
 
 
 def port_name(p: Mapping[str, Any]) -> str:
@@ -54,7 +54,7 @@ def port_name(p: Mapping[str, Any]) -> str:
 
 def delta(p: Mapping[str, Any], name: str) -> int | None:
     deltas = p.get("deltas")
-    value = deltas.get(name) if isinstance(deltas, Mapping) else None
+    value = deltas.get(name) if isinstance(deltas, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 

@@ -228,6 +228,10 @@ def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
     ({"interval_s": 5.0, "ports": "mlx5_0"}, "data.ports"),
     ({"interval_s": 5.0, "ports": [dict(port(), deltas={"symbol_error": -5})]}, "data.ports"),
     ({"interval_s": 5.0, "ports": [dict(port(), rates={"rx_bytes": "fast"})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), rates={"rx_bytes": float("nan")})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), rates={"tx_bytes": float("inf")})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), deltas={"link_downed": True})]}, "data.ports"),
+    ({"interval_s": 5.0, "ports": [dict(port(), deltas={"symbol_error": 1.5})]}, "data.ports"),
     ({"interval_s": -1.0, "ports": []}, "data.interval_s"),
 ])
 def test_malformed_net_samples_are_dead_letters_with_the_field(data, field):

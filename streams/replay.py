@@ -20,7 +20,7 @@ from streams.admin import ensure_topics
 from streams.config import KafkaSettings
 from streams.events import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
 from streams.producer import Producer
-from streams.topics import SOURCE_TOPIC
+from streams.topics import SOURCE_TOPIC, topic_for
 from streams.trace import TraceError, trace_batches, trace_rows
 
 log = logging.getLogger(__name__)
@@ -69,23 +69,8 @@ class PublishStats:
 def publish(settings: KafkaSettings, events: Iterable[Envelope], speed: float = 0.0,
             progress: Callable[[int], None] | None = None) -> PublishStats:
     """Send ``events`` to their topics, paced; raises DeliveryError if the broker refused any."""
-    ensure_topics(settings)
-    stats = PublishStats()
-    t0 = time.perf_counter()
-    with Producer(settings) as producer:
-        every = _flush_every(producer)
-        for event in paced(events, speed):
-            producer.send_event(event)
-            stats.events += 1
-            if stats.events % every == 0:
-                producer.flush()
-                if progress:
-                    progress(every)
-        producer.flush()
-        if progress:
-            progress(stats.events % every)
-    stats.seconds = time.perf_counter() - t0
-    return stats
+    messages = (TraceMessage(e.ts, topic_for(e), e.key, encode(e)) for e in events)
+    return publish_messages(settings, messages, speed, progress)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +199,8 @@ def _checked_messages(path, batch: pa.RecordBatch, first_row: int) -> Iterator[T
 
 def publish_messages(settings: KafkaSettings, messages: Iterable[TraceMessage], speed: float = 0.0,
                      progress: Callable[[int], None] | None = None) -> PublishStats:
-    """:func:`publish` for ready messages (a trace's): paced by their ``ts`` the same way."""
+    """Send ready messages (a trace's, or :func:`publish`'s envelopes), paced by their ``ts``;
+    raises DeliveryError if the broker refused any."""
     ensure_topics(settings)
     stats = PublishStats()
     t0 = time.perf_counter()

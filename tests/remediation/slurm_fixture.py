@@ -258,16 +258,28 @@ class SlurmCluster:
                 pass
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    """A started :class:`SlurmCluster` for the tests of a module (import this fixture into the
-    test module or a conftest); the tests are skipped, saying why, where Slurm cannot run."""
+def _started(path: Path, **kwargs):
+    """A started :class:`SlurmCluster`, stopped after; the test is skipped, saying why, where Slurm
+    cannot run."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster = SlurmCluster(path, **kwargs)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A cluster with this machine's slurmd, for the tests of a module (import this fixture into
+    the test module or a conftest)."""
+    yield from _started(tmp_path_factory.mktemp("slurm"))
+
+
+@pytest.fixture
+def slurm_controller(tmp_path):
+    """A controller with no slurmd, for one test: enough to drain and resume machines."""
+    yield from _started(tmp_path / "slurm", with_slurmd=False)

@@ -12,6 +12,8 @@ import json
 
 import pytest
 
+from tests.remediation.slurm_fixture import slurm_controller  # noqa: F401
+
 from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 from remediation.actuators.plan import plan
 from remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
@@ -151,33 +153,26 @@ def test_action_records_round_trip_and_refuse_garbage():
             ActionRecord.decode(bad)
 
 
-def test_slurm_drain_through_the_remediation_handler(tmp_path):
+def test_slurm_drain_through_the_remediation_handler(slurm_controller):
     """A hardware diagnosis in act mode drains the machine on a real slurmctld."""
-    from tests.remediation.slurm_fixture import GHOST_NODES, SlurmCluster, skip_reason
+    from tests.remediation.slurm_fixture import GHOST_NODES
     from remediation.actuators.slurm import SlurmActuator, SlurmConfig
 
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    cluster = SlurmCluster(tmp_path / "slurm", with_slurmd=False)
-    try:
-        cluster.start()
-        ghosts = list(GHOST_NODES)
-        config = PolicyConfig(act_on=frozenset({"j"}), standby_names=("s000",))
-        policy = Policy(KEY, config, Safety(SafetyConfig(max_job_share=0.5, breaker_share=0.9), CircuitBreaker(None)))
-        policy.observe_topology("j", Topology.grid([*ghosts, "fl-spare"], 1, 1, 2, 2))
-        handler = RemediationHandler(policy, actuator=SlurmActuator(SlurmConfig(env=cluster.env)),
-                                     requeue_on_evict=False)
-        record, d = diagnosis_record(ghosts[1])
-        out = handler.handle([record])
-        (action,) = [ActionRecord.decode(o.value) for o in out if o.topic == ACTIONS_TOPIC]
-        assert action.outcome == "ok" and action.actuator == "slurm"
-        assert "DRAIN" in cluster.node_state(ghosts[1]).split("+")
-        shown = cluster.run(["scontrol", "show", "node", "-o", ghosts[1]]).stdout
-        assert f"Reason=faultlens diagnosis={d.id} fault=gpu_lost" in shown
-        assert "DRAIN" not in cluster.node_state(ghosts[0])
-    finally:
-        cluster.stop()
+    cluster = slurm_controller
+    ghosts = list(GHOST_NODES)
+    config = PolicyConfig(act_on=frozenset({"j"}), standby_names=("s000",))
+    policy = Policy(KEY, config, Safety(SafetyConfig(max_job_share=0.5, breaker_share=0.9), CircuitBreaker(None)))
+    policy.observe_topology("j", Topology.grid([*ghosts, "fl-spare"], 1, 1, 2, 2))
+    handler = RemediationHandler(policy, actuator=SlurmActuator(SlurmConfig(env=cluster.env)),
+                                 requeue_on_evict=False)
+    record, d = diagnosis_record(ghosts[1])
+    out = handler.handle([record])
+    (action,) = [ActionRecord.decode(o.value) for o in out if o.topic == ACTIONS_TOPIC]
+    assert action.outcome == "ok" and action.actuator == "slurm"
+    assert "DRAIN" in cluster.node_state(ghosts[1]).split("+")
+    shown = cluster.run(["scontrol", "show", "node", "-o", ghosts[1]]).stdout
+    assert f"Reason=faultlens diagnosis={d.id} fault=gpu_lost" in shown
+    assert "DRAIN" not in cluster.node_state(ghosts[0])
 
 
 def test_without_an_actuator_nothing_is_recorded_beyond_the_decision(tmp_path):

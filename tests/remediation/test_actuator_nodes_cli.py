@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.remediation.slurm_fixture import GHOST_NODES, SlurmCluster, skip_reason
+from tests.remediation.slurm_fixture import GHOST_NODES, slurm_controller  # noqa: F401
 
 
 def faultlens(*argv, env=None):
@@ -33,26 +33,19 @@ def test_nodes_exit_status_follows_the_outcome(tmp_path):
     assert bad.returncode == 1 and rec["outcome"] == "error" and rec["detail"].endswith("no such machine")
 
 
-def test_slurm_nodes_drain_then_resume_by_hand(tmp_path):
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    cluster = SlurmCluster(tmp_path / "slurm", with_slurmd=False)
-    try:
-        cluster.start()
-        node = GHOST_NODES[0]
-        drain = faultlens("drain", node, "--actuator", "slurm", "--diagnosis-id", "d-99", "--fault", "nic",
-                          "--reason", "link flaps", env=cluster.env)
-        assert drain.returncode == 0, drain.stdout + drain.stderr
-        assert "DRAIN" in cluster.node_state(node).split("+")
-        shown = cluster.run(["scontrol", "show", "node", "-o", node]).stdout
-        assert "Reason=faultlens diagnosis=d-99 fault=nic: link flaps" in shown
-        resume = faultlens("resume", node, "--actuator", "slurm", env=cluster.env)
-        rec = json.loads(resume.stdout)
-        assert resume.returncode == 0 and rec["outcome"] == "ok" and rec["op"] == "bring_back"
-        assert "DRAIN" not in cluster.node_state(node)
-    finally:
-        cluster.stop()
+def test_slurm_nodes_drain_then_resume_by_hand(slurm_controller):
+    cluster = slurm_controller
+    node = GHOST_NODES[0]
+    drain = faultlens("drain", node, "--actuator", "slurm", "--diagnosis-id", "d-99", "--fault", "nic",
+                      "--reason", "link flaps", env=cluster.env)
+    assert drain.returncode == 0, drain.stdout + drain.stderr
+    assert "DRAIN" in cluster.node_state(node).split("+")
+    shown = cluster.run(["scontrol", "show", "node", "-o", node]).stdout
+    assert "Reason=faultlens diagnosis=d-99 fault=nic: link flaps" in shown
+    resume = faultlens("resume", node, "--actuator", "slurm", env=cluster.env)
+    rec = json.loads(resume.stdout)
+    assert resume.returncode == 0 and rec["outcome"] == "ok" and rec["op"] == "bring_back"
+    assert "DRAIN" not in cluster.node_state(node)
 
 
 @pytest.mark.broker

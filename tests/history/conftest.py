@@ -16,3 +16,17 @@ def sim_trace(tmp_path_factory):
     write_trace(path, run.events())
     write_labels(labels_path(path), run.labels)
     return path
+
+
+@pytest.fixture
+def conn():
+    """The hand-written history (tests.history.known) with stack requests and record-only
+    diagnoses (tests.history.requests); a test module may define its own ``conn``."""
+    from history.schema import memory_history
+    from history.sink import HistorySink, build_batch
+    from tests.history import known, requests
+
+    c = memory_history()
+    HistorySink(c).write(build_batch(known.records() + requests.records()))
+    yield c
+    c.close()

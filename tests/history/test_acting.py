@@ -10,18 +10,9 @@ import pandas as pd
 import pytest
 
 from history import queries
-from history.schema import memory_history
 from history.sink import HistorySink, build_batch
-from tests.history import known, requests
+from tests.history import known
 from tests.history.known import T0
-
-
-@pytest.fixture
-def conn():
-    c = memory_history()
-    HistorySink(c).write(build_batch(known.records() + requests.records()))
-    yield c
-    c.close()
 
 
 def test_kinds_are_counted_apart(conn):

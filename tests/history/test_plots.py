@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from history import plots
 from history.schema import memory_history
 from history.sink import HistorySink, build_batch
-from tests.history import known, requests
-
-
-@pytest.fixture
-def conn():
-    c = memory_history()
-    HistorySink(c).write(build_batch(known.records() + requests.records()))
-    yield c
-    c.close()
+from tests.history import requests
 
 
 def _caption(fig) -> str:

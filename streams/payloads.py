@@ -90,31 +90,29 @@ _GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_
                           **{k: _num for k in _GPU_NUMBERS}}
 
 
-def _gpu(v: Any) -> str | None:
-    if not isinstance(v, dict):
-        return f"must be an object, got {_kind(v)}"
-    for key, check in _GPU.items():
-        value = v.get(key)
-        if value is not None and (problem := check(value)):
-            return f"{key} {problem}"
-    return None
+def _object(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
+    """An object whose ``required`` keys are there and whose ``fields`` present pass their check."""
+    def check(v: Any) -> str | None:
+        if not isinstance(v, dict):
+            return f"must be an object, got {_kind(v)}"
+        for key in required:
+            if v.get(key) is None:
+                return f"{key} is missing"
+        for key, field_check in fields.items():
+            value = v.get(key)
+            if value is not None and (problem := field_check(value)):
+                return f"{key} {problem}"
+        return None
+    return check
+
+
+_gpu = _object(_GPU)
 
 
 _CHECK_ITEM: dict[str, Check] = {"name": _str, "passed": _bool, "skipped": _bool, "inconclusive": _bool, "detail": _str,
                                   "duration_s": _nonneg}
 
-
-def _check_item(v: Any) -> str | None:
-    if not isinstance(v, dict):
-        return f"must be an object, got {_kind(v)}"
-    for key in ("name", "passed"):
-        if v.get(key) is None:
-            return f"{key} is missing"
-    for key, check in _CHECK_ITEM.items():
-        value = v.get(key)
-        if value is not None and (problem := check(value)):
-            return f"{key} {problem}"
-    return None
+_check_item = _object(_CHECK_ITEM, required=("name", "passed"))
 
 
 _INF = float("inf")
@@ -145,16 +143,7 @@ def _map_of(value: Check) -> Check:
 _PORT: dict[str, Check] = {"device": _str, "port": _nonneg_int, "link_layer": _str, "state": _str,
                            "phys_state": _str, "rate_gbps": _nonneg, "netdev": _str,
                            "rates": _map_of(_nonneg), "deltas": _map_of(_nonneg_int)}
-
-
-def _port(v: Any) -> str | None:
-    if not isinstance(v, dict):
-        return f"must be an object, got {_kind(v)}"
-    for key, check in _PORT.items():
-        value = v.get(key)
-        if value is not None and (problem := check(value)):
-            return f"{key} {problem}"
-    return None
+_port = _object(_PORT)
 
 
 _RANK = {"rank": _nonneg_int}

@@ -197,21 +197,23 @@ class Dedup:
         out: list[Diagnosis] = []
         if not self._held:
             return out
-        due = [f for f in self._held if now is None or now - f.ts >= max(self.hold_s, f.hold_s)]
-        keep = [f for f in self._held if not any(f is d for d in due)]
+        due: list[Finding] = []
+        keep: list[Finding] = []
+        for f in self._held:
+            (due if now is None or now - f.ts >= max(self.hold_s, f.hold_s) else keep).append(f)
         # A job-wide consequence (an NCCL error) waits while a possible cause in its job is still
         # held: the survivor's "connection closed by peer" can log before the dying rank's CUDA
         # error is due, and must not be judged first.
         pending_causes = {f.job for f in keep if f.fault not in JOB_CONSEQUENCES}
-        deferred = [f for f in due if f.fault in JOB_CONSEQUENCES and f.job in pending_causes]
-        due = [f for f in due if not any(f is d for d in deferred)]
+        keep += [f for f in due if f.fault in JOB_CONSEQUENCES and f.job in pending_causes]
+        due = [f for f in due if not (f.fault in JOB_CONSEQUENCES and f.job in pending_causes)]
         # Causes before consequences, so _explained sees the primary already admitted.
         due.sort(key=lambda f: f.fault in JOB_CONSEQUENCES)
         for f in due:
             # Decided now, not when first seen: the hold is part of the detection latency.
             onset = f.onset if f.onset is not None else f.ts
             out.extend(self._admit(dataclasses.replace(f, ts=now, onset=onset) if now is not None else f))
-        self._held = keep + deferred
+        self._held = keep
         return out
 
     def tick(self, now: float) -> list[Diagnosis]:

@@ -90,14 +90,20 @@ class NodeStageHandler:
             if mismatch is not None:
                 node_out.findings.append(mismatch)
             self.stage.observe(parsed, node_out)
-        return out + self._outputs(event, node_out)
+        # An event passed on as read goes as the bytes it came in: no second encoding.
+        as_read = r.raw if event is r.value else None
+        return out + self._outputs(event, node_out, as_read)
 
-    def _outputs(self, event: Envelope, node_out: NodeOutput) -> list[Outgoing]:
+    def _outputs(self, event: Envelope, node_out: NodeOutput, as_read: bytes | None = None) -> list[Outgoing]:
         out = [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
         for w in node_out.windows:
             window = w.to_event()
             out.append(summary(dataclasses.replace(window, id=f"w.{w.job}.{w.node}.{w.start:.3f}")))
-        out.extend(summary(e) for e in node_out.forward)
+        for e in node_out.forward:
+            if e is event and as_read is not None:
+                out.append(Outgoing(topics.SUMMARIES, e.job.encode(), as_read))
+            else:
+                out.append(summary(e))
         return out
 
     def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:

@@ -78,6 +78,7 @@ class EventClock:
         self._job_span: dict[str, list[float]] = {}  # first and last record time seen
         # (record time, job offset) a few times a minute: read live, the offset stays put.
         self._job_history: dict[str, deque] = {}
+        self._job_drift: dict[str, float] = {}  # _drift(job), kept when the history moves
 
     @property
     def skewed_nodes(self) -> dict[tuple[str, str], float]:
@@ -97,10 +98,15 @@ class EventClock:
             entry = self._nodes[(job, node)] = _NodeOffsets(median=offset)
             self._job_nodes.setdefault(job, []).append(entry)
             self._job_dirty[job] = 64
+            self._job_recent.setdefault(job, deque(maxlen=255))
+            self._job_span.setdefault(job, [record_ts, record_ts])
         entry.recent.append(offset)
-        self._job_recent.setdefault(job, deque(maxlen=255)).append(offset)
-        span = self._job_span.setdefault(job, [record_ts, record_ts])
-        span[0], span[1] = min(span[0], record_ts), max(span[1], record_ts)
+        self._job_recent[job].append(offset)
+        span = self._job_span[job]
+        if record_ts < span[0]:
+            span[0] = record_ts
+        elif record_ts > span[1]:
+            span[1] = record_ts
         entry.fresh += 1
         if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
             entry.median = statistics.median(entry.recent)
@@ -111,6 +117,7 @@ class EventClock:
             history = self._job_history.setdefault(job, deque(maxlen=64))
             if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
                 history.append((record_ts, self._job_offset[job]))
+                self._job_drift[job] = self._drift(job)
             q = statistics.quantiles(self._job_recent[job], n=4) if len(self._job_recent[job]) > 1 else [0, 0, 0]
             self._job_spread[job] = q[2] - q[0]
             self._job_dirty[job] = 0
@@ -134,7 +141,7 @@ class EventClock:
         if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
             return Placement(ts)
         span = self._job_span.get(job, [0.0, 0.0])
-        drift = self._drift(job)
+        drift = self._job_drift.get(job, 0.0)
         if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
                 or drift > self.max_skew_s / 4):
             # Not (yet) seen live: a burst sent at once, offsets that disagree among themselves (a
@@ -159,13 +166,9 @@ class EventClock:
         return Placement(ts - entry.correction, entry.correction)
 
 
-@dataclass(order=True)
-class _Held(Generic[T]):
-    ts: float
-    seq: int
-    partition: Partition = field(compare=False)
-    offset: int = field(compare=False)
-    item: T = field(compare=False)
+# A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap
+# orders by (ts, seq) in C and never compares further.
+_TS, _SEQ, _PART, _OFFSET, _ITEM = range(5)
 
 
 @dataclass
@@ -194,7 +197,7 @@ class WatermarkMerge(Generic[T]):
         self.max_held_per_partition = max_held_per_partition
         self.max_held = max_held
         self._parts: dict[Partition, _PartitionState] = {}
-        self._heap: list[_Held[T]] = []
+        self._heap: list[tuple] = []
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
         # Event time up to which everything was handed on (what a writer downstream may announce).
@@ -212,7 +215,7 @@ class WatermarkMerge(Generic[T]):
             del self._parts[p]
         before = len(self._heap)
         if gone:
-            self._heap = [h for h in self._heap if h.partition not in gone]
+            self._heap = [h for h in self._heap if h[_PART] not in gone]
             heapq.heapify(self._heap)
         return before - len(self._heap)
 
@@ -227,7 +230,7 @@ class WatermarkMerge(Generic[T]):
         state.last_data = wall_now
         state.held += 1
         heapq.heappush(state.offsets, offset)
-        heapq.heappush(self._heap, _Held(ts, next(self._seq), partition, offset, item))
+        heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
                said_at: float | None = None) -> None:
@@ -267,12 +270,12 @@ class WatermarkMerge(Generic[T]):
         # Everything idle: as far as the data itself got (followers never lead).
         limit = low if low is not None else self._reached(wall_now)
         out: list[T] = []
-        while self._heap and (self._heap[0].ts <= limit or len(self._heap) > self.max_held):
-            forced = self._heap[0].ts > limit
-            self.forced += forced
-            h = heapq.heappop(self._heap)
-            self._release_offset(h.partition, h.offset)
-            out.append(h.item)
+        heap, pop = self._heap, heapq.heappop
+        while heap and (heap[0][_TS] <= limit or len(heap) > self.max_held):
+            self.forced += heap[0][_TS] > limit
+            ts, _, partition, offset, item = pop(heap)
+            self._release_offset(partition, offset)
+            out.append(item)
         if limit != float("-inf"):
             self.progress = limit if self.progress is None else max(self.progress, limit)
         return out
@@ -285,11 +288,11 @@ class WatermarkMerge(Generic[T]):
         """Everything held, in event-time order (end of input)."""
         out = []
         while self._heap:
-            h = heapq.heappop(self._heap)
-            self._release_offset(h.partition, h.offset)
-            out.append(h.item)
-            if h.ts != float("-inf"):
-                self.progress = h.ts if self.progress is None else max(self.progress, h.ts)
+            ts, _, partition, offset, item = heapq.heappop(self._heap)
+            self._release_offset(partition, offset)
+            out.append(item)
+            if ts != float("-inf"):
+                self.progress = ts if self.progress is None else max(self.progress, ts)
         return out
 
     def _release_offset(self, partition: Partition, offset: int) -> None:

@@ -119,6 +119,12 @@ class Envelope:
 
     @classmethod
     def from_dict(cls, obj: Any) -> "Envelope":
+        if type(obj) is dict:
+            try:  # every field present: the common case, without the per-field search below
+                return cls(v=obj["v"], id=obj["id"], ts=obj["ts"], job=obj["job"], node=obj["node"],
+                           source=obj["source"], kind=obj["kind"], data=obj["data"])
+            except KeyError:
+                pass
         obj = require_fields(obj, FIELDS, "an event")
         return cls(
             v=obj["v"],

@@ -33,6 +33,7 @@ from streams import topics
 from streams.config import KafkaSettings
 from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
 from streams.events import InvalidEvent, decode
+from streams.gc_policy import tune_for_streaming
 from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
 
@@ -64,6 +65,9 @@ class Record:
     event_ts: float | None = None
     skew_s: float | None = None  # the sender's clock error when it was beyond the bound
     clamped: str | None = None  # "future": its own time was not believable
+    # The message's bytes as read: a handler that passes an event on unchanged sends these
+    # instead of encoding it again.
+    raw: bytes | None = None
 
 
 class FatalHandlerError(RuntimeError):
@@ -206,9 +210,10 @@ class GroupRunner:
         return self._decoders.get(topic, decode)
 
     def _split(self, polled) -> tuple[list[Record], list[Outgoing]]:
-        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp): Records once placed
+        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp, raw): Records once placed
         dead: list[Outgoing] = []
         max_bytes = self.max_message_bytes
+        marks = self.watermark_of if self.merge is not None else None
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
             topic, partition = tp.topic, tp.partition
@@ -226,17 +231,17 @@ class GroupRunner:
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
                     dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
                     continue
-                if self.watermark_of is not None and self.merge is not None:
-                    mark = self.watermark_of(Record(topic, partition, m.offset, m.key, value, m.timestamp))
+                if marks is not None:
+                    mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
                     if mark is not None:
                         said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
                         self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
                         self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
                         continue
-                good.append((topic, partition, m.offset, m.key, value, m.timestamp))
+                good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
         if self.clock is not None:
             return self._placed(good), dead
-        return [Record(*g) for g in good], dead
+        return [Record(t, p, o, k, v, ms, None, None, None, raw) for t, p, o, k, v, ms, raw in good], dead
 
     def _placed(self, rows: list[tuple]) -> list[Record]:
         """Each record with its place in event time: the whole batch teaches the clock first."""
@@ -248,22 +253,28 @@ class GroupRunner:
             value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
             record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
-            job, node = str(getattr(value, "job", "")), str(getattr(value, "node", ""))
-            if isinstance(ts, (int, float)):
-                observe(job, node, float(ts), record_ts, wall)
+            if type(ts) is not float:
+                ts = float(ts) if isinstance(ts, (int, float)) else None
+            if ts is None:
+                keyed.append((row, None, record_ts, "", ""))
+                continue
+            job, node = getattr(value, "job", ""), getattr(value, "node", "")
+            if type(job) is not str or type(node) is not str:
+                job, node = str(job), str(node)
+            observe(job, node, ts, record_ts, wall)
             keyed.append((row, ts, record_ts, job, node))
         out = []
         place = self.clock.place
-        for row, ts, record_ts, job, node in keyed:
-            if not isinstance(ts, (int, float)):
-                out.append(Record(*row, event_ts=record_ts if record_ts is not None else wall))
+        for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
+            if ts is None:
+                out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
                 continue
-            p = place(job, node, float(ts), record_ts, wall)
-            if p.skew_s is None:
-                out.append(Record(*row, event_ts=p.ts))
+            at = place(job, node, ts, record_ts, wall)
+            if at.skew_s is None:
+                out.append(Record(t, p, o, k, v, ms, at.ts, None, None, raw))
                 continue
             self.stats.skewed += 1
-            out.append(Record(*row, event_ts=p.ts, skew_s=p.skew_s, clamped=p.clamped))
+            out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
         return out
 
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:
@@ -434,6 +445,7 @@ class GroupRunner:
             handle_signals: bool = True) -> RunnerStats:
         """Process until stopped; ``max_records_total``/``idle_stop_s`` bound a run (tests, replays)."""
         previous_signals = self._install_signals() if handle_signals else {}
+        tune_for_streaming()
         self.consumer = consumer = self._consumer()
         last_data = time.monotonic()
         last_tick = last_lag = 0.0

@@ -1,0 +1,39 @@
+"""The node stage's handler passes job-level events on to `summaries` as the bytes they came in,
+unless it had to change them (an event placed by the broker's clock is re-encoded at its place)."""
+
+from __future__ import annotations
+
+import orjson
+
+from diagnosis.node_consumer import NodeStageHandler
+from streams import topics
+from streams.events import decode, encode
+from streams.runner import Record
+from tests.diagnosis.diag_events import T0, beat, step
+
+
+
+def _record(raw: bytes, offset: int = 0, **placed) -> Record:
+    value = decode(raw)
+    return Record("telemetry.train", 0, offset, b"n001", value, int(T0 * 1000), raw=raw,
+                  event_ts=placed.pop("event_ts", value.ts), **placed)
+
+
+def test_an_unchanged_event_goes_on_as_the_bytes_it_came_in():
+    # Key order and spacing of a foreign sender: re-encoding would change them.
+    wire = orjson.loads(encode(step(0.0, "n001", rank=3, n=8)))
+    data = wire.pop("data")
+    raw = b'{ "data": ' + orjson.dumps(data) + b', ' + orjson.dumps(wire)[1:]
+    # (the other output: "no topology for job", none was sent)
+    [out] = [o for o in NodeStageHandler().handle([_record(raw)]) if decode(o.value).source == "train"]
+    assert out.topic == topics.SUMMARIES
+    assert out.key == wire["job"].encode()
+    assert out.value is raw
+
+
+def test_an_event_placed_elsewhere_in_time_is_encoded_again_at_its_place():
+    raw = encode(beat(0.0, "n002", seq=7))
+    out = NodeStageHandler().handle([_record(raw, event_ts=T0 - 400.0, skew_s=400.0)])
+    forwarded = [decode(o.value) for o in out if decode(o.value).source == "heartbeat"]
+    assert [e.ts for e in forwarded] == [T0 - 400.0]
+    assert all(o.value != raw for o in out)

@@ -22,6 +22,7 @@ from streams.metrics import DIAGNOSES
 from streams.reader import iter_topics
 from streams.runner import GroupRunner, Record, dead_letter
 from streams import topics
+from streams.bundle import decode_bundled
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,10 @@ def prime_topologies(engine: Engine, settings: KafkaSettings, idle_s: float = 1.
 def primed_handler(settings: KafkaSettings, config: EngineConfig | None = None, group: str = GROUP) -> DiagnoseHandler:
     """A handler over a fresh engine that already knows every job's topology."""
     engine = Engine(config)
+    if engine.config.peer_model and engine.config.stage != "node":
+        # scikit-learn is imported where the first forest is fitted (the CLI starts fast without
+        # it); a consumer pays the ~2 s now, not in the middle of its first backlog.
+        import sklearn.ensemble  # noqa: F401
     log.info("primed %d topology event(s) from the jobs topic", prime_topologies(engine, settings))
     return DiagnoseHandler(engine, group)
 
@@ -127,7 +132,8 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         group = group or JOB_GROUP
         handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
         return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
-                           broadcast_topics=[JOBS_TOPIC], watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S), handler
+                           decoders={topics.SUMMARIES: decode_bundled}, broadcast_topics=[JOBS_TOPIC],
+                           watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     group = group or GROUP

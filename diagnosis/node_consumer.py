@@ -5,7 +5,8 @@ Everything here needs one node's events only: raw lines are parsed, the node-loc
 samples fold into feature windows. What the job stage needs goes to `summaries`, keyed by job so
 one job-stage member sees a whole job: each node finding (`summary/finding`), each closed window
 (`summary/window`), and the events the job-level detectors read themselves (NCCL reports,
-heartbeats, steps, stack dumps) as they are. Ids are derived from the input's, so a redelivered
+heartbeats, steps, stack dumps) as they are, bundled per job and batch (`summary/bundle`,
+streams/bundle.py). Ids are derived from the input's, so a redelivered
 batch produces the same records and the job stage drops the copies.
 
 Each member also announces how far it has got in event time (`summary/watermark`, to every
@@ -28,6 +29,7 @@ from diagnosis.engine import KNOWN_KINDS
 from diagnosis.rules.base import Finding
 from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams import topics
+from streams.bundle import pack
 from streams.events import Envelope, InvalidEvent, encode
 from streams.payloads import check_payload
 from streams.producer import Outgoing
@@ -57,16 +59,33 @@ class NodeStageHandler:
         self._skew_alerted: dict[tuple[str, str], float] = {}
         self.member = member_id()
         self.emitted = 0
+        self._forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
+        self._forwards = {}
         for r in records:
             try:
                 out.extend(self._one(r))
             except InvalidEvent as exc:
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value), f"invalid: {exc}",
                                        self.group))
+        out.extend(self._bundles())
         self.emitted += len(out)
+        return out
+
+    def _bundles(self) -> list[Outgoing]:
+        """What this batch passes on, one bundle per job (streams/bundle.py); a lone event as itself."""
+        out: list[Outgoing] = []
+        for job, items in self._forwards.items():
+            key = job.encode()
+            if len(items) == 1:
+                out.append(Outgoing(topics.SUMMARIES, key, items[0][1]))
+                continue
+            latest = max(ts for ts, _ in items)
+            out.extend(Outgoing(topics.SUMMARIES, key, value)
+                       for value in pack(job, self.member, latest, [raw for _, raw in items]))
+        self._forwards = {}
         return out
 
     def _one(self, r: Record) -> list[Outgoing]:
@@ -100,10 +119,8 @@ class NodeStageHandler:
             window = w.to_event()
             out.append(summary(dataclasses.replace(window, id=f"w.{w.job}.{w.node}.{w.start:.3f}")))
         for e in node_out.forward:
-            if e is event and as_read is not None:
-                out.append(Outgoing(topics.SUMMARIES, e.job.encode(), as_read))
-            else:
-                out.append(summary(e))
+            raw = as_read if e is event and as_read is not None else encode(e)
+            self._forwards.setdefault(e.job, []).append((e.ts, raw))
         return out
 
     def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:

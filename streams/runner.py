@@ -30,6 +30,7 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from streams import topics
+from streams.bundle import Bundle
 from streams.config import KafkaSettings
 from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
 from streams.events import InvalidEvent, decode
@@ -230,6 +231,12 @@ class GroupRunner:
                     value = dec(raw)
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
                     dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
+                    continue
+                if type(value) is Bundle:
+                    # Each event of a bundle is a record of its own, at the bundle's offset.
+                    good.extend((topic, partition, m.offset, m.key, e, m.timestamp, None) for e in value.events)
+                    dead.extend(dead_letter(topic, partition, m.offset, m.key, item, reason, self.group)
+                                for item, reason in value.rejected)
                     continue
                 if marks is not None:
                     mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))

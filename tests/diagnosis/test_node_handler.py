@@ -7,6 +7,7 @@ import orjson
 
 from diagnosis.node_consumer import NodeStageHandler
 from streams import topics
+from streams.bundle import Bundle, decode_bundled
 from streams.events import decode, encode
 from streams.runner import Record
 from tests.diagnosis.diag_events import T0, beat, step
@@ -37,3 +38,11 @@ def test_an_event_placed_elsewhere_in_time_is_encoded_again_at_its_place():
     forwarded = [decode(o.value) for o in out if decode(o.value).source == "heartbeat"]
     assert [e.ts for e in forwarded] == [T0 - 400.0]
     assert all(o.value != raw for o in out)
+
+
+def test_what_a_batch_passes_on_goes_as_one_bundle_per_job():
+    raws = [encode(step(float(i), f"n00{i % 3}", rank=i, n=8, job=job)) for job in ("ja", "jb") for i in range(3)]
+    out = NodeStageHandler().handle([_record(raw, offset=i) for i, raw in enumerate(raws)])
+    bundles = {o.key: decode_bundled(o.value) for o in out if isinstance(decode_bundled(o.value), Bundle)}
+    assert set(bundles) == {b"ja", b"jb"}
+    assert [encode(e) for k in (b"ja", b"jb") for e in bundles[k].events] == raws

@@ -220,3 +220,29 @@ def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_n
     h = Handler()
     GroupRunner(client_settings, group_name, [topic], h).run(idle_stop_s=2, handle_signals=False)
     assert h.seen == 10 and h.assigned and h.assigned[-1] == [0, 1, 2]
+
+
+def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_all_went(
+        client_settings, group_name, fresh_topic):
+    from streams.bundle import decode_bundled, pack
+
+    topic = fresh_topic(partitions=1)
+    sent = events(30, job=f"b-{group_name}")
+    bad = orjson.dumps({"v": 1, "id": "no-ts", "job": "j", "node": "n0", "source": "gpu", "kind": "sample", "data": {}})
+    # late events first in the bundle: event time, not bundle order, decides the hand-on order
+    bundle = pack(sent[0].job, "m1", sent[19].ts, [encode(e) for e in sent[10:20][::-1]] + [bad])
+    publish(client_settings, topic, sent[:10] + bundle + sent[20:])
+    seen = []
+
+    def runner():
+        return GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or [],
+                           decoders=decode_bundled, event_time=True)
+
+    stats = runner().run(idle_stop_s=2, handle_signals=False)
+    assert seen == [e.id for e in sent]
+    assert stats.records_in == 21 and stats.dead_letters == 1
+    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    assert [d["reason"] for d in dead if d["topic"] == topic] == ["invalid event in a bundle: ts: missing"]
+    seen.clear()
+    runner().run(idle_stop_s=2, handle_signals=False)  # everything was committed
+    assert seen == []

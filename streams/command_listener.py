@@ -13,13 +13,14 @@ import threading
 import time
 from typing import Callable
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from streams.command import Command
 from streams.command_screen import CommandScreen, Screened
 from streams import topics
 from streams.config import KafkaSettings
+from streams.kafka_client import Consumer, open_consumer
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +51,19 @@ class CommandListener(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
-    def _consumer(self) -> KafkaConsumer | None:
+    def _consumer(self) -> Consumer | None:
         """A consumer at the end of every partition, or None while the broker or topic is away."""
         try:
             # A short fetch wait: a command should arrive in milliseconds, not at the next long poll.
-            consumer = KafkaConsumer(**{**self.settings.common_kwargs(), "group_id": None,
-                                        "enable_auto_commit": False, "fetch_max_wait_ms": 50})
+            consumer = open_consumer(self.settings, None, max_records=100, fetch_max_wait_ms=50)
         except (KafkaError, OSError) as exc:
             log.debug("command listener: broker not reachable: %s", exc)
             return None
         try:
             parts = consumer.partitions_for_topic(self.topic)
-            if not parts:
-                consumer.topics()  # refresh metadata: the topic may be created a moment later
+            if not parts and hasattr(consumer, "topics"):
+                # kafka-python answers from cached metadata: refresh it, the topic may be a moment old
+                consumer.topics()
                 parts = consumer.partitions_for_topic(self.topic)
             if not parts:
                 log.debug("command listener: topic %s not there yet", self.topic)

@@ -126,11 +126,15 @@ def _consumer_config(settings: KafkaSettings, group: str | None, max_records: in
 
 
 # --- consumers --------------------------------------------------------------------------------
-def open_consumer(settings: KafkaSettings, group: str | None, *, max_records: int = 2000):
-    """A consumer of ``settings.client`` (not subscribed): ``group`` None reads without a group."""
+def open_consumer(settings: KafkaSettings, group: str | None, *, max_records: int = 2000,
+                  fetch_max_wait_ms: int | None = None):
+    """A consumer of ``settings.client`` (not subscribed): ``group`` None reads without a group;
+    ``fetch_max_wait_ms`` shortens the broker's wait for data (a command listener)."""
     if settings.client == "confluent":
-        return ConfluentConsumer(settings, group, max_records)
+        return ConfluentConsumer(settings, group, max_records, fetch_max_wait_ms)
     kwargs = {**settings.consumer_kwargs(group), "max_poll_records": max_records}
+    if fetch_max_wait_ms is not None:
+        kwargs["fetch_max_wait_ms"] = fetch_max_wait_ms
     if group is None:
         kwargs["enable_auto_commit"] = False
     return KafkaConsumer(**kwargs)
@@ -148,11 +152,15 @@ def _error(exc: Exception, what: str) -> KafkaError:
 class ConfluentConsumer:
     """confluent-kafka's Consumer with kafka-python's consumer interface (see the module doc)."""
 
-    def __init__(self, settings: KafkaSettings, group: str | None, max_records: int = 2000):
+    def __init__(self, settings: KafkaSettings, group: str | None, max_records: int = 2000,
+                 fetch_max_wait_ms: int | None = None):
         ck = _confluent()
         self._ck = ck
+        config = _consumer_config(settings, group, max_records)
+        if fetch_max_wait_ms is not None:
+            config["fetch.wait.max.ms"] = fetch_max_wait_ms
         try:
-            self._c = ck.Consumer(_consumer_config(settings, group, max_records))
+            self._c = ck.Consumer(config)
         except ck.KafkaException as exc:  # a setting librdkafka refuses: the caller's bad input
             raise ValueError(f"confluent-kafka consumer: {exc}") from None
         self._max_records = max_records
@@ -263,9 +271,14 @@ class ConfluentConsumer:
 
     def _assign_at(self, partitions: tuple[TopicPartition, ...], offset: int) -> None:
         if self._manual:
-            wanted = set(partitions)
-            self._c.assign([self._ck_tp(tp, offset if tp in wanted else self._ck.OFFSET_STORED)
-                            for tp in self._assignment])
+            # Resolved to real offsets now: "at the end" means after what is there at this moment
+            # (a command listener is ready only once it will see the next command), not wherever
+            # the end is when librdkafka gets round to its first fetch.
+            at = {}
+            for tp in partitions:
+                low, high = self._watermarks(tp)
+                at[tp] = self._start[tp] = low if offset == self._ck.OFFSET_BEGINNING else high
+            self._c.assign([self._ck_tp(tp, at.get(tp, self._ck.OFFSET_STORED)) for tp in self._assignment])
         else:
             for tp in partitions:
                 low, high = self._watermarks(tp)

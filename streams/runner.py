@@ -21,97 +21,32 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping
 
 import orjson
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from streams import topics
-from streams.bundle import Bundle
 from streams.config import KafkaSettings
 from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
-from streams.events import InvalidEvent, decode
+from streams.events import decode
 from streams.gc_policy import tune_for_streaming
+from streams.intake import Intake
 from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
+# What handlers import from here (they were defined here first).
+from streams.records import (  # noqa: F401
+    DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
+    dead_letter, reencode,
+)
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_TOPIC = topics.DEAD_LETTER
-_MAX_DEAD_VALUE = 64 * 1024
-# Kafka's own default message.max.bytes; a telemetry message is a few KB.
-DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 # How long an assigned partition that was never fetched from holds event time back.
 UNFETCHED_WAIT_S = 30.0
 # How long after a rebalance a member announces no progress downstream.
 REBALANCE_SETTLE_S = 3.0
-
-Decoder = Callable[[bytes | None], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One consumed message after decoding; ``value`` is what the topic's decoder returned."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: Any
-    timestamp_ms: int
-    # Where the record sits in event time (event_time mode): its own ts unless its clock was off.
-    event_ts: float | None = None
-    skew_s: float | None = None  # the sender's clock error when it was beyond the bound
-    clamped: str | None = None  # "future": its own time was not believable
-    # The message's bytes as read: a handler that passes an event on unchanged sends these
-    # instead of encoding it again.
-    raw: bytes | None = None
-
-
-class FatalHandlerError(RuntimeError):
-    """Raised by a handler when it cannot work at all (its store is gone, say): the runner stops
-    without committing, so the batch is read again after a restart instead of dead-lettered."""
-
-
-class Handler(Protocol):
-    def handle(self, records: list[Record]) -> Iterable[Outgoing]: ...
-
-
-@dataclass
-class RunnerStats:
-    records_in: int = 0
-    dead_letters: int = 0
-    outputs: int = 0
-    batches: int = 0
-    commits: int = 0
-    redeliveries: int = 0
-    lag: int = 0  # messages behind the partitions' high-water marks, refreshed every few seconds
-    held: int = 0  # records waiting for the other partitions' event time (event_time mode)
-    skewed: int = 0  # records whose sender's clock was off by more than the bound
-    oversized: int = 0
-    last_loop_s: float = 0.0
-    started_at: float = field(default_factory=time.time)
-
-
-def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                reason: str, group: str | None) -> Outgoing:
-    """The dead-letter record for a message nobody could read: the reason, where it came from, its bytes."""
-    text = None if value is None else value[:_MAX_DEAD_VALUE].decode("utf-8", errors="replace")
-    body = {
-        "reason": reason,
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "key": None if key is None else key.decode("utf-8", errors="replace"),
-        "group": group,
-        "ts": time.time(),
-        "value": text,
-        "truncated": value is not None and len(value) > _MAX_DEAD_VALUE,
-    }
-    return Outgoing(DEAD_LETTER_TOPIC, key, orjson.dumps(body))
 
 
 class _Assigned(ConsumerRebalanceListener):
@@ -155,7 +90,6 @@ class GroupRunner:
         self._handle = handler.handle if hasattr(handler, "handle") else handler
         self._tick = getattr(handler, "tick", None)
         self._on_assigned = getattr(handler, "on_assigned", None)
-        self._decoders = decoders
         self._own_producer = producer is None
         self.producer = producer or Producer(settings)
         self.poll_timeout_ms = poll_timeout_ms
@@ -165,16 +99,15 @@ class GroupRunner:
         self.ready = threading.Event()
         self._stop = threading.Event()
         self.consumer: Consumer | None = None
-        self.max_message_bytes = max_message_bytes
-        self.clock = EventClock(max_skew_s) if event_time else None
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
+        self.intake = Intake(decoders, max_message_bytes, group, self.stats,
+                             EventClock(max_skew_s) if event_time else None, self.merge, watermark_of)
         self._paused: set[TopicPartition] = set()
         self._assigned_at: dict[TopicPartition, float] = {}
         # Topics every member reads in full, outside the group (the compacted `jobs`): not
         # committed, read from the start by each member (event_time mode only).
         self.broadcast_topics = [t for t in broadcast_topics if t not in self.topics]
         self._broadcast: Consumer | None = None
-        self.watermark_of = watermark_of  # upstream writers' watermark records (job stage)
         self.on_progress = on_progress  # announce this member's progress downstream (node stage)
         self._announced: float | None = None
         self._announced_wall = 0.0
@@ -204,86 +137,6 @@ class GroupRunner:
             previous[sig] = signal.signal(sig, lambda *_: self.stop())
         return previous
 
-    # --- decoding ---------------------------------------------------------------------------
-    def _decoder(self, topic: str) -> Decoder:
-        if callable(self._decoders):
-            return self._decoders
-        return self._decoders.get(topic, decode)
-
-    def _split(self, polled) -> tuple[list[Record], list[Outgoing]]:
-        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp, raw): Records once placed
-        dead: list[Outgoing] = []
-        max_bytes = self.max_message_bytes
-        marks = self.watermark_of if self.merge is not None else None
-        for tp, messages in polled.items():
-            dec = self._decoder(tp.topic)
-            topic, partition = tp.topic, tp.partition
-            for m in messages:
-                raw = m.value
-                size = 0 if raw is None else len(raw)
-                if size > max_bytes:
-                    # Never handed to a parser whole: a runaway line or a hostile sender.
-                    self.stats.oversized += 1
-                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw,
-                                            f"oversized: {size} bytes (limit {max_bytes})", self.group))
-                    continue
-                try:
-                    value = dec(raw)
-                except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
-                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
-                    continue
-                if type(value) is Bundle:
-                    # Each event of a bundle is a record of its own, at the bundle's offset.
-                    good.extend((topic, partition, m.offset, m.key, e, m.timestamp, None) for e in value.events)
-                    dead.extend(dead_letter(topic, partition, m.offset, m.key, item, reason, self.group)
-                                for item, reason in value.rejected)
-                    continue
-                if marks is not None:
-                    mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
-                    if mark is not None:
-                        said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
-                        self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
-                        self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
-                        continue
-                good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
-        if self.clock is not None:
-            return self._placed(good), dead
-        return [Record(t, p, o, k, v, ms, None, None, None, raw) for t, p, o, k, v, ms, raw in good], dead
-
-    def _placed(self, rows: list[tuple]) -> list[Record]:
-        """Each record with its place in event time: the whole batch teaches the clock first."""
-        assert self.clock is not None
-        wall = time.time()
-        keyed = []
-        observe = self.clock.observe
-        for row in rows:
-            value, timestamp_ms = row[4], row[5]
-            ts = getattr(value, "ts", None)
-            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
-            if type(ts) is not float:
-                ts = float(ts) if isinstance(ts, (int, float)) else None
-            if ts is None:
-                keyed.append((row, None, record_ts, "", ""))
-                continue
-            job, node = getattr(value, "job", ""), getattr(value, "node", "")
-            if type(job) is not str or type(node) is not str:
-                job, node = str(job), str(node)
-            observe(job, node, ts, record_ts, wall)
-            keyed.append((row, ts, record_ts, job, node))
-        out = []
-        place = self.clock.place
-        for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
-            if ts is None:
-                out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
-                continue
-            at = place(job, node, ts, record_ts, wall)
-            if at.skew_s is None:
-                out.append(Record(t, p, o, k, v, ms, at.ts, None, None, raw))
-                continue
-            self.stats.skewed += 1
-            out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
-        return out
-
     def _run_handler(self, records: list[Record]) -> list[Outgoing]:
         if not records:
             return []
@@ -300,7 +153,7 @@ class GroupRunner:
             except FatalHandlerError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                raw = _reencode(r.value)
+                raw = reencode(r.value)
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, raw,
                                        f"handler failed: {type(exc).__name__}: {exc}", self.group))
         return out
@@ -327,7 +180,7 @@ class GroupRunner:
         if not polled:
             return []
         self.stats.records_in += sum(len(v) for v in polled.values())
-        good, dead = self._split(polled)
+        good, dead = self.intake.split(polled)
         for d in dead:
             log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))
         return good
@@ -468,7 +321,7 @@ class GroupRunner:
                 out: list[Outgoing] = []
                 good: list[Record] = []
                 if polled:
-                    good, dead = self._split(polled)
+                    good, dead = self.intake.split(polled)
                     out.extend(dead)
                     self.stats.dead_letters += len(dead)
                     last_data = time.monotonic()
@@ -597,15 +450,3 @@ class GroupRunner:
         finally:
             if self._own_producer:
                 self.producer.close()
-
-
-def _reencode(value: Any) -> bytes | None:
-    """Bytes for a dead letter of an already-decoded value."""
-    if value is None:
-        return None
-    to_dict = getattr(value, "to_dict", None)
-    try:
-        return orjson.dumps(to_dict() if to_dict else value, default=str)
-    except TypeError:
-        return repr(value).encode()
-

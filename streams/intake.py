@@ -1,0 +1,111 @@
+"""Polled messages → records, the runner's first step: a message over the size limit or one that
+does not decode becomes a dead letter with the reason; a bundle (streams/bundle.py) becomes one
+record per event; an upstream writer's watermark record (the job stage) only moves its
+partition's mark; and, in event-time mode, each record is placed in time by the
+:class:`EventClock` (the whole batch teaches the clock before any of it is placed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+from streams.bundle import Bundle
+from streams.event_time import EventClock, WatermarkMerge
+from streams.events import InvalidEvent, decode
+from streams.producer import Outgoing
+from streams.records import Decoder, Record, RunnerStats, dead_letter
+
+
+class Intake:
+    """Decodes and places what one member polls (see the module's docstring)."""
+
+    def __init__(self, decoders: Mapping[str, Decoder] | Decoder, max_message_bytes: int, group: str | None,
+                 stats: RunnerStats, clock: EventClock | None = None, merge: WatermarkMerge | None = None,
+                 watermark_of: Callable[[Record], tuple[str, float] | None] | None = None) -> None:
+        self._decoders = decoders
+        self.max_message_bytes = max_message_bytes
+        self.group = group
+        self.stats = stats
+        self.clock = clock
+        self.merge = merge
+        self.watermark_of = watermark_of
+
+    def _decoder(self, topic: str) -> Decoder:
+        if callable(self._decoders):
+            return self._decoders
+        return self._decoders.get(topic, decode)
+
+    def split(self, polled) -> tuple[list[Record], list[Outgoing]]:
+        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp, raw): Records once placed
+        dead: list[Outgoing] = []
+        max_bytes = self.max_message_bytes
+        marks = self.watermark_of if self.merge is not None else None
+        for tp, messages in polled.items():
+            dec = self._decoder(tp.topic)
+            topic, partition = tp.topic, tp.partition
+            for m in messages:
+                raw = m.value
+                size = 0 if raw is None else len(raw)
+                if size > max_bytes:
+                    # Never handed to a parser whole: a runaway line or a hostile sender.
+                    self.stats.oversized += 1
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw,
+                                            f"oversized: {size} bytes (limit {max_bytes})", self.group))
+                    continue
+                try:
+                    value = dec(raw)
+                except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
+                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
+                    continue
+                if type(value) is Bundle:
+                    # Each event of a bundle is a record of its own, at the bundle's offset.
+                    good.extend((topic, partition, m.offset, m.key, e, m.timestamp, None) for e in value.events)
+                    dead.extend(dead_letter(topic, partition, m.offset, m.key, item, reason, self.group)
+                                for item, reason in value.rejected)
+                    continue
+                if marks is not None:
+                    mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
+                    if mark is not None:
+                        said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
+                        self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
+                        self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
+                        continue
+                good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
+        if self.clock is not None:
+            return self._placed(good), dead
+        return [Record(t, p, o, k, v, ms, None, None, None, raw) for t, p, o, k, v, ms, raw in good], dead
+
+    def _placed(self, rows: list[tuple]) -> list[Record]:
+        """Each record with its place in event time: the whole batch teaches the clock first."""
+        assert self.clock is not None
+        wall = time.time()
+        keyed = []
+        observe = self.clock.observe
+        for row in rows:
+            value, timestamp_ms = row[4], row[5]
+            ts = getattr(value, "ts", None)
+            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
+            if type(ts) is not float:
+                ts = float(ts) if isinstance(ts, (int, float)) else None
+            if ts is None:
+                keyed.append((row, None, record_ts, "", ""))
+                continue
+            job, node = getattr(value, "job", ""), getattr(value, "node", "")
+            if type(job) is not str or type(node) is not str:
+                job, node = str(job), str(node)
+            observe(job, node, ts, record_ts, wall)
+            keyed.append((row, ts, record_ts, job, node))
+        out = []
+        place = self.clock.place
+        for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
+            if ts is None:
+                out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
+                continue
+            at = place(job, node, ts, record_ts, wall)
+            if at.skew_s is None:
+                out.append(Record(t, p, o, k, v, ms, at.ts, None, None, raw))
+                continue
+            self.stats.skewed += 1
+            out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
+        return out

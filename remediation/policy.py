@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,16 @@ MODES = ("observe", "dry_run", "act")
 def command_id(diagnosis_id: str, action: str) -> str:
     """Deterministic, so a re-delivered diagnosis makes the same command and trainers drop the copy."""
     return hashlib.sha256(f"{diagnosis_id}:{action}".encode()).hexdigest()[:32]
+
+
+# A fail-slow stack round request is ``<suspicion id>.round<k>`` (diagnosis/failslow.py).
+_ROUND_ID = re.compile(r"\.round\d+$")
+ROUND_FOLD_S = 2.0  # only a copy of the same round (a redelivery) comes this close
+
+
+def is_stack_round(d: Diagnosis) -> bool:
+    """Whether ``d`` is one round of a fail-slow campaign's stack requests."""
+    return d.fault == "fail_slow" and d.action == "capture_stacks" and bool(_ROUND_ID.search(d.id))
 
 
 @dataclass(frozen=True)
@@ -330,6 +341,10 @@ class Policy:
         # Capturing stacks is harmless and a second stall soon after a restart needs it again, so it
         # is folded only over the settle time; disruptive actions over the full dedup window.
         window = self.config.settle_s if step.action in ("capture_stacks", "run_checks") else self.safety.config.dedup_s
+        if step.action == "capture_stacks" and is_stack_round(d):
+            # A fail-slow campaign asks for its rounds itself, ~10 s apart, each a new ask
+            # (diagnosis/failslow.py): folding them over the settle time would starve it.
+            window = ROUND_FOLD_S
         if self.safety.is_duplicate(d.job, step.nodes, d.fault, step.action, now, window):
             return self._decision(now, d, step, mode, sent=False,
                                   blocked=f"duplicate: {step.action} for these nodes and {d.fault} within {window:.0f}s"), None

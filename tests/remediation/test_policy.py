@@ -87,3 +87,23 @@ def test_stack_capture_is_folded_only_over_the_settle_time():
     assert p.decide(d(1000), 1000)[1] is not None
     assert p.decide(d(1010), 1010)[1] is None  # the same stall reported twice
     assert p.decide(d(1100), 1100)[1] is not None  # a new stall after a restart gets its stacks
+
+
+def test_the_rounds_of_a_fail_slow_campaign_are_each_captured():
+    # diagnosis/failslow.py asks for its stack rounds 10 s apart, each with an id of its own
+    p = policy()
+
+    def round_(k, ts):
+        return Diagnosis(id=f"d-fs.round{k}", job="j", ts=ts, onset=900.0, fault="fail_slow",
+                         action="capture_stacks", nodes=tuple(NODES), confidence=0.3,
+                         detail=f"stack round {k}/5: capture every rank's stack")
+
+    sent = [p.decide(round_(k, 1000.0 + 10 * k), 1000.0 + 10 * k)[1] for k in range(1, 6)]
+    assert all(cmd is not None and cmd.action == "capture_stacks" for cmd in sent)
+    assert len({cmd.id for cmd in sent}) == 5
+    # a redelivered copy of the last round, a second later, is still folded
+    assert p.decide(round_(5, 1050.0), 1051.0)[1] is None
+    # and a suspicion that is not a round keeps the settle-time fold
+    suspicion = Diagnosis(id="d-fs", job="j", ts=1060.0, onset=900.0, fault="fail_slow", action="capture_stacks",
+                          nodes=("n002",), confidence=0.7)
+    assert p.decide(suspicion, 1060.0)[1] is None

@@ -6,6 +6,7 @@ The replayer (``faultlens replay``) and the simulator's ``--publish`` share this
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -33,6 +34,25 @@ FLUSH_EVERY = 5_000  # bound the producer's buffer and surface delivery errors e
 # librdkafka bounds its own queue (a full one pushes back) and reports failures as they happen:
 # a flush, a round trip with the broker, is needed far less often.
 FLUSH_EVERY_CONFLUENT = 100_000
+
+
+# A replay at full speed sends a trace's hundreds of MB as fast as the broker takes them. lz4 record
+# batches cost the client little and spare the broker most of the bytes (the embedded broker spent
+# 0.25 instead of 0.95 CPU-s on 75k messages of 2.7 KB); consumers see the same messages. Used only
+# where no compression is configured: --compression none (or a config's) wins.
+REPLAY_COMPRESSION = "lz4"
+
+
+def replay_settings(settings: KafkaSettings) -> KafkaSettings:
+    """``settings`` with :data:`REPLAY_COMPRESSION` where none is configured and the client has it."""
+    if settings.compression is not None:
+        return settings
+    if settings.client != "confluent":
+        from kafka.codec import has_lz4
+
+        if not has_lz4():
+            return settings
+    return dataclasses.replace(settings, compression=REPLAY_COMPRESSION)
 
 
 def _flush_every(producer: Producer) -> int:
@@ -258,7 +278,7 @@ def publish_messages(settings: KafkaSettings, messages: Iterable[TraceMessage], 
     ensure_topics(settings)
     stats = PublishStats()
     t0 = time.perf_counter()
-    with Producer(settings) as producer:
+    with Producer(replay_settings(settings)) as producer:
         send, every = producer.send, _flush_every(producer)
         for m in paced(messages, speed):
             send(m.topic, m.key, m.value)
@@ -289,7 +309,7 @@ def publish_batches(settings: KafkaSettings, batches: Iterable[MessageBatch], sp
     ensure_topics(settings)
     stats = PublishStats()
     t0 = time.perf_counter()
-    with Producer(settings) as producer:
+    with Producer(replay_settings(settings)) as producer:
         for batch in batches:
             stats.events += producer.send_many(batch.topics, batch.keys, batch.values)
             producer.poll()

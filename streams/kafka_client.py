@@ -94,8 +94,11 @@ _PRODUCER_KEYWORDS = {"request_timeout_ms": "request.timeout.ms", "reconnect_bac
 
 def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict[str, Any]:
     conf = {**confluent_config(settings), "acks": settings.acks, "linger.ms": 5, "retries": 5,
-            # replay sends a trace as fast as it reads it: a deep local queue, batches of 1 MB
-            "queue.buffering.max.messages": 500_000, "batch.size": 1_000_000,
+            # replay sends a trace as fast as it reads it: a deep local queue, batches of 1 MB;
+            # the queue's bytes are bounded too (a full one pushes back on send), as replay flushes
+            # only at the end
+            "queue.buffering.max.messages": 500_000, "queue.buffering.max.kbytes": 256 * 1024,
+            "batch.size": 1_000_000,
             # only failures call back: a callback per delivered message costs a Python call each
             "delivery.report.only.error": True}
     if settings.compression and settings.compression != "none":

@@ -30,9 +30,11 @@ log = logging.getLogger(__name__)
 # and the bytes handed to the client) is reused by the next one instead of fresh pages from the
 # kernel, which cost more than building the messages (a quarter of a 16k-row batch measured 2x faster).
 BATCH_ROWS = 4_096
-FLUSH_EVERY = 5_000  # bound the producer's buffer and surface delivery errors early
-# librdkafka bounds its own queue (a full one pushes back) and reports failures as they happen:
-# a flush, a round trip with the broker, is needed far less often.
+# One message at a time (paced, or publish()'s envelopes): a flush every so many bounds the
+# producer's buffer and surfaces delivery errors early. librdkafka bounds its own queue (a full one
+# pushes back) and reports failures as they happen: a flush, a round trip with the broker, is
+# needed far less often. (A trace at full speed goes through publish_batches: no flush but the last.)
+FLUSH_EVERY = 5_000
 FLUSH_EVERY_CONFLUENT = 100_000
 
 
@@ -107,7 +109,7 @@ class TraceMessage:
     value: bytes
 
 
-_JOB_KEYED = pa.array([b"job", b"summary"], pa.binary())  # as Envelope.key: job-level records are keyed by job
+_JOB_KEYED = pa.array([b"job", b"summary"], pa.large_binary())  # as Envelope.key: job-level records are keyed by job
 _TOPIC_OF = {source.encode(): topic for source, topic in SOURCE_TOPIC.items()}
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'
 
@@ -182,17 +184,18 @@ def _message_batches(path) -> Iterator[MessageBatch]:
 
 
 def _pieces(*parts: bytes | pa.Array) -> list:
-    return [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in parts]
+    return [pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p for p in parts]
 
 
 def _plain_messages(batch: pa.RecordBatch) -> MessageBatch:
     """A checked batch's messages, joined by Arrow a column at a time (no Python per row but the
     bytes objects the producer takes): encode()'s layout, FIELDS order, orjson's separators."""
-    col = {name: batch.column(name).cast(pa.binary()) for name in ("id", "job", "node", "source", "kind", "data")}
+    # large_binary: 64-bit offsets, so no batch of big messages outgrows the joined column
+    col = {name: batch.column(name).cast(pa.large_binary()) for name in ("id", "job", "node", "source", "kind", "data")}
     times = batch.column("ts").to_pylist()
     # a float as orjson writes it (encode() does), not as Arrow would format it
-    stamps = pa.array(orjson.dumps(times)[1:-1].split(b","), pa.binary())
-    versions = pc.cast(batch.column("v"), pa.string()).cast(pa.binary())  # an int is written one way
+    stamps = pa.array(orjson.dumps(times)[1:-1].split(b","), pa.large_binary())
+    versions = pc.cast(batch.column("v"), pa.string()).cast(pa.large_binary())  # an int is written one way
     joined = pc.binary_join_element_wise(*_pieces(
         b'{"v":', versions, b',"id":"', col["id"], b'","ts":', stamps, b',"job":"', col["job"],
         b'","node":"', col["node"], b'","source":"', col["source"], b'","kind":"', col["kind"],

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,7 +112,21 @@ class TraceMessage:
 
 _JOB_KEYED = pa.array([b"job", b"summary"], pa.large_binary())  # as Envelope.key: job-level records are keyed by job
 _TOPIC_OF = {source.encode(): topic for source, topic in SOURCE_TOPIC.items()}
-_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
+_SOURCES = pa.array(sorted(SOURCES))
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # what JSON escapes in a string (orjson leaves the rest as it is)
+
+
+def _escape_free(text: pa.Array) -> bool:
+    """Whether no value of a string column holds a byte JSON escapes: a look at the column's bytes
+    all at once (a regex per value cost more than the rest of the checks together)."""
+    if text.type != pa.string():
+        return not pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE)).as_py()
+    _, offsets, data = text.buffers()
+    if data is None or len(text) == 0:
+        return True
+    ends = np.frombuffer(offsets, dtype=np.int32)[text.offset:text.offset + len(text) + 1]
+    raw = np.frombuffer(data, dtype=np.uint8)[ends[0]:ends[-1]]
+    return not ((raw < 0x20) | (raw == ord('"')) | (raw == ord("\\"))).any()
 
 
 def _batch_is_plain(batch: pa.RecordBatch) -> bool:
@@ -125,7 +140,7 @@ def _batch_is_plain(batch: pa.RecordBatch) -> bool:
         checks = [
             pc.all(pc.and_(pc.greater_equal(cols["v"], 1), pc.less_equal(cols["v"], SCHEMA_VERSION))),
             pc.all(pc.and_(pc.greater_equal(cols["ts"], _MIN_TS), pc.less_equal(cols["ts"], _MAX_TS))),
-            pc.all(pc.is_in(cols["source"], value_set=pa.array(sorted(SOURCES)))),
+            pc.all(pc.is_in(cols["source"], value_set=_SOURCES)),
             pc.all(pc.starts_with(cols["data"], "{")),
             pc.all(pc.ends_with(cols["data"], "}")),
         ]
@@ -133,8 +148,7 @@ def _batch_is_plain(batch: pa.RecordBatch) -> bool:
             text = cols[name]
             checks.append(pc.all(pc.less_equal(pc.utf8_length(text), 256)))
             checks.append(pc.all(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)))
-            checks.append(pc.invert(pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE))))
-        return all(c.as_py() is True for c in checks)
+        return all(c.as_py() is True for c in checks) and all(_escape_free(cols[n]) for n in ("id", "job", "node", "kind"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
         return False
 

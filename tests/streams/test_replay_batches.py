@@ -153,3 +153,26 @@ def test_send_many_puts_each_key_where_one_send_at_a_time_does(client_settings, 
         where[m.value][m.key] = m.partition
     assert where[b"many"] == where[b"one"] and len(where[b"one"]) == len(keys)
     assert len(set(where[b"one"].values())) > 1
+
+
+@pytest.mark.parametrize("name", ['n"1', "n\\1", "n\x011", "n\x1f1", "n\x7f1", "nö\u20281", "n 1"])
+def test_every_name_comes_out_as_encode_writes_it(tmp_path, name):
+    """Quotes, backslashes and control characters must be escaped (the batch goes the envelope
+    way); DEL, non-ASCII and U+2028 are not escaped by orjson and may take the column-wise way."""
+    events = [dataclasses.replace(e, node=name if e.source != "job" else e.node, id=f"{e.id}-{name}")
+              for e in _odd_events()]
+    path = tmp_path / "names.parquet"
+    write_trace(path, events)
+    assert [m.value for m in trace_messages(path)] == [encode(e) for e in events]
+
+
+def test_the_column_checks_see_only_their_slice_of_the_buffers():
+    """A batch sliced out of a bigger one shares its buffers: a bad name outside the slice must not
+    count, one inside must."""
+    good = {"v": 1, "ts": T0, "job": "j", "source": "gpu", "kind": "sample", "data": "{}"}
+    rows = [{**good, "id": f"e{i}", "node": 'n"bad' if i in (0, 5) else f"n{i}"} for i in range(6)]
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    assert not replay._batch_is_plain(batch)
+    assert replay._batch_is_plain(batch.slice(1, 4))
+    assert not replay._batch_is_plain(batch.slice(1, 5))
+    assert not replay._batch_is_plain(batch.slice(0, 1))

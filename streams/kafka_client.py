@@ -89,7 +89,7 @@ def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
 # kafka-python producer keyword → librdkafka property, for the overrides callers pass to Producer.
 _PRODUCER_KEYWORDS = {"request_timeout_ms": "request.timeout.ms", "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
                       "linger_ms": "linger.ms", "retries": "retries", "acks": "acks",
-                      "max_block_ms": "message.timeout.ms"}
+                      "max_block_ms": "message.timeout.ms", "batch_size": "batch.size"}
 
 
 def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError, KafkaError
+from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from streams.config import CLIENTS, KafkaSettings
@@ -88,13 +89,16 @@ def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
 # kafka-python producer keyword → librdkafka property, for the overrides callers pass to Producer.
 _PRODUCER_KEYWORDS = {"request_timeout_ms": "request.timeout.ms", "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
                       "linger_ms": "linger.ms", "retries": "retries", "acks": "acks",
-                      "max_block_ms": "message.timeout.ms"}
+                      "max_block_ms": "message.timeout.ms", "batch_size": "batch.size"}
 
 
 def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict[str, Any]:
     conf = {**confluent_config(settings), "acks": settings.acks, "linger.ms": 5, "retries": 5,
-            # replay sends a trace as fast as it reads it: a deep local queue, batches of 1 MB
-            "queue.buffering.max.messages": 500_000, "batch.size": 1_000_000,
+            # replay sends a trace as fast as it reads it: a deep local queue, batches of 1 MB;
+            # the queue's bytes are bounded too (a full one pushes back on send), as replay flushes
+            # only at the end
+            "queue.buffering.max.messages": 500_000, "queue.buffering.max.kbytes": 256 * 1024,
+            "batch.size": 1_000_000,
             # only failures call back: a callback per delivered message costs a Python call each
             "delivery.report.only.error": True}
     if settings.compression and settings.compression != "none":
@@ -375,7 +379,8 @@ OnFailure = Callable[[str, str], None]  # (topic, error)
 
 
 def open_producer(settings: KafkaSettings, on_failure: OnFailure, **overrides):
-    """A producer of ``settings.client`` with one interface: ``send``, ``partitions``, ``flush``, ``close``."""
+    """A producer of ``settings.client`` with one interface: ``send``, ``send_many``, ``poll``,
+    ``partitions``, ``flush``, ``close``."""
     if settings.client == "confluent":
         return ConfluentProducer(settings, on_failure, **overrides)
     return KafkaPythonProducer(settings, on_failure, **overrides)
@@ -385,10 +390,44 @@ class KafkaPythonProducer:
     def __init__(self, settings: KafkaSettings, on_failure: OnFailure, **overrides):
         self._p = KafkaProducer(**{**settings.producer_kwargs(), **overrides})
         self._on_failure = on_failure
+        # send_many picks a keyed record's partition itself, as the default partitioner would
+        self._own_partitioner = "partitioner" not in overrides
+        self._partition_of: dict[str, tuple[list[int], dict[bytes, int]]] = {}
 
     def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         future = self._p.send(topic, key=key, value=value, partition=partition)
         future.add_errback(self._failed, topic)
+
+    def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
+        """``send`` of each (topic, key, value), by key. kafka-python's partitioner hashes every
+        key in Python (murmur2) and sorts the topic's partitions for every record; the partition of
+        a key is the same for the whole batch, so it is computed once per distinct key here."""
+        send, failed = self._p.send, self._failed
+        partition = self._partitioner(set(topics)) if self._own_partitioner else None
+        for topic, key, value in zip(topics, keys, values):
+            send(topic, value, key, None, partition(topic, key) if partition and key is not None else None
+                 ).add_errback(failed, topic)
+
+    def _partitioner(self, topics: set[str]) -> Callable[[str, bytes], int]:
+        """DefaultPartitioner's choice (murmur2 of the key over the sorted partitions) per
+        (topic, key), remembered while the topic's partitions stay the same."""
+        known = self._partition_of
+        for topic in topics:
+            parts = sorted(self._p.partitions_for(topic))  # waits for metadata, as send would
+            if topic not in known or known[topic][0] != parts:
+                known[topic] = (parts, {})
+
+        def partition(topic: str, key: bytes) -> int:
+            parts, by_key = known[topic]
+            p = by_key.get(key)
+            if p is None:
+                p = by_key[key] = parts[(murmur2(key) & 0x7FFFFFFF) % len(parts)]
+            return p
+
+        return partition
+
+    def poll(self) -> None:
+        """Failures reach on_failure from kafka-python's own I/O thread: nothing to serve here."""
 
     def _failed(self, exc: BaseException, topic: str) -> None:
         self._on_failure(topic, repr(exc))
@@ -444,6 +483,21 @@ class ConfluentProducer:
             except self._ck.KafkaException as exc:
                 self._on_failure(topic, str(exc))
                 return
+
+    def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
+        """``send`` of each (topic, key, value), by key, with no Python call between them but produce."""
+        produce, ck_error = self._p.produce, self._ck.KafkaException
+        for topic, key, value in zip(topics, keys, values):
+            try:
+                produce(topic, value, key)
+            except BufferError:
+                self.send(topic, key, value)  # waits for room in the local queue
+            except ck_error as exc:
+                self._on_failure(topic, str(exc))
+
+    def poll(self) -> None:
+        """Serve delivery reports (only failures make one) without waiting."""
+        self._p.poll(0)
 
     def partitions(self, topic: str) -> list[int]:
         meta = self._p.list_topics(topic, timeout=10)

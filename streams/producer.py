@@ -57,6 +57,20 @@ class Producer:
         self._producer.send(topic, key, value, partition)
         self.sent += 1
 
+    def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> int:
+        """Send each (topic, key, value) by key; the fast path for many records (a replay's batch)."""
+        self._producer.send_many(topics, keys, values)
+        self.sent += len(values)
+        return len(values)
+
+    def poll(self) -> None:
+        """Serve the client's delivery reports without waiting; raise :class:`DeliveryError` for the
+        sends that failed so far (what :meth:`flush` reports, without waiting for the rest)."""
+        self._producer.poll()
+        failures = self._take_failures()
+        if failures:
+            raise DeliveryError(failures)
+
     def partitions(self, topic: str) -> list[int]:
         return self._producer.partitions(topic)
 
@@ -82,12 +96,16 @@ class Producer:
         except KafkaError as exc:
             with self._lock:
                 self._failures.append(("*", f"flush: {exc!r}"))
-        with self._lock:
-            failures, self._failures = self._failures, []
-        self._failed_total += len(failures)
+        failures = self._take_failures()
         self.delivered = self.sent - self._failed_total
         if failures:
             raise DeliveryError(failures)
+
+    def _take_failures(self) -> list[tuple[str, str]]:
+        with self._lock:
+            failures, self._failures = self._failures, []
+        self._failed_total += len(failures)
+        return failures
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.close(timeout)

@@ -16,6 +16,8 @@ DESCRIPTION = """\
 Sends every event of TRACE to its topic (telemetry.* by source, `jobs` for job records), keyed
 by node (job records by job), in trace order, paced by event time: --speed 1 is real time,
 --speed K is K times faster, --as-fast-as-possible (or --speed 0) does not wait.
+Record batches go out lz4-compressed unless --compression (or the config) names another
+codec or none; consumers read the same messages either way.
 Prints one JSON summary line."""
 
 

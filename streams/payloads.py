@@ -16,6 +16,7 @@ from typing import Any, Callable
 # through the ABC machinery (it cost a third of a net sample's check).
 
 from streams.events import Envelope, InvalidEvent
+from streams.gpu_table import GPU_NUMBERS, gpu_table
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 
@@ -82,10 +83,7 @@ def _kind(v: Any) -> str:
         type(v), type(v).__name__)
 
 
-_GPU_NUMBERS = ("util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
-                "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "ecc_sbe_volatile", "ecc_dbe_volatile",
-                "ecc_sbe_aggregate", "ecc_dbe_aggregate", "remap_correctable", "remap_uncorrectable",
-                "retired_pages_sbe", "retired_pages_dbe", "pcie_replay", "nvlink_errors")
+_GPU_NUMBERS = GPU_NUMBERS
 _GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_of(_str),
                           **{k: _num for k in _GPU_NUMBERS}}
 
@@ -210,20 +208,46 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
         return False
 
 
+_BOUND = 1e300  # an int past this goes to the close look (isfinite of a huge int raises there)
+
+
+def _finite_number(v: Any) -> bool:
+    return (type(v) is float or type(v) is int) and -_BOUND < v < _BOUND
+
+
+# What certainly passes each element check, tested in one expression: the check itself (with its
+# nested calls and isinstance chains) runs only to name a problem. Checks not listed run as they are.
+_PLAIN: dict[Check, Callable[[Any], bool]] = {
+    _int: lambda v: type(v) is int,
+    _nonneg_int: lambda v: type(v) is int and v >= 0,
+    _num: _finite_number,
+    _nonneg: lambda v: (type(v) is float or type(v) is int) and 0 <= v < _BOUND,
+    _metric: lambda v: type(v) is float or type(v) is int,
+    _str: lambda v: type(v) is str,
+    _bool: lambda v: type(v) is bool,
+    _obj: lambda v: type(v) is dict,
+}
+_SCHEMA_STEPS: dict[tuple[str, str], tuple[tuple[str, Callable[[Any], bool], Check], ...]] = {
+    kind: tuple((key, _PLAIN.get(check) or (lambda v, c=check: c(v) is None), check) for key, check in schema.items())
+    for kind, schema in SCHEMAS.items()}
+
+
 def check_payload(event: Envelope) -> None:
     """Raise InvalidEvent (``data.<key>``) when a documented key has the wrong type."""
-    schema = SCHEMAS.get((event.source, event.kind))
-    if not schema:
+    steps = _SCHEMA_STEPS.get((event.source, event.kind))
+    if not steps:
         return
+    schema = SCHEMAS[(event.source, event.kind)]
     data = event.data
     if schema is _GPU_SAMPLE:
         interval = data.get("interval_s")
         if (interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf)) \
-                and _gpus_plainly_valid(data.get("gpus", [])):
+                and (gpu_table(event) is not None or _gpus_plainly_valid(data.get("gpus", []))):
             return
-    for key, check in schema.items():
-        value = data.get(key)
-        if value is None:
+    get = data.get
+    for key, plain, check in steps:
+        value = get(key)
+        if value is None or plain(value):
             continue
         problem = check(value)
         if problem:

@@ -64,6 +64,11 @@ def _obj(v: Any) -> str | None:
     return None if isinstance(v, dict) else f"must be an object, got {_kind(v)}"
 
 
+# Element checks that are a type alone (or null): a list of them is checked in one C-level pass.
+_ELEMENT_TYPES: dict[Check, frozenset[type]] = {_int: frozenset({int, type(None)}), _str: frozenset({str, type(None)})}
+_PLAIN_LISTS: dict[Check, Callable[[Any], bool]] = {}
+
+
 def _list_of(item: Check) -> Check:
     def check(v: Any) -> str | None:
         if not isinstance(v, list):
@@ -75,6 +80,9 @@ def _list_of(item: Check) -> Check:
             if problem:
                 return f"[{i}] {problem}"
         return None
+    types = _ELEMENT_TYPES.get(item)
+    if types is not None:
+        _PLAIN_LISTS[check] = lambda v: type(v) is list and types.issuperset(map(type, v))
     return check
 
 
@@ -96,11 +104,19 @@ def _object(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
         for key in required:
             if v.get(key) is None:
                 return f"{key} is missing"
-        for key, field_check in fields.items():
-            value = v.get(key)
-            if value is not None and (problem := field_check(value)):
+        get = v.get
+        for key, plain, field_check in steps or _steps():
+            value = get(key)
+            if value is not None and not plain(value) and (problem := field_check(value)):
                 return f"{key} {problem}"
         return None
+
+    steps: list[tuple[str, Callable[[Any], bool], Check]] = []
+
+    def _steps() -> list[tuple[str, Callable[[Any], bool], Check]]:
+        # Built on first use: the plain predicates are defined after the objects' checks.
+        steps.extend((key, _plain_of(c), c) for key, c in fields.items())
+        return steps
     return check
 
 
@@ -120,15 +136,32 @@ _FAST: dict[Check, Callable[[Any], bool]] = {
     _nonneg: lambda x: x is None or (type(x) in (int, float) and 0 <= x < _INF),
     _nonneg_int: lambda x: x is None or (type(x) is int and x >= 0),
 }
+_NULL = type(None)
+_NONNEG_TYPES: dict[Check, frozenset[type]] = {_nonneg: frozenset({int, float, _NULL}), _nonneg_int: frozenset({int, _NULL})}
+
+
+def _plainly_nonneg(values: list, types: frozenset[type]) -> bool:
+    """All of ``values`` null or non-negative finite numbers of ``types``, in a few C-level passes
+    (False only means "look at each")."""
+    if not types.issuperset(map(type, values)):
+        return False
+    try:
+        # Zeros and nulls drop out; a NaN or infinity makes the sum non-finite.
+        return min(filter(None, values), default=0) >= 0 and math.isfinite(sum(filter(None, values)))
+    except OverflowError:
+        return False
 
 
 def _map_of(value: Check) -> Check:
     """An object whose values pass ``value`` (or are null: a counter the port does not have)."""
     fine = _FAST.get(value)
+    types = _NONNEG_TYPES.get(value)
 
     def check(v: Any) -> str | None:
         if not isinstance(v, dict):
             return f"must be an object, got {_kind(v)}"
+        if types is not None and _plainly_nonneg(list(v.values()), types):
+            return None
         if fine is not None and all(map(fine, v.values())):
             return None
         for k, x in v.items():
@@ -226,10 +259,17 @@ _PLAIN: dict[Check, Callable[[Any], bool]] = {
     _str: lambda v: type(v) is str,
     _bool: lambda v: type(v) is bool,
     _obj: lambda v: type(v) is dict,
+    **_PLAIN_LISTS,
 }
+
+
+def _plain_of(check: Check) -> Callable[[Any], bool]:
+    """What certainly passes ``check`` (the check itself where no quicker test is known)."""
+    return _PLAIN.get(check) or (lambda v: check(v) is None)
+
+
 _SCHEMA_STEPS: dict[tuple[str, str], tuple[tuple[str, Callable[[Any], bool], Check], ...]] = {
-    kind: tuple((key, _PLAIN.get(check) or (lambda v, c=check: c(v) is None), check) for key, check in schema.items())
-    for kind, schema in SCHEMAS.items()}
+    kind: tuple((key, _plain_of(check), check) for key, check in schema.items()) for kind, schema in SCHEMAS.items()}
 
 
 def check_payload(event: Envelope) -> None:

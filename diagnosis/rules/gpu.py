@@ -17,7 +17,7 @@ from operator import itemgetter
 from parsing.xid_table import lookup
 from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
 from streams.events import Envelope, InvalidEvent, as_float
-from streams.gpu_table import gpu_table
+from streams.gpu_table import GPU_NUMBERS, gpu_table
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,9 @@ _MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable"
                   "retired_pages_dbe", "remap_failure", "remap_pending", "retired_pending")
 # What names a GPU and what the rule judges of it: a node's sample that repeats its last one in
 # all of these cannot change anything.
-_memory_key = itemgetter(*_MEMORY_FIELDS, "index", "uuid")
+_memory_states = itemgetter(*(f for f in _MEMORY_FIELDS if f not in GPU_NUMBERS))
+_W = len(GPU_NUMBERS)
+_DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (GPU_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in GPU_NUMBERS)
 
 
 class MemoryHealthRule:
@@ -211,10 +213,13 @@ class MemoryHealthRule:
         key = None
         if table is not None:
             try:
-                key = tuple(map(_memory_key, table.gpus))
-            except KeyError:  # an undocumented state key left out: judged GPU by GPU
+                states = list(map(_memory_states, table.gpus))
+            except KeyError:  # a state key left out: judged GPU by GPU
                 pass
             else:
+                n = table.numbers
+                key = (n[_DBE_V::_W], n[_DBE_A::_W], n[_REMAP_U::_W], n[_RETIRED_S::_W], n[_RETIRED_D::_W], states,
+                       table.index, table.uuid)
                 if self._last.get(event.node) == key:
                     return []
         # Whatever is judged now moves the GPUs' state away from the remembered sample.
@@ -222,7 +227,7 @@ class MemoryHealthRule:
         out = self._judge(event)
         # Two GPUs of one index share their counters: only a sample that names each once leaves
         # every GPU's state at this sample's values.
-        if key is not None and len(set(map(str, table.index))) == len(key):
+        if key is not None and len(set(map(str, table.index))) == len(table.index):
             self._last[event.node] = key
         return out
 

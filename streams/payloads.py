@@ -107,18 +107,13 @@ def _object(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
             if v.get(key) is None:
                 return f"{key} is missing"
         get = v.get
-        for key, plain, field_check in steps or _steps():
+        for key, field_check in fields.items():
             value = get(key)
-            if value is not None and not plain(value) and (problem := field_check(value)):
+            if value is None or ((plain := _PLAIN.get(field_check)) is not None and plain(value)):
+                continue
+            if problem := field_check(value):
                 return f"{key} {problem}"
         return None
-
-    steps: list[tuple[str, Callable[[Any], bool], Check]] = []
-
-    def _steps() -> list[tuple[str, Callable[[Any], bool], Check]]:
-        # Built on first use: the plain predicates are defined after the objects' checks.
-        steps.extend((key, _plain_of(c), c) for key, c in fields.items())
-        return steps
     return check
 
 
@@ -133,7 +128,9 @@ _check_item = _object(_CHECK_ITEM, required=("name", "passed"))
 
 _INF = float("inf")
 # Bulk forms of the element checks a port's counter maps use (dozens of values per port, every
-# few seconds per node): one C-level pass, and the per-value check only to name what is wrong.
+# few seconds per node): a few C-level passes, then one predicate per value (it also takes an
+# integer too large for a float, which the per-value check cannot), and the per-value check only
+# to name what is wrong.
 _FAST: dict[Check, Callable[[Any], bool]] = {
     _nonneg: lambda x: x is None or (type(x) in (int, float) and 0 <= x < _INF),
     _nonneg_int: lambda x: x is None or (type(x) is int and x >= 0),

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import Mapping
 
-import numpy as np
-
-from diagnosis.rules.base import num
+from diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, replay_total
 from streams.events import Envelope, InvalidEvent, as_float
+from streams.gpu_table import gpu_table
 
 WINDOW_S = 10.0
-THERMAL = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
 
 # Which way is "worse" for each feature the peer comparison judges (+1: higher is worse).
 DIRECTION = {
@@ -60,11 +59,6 @@ class NodeWindow:
             raise InvalidEvent("data", f"not a node window summary: {exc}") from None
 
 
-# What one GPU contributes to a window, one column each (a row per sample, GPUs side by side).
-_COLUMNS = ("util", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w", "temp_c", "pcie_replay")
-_NCOL = len(_COLUMNS)
-# The sample features in the order a sample reports them (the window's features keep that order).
-_SAMPLE_FEATURES = ("util", "util_min", "sm_clock_ratio", "power_ratio", "temp_c", "throttle")
 # Samples a node holds before they are folded into its sums: per-node state has a fixed size.
 FOLD_EVERY = 16
 
@@ -86,12 +80,8 @@ class _Acc:
     replay_t0: float = 0.0
     replay_t1: float = 0.0
     rank_compute: dict[int, list[float]] = field(default_factory=dict)  # rank → [sum, count]
-    # Samples not folded yet: per sample its GPUs' _COLUMNS side by side, its time, its event
-    # number and its share of thermally throttled GPUs.
-    rows: list[list] = field(default_factory=list)
-    row_ts: list[float] = field(default_factory=list)
-    row_seq: list[int] = field(default_factory=list)
-    row_throttle: list[float] = field(default_factory=list)
+    # Samples not folded yet: (event number, time, sample features, its GPUs' PCIe replay counters).
+    held: list[tuple[int, float, Features, list]] = field(default_factory=list)
 
     def add(self, name: str, value: float | None) -> None:
         if value is None or not math.isfinite(value):
@@ -102,60 +92,27 @@ class _Acc:
             self.first[name] = (self.seq, 0)
 
     def fold(self) -> None:
-        """The held samples into the sums, over arrays: one sample's features are its GPUs'
-        (mean and least util, the slowest clock and power ratio, the hottest GPU), summed over
-        samples in arrival order so every sum is the one a sample-by-sample loop gives."""
-        if not self.rows:
+        """The held samples' features into the sums, added in arrival order (the order decides
+        the last bit of a float sum)."""
+        if not self.held:
             return
-        rows, self.rows = self.rows, []
-        seqs, self.row_seq = self.row_seq, []
-        times, self.row_ts = self.row_ts, []
-        throttle, self.row_throttle = self.row_throttle, []
-        width = max(len(r) for r in rows)
-        try:
-            a = np.array([r + [None] * (width - len(r)) for r in rows], dtype=float)
-        except (TypeError, ValueError):  # a value that is not a plain number (unchecked input)
-            a = np.array([[num(v) for v in r] + [None] * (width - len(r)) for r in rows], dtype=float)
-        a = a.reshape(len(rows), width // _NCOL, _NCOL)
-        util, clock, cmax, power, limit, temp = (a[:, :, i] for i in range(_NCOL - 1))
-        have_util = ~np.isnan(util)
-        n_util = have_util.sum(axis=1)
-        # accumulate adds GPU by GPU, in the order a loop over one sample's GPUs would.
-        util_sum = np.add.accumulate(np.where(have_util, util, 0.0), axis=1)[:, -1] if a.shape[1] else n_util * 0.0
-        ratio = np.divide(clock, cmax, out=np.full_like(clock, np.nan), where=cmax != 0)
-        power_ratio = np.divide(power, limit, out=np.full_like(power, np.nan), where=limit != 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            features = np.array([
-                np.where(n_util > 0, util_sum / n_util, np.nan),
-                np.fmin.reduce(util, axis=1, initial=np.nan) if a.shape[1] else n_util * np.nan,
-                np.fmin.reduce(ratio, axis=1, initial=np.nan) if a.shape[1] else n_util * np.nan,
-                np.fmin.reduce(power_ratio, axis=1, initial=np.nan) if a.shape[1] else n_util * np.nan,
-                np.fmax.reduce(temp, axis=1, initial=np.nan) if a.shape[1] else n_util * np.nan,
-                throttle,
-            ])
-        finite = np.isfinite(features).tolist()
-        for pos, (name, values, ok) in enumerate(zip(_SAMPLE_FEATURES, features.tolist(), finite)):
-            if not any(ok):
-                continue
-            total, count = self.sums.get(name, 0.0), self.counts.get(name, 0)
-            for v, good in zip(values, ok):
-                if good:
+        held, self.held = self.held, []
+        sums, counts, first = self.sums, self.counts, self.first
+        for pos, name in enumerate(SAMPLE_FEATURES):
+            total, count = sums.get(name, 0.0), counts.get(name, 0)
+            seen = count
+            for seq, _, feats, _ in held:
+                v = feats[pos]
+                if v is not None and isfinite(v):
                     total += v
                     count += 1
-            self.sums[name], self.counts[name] = total, count
-            if name not in self.first:
-                self.first[name] = (seqs[ok.index(True)], pos)
+                    if name not in first:
+                        first[name] = (seq, pos)
+            if count > seen:
+                sums[name], counts[name] = total, count
         if self.replay_first is None:
-            self.replay_first, self.replay_t0 = _replay_total(rows[0]), times[0]
-        self.replay_last, self.replay_t1 = _replay_total(rows[-1]), times[-1]
-
-
-def _replay_total(row: list) -> float:
-    """A sample's PCIe replay counters added over its GPUs (a GPU without one counts 0)."""
-    total = 0.0
-    for value in row[_NCOL - 1::_NCOL]:
-        total += num(value) or 0.0
-    return total
+            self.replay_first, self.replay_t0 = replay_total(held[0][3]), held[0][1]
+        self.replay_last, self.replay_t1 = replay_total(held[-1][3]), held[-1][1]
 
 
 class FeatureWindows:
@@ -182,13 +139,19 @@ class FeatureWindows:
         if event.source == "gpu":
             self._sample(acc, event)
         else:
-            acc.add("step_time_s", as_float(event.data.get("step_time_s")))
-            rank = event.data.get("rank")
-            if isinstance(rank, int) and not isinstance(rank, bool):
+            data = event.data
+            step_time = data.get("step_time_s")
+            acc.add("step_time_s", step_time if type(step_time) is float else as_float(step_time))
+            rank = data.get("rank")
+            if type(rank) is int or isinstance(rank, int) and not isinstance(rank, bool):
                 acc.ranks.add(rank)
-                compute = as_float(event.data.get("compute_s"))
+                compute = data.get("compute_s")
+                if type(compute) is not float:
+                    compute = as_float(compute)
                 if compute is not None and math.isfinite(compute):
-                    tally = acc.rank_compute.setdefault(rank, [0.0, 0])
+                    tally = acc.rank_compute.get(rank)
+                    if tally is None:
+                        tally = acc.rank_compute[rank] = [0.0, 0]
                     tally[0] += compute
                     tally[1] += 1
         if len(acc.evidence) < 4:
@@ -196,24 +159,19 @@ class FeatureWindows:
         return out
 
     def _sample(self, acc: _Acc, event: Envelope) -> None:
-        gpus = event.data.get("gpus")
-        if not isinstance(gpus, list) or not gpus:
-            return
+        table = gpu_table(event)
+        if table is not None:
+            if not table.gpus:
+                return
+            feats, replay = plain_features(table)
+        else:
+            gpus = event.data.get("gpus")
+            if not isinstance(gpus, list) or not gpus:
+                return
+            feats, replay = loose_features(gpus)
         acc.samples += 1
-        row: list = []
-        throttled = 0
-        for g in gpus:
-            if type(g) is not dict and not isinstance(g, Mapping):
-                continue
-            row.extend(map(g.get, _COLUMNS))
-            throttle = g.get("throttle")
-            if throttle and not THERMAL.isdisjoint(throttle):
-                throttled += 1
-        acc.rows.append(row)
-        acc.row_ts.append(event.ts)
-        acc.row_seq.append(acc.seq)
-        acc.row_throttle.append(throttled / len(gpus))
-        if len(acc.rows) >= FOLD_EVERY:
+        acc.held.append((acc.seq, event.ts, feats, replay))
+        if len(acc.held) >= FOLD_EVERY:
             acc.fold()
 
     def _close(self, key: tuple[str, str], acc: _Acc) -> NodeWindow:

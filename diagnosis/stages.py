@@ -89,8 +89,12 @@ class NodeStage:
     def observe(self, event: Envelope, out: NodeOutput) -> None:
         """One parsed event; raises InvalidEvent when a rule needs a payload key it lacks."""
         for rule in self._by_source.get(event.source, ()):
-            out.findings.extend(rule.observe(event))
-        out.windows.extend(self.windows.observe(event))
+            found = rule.observe(event)
+            if found:
+                out.findings.extend(found)
+        windows = self.windows.observe(event)
+        if windows:
+            out.windows.extend(windows)
         if event.source in JOB_SOURCES:
             out.forward.append(event)
 

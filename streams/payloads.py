@@ -10,12 +10,15 @@ Unknown keys are allowed (forward compatibility).
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Callable
 
 # Decoded JSON objects are dicts: isinstance(v, dict) is a C-level check, where typing.Mapping goes
 # through the ABC machinery (it cost a third of a net sample's check).
 
 from streams.events import Envelope, InvalidEvent
+from streams.gpu_table import GPU_NUMBERS, gpu_table
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 
@@ -63,6 +66,11 @@ def _obj(v: Any) -> str | None:
     return None if isinstance(v, dict) else f"must be an object, got {_kind(v)}"
 
 
+# Element checks that are a type alone (or null): a list of them is checked in one C-level pass.
+_ELEMENT_TYPES: dict[Check, frozenset[type]] = {_int: frozenset({int, type(None)}), _str: frozenset({str, type(None)})}
+_PLAIN_LISTS: dict[Check, Callable[[Any], bool]] = {}
+
+
 def _list_of(item: Check) -> Check:
     def check(v: Any) -> str | None:
         if not isinstance(v, list):
@@ -74,6 +82,9 @@ def _list_of(item: Check) -> Check:
             if problem:
                 return f"[{i}] {problem}"
         return None
+    types = _ELEMENT_TYPES.get(item)
+    if types is not None:
+        _PLAIN_LISTS[check] = lambda v: type(v) is list and types.issuperset(map(type, v))
     return check
 
 
@@ -82,10 +93,7 @@ def _kind(v: Any) -> str:
         type(v), type(v).__name__)
 
 
-_GPU_NUMBERS = ("util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
-                "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "ecc_sbe_volatile", "ecc_dbe_volatile",
-                "ecc_sbe_aggregate", "ecc_dbe_aggregate", "remap_correctable", "remap_uncorrectable",
-                "retired_pages_sbe", "retired_pages_dbe", "pcie_replay", "nvlink_errors")
+_GPU_NUMBERS = GPU_NUMBERS
 _GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_of(_str),
                           **{k: _num for k in _GPU_NUMBERS}}
 
@@ -98,9 +106,12 @@ def _object(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
         for key in required:
             if v.get(key) is None:
                 return f"{key} is missing"
+        get = v.get
         for key, field_check in fields.items():
-            value = v.get(key)
-            if value is not None and (problem := field_check(value)):
+            value = get(key)
+            if value is None or ((plain := _PLAIN.get(field_check)) is not None and plain(value)):
+                continue
+            if problem := field_check(value):
                 return f"{key} {problem}"
         return None
     return check
@@ -117,20 +128,39 @@ _check_item = _object(_CHECK_ITEM, required=("name", "passed"))
 
 _INF = float("inf")
 # Bulk forms of the element checks a port's counter maps use (dozens of values per port, every
-# few seconds per node): one C-level pass, and the per-value check only to name what is wrong.
+# few seconds per node): a few C-level passes, then one predicate per value (it also takes an
+# integer too large for a float, which the per-value check cannot), and the per-value check only
+# to name what is wrong.
 _FAST: dict[Check, Callable[[Any], bool]] = {
     _nonneg: lambda x: x is None or (type(x) in (int, float) and 0 <= x < _INF),
     _nonneg_int: lambda x: x is None or (type(x) is int and x >= 0),
 }
+_NULL = type(None)
+_NONNEG_TYPES: dict[Check, frozenset[type]] = {_nonneg: frozenset({int, float, _NULL}), _nonneg_int: frozenset({int, _NULL})}
+
+
+def _plainly_nonneg(values: list, types: frozenset[type]) -> bool:
+    """All of ``values`` null or non-negative finite numbers of ``types``, in a few C-level passes
+    (False only means "look at each")."""
+    if not types.issuperset(map(type, values)):
+        return False
+    try:
+        # Zeros and nulls drop out; a NaN or infinity makes the sum non-finite.
+        return min(filter(None, values), default=0) >= 0 and math.isfinite(sum(filter(None, values)))
+    except OverflowError:
+        return False
 
 
 def _map_of(value: Check) -> Check:
     """An object whose values pass ``value`` (or are null: a counter the port does not have)."""
     fine = _FAST.get(value)
+    types = _NONNEG_TYPES.get(value)
 
     def check(v: Any) -> str | None:
         if not isinstance(v, dict):
             return f"must be an object, got {_kind(v)}"
+        if types is not None and _plainly_nonneg(list(v.values()), types):
+            return None
         if fine is not None and all(map(fine, v.values())):
             return None
         for k, x in v.items():
@@ -144,6 +174,35 @@ _PORT: dict[str, Check] = {"device": _str, "port": _nonneg_int, "link_layer": _s
                            "phys_state": _str, "rate_gbps": _nonneg, "netdev": _str,
                            "rates": _map_of(_nonneg), "deltas": _map_of(_nonneg_int)}
 _port = _object(_PORT)
+_PORT_TEXT = ("device", "link_layer", "state", "phys_state", "netdev")
+_port_text = itemgetter(*_PORT_TEXT)
+_port_numbers = itemgetter("port", "rate_gbps")
+_port_maps = itemgetter("rates", "deltas")
+_TEXT_TYPES = frozenset({str, type(None)})
+_MAP_TYPES = frozenset({dict, type(None)})
+_DICT_ONLY = frozenset({dict})
+
+
+def _ports_plainly_valid(ports: Any) -> bool:
+    """The common case of ``ports`` checked in bulk, every port's counters in one pass (a sample is
+    8 ports of ~60 counters). False only means "look closely" (:func:`_port` names the problem)."""
+    if type(ports) is not list or not _DICT_ONLY.issuperset(map(type, ports)):
+        return False
+    try:
+        text = list(chain.from_iterable(map(_port_text, ports)))
+        numbers = list(map(_port_numbers, ports))
+        maps = list(chain.from_iterable(map(_port_maps, ports)))
+    except KeyError:  # a key left out: the close look reads it as null
+        return False
+    if not (_TEXT_TYPES.issuperset(map(type, text)) and _MAP_TYPES.issuperset(map(type, maps))):
+        return False
+    port, rate = zip(*numbers) if numbers else ((), ())
+    if not (_NONNEG_TYPES[_nonneg_int].issuperset(map(type, port)) and min(filter(None, port), default=0) >= 0
+            and _plainly_nonneg(list(rate), _NONNEG_TYPES[_nonneg])):
+        return False
+    rates = list(chain.from_iterable(m.values() for m in maps[0::2] if m is not None))
+    deltas = list(chain.from_iterable(m.values() for m in maps[1::2] if m is not None))
+    return _plainly_nonneg(rates, _NONNEG_TYPES[_nonneg]) and _plainly_nonneg(deltas, _NONNEG_TYPES[_nonneg_int])
 
 
 _RANK = {"rank": _nonneg_int}
@@ -175,7 +234,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
                           "reproduced": _bool},
     ("check", "replay_done"): {"command_id": _str, "failing_horizontal": _list_of(_nonneg_int),
                                "failing_vertical": _list_of(_nonneg_int)},
-    ("net", "sample"): {"ports": _list_of(_port), "interval_s": _nonneg},
+    ("net", "sample"): (_NET_SAMPLE := {"ports": _list_of(_port), "interval_s": _nonneg}),
     ("host", "sample"): {"cpu_util": _nonneg, "mem_used_frac": _nonneg, "disk_free_frac": _nonneg, "load1": _nonneg},
 }
 
@@ -210,20 +269,58 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
         return False
 
 
+_BOUND = 1e300  # an int past this goes to the close look (isfinite of a huge int raises there)
+
+
+def _finite_number(v: Any) -> bool:
+    return (type(v) is float or type(v) is int) and -_BOUND < v < _BOUND
+
+
+# What certainly passes each element check, tested in one expression: the check itself (with its
+# nested calls and isinstance chains) runs only to name a problem. Checks not listed run as they are.
+_PLAIN: dict[Check, Callable[[Any], bool]] = {
+    _int: lambda v: type(v) is int,
+    _nonneg_int: lambda v: type(v) is int and v >= 0,
+    _num: _finite_number,
+    _nonneg: lambda v: (type(v) is float or type(v) is int) and 0 <= v < _BOUND,
+    _metric: lambda v: type(v) is float or type(v) is int,
+    _str: lambda v: type(v) is str,
+    _bool: lambda v: type(v) is bool,
+    _obj: lambda v: type(v) is dict,
+    **_PLAIN_LISTS,
+}
+
+
+def _plain_of(check: Check) -> Callable[[Any], bool]:
+    """What certainly passes ``check`` (the check itself where no quicker test is known)."""
+    return _PLAIN.get(check) or (lambda v: check(v) is None)
+
+
+_SCHEMA_STEPS: dict[tuple[str, str], tuple[tuple[str, Callable[[Any], bool], Check], ...]] = {
+    kind: tuple((key, _plain_of(check), check) for key, check in schema.items()) for kind, schema in SCHEMAS.items()}
+
+
 def check_payload(event: Envelope) -> None:
     """Raise InvalidEvent (``data.<key>``) when a documented key has the wrong type."""
-    schema = SCHEMAS.get((event.source, event.kind))
-    if not schema:
+    steps = _SCHEMA_STEPS.get((event.source, event.kind))
+    if not steps:
         return
+    schema = SCHEMAS[(event.source, event.kind)]
     data = event.data
     if schema is _GPU_SAMPLE:
         interval = data.get("interval_s")
         if (interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf)) \
-                and _gpus_plainly_valid(data.get("gpus", [])):
+                and (gpu_table(event) is not None or _gpus_plainly_valid(data.get("gpus", []))):
             return
-    for key, check in schema.items():
-        value = data.get(key)
-        if value is None:
+    elif schema is _NET_SAMPLE:
+        interval = data.get("interval_s")
+        if (interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf)) \
+                and _ports_plainly_valid(data.get("ports", [])):
+            return
+    get = data.get
+    for key, plain, check in steps:
+        value = get(key)
+        if value is None or plain(value):
             continue
         problem = check(value)
         if problem:

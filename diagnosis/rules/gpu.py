@@ -12,10 +12,12 @@ import logging
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from parsing.xid_table import lookup
 from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
-from streams.events import Envelope, InvalidEvent
+from streams.events import Envelope, InvalidEvent, as_float
+from streams.gpu_table import GPU_NUMBERS, gpu_table
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +188,11 @@ class _Counters:
 
 _MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable", "retired_pages_sbe",
                   "retired_pages_dbe", "remap_failure", "remap_pending", "retired_pending")
+# What names a GPU and what the rule judges of it: a node's sample that repeats its last one in
+# all of these cannot change anything.
+_memory_states = itemgetter(*(f for f in _MEMORY_FIELDS if f not in GPU_NUMBERS))
+_W = len(GPU_NUMBERS)
+_DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (GPU_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in GPU_NUMBERS)
 
 
 class MemoryHealthRule:
@@ -196,10 +203,35 @@ class MemoryHealthRule:
     def __init__(self, retired_limit: int = RETIRED_PAGES_LIMIT) -> None:
         self.retired_limit = retired_limit
         self._prev: dict[tuple[str, str], _Counters] = {}
+        # node → the memory key of its last sample, when every GPU of it was judged (one per node).
+        self._last: dict[str, tuple] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "sample":
             return []
+        table = gpu_table(event)
+        key = None
+        if table is not None:
+            try:
+                states = list(map(_memory_states, table.gpus))
+            except KeyError:  # a state key left out: judged GPU by GPU
+                pass
+            else:
+                n = table.numbers
+                key = (n[_DBE_V::_W], n[_DBE_A::_W], n[_REMAP_U::_W], n[_RETIRED_S::_W], n[_RETIRED_D::_W], states,
+                       table.index, table.uuid)
+                if self._last.get(event.node) == key:
+                    return []
+        # Whatever is judged now moves the GPUs' state away from the remembered sample.
+        self._last.pop(event.node, None)
+        out = self._judge(event)
+        # Two GPUs of one index share their counters: only a sample that names each once leaves
+        # every GPU's state at this sample's values.
+        if key is not None and len(set(map(str, table.index))) == len(table.index):
+            self._last[event.node] = key
+        return out
+
+    def _judge(self, event: Envelope) -> list[Finding]:
         gpus = need(event.data, "gpus", event)
         if not isinstance(gpus, list):
             raise InvalidEvent("data.gpus", "must be a list of per-GPU samples")
@@ -310,18 +342,33 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            t = opt_float(event.data, "compute_s")
+            data = event.data
+            t = data.get("compute_s")
+            if type(t) is not float:
+                t = as_float(t)
             if t is None:
-                t = opt_float(event.data, "step_time_s")
-            rank = event.data.get("rank")
-            if t is None or t <= 0 or not isinstance(rank, int) or isinstance(rank, bool):
+                t = opt_float(data, "step_time_s")
+            rank = data.get("rank")
+            if t is None or t <= 0 or type(rank) is not int and (not isinstance(rank, int) or isinstance(rank, bool)):
                 return []
             book = state.recent if state.since is not None else state.baseline
-            book.setdefault(rank, deque(maxlen=60 if book is state.baseline else 10)).append(t)
+            times = book.get(rank)
+            if times is None:
+                times = book[rank] = deque(maxlen=60 if book is state.baseline else 10)
+            times.append(t)
+            if state.since is None:
+                return []  # _confirm: nothing throttles
             return self._confirm(event, state, rank)
         return []
 
     def _sample(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
+        table = gpu_table(event)
+        if table is not None and self.hot_c > 0 and not table.any_throttle(THROTTLE_REASONS) \
+                and max(filter(None, table.column("temp_c")), default=0.0) < self.hot_c:
+            # The usual sample: nothing throttled, nothing hot (zeros and nulls are never hot).
+            if state.since is not None:
+                self._cooled(state)
+            return []
         gpus = event.data.get("gpus")
         if not isinstance(gpus, list):
             return []  # MemoryHealthRule dead-letters the malformed sample
@@ -349,11 +396,15 @@ class ThermalRule:
             state.evidence.append(event.id)
             state.reason = "; ".join(why[:4])
         elif state.since is not None:
-            state.since = None
-            state.fired = False
-            state.gpus.clear()
-            state.recent.clear()
+            self._cooled(state)
         return []
+
+    @staticmethod
+    def _cooled(state: _NodeHeat) -> None:
+        state.since = None
+        state.fired = False
+        state.gpus.clear()
+        state.recent.clear()
 
     def _slowdown(self, state: _NodeHeat, rank: int) -> str | None:
         recent = state.recent.get(rank)

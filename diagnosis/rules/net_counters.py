@@ -93,11 +93,15 @@ class NetCounterRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "sample":
             return []
-        node = self._nodes.setdefault((event.job, event.node), _Node())
+        node = self._nodes.get((event.job, event.node))
+        if node is None:
+            node = self._nodes[(event.job, event.node)] = _Node()
         out: list[Finding] = []
         for p in port_entries(event):
             name = port_name(p)
-            port = node.ports.setdefault(name, _Port())
+            port = node.ports.get(name)
+            if port is None:
+                port = node.ports[name] = _Port()
             out += self._link(event, node, port, p, name)
             out += self._errors(event, port, p, name)
         return out
@@ -105,7 +109,11 @@ class NetCounterRule:
     # --- link state -------------------------------------------------------------------------
     def _link(self, event: Envelope, node: _Node, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:
         state = p.get("state")
-        counted = max((delta(p, c) or 0 for c in LINK_DOWN_COUNTERS), default=0)
+        deltas = p.get("deltas")
+        if type(deltas) is dict and not any(map(deltas.get, LINK_DOWN_COUNTERS)):
+            counted = 0  # no link-down counted (zeros or nulls)
+        else:
+            counted = max((delta(p, c) or 0 for c in LINK_DOWN_COUNTERS), default=0)
         left_active = port.state == "ACTIVE" and state != "ACTIVE"
         downs = counted or (1 if left_active else 0)
         if state == "ACTIVE":
@@ -144,7 +152,13 @@ class NetCounterRule:
 
     # --- error bursts -----------------------------------------------------------------------
     def _errors(self, event: Envelope, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:
-        counts = {c: d for c in self.thresholds if (d := delta(p, c))}
+        deltas = p.get("deltas")
+        # Nearly every sample counts no error: a zero or null is no count, so look closer only
+        # at a counter that is something else.
+        if type(deltas) is dict and not any(map(deltas.get, self.thresholds)):
+            counts = {}
+        else:
+            counts = {c: d for c in self.thresholds if (d := delta(p, c))}
         if counts:
             port.errors.append((event.ts, counts, event.id))
         while port.errors and event.ts - port.errors[0][0] >= self.burst_window_s:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from dataclasses import dataclass
 
 from diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
 from streams.events import Envelope, as_float
@@ -29,13 +30,31 @@ def robust_sigma(values) -> tuple[float, float]:
     return med, 1.4826 * mad
 
 
+@dataclass(slots=True)
+class _Baseline:
+    """A rank's last values of one metric and their minimum, kept as values come and go (a
+    min() over the window on every step cost more than the rest of the rule)."""
+
+    values: deque
+    least: float = math.inf
+
+    def push(self, value: float) -> None:
+        values = self.values
+        gone = values[0] if values and len(values) == values.maxlen else None
+        values.append(value)
+        if value < self.least:
+            self.least = value
+        elif gone is not None and gone == self.least:
+            self.least = min(values)
+
+
 class TrainingRule:
     sources = frozenset({"nccl", "train"})
 
     def __init__(self, factor: float = SPIKE_FACTOR, window: int = BASELINE_STEPS) -> None:
         self.factor = factor
         self.window = window
-        self._base: dict[tuple[str, int, str], deque] = {}
+        self._base: dict[tuple[str, int, str], _Baseline] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "nccl":
@@ -82,25 +101,30 @@ class TrainingRule:
         )
 
     def _step(self, event: Envelope) -> list[Finding]:
-        rank = opt_int(event.data, "rank")
-        if rank is None:
-            need(event.data, "rank", event)
+        data = event.data
+        rank = data.get("rank")
+        if type(rank) is not int:
+            rank = opt_int(data, "rank")
+            if rank is None:
+                need(data, "rank", event)
         out: list[Finding] = []
         for metric in ("loss", "grad_norm"):
-            raw = event.data.get(metric)
+            raw = data.get(metric)
             if raw is None:
                 continue
-            value = as_float(raw)
+            value = raw if type(raw) is float else as_float(raw)
             if value is None:
                 continue
             if not math.isfinite(value):
-                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {event.data.get('step', '?')} (rank {rank} on {event.node})"))
+                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {data.get('step', '?')} (rank {rank} on {event.node})"))
                 continue
-            base = self._base.get((event.job, rank, metric))
-            if base is None:
-                base = self._base[(event.job, rank, metric)] = deque(maxlen=self.window)
+            key = (event.job, rank, metric)
+            baseline = self._base.get(key)
+            if baseline is None:
+                baseline = self._base[key] = _Baseline(deque(maxlen=self.window))
+            base = baseline.values
             # Below factor × the window's minimum it cannot be factor × the median: skip the medians.
-            if len(base) >= MIN_BASELINE and value >= self.factor * min(base):
+            if len(base) >= MIN_BASELINE and value >= self.factor * baseline.least:
                 med, sigma = robust_sigma(base)
                 floor = max(sigma, 0.01 * abs(med), 1e-12)
                 if med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor:
@@ -111,7 +135,7 @@ class TrainingRule:
                                f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})",
                     ))
                     continue  # a spike must not drag the baseline up
-            base.append(value)
+            baseline.push(value)
         return out
 
     def tick(self, now: float) -> list[Finding]:

@@ -1,0 +1,83 @@
+"""The node stage's quick paths for plain GPU samples decide exactly what the GPU-by-GPU code does."""
+
+import pytest
+
+from diagnosis.features import FeatureWindows
+from diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
+from diagnosis.rules.training import _Baseline
+from collections import deque
+from tests.diagnosis.diag_events import ev, step
+
+# One GPU's entry as collectors/gpu_sample.gpu_payload writes it (every documented key).
+_FULL = {"index": 0, "uuid": "GPU-0", "util": 97, "mem_util": 41, "mem_used_mb": 76746.0, "mem_total_mb": 81559.0,
+         "temp_c": 64, "power_w": 554.17, "power_limit_w": 700.0, "sm_clock_mhz": 1935, "mem_clock_mhz": 2619,
+         "sm_clock_max_mhz": 1980, "throttle": [], "ecc_sbe_volatile": 0, "ecc_dbe_volatile": 0,
+         "ecc_sbe_aggregate": 0, "ecc_dbe_aggregate": 0, "remap_correctable": 0, "remap_uncorrectable": 0,
+         "remap_pending": False, "remap_failure": False, "retired_pages_sbe": 0, "retired_pages_dbe": 0,
+         "retired_pending": False, "pcie_replay": 0, "nvlink_errors": 0, "recovery_action": None}
+
+
+def _gpu(index: int, plain: bool, **over) -> dict:
+    g = {**_FULL, "index": index, "uuid": f"GPU-{index}", **over}
+    if not plain:
+        del g["mem_clock_mhz"]  # a key no detector reads: the sample is read GPU by GPU
+    return g
+
+
+def _sample(ts: float, plain: bool, node: str = "n000", **over):
+    return ev(ts, node, "gpu", "sample", gpus=[_gpu(i, plain, **over) for i in range(4)], interval_s=1.0)
+
+
+def test_a_rise_after_a_sample_read_gpu_by_gpu_is_still_seen():
+    rule = MemoryHealthRule()
+    seen = [rule.observe(_sample(0, True)),
+            rule.observe(_sample(1, False, ecc_dbe_volatile=2)),  # rises, read GPU by GPU
+            rule.observe(_sample(2, True)),  # back to the first sample's counters
+            rule.observe(_sample(3, True, ecc_dbe_volatile=2))]  # rises again
+    assert [len(f) for f in seen] == [0, 4, 0, 4]
+    assert "rose 0 → 2" in seen[3][0].detail
+
+
+def test_repeated_samples_judge_nothing_new_and_a_change_is_judged():
+    rule = MemoryHealthRule()
+    assert all(rule.observe(_sample(t, True)) == [] for t in range(5))
+    found = rule.observe(_sample(5, True, remap_pending=True))
+    assert [f.entity for f in found] == ["gpu:0", "gpu:1", "gpu:2", "gpu:3"]
+    assert rule.observe(_sample(6, True, remap_pending=True)) == []  # a standing state is reported once
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_thermal_throttling_that_slows_a_rank_is_found_either_way(plain):
+    rule = ThermalRule(min_recent=3)
+    for t in range(5):
+        rule.observe(_sample(t, plain))
+        rule.observe(step(t, "n000", rank=0, n=t, compute_s=1.0))
+        rule.observe(step(t, "n000", rank=1, n=t, compute_s=1.0))
+    found = []
+    for t in range(5, 10):
+        found += rule.observe(_sample(t, plain, temp_c=93, throttle=["hw_thermal"]))
+        found += rule.observe(step(t, "n000", rank=0, n=t, compute_s=1.4))
+    assert [f.fault for f in found] == ["gpu_thermal"]
+    assert "GPU 0 hw_thermal at 93.0°C" in found[0].detail
+
+
+def test_windows_of_plain_and_loose_samples_are_the_same_to_the_last_bit():
+    def windows(plain: bool):
+        fw = FeatureWindows(window_s=10.0)
+        out = []
+        for t in range(25):
+            over = {"util": 90 + (t * 7) % 11 + 0.1 * t, "sm_clock_mhz": 1400 + 13 * t, "power_w": 500.3 + t,
+                    "temp_c": 60 + t % 5, "pcie_replay": 3 * t, "throttle": ["hw_slowdown"] if t % 4 == 0 else []}
+            out += fw.observe(_sample(t, plain, **over))
+        return out + fw.flush()
+    plain, loose = windows(True), windows(False)
+    assert [w.features for w in plain] == [w.features for w in loose]
+    assert [list(w.features) for w in plain][0] == ["util", "util_min", "sm_clock_ratio", "power_ratio", "temp_c",
+                                                    "throttle", "pcie_replay_rate"]
+
+
+def test_the_baseline_minimum_follows_values_in_and_out():
+    baseline = _Baseline(deque(maxlen=4))
+    for value in [3.0, 1.0, 2.0, 5.0, 4.0, 1.5, 6.0, 7.0, 8.0, 0.5, 9.0]:
+        baseline.push(value)
+        assert baseline.least == min(baseline.values)

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 UNFETCHED_WAIT_S = 30.0
 # How long after a rebalance a member announces no progress downstream.
 REBALANCE_SETTLE_S = 3.0
+# How long one loop waits for a broadcast topic (`jobs`) to catch up before it releases data.
+BROADCAST_CATCH_UP_S = 1.0
 
 
 class _Assigned(ConsumerRebalanceListener):
@@ -108,6 +110,7 @@ class GroupRunner:
         # committed, read from the start by each member (event_time mode only).
         self.broadcast_topics = [t for t in broadcast_topics if t not in self.topics]
         self._broadcast: Consumer | None = None
+        self._broadcast_wait_after = 0.0  # monotonic time before which no loop waits for it
         self.on_progress = on_progress  # announce this member's progress downstream (node stage)
         self._announced: float | None = None
         self._announced_wall = 0.0
@@ -177,6 +180,21 @@ class GroupRunner:
         if self._broadcast is None:
             return []
         polled = self._broadcast.poll(timeout_ms=0)
+        # A broadcast topic never sets the pace, so its records must be in hand before the data
+        # after them is released: a restart's new topology read late maps the ranks of the next
+        # stall onto machines that left. A caught-up `jobs` costs nothing here; one behind (a
+        # member that starts, or reads faster than its broadcast fetches) is waited for briefly.
+        start = time.monotonic()
+        if start >= self._broadcast_wait_after:
+            while self._broadcast_behind():
+                if time.monotonic() - start >= BROADCAST_CATCH_UP_S:
+                    # Something keeps it behind (a broker that answers slowly): go on, and do not
+                    # stall every loop on it.
+                    log.warning("broadcast topics still behind after %.1fs; going on", BROADCAST_CATCH_UP_S)
+                    self._broadcast_wait_after = start + 30.0
+                    break
+                for tp, messages in self._broadcast.poll(timeout_ms=50).items():
+                    polled.setdefault(tp, []).extend(messages)
         if not polled:
             return []
         self.stats.records_in += sum(len(v) for v in polled.values())
@@ -184,6 +202,19 @@ class GroupRunner:
         for d in dead:
             log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))
         return good
+
+    def _broadcast_behind(self) -> bool:
+        """Whether a broadcast partition has records its consumer has not handed out yet (or,
+        freshly assigned, has not been fetched from at all)."""
+        now = time.monotonic()
+        for tp in self._broadcast.assignment():
+            high = self._broadcast.highwater(tp)
+            if high is None:
+                if now - self._assigned_at.get(tp, now) < UNFETCHED_WAIT_S:
+                    return True
+            elif self._broadcast.position(tp) < high:
+                return True
+        return False
 
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import math
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 GPU_NUMBERS = ("util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
                "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "ecc_sbe_volatile", "ecc_dbe_volatile",
                "ecc_sbe_aggregate", "ecc_dbe_aggregate", "remap_correctable", "remap_uncorrectable",
-               "retired_pages_sbe", "retired_pages_dbe", "pcie_replay", "nvlink_errors")
+               "retired_pages_sbe", "retired_pages_dbe", "pcie_replay")
 _WIDTH = len(GPU_NUMBERS)
 _POS = {name: i for i, name in enumerate(GPU_NUMBERS)}
 
 _numbers_of = itemgetter(*GPU_NUMBERS)
 _index_of, _uuid_of, _throttle_of = itemgetter("index"), itemgetter("uuid"), itemgetter("throttle")
+_nvlink_of = methodcaller("get", "nvlink_errors")
 
 _DICT = frozenset({dict})
 _NULL = type(None)
@@ -35,6 +36,21 @@ _NUMBER = frozenset({int, float, _NULL})
 _INT = frozenset({int, type(None)})
 _STR = frozenset({str, type(None)})
 _LIST = frozenset({list, type(None)})
+
+
+def plain_nvlink(v: Any) -> bool:
+    """``nvlink_errors``: null, a total, or what the NVML collector writes, each error counter
+    summed over the active links (``{"replay", "recovery", "crc_flit", "crc_data"}``)."""
+    if v is None:
+        return True
+    if type(v) is dict:
+        return all(type(k) is str for k in v) and all(x is None or _finite(x) for x in v.values())
+    return _finite(v)
+
+
+def _finite(x: Any) -> bool:
+    # Comparisons, not isfinite: NaN fails them, and an int too large for a float cannot raise.
+    return (type(x) is int or type(x) is float) and -1e300 < x < 1e300
 
 
 class GpuTable(NamedTuple):
@@ -72,6 +88,8 @@ def read_table(gpus: Any) -> GpuTable | None:
             and _LIST.issuperset(map(type, throttle))
             and _STR.issuperset(map(type, chain.from_iterable(filter(None, throttle))))
             and min(filter(None, index), default=0) >= 0):
+        return None
+    if not all(map(plain_nvlink, map(_nvlink_of, gpus))):
         return None
     has_null = _NULL in types
     try:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 # through the ABC machinery (it cost a third of a net sample's check).
 
 from streams.events import Envelope, InvalidEvent
-from streams.gpu_table import GPU_NUMBERS, gpu_table
+from streams.gpu_table import GPU_NUMBERS, plain_nvlink, gpu_table
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 
@@ -94,7 +94,20 @@ def _kind(v: Any) -> str:
 
 
 _GPU_NUMBERS = GPU_NUMBERS
-_GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_of(_str),
+
+
+def _nvlink(v: Any) -> str | None:
+    """A total, or per-counter sums over the active links as the NVML collector writes them."""
+    if isinstance(v, dict):
+        for name, count in v.items():
+            problem = None if count is None else _num(count)
+            if problem:
+                return f"{name} {problem}"
+        return None
+    return _num(v)
+
+
+_GPU: dict[str, Check] = {"index": _nonneg_int, "uuid": _str, "throttle": _list_of(_str), "nvlink_errors": _nvlink,
                           **{k: _num for k in _GPU_NUMBERS}}
 
 
@@ -259,6 +272,8 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
         if uuid is not None and type(uuid) is not str:
             return False
         if throttle and (type(throttle) is not list or not all(type(t) is str for t in throttle)):
+            return False
+        if not plain_nvlink(g.get("nvlink_errors")):
             return False
     if not _NUMBER_TYPES.issuperset(map(type, values)):
         return False

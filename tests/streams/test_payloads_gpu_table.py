@@ -51,7 +51,9 @@ def test_the_table_is_read_once_per_event():
     ({"util": True}, "util"),
     ({"power_w": math.nan}, "power_w"),
     ({"pcie_replay": math.inf}, "pcie_replay"),
-    ({"nvlink_errors": {"replay": 2, "recovery": 0}}, "nvlink_errors"),
+    ({"nvlink_errors": {"replay": "2", "recovery": 0}}, "nvlink_errors"),
+    ({"nvlink_errors": {"crc_flit": math.nan}}, "nvlink_errors"),
+    ({"nvlink_errors": [3]}, "nvlink_errors"),
     ({"index": -1}, "index"),
     ({"index": "0"}, "index"),
     ({"uuid": 7}, "uuid"),
@@ -136,3 +138,14 @@ def test_the_quick_checks_agree_with_the_element_checks(value):
         except InvalidEvent as exc:
             verdict = str(exc)
         assert verdict == _key_by_key(event), event.data
+
+
+def test_nvlink_errors_as_the_nvml_collector_writes_them_are_valid():
+    # collectors/nvml_sampler.py: each NVLink error counter summed over the active links
+    from collectors.gpu_sample import GpuReading, gpu_payload
+
+    reading = GpuReading(index=0, uuid="GPU-1", nvlink_errors={"replay": 2, "recovery": 0, "crc_flit": 11,
+                                                                "crc_data": 0})
+    gpus = [gpu_payload(reading), {**_gpu(1), "nvlink_errors": {"replay": 0, "recovery": None}}, _gpu(2)]
+    check_payload(_sample(gpus))
+    assert read_table(gpus) is not None  # the fast path takes it too

@@ -100,7 +100,11 @@ def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict
             "queue.buffering.max.messages": 500_000, "queue.buffering.max.kbytes": 256 * 1024,
             "batch.size": 1_000_000,
             # only failures call back: a callback per delivered message costs a Python call each
-            "delivery.report.only.error": True}
+            "delivery.report.only.error": True,
+            # kafka-python's (and the Java client's) key hash: a node's events land on one
+            # partition whichever client each of its senders uses (librdkafka's own default,
+            # consistent_random, is a CRC32 and puts the same key elsewhere)
+            "partitioner": "murmur2_random"}
     if settings.compression and settings.compression != "none":
         conf["compression.type"] = settings.compression
     for key, value in overrides.items():

@@ -59,36 +59,45 @@ class NodeStageHandler:
         self._skew_alerted: dict[tuple[str, str], float] = {}
         self.member = member_id()
         self.emitted = 0
-        self._forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
+        self._forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
+        self._passed_on: list[tuple[str, float, bytes]] = []  # the last record's: (job, ts, event bytes)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
         self._forwards = {}
         for r in records:
             try:
-                out.extend(self._one(r))
+                produced = self._one(r)
             except InvalidEvent as exc:
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value), f"invalid: {exc}",
                                        self.group))
-        out.extend(self._bundles())
+                continue
+            for o in produced:
+                # A job's outputs keep the order they were made in: what was passed on before a
+                # window or a finding goes out before it (a job stage reading a backlog may take a
+                # window's time as the partition's progress).
+                if o.key in self._forwards:
+                    out.extend(self._bundle(o.key))
+                out.append(o)
+            for job, ts, raw in self._passed_on:
+                self._forwards.setdefault(job.encode(), []).append((ts, raw))
+        for key in list(self._forwards):
+            out.extend(self._bundle(key))
         self.emitted += len(out)
         return out
 
-    def _bundles(self) -> list[Outgoing]:
-        """What this batch passes on, one bundle per job (streams/bundle.py); a lone event as itself."""
-        out: list[Outgoing] = []
-        for job, items in self._forwards.items():
-            key = job.encode()
-            if len(items) == 1:
-                out.append(Outgoing(topics.SUMMARIES, key, items[0][1]))
-                continue
-            latest = max(ts for ts, _ in items)
-            out.extend(Outgoing(topics.SUMMARIES, key, value)
-                       for value in pack(job, self.member, latest, [raw for _, raw in items]))
-        self._forwards = {}
-        return out
+    def _bundle(self, key: bytes) -> list[Outgoing]:
+        """What a job had passed on since its last other output: one bundle (streams/bundle.py),
+        a lone event as itself."""
+        items = self._forwards.pop(key)
+        if len(items) == 1:
+            return [Outgoing(topics.SUMMARIES, key, items[0][1])]
+        latest = max(ts for ts, _ in items)
+        return [Outgoing(topics.SUMMARIES, key, value)
+                for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
 
     def _one(self, r: Record) -> list[Outgoing]:
+        self._passed_on = []
         event: Envelope = r.value
         kinds = KNOWN_KINDS.get(event.source)
         if kinds is not None and event.kind not in kinds:
@@ -118,9 +127,8 @@ class NodeStageHandler:
         for w in node_out.windows:
             window = w.to_event()
             out.append(summary(dataclasses.replace(window, id=f"w.{w.job}.{w.node}.{w.start:.3f}")))
-        for e in node_out.forward:
-            raw = as_read if e is event and as_read is not None else encode(e)
-            self._forwards.setdefault(e.job, []).append((e.ts, raw))
+        self._passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
+                           for e in node_out.forward]
         return out
 
     def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:

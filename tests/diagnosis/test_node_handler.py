@@ -10,7 +10,7 @@ from streams import topics
 from streams.bundle import Bundle, decode_bundled
 from streams.events import decode, encode
 from streams.runner import Record
-from tests.diagnosis.diag_events import T0, beat, step
+from tests.diagnosis.diag_events import T0, beat, step, topology
 
 
 
@@ -42,7 +42,26 @@ def test_an_event_placed_elsewhere_in_time_is_encoded_again_at_its_place():
 
 def test_what_a_batch_passes_on_goes_as_one_bundle_per_job():
     raws = [encode(step(float(i), f"n00{i % 3}", rank=i, n=8, job=job)) for job in ("ja", "jb") for i in range(3)]
-    out = NodeStageHandler().handle([_record(raw, offset=i) for i, raw in enumerate(raws)])
+    topologies = [_record(encode(topology(3, gpus=1, tp=1, pp=1, job=job)), offset=90 + i)
+                  for i, job in enumerate(("ja", "jb"))]
+    out = NodeStageHandler().handle(topologies + [_record(raw, offset=i) for i, raw in enumerate(raws)])
     bundles = {o.key: decode_bundled(o.value) for o in out if isinstance(decode_bundled(o.value), Bundle)}
     assert set(bundles) == {b"ja", b"jb"}
     assert [encode(e) for k in (b"ja", b"jb") for e in bundles[k].events] == raws
+
+
+def test_a_jobs_outputs_keep_their_order_around_a_window_or_finding():
+    # steps of one node across a window boundary (10 s windows): the steps before the window's
+    # close go out before the window, those after it after
+    raws = [encode(step(float(t), "n001", rank=0, n=t, job="ja")) for t in (0, 4, 8, 12, 16)]
+    known = _record(encode(topology(2, gpus=1, tp=1, pp=1, job="ja")), offset=99)
+    out = NodeStageHandler().handle([known] + [_record(raw, offset=i) for i, raw in enumerate(raws)])
+    seen = []
+    for o in out:
+        value = decode_bundled(o.value)
+        for e in (value.events if isinstance(value, Bundle) else (value,)):
+            seen.append((e.source, e.kind, e.ts - T0))
+    assert [k for k in seen if k[0] == "train"] == [("train", "step", float(t)) for t in (0, 4, 8, 12, 16)]
+    first_window = next(i for i, k in enumerate(seen) if k[1] == "window")
+    assert all(k[2] < 10 for k in seen[:first_window] if k[0] == "train")
+    assert all(k[2] >= 10 for k in seen[first_window:] if k[0] == "train")

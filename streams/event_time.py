@@ -182,6 +182,9 @@ class _PartitionState:
     # records wait until the other partitions' data has reached them.
     follower: bool = False
     last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
+    # The broker's time of the latest record read from it: while a backlog is read, a writer is
+    # alive if it spoke shortly before that, not shortly before now.
+    frontier: float | None = None
     held: int = 0
     offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
     released: set[int] = field(default_factory=set)  # released while a lower offset is still held
@@ -224,10 +227,13 @@ class WatermarkMerge(Generic[T]):
         return len(self._heap)
 
     # --- records ------------------------------------------------------------------------------
-    def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float) -> None:
+    def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float,
+            broker_ts: float | None = None) -> None:
         state = self._parts.setdefault(partition, _PartitionState())
         state.watermark = ts if state.watermark is None else max(state.watermark, ts)
         state.last_data = wall_now
+        if broker_ts is not None and (state.frontier is None or broker_ts > state.frontier):
+            state.frontier = broker_ts
         state.held += 1
         heapq.heappush(state.offsets, offset)
         heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
@@ -242,9 +248,15 @@ class WatermarkMerge(Generic[T]):
         heard = wall_now if said_at is None else min(wall_now, said_at)
         state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, heard)
         state.last_data = wall_now
+        if said_at is not None and (state.frontier is None or said_at > state.frontier):
+            state.frontier = said_at
 
-    def _mark(self, state: _PartitionState, wall_now: float) -> float | None:
-        live = [w for w, heard in state.writers.values() if wall_now - heard < self.writer_ttl_s]
+    def _mark(self, state: _PartitionState, wall_now: float, backlog: bool = False) -> float | None:
+        # Read live, a writer silent for writer_ttl_s is gone. Read from a backlog, every word is
+        # old by the wall clock: a writer is gone only once the partition's own records have moved
+        # writer_ttl_s of broker time past its last word.
+        now = state.frontier if backlog and state.frontier is not None else wall_now
+        live = [w for w, heard in state.writers.values() if now - heard < self.writer_ttl_s]
         if live:
             return min(live)
         return state.watermark
@@ -259,7 +271,7 @@ class WatermarkMerge(Generic[T]):
             idle = caught_up.get(p, True) and state.held == 0 and wall_now - state.last_data >= self.max_idle_s
             if idle:
                 continue
-            mark = self._mark(state, wall_now)
+            mark = self._mark(state, wall_now, backlog=not caught_up.get(p, True))
             mark = mark if mark is not None else float("-inf")
             low = mark if low is None else min(low, mark)
         return low

@@ -69,7 +69,7 @@ class Intake:
                     if mark is not None:
                         said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
                         self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
-                        self.merge.add(tp, m.offset, float("-inf"), None, time.time())  # commits past it
+                        self.merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
                 good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
         if self.clock is not None:

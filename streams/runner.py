@@ -291,7 +291,8 @@ class GroupRunner:
         assert self.merge is not None
         now = time.time()
         for r in [*good, *self._poll_broadcast()]:
-            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now)
+            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now,
+                           r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None)
         if drain:
             out = self.merge.drain()
         elif not consumer.assignment():

@@ -183,3 +183,26 @@ def test_a_followed_topic_never_runs_ahead_of_the_data():
     m.add("t0", 1, 650.0, "beat@650", 12.0)
     assert m.release(12.0, {"t0": False, "t1": False, "jobs": True}) == ["beat@650"]
     assert m.release(13.0, {"t0": True, "t1": True, "jobs": True}) == ["restart@660", "step@700"]
+
+
+def test_a_backlog_of_two_writers_is_held_to_the_slower_ones_word_though_both_spoke_long_ago():
+    # A job-stage partition written by two node-stage members, read an hour later: by the wall
+    # clock both writers are long silent, by the partition's own broker time both are alive.
+    from streams.event_time import WatermarkMerge
+
+    merge = WatermarkMerge(max_idle_s=2.0, writer_ttl_s=15.0)
+    now = 10_000.0  # wall time of the reading: an hour after everything was written
+    merge.assign(["p"], now)
+    behind = {"p": False}
+    merge.report("p", "A", 50.0, now, said_at=100.0)
+    merge.add("p", 0, 40.0, "a40", now, broker_ts=100.0)
+    merge.report("p", "B", 20.0, now, said_at=101.0)
+    merge.add("p", 1, 15.0, "b15", now, broker_ts=101.0)
+    out = merge.release(now, behind)
+    merge.report("p", "B", 45.0, now, said_at=105.0)
+    merge.add("p", 2, 30.0, "b30", now, broker_ts=105.0)
+    out += merge.release(now, behind)
+    assert out == ["b15", "b30", "a40"]
+    # caught up and quiet: what is held goes
+    merge.add("p", 3, 60.0, "a60", now, broker_ts=106.0)
+    assert merge.release(now + 60, {"p": True}) == ["a60"]

@@ -168,7 +168,7 @@ class EventClock:
 
 # A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap
 # orders by (ts, seq) in C and never compares further.
-_TS, _SEQ, _PART, _OFFSET, _ITEM = range(5)
+_TS, _PART = 0, 2
 
 
 @dataclass
@@ -188,6 +188,11 @@ class _PartitionState:
     held: int = 0
     offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
     released: set[int] = field(default_factory=set)  # released while a lower offset is still held
+
+    def reached(self, broker_ts: float | None) -> None:
+        """A record (or an announcement) stamped ``broker_ts`` by the broker was read from it."""
+        if broker_ts is not None and (self.frontier is None or broker_ts > self.frontier):
+            self.frontier = broker_ts
 
 
 class WatermarkMerge(Generic[T]):
@@ -232,8 +237,7 @@ class WatermarkMerge(Generic[T]):
         state = self._parts.setdefault(partition, _PartitionState())
         state.watermark = ts if state.watermark is None else max(state.watermark, ts)
         state.last_data = wall_now
-        if broker_ts is not None and (state.frontier is None or broker_ts > state.frontier):
-            state.frontier = broker_ts
+        state.reached(broker_ts)
         state.held += 1
         heapq.heappush(state.offsets, offset)
         heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
@@ -248,8 +252,7 @@ class WatermarkMerge(Generic[T]):
         heard = wall_now if said_at is None else min(wall_now, said_at)
         state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, heard)
         state.last_data = wall_now
-        if said_at is not None and (state.frontier is None or said_at > state.frontier):
-            state.frontier = said_at
+        state.reached(said_at)
 
     def _mark(self, state: _PartitionState, wall_now: float, backlog: bool = False) -> float | None:
         # Read live, a writer silent for writer_ttl_s is gone. Read from a backlog, every word is

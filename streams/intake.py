@@ -14,7 +14,7 @@ from streams.bundle import Bundle
 from streams.event_time import EventClock, WatermarkMerge
 from streams.events import InvalidEvent, decode
 from streams.producer import Outgoing
-from streams.records import Decoder, Record, RunnerStats, dead_letter
+from streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
 
 
 class Intake:
@@ -67,7 +67,7 @@ class Intake:
                 if marks is not None:
                     mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
                     if mark is not None:
-                        said_at = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else None
+                        said_at = broker_time(m.timestamp)
                         self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
                         self.merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
@@ -85,7 +85,7 @@ class Intake:
         for row in rows:
             value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
-            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
+            record_ts = broker_time(timestamp_ms)
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:

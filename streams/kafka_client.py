@@ -278,19 +278,19 @@ class ConfluentConsumer:
             raise _error(exc, f"seek {partition.topic}[{partition.partition}]") from None
 
     def _assign_at(self, partitions: tuple[TopicPartition, ...], offset: int) -> None:
+        # Resolved to real offsets now: "at the end" means after what is there at this moment (a
+        # command listener is ready only once it will see the next command), not wherever the end
+        # is when librdkafka gets round to its first fetch.
+        at = {}
+        for tp in partitions:
+            low, high = self._watermarks(tp)
+            at[tp] = low if offset == self._ck.OFFSET_BEGINNING else high
         if self._manual:
-            # Resolved to real offsets now: "at the end" means after what is there at this moment
-            # (a command listener is ready only once it will see the next command), not wherever
-            # the end is when librdkafka gets round to its first fetch.
-            at = {}
-            for tp in partitions:
-                low, high = self._watermarks(tp)
-                at[tp] = self._start[tp] = low if offset == self._ck.OFFSET_BEGINNING else high
+            self._start.update(at)
             self._c.assign([self._ck_tp(tp, at.get(tp, self._ck.OFFSET_STORED)) for tp in self._assignment])
         else:
-            for tp in partitions:
-                low, high = self._watermarks(tp)
-                self.seek(tp, low if offset == self._ck.OFFSET_BEGINNING else high)
+            for tp, start in at.items():
+                self.seek(tp, start)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._assign_at(partitions or tuple(self._assignment), self._ck.OFFSET_BEGINNING)

@@ -36,9 +36,9 @@ from streams.intake import Intake
 from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
 # What handlers import from here (they were defined here first).
-from streams.records import (  # noqa: F401
+from streams.runner_types import (  # noqa: F401
     DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
-    dead_letter, reencode,
+    broker_time, dead_letter, reencode,
 )
 
 log = logging.getLogger(__name__)
@@ -207,14 +207,7 @@ class GroupRunner:
         """Whether a broadcast partition has records its consumer has not handed out yet (or,
         freshly assigned, has not been fetched from at all)."""
         now = time.monotonic()
-        for tp in self._broadcast.assignment():
-            high = self._broadcast.highwater(tp)
-            if high is None:
-                if now - self._assigned_at.get(tp, now) < UNFETCHED_WAIT_S:
-                    return True
-            elif self._broadcast.position(tp) < high:
-                return True
-        return False
+        return not all(self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment())
 
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:
@@ -268,22 +261,19 @@ class GroupRunner:
 
     # --- event-time order -------------------------------------------------------------------
     def _caught_up(self, consumer: Consumer) -> dict[TopicPartition, bool]:
-        out = {}
         now = time.monotonic()
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            if high is None:
-                # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
-                # but not forever (a partition the broker never answers for).
-                out[tp] = now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
-            else:
-                out[tp] = consumer.position(tp) >= high
+        out = {tp: self._partition_caught_up(consumer, tp, now) for tp in consumer.assignment()}
         if self._broadcast is not None:
-            for tp in self._broadcast.assignment():
-                high = self._broadcast.highwater(tp)
-                out[tp] = (now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S if high is None
-                           else self._broadcast.position(tp) >= high)
+            out.update({tp: self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment()})
         return out
+
+    def _partition_caught_up(self, consumer: Consumer, tp: TopicPartition, now: float) -> bool:
+        high = consumer.highwater(tp)
+        if high is None:
+            # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
+            # but not forever (a partition the broker never answers for).
+            return now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
+        return consumer.position(tp) >= high
 
     def _ordered(self, consumer: Consumer, good: list[Record], drain: bool = False) -> list[Record]:
         """Hold ``good`` in the merge and return what may go, in event-time order; pause the
@@ -292,7 +282,7 @@ class GroupRunner:
         now = time.time()
         for r in [*good, *self._poll_broadcast()]:
             self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now,
-                           r.timestamp_ms / 1000.0 if r.timestamp_ms and r.timestamp_ms > 0 else None)
+                           broker_time(r.timestamp_ms))
         if drain:
             out = self.merge.drain()
         elif not consumer.assignment():

@@ -67,6 +67,11 @@ class RunnerStats:
     started_at: float = field(default_factory=time.time)
 
 
+def broker_time(timestamp_ms: int | None) -> float | None:
+    """A record's broker timestamp in seconds; None when the broker gave none (-1, 0)."""
+    return timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
+
+
 def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                 reason: str, group: str | None) -> Outgoing:
     """The dead-letter record for a message nobody could read: the reason, where it came from, its bytes."""

@@ -27,6 +27,7 @@ from typing import Iterable
 from diagnosis.detector import JobBook
 from diagnosis.engine import KNOWN_KINDS
 from diagnosis.rules.base import Finding
+from diagnosis.features import NodeWindow
 from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams import topics
 from streams.bundle import pack
@@ -48,6 +49,11 @@ def summary(event: Envelope) -> Outgoing:
     return Outgoing(topics.SUMMARIES, event.job.encode(), encode(event))
 
 
+def window_summary(w: NodeWindow) -> Outgoing:
+    """A closed window for `summaries`, its id derived from the window (a redelivery repeats it)."""
+    return summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}"))
+
+
 class NodeStageHandler:
     """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
 
@@ -59,15 +65,13 @@ class NodeStageHandler:
         self._skew_alerted: dict[tuple[str, str], float] = {}
         self.member = member_id()
         self.emitted = 0
-        self._forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
-        self._passed_on: list[tuple[str, float, bytes]] = []  # the last record's: (job, ts, event bytes)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
-        self._forwards = {}
+        forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
         for r in records:
             try:
-                produced = self._one(r)
+                produced, passed_on = self._one(r)
             except InvalidEvent as exc:
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value), f"invalid: {exc}",
                                        self.group))
@@ -76,28 +80,27 @@ class NodeStageHandler:
                 # A job's outputs keep the order they were made in: what was passed on before a
                 # window or a finding goes out before it (a job stage reading a backlog may take a
                 # window's time as the partition's progress).
-                if o.key in self._forwards:
-                    out.extend(self._bundle(o.key))
+                if o.key in forwards:
+                    out.extend(self._bundle(o.key, forwards.pop(o.key)))
                 out.append(o)
-            for job, ts, raw in self._passed_on:
-                self._forwards.setdefault(job.encode(), []).append((ts, raw))
-        for key in list(self._forwards):
-            out.extend(self._bundle(key))
+            for job, ts, raw in passed_on:
+                forwards.setdefault(job.encode(), []).append((ts, raw))
+        for key, items in forwards.items():
+            out.extend(self._bundle(key, items))
         self.emitted += len(out)
         return out
 
-    def _bundle(self, key: bytes) -> list[Outgoing]:
+    def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
         """What a job had passed on since its last other output: one bundle (streams/bundle.py),
         a lone event as itself."""
-        items = self._forwards.pop(key)
         if len(items) == 1:
             return [Outgoing(topics.SUMMARIES, key, items[0][1])]
         latest = max(ts for ts, _ in items)
         return [Outgoing(topics.SUMMARIES, key, value)
                 for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
 
-    def _one(self, r: Record) -> list[Outgoing]:
-        self._passed_on = []
+    def _one(self, r: Record) -> tuple[list[Outgoing], list[tuple[str, float, bytes]]]:
+        """One record's outputs, and the (job, ts, event bytes) it passes on to the job stage."""
         event: Envelope = r.value
         kinds = KNOWN_KINDS.get(event.source)
         if kinds is not None and event.kind not in kinds:
@@ -105,7 +108,7 @@ class NodeStageHandler:
         check_payload(event)
         if event.source == "job":
             self.book.update(event)
-            return []
+            return [], []
         self.book.advance(event.job, r.event_ts if r.event_ts is not None else event.ts)
         out: list[Outgoing] = []
         if r.skew_s is not None:
@@ -118,18 +121,13 @@ class NodeStageHandler:
             if mismatch is not None:
                 node_out.findings.append(mismatch)
             self.stage.observe(parsed, node_out)
+        out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+        out += [window_summary(w) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding.
         as_read = r.raw if event is r.value else None
-        return out + self._outputs(event, node_out, as_read)
-
-    def _outputs(self, event: Envelope, node_out: NodeOutput, as_read: bytes | None = None) -> list[Outgoing]:
-        out = [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
-        for w in node_out.windows:
-            window = w.to_event()
-            out.append(summary(dataclasses.replace(window, id=f"w.{w.job}.{w.node}.{w.start:.3f}")))
-        self._passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
-                           for e in node_out.forward]
-        return out
+        passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
+                     for e in node_out.forward]
+        return out, passed_on
 
     def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:
         key = (event.job, event.node)
@@ -147,7 +145,7 @@ class NodeStageHandler:
         node_out = NodeOutput(windows=windows)
         for ev in parsed:
             self.stage.observe(ev, node_out)
-        out = [summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}")) for w in node_out.windows]
+        out = [window_summary(w) for w in node_out.windows]
         out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
         out += [summary(e) for e in node_out.forward]
         return out

@@ -23,6 +23,7 @@ from streams.reader import iter_topics
 from streams.runner import GroupRunner, Record, dead_letter
 from streams import topics
 from streams.bundle import decode_bundled
+from streams.gpu_reading import decode_gpu_message
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ NODE_REBUILD_S = 60.0
 STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
+# NVML samples, half of all telemetry, are read by a typed decoder (streams/gpu_reading.py).
+TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message}
 
 
 def diagnosis_record(d: Diagnosis) -> Outgoing:
@@ -125,7 +128,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         group = group or NODE_GROUP
         node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
-                             max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S)
+                             max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS)
         runner.on_progress = node.watermarks(runner.producer.partitions(topics.SUMMARIES))
         return runner, node
     if stage == "job":
@@ -138,5 +141,5 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
-    return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True,
+    return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
                        broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s, rebuild_s=JOB_REBUILD_S), handler

@@ -73,8 +73,8 @@ class NodeStageHandler:
             try:
                 produced, passed_on = self._one(r)
             except InvalidEvent as exc:
-                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value), f"invalid: {exc}",
-                                       self.group))
+                raw = r.raw if r.raw is not None else encode(r.value)  # the bytes that came in, where known
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, raw, f"invalid: {exc}", self.group))
                 continue
             for o in produced:
                 # A job's outputs keep the order they were made in: what was passed on before a

@@ -27,7 +27,7 @@ import itertools
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generic, Hashable, Iterable, TypeVar
+from typing import Generic, Hashable, Iterable, NamedTuple, TypeVar
 
 T = TypeVar("T")
 Partition = Hashable
@@ -35,9 +35,9 @@ Partition = Hashable
 DEFAULT_MAX_SKEW_S = 300.0
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where an event is judged: ``ts`` (its own unless its clock was off) and why it moved."""
+class Placement(NamedTuple):
+    """Where an event is judged: ``ts`` (its own unless its clock was off) and why it moved (a
+    tuple: one is made for every record read)."""
 
     ts: float
     skew_s: float | None = None  # the node's measured clock error, when beyond the bound

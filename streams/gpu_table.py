@@ -62,6 +62,7 @@ class GpuTable(NamedTuple):
     index: list[int | None]
     uuid: list[str | None]
     throttle: list[list[str] | None]
+    typed: bool = False  # rows are streams.gpu_reading.GpuReading (attributes), not dicts
 
     def column(self, name: str) -> list[Any]:
         """One of GPU_NUMBERS for every GPU, in the sample's order."""
@@ -72,8 +73,18 @@ class GpuTable(NamedTuple):
         return not reasons.isdisjoint(chain.from_iterable(filter(None, self.throttle)))
 
 
+class GpuRows(list):
+    """A plain sample's GPUs as streams.gpu_reading reads them, with the table it read as it
+    decoded them (the consumer's check and detectors then take it as it is)."""
+
+    __slots__ = ("table",)
+    table: GpuTable
+
+
 def read_table(gpus: Any) -> GpuTable | None:
     """The table of a sample's ``gpus``, or None when it is not plain (see the module doc)."""
+    if type(gpus) is GpuRows:
+        return gpus.table
     if type(gpus) is not list or not _DICT.issuperset(map(type, gpus)):
         return None
     try:

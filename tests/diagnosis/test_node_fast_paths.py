@@ -6,6 +6,8 @@ from diagnosis.features import FeatureWindows
 from diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
 from diagnosis.rules.training import _Baseline
 from collections import deque
+from streams.events import encode
+from streams.gpu_reading import decode_gpu_message
 from tests.diagnosis.diag_events import ev, step
 
 # One GPU's entry as collectors/gpu_sample.gpu_payload writes it (every documented key).
@@ -24,29 +26,33 @@ def _gpu(index: int, plain: bool, **over) -> dict:
     return g
 
 
-def _sample(ts: float, plain: bool, node: str = "n000", **over):
-    return ev(ts, node, "gpu", "sample", gpus=[_gpu(i, plain, **over) for i in range(4)], interval_s=1.0)
+def _sample(ts: float, plain: bool | str, node: str = "n000", **over):
+    """``plain="typed"``: a plain sample as the consumers read it from Kafka (streams.gpu_reading)."""
+    event = ev(ts, node, "gpu", "sample", gpus=[_gpu(i, bool(plain), **over) for i in range(4)], interval_s=1.0)
+    return decode_gpu_message(encode(event)) if plain == "typed" else event
 
 
-def test_a_rise_after_a_sample_read_gpu_by_gpu_is_still_seen():
+@pytest.mark.parametrize("plain", [True, "typed"])
+def test_a_rise_after_a_sample_read_gpu_by_gpu_is_still_seen(plain):
     rule = MemoryHealthRule()
-    seen = [rule.observe(_sample(0, True)),
+    seen = [rule.observe(_sample(0, plain)),
             rule.observe(_sample(1, False, ecc_dbe_volatile=2)),  # rises, read GPU by GPU
-            rule.observe(_sample(2, True)),  # back to the first sample's counters
-            rule.observe(_sample(3, True, ecc_dbe_volatile=2))]  # rises again
+            rule.observe(_sample(2, plain)),  # back to the first sample's counters
+            rule.observe(_sample(3, plain, ecc_dbe_volatile=2))]  # rises again
     assert [len(f) for f in seen] == [0, 4, 0, 4]
     assert "rose 0 → 2" in seen[3][0].detail
 
 
-def test_repeated_samples_judge_nothing_new_and_a_change_is_judged():
+@pytest.mark.parametrize("plain", [True, "typed"])
+def test_repeated_samples_judge_nothing_new_and_a_change_is_judged(plain):
     rule = MemoryHealthRule()
-    assert all(rule.observe(_sample(t, True)) == [] for t in range(5))
-    found = rule.observe(_sample(5, True, remap_pending=True))
+    assert all(rule.observe(_sample(t, plain)) == [] for t in range(5))
+    found = rule.observe(_sample(5, plain, remap_pending=True))
     assert [f.entity for f in found] == ["gpu:0", "gpu:1", "gpu:2", "gpu:3"]
-    assert rule.observe(_sample(6, True, remap_pending=True)) == []  # a standing state is reported once
+    assert rule.observe(_sample(6, plain, remap_pending=True)) == []  # a standing state is reported once
 
 
-@pytest.mark.parametrize("plain", [True, False])
+@pytest.mark.parametrize("plain", [True, False, "typed"])
 def test_thermal_throttling_that_slows_a_rank_is_found_either_way(plain):
     rule = ThermalRule(min_recent=3)
     for t in range(5):
@@ -70,8 +76,8 @@ def test_windows_of_plain_and_loose_samples_are_the_same_to_the_last_bit():
                     "temp_c": 60 + t % 5, "pcie_replay": 3 * t, "throttle": ["hw_slowdown"] if t % 4 == 0 else []}
             out += fw.observe(_sample(t, plain, **over))
         return out + fw.flush()
-    plain, loose = windows(True), windows(False)
-    assert [w.features for w in plain] == [w.features for w in loose]
+    plain, loose, typed = windows(True), windows(False), windows("typed")
+    assert [w.features for w in plain] == [w.features for w in loose] == [w.features for w in typed]
     assert [list(w.features) for w in plain][0] == ["util", "util_min", "sm_clock_ratio", "power_ratio", "temp_c",
                                                     "throttle", "pcie_replay_rate"]
 

@@ -1,0 +1,157 @@
+"""The commonest message, an NVML sample (`gpu`/`sample`), read straight from its bytes.
+
+Half of all telemetry is NVML samples of ~4.5 kB: 8 GPUs of ~27 values. Decoded the general way
+(JSON into dicts, then every value type-checked in Python by streams.gpu_table) a sample cost
+more than the Kafka client that fetched it. Here msgspec reads it into typed structs in one C
+pass: the types are checked while parsing, and the rows are not tracked by the garbage collector
+(tens of thousands of them wait for event time in a consumer's buffer).
+
+Only what is certainly *plain* (streams.gpu_table) is read this way. Anything the typed read
+refuses (another kind on the topic, an unknown envelope or payload key, a value of the wrong type,
+a number out of range, a negative index) goes through :func:`streams.events.decode` and the
+key-by-key checks, so odd input gets the same verdict and the same dead-letter reason as before.
+A GPU key that is not documented is skipped unread: no detector reads it, and a dead letter or a
+forwarded event carries the message's own bytes.
+
+A row answers ``row["temp_c"]``, ``row.get(...)`` and ``isinstance(row, Mapping)`` like the dict it
+replaces, so the rules' rare close looks (a counter that moved, a hot GPU) read it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import chain
+from operator import attrgetter
+from typing import Annotated, Any, Iterator, Union
+
+import msgspec
+
+from streams.events import Envelope, decode
+from streams.gpu_table import GPU_NUMBERS, GpuRows, GpuTable
+
+# Every number finite and within ±1e300 (what streams.gpu_table calls plain), checked as it is
+# parsed: JSON has no NaN or infinity, and msgspec refuses a float literal past the double range.
+_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_Float = Annotated[float, msgspec.Meta(gt=-1e300, lt=1e300)]
+_Num = Union[_Int, _Float, None]
+_Index = Union[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)], None]
+_UNSET = msgspec.UNSET
+
+
+class GpuReading(msgspec.Struct, gc=False):
+    """One GPU of a sample, every documented key (docs/events.md, source `gpu`)."""
+
+    index: _Index
+    uuid: Union[str, None]
+    util: _Num
+    mem_util: _Num
+    mem_used_mb: _Num
+    mem_total_mb: _Num
+    temp_c: _Num
+    power_w: _Num
+    power_limit_w: _Num
+    sm_clock_mhz: _Num
+    mem_clock_mhz: _Num
+    sm_clock_max_mhz: _Num
+    throttle: Union[list[str], None]
+    ecc_sbe_volatile: _Num
+    ecc_dbe_volatile: _Num
+    ecc_sbe_aggregate: _Num
+    ecc_dbe_aggregate: _Num
+    remap_correctable: _Num
+    remap_uncorrectable: _Num
+    retired_pages_sbe: _Num
+    retired_pages_dbe: _Num
+    pcie_replay: _Num
+    # Not every driver reports these: left out, they are absent, as in the dict.
+    nvlink_errors: Union[_Int, _Float, None, dict[str, _Num], msgspec.UnsetType] = _UNSET
+    remap_pending: Any = _UNSET
+    remap_failure: Any = _UNSET
+    retired_pending: Any = _UNSET
+    recovery_action: Any = _UNSET
+
+    # The read-only mapping a GPU object of the general decoding is.
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, _UNSET) if type(key) is str else _UNSET
+        if value is _UNSET:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, _UNSET) if type(key) is str else _UNSET
+        return default if value is _UNSET else value
+
+    def __contains__(self, key: object) -> bool:
+        return type(key) is str and getattr(self, key, _UNSET) is not _UNSET
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self.__struct_fields__ if getattr(self, k) is not _UNSET)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def keys(self):
+        return list(self)
+
+    def values(self):
+        return [getattr(self, k) for k in self]
+
+    def items(self):
+        return [(k, getattr(self, k)) for k in self]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self}
+
+
+Mapping.register(GpuReading)
+
+
+class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    gpus: list[GpuReading]
+    interval_s: Union[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)], Annotated[float, msgspec.Meta(ge=0, lt=1e300)],
+                      None, msgspec.UnsetType] = _UNSET
+
+
+class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    v: int
+    id: str
+    ts: Union[int, float]
+    job: str
+    node: str
+    source: str
+    kind: str
+    data: _Sample
+
+
+_read = msgspec.json.Decoder(_SampleMessage).decode
+_numbers_of = attrgetter(*GPU_NUMBERS)
+_index_of, _uuid_of, _throttle_of = attrgetter("index"), attrgetter("uuid"), attrgetter("throttle")
+
+
+def readings_table(gpus: list[GpuReading]) -> GpuTable:
+    """The table of typed rows (plain: their types and ranges were checked as they were parsed)."""
+    numbers = list(chain.from_iterable(map(_numbers_of, gpus)))
+    rows = GpuRows(gpus)
+    rows.table = GpuTable(rows, numbers, None in numbers, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
+                          list(map(_throttle_of, gpus)), typed=True)
+    return rows.table
+
+
+def decode_gpu_message(raw: bytes | str | None) -> Envelope:
+    """The envelope of one message of the GPU topic: a plain sample with :class:`GpuReading`
+    rows (and its table read, see streams.gpu_table.GpuRows), anything else as
+    :func:`streams.events.decode` reads it."""
+    if raw is not None:
+        try:
+            m = _read(raw)
+        except msgspec.DecodeError:  # a ValidationError is one too
+            pass
+        else:
+            if m.source == "gpu" and m.kind == "sample":
+                sample = m.data
+                data: dict[str, Any] = {"gpus": readings_table(sample.gpus).gpus}
+                if sample.interval_s is not _UNSET:
+                    data["interval_s"] = sample.interval_s
+                return Envelope(v=m.v, id=m.id, ts=m.ts, job=m.job, node=m.node, source=m.source, kind=m.kind,
+                                data=data)
+    return decode(raw)

@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from diagnosis.rules.base import num
-from streams.gpu_table import GPU_NUMBERS, GpuTable
+from streams.gpu_table import TABLE_NUMBERS, GpuTable
 
 THERMAL = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
 # The sample features in the order a sample reports them (the window's features keep that order).
@@ -25,8 +25,8 @@ SAMPLE_FEATURES = ("util", "util_min", "sm_clock_ratio", "power_ratio", "temp_c"
 
 Features = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
 
-_W = len(GPU_NUMBERS)
-_UTIL, _TEMP, _CLOCK, _CLOCK_MAX, _POWER, _POWER_LIMIT, _REPLAY = map(GPU_NUMBERS.index, (
+_W = len(TABLE_NUMBERS)
+_UTIL, _TEMP, _CLOCK, _CLOCK_MAX, _POWER, _POWER_LIMIT, _REPLAY = map(TABLE_NUMBERS.index, (
     "util", "temp_c", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w", "pcie_replay"))
 
 # What one GPU contributes to a loose sample's arrays, one column each.

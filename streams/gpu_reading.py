@@ -1,17 +1,19 @@
 """The commonest message, an NVML sample (`gpu`/`sample`), read straight from its bytes.
 
 Half of all telemetry is NVML samples of ~4.5 kB: 8 GPUs of ~27 values. Decoded the general way
-(JSON into dicts, then every value type-checked in Python by streams.gpu_table) a sample cost
-more than the Kafka client that fetched it. Here msgspec reads it into typed structs in one C
-pass: the types are checked while parsing, and the rows are not tracked by the garbage collector
+(JSON into dicts, then type-checked in Python by streams.gpu_table) a sample cost more than the
+Kafka client that fetched it. Here msgspec reads it into typed structs in one C pass: the values
+some detector reads are type- and range-checked while parsing, the other documented ones (memory
+use, corrected-error counters, ``nvlink_errors``...) are skipped unread, as streams.gpu_table
+leaves them unchecked in a plain sample; and the rows are not tracked by the garbage collector
 (tens of thousands of them wait for event time in a consumer's buffer).
 
 Only what is certainly *plain* (streams.gpu_table) is read this way. Anything the typed read
-refuses (another kind on the topic, an unknown envelope or payload key, a value of the wrong type,
-a number out of range, a negative index) goes through :func:`streams.events.decode` and the
-key-by-key checks, so odd input gets the same verdict and the same dead-letter reason as before.
-A GPU key that is not documented is skipped unread: no detector reads it, and a dead letter or a
-forwarded event carries the message's own bytes.
+refuses (another kind on the topic, an unknown envelope or payload key, a read value of the wrong
+type, a number out of range, a negative index, a read key left out) goes through
+:func:`streams.events.decode` and streams.gpu_table, so it gets the same verdict and the same
+dead-letter reason as it would there. A dead letter or a forwarded event carries the message's
+own bytes, unread keys included.
 
 A row answers ``row["temp_c"]``, ``row.get(...)`` and ``isinstance(row, Mapping)`` like the dict it
 replaces, so the rules' rare close looks (a counter that moved, a hot GPU) read it unchanged.
@@ -27,7 +29,7 @@ from typing import Annotated, Any, Iterator, Union
 import msgspec
 
 from streams.events import Envelope, decode
-from streams.gpu_table import GPU_NUMBERS, GpuRows, GpuTable
+from streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
 
 # Every number finite and within ±1e300 (what streams.gpu_table calls plain), checked as it is
 # parsed: JSON has no NaN or infinity, and msgspec refuses a float literal past the double range.
@@ -39,36 +41,28 @@ _UNSET = msgspec.UNSET
 
 
 class GpuReading(msgspec.Struct, gc=False):
-    """One GPU of a sample, every documented key (docs/events.md, source `gpu`)."""
+    """One GPU of a sample: the keys some detector reads (streams.gpu_table.TABLE_NUMBERS first,
+    in order, then the rest); the other documented keys are skipped unread."""
 
-    index: _Index
-    uuid: Union[str, None]
     util: _Num
-    mem_util: _Num
-    mem_used_mb: _Num
-    mem_total_mb: _Num
     temp_c: _Num
     power_w: _Num
     power_limit_w: _Num
     sm_clock_mhz: _Num
-    mem_clock_mhz: _Num
     sm_clock_max_mhz: _Num
-    throttle: Union[list[str], None]
-    ecc_sbe_volatile: _Num
     ecc_dbe_volatile: _Num
-    ecc_sbe_aggregate: _Num
     ecc_dbe_aggregate: _Num
-    remap_correctable: _Num
     remap_uncorrectable: _Num
     retired_pages_sbe: _Num
     retired_pages_dbe: _Num
     pcie_replay: _Num
+    index: _Index
+    uuid: Union[str, None]
+    throttle: Union[list[str], None]
     # Not every driver reports these: left out, they are absent, as in the dict.
-    nvlink_errors: Union[_Int, _Float, None, dict[str, _Num], msgspec.UnsetType] = _UNSET
     remap_pending: Any = _UNSET
     remap_failure: Any = _UNSET
     retired_pending: Any = _UNSET
-    recovery_action: Any = _UNSET
 
     # The read-only mapping a GPU object of the general decoding is.
     def __getitem__(self, key: str) -> Any:
@@ -124,15 +118,21 @@ class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 
 
 _read = msgspec.json.Decoder(_SampleMessage).decode
-_numbers_of = attrgetter(*GPU_NUMBERS)
+_numbers_of = attrgetter(*TABLE_NUMBERS)
+assert GpuReading.__struct_fields__[:len(TABLE_NUMBERS)] == TABLE_NUMBERS
 _index_of, _uuid_of, _throttle_of = attrgetter("index"), attrgetter("uuid"), attrgetter("throttle")
 
 
 def readings_table(gpus: list[GpuReading]) -> GpuTable:
     """The table of typed rows (plain: their types and ranges were checked as they were parsed)."""
     numbers = list(chain.from_iterable(map(_numbers_of, gpus)))
+    try:
+        sum(numbers)  # a null stops the sum (`None in numbers` compares each number with null: slower)
+        has_null = False
+    except TypeError:
+        has_null = True
     rows = GpuRows(gpus)
-    rows.table = GpuTable(rows, numbers, None in numbers, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
+    rows.table = GpuTable(rows, numbers, has_null, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
                           list(map(_throttle_of, gpus)), typed=True)
     return rows.table
 

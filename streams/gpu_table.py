@@ -2,11 +2,14 @@
 
 A sample is ~8 GPU objects of ~27 keys each, several per second per node: reading every key once
 per consumer (check, memory rule, thermal rule, windows) cost more than all the judging after it.
-:func:`gpu_table` reads the GPUs once, with C-level getters, into columns, and says whether the
-sample is *plain*: every GPU an object holding every documented key, every number a finite int or
-float (or null), ``index`` a non-negative int, ``uuid`` a string, ``throttle`` a list of strings.
-A plain table is certainly valid for streams.payloads; anything else (``None``) is looked at key
-by key by the slower code that names the problem, so odd input behaves exactly as before.
+:func:`gpu_table` reads the GPUs once, with C-level getters, into columns of the values some
+detector reads (TABLE_NUMBERS, ``index``, ``uuid``, ``throttle``), and says whether the sample is
+*plain*: every GPU an object holding each of those keys, every such number a finite int or float
+(or null), ``index`` a non-negative int, ``uuid`` a string, ``throttle`` a list of strings. A
+plain sample is accepted as it is: the documented values no detector reads (memory use, memory
+clock, corrected-error counters, ``nvlink_errors``, ``recovery_action``) are not looked at
+(issue 13: no per-event validation of fields nobody uses). Anything else (``None``) is looked at
+key by key, every documented key, by the slower code that names the problem.
 
 The table of the last event read is kept (by identity): the check builds it and every detector
 of the same event reuses it.
@@ -16,19 +19,23 @@ from __future__ import annotations
 
 import math
 from itertools import chain
-from operator import itemgetter, methodcaller
+from operator import itemgetter
 from typing import Any, NamedTuple
 
+# Every documented number of a GPU (docs/events.md, source `gpu`).
 GPU_NUMBERS = ("util", "mem_util", "mem_used_mb", "mem_total_mb", "temp_c", "power_w", "power_limit_w",
                "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "ecc_sbe_volatile", "ecc_dbe_volatile",
                "ecc_sbe_aggregate", "ecc_dbe_aggregate", "remap_correctable", "remap_uncorrectable",
                "retired_pages_sbe", "retired_pages_dbe", "pcie_replay")
-_WIDTH = len(GPU_NUMBERS)
-_POS = {name: i for i, name in enumerate(GPU_NUMBERS)}
+# The numbers some detector reads (sample features, thermal and memory rules): a table's columns.
+TABLE_NUMBERS = ("util", "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz",
+                 "ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable", "retired_pages_sbe",
+                 "retired_pages_dbe", "pcie_replay")
+_WIDTH = len(TABLE_NUMBERS)
+_POS = {name: i for i, name in enumerate(TABLE_NUMBERS)}
 
-_numbers_of = itemgetter(*GPU_NUMBERS)
+_numbers_of = itemgetter(*TABLE_NUMBERS)
 _index_of, _uuid_of, _throttle_of = itemgetter("index"), itemgetter("uuid"), itemgetter("throttle")
-_nvlink_of = methodcaller("get", "nvlink_errors")
 
 _DICT = frozenset({dict})
 _NULL = type(None)
@@ -57,7 +64,7 @@ class GpuTable(NamedTuple):
     """A plain sample's GPUs: the objects themselves and their documented values as columns."""
 
     gpus: list[dict[str, Any]]
-    numbers: list[Any]  # GPU_NUMBERS of the first GPU, then of the second, ...
+    numbers: list[Any]  # TABLE_NUMBERS of the first GPU, then of the second, ...
     has_null: bool  # some number is null (a value the driver did not report)
     index: list[int | None]
     uuid: list[str | None]
@@ -65,7 +72,7 @@ class GpuTable(NamedTuple):
     typed: bool = False  # rows are streams.gpu_reading.GpuReading (attributes), not dicts
 
     def column(self, name: str) -> list[Any]:
-        """One of GPU_NUMBERS for every GPU, in the sample's order."""
+        """One of TABLE_NUMBERS for every GPU, in the sample's order."""
         return self.numbers[_POS[name]::_WIDTH]
 
     def any_throttle(self, reasons: frozenset[str]) -> bool:
@@ -99,8 +106,6 @@ def read_table(gpus: Any) -> GpuTable | None:
             and _LIST.issuperset(map(type, throttle))
             and _STR.issuperset(map(type, chain.from_iterable(filter(None, throttle))))
             and min(filter(None, index), default=0) >= 0):
-        return None
-    if not all(map(plain_nvlink, map(_nvlink_of, gpus))):
         return None
     has_null = _NULL in types
     try:

@@ -18,7 +18,7 @@ from operator import attrgetter, itemgetter
 from parsing.xid_table import lookup
 from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
 from streams.events import Envelope, InvalidEvent, as_float
-from streams.gpu_table import GPU_NUMBERS, gpu_table
+from streams.gpu_table import TABLE_NUMBERS, gpu_table
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +191,11 @@ _MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable"
                   "retired_pages_dbe", "remap_failure", "remap_pending", "retired_pending")
 # What names a GPU and what the rule judges of it: a node's sample that repeats its last one in
 # all of these cannot change anything.
-_STATE_FIELDS = tuple(f for f in _MEMORY_FIELDS if f not in GPU_NUMBERS)
+_STATE_FIELDS = tuple(f for f in _MEMORY_FIELDS if f not in TABLE_NUMBERS)
 _memory_states = itemgetter(*_STATE_FIELDS)
 _reading_states = attrgetter(*_STATE_FIELDS)  # a typed row (streams.gpu_reading): left out is UNSET
-_W = len(GPU_NUMBERS)
-_DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (GPU_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in GPU_NUMBERS)
+_W = len(TABLE_NUMBERS)
+_DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (TABLE_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in TABLE_NUMBERS)
 
 
 class MemoryHealthRule:

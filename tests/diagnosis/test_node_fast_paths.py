@@ -22,7 +22,7 @@ _FULL = {"index": 0, "uuid": "GPU-0", "util": 97, "mem_util": 41, "mem_used_mb":
 def _gpu(index: int, plain: bool, **over) -> dict:
     g = {**_FULL, "index": index, "uuid": f"GPU-{index}", **over}
     if not plain:
-        del g["mem_clock_mhz"]  # a key no detector reads: the sample is read GPU by GPU
+        g["index"] = str(index)  # not an int: the sample is read GPU by GPU (the same GPU names)
     return g
 
 

@@ -65,11 +65,16 @@ _ACCEPTED = """
                           TRY_CAST(data->>'addressed' AS BOOLEAN) AS addressed, data->>'reason' AS reason, ts
                    FROM events WHERE kind = 'command_ack' AND data->>'command_id' IS NOT NULL) k
              JOIN commands c ON c.id = k.command_id),
+    restarts AS (SELECT DISTINCT data->>'command_id' AS command_id FROM events
+                 WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL),
     refused AS (SELECT command_id AS id FROM acks GROUP BY command_id
                 HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
-                EXCEPT SELECT data->>'command_id' FROM events
-                WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL),
+                EXCEPT SELECT command_id FROM restarts),
     accepted AS (SELECT * FROM commands WHERE id NOT IN (SELECT id FROM refused)),
+    answers AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,
+                       count(*) FILTER (WHERE addressed AND NOT obeyed) AS refused_acks,
+                       arg_min(reason, ts) FILTER (WHERE addressed AND NOT obeyed) AS refusal
+                FROM acks GROUP BY 1),
     marks AS (SELECT * FROM job_timeline WHERE id NOT IN (SELECT 'cmd|' || id FROM refused))"""
 
 # Recovery: the first running mark after the diagnosis's first command (or, with no command,
@@ -240,10 +245,6 @@ QUERIES: dict[str, str] = {
     # the command id), or the stack dumps that answered it (`stack_dump.request_id`).
     "command_outcomes": f"""
         WITH {_ACCEPTED},
-        k AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,
-                     count(*) FILTER (WHERE addressed AND NOT obeyed) AS refused_acks,
-                     arg_min(reason, ts) FILTER (WHERE addressed AND NOT obeyed) AS refusal
-              FROM acks GROUP BY 1),
         r AS (SELECT data->>'command_id' AS command_id, min(ts) AS restarted_at,
                           arg_min(CAST(data->'nodes_out' AS VARCHAR[]), ts) AS nodes_out,
                           arg_min(CAST(data->'nodes_in' AS VARCHAR[]), ts) AS nodes_in
@@ -264,7 +265,19 @@ QUERIES: dict[str, str] = {
                s.usable_dumps, s.dump_nodes, d.id IS NOT NULL AS has_diagnosis, c.id AS command_id,
                coalesce(k.obeyed_acks, 0) AS obeyed_acks, coalesce(k.refused_acks, 0) AS refused_acks, k.refusal
         FROM commands c LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
-        LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id LEFT JOIN k ON k.command_id = c.id
+        LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id LEFT JOIN answers k ON k.command_id = c.id
+        ORDER BY c.issued_at, c.id""",
+    # Every command issued, with the diagnosis behind it and what its receivers said: `obeyed` (an
+    # ack obeyed it, or a job restart names it), `refused` (see _ACCEPTED) or `no answer`.
+    "actions_taken": f"""
+        WITH {_ACCEPTED}
+        SELECT c.issued_at, c.job, c.action, c.nodes, c.diagnosis_id, d.fault, d.confidence, d.detail AS diagnosis,
+               CASE WHEN c.id IN (SELECT id FROM refused) THEN 'refused'
+                    WHEN coalesce(k.obeyed_acks, 0) > 0 OR c.id IN (SELECT command_id FROM restarts) THEN 'obeyed'
+                    ELSE 'no answer' END AS receivers,
+               coalesce(k.obeyed_acks, 0) AS obeyed_acks, coalesce(k.refused_acks, 0) AS refused_acks, k.refusal,
+               c.reason, c.id AS command_id
+        FROM commands c LEFT JOIN diagnoses d ON d.id = c.diagnosis_id LEFT JOIN answers k ON k.command_id = c.id
         ORDER BY c.issued_at, c.id""",
     # Nodes to send to hardware inspection: repeated hardware failures, or the engine already asked.
     "inspection_candidates": f"""

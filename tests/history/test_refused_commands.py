@@ -1,81 +1,25 @@
 """A command its receivers refused (forged, replayed, expired ...) evicted nobody: the history's
-evictions, time to command and incidents leave it out, and `command_outcomes` says it was refused.
-
-The acks are the trainer hook's own (`train`/`command_ack`), made by screening each command with the
-hook's real gate and callbacks; only their times are set to the history's clock.
+evictions, time to command and incidents leave it out, and `command_outcomes` says it was refused
+(the history of tests/history/answered.py).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 from history import html_report, queries
 from history.schema import open_history
-from history.sink import HistorySink, build_batch
-from streams.command import Command
-from streams.command_listener import CommandListener
-from streams.command_memory import ReplayMemory
-from streams.command_screen import CommandScreen
-from streams.config import KafkaSettings
-from streams.signing import SigningKey
 from tests.history import known
-from trainer_hooks.hook import TrainerHook
-
-TRUSTED = SigningKey.generate()
-ATTACKER = SigningKey.generate()
-
-
-class _Recorder:
-    """The hook's producer: keeps what it is asked to send."""
-
-    def __init__(self) -> None:
-        self.sent = []
-
-    def send_event(self, event) -> None:
-        self.sent.append(event)
-
-    def flush(self, timeout: float | None = None) -> None:
-        pass
-
-
-def _acks(cmd: Command, job: str, node: str, rank: int, now: float, memory: ReplayMemory | None = None) -> list:
-    """What the trainer hook of (job, node, rank) publishes when ``cmd`` reaches it at ``now``
-    (``memory``: the ids that hook handled before)."""
-    rec = _Recorder()
-    hook = TrainerHook(job=job, rank=rank, node=node, settings=KafkaSettings(), listen=False, producer=rec)
-    screen = CommandScreen(TRUSTED.verify_keys(), job, node, rank, spokesperson=rank == 0, memory=memory)
-    listener = CommandListener(KafkaSettings(), screen, hook._on_command, hook._on_refused)
-    listener.dispatch(cmd.encode(), now)
-    hook.close()
-    return [dataclasses.replace(e, ts=now + 0.5) for e in rec.sent if e.kind == "command_ack"]
-
-
-# A forged eviction of healthy n0 in j2, citing the real diagnosis d4 (which got no command).
-FORGED = Command(id="cf", job="j2", action="evict", issued_at=known.D + 17, expires_at=known.D + 317, nodes=("n0",),
-                 reason="gpu_thermal", diagnosis_id="d4").signed(ATTACKER)
-# A signed eviction of n9 (no receiver there): only j1's spokesperson answers, "not for me".
-UNANSWERED = Command(id="cu", job="j1", action="evict", issued_at=known.T0 + 118, expires_at=known.T0 + 400,
-                     nodes=("n9",), reason="manual").signed(TRUSTED)
+from tests.history.answered import FORGED, acks, write_history
 
 
 @pytest.fixture
 def conn(tmp_path):
-    acks = _acks(FORGED, "j2", "n0", 0, FORGED.issued_at) + _acks(FORGED, "j2", "n0", 1, FORGED.issued_at)
-    # c1 was obeyed (the launcher restarted the job for it); a replay of it later is refused.
-    c1 = dataclasses.replace(known.C1, issued_at=known.T0 + 115, expires_at=known.T0 + 400).signed(TRUSTED)
-    seen = ReplayMemory()
-    acks += _acks(c1, "j1", "n1", 2, known.T0 + 116, seen) + _acks(c1, "j1", "n1", 2, known.T0 + 117, seen)
-    acks += _acks(UNANSWERED, "j1", "n0", 0, UNANSWERED.issued_at)
-    assert [a.data["obeyed"] for a in acks] == [False, False, True, False, False]
-    assert [a.data["addressed"] for a in acks] == [True, True, True, True, False]
-    db = tmp_path / "h.duckdb"
-    c = open_history(db, create=True)
-    records = [r for r in known.records() if r is not known.C1] + [c1, FORGED, UNANSWERED, *acks]
-    HistorySink(c).write(build_batch(records, labels=known.LABELS))
-    c.close()
-    c = open_history(db, read_only=True)
+    answers = acks()
+    assert [a.data["obeyed"] for a in answers] == [False, False, True, False, False]
+    assert [a.data["addressed"] for a in answers] == [True, True, True, True, False]
+    write_history(tmp_path / "h.duckdb", answers)
+    c = open_history(tmp_path / "h.duckdb", read_only=True)
     yield c
     c.close()
 

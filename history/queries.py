@@ -52,8 +52,9 @@ _SPAN = """
     )"""
 
 # A command the history knows was refused: a receiver it was addressed to answered `command_ack`
-# with `obeyed: false` (a bad signature, expired, replayed ...), no receiver answered obeyed and no
-# job restart names it. Such a command evicted nobody, so evictions and time to command count only
+# with `obeyed: false` (a bad signature, expired, replayed ...), no receiver answered obeyed and
+# nothing shows it carried out (a job restart naming it, check results or stack dumps answering it:
+# the node agent acks only its refusals). Such a command evicted nobody, so evictions and time to command count only
 # `accepted` commands. An ack from before `addressed` was in the payload counts as addressed when
 # it comes from the command's job and from a node the command names (or it names none). A command
 # no receiver answered stays counted: the history cannot tell it from one obeyed silently.
@@ -65,11 +66,14 @@ _ACCEPTED = """
                           TRY_CAST(data->>'addressed' AS BOOLEAN) AS addressed, data->>'reason' AS reason, ts
                    FROM events WHERE kind = 'command_ack' AND data->>'command_id' IS NOT NULL) k
              JOIN commands c ON c.id = k.command_id),
-    restarts AS (SELECT DISTINCT data->>'command_id' AS command_id FROM events
-                 WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL),
+    carried_out AS (SELECT data->>'command_id' AS command_id FROM events
+                    WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL
+                    UNION SELECT data->>'request_id' FROM events
+                    WHERE ((source = 'check' AND kind = 'result') OR (source = 'stack' AND kind = 'stack_dump'))
+                      AND data->>'request_id' IS NOT NULL),
     refused AS (SELECT command_id AS id FROM acks GROUP BY command_id
                 HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
-                EXCEPT SELECT command_id FROM restarts),
+                EXCEPT SELECT command_id FROM carried_out),
     accepted AS (SELECT * FROM commands WHERE id NOT IN (SELECT id FROM refused)),
     answers AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,
                        count(*) FILTER (WHERE addressed AND NOT obeyed) AS refused_acks,
@@ -268,12 +272,12 @@ QUERIES: dict[str, str] = {
         LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id LEFT JOIN answers k ON k.command_id = c.id
         ORDER BY c.issued_at, c.id""",
     # Every command issued, with the diagnosis behind it and what its receivers said: `obeyed` (an
-    # ack obeyed it, or a job restart names it), `refused` (see _ACCEPTED) or `no answer`.
+    # ack obeyed it, or it was carried out: see _ACCEPTED), `refused` (see _ACCEPTED) or `no answer`.
     "actions_taken": f"""
         WITH {_ACCEPTED}
         SELECT c.issued_at, c.job, c.action, c.nodes, c.diagnosis_id, d.fault, d.confidence, d.detail AS diagnosis,
                CASE WHEN c.id IN (SELECT id FROM refused) THEN 'refused'
-                    WHEN coalesce(k.obeyed_acks, 0) > 0 OR c.id IN (SELECT command_id FROM restarts) THEN 'obeyed'
+                    WHEN coalesce(k.obeyed_acks, 0) > 0 OR c.id IN (SELECT command_id FROM carried_out) THEN 'obeyed'
                     ELSE 'no answer' END AS receivers,
                coalesce(k.obeyed_acks, 0) AS obeyed_acks, coalesce(k.refused_acks, 0) AS refused_acks, k.refusal,
                c.reason, c.id AS command_id

@@ -5,12 +5,20 @@ evictions, time to command and incidents leave it out, and `command_outcomes` sa
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from collectors.checks.source import ChecksSource
 from history import html_report, queries
-from history.schema import open_history
+from history.schema import memory_history, open_history
+from history.sink import HistorySink, build_batch
+from streams.command import Command
+from streams.config import KafkaSettings
+from streams.events import Envelope
+from streams.signing import SigningKey
 from tests.history import known
-from tests.history.answered import FORGED, acks, write_history
+from tests.history.answered import FORGED, TRUSTED, acks, write_history
 
 
 @pytest.fixture
@@ -61,3 +69,28 @@ def test_the_timeline_shows_no_restart_for_a_refused_eviction(conn):
     assert [r["state"] for r in j2 if r["ts"] == FORGED.issued_at] == ["running"]  # the step of that second
     assert {r["state"] for r in j2} == {"restarting", "running", "down"}  # start, steps, d4's onset
     assert sum(r["state"] == "restarting" for r in j2) == 1
+
+
+def test_a_node_agent_refusal_counts_unless_another_node_ran_the_checks():
+    """The agent acks only its refusals (`check`/`command_ack`): a `run_checks` some node answered
+    with results was carried out; one every asked node refused was not."""
+    stale = SigningKey.generate()  # n1's agent trusts an old key
+    t = known.T0 + 85
+    asks = [Command(id=f"rc{i}", job="j1", action="run_checks", issued_at=t, expires_at=t + 300, nodes=("n0", "n1"),
+                    diagnosis_id="d2").signed(TRUSTED) for i in (1, 2)]
+    refusals = []
+    agent = ChecksSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=stale.verify_keys(), job="j1", node="n1",
+                         publish=refusals.append)
+    for cmd in asks:
+        agent.listener.dispatch(cmd.encode(), now=t + 1)
+    assert [a.data["command_id"] for a in refusals] == ["rc1", "rc2"]
+    ran = Envelope(ts=t + 20, job="j1", node="n0", source="check", kind="result", id="rc1-n0",
+                   data={"request_id": "rc1", "diagnosis_id": "d2", "passed": True, "failed": [], "checks": [],
+                         "duration_s": 19.0})
+    c = memory_history()
+    HistorySink(c).write(build_batch([*known.records(), *asks, ran,
+                                      *(dataclasses.replace(a, ts=t + 1.5) for a in refusals)]))
+    rows = {r["command_id"]: r for r in queries.run(c, "actions_taken")}
+    assert rows["rc1"]["receivers"] == "obeyed" and rows["rc1"]["refused_acks"] == 1
+    assert rows["rc2"]["receivers"] == "refused" and rows["rc2"]["refusal"].startswith("signed with unknown key")
+    c.close()

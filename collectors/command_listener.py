@@ -6,6 +6,7 @@ one every recipient uses (streams.command_screen.CommandScreen): signed by a tru
 the lifetime cap, unexpired, for this job, addressed to this node (or to every node when ``nodes``
 is empty), not seen before (``memory``: persisted, so a restarted agent still refuses a replay),
 and — here — a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
+A refused ``capture_stacks`` is answered with a `check`/`command_ack` (collectors.command_ack).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 from typing import Any, Callable
 
+from collectors.command_ack import refusal_acker
 from collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes
 from streams.command import Command
 from streams.command_listener import COMMANDS_TOPIC, CommandListener
@@ -45,7 +47,10 @@ class StackCaptureSource:
         self.dump_timeout_s = dump_timeout_s
         self.retry_s = retry_s
         self.screen = CommandScreen(keys, job, node, actions={"capture_stacks"}, memory=memory)
-        self.listener = CommandListener(settings, self.screen, self._obey, topic=COMMANDS_TOPIC)
+        # A refusal is answered (collectors.command_ack), so whoever asked for stacks learns why none come.
+        self.listener = CommandListener(settings, self.screen, self._obey,
+                                        refusal_acker(publish, job=job, node=node, actions={"capture_stacks"}),
+                                        topic=COMMANDS_TOPIC)
         self.captures = 0
         self._last: list[Envelope] = []
 

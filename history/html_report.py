@@ -37,6 +37,7 @@ HEADINGS = {
     "occurrences": "occurrences", "jobs": "jobs", "failures": "failures", "mtbf_s": "MTBF (s)",
     "hardware_failures": "hardware failures", "faults": "classes", "engine_asked": "engine asked",
     "confidence": "confidence", "detail": "detail", "ts": "decided (UTC)", "basis": "truth from",
+    "diagnosis_id": "diagnosis", "receivers": "receivers", "answers": "acks", "refusal": "refused because",
 }
 
 CSS = """
@@ -141,6 +142,20 @@ def _outcome_class(row: dict[str, Any]) -> str:
     return "bad" if row["action"] in ("evict", "restart", "reattempt", "rollback") else ""
 
 
+def _receivers_class(row: dict[str, Any]) -> str:
+    return {"obeyed": "good", "refused": "bad"}.get(row["receivers"], "")
+
+
+def _action_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    rows = run(conn, "actions_taken")
+    for r in rows:
+        r["answers"] = f"{r['obeyed_acks']} obeyed, {r['refused_acks']} refused" \
+            if r["obeyed_acks"] or r["refused_acks"] else "-"
+        if not r["diagnosis_id"]:
+            r["diagnosis_id"] = "(none)"
+    return rows
+
+
 def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     rows = run(conn, "command_outcomes")
     for r in rows:
@@ -167,6 +182,7 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
     over = run(conn, "over_eviction")[0]
     wrong = run(conn, "wrongly_blamed")
     commands = _command_rows(conn)
+    actions = _action_rows(conn)
     labels = run(conn, "label_detection")[0] if summary["labels"] else None
     generated = generated_at if generated_at is not None else dt.datetime.now(dt.timezone.utc).timestamp()
 
@@ -194,7 +210,8 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
         f'{_when(summary["last_ts"])} ({_num(summary["span_s"], "{:,.0f}")} s); {summary["events"]:,} events, '
         f'{summary["diagnoses"]} diagnoses, {summary["commands"]} commands, {summary["jobs"]} job(s), '
         f'{summary["labels"]} ground-truth labels.</p>',
-        '<nav><a href="#ettr">ETTR</a><a href="#incidents">Incidents</a><a href="#mttr">MTTR</a>'
+        '<nav><a href="#ettr">ETTR</a><a href="#incidents">Incidents</a><a href="#actions">Actions taken</a>'
+        '<a href="#mttr">MTTR</a>'
         '<a href="#latency">Detection latency</a><a href="#commands">Commands</a>'
         '<a href="#blamed">Wrongly blamed</a><a href="#faults">Faults</a><a href="#nodes">Nodes</a>'
         '<a href="#diagnoses">Diagnoses</a></nav>',
@@ -214,6 +231,15 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
         "first command, and when the job was productive again.</p>",
         _table(run(conn, "incidents"), ["job", "onset", "fault", "nodes", "action", "detection_s", "command",
                                         "to_command_s", "recovery_s"], empty="No incidents."),
+
+        '<h2 id="actions">Actions taken</h2>',
+        '<p class="note">Every command remediation issued, the diagnosis behind it, and what its receivers '
+        "answered: <b>obeyed</b> (a receiver acked it, or the launcher restarted the job for it), <b>refused</b> "
+        "(a receiver it was addressed to refused it, for the reason shown, and none obeyed: it counts as no "
+        "eviction) or <b>no answer</b> (no receiver acked it; an agent-side command may be obeyed silently).</p>",
+        _table(actions, ["issued_at", "job", "action", "nodes", "diagnosis_id", "fault", "confidence", "receivers",
+                         "answers", "refusal", "reason"],
+               empty="No commands were issued.", classes={"receivers": _receivers_class}),
 
         '<h2 id="mttr">Time to recover (MTTR) per fault class</h2>',
         _table(run(conn, "mttr_by_class"), ["fault", "incidents", "recovered", "mttr_s", "p50_s", "max_s",

@@ -51,11 +51,41 @@ _SPAN = """
         )
     )"""
 
+# A command the history knows was refused: a receiver it was addressed to answered `command_ack`
+# with `obeyed: false` (a bad signature, expired, replayed ...), no receiver answered obeyed and
+# nothing shows it carried out (a job restart naming it, check results or stack dumps answering it:
+# the node agent acks only its refusals). Such a command evicted nobody, so evictions and time to command count only
+# `accepted` commands. An ack from before `addressed` was in the payload counts as addressed when
+# it comes from the command's job and from a node the command names (or it names none). A command
+# no receiver answered stays counted: the history cannot tell it from one obeyed silently.
+_ACCEPTED = """
+    acks AS (SELECT k.command_id, k.node, k.obeyed, k.reason, k.ts,
+                    k.job = c.job AND coalesce(k.addressed, len(c.nodes) = 0 OR list_contains(c.nodes, k.node))
+                        AS addressed
+             FROM (SELECT data->>'command_id' AS command_id, job, node, (data->>'obeyed') = 'true' AS obeyed,
+                          TRY_CAST(data->>'addressed' AS BOOLEAN) AS addressed, data->>'reason' AS reason, ts
+                   FROM events WHERE kind = 'command_ack' AND data->>'command_id' IS NOT NULL) k
+             JOIN commands c ON c.id = k.command_id),
+    carried_out AS (SELECT data->>'command_id' AS command_id FROM events
+                    WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL
+                    UNION SELECT data->>'request_id' FROM events
+                    WHERE ((source = 'check' AND kind = 'result') OR (source = 'stack' AND kind = 'stack_dump'))
+                      AND data->>'request_id' IS NOT NULL),
+    refused AS (SELECT command_id AS id FROM acks GROUP BY command_id
+                HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
+                EXCEPT SELECT command_id FROM carried_out),
+    accepted AS (SELECT * FROM commands WHERE id NOT IN (SELECT id FROM refused)),
+    answers AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,
+                       count(*) FILTER (WHERE addressed AND NOT obeyed) AS refused_acks,
+                       arg_min(reason, ts) FILTER (WHERE addressed AND NOT obeyed) AS refusal
+                FROM acks GROUP BY 1),
+    marks AS (SELECT * FROM job_timeline WHERE id NOT IN (SELECT 'cmd|' || id FROM refused))"""
+
 # Recovery: the first running mark after the diagnosis's first command (or, with no command,
 # after the diagnosis itself). An ASOF join finds it in one merge instead of a scan per incident.
-_INCIDENTS = f"""
+_INCIDENTS = f"""{_ACCEPTED},
     first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at, arg_min(action, issued_at) AS command
-                  FROM commands WHERE diagnosis_id <> '' GROUP BY diagnosis_id),
+                  FROM accepted WHERE diagnosis_id <> '' GROUP BY diagnosis_id),
     i AS (SELECT d.*, c.command, c.issued_at AS command_at, coalesce(c.issued_at, d.ts) AS after_ts
           FROM diagnoses d LEFT JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.{ACTING}),
     running AS (SELECT job, ts AS recovered_at FROM job_timeline WHERE state = 'running'),
@@ -142,8 +172,9 @@ QUERIES: dict[str, str] = {
                quantile_cont(latency_s, 0.5) AS p50_s, quantile_cont(latency_s, 0.99) AS p99_s
         FROM m""",
     "time_to_command": f"""
-        WITH first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM commands
-                           WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
+        WITH {_ACCEPTED},
+        first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM accepted
+                      WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
         SELECT count(*) AS n, quantile_cont(c.issued_at - d.ts, 0.5) AS p50_s,
                quantile_cont(c.issued_at - d.ts, 0.99) AS p99_s, avg(c.issued_at - d.ts) AS mean_s,
                (SELECT count(*) FROM diagnoses WHERE {ACTING}) - count(*) AS diagnoses_without_command
@@ -156,7 +187,8 @@ QUERIES: dict[str, str] = {
                (span.last_ts - span.first_ts) / failures AS mtbf_s
         FROM f, span ORDER BY mtbf_s, node""",
     "over_eviction": f"""
-        WITH evicted AS (SELECT DISTINCT n FROM commands, unnest(nodes) AS u(n) WHERE action = 'evict'),
+        WITH {_ACCEPTED},
+        evicted AS (SELECT DISTINCT n FROM accepted, unnest(nodes) AS u(n) WHERE action = 'evict'),
         {_TRUTH}
         SELECT {_BASIS} AS basis,
                (SELECT count(*) FROM evicted) AS evicted_nodes,
@@ -165,17 +197,17 @@ QUERIES: dict[str, str] = {
                (SELECT count(*) FROM evicted)::DOUBLE / nullif((SELECT count(*) FROM truth), 0) AS ratio""",
     # Each eviction of a node that was not really faulty, with the command and diagnosis behind it.
     "wrongly_blamed": f"""
-        WITH {_TRUTH}
+        WITH {_ACCEPTED}, {_TRUTH}
         SELECT c.job, n AS node, c.issued_at, d.fault, d."group", c.reason, c.id AS command_id,
                {_BASIS} AS basis
-        FROM commands c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
+        FROM accepted c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
         WHERE c.action = 'evict' AND n NOT IN (SELECT n FROM truth)
         ORDER BY c.issued_at, node""",
-    "ettr": """
-        WITH m AS (
+    "ettr": f"""
+        WITH {_ACCEPTED}, m AS (
             SELECT job, ts, state,
                    coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts
-            FROM job_timeline
+            FROM marks
         )
         SELECT job, max(ts) - min(ts) AS wall_s,
                coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0) AS productive_s,
@@ -183,17 +215,18 @@ QUERIES: dict[str, str] = {
                    / nullif(max(ts) - min(ts), 0) AS ettr,
                count(*) FILTER (WHERE state IN ('down', 'stalled')) AS incidents
         FROM m GROUP BY job ORDER BY job""",
-    "timeline": """
+    "timeline": f"""
+        WITH {_ACCEPTED}
         SELECT job, ts, coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts,
                state, reason
-        FROM job_timeline ORDER BY job, ts, state <> 'running', id""",
+        FROM marks ORDER BY job, ts, state <> 'running', id""",
     # Consecutive marks of one state merged into one span (plots: a month of per-second step marks
     # is hundreds of thousands of marks, but only a few hundred state changes).
-    "timeline_spans": """
-        WITH m AS (
+    "timeline_spans": f"""
+        WITH {_ACCEPTED}, m AS (
             SELECT job, id, ts, state, coalesce(lead(ts) OVER w, ts) AS next_ts,
                    CASE WHEN lag(state) OVER w IS DISTINCT FROM state THEN 1 ELSE 0 END AS starts
-            FROM job_timeline WINDOW w AS (PARTITION BY job ORDER BY ts, state <> 'running', id)
+            FROM marks WINDOW w AS (PARTITION BY job ORDER BY ts, state <> 'running', id)
         ), g AS (
             SELECT *, sum(starts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id
                                         ROWS UNBOUNDED PRECEDING) AS span
@@ -214,8 +247,9 @@ QUERIES: dict[str, str] = {
         FROM incidents GROUP BY fault ORDER BY mttr_s DESC NULLS LAST, fault""",
     # Every command and what came of it: a job restart that names it (`job/restart` events carry
     # the command id), or the stack dumps that answered it (`stack_dump.request_id`).
-    "command_outcomes": """
-        WITH r AS (SELECT data->>'command_id' AS command_id, min(ts) AS restarted_at,
+    "command_outcomes": f"""
+        WITH {_ACCEPTED},
+        r AS (SELECT data->>'command_id' AS command_id, min(ts) AS restarted_at,
                           arg_min(CAST(data->'nodes_out' AS VARCHAR[]), ts) AS nodes_out,
                           arg_min(CAST(data->'nodes_in' AS VARCHAR[]), ts) AS nodes_in
                    FROM events WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL
@@ -226,14 +260,28 @@ QUERIES: dict[str, str] = {
               FROM events WHERE source = 'stack' AND kind = 'stack_dump' AND data->>'request_id' IS NOT NULL
               GROUP BY 1)
         SELECT c.job, c.issued_at, c.action, c.nodes, d.fault, c.reason,
-               CASE WHEN r.command_id IS NOT NULL THEN 'job restarted'
+               CASE WHEN c.id IN (SELECT id FROM refused) THEN 'refused'
+                    WHEN r.command_id IS NOT NULL THEN 'job restarted'
                     WHEN s.command_id IS NOT NULL THEN 'stack dumps received'
                     WHEN c.action IN ('evict', 'restart', 'reattempt', 'rollback') THEN 'no restart recorded'
                     ELSE 'no effect recorded' END AS outcome,
                r.restarted_at - c.issued_at AS to_restart_s, r.nodes_out, r.nodes_in,
-               s.usable_dumps, s.dump_nodes, d.id IS NOT NULL AS has_diagnosis, c.id AS command_id
+               s.usable_dumps, s.dump_nodes, d.id IS NOT NULL AS has_diagnosis, c.id AS command_id,
+               coalesce(k.obeyed_acks, 0) AS obeyed_acks, coalesce(k.refused_acks, 0) AS refused_acks, k.refusal
         FROM commands c LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
-        LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id
+        LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id LEFT JOIN answers k ON k.command_id = c.id
+        ORDER BY c.issued_at, c.id""",
+    # Every command issued, with the diagnosis behind it and what its receivers said: `obeyed` (an
+    # ack obeyed it, or it was carried out: see _ACCEPTED), `refused` (see _ACCEPTED) or `no answer`.
+    "actions_taken": f"""
+        WITH {_ACCEPTED}
+        SELECT c.issued_at, c.job, c.action, c.nodes, c.diagnosis_id, d.fault, d.confidence, d.detail AS diagnosis,
+               CASE WHEN c.id IN (SELECT id FROM refused) THEN 'refused'
+                    WHEN coalesce(k.obeyed_acks, 0) > 0 OR c.id IN (SELECT command_id FROM carried_out) THEN 'obeyed'
+                    ELSE 'no answer' END AS receivers,
+               coalesce(k.obeyed_acks, 0) AS obeyed_acks, coalesce(k.refused_acks, 0) AS refused_acks, k.refusal,
+               c.reason, c.id AS command_id
+        FROM commands c LEFT JOIN diagnoses d ON d.id = c.diagnosis_id LEFT JOIN answers k ON k.command_id = c.id
         ORDER BY c.issued_at, c.id""",
     # Nodes to send to hardware inspection: repeated hardware failures, or the engine already asked.
     "inspection_candidates": f"""

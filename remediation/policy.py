@@ -190,11 +190,12 @@ class Policy:
         return result
 
     def observe_check(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
-        """A `check` event (a node's stop-time results, a replay's outcome) → what follows from it."""
+        """A `check` event (a node's stop-time results or its refusal to run them, a replay's outcome)
+        → what follows from it."""
         job = event.job
         before = self._job_state(job)
         out: list[tuple[Decision, Command | None]] = []
-        if event.kind == "result" and job in self.pending_checks:
+        if event.kind in ("result", "command_ack") and job in self.pending_checks:
             if self.pending_checks[job].record(event):
                 out = self._settle_checks(job, now)
         elif event.kind == "replay_done" and job in self.replays:

@@ -62,8 +62,11 @@ class PendingChecks:
         return (*self.nodes, *self.recheck)
 
     def record(self, event: Envelope) -> bool:
-        """Keep a `check`/`result` answering one of our requests; the first answer per machine counts."""
+        """Keep a `check`/`result` answering one of our requests, or a `check`/`command_ack` refusing
+        one; the first answer per machine counts."""
         data = event.data
+        if event.kind == "command_ack":
+            return self._refused(event)
         if event.job != self.job or data.get("request_id") not in self.requests:
             return False
         if event.node not in self.asked or event.node in self.results:
@@ -80,6 +83,21 @@ class PendingChecks:
             # A check that could not run is no evidence against the machine.
             "conclusive": [str(c.get("name")) for c in failed if c.get("inconclusive") is not True],
             "detail": "; ".join(f"{c.get('name')}: {c.get('detail', '')}" for c in failed)[:1000]}
+        return True
+
+    def _refused(self, event: Envelope) -> bool:
+        """A machine's agent refused our `run_checks` (collectors.command_ack): it will run nothing, so
+        the wait for it ends; the refusal is no evidence against the machine (its gate, its clock or
+        the keys are at fault, not its hardware), so it counts as checks that could not run."""
+        data = event.data
+        if event.job != self.job or data.get("command_id") not in self.requests or data.get("obeyed") is not False:
+            return False
+        if data.get("addressed") is False or event.node not in self.asked or event.node in self.results:
+            return False
+        reason = str(data.get("reason") or "no reason given")
+        self.results[event.node] = {
+            "passed": False, "ts": event.ts, "request_id": data["command_id"], "event_id": event.id,
+            "failed": ["refused"], "conclusive": [], "detail": f"the agent refused run_checks: {reason}"[:1000]}
         return True
 
     def silent(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ The replayer (``faultlens replay``) and the simulator's ``--publish`` share this
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -116,9 +117,15 @@ class TraceMessage:
     value: bytes
 
 
-_JOB_KEYED = pa.array([b"job", b"summary"], pa.large_binary())  # as Envelope.key: job-level records are keyed by job
 _TOPIC_OF = {source.encode(): topic for source, topic in SOURCE_TOPIC.items()}
-_SOURCES = pa.array(sorted(SOURCES))
+
+
+@functools.cache
+def _value_sets() -> tuple[pa.Array, pa.Array]:
+    """The sources keyed by job (as Envelope.key: job-level records are keyed by job) and every
+    known source. Built on first use: ``pa.array`` imports pandas (~0.4 s), which `faultlens
+    --help` must not pay."""
+    return pa.array([b"job", b"summary"], pa.large_binary()), pa.array(sorted(SOURCES))
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # what JSON escapes in a string (orjson leaves the rest as it is)
 
 
@@ -146,7 +153,7 @@ def _batch_is_plain(batch: pa.RecordBatch) -> bool:
         checks = [
             pc.all(pc.and_(pc.greater_equal(cols["v"], 1), pc.less_equal(cols["v"], SCHEMA_VERSION))),
             pc.all(pc.and_(pc.greater_equal(cols["ts"], _MIN_TS), pc.less_equal(cols["ts"], _MAX_TS))),
-            pc.all(pc.is_in(cols["source"], value_set=_SOURCES)),
+            pc.all(pc.is_in(cols["source"], value_set=_value_sets()[1])),
             pc.all(pc.starts_with(cols["data"], "{")),
             pc.all(pc.ends_with(cols["data"], "}")),
         ]
@@ -223,7 +230,7 @@ def _plain_messages(batch: pa.RecordBatch) -> MessageBatch:
     values = joined.to_numpy(zero_copy_only=False).tolist()
     # job-level records are keyed by job (as Envelope.key), the rest by node; few distinct keys
     # and sources, so each distinct one becomes bytes once
-    keys = _decoded(pc.if_else(pc.is_in(col["source"], value_set=_JOB_KEYED), col["job"], col["node"]))
+    keys = _decoded(pc.if_else(pc.is_in(col["source"], value_set=_value_sets()[0]), col["job"], col["node"]))
     sources = col["source"].dictionary_encode()
     topic_of = [_TOPIC_OF[s] for s in sources.dictionary.to_pylist()]
     topics = list(map(topic_of.__getitem__, sources.indices.to_pylist()))

@@ -51,7 +51,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(HEARTBEAT, "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
         TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
         TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
-        TopicSpec(CHECKS, "node", 3, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes"),
+        TopicSpec(CHECKS, "node", 3, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes; node agents' command refusals"),
         TopicSpec(NET, "node", 3, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),

@@ -124,14 +124,16 @@ class TrainerHook:
         return self.exit_code is not None
 
     # --- commands ---------------------------------------------------------------------------
-    def _ack(self, command_id: str | None, action: str | None, obeyed: bool, reason: str) -> None:
+    def _ack(self, command_id: str | None, action: str | None, obeyed: bool, reason: str,
+             addressed: bool = True) -> None:
         self.producer.send_event(self._event("train", "command_ack", {
-            "rank": self.rank, "command_id": command_id, "action": action, "obeyed": obeyed, "reason": reason}))
+            "rank": self.rank, "command_id": command_id, "action": action, "obeyed": obeyed, "reason": reason,
+            "addressed": addressed}))
         self.producer.flush(10.0)
 
     def _on_refused(self, result: Screened) -> None:
         cmd = result.command
-        self._ack(cmd.id if cmd else None, cmd.action if cmd else None, False, result.reason)
+        self._ack(cmd.id if cmd else None, cmd.action if cmd else None, False, result.reason, result.addressed)
 
     def _on_command(self, cmd: Command) -> None:
         if cmd.action == "checkpoint":

@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable
 
 from collectors.checks.suite import CheckRunner, ChecksConfig
+from collectors.command_ack import refusal_acker
 from streams.command import Command
 from streams.command_listener import COMMANDS_TOPIC, CommandListener
 from streams.command_memory import ReplayMemory
@@ -33,7 +34,10 @@ class ChecksSource:
         self.runner = runner or CheckRunner(job, node, publish, config or ChecksConfig())
         self.retry_s = retry_s
         self.screen = CommandScreen(keys, job, node, actions={"run_checks"}, memory=memory)
-        self.listener = CommandListener(settings, self.screen, self._obey, topic=COMMANDS_TOPIC)
+        # A refusal is answered (collectors.command_ack): remediation stops waiting for this node's results.
+        self.listener = CommandListener(settings, self.screen, self._obey,
+                                        refusal_acker(publish, job=job, node=node, actions={"run_checks"}),
+                                        topic=COMMANDS_TOPIC)
         self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
 

@@ -71,7 +71,12 @@ def test_a_signed_run_checks_is_answered_and_a_failing_gpu_is_evicted(kafka_sett
                 producer.send(topics.COMMANDS, job.encode(), cmd.encode())
             producer.flush()
 
-        [event] = check_events(kafka_settings, job, 1)
+        events = check_events(kafka_settings, job, 2)
+        [event] = [e for e in events if e.kind == "result"]
+        [ack] = [e for e in events if e.kind == "command_ack"]  # the forged one, refused and answered
+        assert (ack.node, ack.data["command_id"], ack.data["obeyed"]) == (node, forged.id, False)
+        assert ack.data["reason"].startswith("signed with unknown key")
+        assert policy.observe_check(ack, time.time()) == []  # not a request remediation waits on
         check_payload(event)
         assert event.source == "check" and event.kind == "result" and event.node == node
         assert event.data["request_id"] == run_checks.id and event.data["diagnosis_id"] == crash.id

@@ -125,4 +125,31 @@ def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
     first, after_restart = [], []
     assert len(agent_source(first).handle(cmd.encode())) == 1
     restarted = agent_source(after_restart)
-    assert restarted.handle(cmd.encode()) == [] and after_restart == [] and restarted.refused == 1
+    assert restarted.handle(cmd.encode()) == [] and restarted.refused == 1
+    [ack] = after_restart  # no dump, but the refusal is answered
+    assert (ack.kind, ack.data["command_id"], ack.data["obeyed"]) == ("command_ack", cmd.id, False)
+    assert ack.data["reason"].startswith("replayed")
+
+
+def test_a_refused_capture_is_answered_with_a_command_ack():
+    """A refusal was only logged on the node: whoever asked learned nothing. Now each refused
+    capture_stacks is acked on `check`/`command_ack` with the reason; commands that are not the
+    agent's (another action) and unreadable messages are left to the trainer hook to ack."""
+    out = []
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
+                             publish=out.append, proc_pattern=r"no-such-process-\d{40}")
+    forged = _cmd(nodes=("n1",)).signed(SigningKey.generate())
+    assert src.handle(forged.encode()) == []
+    [ack] = out
+    assert (ack.source, ack.kind, ack.job, ack.node) == ("check", "command_ack", "job1", "n1")
+    assert ack.data == {"rank": None, "command_id": forged.id, "action": "capture_stacks", "obeyed": False,
+                        "reason": ack.data["reason"], "addressed": True}
+    assert ack.data["reason"].startswith("signed with unknown key")
+    out.clear()
+    src.handle(_cmd(action="evict", nodes=("n1",)).signed(SigningKey.generate()).encode())
+    src.handle(b"{not json")
+    assert out == []
+    stale = _cmd(job="job0", nodes=("n1",)).signed(KEY)  # another job's, naming this node: said so, not refused
+    src.handle(stale.encode())
+    [ack] = out
+    assert ack.data["command_id"] == stale.id and ack.data["addressed"] is False and src.refused == 2

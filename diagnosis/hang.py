@@ -17,96 +17,39 @@ stopping at the same step is the rule in synchronous training, so the first rank
 corroborates: alone it is an ``alert``, never an eviction. A rank whose capture failed
 (``ok: false``) answered; it is not a silent suspect. A verdict that named nobody is revisited
 once if GPU-side or watchdog evidence arrives while the job is still stuck.
+
+This module tells a stall and collects its dumps; the per-job state is diagnosis.hang_state and
+the verdict on a stall diagnosis.hang_verdict.
 """
 
 from __future__ import annotations
 
 import hashlib
-
 import logging
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
 from diagnosis.dump_set import DumpSet, StackDump
 from diagnosis.features import NodeWindow
-from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
-from diagnosis.localize import first_ranks_nodes, localize
-from streams.diagnosis_record import Diagnosis
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.stacks import StackConfig, StackVerdict
-from streams.events import Envelope, as_float
+from diagnosis.hang_cues import short as _short
+# HangConfig is imported from here by its users (it was defined here first).
+from diagnosis.hang_state import HangConfig, JobState, Stall
+from diagnosis.hang_verdict import HangVerdicts
 from diagnosis.rules.base import opt_int
+from streams.diagnosis_record import Diagnosis
+from streams.events import Envelope, as_float
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class HangConfig:
-    k: float = 5.0  # stall threshold in median step times
-    floor_s: float = 60.0  # never call a stall shorter than this a hang
-    heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
-    collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
-    pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
-    suspicion_confidence: float = 0.6
-    fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
-    # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)
-    # utilisation, while the peers are at least ``busy_util`` busy, is idle while they spin.
-    idle_share: float = 0.3
-    busy_util: float = 50.0
-    gpu_confidence: float = 0.65
-    nccl_confidence: float = 0.6
-    corroboration: float = 0.1  # added when another cue names the same nodes
-    step_window: int = 512  # recent step times the median is taken over
-    # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
-    # also outlast this multiple of the longest gap between progress seen in the recent past.
-    gap_margin: float = 2.0
-    # A restarted job may take this long to its first step (checkpoint load, NCCL set-up at
-    # scale); a restart still short of it by then, with its processes alive, is hung too.
-    startup_s: float = 600.0
-    evidence_limit: int = 256
-    stacks: StackConfig = field(default_factory=StackConfig)
-
-
-@dataclass
-class _Stall:
-    suspicion_id: str
-    onset: float  # the last step progress
-    opened: float  # when the suspicion was raised
-    first_stopped: tuple[int, ...]
-    dumps: DumpSet = field(default_factory=DumpSet)
-    complete_at: float | None = None  # every rank has a dump, some only the trainer's faulthandler one
-    decided: bool = False
-    failed: set = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
-    inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
-
-
-@dataclass
-class _Job:
-    last_step: dict[int, tuple[int, float, str]] = field(default_factory=dict)  # rank → (step, ts, event id)
-    rank_node: dict[int, str] = field(default_factory=dict)
-    step_times: deque = field(default_factory=deque)
-    last_progress: float | None = None
-    started: float | None = None  # when the job last restarted: its first step is awaited from then
-    last_beat: float | None = None
-    gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
-    stall: _Stall | None = None
-    # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
-    # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
-    recent: DumpSet = field(default_factory=DumpSet)
-    recent_failed: set = field(default_factory=set)  # failed captures since the last progress, before a suspicion
-    windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
-    progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
-
-
-class HangDetector:
+class HangDetector(HangVerdicts):
     """Detector of hung jobs; ``add_dump`` takes the stack dumps routed to it while a stall is open."""
 
     def __init__(self, book: JobBook, config: HangConfig = HangConfig()):
         self._book = book
         self.config = config
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, JobState] = {}
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
@@ -141,7 +84,7 @@ class HangDetector:
         job.progress[rank] = (done, event.id)
         return self._revisit(event.job, job, event.ts)
 
-    def _revisit(self, name: str, job: _Job, now: float) -> list[Diagnosis]:
+    def _revisit(self, name: str, job: JobState, now: float) -> list[Diagnosis]:
         """A verdict that named nobody gets one more look when new evidence names a culprit."""
         stall = job.stall
         if stall is None or not stall.inconclusive:
@@ -166,10 +109,10 @@ class HangDetector:
         state.stall.failed.add(dump.rank)
         return self._check_complete(job, state, dump.ts)
 
-    def _job(self, name: str) -> _Job:
+    def _job(self, name: str) -> JobState:
         job = self._jobs.get(name)
         if job is None:
-            job = self._jobs[name] = _Job(step_times=deque(maxlen=self.config.step_window))
+            job = self._jobs[name] = JobState(step_times=deque(maxlen=self.config.step_window))
         return job
 
     def _step(self, event: Envelope) -> None:
@@ -214,7 +157,7 @@ class HangDetector:
         state.stall.dumps.add(dump)
         return self._check_complete(job, state, dump.ts)
 
-    def _check_complete(self, job: str, state: _Job, now: float) -> list[Diagnosis]:
+    def _check_complete(self, job: str, state: JobState, now: float) -> list[Diagnosis]:
         dumps = state.stall.dumps
         topology = self._book.topology(job)
         if topology is not None and dumps.ranks() | state.stall.failed >= set(topology.by_rank):
@@ -266,7 +209,7 @@ class HangDetector:
                 out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
 
-    def _startup_stall(self, name: str, job: _Job, now: float) -> list[Diagnosis]:
+    def _startup_stall(self, name: str, job: JobState, now: float) -> list[Diagnosis]:
         """A restart that never reaches its first step while its processes live (stuck loading a
         checkpoint, or in the first collective) is a hang from the restart on."""
         if job.started is None:
@@ -277,7 +220,7 @@ class HangDetector:
             return []
         return [self._suspect(name, job, now), *self._check_complete(name, job, now)]
 
-    def _first_stopped(self, name: str, job: _Job) -> tuple[int, ...]:
+    def _first_stopped(self, name: str, job: JobState) -> tuple[int, ...]:
         topology = self._book.topology(name)
         # Ranks a newer topology no longer lists (evicted, resized) say nothing about this stall.
         last = {r: v for r, v in job.last_step.items() if topology is None or r in topology.by_rank}
@@ -297,20 +240,12 @@ class HangDetector:
             fresh.step_times, fresh.gaps = old.step_times, old.gaps
         fresh.started = at
 
-    def _nodes_of(self, name: str, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
-        topology = self._book.topology(name)
-        if topology is not None:
-            nodes = first_ranks_nodes(ranks, topology)
-            if nodes:
-                return nodes
-        return tuple(dict.fromkeys(job.rank_node[r] for r in sorted(ranks) if r in job.rank_node))
-
-    def _suspect(self, name: str, job: _Job, now: float) -> Diagnosis:
+    def _suspect(self, name: str, job: JobState, now: float) -> Diagnosis:
         first = self._first_stopped(name, job)
         # The id follows from the stall (job, onset): a re-run over the same events names it alike.
         onset = job.last_progress if job.last_progress is not None else job.started
         sid = hashlib.blake2b(f"{name}|job_hang|{onset:.3f}".encode(), digest_size=16).hexdigest()
-        stall = _Stall(suspicion_id=sid, onset=onset, opened=now, first_stopped=first, dumps=job.recent)
+        stall = Stall(suspicion_id=sid, onset=onset, opened=now, first_stopped=first, dumps=job.recent)
         stall.failed |= job.recent_failed
         job.stall = stall
         job.recent = DumpSet()
@@ -329,122 +264,3 @@ class HangDetector:
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )
-
-    def _step_evidence(self, job: _Job, ranks: tuple[int, ...]) -> tuple[str, ...]:
-        return tuple(job.last_step[r][2] for r in ranks[:16] if r in job.last_step)
-
-    def _decide(self, name: str, job: _Job, now: float) -> Diagnosis:
-        stall = job.stall
-        stall.decided = True
-        # The machines that hung are those in force when it began: a decision that comes after a
-        # restart (the evidence arrived late) must not blame the machines that replaced them.
-        topology = self._book.topology(name, at=stall.onset)
-        base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
-        stalled = f"stalled {now - stall.onset:.0f}s"
-        if topology is not None and len(stall.dumps):
-            texts = stall.dumps.texts(topology.by_rank)
-            stray = len(stall.dumps) - len(texts)
-            verdict = read_hang_stacks(texts, topology, self.config.stacks)
-            note = f"; {stray} dump(s) from ranks outside the topology ignored" if stray else ""
-            if verdict.no_suspect:
-                # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
-                return Diagnosis(
-                    **base, action="stop_time_diagnosis", confidence=self.config.fallback_confidence,
-                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
-                )
-            if verdict.localized:
-                return Diagnosis(
-                    **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
-                    confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
-                    evidence=self._evidence(job, stall, verdict),
-                )
-            missing = _missing_blame(verdict, topology, self.config, stall.failed)
-            if missing is not None:
-                why = missing.pop("why")
-                return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
-                                 evidence=self._evidence(job, stall, verdict))
-            why = f"stacks name no outlier ({verdict.detail}){note}"
-        elif topology is None:
-            why = "no topology for the job, stacks cannot be placed"
-        elif stall.failed:
-            why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
-        else:
-            why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
-        found = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
-        if found is not None:
-            return found
-        return self._fallback(name, job, stall, now, f"{stalled}; {why}")
-
-    def _evidence(self, job: _Job, stall: _Stall, verdict: StackVerdict) -> tuple[str, ...]:
-        ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
-        return ids + self._step_evidence(job, stall.first_stopped)
-
-    # --- localisation without stacks ---------------------------------------------------------
-    def _without_stacks(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis | None:
-        """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""
-        topology = self._book.topology(name)
-        if topology is None:
-            return None
-        idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
-                                             self.config.busy_util)
-        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
-        first = stall.first_stopped
-        first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
-        if idle:
-            ranks = tuple(r for n in idle for r in topology.ranks_by_node.get(n, ()))
-            cues, base, evidence = [idle_why], self.config.gpu_confidence, idle_ev
-            if behind and set(self._nodes_of(name, job, behind)) & set(idle):
-                cues.append(behind_why)
-        elif behind:
-            ranks, cues, base, evidence = behind, [behind_why], self.config.nccl_confidence, behind_ev
-        else:
-            return None
-        place = localize(ranks, topology, cover_share=self.config.stacks.cover_share)
-        nodes = place.nodes if place is not None else tuple(idle) or self._nodes_of(name, job, ranks)
-        if first_nodes & set(nodes):
-            cues.append(f"first to stop: rank(s) [{_short(first)}]")
-        confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
-        stall.inconclusive = False
-        return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=ranks,
-            group=place.group if place is not None else None, confidence=confidence,
-            evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
-        )
-
-    def _fallback(self, name: str, job: _Job, stall: _Stall, now: float, why: str) -> Diagnosis:
-        stall.inconclusive = True
-        first = stall.first_stopped
-        known = len(job.last_step)
-        if first and len(first) * 2 <= known:
-            nodes = self._nodes_of(name, job, first)
-            return Diagnosis(
-                job=name, ts=now, onset=stall.onset, fault="job_hang", action="alert", nodes=nodes, ranks=first,
-                confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
-                detail=f"{why}; the first rank(s) to stop [{_short(first)}] are on these node(s), but that alone "
-                       f"is no evidence a person would evict on: alert for inspection",
-            )
-        # Every rank stopped at the same step: nothing singles a machine out, so restart in place.
-        topology = self._book.topology(name)
-        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
-        return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault="job_hang", action="reattempt", nodes=nodes,
-            confidence=self.config.fallback_confidence / 2, evidence=self._step_evidence(job, first),
-            detail=f"{why}; no rank stopped before the others, no culprit: reattempt in place",
-        )
-
-
-def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=frozenset()) -> dict | None:
-    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
-    ranks whose capture reported failure (``ok: false``) answered and are not."""
-    silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
-    if not silent or len(silent) * 2 > len(topology.by_rank):
-        return None
-    place = localize(silent, topology, cover_share=config.stacks.cover_share)
-    if place is None:
-        return None
-    return {
-        "action": "evict", "nodes": place.nodes, "ranks": silent, "group": place.group,
-        "confidence": round(0.6 * place.coverage, 4),
-        "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
-               f"{place.covered} of them in {place.group}",
-    }

@@ -5,7 +5,8 @@ several lines: the NVRM header lines (``GPU at PCI:...``, ``Board Serial Number`
 fall-off-the-bus record that follows, and the echoes of one fault (Xid 79 then "GPU has fallen
 off the bus", an OOM "Killed process" then its ``oom-kill:`` summary, an AER notice then its
 ``PCIe Bus Error`` detail, SXid detail lines) are folded into the first event, which is emitted at
-once: a lost GPU should not wait for the next line.
+once: a lost GPU should not wait for the next line. The NIC drivers' lines are read by
+parsing.kernel_nic.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from parsing.kernel_nic import netdev_watchdog_events, nic_events
 from parsing.line import ParsedLine, ParserStats, clean_line, common
 from parsing.timestamps import split_timestamp
 from parsing.xid_table import lookup
@@ -59,26 +61,6 @@ _PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: severity=(?P<ty
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
 _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
 _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
-
-_MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
-# Any NIC driver's "<driver> <pci> <netdev>: ..." (e1000e, ixgbe, i40e, bnxt_en, ice, mlx5_core, ...).
-_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<netdev>[\w.\-]+): (?P<msg>.*)")
-# The qdisc watchdog: a transmit queue that made no progress (a hung NIC or a dead link partner).
-_NETDEV_WATCHDOG = re.compile(
-    r"NETDEV WATCHDOG: (?P<netdev>[\w.\-]+) \((?P<drv>[\w\-]+)\): transmit queue (?P<queue>\d+) timed out(?: (?P<ms>\d+) ms)?"
-)
-_LINK_STATE = re.compile(
-    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
-)
-_PORT_STATE = re.compile(r"[Pp]ort (?P<port>\d+)\b.*?(?:changed state to|state:?|->) ?(?P<state>DOWN|ACTIVE|POLLING|INIT|ARMED)\b")
-_BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>down|up) for interface (?P<netdev>[\w.\-]+)")
-_MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+), Cable (?P<what>plugged|unplugged|error)(?:, (?P<why>.*))?")
-_MLX_HEALTH = re.compile(r"health|syndrome|\bsynd\b|[Ff]atal|internal error|crdump|error state|firmware error|FW error")
-_PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
-
-# "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
-_DOWN = {"down", "inactive", "polling", "unplugged"}
-_UP = {"up", "ready", "active", "plugged"}
 
 
 def _norm_pci(pci: str) -> str:
@@ -167,10 +149,10 @@ class KernelLogParser:
         if "EDAC" in msg or "mce:" in msg:
             return self._machine_check(msg, raw)
         if "NETDEV WATCHDOG" in msg:
-            return self._netdev_watchdog(msg, raw)
+            return netdev_watchdog_events(msg, raw, self._seen)
         lower = msg.lower()
         if "mlx" in msg or "link" in lower or "port" in lower:
-            return self._nic(msg, raw)
+            return nic_events(msg, raw, self._seen)
         return None
 
     # -- GPU -------------------------------------------------------------------------------
@@ -336,58 +318,6 @@ class KernelLogParser:
         self._seen(("mce", 0))
         corrected = not re.search(r"Uncorrected|[Ff]atal|Exception|PCC", text)
         return [("mce", _hw_data(raw, text, corrected))]
-
-    def _netdev_watchdog(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _NETDEV_WATCHDOG.search(msg)
-        if not m:
-            return None
-        netdev = m.group("netdev")
-        if self._seen(("netdev_watchdog", netdev)):
-            return []  # the same hang reported for another queue, or its WARNING backtrace
-        return [("nic_error", common(raw, "nic", "evict", "error", device=netdev, driver=m.group("drv"),
-                                     queue=int(m.group("queue")), text=m.group(0)))]
-
-    def _nic(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        mlx = _MLX.search(msg)
-        drv = _NETDRV.search(msg) if mlx is None else None
-        body = mlx.group("msg") if mlx else drv.group("msg") if drv else msg
-        device = (mlx.group("netdev") or mlx.group("pci")) if mlx else drv.group("netdev") if drv else None
-        driver = mlx.group("drv") if mlx else drv.group("drv") if drv else None
-        found = self._nic_body(body, raw, mlx, device)
-        if found and driver:
-            for _, data in found:
-                data["driver"] = driver
-        return found
-
-    def _nic_body(self, body: str, raw: str, mlx: re.Match[str] | None, device: str | None) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _MODULE.search(body)
-        if m:
-            port = int(m.group("port"))
-            if m.group("what") == "error":
-                return [("nic_error", common(raw, "nic", "evict", "error", device=device, port=port, text=body))]
-            return [_link(raw, device, port, m.group("what"))]
-        m = _BOND.search(body)
-        if m:
-            return [_link(raw, m.group("netdev"), None, m.group("state"), bond=m.group("bond"))]
-        m = _PORT_STATE.search(body)
-        if m and m.group("state") not in ("INIT", "ARMED"):  # INIT/ARMED: on the way up
-            return [_link(raw, device, int(m.group("port")), m.group("state"))]
-        m = _LINK_STATE.search(body)
-        if m and (mlx or m.group("netdev") or "NIC Link" in body):
-            pm = _PORT_NUM.search(body)
-            return [_link(raw, m.group("netdev") or device, int(pm.group(1)) if pm else None, m.group("state"))]
-        if mlx and _MLX_HEALTH.search(body):
-            if self._seen(("nic_error", device)):
-                return []
-            return [("nic_error", common(raw, "nic", "evict", "error", device=device, text=body))]
-        return None
-
-
-def _link(raw: str, device: str | None, port: int | None, state: str, **extra: Any) -> tuple[str, dict[str, Any]]:
-    state = state.lower()
-    if state in _DOWN:
-        return "link_down", common(raw, "nic", "evict", "error", device=device, port=port, state=state, **extra)
-    return "link_up", common(raw, "nic", "none", "info", device=device, port=port, state=state, **extra)
 
 
 def _aer_data(raw: str, pci: str, kind: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ seed and the same ``advance`` calls give the same events byte for byte.
 With ``auto_recover`` (the default) each episode ends as if remediated: its nodes are swapped for
 spares (``s000``, ...), counters start from zero and the job restarts. Without it the cluster
 waits for :meth:`apply` (evict / restart / reattempt / rollback / capture_stacks) like a real job.
+What the job gives off on every tick (samples, beats, steps, NIC counters) is
+:mod:`simulator.telemetry`.
 """
 
 from __future__ import annotations
@@ -26,19 +28,19 @@ from simulator import lines, stacks
 from simulator.config import SimConfig
 from simulator.effects import Effect, Episode
 from simulator.faults import INJECTORS, nccl_init, noise_tick
-from simulator.metrics import RECOVERY_GPU_RESET, GpuMods, NodeGpus, sample_nodes
-from simulator.net import NetFault, NodeNet, busy_share
+from simulator.metrics import NodeGpus
+from simulator.net import NetFault, NodeNet
 from simulator.plan import EPISODE_S, FaultPlan, PlannedFault
+from simulator.telemetry import FIRST_STEP, PeriodicTelemetry
 from streams.command import Command
-from streams.events import Envelope, number
+from streams.events import Envelope
 from streams.topology import Topology
 from streams.trace import trace_order
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
-FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
 
 
-class SimulatedCluster:
+class SimulatedCluster(PeriodicTelemetry):
     def __init__(self, config: SimConfig, plan: FaultPlan | None = None, *, auto_recover: bool = True):
         self.cfg = config
         self.auto_recover = auto_recover
@@ -347,123 +349,7 @@ class SimulatedCluster:
         swapped in the meantime no longer speaks)."""
         self._at(ts, lambda: self._emit(ts, self.node_of(rank), source, kind, data()), episode)
 
-    # --- periodic telemetry -----------------------------------------------------------------
-    def _gpu_mods(self, node: str, t: float) -> dict[int, GpuMods]:
-        mods: dict[int, GpuMods] = {}
-        idle = self.state == "down"
-        spin = self.state == "hung"
-        if not idle and not spin and not self.effects:
-            return mods
-        if idle or spin:
-            mods = {g: GpuMods(idle=idle, spin=spin) for g in range(self.cfg.gpus)}
-        for e in self.effects:
-            if e.node != node or not e.active(t) or e.kind not in ("lost", "thermal", "slow", "reset", "idle", "sag"):
-                continue
-            for g in e.gpus or range(self.cfg.gpus):
-                m = mods.setdefault(g, GpuMods(idle=idle, spin=spin))
-                if e.kind == "idle":
-                    m.idle, m.spin = True, False
-                elif e.kind == "lost":
-                    m.lost = True
-                elif e.kind == "reset":
-                    m.recovery_action = RECOVERY_GPU_RESET
-                else:
-                    s = e.strength(t)
-                    if e.kind == "sag":
-                        m.clock_factor *= 1.0 - (1.0 - e.factor) * s
-                        m.power_factor *= 1.0 - (1.0 - e.power_factor) * s
-                    elif e.kind == "thermal":
-                        m.heat_c += 30.0 * s
-                        m.clock_factor *= 1.0 - 0.35 * s
-                        m.throttle = ("sw_thermal", "hw_thermal") if s > 0.6 else ("sw_thermal",) if s > 0.3 else ()
-                    else:
-                        m.clock_factor *= 1.0 - (1.0 - 1.0 / e.factor) * s
-                        m.util_factor *= 1.0 - 0.2 * s
-        return mods
-
-    def _do_samples(self, t: float) -> None:
-        noise = self.rng.standard_normal((len(self.slots), self.cfg.gpus, 4))
-        mods = [self._gpu_mods(node, t) for node in self.slots]
-        rows = sample_nodes([self.gpus[n] for n in self.slots], noise, mods)
-        for node, gpus in zip(self.slots, rows):
-            self._emit(t, node, "gpu", "sample", {"gpus": gpus, "interval_s": self.cfg.sample_interval_s})
-
-    def _do_beats(self, t: float) -> None:
-        self._hb_seq += 1
-        for node in self.slots:
-            lost = [g for g, m in self._gpu_mods(node, t).items() if m.lost] if self.effects else []
-            nvml = f"error: GPU {lost[0]} is lost (NVML_ERROR_GPU_IS_LOST)" if lost else "ok"
-            pids = [] if self.state == "down" else [self.pid(r) for r in self.ranks_of(node)]
-            self._emit(t, node, "heartbeat", "beat", {"seq": self._hb_seq, "pids": pids,
-                                                     "sources": {"nvml": nvml, "kernel_log": "ok", "trainer_log": "ok"}})
-
-    def _do_step(self, t: float) -> None:
-        cfg = self.cfg
-        factors = np.ones(self.world)
-        loss_mode = ""
-        for e in self.effects:
-            if not e.active(t):
-                continue
-            if e.kind == "compute":
-                idx = np.fromiter(e.ranks, dtype=int)
-                factors[idx] *= 1.0 + (e.factor - 1.0) * e.strength(t)
-            elif e.kind == "loss":
-                loss_mode = e.mode
-        noise = self.rng.normal(0, 1, (self.world, 3))
-        base_compute = 0.8 * cfg.step_time_s
-        # Every rank's compute shares the step's batch (±3 %); a slow batch stalls one rank's loader.
-        common_jitter = 1.0 + 0.03 * float(self.vrng.normal())
-        compute = base_compute * self._rank_speed * factors * (1.0 + 0.015 * noise[:, 0]) * common_jitter
-        if cfg.loader_stall_p > 0 and self.vrng.random() < cfg.loader_stall_p:
-            compute[int(self.vrng.integers(self.world))] *= float(self.vrng.uniform(1.3, 2.0))
-        step_time = float(compute.max() + 0.2 * cfg.step_time_s * (1.0 + 0.02 * noise[0, 1]))
-        trend = 1.75 + 1.3 * math.exp(-(self.step - FIRST_STEP + 40_000) / 60_000)
-        common = trend + 0.012 * float(noise[0, 2])
-        self.step += 1
-        # Whole-job arrays, rounded once: per-rank Python arithmetic dominated big clusters.
-        loss = common + 0.004 * noise[:, 1]
-        gnorm = 0.9 * np.exp(0.06 * noise[:, 2])
-        if loss_mode == "spike":
-            loss, gnorm = loss * 8.0, gnorm * 8.0
-        step_s = step_time * (1.0 + 0.001 * noise[:, 0])
-        if loss_mode == "nan":
-            losses = gnorms = [number(float("nan"))] * self.world
-        else:
-            losses, gnorms = np.round(loss, 5).tolist(), np.round(gnorm, 5).tolist()
-        step_l = np.round(step_s, 4).tolist()
-        tps_l = np.round(cfg.tokens_per_step / step_s, 1).tolist()
-        mfu_l = np.round(0.42 * cfg.step_time_s / step_s, 4).tolist()
-        comp_l = np.round(compute, 4).tolist()
-        nodes = self._rank_nodes
-        for rank in range(self.world):
-            if rank in self.halted:
-                continue
-            self._emit(t, nodes[rank], "train", "step", {
-                "rank": rank, "step": self.step, "loss": losses[rank], "grad_norm": gnorms[rank],
-                "step_time_s": step_l[rank], "tokens": cfg.tokens_per_step, "tokens_per_s": tps_l[rank],
-                "mfu": mfu_l[rank], "compute_s": comp_l[rank],
-            })
-        pause = 0.0
-        if self.step % cfg.checkpoint_every == 0 and loss_mode == "" and not self.halted:
-            self.last_ckpt = self.step
-            self._emit(t, self.node_of(0), "train", "checkpoint",
-                       {"rank": 0, "step": self.step, "path": f"/ckpt/{cfg.job}/iter_{self.step:07d}"})
-            pause += cfg.checkpoint_pause_s * float(self.vrng.uniform(0.8, 1.2))
-        # Evaluation runs half-way between its own intervals, so it never lands on a checkpoint step.
-        if cfg.eval_every and self.step % cfg.eval_every == cfg.eval_every // 2:
-            pause += cfg.eval_pause_s * float(self.vrng.uniform(0.8, 1.2))
-        self._next_step = t + step_time + pause
-        self._busy.append((t + pause, self._next_step))  # the next step's compute and collectives
-
-    def _do_net(self, t: float) -> None:
-        t0 = t - self.cfg.net_interval_s
-        self._busy = [b for b in self._busy if b[1] > t0 - 60.0]
-        busy = 0.0 if self.state != "running" or self.halted else busy_share(self._busy, t0, t)
-        self.net_faults = [f for f in self.net_faults if f.t1 > t - 2 * self.cfg.net_interval_s]
-        for node in self.slots:
-            data = self.nets[node].sample(t, busy, self.cfg.rail_bytes_s, self.nrng, self.net_faults)
-            self._emit(t, node, "net", "sample", data)
-
+    # --- what episodes change in the telemetry (simulator.telemetry) ------------------------
     def net_fault(self, fault: NetFault) -> NetFault:
         self.net_faults.append(fault)
         return fault

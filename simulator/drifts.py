@@ -38,7 +38,7 @@ from simulator.effects import Effect, Episode
 from simulator.plan import PlannedFault, slot_of
 
 DRIFT_KINDS = ("gpu_sag", "compute_creep", "nic_decay")
-COMPUTE_SHARE = 0.8  # of a step spent computing (simulator.cluster: compute is 0.8 of the step time)
+COMPUTE_SHARE = 0.8  # of a step spent computing (simulator.telemetry: compute is 0.8 of the step time)
 
 
 @dataclass(frozen=True)

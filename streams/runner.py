@@ -6,7 +6,9 @@ across every assigned partition and topic, not in arrival order: a :class:`Water
 each record until no partition can still deliver an earlier one, pauses partitions that run
 ahead, and only offsets already handed on are committed. An :class:`EventClock` places each record
 in time first, so a sender stamped in the future or a node with a skewed clock cannot drag a job
-forward (streams/event_time.py). A message over ``max_message_bytes`` is a dead letter with its
+forward (streams/event_time.py). The runner's side of that order (the merge against a live
+consumer, broadcast topics, commits and progress announcements) is streams/runner_event_time.py.
+A message over ``max_message_bytes`` is a dead letter with its
 size, never decoded.
 
 A message that does not decode, or that makes the handler raise, goes to ``dead-letter`` with
@@ -23,10 +25,9 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-import orjson
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
-from kafka.structs import OffsetAndMetadata, TopicPartition
+from kafka.structs import TopicPartition
 
 from streams.config import KafkaSettings
 from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
@@ -35,6 +36,7 @@ from streams.gc_policy import tune_for_streaming
 from streams.intake import Intake
 from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
+from streams.runner_event_time import EventTimeMode
 # What handlers import from here (they were defined here first).
 from streams.runner_types import (  # noqa: F401
     DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
@@ -43,12 +45,8 @@ from streams.runner_types import (  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-# How long an assigned partition that was never fetched from holds event time back.
-UNFETCHED_WAIT_S = 30.0
 # How long after a rebalance a member announces no progress downstream.
 REBALANCE_SETTLE_S = 3.0
-# How long one loop waits for a broadcast topic (`jobs`) to catch up before it releases data.
-BROADCAST_CATCH_UP_S = 1.0
 
 
 class _Assigned(ConsumerRebalanceListener):
@@ -62,7 +60,7 @@ class _Assigned(ConsumerRebalanceListener):
         self.runner._assigned(assigned)
 
 
-class GroupRunner:
+class GroupRunner(EventTimeMode):
     """Runs one consumer-group member until :meth:`stop`, SIGTERM/SIGINT, or a run limit."""
 
     def __init__(
@@ -176,39 +174,6 @@ class GroupRunner:
             self._assigned_at.update({tp: now for tp in parts})
         return consumer
 
-    def _poll_broadcast(self) -> list[Record]:
-        if self._broadcast is None:
-            return []
-        polled = self._broadcast.poll(timeout_ms=0)
-        # A broadcast topic never sets the pace, so its records must be in hand before the data
-        # after them is released: a restart's new topology read late maps the ranks of the next
-        # stall onto machines that left. A caught-up `jobs` costs nothing here; one behind (a
-        # member that starts, or reads faster than its broadcast fetches) is waited for briefly.
-        start = time.monotonic()
-        if start >= self._broadcast_wait_after:
-            while self._broadcast_behind():
-                if time.monotonic() - start >= BROADCAST_CATCH_UP_S:
-                    # Something keeps it behind (a broker that answers slowly): go on, and do not
-                    # stall every loop on it.
-                    log.warning("broadcast topics still behind after %.1fs; going on", BROADCAST_CATCH_UP_S)
-                    self._broadcast_wait_after = start + 30.0
-                    break
-                for tp, messages in self._broadcast.poll(timeout_ms=50).items():
-                    polled.setdefault(tp, []).extend(messages)
-        if not polled:
-            return []
-        self.stats.records_in += sum(len(v) for v in polled.values())
-        good, dead = self.intake.split(polled)
-        for d in dead:
-            log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))
-        return good
-
-    def _broadcast_behind(self) -> bool:
-        """Whether a broadcast partition has records its consumer has not handed out yet (or,
-        freshly assigned, has not been fetched from at all)."""
-        now = time.monotonic()
-        return not all(self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment())
-
     # --- rebalances -------------------------------------------------------------------------
     def _assigned(self, assigned) -> None:
         if self._on_assigned is not None:
@@ -259,70 +224,7 @@ class GroupRunner:
             if start < base:
                 log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, base - start)
 
-    # --- event-time order -------------------------------------------------------------------
-    def _caught_up(self, consumer: Consumer) -> dict[TopicPartition, bool]:
-        now = time.monotonic()
-        out = {tp: self._partition_caught_up(consumer, tp, now) for tp in consumer.assignment()}
-        if self._broadcast is not None:
-            out.update({tp: self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment()})
-        return out
-
-    def _partition_caught_up(self, consumer: Consumer, tp: TopicPartition, now: float) -> bool:
-        high = consumer.highwater(tp)
-        if high is None:
-            # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
-            # but not forever (a partition the broker never answers for).
-            return now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
-        return consumer.position(tp) >= high
-
-    def _ordered(self, consumer: Consumer, good: list[Record], drain: bool = False) -> list[Record]:
-        """Hold ``good`` in the merge and return what may go, in event-time order; pause the
-        partitions that ran ahead and resume those that fell behind."""
-        assert self.merge is not None
-        now = time.time()
-        for r in [*good, *self._poll_broadcast()]:
-            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now,
-                           broker_time(r.timestamp_ms))
-        if drain:
-            out = self.merge.drain()
-        elif not consumer.assignment():
-            # Not in the group yet: the broadcast topics alone must not set the pace (a restart at
-            # the end of `jobs` would run ahead of all the telemetry before it).
-            out = []
-        else:
-            out = self.merge.release(now, self._caught_up(consumer))
-        out = [r for r in out if r is not None]  # watermark records only hold their offset
-        pause = self.merge.to_pause() - self._paused
-        resume = self.merge.to_resume() & self._paused
-        if pause:
-            consumer.pause(*pause)
-            self._paused |= pause
-        if resume:
-            consumer.resume(*resume)
-            self._paused -= resume
-        self.stats.held = self.merge.held
-        return out
-
-    def _commit_handed_on(self, consumer: Consumer | None, partitions) -> None:
-        """Commit, per partition, up to the first record still held (or the position)."""
-        if consumer is None:
-            return
-        offsets = {}
-        for tp in partitions:
-            low = self.merge.lowest_held_offset(tp) if self.merge is not None else None
-            try:
-                pos = low if low is not None else consumer.position(tp)
-            except KafkaError:
-                continue
-            offsets[tp] = OffsetAndMetadata(pos, "", -1)
-        if not offsets:
-            return
-        try:
-            consumer.commit(offsets)
-            self.stats.commits += 1
-        except (CommitFailedError, KafkaError) as exc:
-            log.warning("commit failed (%s); those records will be delivered again", exc)
-
+    # --- the run ----------------------------------------------------------------------------
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,
             handle_signals: bool = True) -> RunnerStats:
         """Process until stopped; ``max_records_total``/``idle_stop_s`` bound a run (tests, replays)."""
@@ -382,29 +284,6 @@ class GroupRunner:
         produced = self._run_handler(records)
         self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
         out.extend(produced)
-
-    def _announce(self) -> list[Outgoing]:
-        """This member's progress, for the stage downstream: after its outputs, at most once a second."""
-        if self.on_progress is None or self.merge is None:
-            return []
-        hello: list[Outgoing] = []
-        if self._hello:
-            self._hello = False
-            hello = list(self.on_progress(float("-inf")))
-        if time.monotonic() < self._settle_until or self.merge.progress is None:
-            return hello
-        progress = self.merge.progress
-        if self._announced is not None and (progress <= self._announced or time.monotonic() - self._announced_wall < 1.0):
-            return []
-        self._announced, self._announced_wall = progress, time.monotonic()
-        return hello + list(self.on_progress(progress))
-
-    def _input_settled(self, consumer: Consumer) -> bool:
-        """Whether the wall clock may stand in for event time: nothing is held back and no
-        partition has unread input (while a backlog is read, only the input moves time)."""
-        if self.merge is None:
-            return True
-        return self.merge.held == 0 and all(self._caught_up(consumer).values())
 
     def _finish(self, consumer: Consumer) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this

@@ -1,5 +1,5 @@
 """A broadcast topic (`jobs`) is read up to its end before data is released: its records must be
-in hand before the telemetry after them (streams/runner.py, _poll_broadcast)."""
+in hand before the telemetry after them (streams/runner_event_time.py, _poll_broadcast)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_every_record_of_a_broadcast_topic_behind_its_end_is_read_before_going_o
 
 
 def test_a_broadcast_topic_that_stays_behind_is_waited_for_once_not_every_loop(monkeypatch):
-    monkeypatch.setattr("streams.runner.BROADCAST_CATCH_UP_S", 0.2)
+    monkeypatch.setattr("streams.runner_event_time.BROADCAST_CATCH_UP_S", 0.2)
     runner = _runner()
     runner._broadcast = stuck = _SlowBroadcast(_topologies(2), stuck=True)
     assert runner._poll_broadcast() == []

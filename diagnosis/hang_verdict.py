@@ -1,0 +1,150 @@
+"""How the hang detector (diagnosis.hang) decides a stall it collected dumps for: from the
+stacks (diagnosis.hang_stacks), else from the cues a cluster has without them (idle GPUs, the
+NCCL watchdog, diagnosis.hang_cues), else an alert or a reattempt, never an eviction on a guess.
+
+Apart from diagnosis.hang, which tells a stall and collects its dumps, because the verdict is
+where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin of
+:class:`~diagnosis.hang.HangDetector` (it uses its ``_book`` and ``config``).
+"""
+
+from __future__ import annotations
+
+from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
+from diagnosis.hang_stacks import read_hang_stacks
+from diagnosis.hang_state import HangConfig, JobState, Stall
+from diagnosis.localize import first_ranks_nodes, localize
+from diagnosis.stacks import StackVerdict
+from streams.diagnosis_record import Diagnosis
+
+
+class HangVerdicts:
+    """HangDetector's verdicts on a stall, and the places and evidence they name."""
+
+    # --- places and evidence ----------------------------------------------------------------
+    def _nodes_of(self, name: str, job: JobState, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        topology = self._book.topology(name)
+        if topology is not None:
+            nodes = first_ranks_nodes(ranks, topology)
+            if nodes:
+                return nodes
+        return tuple(dict.fromkeys(job.rank_node[r] for r in sorted(ranks) if r in job.rank_node))
+
+    def _step_evidence(self, job: JobState, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        return tuple(job.last_step[r][2] for r in ranks[:16] if r in job.last_step)
+
+    # --- the verdict ----------------------------------------------------------------------
+    def _decide(self, name: str, job: JobState, now: float) -> Diagnosis:
+        stall = job.stall
+        stall.decided = True
+        # The machines that hung are those in force when it began: a decision that comes after a
+        # restart (the evidence arrived late) must not blame the machines that replaced them.
+        topology = self._book.topology(name, at=stall.onset)
+        base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
+        stalled = f"stalled {now - stall.onset:.0f}s"
+        if topology is not None and len(stall.dumps):
+            texts = stall.dumps.texts(topology.by_rank)
+            stray = len(stall.dumps) - len(texts)
+            verdict = read_hang_stacks(texts, topology, self.config.stacks)
+            note = f"; {stray} dump(s) from ranks outside the topology ignored" if stray else ""
+            if verdict.no_suspect:
+                # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
+                return Diagnosis(
+                    **base, action="stop_time_diagnosis", confidence=self.config.fallback_confidence,
+                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
+                )
+            if verdict.localized:
+                return Diagnosis(
+                    **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
+                    confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
+                    evidence=self._evidence(job, stall, verdict),
+                )
+            missing = _missing_blame(verdict, topology, self.config, stall.failed)
+            if missing is not None:
+                why = missing.pop("why")
+                return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
+                                 evidence=self._evidence(job, stall, verdict))
+            why = f"stacks name no outlier ({verdict.detail}){note}"
+        elif topology is None:
+            why = "no topology for the job, stacks cannot be placed"
+        elif stall.failed:
+            why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
+        else:
+            why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
+        found = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
+        if found is not None:
+            return found
+        return self._fallback(name, job, stall, now, f"{stalled}; {why}")
+
+    def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:
+        ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
+        return ids + self._step_evidence(job, stall.first_stopped)
+
+    # --- localisation without stacks ---------------------------------------------------------
+    def _without_stacks(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis | None:
+        """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""
+        topology = self._book.topology(name)
+        if topology is None:
+            return None
+        idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
+                                             self.config.busy_util)
+        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
+        first = stall.first_stopped
+        first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
+        if idle:
+            ranks = tuple(r for n in idle for r in topology.ranks_by_node.get(n, ()))
+            cues, base, evidence = [idle_why], self.config.gpu_confidence, idle_ev
+            if behind and set(self._nodes_of(name, job, behind)) & set(idle):
+                cues.append(behind_why)
+        elif behind:
+            ranks, cues, base, evidence = behind, [behind_why], self.config.nccl_confidence, behind_ev
+        else:
+            return None
+        place = localize(ranks, topology, cover_share=self.config.stacks.cover_share)
+        nodes = place.nodes if place is not None else tuple(idle) or self._nodes_of(name, job, ranks)
+        if first_nodes & set(nodes):
+            cues.append(f"first to stop: rank(s) [{_short(first)}]")
+        confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
+        stall.inconclusive = False
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=ranks,
+            group=place.group if place is not None else None, confidence=confidence,
+            evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
+        )
+
+    def _fallback(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis:
+        stall.inconclusive = True
+        first = stall.first_stopped
+        known = len(job.last_step)
+        if first and len(first) * 2 <= known:
+            nodes = self._nodes_of(name, job, first)
+            return Diagnosis(
+                job=name, ts=now, onset=stall.onset, fault="job_hang", action="alert", nodes=nodes, ranks=first,
+                confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
+                detail=f"{why}; the first rank(s) to stop [{_short(first)}] are on these node(s), but that alone "
+                       f"is no evidence a person would evict on: alert for inspection",
+            )
+        # Every rank stopped at the same step: nothing singles a machine out, so restart in place.
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault="job_hang", action="reattempt", nodes=nodes,
+            confidence=self.config.fallback_confidence / 2, evidence=self._step_evidence(job, first),
+            detail=f"{why}; no rank stopped before the others, no culprit: reattempt in place",
+        )
+
+
+def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=frozenset()) -> dict | None:
+    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
+    ranks whose capture reported failure (``ok: false``) answered and are not."""
+    silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
+    if not silent or len(silent) * 2 > len(topology.by_rank):
+        return None
+    place = localize(silent, topology, cover_share=config.stacks.cover_share)
+    if place is None:
+        return None
+    return {
+        "action": "evict", "nodes": place.nodes, "ranks": silent, "group": place.group,
+        "confidence": round(0.6 * place.coverage, 4),
+        "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
+               f"{place.covered} of them in {place.group}",
+    }

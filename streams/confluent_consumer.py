@@ -1,0 +1,280 @@
+"""confluent-kafka's Consumer behind kafka-python's consumer interface (the interface is described
+in streams.kafka_client, which picks the client and re-exports :class:`Message`).
+
+Apart from streams.kafka_client because the adapter is most of the code of the two clients:
+librdkafka's callbacks, offsets and errors translated into kafka-python's meanings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Iterable, NamedTuple
+
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from streams.config import KafkaSettings
+from streams.confluent_config import confluent_config, load_confluent
+
+log = logging.getLogger(__name__)
+
+
+class Message(NamedTuple):
+    """One consumed message, the same for both clients (kafka-python's ConsumerRecord has these too)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int  # ms since the epoch (broker or producer time), -1 when unknown
+
+
+def _consumer_config(settings: KafkaSettings, group: str | None, max_records: int) -> dict[str, Any]:
+    kw = settings.consumer_kwargs(group)
+    return {
+        **confluent_config(settings),
+        # librdkafka wants a group id even for assigned reads; nothing is committed without one of ours
+        "group.id": group or f"faultlens-reader-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": True,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": kw["session_timeout_ms"],
+        "heartbeat.interval.ms": kw["heartbeat_interval_ms"],
+        "fetch.wait.max.ms": kw["fetch_max_wait_ms"],
+        "enable.partition.eof": False,
+        # the runner asks for up to max_records per poll; keep that many ready
+        "queued.min.messages": max(max_records * 2, 10_000),
+    }
+
+
+def _error(exc: Exception, what: str) -> KafkaError:
+    """A confluent-kafka exception as the kafka-python error callers catch."""
+    err = exc.args[0] if exc.args else None
+    name = err.name() if hasattr(err, "name") else ""
+    if name in ("REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "_ASSIGNMENT_LOST"):
+        return CommitFailedError(f"{what}: {err}")
+    return KafkaError(f"{what}: {err if err is not None else exc}")
+
+
+class ConfluentConsumer:
+    """confluent-kafka's Consumer with kafka-python's consumer interface (see the module doc)."""
+
+    def __init__(self, settings: KafkaSettings, group: str | None, max_records: int = 2000,
+                 fetch_max_wait_ms: int | None = None):
+        ck = load_confluent()
+        self._ck = ck
+        config = _consumer_config(settings, group, max_records)
+        if fetch_max_wait_ms is not None:
+            config["fetch.wait.max.ms"] = fetch_max_wait_ms
+        try:
+            self._c = ck.Consumer(config)
+        except ck.KafkaException as exc:  # a setting librdkafka refuses: the caller's bad input
+            raise ValueError(f"confluent-kafka consumer: {exc}") from None
+        self._max_records = max_records
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        self._assignment: set[TopicPartition] = set()
+        self._manual = False
+        self._high: dict[TopicPartition, tuple[int, float]] = {}  # asked of the broker: (high, when)
+        # Where a partition nothing was consumed from yet starts (asked of the broker once).
+        self._start: dict[TopicPartition, int] = {}
+
+    def _tp(self, topic: str, partition: int) -> TopicPartition:
+        key = (topic, partition)
+        tp = self._tps.get(key)
+        if tp is None:
+            tp = self._tps[key] = TopicPartition(topic, partition)
+        return tp
+
+    def _ck_tp(self, tp: TopicPartition, offset: int | None = None):
+        if offset is None:
+            return self._ck.TopicPartition(tp.topic, tp.partition)
+        return self._ck.TopicPartition(tp.topic, tp.partition, offset)
+
+    # membership
+    def subscribe(self, topics: Iterable[str], listener=None) -> None:
+        def assigned(_consumer, parts) -> None:
+            got = [self._tp(p.topic, p.partition) for p in parts]
+            self._assignment |= set(got)
+            for tp in got:
+                self._start.pop(tp, None)
+            if listener is not None:
+                listener.on_partitions_assigned(got)
+
+        def revoked(_consumer, parts) -> None:
+            gone = [self._tp(p.topic, p.partition) for p in parts]
+            self._assignment -= set(gone)
+            for tp in gone:
+                self._high.pop(tp, None)
+                self._start.pop(tp, None)
+            if listener is not None:
+                listener.on_partitions_revoked(gone)
+
+        self._c.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._start.clear()
+        self._manual = True
+        self._assignment = set(partitions)
+        self._c.assign([self._ck_tp(tp) for tp in self._assignment])
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        try:
+            meta = self._c.list_topics(topic, timeout=10)
+        except self._ck.KafkaException as exc:
+            raise _error(exc, f"metadata of {topic}") from None
+        t = meta.topics.get(topic)
+        if t is None or t.error is not None or not t.partitions:
+            return None
+        return set(t.partitions)
+
+    # reading
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Message]]:
+        limit = max_records or self._max_records
+        try:
+            # consume() waits for a full batch or the timeout; kafka-python's poll returns what is
+            # there. So: what is queued now; if nothing, wait for one message, then take the rest.
+            batch = self._c.consume(limit, 0)
+            if not batch and timeout_ms > 0:
+                first = self._c.poll(timeout_ms / 1000.0)
+                if first is not None:
+                    batch = [first, *self._c.consume(limit - 1, 0)] if limit > 1 else [first]
+        except self._ck.KafkaException as exc:
+            raise _error(exc, "consume") from None
+        out: dict[TopicPartition, list[Message]] = {}
+        tp_of = self._tp
+        for m in batch:
+            err = m.error()
+            if err is not None:
+                if err.code() != self._ck.KafkaError._PARTITION_EOF:
+                    log.warning("consumer: %s", err)
+                continue
+            topic, partition = m.topic(), m.partition()
+            tp = tp_of(topic, partition)
+            records = out.get(tp)
+            if records is None:
+                records = out[tp] = []
+            records.append(Message(topic, partition, m.offset(), m.key(), m.value(), m.timestamp()[1]))
+        return out
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._c.pause([self._ck_tp(tp) for tp in partitions])
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._c.resume([self._ck_tp(tp) for tp in partitions])
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._start[partition] = offset
+        try:
+            self._c.seek(self._ck_tp(partition, offset))
+        except self._ck.KafkaException as exc:
+            if self._manual:  # not fetching yet: assign at the offset instead
+                self._c.assign([self._ck_tp(tp, offset if tp == partition else self._ck.OFFSET_STORED)
+                                for tp in self._assignment])
+                return
+            raise _error(exc, f"seek {partition.topic}[{partition.partition}]") from None
+
+    def _assign_at(self, partitions: tuple[TopicPartition, ...], offset: int) -> None:
+        # Resolved to real offsets now: "at the end" means after what is there at this moment (a
+        # command listener is ready only once it will see the next command), not wherever the end
+        # is when librdkafka gets round to its first fetch.
+        at = {}
+        for tp in partitions:
+            low, high = self._watermarks(tp)
+            at[tp] = low if offset == self._ck.OFFSET_BEGINNING else high
+        if self._manual:
+            self._start.update(at)
+            self._c.assign([self._ck_tp(tp, at.get(tp, self._ck.OFFSET_STORED)) for tp in self._assignment])
+        else:
+            for tp, start in at.items():
+                self.seek(tp, start)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._assign_at(partitions or tuple(self._assignment), self._ck.OFFSET_BEGINNING)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._assign_at(partitions or tuple(self._assignment), self._ck.OFFSET_END)
+
+    # offsets
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        try:
+            if offsets is None:
+                self._c.commit(asynchronous=False)
+            else:
+                self._c.commit(offsets=[self._ck_tp(tp, o.offset) for tp, o in offsets.items()], asynchronous=False)
+        except self._ck.KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if err is not None and err.code() == self._ck.KafkaError._NO_OFFSET:
+                return  # nothing consumed since the last commit
+            raise _error(exc, "commit") from None
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        try:
+            got = self._c.committed([self._ck_tp(partition)], timeout=10)
+        except self._ck.KafkaException as exc:
+            raise _error(exc, "committed") from None
+        offset = got[0].offset if got else -1
+        return offset if offset >= 0 else None
+
+    def position(self, partition: TopicPartition) -> int | None:
+        """The next offset this consumer hands out; before it handed any out, where it will start
+        (the group's commit, else the start of the partition): kafka-python's meaning."""
+        got = self._c.position([self._ck_tp(partition)])
+        offset = got[0].offset if got else -1
+        if offset >= 0:
+            return offset
+        start = self._start.get(partition)
+        if start is None:
+            committed = self.committed(partition)
+            start = self._start[partition] = committed if committed is not None else self._watermarks(partition)[0]
+        return start
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as the last fetch saw it; for one nothing was fetched from (an empty
+        partition, say) the broker is asked, at most once a second."""
+        try:
+            low, high = self._c.get_watermark_offsets(self._ck_tp(partition), cached=True)
+        except self._ck.KafkaException:
+            high = -1
+        if high >= 0:
+            return high
+        known = self._high.get(partition)
+        now = time.monotonic()
+        if known is None or now - known[1] >= 1.0:
+            try:
+                known = (self._watermarks(partition, timeout=2.0)[1], now)
+            except KafkaError:
+                return None
+            self._high[partition] = known
+        return known[0]
+
+    def _watermarks(self, partition: TopicPartition, timeout: float = 10.0) -> tuple[int, int]:
+        try:
+            return self._c.get_watermark_offsets(self._ck_tp(partition), timeout=timeout, cached=False)
+        except self._ck.KafkaException as exc:
+            raise _error(exc, f"watermarks of {partition.topic}[{partition.partition}]") from None
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._watermarks(tp)[0] for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._watermarks(tp)[1] for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        try:
+            got = self._c.offsets_for_times([self._ck_tp(tp, ts) for tp, ts in timestamps.items()], timeout=10)
+        except self._ck.KafkaException as exc:
+            raise _error(exc, "offsets_for_times") from None
+        out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        for p in got:
+            out[self._tp(p.topic, p.partition)] = OffsetAndMetadata(p.offset, "", -1) if p.offset >= 0 else None
+        return out
+
+    def close(self, autocommit: bool = False) -> None:
+        # Auto-commit is off: closing leaves the group without committing anything.
+        self._c.close()

@@ -1,0 +1,154 @@
+"""The event-time mode of :class:`streams.runner.GroupRunner` (``event_time=True``, the diagnosis
+consumer), against a live consumer: records held in the :class:`~streams.event_time.WatermarkMerge`
+until no partition can deliver an earlier one, partitions that run ahead paused, the broadcast
+topics (`jobs`) read in full beside the group, only offsets already handed on committed, and this
+member's progress announced downstream.
+
+Apart from the runner's loop because it is the part that the arrival-order runner never uses;
+the merge and clock themselves are pure and live in streams/event_time.py. :class:`EventTimeMode`
+is a mixin of GroupRunner and works on the state its ``__init__`` sets up (``merge``, ``intake``,
+``stats``, ``_broadcast``, ``_paused``, ``_assigned_at``, the announcement fields).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from streams.kafka_client import Consumer
+from streams.producer import Outgoing
+from streams.runner_types import Record, broker_time
+
+log = logging.getLogger(__name__)
+
+# How long an assigned partition that was never fetched from holds event time back.
+UNFETCHED_WAIT_S = 30.0
+# How long one loop waits for a broadcast topic (`jobs`) to catch up before it releases data.
+BROADCAST_CATCH_UP_S = 1.0
+
+
+class EventTimeMode:
+    """GroupRunner's methods for event-time order (see the module doc)."""
+
+    # --- broadcast topics -------------------------------------------------------------------
+    def _poll_broadcast(self) -> list[Record]:
+        if self._broadcast is None:
+            return []
+        polled = self._broadcast.poll(timeout_ms=0)
+        # A broadcast topic never sets the pace, so its records must be in hand before the data
+        # after them is released: a restart's new topology read late maps the ranks of the next
+        # stall onto machines that left. A caught-up `jobs` costs nothing here; one behind (a
+        # member that starts, or reads faster than its broadcast fetches) is waited for briefly.
+        start = time.monotonic()
+        if start >= self._broadcast_wait_after:
+            while self._broadcast_behind():
+                if time.monotonic() - start >= BROADCAST_CATCH_UP_S:
+                    # Something keeps it behind (a broker that answers slowly): go on, and do not
+                    # stall every loop on it.
+                    log.warning("broadcast topics still behind after %.1fs; going on", BROADCAST_CATCH_UP_S)
+                    self._broadcast_wait_after = start + 30.0
+                    break
+                for tp, messages in self._broadcast.poll(timeout_ms=50).items():
+                    polled.setdefault(tp, []).extend(messages)
+        if not polled:
+            return []
+        self.stats.records_in += sum(len(v) for v in polled.values())
+        good, dead = self.intake.split(polled)
+        for d in dead:
+            log.warning("broadcast topic: %s", orjson.loads(d.value).get("reason"))
+        return good
+
+    def _broadcast_behind(self) -> bool:
+        """Whether a broadcast partition has records its consumer has not handed out yet (or,
+        freshly assigned, has not been fetched from at all)."""
+        now = time.monotonic()
+        return not all(self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment())
+    # --- event-time order -------------------------------------------------------------------
+    def _caught_up(self, consumer: Consumer) -> dict[TopicPartition, bool]:
+        now = time.monotonic()
+        out = {tp: self._partition_caught_up(consumer, tp, now) for tp in consumer.assignment()}
+        if self._broadcast is not None:
+            out.update({tp: self._partition_caught_up(self._broadcast, tp, now) for tp in self._broadcast.assignment()})
+        return out
+
+    def _partition_caught_up(self, consumer: Consumer, tp: TopicPartition, now: float) -> bool:
+        high = consumer.highwater(tp)
+        if high is None:
+            # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
+            # but not forever (a partition the broker never answers for).
+            return now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
+        return consumer.position(tp) >= high
+
+    def _ordered(self, consumer: Consumer, good: list[Record], drain: bool = False) -> list[Record]:
+        """Hold ``good`` in the merge and return what may go, in event-time order; pause the
+        partitions that ran ahead and resume those that fell behind."""
+        assert self.merge is not None
+        now = time.time()
+        for r in [*good, *self._poll_broadcast()]:
+            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now,
+                           broker_time(r.timestamp_ms))
+        if drain:
+            out = self.merge.drain()
+        elif not consumer.assignment():
+            # Not in the group yet: the broadcast topics alone must not set the pace (a restart at
+            # the end of `jobs` would run ahead of all the telemetry before it).
+            out = []
+        else:
+            out = self.merge.release(now, self._caught_up(consumer))
+        out = [r for r in out if r is not None]  # watermark records only hold their offset
+        pause = self.merge.to_pause() - self._paused
+        resume = self.merge.to_resume() & self._paused
+        if pause:
+            consumer.pause(*pause)
+            self._paused |= pause
+        if resume:
+            consumer.resume(*resume)
+            self._paused -= resume
+        self.stats.held = self.merge.held
+        return out
+
+    def _commit_handed_on(self, consumer: Consumer | None, partitions) -> None:
+        """Commit, per partition, up to the first record still held (or the position)."""
+        if consumer is None:
+            return
+        offsets = {}
+        for tp in partitions:
+            low = self.merge.lowest_held_offset(tp) if self.merge is not None else None
+            try:
+                pos = low if low is not None else consumer.position(tp)
+            except KafkaError:
+                continue
+            offsets[tp] = OffsetAndMetadata(pos, "", -1)
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets)
+            self.stats.commits += 1
+        except (CommitFailedError, KafkaError) as exc:
+            log.warning("commit failed (%s); those records will be delivered again", exc)
+    def _announce(self) -> list[Outgoing]:
+        """This member's progress, for the stage downstream: after its outputs, at most once a second."""
+        if self.on_progress is None or self.merge is None:
+            return []
+        hello: list[Outgoing] = []
+        if self._hello:
+            self._hello = False
+            hello = list(self.on_progress(float("-inf")))
+        if time.monotonic() < self._settle_until or self.merge.progress is None:
+            return hello
+        progress = self.merge.progress
+        if self._announced is not None and (progress <= self._announced or time.monotonic() - self._announced_wall < 1.0):
+            return []
+        self._announced, self._announced_wall = progress, time.monotonic()
+        return hello + list(self.on_progress(progress))
+
+    def _input_settled(self, consumer: Consumer) -> bool:
+        """Whether the wall clock may stand in for event time: nothing is held back and no
+        partition has unread input (while a backlog is read, only the input moves time)."""
+        if self.merge is None:
+            return True
+        return self.merge.held == 0 and all(self._caught_up(consumer).values())

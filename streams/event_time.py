@@ -234,7 +234,9 @@ class WatermarkMerge(Generic[T]):
     # --- records ------------------------------------------------------------------------------
     def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float,
             broker_ts: float | None = None) -> None:
-        state = self._parts.setdefault(partition, _PartitionState())
+        state = self._parts.get(partition)
+        if state is None:  # (not setdefault: that would build a state for every record)
+            state = self._parts[partition] = _PartitionState()
         state.watermark = ts if state.watermark is None else max(state.watermark, ts)
         state.last_data = wall_now
         state.reached(broker_ts)

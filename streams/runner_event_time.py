@@ -88,9 +88,13 @@ class EventTimeMode:
         partitions that ran ahead and resume those that fell behind."""
         assert self.merge is not None
         now = time.time()
+        add = self.merge.add
+        tps: dict[tuple[str, int], TopicPartition] = {}  # one per partition, not one per record
         for r in [*good, *self._poll_broadcast()]:
-            self.merge.add(TopicPartition(r.topic, r.partition), r.offset, r.event_ts, r, now,
-                           broker_time(r.timestamp_ms))
+            tp = tps.get((r.topic, r.partition))
+            if tp is None:
+                tp = tps[(r.topic, r.partition)] = TopicPartition(r.topic, r.partition)
+            add(tp, r.offset, r.event_ts, r, now, broker_time(r.timestamp_ms))
         if drain:
             out = self.merge.drain()
         elif not consumer.assignment():

@@ -15,7 +15,9 @@ culprit's GPUs idle while every peer spins in NCCL kernels, from the node featur
 ProcessGroupNCCL watchdog's sequence numbers (a minority of ranks behind the rest). Every rank
 stopping at the same step is the rule in synchronous training, so the first rank to stop only
 corroborates: alone it is an ``alert``, never an eviction. A rank whose capture failed
-(``ok: false``) answered; it is not a silent suspect. A verdict that named nobody is revisited
+(``ok: false``) answered; it is not a silent suspect. A node whose agent found no training
+process answers for all its ranks (diagnosis.dump_set.NoTrainerAnswer): nobody waits for their
+dumps, and the verdict names that node without evicting it (diagnosis.hang_verdict). A verdict that named nobody is revisited
 once if GPU-side or watchdog evidence arrives while the job is still stuck.
 
 This module tells a stall and collects its dumps; the per-job state is diagnosis.hang_state and
@@ -30,7 +32,7 @@ import statistics
 from collections import deque
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, StackDump
+from diagnosis.dump_set import DumpSet, NoTrainerAnswer, StackDump
 from diagnosis.features import NodeWindow
 from diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
@@ -109,6 +111,21 @@ class HangDetector(HangVerdicts):
         state.stall.failed.add(dump.rank)
         return self._check_complete(job, state, dump.ts)
 
+    def no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
+        """A node answered a capture with "no training process here": its ranks answered (the
+        collection stops waiting for them) and their processes are gone."""
+        state = self._jobs.get(job)
+        if state is None:
+            return []
+        if state.stall is None:
+            if state.last_progress is not None and answer.ts >= state.last_progress:
+                state.recent.add_no_trainer(answer)  # as note_dump: the suspicion may follow
+            return []
+        if state.stall.decided:
+            return []
+        state.stall.dumps.add_no_trainer(answer)
+        return self._check_complete(job, state, answer.ts)
+
     def _job(self, name: str) -> JobState:
         job = self._jobs.get(name)
         if job is None:
@@ -160,7 +177,7 @@ class HangDetector(HangVerdicts):
     def _check_complete(self, job: str, state: JobState, now: float) -> list[Diagnosis]:
         dumps = state.stall.dumps
         topology = self._book.topology(job)
-        if topology is not None and dumps.ranks() | state.stall.failed >= set(topology.by_rank):
+        if topology is not None and dumps.answered(topology.ranks_by_node) | state.stall.failed >= set(topology.by_rank):
             if dumps.all_preferred():
                 return [self._decide(job, state, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.

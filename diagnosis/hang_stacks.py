@@ -67,12 +67,12 @@ def read_hang_stacks(dumps: Mapping[int, str], topology: Topology, config: Stack
     if usable:
         verdict = _by_wait_chain(stacks, activities, chains, topology, config)
         if verdict is not None:
-            return verdict
+            return replace(verdict, waited_on=chains.unknown_ends)
     clustered = cluster_rank_stacks(stacks, topology, config)
     why = _why_not_wait_chain(activities, chains, config) if usable else "no usable dump"
-    if clustered.localized:
-        return replace(clustered, detail=f"{clustered.detail}; wait chains name no suspect: {why}")
-    return replace(clustered, rule=None, detail=f"{clustered.detail}; wait chains name no suspect: {why}")
+    detail = f"{clustered.detail}; wait chains name no suspect: {why}"
+    rule = clustered.rule if clustered.localized else None
+    return replace(clustered, rule=rule, detail=detail, waited_on=chains.unknown_ends)
 
 
 def _by_wait_chain(stacks: RankStacks, activities: Mapping[int, RankActivity], chains: WaitChains,

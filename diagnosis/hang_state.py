@@ -30,6 +30,8 @@ class HangConfig:
     gpu_confidence: float = 0.65
     nccl_confidence: float = 0.6
     corroboration: float = 0.1  # added when another cue names the same nodes
+    # A minority of nodes whose agents find no training process: named for stop-time checks, not evicted.
+    trainer_gone_confidence: float = 0.6
     step_window: int = 512  # recent step times the median is taken over
     # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
     # also outlast this multiple of the longest gap between progress seen in the recent past.

@@ -41,11 +41,20 @@ class HangVerdicts:
         topology = self._book.topology(name, at=stall.onset)
         base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
         stalled = f"stalled {now - stall.onset:.0f}s"
+        gone = stall.dumps.gone(topology.ranks_by_node) if topology is not None else {}
+        if gone and len(gone) * 2 <= len(topology.nodes):
+            return self._trainer_gone(name, job, stall, topology, gone, now, stalled)
+        # Most nodes (or all) finding no trainer says more about the agents (their --proc-pattern /
+        # launcher pid) or about a job that exited than about any one machine: nobody is named for it.
+        absent = (f"; {len(gone)} of {len(topology.nodes)} node(s) found no training process "
+                  f"[{_short(tuple(gone))}], too many to single one out (check the agents' "
+                  f"--proc-pattern / launcher pid)") if gone else ""
+        answered = stall.failed | {r for rs in gone.values() for r in rs}
         if topology is not None and len(stall.dumps):
             texts = stall.dumps.texts(topology.by_rank)
             stray = len(stall.dumps) - len(texts)
             verdict = read_hang_stacks(texts, topology, self.config.stacks)
-            note = f"; {stray} dump(s) from ranks outside the topology ignored" if stray else ""
+            note = (f"; {stray} dump(s) from ranks outside the topology ignored" if stray else "") + absent
             if verdict.no_suspect:
                 # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
                 return Diagnosis(
@@ -58,7 +67,7 @@ class HangVerdicts:
                     confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
                     evidence=self._evidence(job, stall, verdict),
                 )
-            missing = _missing_blame(verdict, topology, self.config, stall.failed)
+            missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
                 why = missing.pop("why")
                 return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
@@ -66,6 +75,8 @@ class HangVerdicts:
             why = f"stacks name no outlier ({verdict.detail}){note}"
         elif topology is None:
             why = "no topology for the job, stacks cannot be placed"
+        elif gone:
+            why = f"no usable stack{absent}" + (f"; capture failed on {len(stall.failed)} rank(s)" if stall.failed else "")
         elif stall.failed:
             why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
         else:
@@ -78,6 +89,49 @@ class HangVerdicts:
     def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:
         ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
         return ids + self._step_evidence(job, stall.first_stopped)
+
+    def _trainer_gone(self, name: str, job: JobState, stall: Stall, topology, gone: dict[str, tuple[int, ...]],
+                      now: float, stalled: str) -> Diagnosis:
+        """A minority of nodes answered "no training process here" while the rest hang.
+
+        Their processes are gone, and the job cannot step without them: that explains the hang
+        and names those nodes. It does not say the machine is bad: a crash, an OOM kill, a user
+        error or an operator's kill ends a process on a healthy machine as well. So the node is
+        named with the reason, and the action is stop-time diagnosis (checks on the machines, an
+        eviction only for one that fails them, else a restart), never an eviction on this alone.
+        The other ranks' stacks (their PP peers blocked in send/recv on the gone ranks) show
+        victims and are not blamed; the idle GPUs of a node with no trainer are no extra cue.
+        """
+        stall.inconclusive = False  # no later GPU-side revisit may evict a node for idling without its trainer
+        nodes = tuple(n for n in topology.nodes if n in gone)
+        ranks = tuple(sorted(r for rs in gone.values() for r in rs))
+        answers = stall.dumps.no_trainer()
+        said = "; ".join(f"{n}: {answers[n].reason}" for n in nodes[:3])
+        if len(nodes) > 3:
+            said += f"; ... {len(nodes) - 3} more node(s)"
+        cues = [f"node(s) {_short(nodes)} answered the stack capture with no training process ({said}): "
+                f"their rank(s) [{_short(ranks)}] are gone while the other ranks wait"]
+        confidence = self.config.trainer_gone_confidence
+        evidence = tuple(answers[n].event_id for n in nodes)
+        texts = stall.dumps.texts(topology.by_rank)
+        if texts:
+            verdict = read_hang_stacks(texts, topology, self.config.stacks)
+            waited = sorted(set(verdict.waited_on) & set(ranks))
+            if waited:
+                # The survivors' wait chains end at the gone ranks: the stacks agree on where the hang is.
+                cues.append(f"the other ranks' wait chains end at gone rank(s) [{_short(tuple(waited))}]")
+                confidence += self.config.corroboration
+            cues.append(f"the other ranks' stacks (victims, not blamed): {verdict.detail}")
+            evidence += stall.dumps.evidence(waited, max(0, self.config.evidence_limit - len(evidence)))
+        else:
+            cues.append("no other rank sent a usable stack")
+        cues.append("a process gone is not yet a machine at fault (crash, OOM kill, user error): stop-time "
+                    "checks on the machines, evict only one that fails them")
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault="job_hang", action="stop_time_diagnosis", nodes=nodes,
+            ranks=ranks, confidence=round(min(0.9, confidence), 4),
+            evidence=evidence + self._step_evidence(job, stall.first_stopped), detail=f"{stalled}; " + "; ".join(cues),
+        )
 
     # --- localisation without stacks ---------------------------------------------------------
     def _without_stacks(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis | None:
@@ -135,7 +189,7 @@ class HangVerdicts:
 
 def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=frozenset()) -> dict | None:
     """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
-    ranks whose capture reported failure (``ok: false``) answered and are not."""
+    ranks whose capture reported failure (``ok: false``) or whose node has no trainer answered and are not."""
     silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
     if not silent or len(silent) * 2 > len(topology.by_rank):
         return None

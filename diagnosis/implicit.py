@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import is_stack_dump, read_stack_dump
+from diagnosis.dump_set import NoTrainerAnswer, is_stack_dump, read_stack_answer
 from diagnosis.features import NodeWindow
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
@@ -46,7 +46,10 @@ class ImplicitFaultDetector:
 
     def _observe(self, event: Envelope) -> list[Diagnosis]:
         if is_stack_dump(event):
-            dump = read_stack_dump(event)  # InvalidEvent → the engine dead-letters it
+            dump = read_stack_answer(event)  # InvalidEvent → the engine dead-letters it
+            if isinstance(dump, NoTrainerAnswer):
+                # A node with no trainer matters to a hang; a fail-slow round just closes without it.
+                return self.hang.no_trainer(event.job, dump)
             if event.data.get("ok") is False:
                 # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
                 return self.hang.capture_failed(event.job, dump)

@@ -82,6 +82,7 @@ class StackVerdict:
     rule: str | None = None  # RULE_WAIT_CHAIN or RULE_OUTLIER: what named the suspects (None: nothing did)
     chains: tuple[str, ...] = ()  # wait chains, victim first, to each suspect (wait-chain rule)
     no_suspect: bool = False  # every rank waits in the same call and nobody is behind: evict nobody
+    waited_on: tuple[int, ...] = ()  # ranks without a usable dump that wait chains end at (diagnosis.hang_stacks)
 
     @property
     def localized(self) -> bool:

@@ -62,9 +62,12 @@ class HangDetector(HangVerdicts):
         elif event.source == "heartbeat" and event.kind == "beat":
             pids = event.data.get("pids")
             # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
+            job = self._job(event.job)
             if pids is None or (isinstance(pids, list) and pids):
-                job = self._job(event.job)
                 job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
+                job.no_pids.pop(event.node, None)
+            elif isinstance(pids, list):
+                job.no_pids.setdefault(event.node, (event.ts, event.id))  # corroborates a "no trainer" answer
         return []
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:

@@ -76,4 +76,5 @@ class JobState:
     recent_failed: set = field(default_factory=set)  # failed captures since the last progress, before a suspicion
     windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
     progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
+    no_pids: dict = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
 

@@ -113,6 +113,14 @@ class HangVerdicts:
                 f"their rank(s) [{_short(ranks)}] are gone while the other ranks wait"]
         confidence = self.config.trainer_gone_confidence
         evidence = tuple(answers[n].event_id for n in nodes)
+        beats = {n: job.no_pids[n] for n in nodes if n in job.no_pids}
+        if beats:
+            # The agent's heartbeats agree: they stopped listing a trainer pid, and when.
+            since = min(ts for ts, _ in beats.values())
+            cues.append(f"the heartbeats of {_short(tuple(beats))} list no training process since "
+                        f"{since - stall.onset:+.0f}s from the last step")
+            confidence += self.config.corroboration
+            evidence += tuple(i for _, i in beats.values())
         texts = stall.dumps.texts(topology.by_rank)
         if texts:
             verdict = read_hang_stacks(texts, topology, self.config.stacks)

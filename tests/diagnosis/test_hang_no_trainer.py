@@ -101,10 +101,12 @@ def _detector(**hang):
     return ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig(**hang)))
 
 
-def _hung_job():
-    """Steps every 2 s up to step 20 on every rank, then nothing; every agent keeps beating."""
+def _hung_job(gone_nodes=()):
+    """Steps every 2 s up to step 20 on every rank, then nothing; every agent keeps beating, those of
+    ``gone_nodes`` with no training pid from t=50 on (their trainer died in step 21)."""
     events = [step_event(2.0 * n + 0.001 * r, TOPO, r, n) for n in range(1, 21) for r in range(32)]
-    events += [beat_event(float(t), node) for t in range(0, 301, 10) for node in TOPO.nodes]
+    events += [beat_event(float(t), node, pids=[] if node in gone_nodes and t >= 50 else None)
+               for t in range(0, 301, 10) for node in TOPO.nodes]
     return events
 
 
@@ -138,7 +140,8 @@ def _idle_windows_of(det, node, times):
 def test_a_node_without_trainer_is_named_for_checks_and_nobody_is_evicted():
     det = _detector(collect_timeout_s=60.0)
     answer = agent_answer(GONE, 104.0)
-    events = _hung_job() + [answer] + _survivor_dumps([GONE], 105.0)
+    events = _hung_job([GONE]) + [answer] + _survivor_dumps([GONE], 105.0)
+    first_empty_beat = next(e for e in events if e.node == GONE and e.kind == "beat" and e.data["pids"] == [])
     out = run_detector(det, [e for e in events if e.ts <= T0 + 85], until=85)
     out += _idle_windows_of(det, GONE, (60.0, 70.0, 80.0))  # its GPUs idle: no trainer runs there
     out += run_detector(det, [e for e in events if e.ts > T0 + 85], start=86, until=300)
@@ -151,7 +154,10 @@ def test_a_node_without_trainer_is_named_for_checks_and_nobody_is_evicted():
     assert final.ts == pytest.approx(T0 + 105.0 + 0.01 * 31) and final.ts - suspicion.ts < 60.0
     assert "no training processes found on this node" in final.detail and PATTERN in final.detail
     assert "evict only one that fails them" in final.detail
-    assert answer.id in final.evidence and 0.5 <= final.confidence < 0.9
+    # Corroborated by the node's own heartbeats and by the survivors' wait chains, still no eviction.
+    assert "list no training process since" in final.detail and "wait chains end at gone rank(s) [6, 7]" in final.detail
+    assert answer.id in final.evidence and first_empty_beat.id in final.evidence
+    assert 0.5 <= final.confidence <= 0.9
 
 
 def test_a_node_without_trainer_answers_before_the_suspicion_too():
@@ -164,7 +170,7 @@ def test_a_node_without_trainer_answers_before_the_suspicion_too():
 
 def test_without_other_stacks_the_node_without_trainer_is_still_named_not_evicted():
     det = _detector(collect_timeout_s=30.0)
-    out = run_detector(det, _hung_job() + [agent_answer(GONE, 104.0)], until=300)
+    out = run_detector(det, _hung_job([GONE]) + [agent_answer(GONE, 104.0)], until=300)
     assert [d.action for d in out] == ["capture_stacks", "stop_time_diagnosis"]
     final = out[1]
     assert final.nodes == (GONE,) and "no other rank sent a usable stack" in final.detail
@@ -175,8 +181,8 @@ def test_most_nodes_without_trainer_single_nobody_out():
     # Every agent but two finds nothing: its pattern misses the trainer, or the job exited; no machine is named.
     det = _detector(collect_timeout_s=30.0)
     gone = TOPO.nodes[:14]
-    events = _hung_job() + [agent_answer(n, 104.0 + 0.01 * i) for i, n in enumerate(gone)]
-    events += [e for e in _survivor_dumps(gone, 105.0)]
+    events = _hung_job(gone) + [agent_answer(n, 104.0 + 0.01 * i) for i, n in enumerate(gone)]
+    events += _survivor_dumps(gone, 105.0)
     out = run_detector(det, events, until=300)
     finals = [d for d in out if d.action != "capture_stacks"]
     assert len(finals) == 1 and finals[0].action not in ("evict", "evict_reset_gpu", "stop_time_diagnosis")

@@ -35,6 +35,7 @@ from streams.command import Command
 from streams.config import KafkaSettings
 from streams.events import Envelope, number
 from streams.producer import Producer
+from trainer_hooks.ack_reasons import obeyed_reason
 from trainer_hooks.exit_codes import ACTION_EXIT
 from streams.command_listener import CommandListener
 from streams.command_memory import ReplayMemory, default_state_dir, memory_file
@@ -138,9 +139,9 @@ class TrainerHook:
     def _on_command(self, cmd: Command) -> None:
         if cmd.action == "checkpoint":
             self._checkpoint_due.set()
-            self._ack(cmd.id, cmd.action, True, "checkpoint at the next step boundary")
+            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
         elif cmd.action == "capture_stacks":
-            self._ack(cmd.id, cmd.action, True, "stacks published")
+            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
             self.publish_stacks(cmd.id)
         elif cmd.action not in ACTION_EXIT:
             return  # run_checks is the node agent's (collectors.checks), not the trainer's
@@ -149,7 +150,7 @@ class TrainerHook:
                 if self.exit_code is not None:
                     return
                 self.exit_code, self.exit_command = ACTION_EXIT[cmd.action], cmd
-            self._ack(cmd.id, cmd.action, True, f"exiting with code {self.exit_code}")
+            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
             threading.Thread(target=self._exit_if_stuck, args=(self.steps,), daemon=True).start()
 
     def publish_stacks(self, request_id: str | None = None) -> None:

@@ -1,5 +1,6 @@
 """The simulated cluster driven live: its events go to the broker at ``speed``× simulated time and
-it obeys the commands that come back, screened exactly as a real trainer screens them.
+it obeys the commands that come back, screened exactly as a real trainer screens them; its ranks
+ack them on `train`/`command_ack` as real trainer hooks do (faultlens.demo.hook_acks).
 
 ``speed`` 0 runs in lockstep with the pipeline instead: after each slice of simulated time the
 driver waits until the consumers have read what it published and the commands they sent have
@@ -15,6 +16,7 @@ import time
 from typing import Callable
 
 from simulator import SimulatedCluster
+from faultlens.demo.hook_acks import SimulatedHookAcks
 from faultlens.demo.state import CommandRecord, DemoState
 from streams.command import Command
 from streams.config import KafkaSettings
@@ -34,9 +36,13 @@ class SimListener(CommandListener):
     """The real listener, judging expiry by the simulated clock: the cluster lives on it."""
 
     sim_clock: Callable[[], float] = time.time
+    on_message: Callable[[bytes | None, float], None] | None = None  # every message, before it is screened
 
     def dispatch(self, raw: bytes | None, now: float | None = None) -> Screened:
-        return super().dispatch(raw, self.sim_clock() if now is None else now)
+        now = self.sim_clock() if now is None else now
+        if self.on_message is not None:
+            self.on_message(raw, now)  # first: the acks answer the cluster as it was when the command came
+        return super().dispatch(raw, now)
 
 
 class SimDriver:
@@ -50,13 +56,17 @@ class SimDriver:
         self.speed = speed
         self.state = state
         self.settled = settled  # lockstep: given events published so far, whether the pipeline caught up
-        self._inbox: queue.Queue[Command] = queue.Queue()
+        # Commands to obey, and (raw, now) messages for the ranks to ack, in the order they came.
+        self._inbox: queue.Queue[Command | tuple[bytes | None, float]] = queue.Queue()
+        self.hooks = SimulatedHookAcks(keys, cluster.cfg.job)
         self.listener = SimListener(settings, CommandScreen(keys, cluster.cfg.job),
                                     on_command=self._inbox.put, on_refused=self._refused)
         self.listener.sim_clock = lambda: self.cluster.now
+        self.listener.on_message = lambda raw, now: self._inbox.put((raw, now))
         self.stop_event = threading.Event()
         self.published = 0
         self.applied = 0
+        self.acks = 0
 
     def _refused(self, screened: Screened) -> None:
         self.state.on_command(CommandRecord(screened.command, False, screened.reason, time.time(), self.cluster.now))
@@ -112,6 +122,9 @@ class SimDriver:
                 cmd = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(cmd, tuple):
+                self._ack(*cmd)
+                continue
             before = list(self.cluster.slots)
             self.cluster.apply(cmd)
             self.applied += 1
@@ -121,6 +134,13 @@ class SimDriver:
             if cmd.action in ("evict", "restart", "reattempt", "rollback"):
                 self.state.on_restarted()
             self.state.on_command(CommandRecord(cmd, True, "obeyed", time.time(), self.cluster.now))
+
+    def _ack(self, raw: bytes | None, now: float) -> None:
+        """Every rank's answer to one message, from the node that holds it, on the simulated clock."""
+        placement = {rank: self.cluster.node_of(rank) for rank in range(self.cluster.world)}
+        for node, data in self.hooks.acks(raw, now, placement, alive=self.cluster.state != "down"):
+            self.cluster.emit_at(self.cluster.now, node, "train", "command_ack", data)
+            self.acks += 1
 
     def _launcher_restarts(self) -> None:
         """A job stopped by an episode that no command ended restarts in place after CRASH_WAIT_S,

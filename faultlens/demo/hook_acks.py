@@ -1,0 +1,57 @@
+"""The simulated cluster's trainer hooks, as far as commands go: each rank answers a command on
+`train`/`command_ack` the way trainer_hooks.hook.TrainerHook does, so demo histories show commands
+obeyed or refused instead of "no answer".
+
+Each rank screens the message with the real rules (streams.command_screen.CommandScreen for its
+node and rank, rank 0 as the job's spokesperson, its own replay memory) and acks what the real hook
+acks: an obeyed command with the hook's reason (trainer_hooks.ack_reasons), a refusal with the
+screen's reason and ``addressed``, and nothing for what it neither carries out nor is asked to ack
+(``run_checks``, routine "not for me"). Only what a real cluster would say: no ack while the job is
+down (its trainer processes are gone, as its heartbeats' empty pid lists say), each from the node
+that holds the rank at the time, on the simulated clock.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from streams.command_memory import ReplayMemory
+from streams.command_screen import CommandScreen
+from streams.signing import VerifyKeys
+from trainer_hooks.ack_reasons import obeyed_reason
+
+
+class SimulatedHookAcks:
+    """Per-rank command screens of one simulated job; :meth:`acks` answers one message."""
+
+    def __init__(self, keys: VerifyKeys, job: str):
+        self.keys = keys
+        self.job = job
+        # A real hook keeps its memory in the checkpoint directory: it outlives restarts and swaps.
+        self._memory: dict[int, ReplayMemory] = {}
+
+    def acks(self, raw: bytes | None, now: float, placement: Mapping[int, str],
+             alive: bool = True) -> list[tuple[str, dict]]:
+        """(node, `command_ack` payload) for each rank of ``placement`` (rank → node) that answers
+        the message ``raw`` received at ``now``; none when the trainers are not ``alive``."""
+        if not alive:
+            return []
+        out = []
+        for rank, node in sorted(placement.items()):
+            screen = CommandScreen(self.keys, self.job, node, rank, spokesperson=rank == 0,
+                                   memory=self._memory.setdefault(rank, ReplayMemory()))
+            screened = screen.screen(raw, now)
+            cmd = screened.command
+            if screened.obey:
+                reason = obeyed_reason(cmd.action)
+                if reason is None:
+                    continue  # the node agent's action: the trainer neither obeys nor acks it
+                data = {"command_id": cmd.id, "action": cmd.action, "obeyed": True, "reason": reason,
+                        "addressed": True}
+            elif screened.ack:
+                data = {"command_id": cmd.id if cmd else None, "action": cmd.action if cmd else None,
+                        "obeyed": False, "reason": screened.reason, "addressed": screened.addressed}
+            else:
+                continue
+            out.append((node, {"rank": rank, **data}))
+        return out

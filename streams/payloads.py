@@ -38,6 +38,8 @@ def _nonneg_int(v: Any) -> str | None:
 def _num(v: Any) -> str | None:
     if not _is_num(v):
         return f"must be a number, got {_kind(v)}"
+    if isinstance(v, int):
+        return None  # finite, however large (isfinite of an int past a float's range raises)
     return None if math.isfinite(v) else f"must be finite, got {v}"
 
 

@@ -41,3 +41,17 @@ def test_wrong_types_are_named(event, field):
 ])
 def test_documented_payloads_pass(event):
     check_payload(event)
+
+
+def test_an_integer_too_large_for_a_float_is_a_verdict_not_a_crash():
+    # Not from the wire (orjson reads such an integer as a float), but from an in-process producer.
+    from streams.events import Envelope, InvalidEvent
+    from streams.payloads import SCHEMAS, check_payload
+    for (source, kind), schema in SCHEMAS.items():
+        for key in schema:
+            for value in (10**400, -10**400, [10**400], {"a": 10**400}):
+                event = Envelope(ts=1_790_000_000.0, job="j", node="n", source=source, kind=kind, data={key: value})
+                try:
+                    check_payload(event)
+                except InvalidEvent:
+                    pass

@@ -25,7 +25,9 @@ def torch_missing() -> str | None:
 
 class TrainerJob:
     def __init__(self, settings: KafkaSettings, signing_key: SigningKey, out_dir: Path, *, job: str = TRAINER_JOB,
-                 nodes: int = 2, procs_per_node: int = 1, steps: int = 60, nan_at: int = 25):
+                 nodes: int = 2, procs_per_node: int = 1, steps: int = 120, nan_at: int = 25):
+        # ~10 s of steps after the NaN: the verdict comes while the job still runs, even on a
+        # loaded machine (with 60 it once finished first, and there was nothing left to roll back).
         self.settings = settings
         self.signing_key = signing_key
         self.dir = out_dir / "trainer"

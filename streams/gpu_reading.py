@@ -141,7 +141,9 @@ def decode_gpu_message(raw: bytes | str | None) -> Envelope:
     """The envelope of one message of the GPU topic: a plain sample with :class:`GpuReading`
     rows (and its table read, see streams.gpu_table.GpuRows), anything else as
     :func:`streams.events.decode` reads it."""
-    if raw is not None:
+    # ASCII only (a sample's names are): msgspec does not check the UTF-8 of the keys it skips,
+    # where the general reading refuses a message with any byte that is not UTF-8.
+    if type(raw) is bytes and raw.isascii():
         try:
             m = _read(raw)
         except msgspec.DecodeError:  # a ValidationError is one too

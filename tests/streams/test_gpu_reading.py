@@ -139,3 +139,45 @@ def test_other_kinds_of_the_gpu_topic_read_as_before():
     raw = orjson.dumps({"v": 1, "id": "x2", "ts": T, "job": "llm", "node": "dgx-a17", "source": "host",
                         "kind": "sample", "data": {"gpus": []}})
     assert decode_gpu_message(raw) == decode(raw)
+
+
+def _mutations(seed: int, n: int):
+    """Seeded odd samples: a key's value swapped for another type, a key dropped or added, the
+    bytes cut short or garbled."""
+    import random
+    rnd = random.Random(seed)
+    odd = [None, True, -1, 2.5, 10**19, 1e299, "12", "nan", [], [1], {}, {"replay": 1}, ["hw_thermal"]]
+    keys = list(_gpu(0))
+    for _ in range(n):
+        gpus = [_gpu(i) for i in range(rnd.randint(0, 3))]
+        for g in gpus:
+            for _ in range(rnd.randint(0, 2)):
+                op, key = rnd.random(), rnd.choice(keys)
+                if op < 0.6:
+                    g[key] = rnd.choice(odd)
+                elif op < 0.8:
+                    g.pop(key, None)
+                else:
+                    g[f"x_{key}"] = rnd.choice(odd)
+        raw = _message(gpus)
+        cut = rnd.random()
+        if cut < 0.1:
+            raw = raw[:rnd.randint(0, len(raw))]
+        elif cut < 0.15:
+            i = rnd.randrange(len(raw))
+            raw = raw[:i] + bytes([rnd.randrange(256)]) + raw[i + 1:]
+        yield raw
+
+
+def _outcome(read, raw):
+    try:
+        event = read(raw)
+    except InvalidEvent as exc:
+        return ("invalid", str(exc))
+    table = gpu_table(event)
+    return ("ok", _verdict(event), None if table is None else (table.numbers, table.index, table.uuid, table.throttle))
+
+
+def test_odd_samples_get_the_same_outcome_either_way():
+    for raw in _mutations(seed=13, n=400):
+        assert _outcome(decode_gpu_message, raw) == _outcome(decode, raw), raw

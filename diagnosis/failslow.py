@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.anomaly import CORROBORATED
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, StackDump
+from diagnosis.dump_set import DumpSet, NoTrainerAnswer, StackDump
 from diagnosis.localize import group_counts, localize
 from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, cluster_stacks
@@ -126,10 +126,28 @@ class FailSlowRounds:
             return out  # that close concluded the campaign; this dump comes after it
         rnd = self._round_for(campaign, dump)
         rnd.dumps.add(dump)
+        return out + self._close_if_all_answered(job, campaign, rnd, dump.ts)
+
+    def add_no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
+        """A node's "no training process here" answer to a round's capture: its ranks have answered
+        (with nothing to cluster), so the round need not wait its window for them."""
+        campaign = self._campaigns.get(job)
+        if campaign is None:
+            return []  # no round is waiting: the hang detector judges what it means
+        if answer.request_id is not None:
+            rnd = campaign.open.get(f"request {answer.request_id}")
+        else:  # the round of event time it falls in, if one is open
+            rnd = next((r for r in campaign.open.values() if r.key.startswith("window")), None)
+        if rnd is None:
+            return []
+        rnd.dumps.add_no_trainer(answer)
+        return self._close_if_all_answered(job, campaign, rnd, answer.ts)
+
+    def _close_if_all_answered(self, job: str, campaign: _Campaign, rnd: _Round, now: float) -> list[Diagnosis]:
         topology = self._book.topology(job)
-        if topology is not None and rnd.dumps.ranks() >= set(topology.by_rank):
-            out += self._close(job, campaign, rnd.key, dump.ts)
-        return out
+        if topology is not None and rnd.dumps.answered(topology.ranks_by_node) >= set(topology.by_rank):
+            return self._close(job, campaign, rnd.key, now)
+        return []
 
     def _round_for(self, campaign: _Campaign, dump: StackDump) -> _Round:
         if dump.request_id is not None:

@@ -48,8 +48,9 @@ class ImplicitFaultDetector:
         if is_stack_dump(event):
             dump = read_stack_answer(event)  # InvalidEvent → the engine dead-letters it
             if isinstance(dump, NoTrainerAnswer):
-                # A node with no trainer matters to a hang; a fail-slow round just closes without it.
-                return self.hang.no_trainer(event.job, dump)
+                # A node with no trainer matters to a hang; a fail-slow round counts it as answered
+                # (and clusters the other ranks' stacks without waiting its window for that node).
+                return self.hang.no_trainer(event.job, dump) + self.failslow.add_no_trainer(event.job, dump)
             if event.data.get("ok") is False:
                 # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
                 return self.hang.capture_failed(event.job, dump)

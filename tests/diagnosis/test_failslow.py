@@ -215,3 +215,24 @@ def test_rounds_taken_after_the_steps_stopped_are_the_stalls_and_blame_nobody_as
     out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0, confidence=0.6)])
     verdicts = [d for d in out if d.fault == "fail_slow" and d.action != "capture_stacks"]
     assert verdicts and all(d.action == "alert" for d in verdicts), verdicts
+
+
+def test_a_node_that_answers_no_training_process_closes_the_round_without_its_window():
+    from tests.diagnosis.test_hang_no_trainer import GONE, agent_answer
+
+    gone_ranks = set(TOPO.ranks_by_node[GONE])
+    det = _detector()
+    rng = random.Random(4)
+    events = []
+    for k in range(5):
+        start = 102.0 + 10 * k
+        events += [e for e in _round(start, {SLOW: SLOW_COMPUTE}, request_id=f"req{k}", rng=rng)
+                   if e.data["rank"] not in gone_ranks]
+        answer = agent_answer(GONE, start + 0.5)
+        events.append(type(answer)(ts=answer.ts, job=answer.job, node=answer.node, source=answer.source,
+                                   kind=answer.kind, data={**answer.data, "request_id": f"req{k}"}, id=f"gone{k}"))
+    out = run_detector(det, events, start=95, until=200, diagnoses=[_suspicion(100.0)])
+    (final,) = [d for d in out if d.action == "evict"]
+    assert final.nodes == (TOPO.by_rank[SLOW].node,) and GONE not in final.nodes
+    # The fifth round closed as the last rank answered (t = 142.5), not a window (10 s) later.
+    assert final.ts < T0 + 145.0

@@ -16,11 +16,11 @@ from diagnosis.engine import Engine, EngineConfig
 from diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
 from streams.diagnosis_record import Diagnosis
 from streams.config import KafkaSettings
-from streams.events import Envelope, InvalidEvent, decode, encode
+from streams.events import InvalidEvent, decode
 from streams.producer import Outgoing
 from streams.metrics import DIAGNOSES
 from streams.reader import iter_topics
-from streams.runner import GroupRunner, Record, dead_letter
+from streams.runner import GroupRunner, Record, dead_letter, record_bytes
 from streams import topics
 from streams.bundle import decode_bundled
 from streams.gpu_reading import decode_gpu_message
@@ -80,8 +80,7 @@ class DiagnoseHandler:
         return [diagnosis_record(d) for d in found]
 
     def _dead(self, r: Record, reason: str) -> Outgoing:
-        raw = encode(r.value) if isinstance(r.value, Envelope) else None
-        return dead_letter(r.topic, r.partition, r.offset, r.key, raw, reason, self.group)
+        return dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), reason, self.group)
 
 
 def prime_topologies(engine: Engine, settings: KafkaSettings, idle_s: float = 1.0) -> int:

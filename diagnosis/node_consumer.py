@@ -34,7 +34,7 @@ from streams.bundle import pack
 from streams.events import Envelope, InvalidEvent, encode
 from streams.payloads import check_payload
 from streams.producer import Outgoing
-from streams.runner import Record, dead_letter
+from streams.runner import Record, dead_letter, record_bytes
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class NodeStageHandler:
             try:
                 produced, passed_on = self._one(r)
             except InvalidEvent as exc:
-                raw = r.raw if r.raw is not None else encode(r.value)  # the bytes that came in, where known
-                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, raw, f"invalid: {exc}", self.group))
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
+                                       self.group))
                 continue
             for o in produced:
                 # A job's outputs keep the order they were made in: what was passed on before a

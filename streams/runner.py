@@ -40,7 +40,7 @@ from streams.runner_event_time import EventTimeMode
 # What handlers import from here (they were defined here first).
 from streams.runner_types import (  # noqa: F401
     DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
-    broker_time, dead_letter, reencode,
+    broker_time, dead_letter, record_bytes,
 )
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ class GroupRunner(EventTimeMode):
             except FatalHandlerError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                raw = reencode(r.value)
-                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, raw,
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r),
                                        f"handler failed: {type(exc).__name__}: {exc}", self.group))
         return out
 

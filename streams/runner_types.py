@@ -92,6 +92,12 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, valu
     return Outgoing(DEAD_LETTER_TOPIC, key, orjson.dumps(body))
 
 
+def record_bytes(record: Record) -> bytes | None:
+    """A record's message as it was read, for a dead letter; one with no bytes of its own (an
+    event out of a bundle) is encoded again."""
+    return record.raw if record.raw is not None else reencode(record.value)
+
+
 def reencode(value: Any) -> bytes | None:
     """Bytes for a dead letter of an already-decoded value."""
     if value is None:

@@ -36,7 +36,8 @@ from streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _Float = Annotated[float, msgspec.Meta(gt=-1e300, lt=1e300)]
 _Num = Union[_Int, _Float, None]
-_Index = Union[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)], None]
+_NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+_Index = Union[_NonNegInt, None]
 _UNSET = msgspec.UNSET
 
 
@@ -93,17 +94,13 @@ class GpuReading(msgspec.Struct, gc=False):
     def items(self):
         return [(k, getattr(self, k)) for k in self]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self}
-
 
 Mapping.register(GpuReading)
 
 
 class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     gpus: list[GpuReading]
-    interval_s: Union[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)], Annotated[float, msgspec.Meta(ge=0, lt=1e300)],
-                      None, msgspec.UnsetType] = _UNSET
+    interval_s: Union[_NonNegInt, Annotated[float, msgspec.Meta(ge=0, lt=1e300)], None, msgspec.UnsetType] = _UNSET
 
 
 class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -133,7 +130,7 @@ def readings_table(gpus: list[GpuReading]) -> GpuTable:
         has_null = True
     rows = GpuRows(gpus)
     rows.table = GpuTable(rows, numbers, has_null, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
-                          list(map(_throttle_of, gpus)), typed=True)
+                          list(map(_throttle_of, gpus)))
     return rows.table
 
 

@@ -45,21 +45,6 @@ _STR = frozenset({str, type(None)})
 _LIST = frozenset({list, type(None)})
 
 
-def plain_nvlink(v: Any) -> bool:
-    """``nvlink_errors``: null, a total, or what the NVML collector writes, each error counter
-    summed over the active links (``{"replay", "recovery", "crc_flit", "crc_data"}``)."""
-    if v is None:
-        return True
-    if type(v) is dict:
-        return all(type(k) is str for k in v) and all(x is None or _finite(x) for x in v.values())
-    return _finite(v)
-
-
-def _finite(x: Any) -> bool:
-    # Comparisons, not isfinite: NaN fails them, and an int too large for a float cannot raise.
-    return (type(x) is int or type(x) is float) and -1e300 < x < 1e300
-
-
 class GpuTable(NamedTuple):
     """A plain sample's GPUs: the objects themselves and their documented values as columns."""
 
@@ -69,7 +54,11 @@ class GpuTable(NamedTuple):
     index: list[int | None]
     uuid: list[str | None]
     throttle: list[list[str] | None]
-    typed: bool = False  # rows are streams.gpu_reading.GpuReading (attributes), not dicts
+
+    @property
+    def typed(self) -> bool:
+        """The rows are streams.gpu_reading.GpuReading (attributes), not dicts."""
+        return type(self.gpus) is GpuRows
 
     def column(self, name: str) -> list[Any]:
         """One of TABLE_NUMBERS for every GPU, in the sample's order."""

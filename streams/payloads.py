@@ -18,7 +18,7 @@ from typing import Any, Callable
 # through the ABC machinery (it cost a third of a net sample's check).
 
 from streams.events import Envelope, InvalidEvent
-from streams.gpu_table import GPU_NUMBERS, plain_nvlink, gpu_table
+from streams.gpu_table import GPU_NUMBERS, gpu_table
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 
@@ -257,6 +257,24 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
 _NUMBER_TYPES = frozenset({int, float, type(None)})
 
 
+_BOUND = 1e300  # a number past this goes to the close look (a quick sum of it could overflow)
+
+
+def _finite_number(v: Any) -> bool:
+    # Comparisons, not isfinite: NaN fails them, and an int too large for a float cannot raise.
+    return (type(v) is float or type(v) is int) and -_BOUND < v < _BOUND
+
+
+def _plain_nvlink(v: Any) -> bool:
+    """``nvlink_errors`` certainly valid: null, a total, or what the NVML collector writes, each
+    error counter summed over the active links (``{"replay", "recovery", "crc_flit", "crc_data"}``)."""
+    if v is None:
+        return True
+    if type(v) is dict:
+        return all(type(k) is str for k in v) and all(x is None or _finite_number(x) for x in v.values())
+    return _finite_number(v)
+
+
 def _gpus_plainly_valid(gpus: Any) -> bool:
     """The common case of ``gpus`` checked in bulk: plain dicts of finite numbers, an index, a uuid
     and throttle strings. False only means "look closely" (:func:`_gpu` names the problem): a
@@ -275,7 +293,7 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
             return False
         if throttle and (type(throttle) is not list or not all(type(t) is str for t in throttle)):
             return False
-        if not plain_nvlink(g.get("nvlink_errors")):
+        if not _plain_nvlink(g.get("nvlink_errors")):
             return False
     if not _NUMBER_TYPES.issuperset(map(type, values)):
         return False
@@ -286,11 +304,6 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
         return False
 
 
-_BOUND = 1e300  # an int past this goes to the close look (isfinite of a huge int raises there)
-
-
-def _finite_number(v: Any) -> bool:
-    return (type(v) is float or type(v) is int) and -_BOUND < v < _BOUND
 
 
 # What certainly passes each element check, tested in one expression: the check itself (with its
@@ -324,16 +337,14 @@ def check_payload(event: Envelope) -> None:
         return
     schema = SCHEMAS[(event.source, event.kind)]
     data = event.data
-    if schema is _GPU_SAMPLE:
+    if schema is _GPU_SAMPLE or schema is _NET_SAMPLE:
         interval = data.get("interval_s")
-        if (interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf)) \
-                and (gpu_table(event) is not None or _gpus_plainly_valid(data.get("gpus", []))):
-            return
-    elif schema is _NET_SAMPLE:
-        interval = data.get("interval_s")
-        if (interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf)) \
-                and _ports_plainly_valid(data.get("ports", [])):
-            return
+        if interval is None or (type(interval) in (int, float) and 0 <= interval < math.inf):
+            if schema is _GPU_SAMPLE:
+                if gpu_table(event) is not None or _gpus_plainly_valid(data.get("gpus", [])):
+                    return
+            elif _ports_plainly_valid(data.get("ports", [])):
+                return
     get = data.get
     for key, plain, check in steps:
         value = get(key)

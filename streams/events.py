@@ -136,23 +136,14 @@ class Envelope:
 
     @classmethod
     def from_dict(cls, obj: Any) -> "Envelope":
-        if type(obj) is dict:
-            try:  # every field present: the common case, without the per-field search below
-                return cls(v=obj["v"], id=obj["id"], ts=obj["ts"], job=obj["job"], node=obj["node"],
-                           source=obj["source"], kind=obj["kind"], data=obj["data"])
-            except KeyError:
-                pass
-        obj = require_fields(obj, FIELDS, "an event")
-        return cls(
-            v=obj["v"],
-            id=obj["id"],
-            ts=obj["ts"],
-            job=obj["job"],
-            node=obj["node"],
-            source=obj["source"],
-            kind=obj["kind"],
-            data=obj["data"],
-        )
+        if type(obj) is not dict:
+            obj = require_fields(obj, FIELDS, "an event")
+        try:  # every field present: the common case, without a search for the missing one
+            return cls(v=obj["v"], id=obj["id"], ts=obj["ts"], job=obj["job"], node=obj["node"],
+                       source=obj["source"], kind=obj["kind"], data=obj["data"])
+        except KeyError:
+            require_fields(obj, FIELDS, "an event")  # InvalidEvent naming the first missing field
+            raise
 
 
 def require_fields(obj: Any, fields: Iterable[str], what: str) -> Mapping[str, Any]:

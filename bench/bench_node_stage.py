@@ -20,43 +20,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_once(bootstrap: str, client: str) -> dict:
-    """One node-stage run over what the broker holds, timed from its first batch to its last."""
-    from diagnosis.consumer import diagnose_consumer
+def run_once(bootstrap: str, client: str, per_msg: float) -> dict:
+    """One node-stage run over what the broker holds, timed as bench_throughput times a stage."""
+    from bench.bench_throughput import _rates, _stage
     from streams.config import KafkaSettings
 
-    settings = KafkaSettings(bootstrap=bootstrap, client=client)
-    runner, _ = diagnose_consumer(settings, None, stage="node", group=f"bench-node-{uuid.uuid4().hex[:6]}")
-    first: list[tuple[float, float]] = []
-    last: list[tuple[float, float]] = []
-    handle = runner._run_handler
-
-    def timed(records):
-        if not first:
-            first.append((time.perf_counter(), time.process_time()))
-        out = handle(records)
-        last[:] = [(time.perf_counter(), time.process_time())]
-        return out
-
-    runner._run_handler = timed
-    stats = runner.run(idle_stop_s=3, handle_signals=False)
-    wall, cpu = last[0][0] - first[0][0], last[0][1] - first[0][1]
-    return {"client": client, "records": stats.records_in, "outputs": stats.outputs, "seconds": round(wall, 2),
-            "cpu_seconds": round(cpu, 2), "events_per_s": round(stats.records_in / wall),
-            "events_per_cpu_s": round(stats.records_in / cpu)}
+    records, clock, outputs = _stage(KafkaSettings(bootstrap=bootstrap, client=client), "node", idle_s=3.0)
+    return {"client": client, **_rates(records, clock, per_msg), "outputs": outputs}
 
 
-def _run_in(tree: Path, bootstrap: str, client: str) -> dict:
+def _run_in(tree: Path, bootstrap: str, client: str, per_msg: float) -> dict:
     # A fresh process for every run, either code: this file, with that tree's packages first on
     # the path (a run in this process would follow the replay's garbage and frozen objects).
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", bootstrap, client],
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", bootstrap, client, str(per_msg)],
                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -68,14 +49,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base", help="a git revision to compare with (interleaved runs)")
     ap.add_argument("--clients", nargs="+", default=["kafka-python", "confluent"])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--one", nargs=2, metavar=("BOOTSTRAP", "CLIENT"), help=argparse.SUPPRESS)
+    ap.add_argument("--one", nargs=3, metavar=("BOOTSTRAP", "CLIENT", "GPUS_PER_MESSAGE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_once(*args.one)), flush=True)
+        bootstrap, client, per_msg = args.one
+        print(json.dumps(run_once(bootstrap, client, float(per_msg))), flush=True)
         return
     if not args.trace:
         ap.error("--trace is required")
 
+    from bench.bench_throughput import _census
     from streams.admin import ensure_topics
     from streams.broker import EmbeddedBroker
     from streams.config import KafkaSettings
@@ -89,11 +72,13 @@ def main(argv: list[str] | None = None) -> None:
             settings = KafkaSettings(bootstrap=broker.bootstrap)
             ensure_topics(settings)
             replay_trace(settings, args.trace, 0, show_progress=False)
+            telemetry, gpu_samples, _ = _census(Path(args.trace))
+            per_msg = gpu_samples / telemetry
             rows: dict[tuple[str, str], list[dict]] = {}
             for _ in range(args.rounds):
                 for client in args.clients:
                     for code in ("now", "base") if args.base else ("now",):
-                        row = _run_in(ROOT if code == "now" else tree, broker.bootstrap, client)
+                        row = _run_in(ROOT if code == "now" else tree, broker.bootstrap, client, per_msg)
                         row["code"] = code if code == "now" else args.base
                         rows.setdefault((client, code), []).append(row)
                         print(json.dumps(row), flush=True)

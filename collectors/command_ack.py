@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Collection
 
-from streams.command_screen import Screened
+from streams.command_screen import Screened, ack_payload
 from streams.events import Envelope
 
 SOURCE = "check"
@@ -31,8 +31,7 @@ def refusal_ack(result: Screened, *, job: str, node: str, actions: Collection[st
     if result.obey or cmd is None or cmd.action not in actions:
         return None
     return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source=SOURCE, kind=KIND,
-                    data={"rank": None, "command_id": cmd.id, "action": cmd.action, "obeyed": False,
-                          "reason": result.reason, "addressed": result.addressed})
+                    data=ack_payload(None, cmd, False, result.reason, result.addressed))
 
 
 def refusal_acker(publish: Callable[[Envelope], Any], *, job: str, node: str,

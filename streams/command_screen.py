@@ -46,6 +46,16 @@ class Screened:
     ack: bool = True  # answer it on command_ack (every addressed one; see the module doc for the rest)
 
 
+def ack_payload(rank: int | None, command: Command | None, obeyed: bool, reason: str,
+                addressed: bool = True) -> dict:
+    """A receiver's answer to ``command`` (None: a message that did not parse), the payload of a
+    `command_ack` event (docs/events.md), whoever sends it: a trainer rank, or a node agent
+    (``rank`` None)."""
+    return {"rank": rank, "command_id": command.id if command else None,
+            "action": command.action if command else None, "obeyed": obeyed, "reason": reason,
+            "addressed": addressed}
+
+
 class CommandScreen:
     """The pure acceptance rules, with the ids already handled (``memory``; in memory only unless
     given a persisted one)."""

@@ -39,7 +39,7 @@ from trainer_hooks.ack_reasons import obeyed_reason
 from trainer_hooks.exit_codes import ACTION_EXIT
 from streams.command_listener import CommandListener
 from streams.command_memory import ReplayMemory, default_state_dir, memory_file
-from streams.command_screen import CommandScreen, Screened
+from streams.command_screen import CommandScreen, Screened, ack_payload
 from streams.signing import VerifyKeys, load_verify_keys
 
 log = logging.getLogger(__name__)
@@ -125,23 +125,20 @@ class TrainerHook:
         return self.exit_code is not None
 
     # --- commands ---------------------------------------------------------------------------
-    def _ack(self, command_id: str | None, action: str | None, obeyed: bool, reason: str,
-             addressed: bool = True) -> None:
-        self.producer.send_event(self._event("train", "command_ack", {
-            "rank": self.rank, "command_id": command_id, "action": action, "obeyed": obeyed, "reason": reason,
-            "addressed": addressed}))
+    def _ack(self, cmd: Command | None, obeyed: bool, reason: str, addressed: bool = True) -> None:
+        self.producer.send_event(self._event("train", "command_ack",
+                                             ack_payload(self.rank, cmd, obeyed, reason, addressed)))
         self.producer.flush(10.0)
 
     def _on_refused(self, result: Screened) -> None:
-        cmd = result.command
-        self._ack(cmd.id if cmd else None, cmd.action if cmd else None, False, result.reason, result.addressed)
+        self._ack(result.command, False, result.reason, result.addressed)
 
     def _on_command(self, cmd: Command) -> None:
         if cmd.action == "checkpoint":
             self._checkpoint_due.set()
-            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, obeyed_reason(cmd.action))
         elif cmd.action == "capture_stacks":
-            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, obeyed_reason(cmd.action))
             self.publish_stacks(cmd.id)
         elif cmd.action not in ACTION_EXIT:
             return  # run_checks is the node agent's (collectors.checks), not the trainer's
@@ -150,7 +147,7 @@ class TrainerHook:
                 if self.exit_code is not None:
                     return
                 self.exit_code, self.exit_command = ACTION_EXIT[cmd.action], cmd
-            self._ack(cmd.id, cmd.action, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, obeyed_reason(cmd.action))
             threading.Thread(target=self._exit_if_stuck, args=(self.steps,), daemon=True).start()
 
     def publish_stacks(self, request_id: str | None = None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from streams.command_memory import ReplayMemory
-from streams.command_screen import CommandScreen
+from streams.command_screen import CommandScreen, ack_payload
 from streams.signing import VerifyKeys
 from trainer_hooks.ack_reasons import obeyed_reason
 
@@ -46,12 +46,7 @@ class SimulatedHookAcks:
                 reason = obeyed_reason(cmd.action)
                 if reason is None:
                     continue  # the node agent's action: the trainer neither obeys nor acks it
-                data = {"command_id": cmd.id, "action": cmd.action, "obeyed": True, "reason": reason,
-                        "addressed": True}
+                out.append((node, ack_payload(rank, cmd, True, reason)))
             elif screened.ack:
-                data = {"command_id": cmd.id if cmd else None, "action": cmd.action if cmd else None,
-                        "obeyed": False, "reason": screened.reason, "addressed": screened.addressed}
-            else:
-                continue
-            out.append((node, {"rank": rank, **data}))
+                out.append((node, ack_payload(rank, cmd, False, screened.reason, screened.addressed)))
         return out

@@ -129,9 +129,9 @@ def readings_table(gpus: list[GpuReading]) -> GpuTable:
     except TypeError:
         has_null = True
     rows = GpuRows(gpus)
-    rows.table = GpuTable(rows, numbers, has_null, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
-                          list(map(_throttle_of, gpus)))
-    return rows.table
+    rows.columns = (numbers, has_null, list(map(_index_of, gpus)), list(map(_uuid_of, gpus)),
+                    list(map(_throttle_of, gpus)))
+    return GpuTable(rows, *rows.columns)
 
 
 def decode_gpu_message(raw: bytes | str | None) -> Envelope:

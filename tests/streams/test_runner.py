@@ -246,3 +246,47 @@ def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_al
     seen.clear()
     runner().run(idle_stop_s=2, handle_signals=False)  # everything was committed
     assert seen == []
+
+
+def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_the_last_commit(
+        client_settings, group_name, fresh_topic):
+    # Batches between commits only send their outputs (COMMIT_INTERVAL_S): when the wait for their
+    # acknowledgement fails, every one of them since the last commit must come again, not only
+    # the batch in hand, and nothing may be committed past them.
+    from streams.producer import DeliveryError
+
+    topic, out_topic = fresh_topic(partitions=1), fresh_topic(partitions=1)
+    sent = events(60)
+    publish(client_settings, topic, sent)
+    seen: list[str] = []
+    producer = Producer(client_settings)
+    real_flush, flushes = producer.flush, []
+
+    def failing_once(*a, **kw):
+        flushes.append(len(seen))
+        if len(flushes) == 1:
+            raise DeliveryError([(out_topic, "broker gone for a moment")])
+        return real_flush(*a, **kw)
+
+    producer.flush = failing_once
+
+    def handle(records):
+        seen.extend(r.value.id for r in records)
+        return [Outgoing(out_topic, b"n0", r.raw) for r in records]
+
+    runner = GroupRunner(client_settings, group_name, [topic], handle, producer=producer, max_records=10,
+                         commit_interval_s=3600.0)
+    try:
+        stats = runner.run(idle_stop_s=3, handle_signals=False)
+    finally:
+        producer.close()
+    assert flushes[0] > 10  # several batches of ten were handled before the first wait for acknowledgements
+    assert stats.redeliveries == 1
+    first = flushes[0]
+    assert seen[first:2 * first] == seen[:first] == [e.id for e in sent][:first]  # all of them again, in order
+    assert set(seen) == {e.id for e in sent}
+    assert {orjson.loads(m.value)["id"] for m in read_topic(client_settings, out_topic)} == {e.id for e in sent}
+    again = []
+    GroupRunner(client_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(
+        idle_stop_s=2, handle_signals=False)
+    assert again == []  # committed to the end once delivered

@@ -90,7 +90,8 @@ class EventClock:
 
     def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
         """Learn the offset of one event (no-op without a record time or for a stamp from the future)."""
-        if record_ts is None or self._from_future(ts, record_ts, wall_now):
+        # (_from_future inlined: this runs for every record read)
+        if record_ts is None or ts > (wall_now if wall_now > record_ts else record_ts) + self.max_skew_s:
             return
         offset = ts - record_ts
         entry = self._nodes.get((job, node))
@@ -132,14 +133,22 @@ class EventClock:
         return abs(latest - past)
 
     def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
-        if self._from_future(ts, record_ts, wall_now):
+        return self.moved(job, node, ts, record_ts, wall_now) or Placement(ts)
+
+    def moved(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement | None:
+        """:meth:`place`, but None where the event is judged at its own time (nearly always: no
+        tuple is made for each record read)."""
+        if ts > (wall_now if record_ts is None or wall_now > record_ts else record_ts) + self.max_skew_s:
             # No real clock of ours has reached it: judged where it arrived.
             reference = wall_now if record_ts is None else max(wall_now, record_ts)
             at = reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0)
             return Placement(at, ts - reference, "future")
         entry = self._nodes.get((job, node))
-        if entry is None or len(self._job_nodes.get(job, ())) < MIN_PEERS:
-            return Placement(ts)
+        if entry is None:
+            return None
+        nodes = self._job_nodes.get(job)
+        if nodes is None or len(nodes) < MIN_PEERS:
+            return None
         span = self._job_span.get(job, [0.0, 0.0])
         drift = self._job_drift.get(job, 0.0)
         if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
@@ -148,7 +157,7 @@ class EventClock:
             # spool flushed, a trace replayed) or that drift (a simulation faster than real time),
             # where the broker's time says when an event was sent, not when it happened. Clocks
             # cannot be judged from that; none is corrected.
-            return Placement(ts)
+            return None
         skew = entry.median - self._job_offset[job]
         # Hysteresis: the correction stays put while the measured skew wobbles within half the
         # bound (a backlog makes offsets noisy), so a corrected node's events keep their spacing.
@@ -162,7 +171,7 @@ class EventClock:
             # it arrived, by the node's usual offset, and flagged.
             return Placement(record_ts + entry.median - entry.correction, own, "outlier")
         if not entry.correction:
-            return Placement(ts)
+            return None
         return Placement(ts - entry.correction, entry.correction)
 
 

@@ -85,7 +85,7 @@ class Intake:
         for row in rows:
             value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
-            record_ts = broker_time(timestamp_ms)
+            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time()
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:
@@ -97,15 +97,17 @@ class Intake:
             observe(job, node, ts, record_ts, wall)
             keyed.append((row, ts, record_ts, job, node))
         out = []
-        place = self.clock.place
+        moved = self.clock.moved
         for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
             if ts is None:
                 out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
                 continue
-            at = place(job, node, ts, record_ts, wall)
-            if at.skew_s is None:
+            at = moved(job, node, ts, record_ts, wall)
+            if at is None:
+                out.append(Record(t, p, o, k, v, ms, ts, None, None, raw))
+            elif at.skew_s is None:
                 out.append(Record(t, p, o, k, v, ms, at.ts, None, None, raw))
-                continue
-            self.stats.skewed += 1
-            out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
+            else:
+                self.stats.skewed += 1
+                out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
         return out

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 from diagnosis.drift_features import BASELINE, BUCKET_S, RECENT
 from diagnosis.rules.base import Finding
-from diagnosis.rules.net_counters import BURST_THRESHOLDS, delta, port_entries, port_name
+from diagnosis.net_traffic import counts_sum, port_maps
+from diagnosis.rules.net_counters import BURST_THRESHOLDS, port_entries, port_name
 from streams.events import Envelope
 
 ERRORS_Z = 5.0  # Poisson z of the recent error count
@@ -91,14 +92,17 @@ class NetDriftJudge:
         elif bucket < self._bucket:
             return out  # a sample of a minute already closed
         ports = port_entries(event)
-        rates = {port_name(p): _bytes_s(p) for p in ports}
+        names = [port_name(p) for p in ports]
+        rates = {name: _bytes_s(p) for name, p in zip(names, ports)}
         known = [r for r in rates.values() if r is not None]
         median = statistics.median(known) if len(known) >= 2 else None
-        for p in ports:
-            st = self._ports.setdefault((event.node, port_name(p)), _Port())
+        for name, p in zip(names, ports):
+            st = self._ports.get((event.node, name))
+            if st is None:
+                st = self._ports[(event.node, name)] = _Port()
             st.seen = True
-            st.errors += sum(delta(p, name) or 0 for name in BURST_THRESHOLDS)
-            rate = rates[port_name(p)]
+            st.errors += counts_sum(port_maps(p)[1], BURST_THRESHOLDS)
+            rate = rates[name]
             if median is not None and median >= BUSY_BYTES_S and rate is not None:
                 st.shares.append(rate / median)
             if len(st.evidence) < 4 or st.errors:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from diagnosis.rules.base import Finding
-from diagnosis.rules.net_counters import delta, port_entries, port_name
+from diagnosis.rules.net_counters import port_entries, port_name
 from streams.diagnosis_record import Diagnosis
 from streams.events import Envelope
 
@@ -72,25 +72,45 @@ class _Job:
     medians: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # rail → (at, nodes, median)
 
 
-def _rate(p: Mapping[str, Any], name: str) -> float | None:
-    rates = p.get("rates")
-    v = rates.get(name) if isinstance(rates, dict) else None
+_NO_MAP: Mapping[str, Any] = {}
+
+
+def port_maps(p: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """A port's ``rates`` and ``deltas``, each empty where it is not an object: read once per
+    port, not once per counter (a sample is 8 ports, read by three detectors)."""
+    rates, deltas = p.get("rates"), p.get("deltas")
+    return rates if isinstance(rates, dict) else _NO_MAP, deltas if isinstance(deltas, dict) else _NO_MAP
+
+
+def rate_value(v: Any) -> float | None:
+    """A rate as a float; None unless a non-negative number."""
+    if type(v) is float:
+        return v if v >= 0 else None
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
+
+
+def counts_sum(deltas: Mapping[str, Any], names) -> int:
+    """The increments of ``names`` added up (what is not a non-negative integer counts 0, as
+    diagnosis.rules.net_counters.delta reads it)."""
+    values = [deltas.get(n) for n in names]
+    if not any(values):  # nearly always: nothing counted
+        return 0
+    return sum(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def _sample(event: Envelope) -> _Sample:
     rails: dict[str, tuple[float | None, str | None, int]] = {}
     total, known, wait, cnp = 0.0, False, 0.0, 0.0
     for p in port_entries(event):
-        rx, tx = _rate(p, "rx_bytes"), _rate(p, "tx_bytes")
+        rates, deltas = port_maps(p)
+        rx, tx = rate_value(rates.get("rx_bytes")), rate_value(rates.get("tx_bytes"))
         traffic = None if rx is None and tx is None else (rx or 0.0) + (tx or 0.0)
         if traffic is not None:
             total += traffic
             known = True
-        errors = sum(delta(p, c) or 0 for c in TRANSPORT_ERRORS)
-        rails[port_name(p)] = (traffic, p.get("state"), errors)
-        wait += _rate(p, "port_xmit_wait") or 0.0
-        cnp += sum(_rate(p, c) or 0.0 for c in CNP)
+        rails[port_name(p)] = (traffic, p.get("state"), counts_sum(deltas, TRANSPORT_ERRORS))
+        wait += rate_value(rates.get("port_xmit_wait")) or 0.0
+        cnp += sum(rate_value(rates.get(c)) or 0.0 for c in CNP)
     return _Sample(event.ts, event.id, rails, total if known else None, wait, cnp)
 
 

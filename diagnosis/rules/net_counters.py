@@ -60,7 +60,7 @@ def delta(p: Mapping[str, Any], name: str) -> int | None:
 
 
 _device_port = itemgetter("device", "port")
-_state_deltas = itemgetter("state", "deltas")
+_state_of, _deltas_of = itemgetter("state"), itemgetter("deltas")
 _DICT = frozenset({dict})
 
 
@@ -138,14 +138,14 @@ class NetCounterRule:
         try:
             if tuple(map(_device_port, ports)) != quiet:
                 return False
-            states_deltas = list(map(_state_deltas, ports))
+            states = list(map(_state_of, ports))
+            deltas = list(map(_deltas_of, ports))
         except KeyError:
             return False
+        if states.count("ACTIVE") != len(states) or not _DICT.issuperset(map(type, deltas)):
+            return False
         watched = self._watched
-        for state, deltas in states_deltas:
-            if state != "ACTIVE" or type(deltas) is not dict or any(map(deltas.get, watched)):
-                return False
-        return True
+        return not any(any(map(d.get, watched)) for d in deltas)  # a zero or a null is no count
 
     # --- link state -------------------------------------------------------------------------
     def _link(self, event: Envelope, node: _Node, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:

@@ -52,8 +52,8 @@ def _bundle(job: str, sender: str, ts: float, chunk: list[bytes]) -> bytes:
     head = orjson.dumps({"v": 1, "id": f"b.{new_id()}", "ts": ts, "job": job, "node": sender,
                          "source": "summary", "kind": BUNDLE_KIND})
     # The inner envelopes were parsed (or written) by us already: spliced in, not re-encoded, in
-    # one join (a bundle is up to 256 kB: each `+` of it copied all of it into a fresh allocation,
-    # ~18 µs per 13 kB NIC sample passed on against 0.3 µs for the one join).
+    # one join (a bundle is up to 256 kB, and each `+` copied all of it into a fresh allocation:
+    # a third more per 13 kB NIC sample passed on).
     parts = [head[:-1] + b',"data":{"events":[']
     for raw in chunk:
         parts += (raw, b",")

@@ -80,15 +80,11 @@ class _Port:
 class _Node:
     flaps: deque = field(default_factory=deque)  # (ts, event id, text)
     ports: dict[str, _Port] = field(default_factory=dict)
-    # (device, port) of every port of the last sample, when it left each of them ACTIVE with
-    # nothing pending: a sample of the same ports, all ACTIVE, counting nothing, changes nothing.
+    # (device, port) of every port of the last sample when it left each of them ACTIVE, and their
+    # state: a sample of the same ports, all ACTIVE, counting nothing, changes nothing but the
+    # error windows' ageing.
     quiet: tuple | None = None
-
-
-def _settled(port: _Port) -> bool:
-    """Up (so :meth:`NetCounterRule._link` cleared its down-time and marked it was-active) with
-    no error counts in its window (whose pruning would depend on the sample's time)."""
-    return port.state == "ACTIVE" and not port.errors
+    quiet_ports: tuple = ()
 
 
 class NetCounterRule:
@@ -115,10 +111,13 @@ class NetCounterRule:
         # Nearly every sample is of healthy ports: seen to change nothing in a few C-level passes
         # instead of every port's bookkeeping (NIC samples are a tenth of a node's messages).
         if node.quiet is not None and self._changes_nothing(node.quiet, event.data.get("ports")):
+            for port in node.quiet_ports:
+                if port.errors:
+                    self._age(port, event.ts)
             return []
         out: list[Finding] = []
         entries = port_entries(event)
-        settled = True
+        touched: list[_Port] = []
         for p in entries:
             name = port_name(p)
             port = node.ports.get(name)
@@ -126,8 +125,11 @@ class NetCounterRule:
                 port = node.ports[name] = _Port()
             out += self._link(event, node, port, p, name)
             out += self._errors(event, port, p, name)
-            settled = settled and _settled(port)
+            touched.append(port)
+        # An ACTIVE port's down-time was cleared by _link (and it is marked as having been up).
+        settled = all(port.state == "ACTIVE" for port in touched)
         node.quiet = tuple((p.get("device"), p.get("port")) for p in entries) if settled else None
+        node.quiet_ports = tuple(touched) if settled else ()
         return out
 
     def _changes_nothing(self, quiet: tuple, ports: Any) -> bool:
@@ -202,8 +204,7 @@ class NetCounterRule:
             counts = {c: d for c in self.thresholds if (d := delta(p, c))}
         if counts:
             port.errors.append((event.ts, counts, event.id))
-        while port.errors and event.ts - port.errors[0][0] >= self.burst_window_s:
-            port.errors.popleft()
+        self._age(port, event.ts)
         if not counts:
             return []
         sums: dict[str, int] = {}
@@ -235,6 +236,11 @@ class NetCounterRule:
                         entity=f"net:errors-alert:{name}", evidence=tuple(dict.fromkeys(evidence))[-16:],
                         detail=f"link error burst on RDMA port {text} (one burst: watching for a second before "
                                f"evicting)")]
+
+    def _age(self, port: _Port, ts: float) -> None:
+        """Forget the error counts that fell out of the burst window at ``ts``."""
+        while port.errors and ts - port.errors[0][0] >= self.burst_window_s:
+            port.errors.popleft()
 
     def tick(self, now: float) -> list[Finding]:
         return []

@@ -10,8 +10,8 @@ non-negative integer (each or null). The ports list comes back as :class:`Checke
 streams.payloads takes as checked.
 
 Only what is certainly plain is read this way: every port object with exactly the nine
-documented keys, every counter within 0..2**64-1 (past that orjson reads a float, which is no
-delta). Anything the typed read refuses (another kind, an unknown envelope, payload or port key,
+documented keys, every integer within 64 bits signed (msgspec's bounds; up to 2**64 - 1 orjson
+reads an int, past it a float, which is no delta: the general reading decides those). Anything the typed read refuses (another kind, an unknown envelope, payload or port key,
 a key left out, a value of the wrong type or out of range, a byte that is not ASCII) goes through
 :func:`streams.events.decode` and streams.payloads, so it gets the same verdict and the same
 dead-letter reason as it would there. The counter maps stay open: a driver's new counter is read
@@ -28,8 +28,9 @@ from msgspec.structs import asdict
 
 from streams.events import Envelope, decode
 
-# What orjson reads as an int (past 2**64 - 1 it reads a float). JSON has no NaN or infinity, and
-# msgspec refuses a float literal past the double range, as orjson does.
+# Integers msgspec can bound (orjson reads an int up to 2**64 - 1 and a float past it; msgspec an
+# int however large, so the read must stop short). JSON has no NaN or infinity, and msgspec
+# refuses a float literal past the double range, as orjson does.
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 _NonNeg = Union[_Count, Annotated[float, msgspec.Meta(ge=0)], None]

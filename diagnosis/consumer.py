@@ -24,6 +24,7 @@ from streams.runner import GroupRunner, Record, dead_letter, record_bytes
 from streams import topics
 from streams.bundle import decode_bundled
 from streams.gpu_reading import decode_gpu_message
+from streams.net_reading import decode_net_message
 from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,9 @@ NODE_REBUILD_S = 60.0
 STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
-# NVML samples, half of all telemetry, are read by a typed decoder (streams/gpu_reading.py).
-TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message}
+# NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
+# read by typed decoders (streams/gpu_reading.py, streams/net_reading.py).
+TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message}
 
 
 def diagnosis_record(d: Diagnosis) -> Outgoing:

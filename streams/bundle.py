@@ -51,8 +51,16 @@ def pack(job: str, sender: str, ts: float, encoded: list[bytes], max_bytes: int 
 def _bundle(job: str, sender: str, ts: float, chunk: list[bytes]) -> bytes:
     head = orjson.dumps({"v": 1, "id": f"b.{new_id()}", "ts": ts, "job": job, "node": sender,
                          "source": "summary", "kind": BUNDLE_KIND})
-    # The inner envelopes were parsed (or written) by us already: spliced in, not re-encoded.
-    return head[:-1] + b',"data":{"events":[' + b",".join(chunk) + b"]}}"
+    # The inner envelopes were parsed (or written) by us already: spliced in, not re-encoded, in
+    # one join (a bundle is up to 256 kB, and each `+` copied all of it into a fresh allocation:
+    # a third more per 13 kB NIC sample passed on).
+    parts = [head[:-1] + b',"data":{"events":[']
+    for raw in chunk:
+        parts += (raw, b",")
+    if chunk:
+        parts.pop()  # the last comma
+    parts.append(b"]}}")
+    return b"".join(parts)
 
 
 def decode_bundled(raw: bytes | str | None) -> Envelope | Bundle:

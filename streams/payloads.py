@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from streams.events import Envelope, InvalidEvent
 from streams.gpu_table import GPU_NUMBERS, gpu_table
+from streams.net_reading import CheckedPorts
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 
@@ -201,6 +202,8 @@ _DICT_ONLY = frozenset({dict})
 def _ports_plainly_valid(ports: Any) -> bool:
     """The common case of ``ports`` checked in bulk, every port's counters in one pass (a sample is
     8 ports of ~60 counters). False only means "look closely" (:func:`_port` names the problem)."""
+    if type(ports) is CheckedPorts:  # checked as streams.net_reading parsed them
+        return True
     if type(ports) is not list or not _DICT_ONLY.issuperset(map(type, ports)):
         return False
     try:

@@ -104,9 +104,11 @@ class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 
 
 class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    v: int
+    # Integers past 64 bits: orjson reads them as floats, so the general reading names them
+    # differently; they go that way.
+    v: _Int
     id: str
-    ts: Union[int, float]
+    ts: Union[_Int, float]
     job: str
     node: str
     source: str

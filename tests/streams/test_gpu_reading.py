@@ -124,6 +124,11 @@ def test_odd_input_gets_the_general_verdict(gpus, data):
     orjson.dumps({"v": 1, "id": "e1", "ts": T, "job": "llm", "node": "n", "source": "gpux", "kind": "sample",
                   "data": {"gpus": []}}),
     orjson.dumps([1, 2]),
+    # integers past 64 bits (orjson reads them as floats)
+    b'{"v": 100000000000000000000000, "id": "e1", "ts": 1790000000.0, "job": "llm", "node": "n", "source": "gpu",'
+    b' "kind": "sample", "data": {"gpus": []}}',
+    b'{"v": 1, "id": "e1", "ts": 100000000000000000000000, "job": "llm", "node": "n", "source": "gpu",'
+    b' "kind": "sample", "data": {"gpus": []}}',
 ])
 def test_a_bad_envelope_is_refused_as_the_general_decoding_refuses_it(raw):
     with pytest.raises(InvalidEvent) as general:

@@ -150,3 +150,12 @@ def test_the_history_consumer_keeps_the_genuine_copy_from_the_topic(kafka_settin
     assert stored(conn, real.id)["nodes"] == ("n017",)
     assert [n for n, _ in refused(conn, real.id)] == [("n003",)]
     conn.close()
+
+
+def test_the_history_command_refuses_a_verify_key_it_cannot_read(tmp_path, capsys):
+    from faultlens.cli import main
+
+    assert main(["history", "--db", str(tmp_path / "h.duckdb"), "--verify-key", str(tmp_path / "nope.pem"),
+                 "--bootstrap", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert "verify key" in err and "nope.pem" in err

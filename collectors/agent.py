@@ -27,7 +27,7 @@ from collectors.net_sampler import NetSampler, NetUnavailable
 from collectors.nvml_sampler import NvmlSampler, NvmlUnavailable
 from collectors.publisher import Publisher
 from collectors.spool import Spool
-from collectors.stack_capture import find_training_processes
+from collectors.stack_capture import TrainingProcess, find_training_processes
 from streams.command_memory import ReplayMemory
 from streams.config import KafkaSettings
 from streams.signing import VerifyKeys
@@ -179,15 +179,17 @@ class Agent:
             self.unavailable["stacks"] = c.verify_keys_error or "no command verify key"
             self.unavailable["checks"] = c.verify_keys_error or "no command verify key"
         sources.append(HeartbeatSource(job=c.job, node=c.node, interval_s=c.heartbeat_interval_s, publish=publish,
-                                       statuses=self.statuses, pids=self.training_pids))
+                                       statuses=self.statuses, processes=self.training_processes))
         return sources
 
-    def training_pids(self) -> list[int]:
+    def training_processes(self) -> list[TrainingProcess]:
         c = self.config
         if c.launcher_pid is None and not c.proc_pattern:
             return []
-        return [p.pid for p in find_training_processes(launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern,
-                                                       rank_env=c.rank_env)]
+        return find_training_processes(launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern, rank_env=c.rank_env)
+
+    def training_pids(self) -> list[int]:
+        return [p.pid for p in self.training_processes()]
 
     def source(self, name: str) -> Source:
         return next(s for s in self.sources if s.name == name)

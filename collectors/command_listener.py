@@ -16,7 +16,7 @@ import threading
 from typing import Any, Callable
 
 from collectors.command_ack import refusal_acker
-from collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes
+from collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes, unranked_pids
 from streams.command import Command
 from streams.command_listener import COMMANDS_TOPIC, CommandListener
 from streams.command_memory import ReplayMemory
@@ -84,8 +84,16 @@ class StackCaptureSource:
             how = f"launcher pid {self.launcher_pid}" if self.launcher_pid else f"pattern {self.proc_pattern!r}"
             results = [DumpResult(None, None, f"no training processes found on this node ({how})", False)]
         else:
+            unranked = unranked_pids(procs)
+            if unranked:
+                # Still dumped: the stacks are real and end the diagnoser's wait for this node, but
+                # without a rank nobody can place them; the operator must fix --rank-env.
+                log.warning("capture %s: no rank in the environment of pid(s) %s (--rank-env %s, nor torchrun's "
+                            "LOCAL_RANK/GROUP_RANK): their dumps go out with a null rank and cannot be placed",
+                            request_id, unranked, self.rank_env)
             results = capture(procs, timeout_s=self.dump_timeout_s)
-        events = [dump_event(r, job=self.job, node=self.node, request_id=request_id) for r in results]
+        events = [dump_event(r, job=self.job, node=self.node, request_id=request_id, rank_env=self.rank_env)
+                  for r in results]
         for event in events:
             self.publish(event)
         log.info("capture %s: %d dump(s), %d failed", request_id, len(events), sum(not r.ok for r in results))

@@ -2,50 +2,78 @@
 
 A missing beat is how a silent node is detected (DESIGN.md §3, `node_silent`); the `sources` map
 tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say.
+``unranked_pids`` names the training processes whose rank the agent cannot read (its
+``--rank-env`` misses the trainer's variable), before any capture needs their stacks placed.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable, Mapping
 
+from collectors.stack_capture import TrainingProcess, unranked_pids
 from streams.events import Envelope
+
+log = logging.getLogger(__name__)
 
 
 def beat_event(*, job: str, node: str, seq: int, pids: list[int], sources: Mapping[str, str],
-               ts: float | None = None) -> Envelope:
+               ts: float | None = None, unranked_pids: list[int] | None = None) -> Envelope:
+    data = {"seq": seq, "pids": sorted(pids), "sources": dict(sources)}
+    if unranked_pids is not None:
+        data["unranked_pids"] = sorted(unranked_pids)
     return Envelope(
         ts=time.time() if ts is None else ts,
         job=job,
         node=node,
         source="heartbeat",
         kind="beat",
-        data={"seq": seq, "pids": sorted(pids), "sources": dict(sources)},
+        data=data,
     )
 
 
 class HeartbeatSource:
-    """Agent source; ``statuses`` and ``pids`` are callables so each beat reads them fresh."""
+    """Agent source; ``statuses`` and ``pids`` (or ``processes``) are callables so each beat reads
+    them fresh. ``processes`` gives the training processes with their ranks, one discovery for
+    both the pids and the ``unranked_pids`` of the beat."""
 
     name = "heartbeat"
 
     def __init__(self, *, job: str, node: str, interval_s: float, publish: Callable[[Envelope], Any],
-                 statuses: Callable[[], Mapping[str, str]], pids: Callable[[], list[int]]):
+                 statuses: Callable[[], Mapping[str, str]], pids: Callable[[], list[int]] | None = None,
+                 processes: Callable[[], list[TrainingProcess]] | None = None):
+        if (pids is None) == (processes is None):
+            raise ValueError("HeartbeatSource needs exactly one of pids or processes")
         self.job = job
         self.node = node
         self.interval_s = interval_s
         self.publish = publish
         self.statuses = statuses
         self.pids = pids
+        self.processes = processes
         self.seq = 0
+        self._unranked: list[int] = []
+
+    def _discover(self) -> tuple[list[int], list[int] | None]:
+        if self.processes is None:
+            return list(self.pids()), None
+        procs = list(self.processes())
+        unranked = unranked_pids(procs)
+        if unranked != self._unranked and unranked:
+            log.warning("training pid(s) %s carry no rank this agent can read: fix its --rank-env, or their "
+                        "stacks cannot be placed in a hang", unranked)
+        self._unranked = unranked
+        return [p.pid for p in procs], unranked
 
     def beat(self) -> Envelope:
         try:
-            pids = list(self.pids())
+            pids, unranked = self._discover()
         except Exception:  # process discovery failing must not stop the beat that says we are alive
-            pids = []
-        event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses())
+            pids, unranked = [], None
+        event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
+                           unranked_pids=unranked)
         self.seq += 1
         self.publish(event)
         return event

@@ -190,14 +190,24 @@ def capture(processes: list[TrainingProcess], **dump_kwargs) -> list[DumpResult]
     return results
 
 
-def dump_event(result: DumpResult, *, job: str, node: str, request_id: str, ts: float | None = None) -> Envelope:
-    """The `stack`/`stack_dump` event (docs/events.md) of one dump; ``ok`` tells a dump from an error."""
+def dump_event(result: DumpResult, *, job: str, node: str, request_id: str, ts: float | None = None,
+               rank_env: str | None = None) -> Envelope:
+    """The `stack`/`stack_dump` event (docs/events.md) of one dump; ``ok`` tells a dump from an error.
+    ``rank_env``, the variable the rank was read from, lets a reader of a null rank say what to fix."""
+    data = {"rank": result.rank, "pid": result.pid, "dump": result.dump, "request_id": request_id,
+            "tool": "py-spy", "ok": result.ok}
+    if rank_env is not None:
+        data["rank_env"] = rank_env
     return Envelope(
         ts=ts if ts is not None else time.time(),
         job=job,
         node=node,
         source="stack",
         kind="stack_dump",
-        data={"rank": result.rank, "pid": result.pid, "dump": result.dump, "request_id": request_id,
-              "tool": "py-spy", "ok": result.ok},
+        data=data,
     )
+
+
+def unranked_pids(processes: list[TrainingProcess]) -> list[int]:
+    """The training processes whose rank could not be read: their stacks cannot be placed."""
+    return sorted(p.pid for p in processes if p.rank is None)

@@ -6,6 +6,9 @@ hook's faulthandler dump. py-spy names its threads, so it is kept when both arri
 A node agent that finds no training process on its node still answers a capture, with no rank
 (``rank: null, pid: null, ok: false``, collectors.command_listener): that is a
 :class:`NoTrainerAnswer` for the whole node, read by :func:`read_stack_answer`, not a bad dump.
+An agent that found a process but could not read its rank (``rank: null`` with a ``pid``: its
+``--rank-env`` names a variable the trainer does not set) sends an :class:`UnrankedDump`: real
+stacks from that node, which answer for it, but which no detector can place in a parallel group.
 """
 
 from __future__ import annotations
@@ -41,6 +44,25 @@ class NoTrainerAnswer:
     request_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class UnrankedDump:
+    """A node's dump of a training process whose rank its agent could not read (``rank_env`` is
+    the variable it looked in, when the agent says). It answers the capture for that node, but a
+    stack that cannot be placed in the topology is never evidence against any rank or machine."""
+
+    node: str
+    pid: int
+    dump: str
+    ok: bool
+    event_id: str
+    ts: float
+    request_id: str | None = None
+    rank_env: str | None = None
+
+
+NodeAnswer = NoTrainerAnswer | UnrankedDump  # an answer for a node's ranks that names none of them
+
+
 def is_stack_dump(event: Envelope) -> bool:
     return event.source == "stack" and event.kind == "stack_dump"
 
@@ -50,20 +72,18 @@ def _request_id(data) -> str | None:
     return str(request) if request not in (None, "") else None
 
 
-def read_stack_answer(event: Envelope) -> StackDump | NoTrainerAnswer:
-    """A stack_dump event as what it is: one rank's dump, or a node's "no training process here".
+def read_stack_answer(event: Envelope) -> StackDump | NoTrainerAnswer | UnrankedDump:
+    """A stack_dump event as what it is: one rank's dump, a node's "no training process here", or
+    a node's dump of a process whose rank its agent could not read.
 
-    Only the exact shape the agent sends for the latter (``rank`` and ``pid`` null, ``ok: false``,
-    the reason as ``dump`` text) is read so; any other payload goes through
-    :func:`read_stack_dump` and its dead letters.
+    Only the exact shapes the agent sends for the latter two (``rank`` null; ``pid`` null, ``ok:
+    false`` and the reason as ``dump`` text, or an integer ``pid`` and the dump) are read so; any
+    other payload goes through :func:`read_stack_dump` and its dead letters.
     """
     data = event.data
     if "rank" in data and data["rank"] is None:
         if data.get("pid") is not None:
-            # A process was found but its rank could not be read (the agent's --rank-env): its
-            # dump cannot be placed in the topology, so it is no use to any detector.
-            raise InvalidEvent("data.rank", f"stack_dump of pid {data.get('pid')!r} has a null rank: the agent "
-                                            f"could not read the process's rank, the dump cannot be placed")
+            return _read_unranked(event)
         if data.get("ok") is not False:
             raise InvalidEvent("data.rank", "stack_dump with a null rank and no pid is a node's \"no training "
                                             f"process\" answer and must say ok: false, got ok={data.get('ok')!r}")
@@ -73,6 +93,20 @@ def read_stack_answer(event: Envelope) -> StackDump | NoTrainerAnswer:
         return NoTrainerAnswer(node=event.node, reason=reason, event_id=event.id, ts=event.ts,
                                request_id=_request_id(data))
     return read_stack_dump(event)
+
+
+def _read_unranked(event: Envelope) -> UnrankedDump:
+    data = event.data
+    pid = data["pid"]
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise InvalidEvent("data.pid", f"stack_dump with a null rank needs an integer pid, got {pid!r}")
+    dump = data.get("dump")
+    if not isinstance(dump, str):
+        raise InvalidEvent("data.dump", f"stack_dump needs the dump text, got {type(dump).__name__}")
+    rank_env = data.get("rank_env")
+    return UnrankedDump(node=event.node, pid=pid, dump=dump, ok=data.get("ok") is not False, event_id=event.id,
+                        ts=event.ts, request_id=_request_id(data),
+                        rank_env=rank_env if isinstance(rank_env, str) else None)
 
 
 def read_stack_dump(event: Envelope) -> StackDump:
@@ -106,14 +140,18 @@ class DumpSet:
     def __init__(self) -> None:
         self._by_rank: dict[int, StackDump] = {}
         self._no_trainer: dict[str, NoTrainerAnswer] = {}
+        self._unranked: dict[str, dict[int, UnrankedDump]] = {}  # node → pid → its dump
         self.first_ts: float | None = None
         self.last_ts: float | None = None
+
+    def _seen(self, ts: float) -> None:
+        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
 
     def add(self, dump: StackDump) -> bool:
         """Keep ``dump`` unless the rank already has one at least as good; True when kept."""
         old = self._by_rank.get(dump.rank)
-        self.first_ts = dump.ts if self.first_ts is None else min(self.first_ts, dump.ts)
-        self.last_ts = dump.ts if self.last_ts is None else max(self.last_ts, dump.ts)
+        self._seen(dump.ts)
         if old is not None and (old.tool == PREFERRED_TOOL or dump.tool != PREFERRED_TOOL):
             return False
         self._by_rank[dump.rank] = dump
@@ -121,34 +159,79 @@ class DumpSet:
 
     def add_no_trainer(self, answer: NoTrainerAnswer) -> bool:
         """Note that ``answer.node`` has no training process; the first answer of a node is kept."""
+        self._seen(answer.ts)
         if answer.node in self._no_trainer:
             return False
         self._no_trainer[answer.node] = answer
         return True
 
+    def add_unranked(self, dump: UnrankedDump) -> bool:
+        """Keep the first dump of each process whose rank its agent could not read; True when kept."""
+        self._seen(dump.ts)
+        kept = self._unranked.setdefault(dump.node, {})
+        if dump.pid in kept:
+            return False
+        kept[dump.pid] = dump
+        return True
+
+    def add_answer(self, answer: NodeAnswer) -> bool:
+        """A node's answer that names no rank, whichever it is."""
+        if isinstance(answer, UnrankedDump):
+            return self.add_unranked(answer)
+        return self.add_no_trainer(answer)
+
     def no_trainer(self) -> dict[str, NoTrainerAnswer]:
         """node → its "no training process" answer."""
         return dict(self._no_trainer)
 
+    def unranked(self) -> dict[str, tuple[UnrankedDump, ...]]:
+        """node → the dumps of its processes whose rank could not be read, in pid order."""
+        return {node: tuple(d for _, d in sorted(by_pid.items())) for node, by_pid in self._unranked.items()}
+
     def answered(self, ranks_by_node: Mapping[str, Iterable[int]]) -> set[int]:
-        """The ranks that answered: those with a dump and every rank of a node without a trainer."""
+        """The ranks that answered: those with a dump, every rank of a node without a trainer, and
+        every rank of a node whose dumps, placed or not, are as many as the ranks it holds (its
+        agent dumps every process it finds in one capture, so the count tells when it is done)."""
         out = set(self._by_rank)
         for node in self._no_trainer:
             out.update(ranks_by_node.get(node, ()))
+        for node, by_pid in self._unranked.items():
+            ranks = set(ranks_by_node.get(node, ()))
+            if len(by_pid) + len(ranks & out) >= len(ranks):
+                out |= ranks
+        return out
+
+    def unplaced(self, ranks_by_node: Mapping[str, Iterable[int]]) -> dict[str, tuple[int, ...]]:
+        """node → its ranks without a dump of their own, on nodes that sent dumps whose rank could
+        not be read: any of those dumps may be any of these ranks, so none of them may be blamed
+        for sending nothing. Nodes outside ``ranks_by_node`` are left out."""
+        out = {}
+        for node in self._unranked:
+            ranks = tuple(sorted(r for r in ranks_by_node.get(node, ()) if r not in self._by_rank))
+            if ranks:
+                out[node] = ranks
         return out
 
     def gone(self, ranks_by_node: Mapping[str, Iterable[int]]) -> dict[str, tuple[int, ...]]:
         """node → its ranks that have no process (the node said so) and sent no dump either;
-        nodes outside ``ranks_by_node`` (not in the job's topology) are left out."""
+        nodes outside ``ranks_by_node`` (not in the job's topology) are left out, and so is a node
+        that also dumped a process it could not rank (it has one, then)."""
         out = {}
         for node in self._no_trainer:
+            if node in self._unranked:
+                continue
             ranks = tuple(sorted(r for r in ranks_by_node.get(node, ()) if r not in self._by_rank))
             if ranks:
                 out[node] = ranks
         return out
 
     def __len__(self) -> int:
+        """The number of ranks with a dump (node answers that name no rank are not counted)."""
         return len(self._by_rank)
+
+    def is_empty(self) -> bool:
+        """Nothing at all: no rank's dump and no node's answer."""
+        return not (self._by_rank or self._no_trainer or self._unranked)
 
     def all_preferred(self) -> bool:
         return all(d.tool == PREFERRED_TOOL for d in self._by_rank.values())

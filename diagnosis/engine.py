@@ -147,7 +147,12 @@ class Engine:
             if at is not None and at != event.ts:
                 event = dataclasses.replace(event, ts=at)
         late_by = 0.0 if lane.now is None else lane.now - event.ts
-        if lane.now is None:
+        # A job record (topology, restart) is read from the broadcast `jobs` topic, which a job
+        # stage member reads in full even for jobs whose data another member holds: it must not
+        # move the job's time, or a member that takes the job's data over later (a rebalance)
+        # would read all of it as late, under a topology from its future.
+        timed = event.source != "job"
+        if lane.now is None and timed:
             self.book.advance(event.job, event.ts)
         if late_by > self.config.max_lateness_s and (event.source, event.kind) in _TIMELY_ONLY:
             # Counted and logged (the history keeps it); judging a window or a silence from it
@@ -166,6 +171,8 @@ class Engine:
             self.stats["late_faults"] += 1
             found = [dataclasses.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
         out.extend(found)
+        if not timed:
+            return out
         if lane.now is None or event.ts > lane.now:
             lane.now = event.ts
             self.book.advance(event.job, lane.now)
@@ -177,7 +184,9 @@ class Engine:
 
     def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
         if event.source == "job":
-            if event.kind == "restart" and lane.now is not None and event.ts > lane.now:
+            # A restart waits for the job's own data to reach it (none yet: it waits too), so the
+            # detectors forget the old incarnation at its place in event time.
+            if event.kind == "restart" and (lane.now is None or event.ts > lane.now):
                 lane.pending.append(event)
                 lane.pending.sort(key=lambda e: e.ts)
             else:

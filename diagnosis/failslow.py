@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.anomaly import CORROBORATED
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NoTrainerAnswer, StackDump
+from diagnosis.dump_set import DumpSet, NodeAnswer, NoTrainerAnswer, StackDump
 from diagnosis.localize import group_counts, localize
 from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, cluster_stacks
@@ -129,18 +129,26 @@ class FailSlowRounds:
         return out + self._close_if_all_answered(job, campaign, rnd, dump.ts)
 
     def add_no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
-        """A node's "no training process here" answer to a round's capture: its ranks have answered
-        (with nothing to cluster), so the round need not wait its window for them."""
+        """A node's "no training process here" answer to a round's capture."""
+        return self.add_node_answer(job, answer)
+
+    def add_node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
+        """A node's answer to a round's capture that names no rank ("no training process here", or
+        a dump whose rank could not be read): its ranks have answered with nothing to cluster (a
+        stack that cannot be placed cannot be an outlier of any group), so the round need not
+        wait its window for them."""
         campaign = self._campaigns.get(job)
         if campaign is None:
             return []  # no round is waiting: the hang detector judges what it means
         if answer.request_id is not None:
-            rnd = campaign.open.get(f"request {answer.request_id}")
+            key = f"request {answer.request_id}"
+            # The node may answer before any rank's dump of the round arrives: the round starts here.
+            rnd = None if key in campaign.closed else campaign.open.setdefault(key, _Round(key))
         else:  # the round of event time it falls in, if one is open
             rnd = next((r for r in campaign.open.values() if r.key.startswith("window")), None)
         if rnd is None:
             return []
-        rnd.dumps.add_no_trainer(answer)
+        rnd.dumps.add_answer(answer)
         return self._close_if_all_answered(job, campaign, rnd, answer.ts)
 
     def _close_if_all_answered(self, job: str, campaign: _Campaign, rnd: _Round, now: float) -> list[Diagnosis]:

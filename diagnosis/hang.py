@@ -17,7 +17,10 @@ stopping at the same step is the rule in synchronous training, so the first rank
 corroborates: alone it is an ``alert``, never an eviction. A rank whose capture failed
 (``ok: false``) answered; it is not a silent suspect. A node whose agent found no training
 process answers for all its ranks (diagnosis.dump_set.NoTrainerAnswer): nobody waits for their
-dumps, and the verdict names that node without evicting it (diagnosis.hang_verdict). A verdict that named nobody is revisited
+dumps, and the verdict names that node without evicting it (diagnosis.hang_verdict). A node
+whose agent could not read its processes' ranks answers with dumps that cannot be placed
+(diagnosis.dump_set.UnrankedDump): they end the wait for that node, none of its ranks is blamed
+for silence, and no eviction may rest on them. A verdict that named nobody is revisited
 once if GPU-side or watchdog evidence arrives while the job is still stuck.
 
 This module tells a stall and collects its dumps; the per-job state is diagnosis.hang_state and
@@ -32,7 +35,7 @@ import statistics
 from collections import deque
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NoTrainerAnswer, StackDump
+from diagnosis.dump_set import DumpSet, NodeAnswer, NoTrainerAnswer, StackDump
 from diagnosis.features import NodeWindow
 from diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
@@ -117,16 +120,22 @@ class HangDetector(HangVerdicts):
     def no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
         """A node answered a capture with "no training process here": its ranks answered (the
         collection stops waiting for them) and their processes are gone."""
+        return self.node_answer(job, answer)
+
+    def node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
+        """A node answered a capture without naming a rank: no training process there, or a dump
+        whose rank its agent could not read. Either answers for the node's ranks (the collection
+        stops waiting for them); neither is placed among the stacks (diagnosis.hang_verdict)."""
         state = self._jobs.get(job)
         if state is None:
             return []
         if state.stall is None:
             if state.last_progress is not None and answer.ts >= state.last_progress:
-                state.recent.add_no_trainer(answer)  # as note_dump: the suspicion may follow
+                state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
             return []
         if state.stall.decided:
             return []
-        state.stall.dumps.add_no_trainer(answer)
+        state.stall.dumps.add_answer(answer)
         return self._check_complete(job, state, answer.ts)
 
     def _job(self, name: str) -> JobState:
@@ -151,7 +160,7 @@ class HangDetector(HangVerdicts):
             if job.last_progress is not None and event.ts > job.last_progress:
                 job.gaps.append(event.ts - job.last_progress)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
-            if len(job.recent):
+            if not job.recent.is_empty():  # a node's answer alone must not outlive progress either
                 job.recent = DumpSet()
             job.recent_failed = set()
             if job.stall is not None:

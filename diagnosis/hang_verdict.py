@@ -42,14 +42,17 @@ class HangVerdicts:
         base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
         stalled = f"stalled {now - stall.onset:.0f}s"
         gone = stall.dumps.gone(topology.ranks_by_node) if topology is not None else {}
+        unplaced = stall.dumps.unplaced(topology.ranks_by_node) if topology is not None else {}
+        unranked = self._unranked_note(stall, topology, unplaced)
         if gone and len(gone) * 2 <= len(topology.nodes):
-            return self._trainer_gone(name, job, stall, topology, gone, now, stalled)
+            return self._trainer_gone(name, job, stall, topology, gone, now, stalled, unranked)
         # Most nodes (or all) finding no trainer says more about the agents (their --proc-pattern /
         # launcher pid) or about a job that exited than about any one machine: nobody is named for it.
         absent = (f"; {len(gone)} of {len(topology.nodes)} node(s) found no training process "
                   f"[{_short(tuple(gone))}], too many to single one out (check the agents' "
                   f"--proc-pattern / launcher pid)") if gone else ""
-        answered = stall.failed | {r for rs in gone.values() for r in rs}
+        absent += unranked
+        answered = stall.failed | {r for rs in gone.values() for r in rs} | {r for rs in unplaced.values() for r in rs}
         if topology is not None and len(stall.dumps):
             texts = stall.dumps.texts(topology.by_rank)
             stray = len(stall.dumps) - len(texts)
@@ -62,20 +65,22 @@ class HangVerdicts:
                     detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
                 )
             if verdict.localized:
-                return Diagnosis(
+                found = Diagnosis(
                     **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
                     confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
                     evidence=self._evidence(job, stall, verdict),
                 )
+                return self._unless_unplaced(found, stall, verdict, unplaced)
             missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
                 why = missing.pop("why")
-                return Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
-                                 evidence=self._evidence(job, stall, verdict))
+                found = Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
+                                  evidence=self._evidence(job, stall, verdict))
+                return self._unless_unplaced(found, stall, verdict, unplaced)
             why = f"stacks name no outlier ({verdict.detail}){note}"
         elif topology is None:
             why = "no topology for the job, stacks cannot be placed"
-        elif gone:
+        elif gone or unplaced:
             why = f"no usable stack{absent}" + (f"; capture failed on {len(stall.failed)} rank(s)" if stall.failed else "")
         elif stall.failed:
             why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
@@ -86,12 +91,58 @@ class HangVerdicts:
             return found
         return self._fallback(name, job, stall, now, f"{stalled}; {why}")
 
+    # --- dumps that cannot be placed ------------------------------------------------------------
+    def _unranked_note(self, stall: Stall, topology, unplaced: dict[str, tuple[int, ...]]) -> str:
+        """What a person must hear about the job's nodes whose agent could not read its processes'
+        ranks: which, the pids, the variable it read, and that the agent's --rank-env needs fixing."""
+        if topology is None:
+            return ""
+        dumps = {n: ds for n, ds in stall.dumps.unranked().items() if n in topology.ranks_by_node}
+        if not dumps:
+            return ""
+        said = []
+        for node in [n for n in topology.nodes if n in dumps][:3]:
+            pids = ", ".join(str(d.pid) for d in dumps[node][:8]) + (", ..." if len(dumps[node]) > 8 else "")
+            env = next((d.rank_env for d in dumps[node] if d.rank_env), None)
+            blamed = f", none of its rank(s) [{_short(unplaced[node])}] is blamed for sending none" \
+                if node in unplaced else ""
+            said.append(f"{node}: pid(s) {pids} (rank read from {env or 'the agent default'}){blamed}")
+        if len(dumps) > 3:
+            said.append(f"... {len(dumps) - 3} more node(s)")
+        return (f"; the agent of {_short(tuple(dumps))} dumped process(es) whose rank it could not read, so their "
+                f"stacks cannot be placed and are not used ({'; '.join(said)}): fix its --rank-env")
+
+    def _unless_unplaced(self, found: Diagnosis, stall: Stall, verdict: StackVerdict,
+                         unplaced: dict[str, tuple[int, ...]]) -> Diagnosis:
+        """An eviction the placed stacks call for, unless it takes a node whose dumps could not be
+        placed: the stacks that would clear or condemn that node are the ones nobody can place, so a
+        person hears it (alert) and nothing is evicted on it. An eviction of other nodes rests on
+        their own placed stacks (as when a rank's capture failed), not on the unplaced ones."""
+        touched = tuple(n for n in found.nodes if n in unplaced)
+        if found.action != "evict" or not touched:
+            return found
+        stall.inconclusive = True  # GPU-side or watchdog evidence may still name a culprit later
+        waited = tuple(sorted(set(verdict.waited_on) & {r for rs in unplaced.values() for r in rs}))
+        on = [f"it would evict node(s) {_short(touched)}"]
+        if waited:
+            on.append(f"the wait chains end at its rank(s) [{_short(waited)}]")
+        unranked = stall.dumps.unranked()
+        ids = tuple(d.event_id for n in unplaced for d in unranked.get(n, ()))
+        nodes = tuple(dict.fromkeys((*unplaced, *found.nodes)))
+        return Diagnosis(
+            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action="alert", nodes=nodes,
+            ranks=found.ranks, group=found.group, confidence=self.config.fallback_confidence,
+            evidence=(found.evidence + ids)[: self.config.evidence_limit],
+            detail=f"{found.detail}; no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
+                   f"against any machine: fix the agent's --rank-env and capture the stacks again",
+        )
+
     def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:
         ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
         return ids + self._step_evidence(job, stall.first_stopped)
 
     def _trainer_gone(self, name: str, job: JobState, stall: Stall, topology, gone: dict[str, tuple[int, ...]],
-                      now: float, stalled: str) -> Diagnosis:
+                      now: float, stalled: str, note: str = "") -> Diagnosis:
         """A minority of nodes answered "no training process here" while the rest hang.
 
         Their processes are gone, and the job cannot step without them: that explains the hang
@@ -138,7 +189,8 @@ class HangVerdicts:
         return Diagnosis(
             job=name, ts=now, onset=stall.onset, fault="job_hang", action="stop_time_diagnosis", nodes=nodes,
             ranks=ranks, confidence=round(min(0.9, confidence), 4),
-            evidence=evidence + self._step_evidence(job, stall.first_stopped), detail=f"{stalled}; " + "; ".join(cues),
+            evidence=evidence + self._step_evidence(job, stall.first_stopped),
+            detail=f"{stalled}; " + "; ".join(cues) + note,
         )
 
     # --- localisation without stacks ---------------------------------------------------------

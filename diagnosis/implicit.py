@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import NoTrainerAnswer, is_stack_dump, read_stack_answer
+from diagnosis.dump_set import NoTrainerAnswer, UnrankedDump, is_stack_dump, read_stack_answer
 from diagnosis.features import NodeWindow
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
@@ -47,10 +47,11 @@ class ImplicitFaultDetector:
     def _observe(self, event: Envelope) -> list[Diagnosis]:
         if is_stack_dump(event):
             dump = read_stack_answer(event)  # InvalidEvent → the engine dead-letters it
-            if isinstance(dump, NoTrainerAnswer):
-                # A node with no trainer matters to a hang; a fail-slow round counts it as answered
-                # (and clusters the other ranks' stacks without waiting its window for that node).
-                return self.hang.no_trainer(event.job, dump) + self.failslow.add_no_trainer(event.job, dump)
+            if isinstance(dump, (NoTrainerAnswer, UnrankedDump)):
+                # A node's answer that names no rank (no trainer there, or its rank unreadable)
+                # matters to a hang; a fail-slow round counts it as answered (and clusters the other
+                # ranks' stacks without waiting its window for that node).
+                return self.hang.node_answer(event.job, dump) + self.failslow.add_node_answer(event.job, dump)
             if event.data.get("ok") is False:
                 # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
                 return self.hang.capture_failed(event.job, dump)

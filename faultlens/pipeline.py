@@ -124,7 +124,8 @@ class Pipeline:
         self.history_conn = open_history(self.options.db, create=True)
         runner, handler = history_runner(self.settings, self.history_conn,
                                          sampling=Sampling(self.options.history_sample_rate),
-                                         group=self._group(HISTORY_GROUP))
+                                         group=self._group(HISTORY_GROUP),
+                                         keys=self.options.signing_key.verify_keys())
         self.consumers["history"] = Consumer("history", runner, handler)
 
     # --- running --------------------------------------------------------------------------------

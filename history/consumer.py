@@ -2,7 +2,9 @@
 
 The runner decodes (a message that does not decode is dead-lettered there), the handler turns a
 polled batch into Arrow tables and writes them before the runner commits, so a crash re-delivers
-a batch and the idempotent inserts drop what was already stored.
+a batch and the idempotent inserts drop what was already stored. Given the verify keys, the
+handler checks each command's signature, so a forged copy of a real command never stays the
+command on record (history.command_copies).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from streams.config import KafkaSettings
 from streams.events import Envelope, encode
 from streams.producer import Outgoing
 from streams.runner import FatalHandlerError, GroupRunner, Record, dead_letter
+from streams.signing import VerifyKeys
 from streams import topics
 from streams.topics import TELEMETRY_TOPICS
 
@@ -49,15 +52,17 @@ def _raw(value: Any) -> bytes | None:
 class HistoryHandler:
     """``handle(records)``: store a batch, return dead letters for the records the sink refused."""
 
-    def __init__(self, sink: HistorySink, sampling: Sampling = Sampling(), group: str = GROUP):
+    def __init__(self, sink: HistorySink, sampling: Sampling = Sampling(), group: str = GROUP,
+                 keys: VerifyKeys | None = None):
         self.sink = sink
         self.sampling = sampling
         self.group = group
+        self.keys = keys
         self.sampled_out = 0
         self.rejected = 0
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
-        batch = build_batch([r.value for r in records], self.sampling)
+        batch = build_batch([r.value for r in records], self.sampling, keys=self.keys)
         try:
             self.sink.write(batch)
         except (duckdb.IOException, duckdb.ConnectionException, duckdb.FatalException) as exc:
@@ -74,8 +79,13 @@ class HistoryHandler:
 
 
 def history_runner(settings: KafkaSettings, conn: duckdb.DuckDBPyConnection, *, sampling: Sampling = Sampling(),
-                   group: str = GROUP, topics: tuple[str, ...] = TOPICS, **runner_kwargs) -> tuple[GroupRunner, HistoryHandler]:
-    """A GroupRunner (not started) that writes every record of ``topics`` into ``conn``."""
-    handler = HistoryHandler(HistorySink(conn), sampling, group)
+                   group: str = GROUP, topics: tuple[str, ...] = TOPICS, keys: VerifyKeys | None = None,
+                   **runner_kwargs) -> tuple[GroupRunner, HistoryHandler]:
+    """A GroupRunner (not started) that writes every record of ``topics`` into ``conn``; ``keys``:
+    the commands' verify keys (None: no signature check, the first copy of a command id is kept)."""
+    if keys is None:
+        log.warning("history without a command verify key: a forged copy of a command that arrives before "
+                    "the genuine one is kept as the command (pass --verify-key)")
+    handler = HistoryHandler(HistorySink(conn), sampling, group, keys)
     runner = GroupRunner(settings, group, topics, handler, decoders=DECODERS, **runner_kwargs)
     return runner, handler

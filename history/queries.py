@@ -320,17 +320,24 @@ QUERIES: dict[str, str] = {
                t.diagnosis_id, t.reason
         FROM t LEFT JOIN b USING (node)
         ORDER BY still_out DESC, t.taken_out_at, t.node""",
+    # Copies of commands the history did not keep as the command (history.command_copies): refused
+    # by its signature check (forged, altered, unsigned, unknown key), displaced by the genuine copy,
+    # or, without a verify key, a second copy of an id it cannot tell from the first.
+    "refused_copies": """
+        SELECT issued_at, job, action, nodes, problem, id AS command_id, key_id, copy_id
+        FROM refused_commands ORDER BY issued_at, id, copy_id""",
 }
 
 # Queries over tables a history file may predate (history.schema: `actions` came after version 1
 # and a file opened read-only does not gain it): no rows there, not an error.
-NEEDS_TABLE = {"action_outcomes": "actions", "nodes_taken_out": "actions"}
+NEEDS_TABLE = {"action_outcomes": "actions", "nodes_taken_out": "actions", "refused_copies": "refused_commands"}
 
 # The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
 REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
     "detection_by_class", "label_detection", "time_to_command", "mtbf", "over_eviction", "wrongly_blamed", "ettr",
     "incidents", "mttr_by_class", "command_outcomes", "event_faults", "action_outcomes", "nodes_taken_out",
+    "refused_copies",
 )
 
 

@@ -33,6 +33,7 @@ TITLES = {
     "event_faults": "Fault signals in stored events",
     "action_outcomes": "Scheduler actions (actuator) by operation and outcome",
     "nodes_taken_out": "Machines taken out of the scheduler (drained / cordoned), still out first",
+    "refused_copies": "Copies of commands refused by the history's signature check (forged, altered, displaced)",
 }
 
 # Wide sections: the columns a terminal table shows (--json and --html have every column).
@@ -41,6 +42,7 @@ TABLE_COLUMNS = {
     "wrongly_blamed": ("issued_at", "job", "node", "fault", "group", "reason"),
     "nodes_taken_out": ("node", "actuator", "job", "fault", "taken_out_at", "times", "brought_back_at", "still_out",
                         "diagnosis_id"),
+    "refused_copies": ("issued_at", "job", "action", "nodes", "problem", "command_id"),
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 
+from history.command_copies import REFUSED_COMMANDS_DDL
 from streams.broker import faultlens_home
 
 SCHEMA_VERSION = 1
@@ -192,8 +193,9 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
             check_version(conn, p)
             if not read_only:
                 conn.execute(ACTIONS_DDL)
+                conn.execute(REFUSED_COMMANDS_DDL)
         else:
-            for statement in (*DDL, ACTIONS_DDL):
+            for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL):
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     except BaseException:
@@ -205,7 +207,7 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
 def memory_history() -> duckdb.DuckDBPyConnection:
     """An in-memory history (tests, a trace analysed without keeping the file)."""
     conn = _quiet(duckdb.connect(":memory:"))
-    for statement in (*DDL, ACTIONS_DDL):
+    for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL):
         conn.execute(statement)
     conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     return conn

@@ -5,6 +5,8 @@ table, plus the job-timeline marks they imply, and says which records it could n
 why. :class:`HistorySink` writes a batch in one transaction: each Arrow table is registered into
 DuckDB and copied with one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``, so a batch delivered
 twice leaves the same rows (a diagnosis re-emitted with a higher fold count replaces its row).
+Commands are the exception: which copy of a command id is kept, given the verify keys, is
+history.command_copies (a forged copy that came first must not stay the command on record).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from history.command_copies import (REFUSED_COMMANDS_DDL, REFUSED_SCHEMA_EXTRA, screen_commands, write_kept,
+                                    write_refused)
 from streams.action_record import ActionRecord
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.events import Envelope
+from streams.signing import VerifyKeys
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.
 SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("net", "sample")})
@@ -54,6 +59,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("ranks", pa.list_(pa.int32())), ("reason", pa.string()), ("diagnosis_id", pa.string()),
         ("issued_at", pa.float64()), ("expires_at", pa.float64()), ("params", pa.string()),
         ("signature", pa.string()),
+    ]),
+    # Copies of commands the history refused (history.command_copies); its copy_id is computed there.
+    "refused_commands": pa.schema([
+        ("id", pa.string()), ("job", pa.string()), ("action", pa.string()), ("nodes", pa.list_(pa.string())),
+        ("ranks", pa.list_(pa.int32())), ("reason", pa.string()), ("diagnosis_id", pa.string()),
+        ("issued_at", pa.float64()), ("expires_at", pa.float64()), ("params", pa.string()),
+        ("signature", pa.string()), *REFUSED_SCHEMA_EXTRA,
     ]),
     "job_timeline": pa.schema([
         ("id", pa.string()), ("job", pa.string()), ("ts", pa.float64()), ("state", pa.string()),
@@ -110,6 +122,7 @@ class Batch:
     tables: dict[str, pa.Table]
     rejected: list[Rejected] = field(default_factory=list)
     sampled_out: int = 0
+    commands_verified: bool = False  # the commands table holds only copies signed by a trusted key
 
     def rows(self) -> dict[str, int]:
         return {name: t.num_rows for name, t in self.tables.items()}
@@ -247,11 +260,14 @@ def label_row(label: Any) -> dict[str, Any]:
     }
 
 
-def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels: Iterable[Any] = ()) -> Batch:
-    """Rows for every record in ``items`` (Envelope, Diagnosis, Command or ActionRecord) and every label."""
+def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels: Iterable[Any] = (),
+                keys: VerifyKeys | None = None) -> Batch:
+    """Rows for every record in ``items`` (Envelope, Diagnosis, Command or ActionRecord) and every
+    label. With ``keys`` each command's signature is checked (history.command_copies)."""
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
     rejected: list[Rejected] = []
     sampled_out = 0
+    commands: list[Command] = []
     for i, item in enumerate(items):
         try:
             if isinstance(item, Envelope):
@@ -264,8 +280,9 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
                 rows["diagnoses"].append(diagnosis_row(item))
                 marks = diagnosis_marks(item)
             elif isinstance(item, Command):
-                rows["commands"].append(command_row(item))
-                marks = command_marks(item)
+                command_row(item)  # an unstorable one is rejected here, at its index
+                commands.append(item)
+                marks = []  # only the copy kept as the command marks the timeline (below)
             elif isinstance(item, ActionRecord):
                 rows["actions"].append(action_row(item))
                 marks = []
@@ -282,13 +299,19 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
         if prev is None or (row["count"] or 0) >= (prev["count"] or 0):
             latest[row["id"]] = row
     rows["diagnoses"] = list(latest.values())
+    screened = screen_commands(commands, keys)
+    for cmd in screened.kept:
+        rows["commands"].append(command_row(cmd))
+        rows["job_timeline"].extend(command_marks(cmd))
+    for cmd, problem in screened.refused:
+        rows["refused_commands"].append({**command_row(cmd), "key_id": cmd.key_id, "problem": problem})
     for label in labels:
         try:
             rows["labels"].append(label_row(label))
         except Unstorable as exc:
             rejected.append(Rejected(-1, f"label: {exc}"))
     tables = {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) for name, r in rows.items()}
-    return Batch(tables, rejected, sampled_out)
+    return Batch(tables, rejected, sampled_out, screened.verified)
 
 
 # --- the DuckDB edge ----------------------------------------------------------------------------
@@ -324,6 +347,14 @@ class HistorySink:
                 view = f"_incoming_{name}"
                 self.conn.register(view, table)
                 try:
+                    if name in ("commands", "refused_commands"):
+                        # A file made before the table (or a connection not opened by history.schema).
+                        self.conn.execute(REFUSED_COMMANDS_DDL)
+                        into_commands, refused = (write_kept(self.conn, view, batch.commands_verified)
+                                                  if name == "commands" else write_refused(self.conn, view))
+                        added["commands"] = added.get("commands", 0) + into_commands
+                        added["refused_commands"] = added.get("refused_commands", 0) + refused
+                        continue
                     cols = _columns(name)
                     # DuckDB reports the rows written, so duplicates show up as a smaller count.
                     added[name] = self.conn.execute(

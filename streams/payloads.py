@@ -245,7 +245,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
                         "step_time_s": _nonneg, "compute_s": _nonneg, "tokens": _nonneg, "tokens_per_s": _nonneg,
                         "mfu": _nonneg},
     ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
-    ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj},
+    ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj, "unranked_pids": _list_of(_int)},
     ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str},
     ("check", "result"): {"request_id": _str, "passed": _bool, "failed": _list_of(_str), "checks": _list_of(_check_item), "duration_s": _nonneg},
     ("check", "replay"): {"command_id": _str, "phase": _str, "group": _nonneg_int, "nodes": _list_of(_str),

@@ -26,8 +26,14 @@ Runs until Ctrl-C / SIGTERM, or --idle-stop / --max-records.
 With --from-trace TRACE: loads a trace file without a broker: its events (sampled the same way),
 its labels (TRACE.labels.jsonl) and, unless --no-diagnose, the diagnoses the engine finds in it.
 
+Commands are checked against --verify-key (the public key remediation signs with): a copy of a
+command whose signature fails is kept in table `refused_commands` with the reason, and never
+shadows the genuine copy of the same id. Without a key nothing is checked: the first copy of an
+id is the command, and a later different copy is kept in `refused_commands` as a conflict.
+
 Prints one JSON line with the rows stored per table. Schema: docs/history.md.
-Environment: FAULTLENS_DB (default --db), FAULTLENS_HISTORY_SAMPLE_RATE, FAULTLENS_HOME."""
+Environment: FAULTLENS_DB (default --db), FAULTLENS_HISTORY_SAMPLE_RATE, FAULTLENS_VERIFY_KEY
+(default --verify-key, comma-separated), FAULTLENS_HOME."""
 
 
 def _rate(text: str) -> float:
@@ -53,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop after S seconds without messages (bounded runs)")
     parser.add_argument("--max-records", type=int, default=None, help="stop after this many records")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--verify-key", action="append", default=None, metavar="PEM",
+                        help="public key commands are signed with (repeatable during a key rollover; else "
+                             "FAULTLENS_VERIFY_KEY, comma-separated): a copy of a command that fails it never "
+                             "replaces the genuine one; without one, signatures are not checked")
     add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
@@ -103,10 +113,12 @@ def _consume(args, conn, sampling, db) -> int:
     from history.consumer import GROUP, StoreUnavailable, history_runner
     from streams.broker import BrokerError
     from streams.connect import connected
+    from streams.signing import load_verify_keys, verify_key_paths
 
     try:
+        keys = load_verify_keys(args.verify_key) if verify_key_paths(args.verify_key) else None
         with connected(args) as settings:
-            runner, handler = history_runner(settings, conn, sampling=sampling, group=args.group or GROUP)
+            runner, handler = history_runner(settings, conn, sampling=sampling, group=args.group or GROUP, keys=keys)
             log.info("history consumer writing to %s (sample rate %.3f)", db, sampling.rate)
             metrics.register_runner("history", lambda: runner.stats)
             metrics.serve(args.metrics_port)

@@ -153,3 +153,46 @@ def test_a_refused_capture_is_answered_with_a_command_ack():
     src.handle(stale.encode())
     [ack] = out
     assert ack.data["command_id"] == stale.id and ack.data["addressed"] is False and src.refused == 2
+
+
+def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_said_in_the_beat(launcher, caplog,
+                                                                                              tmp_path):
+    """--rank-env naming a variable the trainer does not set (the ranks carry RANK and LOCAL_RANK,
+    not SLURM_PROCID, and no LOCAL_WORLD_SIZE to place LOCAL_RANK): the processes are still found
+    and dumped, with a null rank, and the heartbeat names them so an operator fixes the flag."""
+    from collectors.agent import Agent, AgentConfig
+    from collectors.heartbeat import HeartbeatSource
+    from diagnosis.dump_set import UnrankedDump, read_stack_answer
+
+    out = []
+    src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
+                             publish=out.append, launcher_pid=launcher.pid, rank_env="SLURM_PROCID",
+                             dump_timeout_s=20)
+    cmd = _cmd(nodes=("n1",)).signed(KEY)
+    with caplog.at_level("WARNING", logger="collectors.command_listener"):
+        events = src.handle(cmd.encode())
+    ranks = find_training_processes(launcher_pid=launcher.pid)  # the same processes, rightly read
+    assert sorted(e.data["pid"] for e in events) == sorted(p.pid for p in ranks)
+    for e in events:
+        assert e.data["rank"] is None and e.data["ok"] and e.data["rank_env"] == "SLURM_PROCID"
+        assert RANK_FUNCTION in e.data["dump"] and f"Process {e.data['pid']}" in e.data["dump"]
+        read = read_stack_answer(e)
+        assert isinstance(read, UnrankedDump) and read.pid == e.data["pid"] and read.request_id == cmd.id
+    assert "SLURM_PROCID" in caplog.text and "null rank" in caplog.text
+
+    # The heartbeat says it before any capture does.
+    config = AgentConfig(job="job1", node="n1", nvml=False, kernel=False, net=False, launcher_pid=launcher.pid,
+                         rank_env="SLURM_PROCID", create_topics=False, spool_dir=tmp_path / "spool")
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))  # not started: its beat is called by hand
+    hb = agent.source("heartbeat")
+    assert isinstance(hb, HeartbeatSource)
+    beats = []
+    hb.publish = beats.append
+    with caplog.at_level("WARNING", logger="collectors.heartbeat"):
+        hb.beat()
+        hb.beat()
+    assert beats[0].data["unranked_pids"] == beats[0].data["pids"] == sorted(p.pid for p in ranks)
+    assert caplog.text.count("fix its --rank-env") == 1  # said once, not every beat
+    agent.config.rank_env = "RANK"  # fixed: the beat says so too
+    hb.beat()
+    assert beats[-1].data["unranked_pids"] == [] and beats[-1].data["pids"] == sorted(p.pid for p in ranks)

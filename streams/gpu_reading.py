@@ -28,12 +28,12 @@ from typing import Annotated, Any, Iterator, Union
 
 import msgspec
 
-from streams.events import Envelope, decode
 from streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
+from streams.typed_read import Int64, typed_reader
 
 # Every number finite and within ±1e300 (what streams.gpu_table calls plain), checked as it is
 # parsed: JSON has no NaN or infinity, and msgspec refuses a float literal past the double range.
-_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_Int = Int64
 _Float = Annotated[float, msgspec.Meta(gt=-1e300, lt=1e300)]
 _Num = Union[_Int, _Float, None]
 _NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -103,20 +103,6 @@ class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     interval_s: Union[_NonNegInt, Annotated[float, msgspec.Meta(ge=0, lt=1e300)], None, msgspec.UnsetType] = _UNSET
 
 
-class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    # Integers past 64 bits: orjson reads them as floats, so the general reading names them
-    # differently; they go that way.
-    v: _Int
-    id: str
-    ts: Union[_Int, float]
-    job: str
-    node: str
-    source: str
-    kind: str
-    data: _Sample
-
-
-_read = msgspec.json.Decoder(_SampleMessage).decode
 _numbers_of = attrgetter(*TABLE_NUMBERS)
 assert GpuReading.__struct_fields__[:len(TABLE_NUMBERS)] == TABLE_NUMBERS
 _index_of, _uuid_of, _throttle_of = attrgetter("index"), attrgetter("uuid"), attrgetter("throttle")
@@ -136,23 +122,13 @@ def readings_table(gpus: list[GpuReading]) -> GpuTable:
     return GpuTable(rows, *rows.columns)
 
 
-def decode_gpu_message(raw: bytes | str | None) -> Envelope:
-    """The envelope of one message of the GPU topic: a plain sample with :class:`GpuReading`
-    rows (and its table read, see streams.gpu_table.GpuRows), anything else as
-    :func:`streams.events.decode` reads it."""
-    # ASCII only (a sample's names are): msgspec does not check the UTF-8 of the keys it skips,
-    # where the general reading refuses a message with any byte that is not UTF-8.
-    if type(raw) is bytes and raw.isascii():
-        try:
-            m = _read(raw)
-        except msgspec.DecodeError:  # a ValidationError is one too
-            pass
-        else:
-            if m.source == "gpu" and m.kind == "sample":
-                sample = m.data
-                data: dict[str, Any] = {"gpus": readings_table(sample.gpus).gpus}
-                if sample.interval_s is not _UNSET:
-                    data["interval_s"] = sample.interval_s
-                return Envelope(v=m.v, id=m.id, ts=m.ts, job=m.job, node=m.node, source=m.source, kind=m.kind,
-                                data=data)
-    return decode(raw)
+def _sample_data(sample: _Sample) -> dict[str, Any]:
+    data: dict[str, Any] = {"gpus": readings_table(sample.gpus).gpus}
+    if sample.interval_s is not _UNSET:
+        data["interval_s"] = sample.interval_s
+    return data
+
+
+# The envelope of one message of the GPU topic: a plain sample with :class:`GpuReading` rows (and
+# its table read, see streams.gpu_table.GpuRows), anything else as streams.events.decode reads it.
+decode_gpu_message = typed_reader("gpu", "sample", _Sample, _sample_data)

@@ -26,12 +26,11 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec.structs import asdict
 
-from streams.events import Envelope, decode
+from streams.typed_read import typed_reader
 
 # Integers msgspec can bound (orjson reads an int up to 2**64 - 1 and a float past it; msgspec an
 # int however large, so the read must stop short). JSON has no NaN or infinity, and msgspec
 # refuses a float literal past the double range, as orjson does.
-_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 _NonNeg = Union[_Count, Annotated[float, msgspec.Meta(ge=0)], None]
 _Text = Union[str, None]
@@ -62,36 +61,15 @@ class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     interval_s: Union[_NonNeg, msgspec.UnsetType] = _UNSET
 
 
-class _SampleMessage(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    v: _Int
-    id: str
-    ts: Union[_Int, float]
-    job: str
-    node: str
-    source: str
-    kind: str
-    data: _Sample
 
 
-_read = msgspec.json.Decoder(_SampleMessage).decode
+def _sample_data(sample: _Sample) -> dict[str, Any]:
+    data: dict[str, Any] = {"ports": CheckedPorts(map(asdict, sample.ports))}
+    if sample.interval_s is not _UNSET:
+        data["interval_s"] = sample.interval_s
+    return data
 
 
-def decode_net_message(raw: bytes | str | None) -> Envelope:
-    """The envelope of one message of the net topic: a plain sample with its ports read and
-    checked (:class:`CheckedPorts`), anything else as :func:`streams.events.decode` reads it."""
-    # ASCII only (a sample's names are): msgspec does not check the UTF-8 of what it skips, where
-    # the general reading refuses a message with any byte that is not UTF-8.
-    if type(raw) is bytes and raw.isascii():
-        try:
-            m = _read(raw)
-        except msgspec.DecodeError:  # a ValidationError is one too
-            pass
-        else:
-            if m.source == "net" and m.kind == "sample":
-                sample = m.data
-                data: dict[str, Any] = {"ports": CheckedPorts(map(asdict, sample.ports))}
-                if sample.interval_s is not _UNSET:
-                    data["interval_s"] = sample.interval_s
-                return Envelope(v=m.v, id=m.id, ts=m.ts, job=m.job, node=m.node, source=m.source, kind=m.kind,
-                                data=data)
-    return decode(raw)
+# The envelope of one message of the net topic: a plain sample with its ports read and checked
+# (:class:`CheckedPorts`), anything else as streams.events.decode reads it.
+decode_net_message = typed_reader("net", "sample", _Sample, _sample_data)

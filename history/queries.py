@@ -21,6 +21,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
+
 DEFAULTS: dict[str, Any] = {
     "limit": 10,          # rows of the "top" sections
     "max_gap": 60.0,      # a running mark counts as productive for at most this many seconds
@@ -51,13 +53,18 @@ _SPAN = """
         )
     )"""
 
+# What refused_commands says of a copy that is not about its signature (history.command_copies).
+_NOT_SIGNATURE = "(" + ", ".join(f"'{p}'" for p in (DISPLACED, CONFLICT, CONFLICT_SIGNED)) + ")"
+
 # A command the history knows was refused: a receiver it was addressed to answered `command_ack`
 # with `obeyed: false` (a bad signature, expired, replayed ...), no receiver answered obeyed and
 # nothing shows it carried out (a job restart naming it, check results or stack dumps answering it:
 # the node agent acks only its refusals). Such a command evicted nobody, so evictions and time to command count only
 # `accepted` commands. An ack from before `addressed` was in the payload counts as addressed when
 # it comes from the command's job and from a node the command names (or it names none). A command
-# no receiver answered stays counted: the history cannot tell it from one obeyed silently.
+# no receiver answered stays counted (the history cannot tell it from one obeyed silently), unless
+# the copy stored is one the history's own signature check refused (`failed_check`: it held the
+# id alone, history.command_copies) and no receiver obeyed it.
 _ACCEPTED = """
     acks AS (SELECT k.command_id, k.node, k.obeyed, k.reason, k.ts,
                     k.job = c.job AND coalesce(k.addressed, len(c.nodes) = 0 OR list_contains(c.nodes, k.node))
@@ -71,8 +78,11 @@ _ACCEPTED = """
                     UNION SELECT data->>'request_id' FROM events
                     WHERE ((source = 'check' AND kind = 'result') OR (source = 'stack' AND kind = 'stack_dump'))
                       AND data->>'request_id' IS NOT NULL),
-    refused AS (SELECT command_id AS id FROM acks GROUP BY command_id
-                HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
+    failed_check AS (SELECT c.id FROM commands c JOIN refused_commands r ON r.id = c.id
+                     AND r.copy_id = """ + copy_id_sql("c") + """ WHERE r.problem NOT IN """ + _NOT_SIGNATURE + """),
+    refused AS ((SELECT command_id AS id FROM acks GROUP BY command_id
+                 HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
+                 UNION SELECT id FROM failed_check WHERE id NOT IN (SELECT command_id FROM acks WHERE obeyed))
                 EXCEPT SELECT command_id FROM carried_out),
     accepted AS (SELECT * FROM commands WHERE id NOT IN (SELECT id FROM refused)),
     answers AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,

@@ -194,6 +194,11 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
             if not read_only:
                 conn.execute(ACTIONS_DDL)
                 conn.execute(REFUSED_COMMANDS_DDL)
+            elif not conn.execute("SELECT count(*) FROM information_schema.tables "
+                                  "WHERE table_name = 'refused_commands'").fetchone()[0]:
+                # A file from before the table, read only: an empty one for this session, so the
+                # queries that consult it (history.queries: accepted commands) read it as "none".
+                conn.execute(REFUSED_COMMANDS_DDL.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
         else:
             for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL):
                 conn.execute(statement)

@@ -111,6 +111,39 @@ def test_a_forged_command_with_no_genuine_copy_is_on_record_as_refused():
     assert marks(conn, fake.id) == []
 
 
+def test_a_forged_command_no_receiver_answered_evicted_nobody_in_the_report():
+    # Its receivers were gone (or never got it): no ack either way. The history's own check
+    # refused the copy it holds, so the report must not count it as an eviction of n003.
+    conn = memory_history()
+    fake = forged_from(genuine(cid="forged-unanswered"))
+    HistorySink(conn).write(build_batch([fake], keys=KEYS))
+    (outcome,) = queries.run(conn, "command_outcomes")
+    assert outcome["command_id"] == fake.id and outcome["outcome"] == "refused"
+    (taken,) = queries.run(conn, "actions_taken")
+    assert taken["receivers"] == "refused"
+    assert [row["evicted_nodes"] for row in queries.run(conn, "over_eviction")] == [0]
+    # The genuine command in its place, unanswered as well, counts: the history cannot tell it
+    # from one obeyed silently.
+    HistorySink(conn).write(build_batch([genuine(cid="forged-unanswered")], keys=KEYS))
+    (outcome,) = queries.run(conn, "command_outcomes")
+    assert outcome["outcome"] != "refused" and tuple(outcome["nodes"]) == ("n017",)
+
+
+def test_a_history_file_from_before_refused_copies_reads_as_none(tmp_path):
+    path = tmp_path / "old.duckdb"
+    conn = open_history(path, create=True)
+    HistorySink(conn).write(build_batch([genuine()], keys=KEYS))
+    conn.execute("DROP TABLE refused_commands")  # as a file written before the table was
+    conn.close()
+    old = open_history(path, read_only=True)
+    try:
+        (outcome,) = queries.run(old, "command_outcomes")
+        assert outcome["outcome"] != "refused"
+        assert queries.run(old, "refused_copies") == []
+    finally:
+        old.close()
+
+
 def test_without_keys_the_first_copy_stays_and_the_other_is_visible_until_a_key_settles_it():
     conn = memory_history()
     sink = HistorySink(conn)

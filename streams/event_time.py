@@ -217,6 +217,7 @@ class WatermarkMerge(Generic[T]):
         self._heap: list[tuple] = []
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
+        self._slowest: set[Partition] = set()  # the partitions that set the last low watermark
         # Event time up to which everything was handed on (what a writer downstream may announce).
         self.progress: float | None = None
 
@@ -279,6 +280,7 @@ class WatermarkMerge(Generic[T]):
         """The event time up to which every partition has delivered; None when all are idle
         (everything held may go); -inf while a partition that must speak has said nothing yet."""
         low: float | None = None
+        slowest: set[Partition] = set()
         for p, state in self._parts.items():
             if state.follower:
                 continue
@@ -287,7 +289,11 @@ class WatermarkMerge(Generic[T]):
                 continue
             mark = self._mark(state, wall_now, backlog=not caught_up.get(p, True))
             mark = mark if mark is not None else float("-inf")
-            low = mark if low is None else min(low, mark)
+            if low is None or mark < low:
+                low, slowest = mark, {p}
+            elif mark == low:
+                slowest.add(p)
+        self._slowest = slowest
         return low
 
     def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
@@ -338,7 +344,11 @@ class WatermarkMerge(Generic[T]):
         return state.offsets[0] if state is not None and state.offsets else None
 
     def to_pause(self) -> set[Partition]:
-        return {p for p, s in self._parts.items() if s.held > self.max_held_per_partition}
+        """Partitions holding too much, to stop fetching from while the others catch up; never
+        the slowest one: only reading it further moves the low watermark (its upstream writers'
+        progress comes in it), so pausing it would hold everything for good. ``max_held`` still
+        bounds memory."""
+        return {p for p, s in self._parts.items() if s.held > self.max_held_per_partition and p not in self._slowest}
 
     def to_resume(self) -> set[Partition]:
-        return {p for p, s in self._parts.items() if s.held <= self.max_held_per_partition // 2}
+        return {p for p, s in self._parts.items() if s.held <= self.max_held_per_partition // 2 or p in self._slowest}

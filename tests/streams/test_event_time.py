@@ -149,6 +149,23 @@ def test_partitions_running_ahead_are_paused_and_resumed():
     assert "a" in m.to_resume()
 
 
+def test_the_partition_that_holds_event_time_back_is_never_paused():
+    # One job's summaries partition, written by two node-stage members: the one behind (a member
+    # reading a backlog) speaks only further down the same partition. Pausing that partition for
+    # holding too much of the other member's records would wait for its word for good.
+    m = WatermarkMerge(max_idle_s=100, max_held_per_partition=10)
+    m.assign(["s", "t"], 0.0)
+    m.report("s", "ahead", 1000.0, 0.0)
+    m.report("s", "behind", 5.0, 0.0)
+    for i in range(20):
+        m.add("s", i, 100.0 + i, i, 0.0)
+    m.add("t", 0, 2000.0, "t0", 0.0)
+    assert m.release(0.0, {"s": False, "t": False}) == []
+    assert m.to_pause() == set()
+    m.report("s", "behind", 1000.0, 0.0)  # its word, read further down the partition
+    assert m.release(0.0, {"s": False, "t": False}) == list(range(20))
+
+
 def test_memory_is_bounded_when_a_partition_never_moves():
     m = WatermarkMerge(max_idle_s=100, max_held=50)
     m.assign(["a", "b"], 0.0)

@@ -272,7 +272,7 @@ class GroupRunner(EventTimeMode):
                     self.stats.records_in += sum(len(v) for v in polled.values())
                     self.stats.batches += 1 if polled else 0
                 elif self._unsettled:
-                    self._deliver_and_commit(consumer, {}, [], force=True)  # caught up: commit now
+                    self._deliver_and_commit(consumer, {}, [])  # caught up: commit now
                 self.stats.last_loop_s = time.monotonic() - t0
                 if time.monotonic() - last_lag >= 5.0:
                     last_lag = time.monotonic()
@@ -302,7 +302,7 @@ class GroupRunner(EventTimeMode):
         member), its outputs delivered and the offsets committed."""
         if self.merge is None:
             if self._unsettled:
-                self._deliver_and_commit(consumer, {}, [], force=True)
+                self._deliver_and_commit(consumer, {}, [])
             return
         out: list[Outgoing] = []
         if self.merge.held:
@@ -310,16 +310,17 @@ class GroupRunner(EventTimeMode):
         self._announced_wall = self._settle_until = 0.0  # the last word on progress goes out now
         out.extend(self._announce())
         if out or self._unsettled:
-            self._deliver_and_commit(consumer, {}, out, force=True)
+            self._deliver_and_commit(consumer, {}, out)
 
-    def _deliver_and_commit(self, consumer: Consumer, polled, out: list[Outgoing], *, force: bool = False) -> bool:
-        """Send ``out``; when a commit is due (see COMMIT_INTERVAL_S), wait until everything sent
-        is acknowledged and commit what was handed on. False when outputs were not acknowledged:
-        every partition is then read again from its last commit."""
+    def _deliver_and_commit(self, consumer: Consumer, polled, out: list[Outgoing]) -> bool:
+        """Send ``out``; when a commit is due (see COMMIT_INTERVAL_S; at once for a call with
+        nothing ``polled``: caught up, or the end), wait until everything sent is acknowledged and
+        commit what was handed on. False when outputs were not acknowledged: every partition is
+        then read again from its last commit."""
         try:
             self.stats.outputs += self.producer.send_all(out)
             self._unsettled = self._unsettled or bool(polled)
-            if not (force or not polled or time.monotonic() - self._settled_at >= self.commit_interval_s):
+            if polled and time.monotonic() - self._settled_at < self.commit_interval_s:
                 return True
             self.producer.flush()
         except (DeliveryError, KafkaError) as exc:

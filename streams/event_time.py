@@ -90,8 +90,7 @@ class EventClock:
 
     def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
         """Learn the offset of one event (no-op without a record time or for a stamp from the future)."""
-        # (_from_future inlined: this runs for every record read)
-        if record_ts is None or ts > (wall_now if wall_now > record_ts else record_ts) + self.max_skew_s:
+        if record_ts is None or self._from_future(ts, record_ts, wall_now):
             return
         offset = ts - record_ts
         entry = self._nodes.get((job, node))
@@ -138,7 +137,7 @@ class EventClock:
     def moved(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement | None:
         """:meth:`place`, but None where the event is judged at its own time (nearly always: no
         tuple is made for each record read)."""
-        if ts > (wall_now if record_ts is None or wall_now > record_ts else record_ts) + self.max_skew_s:
+        if self._from_future(ts, record_ts, wall_now):
             # No real clock of ours has reached it: judged where it arrived.
             reference = wall_now if record_ts is None else max(wall_now, record_ts)
             at = reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0)

@@ -85,7 +85,7 @@ class Intake:
         for row in rows:
             value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
-            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time()
+            record_ts = broker_time(timestamp_ms)
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:
@@ -102,11 +102,9 @@ class Intake:
             if ts is None:
                 out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
                 continue
-            at = moved(job, node, ts, record_ts, wall)
+            at = moved(job, node, ts, record_ts, wall)  # a move always says by how much (skew_s)
             if at is None:
                 out.append(Record(t, p, o, k, v, ms, ts, None, None, raw))
-            elif at.skew_s is None:
-                out.append(Record(t, p, o, k, v, ms, at.ts, None, None, raw))
             else:
                 self.stats.skewed += 1
                 out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))

@@ -29,15 +29,13 @@ from typing import Annotated, Any, Iterator, Union
 import msgspec
 
 from streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
-from streams.typed_read import Int64, typed_reader
+from streams.typed_read import Int64, NonNegInt64, typed_reader
 
 # Every number finite and within ±1e300 (what streams.gpu_table calls plain), checked as it is
 # parsed: JSON has no NaN or infinity, and msgspec refuses a float literal past the double range.
-_Int = Int64
 _Float = Annotated[float, msgspec.Meta(gt=-1e300, lt=1e300)]
-_Num = Union[_Int, _Float, None]
-_NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-_Index = Union[_NonNegInt, None]
+_Num = Union[Int64, _Float, None]
+_Index = Union[NonNegInt64, None]
 _UNSET = msgspec.UNSET
 
 
@@ -100,7 +98,7 @@ Mapping.register(GpuReading)
 
 class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     gpus: list[GpuReading]
-    interval_s: Union[_NonNegInt, Annotated[float, msgspec.Meta(ge=0, lt=1e300)], None, msgspec.UnsetType] = _UNSET
+    interval_s: Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0, lt=1e300)], None, msgspec.UnsetType] = _UNSET
 
 
 _numbers_of = attrgetter(*TABLE_NUMBERS)

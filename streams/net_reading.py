@@ -26,13 +26,12 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec.structs import asdict
 
-from streams.typed_read import typed_reader
+from streams.typed_read import NonNegInt64, typed_reader
 
-# Integers msgspec can bound (orjson reads an int up to 2**64 - 1 and a float past it; msgspec an
-# int however large, so the read must stop short). JSON has no NaN or infinity, and msgspec
+# Integers bounded as streams.typed_read says (msgspec reads an int however large, so the read
+# must stop short of where orjson reads a float). JSON has no NaN or infinity, and msgspec
 # refuses a float literal past the double range, as orjson does.
-_Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-_NonNeg = Union[_Count, Annotated[float, msgspec.Meta(ge=0)], None]
+_NonNeg = Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0)], None]
 _Text = Union[str, None]
 _UNSET = msgspec.UNSET
 
@@ -46,14 +45,14 @@ class CheckedPorts(list):
 
 class _Port(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     device: _Text
-    port: Union[_Count, None]
+    port: Union[NonNegInt64, None]
     link_layer: _Text
     state: _Text
     phys_state: _Text
     rate_gbps: _NonNeg
     netdev: _Text
     rates: Union[dict[str, _NonNeg], None]
-    deltas: Union[dict[str, Union[_Count, None]], None]
+    deltas: Union[dict[str, Union[NonNegInt64, None]], None]
 
 
 class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):

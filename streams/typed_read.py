@@ -18,6 +18,8 @@ from streams.events import Envelope, decode
 # What orjson reads as an int: past 64 bits it reads a float, which the general reading then
 # names differently (a version or a time that is not an int), so such a message goes that way.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# A count, an index: what the general reading takes as a non-negative int, bounded as Int64 is.
+NonNegInt64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 def typed_reader(source: str, kind: str, payload: type,

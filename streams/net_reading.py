@@ -11,8 +11,9 @@ streams.payloads takes as checked.
 
 Only what is certainly plain is read this way: every port object with exactly the nine
 documented keys, every integer within 64 bits signed (msgspec's bounds; up to 2**64 - 1 orjson
-reads an int, past it a float, which is no delta: the general reading decides those). Anything the typed read refuses (another kind, an unknown envelope, payload or port key,
-a key left out, a value of the wrong type or out of range, a byte that is not ASCII) goes through
+reads an int, past it a float, which is no delta: the general reading decides those). Anything
+the typed read refuses (another kind, an unknown envelope, payload or port key, a key left out,
+a value of the wrong type or out of range, a byte that is not ASCII) goes through
 :func:`streams.events.decode` and streams.payloads, so it gets the same verdict and the same
 dead-letter reason as it would there. The counter maps stay open: a driver's new counter is read
 and checked like the others, as the general check does. So a plain sample's data equals the
@@ -58,8 +59,6 @@ class _Port(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 class _Sample(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     ports: list[_Port]
     interval_s: Union[_NonNeg, msgspec.UnsetType] = _UNSET
-
-
 
 
 def _sample_data(sample: _Sample) -> dict[str, Any]:

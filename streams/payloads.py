@@ -307,8 +307,6 @@ def _gpus_plainly_valid(gpus: Any) -> bool:
         return False
 
 
-
-
 # What certainly passes each element check, tested in one expression: the check itself (with its
 # nested calls and isinstance chains) runs only to name a problem. Checks not listed run as they are.
 _PLAIN: dict[Check, Callable[[Any], bool]] = {

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.drift_features import BASELINE, BUCKET_S, RECENT
 from diagnosis.rules.base import Finding
-from diagnosis.net_traffic import counts_sum, port_maps
-from diagnosis.rules.net_counters import BURST_THRESHOLDS, port_entries, port_name
+from diagnosis.rules.net_counters import BURST_THRESHOLDS, counts_sum, port_entries, port_maps, port_name
 from streams.events import Envelope
 
 ERRORS_Z = 5.0  # Poisson z of the recent error count

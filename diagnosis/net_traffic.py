@@ -24,10 +24,10 @@ import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from diagnosis.rules.base import Finding
-from diagnosis.rules.net_counters import port_entries, port_name
+from diagnosis.rules.net_counters import counts_sum, port_entries, port_maps, port_name
 from streams.diagnosis_record import Diagnosis
 from streams.events import Envelope
 
@@ -72,30 +72,11 @@ class _Job:
     medians: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # rail → (at, nodes, median)
 
 
-_NO_MAP: Mapping[str, Any] = {}
-
-
-def port_maps(p: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """A port's ``rates`` and ``deltas``, each empty where it is not an object: read once per
-    port, not once per counter (a sample is 8 ports, read by three detectors)."""
-    rates, deltas = p.get("rates"), p.get("deltas")
-    return rates if isinstance(rates, dict) else _NO_MAP, deltas if isinstance(deltas, dict) else _NO_MAP
-
-
 def rate_value(v: Any) -> float | None:
     """A rate as a float; None unless a non-negative number."""
     if type(v) is float:
         return v if v >= 0 else None
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
-
-
-def counts_sum(deltas: Mapping[str, Any], names) -> int:
-    """The increments of ``names`` added up (what is not a non-negative integer counts 0, as
-    diagnosis.rules.net_counters.delta reads it)."""
-    values = [deltas.get(n) for n in names]
-    if not any(values):  # nearly always: nothing counted
-        return 0
-    return sum(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def _sample(event: Envelope) -> _Sample:

@@ -53,10 +53,33 @@ def port_name(p: Mapping[str, Any]) -> str:
     return f"{p.get('device')}/{p.get('port')}"
 
 
+_NO_MAP: Mapping[str, Any] = {}
+
+
+def port_maps(p: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """A port's ``rates`` and ``deltas``, each empty where it is not an object: read once per
+    port, not once per counter (a sample is 8 ports, read by three detectors)."""
+    rates, deltas = p.get("rates"), p.get("deltas")
+    return rates if isinstance(rates, dict) else _NO_MAP, deltas if isinstance(deltas, dict) else _NO_MAP
+
+
+# A counter's increment is a non-negative integer (a bool is no count); anything else counts nothing.
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def delta(p: Mapping[str, Any], name: str) -> int | None:
     deltas = p.get("deltas")
     value = deltas.get(name) if isinstance(deltas, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return value if _count(value) else None
+
+
+def counts_sum(deltas: Mapping[str, Any], names) -> int:
+    """The increments of ``names`` added up (what is not a count adds 0, as :func:`delta` reads it)."""
+    values = [deltas.get(n) for n in names]
+    if not any(values):  # nearly always: nothing counted
+        return 0
+    return sum(v for v in values if _count(v))
 
 
 _device_port = itemgetter("device", "port")

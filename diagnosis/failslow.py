@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.anomaly import CORROBORATED
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NodeAnswer, NoTrainerAnswer, StackDump
+from diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from diagnosis.localize import group_counts, localize
 from streams.diagnosis_record import Diagnosis
 from diagnosis.stacks import StackConfig, cluster_stacks
@@ -127,10 +127,6 @@ class FailSlowRounds:
         rnd = self._round_for(campaign, dump)
         rnd.dumps.add(dump)
         return out + self._close_if_all_answered(job, campaign, rnd, dump.ts)
-
-    def add_no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
-        """A node's "no training process here" answer to a round's capture."""
-        return self.add_node_answer(job, answer)
 
     def add_node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
         """A node's answer to a round's capture that names no rank ("no training process here", or

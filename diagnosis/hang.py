@@ -35,7 +35,7 @@ import statistics
 from collections import deque
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NodeAnswer, NoTrainerAnswer, StackDump
+from diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from diagnosis.features import NodeWindow
 from diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
@@ -116,11 +116,6 @@ class HangDetector(HangVerdicts):
             return []
         state.stall.failed.add(dump.rank)
         return self._check_complete(job, state, dump.ts)
-
-    def no_trainer(self, job: str, answer: NoTrainerAnswer) -> list[Diagnosis]:
-        """A node answered a capture with "no training process here": its ranks answered (the
-        collection stops waiting for them) and their processes are gone."""
-        return self.node_answer(job, answer)
 
     def node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
         """A node answered a capture without naming a rank: no training process there, or a dump

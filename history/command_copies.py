@@ -89,14 +89,18 @@ def _cols(alias: str) -> str:
     return ", ".join(f'{alias}."{f}"' for f in FIELDS)
 
 
+def _field_sql(alias: str, f: str) -> str:
+    # params is JSON in the table and text in an incoming batch: compared and digested as text.
+    return f'{alias}."{f}"' + ("::VARCHAR" if f == "params" else "")
+
+
 def _row(alias: str) -> str:
-    # params is JSON in the table and text in an incoming batch: compared as text.
-    return "row(" + ", ".join(f'{alias}."{f}"' + ("::VARCHAR" if f == "params" else "") for f in FIELDS) + ")"
+    return "row(" + ", ".join(_field_sql(alias, f) for f in FIELDS) + ")"
 
 
 def copy_id_sql(alias: str) -> str:
     """The id of one copy: a digest of every field, the signature included."""
-    parts = ", ".join(f'"{f}" := {alias}."{f}"' + ("::VARCHAR" if f == "params" else "") for f in ("id", *FIELDS))
+    parts = ", ".join(f'"{f}" := {_field_sql(alias, f)}' for f in ("id", *FIELDS))
     return f"md5(to_json(struct_pack({parts}))::VARCHAR)"
 
 

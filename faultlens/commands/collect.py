@@ -42,7 +42,8 @@ reported in the heartbeat's `sources` and the others go on:
 
 While the broker is unreachable, events go to a bounded spool (--spool-dir, --spool-max-mb) and
 are sent in order when it is back; when full, the oldest GPU samples are dropped, never a fault.
-Prints one JSON line when started and one with counters when stopped (Ctrl-C / SIGTERM)."""
+Prints one JSON line when started and one with counters when stopped (Ctrl-C / SIGTERM, or
+after --duration seconds)."""
 
 
 def _env(name: str) -> str | None:
@@ -55,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this node's name (FAULTLENS_NODE; default: the host name)")
     parser.add_argument("--interval", type=float, default=1.0, help="GPU sample interval in seconds (default 1)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat interval in seconds (default 5)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="stop by itself after this many seconds (default: run until Ctrl-C / SIGTERM)")
     g = parser.add_argument_group("sources")
     g.add_argument("--no-nvml", action="store_true", help="do not sample GPUs through NVML")
     g.add_argument("--no-net", action="store_true", help="do not read RDMA port counters")
@@ -103,6 +106,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise ValueError("--job (or FAULTLENS_JOB) is required")
     if args.interval <= 0 or args.heartbeat_interval <= 0 or args.net_interval <= 0:
         raise ValueError("--interval, --heartbeat-interval and --net-interval must be positive")
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError("--duration must be positive")
     if args.launcher_pid is not None and args.proc_pattern:
         raise ValueError("give --launcher-pid or --proc-pattern, not both")
     if args.secret_file:
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                               "spool": str(agent.spool.path),
                               "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
                               "replay_file": str(config.replay_file)}), flush=True)
-            stop.wait()
+            stop.wait(args.duration)
             log.info("stopping")
         finally:
             agent.stop()

@@ -97,3 +97,22 @@ def _has_nvml() -> bool:
         return False
     pynvml.nvmlShutdown()
     return True
+
+
+def test_collect_stops_by_itself_after_duration(kafka_settings, tmp_path):
+    job = f"cli-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
+    env.pop("FAULTLENS_VERIFY_KEY", None)
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--job", job,
+         "--node", "dur-node", "--no-kernel", "--no-nvml", "--no-net", "--heartbeat-interval", "0.2",
+         "--duration", "1.5"], capture_output=True, text=True, env=env, timeout=60)
+    took = time.monotonic() - start
+    assert out.returncode == 0, out.stderr
+    stopped = json.loads(out.stdout.strip().splitlines()[-1])
+    assert stopped["event"] == "stopped" and stopped["delivered"] >= 3  # heartbeats every 0.2 s for 1.5 s
+    assert took < 30
+    refused = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--job", job, "--bootstrap", "127.0.0.1:1",
+                              "--duration", "0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--duration" in refused.stderr

@@ -287,3 +287,90 @@ def test_probe_says_why_in_one_line_without_nvml(capsys):
         assert nvml_probe.main(["--seconds", "1.5"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert '"summary": true' in lines[-1] and any('"kind": "sample"' in line for line in lines)
+
+
+class CountedNvml(FakeNvml):
+    """A GPU without NVLink and without page retirement (as an H100 in a VM answered), calls counted."""
+
+    def __init__(self, **kw):
+        super().__init__(n=1, unsupported={"nvlink", "nvmlDeviceGetRetiredPages"}, **kw)
+        self.calls = {}
+
+    def __getattribute__(self, name):
+        attr = super().__getattribute__(name)
+        if name.startswith("nvmlDevice") and callable(attr):
+            calls = super().__getattribute__("calls")
+            calls[name] = calls.get(name, 0) + 1
+        return attr
+
+
+def test_a_call_refused_as_unsupported_is_not_asked_every_sample_and_is_asked_again_later():
+    nvml = CountedNvml()
+    now = [0.0]
+    reader = NvmlReader(nvml, clock=lambda: now[0])
+    first = reader.read(0, 0)
+    assert first.nvlink_errors is None and first.retired_pages_sbe is None and first.errors == {}
+    assert nvml.calls["nvmlDeviceGetNvLinkState"] == FakeNvml.NVML_NVLINK_MAX_LINKS
+    assert nvml.calls["nvmlDeviceGetRetiredPages"] == 2
+    before = dict(nvml.calls)
+    second = reader.read(0, 0)
+    asked = {k: v - before.get(k, 0) for k, v in nvml.calls.items() if v != before.get(k, 0)}
+    assert "nvmlDeviceGetNvLinkState" not in asked and "nvmlDeviceGetRetiredPages" not in asked
+    # Nor what does not change while the driver runs (2 ms a call on the H100 for the max clock).
+    assert "nvmlDeviceGetMaxClockInfo" not in asked and "nvmlDeviceGetUUID" not in asked
+    assert reader.handle(0) == reader.handle(0) == 0 and nvml.calls["nvmlDeviceGetHandleByIndex"] == 1
+    assert asked["nvmlDeviceGetUtilizationRates"] == 1 and second.util == 97
+    assert gpu_payload(second) == gpu_payload(first)
+    # Not for good: a reset GPU may answer now.
+    now[0] += 601.0
+    reader.read(0, 0)
+    assert nvml.calls["nvmlDeviceGetMaxClockInfo"] == 2
+    assert nvml.calls["nvmlDeviceGetNvLinkState"] == 2 * FakeNvml.NVML_NVLINK_MAX_LINKS
+    assert nvml.calls["nvmlDeviceGetRetiredPages"] == 4
+
+
+def test_nvlink_links_are_found_once_and_only_their_counters_read():
+    nvml = CountedNvml()
+    nvml.unsupported = set()
+    reader = NvmlReader(nvml)
+    assert reader.read(0, 0).nvlink_errors == {"replay": 2, "recovery": 0, "crc_flit": 20, "crc_data": 0}
+    states, counters = nvml.calls["nvmlDeviceGetNvLinkState"], nvml.calls["nvmlDeviceGetNvLinkErrorCounter"]
+    assert reader.read(0, 0).nvlink_errors == {"replay": 2, "recovery": 0, "crc_flit": 20, "crc_data": 0}
+    assert nvml.calls["nvmlDeviceGetNvLinkState"] == states  # two live links of four, known
+    assert nvml.calls["nvmlDeviceGetNvLinkErrorCounter"] == counters + 2 * 4
+
+
+def test_memory_used_leaves_out_the_drivers_reserved_memory_where_the_driver_says():
+    class V2(FakeNvml):
+        nvmlMemory_v2 = 0x2000028
+
+        def nvmlDeviceGetMemoryInfo(self, h, version=None):
+            if version is None:  # v1: used counts the 480 MiB the driver reserves (H100, driver 580)
+                return types.SimpleNamespace(used=1363 * 1024**2, total=81559 * 1024**2)
+            return types.SimpleNamespace(used=883 * 1024**2, total=81559 * 1024**2, reserved=480 * 1024**2)
+
+    assert gpu_payload(NvmlReader(V2()).read(0, 0))["mem_used_mb"] == 883.0  # nvidia-smi's "Used"
+
+    class OnlyV1(V2):
+        def nvmlDeviceGetMemoryInfo(self, h, version=None):
+            if version is not None:
+                raise FakeNVMLError(NOT_SUPPORTED)
+            return super().nvmlDeviceGetMemoryInfo(h)
+
+    assert gpu_payload(NvmlReader(OnlyV1()).read(0, 0))["mem_used_mb"] == 1363.0
+
+
+def test_an_unexpected_nvml_error_is_logged_once_per_gpu_and_field(caplog):
+    class Odd(FakeNvml):
+        def nvmlDeviceGetPcieReplayCounter(self, h):
+            raise FakeNVMLError(21)
+
+    nvml = Odd(n=2)
+    sampler = NvmlSampler(job="j", node="n1", interval_s=1.0, publish=lambda e: None, nvml=nvml)
+    reader = NvmlReader(nvml)
+    with caplog.at_level("WARNING", logger="collectors.nvml_sampler"):
+        for _ in range(3):
+            [sample] = sampler.sample_once(reader)
+    assert [g["pcie_replay"] for g in sample.data["gpus"]] == [None, None]
+    said = [r.getMessage() for r in caplog.records if "pcie_replay" in r.getMessage()]
+    assert len(said) == 2 and "GPU 0" in said[0] and "GPU 1" in said[1]

@@ -31,6 +31,7 @@ from diagnosis.features import NodeWindow
 from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams import topics
 from streams.bundle import pack
+from streams.event_time import WriterWord
 from streams.events import Envelope, InvalidEvent, encode
 from streams.payloads import check_payload
 from streams.producer import Outgoing
@@ -154,22 +155,30 @@ class NodeStageHandler:
         """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""
         parts = list(partitions)
 
-        def announce(progress: float) -> list[Outgoing]:
+        def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None) -> list[Outgoing]:
             # -inf ("nothing written yet") travels as null: JSON has no infinity.
             known = progress != float("-inf")
+            data = {"member": self.member, "watermark": progress if known else None}
+            if reads is not None:
+                data["reads"], data["of"] = list(reads[0]), reads[1]
             mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",
-                            kind="watermark", data={"member": self.member, "watermark": progress if known else None})
+                            kind="watermark", data=data)
             return [Outgoing(topics.SUMMARIES, None, encode(mark), partition=p) for p in parts]
         return announce
 
 
-def watermark_of(record: Record) -> tuple[str, float] | None:
+def watermark_of(record: Record) -> WriterWord | None:
     """``watermark_of`` for the job stage's runner: a node-stage member's announcement, if this is one."""
     value = record.value
     if isinstance(value, Envelope) and value.source == "summary" and value.kind == "watermark":
         try:
-            mark = value.data["watermark"]
-            return str(value.data["member"]), float("-inf") if mark is None else float(mark)
+            data = value.data
+            mark, reads, of = data["watermark"], data.get("reads"), data.get("of")
+            if reads is not None and not (isinstance(reads, list) and all(isinstance(r, str) for r in reads)
+                                          and type(of) is int and of > 0):
+                reads = of = None  # a word that says it badly says nothing of coverage
+            return WriterWord(str(data["member"]), float("-inf") if mark is None else float(mark), reads,
+                              of if reads is not None else None)
         except (KeyError, TypeError, ValueError):
             return None
     return None

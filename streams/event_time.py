@@ -44,6 +44,16 @@ class Placement(NamedTuple):
     clamped: str | None = None  # "future" when the event's own time was not believable
 
 
+class WriterWord(NamedTuple):
+    """An upstream writer's announcement: it has written everything up to ``watermark`` (-inf:
+    nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group."""
+
+    member: str
+    watermark: float
+    reads: list[str] | None = None
+    of: int | None = None
+
+
 @dataclass
 class _NodeOffsets:
     recent: deque = field(default_factory=lambda: deque(maxlen=15))
@@ -185,7 +195,12 @@ class _PartitionState:
     # Upstream writers' own watermarks, when a partition has several (the node stage's members
     # writing `summaries`): writer → (watermark, wall time heard). The partition is then only as
     # far along as its slowest live writer.
-    writers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    writers: dict[str, tuple[float, float, frozenset[str] | None]] = field(default_factory=dict)
+    # How many input partitions the writers read in all, when they say which ones each reads:
+    # then the partition is held back while some input partition has no live writer that reads
+    # it (a member whose rebalance callback ran late has not said hello yet, and its records are
+    # still to come).
+    of: int | None = None
     # A follower (a topic every member reads in full, such as `jobs`) never sets the pace: its
     # records wait until the other partitions' data has reached them.
     follower: bool = False
@@ -222,8 +237,15 @@ class WatermarkMerge(Generic[T]):
 
     # --- partitions ---------------------------------------------------------------------------
     def assign(self, partitions: Iterable[Partition], wall_now: float, *, follower: bool = False) -> None:
+        taken_over = False
         for p in partitions:
-            self._parts.setdefault(p, _PartitionState(last_data=wall_now, follower=follower))
+            if p not in self._parts:
+                self._parts[p] = _PartitionState(last_data=wall_now, follower=follower)
+                taken_over = taken_over or not follower
+        if taken_over:
+            # What was handed on so far covers none of the new partitions' records: the progress a
+            # writer downstream may announce starts again from what the merge hands on next.
+            self.progress = None
 
     def revoke(self, partitions: Iterable[Partition]) -> int:
         """Forget partitions taken away (their records are uncommitted: the new owner re-reads them)."""
@@ -254,14 +276,23 @@ class WatermarkMerge(Generic[T]):
         heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
-               said_at: float | None = None) -> None:
+               said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None) -> None:
         """An upstream writer of ``partition`` has written everything up to ``watermark``;
         ``said_at`` is when it said so (the broker's record time): an old announcement read from a
-        retained backlog speaks for a writer that may be long gone."""
+        retained backlog speaks for a writer that may be long gone.
+
+        ``-inf`` is a writer's hello after a rebalance: it may now write records of partitions it
+        took over, older than anything it announced before, so its earlier words no longer hold
+        and the partition waits for its next one. ``reads`` names the input partitions the writer
+        reads now, of ``of`` read by all writers together."""
         state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
         previous = state.writers.get(writer)
         heard = wall_now if said_at is None else min(wall_now, said_at)
-        state.writers[writer] = (max(watermark, previous[0]) if previous else watermark, heard)
+        if previous is not None and watermark != float("-inf"):
+            watermark = max(watermark, previous[0])
+        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads))
+        if of is not None:
+            state.of = of
         state.last_data = wall_now
         state.reached(said_at)
 
@@ -270,10 +301,16 @@ class WatermarkMerge(Generic[T]):
         # old by the wall clock: a writer is gone only once the partition's own records have moved
         # writer_ttl_s of broker time past its last word.
         now = state.frontier if backlog and state.frontier is not None else wall_now
-        live = [w for w, heard in state.writers.values() if now - heard < self.writer_ttl_s]
-        if live:
-            return min(live)
-        return state.watermark
+        live = [(w, reads) for w, heard, reads in state.writers.values() if now - heard < self.writer_ttl_s]
+        if not live:
+            return state.watermark
+        if state.of is not None and all(reads is not None for _, reads in live):
+            covered: set[str] = set()
+            for _, reads in live:
+                covered |= reads
+            if len(covered) < state.of:
+                return float("-inf")  # an input partition whose writer has not spoken yet
+        return min(w for w, _ in live)
 
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
         """The event time up to which every partition has delivered; None when all are idle

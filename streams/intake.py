@@ -11,7 +11,7 @@ import time
 from typing import Callable, Mapping
 
 from streams.bundle import Bundle
-from streams.event_time import EventClock, WatermarkMerge
+from streams.event_time import EventClock, WatermarkMerge, WriterWord
 from streams.events import InvalidEvent, decode
 from streams.producer import Outgoing
 from streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
@@ -22,7 +22,7 @@ class Intake:
 
     def __init__(self, decoders: Mapping[str, Decoder] | Decoder, max_message_bytes: int, group: str | None,
                  stats: RunnerStats, clock: EventClock | None = None, merge: WatermarkMerge | None = None,
-                 watermark_of: Callable[[Record], tuple[str, float] | None] | None = None) -> None:
+                 watermark_of: Callable[[Record], WriterWord | None] | None = None) -> None:
         self._decoders = decoders
         self.max_message_bytes = max_message_bytes
         self.group = group
@@ -68,7 +68,8 @@ class Intake:
                     mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
                     if mark is not None:
                         said_at = broker_time(m.timestamp)
-                        self.merge.report(tp, mark[0], mark[1], time.time(), said_at)
+                        self.merge.report(tp, mark.member, mark.watermark, time.time(), said_at, reads=mark.reads,
+                                          of=mark.of)
                         self.merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
                 good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))

@@ -30,7 +30,7 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
 from streams.config import KafkaSettings
-from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge
+from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge, WriterWord
 from streams.events import decode
 from streams.gc_policy import tune_for_streaming
 from streams.intake import Intake
@@ -87,8 +87,8 @@ class GroupRunner(EventTimeMode):
         max_skew_s: float = DEFAULT_MAX_SKEW_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         broadcast_topics: Iterable[str] = (),
-        watermark_of: Callable[[Record], tuple[str, float] | None] | None = None,
-        on_progress: Callable[[float], Iterable[Outgoing]] | None = None,
+        watermark_of: Callable[[Record], WriterWord | None] | None = None,
+        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None], Iterable[Outgoing]] | None = None,
         rebuild_s: float = 0.0,
         commit_interval_s: float = COMMIT_INTERVAL_S,
     ):
@@ -120,6 +120,7 @@ class GroupRunner(EventTimeMode):
         self.on_progress = on_progress  # announce this member's progress downstream (node stage)
         self._announced: float | None = None
         self._announced_wall = 0.0
+        self._input_partitions: tuple[int | None, float] = (None, 0.0)  # (how many, when counted)
         # After a rebalance: say "I write here too, from nothing yet" at once, then keep quiet a
         # moment, so a member that kept its partitions cannot announce progress past the records
         # a new owner is about to write (the stage downstream holds at the last word it heard).
@@ -191,6 +192,7 @@ class GroupRunner(EventTimeMode):
         if self.rebuild_s > 0:
             self._to_rebuild |= set(assigned)
         self._hello = True
+        self._announced = None  # the hello wipes this member's word downstream: its progress is said again
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
         if self.merge is not None:
             self.merge.assign(assigned, time.time())

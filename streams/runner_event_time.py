@@ -141,14 +141,36 @@ class EventTimeMode:
         hello: list[Outgoing] = []
         if self._hello:
             self._hello = False
-            hello = list(self.on_progress(float("-inf")))
+            hello = list(self.on_progress(float("-inf"), self._reads()))
         if time.monotonic() < self._settle_until or self.merge.progress is None:
             return hello
         progress = self.merge.progress
         if self._announced is not None and (progress <= self._announced or time.monotonic() - self._announced_wall < 1.0):
-            return []
+            return hello
         self._announced, self._announced_wall = progress, time.monotonic()
-        return hello + list(self.on_progress(progress))
+        return hello + list(self.on_progress(progress, self._reads()))
+
+    def _reads(self) -> tuple[tuple[str, ...], int] | None:
+        """The input partitions this member reads, and how many its group reads in all (None while
+        the topics' metadata is unknown): downstream waits until every one has a writer."""
+        consumer = self.consumer
+        if consumer is None:
+            return None
+        now = time.monotonic()
+        total, asked = self._input_partitions
+        if total is None or now - asked > 30.0:
+            # A metadata request per topic (confluent-kafka asks the broker): not every second.
+            try:
+                counts = [consumer.partitions_for_topic(topic) for topic in self.topics]
+            except KafkaError as exc:
+                log.debug("partition counts unknown (%s): progress said without them", exc)
+                counts = []
+            total = sum(len(c) for c in counts) if counts and all(counts) else None
+            self._input_partitions = (total, now)
+        if total is None:
+            return None
+        own = sorted(f"{tp.topic}:{tp.partition}" for tp in consumer.assignment() if tp.topic in self.topics)
+        return tuple(own), total
 
     def _input_settled(self, consumer: Consumer) -> bool:
         """Whether the wall clock may stand in for event time: nothing is held back and no

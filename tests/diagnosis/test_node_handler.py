@@ -65,3 +65,23 @@ def test_a_jobs_outputs_keep_their_order_around_a_window_or_finding():
     first_window = next(i for i, k in enumerate(seen) if k[1] == "window")
     assert all(k[2] < 10 for k in seen[:first_window] if k[0] == "train")
     assert all(k[2] >= 10 for k in seen[first_window:] if k[0] == "train")
+
+
+def test_a_members_announcement_says_which_input_partitions_it_reads_and_the_job_stage_reads_it():
+    from diagnosis.node_consumer import watermark_of
+
+    [hello, word] = [NodeStageHandler().watermarks([0])(progress, (("telemetry.gpu:0", "telemetry.gpu:1"), 30))[0]
+                     for progress in (float("-inf"), T0 + 60)]
+    assert hello.topic == topics.SUMMARIES and hello.partition == 0
+
+    def read(out):
+        return watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(out.value), int(T0 * 1000)))
+
+    got = read(hello)
+    assert (got.watermark, got.reads, got.of) == (float("-inf"), ["telemetry.gpu:0", "telemetry.gpu:1"], 30)
+    assert read(word).watermark == T0 + 60
+    # Said badly, the word still counts for its watermark and says nothing of coverage.
+    bad = orjson.loads(word.value)
+    bad["data"]["of"] = "thirty"
+    got = watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(orjson.dumps(bad)), int(T0 * 1000)))
+    assert (got.watermark, got.reads, got.of) == (T0 + 60, None, None)

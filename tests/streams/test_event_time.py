@@ -223,3 +223,81 @@ def test_a_backlog_of_two_writers_is_held_to_the_slower_ones_word_though_both_sp
     # caught up and quiet: what is held goes
     merge.add("p", 3, 60.0, "a60", now, broker_ts=106.0)
     assert merge.release(now + 60, {"p": True}) == ["a60"]
+
+
+def test_a_writers_hello_after_a_rebalance_wipes_its_earlier_word():
+    # Node-stage members A and B write one job's summaries. B finished its own partitions early
+    # (its word: 1000), then a rebalance gave it A's partition of node n001, whose records from
+    # t=50 on it has still to write. Its hello must hold the job back again, or A's next word
+    # releases everything past n001's records, which then come late (a hang judged without the
+    # lost GPU that explains it).
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["s"], 0.0)
+    m.report("s", "A", 50.0, 0.0)
+    m.report("s", "B", 1000.0, 0.0)
+    m.add("s", 0, 45.0, "early", 0.0)
+    assert m.release(0.0, {"s": False}) == ["early"]
+    m.report("s", "B", float("-inf"), 1.0)  # hello: B took partitions over
+    m.report("s", "A", 900.0, 2.0)  # A's word after the rebalance, its other partitions done
+    m.add("s", 1, 300.0, "from A", 2.0)
+    assert m.release(2.0, {"s": False}) == []  # B has not said how far it got since
+    m.add("s", 2, 50.0, "n001 gpu lost, from B", 3.0)
+    m.report("s", "B", 400.0, 3.0)
+    assert m.release(3.0, {"s": False}) == ["n001 gpu lost, from B", "from A"]
+
+
+def test_partitions_taken_over_restart_the_progress_a_member_may_announce():
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["a"], 0.0)
+    m.add("a", 0, 500.0, "x", 0.0)
+    m.release(0.0, {"a": True})  # everything idle: handed on as far as the data got
+    assert m.progress == 500.0
+    m.assign(["a"], 1.0)  # the same partition again (kept): nothing new to wait for
+    assert m.progress == 500.0
+    m.assign(["a", "b"], 1.0)  # a partition taken over: its records come from its commit on
+    assert m.progress is None
+    assert m.release(1.0, {"a": False, "b": False}) == [] and m.progress is None  # b has not spoken
+    m.add("b", 0, 60.0, "y", 1.0)
+    m.add("a", 1, 600.0, "z", 1.0)
+    assert m.release(1.0, {"a": False, "b": False}) == ["y"] and m.progress == 60.0
+    m.assign(["jobs"], 1.0, follower=True)  # a broadcast topic read in full never restarts it
+    assert m.progress == 60.0
+
+
+def test_a_partition_waits_until_every_input_partition_has_a_writer_that_said_it_reads_it():
+    # Three node-stage members of one generation; the third one's rebalance callback ran 3 s
+    # after the others' (a loaded machine), so the first two announced progress before its hello.
+    # Their words cover 20 of the 30 telemetry partitions: the rest are still to be written.
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["s"], 0.0)
+    a, b, c = ([f"telemetry.{t}:{i}" for t in ("gpu", "train", "heartbeat", "nccl", "kernel") for i in (2 * k, 2 * k + 1)]
+               for k in range(3))
+    m.report("s", "A", float("-inf"), 0.0, reads=a, of=30)
+    m.report("s", "B", float("-inf"), 0.0, reads=b, of=30)
+    m.report("s", "A", 60.0, 1.0, reads=a, of=30)
+    m.report("s", "B", 319.0, 1.0, reads=b, of=30)
+    m.add("s", 0, 60.0, "gpu lost on n001 (A)", 1.0)
+    assert m.release(1.0, {"s": False}) == []  # a third of the input has no writer yet
+    m.report("s", "C", float("-inf"), 3.0, reads=c, of=30)
+    assert m.release(3.0, {"s": False}) == []  # now it has one, which has written nothing yet
+    m.add("s", 1, 0.0, "n002's first beat (C)", 4.0)
+    m.report("s", "C", 171.0, 4.0, reads=c, of=30)
+    assert m.release(4.0, {"s": False}) == ["n002's first beat (C)", "gpu lost on n001 (A)"]
+    # A writer gone silent leaves its partitions uncovered until another says it reads them.
+    m.report("s", "A", 400.0, 20.0, reads=a, of=30)
+    m.report("s", "B", 400.0, 20.0, reads=b, of=30)
+    m.add("s", 2, 200.0, "later", 20.0)
+    assert m.release(20.5, {"s": False}) == []  # C last spoke at 4.0
+    m.report("s", "B", float("-inf"), 21.0, reads=b + c, of=30)  # B took C's partitions over
+    m.report("s", "B", 400.0, 22.0, reads=b + c, of=30)
+    assert m.release(22.0, {"s": False}) == ["later"]
+
+
+def test_words_without_reads_keep_the_old_rule():
+    # A member of an older version says nothing of what it reads: the slowest word holds.
+    m = WatermarkMerge(max_idle_s=100)
+    m.assign(["s"], 0.0)
+    m.report("s", "A", 100.0, 0.0, reads=["t:0"], of=2)
+    m.report("s", "old", 100.0, 0.0)
+    m.add("s", 0, 50.0, "x", 0.0)
+    assert m.release(0.0, {"s": False}) == ["x"]

@@ -27,12 +27,9 @@ import pyarrow as pa
 from streams.command import Command
 from streams.signing import VerifyKeys
 
-# Added after version 1 without a version change, like `actions` (history.schema): files made
-# before it gain the table when opened for writing; readers of older files see no refused copies.
-REFUSED_COMMANDS_DDL = """
-    CREATE TABLE IF NOT EXISTS refused_commands (
-        copy_id       VARCHAR PRIMARY KEY,
-        id            VARCHAR NOT NULL,
+# DESIGN.md §6 command record, field for field, after its id: the `commands` table of
+# history.schema and the refused copies below hold the same columns.
+COMMAND_COLUMNS = """
         job           VARCHAR NOT NULL,
         action        VARCHAR NOT NULL,
         nodes         VARCHAR[],
@@ -42,7 +39,14 @@ REFUSED_COMMANDS_DDL = """
         issued_at     DOUBLE NOT NULL,
         expires_at    DOUBLE,
         params        JSON,
-        signature     VARCHAR,
+        signature     VARCHAR"""
+
+# Added after version 1 without a version change, like `actions` (history.schema): files made
+# before it gain the table when opened for writing; readers of older files see no refused copies.
+REFUSED_COMMANDS_DDL = f"""
+    CREATE TABLE IF NOT EXISTS refused_commands (
+        copy_id       VARCHAR PRIMARY KEY,
+        id            VARCHAR NOT NULL,{COMMAND_COLUMNS},
         key_id        VARCHAR,
         problem       VARCHAR NOT NULL
     )"""

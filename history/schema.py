@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from history.command_copies import REFUSED_COMMANDS_DDL
+from history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
 from streams.broker import faultlens_home
 
 SCHEMA_VERSION = 1
@@ -60,19 +60,9 @@ DDL = (
         count       INTEGER
     )""",
     # DESIGN.md §6 command record, field for field.
-    """
+    f"""
     CREATE TABLE IF NOT EXISTS commands (
-        id            VARCHAR PRIMARY KEY,
-        job           VARCHAR NOT NULL,
-        action        VARCHAR NOT NULL,
-        nodes         VARCHAR[],
-        ranks         INTEGER[],
-        reason        VARCHAR,
-        diagnosis_id  VARCHAR,
-        issued_at     DOUBLE NOT NULL,
-        expires_at    DOUBLE,
-        params        JSON,
-        signature     VARCHAR
+        id            VARCHAR PRIMARY KEY,{COMMAND_COLUMNS}
     )""",
     # State marks: "from ts on, the job is in `state`". Derived by the sink from train steps
     # (running), diagnoses (fault onset: stalled or down), commands and job restarts (restarting).

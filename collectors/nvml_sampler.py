@@ -11,8 +11,9 @@ NVLink answers NOT_SUPPORTED for every one of NVML's 36 link slots, and an H100 
 page calls (it remaps rows instead); asked every second, those refusals were 39 of 58 calls per
 sample. A call the driver refused as unsupported is not asked again for :data:`REASK_S`; the
 GPU's handle, UUID, maximum SM clock and NVLink links are read once in that time (the handle
-call cost 0.9 ms and the maximum clock 2 ms there, more than all the rest of a sample). Memory used is NVML's v2 reading, which leaves
-out the driver's reserved memory (480 MiB on that H100) as nvidia-smi does.
+call cost 0.9 ms and the maximum clock 2 ms there, more than all the rest of a sample). Memory
+used is NVML's v2 reading, which leaves out the driver's reserved memory (480 MiB on that H100)
+as nvidia-smi does.
 """
 
 from __future__ import annotations
@@ -71,13 +72,13 @@ class NvmlReader:
         self._since = clock()
         self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)  # older bindings take no version
 
-    def call(self, reading: GpuReading | None, name: str, fn_name: str, *args: Any, gpu: int | None = None) -> Any:
+    def call(self, reading: GpuReading | None, name: str, fn_name: str, *args: Any) -> Any:
         """``nvml.<fn_name>(*args)``; ``None`` when unsupported, :class:`GpuLost` when the GPU is gone.
 
-        ``args[0]`` is the GPU's handle; a call this GPU refused as unsupported is not made again."""
-        if gpu is None and reading is not None:
-            gpu = reading.index
-        key = None if gpu is None else (gpu, fn_name, *(tuple(a) if isinstance(a, list) else a for a in args[1:]))
+        ``args[0]`` is the GPU's handle; a call the GPU of ``reading`` refused as unsupported is not
+        made again."""
+        key = None if reading is None else (
+            reading.index, fn_name, *(tuple(a) if isinstance(a, list) else a for a in args[1:]))
         if key in self._unsupported:
             return None
         fn = getattr(self.nvml, fn_name, None)

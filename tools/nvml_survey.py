@@ -76,7 +76,8 @@ def _calls(n: Any) -> Iterator[tuple[str, tuple[Any, ...], Callable[[Any], tuple
             yield "nvmlDeviceGetNvLinkErrorCounter", (link, counter), lambda h, k=link, t=counter: c(
                 h, k, getattr(n, f"NVML_NVLINK_ERROR_{t}"))
     fields = [f for f in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-                          "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+                          "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                          "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
                           "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_LINK_COUNT",
                           "NVML_FI_DEV_PCIE_REPLAY_COUNTER", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
                           "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVML_FI_DEV_RETIRED_PENDING",

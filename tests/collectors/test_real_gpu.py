@@ -141,7 +141,8 @@ def test_node_stage_features_of_the_real_samples():
 
 def test_a_healthy_gpu_idle_then_power_capped_is_no_fault():
     dead = []
-    diags = analyze(sorted(events("idle") + events("busy"), key=lambda e: e.ts), on_dead=lambda e, why: dead.append(why))
+    diags = analyze(sorted(events("idle") + events("busy"), key=lambda e: e.ts),
+                    on_dead=lambda e, why: dead.append(why))
     assert dead == []
     assert [d for d in diags if is_scored(d) or d.action != "none"] == []
 

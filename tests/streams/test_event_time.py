@@ -270,8 +270,8 @@ def test_a_partition_waits_until_every_input_partition_has_a_writer_that_said_it
     # Their words cover 20 of the 30 telemetry partitions: the rest are still to be written.
     m = WatermarkMerge(max_idle_s=100)
     m.assign(["s"], 0.0)
-    a, b, c = ([f"telemetry.{t}:{i}" for t in ("gpu", "train", "heartbeat", "nccl", "kernel") for i in (2 * k, 2 * k + 1)]
-               for k in range(3))
+    topics = ("gpu", "train", "heartbeat", "nccl", "kernel")
+    a, b, c = ([f"telemetry.{t}:{i}" for t in topics for i in (2 * k, 2 * k + 1)] for k in range(3))
     m.report("s", "A", float("-inf"), 0.0, reads=a, of=30)
     m.report("s", "B", float("-inf"), 0.0, reads=b, of=30)
     m.report("s", "A", 60.0, 1.0, reads=a, of=30)

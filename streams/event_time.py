@@ -222,16 +222,23 @@ class WatermarkMerge(Generic[T]):
     """Holds records until every partition that may deliver earlier ones has moved past them."""
 
     def __init__(self, max_idle_s: float = 2.0, max_held_per_partition: int = 20_000,
-                 max_held: int = 500_000, writer_ttl_s: float = 15.0) -> None:
+                 max_held: int = 500_000, writer_ttl_s: float = 15.0, max_lead_s: float = 120.0,
+                 min_held_to_pause: int = 5_000) -> None:
         self.max_idle_s = max_idle_s
         self.writer_ttl_s = writer_ttl_s
         self.max_held_per_partition = max_held_per_partition
+        # Event-time alignment: a partition that holds more than ``min_held_to_pause`` records and
+        # whose data runs more than ``max_lead_s`` of event time past the low watermark (or any, while
+        # some partition has said nothing yet) is paused; it resumes within half of each.
+        self.max_lead_s = max_lead_s
+        self.min_held_to_pause = min_held_to_pause
         self.max_held = max_held
         self._parts: dict[Partition, _PartitionState] = {}
         self._heap: list[tuple] = []
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
         self._slowest: set[Partition] = set()  # the partitions that set the last low watermark
+        self._low: float | None = None  # the last low watermark (None: every partition idle)
         # Event time up to which everything was handed on (what a writer downstream may announce).
         self.progress: float | None = None
 
@@ -330,6 +337,7 @@ class WatermarkMerge(Generic[T]):
             elif mark == low:
                 slowest.add(p)
         self._slowest = slowest
+        self._low = low
         return low
 
     def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
@@ -380,11 +388,30 @@ class WatermarkMerge(Generic[T]):
         return state.offsets[0] if state is not None and state.offsets else None
 
     def to_pause(self) -> set[Partition]:
-        """Partitions holding too much, to stop fetching from while the others catch up; never
-        the slowest one: only reading it further moves the low watermark (its upstream writers'
-        progress comes in it), so pausing it would hold everything for good. ``max_held`` still
-        bounds memory."""
-        return {p for p, s in self._parts.items() if s.held > self.max_held_per_partition and p not in self._slowest}
+        """Partitions to stop fetching from while the others catch up: one holding too much, or
+        one whose data runs far ahead in event time. A consumer reading a backlog fetches
+        partitions unevenly (a fetch fills one partition's queue before the next, and a MB is 20 s
+        of one topic but 300 s of another), and everything read ahead of the low watermark waits
+        in memory: unaligned, a 370k-message backlog held 210k decoded records at once, and the
+        collector and cache misses doubled what decoding cost (bench/results_throughput.md).
+
+        Never the slowest partition: only reading it further moves the low watermark (its upstream
+        writers' progress comes in it), so pausing it would hold everything for good. ``max_held``
+        still bounds memory."""
+        return {p for p, s in self._parts.items()
+                if p not in self._slowest and not s.follower
+                and (s.held > self.max_held_per_partition or self._ahead(s, 1.0))}
 
     def to_resume(self) -> set[Partition]:
-        return {p for p, s in self._parts.items() if s.held <= self.max_held_per_partition // 2 or p in self._slowest}
+        return {p for p, s in self._parts.items()
+                if p in self._slowest or s.follower
+                or (s.held <= self.max_held_per_partition // 2 and not self._ahead(s, 0.5))}
+
+    def _ahead(self, state: _PartitionState, margin: float) -> bool:
+        """Whether ``state`` holds more than ``margin`` × min_held_to_pause records and runs more
+        than ``margin`` × max_lead_s past the last low watermark (any lead at all while that is
+        -inf: a partition not heard from yet may hold the earliest events)."""
+        low = self._low
+        if low is None or state.held <= self.min_held_to_pause * margin or state.watermark is None:
+            return False
+        return low == float("-inf") or state.watermark - low > self.max_lead_s * margin

@@ -28,6 +28,28 @@ __all__ = ["CLIENTS", "Consumer", "Message", "open_consumer", "open_producer", "
 
 
 # --- consumers --------------------------------------------------------------------------------
+class KafkaPythonConsumer(KafkaConsumer):
+    """kafka-python's consumer, with resume mended for kafka-python 3.
+
+    kafka-python 3 keeps the records it had fetched for a partition that gets paused (KAFKA-7548)
+    and hands them back after ``resume``, but only at a poll that finds its in-line slot empty
+    (None); a slot holding an already drained batch is not None, so the kept records are never
+    handed back, and the partition, counted as still buffered, is never fetched again. The
+    event-time runner pauses the partitions that run ahead and resumes them when the others catch
+    up: on 3.0.12 that stalled the node stage for good (0 records for as long as it ran). Before
+    each poll a drained slot is emptied while resumed records wait, as the client itself does
+    when its next fetch arrives; versions that keep no such records are left alone."""
+
+    def poll(self, *args, **kwargs):
+        fetcher = getattr(self, "_fetcher", None)
+        parked = getattr(fetcher, "_paused_partition_records", None)
+        if parked:
+            slot = fetcher._next_partition_records
+            if slot is not None and not slot and any(not self._subscription.is_paused(tp) for tp in parked):
+                fetcher._next_partition_records = None
+        return super().poll(*args, **kwargs)
+
+
 def open_consumer(settings: KafkaSettings, group: str | None, *, max_records: int = 2000,
                   fetch_max_wait_ms: int | None = None):
     """A consumer of ``settings.client`` (not subscribed): ``group`` None reads without a group;
@@ -39,7 +61,7 @@ def open_consumer(settings: KafkaSettings, group: str | None, *, max_records: in
         kwargs["fetch_max_wait_ms"] = fetch_max_wait_ms
     if group is None:
         kwargs["enable_auto_commit"] = False
-    return KafkaConsumer(**kwargs)
+    return KafkaPythonConsumer(**kwargs)
 
 
 # --- producers --------------------------------------------------------------------------------
@@ -52,4 +74,4 @@ def open_producer(settings: KafkaSettings, on_failure: OnFailure, **overrides):
 
 
 # What open_consumer returns: either client, one interface (the module doc).
-Consumer = KafkaConsumer | ConfluentConsumer
+Consumer = KafkaPythonConsumer | KafkaConsumer | ConfluentConsumer

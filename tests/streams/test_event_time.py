@@ -149,6 +149,46 @@ def test_partitions_running_ahead_are_paused_and_resumed():
     assert "a" in m.to_resume()
 
 
+def test_a_partition_far_ahead_in_event_time_waits_until_the_others_catch_up():
+    # A backlog read: one fetch brought 20 s of one partition and 1 s of the other. Reading the
+    # first further only adds to what waits in memory for the second.
+    m = WatermarkMerge(max_idle_s=100, max_lead_s=10, min_held_to_pause=5)
+    m.assign(["ahead", "behind"], 0.0)
+    for i in range(20):
+        m.add("ahead", i, 100.0 + i, i, 0.0)
+    m.add("behind", 0, 1.0, "b0", 0.0)
+    assert m.release(0.0, {"ahead": False, "behind": False}) == ["b0"]
+    assert m.to_pause() == {"ahead"}
+    assert "behind" not in m.to_pause() and "behind" in m.to_resume()  # the slowest reads on
+    m.add("behind", 1, 112.0, "b1", 0.0)
+    m.release(0.0, {"ahead": False, "behind": False})
+    assert "ahead" not in m.to_resume()  # 7 s ahead with 7 held: not yet within half of each
+    m.add("behind", 2, 116.0, "b2", 0.0)
+    m.release(0.0, {"ahead": False, "behind": False})
+    assert "ahead" in m.to_resume() and m.to_pause() == set()
+
+
+def test_while_a_partition_has_said_nothing_the_others_stop_reading_ahead():
+    m = WatermarkMerge(max_idle_s=100, max_lead_s=10, min_held_to_pause=5)
+    m.assign(["read", "silent", "few"], 0.0)
+    for i in range(20):
+        m.add("read", i, float(i), i, 0.0)
+    m.add("few", 0, 500.0, "f0", 0.0)  # far ahead, but holding little: read on
+    assert m.release(0.0, {"read": False, "silent": False, "few": False}) == []
+    assert m.to_pause() == {"read"}
+
+
+def test_a_broadcast_partition_is_never_paused():
+    m = WatermarkMerge(max_idle_s=100, max_lead_s=10, min_held_to_pause=5, max_held_per_partition=10)
+    m.assign(["data"], 0.0)
+    m.assign(["jobs"], 0.0, follower=True)
+    m.add("data", 0, 1.0, "d0", 0.0)
+    for i in range(30):
+        m.add("jobs", i, 100.0 + i, i, 0.0)
+    m.release(0.0, {"data": False, "jobs": False})
+    assert m.to_pause() == set() and "jobs" in m.to_resume()
+
+
 def test_the_partition_that_holds_event_time_back_is_never_paused():
     # One job's summaries partition, written by two node-stage members: the one behind (a member
     # reading a backlog) speaks only further down the same partition. Pausing that partition for

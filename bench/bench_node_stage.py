@@ -30,7 +30,7 @@ def run_once(bootstrap: str, client: str, per_msg: float) -> dict:
     from bench.bench_throughput import _rates, _stage
     from streams.config import KafkaSettings
 
-    records, clock, outputs = _stage(KafkaSettings(bootstrap=bootstrap, client=client), "node", idle_s=3.0)
+    records, clock, outputs, _ = _stage(KafkaSettings(bootstrap=bootstrap, client=client), "node", idle_s=3.0)
     return {"client": client, **_rates(records, clock, per_msg), "outputs": outputs}
 
 

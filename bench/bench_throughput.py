@@ -123,8 +123,10 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0) -> tu
     return n, clock
 
 
-def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Clock, int]:
-    """(records read, the clock from the first batch handled to the last, outputs) for one member."""
+def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Clock, int, float]:
+    """(records read, the clock from the first batch handled to the last, outputs, wall seconds
+    from the first batch read to the last handled) for one member. The second span also counts
+    what a member reads and decodes while event time holds it back before the first release."""
     from diagnosis.consumer import diagnose_consumer
 
     group = f"bench-{stage}-{settings.client}-{uuid.uuid4().hex[:6]}"
@@ -140,13 +142,23 @@ def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Cl
         return out
 
     runner._run_handler = timed  # the clock runs while there is work, not while the group forms
+    split = runner.intake.split
+    first_read: list[float] = []
+
+    def read(polled):
+        if polled and not first_read:
+            first_read.append(time.perf_counter())
+        return split(polled)
+
+    runner.intake.split = read
     stats = runner.run(idle_stop_s=idle_s, handle_signals=False)
     from streams.producer import Producer
 
     with Producer(settings) as producer:
         final = producer.send_all(handler.flush())
         producer.flush()
-    return stats.records_in, clock, stats.outputs + final
+    from_read = clock.last[0] - first_read[0] if first_read and clock.last else 0.0
+    return stats.records_in, clock, stats.outputs + final, from_read
 
 
 def _rss(nodes: int, gpus: int, duration: float, seed: int, tmp: str) -> dict:
@@ -220,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         for stage in args.stages:
             for client in clients:
                 settings = dataclasses.replace(base, client=client)
-                records, clock, outputs = _stage(settings, stage, idle_s=8.0)  # the rate runs first batch to last: idle time is not counted
+                records, clock, outputs, from_read = _stage(settings, stage, idle_s=8.0)  # the rate runs first batch to last: idle time is not counted
                 secs = clock.seconds()[0]
                 row = {"measure": f"diagnose --stage {stage}", "client": client, **_rates(records, clock, per_msg),
-                       "outputs": outputs}
+                       "outputs": outputs, "seconds_from_first_read": round(from_read, 2),
+                       "events_per_s_from_first_read": round(records / from_read) if from_read > 0 else None}
                 if stage == "node":
                     node_runs += 1
                 if stage == "job":

@@ -74,4 +74,4 @@ def open_producer(settings: KafkaSettings, on_failure: OnFailure, **overrides):
 
 
 # What open_consumer returns: either client, one interface (the module doc).
-Consumer = KafkaPythonConsumer | KafkaConsumer | ConfluentConsumer
+Consumer = KafkaConsumer | ConfluentConsumer  # KafkaPythonConsumer is a KafkaConsumer

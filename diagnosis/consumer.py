@@ -29,6 +29,10 @@ from streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 
+
+class TopicLayoutError(ValueError):
+    """The topics on the broker cannot give a right answer with this stage (a clear error at start)."""
+
 GROUP = "faultlens-diagnose"
 JOB_GROUP = "faultlens-diagnose-job"
 # How much retained input a member re-reads for a partition it takes over (streams.runner): the
@@ -130,6 +134,10 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
                              max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS)
+        problem = topics.copartition_problem({t: len(runner.producer.partitions(t)) for t in TELEMETRY_TOPICS})
+        if problem is not None:
+            runner.producer.close()
+            raise TopicLayoutError(problem)
         runner.on_progress = node.watermarks(runner.producer.partitions(topics.SUMMARIES))
         return runner, node
     if stage == "job":

@@ -302,6 +302,9 @@ class Engine:
             target = lane.arrival_now + (idle - self.config.grace_s)
             if target <= lane.now:
                 continue
+            if lane.now == lane.arrival_now:
+                log.info("job %s sent nothing for %.0fs of wall time: its event time moves with the wall clock "
+                         "from %.3f", job, idle, lane.now)
             lane.now = target
             self.book.advance(job, target)
             self._apply_pending(lane, target)

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
 from streams.topics import TOPICS, TopicSpec
 
 ENV_PREFIX = "FAULTLENS_"
@@ -160,6 +162,10 @@ class KafkaSettings:
             # The broker holds a fetch up to this long waiting for data: at kafka-python's 500 ms
             # default every hop of diagnose → remediate → hook adds a quarter second on average.
             "fetch_max_wait_ms": 100,
+            # Partition p of every subscribed topic to one member: the node stage needs a node's
+            # events on one member (co-partitioned topics, streams/topics.py). kafka-python's
+            # default list starts with it too; named, a change of default cannot split a node.
+            "partition_assignment_strategy": (RangePartitionAssignor,),
         }
 
     def topic_spec(self, name: str) -> TopicSpec:

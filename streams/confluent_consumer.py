@@ -51,6 +51,8 @@ def _consumer_config(settings: KafkaSettings, group: str | None, max_records: in
         # 1 s default left a consumer reading a backlog idle most of the time: 33k messages/s by
         # wall against 230-290k at 10 ms, for less CPU (bench/results_throughput.md).
         "fetch.queue.backoff.ms": 10,
+        # range, as for kafka-python (streams/config.py): one member reads all of a node's events
+        "partition.assignment.strategy": "range",
     }
 
 

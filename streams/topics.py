@@ -2,6 +2,15 @@
 
 Partition counts and retention are defaults for one machine; a real cluster overrides them per
 topic through :class:`streams.config.KafkaSettings` (``topic.<name>.partitions`` etc.).
+
+The telemetry topics are co-partitioned, as Kafka Streams requires of the topics it joins: the
+same partition count on each, so a node's key lands on the same partition number of every topic,
+and the range assignor hands one member that number of every topic. The node stage's work is
+node-local only while one member sees all of a node's events: its feature window joins NVML
+samples (telemetry.gpu) with step times (telemetry.train). With 6 GPU partitions beside 3 train
+partitions, two node-stage members split node n002 between them, each sent half a window under
+the same id, and the job stage kept one half: a slow node's clock drift went unseen and a
+two-signal fail-slow verdict became an alert.
 """
 
 from __future__ import annotations
@@ -38,21 +47,24 @@ DEAD_LETTER = "dead-letter"
 ACTIONS = "actions"
 REMEDIATION_STATE = "remediation.state"
 
+# Every telemetry topic has this many partitions by default (co-partitioned: the module doc).
+TELEMETRY_PARTITIONS = 6
+
 _DAY_MS = str(24 * 3600 * 1000)
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 
 TOPICS: dict[str, TopicSpec] = {
     t.name: t
     for t in (
-        TopicSpec(GPU, "node", 6, {"retention.ms": _DAY_MS}, "NVML samples, one message per node per interval; NVML Xid events"),
-        TopicSpec(KERNEL, "node", 3, {"retention.ms": _WEEK_MS}, "kernel log events (Xid, fall-off-bus, mlx5, ECC, hung task, OOM, ...)"),
-        TopicSpec(NCCL, "node", 3, {"retention.ms": _WEEK_MS}, "NCCL / torch.distributed / trainer log events"),
-        TopicSpec(TRAIN, "node", 3, {"retention.ms": _WEEK_MS}, "training step telemetry from trainer_hooks"),
-        TopicSpec(HEARTBEAT, "node", 3, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
-        TopicSpec(STACKS, "node", 3, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
-        TopicSpec(HOST, "node", 3, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
-        TopicSpec(CHECKS, "node", 3, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes; node agents' command refusals"),
-        TopicSpec(NET, "node", 3, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
+        TopicSpec(GPU, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "NVML samples, one message per node per interval; NVML Xid events"),
+        TopicSpec(KERNEL, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "kernel log events (Xid, fall-off-bus, mlx5, ECC, hung task, OOM, ...)"),
+        TopicSpec(NCCL, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "NCCL / torch.distributed / trainer log events"),
+        TopicSpec(TRAIN, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "training step telemetry from trainer_hooks"),
+        TopicSpec(HEARTBEAT, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
+        TopicSpec(STACKS, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
+        TopicSpec(HOST, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
+        TopicSpec(CHECKS, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes; node agents' command refusals"),
+        TopicSpec(NET, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),
         TopicSpec(DIAGNOSES, "job", 3, {"retention.ms": _WEEK_MS}, "diagnosis records"),
@@ -79,6 +91,18 @@ SOURCE_TOPIC = {
 }
 
 TELEMETRY_TOPICS = tuple(name for name in TOPICS if name.startswith("telemetry."))
+
+
+def copartition_problem(counts: dict[str, int]) -> str | None:
+    """Why topics that must be co-partitioned (the telemetry topics, for the node stage) are not,
+    given each one's partition count; None when they are."""
+    if len(set(counts.values())) <= 1:
+        return None
+    listed = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    return (f"the telemetry topics must all have the same number of partitions (co-partitioned, so "
+            f"one node-stage member reads all of a node's events), but they have: {listed}. Add "
+            f"partitions to the smaller ones (kafka-topics --alter --partitions N) or set the same "
+            f"`partitions` for every telemetry topic in the config file")
 
 
 def topic_for(event: Envelope) -> str:

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 
-from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, diagnose_consumer
+from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from diagnosis.node_consumer import NODE_GROUP
 from streams.topics import TELEMETRY_TOPICS
 from faultlens.engine_flags import add_engine_arguments, engine_config
@@ -55,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
     config = engine_config(args)
     wanted = [*TELEMETRY_TOPICS, topics.JOBS, topics.SUMMARIES, DIAGNOSES_TOPIC, topics.DEAD_LETTER]
     with connected(args, wanted) as settings:
-        runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
+        try:
+            runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
+        except TopicLayoutError as exc:
+            log.error("%s", exc)
+            return 2
         metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
         metrics.serve(args.metrics_port)
         stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)

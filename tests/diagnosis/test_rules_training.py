@@ -1,3 +1,5 @@
+import pytest
+
 from diagnosis.rules.liveness import SilenceDetector
 from diagnosis.rules.training import TrainingRule
 from tests.diagnosis.diag_events import T0, beat, ev, step
@@ -65,6 +67,49 @@ def test_silent_node_after_grace_but_not_the_whole_job():
     assert det.tick(T0 + 57) == []  # once
     # everyone stops (the stream ended): nobody is blamed
     assert det.tick(T0 + 500) == []
+
+
+def _agent_dies_then_checkpoint_pause(det: SilenceDetector, numbered: bool) -> list:
+    """8 nodes stepping every 10 s; n007's agent dies at 300 s (its beats stop, its ranks step on);
+    everyone pauses 40 s for a checkpoint after the step at 600 s; n002 reports its next step
+    first. Returns what a tick at 331 s found."""
+    events = [beat(t, f"n{n:03d}") for t in range(0, 651, 5) for n in range(8) if n != 7 or t < 300]
+    events += [step(t + 0.01 * n, f"n{n:03d}", n, i if numbered else None)
+               for i, t in enumerate(range(10, 601, 10)) for n in range(8)]
+    events.sort(key=lambda e: e.ts)
+    at_331 = []
+    for e in events:
+        if not at_331 and e.ts > T0 + 331:
+            at_331 = det.tick(T0 + 331)
+        det.observe(e)
+    det.observe(step(650.9, "n002", 2, 60 if numbered else None))
+    return at_331
+
+
+@pytest.mark.parametrize("numbered", [True, False])
+def test_an_agent_down_node_is_not_evicted_when_a_peer_resumes_first_after_a_pause(numbered):
+    det = SilenceDetector(grace_s=30)
+    alerts = _agent_dies_then_checkpoint_pause(det, numbered)
+    assert [(f.fault, f.action, f.nodes) for f in alerts] == [("node_silent", "alert", ("n007",))]
+    # n007's beats stopped 350 s ago and the newest step is 50 s past its last; but only one node
+    # of eight has resumed: n007's ranks keep the pace of the job's typical node.
+    assert det.tick(T0 + 650.95) == []
+    for n in range(8):
+        det.observe(step(651.0 + 0.01 * n, f"n{n:03d}", n, 60 if numbered else None))
+    assert det.tick(T0 + 652) == []
+
+
+@pytest.mark.parametrize("numbered", [True, False])
+def test_a_node_whose_ranks_fall_behind_the_job_is_silent(numbered):
+    det = SilenceDetector(grace_s=30)
+    assert [f.action for f in _agent_dies_then_checkpoint_pause(det, numbered)] == ["alert"]
+    # the job steps on without n007 (its trainer died too): once the typical node is past it, evict
+    for i, t in enumerate(range(651, 700, 10)):
+        for n in range(7):
+            det.observe(step(t + 0.01 * n, f"n{n:03d}", n, 60 + i if numbered else None))
+            det.observe(beat(t, f"n{n:03d}"))
+    found = det.tick(T0 + 700)
+    assert [(f.fault, f.action, f.nodes) for f in found] == [("node_silent", "evict", ("n007",))]
 
 
 def test_a_node_swapped_out_of_the_topology_is_not_called_silent():

@@ -9,14 +9,17 @@ import uuid
 
 import pytest
 
+from tests.diagnosis import foreign
 from tests.kafka_fixtures import job_records
 
 from diagnosis.consumer import diagnose_consumer
-from diagnosis.scoring import is_scored
+from diagnosis.engine import analyze
+from diagnosis.scoring import EVICTING, is_scored
 from simulator import FaultPlan
 from streams.diagnosis_record import Diagnosis
 from streams.producer import Producer
 from streams.replay import replay_trace
+from streams.trace import iter_trace, trace_order, write_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker
@@ -41,12 +44,23 @@ def _finish(settings, members) -> None:
         producer.flush()
 
 
+# Hand-written cases (tests/fixtures/foreign) that split stages once got wrong, read beside the
+# simulated job: with 1-2 node-stage members `dead_agent` evicted its healthy n007 when one node
+# reported its first step after a checkpoint pause before the others; with 2, a node's NVML
+# samples and its steps went to different members (6 GPU partitions, 3 train partitions), so
+# `failslow_corroborated` lost the clock drift that makes its slow node's eviction two-signal.
+FOREIGN_CASES = ("dead_agent", "failslow_corroborated")
+
+
 @pytest.mark.parametrize("node_members,job_members", [(2, 1), (1, 2), (3, 3)])
 def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node_members, job_members):
     # Its own broker: `summaries` on the session broker holds earlier runs' announcements.
     kafka_settings = own_kafka_settings
     job = f"stages-{uuid.uuid4().hex[:8]}"
-    path, offline, start = offline_trace(tmp_path, job)
+    sim_path, offline, start = offline_trace(tmp_path, job)
+    cases = [foreign.load(name) for name in FOREIGN_CASES]
+    path = tmp_path / "with-foreign.parquet"
+    write_trace(path, sorted([*iter_trace(sim_path), *(e for c in cases for e in c.events)], key=trace_order))
 
     tag = uuid.uuid4().hex[:6]
     # the job stage runs while the node stage works through the backlog, as deployed
@@ -59,6 +73,11 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
     live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     assert acting(live) == acting(offline), [(d.fault, d.action, round(d.ts - start), d.detail[:90])
                                                for d in live if d.fault == "job_hang"]
+    for case in cases:
+        live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, case.job, idle_s=1.5)
+        assert acting(live) == acting(analyze(case.events)), (case.name, [(d.fault, d.action, d.nodes) for d in live])
+        culprits = {n for label in case.labels for n in label.get("nodes") or ()}
+        assert not {n for d in live if d.action in EVICTING for n in d.nodes} - culprits, case.name
     for _, r, _ in nodes + jobs:
         assert r.stats.dead_letters == 0 or r.group.startswith("test-node")  # other tests' bad input
 

@@ -36,10 +36,10 @@ class TopicLayoutError(ValueError):
 GROUP = "faultlens-diagnose"
 JOB_GROUP = "faultlens-diagnose-job"
 # How much retained input a member re-reads for a partition it takes over (streams.runner): the
-# job stage's state spans a hang (floor, stack rounds) and the dedup window; the node stage's only
-# its feature windows and half-read multi-line records.
+# job stage's state spans a hang (floor, stack rounds) and the dedup window; the node stage's its
+# feature windows, half-read multi-line records and the NIC rule's 5 minutes of link alerts.
 JOB_REBUILD_S = 900.0
-NODE_REBUILD_S = 60.0
+NODE_REBUILD_S = 300.0
 STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
@@ -58,10 +58,30 @@ class DiagnoseHandler:
         self.engine = engine or Engine()
         self.group = group
         self.emitted = 0
+        # The job stage: which `summaries` partition each job's records come from (a job lives on
+        # one), so a job whose partition moves to another member leaves nothing behind here.
+        self._partition_of: dict[str, int] | None = {} if self.engine.config.stage == "job" else None
+
+    def partitions_moved(self, partitions) -> None:
+        """Runner hook (bookkeeping only, inside the rebalance callback): jobs whose `summaries`
+        partition left this member, or came to it, are forgotten; what comes is rebuilt from
+        retained input. A lane left behind would go on judging a job this member no longer reads
+        (the wall clock moves a quiet job's time: stack rounds and silences would fall due)."""
+        if self._partition_of is None:
+            return
+        moved = {tp.partition for tp in partitions if tp.topic == topics.SUMMARIES}
+        for job in [j for j, p in self._partition_of.items() if p in moved]:
+            del self._partition_of[job]
+            self.engine.forget_job(job)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
+        where = self._partition_of
         for r in records:
+            if where is not None and r.topic == topics.SUMMARIES:
+                job = getattr(r.value, "job", None)
+                if type(job) is str:
+                    where[job] = r.partition
             try:
                 found = self.engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped)
             except InvalidEvent as exc:

@@ -100,7 +100,7 @@ class Engine:
         self.node_stage = NodeStage(window_s=self.config.window_s)
         self._lanes: dict[str, _Lane] = {}
         self.stats: Counter = Counter()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -162,9 +162,9 @@ class Engine:
                 log.warning("late %s/%s from %s/%s: %.0fs behind the job's time (limit %.0fs); not judged "
                             "(%d so far)", event.source, event.kind, event.job, event.node, late_by,
                             self.config.max_lateness_s, self.stats["late"])
-            self._remember(event.id)
+            self._remember(event.id, event.job)
             return out
-        self._remember(event.id)
+        self._remember(event.id, event.job)
         self.stats["events"] += 1
         found = self._observe(lane, event)
         if late_by > self.config.max_lateness_s:
@@ -279,6 +279,13 @@ class Engine:
         self.stats["diagnoses"] += len(out)
         return out
 
+    def forget_job(self, job: str) -> None:
+        """Drop a job's state and the ids of its events (its input moved to another consumer: if it
+        comes back, it is rebuilt from retained input, which must not then be taken for copies)."""
+        self._lanes.pop(job, None)
+        for event_id in [i for i, j in self._seen.items() if j == job]:
+            del self._seen[event_id]
+
     # --- time -------------------------------------------------------------------------------
     def _tick(self, lane: _Lane, now: float) -> list[Diagnosis]:
         lane.last_tick = now
@@ -330,8 +337,8 @@ class Engine:
             out.extend(lane.dedup.flush())
         return out
 
-    def _remember(self, event_id: str) -> None:
-        self._seen[event_id] = None
+    def _remember(self, event_id: str, job: str) -> None:
+        self._seen[event_id] = job
         if len(self._seen) > self.config.seen_ids:
             self._seen.popitem(last=False)
 

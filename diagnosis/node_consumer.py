@@ -12,6 +12,12 @@ batch produces the same records and the job stage drops the copies.
 Each member also announces how far it has got in event time (`summary/watermark`, to every
 partition of `summaries`): a job-stage partition holds records from several node-stage members,
 and is only as far along as the slowest of them.
+
+State moves with its partitions: the telemetry topics are co-partitioned (streams/topics.py), so
+partition number p of every topic holds the same nodes, and each p has a node stage of its own.
+When p leaves this member, or comes to it from another, that state is dropped and rebuilt from the
+retained input the runner reads again (streams/runner.py): kept, a node's events read twice would
+count twice (a single NIC flap read again made "2 alerts in 5 min" and evicted a healthy node).
 """
 
 from __future__ import annotations
@@ -50,16 +56,22 @@ def summary(event: Envelope) -> Outgoing:
     return Outgoing(topics.SUMMARIES, event.job.encode(), encode(event))
 
 
-def window_summary(w: NodeWindow) -> Outgoing:
-    """A closed window for `summaries`, its id derived from the window (a redelivery repeats it)."""
-    return summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}"))
+def window_summary(w: NodeWindow, closed_at: float) -> Outgoing:
+    """A closed window for `summaries`, its id derived from the window (a redelivery repeats it).
+
+    It is stamped with the time it closed (the node's first event past it), not its start: this
+    member announced progress past the start before the window could close, so stamped at its
+    start it reached the job stage after records up to 10 s later, at a place that depended on
+    the read; at the closing event's time it comes where `faultlens analyze` sees it."""
+    return summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}", ts=closed_at))
 
 
 class NodeStageHandler:
     """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
 
     def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0):
-        self.stage = NodeStage(window_s=window_s)
+        self.window_s = window_s
+        self._stages: dict[int, NodeStage] = {}  # input partition number → its nodes' state
         self.book = JobBook()
         self.group = group
         self.skew_alert_every_s = skew_alert_every_s
@@ -100,6 +112,19 @@ class NodeStageHandler:
         return [Outgoing(topics.SUMMARIES, key, value)
                 for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
 
+    def stage(self, partition: int) -> NodeStage:
+        """The node stage of the nodes on input partition number ``partition``."""
+        stage = self._stages.get(partition)
+        if stage is None:
+            stage = self._stages[partition] = NodeStage(window_s=self.window_s)
+        return stage
+
+    def partitions_moved(self, partitions) -> None:
+        """The runner's word that these partitions left this member or came to it (bookkeeping
+        only: it runs inside the client's rebalance callback)."""
+        for number in {tp.partition for tp in partitions}:
+            self._stages.pop(number, None)
+
     def _one(self, r: Record) -> tuple[list[Outgoing], list[tuple[str, float, bytes]]]:
         """One record's outputs, and the (job, ts, event bytes) it passes on to the job stage."""
         event: Envelope = r.value
@@ -117,13 +142,14 @@ class NodeStageHandler:
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = dataclasses.replace(event, ts=r.event_ts)
         node_out = NodeOutput()
-        for parsed in self.stage.parse(event):
+        stage = self._stages.get(r.partition) or self.stage(r.partition)
+        for parsed in stage.parse(event):
             mismatch = rank_mismatch(self.book, parsed)
             if mismatch is not None:
                 node_out.findings.append(mismatch)
-            self.stage.observe(parsed, node_out)
+            stage.observe(parsed, node_out)
         out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
-        out += [window_summary(w) for w in node_out.windows]
+        out += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding.
         as_read = r.raw if event is r.value else None
         passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
@@ -142,11 +168,13 @@ class NodeStageHandler:
         return [summary(finding.to_event(f"{event.id}.skew"))]
 
     def flush(self) -> list[Outgoing]:
-        parsed, windows = self.stage.flush()
-        node_out = NodeOutput(windows=windows)
-        for ev in parsed:
-            self.stage.observe(ev, node_out)
-        out = [window_summary(w) for w in node_out.windows]
+        node_out = NodeOutput()
+        for stage in self._stages.values():
+            parsed, windows = stage.flush()
+            node_out.windows.extend(windows)
+            for ev in parsed:
+                stage.observe(ev, node_out)
+        out = [window_summary(w, w.start + self.window_s) for w in node_out.windows]
         out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
         out += [summary(e) for e in node_out.forward]
         return out
@@ -155,10 +183,11 @@ class NodeStageHandler:
         """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""
         parts = list(partitions)
 
-        def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None) -> list[Outgoing]:
+        def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None,
+                     behind: bool = False) -> list[Outgoing]:
             # -inf ("nothing written yet") travels as null: JSON has no infinity.
             known = progress != float("-inf")
-            data = {"member": self.member, "watermark": progress if known else None}
+            data = {"member": self.member, "watermark": progress if known else None, "behind": behind}
             if reads is not None:
                 data["reads"], data["of"] = list(reads[0]), reads[1]
             mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",
@@ -178,7 +207,7 @@ def watermark_of(record: Record) -> WriterWord | None:
                                           and type(of) is int and of > 0):
                 reads = of = None  # a word that says it badly says nothing of coverage
             return WriterWord(str(data["member"]), float("-inf") if mark is None else float(mark), reads,
-                              of if reads is not None else None)
+                              of if reads is not None else None, data.get("behind") is True)
         except (KeyError, TypeError, ValueError):
             return None
     return None

@@ -46,12 +46,14 @@ class Placement(NamedTuple):
 
 class WriterWord(NamedTuple):
     """An upstream writer's announcement: it has written everything up to ``watermark`` (-inf:
-    nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group."""
+    nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group;
+    ``behind`` says it still has input to read (a backlog, a partition just taken over)."""
 
     member: str
     watermark: float
     reads: list[str] | None = None
     of: int | None = None
+    behind: bool | None = None
 
 
 @dataclass
@@ -193,9 +195,9 @@ _TS, _PART = 0, 2
 class _PartitionState:
     watermark: float | None = None
     # Upstream writers' own watermarks, when a partition has several (the node stage's members
-    # writing `summaries`): writer → (watermark, wall time heard). The partition is then only as
-    # far along as its slowest live writer.
-    writers: dict[str, tuple[float, float, frozenset[str] | None]] = field(default_factory=dict)
+    # writing `summaries`): writer → (watermark, wall time heard, input partitions it reads, still
+    # behind on its input). The partition is then only as far along as its slowest live writer.
+    writers: dict[str, tuple[float, float, frozenset[str] | None, bool]] = field(default_factory=dict)
     # How many input partitions the writers read in all, when they say which ones each reads:
     # then the partition is held back while some input partition has no live writer that reads
     # it (a member whose rebalance callback ran late has not said hello yet, and its records are
@@ -283,7 +285,8 @@ class WatermarkMerge(Generic[T]):
         heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
-               said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None) -> None:
+               said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None,
+               behind: bool | None = None) -> None:
         """An upstream writer of ``partition`` has written everything up to ``watermark``;
         ``said_at`` is when it said so (the broker's record time): an old announcement read from a
         retained backlog speaks for a writer that may be long gone.
@@ -291,13 +294,13 @@ class WatermarkMerge(Generic[T]):
         ``-inf`` is a writer's hello after a rebalance: it may now write records of partitions it
         took over, older than anything it announced before, so its earlier words no longer hold
         and the partition waits for its next one. ``reads`` names the input partitions the writer
-        reads now, of ``of`` read by all writers together."""
+        reads now, of ``of`` read by all writers together; ``behind``, that it still has input to read."""
         state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
         previous = state.writers.get(writer)
         heard = wall_now if said_at is None else min(wall_now, said_at)
         if previous is not None and watermark != float("-inf"):
             watermark = max(watermark, previous[0])
-        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads))
+        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads), bool(behind))
         if of is not None:
             state.of = of
         state.last_data = wall_now
@@ -307,17 +310,37 @@ class WatermarkMerge(Generic[T]):
         # Read live, a writer silent for writer_ttl_s is gone. Read from a backlog, every word is
         # old by the wall clock: a writer is gone only once the partition's own records have moved
         # writer_ttl_s of broker time past its last word.
-        now = state.frontier if backlog and state.frontier is not None else wall_now
-        live = [(w, reads) for w, heard, reads in state.writers.values() if now - heard < self.writer_ttl_s]
+        live = self._live_writers(state, wall_now, backlog)
         if not live:
             return state.watermark
-        if state.of is not None and all(reads is not None for _, reads in live):
+        if state.of is not None and all(reads is not None for _, reads, _ in live):
             covered: set[str] = set()
-            for _, reads in live:
+            for _, reads, _ in live:
                 covered |= reads
             if len(covered) < state.of:
                 return float("-inf")  # an input partition whose writer has not spoken yet
-        return min(w for w, _ in live)
+        return min(w for w, _, _ in live)
+
+    def _live_writers(self, state: _PartitionState, wall_now: float,
+                      backlog: bool) -> list[tuple[float, frozenset[str] | None, bool]]:
+        now = state.frontier if backlog and state.frontier is not None else wall_now
+        return [(w, reads, behind) for w, heard, reads, behind in state.writers.values()
+                if now - heard < self.writer_ttl_s]
+
+    def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
+        """Whether some upstream writer still has input to read, or some input partition of theirs
+        has no writer yet: more records are on their way, however quiet this consumer's own input
+        is, so the wall clock must not stand in for event time (a job stage whose node stage was
+        rebalancing for 30 s would otherwise move a job's time past records still to come)."""
+        for p, state in self._parts.items():
+            if state.follower or not state.writers:
+                continue
+            backlog = not caught_up.get(p, True)
+            if any(behind for _, _, behind in self._live_writers(state, wall_now, backlog)):
+                return True
+            if self._mark(state, wall_now, backlog) == float("-inf"):
+                return True
+        return False
 
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
         """The event time up to which every partition has delivered; None when all are idle

@@ -88,7 +88,7 @@ class GroupRunner(EventTimeMode):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         broadcast_topics: Iterable[str] = (),
         watermark_of: Callable[[Record], WriterWord | None] | None = None,
-        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None], Iterable[Outgoing]] | None = None,
+        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None, bool], Iterable[Outgoing]] | None = None,
         rebuild_s: float = 0.0,
         commit_interval_s: float = COMMIT_INTERVAL_S,
     ):
@@ -98,6 +98,11 @@ class GroupRunner(EventTimeMode):
         self._handle = handler.handle if hasattr(handler, "handle") else handler
         self._tick = getattr(handler, "tick", None)
         self._on_assigned = getattr(handler, "on_assigned", None)
+        # A handler whose state is kept per input partition hears which partitions left this
+        # member or came to it from another (state rebuilt from retained input), not those a
+        # rebalance gave straight back.
+        self._on_moved = getattr(handler, "partitions_moved", None)
+        self._revoked_last: set[TopicPartition] = set()
         self._own_producer = producer is None
         self.producer = producer or Producer(settings)
         self.poll_timeout_ms = poll_timeout_ms
@@ -133,6 +138,13 @@ class GroupRunner(EventTimeMode):
         # stores and remediation drop the copies.
         self.rebuild_s = rebuild_s
         self._to_rebuild: set[TopicPartition] = set()
+        # A partition a rebalance takes away and gives straight back (an eager rebalance revokes
+        # everything) is not read again: the handler's state already holds it, and reading it
+        # twice would count its events twice (a node rule's "2 NIC alerts in 5 min" fired again
+        # on the first alert re-read). It resumes where its handing on stopped.
+        self._next_offset: dict[TopicPartition, int] = {}  # past the last offset read
+        self._resume_at: dict[TopicPartition, int] = {}  # revoked: where handing on stopped
+        self._to_resume: dict[TopicPartition, int] = {}  # kept through a rebalance: seek there
         self.commit_interval_s = commit_interval_s
         self._settled_at = 0.0  # monotonic time of the last flush and commit
         self._unsettled = False  # records handed on whose outputs were sent, not yet acknowledged
@@ -189,8 +201,15 @@ class GroupRunner(EventTimeMode):
     def _assigned(self, assigned) -> None:
         if self._on_assigned is not None:
             self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
+        kept = {tp: self._resume_at[tp] for tp in assigned if tp in self._resume_at}
+        self._resume_at.clear()
+        self._to_resume.update(kept)
+        moved = (self._revoked_last - set(assigned)) | (set(assigned) - set(kept))
+        self._revoked_last = set()
+        if self._on_moved is not None and moved:
+            self._on_moved(moved)
         if self.rebuild_s > 0:
-            self._to_rebuild |= set(assigned)
+            self._to_rebuild |= set(assigned) - set(kept)
         self._hello = True
         self._announced = None  # the hello wipes this member's word downstream: its progress is said again
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
@@ -202,9 +221,20 @@ class GroupRunner(EventTimeMode):
 
     def _revoked(self, revoked) -> None:
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
+        unbuilt = self._to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
         self._to_rebuild -= set(revoked)
+        self._revoked_last |= set(revoked)
         if self.merge is None or not revoked:
             return
+        for tp in revoked:
+            # Where this member's handing on stopped: the first record still held, or the next
+            # one to read (or a resume still pending, when nothing was read since).
+            held = self.merge.lowest_held_offset(tp)
+            pending = self._to_resume.pop(tp, None)
+            at = held if held is not None else self._next_offset.pop(tp, pending)
+            self._next_offset.pop(tp, None)
+            if at is not None and tp not in unbuilt:
+                self._resume_at[tp] = at
         # What was handed on is committed already (every loop commits after its batch; a listener
         # may not block on the broker); what is held goes back to the partition's next owner.
         dropped = self.merge.revoke(revoked)
@@ -213,8 +243,13 @@ class GroupRunner(EventTimeMode):
             log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
 
     def _rebuild(self, consumer: Consumer) -> None:
-        """Seek newly assigned partitions back by ``rebuild_s`` (see __init__); runs in the loop,
-        where the consumer may block on the broker."""
+        """Seek partitions kept through a rebalance to where their handing on stopped, and newly
+        assigned ones back by ``rebuild_s`` (see __init__); runs in the loop, where the consumer
+        may block on the broker."""
+        resume, self._to_resume = self._to_resume, {}
+        for tp, offset in resume.items():
+            if tp in consumer.assignment():
+                consumer.seek(tp, offset)
         parts, self._to_rebuild = [tp for tp in self._to_rebuild if tp in consumer.assignment()], set()
         if not parts:
             return
@@ -249,11 +284,16 @@ class GroupRunner(EventTimeMode):
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 polled = consumer.poll(timeout_ms=self.poll_timeout_ms)
-                if self._to_rebuild:
-                    # Partitions just assigned are read again from further back: what this poll
+                if self._to_rebuild or self._to_resume:
+                    # Partitions just assigned are read from where they must start: what this poll
                     # brought of them comes again after the seek.
-                    polled = {tp: m for tp, m in polled.items() if tp not in self._to_rebuild}
+                    polled = {tp: m for tp, m in polled.items()
+                              if tp not in self._to_rebuild and tp not in self._to_resume}
                     self._rebuild(consumer)
+                if self.merge is not None:
+                    for tp, messages in polled.items():
+                        if messages:
+                            self._next_offset[tp] = messages[-1].offset + 1
                 out: list[Outgoing] = []
                 good: list[Record] = []
                 if polled:

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 UNFETCHED_WAIT_S = 30.0
 # How long one loop waits for a broadcast topic (`jobs`) to catch up before it releases data.
 BROADCAST_CATCH_UP_S = 1.0
+# A member with no new progress still says so this often: downstream takes a writer silent for
+# WatermarkMerge.writer_ttl_s (15 s) as gone, and must hear whether it is still behind.
+KEEPALIVE_S = 5.0
 
 
 class EventTimeMode:
@@ -135,20 +138,29 @@ class EventTimeMode:
         except (CommitFailedError, KafkaError) as exc:
             log.warning("commit failed (%s); those records will be delivered again", exc)
     def _announce(self) -> list[Outgoing]:
-        """This member's progress, for the stage downstream: after its outputs, at most once a second."""
+        """This member's progress, for the stage downstream: after its outputs, at most once a
+        second, and every KEEPALIVE_S while it has none to report (it is alive, and whether it is
+        still behind on its input)."""
         if self.on_progress is None or self.merge is None:
             return []
         hello: list[Outgoing] = []
         if self._hello:
             self._hello = False
-            hello = list(self.on_progress(float("-inf"), self._reads()))
+            hello = list(self.on_progress(float("-inf"), self._reads(), True))
         if time.monotonic() < self._settle_until or self.merge.progress is None:
             return hello
         progress = self.merge.progress
-        if self._announced is not None and (progress <= self._announced or time.monotonic() - self._announced_wall < 1.0):
+        since = time.monotonic() - self._announced_wall
+        if self._announced is not None and (since < 1.0 or (progress <= self._announced and since < KEEPALIVE_S)):
             return hello
-        self._announced, self._announced_wall = progress, time.monotonic()
-        return hello + list(self.on_progress(progress, self._reads()))
+        self._announced = progress if self._announced is None else max(progress, self._announced)
+        self._announced_wall = time.monotonic()
+        return hello + list(self.on_progress(self._announced, self._reads(), self._behind()))
+
+    def _behind(self) -> bool:
+        """Whether this member still has input to read (a backlog, partitions just taken over)."""
+        consumer = self.consumer
+        return consumer is not None and not all(self._caught_up(consumer).values())
 
     def _reads(self) -> tuple[tuple[str, ...], int] | None:
         """The input partitions this member reads, and how many its group reads in all (None while
@@ -173,8 +185,12 @@ class EventTimeMode:
         return tuple(own), total
 
     def _input_settled(self, consumer: Consumer) -> bool:
-        """Whether the wall clock may stand in for event time: nothing is held back and no
-        partition has unread input (while a backlog is read, only the input moves time)."""
+        """Whether the wall clock may stand in for event time: nothing is held back, no partition
+        has unread input, and no upstream writer has (while a backlog is read anywhere upstream,
+        only the input moves time)."""
         if self.merge is None:
             return True
-        return self.merge.held == 0 and all(self._caught_up(consumer).values())
+        if self.merge.held:
+            return False
+        caught_up = self._caught_up(consumer)
+        return all(caught_up.values()) and not self.merge.upstream_behind(time.time(), caught_up)

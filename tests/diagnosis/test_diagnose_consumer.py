@@ -53,3 +53,58 @@ def _job(event, job):
     d = event.to_dict()
     d["job"] = job
     return type(event).from_dict(d)
+
+
+def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_when_it_comes_back():
+    """A job-stage member keeps no lane for a job it no longer reads (its wall clock would go on
+    moving the job's time), and the retained input it reads again for a job that comes back is
+    taken as input, not as copies of what it saw before."""
+    from kafka.structs import TopicPartition
+
+    from diagnosis.consumer import DiagnoseHandler
+    from diagnosis.engine import Engine, EngineConfig
+    from streams import topics
+    from streams.runner import Record
+    from tests.diagnosis.diag_events import beat
+
+    handler = DiagnoseHandler(Engine(EngineConfig(stage="job")))
+
+    def records(job: str, partition: int) -> list:
+        events = [beat(t, f"n{i:03d}", job=job) for t in (0, 5) for i in range(3)]
+        return [Record(topics.SUMMARIES, partition, i, job.encode(), e, 0, event_ts=e.ts)
+                for i, e in enumerate(events)]
+
+    ja, jb = records("ja", 1), records("jb", 2)
+    handler.handle(ja + jb)
+    assert handler.engine.job_time("ja") is not None and handler.engine.job_time("jb") is not None
+    handler.partitions_moved({TopicPartition(topics.SUMMARIES, 1), TopicPartition(topics.TRAIN, 2)})
+    assert handler.engine.job_time("ja") is None and handler.engine.job_time("jb") is not None
+    handler.handle(ja)  # it came back: read again from retained input
+    assert handler.engine.job_time("ja") == ja[-1].value.ts
+    assert handler.engine.stats["duplicates"] == 0
+    handler.handle(jb)  # never moved: these are copies
+    assert handler.engine.stats["duplicates"] == len(jb)
+
+
+def test_copartition_problem_names_the_counts_that_differ():
+    from streams.topics import TELEMETRY_TOPICS, TOPICS, copartition_problem
+
+    assert {TOPICS[t].partitions for t in TELEMETRY_TOPICS} == {6}  # the defaults are co-partitioned
+    assert copartition_problem({"telemetry.gpu": 6, "telemetry.train": 6}) is None
+    problem = copartition_problem({"telemetry.gpu": 6, "telemetry.train": 3})
+    assert "telemetry.gpu 6" in problem and "telemetry.train 3" in problem
+
+
+@pytest.mark.broker
+def test_the_node_stage_refuses_telemetry_topics_that_are_not_co_partitioned(tmp_path, caplog):
+    """Two node-stage members would each see part of a node (its NVML samples on one, its steps
+    on the other): the stage says so at start and does not run."""
+    from streams.admin import ensure_topics
+    from streams.broker import EmbeddedBroker
+    from streams.config import KafkaSettings
+
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as b:
+        ensure_topics(KafkaSettings(bootstrap=b.bootstrap, topics={"telemetry.train": {"partitions": 3}}))
+        rc = main(["diagnose", "--stage", "node", "--bootstrap", b.bootstrap, "--idle-stop", "1"])
+    assert rc == 2
+    assert "telemetry.train 3" in caplog.text and "same number of partitions" in caplog.text

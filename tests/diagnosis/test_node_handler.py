@@ -10,7 +10,7 @@ from streams import topics
 from streams.bundle import Bundle, decode_bundled
 from streams.events import decode, encode
 from streams.runner import Record
-from tests.diagnosis.diag_events import T0, beat, step, topology
+from tests.diagnosis.diag_events import T0, beat, ev, step, topology
 
 
 
@@ -85,3 +85,49 @@ def test_a_members_announcement_says_which_input_partitions_it_reads_and_the_job
     bad["data"]["of"] = "thirty"
     got = watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(orjson.dumps(bad)), int(T0 * 1000)))
     assert (got.watermark, got.reads, got.of) == (T0 + 60, None, None)
+
+
+def test_a_members_word_says_whether_it_is_still_behind_on_its_input():
+    from diagnosis.node_consumer import watermark_of
+
+    announce = NodeStageHandler().watermarks([0])
+    words = [watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(announce(T0, None, behind)[0].value), 0))
+             for behind in (True, False)]
+    assert [w.behind for w in words] == [True, False]
+
+
+def _flap(node: str, at: float, offset: int, partition: int) -> list[Record]:
+    """One InfiniBand flap as the kernel logs it: the cable out and the link down, then 6 s later
+    the link back up."""
+    up = 1234317.0 + at  # the kernel's own clock: seconds since boot
+    lines = [(0.0, "mlx5_core 0000:5e:00.0: mlx5_port_module_event:1135:(pid 0): Port module event: module 0, "
+                   "Cable unplugged"), (0.01, "mlx5_core 0000:5e:00.0 ibp94s0: Link down"),
+             (6.0, "mlx5_core 0000:5e:00.0 ibp94s0: Link up")]
+    out = []
+    for i, (dt, line) in enumerate(lines):
+        raw = encode(ev(at + dt, node, "kernel", "line", line=f"[{up + dt:.6f}] {line}"))
+        out.append(Record(topics.KERNEL, partition, offset + i, node.encode(), decode(raw), 0, raw=raw,
+                          event_ts=T0 + at + dt))
+    return out
+
+
+def _nic_findings(out) -> list:
+    return [e for o in out for e in [decode(o.value)] if e.kind == "finding" and e.data.get("fault") == "nic"]
+
+
+def test_a_partition_that_moves_takes_its_nodes_state_with_it():
+    """A member that takes a partition over reads its retained input again: the nodes' state it
+    had from an earlier ownership must not count those events a second time (a single flap read
+    twice was "2 NIC alerts in 5 min" and evicted a healthy node)."""
+    from kafka.structs import TopicPartition
+
+    handler = NodeStageHandler()
+    flap = _flap("n001", 250.0, 0, partition=2)
+    assert _nic_findings(handler.handle(flap)) == []  # one flap is tolerated
+    handler.partitions_moved({TopicPartition(topics.KERNEL, 2), TopicPartition(topics.GPU, 2)})
+    assert _nic_findings(handler.handle(flap)) == []  # read again after it came back: still one flap
+    # state of the partitions that stayed is kept: a second flap on another partition's node counts
+    other = _flap("n004", 250.0, 0, partition=5)
+    handler.handle(other)
+    handler.partitions_moved({TopicPartition(topics.KERNEL, 2)})
+    assert [f.node for f in _nic_findings(handler.handle(_flap("n004", 270.0, 3, partition=5)))] == ["n004"]

@@ -118,3 +118,19 @@ def test_settings_librdkafka_refuses_are_a_clear_error():
         Producer(bad)
     with pytest.raises(ValueError, match="Unsupported SASL mechanism: BOGUS"):
         open_consumer(bad, "g")
+
+
+def test_the_deployed_config_keeps_the_telemetry_topics_co_partitioned(tmp_path):
+    """deploy/k8s/configmap.yaml once raised telemetry.gpu alone to 48 partitions: its node stage
+    would have split nodes between members (now it refuses to start)."""
+    import textwrap
+    from pathlib import Path
+
+    from streams.topics import TELEMETRY_TOPICS, copartition_problem
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "configmap.yaml").read_text()
+    embedded = textwrap.dedent(text.split("faultlens.toml: |\n", 1)[1])
+    config = tmp_path / "faultlens.toml"
+    config.write_text(embedded)
+    settings = KafkaSettings.load(str(config))
+    assert copartition_problem({t: settings.topic_spec(t).partitions for t in TELEMETRY_TOPICS}) is None

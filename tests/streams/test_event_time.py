@@ -341,3 +341,27 @@ def test_words_without_reads_keep_the_old_rule():
     m.report("s", "old", 100.0, 0.0)
     m.add("s", 0, 50.0, "x", 0.0)
     assert m.release(0.0, {"s": False}) == ["x"]
+
+
+def test_the_wall_clock_waits_while_an_upstream_writer_is_behind_on_its_input():
+    """A job stage whose own input is quiet must not let the wall clock move a job's time while a
+    node-stage member still has telemetry to read (a rebalance's re-read, a backlog): the records
+    it writes next belong before that time."""
+    m = WatermarkMerge(max_idle_s=100, writer_ttl_s=15)
+    m.assign(["s"], 0.0)
+    caught_up = {"s": True}
+    assert not m.upstream_behind(0.0, caught_up)  # no writer has spoken: nothing known upstream
+    m.report("s", "A", float("-inf"), 0.0, reads=["t:0", "t:1"], of=2, behind=True)  # hello
+    assert m.upstream_behind(0.0, caught_up)
+    m.report("s", "A", 100.0, 1.0, reads=["t:0", "t:1"], of=2, behind=True)
+    assert m.upstream_behind(1.0, caught_up)
+    m.report("s", "A", 100.0, 2.0, reads=["t:0", "t:1"], of=2, behind=False)  # caught up (keep-alive)
+    assert not m.upstream_behind(2.0, caught_up)
+    m.report("s", "B", float("-inf"), 3.0, reads=["t:1"], of=2, behind=True)  # B takes t:1 over
+    assert m.upstream_behind(3.0, caught_up)
+    m.report("s", "A", 100.0, 4.0, reads=["t:0"], of=2, behind=False)
+    m.report("s", "B", 90.0, 4.0, reads=["t:1"], of=2, behind=False)
+    assert not m.upstream_behind(4.0, caught_up)
+    # B falls silent: t:1 has no live writer any more, so more of it may still come
+    m.report("s", "A", 120.0, 25.0, reads=["t:0"], of=2, behind=False)
+    assert m.upstream_behind(25.0, caught_up)

@@ -290,3 +290,41 @@ def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_th
     GroupRunner(client_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(
         idle_stop_s=2, handle_signals=False)
     assert again == []  # committed to the end once delivered
+
+
+def test_a_member_keeping_partitions_through_a_rebalance_hands_nothing_on_twice(
+        client_settings, group_name, fresh_topic):
+    """An event-time member whose partitions a rebalance revokes and gives straight back resumes
+    where its handing on stopped: its handler's state holds those records already, and reading
+    them again (the rebuild of a partition taken over) counted a node's events twice. A partition
+    it takes over is still read again from ``rebuild_s`` back."""
+    topic = fresh_topic(partitions=4)
+    sent = events(600)
+    seen_a, seen_b = [], []
+
+    def stream():  # live: 50 events every 0.5 s, so the first member is mid-stream when the second joins
+        for i in range(0, len(sent), 50):
+            publish(client_settings, topic, sent[i:i + 50])
+            time.sleep(0.5)
+
+    def member(seen):
+        def handle(records):
+            seen.extend(r.value.id for r in records)
+            return []
+        return GroupRunner(client_settings, group_name, [topic], handle, event_time=True, rebuild_s=900.0)
+
+    producer = threading.Thread(target=stream)
+    producer.start()
+    t_first = threading.Thread(target=member(seen_a).run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_first.start()
+    deadline = time.monotonic() + 60
+    while len(seen_a) < 100 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    t_second = threading.Thread(target=member(seen_b).run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_second.start()
+    for t in (producer, t_first, t_second):
+        t.join(180)
+    assert not t_first.is_alive() and not t_second.is_alive()
+    assert seen_b, "the second member was never given a partition"
+    assert set(seen_a) | set(seen_b) == {e.id for e in sent}
+    assert len(seen_a) == len(set(seen_a)), "the first member handed records of its kept partitions on twice"

@@ -9,6 +9,11 @@ Found on 2026-11-23 (and on the commit before that session): `dead_agent` evicts
 n007 at 657 s (`node_silent`, "no heartbeat for 362s") after the right agent alert at 330 s,
 with 1 or 2 node-stage members; offline gives the alert only. `failslow_corroborated` gives no
 verdict with 2 node-stage members (right with 1). Every other case matches the offline answer.
+
+Mended on 2026-11-25: the liveness rule judged an agent-down node's ranks against the job's most
+advanced node (the first to report after a checkpoint pause); the telemetry topics had 6 GPU and
+3 train partitions, so two members split a node's feature window. Since then all 14 cases match
+with 2 kafka-python members and with 3 confluent members, no healthy machine evicted.
 """
 import argparse
 import threading

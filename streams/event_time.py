@@ -405,6 +405,11 @@ class WatermarkMerge(Generic[T]):
             state.released.discard(heapq.heappop(state.offsets))
 
     # --- what the consumer should do ----------------------------------------------------------
+    def frontier(self, partition: Partition) -> float | None:
+        """The broker's time of the latest record read from ``partition`` (None: none yet)."""
+        state = self._parts.get(partition)
+        return None if state is None else state.frontier
+
     def lowest_held_offset(self, partition: Partition) -> int | None:
         """The first offset of ``partition`` not yet handed on: commit up to (not including) it."""
         state = self._parts.get(partition)

@@ -32,6 +32,8 @@ BROADCAST_CATCH_UP_S = 1.0
 # A member with no new progress still says so this often: downstream takes a writer silent for
 # WatermarkMerge.writer_ttl_s (15 s) as gone, and must hear whether it is still behind.
 KEEPALIVE_S = 5.0
+# A partition with unread input whose latest record read is older than this is a backlog.
+BEHIND_S = 10.0
 
 
 class EventTimeMode:
@@ -158,9 +160,19 @@ class EventTimeMode:
         return hello + list(self.on_progress(self._announced, self._reads(), self._behind()))
 
     def _behind(self) -> bool:
-        """Whether this member still has input to read (a backlog, partitions just taken over)."""
+        """Whether this member is reading a backlog: some partition has unread input and what was
+        last read of it is over BEHIND_S old by the broker's clock (or nothing was read of it yet).
+        A member keeping up with a busy stream always has a little unread input: that is not it."""
         consumer = self.consumer
-        return consumer is not None and not all(self._caught_up(consumer).values())
+        if consumer is None or self.merge is None:
+            return False
+        now, mono = time.time(), time.monotonic()
+        for tp in consumer.assignment():
+            if not self._partition_caught_up(consumer, tp, mono):
+                read = self.merge.frontier(tp)
+                if read is None or now - read > BEHIND_S:
+                    return True
+        return False
 
     def _reads(self) -> tuple[tuple[str, ...], int] | None:
         """The input partitions this member reads, and how many its group reads in all (None while

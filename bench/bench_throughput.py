@@ -9,7 +9,8 @@
    broker the rest reads from, kafka-python into a second, throw-away broker (the topics must hold
    the trace once).
 3. On the same telemetry topics: a raw kafka-python consumer group and a raw confluent-kafka one
-   (poll, count, commit: nothing else), then `faultlens diagnose --stage node`, `--stage job` (it
+   (poll, count, commit: nothing else), each again decoding every message as the stages do and
+   nothing more (the floor of a Python consumer of these messages), then `faultlens diagnose --stage node`, `--stage job` (it
    reads what the node stage wrote to `summaries`) and `--stage all`, each with each client, each
    in a fresh group. A rate runs from the first batch handed to the handler to the last one.
 4. Peak RSS of the engine (`faultlens analyze`'s) over a trace of --rss-nodes nodes, in a
@@ -103,8 +104,15 @@ def _rates(n: int, clock: _Clock, per_msg: float) -> dict:
             "gpu_samples_per_s": round(n * per_msg / wall) if wall > 0 else None}
 
 
-def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0) -> tuple[int, _Clock]:
-    """Poll, count, commit: the client alone, through a consumer group of its own."""
+def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
+         decode: bool = False) -> tuple[int, _Clock]:
+    """Poll, count, commit: the client alone, through a consumer group of its own. With ``decode``
+    each message is also decoded as the diagnosis stages decode it (the typed readers of NVML and
+    NIC samples, the general decoder for the rest) and nothing more: the floor of any consumer
+    that reads these JSON messages in Python."""
+    from diagnosis.consumer import TELEMETRY_DECODERS
+    from streams.events import decode as general
+
     consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
     consumer.subscribe(list(TELEMETRY_TOPICS))
     n, clock = 0, _Clock()
@@ -116,6 +124,11 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0) -> tu
                 if clock.first is None:
                     clock.tick()  # as for the stages: the clock starts when the first batch is in hand
                 n += sum(len(v) for v in polled.values())
+                if decode:
+                    for tp, messages in polled.items():
+                        reader = TELEMETRY_DECODERS.get(tp.topic, general)
+                        for m in messages:
+                            reader(m.value)
                 consumer.commit()
                 clock.tick()
     finally:
@@ -225,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             raw_rate = raw_rate or row["events_per_s"]  # kafka-python comes first: the baseline
             raw_cpu = raw_cpu or row["events_per_cpu_s"]
             _emit({"measure": "raw consume", "client": client, **row,
+                   "ratio_to_raw_kafka_python": round(row["events_per_s"] / raw_rate, 2) if raw_rate else None,
+                   "cpu_ratio_to_raw_kafka_python": round(row["events_per_cpu_s"] / raw_cpu, 2) if raw_cpu else None})
+        for client in clients:
+            row = _rates(*_raw(dataclasses.replace(base, client=client), telemetry, decode=True), per_msg)
+            _emit({"measure": "raw consume + decode", "client": client, **row,
                    "ratio_to_raw_kafka_python": round(row["events_per_s"] / raw_rate, 2) if raw_rate else None,
                    "cpu_ratio_to_raw_kafka_python": round(row["events_per_cpu_s"] / raw_cpu, 2) if raw_cpu else None})
 

@@ -47,13 +47,15 @@ class Placement(NamedTuple):
 class WriterWord(NamedTuple):
     """An upstream writer's announcement: it has written everything up to ``watermark`` (-inf:
     nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group;
-    ``behind`` says it still has input to read (a backlog, a partition just taken over)."""
+    ``behind`` says it still has input to read (a backlog, a partition just taken over); ``idle``,
+    that it has handed on all it read and its input has been quiet (it holds nothing back)."""
 
     member: str
     watermark: float
     reads: list[str] | None = None
     of: int | None = None
     behind: bool | None = None
+    idle: bool | None = None
 
 
 @dataclass
@@ -196,8 +198,9 @@ class _PartitionState:
     watermark: float | None = None
     # Upstream writers' own watermarks, when a partition has several (the node stage's members
     # writing `summaries`): writer → (watermark, wall time heard, input partitions it reads, still
-    # behind on its input). The partition is then only as far along as its slowest live writer.
-    writers: dict[str, tuple[float, float, frozenset[str] | None, bool]] = field(default_factory=dict)
+    # behind on its input, idle). The partition is then only as far along as its slowest live
+    # writer that is not idle.
+    writers: dict[str, tuple[float, float, frozenset[str] | None, bool, bool]] = field(default_factory=dict)
     # How many input partitions the writers read in all, when they say which ones each reads:
     # then the partition is held back while some input partition has no live writer that reads
     # it (a member whose rebalance callback ran late has not said hello yet, and its records are
@@ -241,6 +244,7 @@ class WatermarkMerge(Generic[T]):
         self.forced = 0  # records released before their time because memory ran out
         self._slowest: set[Partition] = set()  # the partitions that set the last low watermark
         self._low: float | None = None  # the last low watermark (None: every partition idle)
+        self._judged = False  # a low watermark was taken at least once
         # Event time up to which everything was handed on (what a writer downstream may announce).
         self.progress: float | None = None
 
@@ -286,7 +290,7 @@ class WatermarkMerge(Generic[T]):
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
                said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None,
-               behind: bool | None = None) -> None:
+               behind: bool | None = None, idle: bool | None = None) -> None:
         """An upstream writer of ``partition`` has written everything up to ``watermark``;
         ``said_at`` is when it said so (the broker's record time): an old announcement read from a
         retained backlog speaks for a writer that may be long gone.
@@ -294,13 +298,18 @@ class WatermarkMerge(Generic[T]):
         ``-inf`` is a writer's hello after a rebalance: it may now write records of partitions it
         took over, older than anything it announced before, so its earlier words no longer hold
         and the partition waits for its next one. ``reads`` names the input partitions the writer
-        reads now, of ``of`` read by all writers together; ``behind``, that it still has input to read."""
+        reads now, of ``of`` read by all writers together; ``behind``, that it still has input to
+        read; ``idle``, that it has nothing to write (its input quiet, all of it handed on): an
+        idle writer's word covers the partitions it reads and holds nothing back. A member whose
+        input had gone quiet (a partition of no node, a job that ended) otherwise held every job
+        stage at its last word, or, once silent, left its partitions uncovered: a stall for good."""
         state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
         previous = state.writers.get(writer)
         heard = wall_now if said_at is None else min(wall_now, said_at)
         if previous is not None and watermark != float("-inf"):
             watermark = max(watermark, previous[0])
-        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads), bool(behind))
+        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads), bool(behind),
+                                 bool(idle))
         if of is not None:
             state.of = of
         state.last_data = wall_now
@@ -313,18 +322,22 @@ class WatermarkMerge(Generic[T]):
         live = self._live_writers(state, wall_now, backlog)
         if not live:
             return state.watermark
-        if state.of is not None and all(reads is not None for _, reads, _ in live):
+        if state.of is not None and all(reads is not None for _, reads, _, _ in live):
             covered: set[str] = set()
-            for _, reads, _ in live:
+            for _, reads, _, _ in live:
                 covered |= reads
             if len(covered) < state.of:
                 return float("-inf")  # an input partition whose writer has not spoken yet
-        return min(w for w, _, _ in live)
+        busy = [w for w, _, _, idle in live if not idle]
+        if busy:
+            return min(busy)
+        # Every writer idle: nothing more is on its way; what is held goes as far as it reaches.
+        return state.watermark if state.held else float("inf")
 
     def _live_writers(self, state: _PartitionState, wall_now: float,
-                      backlog: bool) -> list[tuple[float, frozenset[str] | None, bool]]:
+                      backlog: bool) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
         now = state.frontier if backlog and state.frontier is not None else wall_now
-        return [(w, reads, behind) for w, heard, reads, behind in state.writers.values()
+        return [(w, reads, behind, idle) for w, heard, reads, behind, idle in state.writers.values()
                 if now - heard < self.writer_ttl_s]
 
     def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
@@ -336,7 +349,7 @@ class WatermarkMerge(Generic[T]):
             if state.follower or not state.writers:
                 continue
             backlog = not caught_up.get(p, True)
-            if any(behind for _, _, behind in self._live_writers(state, wall_now, backlog)):
+            if any(behind for _, _, behind, _ in self._live_writers(state, wall_now, backlog)):
                 return True
             if self._mark(state, wall_now, backlog) == float("-inf"):
                 return True
@@ -360,7 +373,7 @@ class WatermarkMerge(Generic[T]):
             elif mark == low:
                 slowest.add(p)
         self._slowest = slowest
-        self._low = low
+        self._low, self._judged = low, True
         return low
 
     def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
@@ -375,7 +388,7 @@ class WatermarkMerge(Generic[T]):
             ts, _, partition, offset, item = pop(heap)
             self._release_offset(partition, offset)
             out.append(item)
-        if limit != float("-inf"):
+        if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
             self.progress = limit if self.progress is None else max(self.progress, limit)
         return out
 
@@ -405,6 +418,12 @@ class WatermarkMerge(Generic[T]):
             state.released.discard(heapq.heappop(state.offsets))
 
     # --- what the consumer should do ----------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """Whether every partition was idle at the last release (caught up, nothing held, quiet for
+        max_idle_s), or there are none: this consumer has nothing to hand on."""
+        return self._judged and self._low is None
+
     def frontier(self, partition: Partition) -> float | None:
         """The broker's time of the latest record read from ``partition`` (None: none yet)."""
         state = self._parts.get(partition)

@@ -69,7 +69,7 @@ class Intake:
                     if mark is not None:
                         said_at = broker_time(m.timestamp)
                         self.merge.report(tp, mark.member, mark.watermark, time.time(), said_at, reads=mark.reads,
-                                          of=mark.of, behind=mark.behind)
+                                          of=mark.of, behind=mark.behind, idle=mark.idle)
                         self.merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
                 good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))

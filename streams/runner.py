@@ -88,7 +88,7 @@ class GroupRunner(EventTimeMode):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         broadcast_topics: Iterable[str] = (),
         watermark_of: Callable[[Record], WriterWord | None] | None = None,
-        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None, bool], Iterable[Outgoing]] | None = None,
+        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None, bool, bool], Iterable[Outgoing]] | None = None,
         rebuild_s: float = 0.0,
         commit_interval_s: float = COMMIT_INTERVAL_S,
     ):
@@ -124,6 +124,7 @@ class GroupRunner(EventTimeMode):
         self._broadcast_wait_after = 0.0  # monotonic time before which no loop waits for it
         self.on_progress = on_progress  # announce this member's progress downstream (node stage)
         self._announced: float | None = None
+        self._announced_idle: bool | None = None  # None: nothing said since the last hello
         self._announced_wall = 0.0
         self._input_partitions: tuple[int | None, float] = (None, 0.0)  # (how many, when counted)
         # After a rebalance: say "I write here too, from nothing yet" at once, then keep quiet a
@@ -211,7 +212,8 @@ class GroupRunner(EventTimeMode):
         if self.rebuild_s > 0:
             self._to_rebuild |= set(assigned) - set(kept)
         self._hello = True
-        self._announced = None  # the hello wipes this member's word downstream: its progress is said again
+        # the hello wipes this member's word downstream: its progress is said again
+        self._announced = self._announced_idle = None
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
         if self.merge is not None:
             self.merge.assign(assigned, time.time())

@@ -141,23 +141,29 @@ class EventTimeMode:
             log.warning("commit failed (%s); those records will be delivered again", exc)
     def _announce(self) -> list[Outgoing]:
         """This member's progress, for the stage downstream: after its outputs, at most once a
-        second, and every KEEPALIVE_S while it has none to report (it is alive, and whether it is
-        still behind on its input)."""
+        second, and every KEEPALIVE_S while it has none to report (it is alive, whether it is still
+        behind on its input, whether it is idle: caught up and quiet, holding nothing back)."""
         if self.on_progress is None or self.merge is None:
             return []
         hello: list[Outgoing] = []
         if self._hello:
             self._hello = False
-            hello = list(self.on_progress(float("-inf"), self._reads(), True))
-        if time.monotonic() < self._settle_until or self.merge.progress is None:
+            hello = list(self.on_progress(float("-inf"), self._reads(), True, False))
+        if time.monotonic() < self._settle_until:
             return hello
-        progress = self.merge.progress
+        progress, idle = self.merge.progress, self.merge.idle
+        if progress is None and not idle:
+            return hello  # nothing handed on yet, and something still to come
         since = time.monotonic() - self._announced_wall
-        if self._announced is not None and (since < 1.0 or (progress <= self._announced and since < KEEPALIVE_S)):
+        grew = progress is not None and (self._announced is None or progress > self._announced)
+        if self._announced_idle is not None and (since < 1.0 or (
+                not grew and idle == self._announced_idle and since < KEEPALIVE_S)):
             return hello
-        self._announced = progress if self._announced is None else max(progress, self._announced)
-        self._announced_wall = time.monotonic()
-        return hello + list(self.on_progress(self._announced, self._reads(), self._behind()))
+        if grew:
+            self._announced = progress
+        self._announced_idle, self._announced_wall = idle, time.monotonic()
+        said = self._announced if self._announced is not None else float("-inf")
+        return hello + list(self.on_progress(said, self._reads(), self._behind(), idle))
 
     def _behind(self) -> bool:
         """Whether this member is reading a backlog: some partition has unread input and what was

@@ -365,3 +365,31 @@ def test_the_wall_clock_waits_while_an_upstream_writer_is_behind_on_its_input():
     # B falls silent: t:1 has no live writer any more, so more of it may still come
     m.report("s", "A", 120.0, 25.0, reads=["t:0"], of=2, behind=False)
     assert m.upstream_behind(25.0, caught_up)
+
+
+def test_an_idle_writer_covers_its_partitions_and_holds_nothing_back():
+    """A node-stage member whose input has gone quiet (partitions of no node, a job that ended)
+    says it is idle: the job stage counts the partitions it reads as covered and does not wait
+    for it. Its last progress word, repeated, held every job stage at that time for good; silent,
+    it left its partitions uncovered (the same stall)."""
+    m = WatermarkMerge(max_idle_s=100, writer_ttl_s=15)
+    m.assign(["s"], 0.0)
+    m.report("s", "A", 50.0, 0.0, reads=["t:0"], of=2)  # A's input went quiet at 50
+    m.report("s", "B", 100.0, 0.0, reads=["t:1"], of=2)
+    m.add("s", 0, 80.0, "B's record at 80", 0.0)
+    assert m.release(0.0, {"s": False}) == []  # A may still write something before 80
+    m.report("s", "A", 50.0, 1.0, reads=["t:0"], of=2, idle=True)
+    assert m.release(1.0, {"s": False}) == ["B's record at 80"] and m.progress == 100.0
+    # still heard from (its keep-alive), A keeps covering t:0 long after its last progress
+    m.report("s", "A", 50.0, 30.0, reads=["t:0"], of=2, idle=True)
+    m.report("s", "B", 200.0, 30.0, reads=["t:1"], of=2)
+    m.add("s", 1, 150.0, "B's record at 150", 30.0)
+    assert m.release(30.0, {"s": False}) == ["B's record at 150"]
+    # every writer idle: nothing more on its way, what is held goes
+    m.add("s", 2, 210.0, "B's last", 31.0)
+    m.report("s", "B", 210.0, 31.0, reads=["t:1"], of=2, idle=True)
+    assert m.release(31.0, {"s": False}) == ["B's last"] and m.progress == 210.0
+    # A wakes up (new input): its word holds again
+    m.report("s", "A", 205.0, 32.0, reads=["t:0"], of=2)
+    m.add("s", 3, 209.0, "later", 32.0)
+    assert m.release(32.0, {"s": False}) == []

@@ -88,7 +88,9 @@ class GroupRunner(EventTimeMode):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         broadcast_topics: Iterable[str] = (),
         watermark_of: Callable[[Record], WriterWord | None] | None = None,
-        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None, bool, bool], Iterable[Outgoing]] | None = None,
+        # (progress, (reads, of) or None, behind, idle) → the announcements to send
+        on_progress: Callable[[float, tuple[tuple[str, ...], int] | None, bool, bool],
+                              Iterable[Outgoing]] | None = None,
         rebuild_s: float = 0.0,
         commit_interval_s: float = COMMIT_INTERVAL_S,
     ):

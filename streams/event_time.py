@@ -429,6 +429,10 @@ class WatermarkMerge(Generic[T]):
         state = self._parts.get(partition)
         return None if state is None else state.frontier
 
+    def tracks(self, partition: Partition) -> bool:
+        """Whether ``partition`` is assigned here (not revoked since)."""
+        return partition in self._parts
+
     def lowest_held_offset(self, partition: Partition) -> int | None:
         """The first offset of ``partition`` not yet handed on: commit up to (not including) it."""
         state = self._parts.get(partition)

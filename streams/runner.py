@@ -148,6 +148,10 @@ class GroupRunner(EventTimeMode):
         self._next_offset: dict[TopicPartition, int] = {}  # past the last offset read
         self._resume_at: dict[TopicPartition, int] = {}  # revoked: where handing on stopped
         self._to_resume: dict[TopicPartition, int] = {}  # kept through a rebalance: seek there
+        # Between a revocation and the next assignment: no idle stop then (kafka-python keeps
+        # revoking members in the loop while the join goes on; a member stopping there left the
+        # records it had held to a new owner that, in a group emptying at the end of a run, never came).
+        self._rebalancing = False
         self.commit_interval_s = commit_interval_s
         self._settled_at = 0.0  # monotonic time of the last flush and commit
         self._unsettled = False  # records handed on whose outputs were sent, not yet acknowledged
@@ -206,6 +210,7 @@ class GroupRunner(EventTimeMode):
             self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
         kept = {tp: self._resume_at[tp] for tp in assigned if tp in self._resume_at}
         self._resume_at.clear()
+        self._rebalancing = False
         self._to_resume.update(kept)
         moved = (self._revoked_last - set(assigned)) | (set(assigned) - set(kept))
         self._revoked_last = set()
@@ -225,6 +230,7 @@ class GroupRunner(EventTimeMode):
 
     def _revoked(self, revoked) -> None:
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
+        self._rebalancing = True
         unbuilt = self._to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
         self._to_rebuild -= set(revoked)
         self._revoked_last |= set(revoked)
@@ -239,8 +245,8 @@ class GroupRunner(EventTimeMode):
             self._next_offset.pop(tp, None)
             if at is not None and tp not in unbuilt:
                 self._resume_at[tp] = at
-        # What was handed on is committed already (every loop commits after its batch; a listener
-        # may not block on the broker); what is held goes back to the partition's next owner.
+        # What is held goes back to the partition's next owner: the commit stays below it (see
+        # _commit_handed_on). A listener may not block on the broker, so nothing is committed here.
         dropped = self.merge.revoke(revoked)
         self._paused -= set(revoked)
         if dropped:
@@ -325,7 +331,7 @@ class GroupRunner(EventTimeMode):
                     self.stats.lag = self._lag(consumer)
                 if max_records_total is not None and self.stats.records_in >= max_records_total:
                     break
-                if not self.ready.is_set():
+                if not self.ready.is_set() or self._rebalancing:
                     last_data = time.monotonic()  # idle time counts from joining the group
                 elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
                     break

@@ -126,6 +126,15 @@ class EventTimeMode:
             return
         offsets = {}
         for tp in partitions:
+            # kafka-python keeps revoked partitions in its assignment until the join completes,
+            # and its position runs past the records the merge held and let go of: commit where
+            # handing on stopped, or nothing (a member stopping mid-rebalance committed past
+            # them, and a next owner starting at the commit never read them).
+            if tp in self._resume_at:
+                offsets[tp] = OffsetAndMetadata(self._resume_at[tp], "", -1)
+                continue
+            if self.merge is not None and not self.merge.tracks(tp):
+                continue
             low = self.merge.lowest_held_offset(tp) if self.merge is not None else None
             try:
                 pos = low if low is not None else consumer.position(tp)

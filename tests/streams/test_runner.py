@@ -315,12 +315,15 @@ def test_a_member_keeping_partitions_through_a_rebalance_hands_nothing_on_twice(
 
     producer = threading.Thread(target=stream)
     producer.start()
-    t_first = threading.Thread(target=member(seen_a).run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    # The first member leaves first, so that nothing of the second's comes to it to be rebuilt (a
+    # partition taken over is read again: that is no double handing on). The second sees the
+    # first leave, takes its partitions and reads what it had held.
+    t_first = threading.Thread(target=member(seen_a).run, kwargs={"idle_stop_s": 4, "handle_signals": False})
     t_first.start()
     deadline = time.monotonic() + 60
     while len(seen_a) < 100 and time.monotonic() < deadline:
         time.sleep(0.1)
-    t_second = threading.Thread(target=member(seen_b).run, kwargs={"idle_stop_s": 6, "handle_signals": False})
+    t_second = threading.Thread(target=member(seen_b).run, kwargs={"idle_stop_s": 9, "handle_signals": False})
     t_second.start()
     for t in (producer, t_first, t_second):
         t.join(180)

@@ -1,0 +1,127 @@
+"""A member between a revocation and its next assignment (kafka-python keeps the revoked partitions
+in its assignment, and the loop running, until the join completes): what it commits there must
+stay below the records it held and let go of. Kafka-free: a consumer stand-in records commits."""
+
+from __future__ import annotations
+
+import time
+
+from kafka.structs import TopicPartition
+
+from streams.config import KafkaSettings
+from streams.runner import GroupRunner
+from streams.runner_types import Record
+
+TP = TopicPartition("t", 0)
+
+
+class _MidJoinConsumer:
+    """kafka-python's view mid-join: the old assignment, a position past everything read."""
+
+    def __init__(self, position: int):
+        self._position = position
+        self.commits: list[dict] = []
+
+    def assignment(self):
+        return {TP}
+
+    def position(self, tp):
+        return self._position
+
+    def commit(self, offsets):
+        self.commits.append({tp: o.offset for tp, o in offsets.items()})
+
+
+class _NoProducer:
+    def send_all(self, out):
+        return 0
+
+    def flush(self, timeout=None):
+        pass
+
+
+def _runner() -> GroupRunner:
+    return GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], lambda records: [],
+                       producer=_NoProducer(), event_time=True)
+
+
+def _hold(runner: GroupRunner, offsets: range) -> None:
+    """Read ``offsets`` of TP: the merge holds them (no word yet from a partition that may speak)."""
+    runner.merge.assign([TP, TopicPartition("t", 1)], wall_now=0.0)
+    for o in offsets:
+        record = Record(topic="t", partition=0, offset=o, key=b"n0", value=None, timestamp_ms=0,
+                        event_ts=100.0 + o)
+        runner.merge.add(TP, o, record.event_ts, record, wall_now=0.0)
+    runner._next_offset[TP] = offsets.stop
+
+
+def test_a_member_stopping_mid_rebalance_commits_where_its_handing_on_stopped():
+    runner = _runner()
+    _hold(runner, range(10, 13))
+    runner._revoked([TP])  # the merge lets go of 10..12 for the next owner
+    consumer = _MidJoinConsumer(position=13)
+    runner._commit_handed_on(consumer, consumer.assignment())
+    assert consumer.commits == [{TP: 10}]
+
+
+def test_a_partition_revoked_before_anything_of_it_was_handed_on_is_not_committed():
+    runner = _runner()
+    runner._to_rebuild.add(TP)  # assigned, not yet read from where its rebuild starts
+    runner.merge.assign([TP], wall_now=0.0)
+    runner._revoked([TP])
+    consumer = _MidJoinConsumer(position=500)
+    runner._commit_handed_on(consumer, consumer.assignment())
+    assert consumer.commits == []
+
+
+class _JoiningConsumer(_MidJoinConsumer):
+    """Assigned, then revoked, then joining for ``join_s`` (each poll returns nothing, as
+    kafka-python's does when the join outlasts its timeout), then assigned again."""
+
+    def __init__(self, runner: GroupRunner, join_s: float):
+        super().__init__(position=0)
+        self.runner, self.join_s = runner, join_s
+        self.polls = 0
+        self.joined_again = False
+        self._join_ends: float | None = None
+
+    def poll(self, timeout_ms):
+        self.polls += 1
+        if self.polls == 1:
+            self.runner._assigned([TP])
+        elif self.polls == 2:
+            self.runner._revoked([TP])
+            self._join_ends = time.monotonic() + self.join_s
+        elif not self.joined_again and time.monotonic() >= self._join_ends:
+            self.runner._assigned([TP])
+            self.joined_again = True
+        time.sleep(0.02)
+        return {}
+
+    def pause(self, *tps):
+        pass
+
+    def resume(self, *tps):
+        pass
+
+    def highwater(self, tp):
+        return None
+
+    def committed(self, tp):
+        return None
+
+    def seek(self, tp, offset):
+        self._position = offset
+
+    def close(self, autocommit=False):
+        pass
+
+
+def test_a_member_does_not_stop_for_idleness_in_the_middle_of_a_rebalance():
+    """A join longer than ``idle_stop_s`` is not idleness: a member stopping there left the records
+    it had let go of to a next owner that, in a group emptying at the end of a run, never came."""
+    runner = _runner()
+    consumer = _JoiningConsumer(runner, join_s=0.6)
+    runner._consumer = lambda: consumer
+    runner.run(idle_stop_s=0.2, handle_signals=False)
+    assert consumer.joined_again

@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 # How long after a rebalance a member announces no progress downstream.
 REBALANCE_SETTLE_S = 3.0
+# How long a rebalance holds off a bounded run's idle stop (see _rebalancing): joins on a healthy
+# broker take seconds; one not done by then is stuck (seen with kafka-python 3 on Tansu when the
+# only other member left mid-join), and the member stops, committing where its handing on stopped.
+REBALANCE_IDLE_GRACE_S = 30.0
 # How often a member that keeps reading waits for its outputs to be acknowledged and commits.
 # Waiting after every batch kept a member idle for the broker's round trip each time (measured on
 # the node stage: an eighth to a sixth of its wall time); in between, outputs are only sent. A
@@ -148,10 +152,11 @@ class GroupRunner(EventTimeMode):
         self._next_offset: dict[TopicPartition, int] = {}  # past the last offset read
         self._resume_at: dict[TopicPartition, int] = {}  # revoked: where handing on stopped
         self._to_resume: dict[TopicPartition, int] = {}  # kept through a rebalance: seek there
-        # Between a revocation and the next assignment: no idle stop then (kafka-python keeps
-        # revoking members in the loop while the join goes on; a member stopping there left the
-        # records it had held to a new owner that, in a group emptying at the end of a run, never came).
-        self._rebalancing = False
+        # Since when a revocation awaits its next assignment (None: not rebalancing). No idle stop
+        # then, up to REBALANCE_IDLE_GRACE_S (kafka-python keeps revoked members in the loop
+        # while the join goes on; a member stopping there left the records it had held to a new
+        # owner that, in a group emptying at the end of a run, never came).
+        self._rebalancing: float | None = None
         self.commit_interval_s = commit_interval_s
         self._settled_at = 0.0  # monotonic time of the last flush and commit
         self._unsettled = False  # records handed on whose outputs were sent, not yet acknowledged
@@ -210,7 +215,7 @@ class GroupRunner(EventTimeMode):
             self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
         kept = {tp: self._resume_at[tp] for tp in assigned if tp in self._resume_at}
         self._resume_at.clear()
-        self._rebalancing = False
+        self._rebalancing = None
         self._to_resume.update(kept)
         moved = (self._revoked_last - set(assigned)) | (set(assigned) - set(kept))
         self._revoked_last = set()
@@ -230,7 +235,8 @@ class GroupRunner(EventTimeMode):
 
     def _revoked(self, revoked) -> None:
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
-        self._rebalancing = True
+        if self._rebalancing is None:
+            self._rebalancing = time.monotonic()
         unbuilt = self._to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
         self._to_rebuild -= set(revoked)
         self._revoked_last |= set(revoked)
@@ -331,7 +337,8 @@ class GroupRunner(EventTimeMode):
                     self.stats.lag = self._lag(consumer)
                 if max_records_total is not None and self.stats.records_in >= max_records_total:
                     break
-                if not self.ready.is_set() or self._rebalancing:
+                if not self.ready.is_set() or (self._rebalancing is not None
+                                               and time.monotonic() - self._rebalancing < REBALANCE_IDLE_GRACE_S):
                     last_data = time.monotonic()  # idle time counts from joining the group
                 elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
                     break

@@ -47,11 +47,12 @@ def _runner() -> GroupRunner:
 
 def _hold(runner: GroupRunner, offsets: range) -> None:
     """Read ``offsets`` of TP: the merge holds them (no word yet from a partition that may speak)."""
-    runner.merge.assign([TP, TopicPartition("t", 1)], wall_now=0.0)
+    now = time.time()
+    runner.merge.assign([TP, TopicPartition("t", 1)], wall_now=now)
     for o in offsets:
         record = Record(topic="t", partition=0, offset=o, key=b"n0", value=None, timestamp_ms=0,
                         event_ts=100.0 + o)
-        runner.merge.add(TP, o, record.event_ts, record, wall_now=0.0)
+        runner.merge.add(TP, o, record.event_ts, record, wall_now=now)
     runner._next_offset[TP] = offsets.stop
 
 
@@ -79,7 +80,7 @@ class _JoiningConsumer(_MidJoinConsumer):
     kafka-python's does when the join outlasts its timeout), then assigned again."""
 
     def __init__(self, runner: GroupRunner, join_s: float):
-        super().__init__(position=0)
+        super().__init__(position=13)
         self.runner, self.join_s = runner, join_s
         self.polls = 0
         self.joined_again = False
@@ -90,6 +91,7 @@ class _JoiningConsumer(_MidJoinConsumer):
         if self.polls == 1:
             self.runner._assigned([TP])
         elif self.polls == 2:
+            self.runner._unsettled = True  # read since the last commit, as a busy member has
             self.runner._revoked([TP])
             self._join_ends = time.monotonic() + self.join_s
         elif not self.joined_again and time.monotonic() >= self._join_ends:
@@ -125,3 +127,18 @@ def test_a_member_does_not_stop_for_idleness_in_the_middle_of_a_rebalance():
     runner._consumer = lambda: consumer
     runner.run(idle_stop_s=0.2, handle_signals=False)
     assert consumer.joined_again
+
+
+def test_a_join_that_never_completes_still_ends_a_bounded_run(monkeypatch):
+    """A stuck join (kafka-python 3 on Tansu, the only other member gone) holds the idle stop off
+    only REBALANCE_IDLE_GRACE_S: the member then stops, committing where its handing on stopped."""
+    import streams.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "REBALANCE_IDLE_GRACE_S", 0.3)
+    runner = _runner()
+    consumer = _JoiningConsumer(runner, join_s=float("inf"))
+    runner._consumer = lambda: consumer
+    _hold(runner, range(10, 13))
+    runner.run(idle_stop_s=0.2, handle_signals=False)
+    assert not consumer.joined_again
+    assert consumer.commits[-1] == {TP: 10}

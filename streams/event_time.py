@@ -377,11 +377,24 @@ class WatermarkMerge(Generic[T]):
         return low
 
     def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
-        """Records whose time has come, in event-time order (ties in arrival order)."""
+        """Records whose time has come, in event-time order (ties in arrival order).
+
+        A quiet partition that held the low watermark back goes idle once its last records are
+        handed on, and the low watermark moves to the next one: judged again here until it stops
+        moving, not once per call. Once per call, a consumer whose input went quiet (the end of a
+        backlog, a job between checkpoints) released one partition's worth per poll timeout: with
+        54 telemetry partitions, up to ten seconds for the last records of a quiet stretch."""
+        out: list[T] = []
+        while True:
+            released = self._release_once(wall_now, caught_up, out)
+            if not released or not self._slowest_went_idle(wall_now, caught_up):
+                return out
+
+    def _release_once(self, wall_now: float, caught_up: dict[Partition, bool], out: list[T]) -> int:
         low = self.low_watermark(wall_now, caught_up)
         # Everything idle: as far as the data itself got (followers never lead).
         limit = low if low is not None else self._reached(wall_now)
-        out: list[T] = []
+        before = len(out)
         heap, pop = self._heap, heapq.heappop
         while heap and (heap[0][_TS] <= limit or len(heap) > self.max_held):
             self.forced += heap[0][_TS] > limit
@@ -390,7 +403,14 @@ class WatermarkMerge(Generic[T]):
             out.append(item)
         if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
             self.progress = limit if self.progress is None else max(self.progress, limit)
-        return out
+        return len(out) - before
+
+    def _slowest_went_idle(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
+        """Whether a partition that set the last low watermark is idle now (see low_watermark):
+        judged again, the low watermark moves past it."""
+        parts = self._parts
+        return any((s := parts.get(p)) is not None and s.held == 0 and caught_up.get(p, True)
+                   and wall_now - s.last_data >= self.max_idle_s for p in self._slowest)
 
     def _reached(self, wall_now: float) -> float:
         marks = [m for s in self._parts.values() if not s.follower and (m := self._mark(s, wall_now)) is not None]

@@ -393,3 +393,32 @@ def test_an_idle_writer_covers_its_partitions_and_holds_nothing_back():
     m.report("s", "A", 205.0, 32.0, reads=["t:0"], of=2)
     m.add("s", 3, 209.0, "later", 32.0)
     assert m.release(32.0, {"s": False}) == []
+
+
+def test_quiet_partitions_hand_everything_on_in_one_release_not_one_partition_per_call():
+    """At the end of a backlog (or a job's quiet stretch) each caught-up partition goes idle once
+    what it holds is handed on, and the next one then sets the low watermark: all of that is one
+    call. Judged once per call, the consumer handed on one partition per poll timeout."""
+    m = WatermarkMerge(max_idle_s=2.0)
+    parts = [("t", p) for p in range(10)]
+    m.assign(parts, wall_now=0.0)
+    for p, part in enumerate(parts):
+        for k in range(5):
+            m.add(part, k, 100.0 + 10 * p + k, (p, k), wall_now=0.0)
+    caught_up = {p: True for p in parts}
+    assert m.release(1.0, caught_up) == [(0, k) for k in range(5)]  # not quiet long enough yet
+    out = m.release(10.0, caught_up)
+    assert out == [(p, k) for p in range(1, 10) for k in range(5)]
+    assert m.held == 0
+
+
+def test_a_partition_still_being_read_keeps_holding_the_others_back():
+    m = WatermarkMerge(max_idle_s=2.0)
+    a, b, c = ("t", 0), ("t", 1), ("t", 2)
+    m.assign([a, b, c], wall_now=0.0)
+    m.add(a, 0, 100.0, "a0", wall_now=0.0)
+    m.add(b, 0, 200.0, "b0", wall_now=0.0)
+    m.add(c, 0, 250.0, "c0", wall_now=0.0)
+    # b has more to read: its next records may come before 250, so c0 waits
+    assert m.release(10.0, {a: True, b: False, c: True}) == ["a0", "b0"]
+    assert m.release(10.0, {a: True, b: True, c: True}) == ["c0"]

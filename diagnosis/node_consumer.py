@@ -142,7 +142,7 @@ class NodeStageHandler:
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = dataclasses.replace(event, ts=r.event_ts)
         node_out = NodeOutput()
-        stage = self._stages.get(r.partition) or self.stage(r.partition)
+        stage = self.stage(r.partition)
         for parsed in stage.parse(event):
             mismatch = rank_mismatch(self.book, parsed)
             if mismatch is not None:

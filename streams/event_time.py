@@ -363,8 +363,7 @@ class WatermarkMerge(Generic[T]):
         for p, state in self._parts.items():
             if state.follower:
                 continue
-            idle = caught_up.get(p, True) and state.held == 0 and wall_now - state.last_data >= self.max_idle_s
-            if idle:
+            if self._idle(p, state, wall_now, caught_up):
                 continue
             mark = self._mark(state, wall_now, backlog=not caught_up.get(p, True))
             mark = mark if mark is not None else float("-inf")
@@ -386,15 +385,25 @@ class WatermarkMerge(Generic[T]):
         54 telemetry partitions, up to ten seconds for the last records of a quiet stretch."""
         out: list[T] = []
         while True:
-            released = self._release_once(wall_now, caught_up, out)
-            if not released or not self._slowest_went_idle(wall_now, caught_up):
+            released = self._release_once(wall_now, caught_up)
+            out += released
+            parts = self._parts
+            # judged again only when a partition that set the low watermark has just gone idle
+            if not released or not any(self._idle(p, parts[p], wall_now, caught_up)
+                                       for p in self._slowest if p in parts):
                 return out
 
-    def _release_once(self, wall_now: float, caught_up: dict[Partition, bool], out: list[T]) -> int:
+    def _idle(self, partition: Partition, state: _PartitionState, wall_now: float,
+              caught_up: dict[Partition, bool]) -> bool:
+        """Caught up, nothing held, quiet for max_idle_s: the partition sets no low watermark."""
+        return (caught_up.get(partition, True) and state.held == 0
+                and wall_now - state.last_data >= self.max_idle_s)
+
+    def _release_once(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
         low = self.low_watermark(wall_now, caught_up)
         # Everything idle: as far as the data itself got (followers never lead).
         limit = low if low is not None else self._reached(wall_now)
-        before = len(out)
+        out: list[T] = []
         heap, pop = self._heap, heapq.heappop
         while heap and (heap[0][_TS] <= limit or len(heap) > self.max_held):
             self.forced += heap[0][_TS] > limit
@@ -403,14 +412,7 @@ class WatermarkMerge(Generic[T]):
             out.append(item)
         if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
             self.progress = limit if self.progress is None else max(self.progress, limit)
-        return len(out) - before
-
-    def _slowest_went_idle(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
-        """Whether a partition that set the last low watermark is idle now (see low_watermark):
-        judged again, the low watermark moves past it."""
-        parts = self._parts
-        return any((s := parts.get(p)) is not None and s.held == 0 and caught_up.get(p, True)
-                   and wall_now - s.last_data >= self.max_idle_s for p in self._slowest)
+        return out
 
     def _reached(self, wall_now: float) -> float:
         marks = [m for s in self._parts.values() if not s.follower and (m := self._mark(s, wall_now)) is not None]

@@ -247,8 +247,8 @@ class GroupRunner(EventTimeMode):
             # one to read (or a resume still pending, when nothing was read since).
             held = self.merge.lowest_held_offset(tp)
             pending = self._to_resume.pop(tp, None)
-            at = held if held is not None else self._next_offset.pop(tp, pending)
-            self._next_offset.pop(tp, None)
+            read_to = self._next_offset.pop(tp, pending)
+            at = held if held is not None else read_to
             if at is not None and tp not in unbuilt:
                 self._resume_at[tp] = at
         # What is held goes back to the partition's next owner: the commit stays below it (see

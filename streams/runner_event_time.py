@@ -122,7 +122,8 @@ class EventTimeMode:
 
     def _commit_handed_on(self, consumer: Consumer | None, partitions) -> None:
         """Commit, per partition, up to the first record still held (or the position)."""
-        if consumer is None:
+        merge = self.merge
+        if consumer is None or merge is None:
             return
         offsets = {}
         for tp in partitions:
@@ -133,9 +134,9 @@ class EventTimeMode:
             if tp in self._resume_at:
                 offsets[tp] = OffsetAndMetadata(self._resume_at[tp], "", -1)
                 continue
-            if self.merge is not None and not self.merge.tracks(tp):
+            if not merge.tracks(tp):
                 continue
-            low = self.merge.lowest_held_offset(tp) if self.merge is not None else None
+            low = merge.lowest_held_offset(tp)
             try:
                 pos = low if low is not None else consumer.position(tp)
             except KafkaError:

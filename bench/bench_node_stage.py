@@ -6,9 +6,11 @@
 Replays the trace once into an embedded broker, then runs `diagnose --stage node` over it, each
 run in a fresh process and group, ``--rounds`` times per client; with ``--base REV`` each run is followed by
 the same run on that commit's code (a throw-away `git worktree`, this script run there in a
-subprocess), so both see the same machine load. A rate runs from the first batch handed to the
-handler to the last one; CPU seconds are the process's (every thread, the client's included).
-Prints one JSON line per run, then per client the medians and the ratio now / base.
+subprocess), so both see the same machine load. A rate runs from the first batch of telemetry read
+to the last batch handled (bench/bench_throughput.py's clock, this tree's for either code); CPU
+seconds are the process's (every thread, the client's included).
+Prints one JSON line per run (with the run's peak RSS: each is a process of its own), then per
+client the medians and the ratio now / base.
 """
 
 from __future__ import annotations
@@ -25,13 +27,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _timing():
+    """This tree's bench/bench_throughput.py, whichever tree's packages are on the path: the base
+    commit's stage code is timed the same way as this one's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_timing", Path(__file__).resolve().parent / "bench_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_once(bootstrap: str, client: str, per_msg: float) -> dict:
     """One node-stage run over what the broker holds, timed as bench_throughput times a stage."""
-    from bench.bench_throughput import _rates, _stage
     from streams.config import KafkaSettings
 
-    records, clock, outputs, _ = _stage(KafkaSettings(bootstrap=bootstrap, client=client), "node", idle_s=3.0)
-    return {"client": client, **_rates(records, clock, per_msg), "outputs": outputs}
+    timing = _timing()
+    records, clock, outputs, handled = timing._stage(KafkaSettings(bootstrap=bootstrap, client=client), "node",
+                                                     idle_s=3.0)
+    import resource
+
+    handled_s = handled.seconds()[0]
+    return {"client": client, **timing._rates(records, clock, per_msg), "outputs": outputs,
+            "events_per_s_from_first_handled": round(records / handled_s) if handled_s > 0 else None,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
 def _run_in(tree: Path, bootstrap: str, client: str, per_msg: float) -> dict:
@@ -85,10 +104,10 @@ def main(argv: list[str] | None = None) -> None:
             for client in args.clients:
                 summary = {"client": client}
                 for code in ("now", "base") if args.base else ("now",):
-                    for key in ("events_per_s", "events_per_cpu_s"):
+                    for key in ("events_per_s", "events_per_cpu_s", "peak_rss_mb"):
                         summary[f"{code}_{key}_median"] = statistics.median(r[key] for r in rows[(client, code)])
                 if args.base:
-                    for key in ("events_per_s", "events_per_cpu_s"):
+                    for key in ("events_per_s", "events_per_cpu_s", "peak_rss_mb"):
                         summary[f"ratio_{key}"] = round(summary[f"now_{key}_median"] / summary[f"base_{key}_median"], 2)
                 print(json.dumps(summary), flush=True)
         finally:

@@ -44,7 +44,8 @@ STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
 # NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
-# read by typed decoders (streams/gpu_reading.py, streams/net_reading.py).
+# read by typed decoders (streams/gpu_reading.py, streams/net_reading.py), and only once event
+# time lets them go (streams/intake.py: deferred topics).
 TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message}
 
 
@@ -153,7 +154,8 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         group = group or NODE_GROUP
         node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
-                             max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS)
+                             max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS,
+                             deferred_topics=TELEMETRY_DECODERS)
         problem = topics.copartition_problem({t: len(runner.producer.partitions(t)) for t in TELEMETRY_TOPICS})
         if problem is not None:
             runner.producer.close()
@@ -171,4 +173,5 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
     return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
-                       broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s, rebuild_s=JOB_REBUILD_S), handler
+                       deferred_topics=TELEMETRY_DECODERS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
+                       rebuild_s=JOB_REBUILD_S), handler

@@ -3,18 +3,27 @@ does not decode becomes a dead letter with the reason; a bundle (streams/bundle.
 record per event; an upstream writer's watermark record (the job stage) only moves its
 partition's mark; and, in event-time mode, each record is placed in time by the
 :class:`EventClock` (the whole batch teaches the clock before any of it is placed).
+
+In event-time mode a record waits in the merge until no partition can deliver an earlier one:
+tens of thousands of them while a backlog is read. A message of a ``deferred`` topic (the big NVML
+and NIC samples) is read then only as far as placing it needs (:func:`read_envelope_time`) and read
+whole when the merge lets it go (:meth:`Intake.complete`): decoded whole at once, a held NVML sample
+was ~5 kB of Python objects besides its bytes, built and freed tens of thousands at a time, and
+cost half as much again to read as one read, handled and freed in turn. What the whole reading
+refuses is then a dead letter, with the reason it would have had at once.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 from streams.bundle import Bundle
 from streams.event_time import EventClock, WatermarkMerge, WriterWord
 from streams.events import InvalidEvent, decode
 from streams.producer import Outgoing
 from streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
+from streams.typed_read import EnvelopeTime, read_envelope_time
 
 
 class Intake:
@@ -22,7 +31,8 @@ class Intake:
 
     def __init__(self, decoders: Mapping[str, Decoder] | Decoder, max_message_bytes: int, group: str | None,
                  stats: RunnerStats, clock: EventClock | None = None, merge: WatermarkMerge | None = None,
-                 watermark_of: Callable[[Record], WriterWord | None] | None = None) -> None:
+                 watermark_of: Callable[[Record], WriterWord | None] | None = None,
+                 deferred: Collection[str] = ()) -> None:
         self._decoders = decoders
         self.max_message_bytes = max_message_bytes
         self.group = group
@@ -30,6 +40,9 @@ class Intake:
         self.clock = clock
         self.merge = merge
         self.watermark_of = watermark_of
+        # Only where records wait for event time, and never on a topic that carries watermarks
+        # (those are read at once: they move the merge, they are not held in it).
+        self.deferred = frozenset(deferred) if clock is not None and watermark_of is None else frozenset()
 
     def _decoder(self, topic: str) -> Decoder:
         if callable(self._decoders):
@@ -41,9 +54,11 @@ class Intake:
         dead: list[Outgoing] = []
         max_bytes = self.max_message_bytes
         marks = self.watermark_of if self.merge is not None else None
+        deferred = self.deferred
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
             topic, partition = tp.topic, tp.partition
+            peek = read_envelope_time if topic in deferred else None
             for m in messages:
                 raw = m.value
                 size = 0 if raw is None else len(raw)
@@ -53,6 +68,11 @@ class Intake:
                     dead.append(dead_letter(topic, partition, m.offset, m.key, raw,
                                             f"oversized: {size} bytes (limit {max_bytes})", self.group))
                     continue
+                if peek is not None:
+                    value = peek(raw)
+                    if value is not None:  # read whole by complete(), once released
+                        good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
+                        continue
                 try:
                     value = dec(raw)
                 except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
@@ -76,6 +96,24 @@ class Intake:
         if self.clock is not None:
             return self._placed(good), dead
         return [Record(t, p, o, k, v, ms, None, None, None, raw) for t, p, o, k, v, ms, raw in good], dead
+
+    def complete(self, records: list[Record], dead: list[Outgoing]) -> list[Record]:
+        """``records`` (released by the merge) with each deferred one read whole; one that does not
+        read becomes a dead letter in ``dead``, its reason the one split would have given."""
+        if not self.deferred:
+            return records
+        refused = None
+        for r in records:
+            if type(r.value) is EnvelopeTime:
+                try:
+                    r.value = self._decoder(r.topic)(r.raw)
+                except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
+                    dead.append(dead_letter(r.topic, r.partition, r.offset, r.key, r.raw, f"invalid: {exc}", self.group))
+                    refused = refused or set()
+                    refused.add(id(r))
+        if refused is None:
+            return records
+        return [r for r in records if id(r) not in refused]
 
     def _placed(self, rows: list[tuple]) -> list[Record]:
         """Each record with its place in event time: the whole batch teaches the clock first."""

@@ -8,7 +8,8 @@ ahead, and only offsets already handed on are committed. An :class:`EventClock` 
 in time first, so a sender stamped in the future or a node with a skewed clock cannot drag a job
 forward (streams/event_time.py). The runner's side of that order (the merge against a live
 consumer, broadcast topics, commits and progress announcements) is streams/runner_event_time.py.
-A message over ``max_message_bytes`` is a dead letter with its
+Messages of ``deferred_topics`` are read only as far as placing them needs until the merge lets
+them go (streams/intake.py). A message over ``max_message_bytes`` is a dead letter with its
 size, never decoded.
 
 A message that does not decode, or that makes the handler raise, goes to ``dead-letter`` with
@@ -97,6 +98,7 @@ class GroupRunner(EventTimeMode):
                               Iterable[Outgoing]] | None = None,
         rebuild_s: float = 0.0,
         commit_interval_s: float = COMMIT_INTERVAL_S,
+        deferred_topics: Iterable[str] = (),
     ):
         self.settings = settings
         self.group = group
@@ -120,7 +122,8 @@ class GroupRunner(EventTimeMode):
         self.consumer: Consumer | None = None
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
         self.intake = Intake(decoders, max_message_bytes, group, self.stats,
-                             EventClock(max_skew_s) if event_time else None, self.merge, watermark_of)
+                             EventClock(max_skew_s) if event_time else None, self.merge, watermark_of,
+                             deferred_topics)
         self._paused: set[TopicPartition] = set()
         self._assigned_at: dict[TopicPartition, float] = {}
         # Topics every member reads in full, outside the group (the compacted `jobs`): not
@@ -318,7 +321,7 @@ class GroupRunner(EventTimeMode):
                     self.stats.dead_letters += len(dead)
                     last_data = time.monotonic()
                 if self.merge is not None:
-                    good = self._ordered(consumer, good)
+                    good = self._released(self._ordered(consumer, good), out)
                 self._handle_into(good, out)
                 if self._tick and time.monotonic() - last_tick >= self.tick_interval_s and self._input_settled(consumer):
                     last_tick = time.monotonic()
@@ -349,6 +352,13 @@ class GroupRunner(EventTimeMode):
                 signal.signal(sig, handler)
         return self.stats
 
+    def _released(self, records: list[Record], out: list[Outgoing]) -> list[Record]:
+        """What the merge let go of, each deferred record read whole (streams.intake)."""
+        before = len(out)
+        records = self.intake.complete(records, out)
+        self.stats.dead_letters += len(out) - before
+        return records
+
     def _handle_into(self, records: list[Record], out: list[Outgoing]) -> None:
         if not records:
             return
@@ -365,7 +375,7 @@ class GroupRunner(EventTimeMode):
             return
         out: list[Outgoing] = []
         if self.merge.held:
-            self._handle_into(self._ordered(consumer, [], drain=True), out)
+            self._handle_into(self._released(self._ordered(consumer, [], drain=True), out), out)
         self._announced_wall = self._settle_until = 0.0  # the last word on progress goes out now
         out.extend(self._announce())
         if out or self._unsettled:

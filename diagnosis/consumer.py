@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
@@ -96,8 +96,8 @@ class DiagnoseHandler:
             self.emitted += len(found)
         return out
 
-    def tick(self, now: float) -> Iterable[Outgoing]:
-        found = self.engine.tick(now)
+    def tick(self, now: float, busy: Collection[str] = ()) -> Iterable[Outgoing]:
+        found = self.engine.tick(now, busy)
         self.emitted += len(found)
         return [diagnosis_record(d) for d in found]
 

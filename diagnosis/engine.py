@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from diagnosis.dedup import Dedup
@@ -294,14 +295,15 @@ class Engine:
         out.extend(lane.dedup.tick(now))
         return out
 
-    def tick(self, wall_now: float | None = None) -> list[Diagnosis]:
+    def tick(self, wall_now: float | None = None, busy: Collection[str] = ()) -> list[Diagnosis]:
         """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
         nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
-        beyond the grace (a job whose every node died must still be judged silent)."""
+        beyond the grace (a job whose every node died must still be judged silent). The jobs in
+        ``busy`` have records the consumer still holds back: their time waits for them."""
         wall = time.time() if wall_now is None else wall_now
         out: list[Diagnosis] = []
         for job, lane in self._lanes.items():
-            if lane.now is None or lane.arrival_now is None:
+            if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
             idle = wall - lane.arrival_wall
             if idle <= self.config.grace_s:

@@ -27,7 +27,7 @@ import itertools
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generic, Hashable, Iterable, NamedTuple, TypeVar
+from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
 T = TypeVar("T")
 Partition = Hashable
@@ -445,6 +445,10 @@ class WatermarkMerge(Generic[T]):
         """Whether every partition was idle at the last release (caught up, nothing held, quiet for
         max_idle_s), or there are none: this consumer has nothing to hand on."""
         return self._judged and self._low is None
+
+    def held_items(self) -> Iterator[T | None]:
+        """What is held, in no particular order (None for a watermark record's place)."""
+        return (h[4] for h in self._heap)
 
     def frontier(self, partition: Partition) -> float | None:
         """The broker's time of the latest record read from ``partition`` (None: none yet)."""

@@ -20,6 +20,7 @@ Duplicates after a crash are possible by design; downstream dedups by event id.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
@@ -105,6 +106,9 @@ class GroupRunner(EventTimeMode):
         self.topics = list(topics)
         self._handle = handler.handle if hasattr(handler, "handle") else handler
         self._tick = getattr(handler, "tick", None)
+        # A clock that can leave the jobs with records still held alone ticks whenever the input is
+        # live (streams/runner_event_time.py: _tick_gate); another only when nothing is held at all.
+        self._tick_takes_busy = self._tick is not None and "busy" in inspect.signature(self._tick).parameters
         self._on_assigned = getattr(handler, "on_assigned", None)
         # A handler whose state is kept per input partition hears which partitions left this
         # member or came to it from another (state rebuilt from retained input), not those a
@@ -323,9 +327,11 @@ class GroupRunner(EventTimeMode):
                 if self.merge is not None:
                     good = self._released(self._ordered(consumer, good), out)
                 self._handle_into(good, out)
-                if self._tick and time.monotonic() - last_tick >= self.tick_interval_s and self._input_settled(consumer):
-                    last_tick = time.monotonic()
-                    out.extend(self._tick(time.time()))
+                if self._tick and time.monotonic() - last_tick >= self.tick_interval_s:
+                    busy = self._tick_gate(consumer)
+                    if busy is not None:
+                        last_tick = time.monotonic()
+                        out.extend(self._tick(time.time(), busy=busy) if self._tick_takes_busy else self._tick(time.time()))
                 out.extend(self._announce())
                 if polled or out:
                     if not self._deliver_and_commit(consumer, polled, out):

@@ -213,12 +213,35 @@ class EventTimeMode:
         return tuple(own), total
 
     def _input_settled(self, consumer: Consumer) -> bool:
-        """Whether the wall clock may stand in for event time: nothing is held back, no partition
-        has unread input, and no upstream writer has (while a backlog is read anywhere upstream,
-        only the input moves time)."""
+        """Whether the wall clock may stand in for event time for every job at once: nothing is
+        held back, no partition has unread input, and no upstream writer has (while a backlog is
+        read anywhere upstream, only the input moves time). The gate of a handler whose ``tick``
+        cannot be told which jobs still have records held (see :meth:`_tick_gate`)."""
         if self.merge is None:
             return True
         if self.merge.held:
             return False
         caught_up = self._caught_up(consumer)
         return all(caught_up.values()) and not self.merge.upstream_behind(time.time(), caught_up)
+
+    def _input_live(self, consumer: Consumer) -> bool:
+        """Whether the wall clock may stand in for the event time of a job with nothing held: no
+        partition has a backlog (unread input whose latest record read is over BEHIND_S old), and
+        no upstream writer is behind. A busy stream always has a little unread input and records
+        held for the partitions behind it; waiting for a moment with neither (the old gate) left a
+        job whose every node died unjudged for as long as another job kept streaming."""
+        if self.merge is None:
+            return True
+        return not self._behind() and not self.merge.upstream_behind(time.time(), self._caught_up(consumer))
+
+    def _held_jobs(self) -> frozenset[str]:
+        """The jobs with records still held in the merge: their time waits for those records."""
+        if self.merge is None or not self.merge.held:
+            return frozenset()
+        return frozenset(getattr(r.value, "job", None) for r in self.merge.held_items() if r is not None)
+
+    def _tick_gate(self, consumer: Consumer) -> frozenset[str] | None:
+        """None when the handler's clock may not tick now; else the jobs it must leave alone."""
+        if self._tick_takes_busy:
+            return self._held_jobs() if self._input_live(consumer) else None
+        return frozenset() if self._input_settled(consumer) else None

@@ -118,6 +118,19 @@ def test_wall_clock_moves_event_time_only_after_the_grace_period():
     assert e.job_time(JOB) == pytest.approx(now + 15, abs=0.5)
 
 
+def test_the_wall_clock_leaves_a_job_alone_while_the_consumer_still_holds_its_records():
+    e = Engine(EngineConfig(implicit=False, grace_s=30))
+    e.process(topology(n=4, gpus=1, tp=1, pp=1))
+    for t in range(0, 20, 5):
+        for n in nodes(4):
+            e.process(beat(t, n))
+    now = e.job_time(JOB)
+    e.tick(time.time() + 45, busy={JOB})  # its next records are on their way: they move its time
+    assert e.job_time(JOB) == now
+    e.tick(time.time() + 45, busy={"another-job"})
+    assert e.job_time(JOB) == pytest.approx(now + 15, abs=0.5)
+
+
 def test_jobs_keep_their_own_time():
     # A replayed old trace beside a live job: the live job's time never makes the old one silent.
     e = Engine(EngineConfig(implicit=False))

@@ -30,7 +30,7 @@ MTU = 4096
 # Counters an InfiniBand port of mlx5 has (the RoCE congestion counters are absent: null).
 _IB_ABSENT = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
                         "roce_adp_retrans", "roce_slow_restart"})
-_ABSENT = {n: None for n in _IB_ABSENT}
+_ABSENT = {n: None for n in HW_COUNTERS if n in _IB_ABSENT}  # in a fixed order: a set's varies by process
 _TRANSPORT = frozenset({"local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "implied_nak_seq_err",
                         "rnr_nak_retry_err", "port_xmit_discards"})
 # Background error rates per port per second on a healthy HDR link.

@@ -395,3 +395,21 @@ def test_cli_writes_a_byte_identical_labelled_trace_per_seed(tmp_path, capsys):
     assert read_labels(tmp_path / "a.parquet") == read_labels(tmp_path / "b.parquet")
     assert main(["simulate", "--nodes", "0", "--out", str(tmp_path / "c.parquet")]) == 2
     assert "need at least one node" in capsys.readouterr().err
+
+
+def test_the_same_seed_gives_the_same_bytes_in_processes_with_other_string_hashes(tmp_path):
+    """A set of names iterated into a payload follows the process's string hashing, which Python
+    draws afresh for every process: the NIC samples' absent counters came out in another order
+    in each run, so two runs of one seed differed (and so did the JSON every consumer read)."""
+    import os
+    import subprocess
+    import sys
+
+    paths = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"h{hash_seed}.parquet"
+        subprocess.run([sys.executable, "-m", "faultlens.cli", "simulate", "--nodes", "2", "--gpus", "2",
+                        "--duration", "30", "--seed", "5", "--no-progress", "--out", str(out)],
+                       check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        paths.append(out)
+    assert paths[0].read_bytes() == paths[1].read_bytes()

@@ -32,6 +32,7 @@ class Effect:
     mode: str = ""
     ramp_s: float = 0.0
     power_factor: float = 1.0
+    steps: int = 0  # a "loss" effect that lasts this many steps (0: until t1)
 
     def __post_init__(self) -> None:
         if self.kind not in EFFECT_KINDS:

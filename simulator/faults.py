@@ -293,7 +293,9 @@ def nan_loss(sim, p: PlannedFault) -> Episode:
 
 def loss_spike(sim, p: PlannedFault) -> Episode:
     ep = sim.new_episode(p, nodes=[], ranks=[], stops_job=True, detail="loss and grad norm ×8 for two steps")
-    sim.effect(kind="loss", t0=sim.now, t1=sim.now + 2 * sim.cfg.step_time_s, episode=ep.id, mode="spike")
+    # Two steps, however long until the first: over a fixed 20 s the spike could fall in a
+    # checkpoint or evaluation pause, labelled with no spiked step to see (the README demo missed it).
+    sim.effect(kind="loss", t0=sim.now, t1=ep.end, episode=ep.id, mode="spike", steps=2)
     return ep
 
 

@@ -85,6 +85,10 @@ class PeriodicTelemetry:
                 factors[idx] *= 1.0 + (e.factor - 1.0) * e.strength(t)
             elif e.kind == "loss":
                 loss_mode = e.mode
+                if e.steps:
+                    e.steps -= 1
+                    if not e.steps:
+                        e.t1 = t  # its last step
         noise = self.rng.normal(0, 1, (self.world, 3))
         base_compute = 0.8 * cfg.step_time_s
         # Every rank's compute shares the step's batch (±3 %); a slow batch stalls one rank's loader.

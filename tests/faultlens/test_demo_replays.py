@@ -1,0 +1,60 @@
+"""The demo's simulated launcher answers a dual-phase replay as trainer_hooks.replay does
+(faultlens.demo.replays): the ladder then convicts the machine of the fault, or asks a person."""
+
+from __future__ import annotations
+
+from faultlens.demo.replays import is_replay, run_simulated_replay
+from remediation.ladder import dual_phase_plan
+from remediation.replay import PendingReplay, judge_replay
+from simulator import FaultPlan, SimConfig, SimulatedCluster
+from streams.command import Command
+from streams.payloads import check_payload
+
+CFG = SimConfig(nodes=9, gpus=1, seed=2)
+
+
+def _replay(cluster: SimulatedCluster) -> tuple[Command, PendingReplay]:
+    plan = dual_phase_plan(cluster.slots)
+    now = cluster.now
+    cmd = Command(job=cluster.cfg.job, action="restart", issued_at=now, expires_at=now + 60, reason="test",
+                  diagnosis_id="d1", params={"mode": "dual_phase_replay", "plan": plan.to_dict()})
+    return cmd, PendingReplay(cluster.cfg.job, cmd.id, {"fault": "kernel"}, plan, now, now + 3600)
+
+
+def _outcome(cluster: SimulatedCluster, cmd: Command):
+    run_simulated_replay(cluster, cmd)
+    events = [e for e in cluster.advance(cluster.now + 0.001) if e.source == "check"]
+    for e in events:
+        check_payload(e)  # what the remediation consumer reads must pass its checks
+    done = [e for e in events if e.kind == "replay_done"]
+    assert len(done) == 1 and done[0].data["command_id"] == cmd.id
+    assert len(events) == 1 + sum(len(g) for g in done[0].data["plan"].values())  # one report per group
+    return done[0].data
+
+
+def test_a_machine_fault_is_found_where_the_failing_groups_meet():
+    cluster = SimulatedCluster(CFG, FaultPlan().fail_at("kernel", node="n004", t=30), auto_recover=False)
+    cluster.advance(CFG.start_ts + 40)
+    cmd, pending = _replay(cluster)
+    assert is_replay(cmd)
+    done = _outcome(cluster, cmd)
+    step = judge_replay(pending, done["failing_horizontal"], done["failing_vertical"])
+    assert (step.rung, step.action, step.nodes) == ("replay_evict", "evict", ("n004",))
+
+
+def test_with_no_fault_active_nothing_reproduces_and_a_person_is_asked():
+    cluster = SimulatedCluster(CFG, FaultPlan())
+    cluster.advance(CFG.start_ts + 40)
+    cmd, pending = _replay(cluster)
+    done = _outcome(cluster, cmd)
+    assert done["failing_horizontal"] == done["failing_vertical"] == []
+    assert judge_replay(pending, [], []).rung == "replay_inconclusive"
+
+
+def test_a_fault_of_the_whole_job_reproduces_everywhere_and_convicts_no_machine():
+    cluster = SimulatedCluster(CFG, FaultPlan().fail_at("loss_spike", t=30), auto_recover=False)
+    cluster.advance(CFG.start_ts + 35)
+    cmd, pending = _replay(cluster)
+    done = _outcome(cluster, cmd)
+    assert len(done["failing_horizontal"]) == len(done["plan"]["horizontal"])
+    assert judge_replay(pending, done["failing_horizontal"], done["failing_vertical"]).rung == "replay_inconclusive"

@@ -2,8 +2,10 @@
 and production must not have (it plugs into PipelineOptions.wrap_remediation).
 
 :class:`DiagnosisTap`: the live view sees every diagnosis remediation is about to decide, and the
-policy's clock is each diagnosis's own decision time instead of the wall clock, so windows, dedup
-and command expiry follow the simulated clock that runs faster. (Diagnosis needs no such help: the
+policy's clock is each diagnosis's (and each check result's) own time instead of the wall clock,
+so windows, dedup and command expiry follow the simulated clock that runs faster. A replay outcome
+decided on the wall clock gave an eviction stamped 20 minutes ahead of the simulated cluster,
+which refused it as "issued in the future". (Diagnosis needs no such help: the
 engine keeps each job's own event time.)
 """
 
@@ -15,6 +17,7 @@ from typing import Callable, Iterable
 
 from remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
 from streams.diagnosis_record import Diagnosis
+from streams.events import Envelope
 from streams.producer import Outgoing
 from streams.runner import Record
 
@@ -55,7 +58,7 @@ class DiagnosisTap:
         out: list[Outgoing] = []
         for r in records:  # one at a time: the clock is this record's time while it is decided
             self._seen(r)
-            self._current = r.value.ts if isinstance(r.value, Diagnosis) else None
+            self._current = r.value.ts if isinstance(r.value, (Diagnosis, Envelope)) else None
             try:
                 out.extend(self.handler.handle([r]))
             finally:

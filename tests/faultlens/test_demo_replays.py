@@ -58,3 +58,26 @@ def test_a_fault_of_the_whole_job_reproduces_everywhere_and_convicts_no_machine(
     done = _outcome(cluster, cmd)
     assert len(done["failing_horizontal"]) == len(done["plan"]["horizontal"])
     assert judge_replay(pending, done["failing_horizontal"], done["failing_vertical"]).rung == "replay_inconclusive"
+
+
+def test_a_replay_outcome_is_decided_on_the_simulated_clock():
+    """The demo's remediation decides each record at its own time: a check result too (decided on
+    the wall clock, a replay's eviction was stamped 20 minutes ahead of the simulated cluster)."""
+    from faultlens.demo.wiring import DiagnosisTap
+    from streams.events import Envelope
+    from streams.runner_types import Record
+
+    seen = []
+
+    class _Handler:
+        clock = None
+
+        def handle(self, records):
+            seen.append(self.clock())
+            return []
+
+    tap = DiagnosisTap(event_time=True).wrap(_Handler())
+    done = Envelope(ts=1_700_000_123.5, job="j", node="-", source="check", kind="replay_done",
+                    data={"command_id": "c", "failing_horizontal": [], "failing_vertical": []})
+    tap.handle([Record(topic="telemetry.checks", partition=0, offset=0, key=b"j", value=done, timestamp_ms=0)])
+    assert seen == [1_700_000_123.5]

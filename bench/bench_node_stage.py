@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,8 +46,6 @@ def run_once(bootstrap: str, client: str, per_msg: float) -> dict:
     timing = _timing()
     records, clock, outputs, handled = timing._stage(KafkaSettings(bootstrap=bootstrap, client=client), "node",
                                                      idle_s=3.0)
-    import resource
-
     handled_s = handled.seconds()[0]
     return {"client": client, **timing._rates(records, clock, per_msg), "outputs": outputs,
             "events_per_s_from_first_handled": round(records / handled_s) if handled_s > 0 else None,

@@ -190,7 +190,7 @@ class EventClock:
 
 # A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap
 # orders by (ts, seq) in C and never compares further.
-_TS, _PART = 0, 2
+_TS, _PART, _ITEM = 0, 2, 4
 
 
 @dataclass
@@ -448,7 +448,7 @@ class WatermarkMerge(Generic[T]):
 
     def held_items(self) -> Iterator[T | None]:
         """What is held, in no particular order (None for a watermark record's place)."""
-        return (h[4] for h in self._heap)
+        return (h[_ITEM] for h in self._heap)
 
     def frontier(self, partition: Partition) -> float | None:
         """The broker's time of the latest record read from ``partition`` (None: none yet)."""

@@ -25,6 +25,9 @@ from streams.producer import Outgoing
 from streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
 from streams.typed_read import EnvelopeTime, read_envelope_time
 
+# What a decoder raises for a message it cannot read: the message becomes a dead letter.
+UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
+
 
 class Intake:
     """Decodes and places what one member polls (see the module's docstring)."""
@@ -75,8 +78,8 @@ class Intake:
                         continue
                 try:
                     value = dec(raw)
-                except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
-                    dead.append(dead_letter(topic, partition, m.offset, m.key, raw, f"invalid: {exc}", self.group))
+                except UNREADABLE as exc:
+                    dead.append(self._unreadable(topic, partition, m.offset, m.key, raw, exc))
                     continue
                 if type(value) is Bundle:
                     # Each event of a bundle is a record of its own, at the bundle's offset.
@@ -107,13 +110,19 @@ class Intake:
             if type(r.value) is EnvelopeTime:
                 try:
                     r.value = self._decoder(r.topic)(r.raw)
-                except (InvalidEvent, ValueError, TypeError, KeyError) as exc:
-                    dead.append(dead_letter(r.topic, r.partition, r.offset, r.key, r.raw, f"invalid: {exc}", self.group))
+                except UNREADABLE as exc:
+                    dead.append(self._unreadable(r.topic, r.partition, r.offset, r.key, r.raw, exc))
                     refused = refused or set()
                     refused.add(id(r))
         if refused is None:
             return records
         return [r for r in records if id(r) not in refused]
+
+    def _unreadable(self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None,
+                    exc: Exception) -> Outgoing:
+        """The dead letter of a message its decoder refused: the same whether it was read at once
+        (split) or once released (complete)."""
+        return dead_letter(topic, partition, offset, key, raw, f"invalid: {exc}", self.group)
 
     def _placed(self, rows: list[tuple]) -> list[Record]:
         """Each record with its place in event time: the whole batch teaches the clock first."""

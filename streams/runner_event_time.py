@@ -175,16 +175,19 @@ class EventTimeMode:
         said = self._announced if self._announced is not None else float("-inf")
         return hello + list(self.on_progress(said, self._reads(), self._behind(), idle))
 
-    def _behind(self) -> bool:
+    def _behind(self, caught_up: dict[TopicPartition, bool] | None = None) -> bool:
         """Whether this member is reading a backlog: some partition has unread input and what was
         last read of it is over BEHIND_S old by the broker's clock (or nothing was read of it yet).
-        A member keeping up with a busy stream always has a little unread input: that is not it."""
+        A member keeping up with a busy stream always has a little unread input: that is not it.
+        ``caught_up``: :meth:`_caught_up`, where the caller has it already."""
         consumer = self.consumer
         if consumer is None or self.merge is None:
             return False
-        now, mono = time.time(), time.monotonic()
+        if caught_up is None:
+            caught_up = self._caught_up(consumer)
+        now = time.time()
         for tp in consumer.assignment():
-            if not self._partition_caught_up(consumer, tp, mono):
+            if not caught_up.get(tp, True):
                 read = self.merge.frontier(tp)
                 if read is None or now - read > BEHIND_S:
                     return True
@@ -232,7 +235,8 @@ class EventTimeMode:
         job whose every node died unjudged for as long as another job kept streaming."""
         if self.merge is None:
             return True
-        return not self._behind() and not self.merge.upstream_behind(time.time(), self._caught_up(consumer))
+        caught_up = self._caught_up(consumer)
+        return not self._behind(caught_up) and not self.merge.upstream_behind(time.time(), caught_up)
 
     def _held_jobs(self) -> frozenset[str]:
         """The jobs with records still held in the merge: their time waits for those records."""

@@ -31,6 +31,9 @@ FAULT_CLASSES = (
     "unknown",
     # Added (never renamed): a node whose clock is off; record-only, its events still count.
     "clock_skew",
+    # Added: a whole job's telemetry stopped (it ended, or the pipeline upstream of diagnosis lost
+    # it): an alert about the job or the pipeline, never about a machine.
+    "telemetry_lost",
 )
 
 # The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;

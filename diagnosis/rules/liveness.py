@@ -1,8 +1,23 @@
-"""Liveness: a node whose heartbeats stop for longer than the grace period is silent → evict.
+"""Liveness: a node whose heartbeats stop while its peers report on is silent → evict.
 
-Job-level because "silent" needs the list of nodes that should be beating. A node is judged only
-after it beat at least once (a job still starting is not silent), and when most of a job goes
-quiet at once the stream itself stopped (job ended, agent pipeline down): nobody is blamed.
+Job-level because "silent" is judged against the job's other nodes, never against a clock alone.
+A node is silent when most of its peers kept reporting (beats, or steps) for the grace period past
+its last beat: that is evidence a person accepts ("15 of its 15 peers beat on for 40 s after it
+went quiet"). The job's time may move without any event (the live consumer's wall clock moves a
+quiet job's time, streams/runner_event_time.py), and a job whose whole stream stops, because it
+ended, because a node-stage member died, or because the consumers fell behind, would otherwise
+see its nodes cross the grace period one by one in the order of their beats' phases, and the
+first few were evicted as "a minority" (issue 32: healthy machines evicted at the end of a
+backlog). Now:
+
+- the whole job quiet (no node reported for the grace period of the job's time) is one
+  ``telemetry_lost`` alert for the job: it ended, or its telemetry is lost upstream;
+- several nodes quiet together (more than ``max_share`` of the job, their last beats within a
+  grace period of each other: a rack, a switch, a telemetry partition) are one ``node_silent``
+  alert naming them, never evictions;
+- a node judged alone is evicted only on its peers' evidence.
+
+A node is judged only after it beat at least once (a job still starting is not silent).
 
 Agent down is not node down: the heartbeat comes from the node agent, the step telemetry from
 the trainer itself. Beats gone while the node's ranks still report steps is an ``alert`` about
@@ -17,6 +32,7 @@ a backlog evicted a healthy node whose agent had died, tests/fixtures/foreign/de
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass
 
@@ -25,7 +41,7 @@ from diagnosis.rules.base import Finding, opt_int
 from streams.events import Envelope
 
 GRACE_S = 30.0
-# More than this share of a job's nodes silent at once is the job ending, not nodes failing.
+# More than this share of a job's nodes quiet together is not that many machines failing at once.
 MAX_SILENT_SHARE = 0.25
 # A node's ranks keep pace while their last reported step is at most this many steps behind the
 # job's median node (pipeline stages finish a step at different times).
@@ -38,6 +54,7 @@ class _Beat:
     id: str
     silent: bool = False
     agent_alerted: bool = False
+    group_alerted: bool = False
 
 
 class SilenceDetector:
@@ -51,6 +68,7 @@ class SilenceDetector:
         self._beats: dict[str, dict[str, _Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
+        self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
@@ -76,36 +94,101 @@ class SilenceDetector:
         out: list[Finding] = []
         for job, nodes in self._beats.items():
             self._drop_departed(job, nodes)
-            late = [(n, b) for n, b in nodes.items() if not b.silent and now - b.ts > self.grace_s]
-            if not late:
+            if not nodes:
                 continue
-            quiet = sum(1 for b in nodes.values() if now - b.ts > self.grace_s)
-            if quiet > max(1, self.max_share * len(nodes)):
-                continue  # the whole stream stopped; look again when beats return
+            if all(now - beat.ts <= self.grace_s for beat in nodes.values()):
+                self._job_quiet.pop(job, None)
+                continue
+            heard = {node: max(beat.ts, self._steps.get((job, node), beat.ts)) for node, beat in nodes.items()}
+            latest = max(heard.values())
+            if now - latest > self.grace_s:
+                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now))
+                continue  # nobody is judged alone: no peer reported past anyone's silence
+            self._job_quiet.pop(job, None)
+            reports = sorted(heard.values())
+            quiet = {node: beat for node, beat in nodes.items()
+                     if now - beat.ts > self.grace_s and self._peers_went_on(reports, heard[node], beat.ts, len(nodes))}
+            if not quiet:
+                continue
+            limit = max(1.0, self.max_share * len(nodes))
             pace = self._pace(job)
-            for node, beat in late:
-                stepped = self._steps.get((job, node))
-                # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's
-                # steps, not this node's alone), and kept stepping well after its beats stopped
-                # (a node that died between a beat and a step report is not an agent that died).
-                keeps_pace = stepped is not None and self._keeps_pace(job, node, stepped, pace)
-                if keeps_pace and (beat.agent_alerted or stepped >= beat.ts + self.grace_s / 2):
-                    if not beat.agent_alerted:
-                        beat.agent_alerted = True
-                        out.append(Finding(
-                            job=job, ts=now, onset=beat.ts, fault="node_silent", action="alert", nodes=(node,),
-                            entity="agent", evidence=(beat.id,),
-                            detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s but its ranks reported a step "
-                                   f"{now - stepped:.0f}s ago: the node agent is down, not the node (alert, no eviction)",
-                        ))
+            for node, beat in sorted(quiet.items()):
+                if beat.silent or beat.group_alerted:
                     continue
-                beat.silent = True
-                out.append(Finding(
-                    job=job, ts=now, onset=beat.ts, fault="node_silent", action="evict", nodes=(node,),
-                    entity="heartbeat", evidence=(beat.id,),
-                    detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s (grace {self.grace_s:.0f}s)",
-                ))
+                together = sorted(n for n, b in quiet.items() if abs(b.ts - beat.ts) <= self.grace_s)
+                if len(together) > limit:
+                    out.append(self._group_alert(job, together, quiet, len(nodes), now))
+                    continue
+                out.extend(self._judge_alone(job, node, beat, pace, reports, now))
         return out
+
+    def _peers_went_on(self, reports: list[float], own_report: float, last_beat: float, size: int) -> bool:
+        """Whether more than half of a node's peers reported at least the grace period past its last
+        beat (``reports``: every node's latest report, sorted; the node's own is ``own_report``)."""
+        peers = size - 1
+        if peers < 1:
+            return False
+        mark = last_beat + self.grace_s
+        beyond = len(reports) - bisect.bisect_left(reports, mark)
+        if own_report >= mark:
+            beyond -= 1  # its own steps are not a peer's word
+        return 2 * beyond > peers
+
+    def _judge_alone(self, job: str, node: str, beat: _Beat, pace: tuple[float | None, float | None],
+                     reports: list[float], now: float) -> list[Finding]:
+        stepped = self._steps.get((job, node))
+        # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's steps,
+        # not this node's alone), and kept stepping well after its beats stopped (a node that died
+        # between a beat and a step report is not an agent that died).
+        keeps_pace = stepped is not None and self._keeps_pace(job, node, stepped, pace)
+        if keeps_pace and (beat.agent_alerted or stepped >= beat.ts + self.grace_s / 2):
+            if beat.agent_alerted:
+                return []
+            beat.agent_alerted = True
+            return [Finding(
+                job=job, ts=now, onset=beat.ts, fault="node_silent", action="alert", nodes=(node,),
+                entity="agent", evidence=(beat.id,),
+                detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s but its ranks reported a step "
+                       f"{now - stepped:.0f}s ago: the node agent is down, not the node (alert, no eviction)")]
+        beat.silent = True
+        mark = beat.ts + self.grace_s
+        went_on = len(reports) - bisect.bisect_left(reports, mark)
+        return [Finding(
+            job=job, ts=now, onset=beat.ts, fault="node_silent", action="evict", nodes=(node,),
+            entity="heartbeat", evidence=(beat.id,),
+            detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s (grace {self.grace_s:.0f}s) while "
+                   f"{went_on} of its {len(reports) - 1} peers reported on past it, the latest "
+                   f"{reports[-1] - beat.ts:.0f}s after its last beat")]
+
+    def _group_alert(self, job: str, together: list[str], quiet: dict[str, _Beat], size: int,
+                     now: float) -> Finding:
+        beats = [quiet[n] for n in together]
+        for b in beats:
+            b.group_alerted = True
+        first = min(b.ts for b in beats)
+        shown = ", ".join(together[:12]) + (f" and {len(together) - 12} more" if len(together) > 12 else "")
+        return Finding(
+            job=job, ts=now, onset=first, fault="node_silent", action="alert", nodes=tuple(together),
+            entity="group", evidence=tuple(b.id for b in beats[:16]),
+            detail=f"{len(together)} of the job's {size} nodes stopped beating together ({shown}; the first "
+                   f"{now - first:.0f}s ago) while the others report on: one cause upstream of them (a rack, a "
+                   f"switch, a telemetry partition or its node-stage member), not {len(together)} machines "
+                   f"failing at once (alert, no eviction)")
+
+    def _whole_job_quiet(self, job: str, nodes: dict[str, _Beat], heard: dict[str, float], latest: float,
+                         now: float) -> list[Finding]:
+        """One alert per quiet spell of the whole job (a new one only after it reported again)."""
+        if self._job_quiet.get(job) == latest:
+            return []
+        self._job_quiet[job] = latest
+        first = min(heard.values())
+        node = max(heard, key=heard.__getitem__)
+        return [Finding(
+            job=job, ts=now, onset=latest, fault="telemetry_lost", action="alert", nodes=(), entity="job",
+            evidence=(nodes[node].id,),
+            detail=f"no node of the job reported for {now - latest:.0f}s (all {len(nodes)} stopped within "
+                   f"{latest - first:.0f}s of each other): the job ended, or its telemetry stopped before "
+                   f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")]
 
     def _pace(self, job: str) -> tuple[float | None, float | None]:
         """The job's typical node: the median of its nodes' last step times and step numbers."""

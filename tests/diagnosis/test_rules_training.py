@@ -65,8 +65,10 @@ def test_silent_node_after_grace_but_not_the_whole_job():
     [f] = det.tick(T0 + 56)
     assert (f.fault, f.nodes, f.action) == ("node_silent", ("n003",), "evict") and f.onset == T0 + 15
     assert det.tick(T0 + 57) == []  # once
-    # everyone stops (the stream ended): nobody is blamed
-    assert det.tick(T0 + 500) == []
+    # everyone stops (the stream ended): nobody is blamed, the job's stream is named once
+    [job] = det.tick(T0 + 500)
+    assert (job.fault, job.action, job.nodes) == ("telemetry_lost", "alert", ())
+    assert det.tick(T0 + 600) == []
 
 
 def _agent_dies_then_checkpoint_pause(det: SilenceDetector, numbered: bool) -> list:

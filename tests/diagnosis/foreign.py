@@ -59,9 +59,10 @@ def _apply(row: dict, o: dict) -> dict:
 
 
 class Trace:
-    def __init__(self, name: str):
+    def __init__(self, name: str, job: str | None = None):
         self.name = name
-        self.job = f"foreign-{name}"  # one job per case, so cases scored together never match each other
+        self.job = job or f"foreign-{name}"  # one job per case, so cases scored together never match each other
+        self._prefix = name if job is None else job  # event ids unique across seeds of one case
         self.events: list[Envelope] = []
         self.labels: list[dict] = []
         self.topology: Topology | None = None
@@ -69,7 +70,7 @@ class Trace:
 
     def _id(self) -> str:
         self._n += 1
-        return f"{self.name}-{self._n}"
+        return f"{self._prefix}-{self._n}"
 
     def add(self, ts: float, node: str, source: str, kind: str, data: dict) -> None:
         self.events.append(Envelope(ts=T0 + ts, job=self.job, node=node, source=source, kind=kind, data=data, id=self._id()))
@@ -132,14 +133,20 @@ class Trace:
             t += step_time
 
     def beat(self, s: dict, rng: random.Random) -> None:
+        """Every ``every`` seconds; ``phase_s`` gives each node's agent its own phase, drawn over that
+        many seconds (a fleet's agents never start together), else all beat within 0.2 s."""
+        names = _nodes(s.get("nodes"), list(self.topology.nodes))
+        phase = {node: rng.uniform(0, float(s["phase_s"])) for node in names} if s.get("phase_s") else None
         t, seq = float(s.get("from", 0.0)), 0
         while t < s["to"]:
             seq += 1
-            for node in _nodes(s.get("nodes"), list(self.topology.nodes)):
+            for node in names:
                 if any(node in o.get("nodes", [node]) and _within(o, t) and o.get("drop") for o in s.get("override", ())):
                     continue
-                self.add(t + rng.uniform(0, 0.2), node, "heartbeat", "beat",
-                         {"seq": seq, "pids": [4000 + g for g in range(8)], "sources": {"nvml": "ok", "kernel_log": "ok"}})
+                at = t + (phase[node] if phase else rng.uniform(0, 0.2))
+                if at < s["to"]:
+                    self.add(at, node, "heartbeat", "beat",
+                             {"seq": seq, "pids": [4000 + g for g in range(8)], "sources": {"nvml": "ok", "kernel_log": "ok"}})
             t += float(s.get("every", 5.0))
 
 
@@ -152,10 +159,11 @@ def _lines(name: str) -> Iterator[str]:
             yield line
 
 
-def load(name: str) -> Trace:
-    """The events (in trace order) and labels of ``tests/fixtures/foreign/<name>.jsonl``."""
-    trace = Trace(name)
-    rng = random.Random(name)
+def load(name: str, seed: int | None = None) -> Trace:
+    """The events (in trace order) and labels of ``tests/fixtures/foreign/<name>.jsonl``; another
+    ``seed`` draws the case's jitter and beat phases anew, as job ``foreign-<name>-<seed>``."""
+    trace = Trace(name, None if seed is None else f"foreign-{name}-{seed}")
+    rng = random.Random(name if seed is None else f"{name}#{seed}")
     series: list[dict] = []
     for line in _lines(name):
         if not line.strip() or line.lstrip().startswith("//"):
@@ -164,7 +172,7 @@ def load(name: str) -> Trace:
         if "topology" in obj:
             spec = obj["topology"]
             trace.topology = Topology.grid(spec["nodes"], spec["gpus_per_node"], spec["tp"], spec["pp"], spec["dp"])
-            trace.events.append(trace.topology.to_event(trace.job, T0, event_id=f"{name}-topology"))
+            trace.events.append(trace.topology.to_event(trace.job, T0, event_id=f"{trace._prefix}-topology"))
         elif "series" in obj:
             series.append(dict(obj, override=list(obj.get("override", ()))))
         elif "override" in obj:

@@ -1,0 +1,130 @@
+"""Many jobs read as one backlog by split stages through a real broker, against `faultlens analyze`
+(issue 32): the test bed of tests/diagnosis/test_silence_backlog.py and bench/bench_silence_backlog.py.
+
+Cases are jobs of several shapes: the hand-written foreign traces (tests/fixtures/foreign/, each
+under several seeds of its own jitter and beat phases) and simulated jobs with an implicit fault.
+All of them go into one trace, replayed into the broker before any node-stage member starts (a
+backlog); N node-stage and M job-stage members then read it. The job-stage members run with a
+short wall-clock grace and stay up well past the end of the data, so the wall clock moves every
+job's time after its stream ends, as on a live deployment whose job ended: what issue 32 found
+evicting healthy machines.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnosis.consumer import diagnose_consumer
+from diagnosis.engine import EngineConfig, analyze
+from diagnosis.scoring import EVICTING
+from simulator.config import SimConfig
+from simulator.plan import FaultPlan
+from simulator.run import simulate
+from streams.config import KafkaSettings
+from streams.diagnosis_record import Diagnosis
+from streams.events import Envelope
+from streams.producer import Producer
+from streams.replay import replay_trace
+from streams.trace import trace_order, write_trace
+from tests.diagnosis import foreign
+from tests.diagnosis.sim_replay import acting
+from tests.kafka_fixtures import job_records
+
+# Simulated shapes: (nodes, gpus per node, plan), an implicit fault and an explicit one.
+SIM_SHAPES = {
+    "sim-hang": (8, 4, FaultPlan().fail_at("job_hang", node="n003", t=240)),
+    "sim-slow": (12, 4, FaultPlan().fail_at("fail_slow", node="n005", t=200).fail_at("gpu_lost", node="n009", t=420)),
+}
+# Hand-written cases with the most varied liveness: beats phased over 10 s, an agent that dies.
+FOREIGN_SHAPES = ("hang_16x8_phased", "dead_agent", "hang_same_step", "healthy")
+
+
+@dataclass
+class Case:
+    name: str
+    job: str
+    events: list[Envelope]
+    culprits: set[str]
+    offline: list[Diagnosis] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    case: Case
+    live: list[Diagnosis]
+
+    @property
+    def missing(self) -> set[tuple]:
+        return acting(self.case.offline) - acting(self.live)
+
+    @property
+    def extra(self) -> set[tuple]:
+        return acting(self.live) - acting(self.case.offline)
+
+    @property
+    def healthy_evicted(self) -> set[str]:
+        return {n for d in self.live if d.action in EVICTING for n in d.nodes} - self.case.culprits
+
+
+def foreign_case(name: str, seed: int) -> Case:
+    trace = foreign.load(name, seed=seed)
+    culprits = {n for label in trace.labels for n in label.get("nodes") or ()}
+    return Case(f"{name}#{seed}", trace.job, trace.events, culprits)
+
+
+def sim_case(shape: str, seed: int) -> Case:
+    n, gpus, plan = SIM_SHAPES[shape]
+    job = f"{shape}-{seed}-{uuid.uuid4().hex[:4]}"
+    run = simulate(SimConfig(nodes=n, gpus=gpus, seed=seed, job=job), plan)
+    events = list(run.events())
+    return Case(f"{shape}#{seed}", job, events, {n for label in run.labels for n in label.get("nodes") or ()})
+
+
+def cases(seeds: range, shapes: tuple[str, ...] = (*FOREIGN_SHAPES, *SIM_SHAPES)) -> list[Case]:
+    out = [sim_case(s, seed) if s in SIM_SHAPES else foreign_case(s, seed) for seed in seeds for s in shapes]
+    for c in out:
+        c.offline = analyze(c.events)
+    return out
+
+
+def _members(settings: KafkaSettings, stage: str, n: int, group: str, idle_s: float, config: EngineConfig):
+    members = [diagnose_consumer(settings, config, stage=stage, group=group) for _ in range(n)]
+    threads = [threading.Thread(target=r.run, kwargs={"idle_stop_s": idle_s, "handle_signals": False}, daemon=True)
+               for r, _ in members]
+    for t in threads:
+        t.start()
+    return [(t, r, h) for t, (r, h) in zip(threads, members)]
+
+
+def _finish(settings: KafkaSettings, members, timeout_s: float) -> None:
+    with Producer(settings) as producer:
+        for t, _, h in members:
+            t.join(timeout_s)
+            if t.is_alive():
+                raise TimeoutError("a stage member did not stop")
+            producer.send_all(h.flush())
+        producer.flush()
+
+
+def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, node_members: int = 2,
+                job_members: int = 2, grace_s: float = 5.0, after_end_s: float = 50.0,
+                timeout_s: float = 600.0) -> list[Outcome]:
+    """Every case as one backlog through split stages; the job stage stays up ``after_end_s`` of
+    wall time past its last record, its wall clock moving quiet jobs after ``grace_s``."""
+    path = tmp / f"backlog-{uuid.uuid4().hex[:6]}.parquet"
+    write_trace(path, sorted((e for c in all_cases for e in c.events), key=trace_order))
+    tag = uuid.uuid4().hex[:6]
+    config = EngineConfig(grace_s=grace_s)
+    jobs = _members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
+    replay_trace(settings, path, speed=0, show_progress=False)
+    nodes = _members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
+    _finish(settings, nodes, timeout_s)
+    _finish(settings, jobs, timeout_s)
+    live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)
+    by_job: dict[str, dict[str, Diagnosis]] = {}
+    for d in live:
+        by_job.setdefault(d.job, {})[d.id] = d  # the latest version of each diagnosis
+    return [Outcome(c, list(by_job.get(c.job, {}).values())) for c in all_cases]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Collection, Iterable
+from typing import Any, Collection, Iterable, Mapping
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
 from streams.diagnosis_record import Diagnosis
 from streams.config import KafkaSettings
+from streams.event_time import UpstreamStop
 from streams.events import InvalidEvent, decode
 from streams.producer import Outgoing
 from streams.metrics import DIAGNOSES
@@ -49,6 +50,18 @@ JOBS_TOPIC = topics.JOBS
 TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message}
 
 
+def upstream_alert(job: str, partition: int, stop: UpstreamStop, wall_now: float, job_time: float | None) -> Diagnosis:
+    """A job whose upstream stage stopped: an alert about the pipeline, naming who stopped."""
+    at = job_time if job_time is not None else (stop.watermark if stop.watermark != float("-inf") else wall_now)
+    members = ", ".join(stop.members)
+    return Diagnosis(job=job, ts=at, onset=at, fault="telemetry_lost", action="alert", nodes=(), confidence=1.0,
+                     detail=f"no node-stage member has announced progress on {topics.SUMMARIES} partition {partition} "
+                            f"for {wall_now - stop.since:.0f}s (the last: {members}): job {job}'s telemetry is not "
+                            f"reaching diagnosis. Its time stays where the node stage stopped and no node is judged "
+                            f"silent until it resumes; start or fix `faultlens diagnose --stage node` (alert, no "
+                            f"eviction)")
+
+
 def diagnosis_record(d: Diagnosis) -> Outgoing:
     DIAGNOSES.labels(d.fault, d.action).inc()
     return Outgoing(DIAGNOSES_TOPIC, d.job.encode(), d.encode())
@@ -62,6 +75,7 @@ class DiagnoseHandler:
         # The job stage: which `summaries` partition each job's records come from (a job lives on
         # one), so a job whose partition moves to another member leaves nothing behind here.
         self._partition_of: dict[str, int] | None = {} if self.engine.config.stage == "job" else None
+        self._upstream_alerted: dict[str, float] = {}  # job → the upstream stop it was alerted for
 
     def partitions_moved(self, partitions) -> None:
         """Runner hook (bookkeeping only, inside the rebalance callback): jobs whose `summaries`
@@ -73,6 +87,7 @@ class DiagnoseHandler:
         moved = {tp.partition for tp in partitions if tp.topic == topics.SUMMARIES}
         for job in [j for j, p in self._partition_of.items() if p in moved]:
             del self._partition_of[job]
+            self._upstream_alerted.pop(job, None)
             self.engine.forget_job(job)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
@@ -96,8 +111,26 @@ class DiagnoseHandler:
             self.emitted += len(found)
         return out
 
-    def tick(self, now: float, busy: Collection[str] = ()) -> Iterable[Outgoing]:
-        found = self.engine.tick(now, busy)
+    def tick(self, now: float, busy: Collection[str] = (),
+             upstream: Mapping[Any, UpstreamStop] | None = None) -> Iterable[Outgoing]:
+        """The engine's wall clock. ``upstream``: the input partitions whose every upstream writer
+        (node-stage member) fell silent; the jobs read from them keep their time where the writers
+        stopped, and each is named once in a ``telemetry_lost`` alert per stop (issue 32: what the
+        job stage does not receive is the pipeline's silence, never its machines')."""
+        until: dict[str, float] = {}
+        found: list[Diagnosis] = []
+        if upstream and self._partition_of is not None:
+            stops = {tp.partition: stop for tp, stop in upstream.items() if tp.topic == topics.SUMMARIES}
+            for job, partition in self._partition_of.items():
+                stop = stops.get(partition)
+                if stop is None:
+                    self._upstream_alerted.pop(job, None)
+                    continue
+                until[job] = stop.since
+                if self._upstream_alerted.get(job) != stop.since:
+                    self._upstream_alerted[job] = stop.since
+                    found.append(upstream_alert(job, partition, stop, now, self.engine.job_time(job)))
+        found += self.engine.tick(now, busy, until)
         self.emitted += len(found)
         return [diagnosis_record(d) for d in found]
 

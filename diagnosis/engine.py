@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from diagnosis.dedup import Dedup
@@ -295,17 +295,21 @@ class Engine:
         out.extend(lane.dedup.tick(now))
         return out
 
-    def tick(self, wall_now: float | None = None, busy: Collection[str] = ()) -> list[Diagnosis]:
+    def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
+             until: Mapping[str, float] | None = None) -> list[Diagnosis]:
         """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
         nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
-        beyond the grace (a job whose every node died must still be judged silent). The jobs in
-        ``busy`` have records the consumer still holds back: their time waits for them."""
+        beyond the grace (pending verdicts fall due; a job whose stream stopped is named in one
+        alert, never its nodes: diagnosis/rules/liveness.py). The jobs in ``busy`` have records the
+        consumer still holds back: their time waits for them. ``until`` caps the wall time a job's
+        clock may use: where its upstream stage stopped (streams.event_time.UpstreamStop), its
+        silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
         out: list[Diagnosis] = []
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
-            idle = wall - lane.arrival_wall
+            idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
             if idle <= self.config.grace_s:
                 continue
             target = lane.arrival_now + (idle - self.config.grace_s)

@@ -58,6 +58,17 @@ class WriterWord(NamedTuple):
     idle: bool | None = None
 
 
+class UpstreamStop(NamedTuple):
+    """Every upstream writer of a partition has fallen silent (none spoke for ``writer_ttl_s``):
+    ``since`` is the wall time the last of them spoke, ``members`` those that spoke last, and
+    ``watermark`` how far they had written. What is quiet downstream of it is the pipeline's silence,
+    not its sources': a consumer's clock must not run on past ``since`` (DESIGN.md §1)."""
+
+    since: float
+    members: tuple[str, ...]
+    watermark: float
+
+
 @dataclass
 class _NodeOffsets:
     recent: deque = field(default_factory=lambda: deque(maxlen=15))
@@ -349,11 +360,33 @@ class WatermarkMerge(Generic[T]):
             if state.follower or not state.writers:
                 continue
             backlog = not caught_up.get(p, True)
-            if any(behind for _, _, behind, _ in self._live_writers(state, wall_now, backlog)):
+            live = self._live_writers(state, wall_now, backlog)
+            if not live:
+                # Every writer fell silent: nothing is on its way until one comes back. Its jobs'
+                # clocks stop where the writers did (stopped_upstream); saying "behind" here
+                # stopped the clock of every job and left the outage unreported.
+                continue
+            if any(behind for _, _, behind, _ in live):
                 return True
             if self._mark(state, wall_now, backlog) == float("-inf"):
                 return True
         return False
+
+    def stopped_upstream(self, wall_now: float, caught_up: dict[Partition, bool]) -> dict[Partition, UpstreamStop]:
+        """The partitions whose every upstream writer fell silent (died, stalled, or stopped with a
+        bounded run), with when and who. A partition whose writers never spoke is not here: it
+        has no upstream stage (the arrival-order topics, `jobs`)."""
+        out: dict[Partition, UpstreamStop] = {}
+        for p, state in self._parts.items():
+            if state.follower or not state.writers:
+                continue
+            if self._live_writers(state, wall_now, backlog=not caught_up.get(p, True)):
+                continue
+            since = max(heard for _, heard, _, _, _ in state.writers.values())
+            last = {w: (mark, heard) for w, (mark, heard, _, _, _) in state.writers.items()
+                    if since - heard < self.writer_ttl_s}
+            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _ in last.values()))
+        return out
 
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
         """The event time up to which every partition has delivered; None when all are idle

@@ -109,6 +109,9 @@ class GroupRunner(EventTimeMode):
         # A clock that can leave the jobs with records still held alone ticks whenever the input is
         # live (streams/runner_event_time.py: _tick_gate); another only when nothing is held at all.
         self._tick_takes_busy = self._tick is not None and "busy" in inspect.signature(self._tick).parameters
+        # A clock that can be told which input partitions' upstream writers all fell silent keeps
+        # their jobs' time where the writers stopped (issue 32).
+        self._tick_takes_upstream = self._tick is not None and "upstream" in inspect.signature(self._tick).parameters
         self._on_assigned = getattr(handler, "on_assigned", None)
         # A handler whose state is kept per input partition hears which partitions left this
         # member or came to it from another (state rebuilt from retained input), not those a
@@ -331,7 +334,7 @@ class GroupRunner(EventTimeMode):
                     busy = self._tick_gate(consumer)
                     if busy is not None:
                         last_tick = time.monotonic()
-                        out.extend(self._tick(time.time(), busy=busy) if self._tick_takes_busy else self._tick(time.time()))
+                        out.extend(self._tick_handler(consumer, busy))
                 out.extend(self._announce())
                 if polled or out:
                     if not self._deliver_and_commit(consumer, polled, out):
@@ -357,6 +360,15 @@ class GroupRunner(EventTimeMode):
             for sig, handler in previous_signals.items():
                 signal.signal(sig, handler)
         return self.stats
+
+    def _tick_handler(self, consumer: Consumer, busy: frozenset[str]) -> list[Outgoing]:
+        now = time.time()
+        if not self._tick_takes_busy:
+            return list(self._tick(now))
+        if not self._tick_takes_upstream or self.merge is None:
+            return list(self._tick(now, busy=busy))
+        upstream = self.merge.stopped_upstream(now, self._caught_up(consumer))
+        return list(self._tick(now, busy=busy, upstream=upstream))
 
     def _released(self, records: list[Record], out: list[Outgoing]) -> list[Record]:
         """What the merge let go of, each deferred record read whole (streams.intake)."""

@@ -181,14 +181,15 @@ class SilenceDetector:
         if self._job_quiet.get(job) == latest:
             return []
         self._job_quiet[job] = latest
-        first = min(heard.values())
+        # The nodes that were still reporting (one found silent before is not part of this stop)
+        stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
         return [Finding(
             job=job, ts=now, onset=latest, fault="telemetry_lost", action="alert", nodes=(), entity="job",
             evidence=(nodes[node].id,),
-            detail=f"no node of the job reported for {now - latest:.0f}s (all {len(nodes)} stopped within "
-                   f"{latest - first:.0f}s of each other): the job ended, or its telemetry stopped before "
-                   f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")]
+            detail=f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting "
+                   f"stopped within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry "
+                   f"stopped before reaching diagnosis; no node is judged silent on its own (alert, no eviction)")]
 
     def _pace(self, job: str) -> tuple[float | None, float | None]:
         """The job's typical node: the median of its nodes' last step times and step numbers."""

@@ -90,7 +90,9 @@ def cases(seeds: range, shapes: tuple[str, ...] = (*FOREIGN_SHAPES, *SIM_SHAPES)
     return out
 
 
-def _members(settings: KafkaSettings, stage: str, n: int, group: str, idle_s: float, config: EngineConfig):
+def start_members(settings: KafkaSettings, stage: str, n: int, group: str, idle_s: float,
+                  config: EngineConfig | None = None) -> list:
+    """``n`` members of one stage's group, each in its own thread, until each is idle."""
     members = [diagnose_consumer(settings, config, stage=stage, group=group) for _ in range(n)]
     threads = [threading.Thread(target=r.run, kwargs={"idle_stop_s": idle_s, "handle_signals": False}, daemon=True)
                for r, _ in members]
@@ -99,7 +101,8 @@ def _members(settings: KafkaSettings, stage: str, n: int, group: str, idle_s: fl
     return [(t, r, h) for t, (r, h) in zip(threads, members)]
 
 
-def _finish(settings: KafkaSettings, members, timeout_s: float) -> None:
+def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0) -> None:
+    """Wait for each member to stop, then write what its handler still held."""
     with Producer(settings) as producer:
         for t, _, h in members:
             t.join(timeout_s)
@@ -118,11 +121,11 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
     write_trace(path, sorted((e for c in all_cases for e in c.events), key=trace_order))
     tag = uuid.uuid4().hex[:6]
     config = EngineConfig(grace_s=grace_s)
-    jobs = _members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
+    jobs = start_members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
     replay_trace(settings, path, speed=0, show_progress=False)
-    nodes = _members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
-    _finish(settings, nodes, timeout_s)
-    _finish(settings, jobs, timeout_s)
+    nodes = start_members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
+    finish_members(settings, nodes, timeout_s)
+    finish_members(settings, jobs, timeout_s)
     live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)
     by_job: dict[str, dict[str, Diagnosis]] = {}
     for d in live:

@@ -4,7 +4,6 @@ gives on the same trace, with no valid event dead-lettered."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -12,36 +11,16 @@ import pytest
 from tests.diagnosis import foreign
 from tests.kafka_fixtures import job_records
 
-from diagnosis.consumer import diagnose_consumer
 from diagnosis.engine import analyze
 from diagnosis.scoring import EVICTING, is_scored
 from simulator import FaultPlan
 from streams.diagnosis_record import Diagnosis
-from streams.producer import Producer
 from streams.replay import replay_trace
 from streams.trace import iter_trace, trace_order, write_trace
+from tests.diagnosis.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker
-
-
-def _members(settings, stage: str, n: int, group: str, idle_s: float) -> list:
-    """``n`` members of one stage's group, each in its own thread, until each is idle."""
-    members = [diagnose_consumer(settings, None, stage=stage, group=group) for _ in range(n)]
-    threads = [threading.Thread(target=r.run, kwargs={"idle_stop_s": idle_s, "handle_signals": False}, daemon=True)
-               for r, _ in members]
-    for t in threads:
-        t.start()
-    return [(t, r, h) for t, (r, h) in zip(threads, members)]
-
-
-def _finish(settings, members) -> None:
-    with Producer(settings) as producer:
-        for t, _, h in members:
-            t.join(120)
-            assert not t.is_alive()
-            producer.send_all(h.flush())
-        producer.flush()
 
 
 # Hand-written cases (tests/fixtures/foreign) that split stages once got wrong, read beside the
@@ -64,11 +43,11 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
 
     tag = uuid.uuid4().hex[:6]
     # the job stage runs while the node stage works through the backlog, as deployed
-    jobs = _members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
+    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
-    nodes = _members(kafka_settings, "node", node_members, f"test-node-{tag}", idle_s=6)
-    _finish(kafka_settings, nodes)
-    _finish(kafka_settings, jobs)
+    nodes = start_members(kafka_settings, "node", node_members, f"test-node-{tag}", idle_s=6)
+    finish_members(kafka_settings, nodes)
+    finish_members(kafka_settings, jobs)
 
     live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
     assert acting(live) == acting(offline), [(d.fault, d.action, round(d.ts - start), d.detail[:90])
@@ -108,12 +87,12 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
     try:
         time.sleep(8)  # both joined the group
         replay_trace(kafka_settings, path, speed=0, show_progress=False)
-        nodes = _members(kafka_settings, "node", 1, f"test-knode-{uuid.uuid4().hex[:6]}", idle_s=6)
+        nodes = start_members(kafka_settings, "node", 1, f"test-knode-{uuid.uuid4().hex[:6]}", idle_s=6)
         time.sleep(1.5)
         os.killpg(first.popen.pid, signal.SIGKILL)
         first.popen.wait(10)
         procs.append(faultlens("job0-again", argv, env, tmp_path))
-        _finish(kafka_settings, nodes)
+        finish_members(kafka_settings, nodes)
         for p in procs[1:]:
             assert p.popen.wait(180) == 0, p.tail()
     finally:

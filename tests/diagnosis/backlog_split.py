@@ -13,6 +13,7 @@ evicting healthy machines.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,8 +102,17 @@ def start_members(settings: KafkaSettings, stage: str, n: int, group: str, idle_
     return [(t, r, h) for t, (r, h) in zip(threads, members)]
 
 
-def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0) -> None:
-    """Wait for each member to stop, then write what its handler still held."""
+def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0, *, together: bool = False) -> None:
+    """Wait for each member to stop, then write what its handler still held. ``together``: once the
+    first has stopped idle, stop the rest (each leaving made the others rebalance, take its
+    partitions over, rebuild them and wait out their idle time again: 3 job-stage members took
+    three times as long)."""
+    if together:
+        deadline = time.monotonic() + timeout_s
+        while all(t.is_alive() for t, _, _ in members) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _, r, _ in members:
+            r.stop()
     with Producer(settings) as producer:
         for t, _, h in members:
             t.join(timeout_s)
@@ -125,7 +135,7 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
     replay_trace(settings, path, speed=0, show_progress=False)
     nodes = start_members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
     finish_members(settings, nodes, timeout_s)
-    finish_members(settings, jobs, timeout_s)
+    finish_members(settings, jobs, timeout_s, together=True)
     live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)
     by_job: dict[str, dict[str, Diagnosis]] = {}
     for d in live:

@@ -55,15 +55,15 @@ def test_e2e_node_stage_members_killed_for_two_minutes_evict_no_healthy_machine(
                                   daemon=True)
         t0 = time.monotonic()
         replay.start()
-        _at(t0, 25)
+        _at(t0, 15)
         os.killpg(procs[0].popen.pid, signal.SIGKILL)  # the other takes its partitions over
-        _at(t0, 45)
-        os.killpg(procs[1].popen.pid, signal.SIGKILL)  # no node stage at all: h100-06 dies at 70 s
-        _at(t0, 165)
+        _at(t0, 30)
+        os.killpg(procs[1].popen.pid, signal.SIGKILL)  # no node stage at all: h100-06 dies at 60 s
+        _at(t0, 150)
         procs.append(faultlens("node-again", argv, env, tmp_path))  # two minutes later
         replay.join(120)
         assert not replay.is_alive()
-        _at(t0, 250)  # the job ended at 200 s: the job stage's wall clock moves its time on
+        _at(t0, 215)  # the job ended at 170 s: the job stage's wall clock moves its time on
     finally:
         for p in procs:
             p.stop()

@@ -35,15 +35,17 @@ def _burn(stop_at: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--seed-from", type=int, default=0, help="the first seed")
     ap.add_argument("--node-members", type=int, default=2)
     ap.add_argument("--job-members", type=int, default=2)
     ap.add_argument("--client", default="kafka-python")
     ap.add_argument("--starve", action="store_true", help="burn every core while the stages run")
+    ap.add_argument("--burners", type=int, default=os.cpu_count() or 2, help="with --starve: how many processes")
     ap.add_argument("--shapes", default=",".join((*FOREIGN_SHAPES, *SIM_SHAPES)))
     args = ap.parse_args()
     shapes = tuple(s for s in args.shapes.split(",") if s)
     t0 = time.monotonic()
-    all_cases = cases(range(args.seeds), shapes)
+    all_cases = cases(range(args.seed_from, args.seed_from + args.seeds), shapes)
     events = sum(len(c.events) for c in all_cases)
     print(f"{len(all_cases)} cases, {events} events, built and analysed offline in {time.monotonic() - t0:.0f}s",
           flush=True)
@@ -54,7 +56,7 @@ def main() -> None:
         if args.starve:
             stop_at = time.time() + 3600
             burners = [multiprocessing.Process(target=_burn, args=(stop_at,), daemon=True)
-                       for _ in range(os.cpu_count() or 2)]
+                       for _ in range(args.burners)]
             for b in burners:
                 b.start()
         t1 = time.monotonic()
@@ -74,6 +76,9 @@ def main() -> None:
         for fault, nodes, action, group in sorted(o.missing | o.extra):
             side = "missing" if (fault, nodes, action, group) in o.missing else "extra"
             print(f"    {side}: {fault} {action} {nodes} {group or ''}")
+        for d in o.live:
+            if d.action in ("evict", "evict_reset_gpu", "inspect_hardware") and set(d.nodes) & o.healthy_evicted:
+                print(f"    healthy evicted at {d.ts - o.case.events[0].ts:.0f}s of the job: {d.detail}")
     print(f"node members {args.node_members}, job members {args.job_members}, client {args.client}, "
           f"starved {args.starve}: {same}/{len(outcomes)} cases act as offline, healthy machines evicted "
           f"{healthy}, stages ran {wall:.0f}s")

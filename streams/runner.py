@@ -133,6 +133,10 @@ class GroupRunner(EventTimeMode):
                              deferred_topics)
         self._paused: set[TopicPartition] = set()
         self._assigned_at: dict[TopicPartition, float] = {}
+        self._unfetched_warned: set[TopicPartition] = set()
+        # End offsets of partitions assigned and never fetched from, per consumer (absent: not
+        # asked since the last assignment): streams/runner_event_time.py, _partition_caught_up.
+        self._unfetched_end: dict[int, dict[TopicPartition, int]] = {}
         # Topics every member reads in full, outside the group (the compacted `jobs`): not
         # committed, read from the start by each member (event_time mode only).
         self.broadcast_topics = [t for t in broadcast_topics if t not in self.topics]
@@ -241,6 +245,7 @@ class GroupRunner(EventTimeMode):
             self.merge.assign(assigned, time.time())
             now = time.monotonic()
             self._assigned_at.update({tp: now for tp in assigned})
+            self._unfetched_end.clear()
         self.ready.set()
 
     def _revoked(self, revoked) -> None:

@@ -83,10 +83,41 @@ class EventTimeMode:
     def _partition_caught_up(self, consumer: Consumer, tp: TopicPartition, now: float) -> bool:
         high = consumer.highwater(tp)
         if high is None:
-            # Nothing fetched from it yet: it may hold the earliest events of all. Waited for,
-            # but not forever (a partition the broker never answers for).
-            return now - self._assigned_at.get(tp, now) >= UNFETCHED_WAIT_S
+            # Nothing fetched from it yet: it may hold the earliest events of all. After a while
+            # the broker is asked how far it goes: an empty partition is caught up, one with data
+            # waits for its fetch, however long a starved consumer takes (taken as caught up after
+            # 30 s, a partition's unread telemetry fell behind its peers' and a node stage handed
+            # the peers' heartbeats on without its nodes': issue 32). Only a broker that cannot
+            # say lets the wait end.
+            if now - self._assigned_at.get(tp, now) < UNFETCHED_WAIT_S:
+                return False
+            end = self._end_offsets(consumer).get(tp)
+            if end is None:
+                if tp not in self._unfetched_warned:
+                    self._unfetched_warned.add(tp)
+                    log.warning("%s:%d assigned %.0fs ago, never fetched from, and the broker did not say how "
+                                "far it goes: no longer waited for in event time", tp.topic, tp.partition,
+                                UNFETCHED_WAIT_S)
+                return True
+            try:
+                return consumer.position(tp) >= end
+            except KafkaError:
+                return False
         return consumer.position(tp) >= high
+
+    def _end_offsets(self, consumer: Consumer) -> dict[TopicPartition, int]:
+        """The broker's end offsets of ``consumer``'s partitions never fetched from, asked once per
+        assignment (one request for all of them)."""
+        known = self._unfetched_end.get(id(consumer))
+        if known is None:
+            unfetched = [tp for tp in consumer.assignment() if consumer.highwater(tp) is None]
+            try:
+                known = dict(consumer.end_offsets(unfetched)) if unfetched else {}
+            except (KafkaError, ValueError) as exc:
+                log.warning("end offsets of %d unfetched partition(s) unknown (%s)", len(unfetched), exc)
+                known = {}
+            self._unfetched_end[id(consumer)] = known
+        return known
 
     def _ordered(self, consumer: Consumer, good: list[Record], drain: bool = False) -> list[Record]:
         """Hold ``good`` in the merge and return what may go, in event-time order; pause the

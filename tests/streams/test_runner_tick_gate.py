@@ -103,3 +103,38 @@ def test_with_nothing_held_and_nothing_unread_every_job_may_move():
         runner = _runner(_Clock(busy_aware=aware))
         runner.consumer = consumer = _Consumer({P0: 7, P1: 3}, {P0: 7, P1: 3})
         assert runner._tick_gate(consumer) == frozenset()
+
+
+class _Unfetched(_Consumer):
+    """Partitions never fetched from (no high-water mark yet); the broker knows their end."""
+
+    def __init__(self, position: dict, end: dict | None):
+        super().__init__(position, {tp: None for tp in position})
+        self._end, self.asked = end, 0
+
+    def end_offsets(self, partitions):
+        self.asked += 1
+        if self._end is None:
+            from kafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError("no answer")
+        return {tp: self._end[tp] for tp in partitions}
+
+
+def test_a_partition_never_fetched_from_is_caught_up_only_if_the_broker_says_it_is_empty():
+    """A starved consumer may not fetch a partition for 30 s after its assignment: it used to be
+    taken as caught up then, and its unread telemetry fell behind its peers' (issue 32)."""
+    runner = _runner(_Clock(busy_aware=True))
+    consumer = _Unfetched({P0: 0, P1: 0}, {P0: 0, P1: 120})
+    runner.consumer = consumer
+    now = time.monotonic()
+    runner._assigned_at.update({P0: now, P1: now})
+    assert runner._caught_up(consumer) == {P0: False, P1: False}  # within the wait: nobody is
+    runner._assigned_at.update({P0: now - 31, P1: now - 31})
+    assert runner._caught_up(consumer) == {P0: True, P1: False}  # P1 holds 120 records still unread
+    assert runner._caught_up(consumer) == {P0: True, P1: False} and consumer.asked == 1  # asked once
+    # a broker that cannot say: the wait ends as before, with a warning
+    mute = _Unfetched({P0: 0, P1: 0}, None)
+    runner.consumer = mute
+    runner._unfetched_end.clear()
+    assert runner._caught_up(mute) == {P0: True, P1: True}

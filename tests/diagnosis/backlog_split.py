@@ -41,6 +41,8 @@ SIM_SHAPES = {
 }
 # Hand-written cases with the most varied liveness: beats phased over 10 s, an agent that dies.
 FOREIGN_SHAPES = ("hang_16x8_phased", "dead_agent", "hang_same_step", "healthy")
+# What the broker tests read (the bench reads them all): the phased hang, the dead agent, a simulated hang.
+TEST_SHAPES = ("hang_16x8_phased", "dead_agent", "sim-hang")
 
 
 @dataclass
@@ -141,3 +143,12 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
     for d in live:
         by_job.setdefault(d.job, {})[d.id] = d  # the latest version of each diagnosis
     return [Outcome(c, list(by_job.get(c.job, {}).values())) for c in all_cases]
+
+
+def assert_as_offline(outcomes: list[Outcome]) -> None:
+    """No healthy machine evicted, the acting diagnoses the offline ones, and the end of every
+    stream named (as the job's or the pipeline's, never a machine's)."""
+    report = [(o.case.name, sorted(o.missing), sorted(o.extra), sorted(o.healthy_evicted)) for o in outcomes]
+    assert all(not o.healthy_evicted for o in outcomes), report
+    assert all(not o.missing and not o.extra for o in outcomes), report
+    assert all(any(d.fault == "telemetry_lost" for d in o.live) for o in outcomes), report

@@ -1,0 +1,17 @@
+"""Issue 32's backlog check with three members in each stage (test_silence_backlog.py has the two;
+in files of their own so that the test runner can spread them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.mark.timeout(420)
+def test_three_and_three_members_read_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
+    outcomes = run_backlog(own_kafka_settings, cases(range(2, 3), TEST_SHAPES), tmp_path, node_members=3,
+                           job_members=3, after_end_s=40.0)
+    assert_as_offline(outcomes)

@@ -332,7 +332,13 @@ class WatermarkMerge(Generic[T]):
         # writer_ttl_s of broker time past its last word.
         live = self._live_writers(state, wall_now, backlog)
         if not live:
-            return state.watermark
+            # Every writer fell silent (starved, stalled in a rebalance, dead, or done): their last
+            # words still bind. Judged by its own data, the partition handed on one writer's
+            # records past another's still to come, and a starved node stage's heartbeats came
+            # after their peers' had judged those nodes silent (issue 32).
+            live = self._last_words(state)
+            if not live:
+                return state.watermark
         if state.of is not None and all(reads is not None for _, reads, _, _ in live):
             covered: set[str] = set()
             for _, reads, _, _ in live:
@@ -350,6 +356,24 @@ class WatermarkMerge(Generic[T]):
         now = state.frontier if backlog and state.frontier is not None else wall_now
         return [(w, reads, behind, idle) for w, heard, reads, behind, idle in state.writers.values()
                 if now - heard < self.writer_ttl_s]
+
+    def _last_words(self, state: _PartitionState) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
+        """The word in force for each input partition when no writer is live: the latest writer that
+        said it reads it (a writer whose every partition a later one took over says nothing any
+        more), and those that did not say what they read, from the last TTL of words."""
+        words = sorted(state.writers.values(), key=lambda word: word[1], reverse=True)
+        if not words:
+            return []
+        latest, covered = words[0][1], set()
+        out = []
+        for mark, heard, reads, behind, idle in words:
+            if reads is None:
+                if latest - heard < self.writer_ttl_s:
+                    out.append((mark, reads, behind, idle))
+            elif reads - covered:
+                covered |= reads
+                out.append((mark, reads, behind, idle))
+        return out
 
     def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
         """Whether some upstream writer still has input to read, or some input partition of theirs

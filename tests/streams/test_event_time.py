@@ -260,9 +260,13 @@ def test_a_backlog_of_two_writers_is_held_to_the_slower_ones_word_though_both_sp
     merge.add("p", 2, 30.0, "b30", now, broker_ts=105.0)
     out += merge.release(now, behind)
     assert out == ["b15", "b30", "a40"]
-    # caught up and quiet: what is held goes
+    # caught up and quiet, both writers long silent: their last words still bind (B may still have
+    # records up to 60 to write: a starved or stalled member, issue 32) ...
     merge.add("p", 3, 60.0, "a60", now, broker_ts=106.0)
-    assert merge.release(now + 60, {"p": True}) == ["a60"]
+    assert merge.release(now + 60, {"p": True}) == []
+    # ... until B speaks again (or says it has nothing more)
+    merge.report("p", "B", 70.0, now + 61, said_at=now + 61, idle=True)
+    assert merge.release(now + 61, {"p": True}) == ["a60"]
 
 
 def test_a_writers_hello_after_a_rebalance_wipes_its_earlier_word():
@@ -422,3 +426,23 @@ def test_a_partition_still_being_read_keeps_holding_the_others_back():
     # b has more to read: its next records may come before 250, so c0 waits
     assert m.release(10.0, {a: True, b: False, c: True}) == ["a0", "b0"]
     assert m.release(10.0, {a: True, b: True, c: True}) == ["c0"]
+
+
+def test_writers_all_silent_bind_by_their_last_words_not_the_partitions_data():
+    """Two node-stage members, both starved silent for longer than the TTL: A's records past B's
+    last word wait for B (released by the partition's own data, B's nodes' heartbeats came after
+    their peers' had judged them silent: issue 32). A word superseded by a later writer's (its
+    partitions taken over) binds no more."""
+    m = WatermarkMerge(max_idle_s=2.0, writer_ttl_s=15.0)
+    m.assign(["s"], 0.0)
+    m.report("s", "A", 300.0, 0.0, 0.0, reads=["t:0"], of=2)
+    m.report("s", "B", 200.0, 1.0, 1.0, reads=["t:1"], of=2)
+    m.add("s", 0, 190.0, "b190", 1.0)
+    m.add("s", 1, 290.0, "a290", 1.0)
+    assert m.release(2.0, {"s": True}) == ["b190"]
+    assert m.release(60.0, {"s": True}) == []  # both silent for a minute: B's word still binds
+    # C took both partitions over and spoke, then fell silent too: A's and B's words are superseded
+    m.report("s", "C", 295.0, 61.0, 61.0, reads=["t:0", "t:1"], of=2)
+    assert m.release(62.0, {"s": True}) == ["a290"]
+    m.add("s", 2, 299.0, "c299", 62.0)
+    assert m.release(200.0, {"s": True}) == []  # C's last word (295) binds, not B's 200

@@ -1,0 +1,236 @@
+"""A hang read from the collectives first: Flight Recorder dumps name who never arrived, stacks say why.
+
+Rule ``flight-recorder`` (DESIGN.md §5: collective state is strong evidence, frame names weak):
+
+1. :func:`diagnosis.collective_match.match_collectives` gives, per process group, the collective
+   its members are held in and the members that never entered it; following those edges ends at
+   ranks held in no recorded collective.
+2. Such an end may still be waiting in what the recorder does not log (gloo logs no isend /
+   irecv): its stack is read on every thread (:mod:`diagnosis.rank_threads`); a pipeline p2p wait
+   adds edges to the stage it waits on (:mod:`diagnosis.wait_chain`'s rule) and the walk goes on.
+3. The ends that are not waiting are the suspects; an end whose stack has no usable dump is a
+   suspect on the recorder's word alone (lower confidence). An end whose stack says it waits in
+   a collective the recorder does not show in flight is a *disagreement*: an alert, no eviction.
+
+When every group held in a collective has all its members in it (*joined but stuck*) or nothing
+is in flight, the recorder names nobody and the stacks decide (:func:`read_hang_stacks`), with
+what the recorder read quoted in the detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from diagnosis.collective_match import CollectiveState, chain_to, match_collectives
+from diagnosis.flight_recorder import BadRecorderDump, RecorderDump, load_recorder
+from diagnosis.hang_stacks import read_hang_stacks
+from diagnosis.localize import localize
+from diagnosis.rank_threads import RankReading, read_rank
+from diagnosis.stacks import NotInTopology, StackConfig, StackVerdict, rank_list
+from diagnosis.wait_chain import follow_waits
+from diagnosis.wait_primitives import BARRIER, COLLECTIVE
+from streams.topology import Topology
+
+RULE_RECORDER = "flight-recorder"
+_MAX_WAITS_SHOWN = 4
+
+
+@dataclass(frozen=True)
+class RecorderReading:
+    """What the recorder walk found, before it becomes a verdict."""
+
+    state: CollectiveState
+    suspects: tuple[int, ...]  # ends not waiting (stack) or without a stack
+    unconfirmed: tuple[int, ...]  # suspects with no usable stack: the recorder's word alone
+    disagree: tuple[int, ...]  # ends whose stack waits in a collective the recorder does not show
+    via_p2p: Mapping[int, tuple[int, ...]]  # ends read as waiting in unrecorded p2p → the stages they wait on
+    readings: Mapping[int, RankReading]
+    bad: tuple[int, ...]  # recorder dumps that could not be read
+
+
+def read_recorders(raw: Mapping[int, bytes | str]) -> tuple[dict[int, RecorderDump], tuple[int, ...]]:
+    """Parse each rank's recorder dump; unreadable ones are listed, never fatal."""
+    dumps: dict[int, RecorderDump] = {}
+    bad: list[int] = []
+    for rank, data in raw.items():
+        try:
+            dumps[rank] = load_recorder(data)
+        except BadRecorderDump:
+            bad.append(rank)
+    return dumps, tuple(sorted(bad))
+
+
+def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, str], topology: Topology,
+                  bad: tuple[int, ...] = ()) -> RecorderReading:
+    """Follow the recorder's edges, then the unrecorded p2p waits the stacks show, to the suspects."""
+    state = match_collectives(recorders, topology)
+    readings: dict[int, RankReading] = {}
+
+    def reading(rank: int) -> RankReading | None:
+        if rank not in readings and isinstance(stacks.get(rank), str):
+            readings[rank] = read_rank(stacks[rank])
+        return readings.get(rank)
+
+    suspects, unconfirmed, disagree = set(), set(), set()
+    via_p2p: dict[int, tuple[int, ...]] = {}
+    queue = list(state.ends) + list(state.no_dump_ends)
+    seen = set(queue)
+    while queue:
+        rank = queue.pop(0)
+        if rank in state.held:
+            continue  # held in a recorded collective: its own edges are the recorder's
+        look = reading(rank)
+        if look is None or look.activity is None:
+            suspects.add(rank)
+            unconfirmed.add(rank)
+            continue
+        act = look.activity
+        if not act.waiting:
+            suspects.add(rank)
+            continue
+        if act.primitive.kind in (COLLECTIVE, BARRIER) and rank in recorders:
+            disagree.add(rank)
+            continue
+        targets = follow_waits({rank: act}, topology).edges.get(rank, ())
+        via_p2p[rank] = targets
+        for t in targets:
+            if t not in seen:
+                seen.add(t)
+                queue.append(t)
+    return RecorderReading(state, tuple(sorted(suspects)), tuple(sorted(unconfirmed)), tuple(sorted(disagree)),
+                           via_p2p, readings, bad)
+
+
+def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], topology: Topology,
+              config: StackConfig = StackConfig()) -> StackVerdict:
+    """A hang's verdict from recorder dumps and stack dumps; stacks alone when no recorder dump is usable.
+
+    Raises :class:`NotInTopology` when a stack or recorder dump names a rank the topology lacks.
+    """
+    unknown = sorted(r for r in {*stacks, *recorders} if r not in topology.by_rank)
+    if unknown:
+        raise NotInTopology(unknown)
+    by_stacks = read_hang_stacks(stacks, topology, config) if stacks else None
+    dumps, bad = read_recorders(recorders)
+    if not dumps:
+        if by_stacks is None:
+            raise ValueError("neither a stack dump nor a recorder dump")
+        note = f"; flight recorder: no usable dump ({len(bad)} unreadable)" if bad else ""
+        return replace(by_stacks, detail=by_stacks.detail + note)
+    walk = walk_recorder(dumps, stacks, topology, bad)
+    said = _recorder_lines(walk)
+    verdict = _verdict(walk, topology, config, by_stacks, said)
+    if verdict is not None:
+        return verdict
+    why = _why_silent(walk)
+    if by_stacks is None:
+        return StackVerdict(outlier_ranks=(), healthy_signatures=(), groups={}, axis=None, group_id=None, group=None,
+                            nodes=(), confidence=0.0, detail="; ".join([f"rule {RULE_RECORDER}: {why}", *said]),
+                            missing_ranks=tuple(sorted(set(topology.by_rank) - set(dumps))))
+    return replace(by_stacks, detail="; ".join([by_stacks.detail, f"flight recorder names nobody: {why}", *said]))
+
+
+def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_stacks: StackVerdict | None,
+             said: list[str]) -> StackVerdict | None:
+    state = walk.state
+    if not walk.suspects and not walk.disagree:
+        return None
+    usable = max(1, len(state.dumped))
+    base = dict(healthy_signatures=(), groups={}, missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))),
+                bad_ranks=walk.bad, rule=RULE_RECORDER)
+    lines = []
+    for r in walk.suspects[: config.max_detail_groups]:
+        look = walk.readings.get(r)
+        lines.append(f"suspect {r}: " + ("no usable stack, the recorder's word alone" if look is None or look.activity is None
+                                         else f"not waiting: {look.describe()}"))
+    lines += [f"chain: {_chain_text(walk, s)}" for s in walk.suspects[:3]]
+    stack_view = _stack_view(by_stacks)
+    if walk.disagree:
+        what = "; ".join(f"rank {r}: stack waits in {walk.readings[r].activity.primitive.op} "
+                         f"({walk.readings[r].activity.frame}) but the recorder shows no collective of it in flight"
+                         for r in walk.disagree[:3])
+        head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: {what}"
+                + (f"; suspects otherwise [{rank_list(walk.suspects)}]" if walk.suspects else ""))
+        return StackVerdict(outlier_ranks=walk.suspects, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
+                            detail="; ".join([head, *said, *lines, *stack_view]), alert=True, **base)
+    if len(walk.suspects) > max(1, config.max_suspect_share * usable):
+        head = (f"rule {RULE_RECORDER}: {len(walk.suspects)} ranks never joined and are not waiting "
+                f"[{rank_list(walk.suspects)}], too many to single out: alert, nothing evicted")
+        return StackVerdict(outlier_ranks=walk.suspects, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
+                            detail="; ".join([head, *said, *lines, *stack_view]), alert=True, **base)
+    place = localize(walk.suspects, topology, cover_share=config.cover_share)
+    if place is None:
+        return None
+    confirmed = 1.0 - 0.5 * len(walk.unconfirmed) / len(walk.suspects)
+    seen_share = len(state.dumped) / len(topology.by_rank)
+    confidence = 0.95 * place.coverage * confirmed * min(1.0, seen_share)
+    if seen_share < config.min_seen_share:
+        confidence *= 0.5
+    head = (f"rule {RULE_RECORDER}: {len(walk.suspects)} suspect rank(s) [{rank_list(walk.suspects)}] never entered "
+            f"the collective their group peers wait in and wait in nothing themselves; {place.covered}/{place.outliers} "
+            f"in {place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))")
+    return StackVerdict(
+        outlier_ranks=walk.suspects, axis=place.axis, group_id=place.group_id, group=place.group, nodes=place.nodes,
+        confidence=round(confidence, 4), detail="; ".join([head, *said, *lines, *stack_view]),
+        chains=tuple(_chain_text(walk, s) for s in walk.suspects[:3]),
+        outlier_frames={f"rank {r}": (walk.readings[r].activity.frame,) for r in walk.suspects
+                        if r in walk.readings and walk.readings[r].activity is not None},
+        **base,
+    )
+
+
+def _recorder_lines(walk: RecorderReading) -> list[str]:
+    state = walk.state
+    waits = sorted(state.waits, key=lambda w: (-len(w.never_joined), -len(w.joined)))
+    lines = [f"recorder: {w.describe()}" for w in waits[:_MAX_WAITS_SHOWN]]
+    if len(waits) > _MAX_WAITS_SHOWN:
+        lines.append(f"recorder: ... {len(waits) - _MAX_WAITS_SHOWN} more group(s) held")
+    for rank, targets in sorted(walk.via_p2p.items())[:_MAX_WAITS_SHOWN]:
+        lines.append(f"rank {rank} is in no recorded collective but its stack waits in unrecorded p2p "
+                     f"({walk.readings[rank].activity.frame}) on rank(s) {rank_list(targets)}")
+    if walk.bad:
+        lines.append(f"unreadable recorder dumps: ranks {rank_list(walk.bad)}")
+    return lines
+
+
+def _stack_view(by_stacks: StackVerdict | None) -> list[str]:
+    if by_stacks is None:
+        return []
+    if by_stacks.localized:
+        return [f"stacks alone ({by_stacks.rule}) would name ranks [{rank_list(by_stacks.outlier_ranks)}] in {by_stacks.group}"]
+    return ["stacks alone name no group"]
+
+
+def _chain_text(walk: RecorderReading, end: int) -> str:
+    """Victim first: ``0 all_reduce #7 on pg 5 → 4 p2p → 5``."""
+    edges = {r: set(ts) for r, ts in walk.state.edges.items()}
+    for r, ts in walk.via_p2p.items():
+        edges.setdefault(r, set()).update(ts)
+    path = chain_to(edges, end)
+    hops = []
+    for r in path[:-1]:
+        held = walk.state.held.get(r)
+        if held:
+            w = held[0]
+            hops.append(f"{r} in {w.op} #{w.seq} of pg {w.pg}")
+        elif r in walk.via_p2p:
+            hops.append(f"{r} in p2p {walk.readings[r].activity.frame.split(' (', 1)[0]}")
+        else:
+            hops.append(str(r))
+    return " → ".join([*hops, f"{end} never joined"])
+
+
+def _why_silent(walk: RecorderReading) -> str:
+    state = walk.state
+    if not state.waits:
+        return "no collective in flight in any dump"
+    stuck = state.stuck
+    if stuck:
+        w = stuck[0]
+        return (f"{len(stuck)} group(s) have every member inside the collective they wait in (joined but stuck), "
+                f"e.g. pg {w.pg} {w.op} #{w.seq} with ranks {rank_list(w.joined)}")
+    return "the ranks that never joined wait in unrecorded p2p in a loop"
+
+
+__all__ = ["RULE_RECORDER", "RecorderReading", "read_recorders", "walk_recorder", "read_hang"]

@@ -1,0 +1,104 @@
+"""Read every thread of one rank's dump, not only the training thread, and read waits the name table misses.
+
+Two things the frame-name table of :mod:`diagnosis.wait_primitives` cannot see (issue 38):
+
+* a trainer's own pipeline helpers (``_communicate``, ``send_forward`` in its own file) post
+  ``isend``/``irecv`` and block in ``Work.wait()``, which is C++: py-spy shows the helper's line,
+  idle, and no torch.distributed frame. An idle thread whose innermost frames are named as a
+  send / receive / exchange, in none of the suspect contexts (data loading, checkpoint, I/O,
+  lock), is read as waiting in point-to-point; its direction comes from the names;
+* a rank whose main thread waits on a Future or lock while another thread of its own runs
+  (an optimizer offload thread in a runaway step): the main thread is no culprit by itself,
+  the active worker is what the rank is doing.
+
+py-spy's thread state (``idle`` / ``active``) is the evidence that a thread is blocked or
+running; faulthandler has none, and then only the names decide.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from diagnosis.stack_dump import ThreadStack, parse_dump, training_thread
+from diagnosis.wait_primitives import RECV, SEND, SENDRECV, Primitive, RankActivity, direction_hint, read_activity
+
+_P2P_NAME = re.compile(r"(?:^|_)(?:i?send|i?recv|communicate|p2p|sendrecv|exchange)(?:_|$)", re.I)
+_RECV_SIDE = re.compile(r"recv_(forward|backward)", re.I)
+_SEND_SIDE = re.compile(r"send_(forward|backward)", re.I)
+_INNERMOST = 3  # frames from the top of the stack in which a p2p helper's name counts
+_IGNORED = re.compile(r"listener|heartbeat|faultlens|watchdog|pt_elastic|monitor|dump", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class RankReading:
+    """What one rank is doing, read from all its threads."""
+
+    activity: RankActivity | None  # the training thread's, with project p2p waits read in
+    main_status: str | None  # py-spy's state of the training thread
+    busy_threads: tuple[str, ...] = ()  # other threads running (py-spy "active"): "optimizer-offload_0: _spin (f.py:9)"
+
+    @property
+    def waiting(self) -> bool:
+        return self.activity is not None and self.activity.waiting
+
+    def describe(self) -> str:
+        if self.activity is None:
+            return "no usable stack"
+        text = self.activity.activity + f" in {self.activity.frame}"
+        if self.busy_threads and not self.waiting:
+            text += "; running meanwhile: " + ", ".join(self.busy_threads[:2])
+        return text
+
+
+def read_rank(text: str) -> RankReading:
+    """One dump's text → :class:`RankReading` (no usable thread: an activity of None)."""
+    threads = parse_dump(text)
+    main = training_thread(threads)
+    if main is None or main.truncated:
+        return RankReading(None, None)
+    act = read_activity(main.frames)
+    if act is not None and not act.waiting and act.activity == "compute" and not _running(main):
+        act = _project_p2p(main) or act
+    busy = tuple(
+        f"{t.name or t.thread_id}: {t.frames[0]}" for t in threads
+        if t is not main and t.frames and _running(t) and not (t.name and _IGNORED.search(t.name))
+    )
+    if act is not None and not act.waiting and act.activity in ("lock", "compute") and busy and not _running(main):
+        # The main thread waits on its own worker (Future.result, a lock): the worker is the activity.
+        act = RankActivity(False, None, act.frame, f"{act.activity} while thread {busy[0]} runs")
+    return RankReading(act, main.status, busy)
+
+
+def _running(thread: ThreadStack) -> bool:
+    return bool(thread.status) and "active" in thread.status
+
+
+def _project_p2p(thread: ThreadStack) -> RankActivity | None:
+    """A blocked thread in a helper named as point-to-point: waiting, kind and side from the names."""
+    if thread.tool == "py-spy" and (thread.status is None or "idle" not in thread.status):
+        return None  # py-spy saw it run, or could not tell: no wait by name alone
+    frames = thread.frames
+    for i, frame in enumerate(frames[:_INNERMOST]):
+        name = frame.function.rsplit(".", 1)[-1]
+        if not _P2P_NAME.search(name):
+            continue
+        kind, direction = SENDRECV, None
+        for caller in frames[i:i + _INNERMOST + 1]:
+            cname = caller.function.rsplit(".", 1)[-1]
+            recv, send = _RECV_SIDE.search(cname), _SEND_SIDE.search(cname)
+            if recv or send:
+                # send_forward_recv_backward waits on its receiving half, as wait_chain reads SENDRECV.
+                kind = SENDRECV if recv and send else (RECV if recv else SEND)
+                direction = (recv or send).group(1).lower()
+                break
+        if direction is None:
+            direction = direction_hint(frames[i + 1:])
+        where = f"{frame.function} ({frame.file}{'' if frame.line is None else f':{frame.line}'})"
+        prim = Primitive(kind, name, "trainer", direction, "pp")
+        site = tuple(f.key for f in frames[i:i + 4])
+        return RankActivity(True, prim, where, f"waiting in {name} (the trainer's own p2p, blocked)", "pp", direction, site)
+    return None
+
+
+__all__ = ["RankReading", "read_rank"]

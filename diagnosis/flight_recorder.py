@@ -4,7 +4,7 @@ torch numbers every collective of a process group (``collective_seq_id``) and ke
 ``TORCH_FR_BUFFER_SIZE`` of them per process in a ring buffer. A rank's dump is the JSON of
 ``torch._C._distributed_c10d._dump_fr_trace_json()`` or the pickle that ``_dump_fr_trace()`` /
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` write (the same dict). What this reader relies on, seen on
-torch 2.13's gloo recorder (tests/fixtures/stacks/fr_*):
+torch 2.13's gloo recorder (tests/fixtures/stacks/recorder/):
 
 * ``pg_id`` is the rank's own local number of a group; ``process_group`` is ``[name, desc]`` and
   the name is what every member calls the group (torch names groups in creation order), so ranks

@@ -152,7 +152,8 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
                          for r in walk.disagree[:3])
         head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: {what}"
                 + (f"; suspects otherwise [{rank_list(walk.suspects)}]" if walk.suspects else ""))
-        return StackVerdict(outlier_ranks=walk.suspects, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
+        in_question = tuple(sorted({*walk.suspects, *walk.disagree}))
+        return StackVerdict(outlier_ranks=in_question, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
                             detail="; ".join([head, *said, *lines, *stack_view]), alert=True, **base)
     if len(walk.suspects) > max(1, config.max_suspect_share * usable):
         head = (f"rule {RULE_RECORDER}: {len(walk.suspects)} ranks never joined and are not waiting "

@@ -1,0 +1,207 @@
+"""Hang localisation from collective state (issue 38): Flight Recorder dumps beside py-spy dumps.
+
+The cases under tests/fixtures/stacks/recorder/ are real: a Megatron-shaped gloo trainer of 8 ranks
+(tests/fixtures/stacks/recorder/make_fr_job.py: own p2p helpers, TP all_reduce in autograd Functions,
+a distributed optimizer with reduce_scatter / all_gather and an offload thread) hung by one rank,
+dumped by py-spy and by ``_dump_fr_trace_json`` from a thread in each rank (torch 2.13).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diagnosis.collective_match import group_members, match_collectives
+from diagnosis.flight_recorder import BadRecorderDump, load_recorder
+from diagnosis.hang_recorder import RULE_RECORDER, read_hang
+from diagnosis.hang_stacks import read_hang_stacks
+from diagnosis.rank_threads import read_rank
+from diagnosis.stacks import NotInTopology
+from faultlens.cli import main
+from streams.topology import Topology
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
+CASES = sorted(p.name for p in FIXTURES.glob("fr_*") if (p / "case.json").exists())
+
+
+def _load(name: str):
+    folder = FIXTURES / name
+    case = json.loads((folder / "case.json").read_text())
+    topology = Topology.from_data(json.loads((folder / "topology.json").read_text()))
+    stacks = {int(p.stem): p.read_text() for p in folder.glob("*.txt")}
+    recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
+    return case, topology, stacks, recorders
+
+
+def test_the_fixtures_cover_every_mode():
+    modes = {json.loads((FIXTURES / c / "case.json").read_text())["mode"] for c in CASES}
+    assert modes == {"compute", "optimizer", "dataload", "checkpoint"}
+    assert len(CASES) >= 8
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_recorder_names_the_culprits_machine_alone(name):
+    case, topology, stacks, recorders = _load(name)
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.rule == RULE_RECORDER
+    assert verdict.outlier_ranks == (case["culprit_rank"],)
+    assert verdict.nodes == (case["culprit_node"],)
+    assert not verdict.alert and verdict.confidence > 0.9
+
+
+def test_stacks_alone_over_evict_where_the_recorder_does_not():
+    """The measured gain: on these captures the stack reading blames a whole pipeline at least once."""
+    wider = []
+    for name in CASES:
+        case, topology, stacks, _ = _load(name)
+        verdict = read_hang_stacks(stacks, topology)
+        assert case["culprit_node"] in verdict.nodes  # never a wrong machine here, but
+        if len(verdict.nodes) > 1:
+            wider.append(name)
+    assert len(wider) >= 3, wider
+
+
+def test_a_real_dump_parses_to_its_collectives_in_flight():
+    _, _, _, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    dump = load_recorder(recorders[4])
+    pending = dump.pending()
+    # rank 4 waits in its TP all_reduce (pg "3"); its async reduce_scatter of the previous step is done
+    assert {pg: (c.op, c.seq) for pg, c in pending.items()} == {"3": ("all_reduce", 13)}
+    assert dump.last_enqueued["3"] == 13
+    assert load_recorder(recorders[5]).pending() == {}
+
+
+def test_groups_are_matched_by_name_and_never_joined_told_from_joined():
+    _, topology, _, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    dumps = {r: load_recorder(b) for r, b in recorders.items()}
+    state = match_collectives(dumps, topology)
+    tp = next(w for w in state.waits if w.pg == "3")
+    assert (tp.joined, tp.never_joined, tp.members) == ((4,), (5,), (4, 5))
+    assert "rank(s) 5 never entered it" in tp.describe()
+    assert state.edges[4] == (5,)
+    assert set(state.ends) == {5, 6, 7}  # 6 and 7 wait in unrecorded p2p: the stacks tell them apart
+
+
+def test_every_member_inside_the_collective_is_joined_but_stuck_and_the_stacks_decide():
+    _, topology, stacks, recorders = _load("fr_tp1pp4dp2_checkpoint_r6")
+    # rank 6 entered the barrier too: every rank is now inside barrier #1, nobody behind
+    obj = json.loads(recorders[0])
+    mine = json.loads(recorders[6])
+    mine["entries"].append(next(e for e in obj["entries"] if e["retired"] is False))
+    recorders = {**recorders, 6: json.dumps(mine).encode()}
+    dumps = {r: load_recorder(b) for r, b in recorders.items()}
+    state = match_collectives(dumps, topology)
+    assert [w.stuck for w in state.waits] == [True] and state.ends == ()
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.rule != RULE_RECORDER
+    assert "joined but stuck" in verdict.detail
+
+
+def test_a_suspect_whose_stack_waits_in_a_collective_is_an_alert_not_an_eviction():
+    _, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    stacks = {**stacks, 5: stacks[4]}  # rank 5's stack now says it waits in the TP all_reduce
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.alert and verdict.nodes == () and not verdict.localized
+    assert "disagree" in verdict.detail
+
+
+def test_a_missing_recorder_dump_is_read_through_the_topology_group():
+    case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    del recorders[5]
+    dumps = {r: load_recorder(b) for r, b in recorders.items()}
+    assert group_members(dumps, topology)["3"] == (4, 5)  # only rank 4 names pg 3; 5 has no dump
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.nodes == (case["culprit_node"],)
+
+
+def test_no_stack_for_the_suspect_is_the_recorders_word_alone_at_lower_confidence():
+    case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    del stacks[5]
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.nodes == (case["culprit_node"],)
+    assert verdict.confidence < 0.6
+    assert "the recorder's word alone" in verdict.detail
+
+
+def test_unreadable_recorder_dumps_are_reported_not_fatal():
+    _, topology, stacks, recorders = _load("fr_tp1pp4dp2_dataload_r4")
+    recorders = {**recorders, 1: b'{"entries": [', 2: b"\x80\x04garbage"}
+    verdict = read_hang(stacks, recorders, topology)
+    assert "unreadable recorder dumps: ranks 1-2" in verdict.detail
+    with pytest.raises(BadRecorderDump):
+        load_recorder(b"not json")
+
+
+def test_the_recorders_pickle_is_read_and_a_pickle_naming_a_class_refused():
+    _, _, _, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    obj = json.loads(recorders[4])
+    for e in obj["entries"]:
+        e["process_group"] = tuple(e["process_group"])  # the pickle keeps tuples
+    assert load_recorder(pickle.dumps(obj)).pending()["3"].seq == 13
+    with pytest.raises(BadRecorderDump):
+        load_recorder(pickle.dumps(Path("x")))
+
+
+def test_pg_config_names_the_members_when_it_lists_them():
+    _, topology, _, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    obj = json.loads(recorders[4])
+    obj["pg_config"] = {"3": {"name": "3", "desc": "tp", "ranks": "[4, 5]"}}
+    assert load_recorder(json.dumps(obj)).members == {"3": (4, 5)}
+
+
+def test_dumps_of_ranks_outside_the_topology_are_refused():
+    _, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    with pytest.raises(NotInTopology):
+        read_hang(stacks, {**recorders, 99: recorders[0]}, topology)
+
+
+def test_every_thread_is_read():
+    _, _, stacks, _ = _load("fr_tp2pp2dp2_optimizer_r2")
+    culprit = read_rank(stacks[2])
+    assert not culprit.waiting and "optimizer-offload_0" in culprit.describe()
+    victim = read_rank(stacks[0])  # idle in the trainer's own _communicate under send_forward
+    assert victim.waiting and victim.activity.primitive.kind == "send" and victim.activity.direction == "forward"
+
+
+def test_a_running_thread_in_a_p2p_named_helper_is_not_read_as_waiting():
+    text = ('Thread 1 (active): "MainThread"\n    _communicate (train.py:10)\n    send_forward (train.py:20)\n'
+            '    main (train.py:30)\n')
+    assert not read_rank(text).waiting
+    assert read_rank(text.replace("(active)", "(idle)")).waiting
+
+
+def test_cli_reads_the_recorder_beside_the_stacks(capsys):
+    case, _, _, _ = _load("fr_tp2pp2dp2_optimizer_r2")
+    folder = FIXTURES / "fr_tp2pp2dp2_optimizer_r2"
+    assert main(["stacks", str(folder), "--topology", str(folder / "topology.json")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    diag = json.loads(lines[0])
+    assert diag["action"] == "evict" and diag["fault"] == "job_hang"
+    assert diag["ranks"] == [case["culprit_rank"]] and diag["nodes"] == [case["culprit_node"]]
+    assert f"rule {RULE_RECORDER}" in diag["detail"] and "never entered it" in diag["detail"]
+    assert f"{case['culprit_rank']}.fr.json" in diag["evidence"]
+
+
+def test_cli_alerts_when_stacks_and_recorder_disagree(tmp_path, capsys):
+    folder = FIXTURES / "fr_tp2pp2dp2_compute_r5"
+    for p in folder.iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    shutil.copy(folder / "4.txt", tmp_path / "5.txt")  # the culprit's stack now waits in a collective
+    assert main(["stacks", str(tmp_path), "--topology", str(tmp_path / "topology.json")]) == 0
+    diag = json.loads(capsys.readouterr().out)
+    assert diag["action"] == "alert" and diag["nodes"] == [] and diag["ranks"] == [5]
+
+
+def test_cli_reads_recorder_dumps_alone(tmp_path, capsys):
+    folder = FIXTURES / "fr_tp1pp4dp2_checkpoint_r6"
+    for p in folder.glob("*.fr.json"):
+        shutil.copy(p, tmp_path / p.name)
+    assert main(["stacks", str(tmp_path), "--topology", str(folder / "topology.json")]) == 0
+    diag = json.loads(capsys.readouterr().out)
+    # the recorder alone names rank 6 (it never entered the barrier) but no stack confirms it
+    assert diag["ranks"] == [6] and diag["nodes"] == ["node-03"] and diag["confidence"] < 0.6

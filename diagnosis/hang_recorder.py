@@ -8,7 +8,9 @@ Rule ``flight-recorder`` (DESIGN.md §5: collective state is strong evidence, fr
 2. Such an end may still be waiting in what the recorder does not log (gloo logs no isend /
    irecv): its stack is read on every thread (:mod:`diagnosis.rank_threads`); a pipeline p2p wait
    adds edges to the stage it waits on (:mod:`diagnosis.wait_chain`'s rule) and the walk goes on.
-3. The ends that are not waiting are the suspects; an end whose stack has no usable dump is a
+3. The ends that are not waiting are the suspects, and so is a rank someone waits on that the
+   recorder shows inside an (async) collective while py-spy sees its training thread run outside
+   communication; an end whose stack has no usable dump is a
    suspect on the recorder's word alone (lower confidence). An end whose stack says it waits in
    a collective the recorder does not show in flight is a *disagreement*: an alert, no eviction.
 
@@ -47,6 +49,7 @@ class RecorderReading:
     via_p2p: Mapping[int, tuple[int, ...]]  # ends read as waiting in unrecorded p2p → the stages they wait on
     readings: Mapping[int, RankReading]
     bad: tuple[int, ...]  # recorder dumps that could not be read
+    busy_held: tuple[int, ...] = ()  # suspects with a collective in flight whose stack runs outside communication
 
 
 def read_recorders(raw: Mapping[int, bytes | str]) -> tuple[dict[int, RecorderDump], tuple[int, ...]]:
@@ -72,14 +75,24 @@ def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, st
             readings[rank] = read_rank(stacks[rank])
         return readings.get(rank)
 
-    suspects, unconfirmed, disagree = set(), set(), set()
+    def busy(rank: int) -> bool:
+        # In flight on the recorder yet running on the CPU (py-spy "active") outside communication:
+        # an async collective it launched is not what it waits in. Idle, or no state (faulthandler):
+        # the recorder's word stands.
+        look = reading(rank)
+        return bool(look and look.activity and not look.waiting and look.main_status and "active" in look.main_status)
+
+    suspects, unconfirmed, disagree, busy_held = set(), set(), set(), set()
     via_p2p: dict[int, tuple[int, ...]] = {}
-    queue = list(state.ends) + list(state.no_dump_ends)
+    queue = sorted({t for r, ts in state.edges.items() if not busy(r) for t in ts})
     seen = set(queue)
     while queue:
         rank = queue.pop(0)
         if rank in state.held:
-            continue  # held in a recorded collective: its own edges are the recorder's
+            if busy(rank):
+                suspects.add(rank)
+                busy_held.add(rank)
+            continue  # otherwise its own edges are the recorder's, already followed
         look = reading(rank)
         if look is None or look.activity is None:
             suspects.add(rank)
@@ -99,7 +112,7 @@ def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, st
                 seen.add(t)
                 queue.append(t)
     return RecorderReading(state, tuple(sorted(suspects)), tuple(sorted(unconfirmed)), tuple(sorted(disagree)),
-                           via_p2p, readings, bad)
+                           via_p2p, readings, bad, tuple(sorted(busy_held)))
 
 
 def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], topology: Topology,
@@ -142,8 +155,10 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
     lines = []
     for r in walk.suspects[: config.max_detail_groups]:
         look = walk.readings.get(r)
+        held = f"has {walk.state.held[r][0].op} #{walk.state.held[r][0].seq} of pg {walk.state.held[r][0].pg} in flight " \
+               f"but runs: " if r in walk.busy_held else "not waiting: "
         lines.append(f"suspect {r}: " + ("no usable stack, the recorder's word alone" if look is None or look.activity is None
-                                         else f"not waiting: {look.describe()}"))
+                                         else f"{held}{look.describe()}"))
     lines += [f"chain: {_chain_text(walk, s)}" for s in walk.suspects[:3]]
     stack_view = _stack_view(by_stacks)
     if walk.disagree:
@@ -219,7 +234,7 @@ def _chain_text(walk: RecorderReading, end: int) -> str:
             hops.append(f"{r} in p2p {walk.readings[r].activity.frame.split(' (', 1)[0]}")
         else:
             hops.append(str(r))
-    return " → ".join([*hops, f"{end} never joined"])
+    return " → ".join([*hops, f"{end} {'busy' if end in walk.busy_held else 'never joined'}"])
 
 
 def _why_silent(walk: RecorderReading) -> str:

@@ -205,3 +205,20 @@ def test_cli_reads_recorder_dumps_alone(tmp_path, capsys):
     diag = json.loads(capsys.readouterr().out)
     # the recorder alone names rank 6 (it never entered the barrier) but no stack confirms it
     assert diag["ranks"] == [6] and diag["nodes"] == ["node-03"] and diag["confidence"] < 0.6
+
+
+def test_a_rank_with_an_async_collective_in_flight_that_runs_is_still_the_suspect():
+    case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    peer = json.loads(recorders[1])
+    mine = json.loads(recorders[5])
+    # rank 5 launched the grad reduce-scatter (#7 of its DP group) before it ran away in compute
+    mine["entries"].append(next(e for e in peer["entries"] if e["retired"] is False))
+    recorders = {**recorders, 5: json.dumps(mine).encode()}
+    walk_state = match_collectives({r: load_recorder(b) for r, b in recorders.items()}, topology)
+    assert 5 in walk_state.held and 5 not in walk_state.ends
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.outlier_ranks == (5,) and verdict.nodes == (case["culprit_node"],)
+    assert "in flight but runs" in verdict.detail
+    # the same dump seen idle (blocked in C, not running): the recorder's word stands, nobody is singled out
+    idle = {**stacks, 5: stacks[5].replace("(active)", "(idle)").replace("(active+gil)", "(idle)")}
+    assert read_hang(idle, recorders, topology).outlier_ranks != (5,)

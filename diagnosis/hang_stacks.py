@@ -35,7 +35,8 @@ from diagnosis.stacks import (
     read_rank_stacks,
 )
 from diagnosis.wait_chain import WaitChains, follow_waits
-from diagnosis.wait_primitives import RankActivity, read_activity
+from diagnosis.rank_threads import read_thread
+from diagnosis.wait_primitives import RankActivity
 from streams.topology import Topology
 
 _MAX_HOPS = 8  # a chain longer than this is shown with its middle elided
@@ -48,7 +49,7 @@ def read_activities(stacks: RankStacks) -> dict[int, RankActivity]:
     for rank, thread in stacks.threads.items():
         key = id(thread)
         if key not in by_thread:
-            by_thread[key] = read_activity(thread.frames)
+            by_thread[key] = read_thread(thread)
         act = by_thread[key]
         if act is not None:
             out[rank] = act

@@ -57,9 +57,7 @@ def read_rank(text: str) -> RankReading:
     main = training_thread(threads)
     if main is None or main.truncated:
         return RankReading(None, None)
-    act = read_activity(main.frames)
-    if act is not None and not act.waiting and act.activity == "compute" and not _running(main):
-        act = _project_p2p(main) or act
+    act = read_thread(main)
     busy = tuple(
         f"{t.name or t.thread_id}: {t.frames[0]}" for t in threads
         if t is not main and t.frames and _running(t) and not (t.name and _IGNORED.search(t.name))
@@ -68,6 +66,14 @@ def read_rank(text: str) -> RankReading:
         # The main thread waits on its own worker (Future.result, a lock): the worker is the activity.
         act = RankActivity(False, None, act.frame, f"{act.activity} while thread {busy[0]} runs")
     return RankReading(act, main.status, busy)
+
+
+def read_thread(thread: ThreadStack) -> RankActivity | None:
+    """:func:`read_activity` of one thread, with a blocked trainer-own p2p helper read as waiting."""
+    act = read_activity(thread.frames)
+    if act is not None and not act.waiting and act.activity == "compute" and not _running(thread):
+        return _project_p2p(thread) or act
+    return act
 
 
 def _running(thread: ThreadStack) -> bool:
@@ -101,4 +107,4 @@ def _project_p2p(thread: ThreadStack) -> RankActivity | None:
     return None
 
 
-__all__ = ["RankReading", "read_rank"]
+__all__ = ["RankReading", "read_rank", "read_thread"]

@@ -19,9 +19,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 from diagnosis.stack_dump import ThreadStack, parse_dump, training_thread
-from diagnosis.wait_primitives import RECV, SEND, SENDRECV, Primitive, RankActivity, direction_hint, read_activity
+from diagnosis.wait_primitives import (
+    COLLECTIVE,
+    RECV,
+    SEND,
+    SENDRECV,
+    Primitive,
+    RankActivity,
+    direction_hint,
+    read_activity,
+)
+from streams.topology import AXES, Topology
 
 _P2P_NAME = re.compile(r"(?:^|_)(?:i?send|i?recv|communicate|p2p|sendrecv|exchange)(?:_|$)", re.I)
 _RECV_SIDE = re.compile(r"recv_(forward|backward)", re.I)
@@ -76,6 +87,43 @@ def read_thread(thread: ThreadStack) -> RankActivity | None:
     return act
 
 
+def shared_blocked_calls(threads: Mapping[int, ThreadStack], activities: Mapping[int, RankActivity],
+                         topology: Topology) -> dict[int, RankActivity]:
+    """Ranks blocked at the same line of their own code as a peer of one of their groups: waiting.
+
+    A thread idle in a frame no table knows (the trainer's own ``finish_grad_sync`` blocked in
+    ``Work.wait()``) is blocked in C. One such rank alone may be the culprit (a read that never
+    returns); two members of one parallel group blocked at the same line are at a synchronisation
+    point, waiting on someone else. Returns the new activities of those ranks (a collective of
+    unknown group: the wait chains look for stragglers on every axis).
+    """
+    blocked: dict[tuple, list[int]] = {}
+    for rank, act in activities.items():
+        thread = threads.get(rank)
+        if thread is None or act.waiting or act.activity != "compute" or not thread.frames:
+            continue
+        if thread.tool != "py-spy" or not thread.status or "idle" not in thread.status:
+            continue  # no thread state, or running: nothing says it is blocked
+        top = thread.frames[0]
+        blocked.setdefault((top.function, top.file, top.line), []).append(rank)
+    out: dict[int, RankActivity] = {}
+    for (function, file, line), ranks in blocked.items():
+        if len(ranks) < 2:
+            continue
+        at = set(ranks)
+        for rank in ranks:
+            peers = {m for axis in AXES for m in topology.group_ranks(axis, topology.group_id(rank, axis))} - {rank}
+            if not peers & at:
+                continue
+            frames = threads[rank].frames
+            name = function.rsplit(".", 1)[-1]
+            prim = Primitive(COLLECTIVE, name, "trainer")
+            out[rank] = RankActivity(True, prim, activities[rank].frame,
+                                     f"waiting in {name} (blocked where group peers are blocked)",
+                                     None, None, tuple(f.key for f in frames[:4]))
+    return out
+
+
 def _running(thread: ThreadStack) -> bool:
     return bool(thread.status) and "active" in thread.status
 
@@ -107,4 +155,4 @@ def _project_p2p(thread: ThreadStack) -> RankActivity | None:
     return None
 
 
-__all__ = ["RankReading", "read_rank", "read_thread"]
+__all__ = ["RankReading", "read_rank", "read_thread", "shared_blocked_calls"]

@@ -18,9 +18,9 @@ import pytest
 from diagnosis.collective_match import group_members, match_collectives
 from diagnosis.flight_recorder import BadRecorderDump, load_recorder
 from diagnosis.hang_recorder import RULE_RECORDER, read_hang
-from diagnosis.hang_stacks import read_hang_stacks
+from diagnosis.hang_stacks import read_activities, read_hang_stacks
 from diagnosis.rank_threads import read_rank
-from diagnosis.stacks import NotInTopology
+from diagnosis.stacks import NotInTopology, read_rank_stacks
 from faultlens.cli import main
 from streams.topology import Topology
 
@@ -53,14 +53,23 @@ def test_the_recorder_names_the_culprits_machine_alone(name):
     assert not verdict.alert and verdict.confidence > 0.9
 
 
-def test_stacks_alone_over_evict_where_the_recorder_does_not():
-    """The measured gain: on these captures the stack reading blames a whole pipeline at least once."""
-    wider = []
+def test_stacks_alone_read_trainer_own_waits_and_name_the_culprits_machine():
     for name in CASES:
         case, topology, stacks, _ = _load(name)
         verdict = read_hang_stacks(stacks, topology)
-        assert case["culprit_node"] in verdict.nodes  # never a wrong machine here, but
-        if len(verdict.nodes) > 1:
+        assert verdict.nodes == (case["culprit_node"],), name
+
+
+def test_without_the_shared_blocked_call_rule_the_stacks_blame_whole_pipelines():
+    """What the rule is for: idle in the trainer's own finish_grad_sync reads as compute without it."""
+    wider = []
+    for name in CASES:
+        case, topology, stacks, _ = _load(name)
+        parsed = read_rank_stacks(stacks, topology)
+        plain = read_activities(parsed)
+        with_rule = read_activities(parsed, topology)
+        assert sum(a.waiting for a in with_rule.values()) >= sum(a.waiting for a in plain.values())
+        if sum(a.waiting for a in plain.values()) < 0.5 * len(plain):
             wider.append(name)
     assert len(wider) >= 3, wider
 
@@ -219,6 +228,23 @@ def test_a_rank_with_an_async_collective_in_flight_that_runs_is_still_the_suspec
     verdict = read_hang(stacks, recorders, topology)
     assert verdict.outlier_ranks == (5,) and verdict.nodes == (case["culprit_node"],)
     assert "in flight but runs" in verdict.detail
-    # the same dump seen idle (blocked in C, not running): the recorder's word stands, nobody is singled out
+    # the same dump seen idle (blocked in C, not running): the recorder's word stands and names nobody
     idle = {**stacks, 5: stacks[5].replace("(active)", "(idle)").replace("(active+gil)", "(idle)")}
-    assert read_hang(idle, recorders, topology).outlier_ranks != (5,)
+    verdict = read_hang(idle, recorders, topology)
+    assert verdict.rule != RULE_RECORDER and "flight recorder names nobody" in verdict.detail
+
+
+def _blocked(line: int, state: str = "idle", fn: str = "finish_grad_sync") -> str:
+    return f'Thread 1 ({state}): "MainThread"\n    {fn} (train.py:{line})\n    train_step (train.py:90)\n'
+
+
+def test_group_peers_blocked_at_one_line_of_their_own_code_are_waiting():
+    topology = Topology.from_data({"tp": 2, "pp": 1, "dp": 2, "ranks": [
+        {"rank": r, "node": f"n{r // 2}", "tp": r % 2, "pp": 0, "dp": r // 2} for r in range(4)]})
+    stacks = read_rank_stacks({0: _blocked(213), 1: _blocked(213), 2: _blocked(213, "active"), 3: _blocked(77)}, topology)
+    acts = read_activities(stacks, topology)
+    assert acts[0].waiting and acts[1].waiting  # TP peers blocked at the same line
+    assert not acts[2].waiting  # running there: no wait
+    assert not acts[3].waiting  # blocked alone: may be the culprit
+    loading = read_rank_stacks({0: _blocked(5, fn="get_batch"), 1: _blocked(5, fn="get_batch")}, topology)
+    assert not any(a.waiting for a in read_activities(loading, topology).values())  # a named suspect context stays one

@@ -22,6 +22,7 @@ from diagnosis.hang_stacks import read_activities, read_hang_stacks
 from diagnosis.rank_threads import read_rank
 from diagnosis.stacks import NotInTopology, read_rank_stacks
 from faultlens.cli import main
+from tests.diagnosis.stack_samples import JOB
 from streams.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
@@ -248,3 +249,62 @@ def test_group_peers_blocked_at_one_line_of_their_own_code_are_waiting():
     assert not acts[3].waiting  # blocked alone: may be the culprit
     loading = read_rank_stacks({0: _blocked(5, fn="get_batch"), 1: _blocked(5, fn="get_batch")}, topology)
     assert not any(a.waiting for a in read_activities(loading, topology).values())  # a named suspect context stays one
+
+
+# --- the streaming hang path reads the same ------------------------------------------------------
+def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
+    from tests.diagnosis.stack_samples import event
+
+    return event(ts, topology.by_rank[rank].node, "stack", "recorder_dump", job=JOB, rank=rank, pid=1000 + rank,
+                 dump=text, entries=1, truncated=False)
+
+
+def _streaming(name: str, with_recorders: bool = True):
+    from diagnosis.hang_state import HangConfig
+    from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+    from diagnosis.detector import JobBook
+    from tests.diagnosis.stack_samples import T0, beat_event, run_detector, stack_event, step_event
+
+    case, topology, stacks, recorders = _load(name)
+    events = [step_event(2.0 * n + 0.001 * r, topology, r, n) for n in range(1, 21) for r in topology.by_rank]
+    events += [beat_event(t, node) for t in range(0, 300, 10) for node in topology.nodes]
+    if with_recorders:  # the hook sends its recorder dump right after its stack dump
+        events += [_recorder_event(104.0 + 0.01 * r, topology, r, b.decode()) for r, b in recorders.items()]
+    events += [stack_event(105.0 + 0.01 * r, topology, r, text) for r, text in stacks.items()]
+    book = JobBook()
+    book.update(topology.to_event(JOB, T0))
+    det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
+    return case, run_detector(det, events, until=200)
+
+
+def test_the_streaming_hang_path_reads_recorder_dumps_beside_the_stacks():
+    case, out = _streaming("fr_tp2pp2dp2_compute_r5")
+    assert [d.action for d in out] == ["capture_stacks", "evict"]
+    final = out[1]
+    assert final.ranks == (case["culprit_rank"],) and final.nodes == (case["culprit_node"],)
+    assert f"rule {RULE_RECORDER}" in final.detail and "pg 3 wait in all_reduce #13; rank(s) 5 never entered it" in final.detail
+
+
+def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():
+    from diagnosis.dump_set import read_recorder_dump
+    from streams.events import InvalidEvent
+
+    _, topology, _, _ = _load("fr_tp2pp2dp2_compute_r5")
+    bad = _recorder_event(1.0, topology, 0, "x")
+    bad.data.pop("dump")
+    with pytest.raises(InvalidEvent):
+        read_recorder_dump(bad)
+
+
+def test_the_hook_bounds_a_recorder_dump_to_its_newest_entries():
+    from trainer_hooks.flight_recorder import bound
+
+    _, _, _, recorders = _load("fr_tp1pp4dp2_compute_r2")
+    text = recorders[0].decode()
+    whole = bound(text, 10 * len(text))
+    assert whole.text == text and not whole.truncated
+    cut = bound(text, 4096)
+    assert cut.truncated and len(cut.text.encode()) <= 4096 and 0 < cut.entries < whole.entries
+    newest = json.loads(text)["entries"][-1]
+    assert json.loads(cut.text)["entries"][-1] == newest
+    assert bound("garbage", 4096) is None

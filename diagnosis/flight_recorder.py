@@ -59,7 +59,15 @@ class RecorderDump:
         return out
 
     def at(self, pg: str, seq: int) -> RecordedCollective | None:
-        return next((c for c in self.collectives if c.pg == pg and c.seq == seq), None)
+        return self._index().get((pg, seq))
+
+    def _index(self) -> dict[tuple[str, int], RecordedCollective]:
+        # Built on first use: matching 16k ranks asks each dump for a few entries, never scans it.
+        index = self.__dict__.get("_by_key")
+        if index is None:
+            index = {(c.pg, c.seq): c for c in self.collectives}
+            object.__setattr__(self, "_by_key", index)
+        return index
 
 
 class _PlainUnpickler(pickle.Unpickler):

@@ -5,8 +5,9 @@ case.json is read by the stack reading alone (``read_hang_stacks``, what `faultl
 before recorder dumps) and, where the case has ``<rank>.fr.json``, by the recorder reading
 (``diagnosis.hang_recorder.read_hang``). A verdict is *exact* when it names the culprit's machine
 alone, *group* when the machines it names include the culprit's and others, *wrong* when they
-miss it, *none* when it names no machine (an alert or no suspect). Prints one JSON line per case
-and reader, then one total per reader.
+miss it, *none* when it names no machine (an alert or no suspect). A case whose culprit is a
+divergent branch (case.json ``bad_machine: false``) has no machine to find: naming none is *exact*
+there, naming any is *wrong*. Prints one JSON line per case and reader, then one total per reader.
 
     .venv/bin/python -m bench.bench_hang_localisation [--stacks-only]
 
@@ -32,7 +33,9 @@ def cases() -> list[Path]:
     return sorted(p for p in found if "culprit_rank" in json.loads((p / "case.json").read_text()))
 
 
-def grade(nodes: tuple[str, ...], culprit_node: str) -> str:
+def grade(nodes: tuple[str, ...], culprit_node: str | None) -> str:
+    if culprit_node is None:  # nothing to evict
+        return "wrong" if nodes else "exact"
     if not nodes:
         return "none"
     if culprit_node not in nodes:
@@ -48,7 +51,7 @@ def main() -> None:
     for folder in cases():
         case = json.loads((folder / "case.json").read_text())
         topology = Topology.from_data(json.loads((folder / "topology.json").read_text()))
-        culprit_node = topology.by_rank[case["culprit_rank"]].node
+        culprit_node = topology.by_rank[case["culprit_rank"]].node if case.get("bad_machine", True) else None
         stacks = {int(p.stem): p.read_text() for p in folder.glob("*.txt")}
         readers = {"stacks": lambda: read_hang_stacks(stacks, topology)}
         recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}

@@ -67,6 +67,7 @@ class CollectiveState:
     no_dump_ends: tuple[int, ...]  # reached by edges, no recorder dump at all
     members: Mapping[str, tuple[int, ...]]
     dumped: tuple[int, ...]  # ranks with a usable recorder dump
+    crossed: tuple[int, ...] = ()  # held ranks that wait on each other in a loop: collectives entered in different orders
 
     @property
     def stuck(self) -> tuple[GroupWait, ...]:
@@ -168,12 +169,53 @@ def match_collectives(dumps: Mapping[int, RecorderDump], topology: Topology) -> 
                 seen.add(t)
                 queue.append(t)
     ends = tuple(sorted(r for r in reached if r in dumps and r not in held_by))
+    crossed = _on_loops({r: {t for t in ts if t in held_by} for r, ts in edges.items()})
     no_dump_ends = tuple(sorted(r for r in reached if r not in dumps))
     return CollectiveState(
         waits=tuple(waits), edges={r: tuple(sorted(ts)) for r, ts in edges.items()},
         held={r: tuple(ws) for r, ws in held_by.items()}, ends=ends, no_dump_ends=no_dump_ends,
-        members=members, dumped=tuple(sorted(dumps)),
+        members=members, dumped=tuple(sorted(dumps)), crossed=crossed,
     )
+
+
+def _on_loops(edges: Mapping[int, set[int]]) -> tuple[int, ...]:
+    """Ranks on wait-for loops: peel ranks that wait on nobody left, then ranks nobody left waits on.
+
+    A loop among held ranks is rank A inside a collective B never entered while B is inside one A
+    never entered: they entered their groups' collectives in different orders (a divergent branch
+    in the trainer). A machine that stops makes chains that end; only software makes them close.
+    """
+    out_deg = {r: len(ts) for r, ts in edges.items()}
+    back: dict[int, set[int]] = {}
+    for r, ts in edges.items():
+        for t in ts:
+            back.setdefault(t, set()).add(r)
+            out_deg.setdefault(t, 0)
+    alive = set(out_deg)
+    queue = deque(r for r, n in out_deg.items() if n == 0)
+    while queue:
+        r = queue.popleft()
+        if r not in alive:
+            continue
+        alive.discard(r)
+        for src in back.get(r, ()):
+            if src in alive:
+                out_deg[src] -= 1
+                if out_deg[src] == 0:
+                    queue.append(src)
+    in_deg = {r: sum(1 for s in back.get(r, ()) if s in alive) for r in alive}
+    queue = deque(r for r, n in in_deg.items() if n == 0)
+    while queue:
+        r = queue.popleft()
+        if r not in alive:
+            continue
+        alive.discard(r)
+        for t in edges.get(r, ()):
+            if t in alive:
+                in_deg[t] -= 1
+                if in_deg[t] == 0:
+                    queue.append(t)
+    return tuple(sorted(alive))
 
 
 def _pg_order(name: str) -> tuple[int, int | str]:

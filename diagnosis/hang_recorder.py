@@ -14,6 +14,9 @@ Rule ``flight-recorder`` (DESIGN.md §5: collective state is strong evidence, fr
    suspect on the recorder's word alone (lower confidence). An end whose stack says it waits in
    a collective the recorder does not show in flight is a *disagreement*: an alert, no eviction.
 
+Held ranks that wait on each other in a loop (each inside a collective the other never entered)
+entered their collectives in different orders: a divergent branch in the trainer, an alert.
+
 When every group held in a collective has all its members in it (*joined but stuck*) or nothing
 is in flight, the recorder names nobody and the stacks decide (:func:`read_hang_stacks`), with
 what the recorder read quoted in the detail.
@@ -147,6 +150,8 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
 def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_stacks: StackVerdict | None,
              said: list[str]) -> StackVerdict | None:
     state = walk.state
+    if state.crossed:
+        return _crossed(walk, topology, by_stacks, said)
     if not walk.suspects and not walk.disagree:
         return None
     usable = max(1, len(state.dumped))
@@ -194,6 +199,23 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
                         if r in walk.readings and walk.readings[r].activity is not None},
         **base,
     )
+
+
+def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict | None,
+             said: list[str]) -> StackVerdict:
+    """Ranks inside collectives the others never entered, waiting on each other: software, not a machine."""
+    state = walk.state
+    loop = state.crossed
+    parts = []
+    for r in loop[:4]:
+        w = state.held[r][0]
+        parts.append(f"{r} is in {w.op} #{w.seq} of pg {w.pg}, which {rank_list(state.edges[r])} never entered")
+    head = (f"rule {RULE_RECORDER}: ranks [{rank_list(loop)}] wait on each other in collectives entered in different "
+            f"orders ({'; '.join(parts)}): a divergent branch in the trainer, not a machine: alert, nothing evicted")
+    return StackVerdict(outlier_ranks=loop, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
+                        detail="; ".join([head, *said, *_stack_view(by_stacks)]), alert=True, healthy_signatures=(),
+                        groups={}, missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))),
+                        bad_ranks=walk.bad, rule=RULE_RECORDER)
 
 
 def _recorder_lines(walk: RecorderReading) -> list[str]:

@@ -26,7 +26,10 @@ from tests.diagnosis.stack_samples import JOB
 from streams.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
-CASES = sorted(p.name for p in FIXTURES.glob("fr_*") if (p / "case.json").exists())
+ALL_CASES = sorted(p.name for p in FIXTURES.glob("fr_*") if (p / "case.json").exists())
+# A bad machine hung the job (the culprit's machine is what to evict), or a divergent branch did (nothing is).
+CASES = [c for c in ALL_CASES if json.loads((FIXTURES / c / "case.json").read_text())["bad_machine"]]
+SOFTWARE_CASES = [c for c in ALL_CASES if c not in CASES]
 
 
 def _load(name: str):
@@ -39,9 +42,9 @@ def _load(name: str):
 
 
 def test_the_fixtures_cover_every_mode():
-    modes = {json.loads((FIXTURES / c / "case.json").read_text())["mode"] for c in CASES}
-    assert modes == {"compute", "optimizer", "dataload", "checkpoint"}
-    assert len(CASES) >= 8
+    modes = {json.loads((FIXTURES / c / "case.json").read_text())["mode"] for c in ALL_CASES}
+    assert modes == {"compute", "optimizer", "dataload", "checkpoint", "extra-collective"}
+    assert len(CASES) >= 8 and SOFTWARE_CASES
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -73,6 +76,17 @@ def test_without_the_shared_blocked_call_rule_the_stacks_blame_whole_pipelines()
         if sum(a.waiting for a in plain.values()) < 0.5 * len(plain):
             wider.append(name)
     assert len(wider) >= 3, wider
+
+
+@pytest.mark.parametrize("name", SOFTWARE_CASES)
+def test_collectives_entered_in_different_orders_are_an_alert_where_stacks_evict_healthy_machines(name):
+    case, topology, stacks, recorders = _load(name)
+    by_stacks = read_hang_stacks(stacks, topology)
+    assert by_stacks.localized and len(by_stacks.nodes) >= 2  # what the stacks alone would evict
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.alert and verdict.nodes == () and not verdict.localized
+    assert case["culprit_rank"] in verdict.outlier_ranks
+    assert "entered in different orders" in verdict.detail and "barrier #1 of pg 0" in verdict.detail
 
 
 def test_a_real_dump_parses_to_its_collectives_in_flight():

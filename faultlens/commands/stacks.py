@@ -49,10 +49,12 @@ With recorder dumps, --fault job_hang first matches them per process group (rule
 transitively the ranks those wait on (a stage whose stack waits in an unrecorded isend/irecv
 leads on to its neighbour), are the suspects when their own stacks wait in nothing. When stacks
 and recorder disagree (a suspect's stack waits in a collective the recorder does not show in
-flight) or too many ranks never joined, it is fault job_hang, action alert, no node. When every
-member of the held groups joined (joined but stuck) the stacks decide as above, with what the
-recorder read in the detail. When nothing can be localised the diagnosis is fault `unknown`, action `none`,
-with the reason. Empty, garbled or truncated dumps are reported in the detail, never fatal.
+flight), too many ranks never joined, or ranks wait on each other inside collectives the others
+never entered (collectives entered in different orders: a divergent branch, not a machine), it
+is fault job_hang, action alert, no node. When every member of the held groups joined (joined
+but stuck) the stacks decide as above, with what the recorder read in the detail.
+
+When nothing can be localised the diagnosis is fault `unknown`, action `none`, with the reason. Empty, garbled or truncated dumps are reported in the detail, never fatal.
 
 Exit status: 0 with a diagnosis; 1 when DIR or FILE cannot be used or the dumps name ranks the
 topology does not have.
@@ -74,7 +76,7 @@ def _env_float(name: str, default: float) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", metavar="DIR", type=Path, help="folder of <rank>.txt dumps")
+    parser.add_argument("dir", metavar="DIR", type=Path, help="folder of <rank>.txt dumps (and <rank>.fr.json)")
     parser.add_argument("--topology", metavar="FILE", type=Path, required=True, help="topology JSON (event data)")
     parser.add_argument("--job", default=None, help="job id (default: the topology file's, else 'unknown')")
     parser.add_argument("--fault", choices=("job_hang", "fail_slow"), default="job_hang",

@@ -9,7 +9,7 @@ miss it, *none* when it names no machine (an alert or no suspect). A case whose 
 divergent branch (case.json ``bad_machine: false``) has no machine to find: naming none is *exact*
 there, naming any is *wrong*. Prints one JSON line per case and reader, then one total per reader.
 
-    .venv/bin/python -m bench.bench_hang_localisation [--stacks-only]
+    .venv/bin/python -m bench.bench_hang_localisation [--stacks-only] [--tool faulthandler]
 
 ``--stacks-only`` imports nothing but ``read_hang_stacks``, so the same script measures an older
 checkout (PYTHONPATH=that checkout).
@@ -46,13 +46,18 @@ def grade(nodes: tuple[str, ...], culprit_node: str | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--stacks-only", action="store_true")
+    ap.add_argument("--tool", choices=("py-spy", "faulthandler"), default="py-spy",
+                    help="faulthandler: read the cases' faulthandler/ dumps (the trainer hook's), where they have them")
     args = ap.parse_args()
     totals: dict[str, Counter] = {}
     for folder in cases():
         case = json.loads((folder / "case.json").read_text())
         topology = Topology.from_data(json.loads((folder / "topology.json").read_text()))
         culprit_node = topology.by_rank[case["culprit_rank"]].node if case.get("bad_machine", True) else None
-        stacks = {int(p.stem): p.read_text() for p in folder.glob("*.txt")}
+        src = folder / "faulthandler" if args.tool == "faulthandler" else folder
+        if not src.is_dir():
+            continue
+        stacks = {int(p.stem): p.read_text() for p in src.glob("*.txt")}
         readers = {"stacks": lambda: read_hang_stacks(stacks, topology)}
         recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
         if recorders and not args.stacks_only:

@@ -32,11 +32,12 @@ CASES = [c for c in ALL_CASES if json.loads((FIXTURES / c / "case.json").read_te
 SOFTWARE_CASES = [c for c in ALL_CASES if c not in CASES]
 
 
-def _load(name: str):
+def _load(name: str, tool: str = "py-spy"):
     folder = FIXTURES / name
     case = json.loads((folder / "case.json").read_text())
     topology = Topology.from_data(json.loads((folder / "topology.json").read_text()))
-    stacks = {int(p.stem): p.read_text() for p in folder.glob("*.txt")}
+    src = folder / "faulthandler" if tool == "faulthandler" else folder
+    stacks = {int(p.stem): p.read_text() for p in src.glob("*.txt")}
     recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
     return case, topology, stacks, recorders
 
@@ -55,6 +56,20 @@ def test_the_recorder_names_the_culprits_machine_alone(name):
     assert verdict.outlier_ranks == (case["culprit_rank"],)
     assert verdict.nodes == (case["culprit_node"],)
     assert not verdict.alert and verdict.confidence > 0.9
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_with_the_trainer_hooks_faulthandler_stacks_the_recorder_still_names_the_culprits_machine(name):
+    case, topology, stacks, recorders = _load(name, "faulthandler")
+    assert all("most recent call first" in text for text in stacks.values())
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.rule == RULE_RECORDER and verdict.nodes == (case["culprit_node"],)
+
+
+def test_faulthandler_stacks_alone_blame_whole_pipelines_the_recorder_does_not():
+    """No thread state in faulthandler: stacks alone cannot tell a blocked helper from compute."""
+    wider = [name for name in CASES if len(read_hang_stacks(_load(name, "faulthandler")[2], _load(name)[1]).nodes) > 1]
+    assert len(wider) >= 2, wider
 
 
 def test_stacks_alone_read_trainer_own_waits_and_name_the_culprits_machine():
@@ -214,7 +229,8 @@ def test_cli_reads_the_recorder_beside_the_stacks(capsys):
 def test_cli_alerts_when_stacks_and_recorder_disagree(tmp_path, capsys):
     folder = FIXTURES / "fr_tp2pp2dp2_compute_r5"
     for p in folder.iterdir():
-        shutil.copy(p, tmp_path / p.name)
+        if p.is_file():
+            shutil.copy(p, tmp_path / p.name)
     shutil.copy(folder / "4.txt", tmp_path / "5.txt")  # the culprit's stack now waits in a collective
     assert main(["stacks", str(tmp_path), "--topology", str(tmp_path / "topology.json")]) == 0
     diag = json.loads(capsys.readouterr().out)
@@ -273,18 +289,18 @@ def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
                  dump=text, entries=1, truncated=False)
 
 
-def _streaming(name: str, with_recorders: bool = True):
+def _streaming(name: str, with_recorders: bool = True, tool: str = "py-spy"):
     from diagnosis.hang_state import HangConfig
     from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
     from diagnosis.detector import JobBook
     from tests.diagnosis.stack_samples import T0, beat_event, run_detector, stack_event, step_event
 
-    case, topology, stacks, recorders = _load(name)
+    case, topology, stacks, recorders = _load(name, tool)
     events = [step_event(2.0 * n + 0.001 * r, topology, r, n) for n in range(1, 21) for r in topology.by_rank]
     events += [beat_event(t, node) for t in range(0, 300, 10) for node in topology.nodes]
     if with_recorders:  # the hook sends its recorder dump right after its stack dump
         events += [_recorder_event(104.0 + 0.01 * r, topology, r, b.decode()) for r, b in recorders.items()]
-    events += [stack_event(105.0 + 0.01 * r, topology, r, text) for r, text in stacks.items()]
+    events += [stack_event(105.0 + 0.01 * r, topology, r, text, tool=tool) for r, text in stacks.items()]
     book = JobBook()
     book.update(topology.to_event(JOB, T0))
     det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
@@ -297,6 +313,12 @@ def test_the_streaming_hang_path_reads_recorder_dumps_beside_the_stacks():
     final = out[1]
     assert final.ranks == (case["culprit_rank"],) and final.nodes == (case["culprit_node"],)
     assert f"rule {RULE_RECORDER}" in final.detail and "pg 3 wait in all_reduce #13; rank(s) 5 never entered it" in final.detail
+
+
+def test_the_streaming_hang_path_with_the_hooks_dumps_alone_alerts_on_a_divergent_branch():
+    _, out = _streaming("fr_tp2pp2dp2_extra_r5", tool="faulthandler")
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
+    assert out[1].nodes == () and "entered in different orders" in out[1].detail
 
 
 def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():

@@ -93,8 +93,9 @@ def shared_blocked_calls(threads: Mapping[int, ThreadStack], activities: Mapping
 
     A thread idle in a frame no table knows (the trainer's own ``finish_grad_sync`` blocked in
     ``Work.wait()``) is blocked in C. One such rank alone may be the culprit (a read that never
-    returns); two members of one parallel group blocked at the same line are at a synchronisation
-    point, waiting on someone else. Returns the new activities of those ranks (a collective of
+    returns), and so may the ranks of one machine blocked together (its TP group in one hung
+    read); ranks on several machines blocked at the same line, each with a group peer there, are
+    at a synchronisation point, waiting on someone else. Returns the new activities of those ranks (a collective of
     unknown group: the wait chains look for stragglers on every axis).
     """
     blocked: dict[tuple, list[int]] = {}
@@ -108,9 +109,11 @@ def shared_blocked_calls(threads: Mapping[int, ThreadStack], activities: Mapping
         blocked.setdefault((top.function, top.file, top.line), []).append(rank)
     out: dict[int, RankActivity] = {}
     for (function, file, line), ranks in blocked.items():
-        if len(ranks) < 2:
-            continue
         at = set(ranks)
+        if len({topology.by_rank[r].node for r in at}) < 2:
+            # Ranks of one machine blocked together (its TP group in one hung read) are where a
+            # machine stopped, not a synchronisation point: they stay suspects.
+            continue
         for rank in ranks:
             peers = {m for axis in AXES for m in topology.group_ranks(axis, topology.group_id(rank, axis))} - {rank}
             if not peers & at:

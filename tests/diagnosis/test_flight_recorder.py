@@ -271,12 +271,15 @@ def _blocked(line: int, state: str = "idle", fn: str = "finish_grad_sync") -> st
 
 def test_group_peers_blocked_at_one_line_of_their_own_code_are_waiting():
     topology = Topology.from_data({"tp": 2, "pp": 1, "dp": 2, "ranks": [
-        {"rank": r, "node": f"n{r // 2}", "tp": r % 2, "pp": 0, "dp": r // 2} for r in range(4)]})
-    stacks = read_rank_stacks({0: _blocked(213), 1: _blocked(213), 2: _blocked(213, "active"), 3: _blocked(77)}, topology)
+        {"rank": r, "node": f"n{r // 2}", "tp": r % 2, "pp": 0, "dp": r // 2} for r in range(4)]})  # TP in a node
+    stacks = read_rank_stacks({0: _blocked(213), 1: _blocked(213), 2: _blocked(213), 3: _blocked(77)}, topology)
     acts = read_activities(stacks, topology)
-    assert acts[0].waiting and acts[1].waiting  # TP peers blocked at the same line
-    assert not acts[2].waiting  # running there: no wait
+    assert acts[0].waiting and acts[1].waiting and acts[2].waiting  # TP and DP peers blocked at one line
+    running = read_rank_stacks({0: _blocked(213), 1: _blocked(213), 2: _blocked(213, "active")}, topology)
+    assert not any(a.waiting for a in read_activities(running, topology).values())  # 2 runs; 0-1 one TP group
     assert not acts[3].waiting  # blocked alone: may be the culprit
+    one_group = read_rank_stacks({0: _blocked(213), 1: _blocked(213), 2: _blocked(9), 3: _blocked(9, "active")}, topology)
+    assert not any(a.waiting for a in read_activities(one_group, topology).values())  # one machine blocked together
     loading = read_rank_stacks({0: _blocked(5, fn="get_batch"), 1: _blocked(5, fn="get_batch")}, topology)
     assert not any(a.waiting for a in read_activities(loading, topology).values())  # a named suspect context stays one
 

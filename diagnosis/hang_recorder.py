@@ -130,10 +130,13 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
     by_stacks = read_hang_stacks(stacks, topology, config) if stacks else None
     dumps, bad = read_recorders(recorders)
     if not dumps:
+        note = f"flight recorder: no usable dump ({len(bad)} unreadable)" if bad else ""
         if by_stacks is None:
-            raise ValueError("neither a stack dump nor a recorder dump")
-        note = f"; flight recorder: no usable dump ({len(bad)} unreadable)" if bad else ""
-        return replace(by_stacks, detail=by_stacks.detail + note)
+            return StackVerdict(outlier_ranks=(), healthy_signatures=(), groups={}, axis=None, group_id=None,
+                                group=None, nodes=(), confidence=0.0, bad_ranks=bad,
+                                detail=f"no stack dump and {note or 'no recorder dump'}",
+                                missing_ranks=tuple(sorted(topology.by_rank)))
+        return replace(by_stacks, detail="; ".join(filter(None, [by_stacks.detail, note])))
     walk = walk_recorder(dumps, stacks, topology, bad)
     said = _recorder_lines(walk)
     verdict = _verdict(walk, topology, config, by_stacks, said)

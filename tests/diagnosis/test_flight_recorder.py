@@ -347,3 +347,11 @@ def test_the_hook_bounds_a_recorder_dump_to_its_newest_entries():
     newest = json.loads(text)["entries"][-1]
     assert json.loads(cut.text)["entries"][-1] == newest
     assert bound("garbage", 4096) is None
+
+
+def test_cli_with_only_unreadable_recorder_dumps_says_nothing_to_localise(tmp_path, capsys):
+    folder = FIXTURES / "fr_tp2pp2dp2_compute_r5"
+    (tmp_path / "0.fr.json").write_text("{garbled")
+    assert main(["stacks", str(tmp_path), "--topology", str(folder / "topology.json")]) == 0
+    diag = json.loads(capsys.readouterr().out)
+    assert diag["action"] == "none" and diag["fault"] == "unknown" and "1 unreadable" in diag["detail"]

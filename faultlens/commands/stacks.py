@@ -101,10 +101,12 @@ def _load_topology(path: Path) -> tuple[Topology, str | None]:
     return Topology.from_data(obj), job
 
 
-def _read_dumps(folder: Path) -> tuple[dict[int, str], dict[int, bytes], list[str], float | None]:
-    """rank → stack text, rank → recorder bytes, names skipped (neither, or unreadable), earliest stack mtime."""
+def _read_dumps(folder: Path) -> tuple[dict[int, str], dict[int, bytes], dict[int, str], list[str], float | None]:
+    """rank → stack text, rank → recorder bytes, rank → recorder file name, names skipped (neither, or
+    unreadable), earliest stack mtime."""
     dumps: dict[int, str] = {}
     recorders: dict[int, bytes] = {}
+    recorder_names: dict[int, str] = {}
     skipped: list[str] = []
     first: float | None = None
     entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -112,6 +114,7 @@ def _read_dumps(folder: Path) -> tuple[dict[int, str], dict[int, bytes], list[st
         m = _RANK_FILE.match(entry.name)
         fr = None if m else _RECORDER_FILE.match(entry.name)
         if fr and entry.is_file():
+            recorder_names[int(fr.group(1) or fr.group(2))] = entry.name
             try:
                 if entry.stat().st_size > _MAX_RECORDER_BYTES:
                     raise OSError("too large for a recorder dump")
@@ -134,11 +137,11 @@ def _read_dumps(folder: Path) -> tuple[dict[int, str], dict[int, bytes], list[st
         except OSError as exc:
             log.warning("cannot read %s: %s", entry.path, exc)
             dumps[int(m.group(1))] = ""  # reported as a bad dump for that rank
-    return dumps, recorders, skipped, first
+    return dumps, recorders, recorder_names, skipped, first
 
 
-def _evidence(ranks, dumps: dict, recorders: dict) -> tuple[str, ...]:
-    return tuple(name for r in ranks for name, has in ((f"{r}.txt", r in dumps), (f"{r}.fr.json", r in recorders)) if has)
+def _evidence(ranks, dumps: dict, recorder_names: dict) -> tuple[str, ...]:
+    return tuple(name for r in ranks for name in ((f"{r}.txt" if r in dumps else None), recorder_names.get(r)) if name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.dir.is_dir():
         print(f"faultlens stacks: {args.dir} is not a folder of <rank>.txt dumps", file=sys.stderr)
         return 1
-    dumps, recorders, skipped, first_mtime = _read_dumps(args.dir)
+    dumps, recorders, recorder_names, skipped, first_mtime = _read_dumps(args.dir)
     if skipped:
         log.warning("ignored %d file(s) not named <rank>.txt or <rank>.fr.json: %s", len(skipped), ", ".join(skipped[:5]))
     job = args.job or topo_job or "unknown"
@@ -174,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = Diagnosis(
             job=job, ts=now, onset=onset, fault=args.fault, action="evict", nodes=verdict.nodes,
             ranks=verdict.outlier_ranks, group=verdict.group, confidence=verdict.confidence,
-            evidence=_evidence(verdict.outlier_ranks[:256], dumps, recorders), detail=verdict.detail,
+            evidence=_evidence(verdict.outlier_ranks[:256], dumps, recorder_names), detail=verdict.detail,
         )
     elif verdict.alert:
         diagnosis = Diagnosis(

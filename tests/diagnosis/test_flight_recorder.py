@@ -355,3 +355,20 @@ def test_cli_with_only_unreadable_recorder_dumps_says_nothing_to_localise(tmp_pa
     assert main(["stacks", str(tmp_path), "--topology", str(folder / "topology.json")]) == 0
     diag = json.loads(capsys.readouterr().out)
     assert diag["action"] == "none" and diag["fault"] == "unknown" and "1 unreadable" in diag["detail"]
+
+
+def test_cli_reads_nccls_pickled_dump_files_by_their_default_names(tmp_path, capsys):
+    """TORCH_NCCL_DEBUG_INFO_TEMP_FILE's default prefix writes /tmp/nccl_trace_rank_<rank> (a pickle)."""
+    case, _, _, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    folder = FIXTURES / "fr_tp2pp2dp2_compute_r5"
+    for p in folder.glob("*.txt"):
+        shutil.copy(p, tmp_path / p.name)
+    for rank, raw in recorders.items():
+        obj = json.loads(raw)
+        for e in obj["entries"]:
+            e["process_group"] = tuple(e["process_group"])
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(obj))
+    assert main(["stacks", str(tmp_path), "--topology", str(folder / "topology.json")]) == 0
+    diag = json.loads(capsys.readouterr().out)
+    assert diag["nodes"] == [case["culprit_node"]] and f"rule {RULE_RECORDER}" in diag["detail"]
+    assert diag["evidence"] == ["5.txt", "nccl_trace_rank_5"]

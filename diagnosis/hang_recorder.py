@@ -11,8 +11,12 @@ Rule ``flight-recorder`` (DESIGN.md §5: collective state is strong evidence, fr
 3. The ends that are not waiting are the suspects, and so is a rank someone waits on that the
    recorder shows inside an (async) collective while py-spy sees its training thread run outside
    communication; an end whose stack has no usable dump is a
-   suspect on the recorder's word alone (lower confidence). An end whose stack says it waits in
-   a collective the recorder does not show in flight is a *disagreement*: an alert, no eviction.
+   suspect on the recorder's word alone (lower confidence).
+
+Disagreements are alerts, never evictions: an end whose stack waits in a collective the recorder
+does not show in flight; the stacks' wait chains ending on other machines than the recorder's
+suspects; the stacks naming (when the recorder names nobody) a rank the recorder shows inside a
+collective, waiting on peers that never entered it, and not running.
 
 Held ranks that wait on each other in a loop (each inside a collective the other never entered)
 entered their collectives in different orders: a divergent branch in the trainer, an alert.
@@ -32,7 +36,7 @@ from diagnosis.flight_recorder import BadRecorderDump, RecorderDump, load_record
 from diagnosis.hang_stacks import read_hang_stacks
 from diagnosis.localize import localize
 from diagnosis.rank_threads import RankReading, read_rank
-from diagnosis.stacks import NotInTopology, StackConfig, StackVerdict, rank_list
+from diagnosis.stacks import RULE_WAIT_CHAIN, NotInTopology, StackConfig, StackVerdict, rank_list
 from diagnosis.wait_chain import follow_waits
 from diagnosis.wait_primitives import BARRIER, COLLECTIVE
 from streams.topology import Topology
@@ -79,11 +83,7 @@ def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, st
         return readings.get(rank)
 
     def busy(rank: int) -> bool:
-        # In flight on the recorder yet running on the CPU (py-spy "active") outside communication:
-        # an async collective it launched is not what it waits in. Idle, or no state (faulthandler):
-        # the recorder's word stands.
-        look = reading(rank)
-        return bool(look and look.activity and not look.waiting and look.main_status and "active" in look.main_status)
+        return _runs(reading(rank))
 
     suspects, unconfirmed, disagree, busy_held = set(), set(), set(), set()
     via_p2p: dict[int, tuple[int, ...]] = {}
@@ -118,6 +118,13 @@ def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, st
                            via_p2p, readings, bad, tuple(sorted(busy_held)))
 
 
+def _runs(look: RankReading | None) -> bool:
+    """In flight on the recorder yet running on the CPU (py-spy "active") outside communication: an
+    async collective it launched is not what it waits in. Idle, or no state (faulthandler): the
+    recorder's word stands."""
+    return bool(look and look.activity and not look.waiting and look.main_status and "active" in look.main_status)
+
+
 def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], topology: Topology,
               config: StackConfig = StackConfig()) -> StackVerdict:
     """A hang's verdict from recorder dumps and stack dumps; stacks alone when no recorder dump is usable.
@@ -143,6 +150,9 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
     if verdict is not None:
         return verdict
     why = _why_silent(walk)
+    vetoed = _held_suspects(walk, by_stacks, stacks)
+    if vetoed:
+        return _held_veto(walk, by_stacks, vetoed, topology, said)
     if by_stacks is None:
         return StackVerdict(outlier_ranks=(), healthy_signatures=(), groups={}, axis=None, group_id=None, group=None,
                             nodes=(), confidence=0.0, detail="; ".join([f"rule {RULE_RECORDER}: {why}", *said]),
@@ -186,6 +196,16 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
     place = localize(walk.suspects, topology, cover_share=config.cover_share)
     if place is None:
         return None
+    if by_stacks is not None and by_stacks.rule == RULE_WAIT_CHAIN and by_stacks.localized \
+            and not set(by_stacks.nodes) & set(place.nodes):
+        # Two readings that each follow who waits on whom end on different machines: one of them
+        # misreads a wait, and nothing says which. The majority vote (outlier rule) is too weak to veto.
+        head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: the recorder names "
+                f"[{rank_list(walk.suspects)}] on {', '.join(place.nodes)}, the stacks' wait chains "
+                f"[{rank_list(by_stacks.outlier_ranks)}] on {', '.join(by_stacks.nodes)}")
+        in_question = tuple(sorted({*walk.suspects, *by_stacks.outlier_ranks}))
+        return StackVerdict(outlier_ranks=in_question, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
+                            detail="; ".join([head, *said, *lines]), alert=True, **base)
     confirmed = 1.0 - 0.5 * len(walk.unconfirmed) / len(walk.suspects)
     seen_share = len(state.dumped) / len(topology.by_rank)
     confidence = 0.95 * place.coverage * confirmed * min(1.0, seen_share)
@@ -202,6 +222,29 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
                         if r in walk.readings and walk.readings[r].activity is not None},
         **base,
     )
+
+
+def _held_suspects(walk: RecorderReading, by_stacks: StackVerdict | None, stacks: Mapping[int, str]) -> tuple[int, ...]:
+    """The stacks' suspects that the recorder shows inside a collective, waiting on peers, and that do not run."""
+    if by_stacks is None or not by_stacks.localized:
+        return ()
+    held = walk.state.held
+    return tuple(r for r in by_stacks.outlier_ranks if r in held and walk.state.edges.get(r)
+                 and not _runs(walk.readings.get(r) or (read_rank(stacks[r]) if r in stacks else None)))
+
+
+def _held_veto(walk: RecorderReading, by_stacks: StackVerdict, vetoed: tuple[int, ...], topology: Topology,
+               said: list[str]) -> StackVerdict:
+    state = walk.state
+    parts = [f"{r} is inside {state.held[r][0].op} #{state.held[r][0].seq} of pg {state.held[r][0].pg} waiting on "
+             f"{rank_list(state.edges[r])}" for r in vetoed[:3]]
+    head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: the stacks ({by_stacks.rule}) "
+            f"name [{rank_list(by_stacks.outlier_ranks)}] on {', '.join(by_stacks.nodes)}, but the recorder shows "
+            + "; ".join(parts))
+    return StackVerdict(outlier_ranks=by_stacks.outlier_ranks, axis=None, group_id=None, group=None, nodes=(),
+                        confidence=0.0, detail="; ".join([head, *said]), alert=True, healthy_signatures=(), groups={},
+                        missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))), bad_ranks=walk.bad,
+                        rule=RULE_RECORDER)
 
 
 def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict | None,

@@ -372,3 +372,33 @@ def test_cli_reads_nccls_pickled_dump_files_by_their_default_names(tmp_path, cap
     diag = json.loads(capsys.readouterr().out)
     assert diag["nodes"] == [case["culprit_node"]] and f"rule {RULE_RECORDER}" in diag["detail"]
     assert diag["evidence"] == ["5.txt", "nccl_trace_rank_5"]
+
+
+def test_stacks_naming_a_rank_the_recorder_shows_waiting_inside_a_collective_is_an_alert():
+    _, topology, stacks, recorders = _load("fr_tp1pp4dp2_dataload_r4")
+    # rank 3 (pipeline 0, node-01) now seems to compute and rank 4 (the loader) to wait in a recv: the
+    # stacks' chains end at 3; the recorder's walk loops in pipeline 1 and shows 3 inside the grad sync
+    stacks = {**stacks, 3: stacks[4].replace("get_batch", "forward_step"), 4: stacks[5]}
+    by_stacks = read_hang_stacks(stacks, topology)
+    verdict = read_hang(stacks, recorders, topology)
+    if by_stacks.rule == "wait-chain" and by_stacks.localized and "node-02" not in by_stacks.nodes:
+        assert verdict.alert and verdict.nodes == () and "disagree" in verdict.detail
+    else:  # the doctored stacks must make the disagreement this test is about
+        pytest.fail(f"stacks alone: {by_stacks.rule} {by_stacks.nodes}")
+
+
+def test_stack_wait_chains_ending_on_other_machines_than_the_recorders_suspects_are_an_alert(monkeypatch):
+    import dataclasses
+
+    import diagnosis.hang_recorder as hang_recorder
+
+    case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
+    real = read_hang_stacks(stacks, topology)
+    elsewhere = dataclasses.replace(real, outlier_ranks=(0,), nodes=("node-00",), group="tp:0")  # a chain ending at 0
+    monkeypatch.setattr(hang_recorder, "read_hang_stacks", lambda *a, **k: elsewhere)
+    verdict = read_hang(stacks, recorders, topology)
+    assert verdict.alert and verdict.nodes == () and "the stacks' wait chains [0] on node-00" in verdict.detail
+    # the majority vote alone is too weak to veto the recorder
+    monkeypatch.setattr(hang_recorder, "read_hang_stacks",
+                        lambda *a, **k: dataclasses.replace(elsewhere, rule="outlier-clustering"))
+    assert read_hang(stacks, recorders, topology).nodes == (case["culprit_node"],)

@@ -19,6 +19,19 @@ from typing import Iterable, Mapping
 from streams.events import Envelope, InvalidEvent
 
 PREFERRED_TOOL = "py-spy"
+RECORDER_KIND = "recorder_dump"
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderDumpEvent:
+    """One rank's torch Flight Recorder dump (the JSON text of ``_dump_fr_trace_json``), sent by the
+    trainer hook beside its stack dump (issue 38); read by :mod:`diagnosis.hang_recorder`."""
+
+    rank: int
+    dump: str
+    event_id: str
+    ts: float
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,23 @@ def _read_unranked(event: Envelope) -> UnrankedDump:
                         rank_env=rank_env if isinstance(rank_env, str) else None)
 
 
+def is_recorder_dump(event: Envelope) -> bool:
+    return event.source == "stack" and event.kind == RECORDER_KIND
+
+
+def read_recorder_dump(event: Envelope) -> RecorderDumpEvent:
+    """The payload of a recorder_dump event; InvalidEvent (a dead letter) names what is missing.
+    The dump text itself is read later, by the verdict: a garbled one is reported there, not lost."""
+    data = event.data
+    rank = data.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise InvalidEvent("data.rank", f"recorder_dump needs an integer rank, got {rank!r}")
+    dump = data.get("dump")
+    if not isinstance(dump, str):
+        raise InvalidEvent("data.dump", f"recorder_dump needs the dump text, got {type(dump).__name__}")
+    return RecorderDumpEvent(rank, dump, event.id, event.ts, _request_id(data))
+
+
 def read_stack_dump(event: Envelope) -> StackDump:
     """The payload of one rank's stack_dump event; InvalidEvent (a dead letter) names what is missing.
     A node's null-rank answer is an InvalidEvent here: read it with :func:`read_stack_answer`."""
@@ -141,6 +171,7 @@ class DumpSet:
         self._by_rank: dict[int, StackDump] = {}
         self._no_trainer: dict[str, NoTrainerAnswer] = {}
         self._unranked: dict[str, dict[int, UnrankedDump]] = {}  # node → pid → its dump
+        self._recorders: dict[int, RecorderDumpEvent] = {}  # rank → its Flight Recorder dump, the latest
         self.first_ts: float | None = None
         self.last_ts: float | None = None
 
@@ -156,6 +187,18 @@ class DumpSet:
             return False
         self._by_rank[dump.rank] = dump
         return True
+
+    def add_recorder(self, dump: RecorderDumpEvent) -> None:
+        """Keep a rank's recorder dump (the latest: a later one holds everything an earlier one did).
+        It answers no capture by itself: the stack dumps decide when a capture is complete."""
+        old = self._recorders.get(dump.rank)
+        if old is None or dump.ts >= old.ts:
+            self._recorders[dump.rank] = dump
+
+    def recorders(self, known: Iterable[int] | None = None) -> dict[int, str]:
+        """rank → recorder dump text, only for ``known`` ranks when given (a topology's)."""
+        keep = None if known is None else set(known)
+        return {r: d.dump for r, d in self._recorders.items() if keep is None or r in keep}
 
     def add_no_trainer(self, answer: NoTrainerAnswer) -> bool:
         """Note that ``answer.node`` has no training process; the first answer of a node is kept."""
@@ -231,7 +274,7 @@ class DumpSet:
 
     def is_empty(self) -> bool:
         """Nothing at all: no rank's dump and no node's answer."""
-        return not (self._by_rank or self._no_trainer or self._unranked)
+        return not (self._by_rank or self._no_trainer or self._unranked or self._recorders)
 
     def all_preferred(self) -> bool:
         return all(d.tool == PREFERRED_TOOL for d in self._by_rank.values())
@@ -247,6 +290,7 @@ class DumpSet:
     def evidence(self, first: Iterable[int] = (), limit: int = 256) -> tuple[str, ...]:
         """Event ids of the dumps, those of ``first`` ranks first, at most ``limit``."""
         lead = [self._by_rank[r].event_id for r in first if r in self._by_rank]
+        lead += [self._recorders[r].event_id for r in first if r in self._recorders]
         taken = set(lead)
         rest = [d.event_id for _, d in sorted(self._by_rank.items()) if d.event_id not in taken]
         return tuple((lead + rest)[:limit])

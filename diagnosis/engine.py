@@ -44,7 +44,7 @@ KNOWN_KINDS = {
     "nccl": {"nccl_warn", "nccl_timeout", "nccl_error", "cuda_error", "exception", "nan", "line"},
     "train": {"step", "checkpoint", "command_ack"},
     "heartbeat": {"beat"},
-    "stack": {"stack_dump"},
+    "stack": {"stack_dump", "recorder_dump"},
     "host": {"sample"},
     "net": {"sample"},
     "job": {"topology", "restart"},
@@ -73,8 +73,8 @@ class EngineConfig:
 # reports a fault (an Xid, a lost GPU, a link down, an NCCL error), and a fault is never dropped
 # for being late: it is diagnosed, and the diagnosis says it came late.
 _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step"), ("heartbeat", "beat"),
-                          ("summary", "window"), ("stack", "stack_dump"), ("train", "checkpoint"),
-                          ("net", "sample")})
+                          ("summary", "window"), ("stack", "stack_dump"), ("stack", "recorder_dump"),
+                          ("train", "checkpoint"), ("net", "sample")})
 
 
 @dataclass

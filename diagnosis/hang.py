@@ -35,7 +35,7 @@ import statistics
 from collections import deque
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
+from diagnosis.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
 from diagnosis.features import NodeWindow
 from diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
@@ -173,6 +173,16 @@ class HangDetector(HangVerdicts):
         state = self._jobs.get(job)
         if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
             state.recent.add(dump)
+
+    def add_recorder(self, job: str, dump: RecorderDumpEvent) -> None:
+        """A rank's Flight Recorder dump: to the open stall's capture, else kept until progress."""
+        state = self._jobs.get(job)
+        if state is None:
+            return
+        if state.stall is not None and not state.stall.decided:
+            state.stall.dumps.add_recorder(dump)
+        elif state.stall is None and state.last_progress is not None and dump.ts >= state.last_progress:
+            state.recent.add_recorder(dump)
 
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         state = self._jobs.get(job)

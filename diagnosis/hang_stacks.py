@@ -35,23 +35,29 @@ from diagnosis.stacks import (
     read_rank_stacks,
 )
 from diagnosis.wait_chain import WaitChains, follow_waits
-from diagnosis.wait_primitives import RankActivity, read_activity
+from diagnosis.rank_threads import read_thread, shared_blocked_calls
+from diagnosis.wait_primitives import RankActivity
 from streams.topology import Topology
 
 _MAX_HOPS = 8  # a chain longer than this is shown with its middle elided
 
 
-def read_activities(stacks: RankStacks) -> dict[int, RankActivity]:
-    """Each usable rank's activity; identical dumps share a thread object and are read once."""
+def read_activities(stacks: RankStacks, topology: Topology | None = None) -> dict[int, RankActivity]:
+    """Each usable rank's activity; identical dumps share a thread object and are read once.
+
+    With the topology, ranks blocked at the same line of their own code as a group peer wait
+    (:func:`diagnosis.rank_threads.shared_blocked_calls`)."""
     by_thread: dict[int, RankActivity | None] = {}
     out: dict[int, RankActivity] = {}
     for rank, thread in stacks.threads.items():
         key = id(thread)
         if key not in by_thread:
-            by_thread[key] = read_activity(thread.frames)
+            by_thread[key] = read_thread(thread)
         act = by_thread[key]
         if act is not None:
             out[rank] = act
+    if topology is not None:
+        out.update(shared_blocked_calls(stacks.threads, out, topology))
     return out
 
 
@@ -61,7 +67,7 @@ def read_hang_stacks(dumps: Mapping[int, str], topology: Topology, config: Stack
     Raises :class:`diagnosis.stacks.NotInTopology` when a dump names a rank the topology lacks.
     """
     stacks = read_rank_stacks(dumps, topology)
-    activities = read_activities(stacks)
+    activities = read_activities(stacks, topology)
     chains = follow_waits(activities, topology)
     usable = len(activities)
     if usable:

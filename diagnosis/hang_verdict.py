@@ -10,6 +10,7 @@ where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin 
 from __future__ import annotations
 
 from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
+from diagnosis.hang_recorder import read_hang
 from diagnosis.hang_stacks import read_hang_stacks
 from diagnosis.hang_state import HangConfig, JobState, Stall
 from diagnosis.localize import first_ranks_nodes, localize
@@ -56,8 +57,18 @@ class HangVerdicts:
         if topology is not None and len(stall.dumps):
             texts = stall.dumps.texts(topology.by_rank)
             stray = len(stall.dumps) - len(texts)
-            verdict = read_hang_stacks(texts, topology, self.config.stacks)
+            recorders = stall.dumps.recorders(topology.by_rank)
+            if recorders:
+                verdict = read_hang(texts, recorders, topology, self.config.stacks)
+            else:
+                verdict = read_hang_stacks(texts, topology, self.config.stacks)
             note = (f"; {stray} dump(s) from ranks outside the topology ignored" if stray else "") + absent
+            if verdict.alert:
+                # The recorder and the stacks disagree, or too many never joined: a person looks, nobody is evicted.
+                return Diagnosis(
+                    **base, action="alert", ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
+                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
+                )
             if verdict.no_suspect:
                 # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
                 return Diagnosis(

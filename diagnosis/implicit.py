@@ -12,7 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.detector import JobBook
-from diagnosis.dump_set import NoTrainerAnswer, UnrankedDump, is_stack_dump, read_stack_answer
+from diagnosis.dump_set import (
+    NoTrainerAnswer,
+    UnrankedDump,
+    is_recorder_dump,
+    is_stack_dump,
+    read_recorder_dump,
+    read_stack_answer,
+)
 from diagnosis.features import NodeWindow
 from diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from diagnosis.hang import HangConfig, HangDetector
@@ -45,6 +52,9 @@ class ImplicitFaultDetector:
         return self._with_net(self._observe(event))
 
     def _observe(self, event: Envelope) -> list[Diagnosis]:
+        if is_recorder_dump(event):
+            self.hang.add_recorder(event.job, read_recorder_dump(event))  # InvalidEvent → dead letter
+            return []
         if is_stack_dump(event):
             dump = read_stack_answer(event)  # InvalidEvent → the engine dead-letters it
             if isinstance(dump, (NoTrainerAnswer, UnrankedDump)):

@@ -83,6 +83,7 @@ class StackVerdict:
     chains: tuple[str, ...] = ()  # wait chains, victim first, to each suspect (wait-chain rule)
     no_suspect: bool = False  # every rank waits in the same call and nobody is behind: evict nobody
     waited_on: tuple[int, ...] = ()  # ranks without a usable dump that wait chains end at (diagnosis.hang_stacks)
+    alert: bool = False  # the evidence disagrees or names too many: tell a person, evict nobody (diagnosis.hang_recorder)
 
     @property
     def localized(self) -> bool:

@@ -38,6 +38,8 @@ _C10D_COLLECTIVES = frozenset({
     "_reduce_scatter_base", "reduce", "broadcast", "broadcast_object_list", "all_to_all",
     "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list", "wait_tensor",
     "_coalescing_manager", "wait",
+    # torch 2.13: reduce_scatter_tensor / all_gather_into_tensor forward to these (the innermost frame)
+    "reduce_scatter_single", "all_gather_single",
 })
 _C10D_BARRIERS = frozenset({"barrier", "monitored_barrier", "_store_based_barrier", "init_process_group",
                             "new_group", "_new_group_with_tag", "rendezvous"})

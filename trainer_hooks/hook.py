@@ -9,7 +9,9 @@
 Commands (see trainer_hooks.listener for what is obeyed):
 - ``checkpoint``: ``on_checkpoint()`` runs in the training thread at the next step boundary;
 - ``capture_stacks``: every thread's stack (faulthandler) is published at once, from the
-  listener thread, so a rank stuck inside a collective still answers;
+  listener thread, so a rank stuck inside a collective still answers; then, when the trainer
+  uses torch.distributed, its Flight Recorder dump (``recorder_dump``, size-bounded; the hook
+  sets TORCH_FR_BUFFER_SIZE when it starts, so create it before the process groups);
 - ``evict`` / ``restart`` / ``rollback`` / ``reattempt`` / ``stop``: the loop exits at the next
   step boundary with the code of trainer_hooks.exit_codes; a loop stuck longer than
   ``exit_grace_s`` is ended from the listener thread with the same code.
@@ -36,6 +38,7 @@ from streams.config import KafkaSettings
 from streams.events import Envelope, number
 from streams.producer import Producer
 from trainer_hooks.ack_reasons import obeyed_reason
+from trainer_hooks import flight_recorder as flight_recorder_dump
 from trainer_hooks.exit_codes import ACTION_EXIT
 from streams.command_listener import CommandListener
 from streams.command_memory import ReplayMemory, default_state_dir, memory_file
@@ -58,8 +61,11 @@ class TrainerHook:
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  on_checkpoint: Callable[[], None] | None = None, flops_per_step: float | None = None,
                  peak_flops: float | None = None, exit_grace_s: float = 10.0, listen: bool = True,
-                 producer: Producer | None = None):
+                 producer: Producer | None = None, flight_recorder: bool = True):
         self.job, self.rank, self.node = job, rank, node
+        if flight_recorder:
+            # Before the trainer creates its process groups (make the hook first), or it records nothing.
+            flight_recorder_dump.enable()
         self.on_checkpoint = on_checkpoint
         self.flops_per_step = flops_per_step
         self.peak_flops = peak_flops
@@ -154,6 +160,12 @@ class TrainerHook:
         dump = faulthandler_dump()
         self.producer.send_event(self._event("stack", "stack_dump", {
             "rank": self.rank, "pid": os.getpid(), "dump": dump, "request_id": request_id, "tool": "faulthandler"}))
+        # After the stacks, in the same partition: the hang verdict matches it per process group.
+        recorded = flight_recorder_dump.dump()
+        if recorded is not None:
+            self.producer.send_event(self._event("stack", "recorder_dump", {
+                "rank": self.rank, "pid": os.getpid(), "dump": recorded.text, "entries": recorded.entries,
+                "truncated": recorded.truncated, "request_id": request_id}))
         self.producer.flush(10.0)
 
     def _exit_if_stuck(self, step_at_command: int) -> None:

@@ -1,0 +1,61 @@
+"""The trainer hook turns torch's Flight Recorder on and publishes its dump beside the stack dump (issue 38)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainer_hooks.hook import TrainerHook
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Producer:
+    def __init__(self):
+        self.sent = []
+
+    def send_event(self, event):
+        self.sent.append(event)
+
+    def flush(self, timeout=None):
+        return 0
+
+
+def test_a_real_gloo_process_group_is_recorded_and_published_beside_the_stacks(tmp_path):
+    pytest.importorskip("torch")
+    script = textwrap.dedent(f"""
+        import json
+        from tests.trainer_hooks.test_flight_recorder_hook import _Producer
+        from trainer_hooks.hook import TrainerHook
+        producer = _Producer()
+        # made before the process group: it turns the recorder on
+        hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=producer)
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+        dist.all_reduce(torch.ones(4))
+        hook.publish_stacks("req-1")
+        print(json.dumps([[e.source, e.kind, e.data] for e in producer.sent]))
+    """)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sent = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [(s, k) for s, k, _ in sent] == [("stack", "stack_dump"), ("stack", "recorder_dump")]
+    data = sent[1][2]
+    entries = json.loads(data["dump"])["entries"]
+    assert data["rank"] == 0 and data["request_id"] == "req-1" and data["entries"] == len(entries) == 1
+    assert entries[0]["profiling_name"].endswith("all_reduce") and entries[0]["collective_seq_id"] == 1
+
+
+def test_without_a_process_group_the_hook_sends_its_stacks_alone():
+    producer = _Producer()
+    hook = TrainerHook(job="j", rank=3, node="n1", settings=None, listen=False, producer=producer,
+                       flight_recorder=False)
+    hook.publish_stacks("req-1")
+    kinds = [(e.source, e.kind) for e in producer.sent]
+    assert kinds == [("stack", "stack_dump")]  # no process group in this test process: nothing recorded

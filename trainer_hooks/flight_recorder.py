@@ -1,0 +1,77 @@
+"""torch's Flight Recorder from inside the trainer: turn it on, and dump it bounded for one event.
+
+The recorder numbers every collective per process group and keeps the last
+``TORCH_FR_BUFFER_SIZE`` of them; it is off unless that variable is set before the process
+groups are created, so the hook sets a default when it starts (a trainer's own setting wins).
+On ``capture_stacks`` the hook publishes the dump beside its stack dump (``stack`` /
+``recorder_dump``, docs/events.md), read by diagnosis.hang_recorder.
+
+A dump holds a few hundred bytes per entry (and the C++/Python frames of each, when torch
+records them): the newest entries are what a hang verdict reads, so frames go first and the
+oldest entries next until the text fits ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+DEFAULT_BUFFER = 2000  # entries per process: a few steps of a large model's collectives
+MAX_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedDump:
+    text: str  # the recorder's JSON, possibly cut to its newest entries
+    entries: int  # entries kept
+    truncated: bool  # frames or older entries were dropped to fit
+
+
+def enable(environ: dict | None = None, size: int = DEFAULT_BUFFER) -> None:
+    """Turn the recorder on for process groups created from now on (unless the trainer set it)."""
+    (os.environ if environ is None else environ).setdefault(BUFFER_ENV, str(size))
+
+
+def dump(max_bytes: int = MAX_BYTES) -> BoundedDump | None:
+    """This process's recorder dump, or None: torch not in use, no process group, or no recorder."""
+    torch = sys.modules.get("torch")  # never import torch into a trainer that does not use it
+    if torch is None:
+        return None
+    try:
+        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            return None
+        raw = torch._C._distributed_c10d._dump_fr_trace_json()
+    except Exception as exc:  # an older torch, or a backend without a recorder: nothing to add
+        log.debug("no flight recorder dump: %s", exc)
+        return None
+    return bound(raw.decode() if isinstance(raw, bytes) else raw, max_bytes)
+
+
+def bound(text: str, max_bytes: int = MAX_BYTES) -> BoundedDump | None:
+    """``text`` cut to ``max_bytes``: frames dropped first, then the oldest entries; None if unreadable."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    entries = obj.get("entries") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
+        return None
+    if len(text.encode()) <= max_bytes:
+        return BoundedDump(text, len(entries), False)
+    for e in entries:
+        if isinstance(e, dict):
+            e.pop("frames", None)
+    keep = len(entries)
+    while True:
+        obj["entries"] = entries[len(entries) - keep:]
+        out = json.dumps(obj, separators=(",", ":"))
+        if len(out.encode()) <= max_bytes or keep == 0:
+            return BoundedDump(out, keep, True)
+        # Shrink in proportion, not one entry at a time: a 20,000-entry dump fits in a few passes.
+        keep = min(keep - 1, int(keep * max_bytes / len(out.encode())))

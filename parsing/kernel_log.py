@@ -12,10 +12,11 @@ parsing.kernel_nic.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from parsing.kernel_nic import netdev_watchdog_events, nic_events
 from parsing.line import ParsedLine, ParserStats, clean_line, common
+from parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 from parsing.xid_table import lookup
 
@@ -45,6 +46,8 @@ _SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)\[")
 
 _OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
 _OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
+# The victim line alone (older kernels print it on its own line, RHEL adds the UID).
+_OOM_VICTIM = re.compile(r"Killed process (?P<pid>\d+)(?:,? UID \d+,)? \((?P<proc>[^)]*)\)")
 _OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
 
 _SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s!(?: \[(?P<proc>.+?):(?P<pid>\d+)\])?")
@@ -76,9 +79,10 @@ def _int(text: str | None) -> int | None:
 class KernelLogParser:
     source = "kernel"
 
-    def __init__(self, *, now: float | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None):
         self.stats = ParserStats()
         self._now = now
+        self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
         self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
         self._context_pci: str | None = None
@@ -118,10 +122,15 @@ class KernelLogParser:
     # -- folding -----------------------------------------------------------------------------
     def _seen(self, key: tuple[str, Any]) -> bool:
         """True when ``key`` fired within FOLD_LINES and FOLD_S; marks it as fired now either way."""
-        last = self._recent.get(key)
+        recent = self._recently(key)
         self._recent[key] = (self._n, self._clock)
         if len(self._recent) > 4096:
             self._recent = {k: v for k, v in self._recent.items() if self._n - v[0] <= FOLD_LINES}
+        return recent
+
+    def _recently(self, key: tuple[str, Any]) -> bool:
+        """True when ``key`` fired within FOLD_LINES and FOLD_S (marks nothing)."""
+        last = self._recent.get(key)
         if last is None or self._n - last[0] > FOLD_LINES:
             return False
         then, now = last[1], self._clock
@@ -130,7 +139,17 @@ class KernelLogParser:
 
     # -- dispatch ----------------------------------------------------------------------------
     def _classify(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        """Events of one line; [] when the line belongs to a record already emitted; None: not ours."""
+        """Events of one line; [] when the line belongs to a record already emitted; None: not ours.
+
+        The code's records first (they fold over several lines), then the catalogue (parsing/rules.toml
+        and the user's --rules files) for the lines the code left."""
+        found = self._code(msg, raw)
+        return found if found is not None else self._rules.match(msg, raw, self._seen)
+
+    def _code(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        if "Kernel panic" in msg:
+            # Before the OOM branch: "Kernel panic - not syncing: Out of memory ..." is a panic.
+            return self._stall(msg, raw)
         if "NVRM" in msg:
             return self._nvrm(msg, raw)
         if "fallen off the bus" in msg:
@@ -140,7 +159,7 @@ class KernelLogParser:
             return self._sxid(msg, raw)
         if "segfault at" in msg or "traps: " in msg:
             return self._segfault(msg, raw)
-        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg:
+        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg or "Killed process" in msg:
             return self._oom(msg, raw)
         if "lockup" in msg or "blocked for more than" in msg or "Kernel panic" in msg or "rcu: INFO" in msg:
             return self._stall(msg, raw)
@@ -260,11 +279,13 @@ class KernelLogParser:
                                     text=m.group("what")))]  # fmt: skip
 
     def _oom(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg)
+        m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg) or _OOM_VICTIM.search(msg)
         if m:
             pid = int(m.group("pid"))
-            if self._seen(("oom", pid)):
-                return []
+            head = self._recently(OOM_HEAD_KEY)
+            self._recent.pop(OOM_HEAD_KEY, None)  # one head, one victim: the next OOM is news
+            if self._seen(("oom", pid)) or head:
+                return []  # an echo, or the victim of the "invoked oom-killer" report just emitted
             cgroup = "Memory cgroup" in msg or "CONSTRAINT_MEMCG" in msg
             return [("oom_kill", common(raw, "host_oom", "restart", "error", pid=pid, process=m.group("proc"), cgroup=cgroup))]
         m = _OOM_REAPED.search(msg)
@@ -283,6 +304,8 @@ class KernelLogParser:
                                          text=m.group(0)))]  # fmt: skip
         m = _PANIC.search(msg)
         if m:
+            if self._seen(OOPS_KEY):
+                return []  # the end of the oops just emitted
             return [("panic", common(raw, "kernel", "evict", "fatal", text=m.group("text")))]
         m = _RCU_STALL.search(msg)
         if m:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from parsing.line import MAX_KEPT, ParsedLine, ParserStats, clean_line, common
+from parsing.rules import LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
@@ -136,9 +137,10 @@ class _Traceback:
 class TrainerLogParser:
     source = "nccl"
 
-    def __init__(self, *, now: float | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None):
         self.stats = ParserStats()
         self._now = now
+        self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
         self._open: dict[tuple[str, int] | None, _Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
@@ -292,6 +294,14 @@ class TrainerLogParser:
         if " NCCL INFO " in msg:
             return None  # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault
         extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
+        # The catalogue first: its trainer rules name lines the generic NCCL WARN / error reading
+        # below would take for an NCCL fault (an IB port error is the NIC's).
+        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k))
+        if found is not None:
+            for _, data in found:
+                data.setdefault("rank", rank)
+                data.update(extra)
+            return found
         if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
             found = self._watchdog(msg, raw, rank, extra)
             if found is not None:
@@ -321,6 +331,11 @@ class TrainerLogParser:
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
         return None
+
+    def _seen_rule(self, key: Any, fold: Any) -> bool:
+        seen = self._fold(key, fold)
+        self._folded[(key, fold)] = (self._n, self._t)
+        return seen
 
     def _watchdog(self, msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
         m = _WATCHDOG.search(msg)

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from parsing.line import ParsedLine
 from parsing.registry import guess_source, parser_for, to_envelope
+from parsing.rules import RuleError, load
 from streams.events import InvalidEvent, encode
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ Examples:
   faultlens parse /var/log/kern.log
   dmesg --time-format iso | faultlens parse - --source kernel --job llm-7b
   faultlens parse rank3.log --source trainer | jq -c 'select(.data.action != "none")'
+  faultlens parse kern.log --rules site-rules.toml
 """
 
 # Lines read before the source is guessed.
@@ -52,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("kernel", "nccl", "trainer"),
         default=None,
         help="which parser (trainer is an alias of nccl); guessed from the first lines when omitted",
+    )
+    parser.add_argument(
+        "--rules", action="append", default=[], metavar="FILE",
+        help="a TOML line catalogue of your own (format: parsing/rules.toml), tried after the shipped rules; repeatable",
     )
     parser.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "unknown"), help="job id of the events (default: unknown)")
     parser.add_argument(
@@ -83,6 +89,11 @@ def _event_id(node: str, path: str, lineno: int, index: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        rules = load(args.rules)
+    except RuleError as exc:
+        print(f"faultlens parse: {exc}", file=sys.stderr)
+        return 2
+    try:
         stream, fallback_ts, size = _open(args.file)
     except OSError as exc:
         print(f"faultlens parse: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
@@ -96,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         source = args.source or guess_source(head)
         if not args.source:
             log.info("source guessed from the first %d lines: %s", len(head), source)
-        parser = parser_for(source)
+        parser = parser_for(source, rules)
 
         def emit(parsed: list[ParsedLine], lineno: int) -> int:
             n = 0

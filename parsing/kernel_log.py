@@ -37,6 +37,9 @@ _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>" + _PCI + r"):\s*(?P<uuid>
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number:\s*(?P<serial>\S*)")
 _ANY_PCI = re.compile(r"(?:PCI:)?(" + _PCI + r")")
 
+# SXids NVIDIA's NVSwitch catalogue treats as fatal whatever the line's own word (issue 37 names
+# 12028 and the SOE errors 26006-26008); the rest go by the line's "Fatal" / "Non-fatal".
+FATAL_SXIDS = frozenset({12028, 26006, 26007, 26008})
 _SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d+),\s*(?P<rest>.*)")
 
 _SEGV = re.compile(
@@ -257,7 +260,7 @@ class KernelLogParser:
             self._seen(key)
             return []  # detail lines of the SXid just emitted
         self._seen(key)
-        fatal = rest.lower().startswith("fatal")
+        fatal = rest.lower().startswith("fatal") or int(m.group("code")) in FATAL_SXIDS
         return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn",
                                 sxid=int(m.group("code")), device=m.group("dev"), pci=_norm_pci(m.group("pci")), text=rest))]  # fmt: skip
 

@@ -34,6 +34,8 @@ _NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]+)\b.*?\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
 _RECOVERY = re.compile(r"to 0x[0-9a-fA-F]+ \((?P<action>[^)]*)\)")
 _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>" + _PCI + r"):\s*(?P<uuid>GPU-[0-9a-fA-F\-]+)?")
+# The first line of the driver's three-line fall-off notice; the third names no PCI address.
+_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU (?:PCI:)?(?P<pci>" + _PCI + r")")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number:\s*(?P<serial>\S*)")
 _ANY_PCI = re.compile(r"(?:PCI:)?(" + _PCI + r")")
 
@@ -188,6 +190,12 @@ class KernelLogParser:
             self._context[pci] = (self._n, [raw], {"uuid": m.group("uuid")} if m.group("uuid") else {})
             self._context_pci = pci
             return None  # a header says nothing wrong by itself
+        m = _THE_GPU.search(msg)
+        if m:
+            pci = _norm_pci(m.group("pci"))
+            self._context[pci] = (self._n, [raw], {})
+            self._context_pci = pci
+            return None
         m = _SERIAL.search(msg)
         if m and self._context_pci in self._context:
             at, lines, extra = self._context[self._context_pci]
@@ -196,7 +204,14 @@ class KernelLogParser:
             return None
         if "fallen off the bus" in msg:
             pm = _ANY_PCI.search(msg.split("NVRM:", 1)[-1])
-            return self._gpu_lost(raw, _norm_pci(pm.group(1)) if pm else "unknown", None)
+            if pm:
+                return self._gpu_lost(raw, _norm_pci(pm.group(1)), None)
+            ctx = self._context.get(self._context_pci or "")
+            recent = ctx is not None and self._n - ctx[0] <= CONTEXT_LINES
+            return self._gpu_lost(raw, self._context_pci if recent else "unknown", None)
+        if self._context_pci in self._context and "installed in this system" in msg:
+            self._context[self._context_pci][1].append(raw)  # the middle line of the notice
+            return None
         return None
 
     def _xid(self, m: re.Match[str], raw: str) -> list[tuple[str, dict[str, Any]]]:
@@ -246,8 +261,11 @@ class KernelLogParser:
             lines = ctx[1] + [raw]
             more = ctx[2]
         data = common("\n".join(lines), "gpu_lost", "evict", "fatal", pci=pci, **more, **extra)
-        if xid is not None:
-            data["xid"] = xid
+        # The fall-off text without its Xid line is Xid 79 all the same (NVIDIA's catalogue, and
+        # peers such as gpud read it so); xid_inferred says no Xid line was seen.
+        data["xid"] = 79 if xid is None else xid
+        if xid is None:
+            data["xid_inferred"] = True
         return [("gpu_lost", data)]
 
     def _sxid(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:

@@ -115,7 +115,19 @@ def test_two_gpus_lost_are_two_events():
 
 def test_fall_off_without_xid():
     e = one(S.FALLEN_NO_XID)
-    assert e.kind == "gpu_lost" and "xid" not in e.data and e.data["pci"] == "0000:af:00"
+    assert e.kind == "gpu_lost" and e.data["pci"] == "0000:af:00"
+    assert e.data["xid"] == 79 and e.data["xid_inferred"] is True  # the text is Xid 79 without its line
+
+
+def test_three_line_fall_off_notice_names_its_gpu():
+    # NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/gpufallen/gpufallen_handler_test.go
+    events = parse(
+        "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        "               NVRM: fallen off the bus and is not responding to commands.",
+    )
+    assert [(e.kind, e.data["pci"], e.data["xid"]) for e in events] == [("gpu_lost", "0000:b3:00", 79)]
+    assert events[0].data["line"].count("NVRM:") == 3  # the whole notice is the evidence
 
 
 def test_sxid_fatal_and_detail_lines_folded():

@@ -64,6 +64,8 @@ _NAN = re.compile(
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
     re.IGNORECASE,
 )
+# nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
+_NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 
@@ -71,6 +73,13 @@ _TB_START = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<lineno>\d+)(?:, in (?P<func>.+))?')
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning", "Timeout", "StopIteration")
+# A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message.
+_HEADLESS = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
+_SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
+                          r"expected scalar type|dimension out of range|index out of range")
+# Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
+_HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
+                             "DistNetworkError", "MemoryError", "OSError", "SystemError"})
 _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
 # Exception types that say the program itself is wrong when raised from a frame of its own.
 _USER_TYPES = frozenset(
@@ -326,11 +335,46 @@ class TrainerLogParser:
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
         low = msg.lower()
-        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and _NAN.search(msg):
+        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
+        if ":" in msg and ("Error" in msg or "Exception" in msg):
+            return self._headless(msg, raw, rank, key, extra)
         return None
+
+    def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        """The exception line of a traceback whose header and frames went elsewhere (ranks
+        interleave their output; a log collector kept only the last line). Without frames only
+        the type and message judge it: a CUDA / NCCL error by its text, a type that says the program
+        is wrong (ValueError, KeyError, a shape mismatch) is user code, the rest unknown."""
+        m = _HEADLESS.match(msg.strip())
+        if not m:
+            return None
+        etype, message = m.group("type"), m.group("msg").strip()
+        short = etype.rsplit(".", 1)[-1]
+        text = f"{etype}: {message}"
+        cuda = classify_cuda(text)
+        nccl = None if cuda else classify_nccl(text)
+        error = None
+        if cuda:
+            error, fault, action, severity = cuda
+        elif nccl:
+            error, fault, action, severity = nccl, "nccl_error", "reattempt", "error"
+        elif short in _USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)):
+            fault, action, severity = "user_code", "rollback", "error"
+        elif short in _HEADLESS_OTHER:
+            fault, action, severity = "unknown", "stop_time_diagnosis", "error"
+        else:
+            return None  # an unknown type without its traceback: too weak to call
+        if self._fold(key, fault):
+            return []  # the echo of the traceback just closed
+        self._folded[(key, fault)] = (self._n, self._t)
+        data = common(raw, fault, action, severity, rank=rank, type=etype, message=message[:1024], file=None,
+                      lineno=None, func=None, user_code=fault == "user_code", frames=0, headless=True, **extra)  # fmt: skip
+        if error:
+            data["error"] = error
+        return [("exception", data)]
 
     def _seen_rule(self, key: Any, fold: Any) -> bool:
         seen = self._fold(key, fold)

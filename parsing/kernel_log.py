@@ -28,7 +28,7 @@ CONTEXT_LINES = 16
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,4})\b,?\s*(?P<rest>.*)")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,5})\b,?\s*(?P<rest>.*)")
 _PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
 _NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]+)\b.*?\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
@@ -45,9 +45,9 @@ FATAL_SXIDS = frozenset({12028, 26006, 26007, 26008})
 _SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d+),\s*(?P<rest>.*)")
 
 _SEGV = re.compile(
-    r"(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? (?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
+    r"(?:(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? )?(?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
 )
-_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)\[")
+_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)(?:\[|$)")
 
 _OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
 _OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
@@ -58,7 +58,7 @@ _OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
 _SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s!(?: \[(?P<proc>.+?):(?P<pid>\d+)\])?")
 _RCU_STALL = re.compile(r"rcu: INFO: rcu_\w+ (?:self-)?detected stalls? on CPUs?")
 _HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
-_PANIC = re.compile(r"Kernel panic - not syncing:\s*(?P<text>.*)")
+_PANIC = re.compile(r"Kernel [Pp]anic - (?:not )?syncing:?\s*(?P<text>.*)")
 
 _AER = re.compile(
     r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
@@ -152,7 +152,7 @@ class KernelLogParser:
         return found if found is not None else self._rules.match(msg, raw, self._seen)
 
     def _code(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        if "Kernel panic" in msg:
+        if "Kernel panic" in msg or "Kernel Panic" in msg:
             # Before the OOM branch: "Kernel panic - not syncing: Out of memory ..." is a panic.
             return self._stall(msg, raw)
         if "NVRM" in msg:
@@ -166,7 +166,7 @@ class KernelLogParser:
             return self._segfault(msg, raw)
         if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg or "Killed process" in msg:
             return self._oom(msg, raw)
-        if "lockup" in msg or "blocked for more than" in msg or "Kernel panic" in msg or "rcu: INFO" in msg:
+        if "lockup" in msg or "blocked for more than" in msg or "rcu: INFO" in msg:
             return self._stall(msg, raw)
         if "AER" in msg or "PCIe Bus Error" in msg:
             return self._aer(msg, raw)
@@ -275,8 +275,13 @@ class KernelLogParser:
         rest = m.group("rest").strip()
         key = ("sxid", m.group("dev"), m.group("code"))
         if rest.startswith(("Severity", "Data {", "Data:")):
-            self._seen(key)
-            return []  # detail lines of the SXid just emitted
+            if self._seen(key):
+                return []  # detail lines of the SXid just emitted
+            # A detail line whose head was lost (rotated, rate-limited): still an SXid of that code.
+            code = int(m.group("code"))
+            fatal = code in FATAL_SXIDS
+            return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn", sxid=code,
+                                    device=m.group("dev"), pci=_norm_pci(m.group("pci")), text=rest))]  # fmt: skip
         self._seen(key)
         fatal = rest.lower().startswith("fatal") or int(m.group("code")) in FATAL_SXIDS
         return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn",
@@ -296,7 +301,7 @@ class KernelLogParser:
             fault = "cuda_error"
         else:
             fault = "unknown"
-        return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=int(m.group("pid")), lib=lib,
+        return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
                                     text=m.group("what")))]  # fmt: skip
 
     def _oom(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:

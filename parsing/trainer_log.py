@@ -27,10 +27,15 @@ MAX_FRAMES = 256
 FOLD_LINES = 8
 FOLD_S = 10.0
 
+# srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
+_SRUN_LABEL = re.compile(r"^\d{1,6}: ")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
 
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds")
+# Older torch and cut log lines end at the WorkNCCL(...) arguments, without "ran for N milliseconds".
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: (?:WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds|WorkNCCL\((?P<cut>.*)\))"
+)
 _SEQ = re.compile(r"SeqNum=(\d+)")
 _OP = re.compile(r"OpType=(\w+)")
 _TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
@@ -60,7 +65,8 @@ _CUDA_ERR = re.compile(
 )
 _NAN = re.compile(
     r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,24}?(?:\bis\b|=|:)\s*(?:nan|[+-]?inf)\b"
-    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\bnan\b"
+    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
+    r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
     re.IGNORECASE,
 )
@@ -86,6 +92,10 @@ _USER_TYPES = frozenset(
     "ValueError KeyError TypeError IndexError AttributeError AssertionError NameError ZeroDivisionError "
     "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError".split()
 )
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def _rank(text: str) -> int | None:
@@ -163,10 +173,11 @@ class TrainerLogParser:
         if text is None:
             self.stats.garbled += 1
             return []
-        m = _PREFIX.match(text)
+        label = _SRUN_LABEL.match(text)
+        body = text[label.end():] if label else text
+        m = _PREFIX.match(body)
         key: tuple[str, int] | None = None
         prefix_rank = local_rank = None
-        body = text
         if m:
             if m.group(1):
                 prefix_rank = int(m.group(2))
@@ -174,7 +185,7 @@ class TrainerLogParser:
             else:
                 local_rank = int(m.group(4))
                 key = ("local", local_rank)
-            body = text[m.end():]
+            body = body[m.end():]
         stamped = split_timestamp(body, now=self._now)
         self._t = stamped.ts if stamped.ts is not None else ts
         msg = stamped.message
@@ -384,13 +395,13 @@ class TrainerLogParser:
     def _watchdog(self, msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
         m = _WATCHDOG.search(msg)
         if m:
-            args = m.group("args")
+            args = m.group("args") if m.group("args") is not None else m.group("cut")
             seq, op, timeout = _SEQ.search(args), _OP.search(args), _TIMEOUT.search(args)
             numel = dict(_NUMEL.findall(args))
             data = common(
                 raw, "nccl_error", "reattempt", "error", rank=rank,
                 seq=int(seq.group(1)) if seq else None, op=op.group(1) if op else None,
-                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=int(m.group("elapsed")),
+                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=_int(m.group("elapsed")),
                 numel_in=int(numel["In"]) if "In" in numel else None, numel_out=int(numel["Out"]) if "Out" in numel else None, **extra,
             )  # fmt: skip
             return [("nccl_timeout", data)]

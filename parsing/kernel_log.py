@@ -15,7 +15,8 @@ import re
 from typing import Any, Sequence
 
 from parsing.kernel_nic import netdev_watchdog_events, nic_events
-from parsing.line import ParsedLine, ParserStats, clean_line, common
+from parsing.alarm import looks_alarming
+from parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
 from parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 from parsing.xid_table import lookup
@@ -84,8 +85,10 @@ def _int(text: str | None) -> int | None:
 class KernelLogParser:
     source = "kernel"
 
-    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None,
+                 on_unrecognised: OnUnrecognised | None = None):
         self.stats = ParserStats()
+        self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
@@ -112,10 +115,17 @@ class KernelLogParser:
         found = self._classify(stamped.message, text)
         if found is None:
             self.stats.skipped += 1
+            self._unrecognised(stamped.message, text)
             return []
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
+
+    def _unrecognised(self, msg: str, raw: str) -> None:
+        if looks_alarming(msg, raw):
+            self.stats.alarming += 1
+            if self.on_unrecognised is not None:
+                self.on_unrecognised(msg)
 
     def flush(self) -> list[ParsedLine]:
         """Nothing waits in this parser (records are emitted on their first line); forget context."""

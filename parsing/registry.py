@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from parsing.kernel_log import KernelLogParser
-from parsing.line import LogParser, ParsedLine
+from parsing.line import LogParser, OnUnrecognised, ParsedLine
 from parsing.rules import LineRule
 from parsing.trainer_log import TrainerLogParser
 from streams.events import Envelope, InvalidEvent
@@ -21,14 +21,15 @@ from streams.events import Envelope, InvalidEvent
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 
 
-def parser_for(source: str, rules: Sequence[LineRule] | None = None) -> LogParser:
+def parser_for(source: str, rules: Sequence[LineRule] | None = None, on_unrecognised: OnUnrecognised | None = None) -> LogParser:
     """A fresh parser for ``kernel`` or ``nccl`` (``trainer`` and ``dmesg`` are aliases); ``rules``
-    is the line catalogue (parsing.rules.load), the shipped one when None."""
+    is the line catalogue (parsing.rules.load), the shipped one when None; ``on_unrecognised`` hears
+    every skipped line that looks alarming (parsing.unrecognised.UnrecognisedMiner.add)."""
     canonical = SOURCE_ALIASES.get((source or "").strip().lower())
     if canonical == "kernel":
-        return KernelLogParser(rules=rules)
+        return KernelLogParser(rules=rules, on_unrecognised=on_unrecognised)
     if canonical == "nccl":
-        return TrainerLogParser(rules=rules)
+        return TrainerLogParser(rules=rules, on_unrecognised=on_unrecognised)
     raise ValueError(f"no log parser for source {source!r} (one of kernel, nccl, trainer)")
 
 

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from parsing.line import MAX_KEPT, ParsedLine, ParserStats, clean_line, common
+from parsing.alarm import looks_alarming
+from parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
 from parsing.rules import LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 
@@ -156,8 +157,10 @@ class _Traceback:
 class TrainerLogParser:
     source = "nccl"
 
-    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None,
+                 on_unrecognised: OnUnrecognised | None = None):
         self.stats = ParserStats()
+        self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
@@ -213,6 +216,10 @@ class TrainerLogParser:
             self.stats.recognised += 1
         else:
             self.stats.skipped += 1
+            if looks_alarming(msg):
+                self.stats.alarming += 1
+                if self.on_unrecognised is not None:
+                    self.on_unrecognised(msg)
         self.stats.events += len(out)
         return out
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+import orjson
 from tqdm import tqdm
 
 from parsing.line import ParsedLine
@@ -41,6 +42,7 @@ Examples:
   dmesg --time-format iso | faultlens parse - --source kernel --job llm-7b
   faultlens parse rank3.log --source trainer | jq -c 'select(.data.action != "none")'
   faultlens parse kern.log --rules site-rules.toml
+  faultlens parse kern.log --unrecognised missed.jsonl   # then turn a frequent template into a rule
 """
 
 # Lines read before the source is guessed.
@@ -59,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rules", action="append", default=[], metavar="FILE",
         help="a TOML line catalogue of your own (format: parsing/rules.toml), tried after the shipped rules; repeatable",
     )
+    parser.add_argument(
+        "--unrecognised", metavar="FILE", default=None,
+        help="mine the alarming lines no rule took (error, fail, fault, timeout, abort; kernel priority err or worse) into "
+        "Drain3 templates and write the top ones to FILE as JSON lines (count, template, example); '-' for stderr",
+    )
+    parser.add_argument("--top", type=int, default=20, help="how many templates --unrecognised writes (default 20)")
     parser.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "unknown"), help="job id of the events (default: unknown)")
     parser.add_argument(
         "--node", default=os.environ.get("FAULTLENS_NODE") or socket.gethostname(), help="node name of the events (default: this host)"
@@ -107,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
         source = args.source or guess_source(head)
         if not args.source:
             log.info("source guessed from the first %d lines: %s", len(head), source)
-        parser = parser_for(source, rules)
+        miner = None
+        if args.unrecognised:
+            from parsing.unrecognised import UnrecognisedMiner  # Drain3 only when asked for
+
+            miner = UnrecognisedMiner()
+        parser = parser_for(source, rules, (lambda msg: miner.add(msg, source)) if miner else None)
 
         def emit(parsed: list[ParsedLine], lineno: int) -> int:
             n = 0
@@ -129,8 +142,25 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     s = parser.stats
     print(
-        f"faultlens parse: {s.lines} lines, {s.recognised} recognised, {s.skipped} skipped, {s.garbled} garbled; "
+        f"faultlens parse: {s.lines} lines, {s.recognised} recognised, {s.skipped} skipped ({s.alarming} of them alarming: "
+        f"no rule took them{'' if miner else '; --unrecognised FILE shows their templates'}), {s.garbled} garbled; "
         f"{written} events (source {source})",
         file=sys.stderr,
     )
+    if miner is not None:
+        return _write_templates(args.unrecognised, miner.top(args.top))
+    return 0
+
+
+def _write_templates(path: str, templates: list) -> int:
+    lines = [orjson.dumps(t.as_dict()).decode() for t in templates]
+    if path == "-":
+        for line in lines:
+            print(line, file=sys.stderr)
+        return 0
+    try:
+        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as exc:
+        print(f"faultlens parse: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from diagnosis.anomaly import PeerAnomalyDetector
 from diagnosis.detector import JobBook
@@ -24,6 +25,7 @@ from diagnosis.rules.base import opt_int
 from diagnosis.rules.comms import FirstFailingRank
 from diagnosis.rules.liveness import SilenceDetector
 from parsing.registry import LineEventParser
+from parsing.rules import LineRule
 from streams.events import Envelope
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,8 @@ def skew_detail(event: Envelope, skew_s: float, clamped: str | None) -> str:
 
 
 class NodeStage:
-    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0) -> None:
-        self.parser = LineEventParser()
+    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0, line_rules: Sequence[LineRule] | None = None) -> None:
+        self.parser = LineEventParser(rules=line_rules)
         self.rules = rules if rules is not None else node_rules()
         self._by_source: dict[str, list[Rule]] = {}
         for rule in self.rules:

@@ -18,6 +18,7 @@ A rule::
     action = "evict"                       # the first action
     severity = "fatal"                     # fatal, error, warn, info (default error)
     fold = ["device"]                      # optional: echoes with the same groups fold into one event
+    scope = "job"                          # optional: the fault is the job's, not this node's (an NFS server)
     fold_as = "oom"                        # optional: share the fold keys of another record (the code's OOM);
                                            # alone (no fold groups), every match within the window folds
     [[rule.example]]
@@ -69,6 +70,7 @@ class LineRule:
     needles: tuple[str, ...] = ()
     fold: tuple[str, ...] = ()
     fold_as: str = ""
+    scope: str = "node"
     examples: tuple[Example, ...] = ()
     origin: str = ""
 
@@ -84,7 +86,7 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     if not isinstance(rid, str) or not rid:
         raise RuleError(f"{where}: needs a string id")
     where = f"{origin}: rule {rid!r}"
-    unknown = set(raw) - {"id", "source", "pattern", "kind", "fault", "action", "severity", "needles", "fold", "fold_as", "example", "why"}
+    unknown = set(raw) - {"id", "source", "pattern", "kind", "fault", "action", "severity", "needles", "fold", "fold_as", "scope", "example", "why"}
     if unknown:
         raise RuleError(f"{where}: unknown keys {sorted(unknown)}")
     source = raw.get("source", "kernel")
@@ -113,9 +115,12 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     reserved = set(pattern.groupindex) & {"line", "fault", "action", "severity", "rule"}
     if reserved:
         raise RuleError(f"{where}: group names {sorted(reserved)} are reserved for the event's own keys")
+    scope = raw.get("scope", "node")
+    if scope not in ("node", "job"):
+        raise RuleError(f"{where}: scope must be node or job, got {scope!r}")
     examples = tuple(Example(str(e.get("line", "")), str(e.get("provenance", ""))) for e in raw.get("example", ()) if isinstance(e, dict))
     return LineRule(rid, source, pattern, kind, fault, action, severity, tuple(raw.get("needles", ())), fold,
-                    str(raw.get("fold_as") or ""), examples, origin)
+                    str(raw.get("fold_as") or ""), scope, examples, origin)
 
 
 def parse_catalogue(text: str, origin: str) -> tuple[LineRule, ...]:
@@ -172,6 +177,8 @@ class RuleSet:
             if (rule.fold or rule.fold_as) and seen is not None and seen(_fold_key(rule, groups)):
                 return []
             data = common(raw, rule.fault, rule.action, rule.severity, rule=rule.id, **groups)
+            if rule.scope == "job":
+                data["scope"] = "job"
             data.setdefault("text", m.group(0)[:512])
             return [(rule.kind, data)]
         return None

@@ -30,9 +30,14 @@ class CatalogueRule:
             return []  # record only (an NFS server back, a healthy state change)
         # What the rule is about on this node: the device / server it names, else the rule itself.
         thing = event.data.get("device") or event.data.get("server") or event.data.get("pci") or ""
-        return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,),
-                        entity=f"{rule}:{thing}" if thing else str(rule), evidence=(event.id,),
-                        detail=f"{event.kind} ({rule}): {line_of(event)}")]
+        entity = f"{rule}:{thing}" if thing else str(rule)
+        if event.data.get("scope") == "job":
+            # The job's fault, not this machine's (an NFS server every node mounts): one finding per
+            # job and thing, naming no node, so nobody is evicted and the nodes' echoes fold into it.
+            return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(), entity=entity,
+                            evidence=(event.id,), detail=f"{event.kind} ({rule}) seen on {event.node}: {line_of(event)}")]
+        return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), entity=entity,
+                        evidence=(event.id,), detail=f"{event.kind} ({rule}): {line_of(event)}")]
 
     def tick(self, now: float) -> list[Finding]:
         return []

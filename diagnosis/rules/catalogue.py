@@ -1,9 +1,11 @@
-"""Findings from the line catalogue's events (parsing/rules.toml and users' --rules files).
+"""Findings from parsed log events no other rule family reads: the line catalogue's
+(parsing/rules.toml and users' --rules files, ``data.rule`` set) and the code's records that had
+no reader (an NVSwitch SXid, a fatal PCIe AER error, an uncorrected EDAC error, a segfault in
+libnccl / libcuda).
 
-A catalogue event carries its rule in ``data.rule`` and the rule's fault class and first action;
-this rule trusts them, so a user who adds a line to the catalogue gets diagnoses without code.
-Kinds another rule family already reads (an OOM kill, a link down, a NaN ...) are left to that
-family, which keeps its own logic (flap tolerance, rank attribution) for them.
+The parser's fault class and first action are trusted, so a user who adds a line to the catalogue
+gets diagnoses without code. Kinds another rule family already reads (an OOM kill, a link down, a
+NaN ...) are left to that family, which keeps its own logic (flap tolerance, rank attribution).
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ _HANDLED = frozenset(
 )
 
 
+# Code records with no rule family of their own.
+_UNREAD = frozenset({("kernel", "sxid"), ("kernel", "pcie_aer"), ("kernel", "edac"), ("kernel", "segfault")})
+
+
 class CatalogueRule:
     sources = frozenset({"kernel", "nccl"})
 
     def observe(self, event: Envelope) -> list[Finding]:
-        rule = event.data.get("rule")
-        if not rule or (event.source, event.kind) in _HANDLED:
+        key = (event.source, event.kind)
+        rule = event.data.get("rule") or (event.kind if key in _UNREAD else None)
+        if not rule or key in _HANDLED:
             return []
         fault, action = parsed_fault(event, "unknown", "none")
         if action == "none":

@@ -46,3 +46,10 @@ def test_a_users_rule_acts_without_code(tmp_path):
     assert _diagnoses(events) == []  # unknown to the shipped catalogue: nothing acts
     [d] = _diagnoses(events, EngineConfig(implicit=False, peer_model=False, line_rules=load([f])))
     assert (d.fault, d.action, d.nodes) == ("kernel", "evict", ("n004",))
+
+
+def test_fatal_nvswitch_sxid_evicts_a_nonfatal_one_records():
+    # NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/sxid/sxid_handler_test.go
+    fatal = _lines("n005", ["nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26008, SOE Watchdog error"])
+    nonfatal = _lines("n006", ["[73309.599396] nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate"])
+    assert [(d.fault, d.action, d.nodes) for d in _diagnoses(fatal + nonfatal)] == [("nvlink", "evict", ("n005",))]

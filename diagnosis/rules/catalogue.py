@@ -35,6 +35,8 @@ class CatalogueRule:
         fault, action = parsed_fault(event, "unknown", "none")
         if action == "none":
             return []  # record only (an NFS server back, a healthy state change)
+        if fault == "unknown" and key in _UNREAD:
+            return []  # a segfault of some process outside NCCL / CUDA: not the training's fault
         # What the rule is about on this node: the device / server it names, else the rule itself.
         thing = event.data.get("device") or event.data.get("server") or event.data.get("pci") or ""
         entity = f"{rule}:{thing}" if thing else str(rule)

@@ -53,3 +53,12 @@ def test_fatal_nvswitch_sxid_evicts_a_nonfatal_one_records():
     fatal = _lines("n005", ["nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26008, SOE Watchdog error"])
     nonfatal = _lines("n006", ["[73309.599396] nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate"])
     assert [(d.fault, d.action, d.nodes) for d in _diagnoses(fatal + nonfatal)] == [("nvlink", "evict", ("n005",))]
+
+
+def test_segfault_counts_only_inside_nccl_or_cuda():
+    # leptonai/gpud components/accelerator/nvidia/nccl/kmsg_matcher_test.go
+    nccl = "[Thu Oct 10 03:06:53 2024] pt_main_thread[2536443]: segfault at 7f797fe00000 ip 00007f7c7ac69996 sp 00007f7c12fd7c30 error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]"
+    [d] = _diagnoses(_lines("n007", [nccl]))
+    assert (d.fault, d.nodes) == ("nccl_error", ("n007",))
+    other = nccl.replace("libnccl.so.2", "libfoo.so")  # the same crash in another library (synthetic)
+    assert _diagnoses(_lines("n008", [other])) == []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from parsing.alarm import looks_alarming
+from parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
 from parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
 from parsing.rules import LineRule, RuleSet
 from parsing.timestamps import split_timestamp
@@ -50,20 +51,6 @@ _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat mo
 _NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
 _IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
 
-_NCCL_ERR = re.compile(
-    r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
-    # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
-    r"|(?P<reset>Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe)"
-    r"|NCCL error in: (?P<where>\S+?),? (?P<why>[^,]*)"
-    r"|(?P<aborted>NCCL communicator was aborted)"
-)
-_CUDA_ERR = re.compile(
-    r"CUDA error: (?P<err>[^.\n]+)"
-    r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
-    r"|(?P<cuerr>\bcudaError\w+)"
-    r"|(?P<oom>CUDA out of memory)"
-    r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*)"
-)
 _NAN = re.compile(
     r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,24}?(?:\bis\b|=|:)\s*(?:nan|[+-]?inf)\b"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
@@ -80,19 +67,7 @@ _TB_START = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<lineno>\d+)(?:, in (?P<func>.+))?')
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning", "Timeout", "StopIteration")
-# A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message.
-_HEADLESS = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
-_SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
-                          r"expected scalar type|dimension out of range|index out of range")
-# Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
-_HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
-                             "DistNetworkError", "MemoryError", "OSError", "SystemError"})
 _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
-# Exception types that say the program itself is wrong when raised from a frame of its own.
-_USER_TYPES = frozenset(
-    "ValueError KeyError TypeError IndexError AttributeError AssertionError NameError ZeroDivisionError "
-    "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError".split()
-)
 
 
 def _int(text: str | None) -> int | None:
@@ -104,35 +79,6 @@ def _rank(text: str) -> int | None:
     if not m:
         return None
     return int(next(g for g in m.groups() if g is not None))
-
-
-def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
-    """(error, fault, action, severity) of a CUDA failure named in ``text``, or None."""
-    m = _CUDA_ERR.search(text)
-    if not m:
-        return None
-    error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("text")).strip()
-    low = error.lower()
-    if "ecc" in low:
-        return error, "gpu_memory", "evict", "fatal"
-    if "device-side assert" in low or m.group("oom") or "out of memory" in low:
-        # An index out of range or a batch too big: the program's fault, not the GPU's.
-        return error, "user_code", "rollback", "error"
-    return error, "cuda_error", "stop_time_diagnosis", "error"
-
-
-def classify_nccl(text: str) -> str | None:
-    """The NCCL error a line names (``ncclSystemError``, ``connection reset``, ...), or None."""
-    m = _NCCL_ERR.search(text)
-    if not m:
-        return None
-    if m.group("name"):
-        return m.group("name")
-    if m.group("reset"):
-        return m.group("reset").lower()
-    if m.group("where"):
-        return f"NCCL error in {m.group('where')}: {m.group('why').strip()}".rstrip(": ")
-    return "communicator aborted"
 
 
 @dataclass
@@ -285,7 +231,7 @@ class TrainerLogParser:
             extra["sympathetic"] = True
         else:
             innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
-            user_code = innermost_is_user or (bool(user_frames) and short in _USER_TYPES)
+            user_code = innermost_is_user or (bool(user_frames) and short in USER_TYPES)
             fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
         companion = None
         if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in extra:
@@ -363,35 +309,17 @@ class TrainerLogParser:
 
     def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
         """The exception line of a traceback whose header and frames went elsewhere (ranks
-        interleave their output; a log collector kept only the last line). Without frames only
-        the type and message judge it: a CUDA / NCCL error by its text, a type that says the program
-        is wrong (ValueError, KeyError, a shape mismatch) is user code, the rest unknown."""
-        m = _HEADLESS.match(msg.strip())
-        if not m:
+        interleave their output; a log collector kept only the last line): parsing.errors judges it."""
+        found = classify_headless(msg)
+        if found is None:
             return None
-        etype, message = m.group("type"), m.group("msg").strip()
-        short = etype.rsplit(".", 1)[-1]
-        text = f"{etype}: {message}"
-        cuda = classify_cuda(text)
-        nccl = None if cuda else classify_nccl(text)
-        error = None
-        if cuda:
-            error, fault, action, severity = cuda
-        elif nccl:
-            error, fault, action, severity = nccl, "nccl_error", "reattempt", "error"
-        elif short in _USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)):
-            fault, action, severity = "user_code", "rollback", "error"
-        elif short in _HEADLESS_OTHER:
-            fault, action, severity = "unknown", "stop_time_diagnosis", "error"
-        else:
-            return None  # an unknown type without its traceback: too weak to call
-        if self._fold(key, fault):
+        if self._fold(key, found.fault):
             return []  # the echo of the traceback just closed
-        self._folded[(key, fault)] = (self._n, self._t)
-        data = common(raw, fault, action, severity, rank=rank, type=etype, message=message[:1024], file=None,
-                      lineno=None, func=None, user_code=fault == "user_code", frames=0, headless=True, **extra)  # fmt: skip
-        if error:
-            data["error"] = error
+        self._folded[(key, found.fault)] = (self._n, self._t)
+        data = common(raw, found.fault, found.action, found.severity, rank=rank, type=found.type, message=found.message[:1024],
+                      file=None, lineno=None, func=None, user_code=found.fault == "user_code", frames=0, headless=True, **extra)  # fmt: skip
+        if found.error:
+            data["error"] = found.error
         return [("exception", data)]
 
     def _seen_rule(self, key: Any, fold: Any) -> bool:

@@ -148,11 +148,12 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if miner is not None:
-        return _write_templates(args.unrecognised, miner.top(args.top))
+        return write_templates(args.unrecognised, miner.top(args.top))
     return 0
 
 
-def _write_templates(path: str, templates: list) -> int:
+def write_templates(path: str, templates: list) -> int:
+    """The mined templates as JSON lines to ``path`` ('-': stderr); 1 when it cannot be written."""
     lines = [orjson.dumps(t.as_dict()).decode() for t in templates]
     if path == "-":
         for line in lines:

@@ -52,7 +52,8 @@ _NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev
 _IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
 
 _NAN = re.compile(
-    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,24}?(?:\bis\b|=|:)\s*(?:nan|[+-]?inf)\b"
+    # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
+    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?(?:nan|[+-]?inf)\b"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
     r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",

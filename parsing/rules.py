@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -160,6 +160,14 @@ class RuleSet:
     """The rules of one source, ready to match."""
 
     rules: tuple[LineRule, ...]
+    # Most lines hold none of the rules' needles: one pass over all of them settles those lines
+    # (None when a rule has no needles, so every line must be tried). Plain `in` tests beat one
+    # alternation regex of the same literals by a third in CPython.
+    _needles: tuple[str, ...] | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.rules and all(r.needles for r in self.rules):
+            object.__setattr__(self, "_needles", tuple(sorted({n for r in self.rules for n in r.needles})))
 
     @classmethod
     def for_source(cls, source: str, rules: Sequence[LineRule] | None = None) -> "RuleSet":
@@ -167,6 +175,8 @@ class RuleSet:
 
     def match(self, msg: str, raw: str, seen: Seen | None = None) -> Found | None:
         """Events of the first rule matching ``msg``; [] when it folds into one just emitted; None: no rule."""
+        if not self.rules or (self._needles is not None and not any(n in msg for n in self._needles)):
+            return None
         for rule in self.rules:
             if rule.needles and not any(n in msg for n in rule.needles):
                 continue

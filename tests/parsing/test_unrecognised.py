@@ -57,3 +57,13 @@ def test_cli_writes_the_top_templates(tmp_path):
     assert "2 of them alarming" in run.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["count"] == 2 and rows[0]["source"] == "kernel"
+
+
+def test_cli_refuses_a_bad_rules_file_with_its_reason(tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("nothing\n")
+    bad = tmp_path / "mine.toml"
+    bad.write_text("[[rule]]\nid = 'x'\npattern = 'a'\nkind = 'k'\nfault = 'disk'\naction = 'evict'\n")
+    run = subprocess.run([sys.executable, "-m", "faultlens.cli", "parse", str(log), "--rules", str(bad)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "mine.toml: rule 'x': fault 'disk' is not a fault class" in run.stderr

@@ -108,6 +108,10 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     severity = raw.get("severity", "error")
     if severity not in SEVERITIES:
         raise RuleError(f"{where}: severity must be one of {SEVERITIES}")
+    for key in ("needles", "fold"):
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise RuleError(f"{where}: {key} must be a list of non-empty strings")
     fold = tuple(raw.get("fold", ()))
     missing = [g for g in fold if g not in pattern.groupindex]
     if missing:

@@ -63,6 +63,7 @@ def test_user_rules_are_added_after_the_shipped_ones(tmp_path):
         ("[[rule]]\nid='x'\npattern='(?P<fault>a)'\nkind='k'\nfault='kernel'\naction='evict'\n", "reserved"),
         ("[[rule]]\nid='x'\npattern='a'\nkind='k'\nfault='kernel'\naction='evict'\nfold=['dev']\n", "fold"),
         ("rule = 3 3", "not TOML"),
+        ("[[rule]]\nid='x'\npattern='a'\nkind='k'\nfault='kernel'\naction='alert'\nneedles='abc'\n", "needles must be a list"),
         ("[[rule]]\nid='x'\npattern='a'\nkind='k'\nfault='kernel'\naction='alert'\nscope='rack'\n", "scope"),
     ],
 )

@@ -49,6 +49,7 @@ def test_fabric_manager_lines_become_kernel_events(tmp_path):
     assert event.data["rule"] == "fm.nvswitch_fatal"
 
 
-def test_off_unless_named():
-    config = AgentConfig(job="j", node="n1", nvml=False, kernel=False, net=False, create_topics=False)
+def test_off_unless_named(tmp_path):
+    config = AgentConfig(job="j", node="n1", nvml=False, kernel=False, net=False, create_topics=False,
+                         spool_dir=tmp_path / "spool")
     assert "fabric_manager" not in [s.name for s in Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).sources]

@@ -55,6 +55,11 @@ class AgentConfig:
     kernel_from_start: bool = False
     trainer_logs: list[str] = field(default_factory=list)
     trainer_from_start: bool = False
+    # NVIDIA fabric manager's log (NVSwitch errors, topology aborts): followed like a trainer log,
+    # read by the kernel parser's catalogue (parsing/rules.toml, rules fm.*); None: not followed.
+    fabric_manager_log: str | None = None
+    # The log-line catalogue the parsers use (parsing.rules.load); None: the shipped one.
+    line_rules: tuple | None = None
     nvml: bool = True
     launcher_pid: int | None = None
     proc_pattern: str | None = None
@@ -147,7 +152,8 @@ class Agent:
             return self.parser_factories[kind]
         from parsing.registry import parser_for
 
-        return lambda: parser_for(kind)
+        rules = self.config.line_rules
+        return lambda: parser_for(kind, rules)
 
     def _build_sources(self) -> list[Source]:
         c, publish = self.config, self.publisher.publish
@@ -160,6 +166,12 @@ class Agent:
         if c.kernel:
             sources.append(LogSource(
                 "kernel", lambda: keyed(open_kernel_reader(c.kernel_log, c.kernel_from_start), "kernel"),
+                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
+        if c.fabric_manager_log:
+            # Its events go out as source `kernel`: a host daemon's word about the NVSwitch fabric,
+            # judged by the same rules as the driver's SXid lines.
+            sources.append(LogSource(
+                "fabric_manager", lambda: FileFollower([c.fabric_manager_log], from_start=False),
                 self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
         if c.trainer_logs:
             sources.append(LogSource(

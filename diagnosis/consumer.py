@@ -185,7 +185,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     config = config or EngineConfig()
     if stage == "node":
         group = group or NODE_GROUP
-        node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group)
+        node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group, line_rules=config.line_rules)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
                              max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS,
                              deferred_topics=TELEMETRY_DECODERS)

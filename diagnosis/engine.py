@@ -28,6 +28,7 @@ from diagnosis.dedup import Dedup
 from diagnosis.detector import JobBook
 from diagnosis.features import NodeWindow
 from diagnosis.implicit import ImplicitConfig
+from parsing.rules import LineRule
 from streams.diagnosis_record import Diagnosis
 from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
@@ -52,6 +53,15 @@ KNOWN_KINDS = {
 }
 
 
+def known_kind(event: Envelope) -> bool:
+    """A kind docs/events.md lists, or one a line-catalogue rule made (parsing/rules.toml or a
+    user's --rules file: its events name their rule, and diagnosis.rules.catalogue reads them)."""
+    kinds = KNOWN_KINDS.get(event.source)
+    if kinds is None or event.kind in kinds:
+        return True
+    return event.source in ("kernel", "nccl") and isinstance(event.data, dict) and isinstance(event.data.get("rule"), str)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
@@ -67,6 +77,9 @@ class EngineConfig:
     stage: str = "all"
     # The peer model (isolation forest + slow-drift suspects, diagnosis.anomaly); off: rules only.
     peer_model: bool = True
+    # The log-line catalogue raw lines are parsed with (parsing.rules.load: shipped + --rules files);
+    # None: the shipped one.
+    line_rules: tuple[LineRule, ...] | None = None
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -98,7 +111,7 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self.book = JobBook()
-        self.node_stage = NodeStage(window_s=self.config.window_s)
+        self.node_stage = NodeStage(window_s=self.config.window_s, line_rules=self.config.line_rules)
         self._lanes: dict[str, _Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
@@ -133,8 +146,7 @@ class Engine:
         if event.id in self._seen:
             self.stats["duplicates"] += 1
             return []
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds:
+        if not known_kind(event):
             raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
         if self.config.stage != "job" or event.source not in JOB_SOURCES:
             # A job stage's telemetry comes from `summaries`, passed on by a node stage that

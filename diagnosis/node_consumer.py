@@ -28,13 +28,14 @@ import os
 import socket
 import time
 import uuid
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from diagnosis.detector import JobBook
-from diagnosis.engine import KNOWN_KINDS
+from diagnosis.engine import known_kind
 from diagnosis.rules.base import Finding
 from diagnosis.features import NodeWindow
 from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
+from parsing.rules import LineRule
 from streams import topics
 from streams.bundle import pack
 from streams.event_time import WriterWord
@@ -69,8 +70,10 @@ def window_summary(w: NodeWindow, closed_at: float) -> Outgoing:
 class NodeStageHandler:
     """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
 
-    def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0):
+    def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0,
+                 line_rules: Sequence[LineRule] | None = None):
         self.window_s = window_s
+        self.line_rules = line_rules
         self._stages: dict[int, NodeStage] = {}  # input partition number → its nodes' state
         self.book = JobBook()
         self.group = group
@@ -116,7 +119,7 @@ class NodeStageHandler:
         """The node stage of the nodes on input partition number ``partition``."""
         stage = self._stages.get(partition)
         if stage is None:
-            stage = self._stages[partition] = NodeStage(window_s=self.window_s)
+            stage = self._stages[partition] = NodeStage(window_s=self.window_s, line_rules=self.line_rules)
         return stage
 
     def partitions_moved(self, partitions) -> None:
@@ -128,8 +131,7 @@ class NodeStageHandler:
     def _one(self, r: Record) -> tuple[list[Outgoing], list[tuple[str, float, bytes]]]:
         """One record's outputs, and the (job, ts, event bytes) it passes on to the job stage."""
         event: Envelope = r.value
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds:
+        if not known_kind(event):
             raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
         check_payload(event)
         if event.source == "job":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from diagnosis.anomaly import PeerAnomalyDetector
 from diagnosis.detector import JobBook
@@ -24,6 +25,9 @@ from diagnosis.rules.base import opt_int
 from diagnosis.rules.comms import FirstFailingRank
 from diagnosis.rules.liveness import SilenceDetector
 from parsing.registry import LineEventParser
+from parsing.rules import LineRule
+from parsing.unrecognised import UnrecognisedMiner
+from streams import metrics
 from streams.events import Envelope
 
 log = logging.getLogger(__name__)
@@ -71,14 +75,21 @@ def skew_detail(event: Envelope, skew_s: float, clamped: str | None) -> str:
 
 
 class NodeStage:
-    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0) -> None:
-        self.parser = LineEventParser()
+    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0, line_rules: Sequence[LineRule] | None = None) -> None:
+        # Alarming lines no rule took, mined per node stage (faultlens analyze --unrecognised; the
+        # faultlens_log_lines_unrecognised counter on --metrics-port): never acted on.
+        self.unrecognised = UnrecognisedMiner()
+        self.parser = LineEventParser(rules=line_rules, on_unrecognised=self._unrecognised)
         self.rules = rules if rules is not None else node_rules()
         self._by_source: dict[str, list[Rule]] = {}
         for rule in self.rules:
             for source in rule.sources:
                 self._by_source.setdefault(source, []).append(rule)
         self.windows = FeatureWindows(window_s)
+
+    def _unrecognised(self, source: str, node: str, message: str) -> None:
+        metrics.UNRECOGNISED.labels(source=source).inc()
+        self.unrecognised.add(message, source)
 
     def parse(self, event: Envelope) -> list[Envelope]:
         """Raw ``line`` events become parsed events (possibly none); others pass through."""

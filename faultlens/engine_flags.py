@@ -14,6 +14,7 @@ import os
 from diagnosis.engine import EngineConfig
 from diagnosis.hang import HangConfig
 from diagnosis.implicit import ImplicitConfig
+from parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()
 _HANG = HangConfig()
@@ -46,6 +47,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hang-floor", type=float, default=_env_float("FAULTLENS_HANG_FLOOR_S", _HANG.floor_s),
                    help=f"never call a stall shorter than this many seconds a hang "
                         f"(default {_HANG.floor_s:g}; env FAULTLENS_HANG_FLOOR_S)")
+    g.add_argument("--rules", action="append", metavar="FILE",
+                   default=[p for p in os.environ.get("FAULTLENS_RULES", "").split(os.pathsep) if p],
+                   help="a TOML log-line catalogue of your own (format: parsing/rules.toml), tried after the shipped "
+                        "rules when raw lines are parsed; repeatable (env FAULTLENS_RULES, paths joined by ':')")
     g.add_argument("--hang-k", type=float, default=_env_float("FAULTLENS_HANG_K", _HANG.k),
                    help=f"a stall is a hang after this many median step times (default {_HANG.k:g}; env FAULTLENS_HANG_K)")
 
@@ -53,5 +58,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The engine settings the flags of :func:`add_engine_arguments` name."""
     hang = HangConfig(k=args.hang_k, floor_s=args.hang_floor)
+    paths = getattr(args, "rules", None) or []
+    try:
+        line_rules = load(paths) if paths else None
+    except RuleError as exc:
+        raise SystemExit(f"faultlens: {exc}") from None
     return EngineConfig(grace_s=args.grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
-                        implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model)
+                        implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model, line_rules=line_rules)

@@ -347,8 +347,10 @@ REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
     "detection_by_class", "label_detection", "time_to_command", "mtbf", "over_eviction", "wrongly_blamed", "ettr",
     "incidents", "mttr_by_class", "command_outcomes", "event_faults", "action_outcomes", "nodes_taken_out",
-    "refused_copies",
+    "refused_copies", "unrecognised_lines",
 )
+# Sections computed in Python rather than SQL (history.report.build dispatches them).
+PYTHON_SECTIONS = frozenset({"unrecognised_lines"})
 
 
 def _params(sql: str, given: dict[str, Any]) -> dict[str, Any]:

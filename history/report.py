@@ -11,7 +11,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from history.queries import REPORT_SECTIONS, run
+from history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
+from history.unrecognised import unrecognised_lines
 
 TITLES = {
     "summary": "History",
@@ -53,7 +54,13 @@ _TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "comman
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:
     """Every report section's rows, in report order."""
-    return {name: run(conn, name, **params) for name in REPORT_SECTIONS}
+    out = {}
+    for name in REPORT_SECTIONS:
+        if name in PYTHON_SECTIONS:
+            out[name] = unrecognised_lines(conn, int(params.get("limit") or DEFAULTS["limit"]))
+        else:
+            out[name] = run(conn, name, **params)
+    return out
 
 
 def _jsonable(value: Any) -> Any:

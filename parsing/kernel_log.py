@@ -12,10 +12,12 @@ parsing.kernel_nic.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from parsing.kernel_nic import netdev_watchdog_events, nic_events
-from parsing.line import ParsedLine, ParserStats, clean_line, common
+from parsing.alarm import looks_alarming
+from parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 from parsing.xid_table import lookup
 
@@ -27,30 +29,37 @@ CONTEXT_LINES = 16
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,4})\b,?\s*(?P<rest>.*)")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,5})\b,?\s*(?P<rest>.*)")
 _PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
 _NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]+)\b.*?\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
 _RECOVERY = re.compile(r"to 0x[0-9a-fA-F]+ \((?P<action>[^)]*)\)")
 _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>" + _PCI + r"):\s*(?P<uuid>GPU-[0-9a-fA-F\-]+)?")
+# The first line of the driver's three-line fall-off notice; the third names no PCI address.
+_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU (?:PCI:)?(?P<pci>" + _PCI + r")")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number:\s*(?P<serial>\S*)")
 _ANY_PCI = re.compile(r"(?:PCI:)?(" + _PCI + r")")
 
+# SXids NVIDIA's NVSwitch catalogue treats as fatal whatever the line's own word (issue 37 names
+# 12028 and the SOE errors 26006-26008); the rest go by the line's "Fatal" / "Non-fatal".
+FATAL_SXIDS = frozenset({12028, 26006, 26007, 26008})
 _SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d+),\s*(?P<rest>.*)")
 
 _SEGV = re.compile(
-    r"(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? (?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
+    r"(?:(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? )?(?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
 )
-_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)\[")
+_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)(?:\[|$)")
 
 _OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
 _OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
+# The victim line alone (older kernels print it on its own line, RHEL adds the UID).
+_OOM_VICTIM = re.compile(r"Killed process (?P<pid>\d+)(?:,? UID \d+,)? \((?P<proc>[^)]*)\)")
 _OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
 
 _SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s!(?: \[(?P<proc>.+?):(?P<pid>\d+)\])?")
 _RCU_STALL = re.compile(r"rcu: INFO: rcu_\w+ (?:self-)?detected stalls? on CPUs?")
 _HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
-_PANIC = re.compile(r"Kernel panic - not syncing:\s*(?P<text>.*)")
+_PANIC = re.compile(r"Kernel [Pp]anic - (?:not )?syncing:?\s*(?P<text>.*)")
 
 _AER = re.compile(
     r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
@@ -76,9 +85,12 @@ def _int(text: str | None) -> int | None:
 class KernelLogParser:
     source = "kernel"
 
-    def __init__(self, *, now: float | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None,
+                 on_unrecognised: OnUnrecognised | None = None):
         self.stats = ParserStats()
+        self.on_unrecognised = on_unrecognised
         self._now = now
+        self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
         self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
         self._context_pci: str | None = None
@@ -103,10 +115,17 @@ class KernelLogParser:
         found = self._classify(stamped.message, text)
         if found is None:
             self.stats.skipped += 1
+            self._unrecognised(stamped.message, text)
             return []
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
+
+    def _unrecognised(self, msg: str, raw: str) -> None:
+        if looks_alarming(msg, raw):
+            self.stats.alarming += 1
+            if self.on_unrecognised is not None:
+                self.on_unrecognised(msg)
 
     def flush(self) -> list[ParsedLine]:
         """Nothing waits in this parser (records are emitted on their first line); forget context."""
@@ -118,10 +137,15 @@ class KernelLogParser:
     # -- folding -----------------------------------------------------------------------------
     def _seen(self, key: tuple[str, Any]) -> bool:
         """True when ``key`` fired within FOLD_LINES and FOLD_S; marks it as fired now either way."""
-        last = self._recent.get(key)
+        recent = self._recently(key)
         self._recent[key] = (self._n, self._clock)
         if len(self._recent) > 4096:
             self._recent = {k: v for k, v in self._recent.items() if self._n - v[0] <= FOLD_LINES}
+        return recent
+
+    def _recently(self, key: tuple[str, Any]) -> bool:
+        """True when ``key`` fired within FOLD_LINES and FOLD_S (marks nothing)."""
+        last = self._recent.get(key)
         if last is None or self._n - last[0] > FOLD_LINES:
             return False
         then, now = last[1], self._clock
@@ -130,7 +154,17 @@ class KernelLogParser:
 
     # -- dispatch ----------------------------------------------------------------------------
     def _classify(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        """Events of one line; [] when the line belongs to a record already emitted; None: not ours."""
+        """Events of one line; [] when the line belongs to a record already emitted; None: not ours.
+
+        The code's records first (they fold over several lines), then the catalogue (parsing/rules.toml
+        and the user's --rules files) for the lines the code left."""
+        found = self._code(msg, raw)
+        return found if found is not None else self._rules.match(msg, raw, self._seen)
+
+    def _code(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
+        if "Kernel panic" in msg or "Kernel Panic" in msg:
+            # Before the OOM branch: "Kernel panic - not syncing: Out of memory ..." is a panic.
+            return self._stall(msg, raw)
         if "NVRM" in msg:
             return self._nvrm(msg, raw)
         if "fallen off the bus" in msg:
@@ -140,9 +174,9 @@ class KernelLogParser:
             return self._sxid(msg, raw)
         if "segfault at" in msg or "traps: " in msg:
             return self._segfault(msg, raw)
-        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg:
+        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg or "Killed process" in msg:
             return self._oom(msg, raw)
-        if "lockup" in msg or "blocked for more than" in msg or "Kernel panic" in msg or "rcu: INFO" in msg:
+        if "lockup" in msg or "blocked for more than" in msg or "rcu: INFO" in msg:
             return self._stall(msg, raw)
         if "AER" in msg or "PCIe Bus Error" in msg:
             return self._aer(msg, raw)
@@ -166,6 +200,12 @@ class KernelLogParser:
             self._context[pci] = (self._n, [raw], {"uuid": m.group("uuid")} if m.group("uuid") else {})
             self._context_pci = pci
             return None  # a header says nothing wrong by itself
+        m = _THE_GPU.search(msg)
+        if m:
+            pci = _norm_pci(m.group("pci"))
+            self._context[pci] = (self._n, [raw], {})
+            self._context_pci = pci
+            return None
         m = _SERIAL.search(msg)
         if m and self._context_pci in self._context:
             at, lines, extra = self._context[self._context_pci]
@@ -174,7 +214,14 @@ class KernelLogParser:
             return None
         if "fallen off the bus" in msg:
             pm = _ANY_PCI.search(msg.split("NVRM:", 1)[-1])
-            return self._gpu_lost(raw, _norm_pci(pm.group(1)) if pm else "unknown", None)
+            if pm:
+                return self._gpu_lost(raw, _norm_pci(pm.group(1)), None)
+            ctx = self._context.get(self._context_pci or "")
+            recent = ctx is not None and self._n - ctx[0] <= CONTEXT_LINES
+            return self._gpu_lost(raw, self._context_pci if recent else "unknown", None)
+        if self._context_pci in self._context and "installed in this system" in msg:
+            self._context[self._context_pci][1].append(raw)  # the middle line of the notice
+            return None
         return None
 
     def _xid(self, m: re.Match[str], raw: str) -> list[tuple[str, dict[str, Any]]]:
@@ -224,8 +271,11 @@ class KernelLogParser:
             lines = ctx[1] + [raw]
             more = ctx[2]
         data = common("\n".join(lines), "gpu_lost", "evict", "fatal", pci=pci, **more, **extra)
-        if xid is not None:
-            data["xid"] = xid
+        # The fall-off text without its Xid line is Xid 79 all the same (NVIDIA's catalogue, and
+        # peers such as gpud read it so); xid_inferred says no Xid line was seen.
+        data["xid"] = 79 if xid is None else xid
+        if xid is None:
+            data["xid_inferred"] = True
         return [("gpu_lost", data)]
 
     def _sxid(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
@@ -235,10 +285,15 @@ class KernelLogParser:
         rest = m.group("rest").strip()
         key = ("sxid", m.group("dev"), m.group("code"))
         if rest.startswith(("Severity", "Data {", "Data:")):
-            self._seen(key)
-            return []  # detail lines of the SXid just emitted
+            if self._seen(key):
+                return []  # detail lines of the SXid just emitted
+            # A detail line whose head was lost (rotated, rate-limited): still an SXid of that code.
+            code = int(m.group("code"))
+            fatal = code in FATAL_SXIDS
+            return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn", sxid=code,
+                                    device=m.group("dev"), pci=_norm_pci(m.group("pci")), text=rest))]  # fmt: skip
         self._seen(key)
-        fatal = rest.lower().startswith("fatal")
+        fatal = rest.lower().startswith("fatal") or int(m.group("code")) in FATAL_SXIDS
         return [("sxid", common(raw, "nvlink", "evict" if fatal else "none", "fatal" if fatal else "warn",
                                 sxid=int(m.group("code")), device=m.group("dev"), pci=_norm_pci(m.group("pci")), text=rest))]  # fmt: skip
 
@@ -256,15 +311,17 @@ class KernelLogParser:
             fault = "cuda_error"
         else:
             fault = "unknown"
-        return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=int(m.group("pid")), lib=lib,
+        return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
                                     text=m.group("what")))]  # fmt: skip
 
     def _oom(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg)
+        m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg) or _OOM_VICTIM.search(msg)
         if m:
             pid = int(m.group("pid"))
-            if self._seen(("oom", pid)):
-                return []
+            head = self._recently(OOM_HEAD_KEY)
+            self._recent.pop(OOM_HEAD_KEY, None)  # one head, one victim: the next OOM is news
+            if self._seen(("oom", pid)) or head:
+                return []  # an echo, or the victim of the "invoked oom-killer" report just emitted
             cgroup = "Memory cgroup" in msg or "CONSTRAINT_MEMCG" in msg
             return [("oom_kill", common(raw, "host_oom", "restart", "error", pid=pid, process=m.group("proc"), cgroup=cgroup))]
         m = _OOM_REAPED.search(msg)
@@ -283,6 +340,8 @@ class KernelLogParser:
                                          text=m.group(0)))]  # fmt: skip
         m = _PANIC.search(msg)
         if m:
+            if self._seen(OOPS_KEY):
+                return []  # the end of the oops just emitted
             return [("panic", common(raw, "kernel", "evict", "fatal", text=m.group("text")))]
         m = _RCU_STALL.search(msg)
         if m:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 # A line longer than this is a runaway (binary, a dumped tensor): only its head is examined.
 MAX_LINE = 8192
@@ -39,14 +39,22 @@ class ParserStats:
     skipped: int = 0
     garbled: int = 0
     events: int = 0
+    # Skipped lines that look like trouble (parsing.alarm): a rule may be missing for them.
+    alarming: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"lines": self.lines, "recognised": self.recognised, "skipped": self.skipped, "garbled": self.garbled, "events": self.events}
+        return {"lines": self.lines, "recognised": self.recognised, "skipped": self.skipped, "garbled": self.garbled, "events": self.events,
+                "alarming": self.alarming}
+
+
+# Called with each skipped line that looks alarming (its message without the clock).
+OnUnrecognised = Callable[[str], None]
 
 
 class LogParser(Protocol):
     source: str
     stats: ParserStats
+    on_unrecognised: OnUnrecognised | None
 
     def feed(self, line: str, *, ts: float | None = None) -> list[ParsedLine]: ...
 

@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from parsing.kernel_log import KernelLogParser
-from parsing.line import LogParser, ParsedLine
+from parsing.line import LogParser, OnUnrecognised, ParsedLine
+from parsing.rules import LineRule
 from parsing.trainer_log import TrainerLogParser
 from streams.events import Envelope, InvalidEvent
 
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 
 
-def parser_for(source: str) -> LogParser:
-    """A fresh parser for ``kernel`` or ``nccl`` (``trainer`` and ``dmesg`` are aliases)."""
+def parser_for(source: str, rules: Sequence[LineRule] | None = None, on_unrecognised: OnUnrecognised | None = None) -> LogParser:
+    """A fresh parser for ``kernel`` or ``nccl`` (``trainer`` and ``dmesg`` are aliases); ``rules``
+    is the line catalogue (parsing.rules.load), the shipped one when None; ``on_unrecognised`` hears
+    every skipped line that looks alarming (parsing.unrecognised.UnrecognisedMiner.add)."""
     canonical = SOURCE_ALIASES.get((source or "").strip().lower())
     if canonical == "kernel":
-        return KernelLogParser()
+        return KernelLogParser(rules=rules, on_unrecognised=on_unrecognised)
     if canonical == "nccl":
-        return TrainerLogParser()
+        return TrainerLogParser(rules=rules, on_unrecognised=on_unrecognised)
     raise ValueError(f"no log parser for source {source!r} (one of kernel, nccl, trainer)")
 
 
@@ -73,6 +76,9 @@ class LineEventParser:
     """
 
     streams: dict[tuple[str, str, str], _Stream] = field(default_factory=dict)
+    rules: Sequence[LineRule] | None = None  # the line catalogue; the shipped one when None
+    # Hears (source, node, message) of every alarming line no rule took (parsing.unrecognised).
+    on_unrecognised: Callable[[str, str, str], None] | None = None
 
     def parse(self, env: Envelope) -> list[Envelope]:
         if env.kind != "line" or env.source not in ("kernel", "nccl"):
@@ -83,12 +89,16 @@ class LineEventParser:
         key = (env.job, env.node, env.source)
         stream = self.streams.get(key)
         if stream is None:
-            stream = self.streams[key] = _Stream(parser_for(env.source), env)
+            stream = self.streams[key] = _Stream(parser_for(env.source, self.rules, self._hook(env.source, env.node)), env)
         stream.last = env
         return [
             to_envelope(p, job=env.job, node=env.node, ts=env.ts, event_id=f"{env.id}.{i}")
             for i, p in enumerate(stream.parser.feed(line, ts=env.ts))
         ]
+
+    def _hook(self, source: str, node: str) -> OnUnrecognised | None:
+        hear = self.on_unrecognised
+        return None if hear is None else (lambda msg: hear(source, node, msg))
 
     def flush(self) -> list[Envelope]:
         """Records still open (a traceback cut off at the end of a trace), attributed to the last line seen."""

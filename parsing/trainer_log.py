@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-from parsing.line import MAX_KEPT, ParsedLine, ParserStats, clean_line, common
+from parsing.alarm import looks_alarming
+from parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
+from parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from parsing.rules import LineRule, RuleSet
 from parsing.timestamps import split_timestamp
 
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
@@ -26,10 +29,15 @@ MAX_FRAMES = 256
 FOLD_LINES = 8
 FOLD_S = 10.0
 
+# srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
+_SRUN_LABEL = re.compile(r"^\d{1,6}: ")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
 
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds")
+# Older torch and cut log lines end at the WorkNCCL(...) arguments, without "ran for N milliseconds".
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: (?:WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds|WorkNCCL\((?P<cut>.*)\))"
+)
 _SEQ = re.compile(r"SeqNum=(\d+)")
 _OP = re.compile(r"OpType=(\w+)")
 _TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
@@ -43,26 +51,16 @@ _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat mo
 _NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
 _IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
 
-_NCCL_ERR = re.compile(
-    r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
-    # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
-    r"|(?P<reset>Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe)"
-    r"|NCCL error in: (?P<where>\S+?),? (?P<why>[^,]*)"
-    r"|(?P<aborted>NCCL communicator was aborted)"
-)
-_CUDA_ERR = re.compile(
-    r"CUDA error: (?P<err>[^.\n]+)"
-    r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
-    r"|(?P<cuerr>\bcudaError\w+)"
-    r"|(?P<oom>CUDA out of memory)"
-    r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*)"
-)
 _NAN = re.compile(
-    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,24}?(?:\bis\b|=|:)\s*(?:nan|[+-]?inf)\b"
-    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\bnan\b"
+    # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
+    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?(?:nan|[+-]?inf)\b"
+    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
+    r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
     re.IGNORECASE,
 )
+# nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
+_NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 
@@ -71,11 +69,10 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<lineno>\d+)(?:, in (?
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning", "Timeout", "StopIteration")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
-# Exception types that say the program itself is wrong when raised from a frame of its own.
-_USER_TYPES = frozenset(
-    "ValueError KeyError TypeError IndexError AttributeError AssertionError NameError ZeroDivisionError "
-    "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError".split()
-)
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def _rank(text: str) -> int | None:
@@ -83,35 +80,6 @@ def _rank(text: str) -> int | None:
     if not m:
         return None
     return int(next(g for g in m.groups() if g is not None))
-
-
-def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
-    """(error, fault, action, severity) of a CUDA failure named in ``text``, or None."""
-    m = _CUDA_ERR.search(text)
-    if not m:
-        return None
-    error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("text")).strip()
-    low = error.lower()
-    if "ecc" in low:
-        return error, "gpu_memory", "evict", "fatal"
-    if "device-side assert" in low or m.group("oom") or "out of memory" in low:
-        # An index out of range or a batch too big: the program's fault, not the GPU's.
-        return error, "user_code", "rollback", "error"
-    return error, "cuda_error", "stop_time_diagnosis", "error"
-
-
-def classify_nccl(text: str) -> str | None:
-    """The NCCL error a line names (``ncclSystemError``, ``connection reset``, ...), or None."""
-    m = _NCCL_ERR.search(text)
-    if not m:
-        return None
-    if m.group("name"):
-        return m.group("name")
-    if m.group("reset"):
-        return m.group("reset").lower()
-    if m.group("where"):
-        return f"NCCL error in {m.group('where')}: {m.group('why').strip()}".rstrip(": ")
-    return "communicator aborted"
 
 
 @dataclass
@@ -136,9 +104,12 @@ class _Traceback:
 class TrainerLogParser:
     source = "nccl"
 
-    def __init__(self, *, now: float | None = None):
+    def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None,
+                 on_unrecognised: OnUnrecognised | None = None):
         self.stats = ParserStats()
+        self.on_unrecognised = on_unrecognised
         self._now = now
+        self._rules = RuleSet.for_source(self.source, rules)
         self._n = 0
         self._open: dict[tuple[str, int] | None, _Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
@@ -152,10 +123,11 @@ class TrainerLogParser:
         if text is None:
             self.stats.garbled += 1
             return []
-        m = _PREFIX.match(text)
+        label = _SRUN_LABEL.match(text)
+        body = text[label.end():] if label else text
+        m = _PREFIX.match(body)
         key: tuple[str, int] | None = None
         prefix_rank = local_rank = None
-        body = text
         if m:
             if m.group(1):
                 prefix_rank = int(m.group(2))
@@ -163,7 +135,7 @@ class TrainerLogParser:
             else:
                 local_rank = int(m.group(4))
                 key = ("local", local_rank)
-            body = text[m.end():]
+            body = body[m.end():]
         stamped = split_timestamp(body, now=self._now)
         self._t = stamped.ts if stamped.ts is not None else ts
         msg = stamped.message
@@ -191,6 +163,10 @@ class TrainerLogParser:
             self.stats.recognised += 1
         else:
             self.stats.skipped += 1
+            if looks_alarming(msg):
+                self.stats.alarming += 1
+                if self.on_unrecognised is not None:
+                    self.on_unrecognised(msg)
         self.stats.events += len(out)
         return out
 
@@ -256,7 +232,7 @@ class TrainerLogParser:
             extra["sympathetic"] = True
         else:
             innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
-            user_code = innermost_is_user or (bool(user_frames) and short in _USER_TYPES)
+            user_code = innermost_is_user or (bool(user_frames) and short in USER_TYPES)
             fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
         companion = None
         if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in extra:
@@ -292,6 +268,14 @@ class TrainerLogParser:
         if " NCCL INFO " in msg:
             return None  # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault
         extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
+        # The catalogue first: its trainer rules name lines the generic NCCL WARN / error reading
+        # below would take for an NCCL fault (an IB port error is the NIC's).
+        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k))
+        if found is not None:
+            for _, data in found:
+                data.setdefault("rank", rank)
+                data.update(extra)
+            return found
         if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
             found = self._watchdog(msg, raw, rank, extra)
             if found is not None:
@@ -316,22 +300,44 @@ class TrainerLogParser:
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
         low = msg.lower()
-        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and _NAN.search(msg):
+        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
+        if ":" in msg and ("Error" in msg or "Exception" in msg):
+            return self._headless(msg, raw, rank, key, extra)
         return None
+
+    def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        """The exception line of a traceback whose header and frames went elsewhere (ranks
+        interleave their output; a log collector kept only the last line): parsing.errors judges it."""
+        found = classify_headless(msg)
+        if found is None:
+            return None
+        if self._fold(key, found.fault):
+            return []  # the echo of the traceback just closed
+        self._folded[(key, found.fault)] = (self._n, self._t)
+        data = common(raw, found.fault, found.action, found.severity, rank=rank, type=found.type, message=found.message[:1024],
+                      file=None, lineno=None, func=None, user_code=found.fault == "user_code", frames=0, headless=True, **extra)  # fmt: skip
+        if found.error:
+            data["error"] = found.error
+        return [("exception", data)]
+
+    def _seen_rule(self, key: Any, fold: Any) -> bool:
+        seen = self._fold(key, fold)
+        self._folded[(key, fold)] = (self._n, self._t)
+        return seen
 
     def _watchdog(self, msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
         m = _WATCHDOG.search(msg)
         if m:
-            args = m.group("args")
+            args = m.group("args") if m.group("args") is not None else m.group("cut")
             seq, op, timeout = _SEQ.search(args), _OP.search(args), _TIMEOUT.search(args)
             numel = dict(_NUMEL.findall(args))
             data = common(
                 raw, "nccl_error", "reattempt", "error", rank=rank,
                 seq=int(seq.group(1)) if seq else None, op=op.group(1) if op else None,
-                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=int(m.group("elapsed")),
+                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=_int(m.group("elapsed")),
                 numel_in=int(numel["In"]) if "In" in numel else None, numel_out=int(numel["Out"]) if "Out" in numel else None, **extra,
             )  # fmt: skip
             return [("nccl_timeout", data)]

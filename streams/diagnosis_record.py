@@ -34,6 +34,9 @@ FAULT_CLASSES = (
     # Added: a whole job's telemetry stopped (it ended, or the pipeline upstream of diagnosis lost
     # it): an alert about the job or the pipeline, never about a machine.
     "telemetry_lost",
+    # Added (DESIGN.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
+    # NFS server outage is job-wide and only alerts.
+    "storage",
 )
 
 # The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;

@@ -21,6 +21,9 @@ _lock = threading.Lock()
 
 DIAGNOSES = Counter("faultlens_diagnoses", "diagnoses produced", ["fault", "action"], registry=REGISTRY)
 COMMANDS = Counter("faultlens_commands", "commands decided", ["action", "sent"], registry=REGISTRY)
+# Log lines that look alarming (error, fail, timeout, ...) but no rule took: a rule may be missing.
+UNRECOGNISED = Counter("faultlens_log_lines_unrecognised", "alarming log lines no rule recognised", ["source"],
+                       registry=REGISTRY)
 
 
 class _RunnerCollector:

@@ -21,8 +21,8 @@ to it is one reviewed edit plus a regeneration. DESIGN.md §3 decides the named 
   gpu_reset_required for the rest (46, 62, 109, 110, 119, 120, 136, 143, 155, 158, ...).
 * WORKFLOW_NVLINK_ERR (74) and WORKFLOW_NVLINK5_ERR (144-150) -> nvlink, evict; 144-150 are
   refined by the decode table when the line carries IntrInfo (an IGNORE decode records only).
-* RESTART_APP -> app_fault, reattempt (13, 31, 94 ...). 94 (contained ECC error) keeps
-  app_fault as DESIGN.md §3 says, but is flagged ``memory`` so a detector can count it per GPU.
+* RESTART_APP -> app_fault, reattempt (13, 31 ...); a memory code among them (94, contained ECC
+  error) is gpu_memory, reattempt: the memory's fault, a restart clears it, a repeat evicts.
 * IGNORE -> action none (record only): 63 (remap event) and 92 (high SBE rate) are gpu_memory.
 * WORKFLOW_XID_45 (45) and 43 after 13 are sympathetic: app_fault, none, never blamed alone.
 * Unused codes (NVIDIA: CONTACT_SUPPORT, "Unused") -> unknown, none.
@@ -81,6 +81,10 @@ def policy(code: int, bucket: str, description: str) -> tuple[str, str, str]:
     if bucket in ("WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR"):
         return "nvlink", "evict", "fatal"
     if bucket == "RESTART_APP":
+        if memory:
+            # 94: a contained ECC error is the GPU's memory, not the program; NVIDIA says restart the
+            # application, and dedup escalates a repeat on the same GPU to an eviction.
+            return "gpu_memory", "reattempt", "error"
         return "app_fault", "reattempt", "error"
     if bucket == "IGNORE":
         if memory:

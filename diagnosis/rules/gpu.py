@@ -71,7 +71,7 @@ class XidRule:
         mnemonic = data.get("mnemonic") or getattr(info, "mnemonic", "") or ""
         # A contained memory error (Xid 94) is the application's problem unless the GPU's ECC / remap
         # counters show the memory failing: wait for the next NVML samples before blaming the app.
-        hold = MEMORY_HOLD_S if fault == "app_fault" and getattr(info, "memory", False) else 0.0
+        hold = MEMORY_HOLD_S if action == "reattempt" and getattr(info, "memory", False) else 0.0
         # The kernel log and NVML's event API both report an Xid, naming the GPU differently (PCI
         # address vs index): the second report of the same code on the node moments later is an echo.
         seen = self._last_by_source.get((event.job, node, code))

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--findings-only", action="store_true",
                         help="leave out record-only diagnoses and stack-capture requests")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--unrecognised", metavar="FILE",
+                        help="write the Drain3 templates of the trace's alarming raw log lines that no rule took "
+                             "(JSON lines: count, template, example, source; '-' for stderr)")
     add_engine_arguments(parser)
 
 
@@ -48,4 +51,8 @@ def run(args: argparse.Namespace) -> int:
         out.write(orjson.dumps(d.to_dict()) + b"\n")
     out.flush()
     print(json.dumps({"summary": dict(engine.stats), "dedup": dict(engine.dedup_stats)}), file=sys.stderr)
+    if args.unrecognised:
+        from faultlens.commands.parse import write_templates
+
+        return write_templates(args.unrecognised, engine.node_stage.unrecognised.top(20))
     return 0

@@ -16,6 +16,7 @@ from collectors.agent import Agent, AgentConfig
 from collectors.checks.suite import ChecksConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
+from parsing.rules import RuleError, load
 from streams.broker import faultlens_home
 from streams import metrics
 from streams.config import add_kafka_arguments
@@ -73,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a trainer / NCCL log file to follow; repeatable; globs allowed (quote them)")
     g.add_argument("--trainer-from-start", action="store_true",
                    help="read trainer logs that exist at start from their beginning (default: their end)")
+    g.add_argument("--fabric-manager-log", metavar="FILE", default=_env("FABRIC_MANAGER_LOG") or "/var/log/fabricmanager.log",
+                   help="follow NVIDIA fabric manager's log (NVSwitch errors; default /var/log/fabricmanager.log, "
+                        "FAULTLENS_FABRIC_MANAGER_LOG; nothing happens while it does not exist)")
+    g.add_argument("--no-fabric-manager", action="store_true", help="do not follow the fabric manager log")
+    g.add_argument("--rules", action="append", default=[], metavar="FILE",
+                   help="a TOML log-line catalogue of your own (format: parsing/rules.toml), tried after the shipped rules; repeatable")
     s = parser.add_argument_group("training processes and stack capture")
     s.add_argument("--launcher-pid", type=int, help="pid of the launcher (torchrun); its workers are the training processes")
     s.add_argument("--proc-pattern", metavar="REGEX", help="training processes are those whose command line matches")
@@ -120,10 +127,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         keys_error = str(exc)
     state_dir = args.state_dir or default_state_dir()
     spool_dir = Path(args.spool_dir) if args.spool_dir else faultlens_home() / "spool" / f"{args.job}-{args.node}"
+    try:
+        line_rules = load(args.rules) if args.rules else None
+    except RuleError as exc:
+        raise SystemExit(f"faultlens collect: {exc}") from None
     return AgentConfig(
         job=args.job, node=args.node, interval_s=args.interval, heartbeat_interval_s=args.heartbeat_interval,
         kernel=not args.no_kernel, kernel_log=args.kernel_log, kernel_from_start=args.kernel_from_start,
         trainer_logs=list(args.trainer_log), trainer_from_start=args.trainer_from_start, nvml=not args.no_nvml,
+        fabric_manager_log=None if args.no_fabric_manager else args.fabric_manager_log, line_rules=line_rules,
         launcher_pid=args.launcher_pid, proc_pattern=args.proc_pattern, rank_env=args.rank_env,
         verify_keys=keys, verify_keys_error=keys_error,
         replay_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+import orjson
 from tqdm import tqdm
 
 from parsing.line import ParsedLine
 from parsing.registry import guess_source, parser_for, to_envelope
+from parsing.rules import RuleError, load
 from streams.events import InvalidEvent, encode
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,8 @@ Examples:
   faultlens parse /var/log/kern.log
   dmesg --time-format iso | faultlens parse - --source kernel --job llm-7b
   faultlens parse rank3.log --source trainer | jq -c 'select(.data.action != "none")'
+  faultlens parse kern.log --rules site-rules.toml
+  faultlens parse kern.log --unrecognised missed.jsonl   # then turn a frequent template into a rule
 """
 
 # Lines read before the source is guessed.
@@ -53,6 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="which parser (trainer is an alias of nccl); guessed from the first lines when omitted",
     )
+    parser.add_argument(
+        "--rules", action="append", default=[], metavar="FILE",
+        help="a TOML line catalogue of your own (format: parsing/rules.toml), tried after the shipped rules; repeatable",
+    )
+    parser.add_argument(
+        "--unrecognised", metavar="FILE", default=None,
+        help="mine the alarming lines no rule took (error, fail, fault, timeout, abort; kernel priority err or worse) into "
+        "Drain3 templates and write the top ones to FILE as JSON lines (count, template, example); '-' for stderr",
+    )
+    parser.add_argument("--top", type=int, default=20, help="how many templates --unrecognised writes (default 20)")
     parser.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "unknown"), help="job id of the events (default: unknown)")
     parser.add_argument(
         "--node", default=os.environ.get("FAULTLENS_NODE") or socket.gethostname(), help="node name of the events (default: this host)"
@@ -83,6 +97,11 @@ def _event_id(node: str, path: str, lineno: int, index: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        rules = load(args.rules)
+    except RuleError as exc:
+        print(f"faultlens parse: {exc}", file=sys.stderr)
+        return 2
+    try:
         stream, fallback_ts, size = _open(args.file)
     except OSError as exc:
         print(f"faultlens parse: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
@@ -96,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
         source = args.source or guess_source(head)
         if not args.source:
             log.info("source guessed from the first %d lines: %s", len(head), source)
-        parser = parser_for(source)
+        miner = None
+        if args.unrecognised:
+            from parsing.unrecognised import UnrecognisedMiner  # Drain3 only when asked for
+
+            miner = UnrecognisedMiner()
+        parser = parser_for(source, rules, (lambda msg: miner.add(msg, source)) if miner else None)
 
         def emit(parsed: list[ParsedLine], lineno: int) -> int:
             n = 0
@@ -118,8 +142,26 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     s = parser.stats
     print(
-        f"faultlens parse: {s.lines} lines, {s.recognised} recognised, {s.skipped} skipped, {s.garbled} garbled; "
+        f"faultlens parse: {s.lines} lines, {s.recognised} recognised, {s.skipped} skipped ({s.alarming} of them alarming: "
+        f"no rule took them{'' if miner else '; --unrecognised FILE shows their templates'}), {s.garbled} garbled; "
         f"{written} events (source {source})",
         file=sys.stderr,
     )
+    if miner is not None:
+        return write_templates(args.unrecognised, miner.top(args.top))
+    return 0
+
+
+def write_templates(path: str, templates: list) -> int:
+    """The mined templates as JSON lines to ``path`` ('-': stderr); 1 when it cannot be written."""
+    lines = [orjson.dumps(t.as_dict()).decode() for t in templates]
+    if path == "-":
+        for line in lines:
+            print(line, file=sys.stderr)
+        return 0
+    try:
+        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as exc:
+        print(f"faultlens parse: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0

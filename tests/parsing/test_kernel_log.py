@@ -49,7 +49,7 @@ def test_xid_with_unknown_pid_and_name():
         (S.XID_64, 64, "gpu_memory", "evict_reset_gpu"),
         (S.XID_74, 74, "nvlink", "evict"),
         (S.XID_92, 92, "gpu_memory", "none"),
-        (S.XID_94, 94, "app_fault", "reattempt"),
+        (S.XID_94, 94, "gpu_memory", "reattempt"),
         (S.XID_95, 95, "gpu_memory", "evict_reset_gpu"),
         (S.XID_119, 119, "gpu_reset_required", "evict_reset_gpu"),
         (S.XID_UNKNOWN_CODE, 999, "unknown", "none"),
@@ -115,13 +115,29 @@ def test_two_gpus_lost_are_two_events():
 
 def test_fall_off_without_xid():
     e = one(S.FALLEN_NO_XID)
-    assert e.kind == "gpu_lost" and "xid" not in e.data and e.data["pci"] == "0000:af:00"
+    assert e.kind == "gpu_lost" and e.data["pci"] == "0000:af:00"
+    assert e.data["xid"] == 79 and e.data["xid_inferred"] is True  # the text is Xid 79 without its line
+
+
+def test_three_line_fall_off_notice_names_its_gpu():
+    # NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/gpufallen/gpufallen_handler_test.go
+    events = parse(
+        "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        "               NVRM: fallen off the bus and is not responding to commands.",
+    )
+    assert [(e.kind, e.data["pci"], e.data["xid"]) for e in events] == [("gpu_lost", "0000:b3:00", 79)]
+    assert events[0].data["line"].count("NVRM:") == 3  # the whole notice is the evidence
 
 
 def test_sxid_fatal_and_detail_lines_folded():
     e = one(S.SXID_FATAL)
     assert (e.kind, e.data["sxid"], e.data["device"], e.data["action"]) == ("sxid", 20034, "nvidia-nvswitch2", "evict")
+    # 12028 says "Non-fatal" but NVIDIA's NVSwitch catalogue treats it as fatal (issue 37).
     events = parse(*S.SXID_NONFATAL)
+    assert len(events) == 1 and events[0].data["action"] == "evict" and events[0].data["severity"] == "fatal"
+    # A code outside that list goes by its own word (the same line with another code: synthetic).
+    events = parse(*(line.replace("12028", "11012") for line in S.SXID_NONFATAL))
     assert len(events) == 1 and events[0].data["action"] == "none" and events[0].data["severity"] == "warn"
 
 

@@ -56,7 +56,7 @@ def test_committed_table_is_what_the_generator_makes_from_the_catalogue():
         (74, "nvlink", "evict"),
         (13, "app_fault", "reattempt"),
         (31, "app_fault", "reattempt"),
-        (94, "app_fault", "reattempt"),
+        (94, "gpu_memory", "reattempt"),  # contained ECC: the memory, restart the app
         (63, "gpu_memory", "none"),
         (92, "gpu_memory", "none"),
     ],

@@ -1,0 +1,52 @@
+"""Findings from parsed log events no other rule family reads: the line catalogue's
+(parsing/rules.toml and users' --rules files, ``data.rule`` set) and the code's records that had
+no reader (an NVSwitch SXid, a fatal PCIe AER error, an uncorrected EDAC error, a segfault in
+libnccl / libcuda).
+
+The parser's fault class and first action are trusted, so a user who adds a line to the catalogue
+gets diagnoses without code. Kinds another rule family already reads (an OOM kill, a link down, a
+NaN ...) are left to that family, which keeps its own logic (flap tolerance, rank attribution).
+"""
+
+from __future__ import annotations
+
+from diagnosis.rules.base import Finding, line_of, parsed_fault
+from streams.events import Envelope
+
+# (source, kind) pairs read by KernelRule, GpuLostRule, NicRule and TrainingRule.
+_HANDLED = frozenset(
+    [("kernel", k) for k in ("panic", "soft_lockup", "hung_task", "oom_kill", "mce", "gpu_lost", "link_up", "link_down", "nic_error", "xid")]
+    + [("nccl", k) for k in ("nan", "exception", "cuda_error", "nccl_error", "nccl_timeout")]
+)
+
+
+# Code records with no rule family of their own.
+_UNREAD = frozenset({("kernel", "sxid"), ("kernel", "pcie_aer"), ("kernel", "edac"), ("kernel", "segfault")})
+
+
+class CatalogueRule:
+    sources = frozenset({"kernel", "nccl"})
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        key = (event.source, event.kind)
+        rule = event.data.get("rule") or (event.kind if key in _UNREAD else None)
+        if not rule or key in _HANDLED:
+            return []
+        fault, action = parsed_fault(event, "unknown", "none")
+        if action == "none":
+            return []  # record only (an NFS server back, a healthy state change)
+        if fault == "unknown" and key in _UNREAD:
+            return []  # a segfault of some process outside NCCL / CUDA: not the training's fault
+        # What the rule is about on this node: the device / server it names, else the rule itself.
+        thing = event.data.get("device") or event.data.get("server") or event.data.get("pci") or ""
+        entity = f"{rule}:{thing}" if thing else str(rule)
+        if event.data.get("scope") == "job":
+            # The job's fault, not this machine's (an NFS server every node mounts): one finding per
+            # job and thing, naming no node, so nobody is evicted and the nodes' echoes fold into it.
+            return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(), entity=entity,
+                            evidence=(event.id,), detail=f"{event.kind} ({rule}) seen on {event.node}: {line_of(event)}")]
+        return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), entity=entity,
+                        evidence=(event.id,), detail=f"{event.kind} ({rule}): {line_of(event)}")]
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

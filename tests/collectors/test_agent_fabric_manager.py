@@ -1,0 +1,55 @@
+"""The agent follows NVIDIA fabric manager's log: its NVSwitch lines go out as parsed kernel
+events. No broker: the publisher spools, and the spool is read back."""
+
+from __future__ import annotations
+
+import time
+
+from collectors.agent import Agent, AgentConfig
+from collectors.spool import Spool
+from streams.config import KafkaSettings
+from streams.events import decode
+
+# leptonai/gpud components/accelerator/nvidia/fabric-manager/log_matcher_test.go
+FATAL = ("[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch "
+         "pci bus id 00000000:86:00.0 physical id 3 port 33")
+INFO = "[Feb 27 2025 14:10:02] [INFO] [tid 1808] multicast group 1 is allocated."
+
+
+def _wait(predicate, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_fabric_manager_lines_become_kernel_events(tmp_path):
+    fm = tmp_path / "fabricmanager.log"
+    fm.write_text(f"{FATAL}\n")  # already there at start: old news, not re-sent
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=5.0, nvml=False, kernel=False, net=False,
+                         fabric_manager_log=str(fm), spool_dir=tmp_path / "spool", create_topics=False)
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))
+    assert "fabric_manager" in [s.name for s in agent.sources]
+    agent.start()
+    try:
+        time.sleep(0.5)
+        with open(fm, "a") as f:
+            f.write(f"{INFO}\n{FATAL}\n")
+
+        def sxids():
+            return [e for e in (decode(r.value) for r in agent.spool.peek(10_000)) if e.kind == "sxid"]
+
+        assert _wait(lambda: len(sxids()) >= 1)
+        time.sleep(0.3)  # room for a wrong second event to show up
+        found = sxids()
+    finally:
+        agent.stop()
+    [event] = found
+    assert (event.source, event.node, event.data["sxid"], event.data["action"]) == ("kernel", "n1", 20034, "evict")
+    assert event.data["rule"] == "fm.nvswitch_fatal"
+
+
+def test_off_unless_named(tmp_path):
+    config = AgentConfig(job="j", node="n1", nvml=False, kernel=False, net=False, create_topics=False,
+                         spool_dir=tmp_path / "spool")
+    assert "fabric_manager" not in [s.name for s in Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).sources]

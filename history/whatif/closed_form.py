@@ -7,9 +7,9 @@ last completed checkpoint. With X ~ Exp(lam) and P = tau + c, the complete perio
 period u have closed expectations (K is geometric, u a truncated exponential), so the lost work is
 E[min(u, tau)] exactly rather than Young's tau / 2 (which it tends to when lam * tau is small).
 
-The one approximation: a spare is short when the machines other evictions took in the last
-``spare_return_days`` (a Poisson count, the arrivals seeing time averages) leave fewer than this
-eviction needs; the Monte-Carlo engine (monte_carlo.py) runs the pool for real and the tests check
+The spares are a loss system (``_taken_cdf``): an eviction finds the pool short when the machines
+other evictions hold leave fewer than it needs, and then pays a requeue; the one approximation is
+that evictions arrive at the running share of the wall-time rate; the Monte-Carlo engine (monte_carlo.py) runs the pool for real and the tests check
 the two agree.
 """
 
@@ -61,25 +61,38 @@ def daly_interval(stall_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * stall_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - stall_s
 
 
-def _poisson_sf(k: int, mean: float) -> float:
-    """P(N > k), N ~ Poisson(mean)."""
-    if k < 0:
-        return 1.0
-    if mean <= 0:
-        return 0.0
-    term = cdf = math.exp(-mean)
-    for i in range(1, k + 1):
-        term *= mean / i
-        cdf += term
-    return max(0.0, 1.0 - cdf)
-
-
-def _short_probability(spares: int, mean_taken: float, need: float) -> float:
-    """An eviction needing ``need`` machines (a mean: floor or ceil) finds fewer than that free."""
+def _batch_sizes(need: float) -> dict[int, float]:
+    """Machines one eviction takes when ``need`` is a mean: its floor or ceiling, weighted."""
     low = math.floor(need)
     frac = need - low
-    p_low = _poisson_sf(spares - low, mean_taken)
-    return p_low if frac == 0 else (1 - frac) * p_low + frac * _poisson_sf(spares - low - 1, mean_taken)
+    return {low: 1.0 - frac, low + 1: frac} if frac else {low: 1.0}
+
+
+def _taken_cdf(events: float, sizes: dict[int, float], spares: int) -> list[float]:
+    """P(machines on loan <= k) for k = 0..spares, as an eviction finds the pool.
+
+    Evictions arrive as a Poisson stream, each takes a batch (culprit + over-evicted) for the return
+    window, and one the pool cannot serve goes to a requeue and takes nothing: a multi-rate loss
+    system, whose occupancy is Kaufman-Roberts' recursion (the same for any holding-time law, so a
+    fixed return window is fine) and which Poisson arrivals see as it is (PASTA)."""
+    if spares < 0:
+        return []
+    g = [1.0] + [0.0] * spares
+    for k in range(1, spares + 1):
+        g[k] = events / k * sum(j * sizes.get(j, 0.0) * g[k - j] for j in range(1, k + 1))
+    total = sum(g)
+    out, acc = [], 0.0
+    for v in g:
+        acc += v / total
+        out.append(min(acc, 1.0))
+    return out
+
+
+def _short_probability(spares: int, cdf: list[float], need: float) -> float:
+    """An eviction needing ``need`` machines (a mean: floor or ceil) finds fewer than that free."""
+    def short(n: int) -> float:
+        return 1.0 if spares - n < 0 else 1.0 - cdf[spares - n]
+    return sum(w * short(n) for n, w in _batch_sizes(need).items())
 
 
 def _run_moments(lam: float, tau: float, stall: float) -> tuple[float, float, float]:
@@ -118,30 +131,48 @@ def _project(s: Scenario, tau: float) -> Projection:
     if lam == 0:
         share = stall / (tau + stall)
         return Projection(1 - share, tau, {"checkpoint": {"stall": share}}, 0.0, spares, 0.0)
-    full, stall_run, partial = _run_moments(lam, tau, stall)
+    moments = _run_moments(lam, tau, stall)
+    # Faults arrive while the job runs, so the pool sees evictions at the running share of the
+    # wall time; that share depends on the shortages it causes: a few passes settle it.
+    running = 1.0
+    for _ in range(4):
+        cycle, productive, seconds, short_mean = _cycle(s, lam, spares, running, moments)
+        running = (1 / lam) / cycle
+    breakdown = {name: {p: phases[p] / cycle for p in PHASES} for name, phases in seconds.items()}
+    breakdown["checkpoint"] = {"stall": moments[1] / cycle}
+    return Projection(productive / cycle, tau, breakdown, s.duration_s / cycle, spares, short_mean)
+
+
+def _cycle(s: Scenario, lam: float, spares: int, running: float,
+           moments: tuple[float, float, float]) -> tuple[float, float, dict[str, dict[str, float]], float]:
+    """(cycle length, productive seconds, lost seconds by class and phase, P(short) of an eviction)."""
+    full, _, partial = moments
     total_rate = sum(f.rate for f in s.faults)
     weights = {f.name: f.rate / total_rate for f in s.faults}
-    # Machines evictions take per second of wall time; a first pass without shortages gives the
-    # share of wall time spent running, which scales the per-running-second rates.
     evictors = [f for f in s.faults if not f.planned]
     per_s = s.nodes / DAY_S
-    downtime = sum(weights[f.name] * (f.detect_s + f.localise_s) for f in s.faults)
-    running = (1 / lam) / (1 / lam + downtime + s.recovery.standby_s)
     window = s.spare_return_days * DAY_S
-    taken = window * running * per_s * sum(f.rate * f.evict_share * (1 + f.over_evict) for f in evictors)
-    taken_no_over = window * running * per_s * sum(f.rate * f.evict_share for f in evictors)
-    short_no_over = _short_probability(spares, taken_no_over, 1.0)
+    events, sizes = 0.0, {}
+    for f in evictors:
+        mean = window * running * per_s * f.rate * f.evict_share
+        events += mean
+        for n, w in _batch_sizes(1.0 + f.over_evict).items():
+            sizes[n] = sizes.get(n, 0.0) + mean * w
+    sizes = {n: v / events for n, v in sizes.items()} if events else {}
+    cdf = _taken_cdf(events, sizes, spares)
+    short_no_over = _short_probability(spares, _taken_cdf(events, {1: 1.0}, spares), 1.0)
 
     cycle = 1 / lam
     productive = full
     seconds: dict[str, dict[str, float]] = {}
-    short_mean = 0.0
+    short_sum = evict_sum = 0.0
     for f in s.faults:
         w = weights[f.name]
-        short = _short_probability(spares, taken, 1.0 + f.over_evict)
+        short = _short_probability(spares, cdf, 1.0 + f.over_evict)
         recovery, over = _recovery(f, s, short, short_no_over)
         if not f.planned:
-            short_mean += w * f.evict_share * short
+            short_sum += w * f.evict_share * short
+            evict_sum += w * f.evict_share
         cycle += w * (f.detect_s + f.localise_s + recovery + over)
         productive += w * ((1 - f.slowdown) * (f.detect_s + f.localise_s) + (0.0 if f.loses_work else partial))
         seconds[f.name] = {
@@ -151,12 +182,7 @@ def _project(s: Scenario, tau: float) -> Projection:
             "over_eviction": w * over,
             "lost_work": w * partial if f.loses_work else 0.0,
         }
-    breakdown = {name: {p: phases[p] / cycle for p in PHASES} for name, phases in seconds.items()}
-    breakdown["checkpoint"] = {"stall": stall_run / cycle}
-    faults = s.duration_s / cycle
-    evict_share = sum(weights[f.name] * f.evict_share for f in evictors)
-    return Projection(productive / cycle, tau, breakdown, faults, spares,
-                      short_mean / evict_share if evict_share else 0.0)
+    return cycle, productive, seconds, short_sum / evict_sum if evict_sum else 0.0
 
 
 def optimal_interval(s: Scenario) -> float:

@@ -25,7 +25,7 @@ def plot_projection(s: Scenario, p: Projection, out: str | Path) -> Path:
         if any(widths):
             ax1.barh(causes, widths, left=left, label=phase)
             left = [a + b for a, b in zip(left, widths)]
-    ax1.set_xlabel("GPU-job hours lost")
+    ax1.set_xlabel("hours of the job lost")
     ax1.set_title(f"{s.name}: {s.gpus:,} GPUs, {s.days:g} days, ETTR {p.ettr:.1%}")
     ax1.legend(fontsize=8)
 

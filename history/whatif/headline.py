@@ -34,3 +34,13 @@ def headline(score_rows: Mapping[str, Mapping[str, Any]], *, gpus: int = DEMO_GP
         "largest_losses": [{"cause": c, "share": v} for c, v in causes[:top]],
         "measured_classes": sorted(note["measured"]),
     }
+
+
+def history_rows(conn) -> dict[str, dict[str, Any]]:
+    """A history's acting diagnoses as score lines: per class, the p50 of onset → decision. A
+    history knows what it found, not what it missed, so recall is taken as 1 (docs/ettr.md)."""
+    from history.queries import run
+
+    return {r["fault"]: {"fault": r["fault"], "labels": r["n"], "detected": r["n"], "recall": 1.0,
+                         "detection_latency_p50_s": r["p50_s"], "wrong_nodes": 0}
+            for r in run(conn, "detection_by_class") if r["n"] and r["p50_s"] is not None}

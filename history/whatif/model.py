@@ -26,6 +26,8 @@ class FaultClass:
     found (1 = the job stops; a fail-slow machine leaves it running slower). ``loses_work`` is False
     where the trainer can save before the restart (planned restarts, fail-slow evictions).
     ``timeout_s`` / ``manual_localise_s`` are what the framework's timeout alone gives (no faultlens).
+    ``stop_time`` classes are not localised by the diagnosis itself: it asks for a stop-time
+    diagnosis (DESIGN §4), whose diagnostics, reattempts and rollbacks are ``localise_s``.
     """
 
     name: str
@@ -39,6 +41,7 @@ class FaultClass:
     planned: bool = False          # recovery by hot update, nothing to detect
     timeout_s: float = 600.0
     manual_localise_s: float = 0.0
+    stop_time: bool = False
 
     def validate(self) -> None:
         for key in ("rate", "detect_s", "localise_s", "over_evict", "timeout_s", "manual_localise_s"):
@@ -157,6 +160,6 @@ def fault_from_mapping(data: Mapping[str, Any]) -> FaultClass:
     if "name" not in data or "rate" not in data or "detect_s" not in data:
         raise ValueError("a fault class needs name, rate and detect_s")
     try:
-        return FaultClass(**{k: (v if k in ("name", "loses_work", "planned") else float(v)) for k, v in data.items()})
+        return FaultClass(**{k: (v if k in ("name", "loses_work", "planned", "stop_time") else float(v)) for k, v in data.items()})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"fault class {data.get('name')!r}: {exc}") from None

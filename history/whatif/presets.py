@@ -61,7 +61,7 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
         # dual-phase replay) averages 6 min; half end in an eviction (eviction 32.5 % vs reattempt
         # 22.7 % + rollback 9.2 % of resolutions).
         FaultClass("cuda_error", c(36.1), detect_s=10, localise_s=360, evict_share=0.5,
-                   timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
+                   stop_time=True, timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
         # CPU overload and OOM: seen at once on the host; mostly a restart in place. choice.
         FaultClass("host_oom", c(21.1), detect_s=10, localise_s=60, evict_share=0.2,
                    timeout_s=TORCH_TIMEOUT_S, manual_localise_s=600),
@@ -80,9 +80,9 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
                    slowdown=0.3, loses_work=False, timeout_s=NOTICED_BY_HAND_S, manual_localise_s=7200),
         # choice: NaN found within a minute; rollback and replay to the bad step take 10 min.
         FaultClass("nan_loss", c(0.3), detect_s=60, localise_s=600, evict_share=0.0,
-                   timeout_s=NOTICED_BY_HAND_S, manual_localise_s=3600),
+                   stop_time=True, timeout_s=NOTICED_BY_HAND_S, manual_localise_s=3600),
         FaultClass("unknown", c(100 - 93.4), detect_s=60, localise_s=360, evict_share=0.5,
-                   timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
+                   stop_time=True, timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
         FaultClass("planned", c(BYTEROBUST_MANUAL), detect_s=0, localise_s=0, evict_share=0.0,
                    loses_work=False, planned=True),
     )
@@ -113,7 +113,7 @@ def llama3(gpus: int = 16384, days: float = 54.0) -> Scenario:
         FaultClass("job_hang", rate("job_hang"), detect_s=TORCH_TIMEOUT_S, localise_s=300, evict_share=1.0,
                    timeout_s=NCCL_HANG_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
         FaultClass("nan_loss", rate("nan_loss"), detect_s=300, localise_s=1800, evict_share=1.0,
-                   timeout_s=NOTICED_BY_HAND_S, manual_localise_s=3 * 3600),
+                   stop_time=True, timeout_s=NOTICED_BY_HAND_S, manual_localise_s=3 * 3600),
         FaultClass("planned", LLAMA3_PLANNED / LLAMA3_NODE_DAYS, detect_s=0, evict_share=0.0,
                    loses_work=False, planned=True),
     )

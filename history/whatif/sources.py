@@ -94,9 +94,10 @@ def read_score(path: str | Path) -> dict[str, dict[str, Any]]:
 
 def apply_score(s: Scenario, rows: dict[str, dict[str, Any]]) -> tuple[Scenario, dict[str, Any]]:
     """Detection as this pipeline measured it. A scored latency runs from the fault's onset to a
-    decision that names the machines, so it covers detection and localisation both; a fault it
-    missed (1 - recall) is left to the framework's timeout and a manual search. Healthy machines it
-    blamed, per fault found, become the class's over-eviction."""
+    decision that names the machines, so it covers detection and localisation both, except for a
+    ``stop_time`` class, whose decision starts the stop-time diagnosis (its ``localise_s`` stays);
+    a fault it missed (1 - recall) is left to the framework's timeout and a manual search. Healthy
+    machines it blamed, per fault found, become the class's over-eviction."""
     used: dict[str, Any] = {}
     for f in s.faults:
         row = rows.get(f.name)
@@ -109,7 +110,8 @@ def apply_score(s: Scenario, rows: dict[str, dict[str, Any]]) -> tuple[Scenario,
         detected = row.get("detected") or 0
         over = (row.get("wrong_nodes") or 0) / detected if detected else f.over_evict
         s = s.with_fault(f.name, detect_s=recall * p50 + (1 - recall) * f.timeout_s,
-                         localise_s=(1 - recall) * f.manual_localise_s, over_evict=max(f.over_evict, over))
+                         localise_s=recall * (f.localise_s if f.stop_time else 0.0) + (1 - recall) * f.manual_localise_s,
+                         over_evict=max(f.over_evict, over))
         used[f.name] = {"recall": recall, "detection_latency_p50_s": p50, "wrong_nodes_per_fault": over}
     missing = sorted(set(rows) - {f.name for f in s.faults})
     if missing:

@@ -218,3 +218,15 @@ def test_monte_carlo_is_seeded():
     s = presets.llama3(days=5)
     assert simulate(s, runs=5, seed=3) == simulate(s, runs=5, seed=3)
     assert simulate(s, runs=5, seed=3).ettr != simulate(s, runs=5, seed=4).ettr
+
+
+def test_a_stop_time_class_keeps_its_diagnosis_time_after_a_fast_decision(tmp_path):
+    score = tmp_path / "score.jsonl"
+    score.write_text('{"fault": "cuda_error", "labels": 2, "detected": 2, "recall": 1.0,'
+                     ' "detection_latency_p50_s": 2.0, "wrong_nodes": 0}\n')
+    s = presets.byterobust()
+    before = {f.name: f for f in s.faults}["cuda_error"]
+    assert before.stop_time
+    after = {f.name: f for f in sources.apply_score(s, sources.read_score(score))[0].faults}["cuda_error"]
+    # The 2 s decision asks for diagnostics; they still take their time.
+    assert after.detect_s == 2.0 and after.localise_s == before.localise_s

@@ -112,6 +112,7 @@ def _result(s: Scenario, note: dict, runs: int, seed: int) -> dict:
         "ettr": p.ettr,
         "ettr_monte_carlo": mc.ettr,
         "ettr_ci": list(mc.ci),
+        "ettr_1h": mc.window_ettr,
         "breakdown": p.breakdown,
         "checkpoint_interval_optimal_s": optimal_interval(s),
         "checkpoint_interval_s": p.checkpoint_interval_s,
@@ -161,6 +162,10 @@ def print_tables(s: Scenario, out: dict, console=None) -> None:
         f"ETTR {out['ettr']:.2%} (closed form), {out['ettr_monte_carlo']:.2%} "
         f"[{lo:.2%}, {hi:.2%}] (Monte Carlo, {out['inputs']['monte_carlo_runs']} runs); "
         f"framework timeout alone: {out['timeout_only']['ettr']:.2%}")
+    w = out["ettr_1h"]
+    if w:
+        console.print(f"1-hour windows (ByteRobust's other view): median {w['p50']:.2%}, 5th percentile "
+                      f"{w['p5']:.2%}, {w['below_90']:.1%} of hours below 90 %")
     t = Table(title="lost time (% of wall time; hours)")
     t.add_column("cause")
     phases = ["detection", "localisation", "recovery", "over_eviction", "lost_work", "stall"]

@@ -4,7 +4,10 @@ Same model as closed_form.py but nothing taken in expectation: faults arrive one
 (exponential gaps, class drawn by rate), each spends its detection, localisation and recovery time,
 an eviction takes spares from a pool that gets each back ``spare_return_days`` later (a dry pool
 means a requeue), the job stops at its end date. ETTR per run is productive / wall; the runs give a
-mean and a 95 % confidence interval of that mean.
+mean and a 95 % confidence interval of that mean. ByteRobust also reports ETTR over 1-hour windows:
+each run keeps its productive seconds per hour, and the runs' hours give the window ETTR's spread
+(a run segment's productive time is spread evenly over it: windows are approximate within a
+checkpoint period, which is far shorter than an hour).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class MonteCarlo:
     breakdown: dict[str, dict[str, float]]   # mean share of wall time, cause -> phase
     faults_mean: float
     requeues_mean: float                     # evictions that found the pool short, per run
+    window_ettr: dict[str, float]            # 1-hour windows over all runs: mean, p1, p5, p50, share below 90 %
 
 
 class _Pool:
@@ -59,7 +63,22 @@ class _Pool:
         return False, free + self.over_out >= 1
 
 
-def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple[float, dict, int, int]:
+WINDOW_S = 3600.0
+
+
+def _spread(hours: list[float], t0: float, t1: float, productive: float) -> None:
+    """Add ``productive`` seconds, spread evenly over [t0, t1), to the hours they fall in."""
+    if t1 <= t0 or productive <= 0:
+        return
+    rate = productive / (t1 - t0)
+    h = int(t0 // WINDOW_S)
+    while t0 < t1 and h < len(hours):
+        edge = min(t1, (h + 1) * WINDOW_S)
+        hours[h] += rate * (edge - t0)
+        t0, h = edge, h + 1
+
+
+def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple[float, dict, int, int, list]:
     lam = s.fault_rate_s()
     end = s.duration_s
     stall = s.checkpoint_stall_s
@@ -75,6 +94,7 @@ def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple
     lost = {f.name: dict.fromkeys(PHASES, 0.0) for f in classes}
     lost["checkpoint"] = {"stall": 0.0}
     productive = 0.0
+    hours = [0.0] * math.ceil(end / WINDOW_S)
     t = 0.0
     faults = requeues = 0
     while t < end:
@@ -83,18 +103,22 @@ def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple
         x = min(x, end - t)
         k = math.floor(x / period)
         u = x - k * period
-        productive += k * tau
         lost["checkpoint"]["stall"] += k * stall + max(0.0, u - tau)
-        t += x
         if done:
-            productive += min(u, tau)     # the job's last stretch needs no checkpoint to count
+            # The job's last stretch needs no checkpoint to count.
+            productive += k * tau + min(u, tau)
+            _spread(hours, t, t + x, k * tau + min(u, tau))
             break
         faults += 1
         f = classes[min(bisect.bisect_right(cum, rng.random() * acc), len(classes) - 1)]
         if f.loses_work:
             lost[f.name]["lost_work"] += min(u, tau)
+            kept = k * tau
         else:
-            productive += min(u, tau)
+            kept = k * tau + min(u, tau)
+        productive += kept
+        _spread(hours, t, t + x, kept)
+        t += x
         spans = [("detection", f.detect_s, f.slowdown), ("localisation", f.localise_s, f.slowdown)]
         if f.planned:
             spans.append(("recovery", r.hot_update_s, 1.0))
@@ -114,8 +138,22 @@ def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple
             seconds = min(seconds, end - t)
             lost[f.name][phase] += slow * seconds
             productive += (1 - slow) * seconds
+            _spread(hours, t, t + seconds, (1 - slow) * seconds)
             t += seconds
-    return productive / end, {c: {p: v / end for p, v in ph.items()} for c, ph in lost.items()}, faults, requeues
+    full_hours = [v / WINDOW_S for v in hours[: int(end // WINDOW_S)]]
+    return (productive / end, {c: {p: v / end for p, v in ph.items()} for c, ph in lost.items()}, faults, requeues,
+            full_hours)
+
+
+def _window_summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    values.sort()
+
+    def q(p: float) -> float:
+        return values[min(len(values) - 1, int(p * len(values)))]
+    return {"mean": fmean(values), "p1": q(0.01), "p5": q(0.05), "p50": q(0.5),
+            "below_90": sum(1 for v in values if v < 0.9) / len(values)}
 
 
 def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | None = None) -> MonteCarlo:
@@ -126,10 +164,11 @@ def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | No
     tau = interval_s or s.checkpoint_interval_s or optimal_interval(s)
     spares = spares_for(s)
     rng = random.Random(seed)
-    ettrs, faults, requeues = [], [], []
+    ettrs, faults, requeues, windows = [], [], [], []
     total: dict[str, dict[str, float]] = {}
     for _ in range(runs):
-        e, lost, n, q = _run_once(s, tau, spares, rng)
+        e, lost, n, q, hours = _run_once(s, tau, spares, rng)
+        windows.extend(hours)
         ettrs.append(e)
         faults.append(n)
         requeues.append(q)
@@ -139,4 +178,5 @@ def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | No
                 into[p] += v / runs
     mean = fmean(ettrs)
     half = Z95 * stdev(ettrs) / math.sqrt(runs)
-    return MonteCarlo(mean, (mean - half, mean + half), runs, total, fmean(faults), fmean(requeues))
+    return MonteCarlo(mean, (mean - half, mean + half), runs, total, fmean(faults), fmean(requeues),
+                      _window_summary(windows))

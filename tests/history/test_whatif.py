@@ -230,3 +230,14 @@ def test_a_stop_time_class_keeps_its_diagnosis_time_after_a_fast_decision(tmp_pa
     after = {f.name: f for f in sources.apply_score(s, sources.read_score(score))[0].faults}["cuda_error"]
     # The 2 s decision asks for diagnostics; they still take their time.
     assert after.detect_s == 2.0 and after.localise_s == before.localise_s
+
+
+def test_hourly_windows_spread_the_same_productive_time():
+    s = presets.llama3(days=20)
+    mc = simulate(s, runs=20, seed=2)
+    w = mc.window_ettr
+    # Every productive second lands in some hour: the hours' mean is the cumulative ETTR.
+    assert w["mean"] == pytest.approx(mc.ettr, abs=1e-9)
+    # Most hours see no fault; the bad ones pull the cumulative figure below the median hour.
+    assert w["p1"] <= w["p5"] < mc.ettr < w["p50"] <= 1.0
+    assert 0 < w["below_90"] < 0.5

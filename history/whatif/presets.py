@@ -26,7 +26,7 @@ LLAMA3_COUNTS = {
     "gpu_thermal": 6,              # GPU thermal interface + sensor
     "nan_loss": 6,                 # silent data corruption
 }
-LLAMA3_PLANNED = 47
+LLAMA3_PLANNED = 47            # automated maintenance (firmware, config): a restart, nothing lost
 
 # ByteRobust's census over 778,135 jobs (Table 1, DESIGN §3), shares of incidents.
 BYTEROBUST_CENSUS = {

@@ -171,6 +171,30 @@ def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return rows
 
 
+def _projection(conn: duckdb.DuckDBPyConnection) -> str:
+    """What this history's detection would give a big job (faultlens ettr, docs/ettr.md)."""
+    from history.whatif.headline import headline, history_rows
+
+    rows = history_rows(conn)
+    if not rows:
+        return ""
+    try:
+        p = headline(rows)
+    except ValueError as exc:
+        return f'<p class="note">No ETTR projection: {_e(str(exc))}</p>'
+    lo, hi = p["ettr_ci"]
+    losses = [{"cause": x["cause"], "share": f"{x['share']:.2%}"} for x in p["largest_losses"]]
+    return "\n".join([
+        f'<h3 id="projection">Projected: a {p["gpus"]:,}-GPU, {p["days"]:g}-day job with this detection</h3>',
+        f'<p class="note">ByteRobust\'s fault rates and recovery, detection as this history measured it '
+        f'({_e(", ".join(p["measured_classes"]))}): ETTR <b>{p["ettr"]:.2%}</b> (Monte Carlo '
+        f'{p["ettr_monte_carlo"]:.2%}, 95 % CI {lo:.2%} to {hi:.2%}); with the framework\'s timeout alone '
+        f'{p["timeout_only_ettr"]:.2%}. Checkpoint every {p["checkpoint_interval_optimal_s"]:.0f} s (the optimum). '
+        "Model and assumptions: docs/ettr.md; more with <code>faultlens ettr</code>.</p>",
+        _table(losses, ["cause", "share"], empty=""),
+    ])
+
+
 def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float | None = None,
            generated_at: float | None = None) -> str:
     """The whole report as one HTML string."""
@@ -225,6 +249,7 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
         '<p class="note">Productive time (train steps seen) / wall time, from the job timeline.</p>',
         _table(ettr, ["job", "ettr", "productive_s", "wall_s", "incidents"], empty="No job timeline in this history."),
         _figure(conn, "job_timeline", "Job timelines"),
+        _projection(conn),
 
         '<h2 id="incidents">Incidents</h2>',
         '<p class="note">Each acting diagnosis: when the fault began (first evidence), when it was diagnosed, the '

@@ -213,6 +213,15 @@ QUERIES: dict[str, str] = {
         FROM accepted c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
         WHERE c.action = 'evict' AND n NOT IN (SELECT n FROM truth)
         ORDER BY c.issued_at, node""",
+    # What-if ETTR from a history (history.whatif.sources): acting diagnoses per class per node-day of
+    # the history's span, over the nodes that sent anything, and how fast each class was called.
+    "fault_rates": f"""
+        WITH {_SPAN}, fleet AS (SELECT count(DISTINCT node) AS nodes FROM events WHERE coalesce(node, '') <> '')
+        SELECT d.fault, count(*) AS faults, fleet.nodes, (span.last_ts - span.first_ts) / 86400.0 AS days,
+               count(*) / nullif(fleet.nodes * (span.last_ts - span.first_ts) / 86400.0, 0) AS rate_per_node_day,
+               quantile_cont(d.ts - d.onset, 0.5) AS detection_p50_s
+        FROM diagnoses d, span, fleet WHERE d.{ACTING}
+        GROUP BY d.fault, fleet.nodes, span.first_ts, span.last_ts ORDER BY d.fault""",
     "ettr": f"""
         WITH {_ACCEPTED}, m AS (
             SELECT job, ts, state,

@@ -19,4 +19,5 @@ COMMAND_NAMES = (
     "parse",
     "stacks",
     "report",
+    "ettr",
 )

@@ -3,6 +3,7 @@ blamed, the jobs' ETTR from the fault history, and where the history and plots w
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,8 @@ from simulator import EPISODE_S
 from streams.diagnosis_record import Diagnosis
 from diagnosis.scoring import score
 from faultlens.demo.state import DemoState
+
+log = logging.getLogger(__name__)
 
 RESTARTING = ("evict", "restart", "reattempt", "rollback")
 
@@ -105,9 +108,22 @@ def build(state: DemoState, labels: list[Mapping[str, Any]], *, trainer_events: 
                                                           for e in restarts],
                     "done": any(e.get("event") == "done" for e in trainer_events)} if state.trainer_job else None,
         "ettr": ettr,
+        "projection": _projection(s),
         "pipeline": pipeline,
         "files": files,
     }
+
+
+def _projection(s) -> dict[str, Any] | None:
+    """This run's measured detection carried to a 9,600-GPU, 90-day job (docs/ettr.md)."""
+    from history.whatif.headline import headline
+
+    rows = {k: c.to_dict() for k, c in s.classes.items() if c.labels}
+    try:
+        return headline(rows) if rows else None
+    except ValueError as exc:    # a measurement the model refuses must not cost the demo its report
+        log.warning("no ETTR projection: %s", exc)
+        return None
 
 
 def _wall(state: DemoState) -> float:
@@ -231,6 +247,15 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
     for row in report["ettr"]:
         say(f"{row['job']}: ETTR {_num(row.get('ettr'))} ({_num(row.get('productive_s'))} s productive of "
             f"{_num(row.get('wall_s'))} s, {row.get('incidents')} incident(s))", indent=2)
+    pr = report.get("projection")
+    if pr:
+        say()
+        say(f"Projected ETTR of a {pr['gpus']:,}-GPU, {pr['days']:g}-day job with this run's detection", "bold")
+        lo, hi = pr["ettr_ci"]
+        say(f"{pr['ettr']:.1%} (Monte Carlo {pr['ettr_monte_carlo']:.1%}, CI {lo:.2%}-{hi:.2%}); "
+            f"timeout alone: {pr['timeout_only_ettr']:.1%}", indent=2)
+        say("largest losses: " + ", ".join(f"{x['cause']} {x['share']:.2%}" for x in pr["largest_losses"]), indent=2)
+        say("faultlens ettr --from-score, docs/ettr.md", "dim", indent=2)
     files = report["files"]
     say()
     say(f"Written to {files['out_dir']}", "bold")

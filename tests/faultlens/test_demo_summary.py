@@ -57,6 +57,12 @@ REPORT = {
                  "launcher_restarts": 0},
     "trainer": None,
     "ettr": [{"job": "demo-sim", "wall_s": 1449.0, "productive_s": 1130.6, "ettr": 0.7803, "incidents": 24}],
+    "projection": {"gpus": 9600, "days": 90.0, "ettr": 0.9791, "ettr_monte_carlo": 0.9789,
+                   "ettr_ci": [0.9786, 0.9792], "timeout_only_ettr": 0.8631, "checkpoint_interval_optimal_s": 33.9,
+                   "largest_losses": [{"cause": "cuda error localisation", "share": 0.0081},
+                                      {"cause": "job hang detection", "share": 0.0031},
+                                      {"cause": "unknown localisation", "share": 0.0015}],
+                   "measured_classes": ["cuda_error", "job_hang"]},
     "pipeline": {},
     "files": {"out_dir": "/home/someone/.faultlens/demo-20261122-204831",
               "history_db": "/home/someone/.faultlens/demo-20261122-204831/history.duckdb",
@@ -136,3 +142,23 @@ def test_a_fault_found_but_not_acted_on_says_why():
     lines = out.getvalue().splitlines()
     at = next(i for i, line in enumerate(lines) if re.match(r"^ +430 kernel ", line))
     assert lines[at + 1].strip() == "no command: kernel: within 30s of the last escalation; same incident"
+
+
+def test_the_projection_of_a_big_job_is_printed():
+    text = " ".join(_rendered().split())
+    assert "Projected ETTR of a 9,600-GPU, 90-day job" in text
+    assert "97.9%" in text and "timeout alone: 86.3%" in text and "cuda error localisation 0.81%" in text
+
+
+def test_the_projection_carries_the_runs_own_detection():
+    from diagnosis.scoring import score
+    from history.whatif import presets
+    from history.whatif.closed_form import project
+
+    labels = [{"job": "demo-sim", "fault": "job_hang", "nodes": ["n001"], "ranks": [], "onset": 100.0}]
+    missed = summary._projection(score([], labels))   # nothing found: the NCCL timeout decides
+    assert missed["measured_classes"] == ["job_hang"]
+    assert missed["ettr"] < project(presets.byterobust()).ettr
+    lo, hi = missed["ettr_ci"]
+    assert lo <= missed["ettr_monte_carlo"] <= hi
+    assert summary._projection(score([], [])) is None

@@ -140,3 +140,20 @@ def test_a_history_without_diagnoses_still_renders():
     assert page.count("<img") == 1  # only the job timeline has data
     assert page.count("No data for the chart") == 5 and "No incidents." in page
     assert "No commands were issued." in page
+
+
+def test_the_report_projects_a_big_job_from_the_historys_detection():
+    from history.html_report import render
+    from history.schema import memory_history
+    from history.sink import HistorySink, build_batch
+    from history.whatif.headline import history_rows
+    from tests.history import known
+
+    c = memory_history()
+    HistorySink(c).write(build_batch(known.records(), labels=known.LABELS))
+    rows = history_rows(c)
+    assert rows and all(r["recall"] == 1.0 for r in rows.values())
+    html = render(c, generated_at=0.0)
+    assert 'id="projection"' in html and "9,600-GPU, 90-day job" in html
+    assert "framework&#x27;s timeout alone" in html or "framework's timeout alone" in html
+    c.close()

@@ -1,0 +1,188 @@
+"""faultlens ettr: project a job's ETTR from fault rates, detection, recovery and checkpointing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from dataclasses import replace
+
+from history.whatif import sources
+from history.whatif.closed_form import daly_interval, optimal_interval, project
+from history.whatif.model import Scenario, timeout_only
+from history.whatif.monte_carlo import simulate
+from history.whatif.presets import PRESETS
+from history.whatif.sensitivity import sensitivity
+
+log = logging.getLogger(__name__)
+
+HELP = "project a job's ETTR (effective training time ratio) before it runs, and where the time goes"
+DESCRIPTION = """\
+Projects the ETTR (productive time / wall time, as ByteRobust defines it) of a training job of
+--gpus GPUs for --days days, from per-class fault rates (per node-day: Meta's series model),
+detection and localisation times, recovery by path (warm standby, requeue, restart in place, hot
+update), spares (the warm standby pool's binomial P99 unless --spares) and checkpointing.
+
+Inputs: a preset (--preset byterobust: ByteRobust's 9,600-GPU job; llama3: Llama 3's 16,384 H100s),
+then a TOML file (--config), then this pipeline's measurements (--from-history DB: fault rates per
+class; --from-score FILE: detection as `faultlens score --json` measured it), then flags.
+
+Two engines: a closed form and a Monte-Carlo run of the timeline (--runs, --seed), which must agree.
+Prints the ETTR, the lost time by cause and phase (it adds up to 1 - ETTR), the optimal checkpoint
+interval, the same job with the framework's timeout alone (no faultlens) and a sensitivity table;
+--json prints one JSON object; --plot FILE draws the breakdown. docs/ettr.md has the model."""
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _non_negative(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="byterobust",
+                        help="published parameter set (default byterobust)")
+    parser.add_argument("--config", metavar="FILE", help="TOML file of inputs (docs/ettr.md), over the preset")
+    parser.add_argument("--gpus", type=_positive(int), help="GPUs of the job (default: the preset's)")
+    parser.add_argument("--gpus-per-node", type=_positive(int), help="GPUs per machine (default 8)")
+    parser.add_argument("--days", type=_positive(float), help="wall-clock length of the job (default: the preset's)")
+    parser.add_argument("--checkpoint-interval", type=_positive(float), metavar="S",
+                        help="seconds of training between checkpoints (default: the optimum)")
+    parser.add_argument("--checkpoint-stall", type=_non_negative(float), metavar="S",
+                        help="seconds a checkpoint stops training")
+    parser.add_argument("--spares", type=_non_negative(int), help="warm standby machines (default: the pool's P99)")
+    parser.add_argument("--from-score", metavar="FILE", help="`faultlens score --json` output: measured detection")
+    parser.add_argument("--from-history", metavar="DB", help="fault history (DuckDB): measured fault rates")
+    parser.add_argument("--runs", type=_positive(int), default=200, help="Monte-Carlo runs (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="Monte-Carlo seed (default 0)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    parser.add_argument("--plot", metavar="FILE", help="write the breakdown and interval curve (PNG, SVG, PDF)")
+
+
+def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict]:
+    """The scenario the flags describe, and a note of which sources filled it."""
+    s = PRESETS[args.preset]()
+    note: dict = {"preset": args.preset}
+    if args.config:
+        s = sources.from_toml(args.config, s)
+        note["config"] = args.config
+    if args.from_history:
+        s, note["from_history"] = sources.apply_history(s, args.from_history)
+    if args.from_score:
+        s, note["from_score"] = sources.apply_score(s, sources.read_score(args.from_score))
+    flags = {"gpus": args.gpus, "gpus_per_node": args.gpus_per_node, "days": args.days,
+             "checkpoint_interval_s": args.checkpoint_interval, "checkpoint_stall_s": args.checkpoint_stall,
+             "spares": args.spares}
+    s = replace(s, **{k: v for k, v in flags.items() if v is not None})
+    if args.runs < 2:
+        raise ValueError(f"--runs must be >= 2, got {args.runs}")
+    s.validate()
+    return s, note
+
+
+def _result(s: Scenario, note: dict, runs: int, seed: int) -> dict:
+    p = project(s)
+    mc = simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s)
+    base = timeout_only(s)
+    bp = project(base)
+    lam = s.fault_rate_s()
+    return {
+        "ettr": p.ettr,
+        "ettr_monte_carlo": mc.ettr,
+        "ettr_ci": list(mc.ci),
+        "ettr_1h": mc.window_ettr,
+        "breakdown": p.breakdown,
+        "checkpoint_interval_optimal_s": optimal_interval(s),
+        "checkpoint_interval_s": p.checkpoint_interval_s,
+        "checkpoint_interval_daly_s": daly_interval(s.checkpoint_stall_s, 1 / lam) if lam else None,
+        "faults_expected": p.faults_expected,
+        "faults_monte_carlo": mc.faults_mean,
+        "spares": p.spares,
+        "spare_short_probability": p.spare_short_probability,
+        "requeues_monte_carlo": mc.requeues_mean,
+        "timeout_only": {"ettr": bp.ettr, "breakdown": bp.breakdown,
+                         "checkpoint_interval_s": bp.checkpoint_interval_s},
+        "sensitivity": [{"change": c.what, "ettr": c.ettr, "points": c.points} for c in sensitivity(s)],
+        "inputs": {**s.to_dict(), "sources": note, "monte_carlo_runs": runs, "seed": seed},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        s, note = build_scenario(args)
+        out = _result(s, note, args.runs, args.seed)
+        if args.plot:
+            from history.whatif.plot import plot_projection
+
+            plot_projection(s, project(s), args.plot)
+            log.info("plot written to %s", args.plot)
+    except (ValueError, OSError) as exc:
+        print(f"faultlens ettr: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out), flush=True)
+    else:
+        print_tables(s, out)
+    return 0
+
+
+def print_tables(s: Scenario, out: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 130)
+    hours = s.duration_s / 3600.0
+    lo, hi = out["ettr_ci"]
+    console.print(
+        f"[b]{s.name}[/b]: {s.gpus:,} GPUs ({s.nodes:,} machines), {s.days:g} days, "
+        f"{out['faults_expected']:.0f} faults expected, {out['spares']} spares, checkpoint every "
+        f"{out['checkpoint_interval_s']:.0f} s (optimum {out['checkpoint_interval_optimal_s']:.0f} s)\n"
+        f"ETTR {out['ettr']:.2%} (closed form), {out['ettr_monte_carlo']:.2%} "
+        f"[{lo:.2%}, {hi:.2%}] (Monte Carlo, {out['inputs']['monte_carlo_runs']} runs); "
+        f"framework timeout alone: {out['timeout_only']['ettr']:.2%}")
+    w = out["ettr_1h"]
+    if w:
+        console.print(f"1-hour windows (ByteRobust's other view): median {w['p50']:.2%}, 5th percentile "
+                      f"{w['p5']:.2%}, {w['below_90']:.1%} of hours below 90 %")
+    t = Table(title="lost time (% of wall time; hours)")
+    t.add_column("cause")
+    phases = ["detection", "localisation", "recovery", "over_eviction", "lost_work", "stall"]
+    for ph in phases + ["total"]:
+        t.add_column(ph.replace("_", " "), justify="right")
+    rows = sorted(out["breakdown"].items(), key=lambda kv: -sum(kv[1].values()))
+    for cause, ph in rows:
+        total = sum(ph.values())
+        if total <= 0:
+            continue
+        t.add_row(cause, *[f"{100 * ph[p]:.3f}" if ph.get(p) else "-" for p in phases],
+                  f"{100 * total:.3f} ({total * hours:.1f} h)")
+    console.print(t)
+    st = Table(title="what is worth fixing (closed form, one change at a time)")
+    st.add_column("change")
+    st.add_column("ETTR", justify="right")
+    st.add_column("points", justify="right")
+    for row in out["sensitivity"][:12]:
+        st.add_row(row["change"], f"{row['ettr']:.2%}", f"{row['points']:+.2f}")
+    console.print(st)

@@ -1,0 +1,102 @@
+"""`faultlens ettr`: the JSON keys DESIGN §9 names, the papers' figures from the presets, the
+pipeline's own measurements and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from faultlens.cli import main
+
+KEYS = {"ettr", "ettr_monte_carlo", "ettr_ci", "breakdown", "checkpoint_interval_optimal_s", "inputs"}
+
+
+def _json(capsys, *argv: str) -> dict:
+    assert main(["ettr", *argv, "--json", "--runs", "60"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    return json.loads(out[0])
+
+
+def test_byterobust_preset_gives_its_97_percent(capsys):
+    out = _json(capsys, "--preset", "byterobust", "--gpus", "9600", "--days", "90")
+    assert KEYS <= set(out)
+    assert abs(out["ettr"] - 0.97) <= 0.02 and abs(out["ettr_monte_carlo"] - 0.97) <= 0.02
+    lo, hi = out["ettr_ci"]
+    assert lo < out["ettr_monte_carlo"] < hi
+    lost = sum(v for phases in out["breakdown"].values() for v in phases.values())
+    assert lost == pytest.approx(1 - out["ettr"], abs=1e-9)
+    assert out["inputs"]["gpus"] == 9600 and out["inputs"]["nodes"] == 1200
+    assert out["timeout_only"]["ettr"] < out["ettr"]
+    assert out["checkpoint_interval_s"] == pytest.approx(out["checkpoint_interval_optimal_s"])
+
+
+def test_llama3_preset_gives_more_than_90_percent(capsys):
+    out = _json(capsys, "--preset", "llama3", "--gpus", "16384", "--days", "54")
+    assert 0.90 < out["ettr"] <= 0.92
+    assert out["inputs"]["sources"] == {"preset": "llama3"}
+
+
+def test_from_score_uses_the_measured_detection(tmp_path, capsys):
+    slow = tmp_path / "slow.jsonl"
+    slow.write_text('{"fault": "job_hang", "labels": 2, "detected": 2, "recall": 1.0,'
+                    ' "detection_latency_p50_s": 1500.0, "wrong_nodes": 0}\n')
+    fast = tmp_path / "fast.jsonl"
+    fast.write_text(slow.read_text().replace("1500.0", "40.0"))
+    a = _json(capsys, "--from-score", str(slow))
+    b = _json(capsys, "--from-score", str(fast))
+    assert b["ettr"] > a["ettr"]
+    assert b["inputs"]["sources"]["from_score"]["measured"]["job_hang"]["detection_latency_p50_s"] == 40.0
+    hang = {f["name"]: f for f in b["inputs"]["faults"]}["job_hang"]
+    assert hang["detect_s"] == 40.0 and hang["localise_s"] == 0.0
+
+
+def test_tables_and_plot(tmp_path, capsys):
+    png = tmp_path / "ettr.png"
+    assert main(["ettr", "--preset", "llama3", "--days", "10", "--runs", "20", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "ETTR" in out and "what is worth fixing" in out and "framework timeout alone" in out
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "0"], "must be > 0"),
+    (["--days", "-3"], "must be > 0"),
+    (["--spares", "-1"], "must be >= 0"),
+    (["--gpus", "lots"], "not a number"),
+    (["--preset", "gpt5"], "invalid choice"),
+])
+def test_bad_flags_are_argparse_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["ettr", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--days", "1", "--checkpoint-interval", "100000"], "longer than the job"),
+    (["--from-score", "/nonexistent/score.jsonl"], "No such file"),
+    (["--from-history", "/nonexistent/h.duckdb"], "no such history"),
+])
+def test_bad_inputs_exit_2_with_one_line(argv, message, capsys):
+    assert main(["ettr", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("faultlens ettr:") and message in err[0]
+
+
+def test_negative_rate_in_a_config_is_an_error(tmp_path, capsys):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text("[faults.nic]\nrate = -0.5\n")
+    assert main(["ettr", "--config", str(cfg)]) == 2
+    assert "rate must be" in capsys.readouterr().err
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["ettr", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--preset", "--gpus", "--days", "--from-score", "--from-history", "--json", "--plot"):
+        assert flag in out

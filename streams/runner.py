@@ -20,6 +20,7 @@ Duplicates after a crash are possible by design; downstream dedups by event id.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import logging
 import signal
@@ -67,10 +68,10 @@ class _Assigned(ConsumerRebalanceListener):
         self.runner = runner
 
     def on_partitions_revoked(self, revoked) -> None:
-        self.runner._revoked(revoked)
+        self.runner._rebalance_event(False, revoked)
 
     def on_partitions_assigned(self, assigned) -> None:
-        self.runner._assigned(assigned)
+        self.runner._rebalance_event(True, assigned)
 
 
 class GroupRunner(EventTimeMode):
@@ -134,6 +135,10 @@ class GroupRunner(EventTimeMode):
         self._paused: set[TopicPartition] = set()
         self._assigned_at: dict[TopicPartition, float] = {}
         self._unfetched_warned: set[TopicPartition] = set()
+        # Rebalance callbacks that came on another thread than the loop's (kafka-python 3's IO
+        # thread), applied by the loop: see _rebalance_event.
+        self._loop_thread: int | None = None
+        self._rebalance_queue: collections.deque = collections.deque()
         # End offsets of partitions assigned and never fetched from, per consumer (absent: not
         # asked since the last assignment): streams/runner_event_time.py, _partition_caught_up.
         self._unfetched_end: dict[int, dict[TopicPartition, int]] = {}
@@ -224,6 +229,26 @@ class GroupRunner(EventTimeMode):
         return consumer
 
     # --- rebalances -------------------------------------------------------------------------
+    def _rebalance_event(self, assigned: bool, partitions) -> None:
+        """A rebalance callback. confluent-kafka (and kafka-python 2) call it inside poll(), on the
+        loop's thread; kafka-python 3 calls it on its IO thread, beside the loop. There it is queued
+        and applied by the loop right after its next poll: run beside the loop, the bookkeeping raced
+        it (resume points taken from a merge the loop was changing), and a 36-job backlog lost a
+        node-stage member's heartbeats across a rebalance (issue 32; none with confluent-kafka)."""
+        if self._loop_thread is None or threading.get_ident() == self._loop_thread:
+            (self._assigned if assigned else self._revoked)(partitions)
+        else:
+            self._rebalance_queue.append((assigned, list(partitions)))
+
+    def _apply_rebalances(self) -> bool:
+        """Apply the rebalance callbacks queued by another thread, in order; whether there were any."""
+        applied = False
+        while self._rebalance_queue:
+            assigned, partitions = self._rebalance_queue.popleft()
+            (self._assigned if assigned else self._revoked)(partitions)
+            applied = True
+        return applied
+
     def _assigned(self, assigned) -> None:
         if self._on_assigned is not None:
             self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
@@ -308,6 +333,7 @@ class GroupRunner(EventTimeMode):
         """Process until stopped; ``max_records_total``/``idle_stop_s`` bound a run (tests, replays)."""
         previous_signals = self._install_signals() if handle_signals else {}
         tune_for_streaming()
+        self._loop_thread = threading.get_ident()
         self.consumer = consumer = self._consumer()
         last_data = self._settled_at = time.monotonic()
         last_tick = last_lag = 0.0
@@ -315,6 +341,10 @@ class GroupRunner(EventTimeMode):
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 polled = consumer.poll(timeout_ms=self.poll_timeout_ms)
+                if self._apply_rebalances():
+                    # what this poll brought of partitions no longer ours is their new owner's
+                    owned = consumer.assignment()
+                    polled = {tp: m for tp, m in polled.items() if tp in owned}
                 if self._to_rebuild or self._to_resume:
                     # Partitions just assigned are read from where they must start: what this poll
                     # brought of them comes again after the seek.
@@ -392,6 +422,7 @@ class GroupRunner(EventTimeMode):
     def _finish(self, consumer: Consumer) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this
         member), its outputs delivered and the offsets committed."""
+        self._apply_rebalances()
         if self.merge is None:
             if self._unsettled:
                 self._deliver_and_commit(consumer, {}, [])

@@ -24,6 +24,7 @@ from typing import Iterable, Mapping
 
 from diagnosis.flight_recorder import RecorderDump
 from diagnosis.stacks import rank_list
+from diagnosis.wait_chain import chain_to
 from streams.topology import AXES, Topology
 
 
@@ -72,26 +73,6 @@ class CollectiveState:
     @property
     def stuck(self) -> tuple[GroupWait, ...]:
         return tuple(w for w in self.waits if w.stuck)
-
-
-def chain_to(edges: Mapping[int, Iterable[int]], end: int) -> tuple[int, ...]:
-    """A longest of the shortest wait chains that end at ``end``, victim first, over ``edges`` (rank → waited on)."""
-    back: dict[int, list[int]] = {}
-    for src, dsts in edges.items():
-        for dst in dsts:
-            back.setdefault(dst, []).append(src)
-    parent: dict[int, int | None] = {end: None}
-    queue, last = deque([end]), end
-    while queue:
-        last = queue.popleft()
-        for src in sorted(back.get(last, ())):
-            if src not in parent:
-                parent[src] = last
-                queue.append(src)
-    path = [last]
-    while parent[path[-1]] is not None:
-        path.append(parent[path[-1]])
-    return tuple(path)
 
 
 def group_members(dumps: Mapping[int, RecorderDump], topology: Topology) -> dict[str, tuple[int, ...]]:

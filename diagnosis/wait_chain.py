@@ -23,6 +23,28 @@ from diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV,
 from streams.topology import AXES, Topology
 
 
+
+def chain_to(edges: Mapping[int, Iterable[int]], end: int) -> tuple[int, ...]:
+    """The longest of the shortest wait chains that end at ``end``, victim first, over ``edges``
+    (rank → the ranks it waits on): read from stacks (WaitGraph) or from the Flight Recorder."""
+    back: dict[int, list[int]] = {}
+    for src, dsts in edges.items():
+        for dst in dsts:
+            back.setdefault(dst, []).append(src)
+    parent: dict[int, int | None] = {end: None}
+    queue, last = deque([end]), end
+    while queue:
+        last = queue.popleft()
+        for src in sorted(back.get(last, ())):
+            if src not in parent:
+                parent[src] = last
+                queue.append(src)
+    path = [last]
+    while parent[path[-1]] is not None:
+        path.append(parent[path[-1]])
+    return tuple(path)
+
+
 @dataclass(frozen=True)
 class WaitChains:
     edges: Mapping[int, tuple[int, ...]]  # waiting rank → the ranks it waits on
@@ -35,22 +57,7 @@ class WaitChains:
 
     def chain_to(self, end: int) -> tuple[int, ...]:
         """The longest of the shortest wait chains that end at ``end`` (victim first)."""
-        back: dict[int, list[int]] = {}
-        for src, dsts in self.edges.items():
-            for dst in dsts:
-                back.setdefault(dst, []).append(src)
-        parent: dict[int, int | None] = {end: None}
-        queue, last = deque([end]), end
-        while queue:
-            last = queue.popleft()
-            for src in sorted(back.get(last, ())):
-                if src not in parent:
-                    parent[src] = last
-                    queue.append(src)
-        path = [last]
-        while parent[path[-1]] is not None:
-            path.append(parent[path[-1]])
-        return tuple(path)
+        return chain_to(self.edges, end)
 
     def reach(self, ends: Iterable[int]) -> set[int]:
         """Waiting ranks from which some wait chain leads to one of ``ends``."""

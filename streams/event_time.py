@@ -1,15 +1,7 @@
 """Event time for consumers: where an event sits in time, and in which order to hand events on.
 
-Two pure pieces, used by :class:`streams.runner.GroupRunner` (live) and testable alone:
-
-:class:`EventClock` places one event in time. A consumer must not let one bad clock (or one hostile
-sender) drag a job's time forward: an event stamped more than ``max_skew_s`` ahead of every real
-clock the consumer has (its own wall clock at arrival and the broker's record timestamp) is from
-the future, and is judged at its arrival position instead. Each node's clock is measured against
-its peers: read live, the offset ``event ts - record ts`` is the same for every node of a job, so
-a node whose offset differs from the job's by more than the bound has a skewed clock; its events
-are shifted back by the measured difference and still count. Read from a backlog (a spool
-flushed, a trace replayed fast) the offsets of one job spread apart, and no clock is judged.
+Used by :class:`streams.runner.GroupRunner` (live) and testable alone. Where one event sits in time
+(a node's clock judged against its peers) is :mod:`streams.event_clock`, re-exported here.
 
 :class:`WatermarkMerge` hands records on in event-time order across partitions and topics,
 whatever speed each partition is read at (a backlog after an outage, a slow broker, a rebalance).
@@ -24,24 +16,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import statistics
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
+from streams.event_clock import DEFAULT_MAX_SKEW_S, EventClock, Placement
+
+__all__ = ["DEFAULT_MAX_SKEW_S", "EventClock", "Placement", "UpstreamStop", "WatermarkMerge", "WriterWord"]
+
 T = TypeVar("T")
 Partition = Hashable
-
-DEFAULT_MAX_SKEW_S = 300.0
-
-
-class Placement(NamedTuple):
-    """Where an event is judged: ``ts`` (its own unless its clock was off) and why it moved (a
-    tuple: one is made for every record read)."""
-
-    ts: float
-    skew_s: float | None = None  # the node's measured clock error, when beyond the bound
-    clamped: str | None = None  # "future" when the event's own time was not believable
 
 
 class WriterWord(NamedTuple):
@@ -67,136 +50,6 @@ class UpstreamStop(NamedTuple):
     since: float
     members: tuple[str, ...]
     watermark: float
-
-
-@dataclass
-class _NodeOffsets:
-    recent: deque = field(default_factory=lambda: deque(maxlen=15))
-    median: float = 0.0
-    fresh: int = 0  # offsets added since the median was taken
-    correction: float = 0.0  # what its events are shifted by, held steady while the skew stays
-
-
-# With fewer nodes a job has no majority to tell the wrong clock from the right ones.
-MIN_PEERS = 3
-# Clocks are judged only once a job has been sending for this long by the broker's clock.
-LIVE_SPAN_S = 60.0
-
-
-class EventClock:
-    """Places events in time (see the module's docstring). Not thread-safe: one per consumer.
-
-    :meth:`observe` learns offsets and :meth:`place` uses them: a consumer observes a whole polled
-    batch before placing any of it, so the first records of a job are not placed on the word of
-    whichever node happened to be read first."""
-
-    def __init__(self, max_skew_s: float = DEFAULT_MAX_SKEW_S) -> None:
-        if max_skew_s <= 0:
-            raise ValueError("max_skew_s must be positive")
-        self.max_skew_s = max_skew_s
-        self._nodes: dict[tuple[str, str], _NodeOffsets] = {}
-        self._job_nodes: dict[str, list[_NodeOffsets]] = {}
-        self._job_offset: dict[str, float] = {}
-        self._job_dirty: dict[str, int] = {}
-        self._job_recent: dict[str, deque] = {}  # recent offsets of all its nodes
-        self._job_spread: dict[str, float] = {}
-        self._job_span: dict[str, list[float]] = {}  # first and last record time seen
-        # (record time, job offset) a few times a minute: read live, the offset stays put.
-        self._job_history: dict[str, deque] = {}
-        self._job_drift: dict[str, float] = {}  # _drift(job), kept when the history moves
-
-    @property
-    def skewed_nodes(self) -> dict[tuple[str, str], float]:
-        return {key: e.correction for key, e in self._nodes.items() if e.correction}
-
-    def _from_future(self, ts: float, record_ts: float | None, wall_now: float) -> bool:
-        reference = wall_now if record_ts is None else max(wall_now, record_ts)
-        return ts > reference + self.max_skew_s
-
-    def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
-        """Learn the offset of one event (no-op without a record time or for a stamp from the future)."""
-        if record_ts is None or self._from_future(ts, record_ts, wall_now):
-            return
-        offset = ts - record_ts
-        entry = self._nodes.get((job, node))
-        if entry is None:
-            entry = self._nodes[(job, node)] = _NodeOffsets(median=offset)
-            self._job_nodes.setdefault(job, []).append(entry)
-            self._job_dirty[job] = 64
-            self._job_recent.setdefault(job, deque(maxlen=255))
-            self._job_span.setdefault(job, [record_ts, record_ts])
-        entry.recent.append(offset)
-        self._job_recent[job].append(offset)
-        span = self._job_span[job]
-        if record_ts < span[0]:
-            span[0] = record_ts
-        elif record_ts > span[1]:
-            span[1] = record_ts
-        entry.fresh += 1
-        if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
-            entry.median = statistics.median(entry.recent)
-            entry.fresh = 0
-            self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
-        if self._job_dirty.get(job, 0) >= 8:
-            self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
-            history = self._job_history.setdefault(job, deque(maxlen=64))
-            if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
-                history.append((record_ts, self._job_offset[job]))
-                self._job_drift[job] = self._drift(job)
-            q = statistics.quantiles(self._job_recent[job], n=4) if len(self._job_recent[job]) > 1 else [0, 0, 0]
-            self._job_spread[job] = q[2] - q[0]
-            self._job_dirty[job] = 0
-
-    def _drift(self, job: str) -> float:
-        """How far the job's offset moved over the last minute of broker time."""
-        history = self._job_history.get(job)
-        if not history:
-            return 0.0
-        latest_ts, latest = history[-1]
-        past = next((off for ts, off in history if latest_ts - ts <= LIVE_SPAN_S), latest)
-        return abs(latest - past)
-
-    def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
-        return self.moved(job, node, ts, record_ts, wall_now) or Placement(ts)
-
-    def moved(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement | None:
-        """:meth:`place`, but None where the event is judged at its own time (nearly always: no
-        tuple is made for each record read)."""
-        if self._from_future(ts, record_ts, wall_now):
-            # No real clock of ours has reached it: judged where it arrived.
-            reference = wall_now if record_ts is None else max(wall_now, record_ts)
-            at = reference if record_ts is None else record_ts + self._job_offset.get(job, 0.0)
-            return Placement(at, ts - reference, "future")
-        entry = self._nodes.get((job, node))
-        if entry is None:
-            return None
-        nodes = self._job_nodes.get(job)
-        if nodes is None or len(nodes) < MIN_PEERS:
-            return None
-        span = self._job_span.get(job, [0.0, 0.0])
-        drift = self._job_drift.get(job, 0.0)
-        if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
-                or drift > self.max_skew_s / 4):
-            # Not (yet) seen live: a burst sent at once, offsets that disagree among themselves (a
-            # spool flushed, a trace replayed) or that drift (a simulation faster than real time),
-            # where the broker's time says when an event was sent, not when it happened. Clocks
-            # cannot be judged from that; none is corrected.
-            return None
-        skew = entry.median - self._job_offset[job]
-        # Hysteresis: the correction stays put while the measured skew wobbles within half the
-        # bound (a backlog makes offsets noisy), so a corrected node's events keep their spacing.
-        if abs(skew) > self.max_skew_s and abs(skew - entry.correction) > self.max_skew_s / 2:
-            entry.correction = skew
-        elif abs(skew) <= self.max_skew_s / 2:
-            entry.correction = 0.0
-        own = (ts - record_ts) - entry.median  # this event against its own node's recent clock
-        if abs(own) > self.max_skew_s:
-            # One stamp far off its own node's clock (far past or future, read live): judged where
-            # it arrived, by the node's usual offset, and flagged.
-            return Placement(record_ts + entry.median - entry.correction, own, "outlier")
-        if not entry.correction:
-            return None
-        return Placement(ts - entry.correction, entry.correction)
 
 
 # A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap

@@ -198,13 +198,26 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     if stage == "job":
         group = group or JOB_GROUP
         handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
-        return GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
-                           decoders={topics.SUMMARIES: decode_bundled}, broadcast_topics=[JOBS_TOPIC],
-                           watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S), handler
+        runner = GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
+                             decoders={topics.SUMMARIES: decode_bundled}, broadcast_topics=[JOBS_TOPIC],
+                             watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S)
+        return _learn_partitions(runner, handler), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
-    return GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
-                       deferred_topics=TELEMETRY_DECODERS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
-                       rebuild_s=JOB_REBUILD_S), handler
+    runner = GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
+                         deferred_topics=TELEMETRY_DECODERS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
+                         rebuild_s=JOB_REBUILD_S)
+    return _learn_partitions(runner, handler), handler
+
+
+def _learn_partitions(runner: GroupRunner, handler: Any) -> GroupRunner:
+    """Tells the engine how many partitions the broker's telemetry topics have: nodes that share one
+    share a path to diagnosis and fall silent together when it stops (diagnosis/rules/liveness.py)."""
+    engine = getattr(handler, "engine", None)
+    if engine is not None:
+        count = len(runner.producer.partitions(topics.HEARTBEAT))
+        if count:
+            engine.telemetry_partitions(count)
+    return runner

@@ -34,6 +34,7 @@ from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams.events import Envelope, InvalidEvent
 from streams.payloads import check_payload
+from streams.topics import TELEMETRY_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,10 @@ class EngineConfig:
     # The log-line catalogue raw lines are parsed with (parsing.rules.load: shipped + --rules files);
     # None: the shipped one.
     line_rules: tuple[LineRule, ...] | None = None
+    # How many partitions the telemetry topics have: nodes that share one fall silent together when
+    # it stops (diagnosis/rules/liveness.py). A consumer sets the broker's count; offline, the default
+    # layout's (streams/topics.py), so `analyze` judges a trace as the default deployment would.
+    telemetry_partitions: int = TELEMETRY_PARTITIONS
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -124,9 +129,16 @@ class Engine:
         lane = self._lanes.get(job)
         if lane is None:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
-                             implicit_config=self.config.implicit_config, peer_model=self.config.peer_model)
+                             implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
+                             telemetry_partitions=self.config.telemetry_partitions)
             lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
         return lane
+
+    def telemetry_partitions(self, count: int) -> None:
+        """The broker's telemetry partition count (a consumer learns it on start)."""
+        self.config = dataclasses.replace(self.config, telemetry_partitions=count)
+        for lane in self._lanes.values():
+            lane.stage.use_telemetry_partitions(count)
 
     @property
     def dedup_stats(self) -> Counter:

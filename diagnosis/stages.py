@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 from diagnosis.anomaly import PeerAnomalyDetector
@@ -29,6 +30,7 @@ from parsing.rules import LineRule
 from parsing.unrecognised import UnrecognisedMiner
 from streams import metrics
 from streams.events import Envelope
+from streams.topics import telemetry_partition
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +118,19 @@ class NodeStage:
 
 class JobStage:
     def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
-                 implicit_config: ImplicitConfig | None = None, peer_model: bool = True) -> None:
+                 implicit_config: ImplicitConfig | None = None, peer_model: bool = True,
+                 telemetry_partitions: int | None = None) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
         self.silence = SilenceDetector(book=book)
+        self.use_telemetry_partitions(telemetry_partitions)
         # peer_model off: only the robust z-score threshold compares a node with its peers.
         self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
         self.net = NetTraffic()  # rails across nodes; job silence and congestion for the implicit detectors
         self.implicit = ImplicitFaultDetector(book, implicit_config, net=self.net) if implicit else None
+
+    def use_telemetry_partitions(self, count: int | None) -> None:
+        self.silence.partition_of = partial(telemetry_partition, count=count) if count else None
 
     def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:
         findings: list[Finding] = []

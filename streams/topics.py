@@ -15,6 +15,7 @@ two-signal fail-slow verdict became an alert.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from streams.events import Envelope
@@ -103,6 +104,17 @@ def copartition_problem(counts: dict[str, int]) -> str | None:
             f"one node-stage member reads all of a node's events), but they have: {listed}. Add "
             f"partitions to the smaller ones (kafka-topics --alter --partitions N) or set the same "
             f"`partitions` for every telemetry topic in the config file")
+
+
+@functools.lru_cache(maxsize=65536)
+def telemetry_partition(node: str, count: int = TELEMETRY_PARTITIONS) -> int:
+    """The partition number a node's telemetry lands on, of ``count``: the producers' partitioner
+    (murmur2 of the key, kafka-python's and confluent-kafka's as configured in
+    streams/producer_backends.py). Nodes that share it share a path to the node stage: they fall
+    silent together when the partition or its node-stage member stops (diagnosis/rules/liveness.py)."""
+    from kafka.partitioner.default import murmur2  # kafka costs 0.1 s to import; only silence needs it
+
+    return (murmur2(node.encode()) & 0x7FFFFFFF) % count
 
 
 def topic_for(event: Envelope) -> str:

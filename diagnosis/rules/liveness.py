@@ -15,6 +15,12 @@ backlog). Now:
 - several nodes quiet together (more than ``max_share`` of the job, their last beats within a
   grace period of each other: a rack, a switch, a telemetry partition) are one ``node_silent``
   alert naming them, never evictions;
+- nodes whose telemetry shares a partition (streams.topics.telemetry_partition) and stopped
+  together, while no node of that partition reported since, are one ``node_silent`` alert naming
+  the partition: one partition (its leader, its node-stage member) stopping looks, downstream,
+  exactly like its nodes dying, and in a large job it is a sixth of the job, under the share
+  above (a node on a partition whose other nodes report on is judged alone as before; a node
+  alone on its partition has no such evidence either way);
 - a node judged alone is evicted only on its peers' evidence.
 
 A node is judged only after it beat at least once (a job still starting is not silent).
@@ -35,6 +41,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 from diagnosis.detector import JobBook
 from diagnosis.rules.base import Finding, opt_int
@@ -61,10 +68,11 @@ class SilenceDetector:
     sources = frozenset({"heartbeat", "train"})
 
     def __init__(self, grace_s: float = GRACE_S, max_share: float = MAX_SILENT_SHARE,
-                 book: JobBook | None = None) -> None:
+                 book: JobBook | None = None, partition_of: Callable[[str], int] | None = None) -> None:
         self.grace_s = grace_s
         self.max_share = max_share
         self.book = book
+        self.partition_of = partition_of  # node → its telemetry partition; None: no such evidence
         self._beats: dict[str, dict[str, _Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
@@ -118,6 +126,12 @@ class SilenceDetector:
                 together = sorted(n for n, b in quiet.items() if abs(b.ts - beat.ts) <= self.grace_s)
                 if len(together) > limit:
                     out.append(self._group_alert(job, together, quiet, len(nodes), now))
+                    continue
+                verdict, mates = self._partition_mates(node, beat, nodes, heard, now)
+                if verdict == "wait":
+                    continue  # a partition mate may yet report past it: judged at a later tick
+                if verdict == "quiet":
+                    out.append(self._partition_alert(job, node, mates, nodes, heard, now))
                     continue
                 out.extend(self._judge_alone(job, node, beat, pace, reports, now))
         return out
@@ -174,6 +188,42 @@ class SilenceDetector:
                    f"{now - first:.0f}s ago) while the others report on: one cause upstream of them (a rack, a "
                    f"switch, a telemetry partition or its node-stage member), not {len(together)} machines "
                    f"failing at once (alert, no eviction)")
+
+    def _partition_mates(self, node: str, beat: _Beat, nodes: dict[str, _Beat], heard: dict[str, float],
+                         now: float) -> tuple[str, list[str]]:
+        """Whether the node's telemetry partition went quiet with it: "alive" (no evidence, or the
+        partition carried a report past its silence: its own steps, or a mate's), "wait" (a mate
+        stopped too but is not yet past the grace period) or "quiet" (every mate that reported
+        around its last beat stopped within a grace period of it), with those mates."""
+        if self.partition_of is None:
+            return "alive", []
+        mark = beat.ts + self.grace_s
+        if heard[node] >= mark:
+            return "alive", []
+        part = self.partition_of(node)
+        mates = [m for m in nodes if m != node and not nodes[m].silent
+                 and heard[m] >= beat.ts - self.grace_s and self.partition_of(m) == part]
+        if not mates or any(heard[m] >= mark for m in mates):
+            return "alive", []
+        if any(now - heard[m] <= self.grace_s for m in mates):
+            return "wait", mates
+        return "quiet", sorted(mates)
+
+    def _partition_alert(self, job: str, node: str, mates: list[str], nodes: dict[str, _Beat],
+                         heard: dict[str, float], now: float) -> Finding:
+        named = sorted([node, *mates])
+        for n in named:
+            nodes[n].group_alerted = True
+        first, last = min(heard[n] for n in named), max(heard[n] for n in named)
+        part = self.partition_of(node) if self.partition_of is not None else None
+        return Finding(
+            job=job, ts=now, onset=first, fault="node_silent", action="alert", nodes=tuple(named),
+            entity="partition", evidence=tuple(nodes[n].id for n in named[:16]),
+            detail=f"{', '.join(named[:12])}{' and more' if len(named) > 12 else ''}: every node of the job on "
+                   f"telemetry partition {part} stopped reporting within {last - first:.0f}s of each other "
+                   f"({now - first:.0f}s ago) and none of that partition reported since, while the job's other "
+                   f"nodes report on: the partition or its path to diagnosis stopped, not {len(named)} machines "
+                   f"(alert, no eviction)")
 
     def _whole_job_quiet(self, job: str, nodes: dict[str, _Beat], heard: dict[str, float], latest: float,
                          now: float) -> list[Finding]:

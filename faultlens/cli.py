@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(args.verbose)
+    from streams.broker import BrokerError
+
     try:
         return int(args._run(args) or 0)
+    except BrokerError as exc:
+        # Every command that needs Kafka says the same thing when there is none: what it looked for, what to do.
+        print(f"faultlens {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

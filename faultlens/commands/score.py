@@ -8,7 +8,7 @@ import sys
 
 from diagnosis.engine import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from diagnosis.scoring import EARLY_S, WINDOW_S, score
+from diagnosis.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
 from streams.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 
 HELP = "analyze a trace and score the diagnoses against TRACE.labels.jsonl (precision, recall, latency)"
@@ -100,4 +100,6 @@ def _table(rows: list[dict], overall: dict) -> None:
               f(overall["precision"]), f(overall["recall"]), f(overall["detection_latency_p50_s"]),
               f(overall["detection_latency_p99_s"]), f(overall["healthy_nodes_blamed"]), overall["group_holds_culprit"])
     # Piped output has no terminal width to fit: give the table the room it needs.
-    Console(width=None if sys.stdout.isatty() else 150).print(t)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    console.print(t)
+    console.print(f"latency: {LATENCY_WORDS_LABELLED} (decision time minus the labelled onset)")

@@ -22,6 +22,7 @@ import orjson
 
 from diagnosis.scoring import EVICTING
 from streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
+from streams.jsonl import json_lines
 
 EXPECT_SUFFIX = ".expect.jsonl"
 NOT_VERDICTS = frozenset({"none", "capture_stacks"})
@@ -191,19 +192,8 @@ def _verdict(obj: Any, where: str) -> Verdict:
 
 def read_expect(path: str | os.PathLike[str]) -> list[Verdict]:
     """The verdicts of an expect file; its header line (``{"faultlens_expect": 1, ...}``) is skipped."""
-    out = []
-    with open(path, "rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise ExpectError(f"{path}:{i}: not valid JSON ({exc})") from None
-            if isinstance(obj, dict) and "faultlens_expect" in obj:
-                continue
-            out.append(_verdict(obj, f"{path}:{i}"))
-    return out
+    return [_verdict(obj, where) for where, obj in json_lines(path, ExpectError)
+            if not (isinstance(obj, dict) and "faultlens_expect" in obj)]
 
 
 def write_expect(path: str | os.PathLike[str], verdicts: Iterable[Verdict], *, trace: str,

@@ -38,20 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _labels(args) -> list[dict]:
     if not args.labels:
         return read_labels(args.trace)
-    import orjson
+    from streams.jsonl import json_lines
 
     out = []
-    with open(args.labels, "rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                label = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(f"{args.labels}:{i}: not valid JSON ({exc})") from None
-            if not isinstance(label, dict) or any(k not in label for k in LABEL_KEYS):
-                raise TraceError(f"{args.labels}:{i}: a label needs {', '.join(LABEL_KEYS)}")
-            out.append(label)
+    for where, label in json_lines(args.labels, TraceError):
+        if not isinstance(label, dict) or any(k not in label for k in LABEL_KEYS):
+            raise TraceError(f"{where}: a label needs {', '.join(LABEL_KEYS)}")
+        out.append(label)
     return out
 
 

@@ -37,12 +37,14 @@ class TraceCheck:
         return out
 
 
-def traces_in(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The traces to check: files as given (a trace or its expect file), folders searched for expect files."""
+def traces_in(paths: Iterable[str | os.PathLike[str]], *, new: bool = False) -> list[Path]:
+    """The traces to check: files as given (a trace or its expect file), folders searched for expect
+    files; with ``new`` (writing expectations) folders are searched for Parquet traces instead."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out.extend(trace_of(e) for e in sorted(p.rglob(f"*{EXPECT_SUFFIX}")))
+            found = sorted(p.rglob("*.parquet")) if new else [trace_of(e) for e in sorted(p.rglob(f"*{EXPECT_SUFFIX}"))]
+            out.extend(found)
         elif p.name.endswith(EXPECT_SUFFIX):
             out.append(trace_of(p))
         else:

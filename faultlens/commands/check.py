@@ -16,7 +16,7 @@ Turn a recorded incident into a test in two commands:
   (review that file: one verdict per line; commit it beside the trace)
   faultlens check incident.parquet                    later, after an upgrade or a threshold change
 
---expect TRACE writes TRACE.expect.jsonl from today's acting diagnoses: job, fault class, nodes,
+--expect TRACE|DIR writes TRACE.expect.jsonl (for every *.parquet of a DIR) from today's acting diagnoses: job, fault class, nodes,
 first action and an onset window (the first evidence ±--slack seconds). Record-only diagnoses
 (action none) and requests for stacks are not verdicts; alerts are. A trace on which nothing may
 happen gets a file with only its header line.
@@ -70,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.replay_check import check_trace, junit_xml, render, traces_in
 
     try:
-        traces = traces_in(args.paths)
+        traces = traces_in(args.paths, new=args.expect)
     except ValueError as exc:
         print(f"faultlens check: {exc}", file=sys.stderr)
         return 2
     if not traces:
-        print(f"faultlens check: no *.expect.jsonl under {' '.join(args.paths)}", file=sys.stderr)
+        wanted = "*.parquet" if args.expect else "*.expect.jsonl"
+        print(f"faultlens check: no {wanted} under {' '.join(args.paths)}", file=sys.stderr)
         return 2
     config = engine_config(args)
     if args.expect:

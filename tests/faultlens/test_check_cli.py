@@ -107,3 +107,13 @@ def test_the_plugin_is_registered_as_an_entry_point():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {"faultlens": "faultlens.pytest_plugin"}
+
+
+def test_expect_on_a_folder_writes_one_file_per_trace_and_a_quiet_trace_expects_nothing(traces, tmp_path):
+    shutil.copy(traces["healthy"], tmp_path)
+    wrote = _faultlens("check", "--expect", tmp_path)
+    assert wrote.returncode == 0, wrote.stderr
+    from diagnosis.expect import read_expect
+
+    assert read_expect(tmp_path / "healthy.parquet.expect.jsonl") == []
+    assert _faultlens("check", tmp_path).returncode == 0

@@ -33,6 +33,14 @@ from streams.diagnosis_record import Diagnosis
 
 WINDOW_S = 600.0
 EARLY_S = 30.0
+
+# Detection latency has one definition wherever it is shown (`faultlens score`, the demo's summary,
+# `faultlens report` and its HTML page): the decision time of the first diagnosis that finds a fault
+# minus the fault's onset. The onset is the labelled one where there is ground truth (TRACE.labels.jsonl,
+# the history's labels table) and otherwise the time of the diagnosis's first evidence, all a live
+# system knows. These words go beside the number, so a reader knows which onset it was.
+LATENCY_WORDS_LABELLED = "fault onset (ground truth) → first matching diagnosis"
+LATENCY_WORDS_EVIDENCE = "first evidence → diagnosis (no ground truth)"
 GROUP_CLASSES = ("job_hang", "fail_slow")
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import logging
 import os
+import re
 import sys
 
 from faultlens import __version__
@@ -18,11 +21,36 @@ and send the trainer signed commands (evict, reattempt, rollback, capture stacks
 
 Machine-readable output is JSON lines on stdout; logs go to stderr.
 Commands that talk to Kafka take --bootstrap HOST:PORT (or FAULTLENS_BOOTSTRAP); without one
-they use the running embedded broker (`faultlens broker`) or start one.
+they use the broker that `faultlens broker`, `up` or `demo` registered in $FAULTLENS_HOME/broker.json.
 """
 
+_HELP_LINE = re.compile(r'^HELP\s*=\s*("(?:[^"\\\n]|\\.)*")\s*$', re.MULTILINE)
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _help_of(name: str) -> str:
+    """A command's one-line HELP, read from its source so that listing every command imports none of them.
+
+    Importing every command module up front cost ~1 s per invocation (torch-free, but pyarrow, kafka,
+    duckdb, the engine); `faultlens --help`, `parse` and `stacks` must answer at once.
+    """
+    spec = importlib.util.find_spec(f"faultlens.commands.{name}")
+    try:
+        with open(spec.origin, encoding="utf-8") as fh:
+            match = _HELP_LINE.search(fh.read())
+        if match:
+            return ast.literal_eval(match.group(1))
+    except (OSError, TypeError, ValueError, SyntaxError):
+        pass
+    return importlib.import_module(f"faultlens.commands.{name}").HELP
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand argv names: the first word that is not a top-level option (they take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `only`, the other commands are listed by name and help but not imported."""
     parser = argparse.ArgumentParser(
         prog="faultlens",
         description=DESCRIPTION,
@@ -34,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_NAMES:
+        if only is not None and name != only:
+            sub.add_parser(name, help=_help_of(name))
+            continue
         module = importlib.import_module(f"faultlens.commands.{name}")
         p = sub.add_parser(
             name,
@@ -60,14 +91,22 @@ def setup_logging(verbosity: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_in(argv)
+    parser = build_parser(only=command if command in COMMAND_NAMES else "")
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     setup_logging(args.verbose)
+    from streams.broker import BrokerError
+
     try:
         return int(args._run(args) or 0)
+    except BrokerError as exc:
+        # Every command that needs Kafka says the same thing when there is none: what it looked for, what to do.
+        print(f"faultlens {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

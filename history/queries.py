@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from diagnosis.scoring import EARLY_S, WINDOW_S
 from history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
 
 DEFAULTS: dict[str, Any] = {
@@ -29,7 +30,10 @@ DEFAULTS: dict[str, Any] = {
     "buckets": 40,        # time buckets of faults_over_time
     "confirmed": 0.9,     # confidence from which a diagnosis counts as a really faulty node
     "repeat": 2,          # inspection_candidates: hardware failures on one node that warrant a look
-    "match_window": 600.0,  # label_detection: a diagnosis's evidence may start this long after the true onset
+    # label_detection matches as `faultlens score` does (diagnosis.scoring): decided from early_window
+    # before to match_window after the labelled onset
+    "match_window": WINDOW_S,
+    "early_window": EARLY_S,
 }
 
 KINDS = ("acting", "evidence_request", "record_only")
@@ -168,14 +172,19 @@ QUERIES: dict[str, str] = {
         FROM diagnoses WHERE {ACTING} GROUP BY fault ORDER BY p50_s DESC, fault""",
     "detection_latencies": f"""
         SELECT fault, ts - onset AS latency_s FROM diagnoses WHERE {ACTING} ORDER BY latency_s""",
-    # With ground truth: each label's first matching diagnosis (same job, a shared node, decided at
-    # or after the true onset, first evidence within match_window of it).
+    # With ground truth, detection latency as `faultlens score` and the demo define it (diagnosis.scoring):
+    # each label's first matching diagnosis (same job and fault class, scored: not record-only, a stack
+    # request, an alert or `unknown`; decided between early_window before and match_window after the
+    # labelled onset; a shared node, or either names none), its decision time minus the labelled onset.
     "label_detection": """
         WITH m AS (
-            SELECT l.id, min(d.ts) - l.onset AS latency_s
+            -- greatest() skips NULLs: an undetected label must stay NULL
+            SELECT l.id, CASE WHEN min(d.ts) IS NOT NULL THEN greatest(min(d.ts) - l.onset, 0) END AS latency_s
             FROM labels l LEFT JOIN diagnoses d
-              ON d.job = l.job AND list_has_any(d.nodes, l.nodes) AND d.ts >= l.onset
-             AND d.onset <= l.onset + $match_window
+              ON d.job = l.job AND d.fault = l.fault AND d.fault <> 'unknown'
+             AND d.action NOT IN ('none', 'capture_stacks', 'alert')
+             AND d.ts BETWEEN l.onset - $early_window AND l.onset + $match_window
+             AND (len(coalesce(l.nodes, [])) = 0 OR len(coalesce(d.nodes, [])) = 0 OR list_has_any(d.nodes, l.nodes))
             WHERE l.onset IS NOT NULL GROUP BY l.id, l.onset
         )
         SELECT count(*) AS labels, count(latency_s) AS detected, count(*) - count(latency_s) AS missed,

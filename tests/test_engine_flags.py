@@ -23,10 +23,11 @@ def _argv(command: str, trace: str = "t.parquet") -> list[str]:
         "analyze": ["analyze", trace],
         "score": ["score", trace],
         "history": ["history", "--from-trace", trace],
+        "check": ["check", trace],
     }[command]
 
 
-COMMANDS = ("diagnose", "up", "analyze", "score", "history")
+COMMANDS = ("diagnose", "up", "analyze", "score", "history", "check")
 
 
 def test_every_engine_command_builds_the_same_config():

@@ -16,6 +16,7 @@ COMMAND_NAMES = (
     "replay",
     "analyze",
     "score",
+    "check",
     "parse",
     "stacks",
     "report",

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from streams.admin import ensure_topics
-from streams.broker import BrokerError, EmbeddedBroker, faultlens_home, state_file
+from streams.broker import BrokerError, EmbeddedBroker, faultlens_home
 from streams.config import KafkaSettings
 
 HELP = "run the embedded Kafka-compatible broker and print its address"
@@ -48,8 +48,4 @@ def run(args: argparse.Namespace) -> int:
                 return 1
         return 0
     finally:
-        broker.stop()
-        try:
-            state_file().unlink()
-        except FileNotFoundError:
-            pass
+        broker.stop()  # and unregisters it

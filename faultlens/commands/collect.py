@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from collectors.agent import Agent, AgentConfig
@@ -17,7 +18,7 @@ from collectors.checks.suite import ChecksConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
 from parsing.rules import RuleError, load
-from streams.broker import faultlens_home
+from streams.broker import answers, faultlens_home
 from streams import metrics
 from streams.config import add_kafka_arguments
 from streams.connect import connected
@@ -41,6 +42,10 @@ reported in the heartbeat's `sources` and the others go on:
              (needs the public key of `faultlens keys generate`: --verify-key / FAULTLENS_VERIFY_KEY;
              the ids of commands handled are kept in --state-dir, so a restart refuses replays)
 
+Without --bootstrap (or FAULTLENS_BOOTSTRAP / --config) it uses the embedded broker that `faultlens up`,
+`demo` or `broker` registered on this machine, and exits 1 saying so when there is none; it never
+starts a broker of its own (nobody would read it). Given a broker that does not answer, it says so
+on stderr (again every minute) and keeps spooling and retrying.
 While the broker is unreachable, events go to a bounded spool (--spool-dir, --spool-max-mb) and
 are sent in order when it is back; when full, the oldest GPU samples are dropped, never a fault.
 Prints one JSON line when started and one with counters when stopped (Ctrl-C / SIGTERM, or
@@ -146,6 +151,35 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     )
 
 
+UNREACHABLE_REMINDER_S = 60.0
+
+
+def _wait_saying_when_unreachable(agent, bootstrap: str, stop: threading.Event, duration: float | None) -> None:
+    """Until stopped; while the broker does not answer, say so on stderr at once and every minute.
+
+    An agent whose broker is away must not look healthy: its events wait in the spool, and a
+    person starting it by hand should see that from the first line, not from a WARNING later.
+    """
+    deadline = None if duration is None else time.monotonic() + duration
+    said_at = None
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        if not agent.publisher.connected and not answers(bootstrap, 0.5):
+            now = time.monotonic()
+            if said_at is None or now - said_at >= UNREACHABLE_REMINDER_S:
+                print(f"faultlens collect: no broker answers at {bootstrap}: spooling events in {agent.spool.path} "
+                      f"({len(agent.spool)} waiting) and retrying every {agent.publisher.retry_s:.0f} s; they are "
+                      "sent in order once it answers", file=sys.stderr, flush=True)
+                said_at = now
+        elif said_at is not None:
+            print(f"faultlens collect: the broker at {bootstrap} answers; sending the spool", file=sys.stderr, flush=True)
+            said_at = None
+        if stop.wait(min(1.0, left) if left is not None else 1.0):
+            return
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
@@ -175,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
                               "spool": str(agent.spool.path),
                               "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
                               "replay_file": str(config.replay_file)}), flush=True)
-            stop.wait(args.duration)
+            _wait_saying_when_unreachable(agent, settings.bootstrap, stop, args.duration)
             log.info("stopping")
         finally:
             agent.stop()

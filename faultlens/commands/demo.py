@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 
 HELP = "run the whole pipeline live on the embedded broker against a simulated cluster (and a real torch job)"
 DESCRIPTION = """\
-Starts the embedded broker (or uses --bootstrap), the diagnosis, remediation and history consumers
+Uses --bootstrap, else the broker registered on this machine, else starts the embedded broker and
+registers it in $FAULTLENS_HOME/broker.json (as `faultlens up` does); runs the diagnosis, remediation and history consumers
 (as `faultlens up`, with remediation ACTING on the demo jobs), and then:
 
   * a simulated cluster (default 64 nodes x 8 GPUs) with the ByteRobust fault mix, every fault
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     broker = None
     try:
-        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap)
+        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap, start=True)
         pipeline = Pipeline(settings, options).build().start()
         if not pipeline.wait_ready(90):
             raise BrokerError("the consumers did not join their groups within 90 s")

@@ -8,7 +8,7 @@ import sys
 
 from diagnosis.engine import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from diagnosis.scoring import EARLY_S, WINDOW_S, score
+from diagnosis.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
 from streams.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 
 HELP = "analyze a trace and score the diagnoses against TRACE.labels.jsonl (precision, recall, latency)"
@@ -38,20 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _labels(args) -> list[dict]:
     if not args.labels:
         return read_labels(args.trace)
-    import orjson
+    from streams.jsonl import json_lines
 
     out = []
-    with open(args.labels, "rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                label = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(f"{args.labels}:{i}: not valid JSON ({exc})") from None
-            if not isinstance(label, dict) or any(k not in label for k in LABEL_KEYS):
-                raise TraceError(f"{args.labels}:{i}: a label needs {', '.join(LABEL_KEYS)}")
-            out.append(label)
+    for where, label in json_lines(args.labels, TraceError):
+        if not isinstance(label, dict) or any(k not in label for k in LABEL_KEYS):
+            raise TraceError(f"{where}: a label needs {', '.join(LABEL_KEYS)}")
+        out.append(label)
     return out
 
 
@@ -100,4 +93,6 @@ def _table(rows: list[dict], overall: dict) -> None:
               f(overall["precision"]), f(overall["recall"]), f(overall["detection_latency_p50_s"]),
               f(overall["detection_latency_p99_s"]), f(overall["healthy_nodes_blamed"]), overall["group_holds_culprit"])
     # Piped output has no terminal width to fit: give the table the room it needs.
-    Console(width=None if sys.stdout.isatty() else 150).print(t)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    console.print(t)
+    console.print(f"latency: {LATENCY_WORDS_LABELLED} (decision time minus the labelled onset)")

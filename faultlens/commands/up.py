@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 
 HELP = "run the whole pipeline in one process: diagnose + remediate + history"
 DESCRIPTION = """\
-Starts (or connects to, with --bootstrap / FAULTLENS_BOOTSTRAP / --config) the broker, creates the
-topics and runs three consumer groups in one process, one thread each:
+Connects to the broker (--bootstrap / FAULTLENS_BOOTSTRAP / --config, else the embedded broker
+registered on this machine in $FAULTLENS_HOME/broker.json); with none, starts the embedded broker
+and registers it there, so `collect`, `replay`, `record`, `diagnose` started beside it use it.
+Creates the topics and runs three consumer groups in one process, one thread each:
 
   diagnose   telemetry + jobs → diagnoses          (alone: `faultlens diagnose`)
   remediate  diagnoses → signed commands           (alone: `faultlens remediate`)
@@ -125,8 +127,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        # connected() stops a broker it started when the block ends: after every consumer closed.
-        with connected(args) as settings:
+        # Without a bootstrap `up` starts the machine's broker and registers it, so a `collect` or
+        # `replay` started beside it publishes where it reads; connected() stops (and unregisters)
+        # it when the block ends: after every consumer closed.
+        with connected(args, start_broker=True) as settings:
             try:
                 pipeline = Pipeline(settings, options).build()
             except (ValueError, HistoryError, OSError) as exc:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from simulator import EPISODE_S
 from streams.diagnosis_record import Diagnosis
-from diagnosis.scoring import score
+from diagnosis.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.demo.state import DemoState
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,8 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
     sc, wb = report["score"], report["wrongly_blamed"]
     say()
     say(f"precision {_num(sc['precision'])}, recall {_num(sc['recall'])}; detection latency p50 "
-        f"{_num(sc['detection_latency_p50_s'])} s, p99 {_num(sc['detection_latency_p99_s'])} s")
+        f"{_num(sc['detection_latency_p50_s'])} s, p99 {_num(sc['detection_latency_p99_s'])} s "
+        f"({LATENCY_WORDS_LABELLED})")
     say()
     say("Wrongly blamed", "bold")
     say(f"healthy nodes blamed: {wb['healthy_nodes_blamed']}", indent=2)

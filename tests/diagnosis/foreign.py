@@ -198,3 +198,23 @@ def load(name: str, seed: int | None = None) -> Trace:
 def names() -> list[str]:
     """Every case (files starting with ``_`` are shared parts, not cases)."""
     return [p.stem for p in sorted(FIXTURES.glob("*.jsonl")) if not p.stem.startswith("_")]
+
+
+def write_parquet(name: str, out_dir: str | Path) -> Path:
+    """The case as a Parquet trace (``OUT/<name>.parquet``, labels beside it): what `faultlens check` reads."""
+    from streams.trace import labels_path, write_labels, write_trace
+
+    trace = load(name)
+    path = Path(out_dir) / f"{name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(path, trace.events)
+    write_labels(labels_path(path), trace.labels)
+    return path
+
+
+if __name__ == "__main__":
+    # python -m tests.diagnosis.foreign OUT_DIR [NAME...]: write cases as Parquet traces (all by default)
+    import sys
+
+    for case in sys.argv[2:] or names():
+        print(write_parquet(case, sys.argv[1]))

@@ -31,3 +31,30 @@ def test_help_imports_no_heavy_library(argv):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"code": 0, "heavy": []}
     assert "usage: faultlens" in proc.stdout  # the help was printed, not skipped
+
+
+# What made every invocation take ~1 s: the engine, Kafka clients, Parquet and DuckDB.
+STARTUP_HEAVY = ("pyarrow", "kafka", "duckdb", "diagnosis.engine", "numpy")
+
+
+def test_help_lists_each_command_with_its_own_help_without_importing_it():
+    import importlib
+
+    from faultlens.cli import _help_of
+    from faultlens.commands import COMMAND_NAMES
+
+    for name in COMMAND_NAMES:
+        assert _help_of(name) == importlib.import_module(f"faultlens.commands.{name}").HELP, name
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["parse", "{log}"], ["stacks", "--help"], ["-v", "parse", "--help"]])
+def test_light_commands_import_only_themselves(argv, tmp_path):
+    log = tmp_path / "one.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    probe = _PROBE.replace(repr(HEAVY), repr(STARTUP_HEAVY))
+    argv = [a.format(log=log) for a in argv]
+    proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "heavy": []}, proc.stderr[-2000:]
+    if argv[0] == "parse":
+        assert '"kind":"gpu_lost"' in proc.stdout

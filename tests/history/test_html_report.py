@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import re
 import shutil
@@ -157,3 +158,23 @@ def test_the_report_projects_a_big_job_from_the_historys_detection():
     assert 'id="projection"' in html and "9,600-GPU, 90-day job" in html
     assert "framework&#x27;s timeout alone" in html or "framework's timeout alone" in html
     c.close()
+
+
+def test_headline_latency_is_the_one_score_prints_with_its_words(conn):
+    """One definition of detection latency: with ground truth the page's headline is `faultlens score`'s
+    number (labelled onset → first matching diagnosis), and the words beside it say so."""
+    from diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
+
+    diagnoses = [d for d in known.records() if d.__class__.__name__ == "Diagnosis"]
+    scored = score(diagnoses, known.LABELS).overall()
+    page = _page(conn)
+    card = re.search(r'<div class="v">([^<]*) s</div><div class="k">detection latency p50 \(p99 ([^)]*) s\): ([^<]*)<',
+                     page)
+    assert card, page[:3000]
+    assert float(card.group(1)) == pytest.approx(scored["detection_latency_p50_s"], abs=0.05)
+    assert html.unescape(card.group(3)) == LATENCY_WORDS_LABELLED
+    # without labels the headline is from the first evidence, and says so
+    bare = memory_history()
+    HistorySink(bare).write(build_batch(known.records()))
+    card = re.search(r'detection latency p50 \(p99 [^)]* s\): ([^<]*)<', html_report.render(bare, generated_at=known.T0))
+    assert card and html.unescape(card.group(1)) == LATENCY_WORDS_EVIDENCE

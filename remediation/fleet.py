@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from remediation.fleet_record import MachineRecord
+from streams.fleet_record import MachineRecord
 from remediation.lemon import LemonConfig, LemonVerdict, classify, judge
 from streams.diagnosis_record import Diagnosis
 

@@ -10,14 +10,13 @@ the other. `faultlens nodes list|show|resume` read and write the same topic.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from remediation.fleet_record import MachineRecord
+from streams.fleet_record import MachineRecord
 from streams import topics
 from streams.config import KafkaSettings
 from streams.kafka_client import open_consumer
@@ -70,7 +69,7 @@ class FleetLog:
             if self._producer is None:
                 self._producer = Producer(self.settings)
             for node, record in records.items():
-                self._producer.send(self.topic, node.encode(), json.dumps(record.to_dict(), sort_keys=True).encode())
+                self._producer.send(self.topic, node.encode(), record.encode())
             self._producer.flush(10.0)
         except (KafkaError, OSError) as exc:
             raise OSError(f"publishing {len(records)} fleet record(s): {exc}") from exc
@@ -99,8 +98,8 @@ class FleetLog:
                     continue
                 node = m.key.decode("utf-8", "replace")
                 try:
-                    record = MachineRecord.from_dict(json.loads(m.value))
-                except ValueError as exc:  # JSONDecodeError is a ValueError
+                    record = MachineRecord.decode(m.value)
+                except ValueError as exc:  # InvalidEvent is a ValueError
                     self._report(f"fleet record {self.path} offset {m.offset} ({node}): {exc}; skipped")
                     continue
                 if record.node != node:

@@ -9,10 +9,12 @@ on both): :meth:`MachineRecord.merge` takes the union, so neither member's facts
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from remediation.lemon import LEMON_STATE
+from streams.action_record import HARDWARE_INSPECTION as LEMON_STATE
+from streams.events import loads
 
 VERSION = 1
 # A record keeps this many entries of each list (the newest): a machine logging faults for years
@@ -109,6 +111,14 @@ class MachineRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "node": self.node, "updated": self.updated, "state": self.state(),
                 **{name: [dict(e) for e in getattr(self, name)] for name in _KEYS}}
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str | None) -> "MachineRecord":
+        """One message of the ``fleet`` topic; ValueError (InvalidEvent) for anything else."""
+        return cls.from_dict(loads(raw))
 
     @classmethod
     def from_dict(cls, data: Any) -> "MachineRecord":

@@ -319,6 +319,13 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
         if prev is None or (row["count"] or 0) >= (prev["count"] or 0):
             latest[row["id"]] = row
     rows["diagnoses"] = list(latest.values())
+    # One row per machine in a batch too (one INSERT keeps the first of a key): the newest record,
+    # the later one of two equally new (the topic's order).
+    newest: dict[str, dict[str, Any]] = {}
+    for row in rows["machines"]:
+        if row["node"] not in newest or row["updated"] >= newest[row["node"]]["updated"]:
+            newest[row["node"]] = row
+    rows["machines"] = list(newest.values())
     screened = screen_commands(commands, keys)
     for cmd in screened.kept:
         rows["commands"].append(command_row(cmd))

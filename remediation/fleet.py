@@ -107,7 +107,9 @@ class Fleet:
         """A person brought ``node`` back (`faultlens nodes resume`): the lemon verdict is lifted and
         what came before is forgiven (a new lemon needs new failures)."""
         record = self.record(node)
-        record.add("resumes", {"ts": now, "by": by, "reason": reason})
+        known = [e["ts"] for name in ("faults", "checks", "lemons", "evictions") for e in getattr(record, name)]
+        record.add("resumes", {"ts": now, "by": by, "reason": reason, "lifts": [e["ts"] for e in record.lemons],
+                               "forgives": max([now, *known])})
         for e in record.evictions:
             if e.get("back_ts") is None:
                 e["back_ts"] = now

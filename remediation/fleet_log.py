@@ -24,6 +24,8 @@ from streams.producer import Producer
 
 log = logging.getLogger(__name__)
 
+REFRESH_S = 2.0  # the longest one tick's read of what others published may take
+
 
 class FleetLog:
     def __init__(self, settings: KafkaSettings, topic: str = topics.FLEET, read_timeout_s: float = 60.0):
@@ -43,22 +45,19 @@ class FleetLog:
             parts = consumer.assignment() or set()
             if parts:
                 consumer.seek_to_beginning(*parts)
-            ends = {tp: off for tp, off in consumer.end_offsets(list(parts)).items() if off}
-            deadline = time.monotonic() + self.read_timeout_s
-            while any(consumer.position(tp) < end for tp, end in ends.items()) and time.monotonic() < deadline:
-                self._take(consumer.poll(timeout_ms=200), records)
+            self._read_to_end(consumer, records, self.read_timeout_s)
         except KafkaError as exc:
             self._report(f"fleet record {self.path} unreadable: {exc}; going on with no machine's past")
         return records
 
-    def refresh(self) -> dict[str, MachineRecord]:
-        """What was published since the last read (by any member, or by a person)."""
+    def refresh(self, timeout_s: float = REFRESH_S) -> dict[str, MachineRecord]:
+        """What was published since the last read (by any member, or by a person), up to the end
+        offsets of now; nothing new costs one offsets request."""
         records: dict[str, MachineRecord] = {}
         if self._consumer is None:
             return records
         try:
-            while self._take(self._consumer.poll(timeout_ms=0), records):
-                pass
+            self._read_to_end(self._consumer, records, timeout_s)
         except KafkaError as exc:
             log.warning("fleet record %s: %s; read again at the next tick", self.path, exc)
         return records
@@ -88,6 +87,17 @@ class FleetLog:
             consumer.assign(parts)
             self._consumer = consumer
         return self._consumer
+
+    def _read_to_end(self, consumer, records: dict[str, MachineRecord], timeout_s: float) -> None:
+        parts = list(consumer.assignment() or ())
+        ends = {tp: end for tp, end in consumer.end_offsets(parts).items() if end}
+        deadline = time.monotonic() + timeout_s
+        while any((consumer.position(tp) or 0) < end for tp, end in ends.items()):
+            if time.monotonic() >= deadline:
+                log.warning("fleet record %s: not read to its end in %.0fs; the rest at the next read", self.path,
+                            timeout_s)
+                return
+            self._take(consumer.poll(timeout_ms=100), records)
 
     def _take(self, polled, records: dict[str, MachineRecord]) -> int:
         n = 0

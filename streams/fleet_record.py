@@ -39,19 +39,24 @@ class MachineRecord:
     checks: list[dict[str, Any]] = field(default_factory=list)  # ts, job, diagnosis_id, failed, detail
     evictions: list[dict[str, Any]] = field(default_factory=list)  # ts, job, diagnosis_id, fault, back_ts
     lemons: list[dict[str, Any]] = field(default_factory=list)  # ts, job, rule, reason, diagnosis_ids, mode
-    resumes: list[dict[str, Any]] = field(default_factory=list)  # ts, by, reason
+    # ts, by, reason, lifts (the ts of the lemon verdicts it lifted), forgives (what it forgave:
+    # facts up to then no longer count). Both are taken from the record as the person saw it, so
+    # a clock that differs from remediation's neither voids the resume nor forgives later faults.
+    resumes: list[dict[str, Any]] = field(default_factory=list)
     updated: float = 0.0
 
     # --- derived ---------------------------------------------------------------------------------
     @property
     def last_resume(self) -> float:
-        return max((r["ts"] for r in self.resumes), default=float("-inf"))
+        """Facts up to this time were forgiven by a person's resume."""
+        return max((r.get("forgives", r["ts"]) for r in self.resumes), default=float("-inf"))
 
     @property
     def lemon(self) -> dict[str, Any] | None:
-        """The lemon verdict in force: the newest, unless a person resumed the machine after it."""
+        """The lemon verdict in force: the newest, unless a person's resume lifted it."""
+        lifted = {t for r in self.resumes for t in r.get("lifts", ())}
         newest = max(self.lemons, key=lambda e: e["ts"], default=None)
-        return newest if newest is not None and newest["ts"] > self.last_resume else None
+        return newest if newest is not None and newest["ts"] not in lifted else None
 
     def state(self) -> str:
         if self.lemon is not None:

@@ -26,7 +26,7 @@ def test_lemon_machines_table_has_mtbf_incidents_state_and_the_lemons_section():
     older = MachineRecord.from_dict(fleet.record("n1").to_dict())
     older.lemons.clear()
     older.updated = T0
-    sink.write(build_batch([*diagnoses, fleet.record("n1"), fleet.record("n2"), older]))
+    sink.write(build_batch([*diagnoses, older, fleet.record("n1"), fleet.record("n2"), older]))
     rows = {r["node"]: r for r in run(conn, "machines")}
     assert rows["n1"]["state"] == "hardware_inspection"  # the older record delivered later did not win
     assert (rows["n1"]["incidents"], rows["n1"]["jobs"], rows["n1"]["counted"]) == (2, 2, 2)

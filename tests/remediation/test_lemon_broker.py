@@ -184,3 +184,65 @@ def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_pat
     assert "resumed by alice" in text and "repeat:gpu_memory" not in text.splitlines()[0]
     missing = nodes_cli("show", f"nobody-{uid}", "--bootstrap", kafka_settings.bootstrap)
     assert missing.returncode == 1 and "no fleet record" in missing.stderr
+
+
+def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka_settings, group_name):
+    """Xid 45 ("preemptive cleanup, due to previous errors") floods a node after a real fault; the
+    NVSentinel report of 672 fatal events on 3 nodes in 3 hours (NVIDIA/NVSentinel#1710) is this.
+    One real Xid 79 in job a, then 1,000 Xid 45 lines there and 1,000 more in job b: raw kernel
+    lines through diagnosis (stage all) into remediation, on a broker of the test's own."""
+    import threading
+
+    from diagnosis.consumer import diagnose_consumer
+    from diagnosis.engine import EngineConfig
+    from streams.events import Envelope
+
+    settings = own_kafka_settings
+    x, a, b = "x-flood", "job-a", "job-b"
+    t0 = time.time() - 600
+
+    def line(job, ts, text, i):
+        return Envelope(ts=ts, job=job, node=x, source="kernel", kind="line", data={"line": text}, id=f"{job}-l{i}")
+
+    xid45 = "[{:.6f}] NVRM: Xid (PCI:0000:3b:00): 45, pid=2316, name=python, Ch 00000008"
+    sent = 0
+    with Producer(settings) as p:
+        for job, start in ((a, t0), (b, t0 + 300)):
+            p.send_event(Topology.grid([x, f"{job}-n1", f"{job}-n2", f"{job}-n3"], 1, 1, 1, 4).to_event(job, start))
+            sent += 1
+            for k in range(4):
+                for n in (x, f"{job}-n1", f"{job}-n2", f"{job}-n3"):
+                    p.send_event(Envelope(ts=start + k, job=job, node=n, source="heartbeat", kind="beat",
+                                          data={"seq": k, "pids": [1], "sources": {"nvml": "ok"}}, id=f"{job}-{n}-b{k}"))
+                    sent += 1
+        p.send_event(line(a, t0 + 5, "[ 8112.391237] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
+                                     "name=<unknown>, GPU has fallen off the bus.", 0))
+        sent += 1
+        for job, start in ((a, t0 + 5.01), (b, t0 + 305)):
+            for i in range(1000):
+                p.send_event(line(job, start + i * 0.01, xid45.format(8112.4 + i * 0.01), i + 1))
+                sent += 1
+        p.flush()
+
+    runner, diagnose = diagnose_consumer(settings, EngineConfig(grace_s=2.0), group=f"{group_name}-d")
+    worker = threading.Thread(target=runner.run, kwargs={"handle_signals": False}, daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and runner.stats.records_in < sent:
+            time.sleep(0.5)
+        time.sleep(4.0)  # ticks past the last line: anything held is decided
+    finally:
+        runner.stop()
+        worker.join(30)
+    assert runner.stats.records_in >= sent
+    assert diagnose.engine.dedup_stats["sympathetic"] >= 2000  # every Xid 45 line was read and judged an echo
+    diagnoses = [d for job in (a, b) for d in job_records(settings, topics.DIAGNOSES, Diagnosis.decode, job)]
+    assert [(d.job, d.fault, d.nodes) for d in diagnoses] == [(a, "gpu_lost", (x,))]  # the 2,000 Xid 45: none
+
+    member = policy({a, b}, FleetLog(settings))
+    run_group(settings, f"{group_name}-r", RemediationHandler(member))
+    record = read_fleet(settings)[0][x]
+    assert [f["fault"] for f in record.counted()] == ["gpu_lost"] and record.lemon is None
+    assert record.state() == "taken_out"  # evicted for its real fault; a lemon it is not
+

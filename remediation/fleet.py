@@ -60,8 +60,9 @@ class Fleet:
         return n
 
     # --- what happened ---------------------------------------------------------------------------
-    def observe_diagnosis(self, d: Diagnosis, now: float) -> list[Lemon]:
-        """Record ``d`` against each machine it names; the machines it made lemons."""
+    def observe_diagnosis(self, d: Diagnosis, now: float, mode: str = "act") -> list[Lemon]:
+        """Record ``d`` against each machine it names; the machines it made lemons (``mode``: the
+        remediation mode of its job, kept with a verdict: observe-only drains nothing)."""
         counted = classify(self.config, fault=d.fault, action=d.action, nodes=d.nodes, confidence=d.confidence)
         changed = []
         for node in d.nodes:
@@ -69,10 +70,10 @@ class Fleet:
                      "counts": counted.kind, "why": counted.why, "detail": d.detail[:200]}
             if self.record(node).add("faults", entry):
                 changed.append(node)
-        return self._judged(changed, d.job, d.id, now, counted.kind != "")
+        return self._judged(changed, d.job, d.id, now, counted.kind != "", mode)
 
     def observe_checks(self, job: str, diagnosis_id: str, results: Mapping[str, Mapping[str, Any]],
-                       now: float) -> list[Lemon]:
+                       now: float, mode: str = "act") -> list[Lemon]:
         """Stop-time check results (remediation.stop_checks): a failure counts only when a check
         ran and failed; one that could not run (or a refusal) is recorded, not counted."""
         changed, counts = [], False
@@ -85,7 +86,7 @@ class Fleet:
             if self.record(node).add("checks", entry):
                 changed.append(node)
                 counts |= failed
-        return self._judged(changed, job, diagnosis_id, now, counts)
+        return self._judged(changed, job, diagnosis_id, now, counts, mode)
 
     def evicted(self, job: str, nodes: Iterable[str], diagnosis_id: str, fault: str, now: float) -> None:
         changed = [n for n in nodes if self.record(n).add(
@@ -117,7 +118,8 @@ class Fleet:
         return record
 
     # --- judging ---------------------------------------------------------------------------------
-    def _judged(self, changed: list[str], job: str, diagnosis_id: str, now: float, counts: bool) -> list[Lemon]:
+    def _judged(self, changed: list[str], job: str, diagnosis_id: str, now: float, counts: bool,
+                mode: str) -> list[Lemon]:
         out = []
         for node in changed if counts else ():
             record = self.record(node)
@@ -126,7 +128,8 @@ class Fleet:
             verdict = judge(node, record.faults, record.checks, record.last_resume, now, self.config)
             if verdict is None:
                 continue
-            record.add("lemons", {"ts": now, "job": job, "diagnosis_id": diagnosis_id, **verdict.to_dict()})
+            record.add("lemons", {"ts": now, "job": job, "diagnosis_id": diagnosis_id, "mode": mode,
+                                  **verdict.to_dict()})
             log.warning("machine %s is a lemon (%s): %s", node, verdict.rule, verdict.reason)
             out.append(Lemon(node, job, diagnosis_id, verdict))
         self._save(changed)

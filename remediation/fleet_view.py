@@ -60,6 +60,8 @@ def show_lines(r: MachineRecord, now: float, clean_s: float) -> list[str]:
     lemon = r.lemon
     if lemon:
         out.append(f"  lemon since {_when(lemon['ts'])} ({lemon['rule']}): {lemon.get('reason', '')}")
+        if lemon.get("mode", "act") != "act":
+            out.append(f"  not drained: job {lemon.get('job')} was in {lemon['mode']} mode when it became one")
         out.append(f"  back only by a person: faultlens nodes resume {r.node} --actuator ...")
     out.append(f"  faults: {s['faults']} recorded, {s['counted']} counted against it"
                + (f" ({', '.join(s['classes'])} in {s['jobs']} job(s))" if s["counted"] else ""))

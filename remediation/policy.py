@@ -197,7 +197,7 @@ class Policy:
         before = self._job_state(d.job)
         result = self._decide(d, now)
         self._saved_if_changed(d.job, before, now)
-        self._lemons(self.fleet.observe_diagnosis(d, now), now)
+        self._lemons(self.fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
         return result
 
     def take_followups(self) -> list[Decision]:
@@ -207,13 +207,17 @@ class Policy:
     def _lemons(self, lemons: list[Lemon], now: float) -> None:
         """Each new lemon → a decision to drain it (no command: the job's own decision already
         evicted it or restarts in place; the drain keeps the scheduler from placing it again)."""
+        breaker = self.safety.breaker
         for lemon in lemons:
             v = lemon.verdict
+            # The breaker stops drains too: many machines turning lemons at once is the pipeline
+            # going wrong more likely than the fleet (the verdict stays on record for a person).
+            blocked = f"circuit breaker open ({breaker.reason}): not drained" if breaker.open else ""
             self.followups.append(Decision(
                 now, lemon.job, lemon.diagnosis_id, LEMON_STATE, LEMON_STATE, "none", (lemon.node,),
                 f"{lemon.node} is a lemon ({v.rule}): {v.reason}; record: faultlens nodes show {lemon.node}; "
                 f"back only by `faultlens nodes resume {lemon.node}`", self.config.mode(lemon.job), False,
-                params={"take_out": [lemon.node], "lemon": v.to_dict()}))
+                blocked=blocked, params={"take_out": [lemon.node], "lemon": v.to_dict()}))
 
     def observe_check(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
         """A `check` event (a node's stop-time results or its refusal to run them, a replay's outcome)
@@ -335,7 +339,7 @@ class Policy:
             pending.settled = True
         else:
             del self.pending_checks[job]
-        self._lemons(self.fleet.observe_checks(job, d.id, pending.results, now), now)
+        self._lemons(self.fleet.observe_checks(job, d.id, pending.results, now, self.config.mode(job)), now)
         out = []
         for step in verdict.steps:
             if step.rung == "bring_back":

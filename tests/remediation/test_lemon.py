@@ -189,3 +189,21 @@ def test_lemon_decision_takes_the_machine_out_marked_hardware_inspection():
     assert p.take_followups() == []  # one verdict, one drain
     p.decide(diag("c", "a-n2", "nvlink", ts=T0 + 7200), T0 + 7200)
     assert p.take_followups() == []  # already out: not drained again
+
+
+def test_lemon_drain_is_blocked_while_the_circuit_breaker_is_open():
+    p = policy()
+    p.safety.breaker.open, p.safety.breaker.reason = True, "40% of nodes evicted in 600s"
+    p.decide(diag("a", "a-n2", "nvlink", ts=T0), T0)
+    p.decide(diag("b", "a-n2", "nvlink", ts=T0 + 3600), T0 + 3600)
+    (lemon,) = p.take_followups()
+    assert lemon.blocked.startswith("circuit breaker open") and plan(lemon) == []
+    assert p.fleet.lemons() == {"a-n2"}  # the verdict stays on record for a person
+
+
+def test_lemon_in_an_observe_only_job_is_recorded_with_its_mode():
+    p = Policy(KEY, PolicyConfig(), Safety(SafetyConfig(), CircuitBreaker(None)))
+    p.decide(diag("a", "n1", "gpu_lost", ts=T0), T0)
+    p.decide(diag("b", "n1", "gpu_lost", ts=T0 + 60), T0 + 60)
+    (lemon,) = p.take_followups()
+    assert lemon.mode == "observe" and p.fleet.record("n1").lemon["mode"] == "observe"

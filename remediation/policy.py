@@ -356,6 +356,7 @@ class Policy:
 
     def _not_lemons(self, step: Step) -> Step:
         """A lemon that passed its checks stays out: only a person brings it back."""
+        self.fleet.refresh()  # another member may have made one a lemon since the last tick
         lemons = self.fleet.lemons() & set(step.nodes)
         if not lemons:
             return step
@@ -401,6 +402,7 @@ class Policy:
                 return self._decision(now, d, step, mode, sent=False, blocked=verdict.reason), None
             pool = self.pools.get(d.job) or StandbyPool.for_job(d.job, 0, list(self.config.standby_names))
             self.pools.setdefault(d.job, pool)
+            self.fleet.refresh()  # what other members decided since the last tick
             lemons = self.fleet.lemons()  # a lemon is never handed out as a spare
             if mode == "act":
                 allocation = pool.take_for(d.id, len(step.nodes), skip=lemons)

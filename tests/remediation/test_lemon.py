@@ -207,3 +207,25 @@ def test_lemon_in_an_observe_only_job_is_recorded_with_its_mode():
     p.decide(diag("b", "n1", "gpu_lost", ts=T0 + 60), T0 + 60)
     (lemon,) = p.take_followups()
     assert lemon.mode == "observe" and p.fleet.record("n1").lemon["mode"] == "observe"
+
+
+def test_lemon_that_passes_a_later_recheck_is_not_brought_back():
+    from tests.remediation.test_stop_checks import NODES as N, crash, policy as checks_policy, result
+
+    p = checks_policy(settle_s=10.0)
+    _, cmd = p.decide(crash(), 1000.0)
+    for n in N:  # n001's compute check fails: taken out, its first failed check on record
+        p.observe_check(result(n, cmd.id, 1010.0, failed=("compute",) if n == "n001" else ()), 1010.0)
+    assert p.take_followups() == [] and p.fleet.record("n001").checks[-1]["failed"]
+    # elsewhere, in another job, n001 failed its checks again: a lemon
+    failed = {"passed": False, "ts": 5000.0, "failed": ["memory"], "conclusive": ["memory"], "detail": "ECC"}
+    assert p.fleet.observe_checks("other", "dz", {"n001": failed}, 5000.0)[0].verdict.rule == "failed_checks"
+    p.observe_topology("j", Topology.grid(["n000", "s000", "n002", "n003"], 1, 1, 2, 2))
+    _, cmd2 = p.decide(crash(ts=9000.0, did="d2"), 9000.0)
+    assert cmd2.params["recheck"] == ["n001"]
+    for n in ["n000", "s000", "n002", "n003"]:
+        p.observe_check(result(n, cmd2.id, 9010.0), 9010.0)
+    [(back, _)] = p.observe_check(result("n001", cmd2.id, 9011.0), 9011.0)  # it passes this time
+    assert back.rung == "bring_back" and back.nodes == () and back.params["bring_back"] == []
+    assert LEMON_STATE in back.reason and plan(back) == []  # not brought back: only a person does that
+    assert "j" not in p.taken_out  # and not asked again

@@ -45,7 +45,7 @@ def list_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
     rows = list(rows)
     if not rows:
         return ["no machine in the fleet record yet (remediation writes it as it decides)"]
-    head = f"{'NODE':<20} {'STATE':<20} {'COUNTED':>7} {'JOBS':>4} {'FAULTS':>6} {'CHECKS✗':>7} {'EVICTED':>7}  LEMON"
+    head = f"{'NODE':<20} {'STATE':<20} {'COUNTED':>7} {'JOBS':>4} {'FAULTS':>6} {'FAILCHK':>7} {'EVICTED':>7}  LEMON"
     out = [head]
     for s in rows:
         lemon = f"{s['lemon_rule']} since {_when(s['lemon_at'])}" if s["lemon_rule"] else ""

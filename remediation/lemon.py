@@ -3,13 +3,17 @@ that keeps failing is taken out for good (state ``hardware_inspection``) until a
 
 Defaults, and where they come from:
 
-* the same hardware class twice on one machine within 7 days: ByteRobust sends a machine rebooted
+* (one) the same hardware class twice on one machine within 7 days: ByteRobust sends a machine rebooted
   twice for the same Xid to hardware inspection (DESIGN.md §3); the 7-day window is issue 33's;
-* two failed stop-time checks within the window (a check that could not run is no evidence);
-* the only culprit of 2 incidents in different jobs within the window (cuda / NCCL / silent /
+* (two) two failed stop-time checks within the window (a check that could not run is no evidence);
+* (three) the only culprit of 2 incidents in different jobs within the window (cuda / NCCL / silent /
   hang / fail-slow blames that named this machine alone): a machine that breaks whichever job
   it joins. Meta's research clusters cut the failure rate of 512+-GPU jobs from 14 % to 4 % by
   finding such "lemon" nodes (Kokolis et al., HPCA 2025).
+
+Per class (``--lemon-rules``): ``repeat`` classes count towards rule one and three, ``culprit``
+classes towards rule three only, ``off`` classes never; a counted incident of either kind is an
+incident of rule three, so a class's own count does not lift the cross-job rule.
 
 What never counts: a diagnosis that names more than one machine (a parallel group over-evicted
 for a hang: its healthy members would become lemons), one below the confidence floor, one that

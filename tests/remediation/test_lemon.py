@@ -229,3 +229,27 @@ def test_lemon_that_passes_a_later_recheck_is_not_brought_back():
     assert back.rung == "bring_back" and back.nodes == () and back.params["bring_back"] == []
     assert LEMON_STATE in back.reason and plan(back) == []  # not brought back: only a person does that
     assert "j" not in p.taken_out  # and not asked again
+
+
+def test_lemon_never_from_ranks_that_only_waited_on_a_failed_peer():
+    """Two jobs on the same machines, each with an NCCL timeout storm: every rank times out, one
+    rank (on a different machine each time) is one collective behind. Through the diagnosis engine
+    (diagnosis.rules.comms blames the first failing rank only), then the fleet: n003, whose ranks
+    only waited in both jobs, is no lemon; were victims counted it would be (two jobs)."""
+    from diagnosis.engine import analyze
+    from tests.diagnosis.diag_events import ev, topology
+
+    events = []
+    for job, culprit, t in (("job-a", 5, 100.0), ("job-b", 1, 5000.0)):
+        events.append(topology(n=4, gpus=2, job=job, ts=t - 50))
+        for r in range(8):
+            events.append(ev(t + r * 0.1, f"n{r // 2:03d}", "nccl", "nccl_timeout", job=job, rank=r,
+                             seq=811 if r == culprit else 812, op="ALLREDUCE", timeout_ms=120000,
+                             elapsed_ms=120004, fault="nccl_error", action="reattempt", severity="error"))
+    diagnoses = analyze(events)
+    assert sorted((d.job, d.nodes) for d in diagnoses if d.fault == "nccl_error") == [
+        ("job-a", ("n002",)), ("job-b", ("n000",))]
+    fleet = Fleet()
+    for d in sorted(diagnoses, key=lambda d: d.ts):
+        assert fleet.observe_diagnosis(d, d.ts) == []
+    assert fleet.lemons() == frozenset() and "n003" not in fleet.records

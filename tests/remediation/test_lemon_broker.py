@@ -4,6 +4,7 @@ and a rebalance of the remediation group; a person's resume is honoured and reco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -111,7 +112,9 @@ def test_lemon_a_machine_failing_in_two_jobs_is_drained_and_the_pool_skips_it(ka
         (LEMON_STATE, 2, "repeat:gpu_memory")]
 
 
-def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_group(kafka_settings, fresh_topic):
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_group(kafka_settings, fresh_topic, client):
+    kafka_settings = dataclasses.replace(kafka_settings, client=client)
     uid = uuid.uuid4().hex[:6]
     x = f"x-{uid}"
     fleet_topic = fresh_topic(3)

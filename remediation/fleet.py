@@ -64,19 +64,24 @@ class Fleet:
         """Record ``d`` against each machine it names; the machines it made lemons (``mode``: the
         remediation mode of its job, kept with a verdict: observe-only drains nothing)."""
         counted = classify(self.config, fault=d.fault, action=d.action, nodes=d.nodes, confidence=d.confidence)
+        if len(d.nodes) != 1:
+            # A group blame or a stack request names many machines, none of them alone: nothing
+            # to hold against any (an eviction it leads to is recorded as one), and one message per
+            # machine per stack round of a 1,000-machine job is noise on the topic.
+            return []
         changed = []
         for node in d.nodes:
             entry = {"ts": d.ts, "job": d.job, "fault": d.fault, "diagnosis_id": d.id, "action": d.action,
                      "counts": counted.kind, "why": counted.why, "detail": d.detail[:200]}
             if self.record(node).add("faults", entry):
                 changed.append(node)
-        return self._judged(changed, d.job, d.id, now, counted.kind != "", mode)
+        return self._judged(changed, d.job, d.id, now, d.ts, counted.kind != "", mode)
 
     def observe_checks(self, job: str, diagnosis_id: str, results: Mapping[str, Mapping[str, Any]],
                        now: float, mode: str = "act") -> list[Lemon]:
         """Stop-time check results (remediation.stop_checks): a failure counts only when a check
         ran and failed; one that could not run (or a refusal) is recorded, not counted."""
-        changed, counts = [], False
+        changed, counts, at = [], False, now
         for node, r in results.items():
             conclusive = list(r.get("conclusive", r.get("failed", [])))
             failed = not r.get("passed", False) and bool(conclusive)
@@ -86,7 +91,8 @@ class Fleet:
             if self.record(node).add("checks", entry):
                 changed.append(node)
                 counts |= failed
-        return self._judged(changed, job, diagnosis_id, now, counts, mode)
+                at = entry["ts"] if failed else at
+        return self._judged(changed, job, diagnosis_id, now, at, counts, mode)
 
     def evicted(self, job: str, nodes: Iterable[str], diagnosis_id: str, fault: str, now: float) -> None:
         changed = [n for n in nodes if self.record(n).add(
@@ -118,14 +124,15 @@ class Fleet:
         return record
 
     # --- judging ---------------------------------------------------------------------------------
-    def _judged(self, changed: list[str], job: str, diagnosis_id: str, now: float, counts: bool,
+    def _judged(self, changed: list[str], job: str, diagnosis_id: str, now: float, at: float, counts: bool,
                 mode: str) -> list[Lemon]:
+        """Judge the machines a fact of time ``at`` changed (``now``: the decision's time, the verdict's)."""
         out = []
         for node in changed if counts else ():
             record = self.record(node)
             if record.lemon is not None:
                 continue  # already out; a second verdict would drain it again
-            verdict = judge(node, record.faults, record.checks, record.last_resume, now, self.config)
+            verdict = judge(node, record.faults, record.checks, record.last_resume, at, self.config)
             if verdict is None:
                 continue
             record.add("lemons", {"ts": now, "job": job, "diagnosis_id": diagnosis_id, "mode": mode,

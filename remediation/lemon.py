@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from streams.action_record import HARDWARE_INSPECTION
 from streams.diagnosis_record import FAULT_CLASSES
@@ -152,10 +152,26 @@ def _incidents(faults: list[Mapping[str, Any]], same_s: float) -> list[Mapping[s
     return out
 
 
-def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, Any]], since: float, now: float,
+def _span(facts: list[Mapping[str, Any]], at: float, window_s: float,
+          enough: Callable[[list[Mapping[str, Any]]], bool]) -> list[Mapping[str, Any]] | None:
+    """The facts of a span of ``window_s`` that holds time ``at`` (the fact just added) and is
+    ``enough``, or None. Anchored on the new fact, not on the wall clock: a replayed trace or a
+    consumer far behind judges its diagnoses by their own times, and facts decided out of order
+    (two jobs on two partitions) count as they happened."""
+    near = sorted((f for f in facts if abs(f["ts"] - at) <= window_s), key=lambda f: f["ts"])
+    for first in near:
+        if first["ts"] > at:
+            break
+        inside = [f for f in near if first["ts"] <= f["ts"] <= first["ts"] + window_s]
+        if first["ts"] + window_s >= at and enough(inside):
+            return inside
+    return None
+
+
+def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, Any]], since: float, at: float,
           config: LemonConfig) -> LemonVerdict | None:
-    """Whether ``node`` is a lemon now, from its counted faults and checks after ``since`` (its
-    last resume by a person: what came before was forgiven)."""
+    """Whether ``node`` is a lemon once the fact of time ``at`` is added, from its counted faults
+    and checks after ``since`` (its last resume by a person: what came before was forgiven)."""
     if not config.enabled:
         return None
     counted = _incidents([f for f in faults if f.get("counts") and f["ts"] > since], config.same_incident_s)
@@ -165,23 +181,25 @@ def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, 
             by_class.setdefault(f["fault"], []).append(f)
     for fault, seen in sorted(by_class.items()):
         rule = config.rule(fault)
-        recent = [f for f in seen if now - f["ts"] <= rule.window_s]
-        if rule.mode == "repeat" and len(recent) >= rule.count:
-            ids = tuple(f["diagnosis_id"] for f in recent)
-            jobs = sorted({f["job"] for f in recent})
-            return LemonVerdict(f"repeat:{fault}", f"{fault} {len(recent)} times in {rule.window_s / DAY_S:g} days "
+        hit = _span(seen, at, rule.window_s, lambda fs, n=rule.count: len(fs) >= n)
+        if rule.mode == "repeat" and hit:
+            ids = tuple(f["diagnosis_id"] for f in hit)
+            jobs = sorted({f["job"] for f in hit})
+            return LemonVerdict(f"repeat:{fault}", f"{fault} {len(hit)} times in {rule.window_s / DAY_S:g} days "
                                 f"(jobs {', '.join(jobs)}; diagnoses {', '.join(ids)})", ids)
-    window = [c for c in checks if c["ts"] > since and now - c["ts"] <= config.window_s and c.get("failed")]
-    if config.failed_checks and len(window) >= config.failed_checks:
-        ids = tuple(c.get("diagnosis_id", "") for c in window)
-        return LemonVerdict("failed_checks", f"stop-time checks failed {len(window)} times in "
-                            f"{config.window_s / DAY_S:g} days ({'; '.join(str(c.get('detail', ''))[:80] for c in window)})", ids)
-    first_by_job: dict[str, Mapping[str, Any]] = {}
-    for f in counted:
-        if now - f["ts"] <= config.window_s:
+    failed = [c for c in checks if c["ts"] > since and c.get("failed")]
+    hit = _span(failed, at, config.window_s, lambda cs: len(cs) >= config.failed_checks) if config.failed_checks else None
+    if hit:
+        ids = tuple(c.get("diagnosis_id", "") for c in hit)
+        return LemonVerdict("failed_checks", f"stop-time checks failed {len(hit)} times in "
+                            f"{config.window_s / DAY_S:g} days ({'; '.join(str(c.get('detail', ''))[:80] for c in hit)})", ids)
+    hit = _span(counted, at, config.window_s,
+                lambda fs: len({f["job"] for f in fs}) >= config.culprit_jobs) if config.culprit_jobs else None
+    if hit:
+        first_by_job: dict[str, Mapping[str, Any]] = {}
+        for f in hit:
             first_by_job.setdefault(f["job"], f)
-    if config.culprit_jobs and len(first_by_job) >= config.culprit_jobs:
-        seen = sorted(first_by_job.values(), key=lambda f: f["ts"])
+        seen = list(first_by_job.values())
         ids = tuple(f["diagnosis_id"] for f in seen)
         return LemonVerdict("culprit_jobs", f"the only culprit in {len(seen)} different jobs in "
                             f"{config.window_s / DAY_S:g} days ("

@@ -77,7 +77,7 @@ class RemediationHandler:
             self._reload = False
             if (n := self.policy.reload()):
                 log.info("took the newer state of %d job(s) from %s", n, self.policy.store.path)
-            self.policy.fleet.refresh()
+            self.policy.refresh_fleet(self.clock())
         out: list[Outgoing] = []
         for r in records:
             if r.topic == JOBS_TOPIC:
@@ -108,7 +108,7 @@ class RemediationHandler:
     def tick(self, now: float) -> Iterable[Outgoing]:
         """Deadlines of stop-time checks and replays (judged on this handler's clock); what other
         members and people wrote to the fleet record since the last tick."""
-        self.policy.fleet.refresh()
+        self.policy.refresh_fleet(self.clock())
         return self._follow(self.policy.tick(self.clock()))
 
     def _follow(self, results: list[tuple[Decision, Command | None]]) -> list[Outgoing]:

@@ -10,8 +10,9 @@ person's ``faultlens nodes resume`` lands there too and is taken in at the next 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from streams.fleet_record import MachineRecord
 from remediation.lemon import LemonConfig, LemonVerdict, classify, judge
@@ -46,18 +47,31 @@ class Fleet:
     def lemons(self) -> frozenset[str]:
         return frozenset(n for n, r in self.records.items() if r.lemon is not None)
 
-    def refresh(self) -> int:
-        """Take in what other members and people wrote since; how many machines changed."""
+    def refresh(self, now: float | None = None, mode_of: Callable[[str], str] = lambda job: "act") -> list[Lemon]:
+        """Take in what other members and people wrote since, and judge the machines it told us
+        new failures of: two members each deciding one job of a machine see only their own
+        failure at first; whichever reads the other's first makes the verdict (``mode_of``: a
+        job's remediation mode). The machines that became lemons."""
         if self.store is None:
-            return 0
-        n, behind = 0, []
+            return []
+        now = time.time() if now is None else now
+        behind, out = [], []
         for node, theirs in self.store.refresh().items():
             record = self.record(node)
-            n += record.merge(theirs)
+            known = {(f["diagnosis_id"], f["ts"]) for f in record.faults} | {
+                (c.get("diagnosis_id"), c["ts"]) for c in record.checks}
+            record.merge(theirs)
+            new = [f for f in [*theirs.faults, *theirs.checks] if (f.get("counts") or f.get("failed"))
+                   and (f.get("diagnosis_id"), f["ts"]) not in known]
+            for fact in sorted(new, key=lambda f: f["ts"]):
+                if (lemon := self._verdict(node, fact["job"], fact.get("diagnosis_id", ""), now, fact["ts"],
+                                           mode_of(fact["job"]))) is not None:
+                    out.append(lemon)
+                    break
             if record.to_dict() != theirs.to_dict():
                 behind.append(node)  # the topic's newest lacks what we know: publish the union
         self._save(behind)
-        return n
+        return out
 
     # --- what happened ---------------------------------------------------------------------------
     def observe_diagnosis(self, d: Diagnosis, now: float, mode: str = "act") -> list[Lemon]:
@@ -127,20 +141,21 @@ class Fleet:
     def _judged(self, changed: list[str], job: str, diagnosis_id: str, now: float, at: float, counts: bool,
                 mode: str) -> list[Lemon]:
         """Judge the machines a fact of time ``at`` changed (``now``: the decision's time, the verdict's)."""
-        out = []
-        for node in changed if counts else ():
-            record = self.record(node)
-            if record.lemon is not None:
-                continue  # already out; a second verdict would drain it again
-            verdict = judge(node, record.faults, record.checks, record.last_resume, at, self.config)
-            if verdict is None:
-                continue
-            record.add("lemons", {"ts": now, "job": job, "diagnosis_id": diagnosis_id, "mode": mode,
-                                  **verdict.to_dict()})
-            log.warning("machine %s is a lemon (%s): %s", node, verdict.rule, verdict.reason)
-            out.append(Lemon(node, job, diagnosis_id, verdict))
+        out = [lemon for node in (changed if counts else ())
+               if (lemon := self._verdict(node, job, diagnosis_id, now, at, mode)) is not None]
         self._save(changed)
         return out
+
+    def _verdict(self, node: str, job: str, diagnosis_id: str, now: float, at: float, mode: str) -> Lemon | None:
+        record = self.record(node)
+        if record.lemon is not None:
+            return None  # already out; a second verdict would drain it again
+        verdict = judge(node, record.faults, record.checks, record.last_resume, at, self.config)
+        if verdict is None:
+            return None
+        record.add("lemons", {"ts": now, "job": job, "diagnosis_id": diagnosis_id, "mode": mode, **verdict.to_dict()})
+        log.warning("machine %s is a lemon (%s): %s", node, verdict.rule, verdict.reason)
+        return Lemon(node, job, diagnosis_id, verdict)
 
     def _save(self, nodes: Iterable[str]) -> None:
         nodes = list(dict.fromkeys(nodes))

@@ -200,6 +200,10 @@ class Policy:
         self._lemons(self.fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
         return result
 
+    def refresh_fleet(self, now: float) -> None:
+        """What other members and people wrote to the fleet record; lemons it reveals are drained."""
+        self._lemons(self.fleet.refresh(now, self.config.mode), now)
+
     def take_followups(self) -> list[Decision]:
         out, self.followups = self.followups, []
         return out
@@ -343,6 +347,7 @@ class Policy:
         out = []
         for step in verdict.steps:
             if step.rung == "bring_back":
+                self.refresh_fleet(now)  # another member may have made one a lemon since the last tick
                 passed = step.nodes
                 step = self._not_lemons(step)
                 if self.config.mode(job) == "act":
@@ -356,7 +361,6 @@ class Policy:
 
     def _not_lemons(self, step: Step) -> Step:
         """A lemon that passed its checks stays out: only a person brings it back."""
-        self.fleet.refresh()  # another member may have made one a lemon since the last tick
         lemons = self.fleet.lemons() & set(step.nodes)
         if not lemons:
             return step
@@ -402,7 +406,7 @@ class Policy:
                 return self._decision(now, d, step, mode, sent=False, blocked=verdict.reason), None
             pool = self.pools.get(d.job) or StandbyPool.for_job(d.job, 0, list(self.config.standby_names))
             self.pools.setdefault(d.job, pool)
-            self.fleet.refresh()  # what other members decided since the last tick
+            self.refresh_fleet(now)  # what other members decided since the last tick
             lemons = self.fleet.lemons()  # a lemon is never handed out as a spare
             if mode == "act":
                 allocation = pool.take_for(d.id, len(step.nodes), skip=lemons)

@@ -249,3 +249,26 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
     assert [f["fault"] for f in record.counted()] == ["gpu_lost"] and record.lemon is None
     assert record.state() == "taken_out"  # evicted for its real fault; a lemon it is not
 
+
+
+def test_lemon_two_members_each_deciding_one_job_of_the_machine_find_it_at_the_next_tick(kafka_settings, fresh_topic):
+    """Jobs a and b of machine z sit on partitions of two remediation members: each decides one
+    failure and, at that moment, knows only its own. The member that reads the other's first
+    (its tick) makes the verdict and drains it; the other then sees the lemon, and makes none."""
+    uid = uuid.uuid4().hex[:6]
+    z, jobs = f"z-{uid}", [f"{j}-{uid}" for j in "ab"]
+    fleet_topic = fresh_topic(3)
+    one, two = (policy(jobs, FleetLog(kafka_settings, fleet_topic)) for _ in range(2))
+    now = time.time()
+    crash = [Diagnosis(job=job, ts=now + 60 * i, onset=now + 60 * i, fault="cuda_error", action="stop_time_diagnosis",
+                       nodes=(z,), confidence=0.9, detail="illegal memory access, first failing rank on z")
+             for i, job in enumerate(jobs)]
+    one.decide(crash[0], now)
+    two.decide(crash[1], now + 60)
+    assert one.take_followups() == [] == two.take_followups()  # neither knew of the other's failure
+    handler = RemediationHandler(one)
+    handler.tick(now + 61)
+    assert [(d.rung, d.nodes, d.params["take_out"]) for d in handler.decisions] == [(LEMON_STATE, (z,), [z])]
+    assert one.fleet.record(z).lemon["rule"] == "culprit_jobs"
+    two.refresh_fleet(now + 62)
+    assert z in two.fleet.lemons() and two.take_followups() == []  # one verdict, one drain

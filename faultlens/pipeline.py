@@ -57,6 +57,9 @@ class PipelineOptions:
     # How remediation acts on the scheduler (remediation.actuators); None: commands only.
     actuator: Any = None
     requeue_on_evict: bool = True
+    # Every machine's record across jobs on the compacted `fleet` topic (remediation.fleet_log);
+    # False keeps it in memory (the demo).
+    fleet_topic: bool = False
 
 
 @dataclass
@@ -108,7 +111,12 @@ class Pipeline:
 
     def _add_remediate(self) -> None:
         o = self.options
-        policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file)
+        fleet_store = None
+        if o.fleet_topic:
+            from remediation.fleet_log import FleetLog
+            fleet_store = FleetLog(self.settings)
+        policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file,
+                              fleet_store=fleet_store)
         runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
                                              decision_log=o.decision_log, emit=o.on_decision,
                                              wrap=o.wrap_remediation, actuator=o.actuator,

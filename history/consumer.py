@@ -16,6 +16,7 @@ import duckdb
 
 from streams.action_record import ActionRecord
 from streams.diagnosis_record import Diagnosis
+from streams.fleet_record import MachineRecord
 from history.sink import HistorySink, Sampling, build_batch
 from streams.command import Command
 from streams.config import KafkaSettings
@@ -29,8 +30,9 @@ from streams.topics import TELEMETRY_TOPICS
 log = logging.getLogger(__name__)
 
 GROUP = "faultlens-history"
-TOPICS = (*TELEMETRY_TOPICS, topics.JOBS, topics.DIAGNOSES, topics.COMMANDS, topics.ACTIONS)
-DECODERS = {topics.DIAGNOSES: Diagnosis.decode, topics.COMMANDS: Command.decode, topics.ACTIONS: ActionRecord.decode}
+TOPICS = (*TELEMETRY_TOPICS, topics.JOBS, topics.DIAGNOSES, topics.COMMANDS, topics.ACTIONS, topics.FLEET)
+DECODERS = {topics.DIAGNOSES: Diagnosis.decode, topics.COMMANDS: Command.decode, topics.ACTIONS: ActionRecord.decode,
+            topics.FLEET: MachineRecord.decode}
 
 
 class StoreUnavailable(FatalHandlerError):
@@ -44,7 +46,7 @@ class StoreUnavailable(FatalHandlerError):
 def _raw(value: Any) -> bytes | None:
     if isinstance(value, Envelope):
         return encode(value)
-    if isinstance(value, (Diagnosis, Command, ActionRecord)):
+    if isinstance(value, (Diagnosis, Command, ActionRecord, MachineRecord)):
         return value.encode()
     return None if value is None else repr(value).encode()
 

@@ -38,6 +38,9 @@ HEADINGS = {
     "occurrences": "occurrences", "jobs": "jobs", "failures": "failures", "mtbf_s": "MTBF (s)",
     "hardware_failures": "hardware failures", "faults": "classes", "engine_asked": "engine asked",
     "confidence": "confidence", "detail": "detail", "ts": "decided (UTC)", "basis": "truth from",
+    "state": "state", "counted": "counted against it", "failed_checks": "failed checks", "evictions": "evictions",
+    "resumes": "resumed by hand", "lemon_rule": "lemon rule", "lemon_at": "lemon since (UTC)",
+    "lemon_reason": "why", "lemon_diagnoses": "diagnoses", "last_failure_ts": "last failure (UTC)",
     "diagnosis_id": "diagnosis", "receivers": "receivers", "answers": "acks", "refusal": "refused because",
 }
 
@@ -143,6 +146,10 @@ def _outcome_class(row: dict[str, Any]) -> str:
     return "bad" if row["action"] in ("evict", "restart", "reattempt", "rollback") else ""
 
 
+def _state_class(row: dict[str, Any]) -> str:
+    return {"hardware_inspection": "bad", "in_service": "good"}.get(row.get("state") or "", "")
+
+
 def _receivers_class(row: dict[str, Any]) -> str:
     return {"obeyed": "good", "refused": "bad"}.get(row["receivers"], "")
 
@@ -245,7 +252,7 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
         '<nav><a href="#ettr">ETTR</a><a href="#incidents">Incidents</a><a href="#actions">Actions taken</a>'
         '<a href="#mttr">MTTR</a>'
         '<a href="#latency">Detection latency</a><a href="#commands">Commands</a>'
-        '<a href="#blamed">Wrongly blamed</a><a href="#faults">Faults</a><a href="#nodes">Nodes</a>'
+        '<a href="#blamed">Wrongly blamed</a><a href="#faults">Faults</a><a href="#nodes">Nodes</a><a href="#machines">Machines</a>'
         '<a href="#diagnoses">Diagnoses</a></nav>',
         f'<div class="cards">{"".join(cards)}</div>',
         '<p class="note">An <b>acting</b> diagnosis asks for something to be done to the job (evict, restart, '
@@ -325,6 +332,20 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
         _table(run(conn, "inspection_candidates"), ["node", "hardware_failures", "faults", "engine_asked"],
                empty="None: no node had repeated hardware failures."),
         _figure(conn, "mtbf", "MTBF per node"),
+
+        '<h2 id="machines">Machines across jobs</h2>',
+        '<p class="note">Failures are acting diagnoses naming the machine; MTBF is the history window / its '
+        "failures. State and what <b>counted</b> against it come from remediation's fleet record (docs/fleet.md): "
+        "sympathetic errors (Xid 45, Xid 43 after 13, NCCL ranks that only waited), user-code faults and group "
+        "blames never count. A <b>hardware_inspection</b> machine is a lemon: drained, never a spare, back only "
+        "by <code>faultlens nodes resume</code>.</p>",
+        "<h3>Lemons</h3>",
+        _table(run(conn, "lemons"), ["node", "lemon_at", "lemon_rule", "lemon_reason", "lemon_diagnoses", "resumes"],
+               empty="No lemon: no machine kept failing across jobs.", classes={"lemon_rule": lambda r: "bad"}),
+        "<h3>Every machine</h3>",
+        _table(run(conn, "machines"), ["node", "state", "incidents", "jobs", "mtbf_s", "last_failure_ts", "counted",
+                                       "failed_checks", "evictions", "resumes", "lemon_rule"],
+               empty="No machine was diagnosed or recorded.", classes={"state": _state_class}),
 
         '<h2 id="diagnoses">Acting diagnoses in full</h2>',
         _table(run(conn, "acting_diagnoses"), ["ts", "job", "fault", "action", "nodes", "group", "confidence", "detail"],

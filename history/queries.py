@@ -348,6 +348,22 @@ QUERIES: dict[str, str] = {
                t.diagnosis_id, t.reason
         FROM t LEFT JOIN b USING (node)
         ORDER BY still_out DESC, t.taken_out_at, t.node""",
+    # Per machine (docs/fleet.md): failures (acting diagnoses naming it) and MTBF from the
+    # diagnoses, its state and what counted against it from its fleet record (remediation's `fleet`
+    # topic); lemons (hardware_inspection) first.
+    "machines": f"""
+        WITH {_SPAN},
+        f AS (SELECT n AS node, count(*) AS incidents, count(DISTINCT job) AS jobs, max(ts) AS last_failure_ts
+              FROM diagnoses, unnest(nodes) AS u(n) WHERE {ACTING} GROUP BY node)
+        SELECT node, coalesce(m.state, 'in_service') AS state, coalesce(f.incidents, 0) AS incidents,
+               coalesce(f.jobs, 0) AS jobs, (span.last_ts - span.first_ts) / nullif(f.incidents, 0) AS mtbf_s,
+               f.last_failure_ts, m.counted, m.failed_checks, m.evictions, m.resumes, m.lemon_rule
+        FROM f FULL OUTER JOIN machines m USING (node), span
+        ORDER BY (coalesce(m.state, '') = 'hardware_inspection') DESC, incidents DESC, node""",
+    # Machines out for good, waiting for hardware inspection (or a person's `faultlens nodes resume`).
+    "lemons": """
+        SELECT node, lemon_at, lemon_rule, lemon_reason, lemon_diagnoses, counted, failed_checks, evictions, resumes
+        FROM machines WHERE state = 'hardware_inspection' ORDER BY lemon_at, node""",
     # Copies of commands the history did not keep as the command (history.command_copies): refused
     # by its signature check (forged, altered, unsigned, unknown key), displaced by the genuine copy,
     # or, without a verify key, a second copy of an id it cannot tell from the first.
@@ -358,14 +374,15 @@ QUERIES: dict[str, str] = {
 
 # Queries over tables a history file may predate (history.schema: `actions` came after version 1
 # and a file opened read-only does not gain it): no rows there, not an error.
-NEEDS_TABLE = {"action_outcomes": "actions", "nodes_taken_out": "actions", "refused_copies": "refused_commands"}
+NEEDS_TABLE = {"action_outcomes": "actions", "nodes_taken_out": "actions", "refused_copies": "refused_commands",
+               "machines": "machines", "lemons": "machines"}
 
 # The sections `faultlens report` prints, in order (the helper queries feed plots and notebooks).
 REPORT_SECTIONS = (
     "summary", "faults_by_class", "faults_by_node", "faults_by_day", "top_nodes", "detection_latency",
     "detection_by_class", "label_detection", "time_to_command", "mtbf", "over_eviction", "wrongly_blamed", "ettr",
     "incidents", "mttr_by_class", "command_outcomes", "event_faults", "action_outcomes", "nodes_taken_out",
-    "refused_copies", "unrecognised_lines",
+    "machines", "lemons", "refused_copies", "unrecognised_lines",
 )
 # Sections computed in Python rather than SQL (history.report.build dispatches them).
 PYTHON_SECTIONS = frozenset({"unrecognised_lines"})

@@ -36,6 +36,8 @@ TITLES = {
     "event_faults": "Fault signals in stored events",
     "action_outcomes": "Scheduler actions (actuator) by operation and outcome",
     "nodes_taken_out": "Machines taken out of the scheduler (drained / cordoned), still out first",
+    "machines": "Machines across jobs: failures, MTBF and fleet state (lemons first)",
+    "lemons": "Lemons: machines out for good, waiting for hardware inspection (faultlens nodes resume)",
     "refused_copies": "Copies of commands refused by the history's signature check (forged, altered, displaced)",
 }
 
@@ -46,12 +48,14 @@ TABLE_COLUMNS = {
     "nodes_taken_out": ("node", "actuator", "job", "fault", "taken_out_at", "times", "brought_back_at", "still_out",
                         "diagnosis_id"),
     "refused_copies": ("issued_at", "job", "action", "nodes", "problem", "command_id"),
+    "machines": ("node", "state", "incidents", "jobs", "mtbf_s", "counted", "evictions", "lemon_rule"),
+    "lemons": ("node", "lemon_at", "lemon_rule", "lemon_diagnoses", "resumes"),
 }
 
 # Sections that are one row of figures: printed as one JSON object, not a list of rows.
 SINGLE_ROW = frozenset({"summary", "detection_latency", "label_detection", "time_to_command", "over_eviction"})
 _TIMES = frozenset({"ts", "first_ts", "last_ts", "onset", "detected_at", "command_at", "recovered_at", "issued_at",
-                    "restarted_at", "taken_out_at", "brought_back_at"})
+                    "restarted_at", "taken_out_at", "brought_back_at", "lemon_at", "last_failure_ts"})
 
 
 def build(conn: duckdb.DuckDBPyConnection, **params: Any) -> dict[str, list[dict[str, Any]]]:

@@ -111,6 +111,26 @@ ACTIONS_DDL = """
     )"""
 
 
+# Added after version 1 like `actions`: each machine's record across jobs (the compacted `fleet`
+# topic, streams.fleet_record), newest per machine, with its lemon verdict lifted out.
+MACHINES_DDL = """
+    CREATE TABLE IF NOT EXISTS machines (
+        node            VARCHAR PRIMARY KEY,
+        updated         DOUBLE  NOT NULL,
+        state           VARCHAR NOT NULL,
+        faults          INTEGER,
+        counted         INTEGER,
+        failed_checks   INTEGER,
+        evictions       INTEGER,
+        resumes         INTEGER,
+        lemon_rule      VARCHAR,
+        lemon_reason    VARCHAR,
+        lemon_at        DOUBLE,
+        lemon_diagnoses VARCHAR[],
+        record          JSON
+    )"""
+
+
 class HistoryError(RuntimeError):
     """A history file that cannot be used; the message is one line meant for a person."""
 
@@ -184,13 +204,17 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
             if not read_only:
                 conn.execute(ACTIONS_DDL)
                 conn.execute(REFUSED_COMMANDS_DDL)
+                conn.execute(MACHINES_DDL)
             elif not conn.execute("SELECT count(*) FROM information_schema.tables "
                                   "WHERE table_name = 'refused_commands'").fetchone()[0]:
                 # A file from before the table, read only: an empty one for this session, so the
                 # queries that consult it (history.queries: accepted commands) read it as "none".
                 conn.execute(REFUSED_COMMANDS_DDL.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+            if read_only and not conn.execute("SELECT count(*) FROM information_schema.tables "
+                                              "WHERE table_name = 'machines'").fetchone()[0]:
+                conn.execute(MACHINES_DDL.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
         else:
-            for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL):
+            for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL, MACHINES_DDL):
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     except BaseException:
@@ -202,7 +226,7 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
 def memory_history() -> duckdb.DuckDBPyConnection:
     """An in-memory history (tests, a trace analysed without keeping the file)."""
     conn = _quiet(duckdb.connect(":memory:"))
-    for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL):
+    for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL, MACHINES_DDL):
         conn.execute(statement)
     conn.execute("INSERT INTO schema_version VALUES (?, epoch(now()))", [SCHEMA_VERSION])
     return conn

@@ -22,12 +22,14 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from history.schema import MACHINES_DDL
 from history.command_copies import (REFUSED_COMMANDS_DDL, REFUSED_SCHEMA_EXTRA, screen_commands, write_kept,
                                     write_refused)
 from streams.action_record import ActionRecord
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.events import Envelope
+from streams.fleet_record import MachineRecord
 from streams.signing import VerifyKeys
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.
@@ -76,6 +78,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("actuator", pa.string()), ("nodes", pa.list_(pa.string())), ("diagnosis_id", pa.string()),
         ("fault", pa.string()), ("reason", pa.string()), ("mode", pa.string()), ("outcome", pa.string()),
         ("detail", pa.string()), ("duration_s", pa.float64()),
+    ]),
+    "machines": pa.schema([
+        ("node", pa.string()), ("updated", pa.float64()), ("state", pa.string()), ("faults", pa.int32()),
+        ("counted", pa.int32()), ("failed_checks", pa.int32()), ("evictions", pa.int32()), ("resumes", pa.int32()),
+        ("lemon_rule", pa.string()), ("lemon_reason", pa.string()), ("lemon_at", pa.float64()),
+        ("lemon_diagnoses", pa.list_(pa.string())), ("record", pa.string()),
     ]),
     "labels": pa.schema([
         ("id", pa.string()), ("job", pa.string()), ("fault", pa.string()), ("nodes", pa.list_(pa.string())),
@@ -235,6 +243,15 @@ def action_row(a: ActionRecord) -> dict[str, Any]:
     return row
 
 
+def machine_row(r: MachineRecord) -> dict[str, Any]:
+    lemon = r.lemon or {}
+    return {"node": r.node, "updated": _finite("updated", r.updated), "state": r.state(), "faults": len(r.faults),
+            "counted": len(r.counted()), "failed_checks": sum(1 for c in r.checks if c.get("failed")),
+            "evictions": len(r.evictions), "resumes": len(r.resumes), "lemon_rule": lemon.get("rule"),
+            "lemon_reason": lemon.get("reason"), "lemon_at": lemon.get("ts"),
+            "lemon_diagnoses": [str(i) for i in lemon.get("diagnosis_ids") or []], "record": _json(r.to_dict())}
+
+
 def label_row(label: Any) -> dict[str, Any]:
     """A ground-truth label (DESIGN.md §8) from a dict or a dataclass; its id is a hash of its content."""
     if dataclasses.is_dataclass(label) and not isinstance(label, type):
@@ -286,8 +303,11 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
             elif isinstance(item, ActionRecord):
                 rows["actions"].append(action_row(item))
                 marks = []
+            elif isinstance(item, MachineRecord):
+                rows["machines"].append(machine_row(item))
+                marks = []
             else:
-                raise Unstorable(f"not an event, diagnosis, command or action: {type(item).__name__}")
+                raise Unstorable(f"not an event, diagnosis, command, action or machine record: {type(item).__name__}")
             rows["job_timeline"].extend(marks)
         except Unstorable as exc:
             rejected.append(Rejected(i, str(exc)))
@@ -299,6 +319,13 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
         if prev is None or (row["count"] or 0) >= (prev["count"] or 0):
             latest[row["id"]] = row
     rows["diagnoses"] = list(latest.values())
+    # One row per machine in a batch too (one INSERT keeps the first of a key): the newest record,
+    # the later one of two equally new (the topic's order).
+    newest: dict[str, dict[str, Any]] = {}
+    for row in rows["machines"]:
+        if row["node"] not in newest or row["updated"] >= newest[row["node"]]["updated"]:
+            newest[row["node"]] = row
+    rows["machines"] = list(newest.values())
     screened = screen_commands(commands, keys)
     for cmd in screened.kept:
         rows["commands"].append(command_row(cmd))
@@ -320,6 +347,10 @@ def _columns(name: str) -> str:
 
 
 def _on_conflict(name: str) -> str:
+    if name == "machines":
+        # One row per machine: its newest record (the topic is compacted to one per machine too).
+        sets = ", ".join(f'"{f.name}" = excluded."{f.name}"' for f in SCHEMAS[name] if f.name != "node")
+        return f"ON CONFLICT (node) DO UPDATE SET {sets} WHERE excluded.updated >= machines.updated"
     if name != "diagnoses":
         return "ON CONFLICT DO NOTHING"
     # A later version of a folded diagnosis (higher count) replaces the stored one; the same or an
@@ -355,6 +386,8 @@ class HistorySink:
                         added["commands"] = added.get("commands", 0) + into_commands
                         added["refused_commands"] = added.get("refused_commands", 0) + refused
                         continue
+                    if name == "machines":
+                        self.conn.execute(MACHINES_DDL)  # a file made before the table
                     cols = _columns(name)
                     # DuckDB reports the rows written, so duplicates show up as a smaller count.
                     added[name] = self.conn.execute(

@@ -19,6 +19,7 @@ import orjson
 from streams.command import Command
 from streams.diagnosis_record import Diagnosis
 from remediation.actuators import Actuator, NoActuator, carry_out, plan
+from remediation.fleet import Fleet
 from remediation.policy import Decision, Policy, PolicyConfig
 from remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from streams.action_record import ActionRecord
@@ -76,6 +77,7 @@ class RemediationHandler:
             self._reload = False
             if (n := self.policy.reload()):
                 log.info("took the newer state of %d job(s) from %s", n, self.policy.store.path)
+            self.policy.refresh_fleet(self.clock())
         out: list[Outgoing] = []
         for r in records:
             if r.topic == JOBS_TOPIC:
@@ -100,16 +102,22 @@ class RemediationHandler:
             if len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
             out.extend(self._decided(decision, command))
+            out.extend(self._follow([]))
         return out
 
     def tick(self, now: float) -> Iterable[Outgoing]:
-        """Deadlines of stop-time checks and replays (judged on this handler's clock)."""
+        """Deadlines of stop-time checks and replays (judged on this handler's clock); what other
+        members and people wrote to the fleet record since the last tick."""
+        self.policy.refresh_fleet(self.clock())
         return self._follow(self.policy.tick(self.clock()))
 
     def _follow(self, results: list[tuple[Decision, Command | None]]) -> list[Outgoing]:
+        """Carry out ``results`` and then what followed from them (lemons to drain)."""
         out = []
         for decision, command in results:
             out.extend(self._decided(decision, command))
+        for decision in self.policy.take_followups():
+            out.extend(self._decided(decision, None))
         return out
 
     def _decided(self, decision: Decision, command: Command | None) -> list[Outgoing]:
@@ -168,12 +176,13 @@ def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_
 
 
 def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None,
-                 state_file: Path | None = None, store: Any = None) -> Policy:
+                 state_file: Path | None = None, store: Any = None, fleet_store: Any = None) -> Policy:
     """The policy with its safety limits; ``breaker_file`` None keeps the breaker in memory, and
     ``state_file`` None the ladders and standby pools (remediation.state), unless ``store`` (a
-    remediation.state_log.StateLog shared by several members) keeps them."""
+    remediation.state_log.StateLog shared by several members) keeps them. ``fleet_store`` (a
+    remediation.fleet_log.FleetLog) keeps every machine's record across jobs; None: in memory."""
     policy = Policy(signing_key, config, Safety(safety, CircuitBreaker(breaker_file)), state_file=state_file,
-                    store=store)
+                    store=store, fleet=Fleet(config.lemon, fleet_store))
     if policy.store is not None:
         log.info("ladder and standby pool state: %s (%d job(s) restored)", policy.store.path,
                  len(set(policy.ladders) | set(policy.pools)))

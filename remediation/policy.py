@@ -18,7 +18,9 @@ from typing import Any
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.signing import SigningKey
+from remediation.fleet import Fleet, Lemon
 from remediation.ladder import SEQUENCES, JobLadder, Step
+from remediation.lemon import LEMON_STATE, LemonConfig
 from remediation.pool import StandbyPool
 from remediation.replay import PendingReplay, judge_replay, plan_from_dict
 from remediation.safety import Safety
@@ -65,6 +67,7 @@ class PolicyConfig:
     checks_wait_s: float = 420.0
     checks_asks: int = 2
     replay_wait_s: float = 3600.0  # how long a dual-phase replay may take before a person is asked
+    lemon: LemonConfig = field(default_factory=LemonConfig)  # machines that keep failing (remediation.lemon)
 
     def mode(self, job: str) -> str:
         if not (self.act_on_all or job in self.act_on):
@@ -117,9 +120,16 @@ class Policy:
     pending_checks: dict[str, PendingChecks] = field(default_factory=dict)  # job → stop-time checks under way
     replays: dict[str, PendingReplay] = field(default_factory=dict)  # job → dual-phase replay under way
     taken_out: dict[str, dict[str, str]] = field(default_factory=dict)  # job → node evicted → diagnosis id
+    # Every machine's record across jobs (remediation.fleet); None: in memory, with config.lemon.
+    fleet: Fleet | None = None
+    # Decisions that follow from others, not from one diagnosis: lemons to drain. The consumer
+    # takes them (take_followups) after each call and carries them out like any decision.
+    followups: list[Decision] = field(default_factory=list)
     _touched: dict[str, float] = field(default_factory=dict, init=False)  # job → last decision that changed it
 
     def __post_init__(self) -> None:
+        if self.fleet is None:
+            self.fleet = Fleet(self.config.lemon)
         if self.store is None and self.state_file is not None:
             self.store = StateStore(self.state_file)
         if self.store is not None:
@@ -187,7 +197,31 @@ class Policy:
         before = self._job_state(d.job)
         result = self._decide(d, now)
         self._saved_if_changed(d.job, before, now)
+        self._lemons(self.fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
         return result
+
+    def refresh_fleet(self, now: float) -> None:
+        """What other members and people wrote to the fleet record; lemons it reveals are drained."""
+        self._lemons(self.fleet.refresh(now, self.config.mode), now)
+
+    def take_followups(self) -> list[Decision]:
+        out, self.followups = self.followups, []
+        return out
+
+    def _lemons(self, lemons: list[Lemon], now: float) -> None:
+        """Each new lemon → a decision to drain it (no command: the job's own decision already
+        evicted it or restarts in place; the drain keeps the scheduler from placing it again)."""
+        breaker = self.safety.breaker
+        for lemon in lemons:
+            v = lemon.verdict
+            # The breaker stops drains too: many machines turning lemons at once is the pipeline
+            # going wrong more likely than the fleet (the verdict stays on record for a person).
+            blocked = f"circuit breaker open ({breaker.reason}): not drained" if breaker.open else ""
+            self.followups.append(Decision(
+                now, lemon.job, lemon.diagnosis_id, LEMON_STATE, LEMON_STATE, "none", (lemon.node,),
+                f"{lemon.node} is a lemon ({v.rule}): {v.reason}; record: faultlens nodes show {lemon.node}; "
+                f"back only by `faultlens nodes resume {lemon.node}`", self.config.mode(lemon.job), False,
+                blocked=blocked, params={"take_out": [lemon.node], "lemon": v.to_dict()}))
 
     def observe_check(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
         """A `check` event (a node's stop-time results or its refusal to run them, a replay's outcome)
@@ -309,15 +343,30 @@ class Policy:
             pending.settled = True
         else:
             del self.pending_checks[job]
+        self._lemons(self.fleet.observe_checks(job, d.id, pending.results, now, self.config.mode(job)), now)
         out = []
         for step in verdict.steps:
             if step.rung == "bring_back":
-                for n in step.nodes:
+                self.refresh_fleet(now)  # another member may have made one a lemon since the last tick
+                passed = step.nodes
+                step = self._not_lemons(step)
+                if self.config.mode(job) == "act":
+                    self.fleet.brought_back(step.nodes, now)
+                for n in passed:  # a lemon is not asked again either: it waits for a person
                     self.taken_out.get(job, {}).pop(n, None)
                 if not self.taken_out.get(job):
                     self.taken_out.pop(job, None)
             out.append(self._act(d, step, now))
         return out
+
+    def _not_lemons(self, step: Step) -> Step:
+        """A lemon that passed its checks stays out: only a person brings it back."""
+        lemons = self.fleet.lemons() & set(step.nodes)
+        if not lemons:
+            return step
+        back = tuple(n for n in step.nodes if n not in lemons)
+        return Step(step.rung, step.action, back, step.reason + f"; not {', '.join(sorted(lemons))}: "
+                    f"{LEMON_STATE}, back only by `faultlens nodes resume`", {**step.params, "bring_back": list(back)})
 
     def _settle_replay(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
         replay = self.replays[event.job]
@@ -357,10 +406,12 @@ class Policy:
                 return self._decision(now, d, step, mode, sent=False, blocked=verdict.reason), None
             pool = self.pools.get(d.job) or StandbyPool.for_job(d.job, 0, list(self.config.standby_names))
             self.pools.setdefault(d.job, pool)
+            self.refresh_fleet(now)  # what other members decided since the last tick
+            lemons = self.fleet.lemons()  # a lemon is never handed out as a spare
             if mode == "act":
-                allocation = pool.take_for(d.id, len(step.nodes))
+                allocation = pool.take_for(d.id, len(step.nodes), skip=lemons)
             else:
-                allocation = StandbyPool(d.job, list(pool.spares)).take(len(step.nodes))
+                allocation = StandbyPool(d.job, list(pool.spares)).take(len(step.nodes), skip=lemons)
             params.update(allocation.to_params())
 
         command = Command(
@@ -374,6 +425,7 @@ class Policy:
             self.safety.record_eviction(d.job, step.nodes, now)
             # Remembered so that a later round of checks asks them whether they may come back.
             self.taken_out.setdefault(d.job, {}).update({n: d.id for n in step.nodes})
+            self.fleet.evicted(d.job, step.nodes, d.id, d.fault, now)
         if sent and step.rung == "dual_phase_replay" and "plan" in step.params:
             self.replays[d.job] = PendingReplay(d.job, command.id, d.to_dict(), plan_from_dict(step.params["plan"]),
                                                 now, now + self.config.replay_wait_s)

@@ -115,9 +115,11 @@ class StandbyPool:
         spares += [f"{job}-standby-{i:03d}" for i in range(len(spares), size)]
         return cls(job, spares)
 
-    def take(self, count: int) -> Allocation:
-        got = self.spares[:count]
-        del self.spares[:count]
+    def take(self, count: int, skip: "frozenset[str] | set[str]" = frozenset()) -> Allocation:
+        """The first ``count`` spares, passing over ``skip`` (lemons: remediation.fleet), which stay
+        listed so that a machine a person resumes is a spare again."""
+        got = [s for s in self.spares if s not in skip][:count]
+        self.spares = [s for s in self.spares if s not in got]
         self.used.extend(got)
         shortfall = count - len(got)
         if shortfall:
@@ -125,12 +127,12 @@ class StandbyPool:
                         self.job, shortfall, len(got))
         return Allocation(tuple(got), shortfall)
 
-    def take_for(self, key: str, count: int) -> Allocation:
+    def take_for(self, key: str, count: int, skip: "frozenset[str] | set[str]" = frozenset()) -> Allocation:
         """:meth:`take`, once per ``key`` (a diagnosis id): the same key again gets what it got."""
         if key in self.allocations:
             got = tuple(self.allocations[key])
             return Allocation(got, max(0, count - len(got)))
-        allocation = self.take(count)
+        allocation = self.take(count, skip)
         if allocation.replacements:
             self.allocations[key] = list(allocation.replacements)
         return allocation

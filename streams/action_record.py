@@ -21,6 +21,9 @@ from streams.events import InvalidEvent, loads, require_fields
 # scheduler restarts it elsewhere; bring_back: resume / uncordon a machine that passed its checks.
 OPERATIONS = ("take_out", "requeue", "bring_back")
 OUTCOMES = ("ok", "error", "skipped")
+# The fault a lemon's drain is filed under (remediation.lemon): a machine out for good, waiting for
+# hardware inspection. Its take-out is a second one beside the eviction of the same diagnosis.
+HARDWARE_INSPECTION = "hardware_inspection"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +59,8 @@ class ActionRecord:
         if not self.id:
             # One done by hand (no diagnosis) is its own event each time it is done.
             when = [] if self.diagnosis_id else [self.ts]
-            basis = orjson.dumps([self.job, self.op, self.actuator, list(self.nodes), self.diagnosis_id, *when])
+            mark = [self.fault] if self.fault == HARDWARE_INSPECTION else []
+            basis = orjson.dumps([self.job, self.op, self.actuator, list(self.nodes), self.diagnosis_id, *when, *mark])
             object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
 
     def to_dict(self) -> dict[str, Any]:

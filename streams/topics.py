@@ -47,6 +47,7 @@ COMMANDS = "commands"
 DEAD_LETTER = "dead-letter"
 ACTIONS = "actions"
 REMEDIATION_STATE = "remediation.state"
+FLEET = "fleet"
 
 # Every telemetry topic has this many partitions by default (co-partitioned: the module doc).
 TELEMETRY_PARTITIONS = 6
@@ -74,6 +75,8 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(ACTIONS, "job", 3, {"retention.ms": _WEEK_MS}, "what the remediation actuator did on the scheduler, with its outcome"),
         TopicSpec(REMEDIATION_STATE, "job", 3, {"cleanup.policy": "compact"},
                   "each job's escalation ladder, standbys handed out and checks awaited (remediate --state-topic)"),
+        TopicSpec(FLEET, "node", 3, {"cleanup.policy": "compact"},
+                  "each machine's record across jobs: faults, checks, evictions, lemon verdicts, resumes"),
     )
 }
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from streams.command import MAX_LIFETIME_S
 from remediation.actuators import ACTUATOR_ENV, ACTUATORS, COMMAND_ENV, Actuator, ActuatorSettings, make_actuator
 from remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
+from remediation.fleet_log import FleetLog
+from remediation.lemon import DAY_S, LemonConfig, parse_rules
 from remediation.policy import PolicyConfig
 from remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
 from remediation.state import STATE_ENV, STATE_FILE
@@ -112,7 +114,45 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                    help="keep that state on the compacted topic remediation.state instead (FAULTLENS_STATE_TOPIC=1): "
                         "for more than one remediation member in a group, or no disk that outlives the pod; a "
                         "member given a job's partition takes over its ladder where the last one left it")
+    add_lemon_arguments(parser)
     add_actuator_arguments(parser)
+
+
+def add_lemon_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fleet memory and its lemon policy (remediation.lemon, docs/fleet.md)."""
+    env = os.environ.get
+    f = parser.add_argument_group("fleet memory (machines that keep failing across jobs: docs/fleet.md)")
+    f.add_argument("--fleet-topic", action=argparse.BooleanOptionalAction,
+                   default=env("FAULTLENS_FLEET_TOPIC", "1") not in ("", "0"),
+                   help="keep every machine's record on the compacted topic `fleet`, shared by all remediation "
+                        "members and `faultlens nodes` (default on; --no-fleet-topic or FAULTLENS_FLEET_TOPIC=0: "
+                        "in memory only, forgotten at exit)")
+    f.add_argument("--no-lemons", action="store_true", default=env("FAULTLENS_LEMONS", "1") == "0",
+                   help="record machines, never take a lemon out (FAULTLENS_LEMONS=0)")
+    f.add_argument("--lemon-window-days", type=float, default=_env_float("FAULTLENS_LEMON_WINDOW_DAYS", 7.0),
+                   help="days the lemon rules look back (default 7)")
+    f.add_argument("--lemon-rules", default=env("FAULTLENS_LEMON_RULES", ""), metavar="CLASS=N[/DAYS],...",
+                   help="per fault class: N of that class on one machine in the window (or DAYS) makes a lemon, "
+                        "`culprit` counts it only towards --lemon-culprit-jobs, `off` never counts it. Defaults: "
+                        "hardware classes 2, cuda_error / nccl_error / node_silent / job_hang / fail_slow culprit, "
+                        "the rest (user_code, app_fault, nan_loss, host_oom, ...) off (FAULTLENS_LEMON_RULES)")
+    f.add_argument("--lemon-failed-checks", type=int, default=int(_env_float("FAULTLENS_LEMON_FAILED_CHECKS", 2)),
+                   help="failed stop-time checks in the window that make a lemon (default 2; 0: never)")
+    f.add_argument("--lemon-culprit-jobs", type=int, default=int(_env_float("FAULTLENS_LEMON_CULPRIT_JOBS", 2)),
+                   help="incidents as the only culprit, each in a different job, that make a lemon (default 2; 0: never)")
+
+
+def lemon_config(args: argparse.Namespace) -> LemonConfig:
+    """The lemon policy the flags name; raises ValueError for a bad rule or number."""
+    days = getattr(args, "lemon_window_days", 7.0)
+    if not days > 0:
+        raise ValueError(f"--lemon-window-days must be > 0, got {days}")
+    failed, culprit = getattr(args, "lemon_failed_checks", 2), getattr(args, "lemon_culprit_jobs", 2)
+    if failed < 0 or culprit < 0:
+        raise ValueError("--lemon-failed-checks and --lemon-culprit-jobs must be >= 0")
+    return LemonConfig(enabled=not getattr(args, "no_lemons", False), window_s=days * DAY_S,
+                       rules=parse_rules(getattr(args, "lemon_rules", ""), days * DAY_S),
+                       failed_checks=failed, culprit_jobs=culprit)
 
 
 def add_actuator_arguments(parser: argparse.ArgumentParser) -> None:
@@ -164,6 +204,7 @@ def policy_configs(args: argparse.Namespace) -> tuple[PolicyConfig, SafetyConfig
         standby_names=tuple(n for n in args.standby.split(",") if n),
         daily_failure_rate=args.failure_rate, standby_window_days=args.replacement_days,
         stop_checks=getattr(args, "stop_checks", False), checks_wait_s=getattr(args, "checks_wait", 420.0),
+        lemon=lemon_config(args),
     )
     return policy, safety
 
@@ -230,10 +271,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(decision.to_dict()), flush=True)
 
     with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER, topics.ACTIONS,
-                          topics.REMEDIATION_STATE]) as settings:
+                          topics.REMEDIATION_STATE, topics.FLEET]) as settings:
         store = StateLog(settings) if args.state_topic else None
         policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE,
-                              None if store else state_file_path(args), store=store)
+                              None if store else state_file_path(args), store=store,
+                              fleet_store=FleetLog(settings) if args.fleet_topic else None)
         runner, _ = remediate_consumer(settings, policy, group=args.group, decision_log=decision_log_path(args),
                                        emit=emit, actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict)
         metrics.register_runner("remediate", lambda: runner.stats)

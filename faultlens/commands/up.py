@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         remediation_state_file=state_file_path(args), decision_log=decision_log_path(args),
         engine=engine_config(args), group_suffix=args.group_suffix,
         actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict,
+        fleet_topic=getattr(args, "fleet_topic", False),
     )
 
     stop = threading.Event()

@@ -46,6 +46,12 @@ def plan(decision: Decision, *, requeue_on_evict: bool = True) -> list[ActionReq
         out.append(ActionRequest("bring_back", nodes=back, **base))
     if evicted:
         out.append(ActionRequest("take_out", nodes=evicted, **base))
-        if requeue_on_evict:
-            out.append(ActionRequest("requeue", nodes=evicted, **base))
+    # A machine taken out of service for good (a lemon: remediation.fleet; the decision's fault,
+    # hardware_inspection, is the scheduler's reason and the Kubernetes taint). No requeue: the
+    # job's own decision already restarted it if it had to.
+    drain = _nodes(params.get("take_out"))
+    if drain:
+        out.append(ActionRequest("take_out", nodes=drain, **base))
+    if evicted and requeue_on_evict:
+        out.append(ActionRequest("requeue", nodes=evicted, **base))
     return out

@@ -57,7 +57,9 @@ def test_nodes_publish_files_the_record_on_the_actions_topic(kafka_settings):
     r = faultlens("resume", "n7", "--job", job, "--publish", "--bootstrap", kafka_settings.bootstrap,
                   "--actuator", "script", "--actuator-command", f"{sys.executable} -c \"print('back')\"")
     assert r.returncode == 0, r.stderr
-    printed = ActionRecord.from_dict(json.loads(r.stdout))
+    action, recorded = r.stdout.splitlines()  # the operation, then the resume in the fleet record
+    printed = ActionRecord.from_dict(json.loads(action))
+    assert json.loads(recorded)["node"] == "n7" and json.loads(recorded)["fleet_record"] == "resume recorded"
     published = [ActionRecord.decode(m.value) for m in read_topic(kafka_settings, "actions", idle_s=0.5, timeout_s=10)
                  if m.key == job.encode()]
     assert published == [printed] and printed.outcome == "ok" and printed.nodes == ("n7",)

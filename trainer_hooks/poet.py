@@ -18,7 +18,8 @@ parameter to ride on. What this module implements of the paper (docs/poet.md say
 Two choices of ours, for what faultlens needs (a spectrum that provably stays put):
 the merge multiplies by the exact Cayley transform of the same Q, in float64, so the truncation
 error (≤ ‖Q‖^(k+1)) never accumulates into W0; and a layer whose ‖Q‖ passes ``max_q_norm`` is
-merged early, which keeps the Neumann series well inside its radius of convergence.
+merged early (its blocks and the optimiser's moments kept), which keeps the Neumann series well
+inside its radius of convergence: R and P stay orthogonal to 2·‖Q‖^(k+1) between merges.
 """
 
 from __future__ import annotations
@@ -169,14 +170,16 @@ class PoetLinear(nn.Module):
         return float(max(norms)) if norms else 0.0
 
     @torch.no_grad()
-    def merge(self) -> None:
-        """W0 ← R·W0·P with the exact rotations, in float64; then Q ← 0 and new permutations."""
+    def merge(self, redraw: bool = True) -> None:
+        """W0 ← R·W0·P with the exact rotations, in float64; then Q ← 0 and (``redraw``) new
+        permutations. An early merge keeps the blocks, so the optimiser's moments still fit them."""
         merged = self._apply(self.weight0.to(torch.float64), *self.rotations(exact=True, dtype=torch.float64))
         self.weight0.copy_(merged.to(torch.float32))
         self.q_out.zero_()
         self.q_in.zero_()
-        self.merges += 1
-        self._draw_permutations()
+        if redraw:
+            self.merges += 1
+            self._draw_permutations()
 
     @torch.no_grad()
     def spectrum_error(self) -> float:
@@ -236,9 +239,12 @@ def after_step(model: nn.Module, opt: torch.optim.Optimizer, step: int, config: 
     past ``max_q_norm``); returns how many merged."""
     merged = 0
     for layer in poet_layers(model):
-        if step % config.merge_every == 0 or layer.q_norm() > config.max_q_norm:
+        if step % config.merge_every == 0:
             layer.merge()
             for p in (layer.q_out, layer.q_in):
-                opt.state.pop(p, None)  # Adam's moments belonged to the blocks just merged
+                opt.state.pop(p, None)  # Adam's moments belonged to the blocks just redrawn
+            merged += 1
+        elif layer.q_norm() > config.max_q_norm:
+            layer.merge(redraw=False)
             merged += 1
     return merged

@@ -41,8 +41,10 @@ def test_spectrum_stays_w0s_through_merges_while_the_weights_turn(init):
         rt.train_step(model, opt, x, y)
         for layer in layers:
             r, p = layer.matrices()
-            # Cayley-Neumann is orthogonal up to ‖Q‖^(k+1); the early merge keeps ‖Q‖ ≤ 0.3
-            bound = layer.q_norm() ** (config.neumann_terms + 1) + 1e-5
+            # Cayley-Neumann misses the exact transform by E, ‖E‖ ≤ ‖Q‖^(k+1), so ‖RᵀR − I‖ ≤ 2‖E‖ + ‖E‖²;
+            # the early merge keeps ‖Q‖ near 0.3
+            e = layer.q_norm() ** (config.neumann_terms + 1)
+            bound = 2 * e + e * e + 1e-5
             assert layer.q_norm() <= 0.3 + 3e-2 * 12
             assert (r @ r.T - torch.eye(r.shape[0])).abs().max() < bound
             assert (p.T @ p - torch.eye(p.shape[0])).abs().max() < bound

@@ -1,15 +1,13 @@
 """The reference trainer under --optimizer poet, launched on the embedded broker: the hook's
-checkpoint command and a rollback work as they do with AdamW, and the steps replayed after the
-rollback reproduce the first attempt's losses (a POET checkpoint holds W0, R, P and the draws)."""
+checkpoint command and a rollback work as they do with --optimizer adamw (the same test runs
+both), and the steps replayed after the rollback reproduce the first attempt's losses (a POET
+checkpoint holds W0, R, P and the permutations drawn)."""
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -24,29 +22,9 @@ from streams.events import InvalidEvent, as_float, decode  # noqa: E402
 from streams.producer import Producer  # noqa: E402
 from streams.reader import read_topic  # noqa: E402
 from streams.signing import SigningKey, write_key_pair  # noqa: E402
+from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
 
 pytestmark = pytest.mark.broker
-
-
-def _lines(proc, out: queue.Queue) -> None:
-    for line in proc.stdout:
-        try:
-            out.put(json.loads(line))
-        except ValueError:
-            pass
-
-
-def _until(lines: queue.Queue, event: str, timeout_s: float, seen: list) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1.0)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if line.get("event") == event:
-            return line
-    raise AssertionError(f"no {event!r} from the launcher; saw {[l.get('event') for l in seen]}")
 
 
 def _wait_file(path, timeout_s: float) -> None:
@@ -68,8 +46,9 @@ def _train_events(settings, job):
     return out
 
 
-def test_poet_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_settings, tmp_path):
-    job = f"poet-{uuid.uuid4().hex[:8]}"
+@pytest.mark.parametrize("optimizer", ["adamw", "poet"])
+def test_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_settings, tmp_path, optimizer):
+    job = f"{optimizer}-{uuid.uuid4().hex[:8]}"
     key = SigningKey.generate()
     _, public = write_key_pair(tmp_path / "keys", key)
     ckpt = tmp_path / "ckpt"
@@ -79,10 +58,9 @@ def test_poet_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafk
         [sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "1", "--verify-key", str(public),
          "--command-wait", "1", "--grace", "2", "--crash-wait", "5",
          "--", "--ckpt-dir", str(ckpt), "--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1",
-         "--optimizer", "poet", "--lr", "1e-2", "--poet-merge-every", "4"],
+         "--optimizer", optimizer, "--lr", "1e-2", "--poet-merge-every", "4"],
         env=env, stdout=subprocess.PIPE, text=True)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_lines, args=(proc, lines), daemon=True).start()
+    lines = follow(proc)
     seen: list = []
 
     def command(action: str) -> Command:
@@ -91,7 +69,7 @@ def test_poet_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafk
 
     producer = Producer(kafka_settings)
     try:
-        _until(lines, "start", 30, seen)
+        until(lines, "start", 30, seen)
         _wait_file(ckpt / "step_000010.pt", 60)
         asked = command("checkpoint")
         producer.send(topics.COMMANDS, job.encode(), asked.encode())
@@ -101,10 +79,10 @@ def test_poet_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafk
         producer.send(topics.COMMANDS, job.encode(), rollback.encode())
         producer.flush()
 
-        restart = _until(lines, "restart", 60, seen)
+        restart = until(lines, "restart", 60, seen)
         assert restart["action"] == "rollback" and restart["resume"] == "rollback" and restart["nodes_out"] == []
         assert restart["command_id"] == rollback.id
-        assert _until(lines, "done", 90, seen)["exit"] == 0
+        assert until(lines, "done", 90, seen)["exit"] == 0
         assert proc.wait(30) == 0
     finally:
         producer.close()

@@ -11,6 +11,10 @@ remedy runs clean, as a real job would after the bad machine or batch is gone 鈥
 Under a dual-phase replay (``FAULTLENS_REPLAY_STEPS`` set by trainer_hooks.launcher) the trainer
 runs that many steps from the latest checkpoint, saves no checkpoint and publishes no topology:
 a replay tests machines, it must not move the job's state.
+
+``--optimizer poet`` trains the hidden layer as W = R路W0路P (trainer_hooks.poet, docs/poet.md):
+its singular values stay those of W0, the prevention side of the loss spikes and NaN losses
+faultlens detects. ``sgd`` (the default, unchanged) and ``adamw`` train the weights directly.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ import torch.distributed as dist
 from streams.config import KafkaSettings
 from streams.producer import Producer
 from streams.topology import Topology
+from trainer_hooks import poet
 from trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger("faultlens.trainer")
 
 FEATURES = 32
+DEFAULT_LR = {"sgd": 0.01, "adamw": 1e-3, "poet": 1e-3}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,6 +69,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inject-attempts", type=int, default=1, help="inject faults in the first N attempts")
     p.add_argument("--bad-node", default=None, help="a broken machine: its ranks raise on every attempt ...")
     p.add_argument("--bad-node-at", type=int, default=1, help="... at this step or the first step after resuming")
+    p.add_argument("--optimizer", choices=("sgd", "adamw", "poet"), default="sgd",
+                   help="sgd (default) or adamw train the weights; poet trains the hidden layer as R路W0路P "
+                        "(orthogonal R, P; W0 fixed) with AdamW on the generators of R and P")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: sgd 0.01, adamw and poet 1e-3)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (never on POET's generators)")
+    p.add_argument("--poet-block", type=int, default=16, help="POET: block size of R and P")
+    p.add_argument("--poet-merge-every", type=int, default=20, help="POET: merge R, P into W0 every N steps")
+    p.add_argument("--poet-neumann", type=int, default=5, help="POET: Neumann terms of the Cayley transform (0: exact)")
+    p.add_argument("--poet-init", choices=poet.INITS[:2], default="normalized_gaussian", help="POET: W0's initialisation")
     return p.parse_args(argv)
 
 
@@ -91,6 +106,54 @@ def batch(step: int, rank: int, size: int = 64) -> tuple[torch.Tensor, torch.Ten
     return x, y
 
 
+def build(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.optim.Optimizer, poet.PoetConfig | None]:
+    """The model and its optimizer; under POET every layer but the output head is reparameterised
+    (as the POET authors leave the LM head alone)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    config = None
+    if args.optimizer == "poet":
+        config = poet.PoetConfig(block_size=args.poet_block, merge_every=args.poet_merge_every,
+                                 neumann_terms=args.poet_neumann, init=args.poet_init)
+        poet.reparameterise(model, config, exclude=("2",))
+    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+    return model, poet.make_optimizer(model, args.optimizer, lr, args.weight_decay), config
+
+
+def checkpoint_state(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, optimizer: str) -> dict:
+    """What a checkpoint holds (under POET: W0, the generators of R and P, the permutations)."""
+    return {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "optimizer": optimizer}
+
+
+def load(target: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, optimizer: str) -> int:
+    """Restore a checkpoint into ``model`` and ``opt``; the step it was written at."""
+    state = torch.load(target, weights_only=True)
+    written_by = state.get("optimizer", "sgd")
+    if written_by != optimizer:
+        raise SystemExit(f"{target} was written with --optimizer {written_by}, not {optimizer}: "
+                         "its model state does not fit (POET keeps W0, R and P, not W)")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"])
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               world: int = 1, poison: bool = False) -> tuple[float, float]:
+    """One step (gradients averaged over ``world`` ranks when torch.distributed is up); (loss, grad norm)."""
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if poison:
+        loss = loss * float("nan")
+    opt.zero_grad()
+    loss.backward()
+    if world > 1:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+    opt.step()
+    return loss.item(), grad_norm
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=os.environ.get("FAULTLENS_LOG_LEVEL", "INFO"), stream=sys.stderr,
@@ -106,18 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt, poet_config = build(args)
 
     start = 0
     target = choose_resume(args.ckpt_dir, os.environ.get("FAULTLENS_RESUME", "latest"))
     dist.barrier()  # every rank chose its checkpoint before rank 0 prunes the newer ones
     if target is not None:
-        state = torch.load(target, weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = int(state["step"])
+        start = load(target, model, opt, args.optimizer)
         if rank == 0:
             for newer in checkpoints(args.ckpt_dir):
                 if newer > target:
@@ -129,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             return
         path = args.ckpt_dir / f"step_{step:06d}.pt"
         tmp = path.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+        torch.save(checkpoint_state(model, opt, step, args.optimizer), tmp)
         os.replace(tmp, path)
         hook.checkpoint_saved(step, str(path))
 
@@ -160,25 +218,19 @@ def main(argv: list[str] | None = None) -> int:
             if inject and rank == args.hang_rank and args.hang_at is not None and step >= args.hang_at:
                 stuck_in_all_gather_into_tensor(step)
             x, y = batch(step, rank)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            if inject and args.nan_at is not None and step >= args.nan_at:
-                loss = loss * float("nan")
-            if replay_steps is not None and not math.isfinite(loss.item()):
+            loss, grad_norm = train_step(model, opt, x, y, world,
+                                         poison=inject and args.nan_at is not None and step >= args.nan_at)
+            if replay_steps is not None and not math.isfinite(loss):
                 # A replay reproduces a NaN by failing: the launcher judges groups by exit codes.
-                raise RuntimeError(f"non-finite loss {loss.item()} in replay (rank {rank}, step {step})")
-            opt.zero_grad()
-            loss.backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-                p.grad /= world
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
-            opt.step()
+                raise RuntimeError(f"non-finite loss {loss} in replay (rank {rank}, step {step})")
+            if poet_config is not None:
+                poet.after_step(model, opt, step, poet_config)  # before the checkpoint: it holds merged W0
             time.sleep(args.step_sleep + (args.slow_s if inject and rank == args.slow_rank else 0.0))
             compute_s = time.monotonic() - t0
             # A diverged model is never a rollback target: checkpoint only finite losses.
-            if step % args.ckpt_every == 0 and math.isfinite(loss.item()):
+            if step % args.ckpt_every == 0 and math.isfinite(loss):
                 save(step)
-            hook.step(loss=loss.item(), grad_norm=grad_norm, tokens=x.shape[0], compute_s=compute_s, step=step)
+            hook.step(loss=loss, grad_norm=grad_norm, tokens=x.shape[0], compute_s=compute_s, step=step)
         dist.barrier()
     finally:
         hook.close()

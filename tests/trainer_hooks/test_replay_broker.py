@@ -4,12 +4,9 @@ reproduces → the ladder convicts that machine → the launcher restarts withou
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -23,29 +20,9 @@ from streams.producer import Producer
 from streams.reader import read_topic
 from streams.signing import SigningKey, write_key_pair
 from streams.topology import Topology
+from tests.trainer_hooks.launcher_lines import follow, until
 
 pytestmark = pytest.mark.broker
-
-
-def _lines(proc, out: queue.Queue) -> None:
-    for line in proc.stdout:
-        try:
-            out.put(json.loads(line))
-        except ValueError:
-            pass
-
-
-def _until(lines: queue.Queue, event: str, timeout_s: float, seen: list) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1.0)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if line.get("event") == event:
-            return line
-    raise AssertionError(f"no {event!r} from the launcher; saw {[l.get('event') for l in seen]}")
 
 
 def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_path):
@@ -61,12 +38,11 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
          "--", "--ckpt-dir", str(tmp_path / "ckpt"), "--steps", "6", "--ckpt-every", "2", "--step-sleep", "0",
          "--bad-node", "n001", "--bad-node-at", "3"],
         env=env, stdout=subprocess.PIPE, text=True)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_lines, args=(proc, lines), daemon=True).start()
+    lines = follow(proc)
     seen: list = []
     producer = Producer(kafka_settings)
     try:
-        _until(lines, "crash", 90, seen)  # n001 breaks at step 3, after the checkpoint of step 2
+        until(lines, "crash", 90, seen)  # n001 breaks at step 3, after the checkpoint of step 2
 
         # The ladder of a job whose crash kept coming back: reattempt and rollback were tried
         # (not sent here), the third failure climbs to dual-phase replay.
@@ -80,7 +56,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         producer.send(topics.COMMANDS, job.encode(), command.encode())
         producer.flush()
 
-        done = _until(lines, "replay_done", 150, seen)
+        done = until(lines, "replay_done", 150, seen)
         groups = [l for l in seen if l.get("event") == "replay_group"]
         assert [(g["phase"], g["nodes"], g["reproduced"]) for g in groups] == [
             ("horizontal", ["n000", "n001"], True), ("vertical", ["n000"], False), ("vertical", ["n001"], True)]
@@ -102,9 +78,9 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         producer.send(topics.COMMANDS, job.encode(), evict.encode())
         producer.flush()
 
-        restart = _until(lines, "restart", 60, seen)
+        restart = until(lines, "restart", 60, seen)
         assert restart["action"] == "evict" and restart["nodes"] == ["n000", "s000"]
-        assert _until(lines, "done", 90, seen)["exit"] == 0
+        assert until(lines, "done", 90, seen)["exit"] == 0
         assert proc.wait(30) == 0
         # The replays moved no checkpoint: the job resumed from step 2's and wrote the rest itself.
         assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*.pt")) == [

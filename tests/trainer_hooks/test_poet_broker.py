@@ -1,0 +1,107 @@
+"""The reference trainer under --optimizer poet, launched on the embedded broker: the hook's
+checkpoint command and a rollback work as they do with --optimizer adamw (the same test runs
+both), and the steps replayed after the rollback reproduce the first attempt's losses (a POET
+checkpoint holds W0, R, P and the permutations drawn)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+
+pytest.importorskip("torch")
+
+from streams import topics  # noqa: E402
+from streams.command import Command  # noqa: E402
+from streams.events import InvalidEvent, as_float, decode  # noqa: E402
+from streams.producer import Producer  # noqa: E402
+from streams.reader import read_topic  # noqa: E402
+from streams.signing import SigningKey, write_key_pair  # noqa: E402
+from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
+
+pytestmark = pytest.mark.broker
+
+
+def _wait_file(path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def _train_events(settings, job):
+    out = []
+    for m in read_topic(settings, topics.TRAIN, idle_s=0.5, timeout_s=20):
+        try:
+            e = decode(m.value)
+        except InvalidEvent:
+            continue
+        if e.job == job:
+            out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "poet"])
+def test_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_settings, tmp_path, optimizer):
+    job = f"{optimizer}-{uuid.uuid4().hex[:8]}"
+    key = SigningKey.generate()
+    _, public = write_key_pair(tmp_path / "keys", key)
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state"),
+           "FAULTLENS_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "1", "--verify-key", str(public),
+         "--command-wait", "1", "--grace", "2", "--crash-wait", "5",
+         "--", "--ckpt-dir", str(ckpt), "--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1",
+         "--optimizer", optimizer, "--lr", "1e-2", "--poet-merge-every", "4"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    lines = follow(proc)
+    seen: list = []
+
+    def command(action: str) -> Command:
+        now = time.time()
+        return Command(job=job, action=action, issued_at=now, expires_at=now + 60).signed(key)
+
+    producer = Producer(kafka_settings)
+    try:
+        until(lines, "start", 30, seen)
+        _wait_file(ckpt / "step_000010.pt", 60)
+        asked = command("checkpoint")
+        producer.send(topics.COMMANDS, job.encode(), asked.encode())
+        producer.flush()
+        time.sleep(1.0)
+        rollback = command("rollback")
+        producer.send(topics.COMMANDS, job.encode(), rollback.encode())
+        producer.flush()
+
+        restart = until(lines, "restart", 60, seen)
+        assert restart["action"] == "rollback" and restart["resume"] == "rollback" and restart["nodes_out"] == []
+        assert restart["command_id"] == rollback.id
+        assert until(lines, "done", 90, seen)["exit"] == 0
+        assert proc.wait(30) == 0
+    finally:
+        producer.close()
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
+
+    events = _train_events(kafka_settings, job)
+    acks = {e.data["command_id"]: e.data for e in events if e.kind == "command_ack"}
+    assert acks[asked.id]["obeyed"] is True and acks[rollback.id]["obeyed"] is True
+    saved = [e.data["step"] for e in events if e.kind == "checkpoint"]
+    assert any(s % 5 for s in saved), f"no checkpoint written on command: {saved}"
+
+    losses: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e.kind == "step":
+            losses[e.data["step"]].append(as_float(e.data["loss"]))
+    replayed = {s: v for s, v in losses.items() if len(v) > 1}
+    assert replayed, "the rollback replayed no step"
+    assert all(v[0] == v[1] for v in replayed.values()), replayed
+    assert sorted(losses) == list(range(1, 41))
+    assert sum(losses[40]) / len(losses[40]) < 0.5 * losses[1][0]

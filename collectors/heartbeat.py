@@ -1,7 +1,11 @@
 """The node agent's heartbeat: `heartbeat`/`beat` every interval with the training pids and each source's status.
 
 A missing beat is how a silent node is detected (DESIGN.md §3, `node_silent`); the `sources` map
-tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say.
+tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say, and
+``health`` (collectors/agent_health.py) says what the agent itself sees and keeps: sampler lag,
+the last NVML call that answered, GPUs stuck in a call, follower positions, spool depth and
+drops, and ``blind``, what it cannot see right now. Nothing in a beat waits on NVML, py-spy or
+Kafka: every number is read from counters the sources keep.
 ``unranked_pids`` names the training processes whose rank the agent cannot read (its
 ``--rank-env`` misses the trainer's variable), before any capture needs their stacks placed.
 """
@@ -20,10 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def beat_event(*, job: str, node: str, seq: int, pids: list[int], sources: Mapping[str, str],
-               ts: float | None = None, unranked_pids: list[int] | None = None) -> Envelope:
+               ts: float | None = None, unranked_pids: list[int] | None = None,
+               health: Mapping[str, Any] | None = None) -> Envelope:
     data = {"seq": seq, "pids": sorted(pids), "sources": dict(sources)}
     if unranked_pids is not None:
         data["unranked_pids"] = sorted(unranked_pids)
+    if health is not None:
+        data["health"] = dict(health)
     return Envelope(
         ts=time.time() if ts is None else ts,
         job=job,
@@ -43,7 +50,8 @@ class HeartbeatSource:
 
     def __init__(self, *, job: str, node: str, interval_s: float, publish: Callable[[Envelope], Any],
                  statuses: Callable[[], Mapping[str, str]], pids: Callable[[], list[int]] | None = None,
-                 processes: Callable[[], list[TrainingProcess]] | None = None):
+                 processes: Callable[[], list[TrainingProcess]] | None = None,
+                 health: Callable[[], Mapping[str, Any]] | None = None):
         if (pids is None) == (processes is None):
             raise ValueError("HeartbeatSource needs exactly one of pids or processes")
         self.job = job
@@ -53,6 +61,7 @@ class HeartbeatSource:
         self.statuses = statuses
         self.pids = pids
         self.processes = processes
+        self.health = health
         self.seq = 0
         self._unranked: list[int] = []
 
@@ -72,8 +81,14 @@ class HeartbeatSource:
             pids, unranked = self._discover()
         except Exception:  # process discovery failing must not stop the beat that says we are alive
             pids, unranked = [], None
+        health = None
+        if self.health is not None:
+            try:
+                health = self.health()
+            except Exception:  # a broken health report must not stop the beat that says we are alive
+                log.exception("agent health report failed; beating without it")
         event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
-                           unranked_pids=unranked)
+                           unranked_pids=unranked, health=health)
         self.seq += 1
         self.publish(event)
         return event

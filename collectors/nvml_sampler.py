@@ -23,7 +23,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from collectors.gpu_sample import GpuReading, sample_events, xid_event
+from collectors.gpu_sample import GpuReading, responsive_event, sample_events, unresponsive_event
+from collectors.nvml_events import watch_xids
+from collectors.nvml_deadline import CallTimeout, DeadlineCalls, Job, Stuck, note_call
 from streams.events import Envelope
 
 log = logging.getLogger(__name__)
@@ -37,12 +39,21 @@ _QUIET_CODES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NOT_FOUND", "NVML_ERROR_
                 "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NO_DATA")
 
 
+# A call that takes longer than this is stuck: NVML answers in milliseconds (2 ms for the slowest
+# call on a real H100, docs/real_gpu.md); seconds leave room for a loaded host, not for a hang.
+DEADLINE_S = 10.0
+NVML_GONE_CODES = ("NVML_ERROR_GPU_IS_LOST",)
+
 # Unsupported calls and NVLink links are asked again this often, in case a GPU reset changed them.
 REASK_S = 600.0
 
 
 class NvmlUnavailable(RuntimeError):
     """No usable NVML on this node (no GPU driver, no library)."""
+
+
+class NvmlStuck(RuntimeError):
+    """NVML itself does not answer (nvmlInit or a node-wide call past its deadline)."""
 
 
 class GpuLost(Exception):
@@ -84,6 +95,7 @@ class NvmlReader:
         fn = getattr(self.nvml, fn_name, None)
         if fn is None:  # an older binding without this function
             return None
+        note_call(fn_name)
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
@@ -97,6 +109,7 @@ class NvmlReader:
             return None
 
     def count(self) -> int:
+        note_call("nvmlDeviceGetCount")
         return int(self.nvml.nvmlDeviceGetCount())
 
     def handle(self, index: int) -> Any:
@@ -220,36 +233,62 @@ def open_nvml(nvml: Any = None) -> Any:
 
 
 class NvmlSampler:
-    """Agent source: one `gpu`/`sample` per interval for the whole node; Xid events in a second thread."""
+    """Agent source: one `gpu`/`sample` per interval for the whole node; Xid events in a second thread.
+
+    Every NVML call runs on a per-GPU worker under ``deadline_s`` (collectors/nvml_deadline.py):
+    a call past it is one `gpu`/`unresponsive` event naming the GPU and the call, the GPU is left
+    out of the samples until the call returns (then one `gpu`/`responsive`), and the other GPUs
+    are sampled on as before. The sampler's own thread never waits on NVML longer than that."""
 
     name = "nvml"
 
     def __init__(self, *, job: str, node: str, interval_s: float, publish: Callable[[Envelope], Any],
-                 nvml: Any = None, xid_events: bool = True):
+                 nvml: Any = None, xid_events: bool = True, deadline_s: float = DEADLINE_S,
+                 init_deadline_s: float | None = None):
         self.job = job
         self.node = node
         self.interval_s = interval_s
         self.publish = publish
         self.nvml_module = nvml
         self.xid_events = xid_events
+        self.deadline_s = deadline_s
+        # Starting NVML without persistence mode wakes every GPU: seconds each, legitimately.
+        self.init_deadline_s = init_deadline_s or max(3 * deadline_s, 30.0)
         self.lost: set[int] = set()
         self.samples = 0
+        self.calls = DeadlineCalls(deadline_s, on_late_return=self._late_return)
         self._errors_logged: set[tuple[int, str, str]] = set()
+        self._count: tuple[int, float] | None = None  # (GPU count, monotonic time read)
+        self._uuids: dict[int, str] = {}
+        self._started = time.monotonic()
+        self.last_sample_end: float | None = None  # monotonic
+        self.last_ok_ts: float | None = None  # wall time of the last sample any GPU answered in
+        self.state = "starting"
 
+    # --- one sample ------------------------------------------------------------------------------
     def sample_once(self, reader: NvmlReader) -> list[Envelope]:
+        events: list[Envelope] = []
+        count = self._gpu_count(reader, events)
+        if count is None:
+            return events
+        jobs = {index: self.calls.submit(index, lambda i=index: self._read_gpu(reader, i))
+                for index in range(count) if not self.calls.is_stuck(index)}
+        given_up = self.calls.wait(list(jobs.values()))
+        stuck_now = {s.key for s in given_up}
         readings = []
-        for index in range(reader.count()):
-            try:
-                handle = reader.handle(index)
-            except GpuLost as lost:
-                readings.append(GpuReading(index=index, lost=lost.error))
+        for index, job in jobs.items():
+            if index in stuck_now:
                 continue
-            if handle is None:
-                continue
-            reading = reader.read(index, handle)
-            self._log_errors(reading)
-            readings.append(reading)
-        events = []
+            if job.error is not None:
+                raise job.error
+            if job.result is not None:
+                self._log_errors(job.result)
+                if job.result.uuid:
+                    self._uuids[index] = job.result.uuid
+                readings.append(job.result)
+        answered = sum(1 for r in readings if r.lost is None)
+        for stuck in given_up:
+            events.append(self._unresponsive(reader, stuck, answered))
         for event in sample_events(readings, job=self.job, node=self.node, interval_s=self.interval_s):
             if event.kind == "lost":
                 # Once per GPU: a lost GPU stays lost, and a repeat every second is noise.
@@ -258,8 +297,65 @@ class NvmlSampler:
                 self.lost.add(event.data["gpu"])
                 log.error("GPU %s lost: %s", event.data["gpu"], event.data["error"])
             events.append(event)
+        if answered:
+            self.last_ok_ts = time.time()
         self.samples += 1
+        self.last_sample_end = time.monotonic()
         return events
+
+    def _gpu_count(self, reader: NvmlReader, events: list[Envelope]) -> int | None:
+        """The GPU count, read once per REASK_S (it does not change while the driver runs)."""
+        now = time.monotonic()
+        if self._count is not None and now - self._count[1] < REASK_S:
+            return self._count[0]
+        if self.calls.is_stuck("node"):
+            return self._count[0] if self._count is not None else None
+        try:
+            count = self.calls.run("node", reader.count)
+        except CallTimeout as exc:
+            events.append(self._unresponsive(reader, exc.stuck, 0))
+            return self._count[0] if self._count is not None else None
+        self._count = (count, now)
+        return count
+
+    @staticmethod
+    def _read_gpu(reader: NvmlReader, index: int) -> GpuReading | None:
+        try:
+            handle = reader.handle(index)
+        except GpuLost as lost:
+            return GpuReading(index=index, lost=lost.error)
+        if handle is None:
+            return None
+        return reader.read(index, handle)
+
+    def _unresponsive(self, reader: NvmlReader, stuck: Stuck, answered: int) -> Envelope:
+        """The event for a call past its deadline; asks a fresh worker whether the GPU's handle is gone."""
+        index = stuck.key if isinstance(stuck.key, int) else None
+        handle = "unknown"
+        probe = ("probe", index)
+        if index is not None and not self.calls.is_stuck(probe):
+            try:
+                self.calls.run(probe, lambda: reader.nvml.nvmlDeviceGetHandleByIndex(index),
+                               deadline_s=min(self.deadline_s, self.interval_s))
+                handle = "answers"
+            except CallTimeout:
+                handle = "unresponsive"
+            except reader.nvml.NVMLError as exc:
+                handle = "lost" if getattr(exc, "value", None) in _codes(reader.nvml, NVML_GONE_CODES) else "answers"
+        event = unresponsive_event(index, stuck.call, deadline_s=self.deadline_s, waited_s=stuck.age(),
+                                   handle=handle, others_answered=answered, uuid=self._uuids.get(index),
+                                   job=self.job, node=self.node)
+        log.error("GPU %s: NVML %s did not return within %gs (handle %s; %d other GPU(s) answered)",
+                  "node-wide" if index is None else index, stuck.call, self.deadline_s, handle, answered)
+        return event
+
+    def _late_return(self, job: Job) -> None:
+        """A stuck call came back (on its abandoned worker's thread): say so, sample it again."""
+        if isinstance(job.key, tuple):
+            return  # a handle probe: its answer was not waited for
+        stuck_s = (job.finished or time.monotonic()) - job.started
+        self.publish(responsive_event(job.key if isinstance(job.key, int) else None, job.call, stuck_s,
+                                      job=self.job, node=self.node))
 
     def _log_errors(self, reading: GpuReading) -> None:
         """An NVML error that is neither "unsupported" nor "lost" reads as null; said once, not every second."""
@@ -269,10 +365,39 @@ class NvmlSampler:
                 self._errors_logged.add(key)
                 log.warning("GPU %d: NVML error reading %s (reported as null): %s", reading.index, name, text)
 
+    # --- health, for the heartbeat -------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """What the heartbeat says of this source: lag, last good call, GPUs stuck in a call."""
+        now = time.monotonic()
+        last = self.last_sample_end if self.last_sample_end is not None else self._started
+        stuck = self.calls.stuck()
+        return {
+            "state": self.state,
+            "lag_s": round(max(0.0, now - last - self.interval_s), 3),
+            "last_ok_ts": self.last_ok_ts,
+            "samples": self.samples,
+            "deadline_s": self.deadline_s,
+            "unresponsive": {("node" if s.key == "node" else str(s.key)): {"call": s.call, "for_s": round(s.age(now), 1)}
+                             for s in stuck.values() if not isinstance(s.key, tuple)},
+            "abandoned_calls": self.calls.abandoned,
+        }
+
+    # --- life ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        nvml = open_nvml(self.nvml_module)
+        self.state = "starting"
+        if self.calls.is_stuck("node"):
+            raise NvmlStuck(f"an earlier NVML call ({self.calls.stuck()['node'].call}) has not returned")
+        try:
+            nvml = self.calls.run("node", lambda: open_nvml(self.nvml_module), deadline_s=self.init_deadline_s)
+        except CallTimeout as exc:
+            self.state = "blind"
+            raise NvmlStuck(f"nvmlInit did not return within {self.init_deadline_s:g}s") from exc
+        except NvmlUnavailable:
+            self.state = "off"
+            raise
         reader = NvmlReader(nvml)
-        log.info("NVML: %d GPU(s)", reader.count())
+        log.info("NVML: %d GPU(s), every call under a %gs deadline", self._gpu_count(reader, []) or 0, self.deadline_s)
+        self.state = "ok"
         watcher = None
         if self.xid_events:
             watcher = threading.Thread(target=self._watch_xids, args=(reader, stop), name="nvml-xid", daemon=True)
@@ -288,50 +413,15 @@ class NvmlSampler:
                 if stop.wait(due - now):
                     break
         finally:
+            self.state = "stopped"
             if watcher is not None:
                 watcher.join(2.0)
-            try:
-                nvml.nvmlShutdown()
-            except nvml.NVMLError:
-                pass
+            if not self.calls.is_stuck("node"):
+                try:
+                    self.calls.run("node", nvml.nvmlShutdown)
+                except (CallTimeout, nvml.NVMLError):
+                    pass
+            self.calls.close()
 
     def _watch_xids(self, reader: NvmlReader, stop: threading.Event) -> None:
-        """NVML's event API: blocks in nvmlEventSetWait (with a timeout, to notice ``stop``)."""
-        nvml = reader.nvml
-        try:
-            event_set = nvml.nvmlEventSetCreate()
-        except (nvml.NVMLError, AttributeError) as exc:
-            log.info("NVML Xid events not available: %s", exc)
-            return
-        registered = 0
-        for index in range(reader.count()):
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
-                registered += 1
-            except nvml.NVMLError as exc:
-                log.info("GPU %d: no Xid events (%s)", index, exc)
-        timeout = getattr(nvml, "NVML_ERROR_TIMEOUT", None)
-        try:
-            while registered and not stop.is_set():
-                try:
-                    data = nvml.nvmlEventSetWait_v2(event_set, 500)
-                except nvml.NVMLError as exc:
-                    if getattr(exc, "value", None) == timeout:
-                        continue
-                    log.warning("NVML event wait failed: %s; Xid events stop", exc)
-                    return
-                if not data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                    continue
-                try:
-                    index = int(nvml.nvmlDeviceGetIndex(data.device))
-                except nvml.NVMLError:
-                    index = None
-                event = xid_event(index, int(data.eventData), job=self.job, node=self.node)
-                log.warning("NVML Xid %d on GPU %s", event.data["xid"], index)
-                self.publish(event)
-        finally:
-            try:
-                nvml.nvmlEventSetFree(event_set)
-            except nvml.NVMLError:
-                pass
+        watch_xids(reader.nvml, reader.count, stop, self.publish, job=self.job, node=self.node)

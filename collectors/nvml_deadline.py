@@ -100,7 +100,7 @@ class _Worker:
 class DeadlineCalls:
     """Workers keyed by GPU index (or ``"node"``); :meth:`run_all` waits for jobs under a deadline."""
 
-    def __init__(self, deadline_s: float, on_late_return: Callable[[Job], None] | None = None):
+    def __init__(self, deadline_s: float, on_late_return: Callable[[Stuck, float], None] | None = None):
         if deadline_s <= 0:
             raise ValueError("an NVML deadline must be positive")
         self.deadline_s = deadline_s
@@ -192,7 +192,7 @@ class DeadlineCalls:
         took = (job.finished or time.monotonic()) - stuck.since
         log.warning("NVML call %s for %s returned after %.1fs", stuck.call, job.key, took)
         if self._user_late_return is not None:
-            self._user_late_return(job)
+            self._user_late_return(stuck, took)
 
 
 class CallTimeout(Exception):

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from collectors.gpu_sample import GpuReading, responsive_event, sample_events, unresponsive_event
 from collectors.nvml_events import watch_xids
-from collectors.nvml_deadline import CallTimeout, DeadlineCalls, Job, Stuck, note_call
+from collectors.nvml_deadline import CallTimeout, DeadlineCalls, Stuck, note_call
 from streams.events import Envelope
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,11 @@ class NvmlReader:
             elif code not in self._quiet and reading is not None:
                 reading.errors[name] = str(exc)
             return None
+
+    def known_uuid(self, index: int) -> str | None:
+        """The GPU's UUID if it was read already (no NVML call: safe while the GPU is stuck)."""
+        static = self._static.get(index)
+        return static[0] if static else None
 
     def count(self) -> int:
         note_call("nvmlDeviceGetCount")
@@ -343,18 +348,18 @@ class NvmlSampler:
             except reader.nvml.NVMLError as exc:
                 handle = "lost" if getattr(exc, "value", None) in _codes(reader.nvml, NVML_GONE_CODES) else "answers"
         event = unresponsive_event(index, stuck.call, deadline_s=self.deadline_s, waited_s=stuck.age(),
-                                   handle=handle, others_answered=answered, uuid=self._uuids.get(index),
+                                   handle=handle, others_answered=answered,
+                                   uuid=self._uuids.get(index) or (reader.known_uuid(index) if index is not None else None),
                                    job=self.job, node=self.node)
         log.error("GPU %s: NVML %s did not return within %gs (handle %s; %d other GPU(s) answered)",
                   "node-wide" if index is None else index, stuck.call, self.deadline_s, handle, answered)
         return event
 
-    def _late_return(self, job: Job) -> None:
-        """A stuck call came back (on its abandoned worker's thread): say so, sample it again."""
-        if isinstance(job.key, tuple):
+    def _late_return(self, stuck: Stuck, took_s: float) -> None:
+        """A stuck call came back (on its abandoned worker's thread): say so; it is sampled again."""
+        if isinstance(stuck.key, tuple):
             return  # a handle probe: its answer was not waited for
-        stuck_s = (job.finished or time.monotonic()) - job.started
-        self.publish(responsive_event(job.key if isinstance(job.key, int) else None, job.call, stuck_s,
+        self.publish(responsive_event(stuck.key if isinstance(stuck.key, int) else None, stuck.call, took_s,
                                       job=self.job, node=self.node))
 
     def _log_errors(self, reading: GpuReading) -> None:

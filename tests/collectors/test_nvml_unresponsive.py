@@ -1,0 +1,138 @@
+"""NVML calls under a deadline (unit tests with a fake NVML module whose call blocks for good)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from collectors.nvml_deadline import CallTimeout, DeadlineCalls
+from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlStuck
+from diagnosis.rules.agent_health import GpuUnresponsiveRule
+from tests.collectors.test_nvml_sampler import GPU_IS_LOST, FakeNvml, FakeNVMLError
+
+
+class HangingNvml(FakeNvml):
+    """GPU ``hang_gpu``'s ``hang_call`` blocks until ``release`` is set (never, unless a test does)."""
+
+    def __init__(self, hang_gpu=1, hang_call="nvmlDeviceGetTemperature", handle_lost=False, **kw):
+        super().__init__(**kw)
+        self.hang_gpu, self.hang_call, self.handle_lost = hang_gpu, hang_call, handle_lost
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def _maybe_hang(self, name, h):
+        if name == self.hang_call and h == self.hang_gpu and not self.release.is_set():
+            self.entered.set()
+            self.release.wait()
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        self._maybe_hang("nvmlDeviceGetTemperature", h)
+        return super().nvmlDeviceGetTemperature(h, sensor)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        if self.handle_lost and i == self.hang_gpu and self.entered.is_set():
+            raise FakeNVMLError(GPU_IS_LOST)
+        return super().nvmlDeviceGetHandleByIndex(i)
+
+    def nvmlInit(self):
+        self._maybe_hang("nvmlInit", self.hang_gpu)
+
+
+def _sampler(nvml, out, deadline_s=0.3, interval_s=0.2):
+    return NvmlSampler(job="j", node="n1", interval_s=interval_s, publish=out.append, nvml=nvml,
+                       xid_events=False, deadline_s=deadline_s)
+
+
+def test_a_call_past_its_deadline_is_given_up_and_named():
+    calls = DeadlineCalls(0.2)
+    block = threading.Event()
+
+    def stuck():
+        from collectors.nvml_deadline import note_call
+        note_call("nvmlDeviceGetTotalEccErrors")
+        block.wait()
+
+    t0 = time.monotonic()
+    with pytest.raises(CallTimeout) as err:
+        calls.run(3, stuck)
+    assert 0.2 <= time.monotonic() - t0 < 1.0
+    assert err.value.stuck.call == "nvmlDeviceGetTotalEccErrors" and calls.is_stuck(3)
+    assert calls.run(4, lambda: 42) == 42  # other keys go on
+    block.set()
+    for _ in range(100):
+        if not calls.is_stuck(3):
+            break
+        time.sleep(0.01)
+    assert not calls.is_stuck(3) and calls.run(3, lambda: "again") == "again"
+
+
+def test_a_gpu_whose_call_blocks_for_good_is_unresponsive_and_the_others_are_sampled_on():
+    nvml = HangingNvml(n=3)
+    out = []
+    sampler = _sampler(nvml, out)
+    reader = NvmlReader(nvml)
+    t0 = time.monotonic()
+    events = sampler.sample_once(reader)
+    took = time.monotonic() - t0
+    assert took < 0.3 + 0.2 + 0.5  # the deadline, the handle probe, slack: never the hang
+    kinds = [(e.kind, e.data.get("gpu")) for e in events]
+    assert ("unresponsive", 1) in kinds
+    sample = next(e for e in events if e.kind == "sample")
+    assert [g["index"] for g in sample.data["gpus"]] == [0, 2]
+    unresp = next(e for e in events if e.kind == "unresponsive")
+    assert unresp.data["call"] == "nvmlDeviceGetTemperature" and unresp.data["handle"] == "answers"
+    assert unresp.data["others_answered"] == 2 and unresp.data["fault"] == "gpu_reset_required"
+    # Next samples skip the stuck GPU at once: no second wait, no second event.
+    t0 = time.monotonic()
+    again = sampler.sample_once(reader)
+    assert time.monotonic() - t0 < 0.2
+    assert [e.kind for e in again] == ["sample"]
+    health = sampler.health()
+    assert health["unresponsive"]["1"]["call"] == "nvmlDeviceGetTemperature"
+    # The call comes back: one `responsive` event, and GPU 1 is sampled again.
+    nvml.release.set()
+    for _ in range(100):
+        if any(e.kind == "responsive" for e in out):
+            break
+        time.sleep(0.01)
+    back = next(e for e in out if e.kind == "responsive")
+    assert back.data["gpu"] == 1 and back.data["call"] == "nvmlDeviceGetTemperature"
+    later = sampler.sample_once(reader)
+    assert [g["index"] for g in later[0].data["gpus"]] == [0, 1, 2]
+    assert sampler.health()["unresponsive"] == {}
+
+
+def test_an_unresponsive_gpu_whose_handle_is_gone_is_lost():
+    nvml = HangingNvml(n=2, handle_lost=True)
+    events = _sampler(nvml, []).sample_once(NvmlReader(nvml))
+    unresp = next(e for e in events if e.kind == "unresponsive")
+    assert unresp.data["handle"] == "lost" and unresp.data["fault"] == "gpu_lost"
+    finding = GpuUnresponsiveRule().observe(unresp)[0]
+    assert (finding.fault, finding.action, finding.evidence) == ("gpu_lost", "evict", (unresp.id,))
+    nvml.release.set()
+
+
+def test_the_rule_turns_an_unresponsive_gpu_into_a_reset_quoting_the_call():
+    nvml = HangingNvml(n=2)
+    unresp = next(e for e in _sampler(nvml, []).sample_once(NvmlReader(nvml)) if e.kind == "unresponsive")
+    finding = GpuUnresponsiveRule().observe(unresp)[0]
+    assert (finding.fault, finding.action, finding.entity) == ("gpu_reset_required", "evict_reset_gpu", "gpu:1")
+    assert "nvmlDeviceGetTemperature" in finding.detail and "GPU-0001" in finding.detail
+    assert "1 other GPU(s) of the node answered" in finding.detail and finding.evidence == (unresp.id,)
+    nvml.release.set()
+
+
+def test_nvml_init_that_never_returns_is_a_stuck_source_not_a_hung_agent():
+    nvml = HangingNvml(hang_call="nvmlInit")
+    sampler = NvmlSampler(job="j", node="n1", interval_s=0.2, publish=[].append, nvml=nvml, xid_events=False,
+                          deadline_s=0.1, init_deadline_s=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(NvmlStuck, match="nvmlInit did not return within 0.3s"):
+        sampler.run(threading.Event())
+    assert time.monotonic() - t0 < 1.0
+    with pytest.raises(NvmlStuck, match="has not returned"):  # a restart does not pile up threads
+        sampler.run(threading.Event())
+    assert sampler.calls.abandoned == 1
+    nvml.release.set()

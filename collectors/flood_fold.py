@@ -36,7 +36,7 @@ MAX_KEYS = 512
 _PREFIX = re.compile(
     r"(?:\d+,\d+,\d+,[^;]*;)?(?:<\d+>)?"
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ |\d{4}-\d\d-\d\d[T ][\d:.,+\-Z]+ (?:\S+ )?)?"
-    r"(?:\S+: )?\s*(?:\[\s*\d+\.\d+\]\s*)?")
+    r"(?:kernel: )?\s*(?:\[\s*\d+\.\d+\]\s*)?")
 # Payload keys that name what a line is about (its code, its device, its rank).
 _KEY_FIELDS = ("xid", "sxid", "code", "gpu", "pci", "device", "port", "rank", "rule", "server")
 

@@ -63,6 +63,7 @@ class AgentConfig:
     line_rules: tuple | None = None
     nvml: bool = True
     nvml_deadline_s: float = DEADLINE_S  # an NVML call past this is a `gpu`/`unresponsive` event
+    nvml_init_deadline_s: float | None = None  # nvmlInit's own (None: max(3 × deadline, 30 s))
     launcher_pid: int | None = None
     proc_pattern: str | None = None
     rank_env: str = "RANK"
@@ -164,7 +165,8 @@ class Agent:
         sources: list[Source] = []
         if c.nvml:
             sources.append(NvmlSampler(job=c.job, node=c.node, interval_s=c.interval_s, publish=publish,
-                                       nvml=self.nvml_module, deadline_s=c.nvml_deadline_s))
+                                       nvml=self.nvml_module, deadline_s=c.nvml_deadline_s,
+                                       init_deadline_s=c.nvml_init_deadline_s))
         if c.net:
             sources.append(NetSampler(job=c.job, node=c.node, interval_s=c.net_interval_s, publish=publish,
                                       sysfs_root=c.sysfs_root))

@@ -226,6 +226,7 @@ def open_nvml(nvml: Any = None) -> Any:
             import pynvml as nvml
         except ImportError:
             raise NvmlUnavailable("NVML not available: the nvidia-ml-py package is not installed") from None
+    note_call("nvmlInit")
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
@@ -235,6 +236,12 @@ def open_nvml(nvml: Any = None) -> Any:
     except OSError as exc:
         raise NvmlUnavailable(f"NVML not available: {exc}") from None
     return nvml
+
+
+def _probe_handle(nvml: Any, index: int) -> Any:
+    """A fresh handle for GPU ``index``, asked right after one of its calls hung (raises NVMLError)."""
+    note_call("nvmlDeviceGetHandleByIndex")
+    return nvml.nvmlDeviceGetHandleByIndex(index)
 
 
 class NvmlSampler:
@@ -340,7 +347,7 @@ class NvmlSampler:
         probe = ("probe", index)
         if index is not None and not self.calls.is_stuck(probe):
             try:
-                self.calls.run(probe, lambda: reader.nvml.nvmlDeviceGetHandleByIndex(index),
+                self.calls.run(probe, lambda: _probe_handle(reader.nvml, index),
                                deadline_s=min(self.deadline_s, self.interval_s))
                 handle = "answers"
             except CallTimeout:
@@ -423,7 +430,7 @@ class NvmlSampler:
                 watcher.join(2.0)
             if not self.calls.is_stuck("node"):
                 try:
-                    self.calls.run("node", nvml.nvmlShutdown)
+                    self.calls.run("node", lambda: (note_call("nvmlShutdown"), nvml.nvmlShutdown()))
                 except (CallTimeout, nvml.NVMLError):
                     pass
             self.calls.close()

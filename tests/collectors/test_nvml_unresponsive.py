@@ -136,3 +136,43 @@ def test_nvml_init_that_never_returns_is_a_stuck_source_not_a_hung_agent():
         sampler.run(threading.Event())
     assert sampler.calls.abandoned == 1
     nvml.release.set()
+
+
+def test_nvml_unresponsive_at_start_leaves_the_agent_beating_and_diagnosis_alerts_it_is_blind(tmp_path):
+    """nvmlInit never returns: the agent beats on, its beats name NVML as what it cannot see, and
+    diagnosis makes that one `agent_blind` alert, never an eviction."""
+    from collectors.agent import Agent, AgentConfig
+    from diagnosis.engine import analyze
+    from streams.config import KafkaSettings
+
+    nvml = HangingNvml(hang_call="nvmlInit")
+    config = AgentConfig(job="j-blind", node="n7", heartbeat_interval_s=0.05, nvml=True, net=False, kernel=False,
+                         nvml_deadline_s=0.1, nvml_init_deadline_s=0.2, spool_dir=tmp_path / "spool", create_topics=False)
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"), nvml_module=nvml).start()
+    try:
+        time.sleep(0.6)
+        beats = [agent.source("heartbeat").beat() for _ in range(3)]
+    finally:
+        agent.stop(timeout=2)
+        nvml.release.set()
+    blind = beats[-1].data["health"]["blind"]
+    assert [b["what"] for b in blind] == ["nvml"] and "nvmlInit has not returned" in blind[0]["why"]
+    diagnoses = analyze(beats)
+    assert [(d.fault, d.action, d.nodes) for d in diagnoses] == [("agent_blind", "alert", ("n7",))]
+    assert "nvml" in diagnoses[0].detail and beats[0].id in diagnoses[0].evidence
+
+
+def test_blind_spots_name_a_stalled_follower_and_a_node_wide_stuck_call():
+    from collectors.agent_health import blind_spots
+
+    health = {"nvml": {"state": "ok", "lag_s": 0.1, "deadline_s": 10.0,
+                       "unresponsive": {"node": {"call": "nvmlDeviceGetCount", "for_s": 42.0}}},
+              "followers": {"kernel": {"poll_age_s": 45.0}, "trainer": {"poll_age_s": 0.1}},
+              "spool": {"writable": True}}
+    spots = blind_spots(health, {"nvml": "ok", "kernel": "ok", "trainer": "ok"}, interval_s=1.0)
+    assert [(s.what, s.why.split(" ")[0]) for s in spots] == [("nvml", "NVML's"), ("kernel", "the")]
+    assert "nvmlDeviceGetCount" in spots[0].why and "45s" in spots[1].why
+    # One GPU stuck is not blindness (it is its own gpu_reset_required), nor is a lag of a few intervals.
+    health["nvml"]["unresponsive"] = {"3": {"call": "nvmlDeviceGetTemperature", "for_s": 60.0}}
+    health["followers"]["kernel"]["poll_age_s"] = 0.2
+    assert blind_spots(health, {"nvml": "ok", "kernel": "ok"}, interval_s=1.0) == []

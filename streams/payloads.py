@@ -250,7 +250,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
     ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj, "unranked_pids": _list_of(_int),
                             "health": _obj},
-    ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str},
+    ("stack", "stack_dump"): {**_RANK, "pid": _int, "dump": _str, "timed_out": _bool},
     ("stack", "recorder_dump"): {**_RANK, "pid": _int, "dump": _str, "entries": _nonneg_int, "truncated": _bool},
     ("check", "result"): {"request_id": _str, "passed": _bool, "failed": _list_of(_str), "checks": _list_of(_check_item), "duration_s": _nonneg},
     ("check", "replay"): {"command_id": _str, "phase": _str, "group": _nonneg_int, "nodes": _list_of(_str),

@@ -64,6 +64,13 @@ class HeartbeatSource:
         self.health = health
         self.seq = 0
         self._unranked: list[int] = []
+        # Process discovery reads /proc, and reading a wedged process's /proc entries can block
+        # (its mmap lock held in the kernel): it runs in a thread of its own, waited for briefly.
+        self.discover_timeout_s = min(2.0, interval_s)
+        self._discovery: threading.Thread | None = None
+        self._found: tuple[list[int], list[int] | None] | None = None
+        self._last_found: tuple[list[int], list[int] | None] = ([], None)
+        self.stale_discoveries = 0
 
     def _discover(self) -> tuple[list[int], list[int] | None]:
         if self.processes is None:
@@ -76,17 +83,41 @@ class HeartbeatSource:
         self._unranked = unranked
         return [p.pid for p in procs], unranked
 
+    def _discover_bounded(self) -> tuple[list[int], list[int] | None, bool]:
+        """(pids, unranked, stale): a discovery still stuck from an earlier beat is not started
+        again, and one that takes longer than ``discover_timeout_s`` leaves the last answer."""
+        if self._discovery is None or not self._discovery.is_alive():
+            self._found = None
+
+            def run() -> None:
+                try:
+                    self._found = self._discover()
+                except Exception:  # process discovery failing must not stop the beat that says we are alive
+                    self._found = ([], None)
+
+            self._discovery = threading.Thread(target=run, name="heartbeat-discovery", daemon=True)
+            self._discovery.start()
+        self._discovery.join(self.discover_timeout_s)
+        found = self._found
+        if found is None:
+            self.stale_discoveries += 1
+            if self.stale_discoveries == 1 or self.stale_discoveries % 100 == 0:
+                log.warning("finding the training processes takes over %.1fs (a process stuck in the kernel?); "
+                            "beating with the last pids known", self.discover_timeout_s)
+            return (*self._last_found, True)
+        self._last_found = found
+        return (*found, False)
+
     def beat(self) -> Envelope:
-        try:
-            pids, unranked = self._discover()
-        except Exception:  # process discovery failing must not stop the beat that says we are alive
-            pids, unranked = [], None
+        pids, unranked, stale = self._discover_bounded()
         health = None
         if self.health is not None:
             try:
                 health = self.health()
             except Exception:  # a broken health report must not stop the beat that says we are alive
                 log.exception("agent health report failed; beating without it")
+        if stale and health is not None:
+            health = {**health, "pids_stale": True}
         event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
                            unranked_pids=unranked, health=health)
         self.seq += 1

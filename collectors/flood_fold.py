@@ -6,7 +6,7 @@ events through the spool and Kafka, and the parser alone costs a core at 100,000
 So the log source folds:
 
 - The first event of a fold key (same source, kind, fault, code, device, rank, rule, and the same
-  text but for its numbers) is published
+  text after the time prefix) is published
   as it comes: folding never delays the first sign of a fault.
 - Its repeats within ``interval_s`` are counted; when the interval ends one *folded* event goes
   out: the first event's payload with ``count`` (the lines it stands for), ``folded: true``,
@@ -47,16 +47,15 @@ def body(line: str) -> str:
     return line[m.end():] if m else line
 
 
-_DIGITS = re.compile(r"\d+")
-
-
 def fold_key(event: Envelope) -> tuple[Any, ...]:
-    """What a repeat shares with its first: the event's kind and the fields naming its code and
-    device, and its line's text with the numbers masked (a pid or a counter may change from line
-    to line; a different message never folds into another, so it is never held back)."""
+    """What a repeat shares with its first: the event's kind, the fields naming its code and
+    device, and its line's exact text after the time prefix. Numbers are not masked: lines that
+    differ in a rank, a pid, a sequence or an event counter are different events (the first
+    failing rank is read from exactly such lines), so only true repeats fold, and a different
+    message is never held back."""
     d = event.data
-    text = _DIGITS.sub("#", body(str(d.get("line") or "")))
-    return (event.source, event.kind, d.get("fault"), *(str(d.get(k)) for k in _KEY_FIELDS), text)
+    return (event.source, event.kind, d.get("fault"), *(str(d.get(k)) for k in _KEY_FIELDS),
+            body(str(d.get("line") or "")))
 
 
 @dataclass(slots=True)

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
 
 
-def _xid(i: int, name: str = "python3", code: int = 95) -> Envelope:
-    line = f"[{100 + i:10.6f}] NVRM: Xid (PCI:0000:3b:00): {code}, pid={2000 + i}, name={name}, text"
+def _xid(i: int, name: str = "python3", code: int = 95, pid: int = 2000) -> Envelope:
+    line = f"[{100 + i:10.6f}] NVRM: Xid (PCI:0000:3b:00): {code}, pid={pid}, name={name}, text"
     return Envelope(ts=T0 + i, job="j", node="n", source="kernel", kind="xid",
                     data={"xid": code, "pci": "0000:3b:00", "fault": "gpu_memory", "line": line})
 
@@ -30,7 +30,7 @@ def _xid(i: int, name: str = "python3", code: int = 95) -> Envelope:
 def test_flood_fold_first_at_once_then_one_count_per_interval():
     folder = Folder(interval_s=5.0)
     assert folder.admit(_xid(0), None, now=0.0)  # the first goes out at once
-    assert not any(folder.admit(_xid(i), None, now=0.1 * i) for i in range(1, 40))  # pids differ: still repeats
+    assert not any(folder.admit(_xid(i), None, now=0.1 * i) for i in range(1, 40))  # times differ: still repeats
     assert folder.admit(_xid(40, name="other"), None, now=4.0)  # a different line is never held
     assert folder.due(now=4.9) == []
     (folded,) = [e for e in folder.due(now=5.0) if e.data["xid"] == 95]
@@ -42,10 +42,13 @@ def test_flood_fold_first_at_once_then_one_count_per_interval():
     assert folder.admit(_xid(50), None, now=10.1)
 
 
-def test_flood_key_masks_numbers_and_prefixes_only():
+def test_flood_key_ignores_time_prefixes_only():
     assert body("6,1234,99999,-;NVRM: Xid (PCI:0000:3b:00): 95, pid=1") == body("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 95, pid=1")
+    assert body("Nov 26 16:43:16 gpu-07 kernel: [ 12.5] NVRM: x") == "NVRM: x"
     assert fold_key(_xid(1)) == fold_key(_xid(2))
+    # A rank, a pid or a counter that differs makes a different event: never folded into another.
     assert fold_key(_xid(1)) != fold_key(_xid(1, code=94)) != fold_key(_xid(1, name="torchrun"))
+    assert fold_key(_xid(1)) != fold_key(_xid(1, pid=2001))
 
 
 def test_flood_of_100k_lines_per_second_is_folded_and_other_lines_are_not_delayed(tmp_path):

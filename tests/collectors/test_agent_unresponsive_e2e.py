@@ -12,13 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
 from diagnosis.engine import analyze
-from streams.events import decode
+from streams.broker import free_port
 from tests.collectors.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -57,6 +58,7 @@ def test_wedged_gpu_does_not_stop_heartbeats_or_kernel_lines_and_is_diagnosed(ka
     kern = tmp_path / "kern.log"
     kern.write_text("")
     mark = tmp_path / "hang_started"
+    metrics_port = free_port()
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_NVML_GPUS": "3",
            "FAKE_NVML_HANG": "1:nvmlDeviceGetTemperature", "FAKE_NVML_MARK": str(mark),
            "PYTHONPATH": str(ROOT)}
@@ -64,7 +66,7 @@ def test_wedged_gpu_does_not_stop_heartbeats_or_kernel_lines_and_is_diagnosed(ka
            "--interval", str(INTERVAL_S), "--heartbeat-interval", "0.5", "--nvml-deadline", str(DEADLINE_S),
            "--kernel-log", str(kern), "--kernel-from-start", "--no-net", "--no-fabric-manager",
            "--spool-dir", str(tmp_path / "spool"), "--state-dir", str(tmp_path / "state"),
-           "--bootstrap", kafka_settings.bootstrap]
+           "--metrics-port", str(metrics_port), "--bootstrap", kafka_settings.bootstrap]
     stop, written = threading.Event(), []
     writer = threading.Thread(target=_kernel_writer, args=(kern, stop, written), daemon=True)
     agent = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -90,6 +92,11 @@ def test_wedged_gpu_does_not_stop_heartbeats_or_kernel_lines_and_is_diagnosed(ka
                        lambda ev: sum(e.kind == "sample" and e.ts > after for e in ev) >= 3)
         late_samples = [e for e in gpu if e.kind == "sample" and e.ts > after]
         assert {g["index"] for e in late_samples for g in e.data["gpus"]} == {0, 2}
+        # The same health on Prometheus.
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        assert 'faultlens_agent_nvml_unresponsive_gpus{component="collect"} 1.0' in scraped
+        assert 'faultlens_agent_blind_spots{component="collect"} 0.0' in scraped
+        assert "faultlens_agent_kernel_lines" in scraped and "faultlens_agent_nvml_last_ok_timestamp" in scraped
     finally:
         stop.set()
         agent.terminate()

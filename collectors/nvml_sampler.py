@@ -80,6 +80,7 @@ class NvmlReader:
         # What does not change while the driver runs: a call for it cost up to 2 ms on the H100.
         self._handles: dict[int, Any] = {}
         self._static: dict[int, tuple[str, int]] = {}  # GPU index → (uuid, max SM clock)
+        self._count: int | None = None
         self._since = clock()
         self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)  # older bindings take no version
 
@@ -114,8 +115,17 @@ class NvmlReader:
         return static[0] if static else None
 
     def count(self) -> int:
-        note_call("nvmlDeviceGetCount")
-        return int(self.nvml.nvmlDeviceGetCount())
+        """The GPU count, read once per REASK_S (it does not change while the driver runs)."""
+        self._forget_when_due()
+        if self._count is None:
+            note_call("nvmlDeviceGetCount")
+            self._count = int(self.nvml.nvmlDeviceGetCount())
+        return self._count
+
+    def known_count(self) -> int | None:
+        """The count if read already (no NVML call)."""
+        self._forget_when_due()
+        return self._count
 
     def handle(self, index: int) -> Any:
         self._forget_when_due()
@@ -132,6 +142,7 @@ class NvmlReader:
             self._links.clear()
             self._handles.clear()
             self._static.clear()
+            self._count = None
             self._since = self.clock()
 
     def read(self, index: int, handle: Any) -> GpuReading:
@@ -270,7 +281,7 @@ class NvmlSampler:
         self.samples = 0
         self.calls = DeadlineCalls(deadline_s, on_late_return=self._late_return)
         self._errors_logged: set[tuple[int, str, str]] = set()
-        self._count: tuple[int, float] | None = None  # (GPU count, monotonic time read)
+        self._last_count: int | None = None  # the GPU count last read (kept while its call is stuck)
         self._uuids: dict[int, str] = {}
         self._started = time.monotonic()
         self.last_sample_end: float | None = None  # monotonic
@@ -316,19 +327,17 @@ class NvmlSampler:
         return events
 
     def _gpu_count(self, reader: NvmlReader, events: list[Envelope]) -> int | None:
-        """The GPU count, read once per REASK_S (it does not change while the driver runs)."""
-        now = time.monotonic()
-        if self._count is not None and now - self._count[1] < REASK_S:
-            return self._count[0]
+        """The GPU count (cached by the reader); its call, when due, under the deadline too."""
+        count = reader.known_count()
+        if count is not None:
+            return count
         if self.calls.is_stuck("node"):
-            return self._count[0] if self._count is not None else None
+            return self._last_count
         try:
-            count = self.calls.run("node", reader.count)
+            self._last_count = self.calls.run("node", reader.count)
         except CallTimeout as exc:
             events.append(self._unresponsive(reader, exc.stuck, 0))
-            return self._count[0] if self._count is not None else None
-        self._count = (count, now)
-        return count
+        return self._last_count
 
     @staticmethod
     def _read_gpu(reader: NvmlReader, index: int) -> GpuReading | None:

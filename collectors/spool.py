@@ -120,10 +120,14 @@ class Spool:
             self._file = None
             self._unwritable(exc, "cannot open the spool file")
             return
-        try:
-            self._lock_dir()
-        except OSError as exc:  # a read-only directory takes no lock file: nobody else can write it either
-            log.debug("spool %s: no lock file (%s)", self.dir, exc)
+        if self._lockfile is None:
+            try:
+                self._lock_dir()
+            except OSError as exc:  # a read-only directory takes no lock file: nobody else can write it either
+                log.debug("spool %s: no lock file (%s)", self.dir, exc)
+        # The file is the truth: index it afresh (a reopen after a failed write must not count
+        # the records it already knew twice).
+        self._entries, self._live_bytes = deque(), 0
         self._recover()
         if self.error is not None:
             log.warning("spool %s writable again", self.path)
@@ -285,7 +289,11 @@ class Spool:
             return
         self._next_try = time.monotonic() + self.retry_s
         if self._file is None:
-            self._open()
+            try:
+                self._open()
+            except SpoolBusy as exc:  # another agent took the directory meanwhile: stay in memory
+                self.error = str(exc)
+                return
             if self._file is None:
                 return
         while len(self.memory):

@@ -151,3 +151,22 @@ def test_spool_full_agent_keeps_running_and_says_so_in_its_heartbeat(read_only_d
         assert "the agent cannot see: spool" in caplog.text
     finally:
         agent.stop(timeout=2)
+
+
+def test_spool_full_directory_that_becomes_writable_takes_the_records_back_in_order(tmp_path):
+    blocker = tmp_path / "later"
+    blocker.write_text("")  # the spool's directory cannot be created while this file is there
+    spool = Spool(blocker / "spool", 1024 * 1024, retry_s=0.05)
+    for i in range(5):
+        spool.append(_rec("kernel", "xid", i), droppable=False)
+    assert spool.health()["in_memory"] == 5 and not spool.health()["writable"]
+    blocker.unlink()
+    time.sleep(0.06)
+    spool.append(_rec("kernel", "xid", 5), droppable=False)
+    health = spool.health()
+    assert health["writable"] and health["in_memory"] == 0 and health["depth"] == 6
+    assert [n for _, n in _kinds(spool)] == list(range(6))
+    spool.close()
+    again = Spool(blocker / "spool", 1024 * 1024)  # on disk now: a restart finds them
+    assert [n for _, n in _kinds(again)] == list(range(6))
+    again.close()

@@ -11,7 +11,7 @@ marked stuck and asked nothing more until that call returns, and the next job fo
 worker. At most one worker per GPU is ever stuck, so a wedged node costs a handful of threads.
 
 The call being made is recorded by :func:`note_call` (the one choke point every NVML call of
-:class:`collectors.nvml_sampler.NvmlReader` goes through), so the deadline is per call and the
+:class:`collectors.nvml_reader.NvmlReader` goes through), so the deadline is per call and the
 timeout names the call.
 """
 

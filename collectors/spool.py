@@ -14,10 +14,8 @@ place, which needs no free block); what still does not fit waits in a bounded me
 :meth:`Spool.health` (the heartbeat's ``health.spool``) and said once in the log; the file is
 tried again every ``RETRY_S``, and what waited in memory goes to it, in order, once it takes writes.
 
-File format: a sequence of records, each ``>IIB`` header (payload length, CRC32 of the payload,
-state) followed by the payload ``>HH`` (topic length, key length) + topic + key + value. The state
-byte is rewritten in place (live → dropped / sent), so marks survive a restart without rewriting
-the file; a compaction rewrites the file with the live records only once enough of it is dead.
+File format: collectors/spool_format.py. A compaction rewrites the file with the live records only
+once enough of it is dead.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ import errno
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
 import zlib
@@ -34,45 +31,21 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.spool_format import (DROPPABLE_KINDS, DROPPED, HEADER, LIVE, MAX_RECORD, SENT, Entry, SpooledRecord,
+                                     compact_in_place, decode_payload, encode_payload, is_droppable, record_droppable)
 from collectors.spool_memory import MemoryTier
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">IIB")
-_FIELDS = struct.Struct(">HH")
-_LIVE, _DROPPED, _SENT = 0, 1, 2
-# A record bigger than this is garbage in the file (a torn header), not a real event.
-_MAX_RECORD = 64 * 1024 * 1024
+__all__ = ["DROPPABLE_KINDS", "Spool", "SpoolBusy", "SpoolStats", "SpooledRecord", "is_droppable"]
 
 # How often a spool that could not write tries its file again.
 RETRY_S = 30.0
 # The memory tier's bound when the file cannot be written (at most the spool's own bound).
 MEMORY_MAX_BYTES = 64 * 1024 * 1024
 
-# Events the next interval replaces; everything else is (possible) evidence of a fault.
-DROPPABLE_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("heartbeat", "beat"), ("net", "sample")})
-
-
-def is_droppable(source: str, kind: str) -> bool:
-    return (source, kind) in DROPPABLE_KINDS or source == "heartbeat"
-
-
 class SpoolBusy(RuntimeError):
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class SpooledRecord:
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass
-class _Entry:
-    offset: int
-    size: int  # header + payload bytes in the file
-    droppable: bool
 
 
 @dataclass
@@ -100,7 +73,7 @@ class Spool:
         self.retry_s = retry_s
         self.stats = SpoolStats()
         self._lock = threading.Lock()
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[Entry] = deque()
         self._live_bytes = 0
         self._drop_rounds = 0
         self._file = None
@@ -150,17 +123,17 @@ class Spool:
         self._file.seek(0)
         data = self._file.read()
         pos = 0
-        while pos + _HEADER.size <= len(data):
-            length, crc, state = _HEADER.unpack_from(data, pos)
-            end = pos + _HEADER.size + length
-            if length > _MAX_RECORD or end > len(data):
+        while pos + HEADER.size <= len(data):
+            length, crc, state = HEADER.unpack_from(data, pos)
+            end = pos + HEADER.size + length
+            if length > MAX_RECORD or end > len(data):
                 break
-            payload = data[pos + _HEADER.size:end]
+            payload = data[pos + HEADER.size:end]
             if zlib.crc32(payload) != crc:
                 break
-            if state == _LIVE:
-                rec = _decode_payload(payload)
-                self._entries.append(_Entry(pos, end - pos, _record_droppable(rec)))
+            if state == LIVE:
+                rec = decode_payload(payload)
+                self._entries.append(Entry(pos, end - pos, record_droppable(rec)))
                 self._live_bytes += end - pos
                 self.stats.recovered += 1
             pos = end
@@ -182,8 +155,8 @@ class Spool:
     # --- tail --------------------------------------------------------------------------------
     def append(self, record: SpooledRecord, droppable: bool) -> bool:
         """Add a record; returns False when it was a droppable record refused by the bound."""
-        payload = _encode_payload(record)
-        size = _HEADER.size + len(payload)
+        payload = encode_payload(record)
+        size = HEADER.size + len(payload)
         with self._lock:
             if self._file is None or len(self.memory):
                 self._retry_file()
@@ -210,7 +183,7 @@ class Spool:
         for attempt in (1, 2):
             offset = self._file.seek(0, os.SEEK_END)
             try:
-                self._file.write(_HEADER.pack(len(payload), zlib.crc32(payload), _LIVE) + payload)
+                self._file.write(HEADER.pack(len(payload), zlib.crc32(payload), LIVE) + payload)
                 self._file.flush()
             except OSError as exc:
                 self._undo_write(offset)
@@ -218,7 +191,7 @@ class Spool:
                     continue
                 self._unwritable(exc, "cannot write the spool file")
                 return False
-            self._entries.append(_Entry(offset, size, droppable))
+            self._entries.append(Entry(offset, size, droppable))
             self._live_bytes += size
             self.stats.appended += 1
             return True
@@ -248,7 +221,7 @@ class Spool:
             return False
         goal = max(size, self._live_bytes // 4)
         freed = 0
-        kept: deque[_Entry] = deque()
+        kept: deque[Entry] = deque()
         for entry in self._entries:
             if entry.droppable and freed < goal:
                 freed += entry.size
@@ -298,8 +271,8 @@ class Spool:
                 return
         while len(self.memory):
             record, droppable = self.memory.first()
-            payload = _encode_payload(record)
-            if not self._write(payload, _HEADER.size + len(payload), droppable):
+            payload = encode_payload(record)
+            if not self._write(payload, HEADER.size + len(payload), droppable):
                 return
             self.memory.pop()
         if self.error is not None:
@@ -309,11 +282,11 @@ class Spool:
     def _make_room(self, size: int) -> None:
         """Drop the oldest droppable records until ``size`` fits with 10 % to spare, then compact."""
         target = max(0, int(self.max_bytes * 0.9) - size)
-        kept: deque[_Entry] = deque()
+        kept: deque[Entry] = deque()
         dropped = 0
         for entry in self._entries:
             if entry.droppable and self._live_bytes > target:
-                self._mark(entry, _DROPPED)
+                self._mark(entry, DROPPED)
                 self._live_bytes -= entry.size
                 dropped += 1
             else:
@@ -335,8 +308,8 @@ class Spool:
             for entry in self._entries:
                 if len(out) >= n:
                     break
-                self._file.seek(entry.offset + _HEADER.size)
-                out.append(_decode_payload(self._file.read(entry.size - _HEADER.size)))
+                self._file.seek(entry.offset + HEADER.size)
+                out.append(decode_payload(self._file.read(entry.size - HEADER.size)))
             if len(out) < n:
                 out.extend(self.memory.peek(n - len(out)))
             return out
@@ -348,7 +321,7 @@ class Spool:
             try:
                 for _ in range(from_file):
                     entry = self._entries.popleft()
-                    self._mark(entry, _SENT)
+                    self._mark(entry, SENT)
                     self._live_bytes -= entry.size
                     self.stats.sent += 1
                 if self._file is not None:
@@ -400,11 +373,12 @@ class Spool:
         return self._file.seek(0, os.SEEK_END)
 
     def _compact_in_place(self) -> None:
-        _compact_in_place_impl(self)
+        self._entries = compact_in_place(self._file, self._entries)
+        self.stats.compactions += 1
 
-    def _mark(self, entry: _Entry, state: int) -> None:
+    def _mark(self, entry: Entry, state: int) -> None:
         # The state byte is the last byte of the header.
-        self._file.seek(entry.offset + _HEADER.size - 1)
+        self._file.seek(entry.offset + HEADER.size - 1)
         self._file.write(bytes([state]))
 
     def _compact(self) -> None:
@@ -412,11 +386,11 @@ class Spool:
         tmp = self.path.with_suffix(".tmp")
         try:
             with open(tmp, "wb") as out:
-                new_entries: deque[_Entry] = deque()
+                new_entries: deque[Entry] = deque()
                 for entry in self._entries:
                     self._file.seek(entry.offset)
                     raw = self._file.read(entry.size)
-                    new_entries.append(_Entry(out.tell(), entry.size, entry.droppable))
+                    new_entries.append(Entry(out.tell(), entry.size, entry.droppable))
                     out.write(raw)
                 out.flush()
                 os.fsync(out.fileno())
@@ -433,50 +407,3 @@ class Spool:
         self._file = open(self.path, "r+b")
         self._entries = new_entries
         self.stats.compactions += 1
-
-
-def _compact_in_place_impl(spool: "Spool") -> None:
-    """Move the live records to the front of the same file and cut the rest: no new disk block is
-    needed (records only move to lower offsets). A crash half way leaves a record the CRC check
-    cuts at the next open: only used when the disk has no room for a copy."""
-    f = spool._file
-    pos = 0
-    moved: deque[_Entry] = deque()
-    for entry in spool._entries:
-        if entry.offset != pos:
-            f.seek(entry.offset)
-            raw = f.read(entry.size)
-            f.seek(pos)
-            f.write(raw)
-        moved.append(_Entry(pos, entry.size, entry.droppable))
-        pos += entry.size
-    f.flush()
-    f.truncate(pos)
-    spool._entries = moved
-    spool.stats.compactions += 1
-
-
-def _encode_payload(record: SpooledRecord) -> bytes:
-    topic = record.topic.encode()
-    key = record.key if record.key is not None else b""
-    # A key of None and an empty key both travel as empty: producers here always key by node/job.
-    return _FIELDS.pack(len(topic), len(key)) + topic + key + record.value
-
-
-def _decode_payload(payload: bytes) -> SpooledRecord:
-    tlen, klen = _FIELDS.unpack_from(payload, 0)
-    start = _FIELDS.size
-    topic = payload[start:start + tlen].decode()
-    key = payload[start + tlen:start + tlen + klen]
-    return SpooledRecord(topic, key or None, payload[start + tlen + klen:])
-
-
-def _record_droppable(record: SpooledRecord) -> bool:
-    """Droppability of a record found in the file at open: read it back from the envelope."""
-    from streams.events import InvalidEvent, decode
-
-    try:
-        event = decode(record.value)
-    except InvalidEvent:
-        return False
-    return is_droppable(event.source, event.kind)

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from collectors import nvml_sampler
+from collectors import nvml_reader
 from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 from streams.events import Envelope
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
                              "(what the sampler did before it kept the driver's refusals: to measure the saving)")
     args = parser.parse_args(argv)
     if args.no_cache:
-        nvml_sampler.REASK_S = -1.0  # read() forgets what it learnt before every reading
+        nvml_reader.REASK_S = -1.0  # read() forgets what it learnt before every reading
 
     try:
         counting = CountingNvml(open_nvml(nvml))

@@ -32,6 +32,12 @@ def nvml_stall_s(interval_s: float, deadline_s: float) -> float:
     return 3 * interval_s + 2 * deadline_s
 
 
+def _down(status: str) -> bool:
+    """A source not running now: failed and waiting to restart, exited, or stopped. One that failed
+    and runs again (``... restarted``) sees again, whatever its status still remembers."""
+    return (status.startswith("error") and "restarted" not in status) or status in ("exited", "stopped")
+
+
 def blind_spots(health: Mapping[str, Any], statuses: Mapping[str, str], *, interval_s: float) -> list[BlindSpot]:
     out: list[BlindSpot] = []
     nvml = health.get("nvml")
@@ -41,13 +47,13 @@ def blind_spots(health: Mapping[str, Any], statuses: Mapping[str, str], *, inter
         if "node" in unresponsive:
             u = unresponsive["node"]
             out.append(BlindSpot("nvml", f"NVML's {u['call']} has not returned for {u['for_s']:.0f}s: no GPU is read"))
-        elif nvml.get("state") == "blind" or status.startswith("error"):
+        elif nvml.get("state") == "blind" or _down(status):
             out.append(BlindSpot("nvml", f"the NVML sampler is down ({status or nvml.get('state')})"))
         elif nvml.get("state") == "ok" and nvml.get("lag_s", 0.0) > nvml_stall_s(interval_s, nvml.get("deadline_s", 10.0)):
             out.append(BlindSpot("nvml", f"no GPU sample for {nvml['lag_s']:.0f}s past its {interval_s:g}s interval"))
     for name, follower in (health.get("followers") or {}).items():
         status = statuses.get(name, "")
-        if status.startswith("error") or status in ("exited", "stopped"):
+        if _down(status):
             out.append(BlindSpot(name, f"the {name} log follower is not running ({status})"))
         elif follower.get("poll_age_s", 0.0) > FOLLOWER_STALL_S:
             out.append(BlindSpot(name, f"the {name} log follower has not read for {follower['poll_age_s']:.0f}s"))

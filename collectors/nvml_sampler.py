@@ -31,6 +31,7 @@ __all__ = ["DEADLINE_S", "REASK_S", "GpuLost", "NvmlReader", "NvmlSampler", "Nvm
 DEADLINE_S = 10.0
 NVML_GONE_CODES = ("NVML_ERROR_GPU_IS_LOST",)
 
+
 class NvmlUnavailable(RuntimeError):
     """No usable NVML on this node (no GPU driver, no library)."""
 

@@ -176,3 +176,14 @@ def test_blind_spots_name_a_stalled_follower_and_a_node_wide_stuck_call():
     health["nvml"]["unresponsive"] = {"3": {"call": "nvmlDeviceGetTemperature", "for_s": 60.0}}
     health["followers"]["kernel"]["poll_age_s"] = 0.2
     assert blind_spots(health, {"nvml": "ok", "kernel": "ok"}, interval_s=1.0) == []
+
+
+def test_blind_spots_forget_a_source_that_failed_once_and_runs_again():
+    from collectors.agent_health import blind_spots
+
+    health = {"nvml": {"state": "ok", "lag_s": 0.0, "unresponsive": {}}, "followers": {"kernel": {"poll_age_s": 0.1}}}
+    again = "error: OSError: boom (1 failure(s), restarted)"
+    assert blind_spots(health, {"nvml": again, "kernel": again}, interval_s=1.0) == []
+    down = {"nvml": "error: RuntimeError: boom", "kernel": "error: OSError: no /dev/kmsg"}
+    health["nvml"]["state"] = "starting"
+    assert [s.what for s in blind_spots(health, down, interval_s=1.0)] == ["nvml", "kernel"]

@@ -10,6 +10,10 @@ A call past the deadline leaves its worker behind (a daemon thread, still blocke
 marked stuck and asked nothing more until that call returns, and the next job for it gets a new
 worker. At most one worker per GPU is ever stuck, so a wedged node costs a handful of threads.
 
+Time the whole process did not run (a paused VM, a frozen cgroup) does not count against a call:
+the waiter notices it overslept and restarts the deadlines, so a machine that was only paused is
+never reported as a wedged GPU.
+
 The call being made is recorded by :func:`note_call` (the one choke point every NVML call of
 :class:`collectors.nvml_reader.NvmlReader` goes through), so the deadline is per call and the
 timeout names the call.
@@ -27,6 +31,8 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 _local = threading.local()
+# A waiter that wakes this much later than it asked to was stopped with its whole process.
+STALL_S = 1.0
 
 
 class Job:
@@ -150,7 +156,18 @@ class DeadlineCalls:
                 # Sleep until the first job could go past its deadline (a call that moved on to
                 # the next one pushes its own expiry later; it is looked at again then).
                 first = min(j.started for j in pending) + limit
-                pending[0].done.wait(max(0.001, min(first - time.monotonic(), limit)))
+                nap = max(0.001, min(first - time.monotonic(), limit))
+                before = time.monotonic()
+                if not pending[0].done.wait(nap):
+                    slept = time.monotonic() - before
+                    if slept - nap > STALL_S:
+                        # This process was not running (a VM paused, a frozen cgroup, SIGSTOP): its
+                        # NVML calls were not either, and that time is not the GPU's. The whole nap
+                        # is credited (the pause may have begun anywhere in it): a real hang is then
+                        # reported one deadline later at most, a pause never.
+                        log.warning("the agent did not run for about %.1fs; NVML deadlines restart", slept - nap)
+                        for job in pending:
+                            job.started += slept
         return given_up
 
     def run(self, key: Any, fn: Callable[[], Any], deadline_s: float | None = None) -> Any:

@@ -187,3 +187,53 @@ def test_blind_spots_forget_a_source_that_failed_once_and_runs_again():
     down = {"nvml": "error: RuntimeError: boom", "kernel": "error: OSError: no /dev/kmsg"}
     health["nvml"]["state"] = "starting"
     assert [s.what for s in blind_spots(health, down, interval_s=1.0)] == ["nvml", "kernel"]
+
+
+_PAUSED_AGENT = r"""
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from collectors.nvml_sampler import NvmlReader, NvmlSampler
+from tests.collectors.test_nvml_sampler import FakeNvml
+
+class Slow(FakeNvml):
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        for _ in range(8):  # slow (0.4 s of running time) but within the 1 s deadline
+            time.sleep(0.05)
+        return super().nvmlDeviceGetTemperature(h, sensor)
+
+nvml = Slow(n=2)
+sampler = NvmlSampler(job="j", node="n", interval_s=0.1, publish=lambda e: None, nvml=nvml, xid_events=False,
+                      deadline_s=1.0)
+reader = NvmlReader(nvml)
+print("ready", flush=True)
+kinds = []
+end = time.monotonic() + 4.0
+while time.monotonic() < end:
+    kinds += [e.kind for e in sampler.sample_once(reader)]
+print(json.dumps(kinds), flush=True)
+"""
+
+
+def test_a_paused_agent_is_not_a_wedged_gpu_unresponsive(tmp_path):
+    """SIGSTOP the sampling process for 2.5 s (a paused VM, a frozen cgroup) in the middle of its
+    calls: the deadline of 1 s is not blown by time nobody ran."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSED_AGENT, root], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.7)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGCONT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    kinds = json.loads(out.strip().splitlines()[-1])
+    assert "unresponsive" not in kinds and kinds.count("sample") >= 3

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from collectors.agent_health import blind_spots
 from collectors.checks.source import ChecksSource
 from collectors.checks.suite import ChecksConfig
 from collectors.command_listener import StackCaptureSource
@@ -24,7 +25,7 @@ from collectors.heartbeat import HeartbeatSource
 from collectors.kernel_follower import open_kernel_reader
 from collectors.log_source import LogSource, keyed
 from collectors.net_sampler import NetSampler, NetUnavailable
-from collectors.nvml_sampler import NvmlSampler, NvmlUnavailable
+from collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnavailable
 from collectors.publisher import Publisher
 from collectors.spool import Spool
 from collectors.stack_capture import TrainingProcess, find_training_processes
@@ -61,6 +62,8 @@ class AgentConfig:
     # The log-line catalogue the parsers use (parsing.rules.load); None: the shipped one.
     line_rules: tuple | None = None
     nvml: bool = True
+    nvml_deadline_s: float = DEADLINE_S  # an NVML call past this is a `gpu`/`unresponsive` event
+    nvml_init_deadline_s: float | None = None  # nvmlInit's own (None: max(3 × deadline, 30 s))
     launcher_pid: int | None = None
     proc_pattern: str | None = None
     rank_env: str = "RANK"
@@ -134,7 +137,7 @@ class _Runner:
 class Agent:
     def __init__(self, config: AgentConfig, settings: KafkaSettings, *,
                  parser_factories: dict[str, Callable[[], Any]] | None = None,
-                 extra_sources: list[Source] | None = None):
+                 extra_sources: list[Source] | None = None, nvml_module: Any = None):
         self.config = config
         self.settings = settings
         self.spool = Spool(config.spool_dir, int(config.spool_max_mb * 1024 * 1024))
@@ -143,6 +146,8 @@ class Agent:
         self.stop_event = threading.Event()
         self.unavailable: dict[str, str] = {}  # sources not started at all, and why
         self.parser_factories = parser_factories or {}
+        self.nvml_module = nvml_module  # a fake NVML for tests; None: pynvml
+        self._blind: tuple[str, ...] = ()
         self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
         self._runners = [_Runner(s, self.stop_event) for s in self.sources]
 
@@ -159,7 +164,9 @@ class Agent:
         c, publish = self.config, self.publisher.publish
         sources: list[Source] = []
         if c.nvml:
-            sources.append(NvmlSampler(job=c.job, node=c.node, interval_s=c.interval_s, publish=publish))
+            sources.append(NvmlSampler(job=c.job, node=c.node, interval_s=c.interval_s, publish=publish,
+                                       nvml=self.nvml_module, deadline_s=c.nvml_deadline_s,
+                                       init_deadline_s=c.nvml_init_deadline_s))
         if c.net:
             sources.append(NetSampler(job=c.job, node=c.node, interval_s=c.net_interval_s, publish=publish,
                                       sysfs_root=c.sysfs_root))
@@ -191,8 +198,30 @@ class Agent:
             self.unavailable["stacks"] = c.verify_keys_error or "no command verify key"
             self.unavailable["checks"] = c.verify_keys_error or "no command verify key"
         sources.append(HeartbeatSource(job=c.job, node=c.node, interval_s=c.heartbeat_interval_s, publish=publish,
-                                       statuses=self.statuses, processes=self.training_processes))
+                                       statuses=self.statuses, processes=self.training_processes,
+                                       health=self.health))
         return sources
+
+    def health(self) -> dict[str, Any]:
+        """The agent's own health (the heartbeat's ``health``, docs/agent.md): read from counters the
+        sources keep, so it never waits on NVML, py-spy, Kafka or the disk."""
+        out: dict[str, Any] = {}
+        for s in self.sources:
+            if isinstance(s, NvmlSampler):
+                out["nvml"] = s.health()
+        out["followers"] = {s.name: s.health() for s in self.sources if isinstance(s, LogSource)}
+        out["spool"] = self.spool.health()
+        out["publisher"] = self.publisher.health()
+        spots = blind_spots(out, self.statuses(), interval_s=self.config.interval_s)
+        out["blind"] = [b.to_dict() for b in spots]
+        names = tuple(b.what for b in spots)
+        if names != self._blind:
+            if spots:
+                log.error("the agent cannot see: %s", "; ".join(f"{b.what}: {b.why}" for b in spots))
+            else:
+                log.warning("the agent sees again (was blind to %s)", ", ".join(self._blind))
+            self._blind = names
+        return out
 
     def training_processes(self) -> list[TrainingProcess]:
         c = self.config

@@ -91,7 +91,10 @@ class StackCaptureSource:
                 log.warning("capture %s: no rank in the environment of pid(s) %s (--rank-env %s, nor torchrun's "
                             "LOCAL_RANK/GROUP_RANK): their dumps go out with a null rank and cannot be placed",
                             request_id, unranked, self.rank_env)
-            results = capture(procs, timeout_s=self.dump_timeout_s)
+            # The whole capture's deadline: a rank whose py-spy hangs costs one dump timeout, and
+            # the node still answers for every rank well before the diagnoser gives up on it.
+            results = capture(procs, timeout_s=self.dump_timeout_s,
+                              deadline_s=self.dump_timeout_s * 2 + 0.5 * len(procs))
         events = [dump_event(r, job=self.job, node=self.node, request_id=request_id, rank_env=self.rank_env)
                   for r in results]
         for event in events:

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # progress bar without newlines) must not grow the agent's memory without bound.
 MAX_LINE_BYTES = 64 * 1024
 _READ_CHUNK = 1024 * 1024
+# At most this much of one file per poll: a writer faster than the reader (a log flood) must not
+# grow one poll's list of lines without bound. ``more`` says the poll stopped short.
+MAX_BYTES_PER_POLL = 4 * 1024 * 1024
 
 
 @dataclass
@@ -58,12 +61,18 @@ class FileFollower:
         self._tails: dict[str, _Tail] = {}
         self._first_scan = True
         self._from_start = from_start
+        self.more = False  # the last poll stopped short of a file's end (read on at once)
+
+    def positions(self) -> dict[str, int]:
+        """Byte offset read so far in each followed file."""
+        return {path: tail.pos for path, tail in self._tails.items()}
 
     def paths(self) -> list[str]:
         return sorted(self._tails)
 
     def poll(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
+        self.more = False
         self._discover(out)
         for tail in list(self._tails.values()):
             self._step(tail, out)
@@ -131,8 +140,13 @@ class FileFollower:
                     self._read(new, out)
 
     def _read(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
+        budget = MAX_BYTES_PER_POLL
         while True:
-            chunk = tail.file.read(_READ_CHUNK)
+            if budget <= 0:
+                self.more = True
+                return
+            chunk = tail.file.read(min(_READ_CHUNK, budget))
+            budget -= len(chunk)
             if not chunk:
                 return
             tail.pos += len(chunk)

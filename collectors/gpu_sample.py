@@ -151,3 +151,27 @@ def xid_event(index: int | None, xid: int, *, job: str, node: str, ts: float | N
     return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source="gpu", kind="xid",
                     data={"gpu": index, "xid": xid, "fault": info.fault, "action": info.action,
                           "severity": info.severity, "mnemonic": info.mnemonic})
+
+
+def unresponsive_event(index: int | None, call: str, *, deadline_s: float, waited_s: float, handle: str,
+                       others_answered: int, uuid: str | None = None, job: str, node: str,
+                       ts: float | None = None) -> Envelope:
+    """`gpu`/`unresponsive`: an NVML call for GPU ``index`` (``None``: a node-wide call such as
+    nvmlDeviceGetCount) did not return within its deadline. ``handle`` is what a fresh
+    nvmlDeviceGetHandleByIndex said right after: ``lost`` (the handle is gone), ``answers``,
+    ``unresponsive`` (it hung too) or ``unknown`` (not asked)."""
+    lost = handle == "lost"
+    fault, action = ("gpu_lost", "evict") if lost else ("gpu_reset_required", "evict_reset_gpu")
+    data = {"gpu": index, "call": call, "deadline_s": deadline_s, "waited_s": round(waited_s, 3),
+            "handle": handle, "others_answered": others_answered, "fault": fault, "action": action}
+    if uuid is not None:
+        data["uuid"] = uuid
+    return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source="gpu", kind="unresponsive",
+                    data=data)
+
+
+def responsive_event(index: int | None, call: str, stuck_s: float, *, job: str, node: str,
+                     ts: float | None = None) -> Envelope:
+    """`gpu`/`responsive`: the call an `unresponsive` event named came back after ``stuck_s``."""
+    return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source="gpu", kind="responsive",
+                    data={"gpu": index, "call": call, "stuck_s": round(stuck_s, 3)})

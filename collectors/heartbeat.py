@@ -1,7 +1,11 @@
 """The node agent's heartbeat: `heartbeat`/`beat` every interval with the training pids and each source's status.
 
 A missing beat is how a silent node is detected (DESIGN.md §3, `node_silent`); the `sources` map
-tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say.
+tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say, and
+``health`` (collectors/agent_health.py) says what the agent itself sees and keeps: sampler lag,
+the last NVML call that answered, GPUs stuck in a call, follower positions, spool depth and
+drops, and ``blind``, what it cannot see right now. Nothing in a beat waits on NVML, py-spy or
+Kafka: every number is read from counters the sources keep.
 ``unranked_pids`` names the training processes whose rank the agent cannot read (its
 ``--rank-env`` misses the trainer's variable), before any capture needs their stacks placed.
 """
@@ -20,10 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def beat_event(*, job: str, node: str, seq: int, pids: list[int], sources: Mapping[str, str],
-               ts: float | None = None, unranked_pids: list[int] | None = None) -> Envelope:
+               ts: float | None = None, unranked_pids: list[int] | None = None,
+               health: Mapping[str, Any] | None = None) -> Envelope:
     data = {"seq": seq, "pids": sorted(pids), "sources": dict(sources)}
     if unranked_pids is not None:
         data["unranked_pids"] = sorted(unranked_pids)
+    if health is not None:
+        data["health"] = dict(health)
     return Envelope(
         ts=time.time() if ts is None else ts,
         job=job,
@@ -43,7 +50,8 @@ class HeartbeatSource:
 
     def __init__(self, *, job: str, node: str, interval_s: float, publish: Callable[[Envelope], Any],
                  statuses: Callable[[], Mapping[str, str]], pids: Callable[[], list[int]] | None = None,
-                 processes: Callable[[], list[TrainingProcess]] | None = None):
+                 processes: Callable[[], list[TrainingProcess]] | None = None,
+                 health: Callable[[], Mapping[str, Any]] | None = None):
         if (pids is None) == (processes is None):
             raise ValueError("HeartbeatSource needs exactly one of pids or processes")
         self.job = job
@@ -53,8 +61,16 @@ class HeartbeatSource:
         self.statuses = statuses
         self.pids = pids
         self.processes = processes
+        self.health = health
         self.seq = 0
         self._unranked: list[int] = []
+        # Process discovery reads /proc, and reading a wedged process's /proc entries can block
+        # (its mmap lock held in the kernel): it runs in a thread of its own, waited for briefly.
+        self.discover_timeout_s = min(2.0, interval_s)
+        self._discovery: threading.Thread | None = None
+        self._found: tuple[list[int], list[int] | None] | None = None
+        self._last_found: tuple[list[int], list[int] | None] = ([], None)
+        self.stale_discoveries = 0
 
     def _discover(self) -> tuple[list[int], list[int] | None]:
         if self.processes is None:
@@ -67,13 +83,43 @@ class HeartbeatSource:
         self._unranked = unranked
         return [p.pid for p in procs], unranked
 
+    def _discover_bounded(self) -> tuple[list[int], list[int] | None, bool]:
+        """(pids, unranked, stale): a discovery still stuck from an earlier beat is not started
+        again, and one that takes longer than ``discover_timeout_s`` leaves the last answer."""
+        if self._discovery is None or not self._discovery.is_alive():
+            self._found = None
+
+            def run() -> None:
+                try:
+                    self._found = self._discover()
+                except Exception:  # process discovery failing must not stop the beat that says we are alive
+                    self._found = ([], None)
+
+            self._discovery = threading.Thread(target=run, name="heartbeat-discovery", daemon=True)
+            self._discovery.start()
+        self._discovery.join(self.discover_timeout_s)
+        found = self._found
+        if found is None:
+            self.stale_discoveries += 1
+            if self.stale_discoveries == 1 or self.stale_discoveries % 100 == 0:
+                log.warning("finding the training processes takes over %.1fs (a process stuck in the kernel?); "
+                            "beating with the last pids known", self.discover_timeout_s)
+            return (*self._last_found, True)
+        self._last_found = found
+        return (*found, False)
+
     def beat(self) -> Envelope:
-        try:
-            pids, unranked = self._discover()
-        except Exception:  # process discovery failing must not stop the beat that says we are alive
-            pids, unranked = [], None
+        pids, unranked, stale = self._discover_bounded()
+        health = None
+        if self.health is not None:
+            try:
+                health = self.health()
+            except Exception:  # a broken health report must not stop the beat that says we are alive
+                log.exception("agent health report failed; beating without it")
+        if stale and health is not None:
+            health = {**health, "pids_stale": True}
         event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
-                           unranked_pids=unranked)
+                           unranked_pids=unranked, health=health)
         self.seq += 1
         self.publish(event)
         return event

@@ -58,10 +58,18 @@ class KmsgReader:
         self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         if not from_start:
             os.lseek(self._fd, 0, os.SEEK_END)
+        self.more = False
+
+    def positions(self) -> dict[str, int]:
+        return {self.path: self.stats.lines}
 
     def poll(self) -> list[str]:
         out: list[str] = []
-        while len(out) < 10_000:
+        self.more = False
+        while True:
+            if len(out) >= 10_000:
+                self.more = True  # a flood: the rest on the next poll, at once
+                break
             try:
                 record = os.read(self._fd, _KMSG_READ)
             except BlockingIOError:
@@ -95,6 +103,13 @@ class KernelFileReader:
         self.path = path
         self.stats = KernelReaderStats()
         self._follower = FileFollower([path], from_start=from_start)
+
+    @property
+    def more(self) -> bool:
+        return self._follower.more
+
+    def positions(self) -> dict[str, int]:
+        return self._follower.positions()
 
     def poll(self) -> list[str]:
         lines = [line for _, line in self._follower.poll()]

@@ -8,6 +8,11 @@ flushed, so the last traceback of a crashed trainer is not held back waiting for
 
 A line the parser chokes on is counted as garbled and skipped: one bad line never stops the
 source, and never loses the lines around it.
+
+Floods are folded here (collectors/flood_fold.py): the first event of a kind goes out at once,
+its repeats as one event per interval with a ``count``, and a repeated line skips the parser.
+A reader that stopped short of the end (``more``: it caps what one poll returns, so memory stays
+bounded while it catches up) is polled again at once instead of after ``poll_s``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from collectors.flood_fold import Folder
 from parsing.line import LogParser
 from parsing.registry import to_envelope as parsed_to_envelope
 from streams.events import Envelope, InvalidEvent, new_id
@@ -50,6 +56,14 @@ class keyed:
     def poll(self) -> list[tuple[str, str]]:
         return [(self.stream, line) for line in self.reader.poll()]
 
+    @property
+    def more(self) -> bool:
+        return bool(getattr(self.reader, "more", False))
+
+    def positions(self) -> dict[str, int]:
+        positions = getattr(self.reader, "positions", None)
+        return positions() if callable(positions) else {self.stream: getattr(getattr(self.reader, "stats", None), "lines", 0)}
+
     def close(self) -> None:
         self.reader.close()
 
@@ -59,7 +73,8 @@ class LogSource:
 
     def __init__(self, name: str, open_reader: Callable[[], LineReader], parser_factory: Callable[[], LogParser],
                  *, job: str, node: str, publish: Callable[[Envelope], Any], poll_s: float = 0.2,
-                 flush_idle_s: float = 2.0, to_envelope: ToEnvelope | None = None):
+                 flush_idle_s: float = 2.0, to_envelope: ToEnvelope | None = None,
+                 fold: Folder | None = None, fold_lines: bool = True):
         self.name = name
         self.open_reader = open_reader
         self.parser_factory = parser_factory
@@ -73,27 +88,62 @@ class LogSource:
         self._parsers: dict[str, LogParser] = {}
         self._last_line: dict[str, float] = {}
         self._lock = threading.Lock()
+        self.folder = fold if fold is not None else (Folder() if fold_lines else None)
+        self.last_poll: float | None = None  # monotonic
+        self._started = time.monotonic()
+        self._reader: Any = None
 
     def run(self, stop: threading.Event) -> None:
-        reader = self.open_reader()
+        reader = self._reader = self.open_reader()
         try:
             while True:
                 for stream, line in reader.poll():
                     self.feed(stream, line)
-                self.flush_idle(time.monotonic())
+                now = time.monotonic()
+                self.last_poll = now
+                self.flush_idle(now)
+                self._publish_folds(now)
+                if getattr(reader, "more", False):
+                    if stop.is_set():
+                        break
+                    continue  # behind the writer: read on at once
                 if stop.wait(self.poll_s):
                     break
             # Last lines that arrived before the stop, then whatever the parsers still hold.
             for stream, line in reader.poll():
                 self.feed(stream, line)
             self.flush_all()
+            self._publish_folds(time.monotonic(), all_=True)
         finally:
             reader.close()
 
     def counters(self) -> dict[str, int]:
         """Lines read, events sent, lines skipped as garbled (by this source or by the parsers)."""
         parser_garbled = sum(getattr(getattr(p, "stats", None), "garbled", 0) for p in self._parsers.values())
-        return {"lines": self.stats.lines, "events": self.stats.events, "garbled": self.stats.garbled + parser_garbled}
+        out = {"lines": self.stats.lines, "events": self.stats.events, "garbled": self.stats.garbled + parser_garbled}
+        if self.folder is not None:
+            out["folded"] = self.folder.stats.folded_lines
+            out["folded_events"] = self.folder.stats.folded_events
+        return out
+
+    def health(self) -> dict[str, Any]:
+        """For the heartbeat: counters, how long ago it last read, and where its reader stands."""
+        out: dict[str, Any] = dict(self.counters())
+        last = self.last_poll if self.last_poll is not None else self._started
+        out["poll_age_s"] = round(time.monotonic() - last, 3)
+        positions = getattr(self._reader, "positions", None)
+        if callable(positions):
+            try:
+                out["positions"] = positions()
+            except Exception:  # noqa: BLE001 - a position is a nicety; the beat goes on without it
+                pass
+        return out
+
+    def _publish_folds(self, now: float, all_: bool = False) -> None:
+        if self.folder is None:
+            return
+        for event in self.folder.due(now, all_=all_):
+            self.publish(event)
 
     # --- the pure-ish part, driven directly by tests ------------------------------------------
     def feed(self, stream: str, line: str) -> None:
@@ -101,13 +151,15 @@ class LogSource:
         if parser is None:
             parser = self._parsers[stream] = self.parser_factory()
         self.stats.lines += 1
+        if self.folder is not None and self.folder.cached(line, time.time()):
+            return  # a repeat of a line already folded: counted, not parsed
         self._last_line[stream] = time.monotonic()
         try:
             parsed = parser.feed(line)
         except Exception as exc:  # a parser bug on one line must not silence the source
             self._garbled(stream, exc)
             return
-        self._emit(parsed)
+        self._emit(parsed, line)
 
     def flush_idle(self, now: float) -> None:
         for stream, last in list(self._last_line.items()):
@@ -127,7 +179,10 @@ class LogSource:
             return
         self._emit(parsed)
 
-    def _emit(self, parsed: list[Any]) -> None:
+    def _emit(self, parsed: list[Any], line: str | None = None) -> None:
+        # A line that became exactly one event of its own (not a multi-line record) may be cached.
+        single = line if line is not None and parsed and len(parsed) == 1 and \
+            getattr(parsed[0], "data", {}).get("line") == line else None
         for p in parsed or ():
             now = time.time()
             stamp = getattr(p, "ts", None)
@@ -143,6 +198,8 @@ class LogSource:
                     event = self.to_envelope(p, job=self.job, node=self.node, ts=now, event_id=new_id())
             except (InvalidEvent, TypeError, ValueError) as exc:
                 self._garbled("event", exc)
+                continue
+            if self.folder is not None and not self.folder.admit(event, single, time.monotonic()):
                 continue
             self.stats.events += 1
             self.publish(event)

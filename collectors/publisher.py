@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # minute inside kafka-python (its default max_block_ms is 60 s).
 _PRODUCER_OVERRIDES = {"max_block_ms": 3000, "request_timeout_ms": 5000, "reconnect_backoff_max_ms": 2000}
 _DRAIN_CHUNK = 2000
+# Records waiting for the publisher thread. It normally keeps up within milliseconds; a thread
+# stuck in a client call that ignores its timeout must not grow the agent's memory without end:
+# past this many, droppable records (samples, beats) are refused and counted; faults still queue.
+MAX_QUEUED = 200_000
 
 
 @dataclass
@@ -42,6 +46,7 @@ class PublisherStats:
     unencodable: int = 0  # a source handed an event that cannot be serialised
     lost: int = 0  # could be neither sent nor spooled (spool unwritable)
     outages: int = 0
+    queue_dropped: int = 0  # droppable records refused because the queue to the publisher was full
 
 
 class Publisher:
@@ -69,9 +74,23 @@ class Publisher:
             self.stats.unencodable += 1
             log.error("cannot encode %s/%s event from %s: %s", event.source, event.kind, event.node, exc)
             return False
+        droppable = is_droppable(event.source, event.kind)
+        if droppable and self._queue.qsize() >= MAX_QUEUED:
+            self.stats.queue_dropped += 1
+            if self.stats.queue_dropped == 1 or self.stats.queue_dropped % 10_000 == 0:
+                log.error("publisher is %d records behind; dropping samples (%d so far), keeping faults",
+                          MAX_QUEUED, self.stats.queue_dropped)
+            return False
         self.stats.published += 1
-        self._queue.put((out, is_droppable(event.source, event.kind)))
+        self._queue.put((out, droppable))
         return True
+
+    def health(self) -> dict[str, object]:
+        """For the heartbeat (``health.publisher``): counters, the queue, whether a broker answers."""
+        s = self.stats
+        return {"connected": self._producer is not None, "queued": self._queue.qsize(), "published": s.published,
+                "delivered": s.delivered, "spooled": s.spooled, "lost": s.lost, "queue_dropped": s.queue_dropped,
+                "outages": s.outages}
 
     @property
     def connected(self) -> bool:

@@ -7,56 +7,45 @@ fault events are never dropped, so the bound is soft for them: a node that only 
 grow the spool past the bound, and that is logged, because losing the evidence of a fault is
 worse than a few extra megabytes of disk.
 
-File format: a sequence of records, each ``>IIB`` header (payload length, CRC32 of the payload,
-state) followed by the payload ``>HH`` (topic length, key length) + topic + key + value. The state
-byte is rewritten in place (live → dropped / sent), so marks survive a restart without rewriting
-the file; a compaction rewrites the file with the live records only once enough of it is dead.
+A spool that cannot write (a full disk, a read-only directory, an I/O error) keeps the agent
+running: a full disk first gives back the room of the oldest samples in the file (rewritten in
+place, which needs no free block); what still does not fit waits in a bounded memory tier
+(collectors/spool_memory.py), oldest samples dropped first, fault records never. The state is in
+:meth:`Spool.health` (the heartbeat's ``health.spool``) and said once in the log; the file is
+tried again every ``RETRY_S``, and what waited in memory goes to it, in order, once it takes writes.
+
+File format: collectors/spool_format.py. A compaction rewrites the file with the live records only
+once enough of it is dead.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
-import struct
 import threading
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.spool_format import (DROPPABLE_KINDS, DROPPED, HEADER, LIVE, MAX_RECORD, SENT, Entry, SpooledRecord,
+                                     compact_in_place, decode_payload, encode_payload, is_droppable, record_droppable)
+from collectors.spool_memory import MemoryTier
+
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">IIB")
-_FIELDS = struct.Struct(">HH")
-_LIVE, _DROPPED, _SENT = 0, 1, 2
-# A record bigger than this is garbage in the file (a torn header), not a real event.
-_MAX_RECORD = 64 * 1024 * 1024
+__all__ = ["DROPPABLE_KINDS", "Spool", "SpoolBusy", "SpoolStats", "SpooledRecord", "is_droppable"]
 
-# Events the next interval replaces; everything else is (possible) evidence of a fault.
-DROPPABLE_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("heartbeat", "beat"), ("net", "sample")})
-
-
-def is_droppable(source: str, kind: str) -> bool:
-    return (source, kind) in DROPPABLE_KINDS or source == "heartbeat"
-
+# How often a spool that could not write tries its file again.
+RETRY_S = 30.0
+# The memory tier's bound when the file cannot be written (at most the spool's own bound).
+MEMORY_MAX_BYTES = 64 * 1024 * 1024
 
 class SpoolBusy(RuntimeError):
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class SpooledRecord:
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass
-class _Entry:
-    offset: int
-    size: int  # header + payload bytes in the file
-    droppable: bool
 
 
 @dataclass
@@ -75,22 +64,47 @@ class Spool:
 
     FILE_NAME = "spool.bin"
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int):
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int, *, retry_s: float = RETRY_S):
         if max_bytes <= 0:
             raise ValueError("spool bound must be positive")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / self.FILE_NAME
         self.max_bytes = max_bytes
+        self.retry_s = retry_s
         self.stats = SpoolStats()
         self._lock = threading.Lock()
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[Entry] = deque()
         self._live_bytes = 0
         self._drop_rounds = 0
-        self.path.touch(exist_ok=True)
-        self._file = open(self.path, "r+b")
-        self._lock_dir()
+        self._file = None
+        self._lockfile = None
+        self.memory = MemoryTier(min(max_bytes, MEMORY_MAX_BYTES))
+        self.error: str | None = None  # why the file cannot be written now (None: it can)
+        self._next_try = 0.0
+        self._open()
+
+    def _open(self) -> None:
+        """Open (or create) the file; a directory that cannot be written puts the spool in memory."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.path.touch(exist_ok=True)
+            self._file = open(self.path, "r+b")
+        except OSError as exc:
+            self._file = None
+            self._unwritable(exc, "cannot open the spool file")
+            return
+        if self._lockfile is None:
+            try:
+                self._lock_dir()
+            except OSError as exc:  # a read-only directory takes no lock file: nobody else can write it either
+                log.debug("spool %s: no lock file (%s)", self.dir, exc)
+        # The file is the truth: index it afresh (a reopen after a failed write must not count
+        # the records it already knew twice).
+        self._entries, self._live_bytes = deque(), 0
         self._recover()
+        if self.error is not None:
+            log.warning("spool %s writable again", self.path)
+        self.error = None
 
     # --- open ------------------------------------------------------------------------------
     def _lock_dir(self) -> None:
@@ -101,6 +115,7 @@ class Spool:
         except OSError:
             self._lockfile.close()
             self._file.close()
+            self._lockfile = self._file = None
             raise SpoolBusy(f"spool {self.dir} is in use by another agent (give each agent its own --spool-dir)") from None
 
     def _recover(self) -> None:
@@ -108,35 +123,46 @@ class Spool:
         self._file.seek(0)
         data = self._file.read()
         pos = 0
-        while pos + _HEADER.size <= len(data):
-            length, crc, state = _HEADER.unpack_from(data, pos)
-            end = pos + _HEADER.size + length
-            if length > _MAX_RECORD or end > len(data):
+        while pos + HEADER.size <= len(data):
+            length, crc, state = HEADER.unpack_from(data, pos)
+            end = pos + HEADER.size + length
+            if length > MAX_RECORD or end > len(data):
                 break
-            payload = data[pos + _HEADER.size:end]
+            payload = data[pos + HEADER.size:end]
             if zlib.crc32(payload) != crc:
                 break
-            if state == _LIVE:
-                rec = _decode_payload(payload)
-                self._entries.append(_Entry(pos, end - pos, _record_droppable(rec)))
+            if state == LIVE:
+                rec = decode_payload(payload)
+                self._entries.append(Entry(pos, end - pos, record_droppable(rec)))
                 self._live_bytes += end - pos
                 self.stats.recovered += 1
             pos = end
         if pos < len(data):
             self.stats.torn_bytes = len(data) - pos
             log.warning("spool %s: cut %d bytes of a torn record at the end", self.path, len(data) - pos)
-            self._file.truncate(pos)
+            self._truncate(pos)
         if self.stats.recovered:
             log.info("spool %s: %d record(s) from an earlier run wait to be sent", self.path, self.stats.recovered)
         if not self._entries:
-            self._file.truncate(0)
+            self._truncate(0)
+
+    def _truncate(self, size: int) -> None:
+        try:
+            self._file.truncate(size)
+        except OSError as exc:
+            log.debug("spool %s: could not truncate (%s)", self.path, exc)
 
     # --- tail --------------------------------------------------------------------------------
     def append(self, record: SpooledRecord, droppable: bool) -> bool:
         """Add a record; returns False when it was a droppable record refused by the bound."""
-        payload = _encode_payload(record)
-        size = _HEADER.size + len(payload)
+        payload = encode_payload(record)
+        size = HEADER.size + len(payload)
         with self._lock:
+            if self._file is None or len(self.memory):
+                self._retry_file()
+            if self._file is None or len(self.memory):
+                # Behind what already waits in memory (order), or no file at all.
+                return self._to_memory(record, droppable, size)
             if self._live_bytes + size > self.max_bytes:
                 self._make_room(size)
                 if self._live_bytes + size > self.max_bytes:
@@ -147,22 +173,120 @@ class Spool:
                     if self.stats.over_bound == 1 or self.stats.over_bound % 1000 == 0:
                         log.warning("spool over its bound of %d bytes with fault events only (%d kept over it)",
                                     self.max_bytes, self.stats.over_bound)
+            if not self._write(payload, size, droppable):
+                return self._to_memory(record, droppable, size)
+            return True
+
+    def _write(self, payload: bytes, size: int, droppable: bool) -> bool:
+        """Append one record to the file; on a full disk give back the oldest samples' room and try
+        once more. False: the file cannot take it (the spool now says why)."""
+        for attempt in (1, 2):
             offset = self._file.seek(0, os.SEEK_END)
-            self._file.write(_HEADER.pack(len(payload), zlib.crc32(payload), _LIVE) + payload)
-            self._file.flush()
-            self._entries.append(_Entry(offset, size, droppable))
+            try:
+                self._file.write(HEADER.pack(len(payload), zlib.crc32(payload), LIVE) + payload)
+                self._file.flush()
+            except OSError as exc:
+                self._undo_write(offset)
+                if attempt == 1 and exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._free_disk(size):
+                    continue
+                self._unwritable(exc, "cannot write the spool file")
+                return False
+            self._entries.append(Entry(offset, size, droppable))
             self._live_bytes += size
             self.stats.appended += 1
             return True
+        return False
+
+    def _undo_write(self, offset: int) -> None:
+        """Cut a half-written record (a buffered writer may have put part of it on disk)."""
+        try:
+            self._file.seek(offset)
+            self._file.truncate(offset)
+        except (OSError, ValueError):
+            pass
+        try:
+            self._file.close()  # drops what the buffer still holds; reopened right after
+        except OSError:
+            pass
+        try:
+            self._file = open(self.path, "r+b")
+            self._file.truncate(offset)
+        except OSError:
+            self._file = None
+
+    def _free_disk(self, size: int) -> bool:
+        """Disk full: drop the oldest droppable records in the file and rewrite it in place (that
+        needs no new block). True when something was freed."""
+        if self._file is None:
+            return False
+        goal = max(size, self._live_bytes // 4)
+        freed = 0
+        kept: deque[Entry] = deque()
+        for entry in self._entries:
+            if entry.droppable and freed < goal:
+                freed += entry.size
+                self._live_bytes -= entry.size
+                self.stats.dropped += 1
+            else:
+                kept.append(entry)
+        if not freed:
+            return False
+        self._entries = kept
+        try:
+            self._compact_in_place()
+        except OSError as exc:
+            log.error("spool %s: could not rewrite the file in place (%s)", self.path, exc)
+            return False
+        log.warning("spool %s: disk full; dropped the oldest samples (%d bytes) to keep fault records", self.path, freed)
+        return True
+
+    def _to_memory(self, record: SpooledRecord, droppable: bool, size: int) -> bool:
+        kept = self.memory.append(record, droppable, size)
+        if self.memory.over_bound and self.memory.over_bound % 1000 == 1:
+            log.warning("spool memory tier over its bound with fault records only (%d kept over it)",
+                        self.memory.over_bound)
+        return kept
+
+    def _unwritable(self, exc: OSError, what: str) -> None:
+        first = self.error is None
+        self.error = f"{what}: {exc.strerror or exc}"
+        self._next_try = time.monotonic() + self.retry_s
+        if first:
+            log.error("spool %s: %s (%s); records wait in memory (bound %d bytes, oldest samples dropped first, "
+                      "faults kept) and the file is tried again every %.0fs", self.dir, what, exc,
+                      self.memory.max_bytes, self.retry_s)
+
+    def _retry_file(self) -> None:
+        """Every RETRY_S: reopen the file if needed, and move what waits in memory into it, in order."""
+        if time.monotonic() < self._next_try:
+            return
+        self._next_try = time.monotonic() + self.retry_s
+        if self._file is None:
+            try:
+                self._open()
+            except SpoolBusy as exc:  # another agent took the directory meanwhile: stay in memory
+                self.error = str(exc)
+                return
+            if self._file is None:
+                return
+        while len(self.memory):
+            record, droppable = self.memory.first()
+            payload = encode_payload(record)
+            if not self._write(payload, HEADER.size + len(payload), droppable):
+                return
+            self.memory.pop()
+        if self.error is not None:
+            log.warning("spool %s takes writes again", self.path)
+        self.error = None
 
     def _make_room(self, size: int) -> None:
         """Drop the oldest droppable records until ``size`` fits with 10 % to spare, then compact."""
         target = max(0, int(self.max_bytes * 0.9) - size)
-        kept: deque[_Entry] = deque()
+        kept: deque[Entry] = deque()
         dropped = 0
         for entry in self._entries:
             if entry.droppable and self._live_bytes > target:
-                self._mark(entry, _DROPPED)
+                self._mark(entry, DROPPED)
                 self._live_bytes -= entry.size
                 dropped += 1
             else:
@@ -184,88 +308,102 @@ class Spool:
             for entry in self._entries:
                 if len(out) >= n:
                     break
-                self._file.seek(entry.offset + _HEADER.size)
-                out.append(_decode_payload(self._file.read(entry.size - _HEADER.size)))
+                self._file.seek(entry.offset + HEADER.size)
+                out.append(decode_payload(self._file.read(entry.size - HEADER.size)))
+            if len(out) < n:
+                out.extend(self.memory.peek(n - len(out)))
             return out
 
     def ack(self, n: int) -> None:
         """The oldest ``n`` records were delivered: mark them sent, compact when the file is mostly sent."""
         with self._lock:
-            for _ in range(min(n, len(self._entries))):
-                entry = self._entries.popleft()
-                self._mark(entry, _SENT)
-                self._live_bytes -= entry.size
-                self.stats.sent += 1
-            if not self._entries:
-                self._file.truncate(0)
-            elif self._file_size() > 2 * self._live_bytes + 1024 * 1024:
-                self._compact()
-            self._file.flush()
+            from_file = min(n, len(self._entries))
+            try:
+                for _ in range(from_file):
+                    entry = self._entries.popleft()
+                    self._mark(entry, SENT)
+                    self._live_bytes -= entry.size
+                    self.stats.sent += 1
+                if self._file is not None:
+                    if not self._entries:
+                        self._file.truncate(0)
+                    elif self._file_size() > 2 * self._live_bytes + 1024 * 1024:
+                        self._compact()
+                    self._file.flush()
+            except OSError as exc:
+                # A sent mark that cannot be written: at worst the record is sent again after a
+                # restart (consumers fold duplicates by id).
+                self._unwritable(exc, "cannot mark records sent")
+            taken = min(n - from_file, len(self.memory))
+            self.memory.pop(taken)
+            self.stats.sent += taken
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+        # No lock: the heartbeat reads it, and must not wait behind a slow disk write.
+        return len(self._entries) + len(self.memory)
 
     @property
     def live_bytes(self) -> int:
-        return self._live_bytes
+        return self._live_bytes + self.memory.bytes
+
+    def health(self) -> dict[str, object]:
+        """For the heartbeat (``health.spool``): depth, bytes, drops, and whether the file takes writes."""
+        return {"depth": len(self._entries) + len(self.memory), "bytes": self.live_bytes,
+                "dropped": self.stats.dropped + self.memory.dropped, "in_memory": len(self.memory),
+                "over_bound": self.stats.over_bound + self.memory.over_bound,
+                "writable": self.error is None, "error": self.error}
 
     def close(self) -> None:
         with self._lock:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._lockfile.close()
+            if len(self.memory):
+                log.error("spool %s: %d record(s) held in memory are lost at exit (the file could not take them: %s)",
+                          self.dir, len(self.memory), self.error)
+            if self._file is not None:
+                try:
+                    self._file.flush()
+                    os.fsync(self._file.fileno())
+                except OSError as exc:
+                    log.error("spool %s: could not flush at exit (%s)", self.path, exc)
+                self._file.close()
+            if self._lockfile is not None:
+                self._lockfile.close()
 
     # --- internals -----------------------------------------------------------------------------
     def _file_size(self) -> int:
         return self._file.seek(0, os.SEEK_END)
 
-    def _mark(self, entry: _Entry, state: int) -> None:
+    def _compact_in_place(self) -> None:
+        self._entries = compact_in_place(self._file, self._entries)
+        self.stats.compactions += 1
+
+    def _mark(self, entry: Entry, state: int) -> None:
         # The state byte is the last byte of the header.
-        self._file.seek(entry.offset + _HEADER.size - 1)
+        self._file.seek(entry.offset + HEADER.size - 1)
         self._file.write(bytes([state]))
 
     def _compact(self) -> None:
-        """Rewrite the file with the live records only (atomic rename)."""
+        """Rewrite the file with the live records only (atomic rename); on a full disk, in place."""
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as out:
-            new_entries: deque[_Entry] = deque()
-            for entry in self._entries:
-                self._file.seek(entry.offset)
-                raw = self._file.read(entry.size)
-                new_entries.append(_Entry(out.tell(), entry.size, entry.droppable))
-                out.write(raw)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with open(tmp, "wb") as out:
+                new_entries: deque[Entry] = deque()
+                for entry in self._entries:
+                    self._file.seek(entry.offset)
+                    raw = self._file.read(entry.size)
+                    new_entries.append(Entry(out.tell(), entry.size, entry.droppable))
+                    out.write(raw)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            log.warning("spool %s: no room for a compacted copy (%s); compacting in place", self.path, exc)
+            self._compact_in_place()
+            return
         self._file.close()
         os.replace(tmp, self.path)
         self._file = open(self.path, "r+b")
         self._entries = new_entries
         self.stats.compactions += 1
-
-
-def _encode_payload(record: SpooledRecord) -> bytes:
-    topic = record.topic.encode()
-    key = record.key if record.key is not None else b""
-    # A key of None and an empty key both travel as empty: producers here always key by node/job.
-    return _FIELDS.pack(len(topic), len(key)) + topic + key + record.value
-
-
-def _decode_payload(payload: bytes) -> SpooledRecord:
-    tlen, klen = _FIELDS.unpack_from(payload, 0)
-    start = _FIELDS.size
-    topic = payload[start:start + tlen].decode()
-    key = payload[start + tlen:start + tlen + klen]
-    return SpooledRecord(topic, key or None, payload[start + tlen + klen:])
-
-
-def _record_droppable(record: SpooledRecord) -> bool:
-    """Droppability of a record found in the file at open: read it back from the envelope."""
-    from streams.events import InvalidEvent, decode
-
-    try:
-        event = decode(record.value)
-    except InvalidEvent:
-        return False
-    return is_droppable(event.source, event.kind)

@@ -12,8 +12,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ class DumpResult:
     rank: int | None
     dump: str
     ok: bool
+    timed_out: bool = False  # py-spy did not answer within its deadline (the rank may be wedged)
 
 
 def rank_from_environ(env: Mapping[str, str], rank_env: str = DEFAULT_RANK_ENV) -> int | None:
@@ -156,37 +159,68 @@ def py_spy_binary() -> str | None:
 
 def dump_stack(pid: int, *, timeout_s: float = 10.0, binary: str | None = None, native: bool = False) -> tuple[bool, str]:
     """``py-spy dump --pid PID``: (ok, text). On failure the text says why (tool missing, timeout, error)."""
+    ok, text, _ = dump_stack_timed(pid, timeout_s=timeout_s, binary=binary, native=native)
+    return ok, text
+
+
+def dump_stack_timed(pid: int, *, timeout_s: float = 10.0, binary: str | None = None,
+                     native: bool = False) -> tuple[bool, str, bool]:
+    """(ok, text, timed_out). py-spy runs in a session of its own: on its deadline the whole
+    group is killed (a wrapper's children too), and a py-spy that will not die (stuck attaching to
+    a process in uninterruptible sleep) is left to a reaper thread, never waited for."""
     binary = binary or py_spy_binary()
     if not binary:
-        return False, "py-spy not found (pip install py-spy, or put it on PATH)"
+        return False, "py-spy not found (pip install py-spy, or put it on PATH)", False
     cmd = [binary, "dump", "--pid", str(pid)]
     if native:
         cmd.append("--native")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return False, f"py-spy dump --pid {pid} did not finish within {timeout_s:.0f}s"
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", start_new_session=True)
     except OSError as exc:
-        return False, f"py-spy could not run: {exc}"
+        return False, f"py-spy could not run: {exc}", False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return False, f"py-spy dump --pid {pid} did not finish within {timeout_s:g}s (timed out: the process may be wedged)", True
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip() or "no output"
-        return False, f"py-spy dump --pid {pid} failed (exit {proc.returncode}): {detail}"[:_DUMP_LIMIT]
-    text = proc.stdout
+        detail = (err or out).strip() or "no output"
+        return False, f"py-spy dump --pid {pid} failed (exit {proc.returncode}): {detail}"[:_DUMP_LIMIT], False
+    text = out
     if len(text) > _DUMP_LIMIT:
         text = text[:_DUMP_LIMIT] + "\n... (cut)\n"
-    return True, text
+    return True, text, False
 
 
-def capture(processes: list[TrainingProcess], **dump_kwargs) -> list[DumpResult]:
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+    try:
+        proc.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        log.error("py-spy pid %d did not die after SIGKILL; left to a reaper thread", proc.pid)
+        threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+
+
+def capture(processes: list[TrainingProcess], *, deadline_s: float | None = None, **dump_kwargs) -> list[DumpResult]:
     """One dump per process, in pid order (sequential: py-spy pauses its target, and pausing
-    every rank at once on a node would be a bigger hiccup for the job than one after another)."""
+    every rank at once on a node would be a bigger hiccup for the job than one after another).
+    Past ``deadline_s`` for the whole capture, the ranks not dumped yet are answered as timed
+    out rather than waited for: a diagnoser waiting on them learns "no answer in time", not silence."""
     results = []
+    start = time.monotonic()
     for proc in processes:
-        ok, text = dump_stack(proc.pid, **dump_kwargs)
+        if deadline_s is not None and time.monotonic() - start >= deadline_s:
+            results.append(DumpResult(proc.pid, proc.rank, f"not dumped: the capture's deadline of {deadline_s:g}s "
+                                                            f"passed before this rank's turn (timed out)", False, True))
+            continue
+        ok, text, timed_out = dump_stack_timed(proc.pid, **dump_kwargs)
         if not ok:
             log.warning("stack of pid %d (rank %s): %s", proc.pid, proc.rank, text.splitlines()[0] if text else "")
-        results.append(DumpResult(proc.pid, proc.rank, text, ok))
+        results.append(DumpResult(proc.pid, proc.rank, text, ok, timed_out))
     return results
 
 
@@ -196,6 +230,8 @@ def dump_event(result: DumpResult, *, job: str, node: str, request_id: str, ts: 
     ``rank_env``, the variable the rank was read from, lets a reader of a null rank say what to fix."""
     data = {"rank": result.rank, "pid": result.pid, "dump": result.dump, "request_id": request_id,
             "tool": "py-spy", "ok": result.ok}
+    if result.timed_out:
+        data["timed_out"] = True
     if rank_env is not None:
         data["rank_env"] = rank_env
     return Envelope(

@@ -48,7 +48,7 @@ JOB_STOPPING = frozenset({"gpu_lost", "cuda_error", "nccl_error", "user_code", "
 HELD = frozenset({"app_fault", "cuda_error", "nccl_error"})
 HOLD_S = 2.0
 # Faults that never escalate to eviction: the machine is not the problem.
-NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown"})
+NO_EVICT = frozenset({"user_code", "nan_loss", "loss_spike", "unknown", "agent_blind"})
 _SOFT_ACTIONS = frozenset({"reattempt", "restart", "stop_time_diagnosis", "rollback"})
 
 

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 # Kinds each source may send (docs/events.md); anything else is a dead letter naming the kind.
 KNOWN_KINDS = {
-    "gpu": {"sample", "xid", "lost"},
+    "gpu": {"sample", "xid", "lost", "unresponsive", "responsive"},
     "kernel": {"xid", "gpu_lost", "sxid", "link_down", "link_up", "nic_error", "pcie_aer", "mce", "edac",
                "soft_lockup", "hung_task", "panic", "oom_kill", "segfault", "line"},
     "nccl": {"nccl_warn", "nccl_timeout", "nccl_error", "cuda_error", "exception", "nan", "line"},

@@ -22,7 +22,7 @@ from streams.diagnosis_record import FAULT_CLASSES
 # Not injected: `unknown` is no fault, `clock_skew` an alert about a node's clock (not a fault of the
 # job), `telemetry_lost` an alert about the job's stream as a whole (it ended, or the pipeline lost it).
 # Classes the simulator cannot inject (storage: no simulated disk or NFS yet).
-SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c not in ("unknown", "clock_skew", "telemetry_lost", "storage"))
+SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c not in ("unknown", "clock_skew", "telemetry_lost", "storage", "agent_blind"))
 
 JOB_WIDE = frozenset({
     "gpu_lost", "gpu_thermal", "host_oom", "cuda_error", "nccl_error", "user_code", "nan_loss",

@@ -37,6 +37,10 @@ FAULT_CLASSES = (
     # Added (DESIGN.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
     # NFS server outage is job-wide and only alerts.
     "storage",
+    # Added: the node agent beats but cannot see part of its node (NVML stuck at the node level, a
+    # log follower stalled, a spool that cannot keep what it cannot send): an alert naming what it
+    # cannot see, never an eviction (the machine may be fine; the agent is half blind).
+    "agent_blind",
 )
 
 # The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;

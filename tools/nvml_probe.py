@@ -4,8 +4,9 @@
 
 One line per `gpu`/`sample` (and `gpu`/`lost`, `gpu`/`xid` events as they come), each the event's
 JSON, then a summary line: the fields that read null on every GPU (unsupported by this driver /
-GPU), what one sample cost (CPU and wall ms in the sampling thread, NVML calls per sample and per
-second, by function, with the time spent in each) and every NVML call that failed, by function
+GPU), what one sample cost (CPU ms of the process and wall ms of a sample — its calls run on
+per-GPU worker threads under a deadline —, NVML calls per sample and per second, by function, with
+the time spent in each) and every NVML call that failed, by function
 and error. Exits 1 with a
 one-line message when there is no NVML.
 """
@@ -22,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from collectors import nvml_sampler
+from collectors import nvml_reader
 from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 from streams.events import Envelope
 
@@ -32,7 +33,7 @@ class CountingNvml:
 
     def __init__(self, nvml: Any):
         self._nvml = nvml
-        self.by_thread: Counter[int] = Counter()
+        self.by_thread: Counter[str] = Counter()  # by thread name (the sampler's workers: "nvml-<gpu>")
         self.by_function: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
         self.failures: Counter[tuple[str, str]] = Counter()
@@ -43,7 +44,7 @@ class CountingNvml:
             return attr
 
         def counted(*args: Any) -> Any:
-            self.by_thread[threading.get_ident()] += 1
+            self.by_thread[threading.current_thread().name] += 1
             self.by_function[name] += 1
             start = time.perf_counter()
             try:
@@ -58,7 +59,8 @@ class CountingNvml:
 
 
 class SampleCost:
-    """CPU and wall time and NVML calls of each `sample_once`, measured in the sampling thread."""
+    """CPU and wall time and NVML calls of each `sample_once`: the calls of every thread but the Xid
+    event thread's (a sample's calls run on per-GPU workers), the process's CPU time."""
 
     def __init__(self, counting: CountingNvml):
         self.counting = counting
@@ -68,15 +70,17 @@ class SampleCost:
 
     def wrap(self, sample_once: Any) -> Any:
         def timed(reader: NvmlReader) -> list[Envelope]:
-            me = threading.get_ident()
-            calls0, cpu0, wall0 = self.counting.by_thread[me], time.thread_time(), time.perf_counter()
+            calls0, cpu0, wall0 = self._sample_calls(), time.process_time(), time.perf_counter()
             events = sample_once(reader)
-            self.cpu_ms.append((time.thread_time() - cpu0) * 1e3)
+            self.cpu_ms.append((time.process_time() - cpu0) * 1e3)
             self.wall_ms.append((time.perf_counter() - wall0) * 1e3)
-            self.calls.append(self.counting.by_thread[me] - calls0)
+            self.calls.append(self._sample_calls() - calls0)
             return events
 
         return timed
+
+    def _sample_calls(self) -> int:
+        return sum(n for name, n in list(self.counting.by_thread.items()) if name != "nvml-xid")
 
     def summary(self, seconds: float) -> dict[str, Any]:
         if not self.cpu_ms:
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
                              "(what the sampler did before it kept the driver's refusals: to measure the saving)")
     args = parser.parse_args(argv)
     if args.no_cache:
-        nvml_sampler.REASK_S = -1.0  # read() forgets what it learnt before every reading
+        nvml_reader.REASK_S = -1.0  # read() forgets what it learnt before every reading
 
     try:
         counting = CountingNvml(open_nvml(nvml))

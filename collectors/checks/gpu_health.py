@@ -1,7 +1,7 @@
 """GPU health from NVML: device reachable, no uncorrectable ECC since boot, no row remap pending or
 failed, no retired page pending, no driver recovery action asked, no hardware clock slowdown.
 
-The reading reuses the sampler's :class:`collectors.nvml_sampler.NvmlReader` and payload
+The reading reuses the sampler's :class:`collectors.nvml_reader.NvmlReader` and payload
 (:func:`collectors.gpu_sample.gpu_payload`), so a check sees exactly the fields the `gpu`/`sample`
 events carry; :func:`judge_gpu_health` is pure over those payloads.
 """

@@ -20,10 +20,14 @@ class CheckResult:
     duration_s: float = 0.0
     skipped: bool = False
     inconclusive: bool = False
+    timed_out: bool = False  # gave no answer within its timeout (left behind in its thread)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "skipped": self.skipped, "inconclusive": self.inconclusive,
-                "detail": self.detail, "duration_s": round(self.duration_s, 3)}
+        out = {"name": self.name, "passed": self.passed, "skipped": self.skipped, "inconclusive": self.inconclusive,
+               "detail": self.detail, "duration_s": round(self.duration_s, 3)}
+        if self.timed_out:
+            out["timed_out"] = True
+        return out
 
 
 def skipped(name: str, why: str) -> CheckResult:
@@ -53,6 +57,6 @@ def run_with_timeout(name: str, fn: Callable[[], CheckResult], timeout_s: float)
     thread.join(timeout_s)
     took = time.monotonic() - start
     if not box:
-        return CheckResult(name, False, f"timed out after {timeout_s:g}s", took)
+        return CheckResult(name, False, f"timed out after {timeout_s:g}s", took, timed_out=True)
     r = box[0]
     return CheckResult(r.name, r.passed, r.detail, took, r.skipped, r.inconclusive)

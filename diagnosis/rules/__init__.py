@@ -7,6 +7,7 @@ node-keyed telemetry topics. Job-level rules (``comms.FirstFailingRank``,
 
 from __future__ import annotations
 
+from diagnosis.rules.agent_health import AgentBlindRule, GpuUnresponsiveRule
 from diagnosis.rules.base import Finding, Rule
 from diagnosis.rules.catalogue import CatalogueRule
 from diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
@@ -19,7 +20,7 @@ from diagnosis.rules.training import TrainingRule
 def node_rules() -> list[Rule]:
     """A fresh set of every node-local rule (each keeps per-node state)."""
     return [XidRule(), GpuLostRule(), MemoryHealthRule(), ThermalRule(), NicRule(), KernelRule(), TrainingRule(),
-            NetCounterRule(), CatalogueRule()]
+            NetCounterRule(), CatalogueRule(), GpuUnresponsiveRule(), AgentBlindRule()]
 
 
 __all__ = ["Finding", "Rule", "node_rules"]

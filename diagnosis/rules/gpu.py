@@ -40,6 +40,15 @@ def _xid_info(code: int):
         return None
 
 
+def _folded_note(data: Mapping) -> str:
+    """A folded event (collectors/flood_fold.py) stands for ``count`` repeats of its line: said, as
+    one finding, never as ``count`` of them."""
+    count = data.get("count")
+    if not data.get("folded") or isinstance(count, bool) or not isinstance(count, int):
+        return ""
+    return f" (and {count} more identical line(s) folded by the agent)"
+
+
 class XidRule:
     sources = frozenset({"kernel", "gpu"})
 
@@ -82,7 +91,7 @@ class XidRule:
         return [Finding(
             job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold,
             entity="gpu_lost" if fault == "gpu_lost" else f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
-            detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip(),
+            detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip() + _folded_note(data),
         )]
 
     def tick(self, now: float) -> list[Finding]:

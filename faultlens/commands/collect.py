@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from collectors.agent import Agent, AgentConfig
+from collectors.agent_health import gauges as health_gauges
 from collectors.checks.suite import ChecksConfig
 from collectors.log_source import LogSource
 from collectors.spool import SpoolBusy
@@ -37,7 +38,9 @@ reported in the heartbeat's `sources` and the others go on:
              (/sys/class/infiniband, plus `ethtool -S` for RoCE ports where ethtool is installed)
   kernel     /dev/kmsg (or --kernel-log FILE, or `dmesg --follow`) parsed → telemetry.kernel
   trainer    the trainer's log files (--trainer-log, globs, rotation-safe) parsed → telemetry.nccl
-  heartbeat  heartbeat/beat every --heartbeat-interval with training pids and source statuses
+  heartbeat  heartbeat/beat every --heartbeat-interval with training pids, source statuses and the
+             agent's own health (sampler lag, last good NVML call, spool depth, drops, follower
+             positions, and what it cannot see: docs/agent.md); also on --metrics-port
   stacks     on a signed capture_stacks command: py-spy dump of every training process
              (needs the public key of `faultlens keys generate`: --verify-key / FAULTLENS_VERIFY_KEY;
              the ids of commands handled are kept in --state-dir, so a restart refuses replays)
@@ -48,6 +51,9 @@ starts a broker of its own (nobody would read it). Given a broker that does not 
 on stderr (again every minute) and keeps spooling and retrying.
 While the broker is unreachable, events go to a bounded spool (--spool-dir, --spool-max-mb) and
 are sent in order when it is back; when full, the oldest GPU samples are dropped, never a fault.
+A full disk or a read-only spool directory keeps the agent running (records wait in memory,
+samples dropped first) and is said in the heartbeat. Every NVML call runs under --nvml-deadline;
+repeated log lines (an Xid flood) go out once, then as one event per 5 s with a count.
 Prints one JSON line when started and one with counters when stopped (Ctrl-C / SIGTERM, or
 after --duration seconds)."""
 
@@ -66,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop by itself after this many seconds (default: run until Ctrl-C / SIGTERM)")
     g = parser.add_argument_group("sources")
     g.add_argument("--no-nvml", action="store_true", help="do not sample GPUs through NVML")
+    g.add_argument("--nvml-deadline", type=float, default=float(_env("NVML_DEADLINE") or 10.0),
+                   help="seconds an NVML call may take (default 10, FAULTLENS_NVML_DEADLINE); a call past it is "
+                        "given up and reported as gpu/unresponsive naming the GPU and the call")
     g.add_argument("--no-net", action="store_true", help="do not read RDMA port counters")
     g.add_argument("--net-interval", type=float, default=5.0,
                    help="RDMA port counter interval in seconds (default 5)")
@@ -116,8 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
     if not args.job:
         raise ValueError("--job (or FAULTLENS_JOB) is required")
-    if args.interval <= 0 or args.heartbeat_interval <= 0 or args.net_interval <= 0:
-        raise ValueError("--interval, --heartbeat-interval and --net-interval must be positive")
+    if args.interval <= 0 or args.heartbeat_interval <= 0 or args.net_interval <= 0 or args.nvml_deadline <= 0:
+        raise ValueError("--interval, --heartbeat-interval, --net-interval and --nvml-deadline must be positive")
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration must be positive")
     if args.launcher_pid is not None and args.proc_pattern:
@@ -140,6 +149,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         job=args.job, node=args.node, interval_s=args.interval, heartbeat_interval_s=args.heartbeat_interval,
         kernel=not args.no_kernel, kernel_log=args.kernel_log, kernel_from_start=args.kernel_from_start,
         trainer_logs=list(args.trainer_log), trainer_from_start=args.trainer_from_start, nvml=not args.no_nvml,
+        nvml_deadline_s=args.nvml_deadline,
         fabric_manager_log=None if args.no_fabric_manager else args.fabric_manager_log, line_rules=line_rules,
         launcher_pid=args.launcher_pid, proc_pattern=args.proc_pattern, rank_env=args.rank_env,
         verify_keys=keys, verify_keys_error=keys_error,
@@ -202,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             metrics.register_gauges("collect", lambda: {
                 "agent_published": agent.publisher.stats.published, "agent_delivered": agent.publisher.stats.delivered,
                 "agent_spooled": agent.publisher.stats.spooled, "agent_spool_waiting": len(agent.spool),
-                "agent_lost": agent.publisher.stats.lost})
+                "agent_lost": agent.publisher.stats.lost, **health_gauges(agent.health())})
             metrics.serve(args.metrics_port)
             print(json.dumps({"event": "started", "job": config.job, "node": config.node,
                               "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],

@@ -79,7 +79,7 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["spool_waiting"] == 0 and stopped["delivered"] >= 2
     assert stopped["sources"]["trainer"] == "stopped"
-    assert stopped["logs"]["trainer"] == {"lines": 2, "events": 1, "garbled": 1}
+    assert stopped["logs"]["trainer"] == {"lines": 2, "events": 1, "garbled": 1, "folded": 0, "folded_events": 0}
     if _has_nvml():
         return
     # No GPU here: one clear line about NVML on stderr, and the other sources ran on.

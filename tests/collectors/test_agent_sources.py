@@ -115,3 +115,29 @@ def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
     assert again.spool.stats.recovered == waiting
     assert [decode(r.value).data["seq"] for r in again.spool.peek(3)] == [0, 1, 2]
     again.spool.close()
+
+
+def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
+    """Reading a wedged process's /proc can block: the beat goes out with the last pids known."""
+    from collectors.heartbeat import HeartbeatSource
+    import threading as _t
+    import time as _time
+
+    gate, calls = _t.Event(), []
+
+    def pids():
+        calls.append(1)
+        if len(calls) > 1:
+            gate.wait(30)
+        return [11, 12]
+
+    out = []
+    hb = HeartbeatSource(job="j", node="n1", interval_s=0.2, publish=out.append, statuses=dict, pids=pids,
+                         health=lambda: {"blind": []})
+    assert hb.beat().data["pids"] == [11, 12]
+    t0 = _time.monotonic()
+    second, third = hb.beat(), hb.beat()
+    assert _time.monotonic() - t0 < 1.0
+    assert second.data["pids"] == [11, 12] and second.data["health"]["pids_stale"] is True
+    assert len(calls) == 2  # the stuck discovery is not started again
+    gate.set()

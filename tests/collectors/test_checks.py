@@ -176,6 +176,7 @@ def test_a_check_that_hangs_times_out_and_one_that_raises_fails():
     r = run_with_timeout("stuck", lambda: (hang.wait(30), CheckResult("stuck", True, ""))[1], 0.2)
     hang.set()
     assert not r.passed and r.detail == "timed out after 0.2s"
+    assert r.timed_out and r.to_dict()["timed_out"] is True  # answered as "no answer in time"
 
     def boom():
         raise OSError("driver gone")

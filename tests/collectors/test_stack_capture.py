@@ -196,3 +196,21 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
     agent.config.rank_env = "RANK"  # fixed: the beat says so too
     hb.beat()
     assert beats[-1].data["unranked_pids"] == [] and beats[-1].data["pids"] == sorted(p.pid for p in ranks)
+
+
+def test_py_spy_unresponsive_is_killed_with_its_children_and_answered_as_timed_out(tmp_path):
+    """A py-spy that never answers (here a wrapper whose child sleeps, holding the output pipe):
+    the dump gives up at its deadline, not when the child ends, and every rank is answered."""
+    from collectors.stack_capture import TrainingProcess, capture, dump_event
+
+    hang = tmp_path / "hang-spy"
+    hang.write_text("#!/bin/sh\nsleep 60 &\nsleep 60\n")
+    hang.chmod(0o755)
+    procs = [TrainingProcess(os.getpid(), r, "python") for r in range(3)]
+    t0 = time.monotonic()
+    results = capture(procs, timeout_s=0.5, deadline_s=0.8, binary=str(hang))
+    assert time.monotonic() - t0 < 4.0
+    assert [r.timed_out for r in results] == [True, True, True] and not any(r.ok for r in results)
+    assert "did not finish within 0.5s" in results[0].dump and "capture's deadline of 0.8s" in results[2].dump
+    event = dump_event(results[0], job="j", node="n", request_id="req")
+    assert event.data["timed_out"] is True and event.data["ok"] is False and event.data["rank"] == 0

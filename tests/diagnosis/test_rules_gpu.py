@@ -80,3 +80,38 @@ def test_thermal_throttle_with_slower_steps_is_gpu_thermal():
 
 def test_thermal_throttle_alone_is_not_a_fault():
     assert _thermal_run(slow=10.1) == []
+
+
+def test_a_folded_xid_flood_is_one_finding_that_says_its_count():
+    """The agent folds an Xid flood (collectors/flood_fold.py): its folded event is one finding
+    carrying the count in its detail, and a sympathetic Xid's fold stays sympathetic."""
+    from diagnosis.rules.gpu import XidRule
+    from streams.events import Envelope
+
+    rule = XidRule()
+    base = {"xid": 95, "pci": "0000:3b:00", "fault": "gpu_memory", "action": "evict_reset_gpu",
+            "line": "NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=python3, Uncontained"}
+    first = Envelope(ts=1_700_000_000.0, job="j", node="n1", source="kernel", kind="xid", data=base)
+    folded = Envelope(ts=1_700_000_005.0, job="j", node="n1", source="kernel", kind="xid",
+                      data={**base, "count": 799_999, "folded": True, "first_ts": 1_700_000_000.1,
+                            "last_ts": 1_700_000_005.0})
+    assert len(rule.observe(first)) == 1
+    (f,) = rule.observe(folded)
+    assert "799999 more identical line(s) folded" in f.detail and f.fault == "gpu_memory"
+    echo = Envelope(ts=1_700_000_006.0, job="j", node="n1", source="kernel", kind="xid",
+                    data={"xid": 45, "pci": "0000:3b:00", "count": 5000, "folded": True, "line": "Xid 45"})
+    (s,) = rule.observe(echo)
+    assert s.sympathetic and "5000 more" in s.detail
+
+
+def test_a_folded_xid_flood_through_the_engine_is_one_diagnosis():
+    from diagnosis.engine import analyze
+    from streams.events import Envelope
+
+    line = "[ 10.000000] NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=python3, Uncontained: FBHUB. RST: No, D-RST: No"
+    first = Envelope(ts=1_700_000_000.0, job="j", node="n1", source="kernel", kind="line", data={"line": line})
+    events = [first] + [Envelope(ts=1_700_000_005.0 * 1 + 5 * i, job="j", node="n1", source="kernel", kind="xid",
+                                 data={"xid": 95, "pci": "0000:3b:00", "line": line, "count": 100_000,
+                                       "folded": True}) for i in range(8)]
+    diagnoses = [d for d in analyze(events) if d.fault != "unknown"]
+    assert len({d.id for d in diagnoses}) == 1 and diagnoses[0].nodes == ("n1",)

@@ -1,0 +1,67 @@
+"""What putting every NVML call under a deadline costs a sample, and how a wedged GPU delays one.
+
+    .venv/bin/python -m bench.bench_nvml_deadline [--gpus 8] [--samples 300]
+
+Uses the unit tests' fake NVML module (calls cost microseconds, so the difference is the worker
+hand-off, not the driver). Prints one JSON line: wall ms per sample through NvmlSampler (per-GPU
+workers, deadline waits) and through direct NvmlReader reads in one thread, p50 and mean; then
+the first sample after one GPU's call blocks for good (deadline + handle probe) and the samples
+after it (the stuck GPU skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from collectors.nvml_sampler import NvmlReader, NvmlSampler
+from tests.collectors.test_nvml_unresponsive import HangingNvml
+
+
+def _ms(xs: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(xs) * 1e3, 3), "mean": round(statistics.fmean(xs) * 1e3, 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--samples", type=int, default=300)
+    p.add_argument("--deadline", type=float, default=0.5)
+    args = p.parse_args(argv)
+    nvml = HangingNvml(n=args.gpus, hang_gpu=-1)  # nothing hangs yet
+    reader = NvmlReader(nvml)
+    sampler = NvmlSampler(job="bench", node="n", interval_s=1.0, publish=lambda e: None, nvml=nvml,
+                          xid_events=False, deadline_s=args.deadline)
+    sampler.sample_once(reader)
+    workers = []
+    for _ in range(args.samples):
+        t = time.perf_counter()
+        sampler.sample_once(reader)
+        workers.append(time.perf_counter() - t)
+    direct = []
+    for _ in range(args.samples):
+        t = time.perf_counter()
+        for g in range(args.gpus):
+            reader.read(g, reader.handle(g))
+        direct.append(time.perf_counter() - t)
+    nvml.hang_gpu = 1
+    t = time.perf_counter()
+    sampler.sample_once(reader)
+    wedged_first = time.perf_counter() - t
+    after = []
+    for _ in range(20):
+        t = time.perf_counter()
+        sampler.sample_once(reader)
+        after.append(time.perf_counter() - t)
+    nvml.release.set()
+    print(json.dumps({"bench": "nvml_deadline", "gpus": args.gpus, "deadline_s": args.deadline,
+                      "sample_ms_workers": _ms(workers), "sample_ms_direct_reads": _ms(direct),
+                      "first_sample_after_wedge_ms": round(wedged_first * 1e3, 1),
+                      "samples_after_wedge_ms": _ms(after)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

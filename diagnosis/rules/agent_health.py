@@ -1,0 +1,96 @@
+"""What the node agent says about its own sight: a GPU that stopped answering NVML, an agent half blind.
+
+- `gpu`/`unresponsive` (collectors/nvml_sampler.py): an NVML call for one GPU did not return
+  within its deadline. A wedged GPU stalls the driver calls that touch it (NVSentinel issue #1748:
+  DCGM stalled by a degrading GPU, its ECC errors never reported); NVIDIA's answer to a GPU that
+  stopped answering is a reset, so the finding is ``gpu_reset_required`` / ``evict_reset_gpu``,
+  or ``gpu_lost`` / ``evict`` when a fresh handle call said the GPU is gone. The evidence is the
+  event, and the detail quotes the call, the deadline and how many of the node's other GPUs
+  answered meanwhile. A node-wide call (no GPU named) stuck is the agent's blindness, not a GPU's
+  fault: an alert.
+- `heartbeat`/`beat` ``health.blind`` (collectors/agent_health.py): the agent beats, so the node
+  is alive, but it cannot see something (NVML, a log, its spool). One ``agent_blind`` alert per
+  blind spell naming what it cannot see; never an eviction (a machine is not evicted for what
+  nobody saw).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from diagnosis.rules.base import Finding, opt_int
+from streams.events import Envelope
+
+
+class GpuUnresponsiveRule:
+    sources = frozenset({"gpu"})
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.kind != "unresponsive":
+            return []
+        d = event.data
+        gpu = opt_int(d, "gpu")
+        call = str(d.get("call") or "an NVML call")
+        deadline = d.get("deadline_s")
+        waited = d.get("waited_s")
+        within = f"within {deadline:g}s" if isinstance(deadline, (int, float)) else "within its deadline"
+        others = opt_int(d, "others_answered")
+        if gpu is None:
+            return [Finding(
+                job=event.job, ts=event.ts, fault="agent_blind", action="alert", nodes=(event.node,),
+                entity="agent:nvml", evidence=(event.id,), confidence=1.0,
+                detail=f"NVML's node-wide {call} did not return {within} on {event.node}: the agent cannot read "
+                       f"any GPU there (alert, no eviction)")]
+        uuid = d.get("uuid")
+        name = f"GPU {gpu}" + (f" ({uuid})" if uuid else "")
+        said = f"NVML {call} on {name} did not return {within}"
+        if isinstance(waited, (int, float)):
+            said += f" (given up after {waited:.1f}s)"
+        peers = "" if others is None else f"; {others} other GPU(s) of the node answered meanwhile"
+        if d.get("handle") == "lost":
+            return [Finding(
+                job=event.job, ts=event.ts, fault="gpu_lost", action="evict", nodes=(event.node,), entity="gpu_lost",
+                evidence=(event.id,), detail=f"{said}, and its handle is gone (NVML_ERROR_GPU_IS_LOST){peers}")]
+        # A stall on every GPU at once may be the driver as a whole (still a node that needs a
+        # reset), one GPU stalling while its neighbours answer is that GPU: a little more certain.
+        confidence = 0.9 if others else 0.8
+        return [Finding(
+            job=event.job, ts=event.ts, fault="gpu_reset_required", action="evict_reset_gpu", nodes=(event.node,),
+            entity=f"gpu:{gpu}", evidence=(event.id,), confidence=confidence,
+            detail=f"{said}{peers}: the GPU stopped answering its driver (wedged), NVIDIA's remedy is a GPU reset")]
+
+    def tick(self, now: float) -> list[Finding]:
+        return []
+
+
+class AgentBlindRule:
+    sources = frozenset({"heartbeat"})
+
+    def __init__(self) -> None:
+        self._blind: dict[tuple[str, str], frozenset[str]] = {}
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.kind != "beat":
+            return []
+        health = event.data.get("health")
+        if not isinstance(health, Mapping):
+            return []
+        spots = [b for b in health.get("blind") or () if isinstance(b, Mapping) and b.get("what")]
+        key = (event.job, event.node)
+        names = frozenset(str(b["what"]) for b in spots)
+        before = self._blind.get(key, frozenset())
+        if not names:
+            self._blind.pop(key, None)
+            return []
+        self._blind[key] = names
+        if names <= before:
+            return []  # the same blindness still: one alert per spell (dedup folds repeats too)
+        said = "; ".join(f"{b['what']}: {b.get('why') or 'no reason given'}" for b in spots)
+        return [Finding(
+            job=event.job, ts=event.ts, fault="agent_blind", action="alert", nodes=(event.node,),
+            entity="agent:" + ",".join(sorted(names)), evidence=(event.id,),
+            detail=f"the agent on {event.node} beats but cannot see {', '.join(sorted(names))} ({said}): faults "
+                   f"there would go unseen; alert, no eviction")]
+
+    def tick(self, now: float) -> list[Finding]:
+        return []

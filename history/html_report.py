@@ -29,7 +29,7 @@ MAX_ROWS = 200  # rows per table; the file stays small enough to mail, --json ha
 HEADINGS = {
     "job": "job", "fault": "fault class", "nodes": "nodes", "node": "node", "action": "action",
     "onset": "onset (UTC)", "detected_at": "detected (UTC)", "issued_at": "issued (UTC)",
-    "detection_s": "detection (s)", "command": "first command", "to_command_s": "to command (s)",
+    "detection_s": "detection (s, first evidence → decision)", "command": "first command", "to_command_s": "to command (s)",
     "recovery_s": "recovery (s)", "wall_s": "wall (s)", "productive_s": "productive (s)", "ettr": "ETTR",
     "incidents": "incidents", "recovered": "recovered", "mttr_s": "MTTR (s)", "p50_s": "p50 (s)",
     "p99_s": "p99 (s)", "max_s": "max (s)", "detection_p50_s": "detection p50 (s)", "n": "diagnoses",

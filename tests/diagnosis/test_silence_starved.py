@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import threading
 
-import os
-
 import pytest
 
 from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
 
-pytestmark = [
-    pytest.mark.broker,
-    # Under the full suite's load (three test workers on two cores) this check and the split-stage
-    # tests beside it still fail now and then (issue 32 is open on it): run on demand until then.
-    pytest.mark.skipif(os.environ.get("FAULTLENS_LOAD_TESTS") != "1",
-                       reason="a load test of issue 32: FAULTLENS_LOAD_TESTS=1 runs it"),
-]
+# Gated until the job stage judged a job only as far as the node stage had handed its nodes on, and
+# an idle stop waited for unread records (a starved node-stage member used to leave a backlog half
+# read); since then 3 of 3 runs with 4 burners beside 3 helper sessions' load gave the offline answer.
+pytestmark = [pytest.mark.broker]
 
 
 def _burn(stop: threading.Event) -> None:

@@ -405,7 +405,7 @@ class GroupRunner(EventTimeMode):
                     if quiet - idle_stop_s > UNREAD_IDLE_WAIT_S:
                         log.warning("stopping idle after %.0fs although the broker holds unread records of "
                                     "%s (paused: %s)", quiet, sorted(map(str, self._unread_partitions(consumer))),
-                                    sorted(map(str, self._paused)))
+                                    sorted(map(str, self._paused(consumer))))
                         break
                     if time.monotonic() - unread_checked >= 5.0 or last_data > unread_checked:
                         unread_checked, unread = time.monotonic(), bool(self._unread_partitions(consumer))
@@ -519,6 +519,13 @@ class GroupRunner(EventTimeMode):
             if end is not None and position is not None and end > position:
                 out.append(tp)
         return out
+
+    @staticmethod
+    def _paused(consumer: Consumer) -> set:
+        try:
+            return set(consumer.paused())
+        except (AttributeError, KafkaError):
+            return set()
 
     @staticmethod
     def _lag(consumer: Consumer) -> int:

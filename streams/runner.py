@@ -54,10 +54,6 @@ REBALANCE_SETTLE_S = 3.0
 # broker take seconds; one not done by then is stuck (seen with kafka-python 3 on Tansu when the
 # only other member left mid-join), and the member stops, committing where its handing on stopped.
 REBALANCE_IDLE_GRACE_S = 30.0
-# An idle stop waits at most this much longer while the broker still holds unread records of the
-# member's partitions (a starved member polls nothing for seconds with thousands unread); past it
-# the member stops anyway, naming them (its offsets stay where its handing on stopped).
-UNREAD_IDLE_WAIT_S = 120.0
 # How often a member that keeps reading waits for its outputs to be acknowledged and commits.
 # Waiting after every batch kept a member idle for the broker's round trip each time (measured on
 # the node stage: an eighth to a sixth of its wall time); in between, outputs are only sent. A
@@ -344,7 +340,6 @@ class GroupRunner(EventTimeMode):
         self.consumer = consumer = self._consumer()
         last_data = self._settled_at = time.monotonic()
         last_tick = last_lag = 0.0
-        unread_checked, unread = float("-inf"), False
         try:
             while not self._stop.is_set():
                 t0 = time.monotonic()
@@ -398,19 +393,12 @@ class GroupRunner(EventTimeMode):
                                                and time.monotonic() - self._rebalancing < REBALANCE_IDLE_GRACE_S):
                     last_data = time.monotonic()  # idle time counts from joining the group
                 elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
-                    # Records still to be fetched hold the stop off: a consumer starved of CPU polls
-                    # nothing for seconds with thousands unread (a node-stage member left a backlog
-                    # with 9,077 records unread, and its partitions never reached the job stage).
-                    quiet = time.monotonic() - last_data
-                    if quiet - idle_stop_s > UNREAD_IDLE_WAIT_S:
-                        log.warning("stopping idle after %.0fs although the broker holds unread records of "
-                                    "%s (paused: %s)", quiet, sorted(map(str, self._unread_partitions(consumer))),
-                                    sorted(map(str, self._paused(consumer))))
+                    if not self._unread(consumer):
                         break
-                    if time.monotonic() - unread_checked >= 5.0 or last_data > unread_checked:
-                        unread_checked, unread = time.monotonic(), bool(self._unread_partitions(consumer))
-                    if not unread:
-                        break
+                    # Records are still to be fetched: a consumer starved of CPU polls nothing for
+                    # seconds with thousands unread (a node-stage member left a backlog with 9,077
+                    # records unread and its partitions' telemetry never reached the job stage).
+                    last_data = time.monotonic()
             self._finish(consumer)
         finally:
             self._close()
@@ -499,33 +487,25 @@ class GroupRunner(EventTimeMode):
         return True
 
     @staticmethod
-    def _unread_partitions(consumer: Consumer) -> list[TopicPartition]:
-        """This member's partitions of which the broker holds records past what it has read (one
-        request: asked only while an idle stop is due)."""
+    def _unread(consumer: Consumer) -> bool:
+        """Whether the broker holds records of this member's partitions past what it has read (one
+        request: asked only when an idle stop is due)."""
         assignment = list(consumer.assignment())
         if not assignment:
-            return []
+            return False
         try:
             ends = consumer.end_offsets(assignment)
         except (KafkaError, ValueError) as exc:
             log.warning("end offsets unknown (%s): stopping idle as asked", exc)
-            return []
-        out = []
+            return False
         for tp, end in dict(ends).items():
             try:
                 position = consumer.position(tp)
             except (KafkaError, ValueError, AssertionError):
                 continue
             if end is not None and position is not None and end > position:
-                out.append(tp)
-        return out
-
-    @staticmethod
-    def _paused(consumer: Consumer) -> set:
-        try:
-            return set(consumer.paused())
-        except (AttributeError, KafkaError):
-            return set()
+                return True
+        return False
 
     @staticmethod
     def _lag(consumer: Consumer) -> int:

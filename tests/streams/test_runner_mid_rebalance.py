@@ -28,9 +28,6 @@ class _MidJoinConsumer:
     def position(self, tp):
         return self._position
 
-    def end_offsets(self, tps):
-        return {tp: self._position for tp in tps}  # everything read: nothing holds an idle stop off
-
     def commit(self, offsets):
         self.commits.append({tp: o.offset for tp, o in offsets.items()})
 

@@ -393,12 +393,7 @@ class GroupRunner(EventTimeMode):
                                                and time.monotonic() - self._rebalancing < REBALANCE_IDLE_GRACE_S):
                     last_data = time.monotonic()  # idle time counts from joining the group
                 elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
-                    if not self._unread(consumer):
-                        break
-                    # Records are still to be fetched: a consumer starved of CPU polls nothing for
-                    # seconds with thousands unread (a node-stage member left a backlog with 9,077
-                    # records unread and its partitions' telemetry never reached the job stage).
-                    last_data = time.monotonic()
+                    break
             self._finish(consumer)
         finally:
             self._close()
@@ -485,27 +480,6 @@ class GroupRunner(EventTimeMode):
                 # A rebalance took the partitions away: the new owner re-reads from the last commit.
                 log.warning("commit failed (%s); those records will be delivered again", exc)
         return True
-
-    @staticmethod
-    def _unread(consumer: Consumer) -> bool:
-        """Whether the broker holds records of this member's partitions past what it has read (one
-        request: asked only when an idle stop is due)."""
-        assignment = list(consumer.assignment())
-        if not assignment:
-            return False
-        try:
-            ends = consumer.end_offsets(assignment)
-        except (KafkaError, ValueError) as exc:
-            log.warning("end offsets unknown (%s): stopping idle as asked", exc)
-            return False
-        for tp, end in dict(ends).items():
-            try:
-                position = consumer.position(tp)
-            except (KafkaError, ValueError, AssertionError):
-                continue
-            if end is not None and position is not None and end > position:
-                return True
-        return False
 
     @staticmethod
     def _lag(consumer: Consumer) -> int:

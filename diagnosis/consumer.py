@@ -115,9 +115,12 @@ class DiagnoseHandler:
         """How far the node stage has handed on each telemetry partition (the runner's word, from
         its writers' announcements): a node is judged silent only once the partition its telemetry
         travels on was handed on past its silence."""
+        if delivered is None:
+            self.engine.delivered = None
+            return
         prefix = topics.HEARTBEAT + ":"
-        self.engine.handed_on(None if delivered is None else {
-            int(name[len(prefix):]): reach for name, reach in delivered.items() if name.startswith(prefix)})
+        self.engine.delivered = {int(name[len(prefix):]): reach for name, reach in delivered.items()
+                                 if name.startswith(prefix)}
 
     def tick(self, now: float, busy: Collection[str] = (),
              upstream: Mapping[Any, UpstreamStop] | None = None) -> Iterable[Outgoing]:

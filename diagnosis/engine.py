@@ -123,7 +123,6 @@ class Engine:
         # Telemetry partition → how far a node stage upstream has handed it on (a job stage's
         # runner says; None: no node stage upstream, or it does not say).
         self.delivered: dict[int, float] | None = None
-        self._handed_on_cache: dict[str, float] = {}  # job → _handed_on, until the next word
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -135,31 +134,16 @@ class Engine:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
                              implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
                              telemetry_partitions=self.config.telemetry_partitions)
+            stage.silence.delivered_through = self._delivered_through
             lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
         return lane
 
-    def handed_on(self, delivered: Mapping[int, float] | None) -> None:
-        """The runner's word of how far the node stage upstream has handed on each telemetry
-        partition (None: no node stage upstream, or it does not say)."""
-        self.delivered = None if delivered is None else dict(delivered)
-        self._handed_on_cache.clear()
-
-    def _handed_on(self, job: str) -> float:
-        """How far the node stage upstream has handed on the telemetry of every node of the job:
-        ``inf`` with no node stage upstream (or a job of unknown nodes), ``-inf`` while some node's
-        partition is read by no member in force. Judged once per word of the runner's."""
-        delivered = self.delivered
-        if delivered is None:
+    def _delivered_through(self, node: str) -> float:
+        """How far the node's telemetry partition has been handed on by the node stage (``inf``
+        with no node stage upstream, ``-inf`` while no member of it reads that partition)."""
+        if self.delivered is None:
             return float("inf")
-        cached = self._handed_on_cache.get(job)
-        if cached is not None:
-            return cached
-        topo = self.book.topology(job)
-        count = self.config.telemetry_partitions
-        parts = {telemetry_partition(n, count) for n in topo.nodes} if topo is not None else set()
-        reach = min((delivered.get(p, float("-inf")) for p in parts), default=float("inf"))
-        self._handed_on_cache[job] = reach
-        return reach
+        return self.delivered.get(telemetry_partition(node, self.config.telemetry_partitions), float("-inf"))
 
     def telemetry_partitions(self, count: int) -> None:
         """The broker's telemetry partition count (a consumer learns it on start)."""
@@ -231,7 +215,7 @@ class Engine:
         lane.arrival_wall = time.time()
         lane.arrival_now = lane.now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
-            out.extend(self._tick(lane, lane.now, event.job))
+            out.extend(self._tick(lane, lane.now))
         return out
 
     def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
@@ -339,15 +323,7 @@ class Engine:
             del self._seen[event_id]
 
     # --- time -------------------------------------------------------------------------------
-    def _tick(self, lane: _Lane, now: float, job: str) -> list[Diagnosis]:
-        handed_on = self._handed_on(job)
-        if handed_on < now:
-            # The node stage upstream has not handed on all of this job's telemetry that far: a
-            # verdict now would be made without what is still on its way (a starved or rebalancing
-            # node-stage member's nodes: their beats, their GPU windows, their stacks).
-            if handed_on <= lane.last_tick:
-                return []
-            now = handed_on
+    def _tick(self, lane: _Lane, now: float) -> list[Diagnosis]:
         lane.last_tick = now
         findings, diags = lane.stage.tick(now)
         out = self._settle(lane, findings, diags)
@@ -380,7 +356,7 @@ class Engine:
             lane.now = target
             self.book.advance(job, target)
             self._apply_pending(lane, target)
-            out.extend(self._tick(lane, target, job))
+            out.extend(self._tick(lane, target))
         return out
 
     def flush(self) -> list[Diagnosis]:

@@ -166,17 +166,17 @@ def test_a_node_is_not_judged_before_its_partition_was_handed_on_past_its_silenc
     names = nodes(16)
     dead = names[5]
     part = telemetry_partition(dead, 6)
-    e.handed_on({p: (100.0 if p == part else float("inf")) for p in range(6)})
+    e.delivered = {p: (100.0 if p == part else float("inf")) for p in range(6)}
     found = []
     for ev in _phased_beats(names, 400, stop={dead: 200}):
         found += e.process(ev)
     assert [d for d in found if d.action == "evict"] == []  # its partition stopped at 100 s of event time
-    e.handed_on({p: float("inf") for p in range(6) if p != part})  # its writer's word lapsed
+    e.delivered = {p: float("inf") for p in range(6) if p != part}  # its writer's word lapsed
     found += e.tick(T0 + 400)
     for ev in _phased_beats(names, 420, stop={dead: 200})[-15:]:
         found += e.process(ev)
     assert [d for d in found if d.action == "evict"] == []
-    e.handed_on({p: (T0 + 420 if p == part else float("inf")) for p in range(6)})  # handed on past its silence
+    e.delivered[part] = T0 + 420  # handed on past its silence: judged on its peers' word
     for ev in _phased_beats(names, 440, stop={dead: 200})[-15:]:
         found += e.process(ev)
     assert [(d.fault, d.nodes) for d in found if d.action == "evict"] == [("node_silent", (dead,))]

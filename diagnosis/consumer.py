@@ -111,17 +111,6 @@ class DiagnoseHandler:
             self.emitted += len(found)
         return out
 
-    def on_delivered(self, delivered: Mapping[str, float] | None) -> None:
-        """How far the node stage has handed on each telemetry partition (the runner's word, from
-        its writers' announcements): a node is judged silent only once the partition its telemetry
-        travels on was handed on past its silence."""
-        if delivered is None:
-            self.engine.delivered = None
-            return
-        prefix = topics.HEARTBEAT + ":"
-        self.engine.delivered = {int(name[len(prefix):]): reach for name, reach in delivered.items()
-                                 if name.startswith(prefix)}
-
     def tick(self, now: float, busy: Collection[str] = (),
              upstream: Mapping[Any, UpstreamStop] | None = None) -> Iterable[Outgoing]:
         """The engine's wall clock. ``upstream``: the input partitions whose every upstream writer

@@ -34,7 +34,7 @@ from diagnosis.rules.base import Finding, opt_int
 from diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams.events import Envelope, InvalidEvent
 from streams.payloads import check_payload
-from streams.topics import TELEMETRY_PARTITIONS, telemetry_partition
+from streams.topics import TELEMETRY_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,6 @@ class Engine:
         self._lanes: dict[str, _Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
-        # Telemetry partition → how far a node stage upstream has handed it on (a job stage's
-        # runner says; None: no node stage upstream, or it does not say).
-        self.delivered: dict[int, float] | None = None
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -134,16 +131,8 @@ class Engine:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
                              implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
                              telemetry_partitions=self.config.telemetry_partitions)
-            stage.silence.delivered_through = self._delivered_through
             lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
         return lane
-
-    def _delivered_through(self, node: str) -> float:
-        """How far the node's telemetry partition has been handed on by the node stage (``inf``
-        with no node stage upstream, ``-inf`` while no member of it reads that partition)."""
-        if self.delivered is None:
-            return float("inf")
-        return self.delivered.get(telemetry_partition(node, self.config.telemetry_partitions), float("-inf"))
 
     def telemetry_partitions(self, count: int) -> None:
         """The broker's telemetry partition count (a consumer learns it on start)."""

@@ -228,28 +228,6 @@ class WatermarkMerge(Generic[T]):
                 out.append((mark, reads, behind, idle))
         return out
 
-    def delivered(self, wall_now: float, caught_up: dict[Partition, bool]) -> dict[str, float] | None:
-        """How far the upstream stage has handed on each of its own input partitions: for every
-        input partition a writer in force says it reads, the furthest watermark among those writers
-        (``inf`` for an idle one: nothing more is coming). A partition no writer in force reads is
-        absent: nothing of it is known to be handed on. None when no writer said what it reads (no
-        upstream stage, or one that does not say): no such evidence either way."""
-        out: dict[str, float] = {}
-        said = False
-        for p, state in self._parts.items():
-            if state.follower or not state.writers:
-                continue
-            words = self._live_writers(state, wall_now, not caught_up.get(p, True)) or self._last_words(state)
-            for mark, reads, _, idle in words:
-                if reads is None:
-                    continue
-                said = True
-                reach = float("inf") if idle else mark
-                for name in reads:
-                    if reach > out.get(name, float("-inf")):
-                        out[name] = reach
-        return out if said else None
-
     def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
         """Whether some upstream writer still has input to read, or some input partition of theirs
         has no writer yet: more records are on their way, however quiet this consumer's own input

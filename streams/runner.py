@@ -113,9 +113,6 @@ class GroupRunner(EventTimeMode):
         # A clock that can be told which input partitions' upstream writers all fell silent keeps
         # their jobs' time where the writers stopped (issue 32).
         self._tick_takes_upstream = self._tick is not None and "upstream" in inspect.signature(self._tick).parameters
-        # A handler that judges its sources' silence hears how far the upstream stage has handed on
-        # each of its input partitions (what has not been handed on may still be on its way).
-        self._on_delivered = getattr(handler, "on_delivered", None)
         self._on_assigned = getattr(handler, "on_assigned", None)
         # A handler whose state is kept per input partition hears which partitions left this
         # member or came to it from another (state rebuilt from retained input), not those a
@@ -367,8 +364,6 @@ class GroupRunner(EventTimeMode):
                     last_data = time.monotonic()
                 if self.merge is not None:
                     good = self._released(self._ordered(consumer, good), out)
-                    if self._on_delivered is not None:
-                        self._on_delivered(self.merge.delivered(time.time(), self._caught_up(consumer)))
                 self._handle_into(good, out)
                 if self._tick and time.monotonic() - last_tick >= self.tick_interval_s:
                     busy = self._tick_gate(consumer)

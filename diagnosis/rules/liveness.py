@@ -21,9 +21,6 @@ backlog). Now:
   exactly like its nodes dying, and in a large job it is a sixth of the job, under the share
   above (a node on a partition whose other nodes report on is judged alone as before; a node
   alone on its partition has no such evidence either way);
-- a node is judged alone only once the node stage upstream handed its telemetry partition on past
-  its silence (a starved or rebalancing node-stage member hands its nodes' beats on late: issue 32,
-  two healthy nodes evicted when a starved member's word lapsed while its peers' went on);
 - a node judged alone is evicted only on its peers' evidence.
 
 A node is judged only after it beat at least once (a job still starting is not silent).
@@ -76,8 +73,6 @@ class SilenceDetector:
         self.max_share = max_share
         self.book = book
         self.partition_of = partition_of  # node → its telemetry partition; None: no such evidence
-        # node → how far the stage upstream has handed on its telemetry (None: read directly)
-        self.delivered_through: Callable[[str], float] | None = None
         self._beats: dict[str, dict[str, _Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
@@ -132,8 +127,6 @@ class SilenceDetector:
                 if len(together) > limit:
                     out.append(self._group_alert(job, together, quiet, len(nodes), now))
                     continue
-                if self.delivered_through is not None and self.delivered_through(node) < beat.ts + self.grace_s:
-                    continue  # its partition is not yet handed on past its silence: its beats may be on the way
                 verdict, mates = self._partition_mates(node, beat, nodes, heard, now)
                 if verdict == "wait":
                     continue  # a partition mate may yet report past it: judged at a later tick

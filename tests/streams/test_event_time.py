@@ -446,20 +446,3 @@ def test_writers_all_silent_bind_by_their_last_words_not_the_partitions_data():
     assert m.release(62.0, {"s": True}) == ["a290"]
     m.add("s", 2, 299.0, "c299", 62.0)
     assert m.release(200.0, {"s": True}) == []  # C's last word (295) binds, not B's 200
-
-
-def test_delivered_says_how_far_each_upstream_input_partition_was_handed_on():
-    """The job stage's evidence that a node's telemetry reached it: per input partition of the node
-    stage, the furthest word of a writer in force that reads it; a partition whose writer's word
-    lapsed while others speak on is absent (its nodes' beats may be on their way: issue 32)."""
-    m = WatermarkMerge(max_idle_s=2.0, writer_ttl_s=15.0)
-    m.assign(["s"], 0.0)
-    assert m.delivered(0.0, {"s": True}) is None  # no writer: no such evidence
-    m.report("s", "A", 300.0, 0.0, 0.0, reads=["t:0", "t:1"], of=3)
-    m.report("s", "B", 200.0, 0.0, 0.0, reads=["t:2"], of=3)
-    assert m.delivered(1.0, {"s": True}) == {"t:0": 300.0, "t:1": 300.0, "t:2": 200.0}
-    m.report("s", "A", 330.0, 20.0, 20.0, reads=["t:0", "t:1"], of=3)  # B starved past the TTL
-    assert m.delivered(21.0, {"s": True}) == {"t:0": 330.0, "t:1": 330.0}
-    m.report("s", "A", 340.0, 25.0, 25.0, reads=["t:0", "t:1", "t:2"], of=3, idle=True)  # took t:2 over
-    assert m.delivered(26.0, {"s": True}) == {"t:0": float("inf"), "t:1": float("inf"), "t:2": float("inf")}
-    assert m.delivered(100.0, {"s": True}) == {"t:0": float("inf"), "t:1": float("inf"), "t:2": float("inf")}

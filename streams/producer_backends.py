@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
-from kafka.partitioner.default import murmur2
 
 from streams.config import KafkaSettings
 from streams.confluent_config import confluent_config, load_confluent
+from streams.topics import key_partition
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class KafkaPythonProducer:
             parts, by_key = known[topic]
             p = by_key.get(key)
             if p is None:
-                p = by_key[key] = parts[(murmur2(key) & 0x7FFFFFFF) % len(parts)]
+                p = by_key[key] = parts[key_partition(key, len(parts))]
             return p
 
         return partition

@@ -109,15 +109,20 @@ def copartition_problem(counts: dict[str, int]) -> str | None:
             f"`partitions` for every telemetry topic in the config file")
 
 
+def key_partition(key: bytes, count: int) -> int:
+    """The index of a keyed record's partition among ``count``: murmur2 of the key, the partitioner
+    of kafka-python and of confluent-kafka as configured (streams/producer_backends.py uses this)."""
+    from kafka.partitioner.default import murmur2  # kafka costs 0.1 s to import; not at start-up
+
+    return (murmur2(key) & 0x7FFFFFFF) % count
+
+
 @functools.lru_cache(maxsize=65536)
 def telemetry_partition(node: str, count: int = TELEMETRY_PARTITIONS) -> int:
-    """The partition number a node's telemetry lands on, of ``count``: the producers' partitioner
-    (murmur2 of the key, kafka-python's and confluent-kafka's as configured in
-    streams/producer_backends.py). Nodes that share it share a path to the node stage: they fall
-    silent together when the partition or its node-stage member stops (diagnosis/rules/liveness.py)."""
-    from kafka.partitioner.default import murmur2  # kafka costs 0.1 s to import; only silence needs it
-
-    return (murmur2(node.encode()) & 0x7FFFFFFF) % count
+    """The partition number a node's telemetry lands on, of ``count``. Nodes that share it share a
+    path to the node stage: they fall silent together when the partition or its node-stage member
+    stops (diagnosis/rules/liveness.py)."""
+    return key_partition(node.encode(), count)
 
 
 def topic_for(event: Envelope) -> str:

@@ -39,6 +39,7 @@ from streams.gc_policy import tune_for_streaming
 from streams.intake import Intake
 from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
+from streams.idle_stop import IdleStop
 from streams.runner_event_time import EventTimeMode
 # What handlers import from here (they were defined here first).
 from streams.runner_types import (  # noqa: F401
@@ -133,6 +134,10 @@ class GroupRunner(EventTimeMode):
                              EventClock(max_skew_s) if event_time else None, self.merge, watermark_of,
                              deferred_topics)
         self._paused: set[TopicPartition] = set()
+        # Set by an assignment: the client's pause flags may disagree with _paused (see
+        # _resync_pauses), mended by the loop before it reads on.
+        self._pauses_unsynced = False
+        self._assignments = 0  # how many assignments this member was given (a bounded run's idle count restarts)
         self._assigned_at: dict[TopicPartition, float] = {}
         self._unfetched_warned: set[TopicPartition] = set()
         # Rebalance callbacks that came on another thread than the loop's (kafka-python 3's IO
@@ -263,6 +268,7 @@ class GroupRunner(EventTimeMode):
         if self.rebuild_s > 0:
             self._to_rebuild |= set(assigned) - set(kept)
         self._hello = True
+        self._assignments += 1
         # the hello wipes this member's word downstream: its progress is said again
         self._announced = self._announced_idle = None
         self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
@@ -271,6 +277,7 @@ class GroupRunner(EventTimeMode):
             now = time.monotonic()
             self._assigned_at.update({tp: now for tp in assigned})
             self._unfetched_end.clear()
+            self._pauses_unsynced = True
         self.ready.set()
 
     def _revoked(self, revoked) -> None:
@@ -297,6 +304,18 @@ class GroupRunner(EventTimeMode):
         self._paused -= set(revoked)
         if dropped:
             log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
+
+    def _resync_pauses(self, consumer: Consumer) -> None:
+        """Resume every assigned partition this member does not hold paused. A revocation forgets
+        the pauses of the partitions it takes (their merge state goes with them), but kafka-python
+        3 keeps a partition's pause flag when the next assignment gives it straight back (an eager
+        rebalance revokes everything): such a partition was never fetched again, and a node-stage
+        member sat idle beside thousands of unread records for good (issue 32). Resuming a
+        partition that is not paused costs nothing with either client."""
+        self._pauses_unsynced = False
+        stale = [tp for tp in consumer.assignment() if tp not in self._paused]
+        if stale:
+            consumer.resume(*stale)
 
     def _rebuild(self, consumer: Consumer) -> None:
         """Seek partitions kept through a rebalance to where their handing on stopped, and newly
@@ -335,7 +354,11 @@ class GroupRunner(EventTimeMode):
         tune_for_streaming()
         self._loop_thread = threading.get_ident()
         self.consumer = consumer = self._consumer()
-        last_data = self._settled_at = time.monotonic()
+        self._settled_at = time.monotonic()
+        idle = IdleStop(idle_stop_s) if idle_stop_s is not None else None
+        if idle is not None:
+            idle.start(self._settled_at)
+        assignments = self._assignments
         last_tick = last_lag = 0.0
         try:
             while not self._stop.is_set():
@@ -345,6 +368,8 @@ class GroupRunner(EventTimeMode):
                     # what this poll brought of partitions no longer ours is their new owner's
                     owned = consumer.assignment()
                     polled = {tp: m for tp, m in polled.items() if tp in owned}
+                if self._pauses_unsynced:
+                    self._resync_pauses(consumer)
                 if self._to_rebuild or self._to_resume:
                     # Partitions just assigned are read from where they must start: what this poll
                     # brought of them comes again after the seek.
@@ -361,7 +386,6 @@ class GroupRunner(EventTimeMode):
                     good, dead = self.intake.split(polled)
                     out.extend(dead)
                     self.stats.dead_letters += len(dead)
-                    last_data = time.monotonic()
                 if self.merge is not None:
                     good = self._released(self._ordered(consumer, good), out)
                 self._handle_into(good, out)
@@ -384,11 +408,17 @@ class GroupRunner(EventTimeMode):
                     self.stats.lag = self._lag(consumer)
                 if max_records_total is not None and self.stats.records_in >= max_records_total:
                     break
-                if not self.ready.is_set() or (self._rebalancing is not None
-                                               and time.monotonic() - self._rebalancing < REBALANCE_IDLE_GRACE_S):
-                    last_data = time.monotonic()  # idle time counts from joining the group
-                elif idle_stop_s is not None and time.monotonic() - last_data >= idle_stop_s:
-                    break
+                if idle is None:
+                    continue
+                now = time.monotonic()
+                if (not self.ready.is_set() or assignments != self._assignments
+                        or (self._rebalancing is not None and now - self._rebalancing < REBALANCE_IDLE_GRACE_S)):
+                    assignments = self._assignments
+                    idle.start(now)  # idle time counts from joining the group, and from each assignment
+                else:
+                    idle.polled(now, bool(polled))
+                    if idle.due(now, lambda: self._drained(consumer)):
+                        break
             self._finish(consumer)
         finally:
             self._close()
@@ -475,6 +505,16 @@ class GroupRunner(EventTimeMode):
                 # A rebalance took the partitions away: the new owner re-reads from the last commit.
                 log.warning("commit failed (%s); those records will be delivered again", exc)
         return True
+
+    def _drained(self, consumer: Consumer) -> bool:
+        """Whether every partition of this member was read to its end, as far as the client can
+        tell (event time: the broker asked about partitions never fetched from). Mid-rebalance
+        the partitions the client still lists are no longer this member's to read."""
+        if self._rebalancing is not None:
+            return True
+        if self.merge is not None:
+            return all(self._caught_up(consumer).values())
+        return self._lag(consumer) == 0
 
     @staticmethod
     def _lag(consumer: Consumer) -> int:

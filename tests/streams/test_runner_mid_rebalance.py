@@ -107,7 +107,7 @@ class _JoiningConsumer(_MidJoinConsumer):
         pass
 
     def highwater(self, tp):
-        return None
+        return self._position  # read to the end
 
     def committed(self, tp):
         return None

@@ -1,0 +1,97 @@
+"""A partition the event-time runner paused, given straight back by a rebalance, is read to its
+end. An eager rebalance revokes every partition and the runner forgets their pauses with their
+merge state, while kafka-python 3 keeps a kept partition's pause flag: such a partition was never
+fetched again, and a node-stage member sat beside thousands of unread records (issue 32)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kafka.structs import TopicPartition
+
+from streams.config import KafkaSettings
+from streams.kafka_client import open_consumer
+from streams.runner import GroupRunner
+from tests.streams.test_runner import events, publish
+
+pytestmark = pytest.mark.broker
+
+N = 200
+
+
+def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_settings, group_name, fresh_topic):
+    topic, other = fresh_topic(partitions=1), fresh_topic(partitions=1)
+    sent = events(N)
+    publish(client_settings, topic, sent)
+    tp = TopicPartition(topic, 0)
+    seen: list[str] = []
+    paused, reassigned = threading.Event(), threading.Event()
+    runner: GroupRunner
+
+    def handle(records):
+        seen.extend(r.value.id for r in records)
+        if not paused.is_set():  # as the merge pauses a partition that runs ahead
+            runner.consumer.pause(tp)
+            runner._paused.add(tp)
+            paused.set()
+        return []
+
+    runner = GroupRunner(client_settings, group_name, [topic], handle, event_time=True, max_records=10)
+    real_to_resume, real_assigned = runner.merge.to_resume, runner._assigned
+    # kept paused until the rebalance; after it, the merge judges afresh
+    runner.merge.to_resume = lambda: real_to_resume() if reassigned.is_set() else set()
+
+    def assigned(partitions):
+        real_assigned(partitions)
+        if paused.is_set() and tp in partitions:
+            reassigned.set()
+
+    runner._assigned = assigned
+    member = threading.Thread(target=runner.run, kwargs={"handle_signals": False})
+    member.start()
+    joiner = open_consumer(client_settings, group_name)
+    try:
+        assert paused.wait(30) and 0 < len(seen) < N
+        # A second member of the group, reading another topic: the group rebalances (eagerly:
+        # every partition revoked), and the range assignor gives the runner its partition back.
+        joiner.subscribe([other])
+        deadline = time.monotonic() + 60
+        while not reassigned.is_set() and time.monotonic() < deadline:
+            joiner.poll(timeout_ms=100)
+        assert reassigned.is_set(), "no rebalance gave the partition back"
+        while len(seen) < N and time.monotonic() < deadline:
+            joiner.poll(timeout_ms=100)
+    finally:
+        runner.stop()
+        member.join(30)
+        joiner.close(autocommit=False)
+    assert seen == [e.id for e in sent], f"{len(seen)} of {N} read"
+
+
+class _Consumer:
+    def __init__(self, assigned):
+        self._assigned = set(assigned)
+        self.resumed: list[TopicPartition] = []
+
+    def assignment(self):
+        return self._assigned
+
+    def resume(self, *tps):
+        self.resumed.extend(tps)
+
+
+def test_an_assignment_resumes_what_the_runner_does_not_hold_paused():
+    runner = GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], lambda r: [], producer=object(),
+                         event_time=True)
+    kept, held = TopicPartition("t", 0), TopicPartition("t", 1)
+    runner._assigned([kept, held])
+    runner._paused = {kept}
+    runner._revoked([kept, held])  # an eager rebalance: everything revoked, the pause forgotten
+    runner._assigned([kept, held])
+    runner._paused.add(held)  # paused again since (the merge judged it ahead)
+    consumer = _Consumer([kept, held])
+    assert runner._pauses_unsynced
+    runner._resync_pauses(consumer)
+    assert consumer.resumed == [kept] and not runner._pauses_unsynced

@@ -200,7 +200,10 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         handler = handler if handler is not None else primed_handler(settings, replace(config, stage="job"), group)
         runner = GroupRunner(settings, group, [topics.SUMMARIES], handler, event_time=True, max_idle_s=max_idle_s,
                              decoders={topics.SUMMARIES: decode_bundled}, broadcast_topics=[JOBS_TOPIC],
-                             watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S)
+                             watermark_of=watermark_of, rebuild_s=JOB_REBUILD_S,
+                             # the node stage placed each event (its clock judged on the telemetry
+                             # topics); here a record's broker time is only when a member wrote it
+                             judge_clocks=False)
         return _learn_partitions(runner, handler), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")

@@ -50,10 +50,17 @@ class EventClock:
     batch before placing any of it, so the first records of a job are not placed on the word of
     whichever node happened to be read first."""
 
-    def __init__(self, max_skew_s: float = DEFAULT_MAX_SKEW_S) -> None:
+    def __init__(self, max_skew_s: float = DEFAULT_MAX_SKEW_S, *, judge_peers: bool = True) -> None:
         if max_skew_s <= 0:
             raise ValueError("max_skew_s must be positive")
         self.max_skew_s = max_skew_s
+        # Whether a node's clock is judged against its peers': only where a record's broker time is
+        # when its node sent it (the telemetry topics). On `summaries` it is when a node-stage
+        # member wrote it, and members read at different speeds (a backlog, a starved CPU): a
+        # fast member's nodes looked 829 s ahead of a slow one's, the job stage moved one node's
+        # beats back by that much, and evicted it as silent (issue 32). The node stage judged and
+        # placed those events already; only stamps from the future are still refused.
+        self.judge_peers = judge_peers
         self._nodes: dict[tuple[str, str], _NodeOffsets] = {}
         self._job_nodes: dict[str, list[_NodeOffsets]] = {}
         self._job_offset: dict[str, float] = {}
@@ -74,8 +81,9 @@ class EventClock:
         return ts > reference + self.max_skew_s
 
     def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
-        """Learn the offset of one event (no-op without a record time or for a stamp from the future)."""
-        if record_ts is None or self._from_future(ts, record_ts, wall_now):
+        """Learn the offset of one event (no-op without a record time or for a stamp from the future,
+        and where clocks are not judged against peers)."""
+        if not self.judge_peers or record_ts is None or self._from_future(ts, record_ts, wall_now):
             return
         offset = ts - record_ts
         entry = self._nodes.get((job, node))

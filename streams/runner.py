@@ -28,7 +28,6 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
@@ -41,6 +40,7 @@ from streams.kafka_client import Consumer, open_consumer
 from streams.producer import DeliveryError, Outgoing, Producer
 from streams.idle_stop import IdleStop
 from streams.runner_event_time import EventTimeMode
+from streams.runner_rebalance import RebalanceListener, RebalanceMode
 # What handlers import from here (they were defined here first).
 from streams.runner_types import (  # noqa: F401
     DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
@@ -49,8 +49,6 @@ from streams.runner_types import (  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-# How long after a rebalance a member announces no progress downstream.
-REBALANCE_SETTLE_S = 3.0
 # How long a rebalance holds off a bounded run's idle stop (see _rebalancing): joins on a healthy
 # broker take seconds; one not done by then is stuck (seen with kafka-python 3 on Tansu when the
 # only other member left mid-join), and the member stops, committing where its handing on stopped.
@@ -64,18 +62,7 @@ REBALANCE_IDLE_GRACE_S = 30.0
 COMMIT_INTERVAL_S = 0.5
 
 
-class _Assigned(ConsumerRebalanceListener):
-    def __init__(self, runner: "GroupRunner"):
-        self.runner = runner
-
-    def on_partitions_revoked(self, revoked) -> None:
-        self.runner._rebalance_event(False, revoked)
-
-    def on_partitions_assigned(self, assigned) -> None:
-        self.runner._rebalance_event(True, assigned)
-
-
-class GroupRunner(EventTimeMode):
+class GroupRunner(RebalanceMode, EventTimeMode):
     """Runs one consumer-group member until :meth:`stop`, SIGTERM/SIGINT, or a run limit."""
 
     def __init__(
@@ -93,6 +80,7 @@ class GroupRunner(EventTimeMode):
         event_time: bool = False,
         max_idle_s: float = 2.0,
         max_skew_s: float = DEFAULT_MAX_SKEW_S,
+        judge_clocks: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         broadcast_topics: Iterable[str] = (),
         watermark_of: Callable[[Record], WriterWord | None] | None = None,
@@ -131,7 +119,7 @@ class GroupRunner(EventTimeMode):
         self.consumer: Consumer | None = None
         self.merge: WatermarkMerge[Record] | None = WatermarkMerge(max_idle_s) if event_time else None
         self.intake = Intake(decoders, max_message_bytes, group, self.stats,
-                             EventClock(max_skew_s) if event_time else None, self.merge, watermark_of,
+                             EventClock(max_skew_s, judge_peers=judge_clocks) if event_time else None, self.merge, watermark_of,
                              deferred_topics)
         self._paused: set[TopicPartition] = set()
         # Set by an assignment: the client's pause flags may disagree with _paused (see
@@ -221,7 +209,7 @@ class GroupRunner(EventTimeMode):
     # --- the loop ---------------------------------------------------------------------------
     def _consumer(self) -> Consumer:
         consumer = open_consumer(self.settings, self.group, max_records=self.max_records)
-        consumer.subscribe(self.topics, listener=_Assigned(self))
+        consumer.subscribe(self.topics, listener=RebalanceListener(self))
         if self.broadcast_topics and self.merge is not None:
             self._broadcast = open_consumer(self.settings, None, max_records=self.max_records)
             parts = [TopicPartition(t, p) for t in self.broadcast_topics
@@ -232,119 +220,6 @@ class GroupRunner(EventTimeMode):
             now = time.monotonic()
             self._assigned_at.update({tp: now for tp in parts})
         return consumer
-
-    # --- rebalances -------------------------------------------------------------------------
-    def _rebalance_event(self, assigned: bool, partitions) -> None:
-        """A rebalance callback. confluent-kafka (and kafka-python 2) call it inside poll(), on the
-        loop's thread; kafka-python 3 calls it on its IO thread, beside the loop. There it is queued
-        and applied by the loop right after its next poll: run beside the loop, the bookkeeping raced
-        it (resume points taken from a merge the loop was changing), and a 36-job backlog lost a
-        node-stage member's heartbeats across a rebalance (issue 32; none with confluent-kafka)."""
-        if self._loop_thread is None or threading.get_ident() == self._loop_thread:
-            (self._assigned if assigned else self._revoked)(partitions)
-        else:
-            self._rebalance_queue.append((assigned, list(partitions)))
-
-    def _apply_rebalances(self) -> bool:
-        """Apply the rebalance callbacks queued by another thread, in order; whether there were any."""
-        applied = False
-        while self._rebalance_queue:
-            assigned, partitions = self._rebalance_queue.popleft()
-            (self._assigned if assigned else self._revoked)(partitions)
-            applied = True
-        return applied
-
-    def _assigned(self, assigned) -> None:
-        if self._on_assigned is not None:
-            self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
-        kept = {tp: self._resume_at[tp] for tp in assigned if tp in self._resume_at}
-        self._resume_at.clear()
-        self._rebalancing = None
-        self._to_resume.update(kept)
-        moved = (self._revoked_last - set(assigned)) | (set(assigned) - set(kept))
-        self._revoked_last = set()
-        if self._on_moved is not None and moved:
-            self._on_moved(moved)
-        if self.rebuild_s > 0:
-            self._to_rebuild |= set(assigned) - set(kept)
-        self._hello = True
-        self._assignments += 1
-        # the hello wipes this member's word downstream: its progress is said again
-        self._announced = self._announced_idle = None
-        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
-        if self.merge is not None:
-            self.merge.assign(assigned, time.time())
-            now = time.monotonic()
-            self._assigned_at.update({tp: now for tp in assigned})
-            self._unfetched_end.clear()
-            self._pauses_unsynced = True
-        self.ready.set()
-
-    def _revoked(self, revoked) -> None:
-        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
-        if self._rebalancing is None:
-            self._rebalancing = time.monotonic()
-        unbuilt = self._to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
-        self._to_rebuild -= set(revoked)
-        self._revoked_last |= set(revoked)
-        if self.merge is None or not revoked:
-            return
-        for tp in revoked:
-            # Where this member's handing on stopped: the first record still held, or the next
-            # one to read (or a resume still pending, when nothing was read since).
-            held = self.merge.lowest_held_offset(tp)
-            pending = self._to_resume.pop(tp, None)
-            read_to = self._next_offset.pop(tp, pending)
-            at = held if held is not None else read_to
-            if at is not None and tp not in unbuilt:
-                self._resume_at[tp] = at
-        # What is held goes back to the partition's next owner: the commit stays below it (see
-        # _commit_handed_on). A listener may not block on the broker, so nothing is committed here.
-        dropped = self.merge.revoke(revoked)
-        self._paused -= set(revoked)
-        if dropped:
-            log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
-
-    def _resync_pauses(self, consumer: Consumer) -> None:
-        """Resume every assigned partition this member does not hold paused. A revocation forgets
-        the pauses of the partitions it takes (their merge state goes with them), but kafka-python
-        3 keeps a partition's pause flag when the next assignment gives it straight back (an eager
-        rebalance revokes everything): such a partition was never fetched again, and a node-stage
-        member sat idle beside thousands of unread records for good (issue 32). Resuming a
-        partition that is not paused costs nothing with either client."""
-        self._pauses_unsynced = False
-        stale = [tp for tp in consumer.assignment() if tp not in self._paused]
-        if stale:
-            consumer.resume(*stale)
-
-    def _rebuild(self, consumer: Consumer) -> None:
-        """Seek partitions kept through a rebalance to where their handing on stopped, and newly
-        assigned ones back by ``rebuild_s`` (see __init__); runs in the loop, where the consumer
-        may block on the broker."""
-        resume, self._to_resume = self._to_resume, {}
-        for tp, offset in resume.items():
-            if tp in consumer.assignment():
-                consumer.seek(tp, offset)
-        parts, self._to_rebuild = [tp for tp in self._to_rebuild if tp in consumer.assignment()], set()
-        if not parts:
-            return
-        since_ms = int((time.time() - self.rebuild_s) * 1000)
-        try:
-            found = consumer.offsets_for_times({tp: since_ms for tp in parts})
-        except (KafkaError, ValueError) as exc:  # a broker without timestamp lookups
-            log.warning("cannot rebuild state from retained input (%s); starting from the commit", exc)
-            return
-        committed = {tp: consumer.committed(tp) for tp in parts}
-        first = consumer.beginning_offsets(parts)
-        for tp in parts:
-            # Where the group left off (the start, for a group that never committed)...
-            base = committed[tp] if committed[tp] is not None else first.get(tp, 0)
-            at = found.get(tp)
-            # ... or earlier, by `rebuild_s` of broker time.
-            start = min(at.offset, base) if at is not None else base
-            consumer.seek(tp, start)
-            if start < base:
-                log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, base - start)
 
     # --- the run ----------------------------------------------------------------------------
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,

@@ -26,13 +26,16 @@ def watch_xids(nvml: Any, count: Callable[[], int], stop: threading.Event, publi
         log.info("NVML Xid events not available: %s", exc)
         return
     registered = 0
-    for index in range(count()):
+    gpus = count()
+    for index in range(gpus):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
             registered += 1
         except nvml.NVMLError as exc:
             log.info("GPU %d: no Xid events (%s)", index, exc)
+    # Said once at start: a node whose GPUs refuse registration has no Xid events but its kernel log's.
+    log.info("NVML Xid events: watching %d of %d GPU(s)", registered, gpus)
     timeout = getattr(nvml, "NVML_ERROR_TIMEOUT", None)
     try:
         while registered and not stop.is_set():

@@ -84,6 +84,13 @@ def _cmdline(proc: psutil.Process) -> str:
         return ""
 
 
+def _ancestors(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.Error:
+        return set()
+
+
 def _topmost(procs: list[psutil.Process]) -> list[psutil.Process]:
     """Drop processes whose ancestor is in the list too: a rank's DataLoader workers carry the
     rank's environment and command line, but the rank is the parent."""
@@ -125,11 +132,15 @@ def find_training_processes(*, launcher_pid: int | None = None, proc_pattern: st
                 candidates = []
     elif proc_pattern:
         regex = re.compile(proc_pattern)
+        # What the agent runs under (`timeout`, a shell, sudo) holds the pattern in its own command
+        # line: seen on a real node (docs/real_gpu.md), its wrapper was reported as the training
+        # process until the trainer started. Such a process is skipped unless it carries a rank.
+        wrappers = _ancestors(me)
         for p in psutil.process_iter():
             if p.pid == me:
                 continue
             line = _cmdline(p)
-            if line and regex.search(line):
+            if line and regex.search(line) and not (p.pid in wrappers and _rank_of(p, rank_env) is None):
                 candidates.append(p)
         # `torchrun train.py` matches "train.py" as well as its workers do: when some matches
         # carry a rank, those are the training processes.

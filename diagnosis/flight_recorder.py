@@ -15,6 +15,13 @@ torch 2.13's gloo recorder (tests/fixtures/stacks/recorder/):
 * point-to-point ops may be missing (gloo does not record them) or carry ``is_p2p`` and their own
   ``p2p_seq_id``: they are left out, collective numbering says nothing about them.
 
+Seen on torch 2.11 + NCCL 2.28.9 on an H100 (tests/fixtures/real_gpu/gpu40/, docs/real_gpu.md):
+the NCCL recorder (``_dump_nccl_trace_json`` / ``_dump_nccl_trace``, and the file of
+``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` on a watchdog timeout) names groups "0", "1", ... with an
+empty desc (no "default_pg", so ``world`` stays empty and pg_config's ``ranks`` tell the members);
+the collective stuck behind the timeout is ``state: "scheduled", retired: false``; JSON gives
+pg_status numbers as strings, the pickle as ints. Entries of a group without a name are skipped.
+
 Pure: text or bytes in, :class:`RecorderDump` out, :class:`BadRecorderDump` for anything else.
 """
 
@@ -131,7 +138,10 @@ def _entry(e: Any) -> RecordedCollective | None:
     pg = e.get("process_group")
     name = pg[0] if isinstance(pg, (list, tuple)) and pg else None
     seq = _int(e.get("collective_seq_id"))
-    if not isinstance(name, str) or seq is None:
+    # An unnamed group cannot be matched across ranks: torch 2.11's CPU recorder of an NCCL job held
+    # only such entries (the gloo helper of TORCH_DISTRIBUTED_DEBUG=DETAIL, process_group ["", ""],
+    # two pg_ids under one empty name: tests/fixtures/real_gpu/gpu40/fr_cpu.json).
+    if not isinstance(name, str) or not name or seq is None:
         return None
     op = str(e.get("profiling_name", "")).split(":", 1)[-1]
     sizes = e.get("input_sizes")

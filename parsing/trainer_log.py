@@ -42,9 +42,11 @@ _SEQ = re.compile(r"SeqNum=(\d+)")
 _OP = re.compile(r"OpType=(\w+)")
 _TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
 _NUMEL = re.compile(r"Numel(In|Out)=(\d+)")
+# torch 2.11 (tests/fixtures/real_gpu/gpu40): "failure detected by watchdog at work sequence id: 2 PG status:
+# last enqueued work: 2, last completed work: 1"; older torch: "Timeout at NCCL work: 2, last enqueued NCCL work: ...".
 _LAST_WORK = re.compile(
-    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<work>-?\d+), last enqueued NCCL work: (?P<enq>-?\d+), "
-    r"last completed NCCL work: (?P<done>-?\d+)"
+    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (?P<work>-?\d+),? (?:PG status: )?"
+    r"last enqueued (?:NCCL )?work: (?P<enq>-?\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
 )
 _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
 

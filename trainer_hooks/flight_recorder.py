@@ -46,11 +46,23 @@ def dump(max_bytes: int = MAX_BYTES) -> BoundedDump | None:
     try:
         if not torch.distributed.is_available() or not torch.distributed.is_initialized():
             return None
-        raw = torch._C._distributed_c10d._dump_fr_trace_json()
+        raw = _raw_dump(torch)
     except Exception as exc:  # an older torch, or a backend without a recorder: nothing to add
         log.debug("no flight recorder dump: %s", exc)
         return None
     return bound(raw.decode() if isinstance(raw, bytes) else raw, max_bytes)
+
+
+def _raw_dump(torch) -> str | bytes:
+    """The recorder of the job's collectives. torch keeps two: NCCL's (``_dump_nccl_trace_json``)
+    and the CPU one (``_dump_fr_trace_json``: gloo groups). On torch 2.11 + NCCL the CPU one held
+    none of the job's NCCL collectives, only the gloo helper of TORCH_DISTRIBUTED_DEBUG=DETAIL
+    (tests/fixtures/real_gpu/gpu40/fr_cpu.json), so an NCCL job is dumped from NCCL's."""
+    c10d = torch._C._distributed_c10d
+    nccl = getattr(c10d, "_dump_nccl_trace_json", None)
+    if nccl is not None and "nccl" in str(torch.distributed.get_backend()).lower():
+        return nccl(includeCollectives=True, onlyActive=False)
+    return c10d._dump_fr_trace_json()
 
 
 def bound(text: str, max_bytes: int = MAX_BYTES) -> BoundedDump | None:

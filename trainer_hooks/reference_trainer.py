@@ -1,5 +1,8 @@
 """A small torch job that obeys faultlens: data-parallel MLP on gloo (CPU) with fault injection.
 
+``--device cuda`` trains on the rank's GPU (``cuda:LOCAL_RANK``) over NCCL instead: the same job
+on real hardware, for captures such as docs/real_gpu.md's py-spy dump of a CUDA trainer.
+
 Run under trainer_hooks.launcher, which sets the torch.distributed variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) and the faultlens ones (FAULTLENS_JOB, FAULTLENS_NODE, FAULTLENS_NODES,
 FAULTLENS_BOOTSTRAP, FAULTLENS_ATTEMPT, FAULTLENS_RESUME, FAULTLENS_VERIFY_KEY, FAULTLENS_STATE_DIR).
@@ -55,7 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every N steps")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size claimed in the topology")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size claimed in the topology")
-    p.add_argument("--pg-timeout", type=float, default=600.0, help="gloo collective timeout, seconds")
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="collective timeout, seconds")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default: gloo) or cuda (the GPU of LOCAL_RANK, over NCCL; one GPU per rank)")
     p.add_argument("--nan-at", type=int, default=None, help="loss becomes NaN from this step")
     p.add_argument("--hang-rank", type=int, default=None, help="this rank blocks forever ...")
     p.add_argument("--hang-at", type=int, default=None, help="... from this step")
@@ -168,8 +173,16 @@ def main(argv: list[str] | None = None) -> int:
                                              "client_id": f"trainer-{job}-{rank}"})
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
 
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
+    device = torch.device(args.device if args.device == "cpu" else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        # device_id binds the group to this GPU up front (NCCL would otherwise guess it at the first barrier).
+        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout),
+                                device_id=device)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
     model, opt, poet_config = build(args)
+    model.to(device)
 
     start = 0
     target = choose_resume(args.ckpt_dir, os.environ.get("FAULTLENS_RESUME", "latest"))
@@ -217,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(args.crash_error or f"injected crash on rank {rank} at step {step}")
             if inject and rank == args.hang_rank and args.hang_at is not None and step >= args.hang_at:
                 stuck_in_all_gather_into_tensor(step)
-            x, y = batch(step, rank)
+            x, y = (t.to(device) for t in batch(step, rank))
             loss, grad_norm = train_step(model, opt, x, y, world,
                                          poison=inject and args.nan_at is not None and step >= args.nan_at)
             if replay_steps is not None and not math.isfinite(loss):

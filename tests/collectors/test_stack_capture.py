@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 from collectors.command_listener import StackCaptureSource
 from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
@@ -214,3 +219,21 @@ def test_py_spy_unresponsive_is_killed_with_its_children_and_answered_as_timed_o
     assert "did not finish within 0.5s" in results[0].dump and "capture's deadline of 0.8s" in results[2].dump
     event = dump_event(results[0], job="j", node="n", request_id="req")
     assert event.data["timed_out"] is True and event.data["ok"] is False and event.data["rank"] == 0
+
+
+def test_the_process_the_agent_runs_under_is_no_training_process():
+    """`timeout 100 faultlens collect --proc-pattern X` (docs/real_gpu.md): the wrapper's command line
+    holds the pattern; only the real training process is found."""
+    marker = f"wrapped-agent-{uuid.uuid4().hex}"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker], env=env)
+    try:
+        agent = ("import json; from collectors.stack_capture import find_training_processes as f; "
+                 f"print(json.dumps([p.pid for p in f(proc_pattern={marker!r})]))")
+        wrapper = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {agent!r}]))"
+        out = subprocess.run([sys.executable, "-c", wrapper, marker], capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert json.loads(out.stdout) == [trainer.pid]
+    finally:
+        trainer.kill()
+        trainer.wait()

@@ -59,3 +59,29 @@ def test_without_a_process_group_the_hook_sends_its_stacks_alone():
     hook.publish_stacks("req-1")
     kinds = [(e.source, e.kind) for e in producer.sent]
     assert kinds == [("stack", "stack_dump")]  # no process group in this test process: nothing recorded
+
+
+class _FakeTorch:
+    """torch as the hook reads it, with the two recorders torch 2.11 keeps (real dumps of an NCCL job)."""
+
+    def __init__(self, backend: str):
+        fixtures = ROOT / "tests" / "fixtures" / "real_gpu" / "gpu40"
+        nccl, cpu = (fixtures / "fr_nccl.json").read_bytes(), (fixtures / "fr_cpu.json").read_bytes()
+        dist = type("dist", (), {"is_available": staticmethod(lambda: True), "is_initialized": staticmethod(lambda: True),
+                                 "get_backend": staticmethod(lambda: backend)})
+        c10d = type("c10d", (), {"_dump_nccl_trace_json": staticmethod(lambda **kw: nccl),
+                                 "_dump_fr_trace_json": staticmethod(lambda **kw: cpu)})
+        self.distributed = dist
+        self._C = type("C", (), {"_distributed_c10d": c10d})
+
+
+@pytest.mark.parametrize("backend, ops", [("nccl", {"nccl:all_reduce", "nccl:broadcast", "nccl:all_gather"}),
+                                          ("gloo", {"gloo:all_gather"})])
+def test_an_nccl_job_is_dumped_from_the_nccl_recorder(monkeypatch, backend, ops):
+    from trainer_hooks import flight_recorder
+
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(backend))
+    got = flight_recorder.dump()
+    entries = json.loads(got.text)["entries"]
+    assert ops <= {e["profiling_name"] for e in entries}
+    assert got.entries == len(entries) == (10 if backend == "nccl" else 20)

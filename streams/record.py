@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from streams import topics
@@ -79,8 +79,10 @@ def collect(settings: KafkaSettings, topics: Iterable[str] = DEFAULT_TOPICS, *, 
 
 
 def topology_first(events: list[Envelope]) -> list[Envelope]:
-    """Move each job's first topology before the job's first event when the recording began after
-    a swap (the compacted topic kept only a later topology): every localiser needs it first."""
+    """Move each job's first topology before the job's first event, stamped at that event's time:
+    the recording began after a swap (the compacted topic kept only a later topology), or the
+    agents published before the trainer did (they start first). Every localiser needs it first,
+    and a trace is in time order (moved with its own later time, the trace could not be written)."""
     first_event: dict[str, int] = {}
     first_topo: dict[str, int] = {}
     for i, e in enumerate(events):
@@ -93,7 +95,7 @@ def topology_first(events: list[Envelope]) -> list[Envelope]:
     out: list[Envelope] = []
     insert_at: dict[int, list[Envelope]] = {}
     for src, dst in moves.items():
-        insert_at.setdefault(dst, []).append(events[src])
+        insert_at.setdefault(dst, []).append(replace(events[src], ts=events[dst].ts))
     for i, e in enumerate(events):
         out.extend(insert_at.get(i, ()))
         if i not in moves:

@@ -138,7 +138,7 @@ class PoetLinear(nn.Module):
         self.perm_in = torch.randperm(self.in_features, generator=g)
         self.inv_out, self.inv_in = torch.argsort(self.perm_out), torch.argsort(self.perm_in)
 
-    def _apply(self, w0: torch.Tensor, g_out: torch.Tensor, g_in: torch.Tensor) -> torch.Tensor:
+    def _rotated(self, w0: torch.Tensor, g_out: torch.Tensor, g_in: torch.Tensor) -> torch.Tensor:
         w = rotate_rows(g_out, self.perm_out, self.inv_out, w0)
         # W·P = (Pᵀ·Wᵀ)ᵀ and Pᵀ = Πᵀ·Gᵀ·Π
         return rotate_rows(g_in.transpose(1, 2), self.perm_in, self.inv_in, w.t()).t()
@@ -150,7 +150,7 @@ class PoetLinear(nn.Module):
                 cayley(skew(self.q_in.to(dtype), self.b_in), terms))
 
     def weight(self) -> torch.Tensor:
-        return self._apply(self.weight0, *self.rotations())
+        return self._rotated(self.weight0, *self.rotations())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight(), self.bias)
@@ -173,7 +173,7 @@ class PoetLinear(nn.Module):
     def merge(self, redraw: bool = True) -> None:
         """W0 ← R·W0·P with the exact rotations, in float64; then Q ← 0 and (``redraw``) new
         permutations. An early merge keeps the blocks, so the optimiser's moments still fit them."""
-        merged = self._apply(self.weight0.to(torch.float64), *self.rotations(exact=True, dtype=torch.float64))
+        merged = self._rotated(self.weight0.to(torch.float64), *self.rotations(exact=True, dtype=torch.float64))
         self.weight0.copy_(merged.to(torch.float32))
         self.q_out.zero_()
         self.q_in.zero_()

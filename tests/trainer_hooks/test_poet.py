@@ -117,3 +117,14 @@ def test_bad_configs_are_refused():
         poet.PoetConfig(init="xavier")
     with pytest.raises(ValueError, match="needs a model reparameterised"):
         poet.make_optimizer(torch.nn.Linear(2, 2), "poet", 1e-3)
+
+
+def test_a_poet_model_moves_between_devices_and_dtypes():
+    # nn.Module.to() goes through Module._apply: a layer method of that name broke `model.to(device)`,
+    # which the reference trainer calls for --device (found when the POET broker test ran after it).
+    model = mlp()
+    layers = poet.reparameterise(model, poet.PoetConfig(block_size=16), exclude=("6",))
+    before = [l.weight().detach().clone() for l in layers]
+    model.to("cpu").to(torch.float64).to(torch.float32)
+    assert all(l.weight0.dtype == torch.float32 for l in layers)
+    assert all(torch.allclose(l.weight().detach(), w) for l, w in zip(layers, before))

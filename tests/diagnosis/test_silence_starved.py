@@ -6,21 +6,17 @@ test running beside this one too.)"""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 
 from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
 
-pytestmark = [
-    pytest.mark.broker,
-    # Under the full suite's load this check still fails now and then (issue 32 is open on it; see
-    # bench/results_silence.md, "Starved members, third session"): a starved node-stage member's
-    # `--idle-stop` takes a poll that brought nothing for idleness and leaves its backlog half read.
-    pytest.mark.skipif(os.environ.get("FAULTLENS_LOAD_TESTS") != "1",
-                       reason="a load test of issue 32: FAULTLENS_LOAD_TESTS=1 runs it"),
-]
+# Gated until the fourth session (bench/results_silence.md, "Starved members, fourth session"): three
+# causes of healthy evictions under starvation found and fixed (an idle stop after one slow loop,
+# pause flags kept through a rebalance, clocks judged on `summaries`); passed 3 of 3 since, one of
+# them beside the full suite.
+pytestmark = pytest.mark.broker
 
 
 def _burn(stop: threading.Event) -> None:

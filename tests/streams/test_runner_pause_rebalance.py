@@ -12,8 +12,8 @@ import pytest
 from kafka.structs import TopicPartition
 
 from streams.config import KafkaSettings
-from streams.kafka_client import open_consumer
 from streams.runner import GroupRunner
+from streams.runner_rebalance import RebalanceListener
 from tests.streams.test_runner import events, publish
 
 pytestmark = pytest.mark.broker
@@ -32,10 +32,16 @@ def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_s
 
     def handle(records):
         seen.extend(r.value.id for r in records)
-        if not paused.is_set():  # as the merge pauses a partition that runs ahead
+        if not paused.is_set():
+            # as the merge pauses a partition that runs ahead...
             runner.consumer.pause(tp)
             runner._paused.add(tp)
             paused.set()
+            # ... when the group rebalances: the member subscribes to one more topic, so it joins
+            # again (eagerly: every partition revoked) and is given its partition straight back.
+            # Alone in its group: a second member's join can leave this one in a rebalance's limbo
+            # on Tansu, which is not what this test is about.
+            runner.consumer.subscribe([topic, other], listener=RebalanceListener(runner))
         return []
 
     runner = GroupRunner(client_settings, group_name, [topic], handle, event_time=True, max_records=10)
@@ -51,22 +57,15 @@ def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_s
     runner._assigned = assigned
     member = threading.Thread(target=runner.run, kwargs={"handle_signals": False})
     member.start()
-    joiner = open_consumer(client_settings, group_name)
     try:
         assert paused.wait(30) and 0 < len(seen) < N
-        # A second member of the group, reading another topic: the group rebalances (eagerly:
-        # every partition revoked), and the range assignor gives the runner its partition back.
-        joiner.subscribe([other])
+        assert reassigned.wait(60), "no rebalance gave the partition back"
         deadline = time.monotonic() + 60
-        while not reassigned.is_set() and time.monotonic() < deadline:
-            joiner.poll(timeout_ms=100)
-        assert reassigned.is_set(), "no rebalance gave the partition back"
         while len(seen) < N and time.monotonic() < deadline:
-            joiner.poll(timeout_ms=100)
+            time.sleep(0.1)
     finally:
         runner.stop()
         member.join(30)
-        joiner.close(autocommit=False)
     assert seen == [e.id for e in sent], f"{len(seen)} of {N} read"
 
 

@@ -198,7 +198,10 @@ class WatermarkMerge(Generic[T]):
                 covered |= reads
             if len(covered) < state.of:
                 return float("-inf")  # an input partition whose writer has not spoken yet
-        busy = [w for w, _, _, idle in live if not idle]
+        # A writer that says it is behind has input still to read, whatever it says of idleness: a
+        # member revoked mid-rebalance has an empty merge, "idle", and its word let one member's
+        # records run 220 s past the other's (issue 32, starved).
+        busy = [w for w, _, behind, idle in live if behind or not idle]
         if busy:
             return min(busy)
         # Every writer idle: nothing more is on its way; what is held goes as far as it reaches.

@@ -190,7 +190,11 @@ class EventTimeMode:
         if self._hello:
             self._hello = False
             hello = list(self.on_progress(float("-inf"), self._reads(), True, False))
-        if time.monotonic() < self._settle_until:
+        if time.monotonic() < self._settle_until or self._rebalancing is not None:
+            # Revoked and not yet given partitions again: its merge is empty ("idle") and the
+            # client still lists the old assignment as what it reads. Said then, that word let the
+            # job stage take one member's records for all there was (issue 32, starved: a join
+            # that took 8 s on a starved host). Silent, its last word before the rebalance binds.
             return hello
         progress, idle = self.merge.progress, self.merge.idle
         if progress is None and not idle:
@@ -204,7 +208,8 @@ class EventTimeMode:
             self._announced = progress
         self._announced_idle, self._announced_wall = idle, time.monotonic()
         said = self._announced if self._announced is not None else float("-inf")
-        return hello + list(self.on_progress(said, self._reads(), self._behind(), idle))
+        behind = self._behind()
+        return hello + list(self.on_progress(said, self._reads(), behind, idle and not behind))
 
     def _behind(self, caught_up: dict[TopicPartition, bool] | None = None) -> bool:
         """Whether this member is reading a backlog: some partition has unread input and what was

@@ -68,6 +68,13 @@ class Outcome:
         return acting(self.live) - acting(self.case.offline)
 
     @property
+    def extra_details(self) -> list[str]:
+        """What each extra acting diagnosis said (a failure must explain itself from CI's log)."""
+        extra = self.extra
+        return [f"{d.fault} {d.nodes} {d.action}: {d.detail}" for d in self.live
+                if any(d.fault == e[0] and tuple(d.nodes) == e[1] for e in extra)]
+
+    @property
     def healthy_evicted(self) -> set[str]:
         return {n for d in self.live if d.action in EVICTING for n in d.nodes} - self.case.culprits
 
@@ -148,7 +155,8 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
 def assert_as_offline(outcomes: list[Outcome]) -> None:
     """No healthy machine evicted, the acting diagnoses the offline ones, and the end of every
     stream named (as the job's or the pipeline's, never a machine's)."""
-    report = [(o.case.name, sorted(o.missing), sorted(o.extra), sorted(o.healthy_evicted)) for o in outcomes]
+    report = [(o.case.name, sorted(o.missing), sorted(o.extra), sorted(o.healthy_evicted), o.extra_details)
+              for o in outcomes]
     assert all(not o.healthy_evicted for o in outcomes), report
     assert all(not o.missing and not o.extra for o in outcomes), report
     assert all(any(d.fault == "telemetry_lost" for d in o.live) for o in outcomes), report

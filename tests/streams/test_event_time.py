@@ -446,3 +446,17 @@ def test_writers_all_silent_bind_by_their_last_words_not_the_partitions_data():
     assert m.release(62.0, {"s": True}) == ["a290"]
     m.add("s", 2, 299.0, "c299", 62.0)
     assert m.release(200.0, {"s": True}) == []  # C's last word (295) binds, not B's 200
+
+
+def test_a_writer_that_says_it_is_behind_holds_back_whatever_it_says_of_idleness():
+    """A member revoked mid-rebalance has an empty merge, so "idle", while its input is unread: a
+    word saying both must hold the partition at its progress, not hand on the other writer's
+    records past it (issue 32: 220 s of one member's records ran past the other's)."""
+    m = WatermarkMerge(max_idle_s=100, writer_ttl_s=15)
+    m.assign(["s"], 0.0)
+    m.report("s", "A", 50.0, 0.0, reads=["t:0"], of=2, behind=True, idle=True)
+    m.report("s", "B", 300.0, 0.0, reads=["t:1"], of=2, idle=True)
+    m.add("s", 0, 80.0, "B's record at 80", 0.0)
+    assert m.release(1.0, {"s": True}) == []
+    m.report("s", "A", 90.0, 2.0, reads=["t:0"], of=2, behind=True)
+    assert m.release(2.0, {"s": True}) == ["B's record at 80"]

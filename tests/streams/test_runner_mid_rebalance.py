@@ -142,3 +142,33 @@ def test_a_join_that_never_completes_still_ends_a_bounded_run(monkeypatch):
     runner.run(idle_stop_s=0.2, handle_signals=False)
     assert not consumer.joined_again
     assert consumer.commits[-1] == {TP: 10}
+
+
+def test_a_member_between_revocation_and_assignment_says_nothing_downstream():
+    """Revoked and not yet given partitions again, a member's merge is empty, so "idle", while the
+    client still lists its old assignment as what it reads: said downstream, that word let the
+    job stage take the other member's records for all there was, 220 s of event time past this
+    one's, and a node of this member's was evicted as silent (issue 32, starved on CI). Silent
+    until its next assignment, its last word before the rebalance binds; then it says hello."""
+    words: list[tuple] = []
+    runner = GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], lambda records: [],
+                         producer=_NoProducer(), event_time=True,
+                         on_progress=lambda *word: words.append(word) or [])
+    now = time.time()
+    runner._assigned([TP])
+    runner._settle_until = 0.0
+    runner.merge.add(TP, 0, 100.0, None, wall_now=now)
+    runner.merge.release(now + 0.5, {TP: True})
+    runner._announce()
+    assert words[-1][0] == 100.0 and words[-1][3] is False  # progress, busy
+    runner._revoked([TP])
+    runner._settle_until = 0.0  # a join that outlasts the settling time (8 s on a starved host)
+    runner.merge.release(now + 20, {TP: True})
+    assert runner.merge.idle  # what it would have said
+    said = len(words)
+    runner._announced_wall = 0.0  # a second and more since its last word
+    runner._announce()
+    assert words[said:] == []
+    runner._assigned([TP])
+    runner._announce()
+    assert words[said][0] == float("-inf")  # the hello: its earlier words no longer hold

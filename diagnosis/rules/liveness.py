@@ -21,7 +21,9 @@ backlog). Now:
   exactly like its nodes dying, and in a large job it is a sixth of the job, under the share
   above (a node on a partition whose other nodes report on is judged alone as before; a node
   alone on its partition has no such evidence either way);
-- a node judged alone is evicted only on its peers' evidence.
+- a node judged alone is evicted only on its peers' evidence, and only once every node that last
+  reported within a grace period after it has crossed that period too (then they stopped
+  together) or reported past it (then it is its peers' word): at most one beat interval later.
 
 A node is judged only after it beat at least once (a job still starting is not silent).
 

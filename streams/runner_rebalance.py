@@ -113,10 +113,11 @@ class RebalanceMode:
     def _resync_pauses(self, consumer: Consumer) -> None:
         """Resume every assigned partition this member does not hold paused. A revocation forgets
         the pauses of the partitions it takes (their merge state goes with them), but kafka-python
-        3 keeps a partition's pause flag when the next assignment gives it straight back (an eager
-        rebalance revokes everything): such a partition was never fetched again, and a node-stage
-        member sat idle beside thousands of unread records for good (issue 32). Resuming a
-        partition that is not paused costs nothing with either client."""
+        3 and librdkafka both keep a partition's pause flag when the next assignment gives it
+        straight back (an eager rebalance revokes everything): such a partition was never fetched
+        again, and a node-stage member sat idle beside thousands of unread records for good
+        (issue 32). Resuming a partition that is not paused costs nothing with either client;
+        librdkafka takes a resume of one it has not started yet (its flag is cleared)."""
         self._pauses_unsynced = False
         stale = [tp for tp in consumer.assignment() if tp not in self._paused]
         if stale:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,48 @@ def client_settings(request, kafka_settings) -> KafkaSettings:
     if request.param == "confluent" and not confluent_available():
         pytest.skip("confluent-kafka is not installed (pip install 'faultlens[fast]')")
     return dataclasses.replace(kafka_settings, client=request.param)
+
+
+def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | None, predicate, *,
+                     timeout_s: float = 30.0) -> list:
+    """The records of ``job`` on ``topic`` (as :func:`job_records` reads them) once
+    ``predicate(records)`` holds, or all of them read by ``timeout_s``: everything that was on the
+    topic when the wait began, then what comes, each record read once.
+
+    One reader for the whole wait. test_agent_e2e re-read the topic from its start every few
+    seconds, each read cut off after 3 s: on a session broker whose telemetry.nccl other tests had
+    filled, on a loaded machine, no read reached the end, and the test failed with "no
+    nccl_timeout within 30 s" though the agent had sent it within a second (200k records and four
+    CPU burners on 2 cores: a 3 s read got 66-107k of them; read once, the event came in 10 s)."""
+    from kafka.structs import TopicPartition
+
+    from streams.events import InvalidEvent
+    from streams.kafka_client import open_consumer
+
+    deadline = time.monotonic() + timeout_s
+    out: list = []
+    consumer = open_consumer(settings, None)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        # What was there when the wait began is read before the predicate is asked: a test
+        # judges the latest record it waited for, not an early one that happened to come first.
+        first = consumer.beginning_offsets(parts)
+        behind = {tp: end for tp, end in consumer.end_offsets(parts).items() if end > first.get(tp, 0)}
+        while time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                for r in records:
+                    try:
+                        value = decoder(r.value)
+                    except InvalidEvent:
+                        continue
+                    if job is None or value.job == job:
+                        out.append(value)
+                if tp in behind and records[-1].offset + 1 >= behind[tp]:
+                    del behind[tp]
+            if not behind and predicate(out):
+                break
+    finally:
+        consumer.close()
+    return out

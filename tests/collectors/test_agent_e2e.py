@@ -9,7 +9,7 @@ import uuid
 import orjson
 import pytest
 
-from tests.kafka_fixtures import job_records
+from tests.kafka_fixtures import wait_for_records
 
 from collectors.agent import Agent, AgentConfig
 from streams.command import Command
@@ -28,16 +28,8 @@ XID79 = "[  123.456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU 
 
 
 def wait_for(settings, topic, job, predicate, timeout_s=30.0):
-    """Events of ``job`` on ``topic`` until ``predicate(events)`` holds (or the time is up)."""
-    deadline = time.monotonic() + timeout_s
-    events = []
-    while time.monotonic() < deadline:
-        # timeout_s: a topic that never goes quiet (heartbeats) still ends the read.
-        events = job_records(settings, topic, decode, job, idle_s=0.3, timeout_s=3.0)
-        if predicate(events):
-            break
-        time.sleep(0.2)
-    return events
+    """Events of ``job`` on ``topic`` once ``predicate(events)`` holds (or the time is up)."""
+    return wait_for_records(settings, topic, decode, job, predicate, timeout_s=timeout_s)
 
 
 def test_agent_e2e(kafka_settings, tmp_path, launcher):
@@ -55,6 +47,7 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
         # A log file that appears after the agent started is read from its start.
         (tmp_path / "logs" / "rank3.log").write_text("step 1 loss 2.3\n" + WATCHDOG + "\n")
         nccl = wait_for(kafka_settings, "telemetry.nccl", job, lambda ev: any(e.kind == "nccl_timeout" for e in ev))
+        assert any(e.kind == "nccl_timeout" for e in nccl), f"no nccl_timeout within 30 s: {nccl}"
         (timeout,) = [e for e in nccl if e.kind == "nccl_timeout"]
         assert timeout.node == node and timeout.data["rank"] == 3 and timeout.data["seq"] == 42
         assert timeout.data["fault"] == "nccl_error" and timeout.data["line"] == WATCHDOG

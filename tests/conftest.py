@@ -11,3 +11,18 @@ pytest_plugins = [
 # tests/diagnosis/test_expect_examples.py checks them. The faultlens pytest plugin (entry point)
 # would otherwise collect each as a replay test whose trace is missing.
 collect_ignore_glob = ["fixtures/*.expect.jsonl"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files holding a test marked ``long(seconds)`` are collected first, the longest first.
+
+    pytest-xdist's ``--dist loadfile`` hands files to its workers in collection order; in path
+    order the four-minute live silence test started two thirds of the way through and the suite
+    waited on it alone at the end (its makespan, not its work, set the suite's time on CI's 2 cores).
+    The seconds only order the files; nothing is asserted of them."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("long")
+        seconds = float(mark.args[0]) if mark is not None and mark.args else 0.0
+        weight[item.nodeid.split("::")[0]] = max(weight.get(item.nodeid.split("::")[0], 0.0), seconds)
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable: a file's order kept

@@ -2,7 +2,7 @@
 member holds. When a rebalance then hands it that job's data (a member was killed), the job's
 records read ahead must not have moved the job's time: its data is not late, the topology in force
 is the one of the data's time, and a restart applies at its own place in event time.
-(This is what tests/diagnosis/test_stages.py::test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing
+(This is what tests/diagnosis/test_stages_kill.py::test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing
 hit under load: the hang suspicion named the spare that replaced the hung node after its eviction.)"""
 
 from __future__ import annotations

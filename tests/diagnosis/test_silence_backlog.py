@@ -13,6 +13,7 @@ from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases,
 pytestmark = pytest.mark.broker
 
 
+@pytest.mark.long(75)
 @pytest.mark.timeout(420)
 def test_two_and_two_members_read_seeds_of_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
     outcomes = run_backlog(own_kafka_settings, cases(range(2), TEST_SHAPES), tmp_path, node_members=2,

@@ -10,6 +10,7 @@ from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases,
 pytestmark = pytest.mark.broker
 
 
+@pytest.mark.long(70)
 @pytest.mark.timeout(420)
 def test_three_and_three_members_read_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
     outcomes = run_backlog(own_kafka_settings, cases(range(2, 3), TEST_SHAPES), tmp_path, node_members=3,

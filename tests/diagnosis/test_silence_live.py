@@ -32,6 +32,7 @@ def _at(t0: float, second: float) -> None:
     time.sleep(max(0.0, t0 + second - time.monotonic()))
 
 
+@pytest.mark.long(230)
 @pytest.mark.timeout(600)
 def test_e2e_node_stage_members_killed_for_two_minutes_evict_no_healthy_machine(own_kafka_settings, tmp_path):
     settings = own_kafka_settings

@@ -26,6 +26,7 @@ def _burn(stop: threading.Event) -> None:
             x = (x * 1103515245 + 12345) & 0xFFFFFFFF
 
 
+@pytest.mark.long(150)
 @pytest.mark.timeout(420)
 def test_members_starved_of_cpu_read_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
     stop = threading.Event()

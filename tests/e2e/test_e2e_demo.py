@@ -16,6 +16,7 @@ from history.schema import open_history
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 
+@pytest.mark.long(100)
 def test_e2e_demo_finds_every_injected_fault_and_obeys_commands(tmp_path):
     env = {**os.environ, "FAULTLENS_HOME": str(tmp_path / "home")}
     for key in ("FAULTLENS_BOOTSTRAP", "FAULTLENS_CONFIG", "FAULTLENS_SIGNING_KEY", "FAULTLENS_VERIFY_KEY",

@@ -138,6 +138,7 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
     assert "rollback" in actions and "evict" not in actions
 
 
+@pytest.mark.long(40)
 def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
     if (m := _missing("diagnosis.consumer", "collectors.agent")):
         pytest.skip(f"needs `faultlens diagnose` and `faultlens collect` ({m} is not built)")

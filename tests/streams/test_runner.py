@@ -292,6 +292,7 @@ def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_th
     assert again == []  # committed to the end once delivered
 
 
+@pytest.mark.long(30)
 def test_a_member_keeping_partitions_through_a_rebalance_hands_nothing_on_twice(
         client_settings, group_name, fresh_topic):
     """An event-time member whose partitions a rebalance revokes and gives straight back resumes

@@ -78,18 +78,21 @@ def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = 
                 idle_s: float = 0.5, timeout_s: float = 10.0) -> list:
     """Every record of ``topic`` that ``decoder`` reads, of ``job`` when given. Records that do not
     decode are skipped: tests share the session broker, and some put garbage on a topic on purpose."""
-    from streams.events import InvalidEvent
     from streams.reader import read_topic
 
-    out = []
-    for m in read_topic(settings, topic, idle_s=idle_s, timeout_s=timeout_s):
-        try:
-            value = decoder(m.value)
-        except InvalidEvent:
-            continue
-        if job is None or value.job == job:
-            out.append(value)
-    return out
+    read = (_of_job(decoder, m.value, job) for m in read_topic(settings, topic, idle_s=idle_s, timeout_s=timeout_s))
+    return [value for value in read if value is not None]
+
+
+def _of_job(decoder, raw: bytes, job: str | None):
+    """``raw`` decoded if it is a record of ``job`` (of any job when None), else None."""
+    from streams.events import InvalidEvent
+
+    try:
+        value = decoder(raw)
+    except InvalidEvent:
+        return None
+    return value if job is None or value.job == job else None
 
 
 @pytest.fixture(params=["kafka-python", "confluent"])
@@ -116,7 +119,6 @@ def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | No
     CPU burners on 2 cores: a 3 s read got 66-107k of them; read once, the event came in 10 s)."""
     from kafka.structs import TopicPartition
 
-    from streams.events import InvalidEvent
     from streams.kafka_client import open_consumer
 
     deadline = time.monotonic() + timeout_s
@@ -132,13 +134,7 @@ def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | No
         behind = {tp: end for tp, end in consumer.end_offsets(parts).items() if end > first.get(tp, 0)}
         while time.monotonic() < deadline:
             for tp, records in consumer.poll(timeout_ms=200).items():
-                for r in records:
-                    try:
-                        value = decoder(r.value)
-                    except InvalidEvent:
-                        continue
-                    if job is None or value.job == job:
-                        out.append(value)
+                out += [v for r in records if (v := _of_job(decoder, r.value, job)) is not None]
                 if tp in behind and records[-1].offset + 1 >= behind[tp]:
                     del behind[tp]
             if not behind and predicate(out):

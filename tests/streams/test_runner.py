@@ -157,49 +157,6 @@ def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settin
     assert seen == [e.id for e in sent]
 
 
-def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_settings, group_name, fresh_topic):
-    topic = fresh_topic(partitions=4)
-    sent = events(600)
-    publish(client_settings, topic, sent)
-    seen_a, seen_b = [], []
-
-    def slow(seen):
-        def handle(records):
-            seen.extend(r.value.id for r in records)
-            time.sleep(0.2)  # a busy detector: the second member joins while the first is mid-backlog
-            return []
-        return handle
-
-    first = GroupRunner(client_settings, group_name, [topic], slow(seen_a), max_records=10)
-    t_first = threading.Thread(target=first.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
-    t_first.start()
-    deadline = time.monotonic() + 60
-    while len(seen_a) < 30 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    second = GroupRunner(client_settings, group_name, [topic], slow(seen_b), max_records=10)
-    t_second = threading.Thread(target=second.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
-    t_second.start()
-    t_first.join(180)
-    t_second.join(180)
-    assert not t_first.is_alive() and not t_second.is_alive()
-    assert seen_b, "the second member was never given a partition"
-    assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
-    # What the two handed to their handlers is committed, to the end of every partition (asked of
-    # the broker: a third member would wait on Tansu for the departed members' sessions). The
-    # topic is new, so offsets count from 0 and the commits add up to the records sent.
-    from kafka.structs import TopicPartition
-
-    from streams.kafka_client import open_consumer
-
-    looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
-    try:
-        parts = [TopicPartition(topic, p) for p in range(4)]
-        committed = {tp: looker.committed(tp) or 0 for tp in parts}
-    finally:
-        looker.close()
-    assert sum(committed.values()) == len(sent)
-
-
 def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_name, fresh_topic):
     """A handler with ``on_assigned`` hears of every assignment (remediation reloads its shared
     state then: jobs may have come from another member)."""
@@ -290,45 +247,3 @@ def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_th
     GroupRunner(client_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(
         idle_stop_s=2, handle_signals=False)
     assert again == []  # committed to the end once delivered
-
-
-@pytest.mark.long(30)
-def test_a_member_keeping_partitions_through_a_rebalance_hands_nothing_on_twice(
-        client_settings, group_name, fresh_topic):
-    """An event-time member whose partitions a rebalance revokes and gives straight back resumes
-    where its handing on stopped: its handler's state holds those records already, and reading
-    them again (the rebuild of a partition taken over) counted a node's events twice. A partition
-    it takes over is still read again from ``rebuild_s`` back."""
-    topic = fresh_topic(partitions=4)
-    sent = events(600)
-    seen_a, seen_b = [], []
-
-    def stream():  # live: 50 events every 0.5 s, so the first member is mid-stream when the second joins
-        for i in range(0, len(sent), 50):
-            publish(client_settings, topic, sent[i:i + 50])
-            time.sleep(0.5)
-
-    def member(seen):
-        def handle(records):
-            seen.extend(r.value.id for r in records)
-            return []
-        return GroupRunner(client_settings, group_name, [topic], handle, event_time=True, rebuild_s=900.0)
-
-    producer = threading.Thread(target=stream)
-    producer.start()
-    # The first member leaves first, so that nothing of the second's comes to it to be rebuilt (a
-    # partition taken over is read again: that is no double handing on). The second sees the
-    # first leave, takes its partitions and reads what it had held.
-    t_first = threading.Thread(target=member(seen_a).run, kwargs={"idle_stop_s": 4, "handle_signals": False})
-    t_first.start()
-    deadline = time.monotonic() + 60
-    while len(seen_a) < 100 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    t_second = threading.Thread(target=member(seen_b).run, kwargs={"idle_stop_s": 9, "handle_signals": False})
-    t_second.start()
-    for t in (producer, t_first, t_second):
-        t.join(180)
-    assert not t_first.is_alive() and not t_second.is_alive()
-    assert seen_b, "the second member was never given a partition"
-    assert set(seen_a) | set(seen_b) == {e.id for e in sent}
-    assert len(seen_a) == len(set(seen_a)), "the first member handed records of its kept partitions on twice"

@@ -20,9 +20,12 @@ def pytest_collection_modifyitems(config, items):
     order the four-minute live silence test started two thirds of the way through and the suite
     waited on it alone at the end (its makespan, not its work, set the suite's time on CI's 2 cores).
     The seconds only order the files; nothing is asserted of them."""
+    def file_of(item) -> str:
+        return item.nodeid.partition("::")[0]
+
     weight: dict[str, float] = {}
     for item in items:
         mark = item.get_closest_marker("long")
         seconds = float(mark.args[0]) if mark is not None and mark.args else 0.0
-        weight[item.nodeid.split("::")[0]] = max(weight.get(item.nodeid.split("::")[0], 0.0), seconds)
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable: a file's order kept
+        weight[file_of(item)] = max(weight.get(file_of(item), 0.0), seconds)
+    items.sort(key=lambda item: -weight[file_of(item)])  # stable: a file's order kept

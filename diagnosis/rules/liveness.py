@@ -139,10 +139,8 @@ class SilenceDetector:
                     continue
                 if self._fellows_undecided(node, beat, nodes, heard, now):
                     continue
-                verdict, mates = self._partition_mates(node, beat, nodes, heard, now)
-                if verdict == "wait":
-                    continue  # a partition mate may yet report past it: judged at a later tick
-                if verdict == "quiet":
+                mates = self._quiet_partition_mates(node, beat, nodes, heard)
+                if mates:
                     out.append(self._partition_alert(job, node, mates, nodes, heard, now))
                     continue
                 out.extend(self._judge_alone(job, node, beat, pace, reports, now))
@@ -210,25 +208,24 @@ class SilenceDetector:
                    f"switch, a telemetry partition or its node-stage member), not {len(together)} machines "
                    f"failing at once (alert, no eviction)")
 
-    def _partition_mates(self, node: str, beat: _Beat, nodes: dict[str, _Beat], heard: dict[str, float],
-                         now: float) -> tuple[str, list[str]]:
-        """Whether the node's telemetry partition went quiet with it: "alive" (no evidence, or the
-        partition carried a report past its silence: its own steps, or a mate's), "wait" (a mate
-        stopped too but is not yet past the grace period) or "quiet" (every mate that reported
-        around its last beat stopped within a grace period of it), with those mates."""
+    def _quiet_partition_mates(self, node: str, beat: _Beat, nodes: dict[str, _Beat],
+                               heard: dict[str, float]) -> list[str]:
+        """The node's telemetry partition mates, when that partition went quiet with it (every mate
+        that reported around its last beat stopped within a grace period of it); none when there is
+        no such evidence, or the partition carried a report past its silence (its own steps, or a
+        mate's). Asked only once no fellow is undecided (_fellows_undecided): a mate that has not
+        reported past the mark has been quiet for the grace period too."""
         if self.partition_of is None:
-            return "alive", []
+            return []
         mark = beat.ts + self.grace_s
         if heard[node] >= mark:
-            return "alive", []
+            return []
         part = self.partition_of(node)
         mates = [m for m in nodes if m != node and not nodes[m].silent
                  and heard[m] >= beat.ts - self.grace_s and self.partition_of(m) == part]
         if not mates or any(heard[m] >= mark for m in mates):
-            return "alive", []
-        if any(now - heard[m] <= self.grace_s for m in mates):
-            return "wait", mates
-        return "quiet", sorted(mates)
+            return []
+        return sorted(mates)
 
     def _partition_alert(self, job: str, node: str, mates: list[str], nodes: dict[str, _Beat],
                          heard: dict[str, float], now: float) -> Finding:

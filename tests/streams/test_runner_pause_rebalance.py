@@ -39,8 +39,7 @@ def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_s
             paused.set()
             # ... when the group rebalances: the member subscribes to one more topic, so it joins
             # again (eagerly: every partition revoked) and is given its partition straight back.
-            # Alone in its group: a second member's join can leave this one in a rebalance's limbo
-            # on Tansu, which is not what this test is about.
+            # Alone in its group: no second member's join and leave to wait for.
             runner.consumer.subscribe([topic, other], listener=RebalanceListener(runner))
         return []
 

@@ -71,6 +71,9 @@ class HeartbeatSource:
         self._found: tuple[list[int], list[int] | None] | None = None
         self._last_found: tuple[list[int], list[int] | None] = ([], None)
         self.stale_discoveries = 0
+        # A beat may be asked for while the beat loop is in one (a caller wanting a beat now): the
+        # discovery thread and the sequence number are shared, so beats are taken one at a time.
+        self._beating = threading.Lock()
 
     def _discover(self) -> tuple[list[int], list[int] | None]:
         if self.processes is None:
@@ -109,6 +112,10 @@ class HeartbeatSource:
         return (*found, False)
 
     def beat(self) -> Envelope:
+        with self._beating:
+            return self._beat()
+
+    def _beat(self) -> Envelope:
         pids, unranked, stale = self._discover_bounded()
         health = None
         if self.health is not None:

@@ -141,3 +141,29 @@ def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
     assert second.data["pids"] == [11, 12] and second.data["health"]["pids_stale"] is True
     assert len(calls) == 2  # the stuck discovery is not started again
     gate.set()
+
+
+def test_heartbeat_beats_asked_from_two_threads_at_once_all_go_out():
+    """The agent's beat loop and a caller asking for a beat now (a test, a stack request) may
+    overlap: neither may raise, and every beat goes out with its own sequence number."""
+    from collectors.heartbeat import HeartbeatSource
+    import threading as _t
+
+    out, errors = [], []
+    hb = HeartbeatSource(job="j", node="n1", interval_s=0.2, publish=out.append, statuses=dict,
+                         pids=lambda: [11], health=lambda: {"blind": []})
+
+    def beats():
+        try:
+            for _ in range(300):
+                hb.beat()
+        except Exception as e:  # noqa: BLE001 - the assertion below names it
+            errors.append(repr(e))
+
+    threads = [_t.Thread(target=beats) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(e.data["seq"] for e in out) == list(range(1200))

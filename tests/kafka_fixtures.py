@@ -75,9 +75,13 @@ def fresh_topic(kafka_settings, request):
 
 
 def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = None, *,
-                idle_s: float = 0.5, timeout_s: float = 10.0) -> list:
+                idle_s: float = 0.5, timeout_s: float = 120.0) -> list:
     """Every record of ``topic`` that ``decoder`` reads, of ``job`` when given. Records that do not
-    decode are skipped: tests share the session broker, and some put garbage on a topic on purpose."""
+    decode are skipped: tests share the session broker, and some put garbage on a topic on purpose.
+
+    The read ends at the end offsets it found when it began (streams/reader.py), so ``timeout_s`` is
+    only a bound for a broker that does not answer: a 10 s cut on telemetry.train, which every
+    trainer test fills, ended a read before the records a test wanted on a loaded CI machine."""
     from streams.reader import read_topic
 
     read = (_of_job(decoder, m.value, job) for m in read_topic(settings, topic, idle_s=idle_s, timeout_s=timeout_s))

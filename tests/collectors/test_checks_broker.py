@@ -15,13 +15,13 @@ from remediation.policy import Policy, PolicyConfig
 from streams import topics
 from streams.command import Command
 from streams.diagnosis_record import Diagnosis
-from streams.events import InvalidEvent, decode
+from streams.events import decode
 from streams.payloads import check_payload
 from streams.producer import Producer
-from streams.reader import iter_topics
 from streams.signing import SigningKey
 from streams.topology import Topology
 from tests.collectors.test_checks import PendingRemapNvml
+from tests.kafka_fixtures import wait_for_records
 
 pytestmark = pytest.mark.broker
 
@@ -29,21 +29,8 @@ KEY = SigningKey.generate()
 
 
 def check_events(settings, job, want, timeout_s=120.0):
-    deadline = time.monotonic() + timeout_s
-    events = []
-    while time.monotonic() < deadline:
-        events = []
-        for r in iter_topics(settings, [topics.CHECKS], idle_s=0.3, timeout_s=3.0):
-            try:
-                e = decode(r.value)
-            except InvalidEvent:
-                continue
-            if e.job == job:
-                events.append(e)
-        if len(events) >= want:
-            break
-        time.sleep(0.5)
-    return events
+    return wait_for_records(settings, topics.CHECKS, decode, job, lambda events: len(events) >= want,
+                            timeout_s=timeout_s)
 
 
 def test_a_signed_run_checks_is_answered_and_a_failing_gpu_is_evicted(kafka_settings, tmp_path):

@@ -22,9 +22,8 @@ from tests.kafka_fixtures import job_records
 from streams.diagnosis_record import Diagnosis
 from streams.command import Command
 from streams.signing import load_verify_keys, write_key_pair
-from streams.events import InvalidEvent, decode
+from streams.events import decode
 from streams.producer import Producer
-from streams.reader import read_topic
 from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -77,15 +76,7 @@ def commands(r) -> list[Command]:
 
 
 def events(r, topic: str, kind: str | None = None) -> list:
-    out = []
-    for m in read_topic(r.settings, topic, idle_s=0.3, timeout_s=10):
-        try:
-            e = decode(m.value)
-        except InvalidEvent:
-            continue
-        if e.job == r.job and (kind is None or e.kind == kind):
-            out.append(e)
-    return out
+    return [e for e in job_records(r.settings, topic, decode, r.job, idle_s=0.3) if kind is None or e.kind == kind]
 
 
 def explain(r) -> str:

@@ -28,8 +28,7 @@ from streams import topics
 from streams.action_record import ActionRecord
 from streams.command import Command
 from streams.diagnosis_record import Diagnosis
-from streams.events import InvalidEvent, decode
-from streams.reader import read_topic
+from streams.events import decode
 from streams.signing import write_key_pair
 from tests.kafka_fixtures import job_records
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
@@ -47,15 +46,7 @@ def show_node(cluster, node: str) -> dict[str, str]:
 
 
 def check_results(settings, job: str) -> list:
-    out = []
-    for m in read_topic(settings, topics.CHECKS, idle_s=0.3, timeout_s=10):
-        try:
-            e = decode(m.value)
-        except InvalidEvent:
-            continue
-        if e.job == job and e.kind == "result":
-            out.append(e)
-    return out
+    return [e for e in job_records(settings, topics.CHECKS, decode, job, idle_s=0.3) if e.kind == "result"]
 
 
 @pytest.fixture

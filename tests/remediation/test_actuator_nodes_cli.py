@@ -60,6 +60,6 @@ def test_nodes_publish_files_the_record_on_the_actions_topic(kafka_settings):
     action, recorded = r.stdout.splitlines()  # the operation, then the resume in the fleet record
     printed = ActionRecord.from_dict(json.loads(action))
     assert json.loads(recorded)["node"] == "n7" and json.loads(recorded)["fleet_record"] == "resume recorded"
-    published = [ActionRecord.decode(m.value) for m in read_topic(kafka_settings, "actions", idle_s=0.5, timeout_s=10)
+    published = [ActionRecord.decode(m.value) for m in read_topic(kafka_settings, "actions", idle_s=0.5, timeout_s=120)
                  if m.key == job.encode()]
     assert published == [printed] and printed.outcome == "ok" and printed.nodes == ("n7",)

@@ -65,7 +65,7 @@ def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kaf
     assert evict.nodes == ("n001",) and evict.diagnosis_id == hw.id
     lines = [json.loads(l) for l in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert [l["action"] for l in lines if l["job"] == job] == ["evict", "rollback"]  # redelivered id skipped
-    dead = [orjson.loads(m.value) for m in read_topic(kafka_settings, "dead-letter", idle_s=0.5, timeout_s=10)]
+    dead = [orjson.loads(m.value) for m in read_topic(kafka_settings, "dead-letter", idle_s=0.5, timeout_s=120)]
     mine = [d for d in dead if d.get("group") == group_name and job in (d.get("value") or "")]
     assert len(mine) == 3 and sum("bad topology" in d["reason"] for d in mine) == 1
 

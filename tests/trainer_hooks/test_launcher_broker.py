@@ -8,19 +8,15 @@ import uuid
 
 import pytest
 
-from streams.events import InvalidEvent, decode
-from streams.reader import read_topic
+from streams.events import decode
 from streams.signing import write_key_pair
+from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
 
 
 def valid_events(settings, topic):
-    for m in read_topic(settings, topic, idle_s=0.3, timeout_s=10):
-        try:
-            yield decode(m.value)
-        except InvalidEvent:
-            continue  # other tests' deliberate garbage on shared topics
+    return job_records(settings, topic, decode, None, idle_s=0.3)
 
 
 def launch(settings, job, codes, *extra, tmp_path):

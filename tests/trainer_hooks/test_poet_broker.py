@@ -18,11 +18,11 @@ pytest.importorskip("torch")
 
 from streams import topics  # noqa: E402
 from streams.command import Command  # noqa: E402
-from streams.events import InvalidEvent, as_float, decode  # noqa: E402
+from streams.events import as_float, decode  # noqa: E402
 from streams.producer import Producer  # noqa: E402
-from streams.reader import read_topic  # noqa: E402
 from streams.signing import SigningKey, write_key_pair  # noqa: E402
 from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
+from tests.kafka_fixtures import job_records  # noqa: E402
 
 pytestmark = pytest.mark.broker
 
@@ -35,15 +35,7 @@ def _wait_file(path, timeout_s: float) -> None:
 
 
 def _train_events(settings, job):
-    out = []
-    for m in read_topic(settings, topics.TRAIN, idle_s=0.5, timeout_s=20):
-        try:
-            e = decode(m.value)
-        except InvalidEvent:
-            continue
-        if e.job == job:
-            out.append(e)
-    return out
+    return job_records(settings, topics.TRAIN, decode, job)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "poet"])

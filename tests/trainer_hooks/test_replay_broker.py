@@ -15,12 +15,12 @@ import pytest
 from remediation.policy import Policy, PolicyConfig
 from streams import topics
 from streams.diagnosis_record import Diagnosis
-from streams.events import InvalidEvent, decode
+from streams.events import decode
 from streams.producer import Producer
-from streams.reader import read_topic
 from streams.signing import SigningKey, write_key_pair
 from streams.topology import Topology
 from tests.trainer_hooks.launcher_lines import follow, until
+from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
 
@@ -64,14 +64,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         assert done["failing_horizontal"] == [0] and done["failing_vertical"] == [1]
 
         # The ladder reads the outcome from the bus, as the remediation consumer does.
-        events = []
-        for m in read_topic(kafka_settings, topics.CHECKS, idle_s=0.5, timeout_s=20):
-            try:
-                e = decode(m.value)
-            except InvalidEvent:
-                continue
-            if e.job == job:
-                events.append(e)
+        events = job_records(kafka_settings, topics.CHECKS, decode, job)
         assert [e.kind for e in events] == ["replay"] * 3 + ["replay_done"]
         [(verdict, evict)] = policy.observe_check(events[-1], time.time())
         assert verdict.rung == "replay_evict" and evict.action == "evict" and evict.nodes == ("n001",)

@@ -150,6 +150,7 @@ class Agent:
         self._blind: tuple[str, ...] = ()
         self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
         self._runners = [_Runner(s, self.stop_event) for s in self.sources]
+        self._started = False
 
     # --- sources -------------------------------------------------------------------------------
     def _parser_factory(self, kind: str) -> Callable[[], Any]:
@@ -243,6 +244,7 @@ class Agent:
 
     # --- life ----------------------------------------------------------------------------------
     def start(self) -> "Agent":
+        self._started = True
         self.publisher.start()
         for runner in self._runners:
             runner.thread.start()
@@ -251,14 +253,28 @@ class Agent:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every source, then let the publisher send (or spool) what they produced."""
+        """Stop every source, say so in a last beat, then let the publisher send (or spool) what
+        they produced."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout
         for runner in self._runners:
             runner.thread.join(max(0.1, deadline - time.monotonic()))
             if runner.thread.is_alive():
                 log.warning("source %s did not stop in time; leaving it", runner.source.name)
+        self._last_beat()
         self.publisher.stop(timeout=max(5.0, deadline - time.monotonic()))
+
+    def _last_beat(self) -> None:
+        """``stopping``: the node's silence from now on is this stop, not the machine (a job's
+        agents are stopped one node at a time when it ends; the first must not be judged dead)."""
+        if not self._started:
+            return  # never started: it said nothing, and has nothing to take back
+        for source in self.sources:
+            if isinstance(source, HeartbeatSource):
+                try:
+                    source.beat(stopping=True)
+                except Exception:  # noqa: BLE001 - the stop goes on; the silence is then judged as any other
+                    log.exception("the last beat failed")
 
     def __enter__(self) -> "Agent":
         return self.start()

@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 
 def beat_event(*, job: str, node: str, seq: int, pids: list[int], sources: Mapping[str, str],
                ts: float | None = None, unranked_pids: list[int] | None = None,
-               health: Mapping[str, Any] | None = None) -> Envelope:
+               health: Mapping[str, Any] | None = None, stopping: bool = False) -> Envelope:
     data = {"seq": seq, "pids": sorted(pids), "sources": dict(sources)}
+    if stopping:
+        data["stopping"] = True
     if unranked_pids is not None:
         data["unranked_pids"] = sorted(unranked_pids)
     if health is not None:
@@ -111,11 +113,13 @@ class HeartbeatSource:
         self._last_found = found
         return (*found, False)
 
-    def beat(self) -> Envelope:
+    def beat(self, *, stopping: bool = False) -> Envelope:
+        """One beat; ``stopping``: the agent's last, on a deliberate stop (a dead machine says no
+        such thing, so the silence that follows is not judged a machine's, diagnosis/rules/liveness.py)."""
         with self._beating:
-            return self._beat()
+            return self._beat(stopping)
 
-    def _beat(self) -> Envelope:
+    def _beat(self, stopping: bool) -> Envelope:
         pids, unranked, stale = self._discover_bounded()
         health = None
         if self.health is not None:
@@ -126,7 +130,7 @@ class HeartbeatSource:
         if stale and health is not None:
             health = {**health, "pids_stale": True}
         event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
-                           unranked_pids=unranked, health=health)
+                           unranked_pids=unranked, health=health, stopping=stopping)
         self.seq += 1
         self.publish(event)
         return event

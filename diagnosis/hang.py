@@ -69,6 +69,8 @@ class HangDetector(HangVerdicts):
             if pids is None or (isinstance(pids, list) and pids):
                 job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
                 job.no_pids.pop(event.node, None)
+                if pids:
+                    job.with_pids.add(event.node)
             elif isinstance(pids, list):
                 job.no_pids.setdefault(event.node, (event.ts, event.id))  # corroborates a "no trainer" answer
         return []
@@ -236,6 +238,7 @@ class HangDetector(HangVerdicts):
                 job.last_beat is not None
                 and job.last_beat > job.last_progress
                 and now - job.last_beat <= self.config.heartbeat_fresh_s
+                and not _trainers_gone(job)
             )
             # The floor bounds the threshold from below: skip the median until it could matter.
             if stalled >= self.config.floor_s and alive and stalled >= self.threshold(name):
@@ -249,7 +252,7 @@ class HangDetector(HangVerdicts):
         if job.started is None:
             return []
         alive = (job.last_beat is not None and job.last_beat > job.started
-                 and now - job.last_beat <= self.config.heartbeat_fresh_s)
+                 and now - job.last_beat <= self.config.heartbeat_fresh_s and not _trainers_gone(job))
         if not alive or now - job.started < max(self.config.startup_s, self.threshold(name)):
             return []
         return [self._suspect(name, job, now), *self._check_complete(name, job, now)]
@@ -298,3 +301,10 @@ class HangDetector(HangVerdicts):
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )
+
+
+def _trainers_gone(job: JobState) -> bool:
+    """Every node that listed training processes now lists none: the job ended (or crashed), and a
+    job with no process left is no hang (found: a healthy job's end, its last pid-listing beats a
+    few seconds after its last step, was suspected and reattempted a minute later)."""
+    return bool(job.with_pids) and job.with_pids <= job.no_pids.keys()

@@ -77,4 +77,5 @@ class JobState:
     windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
     progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
     no_pids: dict = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
+    with_pids: set = field(default_factory=set)  # nodes whose beats once listed a trainer pid
 

@@ -27,6 +27,15 @@ backlog). Now:
 
 A node is judged only after it beat at least once (a job still starting is not silent).
 
+A node whose agent said the job's work on it was over before it went quiet is never silent: its
+last beat listed no training process while earlier ones listed some (the trainer exited, then the
+scheduler's epilog stopped the agent), or said ``stopping`` (the agent was stopped on purpose). A
+job's agents are stopped one node at a time when it ends, over minutes on a large job: the first
+of them, judged against the peers still beating, was evicted at the end of a healthy job
+(tests/fixtures/foreign/job_ends_staggered.jsonl). A dead machine says neither. An agent stopped
+while its trainer still ran leaves the node unwatched: one ``alert``, no eviction. The whole job
+quiet with every node so ended is the job's end: ``telemetry_lost`` recorded, no alert.
+
 Agent down is not node down: the heartbeat comes from the node agent, the step telemetry from
 the trainer itself. Beats gone while the node's ranks still report steps is an ``alert`` about
 the agent; the node is called silent only once its steps have stopped too.
@@ -64,6 +73,8 @@ class _Beat:
     silent: bool = False
     agent_alerted: bool = False
     group_alerted: bool = False
+    working: bool | None = None  # its pids listed a training process; None: the beat lists no pids
+    stopping: bool = False  # the agent's last word on a deliberate stop
 
 
 class SilenceDetector:
@@ -79,6 +90,7 @@ class SilenceDetector:
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
         self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
+        self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
@@ -97,8 +109,16 @@ class SilenceDetector:
         nodes = self._beats.setdefault(event.job, {})
         prev = nodes.get(event.node)
         if prev is None or event.ts >= prev.ts:
-            nodes[event.node] = _Beat(event.ts, event.id)
+            pids = event.data.get("pids")
+            working = bool(pids) if isinstance(pids, list) else None
+            nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=event.data.get("stopping") is True)
+        if isinstance(event.data.get("pids"), list) and event.data["pids"]:
+            self._worked.add((event.job, event.node))
         return []
+
+    def _ended(self, job: str, node: str, beat: _Beat) -> bool:
+        """Whether the node's agent said, before it went quiet, that the job's work on it was over."""
+        return beat.stopping or (beat.working is False and (job, node) in self._worked)
 
     def tick(self, now: float) -> list[Finding]:
         out: list[Finding] = []
@@ -116,8 +136,10 @@ class SilenceDetector:
                 continue  # nobody is judged alone: no peer reported past anyone's silence
             self._job_quiet.pop(job, None)
             reports = sorted(heard.values())
-            quiet = {node: beat for node, beat in nodes.items()
-                     if now - beat.ts > self.grace_s and self._peers_went_on(reports, heard[node], beat.ts, len(nodes))}
+            ended = {n for n, b in nodes.items() if now - b.ts > self.grace_s and self._ended(job, n, b)}
+            out.extend(self._ended_agents(job, nodes, ended, now))
+            quiet = {node: beat for node, beat in nodes.items() if node not in ended
+                     and now - beat.ts > self.grace_s and self._peers_went_on(reports, heard[node], beat.ts, len(nodes))}
             if not quiet:
                 continue
             limit = max(1.0, self.max_share * len(nodes))
@@ -129,7 +151,7 @@ class SilenceDetector:
             # the job stage; the first of them crossed the peers' test a few seconds of beat phase
             # before its fellows and, judged alone, was evicted (issue 32, starved on CI). The wait
             # is one beat interval at most: a live peer's next report takes it past.
-            stopped = {n: b for n, b in nodes.items() if not b.silent and now - b.ts > self.grace_s}
+            stopped = {n: b for n, b in nodes.items() if not b.silent and n not in ended and now - b.ts > self.grace_s}
             for node, beat in sorted(quiet.items()):
                 if beat.silent or beat.group_alerted:
                     continue
@@ -154,6 +176,21 @@ class SilenceDetector:
         mark = beat.ts + self.grace_s
         return any(m != node and not b.silent and heard[m] <= mark and now - heard[m] <= self.grace_s
                    for m, b in nodes.items())
+
+    def _ended_agents(self, job: str, nodes: dict[str, _Beat], ended: set[str], now: float) -> list[Finding]:
+        """An agent stopped on purpose while its node's trainer still ran: the node is unwatched."""
+        out = []
+        for node in sorted(ended):
+            beat = nodes[node]
+            if beat.agent_alerted or not (beat.stopping and beat.working):
+                continue
+            beat.agent_alerted = True
+            out.append(Finding(
+                job=job, ts=now, onset=beat.ts, fault="node_silent", action="alert", nodes=(node,), entity="agent",
+                evidence=(beat.id,),
+                detail=f"the node agent of {node} was stopped {now - beat.ts:.0f}s ago while its last beat listed "
+                       f"training processes: the node is unwatched until its agent runs again (alert, no eviction)"))
+        return out
 
     def _peers_went_on(self, reports: list[float], own_report: float, last_beat: float, size: int) -> bool:
         """Whether more than half of a node's peers reported at least the grace period past its last
@@ -252,6 +289,13 @@ class SilenceDetector:
         # The nodes that were still reporting (one found silent before is not part of this stop)
         stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
+        if all(self._ended(job, n, b) for n, b in nodes.items()):
+            return [Finding(
+                job=job, ts=now, onset=latest, fault="telemetry_lost", action="none", nodes=(), entity="job",
+                evidence=(nodes[node].id,),
+                detail=f"the job ended: every one of its {len(nodes)} node agents said its training processes had "
+                       f"exited (or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago "
+                       f"(recorded, no alert)")]
         return [Finding(
             job=job, ts=now, onset=latest, fault="telemetry_lost", action="alert", nodes=(), entity="job",
             evidence=(nodes[node].id,),

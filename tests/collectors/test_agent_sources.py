@@ -100,8 +100,12 @@ def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
     assert beats and all(e.kind == "beat" for e in beats)
     seqs = [e.data["seq"] for e in beats]
     assert seqs == list(range(len(seqs)))  # spooled in order, none lost
-    last = orjson.loads(spool.peek(10_000)[-1].value)["data"]["sources"]
+    *running, stopping = [orjson.loads(r.value)["data"] for r in spool.peek(10_000)]
+    last = running[-1]["sources"]
     assert last["gpu-ish"].startswith("unavailable") and last["heartbeat"] == "ok"
+    # The stop's own last word: the node's silence from now on is this stop, not the machine.
+    assert stopping["stopping"] is True and stopping["sources"]["heartbeat"] == "stopped"
+    assert not any("stopping" in d for d in running)
 
 
 def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):

@@ -39,8 +39,9 @@ SIM_SHAPES = {
     "sim-hang": (8, 4, FaultPlan().fail_at("job_hang", node="n003", t=240)),
     "sim-slow": (12, 4, FaultPlan().fail_at("fail_slow", node="n005", t=200).fail_at("gpu_lost", node="n009", t=420)),
 }
-# Hand-written cases with the most varied liveness: beats phased over 10 s, an agent that dies.
-FOREIGN_SHAPES = ("hang_16x8_phased", "dead_agent", "hang_same_step", "healthy")
+# Hand-written cases with the most varied liveness: beats phased over 10 s, an agent that dies, a
+# job whose agents are stopped one by one after it ended.
+FOREIGN_SHAPES = ("hang_16x8_phased", "dead_agent", "hang_same_step", "healthy", "job_ends_staggered")
 # What the broker tests read (the bench reads them all): the phased hang, the dead agent, a simulated hang.
 TEST_SHAPES = ("hang_16x8_phased", "dead_agent", "sim-hang")
 

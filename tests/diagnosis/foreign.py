@@ -145,8 +145,11 @@ class Trace:
                     continue
                 at = t + (phase[node] if phase else rng.uniform(0, 0.2))
                 if at < s["to"]:
-                    self.add(at, node, "heartbeat", "beat",
-                             {"seq": seq, "pids": [4000 + g for g in range(8)], "sources": {"nvml": "ok", "kernel_log": "ok"}})
+                    data = {"seq": seq, "pids": [4000 + g for g in range(8)], "sources": {"nvml": "ok", "kernel_log": "ok"}}
+                    for o in s.get("override", ()):  # {"set": {"pids": []}}: the trainer has exited
+                        if node in o.get("nodes", [node]) and _within(o, at) and not o.get("drop"):
+                            data.update(o.get("set", {}))
+                    self.add(at, node, "heartbeat", "beat", data)
             t += float(s.get("every", 5.0))
 
 

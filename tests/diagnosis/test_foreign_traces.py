@@ -121,6 +121,14 @@ def test_one_xid_seen_by_the_kernel_and_by_nvml_is_one_diagnosis():
     assert (d.fault, d.action, d.nodes) == ("gpu_memory", "evict_reset_gpu", ("n001",))
 
 
+def test_a_job_whose_agents_stop_one_by_one_after_it_ended_gives_nothing_to_act_on():
+    """The trainers exit, then the epilog stops the agents 15 s apart: the first agent stopped is no
+    dead machine, and a job with no process left is no hang."""
+    _, diags = _run("job_ends_staggered")
+    assert _acting(diags) == [] and [d for d in diags if d.action == "alert"] == []
+    assert not any(d.fault in ("job_hang", "node_silent") for d in diags)
+
+
 @pytest.mark.parametrize("name", foreign.names())
 def test_no_healthy_machine_is_evicted(name):
     trace, diags = _run(name)

@@ -32,7 +32,8 @@ last beat listed no training process while earlier ones listed some (the trainer
 scheduler's epilog stopped the agent), or said ``stopping`` (the agent was stopped on purpose). A
 job's agents are stopped one node at a time when it ends, over minutes on a large job: the first
 of them, judged against the peers still beating, was evicted at the end of a healthy job
-(tests/fixtures/foreign/job_ends_staggered.jsonl). A dead machine says neither. An agent stopped
+(tests/fixtures/foreign/job_ends_staggered.jsonl). A dead machine says neither (one that died
+while its job was down is judged once the job trains again without it). An agent stopped
 while its trainer still ran leaves the node unwatched: one ``alert``, no eviction. The whole job
 quiet with every node so ended is the job's end: ``telemetry_lost`` recorded, no alert.
 
@@ -91,6 +92,7 @@ class SilenceDetector:
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
         self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
         self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
+        self._last_work: dict[str, float] = {}  # job → its latest beat listing a training pid
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
@@ -114,11 +116,18 @@ class SilenceDetector:
             nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=event.data.get("stopping") is True)
         if isinstance(event.data.get("pids"), list) and event.data["pids"]:
             self._worked.add((event.job, event.node))
+            self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))
         return []
 
     def _ended(self, job: str, node: str, beat: _Beat) -> bool:
-        """Whether the node's agent said, before it went quiet, that the job's work on it was over."""
-        return beat.stopping or (beat.working is False and (job, node) in self._worked)
+        """Whether the node's agent said, before it went quiet, that the job's work on it was over:
+        a stop, or no training process left, while the job did not train on without it for a grace
+        period (restarted after a crash, its peers' trainers listed again: a node that died while
+        the job was down is missing from a running job, and judged as any other)."""
+        if beat.stopping:
+            return True
+        return (beat.working is False and (job, node) in self._worked
+                and self._last_work.get(job, beat.ts) < beat.ts + self.grace_s)
 
     def tick(self, now: float) -> list[Finding]:
         out: list[Finding] = []

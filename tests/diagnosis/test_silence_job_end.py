@@ -117,3 +117,19 @@ def test_a_job_whose_trainers_all_exited_is_not_suspected_of_a_hang():
 def test_a_job_whose_trainers_live_on_without_steps_is_suspected():
     """The control: the same stop with every trainer still alive is a hang."""
     assert [d.action for d in _job_with_steps([4000]) if d.fault == "job_hang"][:1] == ["capture_stacks"]
+
+
+def test_a_node_that_died_while_the_job_was_down_is_judged_once_the_job_trains_again():
+    """Every trainer exited (a crash), n004 lost power before the restart, the job trains again on
+    the others 40 s later: n004's last beat listed no trainer, but the job went on without it."""
+    names = nodes(8)
+    out = []
+    for r, n in enumerate(names):
+        t = 0.3 * r
+        while t < 600:
+            down = 300 <= t < 340
+            if not (n == "n004" and t >= 320):
+                out.append(_beat(t, n, [] if down else [4000]))
+            t += EVERY
+    found = _run(sorted(out, key=lambda e: e.ts), until=600)
+    assert [(d.fault, d.nodes) for d in found if d.action == "evict"] == [("node_silent", ("n004",))]

@@ -73,8 +73,9 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
         assert evicts, up.tail()
         assert evicts[0].verify(keys) and evicts[0].nodes == ("n001",)
         # read again: under load a second gpu_lost record of the job may land after the first read
-        lost = {d.id for d in _decoded(kafka_settings, "diagnoses", Diagnosis.decode, acted) if d.fault == "gpu_lost"}
-        assert evicts[0].diagnosis_id in lost
+        every = _decoded(kafka_settings, "diagnoses", Diagnosis.decode, acted)
+        lost = {d.id for d in every if d.fault == "gpu_lost"}
+        assert evicts[0].diagnosis_id in lost, [(d.id, d.fault, d.action, d.nodes, d.detail[:120]) for d in every]
         # observe-only for the other job: decided, never sent
         assert _decoded(kafka_settings, "commands", Command.decode, observed) == []
 

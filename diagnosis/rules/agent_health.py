@@ -11,7 +11,7 @@
 - `heartbeat`/`beat` ``health.blind`` (collectors/agent_health.py): the agent beats, so the node
   is alive, but it cannot see something (NVML, a log, its spool). One ``agent_blind`` alert per
   blind spell naming what it cannot see; never an eviction (a machine is not evicted for what
-  nobody saw).
+  nobody saw). The agent's last beat on a deliberate stop (``stopping``) is no blindness.
 """
 
 from __future__ import annotations
@@ -74,6 +74,11 @@ class AgentBlindRule:
             return []
         health = event.data.get("health")
         if not isinstance(health, Mapping):
+            return []
+        if event.data.get("stopping") is True:
+            # The agent's last beat on a deliberate stop: its sources have stopped, which is the
+            # stop, not a blindness (found: every node of a finished Slurm job alerted as blind).
+            self._blind.pop((event.job, event.node), None)
             return []
         spots = [b for b in health.get("blind") or () if isinstance(b, Mapping) and b.get("what")]
         key = (event.job, event.node)

@@ -171,3 +171,24 @@ def test_heartbeat_beats_asked_from_two_threads_at_once_all_go_out():
         t.join()
     assert errors == []
     assert sorted(e.data["seq"] for e in out) == list(range(1200))
+
+
+def test_a_stopped_agents_last_beat_says_stopping_and_diagnosis_reads_no_blindness_in_it(tmp_path):
+    """The stop sends one more beat, ``stopping``, whose sources have all stopped: diagnosis reads
+    that as the stop, neither a blind agent nor, once it is quiet, a dead machine."""
+    from diagnosis.engine import analyze
+
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=True, kernel_log=str(kern),
+                         net=False, spool_dir=tmp_path / "spool", create_topics=False)
+    agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
+    try:
+        assert _wait(lambda: len(agent.spool) >= 5)
+    finally:
+        agent.stop()
+    beats = [e for e in (decode(r.value) for r in Spool(tmp_path / "spool", 1 << 20).peek(10_000)) if e.kind == "beat"]
+    last = beats[-1].data
+    assert last["stopping"] is True and last["sources"]["kernel"] == "stopped"
+    assert [b["what"] for b in last["health"]["blind"]] == ["kernel"]  # what the agent sees as it goes
+    assert [d for d in analyze(beats) if d.fault == "agent_blind"] == []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from diagnosis.flight_recorder import RecorderDump
 from diagnosis.stacks import rank_list

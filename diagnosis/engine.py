@@ -30,7 +30,7 @@ from diagnosis.features import NodeWindow
 from diagnosis.implicit import ImplicitConfig
 from parsing.rules import LineRule
 from streams.diagnosis_record import Diagnosis
-from diagnosis.rules.base import Finding, opt_int
+from diagnosis.rules.base import Finding
 from diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from streams.events import Envelope, InvalidEvent
 from streams.payloads import check_payload
@@ -49,9 +49,13 @@ KNOWN_KINDS = {
     "stack": {"stack_dump", "recorder_dump"},
     "host": {"sample"},
     "net": {"sample"},
-    "job": {"topology", "restart"},
+    "job": {"topology", "restart", "end"},
     "summary": {"window", "finding", "watermark"},
 }
+
+
+# A job that ended this way may have ended because machines died: their silence is still judged.
+FAILED_ENDS = ("gave_up", "failed")
 
 
 def known_kind(event: Envelope) -> bool:
@@ -211,7 +215,7 @@ class Engine:
         if event.source == "job":
             # A restart waits for the job's own data to reach it (none yet: it waits too), so the
             # detectors forget the old incarnation at its place in event time.
-            if event.kind == "restart" and (lane.now is None or event.ts > lane.now):
+            if event.kind in ("restart", "end") and (lane.now is None or event.ts > lane.now):
                 lane.pending.append(event)
                 lane.pending.sort(key=lambda e: e.ts)
             else:
@@ -262,6 +266,9 @@ class Engine:
             lane.dedup.restarted(event.job, event.ts)
             nodes_out = event.data.get("nodes_out") or []
             lane.stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)], at=event.ts)
+        elif event.kind == "end":
+            reason = event.data.get("reason")
+            lane.stage.ended(event.job, at=event.ts, failed=reason in FAILED_ENDS)
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""

@@ -146,6 +146,8 @@ class HangDetector(HangVerdicts):
         if isinstance(rank, bool) or not isinstance(rank, int) or isinstance(step, bool) or not isinstance(step, int):
             return  # the training rules own step validation (and its dead letters); nothing to learn here
         job = self._job(event.job)
+        if job.ended_at is not None and event.ts > job.ended_at:
+            job.ended_at = None  # it trains again
         job.rank_node[rank] = event.node
         step_time = as_float(event.data.get("step_time_s"))
         if step_time is not None and 0 < step_time < float("inf"):
@@ -266,6 +268,11 @@ class HangDetector(HangVerdicts):
         low = min(step for step, _, _ in last.values())
         return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
 
+    def ended(self, job: str, at: float) -> None:
+        """The launcher said the job ended: no new suspicion until a restart or a later step (one
+        already open is decided as before: its culprit matters to the job's next run)."""
+        self._job(job).ended_at = at
+
     def restarted(self, job: str, at: float | None = None) -> None:
         """The job was restarted (``job``/``restart``, at event time ``at``): its old steps and any
         open stall are history. Its pace is not: step times and the pauses between steps
@@ -304,7 +311,7 @@ class HangDetector(HangVerdicts):
 
 
 def _trainers_gone(job: JobState) -> bool:
-    """Every node that listed training processes now lists none: the job ended (or crashed), and a
-    job with no process left is no hang (found: a healthy job's end, its last pid-listing beats a
+    """The launcher said the job ended, or every node that listed training processes now lists
+    none (the job ended or crashed): a job with no process left is no hang (found: a healthy job's end, its last pid-listing beats a
     few seconds after its last step, was suspected and reattempted a minute later)."""
-    return bool(job.with_pids) and job.with_pids <= job.no_pids.keys()
+    return job.ended_at is not None or (bool(job.with_pids) and job.with_pids <= job.no_pids.keys())

@@ -78,4 +78,5 @@ class JobState:
     progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
     no_pids: dict = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
     with_pids: set = field(default_factory=set)  # nodes whose beats once listed a trainer pid
+    ended_at: float | None = None  # the launcher's job/end, until a later step
 

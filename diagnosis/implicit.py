@@ -86,6 +86,10 @@ class ImplicitFaultDetector:
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         return self._with_net(self.failslow.observe_diagnosis(diagnosis))
 
+    def ended(self, job: str, at: float) -> None:
+        """Call on a ``job``/``end`` event: no new hang is suspected until the job runs again."""
+        self.hang.ended(job, at)
+
     def restarted(self, job: str, nodes_out: Iterable[str] = (), at: float | None = None) -> None:
         """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and
         rounds (a fail-slow suspicion whose suspects stay in the job is kept, see FailSlowRounds)."""

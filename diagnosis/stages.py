@@ -168,3 +168,12 @@ class JobStage:
             self.implicit.restarted(job, nodes_out, at)  # a stall must not outlive a restart
         for node in nodes_out:
             self.silence.forget(job, node)
+        self.silence.resumed(job)
+
+    def ended(self, job: str, at: float, failed: bool = False) -> None:
+        """The launcher said the job ended (``job``/``end``): no process is left to hang, and,
+        unless it gave up on failures (machines may have died), its nodes going quiet is the end."""
+        if not failed:
+            self.silence.ended(job, at)
+        if self.implicit is not None:
+            self.implicit.ended(job, at)

@@ -11,7 +11,8 @@ evicted nodes, replacing them with standbys (the command's ``replacements`` firs
 checkpoint before the last). A crash with no command is followed by a wait for one
 (``--crash-wait``; a ``run_checks`` meanwhile stretches it to the checks' own wait, for their
 verdict), then a restart in place. Every restart is published as a `job`/`restart` event and
-printed as a JSON line on stdout.
+printed as a JSON line on stdout; the job's end (finished, stopped, cancelled by SIGTERM, or given
+up) as a `job`/`end` event, so that its agents stopping next are not read as machines dying.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
 (trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
@@ -191,10 +192,22 @@ class Launcher:
         print(json.dumps({"ts": time.time(), "job": self.job, **obj}), flush=True)
 
     def publish_restart(self, plan: RestartPlan, reason: str, command_id: str | None) -> None:
-        event = Envelope(ts=time.time(), job=self.job, node="-", source="job", kind="restart", data={
+        self._publish("restart", {
             "reason": reason, "command_id": command_id, "nodes_out": list(plan.nodes_out),
             "nodes_in": list(plan.nodes_in), "attempt": self.attempt, "resume": plan.resume})
-        self.producer.send_event(event)
+
+    def end(self, reason: str, line: dict, command_id: str | None = None) -> None:
+        """Print the last line and publish ``job``/``end``: the job's nodes going quiet from now on
+        is this end, not machines dying (diagnosis/rules/liveness.py), and no process is left to hang."""
+        self.emit(line)
+        try:
+            self._publish("end", {"reason": reason, "attempt": self.attempt, "command_id": command_id,
+                                  "nodes": list(self.nodes)})
+        except Exception as exc:  # noqa: BLE001 - the job has ended whatever the broker says
+            log.warning("could not publish the job's end: %s", exc)
+
+    def _publish(self, kind: str, data: dict) -> None:
+        self.producer.send_event(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
         self.producer.flush()
 
     # --- the loop ---------------------------------------------------------------------------
@@ -213,21 +226,22 @@ class Launcher:
             self.spawn(resume)
             outcome = self._watch()
             if outcome is None:
-                self.emit({"event": "done", "exit": 0, "attempt": self.attempt})
+                self.end("finished", {"event": "done", "exit": 0, "attempt": self.attempt})
                 return 0
             action, cmd, crashed = outcome
             if action == "stop":
                 self.terminate(self.args.grace)
-                self.emit({"event": "stopped", "command_id": cmd.id if cmd else None})
+                self.end("stopped", {"event": "stopped", "command_id": cmd.id if cmd else None}, cmd.id if cmd else None)
                 return STOPPED
             self.terminate(self.args.grace)
             if self.attempt >= self.args.max_restarts:
-                self.emit({"event": "gave_up", "attempt": self.attempt, "reason": f"{self.args.max_restarts} restarts"})
+                self.end("gave_up", {"event": "gave_up", "attempt": self.attempt,
+                                     "reason": f"{self.args.max_restarts} restarts"})
                 return 1
             if cmd and (cmd.params or {}).get("mode") == "dual_phase_replay":
                 follow = self.replay(cmd)
                 if follow is not None and follow.action == "stop":
-                    self.emit({"event": "stopped", "command_id": follow.id})
+                    self.end("stopped", {"event": "stopped", "command_id": follow.id}, follow.id)
                     return STOPPED
                 # The verdict: an evict of the machines that reproduced it, or (inconclusive) a restart in place.
                 action, cmd = (follow.action, follow) if follow is not None else ("reattempt", cmd)
@@ -235,7 +249,7 @@ class Launcher:
             replacements = tuple((cmd.params or {}).get("replacements") or ()) if cmd else ()
             plan = plan_restart(self.nodes, self.standby, action, evicted, replacements)
             if not plan.nodes:
-                self.emit({"event": "gave_up", "reason": "no nodes left"})
+                self.end("gave_up", {"event": "gave_up", "reason": "no nodes left"})
                 return 1
             self.attempt += 1
             self.nodes, self.standby, resume = plan.nodes, plan.standby, plan.resume
@@ -379,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return launcher.run()
     except KeyboardInterrupt:
+        launcher.terminate(0)  # the children first: the end is published once nothing of the job runs
+        launcher.end("cancelled", {"event": "cancelled"})
         return 130
     finally:
         launcher.close()

@@ -35,7 +35,9 @@ of them, judged against the peers still beating, was evicted at the end of a hea
 (tests/fixtures/foreign/job_ends_staggered.jsonl). A dead machine says neither (one that died
 while its job was down is judged once the job trains again without it). An agent stopped
 while its trainer still ran leaves the node unwatched: one ``alert``, no eviction. The whole job
-quiet with every node so ended is the job's end: ``telemetry_lost`` recorded, no alert.
+quiet with every node so ended is the job's end: ``telemetry_lost`` recorded, no alert. The
+launcher's own ``job``/``end`` event says it outright: no node of the job is judged from then on,
+until a restart or a later step.
 
 Agent down is not node down: the heartbeat comes from the node agent, the step telemetry from
 the trainer itself. Beats gone while the node's ranks still report steps is an ``alert`` about
@@ -93,6 +95,7 @@ class SilenceDetector:
         self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
         self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
         self._last_work: dict[str, float] = {}  # job → its latest beat listing a training pid
+        self._ended_jobs: dict[str, float] = {}  # job → when its launcher said it ended (job/end)
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
@@ -100,6 +103,8 @@ class SilenceDetector:
                 key = (event.job, event.node)
                 if event.ts >= self._steps.get(key, event.ts):
                     self._steps[key] = event.ts
+                    if event.ts > self._ended_jobs.get(event.job, event.ts):
+                        del self._ended_jobs[event.job]  # it trains again
                     number = opt_int(event.data, "step")
                     if number is None:
                         self._step_no.pop(key, None)
@@ -133,7 +138,7 @@ class SilenceDetector:
         out: list[Finding] = []
         for job, nodes in self._beats.items():
             self._drop_departed(job, nodes)
-            if not nodes:
+            if not nodes or job in self._ended_jobs:
                 continue
             if all(now - beat.ts <= self.grace_s for beat in nodes.values()):
                 self._job_quiet.pop(job, None)
@@ -336,6 +341,14 @@ class SilenceDetector:
             del nodes[node]
             self._steps.pop((job, node), None)
             self._step_no.pop((job, node), None)
+
+    def ended(self, job: str, at: float) -> None:
+        """The job's launcher said it ended: no node of it is judged until it trains again."""
+        self._ended_jobs[job] = at
+
+    def resumed(self, job: str) -> None:
+        """The job restarted: its nodes are judged again."""
+        self._ended_jobs.pop(job, None)
 
     def forget(self, job: str, node: str) -> None:
         """The node left the job (evicted, restarted elsewhere): stop expecting its beats."""

@@ -12,7 +12,7 @@ import random
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.rules.liveness import SilenceDetector
-from tests.diagnosis.diag_events import JOB, T0, ev, nodes, step, topology
+from tests.diagnosis.diag_events import T0, ev, nodes, step, topology
 
 EVERY = 5.0  # the agents' beat interval (collect's default is 5 s)
 
@@ -133,3 +133,33 @@ def test_a_node_that_died_while_the_job_was_down_is_judged_once_the_job_trains_a
             t += EVERY
     found = _run(sorted(out, key=lambda e: e.ts), until=600)
     assert [(d.fault, d.nodes) for d in found if d.action == "evict"] == [("node_silent", ("n004",))]
+
+
+def _engine_run(events) -> list:
+    e = Engine(EngineConfig(implicit=False, grace_s=30))
+    found = e.process(topology(n=8, gpus=1, tp=1, pp=1))
+    for event in sorted(events, key=lambda x: x.ts):
+        found += e.process(event)
+    return found
+
+
+def _launcher_end(at: float, reason: str):
+    return ev(at, "-", "job", "end", reason=reason, attempt=0, command_id=None, nodes=nodes(8))
+
+
+def test_the_launchers_end_mutes_silence_even_where_no_beat_says_the_trainer_exited():
+    """Agents killed with their trainers (no pid-less beat) one node at a time, after the launcher
+    published the job's ``end``: nobody is judged. The same stops without it evict the first
+    (test_the_same_stops_with_the_trainers_still_listed_are_judged_as_before)."""
+    beats = _job_end(nodes(8), trainers_exit=10_000, agents_stop=STAGGER)
+    without = _engine_run(beats)
+    assert ("n000",) in [d.nodes for d in without if d.action == "evict"]
+    found = _engine_run([*beats, _launcher_end(615.0, "cancelled")])
+    assert [d for d in found if d.action in ("evict", "alert")] == []
+
+
+def test_a_job_that_gave_up_still_has_its_silence_judged():
+    """``gave_up``: the launcher ran out of restarts, perhaps because a machine died; its silence
+    is judged as before."""
+    found = _engine_run([*_job_end(nodes(8), trainers_exit=10_000, agents_stop=STAGGER), _launcher_end(615.0, "gave_up")])
+    assert ("n000",) in [d.nodes for d in found if d.action == "evict"]

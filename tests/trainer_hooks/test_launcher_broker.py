@@ -41,16 +41,22 @@ def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings
     assert restarts[0]["resume"] == "rollback" and restarts[1]["resume"] == "latest"
     # both nodes exited "evicted": the first is replaced by the standby, the second leaves the job
     assert restarts[1]["nodes_out"] == ["n000", "n001"] and restarts[1]["nodes"] == ["s000"]
-    mine = [e.data for e in valid_events(kafka_settings, "jobs") if e.job == job and e.kind == "restart"]
-    assert [e["command_id"] for e in mine] == [None, None, None] and mine[1]["nodes_in"] == ["s000"]
+    mine = [e for e in valid_events(kafka_settings, "jobs") if e.job == job]
+    restarted = [e.data for e in mine if e.kind == "restart"]
+    assert [e["command_id"] for e in restarted] == [None, None, None] and restarted[1]["nodes_in"] == ["s000"]
+    # the last word on the bus: the job ended (its nodes going quiet is no machine's silence)
+    assert mine[-1].kind == "end" and mine[-1].data["reason"] == "finished" and mine[-1].data["nodes"] == ["s000"]
 
 
 def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_path):
-    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "79", tmp_path=tmp_path)
+    stopped, gave_up = (f"launch-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    rc, lines = launch(kafka_settings, stopped, "79", tmp_path=tmp_path)
     assert rc == 79 and lines[-1]["event"] == "stopped"
-    rc, lines = launch(kafka_settings, f"launch-{uuid.uuid4().hex[:8]}", "1", "--max-restarts", "2", tmp_path=tmp_path)
+    rc, lines = launch(kafka_settings, gave_up, "1", "--max-restarts", "2", tmp_path=tmp_path)
     assert rc == 1 and lines[-1]["event"] == "gave_up"
     assert sum(1 for l in lines if l["event"] == "start") == 3
+    ends = {e.job: e.data["reason"] for e in valid_events(kafka_settings, "jobs") if e.kind == "end"}
+    assert ends[stopped] == "stopped" and ends[gave_up] == "gave_up"
 
 
 def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_settings):
@@ -60,3 +66,30 @@ def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_set
                           "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no command verify key" in out.stderr and "FAULTLENS_SECRET is ignored" in out.stderr
+
+
+def test_a_cancelled_job_says_so_on_the_bus(kafka_settings, tmp_path):
+    """SIGTERM (scancel, the scheduler's end of the allocation): the trainers are killed and the
+    job's `end` says `cancelled`, so its agents stopping one by one next is no machine's silence."""
+    import signal
+    import time
+
+    job = f"launch-{uuid.uuid4().hex[:8]}"
+    _, public = write_key_pair(tmp_path / "keys")
+    env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2",
+                             "--verify-key", str(public), "--trainer", "tests.trainer_hooks.exiting_trainer",
+                             "--node-arg", "", "--", "--codes", "0", "--sleep", "120"],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "start" not in [json.loads(proc.stdout.readline()).get("event")]:
+            pass
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and json.loads(out.splitlines()[-1])["event"] == "cancelled"
+    [end] = [e for e in valid_events(kafka_settings, "jobs") if e.job == job and e.kind == "end"]
+    assert end.data["reason"] == "cancelled" and end.data["nodes"] == ["n000", "n001"]

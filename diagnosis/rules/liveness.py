@@ -304,18 +304,16 @@ class SilenceDetector:
         stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
         if all(self._ended(job, n, b) for n, b in nodes.items()):
-            return [Finding(
-                job=job, ts=now, onset=latest, fault="telemetry_lost", action="none", nodes=(), entity="job",
-                evidence=(nodes[node].id,),
-                detail=f"the job ended: every one of its {len(nodes)} node agents said its training processes had "
-                       f"exited (or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago "
-                       f"(recorded, no alert)")]
-        return [Finding(
-            job=job, ts=now, onset=latest, fault="telemetry_lost", action="alert", nodes=(), entity="job",
-            evidence=(nodes[node].id,),
-            detail=f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting "
-                   f"stopped within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry "
-                   f"stopped before reaching diagnosis; no node is judged silent on its own (alert, no eviction)")]
+            action, detail = "none", (
+                f"the job ended: every one of its {len(nodes)} node agents said its training processes had exited "
+                f"(or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago (recorded, no alert)")
+        else:
+            action, detail = "alert", (
+                f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
+                f"within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry stopped before "
+                f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")
+        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity="job",
+                        evidence=(nodes[node].id,), detail=detail)]
 
     def _pace(self, job: str) -> tuple[float | None, float | None]:
         """The job's typical node: the median of its nodes' last step times and step numbers."""

@@ -216,7 +216,7 @@ class Agent:
         spots = blind_spots(out, self.statuses(), interval_s=self.config.interval_s)
         out["blind"] = [b.to_dict() for b in spots]
         names = tuple(b.what for b in spots)
-        if names != self._blind:
+        if names != self._blind and not self.stop_event.is_set():  # stopping: its sources stop, no blindness
             if spots:
                 log.error("the agent cannot see: %s", "; ".join(f"{b.what}: {b.why}" for b in spots))
             else:

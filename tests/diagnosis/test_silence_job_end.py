@@ -163,3 +163,22 @@ def test_a_job_that_gave_up_still_has_its_silence_judged():
     is judged as before."""
     found = _engine_run([*_job_end(nodes(8), trainers_exit=10_000, agents_stop=STAGGER), _launcher_end(615.0, "gave_up")])
     assert ("n000",) in [d.nodes for d in found if d.action == "evict"]
+
+
+def test_a_real_agents_beats_at_a_real_jobs_end_read_as_the_end():
+    """The beats a real agent sent on an H100 (tests/fixtures/real_gpu/job_end_beats.json): the
+    trainer's pids while it ran, none after it exited, then the stop's last word."""
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parents[1] / "fixtures" / "real_gpu" / "job_end_beats.json").read_text())
+    rows = rec["rows"]
+    assert rows[0]["pids"] and not rows[-2]["pids"] and rows[-1]["stopping"]
+    det = SilenceDetector(grace_s=30)
+    for r in rows:
+        det.observe(_beat(r["t"], "n000", r["pids"], **({"stopping": True} if r["stopping"] else {})))
+    # A second node beats on for two minutes past the first's stop: the first is still no silence.
+    for t in range(0, 200, 5):
+        det.observe(_beat(float(t), "n001", [4000]))
+    found = [f for t in range(30, 200) for f in det.tick(T0 + t)]
+    assert [f for f in found if f.action in ("evict", "alert")] == []

@@ -312,6 +312,7 @@ class HangDetector(HangVerdicts):
 
 def _trainers_gone(job: JobState) -> bool:
     """The launcher said the job ended, or every node that listed training processes now lists
-    none (the job ended or crashed): a job with no process left is no hang (found: a healthy job's end, its last pid-listing beats a
-    few seconds after its last step, was suspected and reattempted a minute later)."""
+    none (the job ended or crashed): a job with no process left is no hang (found: a healthy
+    job's end, its last pid-listing beats a few seconds after its last step, was suspected and
+    reattempted a minute later, tests/fixtures/foreign/job_ends_staggered.jsonl)."""
     return job.ended_at is not None or (bool(job.with_pids) and job.with_pids <= job.no_pids.keys())

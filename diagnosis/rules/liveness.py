@@ -339,6 +339,7 @@ class SilenceDetector:
             del nodes[node]
             self._steps.pop((job, node), None)
             self._step_no.pop((job, node), None)
+            self._worked.discard((job, node))
 
     def ended(self, job: str, at: float) -> None:
         """The job's launcher said it ended: no node of it is judged until it trains again."""
@@ -353,3 +354,4 @@ class SilenceDetector:
         self._beats.get(job, {}).pop(node, None)
         self._steps.pop((job, node), None)
         self._step_no.pop((job, node), None)
+        self._worked.discard((job, node))

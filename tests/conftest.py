@@ -14,7 +14,9 @@ collect_ignore_glob = ["fixtures/*.expect.jsonl"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files holding a test marked ``long(seconds)`` are collected first, the longest first.
+    """Files holding tests marked ``long(seconds)`` are collected first, the longest first (a
+    file's seconds are its long tests' together: test_stages' three minute-long cases are one
+    three-minute file to the worker that takes it).
 
     pytest-xdist's ``--dist loadfile`` hands files to its workers in collection order; in path
     order the four-minute live silence test started two thirds of the way through and the suite
@@ -27,5 +29,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         mark = item.get_closest_marker("long")
         seconds = float(mark.args[0]) if mark is not None and mark.args else 0.0
-        weight[file_of(item)] = max(weight.get(file_of(item), 0.0), seconds)
+        weight[file_of(item)] = weight.get(file_of(item), 0.0) + seconds
     items.sort(key=lambda item: -weight[file_of(item)])  # stable: a file's order kept

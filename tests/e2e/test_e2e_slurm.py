@@ -58,6 +58,7 @@ def cluster(slurm_cluster):
             slurm_cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
 
 
+@pytest.mark.long(50)
 def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job_finishes(cluster, kafka_settings,
                                                                                          tmp_path):
     t0 = time.monotonic()

@@ -24,6 +24,7 @@ def _small_trace(tmp_path, job: str):
     return path
 
 
+@pytest.mark.long(25)
 def test_replay_then_record_gives_the_trace_back(client_settings, tmp_path):
     job = f"job-rr-{uuid.uuid4().hex[:8]}"
     path = _small_trace(tmp_path, job)

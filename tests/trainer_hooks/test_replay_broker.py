@@ -25,6 +25,7 @@ from tests.kafka_fixtures import job_records
 pytestmark = pytest.mark.broker
 
 
+@pytest.mark.long(40)
 def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_path):
     job = f"replay-{uuid.uuid4().hex[:8]}"
     key = SigningKey.generate()

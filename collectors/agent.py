@@ -269,12 +269,12 @@ class Agent:
         agents are stopped one node at a time when it ends; the first must not be judged dead)."""
         if not self._started:
             return  # never started: it said nothing, and has nothing to take back
-        for source in self.sources:
-            if isinstance(source, HeartbeatSource):
-                try:
-                    source.beat(stopping=True)
-                except Exception:  # noqa: BLE001 - the stop goes on; the silence is then judged as any other
-                    log.exception("the last beat failed")
+        heartbeat = self.source("heartbeat")
+        assert isinstance(heartbeat, HeartbeatSource)  # _build_sources always adds it
+        try:
+            heartbeat.beat(stopping=True)
+        except Exception:  # noqa: BLE001 - the stop goes on; the silence is then judged as any other
+            log.exception("the last beat failed")
 
     def __enter__(self) -> "Agent":
         return self.start()

@@ -231,7 +231,8 @@ class Launcher:
             action, cmd, crashed = outcome
             if action == "stop":
                 self.terminate(self.args.grace)
-                self.end("stopped", {"event": "stopped", "command_id": cmd.id if cmd else None}, cmd.id if cmd else None)
+                command_id = cmd.id if cmd else None
+                self.end("stopped", {"event": "stopped", "command_id": command_id}, command_id)
                 return STOPPED
             self.terminate(self.args.grace)
             if self.attempt >= self.args.max_restarts:

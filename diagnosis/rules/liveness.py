@@ -115,11 +115,11 @@ class SilenceDetector:
             return []
         nodes = self._beats.setdefault(event.job, {})
         prev = nodes.get(event.node)
+        pids = event.data.get("pids")
+        working = bool(pids) if isinstance(pids, list) else None
         if prev is None or event.ts >= prev.ts:
-            pids = event.data.get("pids")
-            working = bool(pids) if isinstance(pids, list) else None
             nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=event.data.get("stopping") is True)
-        if isinstance(event.data.get("pids"), list) and event.data["pids"]:
+        if working:
             self._worked.add((event.job, event.node))
             self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))
         return []

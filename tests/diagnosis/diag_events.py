@@ -54,5 +54,7 @@ def step(ts: float, node: str, rank: int, n: int, loss=2.0, grad_norm=1.0, step_
     return ev(ts, node, "train", "step", job=job, **data)
 
 
-def beat(ts: float, node: str, seq: int = 0, job: str = JOB) -> Envelope:
-    return ev(ts, node, "heartbeat", "beat", job=job, seq=seq, pids=[1], sources={"nvml": "ok"})
+def beat(ts: float, node: str, seq: int = 0, job: str = JOB, pids: list[int] | None = None, **extra) -> Envelope:
+    """A beat listing ``pids`` (one training process by default); ``extra``: more data (``stopping``)."""
+    return ev(ts, node, "heartbeat", "beat", job=job, seq=seq, pids=[1] if pids is None else pids,
+              sources={"nvml": "ok"}, **extra)

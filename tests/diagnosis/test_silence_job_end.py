@@ -12,13 +12,9 @@ import random
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.rules.liveness import SilenceDetector
-from tests.diagnosis.diag_events import T0, ev, nodes, step, topology
+from tests.diagnosis.diag_events import T0, beat, ev, nodes, step, topology
 
 EVERY = 5.0  # the agents' beat interval (collect's default is 5 s)
-
-
-def _beat(ts: float, node: str, pids: list[int], **extra):
-    return ev(ts, node, "heartbeat", "beat", seq=int(ts), pids=pids, sources={"nvml": "ok"}, **extra)
 
 
 def _job_end(names: list[str], *, trainers_exit: float, agents_stop: dict[str, float], pids_after_exit: bool = False,
@@ -36,7 +32,7 @@ def _job_end(names: list[str], *, trainers_exit: float, agents_stop: dict[str, f
         for i, at in enumerate(beats):
             working = at < trainers_exit or pids_after_exit
             extra = (last_words or {}).get(n, {}) if i == len(beats) - 1 else {}
-            out.append(_beat(at, n, [4000] if working else [], **extra))
+            out.append(beat(at, n, pids=[4000] if working else [], **extra))
     return sorted(out, key=lambda e: e.ts)
 
 
@@ -87,7 +83,7 @@ def test_an_agent_stopped_on_purpose_is_never_silent():
     stops["n002"] = stops["n005"] = 300.0
     events = _job_end(nodes(8), trainers_exit=10_000, agents_stop=stops,
                       last_words={"n002": {"stopping": True}, "n005": {"stopping": True}})
-    events = [e if not (e.node == "n005" and e.data.get("stopping")) else _beat(e.ts - T0, "n005", [], stopping=True)
+    events = [e if not (e.node == "n005" and e.data.get("stopping")) else beat(e.ts - T0, "n005", pids=[], stopping=True)
               for e in events]
     found = _run(events, until=500)
     assert [d for d in found if d.action == "evict"] == []
@@ -102,7 +98,7 @@ def _job_with_steps(pids_at_end: list[int]) -> list:
     e = Engine(EngineConfig(grace_s=30))
     e.process(topology(n=8, gpus=1, tp=1, pp=1))
     events = [step(t, n, r, int(t // 10)) for t in range(10, 401, 10) for r, n in enumerate(nodes(8))]
-    events += [_beat(t + 0.1 * r, n, [4000] if t < 410 else pids_at_end)
+    events += [beat(t + 0.1 * r, n, pids=[4000] if t < 410 else pids_at_end)
                for t in range(0, 521, 5) for r, n in enumerate(nodes(8))]
     found = []
     for event in sorted(events, key=lambda x: x.ts):
@@ -129,7 +125,7 @@ def test_a_node_that_died_while_the_job_was_down_is_judged_once_the_job_trains_a
         while t < 600:
             down = 300 <= t < 340
             if not (n == "n004" and t >= 320):
-                out.append(_beat(t, n, [] if down else [4000]))
+                out.append(beat(t, n, pids=[] if down else [4000]))
             t += EVERY
     found = _run(sorted(out, key=lambda e: e.ts), until=600)
     assert [(d.fault, d.nodes) for d in found if d.action == "evict"] == [("node_silent", ("n004",))]
@@ -176,9 +172,9 @@ def test_a_real_agents_beats_at_a_real_jobs_end_read_as_the_end():
     assert rows[0]["pids"] and not rows[-2]["pids"] and rows[-1]["stopping"]
     det = SilenceDetector(grace_s=30)
     for r in rows:
-        det.observe(_beat(r["t"], "n000", r["pids"], **({"stopping": True} if r["stopping"] else {})))
+        det.observe(beat(r["t"], "n000", pids=r["pids"], **({"stopping": True} if r["stopping"] else {})))
     # A second node beats on for two minutes past the first's stop: the first is still no silence.
     for t in range(0, 200, 5):
-        det.observe(_beat(float(t), "n001", [4000]))
+        det.observe(beat(float(t), "n001", pids=[4000]))
     found = [f for t in range(30, 200) for f in det.tick(T0 + t)]
     assert [f for f in found if f.action in ("evict", "alert")] == []

@@ -301,6 +301,9 @@ class Launcher:
 
     def _watch(self) -> tuple[str, Command | None, list[str]] | None:
         """Until the attempt ends: None when every rank finished, else (action, command, nodes)."""
+        # The diagnosis can outrun our poll of the ranks: a crash's last log lines reach the
+        # remediator, which sends run_checks, before we see the exit. Kept for the crash's wait.
+        checks: Command | None = None
         while True:
             cmd = self._wait_command(0.2)
             if cmd is not None:
@@ -309,6 +312,8 @@ class Launcher:
                         log.info("evict %s names no node of this job now; ignored", cmd.id)
                         continue
                     return cmd.action, cmd, []
+                if cmd.action == "run_checks":
+                    checks = cmd
                 continue  # checkpoint / capture_stacks are the ranks' business
             codes = [(p.poll(), node) for p, node, _ in self.procs]
             if all(c == 0 for c, _ in codes):
@@ -328,19 +333,20 @@ class Launcher:
                         ",".join(sorted({n for _, n in failed})), sorted({c for c, _ in failed}), self.args.crash_wait)
             self.emit({"event": "crash", "attempt": self.attempt, "exit_codes": {n: c for c, n in failed}})
             self.terminate(0)
-            cmd = self._wait_after_crash()
+            cmd = self._wait_after_crash(checks)
             if cmd is not None:
                 return cmd.action, cmd, []
             return "reattempt", None, []
 
-    def _wait_after_crash(self) -> Command | None:
+    def _wait_after_crash(self, checks: Command | None = None) -> Command | None:
         """The command that says how to restart after a crash, or None after ``--crash-wait``.
 
         Other commands do not end the wait: a `run_checks` means the remediator is running
         stop-time checks on the job's machines and will send the restart (an evict of the machines
         that failed, or a reattempt) once they answer, so the wait is stretched to the checks'
-        own wait; restarting in place meanwhile would put the job back on a suspect machine."""
-        deadline = time.monotonic() + self.args.crash_wait
+        own wait; restarting in place meanwhile would put the job back on a suspect machine.
+        ``checks`` is a run_checks read before the crash was seen, which holds the wait the same."""
+        deadline = self._hold_for_checks(checks, time.monotonic() + self.args.crash_wait)
         while (left := deadline - time.monotonic()) > 0:
             cmd = self._wait_command(left)
             if cmd is None:
@@ -349,13 +355,18 @@ class Launcher:
                 if cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes):
                     continue
                 return cmd
-            if cmd.action == "run_checks":
-                wait_s = (cmd.params or {}).get("wait_s")
-                if isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400:
-                    deadline = max(deadline, time.monotonic() + float(wait_s) + self.args.crash_wait)
-                    self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes),
-                               "wait_s": wait_s})
+            deadline = self._hold_for_checks(cmd, deadline)
         return None
+
+    def _hold_for_checks(self, cmd: Command | None, deadline: float) -> float:
+        """The crash wait's deadline, stretched by a run_checks command's own ``wait_s``."""
+        if cmd is None or cmd.action != "run_checks":
+            return deadline
+        wait_s = (cmd.params or {}).get("wait_s")
+        if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400):
+            return deadline
+        self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes), "wait_s": wait_s})
+        return max(deadline, time.monotonic() + float(wait_s) + self.args.crash_wait)
 
     def close(self) -> None:
         self.listener.stop()

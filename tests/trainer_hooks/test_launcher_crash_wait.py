@@ -49,6 +49,35 @@ def test_run_checks_holds_the_restart_for_the_verdict():
     assert held["nodes"] == ["fl-node1", "fl-node2"]
 
 
+class ExitsLater:
+    """A rank process that is still running for its first polls, then has crashed."""
+
+    def __init__(self, polls_alive: int, code: int) -> None:
+        self.left, self.code = polls_alive, code
+
+    def poll(self) -> int | None:
+        self.left -= 1
+        return None if self.left >= 0 else self.code
+
+
+def test_run_checks_read_before_the_crash_is_seen_still_holds_the_restart():
+    # CI saw this order: the crash's log lines reached the remediator, whose run_checks came in
+    # while the launcher's poll still found the rank running. The wait after the crash must still
+    # be held for the checks, or the job is reattempted in place on the suspect machine.
+    launcher = held_launcher(crash_wait=0.2)
+    launcher.args.command_wait = 0.2
+    launcher.attempt = 1
+    launcher.procs = [(ExitsLater(3, 0), "fl-node1", 0), (ExitsLater(3, 1), "fl-node2", 1)]
+    launcher.commands.put(command("run_checks", ("fl-node1", "fl-node2"), then="reattempt", wait_s=30.0))
+    evict = command("evict", ("fl-node2",), replacements=["fl-node3"])
+    timer = later(launcher, 1.2, evict)
+    try:
+        assert launcher._watch() == ("evict", evict, [])
+    finally:
+        timer.cancel()
+    assert [e["event"] for e in launcher.emitted] == ["crash", "waiting_for_checks"]
+
+
 def test_other_commands_do_not_end_the_wait_and_nothing_ends_it_at_crash_wait():
     launcher = held_launcher(crash_wait=0.5)
     for cmd in (command("capture_stacks"), command("evict", ("n777",)), command("run_checks", wait_s="soon")):

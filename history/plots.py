@@ -28,7 +28,8 @@ from matplotlib.ticker import MaxNLocator
 from streams.diagnosis_record import FAULT_CLASSES
 from history.queries import frame, kind_counts, run
 
-STATE_COLOURS = {"running": "#2ca02c", "stalled": "#ff7f0e", "down": "#d62728", "restarting": "#1f77b4"}
+STATE_COLOURS = {"running": "#2ca02c", "stalled": "#ff7f0e", "down": "#d62728", "restarting": "#1f77b4",
+                 "ended": "#d9d9d9"}
 REQUEST_COLOUR = "#7f7f7f"
 _TAB20 = matplotlib.colormaps["tab20"]
 # One colour per class in every chart (tab20 holds 20, the catalogue 18): a class keeps its colour

@@ -236,13 +236,14 @@ QUERIES: dict[str, str] = {
             SELECT job, ts, state,
                    coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts
             FROM marks
+        ), w AS (
+            SELECT job, max(ts) - min(ts) - coalesce(sum(next_ts - ts) FILTER (WHERE state = 'ended'), 0) AS wall_s,
+                   coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0) AS productive_s,
+                   count(*) FILTER (WHERE state IN ('down', 'stalled')) AS incidents
+            FROM m GROUP BY job
         )
-        SELECT job, max(ts) - min(ts) AS wall_s,
-               coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0) AS productive_s,
-               coalesce(sum(least(next_ts - ts, $max_gap)) FILTER (WHERE state = 'running'), 0)
-                   / nullif(max(ts) - min(ts), 0) AS ettr,
-               count(*) FILTER (WHERE state IN ('down', 'stalled')) AS incidents
-        FROM m GROUP BY job ORDER BY job""",
+        SELECT job, wall_s, productive_s, productive_s / nullif(wall_s, 0) AS ettr, incidents
+        FROM w ORDER BY job""",
     "timeline": f"""
         WITH {_ACCEPTED}
         SELECT job, ts, coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts,

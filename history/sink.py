@@ -197,6 +197,12 @@ def event_marks(e: Envelope) -> list[dict[str, Any]]:
         reason = e.data.get("reason")
         return [{"id": f"restart|{e.id}", "job": e.job, "ts": e.ts, "state": "restarting",
                  "reason": f"restart: {reason}" if reason else "restart"}]
+    if e.source == "job" and e.kind == "end":
+        # Until the job's next start it is not running at all: that time is no wall time of it
+        # (a job resubmitted a day later did not spend the day down; queries.ettr).
+        reason = e.data.get("reason")
+        return [{"id": f"end|{e.id}", "job": e.job, "ts": e.ts, "state": "ended",
+                 "reason": f"end: {reason}" if isinstance(reason, str) else "end"}]
     if e.source == "job" and e.kind == "topology":
         return [{"id": f"start|{e.id}", "job": e.job, "ts": e.ts, "state": "restarting", "reason": "job start (topology)"}]
     return []

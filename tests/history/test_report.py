@@ -8,6 +8,8 @@ import orjson
 import pytest
 
 from streams.diagnosis_record import Diagnosis
+from streams.events import Envelope
+from streams.topology import Topology
 from history import queries, report
 from history.schema import memory_history
 from history.sink import HistorySink, build_batch
@@ -179,3 +181,25 @@ def test_timeline_spans_merge_marks_into_state_changes(conn):
     spans = [(r["state"], r["ts"] - T0, r["next_ts"] - T0) for r in queries.run(conn, "timeline_spans") if r["job"] == "j1"]
     assert spans == [("restarting", -10, 0), ("running", 0, 40), ("down", 40, 45), ("restarting", 45, 60),
                      ("running", 60, 80), ("down", 80, 91), ("restarting", 91, 95), ("running", 95, 119)]
+
+
+def test_a_jobs_end_closes_its_wall_time_until_it_starts_again():
+    # j3 runs 0..29, its launcher says it finished at 30.5; resubmitted an hour later it starts at
+    # 3590, steps 3600..3629 and finishes at 3630.5. The hour between is no time of the job's: not
+    # down, not wall time (without the end mark its ETTR read 61 / 3640.5 s).
+    c = memory_history()
+    ends = [Envelope(ts=T0 + t, job="j3", node="-", source="job", kind="end", id=f"j3-end-{t}",
+                     data={"reason": "finished", "attempt": 1, "command_id": None, "nodes": known.NODES})
+            for t in (30.5, 3630.5)]
+    events = [known._topology("j3", T0 - 10), *known._steps("j3", T0, T0 + 29),
+              Topology.grid(known.NODES, 2, 2, 2, 2).to_event("j3", T0 + 3590, event_id="j3-topology-2"), *known._steps("j3", T0 + 3600, T0 + 3629),
+              *ends]
+    HistorySink(c).write(build_batch(sorted(events, key=lambda e: e.ts)))
+    [row] = queries.run(c, "ettr")
+    # productive: 29 one-second intervals and the last step's 1.5 s up to the end, twice
+    assert row["productive_s"] == pytest.approx(61.0)
+    assert row["wall_s"] == pytest.approx((3630.5 + 10) - (3590 - 30.5))
+    assert row["ettr"] == pytest.approx(61.0 / 81.0)
+    states = [(r["state"], r["reason"]) for r in queries.run(c, "timeline") if r["state"] == "ended"]
+    assert states == [("ended", "end: finished")] * 2
+    c.close()

@@ -9,8 +9,8 @@ its children's exit codes (trainer_hooks.exit_codes): on evict it restarts the j
 evicted nodes, replacing them with standbys (the command's ``replacements`` first, then
 ``--standby``); on restart / reattempt / rollback it restarts in place (rollback resumes from the
 checkpoint before the last). A crash with no command is followed by a wait for one
-(``--crash-wait``; a ``run_checks`` meanwhile stretches it to the checks' own wait, for their
-verdict), then a restart in place. Every restart is published as a `job`/`restart` event and
+(``--crash-wait``; a ``run_checks`` meanwhile, or one that came in while the crashing ranks were
+still exiting, stretches it to the checks' own wait, for their verdict), then a restart in place. Every restart is published as a `job`/`restart` event and
 printed as a JSON line on stdout; the job's end (finished, stopped, cancelled by SIGTERM, or given
 up) as a `job`/`end` event, so that its agents stopping next are not read as machines dying.
 

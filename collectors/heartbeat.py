@@ -119,7 +119,7 @@ class HeartbeatSource:
         with self._beating:
             return self._beat(stopping)
 
-    def _beat(self, stopping: bool) -> Envelope:
+    def _beat(self, stopping: bool, cancel: threading.Event | None = None) -> Envelope:
         pids, unranked, stale = self._discover_bounded()
         health = None
         if self.health is not None:
@@ -131,6 +131,10 @@ class HeartbeatSource:
             health = {**health, "pids_stale": True}
         event = beat_event(job=self.job, node=self.node, seq=self.seq, pids=pids, sources=self.statuses(),
                            unranked_pids=unranked, health=health, stopping=stopping)
+        if cancel is not None and cancel.is_set():
+            # The agent began stopping while this beat was taken: its sources may read "stopped"
+            # (they stop on the same event), which is no blindness. The last beat says the stop.
+            return event
         self.seq += 1
         self.publish(event)
         return event
@@ -140,7 +144,8 @@ class HeartbeatSource:
         # not after the last one finished (a slow beat does not drift the schedule).
         due = time.monotonic()
         while not stop.is_set():
-            self.beat()
+            with self._beating:
+                self._beat(False, cancel=stop)
             due += self.interval_s
             now = time.monotonic()
             if due < now:

@@ -173,6 +173,28 @@ def test_heartbeat_beats_asked_from_two_threads_at_once_all_go_out():
     assert sorted(e.data["seq"] for e in out) == list(range(1200))
 
 
+def test_a_beat_taken_while_the_agent_begins_to_stop_is_not_sent():
+    """CI: the agent's stop set its stop event while the beat loop was in a beat; the kernel
+    follower had already stopped, so that beat said "kernel: stopped" without ``stopping`` and
+    diagnosis read a blind agent. A beat the stop overtook is dropped; the last beat says it."""
+    out = []
+    stop = threading.Event()
+    statuses = {"kernel": "running"}
+
+    def read_statuses():
+        if len(out) == 2:  # the stop comes in while the third beat is being taken
+            stop.set()
+            statuses["kernel"] = "stopped"
+        return dict(statuses)
+
+    hb = HeartbeatSource(job="j", node="n1", interval_s=0.01, publish=out.append, statuses=read_statuses,
+                         pids=lambda: [11])
+    hb.run(stop)
+    assert [e.data["sources"]["kernel"] for e in out] == ["running", "running"]
+    last = hb.beat(stopping=True)
+    assert last.data["stopping"] is True and last.data["seq"] == 2  # no gap in the sequence
+
+
 def test_a_stopped_agents_last_beat_says_stopping_and_diagnosis_reads_no_blindness_in_it(tmp_path):
     """The stop sends one more beat, ``stopping``, whose sources have all stopped: diagnosis reads
     that as the stop, neither a blind agent nor, once it is quiet, a dead machine."""

@@ -213,7 +213,8 @@ def job_timeline(conn: duckdb.DuckDBPyConnection, max_jobs: int = 12) -> Figure 
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    _caption(fig, "Bars: the job's state from the history's timeline marks (running = train steps seen). Markers: "
+    _caption(fig, "Bars: the job's state from the history's timeline marks (running = train steps seen; ended = "
+                  "the launcher said the job ended). Markers: "
                   f"the {len(incidents)} incident(s), acting diagnoses only (▼ first evidence, × decision)."
                   f"{_left_out(kinds)}")
     return fig

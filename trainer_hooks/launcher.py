@@ -11,8 +11,9 @@ evicted nodes, replacing them with standbys (the command's ``replacements`` firs
 checkpoint before the last). A crash with no command is followed by a wait for one
 (``--crash-wait``; a ``run_checks`` meanwhile, or one that came in while the crashing ranks were
 still exiting, stretches it to the checks' own wait, for their verdict), then a restart in place.
-Every restart is published as a `job`/`restart` event and printed as a JSON line on stdout; the job's end (finished, stopped, cancelled by SIGTERM, or given
-up) as a `job`/`end` event, so that its agents stopping next are not read as machines dying.
+Every restart is published as a `job`/`restart` event and printed as a JSON line on stdout; the
+job's end (finished, stopped, cancelled by SIGTERM, or given up) as a `job`/`end` event, so that
+its agents stopping next are not read as machines dying.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
 (trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes

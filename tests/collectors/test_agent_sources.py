@@ -142,7 +142,7 @@ def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
     t0 = _time.monotonic()
     second = hb.beat()
     hb.beat()  # a third beat: it must not wait on the stuck discovery either
-    assert _time.monotonic() - t0 < 1.0
+    assert _time.monotonic() - t0 < 10.0  # the stuck discovery waits 30 s: loose for a loaded machine
     assert second.data["pids"] == [11, 12] and second.data["health"]["pids_stale"] is True
     assert len(calls) == 2  # the stuck discovery is not started again
     gate.set()

@@ -57,7 +57,8 @@ def test_a_call_past_its_deadline_is_given_up_and_named():
     t0 = time.monotonic()
     with pytest.raises(CallTimeout) as err:
         calls.run(3, stuck)
-    assert 0.2 <= time.monotonic() - t0 < 1.0
+    # Given up at its deadline, not when the call returns (never): the bound is loose for a loaded machine.
+    assert 0.2 <= time.monotonic() - t0 < 10.0
     assert err.value.stuck.call == "nvmlDeviceGetTotalEccErrors" and calls.is_stuck(3)
     assert calls.run(4, lambda: 42) == 42  # other keys go on
     block.set()
@@ -131,7 +132,7 @@ def test_nvml_init_that_never_returns_is_a_stuck_source_not_a_hung_agent():
     t0 = time.monotonic()
     with pytest.raises(NvmlStuck, match="nvmlInit did not return within 0.3s"):
         sampler.run(threading.Event())
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 10.0  # nvmlInit never returns: any bound tells; loose for a loaded machine
     with pytest.raises(NvmlStuck, match="has not returned"):  # a restart does not pile up threads
         sampler.run(threading.Event())
     assert sampler.calls.abandoned == 1

@@ -28,8 +28,14 @@ pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()
 
 
+def machine(job: str, i: int) -> str:
+    """A node name of this job alone: the policy's fleet memory counts a machine's faults across
+    jobs, and another test's gpu_lost on an "n001" of the same broker once made this one a lemon."""
+    return f"{job}-n{i:03d}"
+
+
 def publish(settings, job, diagnoses, raw=(), bad_topology=False):
-    topo = Topology.grid(["n000", "n001", "n002", "n003"], 1, 1, 2, 2).to_event(job, time.time())
+    topo = Topology.grid([machine(job, i) for i in range(4)], 1, 1, 2, 2).to_event(job, time.time())
     with Producer(settings) as p:
         if bad_topology:
             p.send_event(Envelope(ts=time.time(), job=job, node="-", source="job", kind="topology", data={"tp": 0}))
@@ -48,7 +54,8 @@ def commands_for(settings, job):
 
 def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kafka_settings, group_name, tmp_path):
     job = f"rem-{uuid.uuid4().hex[:8]}"
-    hw = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="gpu_lost", action="evict", nodes=("n001",))
+    hw = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="gpu_lost", action="evict",
+                   nodes=(machine(job, 1),))
     nan = Diagnosis(job=job, ts=time.time(), onset=time.time(), fault="nan_loss", action="stop_time_diagnosis")
     publish(kafka_settings, job, [hw, hw, nan], raw=[f"not a diagnosis {job}".encode(), f'{{"id": "{job}"}}'.encode()],
             bad_topology=True)
@@ -62,7 +69,7 @@ def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kaf
     assert sorted(c.action for c in cmds) == ["evict", "rollback"]  # the duplicate diagnosis made no 2nd command
     assert all(c.verify(KEY.verify_keys()) for c in cmds)
     evict = next(c for c in cmds if c.action == "evict")
-    assert evict.nodes == ("n001",) and evict.diagnosis_id == hw.id
+    assert evict.nodes == (machine(job, 1),) and evict.diagnosis_id == hw.id
     lines = [json.loads(l) for l in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert [l["action"] for l in lines if l["job"] == job] == ["evict", "rollback"]  # redelivered id skipped
     dead = [orjson.loads(m.value) for m in read_topic(kafka_settings, "dead-letter", idle_s=0.5, timeout_s=120)]

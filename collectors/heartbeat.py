@@ -113,13 +113,14 @@ class HeartbeatSource:
         self._last_found = found
         return (*found, False)
 
-    def beat(self, *, stopping: bool = False) -> Envelope:
+    def beat(self, *, stopping: bool = False, cancel: threading.Event | None = None) -> Envelope:
         """One beat; ``stopping``: the agent's last, on a deliberate stop (a dead machine says no
-        such thing, so the silence that follows is not judged a machine's, diagnosis/rules/liveness.py)."""
+        such thing, so the silence that follows is not judged a machine's, diagnosis/rules/liveness.py).
+        ``cancel``: the beat loop's stop; a beat it overtook is taken but not sent."""
         with self._beating:
-            return self._beat(stopping)
+            return self._beat(stopping, cancel)
 
-    def _beat(self, stopping: bool, cancel: threading.Event | None = None) -> Envelope:
+    def _beat(self, stopping: bool, cancel: threading.Event | None) -> Envelope:
         pids, unranked, stale = self._discover_bounded()
         health = None
         if self.health is not None:
@@ -144,8 +145,7 @@ class HeartbeatSource:
         # not after the last one finished (a slow beat does not drift the schedule).
         due = time.monotonic()
         while not stop.is_set():
-            with self._beating:
-                self._beat(False, cancel=stop)
+            self.beat(cancel=stop)
             due += self.interval_s
             now = time.monotonic()
             if due < now:

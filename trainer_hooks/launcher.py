@@ -309,7 +309,7 @@ class Launcher:
             cmd = self._wait_command(0.2)
             if cmd is not None:
                 if cmd.action in RESTART_ACTIONS or cmd.action == "stop":
-                    if cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes):
+                    if self._evicts_none_of_ours(cmd):
                         log.info("evict %s names no node of this job now; ignored", cmd.id)
                         continue
                     return cmd.action, cmd, []
@@ -326,7 +326,7 @@ class Launcher:
             if known:
                 # A rank obeyed a command we have not read yet: it is on its way.
                 cmd = self._wait_command(self.args.command_wait)
-                if cmd is not None and (cmd.action != "evict" or set(cmd.nodes) & set(self.nodes)):
+                if cmd is not None and not self._evicts_none_of_ours(cmd):
                     return cmd.action, cmd, []
                 action = EXIT_ACTION[known[0][0]]
                 return action, None, sorted({node for c, node in known if c == known[0][0]})
@@ -353,11 +353,15 @@ class Launcher:
             if cmd is None:
                 return None
             if cmd.action in (*RESTART_ACTIONS, "stop"):
-                if cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes):
+                if self._evicts_none_of_ours(cmd):
                     continue
                 return cmd
             deadline = self._hold_for_checks(cmd, deadline)
         return None
+
+    def _evicts_none_of_ours(self, cmd: Command) -> bool:
+        """An evict of machines this job no longer runs on (sent before a restart swapped them out)."""
+        return cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes)
 
     def _hold_for_checks(self, cmd: Command | None, deadline: float) -> float:
         """The crash wait's deadline, stretched by a run_checks command's own ``wait_s``."""

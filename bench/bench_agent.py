@@ -22,11 +22,11 @@ import uuid
 from kafka import KafkaProducer
 
 from bench.common import bench_broker
-from collectors.publisher import Publisher
-from collectors.spool import Spool, SpooledRecord
-from streams.config import KafkaSettings
-from streams.events import Envelope, encode
-from streams.topics import topic_for
+from faultlens.collectors.publisher import Publisher
+from faultlens.collectors.spool import Spool, SpooledRecord
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.topics import topic_for
 
 
 def _events(n: int, job: str) -> list[Envelope]:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import psutil
 
-from collectors.flood_fold import Folder
-from collectors.kernel_follower import KernelFileReader
-from collectors.log_source import LogSource, keyed
-from parsing.registry import parser_for
+from faultlens.collectors.flood_fold import Folder
+from faultlens.collectors.kernel_follower import KernelFileReader
+from faultlens.collectors.log_source import LogSource, keyed
+from faultlens.parsing.registry import parser_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

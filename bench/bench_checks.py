@@ -16,8 +16,8 @@ import statistics
 import tempfile
 import time
 
-from collectors.checks.compute import check_compute, compute_devices
-from collectors.checks.suite import ChecksConfig, run_checks, suite, timeouts
+from faultlens.collectors.checks.compute import check_compute, compute_devices
+from faultlens.collectors.checks.suite import ChecksConfig, run_checks, suite, timeouts
 
 
 def main(argv: list[str] | None = None) -> int:

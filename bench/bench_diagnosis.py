@@ -30,15 +30,15 @@ import time
 import uuid
 from pathlib import Path
 
-from diagnosis.consumer import DiagnoseHandler
-from diagnosis.engine import Engine, analyze
-from diagnosis.scoring import score
-from streams.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
+from faultlens.diagnosis.consumer import DiagnoseHandler
+from faultlens.diagnosis.engine import Engine, analyze
+from faultlens.diagnosis.scoring import score
+from faultlens.streams.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
 
 
 def _simulate(args, path: Path) -> None:
-    from simulator.config import SimConfig
-    from simulator.run import simulate
+    from faultlens.simulator.config import SimConfig
+    from faultlens.simulator.run import simulate
 
     run = simulate(SimConfig(nodes=args.nodes, gpus=args.gpus, seed=args.seed, sample_interval_s=args.sample_interval),
                    faults=args.faults)
@@ -89,9 +89,9 @@ def _kafka(path: Path, n: int, bootstrap: str | None) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from bench.common import bench_broker, raw_consume_rate
-    from streams.events import encode
-    from streams.producer import Producer
-    from streams.runner import GroupRunner
+    from faultlens.streams.events import encode
+    from faultlens.streams.producer import Producer
+    from faultlens.streams.runner import GroupRunner
 
     with bench_broker(bootstrap) as settings:
         topic = f"bench-diagnosis-{uuid.uuid4().hex[:8]}"
@@ -123,8 +123,8 @@ def _kafka(path: Path, n: int, bootstrap: str | None) -> None:
 
 def _closed_loop_seeds(args) -> None:
     from faultlens.closed_loop import ClosedLoop
-    from simulator.config import SimConfig
-    from simulator.run import simulate
+    from faultlens.simulator.config import SimConfig
+    from faultlens.simulator.run import simulate
 
     found, labels = [], []
     for seed in args.seeds:

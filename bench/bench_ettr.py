@@ -14,9 +14,9 @@ import json
 import time
 from dataclasses import replace
 
-from history.whatif.closed_form import optimal_interval, project
-from history.whatif.monte_carlo import simulate
-from history.whatif.presets import PRESETS
+from faultlens.history.whatif.closed_form import optimal_interval, project
+from faultlens.history.whatif.monte_carlo import simulate
+from faultlens.history.whatif.presets import PRESETS
 
 
 def main() -> None:

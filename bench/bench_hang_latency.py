@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_broker
-from simulator.faults import hang_states
-from simulator.stacks import py_spy_dump
-from streams.command import Command
-from streams.command_listener import CommandListener
-from streams.command_screen import CommandScreen
-from streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.topology import Topology
+from faultlens.simulator.faults import hang_states
+from faultlens.simulator.stacks import py_spy_dump
+from faultlens.streams.command import Command
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.topology import Topology
 from faultlens.demo import processes as pipeline
 
 KEY = SigningKey.generate()  # the bench is its own deployment

@@ -22,8 +22,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from diagnosis.hang_stacks import read_hang_stacks
-from streams.topology import Topology
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.streams.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "stacks"
 
@@ -61,7 +61,7 @@ def main() -> None:
         readers = {"stacks": lambda: read_hang_stacks(stacks, topology)}
         recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
         if recorders and not args.stacks_only:
-            from diagnosis.hang_recorder import read_hang
+            from faultlens.diagnosis.hang_recorder import read_hang
 
             readers["recorder+stacks"] = lambda: read_hang(stacks, recorders, topology)
         for name, read in readers.items():

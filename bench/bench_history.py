@@ -21,14 +21,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.common import bench_broker, raw_consume_rate
-from history.consumer import HistoryHandler
-from history import html_report
-from history.queries import REPORT_SECTIONS, frame, run
-from history.schema import open_history
-from history.sink import HistorySink
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.runner import GroupRunner
+from faultlens.history.consumer import HistoryHandler
+from faultlens.history import html_report
+from faultlens.history.queries import REPORT_SECTIONS, frame, run
+from faultlens.history.schema import open_history
+from faultlens.history.sink import HistorySink
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.runner import GroupRunner
 
 T0 = 1_767_225_600.0  # 2026-01-01
 FAULTS = ("gpu_lost", "gpu_memory", "nvlink", "gpu_thermal", "nic", "kernel", "host_oom", "cuda_error",

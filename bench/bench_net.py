@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diagnosis.engine import Engine, analyze  # noqa: E402
-from diagnosis.scoring import EVICTING, score  # noqa: E402
-from simulator import SimConfig, simulate  # noqa: E402
-from simulator.faults import DEGRADING_S, NIC_VARIANTS  # noqa: E402
-from simulator.plan import FaultPlan  # noqa: E402
+from faultlens.diagnosis.engine import Engine, analyze  # noqa: E402
+from faultlens.diagnosis.scoring import EVICTING, score  # noqa: E402
+from faultlens.simulator import SimConfig, simulate  # noqa: E402
+from faultlens.simulator.faults import DEGRADING_S, NIC_VARIANTS  # noqa: E402
+from faultlens.simulator.plan import FaultPlan  # noqa: E402
 
 SPACING_S = 200.0
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diagnosis.rules.net_counters import NetCounterRule  # noqa: E402
-from streams import topics  # noqa: E402
-from streams.events import decode  # noqa: E402
-from streams.net_reading import CheckedPorts, decode_net_message  # noqa: E402
-from streams.payloads import check_payload  # noqa: E402
-from streams.replay import trace_messages  # noqa: E402
+from faultlens.diagnosis.rules.net_counters import NetCounterRule  # noqa: E402
+from faultlens.streams import topics  # noqa: E402
+from faultlens.streams.events import decode  # noqa: E402
+from faultlens.streams.net_reading import CheckedPorts, decode_net_message  # noqa: E402
+from faultlens.streams.payloads import check_payload  # noqa: E402
+from faultlens.streams.replay import trace_messages  # noqa: E402
 
 
 def _best_us(work, items: list, repeat: int) -> float:

@@ -16,10 +16,10 @@ import argparse
 import json
 import time
 
-from diagnosis.engine import Engine, analyze
-from diagnosis.node_consumer import NodeStageHandler
-from streams.runner import Record
-from streams.trace import iter_trace
+from faultlens.diagnosis.engine import Engine, analyze
+from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.streams.runner import Record
+from faultlens.streams.trace import iter_trace
 
 
 def _node(events: list) -> float:

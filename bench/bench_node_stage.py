@@ -41,7 +41,7 @@ def _timing():
 
 def run_once(bootstrap: str, client: str, per_msg: float) -> dict:
     """One node-stage run over what the broker holds, timed as bench_throughput times a stage."""
-    from streams.config import KafkaSettings
+    from faultlens.streams.config import KafkaSettings
 
     timing = _timing()
     records, clock, outputs, handled = timing._stage(KafkaSettings(bootstrap=bootstrap, client=client), "node",
@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--trace is required")
 
     from bench.bench_throughput import _census
-    from streams.admin import ensure_topics
-    from streams.broker import EmbeddedBroker
-    from streams.config import KafkaSettings
-    from streams.replay import replay_trace
+    from faultlens.streams.admin import ensure_topics
+    from faultlens.streams.broker import EmbeddedBroker
+    from faultlens.streams.config import KafkaSettings
+    from faultlens.streams.replay import replay_trace
 
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         tree = Path(tmp) / "base"

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 from tests.collectors.test_nvml_unresponsive import HangingNvml
 
 

@@ -15,8 +15,8 @@ import json
 import random
 import time
 
-from parsing.registry import LineEventParser, parser_for
-from streams.events import Envelope
+from faultlens.parsing.registry import LineEventParser, parser_for
+from faultlens.streams.events import Envelope
 from tests.parsing import log_samples as S
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [

@@ -30,14 +30,14 @@ from pathlib import Path
 import torch
 
 from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus
-from diagnosis.engine import analyze
-from diagnosis.rules.training import TrainingRule
-from remediation.ladder import JobLadder
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.topology import Topology
-from trainer_hooks import poet
-from trainer_hooks.hook import TrainerHook
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.rules.training import TrainingRule
+from faultlens.remediation.ladder import JobLadder
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
+from faultlens.trainer_hooks import poet
+from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger("bench.poet")
 NODE = "bench0"

@@ -33,17 +33,17 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.common import bench_broker
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.config import KafkaSettings
-from streams.events import Envelope, decode
-from streams.producer import Producer
-from streams.reader import read_topic
-from streams.topology import Topology
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, decode
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
+from faultlens.streams.topology import Topology
 from faultlens.demo import processes as pipeline
-from streams.command_listener import CommandListener
-from streams.command_screen import CommandScreen
-from streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
 
 KEY = SigningKey.generate()  # the bench is its own deployment
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hang-runs", type=int, default=0, help="full hang runs (each over a minute; default 0)")
     p.add_argument("--bootstrap", help="a Kafka cluster (default: a fresh embedded broker)")
     args = p.parse_args(argv)
-    with_xid = importlib.util.find_spec("diagnosis.consumer") is not None
+    with_xid = importlib.util.find_spec("faultlens.diagnosis.consumer") is not None
     with tempfile.TemporaryDirectory(prefix="bench-remediation-") as tmp, bench_broker(args.bootstrap) as settings:
         work = Path(tmp)
         private, _ = write_key_pair(work / "keys", KEY)

@@ -16,9 +16,9 @@ import uuid
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from bench.common import bench_broker, raw_consume_rate
-from streams.events import Envelope, encode
-from streams.producer import Producer
-from streams.runner import GroupRunner
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.producer import Producer
+from faultlens.streams.runner import GroupRunner
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ import time
 from tempfile import TemporaryDirectory
 from pathlib import Path
 
-from streams.admin import ensure_topics
-from streams.broker import EmbeddedBroker
-from streams.config import KafkaSettings
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.config import KafkaSettings
 from tests.diagnosis.backlog_split import FOREIGN_SHAPES, SIM_SHAPES, cases, run_backlog
 
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from remediation.actuators.base import ActionRequest
-from remediation.actuators.slurm import SlurmActuator, SlurmConfig
+from faultlens.remediation.actuators.base import ActionRequest
+from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
 
 

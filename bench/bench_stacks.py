@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.stacks import cluster_stacks
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.stacks import cluster_stacks
 from tests.diagnosis.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
 
 

@@ -23,13 +23,13 @@ from tempfile import TemporaryDirectory
 from kafka import KafkaConsumer
 
 from bench.common import bench_broker
-from diagnosis.consumer import diagnose_consumer
-from simulator.config import SimConfig
-from simulator.run import simulate
-from streams.producer import Producer
-from streams.replay import replay_trace
-from streams.topics import SUMMARIES, TELEMETRY_TOPICS
-from streams.trace import trace_rows, write_trace
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.run import simulate
+from faultlens.streams.producer import Producer
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.topics import SUMMARIES, TELEMETRY_TOPICS
+from faultlens.streams.trace import trace_rows, write_trace
 
 
 def _raw(settings, topics: list[str], expected: int) -> tuple[int, float]:

@@ -38,13 +38,13 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from bench.common import bench_broker
-from streams.broker import EmbeddedBroker
-from streams.admin import ensure_topics
-from streams.config import KafkaSettings
-from streams.kafka_client import confluent_available, open_consumer
-from streams.replay import replay_trace
-from streams.topics import JOBS, TELEMETRY_TOPICS
-from streams.trace import iter_trace
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import confluent_available, open_consumer
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.topics import JOBS, TELEMETRY_TOPICS
+from faultlens.streams.trace import iter_trace
 
 
 def _emit(row: dict) -> None:
@@ -112,8 +112,8 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
     each message is also decoded as the diagnosis stages decode it (the typed readers of NVML and
     NIC samples, the general decoder for the rest) and nothing more: the floor of any consumer
     that reads these JSON messages in Python."""
-    from diagnosis.consumer import TELEMETRY_DECODERS
-    from streams.events import decode as general
+    from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
+    from faultlens.streams.events import decode as general
 
     consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
     consumer.subscribe(list(TELEMETRY_TOPICS))
@@ -145,7 +145,7 @@ def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Cl
     reads and decodes most of it before event time lets the first record go (the wait for the
     partitions that have nothing to say to count as idle, ``max_idle_s``, included), so the
     second one leaves out much of the work and is kept only to compare with earlier tables."""
-    from diagnosis.consumer import diagnose_consumer
+    from faultlens.diagnosis.consumer import diagnose_consumer
 
     group = f"bench-{stage}-{settings.client}-{uuid.uuid4().hex[:6]}"
     runner, handler = diagnose_consumer(settings, None, stage=stage, group=group)
@@ -171,7 +171,7 @@ def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Cl
 
     runner.intake.split = read
     stats = runner.run(idle_stop_s=idle_s, handle_signals=False)
-    from streams.producer import Producer
+    from faultlens.streams.producer import Producer
 
     with Producer(settings) as producer:
         final = producer.send_all(handler.flush())
@@ -186,7 +186,7 @@ def _rss(nodes: int, gpus: int, duration: float, seed: int, tmp: str) -> dict:
     _simulate(path, nodes, gpus, duration, seed)
     sim_s = time.perf_counter() - t0
     code = ("import json, resource, time, sys\n"
-            "from diagnosis.engine import analyze_trace\n"
+            "from faultlens.diagnosis.engine import analyze_trace\n"
             "t = time.perf_counter()\n"
             "found, engine = analyze_trace(sys.argv[1])\n"
             "print(json.dumps({'events': engine.stats['events'], 'seconds': round(time.perf_counter() - t, 1),\n"

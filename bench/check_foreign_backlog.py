@@ -24,16 +24,16 @@ from tempfile import TemporaryDirectory
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records
-from diagnosis.engine import analyze
-from diagnosis.scoring import EVICTING
-from diagnosis.consumer import diagnose_consumer
-from streams.broker import EmbeddedBroker
-from streams.admin import ensure_topics
-from streams.config import KafkaSettings
-from streams.trace import write_trace
-from streams.replay import replay_trace
-from streams.producer import Producer
-from streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.scoring import EVICTING
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.trace import write_trace
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.producer import Producer
+from faultlens.streams.diagnosis_record import Diagnosis
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--client", default="kafka-python")

@@ -8,9 +8,9 @@ from typing import Iterator
 
 from kafka import KafkaConsumer
 
-from streams.admin import ensure_topics
-from streams.broker import EmbeddedBroker
-from streams.config import KafkaSettings
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.config import KafkaSettings
 
 
 @contextlib.contextmanager

@@ -16,22 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from collectors.agent_health import blind_spots
-from collectors.checks.source import ChecksSource
-from collectors.checks.suite import ChecksConfig
-from collectors.command_listener import StackCaptureSource
-from collectors.file_follower import FileFollower
-from collectors.heartbeat import HeartbeatSource
-from collectors.kernel_follower import open_kernel_reader
-from collectors.log_source import LogSource, keyed
-from collectors.net_sampler import NetSampler, NetUnavailable
-from collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnavailable
-from collectors.publisher import Publisher
-from collectors.spool import Spool
-from collectors.stack_capture import TrainingProcess, find_training_processes
-from streams.command_memory import ReplayMemory
-from streams.config import KafkaSettings
-from streams.signing import VerifyKeys
+from faultlens.collectors.agent_health import blind_spots
+from faultlens.collectors.checks.source import ChecksSource
+from faultlens.collectors.checks.suite import ChecksConfig
+from faultlens.collectors.command_listener import StackCaptureSource
+from faultlens.collectors.file_follower import FileFollower
+from faultlens.collectors.heartbeat import HeartbeatSource
+from faultlens.collectors.kernel_follower import open_kernel_reader
+from faultlens.collectors.log_source import LogSource, keyed
+from faultlens.collectors.net_sampler import NetSampler, NetUnavailable
+from faultlens.collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnavailable
+from faultlens.collectors.publisher import Publisher
+from faultlens.collectors.spool import Spool
+from faultlens.collectors.stack_capture import TrainingProcess, find_training_processes
+from faultlens.streams.command_memory import ReplayMemory
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class Agent:
     def _parser_factory(self, kind: str) -> Callable[[], Any]:
         if kind in self.parser_factories:
             return self.parser_factories[kind]
-        from parsing.registry import parser_for
+        from faultlens.parsing.registry import parser_for
 
         rules = self.config.line_rules
         return lambda: parser_for(kind, rules)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Collection
 
-from streams.command_screen import Screened, ack_payload
-from streams.events import Envelope
+from faultlens.streams.command_screen import Screened, ack_payload
+from faultlens.streams.events import Envelope
 
 SOURCE = "check"
 KIND = "command_ack"

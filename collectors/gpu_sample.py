@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.events import Envelope
+from faultlens.streams.events import Envelope
 
 # nvmlClocksThrottleReason* / nvmlClocksEventReason* bits, named as in docs/events.md.
 THROTTLE_BITS = (
@@ -146,7 +146,7 @@ def xid_event(index: int | None, xid: int, *, job: str, node: str, ts: float | N
               lookup=None) -> Envelope:
     """A `gpu`/`xid` event from NVML's event API, classified by the Xid table."""
     if lookup is None:
-        from parsing.xid_table import lookup
+        from faultlens.parsing.xid_table import lookup
     info = lookup(xid)  # an Xid the table does not know comes back as fault "unknown", action "none"
     return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source="gpu", kind="xid",
                     data={"gpu": index, "xid": xid, "fault": info.fault, "action": info.action,

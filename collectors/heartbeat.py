@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from collectors.stack_capture import TrainingProcess, unranked_pids
-from streams.events import Envelope
+from faultlens.collectors.stack_capture import TrainingProcess, unranked_pids
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from collectors.file_follower import FileFollower
+from faultlens.collectors.file_follower import FileFollower
 
 log = logging.getLogger(__name__)
 

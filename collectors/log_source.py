@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from collectors.flood_fold import Folder
-from parsing.line import LogParser
-from parsing.registry import to_envelope as parsed_to_envelope
-from streams.events import Envelope, InvalidEvent, new_id
+from faultlens.collectors.flood_fold import Folder
+from faultlens.parsing.line import LogParser
+from faultlens.parsing.registry import to_envelope as parsed_to_envelope
+from faultlens.streams.events import Envelope, InvalidEvent, new_id
 
 log = logging.getLogger(__name__)
 

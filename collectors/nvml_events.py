@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Any, Callable
 
-from collectors.gpu_sample import xid_event
-from streams.events import Envelope
+from faultlens.collectors.gpu_sample import xid_event
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from collectors.gpu_sample import GpuReading
-from collectors.nvml_deadline import note_call
+from faultlens.collectors.gpu_sample import GpuReading
+from faultlens.collectors.nvml_deadline import note_call
 
 _MISSING_CODES = ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_FUNCTION_NOT_FOUND",
                   "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_UNINITIALIZED")

@@ -15,11 +15,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from collectors.gpu_sample import GpuReading, responsive_event, sample_events, unresponsive_event
-from collectors.nvml_deadline import CallTimeout, DeadlineCalls, Stuck, note_call
-from collectors.nvml_events import watch_xids
-from collectors.nvml_reader import _MISSING_CODES, REASK_S, GpuLost, NvmlReader, _codes
-from streams.events import Envelope
+from faultlens.collectors.gpu_sample import GpuReading, responsive_event, sample_events, unresponsive_event
+from faultlens.collectors.nvml_deadline import CallTimeout, DeadlineCalls, Stuck, note_call
+from faultlens.collectors.nvml_events import watch_xids
+from faultlens.collectors.nvml_reader import _MISSING_CODES, REASK_S, GpuLost, NvmlReader, _codes
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

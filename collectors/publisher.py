@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from kafka.errors import KafkaError
 
-from collectors.spool import Spool, SpooledRecord, is_droppable
-from streams.admin import ensure_topics
-from streams.broker import answers
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.producer import DeliveryError, Outgoing, Producer
-from streams.topics import TELEMETRY_TOPICS
+from faultlens.collectors.spool import Spool, SpooledRecord, is_droppable
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import answers
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import DeliveryError, Outgoing, Producer
+from faultlens.streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 

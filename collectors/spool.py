@@ -31,9 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.spool_format import (DROPPABLE_KINDS, DROPPED, HEADER, LIVE, MAX_RECORD, SENT, Entry, SpooledRecord,
+from faultlens.collectors.spool_format import (DROPPABLE_KINDS, DROPPED, HEADER, LIVE, MAX_RECORD, SENT, Entry, SpooledRecord,
                                      compact_in_place, decode_payload, encode_payload, is_droppable, record_droppable)
-from collectors.spool_memory import MemoryTier
+from faultlens.collectors.spool_memory import MemoryTier
 
 log = logging.getLogger(__name__)
 

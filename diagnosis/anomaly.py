@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
+from faultlens.diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
     peer_drift_z, relative
-from diagnosis.features import DIRECTION, FEATURES, NodeWindow
-from diagnosis.net_drift import NetDriftJudge
-from diagnosis.peer_forest import JobForests
-from diagnosis.rules.base import Finding
-from streams.events import Envelope
+from faultlens.diagnosis.features import DIRECTION, FEATURES, NodeWindow
+from faultlens.diagnosis.net_drift import NetDriftJudge
+from faultlens.diagnosis.peer_forest import JobForests
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

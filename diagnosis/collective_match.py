@@ -22,10 +22,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
 
-from diagnosis.flight_recorder import RecorderDump
-from diagnosis.stacks import rank_list
-from diagnosis.wait_chain import chain_to
-from streams.topology import AXES, Topology
+from faultlens.diagnosis.flight_recorder import RecorderDump
+from faultlens.diagnosis.stacks import rank_list
+from faultlens.diagnosis.wait_chain import chain_to
+from faultlens.streams.topology import AXES, Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,21 +12,21 @@ import logging
 from dataclasses import replace
 from typing import Any, Collection, Iterable, Mapping
 
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
-from streams.diagnosis_record import Diagnosis
-from streams.config import KafkaSettings
-from streams.event_time import UpstreamStop
-from streams.events import InvalidEvent, decode
-from streams.producer import Outgoing
-from streams.metrics import DIAGNOSES
-from streams.reader import iter_topics
-from streams.runner import GroupRunner, Record, dead_letter, record_bytes
-from streams import topics
-from streams.bundle import decode_bundled
-from streams.gpu_reading import decode_gpu_message
-from streams.net_reading import decode_net_message
-from streams.topics import TELEMETRY_TOPICS
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.event_time import UpstreamStop
+from faultlens.streams.events import InvalidEvent, decode
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.metrics import DIAGNOSES
+from faultlens.streams.reader import iter_topics
+from faultlens.streams.runner import GroupRunner, Record, dead_letter, record_bytes
+from faultlens.streams import topics
+from faultlens.streams.bundle import decode_bundled
+from faultlens.streams.gpu_reading import decode_gpu_message
+from faultlens.streams.net_reading import decode_net_message
+from faultlens.streams.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 

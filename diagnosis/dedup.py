@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from streams.diagnosis_record import Diagnosis
-from diagnosis.rules.base import Finding
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.rules.base import Finding
 
 log = logging.getLogger(__name__)
 

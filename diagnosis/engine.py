@@ -24,17 +24,17 @@ from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from diagnosis.dedup import Dedup
-from diagnosis.detector import JobBook
-from diagnosis.features import NodeWindow
-from diagnosis.implicit import ImplicitConfig
-from parsing.rules import LineRule
-from streams.diagnosis_record import Diagnosis
-from diagnosis.rules.base import Finding
-from diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
-from streams.events import Envelope, InvalidEvent
-from streams.payloads import check_payload
-from streams.topics import TELEMETRY_PARTITIONS
+from faultlens.diagnosis.dedup import Dedup
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.implicit import ImplicitConfig
+from faultlens.parsing.rules import LineRule
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.payloads import check_payload
+from faultlens.streams.topics import TELEMETRY_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +402,7 @@ def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosi
 
 def analyze_trace(path, *, config: EngineConfig | None = None, progress: bool = False) -> tuple[list[Diagnosis], Engine]:
     """:func:`analyze` over a Parquet trace (streams.trace), with a progress bar on stderr if asked."""
-    from streams.trace import iter_trace, trace_rows
+    from faultlens.streams.trace import iter_trace, trace_rows
 
     engine = Engine(config)
     events = iter_trace(path)

@@ -20,9 +20,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from diagnosis.scoring import EVICTING
-from streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
-from streams.jsonl import json_lines
+from faultlens.diagnosis.scoring import EVICTING
+from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
+from faultlens.streams.jsonl import json_lines
 
 EXPECT_SUFFIX = ".expect.jsonl"
 NOT_VERDICTS = frozenset({"none", "capture_stacks"})

@@ -22,12 +22,12 @@ from collections import Counter
 from typing import Callable, Iterable
 from dataclasses import dataclass, field
 
-from diagnosis.anomaly import CORROBORATED
-from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
-from diagnosis.localize import group_counts, localize
-from streams.diagnosis_record import Diagnosis
-from diagnosis.stacks import StackConfig, cluster_stacks
+from faultlens.diagnosis.anomaly import CORROBORATED
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
+from faultlens.diagnosis.localize import group_counts, localize
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.stacks import StackConfig, cluster_stacks
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from math import isfinite
 from typing import Mapping
 
-from diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, replay_total
-from streams.events import Envelope, InvalidEvent, as_float
-from streams.gpu_table import gpu_table
+from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, replay_total
+from faultlens.streams.events import Envelope, InvalidEvent, as_float
+from faultlens.streams.gpu_table import gpu_table
 
 WINDOW_S = 10.0
 

@@ -34,16 +34,16 @@ import logging
 import statistics
 from collections import deque
 
-from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
-from diagnosis.features import NodeWindow
-from diagnosis.hang_cues import short as _short
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
+from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
-from diagnosis.hang_state import HangConfig, JobState, Stall
-from diagnosis.hang_verdict import HangVerdicts
-from diagnosis.rules.base import opt_int
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope, as_float
+from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
+from faultlens.diagnosis.hang_verdict import HangVerdicts
+from faultlens.diagnosis.rules.base import opt_int
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope, as_float
 
 log = logging.getLogger(__name__)
 

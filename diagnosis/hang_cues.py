@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Mapping
 
-from diagnosis.features import NodeWindow
-from streams.topology import Topology
+from faultlens.diagnosis.features import NodeWindow
+from faultlens.streams.topology import Topology
 
 Cue = tuple[tuple, str, tuple[str, ...]]  # (nodes or ranks, why, evidence event ids)
 

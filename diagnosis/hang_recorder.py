@@ -31,15 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from diagnosis.collective_match import CollectiveState, chain_to, match_collectives
-from diagnosis.flight_recorder import BadRecorderDump, RecorderDump, load_recorder
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.localize import localize
-from diagnosis.rank_threads import RankReading, read_rank
-from diagnosis.stacks import RULE_WAIT_CHAIN, NotInTopology, StackConfig, StackVerdict, rank_list
-from diagnosis.wait_chain import follow_waits
-from diagnosis.wait_primitives import BARRIER, COLLECTIVE
-from streams.topology import Topology
+from faultlens.diagnosis.collective_match import CollectiveState, chain_to, match_collectives
+from faultlens.diagnosis.flight_recorder import BadRecorderDump, RecorderDump, load_recorder
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.localize import localize
+from faultlens.diagnosis.rank_threads import RankReading, read_rank
+from faultlens.diagnosis.stacks import RULE_WAIT_CHAIN, NotInTopology, StackConfig, StackVerdict, rank_list
+from faultlens.diagnosis.wait_chain import follow_waits
+from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE
+from faultlens.streams.topology import Topology
 
 RULE_RECORDER = "flight-recorder"
 _MAX_WAITS_SHOWN = 4

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import Mapping
 
-from diagnosis.localize import localize
-from diagnosis.stacks import (
+from faultlens.diagnosis.localize import localize
+from faultlens.diagnosis.stacks import (
     RULE_OUTLIER,
     RULE_WAIT_CHAIN,
     RankStacks,
@@ -34,10 +34,10 @@ from diagnosis.stacks import (
     rank_list,
     read_rank_stacks,
 )
-from diagnosis.wait_chain import WaitChains, follow_waits
-from diagnosis.rank_threads import read_thread, shared_blocked_calls
-from diagnosis.wait_primitives import RankActivity
-from streams.topology import Topology
+from faultlens.diagnosis.wait_chain import WaitChains, follow_waits
+from faultlens.diagnosis.rank_threads import read_thread, shared_blocked_calls
+from faultlens.diagnosis.wait_primitives import RankActivity
+from faultlens.streams.topology import Topology
 
 _MAX_HOPS = 8  # a chain longer than this is shown with its middle elided
 

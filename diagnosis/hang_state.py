@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from diagnosis.dump_set import DumpSet
-from diagnosis.stacks import StackConfig
+from faultlens.diagnosis.dump_set import DumpSet
+from faultlens.diagnosis.stacks import StackConfig
 
 
 @dataclass(frozen=True, slots=True)

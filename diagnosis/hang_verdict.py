@@ -9,13 +9,13 @@ where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin 
 
 from __future__ import annotations
 
-from diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
-from diagnosis.hang_recorder import read_hang
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.hang_state import HangConfig, JobState, Stall
-from diagnosis.localize import first_ranks_nodes, localize
-from diagnosis.stacks import StackVerdict
-from streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
+from faultlens.diagnosis.hang_recorder import read_hang
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
+from faultlens.diagnosis.localize import first_ranks_nodes, localize
+from faultlens.diagnosis.stacks import StackVerdict
+from faultlens.streams.diagnosis_record import Diagnosis
 
 
 class HangVerdicts:

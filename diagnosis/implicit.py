@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from diagnosis.detector import JobBook
-from diagnosis.dump_set import (
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import (
     NoTrainerAnswer,
     UnrankedDump,
     is_recorder_dump,
@@ -20,12 +20,12 @@ from diagnosis.dump_set import (
     read_recorder_dump,
     read_stack_answer,
 )
-from diagnosis.features import NodeWindow
-from diagnosis.failslow import FailSlowConfig, FailSlowRounds
-from diagnosis.hang import HangConfig, HangDetector
-from diagnosis.net_traffic import NetTraffic, annotate
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope
+from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.failslow import FailSlowConfig, FailSlowRounds
+from faultlens.diagnosis.hang import HangConfig, HangDetector
+from faultlens.diagnosis.net_traffic import NetTraffic, annotate
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,19 +30,19 @@ import time
 import uuid
 from typing import Iterable, Sequence
 
-from diagnosis.detector import JobBook
-from diagnosis.engine import known_kind
-from diagnosis.rules.base import Finding
-from diagnosis.features import NodeWindow
-from diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
-from parsing.rules import LineRule
-from streams import topics
-from streams.bundle import pack
-from streams.event_time import WriterWord
-from streams.events import Envelope, InvalidEvent, encode
-from streams.payloads import check_payload
-from streams.producer import Outgoing
-from streams.runner import Record, dead_letter, record_bytes
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.engine import known_kind
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.parsing.rules import LineRule
+from faultlens.streams import topics
+from faultlens.streams.bundle import pack
+from faultlens.streams.event_time import WriterWord
+from faultlens.streams.events import Envelope, InvalidEvent, encode
+from faultlens.streams.payloads import check_payload
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.runner import Record, dead_letter, record_bytes
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from diagnosis.stack_dump import ThreadStack, parse_dump, training_thread
-from diagnosis.wait_primitives import (
+from faultlens.diagnosis.stack_dump import ThreadStack, parse_dump, training_thread
+from faultlens.diagnosis.wait_primitives import (
     COLLECTIVE,
     RECV,
     SEND,
@@ -32,7 +32,7 @@ from diagnosis.wait_primitives import (
     direction_hint,
     read_activity,
 )
-from streams.topology import AXES, Topology
+from faultlens.streams.topology import AXES, Topology
 
 _P2P_NAME = re.compile(r"(?:^|_)(?:i?send|i?recv|communicate|p2p|sendrecv|exchange)(?:_|$)", re.I)
 _RECV_SIDE = re.compile(r"recv_(forward|backward)", re.I)

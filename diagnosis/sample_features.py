@@ -16,8 +16,8 @@ from typing import Mapping
 
 import numpy as np
 
-from diagnosis.rules.base import num
-from streams.gpu_table import TABLE_NUMBERS, GpuTable
+from faultlens.diagnosis.rules.base import num
+from faultlens.streams.gpu_table import TABLE_NUMBERS, GpuTable
 
 THERMAL = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
 # The sample features in the order a sample reports them (the window's features keep that order).

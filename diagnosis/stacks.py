@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from diagnosis.localize import localize
-from diagnosis.stack_dump import Frame, ThreadStack, parse_dump, training_thread
-from streams.topology import Topology
+from faultlens.diagnosis.localize import localize
+from faultlens.diagnosis.stack_dump import Frame, ThreadStack, parse_dump, training_thread
+from faultlens.streams.topology import Topology
 
 Signature = tuple[tuple[str, str], ...]  # (function, file) per frame, innermost first
 _MAX_FUZZY_REPS = 64

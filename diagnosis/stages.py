@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
-from diagnosis.anomaly import PeerAnomalyDetector
-from diagnosis.detector import JobBook
-from diagnosis.features import FeatureWindows, NodeWindow
-from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from diagnosis.net_traffic import NetTraffic
-from streams.diagnosis_record import Diagnosis
-from diagnosis.rules import Finding, Rule, node_rules
-from diagnosis.rules.base import opt_int
-from diagnosis.rules.comms import FirstFailingRank
-from diagnosis.rules.liveness import SilenceDetector
-from parsing.registry import LineEventParser
-from parsing.rules import LineRule
-from parsing.unrecognised import UnrecognisedMiner
-from streams import metrics
-from streams.events import Envelope
-from streams.topics import telemetry_partition
+from faultlens.diagnosis.anomaly import PeerAnomalyDetector
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.features import FeatureWindows, NodeWindow
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.net_traffic import NetTraffic
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.rules import Finding, Rule, node_rules
+from faultlens.diagnosis.rules.base import opt_int
+from faultlens.diagnosis.rules.comms import FirstFailingRank
+from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.parsing.registry import LineEventParser
+from faultlens.parsing.rules import LineRule
+from faultlens.parsing.unrecognised import UnrecognisedMiner
+from faultlens.streams import metrics
+from faultlens.streams.events import Envelope
+from faultlens.streams.topics import telemetry_partition
 
 log = logging.getLogger(__name__)
 

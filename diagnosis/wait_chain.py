@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, RankActivity
-from streams.topology import AXES, Topology
+from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, RankActivity
+from faultlens.streams.topology import AXES, Topology
 
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from diagnosis.stack_dump import Frame
+from faultlens.diagnosis.stack_dump import Frame
 
 COLLECTIVE, SEND, RECV, SENDRECV, BARRIER, SYNC = "collective", "send", "recv", "sendrecv", "barrier", "sync"
 

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(args.verbose)
-    from streams.broker import BrokerError
+    from faultlens.streams.broker import BrokerError
 
     try:
         return int(args._run(args) or 0)

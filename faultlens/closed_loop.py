@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Iterator
 
-from diagnosis.engine import Engine
-from simulator.run import SimRun
-from streams.command import Command
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope, InvalidEvent
+from faultlens.diagnosis.engine import Engine
+from faultlens.simulator.run import SimRun
+from faultlens.streams.command import Command
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope, InvalidEvent
 
 log = logging.getLogger(__name__)
 

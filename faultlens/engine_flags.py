@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from diagnosis.engine import EngineConfig
-from diagnosis.hang import HangConfig
-from diagnosis.implicit import ImplicitConfig
-from parsing.rules import RuleError, load
+from faultlens.diagnosis.engine import EngineConfig
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.implicit import ImplicitConfig
+from faultlens.parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()
 _HANG = HangConfig()

@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from diagnosis.consumer import GROUP as DIAGNOSE_GROUP
-from diagnosis.consumer import diagnose_consumer
-from diagnosis.engine import EngineConfig
-from remediation.consumer import GROUP as REMEDIATE_GROUP
-from remediation.consumer import RemediationHandler, build_policy, remediate_consumer
-from remediation.policy import Decision, PolicyConfig
-from remediation.safety import SafetyConfig
-from streams import metrics
-from streams.admin import ensure_topics
-from streams.config import KafkaSettings
-from streams.producer import Producer
-from streams.runner import GroupRunner, RunnerStats
-from streams.signing import SigningKey
+from faultlens.diagnosis.consumer import GROUP as DIAGNOSE_GROUP
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.engine import EngineConfig
+from faultlens.remediation.consumer import GROUP as REMEDIATE_GROUP
+from faultlens.remediation.consumer import RemediationHandler, build_policy, remediate_consumer
+from faultlens.remediation.policy import Decision, PolicyConfig
+from faultlens.remediation.safety import SafetyConfig
+from faultlens.streams import metrics
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
+from faultlens.streams.runner import GroupRunner, RunnerStats
+from faultlens.streams.signing import SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Pipeline:
         o = self.options
         fleet_store = None
         if o.fleet_topic:
-            from remediation.fleet_log import FleetLog
+            from faultlens.remediation.fleet_log import FleetLog
             fleet_store = FleetLog(self.settings)
         policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file,
                               fleet_store=fleet_store)
@@ -124,10 +124,10 @@ class Pipeline:
         self.consumers["remediate"] = Consumer("remediate", runner, handler)
 
     def _add_history(self) -> None:
-        from history.consumer import GROUP as HISTORY_GROUP
-        from history.consumer import history_runner
-        from history.schema import open_history
-        from history.sink import Sampling
+        from faultlens.history.consumer import GROUP as HISTORY_GROUP
+        from faultlens.history.consumer import history_runner
+        from faultlens.history.schema import open_history
+        from faultlens.history.sink import Sampling
 
         self.history_conn = open_history(self.options.db, create=True)
         runner, handler = history_runner(self.settings, self.history_conn,

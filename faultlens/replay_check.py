@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from diagnosis.engine import EngineConfig, analyze_trace
-from diagnosis.expect import (EXPECT_SUFFIX, ONSET_SLACK_S, CheckResult, Verdict, compare, expect_path, read_expect,
+from faultlens.diagnosis.engine import EngineConfig, analyze_trace
+from faultlens.diagnosis.expect import (EXPECT_SUFFIX, ONSET_SLACK_S, CheckResult, Verdict, compare, expect_path, read_expect,
                               trace_of, verdicts_of, write_expect)
-from streams.diagnosis_record import Diagnosis
+from faultlens.streams.diagnosis_record import Diagnosis
 
 
 @dataclass(frozen=True)

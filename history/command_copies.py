@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from streams.command import Command
-from streams.signing import VerifyKeys
+from faultlens.streams.command import Command
+from faultlens.streams.signing import VerifyKeys
 
 # DESIGN.md §6 command record, field for field, after its id: the `commands` table of
 # history.schema and the refused copies below hold the same columns.

@@ -18,10 +18,10 @@ from typing import Any, Iterable
 
 import duckdb
 
-from diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
-from history import plots
-from history.queries import kind_counts, run
-from history.report import cell
+from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
+from faultlens.history import plots
+from faultlens.history.queries import kind_counts, run
+from faultlens.history.report import cell
 
 MAX_ROWS = 200  # rows per table; the file stays small enough to mail, --json has every row
 
@@ -181,7 +181,7 @@ def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 def _projection(conn: duckdb.DuckDBPyConnection) -> str:
     """What this history's detection would give a big job (faultlens ettr, docs/ettr.md)."""
-    from history.whatif.headline import headline, history_rows
+    from faultlens.history.whatif.headline import headline, history_rows
 
     rows = history_rows(conn)
     if not rows:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from diagnosis.engine import Engine, EngineConfig
-from history.schema import HistoryError
-from history.sink import Batch, HistorySink, Sampling, build_batch
-from streams import trace
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.history.schema import HistoryError
+from faultlens.history.sink import Batch, HistorySink, Sampling, build_batch
+from faultlens.streams import trace
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from streams.diagnosis_record import FAULT_CLASSES
-from history.queries import frame, kind_counts, run
+from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.history.queries import frame, kind_counts, run
 
 STATE_COLOURS = {"running": "#2ca02c", "stalled": "#ff7f0e", "down": "#d62728", "restarting": "#1f77b4",
                  "ended": "#d9d9d9"}

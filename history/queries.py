@@ -21,8 +21,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from diagnosis.scoring import EARLY_S, WINDOW_S
-from history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
+from faultlens.diagnosis.scoring import EARLY_S, WINDOW_S
+from faultlens.history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
 
 DEFAULTS: dict[str, Any] = {
     "limit": 10,          # rows of the "top" sections

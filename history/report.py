@@ -10,11 +10,11 @@ import duckdb
 import orjson
 from rich.console import Console
 
-from diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
+from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from rich.table import Table
 
-from history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
-from history.unrecognised import unrecognised_lines
+from faultlens.history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
+from faultlens.history.unrecognised import unrecognised_lines
 
 TITLES = {
     "summary": "History",

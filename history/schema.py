@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
-from streams.broker import faultlens_home
+from faultlens.history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
+from faultlens.streams.broker import faultlens_home
 
 SCHEMA_VERSION = 1
 

@@ -22,15 +22,15 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from history.schema import MACHINES_DDL
-from history.command_copies import (REFUSED_COMMANDS_DDL, REFUSED_SCHEMA_EXTRA, screen_commands, write_kept,
+from faultlens.history.schema import MACHINES_DDL
+from faultlens.history.command_copies import (REFUSED_COMMANDS_DDL, REFUSED_SCHEMA_EXTRA, screen_commands, write_kept,
                                     write_refused)
-from streams.action_record import ActionRecord
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.events import Envelope
-from streams.fleet_record import MachineRecord
-from streams.signing import VerifyKeys
+from faultlens.streams.action_record import ActionRecord
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.events import Envelope
+from faultlens.streams.fleet_record import MachineRecord
+from faultlens.streams.signing import VerifyKeys
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.
 SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("net", "sample")})

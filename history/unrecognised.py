@@ -12,8 +12,8 @@ from typing import Any
 
 import duckdb
 
-from parsing.registry import parser_for
-from parsing.unrecognised import UnrecognisedMiner
+from faultlens.parsing.registry import parser_for
+from faultlens.parsing.unrecognised import UnrecognisedMiner
 
 # Raw lines read at most (the newest are dropped past it): a report stays quick on a big history.
 MAX_LINES = 200_000

@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from parsing.kernel_nic import netdev_watchdog_events, nic_events
-from parsing.alarm import looks_alarming
-from parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
-from parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
-from parsing.timestamps import split_timestamp
-from parsing.xid_table import lookup
+from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
+from faultlens.parsing.alarm import looks_alarming
+from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
+from faultlens.parsing.timestamps import split_timestamp
+from faultlens.parsing.xid_table import lookup
 
 # Echoes of one fault arrive within a few lines and seconds; further apart they are a new occurrence.
 FOLD_LINES = 64

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from parsing.line import common
+from faultlens.parsing.line import common
 
 Found = list[tuple[str, dict[str, Any]]] | None  # events of one line; [] folded; None not ours
 Seen = Callable[[tuple[str, Any]], bool]  # True when the key fired just before (an echo)

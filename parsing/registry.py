@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from parsing.kernel_log import KernelLogParser
-from parsing.line import LogParser, OnUnrecognised, ParsedLine
-from parsing.rules import LineRule
-from parsing.trainer_log import TrainerLogParser
-from streams.events import Envelope, InvalidEvent
+from faultlens.parsing.kernel_log import KernelLogParser
+from faultlens.parsing.line import LogParser, OnUnrecognised, ParsedLine
+from faultlens.parsing.rules import LineRule
+from faultlens.parsing.trainer_log import TrainerLogParser
+from faultlens.streams.events import Envelope, InvalidEvent
 
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 

@@ -37,8 +37,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from parsing.line import common
-from streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.parsing.line import common
+from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 SHIPPED = Path(__file__).resolve().parent / "rules.toml"
 SOURCES = ("kernel", "nccl", "any")

@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from parsing.alarm import looks_alarming
-from parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
-from parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
-from parsing.rules import LineRule, RuleSet
-from parsing.timestamps import split_timestamp
+from faultlens.parsing.alarm import looks_alarming
+from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
+from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.rules import LineRule, RuleSet
+from faultlens.parsing.timestamps import split_timestamp
 
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
 TRACEBACK_PATIENCE = 32

@@ -16,11 +16,11 @@ import time
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from streams.fleet_record import MachineRecord
-from streams import topics
-from streams.config import KafkaSettings
-from streams.kafka_client import open_consumer
-from streams.producer import Producer
+from faultlens.streams.fleet_record import MachineRecord
+from faultlens.streams import topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.producer import Producer
 
 log = logging.getLogger(__name__)
 

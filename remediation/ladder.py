@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from streams.diagnosis_record import Diagnosis
+from faultlens.streams.diagnosis_record import Diagnosis
 
 HARDWARE_ACTIONS = ("evict", "evict_reset_gpu", "inspect_hardware")
 IMPLICIT_FAULTS = ("job_hang", "fail_slow")

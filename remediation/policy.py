@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.signing import SigningKey
-from remediation.fleet import Fleet, Lemon
-from remediation.ladder import SEQUENCES, JobLadder, Step
-from remediation.lemon import LEMON_STATE, LemonConfig
-from remediation.pool import StandbyPool
-from remediation.replay import PendingReplay, judge_replay, plan_from_dict
-from remediation.safety import Safety
-from remediation.state import JobState, StateStore
-from remediation.stop_checks import PendingChecks, judge_checks
-from streams.events import Envelope
-from streams.topology import Topology
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.signing import SigningKey
+from faultlens.remediation.fleet import Fleet, Lemon
+from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
+from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
+from faultlens.remediation.pool import StandbyPool
+from faultlens.remediation.replay import PendingReplay, judge_replay, plan_from_dict
+from faultlens.remediation.safety import Safety
+from faultlens.remediation.state import JobState, StateStore
+from faultlens.remediation.stop_checks import PendingChecks, judge_checks
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from remediation.ladder import ReplayPlan, Step
+from faultlens.remediation.ladder import ReplayPlan, Step
 
 
 def plan_from_dict(data: Any) -> ReplayPlan:

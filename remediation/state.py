@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remediation.ladder import JobLadder
-from remediation.pool import StandbyPool
-from remediation.replay import PendingReplay
-from remediation.stop_checks import PendingChecks
+from faultlens.remediation.ladder import JobLadder
+from faultlens.remediation.pool import StandbyPool
+from faultlens.remediation.replay import PendingReplay
+from faultlens.remediation.stop_checks import PendingChecks
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ import time
 
 from kafka.errors import KafkaError
 
-from remediation.state import KEEP_S, JobState, StateError
-from streams import topics
-from streams.config import KafkaSettings
-from streams.producer import Producer
-from streams.reader import iter_topics
+from faultlens.remediation.state import KEEP_S, JobState, StateError
+from faultlens.streams import topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import iter_topics
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from remediation.ladder import Step
-from streams.events import Envelope
+from faultlens.remediation.ladder import Step
+from faultlens.streams.events import Envelope
 
 
 def step_to_dict(step: Step) -> dict[str, Any]:

@@ -5,11 +5,11 @@ Public API: :class:`SimConfig`, :class:`FaultPlan`, :func:`random_plan`, :class:
 and :mod:`simulator.lines` (every raw log line template, for the parsers' tests).
 """
 
-from simulator import lines
-from simulator.cluster import SimulatedCluster
-from simulator.config import SimConfig, choose_layout
-from simulator.plan import DEFAULT_MIX, EPISODE_S, JOB_WIDE, SIM_CLASSES, FaultPlan, random_plan
-from simulator.run import SimRun, plan_for, simulate
+from faultlens.simulator import lines
+from faultlens.simulator.cluster import SimulatedCluster
+from faultlens.simulator.config import SimConfig, choose_layout
+from faultlens.simulator.plan import DEFAULT_MIX, EPISODE_S, JOB_WIDE, SIM_CLASSES, FaultPlan, random_plan
+from faultlens.simulator.run import SimRun, plan_for, simulate
 
 __all__ = [
     "DEFAULT_MIX", "EPISODE_S", "JOB_WIDE", "SIM_CLASSES", "FaultPlan", "SimConfig", "SimRun",

@@ -24,18 +24,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator import lines, stacks
-from simulator.config import SimConfig
-from simulator.effects import Effect, Episode
-from simulator.faults import INJECTORS, nccl_init, noise_tick
-from simulator.metrics import NodeGpus
-from simulator.net import NetFault, NodeNet
-from simulator.plan import EPISODE_S, FaultPlan, PlannedFault
-from simulator.telemetry import FIRST_STEP, PeriodicTelemetry
-from streams.command import Command
-from streams.events import Envelope
-from streams.topology import Topology
-from streams.trace import trace_order
+from faultlens.simulator import lines, stacks
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.effects import Effect, Episode
+from faultlens.simulator.faults import INJECTORS, nccl_init, noise_tick
+from faultlens.simulator.metrics import NodeGpus
+from faultlens.simulator.net import NetFault, NodeNet
+from faultlens.simulator.plan import EPISODE_S, FaultPlan, PlannedFault
+from faultlens.simulator.telemetry import FIRST_STEP, PeriodicTelemetry
+from faultlens.streams.command import Command
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
+from faultlens.streams.trace import trace_order
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
 

@@ -34,8 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.effects import Effect, Episode
-from simulator.plan import PlannedFault, slot_of
+from faultlens.simulator.effects import Effect, Episode
+from faultlens.simulator.plan import PlannedFault, slot_of
 
 DRIFT_KINDS = ("gpu_sag", "compute_creep", "nic_decay")
 COMPUTE_SHARE = 0.8  # of a step spent computing (simulator.telemetry: compute is 0.8 of the step time)
@@ -136,7 +136,7 @@ def _compute_creep(sim, p: PlannedFault, d: Drift, span: float) -> Episode:
 
 
 def _nic_decay(sim, p: PlannedFault, d: Drift, span: float) -> Episode:
-    from simulator.net import NetFault
+    from faultlens.simulator.net import NetFault
 
     node = sim.slots[p.slot]
     ep = sim.new_episode(p, nodes=[node], ranks=[], swap=[node],

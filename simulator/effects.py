@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.plan import PlannedFault
+from faultlens.simulator.plan import PlannedFault
 
 # kinds: "lost" (NVML nulls), "thermal" (heat + throttle ramp), "slow" (lower clocks/util),
 # "reset" (recovery action asks for a GPU reset), "compute" (ranks' compute_s × factor),

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from simulator import lines
-from simulator.effects import Episode
-from simulator.metrics import nic_pci, pci_bus_id
-from simulator.net import NetFault
-from simulator.plan import PlannedFault
-from streams.topology import Topology
+from faultlens.simulator import lines
+from faultlens.simulator.effects import Episode
+from faultlens.simulator.metrics import nic_pci, pci_bus_id
+from faultlens.simulator.net import NetFault
+from faultlens.simulator.plan import PlannedFault
+from faultlens.streams.topology import Topology
 
 Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from collectors.net_counters import HW_COUNTERS, PMA_COUNTERS, PortSnapshot, port_payload
+from faultlens.collectors.net_counters import HW_COUNTERS, PMA_COUNTERS, PortSnapshot, port_payload
 
 RATE_GBPS = 200.0
 MTU = 4096

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import numpy as np
 
-from streams.diagnosis_record import FAULT_CLASSES
+from faultlens.streams.diagnosis_record import FAULT_CLASSES
 
 # Not injected: `unknown` is no fault, `clock_skew` an alert about a node's clock (not a fault of the
 # job), `telemetry_lost` an alert about the job's stream as a whole (it ended, or the pipeline lost it).

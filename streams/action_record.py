@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from streams.events import InvalidEvent, loads, require_fields
+from faultlens.streams.events import InvalidEvent, loads, require_fields
 
 # take_out: drain (Slurm) / cordon + taint (Kubernetes); requeue: requeue or signal the job so the
 # scheduler restarts it elsewhere; bring_back: resume / uncordon a machine that passed its checks.

@@ -9,8 +9,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streams.config import KafkaSettings
-from streams.topics import TOPICS
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.topics import TOPICS
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from streams.events import Envelope, InvalidEvent, loads, new_id
+from faultlens.streams.events import Envelope, InvalidEvent, loads, new_id
 
 BUNDLE_KIND = "bundle"
 # Well under Kafka's default message.max.bytes (1 MiB): a bundle is cut before it grows past this.

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from streams.events import InvalidEvent, loads, new_id, require_fields
-from streams.signing import SigningKey, VerifyKeys
+from faultlens.streams.events import InvalidEvent, loads, new_id, require_fields
+from faultlens.streams.signing import SigningKey, VerifyKeys
 
 COMMAND_ACTIONS = ("evict", "restart", "reattempt", "rollback", "capture_stacks", "checkpoint", "stop",
                    "run_checks")  # run_checks: the node agents' stop-time checks (collectors.checks)

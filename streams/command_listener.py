@@ -16,11 +16,11 @@ from typing import Callable
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from streams.command import Command
-from streams.command_screen import CommandScreen, Screened
-from streams import topics
-from streams.config import KafkaSettings
-from streams.kafka_client import Consumer, open_consumer
+from faultlens.streams.command import Command
+from faultlens.streams.command_screen import CommandScreen, Screened
+from faultlens.streams import topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import Consumer, open_consumer
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ _LIMIT = 10_000  # ids kept at most; with a 10-minute lifetime cap a real receiv
 
 def default_state_dir() -> Path:
     """``FAULTLENS_STATE_DIR``, else ``$FAULTLENS_HOME`` (default ~/.faultlens)."""
-    from streams.broker import faultlens_home
+    from faultlens.streams.broker import faultlens_home
 
     env = os.environ.get(STATE_DIR_ENV)
     return Path(env) if env else faultlens_home()

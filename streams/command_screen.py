@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from streams.command import MAX_LIFETIME_S, Command
-from streams.command_memory import ReplayMemory
-from streams.events import InvalidEvent
-from streams.signing import VerifyKeys
+from faultlens.streams.command import MAX_LIFETIME_S, Command
+from faultlens.streams.command_memory import ReplayMemory
+from faultlens.streams.events import InvalidEvent
+from faultlens.streams.signing import VerifyKeys
 
 # Clocks of the signer and the receivers differ a little; a command from further ahead is refused.
 FUTURE_SKEW_S = 60.0

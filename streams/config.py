@@ -34,7 +34,7 @@ from typing import Any
 
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-from streams.topics import TOPICS, TopicSpec
+from faultlens.streams.topics import TOPICS, TopicSpec
 
 ENV_PREFIX = "FAULTLENS_"
 

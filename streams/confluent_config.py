@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from streams.config import KafkaSettings
+from faultlens.streams.config import KafkaSettings
 
 
 def confluent_available() -> bool:
@@ -43,7 +43,7 @@ def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
         # Tansu (and any broker on one machine) is reached on 127.0.0.1: skip IPv6 lookups.
         "broker.address.family": "v4" if "127.0.0.1" in settings.bootstrap else "any",
         # librdkafka's own log lines go through logging, not straight to stderr
-        "logger": logging.getLogger("streams.librdkafka"),
+        "logger": logging.getLogger("faultlens.streams.librdkafka"),
     }
     if settings.sasl_mechanism:
         conf["sasl.mechanism"] = settings.sasl_mechanism

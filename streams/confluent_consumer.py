@@ -15,8 +15,8 @@ from typing import Any, Iterable, NamedTuple
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from streams.config import KafkaSettings
-from streams.confluent_config import confluent_config, load_confluent
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.confluent_config import confluent_config, load_confluent
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import argparse
 import contextlib
 from typing import Iterable, Iterator
 
-from streams.admin import ensure_topics
-from streams.broker import resolve_bootstrap
-from streams.config import KafkaSettings
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import resolve_bootstrap
+from faultlens.streams.config import KafkaSettings
 
 
 @contextlib.contextmanager

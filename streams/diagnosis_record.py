@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from streams.events import InvalidEvent, loads, require_fields
+from faultlens.streams.events import InvalidEvent, loads, require_fields
 
 FAULT_CLASSES = (
     "gpu_lost",

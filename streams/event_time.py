@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
-from streams.event_clock import DEFAULT_MAX_SKEW_S, EventClock, Placement
+from faultlens.streams.event_clock import DEFAULT_MAX_SKEW_S, EventClock, Placement
 
 __all__ = ["DEFAULT_MAX_SKEW_S", "EventClock", "Placement", "UpstreamStop", "WatermarkMerge", "WriterWord"]
 

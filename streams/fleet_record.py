@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from streams.action_record import HARDWARE_INSPECTION as LEMON_STATE
-from streams.events import loads
+from faultlens.streams.action_record import HARDWARE_INSPECTION as LEMON_STATE
+from faultlens.streams.events import loads
 
 VERSION = 1
 # A record keeps this many entries of each list (the newest): a machine logging faults for years

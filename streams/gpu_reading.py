@@ -28,8 +28,8 @@ from typing import Annotated, Any, Iterator, Union
 
 import msgspec
 
-from streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
-from streams.typed_read import Int64, NonNegInt64, typed_reader
+from faultlens.streams.gpu_table import TABLE_NUMBERS, GpuRows, GpuTable
+from faultlens.streams.typed_read import Int64, NonNegInt64, typed_reader
 
 # Every number finite and within ±1e300 (what streams.gpu_table calls plain), checked as it is
 # parsed: JSON has no NaN or infinity, and msgspec refuses a float literal past the double range.

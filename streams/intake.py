@@ -18,12 +18,12 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, Mapping
 
-from streams.bundle import Bundle
-from streams.event_time import EventClock, WatermarkMerge, WriterWord
-from streams.events import InvalidEvent, decode
-from streams.producer import Outgoing
-from streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
-from streams.typed_read import EnvelopeTime, read_envelope_time
+from faultlens.streams.bundle import Bundle
+from faultlens.streams.event_time import EventClock, WatermarkMerge, WriterWord
+from faultlens.streams.events import InvalidEvent, decode
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
+from faultlens.streams.typed_read import EnvelopeTime, read_envelope_time
 
 # What a decoder raises for a message it cannot read: the message becomes a dead letter.
 UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)

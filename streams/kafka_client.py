@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from kafka import KafkaConsumer
 
-from streams.config import CLIENTS, KafkaSettings
+from faultlens.streams.config import CLIENTS, KafkaSettings
 # The adapters live beside this module (one job each); callers import their names from here.
-from streams.confluent_config import confluent_available, confluent_config  # noqa: F401
-from streams.confluent_consumer import ConfluentConsumer, Message
-from streams.producer_backends import ConfluentProducer, KafkaPythonProducer, OnFailure
+from faultlens.streams.confluent_config import confluent_available, confluent_config  # noqa: F401
+from faultlens.streams.confluent_consumer import ConfluentConsumer, Message
+from faultlens.streams.producer_backends import ConfluentProducer, KafkaPythonProducer, OnFailure
 
 __all__ = ["CLIENTS", "Consumer", "Message", "open_consumer", "open_producer", "confluent_available"]
 

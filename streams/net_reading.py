@@ -27,7 +27,7 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec.structs import asdict
 
-from streams.typed_read import NonNegInt64, typed_reader
+from faultlens.streams.typed_read import NonNegInt64, typed_reader
 
 # Integers bounded as streams.typed_read says (msgspec reads an int however large, so the read
 # must stop short of where orjson reads a float). JSON has no NaN or infinity, and msgspec

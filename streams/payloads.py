@@ -17,9 +17,9 @@ from typing import Any, Callable
 # Decoded JSON objects are dicts: isinstance(v, dict) is a C-level check, where typing.Mapping goes
 # through the ABC machinery (it cost a third of a net sample's check).
 
-from streams.events import Envelope, InvalidEvent
-from streams.gpu_table import GPU_NUMBERS, gpu_table
-from streams.net_reading import CheckedPorts
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.gpu_table import GPU_NUMBERS, gpu_table
+from faultlens.streams.net_reading import CheckedPorts
 
 Check = Callable[[Any], str | None]  # the problem, or None when the value is fine
 

@@ -9,10 +9,10 @@ from typing import Iterable
 
 from kafka.errors import KafkaError
 
-from streams.config import KafkaSettings
-from streams.events import Envelope, encode
-from streams.kafka_client import open_producer
-from streams.topics import topic_for
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.kafka_client import open_producer
+from faultlens.streams.topics import topic_for
 
 log = logging.getLogger(__name__)
 

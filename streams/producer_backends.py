@@ -14,9 +14,9 @@ from typing import Any, Callable
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from streams.config import KafkaSettings
-from streams.confluent_config import confluent_config, load_confluent
-from streams.topics import key_partition
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.confluent_config import confluent_config, load_confluent
+from faultlens.streams.topics import key_partition
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Iterable, Iterator
 
 from kafka import TopicPartition
 
-from streams.config import KafkaSettings
-from streams.kafka_client import Message, open_consumer
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import Message, open_consumer
 
 
 log = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from streams import topics
-from streams.config import KafkaSettings
-from streams.events import Envelope, InvalidEvent, decode
-from streams.reader import iter_topics
-from streams.topics import TELEMETRY_TOPICS
-from streams.trace import trace_order, write_trace
+from faultlens.streams import topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, InvalidEvent, decode
+from faultlens.streams.reader import iter_topics
+from faultlens.streams.topics import TELEMETRY_TOPICS
+from faultlens.streams.trace import trace_order, write_trace
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.admin import ensure_topics
-from streams.config import KafkaSettings
-from streams.events import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
-from streams.producer import Producer
-from streams.topics import SOURCE_TOPIC, topic_for
-from streams.trace import TraceError, trace_batches, trace_rows
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
+from faultlens.streams.producer import Producer
+from faultlens.streams.topics import SOURCE_TOPIC, topic_for
+from faultlens.streams.trace import TraceError, trace_batches, trace_rows
 
 log = logging.getLogger(__name__)
 

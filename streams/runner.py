@@ -31,18 +31,18 @@ from typing import Callable, Iterable, Mapping
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
-from streams.config import KafkaSettings
-from streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge, WriterWord
-from streams.events import decode
-from streams.gc_policy import tune_for_streaming
-from streams.intake import Intake
-from streams.kafka_client import Consumer, open_consumer
-from streams.producer import DeliveryError, Outgoing, Producer
-from streams.idle_stop import IdleStop
-from streams.runner_event_time import EventTimeMode
-from streams.runner_rebalance import RebalanceListener, RebalanceMode
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.event_time import DEFAULT_MAX_SKEW_S, EventClock, WatermarkMerge, WriterWord
+from faultlens.streams.events import decode
+from faultlens.streams.gc_policy import tune_for_streaming
+from faultlens.streams.intake import Intake
+from faultlens.streams.kafka_client import Consumer, open_consumer
+from faultlens.streams.producer import DeliveryError, Outgoing, Producer
+from faultlens.streams.idle_stop import IdleStop
+from faultlens.streams.runner_event_time import EventTimeMode
+from faultlens.streams.runner_rebalance import RebalanceListener, RebalanceMode
 # What handlers import from here (they were defined here first).
-from streams.runner_types import (  # noqa: F401
+from faultlens.streams.runner_types import (  # noqa: F401
     DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
     broker_time, dead_letter, record_bytes,
 )

@@ -19,9 +19,9 @@ import orjson
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from streams.kafka_client import Consumer
-from streams.producer import Outgoing
-from streams.runner_types import Record, broker_time
+from faultlens.streams.kafka_client import Consumer
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.runner_types import Record, broker_time
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
 
-from streams.kafka_client import Consumer
+from faultlens.streams.kafka_client import Consumer
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterable, Protocol
 
 import orjson
 
-from streams import topics
-from streams.producer import Outgoing
+from faultlens.streams import topics
+from faultlens.streams.producer import Outgoing
 
 DEAD_LETTER_TOPIC = topics.DEAD_LETTER
 _MAX_DEAD_VALUE = 64 * 1024

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from streams.events import Envelope
+from faultlens.streams.events import Envelope
 
 
 @dataclass(frozen=True)

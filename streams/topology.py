@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
-from streams.events import Envelope, InvalidEvent
+from faultlens.streams.events import Envelope, InvalidEvent
 
 AXES = ("tp", "pp", "dp")
 

@@ -19,8 +19,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.events import Envelope, InvalidEvent
-from streams.jsonl import json_lines
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.jsonl import json_lines
 
 # Small enough that a reader holds one group (~10-40 MB of JSON) at a time, big enough that
 # Parquet's per-group overhead stays negligible.

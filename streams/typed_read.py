@@ -13,7 +13,7 @@ from typing import Annotated, Any, Callable, Union
 
 import msgspec
 
-from streams.events import _MAX_TS, _MIN_TS, Envelope, decode
+from faultlens.streams.events import _MAX_TS, _MIN_TS, Envelope, decode
 
 # What orjson reads as an int: past 64 bits it reads a float, which the general reading then
 # names differently (a version or a time that is not an int), so such a message goes that way.

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from streams.admin import ensure_topics
-from streams.broker import EmbeddedBroker
-from streams.config import KafkaSettings
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.config import KafkaSettings
 
 _groups = itertools.count()
 
@@ -82,7 +82,7 @@ def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = 
     The read ends at the end offsets it found when it began (streams/reader.py), so ``timeout_s`` is
     only a bound for a broker that does not answer: a 10 s cut on telemetry.train, which every
     trainer test fills, ended a read before the records a test wanted on a loaded CI machine."""
-    from streams.reader import read_topic
+    from faultlens.streams.reader import read_topic
 
     read = (_of_job(decoder, m.value, job) for m in read_topic(settings, topic, idle_s=idle_s, timeout_s=timeout_s))
     return [value for value in read if value is not None]
@@ -90,7 +90,7 @@ def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = 
 
 def _of_job(decoder, raw: bytes, job: str | None):
     """``raw`` decoded if it is a record of ``job`` (of any job when None), else None."""
-    from streams.events import InvalidEvent
+    from faultlens.streams.events import InvalidEvent
 
     try:
         value = decoder(raw)
@@ -103,7 +103,7 @@ def _of_job(decoder, raw: bytes, job: str | None):
 def client_settings(request, kafka_settings) -> KafkaSettings:
     """The session broker's settings with each Kafka client in turn (streams/kafka_client.py):
     a test that takes this runs once with kafka-python and once with confluent-kafka."""
-    from streams.kafka_client import confluent_available
+    from faultlens.streams.kafka_client import confluent_available
 
     if request.param == "confluent" and not confluent_available():
         pytest.skip("confluent-kafka is not installed (pip install 'faultlens[fast]')")
@@ -123,7 +123,7 @@ def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | No
     CPU burners on 2 cores: a 3 s read got 66-107k of them; read once, the event came in 10 s)."""
     from kafka.structs import TopicPartition
 
-    from streams.kafka_client import open_consumer
+    from faultlens.streams.kafka_client import open_consumer
 
     deadline = time.monotonic() + timeout_s
     out: list = []

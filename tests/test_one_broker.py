@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from faultlens.demo import processes as pipeline
-from streams.broker import free_port
+from faultlens.streams.broker import free_port
 
 XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
 

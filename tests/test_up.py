@@ -14,13 +14,13 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from simulator import FaultPlan, SimConfig, simulate
-from streams.diagnosis_record import Diagnosis
-from history.schema import open_history
-from streams.command import Command
-from streams.signing import load_verify_keys, write_key_pair
-from streams.broker import free_port
-from streams.replay import publish
+from faultlens.simulator import FaultPlan, SimConfig, simulate
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.history.schema import open_history
+from faultlens.streams.command import Command
+from faultlens.streams.signing import load_verify_keys, write_key_pair
+from faultlens.streams.broker import free_port
+from faultlens.streams.replay import publish
 from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker]

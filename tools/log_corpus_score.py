@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parsing.registry import parser_for
+from faultlens.parsing.registry import parser_for
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_corpus"
 

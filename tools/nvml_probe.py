@@ -23,9 +23,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from collectors import nvml_reader
-from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
-from streams.events import Envelope
+from faultlens.collectors import nvml_reader
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
+from faultlens.streams.events import Envelope
 
 
 class CountingNvml:

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from collectors.nvml_sampler import NvmlUnavailable, open_nvml
+from faultlens.collectors.nvml_sampler import NvmlUnavailable, open_nvml
 
 
 def plain(value: Any) -> Any:

@@ -3,7 +3,7 @@ place, so that whatever stands in for the hook (the demo's simulated trainers) a
 
 from __future__ import annotations
 
-from trainer_hooks.exit_codes import ACTION_EXIT
+from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 
 
 def obeyed_reason(action: str) -> str | None:

@@ -33,17 +33,17 @@ import threading
 import time
 from typing import Callable
 
-from streams.command import Command
-from streams.config import KafkaSettings
-from streams.events import Envelope, number
-from streams.producer import Producer
-from trainer_hooks.ack_reasons import obeyed_reason
-from trainer_hooks import flight_recorder as flight_recorder_dump
-from trainer_hooks.exit_codes import ACTION_EXIT
-from streams.command_listener import CommandListener
-from streams.command_memory import ReplayMemory, default_state_dir, memory_file
-from streams.command_screen import CommandScreen, Screened, ack_payload
-from streams.signing import VerifyKeys, load_verify_keys
+from faultlens.streams.command import Command
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, number
+from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.ack_reasons import obeyed_reason
+from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
+from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.command_memory import ReplayMemory, default_state_dir, memory_file
+from faultlens.streams.command_screen import CommandScreen, Screened, ack_payload
+from faultlens.streams.signing import VerifyKeys, load_verify_keys
 
 log = logging.getLogger(__name__)
 

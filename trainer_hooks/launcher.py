@@ -35,17 +35,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.command import Command
-from streams.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
-from streams.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
-from streams.broker import free_port
-from streams.config import KafkaSettings, add_kafka_arguments
-from streams.events import Envelope
-from streams.producer import Producer
-from trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
-from trainer_hooks.replay import run_replay
-from streams.command_listener import CommandListener
-from streams.command_screen import CommandScreen
+from faultlens.streams.command import Command
+from faultlens.streams.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from faultlens.streams.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
+from faultlens.streams.broker import free_port
+from faultlens.streams.config import KafkaSettings, add_kafka_arguments
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
+from faultlens.trainer_hooks.replay import run_replay
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.command_screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 
@@ -103,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "the scheduler's host names, so that taking a machine out names the right one")
     p.add_argument("--procs-per-node", type=int, default=1, help="trainer processes per node")
     p.add_argument("--standby", default="", help="comma-separated spare node names (e.g. s000,s001)")
-    p.add_argument("--trainer", default="trainer_hooks.reference_trainer", help="python module to run")
+    p.add_argument("--trainer", default="faultlens.trainer_hooks.reference_trainer", help="python module to run")
     p.add_argument("--node-arg", default="--node",
                    help="flag that passes each process its node name on the command line ('' for none)")
     p.add_argument("--verify-key", action="append", default=None, metavar="PEM",

@@ -34,11 +34,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from streams.config import KafkaSettings
-from streams.producer import Producer
-from streams.topology import Topology
-from trainer_hooks import poet
-from trainer_hooks.hook import TrainerHook
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
+from faultlens.streams.topology import Topology
+from faultlens.trainer_hooks import poet
+from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger("faultlens.trainer")
 

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from streams.command import Command
-from streams.events import Envelope
+from faultlens.streams.command import Command
+from faultlens.streams.events import Envelope
 
 PHASES = ("horizontal", "vertical")
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from collectors.checks.result import CheckResult, skipped
+from faultlens.collectors.checks.result import CheckResult, skipped
 
 NAME = "collective"
 ELEMENTS = 1 << 16
@@ -88,7 +88,7 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
     port = _free_port()
     procs, lines, ready, errs, started = [], [], [], [], []
     for rank in range(world):
-        cmd = [sys.executable, "-m", "collectors.checks.collective", "--rank", str(rank), "--world", str(world),
+        cmd = [sys.executable, "-m", "faultlens.collectors.checks.collective", "--rank", str(rank), "--world", str(world),
                "--port", str(port), "--backend", backend,
                # Ranks give up before the parent does, so one waiting on a dead peer says so itself.
                "--timeout", str(max(1.0, 0.5 * timeout_s))]

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from collectors.checks.result import CheckResult, skipped
+from faultlens.collectors.checks.result import CheckResult, skipped
 
 NAME = "compute"
 TOLERANCE = 1e-3  # relative; float32 against float64 is ~1e-6, TF32 (which we switch off) ~1e-3

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from collectors.checks.result import CheckResult, skipped
-from collectors.gpu_sample import gpu_payload
-from collectors.nvml_sampler import GpuLost, NvmlReader, NvmlUnavailable, open_nvml
+from faultlens.collectors.checks.result import CheckResult, skipped
+from faultlens.collectors.gpu_sample import gpu_payload
+from faultlens.collectors.nvml_sampler import GpuLost, NvmlReader, NvmlUnavailable, open_nvml
 
 NAME = "gpu_health"
 # At stop time the GPUs are idle: a hardware slowdown asserted then is the board, not the load.

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.checks.result import CheckResult
+from faultlens.collectors.checks.result import CheckResult
 
 DISK = "disk"
 MEMORY = "memory"

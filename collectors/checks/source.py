@@ -12,15 +12,15 @@ import logging
 import threading
 from typing import Any, Callable
 
-from collectors.checks.suite import CheckRunner, ChecksConfig
-from collectors.command_ack import refusal_acker
-from streams.command import Command
-from streams.command_listener import COMMANDS_TOPIC, CommandListener
-from streams.command_memory import ReplayMemory
-from streams.command_screen import CommandScreen
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.signing import VerifyKeys
+from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig
+from faultlens.collectors.command_ack import refusal_acker
+from faultlens.streams.command import Command
+from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
+from faultlens.streams.command_memory import ReplayMemory
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 

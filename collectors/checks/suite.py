@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from collectors.checks.collective import check_collective
-from collectors.checks.compute import check_compute
-from collectors.checks.gpu_health import check_gpu_health
-from collectors.checks.host import judge_disk, judge_memory, read_disk, read_memory
-from collectors.checks.result import CheckResult, run_with_timeout
-from streams.events import Envelope
+from faultlens.collectors.checks.collective import check_collective
+from faultlens.collectors.checks.compute import check_compute
+from faultlens.collectors.checks.gpu_health import check_gpu_health
+from faultlens.collectors.checks.host import judge_disk, judge_memory, read_disk, read_memory
+from faultlens.collectors.checks.result import CheckResult, run_with_timeout
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

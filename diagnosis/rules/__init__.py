@@ -7,14 +7,14 @@ node-keyed telemetry topics. Job-level rules (``comms.FirstFailingRank``,
 
 from __future__ import annotations
 
-from diagnosis.rules.agent_health import AgentBlindRule, GpuUnresponsiveRule
-from diagnosis.rules.base import Finding, Rule
-from diagnosis.rules.catalogue import CatalogueRule
-from diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
-from diagnosis.rules.host import KernelRule
-from diagnosis.rules.net_counters import NetCounterRule
-from diagnosis.rules.nic import NicRule
-from diagnosis.rules.training import TrainingRule
+from faultlens.diagnosis.rules.agent_health import AgentBlindRule, GpuUnresponsiveRule
+from faultlens.diagnosis.rules.base import Finding, Rule
+from faultlens.diagnosis.rules.catalogue import CatalogueRule
+from faultlens.diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
+from faultlens.diagnosis.rules.host import KernelRule
+from faultlens.diagnosis.rules.net_counters import NetCounterRule
+from faultlens.diagnosis.rules.nic import NicRule
+from faultlens.diagnosis.rules.training import TrainingRule
 
 
 def node_rules() -> list[Rule]:

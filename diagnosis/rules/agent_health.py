@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from diagnosis.rules.base import Finding, opt_int
-from streams.events import Envelope
+from faultlens.diagnosis.rules.base import Finding, opt_int
+from faultlens.streams.events import Envelope
 
 
 class GpuUnresponsiveRule:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from diagnosis.detector import JobBook
-from diagnosis.rules.base import Finding, line_of, opt_int
-from streams.events import Envelope
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.rules.base import Finding, line_of, opt_int
+from faultlens.streams.events import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
-from parsing.xid_table import lookup
-from diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
-from streams.events import Envelope, InvalidEvent, as_float
-from streams.gpu_table import TABLE_NUMBERS, gpu_table
+from faultlens.parsing.xid_table import lookup
+from faultlens.diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
+from faultlens.streams.events import Envelope, InvalidEvent, as_float
+from faultlens.streams.gpu_table import TABLE_NUMBERS, gpu_table
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ a repeat on the same node into an eviction (DESIGN.md §3: restart / evict by re
 
 from __future__ import annotations
 
-from diagnosis.rules.base import Finding, line_of, parsed_fault
-from streams.events import Envelope
+from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
+from faultlens.streams.events import Envelope
 
 # A panic takes the machine down: nothing to restart in place.
 _KERNEL_KINDS = {"panic": "evict", "soft_lockup": "restart", "hung_task": "restart"}

@@ -57,9 +57,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from diagnosis.detector import JobBook
-from diagnosis.rules.base import Finding, opt_int
-from streams.events import Envelope
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.rules.base import Finding, opt_int
+from faultlens.streams.events import Envelope
 
 GRACE_S = 30.0
 # More than this share of a job's nodes quiet together is not that many machines failing at once.

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Mapping
 
-from diagnosis.rules.base import Finding
-from streams.events import Envelope, InvalidEvent
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.streams.events import Envelope, InvalidEvent
 
 WINDOW_S = 300.0
 FLAP_ALERTS = 2

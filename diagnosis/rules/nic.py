@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from diagnosis.rules.base import Finding, line_of
-from streams.events import Envelope
+from faultlens.diagnosis.rules.base import Finding, line_of
+from faultlens.streams.events import Envelope
 
 NIC_WINDOW_S = 300.0
 NIC_ALERTS = 2

@@ -13,8 +13,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
-from streams.events import Envelope, as_float
+from faultlens.diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
+from faultlens.streams.events import Envelope, as_float
 
 SPIKE_FACTOR = 5.0
 BASELINE_STEPS = 50

@@ -9,9 +9,9 @@ import sys
 
 import orjson
 
-from diagnosis.engine import analyze_trace
+from faultlens.diagnosis.engine import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from streams.trace import TraceError
+from faultlens.streams.trace import TraceError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diagnosis.scoring import is_scored
+    from faultlens.diagnosis.scoring import is_scored
 
     try:
         found, engine = analyze_trace(args.trace, config=engine_config(args),

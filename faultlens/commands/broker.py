@@ -8,9 +8,9 @@ import signal
 import sys
 import threading
 
-from streams.admin import ensure_topics
-from streams.broker import BrokerError, EmbeddedBroker, faultlens_home
-from streams.config import KafkaSettings
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import BrokerError, EmbeddedBroker, faultlens_home
+from faultlens.streams.config import KafkaSettings
 
 HELP = "run the embedded Kafka-compatible broker and print its address"
 DESCRIPTION = """\

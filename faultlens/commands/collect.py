@@ -13,18 +13,18 @@ import threading
 import time
 from pathlib import Path
 
-from collectors.agent import Agent, AgentConfig
-from collectors.agent_health import gauges as health_gauges
-from collectors.checks.suite import ChecksConfig
-from collectors.log_source import LogSource
-from collectors.spool import SpoolBusy
-from parsing.rules import RuleError, load
-from streams.broker import answers, faultlens_home
-from streams import metrics
-from streams.config import add_kafka_arguments
-from streams.connect import connected
-from streams.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
-from streams.signing import VERIFY_KEY_ENV, load_verify_keys
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.collectors.agent_health import gauges as health_gauges
+from faultlens.collectors.checks.suite import ChecksConfig
+from faultlens.collectors.log_source import LogSource
+from faultlens.collectors.spool import SpoolBusy
+from faultlens.parsing.rules import RuleError, load
+from faultlens.streams.broker import answers, faultlens_home
+from faultlens.streams import metrics
+from faultlens.streams.config import add_kafka_arguments
+from faultlens.streams.connect import connected
+from faultlens.streams.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
+from faultlens.streams.signing import VERIFY_KEY_ENV, load_verify_keys
 
 log = logging.getLogger(__name__)
 

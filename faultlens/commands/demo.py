@@ -37,7 +37,7 @@ Ctrl-C ends the run cleanly with a partial report."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from streams.config import add_kafka_arguments
+    from faultlens.streams.config import add_kafka_arguments
 
     parser.add_argument("--nodes", type=int, default=int(os.environ.get("FAULTLENS_DEMO_NODES", 64)),
                         help="simulated nodes (default 64)")
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
+    from faultlens.simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
     from faultlens.demo import summary
     from faultlens.demo.driver import SimDriver
     from faultlens.demo.state import DemoState
@@ -67,16 +67,16 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.demo.view import LiveView
     from faultlens.demo.wiring import DiagnosisTap
     from faultlens.pipeline import Pipeline, PipelineOptions
-    from history import html_report
-    from history.plots import write_plots
-    from history.queries import run as query
-    from history.schema import open_history
-    from history.sink import HistorySink, build_batch
-    from remediation.policy import PolicyConfig
-    from remediation.safety import SafetyConfig
-    from streams.broker import BrokerError, faultlens_home, resolve_bootstrap
-    from streams.config import KafkaSettings
-    from streams.signing import ephemeral_signing_key
+    from faultlens.history import html_report
+    from faultlens.history.plots import write_plots
+    from faultlens.history.queries import run as query
+    from faultlens.history.schema import open_history
+    from faultlens.history.sink import HistorySink, build_batch
+    from faultlens.remediation.policy import PolicyConfig
+    from faultlens.remediation.safety import SafetyConfig
+    from faultlens.streams.broker import BrokerError, faultlens_home, resolve_bootstrap
+    from faultlens.streams.config import KafkaSettings
+    from faultlens.streams.signing import ephemeral_signing_key
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = args.out or faultlens_home() / f"demo-{stamp}"
@@ -212,10 +212,10 @@ def run(args: argparse.Namespace) -> int:
 def _send_forged(settings, job: str, key_id: str) -> None:
     """One evict that claims our key id but is signed with another key (what a node that stole no
     private key could at best produce): the cluster must refuse it, as a real trainer would."""
-    from streams import topics
-    from streams.command import Command
-    from streams.producer import Producer
-    from streams.signing import SigningKey
+    from faultlens.streams import topics
+    from faultlens.streams.command import Command
+    from faultlens.streams.producer import Producer
+    from faultlens.streams.signing import SigningKey
     from dataclasses import replace
 
     now = time.time()

@@ -7,13 +7,13 @@ import json
 import logging
 import os
 
-from diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
-from diagnosis.node_consumer import NODE_GROUP
-from streams.topics import TELEMETRY_TOPICS
+from faultlens.diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
+from faultlens.diagnosis.node_consumer import NODE_GROUP
+from faultlens.streams.topics import TELEMETRY_TOPICS
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from streams.connect import connected
-from streams.config import KafkaSettings, add_kafka_arguments
-from streams import metrics, topics
+from faultlens.streams.connect import connected
+from faultlens.streams.config import KafkaSettings, add_kafka_arguments
+from faultlens.streams import metrics, topics
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _send(settings: KafkaSettings, records) -> None:
-    from streams.producer import Producer
+    from faultlens.streams.producer import Producer
 
     producer = Producer(settings)
     try:

@@ -9,12 +9,12 @@ import math
 import sys
 from dataclasses import replace
 
-from history.whatif import sources
-from history.whatif.closed_form import daly_interval, optimal_interval, project
-from history.whatif.model import Scenario, timeout_only
-from history.whatif.monte_carlo import simulate
-from history.whatif.presets import PRESETS
-from history.whatif.sensitivity import sensitivity
+from faultlens.history.whatif import sources
+from faultlens.history.whatif.closed_form import daly_interval, optimal_interval, project
+from faultlens.history.whatif.model import Scenario, timeout_only
+from faultlens.history.whatif.monte_carlo import simulate
+from faultlens.history.whatif.presets import PRESETS
+from faultlens.history.whatif.sensitivity import sensitivity
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         s, note = build_scenario(args)
         out = _result(s, note, args.runs, args.seed)
         if args.plot:
-            from history.whatif.plot import plot_projection
+            from faultlens.history.whatif.plot import plot_projection
 
             plot_projection(s, project(s), args.plot)
             log.info("plot written to %s", args.plot)

@@ -10,8 +10,8 @@ import sys
 import orjson
 
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from streams import metrics
-from streams.config import add_kafka_arguments
+from faultlens.streams import metrics
+from faultlens.streams.config import add_kafka_arguments
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ def _sample_rate(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from history.schema import HistoryError, default_db_path, open_history
-    from history.sink import Sampling
+    from faultlens.history.schema import HistoryError, default_db_path, open_history
+    from faultlens.history.sink import Sampling
 
     db = args.db or default_db_path()
     try:
@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _from_trace(args, conn, sampling, db) -> int:
-    from history.loader import load_trace
-    from history.sink import HistorySink
+    from faultlens.history.loader import load_trace
+    from faultlens.history.sink import HistorySink
 
     stats = load_trace(args.from_trace, HistorySink(conn), sampling=sampling, diagnose=not args.no_diagnose,
                        engine_config=engine_config(args), batch_size=args.batch_size, progress=not args.no_progress)
@@ -110,10 +110,10 @@ def _from_trace(args, conn, sampling, db) -> int:
 
 
 def _consume(args, conn, sampling, db) -> int:
-    from history.consumer import GROUP, StoreUnavailable, history_runner
-    from streams.broker import BrokerError
-    from streams.connect import connected
-    from streams.signing import load_verify_keys, verify_key_paths
+    from faultlens.history.consumer import GROUP, StoreUnavailable, history_runner
+    from faultlens.streams.broker import BrokerError
+    from faultlens.streams.connect import connected
+    from faultlens.streams.signing import load_verify_keys, verify_key_paths
 
     try:
         keys = load_verify_keys(args.verify_key) if verify_key_paths(args.verify_key) else None

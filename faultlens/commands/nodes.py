@@ -39,7 +39,7 @@ flags."""
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faultlens.commands.remediate import add_actuator_arguments
-    from streams.config import add_kafka_arguments
+    from faultlens.streams.config import add_kafka_arguments
 
     parser.add_argument("op", choices=("list", "show", "resume", "drain"),
                         help="list / show NODE: the fleet record; resume: bring back; drain: take out")
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         return _record_resumes(args)
     from faultlens.commands.remediate import build_actuator
-    from remediation.actuators import ActionRequest, carry_out
+    from faultlens.remediation.actuators import ActionRequest, carry_out
 
     try:
         actuator = build_actuator(args)
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _broker(args: argparse.Namespace):
     """Settings for a broker the person named or runs; None (with a line on stderr) when there is none."""
-    from streams.broker import running_embedded
-    from streams.config import KafkaSettings
+    from faultlens.streams.broker import running_embedded
+    from faultlens.streams.config import KafkaSettings
 
     try:
         settings = KafkaSettings.from_args(args)
@@ -110,9 +110,9 @@ def _broker(args: argparse.Namespace):
 
 
 def _show(args: argparse.Namespace) -> int:
-    from remediation.fleet_log import read_fleet
-    from remediation.fleet_view import detail, list_lines, show_lines, summary
-    from remediation.lemon import LemonConfig
+    from faultlens.remediation.fleet_log import read_fleet
+    from faultlens.remediation.fleet_view import detail, list_lines, show_lines, summary
+    from faultlens.remediation.lemon import LemonConfig
 
     if args.op == "show" and not args.nodes:
         print("faultlens nodes show: name a NODE", file=sys.stderr)
@@ -143,8 +143,8 @@ def _show(args: argparse.Namespace) -> int:
 
 def _record_resumes(args: argparse.Namespace, quiet_without_broker: bool = False) -> int:
     """Add a person's resume to each machine's fleet record (lifting a lemon verdict)."""
-    from remediation.fleet import Fleet
-    from remediation.fleet_log import FleetLog
+    from faultlens.remediation.fleet import Fleet
+    from faultlens.remediation.fleet_log import FleetLog
 
     if args.dry_run:
         return 0
@@ -177,9 +177,9 @@ def _record_resumes(args: argparse.Namespace, quiet_without_broker: bool = False
 
 
 def _publish(args: argparse.Namespace, record) -> None:
-    from streams import topics
-    from streams.connect import connected
-    from streams.producer import Producer
+    from faultlens.streams import topics
+    from faultlens.streams.connect import connected
+    from faultlens.streams.producer import Producer
 
     with connected(args, [topics.ACTIONS]) as settings, Producer(settings) as producer:
         producer.send(topics.ACTIONS, record.job.encode(), record.encode())

@@ -16,10 +16,10 @@ from typing import BinaryIO, Iterator
 import orjson
 from tqdm import tqdm
 
-from parsing.line import ParsedLine
-from parsing.registry import guess_source, parser_for, to_envelope
-from parsing.rules import RuleError, load
-from streams.events import InvalidEvent, encode
+from faultlens.parsing.line import ParsedLine
+from faultlens.parsing.registry import guess_source, parser_for, to_envelope
+from faultlens.parsing.rules import RuleError, load
+from faultlens.streams.events import InvalidEvent, encode
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("source guessed from the first %d lines: %s", len(head), source)
         miner = None
         if args.unrecognised:
-            from parsing.unrecognised import UnrecognisedMiner  # Drain3 only when asked for
+            from faultlens.parsing.unrecognised import UnrecognisedMiner  # Drain3 only when asked for
 
             miner = UnrecognisedMiner()
         parser = parser_for(source, rules, (lambda msg: miner.add(msg, source)) if miner else None)

@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 
-from streams.config import add_kafka_arguments
-from streams.connect import connected
-from streams.record import DEFAULT_TOPICS, collect
-from streams.topics import TOPICS
-from streams.trace import write_trace
+from faultlens.streams.config import add_kafka_arguments
+from faultlens.streams.connect import connected
+from faultlens.streams.record import DEFAULT_TOPICS, collect
+from faultlens.streams.topics import TOPICS
+from faultlens.streams.trace import write_trace
 
 HELP = "record live topics into a Parquet trace"
 DESCRIPTION = f"""\

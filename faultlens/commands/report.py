@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
-    from history import report
-    from history.queries import is_empty
-    from history.schema import HistoryError, default_db_path, open_history
+    from faultlens.history import report
+    from faultlens.history.queries import is_empty
+    from faultlens.history.schema import HistoryError, default_db_path, open_history
 
     db = args.db or default_db_path()
     try:
@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             report.render(sections)
         if args.plots:
-            from history.plots import write_plots
+            from faultlens.history.plots import write_plots
 
             for name, path in write_plots(conn, args.plots).items():
                 print(f"plot {name}: {path if path else 'no data to plot'}", file=sys.stderr)
         if args.html:
-            from history import html_report
+            from faultlens.history import html_report
 
             try:
                 path = html_report.write(conn, args.html, source=str(db), max_gap=args.max_gap)

@@ -10,10 +10,10 @@ import os
 import sys
 import time
 
-from simulator import SimConfig, simulate
-from simulator.drifts import parse_drift
-from simulator.run import DEFAULT_DURATION_S, FAULT_EVERY_S
-from streams.trace import TraceWriter, labels_path, write_labels, write_trace
+from faultlens.simulator import SimConfig, simulate
+from faultlens.simulator.drifts import parse_drift
+from faultlens.simulator.run import DEFAULT_DURATION_S, FAULT_EVERY_S
+from faultlens.streams.trace import TraceWriter, labels_path, write_labels, write_trace
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def _env(name: str, default, cast=str):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from streams.config import add_kafka_arguments
+    from faultlens.streams.config import add_kafka_arguments
 
     parser.add_argument("--nodes", type=int, default=_env("nodes", 8, int), help="nodes in the job (default 8)")
     parser.add_argument("--gpus", type=int, default=_env("gpus", 8, int), help="GPUs per node (default 8)")
@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     events = sim.events(progress=lambda s: bar.update(round(s)))
     try:
         if args.publish:
-            from streams.connect import connected
-            from streams.replay import publish
+            from faultlens.streams.connect import connected
+            from faultlens.streams.replay import publish
 
             with connected(args) as settings:
                 if args.out:

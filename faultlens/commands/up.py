@@ -46,7 +46,7 @@ batch and commits, and an embedded broker this command started stops last."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faultlens.engine_flags import add_engine_arguments
     from faultlens.commands.remediate import add_policy_arguments
-    from streams.config import add_kafka_arguments
+    from faultlens.streams.config import add_kafka_arguments
 
     g = parser.add_argument_group("consumers")
     g.add_argument("--no-diagnose", action="store_true", help="do not run the diagnosis consumer")
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="history: fraction of gpu/host samples stored (default 1.0)")
     add_engine_arguments(parser)  # the same engine flags as `faultlens diagnose`
     add_policy_arguments(parser)  # the same remediation flags as `faultlens remediate`
-    from streams import metrics
+    from faultlens.streams import metrics
 
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
@@ -77,8 +77,8 @@ EPHEMERAL_VERIFY_KEY = "ephemeral-command-verify-key.pem"
 def _signing_key(args: argparse.Namespace, acting: bool):
     """The signing key and where its public half is, for the ready line: (key, "PATH" or "ephemeral")."""
     from faultlens.commands.remediate import command_signing_key
-    from streams.broker import faultlens_home
-    from streams.signing import SIGNING_KEY_ENV
+    from faultlens.streams.broker import faultlens_home
+    from faultlens.streams.signing import SIGNING_KEY_ENV
 
     given = args.signing_key or os.environ.get(SIGNING_KEY_ENV)
     key = command_signing_key(args, acting=acting, ephemeral_when_acting=True)
@@ -97,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.engine_flags import engine_config
     from faultlens.commands.remediate import build_actuator, decision_log_path, policy_configs, state_file_path
     from faultlens.pipeline import Pipeline, PipelineOptions
-    from history.schema import HistoryError, default_db_path
-    from remediation.safety import BREAKER_FILE
-    from streams.broker import BrokerError, faultlens_home
-    from streams.connect import connected
+    from faultlens.history.schema import HistoryError, default_db_path
+    from faultlens.remediation.safety import BREAKER_FILE
+    from faultlens.streams.broker import BrokerError, faultlens_home
+    from faultlens.streams.connect import connected
 
     consumers = _consumers(args)
     if not consumers:
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(pipeline, settings, stop: threading.Event, args: argparse.Namespace, consumers, db, act_on,
            key: dict) -> int:
-    from streams import metrics
+    from faultlens.streams import metrics
 
     pipeline.start()
     metrics.serve(args.metrics_port)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from streams.command_memory import ReplayMemory
-from streams.command_screen import CommandScreen, ack_payload
-from streams.signing import VerifyKeys
-from trainer_hooks.ack_reasons import obeyed_reason
+from faultlens.streams.command_memory import ReplayMemory
+from faultlens.streams.command_screen import CommandScreen, ack_payload
+from faultlens.streams.signing import VerifyKeys
+from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 
 
 class SimulatedHookAcks:

@@ -67,7 +67,7 @@ def faultlens(name: str, args: Iterable[str], env: dict[str, str], log_dir: Path
 
 
 def launcher(args: Iterable[str], trainer_args: Iterable[str], env: dict[str, str], log_dir: Path) -> Proc:
-    argv = [sys.executable, "-m", "trainer_hooks.launcher", *args, "--log-dir", str(log_dir / "ranks"),
+    argv = [sys.executable, "-m", "faultlens.trainer_hooks.launcher", *args, "--log-dir", str(log_dir / "ranks"),
             "--", *trainer_args]
     return Proc("launcher", argv, env, log_dir / "launcher.log")
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from simulator import SimulatedCluster
-from streams.command import Command
-from trainer_hooks.replay import run_replay
+from faultlens.simulator import SimulatedCluster
+from faultlens.streams.command import Command
+from faultlens.trainer_hooks.replay import run_replay
 
 log = logging.getLogger(__name__)
 

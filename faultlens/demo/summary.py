@@ -13,9 +13,9 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-from simulator import EPISODE_S
-from streams.diagnosis_record import Diagnosis
-from diagnosis.scoring import LATENCY_WORDS_LABELLED, score
+from faultlens.simulator import EPISODE_S
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.demo.state import DemoState
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def build(state: DemoState, labels: list[Mapping[str, Any]], *, trainer_events: 
 
 def _projection(s) -> dict[str, Any] | None:
     """This run's measured detection carried to a 9,600-GPU, 90-day job (docs/ettr.md)."""
-    from history.whatif.headline import headline
+    from faultlens.history.whatif.headline import headline
 
     rows = {k: c.to_dict() for k, c in s.classes.items() if c.labels}
     try:

@@ -15,11 +15,11 @@ import logging
 import time
 from typing import Callable, Iterable
 
-from remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope
-from streams.producer import Outgoing
-from streams.runner import Record
+from faultlens.remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.runner import Record
 
 log = logging.getLogger(__name__)
 

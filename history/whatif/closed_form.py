@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from history.whatif.model import DAY_S, PHASES, FaultClass, Scenario
-from remediation.pool import standby_size
+from faultlens.history.whatif.model import DAY_S, PHASES, FaultClass, Scenario
+from faultlens.remediation.pool import standby_size
 
 # The interval search: Young's interval times/divided by this, in log space.
 _SEARCH_SPAN = 30.0

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from history.whatif import presets, sources
-from history.whatif.closed_form import project
-from history.whatif.model import timeout_only
-from history.whatif.monte_carlo import simulate
+from faultlens.history.whatif import presets, sources
+from faultlens.history.whatif.closed_form import project
+from faultlens.history.whatif.model import timeout_only
+from faultlens.history.whatif.monte_carlo import simulate
 
 DEMO_GPUS = 9600
 DEMO_DAYS = 90.0
@@ -39,7 +39,7 @@ def headline(score_rows: Mapping[str, Mapping[str, Any]], *, gpus: int = DEMO_GP
 def history_rows(conn) -> dict[str, dict[str, Any]]:
     """A history's acting diagnoses as score lines: per class, the p50 of onset → decision. A
     history knows what it found, not what it missed, so recall is taken as 1 (docs/ettr.md)."""
-    from history.queries import run
+    from faultlens.history.queries import run
 
     return {r["fault"]: {"fault": r["fault"], "labels": r["n"], "detected": r["n"], "recall": 1.0,
                          "detection_latency_p50_s": r["p50_s"], "wrong_nodes": 0}

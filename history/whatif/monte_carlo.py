@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import fmean, stdev
 
-from history.whatif.closed_form import optimal_interval, spares_for
-from history.whatif.model import DAY_S, PHASES, FaultClass, Scenario
+from faultlens.history.whatif.closed_form import optimal_interval, spares_for
+from faultlens.history.whatif.model import DAY_S, PHASES, FaultClass, Scenario
 
 Z95 = 1.959964
 

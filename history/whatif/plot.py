@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from history.whatif.closed_form import Projection, project
-from history.whatif.model import PHASES, Scenario, timeout_only
+from faultlens.history.whatif.closed_form import Projection, project
+from faultlens.history.whatif.model import PHASES, Scenario, timeout_only
 
 
 def plot_projection(s: Scenario, p: Projection, out: str | Path) -> Path:

@@ -10,7 +10,7 @@ Clusters", 2025: a job's failure rate is its nodes times a per-node rate; 6.50 a
 
 from __future__ import annotations
 
-from history.whatif.model import FaultClass, Recovery, Scenario
+from faultlens.history.whatif.model import FaultClass, Recovery, Scenario
 
 # Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, §3.3.4 and Table 5): 16,384 H100 (2,048 nodes)
 # for 54 days, 466 interruptions: 419 unexpected, 47 planned; > 90 % effective training time.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from history.whatif.closed_form import optimal_interval, project
-from history.whatif.model import Scenario
+from faultlens.history.whatif.closed_form import optimal_interval, project
+from faultlens.history.whatif.model import Scenario
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from history.whatif.model import FaultClass, Recovery, Scenario, fault_from_mapping
+from faultlens.history.whatif.model import FaultClass, Recovery, Scenario, fault_from_mapping
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def apply_history(s: Scenario, db: str | Path) -> tuple[Scenario, dict[str, Any]
     evidence of a zero rate."""
     import duckdb
 
-    from history import queries
+    from faultlens.history import queries
 
     if not Path(db).exists():
         raise ValueError(f"{db}: no such history file")

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from streams.action_record import OPERATIONS, ActionRecord
+from faultlens.streams.action_record import OPERATIONS, ActionRecord
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remediation.actuators.base import Actuator, NoActuator
-from remediation.actuators.kubernetes import KubernetesActuator, KubernetesConfig
-from remediation.actuators.script import ScriptActuator, ScriptConfig
-from remediation.actuators.slurm import SlurmActuator, SlurmConfig
+from faultlens.remediation.actuators.base import Actuator, NoActuator
+from faultlens.remediation.actuators.kubernetes import KubernetesActuator, KubernetesConfig
+from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
+from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
 
 ACTUATORS = ("none", "slurm", "kubernetes", "script")
 ACTUATOR_ENV = "FAULTLENS_ACTUATOR"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
+from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 
 TAINT_KEY = "faultlens.io/fault"
 # A taint value is a label value: 63 characters of [A-Za-z0-9_.-]; fault classes already are.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from remediation.actuators.base import ActionRequest
-from remediation.policy import Decision
+from faultlens.remediation.actuators.base import ActionRequest
+from faultlens.remediation.policy import Decision
 
 
 def _nodes(value: Any) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Mapping
 
-from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
+from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 
 MAX_DETAIL = 500
 

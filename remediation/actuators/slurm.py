@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Mapping
 
-from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
+from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 
 JOB_ID = re.compile(r"^\d+(_\d+)?$")
 # scontrol reads a Reason up to the end of its argument; keep it one line and bounded.

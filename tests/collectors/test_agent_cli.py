@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from streams.events import decode
-from streams.reader import iter_topics
-from streams.command_memory import memory_file
+from faultlens.streams.events import decode
+from faultlens.streams.reader import iter_topics
+from faultlens.streams.command_memory import memory_file
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

@@ -11,11 +11,11 @@ import pytest
 
 from tests.kafka_fixtures import wait_for_records
 
-from collectors.agent import Agent, AgentConfig
-from streams.command import Command
-from streams.signing import SigningKey
-from streams.events import decode
-from streams.producer import Producer
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.streams.command import Command
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.events import decode
+from faultlens.streams.producer import Producer
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]

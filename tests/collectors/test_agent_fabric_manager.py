@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from collectors.agent import Agent, AgentConfig
-from collectors.spool import Spool
-from streams.config import KafkaSettings
-from streams.events import decode
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.collectors.spool import Spool
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import decode
 
 # leptonai/gpud components/accelerator/nvidia/fabric-manager/log_matcher_test.go
 FATAL = ("[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch "

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from collectors.kernel_follower import DmesgReader, KernelFileReader, KmsgReader, kmsg_line, open_kernel_reader
+from faultlens.collectors.kernel_follower import DmesgReader, KernelFileReader, KmsgReader, kmsg_line, open_kernel_reader
 
 
 def test_kmsg_record_keeps_header_and_first_line_only():

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from collectors.agent import Agent, AgentConfig
-from streams.admin import ensure_topics
-from streams.broker import EmbeddedBroker, free_port
-from streams.config import KafkaSettings
-from streams.events import decode
-from streams.reader import iter_topics
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker, free_port
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import decode
+from faultlens.streams.reader import iter_topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

@@ -8,12 +8,12 @@ import time
 
 import orjson
 
-from collectors.agent import Agent, AgentConfig
-from collectors.heartbeat import HeartbeatSource
-from collectors.nvml_sampler import NvmlUnavailable
-from collectors.spool import Spool
-from streams.config import KafkaSettings
-from streams.events import decode
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.collectors.heartbeat import HeartbeatSource
+from faultlens.collectors.nvml_sampler import NvmlUnavailable
+from faultlens.collectors.spool import Spool
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import decode
 
 
 class Stuck:
@@ -123,7 +123,7 @@ def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
 
 def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
     """Reading a wedged process's /proc can block: the beat goes out with the last pids known."""
-    from collectors.heartbeat import HeartbeatSource
+    from faultlens.collectors.heartbeat import HeartbeatSource
     import threading as _t
     import time as _time
 
@@ -151,7 +151,7 @@ def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
 def test_heartbeat_beats_asked_from_two_threads_at_once_all_go_out():
     """The agent's beat loop and a caller asking for a beat now (a test, a stack request) may
     overlap: neither may raise, and every beat goes out with its own sequence number."""
-    from collectors.heartbeat import HeartbeatSource
+    from faultlens.collectors.heartbeat import HeartbeatSource
     import threading as _t
 
     out, errors = [], []
@@ -199,7 +199,7 @@ def test_a_beat_taken_while_the_agent_begins_to_stop_is_not_sent():
 def test_a_stopped_agents_last_beat_says_stopping_and_diagnosis_reads_no_blindness_in_it(tmp_path):
     """The stop sends one more beat, ``stopping``, whose sources have all stopped: diagnosis reads
     that as the stop, neither a blind agent nor, once it is quiet, a dead machine."""
-    from diagnosis.engine import analyze
+    from faultlens.diagnosis.engine import analyze
 
     kern = tmp_path / "kern.log"
     kern.write_text("")

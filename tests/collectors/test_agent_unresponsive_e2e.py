@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.engine import analyze
-from streams.broker import free_port
+from faultlens.diagnosis.engine import analyze
+from faultlens.streams.broker import free_port
 from tests.collectors.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]

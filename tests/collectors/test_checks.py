@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from collectors.checks.collective import RankOutcome, check_collective, judge_collective
-from collectors.checks.compute import check_compute, judge_products, measure_products
-from collectors.checks.gpu_health import check_gpu_health, judge_gpu_health
-from collectors.checks.host import DiskSnapshot, judge_disk, judge_memory, parse_meminfo, read_disk
-from collectors.checks.result import CheckResult, run_with_timeout
-from collectors.checks.suite import CheckRunner, ChecksConfig, run_checks
-from streams.events import decode, encode
-from streams.payloads import check_payload
+from faultlens.collectors.checks.collective import RankOutcome, check_collective, judge_collective
+from faultlens.collectors.checks.compute import check_compute, judge_products, measure_products
+from faultlens.collectors.checks.gpu_health import check_gpu_health, judge_gpu_health
+from faultlens.collectors.checks.host import DiskSnapshot, judge_disk, judge_memory, parse_meminfo, read_disk
+from faultlens.collectors.checks.result import CheckResult, run_with_timeout
+from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig, run_checks
+from faultlens.streams.events import decode, encode
+from faultlens.streams.payloads import check_payload
 from tests.collectors.test_nvml_sampler import FakeNvml, LIBRARY_NOT_FOUND
 
 FIXTURES = Path(__file__).parent / "checks_fixtures"
@@ -112,7 +112,7 @@ def test_a_nan_product_fails():
 
 
 def test_a_peer_outlier_within_reference_tolerance_of_nobody_is_caught():
-    from collectors.checks.compute import DeviceProduct
+    from faultlens.collectors.checks.compute import DeviceProduct
 
     ps = [DeviceProduct(f"gpu{i}", 1e-6, 100.0) for i in range(3)] + [DeviceProduct("gpu3", 1e-6, 140.0)]
     r = judge_products(ps)
@@ -215,7 +215,7 @@ def _cuda() -> bool:
 
 @pytest.mark.skipif(not _cuda(), reason="needs a real GPU with CUDA (the CPU fallback and a fake NVML are tested above)")
 def test_real_gpus_answer_every_check():
-    from collectors.checks.compute import compute_devices
+    from faultlens.collectors.checks.compute import compute_devices
 
     health = check_gpu_health()
     assert not health.skipped, health.detail

@@ -9,17 +9,17 @@ import uuid
 
 import pytest
 
-from collectors.agent import Agent, AgentConfig
-from collectors.checks.suite import ChecksConfig
-from remediation.policy import Policy, PolicyConfig
-from streams import topics
-from streams.command import Command
-from streams.diagnosis_record import Diagnosis
-from streams.events import decode
-from streams.payloads import check_payload
-from streams.producer import Producer
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.collectors.checks.suite import ChecksConfig
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.streams import topics
+from faultlens.streams.command import Command
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import decode
+from faultlens.streams.payloads import check_payload
+from faultlens.streams.producer import Producer
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 from tests.collectors.test_checks import PendingRemapNvml
 from tests.kafka_fixtures import wait_for_records
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import time
 
-from collectors.file_follower import MAX_LINE_BYTES, FileFollower
-from collectors.log_source import LogSource
-from streams.events import Envelope
+from faultlens.collectors.file_follower import MAX_LINE_BYTES, FileFollower
+from faultlens.collectors.log_source import LogSource
+from faultlens.streams.events import Envelope
 
 
 def _write(path, text: str | bytes, mode: str = "a") -> None:

@@ -11,11 +11,11 @@ import threading
 import time
 from pathlib import Path
 
-from collectors.flood_fold import Folder, body, fold_key
-from collectors.kernel_follower import KernelFileReader
-from collectors.log_source import LogSource, keyed
-from parsing.registry import parser_for
-from streams.events import Envelope
+from faultlens.collectors.flood_fold import Folder, body, fold_key
+from faultlens.collectors.kernel_follower import KernelFileReader
+from faultlens.collectors.log_source import LogSource, keyed
+from faultlens.parsing.registry import parser_for
+from faultlens.streams.events import Envelope
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from collectors.net_counters import (counter_delta, parse_ethtool_stats, parse_rate, parse_state, read_snapshot,
+from faultlens.collectors.net_counters import (counter_delta, parse_ethtool_stats, parse_rate, parse_state, read_snapshot,
                                      sample_data)
-from collectors.net_sampler import Ethtool, NetSampler, NetUnavailable
-from streams.events import Envelope
-from streams.payloads import check_payload
+from faultlens.collectors.net_sampler import Ethtool, NetSampler, NetUnavailable
+from faultlens.streams.events import Envelope
+from faultlens.streams.payloads import check_payload
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sysfs_connectx"
 ETHTOOL_TEXT = (FIXTURE / "ethtool_S_ens5f0np0.txt").read_text()
@@ -209,10 +209,10 @@ def test_sampler_without_rdma_devices_is_unavailable(tmp_path):
 
 
 def test_the_agent_runs_the_net_source_on_a_connectx_tree(sysfs, tmp_path):
-    from collectors.agent import Agent, AgentConfig
-    from collectors.spool import Spool
-    from streams.config import KafkaSettings
-    from streams.events import decode
+    from faultlens.collectors.agent import Agent, AgentConfig
+    from faultlens.collectors.spool import Spool
+    from faultlens.streams.config import KafkaSettings
+    from faultlens.streams.events import decode
 
     config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
                          net_interval_s=0.05, sysfs_root=str(sysfs), spool_dir=tmp_path / "spool", create_topics=False)
@@ -239,8 +239,8 @@ def test_the_agent_runs_the_net_source_on_a_connectx_tree(sysfs, tmp_path):
 
 
 def test_the_agent_shows_net_off_on_a_node_without_rdma(tmp_path):
-    from collectors.agent import Agent, AgentConfig
-    from streams.config import KafkaSettings
+    from faultlens.collectors.agent import Agent, AgentConfig
+    from faultlens.streams.config import KafkaSettings
 
     config = AgentConfig(job="j", node="n1", nvml=False, kernel=False, sysfs_root=str(tmp_path),
                          spool_dir=tmp_path / "spool", create_topics=False)

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from collectors.gpu_sample import gpu_payload, throttle_names
-from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
+from faultlens.collectors.gpu_sample import gpu_payload, throttle_names
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 
 
 class FakeNVMLError(Exception):
@@ -368,7 +368,7 @@ def test_an_unexpected_nvml_error_is_logged_once_per_gpu_and_field(caplog):
     nvml = Odd(n=2)
     sampler = NvmlSampler(job="j", node="n1", interval_s=1.0, publish=lambda e: None, nvml=nvml)
     reader = NvmlReader(nvml)
-    with caplog.at_level("WARNING", logger="collectors.nvml_sampler"):
+    with caplog.at_level("WARNING", logger="faultlens.collectors.nvml_sampler"):
         for _ in range(3):
             [sample] = sampler.sample_once(reader)
     assert [g["pcie_replay"] for g in sample.data["gpus"]] == [None, None]

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from collectors.nvml_deadline import CallTimeout, DeadlineCalls
-from collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlStuck
-from diagnosis.rules.agent_health import GpuUnresponsiveRule
+from faultlens.collectors.nvml_deadline import CallTimeout, DeadlineCalls
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlStuck
+from faultlens.diagnosis.rules.agent_health import GpuUnresponsiveRule
 from tests.collectors.test_nvml_sampler import GPU_IS_LOST, FakeNvml, FakeNVMLError
 
 
@@ -50,7 +50,7 @@ def test_a_call_past_its_deadline_is_given_up_and_named():
     block = threading.Event()
 
     def stuck():
-        from collectors.nvml_deadline import note_call
+        from faultlens.collectors.nvml_deadline import note_call
         note_call("nvmlDeviceGetTotalEccErrors")
         block.wait()
 
@@ -142,9 +142,9 @@ def test_nvml_init_that_never_returns_is_a_stuck_source_not_a_hung_agent():
 def test_nvml_unresponsive_at_start_leaves_the_agent_beating_and_diagnosis_alerts_it_is_blind(tmp_path):
     """nvmlInit never returns: the agent beats on, its beats name NVML as what it cannot see, and
     diagnosis makes that one `agent_blind` alert, never an eviction."""
-    from collectors.agent import Agent, AgentConfig
-    from diagnosis.engine import analyze
-    from streams.config import KafkaSettings
+    from faultlens.collectors.agent import Agent, AgentConfig
+    from faultlens.diagnosis.engine import analyze
+    from faultlens.streams.config import KafkaSettings
 
     nvml = HangingNvml(hang_call="nvmlInit")
     config = AgentConfig(job="j-blind", node="n7", heartbeat_interval_s=0.05, nvml=True, net=False, kernel=False,
@@ -164,7 +164,7 @@ def test_nvml_unresponsive_at_start_leaves_the_agent_beating_and_diagnosis_alert
 
 
 def test_blind_spots_name_a_stalled_follower_and_a_node_wide_stuck_call():
-    from collectors.agent_health import blind_spots
+    from faultlens.collectors.agent_health import blind_spots
 
     health = {"nvml": {"state": "ok", "lag_s": 0.1, "deadline_s": 10.0,
                        "unresponsive": {"node": {"call": "nvmlDeviceGetCount", "for_s": 42.0}}},
@@ -180,7 +180,7 @@ def test_blind_spots_name_a_stalled_follower_and_a_node_wide_stuck_call():
 
 
 def test_blind_spots_forget_a_source_that_failed_once_and_runs_again():
-    from collectors.agent_health import blind_spots
+    from faultlens.collectors.agent_health import blind_spots
 
     health = {"nvml": {"state": "ok", "lag_s": 0.0, "unresponsive": {}}, "followers": {"kernel": {"poll_age_s": 0.1}}}
     again = "error: OSError: boom (1 failure(s), restarted)"
@@ -193,7 +193,7 @@ def test_blind_spots_forget_a_source_that_failed_once_and_runs_again():
 _PAUSED_AGENT = r"""
 import json, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from collectors.nvml_sampler import NvmlReader, NvmlSampler
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler
 from tests.collectors.test_nvml_sampler import FakeNvml
 
 class Slow(FakeNvml):

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from collectors.gpu_sample import throttle_names
-from diagnosis.engine import analyze
-from diagnosis.features import FeatureWindows
-from diagnosis.scoring import is_scored
-from streams.events import Envelope
-from streams.payloads import check_payload
-from streams.trace import iter_trace
+from faultlens.collectors.gpu_sample import throttle_names
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.features import FeatureWindows
+from faultlens.diagnosis.scoring import is_scored
+from faultlens.streams.events import Envelope
+from faultlens.streams.payloads import check_payload
+from faultlens.streams.trace import iter_trace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real_gpu"
 PHASES = ("idle", "busy")
@@ -203,7 +203,7 @@ class RecordedDriver:
 
 def test_the_sampler_makes_the_calls_per_sample_the_probe_measured_on_the_real_driver():
     """probe_*.json: 16 NVML calls a sample as the sampler runs now, 58 when it asked everything every time."""
-    from collectors.nvml_sampler import NvmlReader, NvmlSampler
+    from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler
 
     measured = {}
     for phase in PHASES:
@@ -238,8 +238,8 @@ def _smi_q(text: str, section: str, key: str) -> str:
 
 def test_the_drivers_raw_answers_become_nvidia_smis_values_in_its_units():
     """The raw NVML values of the survey (mW, bytes) through today's payload code, against nvidia-smi -q."""
-    from collectors.gpu_sample import gpu_payload
-    from collectors.nvml_sampler import NvmlReader
+    from faultlens.collectors.gpu_sample import gpu_payload
+    from faultlens.collectors.nvml_sampler import NvmlReader
 
     driver = RecordedDriver()
     gpu = gpu_payload(NvmlReader(driver).read(0, 0))

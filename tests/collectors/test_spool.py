@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from collectors.spool import Spool, SpoolBusy, SpooledRecord, is_droppable
-from streams.events import Envelope, encode
+from faultlens.collectors.spool import Spool, SpoolBusy, SpooledRecord, is_droppable
+from faultlens.streams.events import Envelope, encode
 
 
 def _event(source: str, kind: str, n: int, pad: int = 0) -> SpooledRecord:

@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from collectors.agent import Agent, AgentConfig
-from collectors.spool import Spool, SpooledRecord
-from streams.config import KafkaSettings
-from streams.events import Envelope, encode
+from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.collectors.spool import Spool, SpooledRecord
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, encode
 
 
 def _mount_tmpfs(path: Path, size: str, ro: bool = False) -> bool:

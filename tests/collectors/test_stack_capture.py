@@ -10,11 +10,11 @@ import time
 import uuid
 from pathlib import Path
 
-from collectors.command_listener import StackCaptureSource
-from collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
-from streams.command import Command
-from streams.config import KafkaSettings
-from streams.signing import SigningKey
+from faultlens.collectors.command_listener import StackCaptureSource
+from faultlens.collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
+from faultlens.streams.command import Command
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import SigningKey
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 KEY = SigningKey.generate()
@@ -119,7 +119,7 @@ def test_no_training_process_is_answered_with_an_error_dump():
 def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
     """The replay file of `faultlens collect --state-dir`: a recorded capture_stacks played back
     after the agent restarted is refused, not dumped again."""
-    from streams.command_memory import ReplayMemory
+    from faultlens.streams.command_memory import ReplayMemory
 
     def agent_source(out):
         return StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1",
@@ -165,16 +165,16 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
     """--rank-env naming a variable the trainer does not set (the ranks carry RANK and LOCAL_RANK,
     not SLURM_PROCID, and no LOCAL_WORLD_SIZE to place LOCAL_RANK): the processes are still found
     and dumped, with a null rank, and the heartbeat names them so an operator fixes the flag."""
-    from collectors.agent import Agent, AgentConfig
-    from collectors.heartbeat import HeartbeatSource
-    from diagnosis.dump_set import UnrankedDump, read_stack_answer
+    from faultlens.collectors.agent import Agent, AgentConfig
+    from faultlens.collectors.heartbeat import HeartbeatSource
+    from faultlens.diagnosis.dump_set import UnrankedDump, read_stack_answer
 
     out = []
     src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
                              publish=out.append, launcher_pid=launcher.pid, rank_env="SLURM_PROCID",
                              dump_timeout_s=20)
     cmd = _cmd(nodes=("n1",)).signed(KEY)
-    with caplog.at_level("WARNING", logger="collectors.command_listener"):
+    with caplog.at_level("WARNING", logger="faultlens.collectors.command_listener"):
         events = src.handle(cmd.encode())
     ranks = find_training_processes(launcher_pid=launcher.pid)  # the same processes, rightly read
     assert sorted(e.data["pid"] for e in events) == sorted(p.pid for p in ranks)
@@ -193,7 +193,7 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
     assert isinstance(hb, HeartbeatSource)
     beats = []
     hb.publish = beats.append
-    with caplog.at_level("WARNING", logger="collectors.heartbeat"):
+    with caplog.at_level("WARNING", logger="faultlens.collectors.heartbeat"):
         hb.beat()
         hb.beat()
     assert beats[0].data["unranked_pids"] == beats[0].data["pids"] == sorted(p.pid for p in ranks)
@@ -206,7 +206,7 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
 def test_py_spy_unresponsive_is_killed_with_its_children_and_answered_as_timed_out(tmp_path):
     """A py-spy that never answers (here a wrapper whose child sleeps, holding the output pipe):
     the dump gives up at its deadline, not when the child ends, and every rank is answered."""
-    from collectors.stack_capture import TrainingProcess, capture, dump_event
+    from faultlens.collectors.stack_capture import TrainingProcess, capture, dump_event
 
     hang = tmp_path / "hang-spy"
     hang.write_text("#!/bin/sh\nsleep 60 &\nsleep 60\n")
@@ -228,7 +228,7 @@ def test_the_process_the_agent_runs_under_is_no_training_process():
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker], env=env)
     try:
-        agent = ("import json; from collectors.stack_capture import find_training_processes as f; "
+        agent = ("import json; from faultlens.collectors.stack_capture import find_training_processes as f; "
                  f"print(json.dumps([p.pid for p in f(proc_pattern={marker!r})]))")
         wrapper = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {agent!r}]))"
         out = subprocess.run([sys.executable, "-c", wrapper, marker], capture_output=True, text=True, timeout=60, env=env)

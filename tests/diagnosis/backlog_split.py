@@ -18,18 +18,18 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosis.consumer import diagnose_consumer
-from diagnosis.engine import EngineConfig, analyze
-from diagnosis.scoring import EVICTING
-from simulator.config import SimConfig
-from simulator.plan import FaultPlan
-from simulator.run import simulate
-from streams.config import KafkaSettings
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.replay import replay_trace
-from streams.trace import trace_order, write_trace
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.engine import EngineConfig, analyze
+from faultlens.diagnosis.scoring import EVICTING
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.plan import FaultPlan
+from faultlens.simulator.run import simulate
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.trace import trace_order, write_trace
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records

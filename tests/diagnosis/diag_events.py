@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from streams.events import Envelope
-from streams.topology import Topology
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
 
 T0 = 1767225600.0
 JOB = "job-t"

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.config import SimConfig
-from simulator.plan import FaultPlan
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.plan import FaultPlan
 from faultlens.closed_loop import ClosedLoop
-from simulator.run import simulate
-from diagnosis.engine import analyze_trace
-from streams.diagnosis_record import Diagnosis
-from diagnosis.scoring import is_scored
-from streams.trace import write_labels, labels_path, write_trace
+from faultlens.simulator.run import simulate
+from faultlens.diagnosis.engine import analyze_trace
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.scoring import is_scored
+from faultlens.streams.trace import write_labels, labels_path, write_trace
 
 
 def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 from kafka.partitioner.default import murmur2
 
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.node_consumer import NodeStageHandler
-from streams.bundle import Bundle, decode_bundled
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope, encode
-from streams.runner import Record
-from streams.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.streams.bundle import Bundle, decode_bundled
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.runner import Record
+from faultlens.streams.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
 
 
 @dataclass

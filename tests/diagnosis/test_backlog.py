@@ -14,11 +14,11 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from diagnosis.scoring import is_scored
+from faultlens.diagnosis.scoring import is_scored
 from faultlens.cli import main
-from streams.diagnosis_record import Diagnosis
-from streams.reader import read_topic
-from streams.replay import replay_trace
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.reader import read_topic
+from faultlens.streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker

@@ -1,5 +1,5 @@
-from diagnosis.dedup import Dedup, escalate
-from diagnosis.rules.base import Finding
+from faultlens.diagnosis.dedup import Dedup, escalate
+from faultlens.diagnosis.rules.base import Finding
 from tests.diagnosis.diag_events import T0
 
 

@@ -8,10 +8,10 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from streams.diagnosis_record import Diagnosis
+from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.cli import main
-from streams.producer import Producer
-from streams.reader import read_topic
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
 from tests.diagnosis.diag_events import ev, topology, xid
 
 
@@ -61,10 +61,10 @@ def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_
     taken as input, not as copies of what it saw before."""
     from kafka.structs import TopicPartition
 
-    from diagnosis.consumer import DiagnoseHandler
-    from diagnosis.engine import Engine, EngineConfig
-    from streams import topics
-    from streams.runner import Record
+    from faultlens.diagnosis.consumer import DiagnoseHandler
+    from faultlens.diagnosis.engine import Engine, EngineConfig
+    from faultlens.streams import topics
+    from faultlens.streams.runner import Record
     from tests.diagnosis.diag_events import beat
 
     handler = DiagnoseHandler(Engine(EngineConfig(stage="job")))
@@ -87,7 +87,7 @@ def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_
 
 
 def test_copartition_problem_names_the_counts_that_differ():
-    from streams.topics import TELEMETRY_TOPICS, TOPICS, copartition_problem
+    from faultlens.streams.topics import TELEMETRY_TOPICS, TOPICS, copartition_problem
 
     assert {TOPICS[t].partitions for t in TELEMETRY_TOPICS} == {6}  # the defaults are co-partitioned
     assert copartition_problem({"telemetry.gpu": 6, "telemetry.train": 6}) is None
@@ -99,9 +99,9 @@ def test_copartition_problem_names_the_counts_that_differ():
 def test_the_node_stage_refuses_telemetry_topics_that_are_not_co_partitioned(tmp_path, caplog):
     """Two node-stage members would each see part of a node (its NVML samples on one, its steps
     on the other): the stage says so at start and does not run."""
-    from streams.admin import ensure_topics
-    from streams.broker import EmbeddedBroker
-    from streams.config import KafkaSettings
+    from faultlens.streams.admin import ensure_topics
+    from faultlens.streams.broker import EmbeddedBroker
+    from faultlens.streams.config import KafkaSettings
 
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as b:
         ensure_topics(KafkaSettings(bootstrap=b.bootstrap, topics={"telemetry.train": {"partitions": 3}}))

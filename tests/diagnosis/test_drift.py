@@ -13,13 +13,13 @@ import random
 
 import pytest
 
-from diagnosis.anomaly import CORROBORATED, PeerAnomalyDetector
-from diagnosis.detector import JobBook
-from diagnosis.drift_features import DriftFeatures, node_drift, peer_drift_z, relative
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.failslow import FailSlowRounds
-from diagnosis.features import FeatureWindows
-from streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.anomaly import CORROBORATED, PeerAnomalyDetector
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.drift_features import DriftFeatures, node_drift, peer_drift_z, relative
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.failslow import FailSlowRounds
+from faultlens.diagnosis.features import FeatureWindows
+from faultlens.streams.diagnosis_record import Diagnosis
 from tests.diagnosis.diag_events import JOB, T0, gpu, sample, step, topology
 
 N_NODES = 12
@@ -134,7 +134,7 @@ def test_the_fast_forest_scorer_gives_scikit_learn_s_scores():
     import numpy as np
     from sklearn.ensemble import IsolationForest
 
-    from diagnosis.peer_forest import ForestScorer
+    from faultlens.diagnosis.peer_forest import ForestScorer
 
     rng = np.random.default_rng(3)
     train = rng.normal(size=(600, 6))

@@ -2,8 +2,8 @@ import time
 
 import pytest
 
-from diagnosis.engine import Engine, EngineConfig, analyze
-from streams.events import InvalidEvent
+from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.streams.events import InvalidEvent
 from tests.diagnosis.diag_events import JOB, T0, beat, ev, gpu, nodes, sample, step, topology, xid
 
 
@@ -204,8 +204,8 @@ def test_lateness_is_judged_per_job():
     own straggler event is."""
     import pytest
 
-    from diagnosis.engine import Engine
-    from streams.events import Envelope, InvalidEvent
+    from faultlens.diagnosis.engine import Engine
+    from faultlens.streams.events import Envelope, InvalidEvent
 
     engine = Engine()
 

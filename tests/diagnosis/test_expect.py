@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.expect import ExpectError, Verdict, compare, expect_path, read_expect, trace_of, verdicts_of, write_expect
-from streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.expect import ExpectError, Verdict, compare, expect_path, read_expect, trace_of, verdicts_of, write_expect
+from faultlens.streams.diagnosis_record import Diagnosis
 
 T = 1_767_225_600.0
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.engine import analyze
-from diagnosis.expect import compare, read_expect
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.expect import compare, read_expect
 from tests.diagnosis import foreign
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "expect"

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from diagnosis.detector import JobBook
-from diagnosis.implicit import ImplicitFaultDetector
-from streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.streams.diagnosis_record import Diagnosis
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     JOB,

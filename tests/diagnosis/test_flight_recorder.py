@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.collective_match import group_members, match_collectives
-from diagnosis.flight_recorder import BadRecorderDump, load_recorder
-from diagnosis.hang_recorder import RULE_RECORDER, read_hang
-from diagnosis.hang_stacks import read_activities, read_hang_stacks
-from diagnosis.rank_threads import read_rank
-from diagnosis.stacks import NotInTopology, read_rank_stacks
+from faultlens.diagnosis.collective_match import group_members, match_collectives
+from faultlens.diagnosis.flight_recorder import BadRecorderDump, load_recorder
+from faultlens.diagnosis.hang_recorder import RULE_RECORDER, read_hang
+from faultlens.diagnosis.hang_stacks import read_activities, read_hang_stacks
+from faultlens.diagnosis.rank_threads import read_rank
+from faultlens.diagnosis.stacks import NotInTopology, read_rank_stacks
 from faultlens.cli import main
 from tests.diagnosis.stack_samples import JOB
-from streams.topology import Topology
+from faultlens.streams.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
 ALL_CASES = sorted(p.name for p in FIXTURES.glob("fr_*") if (p / "case.json").exists())
@@ -293,9 +293,9 @@ def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
 
 
 def _streaming(name: str, with_recorders: bool = True, tool: str = "py-spy"):
-    from diagnosis.hang_state import HangConfig
-    from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-    from diagnosis.detector import JobBook
+    from faultlens.diagnosis.hang_state import HangConfig
+    from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+    from faultlens.diagnosis.detector import JobBook
     from tests.diagnosis.stack_samples import T0, beat_event, run_detector, stack_event, step_event
 
     case, topology, stacks, recorders = _load(name, tool)
@@ -325,8 +325,8 @@ def test_the_streaming_hang_path_with_the_hooks_dumps_alone_alerts_on_a_divergen
 
 
 def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():
-    from diagnosis.dump_set import read_recorder_dump
-    from streams.events import InvalidEvent
+    from faultlens.diagnosis.dump_set import read_recorder_dump
+    from faultlens.streams.events import InvalidEvent
 
     _, topology, _, _ = _load("fr_tp2pp2dp2_compute_r5")
     bad = _recorder_event(1.0, topology, 0, "x")
@@ -336,7 +336,7 @@ def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():
 
 
 def test_the_hook_bounds_a_recorder_dump_to_its_newest_entries():
-    from trainer_hooks.flight_recorder import bound
+    from faultlens.trainer_hooks.flight_recorder import bound
 
     _, _, _, recorders = _load("fr_tp1pp4dp2_compute_r2")
     text = recorders[0].decode()
@@ -390,7 +390,7 @@ def test_stacks_naming_a_rank_the_recorder_shows_waiting_inside_a_collective_is_
 def test_stack_wait_chains_ending_on_other_machines_than_the_recorders_suspects_are_an_alert(monkeypatch):
     import dataclasses
 
-    import diagnosis.hang_recorder as hang_recorder
+    import faultlens.diagnosis.hang_recorder as hang_recorder
 
     case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
     real = read_hang_stacks(stacks, topology)

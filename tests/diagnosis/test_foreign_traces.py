@@ -10,8 +10,8 @@ import functools
 
 import pytest
 
-from diagnosis.engine import analyze
-from diagnosis.scoring import EVICTING, is_scored, score
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.scoring import EVICTING, is_scored, score
 from tests.diagnosis import foreign
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.detector import JobBook
-from diagnosis.hang import HangConfig
-from diagnosis.implicit import ImplicitFaultDetector
-from streams.events import InvalidEvent
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.streams.events import InvalidEvent
 from tests.diagnosis.stack_samples import (
     JOB,
     T0,
@@ -30,7 +30,7 @@ STUCK = 7  # pp stage 3 of pipeline pp:1
 def _detector(**hang):
     book = JobBook()
     book.update(TOPO.to_event(JOB, T0))
-    from diagnosis.implicit import ImplicitConfig
+    from faultlens.diagnosis.implicit import ImplicitConfig
 
     return ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig(**hang)))
 
@@ -218,7 +218,7 @@ def test_a_restart_whose_processes_are_gone_is_not_called_hung():
 
 # --- without stacks: GPU-side evidence, watchdog sequence numbers, failed captures (issue 12) ---
 def _window(ts, node, util_min, power=0.35):
-    from diagnosis.features import NodeWindow
+    from faultlens.diagnosis.features import NodeWindow
 
     return NodeWindow(JOB, node, T0 + ts, {"util_min": util_min, "util": util_min, "power_ratio": power}, 10)
 

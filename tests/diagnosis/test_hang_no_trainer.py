@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from collectors.command_listener import StackCaptureSource
-from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
-from diagnosis.hang import HangConfig
-from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from streams.command import Command
-from streams.config import KafkaSettings
-from streams.events import Envelope, InvalidEvent
-from streams.signing import SigningKey
+from faultlens.collectors.command_listener import StackCaptureSource
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.streams.command import Command
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.signing import SigningKey
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     JOB,
@@ -129,7 +129,7 @@ def _survivor_dumps(gone_nodes, at: float):
 
 
 def _idle_windows_of(det, node, times):
-    from diagnosis.features import NodeWindow
+    from faultlens.diagnosis.features import NodeWindow
 
     out = []
     for ts in times:

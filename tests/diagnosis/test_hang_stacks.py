@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.detector import JobBook
-from diagnosis.hang import HangConfig
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
 from faultlens.cli import main
-from streams.topology import Topology
+from faultlens.streams.topology import Topology
 from tests.diagnosis.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"

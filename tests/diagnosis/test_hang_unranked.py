@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.stack_capture import DumpResult, dump_event
-from diagnosis.detector import JobBook
-from diagnosis.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
-from diagnosis.engine import analyze
-from diagnosis.hang import HangConfig
-from diagnosis.hang_stacks import read_hang_stacks
-from diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from streams.events import Envelope, InvalidEvent
+from faultlens.collectors.stack_capture import DumpResult, dump_event
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.streams.events import Envelope, InvalidEvent
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     SLOW_COMPUTE,

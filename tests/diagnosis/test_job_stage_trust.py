@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.engine import Engine, EngineConfig
-from streams.events import Envelope, InvalidEvent
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.streams.events import Envelope, InvalidEvent
 from tests.diagnosis.diag_events import T0, nodes, step, topology
 
 DAMAGED = [

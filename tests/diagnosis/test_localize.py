@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from diagnosis.localize import first_ranks_nodes, group_counts, localize
-from streams.topology import RankPlace, Topology
+from faultlens.diagnosis.localize import first_ranks_nodes, group_counts, localize
+from faultlens.streams.topology import RankPlace, Topology
 from tests.diagnosis.stack_samples import grid
 
 

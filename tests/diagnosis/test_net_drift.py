@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from diagnosis.anomaly import PeerAnomalyDetector
-from diagnosis.net_drift import NetDriftJudge
-from streams.events import Envelope, InvalidEvent
+from faultlens.diagnosis.anomaly import PeerAnomalyDetector
+from faultlens.diagnosis.net_drift import NetDriftJudge
+from faultlens.streams.events import Envelope, InvalidEvent
 
 T0 = 1767225600.0
 JOB = "job-netdrift"

@@ -2,12 +2,12 @@
 
 import pytest
 
-from diagnosis.features import FeatureWindows
-from diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
-from diagnosis.rules.training import _Baseline
+from faultlens.diagnosis.features import FeatureWindows
+from faultlens.diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
+from faultlens.diagnosis.rules.training import _Baseline
 from collections import deque
-from streams.events import encode
-from streams.gpu_reading import decode_gpu_message
+from faultlens.streams.events import encode
+from faultlens.streams.gpu_reading import decode_gpu_message
 from tests.diagnosis.diag_events import ev, step
 
 # One GPU's entry as collectors/gpu_sample.gpu_payload writes it (every documented key).

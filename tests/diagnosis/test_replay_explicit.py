@@ -2,7 +2,7 @@
 
 import pytest
 
-from simulator.plan import FaultPlan
+from faultlens.simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay
 
 EXPECTED = {

@@ -1,6 +1,6 @@
 """Replay: a hang and a fail-slow node from simulated traces → the evicted group holds the culprit."""
 
-from simulator.plan import FaultPlan
+from faultlens.simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay
 
 

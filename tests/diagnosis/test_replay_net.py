@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.engine import Engine, analyze
-from diagnosis.scoring import score
-from simulator import SimConfig, simulate
-from simulator.faults import NIC_VARIANTS
-from simulator.plan import FaultPlan
+from faultlens.diagnosis.engine import Engine, analyze
+from faultlens.diagnosis.scoring import score
+from faultlens.simulator import SimConfig, simulate
+from faultlens.simulator.faults import NIC_VARIANTS
+from faultlens.simulator.plan import FaultPlan
 
 
 def net_plan(seed: int) -> FaultPlan:

@@ -4,9 +4,9 @@ nobody; a user's own rule (--rules) acts as it says."""
 
 from __future__ import annotations
 
-from diagnosis.engine import Engine, EngineConfig, analyze
-from parsing.rules import load
-from streams.events import Envelope
+from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.parsing.rules import load
+from faultlens.streams.events import Envelope
 
 
 def _lines(node: str, lines: list[str], t0: float = 1_800_000_000.0) -> list[Envelope]:

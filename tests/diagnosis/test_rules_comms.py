@@ -1,5 +1,5 @@
-from diagnosis.detector import JobBook
-from diagnosis.rules.comms import FirstFailingRank
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.rules.comms import FirstFailingRank
 from tests.diagnosis.diag_events import T0, ev, topology
 
 

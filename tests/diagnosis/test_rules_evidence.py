@@ -1,8 +1,8 @@
 """Rules that must not evict without evidence a person would accept (issue 12)."""
 
-from diagnosis.rules.gpu import GpuLostRule, ThermalRule, XidRule
-from diagnosis.rules.liveness import SilenceDetector
-from diagnosis.rules.nic import NicRule
+from faultlens.diagnosis.rules.gpu import GpuLostRule, ThermalRule, XidRule
+from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.rules.nic import NicRule
 from tests.diagnosis.diag_events import T0, beat, ev, gpu, sample, step, xid
 
 

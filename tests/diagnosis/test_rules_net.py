@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from diagnosis.engine import Engine, analyze
-from diagnosis.net_traffic import NetTraffic, annotate
-from diagnosis.rules.net_counters import NetCounterRule
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope, InvalidEvent
-from streams.topology import Topology
+from faultlens.diagnosis.engine import Engine, analyze
+from faultlens.diagnosis.net_traffic import NetTraffic, annotate
+from faultlens.diagnosis.rules.net_counters import NetCounterRule
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.topology import Topology
 
 T0 = 1767225600.0
 JOB = "job-net"

@@ -1,5 +1,5 @@
-from diagnosis.rules.host import KernelRule
-from diagnosis.rules.nic import NicRule
+from faultlens.diagnosis.rules.host import KernelRule
+from faultlens.diagnosis.rules.nic import NicRule
 from tests.diagnosis.diag_events import ev
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from diagnosis.rules.liveness import SilenceDetector
-from diagnosis.rules.training import TrainingRule
+from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.rules.training import TrainingRule
 from tests.diagnosis.diag_events import T0, beat, ev, step
 
 
@@ -115,8 +115,8 @@ def test_a_node_whose_ranks_fall_behind_the_job_is_silent(numbered):
 
 
 def test_a_node_swapped_out_of_the_topology_is_not_called_silent():
-    from diagnosis.detector import JobBook
-    from streams.topology import Topology
+    from faultlens.diagnosis.detector import JobBook
+    from faultlens.streams.topology import Topology
 
     book = JobBook()
     nodes = ["n000", "n001", "n002", "n003", "n004"]

@@ -1,8 +1,8 @@
 import json
 
-from simulator.plan import FaultPlan
-from streams.diagnosis_record import Diagnosis
-from diagnosis.scoring import score
+from faultlens.simulator.plan import FaultPlan
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.diagnosis.scoring import score
 from faultlens.cli import main
 from tests.diagnosis.sim_replay import replay
 

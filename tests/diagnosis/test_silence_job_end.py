@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.rules.liveness import SilenceDetector
 from tests.diagnosis.diag_events import T0, beat, ev, nodes, step, topology
 
 EVERY = 5.0  # the agents' beat interval (collect's default is 5 s)

@@ -13,14 +13,14 @@ import uuid
 
 import pytest
 
-from diagnosis.consumer import diagnose_consumer
-from diagnosis.engine import EngineConfig, analyze
-from diagnosis.scoring import EVICTING
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.engine import EngineConfig, analyze
+from faultlens.diagnosis.scoring import EVICTING
 from faultlens.demo.processes import faultlens
-from streams.diagnosis_record import Diagnosis
-from streams.producer import Producer
-from streams.replay import replay_trace
-from streams.trace import write_trace
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.producer import Producer
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.trace import write_trace
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records

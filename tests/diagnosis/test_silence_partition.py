@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import pytest
 
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.rules.liveness import SilenceDetector
-from streams.topics import telemetry_partition
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.streams.topics import telemetry_partition
 from tests.diagnosis.diag_events import T0, nodes, topology
 from tests.diagnosis.test_silence_peers import _phased_beats
 
@@ -139,11 +139,11 @@ def test_a_staged_consumer_learns_the_brokers_telemetry_partitions(tmp_path):
 
     import pytest
 
-    from diagnosis.consumer import diagnose_consumer
-    from streams.admin import ensure_topics
-    from streams.broker import EmbeddedBroker
-    from streams.config import KafkaSettings
-    from streams.topics import TELEMETRY_TOPICS
+    from faultlens.diagnosis.consumer import diagnose_consumer
+    from faultlens.streams.admin import ensure_topics
+    from faultlens.streams.broker import EmbeddedBroker
+    from faultlens.streams.config import KafkaSettings
+    from faultlens.streams.topics import TELEMETRY_TOPICS
 
     if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
         pytest.skip("needs a broker of its own (topic layout); FAULTLENS_TEST_BOOTSTRAP points at a shared cluster")

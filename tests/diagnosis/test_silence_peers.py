@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from diagnosis.engine import Engine, EngineConfig
-from diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.rules.liveness import SilenceDetector
 from tests.diagnosis.diag_events import JOB, T0, beat, nodes, step, topology
 
 

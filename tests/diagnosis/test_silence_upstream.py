@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from kafka.structs import TopicPartition
 
-from diagnosis.consumer import DiagnoseHandler
-from diagnosis.engine import Engine, EngineConfig
-from streams import topics
-from streams.event_time import WatermarkMerge
-from streams.runner import Record
+from faultlens.diagnosis.consumer import DiagnoseHandler
+from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.streams import topics
+from faultlens.streams.event_time import WatermarkMerge
+from faultlens.streams.runner import Record
 from tests.diagnosis.diag_events import T0, beat, nodes
 
 WALL = 1_800_000_000.0
@@ -75,6 +75,6 @@ def test_without_a_stop_the_wall_clock_moves_the_quiet_job_and_names_the_job_not
 
 
 def _decode(raw: bytes):
-    from streams.diagnosis_record import Diagnosis
+    from faultlens.streams.diagnosis_record import Diagnosis
 
     return Diagnosis.decode(raw)

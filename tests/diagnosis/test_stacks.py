@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks, describe, parse_dump, signature, training_thread
+from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks, describe, parse_dump, signature, training_thread
 from faultlens.cli import main
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,

@@ -11,11 +11,11 @@ import pytest
 from tests.diagnosis import foreign
 from tests.kafka_fixtures import job_records
 
-from diagnosis.engine import analyze
-from diagnosis.scoring import EVICTING
-from streams.diagnosis_record import Diagnosis
-from streams.replay import replay_trace
-from streams.trace import iter_trace, trace_order, write_trace
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.scoring import EVICTING
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.replay import replay_trace
+from faultlens.streams.trace import iter_trace, trace_order, write_trace
 from tests.diagnosis.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from diagnosis.scoring import is_scored
-from simulator import FaultPlan
-from streams.diagnosis_record import Diagnosis
-from streams.replay import replay_trace
+from faultlens.diagnosis.scoring import is_scored
+from faultlens.simulator import FaultPlan
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.replay import replay_trace
 from tests.diagnosis.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.kafka_fixtures import job_records

@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-from diagnosis.consumer import diagnose_consumer
-from diagnosis.engine import EngineConfig
-from streams.diagnosis_record import Diagnosis
-from streams.producer import Producer
+from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.engine import EngineConfig
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.producer import Producer
 from tests.diagnosis.diag_events import beat, ev, nodes, topology
 from tests.kafka_fixtures import job_records
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from history.schema import open_history
+from faultlens.history.schema import open_history
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

@@ -19,11 +19,11 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.signing import load_verify_keys, write_key_pair
-from streams.events import decode
-from streams.producer import Producer
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.signing import load_verify_keys, write_key_pair
+from faultlens.streams.events import decode
+from faultlens.streams.producer import Producer
 from faultlens.demo import processes as pipeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -113,7 +113,7 @@ def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
 
 
 def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
-    if (m := _missing("diagnosis.consumer")):
+    if (m := _missing("faultlens.diagnosis.consumer")):
         pytest.skip(f"needs `faultlens diagnose` ({m} is not built)")
     r = rig
     r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
@@ -131,7 +131,7 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
 
 @pytest.mark.long(40)
 def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
-    if (m := _missing("diagnosis.consumer", "collectors.agent")):
+    if (m := _missing("faultlens.diagnosis.consumer", "faultlens.collectors.agent")):
         pytest.skip(f"needs `faultlens diagnose` and `faultlens collect` ({m} is not built)")
     r = rig
     # TP=1, PP=2, DP=2 on 4 nodes of 1 rank: rank 3 is stage 1 of replica 1; its pipeline is ranks 2, 3.

@@ -23,13 +23,13 @@ import uuid
 import pytest
 
 from faultlens.demo import processes as pipeline
-from remediation.actuators.slurm import parse_show_node, state_flags
-from streams import topics
-from streams.action_record import ActionRecord
-from streams.command import Command
-from streams.diagnosis_record import Diagnosis
-from streams.events import decode
-from streams.signing import write_key_pair
+from faultlens.remediation.actuators.slurm import parse_show_node, state_flags
+from faultlens.streams import topics
+from faultlens.streams.action_record import ActionRecord
+from faultlens.streams.command import Command
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import decode
+from faultlens.streams.signing import write_key_pair
 from tests.kafka_fixtures import job_records
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
 

@@ -7,13 +7,13 @@ import time
 from faultlens.demo.driver import SimDriver
 from faultlens.demo.hook_acks import SimulatedHookAcks
 from faultlens.demo.state import DemoState
-from simulator import SimConfig, SimulatedCluster
-from streams.command import Command
-from streams.command_screen import CommandScreen
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.signing import SigningKey
-from trainer_hooks.hook import TrainerHook
+from faultlens.simulator import SimConfig, SimulatedCluster
+from faultlens.streams.command import Command
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.signing import SigningKey
+from faultlens.trainer_hooks.hook import TrainerHook
 
 KEY = SigningKey.generate()
 JOB = "job-acks"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 
-from streams.diagnosis_record import FAULT_CLASSES
+from faultlens.streams.diagnosis_record import FAULT_CLASSES
 from faultlens.demo import summary
 
 
@@ -119,9 +119,9 @@ def test_ends_with_where_to_find_the_html_report():
 
 
 def test_a_fault_found_but_not_acted_on_says_why():
-    from streams.diagnosis_record import Diagnosis
+    from faultlens.streams.diagnosis_record import Diagnosis
     from faultlens.demo.state import DemoState
-    from remediation.policy import Decision
+    from faultlens.remediation.policy import Decision
 
     t0 = 1_795_380_000.0
     state = DemoState(sim_job="demo-sim", sim_start=t0, sim_now=t0 + 1455)
@@ -151,9 +151,9 @@ def test_the_projection_of_a_big_job_is_printed():
 
 
 def test_the_projection_carries_the_runs_own_detection():
-    from diagnosis.scoring import score
-    from history.whatif import presets
-    from history.whatif.closed_form import project
+    from faultlens.diagnosis.scoring import score
+    from faultlens.history.whatif import presets
+    from faultlens.history.whatif.closed_form import project
 
     labels = [{"job": "demo-sim", "fault": "job_hang", "nodes": ["n001"], "ranks": [], "onset": 100.0}]
     missed = summary._projection(score([], labels))   # nothing found: the NCCL timeout decides

@@ -14,16 +14,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from history.schema import open_history
-from history.sink import HistorySink, build_batch
-from streams.command import Command
-from streams.command_listener import CommandListener
-from streams.command_memory import ReplayMemory
-from streams.command_screen import CommandScreen
-from streams.config import KafkaSettings
-from streams.signing import SigningKey
+from faultlens.history.schema import open_history
+from faultlens.history.sink import HistorySink, build_batch
+from faultlens.streams.command import Command
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.command_memory import ReplayMemory
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import SigningKey
 from tests.history import known
-from trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.hook import TrainerHook
 
 TRUSTED = SigningKey.generate()
 ATTACKER = SigningKey.generate()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.config import SimConfig
-from simulator.run import simulate
-from streams.trace import labels_path, write_labels, write_trace
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.run import simulate
+from faultlens.streams.trace import labels_path, write_labels, write_trace
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +22,8 @@ def sim_trace(tmp_path_factory):
 def conn():
     """The hand-written history (tests.history.known) with stack requests and record-only
     diagnoses (tests.history.requests); a test module may define its own ``conn``."""
-    from history.schema import memory_history
-    from history.sink import HistorySink, build_batch
+    from faultlens.history.schema import memory_history
+    from faultlens.history.sink import HistorySink, build_batch
     from tests.history import known, requests
 
     c = memory_history()

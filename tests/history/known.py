@@ -11,10 +11,10 @@ Job j2 (next day, D = T0 + 86400): topology at D-10, steps D..D+29,
 
 from __future__ import annotations
 
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.events import Envelope
-from streams.topology import Topology
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
 
 T0 = 1_699_920_000.0
 D = T0 + 86_400

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from history import queries
-from history.sink import HistorySink, build_batch
+from faultlens.history import queries
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
 from tests.history.known import T0
 

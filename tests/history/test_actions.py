@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import duckdb
 
-from history.schema import DDL, SCHEMA_VERSION, open_history
-from history.sink import HistorySink, build_batch
-from streams.action_record import ActionRecord
+from faultlens.history.schema import DDL, SCHEMA_VERSION, open_history
+from faultlens.history.sink import HistorySink, build_batch
+from faultlens.streams.action_record import ActionRecord
 
 
 def records():

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from faultlens.cli import main
-from history.schema import HistoryError, open_history
-from history.sink import HistorySink, build_batch
+from faultlens.history.schema import HistoryError, open_history
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
 
 

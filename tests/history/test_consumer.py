@@ -9,13 +9,13 @@ import sys
 import orjson
 import pytest
 
-from streams.diagnosis_record import Diagnosis
-from history.consumer import history_runner
-from history.schema import open_history
-from streams.command import Command
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.reader import read_topic
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.history.consumer import history_runner
+from faultlens.history.schema import open_history
+from faultlens.streams.command import Command
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
 
 pytestmark = pytest.mark.broker
 

@@ -7,11 +7,11 @@ import math
 import orjson
 import pytest
 
-from streams.diagnosis_record import Diagnosis
-from history.consumer import HistoryHandler, StoreUnavailable
-from history.schema import memory_history
-from history.sink import HistorySink
-from streams.runner import DEAD_LETTER_TOPIC, Record
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.history.consumer import HistoryHandler, StoreUnavailable
+from faultlens.history.schema import memory_history
+from faultlens.history.sink import HistorySink
+from faultlens.streams.runner import DEAD_LETTER_TOPIC, Record
 from tests.history import known
 
 

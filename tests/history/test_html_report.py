@@ -13,10 +13,10 @@ from html.parser import HTMLParser
 import pytest
 
 from faultlens.cli import main
-from history import html_report
-from history.queries import run
-from history.schema import memory_history, open_history
-from history.sink import HistorySink, build_batch
+from faultlens.history import html_report
+from faultlens.history.queries import run
+from faultlens.history.schema import memory_history, open_history
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known, requests
 
 HOSTILE = requests.RECORD_ONLY.detail  # "Xid 63 <row remap pending> & retired page"
@@ -144,10 +144,10 @@ def test_a_history_without_diagnoses_still_renders():
 
 
 def test_the_report_projects_a_big_job_from_the_historys_detection():
-    from history.html_report import render
-    from history.schema import memory_history
-    from history.sink import HistorySink, build_batch
-    from history.whatif.headline import history_rows
+    from faultlens.history.html_report import render
+    from faultlens.history.schema import memory_history
+    from faultlens.history.sink import HistorySink, build_batch
+    from faultlens.history.whatif.headline import history_rows
     from tests.history import known
 
     c = memory_history()
@@ -163,7 +163,7 @@ def test_the_report_projects_a_big_job_from_the_historys_detection():
 def test_headline_latency_is_the_one_score_prints_with_its_words(conn):
     """One definition of detection latency: with ground truth the page's headline is `faultlens score`'s
     number (labelled onset → first matching diagnosis), and the words beside it say so."""
-    from diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
+    from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
 
     diagnoses = [d for d in known.records() if d.__class__.__name__ == "Diagnosis"]
     scored = score(diagnoses, known.LABELS).overall()

@@ -15,9 +15,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from history.loader import load_trace
-from history.schema import open_history
-from history.sink import HistorySink, build_batch
+from faultlens.history.loader import load_trace
+from faultlens.history.schema import open_history
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from history import plots
-from history.schema import memory_history
-from history.sink import HistorySink, build_batch
+from faultlens.history import plots
+from faultlens.history.schema import memory_history
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import requests
 
 

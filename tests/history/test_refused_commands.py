@@ -9,14 +9,14 @@ import dataclasses
 
 import pytest
 
-from collectors.checks.source import ChecksSource
-from history import html_report, queries
-from history.schema import memory_history, open_history
-from history.sink import HistorySink, build_batch
-from streams.command import Command
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.signing import SigningKey
+from faultlens.collectors.checks.source import ChecksSource
+from faultlens.history import html_report, queries
+from faultlens.history.schema import memory_history, open_history
+from faultlens.history.sink import HistorySink, build_batch
+from faultlens.streams.command import Command
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.signing import SigningKey
 from tests.history import known
 from tests.history.answered import FORGED, TRUSTED, acks, write_history
 

@@ -7,12 +7,12 @@ import datetime as dt
 import orjson
 import pytest
 
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope
-from streams.topology import Topology
-from history import queries, report
-from history.schema import memory_history
-from history.sink import HistorySink, build_batch
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope
+from faultlens.streams.topology import Topology
+from faultlens.history import queries, report
+from faultlens.history.schema import memory_history
+from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
 from tests.history.known import D, T0
 

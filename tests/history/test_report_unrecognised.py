@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from history import report
-from history.schema import memory_history
+from faultlens.history import report
+from faultlens.history.schema import memory_history
 
 # Public GitHub file, search-index id 28829096094 (a PCIe DPC/AER report on LKML).
 LINES = ["[  188.369811] pci 0000:69:00.0: AER: can't recover (no error_detected callback)",

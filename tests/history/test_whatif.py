@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from history.whatif import presets, sources
-from history.whatif.closed_form import daly_interval, optimal_interval, project, spares_for, young_interval
-from history.whatif.model import FaultClass, Recovery, Scenario, timeout_only
-from history.whatif.monte_carlo import simulate
-from history.whatif.sensitivity import sensitivity
-from remediation.pool import standby_size
+from faultlens.history.whatif import presets, sources
+from faultlens.history.whatif.closed_form import daly_interval, optimal_interval, project, spares_for, young_interval
+from faultlens.history.whatif.model import FaultClass, Recovery, Scenario, timeout_only
+from faultlens.history.whatif.monte_carlo import simulate
+from faultlens.history.whatif.sensitivity import sensitivity
+from faultlens.remediation.pool import standby_size
 
 RUNS = 120
 
@@ -182,8 +182,8 @@ def test_toml_overrides_a_preset_and_refuses_unknown_keys(tmp_path):
 
 
 def test_history_rates_replace_the_presets_for_the_classes_it_saw(tmp_path):
-    from history.schema import open_history
-    from history.sink import HistorySink, build_batch
+    from faultlens.history.schema import open_history
+    from faultlens.history.sink import HistorySink, build_batch
     from tests.history import known
 
     db = tmp_path / "h.duckdb"

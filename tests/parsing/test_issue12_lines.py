@@ -1,7 +1,7 @@
 """Lines real clusters print that the parsers must read right (issue 12)."""
 
-from parsing.kernel_log import KernelLogParser
-from parsing.trainer_log import TrainerLogParser
+from faultlens.parsing.kernel_log import KernelLogParser
+from faultlens.parsing.trainer_log import TrainerLogParser
 
 
 def test_netdev_watchdog_is_a_nic_error_with_driver_and_queue():

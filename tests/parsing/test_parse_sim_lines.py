@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from parsing.kernel_log import KernelLogParser
-from parsing.trainer_log import TrainerLogParser
+from faultlens.parsing.kernel_log import KernelLogParser
+from faultlens.parsing.trainer_log import TrainerLogParser
 
-L = pytest.importorskip("simulator.lines")
+L = pytest.importorskip("faultlens.simulator.lines")
 PCI = "0000:3b:00"
 TS = 1795342272.0
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parsing.line import clean_line
-from parsing.registry import LineEventParser, parser_for
-from parsing.timestamps import split_timestamp
-from parsing.xid_table import lookup
-from streams.diagnosis_record import ACTIONS, FAULT_CLASSES
-from streams.events import Envelope, encode
+from faultlens.parsing.line import clean_line
+from faultlens.parsing.registry import LineEventParser, parser_for
+from faultlens.parsing.timestamps import split_timestamp
+from faultlens.parsing.xid_table import lookup
+from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.streams.events import Envelope, encode
 from tests.parsing import log_samples as S
 
 REAL = [v for k, v in vars(S).items() if k.isupper() and isinstance(v, str)]

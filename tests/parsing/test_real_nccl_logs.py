@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parsing.trainer_log import TrainerLogParser
+from faultlens.parsing.trainer_log import TrainerLogParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_gpu" / "gpu40"
 HEALTHY = ("nccl_fr.stderr.log", "nccl_fr.stdout.log", "trainer.stdout.log", "nccl_timeout.stdout.log")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from parsing.registry import parser_for
-from parsing.rules import RuleError, load, parse_catalogue, shipped
+from faultlens.parsing.registry import parser_for
+from faultlens.parsing.rules import RuleError, load, parse_catalogue, shipped
 
 CASES = [(r, src, ex) for r in shipped() for src in (("kernel", "nccl") if r.source == "any" else (r.source,)) for ex in r.examples]
 

@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from parsing.timestamps import split_timestamp
+from faultlens.parsing.timestamps import split_timestamp
 
 T = calendar.timegm((2026, 11, 22, 10, 11, 12, 0, 0, 0))  # 2026-11-22T10:11:12Z
 NOW = T + 3600

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from parsing.trainer_log import TrainerLogParser
-from streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.parsing.trainer_log import TrainerLogParser
+from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
 from tests.parsing import log_samples as S
 
 

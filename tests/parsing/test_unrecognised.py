@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
-from parsing.alarm import kernel_priority, looks_alarming
-from parsing.registry import parser_for
-from parsing.unrecognised import UnrecognisedMiner
+from faultlens.parsing.alarm import kernel_priority, looks_alarming
+from faultlens.parsing.registry import parser_for
+from faultlens.parsing.unrecognised import UnrecognisedMiner
 
 # Public GitHub file, search-index id 28829096094 (a PCIe DPC/AER report on LKML).
 CANT_RECOVER = [

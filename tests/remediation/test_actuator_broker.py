@@ -9,19 +9,19 @@ import uuid
 
 import pytest
 
-from history.consumer import history_runner
-from history.schema import open_history
-from remediation.actuators.script import ScriptActuator, ScriptConfig
-from remediation.consumer import DECODERS, RemediationHandler
-from remediation.policy import Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams import topics
-from streams.admin import ensure_topics
-from streams.diagnosis_record import Diagnosis
-from streams.producer import Producer
-from streams.runner import GroupRunner
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.history.consumer import history_runner
+from faultlens.history.schema import open_history
+from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
+from faultlens.remediation.consumer import DECODERS, RemediationHandler
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams import topics
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.producer import Producer
+from faultlens.streams.runner import GroupRunner
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 
 pytestmark = pytest.mark.broker
 

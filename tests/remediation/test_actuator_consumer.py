@@ -14,16 +14,16 @@ import pytest
 
 from tests.remediation.slurm_fixture import slurm_controller  # noqa: F401
 
-from remediation.actuators.base import ActionRequest, Actuator, ActuatorError
-from remediation.actuators.plan import plan
-from remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
-from remediation.policy import Decision, Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.action_record import ActionRecord
-from streams.diagnosis_record import Diagnosis
-from streams.runner import Record
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
+from faultlens.remediation.actuators.plan import plan
+from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
+from faultlens.remediation.policy import Decision, Policy, PolicyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams.action_record import ActionRecord
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.runner import Record
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]
@@ -156,7 +156,7 @@ def test_action_records_round_trip_and_refuse_garbage():
 def test_slurm_drain_through_the_remediation_handler(slurm_controller):
     """A hardware diagnosis in act mode drains the machine on a real slurmctld."""
     from tests.remediation.slurm_fixture import GHOST_NODES
-    from remediation.actuators.slurm import SlurmActuator, SlurmConfig
+    from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
 
     cluster = slurm_controller
     ghosts = list(GHOST_NODES)

@@ -9,8 +9,8 @@ import pytest
 
 from faultlens.cli import build_parser
 from faultlens.commands.remediate import actuator_settings, build_actuator
-from remediation.actuators.kubernetes import KubernetesActuator
-from remediation.actuators.slurm import SlurmActuator
+from faultlens.remediation.actuators.kubernetes import KubernetesActuator
+from faultlens.remediation.actuators.slurm import SlurmActuator
 
 
 @pytest.mark.parametrize("command", ["remediate", "up"])

@@ -19,8 +19,8 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the kubernetes client is not installed: pip install 'faultlens[kubernetes]'")
 
-from remediation.actuators.base import ActionRequest, carry_out  # noqa: E402
-from remediation.actuators.kubernetes import TAINT_KEY, KubernetesActuator, KubernetesConfig  # noqa: E402
+from faultlens.remediation.actuators.base import ActionRequest, carry_out  # noqa: E402
+from faultlens.remediation.actuators.kubernetes import TAINT_KEY, KubernetesActuator, KubernetesConfig  # noqa: E402
 
 NODE = {
     "kind": "Node", "apiVersion": "v1",

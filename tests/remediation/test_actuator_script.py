@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from remediation.actuators.base import ActionRequest, carry_out
-from remediation.actuators.factory import ActuatorSettings, make_actuator
-from remediation.actuators.script import ScriptActuator, ScriptConfig
+from faultlens.remediation.actuators.base import ActionRequest, carry_out
+from faultlens.remediation.actuators.factory import ActuatorSettings, make_actuator
+from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
 
 REQUEST = ActionRequest("take_out", "train-1", ("gpu-node-07", "gpu-node-08"), "d-41c2", "nvlink",
                         "nvlink: evict and restart on warm standbys", "evict")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.actuators.base import ActionRequest, carry_out
-from remediation.actuators.slurm import SlurmActuator, SlurmConfig, parse_show_node, state_flags
+from faultlens.remediation.actuators.base import ActionRequest, carry_out
+from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig, parse_show_node, state_flags
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
 
 REASON = skip_reason()

@@ -12,17 +12,17 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from remediation.consumer import DECODERS, RemediationHandler
-from remediation.policy import Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.reader import read_topic
-from streams.runner import GroupRunner
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.remediation.consumer import DECODERS, RemediationHandler
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
+from faultlens.streams.runner import GroupRunner
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()
@@ -102,7 +102,7 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
 def test_a_restarted_consumer_climbs_the_ladder_where_the_last_one_stopped(kafka_settings, group_name, tmp_path):
     """Stop the remediation consumer after a crash's first diagnosis, start a new one on the same
     state file: the crash's second diagnosis climbs to rollback instead of reattempting again."""
-    from remediation.consumer import build_policy, remediate_consumer
+    from faultlens.remediation.consumer import build_policy, remediate_consumer
 
     job = f"rem-{uuid.uuid4().hex[:8]}"
     state, t0 = tmp_path / "remediation-state.json", time.time()

@@ -1,7 +1,7 @@
 import pytest
 
-from streams.diagnosis_record import Diagnosis
-from remediation.ladder import JobLadder, dual_phase_plan
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.remediation.ladder import JobLadder, dual_phase_plan
 
 NODES = ("n000", "n001", "n002", "n003")
 

@@ -3,15 +3,15 @@ faults count against a machine across jobs, and when it is taken out for good.""
 
 import pytest
 
-from remediation.actuators import plan
-from remediation.fleet import Fleet
-from streams.fleet_record import MachineRecord
-from remediation.lemon import DAY_S, LEMON_STATE, ClassRule, LemonConfig, classify, parse_rules
-from remediation.policy import Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.diagnosis_record import Diagnosis
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.remediation.actuators import plan
+from faultlens.remediation.fleet import Fleet
+from faultlens.streams.fleet_record import MachineRecord
+from faultlens.remediation.lemon import DAY_S, LEMON_STATE, ClassRule, LemonConfig, classify, parse_rules
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 
 KEY = SigningKey.generate()
 T0 = 1_767_225_600.0
@@ -237,7 +237,7 @@ def test_lemon_never_from_ranks_that_only_waited_on_a_failed_peer():
     rank (on a different machine each time) is one collective behind. Through the diagnosis engine
     (diagnosis.rules.comms blames the first failing rank only), then the fleet: n003, whose ranks
     only waited in both jobs, is no lemon; were victims counted it would be (two jobs)."""
-    from diagnosis.engine import analyze
+    from faultlens.diagnosis.engine import analyze
     from tests.diagnosis.diag_events import ev, topology
 
     events = []

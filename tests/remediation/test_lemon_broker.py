@@ -14,22 +14,22 @@ import uuid
 
 import pytest
 
-from history.consumer import history_runner
-from history.schema import open_history
-from remediation.actuators.script import ScriptActuator, ScriptConfig
-from remediation.consumer import DECODERS, RemediationHandler
-from remediation.fleet import Fleet
-from remediation.fleet_log import FleetLog, read_fleet
-from remediation.lemon import LEMON_STATE, LemonConfig
-from remediation.policy import Policy, PolicyConfig
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams import topics
-from streams.command import Command
-from streams.diagnosis_record import Diagnosis
-from streams.producer import Producer
-from streams.runner import GroupRunner
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.history.consumer import history_runner
+from faultlens.history.schema import open_history
+from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
+from faultlens.remediation.consumer import DECODERS, RemediationHandler
+from faultlens.remediation.fleet import Fleet
+from faultlens.remediation.fleet_log import FleetLog, read_fleet
+from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams import topics
+from faultlens.streams.command import Command
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.producer import Producer
+from faultlens.streams.runner import GroupRunner
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
@@ -196,9 +196,9 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
     lines through diagnosis (stage all) into remediation, on a broker of the test's own."""
     import threading
 
-    from diagnosis.consumer import diagnose_consumer
-    from diagnosis.engine import EngineConfig
-    from streams.events import Envelope
+    from faultlens.diagnosis.consumer import diagnose_consumer
+    from faultlens.diagnosis.engine import EngineConfig
+    from faultlens.streams.events import Envelope
 
     settings = own_kafka_settings
     x, a, b = "x-flood", "job-a", "job-b"

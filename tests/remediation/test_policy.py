@@ -1,9 +1,9 @@
-from streams.diagnosis_record import Diagnosis
-from streams.command import Command
-from streams.signing import SigningKey
-from remediation.policy import Policy, PolicyConfig, command_id
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.topology import Topology
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.command import Command
+from faultlens.streams.signing import SigningKey
+from faultlens.remediation.policy import Policy, PolicyConfig, command_id
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

@@ -1,7 +1,7 @@
 import pytest
 from scipy.stats import binom
 
-from remediation.pool import StandbyPool, binomial_quantile, standby_size
+from faultlens.remediation.pool import StandbyPool, binomial_quantile, standby_size
 
 
 def test_bytedance_table5_1024_nodes_at_0_12_percent_a_day_needs_4_spares():

@@ -4,9 +4,9 @@ and reports it to a person, never evicting it: a refusal says nothing about its 
 
 from __future__ import annotations
 
-from collectors.checks.source import ChecksSource
-from streams.config import KafkaSettings
-from streams.signing import SigningKey
+from faultlens.collectors.checks.source import ChecksSource
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import SigningKey
 from tests.remediation.test_stop_checks import KEY, NODES, crash, policy, result
 
 STALE = SigningKey.generate()  # the key n001's agent still trusts

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from streams.command import MAX_LIFETIME_S
+from faultlens.streams.command import MAX_LIFETIME_S
 
 CLI = [sys.executable, "-m", "faultlens", "remediate", "--bootstrap", "127.0.0.1:1"]
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 
 
 def safety(tmp_path=None, **kw):

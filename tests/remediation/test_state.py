@@ -5,14 +5,14 @@ import logging
 
 import pytest
 
-from streams.diagnosis_record import Diagnosis
-from streams.signing import SigningKey
-from streams.topology import Topology
-from remediation.ladder import JobLadder
-from remediation.policy import Policy, PolicyConfig
-from remediation.pool import StandbyPool
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from remediation.state import KEEP_S, StateStore
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
+from faultlens.remediation.ladder import JobLadder
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.pool import StandbyPool
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.remediation.state import KEEP_S, StateStore
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]
@@ -90,7 +90,7 @@ def test_a_spare_the_job_now_runs_on_is_no_spare_even_without_state():
 def test_an_unreadable_file_starts_empty_with_an_error_and_is_kept_aside(tmp_path, caplog, body):
     path = tmp_path / "state.json"
     path.write_text(body)
-    with caplog.at_level(logging.ERROR, logger="remediation.state"):
+    with caplog.at_level(logging.ERROR, logger="faultlens.remediation.state"):
         p = policy(path)
     assert p.store.errors and "unreadable remediation state" in p.store.errors[0]
     assert any(r.levelno == logging.ERROR and str(path) in r.getMessage() for r in caplog.records)

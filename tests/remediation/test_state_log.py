@@ -3,9 +3,9 @@ goes on with a job's ladder and spares where the first left them (issue 11: reba
 
 import pytest
 
-from remediation.consumer import RemediationHandler
-from remediation.state_log import StateLog
-from streams.producer import Producer
+from faultlens.remediation.consumer import RemediationHandler
+from faultlens.remediation.state_log import StateLog
+from faultlens.streams.producer import Producer
 from tests.remediation.test_state import crash, evict, policy
 
 pytestmark = pytest.mark.broker

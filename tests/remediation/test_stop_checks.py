@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 
-from remediation.ladder import dual_phase_plan
-from remediation.policy import Policy, PolicyConfig, command_id
-from remediation.replay import PendingReplay, judge_replay
-from remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from streams.command import Command
-from streams.diagnosis_record import Diagnosis
-from streams.events import Envelope
-from streams.signing import SigningKey
-from streams.topology import Topology
+from faultlens.remediation.ladder import dual_phase_plan
+from faultlens.remediation.policy import Policy, PolicyConfig, command_id
+from faultlens.remediation.replay import PendingReplay, judge_replay
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
+from faultlens.streams.command import Command
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import Envelope
+from faultlens.streams.signing import SigningKey
+from faultlens.streams.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]
@@ -264,8 +264,8 @@ def test_the_decision_log_line_carries_the_params():
 
 
 def test_the_consumer_routes_check_events_and_ticks_deadlines(tmp_path):
-    from remediation.consumer import CHECKS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
-    from streams.runner import Record
+    from faultlens.remediation.consumer import CHECKS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
+    from faultlens.streams.runner import Record
 
     now = [1000.0]
     handler = RemediationHandler(policy(), decision_log=tmp_path / "decisions.jsonl", clock=lambda: now[0])

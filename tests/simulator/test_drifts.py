@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from simulator import FaultPlan, SimConfig, simulate
-from simulator.drifts import Drift
-from streams.command import Command
+from faultlens.simulator import FaultPlan, SimConfig, simulate
+from faultlens.simulator.drifts import Drift
+from faultlens.streams.command import Command
 
 CFG = SimConfig(nodes=8, gpus=4, seed=11, sample_interval_s=10.0, noise=False, job="job-drift")
 
@@ -105,7 +105,7 @@ def test_a_nic_decay_is_labelled_nic_and_shows_in_the_port_counters_under_the_bu
 
 
 def test_drift_specs_from_the_command_line():
-    from simulator.drifts import parse_drift
+    from faultlens.simulator.drifts import parse_drift
 
     assert parse_drift("compute_creep:n004@1200") == Drift("compute_creep", t=1200.0, node="n004")
     for bad in ("gpu_sag", "gpu_sag:n003", "gpu_sag:n003@soon", "melt:n003@10"):

@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from simulator import SIM_CLASSES, FaultPlan, SimConfig, SimulatedCluster, choose_layout, lines, simulate
-from simulator.plan import PlannedFault
-from streams.diagnosis_record import FAULT_CLASSES
-from streams.command import Command
-from streams.events import as_float, decode, encode
-from streams.topology import Topology
+from faultlens.simulator import SIM_CLASSES, FaultPlan, SimConfig, SimulatedCluster, choose_layout, lines, simulate
+from faultlens.simulator.plan import PlannedFault
+from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.streams.command import Command
+from faultlens.streams.events import as_float, decode, encode
+from faultlens.streams.topology import Topology
 from tests.simulator.sim_fixtures import SMALL, build
 
 XID = re.compile(r"NVRM: Xid \(PCI:[0-9a-f:]+\): (\d+),")
@@ -66,7 +66,7 @@ def test_same_seed_same_events_other_seed_other_events():
 
 
 def test_job_wide_episodes_never_overlap(every_class_trace):
-    from simulator import JOB_WIDE
+    from faultlens.simulator import JOB_WIDE
 
     wide = sorted((l for l in every_class_trace.labels if l["fault"] in JOB_WIDE), key=lambda l: l["onset"])
     for a, b in zip(wide, wide[1:]):
@@ -382,7 +382,7 @@ def test_cli_writes_a_byte_identical_labelled_trace_per_seed(tmp_path, capsys):
     import json
 
     from faultlens.cli import main
-    from streams.trace import read_labels
+    from faultlens.streams.trace import read_labels
 
     args = ["simulate", "--nodes", "2", "--gpus", "2", "--faults", "2", "--seed", "11", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "a.parquet")]) == 0

@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from streams.config import KafkaSettings
-from streams.runner import GroupRunner
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.runner import GroupRunner
 
 
 def main() -> None:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from streams.config import KafkaSettings
-from streams.events import Envelope
-from streams.producer import Producer
-from streams.reader import read_topic
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
 
 pytestmark = pytest.mark.broker
 
@@ -40,7 +40,7 @@ def test_faultlens_broker_prints_its_address_serves_and_stops(tmp_path):
 
 
 def test_commands_without_bootstrap_find_the_running_broker(tmp_path, broker, monkeypatch):
-    from streams.broker import resolve_bootstrap, state_file
+    from faultlens.streams.broker import resolve_bootstrap, state_file
 
     monkeypatch.setenv("FAULTLENS_HOME", str(tmp_path))
     state_file().write_text(json.dumps({"bootstrap": broker.bootstrap, "pid": broker.proc.pid}))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from streams.bundle import Bundle, decode_bundled, pack
-from streams.events import Envelope, InvalidEvent, encode
+from faultlens.streams.bundle import Bundle, decode_bundled, pack
+from faultlens.streams.events import Envelope, InvalidEvent, encode
 
 T0 = 1_767_225_600.0
 

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from streams.kafka_client import confluent_available
-from streams.producer import Producer
-from streams.reader import read_topic
+from faultlens.streams.kafka_client import confluent_available
+from faultlens.streams.producer import Producer
+from faultlens.streams.reader import read_topic
 
 pytestmark = pytest.mark.broker
 

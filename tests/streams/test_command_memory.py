@@ -2,7 +2,7 @@
 
 import json
 
-from streams.command_memory import ReplayMemory, memory_file
+from faultlens.streams.command_memory import ReplayMemory, memory_file
 
 
 def test_ids_survive_a_restart_until_they_expire(tmp_path):

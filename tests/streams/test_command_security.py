@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import orjson
 
-from streams.command import MAX_LIFETIME_S, Command
-from streams.command_memory import ReplayMemory, memory_file
-from streams.command_screen import CommandScreen
-from streams.signing import SigningKey, VerifyKeys
+from faultlens.streams.command import MAX_LIFETIME_S, Command
+from faultlens.streams.command_memory import ReplayMemory, memory_file
+from faultlens.streams.command_screen import CommandScreen
+from faultlens.streams.signing import SigningKey, VerifyKeys
 
 OURS = SigningKey.generate()  # the remediation consumer's key
 THEIRS = SigningKey.generate()  # another deployment's remediation consumer

@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from streams.config import KafkaSettings, add_kafka_arguments
+from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 
 
 def parse(argv):
@@ -93,7 +93,7 @@ def test_every_command_that_talks_to_kafka_takes_client():
 
 
 def test_confluent_settings_say_the_same_as_kafka_python(tmp_path):
-    from streams.kafka_client import confluent_config
+    from faultlens.streams.kafka_client import confluent_config
 
     pw = tmp_path / "pw"
     pw.write_text("s3cret\n")
@@ -109,8 +109,8 @@ def test_confluent_settings_say_the_same_as_kafka_python(tmp_path):
 
 def test_settings_librdkafka_refuses_are_a_clear_error():
     pytest.importorskip("confluent_kafka")
-    from streams.kafka_client import open_consumer
-    from streams.producer import Producer
+    from faultlens.streams.kafka_client import open_consumer
+    from faultlens.streams.producer import Producer
 
     bad = KafkaSettings(bootstrap="127.0.0.1:1", client="confluent", security_protocol="SASL_PLAINTEXT",
                         sasl_mechanism="BOGUS")
@@ -126,7 +126,7 @@ def test_the_deployed_config_keeps_the_telemetry_topics_co_partitioned(tmp_path)
     import textwrap
     from pathlib import Path
 
-    from streams.topics import TELEMETRY_TOPICS, copartition_problem
+    from faultlens.streams.topics import TELEMETRY_TOPICS, copartition_problem
 
     text = (Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "configmap.yaml").read_text()
     embedded = textwrap.dedent(text.split("faultlens.toml: |\n", 1)[1])

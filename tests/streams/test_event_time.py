@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from streams.event_time import EventClock, WatermarkMerge
+from faultlens.streams.event_time import EventClock, WatermarkMerge
 
 NOW = 1_790_000_000.0
 YEAR = 365 * 86400.0
@@ -245,7 +245,7 @@ def test_a_followed_topic_never_runs_ahead_of_the_data():
 def test_a_backlog_of_two_writers_is_held_to_the_slower_ones_word_though_both_spoke_long_ago():
     # A job-stage partition written by two node-stage members, read an hour later: by the wall
     # clock both writers are long silent, by the partition's own broker time both are alive.
-    from streams.event_time import WatermarkMerge
+    from faultlens.streams.event_time import WatermarkMerge
 
     merge = WatermarkMerge(max_idle_s=2.0, writer_ttl_s=15.0)
     now = 10_000.0  # wall time of the reading: an hour after everything was written

@@ -3,9 +3,9 @@ import math
 import orjson
 import pytest
 
-from streams.events import SCHEMA_VERSION, Envelope, InvalidEvent, as_float, decode, encode, number
-from streams.topics import SOURCE_TOPIC, topic_for
-from streams.topology import Topology
+from faultlens.streams.events import SCHEMA_VERSION, Envelope, InvalidEvent, as_float, decode, encode, number
+from faultlens.streams.topics import SOURCE_TOPIC, topic_for
+from faultlens.streams.topology import Topology
 
 
 def make(**over):
@@ -88,7 +88,7 @@ def test_nan_loss_survives_json_as_text():
 
 
 def test_every_source_has_a_topic():
-    from streams.events import SOURCES
+    from faultlens.streams.events import SOURCES
 
     assert set(SOURCE_TOPIC) == set(SOURCES)
     assert topic_for(make(source="gpu", kind="sample")) == "telemetry.gpu"

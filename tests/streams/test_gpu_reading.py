@@ -8,10 +8,10 @@ import gc
 import orjson
 import pytest
 
-from streams.events import Envelope, InvalidEvent, decode, encode
-from streams.gpu_reading import GpuReading, decode_gpu_message
-from streams.gpu_table import gpu_table, read_table
-from streams.payloads import check_payload
+from faultlens.streams.events import Envelope, InvalidEvent, decode, encode
+from faultlens.streams.gpu_reading import GpuReading, decode_gpu_message
+from faultlens.streams.gpu_table import gpu_table, read_table
+from faultlens.streams.payloads import check_payload
 
 T = 1_790_000_000.0
 

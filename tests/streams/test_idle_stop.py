@@ -3,7 +3,7 @@ assignment, takes several empty polls, and waits (bounded) for records still unr
 
 from __future__ import annotations
 
-from streams.idle_stop import IdleStop
+from faultlens.streams.idle_stop import IdleStop
 
 
 def test_one_slow_loop_is_not_quiet():

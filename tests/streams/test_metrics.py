@@ -1,7 +1,7 @@
 from prometheus_client import generate_latest
 
-from streams import metrics
-from streams.runner import RunnerStats
+from faultlens.streams import metrics
+from faultlens.streams.runner import RunnerStats
 
 
 def test_runner_stats_and_component_gauges_are_exported():

@@ -7,9 +7,9 @@ import random
 import orjson
 import pytest
 
-from streams.events import Envelope, InvalidEvent, decode, encode
-from streams.net_reading import CheckedPorts, decode_net_message
-from streams.payloads import check_payload
+from faultlens.streams.events import Envelope, InvalidEvent, decode, encode
+from faultlens.streams.net_reading import CheckedPorts, decode_net_message
+from faultlens.streams.payloads import check_payload
 
 T = 1_790_000_000.0
 
@@ -83,7 +83,7 @@ def test_a_plain_sample_reads_as_the_general_decoding_does():
 
 
 def test_checked_ports_are_not_checked_again(monkeypatch):
-    from streams import payloads
+    from faultlens.streams import payloads
     typed = decode_net_message(_message(_ports()))
     monkeypatch.setattr(payloads, "_plainly_nonneg", lambda *a: pytest.fail("checked twice"))
     assert _verdict(typed) is None

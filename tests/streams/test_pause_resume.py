@@ -9,8 +9,8 @@ import time
 import pytest
 from kafka.structs import TopicPartition
 
-from streams.kafka_client import open_consumer
-from streams.producer import Producer
+from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.producer import Producer
 
 pytestmark = pytest.mark.broker
 

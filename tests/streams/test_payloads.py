@@ -2,8 +2,8 @@
 
 import pytest
 
-from streams.events import Envelope, InvalidEvent
-from streams.payloads import check_payload
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.payloads import check_payload
 
 T = 1_790_000_000.0
 
@@ -45,8 +45,8 @@ def test_documented_payloads_pass(event):
 
 def test_an_integer_too_large_for_a_float_is_a_verdict_not_a_crash():
     # Not from the wire (orjson reads such an integer as a float), but from an in-process producer.
-    from streams.events import Envelope, InvalidEvent
-    from streams.payloads import SCHEMAS, check_payload
+    from faultlens.streams.events import Envelope, InvalidEvent
+    from faultlens.streams.payloads import SCHEMAS, check_payload
     for (source, kind), schema in SCHEMAS.items():
         for key in schema:
             for value in (10**400, -10**400, [10**400], {"a": 10**400}):

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from streams.events import Envelope, InvalidEvent
-from streams.gpu_table import TABLE_NUMBERS, gpu_table, read_table
-from streams.payloads import check_payload
+from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.streams.gpu_table import TABLE_NUMBERS, gpu_table, read_table
+from faultlens.streams.payloads import check_payload
 
 T = 1_790_000_000.0
 
@@ -117,7 +117,7 @@ def test_an_empty_sample_is_plain():
 
 def _key_by_key(event: Envelope) -> str | None:
     """The verdict of the element checks alone (the slow path every quick one must agree with)."""
-    from streams.payloads import SCHEMAS
+    from faultlens.streams.payloads import SCHEMAS
     for key, check in SCHEMAS[(event.source, event.kind)].items():
         value = event.data.get(key)
         if value is not None and (problem := check(value)):
@@ -163,7 +163,7 @@ def test_the_quick_checks_agree_with_the_element_checks(value):
 
 def test_nvlink_errors_as_the_nvml_collector_writes_them_are_valid():
     # collectors/nvml_sampler.py: each NVLink error counter summed over the active links
-    from collectors.gpu_sample import GpuReading, gpu_payload
+    from faultlens.collectors.gpu_sample import GpuReading, gpu_payload
 
     reading = GpuReading(index=0, uuid="GPU-1", nvlink_errors={"replay": 2, "recovery": 0, "crc_flit": 11,
                                                                 "crc_data": 0})

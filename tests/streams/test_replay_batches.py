@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import streams.replay as replay
-from streams.events import Envelope, encode
-from streams.producer import DeliveryError, Producer
-from streams.reader import read_topic
-from streams.replay import publish_batches, replay_settings, trace_message_batches, trace_messages
-from streams.topics import topic_for
-from streams.trace import SCHEMA, TraceError, write_trace
+import faultlens.streams.replay as replay
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.producer import DeliveryError, Producer
+from faultlens.streams.reader import read_topic
+from faultlens.streams.replay import publish_batches, replay_settings, trace_message_batches, trace_messages
+from faultlens.streams.topics import topic_for
+from faultlens.streams.trace import SCHEMA, TraceError, write_trace
 
 T0 = 1_790_000_000.0
 
@@ -87,7 +87,7 @@ def test_a_bad_row_sends_nothing_of_its_batch_and_names_the_row(tmp_path, monkey
 
 
 def test_replay_compresses_with_lz4_unless_told_otherwise():
-    from streams.config import KafkaSettings
+    from faultlens.streams.config import KafkaSettings
 
     for client in ("kafka-python", "confluent"):
         assert replay_settings(KafkaSettings(bootstrap="h:1", client=client)).compression == "lz4"
@@ -121,10 +121,10 @@ class _FailingClient:
 def test_a_refused_record_stops_the_replay_at_the_next_batch(monkeypatch):
     """At-least-once with no flush per batch: a failure the client reported is raised after the
     batch it came in, before more of the trace goes out."""
-    from streams.config import KafkaSettings
+    from faultlens.streams.config import KafkaSettings
 
     clients = []
-    monkeypatch.setattr("streams.producer.open_producer",
+    monkeypatch.setattr("faultlens.streams.producer.open_producer",
                         lambda settings, on_failure, **kw: clients.append(_FailingClient("telemetry.log", on_failure))
                         or clients[-1])
     monkeypatch.setattr(replay, "ensure_topics", lambda settings: None)
@@ -184,10 +184,10 @@ def test_a_paced_replay_sends_the_same_events_as_a_full_speed_one(client_setting
     arrive, in order."""
     import uuid
 
-    from simulator import SimConfig, simulate
-    from streams.record import collect
-    from streams.replay import replay_trace
-    from streams.trace import iter_trace
+    from faultlens.simulator import SimConfig, simulate
+    from faultlens.streams.record import collect
+    from faultlens.streams.replay import replay_trace
+    from faultlens.streams.trace import iter_trace
 
     job = f"job-paced-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "sim.parquet"

@@ -8,10 +8,10 @@ import time
 import orjson
 import pytest
 
-from streams.events import Envelope, encode
-from streams.producer import Outgoing, Producer
-from streams.reader import read_topic
-from streams.runner import DEAD_LETTER_TOPIC, GroupRunner
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.producer import Outgoing, Producer
+from faultlens.streams.reader import read_topic
+from faultlens.streams.runner import DEAD_LETTER_TOPIC, GroupRunner
 
 pytestmark = pytest.mark.broker
 
@@ -138,7 +138,7 @@ def test_sigkill_after_processing_before_commit_redelivers(client_settings, grou
 
 
 def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settings, group_name, fresh_topic):
-    from streams.runner import FatalHandlerError
+    from faultlens.streams.runner import FatalHandlerError
 
     topic = fresh_topic(partitions=1)
     sent = events(5)
@@ -181,7 +181,7 @@ def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_n
 
 def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_all_went(
         client_settings, group_name, fresh_topic):
-    from streams.bundle import decode_bundled, pack
+    from faultlens.streams.bundle import decode_bundled, pack
 
     topic = fresh_topic(partitions=1)
     sent = events(30, job=f"b-{group_name}")
@@ -210,7 +210,7 @@ def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_th
     # Batches between commits only send their outputs (COMMIT_INTERVAL_S): when the wait for their
     # acknowledgement fails, every one of them since the last commit must come again, not only
     # the batch in hand, and nothing may be committed past them.
-    from streams.producer import DeliveryError
+    from faultlens.streams.producer import DeliveryError
 
     topic, out_topic = fresh_topic(partitions=1), fresh_topic(partitions=1)
     sent = events(60)

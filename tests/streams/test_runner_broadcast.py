@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kafka.structs import TopicPartition
 
-from streams.config import KafkaSettings
-from streams.events import Envelope, encode
-from streams.runner import GroupRunner
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.events import Envelope, encode
+from faultlens.streams.runner import GroupRunner
 
 TP = TopicPartition("jobs", 0)
 
@@ -58,7 +58,7 @@ def test_every_record_of_a_broadcast_topic_behind_its_end_is_read_before_going_o
 
 
 def test_a_broadcast_topic_that_stays_behind_is_waited_for_once_not_every_loop(monkeypatch):
-    monkeypatch.setattr("streams.runner_event_time.BROADCAST_CATCH_UP_S", 0.2)
+    monkeypatch.setattr("faultlens.streams.runner_event_time.BROADCAST_CATCH_UP_S", 0.2)
     runner = _runner()
     runner._broadcast = stuck = _SlowBroadcast(_topologies(2), stuck=True)
     assert runner._poll_broadcast() == []

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streams.runner import GroupRunner
+from faultlens.streams.runner import GroupRunner
 from tests.streams.test_runner import events, publish
 
 pytestmark = pytest.mark.broker
@@ -46,7 +46,7 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     # topic is new, so offsets count from 0 and the commits add up to the records sent.
     from kafka.structs import TopicPartition
 
-    from streams.kafka_client import open_consumer
+    from faultlens.streams.kafka_client import open_consumer
 
     looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
     try:

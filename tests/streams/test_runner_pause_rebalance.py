@@ -11,9 +11,9 @@ import time
 import pytest
 from kafka.structs import TopicPartition
 
-from streams.config import KafkaSettings
-from streams.runner import GroupRunner
-from streams.runner_rebalance import RebalanceListener
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner_rebalance import RebalanceListener
 from tests.streams.test_runner import events, publish
 
 pytestmark = pytest.mark.broker

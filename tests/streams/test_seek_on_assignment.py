@@ -16,8 +16,8 @@ import pytest
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
-from streams.kafka_client import open_consumer
-from streams.producer import Producer
+from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.producer import Producer
 
 pytestmark = pytest.mark.broker
 

@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from streams.signing import (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SigningKey, VerifyKeys, load_signing_key,
+from faultlens.streams.signing import (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SigningKey, VerifyKeys, load_signing_key,
                              load_verify_keys, write_key_pair)
 
 

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from streams.topics import TOPICS
+from faultlens.streams.topics import TOPICS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kafka.md"
 

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streams.events import Envelope, encode, number
-from streams.replay import paced
-from streams.trace import (
+from faultlens.streams.events import Envelope, encode, number
+from faultlens.streams.replay import paced
+from faultlens.streams.trace import (
     SCHEMA, TraceError, iter_trace, labels_path, read_labels, trace_order, trace_rows, write_labels, write_trace,
 )
 

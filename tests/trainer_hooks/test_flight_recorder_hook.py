@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.hook import TrainerHook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def test_a_real_gloo_process_group_is_recorded_and_published_beside_the_stacks(t
     script = textwrap.dedent(f"""
         import json
         from tests.trainer_hooks.test_flight_recorder_hook import _Producer
-        from trainer_hooks.hook import TrainerHook
+        from faultlens.trainer_hooks.hook import TrainerHook
         producer = _Producer()
         # made before the process group: it turns the recorder on
         hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=producer)
@@ -78,7 +78,7 @@ class _FakeTorch:
 @pytest.mark.parametrize("backend, ops", [("nccl", {"nccl:all_reduce", "nccl:broadcast", "nccl:all_gather"}),
                                           ("gloo", {"gloo:all_gather"})])
 def test_an_nccl_job_is_dumped_from_the_nccl_recorder(monkeypatch, backend, ops):
-    from trainer_hooks import flight_recorder
+    from faultlens.trainer_hooks import flight_recorder
 
     monkeypatch.setitem(sys.modules, "torch", _FakeTorch(backend))
     got = flight_recorder.dump()

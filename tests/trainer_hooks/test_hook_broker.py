@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import orjson
 
-from streams.command import Command
-from streams.signing import SigningKey, write_key_pair
-from streams.events import as_float, decode
-from streams.producer import Producer
-from trainer_hooks.exit_codes import RESTART
-from trainer_hooks.hook import TrainerHook
+from faultlens.streams.command import Command
+from faultlens.streams.signing import SigningKey, write_key_pair
+from faultlens.streams.events import as_float, decode
+from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.exit_codes import RESTART
+from faultlens.trainer_hooks.hook import TrainerHook
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()  # the deployment's remediation consumer
@@ -178,8 +178,8 @@ def test_a_loop_stuck_past_the_grace_is_ended_with_the_command_code(kafka_settin
     _, public = write_key_pair(tmp_path / "keys", KEY)
     script = f"""
 import time
-from streams.config import KafkaSettings
-from trainer_hooks.hook import TrainerHook
+from faultlens.streams.config import KafkaSettings
+from faultlens.trainer_hooks.hook import TrainerHook
 h = TrainerHook(job={job!r}, rank=0, node="n000", settings=KafkaSettings(bootstrap={kafka_settings.bootstrap!r}),
                 state_dir={str(tmp_path)!r}, exit_grace_s=1.0)
 h.wait_ready()

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from streams.events import decode
-from streams.signing import write_key_pair
+from faultlens.streams.events import decode
+from faultlens.streams.signing import write_key_pair
 from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
@@ -22,7 +22,7 @@ def valid_events(settings, topic):
 def launch(settings, job, codes, *extra, tmp_path):
     _, public = write_key_pair(tmp_path / f"keys-{job}")
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2",
+    out = subprocess.run([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "2",
                           "--verify-key", str(public),
                           "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
                           "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
@@ -62,7 +62,7 @@ def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_pat
 def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_settings):
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_SECRET": "old-shared-secret"}
     env.pop("FAULTLENS_VERIFY_KEY", None)
-    out = subprocess.run([sys.executable, "-m", "trainer_hooks.launcher", "--job", "j", "--nodes", "1",
+    out = subprocess.run([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", "j", "--nodes", "1",
                           "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no command verify key" in out.stderr and "FAULTLENS_SECRET is ignored" in out.stderr
@@ -77,7 +77,7 @@ def test_a_cancelled_job_says_so_on_the_bus(kafka_settings, tmp_path):
     job = f"launch-{uuid.uuid4().hex[:8]}"
     _, public = write_key_pair(tmp_path / "keys")
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "2",
                              "--verify-key", str(public), "--trainer", "tests.trainer_hooks.exiting_trainer",
                              "--node-arg", "", "--", "--codes", "0", "--sleep", "120"],
                             env=env, stdout=subprocess.PIPE, text=True)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from streams.command import Command
-from trainer_hooks.launcher import Launcher, node_names
+from faultlens.streams.command import Command
+from faultlens.trainer_hooks.launcher import Launcher, node_names
 
 
 def held_launcher(crash_wait: float, nodes=("fl-node1", "fl-node2")) -> Launcher:

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_hooks import poet  # noqa: E402
-from trainer_hooks import reference_trainer as rt  # noqa: E402
+from faultlens.trainer_hooks import poet  # noqa: E402
+from faultlens.trainer_hooks import reference_trainer as rt  # noqa: E402
 
 
 def mlp() -> torch.nn.Module:

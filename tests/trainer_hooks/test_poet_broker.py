@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from streams import topics  # noqa: E402
-from streams.command import Command  # noqa: E402
-from streams.events import as_float, decode  # noqa: E402
-from streams.producer import Producer  # noqa: E402
-from streams.signing import SigningKey, write_key_pair  # noqa: E402
+from faultlens.streams import topics  # noqa: E402
+from faultlens.streams.command import Command  # noqa: E402
+from faultlens.streams.events import as_float, decode  # noqa: E402
+from faultlens.streams.producer import Producer  # noqa: E402
+from faultlens.streams.signing import SigningKey, write_key_pair  # noqa: E402
 from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
 from tests.kafka_fixtures import job_records  # noqa: E402
 
@@ -47,7 +47,7 @@ def test_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_set
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state"),
            "FAULTLENS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "1", "--verify-key", str(public),
+        [sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "1", "--verify-key", str(public),
          "--command-wait", "1", "--grace", "2", "--crash-wait", "5",
          "--", "--ckpt-dir", str(ckpt), "--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1",
          "--optimizer", optimizer, "--lr", "1e-2", "--poet-merge-every", "4"],

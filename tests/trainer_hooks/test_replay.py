@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.ladder import dual_phase_plan
-from streams.command import Command
-from streams.events import decode, encode
-from streams.payloads import check_payload
-from trainer_hooks.replay import judge_run, replay_groups, run_replay
+from faultlens.remediation.ladder import dual_phase_plan
+from faultlens.streams.command import Command
+from faultlens.streams.events import decode, encode
+from faultlens.streams.payloads import check_payload
+from faultlens.trainer_hooks.replay import judge_run, replay_groups, run_replay
 
 NODES = ("n000", "n001", "n002", "n003")
 

@@ -12,13 +12,13 @@ import uuid
 
 import pytest
 
-from remediation.policy import Policy, PolicyConfig
-from streams import topics
-from streams.diagnosis_record import Diagnosis
-from streams.events import decode
-from streams.producer import Producer
-from streams.signing import SigningKey, write_key_pair
-from streams.topology import Topology
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.streams import topics
+from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import decode
+from faultlens.streams.producer import Producer
+from faultlens.streams.signing import SigningKey, write_key_pair
+from faultlens.streams.topology import Topology
 from tests.trainer_hooks.launcher_lines import follow, until
 from tests.kafka_fixtures import job_records
 
@@ -33,7 +33,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state"),
            "FAULTLENS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer_hooks.launcher", "--job", job, "--nodes", "2", "--standby", "s000",
+        [sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "2", "--standby", "s000",
          "--verify-key", str(public), "--crash-wait", "90", "--command-wait", "2", "--grace", "1",
          "--replay-steps", "2", "--replay-timeout", "90", "--log-dir", str(tmp_path / "logs"),
          "--", "--ckpt-dir", str(tmp_path / "ckpt"), "--steps", "6", "--ckpt-every", "2", "--step-sleep", "0",

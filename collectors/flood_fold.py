@@ -1,6 +1,6 @@
 """Log floods folded at the source: the first line of a kind goes out at once, its repeats as one count.
 
-A failing GPU can log the same Xid hundreds of thousands of times (DESIGN.md §3: "a node that
+A failing GPU can log the same Xid hundreds of thousands of times (docs/design.md §3: "a node that
 logs 800,000 Xid 95 lines gets one diagnosis, with a count"). Sent line by line that is 800,000
 events through the spool and Kafka, and the parser alone costs a core at 100,000 lines a second.
 So the log source folds:

@@ -1,6 +1,6 @@
 """The node agent's heartbeat: `heartbeat`/`beat` every interval with the training pids and each source's status.
 
-A missing beat is how a silent node is detected (DESIGN.md §3, `node_silent`); the `sources` map
+A missing beat is how a silent node is detected (docs/design.md §3, `node_silent`); the `sources` map
 tells a dead NVML sampler or a stuck log follower from a healthy node with nothing to say, and
 ``health`` (collectors/agent_health.py) says what the agent itself sees and keeps: sampler lag,
 the last NVML call that answered, GPUs stuck in a call, follower positions, spool depth and

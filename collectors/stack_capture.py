@@ -1,6 +1,6 @@
 """Find the training processes on this node and dump their Python stacks with py-spy.
 
-Hang and fail-slow diagnosis (DESIGN.md §5) compares the stacks of every rank, so each dump
+Hang and fail-slow diagnosis (docs/design.md §5) compares the stacks of every rank, so each dump
 carries the rank it came from. Nothing here raises for a process or tool that misbehaves: a
 process that exited, a py-spy that is missing, fails or hangs gives a dump event whose text says
 what went wrong, because "rank 17 could not be dumped" is itself evidence.

@@ -20,7 +20,7 @@ power, clocks and PCIe replays explain a slowdown, never stand for one: a health
 warm, or one held at its power cap, computes as fast as its peers. A slowdown explained by a
 hardware drift (clocks down, power down) is two independent signals, and the suspicion says so
 with a confidence of at least ``CORROBORATED``; a slowdown with thermal / power-brake throttle
-flags is ``gpu_thermal`` on that node (DESIGN.md §3: evict when step time also suffers).
+flags is ``gpu_thermal`` on that node (docs/design.md §3: evict when step time also suffers).
 """
 
 from __future__ import annotations

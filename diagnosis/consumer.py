@@ -172,7 +172,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
                       group: str | None = None, handler: Any = None,
                       max_idle_s: float = 2.0) -> tuple[GroupRunner, Any]:
     """The diagnosis consumer of one stage, not started: `faultlens diagnose` and `faultlens up`
-    both build it here (DESIGN.md §1). Every stage reads in event-time order and reads the
+    both build it here (docs/design.md §1). Every stage reads in event-time order and reads the
     compacted `jobs` topic in full, outside its group (every member needs every topology).
 
     - ``all``: telemetry → diagnoses, both stages in one process (one member: each member of a

@@ -1,6 +1,6 @@
 """The diagnosis engine: events in, diagnosis records out, the same on a live stream and a trace.
 
-Composition (DESIGN.md §1): the job book (topologies) → the node stage (log parsing, node-local
+Composition (docs/design.md §1): the job book (topologies) → the node stage (log parsing, node-local
 rules, feature windows) → the job stage (first failing rank, silent nodes, peer anomaly,
 hang / fail-slow localisation) → dedup (folding, suppression, escalation). Diagnoses that come
 out are shown to the job stage again, so a fail-slow suspicion can start stack rounds.
@@ -223,7 +223,7 @@ class Engine:
             return []
         self._apply_pending(lane, event.ts)
         if event.source == "summary":
-            # The node stage of another process summarised a window or found something (DESIGN.md
+            # The node stage of another process summarised a window or found something (docs/design.md
             # §1, split stages); its watermarks are the runner's business.
             if event.kind == "window":
                 return self._settle(lane, [], lane.stage.observe_window(NodeWindow.from_event(event)))

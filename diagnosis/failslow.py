@@ -1,4 +1,4 @@
-"""Fail-slow localisation by repeated stack rounds (DESIGN.md §3: every 10 s, 5 rounds → evict the degrader group).
+"""Fail-slow localisation by repeated stack rounds (docs/design.md §3: every 10 s, 5 rounds → evict the degrader group).
 
 A slow machine is not stuck, so one snapshot of stacks is noise: healthy ranks are caught in
 many places. Repeated over rounds, though, the degrader's group keeps showing up among the

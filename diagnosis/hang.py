@@ -1,4 +1,4 @@
-"""Job hang detection (DESIGN.md §3-§4): no step progress while the processes live → stacks → evict a group.
+"""Job hang detection (docs/design.md §3-§4): no step progress while the processes live → stacks → evict a group.
 
 Per job: the last step of every rank (``train``/``step``) and the last heartbeat that still lists
 training pids. When no rank has advanced for max(k × median step time, floor) and heartbeats

@@ -1,6 +1,6 @@
 """A hang read from the collectives first: Flight Recorder dumps name who never arrived, stacks say why.
 
-Rule ``flight-recorder`` (DESIGN.md §5: collective state is strong evidence, frame names weak):
+Rule ``flight-recorder`` (docs/design.md §5: collective state is strong evidence, frame names weak):
 
 1. :func:`diagnosis.collective_match.match_collectives` gives, per process group, the collective
    its members are held in and the members that never entered it; following those edges ends at

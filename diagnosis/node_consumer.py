@@ -1,4 +1,4 @@
-"""The node stage as a consumer of its own (DESIGN.md §1, scaling out): telemetry keyed by node in,
+"""The node stage as a consumer of its own (docs/design.md §1, scaling out): telemetry keyed by node in,
 `summaries` keyed by job out.
 
 Everything here needs one node's events only: raw lines are parsed, the node-local rules run,

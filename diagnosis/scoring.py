@@ -1,4 +1,4 @@
-"""Scoring diagnoses against a trace's ground truth (``TRACE.labels.jsonl``, DESIGN.md §8).
+"""Scoring diagnoses against a trace's ground truth (``TRACE.labels.jsonl``, docs/design.md §8).
 
 Matching, per label ``{"job", "fault", "nodes", "ranks", "onset"}``: a diagnosis matches when it
 has the same job and fault class, was decided no earlier than ``early_s`` before the onset and

@@ -1,4 +1,4 @@
-"""Stack-trace aggregation (DESIGN.md §5): one dump per rank → outlier ranks → the group to evict.
+"""Stack-trace aggregation (docs/design.md §5): one dump per rank → outlier ranks → the group to evict.
 
 Under a single fault most healthy ranks show the same stack. Each rank's training thread is
 reduced to a signature (function + file per frame, no line numbers, ids or addresses), ranks are

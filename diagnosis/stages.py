@@ -1,4 +1,4 @@
-"""The two stages of the diagnosis engine (DESIGN.md §1, scaling out).
+"""The two stages of the diagnosis engine (docs/design.md §1, scaling out).
 
 :class:`NodeStage` needs only one node's events: it parses raw log lines, runs the node-local
 rules and folds samples into feature windows. Its outputs are small: findings, closed

@@ -27,7 +27,7 @@ import pyarrow as pa
 from faultlens.streams.command import Command
 from faultlens.streams.signing import VerifyKeys
 
-# DESIGN.md §6 command record, field for field, after its id: the `commands` table of
+# docs/design.md §6 command record, field for field, after its id: the `commands` table of
 # history.schema and the refused copies below hold the same columns.
 COMMAND_COLUMNS = """
         job           VARCHAR NOT NULL,

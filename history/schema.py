@@ -42,7 +42,7 @@ DDL = (
         step    BIGINT,
         data    JSON
     )""",
-    # DESIGN.md §9 diagnosis record, field for field, plus the fold count.
+    # docs/design.md §9 diagnosis record, field for field, plus the fold count.
     """
     CREATE TABLE IF NOT EXISTS diagnoses (
         id          VARCHAR PRIMARY KEY,
@@ -59,7 +59,7 @@ DDL = (
         detail      VARCHAR,
         count       INTEGER
     )""",
-    # DESIGN.md §6 command record, field for field.
+    # docs/design.md §6 command record, field for field.
     f"""
     CREATE TABLE IF NOT EXISTS commands (
         id            VARCHAR PRIMARY KEY,{COMMAND_COLUMNS}
@@ -75,7 +75,7 @@ DDL = (
         state   VARCHAR NOT NULL,
         reason  VARCHAR
     )""",
-    # Ground truth of a simulated or labelled trace (DESIGN.md §8): one row per injected fault.
+    # Ground truth of a simulated or labelled trace (docs/design.md §8): one row per injected fault.
     """
     CREATE TABLE IF NOT EXISTS labels (
         id      VARCHAR PRIMARY KEY,

@@ -259,7 +259,7 @@ def machine_row(r: MachineRecord) -> dict[str, Any]:
 
 
 def label_row(label: Any) -> dict[str, Any]:
-    """A ground-truth label (DESIGN.md §8) from a dict or a dataclass; its id is a hash of its content."""
+    """A ground-truth label (docs/design.md §8) from a dict or a dataclass; its id is a hash of its content."""
     if dataclasses.is_dataclass(label) and not isinstance(label, type):
         label = dataclasses.asdict(label)
     elif hasattr(label, "to_dict"):

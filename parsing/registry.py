@@ -1,5 +1,5 @@
 """The parser registry: a parser per source, guessing a source from a sample of lines, and the
-glue that turns raw ``line`` events (DESIGN.md §2) into parsed events.
+glue that turns raw ``line`` events (docs/design.md §2) into parsed events.
 
 The parsers themselves (:mod:`parsing.kernel_log`, :mod:`parsing.trainer_log`) are pure and
 stateful only across the lines of one multi-line record; :class:`LineEventParser` keeps one per

@@ -17,7 +17,7 @@ _HERE = Path(__file__).resolve().parent
 
 # How bad one decoded NVLink5 rule is, to take the worst when several bits of a status are set.
 _BUCKET_RANK = {"IGNORE": 0, "XID_154_EVAL": 1, "RESET_GPU": 2}
-# DESIGN.md §3: NVLink workflows evict; a decode of IGNORE records only; XID_154_EVAL is
+# docs/design.md §3: NVLink workflows evict; a decode of IGNORE records only; XID_154_EVAL is
 # "restart the application unless an Xid 154 says otherwise".
 _BUCKET_ACTION = {"IGNORE": "none", "XID_154_EVAL": "reattempt", "RESET_GPU": "evict"}
 
@@ -28,7 +28,7 @@ class XidInfo:
     mnemonic: str
     description: str
     nvidia_action: str  # NVIDIA's immediate-action bucket (RESTART_APP, RESET_GPU, ...)
-    fault: str  # DESIGN.md §9 fault class
+    fault: str  # docs/design.md §9 fault class
     action: str  # streams.diagnosis_record.ACTIONS
     severity: str  # fatal, error, warn, info
     sympathetic: bool = False  # a consequence of another error: never blamed on its own

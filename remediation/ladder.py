@@ -1,4 +1,4 @@
-"""The escalation ladder of DESIGN.md §4, one per job, and the dual-phase replay plan.
+"""The escalation ladder of docs/design.md §4, one per job, and the dual-phase replay plan.
 
 Pure: a diagnosis and the job's current nodes go in, a :class:`Step` (what to do and why) comes
 out; the only state is the job's recent failures, kept so that a crash that comes back climbs a

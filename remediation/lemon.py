@@ -4,7 +4,7 @@ that keeps failing is taken out for good (state ``hardware_inspection``) until a
 Defaults, and where they come from:
 
 * (one) the same hardware class twice on one machine within 7 days: ByteRobust sends a machine rebooted
-  twice for the same Xid to hardware inspection (DESIGN.md §3); the 7-day window is issue 33's;
+  twice for the same Xid to hardware inspection (docs/design.md §3); the 7-day window is issue 33's;
 * (two) two failed stop-time checks within the window (a check that could not run is no evidence);
 * (three) the only culprit of 2 incidents in different jobs within the window (cuda / NCCL / silent /
   hang / fail-slow blames that named this machine alone): a machine that breaks whichever job
@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 from faultlens.streams.action_record import HARDWARE_INSPECTION
 from faultlens.streams.diagnosis_record import FAULT_CLASSES
 
-# The state of a lemon (DESIGN.md §9: added, never renamed): drained, waiting for a person.
+# The state of a lemon (docs/design.md §9: added, never renamed): drained, waiting for a person.
 LEMON_STATE = HARDWARE_INSPECTION
 DAY_S = 86400.0
 
@@ -94,7 +94,7 @@ def parse_rules(text: str, window_s: float = 7 * DAY_S) -> dict[str, ClassRule]:
         name, value = name.strip(), value.strip()
         if not eq or name not in FAULT_CLASSES:
             raise ValueError(f"lemon rule {item!r}: want CLASS=N[/DAYS], CLASS=culprit or CLASS=off "
-                             f"with a fault class of DESIGN.md §9")
+                             f"with a fault class of docs/design.md §9")
         if value in ("off", "culprit"):
             rules[name] = ClassRule(value, 2, window_s)
             continue

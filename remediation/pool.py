@@ -1,4 +1,4 @@
-"""The warm standby pool (DESIGN.md §6): how many spare machines a job keeps, and handing them out.
+"""The warm standby pool (docs/design.md §6): how many spare machines a job keeps, and handing them out.
 
 The size is the P99 of the number of machines that fail at the same time: with ``n`` machines each
 failing independently at a daily rate ``r``, the failures inside one replacement window are

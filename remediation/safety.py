@@ -1,4 +1,4 @@
-"""Safety limits on what remediation may do (DESIGN.md §6): eviction caps, dedup, circuit breaker.
+"""Safety limits on what remediation may do (docs/design.md §6): eviction caps, dedup, circuit breaker.
 
 A diagnosis engine gone wrong (a bad rule, a flapping switch that makes every node look sick) must
 not drain a cluster. Three guards, all pure over explicit times so tests replay them exactly:

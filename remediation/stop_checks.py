@@ -1,4 +1,4 @@
-"""Stop-time diagnosis (DESIGN.md §4, step 3): ask the job's machines to run their checks, wait for
+"""Stop-time diagnosis (docs/design.md §4, step 3): ask the job's machines to run their checks, wait for
 every answer, then judge — evict only the machines whose checks failed, carry on with the ladder's
 rung (reattempt / rollback) when all passed, and bring back machines taken out earlier that pass.
 

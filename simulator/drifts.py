@@ -14,7 +14,7 @@ What degrading machines look like before anything breaks (no Xid, no throttle fl
   along) while its share of the node's traffic falls by ``traffic_fall`` (NCCL shifts it to the
   other rails): a transceiver or cable going bad. Needs the simulated port counters (``net``).
 
-The first two are labelled ``fail_slow`` (DESIGN.md §9: a straggler found by comparison with its
+The first two are labelled ``fail_slow`` (docs/design.md §9: a straggler found by comparison with its
 peers), ``nic_decay`` is ``nic``; the label carries ``drift`` (the kind) beside the usual fields. Onset is the start of the drift,
 when nothing is measurable yet: detection latency counts from there.
 

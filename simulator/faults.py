@@ -80,7 +80,7 @@ def gpu_lost(sim, p: PlannedFault) -> Episode:
 
 
 # variant: (xid lines, counter bumps, needs a GPU reset). Xid 94 (a *contained* ECC error) is
-# RESTART_APP in NVIDIA's catalogue, i.e. app_fault in DESIGN.md §3, so it is not a variant here.
+# RESTART_APP in NVIDIA's catalogue, i.e. app_fault in docs/design.md §3, so it is not a variant here.
 _MEMORY = {
     "xid48": ((48,), {"ecc_dbe_volatile": 1, "ecc_dbe_aggregate": 1, "retired_pages_dbe": 1, "retired_pending": 1}, True),
     "xid95": ((95,), {"ecc_dbe_volatile": 2, "ecc_dbe_aggregate": 2, "remap_uncorrectable": 1, "remap_pending": 1}, True),
@@ -301,7 +301,7 @@ def loss_spike(sim, p: PlannedFault) -> Episode:
 
 # --- implicit faults: hang and fail-slow ----------------------------------------------------
 def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
-    """DESIGN.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
+    """docs/design.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
     stuck = set(topo.group_ranks("tp", topo.group_id(culprit, "tp")))
     stage = topo.by_rank[culprit].pp
     states = {p.rank: "grad_sync" for p in topo.ranks}

@@ -1,6 +1,6 @@
 """``py-spy dump`` text for simulated ranks, in py-spy's own layout.
 
-The shapes follow DESIGN.md §5 (Megatron-style training under TP/PP/DP): a healthy step is in
+The shapes follow docs/design.md §5 (Megatron-style training under TP/PP/DP): a healthy step is in
 forward/backward or the optimizer's gradient sync; under a hang the stuck machine's TP group is
 in ``all_gather_into_tensor``, its pipeline peers wait in ``isend``/``irecv`` and everyone else
 sits in the gradient all-reduce; a fail-slow rank is still computing while its peers wait.

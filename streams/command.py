@@ -1,4 +1,4 @@
-"""The command record of DESIGN.md §6, with its Ed25519 signature.
+"""The command record of docs/design.md §6, with its Ed25519 signature.
 
 Only the remediation consumer holds the private key (streams.signing); every receiver verifies
 with the public key, named in the command by ``key_id``, so a forged or altered command is

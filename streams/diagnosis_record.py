@@ -1,4 +1,4 @@
-"""The diagnosis record and the fault-class and action names of DESIGN.md §9 (a contract: add, never rename)."""
+"""The diagnosis record and the fault-class and action names of docs/design.md §9 (a contract: add, never rename)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ FAULT_CLASSES = (
     # Added: a whole job's telemetry stopped (it ended, or the pipeline upstream of diagnosis lost
     # it): an alert about the job or the pipeline, never about a machine.
     "telemetry_lost",
-    # Added (DESIGN.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
+    # Added (docs/design.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
     # NFS server outage is job-wide and only alerts.
     "storage",
     # Added: the node agent beats but cannot see part of its node (NVML stuck at the node level, a
@@ -43,7 +43,7 @@ FAULT_CLASSES = (
     "agent_blind",
 )
 
-# The first action of the decision tree a diagnosis recommends (DESIGN.md §3-§4). `none` records only;
+# The first action of the decision tree a diagnosis recommends (docs/design.md §3-§4). `none` records only;
 # `stop_time_diagnosis` asks the ladder to run diagnostics, then reattempt / rollback / replay.
 # `alert` asks a person to look (a suspicion without the evidence an eviction needs, an agent that
 # stopped beating while its node still trains): like `none`, nothing is done automatically.

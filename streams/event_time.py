@@ -45,7 +45,7 @@ class UpstreamStop(NamedTuple):
     """Every upstream writer of a partition has fallen silent (none spoke for ``writer_ttl_s``):
     ``since`` is the wall time the last of them spoke, ``members`` those that spoke last, and
     ``watermark`` how far they had written. What is quiet downstream of it is the pipeline's silence,
-    not its sources': a consumer's clock must not run on past ``since`` (DESIGN.md §1)."""
+    not its sources': a consumer's clock must not run on past ``since`` (docs/design.md §1)."""
 
     since: float
     members: tuple[str, ...]

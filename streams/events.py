@@ -1,4 +1,4 @@
-"""The event envelope of DESIGN.md §2: one typed, validated record per Kafka message.
+"""The event envelope of docs/design.md §2: one typed, validated record per Kafka message.
 
 Every producer (collectors, simulator, trainer hooks) builds an :class:`Envelope`; every consumer
 gets one back from :func:`decode`, which names the bad field instead of raising a bare KeyError,
@@ -19,7 +19,7 @@ import orjson
 SCHEMA_VERSION = 1
 
 # `job` carries job-level records (topology, restarts); `summary` carries the node stage's compact
-# per-node window summaries and node-local findings to the job stage (DESIGN.md §1, scaling out).
+# per-node window summaries and node-local findings to the job stage (docs/design.md §1, scaling out).
 SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job", "summary", "check", "net"})
 
 # Envelope fields in the order they are written, so traces and dumps read alike.

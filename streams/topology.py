@@ -1,4 +1,4 @@
-"""The job topology event (DESIGN.md §2): ranks → machines and TP/PP/DP coordinates.
+"""The job topology event (docs/design.md §2): ranks → machines and TP/PP/DP coordinates.
 
 Every localiser reads it to map ranks to machines and to name parallel groups. A *group along
 an axis* is the set of ranks that differ only in that axis's coordinate: the PP group of a rank

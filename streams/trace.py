@@ -1,4 +1,4 @@
-"""Traces (DESIGN.md §8): a Parquet file of envelopes in time order, ground truth beside it.
+"""Traces (docs/design.md §8): a Parquet file of envelopes in time order, ground truth beside it.
 
 One row per event with the envelope columns (``v, id, ts, job, node, source, kind``) and ``data``
 as JSON text, so a trace reads back into the exact envelopes that were written. Rows go out in

@@ -1,19 +1,19 @@
 """Generate faultlens's Xid tables from NVIDIA's Xid catalogue (run once; the output is committed).
 
-    .venv/bin/python -m tools.xid_gen /work/shared/reference
+    .venv/bin/python -m tools.xid_gen REFERENCE_DIR   # NVIDIA's Xid catalogue export (CSV)
 
 reads NVIDIA's catalogue export (``nvidia-xid-catalog.csv``, ``nvidia-xid-144-150-decode.csv``)
 and writes the project's own tables beside this module:
 
 * ``xid_table.csv``: code, mnemonic, description, nvidia_action (NVIDIA's immediate-action
-  bucket), fault (DESIGN.md §9), action (``streams.diagnosis_record.ACTIONS``), severity, sympathetic,
+  bucket), fault (docs/design.md §9), action (``streams.diagnosis_record.ACTIONS``), severity, sympathetic,
   memory (an ECC / row-remap / retirement code).
 * ``xid_nvlink_decode.csv``: the NVLink5 Xids 144-150 decoded from IntrInfo and the error
   status: xid, unit, revision (v1 = drivers before R575, IntrInfo[9:5]; v2 = R575+, IntrInfo[6:0]),
   mask and value over IntrInfo (hex), error_status (hex, empty = any), nvidia_action, severity.
 
 The policy (NVIDIA bucket -> fault, action, severity) lives here, in :func:`policy`, so a change
-to it is one reviewed edit plus a regeneration. DESIGN.md §3 decides the named codes:
+to it is one reviewed edit plus a regeneration. docs/design.md §3 decides the named codes:
 
 * RESTART_BM (79, fallen off the bus) -> gpu_lost, evict.
 * RESET_GPU and WORKFLOW_XID_48 -> evict_reset_gpu. The fault is gpu_memory for memory codes

@@ -1,4 +1,4 @@
-"""Stop-time checks the node agent runs on a signed `run_checks` command (DESIGN.md §4, step 3).
+"""Stop-time checks the node agent runs on a signed `run_checks` command (docs/design.md §4, step 3).
 
 Each check is a pure judgement over a snapshot (``judge_*``) plus a thin reader at the edge
 (``read_*`` / ``measure_*``), run under a timeout by :mod:`collectors.checks.suite`, which

@@ -1,4 +1,4 @@
-"""Explicit-fault rules, one module per family (DESIGN.md §3).
+"""Explicit-fault rules, one module per family (docs/design.md §3).
 
 Node-local rules (:func:`node_rules`) see one node's events and can run on any partition of the
 node-keyed telemetry topics. Job-level rules (``comms.FirstFailingRank``,

@@ -71,7 +71,7 @@ class XidRule:
         sympathetic = bool(getattr(info, "sympathetic", False)) or code == 45
         if code == 43:
             # The table calls 43 an echo; it is one only after the 13/31 that caused it. Alone it is
-            # an application fault on that GPU (DESIGN.md §3: reattempt, evict if it repeats).
+            # an application fault on that GPU (docs/design.md §3: reattempt, evict if it repeats).
             sympathetic = event.ts - self._last_app_xid.get(node, -1e18) <= APP_BURST_S
             fault, action = "app_fault", "reattempt"
         if code in (13, 31):

@@ -1,7 +1,7 @@
 """Host rules: OS kernel faults (panic, soft lockup, hung task, fatal MCE) and the OOM killer.
 
 The first occurrence restarts the job in place (a leak or a one-off stall); the dedup stage turns
-a repeat on the same node into an eviction (DESIGN.md §3: restart / evict by repetition).
+a repeat on the same node into an eviction (docs/design.md §3: restart / evict by repetition).
 """
 
 from __future__ import annotations

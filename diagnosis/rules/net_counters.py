@@ -4,7 +4,7 @@ The kernel-log rule (rules/nic.py) sees a flap only when mlx5 prints it; the por
 every one (``link_downed``, ``link_down_events_phy`` on RoCE, or the port state leaving
 ``ACTIVE``), and the errors a dying cable makes long before the link drops.
 
-* Flaps: one is tolerated (DESIGN.md §3); the second link-down of the node's fabric ports within
+* Flaps: one is tolerated (docs/design.md §3); the second link-down of the node's fabric ports within
   ``window_s`` is the finding, ``evict``.
 * A port that was ``ACTIVE`` and stays down (or vanishes) for ``down_s`` is a dead rail: ``evict``.
   A port never seen ``ACTIVE`` since the agent started (an unused port, no cable) says nothing.

@@ -1,7 +1,7 @@
 """Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes.
 
 None of these evicts on first sight: a user bug is rolled back, a NaN or a CUDA error goes to
-stop-time diagnosis (DESIGN.md §4, step 3). Loss anomalies are job-wide (every data-parallel
+stop-time diagnosis (docs/design.md §4, step 3). Loss anomalies are job-wide (every data-parallel
 replica sees the same batch statistics), so their findings name no node: one per job, with the
 rank that first showed it in the detail.
 """

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 HELP = "run the diagnosis consumer: telemetry → diagnoses (one stage, or both in one process)"
 DESCRIPTION = """\
-Runs the diagnosis engine as a consumer group (DESIGN.md §1), in event-time order across every
+Runs the diagnosis engine as a consumer group (docs/design.md §1), in event-time order across every
 partition and topic (a backlog after an outage gives what `faultlens analyze` gives on the same
 events), with the compacted `jobs` topic read in full by every member.
 

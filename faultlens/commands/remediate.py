@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 HELP = "run the remediation consumer: diagnoses → escalation ladder → signed commands"
 DESCRIPTION = """\
 Reads `diagnoses` (consumer group faultlens-remediate) and the job topologies, climbs each job's
-escalation ladder (DESIGN.md §4) and prints every decision as one JSON line on stdout; the same
+escalation ladder (docs/design.md §4) and prints every decision as one JSON line on stdout; the same
 lines go to the decision log (default $FAULTLENS_HOME/remediation-decisions.jsonl).
 
 Observe-only by default: nothing is sent to `commands` until a job is switched on with --act-on JOB

@@ -21,7 +21,7 @@ HELP = "write a labelled trace of a simulated cluster (or, with --publish, send 
 DESCRIPTION = f"""\
 Simulates N nodes × G GPUs running one training job (TP/PP/DP layout; TP = G by default) with
 NVML samples, per-rank step telemetry, heartbeats, raw kernel / NCCL log lines and stack dumps,
-and injects faults of every DESIGN.md §9 class with ground truth. Same --seed, same trace, byte
+and injects faults of every docs/design.md §9 class with ground truth. Same --seed, same trace, byte
 for byte.
 
 Writes TRACE (Parquet) and TRACE.labels.jsonl, and prints one JSON summary line on stdout.

@@ -40,7 +40,7 @@ class Projection:
 
 
 def spares_for(s: Scenario) -> int:
-    """The scenario's spares, or the warm standby pool's own sizing (DESIGN §6: the binomial P99 of
+    """The scenario's spares, or the warm standby pool's own sizing (docs/design.md §6: the binomial P99 of
     machines evicted at once) at the rate the job's evictions take machines."""
     if s.spares is not None:
         return s.spares

@@ -27,7 +27,7 @@ class FaultClass:
     where the trainer can save before the restart (planned restarts, fail-slow evictions).
     ``timeout_s`` / ``manual_localise_s`` are what the framework's timeout alone gives (no faultlens).
     ``stop_time`` classes are not localised by the diagnosis itself: it asks for a stop-time
-    diagnosis (DESIGN §4), whose diagnostics, reattempts and rollbacks are ``localise_s``.
+    diagnosis (docs/design.md §4), whose diagnostics, reattempts and rollbacks are ``localise_s``.
     """
 
     name: str

@@ -15,7 +15,7 @@ from faultlens.history.whatif.model import FaultClass, Recovery, Scenario
 # Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, §3.3.4 and Table 5): 16,384 H100 (2,048 nodes)
 # for 54 days, 466 interruptions: 419 unexpected, 47 planned; > 90 % effective training time.
 LLAMA3_NODE_DAYS = 2048 * 54
-# Table 5's unexpected interruptions, folded into faultlens classes (DESIGN §9).
+# Table 5's unexpected interruptions, folded into faultlens classes (docs/design.md §9).
 LLAMA3_COUNTS = {
     "gpu_lost": 148 + 17,          # faulty GPU, GPU system processor
     "gpu_memory": 72 + 19,         # GPU HBM3, GPU SRAM
@@ -28,7 +28,7 @@ LLAMA3_COUNTS = {
 }
 LLAMA3_PLANNED = 47            # automated maintenance (firmware, config): a restart, nothing lost
 
-# ByteRobust's census over 778,135 jobs (Table 1, DESIGN §3), shares of incidents.
+# ByteRobust's census over 778,135 jobs (Table 1, docs/design.md §3), shares of incidents.
 BYTEROBUST_CENSUS = {
     "cuda_error": 36.1, "host_oom": 11.0 + 10.1, "job_hang": 9.9, "storage": 5.0, "nic": 2.9,
     "fail_slow": 0.8, "nan_loss": 0.3, "unknown": 100 - 93.4,

@@ -10,7 +10,7 @@ A fixture is JSON lines. Each line is one of:
   (an NVML sample every second on every node), given as a base payload, a jitter per field
   (uniform ± the value, from a fixed seed) and ``override`` entries that change it for some
   nodes / GPUs / ranks over a time span;
-* ``{"label": {...}}``: the ground truth (DESIGN.md §8), ``onset`` in seconds from the start.
+* ``{"label": {...}}``: the ground truth (docs/design.md §8), ``onset`` in seconds from the start.
 
 Nothing here knows the simulator; the numbers in the fixtures are a real H100 job's.
 """
@@ -189,7 +189,7 @@ def load(name: str, seed: int | None = None) -> Trace:
         elif "label" in obj:
             label = dict(obj["label"], job=trace.job)
             label["onset"] = T0 + float(label["onset"])
-            trace.labels.append(check_label(label, f"{name}.jsonl"))  # DESIGN.md §8's label shape
+            trace.labels.append(check_label(label, f"{name}.jsonl"))  # docs/design.md §8's label shape
         else:
             trace.add(float(obj["ts"]), obj.get("node", "-"), obj["source"], obj["kind"], obj.get("data", {}))
     for s in series:

@@ -1,5 +1,5 @@
 """The two diagnosis stages split as deployed, without Kafka: a test bed for their event-time
-contract (DESIGN.md §1: any number of members give what `faultlens analyze` gives).
+contract (docs/design.md §1: any number of members give what `faultlens analyze` gives).
 
 Node-stage members each read the nodes of their input partitions (telemetry keyed by node, the
 topics co-partitioned, partition numbers split among members as the range assignor splits them)

@@ -1,4 +1,4 @@
-"""Stack dump parsing, signatures, fuzzy grouping and cluster_stacks (DESIGN.md §5), plus `faultlens stacks`."""
+"""Stack dump parsing, signatures, fuzzy grouping and cluster_stacks (docs/design.md §5), plus `faultlens stacks`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""End to end with real processes, the embedded broker and a real slurmctld (DESIGN.md §4 rung 3):
+"""End to end with real processes, the embedded broker and a real slurmctld (docs/design.md §4 rung 3):
 
 a rank of a torch job dies of a CUDA error → `faultlens collect` reads it from the rank's log →
 `faultlens diagnose` finds no culprit (stop-time diagnosis) → `faultlens remediate --stop-checks

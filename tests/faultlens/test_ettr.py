@@ -1,4 +1,4 @@
-"""`faultlens ettr`: the JSON keys DESIGN §9 names, the papers' figures from the presets, the
+"""`faultlens ettr`: the JSON keys docs/design.md §9 names, the papers' figures from the presets, the
 pipeline's own measurements and clear errors for bad input."""
 
 from __future__ import annotations

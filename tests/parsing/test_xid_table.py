@@ -1,4 +1,4 @@
-"""The Xid table: every catalogue code resolves, DESIGN.md §3's named codes map as stated."""
+"""The Xid table: every catalogue code resolves, docs/design.md §3's named codes map as stated."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ defined with ports nothing listens on, so they never register: the state a real 
 machines that are down. Everything (key, sockets, state, logs, ports) is private to the temp
 dir, so it never touches /etc/slurm or a system munged, and two test runs do not collide.
 
-Tests that use it have ``slurm`` in their names (DESIGN.md §9).
+Tests that use it have ``slurm`` in their names (docs/design.md §9).
 """
 
 from __future__ import annotations

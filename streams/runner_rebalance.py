@@ -13,11 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
 
 from faultlens.streams.kafka_client import Consumer
+
+if TYPE_CHECKING:  # the runner imports this module; the name is for the checker only
+    from faultlens.streams.runner import GroupRunner
 
 log = logging.getLogger(__name__)
 

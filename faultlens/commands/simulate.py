@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     summary = {
         "events": sim.count,
-        "faults": dict(sorted(collections.Counter(l["fault"] for l in sim.labels).items())),
+        "faults": dict(sorted(collections.Counter(label["fault"] for label in sim.labels).items())),
         "labels": len(sim.labels),
         "duration_s": sim.duration,
         "nodes": config.nodes, "gpus": config.gpus, "job": config.job, "seed": config.seed,

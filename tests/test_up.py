@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from tests.kafka_fixtures import job_records
+from tests.progress import files_size, procs_progress, wait_until
 
 from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.streams.diagnosis_record import Diagnosis
@@ -23,7 +24,17 @@ from faultlens.streams.broker import free_port
 from faultlens.streams.replay import publish
 from faultlens.demo import processes as pipeline
 
+# Waits end when what they wait for comes, or fail when `faultlens up` neither printed, logged (at
+# INFO) nor wrote (its history) anything for STALL_S: never at a fixed time a loaded machine outruns.
 pytestmark = [pytest.mark.broker]
+STALL_S = 60.0
+
+
+def _metric(body: str, name: str, consumer: str) -> float | None:
+    for line in body.splitlines():
+        if line.startswith(f'{name}{{consumer="{consumer}"}}'):
+            return float(line.split()[-1])
+    return None
 
 
 def _decoded(settings, topic, decoder, job):
@@ -47,8 +58,13 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
            "FAULTLENS_LOG_LEVEL": "INFO"}
     up = pipeline.faultlens("up", ["up", "--bootstrap", kafka_settings.bootstrap, "--db", str(db), "--act-on", acted,
                                    "--group-suffix", tag, "--metrics-port", str(port), "--grace", "5"], env, tmp_path)
+
+    def until(condition, what: str, poll_s: float = 0.2):
+        return wait_until(condition, progress=lambda: (procs_progress([up]), files_size(tmp_path)), stall_s=STALL_S,
+                          what=what, explain=up.tail, poll_s=poll_s)
+
     try:
-        ready = pipeline.wait_until(lambda: up.find(lambda l: l.get("event") == "ready"), 90)
+        ready = until(lambda: up.find(lambda l: l.get("event") == "ready"), "up's ready line")
         assert ready, up.tail()
         assert ready[0]["consumers"] == ["diagnose", "remediate", "history"] and ready[0]["db"] == str(db)
         keys = load_verify_keys([public])
@@ -63,13 +79,13 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
                      for job in runs}
             return found if all(found.values()) else None
 
-        found = pipeline.wait_until(diagnosed, 60, interval=1.0)
+        found = until(diagnosed, "a gpu_lost diagnosis of each job", poll_s=1.0)
         assert found, up.tail()
         for job, ds in found.items():
             assert "n001" in ds[0].nodes and ds[0].action == "evict"
 
-        evicts = pipeline.wait_until(lambda: [c for c in _decoded(kafka_settings, "commands", Command.decode, acted)
-                                              if c.action == "evict"], 30, interval=1.0)
+        evicts = until(lambda: [c for c in _decoded(kafka_settings, "commands", Command.decode, acted)
+                                if c.action == "evict"], "the acted job's evict", poll_s=1.0)
         assert evicts, up.tail()
         assert evicts[0].verify(keys) and evicts[0].nodes == ("n001",)
         # read again: under load a second gpu_lost record of the job may land after the first read
@@ -79,16 +95,30 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
         # observe-only for the other job: decided, never sent
         assert _decoded(kafka_settings, "commands", Command.decode, observed) == []
 
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+
+        body = scrape()
         events_in = [line for line in body.splitlines() if line.startswith("faultlens_events_in")]
         assert {'consumer="diagnose"', 'consumer="remediate"', 'consumer="history"'} <= {
             line[line.index("{") + 1:line.index("}")] for line in events_in}
         assert any(float(line.split()[-1]) > 0 for line in events_in if 'consumer="diagnose"' in line)
-        # history has caught up with our diagnoses before we stop (the report reads it after exit)
-        time.sleep(1.0)
+        # History has caught up with our diagnoses and the evict before we stop (the report reads
+        # it after exit): its consumer has no lag at the end of a loop that began after they were
+        # on the topics. The loop in progress at this scrape may have begun before; the one after it
+        # did not (each loop's duration, to the microsecond, tells one loop from the next).
+        loops = [_metric(body, "faultlens_loop_seconds", "history")]
+
+        def history_caught_up() -> bool:
+            now = scrape()
+            if (last := _metric(now, "faultlens_loop_seconds", "history")) != loops[-1]:
+                loops.append(last)
+            return len(loops) >= 3 and _metric(now, "faultlens_consumer_lag", "history") == 0
+
+        until(history_caught_up, "the history consumer's lag to reach 0", poll_s=0.5)
     finally:
         os.killpg(up.popen.pid, signal.SIGTERM)
-        rc = up.popen.wait(60)
+        rc = up.popen.wait(180)  # against a hang only: a clean stop writes the history first
         up.stop()
     assert rc == 0, up.tail()
     stopped = up.find(lambda l: l.get("event") == "stopped")

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.kafka_fixtures import job_records
+from tests.progress import files_size, procs_progress, wait_until
 
 from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.streams.command import Command
@@ -26,7 +27,12 @@ from faultlens.streams.events import decode
 from faultlens.streams.producer import Producer
 from faultlens.demo import processes as pipeline
 
-pytestmark = [pytest.mark.broker, pytest.mark.e2e]
+# A wait ends when its event comes, or fails when none of the test's processes printed, logged (at
+# INFO) or wrote anything (ranks' logs, checkpoints, state) for STALL_S: never at a fixed time,
+# which a loaded machine outruns.
+# The pytest-timeout above the default is the outer bound against a livelock.
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.timeout(900)]
+STALL_S = 90.0
 
 
 def _missing(*modules: str) -> str | None:
@@ -83,11 +89,17 @@ def explain(r) -> str:
     return "\n".join(f"--- {p.name} (rc {p.popen.poll()}) lines={p.lines[-6:]}\n{p.tail(1500)}" for p in r.procs)
 
 
+def until(r, condition, what: str):
+    """``condition()``'s first truthy value, waited for while the test's processes make progress."""
+    return wait_until(condition, progress=lambda: (procs_progress(r.procs), files_size(r.dir)), stall_s=STALL_S, what=what,
+                      explain=lambda: explain(r), poll_s=0.2)
+
+
 def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
     r = rig
     rem = remediate(r)
     job = launch(r, 2, ["--steps", "80", "--step-sleep", "0.1"])
-    assert pipeline.wait_until(lambda: (r.dir / "ckpt" / "step_000010.pt").exists(), 60), explain(r)
+    assert until(r, lambda: (r.dir / "ckpt" / "step_000010.pt").exists(), "the step-10 checkpoint"), explain(r)
 
     d = Diagnosis(job=r.job, ts=time.time(), onset=time.time(), fault="gpu_lost", action="evict",
                   nodes=("n001",), confidence=0.99, detail="injected by the test")
@@ -95,11 +107,11 @@ def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
         p.send("diagnoses", r.job.encode(), d.encode())
         p.flush()
 
-    restart = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "restart"), 60)
+    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     assert restart[0]["nodes_out"] == ["n001"] and restart[0]["nodes_in"] == ["s000"]
     assert restart[0]["nodes"] == ["n000", "s000"] and restart[0]["action"] == "evict"
-    done = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "done"), 90)
+    done = until(r, lambda: job.find(lambda l: l.get("event") == "done"), "the launcher's done")
     assert done, explain(r)
 
     [cmd] = [c for c in commands(r) if c.action == "evict"]
@@ -120,10 +132,10 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
     remediate(r)
     job = launch(r, 2, ["--steps", "100", "--step-sleep", "0.1", "--nan-at", "25"])
 
-    restart = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "restart"), 80)
+    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     assert restart[0]["action"] == "rollback" and restart[0]["resume"] == "rollback" and restart[0]["nodes_out"] == []
-    done = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "done"), 90)
+    done = until(r, lambda: job.find(lambda l: l.get("event") == "done"), "the launcher's done")
     assert done, explain(r)
     actions = [c.action for c in commands(r)]
     assert "rollback" in actions and "evict" not in actions
@@ -147,7 +159,7 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
             "--proc-pattern", rf"reference_trainer --node {node}\b"], r.env, r.dir))
     job = launch(r, 4, ["--steps", "400", "--step-sleep", "0.1", "--pp", "2", "--hang-rank", "3", "--hang-at", "20"])
 
-    restart = pipeline.wait_until(lambda: job.find(lambda l: l.get("event") == "restart"), 150)
+    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     evicts = [c for c in commands(r) if c.action == "evict"]
     assert evicts, explain(r)

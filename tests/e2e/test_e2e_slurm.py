@@ -31,10 +31,16 @@ from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.streams.events import decode
 from faultlens.streams.signing import write_key_pair
 from tests.kafka_fixtures import job_records
+from tests.progress import files_size, procs_progress, wait_until
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
 
 REASON = skip_reason()
-pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+# Waits end when their event comes, or fail when no process of the test printed, logged (at INFO) or
+# wrote anything (ranks' logs, checkpoints, state) for STALL_S: never at a fixed time a loaded
+# machine outruns. The pytest-timeout above the default is the outer bound against a livelock.
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.skipif(REASON is not None, reason=REASON or ""),
+              pytest.mark.timeout(900)]
+STALL_S = 90.0
 
 HEALTHY, SUSPECT = REAL_NODE, GHOST_NODES[0]
 STANDBYS = GHOST_NODES[1:]
@@ -83,6 +89,10 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     def explain() -> str:
         return "\n".join(f"--- {p.name} (rc {p.popen.poll()}) lines={p.lines[-6:]}\n{p.tail(1500)}" for p in started)
 
+    def until(condition, what: str):
+        return wait_until(condition, progress=lambda: (procs_progress(started), files_size(tmp_path)), stall_s=STALL_S,
+                          what=what, explain=explain, poll_s=0.2)
+
     try:
         start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", bootstrap, "--group", f"diag-{job}",
                                               "--grace", "5"], env, tmp_path))
@@ -101,17 +111,17 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
                 "collect", "--bootstrap", bootstrap, "--job", job, "--node", node, "--no-nvml", "--no-kernel",
                 "--heartbeat-interval", "2", "--trainer-log", str(tmp_path / "ranks" / f"*-{node}.log"),
                 "--check-path", str(work), "--check-timeout", "30", *extra], env, tmp_path))
-        assert pipeline.wait_until(lambda: all(a.find(lambda l: l.get("event") == "started") for a in agents.values()),
-                                   60), explain()
+        assert until(lambda: all(a.find(lambda l: l.get("event") == "started") for a in agents.values()),
+                     "every agent's started line"), explain()
         launcher = start(pipeline.launcher(
             ["--job", job, "--nodes", "2", "--node-names", f"{HEALTHY},{SUSPECT}", "--standby", ",".join(STANDBYS),
              "--grace", "3", "--crash-wait", "20"],
             ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--steps", "40", "--step-sleep", "0.1",
              "--crash-rank", "1", "--crash-at", "15", "--crash-error", CUDA_ERROR], env, tmp_path))
 
-        restart = pipeline.wait_until(lambda: launcher.find(lambda l: l.get("event") == "restart"), 150)
+        restart = until(lambda: launcher.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
         assert restart, explain()
-        done = pipeline.wait_until(lambda: launcher.find(lambda l: l.get("event") == "done"), 90)
+        done = until(lambda: launcher.find(lambda l: l.get("event") == "done"), "the launcher's done")
         assert done, explain()
     finally:
         for p in reversed(started):

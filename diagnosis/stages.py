@@ -19,6 +19,7 @@ from faultlens.diagnosis.anomaly import PeerAnomalyDetector
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import FeatureWindows, NodeWindow
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.net_traffic import NetTraffic
 from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.diagnosis.rules import Finding, Rule, node_rules
@@ -123,6 +124,7 @@ class JobStage:
         self.book = book
         self.comms = FirstFailingRank(book)
         self.silence = SilenceDetector(book=book)
+        self.stalled = LossStalledDetector()  # a loss that stopped learning (job-wide, names no machine)
         self.use_telemetry_partitions(telemetry_partitions)
         # peer_model off: only the robust z-score threshold compares a node with its peers.
         self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
@@ -138,6 +140,8 @@ class JobStage:
             findings.extend(self.comms.observe(event))
         elif event.source in self.silence.sources:  # beats, and steps (agent down ≠ node down)
             findings.extend(self.silence.observe(event))
+            if event.source == "train":
+                findings.extend(self.stalled.observe(event))
         elif event.source == "net":
             findings.extend(self.net.observe(event))
             findings.extend(self.anomaly.observe_net(event))
@@ -163,6 +167,7 @@ class JobStage:
 
     def restarted(self, job: str, nodes_out: list[str], at: float | None = None) -> None:
         self.comms.restarted(job)
+        self.stalled.restarted(job)
         self.net.restarted(job, nodes_out)
         if self.implicit is not None:
             self.implicit.restarted(job, nodes_out, at)  # a stall must not outlive a restart

@@ -41,6 +41,9 @@ FAULT_CLASSES = (
     # log follower stalled, a spool that cannot keep what it cannot send): an alert naming what it
     # cannot see, never an eviction (the machine may be fine; the agent is half blind).
     "agent_blind",
+    # Added: a run whose loss stopped improving (at chance, never learned, frozen, regressed, or a
+    # gradient norm at zero; diagnosis/loss_stalled.py): an alert, or a rollback to a better checkpoint.
+    "loss_stalled",
 )
 
 # The first action of the decision tree a diagnosis recommends (docs/design.md §3-§4). `none` records only;

@@ -246,7 +246,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Check]] = {
     ("nccl", "line"): {"line": _str},
     ("train", "step"): {**_RANK, "step": _nonneg_int, "loss": _metric, "grad_norm": _metric,
                         "step_time_s": _nonneg, "compute_s": _nonneg, "tokens": _nonneg, "tokens_per_s": _nonneg,
-                        "mfu": _nonneg},
+                        "mfu": _nonneg, "classes": _nonneg_int},
     ("train", "checkpoint"): {**_RANK, "step": _nonneg_int},
     ("heartbeat", "beat"): {"seq": _int, "pids": _list_of(_int), "sources": _obj, "unranked_pids": _list_of(_int),
                             "health": _obj},

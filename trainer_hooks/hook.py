@@ -95,8 +95,10 @@ class TrainerHook:
         return Envelope(ts=time.time(), job=self.job, node=self.node, source=source, kind=kind, data=data)
 
     def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
-             compute_s: float | None = None, step: int | None = None) -> None:
-        """Publish one step's telemetry, then act on commands that wait for a step boundary."""
+             compute_s: float | None = None, step: int | None = None, classes: int | None = None) -> None:
+        """Publish one step's telemetry, then act on commands that wait for a step boundary.
+        ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
+        loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/loss_stalled.py)."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now
@@ -109,6 +111,8 @@ class TrainerHook:
             data["mfu"] = round(self.flops_per_step / step_time / self.peak_flops, 6)
         if compute_s is not None:
             data["compute_s"] = round(compute_s, 6)
+        if classes is not None:
+            data["classes"] = int(classes)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

@@ -1,0 +1,227 @@
+"""A run that stopped learning: fault class ``loss_stalled`` (docs/design.md §3).
+
+The training rules (diagnosis/rules/training.py) see explosions: a NaN, a loss or grad norm 5×
+its median. A run whose loss sits at chance, or stopped falling and will not fall again, raises
+neither while it burns its whole allocation (issue 50: AdamW at lr 0.3 in the POET bench). This
+detector watches each job's loss curve (one rank's, the lowest that reports: a data-parallel job's
+ranks see the same batch statistics) and says so while the run still has most of its time left.
+
+What it judges, every tenth of a window, once the run has trained for a whole window:
+
+* the window is the last ``window_s`` of the run's own time, in steps (its median interval
+  between step events), between ``MIN_WINDOW`` and ``MAX_WINDOW`` steps: a 1 s/step run and a
+  10 s/step run are judged over the same stretch of wall time, and a warm-up shorter than the
+  window is never judged;
+* learning = a Theil-Sen slope (robust to spikes) over the window's block medians that drops the
+  loss by at least 1 % of its level across the window. A run still learning is never flagged;
+* not learning, the run is stalled when its loss is
+  - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
+    how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md);
+  - never learned: not 5 % below where it started (its first loss, the untrained model's: a
+    median of the first steps would take in the rise a too-high learning rate causes at once);
+  - frozen: the same value to 6 digits over the whole window (the weights no longer move);
+  - regressed: every block of the window above the best level the run reached by a quarter of
+    what it had learned: a spike that did not recover;
+* and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
+  for a fifth of a window: nothing will move the weights again.
+
+A run that learned and then levelled off (convergence, the end of a schedule, a plateau below its
+start) is none of these and stays quiet. The action is ``alert`` (a person decides: the cause is
+almost always the recipe, which no restart fixes), or ``rollback`` when the run regressed or its
+gradient collapsed after a checkpoint it saved while it was still learning: that checkpoint holds a
+better model than the one training now. One finding per job until its loss learns again.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from faultlens.diagnosis.rules.base import Finding, opt_int
+from faultlens.streams.events import Envelope, as_float
+
+WINDOW_S = 1200.0
+MIN_WINDOW = 20
+MAX_WINDOW = 2000
+START_STEPS = 10  # the early steps whose grad norms are the run's own scale
+BLOCKS = 10
+LEARNING_DROP = 0.01  # of the level, across one window: still learning
+LEARNED = 0.05  # below the start level by this fraction: the run has learned something
+CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess
+REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
+FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
+GRAD_ZERO = 1e-8
+GRAD_ZERO_RATIO = 1e-6
+
+
+def theil_sen(xs: list[float], ys: list[float]) -> float:
+    """The median of pairwise slopes: a trend that a few outlying points (spikes) cannot move."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+@dataclass(slots=True)
+class _Curve:
+    """One job's loss curve, as one rank reports it."""
+
+    rank: int
+    losses: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, loss)
+    first: float | None = None  # the untrained model's loss
+    intervals: deque = field(default_factory=lambda: deque(maxlen=64))
+    last_ts: float | None = None
+    seen: int = 0
+    next_check: int = 0
+    best: float = math.inf
+    best_step: int | None = None
+    classes: int | None = None
+    grad_early: list[float] = field(default_factory=list)
+    grad_zero_since: int | None = None
+    grad_zero_run: int = 0
+    checkpoints: list[int] = field(default_factory=list)
+    fired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a curve is stalled: the detail line and whether a rollback would help."""
+
+    why: str
+    rollback: bool
+
+
+class LossStalledDetector:
+    """Job-level, pure: ``train`` step and checkpoint events in, ``loss_stalled`` findings out."""
+
+    sources = frozenset({"train"})
+
+    def __init__(self, window_s: float = WINDOW_S) -> None:
+        self.window_s = window_s
+        self._curves: dict[str, _Curve] = {}
+
+    def restarted(self, job: str) -> None:
+        """A restart (or rollback) begins a new curve: judge it afresh."""
+        self._curves.pop(job, None)
+
+    def tick(self, now: float) -> list[Finding]:
+        return []
+
+    def observe(self, event: Envelope) -> list[Finding]:
+        if event.source != "train":
+            return []
+        rank = opt_int(event.data, "rank")
+        if rank is None:
+            return []
+        curve = self._curves.get(event.job)
+        if curve is None or rank < curve.rank:
+            curve = self._curves[event.job] = _Curve(rank)
+        if rank != curve.rank:
+            return []
+        if event.kind == "checkpoint":
+            step = opt_int(event.data, "step")
+            if step is not None:
+                curve.checkpoints.append(step)
+            return []
+        if event.kind != "step":
+            return []
+        return self._step(curve, event)
+
+    def _step(self, curve: _Curve, event: Envelope) -> list[Finding]:
+        data = event.data
+        step = opt_int(data, "step")
+        loss = as_float(data.get("loss"))
+        if step is None or loss is None or not math.isfinite(loss):
+            return []  # a NaN is the training rule's; a step without a loss says nothing here
+        classes = opt_int(data, "classes")
+        if classes is not None and classes >= 2:
+            curve.classes = classes
+        if curve.last_ts is not None and event.ts > curve.last_ts:
+            curve.intervals.append(event.ts - curve.last_ts)
+        curve.last_ts = event.ts
+        curve.losses.append((step, loss))
+        curve.seen += 1
+        if curve.first is None:
+            curve.first = loss
+        out: list[Finding] = []
+        grad = as_float(data.get("grad_norm"))
+        verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
+        if verdict is None and curve.seen >= curve.next_check:
+            verdict = self._judge(curve)
+        if verdict is not None and not curve.fired:
+            curve.fired = True
+            out.append(Finding(
+                job=event.job, ts=event.ts, fault="loss_stalled", action="rollback" if verdict.rollback else "alert",
+                ranks=(curve.rank,), entity="loss", evidence=(event.id,),
+                detail=f"{verdict.why} (rank {curve.rank}, step {step})"[:300],
+            ))
+        return out
+
+    def _grad(self, curve: _Curve, step: int, grad: float) -> Verdict | None:
+        if len(curve.grad_early) < START_STEPS:
+            curve.grad_early.append(grad)
+        early = statistics.median(curve.grad_early)
+        if grad < GRAD_ZERO or (early > 0 and grad < GRAD_ZERO_RATIO * early):
+            if curve.grad_zero_since is None:
+                curve.grad_zero_since = step
+            curve.grad_zero_run += 1
+        else:
+            curve.grad_zero_since, curve.grad_zero_run = None, 0
+            return None
+        if curve.grad_zero_run < max(5, self._window(curve) // 5):
+            return None
+        since = curve.grad_zero_since
+        good = [c for c in curve.checkpoints if c < since]
+        return Verdict(f"gradient norm {grad:.3g} (zero) for {curve.grad_zero_run} steps since step {since}: "
+                       f"the weights no longer move" + (f"; last checkpoint before it at step {good[-1]}" if good else ""),
+                       rollback=bool(good))
+
+    def _window(self, curve: _Curve) -> int:
+        interval = statistics.median(curve.intervals) if curve.intervals else 0.0
+        steps = round(self.window_s / interval) if interval > 0 else MAX_WINDOW
+        return max(MIN_WINDOW, min(MAX_WINDOW, steps))
+
+    def _judge(self, curve: _Curve) -> Verdict | None:
+        size = self._window(curve)
+        if curve.seen < size or len(curve.losses) < size:
+            return None  # not a whole window yet: the warm-up is never judged
+        curve.next_check = curve.seen + max(1, size // 10)
+        window = list(curve.losses)[-size:]
+        values = [v for _, v in window]
+        per = len(values) // BLOCKS
+        blocks = [window[i * per:(i + 1) * per] for i in range(BLOCKS)]
+        xs = [statistics.median(s for s, _ in b) for b in blocks]
+        ys = [statistics.median(v for _, v in b) for b in blocks]
+        level = statistics.median(values)
+        lowest = min(ys)
+        if lowest < curve.best:
+            curve.best, curve.best_step = lowest, int(xs[ys.index(lowest)])
+        span = (xs[-1] - xs[0]) or 1.0
+        drop = -theil_sen(xs, ys) * span
+        learning = drop >= LEARNING_DROP * abs(level)
+        if learning:
+            curve.fired = False  # learning again: a later stall is a new finding
+            return None
+        first, last = window[0][0], window[-1][0]
+        over = f"steps {first}-{last}"
+        start = curve.first if curve.first is not None else level
+        if curve.classes is not None:
+            chance = math.log(curve.classes)
+            if level >= chance * (1 - CHANCE):
+                where = "at" if level <= chance * (1 + CHANCE) else "above"
+                return Verdict(f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = {chance:.4g}: "
+                               f"the model predicts no better than a uniform guess", rollback=False)
+        if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
+            return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
+        if level >= start * (1 - LEARNED) if start > 0 else level >= start:
+            return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
+                           f"(trend {-drop:+.3g} across the window)", rollback=False)
+        learned = start - curve.best
+        if learned > 0 and lowest >= curve.best + REGRESSED * learned:
+            # A checkpoint saved about when the loss was at its best holds what the run has since lost.
+            near = size // BLOCKS
+            good = [c for c in curve.checkpoints if curve.best_step is not None and abs(c - curve.best_step) <= near]
+            return Verdict(f"loss {level:.4g} over {over} stays above the {curve.best:.4g} the run reached at step "
+                           f"{curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
+                           + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
+        return None

@@ -1,0 +1,103 @@
+"""The stalled-loss detector's other verdicts on constructed curves: a gradient norm at zero, a
+loss that regressed and stayed up (rollback when a checkpoint predates it), bad input."""
+
+from __future__ import annotations
+
+import math
+
+from faultlens.diagnosis.loss_stalled import LossStalledDetector, theil_sen
+from faultlens.streams.events import Envelope
+
+
+def step(i: int, loss, grad=1.0, rank: int = 0, **extra) -> Envelope:
+    return Envelope(ts=1.7e9 + 10.0 * i, job="j", node="n0", source="train", kind="step",
+                    data={"rank": rank, "step": i, "loss": loss, "grad_norm": grad, **extra})
+
+
+def checkpoint(i: int) -> Envelope:
+    return Envelope(ts=1.7e9 + 10.0 * i, job="j", node="n0", source="train", kind="checkpoint",
+                    data={"rank": 0, "step": i, "path": f"c{i}"})
+
+
+def learning(i: int) -> float:
+    """A healthy curve: 6 → 2 with a wobble, still falling 1.5 %/window at the end."""
+    return 2.0 + 4.0 * math.exp(-i / 60) + 0.3 * math.exp(-i / 2000) + 0.02 * math.sin(i)
+
+
+def test_theil_sen_ignores_a_spike():
+    xs = list(range(10))
+    ys = [10 - x for x in xs]
+    ys[4] = 100.0
+    assert theil_sen(xs, ys) == -1.0
+
+
+def test_a_gradient_norm_at_zero_is_flagged_and_a_checkpoint_before_it_means_rollback():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 101):
+        out += det.observe(step(i, learning(i)))
+    out += det.observe(checkpoint(100))
+    for i in range(101, 200):
+        out += det.observe(step(i, learning(100), grad=0.0))
+    assert [f.fault for f in out] == ["loss_stalled"]
+    assert out[0].action == "rollback" and "gradient norm" in out[0].detail and "step 100" in out[0].detail
+
+
+def test_a_gradient_norm_that_only_dips_is_not_flagged():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 400):
+        out += det.observe(step(i, learning(i), grad=0.0 if i % 7 == 0 else 1.0))
+    assert out == []
+
+
+def test_a_loss_that_regressed_and_stayed_up_is_flagged_with_rollback_to_the_checkpoint_at_its_best():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 300):
+        out += det.observe(step(i, learning(i)))
+        if i == 290:
+            out += det.observe(checkpoint(290))
+    assert out == []  # still learning
+    for i in range(300, 700):
+        out += det.observe(step(i, 4.0 + 0.02 * math.sin(i)))  # a spike that never recovers
+    assert [f.fault for f in out] == ["loss_stalled"]
+    assert out[0].action == "rollback" and "checkpoint at step 290" in out[0].detail
+
+
+def test_a_regression_without_a_good_checkpoint_is_an_alert():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 300):
+        out += det.observe(step(i, learning(i)))
+    for i in range(300, 700):
+        out += det.observe(step(i, 4.0 + 0.02 * math.sin(i)))
+    assert [(f.fault, f.action) for f in out] == [("loss_stalled", "alert")]
+
+
+def test_a_healthy_curve_with_a_recovered_spike_stays_quiet():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 1500):
+        loss = learning(i) * (3.0 if 500 <= i < 510 else 1.0)
+        out += det.observe(step(i, loss))
+    assert out == []
+
+
+def test_only_the_lowest_rank_is_followed_and_bad_values_are_skipped():
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 300):
+        out += det.observe(step(i, 2.77, rank=1, classes=16))  # rank 1 at chance...
+        out += det.observe(step(i, learning(i), rank=0, classes=16))  # ...but rank 0 learns
+        out += det.observe(step(i, "nan?", rank=0))
+        out += det.observe(step(i, None, rank=0))
+    assert out == []
+
+
+def test_restarted_forgets_the_curve():
+    det = LossStalledDetector()
+    for i in range(1, 100):
+        det.observe(step(i, 2.77, classes=16))
+    det.restarted("j")
+    assert det.observe(step(100, 2.77, classes=16)) == []

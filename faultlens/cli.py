@@ -13,6 +13,7 @@ import sys
 
 from faultlens import __version__
 from faultlens.commands import COMMAND_NAMES
+from faultlens.extras import MISSING_EXTRA_EXIT, missing_extra_line
 
 DESCRIPTION = """\
 faultlens keeps large GPU training jobs running: node agents publish telemetry to Kafka,
@@ -90,11 +91,23 @@ def setup_logging(verbosity: int) -> None:
         logging.getLogger("kafka").setLevel(logging.ERROR)
 
 
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
+    """A command whose extra is not installed says which in one line (exit 2); any other missing module is a bug."""
+    line = missing_extra_line(command, exc)
+    if line is None:
+        raise exc
+    print(line, file=sys.stderr)
+    return MISSING_EXTRA_EXIT
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_in(argv)
-    parser = build_parser(only=command if command in COMMAND_NAMES else "")
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser(only=command if command in COMMAND_NAMES else "")
+        args = parser.parse_args(argv)
+    except ModuleNotFoundError as exc:
+        return _missing_extra(command or "", exc)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
@@ -107,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         # Every command that needs Kafka says the same thing when there is none: what it looked for, what to do.
         print(f"faultlens {args.command}: {exc}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        return _missing_extra(args.command, exc)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

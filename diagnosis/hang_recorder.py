@@ -19,7 +19,8 @@ suspects; the stacks naming (when the recorder names nobody) a rank the recorder
 collective, waiting on peers that never entered it, and not running.
 
 Held ranks that wait on each other in a loop (each inside a collective the other never entered)
-entered their collectives in different orders: a divergent branch in the trainer, an alert.
+entered their collectives in different orders: a divergent branch in the trainer, an alert that
+names the rank(s) whose sequence disagrees with their group's majority (diagnosis/divergent_rank.py).
 
 When every group held in a collective has all its members in it (*joined but stuck*) or nothing
 is in flight, the recorder names nobody and the stacks decide (:func:`read_hang_stacks`), with
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from faultlens.diagnosis.collective_match import CollectiveState, chain_to, match_collectives
+from faultlens.diagnosis.divergent_rank import odd_lines, odd_ranks
 from faultlens.diagnosis.flight_recorder import BadRecorderDump, RecorderDump, load_recorder
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.localize import localize
@@ -146,6 +148,8 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
         return replace(by_stacks, detail="; ".join(filter(None, [by_stacks.detail, note])))
     walk = walk_recorder(dumps, stacks, topology, bad)
     said = _recorder_lines(walk)
+    if walk.state.crossed:
+        return _crossed(walk, topology, by_stacks, said, stacks)
     verdict = _verdict(walk, topology, config, by_stacks, said)
     if verdict is not None:
         return verdict
@@ -163,8 +167,6 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
 def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_stacks: StackVerdict | None,
              said: list[str]) -> StackVerdict | None:
     state = walk.state
-    if state.crossed:
-        return _crossed(walk, topology, by_stacks, said)
     if not walk.suspects and not walk.disagree:
         return None
     usable = max(1, len(state.dumped))
@@ -248,18 +250,22 @@ def _held_veto(walk: RecorderReading, by_stacks: StackVerdict, vetoed: tuple[int
 
 
 def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict | None,
-             said: list[str]) -> StackVerdict:
-    """Ranks inside collectives the others never entered, waiting on each other: software, not a machine."""
+             said: list[str], stacks: Mapping[int, str]) -> StackVerdict:
+    """Ranks inside collectives the others never entered, waiting on each other: software, not a machine.
+    The verdict's ranks are those whose sequence disagrees with their group's majority, when one does
+    (diagnosis/divergent_rank.py), else the whole loop."""
     state = walk.state
     loop = state.crossed
+    odd = odd_ranks(state, loop)
     parts = []
     for r in loop[:4]:
         w = state.held[r][0]
         parts.append(f"{r} is in {w.op} #{w.seq} of pg {w.pg}, which {rank_list(state.edges[r])} never entered")
     head = (f"rule {RULE_RECORDER}: ranks [{rank_list(loop)}] wait on each other in collectives entered in different "
             f"orders ({'; '.join(parts)}): a divergent branch in the trainer, not a machine: alert, nothing evicted")
-    return StackVerdict(outlier_ranks=loop, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
-                        detail="; ".join([head, *said, *_stack_view(by_stacks)]), alert=True, healthy_signatures=(),
+    return StackVerdict(outlier_ranks=tuple(sorted(o.rank for o in odd)) or loop, axis=None, group_id=None, group=None,
+                        nodes=(), confidence=0.0, alert=True, healthy_signatures=(),
+                        detail="; ".join([head, *odd_lines(odd, stacks, loop), *said, *_stack_view(by_stacks)]),
                         groups={}, missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))),
                         bad_ranks=walk.bad, rule=RULE_RECORDER)
 

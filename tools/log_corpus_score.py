@@ -1,22 +1,31 @@
-"""Score the parsers on the real-line corpus (tests/fixtures/log_corpus/*.jsonl).
+"""Score the parsers on the real-line corpus (tests/fixtures/log_corpus).
 
-    python -m tools.log_corpus_score [CORPUS_DIR] [--misses]
+    python -m tools.log_corpus_score [PATH ...] [--heldout | --mined] [--by-source] [--misses]
+
+PATH is a folder (its *.jsonl, not its subfolders) or one .jsonl file; with no PATH the
+development set is scored: every *.jsonl directly under tests/fixtures/log_corpus. ``--heldout``
+scores only tests/fixtures/log_corpus/heldout (sources nobody may read to write rules: see its
+README.md); ``--mined`` only the files the rules were built from (MINED, the set whose score
+tests/parsing/test_log_corpus.py holds).
 
 Each row is one record from a public source: ``line`` (or ``lines`` for a record the kernel
 spreads over several), ``source`` (kernel / nccl), ``provenance``, and what it must give:
-``fault`` (a fault class, or null for "any"), ``action`` (optional: the first action it must carry), ``xid`` (the Xid number an event must carry), or
-``healthy: true`` (alarming-looking but fine: no event may act). Every row is parsed by a fresh
-parser, so rows never fold into each other.
+``fault`` (a fault class, or null for "any"), ``action`` (optional: the first action it must carry),
+``xid`` (the Xid number an event must carry), or ``healthy: true`` (alarming-looking but fine: no
+event may act). Every row is parsed by a fresh parser, so rows never fold into each other.
 
-Printed: the fraction of fault rows classified (some event), with the right class, Xid rows with
-the right number, and healthy rows that fired; per file and per class.
+Printed, one JSON object a line: per file, per class, per source (the provenance's repository or
+report, with ``--by-source``) and in total, the fraction of fault rows classified (some event),
+with the right class, Xid rows with the right number, and healthy rows that fired.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter, defaultdict
+import re
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +33,12 @@ from typing import Any
 from faultlens.parsing.registry import parser_for
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_corpus"
+HELDOUT = CORPUS / "heldout"
+# The files the rules were written from (the peers' test inputs, the public reports mined while
+# writing them, the first healthy set). Their score is what test_log_corpus holds; the other
+# top-level files are the development set gathered later from sources never mined.
+MINED = ("gpud.jsonl", "gpud_fabric_manager.jsonl", "healthy.jsonl", "node_problem_detector.jsonl",
+         "nvidia_resiliency_ext.jsonl", "nvsentinel.jsonl", "public_reports.jsonl")
 
 
 @dataclass
@@ -37,7 +52,7 @@ class Score:
     fired: int = 0
     misses: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, other: "Score") -> None:
+    def add(self, other: Score) -> None:
         for k in ("faults", "classified", "class_right", "xids", "xid_right", "healthy", "fired"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.misses.extend(other.misses)
@@ -46,12 +61,62 @@ class Score:
         def frac(a: int, b: int) -> float | None:
             return round(a / b, 3) if b else None
 
-        return {"faults": self.faults, "classified": frac(self.classified, self.faults), "class_right": frac(self.class_right, self.faults),
-                "xids": self.xids, "xid_right": frac(self.xid_right, self.xids), "healthy": self.healthy, "healthy_fired": self.fired}
+        return {"faults": self.faults, "class_right_n": self.class_right, "classified": frac(self.classified, self.faults),
+                "class_right": frac(self.class_right, self.faults), "xids": self.xids, "xid_right": frac(self.xid_right, self.xids),
+                "healthy": self.healthy, "healthy_fired": self.fired}
 
 
-def rows(corpus: Path = CORPUS) -> dict[str, list[dict[str, Any]]]:
-    return {p.name: [json.loads(l) for l in p.read_text(encoding="utf-8").splitlines() if l.strip()] for p in sorted(corpus.glob("*.jsonl"))}
+def corpus_files(path: Path) -> list[Path]:
+    """A file is itself; a folder is its *.jsonl, not its subfolders' (the held-out set stays out)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"no corpus file or folder at {path}")
+    return sorted(path.glob("*.jsonl"))
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not a JSON object: {e}") from e
+        if not isinstance(row, dict):
+            raise TypeError(f"{path}:{n}: not a JSON object")
+        out.append(row)
+    return out
+
+
+def rows(corpus: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Rows by file name. No argument: the MINED files (the set test_log_corpus holds)."""
+    files = [CORPUS / n for n in MINED] if corpus is None else corpus_files(corpus)
+    return {p.name: read_rows(p) for p in files}
+
+
+def dev_rows() -> dict[str, list[dict[str, Any]]]:
+    return rows(CORPUS)
+
+
+def heldout_rows() -> dict[str, list[dict[str, Any]]]:
+    return rows(HELDOUT)
+
+
+_GITHUB = re.compile(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)")
+
+
+def source_of(row: dict[str, Any]) -> str:
+    """The repository or report a row came from: 'owner/repo' for a file of a repository at a
+    commit, 'owner/repo#N' for an issue or pull request, else the provenance up to any remark."""
+    prov = str(row.get("provenance", ""))
+    m = _GITHUB.match(prov)
+    if m:
+        return f"{m.group(1)}#{m.group(2)}"
+    if "@" in prov.split(" ")[0] and "://" not in prov:
+        return prov.split("@")[0]
+    return prov.split(" (")[0]
 
 
 def events_of(row: dict[str, Any]) -> list[Any]:
@@ -83,31 +148,75 @@ def score_row(row: dict[str, Any]) -> Score:
     return s
 
 
-def score(corpus: Path = CORPUS) -> tuple[Score, dict[str, Score], dict[str, Score]]:
-    total, by_file, by_class = Score(), defaultdict(Score), defaultdict(Score)
-    for name, rs in rows(corpus).items():
+def class_of(row: dict[str, Any]) -> str:
+    return "healthy" if row.get("healthy") else row.get("fault") or ("xid" if "xid" in row else "any")
+
+
+@dataclass
+class Report:
+    total: Score
+    by_file: dict[str, Score]
+    by_class: dict[str, Score]
+    by_source: dict[str, Score]
+
+
+def score_rows(files: dict[str, list[dict[str, Any]]]) -> Report:
+    total = Score()
+    by_file: defaultdict[str, Score] = defaultdict(Score)
+    by_class: defaultdict[str, Score] = defaultdict(Score)
+    by_source: defaultdict[str, Score] = defaultdict(Score)
+    for name, rs in files.items():
         for row in rs:
             s = score_row(row)
             total.add(s)
             by_file[name].add(s)
-            by_class["healthy" if row.get("healthy") else row.get("fault") or ("xid" if "xid" in row else "any")].add(s)
-    return total, dict(by_file), dict(by_class)
+            by_class[class_of(row)].add(s)
+            by_source[source_of(row)].add(s)
+    return Report(total, dict(by_file), dict(by_class), dict(by_source))
 
 
-def main() -> int:
+def score(corpus: Path | None = None) -> tuple[Score, dict[str, Score], dict[str, Score]]:
+    """Total, per file and per class; no argument: the MINED files."""
+    r = score_rows(rows(corpus))
+    return r.total, r.by_file, r.by_class
+
+
+def _merge(paths: Iterable[Path]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        for p in corpus_files(path):
+            p = p.resolve()
+            out[str(p.relative_to(CORPUS)) if p.is_relative_to(CORPUS) else str(p)] = read_rows(p)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("corpus", nargs="?", type=Path, default=CORPUS)
+    ap.add_argument("paths", nargs="*", type=Path, help="corpus folders or .jsonl files (default: the development set)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--heldout", action="store_true", help="score only the held-out folder")
+    which.add_argument("--mined", action="store_true", help="score only the files the rules were built from")
+    ap.add_argument("--by-source", action="store_true", help="print a line per source (provenance repository or report)")
     ap.add_argument("--misses", action="store_true", help="print every row that missed")
-    args = ap.parse_args()
-    total, by_file, by_class = score(args.corpus)
-    for name, s in by_file.items():
+    args = ap.parse_args(argv)
+    if args.heldout:
+        files = _merge([HELDOUT])
+    elif args.mined:
+        files = _merge(CORPUS / n for n in MINED)
+    else:
+        files = _merge(args.paths or [CORPUS])
+    r = score_rows(files)
+    for name, s in r.by_file.items():
         print(json.dumps({"file": name, **s.as_dict()}))
-    for name, s in sorted(by_class.items()):
+    for name, s in sorted(r.by_class.items()):
         print(json.dumps({"class": name, **s.as_dict()}))
-    print(json.dumps({"total": True, **total.as_dict()}))
+    if args.by_source:
+        for name, s in sorted(r.by_source.items()):
+            print(json.dumps({"source": name, **s.as_dict()}))
+    print(json.dumps({"total": True, "files": len(r.by_file), "sources": len(r.by_source), **r.total.as_dict()}))
     if args.misses:
-        for m in total.misses:
-            print(json.dumps(m)[:400])
+        for m in r.total.misses:
+            print(json.dumps(m, ensure_ascii=False)[:400])
     return 0
 
 

@@ -6,6 +6,7 @@ COMMAND_NAMES = (
     "up",
     "broker",
     "collect",
+    "run",
     "diagnose",
     "remediate",
     "nodes",

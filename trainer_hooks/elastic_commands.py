@@ -1,0 +1,158 @@
+"""What `faultlens run` makes of the job's signed commands: pure rules, no torch, no Kafka.
+
+One `faultlens run` agent runs on every node of a torchrun job. Each reads the job's commands
+(all of them, job-level, as trainer_hooks.launcher does) into a ``CommandInbox`` and acts on the
+restart-type ones; its workers' hooks obey the same commands at their step boundary. When the
+workers start again, the agents of the new rendezvous round exchange what brought each of them
+there (``RoundNote``) through the round's store, and ``merge_round`` turns the notes into one
+``RoundPlan`` that every node uses: the same resume point on every rank, the same attempt
+number, and the `job`/`restart` event published once, by the round's first node.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from dataclasses import asdict, dataclass
+
+from faultlens.streams.command import Command
+from faultlens.trainer_hooks.exit_codes import EXIT_ACTION
+
+RESTART_ACTIONS = ("evict", "restart", "reattempt", "rollback")
+LEAVING_ACTIONS = (*RESTART_ACTIONS, "stop")
+
+
+def resume_of(action: str) -> str:
+    """The checkpoint a restart resumes from: the one before the last for a rollback, else the last."""
+    return "rollback" if action == "rollback" else "latest"
+
+
+def named_checkpoint(cmd: Command | None) -> str | None:
+    """The checkpoint a command names (``params.checkpoint``: a path the trainer can load), if any."""
+    value = (cmd.params or {}).get("checkpoint") if cmd is not None else None
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class RoundNote:
+    """What one node brings to a rendezvous round: its name and why its workers (re)start."""
+
+    node: str
+    attempt: int  # rounds this node has started before this one
+    action: str = ""  # the restart's action ("" for a first start or a peer's membership change)
+    command_id: str | None = None
+    reason: str = ""
+    resume: str = "latest"
+    checkpoint: str | None = None
+    nodes_out: tuple[str, ...] = ()
+    previous: tuple[str, ...] = ()  # the nodes of this node's previous round (none for its first)
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "RoundNote":
+        d = json.loads(raw)
+        d["nodes_out"] = tuple(d.get("nodes_out") or ())
+        d["previous"] = tuple(d.get("previous") or ())
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What every node of a round agrees on."""
+
+    nodes: tuple[str, ...]  # in group-rank order
+    attempt: int
+    resume: str
+    checkpoint: str | None
+    action: str
+    command_ids: frozenset[str]
+    reason: str
+    command_id: str | None
+
+
+def merge_round(notes: list[RoundNote]) -> RoundPlan:
+    """One plan from the notes of a round's nodes (given in group-rank order).
+
+    A rollback anywhere makes the round a rollback (ranks must not resume from different steps); a
+    named checkpoint wins over both; the attempt is the highest any node has seen plus one when any
+    node restarts; the reason is the first command's."""
+    nodes = tuple(n.node for n in notes)
+    restarted = [n for n in notes if n.action]
+    with_command = [n for n in restarted if n.command_id]
+    first = (with_command or restarted or [None])[0]
+    resume = "rollback" if any(n.resume == "rollback" for n in notes) else "latest"
+    checkpoint = next((n.checkpoint for n in notes if n.checkpoint), None)
+    seen = max((n.attempt for n in notes), default=0)
+    return RoundPlan(nodes=nodes, attempt=seen, resume=resume, checkpoint=checkpoint,
+                     action=first.action if first else "", reason=first.reason if first else "",
+                     command_id=first.command_id if first else None,
+                     command_ids=frozenset(n.command_id for n in notes if n.command_id))
+
+
+def action_of_exit_codes(codes: list[int]) -> str | None:
+    """The command action the workers' exit codes say they obeyed (trainer_hooks.exit_codes), or
+    None when any failed otherwise (a crash)."""
+    actions = {EXIT_ACTION.get(c) for c in codes}
+    if not codes or None in actions:
+        return None
+    # evict (75) before the others: a rank that left for an eviction speaks for its node
+    return min(actions, key=lambda a: ("evict", "stop", "rollback", "restart", "reattempt").index(a))
+
+
+class CommandInbox:
+    """The commands the listener passed on, for the agent's monitor loop to take in its own time.
+
+    ``nodes`` is the job's node list of the current round: an evict naming none of them (sent
+    before a restart swapped them out) is dropped, and so is a restart-type command a round
+    already carried out (``done``)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Command] = queue.Queue()
+        self.done: set[str] = set()
+        self.checks: Command | None = None  # the latest run_checks: it holds a crash's wait
+        self.checks_at = 0.0  # when it came (time.monotonic())
+
+    def put(self, cmd: Command) -> None:
+        self._queue.put(cmd)
+
+    def take(self, nodes: tuple[str, ...], seconds: float = 0.0) -> Command | None:
+        """The next restart-type or stop command for this job within ``seconds`` (0: only one
+        already here); run_checks are kept aside in ``checks``; checkpoint / capture_stacks are the
+        workers' business."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                cmd = self._queue.get(timeout=max(0.0, deadline - time.monotonic())) if seconds > 0 \
+                    else self._queue.get_nowait()
+            except queue.Empty:
+                return None
+            if cmd.action == "run_checks":
+                self.checks, self.checks_at = cmd, time.monotonic()
+            elif cmd.action in LEAVING_ACTIONS and cmd.id not in self.done:
+                if not (cmd.action == "evict" and not set(cmd.nodes) & set(nodes)):
+                    return cmd
+
+    def after_crash(self, nodes: tuple[str, ...], crash_wait: float) -> Command | None:
+        """The command that says how to go on after a crash, or None after ``crash_wait`` seconds.
+
+        A run_checks (before or during the wait) stretches it to the checks' own ``wait_s`` plus
+        ``crash_wait``: the remediator sends the evict or the reattempt once the machines answer,
+        and restarting meanwhile would put the job back on a suspect machine."""
+        deadline = self._held(time.monotonic() + crash_wait, crash_wait)
+        while (left := deadline - time.monotonic()) > 0:
+            checks_before = self.checks
+            cmd = self.take(nodes, min(left, 0.5))
+            if cmd is not None:
+                return cmd
+            if self.checks is not checks_before:
+                deadline = self._held(deadline, crash_wait)
+        return None
+
+    def _held(self, deadline: float, crash_wait: float) -> float:
+        wait_s = (self.checks.params or {}).get("wait_s") if self.checks is not None else None
+        if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400):
+            return deadline
+        return max(deadline, self.checks_at + float(wait_s) + crash_wait)

@@ -18,6 +18,7 @@ from tools.log_corpus_score import (
     HELDOUT,
     MINED,
     corpus_files,
+    main,
     read_rows,
     source_of,
 )
@@ -82,3 +83,25 @@ def test_rows_are_read_with_a_clear_error(tmp_path: Path):
     bad.write_text(json.dumps({"line": "x", "source": "kernel", "healthy": True, "provenance": "p"}) + "\n{not json\n")
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_rows(bad)
+
+
+def test_sources_are_the_report_or_the_repository():
+    assert source_of({"provenance": "https://github.com/NVIDIA/nccl/issues/1405"}) == "NVIDIA/nccl#1405"
+    assert source_of({"provenance": "https://github.com/openwrt/openwrt/pull/16419"}) == "openwrt/openwrt#16419"
+    assert source_of({"provenance": "leptonai/gpud@4a8de33a pkg/kmsg/testdata/kmsg.1.log"}) == "leptonai/gpud"
+
+
+def test_the_scorer_reads_a_file_a_folder_and_never_a_subfolder(tmp_path: Path, capsys):
+    rows = [{"line": "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", "source": "kernel", "fault": "gpu_lost",
+             "xid": 79, "provenance": "https://github.com/o/r/issues/1"},
+            {"line": "IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready", "source": "kernel", "healthy": True,
+             "provenance": "https://github.com/o/r/issues/2"}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "heldout").mkdir()
+    (tmp_path / "heldout" / "b.jsonl").write_text(json.dumps({**rows[0], "line": "x"}) + "\n")
+    for target in (tmp_path, tmp_path / "a.jsonl"):
+        assert main([str(target), "--by-source"]) == 0
+        out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        total = next(o for o in out if o.get("total"))
+        assert (total["faults"], total["healthy"], total["sources"], total["files"]) == (1, 1, 2, 1)
+        assert {o["source"] for o in out if "source" in o} == {"o/r#1", "o/r#2"}

@@ -72,6 +72,11 @@ class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
     tick_every_s: float = 1.0  # event-time cadence of the absence detectors
     grace_s: float = 30.0  # wall seconds without events before the wall clock moves a job's time
+    # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
+    # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
+    # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by
+    # whatever elapsed, as a late tick on a loaded machine does).
+    wall_rate: float = 1.0
     max_lateness_s: float = 900.0  # a telemetry sample this far behind its job's time is not judged
     implicit: bool = True  # hang / fail-slow localisation (diagnosis.implicit)
     implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
@@ -343,7 +348,7 @@ class Engine:
             idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
             if idle <= self.config.grace_s:
                 continue
-            target = lane.arrival_now + (idle - self.config.grace_s)
+            target = lane.arrival_now + (idle - self.config.grace_s) * self.config.wall_rate
             if target <= lane.now:
                 continue
             if lane.now == lane.arrival_now:

@@ -111,10 +111,12 @@ def client_settings(request, kafka_settings) -> KafkaSettings:
 
 
 def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | None, predicate, *,
-                     timeout_s: float = 30.0) -> list:
+                     timeout_s: float = 30.0, progress=None, limit_s: float = 1800.0) -> list:
     """The records of ``job`` on ``topic`` (as :func:`job_records` reads them) once
-    ``predicate(records)`` holds, or all of them read by ``timeout_s``: everything that was on the
-    topic when the wait began, then what comes, each record read once.
+    ``predicate(records)`` holds: everything that was on the topic when the wait began, then what
+    comes, each record read once. Without ``progress``, all of them read by ``timeout_s``; with it,
+    all of them read once ``progress(records)`` stayed the same for ``timeout_s`` (the wait goes on
+    while what it watches moves: tests/progress.py), or by ``limit_s`` in all.
 
     One reader for the whole wait. test_agent_e2e re-read the topic from its start every few
     seconds, each read cut off after 3 s: on a session broker whose telemetry.nccl other tests had
@@ -125,7 +127,8 @@ def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | No
 
     from faultlens.streams.kafka_client import open_consumer
 
-    deadline = time.monotonic() + timeout_s
+    start = moved = time.monotonic()
+    seen = progress(()) if progress is not None else None
     out: list = []
     consumer = open_consumer(settings, None)
     try:
@@ -136,12 +139,21 @@ def wait_for_records(settings: KafkaSettings, topic: str, decoder, job: str | No
         # judges the latest record it waited for, not an early one that happened to come first.
         first = consumer.beginning_offsets(parts)
         behind = {tp: end for tp, end in consumer.end_offsets(parts).items() if end > first.get(tp, 0)}
-        while time.monotonic() < deadline:
+        while True:
             for tp, records in consumer.poll(timeout_ms=200).items():
                 out += [v for r in records if (v := _of_job(decoder, r.value, job)) is not None]
                 if tp in behind and records[-1].offset + 1 >= behind[tp]:
                     del behind[tp]
             if not behind and predicate(out):
+                break
+            now = time.monotonic()
+            if progress is None:
+                if now - start >= timeout_s:
+                    break
+                continue
+            if (current := progress(out)) != seen:
+                seen, moved = current, now
+            if now - moved >= timeout_s or now - start >= limit_s:
                 break
     finally:
         consumer.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from faultlens.parsing.exceptions import judge
+
 _NCCL_ERR = re.compile(
     r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
     # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
@@ -21,11 +23,13 @@ _CUDA_ERR = re.compile(
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
     r"|(?P<cuerr>\bcudaError\w+)"
     r"|(?P<oom>CUDA out of memory)"
-    r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*)"
+    r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
+    r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error)"
 )
 
-# A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message.
-_HEADLESS = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
+# A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
+# whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
+_HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
 _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
                           r"expected scalar type|dimension out of range|index out of range")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
@@ -82,7 +86,7 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     """A bare ``Type: message`` line judged without frames: a CUDA / NCCL error by its text, a type
     that says the program is wrong (ValueError, KeyError, a shape mismatch) is user code, torch's
     runtime types ask for a stop-time diagnosis; any other type is too weak to call (None)."""
-    m = _HEADLESS.match(msg.strip())
+    m = _HEADLESS.search(msg.strip())
     if not m:
         return None
     etype, message = m.group("type"), m.group("msg").strip()
@@ -94,6 +98,9 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     nccl = classify_nccl(text)
     if nccl:
         return ExceptionLine(etype, message, "nccl_error", "reattempt", "error", nccl)
+    verdict = judge(etype, message)
+    if verdict is not None:
+        return ExceptionLine(etype, message, verdict.fault, verdict.action, "error", verdict.errno)
     if short in USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:

@@ -15,7 +15,9 @@ import re
 from typing import Any, Sequence
 
 from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
+from faultlens.parsing import fallback
 from faultlens.parsing.alarm import looks_alarming
+from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
 from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from faultlens.parsing.timestamps import split_timestamp
@@ -91,6 +93,7 @@ class KernelLogParser:
         self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
+        self._benign = benign_for(self.source)
         self._n = 0
         self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
         self._context_pci: str | None = None
@@ -112,7 +115,18 @@ class KernelLogParser:
             self._clock = ("wall", stamped.ts if stamped.ts is not None else ts)
         else:
             self._clock = None
-        found = self._classify(stamped.message, text)
+        msg = stamped.message
+        if self._benign.match(msg) is not None:
+            self.stats.recognised += 1
+            self.stats.benign += 1
+            return []  # known noise (parsing/benign.toml): no rule may act on it
+        found = self._classify(msg, text)
+        if found is None:
+            found, basis = fallback.kernel_line(msg, text)
+            if basis == "subsystem":
+                self.stats.by_subsystem += 1
+            elif basis == "model":
+                self.stats.by_model += 1
         if found is None:
             self.stats.skipped += 1
             self._unrecognised(stamped.message, text)

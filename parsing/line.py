@@ -41,10 +41,15 @@ class ParserStats:
     events: int = 0
     # Skipped lines that look like trouble (parsing.alarm): a rule may be missing for them.
     alarming: int = 0
+    # Recognised lines that are known noise (parsing/benign.toml): no event.
+    benign: int = 0
+    # Recognised lines taken by their subsystem's class (parsing/subsystems.toml) or by the model.
+    by_subsystem: int = 0
+    by_model: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"lines": self.lines, "recognised": self.recognised, "skipped": self.skipped, "garbled": self.garbled, "events": self.events,
-                "alarming": self.alarming}
+                "alarming": self.alarming, "benign": self.benign, "by_subsystem": self.by_subsystem, "by_model": self.by_model}
 
 
 # Called with each skipped line that looks alarming (its message without the clock).

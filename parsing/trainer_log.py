@@ -15,8 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from faultlens.parsing import fallback
 from faultlens.parsing.alarm import looks_alarming
+from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
+from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
 from faultlens.parsing.timestamps import split_timestamp
@@ -112,6 +115,7 @@ class TrainerLogParser:
         self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
+        self._benign = benign_for(self.source)
         self._n = 0
         self._open: dict[tuple[str, int] | None, _Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
@@ -161,6 +165,14 @@ class TrainerLogParser:
                             if data.get("rank") is None:
                                 data["rank"] = rank
                     out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found)
+        if not absorbed and not out and looks_alarming(msg) and self._benign.match(msg) is None:
+            guessed = fallback.model_line(msg, text, self.source, rank=prefix_rank if prefix_rank is not None else _rank(msg))
+            if guessed and self._fold(key, guessed[0][1]["fault"]):
+                absorbed = True  # the detail of an error of that class just reported (NCCL's "Last error:" lines)
+            elif guessed:
+                self.stats.by_model += 1
+                self._folded[(key, guessed[0][1]["fault"])] = (self._n, self._t)
+                out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in guessed)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -220,6 +232,7 @@ class TrainerLogParser:
         short = (etype or "").rsplit(".", 1)[-1]
         user_code = False
         extra: dict[str, Any] = {}
+        verdict = None if truncated or cuda or nccl else judge(etype, message or "")
         if truncated:
             fault, action, severity = "unknown", "stop_time_diagnosis", "warn"
         elif cuda:
@@ -228,6 +241,13 @@ class TrainerLogParser:
         elif nccl:
             extra["error"] = nccl
             fault, action, severity = "nccl_error", "reattempt", "error"
+        elif verdict is not None:
+            # The machine's trouble (a full or failing disk, host memory) even when a frame of the
+            # program's own raised it: the errno and the message say what broke.
+            fault, action, severity = verdict.fault, verdict.action, "error"
+            extra["judged_by"] = verdict.why
+            if verdict.errno:
+                extra["errno"] = verdict.errno
         elif short == "ChildFailedError":
             # torchrun's summary of a rank that already failed: the rank's own traceback is the evidence.
             fault, action, severity = "unknown", "none", "info"

@@ -20,6 +20,12 @@ _HANDLED = frozenset(
 )
 
 
+# Lines classified by their subsystem or by the line model (parsing/fallback.py) are suspicions:
+# whatever the event says, they may ask for no more than an alert (docs/design.md §1, evidence
+# before eviction). The parser already caps them; this holds for any producer of such events.
+SUSPICION_BASES = frozenset({"subsystem", "model"})
+SUSPICION_CEILING = ("none", "alert")
+
 # Code records with no rule family of their own.
 _UNREAD = frozenset({("kernel", "sxid"), ("kernel", "pcie_aer"), ("kernel", "edac"), ("kernel", "segfault")})
 
@@ -33,6 +39,8 @@ class CatalogueRule:
         if not rule or key in _HANDLED:
             return []
         fault, action = parsed_fault(event, "unknown", "none")
+        if event.data.get("basis") in SUSPICION_BASES and action not in SUSPICION_CEILING:
+            action = "alert"
         if action == "none":
             return []  # record only (an NFS server back, a healthy state change)
         if fault == "unknown" and key in _UNREAD:

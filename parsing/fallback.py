@@ -1,0 +1,65 @@
+"""What a parser does with a line its code and its catalogue did not take: the subsystem that wrote
+it and how bad it says it is (kernel lines), then the learned model (any line that looks alarming).
+
+Events made here carry ``basis`` (``subsystem`` or ``model``) and a ``finding`` that says how the
+line was classified; their action is at most ``alert`` (docs/design.md §1, evidence before
+eviction: one generic error line of a disk or a NIC is a suspicion; a repeat or a second signal
+is diagnosis's to weigh). Lines neither takes stay unrecognised: counted, mined and shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faultlens.parsing import line_model
+from faultlens.parsing.line import common
+from faultlens.parsing.severity import Severity, severity_of
+from faultlens.parsing.subsystems import Attribution, attribute
+
+Found = list[tuple[str, dict[str, Any]]]
+# The most a line classified by its subsystem or by the model may ask.
+CEILING = "alert"
+
+
+def kernel_line(msg: str, raw: str) -> tuple[Found | None, str]:
+    """(events, basis) of an unclaimed kernel line: its subsystem's class when the line is an error
+    of a subsystem with a class; the model's guess for another error line; (None, '') otherwise."""
+    sev = severity_of(msg, raw)
+    if not sev.is_error:
+        return None, ""
+    att = attribute(msg)
+    if att is not None and att.fault is not None:
+        return [("subsystem_error", _subsystem_data(raw, att, sev))], "subsystem"
+    found = model_line(msg, raw, "kernel", subsystem=att.subsystem if att else None, severity=sev)
+    return found, ("model" if found else "")
+
+
+def _subsystem_data(raw: str, att: Attribution, sev: Severity) -> dict[str, Any]:
+    how = "known subsystem" if att.known else "driver named by the line's shape, class by its device"
+    data = common(raw, att.fault or "unknown", att.action if att.action in ("none", CEILING) else CEILING, "error",
+                  rule=f"subsystem.{att.subsystem}", subsystem=att.subsystem, tag=att.tag, basis="subsystem",
+                  finding=f"classified by subsystem {att.subsystem} ({how}) and severity ({sev.why()})")  # fmt: skip
+    if att.device:
+        data["device"] = att.device
+    if sev.priority is not None:
+        data["priority"] = sev.priority
+    return data
+
+
+def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None, severity: Severity | None = None,
+               **extra: Any) -> Found | None:
+    """A ``suspect_line`` event when the model names a fault class with confidence, else None."""
+    model = line_model.current()
+    if model is None:
+        return None
+    guess = model.guess(msg, source)
+    if guess is None:
+        return None
+    data = common(raw, guess.fault, CEILING, "warn", rule="model", basis="model", confidence=guess.confidence,
+                  finding=f"the line model reads {guess.fault} with confidence {guess.confidence:.2f}; no rule or subsystem took the line",
+                  **extra)  # fmt: skip
+    if subsystem:
+        data["subsystem"] = subsystem
+    if severity is not None and severity.priority is not None:
+        data["priority"] = severity.priority
+    return [("suspect_line", data)]

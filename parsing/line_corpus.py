@@ -1,0 +1,64 @@
+"""The line model's training material: the real-line corpus (tests/fixtures/log_corpus/*.jsonl,
+each row with its provenance) and the shipped tables' examples, grouped by the source they came
+from, so a model can be trained without one source and scored on it (bench/bench_log_recognition.py).
+
+``faultlens parse --train-model`` retrains the shipped model from all of it. The held-out folder
+(tests/fixtures/log_corpus/heldout) is never read here: it judges, it does not teach.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from faultlens.parsing import line_model
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_corpus"
+_REPO = re.compile(r"^(?:https?://github\.com/)?([A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*?)(?:@|\s|/(?:issues|pull|blob|tree|discussions)\b|$)")
+
+
+@dataclass(frozen=True)
+class Sample:
+    source: str  # kernel / nccl
+    line: str
+    label: str  # a fault class or "healthy"
+    origin: str  # where it came from: a repository (owner/name) or the corpus file
+
+
+def origin_of(provenance: str, file: str) -> str:
+    """The repository a provenance names (``leptonai/gpud@4a8de33a ...``, a GitHub URL), else the file."""
+    m = _REPO.match((provenance or "").strip())
+    return m.group(1).lower() if m else file
+
+
+def read_rows(corpus: Path = CORPUS) -> dict[str, list[dict[str, Any]]]:
+    """The corpus files' rows by file name (top folder only: the held-out folder stays out)."""
+    out = {}
+    for path in sorted(corpus.glob("*.jsonl")):
+        out[path.name] = [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+    return out
+
+
+def samples(corpus: Path = CORPUS, *, tables: bool = True) -> list[Sample]:
+    out = []
+    for name, rows in read_rows(corpus).items():
+        for row in rows:
+            for source, line, label in line_model.corpus_samples([row]):
+                out.append(Sample(source, line, label, origin_of(row.get("provenance", ""), name)))
+    if tables:
+        out.extend(Sample(source, line, label, origin_of(prov, "tables")) for source, line, label, prov in line_model.table_samples())
+    return out
+
+
+def train(items: Iterable[Sample]) -> line_model.LineModel:
+    return line_model.train([(s.source, s.line, s.label) for s in items])
+
+
+def retrain_shipped(corpus: Path = CORPUS, out: Path = line_model.SHIPPED) -> line_model.LineModel:
+    """Train on everything and write the shipped model (``faultlens parse --train-model``)."""
+    model = train(samples(corpus))
+    line_model.save(model, out)
+    return model

@@ -1,0 +1,86 @@
+"""How bad a kernel line says it is: the priority its own format carries, else its words.
+
+The kernel states a level with every record (``/dev/kmsg``'s ``3,123,456,-;`` header, printk's
+``<3>``, ``dmesg -x``'s ``kern :err :``); the node agent's kmsg follower keeps that header on the
+line (collectors/kernel_follower.py), so the level is read here, not guessed. Lines read from a
+file or ``dmesg`` without ``-x`` carry none: then the words decide (error, fail, timeout, abort,
+corruption, medium error, lost, reset, unrecoverable, ...), with the phrases that say the opposite
+(``no errors``, the mount option ``errors=remount-ro``) taken out first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from faultlens.parsing.alarm import kernel_priority
+
+# Syslog levels: 0 emerg, 1 alert, 2 crit, 3 err, 4 warning, 5 notice, 6 info, 7 debug.
+ERR = 3
+WARNING = 4
+
+_QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
+          "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
+          "oops", "lockup", "bug:", "starv")
+_QUICK_RE = re.compile("|".join(re.escape(q) for q in _QUICK))
+# Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
+_WORDS = re.compile(
+    r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
+    r"medium error|lost|resets?|resetting|unrecoverable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
+    r"offline|not responding|panic|general protection fault|oops|(?:soft|hard) lockup|starved)\b|"
+    r"\bBUG: |rc = -\d+|status: -\d+",
+    re.IGNORECASE,
+)
+# Phrases whose error words say all is well; removed before the words are read.
+_NEUTRAL = re.compile(
+    r"\b(?:no|0|zero|without) (?:errors?|failures?)\b|errors=[\w-]+|error[_ ]?(?:handling|recovery) (?:enabled|supported)|"
+    r"\berror count(?:er)?s? (?:cleared|reset)|reset (?:done|complete[d]?)|\bnot (?:an )?error\b|"
+    r"\b(?:link|port) reset\b|\bresets? (?:to|the) default|\bcorrect(?:able|ed) errors?\b|"
+    r"\berrors? (?:collector|handler|handling|reporting|injection|detection)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Severity:
+    """``priority``: the level the line carried (None: none); ``words``: the error words read."""
+
+    priority: int | None
+    words: tuple[str, ...]
+
+    @property
+    def is_error(self) -> bool:
+        """An error by its own level (err or worse), or, with no level, by its words. A level of
+        notice or below wins over words: the kernel printed it as information."""
+        if self.priority is not None:
+            return self.priority <= ERR or (self.priority == WARNING and bool(self.words))
+        return bool(self.words)
+
+    def why(self) -> str:
+        parts = []
+        if self.priority is not None:
+            parts.append(f"priority {self.priority}")
+        if self.words:
+            parts.append("words: " + ", ".join(self.words))
+        return "; ".join(parts) or "no sign of trouble"
+
+
+def error_words(message: str) -> tuple[str, ...]:
+    """The error words of ``message`` (lowered, unique, in order), without the neutral phrases."""
+    low = message.lower()
+    if not _QUICK_RE.search(low):
+        return ()
+    if "error" in low or "reset" in low or "fail" in low:
+        message = _NEUTRAL.sub(" ", message)
+    seen: dict[str, None] = {}
+    for m in _WORDS.finditer(message):
+        seen.setdefault(m.group(0).lower(), None)
+    return tuple(seen)
+
+
+def severity_of(message: str, raw: str | None = None, priority: int | None = None) -> Severity:
+    """The line's severity: ``priority`` when the caller has it (journald's PRIORITY), else the
+    one the raw line's format states, and the error words of the message either way."""
+    if priority is None and raw:
+        priority = kernel_priority(raw)
+    return Severity(priority, error_words(message))

@@ -1,0 +1,175 @@
+"""Which kernel subsystem wrote a line, and the fault class of that subsystem (parsing/subsystems.toml).
+
+Recognition by message text breaks on the next driver version; the subsystem that wrote a line
+does not: every kernel message starts with its driver's or subsystem's tag (``XFS (dm-0):``,
+``nvme nvme1:``, ``mlx5_core 0000:01:00.0 eth0:``, ``LustreError:``). The tag is read by the shape
+of the line, so a driver the table does not know is still named (``data.subsystem``), and the
+device it names (a block device, a network interface) gives its class when the table cannot.
+
+Pure functions over one message; the table is data, loaded once.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+
+TABLE = Path(__file__).resolve().parent / "subsystems.toml"
+# A tag sits at the start of the message: a colon further in is part of the text.
+MAX_TAG = 48
+
+_PCI_ADDR = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+# Devices whose name says what they are (the generic "driver DEVICE: message" shape).
+_BLOCK_DEV = re.compile(r"^\(?(?:device )?(?:sd[a-z]+\d*|nvme\d+(?:n\d+(?:p\d+)?)?|vd[a-z]+\d*|xvd[a-z]+\d*|dm-\d+|md\d+|hd[a-z]\d*|mmcblk\d+)\)?,?$")
+_NET_DEV = re.compile(r"^(?:eth\d+|en[a-z0-9]+|ib\d+|ibp\w+|ens\w+|eno\w+|bond\d+|mlx5_\d+|hsn\d+|efa_\d+|rdma\d+)$")
+_BRACKET = re.compile(r"\[[^\]]*\]$")
+# pdsh / clush put "host: " before each line, so the kernel's own clock and tag follow it.
+_HOST_LABEL = re.compile(r"^[\w.\-]+: \[\s*\d+\.\d+\]\s*")
+# A network interface named before the first ": " of a driver's line whose bus address is not PCI (USB ...).
+_NETDEV_COLON = re.compile(r"\s((?:eth|en|ib|bond|hsn|wl)[\w.\-]*\d):\s")
+_SYSLOG_KERNEL = "kernel: "
+
+
+class SubsystemTableError(ValueError):
+    """The table cannot be used; the message names the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subsystem:
+    name: str
+    fault: str
+    action: str = "alert"
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """``subsystem``: the table's name, or the tag itself for a driver the table lacks; ``fault``:
+    the class (None: neither the table nor the device says); ``device``: what the line names."""
+
+    subsystem: str
+    tag: str
+    fault: str | None
+    action: str
+    device: str | None = None
+    known: bool = True
+
+
+@dataclass(frozen=True)
+class SubsystemTable:
+    by_tag: dict[str, Subsystem]
+    prefixes: tuple[tuple[str, Subsystem], ...]
+    phrases: tuple[tuple[str, Subsystem], ...]
+
+    def lookup(self, tag: str) -> Subsystem | None:
+        sub = self.by_tag.get(tag)
+        if sub is None:
+            stripped = tag.rstrip("0123456789.:")
+            sub = self.by_tag.get(stripped) if stripped and stripped != tag else None
+        if sub is None:
+            for prefix, s in self.prefixes:
+                if tag.startswith(prefix):
+                    return s
+        return sub
+
+
+def parse_table(text: str, origin: str) -> SubsystemTable:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SubsystemTableError(f"{origin}: not TOML: {exc}") from None
+    by_tag: dict[str, Subsystem] = {}
+    prefixes: list[tuple[str, Subsystem]] = []
+    phrases: list[tuple[str, Subsystem]] = []
+    for i, raw in enumerate(doc.get("subsystem", ())):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str) or not name:
+            raise SubsystemTableError(f"{origin}: subsystem {i + 1} needs a name")
+        fault, action = raw.get("fault"), raw.get("action", "alert")
+        if fault not in FAULT_CLASSES:
+            raise SubsystemTableError(f"{origin}: subsystem {name!r}: fault {fault!r} is not a fault class")
+        if action not in ACTIONS:
+            raise SubsystemTableError(f"{origin}: subsystem {name!r}: action {action!r} is not an action")
+        sub = Subsystem(name, fault, action)
+        for tag in raw.get("tags", ()):
+            if tag.lower() in by_tag:
+                raise SubsystemTableError(f"{origin}: tag {tag!r} twice ({by_tag[tag.lower()].name} and {name})")
+            by_tag[tag.lower()] = sub
+        prefixes.extend((p.lower(), sub) for p in raw.get("prefixes", ()))
+        phrases.extend((p, sub) for p in raw.get("phrases", ()))
+    # Longest prefix first: "nvidia-nvswitch" before "nvidia".
+    prefixes.sort(key=lambda ps: -len(ps[0]))
+    return SubsystemTable(by_tag, tuple(prefixes), tuple(phrases))
+
+
+@lru_cache(maxsize=1)
+def shipped() -> SubsystemTable:
+    return parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name)
+
+
+def tag_of(message: str) -> tuple[str, str | None]:
+    """(tag, device) of a kernel message by its shape: the first word before the first colon
+    (lowered, ``[pid]`` dropped) and the word after it when that names a device; ('', None) when
+    the line starts with text rather than a tag."""
+    msg = message.lstrip()
+    if msg.startswith(_SYSLOG_KERNEL):
+        msg = msg[len(_SYSLOG_KERNEL):]
+    label = _HOST_LABEL.match(msg)
+    if label:
+        msg = msg[label.end():]
+    colon = msg.find(":", 0, MAX_TAG)
+    if colon <= 0:
+        return "", None
+    head = msg[:colon].split()
+    if not head:
+        return "", None
+    first = head[0]
+    if first.endswith("]") and "[" in first and not first.startswith("["):
+        first = _BRACKET.sub("", first)
+    device = None
+    if len(head) > 1:
+        second = head[1]
+        if second.startswith("(") or _BLOCK_DEV.match(second) or _NET_DEV.match(second):
+            device = second.strip("(),")
+        elif len(head) > 2 and _NET_DEV.match(head[2]):
+            device = head[2]
+        elif second[:4].isalnum():
+            # "mlx5_core 0000:..." splits at the PCI address's first colon: the rest of it is the device.
+            rest = msg[len(msg[:colon]) - len(second):].split(None, 1)[0].rstrip(":")
+            device = rest if _PCI_ADDR.match(rest) else None
+        if device is None:
+            nm = _NETDEV_COLON.search(msg, 0, 96)
+            device = nm.group(1) if nm else None
+    return first.lower(), device
+
+
+def _class_of_device(device: str | None) -> str | None:
+    if not device:
+        return None
+    if _BLOCK_DEV.match(device):
+        return "storage"
+    if _NET_DEV.match(device):
+        return "nic"
+    return None
+
+
+def attribute(message: str, table: SubsystemTable | None = None) -> Attribution | None:
+    """The subsystem that wrote ``message``, or None when the line has no tag and no known phrase."""
+    table = table or shipped()
+    tag, device = tag_of(message)
+    if tag:
+        sub = table.lookup(tag)
+        if sub is not None:
+            return Attribution(sub.name, tag, sub.fault, sub.action, device)
+    for phrase, sub in table.phrases:
+        if phrase in message:
+            return Attribution(sub.name, phrase.lower(), sub.fault, sub.action, device)
+    if not tag or not tag[0].isalpha():
+        return None
+    # A driver the table lacks: named by the shape of its line; its class from the device, if any.
+    fault = _class_of_device(device)
+    return Attribution(tag, tag, fault, "alert", device, known=False)

@@ -15,6 +15,7 @@ import pytest
 
 from faultlens.demo import processes as pipeline
 from faultlens.streams.broker import free_port
+from tests.progress import files_size, procs_progress, wait_until
 
 XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
 
@@ -38,8 +39,17 @@ def test_up_and_collect_side_by_side_share_one_broker_and_the_xid_is_diagnosed(t
     kernel_log.write_text("")
     up = pipeline.faultlens("up", ["up", "--db", str(tmp_path / "h.duckdb"), "--grace", "5"], env, tmp_path)
     collect = None
+
+    def until(condition, what: str):
+        """Waited for while the processes print, log (at INFO) or write (decisions, the history): a
+        minute of none of it fails, never a fixed time a busy machine outruns."""
+        procs = [p for p in (up, collect) if p is not None]
+        written = (home / "remediation-decisions.jsonl", tmp_path / "h.duckdb")
+        return wait_until(condition, progress=lambda: (procs_progress(procs), files_size(*written)), stall_s=60,
+                          what=what, explain=lambda: "\n".join(p.tail() for p in procs), poll_s=0.2)
+
     try:
-        ready = pipeline.wait_until(lambda: up.find(lambda l: l.get("event") == "ready"), 90)
+        ready = until(lambda: up.find(lambda l: l.get("event") == "ready"), "up's ready line")
         assert ready, up.tail()
         registered = json.loads((home / "broker.json").read_text())
         assert registered["bootstrap"] == ready[0]["bootstrap"]
@@ -47,13 +57,13 @@ def test_up_and_collect_side_by_side_share_one_broker_and_the_xid_is_diagnosed(t
         collect = pipeline.faultlens("collect", ["collect", "--job", "realjob", "--node", "n1", "--no-nvml", "--no-net",
                                                  "--kernel-log", str(kernel_log), "--heartbeat-interval", "2"],
                                      env, tmp_path)
-        started = pipeline.wait_until(lambda: collect.find(lambda l: l.get("event") == "started"), 60)
+        started = until(lambda: collect.find(lambda l: l.get("event") == "started"), "collect's started line")
         assert started, collect.tail()
         assert started[0]["bootstrap"] == registered["bootstrap"]  # the same broker, not a private one
         with kernel_log.open("a") as fh:
             fh.write(XID_79)
-        decided = pipeline.wait_until(
-            lambda: [d for d in _decisions(home) if d["job"] == "realjob" and d["fault"] == "gpu_lost"], 60)
+        decided = until(lambda: [d for d in _decisions(home) if d["job"] == "realjob" and d["fault"] == "gpu_lost"],
+                        "remediation's decision on the Xid 79")
         assert decided, up.tail() + collect.tail()
         assert decided[0]["nodes"] == ["n1"] and decided[0]["action"] == "evict"
         assert "private" not in collect.tail() and "started an embedded" not in collect.tail()

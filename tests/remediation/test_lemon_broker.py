@@ -31,6 +31,7 @@ from faultlens.streams.runner import GroupRunner
 from faultlens.streams.signing import SigningKey
 from faultlens.streams.topology import Topology
 from tests.kafka_fixtures import job_records
+from tests.progress import wait_until
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()
@@ -231,10 +232,17 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
     worker = threading.Thread(target=runner.run, kwargs={"handle_signals": False}, daemon=True)
     worker.start()
     try:
-        deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline and runner.stats.records_in < sent:
-            time.sleep(0.5)
-        time.sleep(4.0)  # ticks past the last line: anything held is decided
+        wait_until(lambda: runner.stats.records_in >= sent, progress=lambda: runner.stats.records_in, stall_s=60,
+                   what=f"diagnosis to read the {sent} records")
+        # Ticks past each job's last line (the wall clock moves a quiet job's time after the 2 s
+        # grace): anything held is decided. Waited for in event time, not slept for.
+        last = {a: t0 + 5.01 + 999 * 0.01, b: t0 + 305 + 999 * 0.01}
+
+        def times() -> tuple:
+            return tuple(diagnose.engine.job_time(job) or float("-inf") for job in (a, b))
+
+        wait_until(lambda: all(t >= last[job] + 2.0 for job, t in zip((a, b), times())), progress=times, stall_s=60,
+                   what="each job's time to pass its last line by 2 s")
     finally:
         runner.stop()
         worker.join(30)

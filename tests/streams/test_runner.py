@@ -3,7 +3,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import orjson
 import pytest
@@ -12,6 +11,7 @@ from faultlens.streams.events import Envelope, encode
 from faultlens.streams.producer import Outgoing, Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.runner import DEAD_LETTER_TOPIC, GroupRunner
+from tests.progress import files_size, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -121,9 +121,11 @@ def test_sigkill_after_processing_before_commit_redelivers(client_settings, grou
     child = subprocess.Popen([sys.executable, "-m", "tests.streams.killable_consumer", client_settings.bootstrap,
                               topic, group_name, str(first), "hang"], env=env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (first.exists() and first.read_text().strip()):
-            time.sleep(0.2)
+        # Its first records processed, however long its start takes on a busy machine; a child
+        # that died or wrote nothing for a minute fails here.
+        wait_until(lambda: child.poll() is not None or (first.exists() and first.read_text().strip()),
+                   progress=lambda: files_size(first), stall_s=60, what="the killable consumer's first records",
+                   poll_s=0.2)
         processed = set(first.read_text().split())
         assert processed, "the consumer processed nothing before the kill"
     finally:

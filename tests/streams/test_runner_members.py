@@ -8,6 +8,7 @@ import time
 import pytest
 
 from faultlens.streams.runner import GroupRunner
+from tests.progress import wait_until
 from tests.streams.test_runner import events, publish
 
 pytestmark = pytest.mark.broker
@@ -30,9 +31,7 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     first = GroupRunner(client_settings, group_name, [topic], slow(seen_a), max_records=10)
     t_first = threading.Thread(target=first.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
     t_first.start()
-    deadline = time.monotonic() + 60
-    while len(seen_a) < 30 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: len(seen_a) >= 30, progress=lambda: len(seen_a), stall_s=60, what="the first member's 30 records")
     second = GroupRunner(client_settings, group_name, [topic], slow(seen_b), max_records=10)
     t_second = threading.Thread(target=second.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
     t_second.start()
@@ -86,9 +85,8 @@ def test_a_member_keeping_partitions_through_a_rebalance_hands_nothing_on_twice(
     # first leave, takes its partitions and reads what it had held.
     t_first = threading.Thread(target=member(seen_a).run, kwargs={"idle_stop_s": 4, "handle_signals": False})
     t_first.start()
-    deadline = time.monotonic() + 60
-    while len(seen_a) < 100 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: len(seen_a) >= 100, progress=lambda: len(seen_a), stall_s=60,
+               what="the first member's 100 records")
     t_second = threading.Thread(target=member(seen_b).run, kwargs={"idle_stop_s": 9, "handle_signals": False})
     t_second.start()
     for t in (producer, t_first, t_second):

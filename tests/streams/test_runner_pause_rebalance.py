@@ -6,7 +6,6 @@ fetched again, and a node-stage member sat beside thousands of unread records (i
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from kafka.structs import TopicPartition
@@ -14,6 +13,7 @@ from kafka.structs import TopicPartition
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner import GroupRunner
 from faultlens.streams.runner_rebalance import RebalanceListener
+from tests.progress import wait_until
 from tests.streams.test_runner import events, publish
 
 pytestmark = pytest.mark.broker
@@ -61,9 +61,7 @@ def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_s
         # Seen twice under CI's load before streams/kafka_client.py asked for the rejoin itself:
         # kafka-python 3.0.12 never applied the assignment of a join that outlasted its poll.
         assert reassigned.wait(60), "no assignment within 60 s of the member's second subscription"
-        deadline = time.monotonic() + 60
-        while len(seen) < N and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(seen) >= N, progress=lambda: len(seen), stall_s=60, what=f"the member's {N} records")
     finally:
         runner.stop()
         member.join(30)

@@ -1,0 +1,105 @@
+"""What the Lightning and Hugging Face callbacks share: making their TrainerHook, counting a batch's
+tokens, a step's gradient norm and loss, and choosing the checkpoint a restarted run resumes from.
+
+No framework is imported here (trainer_hooks/lightning.py and trainer_hooks/hf.py do that); torch
+only inside the functions that take tensors, so importing this module costs nothing.
+
+A restart-type command (restart, rollback, reattempt, evict) ends the training process at a step
+boundary with the code of trainer_hooks.exit_codes, as for a plain loop; the launcher (`faultlens
+run`) starts the workers again with FAULTLENS_RESUME (``latest`` or ``rollback``) and, when the
+command named one, FAULTLENS_CHECKPOINT. :func:`resume_choice` turns those into the checkpoint to
+hand to the framework's own resume (``fit(ckpt_path=...)``, ``train(resume_from_checkpoint=...)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import VerifyKeys
+from faultlens.trainer_hooks.hook import TrainerHook
+
+log = logging.getLogger(__name__)
+
+JOB_ENV, NODE_ENV = "FAULTLENS_JOB", "FAULTLENS_NODE"
+RESUME_ENV, CHECKPOINT_ENV, STATE_DIR_ENV = "FAULTLENS_RESUME", "FAULTLENS_CHECKPOINT", "FAULTLENS_STATE_DIR"
+
+
+def make_hook(*, rank: int, job: str | None, node: str | None, settings: KafkaSettings | None,
+              keys: VerifyKeys | None, state_dir: str | os.PathLike[str] | None,
+              checkpoint_dir: str | os.PathLike[str], **hook_kwargs: Any) -> TrainerHook:
+    """The hook of one rank, its identity from the arguments or the environment `faultlens run`
+    sets (FAULTLENS_JOB, FAULTLENS_NODE, FAULTLENS_BOOTSTRAP, FAULTLENS_VERIFY_KEY); the commands it
+    handled are remembered in ``state_dir``, else FAULTLENS_STATE_DIR, else the checkpoint folder
+    (so a restarted run refuses a command replayed to it)."""
+    job = job or os.environ.get(JOB_ENV)
+    if not job:
+        raise ValueError("FaultlensCallback needs the job's name: pass job=... or set FAULTLENS_JOB "
+                         "(`faultlens run` sets it for every worker)")
+    node = node or os.environ.get(NODE_ENV) or socket.gethostname()
+    if settings is None:
+        settings = KafkaSettings.load(overrides={"client_id": f"trainer-{job}-{rank}"})
+    folder = Path(state_dir or os.environ.get(STATE_DIR_ENV) or checkpoint_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return TrainerHook(job=job, rank=rank, node=node, settings=settings, keys=keys, state_dir=folder, **hook_kwargs)
+
+
+def count_tokens(batch: Any) -> int | None:
+    """Tokens in a batch: the ones its ``attention_mask`` keeps, else every ``input_ids`` entry; for
+    a batch without those (a tensor, or a tuple whose first item is one), its first tensor's
+    leading dimension (samples). None when nothing in it is countable."""
+    if isinstance(batch, Mapping):
+        mask, ids = batch.get("attention_mask"), batch.get("input_ids")
+        if mask is not None and hasattr(mask, "sum"):
+            return int(mask.sum())
+        if ids is not None and hasattr(ids, "numel"):
+            return int(ids.numel())
+        batch = next(iter(batch.values()), None)
+    if isinstance(batch, (list, tuple)) and batch:
+        batch = batch[0]
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def grad_norm(parameters: Any) -> float | None:
+    """The L2 norm of all gradients together (None before any backward)."""
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    return float(torch.nn.utils.get_total_norm(grads, norm_type=2.0))
+
+
+def step_loss(micro_losses: Sequence[float], shares: bool) -> float | None:
+    """One optimizer step's loss from its micro-batches' losses: their sum when each is already a
+    share of the step's loss (divided by the accumulation count or the step's token count, as
+    Lightning's automatic optimization and the HF Trainer's loss kwargs do), else their mean."""
+    if not micro_losses:
+        return None
+    total = float(sum(micro_losses))
+    return total if shares else total / len(micro_losses)
+
+
+def resume_choice(ordered: Sequence[str], resume: str, named: str | None) -> str | None:
+    """The checkpoint to resume from, given the run's checkpoints oldest first: the one a command
+    named; for a rollback the one before the newest; else the newest. None: start afresh."""
+    if named:
+        return named
+    if resume == "rollback":
+        return ordered[-2] if len(ordered) >= 2 else None
+    return ordered[-1] if ordered else None
+
+
+def resume_from_environment(ordered: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """:func:`resume_choice` with what `faultlens run` set for this start of the workers."""
+    env = os.environ if environ is None else environ
+    chosen = resume_choice(ordered, env.get(RESUME_ENV, "latest") or "latest", env.get(CHECKPOINT_ENV) or None)
+    if chosen is not None:
+        log.info("faultlens: resuming from %s (%s=%s)", chosen, RESUME_ENV, env.get(RESUME_ENV, "latest"))
+    return chosen

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,7 @@ from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, R
 log = logging.getLogger("faultlens.run")
 
 NOTE_KEY = "faultlens/round_note/{}"
+SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 class Evicted(SignalException):
@@ -181,11 +183,8 @@ class FaultlensAgent(LocalElasticAgent):
     def _set_local_rank_env(self, worker_env: dict[str, str | None], local_rank: int, spec: WorkerSpec) -> None:
         super()._set_local_rank_env(worker_env, local_rank, spec)
         worker_env.update(self.side.worker_env())
-        # The workers' process-group keys live under /worker/attempt_<this> in the agent's store,
-        # which outlives rounds. torch counts only the restarts that spend --max-restarts, so a
-        # command's restart would reuse the last round's prefix and a rank could read a peer's old
-        # address (gloo: "connection refused"). The round's agreed attempt is new every round and
-        # the same on every node.
+        # torch counts only the restarts that spend --max-restarts, each agent its own: the job's
+        # attempt, the same on every node, counts a command's restart and a membership change too.
         worker_env["TORCHELASTIC_RESTART_COUNT"] = str(self.side.plan.attempt if self.side.plan else 0)
 
     # --- commands ---------------------------------------------------------------------------
@@ -258,6 +257,12 @@ def faultlens_agent(side: JobSide) -> Iterator[None]:
     """torch's launch_agent builds ``LocalElasticAgent`` by name: make that name ours for one launch."""
     import torch.distributed.launcher.api as launcher_api
 
+    # A fresh store for the workers every round (torch's own opt-out of sharing the agents'
+    # rendezvous store): the shared one outlives rounds and keeps the last round's process-group
+    # keys, so after a restart a rank can read a dead peer's address before the peer rewrites it
+    # (gloo: "connection refused", then the other ranks wait forever). torch restarts rarely; we
+    # restart on every command.
+    os.environ.setdefault(SHARE_STORE_ENV, "1")
     original = launcher_api.LocalElasticAgent
     launcher_api.LocalElasticAgent = type("FaultlensAgent", (FaultlensAgent,), {"side": side})
     try:

@@ -1,0 +1,169 @@
+"""`faultlens run` with real processes: two agents on this machine form one job through c10d
+rendezvous ("two nodes", one gloo worker each, on CPU), on the embedded broker.
+
+One story, in order: a worker crashes with a CUDA-like error and both agents wait for the
+remediator; a signed restart brings both back in place from the last checkpoint; an evict of n001
+ends its agent with exit code 75 while n000 goes on alone; the job finishes. The bus carries the
+`job` restart events with their command ids and, last, the job's end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from faultlens.streams.broker import free_port
+from faultlens.streams.command import Command
+from faultlens.streams.events import decode
+from faultlens.streams.producer import Producer
+from faultlens.streams.signing import SigningKey, write_key_pair
+from faultlens.trainer_hooks.exit_codes import EVICTED
+from tests.kafka_fixtures import job_records
+
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.long(60)]
+
+ROOT = Path(__file__).resolve().parents[2]
+HANG_GUARD_S = 240  # a bound on a wait that never ends, not a speed check
+
+
+class Agent:
+    """One `faultlens run` process and the JSON lines it (and its workers) print."""
+
+    def __init__(self, node: str, argv: list[str], env: dict, log: Path):
+        self.node = node
+        self.lines: list[dict] = []
+        self.read_all = False  # the process closed its stdout
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                self.lines.append(obj)
+                self._cond.notify_all()
+        with self._cond:
+            self.read_all = True
+            self._cond.notify_all()
+
+    def wait_for(self, predicate, what: str) -> dict:
+        deadline = time.monotonic() + HANG_GUARD_S
+        with self._cond:
+            while True:
+                found = next((l for l in self.lines if predicate(l)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                assert left > 0 and not self.read_all, f"{self.node}: no {what}; last lines: {self.lines[-6:]}"
+                self._cond.wait(min(left, 1.0))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def send(settings, key: SigningKey, job: str, action: str, nodes: tuple[str, ...] = ()) -> str:
+    now = time.time()
+    cmd = Command(job=job, action=action, nodes=nodes, issued_at=now, expires_at=now + 120,
+                  reason=f"test: {action}").signed(key)
+    with Producer(settings) as p:
+        p.send("commands", job.encode(), cmd.encode())
+        p.flush()
+    return cmd.id
+
+
+def round_of(attempt_line: dict) -> bool:
+    return attempt_line.get("event") in ("start", "restart")
+
+
+def test_two_agents_crash_restart_evict_finish(kafka_settings, tmp_path):
+    job = f"frun-{uuid.uuid4().hex[:8]}"
+    private, public = write_key_pair(tmp_path / "keys")
+    key = SigningKey.from_pem(private.read_bytes())
+    ckpt, control = tmp_path / "ckpt", tmp_path / "control"
+    ckpt.mkdir()
+    control.mkdir()
+    port = free_port()
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    env.pop("FAULTLENS_VERIFY_KEY", None)
+
+    def argv(node: str) -> list[str]:
+        return [sys.executable, "-m", "faultlens", "run", "--job", job, "--node-name", node,
+                "--bootstrap", kafka_settings.bootstrap, "--verify-key", str(public), "--state-dir", str(tmp_path / "state"),
+                "--crash-wait", "600", "--grace", "5",
+                # torchrun's own arguments from here
+                "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job, "--rdzv-conf", "last_call_timeout=5",
+                "--max-restarts", "3", "--monitor-interval", "0.2",
+                "-m", "tests.trainer_hooks.elastic_worker", "--ckpt-dir", str(ckpt), "--control", str(control)]
+
+    a = Agent("n000", argv("n000"), env, tmp_path / "n000.log")
+    b = Agent("n001", argv("n001"), env, tmp_path / "n001.log")
+    try:
+        # Both nodes in one round (a late second agent makes torch restart the first: wait for the round with both).
+        both = b.wait_for(lambda l: round_of(l) and l["nodes"] == ["n000", "n001"], "round with both nodes")
+        first = both["attempt"]
+        for agent in (a, b):
+            agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first and l["world"] == 2,
+                           "worker started")
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not list(ckpt.glob("step_*.pt")):
+            assert time.monotonic() < deadline, "no checkpoint written"
+            time.sleep(0.2)
+
+        # A CUDA-like crash on n001: its agent waits for the remediator instead of restarting at once.
+        (control / "crash-n001").touch()
+        crash = b.wait_for(lambda l: l.get("event") == "crash", "crash")
+        assert crash["exit_codes"] == [1] and crash["attempt"] == first
+        assert not any(l.get("event") == "restart" and l["attempt"] > first for l in b.lines)
+
+        restart_id = send(kafka_settings, key, job, "restart")
+        for agent in (a, b):
+            again = agent.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == restart_id,
+                                   "restart on the command")
+            assert again["nodes"] == ["n000", "n001"] and again["attempt"] == first + 1 and again["resume"] == "latest"
+            resumed = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 1,
+                                     "worker restarted")
+            assert resumed["resumed"] > 0 and resumed["world"] == 2  # from the last checkpoint, not from scratch
+
+        # Evict n001: its agent leaves with the documented code, n000 goes on alone.
+        evict_id = send(kafka_settings, key, job, "evict", ("n001",))
+        assert b.proc.wait(HANG_GUARD_S) == EVICTED
+        assert b.wait_for(lambda l: l.get("event") == "evicted", "evicted line")["command_id"] == evict_id
+        alone = a.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == evict_id, "restart without n001")
+        assert alone["nodes"] == ["n000"] and alone["nodes_out"] == ["n001"] and alone["attempt"] == first + 2
+        a.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 2 and l["world"] == 1,
+                   "worker alone")
+
+        (control / "finish").touch()
+        assert a.proc.wait(HANG_GUARD_S) == 0
+        assert a.wait_for(lambda l: l.get("event") == "end", "end")["reason"] == "finished"
+    finally:
+        a.stop()
+        b.stop()
+
+    mine = [e for e in job_records(kafka_settings, "jobs", decode, None, idle_s=0.3) if e.job == job]
+    restarts = [e.data for e in mine if e.kind == "restart" and e.data["command_id"]]
+    assert [r["command_id"] for r in restarts] == [restart_id, evict_id]  # once each, by the round's first node
+    assert restarts[1]["nodes_out"] == ["n001"] and restarts[1]["attempt"] == first + 2
+    assert mine[-1].kind == "end" and mine[-1].data["reason"] == "finished" and mine[-1].data["nodes"] == ["n000"]
+    acks = [e.data for e in job_records(kafka_settings, "telemetry.train", decode, job, idle_s=0.3)
+            if e.kind == "command_ack" and e.data["command_id"] == evict_id and e.data["addressed"]]
+    assert acks and all(a["obeyed"] for a in acks)  # the worker on n001 obeyed the evict through its hook

@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from faultlens.streams.events import decode
-from faultlens.streams.reader import iter_topics
 from faultlens.streams.command_memory import memory_file
+from tests.kafka_fixtures import wait_for_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
@@ -63,12 +62,10 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
         assert started["replay_file"] == str(memory_file(tmp_path, "agent", job, "cli-node"))  # in FAULTLENS_HOME
         with open(log, "a") as f:
             f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
-        deadline = time.monotonic() + 30
-        found = []
-        while not found and time.monotonic() < deadline:
-            found = [e for e in (decode(r.value) for r in iter_topics(kafka_settings, ["telemetry.nccl"], idle_s=0.3,
-                                                                       timeout_s=3))
-                     if e.job == job]
+        # One reader for the whole wait (tests/kafka_fixtures.py: re-reading the shared topic from
+        # its start, each read cut at 3 s, never reached the end on a loaded machine); the event
+        # comes within a second, the bound is against a hang.
+        found = wait_for_records(kafka_settings, "telemetry.nccl", decode, job, bool, timeout_s=120)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -103,16 +100,15 @@ def test_collect_stops_by_itself_after_duration(kafka_settings, tmp_path):
     job = f"cli-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
     env.pop("FAULTLENS_VERIFY_KEY", None)
-    start = time.monotonic()
+    # Stopping by itself is exiting at all: without --duration it runs until a signal, and the
+    # run's bound (against that hang, generous for a busy machine's interpreter start) fails it.
     out = subprocess.run(
         [sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--job", job,
          "--node", "dur-node", "--no-kernel", "--no-nvml", "--no-net", "--heartbeat-interval", "0.2",
-         "--duration", "1.5"], capture_output=True, text=True, env=env, timeout=60)
-    took = time.monotonic() - start
+         "--duration", "1.5"], capture_output=True, text=True, env=env, timeout=180)
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["delivered"] >= 3  # heartbeats every 0.2 s for 1.5 s
-    assert took < 30
     refused = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--job", job, "--bootstrap", "127.0.0.1:1",
                               "--duration", "0"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--duration" in refused.stderr

@@ -3,7 +3,7 @@ order, once it is back. The test owns its broker (a fixed port, stopped and rest
 
 from __future__ import annotations
 
-import time
+import dataclasses
 import uuid
 
 import pytest
@@ -14,6 +14,7 @@ from faultlens.streams.broker import EmbeddedBroker, free_port
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.events import decode
 from faultlens.streams.reader import iter_topics
+from tests.progress import wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
@@ -30,13 +31,12 @@ def _nccl_numbers(settings, job):
     return out
 
 
-def _wait(predicate, timeout_s=40.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+def _wait(predicate, agent, what: str):
+    """``predicate()`` once it holds, waited for while the agent moves (its publisher's and its
+    spool's counters: a hung agent fails in a minute); never a fixed time a busy machine outruns.
+    Heartbeats move it all the time, so the outer bound, under pytest's own, ends a livelock."""
+    return wait_until(predicate, progress=lambda: (dataclasses.astuple(agent.publisher.stats), len(agent.spool)),
+                      stall_s=60, limit_s=240, what=what, explain=lambda: str(agent.statuses()))
 
 
 def _write(path, first, last):
@@ -60,27 +60,27 @@ def test_agent_outage_e2e(tmp_path):
     trainer = agent.source("trainer")
     try:
         _write(log, 0, 10)
-        assert _wait(lambda: len(_nccl_numbers(settings, job)) >= 10, 30)
+        assert _wait(lambda: len(_nccl_numbers(settings, job)) >= 10, agent, "the first 10 events on the topic")
         assert [n for _, n in _nccl_numbers(settings, job)] == list(range(10))
 
         broker.stop()
         _write(log, 10, 60)  # fault events while the broker is gone
-        assert _wait(lambda: trainer.stats.events >= 60)
-        assert _wait(lambda: not agent.publisher.connected and len(agent.spool) >= 50)
+        assert _wait(lambda: trainer.stats.events >= 60, agent, "60 events read from the log")
+        assert _wait(lambda: not agent.publisher.connected and len(agent.spool) >= 50, agent, "50 events spooled")
         assert agent.statuses()["publisher"].startswith("broker unreachable")
 
         # Same port, empty broker (Tansu forgets everything on restart): topics come back.
         broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
         ensure_topics(settings)
         _write(log, 60, 70)
-        assert _wait(lambda: agent.publisher.connected and len(agent.spool) == 0, 60), agent.statuses()
+        assert _wait(lambda: agent.publisher.connected and len(agent.spool) == 0, agent, "the spool sent"), agent.statuses()
         got: list[tuple[str, int]] = []
 
         def all_arrived() -> bool:
             got[:] = _nccl_numbers(settings, job)
             return {n for _, n in got} >= set(range(10, 70))
 
-        assert _wait(all_arrived, 30)
+        assert _wait(all_arrived, agent, "every event on the topic")
     finally:
         agent.stop()
         broker.stop()

@@ -16,6 +16,7 @@ from faultlens.collectors.kernel_follower import KernelFileReader
 from faultlens.collectors.log_source import LogSource, keyed
 from faultlens.parsing.registry import parser_for
 from faultlens.streams.events import Envelope
+from tests.progress import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -60,23 +61,26 @@ def test_flood_of_100k_lines_per_second_is_folded_and_other_lines_are_not_delaye
                        publish=lambda e: published.append((time.time(), e)), fold=Folder(interval_s=1.0))
     stop = threading.Event()
     follower = threading.Thread(target=source.run, args=(stop,), daemon=True)
+    started_at = time.time()
     follower.start()
     writer = subprocess.run([sys.executable, "-m", "bench.flood_writer", str(log), "--rate", "100000",
                              "--seconds", "4", "--other-every", "0.5"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     report = json.loads(writer.stdout)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and source.stats.lines < report["flood_lines"] + len(report["others"]):
-        time.sleep(0.1)
+    want = report["flood_lines"] + len(report["others"])
+    wait_until(lambda: source.stats.lines >= want, progress=lambda: source.stats.lines, stall_s=60,
+               what=f"the follower to read the {want} lines written")
     stopped_at = time.time()
     stop.set()
     follower.join(10)
     assert not follower.is_alive()
     assert source.stats.lines == report["flood_lines"] + len(report["others"])
     xid95 = [e for _, e in published if e.data.get("xid") == 95]
-    # One first event, then about one folded event per second of flood (plus the last at stop).
+    # One first event, then about one folded event per second of reading the flood (plus the last
+    # at stop): the seconds the reader took, not the writer's, which a loaded machine's reader
+    # falls behind.
     assert not xid95[0].data.get("folded") and all(e.data["folded"] for e in xid95[1:])
-    assert 2 <= len(xid95) - 1 <= report["seconds"] / 1.0 + 3
+    assert 2 <= len(xid95) - 1 <= (stopped_at - started_at) / 1.0 + 3
     assert 1 + sum(e.data["count"] for e in xid95[1:]) == report["flood_lines"]  # every line counted once
     # Every other line went out on its own as it was read, not held for the flood's fold or the
     # stop. How long after its writing is a number of bench/bench_agent_flood.py

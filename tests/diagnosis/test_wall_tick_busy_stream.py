@@ -21,6 +21,7 @@ from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from tests.diagnosis.diag_events import beat, ev, nodes, topology
 from tests.kafka_fixtures import job_records
+from tests.progress import wait_until
 
 
 def _stream(settings, job: str, stop: threading.Event) -> None:
@@ -50,16 +51,21 @@ def test_a_job_that_ends_on_a_cuda_error_is_diagnosed_while_another_job_streams(
     stop = threading.Event()
     streamer = threading.Thread(target=_stream, args=(kafka_settings, busy, stop), daemon=True)
     streamer.start()
-    runner, _ = diagnose_consumer(kafka_settings, EngineConfig(grace_s=2.0), group=group_name)
+    runner, handler = diagnose_consumer(kafka_settings, EngineConfig(grace_s=2.0), group=group_name)
     consumer = threading.Thread(target=runner.run, kwargs={"handle_signals": False}, daemon=True)
     consumer.start()
     found: list[Diagnosis] = []
+
+    def diagnosed() -> list[Diagnosis]:
+        found[:] = [d for d in job_records(kafka_settings, "diagnoses", Diagnosis.decode, crashed, idle_s=0.5)
+                    if d.fault == "cuda_error"]
+        return found
+
     try:
-        deadline = time.monotonic() + 40.0
-        while time.monotonic() < deadline and not found:
-            time.sleep(2.0)
-            found = [d for d in job_records(kafka_settings, "diagnoses", Diagnosis.decode, crashed, idle_s=0.5)
-                     if d.fault == "cuda_error"]
+        # Waited for while the crashed job's time moves (its records read, then the wall clock past
+        # the grace): the other job's stream moves the consumer's counters whatever happens to it.
+        wait_until(diagnosed, progress=lambda: handler.engine.job_time(crashed), stall_s=60, poll_s=2.0,
+                   what="the crashed job's cuda_error diagnosis")
         assert streamer.is_alive()  # the other job kept streaming the whole time
     finally:
         runner.stop()

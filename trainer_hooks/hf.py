@@ -1,0 +1,206 @@
+"""faultlens in a Hugging Face ``Trainer`` job: one callback.
+
+    from faultlens.trainer_hooks.hf import FaultlensCallback
+    faultlens = FaultlensCallback()                  # job, node, broker: from `faultlens run`'s environment
+    trainer = transformers.Trainer(..., callbacks=[faultlens])
+    trainer.train(resume_from_checkpoint=faultlens.resume_checkpoint(trainer.args))
+
+Every optimizer step publishes a ``train``/``step`` event (loss, grad norm, tokens, step time)
+through trainer_hooks.hook.TrainerHook, and then, at that step boundary, the job's signed commands
+are obeyed: ``checkpoint`` sets ``control.should_save``, so the Trainer saves its own
+``checkpoint-N`` folder at once (rank 0 decides when, so every rank saves at the same step);
+``stop``, ``restart``, ``rollback``, ``reattempt`` and ``evict`` end ``train`` with SystemExit and
+the code of trainer_hooks.exit_codes, which `faultlens run` acts on. ``capture_stacks`` is answered
+from the hook's listener thread (faulthandler stacks, then the Flight Recorder dump). Every
+checkpoint the Trainer saves is published (``train``/``checkpoint``). After a restart,
+:meth:`FaultlensCallback.resume_checkpoint` gives the folder to resume from: the one the command
+named, the one before the newest for a rollback, else the newest.
+
+The Trainer hands its callbacks neither the step's loss nor its gradient norm, so the callback
+reads them where they are made: a forward hook on the model takes each micro-batch's loss and
+tokens (training mode only), and a hook on every parameter's gradient accumulation takes the
+gradient's norm before the Trainer clips it (on DDP, this rank's gradient, before averaging).
+
+Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from transformers import (
+        TrainerCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+except ImportError as exc:  # the trainer side installs without it
+    raise ImportError("faultlens.trainer_hooks.hf needs transformers: pip install 'faultlens[hf]'") from exc
+
+import torch
+
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.signing import VerifyKeys
+from faultlens.trainer_hooks import flight_recorder
+from faultlens.trainer_hooks.callback_support import (
+    count_tokens,
+    make_hook,
+    resume_from_environment,
+    step_loss,
+)
+from faultlens.trainer_hooks.hook import TrainerHook
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[str]:
+    """The Trainer's ``checkpoint-N`` folders in ``output_dir``, oldest (lowest N) first."""
+    folder = Path(output_dir)
+    found = []
+    for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if folder.is_dir() else ():
+        suffix = p.name.rsplit("-", 1)[-1]
+        if p.is_dir() and suffix.isdigit():
+            found.append((int(suffix), str(p)))
+    return [path for _, path in sorted(found)]
+
+
+class FaultlensCallback(TrainerCallback):
+    """Publishes step telemetry and obeys the job's commands at step boundaries (module docstring).
+
+    ``job``, ``node``, ``settings``, ``keys``, ``state_dir``: as TrainerHook's, defaulting to the
+    environment `faultlens run` sets (the state folder falls back to ``output_dir``). ``tokens``:
+    counts a forward call's tokens from its keyword inputs (default
+    :func:`callback_support.count_tokens`). ``classes``: the loss's class count (default: the
+    model config's ``vocab_size``), for the stalled-loss diagnosis. Other keywords go to TrainerHook
+    (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
+
+    def __init__(self, *, job: str | None = None, node: str | None = None, settings: KafkaSettings | None = None,
+                 keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
+                 tokens: Callable[[Any], int | None] = count_tokens, classes: int | None = None, **hook_kwargs: Any):
+        # Before the process groups exist (TrainingArguments creates them), or the recorder records nothing.
+        flight_recorder.enable()
+        self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
+        self._count_tokens = tokens
+        self.classes = classes
+        self._hook_kwargs = hook_kwargs
+        self.hook: TrainerHook | None = None
+        self._handles: list[Any] = []
+        self._save_requested = False
+        self._world = 1
+        self._reset_step()
+
+    def _reset_step(self) -> None:
+        self._losses: list[torch.Tensor] = []
+        self._loss_is_share = False
+        self._tokens: int | None = None
+        self._grad_norms: dict[int, torch.Tensor] = {}
+        self._step_started = time.monotonic()
+
+    def resume_checkpoint(self, args: TrainingArguments) -> str | None:
+        """``resume_from_checkpoint`` for ``train`` after `faultlens run` restarted the workers (None: afresh)."""
+        return resume_from_environment(checkpoint_folders(args.output_dir))
+
+    # --- the Trainer's events ------------------------------------------------------------------
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: torch.nn.Module | None = None, **kwargs: Any) -> None:
+        if self.hook is not None:
+            return
+        if model is not None:
+            self._watch(model)
+            if self.classes is None:
+                self.classes = getattr(getattr(model, "config", None), "vocab_size", None)
+        self._world = args.world_size
+        self.hook = make_hook(rank=args.process_index, checkpoint_dir=args.output_dir,
+                              on_checkpoint=self._request_save, flight_recorder=True,
+                              **self._identity, **self._hook_kwargs)
+        self.hook.wait_ready()
+        if self._world > 1 and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # no command issued from here on slips past a rank
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._step_started = time.monotonic()
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> TrainerControl:
+        if self.hook is None:
+            return control
+        compute_s = time.monotonic() - self._step_started
+        losses = [float(t) for t in self._losses]
+        loss = step_loss(losses, shares=self._loss_is_share)
+        if loss is not None and self._loss_is_share and self._world > 1 and getattr(args, "average_tokens_across_devices", False):
+            loss *= self._world  # each share was of the whole job's tokens (as the Trainer scales it)
+        norms = list(self._grad_norms.values())
+        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else None
+        tokens = self._tokens
+        self._reset_step()
+        self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
+                       classes=self.classes)  # obeys commands; SystemExit on a stop or restart
+        if self._save_due():
+            control.should_save = True  # the Trainer saves right after this event, through its own code
+        return control
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if self.hook is not None and state.is_world_process_zero and path.is_dir():
+            self.hook.checkpoint_saved(state.global_step, str(path))
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.hook is not None:
+            self.hook.close()
+            self.hook = None
+
+    # --- what the Trainer does not hand its callbacks ------------------------------------------
+    def _watch(self, model: torch.nn.Module) -> None:
+        self._handles.append(model.register_forward_hook(self._forward_done, with_kwargs=True))
+        for i, p in enumerate(model.parameters()):
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+
+    def _forward_done(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if not module.training:
+            return  # evaluation and generation are not training steps
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor):
+            self._losses.append(loss.detach())
+            # Given num_items_in_batch, the model divides by the step's token count, not the micro-batch's.
+            self._loss_is_share = kwargs.get("num_items_in_batch") is not None
+        counted = self._count_tokens(kwargs)
+        if counted is not None:
+            self._tokens = (self._tokens or 0) + counted
+
+    def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def done(p: torch.Tensor) -> None:
+            # Accumulated so far: after the step's last micro-batch this is the gradient the Trainer clips.
+            self._grad_norms[index] = torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32)
+        return done
+
+    # --- commands -------------------------------------------------------------------------
+    def _request_save(self) -> None:
+        self._save_requested = True
+
+    def _save_due(self) -> bool:
+        # Every rank hears the command, each at its own step; saving is collective in the Trainer,
+        # so rank 0's request decides for all (one tiny broadcast per step, only when distributed).
+        due = self._save_requested
+        if self._world > 1 and torch.distributed.is_initialized():
+            flag = torch.tensor([1 if due else 0], dtype=torch.int32)
+            if torch.distributed.get_backend() == "nccl":
+                flag = flag.cuda()
+            torch.distributed.broadcast(flag, src=0)
+            due = bool(flag.item())
+        if due:
+            self._save_requested = False
+        return due

@@ -9,12 +9,22 @@ import math
 import sys
 from dataclasses import replace
 
-from faultlens.history.whatif import sources
-from faultlens.history.whatif.closed_form import daly_interval, optimal_interval, project
+from faultlens.history.whatif import provenance, sources
+from faultlens.history.whatif.closed_form import (
+    check_feasible,
+    daly_interval,
+    optimal_interval,
+    project,
+)
 from faultlens.history.whatif.model import Scenario, timeout_only
 from faultlens.history.whatif.monte_carlo import simulate
-from faultlens.history.whatif.presets import PRESETS
+from faultlens.history.whatif.presets import PRESETS, SOURCE_COUNTS
 from faultlens.history.whatif.sensitivity import sensitivity
+
+# The Monte Carlo walks every fault of every run: above this many it shows a bar (a few seconds),
+# above the budget it runs fewer timelines (and says so) rather than computing for minutes.
+PROGRESS_FAULTS = 200_000
+BUDGET_FAULTS = 4_000_000
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +105,50 @@ def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict]:
     flags = {"gpus": args.gpus, "gpus_per_node": args.gpus_per_node, "days": args.days,
              "checkpoint_interval_s": args.checkpoint_interval, "checkpoint_stall_s": args.checkpoint_stall,
              "spares": args.spares}
-    s = replace(s, **{k: v for k, v in flags.items() if v is not None})
+    flags = {k: v for k, v in flags.items() if v is not None}
+    s = replace(s, **flags)
+    names = {"gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "days": "--days", "spares": "--spares",
+             "checkpoint_interval_s": "--checkpoint-interval", "checkpoint_stall_s": "--checkpoint-stall"}
+    for key in flags:
+        s = provenance.mark(s, key, provenance.Input(provenance.Kind.GIVEN, names[key]))
     if args.runs < 2:
         raise ValueError(f"--runs must be >= 2, got {args.runs}")
     s.validate()
+    check_feasible(s)
     return s, note
+
+
+def _monte_carlo(s: Scenario, p, runs: int, seed: int, warnings: list[str]):
+    per_run = max(p.faults_expected, 1.0)
+    if per_run * runs > BUDGET_FAULTS:
+        fewer = max(2, int(BUDGET_FAULTS // per_run))
+        warnings.append(f"Monte Carlo: {runs} runs of {per_run:,.0f} faults each is too long; ran {fewer}")
+        runs = fewer
+    if per_run * runs <= PROGRESS_FAULTS or not sys.stderr.isatty():
+        return simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s)
+    from tqdm import tqdm
+
+    with tqdm(total=runs, desc="Monte Carlo", unit="run", file=sys.stderr) as bar:
+        return simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s, progress=bar.update)
 
 
 def _result(s: Scenario, note: dict, runs: int, seed: int) -> dict:
     p = project(s)
-    mc = simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s)
+    warnings = [w for src in note.values() if isinstance(src, dict) for w in src.get("warnings", [])]
+    mc = _monte_carlo(s, p, runs, seed, warnings)
     base = timeout_only(s)
     bp = project(base)
     lam = s.fault_rate_s()
+    band = provenance.band(s)
+    counted = SOURCE_COUNTS.get(note.get("preset"))
+    source_count = None
+    if counted and (s.gpus, s.days) == counted[:2] and set(note) == {"preset"}:
+        source_count = {"count": counted[2], "what": counted[3]}
     return {
         "ettr": p.ettr,
+        "ettr_band": band.to_dict(),
+        "warnings": warnings,
+        "faults_source_count": source_count,
         "ettr_monte_carlo": mc.ettr,
         "ettr_ci": list(mc.ci),
         "ettr_1h": mc.window_ettr,
@@ -125,7 +164,8 @@ def _result(s: Scenario, note: dict, runs: int, seed: int) -> dict:
         "timeout_only": {"ettr": bp.ettr, "breakdown": bp.breakdown,
                          "checkpoint_interval_s": bp.checkpoint_interval_s},
         "sensitivity": [{"change": c.what, "ettr": c.ettr, "points": c.points} for c in sensitivity(s)],
-        "inputs": {**s.to_dict(), "sources": note, "monte_carlo_runs": runs, "seed": seed},
+        "inputs": {**s.to_dict(), "sources": note, "monte_carlo_runs": mc.runs, "seed": seed,
+                   "marked": provenance.inputs(s)},
     }
 
 
@@ -136,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             from faultlens.history.whatif.plot import plot_projection
 
-            plot_projection(s, project(s), args.plot)
+            plot_projection(s, project(s), args.plot, band=out["ettr_band"])
             log.info("plot written to %s", args.plot)
     except (ValueError, OSError) as exc:
         print(f"faultlens ettr: {exc}", file=sys.stderr)
@@ -155,13 +195,20 @@ def print_tables(s: Scenario, out: dict, console=None) -> None:
     console = console or Console(width=None if sys.stdout.isatty() else 130)
     hours = s.duration_s / 3600.0
     lo, hi = out["ettr_ci"]
+    band = out["ettr_band"]
+    counted = out.get("faults_source_count")
+    beside = f" ({counted['count']} {counted['what']})" if counted else ""
     console.print(
         f"[b]{s.name}[/b]: {s.gpus:,} GPUs ({s.nodes:,} machines), {s.days:g} days, "
-        f"{out['faults_expected']:.0f} faults expected, {out['spares']} spares, checkpoint every "
+        f"{out['faults_expected']:.0f} faults expected{beside}, {out['spares']} spares, checkpoint every "
         f"{out['checkpoint_interval_s']:.0f} s (optimum {out['checkpoint_interval_optimal_s']:.0f} s)\n"
         f"ETTR {out['ettr']:.2%} (closed form), {out['ettr_monte_carlo']:.2%} "
         f"[{lo:.2%}, {hi:.2%}] (Monte Carlo, {out['inputs']['monte_carlo_runs']} runs); "
-        f"framework timeout alone: {out['timeout_only']['ettr']:.2%}")
+        f"framework timeout alone: {out['timeout_only']['ettr']:.2%}\n"
+        f"over the assumed inputs' ranges: {band['low']:.2%} (low) {band['central']:.2%} (central) "
+        f"{band['high']:.2%} (high)")
+    for w in out.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {w}")
     w = out["ettr_1h"]
     if w:
         console.print(f"1-hour windows (ByteRobust's other view): median {w['p50']:.2%}, 5th percentile "
@@ -186,3 +233,15 @@ def print_tables(s: Scenario, out: dict, console=None) -> None:
     for row in out["sensitivity"][:12]:
         st.add_row(row["change"], f"{row['ettr']:.2%}", f"{row['points']:+.2f}")
     console.print(st)
+    bt = Table(title="the guesses that move it most (ETTR points between each input's ends)")
+    bt.add_column("input")
+    bt.add_column("kind")
+    bt.add_column("value", justify="right")
+    bt.add_column("range", justify="right")
+    bt.add_column("points", justify="right")
+    marked = out["inputs"]["marked"]
+    for key, points in list(band["swing"].items())[:10]:
+        m = marked.get(key, {})
+        rng = m.get("range") or ["-", "-"]
+        bt.add_row(key, m.get("kind", ""), f"{m.get('value', 0):g}", f"{rng[0]:g}-{rng[1]:g}", f"{points:.2f}")
+    console.print(bt)

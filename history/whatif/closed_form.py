@@ -1,16 +1,20 @@
 """The closed form of the ETTR model: one renewal cycle, exact in expectation.
 
-A cycle is a run until the next fault (exponential, rate = nodes x sum of per-node rates: Meta's
-series model), then the fault's detection, localisation and recovery. While running, the trainer
-computes ``tau`` seconds and stalls ``c`` seconds to checkpoint; a fault loses the work since the
-last completed checkpoint. With X ~ Exp(lam) and P = tau + c, the complete periods K and the partial
+Rates are per node-day of running (presets.py converts a source's wall-clock count once). A cycle
+is a run until the next fault (exponential on the running clock), then the fault's downtime. While running, the trainer computes
+``tau`` seconds and stalls ``c`` seconds to checkpoint; a fault loses the work since the last
+completed checkpoint. With X ~ Exp(lam) and P = tau + c, the complete periods K and the partial
 period u have closed expectations (K is geometric, u a truncated exponential), so the lost work is
 E[min(u, tau)] exactly rather than Young's tau / 2 (which it tends to when lam * tau is small).
 
+A degraded fault (a fail-slow machine) does not stop the job: it is found over ``detect_s +
+localise_s`` seconds of running at reduced speed, while other faults keep arriving (``mean_speed``:
+the phases in flight are an M/G/inf queue on the running clock), and then costs its recovery.
+
 The spares are a loss system (``_taken_cdf``): an eviction finds the pool short when the machines
 other evictions hold leave fewer than it needs, and then pays a requeue; the one approximation is
-that evictions arrive at the running share of the wall-time rate; the Monte-Carlo engine (monte_carlo.py) runs the pool for real and the tests check
-the two agree.
+that evictions arrive as a Poisson stream at the running share of the rate. The Monte-Carlo engine
+(monte_carlo.py) runs the same timeline fault by fault and the tests hold the two to each other.
 """
 
 from __future__ import annotations
@@ -77,9 +81,15 @@ def _taken_cdf(events: float, sizes: dict[int, float], spares: int) -> list[floa
     fixed return window is fine) and which Poisson arrivals see as it is (PASTA)."""
     if spares < 0:
         return []
+    # Only a few batch sizes occur (floor / ceil of 1 + over_evict per class), so each step sums over
+    # them, not over every j <= k; the terms are renormalised as they grow (events^k / k! overflows a
+    # float for a pool of a few hundred at a high rate).
+    batches = [(j, j * p) for j, p in sizes.items() if j >= 1 and p > 0]
     g = [1.0] + [0.0] * spares
     for k in range(1, spares + 1):
-        g[k] = events / k * sum(j * sizes.get(j, 0.0) * g[k - j] for j in range(1, k + 1))
+        g[k] = events / k * sum(jp * g[k - j] for j, jp in batches if j <= k)
+        if g[k] > 1e200:
+            g = [v / g[k] for v in g]
     total = sum(g)
     out, acc = [], 0.0
     for v in g:
@@ -107,14 +117,44 @@ def _run_moments(lam: float, tau: float, stall: float) -> tuple[float, float, fl
     return tau * periods, stall * periods + (partial - partial_compute), partial_compute
 
 
-def _recovery(f: FaultClass, s: Scenario, short: float, short_no_over: float) -> tuple[float, float]:
-    """(recovery s, extra s that over-eviction's drain of the pool costs) of one fault."""
+class Infeasible(ValueError):
+    """The faults come faster than the job can absorb them: it would be down most of its time, and
+    a projection would say so only after minutes of work."""
+
+
+def _downtime(f: FaultClass, s: Scenario, short: float, short_no_over: float) -> tuple[float, float, float]:
+    """(seconds the job is down for one fault of ``f``: found while stopped, then recovery; the part
+    of them that is recovery; the extra seconds over-eviction's drain of the pool costs)."""
     r = s.recovery
     if f.planned:
-        return r.hot_update_s, 0.0
+        return f.detect_s + f.localise_s + r.hot_update_s, r.hot_update_s, 0.0
     extra = max(0.0, r.requeue_s - r.standby_s)
     recovery = f.evict_share * (r.standby_s + short_no_over * extra) + (1 - f.evict_share) * r.restart_s
-    return recovery, f.evict_share * max(0.0, short - short_no_over) * extra
+    over = f.evict_share * max(0.0, short - short_no_over) * extra
+    found = 0.0 if f.degrades else f.detect_s + f.localise_s
+    return found + recovery + over, recovery, over
+
+
+def mean_speed(s: Scenario, lam: float) -> float:
+    """The job's mean throughput over its running time, as a share of full speed.
+
+    A degraded phase (a fail-slow machine being found) lasts ``detect_s + localise_s`` seconds of
+    running time, and faults keep arriving meanwhile (a phase paused by another fault's downtime
+    resumes after it), so the phases in progress are an M/G/inf queue on the running clock: the number
+    of class ``f`` in progress is Poisson with mean lam x share_f x D_f, independent across classes. A
+    synchronous job runs at its slowest machine's speed: 1 - the largest slowdown in progress."""
+    total = sum(f.rate for f in s.faults)
+    if lam == 0 or total == 0:
+        return 1.0
+    levels: dict[float, float] = {}
+    for f in s.faults:
+        if f.degrades and f.slowdown > 0:
+            levels[f.slowdown] = levels.get(f.slowdown, 0.0) + lam * f.rate / total * (f.detect_s + f.localise_s)
+    speed, above = 0.0, 0.0
+    for level in sorted(levels, reverse=True):
+        speed += (1 - level) * math.exp(-above) * -math.expm1(-levels[level])
+        above += levels[level]
+    return speed + math.exp(-above)
 
 
 def project(s: Scenario, interval_s: float | None = None) -> Projection:
@@ -125,35 +165,67 @@ def project(s: Scenario, interval_s: float | None = None) -> Projection:
 
 
 def _project(s: Scenario, tau: float) -> Projection:
+    lam, _, spares, (cycle, productive, seconds, short_mean, stall) = _solve(s, tau)
+    if lam == 0:
+        share = s.checkpoint_stall_s / (tau + s.checkpoint_stall_s)
+        return Projection(1 - share, tau, {"checkpoint": {"stall": share}}, 0.0, spares, 0.0)
+    breakdown = {name: {p: phases[p] / cycle for p in PHASES} for name, phases in seconds.items()}
+    breakdown["checkpoint"] = {"stall": stall / cycle}
+    return Projection(productive / cycle, tau, breakdown, s.duration_s / cycle, spares, short_mean)
+
+
+# A job down this share of its wall time by the faults' downtime alone is refused: it barely trains,
+# and its Monte Carlo would walk millions of faults to say so.
+MAX_DOWN_SHARE = 0.9
+
+
+def _solve(s: Scenario, tau: float) -> tuple[float, float, int, tuple]:
+    """(faults per running second, running share of wall time, spares, one cycle's figures)."""
     lam = s.fault_rate_s()
-    stall = s.checkpoint_stall_s
     spares = spares_for(s)
     if lam == 0:
-        share = stall / (tau + stall)
-        return Projection(1 - share, tau, {"checkpoint": {"stall": share}}, 0.0, spares, 0.0)
-    moments = _run_moments(lam, tau, stall)
+        return 0.0, 1.0, spares, (1.0, 1.0, {}, 0.0, 0.0)
     # Faults arrive while the job runs, so the pool sees evictions at the running share of the
     # wall time; that share depends on the shortages it causes: a few passes settle it.
     running = 1.0
     for _ in range(4):
-        cycle, productive, seconds, short_mean = _cycle(s, lam, spares, running, moments)
-        running = (1 / lam) / cycle
-    breakdown = {name: {p: phases[p] / cycle for p in PHASES} for name, phases in seconds.items()}
-    breakdown["checkpoint"] = {"stall": moments[1] / cycle}
-    return Projection(productive / cycle, tau, breakdown, s.duration_s / cycle, spares, short_mean)
+        out = _cycle(s, lam, spares, running, tau)
+        running = (1 / lam) / out[0]
+    return lam, running, spares, out
 
 
-def _cycle(s: Scenario, lam: float, spares: int, running: float,
-           moments: tuple[float, float, float]) -> tuple[float, float, dict[str, dict[str, float]], float]:
-    """(cycle length, productive seconds, lost seconds by class and phase, P(short) of an eviction)."""
-    full, _, partial = moments
+def check_feasible(s: Scenario) -> None:
+    """Refuse at once a job whose faults leave it down most of the time (``MAX_DOWN_SHARE``)."""
+    lam = s.fault_rate_s()
+    if lam == 0:
+        return
+    tau = s.checkpoint_interval_s or min(s.duration_s, max(_MIN_INTERVAL_S, young_interval(
+        s.checkpoint_stall_s, 1 / lam)))
+    cycle = _cycle(s, lam, spares_for(s), 1.0, tau)[0]
+    down = cycle - 1 / lam
+    if down / cycle > MAX_DOWN_SHARE:
+        raise Infeasible(
+            f"{lam * DAY_S:,.0f} faults a day of running on {s.nodes:,} machines (one every {1 / lam:,.3g} s), "
+            f"each keeping the job down {down:,.0f} s: down {down / cycle:.0%} of the time, the job cannot "
+            f"train (are these rates a fleet's, per node-day?)")
+
+
+def _cycle(s: Scenario, lam: float, spares: int, running: float, tau: float
+           ) -> tuple[float, float, dict[str, dict[str, float]], float, float]:
+    """One renewal cycle: a run of the job (full speed or degraded) until the next fault, then the
+    fault's downtime. Returns (cycle length, productive seconds, lost seconds by class and phase,
+    P(short) of an eviction, checkpoint stall seconds)."""
+    stall = s.checkpoint_stall_s
+    full, run_stall, partial = _run_moments(lam, tau, stall)
+    speed = mean_speed(s, lam)
     total_rate = sum(f.rate for f in s.faults)
     weights = {f.name: f.rate / total_rate for f in s.faults}
-    evictors = [f for f in s.faults if not f.planned]
-    per_s = s.nodes / DAY_S
+    per_s = lam / total_rate                     # running seconds -> faults of a unit rate
     window = s.spare_return_days * DAY_S
     events, sizes = 0.0, {}
-    for f in evictors:
+    for f in s.faults:
+        if f.planned:
+            continue
         mean = window * running * per_s * f.rate * f.evict_share
         events += mean
         for n, w in _batch_sizes(1.0 + f.over_evict).items():
@@ -162,27 +234,46 @@ def _cycle(s: Scenario, lam: float, spares: int, running: float,
     cdf = _taken_cdf(events, sizes, spares)
     short_no_over = _short_probability(spares, _taken_cdf(events, {1: 1.0}, spares), 1.0)
 
+    # Time lost to slowness: the compute seconds run below full speed, shared among the degraded
+    # classes by how much slowness each puts in flight (lam x share x D x slowdown).
+    slow_lost = (1 - speed) * (full + partial)
+    slow_weight = {f.name: w * (f.detect_s + f.localise_s) * f.slowdown
+                   for f in s.faults if f.degrades for w in (weights[f.name],)}
+    slow_total = sum(slow_weight.values())
+
     cycle = 1 / lam
-    productive = full
+    productive = speed * full
+    stall_s = run_stall
     seconds: dict[str, dict[str, float]] = {}
     short_sum = evict_sum = 0.0
     for f in s.faults:
         w = weights[f.name]
         short = _short_probability(spares, cdf, 1.0 + f.over_evict)
-        recovery, over = _recovery(f, s, short, short_no_over)
+        down, recovery, over = _downtime(f, s, short, short_no_over)
         if not f.planned:
             short_sum += w * f.evict_share * short
             evict_sum += w * f.evict_share
-        cycle += w * (f.detect_s + f.localise_s + recovery + over)
-        productive += w * ((1 - f.slowdown) * (f.detect_s + f.localise_s) + (0.0 if f.loses_work else partial))
+        cycle += w * down
+        if f.loses_work:
+            lost = w * speed * partial
+        else:
+            # The trainer saves before the restart: the partial period's work is kept, for one stall.
+            productive += w * speed * partial
+            cycle += w * stall
+            stall_s += w * stall
+            lost = 0.0
+        slow = slow_lost * slow_weight[f.name] / slow_total if f.name in slow_weight and slow_total else 0.0
+        found = f.detect_s + f.localise_s
+        detect_share = f.detect_s / found if found else 0.0
+        stopped = 0.0 if f.degrades else 1.0
         seconds[f.name] = {
-            "detection": w * f.slowdown * f.detect_s,
-            "localisation": w * f.slowdown * f.localise_s,
+            "detection": w * stopped * f.detect_s + slow * detect_share,
+            "localisation": w * stopped * f.localise_s + slow * (1 - detect_share),
             "recovery": w * recovery,
             "over_eviction": w * over,
-            "lost_work": w * partial if f.loses_work else 0.0,
+            "lost_work": lost,
         }
-    return cycle, productive, seconds, short_sum / evict_sum if evict_sum else 0.0
+    return cycle, productive, seconds, short_sum / evict_sum if evict_sum else 0.0, stall_s
 
 
 def optimal_interval(s: Scenario) -> float:
@@ -193,10 +284,11 @@ def optimal_interval(s: Scenario) -> float:
     cap = s.duration_s
     if lam == 0 or s.checkpoint_stall_s == 0:
         # Nothing to lose (no faults) or nothing to pay (free checkpoints): the edges.
-        return cap if lam == 0 else _MIN_INTERVAL_S
+        return cap if lam == 0 else min(_MIN_INTERVAL_S, cap)
     young = young_interval(s.checkpoint_stall_s, 1 / lam)
-    lo = math.log(max(_MIN_INTERVAL_S, young / _SEARCH_SPAN))
-    hi = math.log(max(min(cap, young * _SEARCH_SPAN), math.exp(lo)))
+    # The search never leaves (1 s, the job's length): an interval longer than the job checkpoints never.
+    hi = math.log(max(min(cap, young * _SEARCH_SPAN), min(cap, _MIN_INTERVAL_S)))
+    lo = min(math.log(max(_MIN_INTERVAL_S, young / _SEARCH_SPAN)), hi)
     g = (math.sqrt(5) - 1) / 2
     a, b = lo, hi
     c, d = b - g * (b - a), a + g * (b - a)
@@ -210,4 +302,4 @@ def optimal_interval(s: Scenario) -> float:
             a, c, fc = c, d, fd
             d = a + g * (b - a)
             fd = _project(s, math.exp(d)).ettr
-    return math.exp((a + b) / 2)
+    return min(math.exp((a + b) / 2), cap)

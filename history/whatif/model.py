@@ -8,8 +8,9 @@ place bad input is refused (a ``ValueError`` the command turns into exit 2).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 DAY_S = 86400.0
 PHASES = ("detection", "localisation", "recovery", "over_eviction", "lost_work")
@@ -42,6 +43,11 @@ class FaultClass:
     timeout_s: float = 600.0
     manual_localise_s: float = 0.0
     stop_time: bool = False
+
+    @property
+    def degrades(self) -> bool:
+        """The job keeps running (slower) while this fault is found; faults keep arriving meanwhile."""
+        return not self.planned and self.slowdown < 1.0
 
     def validate(self) -> None:
         for key in ("rate", "detect_s", "localise_s", "over_evict", "timeout_s", "manual_localise_s"):
@@ -83,6 +89,8 @@ class Scenario:
     spares: int | None = None                    # None: the pool's binomial P99 (remediation.pool)
     spare_return_days: float = 1.0               # an evicted machine's spare is back after this
     name: str = "custom"
+    # input key ("gpus", "recovery.restart_s", "faults.job_hang.detect_s") -> provenance.Input
+    provenance: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def nodes(self) -> int:
@@ -124,7 +132,7 @@ class Scenario:
             f.validate()
         self.recovery.validate()
 
-    def with_fault(self, name: str, **changes: Any) -> "Scenario":
+    def with_fault(self, name: str, **changes: Any) -> Scenario:
         """This scenario with one class changed (sensitivity, measured values)."""
         if name not in {f.name for f in self.faults}:
             raise KeyError(name)
@@ -149,17 +157,3 @@ def timeout_only(scenario: Scenario) -> Scenario:
     r = scenario.recovery
     recovery = replace(r, standby_s=r.requeue_s, hot_update_s=r.requeue_s, restart_s=r.requeue_s)
     return replace(scenario, faults=faults, recovery=recovery, spares=0, name=f"{scenario.name} (timeout only)")
-
-
-def fault_from_mapping(data: Mapping[str, Any]) -> FaultClass:
-    """A fault class from a TOML table / JSON object; unknown keys are an error, not ignored."""
-    known = set(FaultClass.__dataclass_fields__)
-    extra = set(data) - known
-    if extra:
-        raise ValueError(f"unknown fault class keys {sorted(extra)} (known: {sorted(known)})")
-    if "name" not in data or "rate" not in data or "detect_s" not in data:
-        raise ValueError("a fault class needs name, rate and detect_s")
-    try:
-        return FaultClass(**{k: (v if k in ("name", "loses_work", "planned", "stop_time") else float(v)) for k, v in data.items()})
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"fault class {data.get('name')!r}: {exc}") from None

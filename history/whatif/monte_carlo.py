@@ -1,7 +1,9 @@
 """The Monte-Carlo engine: run the job's timeline fault by fault, many times.
 
-Same model as closed_form.py but nothing taken in expectation: faults arrive one by one
-(exponential gaps, class drawn by rate), each spends its detection, localisation and recovery time,
+Same model as closed_form.py but nothing taken in expectation: faults arrive one by one on the
+running clock (exponential gaps, class drawn by rate), a stopping one spends its detection,
+localisation and recovery as downtime, a degraded one (a slow machine) leaves the job running at
+reduced speed, still exposed to faults, until it is found and then recovered,
 an eviction takes spares from a pool that gets each back ``spare_return_days`` later (a dry pool
 means a requeue), the job stops at its end date. ETTR per run is productive / wall; the runs give a
 mean and a 95 % confidence interval of that mean. ByteRobust also reports ETTR over 1-hour windows:
@@ -16,6 +18,7 @@ import bisect
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import fmean, stdev
 
@@ -67,8 +70,8 @@ WINDOW_S = 3600.0
 
 
 def _spread(hours: list[float], t0: float, t1: float, productive: float) -> None:
-    """Add ``productive`` seconds, spread evenly over [t0, t1), to the hours they fall in."""
-    if t1 <= t0 or productive <= 0:
+    """Add ``productive`` seconds (negative: work lost), spread evenly over [t0, t1), to their hours."""
+    if t1 <= t0 or productive == 0:
         return
     rate = productive / (t1 - t0)
     h = int(t0 // WINDOW_S)
@@ -78,11 +81,42 @@ def _spread(hours: list[float], t0: float, t1: float, productive: float) -> None
         t0, h = edge, h + 1
 
 
+class _Clock:
+    """The trainer's checkpoint clock on running time: compute ``tau`` s, stall ``stall`` s, repeat;
+    work done since the last completed checkpoint (or restart) is what a fault loses."""
+
+    def __init__(self, tau: float, stall: float) -> None:
+        self.tau, self.period = tau, tau + stall
+        self.since = 0.0        # running seconds since the last restart
+        self.unsaved = 0.0      # work (speed-weighted compute seconds) since the last checkpoint
+
+    def compute(self, a: float, b: float) -> float:
+        def c(x: float) -> float:
+            return math.floor(x / self.period) * self.tau + min(x % self.period, self.tau)
+        return c(b) - c(a)
+
+    def run(self, seconds: float, speed: float) -> tuple[float, float]:
+        """Run ``seconds`` at ``speed``: (compute seconds, stall seconds)."""
+        a, b = self.since, self.since + seconds
+        compute = self.compute(a, b)
+        if math.floor(b / self.period) > math.floor(a / self.period):
+            self.unsaved = speed * min(b % self.period, self.tau)
+        else:
+            self.unsaved += speed * compute
+        self.since = b
+        return compute, seconds - compute
+
+    def restart(self) -> None:
+        self.since = self.unsaved = 0.0
+
+
 def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple[float, dict, int, int, list]:
+    """One timeline. Faults arrive on the running clock; a stopping fault's phases are downtime; a
+    degraded one (a slow machine) runs at reduced speed for its detection and localisation, exposed
+    to further faults (paused while the job is down), then costs its recovery."""
     lam = s.fault_rate_s()
     end = s.duration_s
     stall = s.checkpoint_stall_s
-    period = tau + stall
     r = s.recovery
     classes: list[FaultClass] = list(s.faults)
     cum = []
@@ -95,51 +129,89 @@ def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple
     lost["checkpoint"] = {"stall": 0.0}
     productive = 0.0
     hours = [0.0] * math.ceil(end / WINDOW_S)
+    clock = _Clock(tau, stall)
+    pending: list[list] = []          # [running seconds left, class, running seconds it has had]
     t = 0.0
+    checkpoint_t = 0.0                # wall time of the last checkpoint or restart: lost work spreads back to it
     faults = requeues = 0
-    while t < end:
-        x = rng.expovariate(lam) if lam > 0 else math.inf
-        done = x >= end - t
-        x = min(x, end - t)
-        k = math.floor(x / period)
-        u = x - k * period
-        lost["checkpoint"]["stall"] += k * stall + max(0.0, u - tau)
-        if done:
-            # The job's last stretch needs no checkpoint to count.
-            productive += k * tau + min(u, tau)
-            _spread(hours, t, t + x, k * tau + min(u, tau))
-            break
-        faults += 1
-        f = classes[min(bisect.bisect_right(cum, rng.random() * acc), len(classes) - 1)]
+    next_fault = rng.expovariate(lam) if lam > 0 else math.inf    # running seconds until it
+
+    def run(seconds: float) -> None:
+        nonlocal t, productive, checkpoint_t
+        slowest = max(pending, key=lambda p: p[1].slowdown, default=None)
+        speed = 1.0 - slowest[1].slowdown if slowest else 1.0
+        before = clock.since
+        compute, stalled = clock.run(seconds, speed)
+        lost["checkpoint"]["stall"] += stalled
+        productive += speed * compute
+        if slowest is not None and compute > 0:
+            f = slowest[1]
+            phase = "detection" if slowest[2] < f.detect_s else "localisation"
+            lost[f.name][phase] += (1 - speed) * compute
+        _spread(hours, t, t + seconds, speed * compute)
+        if math.floor(clock.since / clock.period) > math.floor(before / clock.period):
+            checkpoint_t = t + seconds - (clock.since % clock.period)
+        for p in pending:
+            p[0] -= seconds
+            p[2] += seconds
+        t += seconds
+
+    def down(f: FaultClass, phase: str, seconds: float) -> None:
+        nonlocal t
+        seconds = min(seconds, end - t)
+        lost[f.name][phase] += seconds
+        t += seconds
+
+    def interrupt(f: FaultClass) -> None:
+        """The job restarts: from its last checkpoint, or after saving (``loses_work`` False)."""
+        nonlocal t, productive, checkpoint_t, requeues
         if f.loses_work:
-            lost[f.name]["lost_work"] += min(u, tau)
-            kept = k * tau
+            lost[f.name]["lost_work"] += clock.unsaved
+            productive -= clock.unsaved
+            _spread(hours, checkpoint_t, t, -clock.unsaved)
         else:
-            kept = k * tau + min(u, tau)
-        productive += kept
-        _spread(hours, t, t + x, kept)
-        t += x
-        spans = [("detection", f.detect_s, f.slowdown), ("localisation", f.localise_s, f.slowdown)]
+            saving = min(stall, end - t)
+            lost["checkpoint"]["stall"] += saving
+            t += saving
         if f.planned:
-            spans.append(("recovery", r.hot_update_s, 1.0))
+            down(f, "recovery", r.hot_update_s)
         elif rng.random() < f.evict_share:
             over = math.floor(f.over_evict) + (rng.random() < f.over_evict - math.floor(f.over_evict))
-            granted, over_caused = pool.take(t + f.detect_s + f.localise_s, 1 + over, over)
-            if granted:
-                spans.append(("recovery", r.standby_s, 1.0))
-            else:
+            granted, over_caused = pool.take(t, 1 + over, over)
+            down(f, "recovery", r.standby_s)
+            if not granted:
                 requeues += 1
-                spans.append(("recovery", r.standby_s, 1.0))
-                spans.append(("over_eviction" if over_caused else "recovery",
-                              max(0.0, r.requeue_s - r.standby_s), 1.0))
+                down(f, "over_eviction" if over_caused else "recovery", max(0.0, r.requeue_s - r.standby_s))
         else:
-            spans.append(("recovery", r.restart_s, 1.0))
-        for phase, seconds, slow in spans:
-            seconds = min(seconds, end - t)
-            lost[f.name][phase] += slow * seconds
-            productive += (1 - slow) * seconds
-            _spread(hours, t, t + seconds, (1 - slow) * seconds)
-            t += seconds
+            down(f, "recovery", r.restart_s)
+        clock.restart()
+        checkpoint_t = t
+
+    while t < end:
+        step = min(next_fault, min((p[0] for p in pending), default=math.inf), end - t)
+        run(step)
+        if t >= end:
+            break
+        next_fault -= step
+        ended = [p for p in pending if p[0] <= 1e-9]
+        if ended:
+            p = ended[0]
+            pending.remove(p)
+            interrupt(p[1])
+            continue
+        faults += 1
+        next_fault = rng.expovariate(lam)
+        f = classes[min(bisect.bisect_right(cum, rng.random() * acc), len(classes) - 1)]
+        if f.degrades:
+            pending.append([f.detect_s + f.localise_s, f, 0.0])
+            if pending[-1][0] <= 0:
+                pending.pop()
+                interrupt(f)
+            continue
+        down(f, "detection", f.detect_s)
+        down(f, "localisation", f.localise_s)
+        if t < end:
+            interrupt(f)
     full_hours = [v / WINDOW_S for v in hours[: int(end // WINDOW_S)]]
     return (productive / end, {c: {p: v / end for p, v in ph.items()} for c, ph in lost.items()}, faults, requeues,
             full_hours)
@@ -156,8 +228,10 @@ def _window_summary(values: list[float]) -> dict[str, float]:
             "below_90": sum(1 for v in values if v < 0.9) / len(values)}
 
 
-def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | None = None) -> MonteCarlo:
-    """``runs`` independent timelines of ``s`` (seeded: the same seed gives the same answer)."""
+def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | None = None,
+             progress: Callable[[int], None] | None = None) -> MonteCarlo:
+    """``runs`` independent timelines of ``s`` (seeded: the same seed gives the same answer);
+    ``progress(1)`` after each run."""
     s.validate()
     if runs < 2:
         raise ValueError(f"runs must be >= 2 for an interval, got {runs}")
@@ -176,6 +250,8 @@ def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | No
             into = total.setdefault(cause, dict.fromkeys(phases, 0.0))
             for p, v in phases.items():
                 into[p] += v / runs
+        if progress is not None:
+            progress(1)
     mean = fmean(ettrs)
     half = Z95 * stdev(ettrs) / math.sqrt(runs)
     return MonteCarlo(mean, (mean - half, mean + half), runs, total, fmean(faults), fmean(requeues),

@@ -9,7 +9,8 @@ from faultlens.history.whatif.closed_form import Projection, project
 from faultlens.history.whatif.model import PHASES, Scenario, timeout_only
 
 
-def plot_projection(s: Scenario, p: Projection, out: str | Path) -> Path:
+def plot_projection(s: Scenario, p: Projection, out: str | Path, band: dict | None = None) -> Path:
+    """``band``: the ETTR over the assumed inputs' ranges (provenance.Band.to_dict), drawn as a span."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -26,7 +27,10 @@ def plot_projection(s: Scenario, p: Projection, out: str | Path) -> Path:
             ax1.barh(causes, widths, left=left, label=phase)
             left = [a + b for a, b in zip(left, widths)]
     ax1.set_xlabel("hours of the job lost")
-    ax1.set_title(f"{s.name}: {s.gpus:,} GPUs, {s.days:g} days, ETTR {p.ettr:.1%}")
+    title = f"{s.name}: {s.gpus:,} GPUs, {s.days:g} days, ETTR {p.ettr:.1%}"
+    if band:
+        title += f" [{band['low']:.1%}, {band['high']:.1%}] over assumed inputs"
+    ax1.set_title(title, fontsize=10)
     ax1.legend(fontsize=8)
 
     best = p.checkpoint_interval_s
@@ -36,6 +40,9 @@ def plot_projection(s: Scenario, p: Projection, out: str | Path) -> Path:
     base = timeout_only(s)
     ax2.plot(grid, [100 * project(base, t).ettr for t in grid], label="framework timeout alone")
     ax2.axvline(best, color="grey", linestyle=":", label=f"optimum {best:.0f} s")
+    if band:
+        ax2.axhspan(100 * band["low"], 100 * band["high"], color="tab:blue", alpha=0.12,
+                    label="band over assumed inputs")
     ax2.set_xscale("log")
     ax2.set_xlabel("checkpoint interval (s)")
     ax2.set_ylabel("ETTR (%)")

@@ -10,7 +10,11 @@ Clusters", 2025: a job's failure rate is its nodes times a per-node rate; 6.50 a
 
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
+
 from faultlens.history.whatif.model import FaultClass, Recovery, Scenario
+from faultlens.history.whatif.provenance import Input, Kind, mark
 
 # Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, §3.3.4 and Table 5): 16,384 H100 (2,048 nodes)
 # for 54 days, 466 interruptions: 419 unexpected, 47 planned; > 90 % effective training time.
@@ -34,10 +38,9 @@ BYTEROBUST_CENSUS = {
     "fail_slow": 0.8, "nan_loss": 0.3, "unknown": 100 - 93.4,
 }
 BYTEROBUST_MANUAL = 17.3       # manual restarts: code / config changes, recovered by hot update
-# choice: ByteRobust gives no per-node rate for its 9,600-GPU job; we take Llama 3's measured
-# unexpected rate on H100s (419 / 110,592 node-days = 3.79 per 1,000, between Meta's 2.34 and 6.50)
-# and split it by the census.
-UNEXPECTED_RATE = sum(LLAMA3_COUNTS.values()) / LLAMA3_NODE_DAYS
+# Meta counted interruptions over the job's wall-clock days; the model's faults arrive while the job
+# runs. ``running_factor`` converts once: the factor that makes the Llama 3 job itself expect 466.
+LLAMA3_INTERRUPTIONS = sum(LLAMA3_COUNTS.values()) + LLAMA3_PLANNED
 
 # Framework timeouts (ByteRobust §2: PyTorch's ~10 min collective timeout, 30-60 min for NCCL hangs).
 TORCH_TIMEOUT_S = 600.0
@@ -48,8 +51,82 @@ MANUAL_LOCALISE_S = 1800.0
 NOTICED_BY_HAND_S = 4 * 3600.0
 
 
+def _scaled(s: Scenario, k: float) -> Scenario:
+    return replace(s, faults=tuple(replace(f, rate=f.rate * k) for f in s.faults))
+
+
+@functools.cache
+def running_factor() -> float:
+    """Per wall-clock node-day -> per running node-day, for Llama 3's rates: the factor k with which
+    the Llama 3 job (16,384 GPUs, 54 days) expects the 466 interruptions Meta counted. The one
+    conversion of a source's unit; every preset's rate is the source's count times k."""
+    from faultlens.history.whatif.closed_form import project
+
+    wall = _llama3_wall()
+    k = 1.0
+    for _ in range(30):
+        expected = project(_scaled(wall, k)).faults_expected
+        k_new = k * LLAMA3_INTERRUPTIONS / expected
+        if abs(k_new - k) < 1e-9 * k:
+            return k_new
+        k = k_new
+    return k
+
+
+# choice: ByteRobust gives no per-node rate for its 9,600-GPU job; we take Llama 3's measured
+# unexpected rate on H100s (419 / 110,592 wall node-days = 3.79 per 1,000, between Meta's 2.34 and
+# 6.50; per running node-day, times running_factor) and split it by the census.
+def unexpected_rate() -> float:
+    return sum(LLAMA3_COUNTS.values()) / LLAMA3_NODE_DAYS * running_factor()
+
+
 def _census_rate(share: float) -> float:
-    return UNEXPECTED_RATE * share / (100.0 - BYTEROBUST_MANUAL)
+    return unexpected_rate() * share / (100.0 - BYTEROBUST_MANUAL)
+
+
+def _marked(s: Scenario, marks: dict[str, Input]) -> Scenario:
+    for key, inp in marks.items():
+        s = mark(s, key, inp)
+    return s
+
+
+PUB, ASSUMED = Kind.PUBLISHED, Kind.ASSUMED
+BYTEROBUST_PAPER = "ByteRobust (SOSP '25)"
+LLAMA3_PAPER = "Llama 3 (Meta 2024) Table 5"
+KOKOLIS = "Kokolis et al. 2025"
+# The inputs nobody published carry a range, and so do published ranges; the band runs over them.
+BYTEROBUST_INPUTS = {
+    "checkpoint_stall_s": Input(PUB, f"{BYTEROBUST_PAPER}: in-memory checkpoint 0.01-0.04 s", 0.01, 0.04),
+    "recovery.requeue_s": Input(PUB, f"{BYTEROBUST_PAPER}: requeue 454-768 s", 454.0, 768.0),
+    "recovery.standby_s": Input(ASSUMED, f"{BYTEROBUST_PAPER} says warm standby is up to 10.87x faster than a "
+                                "requeue; as an average that is the best case: 3x-10.87x", 611 / 10.87, 611 / 3),
+    "recovery.restart_s": Input(ASSUMED, "an in-place restart as fast as a warm standby, 3x-10.87x", 611 / 10.87,
+                                611 / 3),
+    "recovery.hot_update_s": Input(PUB, f"{BYTEROBUST_PAPER}: hot update 46-65 s", 46.0, 65.0),
+    "faults.cuda_error.localise_s": Input(ASSUMED, "stop-time diagnosis: 1-15 min", 60.0, 900.0),
+    "faults.unknown.localise_s": Input(ASSUMED, "stop-time diagnosis: 1-15 min", 60.0, 900.0),
+    "faults.cuda_error.detect_s": Input(PUB, f"{BYTEROBUST_PAPER}: a lost GPU in 10 s"),
+    "faults.nic.detect_s": Input(PUB, f"{BYTEROBUST_PAPER}: NIC 30 s"),
+    "faults.cuda_error.evict_share": Input(PUB, f"{BYTEROBUST_PAPER}: eviction 32.5 % of resolutions vs "
+                                           "reattempt 22.7 % + rollback 9.2 %"),
+    "faults.host_oom.localise_s": Input(ASSUMED, "seen at once on the host", 30.0, 300.0),
+    "faults.host_oom.evict_share": Input(ASSUMED, "mostly a restart in place", 0.1, 0.5),
+    "faults.job_hang.detect_s": Input(ASSUMED, "a few step times without progress", 120.0, 600.0),
+    "faults.job_hang.localise_s": Input(ASSUMED, "stack aggregation", 60.0, 300.0),
+    "faults.job_hang.over_evict": Input(ASSUMED, "a PP group of 2-4 machines blamed", 1.0, 3.0),
+    "faults.storage.localise_s": Input(ASSUMED, "a disk or filesystem error names its node", 10.0, 120.0),
+    "faults.fail_slow.detect_s": Input(ASSUMED, "MFU decline seen in 5-30 min", 300.0, 1800.0),
+    "faults.fail_slow.localise_s": Input(ASSUMED, "rounds of stack aggregation", 100.0, 900.0),
+    "faults.fail_slow.slowdown": Input(ASSUMED, "a slow machine costs 10-50 % of throughput", 0.1, 0.5),
+    "faults.nan_loss.detect_s": Input(ASSUMED, "NaN found within minutes", 30.0, 300.0),
+    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and replay to the bad step", 300.0, 1800.0),
+    "faults.unknown.detect_s": Input(ASSUMED, "noticed like a CUDA error or later", 10.0, 300.0),
+    "spare_return_days": Input(ASSUMED, "an evicted machine repaired or replaced in a day", 0.5, 3.0),
+}
+for _name in ("cuda_error", "host_oom", "job_hang", "storage", "nic", "fail_slow", "nan_loss", "unknown", "planned"):
+    BYTEROBUST_INPUTS[f"faults.{_name}.rate"] = Input(
+        PUB, f"{LLAMA3_PAPER}'s 419 unexpected per 110,592 wall node-days (per running node-day), split by "
+        f"{BYTEROBUST_PAPER}'s census of 778,135 jobs")
 
 
 def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
@@ -89,12 +166,37 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
     # ByteRobust: requeue 454-768 s, warm standby 10.87x faster, hot update 46-65 s; checkpoint stall
     # 0.01-0.04 s (in-memory, every few steps).
     recovery = Recovery(standby_s=611 / 10.87, requeue_s=611, restart_s=611 / 10.87, hot_update_s=55)
-    return Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=0.03, recovery=recovery,
-                    name="byterobust")
+    return _marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=0.03, recovery=recovery,
+                            name="byterobust"), BYTEROBUST_INPUTS)
+
+
+LLAMA3_INPUTS = {
+    "faults.job_hang.detect_s": Input(PUB, "PyTorch's NCCL watchdog, 10 min by default"),
+    "faults.user_code.localise_s": Input(ASSUMED, "a traceback names the code", 120.0, 900.0),
+    "faults.job_hang.localise_s": Input(ASSUMED, "the flight recorder's dumps", 120.0, 900.0),
+    "faults.nan_loss.detect_s": Input(ASSUMED, "silent data corruption seen in the loss", 60.0, 1800.0),
+    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and replay", 600.0, 3600.0),
+    "checkpoint_stall_s": Input(ASSUMED, "asynchronous save, only the copy out of GPU memory blocks", 10.0, 60.0),
+    "spares": Input(ASSUMED, "no warm standby published: every path a restart"),
+}
+for _path in ("standby_s", "requeue_s", "restart_s", "hot_update_s"):
+    LLAMA3_INPUTS[f"recovery.{_path}"] = Input(PUB, f"{KOKOLIS}: restart overhead 5-20 min (central: the low end, "
+                                               "Llama 3 says startup was cut)", 300.0, 1200.0)
+for _name in ("gpu_lost", "gpu_memory", "nic", "kernel", "gpu_thermal"):
+    LLAMA3_INPUTS[f"faults.{_name}.detect_s"] = Input(ASSUMED, "NCCLX / flight recorder: about a minute", 30.0, 300.0)
+    LLAMA3_INPUTS[f"faults.{_name}.localise_s"] = Input(ASSUMED, "the culprit in about two minutes", 60.0, 600.0)
+for _name in (*LLAMA3_COUNTS, "planned"):
+    LLAMA3_INPUTS[f"faults.{_name}.rate"] = Input(
+        PUB, f"{LLAMA3_PAPER}: counts per 110,592 wall node-days, converted once to running node-days")
 
 
 def llama3(gpus: int = 16384, days: float = 54.0) -> Scenario:
     """Llama 3 405B pre-training: > 90 % effective training time."""
+    return _scaled(_llama3_wall(gpus, days), running_factor())
+
+
+def _llama3_wall(gpus: int = 16384, days: float = 54.0) -> Scenario:
+    """The Llama 3 job with its rates in Meta's unit: interruptions per wall-clock node-day."""
     def rate(name: str) -> float:
         return LLAMA3_COUNTS[name] / LLAMA3_NODE_DAYS
 
@@ -123,8 +225,12 @@ def llama3(gpus: int = 16384, days: float = 54.0) -> Scenario:
     # GPU memory blocks), the interval then Young / Daly's optimum.
     restart = 300.0
     recovery = Recovery(standby_s=restart, requeue_s=restart, restart_s=restart, hot_update_s=restart)
-    return Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=10.0, recovery=recovery,
-                    spares=0, name="llama3")
+    return _marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=10.0, recovery=recovery,
+                            spares=0, name="llama3"), LLAMA3_INPUTS)
+
+
+# The count a source gives for its own job, for the command to print beside the expected count.
+SOURCE_COUNTS = {"llama3": (16384, 54.0, LLAMA3_INTERRUPTIONS, "interruptions counted by Meta")}
 
 
 PRESETS = {"byterobust": byterobust, "llama3": llama3}

@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 
 from faultlens.history.whatif import presets, sources
-from faultlens.history.whatif.closed_form import daly_interval, optimal_interval, project, spares_for, young_interval
+from faultlens.history.whatif.closed_form import (
+    daly_interval,
+    optimal_interval,
+    project,
+    spares_for,
+    young_interval,
+)
 from faultlens.history.whatif.model import FaultClass, Recovery, Scenario, timeout_only
 from faultlens.history.whatif.monte_carlo import simulate
 from faultlens.history.whatif.sensitivity import sensitivity
@@ -29,21 +35,44 @@ def _agree(s: Scenario, runs: int = RUNS, seed: int = 7) -> tuple[float, float, 
     return p.ettr, mc.ettr, mc.ci
 
 
-def test_byterobust_preset_lands_within_two_points_of_its_97_percent():
+# The presets' reproduction of the papers is a check of the calibration, not the definition of right
+# (that is test_whatif_properties.py): a preset is the papers' figures plus our guesses where they are
+# silent, and the guesses' band is wide (docs/ettr.md). The tolerance: ByteRobust reports "97 %"
+# for a job we model from its census and Llama 3's rate; Llama 3 reports "> 90 %".
+PAPER_TOLERANCE = 0.02
+
+
+def test_byterobust_preset_is_within_two_points_of_the_papers_97_percent():
     ettr, mc, _ = _agree(presets.byterobust(gpus=9600, days=90))
-    assert abs(ettr - 0.97) <= 0.02 and abs(mc - 0.97) <= 0.02
+    assert abs(ettr - 0.97) <= PAPER_TOLERANCE and abs(mc - 0.97) <= PAPER_TOLERANCE
 
 
-def test_llama3_preset_lands_above_90_percent_and_within_two_points():
+def test_llama3_preset_is_within_two_points_of_the_papers_90_percent():
     ettr, mc, _ = _agree(presets.llama3(gpus=16384, days=54))
-    assert 0.90 < ettr <= 0.92 and 0.90 < mc <= 0.92
+    assert abs(ettr - 0.90) <= PAPER_TOLERANCE and abs(mc - 0.90) <= PAPER_TOLERANCE
 
 
-def test_llama3_preset_sees_about_the_466_interruptions_meta_counted():
+def test_llama3_rates_are_converted_once_to_expect_the_466_interruptions_meta_counted():
+    # Meta counted over the job's wall-clock days; the model's faults arrive while it runs.
     p = project(presets.llama3())
-    # Faults arrive while the job runs, so a job down ~9 % of the time sees ~9 % fewer than
-    # node-days x rate; Meta counted 466 over wall time.
-    assert 466 * 0.85 < p.faults_expected < 466
+    assert p.faults_expected == pytest.approx(presets.LLAMA3_INTERRUPTIONS, rel=1e-6)
+    assert presets.running_factor() > 1
+    # The converted rate is the job's own: a job twice as long expects twice the faults.
+    assert project(presets.llama3(days=108)).faults_expected == pytest.approx(2 * p.faults_expected, rel=0.01)
+
+
+def test_faults_keep_arriving_while_a_slow_machine_is_found_in_both_engines():
+    # Issue 49: at 400,000 GPUs, finding a slow machine in a day instead of 10 min raised the
+    # projection (57.0 % -> 63.6 %), because nothing else could fail meanwhile.
+    big = presets.byterobust(gpus=400_000, days=30)
+    fast, slow = big.with_fault("fail_slow", detect_s=600.0), big.with_fault("fail_slow", detect_s=86400.0)
+    assert project(slow).ettr < project(fast).ettr - 0.05
+    mc_fast = simulate(fast, runs=12, seed=1, interval_s=project(fast).checkpoint_interval_s)
+    mc_slow = simulate(slow, runs=12, seed=1, interval_s=project(slow).checkpoint_interval_s)
+    assert mc_slow.ci[1] < mc_fast.ci[0]
+    # Faults do arrive meanwhile: as many as in the fast case, and the engines still agree.
+    assert mc_slow.faults_mean == pytest.approx(mc_fast.faults_mean, rel=0.02)
+    assert abs(mc_slow.ettr - project(slow).ettr) < 0.01
 
 
 @pytest.mark.parametrize("change", [
@@ -153,8 +182,12 @@ def test_score_measurements_replace_detection_weighted_by_recall(tmp_path):
     assert hang.detect_s == pytest.approx(0.75 * 70 + 0.25 * before.timeout_s)
     assert hang.localise_s == pytest.approx(0.25 * before.manual_localise_s)
     assert hang.over_evict == max(before.over_evict, 1.0)
-    assert note["not_in_scenario"] == ["xid_weird"]
+    # A class the scenario lacks is added (at rate 0: the score measures detection, not rates), not dropped.
+    assert "xid_weird" in note["measured"] and "xid_weird" in {f.name for f in measured.faults}
     assert {f.name: f for f in measured.faults}["nic"] == {f.name: f for f in s.faults}["nic"]
+    # Four samples behind job_hang's figure: shown, and a warning.
+    assert note["measured"]["job_hang"]["samples"] == 3
+    assert any(w.startswith("job_hang: detection from 3 samples") for w in note["warnings"])
 
 
 def test_a_file_that_is_not_score_output_is_refused(tmp_path):
@@ -193,12 +226,21 @@ def test_history_rates_replace_the_presets_for_the_classes_it_saw(tmp_path):
     s = presets.byterobust()
     measured, note = sources.apply_history(s, db)
     seen = note["measured"]
-    assert seen and all(v["nodes"] > 0 and v["rate_per_node_day"] > 0 for v in seen.values())
+    assert seen and all(v["nodes"] > 0 and v["rate_per_node_day"] > 0 and v["samples"] > 0 for v in seen.values())
     by = {f.name: f for f in measured.faults}
     for name, v in seen.items():
         assert by[name].rate == pytest.approx(v["rate_per_node_day"])
-    # A class the history never saw keeps the preset's rate.
-    assert by["cuda_error"].rate == {f.name: f for f in s.faults}["cuda_error"].rate
+        # Counted per wall-clock node-day of the history, divided once by its running share.
+        assert v["rate_per_node_day"] >= v["rate_per_wall_node_day"]
+    # Every diagnosed class landed somewhere; a class the history never saw keeps the preset's rate.
+    from faultlens.history.queries import run
+
+    conn = open_history(db)
+    diagnosed = {r["fault"] for r in run(conn, "fault_rates")}
+    conn.close()
+    measured_from = {d for v in seen.values() for d in v["from"]}
+    assert diagnosed and measured_from | set(note["not_a_cost"]) == diagnosed
+    assert by["storage"].rate == {f.name: f for f in s.faults}["storage"].rate
     with pytest.raises(ValueError, match="no such history"):
         sources.apply_history(s, tmp_path / "missing.duckdb")
 

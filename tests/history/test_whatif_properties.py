@@ -1,0 +1,119 @@
+"""What-if ETTR properties (hypothesis): no input change moves the projection the wrong way, and the
+two engines agree on scenarios nobody calibrated. These are the definition of right; the presets'
+closeness to the papers' figures is a separate, documented check (test_whatif.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from faultlens.history.whatif.closed_form import project
+from faultlens.history.whatif.model import FaultClass, Recovery, Scenario
+from faultlens.history.whatif.monte_carlo import simulate
+
+seconds = st.floats(min_value=0.0, max_value=7200.0, allow_nan=False)
+share = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@st.composite
+def scenarios(draw, max_gpus: int = 200_000) -> Scenario:
+    """A job with a stopping class, a degraded (slow-machine) class and a planned one."""
+    stop = FaultClass("gpu_lost", draw(st.floats(1e-4, 0.05)), detect_s=draw(seconds), localise_s=draw(seconds),
+                      evict_share=draw(share), over_evict=draw(st.floats(0.0, 3.0)))
+    slow = FaultClass("fail_slow", draw(st.floats(0.0, 0.01)), detect_s=draw(seconds), localise_s=draw(seconds),
+                      evict_share=1.0, slowdown=draw(st.floats(0.0, 0.99)), loses_work=False)
+    hang = FaultClass("job_hang", draw(st.floats(0.0, 0.01)), detect_s=draw(seconds), localise_s=draw(seconds),
+                      evict_share=draw(share))
+    planned = FaultClass("planned", draw(st.floats(0.0, 0.005)), detect_s=0.0, evict_share=0.0, loses_work=False,
+                         planned=True)
+    standby = draw(st.floats(1.0, 600.0))
+    recovery = Recovery(standby_s=standby, requeue_s=standby + draw(st.floats(0.0, 1800.0)),
+                        restart_s=draw(st.floats(1.0, 1200.0)), hot_update_s=draw(st.floats(1.0, 300.0)))
+    return Scenario(gpus=draw(st.integers(8, max_gpus)), days=draw(st.floats(1.0, 60.0)),
+                    faults=(stop, slow, hang, planned), checkpoint_stall_s=draw(st.floats(0.0, 60.0)),
+                    checkpoint_interval_s=draw(st.floats(30.0, 7200.0)), recovery=recovery,
+                    spares=draw(st.integers(0, 50)))
+
+
+def _ettr(s: Scenario) -> float:
+    return project(s).ettr
+
+
+# A fixed interval isolates the model; the optimum is checked with the search's own tolerance.
+EPS = 1e-12
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(scenarios(), st.sampled_from(["gpu_lost", "fail_slow", "job_hang"]), st.sampled_from(["detect_s", "localise_s"]),
+       st.floats(1.0, 100_000.0))
+def test_slower_detection_or_localisation_never_raises_ettr(s, name, field, more):
+    f = {x.name: x for x in s.faults}[name]
+    slower = s.with_fault(name, **{field: getattr(f, field) + more})
+    assert _ettr(slower) <= _ettr(s) + EPS
+    # ... with each job at its own optimum interval too (the search is good to ~1e-9).
+    assert project(replace(slower, checkpoint_interval_s=None)).ettr <= project(replace(s, checkpoint_interval_s=None)).ettr + 1e-7
+
+
+@FAST
+@given(scenarios(), st.sampled_from(["standby_s", "requeue_s", "restart_s", "hot_update_s"]), st.floats(1.0, 5000.0))
+def test_slower_recovery_never_raises_ettr(s, field, more):
+    r = s.recovery
+    changed = {field: getattr(r, field) + more}
+    if field == "standby_s":   # a warm standby is never slower than a requeue
+        changed["requeue_s"] = max(r.requeue_s, r.standby_s + more)
+    assert _ettr(replace(s, recovery=replace(r, **changed))) <= _ettr(s) + EPS
+
+
+@FAST
+@given(scenarios(), st.integers(1, 50))
+def test_fewer_spares_never_raise_ettr(s, fewer):
+    assert _ettr(replace(s, spares=max(0, s.spares - fewer))) <= _ettr(s) + EPS
+
+
+@FAST
+@given(scenarios(), st.sampled_from(["gpu_lost", "job_hang"]), st.floats(1.0001, 20.0))
+def test_a_higher_rate_of_a_fault_that_loses_work_never_raises_ettr(s, name, k):
+    f = {x.name: x for x in s.faults}[name]
+    assert _ettr(s.with_fault(name, rate=f.rate * k + 1e-4)) <= _ettr(s) + EPS
+
+
+@FAST
+@given(scenarios(), st.floats(1.0001, 20.0))
+def test_a_higher_rate_of_slow_machines_never_raises_ettr(s, k):
+    # A slow machine evicted without saving first. One whose trainer saves first is a checkpoint as
+    # well as a cost, and more of them can help a job whose restarts are cheap (docs/ettr.md, Limits).
+    s = s.with_fault("fail_slow", loses_work=True)
+    f = {x.name: x for x in s.faults}["fail_slow"]
+    assert _ettr(s.with_fault("fail_slow", rate=f.rate * k + 1e-4)) <= _ettr(s) + EPS
+
+
+@FAST
+@given(scenarios(), st.floats(0.0, 0.99))
+def test_a_slower_slow_machine_never_raises_ettr(s, slowdown):
+    f = {x.name: x for x in s.faults}["fail_slow"]
+    lo, hi = sorted((f.slowdown, slowdown))
+    assert _ettr(s.with_fault("fail_slow", slowdown=hi)) <= _ettr(s.with_fault("fail_slow", slowdown=lo)) + EPS
+
+
+@FAST
+@given(scenarios())
+def test_the_breakdown_adds_up(s):
+    p = project(s)
+    assert abs(p.lost() - (1 - p.ettr)) < 1e-9
+    assert all(v >= -1e-12 for phases in p.breakdown.values() for v in phases.values())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(max_gpus=30_000))
+def test_the_two_engines_agree(s):
+    s = replace(s, days=min(s.days, 10.0))
+    p = project(s)
+    mc = simulate(s, runs=60, seed=11)
+    lo, hi = mc.ci
+    # The closed form is a steady state: the job's first and last stretch, a job of a few faults and
+    # the pool's Poisson approximation put it a little off the Monte Carlo; 0.3 points or 4 intervals.
+    slack = max(0.003, 4 * (hi - lo))
+    assert lo - slack <= p.ettr <= hi + slack, (p.ettr, mc.ci)

@@ -10,11 +10,11 @@ import uuid
 import pytest
 
 pl = pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (pip install 'faultlens[lightning]')")
-import torch  # noqa: E402
+import torch
 
-from faultlens.trainer_hooks.exit_codes import ROLLBACK, STOPPED  # noqa: E402
-from faultlens.trainer_hooks.lightning import FaultlensCallback  # noqa: E402
-from tests.trainer_hooks.callback_script import KEY, Script, command, records, steps  # noqa: E402
+from faultlens.trainer_hooks.exit_codes import ROLLBACK, STOPPED
+from faultlens.trainer_hooks.lightning import FaultlensCallback
+from tests.trainer_hooks.callback_script import KEY, Script, command, records, steps
 
 pytestmark = pytest.mark.broker
 BATCH, FEATURES = 8, 6
@@ -63,8 +63,9 @@ class Commands(pl.Callback):
         self.script.before_step(trainer.global_step + 1)
 
 
-def trainer_for(tmp_path, faultlens, script, max_steps):
+def trainer_for(tmp_path, faultlens, script, max_steps, accumulate=1):
     return pl.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, default_root_dir=tmp_path, logger=False,
+                      accumulate_grad_batches=accumulate,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       callbacks=[Commands(script), faultlens])
 
@@ -82,15 +83,17 @@ def callback(kafka_settings, job, tmp_path):
 def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(kafka_settings, job, tmp_path):
     save = command(job, "checkpoint")
     model, faultlens = TinyRegression(), callback(kafka_settings, job, tmp_path)
-    trainer = trainer_for(tmp_path, faultlens, Script(kafka_settings, {4: save}), max_steps=12)
+    trainer = trainer_for(tmp_path, faultlens, Script(kafka_settings, {4: save}), max_steps=12, accumulate=2)
     trainer.fit(model, data())
 
     published = steps(kafka_settings, job, lambda found: len(found) >= 12)
     assert [s["step"] for s in published] == list(range(1, 13))
-    assert [s["loss"] for s in published] == pytest.approx(model.losses)  # the loss the module trained on
+    # One event per optimizer step, its loss the mean of the module's two micro-batch losses.
+    pairs = [(a + b) / 2 for a, b in zip(model.losses[::2], model.losses[1::2])]
+    assert [s["loss"] for s in published] == pytest.approx(pairs)
     assert published[-1]["loss"] < published[0]["loss"]  # it learns
     assert all(s["grad_norm"] > 0 and math.isfinite(s["grad_norm"]) for s in published)
-    assert all(s["tokens"] == BATCH and s["rank"] == 0 and s["step_time_s"] > 0 for s in published)
+    assert all(s["tokens"] == 2 * BATCH and s["rank"] == 0 and s["step_time_s"] > 0 for s in published)
 
     path = tmp_path / "checkpoints" / "faultlens-step=4.ckpt"
     saved = records(kafka_settings, "telemetry.train", job, "checkpoint", bool)

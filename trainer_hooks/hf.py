@@ -101,6 +101,7 @@ class FaultlensCallback(TrainerCallback):
         self._loss_is_share = False
         self._tokens: int | None = None
         self._grad_norms: dict[int, torch.Tensor] = {}
+        self._grad_norm: float | None = None
         self._step_started = time.monotonic()
 
     def resume_checkpoint(self, args: TrainingArguments) -> str | None:
@@ -127,6 +128,19 @@ class FaultlensCallback(TrainerCallback):
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self._step_started = time.monotonic()
 
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              optimizer: Any = None, **kwargs: Any) -> None:
+        norms = list(self._grad_norms.values())
+        if not norms:
+            return
+        norm = float(torch.linalg.vector_norm(torch.stack(norms)))
+        # Under fp16 the gradients were accumulated scaled; the scale is still the one they were
+        # made with here (the scaler updates it inside optimizer.step).
+        scaler = getattr(optimizer, "scaler", None)
+        if scaler is not None and scaler.is_enabled():
+            norm /= float(scaler.get_scale())
+        self._grad_norm = norm
+
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> TrainerControl:
         if self.hook is None:
@@ -136,9 +150,7 @@ class FaultlensCallback(TrainerCallback):
         loss = step_loss(losses, shares=self._loss_is_share)
         if loss is not None and self._loss_is_share and self._world > 1 and getattr(args, "average_tokens_across_devices", False):
             loss *= self._world  # each share was of the whole job's tokens (as the Trainer scales it)
-        norms = list(self._grad_norms.values())
-        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else None
-        tokens = self._tokens
+        norm, tokens = self._grad_norm, self._tokens
         self._reset_step()
         self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
                        classes=self.classes)  # obeys commands; SystemExit on a stop or restart

@@ -77,3 +77,8 @@ def test_a_consumer_command_names_its_extra_in_one_line(light_venv):
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "faultlens[consumers]" in lines[0] and "Traceback" not in out.stderr
+
+
+def test_the_launcher_asks_for_torch_where_it_is_missing(light_venv):
+    out = _run(light_venv / "bin" / "faultlens", "run", "--help", cwd=light_venv)
+    assert out.returncode == 2 and "faultlens[torch]" in out.stderr and "Traceback" not in out.stderr

@@ -38,7 +38,7 @@ class Agent:
     """One `faultlens run` process and the JSON lines it (and its workers) print."""
 
     def __init__(self, node: str, argv: list[str], env: dict, log: Path):
-        self.node = node
+        self.node, self.log = node, log
         self.lines: list[dict] = []
         self.read_all = False  # the process closed its stdout
         self._cond = threading.Condition()
@@ -66,8 +66,14 @@ class Agent:
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()
-                assert left > 0 and not self.read_all, f"{self.node}: no {what}; last lines: {self.lines[-6:]}"
+                assert left > 0 and not self.read_all, f"{self.node}: no {what}; {self.story()}"
                 self._cond.wait(min(left, 1.0))
+
+    def story(self) -> str:
+        """What went on, for a failure's message: the agent's lines and the end of its log."""
+        events = [l for l in self.lines if "event" in l or "worker" in l]
+        tail = [l for l in self.log.read_text(errors="replace").splitlines() if not l.startswith((" ", "[rank"))][-15:]
+        return f"lines: {events[-10:]}\nlog tail:\n" + "\n".join(tail)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -117,48 +123,60 @@ def test_two_agents_crash_restart_evict_finish(kafka_settings, tmp_path):
     a = Agent("n000", argv("n000"), env, tmp_path / "n000.log")
     b = Agent("n001", argv("n001"), env, tmp_path / "n001.log")
     try:
-        # Both nodes in one round (a late second agent makes torch restart the first: wait for the round with both).
-        both = b.wait_for(lambda l: round_of(l) and l["nodes"] == ["n000", "n001"], "round with both nodes")
-        first = both["attempt"]
-        for agent in (a, b):
-            agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first and l["world"] == 2,
-                           "worker started")
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not list(ckpt.glob("step_*.pt")):
-            assert time.monotonic() < deadline, "no checkpoint written"
-            time.sleep(0.2)
-
-        # A CUDA-like crash on n001: its agent waits for the remediator instead of restarting at once.
-        (control / "crash-n001").touch()
-        crash = b.wait_for(lambda l: l.get("event") == "crash", "crash")
-        assert crash["exit_codes"] == [1] and crash["attempt"] == first
-        assert not any(l.get("event") == "restart" and l["attempt"] > first for l in b.lines)
-
-        restart_id = send(kafka_settings, key, job, "restart")
-        for agent in (a, b):
-            again = agent.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == restart_id,
-                                   "restart on the command")
-            assert again["nodes"] == ["n000", "n001"] and again["attempt"] == first + 1 and again["resume"] == "latest"
-            resumed = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 1,
-                                     "worker restarted")
-            assert resumed["resumed"] > 0 and resumed["world"] == 2  # from the last checkpoint, not from scratch
-
-        # Evict n001: its agent leaves with the documented code, n000 goes on alone.
-        evict_id = send(kafka_settings, key, job, "evict", ("n001",))
-        assert b.proc.wait(HANG_GUARD_S) == EVICTED
-        assert b.wait_for(lambda l: l.get("event") == "evicted", "evicted line")["command_id"] == evict_id
-        alone = a.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == evict_id, "restart without n001")
-        assert alone["nodes"] == ["n000"] and alone["nodes_out"] == ["n001"] and alone["attempt"] == first + 2
-        a.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 2 and l["world"] == 1,
-                   "worker alone")
-
-        (control / "finish").touch()
-        assert a.proc.wait(HANG_GUARD_S) == 0
-        assert a.wait_for(lambda l: l.get("event") == "end", "end")["reason"] == "finished"
+        ids = story(a, b, ckpt, control, kafka_settings, key, job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- n000\n{a.story()}\n--- n001\n{b.story()}") from None
     finally:
         a.stop()
         b.stop()
+    bus(kafka_settings, job, *ids)
 
+
+def story(a: Agent, b: Agent, ckpt: Path, control: Path, kafka_settings, key: SigningKey, job: str) -> tuple[str, str, int]:
+    """The job's life, in order; the restart's and the evict's command ids and the first round's attempt."""
+    # Both nodes in one round (a late second agent makes torch restart the first: wait for the round with both).
+    both = b.wait_for(lambda l: round_of(l) and l["nodes"] == ["n000", "n001"], "round with both nodes")
+    first = both["attempt"]
+    for agent in (a, b):
+        agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first and l["world"] == 2,
+                       "worker started")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not list(ckpt.glob("step_*.pt")):
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.2)
+
+    # A CUDA-like crash on n001: its agent waits for the remediator instead of restarting at once.
+    (control / "crash-n001").touch()
+    crash = b.wait_for(lambda l: l.get("event") == "crash", "crash")
+    assert crash["exit_codes"] == [1] and crash["attempt"] == first
+    assert not any(l.get("event") == "restart" and l["attempt"] > first for l in b.lines)
+
+    restart_id = send(kafka_settings, key, job, "restart")
+    for agent in (a, b):
+        again = agent.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == restart_id,
+                               "restart on the command")
+        assert again["nodes"] == ["n000", "n001"] and again["attempt"] == first + 1 and again["resume"] == "latest"
+        resumed = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 1,
+                                 "worker restarted")
+        assert resumed["resumed"] > 0 and resumed["world"] == 2  # from the last checkpoint, not from scratch
+
+    # Evict n001: its agent leaves with the documented code, n000 goes on alone.
+    evict_id = send(kafka_settings, key, job, "evict", ("n001",))
+    assert b.proc.wait(HANG_GUARD_S) == EVICTED
+    assert b.wait_for(lambda l: l.get("event") == "evicted", "evicted line")["command_id"] == evict_id
+    alone = a.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == evict_id, "restart without n001")
+    assert alone["nodes"] == ["n000"] and alone["nodes_out"] == ["n001"] and alone["attempt"] == first + 2
+    a.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 2 and l["world"] == 1,
+               "worker alone")
+
+    (control / "finish").touch()
+    assert a.proc.wait(HANG_GUARD_S) == 0
+    assert a.wait_for(lambda l: l.get("event") == "end", "end")["reason"] == "finished"
+    return restart_id, evict_id, first
+
+
+def bus(kafka_settings, job: str, restart_id: str, evict_id: str, first: int) -> None:
+    """What the agents and the hooks said on the bus."""
     mine = [e for e in job_records(kafka_settings, "jobs", decode, None, idle_s=0.3) if e.job == job]
     restarts = [e.data for e in mine if e.kind == "restart" and e.data["command_id"]]
     assert [r["command_id"] for r in restarts] == [restart_id, evict_id]  # once each, by the round's first node

@@ -50,7 +50,8 @@ def _positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{'not an integer' if kind is int else 'not a number'}: {text!r}") from None
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
@@ -63,7 +64,8 @@ def _non_negative(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{'not an integer' if kind is int else 'not a number'}: {text!r}") from None
         if not math.isfinite(value) or value < 0:
             raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
         return value

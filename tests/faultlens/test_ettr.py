@@ -73,7 +73,10 @@ def test_tables_and_plot(tmp_path, capsys):
     (["--gpus", "0"], "must be > 0"),
     (["--days", "-3"], "must be > 0"),
     (["--spares", "-1"], "must be >= 0"),
-    (["--gpus", "lots"], "not a number"),
+    (["--gpus", "lots"], "not an integer"),
+    (["--gpus", "4096.7"], "not an integer"),
+    (["--days", "soon"], "not a number"),
+    (["--checkpoint-stall", "nan"], "must be >= 0"),
     (["--preset", "gpt5"], "invalid choice"),
 ])
 def test_bad_flags_are_argparse_errors(argv, message, capsys):

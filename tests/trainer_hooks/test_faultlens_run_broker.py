@@ -1,10 +1,11 @@
-"""`faultlens run` with real processes: two agents on this machine form one job through c10d
-rendezvous ("two nodes", one gloo worker each, on CPU), on the embedded broker.
+"""`faultlens run` with real processes, on the embedded broker.
 
-One story, in order: a worker crashes with a CUDA-like error and both agents wait for the
+Two agents on this machine form one job through c10d rendezvous ("two nodes", one gloo worker
+each, on CPU), in order: a worker crashes with a CUDA-like error and both agents wait for the
 remediator; a signed restart brings both back in place from the last checkpoint; an evict of n001
 ends its agent with exit code 75 while n000 goes on alone; the job finishes. The bus carries the
-`job` restart events with their command ids and, last, the job's end.
+`job` restart events with their command ids and, last, the job's end. Then one node alone: a
+rollback through the workers' hooks, and a stop.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from faultlens.streams.command import Command
 from faultlens.streams.events import decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.signing import SigningKey, write_key_pair
-from faultlens.trainer_hooks.exit_codes import EVICTED
+from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 from tests.kafka_fixtures import job_records
 
-pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.long(60)]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.long(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 240  # a bound on a wait that never ends, not a speed check
@@ -185,3 +186,48 @@ def bus(kafka_settings, job: str, restart_id: str, evict_id: str, first: int) ->
     acks = [e.data for e in job_records(kafka_settings, "telemetry.train", decode, job, idle_s=0.3)
             if e.kind == "command_ack" and e.data["command_id"] == evict_id and e.data["addressed"]]
     assert acks and all(a["obeyed"] for a in acks)  # the worker on n001 obeyed the evict through its hook
+
+
+def test_one_node_rolls_back_on_command_and_stops(kafka_settings, tmp_path):
+    """--standalone, two workers: a rollback (the hooks exit 77 at a step boundary) restarts them from
+    the checkpoint before the last, without spending --max-restarts 0; stop ends the job with 79."""
+    job = f"frun-{uuid.uuid4().hex[:8]}"
+    private, public = write_key_pair(tmp_path / "keys")
+    key = SigningKey.from_pem(private.read_bytes())
+    ckpt, control = tmp_path / "ckpt", tmp_path / "control"
+    ckpt.mkdir()
+    control.mkdir()
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    agent = Agent("n000", [sys.executable, "-m", "faultlens", "run", "--job", job, "--node-name", "n000",
+                           "--bootstrap", kafka_settings.bootstrap, "--verify-key", str(public),
+                           "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", "--monitor-interval", "0.2",
+                           "-m", "tests.trainer_hooks.elastic_worker", "--ckpt-dir", str(ckpt), "--control", str(control),
+                           "--ckpt-every", "3"], env, tmp_path / "n000.log")
+
+    def steps() -> list[int]:
+        return sorted(int(p.stem.split("_")[1]) for p in ckpt.glob("step_*.pt"))
+
+    try:
+        agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == 0, "workers started")
+        deadline = time.monotonic() + HANG_GUARD_S
+        while len(steps()) < 2:
+            assert time.monotonic() < deadline, "fewer than two checkpoints written"
+            time.sleep(0.2)
+        rollback_id = send(kafka_settings, key, job, "rollback")
+        again = agent.wait_for(lambda l: l.get("event") == "restart", "restart on the rollback")
+        assert again["command_id"] == rollback_id and again["resume"] == "rollback" and again["attempt"] == 1
+        for rank in (0, 1):
+            back = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == 1 and l["rank"] == rank,
+                                  f"rank {rank} restarted")
+            assert back["resume"] == "rollback" and 0 < back["resumed"] < steps()[-1] and back["resumed"] in steps()
+        stop_id = send(kafka_settings, key, job, "stop")
+        assert agent.proc.wait(HANG_GUARD_S) == STOPPED
+        end = agent.wait_for(lambda l: l.get("event") == "end", "end")
+        assert end["reason"] == "stopped" and end["command_id"] == stop_id
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{agent.story()}") from None
+    finally:
+        agent.stop()
+    mine = [e for e in job_records(kafka_settings, "jobs", decode, None, idle_s=0.3) if e.job == job]
+    assert [(e.kind, e.data["command_id"]) for e in mine] == [("restart", rollback_id), ("end", stop_id)]
+    assert mine[0].data["resume"] == "rollback" and mine[-1].data["reason"] == "stopped"

@@ -24,8 +24,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -11,19 +11,19 @@ from tests.progress import Stalled, run_watched, wait_until
 
 
 def test_a_slow_process_that_keeps_printing_outlives_its_stall_bound():
-    # 5 s in all, a line every 0.5 s: longer than the stall bound, never still for it (the bound
-    # leaves a loaded machine room to start the interpreter).
-    script = "import time\nfor i in range(10):\n    print(i, flush=True); time.sleep(0.5)\n"
-    proc = run_watched([sys.executable, "-c", script], stall_s=3.0, limit_s=60)
-    assert proc.returncode == 0 and proc.stdout.split() == [str(i) for i in range(10)]
+    # 6 s in all, a line every 0.5 s: longer than the stall bound, never still for it (the bound
+    # leaves a busy machine room to start the interpreter).
+    script = "import time\nfor i in range(12):\n    print(i, flush=True); time.sleep(0.5)\n"
+    proc = run_watched([sys.executable, "-c", script], stall_s=4.0, limit_s=120)
+    assert proc.returncode == 0 and proc.stdout.split() == [str(i) for i in range(12)]
 
 
 def test_a_process_that_stops_moving_is_stopped_and_its_output_shown():
-    script = "import sys, time\nprint('started', flush=True); print('on stderr', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
+    script = "import sys, time\nprint('started', flush=True); print('on stderr', file=sys.stderr, flush=True)\ntime.sleep(300)\n"
     t0 = time.monotonic()
-    with pytest.raises(Stalled, match=r"no progress for 1 s(.|\n)*on stderr(.|\n)*started"):
-        run_watched([sys.executable, "-c", script], stall_s=1.0, limit_s=60)
-    assert time.monotonic() - t0 < 30  # stopped at the stall, not when the sleep ends
+    with pytest.raises(Stalled, match=r"no progress for 4 s(.|\n)*on stderr(.|\n)*started"):
+        run_watched([sys.executable, "-c", script], stall_s=4.0, limit_s=600)
+    assert time.monotonic() - t0 < 200  # stopped at the stall, not when the sleep ends
 
 
 def test_repeated_lines_whose_key_does_not_move_are_no_progress():
@@ -36,9 +36,9 @@ def test_repeated_lines_whose_key_does_not_move_are_no_progress():
 def test_a_file_that_grows_is_progress(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    script = (f"import time\nfor i in range(10):\n    open({str(out / 'f')!r}, 'a').write('x'); time.sleep(0.5)\n")
-    assert run_watched([sys.executable, "-c", script], stall_s=3.0, limit_s=60, watch=[out]).returncode == 0
-    assert (out / "f").read_text() == "x" * 10
+    script = (f"import time\nfor i in range(12):\n    open({str(out / 'f')!r}, 'a').write('x'); time.sleep(0.5)\n")
+    assert run_watched([sys.executable, "-c", script], stall_s=4.0, limit_s=120, watch=[out]).returncode == 0
+    assert (out / "f").read_text() == "x" * 12
 
 
 def test_wait_until_returns_the_condition_and_fails_on_a_counter_that_stops():

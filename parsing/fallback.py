@@ -21,10 +21,10 @@ Found = list[tuple[str, dict[str, Any]]]
 CEILING = "alert"
 
 
-def kernel_line(msg: str, raw: str) -> tuple[Found | None, str]:
+def kernel_line(msg: str, raw: str, sev: Severity | None = None) -> tuple[Found | None, str]:
     """(events, basis) of an unclaimed kernel line: its subsystem's class when the line is an error
     of a subsystem with a class; the model's guess for another error line; (None, '') otherwise."""
-    sev = severity_of(msg, raw)
+    sev = sev if sev is not None else severity_of(msg, raw)
     if not sev.is_error:
         return None, ""
     att = attribute(msg)

@@ -16,9 +16,11 @@ from typing import Any, Sequence
 
 from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
 from faultlens.parsing import fallback
-from faultlens.parsing.alarm import looks_alarming
+from faultlens.parsing.alarm import ALARM_PRIORITY
 from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.severity import Severity, severity_of
+from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.xid_table import lookup
@@ -122,21 +124,22 @@ class KernelLogParser:
             return []  # known noise (parsing/benign.toml): no rule may act on it
         found = self._classify(msg, text)
         if found is None:
-            found, basis = fallback.kernel_line(msg, text)
+            sev = severity_of(msg, text)
+            found, basis = fallback.kernel_line(msg, text, sev)
             if basis == "subsystem":
                 self.stats.by_subsystem += 1
             elif basis == "model":
                 self.stats.by_model += 1
-        if found is None:
-            self.stats.skipped += 1
-            self._unrecognised(stamped.message, text)
-            return []
+            if found is None:
+                self.stats.skipped += 1
+                self._unrecognised(msg, sev)
+                return []
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
 
-    def _unrecognised(self, msg: str, raw: str) -> None:
-        if looks_alarming(msg, raw):
+    def _unrecognised(self, msg: str, sev: Severity) -> None:
+        if sev.alarming or (sev.priority is not None and sev.priority <= ALARM_PRIORITY):
             self.stats.alarming += 1
             if self.on_unrecognised is not None:
                 self.on_unrecognised(msg)
@@ -173,7 +176,7 @@ class KernelLogParser:
         The code's records first (they fold over several lines), then the catalogue (parsing/rules.toml
         and the user's --rules files) for the lines the code left."""
         found = self._code(msg, raw)
-        return found if found is not None else self._rules.match(msg, raw, self._seen)
+        return found if found is not None else self._rules.for_subsystem(subsystem_of(msg)).match(msg, raw, self._seen)
 
     def _code(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
         if "Kernel panic" in msg or "Kernel Panic" in msg:

@@ -11,14 +11,16 @@ What the model alone finds is a suspicion: the parsers emit it as ``suspect_line
 ``alert`` (diagnosis/rules/catalogue.py keeps it there), never an eviction.
 
 scikit-learn is imported only here, and this module only when a parser first needs the model
-(the trainer hooks never do). The shipped model is ``line_model.joblib`` next to this file;
+(the trainer hooks never do). The shipped model is ``line_model.pkl.gz`` next to this file;
 ``faultlens train-line-model`` retrains it from tests/fixtures/log_corpus and the tables' examples.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+import pickle
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,7 +31,7 @@ from faultlens.parsing.timestamps import split_timestamp
 
 log = logging.getLogger(__name__)
 
-SHIPPED = Path(__file__).resolve().parent / "line_model.joblib"
+SHIPPED = Path(__file__).resolve().parent / "line_model.pkl.gz"
 HEALTHY = "healthy"
 # Below this calibrated probability the model's class is not worth an alert.
 THRESHOLD = 0.6
@@ -61,21 +63,80 @@ class Guess:
 
 
 class LineModel:
-    """A trained pipeline and its classes; :meth:`guess` is all the parsers call."""
+    """A trained pipeline and its classes; :meth:`guess` is all the parsers call.
+
+    scikit-learn's predict_proba costs ~10 ms a line (input checks, sparse matrices, the feature
+    union); :class:`_Scorer` computes the same probabilities from the fitted parts with a few dict
+    lookups and one small matrix product (tests/parsing/test_line_model.py holds them equal), and
+    a line template seen again (numbers masked) is answered from a cache.
+    """
 
     def __init__(self, pipeline: Any, meta: dict[str, Any]):
         self.pipeline = pipeline
         self.meta = meta
         self.classes = tuple(str(c) for c in pipeline.classes_)
+        self._scorer = _Scorer(pipeline)
+        self.proba = lru_cache(maxsize=4096)(self._scorer.proba)
 
     def guess(self, line: str, source: str = "kernel") -> Guess | None:
         """The fault class of ``line`` when the model is confident it is a fault, else None."""
-        probs = self.pipeline.predict_proba([f"{source} {normalise(line)}"])[0]
+        probs = self.proba(f"{source} {normalise(line)}")
         best = int(probs.argmax())
         fault = self.classes[best]
         if fault == HEALTHY or probs[best] < THRESHOLD:
             return None
         return Guess(fault, round(float(probs[best]), 3))
+
+
+class _Scorer:
+    """predict_proba of the fitted pipeline (TF-IDF union -> LinearSVC -> per-class sigmoid, then
+    normalised, as sklearn's _CalibratedClassifier does) for one text, without sklearn's overhead."""
+
+    def __init__(self, pipeline: Any):
+        import numpy
+
+        self.np = numpy
+        features = pipeline.named_steps["features"]
+        calibrated = pipeline.named_steps["classifier"].calibrated_classifiers_[0]
+        svc = calibrated.estimator
+        coef = numpy.asarray(svc.coef_, dtype=numpy.float64)
+        self.intercept = numpy.asarray(svc.intercept_, dtype=numpy.float64)
+        self.parts = []
+        start = 0
+        for _, vec in features.transformer_list:
+            n = len(vec.vocabulary_)
+            self.parts.append((vec.build_analyzer(), vec.vocabulary_, numpy.asarray(vec.idf_, dtype=numpy.float64),
+                               coef[:, start:start + n].T.copy(), bool(vec.sublinear_tf)))  # fmt: skip
+            start += n
+        self.a = numpy.array([c.a_ for c in calibrated.calibrators], dtype=numpy.float64)
+        self.b = numpy.array([c.b_ for c in calibrated.calibrators], dtype=numpy.float64)
+        # Calibrators follow the SVC's classes; probabilities are laid out in the pipeline's.
+        order = list(pipeline.classes_)
+        self.slots = numpy.array([order.index(c) for c in svc.classes_])
+        self.n = len(order)
+
+    def proba(self, text: str) -> Any:
+        np = self.np
+        decision = self.intercept.copy()
+        for analyzer, vocab, idf, weights, sublinear in self.parts:
+            counts: dict[int, int] = {}
+            for gram in analyzer(text):
+                j = vocab.get(gram)
+                if j is not None:
+                    counts[j] = counts.get(j, 0) + 1
+            if not counts:
+                continue
+            idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+            tf = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+            values = (np.log(tf) + 1.0 if sublinear else tf) * idf[idx]
+            norm = float(np.sqrt(values @ values))
+            if norm:
+                decision += (values / norm) @ weights[idx]
+        per_class = 1.0 / (1.0 + np.exp(self.a * decision + self.b))
+        proba = np.zeros(self.n)
+        proba[self.slots] = per_class
+        total = proba.sum()
+        return proba / total if total else np.full(self.n, 1.0 / self.n)
 
 
 def train(samples: Sequence[tuple[str, str, str]], *, seed: int = 0) -> LineModel:
@@ -121,17 +182,14 @@ def _sklearn_version() -> str:
 
 
 def save(model: LineModel, path: Path = SHIPPED) -> None:
-    import joblib
-
-    joblib.dump({"pipeline": model.pipeline, "meta": model.meta}, path, compress=3)
+    # Plain pickle (C unpickler) in gzip: joblib's pure-Python unpickler took seconds to load it.
+    path.write_bytes(gzip.compress(pickle.dumps({"pipeline": model.pipeline, "meta": model.meta}, protocol=5), compresslevel=9, mtime=0))
 
 
 def load(path: Path = SHIPPED) -> LineModel | None:
     """The model in ``path``; None (logged) when it is missing or was saved by another scikit-learn."""
     try:
-        import joblib
-
-        blob = joblib.load(path)
+        blob = pickle.loads(gzip.decompress(path.read_bytes()))  # our own file, shipped in the package
         model = LineModel(blob["pipeline"], blob["meta"])
     except Exception as exc:  # a missing file, no scikit-learn, a pickle of another version: no fallback, not a crash
         log.warning("line model %s not loaded (%s): lines no rule takes stay unrecognised", path, exc)

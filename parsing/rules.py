@@ -25,7 +25,7 @@ A rule::
     line = "nvme nvme4: Disabling device after reset failure: -19"
     provenance = "leptonai/gpud components/disk/kmsg_matcher_test.go"
 
-Named groups of the pattern become data keys (digits as ints).
+Named groups of the pattern become data keys (integers, signed too, as ints).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from faultlens.parsing.line import common
+from faultlens.parsing.subsystems import subsystem_of
+from faultlens.parsing.timestamps import split_timestamp
 from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 SHIPPED = Path(__file__).resolve().parent / "rules.toml"
@@ -73,6 +75,9 @@ class LineRule:
     scope: str = "node"
     examples: tuple[Example, ...] = ()
     origin: str = ""
+    # The kernel subsystems (parsing/subsystems.toml names) whose lines this rule reads: the key
+    # `subsystems`, else those of its examples when every example has one; () = any line.
+    subsystems: tuple[str, ...] = ()
 
     def applies_to(self, source: str) -> bool:
         return self.source == "any" or self.source == source
@@ -86,7 +91,8 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     if not isinstance(rid, str) or not rid:
         raise RuleError(f"{where}: needs a string id")
     where = f"{origin}: rule {rid!r}"
-    unknown = set(raw) - {"id", "source", "pattern", "kind", "fault", "action", "severity", "needles", "fold", "fold_as", "scope", "example", "why"}
+    unknown = set(raw) - {"id", "source", "pattern", "kind", "fault", "action", "severity", "needles", "fold", "fold_as", "scope", "example", "why",
+                          "subsystems"}
     if unknown:
         raise RuleError(f"{where}: unknown keys {sorted(unknown)}")
     source = raw.get("source", "kernel")
@@ -123,8 +129,26 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     if scope not in ("node", "job"):
         raise RuleError(f"{where}: scope must be node or job, got {scope!r}")
     examples = tuple(Example(str(e.get("line", "")), str(e.get("provenance", ""))) for e in raw.get("example", ()) if isinstance(e, dict))
+    subs = raw.get("subsystems")
+    if subs is not None and (not isinstance(subs, list) or not all(isinstance(v, str) and v for v in subs)):
+        raise RuleError(f"{where}: subsystems must be a list of subsystem names")
     return LineRule(rid, source, pattern, kind, fault, action, severity, tuple(raw.get("needles", ())), fold,
-                    str(raw.get("fold_as") or ""), scope, examples, origin)
+                    str(raw.get("fold_as") or ""), scope, examples, origin,
+                    tuple(subs) if subs is not None else _subsystems_of(source, examples))
+
+
+def _subsystems_of(source: str, examples: tuple[Example, ...]) -> tuple[str, ...]:
+    """The subsystems every example of a kernel rule is attributed to; () when one has none (then
+    the rule is tried on every line)."""
+    if source != "kernel" or not examples:
+        return ()
+    names = []
+    for e in examples:
+        name = subsystem_of(split_timestamp(e.line).message)
+        if name is None:
+            return ()
+        names.append(name)
+    return tuple(sorted(set(names)))
 
 
 def parse_catalogue(text: str, origin: str) -> tuple[LineRule, ...]:
@@ -168,10 +192,24 @@ class RuleSet:
     # (None when a rule has no needles, so every line must be tried). Plain `in` tests beat one
     # alternation regex of the same literals by a third in CPython.
     _needles: tuple[str, ...] | None = field(init=False, repr=False, compare=False, default=None)
+    # Dispatch on the subsystem before any needle or regex: a line of subsystem S is tried on the
+    # rules of S and the rules of no subsystem, in catalogue order; a line of none on the latter.
+    _by_subsystem: dict[str | None, "RuleSet"] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.rules and all(r.needles for r in self.rules):
             object.__setattr__(self, "_needles", tuple(sorted({n for r in self.rules for n in r.needles})))
+
+    def for_subsystem(self, subsystem: str | None) -> "RuleSet":
+        """The rules a line of ``subsystem`` may match; a line of no known subsystem (None: no tag,
+        or a prefix the tag reading does not know) is tried on every rule."""
+        if subsystem is None:
+            return self
+        found = self._by_subsystem.get(subsystem)
+        if found is None:
+            found = RuleSet(tuple(r for r in self.rules if not r.subsystems or subsystem in r.subsystems))
+            self._by_subsystem[subsystem] = found
+        return found
 
     @classmethod
     def for_source(cls, source: str, rules: Sequence[LineRule] | None = None) -> "RuleSet":
@@ -187,7 +225,7 @@ class RuleSet:
             m = rule.pattern.search(msg)
             if m is None:
                 continue
-            groups = {k: (int(v) if v.isdigit() else v) for k, v in m.groupdict().items() if v is not None}
+            groups = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in m.groupdict().items() if v is not None}
             if (rule.fold or rule.fold_as) and seen is not None and seen(_fold_key(rule, groups)):
                 return []
             data = common(raw, rule.fault, rule.action, rule.severity, rule=rule.id, **groups)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultlens.parsing.alarm import kernel_priority
+from faultlens.parsing.alarm import QUICK as ALARM_QUICK
+from faultlens.parsing.alarm import kernel_priority, looks_alarming
 
 # Syslog levels: 0 emerg, 1 alert, 2 crit, 3 err, 4 warning, 5 notice, 6 info, 7 debug.
 ERR = 3
@@ -21,13 +22,16 @@ WARNING = 4
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
-          "oops", "lockup", "bug:", "starv")
+          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle")
 _QUICK_RE = re.compile("|".join(re.escape(q) for q in _QUICK))
+# Either vocabulary's literals: a line holding none (most lines) is settled by one scan.
+_ANY_QUICK = re.compile("|".join(re.escape(q) for q in sorted(set(_QUICK) | set(ALARM_QUICK), key=len, reverse=True)))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
     r"medium error|lost|resets?|resetting|unrecoverable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
-    r"offline|not responding|panic|general protection fault|oops|(?:soft|hard) lockup|starved)\b|"
+    r"offline|not responding|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
+    r"unable to handle kernel)\b|"
     r"\bBUG: |rc = -\d+|status: -\d+",
     re.IGNORECASE,
 )
@@ -43,10 +47,12 @@ _NEUTRAL = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Severity:
-    """``priority``: the level the line carried (None: none); ``words``: the error words read."""
+    """``priority``: the level the line carried (None: none); ``words``: the error words read;
+    ``alarming``: parsing.alarm's verdict on the words (what the unrecognised-line miner hears)."""
 
     priority: int | None
     words: tuple[str, ...]
+    alarming: bool = False
 
     @property
     def is_error(self) -> bool:
@@ -83,4 +89,6 @@ def severity_of(message: str, raw: str | None = None, priority: int | None = Non
     one the raw line's format states, and the error words of the message either way."""
     if priority is None and raw:
         priority = kernel_priority(raw)
-    return Severity(priority, error_words(message))
+    if not _ANY_QUICK.search(message.lower()):
+        return Severity(priority, (), False)
+    return Severity(priority, error_words(message), looks_alarming(message))

@@ -147,6 +147,39 @@ def tag_of(message: str) -> tuple[str, str | None]:
     return first.lower(), device
 
 
+def subsystem_of(message: str, table: SubsystemTable | None = None) -> str | None:
+    """The table's name for the subsystem that wrote ``message`` by its tag alone (no phrases, no
+    device guess): the cheap first step the rule catalogue dispatches on."""
+    if message.startswith(_SYSLOG_KERNEL):
+        message = message[len(_SYSLOG_KERNEL):]
+    colon = message.find(":", 0, MAX_TAG)
+    if colon <= 0:
+        return None
+    if message.startswith(" [", colon + 1) and " " not in message[:colon]:
+        label = _HOST_LABEL.match(message)  # "host: [ 123.4] tag: ...", a pdsh label before the kernel's clock
+        if label:
+            return subsystem_of(message[label.end():], table)
+    head = message[:colon]
+    first = head.split(None, 1)[0] if " " in head else head
+    memo = _MEMO if table is None else {}
+    name = memo.get(first, _UNSET)
+    if name is _UNSET:
+        tag = first.lower()
+        if tag.endswith("]") and "[" in tag and not tag.startswith("["):
+            tag = _BRACKET.sub("", tag)
+        sub = (table or shipped()).lookup(tag)
+        name = sub.name if sub is not None else None
+        if len(memo) > 4096:
+            memo.clear()
+        memo[first] = name
+    return name  # type: ignore[return-value]
+
+
+_UNSET = object()
+# The first word of a line -> its subsystem: a log holds a few hundred distinct ones.
+_MEMO: dict[str, object] = {}
+
+
 def _class_of_device(device: str | None) -> str | None:
     if not device:
         return None

@@ -76,6 +76,10 @@ _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning"
 _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
 
 
+# Classes of the errors whose detail lines follow them (a model line right after one is its detail).
+_ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
+
+
 def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
@@ -165,9 +169,10 @@ class TrainerLogParser:
                             if data.get("rank") is None:
                                 data["rank"] = rank
                     out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found)
-        if not absorbed and not out and looks_alarming(msg) and self._benign.match(msg) is None:
+        alarming = not absorbed and not out and looks_alarming(msg)
+        if alarming and self._benign.match(msg) is None:
             guessed = fallback.model_line(msg, text, self.source, rank=prefix_rank if prefix_rank is not None else _rank(msg))
-            if guessed and self._fold(key, guessed[0][1]["fault"]):
+            if guessed and any(self._fold(key, f) for f in (guessed[0][1]["fault"], *_ERROR_CLASSES)):
                 absorbed = True  # the detail of an error of that class just reported (NCCL's "Last error:" lines)
             elif guessed:
                 self.stats.by_model += 1
@@ -177,7 +182,7 @@ class TrainerLogParser:
             self.stats.recognised += 1
         else:
             self.stats.skipped += 1
-            if looks_alarming(msg):
+            if alarming:
                 self.stats.alarming += 1
                 if self.on_unrecognised is not None:
                     self.on_unrecognised(msg)

@@ -77,5 +77,14 @@ def test_simulated_user_code_and_nan():
 
 
 def test_simulated_benign_lines_say_nothing():
-    lines = [L.nccl_init_complete("n1", 1, 2, 3, 8), L.nccl_ib_using("n1", 1, 2), L.torchrun_worker_failed(TS, 2, 3, -9)]
+    lines = [L.nccl_init_complete("n1", 1, 2, 3, 8), L.nccl_ib_using("n1", 1, 2)]
     assert _parse(TrainerLogParser(), lines) == []
+
+
+def test_torchrun_worker_killed_is_recorded_as_host_memory_but_acts_on_nothing():
+    # Exit -9 is SIGKILL, most often the OOM killer; the kernel's OOM record (or the rank's own
+    # error) is the evidence, so the agent's echo is recorded and asks for nothing.
+    [e] = _parse(TrainerLogParser(), [L.torchrun_worker_failed(TS, 2, 3, -9)])
+    assert (e.kind, e.data["fault"], e.data["action"], e.data["exitcode"]) == ("worker_failed", "host_oom", "none", -9)
+    [e] = _parse(TrainerLogParser(), [L.torchrun_worker_failed(TS, 2, 3, 1)])
+    assert (e.data["fault"], e.data["action"]) == ("unknown", "none")

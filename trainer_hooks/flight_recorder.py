@@ -8,29 +8,23 @@ On ``capture_stacks`` the hook publishes the dump beside its stack dump (``stack
 
 A dump holds a few hundred bytes per entry (and the C++/Python frames of each, when torch
 records them): the newest entries are what a hang verdict reads, so frames go first and the
-oldest entries next until the text fits ``max_bytes``.
+oldest entries next until the text fits ``max_bytes`` (streams.flight_recorder.bound, which the
+simulated cluster uses too).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+
+# The bound and the event's fields are shared with the simulated cluster (simulator.recorder).
+from faultlens.streams.flight_recorder import MAX_BYTES, BoundedDump, bound
 
 log = logging.getLogger(__name__)
 
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 DEFAULT_BUFFER = 2000  # entries per process: a few steps of a large model's collectives
-MAX_BYTES = 256 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class BoundedDump:
-    text: str  # the recorder's JSON, possibly cut to its newest entries
-    entries: int  # entries kept
-    truncated: bool  # frames or older entries were dropped to fit
 
 
 def enable(environ: dict | None = None, size: int = DEFAULT_BUFFER) -> None:
@@ -65,25 +59,4 @@ def _raw_dump(torch) -> str | bytes:
     return c10d._dump_fr_trace_json()
 
 
-def bound(text: str, max_bytes: int = MAX_BYTES) -> BoundedDump | None:
-    """``text`` cut to ``max_bytes``: frames dropped first, then the oldest entries; None if unreadable."""
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None
-    entries = obj.get("entries") if isinstance(obj, dict) else None
-    if not isinstance(entries, list):
-        return None
-    if len(text.encode()) <= max_bytes:
-        return BoundedDump(text, len(entries), False)
-    for e in entries:
-        if isinstance(e, dict):
-            e.pop("frames", None)
-    keep = len(entries)
-    while True:
-        obj["entries"] = entries[len(entries) - keep:]
-        out = json.dumps(obj, separators=(",", ":"))
-        if len(out.encode()) <= max_bytes or keep == 0:
-            return BoundedDump(out, keep, True)
-        # Shrink in proportion, not one entry at a time: a 20,000-entry dump fits in a few passes.
-        keep = min(keep - 1, int(keep * max_bytes / len(out.encode())))
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "MAX_BYTES", "BoundedDump", "bound", "enable", "dump"]

@@ -36,6 +36,7 @@ from typing import Callable
 from faultlens.streams.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.events import Envelope, number
+from faultlens.streams.flight_recorder import RECORDER_KIND, recorder_payload
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
@@ -167,9 +168,8 @@ class TrainerHook:
         # After the stacks, in the same partition: the hang verdict matches it per process group.
         recorded = flight_recorder_dump.dump()
         if recorded is not None:
-            self.producer.send_event(self._event("stack", "recorder_dump", {
-                "rank": self.rank, "pid": os.getpid(), "dump": recorded.text, "entries": recorded.entries,
-                "truncated": recorded.truncated, "request_id": request_id}))
+            self.producer.send_event(self._event("stack", RECORDER_KIND,
+                                                 recorder_payload(self.rank, os.getpid(), recorded, request_id)))
         self.producer.flush(10.0)
 
     def _exit_if_stuck(self, step_at_command: int) -> None:

@@ -37,7 +37,8 @@ def records(settings, topic: str, job: str, kind: str, predicate=lambda found: T
 
 def steps(settings, job: str, predicate=lambda found: True) -> list[dict]:
     """The ``train``/``step`` payloads of ``job``, in the order published."""
-    return [e.data for e in records(settings, "telemetry.train", job, "step", predicate)]
+    return [e.data for e in records(settings, "telemetry.train", job, "step",
+                                    lambda found: predicate([e.data for e in found]))]
 
 
 class Script:

@@ -50,7 +50,9 @@ GUESS_LINES = 500
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="log file to read, '-' for stdin")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="log file to read, '-' for stdin")
+    parser.add_argument("--train-model", action="store_true",
+                        help="retrain the shipped line model from tests/fixtures/log_corpus and the tables' examples, then exit")
     parser.add_argument(
         "--source",
         choices=("kernel", "nccl", "trainer"),
@@ -96,6 +98,13 @@ def _event_id(node: str, path: str, lineno: int, index: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.train_model:
+        from faultlens.parsing.line_train import main as train_main
+
+        return train_main()
+    if args.file is None:
+        print("faultlens parse: FILE is required (or --train-model)", file=sys.stderr)
+        return 2
     try:
         rules = load(args.rules)
     except RuleError as exc:

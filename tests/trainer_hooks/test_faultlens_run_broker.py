@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.streams.broker import free_port
+from faultlens.streams.broker import answers, free_port
 from faultlens.streams.command import Command
 from faultlens.streams.events import decode
 from faultlens.streams.producer import Producer
@@ -122,6 +122,12 @@ def test_two_agents_crash_restart_evict_finish(kafka_settings, tmp_path):
                 "-m", "tests.trainer_hooks.elastic_worker", "--ckpt-dir", str(ckpt), "--control", str(control)]
 
     a = Agent("n000", argv("n000"), env, tmp_path / "n000.log")
+    # The first agent on the endpoint hosts c10d's rendezvous store, which dies with it: n000 must
+    # host it, as n001 is the one evicted (on a cluster: the endpoint's node, docs/integrations.md).
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not answers(f"127.0.0.1:{port}", timeout=0.5):
+        assert a.proc.poll() is None and time.monotonic() < deadline, f"n000 never hosted the rendezvous\n{a.story()}"
+        time.sleep(0.2)
     b = Agent("n001", argv("n001"), env, tmp_path / "n001.log")
     try:
         ids = story(a, b, ckpt, control, kafka_settings, key, job)

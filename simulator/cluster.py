@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from faultlens.simulator import lines, stacks
+from faultlens.simulator import lines, recorder, stacks
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.effects import Effect, Episode
 from faultlens.simulator.faults import INJECTORS, nccl_init, noise_tick
@@ -34,6 +34,7 @@ from faultlens.simulator.plan import EPISODE_S, FaultPlan, PlannedFault
 from faultlens.simulator.telemetry import FIRST_STEP, PeriodicTelemetry
 from faultlens.streams.command import Command
 from faultlens.streams.events import Envelope
+from faultlens.streams.flight_recorder import RECORDER_KIND, bound, recorder_payload
 from faultlens.streams.topology import Topology
 from faultlens.streams.trace import trace_order
 
@@ -71,6 +72,8 @@ class SimulatedCluster(PeriodicTelemetry):
         self.halted: set[int] = set()  # ranks that stopped stepping while the rest go on
         self.step = FIRST_STEP
         self.last_ckpt = FIRST_STEP
+        self.proc_first_step = FIRST_STEP  # the training processes' first step: their recorders count from it
+        self.step_started = config.start_ts  # when the step in progress began
         self._rank_speed = 1.0 + self.rng.normal(0, 0.01, self.world)
         # Healthy variance draws from its own generator: fault placement stays what the seed gave.
         self.vrng = np.random.default_rng([config.seed, 0x7A])
@@ -278,12 +281,14 @@ class SimulatedCluster(PeriodicTelemetry):
         self.restarts += 1
         self._emit(self.now, "-", "job", "restart", {"reason": reason, "command_id": command_id,
                                                      "nodes_out": list(nodes_out), "nodes_in": list(nodes_in)})
+        self.proc_first_step = self.last_ckpt if rollback else self.step  # new processes, new recorders
         if rollback:
             self.step = self.last_ckpt
             self.state = "running"
             self.halted = set()
             self._next_step = self.now + self.cfg.step_time_s
             self._busy.append((self.now, self._next_step))
+            self.step_started = self.now
             self._at(self.now + 1.0, lambda: nccl_init(self, self.now))
 
     # --- commands ---------------------------------------------------------------------------
@@ -329,10 +334,35 @@ class SimulatedCluster(PeriodicTelemetry):
 
     def stack_round(self, ts: float, states: dict[int, str], request_id: str, episode: int = -1) -> None:
         """Every rank's agent answers a capture request: a py-spy dump, or on a node where capture
-        is broken (py-spy missing, ptrace denied) the error, with ``ok: false``."""
+        is broken (py-spy missing, ptrace denied) the error, with ``ok: false``. With the trainer
+        hook (``flight_recorder``), every rank also answers from its listener thread at once, as
+        trainer_hooks.hook does: its faulthandler stacks, then its Flight Recorder dump."""
+        hooked = self.cfg.flight_recorder
+        if hooked:
+            topo = self.topology  # the processes asked, even if a node is swapped before they answer
+            names = recorder.group_names(topo)
+            clock = recorder.Clock(self.step_started, self.cfg.step_time_s, self.step - self.proc_first_step,
+                                   self.compute_factors(ts))
         for rank in range(self.world):
             self.rank_event_at(ts + 0.05 * self.local(rank), rank, "stack", "stack_dump", episode,
                                lambda r=rank: self._dump(r, states[r], request_id))
+            if hooked:
+                t = ts + 0.01 + 0.001 * self.local(rank)
+                self.rank_event_at(t, rank, "stack", "stack_dump", episode, lambda r=rank: {
+                    "rank": r, "pid": self.pid(r), "dump": stacks.faulthandler_dump(self.pid(r), states[r]),
+                    "request_id": request_id, "tool": "faulthandler"})
+                self.rank_event_at(t + 0.0005, rank, "stack", RECORDER_KIND, episode, lambda r=rank: recorder_payload(
+                    r, self.pid(r), bound(recorder.dump_json(topo, r, states, clock, self.cfg.recorder_buffer,
+                                                             names)), request_id))
+
+    def compute_factors(self, t: float) -> dict[int, float]:
+        """rank → how much slower than nominal it computes at ``t`` (the active ``compute`` effects)."""
+        out: dict[int, float] = {}
+        for e in self.effects:
+            if e.kind == "compute" and e.active(t):
+                for r in e.ranks:
+                    out[r] = out.get(r, 1.0) * (1.0 + (e.factor - 1.0) * e.strength(t))
+        return out
 
     def _dump(self, rank: int, state: str, request_id: str) -> dict[str, Any]:
         node = self.node_of(rank)

@@ -73,6 +73,13 @@ class SimConfig:
     # Share of the nodes where stack capture fails (py-spy not installed, ptrace denied): their
     # agents answer a capture request with ``ok: false``.
     stack_fail_share: float = 0.1
+    # Every rank runs the trainer hook with torch's Flight Recorder, as a real job with the hook does
+    # (trainer_hooks.hook): a capture request is answered by the agent's py-spy dump and, from the
+    # hook, a faulthandler dump and the recorder dump (simulator.recorder), the last
+    # ``recorder_buffer`` collectives of each rank. False: py-spy stacks alone (a trainer without the
+    # hook), the stacks-only reading of a hang.
+    flight_recorder: bool = True
+    recorder_buffer: int = 24  # TORCH_FR_BUFFER_SIZE of the simulated job: the step in progress and the one before
     # RDMA port counters (source `net`): one sample per node per interval, 0 for none; a rail moves
     # this many bytes per second (each way) while the job steps (HDR 200 Gb/s is 25 GB/s at most).
     net_interval_s: float = 5.0

@@ -300,8 +300,17 @@ def loss_spike(sim, p: PlannedFault) -> Episode:
 
 
 # --- implicit faults: hang and fail-slow ----------------------------------------------------
-def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
-    """docs/design.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest in grad sync."""
+# job_hang variants. host_stall (the default): the culprit is blocked on the host (its data loader)
+# and never enters the all_gather its TP peers wait in: the Flight Recorder names it, as on real
+# captures. in_collective: the culprit entered the all_gather with its peers and hangs inside it
+# (every member joined, the collective never completes): the recorder cannot tell who is stuck,
+# the stacks' group is all the evidence says (the paper's example, and an over-eviction).
+HANG_VARIANTS = ("host_stall", "in_collective")
+
+
+def hang_states(topo: Topology, culprit: int, variant: str = "in_collective") -> dict[int, str]:
+    """docs/design.md §5: the culprit's TP group in all_gather, their pipeline peers in p2p, the rest
+    in grad sync; with ``host_stall`` the culprit itself waits for its data loader instead."""
     stuck = set(topo.group_ranks("tp", topo.group_id(culprit, "tp")))
     stage = topo.by_rank[culprit].pp
     states = {p.rank: "grad_sync" for p in topo.ranks}
@@ -310,19 +319,26 @@ def hang_states(topo: Topology, culprit: int) -> dict[int, str]:
             states[peer] = "irecv" if topo.by_rank[peer].pp > stage else "isend"
     for r in stuck:
         states[r] = "all_gather"
+    if variant == "host_stall":
+        states[culprit] = "data_wait"
     return states
 
 
 def job_hang(sim, p: PlannedFault) -> Episode:
     node, rank, _ = _place(sim, p)
+    # No draw for the default variant: the main generator's sequence (every later fault) stays the same.
+    variant = _variant(sim, p, HANG_VARIANTS) if p.detail else "host_stall"
     if p.rank is None and p.slot is None:  # the paper's example: a last-stage machine
         last = [r for r in range(sim.world) if sim.topology.by_rank[r].pp == sim.pp - 1]
         rank = int(sim.rng.choice(last))
         node = sim.node_of(rank)
     gid = sim.topology.group_id(rank, "pp")
+    detail = ("rank blocked in its data loader, never entered the all_gather its TP peers wait in; no progress, "
+              "no log output" if variant == "host_stall" else
+              "rank stuck inside all_gather_into_tensor with its TP peers; no progress, no log output")
     ep = sim.new_episode(p, nodes=[node], ranks=[rank], swap=[node], stops_job=True, group=f"pp:{gid}",
-                         detail="rank stuck in all_gather_into_tensor; no progress, no log output")
-    ep.extra["stack_states"] = hang_states(sim.topology, rank)
+                         detail=detail)
+    ep.extra["stack_states"] = hang_states(sim.topology, rank, variant)
     # Synchronous training: every rank stops at the same step. The culprit's GPU runs nothing while
     # every other GPU spins in the NCCL kernel waiting for it. Stacks come only when asked for.
     sim.call_at(sim.now, lambda: sim.stop("hung"), ep.id)

@@ -19,10 +19,6 @@ import numpy as np
 
 from faultlens.streams.diagnosis_record import FAULT_CLASSES
 
-# Not injected: `unknown` is no fault, `clock_skew` an alert about a node's clock (not a fault of the
-# job), `telemetry_lost` an alert about the job's stream as a whole (it ended, or the pipeline lost it).
-# Classes the simulator cannot inject (storage: no simulated disk or NFS yet).
-SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c not in ("unknown", "clock_skew", "telemetry_lost", "storage", "agent_blind"))
 
 JOB_WIDE = frozenset({
     "gpu_lost", "gpu_thermal", "host_oom", "cuda_error", "nccl_error", "user_code", "nan_loss",
@@ -43,6 +39,13 @@ EPISODE_S = {
     "loss_spike": 60.0, "job_hang": 240.0, "fail_slow": 200.0, "node_silent": 90.0,
     "app_fault": 60.0,
 }
+
+# Not injected: `unknown` is no fault, `clock_skew` an alert about a node's clock (not a fault of the
+# job), `telemetry_lost` an alert about the job's stream as a whole (it ended, or the pipeline lost it).
+# Classes the simulator cannot inject (storage: no simulated disk or NFS yet; loss_stalled: no
+# simulated loss curve that stops learning) have no episode length: a class added to the vocabulary
+# becomes injectable when it gets an injector and its EPISODE_S entry, never before.
+SIM_CLASSES = tuple(c for c in FAULT_CLASSES if c in EPISODE_S)
 
 # ByteRobust Table 1 (778,135 jobs) mapped onto our classes, in percent. "CUDA error" (36.1 %) is
 # split across the GPU classes that surface as CUDA errors; CPU overload (11.0 %) shows up as

@@ -3,7 +3,13 @@
 The shapes follow docs/design.md §5 (Megatron-style training under TP/PP/DP): a healthy step is in
 forward/backward or the optimizer's gradient sync; under a hang the stuck machine's TP group is
 in ``all_gather_into_tensor``, its pipeline peers wait in ``isend``/``irecv`` and everyone else
-sits in the gradient all-reduce; a fail-slow rank is still computing while its peers wait.
+sits in the gradient all-reduce; a fail-slow rank is still computing while its peers wait. A
+hang's culprit that never entered its group's collective (``data_wait``) is blocked on the host,
+in the data loader, before the step's first tensor-parallel all_gather.
+
+Two tools print them: the node agent's ``py-spy dump`` (:func:`py_spy_dump`) and the trainer
+hook's faulthandler (:func:`faulthandler_dump`: every thread, innermost first, full paths, the
+hook's own listener thread as the current one), from the same frames.
 """
 
 from __future__ import annotations
@@ -58,6 +64,21 @@ COMPUTE: list[Frame] = [
     ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
 ]
 
+DATA_WAIT: list[Frame] = [
+    ("select", "selectors.py", 416),
+    ("wait", "multiprocessing/connection.py", 947),
+    ("_poll", "multiprocessing/connection.py", 440),
+    ("poll", "multiprocessing/connection.py", 257),
+    ("get", "multiprocessing/queues.py", 113),
+    ("_try_get_data", "torch/utils/data/dataloader.py", 1133),
+    ("_get_data", "torch/utils/data/dataloader.py", 1294),
+    ("_next_data", "torch/utils/data/dataloader.py", 1332),
+    ("__next__", "torch/utils/data/dataloader.py", 701),
+    ("get_batch", "pretrain_gpt.py", 94),
+    ("forward_step", "pretrain_gpt.py", 155),
+    ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
+]
+
 _IDLE_THREADS = [
     ("Thread-2 (_pin_memory_loop)", [("wait", "threading.py", 324), ("get", "queue.py", 180),
                                      ("_pin_memory_loop", "torch/utils/data/_utils/pin_memory.py", 54)]),
@@ -66,7 +87,7 @@ _IDLE_THREADS = [
 
 
 def frames_for(state: str) -> list[Frame]:
-    """The main thread's frames for a state: all_gather, isend, irecv, grad_sync, compute."""
+    """The main thread's frames for a state: all_gather, isend, irecv, grad_sync, compute, data_wait."""
     if state == "all_gather":
         return ALL_GATHER + _TOP
     if state in ("isend", "irecv"):
@@ -75,6 +96,8 @@ def frames_for(state: str) -> list[Frame]:
         return GRAD_SYNC + _TOP
     if state == "compute":
         return COMPUTE + _TOP
+    if state == "data_wait":
+        return DATA_WAIT + _TOP
     raise ValueError(f"unknown stack state {state!r}")
 
 
@@ -82,9 +105,49 @@ def py_spy_dump(pid: int, state: str, thread_base: int = 0x7F3A5C1FF740) -> str:
     """One process's ``py-spy dump --pid PID`` output."""
     out = [f"Process {pid}: /usr/bin/python3 -u pretrain_gpt.py --tensor-model-parallel-size 8 --use-distributed-optimizer",
            "Python v3.10.12 (/usr/bin/python3.10)", ""]
-    out.append(f'Thread {thread_base + pid * 0x1000:#X} (active): "MainThread"'.replace("0X", "0x"))
+    # py-spy calls a thread blocked in a system call (the data loader's select) idle.
+    status = "idle" if state == "data_wait" else "active"
+    out.append(f'Thread {thread_base + pid * 0x1000:#X} ({status}): "MainThread"'.replace("0X", "0x"))
     out += [f"    {fn} ({file}:{line})" for fn, file, line in frames_for(state)]
     for i, (name, frames) in enumerate(_IDLE_THREADS):
         out.append(f'Thread {thread_base + pid * 0x1000 + (i + 1) * 0x10000:#X} (idle): "{name}"'.replace("0X", "0x"))
         out += [f"    {fn} ({file}:{line})" for fn, file, line in frames]
     return "\n".join(out) + "\n"
+
+
+# Where the files of the frames above live on a training machine, for faulthandler's full paths.
+_SITE = "/usr/local/lib/python3.10/dist-packages/"
+_STDLIB = "/usr/lib/python3.10/"
+_WORKDIR = "/workspace/Megatron-LM/"
+_LISTENER = [("faulthandler_dump", "faultlens/trainer_hooks/hook.py", 52),
+             ("publish_stacks", "faultlens/trainer_hooks/hook.py", 165),
+             ("_on_command", "faultlens/trainer_hooks/hook.py", 152)]
+# A thread started by `threading` bottoms out in these (faulthandler prints them; a reader tells the
+# main thread by their absence).
+_BOOTSTRAP = [("run", "threading.py", 953), ("_bootstrap_inner", "threading.py", 1016), ("_bootstrap", "threading.py", 973)]
+
+
+def _full_path(file: str) -> str:
+    if "/" not in file and file.endswith(".py") and file[0].islower() and file not in ("pretrain_gpt.py",):
+        return _STDLIB + file
+    if file.startswith(("torch/", "megatron/", "flash_attn/", "faultlens/")):
+        return _SITE + file
+    if file.startswith("multiprocessing/"):
+        return _STDLIB + file
+    return _WORKDIR + file
+
+
+def faulthandler_dump(pid: int, state: str, thread_base: int = 0x7F3A5C1FF740) -> str:
+    """What the trainer hook's ``faulthandler.dump_traceback(all_threads=True)`` prints for a rank:
+    the listener thread that dumps (the current one), the idle helpers, the training thread last."""
+
+    def thread(ident: int, frames: list[Frame], current: bool = False) -> list[str]:
+        head = f"{'Current thread' if current else 'Thread'} 0x{ident:016x} (most recent call first):"
+        return [head] + [f'  File "{_full_path(file)}", line {line} in {fn}' for fn, file, line in frames] + [""]
+
+    base = thread_base + pid * 0x1000
+    out = thread(base + 0x40000, _LISTENER + _BOOTSTRAP, current=True)
+    for i, (_, frames) in enumerate(_IDLE_THREADS):
+        out += thread(base + (i + 1) * 0x10000, frames + _BOOTSTRAP)
+    out += thread(base, frames_for(state))
+    return "\n".join(out).rstrip() + "\n"

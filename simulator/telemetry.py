@@ -134,6 +134,7 @@ class PeriodicTelemetry:
             pause += cfg.eval_pause_s * float(self.vrng.uniform(0.8, 1.2))
         self._next_step = t + step_time + pause
         self._busy.append((t + pause, self._next_step))  # the next step's compute and collectives
+        self.step_started = t + pause  # where the ranks' Flight Recorders place the step's collectives
 
     def _do_net(self, t: float) -> None:
         t0 = t - self.cfg.net_interval_s

@@ -36,6 +36,14 @@ def _steps(events, ranks=None):
 
 
 # --- the trace as a whole ------------------------------------------------------------------
+def test_the_classes_simulated_are_those_with_an_injector():
+    from faultlens.simulator.faults import INJECTORS
+
+    # A class added to the vocabulary (loss_stalled) is no simulated class until it has an injector.
+    assert sorted(SIM_CLASSES) == sorted(INJECTORS)
+    assert set(SIM_CLASSES) < set(FAULT_CLASSES)
+
+
 def test_every_class_is_labelled_once_with_the_contract_keys(every_class_trace):
     faults = sorted(l["fault"] for l in every_class_trace.labels)
     assert faults == sorted(SIM_CLASSES)
@@ -232,12 +240,16 @@ def test_job_hang_every_rank_stops_at_the_same_step_and_the_culprit_gpu_idles(ev
 
 
 def test_a_capture_request_during_a_hang_gets_stacks_pointing_at_the_culprit():
-    cfg = SimConfig(nodes=8, gpus=4, seed=7, noise=False, stack_fail_share=0.25)
-    sim = SimulatedCluster(cfg, FaultPlan().fail_at("job_hang", rank=13, t=50), auto_recover=False)
+    # Stacks alone (a trainer without the hook), the hang whose culprit is inside the all_gather.
+    cfg = SimConfig(nodes=8, gpus=4, seed=7, noise=False, stack_fail_share=0.25, flight_recorder=False)
+    sim = SimulatedCluster(cfg, FaultPlan().fail_at("job_hang", rank=13, t=50, detail="in_collective"),
+                           auto_recover=False)
     sim.advance(cfg.start_ts + 150)
     now = sim.now
     sim.apply(Command(job=cfg.job, action="capture_stacks", issued_at=now, expires_at=now + 60))
-    dumps = {e.data["rank"]: e for e in sim.advance(now + 10) if e.kind == "stack_dump"}
+    out = sim.advance(now + 10)
+    assert not [e for e in out if e.kind == "recorder_dump" or e.data.get("tool") == "faulthandler"]
+    dumps = {e.data["rank"]: e for e in out if e.kind == "stack_dump"}
     topo = sim.topology
     assert sorted(dumps) == list(range(32))
     broken = {r for r, e in dumps.items() if e.data.get("ok") is False}
@@ -316,8 +328,9 @@ def test_layout_fills_the_job_or_says_why():
 
 
 def test_commands_drive_a_cluster_without_auto_recovery():
-    cfg = SimConfig(nodes=4, gpus=2, seed=2, noise=False)
-    sim = SimulatedCluster(cfg, FaultPlan().fail_at("job_hang", rank=5, t=50), auto_recover=False)
+    cfg = SimConfig(nodes=4, gpus=2, seed=2, noise=False, flight_recorder=False)
+    sim = SimulatedCluster(cfg, FaultPlan().fail_at("job_hang", rank=5, t=50, detail="in_collective"),
+                           auto_recover=False)
     sim.advance(cfg.start_ts + 200)
     assert sim.state == "hung"
     silent = sim.advance(cfg.start_ts + 400)

@@ -130,7 +130,8 @@ class DmesgReader:
         if not binary:
             raise OSError("dmesg not found")
         self.stats = KernelReaderStats()
-        self._proc = subprocess.Popen([binary, "--follow" if from_start else "--follow-new"],
+        # --decode keeps each record's level on the line ("kern  :err   : "): parsing.severity reads it.
+        self._proc = subprocess.Popen([binary, "--decode", "--follow" if from_start else "--follow-new"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         assert self._proc.stdout is not None
         self._out = self._proc.stdout

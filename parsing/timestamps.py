@@ -77,6 +77,10 @@ def _guess_year(month: int, day: int, now: float | None) -> int:
     return year
 
 
+# dmesg --decode's facility and level columns.
+_DMESG_LEVEL = re.compile(r"^[a-z]+\s*:(?:emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
+
+
 def _strip_mono(message: str) -> tuple[float | None, str]:
     m = _MONO.match(message)
     if m:
@@ -89,6 +93,14 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
     if not line:
         return Stamped(None, None, line)
     first = line[0]
+    if first.islower():
+        m = _DMESG_LEVEL.match(line)
+        if m:
+            # dmesg -x: "kern  :err   : " before the clock (parsing.alarm reads the level off the raw line).
+            line = line[m.end():]
+            if not line:
+                return Stamped(None, None, line)
+            first = line[0]
     if first.isdigit():
         m = _KMSG.match(line)
         if m:

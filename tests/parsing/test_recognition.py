@@ -153,3 +153,10 @@ def test_diagnosis_keeps_a_subsystem_or_model_finding_at_an_alert_whatever_the_e
     ]  # fmt: skip
     found = analyze(events, Engine(EngineConfig(implicit=False, peer_model=False)))
     assert found and {d.action for d in found} == {"alert"}
+
+
+def test_dmesg_decode_lines_carry_their_level_past_the_clock():
+    # dmesg --decode (the agent's dmesg follower passes it): the level column, then the clock.
+    [e], _ = kernel("kern  :err   : [  123.456789] nvme nvme0: something odd happened")
+    assert (e.kind, e.data["priority"], e.data["fault"], e.data["subsystem"]) == ("subsystem_error", 3, "storage", "nvme")
+    assert kernel("kern  :info  : [  123.456789] nvme nvme0: something odd happened")[0] == []

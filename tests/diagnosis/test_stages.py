@@ -9,11 +9,13 @@ import uuid
 import pytest
 
 from tests.diagnosis import foreign
-from tests.kafka_fixtures import job_records
+from tests.kafka_fixtures import job_records, wait_for_records
 
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING
+from faultlens.streams import topics
 from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.streams.events import decode
 from faultlens.streams.replay import replay_trace
 from faultlens.streams.trace import iter_trace, trace_order, write_trace
 from tests.diagnosis.backlog_split import finish_members, start_members
@@ -42,10 +44,14 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
     write_trace(path, sorted([*iter_trace(sim_path), *(e for c in cases for e in c.events)], key=trace_order))
 
     tag = uuid.uuid4().hex[:6]
-    # the job stage runs while the node stage works through the backlog, as deployed
-    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
     nodes = start_members(kafka_settings, "node", node_members, f"test-node-{tag}", idle_s=6)
+    # The job stage runs while the node stage works through the backlog, as deployed. It starts
+    # once a node-stage member has said its first word: its idle stop counts from its own join,
+    # and started before the replay it waited out the replay and the node stage's join with no
+    # input, which a busy machine stretches towards its 25 s (issue 47).
+    wait_for_records(kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
     finish_members(kafka_settings, nodes)
     finish_members(kafka_settings, jobs, together=True)  # see finish_members: one leaving at a time, 3 took 3x as long
 

@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-time", type=float, default=_env("step_time", 10.0, float),
                         help="nominal training step time in seconds (default 10)")
     parser.add_argument("--no-noise", action="store_true", help="no benign unlabelled noise lines")
+    parser.add_argument("--no-recorder", action="store_true",
+                        help="ranks answer a capture with py-spy stacks alone (no trainer hook, no Flight Recorder dump)")
     parser.add_argument("--drift", action="append", default=[], metavar="KIND:NODE@SECONDS",
                         help="add a slow gray failure from then to the end of the run (repeatable): gpu_sag (a GPU's "
                              "clocks and power sag 10 %% over 30 min), compute_creep (+3 %% compute per hour), "
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=args.job, seed=args.seed,
                            sample_interval_s=args.sample_interval, step_time_s=args.step_time,
                            tp=args.tp, pp=args.pp, dp=args.dp, noise=not args.no_noise,
-                           net_interval_s=args.net_interval)
+                           net_interval_s=args.net_interval, flight_recorder=not args.no_recorder)
         if args.sample_interval <= 0 or args.step_time <= 0:
             raise ValueError("--sample-interval and --step-time must be > 0")
         if args.net_interval < 0:

@@ -42,6 +42,11 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
             row.update(diagnosis=first.fault, blamed=list(first.nodes), action=first.action,
                        confidence=round(first.confidence, 2),
                        detection_latency_s=round(max(0.0, first.ts - float(lab["onset"])), 1))
+            acted = next((d for d in matched if d.action == "evict"), None)
+            extra = sorted(set(acted.nodes) - set(lab.get("nodes") or ())) if acted is not None else []
+            if extra and lab["fault"] in GROUP_FAULTS:
+                # A group eviction: the machines beyond the culprit's, and what kept the verdict from one.
+                row["over_evicted"] = {"nodes": extra, "group": acted.group, "why": group_reason(acted)}
             ids = {d.id for d in matched}
             cmds = [c for c in obeyed if c.command.diagnosis_id in ids]
             if cmds:
@@ -62,6 +67,26 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
             row["cut_short_by"] = cut
         rows.append(row)
     return rows
+
+
+# Faults localised by their evidence (stacks, the Flight Recorder) rather than named by a log line:
+# where the evidence cannot single out a machine, their parallel group is evicted (ByteRobust's rule).
+GROUP_FAULTS = ("job_hang", "fail_slow")
+_RECORDER_SILENT = "flight recorder names nobody: "
+
+
+def group_reason(d: Diagnosis) -> str:
+    """Why a hang or fail-slow verdict named a group, not one machine, from its detail."""
+    detail = d.detail or ""
+    where = f"group {d.group}" if d.group else "the group"
+    if _RECORDER_SILENT in detail:
+        why = detail.split(_RECORDER_SILENT, 1)[1].split("; recorder:", 1)[0].split("; rank ", 1)[0]
+        return f"the Flight Recorder names nobody ({why}), so the stacks' {where} is all the evidence says"
+    if "rule flight-recorder" in detail:
+        return f"the Flight Recorder's suspects span {where}"
+    if d.fault == "job_hang":
+        return f"no Flight Recorder dump: the stacks alone name {where}"
+    return f"the slow ranks' stacks name {where}"
 
 
 def _no_command(state: DemoState, ids: set[str]) -> str | None:
@@ -226,7 +251,12 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
     say(f"false diagnoses: {len(wb['false_diagnoses'])}", indent=2)
     for d in wb["false_diagnoses"][:10]:
         say(f"at {d['at_s']:.0f} s: {d['fault']} on {', '.join(d['nodes']) or '-'} → {d['action']}", indent=4)
-    say(f"over-evicted by design (the parallel group of a hang or fail-slow): {wb['over_evicted_nodes']}", indent=2)
+    # Each group eviction says on its own line why the evidence could not name one machine.
+    say(f"over-evicted (healthy machines of a hang's or fail-slow's group): {wb['over_evicted_nodes']}", indent=2)
+    for r in report["injected"]:
+        if r.get("over_evicted"):
+            say(f"{r['fault']} at {r['onset_s']:.0f} s: {len(r['over_evicted']['nodes'])} beside "
+                f"{', '.join(r['nodes'])}: {r['over_evicted']['why']}", indent=4)
     cm = report["commands"]
     say()
     say("Commands", "bold")

@@ -39,8 +39,10 @@ REPORT = {
     "injected": [
         _fault(60, "gpu_reset_required", ["n017"], action="evict_reset_gpu"),
         _fault(140, "nccl_error", ["n020", "n021", "n022"], blamed=["n020"], commands=("reattempt",), action="reattempt"),
-        _fault(230, "fail_slow", ["n033"], latency=71.35, commands=("capture_stacks", "capture_stacks", "evict"),
-               blamed=["n032", "n033", "n034", "n035"], to_cmd=61.0, obeyed=82.0),
+        {**_fault(230, "fail_slow", ["n033"], latency=71.35, commands=("capture_stacks", "capture_stacks", "evict"),
+                  blamed=["n032", "n033", "n034", "n035"], to_cmd=61.0, obeyed=82.0),
+         "over_evicted": {"nodes": ["n032", "n034", "n035"], "group": "pp:9",
+                          "why": "the slow ranks' stacks name group pp:9"}},
         _fault(330, "loss_spike", ["n001"], blamed=[], commands=("rollback",), action="stop_time_diagnosis"),
         HANG_CUT_SHORT,
         *[_fault(600 + 40 * i, f, [f"n{10 + i:03d}"]) for i, f in enumerate(
@@ -162,3 +164,46 @@ def test_the_projection_carries_the_runs_own_detection():
     lo, hi = missed["ettr_ci"]
     assert lo <= missed["ettr_monte_carlo"] <= hi
     assert summary._projection(score([], [])) is None
+
+
+def test_an_over_eviction_says_which_fault_and_why():
+    text = _rendered()
+    assert re.search(r"over-evicted \(.*\): 3$", text, re.M)
+    said = " ".join(line.strip() for line in text.splitlines())
+    assert "fail_slow at 230 s: 3 beside n033: the slow ranks' stacks name group pp:9" in said
+
+
+def _hang_verdict(detail: str, group: str = "pp:9"):
+    from faultlens.streams.diagnosis_record import Diagnosis
+
+    return Diagnosis(job="demo-sim", ts=100.0, onset=10.0, fault="job_hang", action="evict",
+                     nodes=("n032", "n033", "n034", "n035"), group=group, detail=detail)
+
+
+def test_the_reason_of_a_group_eviction_comes_from_the_verdicts_evidence():
+    # The detail texts are diagnosis.hang_recorder's (rule names and the recorder's "names nobody").
+    stuck = _hang_verdict("stalled 60s; rule outlier-clustering: 8 outlier rank(s) [56-63]; flight recorder names "
+                          "nobody: 1 group(s) have every member inside the collective they wait in (joined but "
+                          "stuck), e.g. pg 8 _allgather_base #33 with ranks 56-63; recorder: ranks 0 of pg 25 wait")
+    why = summary.group_reason(stuck)
+    assert why.startswith("the Flight Recorder names nobody (1 group(s) have every member inside")
+    assert "joined but stuck" in why and "recorder: ranks 0" not in why and "pp:9" in why
+    assert "no Flight Recorder dump" in summary.group_reason(_hang_verdict("stalled 60s; rule outlier-clustering: ..."))
+    spread = summary.group_reason(_hang_verdict("stalled 60s; rule flight-recorder: 3 suspect rank(s) [1, 9, 17]"))
+    assert spread == "the Flight Recorder's suspects span group pp:9"
+
+
+def test_injected_rows_mark_the_machines_evicted_beside_the_culprit():
+    from faultlens.demo.state import DemoState
+
+    t0 = 1_795_380_000.0
+    state = DemoState(sim_job="demo-sim", sim_start=t0, sim_now=t0 + 400)
+    hang = _hang_verdict("stalled 60s; rule outlier-clustering: 24 outlier rank(s)")
+    state.on_diagnosis(type(hang)(**{**{f: getattr(hang, f) for f in ("job", "fault", "action", "nodes", "group",
+                                                                       "detail")}, "ts": t0 + 100, "onset": t0 + 20}))
+    label = {"job": "demo-sim", "fault": "job_hang", "nodes": ["n033"], "ranks": [], "onset": t0 + 20}
+    [row] = summary.injected(state, [label])
+    assert row["over_evicted"]["nodes"] == ["n032", "n034", "n035"]
+    assert row["over_evicted"]["why"] == "no Flight Recorder dump: the stacks alone name group pp:9"
+    exact = {**label, "nodes": ["n032", "n033", "n034", "n035"]}
+    assert "over_evicted" not in summary.injected(state, [exact])[0]

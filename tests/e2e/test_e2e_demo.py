@@ -53,6 +53,12 @@ def test_e2e_demo_finds_every_injected_fault_and_obeys_commands(tmp_path):
     missed = [r["fault"] for r in injected if not r["matched"]]
     assert not missed, missed
     assert report["score"]["recall"] == 1.0
+    # The simulated ranks answer a capture with their Flight Recorder dumps, as a trainer with the hook
+    # does: the hang is pinned to its culprit's machine, no group is evicted around it (issue 51).
+    assert report["wrongly_blamed"]["over_evicted_nodes"] == 0, report["wrongly_blamed"]
+    assert report["wrongly_blamed"]["healthy_nodes_blamed"] == 0
+    hang = next(r for r in injected if r["fault"] == "job_hang")
+    assert hang["blamed"] == hang["nodes"] and "over_evicted" not in hang, hang
 
     obeyed = report["commands"]["obeyed"]
     assert obeyed.get("evict", 0) >= 1 and obeyed.get("rollback", 0) + obeyed.get("reattempt", 0) >= 1

@@ -26,13 +26,14 @@ from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
+from faultlens.streams import topics
+from faultlens.streams.events import Envelope, decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
 from faultlens.streams.trace import trace_order, write_trace
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
-from tests.kafka_fixtures import job_records
+from tests.kafka_fixtures import job_records, wait_for_records
 
 # Simulated shapes: (nodes, gpus per node, plan), an implicit fault and an explicit one.
 SIM_SHAPES = {
@@ -141,9 +142,13 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
     write_trace(path, sorted((e for c in all_cases for e in c.events), key=trace_order))
     tag = uuid.uuid4().hex[:6]
     config = EngineConfig(grace_s=grace_s)
-    jobs = start_members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
     replay_trace(settings, path, speed=0, show_progress=False)
     nodes = start_members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
+    # The job stage starts once a node-stage member has said its first word: its idle stop counts
+    # from its own join, and started before the replay it waited out the replay and the node
+    # stage's join with no input, which a busy (or starved) machine stretches (issue 47).
+    wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    jobs = start_members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
     finish_members(settings, nodes, timeout_s)
     finish_members(settings, jobs, timeout_s, together=True)
     live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)

@@ -235,6 +235,19 @@ def print_tables(s: Scenario, out: dict, console=None) -> None:
     for row in out["sensitivity"][:12]:
         st.add_row(row["change"], f"{row['ettr']:.2%}", f"{row['points']:+.2f}")
     console.print(st)
+    for source in ("from_history", "from_score"):
+        note = out["inputs"]["sources"].get(source)
+        if not note or not note.get("measured"):
+            continue
+        mt = Table(title=f"measured ({source.replace('_', '-')}): diagnosis classes onto the scenario's")
+        for col in ("class", "from", "samples", "detection p50 s", "rate / node-day"):
+            mt.add_column(col, justify="left" if col in ("class", "from") else "right")
+        for name, m in sorted(note["measured"].items()):
+            p50 = m.get("detection_latency_p50_s", m.get("detection_p50_s"))
+            rate = m.get("rate_per_node_day")
+            mt.add_row(name, ", ".join(m["from"]), str(m["samples"]), "-" if p50 is None else f"{p50:.1f}",
+                       "-" if rate is None else f"{rate:.4g}")
+        console.print(mt)
     bt = Table(title="the guesses that move it most (ETTR points between each input's ends)")
     bt.add_column("input")
     bt.add_column("kind")

@@ -123,6 +123,17 @@ BYTEROBUST_INPUTS = {
     "faults.unknown.detect_s": Input(ASSUMED, "noticed like a CUDA error or later", 10.0, 300.0),
     "spare_return_days": Input(ASSUMED, "an evicted machine repaired or replaced in a day", 0.5, 3.0),
 }
+BYTEROBUST_INPUTS.update({
+    "gpus_per_node": Input(PUB, f"{BYTEROBUST_PAPER}: 8-GPU machines"),
+    "gpus": Input(PUB, f"{BYTEROBUST_PAPER}: a 9,600-GPU job"), "days": Input(PUB, f"{BYTEROBUST_PAPER}: three months"),
+    "faults.host_oom.detect_s": Input(ASSUMED, "seen at once on the host", 2.0, 60.0),
+    "faults.storage.detect_s": Input(ASSUMED, "a kernel-log line", 2.0, 60.0),
+    "faults.nic.localise_s": Input(ASSUMED, "the NIC names its node", 0.0, 60.0),
+    "faults.storage.evict_share": Input(ASSUMED, "a failing local disk evicts its node; an NFS outage does not",
+                                        0.5, 1.0),
+    "faults.unknown.evict_share": Input(ASSUMED, "like a CUDA error", 0.25, 0.75),
+    "faults.fail_slow.over_evict": Input(ASSUMED, "the degrader's PP group", 0.0, 3.0),
+})
 for _name in ("cuda_error", "host_oom", "job_hang", "storage", "nic", "fail_slow", "nan_loss", "unknown", "planned"):
     BYTEROBUST_INPUTS[f"faults.{_name}.rate"] = Input(
         PUB, f"{LLAMA3_PAPER}'s 419 unexpected per 110,592 wall node-days (per running node-day), split by "
@@ -166,8 +177,8 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
     # ByteRobust: requeue 454-768 s, warm standby 10.87x faster, hot update 46-65 s; checkpoint stall
     # 0.01-0.04 s (in-memory, every few steps).
     recovery = Recovery(standby_s=611 / 10.87, requeue_s=611, restart_s=611 / 10.87, hot_update_s=55)
-    return _marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=0.03, recovery=recovery,
-                            name="byterobust"), BYTEROBUST_INPUTS)
+    return _timeouts(_marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=0.03,
+                                      recovery=recovery, name="byterobust"), BYTEROBUST_INPUTS))
 
 
 LLAMA3_INPUTS = {
@@ -179,6 +190,12 @@ LLAMA3_INPUTS = {
     "checkpoint_stall_s": Input(ASSUMED, "asynchronous save, only the copy out of GPU memory blocks", 10.0, 60.0),
     "spares": Input(ASSUMED, "no warm standby published: every path a restart"),
 }
+LLAMA3_INPUTS.update({
+    "gpus_per_node": Input(PUB, f"{LLAMA3_PAPER}: 8 H100 per server"),
+    "gpus": Input(PUB, f"{LLAMA3_PAPER}: 16,384 H100"), "days": Input(PUB, f"{LLAMA3_PAPER}: 54 days"),
+    "faults.user_code.detect_s": Input(ASSUMED, "the process exits with a traceback", 10.0, 300.0),
+    "spare_return_days": Input(ASSUMED, "no spares: unused", 0.5, 3.0),
+})
 for _path in ("standby_s", "requeue_s", "restart_s", "hot_update_s"):
     LLAMA3_INPUTS[f"recovery.{_path}"] = Input(PUB, f"{KOKOLIS}: restart overhead 5-20 min (central: the low end, "
                                                "Llama 3 says startup was cut)", 300.0, 1200.0)
@@ -225,8 +242,24 @@ def _llama3_wall(gpus: int = 16384, days: float = 54.0) -> Scenario:
     # GPU memory blocks), the interval then Young / Daly's optimum.
     restart = 300.0
     recovery = Recovery(standby_s=restart, requeue_s=restart, restart_s=restart, hot_update_s=restart)
-    return _marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=10.0, recovery=recovery,
-                            spares=0, name="llama3"), LLAMA3_INPUTS)
+    return _timeouts(_marked(Scenario(gpus=gpus, days=days, faults=faults, checkpoint_stall_s=10.0,
+                                      recovery=recovery, spares=0, name="llama3"), LLAMA3_INPUTS))
+
+
+def _timeouts(s: Scenario) -> Scenario:
+    """What the framework's timeout alone gives (the `timeout_only` comparison, not the projection)."""
+    for f in s.faults:
+        if f.planned:
+            continue
+        if f.timeout_s == NOTICED_BY_HAND_S:
+            s = mark(s, f"faults.{f.name}.timeout_s", Input(ASSUMED, "noticed by hand on the MFU curve", 3600.0,
+                                                            8 * 3600.0))
+        else:
+            s = mark(s, f"faults.{f.name}.timeout_s", Input(PUB, "ByteRobust §2: PyTorch's ~10 min collective "
+                                                            "timeout, 30-60 min for NCCL hangs"))
+        s = mark(s, f"faults.{f.name}.manual_localise_s", Input(
+            ASSUMED, "a culprit found by hand", min(600.0, f.manual_localise_s), max(7200.0, f.manual_localise_s)))
+    return s
 
 
 # The count a source gives for its own job, for the command to print beside the expected count.

@@ -1,8 +1,10 @@
 """Where each input of a projection comes from, and the ETTR band over the ones that are guesses.
 
 Every input is ``published`` (a paper's figure), ``measured`` (this pipeline's score or history, with
-its sample count) or ``assumed`` (nobody published it); an assumed input, and a published one given
-as a range, carries ``low`` / ``high``. ``band`` reruns the closed form with each ranged input at
+its sample count), ``assumed`` (nobody published it), ``given`` (the user's flag or file) or
+``derived`` (left to the model); an assumed input, and a published one given as a range, carries
+``low`` / ``high``. What a fault class *is* (it stops the job, it loses work, it is planned) is
+structural, not a guess with a range: reported as assumed, held fixed. ``band`` reruns the closed form with each ranged input at
 each end, then with all of them at their worse and at their better ends: the ETTR a planner can
 count on is the low end, not the central figure (docs/ettr.md).
 """
@@ -21,6 +23,7 @@ class Kind(enum.StrEnum):
     MEASURED = "measured"
     ASSUMED = "assumed"
     GIVEN = "given"          # set by the user (flag or TOML): theirs to vouch for
+    DERIVED = "derived"      # left to the model: the optimum interval, the standby pool's P99
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,15 @@ def inputs(s: Scenario) -> dict[str, dict[str, Any]]:
     keys += [f"recovery.{k}" for k in vars(s.recovery)]
     for f in s.faults:
         keys += [f"faults.{f.name}.{k}" for k in vars(f) if k != "name"]
+    derived = {"checkpoint_interval_s": "the interval that maximises the closed form's ETTR",
+               "spares": "the warm standby pool's binomial P99 (remediation.pool.standby_size)"}
     out = {}
     for key in keys:
-        inp = s.provenance.get(key) or Input(Kind.ASSUMED, "unmarked default")
+        if key in derived and get(s, key) is None:
+            out[key] = {"value": None, **Input(Kind.DERIVED, derived[key]).to_dict()}
+            continue
+        inp = s.provenance.get(key) or Input(Kind.ASSUMED, "the model's default or a structural choice of the "
+                                             "scenario (docs/ettr.md); held fixed")
         out[key] = {"value": get(s, key), **inp.to_dict()}
     return out
 

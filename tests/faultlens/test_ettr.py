@@ -60,6 +60,17 @@ def test_from_score_uses_the_measured_detection(tmp_path, capsys):
     assert hang["detect_s"] == 40.0 and hang["localise_s"] == 0.0
 
 
+def test_tables_show_every_measured_class_with_its_samples(tmp_path, capsys):
+    score = tmp_path / "score.jsonl"
+    score.write_text('{"fault": "nvlink", "labels": 2, "detected": 2, "recall": 1.0, "detection_latency_p50_s": 0.0}\n'
+                     '{"fault": "job_hang", "labels": 7, "detected": 7, "recall": 1.0, "detection_latency_p50_s": 80.0}\n')
+    assert main(["ettr", "--from-score", str(score), "--runs", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "measured (from-score)" in out
+    assert any("cuda_error" in line and "nvlink" in line and " 2 " in line for line in out.splitlines())
+    assert "cuda_error: detection from 2 samples" in out
+
+
 def test_tables_and_plot(tmp_path, capsys):
     png = tmp_path / "ettr.png"
     assert main(["ettr", "--preset", "llama3", "--days", "10", "--runs", "20", "--plot", str(png)]) == 0

@@ -256,6 +256,12 @@ def test_sensitivity_ranks_what_is_worth_fixing():
     assert all(math.isfinite(r.ettr) for r in rows)
 
 
+def test_monte_carlo_reports_progress_once_per_run():
+    ticks = []
+    simulate(presets.llama3(days=2), runs=7, seed=0, progress=ticks.append)
+    assert ticks == [1] * 7
+
+
 def test_monte_carlo_is_seeded():
     s = presets.llama3(days=5)
     assert simulate(s, runs=5, seed=3) == simulate(s, runs=5, seed=3)

@@ -77,6 +77,17 @@ def procs_progress(procs: Iterable) -> tuple:
     return tuple((len(p.lines), _size(p.log_path)) for p in list(procs))
 
 
+def cpu_ticks(pid: int) -> int:
+    """The clock ticks of CPU ``pid`` spent, its own and its reaped children's (Linux's
+    /proc/PID/stat: utime, stime, cutime, cstime); 0 once it is gone or where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return sum(int(f) for f in fields[11:15])
+
+
 def _short(value: object, n: int = 300) -> str:
     text = repr(value)
     return text if len(text) <= n else text[:n] + "..."
@@ -129,7 +140,7 @@ class _Lines:
 def run_watched(argv: Sequence[str], *, stall_s: float, limit_s: float = DEFAULT_LIMIT_S,
                 line_key: Callable[[str], Hashable | None] = str.rstrip, watch: Iterable[Path] = (),
                 env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                input: str | None = None, what: str | None = None) -> subprocess.CompletedProcess:
+                input: str | None = None, what: str | None = None, cpu: bool = False) -> subprocess.CompletedProcess:
     """Run ``argv`` to its end, its stdout and stderr captured as text (as ``subprocess.run`` with
     ``capture_output=True, text=True``), and fail only when it made no progress for ``stall_s``.
 
@@ -137,7 +148,13 @@ def run_watched(argv: Sequence[str], *, stall_s: float, limit_s: float = DEFAULT
     None is no progress: a status line printed every two seconds whatever happens says nothing
     until its numbers move) or a change in the size of the files under ``watch``. A process that
     stalls, or passes ``limit_s``, is stopped with its whole process group (it may have started a
-    broker or workers of its own) and the failure shows its output's tail."""
+    broker or workers of its own) and the failure shows its output's tail.
+
+    ``cpu``: the CPU seconds the process (and the children it reaped) spent are progress too. For
+    a short command that prints only at its end (an interpreter starting, imports, a report
+    written): a busy machine gives it a smaller share of a core, which slows its CPU clock but
+    never stops it; one blocked on something that never comes stops it. A process that polls in
+    a loop keeps moving it, so the outer ``limit_s`` is what ends that."""
     what = what or " ".join(map(str, argv[:4]))
     proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
@@ -148,7 +165,8 @@ def run_watched(argv: Sequence[str], *, stall_s: float, limit_s: float = DEFAULT
     watched = [Path(p) for p in watch]
     try:
         wait_until(lambda: proc.poll() is not None,
-                   progress=lambda: (len(out.keys), len(err.keys), files_size(*watched)),
+                   progress=lambda: (len(out.keys), len(err.keys), files_size(*watched),
+                                     cpu_ticks(proc.pid) if cpu else None),
                    stall_s=stall_s, limit_s=limit_s, what=what, poll_s=0.2)
     except Stalled as exc:
         _stop_group(proc)

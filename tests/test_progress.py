@@ -54,3 +54,13 @@ def test_wait_until_returns_the_condition_and_fails_on_a_counter_that_stops():
         wait_until(lambda: False, progress=progress, stall_s=0.3, what="count", poll_s=0.01)
     with pytest.raises(Stalled, match="outer limit"):
         wait_until(lambda: False, progress=time.monotonic, stall_s=5, limit_s=0.3, what="clock", poll_s=0.01)
+
+
+def test_cpu_time_is_progress_for_a_process_that_prints_only_at_its_end():
+    # 6 s of work with no output until the end, against a 4 s stall bound: its CPU clock moves.
+    script = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 6: pass\nprint('done')\n"
+    proc = run_watched([sys.executable, "-c", script], stall_s=4.0, limit_s=120, cpu=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "done"
+    blocked = "import time\ntime.sleep(300)\n"  # no output and no CPU: stalled
+    with pytest.raises(Stalled, match="no progress for 4 s"):
+        run_watched([sys.executable, "-c", blocked], stall_s=4.0, limit_s=600, cpu=True)

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from tests.kafka_fixtures import job_records
+from tests.kafka_fixtures import job_records, wait_for_records
+from tests.progress import cpu_ticks, wait_until
 
 from dataclasses import replace
 
@@ -27,12 +28,18 @@ def events(settings, topic, job, kind=None):
     return [e for e in job_records(settings, topic, decode, job) if kind is None or e.kind == kind]
 
 
-def wait_events(settings, topic, job, kind, count=1, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = events(settings, topic, job, kind)
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
+STALL_S = 60.0  # the listener screened nothing and no record came for this long: stuck, not slow
+
+
+def wait_events(settings, topic, job, kind, hook, count=1):
+    """The ``kind`` events of ``job`` once ``count`` of them are on ``topic``, read by one reader
+    (tests/kafka_fixtures.py), waited for while ``hook``'s listener screens commands or records come."""
+    def progress(records):
+        return len(records), hook.listener.obeyed, hook.listener.refused
+
+    found = wait_for_records(settings, topic, decode, job, lambda rs: len([e for e in rs if e.kind == kind]) >= count,
+                             timeout_s=STALL_S, progress=progress)
+    return [e for e in found if e.kind == kind]
 
 
 @pytest.fixture
@@ -78,7 +85,7 @@ def test_step_telemetry_carries_nan_as_text_and_derived_rates(kafka_settings, ho
 def test_capture_stacks_publishes_every_thread_via_faulthandler(kafka_settings, hook, job):
     c = command(job, "capture_stacks")
     send(kafka_settings, c)
-    dumps = wait_events(kafka_settings, "telemetry.stacks", job, "stack_dump")
+    dumps = wait_events(kafka_settings, "telemetry.stacks", job, "stack_dump", hook)
     assert len(dumps) == 1
     data = dumps[0].data
     assert data["tool"] == "faulthandler" and data["request_id"] == c.id and data["rank"] == 3 and data["pid"] == os.getpid()
@@ -99,7 +106,7 @@ def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_setting
     other_job = command(f"{job}-other", "stop")
     send(kafka_settings, other_deployment, forged, orjson.dumps(altered), expired, year_long, good, good,
          b"\xff not json", other_node, other_job)
-    acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=8)
+    acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", hook, count=8)
     reasons = {(a.data["command_id"], a.data["obeyed"]): a.data["reason"] for a in acks}
     assert "unknown key" in reasons[(other_deployment.id, False)]
     assert "bad signature" in reasons[(forged.id, False)] and "bad signature" in reasons[(altered["id"], False)]
@@ -127,7 +134,7 @@ def test_rank0_acks_misaddressed_commands_of_its_job_and_a_node_acks_another_job
         stale = command(f"{job}-before", "evict", nodes=("n000",))  # the job that ran here before
         elsewhere = command(f"{job}-other", "evict", nodes=("n555",))
         send(kafka_settings, other_node, stale, elsewhere, command(job, "checkpoint"))
-        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=3)
+        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", rank0, count=3)
         reasons = {a.data["command_id"]: (a.data["obeyed"], a.data["reason"]) for a in acks}
         assert reasons[other_node.id] == (False, "for nodes n999, not n000")
         assert reasons[stale.id] == (False, f"for job {job}-before, not {job} (names n000)")
@@ -146,7 +153,7 @@ def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_setting
     try:
         assert first.wait_ready()
         send(kafka_settings, evict)
-        wait_events(kafka_settings, "telemetry.train", job, "command_ack")
+        wait_events(kafka_settings, "telemetry.train", job, "command_ack", first)
         assert first.exit_command == evict
     finally:
         first.close()
@@ -155,7 +162,7 @@ def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_setting
     try:
         assert restarted.wait_ready()
         send(kafka_settings, evict)  # the same signed bytes, played back within their lifetime
-        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", count=2)
+        acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", restarted, count=2)
         assert [(a.data["obeyed"], a.data["reason"]) for a in acks][-1] == (False, "replayed (command id already handled)")
         assert restarted.exit_code is None
     finally:
@@ -164,7 +171,7 @@ def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_setting
 
 def test_restart_command_ends_the_loop_at_a_step_boundary_with_its_code(kafka_settings, hook, job):
     send(kafka_settings, command(job, "restart", nodes=("n001",)))
-    wait_events(kafka_settings, "telemetry.train", job, "command_ack")
+    wait_events(kafka_settings, "telemetry.train", job, "command_ack", hook)
     with pytest.raises(SystemExit) as exc:
         hook.step(loss=1.0)
     assert exc.value.code == RESTART
@@ -191,6 +198,10 @@ time.sleep(120)  # stuck: never calls step()
     try:
         assert proc.stdout.readline().strip() == "ready"
         send(kafka_settings, command(job, "rollback"))
-        assert proc.wait(60) == 77
+        # Waited for while the child's CPU clock moves (its listener polls): a busy machine slows it,
+        # a dead listener stops it; the outer limit ends a child that polls and never exits.
+        wait_until(lambda: proc.poll() is not None, progress=lambda: cpu_ticks(proc.pid), stall_s=STALL_S,
+                   limit_s=240, what="the stuck loop's child to exit")
+        assert proc.returncode == 77
     finally:
         proc.kill()

@@ -27,18 +27,27 @@ def command(job: str, action: str, **params) -> Command:
     return Command(job=job, action=action, issued_at=now, expires_at=now + 300, params=params).signed(KEY)
 
 
-def records(settings, topic: str, job: str, kind: str, predicate=lambda found: True) -> list[Envelope]:
-    """``job``'s ``kind`` events on ``topic``, once ``predicate`` holds for them (or TAKEN_S passed)."""
+def records(settings, topic: str, job: str, kind: str, predicate=lambda found: True, moved=None) -> list[Envelope]:
+    """``job``'s ``kind`` events on ``topic``, once ``predicate`` holds for them; or when TAKEN_S
+    passed, or (given ``moved()``, what a job in other processes changes as it works) when what
+    ``moved()`` returns stayed the same for TAKEN_S."""
     def of_kind(found):
         return [e for e in found if e.kind == kind]
+    progress = (lambda found: moved()) if moved is not None else None
     return of_kind(wait_for_records(settings, topic, decode, job, lambda found: predicate(of_kind(found)),
-                                    timeout_s=TAKEN_S))
+                                    timeout_s=TAKEN_S, progress=progress))
 
 
-def steps(settings, job: str, predicate=lambda found: True) -> list[dict]:
+def steps(settings, job: str, predicate=lambda found: True, moved=None) -> list[dict]:
     """The ``train``/``step`` payloads of ``job``, in the order published."""
     return [e.data for e in records(settings, "telemetry.train", job, "step",
-                                    lambda found: predicate([e.data for e in found]))]
+                                    lambda found: predicate([e.data for e in found]), moved)]
+
+
+def send(settings, cmd: Command) -> None:
+    with Producer(settings) as p:
+        p.send("commands", cmd.job.encode(), cmd.encode())
+        p.flush()
 
 
 class Script:
@@ -49,9 +58,7 @@ class Script:
         cmd = self.plan.pop(step, None)
         if cmd is None:
             return
-        with Producer(self.settings) as p:
-            p.send("commands", cmd.job.encode(), cmd.encode())
-            p.flush()
+        send(self.settings, cmd)
         self.sent.append((step, cmd))
         if cmd.action == "capture_stacks":
             taken = records(self.settings, "telemetry.stacks", cmd.job, "stack_dump",

@@ -101,8 +101,19 @@ def main() -> int:
     rng = random.Random(args.seed)
     kernel = make_log(KERNEL_NOISE, KERNEL_FAULTS, args.lines, rng)
     trainer = make_log(TRAINER_NOISE, TRAINER_FAULTS, args.lines, rng)
-    old = _old_figures(args.old, kernel, trainer) if args.old else {}
-    for result in (measure("kernel", kernel), measure("nccl", trainer), measure_line_events("kernel", kernel), measure_line_events("nccl", trainer)):
+    # With --old, old and new passes alternate (three rounds, the best of each side kept), so a
+    # change in the machine's load during the run falls on both.
+    old: dict[str, int] = {}
+    best: dict[str, dict] = {}
+    for _ in range(3 if args.old else 1):
+        if args.old:
+            for name, value in _old_figures(args.old, kernel, trainer).items():
+                old[name] = max(old.get(name, 0), value)
+        for source, lines in (("kernel", kernel), ("nccl", trainer)):
+            result = measure(source, lines)
+            if source not in best or result["lines_per_s"] > best[source]["lines_per_s"]:
+                best[source] = result
+    for result in (best["kernel"], best["nccl"], measure_line_events("kernel", kernel), measure_line_events("nccl", trainer)):
         before = old.get(result["parser"])
         if before:
             result["old_lines_per_s"] = before
@@ -119,7 +130,7 @@ out = {}
 for source, path in (("kernel", sys.argv[1]), ("nccl", sys.argv[2])):
     lines = open(path, encoding="utf-8").read().split("\\n")
     best = 0
-    for _ in range(2):
+    for _ in range(1):
         parser = parser_for(source)
         start = time.perf_counter()
         for line in lines:
@@ -132,7 +143,7 @@ print(json.dumps(out))
 
 
 def _old_figures(old_dir: str, kernel: list[str], trainer: list[str]) -> dict[str, int]:
-    """lines/s of the old checkout's parsers on the same lines (best of two passes), by parser name."""
+    """lines/s of the old checkout's parsers on the same lines (one pass each), by parser name."""
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for name, lines in (("kernel", kernel), ("nccl", trainer)):

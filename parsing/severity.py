@@ -25,7 +25,7 @@ _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle")
 _QUICK_RE = re.compile("|".join(re.escape(q) for q in _QUICK))
 # Either vocabulary's literals: a line holding none (most lines) is settled by one scan.
-_ANY_QUICK = re.compile("|".join(re.escape(q) for q in sorted(set(_QUICK) | set(ALARM_QUICK), key=len, reverse=True)))
+_ANY_QUICK = tuple(sorted(set(_QUICK) | set(ALARM_QUICK)))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
@@ -89,6 +89,6 @@ def severity_of(message: str, raw: str | None = None, priority: int | None = Non
     one the raw line's format states, and the error words of the message either way."""
     if priority is None and raw:
         priority = kernel_priority(raw)
-    if not _ANY_QUICK.search(message.lower()):
+    if not any(map(message.lower().__contains__, _ANY_QUICK)):
         return Severity(priority, (), False)
     return Severity(priority, error_words(message), looks_alarming(message))

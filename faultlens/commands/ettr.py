@@ -40,6 +40,10 @@ then a TOML file (--config), then this pipeline's measurements (--from-history D
 class; --from-score FILE: detection as `faultlens score --json` measured it), then flags.
 
 Two engines: a closed form and a Monte-Carlo run of the timeline (--runs, --seed), which must agree.
+Every input is marked published, measured or assumed; the assumed ones carry a range and the ETTR
+is also given as a band over them (low, central, high). Measured diagnosis classes are mapped onto
+the scenario's (docs/ettr.md), each with its sample count; rates that would keep the job down most of
+the time are refused at once.
 Prints the ETTR, the lost time by cause and phase (it adds up to 1 - ETTR), the optimal checkpoint
 interval, the same job with the framework's timeout alone (no faultlens) and a sensitivity table;
 --json prints one JSON object; --plot FILE draws the breakdown. docs/ettr.md has the model."""

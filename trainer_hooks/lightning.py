@@ -36,7 +36,13 @@ except ImportError as exc:  # the trainer side installs without it
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.signing import VerifyKeys
 from faultlens.trainer_hooks import flight_recorder
-from faultlens.trainer_hooks.callback_support import count_tokens, grad_norm, make_hook, resume_from_environment, step_loss
+from faultlens.trainer_hooks.callback_support import (
+    count_tokens,
+    grad_norm,
+    make_hook,
+    resume_from_environment,
+    step_loss,
+)
 from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger(__name__)
@@ -58,7 +64,7 @@ class FaultlensCallback(pl.Callback):
                  classes: int | None = None, **hook_kwargs: Any):
         # Before the Trainer creates its process groups, or the recorder records nothing.
         flight_recorder.enable()
-        self._identity = dict(job=job, node=node, settings=settings, keys=keys, state_dir=state_dir)
+        self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
         self._dirpath = dirpath
         self._count_tokens = tokens
         self.classes = classes

@@ -84,7 +84,7 @@ def measure(source: str, lines: list[str]) -> dict:
 
 
 def measure_line_events(source: str, lines: list[str]) -> dict:
-    raw = [Envelope(ts=1.8e9, job="j", node=f"n{i % 16:03d}", source=source, kind="line", data={"line": l}, id=f"r{i}") for i, l in enumerate(lines)]
+    raw = [Envelope(ts=1.8e9, job="j", node=f"n{i % 16:03d}", source=source, kind="line", data={"line": line}, id=f"r{i}") for i, line in enumerate(lines)]
     lp = LineEventParser()
     start = time.perf_counter()
     events = sum(len(lp.parse(env)) for env in raw) + len(lp.flush())

@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
 from faultlens.parsing import fallback
 from faultlens.parsing.alarm import ALARM_PRIORITY
 from faultlens.parsing.benign import for_source as benign_for
+from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from faultlens.parsing.severity import Severity, severity_of
 from faultlens.parsing.subsystems import subsystem_of
-from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.xid_table import lookup
 

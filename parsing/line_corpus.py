@@ -38,7 +38,7 @@ def read_rows(corpus: Path = CORPUS) -> dict[str, list[dict[str, Any]]]:
     """The corpus files' rows by file name (top folder only: the held-out folder stays out)."""
     out = {}
     for path in sorted(corpus.glob("*.jsonl")):
-        out[path.name] = [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+        out[path.name] = [json.loads(text) for text in path.read_text(encoding="utf-8").splitlines() if text.strip()]
     return out
 
 

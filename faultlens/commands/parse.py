@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     s = parser.stats
     print(
-        f"faultlens parse: {s.lines} lines, {s.recognised} recognised, {s.skipped} skipped ({s.alarming} of them alarming: "
+        f"faultlens parse: {s.lines} lines, {s.recognised} recognised ({s.benign} known benign, {s.by_subsystem} by subsystem, "
+        f"{s.by_model} by the line model), {s.skipped} skipped ({s.alarming} of them alarming: "
         f"no rule took them{'' if miner else '; --unrecognised FILE shows their templates'}), {s.garbled} garbled; "
         f"{written} events (source {source})",
         file=sys.stderr,

@@ -134,6 +134,10 @@ class DiagnoseHandler:
         self.emitted += len(found)
         return [diagnosis_record(d) for d in found]
 
+    def tick_held(self, now: float, busy: frozenset[str], upstream: Mapping[Any, UpstreamStop]) -> Iterable[Outgoing]:
+        """The runner's clock in event time (streams.runner_handler.HeldAwareClock): :meth:`tick`."""
+        return self.tick(now, busy, upstream)
+
     def flush(self) -> list[Outgoing]:
         found = self.engine.flush()
         self.emitted += len(found)

@@ -1,27 +1,26 @@
-"""The rebalance side of :class:`streams.runner.GroupRunner`: the client's callbacks, applied on the
-loop's thread; where each partition's reading resumes after a rebalance (kept partitions where
-their handing on stopped, partitions taken over ``rebuild_s`` back, to rebuild the handler's
-state); and the pause flags the clients keep across one.
+"""Rebalance bookkeeping of :class:`streams.runner.GroupRunner`: the client's callbacks, brought
+onto the loop's thread; where each partition's reading resumes after a rebalance (kept partitions
+where their handing on stopped, partitions taken over ``rebuild_s`` back, to rebuild the
+handler's state); and whether a rebalance is under way.
 
-Apart from the runner's loop because it is bookkeeping the loop only calls into. :class:`RebalanceMode`
-is a mixin of GroupRunner and works on the state its ``__init__`` sets up (``merge``,
-``_resume_at``, ``_to_resume``, ``_to_rebuild``, ``_paused``, the announcement fields).
+A :class:`RebalanceBook` is owned by the runner and holds only this state; the runner tells the
+other parts (the event-time order, the progress announcer, the handler) what a rebalance did.
+Everything but :meth:`RebalanceBook.seek` is pure and tested alone (tests/streams/test_runner_parts.py).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Callable, Collection, Protocol
 
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
 
 from faultlens.streams.kafka_client import Consumer
-
-if TYPE_CHECKING:  # the runner imports this module; the name is for the checker only
-    from faultlens.streams.runner import GroupRunner
 
 log = logging.getLogger(__name__)
 
@@ -29,113 +28,137 @@ log = logging.getLogger(__name__)
 REBALANCE_SETTLE_S = 3.0
 
 
+class RebalanceTarget(Protocol):
+    """What the listener tells: the runner, which applies a rebalance to all its parts."""
+
+    rebalances: RebalanceQueue
+
+    def _assigned(self, partitions: Collection[TopicPartition]) -> None: ...
+
+    def _revoked(self, partitions: Collection[TopicPartition]) -> None: ...
+
+
 class RebalanceListener(ConsumerRebalanceListener):
-    def __init__(self, runner: "GroupRunner"):
+    """The client's callbacks, handed to the runner on its loop's thread (see :class:`RebalanceQueue`)."""
+
+    def __init__(self, runner: RebalanceTarget):
         self.runner = runner
 
     def on_partitions_revoked(self, revoked) -> None:
-        self.runner._rebalance_event(False, revoked)
+        self.runner.rebalances.event(False, revoked, self.runner)
 
     def on_partitions_assigned(self, assigned) -> None:
-        self.runner._rebalance_event(True, assigned)
+        self.runner.rebalances.event(True, assigned, self.runner)
 
 
-class RebalanceMode:
-    """GroupRunner's methods for rebalances (see the module doc)."""
+class RebalanceQueue:
+    """Rebalance callbacks that come on another thread than the loop's, applied by the loop.
 
-    def _rebalance_event(self, assigned: bool, partitions) -> None:
-        """A rebalance callback. confluent-kafka (and kafka-python 2) call it inside poll(), on the
-        loop's thread; kafka-python 3 calls it on its IO thread, beside the loop. There it is queued
-        and applied by the loop right after its next poll: run beside the loop, the bookkeeping raced
-        it (resume points taken from a merge the loop was changing), and a 36-job backlog lost a
-        node-stage member's heartbeats across a rebalance (issue 32; none with confluent-kafka)."""
-        if self._loop_thread is None or threading.get_ident() == self._loop_thread:
-            (self._assigned if assigned else self._revoked)(partitions)
+    confluent-kafka (and kafka-python 2) call them inside poll(), on the loop's thread; kafka-python
+    3 calls them on its IO thread, beside the loop. There they are queued and applied by the loop
+    right after its next poll: run beside the loop, the bookkeeping raced it (resume points taken
+    from a merge the loop was changing), and a 36-job backlog lost a node-stage member's heartbeats
+    across a rebalance (issue 32; none with confluent-kafka)."""
+
+    def __init__(self) -> None:
+        self.loop_thread: int | None = None
+        self._queue: collections.deque[tuple[bool, list[TopicPartition]]] = collections.deque()
+
+    def event(self, assigned: bool, partitions: Collection[TopicPartition], target: RebalanceTarget) -> None:
+        if self.loop_thread is None or threading.get_ident() == self.loop_thread:
+            (target._assigned if assigned else target._revoked)(partitions)
         else:
-            self._rebalance_queue.append((assigned, list(partitions)))
+            self._queue.append((assigned, list(partitions)))
 
-    def _apply_rebalances(self) -> bool:
-        """Apply the rebalance callbacks queued by another thread, in order; whether there were any."""
+    def apply(self, target: RebalanceTarget) -> bool:
+        """Apply the callbacks queued by another thread, in order; whether there were any."""
         applied = False
-        while self._rebalance_queue:
-            assigned, partitions = self._rebalance_queue.popleft()
-            (self._assigned if assigned else self._revoked)(partitions)
+        while self._queue:
+            assigned, partitions = self._queue.popleft()
+            (target._assigned if assigned else target._revoked)(partitions)
             applied = True
         return applied
 
-    def _assigned(self, assigned) -> None:
-        if self._on_assigned is not None:
-            self._on_assigned(assigned)  # bookkeeping only: this runs inside the client's rebalance callback
-        kept = {tp: self._resume_at[tp] for tp in assigned if tp in self._resume_at}
-        self._resume_at.clear()
-        self._rebalancing = None
-        self._to_resume.update(kept)
-        moved = (self._revoked_last - set(assigned)) | (set(assigned) - set(kept))
-        self._revoked_last = set()
-        if self._on_moved is not None and moved:
-            self._on_moved(moved)
-        if self.rebuild_s > 0:
-            self._to_rebuild |= set(assigned) - set(kept)
-        self._hello = True
-        self._assignments += 1
-        # the hello wipes this member's word downstream: its progress is said again
-        self._announced = self._announced_idle = None
-        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
-        if self.merge is not None:
-            self.merge.assign(assigned, time.time())
-            now = time.monotonic()
-            self._assigned_at.update({tp: now for tp in assigned})
-            self._unfetched_end.clear()
-            self._pauses_unsynced = True
-        self.ready.set()
 
-    def _revoked(self, revoked) -> None:
-        self._settle_until = time.monotonic() + REBALANCE_SETTLE_S
-        if self._rebalancing is None:
-            self._rebalancing = time.monotonic()
-        unbuilt = self._to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
-        self._to_rebuild -= set(revoked)
-        self._revoked_last |= set(revoked)
-        if self.merge is None or not revoked:
+class RebalanceBook:
+    """Where each partition resumes, which must be rebuilt, and since when a rebalance is on."""
+
+    def __init__(self, rebuild_s: float):
+        # State a handler keeps (windows, pending hang rounds, dedup) lives in memory: a partition
+        # that comes to this member (a rebalance, a restart) is read again from `rebuild_s` of
+        # broker time before its committed offset, so that state is rebuilt from retained input.
+        # What comes out again carries the ids it had (they derive from the input): downstream
+        # stores and remediation drop the copies.
+        self.rebuild_s = rebuild_s
+        self.to_rebuild: set[TopicPartition] = set()
+        # A partition a rebalance takes away and gives straight back (an eager rebalance revokes
+        # everything) is not read again: the handler's state already holds it, and reading it
+        # twice would count its events twice (a node rule's "2 NIC alerts in 5 min" fired again
+        # on the first alert re-read). It resumes where its handing on stopped.
+        self.next_offset: dict[TopicPartition, int] = {}  # past the last offset read
+        self.resume_at: dict[TopicPartition, int] = {}  # revoked: where handing on stopped
+        self.to_resume: dict[TopicPartition, int] = {}  # kept through a rebalance: seek there
+        self.revoked_last: set[TopicPartition] = set()
+        # Since when a revocation awaits its next assignment (None: not rebalancing). No idle stop
+        # then, for a while (kafka-python keeps revoked members in the loop while the join goes
+        # on; a member stopping there left the records it had held to a new owner that, in a
+        # group emptying at the end of a run, never came).
+        self.rebalancing: float | None = None
+        self.assignments = 0  # how many assignments this member was given (a bounded run's idle count restarts)
+
+    def assigned(self, assigned: Collection[TopicPartition]) -> set[TopicPartition]:
+        """Partitions given to this member; returns those that moved (left it, or came to it from
+        another), not those a rebalance gave straight back."""
+        kept = {tp: self.resume_at[tp] for tp in assigned if tp in self.resume_at}
+        self.resume_at.clear()
+        self.rebalancing = None
+        self.to_resume.update(kept)
+        moved = (self.revoked_last - set(assigned)) | (set(assigned) - set(kept))
+        self.revoked_last = set()
+        if self.rebuild_s > 0:
+            self.to_rebuild |= set(assigned) - set(kept)
+        self.assignments += 1
+        return moved
+
+    def revoked(self, revoked: Collection[TopicPartition], now: float,
+                held_offset: Callable[[TopicPartition], int | None] | None) -> None:
+        """Partitions taken from this member. ``held_offset`` (event time only: the merge's first
+        record still held of a partition) says where handing on stopped; without it no resume
+        point is kept."""
+        if self.rebalancing is None:
+            self.rebalancing = now
+        unbuilt = self.to_rebuild & set(revoked)  # nothing of them handed on yet: rebuilt if they come back
+        self.to_rebuild -= set(revoked)
+        self.revoked_last |= set(revoked)
+        if held_offset is None:
             return
         for tp in revoked:
             # Where this member's handing on stopped: the first record still held, or the next
             # one to read (or a resume still pending, when nothing was read since).
-            held = self.merge.lowest_held_offset(tp)
-            pending = self._to_resume.pop(tp, None)
-            read_to = self._next_offset.pop(tp, pending)
+            held = held_offset(tp)
+            pending = self.to_resume.pop(tp, None)
+            read_to = self.next_offset.pop(tp, pending)
             at = held if held is not None else read_to
             if at is not None and tp not in unbuilt:
-                self._resume_at[tp] = at
-        # What is held goes back to the partition's next owner: the commit stays below it (see
-        # _commit_handed_on). A listener may not block on the broker, so nothing is committed here.
-        dropped = self.merge.revoke(revoked)
-        self._paused -= set(revoked)
-        if dropped:
-            log.info("rebalance: %d held record(s) of %d partition(s) left for their new owner", dropped, len(revoked))
+                self.resume_at[tp] = at
 
-    def _resync_pauses(self, consumer: Consumer) -> None:
-        """Resume every assigned partition this member does not hold paused. A revocation forgets
-        the pauses of the partitions it takes (their merge state goes with them), but kafka-python
-        3 and librdkafka both keep a partition's pause flag when the next assignment gives it
-        straight back (an eager rebalance revokes everything): such a partition was never fetched
-        again, and a node-stage member sat idle beside thousands of unread records for good
-        (issue 32). Resuming a partition that is not paused costs nothing with either client;
-        librdkafka takes a resume of one it has not started yet (its flag is cleared)."""
-        self._pauses_unsynced = False
-        stale = [tp for tp in consumer.assignment() if tp not in self._paused]
-        if stale:
-            consumer.resume(*stale)
+    @property
+    def seeks_pending(self) -> bool:
+        return bool(self.to_rebuild or self.to_resume)
 
-    def _rebuild(self, consumer: Consumer) -> None:
+    def pending(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is still to be sought (what a poll brought of it comes again after)."""
+        return tp in self.to_rebuild or tp in self.to_resume
+
+    def seek(self, consumer: Consumer) -> None:
         """Seek partitions kept through a rebalance to where their handing on stopped, and newly
-        assigned ones back by ``rebuild_s`` (see __init__); runs in the loop, where the consumer
-        may block on the broker."""
-        resume, self._to_resume = self._to_resume, {}
+        assigned ones back by ``rebuild_s``; runs in the loop, where the consumer may block on the
+        broker."""
+        resume, self.to_resume = self.to_resume, {}
         for tp, offset in resume.items():
             if tp in consumer.assignment():
                 consumer.seek(tp, offset)
-        parts, self._to_rebuild = [tp for tp in self._to_rebuild if tp in consumer.assignment()], set()
+        parts, self.to_rebuild = [tp for tp in self.to_rebuild if tp in consumer.assignment()], set()
         if not parts:
             return
         since_ms = int((time.time() - self.rebuild_s) * 1000)
@@ -148,7 +171,9 @@ class RebalanceMode:
         first = consumer.beginning_offsets(parts)
         for tp in parts:
             # Where the group left off (the start, for a group that never committed)...
-            base = committed[tp] if committed[tp] is not None else first.get(tp, 0)
+            base = committed[tp]
+            if base is None:
+                base = first.get(tp, 0)
             at = found.get(tp)
             # ... or earlier, by `rebuild_s` of broker time.
             start = min(at.offset, base) if at is not None else base

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import orjson
 
@@ -49,7 +49,11 @@ class FatalHandlerError(RuntimeError):
     without committing, so the batch is read again after a restart instead of dead-lettered."""
 
 
+@runtime_checkable
 class Handler(Protocol):
+    """A handler object: a batch of records in, its outputs out (the other things a handler may
+    take are in streams/runner_handler.py)."""
+
     def handle(self, records: list[Record]) -> Iterable[Outgoing]: ...
 
 

@@ -1,5 +1,5 @@
 """A broadcast topic (`jobs`) is read up to its end before data is released: its records must be
-in hand before the telemetry after them (streams/runner_event_time.py, _poll_broadcast)."""
+in hand before the telemetry after them (streams/runner_event_time.py, EventTimeOrder.poll_broadcast)."""
 
 from __future__ import annotations
 
@@ -52,17 +52,17 @@ def _topologies(n: int) -> list[bytes]:
 
 def test_every_record_of_a_broadcast_topic_behind_its_end_is_read_before_going_on():
     runner = _runner()
-    runner._broadcast = _SlowBroadcast(_topologies(3))
-    got = runner._poll_broadcast()
+    runner.order.broadcast = _SlowBroadcast(_topologies(3))
+    got = runner.order.poll_broadcast()
     assert [r.value.id for r in got] == ["r0", "r1", "r2"]
 
 
 def test_a_broadcast_topic_that_stays_behind_is_waited_for_once_not_every_loop(monkeypatch):
     monkeypatch.setattr("faultlens.streams.runner_event_time.BROADCAST_CATCH_UP_S", 0.2)
     runner = _runner()
-    runner._broadcast = stuck = _SlowBroadcast(_topologies(2), stuck=True)
-    assert runner._poll_broadcast() == []
+    runner.order.broadcast = stuck = _SlowBroadcast(_topologies(2), stuck=True)
+    assert runner.order.poll_broadcast() == []
     waited = stuck.polls
     assert waited > 1
-    runner._poll_broadcast()
+    runner.order.poll_broadcast()
     assert stuck.polls == waited + 1  # the next loop only polls once

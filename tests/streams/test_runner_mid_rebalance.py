@@ -53,7 +53,7 @@ def _hold(runner: GroupRunner, offsets: range) -> None:
         record = Record(topic="t", partition=0, offset=o, key=b"n0", value=None, timestamp_ms=0,
                         event_ts=100.0 + o)
         runner.merge.add(TP, o, record.event_ts, record, wall_now=now)
-    runner._next_offset[TP] = offsets.stop
+    runner.rebalance.next_offset[TP] = offsets.stop
 
 
 def test_a_member_stopping_mid_rebalance_commits_where_its_handing_on_stopped():
@@ -67,7 +67,7 @@ def test_a_member_stopping_mid_rebalance_commits_where_its_handing_on_stopped():
 
 def test_a_partition_revoked_before_anything_of_it_was_handed_on_is_not_committed():
     runner = _runner()
-    runner._to_rebuild.add(TP)  # assigned, not yet read from where its rebuild starts
+    runner.rebalance.to_rebuild.add(TP)  # assigned, not yet read from where its rebuild starts
     runner.merge.assign([TP], wall_now=0.0)
     runner._revoked([TP])
     consumer = _MidJoinConsumer(position=500)
@@ -91,7 +91,7 @@ class _JoiningConsumer(_MidJoinConsumer):
         if self.polls == 1:
             self.runner._assigned([TP])
         elif self.polls == 2:
-            self.runner._unsettled = True  # read since the last commit, as a busy member has
+            self.runner.commits.unsettled = True  # read since the last commit, as a busy member has
             self.runner._revoked([TP])
             self._join_ends = time.monotonic() + self.join_s
         elif not self.joined_again and time.monotonic() >= self._join_ends:
@@ -156,17 +156,17 @@ def test_a_member_between_revocation_and_assignment_says_nothing_downstream():
                          on_progress=lambda *word: words.append(word) or [])
     now = time.time()
     runner._assigned([TP])
-    runner._settle_until = 0.0
+    runner.progress.settle_until = 0.0
     runner.merge.add(TP, 0, 100.0, None, wall_now=now)
     runner.merge.release(now + 0.5, {TP: True})
     runner._announce()
     assert words[-1][0] == 100.0 and words[-1][3] is False  # progress, busy
     runner._revoked([TP])
-    runner._settle_until = 0.0  # a join that outlasts the settling time (8 s on a starved host)
+    runner.progress.settle_until = 0.0  # a join that outlasts the settling time (8 s on a starved host)
     runner.merge.release(now + 20, {TP: True})
     assert runner.merge.idle  # what it would have said
     said = len(words)
-    runner._announced_wall = 0.0  # a second and more since its last word
+    runner.progress.announced_wall = 0.0  # a second and more since its last word
     runner._announce()
     assert words[said:] == []
     runner._assigned([TP])

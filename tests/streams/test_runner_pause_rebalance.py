@@ -35,7 +35,7 @@ def test_a_paused_partition_kept_through_a_rebalance_is_read_to_its_end(client_s
         if not paused.is_set():
             # as the merge pauses a partition that runs ahead...
             runner.consumer.pause(tp)
-            runner._paused.add(tp)
+            runner.order.paused.add(tp)
             paused.set()
             # ... when the group rebalances: the member subscribes to one more topic, so it joins
             # again (eagerly: every partition revoked) and is given its partition straight back.
@@ -85,11 +85,11 @@ def test_an_assignment_resumes_what_the_runner_does_not_hold_paused():
                          event_time=True)
     kept, held = TopicPartition("t", 0), TopicPartition("t", 1)
     runner._assigned([kept, held])
-    runner._paused = {kept}
+    runner.order.paused = {kept}
     runner._revoked([kept, held])  # an eager rebalance: everything revoked, the pause forgotten
     runner._assigned([kept, held])
-    runner._paused.add(held)  # paused again since (the merge judged it ahead)
+    runner.order.paused.add(held)  # paused again since (the merge judged it ahead)
     consumer = _Consumer([kept, held])
-    assert runner._pauses_unsynced
-    runner._resync_pauses(consumer)
-    assert consumer.resumed == [kept] and not runner._pauses_unsynced
+    assert runner.order.pauses_unsynced
+    runner.order.resync_pauses(consumer)
+    assert consumer.resumed == [kept] and not runner.order.pauses_unsynced

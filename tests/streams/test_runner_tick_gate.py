@@ -44,8 +44,8 @@ class _NoProducer:
 class _Clock:
     def __init__(self, busy_aware: bool):
         self.calls: list = []
-        if busy_aware:
-            self.tick = self._tick_busy
+        if busy_aware:  # a clock told which jobs still have records held (HeldAwareClock)
+            self.tick_held = self._tick_busy
         else:
             self.tick = self._tick
 
@@ -56,7 +56,7 @@ class _Clock:
         self.calls.append(None)
         return []
 
-    def _tick_busy(self, now, busy=()):
+    def _tick_busy(self, now, busy=(), upstream=None):
         self.calls.append(frozenset(busy))
         return []
 
@@ -128,13 +128,13 @@ def test_a_partition_never_fetched_from_is_caught_up_only_if_the_broker_says_it_
     consumer = _Unfetched({P0: 0, P1: 0}, {P0: 0, P1: 120})
     runner.consumer = consumer
     now = time.monotonic()
-    runner._assigned_at.update({P0: now, P1: now})
-    assert runner._caught_up(consumer) == {P0: False, P1: False}  # within the wait: nobody is
-    runner._assigned_at.update({P0: now - 31, P1: now - 31})
-    assert runner._caught_up(consumer) == {P0: True, P1: False}  # P1 holds 120 records still unread
-    assert runner._caught_up(consumer) == {P0: True, P1: False} and consumer.asked == 1  # asked once
+    runner.order._assigned_at.update({P0: now, P1: now})
+    assert runner.order.caught_up(consumer) == {P0: False, P1: False}  # within the wait: nobody is
+    runner.order._assigned_at.update({P0: now - 31, P1: now - 31})
+    assert runner.order.caught_up(consumer) == {P0: True, P1: False}  # P1 holds 120 records still unread
+    assert runner.order.caught_up(consumer) == {P0: True, P1: False} and consumer.asked == 1  # asked once
     # a broker that cannot say: the wait ends as before, with a warning
     mute = _Unfetched({P0: 0, P1: 0}, None)
     runner.consumer = mute
-    runner._unfetched_end.clear()
-    assert runner._caught_up(mute) == {P0: True, P1: True}
+    runner.order._unfetched_end.clear()
+    assert runner.order.caught_up(mute) == {P0: True, P1: True}

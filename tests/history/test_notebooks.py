@@ -7,8 +7,11 @@ temporary JUPYTER_PATH, which Jupyter searches before the user's and the system'
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import nbformat
@@ -19,9 +22,11 @@ from faultlens.history.loader import load_trace
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
+from tests.progress import Stalled, cpu_ticks, wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "faultlens-test-venv"
+STALL_S = 120.0  # the kernel computed and printed nothing for this long: stuck, not slow
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,8 @@ def _execute(name: str, db: Path, kernel_path: Path, monkeypatch) -> tuple[nbfor
     monkeypatch.setenv("FAULTLENS_DB", str(db))
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.executable)"))
-    NotebookClient(nb, kernel_name=KERNEL, timeout=120, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    _run_watched(NotebookClient(nb, kernel_name=KERNEL, timeout=None, resources={"metadata": {"path": str(NOTEBOOKS)}}),
+                 nb, name)
     parts = []
     for c in nb.cells:
         if c.cell_type != "code":
@@ -66,6 +72,38 @@ def _execute(name: str, db: Path, kernel_path: Path, monkeypatch) -> tuple[nbfor
     text = "\n".join(parts)
     assert f"KERNEL {sys.executable}" in text
     return nb, text
+
+
+def _run_watched(client: NotebookClient, nb, name: str) -> None:
+    """``client.execute()``, waited for while the kernel moves (its CPU clock, the outputs its cells
+    added), not a fixed bound per cell that a busy machine outruns (issue 47). A stalled kernel is
+    killed, which ends the execution in its thread."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            client.execute()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
+            outcome.append(exc)
+
+    def kernel_pid() -> int | None:
+        return getattr(getattr(client.km, "provisioner", None), "pid", None) if client.km is not None else None
+
+    def progress() -> tuple[int, int]:
+        pid = kernel_pid()
+        return (cpu_ticks(pid) if pid else 0), sum(len(c.get("outputs", ())) for c in nb.cells)
+
+    thread = threading.Thread(target=run, name=f"notebook-{name}", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: outcome, progress=progress, stall_s=STALL_S, limit_s=280, what=f"notebook {name}")
+    except Stalled:
+        if (pid := kernel_pid()) is not None:
+            os.kill(pid, signal.SIGKILL)
+        raise
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def _pngs(nb) -> int:

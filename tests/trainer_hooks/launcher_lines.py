@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from tests.progress import files_size, wait_until
 
 
 def follow(proc) -> queue.Queue:
@@ -23,15 +26,28 @@ def follow(proc) -> queue.Queue:
     return out
 
 
-def until(lines: queue.Queue, event: str, timeout_s: float, seen: list) -> dict:
-    """The next line whose ``event`` is ``event``; every line read is appended to ``seen``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1.0)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if line.get("event") == event:
-            return line
-    raise AssertionError(f"no {event!r} from the launcher; saw {[l.get('event') for l in seen]}")
+def until(lines: queue.Queue, event: str, stall_s: float, seen: list, *, watch: Iterable[Path] = (),
+          limit_s: float = 1800.0) -> dict:
+    """The next line whose ``event`` is ``event``; every line read is appended to ``seen``.
+
+    Waited for while the launcher moves (tests/progress.py): a line it prints, or the files under
+    ``watch`` growing (its trainers' logs and checkpoints); it fails once neither moved for
+    ``stall_s``, never because a busy machine made the job slow."""
+    watched = [Path(p) for p in watch]
+    found: list[dict] = []
+
+    def arrived() -> bool:
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                return False
+            seen.append(line)
+            if line.get("event") == event:
+                found.append(line)
+                return True
+
+    wait_until(arrived, progress=lambda: (len(seen), files_size(*watched)), stall_s=stall_s, limit_s=limit_s,
+               what=f"the launcher's {event!r} line", poll_s=0.2,
+               explain=lambda: f"saw {[l.get('event') for l in seen]}")
+    return found[0]

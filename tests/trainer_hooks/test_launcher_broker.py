@@ -11,8 +11,13 @@ import pytest
 from faultlens.streams.events import decode
 from faultlens.streams.signing import write_key_pair
 from tests.kafka_fixtures import job_records
+from tests.progress import cpu_ticks, run_watched, wait_until
+from tests.trainer_hooks.launcher_lines import follow, until
 
 pytestmark = pytest.mark.broker
+# The launcher printed, wrote and computed nothing for this long: stuck, not slow. The outer
+# limits (240 s) are under pytest's 300 s, so the helper's message is what a failure says.
+STALL_S = 90.0
 
 
 def valid_events(settings, topic):
@@ -22,11 +27,11 @@ def valid_events(settings, topic):
 def launch(settings, job, codes, *extra, tmp_path):
     _, public = write_key_pair(tmp_path / f"keys-{job}")
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "2",
-                          "--verify-key", str(public),
-                          "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
-                          "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
-                          "--", "--codes", codes], env=env, capture_output=True, text=True, timeout=120)
+    out = run_watched([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", job, "--nodes", "2",
+                       "--verify-key", str(public),
+                       "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
+                       "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
+                       "--", "--codes", codes], env=env, stall_s=STALL_S, cpu=True, watch=[tmp_path], limit_s=240)
     return out.returncode, [json.loads(l) for l in out.stdout.splitlines()]
 
 
@@ -62,9 +67,9 @@ def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_pat
 def test_the_launcher_will_not_run_a_job_it_cannot_verify_commands_for(kafka_settings):
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_SECRET": "old-shared-secret"}
     env.pop("FAULTLENS_VERIFY_KEY", None)
-    out = subprocess.run([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", "j", "--nodes", "1",
-                          "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = run_watched([sys.executable, "-m", "faultlens.trainer_hooks.launcher", "--job", "j", "--nodes", "1",
+                       "--trainer", "tests.trainer_hooks.exiting_trainer", "--", "--codes", "0"],
+                      env=env, stall_s=STALL_S, cpu=True, limit_s=240)
     assert out.returncode == 2 and "no command verify key" in out.stderr and "FAULTLENS_SECRET is ignored" in out.stderr
 
 
@@ -81,15 +86,16 @@ def test_a_cancelled_job_says_so_on_the_bus(kafka_settings, tmp_path):
                              "--verify-key", str(public), "--trainer", "tests.trainer_hooks.exiting_trainer",
                              "--node-arg", "", "--", "--codes", "0", "--sleep", "120"],
                             env=env, stdout=subprocess.PIPE, text=True)
+    lines, seen = follow(proc), []
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "start" not in [json.loads(proc.stdout.readline()).get("event")]:
-            pass
-        time.sleep(0.5)
+        until(lines, "start", STALL_S, seen, watch=[tmp_path])
+        time.sleep(0.5)  # the trainers under way (they sleep 120 s), not a bound
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        until(lines, "cancelled", STALL_S, seen, watch=[tmp_path])
+        wait_until(lambda: proc.poll() is not None, progress=lambda: cpu_ticks(proc.pid), stall_s=STALL_S,
+                   limit_s=240, what="the cancelled launcher to exit")
     finally:
         proc.kill()
-    assert proc.returncode == 130 and json.loads(out.splitlines()[-1])["event"] == "cancelled"
+    assert proc.returncode == 130
     [end] = [e for e in valid_events(kafka_settings, "jobs") if e.job == job and e.kind == "end"]
     assert end.data["reason"] == "cancelled" and end.data["nodes"] == ["n000", "n001"]

@@ -43,7 +43,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
     seen: list = []
     producer = Producer(kafka_settings)
     try:
-        until(lines, "crash", 90, seen)  # n001 breaks at step 3, after the checkpoint of step 2
+        until(lines, "crash", 90, seen, watch=[tmp_path])  # n001 breaks at step 3, after the checkpoint of step 2
 
         # The ladder of a job whose crash kept coming back: reattempt and rollback were tried
         # (not sent here), the third failure climbs to dual-phase replay.
@@ -57,7 +57,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         producer.send(topics.COMMANDS, job.encode(), command.encode())
         producer.flush()
 
-        done = until(lines, "replay_done", 150, seen)
+        done = until(lines, "replay_done", 150, seen, watch=[tmp_path])
         groups = [l for l in seen if l.get("event") == "replay_group"]
         assert [(g["phase"], g["nodes"], g["reproduced"]) for g in groups] == [
             ("horizontal", ["n000", "n001"], True), ("vertical", ["n000"], False), ("vertical", ["n001"], True)]
@@ -72,9 +72,9 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         producer.send(topics.COMMANDS, job.encode(), evict.encode())
         producer.flush()
 
-        restart = until(lines, "restart", 60, seen)
+        restart = until(lines, "restart", 60, seen, watch=[tmp_path])
         assert restart["action"] == "evict" and restart["nodes"] == ["n000", "s000"]
-        assert until(lines, "done", 90, seen)["exit"] == 0
+        assert until(lines, "done", 90, seen, watch=[tmp_path])["exit"] == 0
         assert proc.wait(30) == 0
         # The replays moved no checkpoint: the job resumed from step 2's and wrote the rest itself.
         assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*.pt")) == [

@@ -1,5 +1,5 @@
 """Signed commands sent into a real training run at chosen steps, for the framework callbacks' tests
-(test_lightning_callback.py, test_hf_callback.py).
+(test_lightning_callback.py, test_hf_trainer_callback.py).
 
 A test plans commands by step (``Script({3: command(job, "checkpoint")})``); the framework's test
 callback calls :meth:`Script.before_step` as each step begins, which sends the step's command and

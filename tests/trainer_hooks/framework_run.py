@@ -1,5 +1,5 @@
 """A framework's job under `faultlens run` end to end, for test_lightning_faultlens_run.py and
-test_hf_faultlens_run.py: two DDP ranks (gloo, CPU) of a worker that trains with the framework's
+test_hf_trainer_faultlens_run.py: two DDP ranks (gloo, CPU) of a worker that trains with the framework's
 FaultlensCallback, one agent, the embedded broker. A checkpoint command is saved once, at one step,
 by both ranks through the framework; a rollback naming the first of two checkpoints restarts the
 workers in place and both resume from it; a stop ends the agent with its documented code."""
@@ -15,7 +15,7 @@ from faultlens.streams.broker import free_port
 from faultlens.trainer_hooks.exit_codes import STOPPED
 from tests.progress import files_size, wait_until
 from tests.trainer_hooks.callback_script import KEY, command, records, send, steps
-from tests.trainer_hooks.test_faultlens_run_broker import ROOT, Agent
+from tests.trainer_hooks.test_torchrun_faultlens_run_broker import ROOT, Agent
 
 STALL_S = 120.0  # the job printed or logged nothing for this long: it is stuck, not slow
 

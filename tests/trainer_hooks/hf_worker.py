@@ -1,5 +1,5 @@
 """A `faultlens run` worker that trains a tiny GPT-2 with the Hugging Face Trainer (DDP on gloo, CPU)
-and the FaultlensCallback, for tests/trainer_hooks/test_hf_faultlens_run.py: everything
+and the FaultlensCallback, for tests/trainer_hooks/test_hf_trainer_faultlens_run.py: everything
 faultlens-specific comes from the environment `faultlens run` sets, as in a user's job.
 
 Prints one JSON line as it starts ({"worker": "started", "rank", "attempt", "resumed"}).
@@ -15,7 +15,7 @@ import time
 import transformers
 
 from faultlens.trainer_hooks.hf import FaultlensCallback
-from tests.trainer_hooks.test_hf_callback import BATCH, Sequences, tiny_gpt2
+from tests.trainer_hooks.test_hf_trainer_callback import BATCH, Sequences, tiny_gpt2
 
 
 class Pace(transformers.TrainerCallback):

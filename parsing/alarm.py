@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from faultlens.parsing.line import any_of
+
 # "error" and "exception" anywhere (UnicodeDecodeError); the rest as words ("default" is no fault).
 # No leading \w* in the pattern: it made every word start a backtracking scan (3x the parse time).
 _ALARM = re.compile(
@@ -42,13 +44,14 @@ def kernel_priority(raw: str) -> int | None:
 # Substrings one of which every _ALARM match holds: a plain scan rejects most lines before the regex.
 QUICK = ("error", "exception", "fail", "fault", "time", "abort", "fatal", "critical", "panic", "corrupt", "unrecoverable",
           "hung", "stuck", "lost", "refused", "down", "offline", "not responding", "bug", "oops", "recover", "unable")
-# Literals on the lowered line, tested with `in` (a fifth faster than one alternation regex of
-# them): 2 us a line, where the case-blind word regex alone costs 18.
+# Literals on the lowered line (a trie regex, parsing.line.any_of): ~1.5 us a line, where the
+# case-blind word regex alone costs 18.
+_QUICK_RE = any_of(QUICK)
 
 
 def looks_alarming(message: str, raw: str | None = None) -> bool:
     """Words of trouble in the message, or a kernel priority of err or worse on the raw line."""
-    if any(map(message.lower().__contains__, QUICK)) and _ALARM.search(message):
+    if _QUICK_RE.search(message.lower()) and _ALARM.search(message):
         return True
     prio = kernel_priority(raw) if raw else None
     return prio is not None and prio <= ALARM_PRIORITY

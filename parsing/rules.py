@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from faultlens.parsing.line import common
+from faultlens.parsing.line import any_of, common
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
@@ -188,17 +188,17 @@ class RuleSet:
     """The rules of one source, ready to match."""
 
     rules: tuple[LineRule, ...]
-    # Most lines hold none of the rules' needles: one pass over all of them settles those lines
-    # (None when a rule has no needles, so every line must be tried). Plain `in` tests beat one
-    # alternation regex of the same literals by a third in CPython.
-    _needles: tuple[str, ...] | None = field(init=False, repr=False, compare=False, default=None)
+    # Most lines hold none of the rules' needles: one scan for all of them settles those lines
+    # (None when a rule has no needles, so every line must be tried): a trie regex of the needles
+    # (parsing.line.any_of), which beats both `in` tests and a plain alternation.
+    _needles: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
     # Dispatch on the subsystem before any needle or regex: a line of subsystem S is tried on the
     # rules of S and the rules of no subsystem, in catalogue order; a line of none on the latter.
     _by_subsystem: dict[str | None, "RuleSet"] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.rules and all(r.needles for r in self.rules):
-            object.__setattr__(self, "_needles", tuple(sorted({n for r in self.rules for n in r.needles})))
+            object.__setattr__(self, "_needles", any_of({n for r in self.rules for n in r.needles}))
 
     def for_subsystem(self, subsystem: str | None) -> "RuleSet":
         """The rules a line of ``subsystem`` may match; a line of no known subsystem (None: no tag,
@@ -217,7 +217,7 @@ class RuleSet:
 
     def match(self, msg: str, raw: str, seen: Seen | None = None) -> Found | None:
         """Events of the first rule matching ``msg``; [] when it folds into one just emitted; None: no rule."""
-        if not self.rules or (self._needles is not None and not any(map(msg.__contains__, self._needles))):
+        if not self.rules or (self._needles is not None and not self._needles.search(msg)):
             return None
         for rule in self.rules:
             if rule.needles and not any(n in msg for n in rule.needles):

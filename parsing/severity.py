@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import kernel_priority, looks_alarming
+from faultlens.parsing.line import any_of
 
 # Syslog levels: 0 emerg, 1 alert, 2 crit, 3 err, 4 warning, 5 notice, 6 info, 7 debug.
 ERR = 3
@@ -23,9 +24,9 @@ WARNING = 4
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle")
-_QUICK_RE = re.compile("|".join(re.escape(q) for q in _QUICK))
+_QUICK_RE = any_of(_QUICK)
 # Either vocabulary's literals: a line holding none (most lines) is settled by one scan.
-_ANY_QUICK = tuple(sorted(set(_QUICK) | set(ALARM_QUICK)))
+_ANY_QUICK = any_of(set(_QUICK) | set(ALARM_QUICK))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
@@ -89,6 +90,6 @@ def severity_of(message: str, raw: str | None = None, priority: int | None = Non
     one the raw line's format states, and the error words of the message either way."""
     if priority is None and raw:
         priority = kernel_priority(raw)
-    if not any(map(message.lower().__contains__, _ANY_QUICK)):
+    if not _ANY_QUICK.search(message.lower()):
         return Severity(priority, (), False)
     return Severity(priority, error_words(message), looks_alarming(message))

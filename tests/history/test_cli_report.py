@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 import sys
 import struct
 
@@ -15,6 +14,7 @@ from faultlens.cli import main
 from faultlens.history.schema import HistoryError, open_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
+from tests.progress import run_watched
 
 
 @pytest.fixture
@@ -118,8 +118,9 @@ def test_history_cli_rejects_a_foreign_db(tmp_path, capsys):
 def test_report_while_a_writer_holds_the_file(db):
     writer = open_history(db)  # this process holds DuckDB's write lock, as a running consumer would
     try:
-        proc = subprocess.run([sys.executable, "-m", "faultlens", "report", "--db", str(db)],
-                              capture_output=True, text=True, timeout=60)
+        # Waited for while it computes or prints (tests/progress.py): a lock waited on forever stalls it.
+        proc = run_watched([sys.executable, "-m", "faultlens", "report", "--db", str(db)], stall_s=60, cpu=True,
+                           limit_s=280)
     finally:
         writer.close()
     assert proc.returncode == 1

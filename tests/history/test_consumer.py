@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import orjson
@@ -16,6 +15,7 @@ from faultlens.streams.command import Command
 from faultlens.streams.events import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
+from tests.progress import run_watched
 
 pytestmark = pytest.mark.broker
 
@@ -82,10 +82,10 @@ def test_history_command_consumes_until_idle(kafka_settings, group_name, tmp_pat
     job = f"cli-{os.getpid()}-{group_name[-6:]}"
     _produce(kafka_settings, job)
     db = tmp_path / "cli.duckdb"
-    proc = subprocess.run(
+    proc = run_watched(
         [sys.executable, "-m", "faultlens", "history", "--bootstrap", kafka_settings.bootstrap, "--db", str(db),
          "--group", group_name, "--idle-stop", "3"],
-        capture_output=True, text=True, timeout=120)
+        stall_s=60, cpu=True, watch=[tmp_path], limit_s=280)  # while it reads, writes or computes (issue 47)
     assert proc.returncode == 0, proc.stderr
     summary = orjson.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["records"] >= 32 and summary["dead_letters"] >= 2

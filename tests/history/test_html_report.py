@@ -7,7 +7,6 @@ import html
 import io
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 
 import pytest
@@ -18,6 +17,7 @@ from faultlens.history.queries import run
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known, requests
+from tests.progress import run_watched
 
 HOSTILE = requests.RECORD_ONLY.detail  # "Xid 63 <row remap pending> & retired page"
 
@@ -116,9 +116,10 @@ def test_renders_in_headless_chromium(conn, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(_page(conn), encoding="utf-8")
     shot = tmp_path / "shot.png"
-    proc = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    # Waited for while the browser prints, computes or writes (tests/progress.py), not 120 s.
+    proc = run_watched([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()],
+                       stall_s=120, cpu=True, watch=[tmp_path], limit_s=280)
     assert shot.exists(), proc.stderr[-2000:]
     image = Image.open(io.BytesIO(shot.read_bytes())).convert("RGB")
     assert image.size == (1280, 2400)

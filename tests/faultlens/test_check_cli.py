@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,14 +12,20 @@ from pathlib import Path
 import pytest
 
 from tests.diagnosis import foreign
+from tests.progress import run_watched
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "tests" / "fixtures" / "foreign" / "expect"
 
 
+# Nothing printed, written or computed for this long: stuck, not slow (a busy machine only slows
+# the CPU clock run_watched watches); the outer limit is under pytest's own 300 s.
+STALL_S = 120.0
+
+
 def _faultlens(*argv, cwd=None):
-    return subprocess.run([sys.executable, "-m", "faultlens", *map(str, argv)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+    return run_watched([sys.executable, "-m", "faultlens", *map(str, argv)], stall_s=STALL_S, cpu=True,
+                       limit_s=280, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +101,8 @@ def test_pytest_plugin_collects_every_expect_file_as_a_test(traces, tmp_path):
 
     installed = any(e.value == "faultlens.pytest_plugin" for e in entry_points(group="pytest11"))
     load = [] if installed else ["-p", "faultlens.pytest_plugin"]
-    out = subprocess.run([sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider",
-                          "-o", "addopts=", "-q", str(suite)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = run_watched([sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+                       str(suite)], stall_s=STALL_S, cpu=True, limit_s=280, cwd=tmp_path)
     assert "2 passed" in out.stdout and "1 failed" in out.stdout, out.stdout[-3000:]
     assert "nodes [n009] → [n001]" in out.stdout
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ from faultlens.cli import build_parser
 from faultlens.commands.remediate import actuator_settings, build_actuator
 from faultlens.remediation.actuators.kubernetes import KubernetesActuator
 from faultlens.remediation.actuators.slurm import SlurmActuator
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 
 @pytest.mark.parametrize("command", ["remediate", "up"])
@@ -43,6 +43,5 @@ def test_the_environment_names_the_actuator(monkeypatch):
     (["--actuator", "slurm", "--actuator-timeout", "0"], "timeout must be positive"),
 ])
 def test_settings_that_cannot_work_stop_remediate_at_start(argv, message):
-    r = subprocess.run([sys.executable, "-m", "faultlens", "remediate", *argv], capture_output=True, text=True,
-                       timeout=60)
+    r = run_watched([sys.executable, "-m", "faultlens", "remediate", *argv], stall_s=60, cpu=True, limit_s=280)
     assert r.returncode == 2 and message in r.stderr

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.remediation.slurm_fixture import GHOST_NODES, slurm_controller  # noqa: F401
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 
 def faultlens(*argv, env=None):
-    return subprocess.run([sys.executable, "-m", "faultlens", "nodes", *argv], capture_output=True, text=True,
-                          env=env or os.environ.copy(), timeout=60)
+    return run_watched([sys.executable, "-m", "faultlens", "nodes", *argv], env=env or os.environ.copy(), stall_s=60,
+                       cpu=True, limit_s=280)
 
 
 def test_nodes_needs_a_scheduler():

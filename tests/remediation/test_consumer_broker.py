@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -11,6 +10,7 @@ import orjson
 import pytest
 
 from tests.kafka_fixtures import job_records
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 from faultlens.streams.diagnosis_record import Diagnosis
 from faultlens.streams.command import Command
@@ -84,8 +84,8 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
     env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
     env.pop("FAULTLENS_SIGNING_KEY", None)  # observe-only needs no key: it signs with an ephemeral one
     cli = [sys.executable, "-m", "faultlens"]
-    out = subprocess.run([*cli, "remediate", "--bootstrap", kafka_settings.bootstrap, "--idle-stop", "2",
-                          "--group", f"g-{job}"], env=env, capture_output=True, text=True, timeout=60)
+    out = run_watched([*cli, "remediate", "--bootstrap", kafka_settings.bootstrap, "--idle-stop", "2",
+                       "--group", f"g-{job}"], env=env, stall_s=60, cpu=True, limit_s=280)
     assert out.returncode == 0, out.stderr
     assert "ephemeral command-signing key" in out.stderr
     mine = [json.loads(l) for l in out.stdout.splitlines() if json.loads(l)["job"] == job]
@@ -93,9 +93,9 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
     assert commands_for(kafka_settings, job) == []
 
     CircuitBreaker(tmp_path / "remediation-breaker.json").trip(1.0, "test")
-    status = subprocess.run([*cli, "remediate", "--status"], env=env, capture_output=True, text=True, timeout=30)
+    status = run_watched([*cli, "remediate", "--status"], env=env, stall_s=60, cpu=True, limit_s=280)
     assert json.loads(status.stdout)["breaker"] == "open"
-    subprocess.run([*cli, "remediate", "--reset"], env=env, check=True, capture_output=True, timeout=30)
+    assert run_watched([*cli, "remediate", "--reset"], env=env, stall_s=60, cpu=True, limit_s=280).returncode == 0
     assert not CircuitBreaker(tmp_path / "remediation-breaker.json").open
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -31,7 +30,7 @@ from faultlens.streams.runner import GroupRunner
 from faultlens.streams.signing import SigningKey
 from faultlens.streams.topology import Topology
 from tests.kafka_fixtures import job_records
-from tests.progress import wait_until
+from tests.progress import run_watched, wait_until
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()
@@ -144,8 +143,9 @@ def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_grou
 
 
 def nodes_cli(*argv, env=None):
-    return subprocess.run([sys.executable, "-m", "faultlens", "nodes", *argv], capture_output=True, text=True,
-                          env=env or os.environ.copy(), timeout=120)
+    # Waited for while it prints or computes (tests/progress.py), not a fixed 120 s.
+    return run_watched([sys.executable, "-m", "faultlens", "nodes", *argv], env=env or os.environ.copy(), stall_s=60,
+                       cpu=True, limit_s=280)
 
 
 def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_path):

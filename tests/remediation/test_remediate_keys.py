@@ -2,10 +2,10 @@
 removed shared secret is refused with what to do instead. None of these reach a broker."""
 
 import os
-import subprocess
 import sys
 
 from faultlens.streams.command import MAX_LIFETIME_S
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 CLI = [sys.executable, "-m", "faultlens", "remediate", "--bootstrap", "127.0.0.1:1"]
 
@@ -19,7 +19,7 @@ def _env(tmp_path, **extra):
 
 
 def _run(args, env):
-    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+    return run_watched([*CLI, *args], env=env, stall_s=60, cpu=True, limit_s=280)
 
 
 def test_acting_without_a_signing_key_is_refused_and_says_how_to_make_one(tmp_path):

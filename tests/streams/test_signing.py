@@ -3,7 +3,6 @@
 import json
 import os
 import stat
-import subprocess
 import sys
 
 import pytest
@@ -11,12 +10,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from faultlens.streams.signing import (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SigningKey, VerifyKeys, load_signing_key,
-                             load_verify_keys, write_key_pair)
+                                       load_verify_keys, write_key_pair)
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 
 def test_keys_generate_writes_a_private_key_only_its_owner_can_read(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "faultlens", "keys", "generate", "--out", str(tmp_path / "k")],
-                         capture_output=True, text=True, timeout=60)
+    out = run_watched([sys.executable, "-m", "faultlens", "keys", "generate", "--out", str(tmp_path / "k")],
+                      stall_s=60, cpu=True, limit_s=280)
     assert out.returncode == 0, out.stderr
     line = json.loads(out.stdout)
     private, public = tmp_path / "k" / PRIVATE_KEY_FILE, tmp_path / "k" / PUBLIC_KEY_FILE
@@ -28,16 +28,16 @@ def test_keys_generate_writes_a_private_key_only_its_owner_can_read(tmp_path):
     assert key.key_id == line["key_id"] and keys.ids == (line["key_id"],)
     assert keys.problem(key.key_id, b"data", key.sign(b"data")) is None
     # never overwritten: a second generate into the same place would strand every receiver
-    again = subprocess.run([sys.executable, "-m", "faultlens", "keys", "generate", "--out", str(tmp_path / "k")],
-                           capture_output=True, text=True, timeout=60)
+    again = run_watched([sys.executable, "-m", "faultlens", "keys", "generate", "--out", str(tmp_path / "k")],
+                        stall_s=60, cpu=True, limit_s=280)
     assert again.returncode == 1 and "never overwritten" in again.stderr
     assert load_signing_key(private).key_id == key.key_id
 
 
 def test_keys_show_names_both_halves_by_the_same_id(tmp_path):
     private, public = write_key_pair(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "faultlens", "keys", "show", str(private), str(public)],
-                         capture_output=True, text=True, timeout=60)
+    out = run_watched([sys.executable, "-m", "faultlens", "keys", "show", str(private), str(public)],
+                      stall_s=60, cpu=True, limit_s=280)
     rows = [json.loads(l) for l in out.stdout.splitlines()]
     assert [r["kind"] for r in rows] == ["private", "public"] and rows[0]["key_id"] == rows[1]["key_id"]
 

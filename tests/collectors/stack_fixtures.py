@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
+
+from tests.progress import cpu_ticks, wait_until
 
 RANK_FUNCTION = "train_step_waiting_in_allreduce"
 
@@ -35,9 +36,12 @@ def launcher():
                             start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     # Until both ranks have started their worker child: the tree is complete.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 4:
-        time.sleep(0.05)
+    # Waited for while the tree's processes compute (interpreters starting), not a fixed 20 s (issue 47).
+    tree = psutil.Process(proc.pid)
+    wait_until(lambda: len(tree.children(recursive=True)) >= 4,
+               progress=lambda: (len(tree.children(recursive=True)),
+                                 sum(cpu_ticks(p.pid) for p in tree.children(recursive=True))),
+               stall_s=60, limit_s=240, what="the stand-in job's four processes", poll_s=0.05)
     yield proc
     os.killpg(proc.pid, 9)
     proc.wait()

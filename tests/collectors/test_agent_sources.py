@@ -3,8 +3,8 @@ say which source is in trouble. No broker here: the publisher spools, and the sp
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-import time
 
 import orjson
 
@@ -14,6 +14,7 @@ from faultlens.collectors.nvml_sampler import NvmlUnavailable
 from faultlens.collectors.spool import Spool
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.events import decode
+from tests.progress import wait_until
 
 
 class Stuck:
@@ -44,11 +45,11 @@ class Unavailable:
         raise NvmlUnavailable("NVML not available (no NVIDIA driver or GPU on this node)")
 
 
-def _wait(predicate, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.05)
-    return predicate()
+def _wait(predicate, agent, what: str, moving=lambda: 0):
+    """``predicate()`` once it holds, waited for while the agent moves (its spool, its publisher's
+    counters, and what the test names in ``moving``), not a fixed 20 s a busy machine outruns (issue 47)."""
+    return wait_until(predicate, progress=lambda: (len(agent.spool), dataclasses.astuple(agent.publisher.stats), moving()),
+                      stall_s=60, limit_s=240, what=what, poll_s=0.05, explain=lambda: str(agent.statuses()))
 
 
 def test_heartbeat_event_counts_and_reads_statuses_fresh():
@@ -84,8 +85,9 @@ def test_one_stuck_or_crashing_source_does_not_silence_the_others(tmp_path):
         runner.backoff_s = 0.05
     agent.start()
     try:
-        assert _wait(lambda: crashing.calls >= 2)  # restarted after a failure
-        assert _wait(lambda: len(agent.spool) >= 10)
+        assert _wait(lambda: crashing.calls >= 2, agent, "the crashing source's restart",
+                     moving=lambda: crashing.calls)  # restarted after a failure
+        assert _wait(lambda: len(agent.spool) >= 10, agent, "10 records spooled")
         statuses = agent.statuses()
     finally:
         stuck.release.set()
@@ -112,7 +114,7 @@ def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
     config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False, net=False,
                          spool_dir=tmp_path / "spool", create_topics=False)
     agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
-    assert _wait(lambda: len(agent.spool) >= 3)
+    assert _wait(lambda: len(agent.spool) >= 3, agent, "3 records spooled")
     agent.stop()
     waiting = len(agent.spool)
     again = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))
@@ -207,7 +209,7 @@ def test_a_stopped_agents_last_beat_says_stopping_and_diagnosis_reads_no_blindne
                          net=False, spool_dir=tmp_path / "spool", create_topics=False)
     agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
     try:
-        assert _wait(lambda: len(agent.spool) >= 5)
+        assert _wait(lambda: len(agent.spool) >= 5, agent, "5 records spooled")
     finally:
         agent.stop()
     beats = [e for e in (decode(r.value) for r in Spool(tmp_path / "spool", 1 << 20).peek(10_000)) if e.kind == "beat"]

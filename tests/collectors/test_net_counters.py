@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 import threading
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from faultlens.collectors.net_counters import (counter_delta, parse_ethtool_stat
 from faultlens.collectors.net_sampler import Ethtool, NetSampler, NetUnavailable
 from faultlens.streams.events import Envelope
 from faultlens.streams.payloads import check_payload
+from tests.progress import wait_until
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sysfs_connectx"
 ETHTOOL_TEXT = (FIXTURE / "ethtool_S_ens5f0np0.txt").read_text()
@@ -222,9 +222,9 @@ def test_the_agent_runs_the_net_source_on_a_connectx_tree(sysfs, tmp_path):
     sampler.ethtool = lambda netdev: None  # no ethtool subprocess in a unit test
     agent.start()
     try:
-        deadline = time.monotonic() + 20
-        while sampler.samples < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Waited for while the agent moves (samples taken, records spooled), not a fixed 20 s (issue 47).
+        wait_until(lambda: sampler.samples >= 3, progress=lambda: (sampler.samples, len(agent.spool)), stall_s=60,
+                   limit_s=240, what="3 net samples", poll_s=0.05, explain=lambda: str(agent.statuses()))
         statuses = agent.statuses()
     finally:
         agent.stop()
@@ -246,9 +246,9 @@ def test_the_agent_shows_net_off_on_a_node_without_rdma(tmp_path):
                          spool_dir=tmp_path / "spool", create_topics=False)
     agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
     try:
-        deadline = time.monotonic() + 20
-        while not agent.statuses()["net"].startswith("unavailable") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: agent.statuses()["net"].startswith("unavailable"),
+                   progress=lambda: (len(agent.spool), agent.statuses()["net"]), stall_s=60, limit_s=240,
+                   what="the net source to say unavailable", poll_s=0.05, explain=lambda: str(agent.statuses()))
         status = agent.statuses()["net"]
     finally:
         agent.stop()

@@ -23,6 +23,18 @@ whose agent could not read its processes' ranks answers with dumps that cannot b
 for silence, and no eviction may rest on them. A verdict that named nobody is revisited
 once if GPU-side or watchdog evidence arrives while the job is still stuck.
 
+A hang is told from the job's telemetry flowing without steps: when the whole of it stops (no
+beat, step or anything else of the job for ``quiet_s``), that is the job's or the pipeline's
+silence (liveness' ``telemetry_lost``), never a hang. The live consumer moves a quiet job's time
+by the wall clock, and that time alone once raised a suspicion 60 s after the last beat and,
+30 s on, reattempted the job because "no stack dump arrived": dumps that travel the same
+stopped pipeline (issue 47, a backlog's job stage left up longer after its end; `analyze` of
+the same trace gave neither). So no suspicion is raised while the job is quiet, and a verdict
+that falls due waits until something of the job sent at or after that moment has arrived: then
+a dump sent in time would have arrived too, and its absence is evidence. If nothing comes, no
+verdict is given (as `analyze` gives none past a trace's end); if the telemetry comes back (an
+outage's backlog), the verdict is given on what it brought.
+
 This module tells a stall and collects its dumps; the per-job state is diagnosis.hang_state and
 the verdict on a stall diagnosis.hang_verdict.
 """
@@ -58,6 +70,7 @@ class HangDetector(HangVerdicts):
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
+        _hear(self._job(event.job), event.ts)
         if event.source == "nccl" and event.kind == "nccl_timeout":
             return self._watchdog(event)
         if event.source == "train" and event.kind == "step":
@@ -77,6 +90,7 @@ class HangDetector(HangVerdicts):
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         job = self._job(window.job)
+        _hear(job, window.start)  # its data spans start..start+window_s: the start is what is sure
         old = job.windows.get(window.node)
         if old is None or window.start >= old.start:
             job.windows[window.node] = window
@@ -110,6 +124,7 @@ class HangDetector(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return []
+        _hear(state, dump.ts)
         if state.stall is None:
             if state.last_progress is not None and dump.ts >= state.last_progress:
                 state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
@@ -126,6 +141,7 @@ class HangDetector(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return []
+        _hear(state, answer.ts)
         if state.stall is None:
             if state.last_progress is not None and answer.ts >= state.last_progress:
                 state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
@@ -175,6 +191,8 @@ class HangDetector(HangVerdicts):
     def note_dump(self, job: str, dump: StackDump) -> None:
         """A dump that arrived with no stall open: kept in case a suspicion follows before progress."""
         state = self._jobs.get(job)
+        if state is not None:
+            _hear(state, dump.ts)
         if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
             state.recent.add(dump)
 
@@ -183,6 +201,7 @@ class HangDetector(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return
+        _hear(state, dump.ts)
         if state.stall is not None and not state.stall.decided:
             state.stall.dumps.add_recorder(dump)
         elif state.stall is None and state.last_progress is not None and dump.ts >= state.last_progress:
@@ -190,6 +209,8 @@ class HangDetector(HangVerdicts):
 
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         state = self._jobs.get(job)
+        if state is not None:
+            _hear(state, dump.ts)
         if state is None or state.stall is None or state.stall.decided:
             return []
         state.stall.dumps.add(dump)
@@ -228,10 +249,11 @@ class HangDetector(HangVerdicts):
         for name, job in self._jobs.items():
             stall = job.stall
             if stall is not None:
-                grace_over = stall.complete_at is not None and now - stall.complete_at >= self.config.pyspy_grace_s
-                if not stall.decided and (grace_over or now - stall.opened >= self.config.collect_timeout_s):
+                if not stall.decided and self._verdict_due(name, job, stall, now):
                     out.append(self._decide(name, job, now))
                 continue
+            if self._quiet(job, now):
+                continue  # the whole job's telemetry stopped: its silence (telemetry_lost), no hang
             if job.last_progress is None:
                 out += self._startup_stall(name, job, now)
                 continue
@@ -247,6 +269,28 @@ class HangDetector(HangVerdicts):
                 out.append(self._suspect(name, job, now))
                 out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
+
+    def _quiet(self, job: JobState, now: float) -> bool:
+        """Nothing of the job reached diagnosis for ``quiet_s``: its whole telemetry stopped."""
+        return job.heard is None or now - job.heard > self.config.quiet_s
+
+    def _verdict_due(self, name: str, job: JobState, stall: Stall, now: float) -> bool:
+        """Whether the stall's verdict is due now: its collection timed out (or every rank dumped,
+        some only by faulthandler, and the py-spy grace is over), and something of the job sent at
+        or after that moment has arrived, so the dumps still missing are missing, not stuck in a
+        stopped pipeline with the job's other telemetry (module docstring)."""
+        due = stall.opened + self.config.collect_timeout_s
+        if stall.complete_at is not None:
+            due = min(due, stall.complete_at + self.config.pyspy_grace_s)
+        if now < due:
+            return False
+        if job.heard is not None and job.heard >= due:
+            return True
+        if not stall.held and self._quiet(job, now):
+            stall.held = True
+            log.info("job %s: hang verdict due at %.3f held: nothing of the job arrived for %.0fs (its "
+                     "telemetry stopped; the dumps would travel the same way)", name, due, now - (job.heard or now))
+        return False
 
     def _startup_stall(self, name: str, job: JobState, now: float) -> list[Diagnosis]:
         """A restart that never reaches its first step while its processes live (stuck loading a
@@ -281,7 +325,8 @@ class HangDetector(HangVerdicts):
         old = self._jobs.pop(job, None)
         fresh = self._job(job)
         if old is not None:
-            fresh.step_times, fresh.gaps = old.step_times, old.gaps
+            # The pipeline's flow (heard) is not the incarnation's either.
+            fresh.step_times, fresh.gaps, fresh.heard = old.step_times, old.gaps, old.heard
         fresh.started = at
 
     def _suspect(self, name: str, job: JobState, now: float) -> Diagnosis:
@@ -308,6 +353,10 @@ class HangDetector(HangVerdicts):
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )
+
+
+def _hear(job: JobState, ts: float) -> None:
+    job.heard = ts if job.heard is None else max(job.heard, ts)
 
 
 def _trainers_gone(job: JobState) -> bool:

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.dump_set import DumpSet
+from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks import StackConfig
 
 
@@ -19,6 +20,9 @@ class HangConfig:
     k: float = 5.0  # stall threshold in median step times
     floor_s: float = 60.0  # never call a stall shorter than this a hang
     heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
+    # Nothing of the job reached diagnosis for this long: its whole telemetry stopped (the job's or
+    # the pipeline's silence, liveness' telemetry_lost, same grace), and no hang is told from it.
+    quiet_s: float = GRACE_S
     collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
     pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
     suspicion_confidence: float = 0.6
@@ -56,6 +60,7 @@ class Stall:
     decided: bool = False
     failed: set = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
     inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
+    held: bool = False  # its verdict fell due while the job's telemetry was stopped (logged once)
 
 
 @dataclass
@@ -68,6 +73,9 @@ class JobState:
     last_progress: float | None = None
     started: float | None = None  # when the job last restarted: its first step is awaited from then
     last_beat: float | None = None
+    # The latest event time of anything of the job that reached the detector (beats, steps,
+    # watchdogs, net samples, dumps, windows): the job's telemetry flowed until then.
+    heard: float | None = None
     gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else

@@ -109,7 +109,8 @@ def test_no_dumps_and_only_the_first_stopped_rank_is_an_alert_not_an_eviction():
     f = out[1]
     assert f.nodes == (TOPO.by_rank[STUCK].node,) and f.ranks == (STUCK,)
     assert f.confidence < 0.5 and "no stack dump arrived" in f.detail and "alert for inspection" in f.detail
-    assert f.ts - out[0].ts == pytest.approx(30.0)
+    # The 30 s timeout, then the job's next beat (t=140): the dumps are missing, not held up with a stopped stream.
+    assert f.ts - out[0].ts == pytest.approx(39.0)
 
 
 def test_every_rank_stopped_together_and_no_dumps_means_reattempt_not_eviction():

@@ -25,6 +25,7 @@ from faultlens.diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_st
 from faultlens.cli import main
 from faultlens.streams.topology import Topology
 from tests.diagnosis.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
+from tests.progress import run_watched
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
 MAKER = FIXTURES / "make_hung_job.py"
@@ -202,11 +203,11 @@ def _py_spy_can_attach() -> str | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         return "py-spy is not installed"
-    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"],
                              stdout=subprocess.PIPE, text=True)
     try:
         child.stdout.readline()  # the interpreter is up: py-spy can find it
-        res = subprocess.run([spy, "dump", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30)
+        res = run_watched([spy, "dump", "--pid", str(child.pid)], stall_s=60, cpu=True, limit_s=240)
         return None if res.returncode == 0 else f"py-spy cannot attach here: {res.stderr.strip()[:200]}"
     finally:
         child.kill()
@@ -220,9 +221,10 @@ def test_e2e_live_hung_job_is_read_to_its_culprit(tmp_path):
     if why:
         pytest.skip(why)
     out = tmp_path / "live"
-    proc = subprocess.run([sys.executable, str(MAKER), str(out), "--pp", "2", "--dp", "2", "--culprit-stage", "1",
-                           "--culprit-pipeline", "0", "--mode", "dataload", "--spread", "2"],
-                          capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONPATH": ""})
+    # Waited for while the maker prints, writes its dumps or computes (tests/progress.py), not 240 s.
+    proc = run_watched([sys.executable, str(MAKER), str(out), "--pp", "2", "--dp", "2", "--culprit-stage", "1",
+                        "--culprit-pipeline", "0", "--mode", "dataload", "--spread", "2"],
+                       stall_s=120, cpu=True, watch=[tmp_path], limit_s=280, env={**os.environ, "PYTHONPATH": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta = json.loads((out / "case.json").read_text())
     topo = Topology.from_data(json.loads((out / "topology.json").read_text()))

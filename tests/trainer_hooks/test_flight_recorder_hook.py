@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from faultlens.trainer_hooks.hook import TrainerHook
+from tests.progress import run_watched
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,8 @@ def test_a_real_gloo_process_group_is_recorded_and_published_beside_the_stacks(t
         print(json.dumps([[e.source, e.kind, e.data] for e in producer.sent]))
     """)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    # Waited for while it computes or prints (torch's import is long on a busy machine), not 120 s.
+    out = run_watched([sys.executable, "-c", script], stall_s=120, cpu=True, limit_s=280, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     sent = json.loads(out.stdout.strip().splitlines()[-1])
     assert [(s, k) for s, k, _ in sent] == [("stack", "stack_dump"), ("stack", "recorder_dump")]

@@ -8,8 +8,9 @@ parameter to ride on. What this module implements of the paper (docs/poet.md say
 - W0 from the paper's initialisations: ``normalized_gaussian`` (each neuron's weight vector a
   unit-norm Gaussian direction) or ``uniform_spectrum`` (every singular value 1);
 - block-stochastic primitive optimisation: R = Πᵀ·G·Π with G block-diagonal (blocks of
-  ``block_size``) and Π a random permutation, drawn anew at every merge, so each merge period
-  trains a different random partition of the indices into blocks;
+  ``block_size``, or uneven padded blocks for a width no fitting size divides: :class:`BlockLayout`,
+  so every index of every width ≥ 2 is rotated) and Π a random permutation, drawn anew at every
+  merge, so each merge period trains a different random partition of the indices into blocks;
 - Cayley-Neumann parameterisation: each block G = (I + Q)(I + Q + … + Q^k), Q skew-symmetric,
   the truncated Neumann series standing in for (I − Q)⁻¹;
 - merge-then-reinitialise every ``merge_every`` steps: W0 ← R·W0·P, Q ← 0 (so R = P = I),
@@ -17,14 +18,17 @@ parameter to ride on. What this module implements of the paper (docs/poet.md say
 
 Two choices of ours, for what faultlens needs (a spectrum that provably stays put):
 the merge multiplies by the exact Cayley transform of the same Q, in float64, so the truncation
-error (≤ ‖Q‖^(k+1)) never accumulates into W0; and a layer whose ‖Q‖ passes ``max_q_norm`` is
-merged early (its blocks and the optimiser's moments kept), which keeps the Neumann series well
-inside its radius of convergence: R and P stay orthogonal to 2·‖Q‖^(k+1) between merges.
+error (≤ ‖Q‖^(k+1)) never accumulates into W0; and a step that carries a layer's ‖Q‖ past
+``max_q_norm`` is cut where it reaches the bound and merged there (its blocks and the optimiser's
+moments kept), so no merge folds in a Q where the series and the exact transform part, and the
+series stays well inside its radius of convergence: R and P stay orthogonal to 2·‖Q‖^(k+1).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -33,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 INITS = ("normalized_gaussian", "uniform_spectrum", "keep")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,54 @@ def block_for(dim: int, block_size: int) -> int:
     return next(b for b in range(min(block_size, dim), 0, -1) if dim % b == 0)
 
 
+@dataclass(frozen=True)
+class BlockLayout:
+    """How one side of a layer (``dim`` indices) is cut into rotation blocks.
+
+    Equal blocks of a divisor of ``dim`` when one lies in [block_size / 2, block_size]; otherwise
+    (a prime width, 37, or one with only small divisors) ``count`` blocks as even as possible, of
+    ``size`` and ``size - 1`` indices: the smaller ones are padded by one index that no generator
+    touches (its row and column of Q are held at 0), so its Cayley transform is 1 there and the
+    padding never mixes into a real index. Either way G is exactly block-diagonal orthogonal on
+    the ``dim`` real indices: no index is left unrotated, the spectrum is kept. Only ``dim`` 1
+    has no rotation (an orthogonal 1×1 is ±1)."""
+
+    dim: int
+    size: int  # the (largest) block size
+    count: int
+    full: int  # blocks of ``size``; the other count - full blocks hold size - 1 real indices
+
+    @classmethod
+    def of(cls, dim: int, block_size: int) -> "BlockLayout":
+        divisor = block_for(dim, block_size)
+        if divisor >= max(2, math.ceil(min(block_size, dim) / 2)) or dim < 2:
+            return cls(dim, divisor, dim // divisor, dim // divisor)
+        count = math.ceil(dim / block_size)
+        size = math.ceil(dim / count)
+        return cls(dim, size, count, dim - count * (size - 1))
+
+    @property
+    def padded(self) -> bool:
+        return self.full < self.count
+
+    @property
+    def pairs(self) -> int:
+        return self.size * (self.size - 1) // 2
+
+    def slots(self) -> torch.Tensor:
+        """Where each of the ``dim`` (permuted) indices sits in the ``count × size`` padded layout."""
+        return torch.tensor([i * self.size + j for i in range(self.count)
+                             for j in range(self.size if i < self.full else self.size - 1)], dtype=torch.int64)
+
+    def mask(self) -> torch.Tensor:
+        """1 for the generator entries of real index pairs, 0 for those that touch a padding index."""
+        rows, cols = torch.triu_indices(self.size, self.size, 1)
+        m = torch.ones(self.count, self.pairs)
+        if self.padded:
+            m[self.full:, cols == self.size - 1] = 0.0
+        return m
+
+
 def skew(q: torch.Tensor, b: int) -> torch.Tensor:
     """Skew-symmetric (blocks, b, b) matrices from their upper triangles, one row of ``q`` each."""
     rows, cols = torch.triu_indices(b, b, 1)
@@ -105,10 +158,17 @@ def cayley(Q: torch.Tensor, terms: int) -> torch.Tensor:
     return series + Q @ series
 
 
-def rotate_rows(blocks: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(Πᵀ·G·Π)·w, with G = blockdiag(blocks) and Π the permutation that picks rows ``perm``."""
-    n, b = w.shape[0], blocks.shape[-1]
-    turned = (blocks @ w[perm].reshape(n // b, b, -1)).reshape(w.shape)
+def rotate_rows(blocks: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor, w: torch.Tensor,
+                slots: torch.Tensor | None = None) -> torch.Tensor:
+    """(Πᵀ·G·Π)·w, with G = blockdiag(blocks) and Π the permutation that picks rows ``perm``;
+    ``slots`` places the rows in a padded layout of uneven blocks (:class:`BlockLayout`)."""
+    count, b = blocks.shape[0], blocks.shape[-1]
+    rows = w[perm]
+    if slots is not None:
+        rows = rows.new_zeros(count * b, *rows.shape[1:]).index_copy(0, slots, rows)
+    turned = (blocks @ rows.reshape(count, b, -1)).reshape(count * b, *w.shape[1:])
+    if slots is not None:
+        turned = turned[slots]
     return turned[inverse]
 
 
@@ -119,18 +179,31 @@ class PoetLinear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight0.shape
         self.config, self.key = config, key
-        self.b_out = block_for(self.out_features, config.block_size)
-        self.b_in = block_for(self.in_features, config.block_size)
+        self.layout_out = BlockLayout.of(self.out_features, config.block_size)
+        self.layout_in = BlockLayout.of(self.in_features, config.block_size)
+        self.b_out, self.b_in = self.layout_out.size, self.layout_in.size
+        # Derived from the shapes: not saved, so checkpoints hold what they always held.
+        for side, layout in (("out", self.layout_out), ("in", self.layout_in)):
+            self.register_buffer(f"slots_{side}", layout.slots() if layout.padded else None, persistent=False)
+            self.register_buffer(f"mask_{side}", layout.mask() if layout.padded else None, persistent=False)
         self.register_buffer("weight0", weight0.to(torch.float32).clone())
         # The singular values W must keep: the spectrum check reads them, nothing trains them.
         self.register_buffer("sv0", torch.linalg.svdvals(weight0.to(torch.float64)))
         self.bias = nn.Parameter(bias.detach().clone()) if bias is not None else None
-        self.q_out = nn.Parameter(torch.zeros(self.out_features // self.b_out, self.b_out * (self.b_out - 1) // 2))
-        self.q_in = nn.Parameter(torch.zeros(self.in_features // self.b_in, self.b_in * (self.b_in - 1) // 2))
+        self.q_out = nn.Parameter(torch.zeros(self.layout_out.count, self.layout_out.pairs))
+        self.q_in = nn.Parameter(torch.zeros(self.layout_in.count, self.layout_in.pairs))
         self.register_buffer("merges", torch.zeros((), dtype=torch.int64))
         for name in ("perm_out", "inv_out", "perm_in", "inv_in"):
             self.register_buffer(name, torch.empty(0, dtype=torch.int64))
         self._draw_permutations()
+        # Q as the last optimiser step found it (after_step keeps it; a loaded checkpoint's Q is
+        # the Q its run had there): the early merge reads the step from it.
+        self._before: tuple[torch.Tensor, torch.Tensor] = (self.q_out.detach().clone(), self.q_in.detach().clone())
+        self.register_load_state_dict_post_hook(lambda module, _keys: module.remember_q())
+
+    @torch.no_grad()
+    def remember_q(self) -> None:
+        self._before = (self.q_out.detach().clone(), self.q_in.detach().clone())
 
     def _draw_permutations(self) -> None:
         g = _generator(self.config.seed, self.key, int(self.merges))
@@ -139,15 +212,29 @@ class PoetLinear(nn.Module):
         self.inv_out, self.inv_in = torch.argsort(self.perm_out), torch.argsort(self.perm_in)
 
     def _rotated(self, w0: torch.Tensor, g_out: torch.Tensor, g_in: torch.Tensor) -> torch.Tensor:
-        w = rotate_rows(g_out, self.perm_out, self.inv_out, w0)
+        w = rotate_rows(g_out, self.perm_out, self.inv_out, w0, self.slots_out)
         # W·P = (Pᵀ·Wᵀ)ᵀ and Pᵀ = Πᵀ·Gᵀ·Π
-        return rotate_rows(g_in.transpose(1, 2), self.perm_in, self.inv_in, w.t()).t()
+        return rotate_rows(g_in.transpose(1, 2), self.perm_in, self.inv_in, w.t(), self.slots_in).t()
+
+    def _skews(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each side's skew-symmetric blocks, padding entries held at 0 (their gradient is 0 too)."""
+        q_out, q_in = self.q_out.to(dtype), self.q_in.to(dtype)
+        if self.mask_out is not None:
+            q_out = q_out * self.mask_out.to(dtype)
+        if self.mask_in is not None:
+            q_in = q_in * self.mask_in.to(dtype)
+        return skew(q_out, self.b_out), skew(q_in, self.b_in)
 
     def rotations(self, exact: bool = False, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """The blocks of R and P, as the forward pass uses them (or exact, for the merge)."""
         terms = 0 if exact else self.config.neumann_terms
-        return (cayley(skew(self.q_out.to(dtype), self.b_out), terms),
-                cayley(skew(self.q_in.to(dtype), self.b_in), terms))
+        s_out, s_in = self._skews(dtype)
+        return cayley(s_out, terms), cayley(s_in, terms)
+
+    @property
+    def unrotated(self) -> tuple[str, ...]:
+        """The sides with no rotation at all: only a width of 1 (an orthogonal 1×1 is ±1)."""
+        return tuple(side for side, n in (("output", self.out_features), ("input", self.in_features)) if n < 2)
 
     def weight(self) -> torch.Tensor:
         return self._rotated(self.weight0, *self.rotations())
@@ -158,16 +245,40 @@ class PoetLinear(nn.Module):
     def matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """R (out × out) and P (in × in) as full matrices: for checks, not for training."""
         g_out, g_in = self.rotations()
-        r = rotate_rows(g_out, self.perm_out, self.inv_out, torch.eye(self.out_features))
-        pt = rotate_rows(g_in.transpose(1, 2), self.perm_in, self.inv_in, torch.eye(self.in_features))
+        r = rotate_rows(g_out, self.perm_out, self.inv_out, torch.eye(self.out_features), self.slots_out)
+        pt = rotate_rows(g_in.transpose(1, 2), self.perm_in, self.inv_in, torch.eye(self.in_features), self.slots_in)
         return r, pt.t()
 
     @torch.no_grad()
     def q_norm(self) -> float:
         """The largest spectral norm of any block's Q: the Neumann error is at most its (k+1)th power."""
-        norms = [torch.linalg.matrix_norm(skew(q, b), ord=2).max()
-                 for q, b in ((self.q_out, self.b_out), (self.q_in, self.b_in)) if q.numel()]
+        norms = [torch.linalg.matrix_norm(s, ord=2).max() for s in self._skews() if s.numel()]
         return float(max(norms)) if norms else 0.0
+
+    @torch.no_grad()
+    def _norm_at(self, base: tuple[torch.Tensor, torch.Tensor], step: tuple[torch.Tensor, torch.Tensor], t: float) -> float:
+        self.q_out.copy_(base[0] + t * step[0])
+        self.q_in.copy_(base[1] + t * step[1])
+        return self.q_norm()
+
+    @torch.no_grad()
+    def merge_at_bound(self, bound: float) -> bool:
+        """After an optimiser step that carried ‖Q‖ past ``bound``: cut the step where it reached the
+        bound and merge that point, where the Neumann series the forward pass used and the exact
+        transform the merge folds in still agree (to 2·bound^(k+1)); the rest of the step, which
+        would have turned W where the two part, is dropped (the blocks and the optimiser's moments
+        are kept, so the next step goes on the same way). True when it merged."""
+        if self.q_norm() <= bound:
+            return False
+        before = self._before
+        step = (self.q_out.detach() - before[0], self.q_in.detach() - before[1])
+        lo, hi = 0.0, 1.0  # ‖before + t·step‖ is convex in t and within the bound at 0
+        for _ in range(16):  # to 1.5e-5 of the step: well inside the series' error at the bound
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self._norm_at(before, step, mid) <= bound else (lo, mid)
+        self._norm_at(before, step, lo)
+        self.merge(redraw=False)
+        return True
 
     @torch.no_grad()
     def merge(self, redraw: bool = True) -> None:
@@ -189,8 +300,10 @@ class PoetLinear(nn.Module):
         return float(((sv - self.sv0).abs() / self.sv0.clamp_min(floor)).max())
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, blocks={self.b_out}/{self.b_in}, "
-                f"bias={self.bias is not None}")
+        def blocks(layout: BlockLayout) -> str:
+            return f"{layout.count}×{layout.size}" + (f" ({layout.count - layout.full} padded)" if layout.padded else "")
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"blocks={blocks(self.layout_out)}/{blocks(self.layout_in)}, bias={self.bias is not None}")
 
 
 def reparameterise(model: nn.Module, config: PoetConfig, exclude: Iterable[str] = ()) -> list[PoetLinear]:
@@ -204,6 +317,9 @@ def reparameterise(model: nn.Module, config: PoetConfig, exclude: Iterable[str] 
         w0 = initial_weight(linear.out_features, linear.in_features, config.init,
                             _generator(config.seed, name, "init"), keep=linear.weight)
         layer = PoetLinear(w0, linear.bias, config, key=name)
+        if layer.unrotated:
+            log.warning("POET: layer %r (%d → %d) has no rotation on its %s side (width 1): that side of its "
+                        "weight cannot turn", name, linear.in_features, linear.out_features, " and ".join(layer.unrotated))
         setattr(parent, attr, layer)
         layers.append(layer)
     if not layers:
@@ -235,16 +351,18 @@ def make_optimizer(model: nn.Module, kind: str, lr: float, weight_decay: float =
 
 
 def after_step(model: nn.Module, opt: torch.optim.Optimizer, step: int, config: PoetConfig) -> int:
-    """Merge-then-reinitialise the layers due (every ``merge_every`` steps, or early when a Q grew
-    past ``max_q_norm``); returns how many merged."""
+    """Merge-then-reinitialise the layers due (every ``merge_every`` steps), and merge early a layer
+    whose last step carried a block's Q past ``max_q_norm``, at the point of the step where it
+    reached the bound (:meth:`PoetLinear.merge_at_bound`). Returns how many merges were made."""
     merged = 0
     for layer in poet_layers(model):
         if step % config.merge_every == 0:
+            layer.merge_at_bound(config.max_q_norm)  # the scheduled merge below folds it in
             layer.merge()
             for p in (layer.q_out, layer.q_in):
                 opt.state.pop(p, None)  # Adam's moments belonged to the blocks just redrawn
             merged += 1
-        elif layer.q_norm() > config.max_q_norm:
-            layer.merge(redraw=False)
+        elif layer.merge_at_bound(config.max_q_norm):
             merged += 1
+        layer.remember_q()
     return merged

@@ -15,11 +15,13 @@ import re
 from typing import Any, Sequence
 
 from faultlens.parsing import fallback
-from faultlens.parsing.alarm import ALARM_PRIORITY
+from faultlens.parsing.alarm import ALARM_PRIORITY, kernel_priority
+from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
-from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY, LineRule, RuleSet
+from faultlens.parsing.severity import QUICK as SEVERITY_QUICK
 from faultlens.parsing.severity import Severity, severity_of
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
@@ -76,6 +78,23 @@ _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
 _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
 
 
+# Every literal _code below dispatches on, lowered: with the rules' and the benign table's needles
+# and the error and alarm words, a line holding none of them (most of a real log) is settled by one
+# scan (KernelLogParser.feed). Keep in step with _code: a test checks each of its literals is here.
+CODE_LITERALS = ("kernel panic", "nvrm", "fallen off the bus", "sxid", "segfault at", "traps: ", "out of memory",
+                 "oom-kill:", "oom_reaper", "killed process", "lockup", "blocked for more than", "rcu: info", "aer",
+                 "pcie bus error", "edac", "mce:", "netdev watchdog", "mlx", "link", "port")
+
+
+def _prefilter(rules: Sequence[LineRule], benign_needles: Sequence[str]) -> re.Pattern[str] | None:
+    """One trie regex (on the lowered message) that every line some part of the parser could take
+    matches; None when a rule has no needles (then no line can be ruled out)."""
+    if any(not r.needles for r in rules):
+        return None
+    words = {*CODE_LITERALS, *SEVERITY_QUICK, *ALARM_QUICK, *(n for r in rules for n in r.needles), *benign_needles}
+    return any_of({w.lower() for w in words})
+
+
 def _norm_pci(pci: str) -> str:
     """Xid lines name domain:bus:device, other lines add ``.function``: compare without it."""
     pci = pci.lower()
@@ -96,6 +115,7 @@ class KernelLogParser:
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
         self._benign = benign_for(self.source)
+        self._prefilter = _prefilter(self._rules.rules, self._benign.needles)
         self._n = 0
         self._context: dict[str, tuple[int, list[str], dict[str, str]]] = {}
         self._context_pci: str | None = None
@@ -118,6 +138,13 @@ class KernelLogParser:
         else:
             self._clock = None
         msg = stamped.message
+        if self._prefilter is not None and not self._prefilter.search(msg.lower()):
+            # No code literal, needle, benign needle or error word: only a level of err or worse
+            # (which the fallback reads) can still make something of the line.
+            prio = kernel_priority(text)
+            if prio is None or prio > ALARM_PRIORITY:
+                self.stats.skipped += 1
+                return []
         if self._benign.match(msg) is not None:
             self.stats.recognised += 1
             self.stats.benign += 1
@@ -208,22 +235,23 @@ class KernelLogParser:
 
     # -- GPU -------------------------------------------------------------------------------
     def _nvrm(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _XID.search(msg)
+        # Each search only on a line holding its literal (most NVRM lines are none of these).
+        m = _XID.search(msg) if "Xid" in msg else None
         if m:
             return self._xid(m, raw)
-        m = _GPU_AT.search(msg)
+        m = _GPU_AT.search(msg) if "GPU at" in msg else None
         if m:
             pci = _norm_pci(m.group("pci"))
             self._context[pci] = (self._n, [raw], {"uuid": m.group("uuid")} if m.group("uuid") else {})
             self._context_pci = pci
             return None  # a header says nothing wrong by itself
-        m = _THE_GPU.search(msg)
+        m = _THE_GPU.search(msg) if "The NVIDIA GPU" in msg else None
         if m:
             pci = _norm_pci(m.group("pci"))
             self._context[pci] = (self._n, [raw], {})
             self._context_pci = pci
             return None
-        m = _SERIAL.search(msg)
+        m = _SERIAL.search(msg) if "Serial" in msg else None
         if m and self._context_pci in self._context:
             at, lines, extra = self._context[self._context_pci]
             lines.append(raw)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from faultlens.parsing.line import common
+from faultlens.parsing.line import any_of, common
 
 Found = list[tuple[str, dict[str, Any]]] | None  # events of one line; [] folded; None not ours
 Seen = Callable[[tuple[str, Any]], bool]  # True when the key fired just before (an echo)
@@ -32,6 +32,11 @@ _MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+
 _MLX_HEALTH = re.compile(r"health|syndrome|\bsynd\b|[Ff]atal|internal error|crdump|error state|firmware error|FW error")
 _PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
 
+# A line of none of the mlx/IB drivers is only ours with one of these (the literals of _MODULE,
+# _BOND, _PORT_STATE's states and _LINK_STATE): "link"/"port" alone (nvlink, docker0's ports) is not.
+_STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink Down", "ink Up",
+                       "link status", "Port module event", "DOWN", "ACTIVE", "POLLING"))
+
 # "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
 _DOWN = {"down", "inactive", "polling", "unplugged"}
 _UP = {"up", "ready", "active", "plugged"}
@@ -51,6 +56,8 @@ def netdev_watchdog_events(msg: str, raw: str, seen: Seen) -> Found:
 
 def nic_events(msg: str, raw: str, seen: Seen) -> Found:
     """A NIC driver's line (mlx5, e1000e, bonding, ...): link and port state, cable module, health."""
+    if "mlx" not in msg and "ib_core" not in msg and "infiniband" not in msg and not _STATE_WORDS.search(msg):
+        return None  # no health reading without an mlx/IB driver, and no state word: nothing below can match
     mlx = _MLX.search(msg)
     drv = _NETDRV.search(msg) if mlx is None else None
     body = mlx.group("msg") if mlx else drv.group("msg") if drv else msg

@@ -67,6 +67,8 @@ _NAN = re.compile(
 # nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
 _NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
+# Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
+_NAN_OR_INF = re.compile(r"nan|inf\b")
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 
 _TB_START = "Traceback (most recent call last):"
@@ -327,7 +329,7 @@ class TrainerLogParser:
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
         low = msg.lower()
-        if ("nan" in low or "inf" in low) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
+        if ("nan" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip

@@ -220,7 +220,7 @@ class RuleSet:
         if not self.rules or (self._needles is not None and not self._needles.search(msg)):
             return None
         for rule in self.rules:
-            if rule.needles and not any(n in msg for n in rule.needles):
+            if rule.needles and not any(map(msg.__contains__, rule.needles)):  # map: no generator frame per rule
                 continue
             m = rule.pattern.search(msg)
             if m is None:

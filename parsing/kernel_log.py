@@ -130,6 +130,14 @@ class KernelLogParser:
         if text is None:
             self.stats.garbled += 1
             return []
+        if self._prefilter is not None and not self._prefilter.search(text.lower()):
+            # No code literal, needle, benign needle or error word in the line (so none in its message,
+            # a suffix of it): only a level of err or worse (the fallback reads it) can still make
+            # something of it. Its clock is not read: only a line that fires or folds uses it.
+            prio = kernel_priority(text)
+            if prio is None or prio > ALARM_PRIORITY:
+                self.stats.skipped += 1
+                return []
         stamped = split_timestamp(text, now=self._now)
         if stamped.mono is not None:
             self._clock = ("mono", stamped.mono)
@@ -138,13 +146,6 @@ class KernelLogParser:
         else:
             self._clock = None
         msg = stamped.message
-        if self._prefilter is not None and not self._prefilter.search(msg.lower()):
-            # No code literal, needle, benign needle or error word: only a level of err or worse
-            # (which the fallback reads) can still make something of the line.
-            prio = kernel_priority(text)
-            if prio is None or prio > ALARM_PRIORITY:
-                self.stats.skipped += 1
-                return []
         if self._benign.match(msg) is not None:
             self.stats.recognised += 1
             self.stats.benign += 1

@@ -69,6 +69,7 @@ class _Curve:
     rank: int
     losses: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, loss)
     first: float | None = None  # the untrained model's loss
+    first_step: int | None = None  # the step it was seen at: near 0 only when the run was watched from its start
     intervals: deque = field(default_factory=lambda: deque(maxlen=64))
     last_ts: float | None = None
     seen: int = 0
@@ -142,7 +143,7 @@ class LossStalledDetector:
         curve.losses.append((step, loss))
         curve.seen += 1
         if curve.first is None:
-            curve.first = loss
+            curve.first, curve.first_step = loss, step
         out: list[Finding] = []
         grad = as_float(data.get("grad_norm"))
         verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
@@ -213,7 +214,11 @@ class LossStalledDetector:
                                f"the model predicts no better than a uniform guess", rollback=False)
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
-        if level >= start * (1 - LEARNED) if start > 0 else level >= start:
+        # "Never learned" needs the untrained model's loss: a curve first seen mid-run (the pipeline
+        # started or restarted late, the job resumed from a checkpoint) starts at a trained model's
+        # loss, and a converged run would read as one that never learned.
+        from_start = curve.first_step is not None and curve.first_step < size
+        if from_start and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         learned = start - curve.best

@@ -101,3 +101,21 @@ def test_restarted_forgets_the_curve():
         det.observe(step(i, 2.77, classes=16))
     det.restarted("j")
     assert det.observe(step(100, 2.77, classes=16)) == []
+
+
+def _run(first_step: int, loss_at) -> list:
+    det = LossStalledDetector()
+    found = []
+    for i in range(first_step, first_step + 1500):
+        found += det.observe(step(i, loss_at(i)))
+    return found
+
+
+def test_a_flat_curve_watched_from_its_start_never_learned_but_one_first_seen_mid_run_is_not_judged_so():
+    # The simulated job's shape: a trained model's loss, drifting down 0.1 % a window. Seen from step 1 it
+    # never fell below where it started; first seen at step 20,000 (the pipeline started late, or the job
+    # resumed from a checkpoint) its first loss is no untrained model's, and a converged run is healthy.
+    flat = lambda i: 2.42 - 1e-7 * i + 0.004 * math.sin(i)  # noqa: E731
+    assert [f.fault for f in _run(1, flat)] == ["loss_stalled"]
+    assert "has not fallen below its start" in _run(1, flat)[0].detail
+    assert _run(20_000, flat) == []

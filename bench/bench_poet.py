@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus
+from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus, train_step
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.remediation.ladder import JobLadder
@@ -134,16 +134,9 @@ def one_run(kind: str, lr: float, seed: int, corpus: Corpus, args: argparse.Name
     for step in range(1, args.steps + 1):
         t = time.perf_counter()
         x, y = batch(corpus, step, seed, args.batch)
-        loss = lm_loss(model, x, y)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
-        opt.step()
-        sched.step()
-        if kind == "poet":
-            poet.after_step(model, opt, step, config)
+        loss, grad_norm = train_step(model, opt, sched, x, y, config if kind == "poet" else None, step)
         times.append(time.perf_counter() - t)
-        hook.step(loss=loss.item(), grad_norm=grad_norm, tokens=x.numel(), compute_s=times[-1], step=step)
+        hook.step(loss=loss, grad_norm=grad_norm, tokens=x.numel(), compute_s=times[-1], step=step)
     hook.close()
     with torch.no_grad():
         held = corpus.held_out[:128]

@@ -89,3 +89,19 @@ class TinyLM(nn.Module):
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     logits = model(x)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, sched, x: torch.Tensor, y: torch.Tensor,
+               poet_config=None, step: int = 0) -> tuple[float, float]:
+    """One optimizer step of the bench's LM: (loss, gradient norm before any clipping). With a POET
+    config, the step ends with POET's merge check, as the trainer's loop does."""
+    loss = lm_loss(model, x, y)
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+    opt.step()
+    sched.step()
+    if poet_config is not None:
+        from faultlens.trainer_hooks import poet
+        poet.after_step(model, opt, step, poet_config)
+    return loss.item(), grad_norm

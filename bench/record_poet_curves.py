@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bench.poet_lm import batch, lm_loss, markov_corpus, TinyLM
+from bench.poet_lm import TinyLM, batch, markov_corpus, train_step
 from faultlens.trainer_hooks import poet
 
 RUNS = (("adamw", 0.3), ("poet", 0.3), ("adamw", 0.01), ("adamw", 0.1))
@@ -37,15 +37,8 @@ def curve(kind: str, lr: float, seed: int, steps: int) -> list[tuple[int, float,
     rows = []
     for step in range(1, steps + 1):
         x, y = batch(corpus, step, seed, 16)
-        loss = lm_loss(model, x, y)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
-        opt.step()
-        sched.step()
-        if kind == "poet":
-            poet.after_step(model, opt, step, config)
-        rows.append((step, loss.item(), grad_norm))
+        loss, grad_norm = train_step(model, opt, sched, x, y, config if kind == "poet" else None, step)
+        rows.append((step, loss, grad_norm))
     return rows
 
 

@@ -23,7 +23,8 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from tests.diagnosis.sim_replay import acting
-from tests.diagnosis.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, stack_event, step_event
+from tests.diagnosis.stack_samples import (JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event,
+                                           step_event)
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
 STUCK = 7
@@ -43,22 +44,9 @@ def _hung(beats_until: float) -> list:
     return events
 
 
-def _tick(det, events, *, start: float = 0.0, until: float) -> list:
-    """Events in time order, the detector ticked every second of the job's time meanwhile and after
-    them (as the engine, then the live consumer's wall clock, tick it)."""
-    out, events, i, t = [], sorted(events, key=lambda e: e.ts), 0, T0 + start
-    while t <= T0 + until:
-        while i < len(events) and events[i].ts <= t:
-            out += det.observe(events[i])
-            i += 1
-        out += det.tick(t)
-        t += 1.0
-    return out
-
-
 def test_agents_that_beat_on_without_dumps_still_get_the_reattempt_at_the_first_beat_past_the_timeout():
     # What stays: the processes live (their agents beat on), no rank is behind, no dump came.
-    out = _tick(_detector(), _hung(beats_until=400), until=400)
+    out = run_detector(_detector(), _hung(beats_until=400), until=400)
     assert [(d.action, d.ts - T0) for d in out] == [("capture_stacks", 101.0), ("reattempt", 140.0)]
     assert "no stack dump arrived within 30s" in out[1].detail
 
@@ -69,7 +57,7 @@ def test_a_job_whose_whole_telemetry_stopped_before_the_stall_threshold_is_no_ha
     # floor is crossed while the last beat is still "fresh" (60 s), but nothing of the job has
     # arrived for longer than liveness' grace (30 s): its telemetry_lost, no suspicion, no verdict.
     det = _detector()
-    assert _tick(det, _hung(beats_until), until=600) == []
+    assert run_detector(det, _hung(beats_until), until=600) == []
     assert not det.hang.wants_dumps(JOB)
 
 
@@ -77,7 +65,7 @@ def test_a_stall_whose_telemetry_stops_before_its_verdict_gets_no_verdict():
     # Suspected at t=101 while the agents beat; the stream stops at t=110, before the 30 s collection
     # ends: the missing dumps say nothing (they would travel the same stopped stream).
     det = _detector()
-    out = _tick(det, _hung(beats_until=110), until=900)
+    out = run_detector(det, _hung(beats_until=110), until=900)
     assert [d.action for d in out] == ["capture_stacks"]
     assert det.hang.wants_dumps(JOB)  # still open: the dumps, if they come, belong to it
 
@@ -87,19 +75,19 @@ def test_a_verdict_held_by_an_outage_is_given_on_what_the_backlog_brings():
     # outage and the dumps the agents sent at t=105. They name the stuck rank's pipeline, as they
     # would have had they arrived on time (before the fix: a reattempt at t=131, the dumps ignored).
     det = _detector()
-    assert [d.action for d in _tick(det, _hung(beats_until=110), until=300)] == ["capture_stacks"]
+    assert [d.action for d in run_detector(det, _hung(beats_until=110), until=300)] == ["capture_stacks"]
     backlog = [beat_event(float(t), node) for t in range(120, 401, 10) for node in TOPO.nodes]
     backlog += [stack_event(105.0 + 0.01 * r, TOPO, r, text) for r, text in fig7_dumps(TOPO, STUCK).items()]
-    out = _tick(det, backlog, start=301, until=400)
+    out = run_detector(det, backlog, start=301, until=400)
     assert [d.action for d in out] == ["evict"]
     assert out[0].group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
 
 
 def test_an_outage_with_no_dumps_in_its_backlog_then_gets_todays_verdict():
     det = _detector()
-    _tick(det, _hung(beats_until=110), until=300)
+    run_detector(det, _hung(beats_until=110), until=300)
     backlog = [beat_event(float(t), node) for t in range(120, 401, 10) for node in TOPO.nodes]
-    out = _tick(det, backlog, start=301, until=400)
+    out = run_detector(det, backlog, start=301, until=400)
     assert [(d.action, d.ts - T0) for d in out] == [("reattempt", 301.0)]
 
 

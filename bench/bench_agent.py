@@ -25,8 +25,8 @@ from bench.common import bench_broker
 from faultlens.collectors.publisher import Publisher
 from faultlens.collectors.spool import Spool, SpooledRecord
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, encode
-from faultlens.streams.topics import topic_for
+from faultlens.events.envelope import Envelope, encode
+from faultlens.events.topics import topic_for
 
 
 def _events(n: int, job: str) -> list[Envelope]:

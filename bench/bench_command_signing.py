@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from faultlens.streams.command import Command
-from faultlens.streams.command_memory import ReplayMemory
-from faultlens.streams.command_screen import CommandScreen
-from faultlens.streams.signing import SigningKey
+from faultlens.events.command import Command
+from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.signing import SigningKey
 
 
 def _timed(fn, n: int) -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 from faultlens.diagnosis.consumer import DiagnoseHandler
 from faultlens.diagnosis.engine import Engine, analyze
 from faultlens.diagnosis.scoring import score
-from faultlens.streams.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
+from faultlens.events.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
 
 
 def _simulate(args, path: Path) -> None:
@@ -89,7 +89,7 @@ def _kafka(path: Path, n: int, bootstrap: str | None) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from bench.common import bench_broker, raw_consume_rate
-    from faultlens.streams.events import encode
+    from faultlens.events.envelope import encode
     from faultlens.streams.producer import Producer
     from faultlens.streams.runner import GroupRunner
 

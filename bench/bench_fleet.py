@@ -20,7 +20,7 @@ import numpy as np
 from bench.common import bench_broker
 from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.fleet_log import FleetLog
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 CLASSES = ("gpu_lost", "nvlink", "cuda_error", "user_code", "nccl_error", "app_fault")
 

@@ -9,7 +9,7 @@ After a warm-up every job's culprit rank stops stepping (the onset: its last ste
 the rest stop a step later, heartbeats go on. The driver answers each signed ``capture_stacks``
 command the way the node agents would (one py-spy dump per rank: the culprit's machine in
 ``all_gather_into_tensor``, its pipeline peers in ``isend``/``irecv``, the rest in the gradient
-sync) and times the signed ``evict`` each job's hook accepts (streams.command_screen, as a trainer
+sync) and times the signed ``evict`` each job's hook accepts (events.command_screen, as a trainer
 does). A job whose evict misses the culprit's machine counts as wrong.
 
 The latency is the stall floor (the detector's patience, ``--hang-floor``) plus the pipeline:
@@ -32,13 +32,13 @@ import numpy as np
 from bench.common import bench_broker
 from faultlens.simulator.faults import hang_states
 from faultlens.simulator.stacks import py_spy_dump
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_screen import CommandScreen
-from faultlens.streams.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
-from faultlens.streams.events import Envelope
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 from faultlens.demo import processes as pipeline
 
 KEY = SigningKey.generate()  # the bench is its own deployment

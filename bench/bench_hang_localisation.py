@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "stacks"
 

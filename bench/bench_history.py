@@ -26,7 +26,7 @@ from faultlens.history import html_report
 from faultlens.history.queries import REPORT_SECTIONS, frame, run
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
 

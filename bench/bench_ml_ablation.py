@@ -43,7 +43,7 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.drifts import DRIFT_KINDS, Drift
 from faultlens.simulator.plan import random_plan
 from faultlens.simulator.run import SimRun
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 ARMS = (("rules only", False), ("rules + peer model", True))
 SCENARIOS = ("gpu_sag", "gpu_sag_deep", "compute_creep", "nic_decay")

@@ -5,8 +5,8 @@
 Takes the trace's `telemetry.net` messages (as `faultlens replay` would send them) and times, per
 message, the best of ``--repeat`` passes over all of them:
 
-- ``general``: streams.events.decode (orjson into dicts, the envelope) then check_payload;
-- ``typed``: streams.net_reading.decode_net_message then check_payload (which takes the ports it
+- ``general``: events.envelope.decode (orjson into dicts, the envelope) then check_payload;
+- ``typed``: events.net_reading.decode_net_message then check_payload (which takes the ports it
   read as checked);
 - ``rule``: NetCounterRule.observe over the typed events, in trace order (a fresh rule per pass).
 
@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faultlens.diagnosis.rules.net_counters import NetCounterRule  # noqa: E402
-from faultlens.streams import topics  # noqa: E402
-from faultlens.streams.events import decode  # noqa: E402
-from faultlens.streams.net_reading import CheckedPorts, decode_net_message  # noqa: E402
-from faultlens.streams.payloads import check_payload  # noqa: E402
+from faultlens.events import topics  # noqa: E402
+from faultlens.events.envelope import decode  # noqa: E402
+from faultlens.events.net_reading import CheckedPorts, decode_net_message  # noqa: E402
+from faultlens.events.payloads import check_payload  # noqa: E402
 from faultlens.streams.replay import trace_messages  # noqa: E402
 
 

@@ -19,7 +19,7 @@ import time
 from faultlens.diagnosis.engine import Engine, analyze
 from faultlens.diagnosis.node_consumer import NodeStageHandler
 from faultlens.streams.runner import Record
-from faultlens.streams.trace import iter_trace
+from faultlens.events.trace import iter_trace
 
 
 def _node(events: list) -> float:

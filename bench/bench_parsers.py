@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from faultlens.parsing.registry import LineEventParser, parser_for
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from tests.parsing import log_samples as S
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [

@@ -34,8 +34,8 @@ from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.remediation.ladder import JobLadder
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
 

@@ -16,7 +16,7 @@ import uuid
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from bench.common import bench_broker, raw_consume_rate
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
 

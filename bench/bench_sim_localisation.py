@@ -24,7 +24,7 @@ from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster
 from faultlens.simulator.faults import HANG_VARIANTS
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 
 
 def capture(nodes: int, seed: int, variant: str, hook: bool) -> tuple[str, str]:

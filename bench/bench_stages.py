@@ -28,8 +28,8 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.run import simulate
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
-from faultlens.streams.topics import SUMMARIES, TELEMETRY_TOPICS
-from faultlens.streams.trace import trace_rows, write_trace
+from faultlens.events.topics import SUMMARIES, TELEMETRY_TOPICS
+from faultlens.events.trace import trace_rows, write_trace
 
 
 def _raw(settings, topics: list[str], expected: int) -> tuple[int, float]:

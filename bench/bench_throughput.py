@@ -43,8 +43,8 @@ from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import confluent_available, open_consumer
 from faultlens.streams.replay import replay_trace
-from faultlens.streams.topics import JOBS, TELEMETRY_TOPICS
-from faultlens.streams.trace import iter_trace
+from faultlens.events.topics import JOBS, TELEMETRY_TOPICS
+from faultlens.events.trace import iter_trace
 
 
 def _emit(row: dict) -> None:
@@ -113,7 +113,7 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
     NIC samples, the general decoder for the rest) and nothing more: the floor of any consumer
     that reads these JSON messages in Python."""
     from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
-    from faultlens.streams.events import decode as general
+    from faultlens.events.envelope import decode as general
 
     consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
     consumer.subscribe(list(TELEMETRY_TOPICS))

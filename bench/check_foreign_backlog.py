@@ -30,10 +30,10 @@ from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.trace import write_trace
+from faultlens.events.trace import write_trace
 from faultlens.streams.replay import replay_trace
 from faultlens.streams.producer import Producer
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--client", default="kafka-python")

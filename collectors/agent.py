@@ -29,9 +29,9 @@ from faultlens.collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnava
 from faultlens.collectors.publisher import Publisher
 from faultlens.collectors.spool import Spool
 from faultlens.collectors.stack_capture import TrainingProcess, find_training_processes
-from faultlens.streams.command_memory import ReplayMemory
+from faultlens.events.command_memory import ReplayMemory
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 

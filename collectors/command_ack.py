@@ -1,6 +1,6 @@
 """The node agent's answer to a command it refuses: one `check`/`command_ack` event.
 
-A `run_checks` or `capture_stacks` refused by the agent's gate (streams.command_screen: a bad
+A `run_checks` or `capture_stacks` refused by the agent's gate (events.command_screen: a bad
 signature, expired, replayed, over the lifetime cap ...) was only logged on the node, so the
 remediation consumer waited out its deadline for an answer that would never come, and the history
 counted the command as carried out. The ack carries the trainer hook's `command_ack` payload
@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Collection
 
-from faultlens.streams.command_screen import Screened, ack_payload
-from faultlens.streams.events import Envelope
+from faultlens.events.command_screen import Screened, ack_payload
+from faultlens.events.envelope import Envelope
 
 SOURCE = "check"
 KIND = "command_ack"

@@ -2,7 +2,7 @@
 
 Every agent must see every command for its job, so it reads with no group from the end of the
 topic (streams.command_listener.CommandListener, reconnecting while Kafka is away). The gate is the
-one every recipient uses (streams.command_screen.CommandScreen): signed by a trusted key, within
+one every recipient uses (events.command_screen.CommandScreen): signed by a trusted key, within
 the lifetime cap, unexpired, for this job, addressed to this node (or to every node when ``nodes``
 is empty), not seen before (``memory``: persisted, so a restarted agent still refuses a replay),
 and — here — a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
@@ -17,13 +17,13 @@ from typing import Any, Callable
 
 from faultlens.collectors.command_ack import refusal_acker
 from faultlens.collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes, unranked_pids
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
-from faultlens.streams.command_memory import ReplayMemory
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 

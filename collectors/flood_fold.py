@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultlens.streams.events import Envelope, new_id
+from faultlens.events.envelope import Envelope, new_id
 
 FOLD_INTERVAL_S = 5.0
 MAX_KEYS = 512

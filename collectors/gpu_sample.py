@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 # nvmlClocksThrottleReason* / nvmlClocksEventReason* bits, named as in docs/events.md.
 THROTTLE_BITS = (

@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from faultlens.collectors.stack_capture import TrainingProcess, unranked_pids
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

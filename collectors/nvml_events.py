@@ -12,7 +12,7 @@ import threading
 from typing import Any, Callable
 
 from faultlens.collectors.gpu_sample import xid_event
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

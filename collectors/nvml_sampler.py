@@ -19,7 +19,7 @@ from faultlens.collectors.gpu_sample import GpuReading, responsive_event, sample
 from faultlens.collectors.nvml_deadline import CallTimeout, DeadlineCalls, Stuck, note_call
 from faultlens.collectors.nvml_events import watch_xids
 from faultlens.collectors.nvml_reader import _MISSING_CODES, REASK_S, GpuLost, NvmlReader, _codes
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -77,7 +77,7 @@ def decode_payload(payload: bytes) -> SpooledRecord:
 
 def record_droppable(record: SpooledRecord) -> bool:
     """Droppability of a record found in the file at open: read it back from the envelope."""
-    from faultlens.streams.events import InvalidEvent, decode
+    from faultlens.events.envelope import InvalidEvent, decode
 
     try:
         event = decode(record.value)

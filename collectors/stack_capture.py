@@ -23,7 +23,7 @@ from typing import Mapping
 
 import psutil
 
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

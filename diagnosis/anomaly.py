@@ -38,7 +38,7 @@ from faultlens.diagnosis.features import DIRECTION, FEATURES, NodeWindow
 from faultlens.diagnosis.net_drift import NetDriftJudge
 from faultlens.diagnosis.peer_forest import JobForests
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Mapping
 from faultlens.diagnosis.flight_recorder import RecorderDump
 from faultlens.diagnosis.stacks import rank_list
 from faultlens.diagnosis.wait_chain import chain_to
-from faultlens.streams.topology import AXES, Topology
+from faultlens.events.topology import AXES, Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,19 +14,19 @@ from typing import Any, Collection, Iterable, Mapping
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.event_time import UpstreamStop
-from faultlens.streams.events import InvalidEvent, decode
+from faultlens.events.event_time import UpstreamStop
+from faultlens.events.envelope import InvalidEvent, decode
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.metrics import DIAGNOSES
 from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner import GroupRunner, Record, dead_letter, record_bytes
-from faultlens.streams import topics
-from faultlens.streams.bundle import decode_bundled
-from faultlens.streams.gpu_reading import decode_gpu_message
-from faultlens.streams.net_reading import decode_net_message
-from faultlens.streams.topics import TELEMETRY_TOPICS
+from faultlens.events import topics
+from faultlens.events.bundle import decode_bundled
+from faultlens.events.gpu_reading import decode_gpu_message
+from faultlens.events.net_reading import decode_net_message
+from faultlens.events.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
 # NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
-# read by typed decoders (streams/gpu_reading.py, streams/net_reading.py), and only once event
+# read by typed decoders (events/gpu_reading.py, events/net_reading.py), and only once event
 # time lets them go (streams/intake.py: deferred topics).
 TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message}
 

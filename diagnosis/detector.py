@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope, InvalidEvent
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 PREFERRED_TOOL = "py-spy"
 RECORDER_KIND = "recorder_dump"

@@ -29,12 +29,12 @@ from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.implicit import ImplicitConfig
 from faultlens.parsing.rules import LineRule
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
-from faultlens.streams.events import Envelope, InvalidEvent
-from faultlens.streams.payloads import check_payload
-from faultlens.streams.topics import TELEMETRY_PARTITIONS
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads import check_payload
+from faultlens.events.topics import TELEMETRY_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class EngineConfig:
     line_rules: tuple[LineRule, ...] | None = None
     # How many partitions the telemetry topics have: nodes that share one fall silent together when
     # it stops (diagnosis/rules/liveness.py). A consumer sets the broker's count; offline, the default
-    # layout's (streams/topics.py), so `analyze` judges a trace as the default deployment would.
+    # layout's (events/topics.py), so `analyze` judges a trace as the default deployment would.
     telemetry_partitions: int = TELEMETRY_PARTITIONS
 
 
@@ -338,7 +338,7 @@ class Engine:
         beyond the grace (pending verdicts fall due; a job whose stream stopped is named in one
         alert, never its nodes: diagnosis/rules/liveness.py). The jobs in ``busy`` have records the
         consumer still holds back: their time waits for them. ``until`` caps the wall time a job's
-        clock may use: where its upstream stage stopped (streams.event_time.UpstreamStop), its
+        clock may use: where its upstream stage stopped (events.event_time.UpstreamStop), its
         silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
         out: list[Diagnosis] = []
@@ -406,8 +406,8 @@ def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosi
 
 
 def analyze_trace(path, *, config: EngineConfig | None = None, progress: bool = False) -> tuple[list[Diagnosis], Engine]:
-    """:func:`analyze` over a Parquet trace (streams.trace), with a progress bar on stderr if asked."""
-    from faultlens.streams.trace import iter_trace, trace_rows
+    """:func:`analyze` over a Parquet trace (events.trace), with a progress bar on stderr if asked."""
+    from faultlens.events.trace import iter_trace, trace_rows
 
     engine = Engine(config)
     events = iter_trace(path)

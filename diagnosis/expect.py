@@ -7,7 +7,7 @@ detector that finds the first evidence a second earlier is not a regression). On
 diagnoses are verdicts: record-only ones (action ``none``) and requests for stacks
 (``capture_stacks``, whose follow-up only exists live) are not; an ``alert`` for a person is.
 
-Pure functions over :class:`~streams.diagnosis_record.Diagnosis` records; reading and writing the
+Pure functions over :class:`~events.diagnosis_record.Diagnosis` records; reading and writing the
 file are the two small edges at the bottom.
 """
 
@@ -21,8 +21,8 @@ from typing import Any, Iterable
 import orjson
 
 from faultlens.diagnosis.scoring import EVICTING
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
-from faultlens.streams.jsonl import json_lines
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
+from faultlens.events.jsonl import json_lines
 
 EXPECT_SUFFIX = ".expect.jsonl"
 NOT_VERDICTS = frozenset({"none", "capture_stacks"})

@@ -26,7 +26,7 @@ from faultlens.diagnosis.anomaly import CORROBORATED
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.localize import group_counts, localize
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.stacks import StackConfig, cluster_stacks
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from math import isfinite
 from typing import Mapping
 
 from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, replay_total
-from faultlens.streams.events import Envelope, InvalidEvent, as_float
-from faultlens.streams.gpu_table import gpu_table
+from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.events.gpu_table import gpu_table
 
 WINDOW_S = 10.0
 

@@ -54,8 +54,8 @@ from faultlens.diagnosis.hang_cues import short as _short
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang_verdict import HangVerdicts
 from faultlens.diagnosis.rules.base import opt_int
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope, as_float
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, as_float
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import statistics
 from typing import Iterable, Mapping
 
 from faultlens.diagnosis.features import NodeWindow
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 Cue = tuple[tuple, str, tuple[str, ...]]  # (nodes or ranks, why, evidence event ids)
 

@@ -41,7 +41,7 @@ from faultlens.diagnosis.rank_threads import RankReading, read_rank
 from faultlens.diagnosis.stacks import RULE_WAIT_CHAIN, NotInTopology, StackConfig, StackVerdict, rank_list
 from faultlens.diagnosis.wait_chain import follow_waits
 from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 RULE_RECORDER = "flight-recorder"
 _MAX_WAITS_SHOWN = 4

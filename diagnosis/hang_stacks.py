@@ -37,7 +37,7 @@ from faultlens.diagnosis.stacks import (
 from faultlens.diagnosis.wait_chain import WaitChains, follow_waits
 from faultlens.diagnosis.rank_threads import read_thread, shared_blocked_calls
 from faultlens.diagnosis.wait_primitives import RankActivity
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 _MAX_HOPS = 8  # a chain longer than this is shown with its middle elided
 

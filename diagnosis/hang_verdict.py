@@ -15,7 +15,7 @@ from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.localize import first_ranks_nodes, localize
 from faultlens.diagnosis.stacks import StackVerdict
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 
 class HangVerdicts:

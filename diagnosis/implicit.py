@@ -24,8 +24,8 @@ from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.failslow import FailSlowConfig, FailSlowRounds
 from faultlens.diagnosis.hang import HangConfig, HangDetector
 from faultlens.diagnosis.net_traffic import NetTraffic, annotate
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)

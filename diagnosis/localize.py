@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 # Tie-break order among groups of equal size (the paper blames the pipeline first).
 AXIS_PREFERENCE = ("pp", "tp", "dp")

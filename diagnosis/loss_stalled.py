@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.base import Finding, opt_int
-from faultlens.streams.events import Envelope, as_float
+from faultlens.events.envelope import Envelope, as_float
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20

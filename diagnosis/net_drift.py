@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from faultlens.diagnosis.drift_features import BASELINE, BUCKET_S, RECENT
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.net_counters import BURST_THRESHOLDS, counts_sum, port_entries, port_maps, port_name
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 ERRORS_Z = 5.0  # Poisson z of the recent error count
 MIN_ERRORS = 10  # ... and at least this many errors over the recent minutes

@@ -28,8 +28,8 @@ from typing import Any
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.net_counters import counts_sum, port_entries, port_maps, port_name
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 
 TRANSPORT_ERRORS = ("local_ack_timeout_err", "port_xmit_discards", "out_of_sequence", "packet_seq_err",
                     "implied_nak_seq_err")

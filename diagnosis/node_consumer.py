@@ -6,14 +6,14 @@ samples fold into feature windows. What the job stage needs goes to `summaries`,
 one job-stage member sees a whole job: each node finding (`summary/finding`), each closed window
 (`summary/window`), and the events the job-level detectors read themselves (NCCL reports,
 heartbeats, steps, stack dumps) as they are, bundled per job and batch (`summary/bundle`,
-streams/bundle.py). Ids are derived from the input's, so a redelivered
+events/bundle.py). Ids are derived from the input's, so a redelivered
 batch produces the same records and the job stage drops the copies.
 
 Each member also announces how far it has got in event time (`summary/watermark`, to every
 partition of `summaries`): a job-stage partition holds records from several node-stage members,
 and is only as far along as the slowest of them.
 
-State moves with its partitions: the telemetry topics are co-partitioned (streams/topics.py), so
+State moves with its partitions: the telemetry topics are co-partitioned (events/topics.py), so
 partition number p of every topic holds the same nodes, and each p has a node stage of its own.
 When p leaves this member, or comes to it from another, that state is dropped and rebuilt from the
 retained input the runner reads again (streams/runner.py): kept, a node's events read twice would
@@ -36,11 +36,11 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from faultlens.parsing.rules import LineRule
-from faultlens.streams import topics
-from faultlens.streams.bundle import pack
-from faultlens.streams.event_time import WriterWord
-from faultlens.streams.events import Envelope, InvalidEvent, encode
-from faultlens.streams.payloads import check_payload
+from faultlens.events import topics
+from faultlens.events.bundle import pack
+from faultlens.events.event_time import WriterWord
+from faultlens.events.envelope import Envelope, InvalidEvent, encode
+from faultlens.events.payloads import check_payload
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner import Record, dead_letter, record_bytes
 
@@ -107,7 +107,7 @@ class NodeStageHandler:
         return out
 
     def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
-        """What a job had passed on since its last other output: one bundle (streams/bundle.py),
+        """What a job had passed on since its last other output: one bundle (events/bundle.py),
         a lone event as itself."""
         if len(items) == 1:
             return [Outgoing(topics.SUMMARIES, key, items[0][1])]

@@ -32,7 +32,7 @@ from faultlens.diagnosis.wait_primitives import (
     direction_hint,
     read_activity,
 )
-from faultlens.streams.topology import AXES, Topology
+from faultlens.events.topology import AXES, Topology
 
 _P2P_NAME = re.compile(r"(?:^|_)(?:i?send|i?recv|communicate|p2p|sendrecv|exchange)(?:_|$)", re.I)
 _RECV_SIDE = re.compile(r"recv_(forward|backward)", re.I)

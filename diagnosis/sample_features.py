@@ -3,7 +3,7 @@
 A sample's features are its GPUs' mean and least utilisation, the slowest SM clock and power
 ratio (of the maximum clock, of the power limit), the hottest GPU and the share of GPUs that
 throttle thermally; ``None`` where no GPU reports a finite value. A plain sample (see
-streams.gpu_table) is read straight from its columns; any other goes through arrays that read
+events.gpu_table) is read straight from its columns; any other goes through arrays that read
 whatever is there as a number or as missing. Both give the same values to the last bit: sums
 run GPU by GPU in the sample's order, and every division is of floats, as numpy's would be.
 """
@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from faultlens.diagnosis.rules.base import num
-from faultlens.streams.gpu_table import TABLE_NUMBERS, GpuTable
+from faultlens.events.gpu_table import TABLE_NUMBERS, GpuTable
 
 THERMAL = frozenset({"hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown"})
 # The sample features in the order a sample reports them (the window's features keep that order).

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 WINDOW_S = 600.0
 EARLY_S = 30.0

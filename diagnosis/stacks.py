@@ -21,7 +21,7 @@ from typing import Mapping
 
 from faultlens.diagnosis.localize import localize
 from faultlens.diagnosis.stack_dump import Frame, ThreadStack, parse_dump, training_thread
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 Signature = tuple[tuple[str, str], ...]  # (function, file) per frame, innermost first
 _MAX_FUZZY_REPS = 64
@@ -72,7 +72,7 @@ class StackVerdict:
     groups: Mapping[str, tuple[int, ...]]  # signature text → ranks, largest first
     axis: str | None
     group_id: int | None
-    group: str | None  # e.g. "pp:3" (numbering of streams.topology)
+    group: str | None  # e.g. "pp:3" (numbering of events.topology)
     nodes: tuple[str, ...]
     confidence: float
     detail: str

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, RankActivity
-from faultlens.streams.topology import AXES, Topology
+from faultlens.events.topology import AXES, Topology
 
 
 

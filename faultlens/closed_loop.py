@@ -15,9 +15,9 @@ from typing import Iterator
 
 from faultlens.diagnosis.engine import Engine
 from faultlens.simulator.run import SimRun
-from faultlens.streams.command import Command
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner, RunnerStats
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ CONSUMERS = ("diagnose", "remediate", "history")
 class PipelineOptions:
     """What `faultlens up` (or the demo) configures; defaults match the single-consumer commands."""
 
-    signing_key: SigningKey  # the private half of the command-signing pair (streams.signing)
+    signing_key: SigningKey  # the private half of the command-signing pair (events.signing)
     consumers: tuple[str, ...] = CONSUMERS
     db: Path | None = None  # history file; required when "history" is among the consumers
     history_sample_rate: float = 1.0

@@ -13,7 +13,7 @@ from typing import Iterable
 from faultlens.diagnosis.engine import EngineConfig, analyze_trace
 from faultlens.diagnosis.expect import (EXPECT_SUFFIX, ONSET_SLACK_S, CheckResult, Verdict, compare, expect_path, read_expect,
                               trace_of, verdicts_of, write_expect)
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 
 @dataclass(frozen=True)

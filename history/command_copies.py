@@ -1,7 +1,7 @@
 """Which copy of a command the history keeps, and where the others go.
 
 Anyone who can write to the `commands` topic can publish a copy of a real command under its id
-(a forgery, or the real one altered). The receivers refuse it (streams.command_screen), but the
+(a forgery, or the real one altered). The receivers refuse it (events.command_screen), but the
 history inserts a command once: a forged copy that arrived first would be the command on record,
 its nodes the ones "evicted". So when the history has the verify keys (``faultlens history
 --verify-key``, or the pipeline's own signing key), it checks each copy's signature:
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from faultlens.streams.command import Command
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.command import Command
+from faultlens.events.signing import VerifyKeys
 
 # docs/design.md §6 command record, field for field, after its id: the `commands` table of
 # history.schema and the refused copies below hold the same columns.

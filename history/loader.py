@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.history.schema import HistoryError
 from faultlens.history.sink import Batch, HistorySink, Sampling, build_batch
-from faultlens.streams import trace
+from faultlens.events import trace
 
 log = logging.getLogger(__name__)
 

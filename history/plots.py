@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 from faultlens.history.queries import frame, kind_counts, run
 
 STATE_COLOURS = {"running": "#2ca02c", "stalled": "#ff7f0e", "down": "#d62728", "restarting": "#1f77b4",

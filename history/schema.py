@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from faultlens.history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
-from faultlens.streams.broker import faultlens_home
+from faultlens.events.home import faultlens_home
 
 SCHEMA_VERSION = 1
 
@@ -91,7 +91,7 @@ DDL = (
 TABLES = ("events", "diagnoses", "commands", "job_timeline", "labels")
 
 # Added after version 1 without a version change: what the remediation actuator did on the
-# scheduler (streams.action_record), one row per operation with its outcome. Files made before it
+# scheduler (events.action_record), one row per operation with its outcome. Files made before it
 # gain the table when opened for writing; readers of older files see no actions.
 ACTIONS_DDL = """
     CREATE TABLE IF NOT EXISTS actions (
@@ -112,7 +112,7 @@ ACTIONS_DDL = """
 
 
 # Added after version 1 like `actions`: each machine's record across jobs (the compacted `fleet`
-# topic, streams.fleet_record), newest per machine, with its lemon verdict lifted out.
+# topic, events.fleet_record), newest per machine, with its lemon verdict lifted out.
 MACHINES_DDL = """
     CREATE TABLE IF NOT EXISTS machines (
         node            VARCHAR PRIMARY KEY,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 TABLE = Path(__file__).resolve().parent / "exceptions.toml"
 _ERRNO = re.compile(r"\[Errno (-?\d+)\]|\berrno[ =:]+(-?\d+)|\b(E[A-Z]{2,15})\b")

@@ -16,7 +16,7 @@ from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.line import LogParser, OnUnrecognised, ParsedLine
 from faultlens.parsing.rules import LineRule
 from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 

@@ -14,7 +14,7 @@ A rule::
     needles = ["nvme"]                     # optional: the regex runs only on lines holding one
     pattern = 'nvme (?P<device>nvme\\d+): Disabling device after reset failure'
     kind = "disk_error"                    # the event kind (docs/events.md)
-    fault = "storage"                      # a fault class of streams.diagnosis_record
+    fault = "storage"                      # a fault class of events.diagnosis_record
     action = "evict"                       # the first action
     severity = "fatal"                     # fatal, error, warn, info (default error)
     fold = ["device"]                      # optional: echoes with the same groups fold into one event
@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 from faultlens.parsing.line import any_of, common
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 SHIPPED = Path(__file__).resolve().parent / "rules.toml"
 SOURCES = ("kernel", "nccl", "any")

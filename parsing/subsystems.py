@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 TABLE = Path(__file__).resolve().parent / "subsystems.toml"
 # A tag sits at the start of the message: a colon further in is part of the text.

@@ -29,7 +29,7 @@ class XidInfo:
     description: str
     nvidia_action: str  # NVIDIA's immediate-action bucket (RESTART_APP, RESET_GPU, ...)
     fault: str  # docs/design.md §9 fault class
-    action: str  # streams.diagnosis_record.ACTIONS
+    action: str  # events.diagnosis_record.ACTIONS
     severity: str  # fatal, error, warn, info
     sympathetic: bool = False  # a consequence of another error: never blamed on its own
     memory: bool = False  # ECC / row remapping / page retirement

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable
 
-from faultlens.streams.fleet_record import MachineRecord
+from faultlens.events.fleet_record import MachineRecord
 
 
 def _when(ts: float | None) -> str:

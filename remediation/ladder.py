@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 HARDWARE_ACTIONS = ("evict", "evict_reset_gpu", "inspect_hardware")
 IMPLICIT_FAULTS = ("job_hang", "fail_slow")
@@ -33,7 +33,7 @@ SEQUENCES: dict[str, tuple[str, ...]] = {
 NUMERIC_SEQUENCE = ("rollback", "dual_phase_replay")
 NUMERIC_FAULTS = ("nan_loss", "loss_spike")
 
-# The command each rung sends (streams.command.COMMAND_ACTIONS).
+# The command each rung sends (events.command.COMMAND_ACTIONS).
 RUNG_ACTION = {
     "reattempt": "reattempt",
     "restart": "restart",

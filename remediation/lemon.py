@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from faultlens.streams.action_record import HARDWARE_INSPECTION
-from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.events.action_record import HARDWARE_INSPECTION
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 
 # The state of a lemon (docs/design.md §9: added, never renamed): drained, waiting for a person.
 LEMON_STATE = HARDWARE_INSPECTION

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.command import Command
-from faultlens.streams.signing import SigningKey
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.command import Command
+from faultlens.events.signing import SigningKey
 from faultlens.remediation.fleet import Fleet, Lemon
 from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
@@ -26,8 +26,8 @@ from faultlens.remediation.replay import PendingReplay, judge_replay, plan_from_
 from faultlens.remediation.safety import Safety
 from faultlens.remediation.state import JobState, StateStore
 from faultlens.remediation.stop_checks import PendingChecks, judge_checks
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Decision:
     blocked: str = ""
     command: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the step's params (e.g. bring_back), sent or not
-    # What the actuator did on the scheduler for this decision (streams.action_record, as dicts);
+    # What the actuator did on the scheduler for this decision (events.action_record, as dicts);
     # filled in by the consumer after the decision, empty without one.
     actions: tuple[dict[str, Any], ...] = ()
 

@@ -17,7 +17,7 @@ import time
 from kafka.errors import KafkaError
 
 from faultlens.remediation.state import KEEP_S, JobState, StateError
-from faultlens.streams import topics
+from faultlens.events import topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import iter_topics

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from faultlens.remediation.ladder import Step
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 def step_to_dict(step: Step) -> dict[str, Any]:

@@ -32,11 +32,11 @@ from faultlens.simulator.metrics import NodeGpus
 from faultlens.simulator.net import NetFault, NodeNet
 from faultlens.simulator.plan import EPISODE_S, FaultPlan, PlannedFault
 from faultlens.simulator.telemetry import FIRST_STEP, PeriodicTelemetry
-from faultlens.streams.command import Command
-from faultlens.streams.events import Envelope
-from faultlens.streams.flight_recorder import RECORDER_KIND, bound, recorder_payload
-from faultlens.streams.topology import Topology
-from faultlens.streams.trace import trace_order
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
+from faultlens.events.flight_recorder import RECORDER_KIND, bound, recorder_payload
+from faultlens.events.topology import Topology
+from faultlens.events.trace import trace_order
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
 

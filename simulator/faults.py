@@ -15,7 +15,7 @@ from faultlens.simulator.effects import Episode
 from faultlens.simulator.metrics import nic_pci, pci_bus_id
 from faultlens.simulator.net import NetFault
 from faultlens.simulator.plan import PlannedFault
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
 

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import numpy as np
 
-from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 
 
 JOB_WIDE = frozenset({

@@ -1,7 +1,7 @@
 """torch's Flight Recorder dump for a simulated rank, as the trainer hook sends it on ``capture_stacks``.
 
 A real trainer with the hook answers a capture with its stacks and the JSON of torch's NCCL
-recorder (``_dump_nccl_trace_json``), size-bounded by streams.flight_recorder. This module writes
+recorder (``_dump_nccl_trace_json``), size-bounded by events.flight_recorder. This module writes
 that JSON for a simulated Megatron-style rank (TP inside a node, PP stages, DP replicas) in the
 layout torch 2.11 + NCCL gave on a real H100 (tests/fixtures/real_gpu/gpu40/fr_nccl.json):
 ``version``, ``comm_lib_version``, ``pg_config`` (group name → ``ranks`` as a string), ``pg_status``
@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from faultlens.streams.topology import AXES, Topology
+from faultlens.events.topology import AXES, Topology
 
 MICRO_BATCHES = 2
 DP_BUCKETS = 2

@@ -17,7 +17,7 @@ from faultlens.simulator.cluster import SimulatedCluster
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.drifts import Drift, add_drifts
 from faultlens.simulator.plan import FaultPlan, random_plan
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 FAULT_EVERY_S = 400.0
 DEFAULT_DURATION_S = 3600.0

@@ -10,7 +10,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.topics import TOPICS
+from faultlens.events.topics import TOPICS
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from faultlens.events.home import faultlens_home
+
 log = logging.getLogger(__name__)
-
-HOME_ENV = "FAULTLENS_HOME"
-
 
 class BrokerError(RuntimeError):
     pass
-
-
-def faultlens_home() -> Path:
-    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".faultlens")
-    home.mkdir(parents=True, exist_ok=True)
-    return home
 
 
 def state_file() -> Path:

@@ -1,5 +1,5 @@
 """The background command listener: reads ``commands`` and passes on only commands to obey
-(the rules are streams.command_screen.CommandScreen).
+(the rules are events.command_screen.CommandScreen).
 
 The listener reads from the end of the topic with no consumer group: every process must see
 every command (a group would split them), and a command issued before the process started is
@@ -16,9 +16,9 @@ from typing import Callable
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from faultlens.streams.command import Command
-from faultlens.streams.command_screen import CommandScreen, Screened
-from faultlens.streams import topics
+from faultlens.events.command import Command
+from faultlens.events.command_screen import CommandScreen, Screened
+from faultlens.events import topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import Consumer, open_consumer
 
@@ -30,7 +30,7 @@ COMMANDS_TOPIC = topics.COMMANDS
 class CommandListener(threading.Thread):
     """Polls ``commands`` in a daemon thread; calls ``on_command`` for each one to obey and
     ``on_refused`` for each refused one to ack (addressed here, unreadable, or misaddressed in a
-    way streams.command_screen acks)."""
+    way events.command_screen acks)."""
 
     def __init__(self, settings: KafkaSettings, screen: CommandScreen,
                  on_command: Callable[[Command], None],

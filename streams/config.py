@@ -34,7 +34,7 @@ from typing import Any
 
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-from faultlens.streams.topics import TOPICS, TopicSpec
+from faultlens.events.topics import TOPICS, TopicSpec
 
 ENV_PREFIX = "FAULTLENS_"
 
@@ -163,7 +163,7 @@ class KafkaSettings:
             # default every hop of diagnose → remediate → hook adds a quarter second on average.
             "fetch_max_wait_ms": 100,
             # Partition p of every subscribed topic to one member: the node stage needs a node's
-            # events on one member (co-partitioned topics, streams/topics.py). kafka-python's
+            # events on one member (co-partitioned topics, events/topics.py). kafka-python's
             # default list starts with it too; named, a change of default cannot split a node.
             "partition_assignment_strategy": (RangePartitionAssignor,),
         }

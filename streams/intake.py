@@ -1,5 +1,5 @@
 """Polled messages → records, the runner's first step: a message over the size limit or one that
-does not decode becomes a dead letter with the reason; a bundle (streams/bundle.py) becomes one
+does not decode becomes a dead letter with the reason; a bundle (events/bundle.py) becomes one
 record per event; an upstream writer's watermark record (the job stage) only moves its
 partition's mark; and, in event-time mode, each record is placed in time by the
 :class:`EventClock` (the whole batch teaches the clock before any of it is placed).
@@ -18,12 +18,12 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, Mapping
 
-from faultlens.streams.bundle import Bundle
-from faultlens.streams.event_time import EventClock, WatermarkMerge, WriterWord
-from faultlens.streams.events import InvalidEvent, decode
+from faultlens.events.bundle import Bundle
+from faultlens.events.event_time import EventClock, WatermarkMerge, WriterWord
+from faultlens.events.envelope import InvalidEvent, decode
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
-from faultlens.streams.typed_read import EnvelopeTime, read_envelope_time
+from faultlens.events.typed_read import EnvelopeTime, read_envelope_time
 
 # What a decoder raises for a message it cannot read: the message becomes a dead letter.
 UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)

@@ -10,9 +10,9 @@ from typing import Iterable
 from kafka.errors import KafkaError
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.kafka_client import open_producer
-from faultlens.streams.topics import topic_for
+from faultlens.events.topics import topic_for
 
 log = logging.getLogger(__name__)
 

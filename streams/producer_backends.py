@@ -16,7 +16,7 @@ from kafka.errors import KafkaError
 
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.confluent_config import confluent_config, load_confluent
-from faultlens.streams.topics import key_partition
+from faultlens.events.topics import key_partition
 
 log = logging.getLogger(__name__)
 

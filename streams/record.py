@@ -1,6 +1,6 @@
 """Record live topics into a trace: decode, keep one job (optional), dedup, order, write.
 
-Order is :func:`streams.trace.trace_order` (time, job records first, then id), so recording a
+Order is :func:`events.trace.trace_order` (time, job records first, then id), so recording a
 replayed recording gives the same rows in the same order. The job's topology comes first: it is
 read from the compacted ``jobs`` topic from its beginning even when telemetry is read from now.
 Recording holds the events in memory to sort them (bounded by --duration / --idle).
@@ -13,12 +13,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from faultlens.streams import topics
+from faultlens.events import topics
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, InvalidEvent, decode
+from faultlens.events.envelope import Envelope, InvalidEvent, decode
 from faultlens.streams.reader import iter_topics
-from faultlens.streams.topics import TELEMETRY_TOPICS
-from faultlens.streams.trace import trace_order, write_trace
+from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.events.trace import trace_order, write_trace
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Publish events to their topics at real speed, k× speed or as fast as possible.
 
 The replayer (``faultlens replay``) and the simulator's ``--publish`` share this: events go to
-``streams.topics.topic_for(event)`` keyed by node (job-level records by job), in trace order.
+``events.topics.topic_for(event)`` keyed by node (job-level records by job), in trace order.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
+from faultlens.events.envelope import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
 from faultlens.streams.producer import Producer
-from faultlens.streams.topics import SOURCE_TOPIC, topic_for
-from faultlens.streams.trace import TraceError, trace_batches, trace_rows
+from faultlens.events.topics import SOURCE_TOPIC, topic_for
+from faultlens.events.trace import TraceError, trace_batches, trace_rows
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """Event-time order of :class:`streams.runner.GroupRunner` (``event_time=True``, the diagnosis
-consumer) against a live consumer: records held in the :class:`~streams.event_time.WatermarkMerge`
+consumer) against a live consumer: records held in the :class:`~events.event_time.WatermarkMerge`
 until no partition can deliver an earlier one, partitions that run ahead paused, the broadcast
 topics (`jobs`) read in full beside the group, and only offsets already handed on committed.
 
 An :class:`EventTimeOrder` is owned by the runner, which builds one only in event-time mode (the
 arrival-order runner never pays for it); the merge and clock themselves are pure and live in
-streams/event_time.py. Its state is its own: the merge, which partitions it paused, when each was
+events/event_time.py. Its state is its own: the merge, which partitions it paused, when each was
 assigned, the broadcast consumer. The group's consumer is lent to it per call.
 """
 
@@ -20,7 +20,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.event_time import UpstreamStop, WatermarkMerge
+from faultlens.events.event_time import UpstreamStop, WatermarkMerge
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.runner_types import Record, RunnerStats, broker_time
@@ -265,7 +265,7 @@ class EventTimeOrder:
         return False
 
     def upstream(self, consumer: Consumer) -> dict[TopicPartition, UpstreamStop]:
-        """The input partitions whose every upstream writer fell silent (streams.event_time)."""
+        """The input partitions whose every upstream writer fell silent (events.event_time)."""
         return self.merge.stopped_upstream(time.time(), self.caught_up(consumer))
 
     def _input_settled(self, consumer: Consumer) -> bool:

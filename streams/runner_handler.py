@@ -24,7 +24,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, runti
 
 from kafka.structs import TopicPartition
 
-from faultlens.streams.event_time import UpstreamStop
+from faultlens.events.event_time import UpstreamStop
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner_types import Handler, Record
 

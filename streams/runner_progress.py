@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from kafka.errors import KafkaError
 
-from faultlens.streams.event_time import WatermarkMerge
+from faultlens.events.event_time import WatermarkMerge
 from faultlens.streams.kafka_client import Consumer
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner_options import ProgressCallback

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import orjson
 
-from faultlens.streams import topics
+from faultlens.events import topics
 from faultlens.streams.producer import Outgoing
 
 DEAD_LETTER_TOPIC = topics.DEAD_LETTER

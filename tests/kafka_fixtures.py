@@ -90,7 +90,7 @@ def job_records(settings: KafkaSettings, topic: str, decoder, job: str | None = 
 
 def _of_job(decoder, raw: bytes, job: str | None):
     """``raw`` decoded if it is a record of ``job`` (of any job when None), else None."""
-    from faultlens.streams.events import InvalidEvent
+    from faultlens.events.envelope import InvalidEvent
 
     try:
         value = decoder(raw)

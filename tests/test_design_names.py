@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from faultlens.commands import COMMAND_NAMES
-from faultlens.streams import topics
-from faultlens.streams.action_record import HARDWARE_INSPECTION
-from faultlens.streams.command import COMMAND_ACTIONS
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
-from faultlens.streams.payloads import SCHEMAS
+from faultlens.events import topics
+from faultlens.events.action_record import HARDWARE_INSPECTION
+from faultlens.events.command import COMMAND_ACTIONS
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.payloads import SCHEMAS
 
 DESIGN = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
 
@@ -78,7 +78,7 @@ def test_every_command_is_named_and_the_document_names_no_other():
 def test_nothing_outside_the_repository_is_cited(name):
     root = Path(__file__).resolve().parents[1]
     citing = []
-    for folder in ("streams", "parsing", "collectors", "diagnosis", "remediation", "trainer_hooks", "history",
+    for folder in ("events", "streams", "parsing", "collectors", "diagnosis", "remediation", "trainer_hooks", "history",
                    "simulator", "faultlens", "tools", "bench", "docs"):
         for path in (root / folder).rglob("*"):
             if path.is_file() and path.suffix in {".py", ".md", ".toml", ".sh"} and name in path.read_text(errors="replace"):

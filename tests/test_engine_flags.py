@@ -11,7 +11,7 @@ from faultlens.engine_flags import engine_config
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
-from faultlens.streams.trace import labels_path, write_labels, write_trace
+from faultlens.events.trace import labels_path, write_labels, write_trace
 
 FLAGS = ["--hang-floor", "15", "--hang-k", "3", "--max-lateness", "600", "--grace", "12"]
 

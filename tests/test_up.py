@@ -16,10 +16,10 @@ from tests.kafka_fixtures import job_records
 from tests.progress import files_size, procs_progress, wait_until
 
 from faultlens.simulator import FaultPlan, SimConfig, simulate
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.history.schema import open_history
-from faultlens.streams.command import Command
-from faultlens.streams.signing import load_verify_keys, write_key_pair
+from faultlens.events.command import Command
+from faultlens.events.signing import load_verify_keys, write_key_pair
 from faultlens.streams.broker import free_port
 from faultlens.streams.replay import publish
 from faultlens.demo import processes as pipeline

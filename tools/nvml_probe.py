@@ -25,7 +25,7 @@ from typing import Any
 
 from faultlens.collectors import nvml_reader
 from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 class CountingNvml:

@@ -6,7 +6,7 @@ reads NVIDIA's catalogue export (``nvidia-xid-catalog.csv``, ``nvidia-xid-144-15
 and writes the project's own tables beside this module:
 
 * ``xid_table.csv``: code, mnemonic, description, nvidia_action (NVIDIA's immediate-action
-  bucket), fault (docs/design.md §9), action (``streams.diagnosis_record.ACTIONS``), severity, sympathetic,
+  bucket), fault (docs/design.md §9), action (``events.diagnosis_record.ACTIONS``), severity, sympathetic,
   memory (an ECC / row-remap / retirement code).
 * ``xid_nvlink_decode.csv``: the NVLink5 Xids 144-150 decoded from IntrInfo and the error
   status: xid, unit, revision (v1 = drivers before R575, IntrInfo[9:5]; v2 = R575+, IntrInfo[6:0]),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.signing import VerifyKeys
 from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger(__name__)

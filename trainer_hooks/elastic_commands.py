@@ -16,7 +16,7 @@ import queue
 import time
 from dataclasses import asdict, dataclass
 
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION
 
 RESTART_ACTIONS = ("evict", "restart", "reattempt", "rollback")

@@ -39,12 +39,12 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, W
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from faultlens.streams.command import Command
-from faultlens.streams.command_memory import STATE_DIR_ENV
+from faultlens.events.command import Command
+from faultlens.events.command_memory import STATE_DIR_ENV
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import VERIFY_KEY_ENV
+from faultlens.events.signing import VERIFY_KEY_ENV
 from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, RoundPlan, action_of_exit_codes,
                                                       merge_round, named_checkpoint, resume_of)
 

@@ -8,7 +8,7 @@ On ``capture_stacks`` the hook publishes the dump beside its stack dump (``stack
 
 A dump holds a few hundred bytes per entry (and the C++/Python frames of each, when torch
 records them): the newest entries are what a hang verdict reads, so frames go first and the
-oldest entries next until the text fits ``max_bytes`` (streams.flight_recorder.bound, which the
+oldest entries next until the text fits ``max_bytes`` (events.flight_recorder.bound, which the
 simulated cluster uses too).
 """
 
@@ -19,7 +19,7 @@ import os
 import sys
 
 # The bound and the event's fields are shared with the simulated cluster (simulator.recorder).
-from faultlens.streams.flight_recorder import MAX_BYTES, BoundedDump, bound
+from faultlens.events.flight_recorder import MAX_BYTES, BoundedDump, bound
 
 log = logging.getLogger(__name__)
 

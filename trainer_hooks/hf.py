@@ -47,7 +47,7 @@ except ImportError as exc:  # the trainer side installs without it
 import torch
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.signing import VerifyKeys
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     count_tokens,

@@ -16,7 +16,7 @@ Commands (see trainer_hooks.listener for what is obeyed):
   step boundary with the code of trainer_hooks.exit_codes; a loop stuck longer than
   ``exit_grace_s`` is ended from the listener thread with the same code.
 Every command addressed here is acked (`train`/`command_ack`), obeyed or refused with the reason
-(streams.command_screen); rank 0 also acks, once for the job, commands of this job meant for other
+(events.command_screen); rank 0 also acks, once for the job, commands of this job meant for other
 nodes or ranks, and every rank acks a command of another job that names its node. Commands must be signed with a key in ``keys`` (the public key of
 `faultlens keys generate`; default: the files named by FAULTLENS_VERIFY_KEY). The ids of commands
 handled are kept in ``state_dir`` (default FAULTLENS_STATE_DIR, else $FAULTLENS_HOME; the
@@ -33,18 +33,18 @@ import threading
 import time
 from typing import Callable
 
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, number
-from faultlens.streams.flight_recorder import RECORDER_KIND, recorder_payload
+from faultlens.events.envelope import Envelope, number
+from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_memory import ReplayMemory, default_state_dir, memory_file
-from faultlens.streams.command_screen import CommandScreen, Screened, ack_payload
-from faultlens.streams.signing import VerifyKeys, load_verify_keys
+from faultlens.events.command_memory import ReplayMemory, default_state_dir, memory_file
+from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
+from faultlens.events.signing import VerifyKeys, load_verify_keys
 
 log = logging.getLogger(__name__)
 

@@ -35,17 +35,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultlens.streams.command import Command
-from faultlens.streams.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
-from faultlens.streams.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
+from faultlens.events.command import Command
+from faultlens.events.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import free_port
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.replay import run_replay
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 

@@ -34,7 +34,7 @@ except ImportError as exc:  # the trainer side installs without it
     raise ImportError("faultlens.trainer_hooks.lightning needs Lightning: pip install 'faultlens[lightning]'") from exc
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.signing import VerifyKeys
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     count_tokens,

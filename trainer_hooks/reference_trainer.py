@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
 

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from faultlens.streams.command import Command
-from faultlens.streams.events import Envelope
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
 
 PHASES = ("horizontal", "vertical")
 

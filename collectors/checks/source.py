@@ -1,6 +1,6 @@
 """The agent's ear for `run_checks`: a signed command → the suite → one `check`/`result` event.
 
-The gate is the one every recipient uses (streams.command_screen.CommandScreen, here for
+The gate is the one every recipient uses (events.command_screen.CommandScreen, here for
 ``run_checks`` only); the agent's stack capture listens for ``capture_stacks`` the same way. The
 suite runs in its own thread, so the listener keeps reading (and refusing forgeries) meanwhile;
 a second command while one suite runs waits for it (the checks need the GPUs to themselves).
@@ -14,13 +14,13 @@ from typing import Any, Callable
 
 from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig
 from faultlens.collectors.command_ack import refusal_acker
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
-from faultlens.streams.command_memory import ReplayMemory
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 

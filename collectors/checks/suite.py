@@ -12,7 +12,7 @@ from faultlens.collectors.checks.compute import check_compute
 from faultlens.collectors.checks.gpu_health import check_gpu_health
 from faultlens.collectors.checks.host import judge_disk, judge_memory, read_disk, read_memory
 from faultlens.collectors.checks.result import CheckResult, run_with_timeout
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from faultlens.diagnosis.rules.base import Finding, opt_int
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 class GpuUnresponsiveRule:

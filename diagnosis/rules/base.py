@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
-from faultlens.streams.events import Envelope, InvalidEvent, as_float
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
+from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 
 
 @dataclass(frozen=True, slots=True)

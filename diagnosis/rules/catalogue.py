@@ -11,7 +11,7 @@ NaN ...) are left to that family, which keeps its own logic (flap tolerance, ran
 from __future__ import annotations
 
 from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 # (source, kind) pairs read by KernelRule, GpuLostRule, NicRule and TrainingRule.
 _HANDLED = frozenset(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding, line_of, opt_int
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

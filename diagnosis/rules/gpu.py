@@ -17,8 +17,8 @@ from operator import attrgetter, itemgetter
 
 from faultlens.parsing.xid_table import lookup
 from faultlens.diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
-from faultlens.streams.events import Envelope, InvalidEvent, as_float
-from faultlens.streams.gpu_table import TABLE_NUMBERS, gpu_table
+from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.events.gpu_table import TABLE_NUMBERS, gpu_table
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ _MEMORY_FIELDS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remap_uncorrectable"
 # all of these cannot change anything.
 _STATE_FIELDS = tuple(f for f in _MEMORY_FIELDS if f not in TABLE_NUMBERS)
 _memory_states = itemgetter(*_STATE_FIELDS)
-_reading_states = attrgetter(*_STATE_FIELDS)  # a typed row (streams.gpu_reading): left out is UNSET
+_reading_states = attrgetter(*_STATE_FIELDS)  # a typed row (events.gpu_reading): left out is UNSET
 _W = len(TABLE_NUMBERS)
 _DBE_V, _DBE_A, _REMAP_U, _RETIRED_S, _RETIRED_D = (TABLE_NUMBERS.index(f) for f in _MEMORY_FIELDS if f in TABLE_NUMBERS)
 

@@ -7,7 +7,7 @@ a repeat on the same node into an eviction (docs/design.md §3: restart / evict 
 from __future__ import annotations
 
 from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 # A panic takes the machine down: nothing to restart in place.
 _KERNEL_KINDS = {"panic": "evict", "soft_lockup": "restart", "hung_task": "restart"}

@@ -15,7 +15,7 @@ backlog). Now:
 - several nodes quiet together (more than ``max_share`` of the job, their last beats within a
   grace period of each other: a rack, a switch, a telemetry partition) are one ``node_silent``
   alert naming them, never evictions;
-- nodes whose telemetry shares a partition (streams.topics.telemetry_partition) and stopped
+- nodes whose telemetry shares a partition (events.topics.telemetry_partition) and stopped
   together, while no node of that partition reported since, are one ``node_silent`` alert naming
   the partition: one partition (its leader, its node-stage member) stopping looks, downstream,
   exactly like its nodes dying, and in a large job it is a sixth of the job, under the share
@@ -59,7 +59,7 @@ from typing import Callable
 
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding, opt_int
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 GRACE_S = 30.0
 # More than this share of a job's nodes quiet together is not that many machines failing at once.

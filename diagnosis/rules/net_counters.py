@@ -24,7 +24,7 @@ from operator import itemgetter
 from typing import Any, Mapping
 
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 WINDOW_S = 300.0
 FLAP_ALERTS = 2

@@ -18,7 +18,7 @@ import re
 from collections import deque
 
 from faultlens.diagnosis.rules.base import Finding, line_of
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 NIC_WINDOW_S = 300.0
 NIC_ALERTS = 2

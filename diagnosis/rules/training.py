@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from faultlens.diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
-from faultlens.streams.events import Envelope, as_float
+from faultlens.events.envelope import Envelope, as_float
 
 SPIKE_FACTOR = 5.0
 BASELINE_STEPS = 50

@@ -11,7 +11,7 @@ import orjson
 
 from faultlens.diagnosis.engine import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from faultlens.streams.trace import TraceError
+from faultlens.events.trace import TraceError
 
 log = logging.getLogger(__name__)
 

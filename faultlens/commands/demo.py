@@ -74,9 +74,10 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.history.sink import HistorySink, build_batch
     from faultlens.remediation.policy import PolicyConfig
     from faultlens.remediation.safety import SafetyConfig
-    from faultlens.streams.broker import BrokerError, faultlens_home, resolve_bootstrap
+    from faultlens.streams.broker import BrokerError, resolve_bootstrap
+    from faultlens.events.home import faultlens_home
     from faultlens.streams.config import KafkaSettings
-    from faultlens.streams.signing import ephemeral_signing_key
+    from faultlens.events.signing import ephemeral_signing_key
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = args.out or faultlens_home() / f"demo-{stamp}"
@@ -212,10 +213,10 @@ def run(args: argparse.Namespace) -> int:
 def _send_forged(settings, job: str, key_id: str) -> None:
     """One evict that claims our key id but is signed with another key (what a node that stole no
     private key could at best produce): the cluster must refuse it, as a real trainer would."""
-    from faultlens.streams import topics
-    from faultlens.streams.command import Command
+    from faultlens.events import topics
+    from faultlens.events.command import Command
     from faultlens.streams.producer import Producer
-    from faultlens.streams.signing import SigningKey
+    from faultlens.events.signing import SigningKey
     from dataclasses import replace
 
     now = time.time()

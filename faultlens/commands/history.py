@@ -113,7 +113,7 @@ def _consume(args, conn, sampling, db) -> int:
     from faultlens.history.consumer import GROUP, StoreUnavailable, history_runner
     from faultlens.streams.broker import BrokerError
     from faultlens.streams.connect import connected
-    from faultlens.streams.signing import load_verify_keys, verify_key_paths
+    from faultlens.events.signing import load_verify_keys, verify_key_paths
 
     try:
         keys = load_verify_keys(args.verify_key) if verify_key_paths(args.verify_key) else None

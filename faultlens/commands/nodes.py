@@ -177,7 +177,7 @@ def _record_resumes(args: argparse.Namespace, quiet_without_broker: bool = False
 
 
 def _publish(args: argparse.Namespace, record) -> None:
-    from faultlens.streams import topics
+    from faultlens.events import topics
     from faultlens.streams.connect import connected
     from faultlens.streams.producer import Producer
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from faultlens.parsing.line import ParsedLine
 from faultlens.parsing.registry import guess_source, parser_for, to_envelope
 from faultlens.parsing.rules import RuleError, load
-from faultlens.streams.events import InvalidEvent, encode
+from faultlens.events.envelope import InvalidEvent, encode
 
 log = logging.getLogger(__name__)
 

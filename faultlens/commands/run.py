@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
-from faultlens.streams.signing import VERIFY_KEY_ENV, load_verify_keys, verify_key_paths
+from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys, verify_key_paths
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import sys
 from faultlens.diagnosis.engine import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.diagnosis.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
-from faultlens.streams.trace import LABEL_KEYS, TraceError, labels_path, read_labels
+from faultlens.events.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 
 HELP = "analyze a trace and score the diagnoses against TRACE.labels.jsonl (precision, recall, latency)"
 DESCRIPTION = f"""\
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _labels(args) -> list[dict]:
     if not args.labels:
         return read_labels(args.trace)
-    from faultlens.streams.jsonl import json_lines
+    from faultlens.events.jsonl import json_lines
 
     out = []
     for where, label in json_lines(args.labels, TraceError):

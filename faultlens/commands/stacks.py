@@ -13,12 +13,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
-from faultlens.streams.events import InvalidEvent
-from faultlens.streams.topology import Topology
+from faultlens.events.envelope import InvalidEvent
+from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 

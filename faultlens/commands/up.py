@@ -77,8 +77,8 @@ EPHEMERAL_VERIFY_KEY = "ephemeral-command-verify-key.pem"
 def _signing_key(args: argparse.Namespace, acting: bool):
     """The signing key and where its public half is, for the ready line: (key, "PATH" or "ephemeral")."""
     from faultlens.commands.remediate import command_signing_key
-    from faultlens.streams.broker import faultlens_home
-    from faultlens.streams.signing import SIGNING_KEY_ENV
+    from faultlens.events.home import faultlens_home
+    from faultlens.events.signing import SIGNING_KEY_ENV
 
     given = args.signing_key or os.environ.get(SIGNING_KEY_ENV)
     key = command_signing_key(args, acting=acting, ephemeral_when_acting=True)
@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.pipeline import Pipeline, PipelineOptions
     from faultlens.history.schema import HistoryError, default_db_path
     from faultlens.remediation.safety import BREAKER_FILE
-    from faultlens.streams.broker import BrokerError, faultlens_home
+    from faultlens.streams.broker import BrokerError
+    from faultlens.events.home import faultlens_home
     from faultlens.streams.connect import connected
 
     consumers = _consumers(args)

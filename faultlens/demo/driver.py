@@ -19,12 +19,12 @@ from faultlens.simulator import SimulatedCluster
 from faultlens.demo.hook_acks import SimulatedHookAcks
 from faultlens.demo.replays import is_replay, run_simulated_replay
 from faultlens.demo.state import CommandRecord, DemoState
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_screen import CommandScreen, Screened
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.command_screen import CommandScreen, Screened
+from faultlens.events.signing import VerifyKeys
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 `train`/`command_ack` the way trainer_hooks.hook.TrainerHook does, so demo histories show commands
 obeyed or refused instead of "no answer".
 
-Each rank screens the message with the real rules (streams.command_screen.CommandScreen for its
+Each rank screens the message with the real rules (events.command_screen.CommandScreen for its
 node and rank, rank 0 as the job's spokesperson, its own replay memory) and acks what the real hook
 acks: an obeyed command with the hook's reason (trainer_hooks.ack_reasons), a refusal with the
 screen's reason and ``addressed``, and nothing for what it neither carries out nor is asked to ack
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from faultlens.streams.command_memory import ReplayMemory
-from faultlens.streams.command_screen import CommandScreen, ack_payload
-from faultlens.streams.signing import VerifyKeys
+from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_screen import CommandScreen, ack_payload
+from faultlens.events.signing import VerifyKeys
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from faultlens.simulator import SimulatedCluster
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.trainer_hooks.replay import run_replay
 
 log = logging.getLogger(__name__)

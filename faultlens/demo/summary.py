@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from faultlens.simulator import EPISODE_S
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.demo.state import DemoState
 

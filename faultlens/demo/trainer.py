@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from faultlens.streams.command_memory import STATE_DIR_ENV
+from faultlens.events.command_memory import STATE_DIR_ENV
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import PUBLIC_KEY_FILE, VERIFY_KEY_ENV, SigningKey
+from faultlens.events.signing import PUBLIC_KEY_FILE, VERIFY_KEY_ENV, SigningKey
 from faultlens.demo import processes as pipeline
 
 TRAINER_JOB = "demo-trainer"

@@ -16,8 +16,8 @@ import time
 from typing import Callable, Iterable
 
 from faultlens.remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner import Record
 

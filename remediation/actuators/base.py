@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from faultlens.streams.action_record import OPERATIONS, ActionRecord
+from faultlens.events.action_record import OPERATIONS, ActionRecord
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ActuatorError(RuntimeError):
 class ActionRequest:
     """One operation asked of the actuator, with the decision that asked for it."""
 
-    op: str  # one of streams.action_record.OPERATIONS
+    op: str  # one of events.action_record.OPERATIONS
     job: str
     nodes: tuple[str, ...] = ()
     diagnosis_id: str = ""

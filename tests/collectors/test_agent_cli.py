@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from faultlens.streams.events import decode
-from faultlens.streams.command_memory import memory_file
+from faultlens.events.envelope import decode
+from faultlens.events.command_memory import memory_file
 from tests.kafka_fixtures import wait_for_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]

@@ -12,9 +12,9 @@ import pytest
 from tests.kafka_fixtures import wait_for_records
 
 from faultlens.collectors.agent import Agent, AgentConfig
-from faultlens.streams.command import Command
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.events import decode
+from faultlens.events.command import Command
+from faultlens.events.signing import SigningKey
+from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 

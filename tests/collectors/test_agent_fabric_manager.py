@@ -9,7 +9,7 @@ import time
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.spool import Spool
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import decode
+from faultlens.events.envelope import decode
 from tests.progress import wait_until
 
 # leptonai/gpud components/accelerator/nvidia/fabric-manager/log_matcher_test.go

@@ -12,7 +12,7 @@ from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker, free_port
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import decode
+from faultlens.events.envelope import decode
 from faultlens.streams.reader import iter_topics
 from tests.progress import wait_until
 

@@ -13,7 +13,7 @@ from faultlens.collectors.heartbeat import HeartbeatSource
 from faultlens.collectors.nvml_sampler import NvmlUnavailable
 from faultlens.collectors.spool import Spool
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import decode
+from faultlens.events.envelope import decode
 from tests.progress import wait_until
 
 

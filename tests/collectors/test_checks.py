@@ -14,8 +14,8 @@ from faultlens.collectors.checks.gpu_health import check_gpu_health, judge_gpu_h
 from faultlens.collectors.checks.host import DiskSnapshot, judge_disk, judge_memory, parse_meminfo, read_disk
 from faultlens.collectors.checks.result import CheckResult, run_with_timeout
 from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig, run_checks
-from faultlens.streams.events import decode, encode
-from faultlens.streams.payloads import check_payload
+from faultlens.events.envelope import decode, encode
+from faultlens.events.payloads import check_payload
 from tests.collectors.test_nvml_sampler import FakeNvml, LIBRARY_NOT_FOUND
 
 FIXTURES = Path(__file__).parent / "checks_fixtures"

@@ -12,14 +12,14 @@ import pytest
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.checks.suite import ChecksConfig
 from faultlens.remediation.policy import Policy, PolicyConfig
-from faultlens.streams import topics
-from faultlens.streams.command import Command
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import decode
-from faultlens.streams.payloads import check_payload
+from faultlens.events import topics
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
+from faultlens.events.payloads import check_payload
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from tests.collectors.test_checks import PendingRemapNvml
 from tests.kafka_fixtures import wait_for_records
 

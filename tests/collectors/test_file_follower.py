@@ -7,7 +7,7 @@ import time
 
 from faultlens.collectors.file_follower import MAX_LINE_BYTES, FileFollower
 from faultlens.collectors.log_source import LogSource
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 def _write(path, text: str | bytes, mode: str = "a") -> None:

@@ -15,7 +15,7 @@ from faultlens.collectors.flood_fold import Folder, body, fold_key
 from faultlens.collectors.kernel_follower import KernelFileReader
 from faultlens.collectors.log_source import LogSource, keyed
 from faultlens.parsing.registry import parser_for
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from tests.progress import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,9 +24,9 @@ from faultlens.collectors.gpu_sample import throttle_names
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.features import FeatureWindows
 from faultlens.diagnosis.scoring import is_scored
-from faultlens.streams.events import Envelope
-from faultlens.streams.payloads import check_payload
-from faultlens.streams.trace import iter_trace
+from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import check_payload
+from faultlens.events.trace import iter_trace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real_gpu"
 PHASES = ("idle", "busy")

@@ -13,8 +13,8 @@ from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.flight_recorder import load_recorder
 from faultlens.diagnosis.scoring import is_scored
 from faultlens.diagnosis.stack_dump import parse_dump, training_thread
-from faultlens.streams.events import Envelope, decode
-from faultlens.streams.payloads import check_payload
+from faultlens.events.envelope import Envelope, decode
+from faultlens.events.payloads import check_payload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_gpu" / "gpu40"
 

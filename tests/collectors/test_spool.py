@@ -7,7 +7,7 @@ import time
 import pytest
 
 from faultlens.collectors.spool import Spool, SpoolBusy, SpooledRecord, is_droppable
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 
 
 def _event(source: str, kind: str, n: int, pad: int = 0) -> SpooledRecord:

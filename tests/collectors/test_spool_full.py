@@ -17,7 +17,7 @@ import pytest
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.spool import Spool, SpooledRecord
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 
 
 def _mount_tmpfs(path: Path, size: str, ro: bool = False) -> bool:

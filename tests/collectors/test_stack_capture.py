@@ -12,9 +12,9 @@ from pathlib import Path
 
 from faultlens.collectors.command_listener import StackCaptureSource
 from faultlens.collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 
 KEY = SigningKey.generate()
@@ -119,7 +119,7 @@ def test_no_training_process_is_answered_with_an_error_dump():
 def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
     """The replay file of `faultlens collect --state-dir`: a recorded capture_stacks played back
     after the agent restarted is refused, not dumped again."""
-    from faultlens.streams.command_memory import ReplayMemory
+    from faultlens.events.command_memory import ReplayMemory
 
     def agent_source(out):
         return StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1",

@@ -25,12 +25,12 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams import topics
-from faultlens.streams.events import Envelope, decode
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events import topics
+from faultlens.events.envelope import Envelope, decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
-from faultlens.streams.trace import trace_order, write_trace
+from faultlens.events.trace import trace_order, write_trace
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records, wait_for_records

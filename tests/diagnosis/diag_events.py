@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 
 T0 = 1767225600.0
 JOB = "job-t"

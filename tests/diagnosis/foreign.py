@@ -22,9 +22,9 @@ import random
 from pathlib import Path
 from typing import Any, Iterator
 
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
-from faultlens.streams.trace import _check_label as check_label, trace_order
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
+from faultlens.events.trace import _check_label as check_label, trace_order
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
 T0 = 1767225600.0
@@ -205,7 +205,7 @@ def names() -> list[str]:
 
 def write_parquet(name: str, out_dir: str | Path) -> Path:
     """The case as a Parquet trace (``OUT/<name>.parquet``, labels beside it): what `faultlens check` reads."""
-    from faultlens.streams.trace import labels_path, write_labels, write_trace
+    from faultlens.events.trace import labels_path, write_labels, write_trace
 
     trace = load(name)
     path = Path(out_dir) / f"{name}.parquet"

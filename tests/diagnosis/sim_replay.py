@@ -11,9 +11,9 @@ from faultlens.simulator.plan import FaultPlan
 from faultlens.closed_loop import ClosedLoop
 from faultlens.simulator.run import simulate
 from faultlens.diagnosis.engine import analyze_trace
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.scoring import is_scored
-from faultlens.streams.trace import write_labels, labels_path, write_trace
+from faultlens.events.trace import write_labels, labels_path, write_trace
 
 
 def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,

@@ -5,7 +5,7 @@ Node-stage members each read the nodes of their input partitions (telemetry keye
 topics co-partitioned, partition numbers split among members as the range assignor splits them)
 in batches, in event-time order, and after each batch announce the time of the last record they
 handled. The job stage holds what they write and hands on, in event-time order, what every member
-has announced past, as streams.event_time.WatermarkMerge does; what arrives below what it already
+has announced past, as events.event_time.WatermarkMerge does; what arrives below what it already
 handed on is late (judged at once, at the wrong place).
 """
 
@@ -19,11 +19,11 @@ from kafka.partitioner.default import murmur2
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.node_consumer import NodeStageHandler
-from faultlens.streams.bundle import Bundle, decode_bundled
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.bundle import Bundle, decode_bundled
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.runner import Record
-from faultlens.streams.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
+from faultlens.events.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Mapping
 
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 Frames = list[tuple[str, str, int]]
 
@@ -206,7 +206,7 @@ def _id(prefix: str) -> str:
 
 
 def event(ts: float, node: str, source: str, kind: str, job: str = JOB, **data):
-    from faultlens.streams.events import Envelope
+    from faultlens.events.envelope import Envelope
 
     return Envelope(ts=T0 + ts, job=job, node=node, source=source, kind=kind, data=data, id=_id(kind))
 

@@ -16,7 +16,7 @@ from tests.kafka_fixtures import job_records
 
 from faultlens.diagnosis.scoring import is_scored
 from faultlens.cli import main
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.reader import read_topic
 from faultlens.streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace

@@ -8,7 +8,7 @@ import pytest
 
 from tests.kafka_fixtures import job_records
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.cli import main
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
@@ -63,7 +63,7 @@ def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_
 
     from faultlens.diagnosis.consumer import DiagnoseHandler
     from faultlens.diagnosis.engine import Engine, EngineConfig
-    from faultlens.streams import topics
+    from faultlens.events import topics
     from faultlens.streams.runner import Record
     from tests.diagnosis.diag_events import beat
 
@@ -87,7 +87,7 @@ def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_
 
 
 def test_copartition_problem_names_the_counts_that_differ():
-    from faultlens.streams.topics import TELEMETRY_TOPICS, TOPICS, copartition_problem
+    from faultlens.events.topics import TELEMETRY_TOPICS, TOPICS, copartition_problem
 
     assert {TOPICS[t].partitions for t in TELEMETRY_TOPICS} == {6}  # the defaults are co-partitioned
     assert copartition_problem({"telemetry.gpu": 6, "telemetry.train": 6}) is None

@@ -19,7 +19,7 @@ from faultlens.diagnosis.drift_features import DriftFeatures, node_drift, peer_d
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.failslow import FailSlowRounds
 from faultlens.diagnosis.features import FeatureWindows
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from tests.diagnosis.diag_events import JOB, T0, gpu, sample, step, topology
 
 N_NODES = 12

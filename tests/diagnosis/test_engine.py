@@ -3,7 +3,7 @@ import time
 import pytest
 
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
-from faultlens.streams.events import InvalidEvent
+from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.diag_events import JOB, T0, beat, ev, gpu, nodes, sample, step, topology, xid
 
 
@@ -205,7 +205,7 @@ def test_lateness_is_judged_per_job():
     import pytest
 
     from faultlens.diagnosis.engine import Engine
-    from faultlens.streams.events import Envelope, InvalidEvent
+    from faultlens.events.envelope import Envelope, InvalidEvent
 
     engine = Engine()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from faultlens.diagnosis.expect import ExpectError, Verdict, compare, expect_path, read_expect, trace_of, verdicts_of, write_expect
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 
 T = 1_767_225_600.0
 

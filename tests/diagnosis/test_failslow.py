@@ -8,7 +8,7 @@ import pytest
 
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.implicit import ImplicitFaultDetector
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     JOB,

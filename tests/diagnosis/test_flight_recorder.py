@@ -23,7 +23,7 @@ from faultlens.diagnosis.rank_threads import read_rank
 from faultlens.diagnosis.stacks import NotInTopology, read_rank_stacks
 from faultlens.cli import main
 from tests.diagnosis.stack_samples import JOB
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
 ALL_CASES = sorted(p.name for p in FIXTURES.glob("fr_*") if (p / "case.json").exists())
@@ -326,7 +326,7 @@ def test_the_streaming_hang_path_with_the_hooks_dumps_alone_alerts_on_a_divergen
 
 def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():
     from faultlens.diagnosis.dump_set import read_recorder_dump
-    from faultlens.streams.events import InvalidEvent
+    from faultlens.events.envelope import InvalidEvent
 
     _, topology, _, _ = _load("fr_tp2pp2dp2_compute_r5")
     bad = _recorder_event(1.0, topology, 0, "x")

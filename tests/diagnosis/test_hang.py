@@ -7,7 +7,7 @@ import pytest
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.implicit import ImplicitFaultDetector
-from faultlens.streams.events import InvalidEvent
+from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.stack_samples import (
     JOB,
     T0,

@@ -13,10 +13,10 @@ from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, InvalidEvent
-from faultlens.streams.signing import SigningKey
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.signing import SigningKey
 from tests.diagnosis.stack_samples import (
     GRAD_SYNC,
     JOB,

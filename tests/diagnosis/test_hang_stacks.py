@@ -23,7 +23,7 @@ from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
 from faultlens.cli import main
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 from tests.diagnosis.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
 from tests.progress import run_watched
 

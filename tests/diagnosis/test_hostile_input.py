@@ -19,7 +19,7 @@ from tests.kafka_fixtures import job_records
 from kafka import KafkaProducer
 
 from faultlens.cli import main
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.reader import read_topic
 
 XID79 = "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from faultlens.diagnosis.localize import first_ranks_nodes, group_counts, localize
-from faultlens.streams.topology import RankPlace, Topology
+from faultlens.events.topology import RankPlace, Topology
 from tests.diagnosis.stack_samples import grid
 
 

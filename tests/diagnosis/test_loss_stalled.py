@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from faultlens.diagnosis.loss_stalled import LossStalledDetector, theil_sen
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 def step(i: int, loss, grad=1.0, rank: int = 0, **extra) -> Envelope:

@@ -9,7 +9,7 @@ import random
 import orjson
 
 from faultlens.diagnosis.rules.net_counters import NetCounterRule
-from faultlens.streams.net_reading import CheckedPorts, decode_net_message
+from faultlens.events.net_reading import CheckedPorts, decode_net_message
 from tests.diagnosis.test_rules_net import T0, net, port
 
 

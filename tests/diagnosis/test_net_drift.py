@@ -15,7 +15,7 @@ import pytest
 
 from faultlens.diagnosis.anomaly import PeerAnomalyDetector
 from faultlens.diagnosis.net_drift import NetDriftJudge
-from faultlens.streams.events import Envelope, InvalidEvent
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 T0 = 1767225600.0
 JOB = "job-netdrift"

@@ -6,8 +6,8 @@ from faultlens.diagnosis.features import FeatureWindows
 from faultlens.diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
 from faultlens.diagnosis.rules.training import _Baseline
 from collections import deque
-from faultlens.streams.events import encode
-from faultlens.streams.gpu_reading import decode_gpu_message
+from faultlens.events.envelope import encode
+from faultlens.events.gpu_reading import decode_gpu_message
 from tests.diagnosis.diag_events import ev, step
 
 # One GPU's entry as collectors/gpu_sample.gpu_payload writes it (every documented key).
@@ -27,7 +27,7 @@ def _gpu(index: int, plain: bool, **over) -> dict:
 
 
 def _sample(ts: float, plain: bool | str, node: str = "n000", **over):
-    """``plain="typed"``: a plain sample as the consumers read it from Kafka (streams.gpu_reading)."""
+    """``plain="typed"``: a plain sample as the consumers read it from Kafka (events.gpu_reading)."""
     event = ev(ts, node, "gpu", "sample", gpus=[_gpu(i, bool(plain), **over) for i in range(4)], interval_s=1.0)
     return decode_gpu_message(encode(event)) if plain == "typed" else event
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 
 from faultlens.diagnosis.node_consumer import NodeStageHandler
-from faultlens.streams import topics
-from faultlens.streams.bundle import Bundle, decode_bundled
-from faultlens.streams.events import decode, encode
+from faultlens.events import topics
+from faultlens.events.bundle import Bundle, decode_bundled
+from faultlens.events.envelope import decode, encode
 from faultlens.streams.runner import Record
 from tests.diagnosis.diag_events import T0, beat, ev, step, topology
 

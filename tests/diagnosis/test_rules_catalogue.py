@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
 from faultlens.parsing.rules import load
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 def _lines(node: str, lines: list[str], t0: float = 1_800_000_000.0) -> list[Envelope]:

@@ -1,7 +1,7 @@
 import pytest
 
 from faultlens.diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
-from faultlens.streams.events import InvalidEvent
+from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.diag_events import ev, gpu, sample, step, xid
 
 
@@ -86,7 +86,7 @@ def test_a_folded_xid_flood_is_one_finding_that_says_its_count():
     """The agent folds an Xid flood (collectors/flood_fold.py): its folded event is one finding
     carrying the count in its detail, and a sympathetic Xid's fold stays sympathetic."""
     from faultlens.diagnosis.rules.gpu import XidRule
-    from faultlens.streams.events import Envelope
+    from faultlens.events.envelope import Envelope
 
     rule = XidRule()
     base = {"xid": 95, "pci": "0000:3b:00", "fault": "gpu_memory", "action": "evict_reset_gpu",
@@ -106,7 +106,7 @@ def test_a_folded_xid_flood_is_one_finding_that_says_its_count():
 
 def test_a_folded_xid_flood_through_the_engine_is_one_diagnosis():
     from faultlens.diagnosis.engine import analyze
-    from faultlens.streams.events import Envelope
+    from faultlens.events.envelope import Envelope
 
     line = "[ 10.000000] NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=python3, Uncontained: FBHUB. RST: No, D-RST: No"
     first = Envelope(ts=1_700_000_000.0, job="j", node="n1", source="kernel", kind="line", data={"line": line})

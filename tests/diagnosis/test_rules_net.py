@@ -9,9 +9,9 @@ import pytest
 from faultlens.diagnosis.engine import Engine, analyze
 from faultlens.diagnosis.net_traffic import NetTraffic, annotate
 from faultlens.diagnosis.rules.net_counters import NetCounterRule
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope, InvalidEvent
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.topology import Topology
 
 T0 = 1767225600.0
 JOB = "job-net"

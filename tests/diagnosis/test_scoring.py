@@ -1,7 +1,7 @@
 import json
 
 from faultlens.simulator.plan import FaultPlan
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.scoring import score
 from faultlens.cli import main
 from tests.diagnosis.sim_replay import replay

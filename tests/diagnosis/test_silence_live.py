@@ -24,12 +24,12 @@ from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig, analyze
 from faultlens.diagnosis.scoring import EVICTING
 from faultlens.demo.processes import faultlens
-from faultlens.streams import topics
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import decode
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import publish_messages, trace_message_batches
-from faultlens.streams.trace import write_trace
+from faultlens.events.trace import write_trace
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records, wait_for_records

@@ -11,7 +11,7 @@ import pytest
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.rules.liveness import SilenceDetector
-from faultlens.streams.topics import telemetry_partition
+from faultlens.events.topics import telemetry_partition
 from tests.diagnosis.diag_events import T0, nodes, topology
 from tests.diagnosis.test_silence_peers import _phased_beats
 
@@ -143,7 +143,7 @@ def test_a_staged_consumer_learns_the_brokers_telemetry_partitions(tmp_path):
     from faultlens.streams.admin import ensure_topics
     from faultlens.streams.broker import EmbeddedBroker
     from faultlens.streams.config import KafkaSettings
-    from faultlens.streams.topics import TELEMETRY_TOPICS
+    from faultlens.events.topics import TELEMETRY_TOPICS
 
     if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
         pytest.skip("needs a broker of its own (topic layout); FAULTLENS_TEST_BOOTSTRAP points at a shared cluster")

@@ -8,8 +8,8 @@ from kafka.structs import TopicPartition
 
 from faultlens.diagnosis.consumer import DiagnoseHandler
 from faultlens.diagnosis.engine import Engine, EngineConfig
-from faultlens.streams import topics
-from faultlens.streams.event_time import WatermarkMerge
+from faultlens.events import topics
+from faultlens.events.event_time import WatermarkMerge
 from faultlens.streams.runner import Record
 from tests.diagnosis.diag_events import T0, beat, nodes
 
@@ -75,6 +75,6 @@ def test_without_a_stop_the_wall_clock_moves_the_quiet_job_and_names_the_job_not
 
 
 def _decode(raw: bytes):
-    from faultlens.streams.diagnosis_record import Diagnosis
+    from faultlens.events.diagnosis_record import Diagnosis
 
     return Diagnosis.decode(raw)

@@ -11,7 +11,7 @@ from faultlens.diagnosis.engine import analyze
 from tests.diagnosis import foreign
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.diagnosis.split_stages import run_split
-from faultlens.streams.trace import iter_trace
+from faultlens.events.trace import iter_trace
 
 CASES = ("dead_agent", "failslow_corroborated", "thermal_throttle", "hang_same_step", "healthy", "xid_two_sources")
 

@@ -13,11 +13,11 @@ from tests.kafka_fixtures import job_records, wait_for_records
 
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING
-from faultlens.streams import topics
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import decode
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
 from faultlens.streams.replay import replay_trace
-from faultlens.streams.trace import iter_trace, trace_order, write_trace
+from faultlens.events.trace import iter_trace, trace_order, write_trace
 from tests.diagnosis.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 

@@ -10,7 +10,7 @@ import pytest
 
 from faultlens.diagnosis.scoring import is_scored
 from faultlens.simulator import FaultPlan
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.replay import replay_trace
 from tests.diagnosis.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace

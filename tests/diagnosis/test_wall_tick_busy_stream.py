@@ -17,7 +17,7 @@ import pytest
 
 from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from tests.diagnosis.diag_events import beat, ev, nodes, topology
 from tests.kafka_fixtures import job_records

@@ -20,10 +20,10 @@ import pytest
 from tests.kafka_fixtures import job_records
 from tests.progress import files_size, procs_progress, wait_until
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.command import Command
-from faultlens.streams.signing import load_verify_keys, write_key_pair
-from faultlens.streams.events import decode
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.command import Command
+from faultlens.events.signing import load_verify_keys, write_key_pair
+from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
 from faultlens.demo import processes as pipeline
 

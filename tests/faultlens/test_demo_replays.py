@@ -7,8 +7,8 @@ from faultlens.demo.replays import is_replay, run_simulated_replay
 from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.remediation.replay import PendingReplay, judge_replay
 from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster
-from faultlens.streams.command import Command
-from faultlens.streams.payloads import check_payload
+from faultlens.events.command import Command
+from faultlens.events.payloads import check_payload
 
 CFG = SimConfig(nodes=9, gpus=1, seed=2)
 
@@ -64,7 +64,7 @@ def test_a_replay_outcome_is_decided_on_the_simulated_clock():
     """The demo's remediation decides each record at its own time: a check result too (decided on
     the wall clock, a replay's eviction was stamped 20 minutes ahead of the simulated cluster)."""
     from faultlens.demo.wiring import DiagnosisTap
-    from faultlens.streams.events import Envelope
+    from faultlens.events.envelope import Envelope
     from faultlens.streams.runner_types import Record
 
     seen = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 
-from faultlens.streams.diagnosis_record import FAULT_CLASSES
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 from faultlens.demo import summary
 
 
@@ -121,7 +121,7 @@ def test_ends_with_where_to_find_the_html_report():
 
 
 def test_a_fault_found_but_not_acted_on_says_why():
-    from faultlens.streams.diagnosis_record import Diagnosis
+    from faultlens.events.diagnosis_record import Diagnosis
     from faultlens.demo.state import DemoState
     from faultlens.remediation.policy import Decision
 
@@ -174,7 +174,7 @@ def test_an_over_eviction_says_which_fault_and_why():
 
 
 def _hang_verdict(detail: str, group: str = "pp:9"):
-    from faultlens.streams.diagnosis_record import Diagnosis
+    from faultlens.events.diagnosis_record import Diagnosis
 
     return Diagnosis(job="demo-sim", ts=100.0, onset=10.0, fault="job_hang", action="evict",
                      nodes=("n032", "n033", "n034", "n035"), group=group, detail=detail)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_memory import ReplayMemory
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 from tests.history import known
 from faultlens.trainer_hooks.hook import TrainerHook
 

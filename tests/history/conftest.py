@@ -6,7 +6,7 @@ import pytest
 
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.run import simulate
-from faultlens.streams.trace import labels_path, write_labels, write_trace
+from faultlens.events.trace import labels_path, write_labels, write_trace
 
 
 @pytest.fixture(scope="session")

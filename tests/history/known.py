@@ -11,10 +11,10 @@ Job j2 (next day, D = T0 + 86400): topology at D-10, steps D..D+29,
 
 from __future__ import annotations
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.command import Command
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 
 T0 = 1_699_920_000.0
 D = T0 + 86_400

@@ -8,9 +8,9 @@ alone (the request still marks the job stalled in the timeline: the sink derives
 
 from __future__ import annotations
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.command import Command
-from faultlens.streams.events import Envelope
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
 from tests.history.known import NODES, T0
 
 _DUMP = """Process 20011: python3 train.py --config gpt.yaml

@@ -6,7 +6,7 @@ import duckdb
 
 from faultlens.history.schema import DDL, SCHEMA_VERSION, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.streams.action_record import ActionRecord
+from faultlens.events.action_record import ActionRecord
 
 
 def records():

@@ -7,7 +7,7 @@ import math
 import orjson
 import pytest
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.history.consumer import HistoryHandler, StoreUnavailable
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink

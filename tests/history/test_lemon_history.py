@@ -6,8 +6,8 @@ from faultlens.history.queries import run
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.remediation.fleet import Fleet
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.fleet_record import MachineRecord
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.fleet_record import MachineRecord
 
 T0 = 1_767_225_600.0
 

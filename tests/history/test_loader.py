@@ -12,7 +12,7 @@ from faultlens.history.loader import load_trace
 from faultlens.history.queries import run
 from faultlens.history.schema import HistoryError, memory_history, open_history
 from faultlens.history.sink import SAMPLED_KINDS, HistorySink, Sampling
-from faultlens.streams.trace import iter_trace, read_labels
+from faultlens.events.trace import iter_trace, read_labels
 
 
 def _count(conn, sql: str) -> int:
@@ -88,7 +88,7 @@ def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from faultlens.streams.trace import SCHEMA
+    from faultlens.events.trace import SCHEMA
 
     rows = pq.read_table(sim_trace).slice(0, 300).to_pylist()
     rows[200]["source"] = "bogus"  # a row that is not a valid envelope
@@ -107,7 +107,7 @@ def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path
 
 def test_alerts_and_fail_slow_stack_rounds_do_not_mark_the_job_down_or_stalled():
     from faultlens.history.sink import diagnosis_marks
-    from faultlens.streams.diagnosis_record import Diagnosis
+    from faultlens.events.diagnosis_record import Diagnosis
 
     def d(fault, action):
         return Diagnosis(job="j", ts=100.0, onset=90.0, fault=fault, action=action, nodes=("n1",))

@@ -13,10 +13,10 @@ from faultlens.collectors.checks.source import ChecksSource
 from faultlens.history import html_report, queries
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
-from faultlens.streams.signing import SigningKey
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import SigningKey
 from tests.history import known
 from tests.history.answered import FORGED, TRUSTED, acks, write_history
 

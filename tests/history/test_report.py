@@ -7,9 +7,9 @@ import datetime as dt
 import orjson
 import pytest
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 from faultlens.history import queries, report
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch

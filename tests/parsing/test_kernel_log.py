@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from faultlens.parsing.kernel_log import KernelLogParser
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from tests.parsing import log_samples as S
 
 

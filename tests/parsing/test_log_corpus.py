@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from tools.log_corpus_score import rows, score
 
 ALL = [(name, r) for name, rs in rows().items() for r in rs]

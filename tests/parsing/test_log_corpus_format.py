@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from tools.log_corpus_score import (
     CORPUS,
     HELDOUT,

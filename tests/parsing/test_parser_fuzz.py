@@ -9,8 +9,8 @@ from faultlens.parsing.line import clean_line
 from faultlens.parsing.registry import LineEventParser, parser_for
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.xid_table import lookup
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.envelope import Envelope, encode
 from tests.parsing import log_samples as S
 
 REAL = [v for k, v in vars(S).items() if k.isupper() and isinstance(v, str)]

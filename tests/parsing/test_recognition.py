@@ -15,7 +15,7 @@ from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.severity import severity_of
 from faultlens.parsing.subsystems import attribute, subsystem_of
 from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 
 
 def kernel(*lines: str) -> tuple[list, KernelLogParser]:

@@ -10,7 +10,7 @@ import pytest
 
 from tools import xid_gen
 from faultlens.parsing.xid_table import decode_nvlink, lookup, table
-from faultlens.streams.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 REFERENCE = Path(os.environ.get("FAULTLENS_XID_REFERENCE", Path(__file__).resolve().parents[3] / "shared" / "reference"))
 CATALOG = REFERENCE / "nvidia-xid-catalog.csv"

@@ -15,13 +15,13 @@ from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams import topics
+from faultlens.events import topics
 from faultlens.streams.admin import ensure_topics
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 
 pytestmark = pytest.mark.broker
 

@@ -19,11 +19,11 @@ from faultlens.remediation.actuators.plan import plan
 from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.remediation.policy import Decision, Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams.action_record import ActionRecord
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.action_record import ActionRecord
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.runner import Record
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

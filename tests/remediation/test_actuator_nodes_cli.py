@@ -50,7 +50,7 @@ def test_slurm_nodes_drain_then_resume_by_hand(slurm_controller):
 
 @pytest.mark.broker
 def test_nodes_publish_files_the_record_on_the_actions_topic(kafka_settings):
-    from faultlens.streams.action_record import ActionRecord
+    from faultlens.events.action_record import ActionRecord
     from faultlens.streams.reader import read_topic
 
     job = f"by-hand-{os.getpid()}"

@@ -1,6 +1,6 @@
 import pytest
 
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.remediation.ladder import JobLadder, dual_phase_plan
 
 NODES = ("n000", "n001", "n002", "n003")

@@ -1,17 +1,17 @@
-"""The lemon policy, pure (remediation.lemon, remediation.fleet, streams.fleet_record): which
+"""The lemon policy, pure (remediation.lemon, remediation.fleet, events.fleet_record): which
 faults count against a machine across jobs, and when it is taken out for good."""
 
 import pytest
 
 from faultlens.remediation.actuators import plan
 from faultlens.remediation.fleet import Fleet
-from faultlens.streams.fleet_record import MachineRecord
+from faultlens.events.fleet_record import MachineRecord
 from faultlens.remediation.lemon import DAY_S, LEMON_STATE, ClassRule, LemonConfig, classify, parse_rules
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 T0 = 1_767_225_600.0

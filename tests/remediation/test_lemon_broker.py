@@ -22,13 +22,13 @@ from faultlens.remediation.fleet_log import FleetLog, read_fleet
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams import topics
-from faultlens.streams.command import Command
-from faultlens.streams.diagnosis_record import Diagnosis
+from faultlens.events import topics
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from tests.kafka_fixtures import job_records
 from tests.progress import run_watched, wait_until
 
@@ -199,7 +199,7 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
 
     from faultlens.diagnosis.consumer import diagnose_consumer
     from faultlens.diagnosis.engine import EngineConfig
-    from faultlens.streams.events import Envelope
+    from faultlens.events.envelope import Envelope
 
     settings = own_kafka_settings
     x, a, b = "x-flood", "job-a", "job-b"

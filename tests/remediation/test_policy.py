@@ -1,9 +1,9 @@
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.command import Command
-from faultlens.streams.signing import SigningKey
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.command import Command
+from faultlens.events.signing import SigningKey
 from faultlens.remediation.policy import Policy, PolicyConfig, command_id
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams.topology import Topology
+from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from faultlens.collectors.checks.source import ChecksSource
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 from tests.remediation.test_stop_checks import KEY, NODES, crash, policy, result
 
 STALE = SigningKey.generate()  # the key n001's agent still trusts

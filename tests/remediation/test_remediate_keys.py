@@ -4,7 +4,7 @@ removed shared secret is refused with what to do instead. None of these reach a 
 import os
 import sys
 
-from faultlens.streams.command import MAX_LIFETIME_S
+from faultlens.events.command import MAX_LIFETIME_S
 from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 CLI = [sys.executable, "-m", "faultlens", "remediate", "--bootstrap", "127.0.0.1:1"]

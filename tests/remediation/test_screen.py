@@ -2,9 +2,9 @@ from dataclasses import replace
 
 import orjson
 
-from faultlens.streams.command import Command
-from faultlens.streams.command_screen import CommandScreen
-from faultlens.streams.signing import SigningKey
+from faultlens.events.command import Command
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.signing import SigningKey
 
 KEY = SigningKey.generate()
 KEYS = KEY.verify_keys()

@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.ladder import JobLadder
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.pool import StandbyPool

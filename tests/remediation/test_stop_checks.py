@@ -10,11 +10,11 @@ from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.remediation.policy import Policy, PolicyConfig, command_id
 from faultlens.remediation.replay import PendingReplay, judge_replay
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams.command import Command
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import Envelope
-from faultlens.streams.signing import SigningKey
-from faultlens.streams.topology import Topology
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

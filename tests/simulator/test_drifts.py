@@ -8,7 +8,7 @@ import pytest
 
 from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.simulator.drifts import Drift
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 
 CFG = SimConfig(nodes=8, gpus=4, seed=11, sample_interval_s=10.0, noise=False, job="job-drift")
 

@@ -9,7 +9,7 @@ import pytest
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.faults import NIC_VARIANTS
 from faultlens.simulator.plan import FaultPlan
-from faultlens.streams.payloads import check_payload
+from faultlens.events.payloads import check_payload
 
 CFG = SimConfig(nodes=8, gpus=4, seed=5, job="job-sim-net")
 ONSET = {v: 150.0 + 200.0 * i for i, v in enumerate(NIC_VARIANTS)}

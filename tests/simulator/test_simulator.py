@@ -9,10 +9,10 @@ import pytest
 
 from faultlens.simulator import SIM_CLASSES, FaultPlan, SimConfig, SimulatedCluster, choose_layout, lines, simulate
 from faultlens.simulator.plan import PlannedFault
-from faultlens.streams.diagnosis_record import FAULT_CLASSES
-from faultlens.streams.command import Command
-from faultlens.streams.events import as_float, decode, encode
-from faultlens.streams.topology import Topology
+from faultlens.events.diagnosis_record import FAULT_CLASSES
+from faultlens.events.command import Command
+from faultlens.events.envelope import as_float, decode, encode
+from faultlens.events.topology import Topology
 from tests.simulator.sim_fixtures import SMALL, build
 
 XID = re.compile(r"NVRM: Xid \(PCI:[0-9a-f:]+\): (\d+),")
@@ -395,7 +395,7 @@ def test_cli_writes_a_byte_identical_labelled_trace_per_seed(tmp_path, capsys):
     import json
 
     from faultlens.cli import main
-    from faultlens.streams.trace import read_labels
+    from faultlens.events.trace import read_labels
 
     args = ["simulate", "--nodes", "2", "--gpus", "2", "--faults", "2", "--seed", "11", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "a.parquet")]) == 0

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope
+from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
 

@@ -9,12 +9,12 @@ import uuid
 
 import pytest
 
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.streams.command_listener import CommandListener
-from faultlens.streams.command_memory import ReplayMemory, memory_file
-from faultlens.streams.command_screen import CommandScreen
+from faultlens.events.command_memory import ReplayMemory, memory_file
+from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 
 pytestmark = pytest.mark.broker
 

@@ -126,7 +126,7 @@ def test_the_deployed_config_keeps_the_telemetry_topics_co_partitioned(tmp_path)
     import textwrap
     from pathlib import Path
 
-    from faultlens.streams.topics import TELEMETRY_TOPICS, copartition_problem
+    from faultlens.events.topics import TELEMETRY_TOPICS, copartition_problem
 
     text = (Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "configmap.yaml").read_text()
     embedded = textwrap.dedent(text.split("faultlens.toml: |\n", 1)[1])

@@ -1,6 +1,6 @@
 """Pausing a partition and resuming it loses nothing and stalls nothing, with either client: the
 event-time runner pauses the partitions that run ahead and resumes them when the others catch
-up (streams/event_time.py, WatermarkMerge.to_pause)."""
+up (events/event_time.py, WatermarkMerge.to_pause)."""
 
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import faultlens.streams.replay as replay
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.producer import DeliveryError, Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.replay import publish_batches, replay_settings, trace_message_batches, trace_messages
-from faultlens.streams.topics import topic_for
-from faultlens.streams.trace import SCHEMA, TraceError, write_trace
+from faultlens.events.topics import topic_for
+from faultlens.events.trace import SCHEMA, TraceError, write_trace
 
 T0 = 1_790_000_000.0
 
@@ -187,7 +187,7 @@ def test_a_paced_replay_sends_the_same_events_as_a_full_speed_one(client_setting
     from faultlens.simulator import SimConfig, simulate
     from faultlens.streams.record import collect
     from faultlens.streams.replay import replay_trace
-    from faultlens.streams.trace import iter_trace
+    from faultlens.events.trace import iter_trace
 
     job = f"job-paced-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "sim.parquet"

@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultlens.simulator import SimConfig, simulate
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.replay import trace_messages
-from faultlens.streams.topics import topic_for
-from faultlens.streams.trace import SCHEMA, TraceError, iter_trace, write_trace
+from faultlens.events.topics import topic_for
+from faultlens.events.trace import SCHEMA, TraceError, iter_trace, write_trace
 
 
 def _row(**over):
@@ -61,7 +61,7 @@ def test_a_bad_row_stops_the_replay_naming_it(tmp_path, bad, message):
 def test_data_that_only_looks_like_an_object_goes_out_and_is_dead_lettered_by_its_reader(tmp_path):
     """The price of never parsing data on the way out: a row whose data is braces around garbage is
     sent, and the consumer's decode names it (the runner dead-letters it with this reason)."""
-    from faultlens.streams.events import InvalidEvent, decode
+    from faultlens.events.envelope import InvalidEvent, decode
 
     path = _write(tmp_path / "braces.parquet", [_row(), _row(id="e2", data="{not json}")])
     messages = list(trace_messages(path))

@@ -7,7 +7,7 @@ import threading
 import orjson
 import pytest
 
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.producer import Outgoing, Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.runner import DEAD_LETTER_TOPIC, GroupRunner
@@ -183,7 +183,7 @@ def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_n
 
 def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_all_went(
         client_settings, group_name, fresh_topic):
-    from faultlens.streams.bundle import decode_bundled, pack
+    from faultlens.events.bundle import decode_bundled, pack
 
     topic = fresh_topic(partitions=1)
     sent = events(30, job=f"b-{group_name}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.events import Envelope, encode
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.runner import GroupRunner
 
 TP = TopicPartition("jobs", 0)

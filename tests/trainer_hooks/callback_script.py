@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from faultlens.streams.command import Command
-from faultlens.streams.events import Envelope, decode
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope, decode
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import SigningKey
+from faultlens.events.signing import SigningKey
 from tests.kafka_fixtures import wait_for_records
 
 KEY = SigningKey.generate()  # the deployment's remediation consumer

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import orjson
 
-from faultlens.streams.command import Command
-from faultlens.streams.signing import SigningKey, write_key_pair
-from faultlens.streams.events import as_float, decode
+from faultlens.events.command import Command
+from faultlens.events.signing import SigningKey, write_key_pair
+from faultlens.events.envelope import as_float, decode
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.exit_codes import RESTART
 from faultlens.trainer_hooks.hook import TrainerHook

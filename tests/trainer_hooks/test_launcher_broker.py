@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from faultlens.streams.events import decode
-from faultlens.streams.signing import write_key_pair
+from faultlens.events.envelope import decode
+from faultlens.events.signing import write_key_pair
 from tests.kafka_fixtures import job_records
 from tests.progress import cpu_ticks, run_watched, wait_until
 from tests.trainer_hooks.launcher_lines import follow, until

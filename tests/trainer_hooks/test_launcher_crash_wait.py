@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from faultlens.streams.command import Command
+from faultlens.events.command import Command
 from faultlens.trainer_hooks.launcher import Launcher, node_names
 
 

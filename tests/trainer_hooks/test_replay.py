@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from faultlens.remediation.ladder import dual_phase_plan
-from faultlens.streams.command import Command
-from faultlens.streams.events import decode, encode
-from faultlens.streams.payloads import check_payload
+from faultlens.events.command import Command
+from faultlens.events.envelope import decode, encode
+from faultlens.events.payloads import check_payload
 from faultlens.trainer_hooks.replay import judge_run, replay_groups, run_replay
 
 NODES = ("n000", "n001", "n002", "n003")

@@ -13,12 +13,12 @@ import uuid
 import pytest
 
 from faultlens.remediation.policy import Policy, PolicyConfig
-from faultlens.streams import topics
-from faultlens.streams.diagnosis_record import Diagnosis
-from faultlens.streams.events import decode
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import SigningKey, write_key_pair
-from faultlens.streams.topology import Topology
+from faultlens.events.signing import SigningKey, write_key_pair
+from faultlens.events.topology import Topology
 from tests.trainer_hooks.launcher_lines import follow, until
 from tests.kafka_fixtures import job_records
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from faultlens.streams.broker import answers, free_port
-from faultlens.streams.command import Command
-from faultlens.streams.events import decode
+from faultlens.events.command import Command
+from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
-from faultlens.streams.signing import SigningKey, write_key_pair
+from faultlens.events.signing import SigningKey, write_key_pair
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 from tests.kafka_fixtures import job_records
 

@@ -1,0 +1,143 @@
+"""The diagnosis record and the fault-class and action names of docs/design.md §9 (a contract: add, never rename)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import orjson
+
+from faultlens.events.envelope import InvalidEvent, loads, require_fields
+
+FAULT_CLASSES = (
+    "gpu_lost",
+    "gpu_memory",
+    "nvlink",
+    "gpu_thermal",
+    "gpu_reset_required",
+    "nic",
+    "kernel",
+    "host_oom",
+    "cuda_error",
+    "nccl_error",
+    "user_code",
+    "nan_loss",
+    "loss_spike",
+    "job_hang",
+    "fail_slow",
+    "node_silent",
+    "app_fault",
+    "unknown",
+    # Added (never renamed): a node whose clock is off; record-only, its events still count.
+    "clock_skew",
+    # Added: a whole job's telemetry stopped (it ended, or the pipeline upstream of diagnosis lost
+    # it): an alert about the job or the pipeline, never about a machine.
+    "telemetry_lost",
+    # Added (docs/design.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
+    # NFS server outage is job-wide and only alerts.
+    "storage",
+    # Added: the node agent beats but cannot see part of its node (NVML stuck at the node level, a
+    # log follower stalled, a spool that cannot keep what it cannot send): an alert naming what it
+    # cannot see, never an eviction (the machine may be fine; the agent is half blind).
+    "agent_blind",
+    # Added: a run whose loss stopped improving (at chance, never learned, frozen, regressed, or a
+    # gradient norm at zero; diagnosis/loss_stalled.py): an alert, or a rollback to a better checkpoint.
+    "loss_stalled",
+)
+
+# The first action of the decision tree a diagnosis recommends (docs/design.md §3-§4). `none` records only;
+# `stop_time_diagnosis` asks the ladder to run diagnostics, then reattempt / rollback / replay.
+# `alert` asks a person to look (a suspicion without the evidence an eviction needs, an agent that
+# stopped beating while its node still trains): like `none`, nothing is done automatically.
+ACTIONS = (
+    "evict",
+    "evict_reset_gpu",
+    "reattempt",
+    "rollback",
+    "restart",
+    "capture_stacks",
+    "stop_time_diagnosis",
+    "inspect_hardware",
+    "none",
+    "alert",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    job: str
+    ts: float
+    onset: float
+    fault: str
+    action: str
+    nodes: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    group: str | None = None
+    confidence: float = 1.0
+    evidence: tuple[str, ...] = ()
+    detail: str = ""
+    count: int = 1
+    # Left empty, the id is derived from what was decided (job, fault, action, onset, suspects,
+    # evidence): analysing the same trace twice, or a consumer re-running after a crash, gives
+    # the same ids, so every downstream store dedups by id. A folded diagnosis re-emitted with a
+    # higher count keeps its id (dataclasses.replace copies it).
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            basis = orjson.dumps([self.job, self.fault, self.action, round(float(self.onset), 3), list(self.nodes),
+                                  list(self.ranks), self.group, list(self.evidence[:16])])
+            object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
+        if self.fault not in FAULT_CLASSES:
+            raise InvalidEvent("fault", f"unknown fault class {self.fault!r}")
+        if self.action not in ACTIONS:
+            raise InvalidEvent("action", f"unknown action {self.action!r}")
+        if not 0.0 <= float(self.confidence) <= 1.0:
+            raise InvalidEvent("confidence", f"{self.confidence!r} outside 0..1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job": self.job,
+            "ts": self.ts,
+            "onset": self.onset,
+            "fault": self.fault,
+            "nodes": list(self.nodes),
+            "ranks": list(self.ranks),
+            "group": self.group,
+            "confidence": round(float(self.confidence), 4),
+            "action": self.action,
+            "evidence": list(self.evidence),
+            "detail": self.detail,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> "Diagnosis":
+        obj = require_fields(obj, ("id", "job", "ts", "onset", "fault", "action"), "a diagnosis")
+        try:
+            return cls(
+                id=str(obj["id"]),
+                job=str(obj["job"]),
+                ts=float(obj["ts"]),
+                onset=float(obj["onset"]),
+                fault=obj["fault"],
+                action=obj["action"],
+                nodes=tuple(str(n) for n in obj.get("nodes") or ()),
+                ranks=tuple(int(r) for r in obj.get("ranks") or ()),
+                group=obj.get("group"),
+                confidence=float(obj.get("confidence", 1.0)),
+                evidence=tuple(str(e) for e in obj.get("evidence") or ()),
+                detail=str(obj.get("detail", "")),
+                count=int(obj.get("count", 1)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise InvalidEvent(None, f"bad diagnosis: {exc}") from None
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, raw: bytes | str | None) -> "Diagnosis":
+        return cls.from_dict(loads(raw))

@@ -1,0 +1,407 @@
+"""Event time for consumers: where an event sits in time, and in which order to hand events on.
+
+Used by :class:`streams.runner.GroupRunner` (live) and testable alone. Where one event sits in time
+(a node's clock judged against its peers) is :mod:`events.event_clock`, re-exported here.
+
+:class:`WatermarkMerge` hands records on in event-time order across partitions and topics,
+whatever speed each partition is read at (a backlog after an outage, a slow broker, a rebalance).
+Each partition's watermark is the latest event time it delivered; a record is released once every
+partition that may still deliver something earlier has moved past it. A partition that has caught
+up with its high-water mark and delivered nothing for ``max_idle_s`` stops holding the others
+back (Kafka Streams' ``max.task.idle.ms``, Flink's idleness). Partitions that run ahead are
+reported for pausing so the consumer fetches from the ones behind.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
+
+from faultlens.events.event_clock import DEFAULT_MAX_SKEW_S, EventClock, Placement
+
+__all__ = ["DEFAULT_MAX_SKEW_S", "EventClock", "Placement", "UpstreamStop", "WatermarkMerge", "WriterWord"]
+
+T = TypeVar("T")
+Partition = Hashable
+
+
+class WriterWord(NamedTuple):
+    """An upstream writer's announcement: it has written everything up to ``watermark`` (-inf:
+    nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group;
+    ``behind`` says it still has input to read (a backlog, a partition just taken over); ``idle``,
+    that it has handed on all it read and its input has been quiet (it holds nothing back)."""
+
+    member: str
+    watermark: float
+    reads: list[str] | None = None
+    of: int | None = None
+    behind: bool | None = None
+    idle: bool | None = None
+
+
+class UpstreamStop(NamedTuple):
+    """Every upstream writer of a partition has fallen silent (none spoke for ``writer_ttl_s``):
+    ``since`` is the wall time the last of them spoke, ``members`` those that spoke last, and
+    ``watermark`` how far they had written. What is quiet downstream of it is the pipeline's silence,
+    not its sources': a consumer's clock must not run on past ``since`` (docs/design.md §1)."""
+
+    since: float
+    members: tuple[str, ...]
+    watermark: float
+
+
+# A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap
+# orders by (ts, seq) in C and never compares further.
+_TS, _PART, _ITEM = 0, 2, 4
+
+
+@dataclass
+class _PartitionState:
+    watermark: float | None = None
+    # Upstream writers' own watermarks, when a partition has several (the node stage's members
+    # writing `summaries`): writer → (watermark, wall time heard, input partitions it reads, still
+    # behind on its input, idle). The partition is then only as far along as its slowest live
+    # writer that is not idle.
+    writers: dict[str, tuple[float, float, frozenset[str] | None, bool, bool]] = field(default_factory=dict)
+    # How many input partitions the writers read in all, when they say which ones each reads:
+    # then the partition is held back while some input partition has no live writer that reads
+    # it (a member whose rebalance callback ran late has not said hello yet, and its records are
+    # still to come).
+    of: int | None = None
+    # A follower (a topic every member reads in full, such as `jobs`) never sets the pace: its
+    # records wait until the other partitions' data has reached them.
+    follower: bool = False
+    last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
+    # The broker's time of the latest record read from it: while a backlog is read, a writer is
+    # alive if it spoke shortly before that, not shortly before now.
+    frontier: float | None = None
+    held: int = 0
+    offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
+    released: set[int] = field(default_factory=set)  # released while a lower offset is still held
+
+    def reached(self, broker_ts: float | None) -> None:
+        """A record (or an announcement) stamped ``broker_ts`` by the broker was read from it."""
+        if broker_ts is not None and (self.frontier is None or broker_ts > self.frontier):
+            self.frontier = broker_ts
+
+
+class WatermarkMerge(Generic[T]):
+    """Holds records until every partition that may deliver earlier ones has moved past them."""
+
+    def __init__(self, max_idle_s: float = 2.0, max_held_per_partition: int = 20_000,
+                 max_held: int = 500_000, writer_ttl_s: float = 15.0, max_lead_s: float = 120.0,
+                 min_held_to_pause: int = 5_000) -> None:
+        self.max_idle_s = max_idle_s
+        self.writer_ttl_s = writer_ttl_s
+        self.max_held_per_partition = max_held_per_partition
+        # Event-time alignment: a partition that holds more than ``min_held_to_pause`` records and
+        # whose data runs more than ``max_lead_s`` of event time past the low watermark (or any, while
+        # some partition has said nothing yet) is paused; it resumes within half of each.
+        self.max_lead_s = max_lead_s
+        self.min_held_to_pause = min_held_to_pause
+        self.max_held = max_held
+        self._parts: dict[Partition, _PartitionState] = {}
+        self._heap: list[tuple] = []
+        self._seq = itertools.count()
+        self.forced = 0  # records released before their time because memory ran out
+        self._slowest: set[Partition] = set()  # the partitions that set the last low watermark
+        self._low: float | None = None  # the last low watermark (None: every partition idle)
+        self._judged = False  # a low watermark was taken at least once
+        # Event time up to which everything was handed on (what a writer downstream may announce).
+        self.progress: float | None = None
+
+    # --- partitions ---------------------------------------------------------------------------
+    def assign(self, partitions: Iterable[Partition], wall_now: float, *, follower: bool = False) -> None:
+        taken_over = False
+        for p in partitions:
+            if p not in self._parts:
+                self._parts[p] = _PartitionState(last_data=wall_now, follower=follower)
+                taken_over = taken_over or not follower
+        if taken_over:
+            # What was handed on so far covers none of the new partitions' records: the progress a
+            # writer downstream may announce starts again from what the merge hands on next.
+            self.progress = None
+
+    def revoke(self, partitions: Iterable[Partition]) -> int:
+        """Forget partitions taken away (their records are uncommitted: the new owner re-reads them)."""
+        gone = set(partitions) & set(self._parts)
+        for p in gone:
+            del self._parts[p]
+        before = len(self._heap)
+        if gone:
+            self._heap = [h for h in self._heap if h[_PART] not in gone]
+            heapq.heapify(self._heap)
+        return before - len(self._heap)
+
+    @property
+    def held(self) -> int:
+        return len(self._heap)
+
+    # --- records ------------------------------------------------------------------------------
+    def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float,
+            broker_ts: float | None = None) -> None:
+        state = self._parts.get(partition)
+        if state is None:  # (not setdefault: that would build a state for every record)
+            state = self._parts[partition] = _PartitionState()
+        state.watermark = ts if state.watermark is None else max(state.watermark, ts)
+        state.last_data = wall_now
+        state.reached(broker_ts)
+        state.held += 1
+        heapq.heappush(state.offsets, offset)
+        heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
+
+    def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
+               said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None,
+               behind: bool | None = None, idle: bool | None = None) -> None:
+        """An upstream writer of ``partition`` has written everything up to ``watermark``;
+        ``said_at`` is when it said so (the broker's record time): an old announcement read from a
+        retained backlog speaks for a writer that may be long gone.
+
+        ``-inf`` is a writer's hello after a rebalance: it may now write records of partitions it
+        took over, older than anything it announced before, so its earlier words no longer hold
+        and the partition waits for its next one. ``reads`` names the input partitions the writer
+        reads now, of ``of`` read by all writers together; ``behind``, that it still has input to
+        read; ``idle``, that it has nothing to write (its input quiet, all of it handed on): an
+        idle writer's word covers the partitions it reads and holds nothing back. A member whose
+        input had gone quiet (a partition of no node, a job that ended) otherwise held every job
+        stage at its last word, or, once silent, left its partitions uncovered: a stall for good."""
+        state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
+        previous = state.writers.get(writer)
+        heard = wall_now if said_at is None else min(wall_now, said_at)
+        if previous is not None and watermark != float("-inf"):
+            watermark = max(watermark, previous[0])
+        state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads), bool(behind),
+                                 bool(idle))
+        if of is not None:
+            state.of = of
+        state.last_data = wall_now
+        state.reached(said_at)
+
+    def _mark(self, state: _PartitionState, wall_now: float, backlog: bool = False) -> float | None:
+        # Read live, a writer silent for writer_ttl_s is gone. Read from a backlog, every word is
+        # old by the wall clock: a writer is gone only once the partition's own records have moved
+        # writer_ttl_s of broker time past its last word.
+        live = self._live_writers(state, wall_now, backlog)
+        if not live:
+            # Every writer fell silent (starved, stalled in a rebalance, dead, or done): their last
+            # words still bind. Judged by its own data, the partition handed on one writer's
+            # records past another's still to come, and a starved node stage's heartbeats came
+            # after their peers' had judged those nodes silent (issue 32).
+            live = self._last_words(state)
+            if not live:
+                return state.watermark
+        if state.of is not None and all(reads is not None for _, reads, _, _ in live):
+            covered: set[str] = set()
+            for _, reads, _, _ in live:
+                covered |= reads
+            if len(covered) < state.of:
+                return float("-inf")  # an input partition whose writer has not spoken yet
+        # A writer that says it is behind has input still to read, whatever it says of idleness: a
+        # member revoked mid-rebalance has an empty merge, "idle", and its word let one member's
+        # records run 220 s past the other's (issue 32, starved).
+        busy = [w for w, _, behind, idle in live if behind or not idle]
+        if busy:
+            return min(busy)
+        # Every writer idle: nothing more is on its way; what is held goes as far as it reaches.
+        return state.watermark if state.held else float("inf")
+
+    def _live_writers(self, state: _PartitionState, wall_now: float,
+                      backlog: bool) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
+        now = state.frontier if backlog and state.frontier is not None else wall_now
+        return [(w, reads, behind, idle) for w, heard, reads, behind, idle in state.writers.values()
+                if now - heard < self.writer_ttl_s]
+
+    def _last_words(self, state: _PartitionState) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
+        """The word in force for each input partition when no writer is live: the latest writer that
+        said it reads it (a writer whose every partition a later one took over says nothing any
+        more), and those that did not say what they read, from the last TTL of words."""
+        words = sorted(state.writers.values(), key=lambda word: word[1], reverse=True)
+        if not words:
+            return []
+        latest, covered = words[0][1], set()
+        out = []
+        for mark, heard, reads, behind, idle in words:
+            if reads is None:
+                if latest - heard < self.writer_ttl_s:
+                    out.append((mark, reads, behind, idle))
+            elif reads - covered:
+                covered |= reads
+                out.append((mark, reads, behind, idle))
+        return out
+
+    def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
+        """Whether some upstream writer still has input to read, or some input partition of theirs
+        has no writer yet: more records are on their way, however quiet this consumer's own input
+        is, so the wall clock must not stand in for event time (a job stage whose node stage was
+        rebalancing for 30 s would otherwise move a job's time past records still to come)."""
+        for p, state in self._parts.items():
+            if state.follower or not state.writers:
+                continue
+            backlog = not caught_up.get(p, True)
+            live = self._live_writers(state, wall_now, backlog)
+            if not live:
+                # Every writer fell silent: nothing is on its way until one comes back. Its jobs'
+                # clocks stop where the writers did (stopped_upstream); saying "behind" here
+                # stopped the clock of every job and left the outage unreported.
+                continue
+            if any(behind for _, _, behind, _ in live):
+                return True
+            if self._mark(state, wall_now, backlog) == float("-inf"):
+                return True
+        return False
+
+    def stopped_upstream(self, wall_now: float, caught_up: dict[Partition, bool]) -> dict[Partition, UpstreamStop]:
+        """The partitions whose every upstream writer fell silent (died, stalled, or stopped with a
+        bounded run), with when and who. A partition whose writers never spoke is not here: it
+        has no upstream stage (the arrival-order topics, `jobs`)."""
+        out: dict[Partition, UpstreamStop] = {}
+        for p, state in self._parts.items():
+            if state.follower or not state.writers:
+                continue
+            if self._live_writers(state, wall_now, backlog=not caught_up.get(p, True)):
+                continue
+            since = max(heard for _, heard, _, _, _ in state.writers.values())
+            last = {w: (mark, heard) for w, (mark, heard, _, _, _) in state.writers.items()
+                    if since - heard < self.writer_ttl_s}
+            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _ in last.values()))
+        return out
+
+    def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:
+        """The event time up to which every partition has delivered; None when all are idle
+        (everything held may go); -inf while a partition that must speak has said nothing yet."""
+        low: float | None = None
+        slowest: set[Partition] = set()
+        for p, state in self._parts.items():
+            if state.follower:
+                continue
+            if self._idle(p, state, wall_now, caught_up):
+                continue
+            mark = self._mark(state, wall_now, backlog=not caught_up.get(p, True))
+            mark = mark if mark is not None else float("-inf")
+            if low is None or mark < low:
+                low, slowest = mark, {p}
+            elif mark == low:
+                slowest.add(p)
+        self._slowest = slowest
+        self._low, self._judged = low, True
+        return low
+
+    def release(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
+        """Records whose time has come, in event-time order (ties in arrival order).
+
+        A quiet partition that held the low watermark back goes idle once its last records are
+        handed on, and the low watermark moves to the next one: judged again here until it stops
+        moving, not once per call. Once per call, a consumer whose input went quiet (the end of a
+        backlog, a job between checkpoints) released one partition's worth per poll timeout: with
+        54 telemetry partitions, up to ten seconds for the last records of a quiet stretch."""
+        out: list[T] = []
+        while True:
+            released = self._release_once(wall_now, caught_up)
+            out += released
+            parts = self._parts
+            # judged again only when a partition that set the low watermark has just gone idle
+            if not released or not any(self._idle(p, parts[p], wall_now, caught_up)
+                                       for p in self._slowest if p in parts):
+                return out
+
+    def _idle(self, partition: Partition, state: _PartitionState, wall_now: float,
+              caught_up: dict[Partition, bool]) -> bool:
+        """Caught up, nothing held, quiet for max_idle_s: the partition sets no low watermark."""
+        return (caught_up.get(partition, True) and state.held == 0
+                and wall_now - state.last_data >= self.max_idle_s)
+
+    def _release_once(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:
+        low = self.low_watermark(wall_now, caught_up)
+        # Everything idle: as far as the data itself got (followers never lead).
+        limit = low if low is not None else self._reached(wall_now)
+        out: list[T] = []
+        heap, pop = self._heap, heapq.heappop
+        while heap and (heap[0][_TS] <= limit or len(heap) > self.max_held):
+            self.forced += heap[0][_TS] > limit
+            ts, _, partition, offset, item = pop(heap)
+            self._release_offset(partition, offset)
+            out.append(item)
+        if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
+            self.progress = limit if self.progress is None else max(self.progress, limit)
+        return out
+
+    def _reached(self, wall_now: float) -> float:
+        marks = [m for s in self._parts.values() if not s.follower and (m := self._mark(s, wall_now)) is not None]
+        return max(marks) if marks else float("-inf")
+
+    def drain(self) -> list[T]:
+        """Everything held, in event-time order (end of input)."""
+        out = []
+        while self._heap:
+            ts, _, partition, offset, item = heapq.heappop(self._heap)
+            self._release_offset(partition, offset)
+            out.append(item)
+            if ts != float("-inf"):
+                self.progress = ts if self.progress is None else max(self.progress, ts)
+        return out
+
+    def _release_offset(self, partition: Partition, offset: int) -> None:
+        state = self._parts.get(partition)
+        if state is None:
+            return
+        state.held -= 1
+        # Released out of offset order is fine: the committable offset is the lowest still held.
+        state.released.add(offset)
+        while state.offsets and state.offsets[0] in state.released:
+            state.released.discard(heapq.heappop(state.offsets))
+
+    # --- what the consumer should do ----------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """Whether every partition was idle at the last release (caught up, nothing held, quiet for
+        max_idle_s), or there are none: this consumer has nothing to hand on."""
+        return self._judged and self._low is None
+
+    def held_items(self) -> Iterator[T | None]:
+        """What is held, in no particular order (None for a watermark record's place)."""
+        return (h[_ITEM] for h in self._heap)
+
+    def frontier(self, partition: Partition) -> float | None:
+        """The broker's time of the latest record read from ``partition`` (None: none yet)."""
+        state = self._parts.get(partition)
+        return None if state is None else state.frontier
+
+    def tracks(self, partition: Partition) -> bool:
+        """Whether ``partition`` is assigned here (not revoked since)."""
+        return partition in self._parts
+
+    def lowest_held_offset(self, partition: Partition) -> int | None:
+        """The first offset of ``partition`` not yet handed on: commit up to (not including) it."""
+        state = self._parts.get(partition)
+        return state.offsets[0] if state is not None and state.offsets else None
+
+    def to_pause(self) -> set[Partition]:
+        """Partitions to stop fetching from while the others catch up: one holding too much, or
+        one whose data runs far ahead in event time. A consumer reading a backlog fetches
+        partitions unevenly (a fetch fills one partition's queue before the next, and a MB is 20 s
+        of one topic but 300 s of another), and everything read ahead of the low watermark waits
+        in memory: unaligned, a 370k-message backlog held 210k decoded records at once, and the
+        collector and cache misses doubled what decoding cost (bench/results_throughput.md).
+
+        Never the slowest partition: only reading it further moves the low watermark (its upstream
+        writers' progress comes in it), so pausing it would hold everything for good. ``max_held``
+        still bounds memory."""
+        return {p for p, s in self._parts.items()
+                if p not in self._slowest and not s.follower
+                and (s.held > self.max_held_per_partition or self._ahead(s, 1.0))}
+
+    def to_resume(self) -> set[Partition]:
+        return {p for p, s in self._parts.items()
+                if p in self._slowest or s.follower
+                or (s.held <= self.max_held_per_partition // 2 and not self._ahead(s, 0.5))}
+
+    def _ahead(self, state: _PartitionState, margin: float) -> bool:
+        """Whether ``state`` holds more than ``margin`` × min_held_to_pause records and runs more
+        than ``margin`` × max_lead_s past the last low watermark (any lead at all while that is
+        -inf: a partition not heard from yet may hold the earliest events)."""
+        low = self._low
+        if low is None or state.held <= self.min_held_to_pause * margin or state.watermark is None:
+            return False
+        return low == float("-inf") or state.watermark - low > self.max_lead_s * margin

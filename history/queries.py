@@ -222,15 +222,21 @@ QUERIES: dict[str, str] = {
         FROM accepted c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
         WHERE c.action = 'evict' AND n NOT IN (SELECT n FROM truth)
         ORDER BY c.issued_at, node""",
-    # What-if ETTR from a history (history.whatif.sources): acting diagnoses per class per node-day of
-    # the history's span, over the nodes that sent anything, and how fast each class was called.
+    # What-if ETTR from a history (history.whatif.sources): acting diagnoses per class per node-day
+    # the history watched, and how fast each class was called. A node counts from its first event to
+    # its last: a machine evicted halfway, or a standby that joined late, watched part of the span, and
+    # the job's own records (node '-') are no machine. (Nodes x the whole span counted every machine
+    # that ever appeared for the whole history: 18 "nodes" for an 8-node job that swapped machines.)
     "fault_rates": f"""
-        WITH {_SPAN}, fleet AS (SELECT count(DISTINCT node) AS nodes FROM events WHERE coalesce(node, '') <> '')
-        SELECT d.fault, count(*) AS faults, fleet.nodes, (span.last_ts - span.first_ts) / 86400.0 AS days,
-               count(*) / nullif(fleet.nodes * (span.last_ts - span.first_ts) / 86400.0, 0) AS rate_per_node_day,
+        WITH {_SPAN}, watched AS (
+            SELECT count(*) AS nodes, sum(hi - lo) / 86400.0 AS node_days FROM (
+                SELECT node, min(ts) AS lo, max(ts) AS hi FROM events
+                WHERE coalesce(node, '') NOT IN ('', '-') AND source <> 'job' GROUP BY node))
+        SELECT d.fault, count(*) AS faults, watched.nodes, (span.last_ts - span.first_ts) / 86400.0 AS days,
+               watched.node_days, count(*) / nullif(watched.node_days, 0) AS rate_per_node_day,
                quantile_cont(d.ts - d.onset, 0.5) AS detection_p50_s
-        FROM diagnoses d, span, fleet WHERE d.{ACTING}
-        GROUP BY d.fault, fleet.nodes, span.first_ts, span.last_ts ORDER BY d.fault""",
+        FROM diagnoses d, span, watched WHERE d.{ACTING}
+        GROUP BY d.fault, watched.nodes, watched.node_days, span.first_ts, span.last_ts ORDER BY d.fault""",
     "ettr": f"""
         WITH {_ACCEPTED}, m AS (
             SELECT job, ts, state,

@@ -167,7 +167,8 @@ def history_running_share(conn) -> float | None:
 def apply_history(s: Scenario, db: str | Path) -> tuple[Scenario, dict[str, Any]]:
     """Per-class fault rates (and detection, where the history timed some) measured in a history.
 
-    The history counts faults per wall-clock node-day of its span; the model's rates are per
+    The history counts faults per wall-clock node-day it watched (each machine from its first event
+    to its last); the model's rates are per
     running node-day, so they are divided, once, by the history's own running share. Classes the
     history never saw keep the scenario's rate: a short history saying 'none yet' is no evidence of
     a zero rate."""
@@ -215,7 +216,7 @@ def apply_history(s: Scenario, db: str | Path) -> tuple[Scenario, dict[str, Any]
         _warn(warnings, f"{name}: rate and detection", faults)
         first = members[0]
         used[name] = {"from": [r["fault"] for r in members], "faults": faults, "nodes": first["nodes"],
-                      "days": first["days"], "rate_per_node_day": rate, "rate_per_wall_node_day": rate / factor,
+                      "days": first["days"], "node_days": first["node_days"], "rate_per_node_day": rate, "rate_per_wall_node_day": rate / factor,
                       "detection_p50_s": p50, "samples": faults}
     for w in warnings:
         log.warning("--from-history %s", w)

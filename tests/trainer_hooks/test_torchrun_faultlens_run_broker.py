@@ -41,19 +41,26 @@ class Agent:
     def __init__(self, node: str, argv: list[str], env: dict, log: Path):
         self.node, self.log = node, log
         self.lines: list[dict] = []
+        self.other: list[str] = []  # stdout lines that are not JSON: shown by story(), never dropped unseen
         self.read_all = False  # the process closed its stdout
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("w"))
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        # Bytes, decoded per line: a reader thread that died on one undecodable byte would leave the
+        # test waiting for lines that were printed, and the workers blocked on a full pipe.
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", errors="replace")
             try:
                 obj = json.loads(line)
             except ValueError:
-                continue
+                obj = None
             with self._cond:
-                self.lines.append(obj)
+                if isinstance(obj, dict):
+                    self.lines.append(obj)
+                else:
+                    self.other = [*self.other[-19:], line.rstrip("\n")]
                 self._cond.notify_all()
         with self._cond:
             self.read_all = True
@@ -74,7 +81,8 @@ class Agent:
         """What went on, for a failure's message: the agent's lines and the end of its log."""
         events = [l for l in self.lines if "event" in l or "worker" in l]
         tail = [l for l in self.log.read_text(errors="replace").splitlines() if not l.startswith((" ", "[rank"))][-15:]
-        return f"lines: {events[-10:]}\nlog tail:\n" + "\n".join(tail)
+        other = f"\nstdout lines that were not JSON: {self.other}" if self.other else ""
+        return f"lines: {events[-10:]}{other}\nlog tail:\n" + "\n".join(tail)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

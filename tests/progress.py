@@ -10,7 +10,11 @@ at how long the work takes.
 
 * :func:`wait_until`: poll a condition, with a progress signal of the test's choosing;
 * :func:`run_watched`: run a process to its end, its progress its output lines (or the keys
-  the test reads from them) and, optionally, the files it writes.
+  the test reads from them) and, optionally, the files it writes and its CPU clock;
+* :class:`Watched`: a process the test talks to while it runs: wait for a line it prints, send
+  it a signal, wait for its end, each wait failing only on a stall;
+* :func:`stop_proc`: stop a pipeline process (faultlens.demo.processes.Proc) and wait for its
+  end while it moves.
 
 A test that uses these with ``limit_s`` above the pytest-timeout default (300 s) marks itself
 ``@pytest.mark.timeout(...)`` above ``limit_s``, so the helper's message (what stalled, the
@@ -117,6 +121,7 @@ class _Lines:
     def __init__(self, stream, key: Callable[[str], Hashable | None]) -> None:
         self.lines: list[str] = []
         self.keys: set[Hashable] = set()
+        self.done = False  # the pipe reached its end
         self._key = key
         self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self._thread.start()
@@ -128,6 +133,7 @@ class _Lines:
             if k is not None:
                 self.keys.add(k)
         stream.close()
+        self.done = True
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -137,50 +143,141 @@ class _Lines:
         return "".join(self.lines)
 
 
+class Watched:
+    """A process the test started and reads as it runs: its stdout and stderr kept line by line as
+    they come (threads, so a full pipe never blocks it), and waits for a line of it or for its end
+    that fail only when it stops moving (:func:`wait_until`), never at a fixed time.
+
+    Progress is a new distinct ``line_key(line)`` of a line it printed (on either stream; a key of
+    None is no progress: a status line printed every two seconds whatever happens says nothing
+    until its numbers move), a change in the size of the files under ``watch`` and, with ``cpu``,
+    the CPU time it (and the children it reaped) spent: a busy machine gives it a smaller share
+    of a core, which slows its CPU clock but never stops it; one blocked on something that never
+    comes stops it. A process that polls in a loop keeps its clock moving, so the outer
+    ``limit_s`` is what ends that.
+
+    It runs in a session of its own; leaving the ``with`` block (or :meth:`kill`) stops its whole
+    process group (it may have started a broker or workers of its own) if it is still running."""
+
+    def __init__(self, argv: Sequence[str], *, line_key: Callable[[str], Hashable | None] = str.rstrip,
+                 watch: Iterable[Path] = (), env: dict[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, input: str | None = None, cpu: bool = False,
+                 what: str | None = None) -> None:
+        self.argv = list(argv)
+        self.what = what or " ".join(map(str, self.argv[:4]))
+        self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                                      start_new_session=True)
+        if input is not None:
+            threading.Thread(target=_feed, args=(self.popen.stdin, input), daemon=True).start()
+        self.out, self.err = _Lines(self.popen.stdout, line_key), _Lines(self.popen.stderr, line_key)
+        self._watched = [Path(p) for p in watch]
+        self._cpu = cpu
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def progress(self) -> tuple:
+        return (len(self.out.keys), len(self.err.keys), files_size(*self._watched),
+                cpu_ticks(self.popen.pid) if self._cpu else None)
+
+    def tail(self) -> str:
+        return (f"--- stderr (tail) ---\n{self.err.text[-3000:]}\n"
+                f"--- stdout (tail) ---\n{self.out.text[-1500:]}")
+
+    def wait_line(self, predicate: Callable[[str], object], *, stall_s: float, limit_s: float = DEFAULT_LIMIT_S,
+                  what: str | None = None) -> str:
+        """The first stdout line (without its newline) for which ``predicate`` holds, once it is
+        printed. Fails when the process made no progress for ``stall_s``, or ended without one."""
+        def found() -> str | None:
+            ended = self.popen.poll() is not None and self.out.done  # asked first: no line read after
+            for line in list(self.out.lines):
+                if predicate(line.rstrip("\n")):
+                    return line.rstrip("\n")
+            if ended:
+                raise Stalled(f"{what or self.what}: the process ended (exit {self.popen.returncode}) "
+                              "without that line")
+            return None
+        return self._wait(found, stall_s, limit_s, what or f"a line of {self.what}")
+
+    def wait_exit(self, *, stall_s: float, limit_s: float = DEFAULT_LIMIT_S,
+                  what: str | None = None) -> subprocess.CompletedProcess:
+        """Its end, as ``subprocess.run(capture_output=True, text=True)`` returns it: stdout and
+        stderr whole (what was read before this wait included)."""
+        self._wait(lambda: self.popen.poll() is not None, stall_s, limit_s, what or self.what)
+        # The pipes close when the process and every child holding them end; a child left running
+        # (a broker the process failed to stop) must not hold the test: its output is cut there.
+        self.out.join(30)
+        self.err.join(30)
+        return subprocess.CompletedProcess(self.argv, self.popen.returncode, self.out.text, self.err.text)
+
+    def stop(self, sig: int = signal.SIGTERM, *, stall_s: float, limit_s: float = DEFAULT_LIMIT_S,
+             what: str | None = None) -> subprocess.CompletedProcess:
+        """``sig`` to the process (not its group: a clean stop is its own to make), then
+        :meth:`wait_exit`: a stop that takes long while it moves (flushing, writing its report)
+        is no failure; one that stops moving is."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        return self.wait_exit(stall_s=stall_s, limit_s=limit_s, what=what or f"{self.what} to stop")
+
+    def kill(self) -> None:
+        """Its whole process group stopped, if it is still running (a test's clean-up)."""
+        if self.popen.poll() is None:
+            _stop_group(self.popen)
+
+    def _wait(self, condition: Callable[[], T], stall_s: float, limit_s: float, what: str) -> T:
+        try:
+            return wait_until(condition, progress=self.progress, stall_s=stall_s, limit_s=limit_s, what=what,
+                              poll_s=0.2)
+        except Stalled as exc:
+            _stop_group(self.popen)
+            self.out.join(5)
+            self.err.join(5)
+            raise Stalled(f"{exc}\n{self.tail()}") from None
+        except BaseException:  # pytest-timeout, Ctrl-C: never leave the process group behind
+            _stop_group(self.popen)
+            raise
+
+    def __enter__(self) -> "Watched":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+
 def run_watched(argv: Sequence[str], *, stall_s: float, limit_s: float = DEFAULT_LIMIT_S,
                 line_key: Callable[[str], Hashable | None] = str.rstrip, watch: Iterable[Path] = (),
                 env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 input: str | None = None, what: str | None = None, cpu: bool = False) -> subprocess.CompletedProcess:
     """Run ``argv`` to its end, its stdout and stderr captured as text (as ``subprocess.run`` with
-    ``capture_output=True, text=True``), and fail only when it made no progress for ``stall_s``.
+    ``capture_output=True, text=True``), and fail only when it made no progress for ``stall_s``
+    (progress as :class:`Watched` has it: new lines, the files under ``watch`` growing, with
+    ``cpu`` its CPU clock; ``cpu`` is for a short command that prints only at its end: an
+    interpreter starting, imports, a report written). A process that stalls, or passes
+    ``limit_s``, is stopped with its whole process group and the failure shows its output's tail."""
+    watched = Watched(argv, line_key=line_key, watch=watch, env=env, cwd=cwd, input=input, cpu=cpu, what=what)
+    return watched.wait_exit(stall_s=stall_s, limit_s=limit_s)
 
-    Progress is a new distinct ``line_key(line)`` of a line it printed (on either stream; a key of
-    None is no progress: a status line printed every two seconds whatever happens says nothing
-    until its numbers move) or a change in the size of the files under ``watch``. A process that
-    stalls, or passes ``limit_s``, is stopped with its whole process group (it may have started a
-    broker or workers of its own) and the failure shows its output's tail.
 
-    ``cpu``: the CPU seconds the process (and the children it reaped) spent are progress too. For
-    a short command that prints only at its end (an interpreter starting, imports, a report
-    written): a busy machine gives it a smaller share of a core, which slows its CPU clock but
-    never stops it; one blocked on something that never comes stops it. A process that polls in
-    a loop keeps moving it, so the outer ``limit_s`` is what ends that."""
-    what = what or " ".join(map(str, argv[:4]))
-    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            start_new_session=True)
-    if input is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True).start()
-    out, err = _Lines(proc.stdout, line_key), _Lines(proc.stderr, line_key)
-    watched = [Path(p) for p in watch]
-    try:
-        wait_until(lambda: proc.poll() is not None,
-                   progress=lambda: (len(out.keys), len(err.keys), files_size(*watched),
-                                     cpu_ticks(proc.pid) if cpu else None),
-                   stall_s=stall_s, limit_s=limit_s, what=what, poll_s=0.2)
-    except Stalled as exc:
-        _stop_group(proc)
-        out.join(5)
-        err.join(5)
-        raise Stalled(f"{exc}\n--- stderr (tail) ---\n{err.text[-3000:]}\n--- stdout (tail) ---\n{out.text[-1500:]}") from None
-    except BaseException:  # pytest-timeout, Ctrl-C: never leave the process group behind
-        _stop_group(proc)
-        raise
-    # The pipes close when the process and every child holding them end; a child left running
-    # (a broker the process failed to stop) must not hold the test: its output is cut there.
-    out.join(30)
-    err.join(30)
-    return subprocess.CompletedProcess(list(argv), proc.returncode, out.text, err.text)
+def stop_proc(proc, *, stall_s: float = 60.0, limit_s: float = 240.0) -> int | None:
+    """Stop a pipeline process (faultlens.demo.processes.Proc) as its own ``stop`` does (SIGTERM
+    to its group), but wait for its end while it moves (prints, logs, computes: it may be writing
+    the history or stopping a broker), not a fixed number of seconds a busy machine outruns; its
+    exit status. One that stops moving is killed and fails (:class:`Stalled`)."""
+    if proc.popen.poll() is None:
+        try:
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            wait_until(lambda: proc.popen.poll() is not None,
+                       progress=lambda: (procs_progress([proc]), cpu_ticks(proc.popen.pid)), stall_s=stall_s,
+                       limit_s=limit_s, what=f"{proc.name} to stop", explain=proc.tail, poll_s=0.2)
+        except BaseException:
+            proc.stop(0.1)  # SIGKILL to what is left, its log closed
+            raise
+    return proc.stop()
 
 
 def _feed(stdin, text: str) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import uuid
 
@@ -14,14 +12,24 @@ import pytest
 from faultlens.events.envelope import decode
 from faultlens.events.command_memory import memory_file
 from tests.kafka_fixtures import wait_for_records
+from tests.progress import Watched, cpu_ticks, run_watched
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 WARN = "n0:123:456 [2] NCCL WARN NET/IB : Got completion with error 12"
 
+# Every wait on a `faultlens collect` here is for its line or its end while it prints or computes
+# (tests/progress.py, issue 47): a minute of neither fails; a busy machine's slow start does not.
+STALL_S, LIMIT_S = 60, 280
+
+
+def _collect(*argv: str, env: dict[str, str] | None = None):
+    return run_watched([sys.executable, "-m", "faultlens", "collect", *argv], env=env, stall_s=STALL_S, cpu=True,
+                       limit_s=LIMIT_S)
+
 
 def test_collect_help_names_the_flags():
-    out = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--help"], capture_output=True, text=True)
+    out = _collect("--help")
     assert out.returncode == 0
     for flag in ("--job", "--node", "--interval", "--heartbeat-interval", "--kernel-log", "--no-kernel",
                  "--trainer-log", "--no-nvml", "--launcher-pid", "--proc-pattern", "--verify-key", "--state-dir", "--spool-dir",
@@ -31,16 +39,14 @@ def test_collect_help_names_the_flags():
 
 def test_collect_without_a_job_is_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FAULTLENS_JOB"}
-    out = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--bootstrap", "127.0.0.1:1"],
-                         capture_output=True, text=True, env=env)
+    out = _collect("--bootstrap", "127.0.0.1:1", env=env)
     assert out.returncode == 2 and "--job" in out.stderr
 
 
 def test_collect_refuses_the_removed_shared_secret_clearly(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("s3cret")
-    out = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--job", "j", "--bootstrap", "127.0.0.1:1",
-                          "--secret-file", str(secret)], capture_output=True, text=True, timeout=60)
+    out = _collect("--job", "j", "--bootstrap", "127.0.0.1:1", "--secret-file", str(secret))
     assert out.returncode == 2 and "HMAC" in out.stderr and "--verify-key" in out.stderr
 
 
@@ -50,12 +56,10 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
     log.touch()
     env = {**os.environ, "FAULTLENS_JOB": job, "FAULTLENS_NODE": "cli-node", "FAULTLENS_HOME": str(tmp_path)}
     env.pop("FAULTLENS_VERIFY_KEY", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--no-kernel",
-         "--trainer-log", str(log), "--trainer-from-start", "--heartbeat-interval", "0.2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        started = json.loads(proc.stdout.readline())
+    with Watched([sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--no-kernel",
+                  "--trainer-log", str(log), "--trainer-from-start", "--heartbeat-interval", "0.2"],
+                 env=env, cpu=True) as proc:
+        started = json.loads(proc.wait_line(lambda line: line.startswith("{"), stall_s=STALL_S, limit_s=LIMIT_S))
         assert started["event"] == "started" and started["job"] == job and started["node"] == "cli-node"
         assert started["spool"].startswith(str(tmp_path))
         assert started["verify_key_ids"] == [] and "stacks" not in started["sources"]  # no key: no stack capture
@@ -64,15 +68,14 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
             f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
         # One reader for the whole wait (tests/kafka_fixtures.py: re-reading the shared topic from
         # its start, each read cut at 3 s, never reached the end on a loaded machine); the event
-        # comes within a second, the bound is against a hang.
-        found = wait_for_records(kafka_settings, "telemetry.nccl", decode, job, bool, timeout_s=120)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        # comes within a second. Waited for while the agent computes (it beats every 0.2 s): one
+        # that died or hung stops its clock, and a minute of that fails.
+        found = wait_for_records(kafka_settings, "telemetry.nccl", decode, job, bool, timeout_s=STALL_S,
+                                 progress=lambda _: cpu_ticks(proc.pid), limit_s=LIMIT_S - 40)
+        done = proc.stop(stall_s=STALL_S, limit_s=LIMIT_S)
+    out, err = done.stdout, done.stderr
     assert [(e.kind, e.node, e.data["line"]) for e in found] == [("nccl_warn", "cli-node", WARN)]
-    assert proc.returncode == 0
+    assert done.returncode == 0, err[-3000:]
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["spool_waiting"] == 0 and stopped["delivered"] >= 2
     assert stopped["sources"]["trainer"] == "stopped"
@@ -100,15 +103,12 @@ def test_collect_stops_by_itself_after_duration(kafka_settings, tmp_path):
     job = f"cli-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "FAULTLENS_HOME": str(tmp_path)}
     env.pop("FAULTLENS_VERIFY_KEY", None)
-    # Stopping by itself is exiting at all: without --duration it runs until a signal, and the
-    # run's bound (against that hang, generous for a busy machine's interpreter start) fails it.
-    out = subprocess.run(
-        [sys.executable, "-m", "faultlens", "collect", "--bootstrap", kafka_settings.bootstrap, "--job", job,
-         "--node", "dur-node", "--no-kernel", "--no-nvml", "--no-net", "--heartbeat-interval", "0.2",
-         "--duration", "1.5"], capture_output=True, text=True, env=env, timeout=180)
+    # Stopping by itself is exiting at all: without --duration it runs until a signal, beating
+    # (computing) all the while, and the outer limit (against that hang) fails it.
+    out = _collect("--bootstrap", kafka_settings.bootstrap, "--job", job, "--node", "dur-node", "--no-kernel",
+                   "--no-nvml", "--no-net", "--heartbeat-interval", "0.2", "--duration", "1.5", env=env)
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["delivered"] >= 3  # heartbeats every 0.2 s for 1.5 s
-    refused = subprocess.run([sys.executable, "-m", "faultlens", "collect", "--job", job, "--bootstrap", "127.0.0.1:1",
-                              "--duration", "0"], capture_output=True, text=True, timeout=60)
+    refused = _collect("--job", job, "--bootstrap", "127.0.0.1:1", "--duration", "0")
     assert refused.returncode == 2 and "--duration" in refused.stderr

@@ -1,5 +1,7 @@
 """A stand-in training job for stack-capture tests: a launcher with two ranks (RANK 8 and 9),
-each with a child of its own that carries the same environment (a DataLoader worker)."""
+each with a child of its own that carries the same environment (a DataLoader worker). Each lives
+an hour, i.e. until the fixture kills the group: not two minutes, which a test on a loaded
+machine could outlast (issue 47)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ RANK_FUNCTION = "train_step_waiting_in_allreduce"
 
 _RANK = f"""
 import subprocess, sys, time
-worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 def {RANK_FUNCTION}():
-    time.sleep(120)
+    time.sleep(3600)
 {RANK_FUNCTION}()
 """
 _LAUNCHER = """
@@ -26,7 +28,7 @@ import os, subprocess, sys, time
 kids = [subprocess.Popen([sys.executable, "-c", sys.argv[1]], env={**os.environ, "RANK": str(8 + r), "LOCAL_RANK": str(r)})
         for r in range(2)]
 print("ready", flush=True)
-time.sleep(120)
+time.sleep(3600)
 """
 
 

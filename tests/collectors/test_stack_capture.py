@@ -16,8 +16,12 @@ from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import SigningKey
 from tests.collectors.stack_fixtures import RANK_FUNCTION
+from tests.progress import run_watched
 
 KEY = SigningKey.generate()
+# py-spy's bound where the dump's deadline is not what a test checks: against a hang only, never
+# reached by a dump a loaded machine slows (one takes well under a second idle), issue 47.
+DUMP_S = 120
 
 
 def test_rank_from_environ():
@@ -47,13 +51,13 @@ def test_training_processes_by_pattern(launcher):
 def test_py_spy_dumps_a_real_process(launcher):
     assert py_spy_binary(), "py-spy is a dependency of the project"
     rank = find_training_processes(launcher_pid=launcher.pid)[0]
-    ok, text = dump_stack(rank.pid, timeout_s=20)
+    ok, text = dump_stack(rank.pid, timeout_s=DUMP_S)
     assert ok, text
     assert RANK_FUNCTION in text and f"Process {rank.pid}" in text
 
 
 def test_py_spy_failures_are_text_not_exceptions(tmp_path):
-    ok, text = dump_stack(2**22 + 12345, timeout_s=20)  # no such pid
+    ok, text = dump_stack(2**22 + 12345, timeout_s=DUMP_S)  # no such pid
     assert not ok and "failed" in text
     ok, text = dump_stack(os.getpid(), binary=str(tmp_path / "no-py-spy"))
     assert not ok and "could not run" in text
@@ -95,7 +99,7 @@ def test_the_agent_gate_obeys_only_signed_fresh_capture_stacks_for_its_node():
 def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
     out = []
     src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
-                             publish=out.append, launcher_pid=launcher.pid, dump_timeout_s=20)
+                             publish=out.append, launcher_pid=launcher.pid, dump_timeout_s=DUMP_S)
     cmd = _cmd(nodes=("n1",)).signed(KEY)
     events = src.handle(cmd.encode())
     assert sorted(e.data["rank"] for e in events) == [8, 9] and out == events
@@ -172,7 +176,7 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
     out = []
     src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",
                              publish=out.append, launcher_pid=launcher.pid, rank_env="SLURM_PROCID",
-                             dump_timeout_s=20)
+                             dump_timeout_s=DUMP_S)
     cmd = _cmd(nodes=("n1",)).signed(KEY)
     with caplog.at_level("WARNING", logger="faultlens.collectors.command_listener"):
         events = src.handle(cmd.encode())
@@ -209,12 +213,15 @@ def test_py_spy_unresponsive_is_killed_with_its_children_and_answered_as_timed_o
     from faultlens.collectors.stack_capture import TrainingProcess, capture, dump_event
 
     hang = tmp_path / "hang-spy"
-    hang.write_text("#!/bin/sh\nsleep 60 &\nsleep 60\n")
+    hang.write_text("#!/bin/sh\nsleep 120 &\nsleep 120\n")
     hang.chmod(0o755)
     procs = [TrainingProcess(os.getpid(), r, "python") for r in range(3)]
     t0 = time.monotonic()
     results = capture(procs, timeout_s=0.5, deadline_s=0.8, binary=str(hang))
-    assert time.monotonic() - t0 < 4.0
+    # The deadlines are the behaviour under test; this bound only tells "gave up at its deadline"
+    # (about a second) from "waited for the child" (120 s), with room for a loaded machine's
+    # process starts and kills: not 4 s, which load could outrun (issue 47).
+    assert time.monotonic() - t0 < 40.0
     assert [r.timed_out for r in results] == [True, True, True] and not any(r.ok for r in results)
     assert "did not finish within 0.5s" in results[0].dump and "capture's deadline of 0.8s" in results[2].dump
     event = dump_event(results[0], job="j", node="n", request_id="req")
@@ -226,12 +233,14 @@ def test_the_process_the_agent_runs_under_is_no_training_process():
     holds the pattern; only the real training process is found."""
     marker = f"wrapped-agent-{uuid.uuid4().hex}"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker], env=env)
+    # Alive for the whole test however slow the machine (killed below), not 60 s a loaded one outruns.
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", marker], env=env)
     try:
         agent = ("import json; from faultlens.collectors.stack_capture import find_training_processes as f; "
                  f"print(json.dumps([p.pid for p in f(proc_pattern={marker!r})]))")
         wrapper = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {agent!r}]))"
-        out = subprocess.run([sys.executable, "-c", wrapper, marker], capture_output=True, text=True, timeout=60, env=env)
+        # Waited for while it computes (interpreters starting, imports), not 60 s (issue 47).
+        out = run_watched([sys.executable, "-c", wrapper, marker], env=env, stall_s=60, cpu=True, limit_s=280)
         assert out.returncode == 0, out.stderr[-2000:]
         assert json.loads(out.stdout) == [trainer.pid]
     finally:

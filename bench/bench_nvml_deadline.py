@@ -19,7 +19,7 @@ import sys
 import time
 
 from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
-from tests.collectors.test_nvml_unresponsive import HangingNvml
+from bench.testbed.fake_nvml import HangingNvml
 
 
 def _ms(xs: list[float]) -> dict[str, float]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from faultlens.parsing.registry import LineEventParser, parser_for
 from faultlens.events.envelope import Envelope
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [
     "[ 9001.{:06d}] audit: type=1400 audit(1700000000.123:456): apparmor=\"STATUS\" operation=\"profile_load\"",

@@ -8,7 +8,7 @@ Every case is its own job in one trace, replayed into a fresh embedded broker be
 node-stage member starts; the job stage's wall clock then moves each job's time after its stream
 ends (grace 5 s, up 50 s past the end), as on a live deployment whose jobs end. ``--starve`` runs
 a CPU burner on every core for the whole run (the members lag by as much as the machine makes
-them). The shapes and the harness: tests/diagnosis/backlog_split.py.
+them). The shapes and the harness: bench/testbed/backlog_split.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
-from tests.diagnosis.backlog_split import FOREIGN_SHAPES, SIM_SHAPES, cases, run_backlog
+from bench.testbed.backlog_split import FOREIGN_SHAPES, SIM_SHAPES, cases, run_backlog
 
 
 def _burn(stop_at: float) -> None:

@@ -4,7 +4,7 @@ how long each operation takes, end to end (scontrol call + the state read back).
     .venv/bin/python -m bench.bench_slurm_actuator [--repeat 10]
 
 Needs slurm-wlm + munge and root (the same private cluster the `slurm` tests start,
-tests/remediation/slurm_fixture.py). Prints one JSON line per measurement: ``cluster_start``
+bench/testbed/slurm_cluster.py). Prints one JSON line per measurement: ``cluster_start``
 (munged + slurmctld + slurmd until the real node is IDLE), then ``take_out``, ``bring_back``,
 ``requeue`` (a running batch job) with p50/max over the repeats, in seconds.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from faultlens.remediation.actuators.base import ActionRequest
 from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
-from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
+from bench.testbed.slurm_cluster import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
 
 
 def _timed(fn) -> float:

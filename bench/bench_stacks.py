@@ -26,7 +26,7 @@ from pathlib import Path
 
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.stacks import cluster_stacks
-from tests.diagnosis.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
+from bench.testbed.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
 
 
 def _distinct(topology, stuck: int) -> dict[int, str]:

@@ -21,9 +21,9 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from tests.diagnosis import foreign
-from tests.diagnosis.sim_replay import acting
-from tests.kafka_fixtures import job_records
+from bench.testbed import foreign
+from bench.testbed.backlog_split import acting
+from bench.testbed.topic_reads import job_records
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING
 from faultlens.diagnosis.consumer import diagnose_consumer

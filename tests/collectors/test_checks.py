@@ -16,7 +16,7 @@ from faultlens.collectors.checks.result import CheckResult, run_with_timeout
 from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig, run_checks
 from faultlens.events.envelope import decode, encode
 from faultlens.events.payloads import check_payload
-from tests.collectors.test_nvml_sampler import FakeNvml, LIBRARY_NOT_FOUND
+from bench.testbed.fake_nvml import LIBRARY_NOT_FOUND, FakeNvml
 
 FIXTURES = Path(__file__).parent / "checks_fixtures"
 

@@ -15,6 +15,9 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.scoring import is_scored
 from faultlens.events.trace import write_labels, labels_path, write_trace
 
+# What a live consumer must agree with the offline engine on (re-exported for the stage tests).
+from bench.testbed.backlog_split import acting  # noqa: F401
+
 
 def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,
            duration: float | None = None) -> tuple[list[Diagnosis], list[dict], float]:
@@ -46,7 +49,3 @@ def offline_trace(tmp: Path, job: str, plan: FaultPlan = THREE_FAULTS, *, seed: 
     found, _ = analyze_trace(path)
     return path, found, run.config.start_ts
 
-
-def acting(diagnoses) -> set[tuple]:
-    """What a consumer must agree on: each scored diagnosis's fault, nodes, action and group."""
-    return {(d.fault, d.nodes, d.action, d.group) for d in diagnoses if is_scored(d)}

@@ -10,7 +10,7 @@ import pytest
 
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.expect import compare, read_expect
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "expect"
 CASES = sorted(p.name.split(".")[0] for p in EXAMPLES.glob("*.parquet.expect.jsonl"))

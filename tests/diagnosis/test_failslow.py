@@ -9,7 +9,7 @@ import pytest
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.implicit import ImplicitFaultDetector
 from faultlens.events.diagnosis_record import Diagnosis
-from tests.diagnosis.stack_samples import (
+from bench.testbed.stack_samples import (
     GRAD_SYNC,
     JOB,
     PP_RECV,
@@ -121,7 +121,7 @@ def test_own_requests_and_other_faults_do_not_start_campaigns():
 
 
 def test_dumps_during_a_hang_do_not_feed_fail_slow_rounds():
-    from tests.diagnosis.stack_samples import beat_event, step_event
+    from bench.testbed.stack_samples import beat_event, step_event
 
     det = _detector()
     events = [step_event(2.0 * n + 0.001 * r, TOPO, r, n) for n in range(1, 6) for r in range(32)]
@@ -205,7 +205,7 @@ def test_rounds_that_saw_the_suspect_and_found_nothing_alert_a_corroborated_susp
 def test_rounds_taken_after_the_steps_stopped_are_the_stalls_and_blame_nobody_as_slow():
     """A campaign is under way when the job hangs (pipeline pp:3 stuck); its last rounds catch
     the stall, not the slow machine, and must not evict the stuck pipeline as fail_slow."""
-    from tests.diagnosis.stack_samples import step_event
+    from bench.testbed.stack_samples import step_event
 
     det = _detector()
     rng = random.Random(7)

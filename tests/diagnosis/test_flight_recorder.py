@@ -22,7 +22,7 @@ from faultlens.diagnosis.hang_stacks import read_activities, read_hang_stacks
 from faultlens.diagnosis.rank_threads import read_rank
 from faultlens.diagnosis.stacks import NotInTopology, read_rank_stacks
 from faultlens.cli import main
-from tests.diagnosis.stack_samples import JOB
+from bench.testbed.stack_samples import JOB
 from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
@@ -286,7 +286,7 @@ def test_group_peers_blocked_at_one_line_of_their_own_code_are_waiting():
 
 # --- the streaming hang path reads the same ------------------------------------------------------
 def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
-    from tests.diagnosis.stack_samples import event
+    from bench.testbed.stack_samples import event
 
     return event(ts, topology.by_rank[rank].node, "stack", "recorder_dump", job=JOB, rank=rank, pid=1000 + rank,
                  dump=text, entries=1, truncated=False)
@@ -296,7 +296,7 @@ def _streaming(name: str, with_recorders: bool = True, tool: str = "py-spy"):
     from faultlens.diagnosis.hang_state import HangConfig
     from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
     from faultlens.diagnosis.detector import JobBook
-    from tests.diagnosis.stack_samples import T0, beat_event, run_detector, stack_event, step_event
+    from bench.testbed.stack_samples import T0, beat_event, run_detector, stack_event, step_event
 
     case, topology, stacks, recorders = _load(name, tool)
     events = [step_event(2.0 * n + 0.001 * r, topology, r, n) for n in range(1, 21) for r in topology.by_rank]

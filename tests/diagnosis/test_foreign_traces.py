@@ -1,5 +1,5 @@
 """The engine on traces written outside the project (tests/fixtures/foreign/, by hand from
-docs/events.md, see tests/diagnosis/foreign.py): realistic healthy variance, no simulator cues.
+docs/events.md, see bench/testbed/foreign.py): realistic healthy variance, no simulator cues.
 
 Each case of issue 12 is one test asserting the right diagnosis (or none) and that no healthy
 machine is evicted; the last test scores every case together against its labels."""
@@ -12,7 +12,7 @@ import pytest
 
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING, is_scored, score
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 
 
 @functools.lru_cache(maxsize=None)

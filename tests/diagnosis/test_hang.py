@@ -8,7 +8,7 @@ from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.implicit import ImplicitFaultDetector
 from faultlens.events.envelope import InvalidEvent
-from tests.diagnosis.stack_samples import (
+from bench.testbed.stack_samples import (
     JOB,
     T0,
     beat_event,

@@ -2,7 +2,7 @@
 the whole job quiet is the job's or the pipeline's silence, never a machine's).
 
 The live consumer moves a quiet job's time by the wall clock. A job stage left up longer after a
-trace of a hung-then-restarted job (the simulated sim-hang#1 of tests/diagnosis/backlog_split.py)
+trace of a hung-then-restarted job (the simulated sim-hang#1 of bench/testbed/backlog_split.py)
 raised a job_hang suspicion 60 s after the job's last beat and, 30 s on, reattempted the job:
 "no stack dump arrived within 30s", dumps that would have travelled the stopped stream; `faultlens
 analyze` of the same trace gives neither. The detectors (diagnosis.hang) are fed events and then
@@ -23,7 +23,7 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from tests.diagnosis.sim_replay import acting
-from tests.diagnosis.stack_samples import (JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event,
+from bench.testbed.stack_samples import (JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event,
                                            step_event)
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)

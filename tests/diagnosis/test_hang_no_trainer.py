@@ -17,7 +17,7 @@ from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.signing import SigningKey
-from tests.diagnosis.stack_samples import (
+from bench.testbed.stack_samples import (
     GRAD_SYNC,
     JOB,
     PP_SEND,

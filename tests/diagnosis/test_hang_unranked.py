@@ -16,7 +16,7 @@ from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.events.envelope import Envelope, InvalidEvent
-from tests.diagnosis.stack_samples import (
+from bench.testbed.stack_samples import (
     GRAD_SYNC,
     SLOW_COMPUTE,
     JOB,

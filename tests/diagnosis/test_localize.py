@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from faultlens.diagnosis.localize import first_ranks_nodes, group_counts, localize
 from faultlens.events.topology import RankPlace, Topology
-from tests.diagnosis.stack_samples import grid
+from bench.testbed.stack_samples import grid
 
 
 def test_whole_pipeline_is_its_pp_group():

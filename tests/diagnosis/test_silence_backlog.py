@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
+from bench.testbed.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
 
 pytestmark = pytest.mark.broker
 

@@ -30,7 +30,7 @@ from faultlens.events.envelope import decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import publish_messages, trace_message_batches
 from faultlens.events.trace import write_trace
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records, wait_for_records
 from tests.progress import wait_until

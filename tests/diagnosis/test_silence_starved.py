@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tests.diagnosis.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
+from bench.testbed.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
 
 # Gated until the fourth session (bench/results_silence.md, "Starved members, fourth session"): three
 # causes of healthy evictions under starvation found and fixed (an idle stop after one slow loop,

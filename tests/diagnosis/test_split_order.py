@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from faultlens.diagnosis.engine import analyze
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.diagnosis.split_stages import run_split
 from faultlens.events.trace import iter_trace

@@ -8,7 +8,7 @@ import pytest
 
 from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks, describe, parse_dump, signature, training_thread
 from faultlens.cli import main
-from tests.diagnosis.stack_samples import (
+from bench.testbed.stack_samples import (
     GRAD_SYNC,
     PP_RECV,
     PP_SEND,

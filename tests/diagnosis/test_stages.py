@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 from tests.kafka_fixtures import job_records, wait_for_records
 
 from faultlens.diagnosis.engine import analyze
@@ -18,7 +18,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
 from faultlens.streams.replay import replay_trace
 from faultlens.events.trace import iter_trace, trace_order, write_trace
-from tests.diagnosis.backlog_split import finish_members, start_members
+from bench.testbed.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 
 pytestmark = pytest.mark.broker

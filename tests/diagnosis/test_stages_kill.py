@@ -12,7 +12,7 @@ from faultlens.diagnosis.scoring import is_scored
 from faultlens.simulator import FaultPlan
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.replay import replay_trace
-from tests.diagnosis.backlog_split import finish_members, start_members
+from bench.testbed.backlog_split import finish_members, start_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.kafka_fixtures import job_records
 

@@ -11,7 +11,7 @@ import pytest
 from faultlens.diagnosis.stack_dump import Frame, parse_dump, training_thread
 from faultlens.diagnosis.wait_chain import follow_waits
 from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, read_activity
-from tests.diagnosis.stack_samples import GRAD_SYNC, PP_RECV, PP_SEND, SLOW_COMPUTE, STUCK_ALL_GATHER, grid, pyspy_dump
+from bench.testbed.stack_samples import GRAD_SYNC, PP_RECV, PP_SEND, SLOW_COMPUTE, STUCK_ALL_GATHER, grid, pyspy_dump
 
 C10D = "torch/distributed/distributed_c10d.py"
 

@@ -8,7 +8,7 @@ evicted, drained in slurmctld with the diagnosis id as the reason → the launch
 crashed job for the verdict, restarts it on a standby and it finishes. The healthy machine passes
 its checks and stays in service.
 
-The job's machines carry the Slurm test cluster's node names (tests/remediation/slurm_fixture.py):
+The job's machines carry the Slurm test cluster's node names (bench/testbed/slurm_cluster.py):
 fl-node1 is this host's slurmd, fl-node2 is defined but never registers; a drain works on both.
 Skipped, saying why, where slurm-wlm and munge are not installed.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.diagnosis import foreign
+from bench.testbed import foreign
 from tests.progress import run_watched
 
 ROOT = Path(__file__).resolve().parents[2]

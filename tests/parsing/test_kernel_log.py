@@ -6,7 +6,7 @@ import pytest
 
 from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 
 def parse(*lines: str) -> list:

@@ -12,7 +12,7 @@ import json
 from faultlens.parsing import kernel_log
 from faultlens.parsing.kernel_log import CODE_LITERALS, KernelLogParser
 from faultlens.parsing.line_corpus import CORPUS
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 
 def _kernel_lines() -> list[str]:

@@ -14,7 +14,7 @@ from faultlens.parsing.line import ParsedLine, clean_line
 from faultlens.parsing.registry import LineEventParser, guess_source, parser_for, to_envelope
 from faultlens.parsing.trainer_log import TrainerLogParser
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 TS = 1795342272.0
 

@@ -11,7 +11,7 @@ from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.xid_table import lookup
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from faultlens.events.envelope import Envelope, encode
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 REAL = [v for k, v in vars(S).items() if k.isupper() and isinstance(v, str)]
 REAL += [x for k, v in vars(S).items() if k.isupper() and isinstance(v, list) for x in v]

@@ -6,7 +6,7 @@ import pytest
 
 from faultlens.parsing.trainer_log import TrainerLogParser
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
-from tests.parsing import log_samples as S
+from bench.testbed import log_samples as S
 
 
 def parse(*lines: str, flush: bool = True) -> list:

@@ -1,4 +1,4 @@
-"""The Slurm actuator against a real slurmctld + slurmd (tests/remediation/slurm_fixture.py).
+"""The Slurm actuator against a real slurmctld + slurmd (bench/testbed/slurm_cluster.py).
 
 Skipped, saying why, where Debian's slurm-wlm and munge are not installed. What each test checks
 is read back with the fixture's own scontrol/squeue calls, not through the actuator's parser.

@@ -26,7 +26,8 @@ from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
 from faultlens.events.trace import _check_label as check_label, trace_order
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
+# The cases are the test suite's data (read, never imported): the benches run the same ones.
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "foreign"
 T0 = 1767225600.0
 
 
@@ -216,7 +217,7 @@ def write_parquet(name: str, out_dir: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    # python -m tests.diagnosis.foreign OUT_DIR [NAME...]: write cases as Parquet traces (all by default)
+    # python -m bench.testbed.foreign OUT_DIR [NAME...]: write cases as Parquet traces (all by default)
     import sys
 
     for case in sys.argv[2:] or names():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig, analyze
-from faultlens.diagnosis.scoring import EVICTING
+from faultlens.diagnosis.scoring import EVICTING, is_scored
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
@@ -31,9 +31,8 @@ from faultlens.events.envelope import Envelope, decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
 from faultlens.events.trace import trace_order, write_trace
-from tests.diagnosis import foreign
-from tests.diagnosis.sim_replay import acting
-from tests.kafka_fixtures import job_records, wait_for_records
+from bench.testbed import foreign
+from bench.testbed.topic_reads import job_records, wait_for_records
 
 # Simulated shapes: (nodes, gpus per node, plan), an implicit fault and an explicit one.
 SIM_SHAPES = {
@@ -45,6 +44,12 @@ SIM_SHAPES = {
 FOREIGN_SHAPES = ("hang_16x8_phased", "dead_agent", "hang_same_step", "healthy", "job_ends_staggered")
 # What the broker tests read (the bench reads them all): the phased hang, the dead agent, a simulated hang.
 TEST_SHAPES = ("hang_16x8_phased", "dead_agent", "sim-hang")
+
+
+def acting(diagnoses) -> set[tuple]:
+    """What a live consumer must agree with `faultlens analyze` on: each scored diagnosis's fault,
+    nodes, action and group."""
+    return {(d.fault, d.nodes, d.action, d.group) for d in diagnoses if is_scored(d)}
 
 
 @dataclass

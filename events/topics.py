@@ -65,7 +65,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(HEARTBEAT, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "node agent heartbeats"),
         TopicSpec(STACKS, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "py-spy / faulthandler stack dumps"),
         TopicSpec(HOST, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "host-level samples (CPU, memory, disk)"),
-        TopicSpec(CHECKS, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase replay outcomes; node agents' command refusals"),
+        TopicSpec(CHECKS, "node", TELEMETRY_PARTITIONS, {"retention.ms": _WEEK_MS}, "stop-time check results of node agents; dual-phase reproduction outcomes; node agents' command refusals"),
         TopicSpec(NET, "node", TELEMETRY_PARTITIONS, {"retention.ms": _DAY_MS}, "NIC port counters (InfiniBand / RoCE), one message per node per interval"),
         TopicSpec(JOBS, "job", 1, {"cleanup.policy": "compact"}, "job topology, compacted, keyed by job"),
         TopicSpec(SUMMARIES, "job", 3, {"retention.ms": _DAY_MS}, "per-node window summaries and node-local findings for the job stage"),

@@ -1,4 +1,4 @@
-"""The escalation ladder of docs/design.md §4, one per job, and the dual-phase replay plan.
+"""The escalation ladder of docs/design.md §4, one per job, and the dual-phase reproduction plan.
 
 Pure: a diagnosis and the job's current nodes go in, a :class:`Step` (what to do and why) comes
 out; the only state is the job's recent failures, kept so that a crash that comes back climbs a
@@ -7,8 +7,8 @@ rung instead of repeating the same remedy forever.
 1. high-confidence hardware → evict the nodes, restart on warm standbys;
 2. user code → rollback, no eviction;
 3. crash / NaN with no clear culprit → stop-time diagnosis, then reattempt → rollback →
-   dual-phase replay as the same failure keeps coming back (NaN skips the reattempt: replaying
-   the same data in place reproduces it);
+   dual-phase reproduction as the same failure keeps coming back (NaN skips the reattempt: running
+   the same data again in place reproduces it);
 4. hang / fail-slow → capture stacks of every rank, then evict the group the clustering blames.
 """
 
@@ -59,7 +59,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class ReplayPlan:
+class ReproductionPlan:
     """Machines laid out on a grid: each is in one horizontal (row) and one vertical (column) group.
 
     Phase one runs every horizontal group on its own, phase two every vertical group; a machine
@@ -86,16 +86,16 @@ class ReplayPlan:
         return {"horizontal": [list(g) for g in self.horizontal], "vertical": [list(g) for g in self.vertical]}
 
 
-def dual_phase_plan(nodes: Iterable[str]) -> ReplayPlan:
+def dual_phase_plan(nodes: Iterable[str]) -> ReproductionPlan:
     """A near-square grid of ``nodes`` (in the given order, duplicates dropped)."""
     order = list(dict.fromkeys(nodes))
     if not order:
-        raise ValueError("a replay plan needs at least one machine")
+        raise ValueError("a reproduction plan needs at least one machine")
     cols = math.ceil(math.sqrt(len(order)))
     rows = math.ceil(len(order) / cols)
     horizontal = tuple(tuple(order[r * cols:(r + 1) * cols]) for r in range(rows))
     vertical = tuple(tuple(order[i] for i in range(c, len(order), cols)) for c in range(cols))
-    return ReplayPlan(horizontal, vertical)
+    return ReproductionPlan(horizontal, vertical)
 
 
 @dataclass
@@ -195,7 +195,7 @@ class JobLadder:
             plan_nodes = job_nodes or d.nodes
             if not plan_nodes:
                 self.rung = "exhausted"
-                return Step("exhausted", None, (), f"{d.fault}: replay needs the job's machines (no topology seen)")
+                return Step("exhausted", None, (), f"{d.fault}: reproduction needs the job's machines (no topology seen)")
             params["mode"] = "dual_phase_replay"
             params["plan"] = dual_phase_plan(plan_nodes).to_dict()
         return Step(rung, RUNG_ACTION[rung], nodes,

@@ -22,7 +22,7 @@ from faultlens.remediation.fleet import Fleet, Lemon
 from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
 from faultlens.remediation.pool import StandbyPool
-from faultlens.remediation.replay import PendingReplay, judge_replay, plan_from_dict
+from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction, plan_from_dict
 from faultlens.remediation.safety import Safety
 from faultlens.remediation.state import JobState, StateStore
 from faultlens.remediation.stop_checks import PendingChecks, judge_checks
@@ -66,7 +66,7 @@ class PolicyConfig:
     stop_checks: bool = False
     checks_wait_s: float = 420.0
     checks_asks: int = 2
-    replay_wait_s: float = 3600.0  # how long a dual-phase replay may take before a person is asked
+    reproduction_wait_s: float = 3600.0  # how long a dual-phase reproduction may take before a person is asked
     lemon: LemonConfig = field(default_factory=LemonConfig)  # machines that keep failing (remediation.lemon)
 
     def mode(self, job: str) -> str:
@@ -118,7 +118,7 @@ class Policy:
     # shared by several remediation members); it wins over ``state_file``.
     store: StateStore | Any | None = None
     pending_checks: dict[str, PendingChecks] = field(default_factory=dict)  # job → stop-time checks under way
-    replays: dict[str, PendingReplay] = field(default_factory=dict)  # job → dual-phase replay under way
+    reproductions: dict[str, PendingReproduction] = field(default_factory=dict)  # job → dual-phase reproduction under way
     taken_out: dict[str, dict[str, str]] = field(default_factory=dict)  # job → node evicted → diagnosis id
     # Every machine's record across jobs (remediation.fleet); None: in memory, with config.lemon.
     fleet: Fleet | None = None
@@ -153,7 +153,7 @@ class Policy:
                 continue
             n += 1
             # (A pool is only kept once it handed out a spare; the one made from the topology stays.)
-            for held in (self.ladders, self.pending_checks, self.replays, self.taken_out):
+            for held in (self.ladders, self.pending_checks, self.reproductions, self.taken_out):
                 held.pop(job, None)
             self._touched[job] = state.touched
             if state.ladder is not None:
@@ -162,8 +162,8 @@ class Policy:
                 self.pools[job] = state.pool
             if state.checks is not None:
                 self.pending_checks[job] = state.checks
-            if state.replay is not None:
-                self.replays[job] = state.replay
+            if state.reproduction is not None:
+                self.reproductions[job] = state.reproduction
             if state.taken_out:
                 self.taken_out[job] = dict(state.taken_out)
         return n
@@ -224,7 +224,7 @@ class Policy:
                 blocked=blocked, params={"take_out": [lemon.node], "lemon": v.to_dict()}))
 
     def observe_check(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
-        """A `check` event (a node's stop-time results or its refusal to run them, a replay's outcome)
+        """A `check` event (a node's stop-time results or its refusal to run them, a reproduction's outcome)
         → what follows from it."""
         job = event.job
         before = self._job_state(job)
@@ -232,25 +232,25 @@ class Policy:
         if event.kind in ("result", "command_ack") and job in self.pending_checks:
             if self.pending_checks[job].record(event):
                 out = self._settle_checks(job, now)
-        elif event.kind == "replay_done" and job in self.replays:
-            out = self._settle_replay(event, now)
+        elif event.kind == "replay_done" and job in self.reproductions:
+            out = self._settle_reproduction(event, now)
         self._saved_if_changed(job, before, now)
         return out
 
     def tick(self, now: float) -> list[tuple[Decision, Command | None]]:
-        """Deadlines: checks nobody answered in time, replays that never reported."""
+        """Deadlines: checks nobody answered in time, reproductions that never reported."""
         out: list[tuple[Decision, Command | None]] = []
-        for job in sorted(set(self.pending_checks) | set(self.replays)):
+        for job in sorted(set(self.pending_checks) | set(self.reproductions)):
             before = self._job_state(job)
             if job in self.pending_checks:
                 out += self._settle_checks(job, now)
-            replay = self.replays.get(job)
-            if replay is not None and now >= replay.deadline:
-                del self.replays[job]
-                d = Diagnosis.from_dict(replay.diagnosis)
+            repro = self.reproductions.get(job)
+            if repro is not None and now >= repro.deadline:
+                del self.reproductions[job]
+                d = Diagnosis.from_dict(repro.diagnosis)
                 step = Step("replay_inconclusive", None, (),
-                            f"{d.fault}: no dual-phase replay outcome within {self.config.replay_wait_s:.0f}s; "
-                            "no eviction, a person should look", {"replay_command": replay.command_id})
+                            f"{d.fault}: no dual-phase reproduction outcome within {self.config.reproduction_wait_s:.0f}s; "
+                            "no eviction, a person should look", {"replay_command": repro.command_id})
                 out.append((self._decision(now, d, step, self.config.mode(job), sent=False), None))
             self._saved_if_changed(job, before, now)
         return out
@@ -262,23 +262,23 @@ class Policy:
 
     def _job_state(self, job: str) -> tuple:
         """What the state file keeps of ``job``: an episode under way, spares handed out, checks or a
-        replay awaited, machines taken out."""
+        reproduction awaited, machines taken out."""
         ladder, pool = self.ladders.get(job), self.pools.get(job)
-        checks, replay = self.pending_checks.get(job), self.replays.get(job)
+        checks, repro = self.pending_checks.get(job), self.reproductions.get(job)
         return (ladder.to_dict() if ladder is not None and ladder.failures else None,
                 pool.to_dict() if pool is not None and pool.used else None,
                 checks.to_dict() if checks is not None else None,
-                replay.to_dict() if replay is not None else None,
+                repro.to_dict() if repro is not None else None,
                 dict(self.taken_out.get(job) or {}) or None)
 
     def _save(self, now: float) -> None:
         jobs: dict[str, JobState] = {}
-        for job in set(self.ladders) | set(self.pools) | set(self.pending_checks) | set(self.replays) | set(self.taken_out):
-            ladder, pool, checks, replay, taken_out = self._job_state(job)
-            if ladder or pool or checks or replay or taken_out:  # else nothing to remember
+        for job in set(self.ladders) | set(self.pools) | set(self.pending_checks) | set(self.reproductions) | set(self.taken_out):
+            ladder, pool, checks, repro, taken_out = self._job_state(job)
+            if ladder or pool or checks or repro or taken_out:  # else nothing to remember
                 jobs[job] = JobState(job, self._touched.get(job, now), self.ladders[job] if ladder else None,
                                      self.pools[job] if pool else None, self.pending_checks.get(job),
-                                     self.replays.get(job), dict(taken_out or {}))
+                                     self.reproductions.get(job), dict(taken_out or {}))
         try:
             self.store.save(jobs, now)
         except OSError as exc:
@@ -290,7 +290,7 @@ class Policy:
         job_nodes = topology.nodes if topology else ()
         checks = self.pending_checks.get(d.job)
         waiting = ("stop-time checks" if checks is not None and not checks.settled
-                   else "a dual-phase replay" if d.job in self.replays else None)
+                   else "a dual-phase reproduction" if d.job in self.reproductions else None)
         if waiting and d.action in SEQUENCES:
             # The job is stopped for its checks, or reproducing the fault on purpose: what it logs
             # meanwhile is not a new failure to climb the ladder for.
@@ -301,7 +301,7 @@ class Policy:
             return self._ask_checks(d, step, job_nodes or d.nodes, now)
         return self._act(d, step, now)
 
-    # --- stop-time checks and replay ------------------------------------------------------------
+    # --- stop-time checks and reproduction --------------------------------------------------------
     def _ask_checks(self, d: Diagnosis, then: Step, nodes: tuple[str, ...], now: float) -> tuple[Decision, Command | None]:
         earlier = self.pending_checks.pop(d.job, None)  # settled: only taken-out machines were still awaited
         if earlier is not None:
@@ -368,18 +368,18 @@ class Policy:
         return Step(step.rung, step.action, back, step.reason + f"; not {', '.join(sorted(lemons))}: "
                     f"{LEMON_STATE}, back only by `faultlens nodes resume`", {**step.params, "bring_back": list(back)})
 
-    def _settle_replay(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
-        replay = self.replays[event.job]
-        if event.data.get("command_id") != replay.command_id:
+    def _settle_reproduction(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
+        repro = self.reproductions[event.job]
+        if event.data.get("command_id") != repro.command_id:
             return []
-        del self.replays[event.job]
-        d = Diagnosis.from_dict(replay.diagnosis)
+        del self.reproductions[event.job]
+        d = Diagnosis.from_dict(repro.diagnosis)
         fh, fv = event.data.get("failing_horizontal"), event.data.get("failing_vertical")
         if not (isinstance(fh, list) and isinstance(fv, list) and all(isinstance(i, int) for i in fh + fv)):
-            step = Step("replay_inconclusive", None, (), f"{d.fault}: replay outcome unreadable ({fh!r}, {fv!r}); "
+            step = Step("replay_inconclusive", None, (), f"{d.fault}: reproduction outcome unreadable ({fh!r}, {fv!r}); "
                         "no eviction, a person should look")
         else:
-            step = judge_replay(replay, fh, fv)
+            step = judge_reproduction(repro, fh, fv)
         return [self._act(d, step, now)]
 
     def _act(self, d: Diagnosis, step: Step, now: float, key: str | None = None) -> tuple[Decision, Command | None]:
@@ -427,8 +427,8 @@ class Policy:
             self.taken_out.setdefault(d.job, {}).update({n: d.id for n in step.nodes})
             self.fleet.evicted(d.job, step.nodes, d.id, d.fault, now)
         if sent and step.rung == "dual_phase_replay" and "plan" in step.params:
-            self.replays[d.job] = PendingReplay(d.job, command.id, d.to_dict(), plan_from_dict(step.params["plan"]),
-                                                now, now + self.config.replay_wait_s)
+            self.reproductions[d.job] = PendingReproduction(d.job, command.id, d.to_dict(), plan_from_dict(step.params["plan"]),
+                                                now, now + self.config.reproduction_wait_s)
         return self._decision(now, d, step, mode, sent=sent, command=command), command if sent else None
 
     @staticmethod

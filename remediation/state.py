@@ -1,5 +1,5 @@
 """The remediation consumer's memory across restarts: each job's escalation ladder and standby pool,
-the stop-time checks or dual-phase replay it waits for, and the machines it took out.
+the stop-time checks or dual-phase reproduction it waits for, and the machines it took out.
 
 One small JSON file per remediation consumer (default ``$FAULTLENS_HOME/remediation-state.json``,
 beside the breaker file). Without it a restarted `faultlens remediate` would climb every ladder
@@ -22,7 +22,7 @@ from typing import Any
 
 from faultlens.remediation.ladder import JobLadder
 from faultlens.remediation.pool import StandbyPool
-from faultlens.remediation.replay import PendingReplay
+from faultlens.remediation.reproduction import PendingReproduction
 from faultlens.remediation.stop_checks import PendingChecks
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,14 @@ class StateError(ValueError):
 @dataclass
 class JobState:
     """What one job leaves behind: its ladder, its pool, what it waits for, and when a decision last
-    touched it. (Files written before ``checks`` / ``replay`` / ``taken_out`` existed read as none.)"""
+    touched it. (Files written before ``checks`` / ``replay`` (the reproduction) / ``taken_out`` existed read as none.)"""
 
     job: str
     touched: float
     ladder: JobLadder | None = None
     pool: StandbyPool | None = None
     checks: PendingChecks | None = None
-    replay: PendingReplay | None = None
+    reproduction: PendingReproduction | None = None
     taken_out: dict[str, str] = field(default_factory=dict)  # node evicted → the diagnosis id that did it
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +58,8 @@ class JobState:
                 "ladder": self.ladder.to_dict() if self.ladder else None,
                 "pool": self.pool.to_dict() if self.pool else None,
                 "checks": self.checks.to_dict() if self.checks else None,
-                "replay": self.replay.to_dict() if self.replay else None,
+                # the key stays "replay": state files on remediation.state were written with it
+                "replay": self.reproduction.to_dict() if self.reproduction else None,
                 "taken_out": dict(self.taken_out)}
 
     @classmethod
@@ -72,16 +73,16 @@ class JobState:
             ladder = JobLadder.from_dict(data["ladder"], **ladder_config) if data.get("ladder") else None
             pool = StandbyPool.from_dict(data["pool"]) if data.get("pool") else None
             checks = PendingChecks.from_dict(data["checks"]) if data.get("checks") else None
-            replay = PendingReplay.from_dict(data["replay"]) if data.get("replay") else None
+            reproduction = PendingReproduction.from_dict(data["replay"]) if data.get("replay") else None
             taken_out = data.get("taken_out") or {}
             if not isinstance(taken_out, dict) or not all(isinstance(v, str) for v in taken_out.values()):
                 raise ValueError(f"'taken_out' must map nodes to diagnosis ids, got {taken_out!r:.80}")
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"job {job!r}: {exc}") from exc
-        for part in (ladder, pool, checks, replay):
+        for part in (ladder, pool, checks, reproduction):
             if part is not None and part.job != job:
                 raise StateError(f"job {job!r}: entry names job {part.job!r}")
-        return cls(job, float(touched), ladder, pool, checks, replay, {str(k): v for k, v in taken_out.items()})
+        return cls(job, float(touched), ladder, pool, checks, reproduction, {str(k): v for k, v in taken_out.items()})
 
 
 @dataclass

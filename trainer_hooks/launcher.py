@@ -16,7 +16,7 @@ job's end (finished, stopped, cancelled by SIGTERM, or given up) as a `job`/`end
 its agents stopping next are not read as machines dying.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
-(trainer_hooks.replay: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
+(trainer_hooks.reproduction: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
 which reproduced the fault, then waits ``--crash-wait`` for the verdict (an evict of the culprits)
 before restarting.
 """
@@ -43,7 +43,7 @@ from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
-from faultlens.trainer_hooks.replay import run_replay
+from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_screen import CommandScreen
 
@@ -118,9 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-wait", type=float, default=30.0, help="seconds to wait for a command after a crash")
     p.add_argument("--log-dir", type=Path, help="one log file per rank and attempt (default: inherit stderr)")
     p.add_argument("--replay-steps", type=int, default=20,
-                   help="steps each dual-phase replay group runs from the latest checkpoint (default 20)")
+                   help="steps each dual-phase reproduction group runs from the latest checkpoint (default 20)")
     p.add_argument("--replay-timeout", type=float, default=300.0,
-                   help="seconds a replay group may run; longer counts as a reproduced hang (default 300)")
+                   help="seconds a reproduction group may run; longer counts as a reproduced hang (default 300)")
     add_kafka_arguments(p)
     p.add_argument("trainer_args", nargs=argparse.REMAINDER, help="after --: arguments for the trainer")
     args = p.parse_args(argv)
@@ -241,7 +241,7 @@ class Launcher:
                                      "reason": f"{self.args.max_restarts} restarts"})
                 return 1
             if cmd and (cmd.params or {}).get("mode") == "dual_phase_replay":
-                follow = self.replay(cmd)
+                follow = self.reproduce(cmd)
                 if follow is not None and follow.action == "stop":
                     self.end("stopped", {"event": "stopped", "command_id": follow.id}, follow.id)
                     return STOPPED
@@ -261,15 +261,15 @@ class Launcher:
                        "command_id": cmd.id if cmd else None, "nodes_out": list(plan.nodes_out),
                        "nodes_in": list(plan.nodes_in), "nodes": list(plan.nodes), "resume": resume})
 
-    # --- dual-phase replay --------------------------------------------------------------------
-    def replay(self, cmd: Command) -> Command | None:
+    # --- dual-phase reproduction --------------------------------------------------------------------
+    def reproduce(self, cmd: Command) -> Command | None:
         """Run the plan's groups, publish what reproduced, then wait for the ladder's verdict."""
         try:
-            run_replay(cmd, self.job, self.nodes, self._run_group, self.args.replay_timeout,
+            run_reproduction(cmd, self.job, self.nodes, self._run_group, self.args.replay_timeout,
                        self.producer.send_event, self.emit)
             self.producer.flush()
         except ValueError as exc:
-            log.error("dual-phase replay %s not run: %s", cmd.id, exc)
+            log.error("dual-phase reproduction %s not run: %s", cmd.id, exc)
             self.emit({"event": "replay_refused", "command_id": cmd.id, "reason": str(exc)})
             return None
         deadline = time.monotonic() + self.args.crash_wait

@@ -11,9 +11,9 @@ Faults are injected in the first attempt only (``--inject-attempts``), so a rest
 remedy runs clean, as a real job would after the bad machine or batch is gone — except
 ``--bad-node``, a broken machine: its ranks fail on every attempt until it leaves the job.
 
-Under a dual-phase replay (``FAULTLENS_REPLAY_STEPS`` set by trainer_hooks.launcher) the trainer
+Under a dual-phase reproduction (``FAULTLENS_REPLAY_STEPS`` set by trainer_hooks.launcher) the trainer
 runs that many steps from the latest checkpoint, saves no checkpoint and publishes no topology:
-a replay tests machines, it must not move the job's state.
+a reproduction tests machines, it must not move the job's state.
 
 ``--optimizer poet`` trains the hidden layer as W = R·W0·P (trainer_hooks.poet, docs/poet.md):
 its singular values stay those of W0, the prevention side of the loss spikes and NaN losses
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     job, node = os.environ["FAULTLENS_JOB"], args.node
     attempt = int(os.environ.get("FAULTLENS_ATTEMPT", "0"))
     inject = attempt < args.inject_attempts
-    replay_steps = int(os.environ["FAULTLENS_REPLAY_STEPS"]) if os.environ.get("FAULTLENS_REPLAY_STEPS") else None
+    reproduction_steps = int(os.environ["FAULTLENS_REPLAY_STEPS"]) if os.environ.get("FAULTLENS_REPLAY_STEPS") else None
     settings = KafkaSettings.load(overrides={"bootstrap": os.environ["FAULTLENS_BOOTSTRAP"],
                                              "client_id": f"trainer-{job}-{rank}"})
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("resumed from %s (step %d, attempt %d)", target.name, start, attempt)
 
     def save(step: int) -> None:
-        if rank != 0 or replay_steps is not None:
+        if rank != 0 or reproduction_steps is not None:
             return
         path = args.ckpt_dir / f"step_{step:06d}.pt"
         tmp = path.with_suffix(".tmp")
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                        on_checkpoint=lambda: save(hook.steps), producer=producer,
                        flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
     hook.wait_ready()
-    if rank == 0 and replay_steps is None:
+    if rank == 0 and reproduction_steps is None:
         nodes = os.environ.get("FAULTLENS_NODES", node).split(",")
         per_node = world // len(nodes)
         tp, pp = args.tp, args.pp
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()  # every listener is ready before the first step, so no command slips past
 
     try:
-        last = args.steps if replay_steps is None else min(args.steps, start + replay_steps)
+        last = args.steps if reproduction_steps is None else min(args.steps, start + reproduction_steps)
         for step in range(start + 1, last + 1):
             t0 = time.monotonic()
             if node == args.bad_node and step >= args.bad_node_at:
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             x, y = (t.to(device) for t in batch(step, rank))
             loss, grad_norm = train_step(model, opt, x, y, world,
                                          poison=inject and args.nan_at is not None and step >= args.nan_at)
-            if replay_steps is not None and not math.isfinite(loss):
-                # A replay reproduces a NaN by failing: the launcher judges groups by exit codes.
-                raise RuntimeError(f"non-finite loss {loss} in replay (rank {rank}, step {step})")
+            if reproduction_steps is not None and not math.isfinite(loss):
+                # A reproduction run shows a NaN by failing: the launcher judges groups by exit codes.
+                raise RuntimeError(f"non-finite loss {loss} in a reproduction run (rank {rank}, step {step})")
             if poet_config is not None:
                 poet.after_step(model, opt, step, poet_config)  # before the checkpoint: it holds merged W0
             time.sleep(args.step_sleep + (args.slow_s if inject and rank == args.slow_rank else 0.0))

@@ -17,7 +17,7 @@ from typing import Callable
 
 from faultlens.simulator import SimulatedCluster
 from faultlens.demo.hook_acks import SimulatedHookAcks
-from faultlens.demo.replays import is_replay, run_simulated_replay
+from faultlens.demo.reproductions import is_reproduction, run_simulated_reproduction
 from faultlens.demo.state import CommandRecord, DemoState
 from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
@@ -127,8 +127,8 @@ class SimDriver:
                 self._ack(*cmd)
                 continue
             before = list(self.cluster.slots)
-            if is_replay(cmd):
-                run_simulated_replay(self.cluster, cmd)  # the launcher replays, then restarts the job
+            if is_reproduction(cmd):
+                run_simulated_reproduction(self.cluster, cmd)  # the launcher reproduces, then restarts the job
             self.cluster.apply(cmd)
             self.applied += 1
             gone = [n for n in before if n not in self.cluster.slots]

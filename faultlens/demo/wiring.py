@@ -3,7 +3,7 @@ and production must not have (it plugs into PipelineOptions.wrap_remediation).
 
 :class:`DiagnosisTap`: the live view sees every diagnosis remediation is about to decide, and the
 policy's clock is each diagnosis's (and each check result's) own time instead of the wall clock,
-so windows, dedup and command expiry follow the simulated clock that runs faster. A replay outcome
+so windows, dedup and command expiry follow the simulated clock that runs faster. A reproduction outcome
 decided on the wall clock gave an eviction stamped 20 minutes ahead of the simulated cluster,
 which refused it as "issued in the future". (Diagnosis needs no such help: the
 engine keeps each job's own event time.)

@@ -37,7 +37,7 @@ def test_hang_captures_stacks_of_the_whole_job_then_evicts_the_blamed_group():
     assert (final.rung, final.action, final.nodes, final.params["group"]) == ("evict_group", "evict", ("n002", "n003"), "pp:1")
 
 
-def test_crash_without_culprit_climbs_reattempt_rollback_replay_then_needs_a_person():
+def test_crash_without_culprit_climbs_reattempt_rollback_reproduction_then_needs_a_person():
     ladder = JobLadder("j", settle_s=30)
     steps = [ladder.decide(diag("cuda_error", "stop_time_diagnosis", ts=1000 + 100 * i), NODES) for i in range(4)]
     assert [s.rung for s in steps] == ["reattempt", "rollback", "dual_phase_replay", "exhausted"]

@@ -1,6 +1,6 @@
 """Stop-time diagnosis in the policy: run_checks → wait for every node → evict only failures,
 reattempt when all pass, never evict on silence, bring back machines that pass; state survives a
-restart of the remediation consumer; dual-phase replay convicts only a lone meeting point."""
+restart of the remediation consumer; dual-phase reproduction convicts only a lone meeting point."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.remediation.policy import Policy, PolicyConfig, command_id
-from faultlens.remediation.replay import PendingReplay, judge_replay
+from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
@@ -207,7 +207,7 @@ def test_pending_checks_survive_a_restart_of_the_consumer(tmp_path):
     assert len(third.ladders["j"].failures) == 1  # the episode goes on where it was
 
 
-def test_a_restart_mid_replay_still_judges_the_outcome(tmp_path):
+def test_a_restart_mid_reproduction_still_judges_the_outcome(tmp_path):
     p = policy(tmp_path, settle_s=1.0)
     for i, ts in enumerate((1000.0, 1010.0, 1020.0)):
         d = crash(ts=ts, did=f"d{i}")
@@ -219,7 +219,7 @@ def test_a_restart_mid_replay_still_judges_the_outcome(tmp_path):
             decision, cmd = p.decide(d, ts)
     assert decision.rung == "dual_phase_replay" and cmd.action == "restart"
     again = policy(tmp_path, settle_s=1.0)
-    assert again.replays["j"].command_id == cmd.id
+    assert again.reproductions["j"].command_id == cmd.id
     done = Envelope(ts=EPOCH + 1100.0, job="j", node="-", source="check", kind="replay_done",
                     data={"command_id": cmd.id, "failing_horizontal": [1], "failing_vertical": [0]})
     [(decision, evict)] = again.observe_check(done, 1100.0)
@@ -228,31 +228,31 @@ def test_a_restart_mid_replay_still_judges_the_outcome(tmp_path):
     assert decision.rung == "replay_evict"
 
 
-def test_replay_verdicts():
+def test_reproduction_verdicts():
     plan = dual_phase_plan(NODES)  # rows (n000 n001) (n002 n003); columns (n000 n002) (n001 n003)
-    p = PendingReplay("j", "c", crash().to_dict(), plan, 0.0, 1.0)
-    assert judge_replay(p, [0], [1]).nodes == ("n001",)
+    p = PendingReproduction("j", "c", crash().to_dict(), plan, 0.0, 1.0)
+    assert judge_reproduction(p, [0], [1]).nodes == ("n001",)
     for fh, fv, why in (([], [], "no horizontal group"), ([0, 1], [0], "every horizontal group"),
                         ([0], [], "no vertical group")):
-        step = judge_replay(p, fh, fv)
+        step = judge_reproduction(p, fh, fv)
         assert step.action is None and step.rung == "replay_inconclusive" and why in step.reason
-    two = PendingReplay("j", "c", crash().to_dict(), dual_phase_plan(["a", "b"]), 0.0, 1.0)
-    assert judge_replay(two, [0], [1]).nodes == ("b",)  # the whole job reproduces, one half does
-    one = PendingReplay("j", "c", crash().to_dict(), dual_phase_plan(["a"]), 0.0, 1.0)
-    assert judge_replay(one, [0], [0]).action is None  # one machine: replay alone convicts nobody
+    two = PendingReproduction("j", "c", crash().to_dict(), dual_phase_plan(["a", "b"]), 0.0, 1.0)
+    assert judge_reproduction(two, [0], [1]).nodes == ("b",)  # the whole job reproduces, one half does
+    one = PendingReproduction("j", "c", crash().to_dict(), dual_phase_plan(["a"]), 0.0, 1.0)
+    assert judge_reproduction(one, [0], [0]).action is None  # one machine: a reproduction alone convicts nobody
 
 
-def test_a_replay_that_never_reports_asks_a_person():
-    p = policy(settle_s=1.0, replay_wait_s=500.0)
+def test_a_reproduction_that_never_reports_asks_a_person():
+    p = policy(settle_s=1.0, reproduction_wait_s=500.0)
     _, cmd = p.decide(crash(ts=1000.0, did="d0"), 1000.0)
     for n in NODES:
         p.observe_check(result(n, cmd.id, 1001.0), 1001.0)
     p.decide(crash(ts=1010.0, did="d1"), 1010.0)
     p.decide(crash(ts=1020.0, did="d2"), 1020.0)
-    assert "j" in p.replays
+    assert "j" in p.reproductions
     [(decision, cmd)] = p.tick(1600.0)
     assert cmd is None and decision.rung == "replay_inconclusive"
-    assert "j" not in p.replays
+    assert "j" not in p.reproductions
 
 
 def test_the_decision_log_line_carries_the_params():
@@ -293,7 +293,7 @@ def test_a_state_file_from_before_checks_still_loads(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps(old))
     p = policy(tmp_path)
     assert p.store.errors == [] and p.ladders["j"].failures == [900.0]
-    assert p.pending_checks == {} and p.replays == {} and p.taken_out == {}
+    assert p.pending_checks == {} and p.reproductions == {} and p.taken_out == {}
 
 
 def test_a_damaged_pending_entry_is_reported_and_that_job_starts_afresh(tmp_path):

@@ -1,5 +1,5 @@
-"""Dual-phase replay end to end on the embedded broker, with the reference trainer on CPU:
-the ladder's replay rung → the launcher runs each half → the half holding the broken machine
+"""Dual-phase reproduction end to end on the embedded broker, with the reference trainer on CPU:
+the ladder's reproduction rung → the launcher runs each half → the half holding the broken machine
 reproduces → the ladder convicts that machine → the launcher restarts without it and finishes."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.mark.long(40)
-def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_path):
-    job = f"replay-{uuid.uuid4().hex[:8]}"
+def test_reproduction_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_path):
+    job = f"repro-{uuid.uuid4().hex[:8]}"
     key = SigningKey.generate()
     _, public = write_key_pair(tmp_path / "keys", key)
     env = {**os.environ, "FAULTLENS_BOOTSTRAP": kafka_settings.bootstrap, "FAULTLENS_STATE_DIR": str(tmp_path / "state"),
@@ -46,7 +46,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         until(lines, "crash", 90, seen, watch=[tmp_path])  # n001 breaks at step 3, after the checkpoint of step 2
 
         # The ladder of a job whose crash kept coming back: reattempt and rollback were tried
-        # (not sent here), the third failure climbs to dual-phase replay.
+        # (not sent here), the third failure climbs to dual-phase reproduction.
         policy = Policy(key, PolicyConfig(act_on=frozenset({job}), settle_s=0.0))
         policy.observe_topology(job, Topology.grid(["n000", "n001"], 1, 1, 1, 2))
         for i in range(3):
@@ -76,7 +76,7 @@ def test_replay_convicts_only_the_machine_that_reproduces(kafka_settings, tmp_pa
         assert restart["action"] == "evict" and restart["nodes"] == ["n000", "s000"]
         assert until(lines, "done", 90, seen, watch=[tmp_path])["exit"] == 0
         assert proc.wait(30) == 0
-        # The replays moved no checkpoint: the job resumed from step 2's and wrote the rest itself.
+        # The reproduction runs moved no checkpoint: the job resumed from step 2's and wrote the rest itself.
         assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*.pt")) == [
             "step_000002.pt", "step_000004.pt", "step_000006.pt"]
     finally:

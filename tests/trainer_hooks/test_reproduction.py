@@ -1,4 +1,4 @@
-"""Dual-phase replay in the launcher: the pure parts (trainer_hooks.replay) with a fake group runner."""
+"""Dual-phase reproduction in the launcher: the pure parts (trainer_hooks.reproduction) with a fake group runner."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.events.command import Command
 from faultlens.events.envelope import decode, encode
 from faultlens.events.payloads import check_payload
-from faultlens.trainer_hooks.replay import judge_run, replay_groups, run_replay
+from faultlens.trainer_hooks.reproduction import judge_run, reproduction_groups, run_reproduction
 
 NODES = ("n000", "n001", "n002", "n003")
 
@@ -26,7 +26,7 @@ def test_each_group_runs_once_and_only_groups_holding_the_bad_machine_reproduce(
         return {n: (1 if n == "n002" else None if "n002" in nodes else 0) for n in nodes}, False
 
     cmd = restart()
-    failing = run_replay(cmd, "j", NODES, run_group, 60.0, events.append, lines.append)
+    failing = run_reproduction(cmd, "j", NODES, run_group, 60.0, events.append, lines.append)
     assert ran == [("n000", "n001"), ("n002", "n003"), ("n000", "n002"), ("n001", "n003")]
     assert failing == {"horizontal": [1], "vertical": [0]}
     assert [e.kind for e in events] == ["replay"] * 4 + ["replay_done"]
@@ -38,18 +38,18 @@ def test_each_group_runs_once_and_only_groups_holding_the_bad_machine_reproduce(
     assert dual_phase_plan(NODES).culprits([1], [0]) == ("n002",)
 
 
-def test_the_whole_job_is_not_replayed_and_machines_gone_are_dropped():
+def test_the_whole_job_is_not_reproduced_again_and_machines_gone_are_dropped():
     ran = []
-    failing = run_replay(restart(("a", "b")), "j", ("a", "b"), lambda n: (ran.append(n), ({x: 0 for x in n}, False))[1],
+    failing = run_reproduction(restart(("a", "b")), "j", ("a", "b"), lambda n: (ran.append(n), ({x: 0 for x in n}, False))[1],
                          60.0, lambda e: None, lambda l: None)
     assert ran == [("a",), ("b",)] and failing == {"horizontal": [0], "vertical": []}
-    assert replay_groups(restart().params, ("n000", "n001"))["horizontal"] == [("n000", "n001"), ()]
+    assert reproduction_groups(restart().params, ("n000", "n001"))["horizontal"] == [("n000", "n001"), ()]
 
 
 def test_a_hang_reproduces_and_bad_plans_are_refused():
     assert judge_run({"a": None}, True, 30.0) == (True, "still running after 30s (a hang reproduces)")
     assert judge_run({"a": 0, "b": 0}, False, 30.0)[0] is False
     with pytest.raises(ValueError):
-        replay_groups({"mode": "dual_phase_replay"}, NODES)
+        reproduction_groups({"mode": "dual_phase_replay"}, NODES)
     with pytest.raises(ValueError):
-        replay_groups({"plan": {"horizontal": [["a"]], "vertical": "a"}}, NODES)
+        reproduction_groups({"plan": {"horizontal": [["a"]], "vertical": "a"}}, NODES)

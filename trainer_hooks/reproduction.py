@@ -1,15 +1,15 @@
-"""Dual-phase replay in the launcher (ByteRobust): run the job on each group of a replay plan on its
+"""Dual-phase reproduction in the launcher (ByteRobust): run the job on each group of a reproduction plan on its
 own and report which groups reproduce the fault.
 
 The remediation ladder's `dual_phase_replay` rung sends a `restart` whose params carry ``mode:
 dual_phase_replay`` and a ``plan`` (``horizontal`` and ``vertical`` lists of node groups,
-remediation.ladder.ReplayPlan). Each group runs the trainer from the latest checkpoint for a few
+remediation.ladder.ReproductionPlan). Each group runs the trainer from the latest checkpoint for a few
 steps (``FAULTLENS_REPLAY_STEPS``; the trainer neither checkpoints nor publishes a topology in a
-replay, so the job's own state is untouched); a group reproduces the fault when a rank exits
+reproduction run, so the job's own state is untouched); a group reproduces the fault when a rank exits
 non-zero or the run outlives its timeout (a hang). A group that is the whole job is not run
-again: the job itself just failed, which is why there is a replay. One `check`/`replay` event per
+again: the job itself just failed, which is why there is a reproduction. One `check`/`replay` event per
 group and one `check`/`replay_done` event at the end go to ``telemetry.checks``, for the ladder to
-convict the machines where the failing groups meet (remediation.replay).
+convict the machines where the failing groups meet (remediation.reproduction).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class GroupRun:
     duration_s: float = 0.0
 
 
-def replay_groups(params: Mapping[str, Any], job_nodes: tuple[str, ...]) -> dict[str, list[tuple[str, ...]]]:
+def reproduction_groups(params: Mapping[str, Any], job_nodes: tuple[str, ...]) -> dict[str, list[tuple[str, ...]]]:
     """The plan's groups, each limited to machines the job runs on now. Raises ValueError on a bad plan."""
     plan = params.get("plan")
     if not isinstance(plan, Mapping):
@@ -59,14 +59,14 @@ def judge_run(codes: dict[str, int | None], timed_out: bool, timeout_s: float) -
     return False, f"ran clean on {', '.join(sorted(codes))}"
 
 
-def run_replay(cmd: Command, job: str, job_nodes: tuple[str, ...],
+def run_reproduction(cmd: Command, job: str, job_nodes: tuple[str, ...],
                run_group: Callable[[tuple[str, ...]], tuple[dict[str, int | None], bool]], timeout_s: float,
                publish: Callable[[Envelope], None], emit: Callable[[dict], None]) -> dict[str, list[int]]:
     """Every group of both phases in turn; returns the failing group indices per phase.
 
     ``run_group(nodes)`` runs the job on ``nodes`` and returns (exit code per node, timed out).
     """
-    groups = replay_groups(cmd.params, job_nodes)
+    groups = reproduction_groups(cmd.params, job_nodes)
     failing: dict[str, list[int]] = {p: [] for p in PHASES}
     for phase in PHASES:
         for i, nodes in enumerate(groups[phase]):
@@ -74,7 +74,7 @@ def run_replay(cmd: Command, job: str, job_nodes: tuple[str, ...],
             if not nodes:
                 run = GroupRun(phase, i, nodes, False, "no machine of this group is in the job now", {})
             elif set(nodes) == set(job_nodes):
-                run = GroupRun(phase, i, nodes, True, "the whole job: it failed already (why we replay)", {})
+                run = GroupRun(phase, i, nodes, True, "the whole job: it failed already (why we reproduce)", {})
             else:
                 codes, timed_out = run_group(nodes)
                 reproduced, detail = judge_run(codes, timed_out, timeout_s)

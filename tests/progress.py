@@ -92,6 +92,47 @@ def cpu_ticks(pid: int) -> int:
     return sum(int(f) for f in fields[11:15])
 
 
+def thread_ticks(thread: threading.Thread) -> int:
+    """The clock ticks of CPU one thread of this process spent (Linux's /proc/self/task/TID/stat:
+    utime, stime); 0 once it is gone or where there is no /proc. The progress of a thread the
+    test started (a consumer that must see the end of a topic): one that polls moves it, a busy
+    machine only slows it, one that died or is blocked for good stops it."""
+    if thread.native_id is None:
+        return 0
+    try:
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def others_ticks() -> int:
+    """The clock ticks of CPU spent by this process's threads other than the caller's and by its
+    live child processes (and theirs): the progress of work the test started in-process (an
+    agent's sources, a consumer) while the test's own thread waits, its polling left out."""
+    me = threading.get_native_id()
+    total = 0
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # ended between the listing and the read
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])
+    import psutil  # a dependency of the test set; imported here so the module stays stdlib-only to load
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        children = []
+    return total + sum(cpu_ticks(child.pid) for child in children)
+
+
 def _short(value: object, n: int = 300) -> str:
     text = repr(value)
     return text if len(text) <= n else text[:n] + "..."

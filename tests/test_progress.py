@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.progress import Stalled, Watched, cpu_ticks, run_watched, stop_proc, wait_until
+from tests.progress import Stalled, Watched, cpu_ticks, others_ticks, run_watched, stop_proc, thread_ticks, wait_until
 
 
 def test_a_slow_process_that_keeps_printing_outlives_its_stall_bound():
@@ -119,3 +119,40 @@ def test_stop_proc_waits_for_a_slow_clean_stop_while_it_logs(tmp_path):
                stall_s=60, what="ready")
     assert stop_proc(proc, stall_s=4, limit_s=120) == 0
     assert "cleaning 23" in proc.tail()
+
+
+def test_thread_ticks_move_while_a_thread_computes_and_stop_when_it_blocks():
+    import threading
+
+    release, computed = threading.Event(), threading.Event()
+
+    def work():
+        t = time.thread_time()
+        while time.thread_time() - t < 0.5:  # half a second of CPU, however long that takes here
+            pass
+        computed.set()
+        release.wait()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    wait_until(computed.is_set, progress=lambda: thread_ticks(thread), stall_s=60, what="the computing thread")
+    spent = thread_ticks(thread)
+    assert spent >= 25  # 0.5 s at 100 ticks a second, with room for the clock's rounding
+    with pytest.raises(Stalled, match="blocked thread: no progress"):
+        wait_until(lambda: False, progress=lambda: thread_ticks(thread), stall_s=1, what="the blocked thread")
+    release.set()
+    thread.join(60)
+    assert thread_ticks(thread) == 0  # gone
+
+
+def test_others_ticks_count_other_threads_and_children_not_the_caller():
+    before = others_ticks()
+    t = time.thread_time()
+    while time.thread_time() - t < 0.5:  # the caller's own CPU: not counted
+        pass
+    assert others_ticks() - before < 20
+    # A child that computes for half a second of CPU moves it.
+    script = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint('done', flush=True)\ntime.sleep(300)\n"
+    with Watched([sys.executable, "-c", script]) as child:
+        child.wait_line(lambda line: line == "done", stall_s=60, limit_s=240)
+        assert others_ticks() - before >= 25

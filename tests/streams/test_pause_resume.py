@@ -11,6 +11,7 @@ from kafka.structs import TopicPartition
 
 from faultlens.streams.kafka_client import open_consumer
 from faultlens.streams.producer import Producer
+from tests.progress import wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -26,11 +27,16 @@ def _fill(settings, topic: str) -> None:
         p.flush()
 
 
-def _poll_until(consumer, seen: dict[int, set[int]], done, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done() and time.monotonic() < deadline:
+def _poll_until(consumer, seen: dict[int, set[int]], done) -> None:
+    """Poll until ``done()``, failing when no record came for 30 s (the stall this file is about:
+    records that never come back), not after a fixed 10 s a loaded machine outruns (issue 47)."""
+    def read() -> bool:
         for tp, messages in consumer.poll(timeout_ms=100).items():
             seen[tp.partition].update(m.offset for m in messages)
+        return done()
+
+    wait_until(read, progress=lambda: sum(map(len, seen.values())), stall_s=30, limit_s=240,
+               what="the partitions' records", poll_s=0)
 
 
 def test_a_partition_paused_mid_batch_delivers_the_rest_after_resume(client_settings, fresh_topic):

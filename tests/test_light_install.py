@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.progress import run_watched
+
 ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: pyproject's packages.find takes faultlens*, whose folders link to these.
 SOURCES = ("pyproject.toml", "README.md", "faultlens", "events", "streams", "parsing", "collectors", "diagnosis",
@@ -26,7 +28,9 @@ pytestmark = pytest.mark.long(25)
 
 
 def _run(*argv: str | Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600, **kw)
+    """Waited for while it computes (a build, pip's resolver, an interpreter starting), not a
+    fixed 600 s: two minutes of no CPU and no output fails (issue 47)."""
+    return run_watched([str(a) for a in argv], stall_s=120, cpu=True, limit_s=280, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ One JSON line per operation with the mean and p99 in microseconds, on a realisti
 - ``ed25519_sign``: what the remediation consumer pays per command;
 - ``ed25519_verify``: what each receiver pays per command addressed to it;
 - ``screen_in_memory``: a receiver's whole gate on the topic's bytes (decode, verify, checks);
-- ``screen_persisted``: the same with the replay file rewritten atomically (fsync) per obeyed
+- ``screen_persisted``: the same with the command memory file rewritten atomically (fsync) per obeyed
   command, with every earlier id still unexpired (the file's worst case; a real receiver keeps
   only the ids of the last 10 minutes).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from faultlens.events.command import Command
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
 from faultlens.events.signing import SigningKey
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     results["screen_in_memory"] = _timed(lambda i: in_memory.screen(raws[i], now + 1), args.n)
     with tempfile.TemporaryDirectory() as tmp:
         # Worst case for the file: every id still unexpired, so each write rewrites all of them.
-        screen = CommandScreen(keys, "train-7", "n004", memory=ReplayMemory(Path(tmp) / "seen.jsonl"))
+        screen = CommandScreen(keys, "train-7", "n004", memory=CommandMemory(Path(tmp) / "seen.jsonl"))
         results["screen_persisted"] = _timed(lambda i: screen.screen(raws[i], now + 1), args.n)
     for name, r in results.items():
         print(json.dumps({"op": name, **r}), flush=True)

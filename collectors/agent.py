@@ -29,7 +29,7 @@ from faultlens.collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnava
 from faultlens.collectors.publisher import Publisher
 from faultlens.collectors.spool import Spool
 from faultlens.collectors.stack_capture import TrainingProcess, find_training_processes
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import VerifyKeys
 
@@ -69,7 +69,7 @@ class AgentConfig:
     rank_env: str = "RANK"
     verify_keys: VerifyKeys | None = None  # public key(s) commands must be signed with
     verify_keys_error: str | None = None  # why there are none (shown as the stacks source's status)
-    replay_file: Path | None = None  # command ids handled, kept across restarts (None: in memory only)
+    command_memory_file: Path | None = None  # command ids handled, kept across restarts (None: in memory only)
     spool_dir: Path = Path(".")
     spool_max_mb: float = 256.0
     create_topics: bool = True
@@ -189,12 +189,12 @@ class Agent:
             sources.append(StackCaptureSource(
                 self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,
                 launcher_pid=c.launcher_pid, proc_pattern=c.proc_pattern, rank_env=c.rank_env,
-                dump_timeout_s=c.dump_timeout_s, memory=ReplayMemory(c.replay_file)))
-            # Its own replay file: two listeners rewriting one file would drop each other's ids.
-            checks_memory = c.replay_file.with_name(f"{c.replay_file.stem}-checks{c.replay_file.suffix}") \
-                if c.replay_file else None
+                dump_timeout_s=c.dump_timeout_s, memory=CommandMemory(c.command_memory_file)))
+            # Its own command memory file: two listeners rewriting one file would drop each other's ids.
+            checks_memory = c.command_memory_file.with_name(f"{c.command_memory_file.stem}-checks{c.command_memory_file.suffix}") \
+                if c.command_memory_file else None
             sources.append(ChecksSource(self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,
-                                        config=c.checks, memory=ReplayMemory(checks_memory)))
+                                        config=c.checks, memory=CommandMemory(checks_memory)))
         else:
             self.unavailable["stacks"] = c.verify_keys_error or "no command verify key"
             self.unavailable["checks"] = c.verify_keys_error or "no command verify key"

@@ -1,7 +1,7 @@
 """The node agent's answer to a command it refuses: one `check`/`command_ack` event.
 
 A `run_checks` or `capture_stacks` refused by the agent's gate (events.command_screen: a bad
-signature, expired, replayed, over the lifetime cap ...) was only logged on the node, so the
+signature, expired, duplicate, over the lifetime cap ...) was only logged on the node, so the
 remediation consumer waited out its deadline for an answer that would never come, and the history
 counted the command as carried out. The ack carries the trainer hook's `command_ack` payload
 (docs/events.md) on the `check` source: `telemetry.checks` is what remediation reads for the

@@ -4,7 +4,7 @@ Every agent must see every command for its job, so it reads with no group from t
 topic (streams.command_listener.CommandListener, reconnecting while Kafka is away). The gate is the
 one every recipient uses (events.command_screen.CommandScreen): signed by a trusted key, within
 the lifetime cap, unexpired, for this job, addressed to this node (or to every node when ``nodes``
-is empty), not seen before (``memory``: persisted, so a restarted agent still refuses a replay),
+is empty), not seen before (``memory``: persisted, so a restarted agent still refuses a duplicate),
 and — here — a ``capture_stacks``; other actions are for the trainer and are ignored, not refused.
 A refused ``capture_stacks`` is answered with a `check`/`command_ack` (collectors.command_ack).
 """
@@ -19,7 +19,7 @@ from faultlens.collectors.command_ack import refusal_acker
 from faultlens.collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes, unranked_pids
 from faultlens.events.command import Command
 from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
@@ -36,7 +36,7 @@ class StackCaptureSource:
     def __init__(self, settings: KafkaSettings, *, keys: VerifyKeys, job: str, node: str,
                  publish: Callable[[Envelope], Any], launcher_pid: int | None = None,
                  proc_pattern: str | None = None, rank_env: str = "RANK", dump_timeout_s: float = 10.0,
-                 retry_s: float = 2.0, memory: ReplayMemory | None = None):
+                 retry_s: float = 2.0, memory: CommandMemory | None = None):
         self.settings = settings
         self.job = job
         self.node = node

@@ -2,7 +2,7 @@
 
 A thin :class:`streams.runner.GroupRunner` handler. Each record goes through the engine on its
 own, so one bad event becomes one dead letter (with the engine's reason) and never makes the
-runner replay the whole batch through a stateful engine. Redelivered records (at-least-once)
+runner redeliver the whole batch through a stateful engine. Redelivered records (at-least-once)
 are recognised by event id inside the engine.
 """
 

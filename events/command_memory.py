@@ -1,4 +1,5 @@
-"""The replay memory of a command receiver: command ids already handled, each kept until it expires.
+"""The command memory of a receiver: command ids already handled, each kept until it expires, so
+that a duplicate (an id handled before) is refused.
 
 Kept in a small JSON lines file (``{"id", "expires_at"}`` per line) so that a restarted trainer
 hook or node agent still refuses a command it obeyed before the restart: without it, whoever
@@ -33,13 +34,13 @@ def default_state_dir() -> Path:
 
 
 def memory_file(state_dir: str | os.PathLike[str], *parts: object) -> Path:
-    """The replay file of one receiver, e.g. ``memory_file(d, "hook", job, "r3")``: one per
+    """The command memory file of one receiver, e.g. ``memory_file(d, "hook", job, "r3")``: one per
     receiver, since several ranks of a job may share a state directory."""
     name = "-".join(re.sub(r"[^A-Za-z0-9_.=]+", "_", str(p)) for p in parts)
     return Path(state_dir) / f"commands-seen-{name}.jsonl"
 
 
-class ReplayMemory:
+class CommandMemory:
     """Ids handled, with their expiry; persisted to ``path`` when one is given."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, limit: int = _LIMIT):
@@ -72,7 +73,7 @@ class ReplayMemory:
         except FileNotFoundError:
             return
         except OSError as exc:
-            log.warning("replay memory %s unreadable (%s): starting empty", path, exc)
+            log.warning("command memory %s unreadable (%s): starting empty", path, exc)
             return
         bad = 0
         for line in text.splitlines():
@@ -84,8 +85,8 @@ class ReplayMemory:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 bad += 1
         if bad:
-            log.warning("replay memory %s: %d damaged line(s) skipped, %d id(s) kept", path, bad, len(self._seen))
-        log.debug("replay memory %s: %d id(s)", path, len(self._seen))
+            log.warning("command memory %s: %d damaged line(s) skipped, %d id(s) kept", path, bad, len(self._seen))
+        log.debug("command memory %s: %d id(s)", path, len(self._seen))
 
     def _save(self, path: Path) -> None:
         body = b"".join(orjson.dumps({"id": cid, "expires_at": exp}) + b"\n" for cid, exp in self._seen.items())
@@ -103,4 +104,4 @@ class ReplayMemory:
                 raise
         except OSError as exc:
             # Keep obeying with the in-memory set: a full disk must not stop a job being evicted.
-            log.warning("replay memory %s not saved (%s): a restart would forget %d id(s)", path, exc, len(self._seen))
+            log.warning("command memory %s not saved (%s): a restart would forget %d id(s)", path, exc, len(self._seen))

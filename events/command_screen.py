@@ -4,13 +4,13 @@ node agent, the demo's simulated cluster).
 A command is obeyed only when it is well formed, signed by a trusted key (Ed25519, events.signing),
 valid for no longer than this receiver accepts (``max_lifetime_s``, whatever the signer wrote),
 issued not in the future, not expired, not handled before (its id, remembered across restarts
-when the receiver keeps a replay file), addressed to this job and to this node / rank (no nodes:
+when the receiver keeps a command memory file), addressed to this job and to this node / rank (no nodes:
 the whole job; an ``evict`` must name its nodes) and of an action this recipient carries out.
 Everything else is refused with a reason, and never obeyed.
 
 Commands for another job, node or rank are refused too, but marked not addressed. Every receiver
 reads every command of the fleet, so if each acked those, the refusals that matter (a forged,
-altered, replayed or over-long command sent here) would drown in thousands of routine "not for me"
+altered, duplicate or over-long command sent here) would drown in thousands of routine "not for me"
 acks. Only two kinds are acked (``Screened.ack``), so that a misaddressed command still leaves a
 reason on ``command_ack`` while each command costs at most a node's receivers:
 - a command of another job that names this node (a stale command for the job that ran here
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from faultlens.events.command import MAX_LIFETIME_S, Command
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.envelope import InvalidEvent
 from faultlens.events.signing import VerifyKeys
 
@@ -61,14 +61,14 @@ class CommandScreen:
     given a persisted one)."""
 
     def __init__(self, keys: VerifyKeys, job: str, node: str | None = None, rank: int | None = None,
-                 actions: Iterable[str] | None = None, *, memory: ReplayMemory | None = None,
+                 actions: Iterable[str] | None = None, *, memory: CommandMemory | None = None,
                  max_lifetime_s: float = MAX_LIFETIME_S, spokesperson: bool = False):
         self.keys = keys
         self.job = job
         self.node = node
         self.rank = rank
         self.actions = frozenset(actions) if actions is not None else None  # None: every action
-        self.memory = memory if memory is not None else ReplayMemory()
+        self.memory = memory if memory is not None else CommandMemory()
         self.max_lifetime_s = max_lifetime_s
         self.spokesperson = spokesperson
 
@@ -105,7 +105,7 @@ class CommandScreen:
         if cmd.action == "evict" and not cmd.nodes:
             return "an evict must name its nodes"
         if cmd.id in self.memory:
-            return "replayed (command id already handled)"
+            return "duplicate (command id already handled)"
         return None
 
     def screen(self, raw: bytes | None, now: float) -> Screened:

@@ -84,7 +84,7 @@ class RemediationHandler:
                 try:
                     self.observe_topology(r.value)
                 except InvalidEvent as exc:
-                    # Dead-lettered here, not raised: a raise would make the runner replay the whole
+                    # Dead-lettered here, not raised: a raise would make the runner redeliver the whole
                     # batch, and diagnoses already decided in it would then be skipped as seen.
                     out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value),
                                            f"bad topology: {exc}", self.group))

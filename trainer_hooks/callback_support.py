@@ -36,7 +36,7 @@ def make_hook(*, rank: int, job: str | None, node: str | None, settings: KafkaSe
     """The hook of one rank, its identity from the arguments or the environment `faultlens run`
     sets (FAULTLENS_JOB, FAULTLENS_NODE, FAULTLENS_BOOTSTRAP, FAULTLENS_VERIFY_KEY); the commands it
     handled are remembered in ``state_dir``, else FAULTLENS_STATE_DIR, else the checkpoint folder
-    (so a restarted run refuses a command replayed to it)."""
+    (so a restarted run refuses a duplicate of a command it handled)."""
     job = job or os.environ.get(JOB_ENV)
     if not job:
         raise ValueError("FaultlensCallback needs the job's name: pass job=... or set FAULTLENS_JOB "

@@ -20,7 +20,7 @@ Every command addressed here is acked (`train`/`command_ack`), obeyed or refused
 nodes or ranks, and every rank acks a command of another job that names its node. Commands must be signed with a key in ``keys`` (the public key of
 `faultlens keys generate`; default: the files named by FAULTLENS_VERIFY_KEY). The ids of commands
 handled are kept in ``state_dir`` (default FAULTLENS_STATE_DIR, else $FAULTLENS_HOME; the
-checkpoint directory is a good choice), so a restarted trainer refuses a command replayed to it.
+checkpoint directory is a good choice), so a restarted trainer refuses a duplicate of a command it handled.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_memory import ReplayMemory, default_state_dir, memory_file
+from faultlens.events.command_memory import CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
 
@@ -81,7 +81,7 @@ class TrainerHook:
         self._lock = threading.Lock()
         self.listener: CommandListener | None = None
         if listen:
-            memory = ReplayMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
+            memory = CommandMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
             screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory,
                                    spokesperson=rank == 0)
             self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultlens.events.command import Command
-from faultlens.events.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, default_state_dir, memory_file
 from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import free_port
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
@@ -137,7 +137,7 @@ class Launcher:
         self.nodes = node_names(args)
         self.standby = tuple(s for s in args.standby.split(",") if s)
         self.commands: queue.Queue[Command] = queue.Queue()
-        memory = ReplayMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
+        memory = CommandMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
         self.listener = CommandListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
         self.producer = Producer(settings)
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"launcher: {exc}", file=sys.stderr)
         return 2
-    # The trainers' hooks verify with the same keys and keep their replay memory in the same place.
+    # The trainers' hooks verify with the same keys and keep their command memory in the same place.
     os.environ["FAULTLENS_VERIFY_KEY"] = ",".join(str(Path(p).resolve()) for p in verify_key_paths(args.verify_key))
     if args.state_dir:
         os.environ[STATE_DIR_ENV] = str(args.state_dir)

@@ -16,7 +16,7 @@ from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig
 from faultlens.collectors.command_ack import refusal_acker
 from faultlens.events.command import Command
 from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
@@ -30,7 +30,7 @@ class ChecksSource:
 
     def __init__(self, settings: KafkaSettings, *, keys: VerifyKeys, job: str, node: str,
                  publish: Callable[[Envelope], Any], config: ChecksConfig | None = None,
-                 memory: ReplayMemory | None = None, retry_s: float = 2.0, runner: CheckRunner | None = None):
+                 memory: CommandMemory | None = None, retry_s: float = 2.0, runner: CheckRunner | None = None):
         self.runner = runner or CheckRunner(job, node, publish, config or ChecksConfig())
         self.retry_s = retry_s
         self.screen = CommandScreen(keys, job, node, actions={"run_checks"}, memory=memory)

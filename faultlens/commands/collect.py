@@ -44,7 +44,7 @@ reported in the heartbeat's `sources` and the others go on:
              positions, and what it cannot see: docs/agent.md); also on --metrics-port
   stacks     on a signed capture_stacks command: py-spy dump of every training process
              (needs the public key of `faultlens keys generate`: --verify-key / FAULTLENS_VERIFY_KEY;
-             the ids of commands handled are kept in --state-dir, so a restart refuses replays)
+             the ids of commands handled are kept in --state-dir, so a restart refuses duplicates)
 
 Without --bootstrap (or FAULTLENS_BOOTSTRAP / --config) it uses the embedded broker that `faultlens up`,
 `demo` or `broker` registered on this machine, and exits 1 saying so when there is none; it never
@@ -154,7 +154,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         fabric_manager_log=None if args.no_fabric_manager else args.fabric_manager_log, line_rules=line_rules,
         launcher_pid=args.launcher_pid, proc_pattern=args.proc_pattern, rank_env=args.rank_env,
         verify_keys=keys, verify_keys_error=keys_error,
-        replay_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
+        command_memory_file=memory_file(state_dir, "agent", args.job, args.node), spool_dir=spool_dir, spool_max_mb=args.spool_max_mb,
         create_topics=not args.no_create_topics, dump_timeout_s=args.dump_timeout,
         checks=ChecksConfig(paths=tuple(args.check_path) or (".",), min_free_gb=args.check_min_free_gb,
                             timeout_s=args.check_timeout, nvml=None),
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
                               "bootstrap": settings.bootstrap, "sources": [s.name for s in agent.sources],
                               "spool": str(agent.spool.path),
                               "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
-                              "replay_file": str(config.replay_file)}), flush=True)
+                              "command_memory_file": str(config.command_memory_file)}), flush=True)
             _wait_saying_when_unreachable(agent, settings.bootstrap, stop, args.duration)
             log.info("stopping")
         finally:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_memory import STATE_DIR_ENV, ReplayMemory, default_state_dir, memory_file
+from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         with connected(args, create_topics=False) as settings:
             side = JobSide(job=job, node=node, settings=settings, verify_key_paths=key_paths, state_dir=state_dir,
                            crash_wait=args.crash_wait, command_wait=args.command_wait, grace=args.grace)
-            memory = ReplayMemory(memory_file(state_dir or default_state_dir(), "run", job, node))
+            memory = CommandMemory(memory_file(state_dir or default_state_dir(), "run", job, node))
             listener = CommandListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
             listener.start()
             if not listener.ready.wait(30):

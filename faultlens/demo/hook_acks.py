@@ -3,7 +3,7 @@
 obeyed or refused instead of "no answer".
 
 Each rank screens the message with the real rules (events.command_screen.CommandScreen for its
-node and rank, rank 0 as the job's spokesperson, its own replay memory) and acks what the real hook
+node and rank, rank 0 as the job's spokesperson, its own command memory) and acks what the real hook
 acks: an obeyed command with the hook's reason (trainer_hooks.ack_reasons), a refusal with the
 screen's reason and ``addressed``, and nothing for what it neither carries out nor is asked to ack
 (``run_checks``, routine "not for me"). Only what a real cluster would say: no ack while the job is
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen, ack_payload
 from faultlens.events.signing import VerifyKeys
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
@@ -28,7 +28,7 @@ class SimulatedHookAcks:
         self.keys = keys
         self.job = job
         # A real hook keeps its memory in the checkpoint directory: it outlives restarts and swaps.
-        self._memory: dict[int, ReplayMemory] = {}
+        self._memory: dict[int, CommandMemory] = {}
 
     def acks(self, raw: bytes | None, now: float, placement: Mapping[int, str],
              alive: bool = True) -> list[tuple[str, dict]]:
@@ -39,7 +39,7 @@ class SimulatedHookAcks:
         out = []
         for rank, node in sorted(placement.items()):
             screen = CommandScreen(self.keys, self.job, node, rank, spokesperson=rank == 0,
-                                   memory=self._memory.setdefault(rank, ReplayMemory()))
+                                   memory=self._memory.setdefault(rank, CommandMemory()))
             screened = screen.screen(raw, now)
             cmd = screened.command
             if screened.obey:

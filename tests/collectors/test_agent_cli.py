@@ -63,7 +63,7 @@ def test_collect_e2e_runs_until_sigterm(kafka_settings, tmp_path):
         assert started["event"] == "started" and started["job"] == job and started["node"] == "cli-node"
         assert started["spool"].startswith(str(tmp_path))
         assert started["verify_key_ids"] == [] and "stacks" not in started["sources"]  # no key: no stack capture
-        assert started["replay_file"] == str(memory_file(tmp_path, "agent", job, "cli-node"))  # in FAULTLENS_HOME
+        assert started["command_memory_file"] == str(memory_file(tmp_path, "agent", job, "cli-node"))  # in FAULTLENS_HOME
         with open(log, "a") as f:
             f.write(WARN + "\n\x00\x01\x02\x03\x04garbage\n")  # a torn binary line: counted, skipped
         # One reader for the whole wait (tests/kafka_fixtures.py: re-reading the shared topic from

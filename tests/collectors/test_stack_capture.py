@@ -93,7 +93,7 @@ def test_the_agent_gate_obeys_only_signed_fresh_capture_stacks_for_its_node():
     assert "expired" in gate.screen(_cmd(issued_at=now - 100, expires_at=now - 10).signed(KEY).encode(), now).reason
     evict = gate.screen(_cmd(action="evict").signed(KEY).encode(), now)
     assert not evict.obey and not evict.addressed  # the trainer's business, not refused by the agent
-    assert "replayed" in gate.screen(ok.encode(), now).reason
+    assert "duplicate" in gate.screen(ok.encode(), now).reason
 
 
 def test_handle_dumps_every_rank_once_and_refuses_garbage(launcher):
@@ -121,14 +121,14 @@ def test_no_training_process_is_answered_with_an_error_dump():
 
 
 def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
-    """The replay file of `faultlens collect --state-dir`: a recorded capture_stacks played back
+    """The command memory file of `faultlens collect --state-dir`: a recorded capture_stacks played back
     after the agent restarted is refused, not dumped again."""
-    from faultlens.events.command_memory import ReplayMemory
+    from faultlens.events.command_memory import CommandMemory
 
     def agent_source(out):
         return StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1",
                                   node="n1", publish=out.append, proc_pattern=r"no-such-process-\d{40}",
-                                  memory=ReplayMemory(tmp_path / "seen.jsonl"))
+                                  memory=CommandMemory(tmp_path / "seen.jsonl"))
 
     cmd = _cmd(nodes=("n1",)).signed(KEY)
     first, after_restart = [], []
@@ -137,7 +137,7 @@ def test_a_restarted_agent_refuses_a_command_it_already_obeyed(tmp_path):
     assert restarted.handle(cmd.encode()) == [] and restarted.refused == 1
     [ack] = after_restart  # no dump, but the refusal is answered
     assert (ack.kind, ack.data["command_id"], ack.data["obeyed"]) == ("command_ack", cmd.id, False)
-    assert ack.data["reason"].startswith("replayed")
+    assert ack.data["reason"].startswith("duplicate")
 
 
 def test_a_refused_capture_is_answered_with_a_command_ack():

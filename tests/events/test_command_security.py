@@ -1,7 +1,7 @@
 """The issue-16 attacks on a receiver, each refused with a reason a person can act on.
 
 Receivers are built the way production builds them: a CommandScreen with the deployment's public
-key and a replay file; commands come as the bytes on the `commands` topic.
+key and a command memory file; commands come as the bytes on the `commands` topic.
 """
 
 from dataclasses import replace
@@ -9,7 +9,7 @@ from dataclasses import replace
 import orjson
 
 from faultlens.events.command import MAX_LIFETIME_S, Command
-from faultlens.events.command_memory import ReplayMemory, memory_file
+from faultlens.events.command_memory import CommandMemory, memory_file
 from faultlens.events.command_screen import CommandScreen
 from faultlens.events.signing import SigningKey, VerifyKeys
 
@@ -25,7 +25,7 @@ def evict(**kw):
 
 
 def receiver(tmp_path, node="n004", rank=None, keys: VerifyKeys = OURS.verify_keys()):
-    return CommandScreen(keys, "train-7", node, rank, memory=ReplayMemory(memory_file(tmp_path, "agent", "train-7", node)))
+    return CommandScreen(keys, "train-7", node, rank, memory=CommandMemory(memory_file(tmp_path, "agent", "train-7", node)))
 
 
 def refused(result, words):
@@ -110,7 +110,7 @@ def test_which_misaddressed_commands_are_acked(tmp_path):
     assert not aimed_here.obey and not aimed_here.addressed and aimed_here.ack
     assert aimed_here.reason == "for job train-8, not train-7 (names n001)"
     rank0 = CommandScreen(OURS.verify_keys(), "train-7", "n000", 0, spokesperson=True,
-                          memory=ReplayMemory(memory_file(tmp_path, "hook", "train-7", "r0")))
+                          memory=CommandMemory(memory_file(tmp_path, "hook", "train-7", "r0")))
     for_n004 = rank0.screen(evict().signed(OURS).encode(), NOW + 1)
     assert not for_n004.obey and for_n004.ack and for_n004.reason == "for nodes n004, not n000"
     for_rank5 = rank0.screen(evict(nodes=("n000",), ranks=(5,)).signed(OURS).encode(), NOW + 1)
@@ -121,17 +121,17 @@ def test_which_misaddressed_commands_are_acked(tmp_path):
     assert not agent.screen(evict().signed(OURS).encode(), NOW + 1).ack  # the trainer's business
 
 
-def test_replayed_after_a_restart(tmp_path):
+def test_a_duplicate_after_a_restart_is_refused(tmp_path):
     raw = evict().signed(OURS).encode()
     assert receiver(tmp_path).screen(raw, NOW + 1).obey
-    refused(receiver(tmp_path).screen(raw, NOW + 30), "replayed")  # a new process, the same replay file
-    # a receiver with its own replay file (another node) is not confused by this one's memory
-    other = CommandScreen(OURS.verify_keys(), "train-7", memory=ReplayMemory(memory_file(tmp_path, "launcher", "train-7")))
+    refused(receiver(tmp_path).screen(raw, NOW + 30), "duplicate")  # a new process, the same command memory file
+    # a receiver with its own command memory file (another node) is not confused by this one's memory
+    other = CommandScreen(OURS.verify_keys(), "train-7", memory=CommandMemory(memory_file(tmp_path, "launcher", "train-7")))
     assert other.screen(raw, NOW + 30).obey
 
 
 def test_a_refused_command_is_not_remembered(tmp_path):
-    """A forged copy arriving first must not make the genuine command look like a replay."""
+    """A forged copy arriving first must not make the genuine command look like a duplicate."""
     genuine = evict().signed(OURS)
     forged = replace(genuine, reason="x", signature=genuine.signature)  # same id, altered body
     screen = receiver(tmp_path)

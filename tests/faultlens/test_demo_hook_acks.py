@@ -70,7 +70,7 @@ def test_each_rank_acks_as_the_real_hook_does():
     assert sim[0][1]["reason"] == "for nodes n1, not n0"
 
 
-def test_obeyed_refused_replayed_and_silent_answers():
+def test_obeyed_refused_duplicate_and_silent_answers():
     now = time.time()
     hooks = SimulatedHookAcks(KEY.verify_keys(), JOB)
     evict = _cmd("evict", now, nodes=("n1",)).signed(KEY).encode()
@@ -78,7 +78,7 @@ def test_obeyed_refused_replayed_and_silent_answers():
     assert [(a["rank"], a["obeyed"], a["reason"]) for _, a in first if a["addressed"]] == [
         (2, True, "exiting with code 75"), (3, True, "exiting with code 75")]
     again = hooks.acks(evict, now + 1, PLACEMENT)  # each rank remembers what it handled
-    assert {a["reason"] for _, a in again if a["addressed"]} == {"replayed (command id already handled)"}
+    assert {a["reason"] for _, a in again if a["addressed"]} == {"duplicate (command id already handled)"}
     assert not any(a["obeyed"] for _, a in again)
     # run_checks is the node agent's: the trainer neither obeys nor acks it.
     assert hooks.acks(_cmd("run_checks", now).signed(KEY).encode(), now, PLACEMENT) == []

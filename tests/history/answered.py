@@ -4,7 +4,7 @@ The acks are the trainer hook's own (`train`/`command_ack`), made by screening e
 hook's real gate and callbacks; only their times are set to the history's clock:
 - FORGED (`cf`): an eviction of healthy n0 in j2 signed with an unknown key, citing the real
   diagnosis d4 (which got no command); both ranks on n0 refuse it;
-- c1 is obeyed by rank 2 on n1 (and the launcher restarts the job for it), then replayed and refused;
+- c1 is obeyed by rank 2 on n1 (and the launcher restarts the job for it), then sent again and refused as a duplicate;
 - UNANSWERED (`cu`): a signed eviction of n9, where no receiver runs: only j1's spokesperson (rank 0
   on n0) answers that it is not for it.
 """
@@ -18,7 +18,7 @@ from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.events.command import Command
 from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_memory import ReplayMemory
+from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import SigningKey
@@ -48,7 +48,7 @@ class _Recorder:
         pass
 
 
-def hook_acks(cmd: Command, job: str, node: str, rank: int, now: float, memory: ReplayMemory | None = None) -> list:
+def hook_acks(cmd: Command, job: str, node: str, rank: int, now: float, memory: CommandMemory | None = None) -> list:
     """What the trainer hook of (job, node, rank) publishes when ``cmd`` reaches it at ``now``
     (``memory``: the ids that hook handled before)."""
     rec = _Recorder()
@@ -62,7 +62,7 @@ def hook_acks(cmd: Command, job: str, node: str, rank: int, now: float, memory: 
 
 def acks() -> list:
     out = hook_acks(FORGED, "j2", "n0", 0, FORGED.issued_at) + hook_acks(FORGED, "j2", "n0", 1, FORGED.issued_at)
-    seen = ReplayMemory()
+    seen = CommandMemory()
     out += hook_acks(C1, "j1", "n1", 2, known.T0 + 116, seen) + hook_acks(C1, "j1", "n1", 2, known.T0 + 117, seen)
     out += hook_acks(UNANSWERED, "j1", "n0", 0, UNANSWERED.issued_at)
     return out

@@ -76,7 +76,7 @@ def test_the_report_lists_every_action_with_its_diagnosis_and_answer(tmp_path, c
     c2, c1, cu, cf = rows
     assert c1["issued (UTC)"] == "2023-11-14 00:01:55" and c1["fault class"] == "gpu_lost"
     assert c1["receivers"] == "obeyed" and c1["acks"] == "1 obeyed, 1 refused"
-    assert c1["refused because"].startswith("replayed")  # a later replay, refused: the eviction still happened
+    assert c1["refused because"].startswith("duplicate")  # a later duplicate, refused: the eviction still happened
     assert c2["receivers"] == "no answer" and c2["acks"] == "-" and c2["fault class"] == "nccl_error"
     assert cu["receivers"] == "no answer"  # only the spokesperson said it was not for it
     assert cf["receivers"] == "refused" and cf["acks"] == "0 obeyed, 2 refused"

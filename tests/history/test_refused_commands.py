@@ -1,4 +1,4 @@
-"""A command its receivers refused (forged, replayed, expired ...) evicted nobody: the history's
+"""A command its receivers refused (forged, duplicate, expired ...) evicted nobody: the history's
 evictions, time to command and incidents leave it out, and `command_outcomes` says it was refused
 (the history of tests/history/answered.py).
 """
@@ -51,9 +51,9 @@ def test_command_outcomes_say_who_refused(conn):
     rows = {r["command_id"]: r for r in queries.run(conn, "command_outcomes")}
     assert rows["cf"]["outcome"] == "refused" and rows["cf"]["refused_acks"] == 2 and rows["cf"]["obeyed_acks"] == 0
     assert rows["cf"]["refusal"].startswith("signed with unknown key")
-    # obeyed once, refused as a replay afterwards: it did happen
+    # obeyed once, refused as a duplicate afterwards: it did happen
     assert rows["c1"]["outcome"] == "job restarted" and rows["c1"]["obeyed_acks"] == 1
-    assert rows["c1"]["refusal"].startswith("replayed")
+    assert rows["c1"]["refusal"].startswith("duplicate")
     assert rows["cu"]["outcome"] == "no restart recorded" and rows["cu"]["refused_acks"] == 0
 
 

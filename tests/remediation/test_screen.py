@@ -24,7 +24,7 @@ def test_a_signed_fresh_addressed_command_is_obeyed_once():
     first = s.screen(c.encode(), 1100.0)
     assert first.obey and first.command == c
     again = s.screen(c.encode(), 1101.0)
-    assert not again.obey and again.addressed and "replayed" in again.reason
+    assert not again.obey and again.addressed and "duplicate" in again.reason
 
 
 def test_forged_and_altered_commands_are_refused():

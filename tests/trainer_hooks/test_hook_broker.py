@@ -92,7 +92,7 @@ def test_capture_stacks_publishes_every_thread_via_faulthandler(kafka_settings, 
     assert "Thread" in data["dump"] and "test_hook_broker.py" in data["dump"] and "listener.py" in data["dump"]
 
 
-def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_settings, hook, job):
+def test_forged_expired_duplicate_and_garbage_are_refused_and_acked(kafka_settings, hook, job):
     now = time.time()
     other_deployment = Command(job=job, action="stop", issued_at=now, expires_at=now + 60).signed(SigningKey.generate())
     unsigned = Command(job=job, action="stop", issued_at=now, expires_at=now + 60, key_id=KEY.key_id)
@@ -114,8 +114,8 @@ def test_forged_expired_replayed_and_garbage_are_refused_and_acked(kafka_setting
     assert "over the 600s this receiver accepts" in reasons[(year_long.id, False)]
     assert reasons[(None, False)].startswith("malformed")
     by = [(a.data["command_id"], a.data["obeyed"]) for a in acks]
-    assert by.count((good.id, True)) == 1 and by.count((good.id, False)) == 1  # the replay is refused
-    assert reasons[(good.id, False)] == "replayed (command id already handled)"
+    assert by.count((good.id, True)) == 1 and by.count((good.id, False)) == 1  # the duplicate is refused
+    assert reasons[(good.id, False)] == "duplicate (command id already handled)"
     # not addressed here and this is rank 3 of the job: not acked (every rank of every job would
     # answer every command); rank 0's acks are in the next test
     assert not {other_node.id, other_job.id} & {cid for cid, _ in by}
@@ -144,8 +144,8 @@ def test_rank0_acks_misaddressed_commands_of_its_job_and_a_node_acks_another_job
         rank0.close()
 
 
-def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_settings, job, tmp_path):
-    """The hook's replay memory lives in its state dir (the checkpoint dir in the reference
+def test_a_duplicate_command_after_the_trainer_restarted_is_refused(kafka_settings, job, tmp_path):
+    """The hook's command memory lives in its state dir (the checkpoint dir in the reference
     trainer), so a restarted trainer still knows the evict it obeyed before."""
     evict = command(job, "evict", nodes=("n001",))
     first = TrainerHook(job=job, rank=3, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
@@ -163,7 +163,7 @@ def test_a_command_replayed_after_the_trainer_restarted_is_refused(kafka_setting
         assert restarted.wait_ready()
         send(kafka_settings, evict)  # the same signed bytes, played back within their lifetime
         acks = wait_events(kafka_settings, "telemetry.train", job, "command_ack", restarted, count=2)
-        assert [(a.data["obeyed"], a.data["reason"]) for a in acks][-1] == (False, "replayed (command id already handled)")
+        assert [(a.data["obeyed"], a.data["reason"]) for a in acks][-1] == (False, "duplicate (command id already handled)")
         assert restarted.exit_code is None
     finally:
         restarted.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
 
+from tests.progress import wait_until
 from faultlens.collectors.kernel_follower import DmesgReader, KernelFileReader, KmsgReader, kmsg_line, open_kernel_reader
 
 
@@ -69,9 +69,10 @@ def test_dmesg_reader_reports_a_dead_dmesg_as_an_error(tmp_path):
     fake.chmod(0o755)
     reader = DmesgReader(binary=str(fake))
     lines: list[str] = []
+    # Polled until its exit is seen (the error), waited for while lines come; a minute of nothing
+    # fails, not 500 polls a loaded machine's slow shell start could outlast (issue 47).
     with pytest.raises(OSError, match="dmesg exited with status 1: permission denied"):
-        for _ in range(500):
-            lines += reader.poll()
-            time.sleep(0.01)
+        wait_until(lambda: lines.extend(reader.poll()), progress=lambda: len(lines), stall_s=60, limit_s=240,
+                   what="dmesg's exit to be seen", poll_s=0.01)
     assert lines == ["[    1.0] hello"]
     reader.close()

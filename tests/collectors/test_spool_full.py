@@ -18,6 +18,7 @@ from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.spool import Spool, SpooledRecord
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, encode
+from tests.progress import wait_until
 
 
 def _mount_tmpfs(path: Path, size: str, ro: bool = False) -> bool:
@@ -135,18 +136,30 @@ def test_spool_full_agent_keeps_running_and_says_so_in_its_heartbeat(read_only_d
                          create_topics=False)
     with caplog.at_level(logging.ERROR):
         agent = Agent(config, KafkaSettings(bootstrap="127.0.0.1:1")).start()
+    # Each step waited for while the agent moves (its beats into memory, the kernel follower's
+    # reads), not a fixed 0.3 s and 1.5 s a loaded machine's thread starts outrun (issue 47).
+    kernel = agent.source("kernel")
+
+    def kept_kernel() -> list[str]:
+        return [e["kind"] for e in (orjson.loads(r.value) for r in agent.spool.peek(100_000)) if e["source"] == "kernel"]
+
+    def moved():
+        return len(agent.spool), agent.spool.health()["dropped"], kernel.stats.lines, kernel.last_poll
+
     try:
-        time.sleep(0.3)
+        # The follower starts at the log's end: the line is written once it has read there.
+        wait_until(lambda: kernel.last_poll is not None, progress=moved, stall_s=60, limit_s=240,
+                   what="the kernel follower's first read", explain=lambda: str(agent.statuses()))
         with open(kern, "a") as f:
             f.write("[  5.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n")
-        time.sleep(1.5)
+        wait_until(lambda: kept_kernel() and agent.spool.health()["dropped"] > 0, progress=moved, stall_s=60,
+                   limit_s=240, what="the Xid kept and old beats dropped", explain=lambda: str(agent.statuses()))
         beat = agent.source("heartbeat").beat()
         spool = beat.data["health"]["spool"]
         assert spool["writable"] is False and reason in spool["error"]
         assert [b["what"] for b in beat.data["health"]["blind"]] == ["spool"]
         assert spool["dropped"] > 0  # 20 KB of beats: the oldest went
-        kept = [orjson.loads(r.value) for r in agent.spool.peek(100_000)]
-        assert [e["kind"] for e in kept if e["source"] == "kernel"] == ["gpu_lost"]
+        assert kept_kernel() == ["gpu_lost"]
         assert agent.statuses()["heartbeat"] == "ok" and agent.statuses()["kernel"] == "ok"
         assert "the agent cannot see: spool" in caplog.text
     finally:

@@ -10,7 +10,6 @@ in 6 of 9 runs before its subscribe asked for the rejoin: streams/kafka_client.p
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from kafka.consumer.subscription_state import ConsumerRebalanceListener

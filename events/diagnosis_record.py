@@ -4,64 +4,77 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Mapping
 
 import orjson
 
 from faultlens.events.envelope import InvalidEvent, loads, require_fields
 
-FAULT_CLASSES = (
-    "gpu_lost",
-    "gpu_memory",
-    "nvlink",
-    "gpu_thermal",
-    "gpu_reset_required",
-    "nic",
-    "kernel",
-    "host_oom",
-    "cuda_error",
-    "nccl_error",
-    "user_code",
-    "nan_loss",
-    "loss_spike",
-    "job_hang",
-    "fail_slow",
-    "node_silent",
-    "app_fault",
-    "unknown",
+class FaultClass(StrEnum):
+    """A fault class of docs/design.md §9. A member equals its name as a string
+    (``FaultClass.GPU_LOST == "gpu_lost"``) and encodes as it, so records and comparisons with
+    the names read as they always did."""
+
+    GPU_LOST = "gpu_lost"
+    GPU_MEMORY = "gpu_memory"
+    NVLINK = "nvlink"
+    GPU_THERMAL = "gpu_thermal"
+    GPU_RESET_REQUIRED = "gpu_reset_required"
+    NIC = "nic"
+    KERNEL = "kernel"
+    HOST_OOM = "host_oom"
+    CUDA_ERROR = "cuda_error"
+    NCCL_ERROR = "nccl_error"
+    USER_CODE = "user_code"
+    NAN_LOSS = "nan_loss"
+    LOSS_SPIKE = "loss_spike"
+    JOB_HANG = "job_hang"
+    FAIL_SLOW = "fail_slow"
+    NODE_SILENT = "node_silent"
+    APP_FAULT = "app_fault"
+    UNKNOWN = "unknown"
     # Added (never renamed): a node whose clock is off; record-only, its events still count.
-    "clock_skew",
+    CLOCK_SKEW = "clock_skew"
     # Added: a whole job's telemetry stopped (it ended, or the pipeline upstream of diagnosis lost
     # it): an alert about the job or the pipeline, never about a machine.
-    "telemetry_lost",
+    TELEMETRY_LOST = "telemetry_lost"
     # Added (docs/design.md §9): local disk, filesystem or NFS. A failing local disk evicts its node; an
     # NFS server outage is job-wide and only alerts.
-    "storage",
+    STORAGE = "storage"
     # Added: the node agent beats but cannot see part of its node (NVML stuck at the node level, a
     # log follower stalled, a spool that cannot keep what it cannot send): an alert naming what it
     # cannot see, never an eviction (the machine may be fine; the agent is half blind).
-    "agent_blind",
+    AGENT_BLIND = "agent_blind"
     # Added: a run whose loss stopped improving (at chance, never learned, frozen, regressed, or a
     # gradient norm at zero; diagnosis/loss_stalled.py): an alert, or a rollback to a better checkpoint.
-    "loss_stalled",
-)
+    LOSS_STALLED = "loss_stalled"
 
-# The first action of the decision tree a diagnosis recommends (docs/design.md §3-§4). `none` records only;
-# `stop_time_diagnosis` asks the ladder to run diagnostics, then reattempt / rollback / replay.
-# `alert` asks a person to look (a suspicion without the evidence an eviction needs, an agent that
-# stopped beating while its node still trains): like `none`, nothing is done automatically.
-ACTIONS = (
-    "evict",
-    "evict_reset_gpu",
-    "reattempt",
-    "rollback",
-    "restart",
-    "capture_stacks",
-    "stop_time_diagnosis",
-    "inspect_hardware",
-    "none",
-    "alert",
-)
+
+class Action(StrEnum):
+    """The first action of the decision tree a diagnosis recommends (docs/design.md §3-§4). ``none``
+    records only; ``stop_time_diagnosis`` asks the ladder to run diagnostics, then reattempt /
+    rollback / replay. ``alert`` asks a person to look (a suspicion without the evidence an
+    eviction needs, an agent that stopped beating while its node still trains): like ``none``,
+    nothing is done automatically. A member equals its name as a string."""
+
+    EVICT = "evict"
+    EVICT_RESET_GPU = "evict_reset_gpu"
+    REATTEMPT = "reattempt"
+    ROLLBACK = "rollback"
+    RESTART = "restart"
+    CAPTURE_STACKS = "capture_stacks"
+    STOP_TIME_DIAGNOSIS = "stop_time_diagnosis"
+    INSPECT_HARDWARE = "inspect_hardware"
+    NONE = "none"
+    ALERT = "alert"
+
+
+# The names as plain strings, in the order above (plots colour the classes in this order).
+FAULT_CLASSES: tuple[str, ...] = tuple(c.value for c in FaultClass)
+ACTIONS: tuple[str, ...] = tuple(a.value for a in Action)
+_FAULT_NAMES = frozenset(FAULT_CLASSES)
+_ACTION_NAMES = frozenset(ACTIONS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,9 +102,9 @@ class Diagnosis:
             basis = orjson.dumps([self.job, self.fault, self.action, round(float(self.onset), 3), list(self.nodes),
                                   list(self.ranks), self.group, list(self.evidence[:16])])
             object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
-        if self.fault not in FAULT_CLASSES:
+        if self.fault not in _FAULT_NAMES:
             raise InvalidEvent("fault", f"unknown fault class {self.fault!r}")
-        if self.action not in ACTIONS:
+        if self.action not in _ACTION_NAMES:
             raise InvalidEvent("action", f"unknown action {self.action!r}")
         if not 0.0 <= float(self.confidence) <= 1.0:
             raise InvalidEvent("confidence", f"{self.confidence!r} outside 0..1")

@@ -11,6 +11,7 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,9 +19,29 @@ import orjson
 
 SCHEMA_VERSION = 1
 
-# `job` carries job-level records (topology, restarts); `summary` carries the node stage's compact
-# per-node window summaries and node-local findings to the job stage (docs/design.md §1, scaling out).
-SOURCES = frozenset({"gpu", "kernel", "nccl", "train", "stack", "heartbeat", "host", "job", "summary", "check", "net"})
+
+class Source(StrEnum):
+    """Who sent an event (docs/events.md). A member equals its string (``Source.GPU == "gpu"``), so
+    comparisons with the names and the JSON stay as they were."""
+
+    GPU = "gpu"
+    KERNEL = "kernel"
+    NCCL = "nccl"
+    TRAIN = "train"
+    STACK = "stack"
+    HEARTBEAT = "heartbeat"
+    HOST = "host"
+    # Job-level records (topology, restarts).
+    JOB = "job"
+    # The node stage's compact per-node window summaries and node-local findings to the job stage
+    # (docs/design.md §1, scaling out).
+    SUMMARY = "summary"
+    CHECK = "check"
+    NET = "net"
+
+
+# The names as plain strings (a set lookup of an event's source is on every message's path).
+SOURCES = frozenset(s.value for s in Source)
 
 # Envelope fields in the order they are written, so traces and dumps read alike.
 FIELDS = ("v", "id", "ts", "job", "node", "source", "kind", "data")
@@ -73,6 +94,9 @@ class Envelope:
     data: Mapping[str, Any] = field(default_factory=dict)
     id: str = field(default_factory=new_id)
     v: int = SCHEMA_VERSION
+    # The typed payload (a Struct of events/payloads.py), read once from ``data`` by the payload
+    # check and kept here: see :attr:`payload`. Not part of the event (its value, its equality).
+    _payload: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(self, *, ts: float, job: str, node: str, source: str, kind: str,
                  data: Mapping[str, Any] = _DEFAULT, id: str = _DEFAULT, v: int = SCHEMA_VERSION) -> None:
@@ -86,6 +110,7 @@ class Envelope:
         _set_data(self, {} if data is _DEFAULT else data)
         _set_id(self, new_id() if id is _DEFAULT else id)
         _set_v(self, v)
+        _set_payload(self, None)
         self.__post_init__()
 
     def __post_init__(self) -> None:
@@ -116,6 +141,17 @@ class Envelope:
         _check_text("kind", self.kind)
         if not isinstance(self.data, Mapping):
             raise InvalidEvent("data", f"must be an object, got {type(self.data).__name__}")
+
+    @property
+    def payload(self) -> Any:
+        """The typed payload of this event's kind (a Struct of events/payloads_node.py or
+        events/payloads_job.py), read from ``data`` once and kept; None for a kind without one.
+        Raises InvalidEvent naming the field where ``data`` does not fit its type."""
+        if self._payload is None:
+            from faultlens.events.payloads import typed  # the Structs' module reads this one
+
+            return typed(self)
+        return self._payload
 
     @property
     def key(self) -> bytes:
@@ -172,8 +208,13 @@ def encode(event: Envelope) -> bytes:
     return orjson.dumps(event.to_dict(), default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-_set_ts, _set_job, _set_node, _set_source, _set_kind, _set_data, _set_id, _set_v = (
-    Envelope.__dict__[name].__set__ for name in ("ts", "job", "node", "source", "kind", "data", "id", "v"))
+_set_ts, _set_job, _set_node, _set_source, _set_kind, _set_data, _set_id, _set_v, _set_payload = (
+    Envelope.__dict__[name].__set__ for name in ("ts", "job", "node", "source", "kind", "data", "id", "v", "_payload"))
+
+
+def keep_payload(event: Envelope, payload: Any) -> None:
+    """Keep ``payload`` as ``event``'s typed payload (events.payloads, which read it)."""
+    _set_payload(event, payload)
 
 
 def _default(value: Any) -> Any:

@@ -85,7 +85,7 @@ def test_a_plain_sample_reads_as_the_general_decoding_does():
 def test_checked_ports_are_not_checked_again(monkeypatch):
     from faultlens.events import payloads
     typed = decode_net_message(_message(_ports()))
-    monkeypatch.setattr(payloads, "_plainly_nonneg", lambda *a: pytest.fail("checked twice"))
+    monkeypatch.setattr(payloads, "convert", lambda *a: pytest.fail("checked twice"))
     assert _verdict(typed) is None
 
 

@@ -45,13 +45,12 @@ def test_documented_payloads_pass(event):
 
 def test_an_integer_too_large_for_a_float_is_a_verdict_not_a_crash():
     # Not from the wire (orjson reads such an integer as a float), but from an in-process producer.
-    from faultlens.events.envelope import Envelope, InvalidEvent
-    from faultlens.events.payloads import SCHEMAS, check_payload
-    for (source, kind), schema in SCHEMAS.items():
-        for key in schema:
+    from faultlens.events.payloads import PAYLOAD_TYPES
+    for (source, kind), payload_type in PAYLOAD_TYPES.items():
+        for key in payload_type.__struct_fields__:
             for value in (10**400, -10**400, [10**400], {"a": 10**400}):
-                event = Envelope(ts=1_790_000_000.0, job="j", node="n", source=source, kind=kind, data={key: value})
+                event = Envelope(ts=T, job="j", node="n", source=source, kind=kind, data={key: value})
                 try:
                     check_payload(event)
-                except InvalidEvent:
-                    pass
+                except InvalidEvent as exc:
+                    assert exc.field == f"data.{key}"

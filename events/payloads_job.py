@@ -1,0 +1,154 @@
+"""Payload Structs of what the training job and the checks report: sources ``nccl``, ``train``,
+``heartbeat``, ``stack`` and ``check`` (docs/events.md; the rules every field follows:
+events/payload_fields.py). A documented key typed ``Any`` is one no check ever refused: listed so
+a reader finds it, read as it was sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faultlens.events.payload_fields import (Flag, Int, Metric, NonNeg, NonNegInt, Object, Payload, RankedPayload,
+                                             Text)
+
+
+# --- source `nccl` (parsing/trainer_log.py) ---------------------------------------------------
+
+
+class NcclTimeout(RankedPayload, frozen=True):
+    """``nccl``/``nccl_timeout``: the ProcessGroupNCCL watchdog fired."""
+
+    seq: Int | None = None
+    op: Any = None
+    timeout_ms: NonNeg | None = None
+    elapsed_ms: NonNeg | None = None
+    last_enqueued: Int | None = None
+    last_completed: Int | None = None
+
+
+class NcclError(RankedPayload, frozen=True):
+    """``nccl``/``nccl_error`` and ``nccl``/``cuda_error``: a NCCL or CUDA error a rank logged."""
+
+    error: Any = None
+
+
+class NcclException(RankedPayload, frozen=True):
+    """``nccl``/``exception``: a Python traceback's innermost user frame."""
+
+    user_code: Flag | None = None
+    type: Any = None
+    message: Any = None
+
+
+class NcclNan(RankedPayload, frozen=True):
+    """``nccl``/``nan``: a NaN / inf message in the log."""
+
+    text: Any = None
+
+
+# --- source `train` (trainer_hooks) -----------------------------------------------------------
+
+
+class TrainStep(RankedPayload, frozen=True):
+    """``train``/``step``: one rank's training step. ``loss`` and ``grad_norm`` may be non-finite
+    (``"nan"`` on the wire: events.envelope.number); read them with events.envelope.as_float."""
+
+    step: NonNegInt | None = None
+    loss: Metric | None = None
+    grad_norm: Metric | None = None
+    step_time_s: NonNeg | None = None
+    compute_s: NonNeg | None = None
+    tokens: NonNeg | None = None
+    tokens_per_s: NonNeg | None = None
+    mfu: NonNeg | None = None
+    classes: NonNegInt | None = None
+
+
+class TrainCheckpoint(RankedPayload, frozen=True):
+    """``train``/``checkpoint``: a checkpoint was saved (the rollback target)."""
+
+    step: NonNegInt | None = None
+    path: Any = None
+
+
+# --- source `heartbeat` (collectors/heartbeat.py) ---------------------------------------------
+
+
+class HeartbeatBeat(Payload, frozen=True):
+    """``heartbeat``/``beat``: the node agent is alive; its training pids and its own health."""
+
+    seq: Int | None = None
+    pids: list[Int | None] | None = None
+    sources: Object | None = None
+    unranked_pids: list[Int | None] | None = None
+    health: Object | None = None
+    stopping: Any = None
+
+
+# --- source `stack` (collectors/stacks.py, trainer_hooks/flight_recorder.py) ------------------
+
+
+class StackDump(RankedPayload, frozen=True):
+    """``stack``/``stack_dump``: one rank's py-spy or faulthandler dump (or the error text)."""
+
+    pid: Int | None = None
+    dump: Text | None = None
+    timed_out: Flag | None = None
+    request_id: Any = None
+    tool: Any = None
+    ok: Any = None
+
+
+class RecorderDump(RankedPayload, frozen=True):
+    """``stack``/``recorder_dump``: one rank's Flight Recorder dump (events/flight_recorder.py)."""
+
+    pid: Int | None = None
+    dump: Text | None = None
+    entries: NonNegInt | None = None
+    truncated: Flag | None = None
+    request_id: Any = None
+
+
+# --- source `check` (collectors/checks.py, remediation's replay) ------------------------------
+
+
+class CheckItem(Payload, frozen=True):
+    """One check of a ``check``/``result``: its ``name`` and whether it ``passed`` are required."""
+
+    name: Text
+    passed: Flag
+    skipped: Flag | None = None
+    inconclusive: Flag | None = None
+    detail: Text | None = None
+    duration_s: NonNeg | None = None
+
+
+class CheckResult(Payload, frozen=True):
+    """``check``/``result``: one node's answer to a ``run_checks`` command."""
+
+    request_id: Text | None = None
+    passed: Flag | None = None
+    failed: list[Text | None] | None = None
+    checks: list[CheckItem | None] | None = None
+    duration_s: NonNeg | None = None
+    diagnosis_id: Any = None
+
+
+class CheckReplay(Payload, frozen=True):
+    """``check``/``replay``: one replay group's run."""
+
+    command_id: Text | None = None
+    phase: Text | None = None
+    group: NonNegInt | None = None
+    nodes: list[Text | None] | None = None
+    reproduced: Flag | None = None
+    diagnosis_id: Any = None
+
+
+class CheckReplayDone(Payload, frozen=True):
+    """``check``/``replay_done``: every replay group ran."""
+
+    command_id: Text | None = None
+    failing_horizontal: list[NonNegInt | None] | None = None
+    failing_vertical: list[NonNegInt | None] | None = None
+    diagnosis_id: Any = None

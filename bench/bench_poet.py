@@ -66,7 +66,7 @@ class Run:
     grad_spikes: int
     nan_steps: int
     rollbacks: int
-    other_rungs: int  # climbs past rollback: replays ordered, or "needs a person"
+    other_rungs: int  # climbs past rollback: reproductions ordered, or "needs a person"
     step_ms: float
     state_mb: float
     trainable: int

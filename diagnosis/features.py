@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from math import isfinite
 from typing import Mapping
 
-from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, replay_total
+from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, pcie_replay_total
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.gpu_table import gpu_table
 
@@ -75,10 +75,10 @@ class _Acc:
     samples: int = 0
     ranks: set[int] = field(default_factory=set)
     evidence: list[str] = field(default_factory=list)
-    replay_first: float | None = None
-    replay_last: float | None = None
-    replay_t0: float = 0.0
-    replay_t1: float = 0.0
+    pcie_replay_first: float | None = None
+    pcie_replay_last: float | None = None
+    pcie_replay_t0: float = 0.0
+    pcie_replay_t1: float = 0.0
     rank_compute: dict[int, list[float]] = field(default_factory=dict)  # rank → [sum, count]
     # Samples not folded yet: (event number, time, sample features, its GPUs' PCIe replay counters).
     held: list[tuple[int, float, Features, list]] = field(default_factory=list)
@@ -110,9 +110,9 @@ class _Acc:
                         first[name] = (seq, pos)
             if count > seen:
                 sums[name], counts[name] = total, count
-        if self.replay_first is None:
-            self.replay_first, self.replay_t0 = replay_total(held[0][3]), held[0][1]
-        self.replay_last, self.replay_t1 = replay_total(held[-1][3]), held[-1][1]
+        if self.pcie_replay_first is None:
+            self.pcie_replay_first, self.pcie_replay_t0 = pcie_replay_total(held[0][3]), held[0][1]
+        self.pcie_replay_last, self.pcie_replay_t1 = pcie_replay_total(held[-1][3]), held[-1][1]
 
 
 class FeatureWindows:
@@ -163,14 +163,14 @@ class FeatureWindows:
         if table is not None:
             if not table.gpus:
                 return
-            feats, replay = plain_features(table)
+            feats, pcie_replays = plain_features(table)
         else:
             gpus = event.data.get("gpus")
             if not isinstance(gpus, list) or not gpus:
                 return
-            feats, replay = loose_features(gpus)
+            feats, pcie_replays = loose_features(gpus)
         acc.samples += 1
-        acc.held.append((acc.seq, event.ts, feats, replay))
+        acc.held.append((acc.seq, event.ts, feats, pcie_replays))
         if len(acc.held) >= FOLD_EVERY:
             acc.fold()
 
@@ -180,8 +180,8 @@ class FeatureWindows:
         if acc.rank_compute:
             # The slowest rank sets the node's pace (one slow GPU of eight barely moves a mean).
             feats["compute_s"] = max(total / n for total, n in acc.rank_compute.values())
-        if acc.replay_first is not None and acc.replay_t1 > acc.replay_t0:
-            feats["pcie_replay_rate"] = max(0.0, (acc.replay_last - acc.replay_first) / (acc.replay_t1 - acc.replay_t0))
+        if acc.pcie_replay_first is not None and acc.pcie_replay_t1 > acc.pcie_replay_t0:
+            feats["pcie_replay_rate"] = max(0.0, (acc.pcie_replay_last - acc.pcie_replay_first) / (acc.pcie_replay_t1 - acc.pcie_replay_t0))
         return NodeWindow(key[0], key[1], acc.start, feats, acc.samples, tuple(sorted(acc.ranks)), tuple(acc.evidence))
 
     def flush(self) -> list[NodeWindow]:

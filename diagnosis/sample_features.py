@@ -26,7 +26,7 @@ SAMPLE_FEATURES = ("util", "util_min", "sm_clock_ratio", "power_ratio", "temp_c"
 Features = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
 
 _W = len(TABLE_NUMBERS)
-_UTIL, _TEMP, _CLOCK, _CLOCK_MAX, _POWER, _POWER_LIMIT, _REPLAY = map(TABLE_NUMBERS.index, (
+_UTIL, _TEMP, _CLOCK, _CLOCK_MAX, _POWER, _POWER_LIMIT, _PCIE_REPLAY = map(TABLE_NUMBERS.index, (
     "util", "temp_c", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w", "pcie_replay"))
 
 # What one GPU contributes to a loose sample's arrays, one column each.
@@ -54,7 +54,7 @@ def plain_features(table: GpuTable) -> tuple[Features, list]:
     throttle = table.throttle
     throttled = sum(1 for t in throttle if t and not THERMAL.isdisjoint(t)) if any(throttle) else 0
     return (util_mean, util_min, _least_ratio(clock, clock_max), _least_ratio(power, power_limit),
-            max(temp) if temp else None, throttled / len(table.gpus)), numbers[_REPLAY::_W]
+            max(temp) if temp else None, throttled / len(table.gpus)), numbers[_PCIE_REPLAY::_W]
 
 
 def _both(part: list, whole: list) -> tuple[list, list]:
@@ -109,7 +109,7 @@ def loose_features(gpus: list) -> tuple[Features, list]:
     return feats, row[_NCOL - 1::_NCOL]  # type: ignore[return-value]
 
 
-def replay_total(counters: list) -> float:
+def pcie_replay_total(counters: list) -> float:
     """A sample's PCIe replay counters added over its GPUs (a GPU without one counts 0)."""
     total = 0.0
     for value in counters:

@@ -38,7 +38,7 @@ GROUP = "faultlens-remediate"
 COMMANDS_TOPIC = topics.COMMANDS
 DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
-CHECKS_TOPIC = topics.CHECKS  # stop-time check results and replay outcomes the ladder waits for
+CHECKS_TOPIC = topics.CHECKS  # stop-time check results and reproduction outcomes the ladder waits for
 ACTIONS_TOPIC = topics.ACTIONS
 DECODERS = {DIAGNOSES_TOPIC: Diagnosis.decode, JOBS_TOPIC: decode, CHECKS_TOPIC: decode}
 _SEEN_LIMIT = 100_000
@@ -106,7 +106,7 @@ class RemediationHandler:
         return out
 
     def tick(self, now: float) -> Iterable[Outgoing]:
-        """Deadlines of stop-time checks and replays (judged on this handler's clock); what other
+        """Deadlines of stop-time checks and reproductions (judged on this handler's clock); what other
         members and people wrote to the fleet record since the last tick."""
         self.policy.refresh_fleet(self.clock())
         return self._follow(self.policy.tick(self.clock()))

@@ -1,7 +1,7 @@
 """Safety limits on what remediation may do (docs/design.md §6): eviction caps, dedup, circuit breaker.
 
 A diagnosis engine gone wrong (a bad rule, a flapping switch that makes every node look sick) must
-not drain a cluster. Three guards, all pure over explicit times so tests replay them exactly:
+not drain a cluster. Three guards, all pure over explicit times so tests rerun them exactly:
 
 - caps: at most ``max_evictions`` nodes per ``window_s`` over all jobs, and at most
   ``max_job_share`` of one job's nodes (never less than one node, so a small job can still heal);

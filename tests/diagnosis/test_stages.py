@@ -5,6 +5,8 @@ gives on the same trace, with no valid event dead-lettered."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -32,16 +34,36 @@ pytestmark = pytest.mark.broker
 FOREIGN_CASES = ("dead_agent", "failslow_corroborated")
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The trace every split replays and what `faultlens analyze` finds in it."""
+    job: str
+    path: Path  # the simulated job and the foreign cases, in trace order
+    offline: list[Diagnosis]  # the simulated job's
+    start: float
+    cases: list
+    case_offline: dict[str, list[Diagnosis]]  # each foreign case's, by name
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Reference:
+    """Built once for the three splits (~10 CPU-seconds: the simulation, loading the foreign cases
+    and analysing them): each split replays it into a broker of its own, so one job name serves all."""
+    tmp = tmp_path_factory.mktemp("stages")
+    job = f"stages-{uuid.uuid4().hex[:8]}"
+    sim_path, offline, start = offline_trace(tmp, job)
+    cases = [foreign.load(name) for name in FOREIGN_CASES]
+    path = tmp / "with-foreign.parquet"
+    write_trace(path, sorted([*iter_trace(sim_path), *(e for c in cases for e in c.events)], key=trace_order))
+    return Reference(job, path, offline, start, cases, {c.name: analyze(c.events) for c in cases})
+
+
 @pytest.mark.long(60)
 @pytest.mark.parametrize("node_members,job_members", [(2, 1), (1, 2), (3, 3)])
-def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node_members, job_members):
+def test_split_stages_give_the_offline_answer(own_kafka_settings, reference, node_members, job_members):
     # Its own broker: `summaries` on the session broker holds earlier runs' announcements.
     kafka_settings = own_kafka_settings
-    job = f"stages-{uuid.uuid4().hex[:8]}"
-    sim_path, offline, start = offline_trace(tmp_path, job)
-    cases = [foreign.load(name) for name in FOREIGN_CASES]
-    path = tmp_path / "with-foreign.parquet"
-    write_trace(path, sorted([*iter_trace(sim_path), *(e for c in cases for e in c.events)], key=trace_order))
+    job, path, offline, start, cases = reference.job, reference.path, reference.offline, reference.start, reference.cases
 
     tag = uuid.uuid4().hex[:6]
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
@@ -51,7 +73,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
     # and started before the replay it waited out the replay and the node stage's join with no
     # input, which a busy machine stretches towards its 25 s (issue 47).
     wait_for_records(kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
+    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=15)
     finish_members(kafka_settings, nodes)
     finish_members(kafka_settings, jobs, together=True)  # see finish_members: one leaving at a time, 3 took 3x as long
 
@@ -60,7 +82,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, tmp_path, node
                                                for d in live if d.fault == "job_hang"]
     for case in cases:
         live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, case.job, idle_s=1.5)
-        assert acting(live) == acting(analyze(case.events)), (case.name, [(d.fault, d.action, d.nodes) for d in live])
+        assert acting(live) == acting(reference.case_offline[case.name]), (case.name, [(d.fault, d.action, d.nodes) for d in live])
         culprits = {n for label in case.labels for n in label.get("nodes") or ()}
         assert not {n for d in live if d.action in EVICTING for n in d.nodes} - culprits, case.name
     for _, r, _ in nodes + jobs:

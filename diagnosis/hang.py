@@ -55,7 +55,8 @@ from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang_verdict import HangVerdicts
 from faultlens.diagnosis.rules.base import opt_int
 from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.envelope import Envelope, as_float
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads_job import TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +159,20 @@ class HangDetector(HangVerdicts):
         return job
 
     def _step(self, event: Envelope) -> None:
-        rank, step = event.data.get("rank"), event.data.get("step")
-        if isinstance(rank, bool) or not isinstance(rank, int) or isinstance(step, bool) or not isinstance(step, int):
-            return  # the training rules own step validation (and its dead letters); nothing to learn here
+        try:
+            payload: TrainStep = event.payload  # read once by the payload check (events/payloads.py)
+        except InvalidEvent:
+            return  # the payload check owns step validation (and its dead letters); nothing to learn here
+        rank, step = payload.rank, payload.step
+        if rank is None or step is None:
+            return
         job = self._job(event.job)
         if job.ended_at is not None and event.ts > job.ended_at:
             job.ended_at = None  # it trains again
         job.rank_node[rank] = event.node
-        step_time = as_float(event.data.get("step_time_s"))
-        if step_time is not None and 0 < step_time < float("inf"):
-            job.step_times.append(step_time)
+        step_time = payload.step_time_s  # a finite number, never negative, or null
+        if step_time:
+            job.step_times.append(float(step_time))
         old = job.last_step.get(rank)
         job.last_step[rank] = (step, event.ts, event.id)
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.

@@ -131,3 +131,14 @@ def test_the_names_are_enums_equal_to_their_strings():
     assert re.search(rb'"fault":"gpu_lost"', d.encode())
     with pytest.raises(InvalidEvent):
         Diagnosis(job="j", ts=T, onset=T, fault="gpu_gone", action="evict")
+
+
+def test_the_kept_payload_is_no_part_of_the_event():
+    import dataclasses
+    event = _ev("kernel", "xid", xid=48, pci="0000:18:00.0")
+    check_payload(event)
+    again = _ev("kernel", "xid", xid=48, pci="0000:18:00.0")
+    again = dataclasses.replace(again, id=event.id)
+    assert again == event and again._payload is None  # equal whether its payload was read or not
+    moved = dataclasses.replace(event, ts=T + 5)  # as the consumers place a skewed event in time
+    assert moved.payload == event.payload and moved.payload is not event.payload

@@ -32,6 +32,7 @@ class ChecksConfig:
     nvml: Any = None  # a pynvml-shaped module (tests); None imports pynvml
     compute_devices: tuple[str, ...] | None = None  # None: every CUDA device, else the CPU
     collective_world: int | None = None  # None: one rank per GPU, 2 on the CPU
+    collective_start_s: float = COLLECTIVE_START_S  # the collective ranks' allowance to import torch
 
 
 def suite(config: ChecksConfig) -> dict[str, Callable[[], CheckResult]]:
@@ -40,7 +41,7 @@ def suite(config: ChecksConfig) -> dict[str, Callable[[], CheckResult]]:
         "gpu_health": lambda: check_gpu_health(config.nvml),
         "compute": lambda: check_compute(config.compute_devices),
         "collective": lambda: check_collective(world=config.collective_world, timeout_s=config.timeout_s,
-                                               start_s=COLLECTIVE_START_S),
+                                               start_s=config.collective_start_s),
         "disk": lambda: judge_disk([read_disk(p) for p in config.paths], int(config.min_free_gb * 1024 ** 3),
                                    config.min_free_frac),
         "memory": lambda: judge_memory(read_memory(), config.min_mem_available_frac),
@@ -49,7 +50,7 @@ def suite(config: ChecksConfig) -> dict[str, Callable[[], CheckResult]]:
 
 def timeouts(config: ChecksConfig) -> dict[str, float]:
     """Each check's outer limit: ``timeout_s``, the collective's start allowance on top."""
-    return {**{n: config.timeout_s for n in CHECK_NAMES}, "collective": config.timeout_s + COLLECTIVE_START_S + 5.0}
+    return {**{n: config.timeout_s for n in CHECK_NAMES}, "collective": config.timeout_s + config.collective_start_s + 5.0}
 
 
 def run_checks(checks: dict[str, Callable[[], CheckResult]], timeout_s: float,

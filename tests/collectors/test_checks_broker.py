@@ -33,13 +33,18 @@ def check_events(settings, job, want):
     """Waited for while the agent works (its threads, the check's worker processes, compute) or
     the events come, not a fixed 120 s a loaded machine's torch workers outrun (issue 47)."""
     return wait_for_records(settings, topics.CHECKS, decode, job, lambda events: len(events) >= want,
-                            timeout_s=60, progress=lambda events: (len(events), others_ticks()), limit_s=240)
+                            timeout_s=60, progress=lambda events: (len(events), others_ticks()), limit_s=500)
 
 
+@pytest.mark.timeout(600)  # above check_events' outer limit, so a hang says what it waited for
 def test_a_signed_run_checks_is_answered_and_a_failing_gpu_is_evicted(kafka_settings, tmp_path):
     job, node = f"checks-{uuid.uuid4().hex[:8]}", "gpu-node-7"
-    checks = ChecksConfig(paths=(str(tmp_path),), min_free_gb=0.001, min_mem_available_frac=0.0, timeout_s=90.0,
-                          nvml=PendingRemapNvml(n=2), compute_devices=("cpu", "cpu"), collective_world=2)
+    # The checks' own bounds are not what this test checks: against a hang only, generous for
+    # two torch ranks importing on a loaded 2-core machine (under tests/stress.sh a check failed
+    # within the former 90 s timeout and 60 s start allowance, issue 47).
+    checks = ChecksConfig(paths=(str(tmp_path),), min_free_gb=0.001, min_mem_available_frac=0.0, timeout_s=120.0,
+                          collective_start_s=180.0, nvml=PendingRemapNvml(n=2), compute_devices=("cpu", "cpu"),
+                          collective_world=2)
     config = AgentConfig(job=job, node=node, nvml=False, kernel=False, heartbeat_interval_s=5.0,
                          verify_keys=KEY.verify_keys(), command_memory_file=tmp_path / "seen.jsonl",
                          spool_dir=tmp_path / "spool", checks=checks)
@@ -74,7 +79,8 @@ def test_a_signed_run_checks_is_answered_and_a_failing_gpu_is_evicted(kafka_sett
         by_name = {c["name"]: c for c in event.data["checks"]}
         assert list(by_name) == ["gpu_health", "compute", "collective", "disk", "memory"]
         assert by_name["gpu_health"]["passed"] is False and "gpu1: row remap pending" in by_name["gpu_health"]["detail"]
-        assert all(by_name[n]["passed"] for n in ("compute", "collective", "disk", "memory")), by_name
+        assert all(by_name[n]["passed"] for n in ("compute", "collective", "disk", "memory")), {
+            n: (c["passed"], c.get("inconclusive"), c["detail"]) for n, c in by_name.items()}
         assert event.data["failed"] == ["gpu_health"] and event.data["passed"] is False
         assert source.listener.refused == 1  # the forged one ran nothing
 

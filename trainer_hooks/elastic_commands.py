@@ -17,10 +17,9 @@ import time
 from dataclasses import asdict, dataclass
 
 from faultlens.events.command import Command
+from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION
 
-RESTART_ACTIONS = ("evict", "restart", "reattempt", "rollback")
-LEAVING_ACTIONS = (*RESTART_ACTIONS, "stop")
 
 
 def resume_of(action: str) -> str:
@@ -132,27 +131,21 @@ class CommandInbox:
             if cmd.action == "run_checks":
                 self.checks, self.checks_at = cmd, time.monotonic()
             elif cmd.action in LEAVING_ACTIONS and cmd.id not in self.done:
-                if not (cmd.action == "evict" and not set(cmd.nodes) & set(nodes)):
+                if not evicts_none_of(cmd, nodes):
                     return cmd
 
     def after_crash(self, nodes: tuple[str, ...], crash_wait: float) -> Command | None:
-        """The command that says how to go on after a crash, or None after ``crash_wait`` seconds.
+        """The command that says how to go on after a crash, or None after ``crash_wait`` seconds
+        (stretched by a run_checks, before or during the wait: trainer_hooks/crash_wait.py)."""
+        def next_command(seconds: float) -> Command | None:
+            try:
+                cmd = self._queue.get(timeout=seconds)
+            except queue.Empty:
+                return None
+            return None if cmd.action in LEAVING_ACTIONS and cmd.id in self.done else cmd
 
-        A run_checks (before or during the wait) stretches it to the checks' own ``wait_s`` plus
-        ``crash_wait``: the remediator sends the evict or the reattempt once the machines answer,
-        and restarting meanwhile would put the job back on a suspect machine."""
-        deadline = self._held(time.monotonic() + crash_wait, crash_wait)
-        while (left := deadline - time.monotonic()) > 0:
-            checks_before = self.checks
-            cmd = self.take(nodes, min(left, 0.5))
-            if cmd is not None:
-                return cmd
-            if self.checks is not checks_before:
-                deadline = self._held(deadline, crash_wait)
-        return None
+        def noted(cmd: Command, at: float) -> None:
+            self.checks, self.checks_at = cmd, at
 
-    def _held(self, deadline: float, crash_wait: float) -> float:
-        wait_s = (self.checks.params or {}).get("wait_s") if self.checks is not None else None
-        if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400):
-            return deadline
-        return max(deadline, self.checks_at + float(wait_s) + crash_wait)
+        return wait_for_verdict(next_command, nodes, crash_wait, checks=self.checks,
+                                checks_at=self.checks_at, on_checks=noted)

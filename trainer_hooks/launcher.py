@@ -42,6 +42,7 @@ from faultlens.streams.broker import free_port
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.streams.command_listener import CommandListener
@@ -49,7 +50,6 @@ from faultlens.events.command_screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 
-RESTART_ACTIONS = ("evict", "restart", "reattempt", "rollback")
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class Launcher:
             follow = self._wait_command(left)
             if follow is None:
                 break
-            if follow.action in (*RESTART_ACTIONS, "stop") and (follow.action != "evict" or set(follow.nodes) & set(self.nodes)):
+            if follow.action in LEAVING_ACTIONS and not evicts_none_of(follow, self.nodes):
                 return follow
         return None
 
@@ -305,16 +305,17 @@ class Launcher:
         # The diagnosis can outrun our poll of the ranks: a crash's last log lines reach the
         # remediator, which sends run_checks, before we see the exit. Kept for the crash's wait.
         checks: Command | None = None
+        checks_at: float | None = None
         while True:
             cmd = self._wait_command(0.2)
             if cmd is not None:
-                if cmd.action in RESTART_ACTIONS or cmd.action == "stop":
-                    if self._evicts_none_of_ours(cmd):
+                if cmd.action in LEAVING_ACTIONS:
+                    if evicts_none_of(cmd, self.nodes):
                         log.info("evict %s names no node of this job now; ignored", cmd.id)
                         continue
                     return cmd.action, cmd, []
                 if cmd.action == "run_checks":
-                    checks = cmd
+                    checks, checks_at = cmd, time.monotonic()
                 continue  # checkpoint / capture_stacks are the ranks' business
             codes = [(p.poll(), node) for p, node, _ in self.procs]
             if all(c == 0 for c, _ in codes):
@@ -326,7 +327,7 @@ class Launcher:
             if known:
                 # A rank obeyed a command we have not read yet: it is on its way.
                 cmd = self._wait_command(self.args.command_wait)
-                if cmd is not None and not self._evicts_none_of_ours(cmd):
+                if cmd is not None and not evicts_none_of(cmd, self.nodes):
                     return cmd.action, cmd, []
                 action = EXIT_ACTION[known[0][0]]
                 return action, None, sorted({node for c, node in known if c == known[0][0]})
@@ -334,44 +335,24 @@ class Launcher:
                         ",".join(sorted({n for _, n in failed})), sorted({c for c, _ in failed}), self.args.crash_wait)
             self.emit({"event": "crash", "attempt": self.attempt, "exit_codes": {n: c for c, n in failed}})
             self.terminate(0)
-            cmd = self._wait_after_crash(checks)
+            cmd = self._wait_after_crash(checks, checks_at)
             if cmd is not None:
                 return cmd.action, cmd, []
             return "reattempt", None, []
 
-    def _wait_after_crash(self, checks: Command | None = None) -> Command | None:
-        """The command that says how to restart after a crash, or None after ``--crash-wait``.
+    def _wait_after_crash(self, checks: Command | None = None, checks_at: float | None = None) -> Command | None:
+        """The command that says how to restart after a crash, or None after ``--crash-wait``
+        (trainer_hooks/crash_wait.py); ``checks`` is a run_checks read before the crash was seen
+        (at ``checks_at``), which holds the wait the same as one read during it."""
+        if checks is not None:
+            self._say_waiting_for_checks(checks)
+        return wait_for_verdict(self._wait_command, self.nodes, self.args.crash_wait, checks=checks,
+                                checks_at=checks_at, on_checks=lambda cmd, _at: self._say_waiting_for_checks(cmd))
 
-        Other commands do not end the wait: a `run_checks` means the remediator is running
-        stop-time checks on the job's machines and will send the restart (an evict of the machines
-        that failed, or a reattempt) once they answer, so the wait is stretched to the checks'
-        own wait; restarting in place meanwhile would put the job back on a suspect machine.
-        ``checks`` is a run_checks read before the crash was seen, which holds the wait the same."""
-        deadline = self._hold_for_checks(checks, time.monotonic() + self.args.crash_wait)
-        while (left := deadline - time.monotonic()) > 0:
-            cmd = self._wait_command(left)
-            if cmd is None:
-                return None
-            if cmd.action in (*RESTART_ACTIONS, "stop"):
-                if self._evicts_none_of_ours(cmd):
-                    continue
-                return cmd
-            deadline = self._hold_for_checks(cmd, deadline)
-        return None
-
-    def _evicts_none_of_ours(self, cmd: Command) -> bool:
-        """An evict of machines this job no longer runs on (sent before a restart swapped them out)."""
-        return cmd.action == "evict" and not set(cmd.nodes) & set(self.nodes)
-
-    def _hold_for_checks(self, cmd: Command | None, deadline: float) -> float:
-        """The crash wait's deadline, stretched by a run_checks command's own ``wait_s``."""
-        if cmd is None or cmd.action != "run_checks":
-            return deadline
-        wait_s = (cmd.params or {}).get("wait_s")
-        if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and 0 < wait_s < 86400):
-            return deadline
-        self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes), "wait_s": wait_s})
-        return max(deadline, time.monotonic() + float(wait_s) + self.args.crash_wait)
+    def _say_waiting_for_checks(self, cmd: Command) -> None:
+        wait_s = checks_wait_s(cmd)
+        if wait_s is not None:
+            self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes), "wait_s": wait_s})
 
     def close(self) -> None:
         self.listener.stop()

@@ -119,7 +119,7 @@ BYTEROBUST_INPUTS = {
     "faults.fail_slow.localise_s": Input(ASSUMED, "rounds of stack aggregation", 100.0, 900.0),
     "faults.fail_slow.slowdown": Input(ASSUMED, "a slow machine costs 10-50 % of throughput", 0.1, 0.5),
     "faults.nan_loss.detect_s": Input(ASSUMED, "NaN found within minutes", 30.0, 300.0),
-    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and replay to the bad step", 300.0, 1800.0),
+    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and rerun to the bad step", 300.0, 1800.0),
     "faults.unknown.detect_s": Input(ASSUMED, "noticed like a CUDA error or later", 10.0, 300.0),
     "spare_return_days": Input(ASSUMED, "an evicted machine repaired or replaced in a day", 0.5, 3.0),
 }
@@ -146,7 +146,7 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
     faults = (
         # ByteRobust detects a kernel fault in 2 s, a lost GPU in 10 s; a CUDA error ends the process.
         # choice: stop-time diagnosis (diagnostics on every machine, then reattempt / rollback /
-        # dual-phase replay) averages 6 min; half end in an eviction (eviction 32.5 % vs reattempt
+        # dual-phase replay, the reproduction here) averages 6 min; half end in an eviction (eviction 32.5 % vs reattempt
         # 22.7 % + rollback 9.2 % of resolutions).
         FaultClass("cuda_error", c(36.1), detect_s=10, localise_s=360, evict_share=0.5,
                    stop_time=True, timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
@@ -166,7 +166,7 @@ def byterobust(gpus: int = 9600, days: float = 90.0) -> Scenario:
         # the trainer checkpoints before the eviction, so no work is lost.
         FaultClass("fail_slow", c(0.8), detect_s=600, localise_s=300, evict_share=1.0, over_evict=3.0,
                    slowdown=0.3, loses_work=False, timeout_s=NOTICED_BY_HAND_S, manual_localise_s=7200),
-        # choice: NaN found within a minute; rollback and replay to the bad step take 10 min.
+        # choice: NaN found within a minute; rollback and rerun to the bad step take 10 min.
         FaultClass("nan_loss", c(0.3), detect_s=60, localise_s=600, evict_share=0.0,
                    stop_time=True, timeout_s=NOTICED_BY_HAND_S, manual_localise_s=3600),
         FaultClass("unknown", c(100 - 93.4), detect_s=60, localise_s=360, evict_share=0.5,
@@ -186,7 +186,7 @@ LLAMA3_INPUTS = {
     "faults.user_code.localise_s": Input(ASSUMED, "a traceback names the code", 120.0, 900.0),
     "faults.job_hang.localise_s": Input(ASSUMED, "the flight recorder's dumps", 120.0, 900.0),
     "faults.nan_loss.detect_s": Input(ASSUMED, "silent data corruption seen in the loss", 60.0, 1800.0),
-    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and replay", 600.0, 3600.0),
+    "faults.nan_loss.localise_s": Input(ASSUMED, "rollback and rerun", 600.0, 3600.0),
     "checkpoint_stall_s": Input(ASSUMED, "asynchronous save, only the copy out of GPU memory blocks", 10.0, 60.0),
     "spares": Input(ASSUMED, "no warm standby published: every path a restart"),
 }

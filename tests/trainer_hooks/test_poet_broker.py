@@ -1,6 +1,6 @@
 """The reference trainer under --optimizer poet, launched on the embedded broker: the hook's
 checkpoint command and a rollback work as they do with --optimizer adamw (the same test runs
-both), and the steps replayed after the rollback reproduce the first attempt's losses (a POET
+both), and the steps rerun after the rollback reproduce the first attempt's losses (a POET
 checkpoint holds W0, R, P and the permutations drawn)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _train_events(settings, job):
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "poet"])
-def test_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_settings, tmp_path, optimizer):
+def test_job_obeys_checkpoint_and_rollback_and_reruns_the_same_losses(kafka_settings, tmp_path, optimizer):
     job = f"{optimizer}-{uuid.uuid4().hex[:8]}"
     key = SigningKey.generate()
     _, public = write_key_pair(tmp_path / "keys", key)
@@ -92,8 +92,8 @@ def test_job_obeys_checkpoint_and_rollback_and_replays_the_same_losses(kafka_set
     for e in events:
         if e.kind == "step":
             losses[e.data["step"]].append(as_float(e.data["loss"]))
-    replayed = {s: v for s, v in losses.items() if len(v) > 1}
-    assert replayed, "the rollback replayed no step"
-    assert all(v[0] == v[1] for v in replayed.values()), replayed
+    rerun = {s: v for s, v in losses.items() if len(v) > 1}
+    assert rerun, "the rollback reran no step"
+    assert all(v[0] == v[1] for v in rerun.values()), rerun
     assert sorted(losses) == list(range(1, 41))
     assert sum(losses[40]) / len(losses[40]) < 0.5 * losses[1][0]

@@ -4,8 +4,10 @@
 
 With --old DIR (a checkout of an older commit, e.g. ``git archive b088223^ | tar -x -C /tmp/old``:
 the commit before the rules moved into data), the same lines are also fed to that checkout's
-parsers in a subprocess of the same run, and each figure is printed beside the old one
-(``old_lines_per_s``, ``ratio``): on a shared machine only a ratio measured in one run means much.
+parsers in a process of their own, pass for pass beside today's (``--rounds`` pairs, the order
+alternating), and each figure is printed beside the old one (``old_lines_per_s``; ``ratio``, the
+median of the pairs' ratios, and ``pair_ratios``): on a shared machine only a ratio measured in one
+run, pass beside pass, means much.
 
 A realistic log is mostly noise: the mix is ~97% ordinary lines (boot messages, NCCL INFO,
 step logs) and ~3% faults of every family, multi-line records included. Prints one JSON line per
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,19 +70,22 @@ def make_log(noise: list[str], faults: list[list[str]], n: int, rng: random.Rand
     return out[:n]
 
 
-def measure(source: str, lines: list[str]) -> dict:
-    """The best of two passes, each with a fresh parser (the first also pays one-time loads: the
-    tables, and the line model at the first line that reaches it), as the old checkout is measured."""
-    best = None
-    for _ in range(2):
-        parser = parser_for(source)
-        start = time.perf_counter()
-        events = 0
-        for line in lines:
-            events += len(parser.feed(line))
-        events += len(parser.flush())
-        elapsed = time.perf_counter() - start
-        best = elapsed if best is None else min(best, elapsed)
+def one_pass(source: str, lines: list[str]) -> tuple[float, int]:
+    """(seconds, events) of one pass over ``lines`` with a fresh parser (which pays its one-time
+    loads: the tables, and the line model at the first line that reaches it)."""
+    parser = parser_for(source)
+    start = time.perf_counter()
+    events = 0
+    for line in lines:
+        events += len(parser.feed(line))
+    events += len(parser.flush())
+    return time.perf_counter() - start, events
+
+
+def measure(source: str, lines: list[str], passes: int = 2) -> dict:
+    """The best of ``passes`` passes."""
+    runs = [one_pass(source, lines) for _ in range(passes)]
+    best, events = min(runs)
     return {"parser": source, "lines": len(lines), "seconds": round(best, 3), "lines_per_s": round(len(lines) / best), "events": events}
 
 
@@ -97,64 +103,95 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=300_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--old", metavar="DIR", help="an older checkout to measure on the same lines (see the docstring)")
+    ap.add_argument("--rounds", type=int, default=5, help="with --old: paired passes per parser (default 5)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     kernel = make_log(KERNEL_NOISE, KERNEL_FAULTS, args.lines, rng)
     trainer = make_log(TRAINER_NOISE, TRAINER_FAULTS, args.lines, rng)
-    # With --old, old and new passes alternate (three rounds, the best of each side kept), so a
-    # change in the machine's load during the run falls on both.
-    old: dict[str, int] = {}
-    best: dict[str, dict] = {}
-    for _ in range(3 if args.old else 1):
-        if args.old:
-            for name, value in _old_figures(args.old, kernel, trainer).items():
-                old[name] = max(old.get(name, 0), value)
-        for source, lines in (("kernel", kernel), ("nccl", trainer)):
-            result = measure(source, lines)
-            if source not in best or result["lines_per_s"] > best[source]["lines_per_s"]:
-                best[source] = result
-    for result in (best["kernel"], best["nccl"], measure_line_events("kernel", kernel), measure_line_events("nccl", trainer)):
-        before = old.get(result["parser"])
-        if before:
-            result["old_lines_per_s"] = before
-            result["ratio"] = round(result["lines_per_s"] / before, 2)
+    results = compare(args.old, args.rounds, kernel, trainer) if args.old else [measure("kernel", kernel), measure("nccl", trainer)]
+    for result in (*results, measure_line_events("kernel", kernel), measure_line_events("nccl", trainer)):
         print(json.dumps(result), flush=True)
     return 0
 
 
-# Run inside the old checkout: its own parser_for on the lines we pass, the same loop as measure().
+def compare(old_dir: str, rounds: int, kernel: list[str], trainer: list[str]) -> list[dict]:
+    """Today's parsers against the old checkout's, in pairs: each round one pass of each side back
+    to back (the order alternating), so a change of the machine's load falls on both sides of a
+    pair. ``ratio`` is the median of the pairs' ratios (today's speed over the old one);
+    ``lines_per_s`` and ``old_lines_per_s`` each side's best pass."""
+    out = []
+    with _OldParsers(old_dir, kernel, trainer) as old:
+        for source, lines in (("kernel", kernel), ("nccl", trainer)):
+            one_pass(source, lines)
+            old.one_pass(source)  # both sides warm: tables and model loaded, caches filled
+            pairs = []
+            for i in range(rounds):
+                if i % 2:
+                    then = old.one_pass(source)
+                    now, events = one_pass(source, lines)
+                else:
+                    now, events = one_pass(source, lines)
+                    then = old.one_pass(source)
+                pairs.append((now, then))
+            best_now, best_then = min(p[0] for p in pairs), min(p[1] for p in pairs)
+            out.append({"parser": source, "lines": len(lines), "seconds": round(best_now, 3), "lines_per_s": round(len(lines) / best_now),
+                        "events": events, "old_lines_per_s": round(len(lines) / best_then),
+                        "ratio": round(statistics.median(then / now for now, then in pairs), 2),
+                        "pair_ratios": [round(then / now, 2) for now, then in pairs]})
+    return out
+
+
+# Run inside the old checkout: its own parser_for, one pass over the named source's lines per
+# request on stdin (the same loop as one_pass), answering the seconds it took.
 _OLD_SCRIPT = """
-import json, sys, time
+import sys, time
 from parsing.registry import parser_for
-out = {}
-for source, path in (("kernel", sys.argv[1]), ("nccl", sys.argv[2])):
-    lines = open(path, encoding="utf-8").read().split("\\n")
-    best = 0
-    for _ in range(1):
-        parser = parser_for(source)
-        start = time.perf_counter()
-        for line in lines:
-            parser.feed(line)
-        parser.flush()
-        best = max(best, round(len(lines) / (time.perf_counter() - start)))
-    out[source] = best
-print(json.dumps(out))
+logs = {"kernel": open(sys.argv[1], encoding="utf-8").read().split("\\n"), "nccl": open(sys.argv[2], encoding="utf-8").read().split("\\n")}
+for request in sys.stdin:
+    source = request.strip()
+    lines = logs[source]
+    parser = parser_for(source)
+    start = time.perf_counter()
+    for line in lines:
+        parser.feed(line)
+    parser.flush()
+    print(time.perf_counter() - start, flush=True)
 """
 
 
-def _old_figures(old_dir: str, kernel: list[str], trainer: list[str]) -> dict[str, int]:
-    """lines/s of the old checkout's parsers on the same lines (one pass each), by parser name."""
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = []
+class _OldParsers:
+    """The old checkout's parsers in a process of their own (its modules have our names), kept
+    running so each pass is asked for beside one of ours."""
+
+    def __init__(self, old_dir: str, kernel: list[str], trainer: list[str]):
+        self._dir = old_dir
+        self._tmp = tempfile.TemporaryDirectory()
+        self._paths = []
         for name, lines in (("kernel", kernel), ("nccl", trainer)):
-            path = Path(tmp) / f"{name}.log"
+            path = Path(self._tmp.name) / f"{name}.log"
             path.write_text("\n".join(lines), encoding="utf-8")
-            paths.append(str(path))
-        env = {**os.environ, "PYTHONPATH": old_dir}
-        run = subprocess.run([sys.executable, "-c", _OLD_SCRIPT, *paths], cwd=old_dir, env=env, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
-        raise SystemExit(f"the old checkout {old_dir} did not run: {run.stderr.strip()[-500:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+            self._paths.append(str(path))
+
+    def __enter__(self) -> "_OldParsers":
+        env = {**os.environ, "PYTHONPATH": self._dir}
+        self._proc = subprocess.Popen([sys.executable, "-c", _OLD_SCRIPT, *self._paths], cwd=self._dir, env=env, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return self
+
+    def one_pass(self, source: str) -> float:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(source + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"the old checkout {self._dir} did not run: {self._proc.stderr.read().strip()[-500:] if self._proc.stderr else ''}")
+        return float(answer)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait()
+        self._tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
@@ -38,22 +38,51 @@ _HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 
 
-@dataclass(frozen=True, slots=True)
-class Stamped:
-    """A log line split into its clock (``ts`` epoch seconds, ``mono`` seconds since boot) and message."""
+class Stamped(NamedTuple):
+    """A log line split into its clock (``ts`` epoch seconds, ``mono`` seconds since boot) and message.
+    A tuple, not a frozen dataclass: one is made per line, and a dataclass's __init__ cost a tenth
+    of a plain line's parse."""
 
     ts: float | None
     mono: float | None
     message: str
 
 
-def _epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None = None) -> float | None:
-    try:
-        value = float(calendar.timegm((year, month, day, hh, mm, ss, 0, 0, 0)))
-    except (ValueError, OverflowError):
+# calendar.timegm of a clock's minute, by its fields as the line spelled them (strings or ints): a
+# log's lines share a few minutes, and converting one (int() of five fields, datetime's ordinals)
+# was most of a stamped line's cost.
+_MINUTES: dict[tuple[int | str, ...], int | None] = {}
+_NO = object()
+
+
+def _minute_start(year: int | str, month: int | str, day: int | str, hh: int | str, mm: int | str) -> int | None:
+    """Epoch seconds of the minute (UTC), as calendar.timegm computes it (a day past the month's end
+    runs on into the next month); None for an impossible month, day, hour, minute or year."""
+    key = (year, month, day, hh, mm)
+    start = _MINUTES.get(key, _NO)
+    if start is _NO:
+        y, mo, d, h, mi = int(year), int(month), int(day), int(hh), int(mm)
+        start = None
+        if 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60:
+            try:
+                start = calendar.timegm((y, mo, d, h, mi, 0, 0, 0, 0))
+            except (ValueError, OverflowError):
+                start = None
+        if len(_MINUTES) > 4096:
+            _MINUTES.clear()
+        _MINUTES[key] = start
+    return start  # type: ignore[return-value]
+
+
+def _epoch(year: int | str, month: int | str, day: int | str, hh: int | str, mm: int | str, ss: int | str,
+           frac: str | None = None) -> float | None:
+    start = _minute_start(year, month, day, hh, mm)
+    if start is None:
         return None
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
+    sec = int(ss)
+    if sec >= 61:
         return None
+    value = float(start + sec)
     if frac:
         value += int(frac) / 10 ** len(frac)
     return value
@@ -67,10 +96,26 @@ def _zone_offset(zone: str | None) -> int:
     return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
 
 
+# The current year as (first second, first second of the next year, year): time.gmtime per line
+# was a fifth of a syslog or glog line's cost.
+_YEAR: tuple[float, float, int] = (0.0, 0.0, 0)
+
+
+def _year_of(now: float) -> int:
+    global _YEAR
+    start, end, year = _YEAR
+    if not start <= now < end:
+        year = time.gmtime(now).tm_year
+        start = float(calendar.timegm((year, 1, 1, 0, 0, 0)))
+        end = float(calendar.timegm((year + 1, 1, 1, 0, 0, 0))) if year < 9999 else float("inf")
+        _YEAR = (start, end, year)
+    return year
+
+
 def _guess_year(month: int, day: int, now: float | None) -> int:
     """Syslog and glog omit the year: take now's, unless that lands more than a day ahead."""
     now = time.time() if now is None else now
-    year = time.gmtime(now).tm_year
+    year = _year_of(now)
     candidate = _epoch(year, month, day, 0, 0, 0)
     if candidate is not None and candidate > now + 86400:
         return year - 1
@@ -115,7 +160,7 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         m = _CTIME.match(line)
         if m:
             month = _MONTHS.get(m.group(1))
-            ts = _epoch(int(m.group(6)), month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))) if month else None
+            ts = _epoch(m.group(6), month, *m.group(2, 3, 4, 5)) if month else None
             if ts is not None:
                 return Stamped(ts, None, line[m.end():])
         m = _ISO.match(line)
@@ -124,16 +169,14 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         m = _GLOG.match(line, 1)  # torch >= 2.2 wraps glog headers in brackets: [E1122 10:11:12.345 ...]
         if m:
             return _from_glog(m, line, now)
-    elif first in "IWEF":
-        m = _GLOG.match(line)
-        if m:
-            return _from_glog(m, line, now)
-    elif first.isupper():
+    elif first in "IWEF" and (m := _GLOG.match(line)):
+        return _from_glog(m, line, now)
+    elif first.isupper():  # "Feb 25 ..." too: a line of February is syslog's when it is not glog's
         m = _SYSLOG.match(line)
         month = _MONTHS.get(m.group(1)) if m else None
         if m and month:
             day = int(m.group(2))
-            ts = _epoch(_guess_year(month, day, now), month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), m.group(6))
+            ts = _epoch(_guess_year(month, day, now), month, day, *m.group(3, 4, 5, 6))
             if ts is not None:
                 rest = line[m.end():]
                 tag = _HOST_TAG.match(rest)
@@ -145,7 +188,7 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
 
 
 def _from_iso(m: re.Match[str], line: str) -> Stamped:
-    ts = _epoch(*(int(m.group(i)) for i in range(1, 7)), m.group(8))
+    ts = _epoch(*m.group(1, 2, 3, 4, 5, 6), m.group(8))
     if ts is None:
         return Stamped(None, None, line)
     ts -= _zone_offset(m.group(9))
@@ -161,6 +204,6 @@ def _from_iso(m: re.Match[str], line: str) -> Stamped:
 
 def _from_glog(m: re.Match[str], line: str, now: float | None) -> Stamped:
     month, day = int(m.group(1)), int(m.group(2))
-    ts = _epoch(_guess_year(month, day, now), month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), m.group(6))
+    ts = _epoch(_guess_year(month, day, now), month, day, *m.group(3, 4, 5, 6))
     # glog's header (severity, thread, file:line) stays in the message: parsers read the severity.
     return Stamped(ts, None, line)

@@ -15,12 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from faultlens.parsing import fallback
+from faultlens.parsing import fallback, nccl_lines
+from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
 from faultlens.parsing.exceptions import judge
-from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, clean_line, common
+from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
 from faultlens.parsing.timestamps import split_timestamp
 
@@ -36,25 +37,6 @@ FOLD_S = 10.0
 _SRUN_LABEL = re.compile(r"^\d{1,6}: ")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
-
-# Older torch and cut log lines end at the WorkNCCL(...) arguments, without "ran for N milliseconds".
-_WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: (?:WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds|WorkNCCL\((?P<cut>.*)\))"
-)
-_SEQ = re.compile(r"SeqNum=(\d+)")
-_OP = re.compile(r"OpType=(\w+)")
-_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
-_NUMEL = re.compile(r"Numel(In|Out)=(\d+)")
-# torch 2.11 (tests/fixtures/real_gpu/gpu40): "failure detected by watchdog at work sequence id: 2 PG status:
-# last enqueued work: 2, last completed work: 1"; older torch: "Timeout at NCCL work: 2, last enqueued NCCL work: ...".
-_LAST_WORK = re.compile(
-    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (?P<work>-?\d+),? (?:PG status: )?"
-    r"last enqueued (?:NCCL )?work: (?P<enq>-?\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
-)
-_WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
-
-_NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
-_IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
 
 _NAN = re.compile(
     # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
@@ -78,12 +60,28 @@ _EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning"
 _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
 
 
+# Lowered, one of these is on every line that can give an event or be called alarming when no
+# traceback of its rank is open: the literals the single-line readings need to fire (the error
+# texts of parsing.errors, the watchdog's, NCCL WARN, NaN; "inf" only as a word, TrainerLogParser
+# adds that), a traceback's head, and with the rules' needles and parsing.alarm's words they make
+# the pre-filter that settles the rest (most of a log: NCCL INFO, step lines) in one scan, clock
+# unread. Not "nccl" or "cuda" alone: they are on every NCCL INFO line, and a CUDA or NCCL error
+# text holds "error", "abort" or one of the phrases here. A test feeds every trainer line we hold
+# with and without the pre-filter.
+CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
+                 "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
+                 "broken pipe", "nan", "error", "exception")
+
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
+def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
+    """The pre-filter's regex (on the lowered body), or None when a rule has no needles."""
+    if any(not r.needles for r in rules):
+        return None
+    words = {w.lower() for w in (*CODE_LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
+    return re.compile(any_of(words).pattern + r"|inf\b")  # _NAN_OR_INF's "inf" ends a word: INFO's does not
 
 
 def _rank(text: str) -> int | None:
@@ -122,6 +120,7 @@ class TrainerLogParser:
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
         self._benign = benign_for(self.source)
+        self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
         self._open: dict[tuple[str, int] | None, _Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
@@ -135,7 +134,7 @@ class TrainerLogParser:
         if text is None:
             self.stats.garbled += 1
             return []
-        label = _SRUN_LABEL.match(text)
+        label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
         body = text[label.end():] if label else text
         m = _PREFIX.match(body)
         key: tuple[str, int] | None = None
@@ -148,6 +147,11 @@ class TrainerLogParser:
                 local_rank = int(m.group(4))
                 key = ("local", local_rank)
             body = body[m.end():]
+        if self._prefilter is not None and key not in self._open and not self._prefilter.search(body.lower()):
+            # No literal any reading needs and no word of trouble (its message is a suffix of the
+            # body), and no traceback of its rank waits for it: nothing can come of it.
+            self.stats.skipped += 1
+            return []
         stamped = split_timestamp(body, now=self._now)
         self._t = stamped.ts if stamped.ts is not None else ts
         msg = stamped.message
@@ -158,7 +162,7 @@ class TrainerLogParser:
             absorbed, closed = self._continue(tb, key, msg, text)
             out.extend(closed)
         if not absorbed:
-            if msg.startswith(_TB_START) or msg.strip() == _TB_START:
+            if msg.startswith(_TB_START) or (_TB_START in msg and msg.strip() == _TB_START):
                 self._open[key] = _Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
                 absorbed = True
             else:
@@ -306,13 +310,13 @@ class TrainerLogParser:
                 data.update(extra)
             return found
         if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
-            found = self._watchdog(msg, raw, rank, extra)
+            found = nccl_lines.watchdog(msg, raw, rank, extra)
             if found is not None:
                 return found
         if "NCCL WARN" in msg:
-            m = _NCCL_WARN.search(msg)
+            m = nccl_lines.NCCL_WARN.search(msg)
             if m:
-                return [self._nccl_warn(m, raw, rank, extra)]
+                return [nccl_lines.nccl_warn(m, raw, rank, extra)]
         if "CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg:
             cuda = classify_cuda(msg)
             if cuda:
@@ -356,44 +360,3 @@ class TrainerLogParser:
         seen = self._fold(key, fold)
         self._folded[(key, fold)] = (self._n, self._t)
         return seen
-
-    def _watchdog(self, msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
-        m = _WATCHDOG.search(msg)
-        if m:
-            args = m.group("args") if m.group("args") is not None else m.group("cut")
-            seq, op, timeout = _SEQ.search(args), _OP.search(args), _TIMEOUT.search(args)
-            numel = dict(_NUMEL.findall(args))
-            data = common(
-                raw, "nccl_error", "reattempt", "error", rank=rank,
-                seq=int(seq.group(1)) if seq else None, op=op.group(1) if op else None,
-                timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=_int(m.group("elapsed")),
-                numel_in=int(numel["In"]) if "In" in numel else None, numel_out=int(numel["Out"]) if "Out" in numel else None, **extra,
-            )  # fmt: skip
-            return [("nccl_timeout", data)]
-        m = _LAST_WORK.search(msg)
-        if m:
-            return [("nccl_timeout", common(raw, "nccl_error", "reattempt", "error", rank=rank, seq=int(m.group("work")),
-                                            last_enqueued=int(m.group("enq")), last_completed=int(m.group("done")), **extra))]  # fmt: skip
-        m = _WATCHDOG_STUCK.search(msg)
-        if m:
-            return [("nccl_timeout", common(raw, "nccl_error", "capture_stacks", "error", rank=rank, seq=None, op=None,
-                                            timeout_ms=int(m.group(1)) * 1000 if m.group(1) else None, text=msg.strip()[:512],
-                                            **extra))]  # fmt: skip
-        return None
-
-    def _nccl_warn(self, m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        text = m.group("text").strip()
-        cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
-        fault = cuda[1] if cuda else "nccl_error"
-        action = cuda[2] if cuda else "reattempt"
-        serious = cuda or classify_nccl(text) or _IB_COMPLETION.search(text) or "error" in text.lower()
-        data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text, device=int(m.group("dev")),
-                      host=m.group("host"), pid=int(m.group("pid")), **extra)  # fmt: skip
-        ib = _IB_COMPLETION.search(text)
-        if ib:
-            data["ib_error"] = int(ib.group("err"))
-            if ib.group("op"):
-                data["ib_opcode"] = int(ib.group("op"))
-            if ib.group("peer"):
-                data["peer"] = ib.group("peer")
-        return "nccl_warn", data

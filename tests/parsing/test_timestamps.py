@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import time
 
 import pytest
 
@@ -59,3 +60,50 @@ def test_yearless_stamp_from_the_future_is_last_year():
 def test_impossible_dates_are_not_clocks(line):
     s = split_timestamp(line, now=NOW)
     assert s.ts is None
+
+
+def _reference_epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float | None:
+    """What a clock means, straight from calendar.timegm (the parser caches minutes; it must agree)."""
+    try:
+        value = float(calendar.timegm((year, month, day, hh, mm, ss, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
+        return None
+    return value + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def test_cached_clocks_agree_with_timegm_on_every_field_value():
+    import random
+
+    rng = random.Random(7)
+    months = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+    for _ in range(4000):
+        # Mostly real values, some impossible ones (day 0, 31 Feb, hour 24, second 60/61, month 13).
+        y, mo, d = rng.choice((1999, 2026, 2027, 2028)), rng.randint(0, 13), rng.randint(0, 32)
+        hh, mm, ss = rng.randint(0, 25), rng.randint(0, 61), rng.randint(0, 62)
+        frac = rng.choice(("", "5", "345", "123456"))
+        iso = f"{y:04d}-{mo:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}{'.' + frac if frac else ''}+00:00 host kernel: x"
+        want = _reference_epoch(y, mo, d, hh, mm, ss, frac or None)
+        got = split_timestamp(iso, now=NOW)
+        assert got.ts == want, iso
+        assert got.message == ("x" if want is not None else iso), iso
+        if 1 <= mo <= 12:
+            ctime = f"[Sun {months[mo - 1]} {d:2d} {hh:02d}:{mm:02d}:{ss:02d} {y}] x"
+            assert split_timestamp(ctime, now=NOW).ts == _reference_epoch(y, mo, d, hh, mm, ss, None), ctime
+            # No year on the line: now's, or the year before when that is more than a day ahead.
+            now = float(rng.choice((NOW, calendar.timegm((2027, 1, 1, 0, 30, 0, 0, 0, 0)), calendar.timegm((2028, 12, 31, 23, 0, 0)))))
+            year = time.gmtime(now).tm_year
+            ahead = _reference_epoch(year, mo, d, 0, 0, 0, None)
+            year -= 1 if ahead is not None and ahead > now + 86400 else 0
+            syslog = f"{months[mo - 1]} {d:2d} {hh:02d}:{mm:02d}:{ss:02d} host kernel: x"
+            assert split_timestamp(syslog, now=now).ts == _reference_epoch(year, mo, d, hh, mm, ss, None), (syslog, now)
+            glog = f"E{mo:02d}{d:02d} {hh:02d}:{mm:02d}:{ss:02d}.{frac or '0'} 1234 f.cpp:1] x"
+            assert split_timestamp(glog, now=now).ts == _reference_epoch(year, mo, d, hh, mm, ss, frac or "0"), (glog, now)
+
+
+def test_a_february_syslog_line_is_not_taken_for_glog():
+    # "Feb" starts with glog's severity letter F; the line was left without a clock before.
+    s = split_timestamp("Feb 22 10:11:12 gpu-node-17 kernel: NVRM: hello", now=NOW)
+    assert s.ts == calendar.timegm((2026, 2, 22, 10, 11, 12, 0, 0, 0))
+    assert s.message == "NVRM: hello"

@@ -1,0 +1,84 @@
+"""NCCL's own lines and the ProcessGroupNCCL watchdog's (parsing.trainer_log hands them here): a
+collective timeout with its work (sequence number, op, sizes, how long it ran), the watchdog's
+last enqueued / completed work, a stuck watchdog, and ``NCCL WARN`` lines (an IB completion
+error's code and peer, a CUDA failure NCCL reports).
+
+Pure functions of one line; the trainer parser adds the rank and folds echoes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from faultlens.parsing.errors import classify_cuda, classify_nccl
+from faultlens.parsing.line import common
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+# Older torch and cut log lines end at the WorkNCCL(...) arguments, without "ran for N milliseconds".
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: (?:WorkNCCL\((?P<args>.*?)\) ran for (?P<elapsed>\d+) milliseconds|WorkNCCL\((?P<cut>.*)\))"
+)
+_SEQ = re.compile(r"SeqNum=(\d+)")
+_OP = re.compile(r"OpType=(\w+)")
+_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
+_NUMEL = re.compile(r"Numel(In|Out)=(\d+)")
+# torch 2.11 (tests/fixtures/real_gpu/gpu40): "failure detected by watchdog at work sequence id: 2 PG status:
+# last enqueued work: 2, last completed work: 1"; older torch: "Timeout at NCCL work: 2, last enqueued NCCL work: ...".
+_LAST_WORK = re.compile(
+    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (?P<work>-?\d+),? (?:PG status: )?"
+    r"last enqueued (?:NCCL )?work: (?P<enq>-?\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+)
+_WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
+
+NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
+_IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
+
+
+def watchdog(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+    """An ``nccl_timeout`` of the watchdog's line (a timed-out collective, its last work, a stuck watchdog), or None."""
+    m = _WATCHDOG.search(msg)
+    if m:
+        args = m.group("args") if m.group("args") is not None else m.group("cut")
+        seq, op, timeout = _SEQ.search(args), _OP.search(args), _TIMEOUT.search(args)
+        numel = dict(_NUMEL.findall(args))
+        data = common(
+            raw, "nccl_error", "reattempt", "error", rank=rank,
+            seq=int(seq.group(1)) if seq else None, op=op.group(1) if op else None,
+            timeout_ms=int(timeout.group(1)) if timeout else None, elapsed_ms=_int(m.group("elapsed")),
+            numel_in=int(numel["In"]) if "In" in numel else None, numel_out=int(numel["Out"]) if "Out" in numel else None, **extra,
+        )  # fmt: skip
+        return [("nccl_timeout", data)]
+    m = _LAST_WORK.search(msg)
+    if m:
+        return [("nccl_timeout", common(raw, "nccl_error", "reattempt", "error", rank=rank, seq=int(m.group("work")),
+                                        last_enqueued=int(m.group("enq")), last_completed=int(m.group("done")), **extra))]  # fmt: skip
+    m = _WATCHDOG_STUCK.search(msg)
+    if m:
+        return [("nccl_timeout", common(raw, "nccl_error", "capture_stacks", "error", rank=rank, seq=None, op=None,
+                                        timeout_ms=int(m.group(1)) * 1000 if m.group(1) else None, text=msg.strip()[:512],
+                                        **extra))]  # fmt: skip
+    return None
+
+
+def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The ``nccl_warn`` event of an ``NCCL WARN`` line (``m``: its NCCL_WARN match)."""
+    text = m.group("text").strip()
+    cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
+    fault = cuda[1] if cuda else "nccl_error"
+    action = cuda[2] if cuda else "reattempt"
+    serious = cuda or classify_nccl(text) or _IB_COMPLETION.search(text) or "error" in text.lower()
+    data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text, device=int(m.group("dev")),
+                  host=m.group("host"), pid=int(m.group("pid")), **extra)  # fmt: skip
+    ib = _IB_COMPLETION.search(text)
+    if ib:
+        data["ib_error"] = int(ib.group("err"))
+        if ib.group("op"):
+            data["ib_opcode"] = int(ib.group("op"))
+        if ib.group("peer"):
+            data["peer"] = ib.group("peer")
+    return "nccl_warn", data

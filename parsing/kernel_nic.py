@@ -3,7 +3,7 @@ link and port state, cable module events and mlx5 health, as ``nic_error`` / ``l
 ``link_up`` events (docs/events.md).
 
 Apart from parsing.kernel_log because the network drivers' lines are a family of their own, with
-their own patterns; the parser's folding of echoes comes in as ``seen`` (KernelLogParser._seen).
+their own patterns; the parser's folding of echoes comes in as ``seen`` (parsing.kernel_echoes.Echoes.seen).
 """
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ _PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
 # _BOND, _PORT_STATE's states and _LINK_STATE): "link"/"port" alone (nvlink, docker0's ports) is not.
 _STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink Down", "ink Up",
                        "link status", "Port module event", "DOWN", "ACTIVE", "POLLING"))
+
+# Lowered, one of these is on every line nic_events or netdev_watchdog_events takes: the words of
+# _STATE_WORDS, _MODULE and _BOND, the mlx health words (an mlx line is read only for those or a
+# state) and the watchdog's. The kernel parser's pre-filter holds these rather than "mlx", "link"
+# or "port", which fill a healthy log (nvlink, docker0's ports, firmware versions).
+LITERALS = ("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "link status", "port module event",
+            "down", "active", "polling", "health", "synd", "fatal", "internal error", "crdump", "error state",
+            "firmware error", "fw error", "netdev watchdog")
 
 # "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
 _DOWN = {"down", "inactive", "polling", "unplugged"}

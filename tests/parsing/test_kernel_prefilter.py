@@ -9,7 +9,7 @@ import ast
 import inspect
 import json
 
-from faultlens.parsing import kernel_log
+from faultlens.parsing import kernel_gpu, kernel_log
 from faultlens.parsing.kernel_log import CODE_LITERALS, KernelLogParser
 from faultlens.parsing.line_corpus import CORPUS
 from bench.testbed import log_samples as S
@@ -48,12 +48,38 @@ def test_the_prefilter_changes_no_line():
     assert fast.stats.recognised > 200 and fast.stats.skipped > 0
 
 
+def _in_literals(func) -> set[str]:
+    """The lowered constants of every ``"literal" in x`` test in ``func``'s source."""
+    source = inspect.getsource(func)
+    indent = len(source) - len(source.lstrip())
+    tree = ast.parse("\n".join(line[indent:] for line in source.splitlines()))
+    return {node.left.value.lower() for node in ast.walk(tree)
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], ast.In)}
+
+
 def test_the_prefilter_holds_every_literal_the_code_dispatches_on():
-    """Each ``"literal" in msg`` / ``in lower`` test of KernelLogParser._code is in CODE_LITERALS."""
-    tree = ast.parse(inspect.getsource(kernel_log.KernelLogParser._code).lstrip().replace("\n    ", "\n"))
-    found = {node.left.value.lower() for node in ast.walk(tree)
-             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], ast.In)}
-    assert found and found <= set(CODE_LITERALS), found - set(CODE_LITERALS)
+    """Each ``"literal" in msg`` / ``in lower`` test of KernelLogParser._code is in CODE_LITERALS, or
+    is a branch whose handler's own literals (NARROWED) the pre-filter holds instead."""
+    found = _in_literals(kernel_log.KernelLogParser._code)
+    assert found and found <= set(CODE_LITERALS) | set(kernel_log.NARROWED), found - set(CODE_LITERALS) - set(kernel_log.NARROWED)
+    words = {w for ws in kernel_log.NARROWED.values() for w in ws}
+    pattern = KernelLogParser()._prefilter
+    assert all(pattern.search(w) for w in words)
+
+
+def test_the_nvrm_literals_are_those_the_driver_lines_are_read_by():
+    """GpuLines.nvrm reads a line only for one of its literals: the pre-filter's NVRM words are those."""
+    assert _in_literals(kernel_gpu.GpuLines.nvrm) == set(kernel_gpu.NVRM_LITERALS)
+
+
+def test_a_chatty_driver_line_is_settled_by_the_prefilter_and_a_telling_one_is_not():
+    parser = KernelLogParser(now=1.8e9)
+    quiet = ["[   13.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05", "[   30.5] mlx5_core 0000:5e:00.0: firmware version: 28.39.1002",
+             "[ 9001.0] docker0: port 3(veth12ab) entered forwarding state", "[   12.3] nvidia-nvlink: Nvlink Core is being initialized"]
+    assert [parser.feed(line) for line in quiet] == [[], [], [], []]
+    assert parser.stats.skipped == 4 and parser.stats.recognised == 0
+    told = parser.feed("[ 9001.5] mlx5_core 0000:5e:00.0 ib0: Link down")
+    assert [e.kind for e in told] == ["link_down"]
 
 
 def test_user_rules_without_needles_turn_the_prefilter_off(tmp_path):

@@ -1,0 +1,150 @@
+"""The host's own kernel records (parsing.kernel_log hands them here): segfaults, OOM kills, CPU
+stalls and panics, PCIe AER errors, machine checks. Each folds its echo lines (an OOM report's
+victim and summary, an AER notice's detail, a machine check's register dump) through the parser's
+fold memory (parsing.kernel_echoes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from faultlens.parsing.kernel_echoes import Echoes
+from faultlens.parsing.kernel_gpu import norm_pci
+from faultlens.parsing.line import common
+from faultlens.parsing.rules import OOM_HEAD_KEY, OOPS_KEY
+
+Found = list[tuple[str, dict[str, Any]]] | None  # events of one line; [] folded; None not ours
+
+_PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+
+_SEGV = re.compile(
+    r"(?:(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? )?(?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
+)
+_SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)(?:\[|$)")
+
+_OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
+_OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
+# The victim line alone (older kernels print it on its own line, RHEL adds the UID).
+_OOM_VICTIM = re.compile(r"Killed process (?P<pid>\d+)(?:,? UID \d+,)? \((?P<proc>[^)]*)\)")
+_OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")
+
+_SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s!(?: \[(?P<proc>.+?):(?P<pid>\d+)\])?")
+_RCU_STALL = re.compile(r"rcu: INFO: rcu_\w+ (?:self-)?detected stalls? on CPUs?")
+_HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
+_PANIC = re.compile(r"Kernel [Pp]anic - (?:not )?syncing:?\s*(?P<text>.*)")
+
+_AER = re.compile(
+    r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
+    r" errors? received:\s*(?P<pci>" + _PCI + r")?"
+)
+_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: severity=(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)")
+
+_EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
+_MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
+_MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
+_MCE_UNCORRECTED = re.compile(r"Uncorrected|[Ff]atal|Exception|PCC")
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def segfault(msg: str, raw: str) -> Found:
+    m = _SEGV.search(msg)
+    if not m:
+        return None
+    lm = _SEGV_LIB.search(msg, m.end())
+    lib = lm.group("lib") if lm else None
+    name = (lib or "").lower()
+    if "nccl" in name:
+        fault = "nccl_error"
+    elif any(k in name for k in ("cuda", "nvidia", "cublas", "cudnn", "nvrtc", "cupti", "nvjitlink")):
+        fault = "cuda_error"
+    else:
+        fault = "unknown"
+    return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
+                                text=m.group("what")))]  # fmt: skip
+
+
+def oom(msg: str, raw: str, echoes: Echoes) -> Found:
+    m = _OOM_KILLED.search(msg) or _OOM_SUMMARY.search(msg) or _OOM_VICTIM.search(msg)
+    if m:
+        pid = int(m.group("pid"))
+        head = echoes.recently(OOM_HEAD_KEY)
+        echoes.forget(OOM_HEAD_KEY)  # one head, one victim: the next OOM is news
+        if echoes.seen(("oom", pid)) or head:
+            return []  # an echo, or the victim of the "invoked oom-killer" report just emitted
+        cgroup = "Memory cgroup" in msg or "CONSTRAINT_MEMCG" in msg
+        return [("oom_kill", common(raw, "host_oom", "restart", "error", pid=pid, process=m.group("proc"), cgroup=cgroup))]
+    m = _OOM_REAPED.search(msg)
+    if m and echoes.fired(("oom", int(m.group("pid")))):
+        return []
+    return None
+
+
+def stall(msg: str, raw: str, echoes: Echoes) -> Found:
+    m = _SOFT_LOCKUP.search(msg)
+    if m:
+        return [("soft_lockup", common(raw, "kernel", "restart", "error", process=m.group("proc"), pid=_int(m.group("pid")),
+                                       cpu=int(m.group("cpu")), text=m.group(0)))]  # fmt: skip
+    m = _HUNG.search(msg)
+    if m:
+        return [("hung_task", common(raw, "kernel", "restart", "error", process=m.group("proc"), pid=int(m.group("pid")),
+                                     text=m.group(0)))]  # fmt: skip
+    m = _PANIC.search(msg)
+    if m:
+        if echoes.seen(OOPS_KEY):
+            return []  # the end of the oops just emitted
+        return [("panic", common(raw, "kernel", "evict", "fatal", text=m.group("text")))]
+    m = _RCU_STALL.search(msg)
+    if m:
+        return [("soft_lockup", common(raw, "kernel", "restart", "error", text=m.group(0)))]
+    return None
+
+
+def aer(msg: str, raw: str, echoes: Echoes) -> Found:
+    m = _AER.search(msg)
+    if m:
+        pci = norm_pci(m.group("pci") or m.group("reporter"))
+        echoes.seen(("aer", pci))
+        return [("pcie_aer", _aer_data(raw, pci, m.group("type")))]
+    m = _PCIE_BUS.search(msg)
+    if m:
+        pci = norm_pci(m.group("pci"))
+        if echoes.seen(("aer", pci)):
+            return []  # the detail line of the AER notice just emitted
+        return [("pcie_aer", _aer_data(raw, pci, m.group("type")))]
+    return None
+
+
+def machine_check(msg: str, raw: str, echoes: Echoes) -> Found:
+    m = _EDAC.search(msg)
+    if m:
+        corrected = m.group("ce") == "CE"
+        return [("edac", _hw_data(raw, m.group("text"), corrected, count=int(m.group("count"))))]
+    m = _MCE.search(msg)
+    if not m:
+        return [] if "EDAC" in msg and echoes.fired(("mce", 0)) else None
+    text = m.group("text")
+    if not _MCE_EVENT.search(text):
+        # Register dumps (TSC, ADDR, PROCESSOR ...) that follow the event line.
+        return [] if echoes.seen(("mce", 0)) else None
+    echoes.seen(("mce", 0))
+    corrected = not _MCE_UNCORRECTED.search(text)
+    return [("mce", _hw_data(raw, text, corrected))]
+
+
+def _aer_data(raw: str, pci: str, kind: str) -> dict[str, Any]:
+    kind = kind.lower()
+    if kind == "corrected":
+        return common(raw, "kernel", "none", "info", pci=pci, error_type="corrected")
+    if "non-fatal" in kind:
+        return common(raw, "kernel", "none", "warn", pci=pci, error_type="non_fatal")
+    return common(raw, "kernel", "evict", "fatal", pci=pci, error_type="fatal")
+
+
+def _hw_data(raw: str, text: str, corrected: bool, **extra: Any) -> dict[str, Any]:
+    if corrected:
+        return common(raw, "kernel", "none", "info", text=text, corrected=True, **extra)
+    return common(raw, "kernel", "evict", "fatal", text=text, corrected=False, **extra)

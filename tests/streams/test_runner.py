@@ -8,12 +8,26 @@ import orjson
 import pytest
 
 from faultlens.events.envelope import Envelope, encode
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing, Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.runner import DEAD_LETTER_TOPIC, GroupRunner
 from tests.progress import files_size, wait_until
 
 pytestmark = pytest.mark.broker
+
+# Tansu holds a group's join for half the members' session timeout (measured: 3.1-3.6 s at the
+# default 6 s, 1.5-2.3 s at 3 s, 6-6.7 s at 12 s), and these tests join ~30 groups of one member
+# each. A 3 s session still leaves four heartbeats (every 750 ms, from the client's own thread)
+# before a member counts as gone (issue 47).
+SESSION_TIMEOUT_MS = 3000
+
+
+@pytest.fixture
+def kafka_settings(broker) -> KafkaSettings:
+    """The session broker's settings (tests/kafka_fixtures.py) with this file's session timeout;
+    client_settings builds on it."""
+    return KafkaSettings(bootstrap=broker.bootstrap, session_timeout_ms=SESSION_TIMEOUT_MS)
 
 
 def events(n, job="j", start=1_790_000_000.0):
@@ -117,7 +131,8 @@ def test_sigkill_after_processing_before_commit_redelivers(client_settings, grou
     sent = events(40)
     publish(client_settings, topic, sent)
     first = tmp_path / "first.txt"
-    env = {**os.environ, "FAULTLENS_CLIENT": client_settings.client}
+    env = {**os.environ, "FAULTLENS_CLIENT": client_settings.client,
+           "FAULTLENS_SESSION_TIMEOUT_MS": str(client_settings.session_timeout_ms)}
     child = subprocess.Popen([sys.executable, "-m", "tests.streams.killable_consumer", client_settings.bootstrap,
                               topic, group_name, str(first), "hang"], env=env)
     try:

@@ -95,7 +95,7 @@ def check_payload(event: Envelope) -> None:
     checked = _CHECKED.get(payload_type)
     if checked is not None and checked(event):
         return
-    keep_payload(event, convert(event.data, payload_type))
+    keep_payload(event, convert(event.data, payload_type, from_attributes=payload_type is GpuSample))
 
 
 def typed(event: Envelope) -> Any:
@@ -106,6 +106,6 @@ def typed(event: Envelope) -> Any:
         payload_type = PAYLOAD_TYPES.get((event.source, event.kind))
         if payload_type is None:
             return None
-        payload = convert(event.data, payload_type)
+        payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)
         keep_payload(event, payload)
     return payload

@@ -7,11 +7,19 @@ import time
 
 import pytest
 
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner import GroupRunner
 from tests.progress import wait_until
-from tests.streams.test_runner import events, publish
+from tests.streams.test_runner import SESSION_TIMEOUT_MS, events, publish
 
 pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def kafka_settings(broker) -> KafkaSettings:
+    """test_runner.py's short session timeout: Tansu holds each join, and the rebalance when a
+    member leaves, for a share of it (issue 47)."""
+    return KafkaSettings(bootstrap=broker.bootstrap, session_timeout_ms=SESSION_TIMEOUT_MS)
 
 
 @pytest.mark.long(30)

@@ -11,6 +11,7 @@ from bench.testbed.fake_nvml import LIBRARY_NOT_FOUND, NOT_SUPPORTED, UNKNOWN, F
 
 from faultlens.collectors.gpu_sample import gpu_payload, throttle_names
 from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
+from tests.progress import wait_until
 
 
 def test_throttle_bits_decode_to_names_and_unknown_bits_are_kept():
@@ -122,8 +123,14 @@ def test_run_publishes_samples_and_xid_events_until_stopped():
     sampler = NvmlSampler(job="j", node="n1", interval_s=0.01, publish=publish, nvml=nvml)
     t = threading.Thread(target=sampler.run, args=(stop,))
     t.start()
-    t.join(10)
-    assert not t.is_alive() and nvml.shutdown
+    # Until the sampler has seen what it waits for and stopped: waited for while it publishes, not
+    # a fixed 10 s a loaded machine's 10 ms intervals could outrun (issue 47).
+    try:
+        wait_until(lambda: not t.is_alive(), progress=lambda: len(out), stall_s=60, limit_s=240,
+                   what="the sampler to publish the three Xids and stop")
+    finally:
+        stop.set()  # a failed wait leaves no sampler thread running
+    assert nvml.shutdown
     xids = {e.data["xid"]: e.data for e in out if e.kind == "xid"}
     assert xids[79]["gpu"] == 1 and xids[79]["fault"] == "gpu_lost" and xids[79]["action"] == "evict"
     assert xids[13]["fault"] == "app_fault"

@@ -89,10 +89,9 @@ class KernelLogParser:
         stamped = split_timestamp(text, now=self._now)
         if stamped.mono is not None:
             echoes.clock = ("mono", stamped.mono)
-        elif stamped.ts is not None or ts is not None:
-            echoes.clock = ("wall", stamped.ts if stamped.ts is not None else ts)
         else:
-            echoes.clock = None
+            wall = stamped.ts if stamped.ts is not None else ts
+            echoes.clock = None if wall is None else ("wall", wall)
         msg = stamped.message
         if self._benign.match(msg) is not None:
             self.stats.recognised += 1

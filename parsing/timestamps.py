@@ -188,7 +188,8 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
 
 
 def _from_iso(m: re.Match[str], line: str) -> Stamped:
-    ts = _epoch(*m.group(1, 2, 3, 4, 5, 6), m.group(8))
+    year, month, day, hh, mm, ss = m.group(1, 2, 3, 4, 5, 6)
+    ts = _epoch(year, month, day, hh, mm, ss, m.group(8))
     if ts is None:
         return Stamped(None, None, line)
     ts -= _zone_offset(m.group(9))

@@ -326,12 +326,12 @@ class TrainerLogParser:
                 self._folded[(key, fault)] = (self._n, self._t)
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
         if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
-            error = classify_nccl(msg)
-            if error:
+            nccl = classify_nccl(msg)
+            if nccl:
                 if self._fold(key, "nccl_error"):
                     return []
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
-                return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=error, **extra))]
+                return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=nccl, **extra))]
         low = msg.lower()
         if ("nan" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
             sm = _STEP.search(msg)

@@ -51,6 +51,8 @@ def test_a_gpu_whose_call_blocks_for_good_is_unresponsive_and_the_others_are_sam
     t0 = time.monotonic()
     events = sampler.sample_once(reader)
     took = time.monotonic() - t0
+    # The deadline the sampler enforces is the behaviour under test (it must not add up per call),
+    # so this wall bound stays (issue 47); it held in three runs of tests/stress.sh.
     assert took < 0.3 + 0.2 + 0.5  # the deadline, the handle probe, slack: never the hang
     kinds = [(e.kind, e.data.get("gpu")) for e in events]
     assert ("unresponsive", 1) in kinds

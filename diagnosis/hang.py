@@ -56,6 +56,7 @@ from faultlens.diagnosis.hang_verdict import HangVerdicts
 from faultlens.diagnosis.rules.base import opt_int
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainStep
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class HangDetector(HangVerdicts):
 
     def _step(self, event: Envelope) -> None:
         try:
-            payload: TrainStep = event.payload  # read once by the payload check (events/payloads.py)
+            payload: TrainStep = typed(event)  # read once by the payload check (events/payloads.py)
         except InvalidEvent:
             return  # the payload check owns step validation (and its dead letters); nothing to learn here
         rank, step = payload.rank, payload.step

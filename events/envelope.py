@@ -94,8 +94,9 @@ class Envelope:
     data: Mapping[str, Any] = field(default_factory=dict)
     id: str = field(default_factory=new_id)
     v: int = SCHEMA_VERSION
-    # The typed payload (a Struct of events/payloads.py), read once from ``data`` by the payload
-    # check and kept here: see :attr:`payload`. Not part of the event (its value, its equality).
+    # The typed payload (a Struct of events/payloads_node.py or payloads_job.py), read once from
+    # ``data`` by the payload check and kept here: events.payloads.typed(event) gives it. Not part
+    # of the event (its value, its equality).
     _payload: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(self, *, ts: float, job: str, node: str, source: str, kind: str,
@@ -141,17 +142,6 @@ class Envelope:
         _check_text("kind", self.kind)
         if not isinstance(self.data, Mapping):
             raise InvalidEvent("data", f"must be an object, got {type(self.data).__name__}")
-
-    @property
-    def payload(self) -> Any:
-        """The typed payload of this event's kind (a Struct of events/payloads_node.py or
-        events/payloads_job.py), read from ``data`` once and kept; None for a kind without one.
-        Raises InvalidEvent naming the field where ``data`` does not fit its type."""
-        if self._payload is None:
-            from faultlens.events.payloads import typed  # the Structs' module reads this one
-
-            return typed(self)
-        return self._payload
 
     @property
     def key(self) -> bytes:

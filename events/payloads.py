@@ -4,13 +4,13 @@
 the rules of their fields: events/payload_fields.py). :func:`check_payload` reads an event's
 ``data`` into its Struct once, refusing a wrong value with an InvalidEvent naming the field (the
 event becomes a dead letter with that reason), and keeps the Struct on the event:
-``event.payload`` (or :func:`typed`) then gives it to any detector without reading ``data`` again.
+:func:`typed` then gives it to any detector without reading ``data`` again.
 
 The two biggest samples have a quicker way to the same verdict. A ``gpu``/``sample`` or
 ``net``/``sample`` read by the typed readers (events/gpu_reading.py, events/net_reading.py) was
 checked while it was parsed, and a plain ``gpu``/``sample`` (events.gpu_table: every read value
 of the right type) is what detectors read as a table anyway: neither is read into its Struct
-unless someone asks for ``event.payload``. tests/events/test_payloads_quick.py holds the quick
+unless someone asks for it (:func:`typed`). tests/events/test_payloads_quick.py holds the quick
 ways to the Struct's verdict.
 """
 

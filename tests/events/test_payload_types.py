@@ -23,14 +23,14 @@ def _ev(source, kind, **data):
 def test_a_checked_event_carries_its_typed_payload():
     event = _ev("kernel", "xid", xid=79, pci="0000:3b:00.0", pid=4242, sympathetic=False, mnemonic="GPU has fallen off")
     check_payload(event)
-    payload = event.payload
+    payload = typed(event)
     assert type(payload) is KernelXid and payload.xid == 79 and payload.pid == 4242 and payload.pci == "0000:3b:00.0"
-    assert event.payload is payload is typed(event)  # read once, kept
+    assert typed(event) is payload is typed(event)  # read once, kept
 
 
 def test_the_payload_is_read_on_first_use_where_no_check_ran():
     event = _ev("train", "step", rank=3, step=10, loss="nan", grad_norm=2.5, step_time_s=1.2, extra={"k": 1})
-    payload = event.payload
+    payload = typed(event)
     assert type(payload) is TrainStep and payload.rank == 3 and payload.loss == "nan" and payload.compute_s is None
     assert event.data["extra"] == {"k": 1}  # an unknown key stays in the data
     assert orjson.loads(encode(event))["data"] == event.data  # what goes on the wire is unchanged
@@ -39,14 +39,14 @@ def test_the_payload_is_read_on_first_use_where_no_check_ran():
 def test_a_wrong_payload_refuses_its_typed_read_naming_the_field():
     event = _ev("gpu", "sample", gpus=[{"index": 0, "temp_c": 60}, {"index": 1, "temp_c": "hot"}], interval_s=1)
     with pytest.raises(InvalidEvent) as info:
-        event.payload
+        typed(event)
     assert info.value.field == "data.gpus" and info.value.reason.startswith("[1].temp_c: ")
 
 
 def test_a_kind_without_a_struct_has_no_payload():
     event = _ev("job", "restart", reason="evicted", nodes_out=["n3"])
     check_payload(event)
-    assert event.payload is None
+    assert typed(event) is None
 
 
 @pytest.mark.parametrize("data,field,words", [
@@ -95,13 +95,13 @@ def test_the_quick_ways_give_the_same_struct_as_the_data():
         quick, general = read(raw), decode(raw)
         check_payload(quick)
         check_payload(general)
-        assert type(quick.payload) in (GpuSample, NetSample)
+        assert type(typed(quick)) in (GpuSample, NetSample)
         if source == "gpu":  # the typed read skips the values no detector reads
-            assert quick.payload.gpus[0].mem_util is None and general.payload.gpus[0].mem_util == 41
-            assert type(quick.payload.gpus[0]) is GpuEntry
-            assert [g.temp_c for g in quick.payload.gpus] == [g.temp_c for g in general.payload.gpus] == [64.0]
+            assert typed(quick).gpus[0].mem_util is None and typed(general).gpus[0].mem_util == 41
+            assert type(typed(quick).gpus[0]) is GpuEntry
+            assert [g.temp_c for g in typed(quick).gpus] == [g.temp_c for g in typed(general).gpus] == [64.0]
         else:
-            assert quick.payload == general.payload
+            assert typed(quick) == typed(general)
 
 
 def test_every_struct_is_listed_in_the_events_page():
@@ -117,7 +117,7 @@ def test_every_struct_is_listed_in_the_events_page():
 def test_check_item_names_and_results_read_typed():
     event = _ev("check", "result", request_id="c1", passed=False, failed=["disk"],
                 checks=[{"name": "disk", "passed": False, "detail": "no space", "duration_s": 0.2}, None])
-    payload = event.payload
+    payload = typed(event)
     assert type(payload) is CheckResult and payload.checks[0].name == "disk" and payload.checks[1] is None
 
 
@@ -141,4 +141,4 @@ def test_the_kept_payload_is_no_part_of_the_event():
     again = dataclasses.replace(again, id=event.id)
     assert again == event and again._payload is None  # equal whether its payload was read or not
     moved = dataclasses.replace(event, ts=T + 5)  # as the consumers place a skewed event in time
-    assert moved.payload == event.payload and moved.payload is not event.payload
+    assert typed(moved) == typed(event) and typed(moved) is not typed(event)

@@ -142,12 +142,11 @@ def lost_event(index: int, error: str, *, job: str, node: str, ts: float | None 
                     data={"gpu": index, "error": error, "fault": "gpu_lost", "action": "evict"})
 
 
-def xid_event(index: int | None, xid: int, *, job: str, node: str, ts: float | None = None,
-              lookup=None) -> Envelope:
-    """A `gpu`/`xid` event from NVML's event API, classified by the Xid table."""
-    if lookup is None:
-        from faultlens.parsing.xid_table import lookup
-    info = lookup(xid)  # an Xid the table does not know comes back as fault "unknown", action "none"
+def xid_event(index: int | None, xid: int, *, job: str, node: str, ts: float | None = None) -> Envelope:
+    """A `gpu`/`xid` event from NVML's event API, with the Xid's verdict (parsing.xid_verdict, its one owner)."""
+    from faultlens.parsing.xid_verdict import xid_verdict
+
+    info = xid_verdict(xid)  # an Xid the table does not know comes back as fault "unknown", action "none"
     return Envelope(ts=time.time() if ts is None else ts, job=job, node=node, source="gpu", kind="xid",
                     data={"gpu": index, "xid": xid, "fault": info.fault, "action": info.action,
                           "severity": info.severity, "mnemonic": info.mnemonic})

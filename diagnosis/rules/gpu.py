@@ -1,9 +1,13 @@
 """GPU rules: Xid codes, NVML memory-health counters, a lost GPU, thermal throttling.
 
-Xid events arrive already classified (the kernel-log parser and the NVML event reader put the Xid
-table's fault and action on them); these rules add what one line cannot know: whether the Xid
-is the echo of an earlier one (45 after any Xid, 43 after a burst of 13), whether a counter
-*increased* rather than merely being non-zero, and whether throttling actually slowed training.
+What one Xid means is parsing.xid_verdict's to say (the one owner of that verdict): the kernel-log
+parser and the NVML event reader put it on their events, and XidRule takes the event's fault and
+action as its producer gave them. The rest of the verdict (an echo? about memory?) it asks the same
+function from the fields docs/events.md documents (``xid``, ``text``), so an event of any producer
+is judged as the parser's is. These rules add what one line cannot know: whether the Xid is the
+echo of an earlier one (45 after any Xid, 43 after a burst of 13, the same Xid from the other
+source), whether a counter *increased* rather than merely being non-zero, and whether throttling
+actually slowed training.
 """
 
 from __future__ import annotations
@@ -15,29 +19,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
-from faultlens.parsing.xid_table import lookup
 from faultlens.diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.gpu_table import TABLE_NUMBERS, gpu_table
+from faultlens.parsing.xid_verdict import APP_XIDS, xid_verdict
 
 log = logging.getLogger(__name__)
 
-# Xids the application causes (bad kernel, MMU fault from user memory, a reset after either).
-APP_XIDS = frozenset({13, 31, 43})
 # Xid 43 within this long after Xid 13 on the same node is the reset that the 13 caused.
 APP_BURST_S = 120.0
 # The kernel log and NVML's event API report one Xid within this many seconds of each other.
 CROSS_SOURCE_S = 10.0
 # Long enough for an NVML sample or two (samples come every 1-10 s).
 MEMORY_HOLD_S = 25.0
-
-
-def _xid_info(code: int):
-    """The project's Xid table entry, or None for a code it cannot read."""
-    try:
-        return lookup(code)
-    except (KeyError, ValueError):
-        return None
 
 
 def _folded_note(data: Mapping) -> str:
@@ -62,25 +56,26 @@ class XidRule:
             return []
         data = event.data
         code = need_int(data, "xid", event)
-        info = _xid_info(code)
-        default_fault = getattr(info, "fault", None) or ("app_fault" if code in APP_XIDS else "unknown")
-        default_action = getattr(info, "action", None) or ("reattempt" if code in APP_XIDS else "none")
-        fault, action = parsed_fault(event, default_fault, default_action)
-        gpu = data.get("gpu", data.get("pci", ""))
         node = event.node
-        sympathetic = bool(getattr(info, "sympathetic", False)) or code == 45
+        gpu = data.get("gpu", data.get("pci", ""))
+        # Back into parsing.xid_verdict (the parser asked it for this line already), for two reasons:
+        # an event carries the verdict's fault and action, not all of it (memory; an echo? is read
+        # off the table for every producer, as a trace written from docs/events.md has it), and Xid
+        # 43 is an echo only after the 13 / 31 that caused it on this node, which no line can know.
+        after_app = event.ts - self._last_app_xid.get(node, -1e18) <= APP_BURST_S if code == 43 else None
+        verdict = xid_verdict(code, str(data.get("text") or ""), after_app_xid=after_app)
         if code == 43:
-            # The table calls 43 an echo; it is one only after the 13/31 that caused it. Alone it is
-            # an application fault on that GPU (docs/design.md §3: reattempt, evict if it repeats).
-            sympathetic = event.ts - self._last_app_xid.get(node, -1e18) <= APP_BURST_S
-            fault, action = "app_fault", "reattempt"
-        if code in (13, 31):
+            fault, action = verdict.fault, verdict.action
+        else:
+            fault, action = parsed_fault(event, verdict.fault, verdict.action)
+        sympathetic = verdict.sympathetic
+        if code in APP_XIDS:
             self._last_app_xid[node] = event.ts
         self._last_any_xid[node] = event.ts
-        mnemonic = data.get("mnemonic") or getattr(info, "mnemonic", "") or ""
+        mnemonic = data.get("mnemonic") or verdict.mnemonic
         # A contained memory error (Xid 94) is the application's problem unless the GPU's ECC / remap
         # counters show the memory failing: wait for the next NVML samples before blaming the app.
-        hold = MEMORY_HOLD_S if action == "reattempt" and getattr(info, "memory", False) else 0.0
+        hold = MEMORY_HOLD_S if action == "reattempt" and verdict.memory else 0.0
         # The kernel log and NVML's event API both report an Xid, naming the GPU differently (PCI
         # address vs index): the second report of the same code on the node moments later is an echo.
         seen = self._last_by_source.get((event.job, node, code))

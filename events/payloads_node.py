@@ -114,6 +114,7 @@ class KernelXid(Payload, frozen=True):
     mnemonic: Any = None
     fault: Any = None
     action: Any = None
+    text: Any = None  # the driver's message: part of what decides the verdict (parsing/xid_verdict.py)
 
 
 class KernelGpuLost(Payload, frozen=True):

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
-from faultlens.diagnosis.rules.base import Finding, line_of, need, need_int, num, opt_float, parsed_fault
+from faultlens.diagnosis.rules.base import Finding, line_of, need, num, opt_float, parsed_fault
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.gpu_table import TABLE_NUMBERS, gpu_table
+from faultlens.events.payloads import typed
 from faultlens.parsing.xid_verdict import APP_XIDS, xid_verdict
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ class XidRule:
         if event.kind != "xid":
             return []
         data = event.data
-        code = need_int(data, "xid", event)
+        payload = typed(event)  # KernelXid or GpuXid (events/payloads_node.py): xid an int when present
+        code = payload.xid
+        if code is None:
+            raise InvalidEvent("data.xid", f"missing in {event.source}/{event.kind} event {event.id}")
         node = event.node
         gpu = data.get("gpu", data.get("pci", ""))
         # Back into parsing.xid_verdict (the parser asked it for this line already), for two reasons:
@@ -63,7 +67,8 @@ class XidRule:
         # off the table for every producer, as a trace written from docs/events.md has it), and Xid
         # 43 is an echo only after the 13 / 31 that caused it on this node, which no line can know.
         after_app = event.ts - self._last_app_xid.get(node, -1e18) <= APP_BURST_S if code == 43 else None
-        verdict = xid_verdict(code, str(data.get("text") or ""), after_app_xid=after_app)
+        text = getattr(payload, "text", None)  # NVML's event API gives none
+        verdict = xid_verdict(code, str(text or ""), after_app_xid=after_app)
         if code == 43:
             fault, action = verdict.fault, verdict.action
         else:

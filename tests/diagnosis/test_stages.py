@@ -73,7 +73,7 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, reference, nod
     # and started before the replay it waited out the replay and the node stage's join with no
     # input, which a busy machine stretches towards its 25 s (issue 47).
     wait_for_records(kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=15)
+    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
     finish_members(kafka_settings, nodes)
     finish_members(kafka_settings, jobs, together=True)  # see finish_members: one leaving at a time, 3 took 3x as long
 

@@ -8,6 +8,8 @@ import gc
 import orjson
 import pytest
 
+from tests.events.damaged import damaged
+
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.events.gpu_reading import GpuReading, decode_gpu_message
 from faultlens.events.gpu_table import gpu_table, read_table
@@ -166,14 +168,7 @@ def _mutations(seed: int, n: int):
                     g.pop(key, None)
                 else:
                     g[f"x_{key}"] = rnd.choice(odd)
-        raw = _message(gpus)
-        cut = rnd.random()
-        if cut < 0.1:
-            raw = raw[:rnd.randint(0, len(raw))]
-        elif cut < 0.15:
-            i = rnd.randrange(len(raw))
-            raw = raw[:i] + bytes([rnd.randrange(256)]) + raw[i + 1:]
-        yield raw
+        yield damaged(_message(gpus), rnd)
 
 
 def _outcome(read, raw):

@@ -7,6 +7,8 @@ import random
 import orjson
 import pytest
 
+from tests.events.damaged import damaged
+
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.events.net_reading import CheckedPorts, decode_net_message
 from faultlens.events.payloads import check_payload
@@ -202,14 +204,7 @@ def _mutations(seed: int, n: int):
                     p.pop(rnd.choice(port_keys), None)
                 else:
                     p[f"x_{rnd.choice(port_keys)}"] = rnd.choice(odd)
-        raw = _message(ports)
-        cut = rnd.random()
-        if cut < 0.1:
-            raw = raw[:rnd.randint(0, len(raw))]
-        elif cut < 0.15:
-            i = rnd.randrange(len(raw))
-            raw = raw[:i] + bytes([rnd.randrange(256)]) + raw[i + 1:]
-        yield raw
+        yield damaged(_message(ports), rnd)
 
 
 def test_odd_samples_get_the_same_outcome_either_way():

@@ -11,7 +11,6 @@ Prints one JSON line per start and at the end ({"worker": ...}) on stdout.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -22,12 +21,13 @@ import torch.distributed as dist
 
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
+from tests.trainer_hooks.worker_line import say as line
 
 CUDA_ERROR = "CUDA error: an illegal memory access was encountered"
 
 
 def say(**obj) -> None:
-    print(json.dumps({"worker": obj.pop("what"), **obj}), flush=True)
+    line({"worker": obj.pop("what"), **obj})
 
 
 def resume_point(ckpt_dir: Path) -> Path | None:

@@ -8,12 +8,12 @@ Prints one JSON line as it starts ({"worker": "started", "rank", "attempt", "res
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import transformers
 
+from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.hf import FaultlensCallback
 from tests.trainer_hooks.test_hf_trainer_callback import BATCH, Sequences, tiny_gpt2
 
@@ -41,8 +41,8 @@ def main() -> int:
     trainer = transformers.Trainer(model=tiny_gpt2(), args=training, train_dataset=Sequences(),
                                    callbacks=[Pace(args.step_s), faultlens])
     resume = faultlens.resume_checkpoint(training)
-    print(json.dumps({"worker": "started", "rank": int(os.environ["RANK"]),
-                      "attempt": int(os.environ["FAULTLENS_ATTEMPT"]), "resumed": resume}), flush=True)
+    say({"worker": "started", "rank": int(os.environ["RANK"]),
+         "attempt": int(os.environ["FAULTLENS_ATTEMPT"]), "resumed": resume})
     trainer.train(resume_from_checkpoint=resume)
     return 0
 

@@ -8,12 +8,12 @@ Prints one JSON line as it starts ({"worker": "started", "rank", "attempt", "res
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import lightning.pytorch as pl
 
+from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.lightning import FaultlensCallback
 from tests.trainer_hooks.test_lightning_callback import TinyRegression, data
 
@@ -38,8 +38,8 @@ def main() -> int:
                          max_steps=1_000_000, default_root_dir=args.root, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[Pace(args.step_s), faultlens])
     resume = faultlens.resume_checkpoint(trainer)
-    print(json.dumps({"worker": "started", "rank": int(os.environ["RANK"]),
-                      "attempt": int(os.environ["FAULTLENS_ATTEMPT"]), "resumed": resume}), flush=True)
+    say({"worker": "started", "rank": int(os.environ["RANK"]),
+         "attempt": int(os.environ["FAULTLENS_ATTEMPT"]), "resumed": resume})
     trainer.fit(TinyRegression(), data(), ckpt_path=resume)
     return 0
 

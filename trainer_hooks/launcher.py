@@ -272,14 +272,9 @@ class Launcher:
             log.error("dual-phase reproduction %s not run: %s", cmd.id, exc)
             self.emit({"event": "replay_refused", "command_id": cmd.id, "reason": str(exc)})
             return None
-        deadline = time.monotonic() + self.args.crash_wait
-        while (left := deadline - time.monotonic()) > 0:
-            follow = self._wait_command(left)
-            if follow is None:
-                break
-            if follow.action in LEAVING_ACTIONS and not evicts_none_of(follow, self.nodes):
-                return follow
-        return None
+        # The ladder's verdict is waited for as after a crash (one wait for both launchers): a
+        # run_checks sent meanwhile stretches it, an evict of machines already gone is ignored.
+        return wait_for_verdict(self._wait_command, self.nodes, self.args.crash_wait)
 
     def _run_group(self, nodes: tuple[str, ...]) -> tuple[dict[str, int | None], bool]:
         self.spawn("latest", nodes, {"FAULTLENS_REPLAY_STEPS": str(self.args.replay_steps)}, label="replay_start")

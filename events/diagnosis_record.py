@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import orjson
 
@@ -73,8 +73,17 @@ class Action(StrEnum):
 # The names as plain strings, in the order above (plots colour the classes in this order).
 FAULT_CLASSES: tuple[str, ...] = tuple(c.value for c in FaultClass)
 ACTIONS: tuple[str, ...] = tuple(a.value for a in Action)
-_FAULT_NAMES = frozenset(FAULT_CLASSES)
-_ACTION_NAMES = frozenset(ACTIONS)
+
+_Name = TypeVar("_Name", FaultClass, Action)
+
+
+def _member(names: type[_Name], value: object, field_name: str, what: str) -> _Name:
+    """``value`` (a name, or a member) as its member; InvalidEvent naming the field for any other
+    value (an unknown name, a number, null), as a record with it has always been refused."""
+    try:
+        return names(value)
+    except (ValueError, TypeError):
+        raise InvalidEvent(field_name, f"unknown {what} {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,8 +91,10 @@ class Diagnosis:
     job: str
     ts: float
     onset: float
-    fault: str
-    action: str
+    # Given as a member or as its name (a str); kept as the member (FaultClass("gpu_lost")), which
+    # equals, hashes and encodes as the name, so records on the bus are byte for byte as before.
+    fault: FaultClass
+    action: Action
     nodes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     group: str | None = None
@@ -98,14 +109,14 @@ class Diagnosis:
     id: str = ""
 
     def __post_init__(self) -> None:
+        if type(self.fault) is not FaultClass:
+            object.__setattr__(self, "fault", _member(FaultClass, self.fault, "fault", "fault class"))
+        if type(self.action) is not Action:
+            object.__setattr__(self, "action", _member(Action, self.action, "action", "action"))
         if not self.id:
             basis = orjson.dumps([self.job, self.fault, self.action, round(float(self.onset), 3), list(self.nodes),
                                   list(self.ranks), self.group, list(self.evidence[:16])])
             object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
-        if self.fault not in _FAULT_NAMES:
-            raise InvalidEvent("fault", f"unknown fault class {self.fault!r}")
-        if self.action not in _ACTION_NAMES:
-            raise InvalidEvent("action", f"unknown action {self.action!r}")
         if not 0.0 <= float(self.confidence) <= 1.0:
             raise InvalidEvent("confidence", f"{self.confidence!r} outside 0..1")
 

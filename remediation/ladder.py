@@ -145,7 +145,7 @@ class JobLadder:
                         {"suspects": list(d.nodes), "ranks": list(d.ranks)})
         if d.action in SEQUENCES:
             return self._climb(d, job_nodes)
-        return Step("record", None, d.nodes, f"{d.fault}: action {d.action!r} is recorded only")
+        return Step("record", None, d.nodes, f"{d.fault}: action {str(d.action)!r} is recorded only")
 
     def _evict(self, d: Diagnosis) -> Step:
         if not d.nodes:

@@ -1,7 +1,8 @@
 """Which payload Struct each ``source``/``kind`` has, and the payload check every consumer runs.
 
-:data:`PAYLOAD_TYPES` maps a kind to its Struct (events/payloads_node.py, events/payloads_job.py;
-the rules of their fields: events/payload_fields.py). :func:`check_payload` reads an event's
+:data:`PAYLOAD_TYPES` maps a kind to its Struct (events/payloads_node.py, events/payloads_log.py,
+events/payloads_job.py, events/payloads_stage.py; the rules of their fields:
+events/payload_fields.py); a kind a user's catalogue rule made reads as ``ParsedLog``. :func:`check_payload` reads an event's
 ``data`` into its Struct once, refusing a wrong value with an InvalidEvent naming the field (the
 event becomes a dead letter with that reason), and keeps the Struct on the event:
 :func:`typed` then gives it to any detector without reading ``data`` again.
@@ -23,12 +24,17 @@ from faultlens.events.envelope import Envelope, keep_payload
 from faultlens.events.gpu_table import GpuRows, gpu_table
 from faultlens.events.net_reading import CheckedPorts
 from faultlens.events.payload_fields import Payload, convert
-from faultlens.events.payloads_job import (CheckReplay, CheckReplayDone, CheckResult, HeartbeatBeat, NcclError,
-                                           NcclException, NcclNan, NcclTimeout, RecorderDump, StackDump,
+from faultlens.events.payloads_job import (CheckReplay, CheckReplayDone, CheckResult, CommandAck, HeartbeatBeat,
+                                           NcclError, NcclException, NcclNan, NcclTimeout, RecorderDump, StackDump,
                                            TrainCheckpoint, TrainStep)
+from faultlens.events.payloads_log import (GpuDriverLine, KernelCrash, KernelOom, KernelStall, KernelStorage,
+                                           KernelSystem, LinkState, NcclWarn, NicLine, ParsedLog, PcieAer,
+                                           SchedulerLine, SubsystemLine, SuspectLine)
 from faultlens.events.payloads_node import (GpuLost, GpuResponsive, GpuSample, GpuUnresponsive, GpuXid, HostSample,
                                             KernelGpuLost, KernelMachineCheck, KernelSxid, KernelXid, LogLine,
                                             NetSample)
+from faultlens.events.payloads_stage import (JobEnd, JobRestart, JobTopology, SummaryBundle, SummaryFinding,
+                                             SummaryWatermark, SummaryWindow)
 
 PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("gpu", "sample"): GpuSample,
@@ -42,22 +48,60 @@ PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("kernel", "mce"): KernelMachineCheck,
     ("kernel", "edac"): KernelMachineCheck,
     ("kernel", "line"): LogLine,
+    ("kernel", "link_down"): LinkState,
+    ("kernel", "link_up"): LinkState,
+    ("kernel", "nic_error"): NicLine,
+    ("kernel", "nic_warn"): NicLine,
+    ("kernel", "pcie_aer"): PcieAer,
+    ("kernel", "soft_lockup"): KernelStall,
+    ("kernel", "hung_task"): KernelStall,
+    ("kernel", "hard_lockup"): KernelStall,
+    ("kernel", "panic"): KernelStall,
+    ("kernel", "kernel_oops"): KernelCrash,
+    ("kernel", "segfault"): KernelCrash,
+    ("kernel", "oom_kill"): KernelOom,
+    ("kernel", "kernel_deadlock"): KernelSystem,
+    ("kernel", "kernel_limit"): KernelSystem,
+    ("kernel", "disk_error"): KernelStorage,
+    ("kernel", "fs_error"): KernelStorage,
+    ("kernel", "nfs_error"): KernelStorage,
+    ("kernel", "nfs_ok"): KernelStorage,
+    ("kernel", "nvlink_error"): GpuDriverLine,
+    ("kernel", "gsp_error"): GpuDriverLine,
+    ("kernel", "peermem_error"): GpuDriverLine,
+    ("kernel", "subsystem_error"): SubsystemLine,
+    ("kernel", "suspect_line"): SuspectLine,
+    ("nccl", "nccl_warn"): NcclWarn,
     ("nccl", "nccl_timeout"): NcclTimeout,
     ("nccl", "nccl_error"): NcclError,
     ("nccl", "cuda_error"): NcclError,
     ("nccl", "exception"): NcclException,
     ("nccl", "nan"): NcclNan,
+    ("nccl", "nic_error"): NicLine,
+    ("nccl", "oom_kill"): SchedulerLine,
+    ("nccl", "node_failure"): SchedulerLine,
+    ("nccl", "worker_failed"): SchedulerLine,
+    ("nccl", "suspect_line"): SuspectLine,
     ("nccl", "line"): LogLine,
     ("train", "step"): TrainStep,
     ("train", "checkpoint"): TrainCheckpoint,
+    ("train", "command_ack"): CommandAck,
     ("heartbeat", "beat"): HeartbeatBeat,
     ("stack", "stack_dump"): StackDump,
     ("stack", "recorder_dump"): RecorderDump,
     ("check", "result"): CheckResult,
     ("check", "replay"): CheckReplay,
     ("check", "replay_done"): CheckReplayDone,
+    ("check", "command_ack"): CommandAck,
     ("net", "sample"): NetSample,
     ("host", "sample"): HostSample,
+    ("job", "topology"): JobTopology,
+    ("job", "restart"): JobRestart,
+    ("job", "end"): JobEnd,
+    ("summary", "window"): SummaryWindow,
+    ("summary", "finding"): SummaryFinding,
+    ("summary", "watermark"): SummaryWatermark,
+    ("summary", "bundle"): SummaryBundle,
 }
 # The name this table had when it held hand-written checks (tests/test_design_names.py reads its kinds).
 SCHEMAS = PAYLOAD_TYPES
@@ -84,12 +128,25 @@ def _net_sample_checked(event: Envelope) -> bool:
 _CHECKED = {GpuSample: _gpu_sample_checked, NetSample: _net_sample_checked}
 
 
+_LOG_SOURCES = ("kernel", "nccl")
+
+
+def payload_type_of(event: Envelope) -> type[Payload] | None:
+    """``event``'s payload Struct: its kind's, else :class:`ParsedLog` for a kind a user's catalogue
+    rule made (a ``kernel`` / ``nccl`` event naming its ``rule``: diagnosis.engine.known_kind lets
+    it in), else None (a kind the intake refuses anyway)."""
+    payload_type = PAYLOAD_TYPES.get((event.source, event.kind))
+    if payload_type is None and event.source in _LOG_SOURCES and isinstance(event.data.get("rule"), str):
+        return ParsedLog
+    return payload_type
+
+
 def check_payload(event: Envelope) -> None:
     """Raise InvalidEvent (``data.<key>``) when a documented key has the wrong type; otherwise the
     event's typed payload is read (or certainly readable: see the module's docstring)."""
     if event._payload is not None:
         return
-    payload_type = PAYLOAD_TYPES.get((event.source, event.kind))
+    payload_type = payload_type_of(event)
     if payload_type is None:
         return
     checked = _CHECKED.get(payload_type)
@@ -103,7 +160,7 @@ def typed(event: Envelope) -> Any:
     on the event; InvalidEvent naming the field where ``data`` does not fit."""
     payload = event._payload
     if payload is None:
-        payload_type = PAYLOAD_TYPES.get((event.source, event.kind))
+        payload_type = payload_type_of(event)
         if payload_type is None:
             return None
         payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)

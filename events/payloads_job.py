@@ -10,13 +10,15 @@ from typing import Any
 
 from faultlens.events.payload_fields import (Flag, Int, Metric, NonNeg, NonNegInt, Object, Payload, RankedPayload,
                                              Text)
+from faultlens.events.payloads_log import ParsedLog
 
 
-# --- source `nccl` (parsing/trainer_log.py) ---------------------------------------------------
+# --- source `nccl` (parsing/trainer_log.py; the kinds a catalogue rule makes: events/payloads_log.py)
 
 
-class NcclTimeout(RankedPayload, frozen=True):
-    """``nccl``/``nccl_timeout``: the ProcessGroupNCCL watchdog fired."""
+class NcclTimeout(ParsedLog, frozen=True):
+    """``nccl``/``nccl_timeout``: the ProcessGroupNCCL watchdog fired (``numel_in`` / ``numel_out``:
+    the collective's sizes, where the watchdog's line gives them)."""
 
     seq: Int | None = None
     op: Any = None
@@ -24,26 +26,39 @@ class NcclTimeout(RankedPayload, frozen=True):
     elapsed_ms: NonNeg | None = None
     last_enqueued: Int | None = None
     last_completed: Int | None = None
+    numel_in: NonNegInt | None = None
+    numel_out: NonNegInt | None = None
 
 
-class NcclError(RankedPayload, frozen=True):
+class NcclError(ParsedLog, frozen=True):
     """``nccl``/``nccl_error`` and ``nccl``/``cuda_error``: a NCCL or CUDA error a rank logged."""
 
     error: Any = None
 
 
-class NcclException(RankedPayload, frozen=True):
-    """``nccl``/``exception``: a Python traceback's innermost user frame."""
+class NcclException(ParsedLog, frozen=True):
+    """``nccl``/``exception``: a Python traceback's innermost user frame (``headless``: the exception
+    line alone; ``truncated``: its exception line never came; ``judged_by`` / ``errno``: what
+    parsing/exceptions.toml judged it by)."""
 
     user_code: Flag | None = None
     type: Any = None
     message: Any = None
+    file: Text | None = None
+    func: Text | None = None
+    lineno: Int | None = None
+    frames: NonNegInt | None = None
+    error: Any = None
+    truncated: Flag | None = None
+    headless: Flag | None = None
+    errno: Text | None = None
+    judged_by: Text | None = None
 
 
-class NcclNan(RankedPayload, frozen=True):
-    """``nccl``/``nan``: a NaN / inf message in the log."""
+class NcclNan(ParsedLog, frozen=True):
+    """``nccl``/``nan``: a NaN / inf message in the log (``step``: where the line names it)."""
 
-    text: Any = None
+    step: NonNegInt | None = None
 
 
 # --- source `train` (trainer_hooks) -----------------------------------------------------------
@@ -69,6 +84,19 @@ class TrainCheckpoint(RankedPayload, frozen=True):
 
     step: NonNegInt | None = None
     path: Any = None
+
+
+class CommandAck(RankedPayload, frozen=True):
+    """``train``/``command_ack`` (the trainer hook) and ``check``/``command_ack`` (the node agent's
+    refusal, ``rank`` null): a receiver's answer to a command (events.command_screen.ack_payload);
+    ``command_id`` / ``action`` null for a message that did not parse; ``addressed: false``: the
+    command was for another job, node or rank."""
+
+    command_id: Text | None = None
+    action: Text | None = None
+    obeyed: Flag | None = None
+    reason: Text | None = None
+    addressed: Flag | None = None
 
 
 # --- source `heartbeat` (collectors/heartbeat.py) ---------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from faultlens.events.payload_fields import Flag, Int, NonNeg, NonNegInt, Number, Payload, Text
+from faultlens.events.payloads_log import Group, ParsedLog
 
 
 # --- source `gpu` (collectors/nvml_sampler.py, collectors/gpu_sample.py) ----------------------
@@ -97,40 +98,52 @@ class GpuResponsive(Payload, frozen=True):
     stuck_s: NonNeg | None = None
 
 
-# --- source `kernel` (parsing/kernel_log.py) --------------------------------------------------
+# --- source `kernel` (parsing/kernel_log.py, kernel_gpu.py; the other kinds: events/payloads_log.py)
 
 
-class KernelXid(Payload, frozen=True):
-    """``kernel``/``xid``: an NVRM Xid line (parsing/xid_table.py). ``count`` / ``folded``: a
-    folded repeat (collectors/flood_fold.py)."""
+class KernelXid(ParsedLog, frozen=True):
+    """``kernel``/``xid``: an NVRM Xid line (parsing/xid_table.py); its ``fault`` and ``action`` are
+    parsing.xid_verdict's. ``count`` / ``folded``: a folded repeat (collectors/flood_fold.py)."""
 
     xid: NonNegInt | None = None
     pid: Int | None = None
+    process: Text | None = None
     sympathetic: Flag | None = None
-    count: NonNegInt | None = None
-    folded: Flag | None = None
     pci: Any = None
     gpu: Any = None
     mnemonic: Any = None
-    fault: Any = None
-    action: Any = None
-    text: Any = None  # the driver's message: part of what decides the verdict (parsing/xid_verdict.py)
+    nvidia_action: Text | None = None
+    subcode: Text | None = None
+    intrinfo: Text | None = None
+    error_status: Text | None = None
 
 
-class KernelGpuLost(Payload, frozen=True):
-    """``kernel``/``gpu_lost``: a GPU fell off the bus."""
+class KernelGpuLost(ParsedLog, frozen=True):
+    """``kernel``/``gpu_lost``: a GPU fell off the bus (``xid_inferred``: the record had no Xid
+    line, so it is Xid 79), or its PCIe AER recovery failed (rule ``gpu.aer_cannot_recover``)."""
 
     xid: NonNegInt | None = None
     pci: Any = None
+    xid_inferred: Flag | None = None
+    uuid: Text | None = None
+    serial: Any = None
+    pid: Int | None = None
+    process: Text | None = None
+    driver: Group | None = None
 
 
-class KernelSxid(Payload, frozen=True):
-    """``kernel``/``sxid``: an NVSwitch error."""
+class KernelSxid(ParsedLog, frozen=True):
+    """``kernel``/``sxid``: an NVSwitch error (the driver's line, or fabric manager's with its
+    ``pci`` / ``physical_id`` / ``port``)."""
 
     sxid: NonNegInt | None = None
+    device: Group | None = None
+    pci: Group | None = None
+    physical_id: Group | None = None
+    port: Group | None = None
 
 
-class KernelMachineCheck(Payload, frozen=True):
+class KernelMachineCheck(ParsedLog, frozen=True):
     """``kernel``/``mce`` and ``kernel``/``edac``: a machine-check or EDAC memory error."""
 
     corrected: Flag | None = None

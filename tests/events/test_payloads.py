@@ -24,6 +24,19 @@ def _ev(source, kind, **data):
     (_ev("nccl", "nccl_timeout", rank=1, seq=5, timeout_ms=-1), "data.timeout_ms"),
     (_ev("kernel", "xid", xid="79"), "data.xid"),
     (_ev("stack", "stack_dump", rank=0, pid=1, dump=["not", "text"]), "data.dump"),
+    (_ev("kernel", "disk_error", fault="disk", rule="storage.nvme_disabled", device="nvme4"), "data.fault"),
+    (_ev("kernel", "nfs_error", severity="critical", server="fs1"), "data.severity"),
+    (_ev("kernel", "nfs_error", server=["fs1"]), "data.server"),
+    (_ev("kernel", "xid", xid=79, action="reboot_everything"), "data.action"),
+    (_ev("kernel", "suspect_line", confidence=1.5), "data.confidence"),
+    (_ev("nccl", "nccl_warn", ib_error="12"), "data.ib_error"),
+    (_ev("nccl", "my_rule_kind", rule="site.x", count=-2), "data.count"),
+    (_ev("train", "command_ack", rank=0, obeyed="yes"), "data.obeyed"),
+    (_ev("job", "topology", tp=1, pp=1, dp=1, ranks=[{"rank": 0, "tp": 0, "pp": 0, "dp": 0}]), "data.ranks"),
+    (_ev("job", "restart", reason="evicted", nodes_out="n3"), "data.nodes_out"),
+    (_ev("summary", "window", start=1.0, features={"util": "high"}), "data.features"),
+    (_ev("summary", "finding", fault="gpu_gone", action="evict"), "data.fault"),
+    (_ev("summary", "watermark", member="m", watermark=float("nan")), "data.watermark"),
 ])
 def test_wrong_types_are_named(event, field):
     with pytest.raises(InvalidEvent) as info:
@@ -38,6 +51,10 @@ def test_wrong_types_are_named(event, field):
     _ev("heartbeat", "beat", seq=3, pids=[11, 12], sources={"nvml": "ok"}),
     _ev("stack", "stack_dump", rank=None, pid=None, dump="py-spy: not found", ok=False),
     _ev("kernel", "xid", xid=79, pci="0000:3b:00", extra_key={"anything": 1}),  # unknown keys pass
+    _ev("kernel", "disk_error", fault="storage", action="evict", severity="fatal", rule="r", device="0"),
+    _ev("kernel", "disk_error", device=0, sector=123, folded=True, count=4),  # a group may read as an int
+    _ev("nccl", "my_rule_kind", rule="site.x", fault="nic", anything=["kept"]),  # a user rule's own kind
+    _ev("summary", "watermark", member="m", watermark=None, reads=["telemetry:0"], of=6, behind=False),
 ])
 def test_documented_payloads_pass(event):
     check_payload(event)

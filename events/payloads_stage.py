@@ -1,0 +1,115 @@
+"""Payload Structs of the job's own records and of the stages' summaries: sources ``job`` (the
+launchers, events/topology.py) and ``summary`` (the node stage to the job stage, topic
+``summaries``) (docs/events.md; the rules every field follows: events/payload_fields.py).
+
+The summaries' readers (diagnosis/features.py ``NodeWindow.from_event``, diagnosis/rules/base.py
+``Finding.from_event``, diagnosis/node_consumer.py's watermark) still build their own records from
+``data``; these Structs check at the intake what they would otherwise find out one key at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from faultlens.events.diagnosis_record import Action, FaultClass
+from faultlens.events.payload_fields import Flag, NonNeg, NonNegInt, Number, Payload, Text
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+# --- source `job` (trainer_hooks/launcher.py, trainer_hooks/elastic_run.py, the simulator) ------
+
+
+class RankPlacement(Payload, frozen=True):
+    """One rank of a ``job``/``topology``: its node and its coordinates on the three axes."""
+
+    rank: NonNegInt
+    node: Text
+    tp: NonNegInt
+    pp: NonNegInt
+    dp: NonNegInt
+
+
+class JobTopology(Payload, frozen=True):
+    """``job``/``topology``: the parallel layout (docs/design.md §2; events/topology.py checks the
+    coordinates against the sizes)."""
+
+    tp: PositiveInt | None = None
+    pp: PositiveInt | None = None
+    dp: PositiveInt | None = None
+    ranks: list[RankPlacement] | None = None
+    gpus_per_node: PositiveInt | None = None
+
+
+class JobRestart(Payload, frozen=True):
+    """``job``/``restart``: the launcher restarted the job (``command_id`` null or empty when it
+    restarted on exit codes alone)."""
+
+    reason: Text | None = None
+    command_id: Text | None = None
+    nodes_out: list[Text] | None = None
+    nodes_in: list[Text] | None = None
+    attempt: NonNegInt | None = None
+    resume: Literal["latest", "rollback"] | None = None
+
+
+class JobEnd(Payload, frozen=True):
+    """``job``/``end``: the launcher's last word (``reason``: finished, stopped, cancelled, gave_up,
+    failed)."""
+
+    reason: Text | None = None
+    attempt: NonNegInt | None = None
+    command_id: Text | None = None
+    nodes: list[Text] | None = None
+
+
+# --- source `summary` (diagnosis/node_consumer.py) ---------------------------------------------
+
+
+class SummaryWindow(Payload, frozen=True):
+    """``summary``/``window``: one node's feature window (diagnosis/features.py ``NodeWindow``)."""
+
+    start: Number | None = None
+    features: dict[Text, Number] | None = None
+    samples: NonNegInt | None = None
+    ranks: list[NonNegInt] | None = None
+    evidence: list[Text] | None = None
+
+
+class SummaryFinding(Payload, frozen=True):
+    """``summary``/``finding``: a node-local finding (diagnosis/rules/base.py ``Finding.to_event``)."""
+
+    fault: FaultClass | None = None
+    action: Action | None = None
+    nodes: list[Text] | None = None
+    entity: Text | None = None
+    ranks: list[NonNegInt] | None = None
+    group: Text | None = None
+    confidence: NonNeg | None = None
+    evidence: list[Text] | None = None
+    detail: Text | None = None
+    onset: Number | None = None
+    sympathetic: Flag | None = None
+    hold_s: NonNeg | None = None
+
+
+class SummaryWatermark(Payload, frozen=True):
+    """``summary``/``watermark``: how far one node-stage member has got in event time (null:
+    nothing yet); ``reads``: its telemetry partitions (``"topic:partition"``) of ``of`` in all."""
+
+    member: Text | None = None
+    watermark: Number | None = None
+    reads: list[Text] | None = None
+    of: NonNegInt | None = None
+    behind: Flag | None = None
+    idle: Flag | None = None
+
+
+class SummaryBundle(Payload, frozen=True):
+    """``summary``/``bundle``: job-level events one node-stage batch passes on. Each is an envelope
+    judged on its own (events/bundle.py ``decode_bundled``: a bad one is a dead letter alone, its
+    neighbours go on), so here only the list is checked."""
+
+    events: list[Any] | None = None

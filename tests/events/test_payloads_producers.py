@@ -233,3 +233,40 @@ def test_every_kind_the_events_page_lists_has_a_struct():
 def test_every_kind_the_intake_knows_has_a_struct():
     known = {(source, kind) for source, kinds in KNOWN_KINDS.items() for kind in kinds}
     assert known - set(PAYLOAD_TYPES) == set()
+
+
+def test_the_collectors_and_the_reproduction_make_typed_events():
+    from faultlens.collectors.checks.result import CheckResult
+    from faultlens.collectors.checks.suite import result_event
+    from faultlens.collectors.gpu_sample import lost_event, responsive_event, unresponsive_event, xid_event
+    from faultlens.collectors.heartbeat import beat_event
+    from faultlens.collectors.stack_capture import DumpResult, dump_event
+    from faultlens.parsing.xid_table import table
+    from faultlens.trainer_hooks.reproduction import run_reproduction
+
+    node = {"job": "j", "node": "n0", "ts": T}
+    events = [xid_event(i % 8, code, **node) for i, code in enumerate([*table(), 99_999])]
+    events += [lost_event(3, "NVML_ERROR_GPU_IS_LOST", **node), responsive_event(None, "nvmlDeviceGetCount", 12.5, **node)]
+    events += [unresponsive_event(gpu, "nvmlDeviceGetTemperature", deadline_s=10.0, waited_s=10.0004, handle=handle,
+                                  others_answered=7, uuid=uuid, **node)
+               for gpu, handle, uuid in ((2, "lost", "GPU-2"), (None, "unknown", None))]
+    events += [beat_event(seq=4, pids=[11, 12], sources={"nvml": "ok", "kmsg": "error: gone"}, unranked_pids=[12],
+                          health={"blind": [{"what": "kmsg", "why": "gone"}]}, stopping=True, **node)]
+    events += [result_event([CheckResult("gpu_health", True, "ok", 0.2),
+                             CheckResult("disk", False, "no space on /ckpt", 1.5, timed_out=True),
+                             CheckResult("compute", True, "no CUDA", skipped=True)],
+                            request_id="c1", diagnosis_id="d1", duration_s=2.0, **node)]
+    events += [dump_event(DumpResult(pid, rank, text, ok, timed_out), request_id="c2", rank_env="RANK", **node)
+               for pid, rank, text, ok, timed_out in ((41, 0, "Thread 41 (idle)", True, False),
+                                                      (None, None, "no training processes found", False, False),
+                                                      (42, None, "py-spy timed out", False, True))]
+    published: list[Envelope] = []
+    cmd = Command(job="j", action="restart", issued_at=T, expires_at=T + 600, diagnosis_id="d2",
+                  params={"mode": "dual_phase_replay", "plan": {"horizontal": [["n0", "n1"], ["n2", "n3"]], "vertical": [["n0", "n2"], ["n1", "n3"]]}})
+    failing = run_reproduction(cmd, "j", ("n0", "n1", "n2", "n3"),
+                               lambda nodes: ({n: (1 if n == "n3" else 0) for n in nodes}, False), 60.0,
+                               published.append, lambda _: None)
+    assert failing == {"horizontal": [1], "vertical": [1]}
+    kinds = _check_all(events + published)
+    assert kinds[("gpu", "xid")] > 50 and kinds[("check", "replay")] == 4 and kinds[("check", "replay_done")] == 1
+    assert typed(published[-1]).failing_vertical == [1]

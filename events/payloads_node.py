@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from faultlens.events.payload_fields import Flag, Int, NonNeg, NonNegInt, Number, Payload, Text
-from faultlens.events.payloads_log import Group, ParsedLog
+from faultlens.events.diagnosis_record import Action, FaultClass
+from faultlens.events.payloads_log import Group, ParsedLog, Severity
 
 
 # --- source `gpu` (collectors/nvml_sampler.py, collectors/gpu_sample.py) ----------------------
@@ -65,9 +66,9 @@ class GpuXid(Payload, frozen=True):
 
     gpu: NonNegInt | None = None
     xid: NonNegInt | None = None
-    fault: Any = None
-    action: Any = None
-    severity: Any = None
+    fault: FaultClass | None = None
+    action: Action | None = None
+    severity: Severity | None = None
     mnemonic: Any = None
 
 
@@ -76,6 +77,8 @@ class GpuLost(Payload, frozen=True):
 
     gpu: NonNegInt | None = None
     error: Any = None
+    fault: FaultClass | None = None
+    action: Action | None = None
 
 
 class GpuUnresponsive(Payload, frozen=True):
@@ -88,6 +91,8 @@ class GpuUnresponsive(Payload, frozen=True):
     handle: Text | None = None
     others_answered: NonNegInt | None = None
     uuid: Any = None
+    fault: FaultClass | None = None
+    action: Action | None = None
 
 
 class GpuResponsive(Payload, frozen=True):

@@ -14,7 +14,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.event_time import UpstreamStop
 from faultlens.events.envelope import InvalidEvent, decode
@@ -54,7 +54,7 @@ def upstream_alert(job: str, partition: int, stop: UpstreamStop, wall_now: float
     """A job whose upstream stage stopped: an alert about the pipeline, naming who stopped."""
     at = job_time if job_time is not None else (stop.watermark if stop.watermark != float("-inf") else wall_now)
     members = ", ".join(stop.members)
-    return Diagnosis(job=job, ts=at, onset=at, fault="telemetry_lost", action="alert", nodes=(), confidence=1.0,
+    return Diagnosis(job=job, ts=at, onset=at, fault=FaultClass.TELEMETRY_LOST, action=Action.ALERT, nodes=(), confidence=1.0,
                      detail=f"no node-stage member has announced progress on {topics.SUMMARIES} partition {partition} "
                             f"for {wall_now - stop.since:.0f}s (the last: {members}): job {job}'s telemetry is not "
                             f"reaching diagnosis. Its time stays where the node stage stopped and no node is judged "

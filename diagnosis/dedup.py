@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis
 from faultlens.diagnosis.rules.base import Finding
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class Dedup:
         if action != finding.action:
             detail = f"{detail} [episode {prior + 1} of this fault here: {finding.action} → {action}]"
         if original is not None:
-            diag = dataclasses.replace(original, action=action, detail=detail)
+            diag = dataclasses.replace(original, action=Action(action), detail=detail)
         else:
             diag = finding.to_diagnosis(action=action, detail=detail)
         out = self._close(key, ep) if ep is not None else []

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import RecorderDump
+from faultlens.events.payloads_job import StackDump as StackDumpPayload
 
 PREFERRED_TOOL = "py-spy"
 RECORDER_KIND = "recorder_dump"
@@ -80,8 +83,7 @@ def is_stack_dump(event: Envelope) -> bool:
     return event.source == "stack" and event.kind == "stack_dump"
 
 
-def _request_id(data) -> str | None:
-    request = data.get("request_id")
+def _request_id(request: object) -> str | None:
     return str(request) if request not in (None, "") else None
 
 
@@ -93,32 +95,30 @@ def read_stack_answer(event: Envelope) -> StackDump | NoTrainerAnswer | Unranked
     false`` and the reason as ``dump`` text, or an integer ``pid`` and the dump) are read so; any
     other payload goes through :func:`read_stack_dump` and its dead letters.
     """
-    data = event.data
-    if "rank" in data and data["rank"] is None:
-        if data.get("pid") is not None:
-            return _read_unranked(event)
-        if data.get("ok") is not False:
+    payload: StackDumpPayload = typed(event)
+    # A null rank, not an absent one (the Struct reads both as None): an absent rank is a bad dump.
+    if payload.rank is None and "rank" in event.data:
+        if payload.pid is not None:
+            return _read_unranked(event, payload, payload.pid)
+        if payload.ok is not False:
             raise InvalidEvent("data.rank", "stack_dump with a null rank and no pid is a node's \"no training "
-                                            f"process\" answer and must say ok: false, got ok={data.get('ok')!r}")
-        reason = data.get("dump")
-        if not isinstance(reason, str):
-            raise InvalidEvent("data.dump", f"stack_dump needs the dump text, got {type(reason).__name__}")
-        return NoTrainerAnswer(node=event.node, reason=reason, event_id=event.id, ts=event.ts,
-                               request_id=_request_id(data))
+                                            f"process\" answer and must say ok: false, got ok={payload.ok!r}")
+        return NoTrainerAnswer(node=event.node, reason=_dump_text(payload.dump), event_id=event.id, ts=event.ts,
+                               request_id=_request_id(payload.request_id))
     return read_stack_dump(event)
 
 
-def _read_unranked(event: Envelope) -> UnrankedDump:
-    data = event.data
-    pid = data["pid"]
-    if isinstance(pid, bool) or not isinstance(pid, int):
-        raise InvalidEvent("data.pid", f"stack_dump with a null rank needs an integer pid, got {pid!r}")
-    dump = data.get("dump")
-    if not isinstance(dump, str):
-        raise InvalidEvent("data.dump", f"stack_dump needs the dump text, got {type(dump).__name__}")
-    rank_env = data.get("rank_env")
-    return UnrankedDump(node=event.node, pid=pid, dump=dump, ok=data.get("ok") is not False, event_id=event.id,
-                        ts=event.ts, request_id=_request_id(data),
+def _dump_text(dump: str | None) -> str:
+    if dump is None:
+        raise InvalidEvent("data.dump", "stack_dump needs the dump text, got NoneType")
+    return dump
+
+
+def _read_unranked(event: Envelope, payload: StackDumpPayload, pid: int) -> UnrankedDump:
+    # rank_env is no field of the payload Struct (the agent adds it; docs/events.md lists it not)
+    rank_env = event.data.get("rank_env")
+    return UnrankedDump(node=event.node, pid=pid, dump=_dump_text(payload.dump), ok=payload.ok is not False,
+                        event_id=event.id, ts=event.ts, request_id=_request_id(payload.request_id),
                         rank_env=rank_env if isinstance(rank_env, str) else None)
 
 
@@ -129,38 +129,29 @@ def is_recorder_dump(event: Envelope) -> bool:
 def read_recorder_dump(event: Envelope) -> RecorderDumpEvent:
     """The payload of a recorder_dump event; InvalidEvent (a dead letter) names what is missing.
     The dump text itself is read later, by the verdict: a garbled one is reported there, not lost."""
-    data = event.data
-    rank = data.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise InvalidEvent("data.rank", f"recorder_dump needs an integer rank, got {rank!r}")
-    dump = data.get("dump")
-    if not isinstance(dump, str):
-        raise InvalidEvent("data.dump", f"recorder_dump needs the dump text, got {type(dump).__name__}")
-    return RecorderDumpEvent(rank, dump, event.id, event.ts, _request_id(data))
+    payload: RecorderDump = typed(event)
+    if payload.rank is None:
+        raise InvalidEvent("data.rank", "recorder_dump needs an integer rank, got None")
+    if payload.dump is None:
+        raise InvalidEvent("data.dump", "recorder_dump needs the dump text, got NoneType")
+    return RecorderDumpEvent(payload.rank, payload.dump, event.id, event.ts, _request_id(payload.request_id))
 
 
 def read_stack_dump(event: Envelope) -> StackDump:
     """The payload of one rank's stack_dump event; InvalidEvent (a dead letter) names what is missing.
     A node's null-rank answer is an InvalidEvent here: read it with :func:`read_stack_answer`."""
-    data = event.data
-    rank = data.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        if isinstance(rank, str) and rank.strip().isdigit():
-            rank = int(rank)
-        else:
-            raise InvalidEvent("data.rank", f"stack_dump needs an integer rank, got {rank!r}")
-    dump = data.get("dump")
-    if not isinstance(dump, str):
-        raise InvalidEvent("data.dump", f"stack_dump needs the dump text, got {type(dump).__name__}")
-    tool = data.get("tool")
+    payload: StackDumpPayload = typed(event)
+    if payload.rank is None:
+        raise InvalidEvent("data.rank", "stack_dump needs an integer rank, got None")
+    tool = payload.tool
     return StackDump(
-        rank=rank,
-        dump=dump,
+        rank=payload.rank,
+        dump=_dump_text(payload.dump),
         tool=tool if isinstance(tool, str) else PREFERRED_TOOL,
         event_id=event.id,
         ts=event.ts,
         node=event.node,
-        request_id=_request_id(data),
+        request_id=_request_id(payload.request_id),
     )
 
 

@@ -29,7 +29,7 @@ from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.implicit import ImplicitConfig
 from faultlens.parsing.rules import LineRule
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from faultlens.events.envelope import Envelope, InvalidEvent
@@ -255,7 +255,7 @@ class Engine:
         if last is not None and abs(when - last) < self.config.skew_alert_every_s:
             return []
         lane.skew_alerted[event.node] = when
-        return [Diagnosis(job=event.job, ts=when, onset=when, fault="clock_skew", action="none",
+        return [Diagnosis(job=event.job, ts=when, onset=when, fault=FaultClass.CLOCK_SKEW, action=Action.NONE,
                           nodes=(event.node,), confidence=1.0, evidence=(event.id,),
                           detail=skew_detail(event, skew_s, clamped))]
 

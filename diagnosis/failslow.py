@@ -26,7 +26,7 @@ from faultlens.diagnosis.anomaly import CORROBORATED
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.localize import group_counts, localize
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.stacks import StackConfig, cluster_stacks
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class FailSlowRounds:
         nodes = topology.nodes if topology is not None else campaign.suspicion.nodes
         request = Diagnosis(
             id=f"{campaign.suspicion.id}.round{campaign.requested}", job=job, ts=now, onset=campaign.suspicion.onset,
-            fault="fail_slow", action="capture_stacks",
+            fault=FaultClass.FAIL_SLOW, action=Action.CAPTURE_STACKS,
             nodes=nodes, confidence=self.config.request_confidence,
             detail=f"stack round {campaign.requested}/{self.config.rounds}: capture every rank's stack "
                    f"(fail-slow suspicion {campaign.suspicion.id} on {', '.join(campaign.suspicion.nodes)})",
@@ -250,11 +250,11 @@ class FailSlowRounds:
         """The suspicion as the verdict: evict on two independent signals, else alert."""
         s = campaign.suspicion
         if s.confidence >= self.config.stand_confidence:
-            action, verdict = "evict", "the suspicion's own nodes stand on two independent signals"
+            action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
         else:
-            action, verdict = "alert", "a slowdown alone, without stacks, evicts nobody: alert for inspection"
+            action, verdict = Action.ALERT, "a slowdown alone, without stacks, evicts nobody: alert for inspection"
         return Diagnosis(
-            job=job, ts=now, onset=s.onset, fault="fail_slow", action=action, nodes=s.nodes, ranks=s.ranks,
+            job=job, ts=now, onset=s.onset, fault=FaultClass.FAIL_SLOW, action=action, nodes=s.nodes, ranks=s.ranks,
             group=s.group, confidence=s.confidence, evidence=s.evidence,
             detail=f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
         )
@@ -297,7 +297,7 @@ class FailSlowRounds:
             f"{place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))"
         )
         return [Diagnosis(
-            job=job, ts=now, onset=onset, fault="fail_slow", action="evict", nodes=place.nodes,
+            job=job, ts=now, onset=onset, fault=FaultClass.FAIL_SLOW, action=Action.EVICT, nodes=place.nodes,
             ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
         )]
 
@@ -316,7 +316,7 @@ class FailSlowRounds:
         if s.confidence < self.config.stand_confidence:
             return []
         return [Diagnosis(
-            job=job, ts=now, onset=s.onset, fault="fail_slow", action="alert", nodes=s.nodes, ranks=s.ranks,
+            job=job, ts=now, onset=s.onset, fault=FaultClass.FAIL_SLOW, action=Action.ALERT, nodes=s.nodes, ranks=s.ranks,
             group=s.group, confidence=s.confidence, evidence=s.evidence,
             detail=f"{len(rounds)} stack rounds found no consistent outlier group: the slowdown is not "
                    f"confirmed by stacks, alert for inspection ({s.detail})",

@@ -17,6 +17,8 @@ from typing import Mapping
 from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, pcie_replay_total
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.gpu_table import gpu_table
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import TrainStep
 
 WINDOW_S = 10.0
 
@@ -139,16 +141,13 @@ class FeatureWindows:
         if event.source == "gpu":
             self._sample(acc, event)
         else:
-            data = event.data
-            step_time = data.get("step_time_s")
-            acc.add("step_time_s", step_time if type(step_time) is float else as_float(step_time))
-            rank = data.get("rank")
-            if type(rank) is int or isinstance(rank, int) and not isinstance(rank, bool):
+            step: TrainStep = typed(event)  # read once by the node stage's payload check
+            acc.add("step_time_s", as_float(step.step_time_s))
+            rank = step.rank
+            if rank is not None:
                 acc.ranks.add(rank)
-                compute = data.get("compute_s")
-                if type(compute) is not float:
-                    compute = as_float(compute)
-                if compute is not None and math.isfinite(compute):
+                compute = step.compute_s  # finite, never negative, or null
+                if compute is not None:
                     tally = acc.rank_compute.get(rank)
                     if tally is None:
                         tally = acc.rank_compute[rank] = [0.0, 0]
@@ -165,6 +164,7 @@ class FeatureWindows:
                 return
             feats, pcie_replays = plain_features(table)
         else:
+            # A gpu/sample is read as its rows, never decoded into its Struct: see events/gpu_table.py.
             gpus = event.data.get("gpus")
             if not isinstance(gpus, list) or not gpus:
                 return

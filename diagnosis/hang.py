@@ -53,11 +53,10 @@ from faultlens.diagnosis.hang_cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang_verdict import HangVerdicts
-from faultlens.diagnosis.rules.base import opt_int
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import typed
-from faultlens.events.payloads_job import TrainStep
+from faultlens.events.payloads_job import HeartbeatBeat, NcclTimeout, TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +77,16 @@ class HangDetector(HangVerdicts):
         if event.source == "train" and event.kind == "step":
             self._step(event)
         elif event.source == "heartbeat" and event.kind == "beat":
-            pids = event.data.get("pids")
+            beat: HeartbeatBeat = typed(event)
+            pids = beat.pids
             # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
             job = self._job(event.job)
-            if pids is None or (isinstance(pids, list) and pids):
+            if pids is None or pids:
                 job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
                 job.no_pids.pop(event.node, None)
                 if pids:
                     job.with_pids.add(event.node)
-            elif isinstance(pids, list):
+            else:
                 job.no_pids.setdefault(event.node, (event.ts, event.id))  # corroborates a "no trainer" answer
         return []
 
@@ -99,11 +99,10 @@ class HangDetector(HangVerdicts):
         return self._revisit(window.job, job, window.start + 1e-9)
 
     def _watchdog(self, event: Envelope) -> list[Diagnosis]:
-        rank = opt_int(event.data, "rank")
-        done = opt_int(event.data, "last_completed")
-        if done is None:
-            seq = opt_int(event.data, "seq")
-            done = seq - 1 if seq is not None else None
+        timeout: NcclTimeout = typed(event)
+        rank, done = timeout.rank, timeout.last_completed
+        if done is None and timeout.seq is not None:
+            done = timeout.seq - 1
         if rank is None or done is None:
             return []
         job = self._job(event.job)
@@ -355,7 +354,7 @@ class HangDetector(HangVerdicts):
             f"[{_short(first)}] (the first to stop); capturing every rank's stack"
         )
         return Diagnosis(
-            id=stall.suspicion_id, job=name, ts=now, onset=stall.onset, fault="job_hang", action="capture_stacks",
+            id=stall.suspicion_id, job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.CAPTURE_STACKS,
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )

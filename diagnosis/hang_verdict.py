@@ -9,13 +9,15 @@ where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin 
 
 from __future__ import annotations
 
+import functools
+
 from faultlens.diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
 from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.localize import first_ranks_nodes, localize
 from faultlens.diagnosis.stacks import StackVerdict
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 
 
 class HangVerdicts:
@@ -40,7 +42,7 @@ class HangVerdicts:
         # The machines that hung are those in force when it began: a decision that comes after a
         # restart (the evidence arrived late) must not blame the machines that replaced them.
         topology = self._book.topology(name, at=stall.onset)
-        base = dict(job=name, ts=now, onset=stall.onset, fault="job_hang")
+        base = functools.partial(Diagnosis, job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG)
         stalled = f"stalled {now - stall.onset:.0f}s"
         gone = stall.dumps.gone(topology.ranks_by_node) if topology is not None else {}
         unplaced = stall.dumps.unplaced(topology.ranks_by_node) if topology is not None else {}
@@ -65,19 +67,19 @@ class HangVerdicts:
             note = (f"; {stray} dump(s) from ranks outside the topology ignored" if stray else "") + absent
             if verdict.alert:
                 # The recorder and the stacks disagree, or too many never joined: a person looks, nobody is evicted.
-                return Diagnosis(
-                    **base, action="alert", ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
+                return base(
+                    action=Action.ALERT, ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
                     detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
                 )
             if verdict.no_suspect:
                 # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
-                return Diagnosis(
-                    **base, action="stop_time_diagnosis", confidence=self.config.fallback_confidence,
+                return base(
+                    action=Action.STOP_TIME_DIAGNOSIS, confidence=self.config.fallback_confidence,
                     detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
                 )
             if verdict.localized:
-                found = Diagnosis(
-                    **base, action="evict", nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
+                found = base(
+                    action=Action.EVICT, nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
                     confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
                     evidence=self._evidence(job, stall, verdict),
                 )
@@ -85,7 +87,7 @@ class HangVerdicts:
             missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
                 why = missing.pop("why")
-                found = Diagnosis(**base, **missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
+                found = base(**missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
                                   evidence=self._evidence(job, stall, verdict))
                 return self._unless_unplaced(found, stall, verdict, unplaced)
             why = f"stacks name no outlier ({verdict.detail}){note}"
@@ -141,7 +143,7 @@ class HangVerdicts:
         ids = tuple(d.event_id for n in unplaced for d in unranked.get(n, ()))
         nodes = tuple(dict.fromkeys((*unplaced, *found.nodes)))
         return Diagnosis(
-            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action="alert", nodes=nodes,
+            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action=Action.ALERT, nodes=nodes,
             ranks=found.ranks, group=found.group, confidence=self.config.fallback_confidence,
             evidence=(found.evidence + ids)[: self.config.evidence_limit],
             detail=f"{found.detail}; no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
@@ -198,7 +200,7 @@ class HangVerdicts:
         cues.append("a process gone is not yet a machine at fault (crash, OOM kill, user error): stop-time "
                     "checks on the machines, evict only one that fails them")
         return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault="job_hang", action="stop_time_diagnosis", nodes=nodes,
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.STOP_TIME_DIAGNOSIS, nodes=nodes,
             ranks=ranks, confidence=round(min(0.9, confidence), 4),
             evidence=evidence + self._step_evidence(job, stall.first_stopped),
             detail=f"{stalled}; " + "; ".join(cues) + note,
@@ -231,7 +233,7 @@ class HangVerdicts:
         confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
         stall.inconclusive = False
         return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault="job_hang", action="evict", nodes=nodes, ranks=ranks,
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.EVICT, nodes=nodes, ranks=ranks,
             group=place.group if place is not None else None, confidence=confidence,
             evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
         )
@@ -243,7 +245,7 @@ class HangVerdicts:
         if first and len(first) * 2 <= known:
             nodes = self._nodes_of(name, job, first)
             return Diagnosis(
-                job=name, ts=now, onset=stall.onset, fault="job_hang", action="alert", nodes=nodes, ranks=first,
+                job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.ALERT, nodes=nodes, ranks=first,
                 confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
                 detail=f"{why}; the first rank(s) to stop [{_short(first)}] are on these node(s), but that alone "
                        f"is no evidence a person would evict on: alert for inspection",
@@ -252,7 +254,7 @@ class HangVerdicts:
         topology = self._book.topology(name)
         nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
         return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault="job_hang", action="reattempt", nodes=nodes,
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.REATTEMPT, nodes=nodes,
             confidence=self.config.fallback_confidence / 2, evidence=self._step_evidence(job, first),
             detail=f"{why}; no rank stopped before the others, no culprit: reattempt in place",
         )
@@ -268,7 +270,7 @@ def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=f
     if place is None:
         return None
     return {
-        "action": "evict", "nodes": place.nodes, "ranks": silent, "group": place.group,
+        "action": Action.EVICT, "nodes": place.nodes, "ranks": silent, "group": place.group,
         "confidence": round(0.6 * place.coverage, 4),
         "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
                f"{place.covered} of them in {place.group}",

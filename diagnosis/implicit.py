@@ -26,6 +26,8 @@ from faultlens.diagnosis.hang import HangConfig, HangDetector
 from faultlens.diagnosis.net_traffic import NetTraffic, annotate
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import StackDump as StackDumpPayload
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,8 @@ class ImplicitFaultDetector:
                 # matters to a hang; a fail-slow round counts it as answered (and clusters the other
                 # ranks' stacks without waiting its window for that node).
                 return self.hang.node_answer(event.job, dump) + self.failslow.add_node_answer(event.job, dump)
-            if event.data.get("ok") is False:
+            answer: StackDumpPayload = typed(event)
+            if answer.ok is False:
                 # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
                 return self.hang.capture_failed(event.job, dump)
             if self.hang.wants_dumps(event.job):

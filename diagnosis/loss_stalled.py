@@ -39,8 +39,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from faultlens.diagnosis.rules.base import Finding, opt_int
-from faultlens.events.envelope import Envelope, as_float
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import CommandAck, TrainCheckpoint, TrainStep
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20
@@ -111,16 +113,21 @@ class LossStalledDetector:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source != "train":
             return []
-        rank = opt_int(event.data, "rank")
-        if rank is None:
+        try:
+            # A command_ack names its rank too, which places the curve as a step's would.
+            payload: TrainCheckpoint | TrainStep | CommandAck | None = typed(event)
+        except InvalidEvent:
+            return []  # the payload check owns its validation (and its dead letter): nothing to learn here
+        if payload is None or payload.rank is None:
             return []
+        rank = payload.rank
+        step = payload.step if isinstance(payload, (TrainCheckpoint, TrainStep)) else None
         curve = self._curves.get(event.job)
         if curve is None or rank < curve.rank:
             curve = self._curves[event.job] = _Curve(rank)
         if rank != curve.rank:
             return []
         if event.kind == "checkpoint":
-            step = opt_int(event.data, "step")
             if step is not None:
                 curve.checkpoints.append(step)
             return []
@@ -129,12 +136,12 @@ class LossStalledDetector:
         return self._step(curve, event)
 
     def _step(self, curve: _Curve, event: Envelope) -> list[Finding]:
-        data = event.data
-        step = opt_int(data, "step")
-        loss = as_float(data.get("loss"))
+        reported: TrainStep = typed(event)
+        step = reported.step
+        loss = as_float(reported.loss)
         if step is None or loss is None or not math.isfinite(loss):
             return []  # a NaN is the training rule's; a step without a loss says nothing here
-        classes = opt_int(data, "classes")
+        classes = reported.classes
         if classes is not None and classes >= 2:
             curve.classes = classes
         if curve.last_ts is not None and event.ts > curve.last_ts:
@@ -145,7 +152,7 @@ class LossStalledDetector:
         if curve.first is None:
             curve.first, curve.first_step = loss, step
         out: list[Finding] = []
-        grad = as_float(data.get("grad_norm"))
+        grad = as_float(reported.grad_norm)
         verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve)

@@ -48,6 +48,8 @@ class NodeOutput:
 
 def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
     """A rank-bearing event that disagrees with its job's topology, as a record-only finding."""
+    # One key of any kind, read from ``data``: decoding every event (net and GPU samples included,
+    # which the intake leaves as they came) into its Struct for it would cost more than all the rest.
     rank = opt_int(event.data, "rank")
     if rank is None:
         return None

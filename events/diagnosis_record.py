@@ -77,7 +77,7 @@ ACTIONS: tuple[str, ...] = tuple(a.value for a in Action)
 _Name = TypeVar("_Name", FaultClass, Action)
 
 
-def _member(names: type[_Name], value: object, field_name: str, what: str) -> _Name:
+def _member(names: type[_Name], value: Any, field_name: str, what: str) -> _Name:
     """``value`` (a name, or a member) as its member; InvalidEvent naming the field for any other
     value (an unknown name, a number, null), as a record with it has always been refused."""
     try:

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from faultlens.diagnosis.rules.base import Finding, opt_int
+from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import HeartbeatBeat
+from faultlens.events.payloads_node import GpuUnresponsive
 
 
 class GpuUnresponsiveRule:
@@ -28,26 +31,26 @@ class GpuUnresponsiveRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "unresponsive":
             return []
-        d = event.data
-        gpu = opt_int(d, "gpu")
-        call = str(d.get("call") or "an NVML call")
-        deadline = d.get("deadline_s")
-        waited = d.get("waited_s")
-        within = f"within {deadline:g}s" if isinstance(deadline, (int, float)) else "within its deadline"
-        others = opt_int(d, "others_answered")
+        d: GpuUnresponsive = typed(event)
+        gpu = d.gpu
+        call = str(d.call or "an NVML call")
+        deadline = d.deadline_s
+        waited = d.waited_s
+        within = f"within {deadline:g}s" if deadline is not None else "within its deadline"
+        others = d.others_answered
         if gpu is None:
             return [Finding(
                 job=event.job, ts=event.ts, fault="agent_blind", action="alert", nodes=(event.node,),
                 entity="agent:nvml", evidence=(event.id,), confidence=1.0,
                 detail=f"NVML's node-wide {call} did not return {within} on {event.node}: the agent cannot read "
                        f"any GPU there (alert, no eviction)")]
-        uuid = d.get("uuid")
+        uuid = d.uuid
         name = f"GPU {gpu}" + (f" ({uuid})" if uuid else "")
         said = f"NVML {call} on {name} did not return {within}"
-        if isinstance(waited, (int, float)):
+        if waited is not None:
             said += f" (given up after {waited:.1f}s)"
         peers = "" if others is None else f"; {others} other GPU(s) of the node answered meanwhile"
-        if d.get("handle") == "lost":
+        if d.handle == "lost":
             return [Finding(
                 job=event.job, ts=event.ts, fault="gpu_lost", action="evict", nodes=(event.node,), entity="gpu_lost",
                 evidence=(event.id,), detail=f"{said}, and its handle is gone (NVML_ERROR_GPU_IS_LOST){peers}")]
@@ -72,10 +75,11 @@ class AgentBlindRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "beat":
             return []
-        health = event.data.get("health")
-        if not isinstance(health, Mapping):
+        beat: HeartbeatBeat = typed(event)
+        health = beat.health
+        if health is None:
             return []
-        if event.data.get("stopping") is True:
+        if beat.stopping is True:
             # The agent's last beat on a deliberate stop: its sources have stopped, which is the
             # stop, not a blindness (found: every node of a finished Slurm job alerted as blind).
             self._blind.pop((event.job, event.node), None)

@@ -9,9 +9,9 @@ stage (diagnosis/dedup.py) folds them and turns the survivors into :class:`Diagn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, TypeVar
 
-from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Diagnosis
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 
 
@@ -67,8 +67,8 @@ class Finding:
             job=self.job,
             ts=self.ts,
             onset=self.onset if self.onset is not None else self.ts,
-            fault=self.fault,
-            action=action or self.action,
+            fault=FaultClass(self.fault),
+            action=Action(action or self.action),
             nodes=self.nodes,
             ranks=self.ranks,
             group=self.group,
@@ -89,11 +89,26 @@ class Rule(Protocol):
     def tick(self, now: float) -> list[Finding]: ...
 
 
+def missing(key: str, event: Envelope) -> InvalidEvent:
+    """The dead letter's reason for a payload key a rule cannot do without, absent or null."""
+    return InvalidEvent(f"data.{key}", f"missing in {event.source}/{event.kind} event {event.id}")
+
+
 def need(data: Mapping[str, Any], key: str, event: Envelope) -> Any:
     """A payload key a rule cannot do without: its absence makes the event a dead letter."""
     if key not in data or data[key] is None:
-        raise InvalidEvent(f"data.{key}", f"missing in {event.source}/{event.kind} event {event.id}")
+        raise missing(key, event)
     return data[key]
+
+
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+
+
+def or_else(value: _T | None, default: _D) -> _T | _D:
+    """A typed payload's field, or ``default`` where it was absent or null (a payload Struct's
+    fields are None then: what ``data.get(key, default)`` read for an absent key)."""
+    return default if value is None else value
 
 
 def need_int(data: Mapping[str, Any], key: str, event: Envelope) -> int:

@@ -16,8 +16,10 @@ import logging
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.rules.base import Finding, line_of, opt_int
+from faultlens.diagnosis.rules.base import Finding, line_of
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import NcclError, NcclTimeout
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +61,20 @@ class FirstFailingRank:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind not in ("nccl_timeout", "nccl_error"):
             return []
-        rank = opt_int(event.data, "rank")
-        progress = opt_int(event.data, "last_completed")
-        if progress is None:
-            seq = opt_int(event.data, "seq")  # the collective that timed out: the one before it completed
-            progress = seq - 1 if seq is not None else None
-        waited_ms = opt_int(event.data, "elapsed_ms") or opt_int(event.data, "timeout_ms") or 0
-        started = event.ts - waited_ms / 1000.0 if event.kind == "nccl_timeout" else event.ts
-        text = str(event.data.get("error") or event.data.get("op") or line_of(event))
-        report = _Report(event.ts, rank, event.node, progress, started, event.kind == "nccl_error", event.id, text)
+        if event.kind == "nccl_timeout":
+            timeout: NcclTimeout = typed(event)
+            progress = timeout.last_completed
+            if progress is None and timeout.seq is not None:
+                progress = timeout.seq - 1  # the collective that timed out: the one before it completed
+            # Whole milliseconds, the elapsed time where the watchdog gave one (a 0 falls back too).
+            waited_ms = int(timeout.elapsed_ms or 0) or int(timeout.timeout_ms or 0)
+            report = _Report(event.ts, timeout.rank, event.node, progress, event.ts - waited_ms / 1000.0, False,
+                             event.id, str(timeout.op or line_of(event)))
+        else:
+            # A hard error names no collective (the parsers write only its rank and error text).
+            error: NcclError = typed(event)
+            report = _Report(event.ts, error.rank, event.node, None, event.ts, True, event.id,
+                             str(error.error or line_of(event)))
         decided = self._decided.get(event.job)
         if decided is not None and event.ts - decided.first_ts < ECHO_S:
             return []  # the incident is decided; later reports only waited on the culprit

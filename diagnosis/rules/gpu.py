@@ -8,6 +8,11 @@ is judged as the parser's is. These rules add what one line cannot know: whether
 echo of an earlier one (45 after any Xid, 43 after a burst of 13, the same Xid from the other
 source), whether a counter *increased* rather than merely being non-zero, and whether throttling
 actually slowed training.
+
+Events are read as their payload Structs (events.payloads.typed), except a ``gpu``/``sample``: the
+node stage's biggest and most frequent message is read as its rows (events.gpu_table), which the
+payload check's quick way leaves undecoded (events/payloads.py), so decoding it here would be the
+whole cost it saves.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
-from faultlens.diagnosis.rules.base import Finding, line_of, need, num, opt_float, parsed_fault
-from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.diagnosis.rules.base import Finding, line_of, missing, need, num, opt_float, parsed_fault
+from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.gpu_table import TABLE_NUMBERS, gpu_table
 from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import TrainStep
+from faultlens.events.payloads_node import GpuLost, GpuXid, KernelGpuLost, KernelXid
 from faultlens.parsing.xid_verdict import APP_XIDS, xid_verdict
 
 log = logging.getLogger(__name__)
@@ -35,13 +42,17 @@ CROSS_SOURCE_S = 10.0
 MEMORY_HOLD_S = 25.0
 
 
-def _folded_note(data: Mapping) -> str:
+def _folded_note(payload: KernelXid | GpuXid) -> str:
     """A folded event (collectors/flood_fold.py) stands for ``count`` repeats of its line: said, as
-    one finding, never as ``count`` of them."""
-    count = data.get("count")
-    if not data.get("folded") or isinstance(count, bool) or not isinstance(count, int):
+    one finding, never as ``count`` of them (NVML's event API folds nothing)."""
+    if not isinstance(payload, KernelXid) or not payload.folded or payload.count is None:
         return ""
-    return f" (and {count} more identical line(s) folded by the agent)"
+    return f" (and {payload.count} more identical line(s) folded by the agent)"
+
+
+def _gpu_of(gpu: object, pci: object) -> object:
+    """The GPU as the event names it: NVML's index, else the kernel's PCI address ("" for neither)."""
+    return gpu if gpu is not None else "" if pci is None else pci
 
 
 class XidRule:
@@ -55,19 +66,18 @@ class XidRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "xid":
             return []
-        data = event.data
-        payload = typed(event)  # KernelXid or GpuXid (events/payloads_node.py): xid an int when present
+        payload: KernelXid | GpuXid = typed(event)  # read once by the payload check (events/payloads.py)
         code = payload.xid
         if code is None:
-            raise InvalidEvent("data.xid", f"missing in {event.source}/{event.kind} event {event.id}")
+            raise missing("xid", event)
         node = event.node
-        gpu = data.get("gpu", data.get("pci", ""))
+        gpu = _gpu_of(payload.gpu, payload.pci if isinstance(payload, KernelXid) else None)
         # Back into parsing.xid_verdict (the parser asked it for this line already), for two reasons:
         # an event carries the verdict's fault and action, not all of it (memory; an echo? is read
         # off the table for every producer, as a trace written from docs/events.md has it), and Xid
         # 43 is an echo only after the 13 / 31 that caused it on this node, which no line can know.
         after_app = event.ts - self._last_app_xid.get(node, -1e18) <= APP_BURST_S if code == 43 else None
-        text = getattr(payload, "text", None)  # NVML's event API gives none
+        text = payload.text if isinstance(payload, KernelXid) else None  # NVML's event API gives none
         verdict = xid_verdict(code, str(text or ""), after_app_xid=after_app)
         if code == 43:
             fault, action = verdict.fault, verdict.action
@@ -77,7 +87,7 @@ class XidRule:
         if code in APP_XIDS:
             self._last_app_xid[node] = event.ts
         self._last_any_xid[node] = event.ts
-        mnemonic = data.get("mnemonic") or verdict.mnemonic
+        mnemonic = payload.mnemonic or verdict.mnemonic
         # A contained memory error (Xid 94) is the application's problem unless the GPU's ECC / remap
         # counters show the memory failing: wait for the next NVML samples before blaming the app.
         hold = MEMORY_HOLD_S if action == "reattempt" and verdict.memory else 0.0
@@ -91,7 +101,7 @@ class XidRule:
         return [Finding(
             job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold,
             entity="gpu_lost" if fault == "gpu_lost" else f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
-            detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip() + _folded_note(data),
+            detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip() + _folded_note(payload),
         )]
 
     def tick(self, now: float) -> list[Finding]:
@@ -104,6 +114,12 @@ NVML_GONE = ("NVML_ERROR_GPU_IS_LOST",)
 # A GPU is lost after this many unreadable samples spanning at least LOST_CONFIRM_S.
 LOST_CONFIRM_SAMPLES = 3
 LOST_CONFIRM_S = 10.0
+
+
+def _nvml_said(event: Envelope) -> object:
+    """The NVML error a ``gpu``/``lost`` event reported."""
+    lost: GpuLost = typed(event)
+    return lost.error
 
 
 @dataclass(slots=True)
@@ -131,8 +147,12 @@ class GpuLostRule:
             return self._retry(event)
         if not ((event.source == "kernel" and event.kind == "gpu_lost") or (event.source == "gpu" and event.kind == "lost")):
             return []
-        gpu = event.data.get("gpu", event.data.get("pci", ""))
-        why = event.data.get("error") or line_of(event)
+        if event.source == "gpu":
+            lost: GpuLost = typed(event)
+            gpu, why = _gpu_of(lost.gpu, None), lost.error or line_of(event)
+        else:
+            fell: KernelGpuLost = typed(event)
+            gpu, why = _gpu_of(None, fell.pci), line_of(event)
         if event.source == "gpu" and not any(code in str(why) for code in NVML_GONE):
             self._unsure.setdefault((event.job, event.node, str(gpu)), _Unsure(event, last_ts=event.ts, evidence=[event.id]))
             return []
@@ -150,6 +170,7 @@ class GpuLostRule:
         )
 
     def _retry(self, event: Envelope) -> list[Finding]:
+        # A gpu/sample: its rows as they came (the module's docstring says why).
         gpus = event.data.get("gpus")
         if not isinstance(gpus, list):
             return []
@@ -162,11 +183,11 @@ class GpuLostRule:
                 continue
             if any(row.get(k) is not None for k in ("util", "temp_c", "power_w", "sm_clock_mhz")):
                 del self._unsure[key]
-                log.info("%s GPU %s reads again after %s: not lost", event.node, key[2], u.event.data.get("error"))
+                log.info("%s GPU %s reads again after %s: not lost", event.node, key[2], _nvml_said(u.event))
                 out.append(Finding(
                     job=event.job, ts=event.ts, onset=u.event.ts, fault="gpu_lost", action="none", nodes=(event.node,),
                     entity="gpu_lost:transient", evidence=tuple(u.evidence),
-                    detail=f"GPU {key[2]}: NVML said {u.event.data.get('error')!r} once, then read normally: not lost",
+                    detail=f"GPU {key[2]}: NVML said {_nvml_said(u.event)!r} once, then read normally: not lost",
                 ))
                 continue
             u.unreadable += 1
@@ -175,7 +196,7 @@ class GpuLostRule:
                 u.evidence.append(event.id)
             if u.unreadable >= LOST_CONFIRM_SAMPLES and event.ts - u.event.ts >= LOST_CONFIRM_S:
                 del self._unsure[key]
-                out.append(self._lost(event, key[2], f"GPU {key[2]} lost: NVML {u.event.data.get('error')!r}, then "
+                out.append(self._lost(event, key[2], f"GPU {key[2]} lost: NVML {_nvml_said(u.event)!r}, then "
                                                      f"{u.unreadable} unreadable samples over {event.ts - u.event.ts:.0f}s",
                                       tuple(u.evidence), onset=u.event.ts))
         return out
@@ -354,14 +375,10 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            data = event.data
-            t = data.get("compute_s")
-            if type(t) is not float:
-                t = as_float(t)
-            if t is None:
-                t = opt_float(data, "step_time_s")
-            rank = data.get("rank")
-            if t is None or t <= 0 or type(rank) is not int and (not isinstance(rank, int) or isinstance(rank, bool)):
+            step: TrainStep = typed(event)  # read once by the node stage's payload check
+            t = step.compute_s if step.compute_s is not None else step.step_time_s
+            rank = step.rank
+            if t is None or t <= 0 or rank is None:
                 return []
             book = state.recent if state.since is not None else state.baseline
             times = book.get(rank)

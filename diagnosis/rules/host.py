@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_node import KernelMachineCheck
 
 # A panic takes the machine down: nothing to restart in place.
 _KERNEL_KINDS = {"panic": "evict", "soft_lockup": "restart", "hung_task": "restart"}
+
+
+def _uncorrected(event: Envelope) -> bool:
+    mce: KernelMachineCheck = typed(event)
+    return mce.corrected is False
 
 
 class KernelRule:
@@ -27,7 +34,7 @@ class KernelRule:
             _, action = parsed_fault(event, "host_oom", "restart")
             what = event.data.get("process") or "?"
             return [self._finding(event, "host_oom", action, f"oom_kill of {what} (pid {event.data.get('pid', '?')})")]
-        if kind == "mce" and event.data.get("corrected") is False:
+        if kind == "mce" and _uncorrected(event):
             return [self._finding(event, "kernel", "evict", "uncorrected machine check")]
         return []
 

@@ -58,8 +58,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.rules.base import Finding, opt_int
+from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import HeartbeatBeat, TrainStep
 
 GRACE_S = 30.0
 # More than this share of a job's nodes quiet together is not that many machines failing at once.
@@ -105,7 +107,8 @@ class SilenceDetector:
                     self._steps[key] = event.ts
                     if event.ts > self._ended_jobs.get(event.job, event.ts):
                         del self._ended_jobs[event.job]  # it trains again
-                    number = opt_int(event.data, "step")
+                    reported: TrainStep = typed(event)
+                    number = reported.step
                     if number is None:
                         self._step_no.pop(key, None)
                     else:  # the latest report's number (a rollback lowers it on every node)
@@ -115,10 +118,11 @@ class SilenceDetector:
             return []
         nodes = self._beats.setdefault(event.job, {})
         prev = nodes.get(event.node)
-        pids = event.data.get("pids")
-        working = bool(pids) if isinstance(pids, list) else None
+        beat: HeartbeatBeat = typed(event)
+        pids = beat.pids
+        working = bool(pids) if pids is not None else None
         if prev is None or event.ts >= prev.ts:
-            nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=event.data.get("stopping") is True)
+            nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=beat.stopping is True)
         if working:
             self._worked.add((event.job, event.node))
             self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))

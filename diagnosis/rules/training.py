@@ -13,8 +13,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from faultlens.diagnosis.rules.base import Finding, line_of, need, opt_int, parsed_fault
+from faultlens.diagnosis.rules.base import Finding, line_of, missing, or_else, parsed_fault
 from faultlens.events.envelope import Envelope, as_float
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import NcclError, NcclException, NcclNan, TrainStep
 
 SPIKE_FACTOR = 5.0
 BASELINE_STEPS = 50
@@ -64,33 +66,38 @@ class TrainingRule:
         return []
 
     def _log(self, event: Envelope) -> list[Finding]:
-        rank = opt_int(event.data, "rank")
-        ranks = (rank,) if rank is not None else ()
         if event.kind == "exception":
-            user = event.data.get("user_code")
+            exc: NcclException = typed(event)
+            ranks = (exc.rank,) if exc.rank is not None else ()
+            user = exc.user_code
             fault, action = parsed_fault(event, "user_code" if user else "unknown", "rollback" if user else "stop_time_diagnosis")
             if fault in ("nccl_error", "cuda_error"):
                 return []  # the matching nccl_error / cuda_error event carries it
             if fault == "user_code":
                 action = "rollback"  # never evict for a bug in the user's script
-            where = f"{event.data.get('file', '?')}:{event.data.get('lineno', '?')} in {event.data.get('func', '?')}"
+            where = f"{or_else(exc.file, '?')}:{or_else(exc.lineno, '?')} in {or_else(exc.func, '?')}"
             return [Finding(
                 job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), ranks=ranks,
                 entity="exception", evidence=(event.id,),
-                detail=f"{event.data.get('type', 'Exception')}: {event.data.get('message', '')} at {where}"[:300],
+                detail=f"{or_else(exc.type, 'Exception')}: {or_else(exc.message, '')} at {where}"[:300],
             )]
         if event.kind == "cuda_error":
             # The parser knows a device-side assert or a CUDA OOM is the script's bug (user_code)
             # and an ECC error the GPU's (gpu_memory): keep its class, not a blanket cuda_error.
+            error: NcclError = typed(event)
             fault, action = parsed_fault(event, "cuda_error", "stop_time_diagnosis")
             if fault == "user_code":
                 action = "rollback"
+            rank = error.rank
             return [Finding(
-                job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,), ranks=ranks,
-                entity="cuda", evidence=(event.id,),
-                detail=f"rank {rank if rank is not None else '?'}: {event.data.get('error') or line_of(event)}",
+                job=event.job, ts=event.ts, fault=fault, action=action, nodes=(event.node,),
+                ranks=(rank,) if rank is not None else (), entity="cuda", evidence=(event.id,),
+                detail=f"rank {rank if rank is not None else '?'}: {error.error or line_of(event)}",
             )]
         if event.kind == "nan":
+            nan: NcclNan = typed(event)
+            rank = nan.rank
+            ranks = (rank,) if rank is not None else ()
             return [self._nan(event, ranks, f"rank {rank if rank is not None else '?'} on {event.node}: {line_of(event)}")]
         return []
 
@@ -101,22 +108,19 @@ class TrainingRule:
         )
 
     def _step(self, event: Envelope) -> list[Finding]:
-        data = event.data
-        rank = data.get("rank")
-        if type(rank) is not int:
-            rank = opt_int(data, "rank")
-            if rank is None:
-                need(data, "rank", event)
+        step: TrainStep = typed(event)
+        rank = step.rank
+        if rank is None:
+            raise missing("rank", event)
         out: list[Finding] = []
-        for metric in ("loss", "grad_norm"):
-            raw = data.get(metric)
+        for metric, raw in (("loss", step.loss), ("grad_norm", step.grad_norm)):
             if raw is None:
                 continue
             value = raw if type(raw) is float else as_float(raw)
             if value is None:
                 continue
             if not math.isfinite(value):
-                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {data.get('step', '?')} (rank {rank} on {event.node})"))
+                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
                 continue
             key = (event.job, rank, metric)
             baseline = self._base.get(key)
@@ -131,7 +135,7 @@ class TrainingRule:
                     out.append(Finding(
                         job=event.job, ts=event.ts, fault="loss_spike", action="stop_time_diagnosis", ranks=(rank,),
                         entity="loss", evidence=(event.id,),
-                        detail=f"{metric} {value:.4g} at step {event.data.get('step', '?')} is {value / med:.1f}× the "
+                        detail=f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
                                f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})",
                     ))
                     continue  # a spike must not drag the baseline up

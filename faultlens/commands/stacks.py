@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
@@ -173,25 +173,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"faultlens stacks: the topology {args.topology} does not match the dumps: {exc}", file=sys.stderr)
         return 1
     onset = min(first_mtime or now, now)
+    fault = FaultClass(args.fault)  # one of --fault's choices
     if verdict.localized:
         diagnosis = Diagnosis(
-            job=job, ts=now, onset=onset, fault=args.fault, action="evict", nodes=verdict.nodes,
+            job=job, ts=now, onset=onset, fault=fault, action=Action.EVICT, nodes=verdict.nodes,
             ranks=verdict.outlier_ranks, group=verdict.group, confidence=verdict.confidence,
             evidence=_evidence(verdict.outlier_ranks[:256], dumps, recorder_names), detail=verdict.detail,
         )
     elif verdict.alert:
         diagnosis = Diagnosis(
-            job=job, ts=now, onset=onset, fault=args.fault, action="alert", ranks=verdict.outlier_ranks,
+            job=job, ts=now, onset=onset, fault=fault, action=Action.ALERT, ranks=verdict.outlier_ranks,
             confidence=0.0, detail=verdict.detail,
         )
     elif verdict.no_suspect:
         diagnosis = Diagnosis(
-            job=job, ts=now, onset=onset, fault=args.fault, action="stop_time_diagnosis", confidence=0.0,
+            job=job, ts=now, onset=onset, fault=fault, action=Action.STOP_TIME_DIAGNOSIS, confidence=0.0,
             detail=verdict.detail,
         )
     else:
         diagnosis = Diagnosis(
-            job=job, ts=now, onset=onset, fault="unknown", action="none", confidence=0.0,
+            job=job, ts=now, onset=onset, fault=FaultClass.UNKNOWN, action=Action.NONE, confidence=0.0,
             detail=f"nothing to localise: {verdict.detail}",
         )
     sys.stdout.write(json.dumps(diagnosis.to_dict()) + "\n")

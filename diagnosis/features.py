@@ -180,7 +180,7 @@ class FeatureWindows:
         if acc.rank_compute:
             # The slowest rank sets the node's pace (one slow GPU of eight barely moves a mean).
             feats["compute_s"] = max(total / n for total, n in acc.rank_compute.values())
-        if acc.pcie_replay_first is not None and acc.pcie_replay_t1 > acc.pcie_replay_t0:
+        if acc.pcie_replay_first is not None and acc.pcie_replay_last is not None and acc.pcie_replay_t1 > acc.pcie_replay_t0:
             feats["pcie_replay_rate"] = max(0.0, (acc.pcie_replay_last - acc.pcie_replay_first) / (acc.pcie_replay_t1 - acc.pcie_replay_t0))
         return NodeWindow(key[0], key[1], acc.start, feats, acc.samples, tuple(sorted(acc.ranks)), tuple(acc.evidence))
 

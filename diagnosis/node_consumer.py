@@ -28,7 +28,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.engine import known_kind
@@ -140,7 +140,7 @@ class NodeStageHandler:
         self.book.advance(event.job, r.event_ts if r.event_ts is not None else event.ts)
         out: list[Outgoing] = []
         if r.skew_s is not None:
-            out.extend(self._skew(event, r))
+            out.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = dataclasses.replace(event, ts=r.event_ts)
         node_out = NodeOutput()
@@ -158,7 +158,7 @@ class NodeStageHandler:
                      for e in node_out.forward]
         return out, passed_on
 
-    def _skew(self, event: Envelope, r: Record) -> list[Outgoing]:
+    def _skew(self, event: Envelope, r: Record, skew_s: float) -> list[Outgoing]:
         key = (event.job, event.node)
         when = r.event_ts if r.event_ts is not None else event.ts
         last = self._skew_alerted.get(key)
@@ -166,7 +166,7 @@ class NodeStageHandler:
             return []
         self._skew_alerted[key] = when
         finding = Finding(job=event.job, ts=when, fault="clock_skew", action="none", nodes=(event.node,),
-                          entity="clock", evidence=(event.id,), detail=skew_detail(event, r.skew_s, r.clamped))
+                          entity="clock", evidence=(event.id,), detail=skew_detail(event, skew_s, r.clamped))
         return [summary(finding.to_event(f"{event.id}.skew"))]
 
     def flush(self) -> list[Outgoing]:
@@ -189,7 +189,7 @@ class NodeStageHandler:
                      behind: bool = False, idle: bool = False) -> list[Outgoing]:
             # -inf ("nothing written yet") travels as null: JSON has no infinity.
             known = progress != float("-inf")
-            data = {"member": self.member, "watermark": progress if known else None, "behind": behind, "idle": idle}
+            data: dict[str, Any] = {"member": self.member, "watermark": progress if known else None, "behind": behind, "idle": idle}
             if reads is not None:
                 data["reads"], data["of"] = list(reads[0]), reads[1]
             mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",

@@ -128,7 +128,7 @@ def shared_blocked_calls(threads: Mapping[int, ThreadStack], activities: Mapping
 
 
 def _running(thread: ThreadStack) -> bool:
-    return bool(thread.status) and "active" in thread.status
+    return thread.status is not None and "active" in thread.status
 
 
 def _project_p2p(thread: ThreadStack) -> RankActivity | None:
@@ -144,10 +144,11 @@ def _project_p2p(thread: ThreadStack) -> RankActivity | None:
         for caller in frames[i:i + _INNERMOST + 1]:
             cname = caller.function.rsplit(".", 1)[-1]
             recv, send = _RECV_SIDE.search(cname), _SEND_SIDE.search(cname)
-            if recv or send:
+            side = recv or send
+            if side is not None:
                 # send_forward_recv_backward waits on its receiving half, as wait_chain reads SENDRECV.
                 kind = SENDRECV if recv and send else (RECV if recv else SEND)
-                direction = (recv or send).group(1).lower()
+                direction = side.group(1).lower()
                 break
         if direction is None:
             direction = direction_hint(frames[i + 1:])

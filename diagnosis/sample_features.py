@@ -46,6 +46,8 @@ def plain_features(table: GpuTable) -> tuple[Features, list]:
         temp = [t for t in temp if t is not None]
         clock, clock_max = _both(clock, clock_max)
         power, power_limit = _both(power, power_limit)
+    util_mean: float | None
+    util_min: float | None
     if util:
         util_mean = reduce(add, util, 0.0) / len(util)
         util_min = min(util)

@@ -122,7 +122,7 @@ def parse_dump(text: str) -> list[ThreadStack]:
         m = None if line[0] in " \t" else _FH_THREAD.match(line)
         if m or (line[0] not in " \t" and _FH_STACK.match(line)):
             close()
-            current = bool(m) and m.group(1) == "Current thread"
+            current = m is not None and m.group(1) == "Current thread"
             head = {"thread_id": m.group(2) if m else "-", "name": None, "current": current, "tool": "faulthandler"}
             in_locals = bad_tail = False
             continue

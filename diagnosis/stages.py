@@ -131,7 +131,7 @@ class JobStage:
         # peer_model off: only the robust z-score threshold compares a node with its peers.
         self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
         self.net = NetTraffic()  # rails across nodes; job silence and congestion for the implicit detectors
-        self.implicit = ImplicitFaultDetector(book, implicit_config, net=self.net) if implicit else None
+        self.implicit = ImplicitFaultDetector(book, implicit_config or ImplicitConfig(), net=self.net) if implicit else None
 
     def use_telemetry_partitions(self, count: int | None) -> None:
         self.silence.partition_of = partial(telemetry_partition, count=count) if count else None

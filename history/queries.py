@@ -23,6 +23,7 @@ import pandas as pd
 
 from faultlens.diagnosis.scoring import EARLY_S, WINDOW_S
 from faultlens.history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
+from faultlens.history.schema import has_table
 
 DEFAULTS: dict[str, Any] = {
     "limit": 10,          # rows of the "top" sections
@@ -408,9 +409,6 @@ def _execute(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any])
     return conn.execute(sql, _params(sql, params))
 
 
-def has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return bool(conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                             [table]).fetchone()[0])
 
 
 def _missing_table(conn: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -205,13 +205,11 @@ def open_history(path: str | os.PathLike[str] | None = None, *, create: bool = F
                 conn.execute(ACTIONS_DDL)
                 conn.execute(REFUSED_COMMANDS_DDL)
                 conn.execute(MACHINES_DDL)
-            elif not conn.execute("SELECT count(*) FROM information_schema.tables "
-                                  "WHERE table_name = 'refused_commands'").fetchone()[0]:
+            elif not has_table(conn, "refused_commands"):
                 # A file from before the table, read only: an empty one for this session, so the
                 # queries that consult it (history.queries: accepted commands) read it as "none".
                 conn.execute(REFUSED_COMMANDS_DDL.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
-            if read_only and not conn.execute("SELECT count(*) FROM information_schema.tables "
-                                              "WHERE table_name = 'machines'").fetchone()[0]:
+            if read_only and not has_table(conn, "machines"):
                 conn.execute(MACHINES_DDL.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
         else:
             for statement in (*DDL, ACTIONS_DDL, REFUSED_COMMANDS_DDL, MACHINES_DDL):
@@ -241,3 +239,8 @@ def _looks_like_duckdb(path: Path) -> bool:
     except OSError:
         return False
     return len(head) >= 12 and head[8:12] == b"DUCK"
+
+
+def has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    row = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()
+    return row is not None and bool(row[0])

@@ -396,9 +396,10 @@ class HistorySink:
                         self.conn.execute(MACHINES_DDL)  # a file made before the table
                     cols = _columns(name)
                     # DuckDB reports the rows written, so duplicates show up as a smaller count.
-                    added[name] = self.conn.execute(
+                    written = self.conn.execute(
                         f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view} {_on_conflict(name)}"
-                    ).fetchone()[0]
+                    ).fetchone()
+                    added[name] = written[0] if written is not None else 0
                 finally:
                     self.conn.unregister(view)
             self.conn.execute("COMMIT")

@@ -8,6 +8,7 @@ record spread over lines (a traceback) is judged whole.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import duckdb
@@ -31,6 +32,6 @@ def unrecognised_lines(conn: duckdb.DuckDBPyConnection, limit: int = 10) -> list
             continue
         parser = parsers.get((node, source))
         if parser is None:
-            parser = parsers[(node, source)] = parser_for(source, on_unrecognised=lambda msg, s=source: miner.add(msg, s))
+            parser = parsers[(node, source)] = parser_for(source, on_unrecognised=functools.partial(miner.add, source=source))
         parser.feed(line)
     return [t.as_dict() for t in miner.top(limit)]

@@ -76,7 +76,8 @@ class RemediationHandler:
         if self._reload:
             self._reload = False
             if (n := self.policy.reload()):
-                log.info("took the newer state of %d job(s) from %s", n, self.policy.store.path)
+                store = self.policy.store  # there is one: only a store has a newer state to take
+                log.info("took the newer state of %d job(s) from %s", n, store.path if store is not None else "?")
             self.policy.refresh_fleet(self.clock())
         out: list[Outgoing] = []
         for r in records:
@@ -140,7 +141,7 @@ class RemediationHandler:
         there is nothing to record: the decision line already says what was decided."""
         if isinstance(self.actuator, NoActuator):
             return []
-        records = []
+        records: list[ActionRecord] = []
         for request in plan(decision, requeue_on_evict=self.requeue_on_evict):
             if request.op == "requeue" and any(r.op == "take_out" and r.outcome == "error" for r in records):
                 records.append(dataclasses.replace(records[-1], op="requeue", id="", outcome="skipped",

@@ -181,7 +181,8 @@ def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, 
             by_class.setdefault(f["fault"], []).append(f)
     for fault, seen in sorted(by_class.items()):
         rule = config.rule(fault)
-        hit = _span(seen, at, rule.window_s, lambda fs, n=rule.count: len(fs) >= n)
+        need = rule.count  # _span asks at once: the lambda never outlives this rule
+        hit = _span(seen, at, rule.window_s, lambda fs: len(fs) >= need)
         if rule.mode == "repeat" and hit:
             ids = tuple(f["diagnosis_id"] for f in hit)
             jobs = sorted({f["job"] for f in hit})

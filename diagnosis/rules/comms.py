@@ -81,7 +81,8 @@ class FirstFailingRank:
         incident = self._open.setdefault(event.job, _Incident(event.ts))
         incident.reports.append(report)
         if report.hard and len(incident.reports) == 1:
-            return [self._decide(event.job, self._open.pop(event.job), event.ts)]
+            found = self._decide(event.job, self._open.pop(event.job), event.ts)  # a hard error always names its rank
+            return [found] if found is not None else []
         return []
 
     def tick(self, now: float) -> list[Finding]:

@@ -260,7 +260,7 @@ class MemoryHealthRule:
         out = self._judge(event)
         # Two GPUs of one index share their counters: only a sample that names each once leaves
         # every GPU's state at this sample's values.
-        if key is not None and len(set(map(str, table.index))) == len(table.index):
+        if key is not None and table is not None and len(set(map(str, table.index))) == len(table.index):
             self._last[event.node] = key
         return out
 
@@ -318,7 +318,7 @@ class MemoryHealthRule:
         return []
 
 
-def _max_of(g: dict, a: str, b: str) -> float | None:
+def _max_of(g: Mapping, a: str, b: str) -> float | None:
     x, y = num(g.get(a)), num(g.get(b))
     if x is None:
         return y

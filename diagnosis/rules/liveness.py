@@ -228,8 +228,8 @@ class SilenceDetector:
         # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's steps,
         # not this node's alone), and kept stepping well after its beats stopped (a node that died
         # between a beat and a step report is not an agent that died).
-        keeps_pace = stepped is not None and self._keeps_pace(job, node, stepped, pace)
-        if keeps_pace and (beat.agent_alerted or stepped >= beat.ts + self.grace_s / 2):
+        if (stepped is not None and self._keeps_pace(job, node, stepped, pace)
+                and (beat.agent_alerted or stepped >= beat.ts + self.grace_s / 2)):
             if beat.agent_alerted:
                 return []
             beat.agent_alerted = True

@@ -222,7 +222,7 @@ def _cycle(s: Scenario, lam: float, spares: int, running: float, tau: float
     weights = {f.name: f.rate / total_rate for f in s.faults}
     per_s = lam / total_rate                     # running seconds -> faults of a unit rate
     window = s.spare_return_days * DAY_S
-    events, sizes = 0.0, {}
+    events, sizes = 0.0, dict[int, float]()
     for f in s.faults:
         if f.planned:
             continue

@@ -9,6 +9,7 @@ other field, ``key_id`` included.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Mapping
 
 import orjson
@@ -16,8 +17,24 @@ import orjson
 from faultlens.events.envelope import InvalidEvent, loads, new_id, require_fields
 from faultlens.events.signing import SigningKey, VerifyKeys
 
-COMMAND_ACTIONS = ("evict", "restart", "reattempt", "rollback", "capture_stacks", "checkpoint", "stop",
-                   "run_checks")  # run_checks: the node agents' stop-time checks (collectors.checks)
+
+
+class CommandAction(StrEnum):
+    """What a command asks its receivers to do (docs/design.md §9; a contract: add, never rename).
+    A member equals its name as a string and encodes as it, so a command's signed bytes are the
+    same whether it was built from a member or a name."""
+
+    EVICT = "evict"
+    RESTART = "restart"
+    REATTEMPT = "reattempt"
+    ROLLBACK = "rollback"
+    CAPTURE_STACKS = "capture_stacks"
+    CHECKPOINT = "checkpoint"
+    STOP = "stop"
+    RUN_CHECKS = "run_checks"  # the node agents' stop-time checks (collectors.checks)
+
+
+COMMAND_ACTIONS: tuple[str, ...] = tuple(a.value for a in CommandAction)
 
 # Receivers refuse a command valid for longer than this, whatever its signer wrote: a leaked
 # signed command is dangerous only until it expires.
@@ -27,7 +44,8 @@ MAX_LIFETIME_S = 600.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Command:
     job: str
-    action: str
+    # Given as a member or as its name; kept as the member (see CommandAction).
+    action: CommandAction
     issued_at: float
     expires_at: float
     nodes: tuple[str, ...] = ()
@@ -40,8 +58,11 @@ class Command:
     signature: str = ""
 
     def __post_init__(self) -> None:
-        if self.action not in COMMAND_ACTIONS:
-            raise InvalidEvent("action", f"unknown command action {self.action!r}")
+        if type(self.action) is not CommandAction:
+            try:
+                object.__setattr__(self, "action", CommandAction(self.action))
+            except (ValueError, TypeError):
+                raise InvalidEvent("action", f"unknown command action {self.action!r}") from None
         if not self.job:
             raise InvalidEvent("job", "a command must name its job")
         if self.expires_at < self.issued_at:

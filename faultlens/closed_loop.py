@@ -15,7 +15,7 @@ from typing import Iterator
 
 from faultlens.diagnosis.engine import Engine
 from faultlens.simulator.run import SimRun
-from faultlens.events.command import Command
+from faultlens.events.command import Command, CommandAction
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 
@@ -48,7 +48,7 @@ class ClosedLoop:
                 if d.action == "capture_stacks":
                     self.requests += 1
                     # The id follows from the diagnosis: the same run gives the same trace, byte for byte.
-                    out.append(Command(job=d.job, action="capture_stacks", issued_at=d.ts, expires_at=d.ts + COMMAND_TTL_S,
+                    out.append(Command(job=d.job, action=CommandAction.CAPTURE_STACKS, issued_at=d.ts, expires_at=d.ts + COMMAND_TTL_S,
                                        nodes=d.nodes, reason=d.detail[:200], diagnosis_id=d.id, id=f"cap-{d.id}"))
         return out
 

@@ -1,11 +1,13 @@
-"""The diagnosis record's fault and action are the FaultClass / Action StrEnums (issue 48), and the
-record on the bus is byte for byte what it was when they were plain strings."""
+"""The records' names are StrEnums (issue 48): a diagnosis's fault and action (FaultClass, Action)
+and a command's action (CommandAction), converted at construction; the records on the bus (and a
+command's signed bytes) are byte for byte what they were when these were plain strings."""
 
 from __future__ import annotations
 
 import pytest
 
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.command import Command, CommandAction
 from faultlens.events.envelope import InvalidEvent
 
 # Written by the record of commit ca126e1 (fault and action plain strings) for RECORD below: the id
@@ -44,3 +46,29 @@ def test_an_unknown_name_is_refused_naming_the_field(field, value, reason):
     with pytest.raises(InvalidEvent) as err:
         Diagnosis(**fields)
     assert err.value.field == field and str(err.value) == f"{field}: {reason}"
+
+
+# The same for the command record, whose signature covers these bytes (commit ca126e1 wrote them).
+COMMAND_BEFORE = (b'{"id":"cmd-1","job":"job-7","action":"run_checks","nodes":["node-3","node-4"],"ranks":[5],'
+                  b'"reason":"stop-time checks","diagnosis_id":"9e9d22dab04b304becbeb285976d5752","issued_at":1700000123.5,'
+                  b'"expires_at":1700000423.5,"params":{"checks":["gpu_burn"]},"key_id":"k1","signature":"c2ln"}')
+COMMAND_SIGNED = (b'{"action":"run_checks","diagnosis_id":"9e9d22dab04b304becbeb285976d5752","expires_at":1700000423.5,'
+                  b'"id":"cmd-1","issued_at":1700000123.5,"job":"job-7","key_id":"k1","nodes":["node-3","node-4"],'
+                  b'"params":{"checks":["gpu_burn"]},"ranks":[5],"reason":"stop-time checks"}')
+
+
+@pytest.mark.parametrize("action", ["run_checks", CommandAction.RUN_CHECKS])
+def test_a_command_encodes_and_signs_the_bytes_it_had_with_a_plain_string(action):
+    c = Command(id="cmd-1", job="job-7", action=action, nodes=("node-3", "node-4"), ranks=(5,), reason="stop-time checks",
+                diagnosis_id="9e9d22dab04b304becbeb285976d5752", issued_at=1700000123.5, expires_at=1700000423.5,
+                params={"checks": ["gpu_burn"]}, key_id="k1", signature="c2ln")
+    assert type(c.action) is CommandAction
+    assert c.encode() == COMMAND_BEFORE and c.canonical() == COMMAND_SIGNED
+    assert Command.decode(COMMAND_BEFORE).action is CommandAction.RUN_CHECKS
+
+
+@pytest.mark.parametrize("action", ["reboot", None, "gpu_lost"])
+def test_an_unknown_command_action_is_refused_naming_the_field(action):
+    with pytest.raises(InvalidEvent) as err:
+        Command(job="job-7", action=action, issued_at=1700000123.5, expires_at=1700000423.5)
+    assert str(err.value) == f"action: unknown command action {action!r}"

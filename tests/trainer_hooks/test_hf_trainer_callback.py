@@ -5,62 +5,28 @@ and a stack capture answered mid-run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import uuid
 
 import pytest
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'faultlens[hf]')")
-import torch
-
 from faultlens.trainer_hooks.exit_codes import ROLLBACK, STOPPED
-from faultlens.trainer_hooks.hf import FaultlensCallback, checkpoint_folders
-from tests.trainer_hooks.callback_script import KEY, Script, command, records, steps
+from tests.trainer_hooks.callback_script import Script, command, records, steps
 
-pytestmark = pytest.mark.broker
-VOCAB, SEQ, BATCH, ACCUMULATE = 64, 16, 4, 2
-
-
-class Sequences(torch.utils.data.Dataset):
-    """Synthetic token sequences (a repeating pattern a model can learn), labels = inputs."""
-
-    def __init__(self, count: int = 512):
-        g = torch.Generator().manual_seed(0)
-        starts = torch.randint(0, VOCAB, (count, 1), generator=g)
-        self.ids = (starts + torch.arange(SEQ)) % VOCAB
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "attention_mask": torch.ones(SEQ, dtype=torch.long), "labels": self.ids[i]}
+# find_spec of a top-level name does not import it; transformers itself is imported by the `hf` fixture.
+pytestmark = [pytest.mark.broker,
+              pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                 reason="transformers is not installed (pip install 'faultlens[hf]')")]
 
 
-def tiny_gpt2() -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=2,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return transformers.GPT2LMHeadModel(config)
-
-
-class Commands(transformers.TrainerCallback):
-    """Sends the script's command for a step as that step begins (tests/trainer_hooks/callback_script.py)."""
-
-    def __init__(self, script: Script):
-        self.script = script
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.script.before_step(state.global_step + 1)
-
-
-def trainer_for(tmp_path, faultlens, script, max_steps, model=None):
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=ACCUMULATE, learning_rate=5e-3, logging_steps=1, save_strategy="no",
-        report_to="none", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
-    return transformers.Trainer(model=model or tiny_gpt2(), args=args, train_dataset=Sequences(),
-                                callbacks=[Commands(script), faultlens])
+@pytest.fixture(scope="module")
+def hf():
+    """The data, model and Trainer of these tests (tests/trainer_hooks/hf_parts.py), imported when one of
+    them runs: at module level every xdist worker paid ~0.7 CPU-s to collect this file (issue 47)."""
+    from tests.trainer_hooks import hf_parts
+    return hf_parts
 
 
 @pytest.fixture
@@ -68,19 +34,14 @@ def job():
     return f"hf-{uuid.uuid4().hex[:8]}"
 
 
-def callback(kafka_settings, job, tmp_path):
-    return FaultlensCallback(job=job, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
-                             state_dir=tmp_path / "state", exit_grace_s=120)
-
-
 def logged(trainer, key):
     """What the Trainer itself logged per step (logging_steps=1)."""
     return {h["step"]: h[key] for h in trainer.state.log_history if key in h}
 
 
-def test_steps_match_what_the_trainer_logs_and_a_checkpoint_command_saves_through_it(kafka_settings, job, tmp_path):
+def test_steps_match_what_the_trainer_logs_and_a_checkpoint_command_saves_through_it(hf, kafka_settings, job, tmp_path):
     save = command(job, "checkpoint")
-    trainer = trainer_for(tmp_path, callback(kafka_settings, job, tmp_path), Script(kafka_settings, {4: save}), 12)
+    trainer = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path), Script(kafka_settings, {4: save}), 12)
     trainer.train()
 
     published = steps(kafka_settings, job, lambda found: len(found) >= 12)
@@ -91,17 +52,17 @@ def test_steps_match_what_the_trainer_logs_and_a_checkpoint_command_saves_throug
     assert [s["grad_norm"] for s in published] == pytest.approx([norm[n] for n in range(1, 13)], rel=1e-3)
     assert any(s["grad_norm"] > 1.0 for s in published)  # so clipping happened, and was not what we published
     assert published[-1]["loss"] < published[0]["loss"] and all(math.isfinite(s["loss"]) for s in published)
-    assert all(s["tokens"] == BATCH * ACCUMULATE * SEQ and s["classes"] == VOCAB for s in published)
+    assert all(s["tokens"] == hf.BATCH * hf.ACCUMULATE * hf.SEQ and s["classes"] == hf.VOCAB for s in published)
 
     path = tmp_path / "out" / "checkpoint-4"
     saved = records(kafka_settings, "telemetry.train", job, "checkpoint", bool)
     assert [(e.data["step"], e.data["path"]) for e in saved] == [(4, str(path))]
     assert json.loads((path / "trainer_state.json").read_text())["global_step"] == 4  # the Trainer's own save
-    assert checkpoint_folders(tmp_path / "out") == [str(path)]
+    assert hf.checkpoint_folders(tmp_path / "out") == [str(path)]
 
 
-def test_stop_ends_train_at_the_step_boundary_with_the_stop_code(kafka_settings, job, tmp_path):
-    trainer = trainer_for(tmp_path, callback(kafka_settings, job, tmp_path),
+def test_stop_ends_train_at_the_step_boundary_with_the_stop_code(hf, kafka_settings, job, tmp_path):
+    trainer = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path),
                           Script(kafka_settings, {5: command(job, "stop")}), max_steps=30)
     with pytest.raises(SystemExit) as ended:
         trainer.train()
@@ -110,22 +71,22 @@ def test_stop_ends_train_at_the_step_boundary_with_the_stop_code(kafka_settings,
     assert [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 5)] == [1, 2, 3, 4, 5]
 
 
-def test_rollback_resumes_from_the_checkpoint_the_command_names(kafka_settings, job, tmp_path, monkeypatch):
+def test_rollback_resumes_from_the_checkpoint_the_command_names(hf, kafka_settings, job, tmp_path, monkeypatch):
     named = tmp_path / "out" / "checkpoint-3"
     script = Script(kafka_settings, {3: command(job, "checkpoint"), 6: command(job, "checkpoint"),
                                      8: command(job, "rollback", checkpoint=str(named))})
-    first = trainer_for(tmp_path, callback(kafka_settings, job, tmp_path), script, max_steps=30)
+    first = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path), script, max_steps=30)
     with pytest.raises(SystemExit) as ended:
         first.train()
     assert ended.value.code == ROLLBACK
-    assert checkpoint_folders(tmp_path / "out") == [str(named), str(tmp_path / "out" / "checkpoint-6")]
+    assert hf.checkpoint_folders(tmp_path / "out") == [str(named), str(tmp_path / "out" / "checkpoint-6")]
     first_losses = logged(first, "loss")
 
     # `faultlens run` restarts the workers with the command's checkpoint (trainer_hooks/elastic_run.py).
     monkeypatch.setenv("FAULTLENS_RESUME", "rollback")
     monkeypatch.setenv("FAULTLENS_CHECKPOINT", str(named))
-    again = callback(kafka_settings, job, tmp_path)
-    second = trainer_for(tmp_path, again, Script(kafka_settings, {}), max_steps=10)
+    again = hf.callback(kafka_settings, job, tmp_path)
+    second = hf.trainer_for(tmp_path, again, Script(kafka_settings, {}), max_steps=10)
     assert again.resume_checkpoint(second.args) == str(named)
     second.train(resume_from_checkpoint=again.resume_checkpoint(second.args))
 
@@ -139,9 +100,9 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(kafka_settings, 
     assert again.resume_checkpoint(second.args) == str(named)
 
 
-def test_capture_stacks_is_answered_mid_run(kafka_settings, job, tmp_path):
+def test_capture_stacks_is_answered_mid_run(hf, kafka_settings, job, tmp_path):
     ask = command(job, "capture_stacks")
-    trainer = trainer_for(tmp_path, callback(kafka_settings, job, tmp_path), Script(kafka_settings, {2: ask}), 4)
+    trainer = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path), Script(kafka_settings, {2: ask}), 4)
     trainer.train()
     dumps = records(kafka_settings, "telemetry.stacks", job, "stack_dump", bool)
     assert [d.data["request_id"] for d in dumps] == [ask.id]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from faultlens.trainer_hooks.callback_support import (
     count_tokens,
@@ -15,6 +14,12 @@ from faultlens.trainer_hooks.callback_support import (
 )
 
 OLDEST_FIRST = ["ck-3", "ck-6", "ck-9"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch, imported by the tests that use it: at module level every xdist worker paid ~1 CPU-s to collect this file (issue 47)."""
+    return pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize(("resume", "named", "chosen"), [
@@ -39,7 +44,7 @@ def test_resume_from_environment_reads_what_faultlens_run_sets():
     assert resume_from_environment(OLDEST_FIRST, {"FAULTLENS_RESUME": "rollback", "FAULTLENS_CHECKPOINT": "x"}) == "x"
 
 
-def test_count_tokens():
+def test_count_tokens(torch):
     ids = torch.ones(4, 16, dtype=torch.long)
     mask = torch.ones(4, 16, dtype=torch.long)
     mask[:, 10:] = 0  # padding is not a token trained on
@@ -57,7 +62,7 @@ def test_step_loss_sums_shares_and_averages_whole_losses():
     assert step_loss([], shares=False) is None
 
 
-def test_grad_norm_is_the_norm_of_all_gradients_together():
+def test_grad_norm_is_the_norm_of_all_gradients_together(torch):
     a, b, c = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
     assert grad_norm([a, b]) is None  # before any backward
     a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 4.0])

@@ -4,70 +4,27 @@ rollback at a step boundary, and a stack capture answered mid-run."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import uuid
 
 import pytest
 
-pl = pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (pip install 'faultlens[lightning]')")
-import torch
-
 from faultlens.trainer_hooks.exit_codes import ROLLBACK, STOPPED
-from faultlens.trainer_hooks.lightning import FaultlensCallback
-from tests.trainer_hooks.callback_script import KEY, Script, command, records, steps
+from tests.trainer_hooks.callback_script import Script, command, records, steps
 
-pytestmark = pytest.mark.broker
-BATCH, FEATURES = 8, 6
-
-
-class TinyRegression(pl.LightningModule):
-    """y = x·w on synthetic data; it records the loss of every step it trains."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(FEATURES, 1)
-        self.losses: list[float] = []
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.layer(x), y)
-        self.losses.append(loss.item())
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
+# find_spec of a top-level name does not import it; Lightning itself is imported by the `lit` fixture.
+pytestmark = [pytest.mark.broker,
+              pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                                 reason="Lightning is not installed (pip install 'faultlens[lightning]')")]
 
 
-def data(samples: int = 64 * BATCH) -> torch.utils.data.DataLoader:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, FEATURES, generator=g)
-    y = x @ torch.arange(1.0, FEATURES + 1).unsqueeze(1)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH)
-
-
-def loss_of(checkpoint) -> float:
-    """The loss of the first batch under the weights a checkpoint holds."""
-    model = TinyRegression()
-    model.load_state_dict(torch.load(checkpoint, weights_only=False)["state_dict"])
-    with torch.no_grad():
-        return model.training_step(next(iter(data())), 0).item()
-
-
-class Commands(pl.Callback):
-    """Sends the script's command for a step as that step begins (tests/trainer_hooks/callback_script.py)."""
-
-    def __init__(self, script: Script):
-        self.script = script
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.script.before_step(trainer.global_step + 1)
-
-
-def trainer_for(tmp_path, faultlens, script, max_steps, accumulate=1):
-    return pl.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, default_root_dir=tmp_path, logger=False,
-                      accumulate_grad_batches=accumulate,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      callbacks=[Commands(script), faultlens])
+@pytest.fixture(scope="module")
+def lit():
+    """The model, data and Trainer of these tests (tests/trainer_hooks/lightning_parts.py), imported
+    when one of them runs: at module level every xdist worker paid ~1.6 CPU-s to collect this file (issue 47)."""
+    from tests.trainer_hooks import lightning_parts
+    return lightning_parts
 
 
 @pytest.fixture
@@ -75,16 +32,11 @@ def job():
     return f"lightning-{uuid.uuid4().hex[:8]}"
 
 
-def callback(kafka_settings, job, tmp_path):
-    return FaultlensCallback(job=job, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
-                             state_dir=tmp_path / "state", exit_grace_s=120)
-
-
-def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(kafka_settings, job, tmp_path):
+def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(lit, kafka_settings, job, tmp_path):
     save = command(job, "checkpoint")
-    model, faultlens = TinyRegression(), callback(kafka_settings, job, tmp_path)
-    trainer = trainer_for(tmp_path, faultlens, Script(kafka_settings, {4: save}), max_steps=12, accumulate=2)
-    trainer.fit(model, data())
+    model, faultlens = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    trainer = lit.trainer_for(tmp_path, faultlens, Script(kafka_settings, {4: save}), max_steps=12, accumulate=2)
+    trainer.fit(model, lit.data())
 
     published = steps(kafka_settings, job, lambda found: len(found) >= 12)
     assert [s["step"] for s in published] == list(range(1, 13))
@@ -93,61 +45,61 @@ def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(ka
     assert [s["loss"] for s in published] == pytest.approx(pairs)
     assert published[-1]["loss"] < published[0]["loss"]  # it learns
     assert all(s["grad_norm"] > 0 and math.isfinite(s["grad_norm"]) for s in published)
-    assert all(s["tokens"] == 2 * BATCH and s["rank"] == 0 and s["step_time_s"] > 0 for s in published)
+    assert all(s["tokens"] == 2 * lit.BATCH and s["rank"] == 0 and s["step_time_s"] > 0 for s in published)
 
     path = tmp_path / "checkpoints" / "faultlens-step=4.ckpt"
     saved = records(kafka_settings, "telemetry.train", job, "checkpoint", bool)
     assert [(e.data["step"], e.data["path"]) for e in saved] == [(4, str(path))]
-    assert torch.load(path, weights_only=False)["global_step"] == 4  # Lightning's own checkpoint format
+    assert lit.torch.load(path, weights_only=False)["global_step"] == 4  # Lightning's own checkpoint format
     acks = records(kafka_settings, "telemetry.train", job, "command_ack", bool)
     assert [(a.data["command_id"], a.data["obeyed"]) for a in acks] == [(save.id, True)]
 
 
-def test_stop_ends_fit_at_the_step_boundary_with_the_stop_code(kafka_settings, job, tmp_path):
-    model, faultlens = TinyRegression(), callback(kafka_settings, job, tmp_path)
-    trainer = trainer_for(tmp_path, faultlens, Script(kafka_settings, {5: command(job, "stop")}), max_steps=30)
+def test_stop_ends_fit_at_the_step_boundary_with_the_stop_code(lit, kafka_settings, job, tmp_path):
+    model, faultlens = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    trainer = lit.trainer_for(tmp_path, faultlens, Script(kafka_settings, {5: command(job, "stop")}), max_steps=30)
     with pytest.raises(SystemExit) as ended:
-        trainer.fit(model, data())
+        trainer.fit(model, lit.data())
     assert ended.value.code == STOPPED
     assert len(model.losses) == 5  # step 5 finished, step 6 never began
     assert [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 5)] == [1, 2, 3, 4, 5]
 
 
-def test_rollback_resumes_from_the_checkpoint_the_command_names(kafka_settings, job, tmp_path, monkeypatch):
-    first_model, first = TinyRegression(), callback(kafka_settings, job, tmp_path)
+def test_rollback_resumes_from_the_checkpoint_the_command_names(lit, kafka_settings, job, tmp_path, monkeypatch):
+    first_model, first = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
     named = tmp_path / "checkpoints" / "faultlens-step=3.ckpt"
     script = Script(kafka_settings, {3: command(job, "checkpoint"), 6: command(job, "checkpoint"),
                                      8: command(job, "rollback", checkpoint=str(named))})
     with pytest.raises(SystemExit) as ended:
-        trainer_for(tmp_path, first, script, max_steps=30).fit(first_model, data())
+        lit.trainer_for(tmp_path, first, script, max_steps=30).fit(first_model, lit.data())
     assert ended.value.code == ROLLBACK
     assert sorted(p.name for p in named.parent.glob("*.ckpt")) == ["faultlens-step=3.ckpt", "faultlens-step=6.ckpt"]
 
     # `faultlens run` restarts the workers with the command's checkpoint (trainer_hooks/elastic_run.py).
     monkeypatch.setenv("FAULTLENS_RESUME", "rollback")
     monkeypatch.setenv("FAULTLENS_CHECKPOINT", str(named))
-    second_model, second = TinyRegression(), callback(kafka_settings, job, tmp_path)
-    trainer = trainer_for(tmp_path, second, Script(kafka_settings, {}), max_steps=10)
+    second_model, second = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    trainer = lit.trainer_for(tmp_path, second, Script(kafka_settings, {}), max_steps=10)
     assert second.resume_checkpoint(trainer) == str(named)
-    trainer.fit(second_model, data(), ckpt_path=second.resume_checkpoint(trainer))
+    trainer.fit(second_model, lit.data(), ckpt_path=second.resume_checkpoint(trainer))
 
     published = [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 8 + 7)]
     assert published == [1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10]  # steps 4.. again, from step 3's state
     # The resumed run's first step trained from step 3's weights (on the loader's first batch: a
     # plain DataLoader starts its epoch over), not step 6's.
-    assert second_model.losses[0] == pytest.approx(loss_of(named))
-    assert second_model.losses[0] != pytest.approx(loss_of(named.parent / "faultlens-step=6.ckpt"))
+    assert second_model.losses[0] == pytest.approx(lit.loss_of(named))
+    assert second_model.losses[0] != pytest.approx(lit.loss_of(named.parent / "faultlens-step=6.ckpt"))
 
     # Without a named checkpoint, a rollback resumes from the one before the newest.
     monkeypatch.delenv("FAULTLENS_CHECKPOINT")
     assert second.resume_checkpoint(trainer) == str(named)
 
 
-def test_capture_stacks_is_answered_mid_run(kafka_settings, job, tmp_path):
+def test_capture_stacks_is_answered_mid_run(lit, kafka_settings, job, tmp_path):
     ask = command(job, "capture_stacks")
-    trainer = trainer_for(tmp_path, callback(kafka_settings, job, tmp_path), Script(kafka_settings, {2: ask}),
+    trainer = lit.trainer_for(tmp_path, lit.callback(kafka_settings, job, tmp_path), Script(kafka_settings, {2: ask}),
                           max_steps=4)
-    trainer.fit(TinyRegression(), data())
+    trainer.fit(lit.TinyRegression(), lit.data())
     dumps = records(kafka_settings, "telemetry.stacks", job, "stack_dump", bool)
     assert [d.data["request_id"] for d in dumps] == [ask.id]
     # The training thread, caught inside Lightning's loop while the step waited.

@@ -6,9 +6,10 @@ a repeat on the same node into an eviction (docs/design.md §3: restart / evict 
 
 from __future__ import annotations
 
-from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
+from faultlens.diagnosis.rules.base import Finding, line_of, or_else, parsed_fault
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
+from faultlens.events.payloads_log import KernelOom
 from faultlens.events.payloads_node import KernelMachineCheck
 
 # A panic takes the machine down: nothing to restart in place.
@@ -32,8 +33,9 @@ class KernelRule:
             return [self._finding(event, fault, action, kind)]
         if kind == "oom_kill":
             _, action = parsed_fault(event, "host_oom", "restart")
-            what = event.data.get("process") or "?"
-            return [self._finding(event, "host_oom", action, f"oom_kill of {what} (pid {event.data.get('pid', '?')})")]
+            oom: KernelOom = typed(event)
+            what = oom.process or "?"
+            return [self._finding(event, "host_oom", action, f"oom_kill of {what} (pid {or_else(oom.pid, '?')})")]
         if kind == "mce" and _uncorrected(event):
             return [self._finding(event, "kernel", "evict", "uncorrected machine check")]
         return []

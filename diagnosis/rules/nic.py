@@ -19,6 +19,8 @@ from collections import deque
 
 from faultlens.diagnosis.rules.base import Finding, line_of
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_log import LinkState, NicLine
 
 NIC_WINDOW_S = 300.0
 NIC_ALERTS = 2
@@ -42,22 +44,24 @@ class NicRule:
         self._seen: dict[tuple[str, str, bool], deque] = {}
         self._came_up: set[tuple[str, str, bool]] = set()
 
-    def is_fabric(self, data) -> bool:
-        driver = str(data.get("driver") or "").lower()
-        if driver:
-            return driver.startswith(self.fabric_drivers)
-        return bool(self.fabric_devices.match(str(data.get("device") or "")))
+    def is_fabric(self, driver: object, device: object) -> bool:
+        """A NIC of the training fabric, by its driver where the line names one, else by its name."""
+        name = str(driver or "").lower()
+        if name:
+            return name.startswith(self.fabric_drivers)
+        return bool(self.fabric_devices.match(str(device or "")))
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind not in ("link_up", "link_down", "nic_error"):
             return []
-        fabric = self.is_fabric(event.data)
+        nic: LinkState | NicLine = typed(event)
+        fabric = self.is_fabric(nic.driver, nic.device)
         key = (event.job, event.node, fabric)
         if event.kind == "link_up":
             self._came_up.add(key)
             return []
-        device = str(event.data.get("device") or "?")
-        port = event.data.get("port")
+        device = str(nic.device or "?")
+        port = nic.port
         q = self._seen.setdefault(key, deque())
         if q and key not in self._came_up and event.ts - q[-1][0] < self.debounce_s:
             return []  # another line of the same flap

@@ -37,8 +37,8 @@ def test_only_training_fabric_nics_evict():
     [g] = rule.observe(_link(100, "ens7np0", "mlx5_core", node="n002"))
     assert (g.action, g.nodes) == ("evict", ("n002",))
     # no driver named: the device name decides (ib0 is the fabric), and it is configurable
-    assert NicRule().is_fabric({"device": "ib0"}) and not NicRule().is_fabric({"device": "eth0"})
-    assert NicRule(fabric_devices=r"^eth").is_fabric({"device": "eth0"})
+    assert NicRule().is_fabric(None, "ib0") and not NicRule().is_fabric(None, "eth0")
+    assert NicRule(fabric_devices=r"^eth").is_fabric(None, "eth0")
 
 
 def test_nvml_unknown_is_retried_and_gpu_is_lost_is_believed():

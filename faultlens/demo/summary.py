@@ -158,7 +158,10 @@ def _wall(state: DemoState) -> float:
 
 
 def json_lines(report: dict[str, Any]) -> list[bytes]:
-    return [orjson.dumps({"section": name, "data": body}, default=str) for name, body in report.items()]
+    # Tallies are keyed by FaultClass / Action (StrEnum since issue 48): orjson takes only exact-str keys
+    # without OPT_NON_STR_KEYS, and a member's key is written as its name.
+    return [orjson.dumps({"section": name, "data": body}, default=str, option=orjson.OPT_NON_STR_KEYS)
+            for name, body in report.items()]
 
 
 # Column widths of the injected-faults table: 79 characters in all, so it reads whole in an

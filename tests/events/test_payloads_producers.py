@@ -35,7 +35,6 @@ from faultlens.parsing.rules import load
 from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
 from faultlens.streams.runner import Record
 from faultlens.trainer_hooks.elastic_commands import RoundNote
-from faultlens.trainer_hooks.elastic_run import JobSide
 from faultlens.trainer_hooks.launcher import Launcher, RestartPlan
 from tools.log_corpus_score import CORPUS, HELDOUT, events_of, rows
 
@@ -102,6 +101,10 @@ class _Captured:
 
 
 def _launcher_records(capsys) -> list[Envelope]:
+    # Imported here: elastic_run imports torch.distributed.elastic, ~1 CPU-s that every xdist worker
+    # would pay at collection for this one test.
+    from faultlens.trainer_hooks.elastic_run import JobSide
+
     sent = _Captured()
     launcher = Launcher.__new__(Launcher)  # its __init__ connects to Kafka; these two only publish
     launcher.job, launcher.nodes, launcher.attempt, launcher.producer = "j", ("n0", "n1"), 2, sent

@@ -1,5 +1,4 @@
 import pytest
-from scipy.stats import binom
 
 from faultlens.remediation.pool import StandbyPool, binomial_quantile, standby_size
 
@@ -10,6 +9,8 @@ def test_bytedance_table5_1024_nodes_at_0_12_percent_a_day_needs_4_spares():
 
 @pytest.mark.parametrize("n,p,q", [(1024, 0.0012, 0.99), (128, 0.01, 0.99), (10_000, 0.0005, 0.999), (16, 0.3, 0.5)])
 def test_quantile_matches_scipy(n, p, q):
+    from scipy.stats import binom  # here, not at collection: scipy.stats costs every xdist worker ~0.75 CPU-s
+
     assert binomial_quantile(n, p, q) == int(binom.ppf(q, n, p))
 
 

@@ -33,7 +33,8 @@ from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
 from faultlens.events.envelope import Envelope, InvalidEvent
-from faultlens.events.payloads import check_payload
+from faultlens.events.payloads import check_payload, typed
+from faultlens.events.payloads_stage import JobEnd, JobRestart
 from faultlens.events.topics import TELEMETRY_PARTITIONS
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def known_kind(event: Envelope) -> bool:
     kinds = KNOWN_KINDS.get(event.source)
     if kinds is None or event.kind in kinds:
         return True
+    # data, not typed(event): this decides whether the event has a Struct at all (payload_type_of).
     return event.source in ("kernel", "nccl") and isinstance(event.data, dict) and isinstance(event.data.get("rule"), str)
 
 
@@ -269,11 +271,11 @@ class Engine:
             self.stats["topologies"] += 1
         elif event.kind == "restart":
             lane.dedup.restarted(event.job, event.ts)
-            nodes_out = event.data.get("nodes_out") or []
-            lane.stage.restarted(event.job, [str(n) for n in nodes_out if isinstance(n, str)], at=event.ts)
+            restart: JobRestart = typed(event)
+            lane.stage.restarted(event.job, list(restart.nodes_out or ()), at=event.ts)
         elif event.kind == "end":
-            reason = event.data.get("reason")
-            lane.stage.ended(event.job, at=event.ts, failed=reason in FAILED_ENDS)
+            end: JobEnd = typed(event)
+            lane.stage.ended(event.job, at=event.ts, failed=end.reason in FAILED_ENDS)
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""

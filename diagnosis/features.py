@@ -15,10 +15,11 @@ from math import isfinite
 from typing import Mapping
 
 from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, pcie_replay_total
-from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.gpu_table import gpu_table
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainStep
+from faultlens.events.payloads_stage import SummaryWindow
 
 WINDOW_S = 10.0
 
@@ -52,13 +53,11 @@ class NodeWindow:
 
     @classmethod
     def from_event(cls, event: Envelope) -> "NodeWindow":
-        d = event.data
-        try:
-            return cls(event.job, event.node, float(d.get("start", event.ts)),
-                       {str(k): float(v) for k, v in (d.get("features") or {}).items()}, int(d.get("samples", 0)),
-                       tuple(int(r) for r in d.get("ranks") or ()), tuple(str(e) for e in d.get("evidence") or ()))
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise InvalidEvent("data", f"not a node window summary: {exc}") from None
+        """A `summary/window` back into the window (its Struct, SummaryWindow, checked the types)."""
+        d: SummaryWindow = typed(event)
+        return cls(event.job, event.node, float(event.ts if d.start is None else d.start),
+                   {k: float(v) for k, v in (d.features or {}).items()}, d.samples or 0,
+                   tuple(d.ranks or ()), tuple(d.evidence or ()))
 
 
 # Samples a node holds before they are folded into its sums: per-node state has a fixed size.

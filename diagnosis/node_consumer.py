@@ -203,6 +203,9 @@ def watermark_of(record: Record) -> WriterWord | None:
     value = record.value
     if isinstance(value, Envelope) and value.source == "summary" and value.kind == "watermark":
         try:
+            # data, not typed(event): the runner reads this before any intake check, and a word
+            # that says its coverage badly still counts for its watermark (SummaryWatermark would
+            # refuse it whole).
             data = value.data
             mark, reads, of = data["watermark"], data.get("reads"), data.get("of")
             if reads is not None and not (isinstance(reads, list) and all(isinstance(r, str) for r in reads)

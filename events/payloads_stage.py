@@ -3,8 +3,9 @@ launchers, events/topology.py) and ``summary`` (the node stage to the job stage,
 ``summaries``) (docs/events.md; the rules every field follows: events/payload_fields.py).
 
 The summaries' readers (diagnosis/features.py ``NodeWindow.from_event``, diagnosis/rules/base.py
-``Finding.from_event``, diagnosis/node_consumer.py's watermark) still build their own records from
-``data``; these Structs check at the intake what they would otherwise find out one key at a time.
+``Finding.from_event``) build their records from these Structs. diagnosis/node_consumer.py's
+``watermark_of`` reads a watermark's ``data`` key by key: the runner reads it before any intake
+check, and a word that says its coverage badly still counts for its watermark.
 """
 
 from __future__ import annotations

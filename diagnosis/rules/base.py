@@ -13,6 +13,10 @@ from typing import Any, Mapping, Protocol, TypeVar
 
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_log import ParsedLog
+from faultlens.events.payloads_node import GpuXid
+from faultlens.events.payloads_stage import SummaryFinding
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +55,16 @@ class Finding:
 
     @classmethod
     def from_event(cls, event: Envelope) -> "Finding":
-        d = event.data
-        try:
-            return cls(job=event.job, ts=event.ts, fault=str(d["fault"]), action=str(d["action"]),
-                       nodes=tuple(str(n) for n in d.get("nodes") or ()), entity=str(d.get("entity") or ""),
-                       ranks=tuple(int(r) for r in d.get("ranks") or ()), group=d.get("group"),
-                       confidence=float(d.get("confidence", 1.0)), evidence=tuple(str(e) for e in d.get("evidence") or ()),
-                       detail=str(d.get("detail") or ""), onset=None if d.get("onset") is None else float(d["onset"]),
-                       sympathetic=bool(d.get("sympathetic", False)), hold_s=float(d.get("hold_s") or 0.0))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidEvent("data", f"not a node finding: {exc}") from None
+        """A `summary/finding` back into the finding (its Struct, SummaryFinding, checked the
+        types; a record without its fault or action is not a finding)."""
+        d: SummaryFinding = typed(event)
+        if d.fault is None or d.action is None:
+            raise InvalidEvent("data", f"not a node finding: no {'fault' if d.fault is None else 'action'}")
+        return cls(job=event.job, ts=event.ts, fault=str(d.fault), action=str(d.action), nodes=tuple(d.nodes or ()),
+                   entity=d.entity or "", ranks=tuple(d.ranks or ()), group=d.group,
+                   confidence=float(or_else(d.confidence, 1.0)), evidence=tuple(d.evidence or ()),
+                   detail=d.detail or "", onset=None if d.onset is None else float(d.onset),
+                   sympathetic=bool(d.sympathetic), hold_s=float(d.hold_s or 0.0))
 
     def to_diagnosis(self, *, action: str | None = None, count: int = 1, detail: str | None = None) -> Diagnosis:
         return Diagnosis(
@@ -141,15 +145,23 @@ def opt_float(data: Mapping[str, Any], key: str) -> float | None:
 
 
 def parsed_fault(event: Envelope, default_fault: str, default_action: str) -> tuple[str, str]:
-    """The parser's fault class and action when it gave valid ones, else the rule's defaults."""
-    fault = event.data.get("fault")
-    action = event.data.get("action")
+    """The parser's fault class and action where it gave them, else the rule's defaults (the
+    intake refused any other: the fields are the FaultClass / Action enums). A parsed log event,
+    or NVML's Xid (gpu/xid), which carries the Xid table's verdict as a kernel Xid does."""
+    payload: ParsedLog | GpuXid = typed(event)
+    fault, action = payload.fault, payload.action
     return (
-        fault if fault in FAULT_CLASSES else default_fault,
-        action if action in ACTIONS else default_action,
+        default_fault if fault is None else str(fault),
+        default_action if action is None else str(action),
     )
 
 
 def line_of(event: Envelope) -> str:
+    """The parsed event's log line (or its text), for a finding's detail."""
+    payload = typed(event)
+    if isinstance(payload, ParsedLog):
+        return (payload.line or payload.text or "")[:200]
+    # An NVML event (gpu/xid, gpu/lost): its Struct has no line; a producer may still have put
+    # one beside the documented keys, and the detail has always shown it.
     text = event.data.get("line") or event.data.get("text") or ""
     return str(text)[:200]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_log import ParsedLog
 
 # (source, kind) pairs read by KernelRule, GpuLostRule, NicRule and TrainingRule.
 _HANDLED = frozenset(
@@ -35,10 +37,15 @@ class CatalogueRule:
 
     def observe(self, event: Envelope) -> list[Finding]:
         key = (event.source, event.kind)
-        rule = event.data.get("rule") or (event.kind if key in _UNREAD else None)
-        if not rule or key in _HANDLED:
+        if key in _HANDLED:
+            return []
+        payload: ParsedLog = typed(event)
+        rule = payload.rule or (event.kind if key in _UNREAD else None)
+        if not rule:
             return []
         fault, action = parsed_fault(event, "unknown", "none")
+        # basis / device / server / pci stay keys of data: a kind's Struct has those its shipped
+        # rules fill, and a user's rule (read as ParsedLog) may name any group (payloads_log.py).
         if event.data.get("basis") in SUSPICION_BASES and action not in SUSPICION_CEILING:
             action = "alert"
         if action == "none":
@@ -48,7 +55,7 @@ class CatalogueRule:
         # What the rule is about on this node: the device / server it names, else the rule itself.
         thing = event.data.get("device") or event.data.get("server") or event.data.get("pci") or ""
         entity = f"{rule}:{thing}" if thing else str(rule)
-        if event.data.get("scope") == "job":
+        if payload.scope == "job":
             # The job's fault, not this machine's (an NFS server every node mounts): one finding per
             # job and thing, naming no node, so nobody is evicted and the nodes' echoes fold into it.
             return [Finding(job=event.job, ts=event.ts, fault=fault, action=action, nodes=(), entity=entity,

@@ -25,6 +25,7 @@ from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.events.action_record import ActionRecord
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
+from faultlens.events.payloads import check_payload
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner import GroupRunner, Record, dead_letter
@@ -91,6 +92,15 @@ class RemediationHandler:
                                            f"bad topology: {exc}", self.group))
                 continue
             if r.topic == CHECKS_TOPIC:
+                try:
+                    check_payload(r.value)
+                except InvalidEvent as exc:
+                    # Dead-lettered, so a person sees what was wrong with it, and still read by the
+                    # ladder: a malformed answer is an answer (a result it cannot read counts for
+                    # nothing, a reproduction outcome it cannot read is inconclusive, a person looks),
+                    # not a silence that holds the job until the deadline.
+                    out.append(dead_letter(r.topic, r.partition, r.offset, r.key, encode(r.value),
+                                           f"bad check event: {exc}", self.group))
                 out.extend(self._follow(self.policy.observe_check(r.value, self.clock())))
                 continue
             d: Diagnosis = r.value

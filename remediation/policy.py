@@ -370,8 +370,8 @@ class Policy:
 
     def _settle_reproduction(self, event: Envelope, now: float) -> list[tuple[Decision, Command | None]]:
         repro = self.reproductions[event.job]
-        # Read from ``data``, not the typed payload: the remediation consumer runs no payload check,
-        # and an outcome its Struct would refuse is still an answer (inconclusive: a person looks).
+        # Read from ``data``, not the typed payload: an outcome its Struct refuses is dead-lettered at
+        # the consumer's intake and still an answer here (inconclusive: a person looks).
         if event.data.get("command_id") != repro.command_id:
             return []
         del self.reproductions[event.job]

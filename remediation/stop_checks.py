@@ -64,8 +64,8 @@ class PendingChecks:
     def record(self, event: Envelope) -> bool:
         """Keep a `check`/`result` answering one of our requests, or a `check`/`command_ack` refusing
         one; the first answer per machine counts."""
-        # Read from ``data``, not the typed payload: the remediation consumer runs no payload check
-        # at its intake, and a malformed answer must cost only itself here (skipped, never raised).
+        # Read from ``data``, not the typed payload: a malformed answer is dead-lettered at the
+        # consumer's intake and must cost only itself here (skipped, never raised).
         data = event.data
         if event.kind == "command_ack":
             return self._refused(event)

@@ -15,7 +15,7 @@ import transformers
 
 from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.hf import FaultlensCallback
-from tests.trainer_hooks.test_hf_trainer_callback import BATCH, Sequences, tiny_gpt2
+from tests.trainer_hooks.hf_parts import BATCH, Sequences, tiny_gpt2
 
 
 class Pace(transformers.TrainerCallback):

@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 
 from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.lightning import FaultlensCallback
-from tests.trainer_hooks.test_lightning_callback import TinyRegression, data
+from tests.trainer_hooks.lightning_parts import TinyRegression, data
 
 
 class Pace(pl.Callback):

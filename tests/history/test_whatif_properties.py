@@ -4,8 +4,10 @@ closeness to the papers' figures is a separate, documented check (test_whatif.py
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +45,10 @@ def _ettr(s: Scenario) -> float:
 
 # A fixed interval isolates the model; the optimum is checked with the search's own tolerance.
 EPS = 1e-12
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized unless FAULTLENS_HYPOTHESIS_EXPLORE is set: CI must not fail on a draw no run before
+# it made (a person explores with the variable set, and pins what they find as a test below).
+DERANDOMIZE = not os.environ.get("FAULTLENS_HYPOTHESIS_EXPLORE")
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=DERANDOMIZE)
 
 
 @FAST
@@ -106,7 +111,7 @@ def test_the_breakdown_adds_up(s):
     assert all(v >= -1e-12 for phases in p.breakdown.values() for v in phases.values())
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=DERANDOMIZE)
 @given(scenarios(max_gpus=30_000))
 def test_the_two_engines_agree(s):
     s = replace(s, days=min(s.days, 10.0))
@@ -117,3 +122,22 @@ def test_the_two_engines_agree(s):
     # the pool's Poisson approximation put it a little off the Monte Carlo; 0.3 points or 4 intervals.
     slack = max(0.003, 4 * (hi - lo))
     assert lo - slack <= p.ettr <= hi + slack, (p.ettr, mc.ci)
+
+
+@pytest.mark.xfail(strict=True, reason="known: the engines disagree when faults come faster than checkpoints "
+                   "and a slow machine's localisation overlaps them (found by hypothesis, 2026-11-28)")
+def test_the_engines_agree_when_faults_outpace_checkpoints():
+    # ~63 stopping faults a day on 3,750 nodes (one every ~23 min) against a 54-min checkpoint interval,
+    # and a fail-slow class whose localisation takes 75 min: closed form 0.177, Monte Carlo 0.135-0.143.
+    stop = FaultClass("gpu_lost", 0.01675178322348252, detect_s=0.0, localise_s=0.0, evict_share=0.0)
+    slow = FaultClass("fail_slow", 0.0033557308155995075, detect_s=0.0, localise_s=4506.5408618889605,
+                      evict_share=1.0, slowdown=0.9023030773700585, loses_work=False)
+    hang = FaultClass("job_hang", 0.0, evict_share=0.0)
+    planned = FaultClass("planned", 0.0, evict_share=0.0, loses_work=False, planned=True)
+    s = Scenario(gpus=29998, days=10.0, faults=(stop, slow, hang, planned), checkpoint_interval_s=3265.0,
+                 checkpoint_stall_s=0.0, recovery=Recovery(standby_s=1.0, requeue_s=1.0, restart_s=1.0,
+                                                           hot_update_s=1.0), spares=0)
+    p = project(s)
+    lo, hi = simulate(s, runs=60, seed=11).ci
+    slack = max(0.003, 4 * (hi - lo))
+    assert lo - slack <= p.ettr <= hi + slack, (p.ettr, (lo, hi))

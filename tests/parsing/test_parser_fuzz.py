@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +18,9 @@ from bench.testbed import log_samples as S
 REAL = [v for k, v in vars(S).items() if k.isupper() and isinstance(v, str)]
 REAL += [x for k, v in vars(S).items() if k.isupper() and isinstance(v, list) for x in v]
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized unless FAULTLENS_HYPOTHESIS_EXPLORE is set (tests/history/test_whatif_properties.py says why).
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                derandomize=not os.environ.get("FAULTLENS_HYPOTHESIS_EXPLORE"))
 
 
 @st.composite

@@ -8,8 +8,10 @@ period u have closed expectations (K is geometric, u a truncated exponential), s
 E[min(u, tau)] exactly rather than Young's tau / 2 (which it tends to when lam * tau is small).
 
 A degraded fault (a fail-slow machine) does not stop the job: it is found over ``detect_s +
-localise_s`` seconds of running at reduced speed, while other faults keep arriving (``mean_speed``:
-the phases in flight are an M/G/inf queue on the running clock), and then costs its recovery.
+localise_s`` seconds of running at reduced speed, while other faults keep arriving (speed.py: the
+phases in flight are an M/G/inf queue on the running clock), and then costs its recovery. The work a
+restart loses or keeps is weighed by the speed over the stretch before it (``unsaved_work``), which
+is not the mean: a slow machine's eviction ends a stretch run at its speed.
 
 The spares are a loss system (``_taken_cdf``): an eviction finds the pool short when the machines
 other evictions hold leave fewer than it needs, and then pays a requeue; the one approximation is
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from faultlens.history.whatif.model import DAY_S, PHASES, FaultClass, Scenario
+from faultlens.history.whatif.speed import mean_speed, unsaved_work
 from faultlens.remediation.pool import standby_size
 
 # The interval search: Young's interval times/divided by this, in log space.
@@ -135,28 +138,6 @@ def _downtime(f: FaultClass, s: Scenario, short: float, short_no_over: float) ->
     return found + recovery + over, recovery, over
 
 
-def mean_speed(s: Scenario, lam: float) -> float:
-    """The job's mean throughput over its running time, as a share of full speed.
-
-    A degraded phase (a fail-slow machine being found) lasts ``detect_s + localise_s`` seconds of
-    running time, and faults keep arriving meanwhile (a phase paused by another fault's downtime
-    resumes after it), so the phases in progress are an M/G/inf queue on the running clock: the number
-    of class ``f`` in progress is Poisson with mean lam x share_f x D_f, independent across classes. A
-    synchronous job runs at its slowest machine's speed: 1 - the largest slowdown in progress."""
-    total = sum(f.rate for f in s.faults)
-    if lam == 0 or total == 0:
-        return 1.0
-    levels: dict[float, float] = {}
-    for f in s.faults:
-        if f.degrades and f.slowdown > 0:
-            levels[f.slowdown] = levels.get(f.slowdown, 0.0) + lam * f.rate / total * (f.detect_s + f.localise_s)
-    speed, above = 0.0, 0.0
-    for level in sorted(levels, reverse=True):
-        speed += (1 - level) * math.exp(-above) * -math.expm1(-levels[level])
-        above += levels[level]
-    return speed + math.exp(-above)
-
-
 def project(s: Scenario, interval_s: float | None = None) -> Projection:
     """The expected ETTR of ``s`` and where the rest of the wall time goes."""
     s.validate()
@@ -242,7 +223,10 @@ def _cycle(s: Scenario, lam: float, spares: int, running: float, tau: float
     slow_total = sum(slow_weight.values())
 
     cycle = 1 / lam
-    productive = speed * full
+    # Work done is the mean speed times the compute time; what a restart loses of it is weighed by the
+    # speed over the stretch it was done in (speed.unsaved_work), not by the mean.
+    productive = speed * (full + partial)
+    at_fault = unsaved_work(s, lam, tau, stall, partial)
     stall_s = run_stall
     seconds: dict[str, dict[str, float]] = {}
     short_sum = evict_sum = 0.0
@@ -255,10 +239,10 @@ def _cycle(s: Scenario, lam: float, spares: int, running: float, tau: float
             evict_sum += w * f.evict_share
         cycle += w * down
         if f.loses_work:
-            lost = w * speed * partial
+            lost = w * (unsaved_work(s, lam, tau, stall, partial, f) if f.degrades else at_fault)
+            productive -= lost
         else:
             # The trainer saves before the restart: the partial period's work is kept, for one stall.
-            productive += w * speed * partial
             cycle += w * stall
             stall_s += w * stall
             lost = 0.0

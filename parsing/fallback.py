@@ -30,13 +30,20 @@ def kernel_line(msg: str, raw: str, sev: Severity | None = None) -> tuple[Found 
     att = attribute(msg)
     if att is not None and att.fault is not None:
         return [("subsystem_error", _subsystem_data(raw, att, sev))], "subsystem"
-    found = model_line(msg, raw, "kernel", subsystem=att.subsystem if att else None, severity=sev)
+    if att is not None:
+        # A driver the table does not know, by its tag: its error is counted and mined as an
+        # unrecognised line, not guessed into the class of whatever its words resemble.
+        return None, ""
+    found = model_line(msg, raw, "kernel", severity=sev)
     return found, ("model" if found else "")
 
 
 def _subsystem_data(raw: str, att: Attribution, sev: Severity) -> dict[str, Any]:
     how = "known subsystem" if att.known else "driver named by the line's shape, class by its device"
-    data = common(raw, att.fault or "unknown", att.action if att.action in ("none", CEILING) else CEILING, "error",
+    if att.fault == "unknown":
+        how = "known subsystem outside the job's: recorded for the machine's record"
+    action = att.action if att.action in ("none", CEILING) else CEILING
+    data = common(raw, att.fault or "unknown", action, "error" if action != "none" else "info",
                   rule=f"subsystem.{att.subsystem}", subsystem=att.subsystem, tag=att.tag, basis="subsystem",
                   finding=f"classified by subsystem {att.subsystem} ({how}) and severity ({sev.why()})")  # fmt: skip
     if att.device:

@@ -22,7 +22,12 @@ CONTEXT_LINES = 16
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\):\s*(?P<code>\d{1,5})\b,?\s*(?P<rest>.*)")
+# The designator in the parenthesis is the GPU's PCI address, and on a MIG GPU also its GPU and
+# compute instance ("PCI:0000:01:00 GPU-I:05 GPU-CI:02"); a report may elide it ("PCI:..."). The
+# code after it is the record: read whatever the parenthesis holds.
+_XID = re.compile(r"NVRM: Xid \((?P<designator>[^)]{0,80})\):\s*(?P<code>\d{1,5})\b,?\s*(?P<rest>.*)")
+_DESIGNATOR_PCI = re.compile(r"^(?:PCI:)?(?P<pci>" + _PCI + r")\b")
+_MIG = re.compile(r"\bGPU-I:\s*(?P<gi>\d+)(?:\s+GPU-CI:\s*(?P<ci>\d+))?")
 _PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
 _NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
 _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>" + _PCI + r"):\s*(?P<uuid>GPU-[0-9a-fA-F\-]+)?")
@@ -106,7 +111,10 @@ class GpuLines:
         return self.gpu_lost(raw, norm_pci(m.group(1)) if m else "unknown", None)
 
     def _xid(self, m: re.Match[str], raw: str) -> Found:
-        pci = norm_pci(m.group("pci"))
+        designator = m.group("designator").strip()
+        dm = _DESIGNATOR_PCI.match(designator)
+        pci = norm_pci(dm.group("pci")) if dm else "unknown"
+        mig = _MIG.search(designator)
         code = int(m.group("code"))
         rest = m.group("rest")
         pid = process = None
@@ -128,6 +136,10 @@ class GpuLines:
             xid=code, pci=pci, pid=pid, process=process, text=text, mnemonic=v.mnemonic,
             nvidia_action=v.nvidia_action, sympathetic=v.sympathetic,
         )  # fmt: skip
+        if mig:
+            data["gpu_instance"] = int(mig.group("gi"))
+            if mig.group("ci") is not None:
+                data["compute_instance"] = int(mig.group("ci"))
         if v.subcode:
             data["subcode"] = v.subcode
         if v.intrinfo is not None:

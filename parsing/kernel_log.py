@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from faultlens.parsing import fallback, kernel_host
+from faultlens.parsing import fallback, kernel_host, kernel_quiet
 from faultlens.parsing.alarm import ALARM_PRIORITY, kernel_priority
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.benign import for_source as benign_for
@@ -57,11 +57,16 @@ class KernelLogParser:
     source = "kernel"
 
     def __init__(self, *, now: float | None = None, rules: Sequence[LineRule] | None = None,
-                 on_unrecognised: OnUnrecognised | None = None):
+                 on_unrecognised: OnUnrecognised | None = None, live_from: float | None = None):
+        """``live_from``: the kernel uptime (seconds) from which a line may act against a job; the
+        lines before it were logged at boot or before the agent started (parsing.kernel_quiet).
+        The agent passes its own start where it knows it; a file parse gets BOOT_UPTIME_S."""
         self.stats = ParserStats()
+        self._live_from = kernel_quiet.BOOT_UPTIME_S if live_from is None else live_from
         self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
+        self._rule_by_id = {r.id: r for r in self._rules.rules}
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules, self._benign.needles)
         # The fold memory; its n is the line number, its clock this line's time (boot clock, wall
@@ -97,7 +102,11 @@ class KernelLogParser:
             self.stats.recognised += 1
             self.stats.benign += 1
             return []  # known noise (parsing/benign.toml): no rule may act on it
-        found = self._classify(msg, text)
+        found = self._code(msg, text)
+        if found is None:
+            found = self._rules.for_subsystem(subsystem_of(msg)).match(msg, text, self._echoes.seen)
+            if found and kernel_quiet.by_own_word(found, severity_of(msg, text), self._rule_by_id.get(found[0][1].get("rule", ""))):
+                self.stats.quieted += 1
         if found is None:
             sev = severity_of(msg, text)
             found, basis = fallback.kernel_line(msg, text, sev)
@@ -109,12 +118,17 @@ class KernelLogParser:
                 self.stats.skipped += 1
                 self._unrecognised(msg, sev)
                 return []
+        if kernel_quiet.at_boot(found, stamped.mono, self._live_from):
+            self.stats.boot += 1
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
 
     def _unrecognised(self, msg: str, sev: Severity) -> None:
-        if sev.alarming or (sev.priority is not None and sev.priority <= ALARM_PRIORITY):
+        # An Xid or SXid record the driver's reader could not parse is a GPU or NVSwitch fault
+        # whatever its words: always counted and shown, never dropped as quiet.
+        gpu_record = "NVRM: Xid" in msg or "SXid" in msg
+        if gpu_record or sev.alarming or (sev.priority is not None and sev.priority <= ALARM_PRIORITY):
             self.stats.alarming += 1
             if self.on_unrecognised is not None:
                 self.on_unrecognised(msg)
@@ -125,15 +139,8 @@ class KernelLogParser:
         self._gpu.clear()
         return []
 
-    # -- dispatch ----------------------------------------------------------------------------
-    def _classify(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
-        """Events of one line; [] when the line belongs to a record already emitted; None: not ours.
-
-        The code's records first (they fold over several lines), then the catalogue (parsing/rules.toml
-        and the user's --rules files) for the lines the code left."""
-        found = self._code(msg, raw)
-        return found if found is not None else self._rules.for_subsystem(subsystem_of(msg)).match(msg, raw, self._echoes.seen)
-
+    # -- dispatch: the code's records first (they fold over several lines), then the catalogue
+    # (parsing/rules.toml and the user's --rules files) for the lines the code left (feed) ----------
     def _code(self, msg: str, raw: str) -> list[tuple[str, dict[str, Any]]] | None:
         if "Kernel panic" in msg or "Kernel Panic" in msg:
             # Before the OOM branch: "Kernel panic - not syncing: Out of memory ..." is a panic.

@@ -46,10 +46,14 @@ class ParserStats:
     # Recognised lines taken by their subsystem's class (parsing/subsystems.toml) or by the model.
     by_subsystem: int = 0
     by_model: int = 0
+    # Lines whose events are recorded, not acted on: logged at boot (parsing.kernel_quiet), or a
+    # rule's line that says itself it is information or corrected.
+    boot: int = 0
+    quieted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"lines": self.lines, "recognised": self.recognised, "skipped": self.skipped, "garbled": self.garbled, "events": self.events,
-                "alarming": self.alarming, "benign": self.benign, "by_subsystem": self.by_subsystem, "by_model": self.by_model}
+                "alarming": self.alarming, "benign": self.benign, "by_subsystem": self.by_subsystem, "by_model": self.by_model, "boot": self.boot, "quieted": self.quieted}
 
 
 # Called with each skipped line that looks alarming (its message without the clock).

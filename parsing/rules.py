@@ -21,9 +21,14 @@ A rule::
     scope = "job"                          # optional: the fault is the job's, not this node's (an NFS server)
     fold_as = "oom"                        # optional: share the fold keys of another record (the code's OOM);
                                            # alone (no fold groups), every match within the window folds
+    printk_level = "notice"                # optional: the level the kernel prints this message at, when
+                                           # below warning (a kernel line at a lower level than this, or
+                                           # one that says its trouble was corrected, is recorded, not acted on)
     [[rule.example]]
     line = "nvme nvme4: Disabling device after reset failure: -19"
     provenance = "leptonai/gpud components/disk/kmsg_matcher_test.go"
+    action = "none"                        # optional: what this example gives when not the rule's action
+                                           # (a line at info level, or logged while the machine booted)
 
 Named groups of the pattern become data keys (integers, signed too, as ints).
 """
@@ -45,6 +50,7 @@ from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 SHIPPED = Path(__file__).resolve().parent / "rules.toml"
 SOURCES = ("kernel", "nccl", "any")
 SEVERITIES = ("fatal", "error", "warn", "info")
+PRINTK_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warning": 4, "notice": 5, "info": 6, "debug": 7}
 
 Found = list[tuple[str, dict[str, Any]]]
 Seen = Callable[[tuple[str, Any]], bool]
@@ -58,6 +64,7 @@ class RuleError(ValueError):
 class Example:
     line: str
     provenance: str
+    action: str = ""  # what the example gives when not the rule's action (its own level, boot)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,9 @@ class LineRule:
     # The kernel subsystems (parsing/subsystems.toml names) whose lines this rule reads: the key
     # `subsystems`, else those of its examples when every example has one; () = any line.
     subsystems: tuple[str, ...] = ()
+    # The syslog level (parsing.severity) the kernel prints the rule's message at: a kernel line
+    # stating a lower level (a greater number) is recorded, not acted on. Warning unless said.
+    printk_level: int = 4
 
     def applies_to(self, source: str) -> bool:
         return self.source == "any" or self.source == source
@@ -92,7 +102,7 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
         raise RuleError(f"{where}: needs a string id")
     where = f"{origin}: rule {rid!r}"
     unknown = set(raw) - {"id", "source", "pattern", "kind", "fault", "action", "severity", "needles", "fold", "fold_as", "scope", "example", "why",
-                          "subsystems"}
+                          "subsystems", "printk_level"}
     if unknown:
         raise RuleError(f"{where}: unknown keys {sorted(unknown)}")
     source = raw.get("source", "kernel")
@@ -128,13 +138,19 @@ def _rule(raw: Any, origin: str, index: int) -> LineRule:
     scope = raw.get("scope", "node")
     if scope not in ("node", "job"):
         raise RuleError(f"{where}: scope must be node or job, got {scope!r}")
-    examples = tuple(Example(str(e.get("line", "")), str(e.get("provenance", ""))) for e in raw.get("example", ()) if isinstance(e, dict))
+    examples = tuple(Example(str(e.get("line", "")), str(e.get("provenance", "")), str(e.get("action", "")))
+                     for e in raw.get("example", ()) if isinstance(e, dict))  # fmt: skip
+    if any(e.action and e.action not in ACTIONS for e in examples):
+        raise RuleError(f"{where}: an example's action is not an action")
+    level = raw.get("printk_level", "warning")
+    if level not in PRINTK_LEVELS:
+        raise RuleError(f"{where}: printk_level must be one of {', '.join(PRINTK_LEVELS)}")
     subs = raw.get("subsystems")
     if subs is not None and (not isinstance(subs, list) or not all(isinstance(v, str) and v for v in subs)):
         raise RuleError(f"{where}: subsystems must be a list of subsystem names")
     return LineRule(rid, source, pattern, kind, fault, action, severity, tuple(raw.get("needles", ())), fold,
                     str(raw.get("fold_as") or ""), scope, examples, origin,
-                    tuple(subs) if subs is not None else _subsystems_of(source, examples))
+                    tuple(subs) if subs is not None else _subsystems_of(source, examples), PRINTK_LEVELS[level])
 
 
 def _subsystems_of(source: str, examples: tuple[Example, ...]) -> tuple[str, ...]:

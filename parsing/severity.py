@@ -20,6 +20,26 @@ from faultlens.parsing.line import any_of
 # Syslog levels: 0 emerg, 1 alert, 2 crit, 3 err, 4 warning, 5 notice, 6 info, 7 debug.
 ERR = 3
 WARNING = 4
+NOTICE = 5
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "critical": 2, "err": 3, "error": 3, "warn": 4, "warning": 4,
+           "notice": 5, "info": 6, "debug": 7}
+# The level a line states in words where its format carries no number: a subsystem's own level
+# after its tag ("BTRFS info (device sdb1):", "EXT4-fs warning (device sda1):", "ACPI Error:"),
+# syslog's facility.level ("kern.info"), a daemon's "[INFO]" or "level=info" near the start.
+# Not a leading "INFO:": the hung-task and RCU-stall reports start so at err.
+_LEVEL_WORD = re.compile(
+    r"^(?:kernel: )?[\w.\-/]+ (?P<tagged>emerg|alert|crit|critical|err|error|warn|warning|notice|info|debug)(?= \(|:)"
+    r"|^.{0,40}?\bkern(?:el)?\.(?P<fac>emerg|alert|crit|err|warn|warning|notice|info|debug)\b"
+    r"|^.{0,40}?(?:\[\s*(?P<br>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG)\s*\]|\blevel=(?P<kv>\w+))",
+    re.IGNORECASE,
+)
+# Words by which a line says its trouble is over or none: "read error corrected", "recovered",
+# "Successfully unregistered ...", "no action required". Taken back by a negation before them
+# ("not recovered", "failed to recover", "could not be corrected").
+_REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|no action (?:is )?(?:required|needed))\b", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover)"
+                      r"|\bunsuccessfully\b", re.IGNORECASE)
+_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "no action"))
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
@@ -56,19 +76,36 @@ class Severity:
     priority: int | None
     words: tuple[str, ...]
     alarming: bool = False
+    # The line says its trouble is over or none ("corrected", "recovered", "successfully", ...).
+    reassured: bool = False
 
     @property
     def is_error(self) -> bool:
         """An error by its own level (err or worse), or, with no level, by its words. A level of
-        notice or below wins over words: the kernel printed it as information."""
+        notice or below wins over words: the kernel printed it as information; so does a line
+        that says its trouble was corrected or recovered."""
+        if self.reassured:
+            return False
         if self.priority is not None:
             return self.priority <= ERR or (self.priority == WARNING and bool(self.words))
         return bool(self.words)
+
+    @property
+    def says_quiet(self) -> str | None:
+        """Why the line's own words or level say it is no alert on its own (None: they do not):
+        a level of notice or below, or words that its trouble is over."""
+        if self.priority is not None and self.priority >= NOTICE:
+            return f"the line's own level is {_NAMES[self.priority]}"
+        if self.reassured:
+            return "the line says its trouble was corrected or recovered"
+        return None
 
     def why(self) -> str:
         parts = []
         if self.priority is not None:
             parts.append(f"priority {self.priority}")
+        if self.reassured:
+            parts.append("says corrected / recovered")
         if self.words:
             parts.append("words: " + ", ".join(self.words))
         return "; ".join(parts) or "no sign of trouble"
@@ -87,11 +124,33 @@ def error_words(message: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def level_word(message: str) -> int | None:
+    """The syslog level the message states in words (``BTRFS info (device ...)``, ``kern.info``,
+    ``[INFO]``, ``level=info``), or None."""
+    m = _LEVEL_WORD.search(message[:160])
+    if not m:
+        return None
+    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or "").lower())
+
+
+def reassured(message: str) -> bool:
+    """The line says its trouble was corrected or recovered, or that it needs no action."""
+    low = message.lower()
+    return bool(_REASSURE_QUICK.search(low)) and bool(_REASSURED.search(message)) and not _NEGATED.search(message)
+
+
 def severity_of(message: str, raw: str | None = None, priority: int | None = None) -> Severity:
     """The line's severity: ``priority`` when the caller has it (journald's PRIORITY), else the
-    one the raw line's format states, and the error words of the message either way."""
+    one the raw line's format states, else the level it states in words; and the error words of
+    the message either way."""
     if priority is None and raw:
         priority = kernel_priority(raw)
-    if not _ANY_QUICK.search(message.lower()):
+    if priority is None:
+        priority = level_word(message)
+    low = message.lower()
+    if not _ANY_QUICK.search(low) and not _REASSURE_QUICK.search(low):
         return Severity(priority, (), False)
-    return Severity(priority, error_words(message), looks_alarming(message))
+    return Severity(priority, error_words(message), looks_alarming(message), reassured(message))
+
+
+_NAMES = {v: k for k, v in reversed(list(_LEVELS.items()))}

@@ -45,6 +45,12 @@ class Subsystem:
     fault: str
     action: str = "alert"
 
+    @property
+    def outside_the_job(self) -> bool:
+        """A subsystem the training does not run on (USB, SPI flash, GPIO, sound, input, ...): the
+        table knows it so that no neighbour's class is given to it by prefix; its errors are recorded."""
+        return self.fault == "unknown"
+
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
@@ -201,8 +207,24 @@ def attribute(message: str, table: SubsystemTable | None = None) -> Attribution 
     for phrase, sub in table.phrases:
         if phrase in message:
             return Attribution(sub.name, phrase.lower(), sub.fault, sub.action, device)
-    if not tag or not tag[0].isalpha():
+    if not tag or not tag[0].isalpha() or not _driver_shaped(message):
         return None
     # A driver the table lacks: named by the shape of its line; its class from the device, if any.
     fault = _class_of_device(device)
     return Attribution(tag, tag, fault, "alert", device, known=False)
+
+
+def _driver_shaped(message: str) -> bool:
+    """Does the text before the first colon read as a driver's tag (``gpio_thunderx:``,
+    ``usbhid 2-3:1.0:``, ``zzraid (sdb):``) rather than words (``Memory failure:``)? One word, or
+    a word and a device or bus address (a digit or a parenthesis in it)."""
+    msg = message.lstrip()
+    if msg.startswith(_SYSLOG_KERNEL):
+        msg = msg[len(_SYSLOG_KERNEL):]
+    label = _HOST_LABEL.match(msg)
+    if label:
+        msg = msg[label.end():]
+    head = msg[:msg.find(":", 0, MAX_TAG)].split()
+    if len(head) == 1:
+        return True
+    return len(head) >= 2 and (head[1][:1] == "(" or any(c.isdigit() for c in head[1]))

@@ -23,8 +23,12 @@ from faultlens.parsing.xid_table import XidInfo, lookup
 # Xid 144-150 name the NVLink5 unit, IntrInfo and error status in the message:
 # "NETIR_LINK_EVT Fatal XC0 i0 Link 12 (0x004505c6 0x00000000 ...)".
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]+)\b.*?\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
-# Xid 154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
-_RECOVERY = re.compile(r"to 0x[0-9a-fA-F]+ \((?P<action>[^)]*)\)")
+# Xid 154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"; drivers
+# name the same codes differently ("0x1 (PF FLR)", "0x2 (OS Reboot)").
+_RECOVERY = re.compile(r"\bto (?P<code>0x[0-9a-fA-F]+)(?: \((?P<action>[^)]*)\))?")
+# The codes as NVML numbers them (nvmlDeviceGetGpuRecoveryAction): none, GPU reset, node reboot,
+# drain P2P, drain and reset. A code the driver names in no words we know is read by its number.
+_RECOVERY_CODES = {0: "none", 1: "reset", 2: "reboot", 3: "drain", 4: "drain"}
 NVLINK5_XIDS = range(144, 151)
 # Xids the application causes (a bad kernel, an MMU fault from user memory); a 43 right after one
 # is the reset it caused.
@@ -77,9 +81,23 @@ def xid_verdict(code: int, text: str = "", *, after_app_xid: bool | None = None)
 def _recovery_action(text: str, info: XidInfo) -> tuple[str, str, str, bool]:
     """Xid 154 names the recovery the driver now wants; that, not the code, is the action."""
     m = _RECOVERY.search(text)
-    wanted = m.group("action").lower() if m else ""
-    if "reboot" in wanted:
+    if not m:
+        return info.fault, info.action, info.severity, info.sympathetic
+    wanted = (m.group("action") or "").lower()
+    if "reboot" in wanted or "restart" in wanted:
+        kind = "reboot"
+    elif "reset" in wanted or "flr" in wanted or "drain" in wanted:
+        kind = "reset"  # a PF FLR is a function-level reset of the GPU; a drain ends in a reset
+    elif wanted.strip() == "none":
+        kind = "none"
+    else:
+        code = int(m.group("code"), 16)
+        kind = _RECOVERY_CODES.get(code, "unknown" if code else "none")
+    if kind == "reboot":
         return "gpu_reset_required", "evict", "fatal", False
-    if "reset" in wanted or "drain" in wanted:
+    if kind in ("reset", "drain"):
         return "gpu_reset_required", "evict_reset_gpu", "fatal", False
+    if kind == "unknown":
+        # A recovery the driver asks for in words and a number we do not know: a person looks.
+        return "gpu_reset_required", "alert", "error", False
     return info.fault, info.action, info.severity, info.sympathetic

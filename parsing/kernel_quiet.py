@@ -1,0 +1,64 @@
+"""When a kernel line's events are recorded and not acted on: the machine was booting, or the line
+says itself that it is information (its own level, or words that its trouble was corrected).
+
+Boot is not the job. A kernel line stamped with an uptime below the parser's ``live_from`` (the
+agent's own start in uptime seconds where it knows it; for a file, BOOT_UPTIME_S) was logged while
+the machine booted, before any job could run on it: probes of devices that failed, firmware and
+driver initialisation, even a GPU the driver could not attach. Its events keep their class for the
+machine's record (and its health before admission) with ``boot: true``, and ask for nothing
+against a running job (action ``none``).
+
+The line's own word first. A catalogue rule reads the message text; the kernel said how bad it
+thought the line was (its printk level, or a level word: ``BTRFS info (device ...)``), and some
+lines say the trouble is over (``read error corrected``). A rule's event on such a line is
+recorded with action ``none`` unless the rule says the kernel prints its message at that level
+(``printk_level``: ``nfs: server ... not responding`` is a notice). The code's own records
+(Xids, OOM, AER, machine checks) read their lines' severity themselves and are left alone; the
+subsystem and model fallback asks ``Severity.is_error``, which already holds both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faultlens.parsing.rules import LineRule
+from faultlens.parsing.severity import NOTICE, Severity
+
+# Kernel uptime (seconds) below which a line of a log read from a file counts as logged at boot.
+# Drivers probe, firmware loads and the NVIDIA and mlx5 drivers attach within the first minute
+# of a server's boot (the real boot lines of the corpus: 0.2-66 s); no job is scheduled, pulled
+# and through NCCL's init on a machine two minutes after its kernel started.
+BOOT_UPTIME_S = 120.0
+
+Found = list[tuple[str, dict[str, Any]]]
+
+
+def at_boot(found: Found, mono: float | None, live_from: float) -> bool:
+    """Mark ``found`` as logged at boot when the line's uptime stamp is below ``live_from``:
+    ``boot: true`` and action ``none``, class kept. True when it did."""
+    if mono is None or mono >= live_from or not found:
+        return False
+    for _, data in found:
+        data["boot"] = True
+        if data.get("action") not in (None, "none"):
+            data["action"] = "none"
+            data["quiet"] = f"logged at uptime {mono:.1f} s, while the machine booted (before {live_from:.0f} s)"
+    return True
+
+
+def by_own_word(found: Found, sev: Severity, rule: LineRule | None) -> bool:
+    """Record, not act on, a rule's events whose line says it is information or that its trouble
+    is over (the rule's ``printk_level`` lets its own message's level through). True when it did."""
+    why = None
+    if sev.reassured:
+        why = "the line says its trouble was corrected or recovered"
+    elif sev.priority is not None and sev.priority >= NOTICE and sev.priority > (rule.printk_level if rule else 4):
+        why = sev.says_quiet
+    if why is None or not found:
+        return False
+    for _, data in found:
+        if data.get("action") not in (None, "none"):
+            data["action"] = "none"
+            data["severity"] = "info"
+            data["quiet"] = why
+    return True

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from faultlens.history.whatif import provenance, sources
 from faultlens.history.whatif.closed_form import (
+    Infeasible,
     check_feasible,
     daly_interval,
     optimal_interval,
@@ -91,6 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spares", type=_non_negative(int), help="warm standby machines (default: the pool's P99)")
     parser.add_argument("--from-score", metavar="FILE", help="`faultlens score --json` output: measured detection")
     parser.add_argument("--from-history", metavar="DB", help="fault history (DuckDB): measured fault rates")
+    parser.add_argument("--history-detection-only", action="store_true",
+                        help="take only detection from --from-history, keep the preset's (or --config's) rates")
     parser.add_argument("--runs", type=_positive(int), default=200, help="Monte-Carlo runs (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="Monte-Carlo seed (default 0)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of tables")
@@ -105,7 +108,8 @@ def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict]:
         s = sources.from_toml(args.config, s)
         note["config"] = args.config
     if args.from_history:
-        s, note["from_history"] = sources.apply_history(s, args.from_history)
+        s, note["from_history"] = sources.apply_history(s, args.from_history,
+                                                         rates=not args.history_detection_only)
     if args.from_score:
         s, note["from_score"] = sources.apply_score(s, sources.read_score(args.from_score))
     flags = {"gpus": args.gpus, "gpus_per_node": args.gpus_per_node, "days": args.days,
@@ -120,8 +124,41 @@ def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict]:
     if args.runs < 2:
         raise ValueError(f"--runs must be >= 2, got {args.runs}")
     s.validate()
-    check_feasible(s)
+    try:
+        check_feasible(s)
+    except Infeasible as exc:
+        if note.get("from_history", {}).get("rates") != "history":
+            raise
+        raise Infeasible(f"{exc}; {_swamped_by_history(s, note['from_history'])}") from None
     return s, note
+
+
+def _trains(s: Scenario, nodes: int) -> bool:
+    try:
+        check_feasible(replace(s, gpus=nodes * s.gpus_per_node))
+    except Infeasible:
+        return False
+    return True
+
+
+def _swamped_by_history(s: Scenario, history: dict) -> str:
+    """What to do when a history's rates swamp the job (still one line): its own scale, the largest
+    job they let train, or the preset's rates with the measured detection."""
+    measured = history["measured"].values()
+    own = max((m["nodes"] for m in measured), default=0)
+    days = max((m["days"] for m in measured), default=0.0)
+    keep = "or keep the preset's rates with the history's detection (--history-detection-only) or a score's (--from-score)"
+    span = f"{days:.3g}"
+    seen = f"{own:,} machine{'s' if own != 1 else ''} over {span} day{'s' if span != '1' else ''}"
+    if own < 1 or not _trains(s, 1):
+        return f"the history's rates ({seen}) keep even one machine down: a short or simulated history; {keep}"
+    lo, hi = 1, s.nodes      # the largest job that trains, by bisection (more machines, more faults)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _trains(s, mid) else (lo, mid)
+    at_own = f"the history's own scale (--gpus {own * s.gpus_per_node}), " if _trains(s, own) else ""
+    return (f"with the history's rates ({seen}) a job trains up to --gpus {lo * s.gpus_per_node}: project at "
+            f"{at_own}a job of at most that size, {keep}")
 
 
 def _monte_carlo(s: Scenario, p, runs: int, seed: int, warnings: list[str]):

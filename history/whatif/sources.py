@@ -164,14 +164,15 @@ def history_running_share(conn) -> float | None:
     return sum(r["productive_s"] for r in rows) / wall if wall else None
 
 
-def apply_history(s: Scenario, db: str | Path) -> tuple[Scenario, dict[str, Any]]:
+def apply_history(s: Scenario, db: str | Path, rates: bool = True) -> tuple[Scenario, dict[str, Any]]:
     """Per-class fault rates (and detection, where the history timed some) measured in a history.
 
     The history counts faults per wall-clock node-day it watched (each machine from its first event
     to its last); the model's rates are per
     running node-day, so they are divided, once, by the history's own running share. Classes the
     history never saw keep the scenario's rate: a short history saying 'none yet' is no evidence of
-    a zero rate."""
+    a zero rate. ``rates`` False takes only the detection and keeps the scenario's rates (a short or
+    simulated history's rates would swamp a fleet's job); a class the scenario lacks is then left out."""
     import duckdb
 
     from faultlens.history import queries
@@ -198,26 +199,33 @@ def apply_history(s: Scenario, db: str | Path) -> tuple[Scenario, dict[str, Any]
         groups.setdefault(name, []).append(row)
     used: dict[str, Any] = {}
     warnings: list[str] = []
+    left_out: list[str] = []
     for name, members in groups.items():
         faults = sum(r["faults"] for r in members)
         rate = sum(r["rate_per_node_day"] for r in members) * factor
         p50 = _pooled_p50([(r["detection_p50_s"], r["faults"]) for r in members if r["detection_p50_s"] is not None])
         if name not in {f.name for f in s.faults}:
+            if not rates:
+                left_out.extend(r["fault"] for r in members)
+                continue
             s = replace(s, faults=s.faults + (FaultClass(name, rate, detect_s=p50 or 0.0),))
-        changes: dict[str, Any] = {"rate": rate}
+        changes: dict[str, Any] = {"rate": rate} if rates else {}
         if p50 is not None:
             changes.update(detect_s=p50, localise_s=0.0)
         s = s.with_fault(name, **changes)
         source = f"history {db}: {', '.join(r['fault'] for r in members)}"
-        s = mark(s, f"faults.{name}.rate", Input(Kind.MEASURED, source, samples=faults))
+        if rates:
+            s = mark(s, f"faults.{name}.rate", Input(Kind.MEASURED, source, samples=faults))
         if p50 is not None:
             s = mark(s, f"faults.{name}.detect_s", Input(Kind.MEASURED, source, samples=faults))
             s = mark(s, f"faults.{name}.localise_s", Input(Kind.MEASURED, source, samples=faults))
-        _warn(warnings, f"{name}: rate and detection", faults)
+        _warn(warnings, f"{name}: {'rate and detection' if rates else 'detection'}", faults)
         first = members[0]
         used[name] = {"from": [r["fault"] for r in members], "faults": faults, "nodes": first["nodes"],
-                      "days": first["days"], "node_days": first["node_days"], "rate_per_node_day": rate, "rate_per_wall_node_day": rate / factor,
+                      "days": first["days"], "node_days": first["node_days"],
+                      "rate_per_node_day": rate if rates else None, "rate_per_wall_node_day": rate / factor if rates else None,
                       "detection_p50_s": p50, "samples": faults}
     for w in warnings:
         log.warning("--from-history %s", w)
-    return s, {"measured": used, "running_share": share, "not_a_cost": ignored, "warnings": warnings}
+    return s, {"measured": used, "running_share": share, "not_a_cost": ignored, "warnings": warnings,
+               "rates": "history" if rates else "kept", "left_out": left_out}

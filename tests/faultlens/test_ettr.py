@@ -123,9 +123,9 @@ def test_bad_config_values_exit_2_with_one_line_naming_file_and_key(tmp_path, ca
     assert len(err) == 1 and str(cfg) in err[0] and message in err[0] and "Traceback" not in err[0]
 
 
-def test_a_history_whose_rates_swamp_the_job_is_refused_at_once(tmp_path, capsys):
-    # Issue 49: a 26-minute simulated history measures thousands of faults per node-day; the
-    # projection ran for minutes. Now: one line, exit 2, before any projection.
+@pytest.fixture
+def known_history(tmp_path):
+    """A day of two machines, a fault each of three classes: rates of ~1 per node-day, far above a fleet's."""
     from faultlens.history.schema import open_history
     from faultlens.history.sink import HistorySink, build_batch
     from tests.history import known
@@ -134,9 +134,47 @@ def test_a_history_whose_rates_swamp_the_job_is_refused_at_once(tmp_path, capsys
     conn = open_history(db, create=True)
     HistorySink(conn).write(build_batch(known.records(), labels=known.LABELS))
     conn.close()
-    assert main(["ettr", "--from-history", str(db), "--gpus", "400000"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("faultlens ettr:") and "cannot train" in err[-1]
+    return str(db)
+
+
+def test_a_history_whose_rates_swamp_the_job_is_refused_at_once(known_history, capsys):
+    # Issue 49: a 26-minute simulated history measures thousands of faults per node-day; the
+    # projection ran for minutes. Now: one line, exit 2, before any projection; and (issue 59) the
+    # line says what to do: the history's own scale, the largest job its rates let train, or the
+    # preset's rates with the measured detection.
+    import re
+    from dataclasses import replace
+
+    from faultlens.history.whatif import sources
+    from faultlens.history.whatif.closed_form import Infeasible, check_feasible
+    from faultlens.history.whatif.presets import PRESETS
+
+    assert main(["ettr", "--from-history", known_history, "--gpus", "400000"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "WARNING" not in line]
+    assert len(err) == 1 and err[0].startswith("faultlens ettr:") and "cannot train" in err[0]
+    assert "2 machines over 1 day)" in err[0] and "own scale (--gpus 16)" in err[0]
+    assert "--history-detection-only" in err[0] and "--from-score" in err[0]
+    largest = int(re.search(r"trains up to --gpus (\d+)", err[0]).group(1))
+    s, _ = sources.apply_history(PRESETS["byterobust"](), known_history)
+    check_feasible(replace(s, gpus=largest))
+    with pytest.raises(Infeasible):
+        check_feasible(replace(s, gpus=largest + s.gpus_per_node))
+
+
+def test_a_history_can_give_its_detection_alone_to_a_fleets_rates(known_history, capsys):
+    # 9,600 GPUs: the history's own rates are refused there (above), the preset's are not.
+    assert main(["ettr", "--from-history", known_history, "--gpus", "9600"]) == 2
+    capsys.readouterr()
+    preset = _json(capsys, "--gpus", "9600", "--days", "2")
+    out = _json(capsys, "--from-history", known_history, "--history-detection-only", "--gpus", "9600", "--days", "2")
+    note = out["inputs"]["sources"]["from_history"]
+    assert note["rates"] == "kept" and note["measured"]
+    rates = {f["name"]: f["rate"] for f in out["inputs"]["faults"]}
+    assert rates == {f["name"]: f["rate"] for f in preset["inputs"]["faults"]}
+    marked = out["inputs"]["marked"]
+    for name in note["measured"]:
+        assert marked[f"faults.{name}.detect_s"]["kind"] == "measured"
+        assert marked[f"faults.{name}.rate"]["kind"] != "measured"
 
 
 def test_negative_rate_in_a_config_is_an_error(tmp_path, capsys):

@@ -18,10 +18,17 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
     how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md);
   - never learned: not 5 % below where it started (its first loss, the untrained model's: a
-    median of the first steps would take in the rise a too-high learning rate causes at once);
+    median of the first steps would take in the rise a too-high learning rate causes at once),
+    judged only when the curve was watched from an untrained model: first seen within its first
+    window, and either the trainer says it started from scratch (``from_scratch``) or its first
+    loss is that of a guess (at least 3/4 of ln(classes)). A resumed run or a fine-tune starts
+    from a trained model's loss, flat and far below chance (issue 54: first seen at step 30,000,
+    flat at 2.0), and a run whose start nothing tells is not called one that never learned;
   - frozen: the same value to 6 digits over the whole window (the weights no longer move);
-  - regressed: every block of the window above the best level the run reached by a quarter of
-    what it had learned: a spike that did not recover;
+  - regressed: every block of the window above the best level the run reached (the lowest median
+    of a judged window) by a quarter of what it had learned, once what it learned exceeds three
+    robust sigmas of its step-to-step noise: a spike that did not recover, not the noise of a
+    curve first seen late whose "learned" is a noisy first batch's loss;
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
 
@@ -40,6 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import CommandAck, TrainCheckpoint, TrainStep
@@ -53,6 +61,8 @@ LEARNING_DROP = 0.01  # of the level, across one window: still learning
 LEARNED = 0.05  # below the start level by this fraction: the run has learned something
 CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess
 REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
+REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
+UNTRAINED = 0.75  # of ln(classes): a first loss at least this high is an untrained model's
 FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
 GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
@@ -77,8 +87,10 @@ class _Curve:
     seen: int = 0
     next_check: int = 0
     best: float = math.inf
-    best_step: int | None = None
+    best_step: int | None = None  # the last step of the window whose median was the best
+    best_from: int | None = None  # and its first
     classes: int | None = None
+    from_scratch: bool | None = None  # the trainer's word: weights began random (True) or trained (False)
     grad_early: list[float] = field(default_factory=list)
     grad_zero_since: int | None = None
     grad_zero_run: int = 0
@@ -144,6 +156,8 @@ class LossStalledDetector:
         classes = reported.classes
         if classes is not None and classes >= 2:
             curve.classes = classes
+        if reported.from_scratch is not None:
+            curve.from_scratch = reported.from_scratch
         if curve.last_ts is not None and event.ts > curve.last_ts:
             curve.intervals.append(event.ts - curve.last_ts)
         curve.last_ts = event.ts
@@ -189,6 +203,19 @@ class LossStalledDetector:
         steps = round(self.window_s / interval) if interval > 0 else MAX_WINDOW
         return max(MIN_WINDOW, min(MAX_WINDOW, steps))
 
+    @staticmethod
+    def _untrained(curve: _Curve, size: int) -> bool:
+        """Whether the curve's first loss is an untrained model's, the start "never learned" is
+        measured from. A curve first seen mid-run (the pipeline started or restarted late, the job
+        resumed from a checkpoint) starts at a trained model's loss; so does a fine-tune, or a resumed
+        run whose hook counts its steps from 1 again: a converged run would read as one that never
+        learned. The trainer's word decides; without it, a first loss near a guess's, ln(classes)."""
+        if curve.first_step is None or curve.first_step >= size or curve.first is None:
+            return False
+        if curve.from_scratch is not None:
+            return curve.from_scratch
+        return curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes)
+
     def _judge(self, curve: _Curve) -> Verdict | None:
         size = self._window(curve)
         if curve.seen < size or len(curve.losses) < size:
@@ -202,8 +229,9 @@ class LossStalledDetector:
         ys = [statistics.median(v for _, v in b) for b in blocks]
         level = statistics.median(values)
         lowest = min(ys)
-        if lowest < curve.best:
-            curve.best, curve.best_step = lowest, int(xs[ys.index(lowest)])
+        # The best is a whole window's median: the lowest of many short blocks is their noise's low tail.
+        if level < curve.best:
+            curve.best, curve.best_from, curve.best_step = level, window[0][0], window[-1][0]
         span = (xs[-1] - xs[0]) or 1.0
         drop = -theil_sen(xs, ys) * span
         learning = drop >= LEARNING_DROP * abs(level)
@@ -221,18 +249,16 @@ class LossStalledDetector:
                                f"the model predicts no better than a uniform guess", rollback=False)
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
-        # "Never learned" needs the untrained model's loss: a curve first seen mid-run (the pipeline
-        # started or restarted late, the job resumed from a checkpoint) starts at a trained model's
-        # loss, and a converged run would read as one that never learned.
-        from_start = curve.first_step is not None and curve.first_step < size
-        if from_start and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
+        if self._untrained(curve, size) and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         learned = start - curve.best
-        if learned > 0 and lowest >= curve.best + REGRESSED * learned:
+        _, noise = robust_sigma(values)
+        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * learned:
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
-            good = [c for c in curve.checkpoints if curve.best_step is not None and abs(c - curve.best_step) <= near]
+            good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
+                    and curve.best_from - near <= c <= curve.best_step + near]
             return Verdict(f"loss {level:.4g} over {over} stays above the {curve.best:.4g} the run reached at step "
                            f"{curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))

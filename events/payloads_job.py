@@ -66,7 +66,10 @@ class NcclNan(ParsedLog, frozen=True):
 
 class TrainStep(RankedPayload, frozen=True):
     """``train``/``step``: one rank's training step. ``loss`` and ``grad_norm`` may be non-finite
-    (``"nan"`` on the wire: events.envelope.number); read them with events.envelope.as_float."""
+    (``"nan"`` on the wire: events.envelope.number); read them with events.envelope.as_float.
+    ``from_scratch``: the trainer's word that the weights began random (true) or from a checkpoint
+    or a pretrained model (false), so a resumed or fine-tuned run is never read as one that never
+    learned (diagnosis/loss_stalled.py)."""
 
     step: NonNegInt | None = None
     loss: Metric | None = None
@@ -77,6 +80,7 @@ class TrainStep(RankedPayload, frozen=True):
     tokens_per_s: NonNeg | None = None
     mfu: NonNeg | None = None
     classes: NonNegInt | None = None
+    from_scratch: Flag | None = None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

@@ -23,6 +23,18 @@ BASELINE_STEPS = 50
 MIN_BASELINE = 10
 # MAD of a flat series is 0; a jump must also clear this many robust sigmas, with a floor on sigma.
 SPIKE_SIGMAS = 6.0
+# ...and rise by this share of the metric's scale: for the loss, the larger of ln(classes) (a
+# guess's loss: the whole range from knowing nothing to knowing everything) and the highest value
+# the run has shown (where it came down from); for the grad norm, its highest. A ratio alone calls
+# a fine-tune at 1e-7 moving to 5e-7 a spike (issue 54), and a converged run's per-batch noise too
+# (minGPT's adder, 0.017 -> 0.15, 6 % of ln 10, gone at the next log); a rise under a tenth of that
+# range gives up less than a tenth of what the run learned, nothing to stop a job for.
+SPIKE_OF_SCALE = 0.1
+# A cross-entropy is computed from probabilities whose float32 resolution near 1 is 2^-23 = 1.2e-7:
+# a loss near 1e-7 is a few ulps of 1 - p (a face tracker's head logs 5.96e-08, 1.19e-07, 3.58e-07:
+# 1/2, 1 and 3 ulps), and its moves are rounding. A loss rise under this is none, whatever the run's
+# scale; it holds where nothing else tells the scale (a run first seen already at 1e-7, no classes).
+LOSS_RESOLUTION = 1e-5
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -39,11 +51,14 @@ class _Baseline:
 
     values: deque
     least: float = math.inf
+    peak: float = 0.0  # the highest value accepted (a spike never is): the scale the run came down from
 
     def push(self, value: float) -> None:
         values = self.values
         gone = values[0] if values and len(values) == values.maxlen else None
         values.append(value)
+        if value > self.peak:
+            self.peak = value
         if value < self.least:
             self.least = value
         elif gone is not None and gone == self.least:
@@ -131,7 +146,10 @@ class TrainingRule:
             if len(base) >= MIN_BASELINE and value >= self.factor * baseline.least:
                 med, sigma = robust_sigma(base)
                 floor = max(sigma, 0.01 * abs(med), 1e-12)
-                if med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor:
+                guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
+                least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
+                if (med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor
+                        and value - med >= least_rise):
                     out.append(Finding(
                         job=event.job, ts=event.ts, fault="loss_spike", action="stop_time_diagnosis", ranks=(rank,),
                         entity="loss", evidence=(event.id,),

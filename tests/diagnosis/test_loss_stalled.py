@@ -103,19 +103,47 @@ def test_restarted_forgets_the_curve():
     assert det.observe(step(100, 2.77, classes=16)) == []
 
 
-def _run(first_step: int, loss_at) -> list:
+def _run(first_step: int, loss_at, **extra) -> list:
     det = LossStalledDetector()
     found = []
     for i in range(first_step, first_step + 1500):
-        found += det.observe(step(i, loss_at(i)))
+        found += det.observe(step(i, loss_at(i), **extra))
     return found
 
 
-def test_a_flat_curve_watched_from_its_start_never_learned_but_one_first_seen_mid_run_is_not_judged_so():
-    # The simulated job's shape: a trained model's loss, drifting down 0.1 % a window. Seen from step 1 it
-    # never fell below where it started; first seen at step 20,000 (the pipeline started late, or the job
-    # resumed from a checkpoint) its first loss is no untrained model's, and a converged run is healthy.
-    flat = lambda i: 2.42 - 1e-7 * i + 0.004 * math.sin(i)  # noqa: E731
-    assert [f.fault for f in _run(1, flat)] == ["loss_stalled"]
-    assert "has not fallen below its start" in _run(1, flat)[0].detail
+def flat(i: int) -> float:
+    """The simulated job's shape: a trained model's loss, drifting down 0.1 % a window."""
+    return 2.42 - 1e-7 * i + 0.004 * math.sin(i)
+
+
+def test_a_flat_curve_watched_from_an_untrained_start_never_learned():
+    # The trainer says its weights began random and the pipeline saw it from step 1: it never fell
+    # below where it started.
+    found = _run(1, flat, from_scratch=True)
+    assert [f.fault for f in found] == ["loss_stalled"]
+    assert "has not fallen below its start" in found[0].detail
+    # Or no word from the trainer, but its first loss is a guess's (ln 12 = 2.48: 2.42 is 98 % of it).
+    assert [f.fault for f in _run(1, flat, classes=12)] == ["loss_stalled"]
+
+
+def test_a_flat_curve_first_seen_mid_run_resumed_or_fine_tuned_is_not_called_never_learned():
+    # First seen at step 20,000 (the pipeline started late, or the job resumed from a checkpoint) its
+    # first loss is no untrained model's, and a converged run is healthy, whatever the trainer says.
     assert _run(20_000, flat) == []
+    assert _run(20_000, flat, from_scratch=True) == []
+    # Seen from step 1, but the trainer says it resumed or fine-tunes a trained model.
+    assert _run(1, flat, from_scratch=False) == []
+    assert _run(1, flat, from_scratch=False, classes=12) == []
+    # Seen from step 1 (a hook counting its own steps restarts at 1 on a resume), no word from the
+    # trainer: a first loss far below a guess's is a trained model's (issue 54: flat at 2.0 over a
+    # 50,257-token vocabulary, ln = 10.8), and nothing at all tells an untrained start.
+    assert _run(1, lambda i: 2.0 + 0.004 * math.sin(i), classes=50257) == []
+    assert _run(1, flat) == []
+
+
+def test_a_resumed_run_far_below_chance_is_quiet_and_one_at_chance_is_still_flagged():
+    # Issue 54's resumed run: first seen at step 30,000, flat at 2.0, chance ln(50257) = 10.8.
+    assert _run(30_000, lambda i: 2.0 + 0.004 * math.sin(i), classes=50257) == []
+    # A resumed run stuck at chance is stalled whatever its start: that verdict needs no start.
+    found = _run(30_000, lambda i: 10.82 + 0.004 * math.sin(i), classes=50257)
+    assert [f.fault for f in found] == ["loss_stalled"] and "at chance" in found[0].detail

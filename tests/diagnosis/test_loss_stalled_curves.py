@@ -1,65 +1,131 @@
-"""The stalled-loss detector on real loss curves (tests/fixtures/loss_curves/README.md): healthy
-runs (warm-up, plateaus, schedules, convergence) stay quiet; runs stuck at chance or that never
-learned are flagged while most of their steps are still ahead."""
+"""The loss detectors on real loss curves (tests/fixtures/loss_curves/README.md): healthy runs
+(warm-up, plateaus, schedules, convergence, fine-tunes, runs first seen mid-way as a resumed run
+is) stay quiet under both the stalled-loss detector and the spike / NaN rule; runs stuck at chance
+or that never learned are flagged while most of their steps are still ahead, a NaN run as nan_loss.
+
+``python -m tests.diagnosis.test_loss_stalled_curves`` prints the table and the figures (stalled
+runs found, healthy runs flagged) that the parametrised tests hold."""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from faultlens.diagnosis.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.events.envelope import Envelope
 
 CURVES = Path(__file__).resolve().parents[1] / "fixtures" / "loss_curves"
 T0 = 1.7e9
+# What each run must raise: nothing, loss_stalled or nan_loss (the README's table says why).
+EXPECT = {
+    "nanogpt_shakespeare_char.log": "quiet",
+    "gpt2_124m_s21_5000_steps.log": "quiet",
+    "gpt2_124m_shakespeare_forge.log": "quiet",
+    "poet_bench_adamw_lr0.01.csv": "quiet",
+    "poet_bench_adamw_lr0.3.csv": "loss_stalled",
+    "poet_bench_poet_lr0.3.csv": "loss_stalled",
+    "poet_bench_adamw_lr0.1.csv": "loss_stalled",
+    "tf_binary_stuck_ln2.log": "loss_stalled",
+    "quality_lrqa_4way_at_ln4.csv": "loss_stalled",
+    "keras_mnist_stuck_at_ln10.csv": "loss_stalled",
+    "litgpt_loss_frozen_at_ln_vocab.csv": "loss_stalled",
+    "wikitext2_rnn_relu_lr20_nan.csv": "nan_loss",
+    "whisper_finetune_low_loss.csv": "quiet",
+    "mingpt_adder_2digit.csv": "quiet",
+    "mingpt_chargpt_english.csv": "quiet",
+    "keras_mnist_sigmoid_plateau_then_drop.csv": "quiet",
+    "wikitext2_lstm_lr20.csv": "quiet",
+    "cifar10_sgd_chance_plateau_then_drop.csv": "quiet",
+    "facetracker_keras_total_loss.csv": "quiet",
+    "facetracker_keras_class_loss_near_1e-7.csv": "quiet",
+}
+# Logs shorter than the default 20-minute window (an issue's excerpt, a log with one row per epoch
+# where a hook would send one event per step) are judged over the shortest window the detector
+# allows (window_s 0: its 20 steps), as early and as often as it ever judges: the healthy among
+# them must stay quiet even so.
+WINDOW_S = {"tf_binary_stuck_ln2.log": 20.0, "litgpt_loss_frozen_at_ln_vocab.csv": 0.0,
+            "keras_mnist_stuck_at_ln10.csv": 0.0, "keras_mnist_sigmoid_plateau_then_drop.csv": 0.0,
+            "facetracker_keras_total_loss.csv": 0.0, "facetracker_keras_class_loss_near_1e-7.csv": 0.0}
+STEP_S = {"tf_binary_stuck_ln2.log": 1.0}
+HEALTHY = sorted(n for n, e in EXPECT.items() if e == "quiet")
+FAULTY = sorted(n for n, e in EXPECT.items() if e != "quiet")
 # One pattern per log format: (step, loss, step time ms or None, grad norm or None).
 FORMATS = (
     re.compile(r"^iter (?P<step>\d+): loss (?P<loss>[\d.]+), time (?P<ms>[\d.]+)ms"),
-    re.compile(r"^step (?P<step>\d+), loss: (?P<loss>[\d.]+), norm: (?P<grad>[\d.]+), lr: \S+, time: (?P<ms>[\d.]+)ms"),
+    re.compile(r"^step (?P<step>\d+), loss: (?P<loss>[\d.]+), norm: (?P<grad>[\d.]+), lr: \S+, "
+               r"time: (?P<ms>[\d.]+)ms"),
     re.compile(r"^step (?P<step>\d+) \| loss: (?P<loss>[\d.]+) \| dt: (?P<ms>[\d.]+)ms \| tok/sec: \S+ \| norm: (?P<grad>[\d.]+)"),
     re.compile(r"^step: (?P<step>\d+) loss: (?P<loss>[\d.]+)"),
 )
+Row = tuple[int, float, "float | None", "float | None"]  # step, loss, seconds per step, grad norm
 
 
-def read_curve(name: str, step_s: float = 10.0) -> tuple[list[Envelope], int]:
-    """A fixture as the `train` events a hook would have sent: (events, last step). Times are the
-    log's own (its step time × the steps between lines), else ``step_s`` per step (the bench's)."""
-    path = CURVES / name
-    meta: dict[str, str] = {}
-    events: list[Envelope] = []
-    ts, last = T0, None
-    lines = path.read_text().splitlines()
-    rows: list[tuple[int, float, float | None, float | None]] = []
+def _csv_rows(lines: list[str]) -> list[Row]:
+    """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm where given."""
+    body = [line for line in lines if line and not line.startswith("#")]
+    names = body[0].split(",")
+    rows: list[Row] = []
+    for line in body[1:]:
+        cell = dict(zip(names, line.split(",")))
+        rows.append((int(cell["step"]), float(cell["loss"]),
+                     float(cell["step_s"]) if cell.get("step_s") else None,
+                     float(cell["grad_norm"]) if cell.get("grad_norm") else None))
+    return rows
+
+
+def _log_rows(lines: list[str]) -> tuple[list[Row], list[int]]:
+    rows: list[Row] = []
     checkpoints: list[int] = []
     for line in lines:
-        if line.startswith("#"):
-            key, _, value = line[1:].partition(":")
-            meta[key.strip()] = value.strip()
-        elif line.startswith("saving checkpoint"):
+        if line.startswith("saving checkpoint"):
             checkpoints.append(rows[-1][0] if rows else 0)
-        elif path.suffix == ".csv":
-            if line[0].isdigit():
-                step, loss, grad = line.split(",")
-                rows.append((int(step), float(loss), None, float(grad)))
-        else:
-            for pattern in FORMATS:
-                m = pattern.match(line)
-                if m:
-                    found = m.groupdict()
-                    rows.append((int(found["step"]), float(found["loss"]),
-                                 float(found["ms"]) / 1e3 if found.get("ms") else None,
-                                 float(found["grad"]) if found.get("grad") else None))
-                    break
+            continue
+        for pattern in FORMATS:
+            m = pattern.match(line)
+            if m:
+                found = m.groupdict()
+                rows.append((int(found["step"]), float(found["loss"]),
+                             float(found["ms"]) / 1e3 if found.get("ms") else None,
+                             float(found["grad"]) if found.get("grad") else None))
+                break
+    return rows, checkpoints
+
+
+def read_curve(name: str, step_s: float | None = None, start: float = 0.0,
+               renumber: bool = False) -> tuple[list[Envelope], int]:
+    """A fixture as the `train` events a hook would have sent: (events, last step). Times are the
+    log's own (its step time × the steps between lines), else ``step_s`` per step (the bench's 10 s).
+    ``start`` (a fraction) drops the rows before it: the run as a pipeline first sees it when the job
+    resumed from a checkpoint there; ``renumber`` restarts its steps at 1, as a hook that counts its
+    own steps reports a resumed run."""
+    path = CURVES / name
+    lines = path.read_text().splitlines()
+    meta = {k.strip(): v.strip() for k, _, v in (line[1:].partition(":") for line in lines if line.startswith("#"))}
+    if path.suffix == ".csv":
+        rows, checkpoints = _csv_rows(lines), []
+    else:
+        rows, checkpoints = _log_rows(lines)
     assert rows, f"{name}: no loss line parsed"
+    rows = rows[int(start * len(rows)):]
+    if renumber:
+        offset = rows[0][0] - 1
+        rows = [(s - offset, v, t, g) for s, v, t, g in rows]
+        checkpoints = [c - offset for c in checkpoints if c > offset]
+    default = step_s if step_s is not None else STEP_S.get(name, 10.0)
     classes = int(meta["classes"]) if "classes" in meta else None
+    events: list[Envelope] = []
+    ts, last = T0, None
     for step, loss, secs, grad in rows:
         gap = step - last if last is not None else 1
         # a log's first step carries the compile / startup time: not the run's pace
-        ts += gap * (secs if secs is not None and last is not None and secs < 60 else step_s if secs is None else 1.0)
-        data = {"rank": 0, "step": step, "loss": loss, "grad_norm": grad}
+        ts += gap * (secs if secs is not None and last is not None and secs < 60 else default if secs is None else 1.0)
+        data: dict = {"rank": 0, "step": step, "loss": loss if math.isfinite(loss) else "nan", "grad_norm": grad}
         if classes:
             data["classes"] = classes
         events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="step", data=data))
@@ -75,15 +141,61 @@ def replay(events: list[Envelope], detector: LossStalledDetector | None = None) 
     return [f for e in events for f in detector.observe(e)]
 
 
-@pytest.mark.parametrize("name", [
-    "nanogpt_shakespeare_char.log",
-    "gpt2_124m_s21_5000_steps.log",
-    "gpt2_124m_shakespeare_forge.log",
-    "poet_bench_adamw_lr0.01.csv",
-])
-def test_healthy_curves_stay_quiet(name):
-    events, _ = read_curve(name)
-    assert replay(events) == []
+def replay_both(events: list[Envelope], window_s: float | None = None) -> list[Finding]:
+    """Every loss finding a run raises: the stalled-loss detector's and the training rule's (spike, NaN)."""
+    stalled = LossStalledDetector(window_s) if window_s is not None else LossStalledDetector()
+    rule = TrainingRule()
+    return [f for e in events for f in (*stalled.observe(e), *rule.observe(e))]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    expect: str
+    faults: tuple[str, ...]
+    at: float | None  # where in the run (0-1 of its steps) the expected finding came
+
+    @property
+    def right(self) -> bool:
+        return self.expect in self.faults if self.expect != "quiet" else not self.faults
+
+
+def judge(name: str, start: float = 0.0, renumber: bool = False) -> Outcome:
+    events, last = read_curve(name, start=start, renumber=renumber)
+    found = replay_both(events, WINDOW_S.get(name))
+    expect = EXPECT[name]
+    steps = {e.id: e.data["step"] for e in events}
+    first, span = events[0].data["step"], max(1, last - events[0].data["step"])
+    hits = [f for f in found if f.fault == expect]
+    at = (steps[hits[0].evidence[0]] - first) / span if hits else None
+    return Outcome(name, expect, tuple(sorted({f.fault for f in found})), at)
+
+
+@pytest.mark.parametrize("name", FAULTY)
+def test_faulty_runs_are_found(name):
+    outcome = judge(name)
+    assert outcome.right, f"{name}: expected {outcome.expect}, got {outcome.faults or 'nothing'}"
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_runs_stay_quiet(name):
+    outcome = judge(name)
+    assert outcome.right, f"{name}: a healthy run raised {outcome.faults}"
+
+
+@pytest.mark.parametrize("renumber", [False, True], ids=["steps-continue", "steps-restart"])
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_runs_first_seen_halfway_stay_quiet(name, renumber):
+    # A run resumed from a checkpoint at its middle: its first loss is a trained model's, far below
+    # chance and flat or slowly falling. Never "never learned", whether the hook carries the step on
+    # or counts from 1 again.
+    outcome = judge(name, start=0.5, renumber=renumber)
+    assert outcome.right, f"{name} from its middle: a healthy run raised {outcome.faults}"
+
+
+def test_fixtures_are_all_expected():
+    # A curve added to the folder without a verdict here would be replayed by nothing.
+    assert sorted(p.name for p in CURVES.iterdir() if p.suffix in (".csv", ".log")) == sorted(EXPECT)
 
 
 def test_healthy_curves_stay_quiet_under_a_short_window_too():
@@ -104,10 +216,16 @@ def test_adamw_at_lr_0_3_is_flagged_at_chance_with_most_of_its_steps_left():
     assert step <= 0.4 * last, f"flagged at step {step} of {last}"
 
 
-def test_without_the_class_count_it_is_still_flagged_as_never_learned():
+def test_without_the_class_count_it_is_flagged_as_never_learned_when_the_trainer_says_it_began_random():
     events, last = read_curve("poet_bench_adamw_lr0.3.csv")
     for e in events:
         e.data.pop("classes", None)
+    # Nothing tells an untrained start from a fine-tune's or a resumed run's: no verdict on it.
+    assert replay(events) == []
+    events, _ = read_curve("poet_bench_adamw_lr0.3.csv")
+    for e in events:
+        e.data.pop("classes", None)
+        e.data["from_scratch"] = True
     found = replay(events)
     assert [f.fault for f in found] == ["loss_stalled"]
     assert "has not fallen below its start" in found[0].detail
@@ -146,3 +264,24 @@ def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     diagnoses = [d for d in analyze(events) if d.fault == "loss_stalled"]
     assert len(diagnoses) == 1 and diagnoses[0].action == "alert" and diagnoses[0].nodes == ()
     assert JobLadder("j").decide(diagnoses[0], ("n0",)).action is None
+
+
+def main() -> None:
+    found = flagged = 0
+    for name in FAULTY + HEALTHY:
+        o = judge(name)
+        found += o.right and o.expect != "quiet"
+        flagged += o.expect == "quiet" and not o.right
+        where = f" at {o.at:.0%} of its steps" if o.at is not None else ""
+        print(f"{'ok ' if o.right else 'BAD'} {name:45} expect {o.expect:12} got {', '.join(o.faults) or '-'}{where}")
+    resumed = [judge(n, 0.5, r) for n in HEALTHY for r in (False, True)]
+    print(f"faulty runs found: {found} of {len(FAULTY)}; healthy runs flagged: {flagged} of {len(HEALTHY)}; "
+          f"healthy runs first seen halfway (steps kept / restarted) flagged: {sum(not o.right for o in resumed)} "
+          f"of {len(resumed)}")
+    for o in resumed:
+        if not o.right:
+            print(f"    resumed {o.name}: {', '.join(o.faults)}")
+
+
+if __name__ == "__main__":
+    main()

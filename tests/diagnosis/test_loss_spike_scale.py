@@ -1,0 +1,75 @@
+"""A loss spike needs an absolute rise as well as a ratio (issue 54): 5× the recent median, six
+robust sigmas, and a tenth of the metric's scale (ln(classes), or the highest value the run has
+shown); for the loss, also more than float32 can resolve of a cross-entropy (1e-5)."""
+
+from __future__ import annotations
+
+import math
+
+from faultlens.diagnosis.rules.training import TrainingRule
+from tests.diagnosis.diag_events import ev
+
+
+def step(i: int, loss=2.0, grad_norm=1.0, **extra):
+    return ev(i * 10.0, "n001", "train", "step", rank=0, step=i, loss=loss, grad_norm=grad_norm, **extra)
+
+
+def _feed(rule: TrainingRule, losses, start: int = 0, **extra) -> list:
+    return [f for i, loss in enumerate(losses, start) for f in rule.observe(step(i, loss=loss, **extra))]
+
+
+def near_1e7(i: int) -> float:
+    """A fine-tune's loss at float32's resolution: about one ulp of 1 - p, never zero."""
+    return 1e-7 * (1 + 0.2 * (i % 3 == 0))
+
+
+def test_a_fine_tune_near_1e_7_moving_to_5e_7_is_no_spike_watched_from_its_start():
+    rule = TrainingRule()
+    start = [0.4 * math.exp(-i / 5) for i in range(60)]  # the fine-tune from its first step: 0.4 down
+    assert _feed(rule, start + [near_1e7(i) for i in range(60)]) == []
+    assert _feed(rule, [5e-7], start=120) == []
+
+
+def test_a_fine_tune_first_seen_at_1e_7_with_no_class_count_is_no_spike_either():
+    # Nothing tells the scale here but float32: 5e-7 is four ulps of 1 - p.
+    rule = TrainingRule()
+    assert _feed(rule, [near_1e7(i) for i in range(60)]) == []
+    assert _feed(rule, [5e-7, 6e-7], start=60) == []
+
+
+def test_the_same_ratio_on_a_loss_that_matters_is_still_a_spike():
+    rule = TrainingRule()
+    assert _feed(rule, [2.0 + 0.01 * math.sin(i) for i in range(60)], classes=50257) == []
+    [f] = _feed(rule, [11.0], start=60, classes=50257)
+    assert f.fault == "loss_spike" and "loss 11" in f.detail
+
+
+def test_a_converged_runs_noise_under_a_tenth_of_a_guess_is_no_spike():
+    # minGPT's adder (tests/fixtures/loss_curves/mingpt_adder_2digit.csv): 0.017 -> 0.15 between two
+    # logs, 8.9x, gone at the next; ln 10 = 2.3, so the rise is 6 % of it.
+    rule = TrainingRule()
+    assert _feed(rule, [0.017 + 0.002 * math.sin(i) for i in range(60)], classes=10) == []
+    assert _feed(rule, [0.15, 0.017], start=60, classes=10) == []
+    # A rise past a tenth of ln 10 is one.
+    [f] = _feed(rule, [0.4], start=62, classes=10)
+    assert f.fault == "loss_spike"
+
+
+def test_a_low_loss_run_watched_from_its_start_is_measured_against_where_it_came_down_from():
+    # No class count: the scale is the highest loss the rule saw, 3.0 at the start.
+    rule = TrainingRule()
+    falling = [3.0 * math.exp(-i / 10) + 0.01 for i in range(80)]
+    assert _feed(rule, falling) == []
+    assert _feed(rule, [0.2], start=80) == []  # 10x the median, 0.19 rise: 6 % of 3.0
+    [f] = _feed(rule, [0.5], start=81)  # 0.49 rise: 16 %
+    assert f.fault == "loss_spike"
+
+
+def test_a_grad_norm_spike_is_measured_against_the_grad_norms_own_peak():
+    rule = TrainingRule()
+    assert [f for i in range(60) for f in rule.observe(step(i, grad_norm=1.0 + 0.05 * (i % 3)))] == []
+    [f] = rule.observe(step(60, grad_norm=8.0))
+    assert f.fault == "loss_spike" and "grad_norm" in f.detail
+    # A vanished gradient wobbling at 1e-9 is no spike: its peak, 1.1, is the scale.
+    assert [f for i in range(61, 121) for f in rule.observe(step(i, grad_norm=1e-9 * (1 + i % 2)))] == []
+    assert rule.observe(step(121, grad_norm=6e-9)) == []

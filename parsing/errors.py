@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from faultlens.parsing.exceptions import judge
+from faultlens.parsing.signals import read_signal
 
 _NCCL_ERR = re.compile(
     r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
@@ -101,6 +102,10 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     verdict = judge(etype, message)
     if verdict is not None:
         return ExceptionLine(etype, message, verdict.fault, verdict.action, "error", verdict.errno)
+    died = read_signal(message, "")
+    if died:
+        signal_data = died[0][1]
+        return ExceptionLine(etype, message, signal_data["fault"], signal_data["action"], signal_data["severity"])
     if short in USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:

@@ -82,15 +82,18 @@ def _lineage(etype: str) -> list[str]:
 
 
 def judge(etype: str | None, message: str) -> Verdict | None:
-    """What the exception says about the machine, or None when it says nothing this table knows."""
+    """What the exception says about the machine (or the training's numbers), or None when it says
+    nothing this table knows."""
     t = table()
-    for mid, pattern, fault, action in t.messages:
-        if pattern.search(message):
-            return Verdict(fault, action, f"message {mid}")
+    # The errno first: the system's own word on what failed (a checkpoint write that says ENOSPC is
+    # a full disk whatever the writer's message); then the messages that name a cause.
     name = _errno_name(message, t)
     if name is not None:
         fault, action = t.by_errno[name]
         return Verdict(fault, action, f"errno {name}", name)
+    for mid, pattern, fault, action in t.messages:
+        if pattern.search(message):
+            return Verdict(fault, action, f"message {mid}")
     for short in _lineage(etype or ""):
         if short in t.by_type:
             fault, action = t.by_type[short]

@@ -50,19 +50,23 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
+def fault_of_library(lib: str | None) -> str | None:
+    """The class a crash inside ``lib`` belongs to: NCCL's, CUDA's / the driver's; None for another."""
+    name = (lib or "").lower()
+    if "nccl" in name:
+        return "nccl_error"
+    if any(k in name for k in ("cuda", "nvidia", "cublas", "cudnn", "nvrtc", "cupti", "nvjitlink")):
+        return "cuda_error"
+    return None
+
+
 def segfault(msg: str, raw: str) -> Found:
     m = _SEGV.search(msg)
     if not m:
         return None
     lm = _SEGV_LIB.search(msg, m.end())
     lib = lm.group("lib") if lm else None
-    name = (lib or "").lower()
-    if "nccl" in name:
-        fault = "nccl_error"
-    elif any(k in name for k in ("cuda", "nvidia", "cublas", "cudnn", "nvrtc", "cupti", "nvjitlink")):
-        fault = "cuda_error"
-    else:
-        fault = "unknown"
+    fault = fault_of_library(lib) or "unknown"
     return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
                                 text=m.group("what")))]  # fmt: skip
 

@@ -45,8 +45,9 @@ _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle")
 _QUICK_RE = any_of(_QUICK)
-# The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them).
-QUICK = _QUICK
+# The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
+# with those of the level words of err or worse (kern.crit, [EMERG], level=alert; "err" is one already).
+QUICK = _QUICK + ("crit", "emerg", "alert")
 # Either vocabulary's literals: a line holding none (most lines) is settled by one scan.
 _ANY_QUICK = any_of(set(_QUICK) | set(ALARM_QUICK))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from faultlens.parsing import fallback, nccl_lines
+from faultlens.parsing import fallback, nccl_lines, signals
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
@@ -80,7 +80,7 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
     """The pre-filter's regex (on the lowered body), or None when a rule has no needles."""
     if any(not r.needles for r in rules):
         return None
-    words = {w.lower() for w in (*CODE_LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
+    words = {w.lower() for w in (*CODE_LITERALS, *signals.LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
     return re.compile(any_of(words).pattern + r"|inf\b")  # _NAN_OR_INF's "inf" ends a word: INFO's does not
 
 
@@ -244,6 +244,9 @@ class TrainerLogParser:
         user_code = False
         extra: dict[str, Any] = {}
         verdict = None if truncated or cuda or nccl else judge(etype, message or "")
+        # An exception that reports a process killed by a signal (a DataLoader worker's segfault,
+        # torch.multiprocessing's "terminated with signal"): the signal says what broke.
+        died = None if truncated or cuda or nccl or verdict else signals.read_signal(message or "", "")
         if truncated:
             fault, action, severity = "unknown", "stop_time_diagnosis", "warn"
         elif cuda:
@@ -259,6 +262,10 @@ class TrainerLogParser:
             extra["judged_by"] = verdict.why
             if verdict.errno:
                 extra["errno"] = verdict.errno
+        elif died:
+            signal_data = died[0][1]
+            fault, action, severity = signal_data["fault"], signal_data["action"], signal_data["severity"]
+            extra["signal"] = signal_data["signal"]
         elif short == "ChildFailedError":
             # torchrun's summary of a rank that already failed: the rank's own traceback is the evidence.
             fault, action, severity = "unknown", "none", "info"
@@ -338,8 +345,17 @@ class TrainerLogParser:
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
         if ":" in msg and ("Error" in msg or "Exception" in msg):
-            return self._headless(msg, raw, rank, key, extra)
-        return None
+            found = self._headless(msg, raw, rank, key, extra)
+            if found is not None:
+                return found
+        # A process that died of a signal, in a shell's, an IDE's, torchrun's or Slurm's words
+        # (an exception that reports one was judged above, the signal included: parsing.errors).
+        found = signals.read_signal(msg, raw)
+        if found is not None:
+            for _, data in found:
+                data["rank"] = rank
+                data.update(extra)
+        return found
 
     def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
         """The exception line of a traceback whose header and frames went elsewhere (ranks

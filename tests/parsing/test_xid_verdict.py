@@ -25,7 +25,7 @@ LINES = {
 
 
 def _parsed(code: int) -> dict:
-    [event] = KernelLogParser(now=1.8e9).feed(f"[ 100.0] {LINES[code]}")
+    [event] = KernelLogParser(now=1.8e9).feed(f"[ 5000.0] {LINES[code]}")
     assert event.kind == "xid"
     return event.data
 

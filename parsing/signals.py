@@ -1,0 +1,116 @@
+"""A process killed by a signal, in every shape a trainer's log prints it, and what the signal says.
+
+Who prints it and how (all read here, then judged by the signal alone):
+
+- an IDE or a shell's exit status: ``Process finished with exit code 139 (interrupted by signal 11:
+  SIGSEGV)``, ``exit code 137``, ``exit status 135`` (128 + the signal);
+- Python's fault handler: ``Fatal Python error: Segmentation fault`` (glued after a progress bar
+  when tqdm's ``\\r`` line was never ended);
+- torchrun's failure summary: ``Signal 7 (SIGBUS) received by PID 10``, ``exitcode  : -7``;
+  glog / abseil: ``*** SIGSEGV (@0x0) received by PID 1234``; ``torch.multiprocessing``:
+  ``process 0 terminated with signal SIGKILL``; Python's ``died with <Signals.SIGSEGV: 11>``;
+- the shells: bash ``line 1:  4242 Segmentation fault      (core dumped) python train.py``, zsh
+  ``zsh: segmentation fault (core dumped)  python train.py``, a bare ``Killed``; Slurm's ``srun:
+  error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``.
+
+What the signal says about a trainer (docs/rules.md, "Signals"):
+
+- SIGSEGV, SIGILL, SIGFPE: native code of the program crashed (an extension, a data loader's
+  library, a bad build): ``user_code``, with a stop-time diagnosis first, since a driver or a bad
+  host can segfault too; a line naming libcuda / libnvidia / libnccl makes it theirs, as the
+  kernel's segfault record does (parsing.kernel_host.fault_of_library);
+- SIGBUS: in a trainer, shared memory (``/dev/shm``) exhausted under a DataLoader: ``host_oom``;
+- SIGKILL: the OOM killer is its usual sender: ``host_oom``, acted on (restart) when the line
+  itself names memory, else recorded (action none) for the kernel's OOM record to confirm;
+- SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded;
+- SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGXCPU, SIGPIPE: sent by a person, the scheduler or
+  the launcher tearing the other ranks down: recorded, no fault.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as signal_mod
+from typing import Any
+
+from faultlens.parsing.kernel_host import fault_of_library
+from faultlens.parsing.line import any_of, common
+
+Found = list[tuple[str, dict[str, Any]]]
+
+# Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
+LITERALS = ("sig", "signal", "segmentation fault", "bus error", "killed", "aborted", "illegal instruction",
+            "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "terminated")
+_QUICK = any_of(LITERALS)
+
+_NUMBERS = {s.name: int(s) for s in signal_mod.Signals if not s.name.startswith("SIG_")}
+_BY_NUMBER = {v: k for k, v in sorted(_NUMBERS.items(), reverse=True)}
+# The words the C library (strsignal) and the shells print for a signal.
+_BY_WORDS = {"segmentation fault": "SIGSEGV", "bus error": "SIGBUS", "killed": "SIGKILL", "aborted": "SIGABRT",
+             "abort": "SIGABRT", "illegal instruction": "SIGILL", "floating point exception": "SIGFPE",
+             "terminated": "SIGTERM", "hangup": "SIGHUP", "quit": "SIGQUIT"}
+_WORDS = r"segmentation fault|bus error|killed|aborted|illegal instruction|floating point exception|terminated|hangup"
+
+_SHAPES = re.compile(
+    # torchrun / glog / abseil: "Signal 7 (SIGBUS) received by PID 10", "*** SIGSEGV (@0x0) received by PID 12"
+    r"\bSignal (?P<n1>\d{1,2}) \((?P<s1>(?-i:SIG[A-Z0-9]+))\) received by PID"
+    r"|\*\*\* (?P<s2>(?-i:SIG[A-Z0-9]+)) (?:\(@[0-9a-fx]+\) )?received (?:by PID|at time)"
+    # an IDE: "exit code 139 (interrupted by signal 11: SIGSEGV)"
+    r"|\binterrupted by signal (?P<n3>\d{1,2})(?:: (?P<s3>(?-i:SIG[A-Z0-9]+)))?"
+    # torch.multiprocessing, subprocess, Python's enum repr
+    r"|\b(?:terminated|killed|died|exited) (?:with|by) (?:signal:? )?(?:<Signals\.)?(?P<s4>(?-i:SIG[A-Z0-9]+))\b"
+    r"|\b(?:killed|terminated) by signal:? (?:(?P<n5>\d{1,2})\b|(?P<w5>" + _WORDS + r"))"
+    # Python's fault handler, anywhere on the line (after a progress bar)
+    r"|Fatal Python error: (?P<w6>Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
+    # the shells and Slurm: "line 1: 4242 Segmentation fault (core dumped) python", "zsh: killed  python",
+    # "srun: error: node17: task 3: Bus error", a bare "Killed" / "Segmentation fault (core dumped)"
+    r"|(?:^|\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
+    # an exit status of 128 + N, or torchrun's negative exit code
+    r"|\b(?:exit(?:ed with)? (?:code|status)|exitcode)\s*:?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
+    re.IGNORECASE,
+)
+_MEMORY = re.compile(r"\boom\b|out of memory|oom[-_ ]?kill|memory|\bOOMKilled\b", re.IGNORECASE)
+_LIB = re.compile(r"\b(lib[\w+\-]+\.so[\w.]*)")
+
+# signal -> (fault, action, severity): the reading above.
+_CRASH = ("user_code", "stop_time_diagnosis", "error")
+_READINGS = {"SIGSEGV": _CRASH, "SIGILL": _CRASH, "SIGFPE": _CRASH, "SIGBUS": ("host_oom", "restart", "error"),
+             "SIGABRT": ("unknown", "none", "info")}
+_SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a fault
+
+
+def _name(m: re.Match[str]) -> str | None:
+    for g in ("s1", "s2", "s3", "s4"):
+        if m.group(g):
+            return m.group(g).upper()
+    for g in ("n1", "n3", "n5"):
+        if m.group(g):
+            return _BY_NUMBER.get(int(m.group(g)))
+    for g in ("w5", "w6", "w7"):
+        if m.group(g):
+            return _BY_WORDS.get(m.group(g).lower())
+    if m.group("x8"):
+        return _BY_NUMBER.get(int(m.group("x8")) - 128)
+    if m.group("neg8"):
+        return _BY_NUMBER.get(-int(m.group("neg8")))
+    return None
+
+
+def read_signal(msg: str, raw: str) -> Found | None:
+    """A ``worker_failed`` event for a line that says a process died of a signal, or None."""
+    if not _QUICK.search(msg.lower()):
+        return None
+    m = _SHAPES.search(msg)
+    if m is None:
+        return None
+    name = _name(m)
+    if name is None or name not in _NUMBERS:
+        return None
+    fault, action, severity = _READINGS.get(name, _SENT)
+    if name == "SIGKILL":
+        fault, action, severity = ("host_oom", "restart", "error") if _MEMORY.search(msg) else ("host_oom", "none", "info")
+    lib = _LIB.search(msg)
+    if lib and fault == "user_code":
+        fault = fault_of_library(lib.group(1)) or fault
+    return [("worker_failed", common(raw, fault, action, severity, rule=f"signal.{name.lower()}", signal=name,
+                                     signum=_NUMBERS[name], lib=lib.group(1) if lib else None, text=m.group(0).strip()[:256]))]  # fmt: skip

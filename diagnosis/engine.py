@@ -24,6 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from faultlens.diagnosis.debounce import Debounce
 from faultlens.diagnosis.dedup import Dedup
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
@@ -32,6 +33,8 @@ from faultlens.parsing.rules import LineRule
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.thresholds import Thresholds, shipped as shipped_thresholds
+from faultlens.diagnosis.waves import Waves
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_stage import JobEnd, JobRestart
@@ -96,6 +99,8 @@ class EngineConfig:
     # it stops (diagnosis/rules/liveness.py). A consumer sets the broker's count; offline, the default
     # layout's (events/topics.py), so `analyze` judges a trace as the default deployment would.
     telemetry_partitions: int = TELEMETRY_PARTITIONS
+    # Waves and debounce (diagnosis/thresholds.toml, with a user's --thresholds file over it); None: shipped.
+    thresholds: Thresholds | None = None
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -113,6 +118,8 @@ class _Lane:
 
     stage: JobStage
     dedup: Dedup
+    waves: Waves
+    debounce: Debounce
     now: float | None = None
     last_tick: float = float("-inf")
     arrival_wall: float = 0.0  # wall time of its latest event
@@ -142,8 +149,16 @@ class Engine:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
                              implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
                              telemetry_partitions=self.config.telemetry_partitions)
-            lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size))
+            thresholds = self.config.thresholds or shipped_thresholds()
+            lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size),
+                                            Waves(thresholds.wave, self._job_size, self._machines), Debounce(thresholds))
         return lane
+
+    def _machines(self, job: str) -> Mapping:
+        """What the topology says of each machine (rack, NVLink domain, IB switch): a wave's cause."""
+        topo = self.book.topology(job)
+        machines = (topo.extra or {}).get("machines") if topo is not None else None
+        return machines if isinstance(machines, Mapping) else {}
 
     def telemetry_partitions(self, count: int) -> None:
         """The broker's telemetry partition count (a consumer learns it on start)."""
@@ -153,7 +168,7 @@ class Engine:
 
     @property
     def dedup_stats(self) -> Counter:
-        return sum((lane.dedup.stats for lane in self._lanes.values()), Counter())
+        return sum((lane.dedup.stats + lane.waves.stats + lane.debounce.stats for lane in self._lanes.values()), Counter())
 
     def job_time(self, job: str) -> float | None:
         """The job's event time: the latest event time it delivered (or the wall clock moved it to)."""
@@ -302,7 +317,7 @@ class Engine:
             return []
         out: list[Diagnosis] = []
         for f in findings:
-            out.extend(lane.dedup.admit(f))
+            out.extend(self._judge(lane, lane.waves.admit(f)))
         for d in diags:
             out.extend(lane.dedup.admit_diagnosis(d))
         queue = list(out)
@@ -318,6 +333,16 @@ class Engine:
         self.stats["diagnoses"] += len(out)
         return out
 
+    @staticmethod
+    def _judge(lane: _Lane, findings: list[Finding]) -> list[Diagnosis]:
+        """Findings no wave holds: debounced (grey evidence), then folded and escalated."""
+        return [d for f in findings for g in lane.debounce.admit(f) for d in lane.dedup.admit(g)]
+
+    def _waves(self, lane: _Lane, now: float | None) -> list[Diagnosis]:
+        released, waves = lane.waves.tick(now) if now is not None else lane.waves.flush()
+        self.stats["diagnoses"] += len(waves)
+        return waves + self._judge(lane, released)
+
     def forget_job(self, job: str) -> None:
         """Drop a job's state and the ids of its events (its input moved to another consumer: if it
         comes back, it is rebuilt from retained input, which must not then be taken for copies)."""
@@ -330,6 +355,7 @@ class Engine:
         lane.last_tick = now
         findings, diags = lane.stage.tick(now)
         out = self._settle(lane, findings, diags)
+        out.extend(self._waves(lane, now))
         out.extend(lane.dedup.tick(now))
         return out
 
@@ -378,6 +404,7 @@ class Engine:
         for lane in self._lanes.values():
             self._apply_pending(lane, float("inf"))
             out.extend(self._settle(lane, lane.stage.flush(), []))
+            out.extend(self._waves(lane, None))
             out.extend(lane.dedup.flush())
         return out
 

@@ -33,6 +33,17 @@ class RankPlacement(Payload, frozen=True):
     dp: NonNegInt
 
 
+class MachinePlace(Payload, frozen=True):
+    """Where one machine of a ``job``/``topology`` sits, as its node agent or the scheduler can read
+    it (all optional): what the machines of a wave share names its cause (diagnosis/waves.py)."""
+
+    rack: Text | None = None
+    nvlink_domain: Text | None = None  # an NVLink domain (a GB200 NVL72 rack, an NVSwitch tray set)
+    nvlink_clique: Text | int | None = None  # the fabric manager's clique id within the domain
+    ib_switch: Text | list[Text] | None = None  # GUID of the IB switch each fabric port is cabled to
+    ib_port: int | Text | list[int | Text] | None = None  # that switch's port(s)
+
+
 class JobTopology(Payload, frozen=True):
     """``job``/``topology``: the parallel layout (docs/design.md §2; events/topology.py checks the
     coordinates against the sizes)."""
@@ -42,6 +53,7 @@ class JobTopology(Payload, frozen=True):
     dp: PositiveInt | None = None
     ranks: list[RankPlacement] | None = None
     gpus_per_node: PositiveInt | None = None
+    machines: dict[Text, MachinePlace] | None = None  # machine name → where it sits (optional)
 
 
 class JobRestart(Payload, frozen=True):

@@ -1,6 +1,7 @@
 """NIC / InfiniBand rule: a training-fabric port that goes down twice within five minutes is broken.
 
-One flap (down, then up) is tolerated: links renegotiate, cables get reseated. The second alert
+One flap (down, then up) is tolerated: links renegotiate, cables get reseated (its finding is
+sympathetic, blamed on nobody, and only counts towards a wave: a switch under many machines). The second alert
 on the same node within the window is the finding; mlx5 health errors and NETDEV WATCHDOG
 transmit timeouts count as alerts too. The lines of one flap (module event "cable unplugged",
 then "link down") are one alert: a new alert needs the link to have come back up, or
@@ -70,7 +71,11 @@ class NicRule:
         while q and event.ts - q[0][0] > self.window_s:
             q.popleft()
         if len(q) < self.alerts:
-            return []
+            # Tolerated, so blamed on nobody (sympathetic: never a diagnosis of its own), but said:
+            # the same flap on many machines at once is a switch or a fabric (diagnosis/waves.py).
+            return [Finding(job=event.job, ts=event.ts, fault="nic", action="alert", nodes=(event.node,),
+                            entity="nic:flap", evidence=(event.id,), sympathetic=True,
+                            detail=f"one flap of {q[-1][2]} tolerated: {line_of(event)}")]
         where = ", ".join(sorted({w for _, _, w in q}))
         if fabric:
             action, what = "evict", f"{len(q)} NIC alerts in {self.window_s:.0f}s on {where}"

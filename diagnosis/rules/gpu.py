@@ -83,6 +83,10 @@ class XidRule:
             fault, action = verdict.fault, verdict.action
         else:
             fault, action = parsed_fault(event, verdict.fault, verdict.action)
+        if event.data.get("boot") is True:
+            # Logged while the machine booted (parsing/kernel_quiet.py): the machine's record, no
+            # action against a job, whatever the code's own reading (Xid 43 re-derives it above).
+            action = "none"
         sympathetic = verdict.sympathetic
         if code in APP_XIDS:
             self._last_app_xid[node] = event.ts

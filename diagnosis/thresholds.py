@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -30,10 +30,12 @@ class WaveConfig:
     min_nodes: int = 8
     min_share: float = 0.25
     classes: frozenset[str] = frozenset()
-    causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # (class or "default", the machine attributes that may name the cause), as pairs: the config is hashed
+    causes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def causes_of(self, fault: str) -> tuple[str, ...]:
-        return tuple(self.causes.get(fault, self.causes.get("default", ())))
+        by_class = dict(self.causes)
+        return by_class.get(fault, by_class.get("default", ()))
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def _wave(raw: Mapping[str, Any], base: WaveConfig, origin: str) -> WaveConfig:
         window_s=_number(raw.get("window_s", base.window_s), f"{origin}: wave.window_s", low=0.0, high=3600.0),
         min_nodes=_number(raw.get("min_nodes", base.min_nodes), f"{origin}: wave.min_nodes", low=2, integer=True),
         min_share=_number(raw.get("min_share", base.min_share), f"{origin}: wave.min_share", low=0.0, high=1.0),
-        classes=classes, causes=causes)
+        classes=classes, causes=tuple(causes.items()))
 
 
 def _debounce(raw: Any, origin: str) -> tuple[DebounceRule, ...]:

@@ -14,6 +14,7 @@ import os
 from faultlens.diagnosis.engine import EngineConfig
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.implicit import ImplicitConfig
+from faultlens.diagnosis.thresholds import ThresholdsError, load as load_thresholds
 from faultlens.parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()
@@ -51,6 +52,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    default=[p for p in os.environ.get("FAULTLENS_RULES", "").split(os.pathsep) if p],
                    help="a TOML log-line catalogue of your own (format: parsing/rules.toml), tried after the shipped "
                         "rules when raw lines are parsed; repeatable (env FAULTLENS_RULES, paths joined by ':')")
+    g.add_argument("--thresholds", action="append", metavar="FILE",
+                   default=[p for p in os.environ.get("FAULTLENS_THRESHOLDS", "").split(os.pathsep) if p],
+                   help="a TOML file of thresholds of your own (format: diagnosis/thresholds.toml: waves across "
+                        "machines, debounce of grey evidence), laid over the shipped ones; repeatable "
+                        "(env FAULTLENS_THRESHOLDS, paths joined by ':')")
     g.add_argument("--hang-k", type=float, default=_env_float("FAULTLENS_HANG_K", _HANG.k),
                    help=f"a stall is a hang after this many median step times (default {_HANG.k:g}; env FAULTLENS_HANG_K)")
 
@@ -63,5 +69,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         line_rules = load(paths) if paths else None
     except RuleError as exc:
         raise SystemExit(f"faultlens: {exc}") from None
+    files = getattr(args, "thresholds", None) or []
+    try:
+        thresholds = load_thresholds(files) if files else None
+    except ThresholdsError as exc:
+        raise SystemExit(f"faultlens: {exc}") from None
     return EngineConfig(grace_s=args.grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
-                        implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model, line_rules=line_rules)
+                        implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model, line_rules=line_rules,
+                        thresholds=thresholds)

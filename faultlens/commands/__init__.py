@@ -18,6 +18,7 @@ COMMAND_NAMES = (
     "analyze",
     "score",
     "check",
+    "rules",
     "parse",
     "stacks",
     "report",

@@ -12,7 +12,7 @@ from faultlens.diagnosis.thresholds import ThresholdsError, WaveConfig, load, sh
 from faultlens.diagnosis.waves import FLEET_WIDE, Waves, shared_cause
 
 WAVE = WaveConfig(window_s=60.0, min_nodes=4, min_share=0.25, classes=frozenset({"nvlink", "nic", "app_fault"}),
-                  causes={"nvlink": ("nvlink_domain", "rack"), "default": ("rack",)})
+                  causes=(("nvlink", ("nvlink_domain", "rack")), ("default", ("rack",))))
 MACHINES = {f"n{i:02d}": {"rack": f"r{i // 8}", "nvlink_domain": f"nvl{i // 4}"} for i in range(16)}
 
 
@@ -145,6 +145,7 @@ def test_a_users_file_overrides_what_it_names(tmp_path):
     path = tmp_path / "t.toml"
     path.write_text('[wave]\nmin_nodes = 3\n[wave.causes]\nnic = ["rack"]\n\n[[debounce]]\nmatch = "rule:model"\ncount = 1\n')
     t = load([path])
+    assert hash(t) == hash(load([path]))  # a part of EngineConfig, which commands compare
     assert (t.wave.min_nodes, t.wave.window_s, t.wave.causes_of("nic")) == (3, 60.0, ("rack",))
     assert t.debounce_for("model", "storage") is None and t.debounce_for("subsystem.nvme", "storage").count == 2
 

@@ -33,30 +33,35 @@ def _average_path_length(n: np.ndarray) -> np.ndarray:
 
 
 class ForestScorer:
-    """``score_samples`` of a fitted :class:`sklearn.ensemble.IsolationForest` (the same numbers)."""
+    """``score_samples`` of a fitted :class:`sklearn.ensemble.IsolationForest`: the same numbers to
+    the last digit (each tree's leaf term and the sum over trees are done in scikit-learn's order;
+    tests/diagnosis/test_drift.py compares them bit for bit)."""
 
     def __init__(self, model) -> None:
         self._trees = []
         for est, feats in zip(model.estimators_, model.estimators_features_):
             tree = est.tree_
-            depth = np.zeros(tree.node_count)
+            nodes_on_path = np.ones(tree.node_count)  # the root counts, as in scikit-learn's path length
             stack = [0]
             while stack:
                 node = stack.pop()
                 for child in (tree.children_left[node], tree.children_right[node]):
                     if child >= 0:
-                        depth[child] = depth[node] + 1.0
+                        nodes_on_path[child] = nodes_on_path[node] + 1.0
                         stack.append(child)
-            # Path length to a leaf, plus the expected rest of the path inside it.
-            self._trees.append((tree, np.asarray(feats), depth + _average_path_length(tree.n_node_samples)))
-        self._norm = len(self._trees) * float(_average_path_length(np.array([model.max_samples_]))[0])
+            # The path to a leaf plus the expected rest of the path inside it, per node, computed as
+            # scikit-learn computes it per sample ((nodes + rest) - 1), so indexing it gives its terms.
+            self._trees.append((tree, np.asarray(feats), nodes_on_path + _average_path_length(tree.n_node_samples) - 1.0))
+        self._norm = len(self._trees) * _average_path_length(np.array([model.max_samples_]))
 
     def score_samples(self, rows: np.ndarray) -> np.ndarray:
+        """Every row at once: one pass of each tree over the whole batch (a row's score does not
+        depend on the others')."""
         x = np.asarray(rows, dtype=np.float32)
         total = np.zeros(len(x))
         for tree, feats, path in self._trees:
             total += path[tree.apply(np.ascontiguousarray(x[:, feats]))]
-        return -np.power(2.0, -total / self._norm)
+        return -(2 ** (-np.divide(total, self._norm)))
 
 
 class JobForests:

@@ -136,8 +136,14 @@ def test_the_fast_forest_scorer_gives_scikit_learn_s_scores():
 
     from faultlens.diagnosis.peer_forest import ForestScorer
 
-    rng = np.random.default_rng(3)
-    train = rng.normal(size=(600, 6))
-    model = IsolationForest(n_estimators=50, random_state=0).fit(train)
-    rows = np.vstack([rng.normal(size=(20, 6)), rng.normal(5.0, 1.0, size=(5, 6))])
-    assert np.allclose(ForestScorer(model).score_samples(rows), model.score_samples(rows))
+    # To the last digit, not approximately: a row's outlier flag is a comparison with a cut, and a
+    # score one ulp off could flip it. Features subsampled or not, a batch of rows or one alone.
+    for seed, max_features in ((0, 1.0), (3, 0.5), (7, 1.0)):
+        rng = np.random.default_rng(seed)
+        train = rng.normal(size=(600, 6))
+        model = IsolationForest(n_estimators=50, random_state=seed, max_features=max_features).fit(train)
+        rows = np.vstack([rng.normal(size=(200, 6)), rng.normal(5.0, 1.0, size=(50, 6))])
+        scorer = ForestScorer(model)
+        assert np.array_equal(scorer.score_samples(rows), model.score_samples(rows))
+        assert np.array_equal(scorer.score_samples(rows[:1]), model.score_samples(rows[:1]))
+        assert np.array_equal(scorer.score_samples(train), model.score_samples(train))

@@ -43,7 +43,7 @@ from faultlens.events.command import Command
 from faultlens.events.command_memory import STATE_DIR_ENV
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
-from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.outbox import Outbox
 from faultlens.events.signing import VERIFY_KEY_ENV
 from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, RoundPlan, action_of_exit_codes,
                                                       merge_round, named_checkpoint, resume_of)
@@ -83,7 +83,7 @@ class JobSide:
     command_wait: float = 10.0
     grace: float = 10.0
     inbox: CommandInbox = field(default_factory=CommandInbox)
-    producer: Producer | None = None
+    producer: Outbox | None = None  # made at the first event: spooled, never blocks the job on the broker
     plan: RoundPlan | None = None
     group_rank: int | None = None
     rounds: int = 0  # rounds this node has started
@@ -96,9 +96,8 @@ class JobSide:
 
     def publish(self, kind: str, data: dict) -> None:
         if self.producer is None:
-            self.producer = Producer(self.settings)
+            self.producer = Outbox(self.settings, name="faultlens-run-outbox")
         self.producer.send_event(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
-        self.producer.flush()
 
     def end(self, reason: str, command: Command | None = None) -> None:
         """``job``/``end``, once for the job: from the node that was the last round's first."""

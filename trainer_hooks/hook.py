@@ -37,11 +37,12 @@ from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, number
 from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
+from faultlens.streams.broker import answers
 from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
-from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_memory import CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
@@ -71,7 +72,10 @@ class TrainerHook:
         self.flops_per_step = flops_per_step
         self.peak_flops = peak_flops
         self.exit_grace_s = exit_grace_s
-        self.producer = producer or Producer(settings)
+        # Our own telemetry goes through a spool that never blocks nor raises (trainer_hooks/outbox.py):
+        # the operator side's broker must not stop training. A producer handed in is used as given.
+        self.outbox = Outbox(settings, name=f"faultlens-outbox-r{rank}") if producer is None else None
+        self.producer: Producer | Outbox = producer or self.outbox  # type: ignore[assignment]
         self.steps = 0
         self.exit_code: int | None = None
         self.exit_command: Command | None = None
@@ -79,17 +83,23 @@ class TrainerHook:
         self._boundary_reached = threading.Event()
         self._last_step_at = time.monotonic()
         self._lock = threading.Lock()
-        self.listener: CommandListener | None = None
+        self.listener: ProbingListener | None = None
         if listen:
             memory = CommandMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
             screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory,
                                    spokesperson=rank == 0)
-            self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)
+            self.listener = ProbingListener(settings, screen, self._on_command, self._on_refused)
             self.listener.start()
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
-        """Block until the listener sees new commands (so none issued after this is missed)."""
-        return self.listener is None or self.listener.ready.wait(timeout)
+        """Block until the listener sees new commands (so none issued after this is missed); False at
+        once when no broker answers: training goes on, commands are read once one does."""
+        if self.listener is None or self.listener.ready.is_set():
+            return True
+        bootstrap = self.listener.settings.bootstrap
+        if bootstrap and not answers(bootstrap, 0.5):
+            return False
+        return self.listener.ready.wait(timeout)
 
     # --- telemetry --------------------------------------------------------------------------
     def _event(self, source: str, kind: str, data: dict) -> Envelope:
@@ -190,6 +200,9 @@ class TrainerHook:
         self._boundary_reached.set()
         if self.listener is not None:
             self.listener.stop()
+        if self.outbox is not None:
+            self.outbox.close(10.0)  # waits only while a broker takes what is left
+            return
         try:
             self.producer.flush(10.0)
         except Exception as exc:  # noqa: BLE001 - shutting down: report, do not mask the exit code

@@ -9,13 +9,14 @@ import socket
 import sys
 from pathlib import Path
 
-from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
 from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys, verify_key_paths
+from faultlens.streams.broker import answers
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
+from faultlens.trainer_hooks.outbox import ProbingListener
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +93,24 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"faultlens run: {exc}", file=sys.stderr)
         return 2
+    if not log.isEnabledFor(logging.DEBUG):
+        # kafka-python logs every failed reconnect at ERROR while a broker is away; the agent says
+        # once what that means for the job (the command listener and the outbox warn).
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     state_dir = args.state_dir or (Path(os.environ[STATE_DIR_ENV]) if os.environ.get(STATE_DIR_ENV) else None)
     try:
         with connected(args, create_topics=False) as settings:
             side = JobSide(job=job, node=node, settings=settings, verify_key_paths=key_paths, state_dir=state_dir,
                            crash_wait=args.crash_wait, command_wait=args.command_wait, grace=args.grace)
             memory = CommandMemory(memory_file(state_dir or default_state_dir(), "run", job, node))
-            listener = CommandListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
+            listener = ProbingListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
             listener.start()
-            if not listener.ready.wait(30):
+            # The operator side never holds the job back: with no broker it starts at once, and
+            # commands are read once one answers (the workers' telemetry is spooled meanwhile).
+            if not answers(settings.bootstrap or "", 1.0):
+                log.warning("no broker answers at %s: training starts anyway; commands are obeyed once it does",
+                            settings.bootstrap)
+            elif not listener.ready.wait(30):
                 log.error("command listener not ready after 30 s; starting the job, commands will be read once it is")
             try:
                 return _launch(torchrun, args, side)

@@ -1,0 +1,235 @@
+"""What the training side publishes, sent from a thread of its own so that the operator side can
+never stop training: no broker at start, a broker lost mid-run, a slow one, a full queue.
+
+``hook.step`` (and `faultlens run`'s agent) only append an event to a bounded in-memory spool; a
+daemon thread connects when a broker answers, sends the spool in batches and takes a batch off
+only once the broker acknowledged it. While no broker answers, events wait in the spool (oldest
+dropped past ``capacity``, counted in ``dropped``) and the thread retries every ``retry_s``; when
+the broker comes back the spool is sent in order. The trainer sees one warning when the broker goes
+away, one when the spool first overflows, one line when it catches up, and, at close, how much was
+never delivered: never an exception, never a wait for a broker that is gone.
+
+A batch whose acknowledgement was lost with the connection is sent again on the next one, so an
+event can arrive twice (Kafka's at-least-once); one is never silently lost but by the spool's bound.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Protocol
+
+from faultlens.events.envelope import Envelope
+from faultlens.streams.broker import answers
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+CAPACITY = 20_000  # events (a step event is ~300 bytes: 6 MB; at 1 step/s per rank, 5 h of outage)
+BATCH = 500
+FLUSH_S = 5.0  # a batch not acknowledged within this long: the broker is taken as gone
+RETRY_S = 1.0
+
+
+class ProbingListener(CommandListener):
+    """The command listener of the trainer side, with a TCP probe before each Kafka client it makes:
+    against no broker kafka-python blocks for its bootstrap timeout and logs every retry into the
+    training job's output."""
+
+    def _consumer(self):  # type: ignore[no-untyped-def]
+        if self.settings.bootstrap and not answers(self.settings.bootstrap, 0.5):
+            return None
+        return super()._consumer()
+
+
+class Sink(Protocol):
+    def send_event(self, event: Envelope) -> None: ...
+    def flush(self, timeout: float | None = ...) -> object: ...
+    def close(self, timeout: float = ...) -> None: ...
+
+
+def _kafka_producer(settings: KafkaSettings) -> Callable[[], Sink]:
+    def make() -> Sink:
+        from faultlens.streams.producer import Producer
+
+        return Producer(settings)
+    return make
+
+
+class Outbox:
+    """``send_event`` never blocks nor raises; ``flush`` and ``close`` wait at most their timeout,
+    and not at all while no broker answers. Counters: ``delivered``, ``dropped``, ``outages``."""
+
+    def __init__(self, settings: KafkaSettings | None, *, connect: Callable[[], Sink] | None = None,
+                 capacity: int = CAPACITY, batch: int = BATCH, flush_s: float = FLUSH_S, retry_s: float = RETRY_S,
+                 name: str = "faultlens-outbox"):
+        if connect is None and (settings is None or not settings.bootstrap):
+            raise ValueError("the outbox needs a broker address (settings.bootstrap) or a connect function")
+        self.bootstrap = settings.bootstrap if settings is not None else None
+        self._connect = connect or _kafka_producer(settings)  # type: ignore[arg-type]
+        self.capacity, self.batch, self.flush_s, self.retry_s = capacity, batch, flush_s, retry_s
+        self._queue: deque[Envelope] = deque()
+        self._inflight = 0
+        self._cond = threading.Condition()
+        self._wake = threading.Event()  # cuts a retry wait short at close
+        self._closing = False
+        self._give_up = False  # close: stop retrying, leave what is left
+        self._sink: Sink | None = None
+        self.delivered = 0
+        self.dropped = 0
+        self.outages = 0
+        self.down_since: float | None = None  # time.monotonic() of the failure that began the outage
+        self.down_reason = ""
+        self._last_ok = time.monotonic()  # the last acknowledged batch (or the start)
+        self._warned_drop = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # --- the trainer's side -----------------------------------------------------------------
+    def send_event(self, event: Envelope) -> None:
+        with self._cond:
+            if self._closing:
+                self.dropped += 1
+                return
+            self._queue.append(event)
+            self._trim()
+            self._cond.notify_all()
+
+    @property
+    def pending(self) -> int:
+        """Events not yet acknowledged by the broker (spooled or in flight)."""
+        with self._cond:
+            return len(self._queue) + self._inflight
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every event so far is acknowledged, the broker is found gone, or ``timeout``.
+        True when nothing is left; never raises."""
+        deadline = time.monotonic() + (timeout if timeout is not None else FLUSH_S * 2)
+        with self._cond:
+            while self._queue or self._inflight:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.down_since is not None or self._give_up:
+                    return False
+                self._cond.wait(min(left, 0.2))
+            return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what can be within ``timeout`` (none of it while the broker is down), then stop;
+        what is left is counted and said once."""
+        atexit.unregister(self._at_exit)
+        with self._cond:
+            if self._closing:
+                return
+        self.flush(timeout)
+        with self._cond:
+            self._closing = self._give_up = True
+            left = len(self._queue) + self._inflight
+            self._cond.notify_all()
+        self._wake.set()
+        self._thread.join(min(timeout, self.flush_s + 1.0))
+        if left or self.dropped:
+            log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s), %d dropped from a full spool",
+                        self.delivered, left, self.down_reason or "slow", self.dropped)
+
+    def _at_exit(self) -> None:
+        # A script that never closes its hook: what the broker can take in a few seconds, quietly.
+        try:
+            self.close(5.0)
+        except Exception:  # noqa: BLE001 - the interpreter is leaving
+            pass
+
+    def _trim(self) -> None:
+        over = len(self._queue) + self._inflight - self.capacity
+        while over > 0 and self._queue:
+            self._queue.popleft()  # the oldest: the newest say most about a job that is still running
+            self.dropped += 1
+            over -= 1
+        if self.dropped and not self._warned_drop:
+            self._warned_drop = True
+            log.warning("faultlens telemetry: spool full (%d events, broker %s); dropping the oldest, training goes on",
+                        self.capacity, self.down_reason or "slow")
+
+    # --- the sender thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._closing:
+                        self._cond.wait()
+                    if self._give_up or not self._queue:
+                        return
+                    n = min(len(self._queue), self.batch)
+                    batch = [self._queue.popleft() for _ in range(n)]
+                    self._inflight = n
+                ok = self._deliver(batch)
+                with self._cond:
+                    self._inflight = 0
+                    if ok:
+                        self.delivered += len(batch)
+                        if self.down_since is not None:
+                            log.warning("faultlens telemetry: broker back after %.0f s without it; %d held event(s)"
+                                        " delivered, %d more on their way, %d dropped so far",
+                                        time.monotonic() - self._last_ok, len(batch), len(self._queue), self.dropped)
+                            self.down_since, self.down_reason = None, ""
+                        self._last_ok = time.monotonic()
+                    else:
+                        self._queue.extendleft(reversed(batch))
+                        self._trim()
+                    self._cond.notify_all()
+                if not ok:
+                    self._wake.wait(self.retry_s)
+        finally:
+            self._drop_sink(abandon=self._give_up and self.down_since is not None)
+
+    def _deliver(self, batch: list[Envelope]) -> bool:
+        if self._sink is None:
+            # A TCP probe first: a Kafka client started against no broker blocks for its bootstrap
+            # timeout and logs every retry.
+            if self.bootstrap and not answers(self.bootstrap, 0.5):
+                self._went_down(f"unreachable at {self.bootstrap}")
+                return False
+            try:
+                self._sink = self._connect()
+            except Exception as exc:  # noqa: BLE001 - any client error: retry later
+                log.debug("telemetry producer: %r", exc)
+                self._went_down(f"not connecting ({type(exc).__name__})")
+                return False
+        try:
+            for event in batch:
+                self._sink.send_event(event)
+            self._sink.flush(self.flush_s)
+            return True
+        except Exception as exc:  # noqa: BLE001 - DeliveryError, KafkaError, a closed socket: all the same here
+            log.debug("telemetry batch of %d not delivered: %r", len(batch), exc)
+            self._went_down(f"lost (no acknowledgement within {self.flush_s:.0f} s)")
+            self._drop_sink(abandon=True)
+            return False
+
+    def _went_down(self, reason: str) -> None:
+        with self._cond:
+            if self.down_since is None:
+                self.down_since, self.outages = time.monotonic(), self.outages + 1
+                self.down_reason = reason
+                log.warning("faultlens telemetry: broker %s; spooling up to %d events meanwhile, training goes on",
+                            reason, self.capacity)
+            self._cond.notify_all()
+
+    def _drop_sink(self, abandon: bool) -> None:
+        sink, self._sink = self._sink, None
+        if sink is None:
+            return
+        try:
+            # Abandoned: close at once (kafka-python then drops its own queue and its atexit flush,
+            # which would otherwise wait and print a traceback at the interpreter's exit).
+            sink.close(0.0 if abandon else self.flush_s)
+        except Exception as exc:  # noqa: BLE001 - closing a client whose broker is gone
+            log.debug("closing the telemetry producer: %s", exc)

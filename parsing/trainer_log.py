@@ -23,6 +23,7 @@ from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_headles
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
+from faultlens.parsing.severity import reassured
 from faultlens.parsing.timestamps import split_timestamp
 
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
@@ -176,7 +177,9 @@ class TrainerLogParser:
                                 data["rank"] = rank
                     out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found)
         alarming = not absorbed and not out and looks_alarming(msg)
-        if alarming and self._benign.match(msg) is None:
+        # A line that says its trouble was corrected or recovered is no alert on its own: the
+        # model is not asked (it is still counted below as an alarming line nobody took).
+        if alarming and self._benign.match(msg) is None and not reassured(msg):
             guessed = fallback.model_line(msg, text, self.source, rank=prefix_rank if prefix_rank is not None else _rank(msg))
             if guessed and any(self._fold(key, f) for f in (guessed[0][1]["fault"], *_ERROR_CLASSES)):
                 absorbed = True  # the detail of an error of that class just reported (NCCL's "Last error:" lines)

@@ -261,3 +261,9 @@ def test_a_cgroup_memory_report_is_host_oom_and_folds_with_its_victim():
     # the kernel prints it at info: its own level does not quiet it (printk_level)
     [e], _, _ = kernel("6,1,5000000000,-;memory: usage 1048576kB, limit 1048576kB, failcnt 3")
     assert e.data["action"] == "restart"
+
+
+def test_a_trainer_line_that_says_its_trouble_was_recovered_is_not_guessed_by_the_model():
+    p = parser_for("nccl")
+    assert p.feed("[rank0]: NCCL communicator recovered successfully after error") == []
+    assert p.stats.alarming == 1 and p.stats.by_model == 0

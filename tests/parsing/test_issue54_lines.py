@@ -267,3 +267,12 @@ def test_a_trainer_line_that_says_its_trouble_was_recovered_is_not_guessed_by_th
     p = parser_for("nccl")
     assert p.feed("[rank0]: NCCL communicator recovered successfully after error") == []
     assert p.stats.alarming == 1 and p.stats.by_model == 0
+
+
+def test_every_benign_entry_takes_its_own_example_and_nothing_acts_on_it():
+    from faultlens.parsing.benign import TABLE, for_source, parse_table
+
+    for entry in parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name):
+        source = "kernel" if entry.source in ("kernel", "any") else entry.source
+        assert entry.example and for_source(source).match(entry.example) is not None, entry.id
+        assert acting(parser_for(source).feed(entry.example)) == [], entry.id

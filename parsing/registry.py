@@ -21,13 +21,16 @@ from faultlens.events.envelope import Envelope, InvalidEvent
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 
 
-def parser_for(source: str, rules: Sequence[LineRule] | None = None, on_unrecognised: OnUnrecognised | None = None) -> LogParser:
+def parser_for(source: str, rules: Sequence[LineRule] | None = None, on_unrecognised: OnUnrecognised | None = None, *,
+               live_from: float | None = None) -> LogParser:
     """A fresh parser for ``kernel`` or ``nccl`` (``trainer`` and ``dmesg`` are aliases); ``rules``
     is the line catalogue (parsing.rules.load), the shipped one when None; ``on_unrecognised`` hears
-    every skipped line that looks alarming (parsing.unrecognised.UnrecognisedMiner.add)."""
+    every skipped line that looks alarming (parsing.unrecognised.UnrecognisedMiner.add);
+    ``live_from`` (kernel): the uptime in seconds from which a line may act against a job, the
+    agent's own start where it knows it (parsing.kernel_quiet; None: BOOT_UPTIME_S)."""
     canonical = SOURCE_ALIASES.get((source or "").strip().lower())
     if canonical == "kernel":
-        return KernelLogParser(rules=rules, on_unrecognised=on_unrecognised)
+        return KernelLogParser(rules=rules, on_unrecognised=on_unrecognised, live_from=live_from)
     if canonical == "nccl":
         return TrainerLogParser(rules=rules, on_unrecognised=on_unrecognised)
     raise ValueError(f"no log parser for source {source!r} (one of kernel, nccl, trainer)")

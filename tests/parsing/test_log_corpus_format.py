@@ -1,7 +1,9 @@
-"""The real-line corpus's format, over every file: the mined set, the development set and the
-held-out set (tests/fixtures/log_corpus/heldout). It checks the rows, never the parsers' score:
-the held-out lines are there to be missed until recognition generalises, so no test here may
-demand a score of them (tools/log_corpus_score.py --heldout prints it).
+"""The real-line corpus's format, over every file: the mined set, the development set, the
+held-out set (tests/fixtures/log_corpus/heldout) and the fresh batches (tests/fixtures/log_corpus/fresh*,
+lines gathered after the rules to measure how recognition generalises). It checks the rows, never the
+parsers' score: the held-out and fresh lines are there to be missed until recognition generalises, so
+no test here may demand a score of them (tools/log_corpus_score.py --heldout or a fresh folder prints
+it, bench/bench_log_recognition.py --fresh too), and test_log_corpus.py never reads a fresh folder.
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ from tools.log_corpus_score import (
     source_of,
 )
 
-FILES = corpus_files(CORPUS) + corpus_files(HELDOUT)
+FRESH = sorted(d for d in CORPUS.glob("fresh*") if d.is_dir())
+FILES = corpus_files(CORPUS) + corpus_files(HELDOUT) + [p for d in FRESH for p in corpus_files(d)]
 ROWS = [(p, n, r) for p in FILES for n, r in enumerate(read_rows(p), 1)]
 
 
 def text_of(row: dict) -> str:
     return row["line"] if "line" in row else "\n".join(row["lines"])
+
+
+def set_of(path: Path) -> str:
+    """Which set a file belongs to: 'dev' (the mined and development files), 'heldout' or a fresh folder's name."""
+    return "dev" if path.parent == CORPUS else path.parent.name
 
 
 def test_the_corpus_has_its_three_sets():
@@ -37,11 +45,22 @@ def test_the_corpus_has_its_three_sets():
     assert names - set(MINED), "no development file next to the mined ones"
     assert corpus_files(HELDOUT), "no held-out file"
     assert (HELDOUT / "README.md").is_file()
+    assert FRESH, "no fresh batch"
+    for d in FRESH:
+        assert corpus_files(d) and (d / "README.md").is_file(), d
+
+
+def test_the_development_score_never_reads_a_subfolder():
+    """test_log_corpus.py scores the mined files and `rows(CORPUS)` the top level only: a held-out or
+    fresh row there would be a row the rules may be written from."""
+    assert all(p.parent == CORPUS for p in corpus_files(CORPUS))
+    fresh_or_held = {p.resolve() for p in FILES if p.parent != CORPUS}
+    assert not fresh_or_held & {(CORPUS / n).resolve() for n in MINED}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_every_row_is_well_formed_and_cites_its_source(path: Path):
-    new = path.name not in MINED or path.parent == HELDOUT
+    new = path.name not in MINED or path.parent != CORPUS
     for n, r in enumerate(read_rows(path), 1):
         where = f"{path.relative_to(CORPUS)}:{n}"
         assert isinstance(r.get("provenance"), str) and r["provenance"].strip(), where
@@ -67,10 +86,32 @@ def test_no_line_appears_twice_anywhere():
         seen[text_of(r)] = where
 
 
+def test_no_source_is_shared_between_sets():
+    """A report's lines stay in one set: development (with the mined files), held-out, or one fresh
+    batch; a fresh batch shares no source with the others, nor with the other batch."""
+    by_source: dict[str, set[str]] = defaultdict(set)
+    for p, _, r in ROWS:
+        by_source[source_of(r)].add(set_of(p))
+    split = {s: sets for s, sets in by_source.items() if len(sets) > 1}
+    assert not split, split
+
+
+def test_fresh_rows_cite_a_report_and_use_few_rows_of_one():
+    for d in FRESH:
+        per_source: dict[str, int] = defaultdict(int)
+        for p, n, r in ROWS:
+            if p.parent == d:
+                assert source_of(r) != "", f"{p.relative_to(CORPUS)}:{n}"
+                per_source[source_of(r)] += 1
+        heavy = {s: k for s, k in per_source.items() if k > 8}
+        assert not heavy, (d.name, heavy)
+
+
 def test_held_out_sources_are_whole_and_never_in_the_development_set():
     by_source: dict[str, set[str]] = defaultdict(set)
     for p, _, r in ROWS:
-        by_source[source_of(r)].add("heldout" if p.parent == HELDOUT else "dev")
+        if p.parent in (CORPUS, HELDOUT):
+            by_source[source_of(r)].add(set_of(p))
     split = {s: sets for s, sets in by_source.items() if len(sets) > 1}
     assert not split, split
     held = {s for s, sets in by_source.items() if sets == {"heldout"}}

@@ -1,0 +1,76 @@
+"""Waves through a real broker (issue 55): four shapes of one event under a whole job (an NVLink
+fabric reset, a switch reboot, a teardown, a driver reload), each with one machine's Xid 79
+inside, read by 2 node-stage and 2 job-stage members, live and as a backlog: per job one wave
+naming the shared cause, nobody evicted but the Xid 79 machine, the same as `faultlens analyze`."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from bench.testbed.backlog_split import finish_members, start_members
+from bench.testbed.waves import SHAPES, build
+from faultlens.diagnosis.engine import analyze
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
+from faultlens.events.trace import trace_order, write_trace
+from faultlens.rules_diff import EVICTING
+from faultlens.streams.replay import replay_trace
+from tests.kafka_fixtures import job_records, wait_for_records
+
+pytestmark = pytest.mark.broker
+
+CULPRIT = "n0005"
+CAUSES = {"fabric_reset": "wave:nvlink_domain=nvl-0", "switch_reboot": "wave:ib_switch=0x98039b0300000000",
+          "teardown": "wave:nvlink_domain=nvl-0", "driver_reload": "wave:nvlink_domain=nvl-0"}
+
+
+def outcome(found) -> set[tuple]:
+    """The final form of each diagnosis (by id). A live stream that ends is also a job gone quiet
+    (`telemetry_lost`, an alert about the pipeline): not what is compared here."""
+    latest = {d.id: d for d in found}.values()
+    return {(d.job, str(d.fault), str(d.action), d.nodes, d.group, d.count) for d in latest if d.fault != "telemetry_lost"}
+
+
+@pytest.fixture(scope="module")
+def waves_trace(tmp_path_factory):
+    tag = uuid.uuid4().hex[:6]
+    traces = [build(s, nodes=16, culprit=CULPRIT, duration=240, job=f"wave-{s}-{tag}") for s in SHAPES]
+    path = tmp_path_factory.mktemp("waves") / "waves.parquet"
+    write_trace(path, sorted((e for t in traces for e in t.events), key=trace_order))
+    offline = {t.job: outcome(analyze(t.events)) for t in traces}
+    return path, traces, offline
+
+
+def test_offline_each_shape_is_one_wave_naming_its_cause_and_only_the_culprit_is_evicted(waves_trace):
+    _, traces, offline = waves_trace
+    for shape, t in zip(SHAPES, traces):
+        got = offline[t.job]
+        waves = [o for o in got if (o[4] or "").startswith("wave:")]
+        assert [(w[4], w[3]) for w in waves] == [(CAUSES[shape], ())], (shape, got)
+        assert waves[0][2] == ("none" if shape == "teardown" else "alert")
+        assert {n for o in got if o[2] in EVICTING for n in o[3]} == {CULPRIT}, (shape, got)
+
+
+@pytest.mark.long(60)
+@pytest.mark.parametrize("mode", ["backlog", "live"])
+def test_two_and_two_members_give_the_offline_waves(own_kafka_settings, waves_trace, mode):
+    settings = own_kafka_settings
+    path, traces, offline = waves_trace
+    tag = uuid.uuid4().hex[:6]
+    if mode == "backlog":
+        replay_trace(settings, path, speed=0, show_progress=False)
+        nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=6)
+        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+        jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=25)
+    else:  # members up first, the events arrive while they read
+        nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=20)
+        jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=40)
+        replay_trace(settings, path, speed=0, show_progress=False)
+    finish_members(settings, nodes)
+    finish_members(settings, jobs, together=True)
+    for t in traces:
+        live = job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)
+        assert outcome(live) == offline[t.job], (mode, t.job, outcome(live))

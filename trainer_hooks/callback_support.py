@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 JOB_ENV, NODE_ENV = "FAULTLENS_JOB", "FAULTLENS_NODE"
 RESUME_ENV, CHECKPOINT_ENV, STATE_DIR_ENV = "FAULTLENS_RESUME", "FAULTLENS_CHECKPOINT", "FAULTLENS_STATE_DIR"
+RESUME_WHY_ENV = "FAULTLENS_RESUME_WHY"
 
 
 def make_hook(*, rank: int, job: str | None, node: str | None, settings: KafkaSettings | None,
@@ -88,7 +89,9 @@ def step_loss(micro_losses: Sequence[float], shares: bool) -> float | None:
 
 def resume_choice(ordered: Sequence[str], resume: str, named: str | None) -> str | None:
     """The checkpoint to resume from, given the run's checkpoints oldest first: the one a command
-    named; for a rollback the one before the newest; else the newest. None: start afresh."""
+    named; for ``rollback`` the one before the newest; else the newest. None: start afresh. The
+    launcher sets ``rollback`` only for a fault that may have poisoned the newest (NaN, spike,
+    regressed loss) or a rollback that names none; a user_code crash's rollback resumes ``latest``."""
     if named:
         return named
     if resume == "rollback":
@@ -101,5 +104,7 @@ def resume_from_environment(ordered: Sequence[str], environ: Mapping[str, str] |
     env = os.environ if environ is None else environ
     chosen = resume_choice(ordered, env.get(RESUME_ENV, "latest") or "latest", env.get(CHECKPOINT_ENV) or None)
     if chosen is not None:
-        log.info("faultlens: resuming from %s (%s=%s)", chosen, RESUME_ENV, env.get(RESUME_ENV, "latest"))
+        # Which and why, as the launcher decided it (trainer_hooks.elastic_commands.resume_choice).
+        log.warning("faultlens: resuming from %s (%s=%s: %s)", chosen, RESUME_ENV, env.get(RESUME_ENV, "latest"),
+                    env.get(RESUME_WHY_ENV) or "the newest checkpoint")
     return chosen

@@ -17,14 +17,46 @@ import time
 from dataclasses import asdict, dataclass
 
 from faultlens.events.command import Command
+from faultlens.events.topology import RankPlace, Topology
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION
 
 
 
-def resume_of(action: str) -> str:
-    """The checkpoint a restart resumes from: the one before the last for a rollback, else the last."""
-    return "rollback" if action == "rollback" else "latest"
+# Faults that may have poisoned the model's state before the newest checkpoint saved it: a
+# rollback for one of them goes to the checkpoint before the newest. Any other fault (a crash, user
+# code, a machine) leaves the saved state good: the newest checkpoint redoes the fewest steps.
+POISONING_FAULTS = frozenset({"nan_loss", "loss_spike", "loss_stalled"})
+
+
+def fault_of(cmd: Command | None) -> str | None:
+    """The fault class a command acts on: ``params.fault`` when the remediator says it, else the
+    head of its reason (the ladder writes ``"<fault>: ..."``) when that is a fault class's name."""
+    from faultlens.events.diagnosis_record import FaultClass
+
+    if cmd is None:
+        return None
+    named = (cmd.params or {}).get("fault")
+    head = named if isinstance(named, str) else cmd.reason.split(":", 1)[0].strip()
+    return head if head in FaultClass.__members__.values() else None
+
+
+def resume_choice(action: str, cmd: Command | None = None) -> tuple[str, str]:
+    """Where a restart resumes (``latest``: the newest checkpoint, ``rollback``: the one before it)
+    and why, in words for the job's restart line and its workers (FAULTLENS_RESUME_WHY)."""
+    if action != "rollback":
+        return "latest", f"the newest checkpoint: a {action} leaves the saved state good"
+    fault = fault_of(cmd)
+    if fault in POISONING_FAULTS:
+        return "rollback", f"the checkpoint before the newest: {fault} may have poisoned the state the newest one saved"
+    if fault is not None:
+        return "latest", f"the newest checkpoint: {fault} does not poison the saved state (a rollback redoes the fewest steps)"
+    return "rollback", "the checkpoint before the newest: a rollback that names no fault (a person's, or a worker's exit code)"
+
+
+def resume_of(action: str, cmd: Command | None = None) -> str:
+    """The checkpoint a restart resumes from (:func:`resume_choice`)."""
+    return resume_choice(action, cmd)[0]
 
 
 def named_checkpoint(cmd: Command | None) -> str | None:
@@ -45,7 +77,9 @@ class RoundNote:
     resume: str = "latest"
     checkpoint: str | None = None
     nodes_out: tuple[str, ...] = ()
+    resume_why: str = ""
     previous: tuple[str, ...] = ()  # the nodes of this node's previous round (none for its first)
+    local_world: int = 0  # how many workers this node starts (--nproc-per-node); 0: not said
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -70,6 +104,7 @@ class RoundPlan:
     command_ids: frozenset[str]
     reason: str
     command_id: str | None
+    resume_why: str = ""
 
 
 def merge_round(notes: list[RoundNote]) -> RoundPlan:
@@ -83,12 +118,32 @@ def merge_round(notes: list[RoundNote]) -> RoundPlan:
     with_command = [n for n in restarted if n.command_id]
     first = (with_command or restarted or [None])[0]
     resume = "rollback" if any(n.resume == "rollback" for n in notes) else "latest"
+    why = next((n.resume_why for n in notes if n.resume == resume and n.resume_why), "")
     checkpoint = next((n.checkpoint for n in notes if n.checkpoint), None)
     seen = max((n.attempt for n in notes), default=0)
     return RoundPlan(nodes=nodes, attempt=seen, resume=resume, checkpoint=checkpoint,
                      action=first.action if first else "", reason=first.reason if first else "",
                      command_id=first.command_id if first else None,
-                     command_ids=frozenset(n.command_id for n in notes if n.command_id))
+                     command_ids=frozenset(n.command_id for n in notes if n.command_id), resume_why=why)
+
+
+def rendezvous_topology(notes: list[RoundNote]) -> Topology | None:
+    """The placement the rendezvous decided (notes in group-rank order): torch numbers the workers
+    node after node in that order, so rank r runs on the node whose share of ranks holds r. What
+    the launcher knows is pure data parallelism (tp = pp = 1, dp = the world): every rank its own
+    TP and PP group, so a hang's culprit is localised to its own machine; a trainer that knows its
+    real groups publishes them after (TrainerHook.publish_topology). None when a node did not say
+    how many workers it starts."""
+    if not notes or any(n.local_world < 1 for n in notes):
+        return None
+    places, rank = [], 0
+    for note in notes:
+        for _ in range(note.local_world):
+            places.append(RankPlace(rank, note.node, 0, 0, rank))
+            rank += 1
+    sizes = {n.local_world for n in notes}
+    extra = {"gpus_per_node": sizes.pop()} if len(sizes) == 1 else None
+    return Topology(1, 1, rank, tuple(places), extra)
 
 
 def action_of_exit_codes(codes: list[int]) -> str | None:

@@ -46,7 +46,8 @@ from faultlens.events.envelope import Envelope
 from faultlens.trainer_hooks.outbox import Outbox
 from faultlens.events.signing import VERIFY_KEY_ENV
 from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, RoundPlan, action_of_exit_codes,
-                                                      merge_round, named_checkpoint, resume_of)
+                                                      merge_round, named_checkpoint, rendezvous_topology,
+                                                      resume_choice)
 
 log = logging.getLogger("faultlens.run")
 
@@ -132,18 +133,30 @@ class JobSide:
         out = tuple(n for n in previous if n not in plan.nodes)
         into = tuple(n for n in plan.nodes if previous and n not in previous)
         self.emit({"event": "restart" if restarted else "start", "attempt": plan.attempt, "group_rank": group_rank,
-                   "nodes": list(plan.nodes), "resume": plan.resume, "checkpoint": plan.checkpoint,
+                   "nodes": list(plan.nodes), "resume": plan.resume, "resume_why": plan.resume_why or None,
+                   "checkpoint": plan.checkpoint,
                    "action": plan.action or None, "command_id": plan.command_id,
                    "nodes_out": list(out), "nodes_in": list(into)})
+        if group_rank == 0:
+            self.publish_topology(notes)
         if restarted and group_rank == 0:
             try:
                 self.publish("restart", {
                     "reason": plan.reason or "the workers restarted (exit codes or a node joining or leaving)",
                     "command_id": plan.command_id, "nodes_out": list(out), "nodes_in": list(into),
-                    "attempt": plan.attempt, "resume": plan.resume})
+                    "attempt": plan.attempt, "resume": plan.resume, "resume_why": plan.resume_why})
             except Exception as exc:  # noqa: BLE001 - the restart goes on; the event is a report
                 log.warning("could not publish the restart: %s", exc)
         return plan
+
+    def publish_topology(self, notes: list[RoundNote]) -> None:
+        """`job`/`topology` of the round, from the rendezvous (the round's first node sends it): the
+        job's hangs are localised and its ranks placed with no trainer code."""
+        topology = rendezvous_topology(notes)
+        if topology is None:
+            log.info("job %s: a node did not say how many workers it starts; no topology published", self.job)
+            return
+        self.publish("topology", topology.to_data())
 
     def worker_env(self) -> dict[str, str]:
         plan = self.plan
@@ -151,7 +164,8 @@ class JobSide:
                "FAULTLENS_NODES": ",".join(plan.nodes if plan else (self.node,)),
                "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_ATTEMPT": str(plan.attempt if plan else 0),
                "FAULTLENS_RESUME": plan.resume if plan else "latest",
-               "FAULTLENS_CHECKPOINT": (plan.checkpoint or "") if plan else ""}
+               "FAULTLENS_CHECKPOINT": (plan.checkpoint or "") if plan else "",
+               "FAULTLENS_RESUME_WHY": ("named by the command" if plan.checkpoint else plan.resume_why) if plan else ""}
         if self.verify_key_paths:
             env[VERIFY_KEY_ENV] = ",".join(self.verify_key_paths)
         if self.state_dir is not None:
@@ -159,10 +173,11 @@ class JobSide:
         return env
 
     def restart_note(self, action: str, cmd: Command | None) -> RoundNote:
+        resume, why = resume_choice(action, cmd)
         return RoundNote(node=self.node, attempt=self.rounds, action=action,
                          command_id=cmd.id if cmd else None,
                          reason=cmd.reason if cmd and cmd.reason else f"{action}" + ("" if cmd else " (worker exit codes)"),
-                         resume=resume_of(action), checkpoint=named_checkpoint(cmd),
+                         resume=resume, resume_why=why, checkpoint=named_checkpoint(cmd),
                          nodes_out=tuple(cmd.nodes) if cmd and action == "evict" else ())
 
 
@@ -175,7 +190,8 @@ class FaultlensAgent(LocalElasticAgent):
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
         store, rank = worker_group.store, worker_group.group_rank
-        store.set(NOTE_KEY.format(rank), self.side.note().encode())  # the store is the round's (prefixed by round)
+        note = replace(self.side.note(), local_world=worker_group.spec.local_world_size)
+        store.set(NOTE_KEY.format(rank), note.encode())  # the store is the round's (prefixed by round)
         notes = [RoundNote.decode(store.get(NOTE_KEY.format(r))) for r in range(worker_group.group_world_size)]
         self.side.begin_round(rank, notes)
 

@@ -37,6 +37,7 @@ from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, number
 from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
+from faultlens.events.topology import Topology
 from faultlens.streams.broker import answers
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
@@ -126,6 +127,13 @@ class TrainerHook:
             data["classes"] = int(classes)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
+
+    def publish_topology(self, topology: Topology) -> None:
+        """The job's parallel layout (TP/PP/DP groups), as the trainer knows it: `faultlens run`
+        publishes the rendezvous' placement (pure data-parallel) at each start; this one, sent after,
+        replaces it with the real groups a hang is localised by. One rank (rank 0) sends it."""
+        self.producer.send_event(topology.to_event(self.job, time.time()))
+        self.producer.flush(10.0)
 
     def checkpoint_saved(self, step: int, path: str) -> None:
         self.producer.send_event(self._event("train", "checkpoint", {"rank": self.rank, "step": step, "path": path}))

@@ -43,6 +43,7 @@ from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
+from faultlens.trainer_hooks.elastic_commands import resume_of
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.streams.command_listener import CommandListener
@@ -62,7 +63,8 @@ class RestartPlan:
 
 
 def plan_restart(nodes: tuple[str, ...], standby: tuple[str, ...], action: str,
-                 evicted: tuple[str, ...] = (), replacements: tuple[str, ...] = ()) -> RestartPlan:
+                 evicted: tuple[str, ...] = (), replacements: tuple[str, ...] = (),
+                 cmd: Command | None = None) -> RestartPlan:
     """The job's next node list: evicted nodes leave, each replaced by a spare while spares last.
 
     Spares come from the command (the remediator's pool) first, then the launcher's own list;
@@ -80,7 +82,9 @@ def plan_restart(nodes: tuple[str, ...], standby: tuple[str, ...], action: str,
             taken.append(spares.pop(0))
             new.append(taken[-1])
     left = tuple(s for s in standby if s not in taken)
-    return RestartPlan(tuple(new), out, tuple(taken), "rollback" if action == "rollback" else "latest", left)
+    # The same resume rule as `faultlens run` (a rollback for a fault that leaves the state good
+    # resumes from the newest checkpoint): trainer_hooks.elastic_commands.resume_choice.
+    return RestartPlan(tuple(new), out, tuple(taken), resume_of(action, cmd), left)
 
 
 def node_names(args: argparse.Namespace) -> tuple[str, ...]:
@@ -249,7 +253,7 @@ class Launcher:
                 action, cmd = (follow.action, follow) if follow is not None else ("reattempt", cmd)
             evicted = cmd.nodes if cmd and action == "evict" else tuple(crashed)
             replacements = tuple((cmd.params or {}).get("replacements") or ()) if cmd else ()
-            plan = plan_restart(self.nodes, self.standby, action, evicted, replacements)
+            plan = plan_restart(self.nodes, self.standby, action, evicted, replacements, cmd)
             if not plan.nodes:
                 self.end("gave_up", {"event": "gave_up", "reason": "no nodes left"})
                 return 1

@@ -35,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.producer import Producer
 from faultlens.events.topology import Topology
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -204,9 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, path)
         hook.checkpoint_saved(step, str(path))
 
-    producer = Producer(settings)
     hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, state_dir=args.ckpt_dir,
-                       on_checkpoint=lambda: save(hook.steps), producer=producer,
+                       on_checkpoint=lambda: save(hook.steps),
                        flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
     hook.wait_ready()
     if rank == 0 and reproduction_steps is None:
@@ -216,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if world % (tp * pp):
             log.warning("world size %d does not fit tp=%d x pp=%d; publishing a pure data-parallel topology", world, tp, pp)
             tp = pp = 1
-        producer.send_event(Topology.grid(nodes, per_node, tp, pp, world // (tp * pp)).to_event(job, time.time()))
-        producer.flush()
+        hook.publish_topology(Topology.grid(nodes, per_node, tp, pp, world // (tp * pp)))
     dist.barrier()  # every listener is ready before the first step, so no command slips past
 
     try:

@@ -197,6 +197,9 @@ def bus(kafka_settings, job: str, restart_id: str, evict_id: str, first: int) ->
     assert [r["command_id"] for r in restarts] == [restart_id, evict_id]  # once each, by the round's first node
     assert restarts[1]["nodes_out"] == ["n001"] and restarts[1]["attempt"] == first + 2
     assert mine[-1].kind == "end" and mine[-1].data["reason"] == "finished" and mine[-1].data["nodes"] == ["n000"]
+    # The rendezvous' placement of every round, from its first node: both nodes, then n000 alone.
+    placements = [[(r["rank"], r["node"]) for r in e.data["ranks"]] for e in mine if e.kind == "topology"]
+    assert [(0, "n000"), (1, "n001")] in placements and placements[-1] == [(0, "n000")]
     acks = [e.data for e in job_records(kafka_settings, "telemetry.train", decode, job, idle_s=0.3)
             if e.kind == "command_ack" and e.data["command_id"] == evict_id and e.data["addressed"]]
     assert acks and all(a["obeyed"] for a in acks)  # the worker on n001 obeyed the evict through its hook
@@ -243,5 +246,11 @@ def test_one_node_rolls_back_on_command_and_stops(kafka_settings, tmp_path):
     finally:
         agent.stop()
     mine = [e for e in job_records(kafka_settings, "jobs", decode, None, idle_s=0.3) if e.job == job]
-    assert [(e.kind, e.data["command_id"]) for e in mine] == [("restart", rollback_id), ("end", stop_id)]
+    assert [(e.kind, e.data["command_id"]) for e in mine if e.kind != "topology"] == [("restart", rollback_id),
+                                                                                      ("end", stop_id)]
+    topologies = [e.data for e in mine if e.kind == "topology"]  # one per round: the start and the rollback's
+    assert len(topologies) == 2 and all(t["ranks"] == [{"rank": 0, "node": "n000", "tp": 0, "pp": 0, "dp": 0},
+                                                       {"rank": 1, "node": "n000", "tp": 0, "pp": 0, "dp": 1}]
+                                        and t["gpus_per_node"] == 2 for t in topologies)
+    mine = [e for e in mine if e.kind != "topology"]
     assert mine[0].data["resume"] == "rollback" and mine[-1].data["reason"] == "stopped"

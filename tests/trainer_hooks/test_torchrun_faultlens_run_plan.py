@@ -11,7 +11,8 @@ from faultlens.cli import build_parser, main
 from faultlens.extras import missing_extra_line
 from faultlens.events.command import Command
 from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, action_of_exit_codes, merge_round,
-                                                      named_checkpoint, resume_of)
+                                                      named_checkpoint, rendezvous_topology, resume_choice,
+                                                      resume_of)
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 
 
@@ -19,6 +20,50 @@ def cmd(action: str, nodes: tuple[str, ...] = (), **params) -> Command:
     now = time.time()
     return Command(job="j", action=action, nodes=nodes, issued_at=now, expires_at=now + 60, reason=f"why {action}",
                    params=params)
+
+
+def test_the_rendezvous_places_ranks_node_after_node_in_group_rank_order():
+    notes = [RoundNote(node="b", attempt=0, local_world=2), RoundNote(node="a", attempt=0, local_world=3)]
+    topo = rendezvous_topology(notes)
+    assert topo is not None and (topo.tp, topo.pp, topo.dp) == (1, 1, 5) and topo.extra is None  # sizes differ
+    assert topo.ranks_by_node == {"b": (0, 1), "a": (2, 3, 4)} and topo.nodes == ("b", "a")
+    # A hung rank's own PP group is itself: localised to its machine, never the whole job.
+    assert topo.group_ranks("pp", topo.group_id(3, "pp")) == (3,)
+    even = rendezvous_topology([RoundNote(node="a", attempt=0, local_world=2)])
+    assert even is not None and even.extra == {"gpus_per_node": 2}
+    # An agent that does not say (an older one) leaves the job without a launcher's topology.
+    assert rendezvous_topology([RoundNote(node="a", attempt=0)]) is None
+    assert RoundNote.decode(notes[1].encode()) == notes[1]
+
+
+def ladder_rollback(fault: str, action: str) -> Command:
+    """The command the remediator's ladder sends for a diagnosis (its reason as the ladder writes it)."""
+    from faultlens.events.diagnosis_record import Diagnosis
+    from faultlens.remediation.ladder import JobLadder
+
+    now = time.time()
+    step = JobLadder("j").decide(Diagnosis(job="j", ts=now, onset=now, fault=fault, action=action))
+    assert step.action == "rollback", step
+    return Command(job="j", action="rollback", issued_at=now, expires_at=now + 60, reason=step.reason,
+                   params=dict(step.params))
+
+
+def test_a_rollback_resumes_from_the_newest_good_checkpoint_unless_the_fault_poisons_state():
+    # user code crashed: the newest checkpoint is good, going further back only redoes steps
+    resume, why = resume_choice("rollback", ladder_rollback("user_code", "rollback"))
+    assert resume == "latest" and "user_code does not poison" in why
+    for fault in ("nan_loss", "loss_spike", "loss_stalled"):  # the newest may hold the poisoned state
+        resume, why = resume_choice("rollback", ladder_rollback(fault, "rollback"))
+        assert resume == "rollback" and f"{fault} may have poisoned" in why
+    # the remediator may name the fault itself; a person's rollback names none: one back, as asked
+    assert resume_choice("rollback", cmd("rollback", fault="cuda_error"))[0] == "latest"
+    assert resume_choice("rollback", cmd("rollback"))[0] == "rollback"
+    assert resume_choice("rollback", None)[0] == "rollback"  # a worker's exit code 77 without its command
+    assert resume_choice("reattempt", None)[0] == "latest"
+    # every node of the round hears why
+    plan = merge_round([RoundNote(node="a", attempt=1, action="rollback", resume="latest", resume_why="newest: ok"),
+                        RoundNote(node="b", attempt=1)])
+    assert plan.resume == "latest" and plan.resume_why == "newest: ok"
 
 
 def test_every_node_of_a_round_resumes_from_the_same_point():

@@ -64,8 +64,12 @@ class TrainerHook:
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  on_checkpoint: Callable[[], None] | None = None, flops_per_step: float | None = None,
                  peak_flops: float | None = None, exit_grace_s: float = 10.0, listen: bool = True,
-                 producer: Producer | None = None, flight_recorder: bool = True):
+                 producer: Producer | None = None, flight_recorder: bool = True,
+                 from_scratch: bool | None = None):
         self.job, self.rank, self.node = job, rank, node
+        # Sent with every step (the pipeline may first see a run mid-way): True when the weights began
+        # random, False when from a checkpoint or a pretrained model (diagnosis/loss_stalled.py).
+        self.from_scratch = from_scratch
         if flight_recorder:
             # Before the trainer creates its process groups (make the hook first), or it records nothing.
             flight_recorder_dump.enable()
@@ -125,6 +129,8 @@ class TrainerHook:
             data["compute_s"] = round(compute_s, 6)
         if classes is not None:
             data["classes"] = int(classes)
+        if self.from_scratch is not None:
+            data["from_scratch"] = bool(self.from_scratch)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

@@ -4,6 +4,7 @@ loss that regressed and stayed up (rollback when a checkpoint predates it), bad 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from faultlens.diagnosis.loss_stalled import LossStalledDetector, theil_sen
 from faultlens.events.envelope import Envelope
@@ -147,3 +148,33 @@ def test_a_resumed_run_far_below_chance_is_quiet_and_one_at_chance_is_still_flag
     # A resumed run stuck at chance is stalled whatever its start: that verdict needs no start.
     found = _run(30_000, lambda i: 10.82 + 0.004 * math.sin(i), classes=50257)
     assert [f.fault for f in found] == ["loss_stalled"] and "at chance" in found[0].detail
+
+
+class _Sent:
+    """A producer that keeps what the hook sends (unit test: no broker)."""
+
+    def __init__(self):
+        self.events = []
+
+    def send_event(self, event):
+        self.events.append(event)
+
+    def flush(self, timeout=None):
+        return 0
+
+
+def test_the_hooks_word_reaches_the_detector():
+    from faultlens.events.payloads import typed
+    from faultlens.trainer_hooks.hook import TrainerHook
+
+    for said, fault in ((True, ["loss_stalled"]), (False, []), (None, [])):
+        sent = _Sent()
+        hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=sent,
+                           flight_recorder=False, from_scratch=said)
+        for i in range(1, 300):
+            hook.step(loss=flat(i), step=i)
+        assert all(typed(e).from_scratch is said for e in sent.events)
+        # The hook stamps wall time: space the events as a 10 s step would, so a window is 120 steps.
+        spaced = [replace(e, ts=1.7e9 + 10.0 * n) for n, e in enumerate(sent.events)]
+        det = LossStalledDetector()
+        assert [f.fault for e in spaced for f in det.observe(e)] == fault, said

@@ -204,16 +204,20 @@ def names() -> list[str]:
     return [p.stem for p in sorted(FIXTURES.glob("*.jsonl")) if not p.stem.startswith("_")]
 
 
-def write_parquet(name: str, out_dir: str | Path) -> Path:
-    """The case as a Parquet trace (``OUT/<name>.parquet``, labels beside it): what `faultlens check` reads."""
+def save(trace: Trace, path: str | Path) -> Path:
+    """``trace`` as a Parquet file at ``path``, its labels beside it: what `faultlens check` reads."""
     from faultlens.events.trace import labels_path, write_labels, write_trace
 
-    trace = load(name)
-    path = Path(out_dir) / f"{name}.parquet"
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_trace(path, trace.events)
     write_labels(labels_path(path), trace.labels)
     return path
+
+
+def write_parquet(name: str, out_dir: str | Path) -> Path:
+    """The case as a Parquet trace (``OUT/<name>.parquet``, labels beside it)."""
+    return save(load(name), Path(out_dir) / f"{name}.parquet")
 
 
 if __name__ == "__main__":

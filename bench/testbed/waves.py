@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 
-from bench.testbed.foreign import T0, Trace
+from bench.testbed.foreign import T0, Trace, save
 from faultlens.events.topology import Topology
 
 SHAPES = ("fabric_reset", "switch_reboot", "teardown", "driver_reload")
@@ -89,17 +89,11 @@ def build(shape: str, *, nodes: int = 256, wave_nodes: list[str] | None = None, 
 
 
 def write_parquet(shape: str, out_dir, **kwargs):
-    """The case as a Parquet trace (``OUT/wave-<shape>-<nodes>.parquet``, labels beside it)."""
+    """The case as a Parquet trace (``OUT/<job>.parquet``, labels beside it)."""
     from pathlib import Path
 
-    from faultlens.events.trace import labels_path, write_labels, write_trace
-
     trace = build(shape, **kwargs)
-    path = Path(out_dir) / f"{trace.job}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_trace(path, trace.events)
-    write_labels(labels_path(path), trace.labels)
-    return path
+    return save(trace, Path(out_dir) / f"{trace.job}.parquet")
 
 
 if __name__ == "__main__":

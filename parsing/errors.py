@@ -53,6 +53,10 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     low = error.lower()
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
+    if "nvlink" in low:
+        # cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error detected during the execution"):
+        # the link's, not the program's; the kernel's Xid of that link decides an eviction.
+        return error, "nvlink", "stop_time_diagnosis", "error"
     if "device-side assert" in low or m.group("oom") or "out of memory" in low:
         # An index out of range or a batch too big: the program's fault, not the GPU's.
         return error, "user_code", "rollback", "error"

@@ -26,6 +26,9 @@ _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # compute instance ("PCI:0000:01:00 GPU-I:05 GPU-CI:02"); a report may elide it ("PCI:..."). The
 # code after it is the record: read whatever the parenthesis holds.
 _XID = re.compile(r"NVRM: Xid \((?P<designator>[^)]{0,80})\):\s*(?P<code>\d{1,5})\b,?\s*(?P<rest>.*)")
+# The driver's Xid loggers dump a record over many lines, each opening with the logger's name
+# ("NVRM: _kgspLogXid119: ... GSP Timeout ..."): lines of Xid 119, whose own Xid line names the GPU.
+_LOGGER_XID = re.compile(r"NVRM: _?\w*?LogXid(?P<code>\d{1,3}):\s*(?P<rest>.*)")
 _DESIGNATOR_PCI = re.compile(r"^(?:PCI:)?(?P<pci>" + _PCI + r")\b")
 _MIG = re.compile(r"\bGPU-I:\s*(?P<gi>\d+)(?:\s+GPU-CI:\s*(?P<ci>\d+))?")
 _PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
@@ -44,7 +47,7 @@ _SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _P
 # Lowered, one of these is on every NVRM line GpuLines.nvrm reads (the tests of its `in` checks);
 # the kernel parser's pre-filter holds these rather than "nvrm", which the driver prints on every
 # line it writes, most of them news of nothing (module loaded, firmware, persistence).
-NVRM_LITERALS = ("xid", "gpu at", "the nvidia gpu", "serial", "fallen off the bus", "installed in this system")
+NVRM_LITERALS = ("xid", "logxid", "gpu at", "the nvidia gpu", "serial", "fallen off the bus", "installed in this system")
 
 
 def norm_pci(pci: str) -> str:
@@ -75,6 +78,9 @@ class GpuLines:
         m = _XID.search(msg) if "Xid" in msg else None
         if m:
             return self._xid(m, raw)
+        m = _LOGGER_XID.search(msg) if "LogXid" in msg else None
+        if m:
+            return self._logger_line(m, raw)
         m = _GPU_AT.search(msg) if "GPU at" in msg else None
         if m:
             pci = norm_pci(m.group("pci"))
@@ -128,6 +134,7 @@ class GpuLines:
             process = None if name in ("<unknown>", "") else name
             rest = rest[nm.end():]
         text = rest.strip()
+        self._echoes.seen(("xid", code))  # the logger's dump lines that follow fold into this record
         if code == 79:
             return self.gpu_lost(raw, pci, 79, pid=pid, process=process, text=text)
         v = xid_verdict(code, text)
@@ -146,6 +153,16 @@ class GpuLines:
             data["intrinfo"] = f"0x{v.intrinfo:08x}"
             data["error_status"] = f"0x{v.error_status:08x}"
         return [("xid", data)]
+
+    def _logger_line(self, m: re.Match[str], raw: str) -> Found:
+        """A line of an Xid logger's dump: the echo of that Xid's record; alone (its Xid line lost),
+        an event of that Xid on a GPU it does not name. One event per dump."""
+        code = int(m.group("code"))
+        if self._echoes.recently(("xid", code)) or self._echoes.seen(("xid_dump", code)):
+            return []
+        v = xid_verdict(code, m.group("rest"))
+        return [("xid", common(raw, v.fault, v.action, v.severity, xid=code, pci="unknown", text=m.group("rest").strip(),
+                               mnemonic=v.mnemonic, nvidia_action=v.nvidia_action, sympathetic=v.sympathetic))]  # fmt: skip
 
     def gpu_lost(self, raw: str, pci: str, xid: int | None, **extra: Any) -> Found:
         if self._echoes.seen(("gpu_lost", pci)):

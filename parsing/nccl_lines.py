@@ -35,8 +35,15 @@ _LAST_WORK = re.compile(
 )
 _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
 
-NCCL_WARN = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?NCCL WARN (?P<text>.*)")
-_IB_COMPLETION = re.compile(r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=\d+ )?error (?P<err>\d+)(?:, opcode (?P<op>\d+))?")
+# NCCL's own prefix (host:pid:tid [device]) is dropped by some collectors and reports: the
+# "NCCL WARN" word alone still makes the line NCCL's warning.
+NCCL_WARN = re.compile(r"(?:(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?)?NCCL WARN (?P<text>.*)")
+# An IB work completion that failed, as NCCL's IB transports print it: "with error 12, opcode 0"
+# (older), "with status=12 opcode=1 len=0 vendor err 129" (newer, NET/IB and NET/IBP).
+_IB_COMPLETION = re.compile(
+    r"Got completion (?:from peer (?P<peer>\S+) )?with (?:status=(?P<status>\d+)[ ,]*)?(?:error (?P<err>\d+))?"
+    r"(?:,? opcode[ =](?P<op>\d+))?"
+)
 
 
 def watchdog(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
@@ -71,14 +78,35 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
     cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
     fault = cuda[1] if cuda else "nccl_error"
     action = cuda[2] if cuda else "reattempt"
-    serious = cuda or classify_nccl(text) or _IB_COMPLETION.search(text) or "error" in text.lower()
-    data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text, device=int(m.group("dev")),
-                  host=m.group("host"), pid=int(m.group("pid")), **extra)  # fmt: skip
-    ib = _IB_COMPLETION.search(text)
+    ib = _ib_failed(text)
+    serious = cuda or classify_nccl(text) or ib or "error" in text.lower()
+    data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
+                  device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
+                  pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip
     if ib:
-        data["ib_error"] = int(ib.group("err"))
-        if ib.group("op"):
-            data["ib_opcode"] = int(ib.group("op"))
-        if ib.group("peer"):
-            data["peer"] = ib.group("peer")
+        _ib_data(data, ib)
     return "nccl_warn", data
+
+
+def ib_completion(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """An IB work completion that failed, on a line without NCCL's WARN word (a transport plugin's
+    own print, ``NET/IBP:Got completion ...``): the same ``nccl_warn`` reading, or None."""
+    ib = _ib_failed(msg)
+    if ib is None:
+        return None
+    data = common(raw, "nccl_error", "reattempt", "error", rank=rank, text=msg.strip()[:512], **extra)
+    _ib_data(data, ib)
+    return "nccl_warn", data
+
+
+def _ib_failed(text: str) -> re.Match[str] | None:
+    m = _IB_COMPLETION.search(text)
+    return m if m and (m.group("err") or m.group("status")) and int(m.group("err") or m.group("status")) != 0 else None
+
+
+def _ib_data(data: dict[str, Any], ib: re.Match[str]) -> None:
+    data["ib_error"] = int(ib.group("err") or ib.group("status"))
+    if ib.group("op"):
+        data["ib_opcode"] = int(ib.group("op"))
+    if ib.group("peer"):
+        data["peer"] = ib.group("peer")

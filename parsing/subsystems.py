@@ -216,8 +216,9 @@ def attribute(message: str, table: SubsystemTable | None = None) -> Attribution 
 
 def _driver_shaped(message: str) -> bool:
     """Does the text before the first colon read as a driver's tag (``gpio_thunderx:``,
-    ``usbhid 2-3:1.0:``, ``zzraid (sdb):``) rather than words (``Memory failure:``)? One word, or
-    a word and a device or bus address (a digit or a parenthesis in it)."""
+    ``usbhid 2-3:1.0:``, ``zzraid (sdb):``) rather than words (``Memory failure:``, ``Device:``)?
+    One word not capitalised like a sentence's first, or a word and a device or bus address (a
+    digit or a parenthesis in it)."""
     msg = message.lstrip()
     if msg.startswith(_SYSLOG_KERNEL):
         msg = msg[len(_SYSLOG_KERNEL):]
@@ -226,5 +227,7 @@ def _driver_shaped(message: str) -> bool:
         msg = msg[label.end():]
     head = msg[:msg.find(":", 0, MAX_TAG)].split()
     if len(head) == 1:
-        return True
+        # A capitalised word ("Device:", "Memory:") opens a sentence; tags are lower case or
+        # capitals (XFS, GHES, EXT4-fs), and the table knows the capitalised ones (Bluetooth, Lustre).
+        return not head[0].istitle()
     return len(head) >= 2 and (head[1][:1] == "(" or any(c.isdigit() for c in head[1]))

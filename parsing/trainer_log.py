@@ -71,7 +71,7 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d
 # with and without the pre-filter.
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
                  "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
-                 "broken pipe", "nan", "error", "exception")
+                 "broken pipe", "nan", "error", "exception", "got completion")
 
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
@@ -327,6 +327,10 @@ class TrainerLogParser:
             m = nccl_lines.NCCL_WARN.search(msg)
             if m:
                 return [nccl_lines.nccl_warn(m, raw, rank, extra)]
+        if "Got completion" in msg:
+            ib = nccl_lines.ib_completion(msg, raw, rank, extra)
+            if ib is not None:
+                return [ib]
         if "CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg:
             cuda = classify_cuda(msg)
             if cuda:

@@ -276,3 +276,29 @@ def test_every_benign_entry_takes_its_own_example_and_nothing_acts_on_it():
         source = "kernel" if entry.source in ("kernel", "any") else entry.source
         assert entry.example and for_source(source).match(entry.example) is not None, entry.id
         assert acting(parser_for(source).feed(entry.example)) == [], entry.id
+
+
+def test_nccls_ib_completion_errors_with_or_without_its_prefix_are_ncclerrors():
+    # NVIDIA/nccl issues 1814 and 1664 (the newer "status=N ... vendor err" form; a plugin's own print)
+    for line in ("NCCL WARN NET/IB : Got completion from peer 10.0.0.2<55921> with status=12 opcode=1 len=0 vendor err 129 (Send)",
+                 "NET/IBP:Got completion from peer 10.0.0.3<36315> with status=12 opcode=32698 len=32696 vendor err 129 (Send)"):
+        [e] = trainer(line)
+        assert (e.kind, e.data["fault"], e.data["ib_error"]) == ("nccl_warn", "nccl_error", 12), line
+    assert trainer("NET/IB : Got completion from peer 10.0.0.3<1> with status=0 opcode=1") == []
+
+
+def test_a_cuda_error_naming_nvlink_is_the_links():
+    [e] = trainer("CUDA error: uncorrectable NVLink error detected during the execution")
+    assert (e.kind, e.data["fault"]) == ("cuda_error", "nvlink")
+
+
+def test_an_xid_loggers_dump_lines_are_that_xid_and_fold_into_its_record():
+    p = KernelLogParser(now=1.8e9)
+    head = p.feed("[ 5000.0] NVRM: Xid (PCI:0000:01:00): 119, pid=1, name=python, Timeout after 6s of waiting for RPC response")
+    dump = p.feed("[ 5000.0] NVRM: _kgspLogXid119: ********************************* GSP Timeout *****************")
+    assert [e.data["xid"] for e in head] == [119] and dump == []
+    # the dump alone (its Xid line lost): one event of that Xid, the rest of the dump folded
+    p = KernelLogParser(now=1.8e9)
+    [e] = p.feed("[ 5000.0] NVRM: _kgspLogXid119: ********************************* GSP Timeout *****************")
+    assert (e.data["xid"], e.data["fault"], e.data["pci"]) == (119, "gpu_reset_required", "unknown")
+    assert p.feed("[ 5000.1] NVRM: _kgspLogXid119: Xid 119 in 6.0s") == []

@@ -74,7 +74,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
@@ -105,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     command = _command_in(argv)
     try:
         parser = build_parser(only=command if command in COMMAND_NAMES else "")
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # A typo in a command's option: that command's usage, not the list of every command.
+            (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except ModuleNotFoundError as exc:
         return _missing_extra(command or "", exc)
     if not getattr(args, "_run", None):

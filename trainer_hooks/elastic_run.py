@@ -52,6 +52,7 @@ from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, R
 log = logging.getLogger("faultlens.run")
 
 NOTE_KEY = "faultlens/round_note/{}"
+USAGE_EXIT = 2  # a worker's exit code for bad arguments or a script Python cannot open
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
@@ -218,6 +219,12 @@ class FaultlensAgent(LocalElasticAgent):
                 cmd = side.inbox.take(nodes, side.command_wait)
                 if cmd is None:
                     return self._obey(worker_group, told, None)
+            elif codes == [USAGE_EXIT]:
+                # Every worker exited 2 (Python's and argparse's code for a script that cannot run, or
+                # was given bad arguments): no machine is at fault and no verdict will come. As torchrun.
+                side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
+                           "crash_wait": 0, "why": "every worker exited 2 (bad arguments or script)"})
+                return result
             else:
                 side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
                            "crash_wait": side.crash_wait})

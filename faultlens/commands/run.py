@@ -46,9 +46,14 @@ ran out (torch's error report above it), 2 bad arguments or a missing extra, 75 
 79 stopped, 128+N a signal. More: docs/integrations.md."""
 
 
+USAGE = "faultlens run [faultlens options] [torchrun options] SCRIPT [SCRIPT ARGS ...]   (every option: faultlens run --help)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from torch.distributed.run import get_args_parser
 
+    # An error (a missing script, a typo) says what is wrong under two lines, not torchrun's 40-line usage.
+    parser.usage = USAGE
     g = parser.add_argument_group("faultlens (before the training script)")
     g.add_argument("--job", default=None,
                    help="the job's id in faultlens (default: FAULTLENS_JOB, SLURM_JOB_ID, then --rdzv-id)")
@@ -77,6 +82,18 @@ def _job(args: argparse.Namespace) -> str | None:
     return args.job or os.environ.get("FAULTLENS_JOB") or os.environ.get("SLURM_JOB_ID") or rdzv_id
 
 
+def _missing_script(args: argparse.Namespace) -> str | None:
+    """Why the training script cannot run, when that is plain before any worker starts: a file
+    that is not there (every worker would exit 2 with "can't open file", and the crash would wait
+    for a verdict nobody can give)."""
+    if getattr(args, "module", False) or getattr(args, "no_python", False):
+        return None
+    script = Path(args.training_script)
+    if not script.is_file():
+        return f"training script {args.training_script!r}: no such file"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     import torch.distributed.run as torchrun
 
@@ -85,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     job = _job(args)
     if not job:
         print("faultlens run: name the job: --job, FAULTLENS_JOB, SLURM_JOB_ID or --rdzv-id", file=sys.stderr)
+        return 2
+    missing = _missing_script(args)
+    if missing:
+        print(f"faultlens run: {missing}", file=sys.stderr)  # as torchrun fails: at once, before any worker
         return 2
     node = args.node_name or os.environ.get("FAULTLENS_NODE") or socket.gethostname()
     try:

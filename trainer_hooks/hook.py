@@ -28,6 +28,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -49,6 +50,16 @@ from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
 
 log = logging.getLogger(__name__)
+
+
+class _Nowhere:
+    """The producer of a hook that is off (TrainerHook.from_env outside `faultlens run`)."""
+
+    def send_event(self, event: Envelope) -> None:
+        pass
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
 
 
 def faulthandler_dump() -> str:
@@ -95,6 +106,23 @@ class TrainerHook:
                                    spokesperson=rank == 0)
             self.listener = ProbingListener(settings, screen, self._on_command, self._on_refused)
             self.listener.start()
+
+    @classmethod
+    def from_env(cls, **kwargs: object) -> "TrainerHook":
+        """This worker's hook from the environment `faultlens run` sets (FAULTLENS_JOB, RANK,
+        FAULTLENS_NODE, FAULTLENS_BOOTSTRAP, FAULTLENS_VERIFY_KEY, FAULTLENS_STATE_DIR); ``kwargs``
+        as for the constructor. Under plain torchrun (no FAULTLENS_JOB, or no broker address) a hook
+        that publishes nothing and obeys nothing, so one script runs under both launchers."""
+        job, bootstrap = os.environ.get("FAULTLENS_JOB"), os.environ.get("FAULTLENS_BOOTSTRAP")
+        rank = int(os.environ.get("RANK", "0"))
+        node = os.environ.get("FAULTLENS_NODE") or socket.gethostname()
+        if not job or not bootstrap:
+            log.info("no FAULTLENS_JOB / FAULTLENS_BOOTSTRAP (not under `faultlens run`): the hook is off")
+            kwargs.setdefault("flight_recorder", False)  # nobody to ask for a dump
+            return cls(job=job or "-", rank=rank, node=node, settings=None, listen=False,  # type: ignore[arg-type]
+                       producer=_Nowhere(), **kwargs)  # type: ignore[arg-type]
+        settings = KafkaSettings.load(overrides={"client_id": f"trainer-{job}-{rank}"})
+        return cls(job=job, rank=rank, node=node, settings=settings, **kwargs)  # type: ignore[arg-type]
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
         """Block until the listener sees new commands (so none issued after this is missed); False at

@@ -17,6 +17,10 @@ _NCCL_ERR = re.compile(
     # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
     r"|(?P<reset>Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe)"
     r"|NCCL error in: (?P<where>\S+?),? (?P<why>[^,]*)"
+    # torch >= 2.3's watchdog: "NCCL error: remote process exited or there was a network error"
+    r"|NCCL error: (?P<why2>[^,.]+)"
+    # the c10d store a rendezvous and NCCL's unique id go through: its socket gave up
+    r"|(?P<store>Socket Timeout)"
     r"|(?P<aborted>NCCL communicator was aborted)"
 )
 _CUDA_ERR = re.compile(
@@ -25,14 +29,18 @@ _CUDA_ERR = re.compile(
     r"|(?P<cuerr>\bcudaError\w+)"
     r"|(?P<oom>CUDA out of memory)"
     r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
-    r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error)"
+    r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed)"
 )
+# A GPU the process cannot see or reach: the device gone from the bus or the driver's grip
+# (docs/design.md: "Unable to determine the device handle" is gpu_lost too).
+_NO_DEVICE = re.compile(r"no cuda gpus are available|no cuda-capable device is detected|cuda driver initialization failed|"
+                        r"cudaerrornodevice|cuda_error_no_device|gpu is lost|cudaerrordevicesunavailable")
 
 # A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
 _HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
 _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
-                          r"expected scalar type|dimension out of range|index out of range")
+                          r"expected scalar type|dimension out of range|index out of range|mismatch between collectives")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -53,6 +61,11 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     low = error.lower()
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
+    if _NO_DEVICE.search(low):
+        return error, "gpu_lost", "stop_time_diagnosis", "error"
+    if "no kernel image is available" in low or "unsupported ptx version" in low:
+        # the build has no code for this GPU's architecture: the program's environment, not the GPU
+        return error, "user_code", "rollback", "error"
     if "nvlink" in low:
         # cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error detected during the execution"):
         # the link's, not the program's; the kernel's Xid of that link decides an eviction.
@@ -74,6 +87,10 @@ def classify_nccl(text: str) -> str | None:
         return m.group("reset").lower()
     if m.group("where"):
         return f"NCCL error in {m.group('where')}: {m.group('why').strip()}".rstrip(": ")
+    if m.group("why2"):
+        return f"NCCL error: {m.group('why2').strip()}"
+    if m.group("store"):
+        return "store socket timeout"
     return "communicator aborted"
 
 

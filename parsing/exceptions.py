@@ -36,6 +36,7 @@ class ExceptionTable:
     by_errno: dict[str, tuple[str, str]]
     by_type: dict[str, tuple[str, str]]
     messages: tuple[tuple[str, re.Pattern[str], str, str], ...]
+    after_errno: tuple[tuple[str, re.Pattern[str], str, str], ...]  # messages an errno in the line overrides
     strerror: tuple[tuple[str, str], ...]  # (text, errno name), longest text first
 
 
@@ -50,10 +51,13 @@ def table() -> ExceptionTable:
     doc = tomllib.loads(TABLE.read_text(encoding="utf-8"))
     by_errno = {name: _check(f"errno.{name}", v.get("fault"), v.get("action")) for name, v in doc.get("errno", {}).items()}
     by_type = {name: _check(f"type.{name}", v.get("fault"), v.get("action")) for name, v in doc.get("type", {}).items()}
-    messages = tuple((m["id"], re.compile(m["pattern"]), *_check(f"message {m['id']}", m.get("fault"), m.get("action")))
-                     for m in doc.get("message", ()))  # fmt: skip
+    def read(m: dict[str, str]) -> tuple[str, re.Pattern[str], str, str]:
+        return (m["id"], re.compile(m["pattern"]), *_check(f"message {m['id']}", m.get("fault"), m.get("action")))
+
+    messages = tuple(read(m) for m in doc.get("message", ()) if not m.get("after_errno"))
+    after_errno = tuple(read(m) for m in doc.get("message", ()) if m.get("after_errno"))
     strerror = sorted(((os.strerror(getattr(errno_mod, n)), n) for n in by_errno if hasattr(errno_mod, n)), key=lambda t: -len(t[0]))
-    return ExceptionTable(by_errno, by_type, messages, tuple(strerror))
+    return ExceptionTable(by_errno, by_type, messages, after_errno, tuple(strerror))
 
 
 def _errno_name(message: str, t: ExceptionTable) -> str | None:
@@ -85,13 +89,17 @@ def judge(etype: str | None, message: str) -> Verdict | None:
     """What the exception says about the machine (or the training's numbers), or None when it says
     nothing this table knows."""
     t = table()
-    # The errno first: the system's own word on what failed (a checkpoint write that says ENOSPC is
-    # a full disk whatever the writer's message); then the messages that name a cause.
+    # Messages that name the cause first (ENOSPC on torch's shared-memory file is host memory, not
+    # a disk); then the errno; then the messages that yield to it (a checkpoint write that says
+    # ENOSPC or EIO is that errno's, whatever the writer's own words).
+    for mid, pattern, fault, action in t.messages:
+        if pattern.search(message):
+            return Verdict(fault, action, f"message {mid}")
     name = _errno_name(message, t)
     if name is not None:
         fault, action = t.by_errno[name]
         return Verdict(fault, action, f"errno {name}", name)
-    for mid, pattern, fault, action in t.messages:
+    for mid, pattern, fault, action in t.after_errno:
         if pattern.search(message):
             return Verdict(fault, action, f"message {mid}")
     for short in _lineage(etype or ""):

@@ -9,6 +9,7 @@ Who prints it and how (all read here, then judged by the signal alone):
 - torchrun's failure summary: ``Signal 7 (SIGBUS) received by PID 10``, ``exitcode  : -7``;
   glog / abseil: ``*** SIGSEGV (@0x0) received by PID 1234``; ``torch.multiprocessing``:
   ``process 0 terminated with signal SIGKILL``; Python's ``died with <Signals.SIGSEGV: 11>``;
+- torch's DataLoader signal handler: ``ERROR: Unexpected bus error encountered in worker``;
 - the shells: bash ``line 1:  4242 Segmentation fault      (core dumped) python train.py``, zsh
   ``zsh: segmentation fault (core dumped)  python train.py``, a bare ``Killed``; Slurm's ``srun:
   error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``.
@@ -39,7 +40,7 @@ from faultlens.parsing.line import any_of, common
 Found = list[tuple[str, dict[str, Any]]]
 
 # Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
-LITERALS = ("sig", "signal", "segmentation fault", "bus error", "killed", "aborted", "illegal instruction",
+LITERALS = ("sig", "signal", "segmentation fault", "floating-point exception", "bus error", "killed", "aborted", "illegal instruction",
             "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "terminated")
 _QUICK = any_of(LITERALS)
 
@@ -65,6 +66,8 @@ _SHAPES = re.compile(
     # the shells and Slurm: "line 1: 4242 Segmentation fault (core dumped) python", "zsh: killed  python",
     # "srun: error: node17: task 3: Bus error", a bare "Killed" / "Segmentation fault (core dumped)"
     r"|(?:^|\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
+    # torch's DataLoader signal handler: "ERROR: Unexpected bus error encountered in worker."
+    r"|\bUnexpected (?P<w9>segmentation fault|bus error|floating[- ]point exception|illegal instruction) encountered\b"
     # an exit status of 128 + N, or torchrun's negative exit code
     r"|\b(?:exit(?:ed with)? (?:code|status)|exitcode)\s*:?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
     re.IGNORECASE,
@@ -86,9 +89,9 @@ def _name(m: re.Match[str]) -> str | None:
     for g in ("n1", "n3", "n5"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
-    for g in ("w5", "w6", "w7"):
+    for g in ("w5", "w6", "w7", "w9"):
         if m.group(g):
-            return _BY_WORDS.get(m.group(g).lower())
+            return _BY_WORDS.get(m.group(g).lower().replace("-", " "))
     if m.group("x8"):
         return _BY_NUMBER.get(int(m.group("x8")) - 128)
     if m.group("neg8"):

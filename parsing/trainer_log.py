@@ -43,6 +43,8 @@ _NAN = re.compile(
     # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
     r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?(?:nan|[+-]?inf)\b"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
+    # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
+    r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
     r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
     r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
     re.IGNORECASE,

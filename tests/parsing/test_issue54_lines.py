@@ -302,3 +302,19 @@ def test_an_xid_loggers_dump_lines_are_that_xid_and_fold_into_its_record():
     [e] = p.feed("[ 5000.0] NVRM: _kgspLogXid119: ********************************* GSP Timeout *****************")
     assert (e.data["xid"], e.data["fault"], e.data["pci"]) == (119, "gpu_reset_required", "unknown")
     assert p.feed("[ 5000.1] NVRM: _kgspLogXid119: Xid 119 in 6.0s") == []
+
+
+@pytest.mark.parametrize("line, fault", [
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).", "host_oom"),
+    ("RuntimeError: unable to write to file </torch_1234_567>: No space left on device (28)", "host_oom"),
+    ("OSError: [Errno 28] No space left on device: '/ckpt/step_100.pt'", "storage"),
+    ("RuntimeError: No CUDA GPUs are available", "gpu_lost"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "user_code"),
+    ("[rank2]:[E1023 10:00:00.000000 123 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 2] Process group watchdog thread "
+     "terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5", "nccl_error"),
+    ("RuntimeError: Detected mismatch between collectives on ranks.", "user_code"),
+    ("WARNING:root:NaN or Inf found in input tensor.", "nan_loss"),
+])  # fmt: skip
+def test_trainer_lines_read_by_their_general_form(line, fault):
+    found = trainer(line)
+    assert found and {e.data["fault"] for e in found} == {fault}, [(e.kind, e.data["fault"]) for e in found]

@@ -155,13 +155,24 @@ class Dedup:
         out = self._close(key, ep) if ep is not None else []
         self._open[key] = _Episode(diag, finding.ts, 1, 1, gen, list(finding.evidence))
         self._episodes[key] += 1
-        if diag.action not in ("none", "alert") and diag.fault != "fail_slow" and not (
-                diag.action == "capture_stacks" and diag.confidence < 0.5):
-            self._primaries.setdefault(diag.job, []).append(
-                _Primary(diag.onset, diag.ts, frozenset(diag.nodes), diag.fault))
+        self._primary(diag.job, diag.onset, diag.ts, diag.nodes, diag.fault, diag.action, diag.confidence)
         self.stats["emitted"] += 1
         out.append(diag)
         return out
+
+    def _primary(self, job: str, onset: float, ts: float, nodes: tuple[str, ...], fault: str, action: str,
+                 confidence: float = 1.0) -> None:
+        if action not in ("none", "alert") and fault != "fail_slow" and not (
+                action == "capture_stacks" and confidence < 0.5):
+            self._primaries.setdefault(job, []).append(_Primary(onset, ts, frozenset(nodes), fault))
+
+    def note_held(self, f: Finding) -> None:
+        """A finding another stage holds before it is judged (a wave candidate, diagnosis/waves.py)
+        explains its consequences from its own time on, as it would have if judged at once: a node
+        that stops beating after its GPU's NVLink failed is that failure's echo, wave or not."""
+        if not f.sympathetic:
+            self._primary(f.job, f.onset if f.onset is not None else f.ts, f.ts, f.nodes, str(f.fault), str(f.action),
+                          f.confidence)
 
     def _explained(self, f: Finding) -> bool:
         """Is this finding the usual consequence of a primary fault already diagnosed in the job?

@@ -317,7 +317,10 @@ class Engine:
             return []
         out: list[Diagnosis] = []
         for f in findings:
-            out.extend(self._judge(lane, lane.waves.admit(f)))
+            now = lane.waves.admit(f)
+            if not now:
+                lane.dedup.note_held(f)
+            out.extend(self._judge(lane, now))
         for d in diags:
             out.extend(lane.dedup.admit_diagnosis(d))
         queue = list(out)

@@ -112,7 +112,9 @@ def _flap(node: str, at: float, offset: int, partition: int) -> list[Record]:
 
 
 def _nic_findings(out) -> list:
-    return [e for o in out for e in [decode(o.value)] if e.kind == "finding" and e.data.get("fault") == "nic"]
+    """NIC findings that blame (a tolerated flap is only a sympathetic signal for waves)."""
+    return [e for o in out for e in [decode(o.value)]
+            if e.kind == "finding" and e.data.get("fault") == "nic" and not e.data.get("sympathetic")]
 
 
 def test_a_partition_that_moves_takes_its_nodes_state_with_it():

@@ -169,10 +169,23 @@ def test_a_bad_file_is_refused_naming_the_key(tmp_path, text, named):
 def test_the_shipped_classes_leave_out_a_machines_own_evidence():
     classes = shipped().wave.classes
     assert "nvlink" in classes and "nic" in classes
-    assert not {"gpu_lost", "gpu_memory"} & classes
+    assert not {"gpu_lost", "gpu_memory", "gpu_thermal"} & classes
 
 
 def test_a_job_finding_is_never_a_candidate():
     waves = Waves(WAVE, job_size=lambda job: 16)
     job_wide = dataclasses.replace(xid74(0, "n01"), nodes=())
     assert waves.admit(job_wide) == [job_wide]
+
+
+def test_a_held_candidate_explains_its_consequences_at_once():
+    """While a wave candidate waits, the node's silence after it is its echo, as it was when the
+    candidate was judged at once (diagnosis/dedup.py, note_held)."""
+    from faultlens.diagnosis.dedup import Dedup
+
+    dedup = Dedup(job_size=lambda job: 16)
+    silent = Finding(job="j", ts=130, onset=101, fault="node_silent", action="evict", nodes=("n01",), entity="silent")
+    assert dedup.admit(silent) != []  # nothing explains it
+    dedup = Dedup(job_size=lambda job: 16)
+    dedup.note_held(xid74(100, "n01"))
+    assert dedup.admit(silent) == [] and dedup.stats["consequence"] == 1

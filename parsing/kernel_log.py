@@ -120,6 +120,8 @@ class KernelLogParser:
                 return []
         if kernel_quiet.at_boot(found, stamped.mono, self._live_from):
             self.stats.boot += 1
+        elif kernel_quiet.unused_device(found, msg):
+            self.stats.quieted += 1
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]

@@ -31,6 +31,10 @@ _BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>do
 _MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+), Cable (?P<what>plugged|unplugged|error)(?:, (?P<why>.*))?")
 _MLX_HEALTH = re.compile(r"health|syndrome|\bsynd\b|[Ff]atal|internal error|crdump|error state|firmware error|FW error")
 _PORT_NUM = re.compile(r"\bport (\d+)\b", re.IGNORECASE)
+# A firmware command the driver sent and the device answered with a refusal ("QUERY_HCA_CAP(0x100)
+# op_mod(0x40) failed, status bad parameter(0x3), syndrome (0x5add95)"): the device is alive and
+# the syndrome is the command's, not a health syndrome (parsing/rules.toml nic.mlx5_cmd_refused).
+_CMD_ANSWERED = re.compile(r"\bop_mod\(0x[0-9a-fA-F]+\) failed, status ")
 
 # A line of none of the mlx/IB drivers is only ours with one of these (the literals of _MODULE,
 # _BOND, _PORT_STATE's states and _LINK_STATE): "link"/"port" alone (nvlink, docker0's ports) is not.
@@ -95,7 +99,7 @@ def _nic_body(body: str, raw: str, mlx: re.Match[str] | None, device: str | None
     if m and (mlx or m.group("netdev") or "NIC Link" in body):
         pm = _PORT_NUM.search(body)
         return [_link(raw, m.group("netdev") or device, int(pm.group(1)) if pm else None, m.group("state"))]
-    if mlx and _MLX_HEALTH.search(body):
+    if mlx and _MLX_HEALTH.search(body) and not _CMD_ANSWERED.search(body):
         if seen(("nic_error", device)):
             return []
         return [("nic_error", common(raw, "nic", "evict", "error", device=device, text=body))]

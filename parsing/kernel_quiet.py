@@ -8,6 +8,9 @@ driver initialisation, even a GPU the driver could not attach. Its events keep t
 machine's record (and its health before admission) with ``boot: true``, and ask for nothing
 against a running job (action ``none``).
 
+Devices the job does not use: a storage event about an optical or floppy drive (a BMC's or a
+hypervisor's virtual media) is recorded too.
+
 The line's own word first. A catalogue rule reads the message text; the kernel said how bad it
 thought the line was (its printk level, or a level word: ``BTRFS info (device ...)``), and some
 lines say the trouble is over (``read error corrected``). A rule's event on such a line is
@@ -19,6 +22,7 @@ subsystem and model fallback asks ``Severity.is_error``, which already holds bot
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from faultlens.parsing.rules import LineRule
@@ -31,6 +35,10 @@ from faultlens.parsing.severity import NOTICE, Severity
 BOOT_UPTIME_S = 120.0
 
 Found = list[tuple[str, dict[str, Any]]]
+
+# Block devices no training job reads or writes: optical drives (sr0, a BMC's virtual CD-ROM) and
+# floppies (fd0, a hypervisor's). Their I/O errors (an empty virtual drive probed) are recorded.
+_UNUSED_BLOCK = re.compile(r"(?:\bdev(?:ice)? |\[|\()(?:sr\d+|fd\d+|scd\d+|cdrom)\b")
 
 
 def at_boot(found: Found, mono: float | None, live_from: float) -> bool:
@@ -62,3 +70,17 @@ def by_own_word(found: Found, sev: Severity, rule: LineRule | None) -> bool:
             data["severity"] = "info"
             data["quiet"] = why
     return True
+
+
+def unused_device(found: Found, msg: str) -> bool:
+    """Record, not act on, a storage event about a block device no job uses (an optical drive, a
+    floppy: a BMC's or a hypervisor's virtual media). True when it did."""
+    if not found or not _UNUSED_BLOCK.search(msg):
+        return False
+    hit = False
+    for _, data in found:
+        if data.get("fault") == "storage" and data.get("action") not in (None, "none"):
+            data["action"] = "none"
+            data["quiet"] = "an optical or floppy drive: no job's storage"
+            hit = True
+    return hit

@@ -318,3 +318,29 @@ def test_an_xid_loggers_dump_lines_are_that_xid_and_fold_into_its_record():
 def test_trainer_lines_read_by_their_general_form(line, fault):
     found = trainer(line)
     assert found and {e.data["fault"] for e in found} == {fault}, [(e.kind, e.data["fault"]) for e in found]
+
+
+def test_a_refused_firmware_command_is_recorded_and_an_unanswered_one_alerts():
+    # public GitHub file, index id 39599850764 (the firmware refused a capability query: the device answered)
+    [e], _, _ = kernel("[ 5000.0] mlx5_core 0000:c1:00.0: mlx5_cmd_out_err:803:(pid 1097): QUERY_HCA_CAP(0x100) op_mod(0x40) "
+                       "failed, status bad parameter(0x3), syndrome (0x5add95), err(-22)")
+    assert (e.data["fault"], e.data["action"], e.data["rule"]) == ("nic", "none", "nic.mlx5_cmd_refused")
+    [e], _, _ = kernel("[ 5000.0] mlx5_core 0000:3b:00.0: wait_func:1045:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource")
+    assert (e.data["fault"], e.data["action"]) == ("nic", "alert")
+
+
+def test_a_kernel_gpf_in_the_newer_wording_is_an_oops():
+    [e], _, _ = kernel("[ 7197.250436] general protection fault, probably for non-canonical address 0xdead000000000108")
+    assert (e.kind, e.data["action"]) == ("kernel_oops", "evict")
+    # a user process's GPF is its own segfault record, not the kernel's
+    [e], _, _ = kernel("[ 7197.250436] traps: python[1234] general protection fault ip:7f0 sp:7ffd error:0 in libc.so.6[7f0+1000]")
+    assert e.kind == "segfault"
+
+
+def test_io_errors_of_an_optical_or_floppy_drive_are_recorded():
+    for line in ("[ 5000.1] blk_update_request: I/O error, dev sr0, sector 0 op 0x0:(READ) flags 0x80700 phys_seg 1 prio class 0",
+                 "[ 5000.1] Buffer I/O error on dev fd0, logical block 0, async page read"):
+        [e], _, _ = kernel(line)
+        assert (e.data["fault"], e.data["action"]) == ("storage", "none") and "optical" in e.data["quiet"]
+    [e], _, _ = kernel("[ 5000.1] blk_update_request: I/O error, dev sda, sector 28751848")
+    assert e.data["action"] != "none"

@@ -44,6 +44,7 @@ from faultlens.events.command_memory import STATE_DIR_ENV
 from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
 from faultlens.trainer_hooks.outbox import Outbox
+from faultlens.trainer_hooks.worker_exits import exit_summary, failure_events
 from faultlens.events.signing import VERIFY_KEY_ENV
 from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, RoundPlan, action_of_exit_codes,
                                                       merge_round, named_checkpoint, rendezvous_topology,
@@ -97,9 +98,25 @@ class JobSide:
         print(json.dumps({"ts": time.time(), "job": self.job, "node": self.node, **obj}), flush=True)
 
     def publish(self, kind: str, data: dict) -> None:
+        self.send(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
+
+    def send(self, event: Envelope) -> None:
         if self.producer is None:
             self.producer = Outbox(self.settings, name="faultlens-run-outbox")
-        self.producer.send_event(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
+        self.producer.send_event(event)
+
+    def report_failures(self, failures: dict) -> None:
+        """Each failed worker of this node: a JSON line, and its traceback and exit parsed as the
+        node agent parses torchrun's output (trainer_hooks/worker_exits.py), so the crash is
+        diagnosed with no node agent."""
+        attempt = self.plan.attempt if self.plan else 0
+        for rank, failure in sorted(failures.items()):
+            self.emit({"event": "worker_exit", "attempt": attempt, **exit_summary(rank, failure)})
+        try:
+            for event in failure_events(self.job, self.node, failures):
+                self.send(event)
+        except Exception as exc:  # noqa: BLE001 - a report; the crash is handled whatever it says
+            log.warning("could not report the workers' failures: %r", exc)
 
     def end(self, reason: str, command: Command | None = None) -> None:
         """``job``/``end``, once for the job: from the node that was the last round's first."""
@@ -219,13 +236,15 @@ class FaultlensAgent(LocalElasticAgent):
                 cmd = side.inbox.take(nodes, side.command_wait)
                 if cmd is None:
                     return self._obey(worker_group, told, None)
-            elif codes == [USAGE_EXIT]:
-                # Every worker exited 2 (Python's and argparse's code for a script that cannot run, or
-                # was given bad arguments): no machine is at fault and no verdict will come. As torchrun.
-                side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
-                           "crash_wait": 0, "why": "every worker exited 2 (bad arguments or script)"})
-                return result
             else:
+                side.report_failures(result.failures)
+                if codes == [USAGE_EXIT]:
+                    # Every worker exited 2 (Python's and argparse's code for a script that cannot
+                    # run, or was given bad arguments): no machine is at fault and no verdict will
+                    # come. As torchrun.
+                    side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
+                               "crash_wait": 0, "why": "every worker exited 2 (bad arguments or script)"})
+                    return result
                 side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
                            "crash_wait": side.crash_wait})
                 self._stop_workers(worker_group)  # this node's other ranks would only wait on the dead one

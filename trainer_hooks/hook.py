@@ -42,6 +42,7 @@ from faultlens.events.topology import Topology
 from faultlens.streams.broker import answers
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
+from faultlens.trainer_hooks.worker_exits import record_uncaught
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
@@ -81,6 +82,9 @@ class TrainerHook:
         # Sent with every step (the pipeline may first see a run mid-way): True when the weights began
         # random, False when from a checkpoint or a pretrained model (diagnosis/loss_stalled.py).
         self.from_scratch = from_scratch
+        # An uncaught exception reaches `faultlens run` (the error file torchrun names), which
+        # reports it as the node agent would: a crash diagnosed with no node agent.
+        record_uncaught()
         if flight_recorder:
             # Before the trainer creates its process groups (make the hook first), or it records nothing.
             flight_recorder_dump.enable()

@@ -26,6 +26,7 @@ from faultlens.remediation.reproduction import PendingReproduction, judge_reprod
 from faultlens.remediation.safety import Safety
 from faultlens.remediation.state import JobState, StateStore
 from faultlens.remediation.stop_checks import PendingChecks, judge_checks
+from faultlens.remediation.wave_pause import WavePause
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
 
@@ -125,6 +126,8 @@ class Policy:
     # Decisions that follow from others, not from one diagnosis: lemons to drain. The consumer
     # takes them (take_followups) after each call and carries them out like any decision.
     followups: list[Decision] = field(default_factory=list)
+    # A wave of one class in a job pauses that class's remediation for the job (remediation.wave_pause).
+    waves: WavePause = field(default_factory=WavePause)
     _touched: dict[str, float] = field(default_factory=dict, init=False)  # job → last decision that changed it
 
     def __post_init__(self) -> None:
@@ -286,6 +289,10 @@ class Policy:
             log.error("could not save remediation state %s: %s; a restart now would forget it", self.store.path, exc)
 
     def _decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
+        self.waves.observe(d)
+        paused = self.waves.paused(d)
+        if paused:
+            return self._decision(now, d, Step("wave", None, d.nodes, paused), self.config.mode(d.job), sent=False), None
         topology = self.topologies.get(d.job)
         job_nodes = topology.nodes if topology else ()
         checks = self.pending_checks.get(d.job)

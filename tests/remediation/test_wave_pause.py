@@ -1,0 +1,23 @@
+"""A wave pauses remediation of its class for its job (remediation/wave_pause.py, issue 55)."""
+
+from faultlens.events.diagnosis_record import Diagnosis
+from tests.remediation.test_policy import evict, policy
+
+
+def wave(ts=1000.0, fault="nvlink", cause="nvlink_domain=nvl-0"):
+    return Diagnosis(job="j", ts=ts, onset=ts - 60, fault=fault, action="alert", group=f"wave:{cause}", count=32)
+
+
+def test_a_straggler_of_the_wave_is_recorded_not_evicted():
+    p = policy()
+    decision, cmd = p.decide(wave(), 1000.0)
+    assert cmd is None and not decision.sent  # the wave itself asks a person
+    decision, cmd = p.decide(evict("n001", ts=1100.0, fault="nvlink"), 1100.0)
+    assert cmd is None and decision.rung == "wave" and "paused" in decision.reason and "nvl-0" in decision.reason
+
+
+def test_evidence_of_its_own_and_other_jobs_or_later_faults_are_not_paused():
+    p = policy()
+    p.decide(wave(), 1000.0)
+    assert p.decide(evict("n001", ts=1010.0, fault="gpu_lost"), 1010.0)[1] is not None  # an Xid 79
+    assert p.decide(evict("n002", ts=1000.0 + 700, fault="nvlink"), 1700.0)[1] is not None  # 700 s after: its own

@@ -64,7 +64,9 @@ _NEUTRAL = re.compile(
     r"\b(?:no|0|zero|without) (?:errors?|failures?)\b|errors=[\w-]+|error[_ ]?(?:handling|recovery) (?:enabled|supported)|"
     r"\berror count(?:er)?s? (?:cleared|reset)|reset (?:done|complete[d]?)|\bnot (?:an )?error\b|"
     r"\b(?:link|port) reset\b|\bresets? (?:to|the) default|\bcorrect(?:able|ed) errors?\b|"
-    r"\berrors? (?:collector|handler|handling|reporting|injection|detection)\b",
+    r"\berrors? (?:collector|handler|handling|reporting|injection|detection|containment)\b|"
+    # a setting stated, not an event: "Shutdown timeout set to 10 seconds", "timeout value is 30"
+    r"\btime ?outs? (?:(?:value )?(?:set to|is|=)|of \d+ ?\w*$)",
     re.IGNORECASE,
 )
 
@@ -117,7 +119,7 @@ def error_words(message: str) -> tuple[str, ...]:
     low = message.lower()
     if not _QUICK_RE.search(low):
         return ()
-    if "error" in low or "reset" in low or "fail" in low:
+    if "error" in low or "reset" in low or "fail" in low or "time" in low:
         message = _NEUTRAL.sub(" ", message)
     seen: dict[str, None] = {}
     for m in _WORDS.finditer(message):

@@ -65,7 +65,9 @@ _SHAPES = re.compile(
     r"|Fatal Python error: (?P<w6>Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
     # the shells and Slurm: "line 1: 4242 Segmentation fault (core dumped) python", "zsh: killed  python",
     # "srun: error: node17: task 3: Bus error", a bare "Killed" / "Segmentation fault (core dumped)"
-    r"|(?:^|\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
+    r"|(?:\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
+    # the same at the line's start without the shell's name: alone, or the command after two spaces
+    r"|^\s*(?P<w10>" + _WORDS + r")(?: +\(core dumped\))?(?:\s*$| {2,}\S)"
     # torch's DataLoader signal handler: "ERROR: Unexpected bus error encountered in worker."
     r"|\bUnexpected (?P<w9>segmentation fault|bus error|floating[- ]point exception|illegal instruction) encountered\b"
     # an exit status of 128 + N, or torchrun's negative exit code
@@ -89,7 +91,7 @@ def _name(m: re.Match[str]) -> str | None:
     for g in ("n1", "n3", "n5"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
-    for g in ("w5", "w6", "w7", "w9"):
+    for g in ("w5", "w6", "w7", "w9", "w10"):
         if m.group(g):
             return _BY_WORDS.get(m.group(g).lower().replace("-", " "))
     if m.group("x8"):

@@ -162,11 +162,13 @@ def test_a_process_killed_by_a_signal_in_every_shape(line, signal, fault, acts):
 
 
 def test_a_segfault_naming_a_cuda_library_is_cudas():
-    [e] = trainer("Segmentation fault (core dumped) in libcuda.so.1")
+    [e] = trainer("*** SIGSEGV (@0x0) received by PID 1234 (TID 0x7f3a) from PID 0; stack trace: *** @ 0x7f3a1c2b3d4e (unknown) libcuda.so.1")
     assert e.data["fault"] == "cuda_error"
 
 
 @pytest.mark.parametrize("line", [
+    "Killed 0 stale processes before start",
+    "slurmstepd: error: *** JOB 1234 ON node01 CANCELLED AT 2024-01-01T10:00:00 DUE TO TIME LIMIT ***",
     "installing SIGSEGV handler for faulthandler",
     "Sending process 1234 closing signal SIGTERM",
     "Epoch 3: the model killed 4 dragons",
@@ -344,3 +346,13 @@ def test_io_errors_of_an_optical_or_floppy_drive_are_recorded():
         assert (e.data["fault"], e.data["action"]) == ("storage", "none") and "optical" in e.data["quiet"]
     [e], _, _ = kernel("[ 5000.1] blk_update_request: I/O error, dev sda, sector 28751848")
     assert e.data["action"] != "none"
+
+
+@pytest.mark.parametrize("line", [
+    "[ 5000.1] nvme nvme0: Shutdown timeout set to 10 seconds",
+    "[ 5000.1] pcieport 0000:00:01.0: DPC: error containment capabilities: Int Msg #0, RPExt+ PoisonedTLP+ SwTrigger+",
+    "[ 5000.1] GHES: APEI firmware first mode is enabled by APEI bit and WHEA _OSC.",
+])  # fmt: skip
+def test_settings_stated_in_error_words_fire_nothing(line):
+    events, _, _ = kernel(line)
+    assert acting(events) == []

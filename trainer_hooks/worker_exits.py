@@ -80,20 +80,44 @@ def exit_summary(rank: int, failure: Any) -> dict[str, Any]:
             "signal": failure.signal_name() if code < 0 else None, "error": text[-1][:300] if text else None}
 
 
+# What a worker says when a peer died under it: its own failure is an echo of the peer's.
+_PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe", "remote process exited",
+              "ncclremoteerror", "socket closed", "connection refused")
+
+
+def sympathetic(failure: Any) -> bool:
+    """A failure that only followed another's: a peer's loss in its error, or the launcher's own
+    SIGTERM / SIGKILL of the workers left after the first one failed (torch stops them)."""
+    if int(failure.exitcode) in (-15, -9) and not error_text(failure):
+        return True
+    text = error_text(failure).lower()
+    return any(cue in text for cue in _PEER_LOST)
+
+
 def failure_events(job: str, node: str, failures: Mapping[int, Any], parser_factory: Callable[[], Any] | None = None,
                    now: float | None = None) -> list[Envelope]:
     """The parsed events of every failed worker (rank → torch's ProcessFailure), the first to fail
-    first (by the time torch has for it, then rank)."""
+    first: a worker that failed on its own (an exception, a signal, an exit with no word) before
+    one that only lost its peer (diagnosis/rules/comms.py decides an incident on its first hard
+    report), then by the time torch has for each, then rank. torch polls its workers every
+    --monitor-interval and sees them all dead at once: the order of their deaths is not kept."""
     from faultlens.parsing.registry import parser_for, to_envelope
 
     make = parser_factory or (lambda: parser_for("nccl", None))
     ts = time.time() if now is None else now
     out: list[Envelope] = []
-    for rank, failure in sorted(failures.items(), key=lambda kv: (getattr(kv[1], "timestamp", 0), kv[0])):
+    order = sorted(failures.items(), key=lambda kv: (sympathetic(kv[1]), getattr(kv[1], "timestamp", 0), kv[0]))
+    for rank, failure in order:
         parser = make()  # one per rank: a traceback is joined across its lines
         parsed: list[Any] = []
         for line in failure_lines(rank, failure):
             parsed += parser.feed(line) or []
         parsed += parser.flush() or []
-        out += [to_envelope(p, job=job, node=node, ts=ts, event_id=new_id()) for p in parsed]
+        wordless = int(failure.exitcode) > 0 and not error_text(failure)
+        for p in parsed:
+            if wordless and p.kind == "worker_failed":
+                # It died with no error of its own (os._exit, a C library's exit): the launcher's
+                # word is all there is, and diagnosis/rules/comms.py takes it as a hard report.
+                p.data["wordless"] = True
+            out.append(to_envelope(p, job=job, node=node, ts=ts, event_id=new_id()))
     return out

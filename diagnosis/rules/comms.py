@@ -20,6 +20,7 @@ from faultlens.diagnosis.rules.base import Finding, line_of
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import NcclError, NcclTimeout
+from faultlens.events.payloads_log import SchedulerLine
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,18 @@ class _Incident:
     reports: list[_Report] = field(default_factory=list)
 
 
+def _wordless_death(event: Envelope) -> _Report | None:
+    """A worker that died with no error of its own (os._exit), as `faultlens run` reports it
+    (``wordless``, trainer_hooks/worker_exits.py): a hard report, first of its incident, so the
+    peers' "connection reset by peer" that follows is its echo, not the culprit."""
+    line: SchedulerLine = typed(event)
+    # data: `wordless` is the launcher's mark on a catalogue kind (no Struct field)
+    if event.data.get("wordless") is not True or line.rank is None:
+        return None
+    return _Report(event.ts, line.rank, event.node, None, event.ts, True, event.id,
+                   f"its worker exited with code {line.exitcode} and no error of its own")
+
+
 class FirstFailingRank:
     """Job-level: needs every rank's reports (and the topology to place ranks on nodes)."""
 
@@ -59,9 +72,13 @@ class FirstFailingRank:
         self._decided: dict[str, _Incident] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
-        if event.kind not in ("nccl_timeout", "nccl_error"):
+        if event.kind not in ("nccl_timeout", "nccl_error", "worker_failed"):
             return []
-        if event.kind == "nccl_timeout":
+        if event.kind == "worker_failed":
+            report = _wordless_death(event)
+            if report is None:
+                return []
+        elif event.kind == "nccl_timeout":
             timeout: NcclTimeout = typed(event)
             progress = timeout.last_completed
             if progress is None and timeout.seq is not None:

@@ -220,6 +220,13 @@ class FaultlensAgent(LocalElasticAgent):
         # attempt, the same on every node, counts a command's restart and a membership change too.
         worker_env["TORCHELASTIC_RESTART_COUNT"] = str(self.side.plan.attempt if self.side.plan else 0)
 
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, int]:
+        pids = super()._start_workers(worker_group)
+        ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
+        self.side.emit({"event": "workers", "attempt": self.side.plan.attempt if self.side.plan else 0,
+                        "pids": {str(ranks.get(local, local)): pid for local, pid in sorted(pids.items())}})
+        return pids
+
     # --- commands ---------------------------------------------------------------------------
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 
 HELP = "summarise a fault history: faults by class/node/day, latencies, MTBF, MTTR, over-eviction, ETTR (tables, JSON, PNGs, HTML)"
 DESCRIPTION = """\
@@ -41,11 +43,18 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.history.schema import HistoryError, default_db_path, open_history
 
     db = args.db or default_db_path()
+    snapshot = None
     try:
         conn = open_history(db, read_only=True)
     except HistoryError as exc:
-        print(f"faultlens report: {exc}", file=sys.stderr)
-        return 1
+        if "in use" not in str(exc):
+            print(f"faultlens report: {exc}", file=sys.stderr)
+            return 1
+        try:
+            conn, snapshot = _snapshot(db)
+        except (HistoryError, OSError) as again:
+            print(f"faultlens report: {exc}; a copy of it would not open either: {again}", file=sys.stderr)
+            return 1
     try:
         if is_empty(conn):
             print(f"faultlens report: the history {db} is empty: nothing to report", file=sys.stderr)
@@ -77,3 +86,29 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         conn.close()
+        if snapshot is not None:
+            shutil.rmtree(snapshot, ignore_errors=True)
+
+
+def _snapshot(db):
+    """A read-only copy of a history another process holds open (`faultlens up` or `history`
+    writing it: DuckDB lets no other process open the file, not even to read). The copy is the
+    file and its write-ahead log as they are now; what is written after is in the next report."""
+    from pathlib import Path
+
+    from faultlens.history.schema import open_history
+
+    src = Path(db)
+    folder = Path(tempfile.mkdtemp(prefix="faultlens-report-"))
+    try:
+        copy = folder / src.name
+        shutil.copyfile(src, copy)
+        wal = src.with_name(src.name + ".wal")
+        if wal.exists():
+            shutil.copyfile(wal, copy.with_name(copy.name + ".wal"))
+        print(f"faultlens report: {src} is in use (a running `faultlens up`?): reporting a copy taken now",
+              file=sys.stderr)
+        return open_history(copy, read_only=True), folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise

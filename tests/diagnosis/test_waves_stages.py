@@ -1,10 +1,12 @@
 """Waves through a real broker (issue 55): four shapes of one event under a whole job (an NVLink
 fabric reset, a switch reboot, a teardown, a driver reload), each with one machine's Xid 79
-inside, read by 2 node-stage and 2 job-stage members, live and as a backlog: per job one wave
+inside, read by 2 node-stage and 2 job-stage members, as a backlog (members in threads) and live
+(`faultlens diagnose` processes running before the events arrive): per job one wave
 naming the shared cause, nobody evicted but the Xid 79 machine, the same as `faultlens analyze`."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -55,22 +57,45 @@ def test_offline_each_shape_is_one_wave_naming_its_cause_and_only_the_culprit_is
 
 
 @pytest.mark.long(60)
-@pytest.mark.parametrize("mode", ["backlog", "live"])
-def test_two_and_two_members_give_the_offline_waves(own_kafka_settings, waves_trace, mode):
+def test_two_and_two_members_read_as_a_backlog_give_the_offline_waves(own_kafka_settings, waves_trace):
     settings = own_kafka_settings
     path, traces, offline = waves_trace
     tag = uuid.uuid4().hex[:6]
-    if mode == "backlog":
-        replay_trace(settings, path, speed=0, show_progress=False)
-        nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=6)
-        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-        jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=25)
-    else:  # members up first, the events arrive while they read
-        nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=20)
-        jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=40)
-        replay_trace(settings, path, speed=0, show_progress=False)
+    replay_trace(settings, path, speed=0, show_progress=False)
+    nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=6)
+    wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=25)
     finish_members(settings, nodes)
     finish_members(settings, jobs, together=True)
     for t in traces:
         live = job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)
-        assert outcome(live) == offline[t.job], (mode, t.job, outcome(live))
+        assert outcome(live) == offline[t.job], (t.job, outcome(live))
+
+
+@pytest.mark.e2e
+@pytest.mark.long(90)
+def test_e2e_two_and_two_diagnose_processes_read_live_give_the_offline_waves(own_kafka_settings, waves_trace, tmp_path):
+    """`faultlens diagnose --stage node` ×2 and `--stage job` ×2, running before the events arrive."""
+    from faultlens.demo.processes import faultlens
+
+    settings = own_kafka_settings
+    path, traces, offline = waves_trace
+    tag = uuid.uuid4().hex[:6]
+    env = dict(os.environ)
+    stage = ["diagnose", "--bootstrap", settings.bootstrap, "--stage"]
+    procs = [faultlens(f"node{i}", [*stage, "node", "--group", f"wn-{tag}", "--idle-stop", "15"], env, tmp_path)
+             for i in range(2)]
+    try:
+        # The node stage has joined once its members said their first word downstream.
+        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=120, progress=len)
+        procs += [faultlens(f"job{i}", [*stage, "job", "--group", f"wj-{tag}", "--idle-stop", "30"], env, tmp_path)
+                  for i in range(2)]
+        replay_trace(settings, path, speed=0, show_progress=False)
+        for p in procs:
+            assert p.popen.wait(300) == 0, p.tail()
+    finally:
+        for p in procs:
+            p.stop()
+    for t in traces:
+        live = job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)
+        assert outcome(live) == offline[t.job], (t.job, outcome(live))

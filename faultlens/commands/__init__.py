@@ -7,6 +7,8 @@ COMMAND_NAMES = (
     "broker",
     "collect",
     "run",
+    "status",
+    "tail",
     "diagnose",
     "remediate",
     "nodes",

@@ -174,19 +174,25 @@ def history_culprits(db: str | os.PathLike[str]) -> set[tuple[str, str]]:
 # --- words --------------------------------------------------------------------------------------
 
 def _d(d: Diagnosis) -> str:
+    """One diagnosis in a line: what it asks of which machines, and the start of its detail (which
+    names the rule or the Xid that made it)."""
     nodes = " ".join(d.nodes) if d.nodes else (d.group or "no machine")
-    return f"{d.job} {d.action} [{nodes}]" + (f" ×{d.count}" if d.count > 1 else "")
+    detail = d.detail if len(d.detail) <= 80 else d.detail[:79] + "…"
+    return f"{d.job} {d.action} [{nodes}]" + (f" ×{d.count}" if d.count > 1 else "") + (f": {detail}" if detail else "")
 
 
 def render(diff: RulesDiff, *, limit: int = 10) -> str:
     lines = []
     for c in diff.classes.values():
         mark = "=" if c.same else "~"
-        lines.append(f"{mark} {c.fault}: {c.current} → {c.changed} diagnoses "
-                     f"(+{len(c.gained)} -{len(c.lost)} ~{len(c.action_changed)})")
+        # A finding is a diagnosis's job, class, machines and group: two GPUs of a machine are two
+        # diagnoses and one finding.
+        lines.append(f"{mark} {c.fault}: {c.current} → {c.changed} diagnoses; findings gained {len(c.gained)}, "
+                     f"lost {len(c.lost)}, action changed {len(c.action_changed)}")
         lines += [f"    + {_d(d)}" for d in c.gained[:limit]]
         lines += [f"    - {_d(d)}" for d in c.lost[:limit]]
-        lines += [f"    ~ {_d(a)} → {b.action}" for a, b in c.action_changed[:limit]]
+        lines += [f"    ~ {a.job} [{' '.join(a.nodes) or a.group}] {a.action} → {b.action}: {_d(b).split(': ', 1)[-1]}"
+                  for a, b in c.action_changed[:limit]]
         more = max(0, len(c.gained) - limit) + max(0, len(c.lost) - limit) + max(0, len(c.action_changed) - limit)
         if more:
             lines.append(f"    … and {more} more (--json lists all)")

@@ -42,7 +42,8 @@ from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 
 FLEET_WIDE = "fleet-wide"
 _QUIET = frozenset({"none", "alert"})
-_MACHINE_ACTIONS = frozenset({"evict", "evict_reset_gpu", "inspect_hardware", "none", "alert"})
+_EVICTING = frozenset({"evict", "evict_reset_gpu", "inspect_hardware"})
+_MACHINE_ACTIONS = _EVICTING | _QUIET
 
 
 def shared_cause(nodes: Iterable[str], machines: Mapping[str, Any], keys: Iterable[str]) -> str:
@@ -91,7 +92,7 @@ class Waves:
         # (job, class) → (ts, node) of every candidate seen lately, held or judged
         self._seen: dict[tuple[str, str], deque[tuple[float, str]]] = {}
         self._waves: dict[tuple[str, str], _Wave] = {}
-        # (job, node) → (ts, class) of acting findings of classes never held: its own evidence
+        # (job, node) → (ts, class) of evictions asked for on evidence of the machine's own (never held)
         self._own: dict[tuple[str, str], deque[tuple[float, str]]] = {}
         self.stats: Counter = Counter()
 
@@ -106,7 +107,7 @@ class Waves:
     def admit(self, f: Finding) -> list[Finding]:
         """The findings to judge now: ``f`` itself, or nothing while it waits to see its neighbours."""
         if not self.candidate(f):
-            if len(f.nodes) == 1 and f.action not in _QUIET and not f.sympathetic:
+            if len(f.nodes) == 1 and f.action in _EVICTING and not f.sympathetic:
                 own = self._own.setdefault((f.job, f.nodes[0]), deque(maxlen=8))
                 own.append((f.ts, str(f.fault)))
             return [f]

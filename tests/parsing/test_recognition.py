@@ -144,15 +144,22 @@ def test_the_fast_scorer_gives_sklearns_probabilities():
 
 
 def test_diagnosis_keeps_a_subsystem_or_model_finding_at_an_alert_whatever_the_event_says():
+    # Grey evidence is debounced (diagnosis/debounce.py): one such line is a suspicion and raises
+    # nothing; the second on the same machine within the window makes the finding, still an alert.
     base = {"line": "nvme nvme1: I/O 775 QID 2 timeout, aborting", "fault": "storage", "severity": "error"}
-    events = [
-        Envelope(ts=1.8e9, job="j1", node="n001", source="kernel", kind="subsystem_error",
-                 data={**base, "action": "evict", "rule": "subsystem.nvme", "basis": "subsystem"}, id="e1"),
-        Envelope(ts=1.8e9 + 1, job="j1", node="n002", source="kernel", kind="suspect_line",
-                 data={**base, "action": "evict_reset_gpu", "rule": "model", "basis": "model", "confidence": 0.9}, id="e2"),
-    ]  # fmt: skip
+
+    def pair(node: str, kind: str, data: dict, t0: float) -> list[Envelope]:
+        return [Envelope(ts=t0 + dt, job="j1", node=node, source="kernel", kind=kind, data={**base, **data}, id=f"{node}-{dt}")
+                for dt in (0.0, 30.0)]  # fmt: skip
+
+    events = (pair("n001", "subsystem_error", {"action": "evict", "rule": "subsystem.nvme", "basis": "subsystem"}, 1.8e9)
+              + pair("n002", "suspect_line", {"action": "evict_reset_gpu", "rule": "model", "basis": "model", "confidence": 0.9}, 1.8e9 + 1))  # fmt: skip
+    events.sort(key=lambda e: e.ts)
     found = analyze(events, Engine(EngineConfig(implicit=False, peer_model=False)))
     assert found and {d.action for d in found} == {"alert"}
+    assert {n for d in found for n in d.nodes} == {"n001", "n002"}
+    once = analyze([events[0], events[1]], Engine(EngineConfig(implicit=False, peer_model=False)))
+    assert not [d for d in once if d.action != "none"]
 
 
 def test_dmesg_decode_lines_carry_their_level_past_the_clock():

@@ -107,6 +107,55 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"faultlens run: {missing}", file=sys.stderr)  # as torchrun fails: at once, before any worker
         return 2
+    operator = _local_operator(args, job)
+    try:
+        return _run_job(torchrun, JobSide, args, job)
+    finally:
+        if operator is not None:
+            _report(operator, job)
+
+
+def _local_operator(args: argparse.Namespace, job: str):
+    """`faultlens up` for this job, when it is a single-machine job with no broker given, set or
+    running here (trainer_hooks/local_operator.py); None otherwise, or when it would not start."""
+    from faultlens.events.home import faultlens_home
+    from faultlens.streams.broker import running_embedded
+    from faultlens.streams.config import KafkaSettings
+    from faultlens.trainer_hooks.local_operator import LocalOperator, single_machine
+
+    if KafkaSettings.from_args(args).bootstrap or running_embedded():
+        return None
+    if not single_machine(args.nnodes, args.standalone):
+        return None  # the other machines could not find a broker of ours: say so as any command does
+    operator = LocalOperator(job, faultlens_home() / f"run-{job}-up.log")
+    print(f"faultlens run: no broker given or running here: starting `faultlens up --act-on {job}` for this job "
+          f"(its log: {operator.log_path})", file=sys.stderr)
+    ready = operator.start()
+    if ready is None:
+        print(f"faultlens run: faultlens up did not start (its log: {operator.log_path})", file=sys.stderr)
+        return None
+    args.bootstrap = ready["bootstrap"]
+    if not args.verify_key and not os.environ.get(VERIFY_KEY_ENV) and operator.verify_key:
+        args.verify_key = [operator.verify_key]
+    return operator
+
+
+def _report(operator, job: str) -> None:
+    """Stop the job's own `up` (the history is written, the broker stops) and say where the
+    history and its HTML report are."""
+    import subprocess
+
+    db = operator.stop()
+    if not db:
+        return
+    html = Path(db).with_name(f"run-{job}-report.html")
+    made = subprocess.run([sys.executable, "-m", "faultlens", "report", "--db", db, "--html", str(html), "--json"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    where = f"report: {html.resolve().as_uri()}" if made.returncode == 0 else f"report: faultlens report --db {db}"
+    print(f"faultlens run: the job's history: {db}; {where}", file=sys.stderr)
+
+
+def _run_job(torchrun, JobSide, args: argparse.Namespace, job: str) -> int:
     node = args.node_name or os.environ.get("FAULTLENS_NODE") or socket.gethostname()
     try:
         keys = load_verify_keys(args.verify_key)

@@ -1,6 +1,6 @@
 """Runs a trainer as "nodes" of processes on one machine and restarts it the way commands say.
 
-    python -m trainer_hooks.launcher --job j1 --nodes 4 --procs-per-node 2 --standby s000,s001 \\
+    python -m faultlens.trainer_hooks.launcher --job j1 --nodes 4 --procs-per-node 2 --standby s000,s001 \\
         -- --ckpt-dir /tmp/ck --steps 200
 
 Each node is a name (n000, n001, ..., or ``--node-names``) whose processes share
@@ -98,7 +98,7 @@ def node_names(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer_hooks.launcher", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m faultlens.trainer_hooks.launcher", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--job", default=os.environ.get("FAULTLENS_JOB", "job-0"), help="job id")
     p.add_argument("--nodes", type=int, default=2, help="number of nodes")

@@ -46,7 +46,7 @@ DEFAULT_LR = {"sgd": 0.01, "adamw": 1e-3, "poet": 1e-3}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer_hooks.reference_trainer", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m faultlens.trainer_hooks.reference_trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--node", default=os.environ.get("FAULTLENS_NODE"),
                    help="node name (default FAULTLENS_NODE); on the command line it lets a node agent's "

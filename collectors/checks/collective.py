@@ -1,7 +1,7 @@
 """An intra-node collective: a few local processes all_reduce a known tensor and compare.
 
 NCCL over the node's GPUs (one process per GPU), gloo on the CPU otherwise. Each rank is a
-subprocess (``python -m collectors.checks.collective --rank R ...``) that prints one JSON line,
+subprocess (``python -m faultlens.collectors.checks.collective --rank R ...``) that prints one JSON line,
 so a hung rank is killed at the deadline instead of hanging the agent; the verdict
 (:func:`judge_collective`) is pure over what the ranks printed.
 """
@@ -186,7 +186,7 @@ def _worker(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m collectors.checks.collective",
+    p = argparse.ArgumentParser(prog="python -m faultlens.collectors.checks.collective",
                                 description="One rank of the intra-node collective check (started by the agent).")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)

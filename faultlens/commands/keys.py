@@ -17,7 +17,7 @@ DESCRIPTION = f"""\
   DIR/{PRIVATE_KEY_FILE}  private (mode 0600), only for `faultlens remediate` / `faultlens up`
                                (--signing-key or {SIGNING_KEY_ENV})
   DIR/{PUBLIC_KEY_FILE}   public, for every receiver: `faultlens collect`, trainer hooks and
-                               `python -m trainer_hooks.launcher` (--verify-key or {VERIFY_KEY_ENV})
+                               `python -m faultlens.trainer_hooks.launcher` (--verify-key or {VERIFY_KEY_ENV})
 
 and prints one JSON line with both paths and the key id every signed command carries. Existing
 files are never overwritten. To rotate: generate into a new DIR, give receivers both public keys

@@ -142,10 +142,14 @@ def compare(old_dir: str, rounds: int, kernel: list[str], trainer: list[str]) ->
 
 
 # Run inside the old checkout: its own parser_for, one pass over the named source's lines per
-# request on stdin (the same loop as one_pass), answering the seconds it took.
+# request on stdin (the same loop as one_pass), answering the seconds it took. A checkout from
+# before the one namespace (3926c91) knows only the bare name; a later one refuses it (issue 57).
 _OLD_SCRIPT = """
 import sys, time
-from parsing.registry import parser_for
+try:
+    from faultlens.parsing.registry import parser_for
+except ImportError:
+    from parsing.registry import parser_for
 logs = {"kernel": open(sys.argv[1], encoding="utf-8").read().split("\\n"), "nccl": open(sys.argv[2], encoding="utf-8").read().split("\\n")}
 for request in sys.stdin:
     source = request.strip()

@@ -7,20 +7,8 @@ could silently change what a bench measures."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def imports_of(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, module) for every import statement, wherever it stands (module level or inside a function)."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
-    return found
+from tests.layout import ROOT, imports_of
 
 
 def imports_tests(module: str) -> bool:

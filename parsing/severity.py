@@ -36,10 +36,11 @@ _LEVEL_WORD = re.compile(
 # Words by which a line says its trouble is over or none: "read error corrected", "recovered",
 # "Successfully unregistered ...", "no action required". Taken back by a negation before them
 # ("not recovered", "failed to recover", "could not be corrected").
-_REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|no action (?:is )?(?:required|needed))\b", re.IGNORECASE)
-_NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover)"
+# "fixed up" is btrfs's word for a bad copy rewritten from a good one; "succeeded" ends a reset.
+_REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed)"
                       r"|\bunsuccessfully\b", re.IGNORECASE)
-_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "no action"))
+_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded", "fixed up", "no action"))
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",

@@ -10,6 +10,9 @@ Who prints it and how (all read here, then judged by the signal alone):
   glog / abseil: ``*** SIGSEGV (@0x0) received by PID 1234``; ``torch.multiprocessing``:
   ``process 0 terminated with signal SIGKILL``; Python's ``died with <Signals.SIGSEGV: 11>``;
 - torch's DataLoader signal handler: ``ERROR: Unexpected bus error encountered in worker``;
+- a debugger's stop (gdb: ``Program received signal SIGSEGV, Segmentation fault.``) and a
+  program's own crash handler naming the fatal signal it caught (``got SIGSEGV for VA=...``,
+  ``CRASH (pid=25720) by SIGSEGV``);
 - the shells: bash ``line 1:  4242 Segmentation fault      (core dumped) python train.py``, zsh
   ``zsh: segmentation fault (core dumped)  python train.py``, a bare ``Killed``; Slurm's ``srun:
   error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``.
@@ -70,6 +73,10 @@ _SHAPES = re.compile(
     r"|^\s*(?P<w10>" + _WORDS + r")(?: +\(core dumped\))?(?:\s*$| {2,}\S)"
     # torch's DataLoader signal handler: "ERROR: Unexpected bus error encountered in worker."
     r"|\bUnexpected (?P<w9>segmentation fault|bus error|floating[- ]point exception|illegal instruction) encountered\b"
+    # a debugger's stop ("Program received signal SIGSEGV, Segmentation fault.") and a program's own
+    # crash handler naming the fatal signal it caught ("got SIGSEGV for VA=...", "CRASH (pid=1) by SIGSEGV")
+    r"|\bProgram (?:received|terminated with) signal (?P<s11>(?-i:SIG[A-Z0-9]+))"
+    r"|\b(?:got|caught|by) (?P<s12>(?-i:SIG(?:SEGV|BUS|ILL|FPE)))\b"
     # an exit status of 128 + N, or torchrun's negative exit code
     r"|\b(?:exit(?:ed with)? (?:code|status)|exitcode)\s*:?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
     re.IGNORECASE,
@@ -85,7 +92,7 @@ _SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a
 
 
 def _name(m: re.Match[str]) -> str | None:
-    for g in ("s1", "s2", "s3", "s4"):
+    for g in ("s1", "s2", "s3", "s4", "s11", "s12"):
         if m.group(g):
             return m.group(g).upper()
     for g in ("n1", "n3", "n5"):

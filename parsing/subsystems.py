@@ -33,6 +33,8 @@ _HOST_LABEL = re.compile(r"^[\w.\-]+: \[\s*\d+\.\d+\]\s*")
 # A network interface named before the first ": " of a driver's line whose bus address is not PCI (USB ...).
 _NETDEV_COLON = re.compile(r"\s((?:eth|en|ib|bond|hsn|wl)[\w.\-]*\d):\s")
 _SYSLOG_KERNEL = "kernel: "
+# A DRM driver's own line names its module after the function: "[drm:gfx_v10_0_hw_fini [amdgpu]] *ERROR* ...".
+_DRM_MODULE = re.compile(r"\[drm:[^\s\]]+ \[([\w-]+)\]\]")
 
 
 class SubsystemTableError(ValueError):
@@ -127,6 +129,10 @@ def tag_of(message: str) -> tuple[str, str | None]:
     label = _HOST_LABEL.match(msg)
     if label:
         msg = msg[label.end():]
+    if msg.startswith("[drm:"):
+        drm = _DRM_MODULE.match(msg)
+        if drm:
+            return drm.group(1).lower(), None
     colon = msg.find(":", 0, MAX_TAG)
     if colon <= 0:
         return "", None
@@ -158,6 +164,11 @@ def subsystem_of(message: str, table: SubsystemTable | None = None) -> str | Non
     device guess): the cheap first step the rule catalogue dispatches on."""
     if message.startswith(_SYSLOG_KERNEL):
         message = message[len(_SYSLOG_KERNEL):]
+    if message.startswith("[drm:"):
+        drm = _DRM_MODULE.match(message)
+        if drm:
+            sub = (table or shipped()).lookup(drm.group(1).lower())
+            return sub.name if sub is not None else None
     colon = message.find(":", 0, MAX_TAG)
     if colon <= 0:
         return None

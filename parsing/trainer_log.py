@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from faultlens.parsing import fallback, nccl_lines, signals
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
-from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_headless, classify_nccl
+from faultlens.parsing.errors import (USER_TYPES, ExceptionLine, classify_bare, classify_cuda, classify_headless, classify_nccl,
+                                      classify_terminate)
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
@@ -32,6 +33,9 @@ MAX_FRAMES = 256
 # Lines after a traceback that repeat its error (torch prints the NCCL/CUDA detail again) fold into it,
 # when they also come within FOLD_S seconds: the same error hours later (after a restart) is news.
 FOLD_LINES = 8
+# A C++ exception's echoes (c10's "Exception raised from X at ...", std::terminate's line) come after
+# the stack c10 prints under each ("frame #0: ..." lines, up to ~60 for torch's watchdog).
+CXX_FOLD_LINES = 64
 FOLD_S = 10.0
 
 # srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
@@ -41,7 +45,8 @@ _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal
 
 _NAN = re.compile(
     # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
-    r"\b(?:loss|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?(?:nan|[+-]?inf)\b"
+    # a loss by any name ("loss", "loss_box_reg_stage0", "val_loss"), as a dict of a detector's losses prints it
+    r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?(?:nan|[+-]?inf)\b"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
     # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
     r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
@@ -73,7 +78,10 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d
 # with and without the pre-filter.
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
                  "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
-                 "broken pipe", "nan", "error", "exception", "got completion")
+                 "broken pipe", "nan", "error", "exception", "got completion",
+                 # NCCL's failing-call trace (file.cc:N -> rc), a checked CUDA call's return code, the CUDA
+                 # runtime's not-ready text, the C++ runtime's abort, an errno report alone
+                 ".cc:", ".cu:", " returned ", "not yet initialized", "terminate called", "[errno ")
 
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
@@ -189,6 +197,12 @@ class TrainerLogParser:
                 self.stats.by_model += 1
                 self._folded[(key, guessed[0][1]["fault"])] = (self._n, self._t)
                 out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in guessed)
+        for event in out:
+            # A line without a rank's prefix after a rank's error is most often that error's echo in
+            # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
+            # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
+            if event.data.get("fault") in _ERROR_CLASSES:
+                self._folded[(None, event.data["fault"])] = (self._n, self._t)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -302,17 +316,25 @@ class TrainerLogParser:
         return [exception, companion] if companion is not None else [exception]
 
     # -- single lines ----------------------------------------------------------------------
-    def _fold(self, key: Any, fault: str) -> bool:
+    def _fold(self, key: Any, fault: str, lines: int = FOLD_LINES) -> bool:
         """The same error on the same rank a few lines AND a few seconds ago: the echo of one report."""
         at = self._folded.get((key, fault))
-        if at is None or self._n - at[0] > FOLD_LINES:
+        if at is None or self._n - at[0] > lines:
             return False
         return at[1] is None or self._t is None or abs(self._t - at[1]) <= FOLD_S
 
     def _single(self, msg: str, raw: str, rank: int | None, local_rank: int | None, key: Any) -> list[tuple[str, dict[str, Any]]] | None:
-        if " NCCL INFO " in msg:
-            return None  # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault
         extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
+        if " NCCL INFO " in msg:
+            # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault, but for the
+            # trace NCCL prints at INFO of a call that failed ("bootstrap.cc:701 -> 6")
+            failed = nccl_lines.failing_call(msg) if " -> " in msg else None
+            if failed is None:
+                return None
+            if self._fold(key, "nccl_error"):
+                return []
+            self._folded[(key, "nccl_error")] = (self._n, self._t)
+            return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=failed, **extra))]
         # The catalogue first: its trainer rules name lines the generic NCCL WARN / error reading
         # below would take for an NCCL fault (an IB port error is the NIC's).
         found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k))
@@ -333,7 +355,8 @@ class TrainerLogParser:
             ib = nccl_lines.ib_completion(msg, raw, rank, extra)
             if ib is not None:
                 return [ib]
-        if "CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg:
+        if ("CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg
+                or "not yet initialized" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda
@@ -344,7 +367,7 @@ class TrainerLogParser:
         if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
             nccl = classify_nccl(msg)
             if nccl:
-                if self._fold(key, "nccl_error"):
+                if self._fold(key, "nccl_error", CXX_FOLD_LINES if msg.startswith("Exception raised from") else FOLD_LINES):
                     return []
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=nccl, **extra))]
@@ -353,8 +376,12 @@ class TrainerLogParser:
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
-        if ":" in msg and ("Error" in msg or "Exception" in msg):
+        if (":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or msg.endswith(("Error", "Exception")):
             found = self._headless(msg, raw, rank, key, extra)
+            if found is not None:
+                return found
+        if "terminate called" in msg:
+            found = self._headless(msg, raw, rank, key, extra, classify_terminate)
             if found is not None:
                 return found
         # A process that died of a signal, in a shell's, an IDE's, torchrun's or Slurm's words
@@ -366,13 +393,15 @@ class TrainerLogParser:
                 data.update(extra)
         return found
 
-    def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+    def _headless(self, msg: str, raw: str, rank: int | None, key: Any, extra: dict[str, Any],
+                  classify: Callable[[str], ExceptionLine | None] | None = None) -> list[tuple[str, dict[str, Any]]] | None:
         """The exception line of a traceback whose header and frames went elsewhere (ranks
-        interleave their output; a log collector kept only the last line): parsing.errors judges it."""
-        found = classify_headless(msg)
+        interleave their output; a log collector kept only the last line), an errno report or a
+        bare type alone, or ``classify``'s reading (a C++ exception's abort): parsing.errors judges it."""
+        found = classify(msg) if classify is not None else classify_headless(msg) or classify_bare(msg)
         if found is None:
             return None
-        if self._fold(key, found.fault):
+        if self._fold(key, found.fault, FOLD_LINES if classify is None else CXX_FOLD_LINES):
             return []  # the echo of the traceback just closed
         self._folded[(key, found.fault)] = (self._n, self._t)
         data = common(raw, found.fault, found.action, found.severity, rank=rank, type=found.type, message=found.message[:1024],

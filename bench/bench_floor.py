@@ -39,9 +39,9 @@ import uuid
 
 import orjson
 
-from bench.bench_throughput import _Clock, _stage
+from bench.bench_throughput import _Clock, _raw, _stage
 from bench.common import bench_broker
-from faultlens.events.topics import GPU, HEARTBEAT, JOBS, TELEMETRY_TOPICS, TRAIN
+from faultlens.events.topics import GPU, HEARTBEAT, JOBS, TRAIN
 from faultlens.streams.config import KafkaSettings
 
 GPUS = 8
@@ -106,40 +106,14 @@ def _rates(n: int, clock: _Clock) -> dict:
             "events_per_cpu_s": round(n / cpu) if cpu > 0 else None}
 
 
-def raw(settings: KafkaSettings, expected: int, decode: bool, timeout_s: float = 300.0) -> tuple[int, _Clock]:
+def raw(settings: KafkaSettings, expected: int, decode: bool) -> tuple[int, _Clock]:
     """A bare kafka-python group member (its defaults, not faultlens's settings): poll, count,
     commit; with ``decode``, each message also decoded and its payload checked as the stages do."""
     from kafka import KafkaConsumer
 
-    from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
-    from faultlens.events.envelope import decode as general
-    from faultlens.events.payloads import check_payload
-
     consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=f"bench-bare-{uuid.uuid4().hex[:6]}",
                              auto_offset_reset="earliest", enable_auto_commit=False)
-    consumer.subscribe(list(TELEMETRY_TOPICS))
-    n, clock = 0, _Clock()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while n < expected and time.monotonic() < deadline:
-            polled = consumer.poll(timeout_ms=200)
-            if not polled:
-                continue
-            if clock.first is None:
-                clock.tick()
-            n += sum(len(v) for v in polled.values())
-            if decode:
-                for tp, messages in polled.items():
-                    reader = TELEMETRY_DECODERS.get(tp.topic, general)
-                    for m in messages:
-                        event = reader(m.value)
-                        if reader is general:
-                            check_payload(event)
-            consumer.commit()
-            clock.tick()
-    finally:
-        consumer.close()
-    return n, clock
+    return _raw(settings, expected, decode=decode, consumer=consumer, check=decode)
 
 
 def fleet(rate: float | None) -> dict:

@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -43,7 +42,7 @@ from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import confluent_available, open_consumer
 from faultlens.streams.replay import replay_trace
-from faultlens.events.topics import JOBS, TELEMETRY_TOPICS
+from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.events.trace import iter_trace
 
 
@@ -107,15 +106,19 @@ def _rates(n: int, clock: _Clock, per_msg: float) -> dict:
 
 
 def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
-         decode: bool = False) -> tuple[int, _Clock]:
-    """Poll, count, commit: the client alone, through a consumer group of its own. With ``decode``
-    each message is also decoded as the diagnosis stages decode it (the typed readers of NVML and
-    NIC samples, the general decoder for the rest) and nothing more: the floor of any consumer
-    that reads these JSON messages in Python."""
+         decode: bool = False, consumer=None, check: bool = False) -> tuple[int, _Clock]:
+    """Poll, count, commit: the client alone, through a consumer group of its own (``consumer``, not
+    subscribed yet: faultlens's of ``settings.client`` unless given). With ``decode`` each message is
+    also decoded as the diagnosis stages decode it (the typed readers of NVML and NIC samples, the
+    general decoder for the rest) and, with ``check``, the payload of a generally decoded one checked
+    (events.payloads.check_payload; the typed readers check as they read), and nothing more: the
+    floor of any consumer that reads these JSON messages in Python."""
     from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
     from faultlens.events.envelope import decode as general
+    from faultlens.events.payloads import check_payload
 
-    consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
+    if consumer is None:
+        consumer = open_consumer(settings, f"bench-raw-{settings.client}-{uuid.uuid4().hex[:6]}", max_records=2000)
     consumer.subscribe(list(TELEMETRY_TOPICS))
     n, clock = 0, _Clock()
     deadline = time.monotonic() + timeout_s
@@ -130,7 +133,9 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
                     for tp, messages in polled.items():
                         reader = TELEMETRY_DECODERS.get(tp.topic, general)
                         for m in messages:
-                            reader(m.value)
+                            event = reader(m.value)
+                            if check and reader is general:
+                                check_payload(event)
                 consumer.commit()
                 clock.tick()
     finally:

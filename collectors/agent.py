@@ -146,6 +146,10 @@ class Agent:
         self.stop_event = threading.Event()
         self.unavailable: dict[str, str] = {}  # sources not started at all, and why
         self.parser_factories = parser_factories or {}
+        # The agent's start on the kernel's clock (printk stamps count from boot as CLOCK_MONOTONIC
+        # does): kernel lines stamped before it are boot or history a previous agent reported, and
+        # are recorded, not acted on (parsing/kernel_quiet.py).
+        self.started_uptime = time.monotonic()
         self.nvml_module = nvml_module  # a fake NVML for tests; None: pynvml
         self._blind: tuple[str, ...] = ()
         self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
@@ -156,9 +160,14 @@ class Agent:
     def _parser_factory(self, kind: str) -> Callable[[], Any]:
         if kind in self.parser_factories:
             return self.parser_factories[kind]
+        from faultlens.parsing.kernel_quiet import BOOT_UPTIME_S
         from faultlens.parsing.registry import parser_for
 
         rules = self.config.line_rules
+        if kind == "kernel":
+            # Never earlier than the boot window: an agent started with the machine still boots with it.
+            live_from = max(self.started_uptime, BOOT_UPTIME_S)
+            return lambda: parser_for(kind, rules, live_from=live_from)
         return lambda: parser_for(kind, rules)
 
     def _build_sources(self) -> list[Source]:

@@ -10,14 +10,16 @@ confidence, stays unrecognised (counted and shown, never dropped).
 What the model alone finds is a suspicion: the parsers emit it as ``suspect_line`` with action
 ``alert`` (diagnosis/rules/catalogue.py keeps it there), never an eviction.
 
-scikit-learn is imported only here, and this module only when a parser first needs the model
-(the trainer hooks never do). The shipped model is ``line_model.pkl.gz`` next to this file;
-``faultlens train-line-model`` retrains it from tests/fixtures/log_corpus and the tables' examples.
+scikit-learn is imported only to train (:func:`train`); the shipped model ``line_model.pkl.gz``
+next to this file holds the fitted numbers as builtins and is scored in plain Python
+(parsing/line_scorer.py), so the light install's node agent reads lines with it too.
+``faultlens parse --train-model`` retrains it from tests/fixtures/log_corpus and the tables' examples.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 import pickle
@@ -27,11 +29,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from faultlens.parsing.line_scorer import PlainScorer, export
 from faultlens.parsing.timestamps import split_timestamp
 
 log = logging.getLogger(__name__)
 
 SHIPPED = Path(__file__).resolve().parent / "line_model.pkl.gz"
+# The shipped file's layout: 2 holds the exported numbers (parsing/line_scorer.py), not a pipeline.
+FORMAT = 2
 HEALTHY = "healthy"
 # Below this calibrated probability the model's class is not worth an alert.
 THRESHOLD = 0.6
@@ -63,80 +68,30 @@ class Guess:
 
 
 class LineModel:
-    """A trained pipeline and its classes; :meth:`guess` is all the parsers call.
+    """A trained model's fitted numbers and its classes; :meth:`guess` is all the parsers call.
 
-    scikit-learn's predict_proba costs ~10 ms a line (input checks, sparse matrices, the feature
-    union); :class:`_Scorer` computes the same probabilities from the fitted parts with a few dict
-    lookups and one small matrix product (tests/parsing/test_line_model.py holds them equal), and
-    a line template seen again (numbers masked) is answered from a cache.
+    Scoring reads only the exported numbers (parsing/line_scorer.py: plain Python, no numpy or
+    scikit-learn), so the light install's node agent gets the same probabilities as a full one; a
+    line template seen again (numbers masked) is answered from a cache. ``pipeline`` is the fitted
+    scikit-learn pipeline when the model was trained in this process (None when loaded).
     """
 
-    def __init__(self, pipeline: Any, meta: dict[str, Any]):
-        self.pipeline = pipeline
+    def __init__(self, exported: dict[str, Any], meta: dict[str, Any], pipeline: Any = None):
+        self.exported = exported
         self.meta = meta
-        self.classes = tuple(str(c) for c in pipeline.classes_)
-        self._scorer = _Scorer(pipeline)
+        self.pipeline = pipeline
+        self._scorer = PlainScorer(exported)
+        self.classes = self._scorer.classes
         self.proba = lru_cache(maxsize=4096)(self._scorer.proba)
 
     def guess(self, line: str, source: str = "kernel") -> Guess | None:
         """The fault class of ``line`` when the model is confident it is a fault, else None."""
         probs = self.proba(f"{source} {normalise(line)}")
-        best = int(probs.argmax())
+        best = max(range(len(probs)), key=probs.__getitem__)
         fault = self.classes[best]
         if fault == HEALTHY or probs[best] < THRESHOLD:
             return None
-        return Guess(fault, round(float(probs[best]), 3))
-
-
-class _Scorer:
-    """predict_proba of the fitted pipeline (TF-IDF union -> LinearSVC -> per-class sigmoid, then
-    normalised, as sklearn's _CalibratedClassifier does) for one text, without sklearn's overhead."""
-
-    def __init__(self, pipeline: Any):
-        import numpy
-
-        self.np = numpy
-        features = pipeline.named_steps["features"]
-        calibrated = pipeline.named_steps["classifier"].calibrated_classifiers_[0]
-        svc = calibrated.estimator
-        coef = numpy.asarray(svc.coef_, dtype=numpy.float64)
-        self.intercept = numpy.asarray(svc.intercept_, dtype=numpy.float64)
-        self.parts = []
-        start = 0
-        for _, vec in features.transformer_list:
-            n = len(vec.vocabulary_)
-            self.parts.append((vec.build_analyzer(), vec.vocabulary_, numpy.asarray(vec.idf_, dtype=numpy.float64),
-                               coef[:, start:start + n].T.copy(), bool(vec.sublinear_tf)))  # fmt: skip
-            start += n
-        self.a = numpy.array([c.a_ for c in calibrated.calibrators], dtype=numpy.float64)
-        self.b = numpy.array([c.b_ for c in calibrated.calibrators], dtype=numpy.float64)
-        # Calibrators follow the SVC's classes; probabilities are laid out in the pipeline's.
-        order = list(pipeline.classes_)
-        self.slots = numpy.array([order.index(c) for c in svc.classes_])
-        self.n = len(order)
-
-    def proba(self, text: str) -> Any:
-        np = self.np
-        decision = self.intercept.copy()
-        for analyzer, vocab, idf, weights, sublinear in self.parts:
-            counts: dict[int, int] = {}
-            for gram in analyzer(text):
-                j = vocab.get(gram)
-                if j is not None:
-                    counts[j] = counts.get(j, 0) + 1
-            if not counts:
-                continue
-            idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
-            tf = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-            values = (np.log(tf) + 1.0 if sublinear else tf) * idf[idx]
-            norm = float(np.sqrt(values @ values))
-            if norm:
-                decision += (values / norm) @ weights[idx]
-        per_class = 1.0 / (1.0 + np.exp(self.a * decision + self.b))
-        proba = np.zeros(self.n)
-        proba[self.slots] = per_class
-        total = proba.sum()
-        return proba / total if total else np.full(self.n, 1.0 / self.n)
+        return Guess(fault, round(probs[best], 3))
 
 
 def train(samples: Sequence[tuple[str, str, str]], *, seed: int = 0) -> LineModel:
@@ -166,7 +121,8 @@ def train(samples: Sequence[tuple[str, str, str]], *, seed: int = 0) -> LineMode
     pipeline = Pipeline([("features", features), ("classifier", classifier)])
     pipeline.fit(texts, labels)
     counts = {c: labels.count(c) for c in sorted(set(labels))}
-    return LineModel(pipeline, {"samples": len(samples), "classes": counts, "sklearn": _sklearn_version(), "calibrated": "sigmoid"})
+    meta = {"samples": len(samples), "classes": counts, "sklearn": _sklearn_version(), "calibrated": "sigmoid"}
+    return LineModel(export(pipeline), meta, pipeline)
 
 
 def _float32() -> Any:
@@ -182,22 +138,31 @@ def _sklearn_version() -> str:
 
 
 def save(model: LineModel, path: Path = SHIPPED) -> None:
-    # Plain pickle (C unpickler) in gzip: joblib's pure-Python unpickler took seconds to load it.
-    path.write_bytes(gzip.compress(pickle.dumps({"pipeline": model.pipeline, "meta": model.meta}, protocol=5), compresslevel=9, mtime=0))
+    # The fitted numbers as builtins (dict, list, array.array) in a plain pickle, gzip'd: loading it
+    # needs neither numpy nor scikit-learn (the light install's agent), and the C unpickler is fast.
+    blob = {"format": FORMAT, "model": model.exported, "meta": model.meta}
+    path.write_bytes(gzip.compress(pickle.dumps(blob, protocol=5), compresslevel=9, mtime=0))
 
 
 def load(path: Path = SHIPPED) -> LineModel | None:
-    """The model in ``path``; None (logged) when it is missing or was saved by another scikit-learn."""
+    """The model in ``path``; None (logged) when it is missing or not of this format."""
     try:
-        blob = pickle.loads(gzip.decompress(path.read_bytes()))  # our own file, shipped in the package
-        model = LineModel(blob["pipeline"], blob["meta"])
-    except Exception as exc:  # a missing file, no scikit-learn, a pickle of another version: no fallback, not a crash
+        blob = _BuiltinsOnly(io.BytesIO(gzip.decompress(path.read_bytes()))).load()
+        if blob.get("format") != FORMAT:
+            raise ValueError(f"format {blob.get('format')!r}, not {FORMAT!r}: retrain it (faultlens parse --train-model)")
+        return LineModel(blob["model"], blob["meta"])
+    except Exception as exc:  # a missing file, an older format: no fallback, not a crash
         log.warning("line model %s not loaded (%s): lines no rule takes stay unrecognised", path, exc)
         return None
-    if model.meta.get("sklearn") != _sklearn_version():
-        log.warning("line model %s was trained with scikit-learn %s, this is %s: retrain it (faultlens train-line-model)",
-                    path, model.meta.get("sklearn"), _sklearn_version())
-    return model
+
+
+class _BuiltinsOnly(pickle.Unpickler):
+    """The model file holds builtins only; anything else in it is refused, not imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in (("array", "_array_reconstructor"), ("array", "array")):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a line model file")
 
 
 # The model the parsers use: the shipped one, loaded at first need; a bench swaps in its own.

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"median_of": len(rows), "measure": name, "events_per_s": round(rate)}
         for ratio in ("ratio_to_raw", "cpu_ratio_to_raw", "ratio_to_decode", "cpu_ratio_to_decode"):
             if any(ratio in r for r in rows):
-                summary[ratio] = statistics.median(r.get(ratio) or 0 for r in rows)
+                summary[ratio] = round(statistics.median(r.get(ratio) or 0 for r in rows), 3)
         if name in ("diagnose --stage all", "diagnose --stage node"):
             summary["processes_at_1hz"] = fleet(rate)
         print(json.dumps(summary), flush=True)

@@ -91,6 +91,7 @@ class JobSide:
     group_rank: int | None = None
     rounds: int = 0  # rounds this node has started
     pending: RoundNote | None = None  # why this node's workers restart next
+    pids: list[int] = field(default_factory=list)  # the workers started last (the heartbeat lists the live ones)
 
     # --- output -----------------------------------------------------------------------------
     def emit(self, obj: dict) -> None:
@@ -222,6 +223,7 @@ class FaultlensAgent(LocalElasticAgent):
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, int]:
         pids = super()._start_workers(worker_group)
+        self.side.pids = [int(p) for p in pids.values()]
         ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
         self.side.emit({"event": "workers", "attempt": self.side.plan.attempt if self.side.plan else 0,
                         "pids": {str(ranks.get(local, local)): pid for local, pid in sorted(pids.items())}})

@@ -17,6 +17,7 @@ from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys, verify_ke
 from faultlens.streams.broker import answers
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 from faultlens.trainer_hooks.outbox import ProbingListener
+from faultlens.trainer_hooks.run_heartbeat import RunHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds to wait for a command after a worker crash before restarting as torchrun would (default 60)")
     g.add_argument("--command-wait", type=float, default=10.0,
                    help="seconds to wait for the command behind a worker's command exit code (default 10)")
+    g.add_argument("--heartbeat-interval", type=float, default=5.0,
+                   help="seconds between this node's heartbeats, with its live workers' pids, so hangs are told "
+                        "with no node agent (default 5; 0: none, the node agent beats)")
     g.add_argument("--grace", type=float, default=10.0,
                    help="seconds the workers get to exit on their own at a step boundary on a command (default 10)")
     add_kafka_arguments(parser)
@@ -182,9 +186,16 @@ def _run_job(torchrun, JobSide, args: argparse.Namespace, job: str) -> int:
                             settings.bootstrap)
             elif not listener.ready.wait(30):
                 log.error("command listener not ready after 30 s; starting the job, commands will be read once it is")
+            beats = None
+            if args.heartbeat_interval > 0:
+                beats = RunHeartbeat(job=job, node=node, interval_s=args.heartbeat_interval, pids=lambda: side.pids,
+                                     send=side.send)
+                beats.start()
             try:
                 return _launch(torchrun, args, side)
             finally:
+                if beats is not None:
+                    beats.stop()
                 listener.stop()
                 if side.producer is not None:
                     side.producer.close()

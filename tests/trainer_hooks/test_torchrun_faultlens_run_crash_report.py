@@ -36,7 +36,7 @@ def test_torchrun_worker_crash_is_reported_and_diagnosed_without_a_node_agent(ka
     env.pop("FAULTLENS_VERIFY_KEY", None)
     argv = [sys.executable, "-m", "faultlens", "run", "--job", job, "--node-name", "n000",
             "--bootstrap", kafka_settings.bootstrap, "--verify-key", str(public), "--state-dir", str(tmp_path / "state"),
-            "--crash-wait", "1", "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+            "--crash-wait", "1", "--heartbeat-interval", "0.5", "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job, "--max-restarts", "1",
             "--monitor-interval", "0.2",
             "-m", "tests.trainer_hooks.elastic_worker", "--ckpt-dir", str(ckpt), "--control", str(control)]
@@ -74,3 +74,8 @@ def test_torchrun_worker_crash_is_reported_and_diagnosed_without_a_node_agent(ka
     found = [d for e in sorted([*placement, *reported], key=lambda e: e.ts) for d in engine.process(e)] + engine.flush()
     cuda = [d for d in found if d.fault == "cuda_error"]
     assert cuda and cuda[0].nodes == ("n000",), found
+    # The agent beat for its node all along (a hang is told from steps stopping while beats go on),
+    # listing live workers, and said its last beat was a deliberate stop.
+    beats = [e.data for e in job_records(kafka_settings, "telemetry.heartbeat", decode, job, idle_s=0.3)]
+    assert beats and any(len(b["pids"]) == 2 for b in beats) and beats[-1].get("stopping") is True
+    assert all(b["sources"] == {"faultlens-run": "ok"} for b in beats)

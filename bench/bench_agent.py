@@ -24,9 +24,9 @@ from kafka import KafkaProducer
 from bench.common import bench_broker
 from faultlens.collectors.publisher import Publisher
 from faultlens.collectors.spool import Spool, SpooledRecord
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, encode
 from faultlens.events.topics import topic_for
+from faultlens.streams.config import KafkaSettings
 
 
 def _events(n: int, job: str) -> list[Envelope]:

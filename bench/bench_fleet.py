@@ -18,9 +18,9 @@ import uuid
 import numpy as np
 
 from bench.common import bench_broker
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.fleet_log import FleetLog
-from faultlens.events.diagnosis_record import Diagnosis
 
 CLASSES = ("gpu_lost", "nvlink", "cuda_error", "user_code", "nccl_error", "app_fault")
 

@@ -30,16 +30,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_broker
+from faultlens.demo import processes as pipeline
+from faultlens.events.command import Command
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
+from faultlens.events.topology import Topology
 from faultlens.simulator.faults import hang_states
 from faultlens.simulator.stacks import py_spy_dump
-from faultlens.events.command import Command
 from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_screen import CommandScreen
-from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
-from faultlens.events.topology import Topology
-from faultlens.demo import processes as pipeline
 
 KEY = SigningKey.generate()  # the bench is its own deployment
 GPUS, TP, PP, DP = 2, 2, 2, 2

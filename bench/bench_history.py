@@ -21,12 +21,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.common import bench_broker, raw_consume_rate
-from faultlens.history.consumer import HistoryHandler
+from faultlens.events.envelope import Envelope
 from faultlens.history import html_report
+from faultlens.history.consumer import HistoryHandler
 from faultlens.history.queries import REPORT_SECTIONS, frame, run
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
 

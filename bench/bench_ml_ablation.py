@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
+from faultlens.closed_loop import ClosedLoop
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.scoring import EARLY_S, EVICTING, is_scored, score
-from faultlens.closed_loop import ClosedLoop
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.drifts import DRIFT_KINDS, Drift
 from faultlens.simulator.plan import random_plan
 from faultlens.simulator.run import SimRun
-from faultlens.events.diagnosis_record import Diagnosis
 
 ARMS = (("rules only", False), ("rules + peer model", True))
 SCENARIOS = ("gpu_sag", "gpu_sag_deep", "compute_creep", "nic_decay")

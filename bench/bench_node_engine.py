@@ -18,8 +18,8 @@ import time
 
 from faultlens.diagnosis.engine import Engine, analyze
 from faultlens.diagnosis.node_consumer import NodeStageHandler
-from faultlens.streams.runner import Record
 from faultlens.events.trace import iter_trace
+from faultlens.streams.runner import Record
 
 
 def _node(events: list) -> float:

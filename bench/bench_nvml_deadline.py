@@ -18,8 +18,8 @@ import statistics
 import sys
 import time
 
-from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 from bench.testbed.fake_nvml import HangingNvml
+from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 
 
 def _ms(xs: list[float]) -> dict[str, float]:

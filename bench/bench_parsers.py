@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from faultlens.parsing.registry import LineEventParser, parser_for
-from faultlens.events.envelope import Envelope
 from bench.testbed import log_samples as S
+from faultlens.events.envelope import Envelope
+from faultlens.parsing.registry import LineEventParser, parser_for
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [
     "[ 9001.{:06d}] audit: type=1400 audit(1700000000.123:456): apparmor=\"STATUS\" operation=\"profile_load\"",

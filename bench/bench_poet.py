@@ -32,10 +32,10 @@ import torch
 from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus, train_step
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.rules.training import TrainingRule
-from faultlens.remediation.ladder import JobLadder
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
+from faultlens.remediation.ladder import JobLadder
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
 

@@ -33,17 +33,17 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.common import bench_broker
-from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.demo import processes as pipeline
 from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, decode
+from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
+from faultlens.events.topology import Topology
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
-from faultlens.events.topology import Topology
-from faultlens.demo import processes as pipeline
-from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_screen import CommandScreen
-from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, write_key_pair
 
 KEY = SigningKey.generate()  # the bench is its own deployment
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

@@ -17,13 +17,13 @@ import argparse
 import multiprocessing
 import os
 import time
-from tempfile import TemporaryDirectory
 from pathlib import Path
+from tempfile import TemporaryDirectory
 
+from bench.testbed.backlog_split import FOREIGN_SHAPES, SIM_SHAPES, cases, run_backlog
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
-from bench.testbed.backlog_split import FOREIGN_SHAPES, SIM_SHAPES, cases, run_backlog
 
 
 def _burn(stop_at: float) -> None:

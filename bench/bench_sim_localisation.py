@@ -22,9 +22,9 @@ import numpy as np
 from bench.bench_hang_localisation import grade
 from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.events.command import Command
 from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster
 from faultlens.simulator.faults import HANG_VARIANTS
-from faultlens.events.command import Command
 
 
 def capture(nodes: int, seed: int, variant: str, hook: bool) -> tuple[str, str]:

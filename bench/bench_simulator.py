@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faultlens.simulator import SimConfig, simulate  # noqa: E402
 from faultlens.events.trace import iter_trace, write_trace  # noqa: E402
+from faultlens.simulator import SimConfig, simulate  # noqa: E402
 
 
 def main() -> None:

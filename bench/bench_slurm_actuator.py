@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.testbed.slurm_cluster import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
 from faultlens.remediation.actuators.base import ActionRequest
 from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
-from bench.testbed.slurm_cluster import GHOST_NODES, REAL_NODE, SlurmCluster, skip_reason
 
 
 def _timed(fn) -> float:

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.testbed.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.stacks import cluster_stacks
-from bench.testbed.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
 
 
 def _distinct(topology, stuck: int) -> dict[int, str]:

@@ -24,12 +24,12 @@ from kafka import KafkaConsumer
 
 from bench.common import bench_broker
 from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.events.topics import SUMMARIES, TELEMETRY_TOPICS
+from faultlens.events.trace import trace_rows, write_trace
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.run import simulate
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
-from faultlens.events.topics import SUMMARIES, TELEMETRY_TOPICS
-from faultlens.events.trace import trace_rows, write_trace
 
 
 def _raw(settings, topics: list[str], expected: int) -> tuple[int, float]:

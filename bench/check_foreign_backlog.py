@@ -24,16 +24,16 @@ from tempfile import TemporaryDirectory
 from bench.testbed import foreign
 from bench.testbed.backlog_split import acting
 from bench.testbed.topic_reads import job_records
+from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING
-from faultlens.diagnosis.consumer import diagnose_consumer
-from faultlens.streams.broker import EmbeddedBroker
-from faultlens.streams.admin import ensure_topics
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.trace import write_trace
-from faultlens.streams.replay import replay_trace
-from faultlens.streams.producer import Producer
 from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.trace import write_trace
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
+from faultlens.streams.replay import replay_trace
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--client", default="kafka-python")

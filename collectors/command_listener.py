@@ -18,12 +18,12 @@ from typing import Any, Callable
 from faultlens.collectors.command_ack import refusal_acker
 from faultlens.collectors.stack_capture import DumpResult, capture, dump_event, find_training_processes, unranked_pids
 from faultlens.events.command import Command
-from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
 from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
+from faultlens.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from faultlens.collectors.flood_fold import Folder
+from faultlens.events.envelope import Envelope, InvalidEvent, new_id
 from faultlens.parsing.line import LogParser
 from faultlens.parsing.registry import to_envelope as parsed_to_envelope
-from faultlens.events.envelope import Envelope, InvalidEvent, new_id
 
 log = logging.getLogger(__name__)
 

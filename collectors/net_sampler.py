@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from faultlens.collectors.net_counters import NetSnapshot, parse_ethtool_stats, rdma_root, read_snapshot, sample_data, with_missing
+from faultlens.collectors.net_counters import (
+    NetSnapshot,
+    parse_ethtool_stats,
+    rdma_root,
+    read_snapshot,
+    sample_data,
+    with_missing,
+)
 from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)

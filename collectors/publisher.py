@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from kafka.errors import KafkaError
 
 from faultlens.collectors.spool import Spool, SpooledRecord, is_droppable
+from faultlens.events.envelope import Envelope
+from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import answers
 from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import DeliveryError, Outgoing, Producer
-from faultlens.events.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,21 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultlens.collectors.spool_format import (DROPPABLE_KINDS, DROPPED, HEADER, LIVE, MAX_RECORD, SENT, Entry, SpooledRecord,
-                                     compact_in_place, decode_payload, encode_payload, is_droppable, record_droppable)
+from faultlens.collectors.spool_format import (
+    DROPPABLE_KINDS,
+    DROPPED,
+    HEADER,
+    LIVE,
+    MAX_RECORD,
+    SENT,
+    Entry,
+    SpooledRecord,
+    compact_in_place,
+    decode_payload,
+    encode_payload,
+    is_droppable,
+    record_droppable,
+)
 from faultlens.collectors.spool_memory import MemoryTier
 
 log = logging.getLogger(__name__)

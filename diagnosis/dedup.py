@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from faultlens.events.diagnosis_record import Action, Diagnosis
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.events.diagnosis_record import Action, Diagnosis
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,15 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from typing import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from faultlens.diagnosis.anomaly import CORROBORATED
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.localize import group_counts, localize
-from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.stacks import StackConfig, cluster_stacks
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from math import isfinite
 from typing import Mapping
 
-from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, plain_features, pcie_replay_total
+from faultlens.diagnosis.sample_features import SAMPLE_FEATURES, Features, loose_features, pcie_replay_total, plain_features
 from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.gpu_table import gpu_table
 from faultlens.events.payloads import typed

@@ -50,6 +50,7 @@ from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.hang_cues import short as _short
+
 # HangConfig is imported from here by its users (it was defined here first).
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang_verdict import HangVerdicts

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from faultlens.diagnosis.localize import localize
+from faultlens.diagnosis.rank_threads import read_thread, shared_blocked_calls
 from faultlens.diagnosis.stacks import (
     RULE_OUTLIER,
     RULE_WAIT_CHAIN,
@@ -35,7 +36,6 @@ from faultlens.diagnosis.stacks import (
     read_rank_stacks,
 )
 from faultlens.diagnosis.wait_chain import WaitChains, follow_waits
-from faultlens.diagnosis.rank_threads import read_thread, shared_blocked_calls
 from faultlens.diagnosis.wait_primitives import RankActivity
 from faultlens.events.topology import Topology
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 
-from faultlens.diagnosis.hang_cues import idle_nodes, ranks_behind, short as _short
+from faultlens.diagnosis.hang_cues import idle_nodes, ranks_behind
+from faultlens.diagnosis.hang_cues import short as _short
 from faultlens.diagnosis.hang_recorder import read_hang
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall

@@ -20,8 +20,8 @@ from faultlens.diagnosis.dump_set import (
     read_recorder_dump,
     read_stack_answer,
 )
-from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.failslow import FailSlowConfig, FailSlowRounds
+from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.hang import HangConfig, HangDetector
 from faultlens.diagnosis.net_traffic import NetTraffic, annotate
 from faultlens.events.diagnosis_record import Diagnosis

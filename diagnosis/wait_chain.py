@@ -23,7 +23,6 @@ from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND,
 from faultlens.events.topology import AXES, Topology
 
 
-
 def chain_to(edges: Mapping[int, Iterable[int]], end: int) -> tuple[int, ...]:
     """The longest of the shortest wait chains that end at ``end``, victim first, over ``edges``
     (rank → the ranks it waits on): read from stacks (WaitGraph) or from the Flight Recorder."""

@@ -18,7 +18,6 @@ from faultlens.events.envelope import InvalidEvent, loads, new_id, require_field
 from faultlens.events.signing import SigningKey, VerifyKeys
 
 
-
 class CommandAction(StrEnum):
     """What a command asks its receivers to do (docs/design.md §9; a contract: add, never rename).
     A member equals its name as a string and encodes as it, so a command's signed bytes are the

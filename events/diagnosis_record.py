@@ -11,6 +11,7 @@ import orjson
 
 from faultlens.events.envelope import InvalidEvent, loads, require_fields
 
+
 class FaultClass(StrEnum):
     """A fault class of docs/design.md §9. A member equals its name as a string
     (``FaultClass.GPU_LOST == "gpu_lost"``) and encodes as it, so records and comparisons with

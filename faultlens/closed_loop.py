@@ -14,10 +14,10 @@ import logging
 from typing import Iterator
 
 from faultlens.diagnosis.engine import Engine
-from faultlens.simulator.run import SimRun
 from faultlens.events.command import Command, CommandAction
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.simulator.run import SimRun
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ import os
 from faultlens.diagnosis.engine import EngineConfig
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.implicit import ImplicitConfig
-from faultlens.diagnosis.thresholds import ThresholdsError, load as load_thresholds
+from faultlens.diagnosis.thresholds import ThresholdsError
+from faultlens.diagnosis.thresholds import load as load_thresholds
 from faultlens.parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from faultlens.diagnosis.consumer import GROUP as DIAGNOSE_GROUP
 from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig
+from faultlens.events.signing import SigningKey
 from faultlens.remediation.consumer import GROUP as REMEDIATE_GROUP
 from faultlens.remediation.consumer import RemediationHandler, build_policy, remediate_consumer
 from faultlens.remediation.policy import Decision, PolicyConfig
@@ -28,7 +29,6 @@ from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner, RunnerStats
-from faultlens.events.signing import SigningKey
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,18 @@ from pathlib import Path
 from typing import Iterable
 
 from faultlens.diagnosis.engine import EngineConfig, analyze_trace
-from faultlens.diagnosis.expect import (EXPECT_SUFFIX, ONSET_SLACK_S, CheckResult, Verdict, compare, expect_path, read_expect,
-                              trace_of, verdicts_of, write_expect)
+from faultlens.diagnosis.expect import (
+    EXPECT_SUFFIX,
+    ONSET_SLACK_S,
+    CheckResult,
+    Verdict,
+    compare,
+    expect_path,
+    read_expect,
+    trace_of,
+    verdicts_of,
+    write_expect,
+)
 from faultlens.events.diagnosis_record import Diagnosis
 
 

@@ -14,18 +14,18 @@ from typing import Any
 
 import duckdb
 
+from faultlens.events import topics
 from faultlens.events.action_record import ActionRecord
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.fleet_record import MachineRecord
-from faultlens.history.sink import HistorySink, Sampling, build_batch
 from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, encode
+from faultlens.events.fleet_record import MachineRecord
+from faultlens.events.signing import VerifyKeys
+from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.history.sink import HistorySink, Sampling, build_batch
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner import FatalHandlerError, GroupRunner, Record, dead_letter
-from faultlens.events.signing import VerifyKeys
-from faultlens.events import topics
-from faultlens.events.topics import TELEMETRY_TOPICS
 
 log = logging.getLogger(__name__)
 

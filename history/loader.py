@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.events import trace
 from faultlens.history.schema import HistoryError
 from faultlens.history.sink import Batch, HistorySink, Sampling, build_batch
-from faultlens.events import trace
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,9 @@ from typing import IO, Any
 import duckdb
 import orjson
 from rich.console import Console
-
-from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from rich.table import Table
 
+from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from faultlens.history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
 from faultlens.history.unrecognised import unrecognised_lines
 

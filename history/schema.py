@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from faultlens.history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
 from faultlens.events.home import faultlens_home
+from faultlens.history.command_copies import COMMAND_COLUMNS, REFUSED_COMMANDS_DDL
 
 SCHEMA_VERSION = 1
 

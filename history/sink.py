@@ -22,15 +22,20 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from faultlens.history.schema import MACHINES_DDL
-from faultlens.history.command_copies import (REFUSED_COMMANDS_DDL, REFUSED_SCHEMA_EXTRA, screen_commands, write_kept,
-                                    write_refused)
 from faultlens.events.action_record import ActionRecord
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.fleet_record import MachineRecord
 from faultlens.events.signing import VerifyKeys
+from faultlens.history.command_copies import (
+    REFUSED_COMMANDS_DDL,
+    REFUSED_SCHEMA_EXTRA,
+    screen_commands,
+    write_kept,
+    write_refused,
+)
+from faultlens.history.schema import MACHINES_DDL
 
 # High-rate periodic samples may be stored as a sample; everything else is always kept.
 SAMPLED_KINDS = frozenset({("gpu", "sample"), ("host", "sample"), ("net", "sample")})

@@ -16,22 +16,22 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from faultlens.events import topics
+from faultlens.events.action_record import ActionRecord
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
+from faultlens.events.payloads import check_payload
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.actuators import Actuator, NoActuator, carry_out, plan
 from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.policy import Decision, Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events.action_record import ActionRecord
 from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
-from faultlens.events.payloads import check_payload
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner import GroupRunner, Record, dead_letter
-from faultlens.events.signing import SigningKey
-from faultlens.events import topics
-from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.fleet_record import MachineRecord
 from faultlens.remediation.lemon import LemonConfig, LemonVerdict, classify, judge
-from faultlens.events.diagnosis_record import Diagnosis
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import time
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from faultlens.events.fleet_record import MachineRecord
 from faultlens.events import topics
+from faultlens.events.fleet_record import MachineRecord
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import open_consumer
 from faultlens.streams.producer import Producer

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.fleet import Fleet, Lemon
 from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
@@ -27,8 +29,6 @@ from faultlens.remediation.safety import Safety
 from faultlens.remediation.state import JobState, StateStore
 from faultlens.remediation.stop_checks import PendingChecks, judge_checks
 from faultlens.remediation.wave_pause import WavePause
-from faultlens.events.envelope import Envelope
-from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import time
 
 from kafka.errors import KafkaError
 
-from faultlens.remediation.state import KEEP_S, JobState, StateError
 from faultlens.events import topics
+from faultlens.remediation.state import KEEP_S, JobState, StateError
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import iter_topics

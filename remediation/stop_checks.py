@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from faultlens.remediation.ladder import Step
 from faultlens.events.envelope import Envelope
+from faultlens.remediation.ladder import Step
 
 
 def step_to_dict(step: Step) -> dict[str, Any]:

@@ -24,6 +24,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
+from faultlens.events.flight_recorder import RECORDER_KIND, bound, recorder_payload
+from faultlens.events.topology import Topology
+from faultlens.events.trace import trace_order
 from faultlens.simulator import lines, recorder, stacks
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.effects import Effect, Episode
@@ -32,11 +37,6 @@ from faultlens.simulator.metrics import NodeGpus
 from faultlens.simulator.net import NetFault, NodeNet
 from faultlens.simulator.plan import EPISODE_S, FaultPlan, PlannedFault
 from faultlens.simulator.telemetry import FIRST_STEP, PeriodicTelemetry
-from faultlens.events.command import Command
-from faultlens.events.envelope import Envelope
-from faultlens.events.flight_recorder import RECORDER_KIND, bound, recorder_payload
-from faultlens.events.topology import Topology
-from faultlens.events.trace import trace_order
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from faultlens.events.topology import Topology
 from faultlens.simulator import lines
 from faultlens.simulator.effects import Episode
 from faultlens.simulator.metrics import nic_pci, pci_bus_id
 from faultlens.simulator.net import NetFault
 from faultlens.simulator.plan import PlannedFault
-from faultlens.events.topology import Topology
 
 Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
 

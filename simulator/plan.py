@@ -19,7 +19,6 @@ import numpy as np
 
 from faultlens.events.diagnosis_record import FAULT_CLASSES
 
-
 JOB_WIDE = frozenset({
     "gpu_lost", "gpu_thermal", "host_oom", "cuda_error", "nccl_error", "user_code", "nan_loss",
     "loss_spike", "job_hang", "fail_slow", "app_fault",

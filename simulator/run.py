@@ -13,11 +13,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from faultlens.events.envelope import Envelope
 from faultlens.simulator.cluster import SimulatedCluster
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.drifts import Drift, add_drifts
 from faultlens.simulator.plan import FaultPlan, random_plan
-from faultlens.events.envelope import Envelope
 
 FAULT_EVERY_S = 400.0
 DEFAULT_DURATION_S = 3600.0

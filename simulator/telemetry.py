@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
+from faultlens.events.envelope import number
 from faultlens.simulator.metrics import RECOVERY_GPU_RESET, GpuMods, sample_nodes
 from faultlens.simulator.net import busy_share
-from faultlens.events.envelope import number
 
 FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+# The topic reads the tests and the benches share (re-exported: tests import them from here).
+from bench.testbed.topic_reads import job_records, wait_for_records  # noqa: F401
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
-
-# The topic reads the tests and the benches share (re-exported: tests import them from here).
-from bench.testbed.topic_reads import job_records, wait_for_records  # noqa: F401
 
 _groups = itertools.count()
 

@@ -8,10 +8,10 @@ import pytest
 
 from faultlens.cli import build_parser, main
 from faultlens.engine_flags import engine_config
+from faultlens.events.trace import labels_path, write_labels, write_trace
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
-from faultlens.events.trace import labels_path, write_labels, write_trace
 
 FLAGS = ["--hang-floor", "15", "--hang-k", "3", "--max-lateness", "600", "--grace", "12"]
 

@@ -11,17 +11,16 @@ import uuid
 
 import pytest
 
-from tests.kafka_fixtures import job_records
-from tests.progress import files_size, procs_progress, stop_proc, wait_until
-
-from faultlens.simulator import FaultPlan, SimConfig, simulate
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.history.schema import open_history
+from faultlens.demo import processes as pipeline
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.signing import load_verify_keys, write_key_pair
+from faultlens.history.schema import open_history
+from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.streams.broker import free_port
 from faultlens.streams.replay import publish
-from faultlens.demo import processes as pipeline
+from tests.kafka_fixtures import job_records
+from tests.progress import files_size, procs_progress, stop_proc, wait_until
 
 # Waits end when what they wait for comes, or fail when `faultlens up` neither printed, logged (at
 # INFO) nor wrote (its history) anything for STALL_S: never at a fixed time a loaded machine outruns.

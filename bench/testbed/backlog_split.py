@@ -18,21 +18,21 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.testbed import foreign
+from bench.testbed.topic_reads import job_records, wait_for_records
 from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig, analyze
 from faultlens.diagnosis.scoring import EVICTING, is_scored
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, decode
+from faultlens.events.trace import trace_order, write_trace
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from faultlens.streams.config import KafkaSettings
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events import topics
-from faultlens.events.envelope import Envelope, decode
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
-from faultlens.events.trace import trace_order, write_trace
-from bench.testbed import foreign
-from bench.testbed.topic_reads import job_records, wait_for_records
 
 # Simulated shapes: (nodes, gpus per node, plan), an implicit fault and an explicit one.
 SIM_SHAPES = {

@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
-from faultlens.events.trace import _check_label as check_label, trace_order
+from faultlens.events.trace import _check_label as check_label
+from faultlens.events.trace import trace_order
 
 # The cases are the test suite's data (read, never imported): the benches run the same ones.
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "foreign"

@@ -15,12 +15,12 @@ from typing import Any, Callable
 from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig
 from faultlens.collectors.command_ack import refusal_acker
 from faultlens.events.command import Command
-from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
 from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.command_listener import COMMANDS_TOPIC, CommandListener
+from faultlens.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import signal
 import sys
 import threading
 
+from faultlens.events.home import faultlens_home
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import BrokerError, EmbeddedBroker
-from faultlens.events.home import faultlens_home
 from faultlens.streams.config import KafkaSettings
 
 HELP = "run the embedded Kafka-compatible broker and print its address"

@@ -18,14 +18,14 @@ from faultlens.collectors.agent_health import gauges as health_gauges
 from faultlens.collectors.checks.suite import ChecksConfig
 from faultlens.collectors.log_source import LogSource
 from faultlens.collectors.spool import SpoolBusy
-from faultlens.parsing.rules import RuleError, load
-from faultlens.streams.broker import answers
+from faultlens.events.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
 from faultlens.events.home import faultlens_home
+from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys
+from faultlens.parsing.rules import RuleError, load
 from faultlens.streams import metrics
+from faultlens.streams.broker import answers
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
-from faultlens.events.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
-from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys
 
 log = logging.getLogger(__name__)
 

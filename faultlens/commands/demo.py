@@ -59,25 +59,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from faultlens.simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
     from faultlens.demo import summary
     from faultlens.demo.driver import SimDriver
     from faultlens.demo.state import DemoState
     from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
     from faultlens.demo.view import LiveView
     from faultlens.demo.wiring import DiagnosisTap
-    from faultlens.pipeline import Pipeline, PipelineOptions
+    from faultlens.events.home import faultlens_home
+    from faultlens.events.signing import ephemeral_signing_key
     from faultlens.history import html_report
     from faultlens.history.plots import write_plots
     from faultlens.history.queries import run as query
     from faultlens.history.schema import open_history
     from faultlens.history.sink import HistorySink, build_batch
+    from faultlens.pipeline import Pipeline, PipelineOptions
     from faultlens.remediation.policy import PolicyConfig
     from faultlens.remediation.safety import SafetyConfig
+    from faultlens.simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
     from faultlens.streams.broker import BrokerError, resolve_bootstrap
-    from faultlens.events.home import faultlens_home
     from faultlens.streams.config import KafkaSettings
-    from faultlens.events.signing import ephemeral_signing_key
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = args.out or faultlens_home() / f"demo-{stamp}"
@@ -213,11 +213,12 @@ def run(args: argparse.Namespace) -> int:
 def _send_forged(settings, job: str, key_id: str) -> None:
     """One evict that claims our key id but is signed with another key (what a node that stole no
     private key could at best produce): the cluster must refuse it, as a real trainer would."""
+    from dataclasses import replace
+
     from faultlens.events import topics
     from faultlens.events.command import Command
-    from faultlens.streams.producer import Producer
     from faultlens.events.signing import SigningKey
-    from dataclasses import replace
+    from faultlens.streams.producer import Producer
 
     now = time.time()
     unsigned = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,

@@ -9,12 +9,12 @@ import os
 
 from faultlens.diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from faultlens.diagnosis.node_consumer import NODE_GROUP
-from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from faultlens.streams.connect import connected
-from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.events import topics
+from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams import metrics
+from faultlens.streams.config import KafkaSettings, add_kafka_arguments
+from faultlens.streams.connect import connected
 
 log = logging.getLogger(__name__)
 

@@ -110,10 +110,10 @@ def _from_trace(args, conn, sampling, db) -> int:
 
 
 def _consume(args, conn, sampling, db) -> int:
+    from faultlens.events.signing import load_verify_keys, verify_key_paths
     from faultlens.history.consumer import GROUP, StoreUnavailable, history_runner
     from faultlens.streams.broker import BrokerError
     from faultlens.streams.connect import connected
-    from faultlens.events.signing import load_verify_keys, verify_key_paths
 
     try:
         keys = load_verify_keys(args.verify_key) if verify_key_paths(args.verify_key) else None

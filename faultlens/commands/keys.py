@@ -7,8 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from faultlens.events.signing import (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SIGNING_KEY_ENV, VERIFY_KEY_ENV, SigningKey,
-                             VerifyKeys, write_key_pair)
+from faultlens.events.signing import (
+    PRIVATE_KEY_FILE,
+    PUBLIC_KEY_FILE,
+    SIGNING_KEY_ENV,
+    VERIFY_KEY_ENV,
+    SigningKey,
+    VerifyKeys,
+    write_key_pair,
+)
 
 HELP = "generate or inspect the command-signing key pair"
 DESCRIPTION = f"""\

@@ -16,10 +16,10 @@ from typing import BinaryIO, Iterator
 import orjson
 from tqdm import tqdm
 
+from faultlens.events.envelope import InvalidEvent, encode
 from faultlens.parsing.line import ParsedLine
 from faultlens.parsing.registry import guess_source, parser_for, to_envelope
 from faultlens.parsing.rules import RuleError, load
-from faultlens.events.envelope import InvalidEvent, encode
 
 log = logging.getLogger(__name__)
 

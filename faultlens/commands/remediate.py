@@ -9,7 +9,10 @@ import os
 import sys
 from pathlib import Path
 
+from faultlens.events import topics
 from faultlens.events.command import MAX_LIFETIME_S
+from faultlens.events.home import faultlens_home
+from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, ephemeral_signing_key, load_signing_key
 from faultlens.remediation.actuators import ACTUATOR_ENV, ACTUATORS, COMMAND_ENV, Actuator, ActuatorSettings, make_actuator
 from faultlens.remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
 from faultlens.remediation.fleet_log import FleetLog
@@ -18,12 +21,9 @@ from faultlens.remediation.policy import PolicyConfig
 from faultlens.remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
 from faultlens.remediation.state import STATE_ENV, STATE_FILE
 from faultlens.remediation.state_log import StateLog
-from faultlens.events.home import faultlens_home
-from faultlens.streams.connect import connected
-from faultlens.streams.config import add_kafka_arguments
-from faultlens.events import topics
 from faultlens.streams import metrics
-from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, ephemeral_signing_key, load_signing_key
+from faultlens.streams.config import add_kafka_arguments
+from faultlens.streams.connect import connected
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
+from faultlens.events.trace import TraceError
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
 from faultlens.streams.replay import replay_trace
-from faultlens.events.trace import TraceError
 
 HELP = "publish a trace back to its topics (real speed, k× or as fast as possible)"
 DESCRIPTION = """\

@@ -48,8 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _configs(args):
     from faultlens.diagnosis.engine import EngineConfig
-    from faultlens.diagnosis.thresholds import ThresholdsError, load as load_thresholds
-    from faultlens.parsing.rules import RuleError, load as load_rules
+    from faultlens.diagnosis.thresholds import ThresholdsError
+    from faultlens.diagnosis.thresholds import load as load_thresholds
+    from faultlens.parsing.rules import RuleError
+    from faultlens.parsing.rules import load as load_rules
 
     try:
         current = EngineConfig(line_rules=load_rules(args.current_rules) if args.current_rules else None,

@@ -10,10 +10,10 @@ import os
 import sys
 import time
 
+from faultlens.events.trace import TraceWriter, labels_path, write_labels, write_trace
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.drifts import parse_drift
 from faultlens.simulator.run import DEFAULT_DURATION_S, FAULT_EVERY_S
-from faultlens.events.trace import TraceWriter, labels_path, write_labels, write_trace
 
 log = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ batch and commits, and an embedded broker this command started stops last."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from faultlens.engine_flags import add_engine_arguments
     from faultlens.commands.remediate import add_policy_arguments
+    from faultlens.engine_flags import add_engine_arguments
     from faultlens.streams.config import add_kafka_arguments
 
     g = parser.add_argument_group("consumers")
@@ -94,13 +94,13 @@ def _signing_key(args: argparse.Namespace, acting: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from faultlens.engine_flags import engine_config
     from faultlens.commands.remediate import build_actuator, decision_log_path, policy_configs, state_file_path
-    from faultlens.pipeline import Pipeline, PipelineOptions
+    from faultlens.engine_flags import engine_config
+    from faultlens.events.home import faultlens_home
     from faultlens.history.schema import HistoryError, default_db_path
+    from faultlens.pipeline import Pipeline, PipelineOptions
     from faultlens.remediation.safety import BREAKER_FILE
     from faultlens.streams.broker import BrokerError
-    from faultlens.events.home import faultlens_home
     from faultlens.streams.connect import connected
 
     consumers = _consumers(args)

@@ -15,16 +15,16 @@ import threading
 import time
 from typing import Callable
 
-from faultlens.simulator import SimulatedCluster
 from faultlens.demo.hook_acks import SimulatedHookAcks
 from faultlens.demo.reproductions import is_reproduction, run_simulated_reproduction
 from faultlens.demo.state import CommandRecord, DemoState
 from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
-from faultlens.streams.producer import Producer
-from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_screen import CommandScreen, Screened
 from faultlens.events.signing import VerifyKeys
+from faultlens.simulator import SimulatedCluster
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from faultlens.simulator import SimulatedCluster
 from faultlens.events.command import Command
+from faultlens.simulator import SimulatedCluster
 from faultlens.trainer_hooks.reproduction import run_reproduction
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 
 RECENT = 12  # rows of incidents / commands the view shows
 

@@ -13,10 +13,10 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-from faultlens.simulator import EPISODE_S
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.demo.state import DemoState
+from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.simulator import EPISODE_S
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from faultlens.events.command_memory import STATE_DIR_ENV
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.signing import PUBLIC_KEY_FILE, VERIFY_KEY_ENV, SigningKey
 from faultlens.demo import processes as pipeline
+from faultlens.events.command_memory import STATE_DIR_ENV
+from faultlens.events.signing import PUBLIC_KEY_FILE, VERIFY_KEY_ENV, SigningKey
+from faultlens.streams.config import KafkaSettings
 
 TRAINER_JOB = "demo-trainer"
 

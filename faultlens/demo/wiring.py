@@ -15,9 +15,9 @@ import logging
 import time
 from typing import Callable, Iterable
 
-from faultlens.remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
+from faultlens.remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner import Record
 

@@ -47,7 +47,8 @@ def _taints_without_ours(node: Any) -> list[dict[str, Any]]:
 def load_api(config: KubernetesConfig) -> Any:
     """A CoreV1Api from the in-cluster account, else the kubeconfig; ActuatorError if neither."""
     try:
-        from kubernetes import client, config as kconfig
+        from kubernetes import client
+        from kubernetes import config as kconfig
     except ImportError:
         raise ActuatorError("the kubernetes client is not installed: pip install 'faultlens[kubernetes]'") from None
     try:

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from faultlens.events.envelope import decode
 from faultlens.events.command_memory import memory_file
+from faultlens.events.envelope import decode
 from tests.kafka_fixtures import wait_for_records
 from tests.progress import Watched, cpu_ticks, run_watched
 

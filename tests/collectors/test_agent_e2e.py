@@ -9,15 +9,14 @@ import uuid
 import orjson
 import pytest
 
-from tests.kafka_fixtures import wait_for_records
-from tests.progress import others_ticks, wait_until
-
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.events.command import Command
-from faultlens.events.signing import SigningKey
 from faultlens.events.envelope import decode
+from faultlens.events.signing import SigningKey
 from faultlens.streams.producer import Producer
 from tests.collectors.stack_fixtures import RANK_FUNCTION
+from tests.kafka_fixtures import wait_for_records
+from tests.progress import others_ticks, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

@@ -7,9 +7,8 @@ import dataclasses
 import time
 
 from faultlens.collectors.agent import Agent, AgentConfig
-from faultlens.collectors.spool import Spool
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import decode
+from faultlens.streams.config import KafkaSettings
 from tests.progress import wait_until
 
 # leptonai/gpud components/accelerator/nvidia/fabric-manager/log_matcher_test.go

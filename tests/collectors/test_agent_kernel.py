@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from tests.progress import wait_until
 from faultlens.collectors.kernel_follower import DmesgReader, KernelFileReader, KmsgReader, kmsg_line, open_kernel_reader
+from tests.progress import wait_until
 
 
 def test_kmsg_record_keeps_header_and_first_line_only():

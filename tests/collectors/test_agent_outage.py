@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from faultlens.collectors.agent import Agent, AgentConfig
+from faultlens.events.envelope import decode
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker, free_port
 from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import decode
 from faultlens.streams.reader import iter_topics
 from tests.progress import wait_until
 

@@ -12,8 +12,8 @@ from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.heartbeat import HeartbeatSource
 from faultlens.collectors.nvml_sampler import NvmlUnavailable
 from faultlens.collectors.spool import Spool
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import decode
+from faultlens.streams.config import KafkaSettings
 from tests.progress import wait_until
 
 
@@ -125,9 +125,10 @@ def test_spool_left_by_a_stopped_agent_is_there_for_the_next_one(tmp_path):
 
 def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
     """Reading a wedged process's /proc can block: the beat goes out with the last pids known."""
-    from faultlens.collectors.heartbeat import HeartbeatSource
     import threading as _t
     import time as _time
+
+    from faultlens.collectors.heartbeat import HeartbeatSource
 
     gate, calls = _t.Event(), []
 
@@ -153,8 +154,9 @@ def test_heartbeat_is_not_held_by_process_discovery_that_hangs_unresponsive():
 def test_heartbeat_beats_asked_from_two_threads_at_once_all_go_out():
     """The agent's beat loop and a caller asking for a beat now (a test, a stack request) may
     overlap: neither may raise, and every beat goes out with its own sequence number."""
-    from faultlens.collectors.heartbeat import HeartbeatSource
     import threading as _t
+
+    from faultlens.collectors.heartbeat import HeartbeatSource
 
     out, errors = [], []
     hb = HeartbeatSource(job="j", node="n1", interval_s=0.2, publish=out.append, statuses=dict,

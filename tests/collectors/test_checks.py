@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from bench.testbed.fake_nvml import LIBRARY_NOT_FOUND, FakeNvml
 from faultlens.collectors.checks.collective import RankOutcome, check_collective, judge_collective
 from faultlens.collectors.checks.compute import check_compute, judge_products, measure_products
 from faultlens.collectors.checks.gpu_health import check_gpu_health, judge_gpu_health
@@ -16,7 +16,6 @@ from faultlens.collectors.checks.result import CheckResult, run_with_timeout
 from faultlens.collectors.checks.suite import CheckRunner, ChecksConfig, run_checks
 from faultlens.events.envelope import decode, encode
 from faultlens.events.payloads import check_payload
-from bench.testbed.fake_nvml import LIBRARY_NOT_FOUND, FakeNvml
 
 FIXTURES = Path(__file__).parent / "checks_fixtures"
 

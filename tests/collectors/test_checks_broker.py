@@ -11,15 +11,15 @@ import pytest
 
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.checks.suite import ChecksConfig
-from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.events import topics
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
 from faultlens.events.payloads import check_payload
-from faultlens.streams.producer import Producer
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.streams.producer import Producer
 from tests.collectors.test_checks import PendingRemapNvml
 from tests.kafka_fixtures import wait_for_records
 from tests.progress import others_ticks, wait_until

@@ -13,8 +13,8 @@ from pathlib import Path
 from faultlens.collectors.flood_fold import Folder, body, fold_key
 from faultlens.collectors.kernel_follower import KernelFileReader
 from faultlens.collectors.log_source import LogSource, keyed
-from faultlens.parsing.registry import parser_for
 from faultlens.events.envelope import Envelope
+from faultlens.parsing.registry import parser_for
 from tests.progress import run_watched, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

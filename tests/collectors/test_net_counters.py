@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.collectors.net_counters import (counter_delta, parse_ethtool_stats, parse_rate, parse_state, read_snapshot,
-                                     sample_data)
+from faultlens.collectors.net_counters import (
+    counter_delta,
+    parse_ethtool_stats,
+    parse_rate,
+    parse_state,
+    read_snapshot,
+    sample_data,
+)
 from faultlens.collectors.net_sampler import Ethtool, NetSampler, NetUnavailable
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import check_payload
@@ -211,8 +217,8 @@ def test_sampler_without_rdma_devices_is_unavailable(tmp_path):
 def test_the_agent_runs_the_net_source_on_a_connectx_tree(sysfs, tmp_path):
     from faultlens.collectors.agent import Agent, AgentConfig
     from faultlens.collectors.spool import Spool
-    from faultlens.streams.config import KafkaSettings
     from faultlens.events.envelope import decode
+    from faultlens.streams.config import KafkaSettings
 
     config = AgentConfig(job="j", node="n1", heartbeat_interval_s=0.05, nvml=False, kernel=False,
                          net_interval_s=0.05, sysfs_root=str(sysfs), spool_dir=tmp_path / "spool", create_topics=False)

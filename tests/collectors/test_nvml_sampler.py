@@ -8,7 +8,6 @@ import types
 import pytest
 
 from bench.testbed.fake_nvml import LIBRARY_NOT_FOUND, NOT_SUPPORTED, UNKNOWN, FakeNvml, FakeNVMLError
-
 from faultlens.collectors.gpu_sample import gpu_payload, throttle_names
 from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlUnavailable, open_nvml
 from tests.progress import wait_until

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from bench.testbed.fake_nvml import HangingNvml
 from faultlens.collectors.nvml_deadline import CallTimeout, DeadlineCalls
 from faultlens.collectors.nvml_sampler import NvmlReader, NvmlSampler, NvmlStuck
 from faultlens.diagnosis.rules.agent_health import GpuUnresponsiveRule
 from tests.progress import Watched, wait_until
-from bench.testbed.fake_nvml import HangingNvml
 
 
 def _sampler(nvml, out, deadline_s=0.3, interval_s=0.2):

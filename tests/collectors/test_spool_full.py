@@ -16,8 +16,8 @@ import pytest
 
 from faultlens.collectors.agent import Agent, AgentConfig
 from faultlens.collectors.spool import Spool, SpooledRecord
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, encode
+from faultlens.streams.config import KafkaSettings
 from tests.progress import wait_until
 
 

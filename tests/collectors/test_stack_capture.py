@@ -13,8 +13,8 @@ from pathlib import Path
 from faultlens.collectors.command_listener import StackCaptureSource
 from faultlens.collectors.stack_capture import dump_stack, find_training_processes, py_spy_binary, rank_from_environ
 from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import SigningKey
+from faultlens.streams.config import KafkaSettings
 from tests.collectors.stack_fixtures import RANK_FUNCTION
 from tests.progress import run_watched
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faultlens.simulator.config import SimConfig
-from faultlens.simulator.plan import FaultPlan
-from faultlens.closed_loop import ClosedLoop
-from faultlens.simulator.run import simulate
-from faultlens.diagnosis.engine import analyze_trace
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.diagnosis.scoring import is_scored
-from faultlens.events.trace import write_labels, labels_path, write_trace
-
 # What a live consumer must agree with the offline engine on (re-exported for the stage tests).
 from bench.testbed.backlog_split import acting  # noqa: F401
+from faultlens.closed_loop import ClosedLoop
+from faultlens.diagnosis.engine import analyze_trace
+from faultlens.diagnosis.scoring import is_scored
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.trace import labels_path, write_labels, write_trace
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.plan import FaultPlan
+from faultlens.simulator.run import simulate
 
 
 def replay(tmp: Path, plan: FaultPlan, *, nodes: int = 4, gpus: int = 4, seed: int = 3, noise: bool = True,

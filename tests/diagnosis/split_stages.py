@@ -22,8 +22,8 @@ from faultlens.diagnosis.node_consumer import NodeStageHandler
 from faultlens.events.bundle import Bundle, decode_bundled
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, encode
-from faultlens.streams.runner import Record
 from faultlens.events.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
+from faultlens.streams.runner import Record
 
 
 @dataclass

@@ -12,14 +12,13 @@ import uuid
 
 import pytest
 
-from tests.kafka_fixtures import job_records
-
-from faultlens.diagnosis.scoring import is_scored
 from faultlens.cli import main
+from faultlens.diagnosis.scoring import is_scored
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.reader import read_topic
 from faultlens.streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
+from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
 

@@ -6,13 +6,12 @@ import uuid
 import orjson
 import pytest
 
-from tests.kafka_fixtures import job_records
-
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.cli import main
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
 from tests.diagnosis.diag_events import ev, topology, xid
+from tests.kafka_fixtures import job_records
 
 
 @pytest.mark.broker

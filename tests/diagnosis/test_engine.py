@@ -202,10 +202,8 @@ def test_contained_memory_error_alone_is_an_application_fault():
 def test_lateness_is_judged_per_job():
     """A job far behind another (a replayed trace beside a live job) is not 'too late'; a job's
     own straggler event is."""
-    import pytest
-
     from faultlens.diagnosis.engine import Engine
-    from faultlens.events.envelope import Envelope, InvalidEvent
+    from faultlens.events.envelope import Envelope
 
     engine = Engine()
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.expect import ExpectError, Verdict, compare, expect_path, read_expect, trace_of, verdicts_of, write_expect
+from faultlens.diagnosis.expect import (
+    ExpectError,
+    Verdict,
+    compare,
+    expect_path,
+    read_expect,
+    trace_of,
+    verdicts_of,
+    write_expect,
+)
 from faultlens.events.diagnosis_record import Diagnosis
 
 T = 1_767_225_600.0

@@ -6,9 +6,6 @@ import random
 
 import pytest
 
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.implicit import ImplicitFaultDetector
-from faultlens.events.diagnosis_record import Diagnosis
 from bench.testbed.stack_samples import (
     GRAD_SYNC,
     JOB,
@@ -16,10 +13,13 @@ from bench.testbed.stack_samples import (
     SLOW_COMPUTE,
     T0,
     grid,
-    run_detector,
     pyspy_dump,
+    run_detector,
     stack_event,
 )
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.events.diagnosis_record import Diagnosis
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
 SLOW = 13

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.stack_samples import JOB
+from faultlens.cli import main
 from faultlens.diagnosis.collective_match import group_members, match_collectives
 from faultlens.diagnosis.flight_recorder import BadRecorderDump, load_recorder
 from faultlens.diagnosis.hang_recorder import RULE_RECORDER, read_hang
 from faultlens.diagnosis.hang_stacks import read_activities, read_hang_stacks
 from faultlens.diagnosis.rank_threads import read_rank
 from faultlens.diagnosis.stacks import NotInTopology, read_rank_stacks
-from faultlens.cli import main
-from bench.testbed.stack_samples import JOB
 from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
@@ -293,10 +293,10 @@ def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
 
 
 def _streaming(name: str, with_recorders: bool = True, tool: str = "py-spy"):
+    from bench.testbed.stack_samples import T0, beat_event, run_detector, stack_event, step_event
+    from faultlens.diagnosis.detector import JobBook
     from faultlens.diagnosis.hang_state import HangConfig
     from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-    from faultlens.diagnosis.detector import JobBook
-    from bench.testbed.stack_samples import T0, beat_event, run_detector, stack_event, step_event
 
     case, topology, stacks, recorders = _load(name, tool)
     events = [step_event(2.0 * n + 0.001 * r, topology, r, n) for n in range(1, 21) for r in topology.by_rank]

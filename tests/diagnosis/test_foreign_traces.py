@@ -10,9 +10,9 @@ import functools
 
 import pytest
 
+from bench.testbed import foreign
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING, is_scored, score
-from bench.testbed import foreign
 
 
 @functools.lru_cache(maxsize=None)

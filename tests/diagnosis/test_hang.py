@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitFaultDetector
-from faultlens.events.envelope import InvalidEvent
 from bench.testbed.stack_samples import (
+    GRAD_SYNC,
     JOB,
     T0,
     beat_event,
     event,
     faulthandler_dump,
     fig7_dumps,
-    GRAD_SYNC,
     grid,
     pyspy_dump,
     run_detector,
     stack_event,
     step_event,
 )
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.events.envelope import InvalidEvent
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
 STUCK = 7  # pp stage 3 of pipeline pp:1

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
 from faultlens.diagnosis.hang import HangConfig
@@ -23,8 +24,6 @@ from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate
 from tests.diagnosis.sim_replay import acting
-from bench.testbed.stack_samples import (JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event,
-                                           step_event)
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
 STUCK = 7

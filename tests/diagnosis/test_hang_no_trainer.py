@@ -8,15 +8,6 @@ import time
 
 import pytest
 
-from faultlens.collectors.command_listener import StackCaptureSource
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import Envelope, InvalidEvent
-from faultlens.events.signing import SigningKey
 from bench.testbed.stack_samples import (
     GRAD_SYNC,
     JOB,
@@ -30,6 +21,15 @@ from bench.testbed.stack_samples import (
     stack_event,
     step_event,
 )
+from faultlens.collectors.command_listener import StackCaptureSource
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.signing import SigningKey
+from faultlens.streams.config import KafkaSettings
 
 KEY = SigningKey.generate()
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)

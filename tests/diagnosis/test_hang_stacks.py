@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
+from faultlens.cli import main
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.hang import HangConfig
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
-from faultlens.cli import main
 from faultlens.events.topology import Topology
-from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
 from tests.progress import run_watched
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"

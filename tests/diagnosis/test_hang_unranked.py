@@ -8,18 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.collectors.stack_capture import DumpResult, dump_event
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from faultlens.events.envelope import Envelope, InvalidEvent
 from bench.testbed.stack_samples import (
     GRAD_SYNC,
-    SLOW_COMPUTE,
     JOB,
+    SLOW_COMPUTE,
     T0,
     beat_event,
     fig7_dumps,
@@ -29,6 +21,14 @@ from bench.testbed.stack_samples import (
     stack_event,
     step_event,
 )
+from faultlens.collectors.stack_capture import DumpResult, dump_event
+from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
+from faultlens.diagnosis.engine import analyze
+from faultlens.diagnosis.hang import HangConfig
+from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.events.envelope import Envelope, InvalidEvent
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
 STUCK = 7  # Fig. 7: rank 7 (on n003) stuck in all_gather, its pipeline peers in isend/irecv
@@ -206,7 +206,8 @@ def _rounds_with_unranked(node: str):
 
 
 def test_a_fail_slow_round_closes_on_a_nodes_unplaced_dumps_and_never_blames_it():
-    from tests.diagnosis.test_failslow import SLOW, _detector as failslow_detector, _suspicion
+    from tests.diagnosis.test_failslow import SLOW, _suspicion
+    from tests.diagnosis.test_failslow import _detector as failslow_detector
 
     slow_node = TOPO.by_rank[SLOW].node
     # A bystander's unplaced dumps: the degrader is still found, each round closing on the last answer.

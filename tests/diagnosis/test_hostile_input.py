@@ -14,13 +14,12 @@ import uuid
 
 import orjson
 import pytest
-
-from tests.kafka_fixtures import job_records
 from kafka import KafkaProducer
 
 from faultlens.cli import main
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.reader import read_topic
+from tests.kafka_fixtures import job_records
 
 XID79 = "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
 YEAR = 365 * 86400.0

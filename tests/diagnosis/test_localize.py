@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from bench.testbed.stack_samples import grid
 from faultlens.diagnosis.localize import first_ranks_nodes, group_counts, localize
 from faultlens.events.topology import RankPlace, Topology
-from bench.testbed.stack_samples import grid
 
 
 def test_whole_pipeline_is_its_pp_group():

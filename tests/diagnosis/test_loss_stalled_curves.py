@@ -271,8 +271,8 @@ def test_a_finding_names_the_rank_and_no_machine():
 
 def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     from faultlens.diagnosis.engine import analyze
-    from faultlens.remediation.ladder import JobLadder
     from faultlens.events.topology import Topology
+    from faultlens.remediation.ladder import JobLadder
 
     events, _ = read_curve("poet_bench_adamw_lr0.3.csv")
     events.insert(0, Topology.grid(["n0"], 1, 1, 1, 1).to_event("j", events[0].ts - 1))

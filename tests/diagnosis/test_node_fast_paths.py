@@ -1,11 +1,12 @@
 """The node stage's quick paths for plain GPU samples decide exactly what the GPU-by-GPU code does."""
 
+from collections import deque
+
 import pytest
 
 from faultlens.diagnosis.features import FeatureWindows
 from faultlens.diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
 from faultlens.diagnosis.rules.training import _Baseline
-from collections import deque
 from faultlens.events.envelope import encode
 from faultlens.events.gpu_reading import decode_gpu_message
 from tests.diagnosis.diag_events import ev, step

@@ -13,7 +13,6 @@ from faultlens.streams.runner import Record
 from tests.diagnosis.diag_events import T0, beat, ev, step, topology
 
 
-
 def _record(raw: bytes, offset: int = 0, **placed) -> Record:
     value = decode(raw)
     return Record("telemetry.train", 0, offset, b"n001", value, int(T0 * 1000), raw=raw,

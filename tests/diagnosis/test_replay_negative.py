@@ -1,8 +1,8 @@
 """Replay: what must NOT be diagnosed (healthy noise, a single NIC flap, user errors as evictions)."""
 
+from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.simulator import lines
 from faultlens.simulator.plan import FaultPlan
-from faultlens.diagnosis.engine import Engine, EngineConfig
 from tests.diagnosis.diag_events import ev, topology
 from tests.diagnosis.sim_replay import replay
 

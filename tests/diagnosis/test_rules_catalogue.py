@@ -5,8 +5,8 @@ nobody; a user's own rule (--rules) acts as it says."""
 from __future__ import annotations
 
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
-from faultlens.parsing.rules import load
 from faultlens.events.envelope import Envelope
+from faultlens.parsing.rules import load
 
 
 def _lines(node: str, lines: list[str], t0: float = 1_800_000_000.0) -> list[Envelope]:

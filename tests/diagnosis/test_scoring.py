@@ -1,9 +1,9 @@
 import json
 
-from faultlens.simulator.plan import FaultPlan
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.diagnosis.scoring import score
 from faultlens.cli import main
+from faultlens.diagnosis.scoring import score
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay
 
 T = 1767225600.0

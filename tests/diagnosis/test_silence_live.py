@@ -20,17 +20,17 @@ import uuid
 
 import pytest
 
+from bench.testbed import foreign
+from faultlens.demo.processes import faultlens
 from faultlens.diagnosis.consumer import diagnose_consumer
 from faultlens.diagnosis.engine import EngineConfig, analyze
 from faultlens.diagnosis.scoring import EVICTING
-from faultlens.demo.processes import faultlens
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
+from faultlens.events.trace import write_trace
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import publish_messages, trace_message_batches
-from faultlens.events.trace import write_trace
-from bench.testbed import foreign
 from tests.diagnosis.sim_replay import acting
 from tests.kafka_fixtures import job_records, wait_for_records
 from tests.progress import wait_until

@@ -140,10 +140,10 @@ def test_a_staged_consumer_learns_the_brokers_telemetry_partitions(tmp_path):
     import pytest
 
     from faultlens.diagnosis.consumer import diagnose_consumer
+    from faultlens.events.topics import TELEMETRY_TOPICS
     from faultlens.streams.admin import ensure_topics
     from faultlens.streams.broker import EmbeddedBroker
     from faultlens.streams.config import KafkaSettings
-    from faultlens.events.topics import TELEMETRY_TOPICS
 
     if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
         pytest.skip("needs a broker of its own (topic layout); FAULTLENS_TEST_BOOTSTRAP points at a shared cluster")

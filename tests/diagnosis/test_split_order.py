@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine import analyze
 from bench.testbed import foreign
+from faultlens.diagnosis.engine import analyze
+from faultlens.events.trace import iter_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.diagnosis.split_stages import run_split
-from faultlens.events.trace import iter_trace
 
 CASES = ("dead_agent", "failslow_corroborated", "thermal_throttle", "hang_same_step", "healthy", "xid_two_sources")
 

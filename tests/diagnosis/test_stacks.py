@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks, describe, parse_dump, signature, training_thread
-from faultlens.cli import main
 from bench.testbed.stack_samples import (
     GRAD_SYNC,
     PP_RECV,
@@ -19,6 +17,16 @@ from bench.testbed.stack_samples import (
     grid,
     outlier_dumps,
     pyspy_dump,
+)
+from faultlens.cli import main
+from faultlens.diagnosis.stacks import (
+    NotInTopology,
+    StackConfig,
+    cluster_stacks,
+    describe,
+    parse_dump,
+    signature,
+    training_thread,
 )
 
 # Real `py-spy dump --locals` output captured on this machine (py-spy 0.3, CPython 3.11.7).

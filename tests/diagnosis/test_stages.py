@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from bench.testbed import foreign
-from tests.kafka_fixtures import job_records, wait_for_records
-
+from bench.testbed.backlog_split import finish_members, start_members
 from faultlens.diagnosis.engine import analyze
 from faultlens.diagnosis.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
-from faultlens.streams.replay import replay_trace
 from faultlens.events.trace import iter_trace, trace_order, write_trace
-from bench.testbed.backlog_split import finish_members, start_members
+from faultlens.streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
+from tests.kafka_fixtures import job_records, wait_for_records
 
 pytestmark = pytest.mark.broker
 

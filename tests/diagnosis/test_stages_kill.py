@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from faultlens.diagnosis.scoring import is_scored
-from faultlens.simulator import FaultPlan
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.streams.replay import replay_trace
 from bench.testbed.backlog_split import finish_members, start_members
+from faultlens.diagnosis.scoring import is_scored
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.simulator import FaultPlan
+from faultlens.streams.replay import replay_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.kafka_fixtures import job_records
 

@@ -4,8 +4,8 @@ them on the faultlens_log_lines_unrecognised metric."""
 from __future__ import annotations
 
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
-from faultlens.streams import metrics
 from faultlens.events.envelope import Envelope
+from faultlens.streams import metrics
 
 # Public GitHub file, search-index id 28829096094 (a PCIe DPC/AER report on LKML).
 LINES = ["[  188.369811] pci 0000:69:00.0: AER: can't recover (no error_detected callback)",

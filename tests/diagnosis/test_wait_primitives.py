@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from bench.testbed.stack_samples import GRAD_SYNC, PP_RECV, PP_SEND, SLOW_COMPUTE, STUCK_ALL_GATHER, grid, pyspy_dump
 from faultlens.diagnosis.stack_dump import Frame, parse_dump, training_thread
 from faultlens.diagnosis.wait_chain import follow_waits
 from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, read_activity
-from bench.testbed.stack_samples import GRAD_SYNC, PP_RECV, PP_SEND, SLOW_COMPUTE, STUCK_ALL_GATHER, grid, pyspy_dump
 
 C10D = "torch/distributed/distributed_c10d.py"
 

@@ -17,15 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from faultlens.demo import processes as pipeline
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import decode
+from faultlens.events.signing import load_verify_keys, write_key_pair
+from faultlens.streams.producer import Producer
 from tests.kafka_fixtures import job_records
 from tests.progress import files_size, procs_progress, wait_until
-
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.command import Command
-from faultlens.events.signing import load_verify_keys, write_key_pair
-from faultlens.events.envelope import decode
-from faultlens.streams.producer import Producer
-from faultlens.demo import processes as pipeline
 
 # A wait ends when its event comes, or fails when none of the test's processes printed, logged (at
 # INFO) or wrote anything (ranks' logs, checkpoints, state) for STALL_S: never at a fixed time,

@@ -23,13 +23,13 @@ import uuid
 import pytest
 
 from faultlens.demo import processes as pipeline
-from faultlens.remediation.actuators.slurm import parse_show_node, state_flags
 from faultlens.events import topics
 from faultlens.events.action_record import ActionRecord
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
 from faultlens.events.signing import write_key_pair
+from faultlens.remediation.actuators.slurm import parse_show_node, state_flags
 from tests.kafka_fixtures import job_records
 from tests.progress import files_size, procs_progress, wait_until
 from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401

@@ -1,19 +1,17 @@
 """The typed read of an NVML sample (events.gpu_reading) gives what the general decoding and the
 key-by-key check give: the same table, the same rows, the same verdict on odd input."""
 
-from collections.abc import Mapping
-
 import gc
+from collections.abc import Mapping
 
 import orjson
 import pytest
-
-from tests.events.damaged import damaged
 
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.events.gpu_reading import GpuReading, decode_gpu_message
 from faultlens.events.gpu_table import gpu_table, read_table
 from faultlens.events.payloads import check_payload
+from tests.events.damaged import damaged
 
 T = 1_790_000_000.0
 

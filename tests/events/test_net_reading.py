@@ -7,11 +7,10 @@ import random
 import orjson
 import pytest
 
-from tests.events.damaged import damaged
-
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.events.net_reading import CheckedPorts, decode_net_message
 from faultlens.events.payloads import check_payload
+from tests.events.damaged import damaged
 
 T = 1_790_000_000.0
 

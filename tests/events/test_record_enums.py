@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.command import Command, CommandAction
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import InvalidEvent
 
 # Written by the record of commit ca126e1 (fault and action plain strings) for RECORD below: the id

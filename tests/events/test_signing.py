@@ -9,8 +9,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from faultlens.events.signing import (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SigningKey, VerifyKeys, load_signing_key,
-                                       load_verify_keys, write_key_pair)
+from faultlens.events.signing import (
+    PRIVATE_KEY_FILE,
+    PUBLIC_KEY_FILE,
+    SigningKey,
+    VerifyKeys,
+    load_signing_key,
+    load_verify_keys,
+    write_key_pair,
+)
 from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 

@@ -7,11 +7,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultlens.events.envelope import Envelope, encode, number
-from faultlens.streams.replay import paced
 from faultlens.events.trace import (
-    SCHEMA, TraceError, iter_trace, labels_path, read_labels, trace_order, trace_rows, write_labels, write_trace,
+    SCHEMA,
+    TraceError,
+    iter_trace,
+    labels_path,
+    read_labels,
+    trace_order,
+    trace_rows,
+    write_labels,
+    write_trace,
 )
-
+from faultlens.streams.replay import paced
 
 T0 = 1767225600.0
 

@@ -7,12 +7,12 @@ import time
 from faultlens.demo.driver import SimDriver
 from faultlens.demo.hook_acks import SimulatedHookAcks
 from faultlens.demo.state import DemoState
-from faultlens.simulator import SimConfig, SimulatedCluster
 from faultlens.events.command import Command
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
+from faultlens.simulator import SimConfig, SimulatedCluster
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
 
 KEY = SigningKey.generate()

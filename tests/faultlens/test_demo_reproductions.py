@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from faultlens.demo.reproductions import is_reproduction, run_simulated_reproduction
+from faultlens.events.command import Command
+from faultlens.events.payloads import check_payload
 from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction
 from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster
-from faultlens.events.command import Command
-from faultlens.events.payloads import check_payload
 
 CFG = SimConfig(nodes=9, gpus=1, seed=2)
 

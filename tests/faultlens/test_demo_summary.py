@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 import re
 
-from faultlens.events.diagnosis_record import FAULT_CLASSES
 from faultlens.demo import summary
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 
 
 def _fault(at, fault, nodes, *, latency=1.0, commands=("evict",), blamed=None, to_cmd=2.0, obeyed=3.0,
@@ -121,8 +121,8 @@ def test_ends_with_where_to_find_the_html_report():
 
 
 def test_a_fault_found_but_not_acted_on_says_why():
-    from faultlens.events.diagnosis_record import Diagnosis
     from faultlens.demo.state import DemoState
+    from faultlens.events.diagnosis_record import Diagnosis
     from faultlens.remediation.policy import Decision
 
     t0 = 1_795_380_000.0

@@ -14,16 +14,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from faultlens.history.schema import open_history
-from faultlens.history.sink import HistorySink, build_batch
 from faultlens.events.command import Command
-from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import SigningKey
-from tests.history import known
+from faultlens.history.schema import open_history
+from faultlens.history.sink import HistorySink, build_batch
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
+from tests.history import known
 
 TRUSTED = SigningKey.generate()
 ATTACKER = SigningKey.generate()

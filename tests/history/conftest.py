@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from faultlens.events.trace import labels_path, write_labels, write_trace
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.run import simulate
-from faultlens.events.trace import labels_path, write_labels, write_trace
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ Job j2 (next day, D = T0 + 86400): topology at D-10, steps D..D+29,
 
 from __future__ import annotations
 
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
 

@@ -8,8 +8,8 @@ alone (the request still marks the job stalled in the timeline: the sink derives
 
 from __future__ import annotations
 
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from tests.history.known import NODES, T0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import duckdb
 
+from faultlens.events.action_record import ActionRecord
 from faultlens.history.schema import DDL, SCHEMA_VERSION, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.events.action_record import ActionRecord
 
 
 def records():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-import sys
 import struct
+import sys
 
 import duckdb
 import orjson

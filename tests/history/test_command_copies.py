@@ -9,14 +9,14 @@ from dataclasses import replace
 
 import pytest
 
+from faultlens.events.command import Command
+from faultlens.events.signing import SigningKey
 from faultlens.history import queries
 from faultlens.history.command_copies import CONFLICT, DISPLACED, screen_commands
 from faultlens.history.consumer import history_runner
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.events.command import Command
 from faultlens.streams.producer import Producer
-from faultlens.events.signing import SigningKey
 
 T0 = 1_699_920_000.0
 REMEDIATION = SigningKey.generate()  # the key remediation signs with

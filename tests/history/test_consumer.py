@@ -8,11 +8,11 @@ import sys
 import orjson
 import pytest
 
+from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 from faultlens.history.consumer import history_runner
 from faultlens.history.schema import open_history
-from faultlens.events.command import Command
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
 from tests.progress import run_watched

@@ -1,13 +1,13 @@
 """The fleet record in the history (history.sink `machines`, queries `machines` / `lemons`) and the
 HTML report's per-machine table with the lemons."""
 
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.fleet_record import MachineRecord
 from faultlens.history.html_report import render
 from faultlens.history.queries import run
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.remediation.fleet import Fleet
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.fleet_record import MachineRecord
 
 T0 = 1_767_225_600.0
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-
 import orjson
 import pytest
 
 from faultlens.cli import main
+from faultlens.events.trace import iter_trace, read_labels
 from faultlens.history.loader import load_trace
 from faultlens.history.queries import run
 from faultlens.history.schema import HistoryError, memory_history, open_history
 from faultlens.history.sink import SAMPLED_KINDS, HistorySink, Sampling
-from faultlens.events.trace import iter_trace, read_labels
 
 
 def _count(conn, sql: str) -> int:
@@ -106,8 +104,8 @@ def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path
 
 
 def test_alerts_and_fail_slow_stack_rounds_do_not_mark_the_job_down_or_stalled():
-    from faultlens.history.sink import diagnosis_marks
     from faultlens.events.diagnosis_record import Diagnosis
+    from faultlens.history.sink import diagnosis_marks
 
     def d(fault, action):
         return Diagnosis(job="j", ts=100.0, onset=90.0, fault=fault, action=action, nodes=("n1",))

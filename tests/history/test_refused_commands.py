@@ -10,13 +10,13 @@ import dataclasses
 import pytest
 
 from faultlens.collectors.checks.source import ChecksSource
+from faultlens.events.command import Command
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import SigningKey
 from faultlens.history import html_report, queries
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.events.command import Command
 from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import Envelope
-from faultlens.events.signing import SigningKey
 from tests.history import known
 from tests.history.answered import FORGED, TRUSTED, acks, write_history
 

@@ -14,7 +14,7 @@ from faultlens.history import queries, report
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
-from tests.history.known import D, T0
+from tests.history.known import T0, D
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import duckdb
 import orjson
 
 from faultlens.cli import main
+from faultlens.events.action_record import ActionRecord
 from faultlens.history import queries, report
 from faultlens.history.schema import DDL, SCHEMA_VERSION, memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
-from faultlens.events.action_record import ActionRecord
 from tests.history import known
 
 T0 = 1_700_000_000.0

@@ -7,11 +7,11 @@ import math
 import pyarrow as pa
 import pytest
 
+from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import SCHEMAS, HistorySink, Sampling, build_batch
-from faultlens.events.command import Command
-from faultlens.events.envelope import Envelope
 from tests.history import known
 from tests.history.known import T0
 

@@ -9,19 +9,19 @@ import uuid
 
 import pytest
 
+from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.history.consumer import history_runner
 from faultlens.history.schema import open_history
 from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events import topics
 from faultlens.streams.admin import ensure_topics
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
-from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
 
 pytestmark = pytest.mark.broker
 

@@ -12,18 +12,17 @@ import json
 
 import pytest
 
-from tests.remediation.slurm_fixture import slurm_controller  # noqa: F401
-
+from faultlens.events.action_record import ActionRecord
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 from faultlens.remediation.actuators.plan import plan
 from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.remediation.policy import Decision, Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events.action_record import ActionRecord
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.runner import Record
-from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
+from tests.remediation.slurm_fixture import slurm_controller  # noqa: F401
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]
@@ -155,8 +154,8 @@ def test_action_records_round_trip_and_refuse_garbage():
 
 def test_slurm_drain_through_the_remediation_handler(slurm_controller):
     """A hardware diagnosis in act mode drains the machine on a real slurmctld."""
-    from tests.remediation.slurm_fixture import GHOST_NODES
     from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig
+    from tests.remediation.slurm_fixture import GHOST_NODES
 
     cluster = slurm_controller
     ghosts = list(GHOST_NODES)

@@ -9,20 +9,19 @@ import uuid
 import orjson
 import pytest
 
-from tests.kafka_fixtures import job_records
-from tests.progress import run_watched  # waits while it prints or computes (issue 47)
-
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.runner import GroupRunner
-from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
+from tests.kafka_fixtures import job_records
+from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()

@@ -3,15 +3,15 @@ faults count against a machine across jobs, and when it is taken out for good.""
 
 import pytest
 
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.fleet_record import MachineRecord
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.actuators import plan
 from faultlens.remediation.fleet import Fleet
-from faultlens.events.fleet_record import MachineRecord
 from faultlens.remediation.lemon import DAY_S, LEMON_STATE, ClassRule, LemonConfig, classify, parse_rules
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 T0 = 1_767_225_600.0
@@ -211,7 +211,9 @@ def test_lemon_in_an_observe_only_job_is_recorded_with_its_mode():
 
 
 def test_lemon_that_passes_a_later_recheck_is_not_brought_back():
-    from tests.remediation.test_stop_checks import EPOCH, NODES as N, crash, policy as checks_policy, result
+    from tests.remediation.test_stop_checks import EPOCH, crash, result
+    from tests.remediation.test_stop_checks import NODES as N
+    from tests.remediation.test_stop_checks import policy as checks_policy
 
     p = checks_policy(settle_s=10.0)
     _, cmd = p.decide(crash(), 1000.0)

@@ -13,6 +13,11 @@ import uuid
 
 import pytest
 
+from faultlens.events import topics
+from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.history.consumer import history_runner
 from faultlens.history.schema import open_history
 from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
@@ -22,13 +27,8 @@ from faultlens.remediation.fleet_log import FleetLog, read_fleet
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events import topics
-from faultlens.events.command import Command
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner
-from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
 from tests.kafka_fixtures import job_records
 from tests.progress import run_watched, wait_until
 

@@ -1,9 +1,9 @@
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.signing import SigningKey
+from faultlens.events.topology import Topology
 from faultlens.remediation.policy import Policy, PolicyConfig, command_id
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.events.topology import Topology
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

@@ -5,8 +5,8 @@ and reports it to a person, never evicting it: a refusal says nothing about its 
 from __future__ import annotations
 
 from faultlens.collectors.checks.source import ChecksSource
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import SigningKey
+from faultlens.streams.config import KafkaSettings
 from tests.remediation.test_stop_checks import KEY, NODES, crash, policy, result
 
 STALE = SigningKey.generate()  # the key n001's agent still trusts

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 
-from faultlens.remediation.ladder import dual_phase_plan
-from faultlens.remediation.policy import Policy, PolicyConfig, command_id
-from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction
-from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
+from faultlens.remediation.ladder import dual_phase_plan
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction
+from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
 from faultlens.events.envelope import Envelope
 from faultlens.events.trace import labels_path, write_labels, write_trace
+from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
 
 # 8 nodes × 4 GPUs: TP=4 inside a node, PP=4, DP=2 (so a hang has PP peers and grad-sync ranks).
 SMALL = SimConfig(nodes=8, gpus=4, seed=7, job="job-sim-test")

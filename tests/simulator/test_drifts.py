@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
+from faultlens.events.command import Command
 from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.simulator.drifts import Drift
-from faultlens.events.command import Command
 
 CFG = SimConfig(nodes=8, gpus=4, seed=11, sample_interval_s=10.0, noise=False, job="job-drift")
 

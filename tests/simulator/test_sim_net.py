@@ -6,10 +6,10 @@ import statistics
 
 import pytest
 
+from faultlens.events.payloads import check_payload
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.faults import NIC_VARIANTS
 from faultlens.simulator.plan import FaultPlan
-from faultlens.events.payloads import check_payload
 
 CFG = SimConfig(nodes=8, gpus=4, seed=5, job="job-sim-net")
 ONSET = {v: 150.0 + 200.0 * i for i, v in enumerate(NIC_VARIANTS)}

@@ -13,11 +13,11 @@ from faultlens.diagnosis.engine import analyze_trace
 from faultlens.diagnosis.flight_recorder import load_recorder
 from faultlens.diagnosis.hang_recorder import RULE_RECORDER, read_hang
 from faultlens.diagnosis.scoring import score
-from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster, simulate
 from faultlens.events.command import Command
 from faultlens.events.flight_recorder import MAX_BYTES
 from faultlens.events.payloads import check_payload
 from faultlens.events.trace import labels_path, write_labels, write_trace
+from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster, simulate
 
 
 def _capture(cfg: SimConfig, plan: FaultPlan, at: float = 150.0):

@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from faultlens.simulator import SIM_CLASSES, FaultPlan, SimConfig, SimulatedCluster, choose_layout, lines, simulate
-from faultlens.simulator.plan import PlannedFault
-from faultlens.events.diagnosis_record import FAULT_CLASSES
 from faultlens.events.command import Command
+from faultlens.events.diagnosis_record import FAULT_CLASSES
 from faultlens.events.envelope import as_float, decode, encode
 from faultlens.events.topology import Topology
+from faultlens.simulator import SIM_CLASSES, FaultPlan, SimConfig, SimulatedCluster, choose_layout, lines, simulate
+from faultlens.simulator.plan import PlannedFault
 from tests.simulator.sim_fixtures import SMALL, build
 
 XID = re.compile(r"NVRM: Xid \(PCI:[0-9a-f:]+\): (\d+),")

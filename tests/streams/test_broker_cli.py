@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
 from tests.progress import Watched, run_watched

@@ -10,11 +10,11 @@ import uuid
 import pytest
 
 from faultlens.events.command import Command
-from faultlens.streams.command_listener import CommandListener
 from faultlens.events.command_memory import CommandMemory, memory_file
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.producer import Producer
 from faultlens.events.signing import SigningKey
+from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.producer import Producer
 from tests.progress import thread_ticks, wait_until
 
 pytestmark = pytest.mark.broker

@@ -4,7 +4,6 @@ up (events/event_time.py, WatermarkMerge.to_pause)."""
 
 from __future__ import annotations
 
-
 import pytest
 from kafka.structs import TopicPartition
 

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.cli import main
+from faultlens.events.trace import iter_trace, read_labels, write_trace
+from faultlens.simulator import FaultPlan, SimConfig, simulate
 from faultlens.streams.record import collect, record_trace
 from faultlens.streams.replay import replay_trace
-from faultlens.events.trace import iter_trace, read_labels, write_trace
 
 pytestmark = pytest.mark.broker
 

@@ -5,8 +5,8 @@ time, and can be written as a trace (found on the H100 run: `faultlens record` f
 
 from __future__ import annotations
 
-from faultlens.streams.record import topology_first
 from faultlens.events.trace import iter_trace, trace_order, write_trace
+from faultlens.streams.record import topology_first
 from tests.diagnosis.diag_events import beat, topology
 
 

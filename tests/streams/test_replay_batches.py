@@ -12,11 +12,11 @@ import pytest
 
 import faultlens.streams.replay as replay
 from faultlens.events.envelope import Envelope, encode
+from faultlens.events.topics import topic_for
+from faultlens.events.trace import SCHEMA, TraceError, write_trace
 from faultlens.streams.producer import DeliveryError, Producer
 from faultlens.streams.reader import read_topic
 from faultlens.streams.replay import publish_batches, replay_settings, trace_message_batches, trace_messages
-from faultlens.events.topics import topic_for
-from faultlens.events.trace import SCHEMA, TraceError, write_trace
 
 T0 = 1_790_000_000.0
 
@@ -184,10 +184,10 @@ def test_a_paced_replay_sends_the_same_events_as_a_full_speed_one(client_setting
     arrive, in order."""
     import uuid
 
+    from faultlens.events.trace import iter_trace
     from faultlens.simulator import SimConfig, simulate
     from faultlens.streams.record import collect
     from faultlens.streams.replay import replay_trace
-    from faultlens.events.trace import iter_trace
 
     job = f"job-paced-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "sim.parquet"

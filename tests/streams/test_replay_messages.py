@@ -7,11 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from faultlens.simulator import SimConfig, simulate
 from faultlens.events.envelope import Envelope, encode
-from faultlens.streams.replay import trace_messages
 from faultlens.events.topics import topic_for
 from faultlens.events.trace import SCHEMA, TraceError, iter_trace, write_trace
+from faultlens.simulator import SimConfig, simulate
+from faultlens.streams.replay import trace_messages
 
 
 def _row(**over):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kafka.structs import TopicPartition
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, encode
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner import GroupRunner
 
 TP = TopicPartition("jobs", 0)

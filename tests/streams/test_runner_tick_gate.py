@@ -9,10 +9,10 @@ import time
 
 from kafka.structs import TopicPartition
 
+from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner import GroupRunner
 from faultlens.streams.runner_types import Record
-from faultlens.events.typed_read import EnvelopeTime
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

@@ -27,7 +27,7 @@ from faultlens.events.payload_fields import Payload, convert
 from faultlens.events.payloads_job import (CheckReplay, CheckReplayDone, CheckResult, CommandAck, HeartbeatBeat,
                                            NcclError, NcclException, NcclNan, NcclTimeout, RecorderDump, StackDump,
                                            TrainCheckpoint, TrainStep)
-from faultlens.events.payloads_log import (GpuDriverLine, KernelCrash, KernelOom, KernelStall, KernelStorage,
+from faultlens.events.payloads_log import (GpuDriverLine, KernelClock, KernelCrash, KernelOom, KernelStall, KernelStorage,
                                            KernelSystem, LinkState, NcclWarn, NicLine, ParsedLog, PcieAer,
                                            SchedulerLine, SubsystemLine, SuspectLine)
 from faultlens.events.payloads_node import (GpuLost, GpuResponsive, GpuSample, GpuUnresponsive, GpuXid, HostSample,
@@ -62,6 +62,7 @@ PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("kernel", "oom_kill"): KernelOom,
     ("kernel", "kernel_deadlock"): KernelSystem,
     ("kernel", "kernel_limit"): KernelSystem,
+    ("kernel", "clock_skew"): KernelClock,
     ("kernel", "disk_error"): KernelStorage,
     ("kernel", "fs_error"): KernelStorage,
     ("kernel", "nfs_error"): KernelStorage,

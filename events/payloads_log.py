@@ -145,6 +145,15 @@ class KernelSystem(ParsedLog, frozen=True):
     limit: Group | None = None
 
 
+class KernelClock(ParsedLog, frozen=True):
+    """``kernel``/``clock_skew``: the node's clock went wrong (the kernel's clocksource watchdog
+    dropped a clocksource, a time daemon found the clock off its sources). ``device``: the
+    clocksource; ``offset``: the seconds the daemon found the clock off by."""
+
+    device: Group | None = None
+    offset: Group | None = None
+
+
 class GpuDriverLine(ParsedLog, frozen=True):
     """``kernel``/``nvlink_error``, ``gsp_error`` and ``peermem_error``: NVLink, the GSP firmware, or
     nvidia-peermem, by a catalogue rule."""

@@ -38,6 +38,13 @@ _CUDA_ERR = re.compile(
     r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"
     r"|cuda runtime error \((?P<rtcode>\d+)\) : (?P<rttext>.+?)(?: at \S+:\d+)?$"
     r"|CUDA Exception: (?P<gdbx>[^\n]+)"
+    # c10's origin line under a CUDA failure ("Exception raised from c10_cuda_check_implementation at
+    # ../c10/cuda/CUDAException.cpp:44"): a function of torch's CUDA layer, its first line lost
+    r"|Exception raised from (?P<cudaorigin>\w+) at \S*(?:c10/cuda|ATen/cuda|ATen/native/cuda|c10/cuda/impl)/\w+\.\w+:\d+"
+    # NCCL's CUDACHECK naming a code that says the device or its driver failed, not the call's use:
+    # 999 unknown, 46 busy or unavailable, 700/719 illegal address / launch failure, 702 launch timed out
+    # ("Cuda failure 999 'unknown error'"); 'invalid argument', 'out of memory' stay NCCL's (nccl_lines.py)
+    r"|(?P<cf>Cuda failure (?:999|46|70[02]|719)\b(?: '[^']*')?)"
     r"|(?P<call>\bcu(?:da)?[A-Z]\w+) returned (?P<callrc>[1-9]\d*)\b"
     r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
     r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed|"
@@ -81,7 +88,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
     else:
         error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("drv") or m.group("gdbx")
-                 or m.group("text")).strip()
+                 or m.group("cf") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"

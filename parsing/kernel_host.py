@@ -38,7 +38,8 @@ _AER = re.compile(
     r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
     r" errors? received:\s*(?P<pci>" + _PCI + r")?"
 )
-_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: severity=(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)")
+# Kernels before 4.x word the header without "severity=": "PCIe Bus Error: Uncorrectable (Non-Fatal), type=...".
+_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: (?:severity=)?(?P<type>Corrected|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
 
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
 _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")

@@ -44,7 +44,8 @@ Found = list[tuple[str, dict[str, Any]]]
 
 # Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
 LITERALS = ("sig", "signal", "segmentation fault", "floating-point exception", "bus error", "killed", "aborted", "illegal instruction",
-            "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "terminated")
+            "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "exit_code", "exit_status",
+            "terminated")
 _QUICK = any_of(LITERALS)
 
 _NUMBERS = {s.name: int(s) for s in signal_mod.Signals if not s.name.startswith("SIG_")}
@@ -65,7 +66,8 @@ _SHAPES = re.compile(
     r"|\b(?:terminated|killed|died|exited) (?:with|by) (?:signal:? )?(?:<Signals\.)?(?P<s4>(?-i:SIG[A-Z0-9]+))\b"
     r"|\b(?:killed|terminated) by signal:? (?:(?P<n5>\d{1,2})\b|(?P<w5>" + _WORDS + r"))"
     # Python's fault handler, anywhere on the line (after a progress bar)
-    r"|Fatal Python error: (?P<w6>Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
+    # (after a module's own name too: "Fatal Python error: pygame_parachute: (pygame parachute) Segmentation Fault")
+    r"|Fatal Python error: (?:[\w.]+: (?:\([^)]{0,40}\) )?)?(?P<w6>Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
     # the shells and Slurm: "line 1: 4242 Segmentation fault (core dumped) python", "zsh: killed  python",
     # "srun: error: node17: task 3: Bus error", a bare "Killed" / "Segmentation fault (core dumped)"
     r"|(?:\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
@@ -78,7 +80,8 @@ _SHAPES = re.compile(
     r"|\bProgram (?:received|terminated with) signal (?P<s11>(?-i:SIG[A-Z0-9]+))"
     r"|\b(?:got|caught|by) (?P<s12>(?-i:SIG(?:SEGV|BUS|ILL|FPE)))\b"
     # an exit status of 128 + N, or torchrun's negative exit code
-    r"|\b(?:exit(?:ed with)? (?:code|status)|exitcode)\s*:?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
+    # (a key's name too: "learner_exit_code: 137", "exit_status=139")
+    r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
     re.IGNORECASE,
 )
 _MEMORY = re.compile(r"\boom\b|out of memory|oom[-_ ]?kill|memory|\bOOMKilled\b", re.IGNORECASE)

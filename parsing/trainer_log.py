@@ -80,8 +80,8 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
                  "broken pipe", "nan", "error", "exception", "got completion",
                  # NCCL's failing-call trace (file.cc:N -> rc), a checked CUDA call's return code, the CUDA
-                 # runtime's not-ready text, the C++ runtime's abort, an errno report alone
-                 ".cc:", ".cu:", " returned ", "not yet initialized", "terminate called", "[errno ")
+                 # runtime's not-ready text, the C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
+                 ".cc:", ".cu:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure")
 
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
@@ -356,7 +356,7 @@ class TrainerLogParser:
             if ib is not None:
                 return [ib]
         if ("CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg
-                or "not yet initialized" in msg):
+                or "not yet initialized" in msg or "Cuda failure" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda

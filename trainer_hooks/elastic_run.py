@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -92,6 +93,7 @@ class JobSide:
     rounds: int = 0  # rounds this node has started
     pending: RoundNote | None = None  # why this node's workers restart next
     pids: list[int] = field(default_factory=list)  # the workers started last (the heartbeat lists the live ones)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- output -----------------------------------------------------------------------------
     def emit(self, obj: dict) -> None:
@@ -102,8 +104,9 @@ class JobSide:
         self.send(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
 
     def send(self, event: Envelope) -> None:
-        if self.producer is None:
-            self.producer = Outbox(self.settings, name="faultlens-run-outbox")
+        with self._lock:  # the heartbeat's thread and the agent's both send
+            if self.producer is None:
+                self.producer = Outbox(self.settings, name="faultlens-run-outbox")
         self.producer.send_event(event)
 
     def report_failures(self, failures: dict) -> None:

@@ -57,8 +57,9 @@ def error_text(failure: Any) -> str:
     """What a failed worker recorded (its traceback, else torch's one-line message), or ""."""
     message = getattr(failure, "message", "")
     if isinstance(message, Mapping):
-        extra = message.get("extraInfo") if isinstance(message.get("extraInfo"), Mapping) else {}
-        return str(extra.get("py_callstack") or message.get("message") or "")
+        extra = message.get("extraInfo")
+        stack = extra.get("py_callstack") if isinstance(extra, Mapping) else None
+        return str(stack or message.get("message") or "")
     text = str(message or "")
     return "" if text.startswith(_NO_TRACEBACK) else text
 

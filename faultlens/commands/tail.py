@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 HELP = "follow one job live on the bus: its rounds, steps (sampled), worker crashes, diagnoses, commands and acks"
@@ -55,7 +56,7 @@ def describe(topic: str, raw: bytes | None, job: str | None = None) -> dict[str,
     return line if job is None or line["job"] == job else None
 
 
-def _event_data(source: str, kind: str, data: dict) -> dict[str, Any]:
+def _event_data(source: str, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "topology":
         ranks = data.get("ranks") or []
         return {"nodes": list(dict.fromkeys(r.get("node") for r in ranks)), "ranks": len(ranks),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 from faultlens.diagnosis.hang_stacks import read_hang_stacks
@@ -58,12 +59,12 @@ def main() -> None:
         if not src.is_dir():
             continue
         stacks = {int(p.stem): p.read_text() for p in src.glob("*.txt")}
-        readers = {"stacks": lambda: read_hang_stacks(stacks, topology)}
+        readers = {"stacks": partial(read_hang_stacks, stacks, topology)}
         recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
         if recorders and not args.stacks_only:
             from faultlens.diagnosis.hang_recorder import read_hang
 
-            readers["recorder+stacks"] = lambda: read_hang(stacks, recorders, topology)
+            readers["recorder+stacks"] = partial(read_hang, stacks, recorders, topology)
         for name, read in readers.items():
             verdict = read()
             g = grade(tuple(verdict.nodes), culprit_node)

@@ -66,7 +66,7 @@ def _plan(seed: int, nodes: int, duration: float, faults: int):
         creep: Drift("compute_creep", t=float(rng.uniform(600, 1200)), node=creep),
         nic: Drift("nic_decay", t=float(rng.uniform(900, 1800)), node=nic, port=int(rng.integers(8)), ramp_s=3600.0),
     }
-    return plan, tuple(drifts.values()), dict(zip((sag, deep, creep, nic), SCENARIOS))
+    return plan, tuple(drifts.values()), dict(zip((sag, deep, creep, nic), SCENARIOS, strict=True))
 
 
 def _is_request(d: Diagnosis) -> bool:
@@ -171,8 +171,8 @@ def _tables(results: list[dict[str, Any]], seeds: list[int]) -> str:
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, pm in ARMS:
         rs = [r for r in results if r["peer_model"] == pm]
-        mean = lambda k: statistics.mean(r[k] for r in rs if r[k] is not None)  # noqa: E731
-        lines.append(f"| {name} | {mean('precision'):.3f} | {mean('recall'):.3f} | {mean('usual_recall'):.3f} | "
+        mean = {k: statistics.mean(r[k] for r in rs if r[k] is not None) for k in ("precision", "recall", "usual_recall")}
+        lines.append(f"| {name} | {mean['precision']:.3f} | {mean['recall']:.3f} | {mean['usual_recall']:.3f} | "
                      f"{sum(r['healthy_nodes_blamed'] for r in rs)} | {sum(r['healthy_nodes_evicted'] for r in rs)} | "
                      f"{sum(r['healthy_nodes_suspected'] for r in rs)} | {sum(r['seconds'] for r in rs):.0f} |")
     return "\n".join(lines)

@@ -136,7 +136,7 @@ def run_fast_stages(settings: KafkaSettings, runs: int, work: Path, env: dict, w
 
 def run_hang(settings: KafkaSettings, runs: int, work: Path, env: dict) -> dict:
     samples = []
-    for i in tqdm(range(runs), desc="hang → evict", unit="run"):
+    for _ in tqdm(range(runs), desc="hang → evict", unit="run"):
         job = f"bench-hang-{uuid.uuid4().hex[:6]}"
         run_dir = work / job
         procs = [pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", settings.bootstrap, "--group", f"d-{job}",

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             _line("bring_back", resumes)
             for _ in range(min(args.repeat, 3)):
                 job = cluster.submit("sleep 300")
-                cluster.wait_for(lambda: cluster.job_field(job, "JobState") == "RUNNING", 30, "the job to run")
-                requeues.append(_timed(lambda: actuator.requeue(ActionRequest("requeue", job, (REAL_NODE,)))))
+                cluster.wait_for(lambda job=job: cluster.job_field(job, "JobState") == "RUNNING", 30, "the job to run")
+                requeues.append(_timed(lambda job=job: actuator.requeue(ActionRequest("requeue", job, (REAL_NODE,)))))
                 cluster.run(["scancel", job])
             _line("requeue", requeues)
         finally:

@@ -35,6 +35,16 @@ from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import replay_trace
 
+
+def members(s: KafkaSettings, tag: str, stage: str, n: int, idle: float) -> list:
+    """n members of one stage's group, each running on a thread until idle for `idle` seconds."""
+    ms = [diagnose_consumer(s, None, stage=stage, group=f"{stage}-{tag}") for _ in range(n)]
+    th = [threading.Thread(target=r.run, kwargs={"idle_stop_s": idle, "handle_signals": False}, daemon=True) for r, _ in ms]
+    for t in th:
+        t.start()
+    return list(zip(th, ms, strict=True))
+
+
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--client", default="kafka-python")
 ap.add_argument("--node-members", type=int, default=2)
@@ -47,25 +57,21 @@ total_healthy_evicted = 0
 for name in cases:
     tr = foreign.load(name)
     offline = analyze(tr.events)
-    culprits = {n for l in tr.labels for n in (l.get("nodes") or [])}
+    culprits = {n for label in tr.labels for n in (label.get("nodes") or [])}
     with TemporaryDirectory() as tmp, EmbeddedBroker() as b:
         s = KafkaSettings(bootstrap=b.bootstrap, client=client)
         ensure_topics(s)
         path = Path(tmp) / "t.parquet"
         write_trace(path, tr.events)
         tag = uuid.uuid4().hex[:6]
-        def members(stage, n, idle):
-            ms = [diagnose_consumer(s, None, stage=stage, group=f"{stage}-{tag}") for _ in range(n)]
-            th = [threading.Thread(target=r.run, kwargs={"idle_stop_s": idle, "handle_signals": False}, daemon=True) for r, _ in ms]
-            for t in th: t.start()
-            return list(zip(th, ms))
-        jobs = members("job", 1, 25)
+        jobs = members(s, tag, "job", 1, 25)
         replay_trace(s, path, speed=0, show_progress=False)
-        nodes = members("node", args.node_members, 6)
+        nodes = members(s, tag, "node", args.node_members, 6)
         for group in (nodes, jobs):
             with Producer(s) as p:
-                for t, (r, h) in group:
-                    t.join(180); p.send_all(h.flush())
+                for t, (_, h) in group:
+                    t.join(180)
+                    p.send_all(h.flush())
                 p.flush()
         live = job_records(s, "diagnoses", Diagnosis.decode, tr.job, idle_s=1.5)
     evicted = {n for d in live if d.action in EVICTING for n in d.nodes}
@@ -74,6 +80,8 @@ for name in cases:
     same = acting(live) == acting(offline)
     print(f"{name:28s} live {len(live):3d} offline {len(offline):3d} same-acting {same} evicted {sorted(evicted)} healthy-evicted {sorted(healthy)}", flush=True)
     if not same or healthy:
-        for d in live: print("   live   ", d.fault, d.action, d.nodes, round(d.ts - foreign.T0), d.detail[:160])
-        for d in offline: print("   offline", d.fault, d.action, d.nodes, round(d.ts - foreign.T0), d.detail[:160])
+        for d in live:
+            print("   live   ", d.fault, d.action, d.nodes, round(d.ts - foreign.T0), d.detail[:160])
+        for d in offline:
+            print("   offline", d.fault, d.action, d.nodes, round(d.ts - foreign.T0), d.detail[:160])
 print("healthy machines evicted in all:", total_healthy_evicted)

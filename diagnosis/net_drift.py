@@ -92,10 +92,10 @@ class NetDriftJudge:
             return out  # a sample of a minute already closed
         ports = port_entries(event)
         names = [port_name(p) for p in ports]
-        rates = {name: _bytes_s(p) for name, p in zip(names, ports)}
+        rates = {name: _bytes_s(p) for name, p in zip(names, ports, strict=True)}
         known = [r for r in rates.values() if r is not None]
         median = statistics.median(known) if len(known) >= 2 else None
-        for name, p in zip(names, ports):
+        for name, p in zip(names, ports, strict=True):
             st = self._ports.get((event.node, name))
             if st is None:
                 st = self._ports[(event.node, name)] = _Port()

@@ -39,7 +39,7 @@ class ForestScorer:
 
     def __init__(self, model) -> None:
         self._trees = []
-        for est, feats in zip(model.estimators_, model.estimators_features_):
+        for est, feats in zip(model.estimators_, model.estimators_features_, strict=True):
             tree = est.tree_
             nodes_on_path = np.ones(tree.node_count)  # the root counts, as in scikit-learn's path length
             stack = [0]

@@ -108,7 +108,7 @@ def shared_blocked_calls(threads: Mapping[int, ThreadStack], activities: Mapping
         top = thread.frames[0]
         blocked.setdefault((top.function, top.file, top.line), []).append(rank)
     out: dict[int, RankActivity] = {}
-    for (function, file, line), ranks in blocked.items():
+    for (function, _file, _line), ranks in blocked.items():
         at = set(ranks)
         if len({topology.by_rank[r].node for r in at}) < 2:
             # Ranks of one machine blocked together (its TP group in one hung read) are where a

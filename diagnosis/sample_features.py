@@ -61,7 +61,7 @@ def plain_features(table: GpuTable) -> tuple[Features, list]:
 
 def _both(part: list, whole: list) -> tuple[list, list]:
     """The GPUs that report both values."""
-    pairs = [(p, w) for p, w in zip(part, whole) if p is not None and w is not None]
+    pairs = [(p, w) for p, w in zip(part, whole, strict=True) if p is not None and w is not None]
     return [p for p, _ in pairs], [w for _, w in pairs]
 
 
@@ -70,7 +70,7 @@ def _least_ratio(part: list, whole: list) -> float | None:
     an int / int division would round differently past 2**53). An overflowing ratio is infinite
     here as in numpy; the window drops what is not finite."""
     if 0 in whole:
-        part = [p for p, w in zip(part, whole) if w != 0]
+        part = [p for p, w in zip(part, whole, strict=True) if w != 0]
         whole = [w for w in whole if w != 0]
     if not part:
         return None

@@ -243,7 +243,7 @@ def cluster_rank_stacks(stacks: RankStacks, topology: Topology, config: StackCon
 
     seen_share = usable / expected if expected else 0.0
     lines = [f"{usable}/{expected} ranks with a usable dump, {len(ordered)} stack group(s)"]
-    for i, (sig, rs) in enumerate(ordered[: config.max_detail_groups]):
+    for sig, rs in ordered[: config.max_detail_groups]:
         role = "healthy" if sig in healthy_set else "outlier"
         extra = f"; apart by {', '.join(apart[describe(sig)])}" if role == "outlier" and apart[describe(sig)] else ""
         lines.append(f"{role} {len(rs)} rank(s) [{rank_list(rs)}]: {describe(sig, 4)}{extra}")

@@ -169,7 +169,8 @@ def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     for r in rows:
         notes = []
         if r["outcome"] == "job restarted":
-            swapped = ", ".join(f"{a}→{b}" for a, b in zip(r["nodes_out"] or [], r["nodes_in"] or []))
+            # an elastic job may go on with fewer machines than it lost (trainer_hooks/elastic_run.py): out and in pair as far as both go
+            swapped = ", ".join(f"{a}→{b}" for a, b in zip(r["nodes_out"] or [], r["nodes_in"] or [], strict=False))
             notes.append(f"after {_num(r['to_restart_s'])} s" + (f"; replaced {swapped}" if swapped else ""))
         elif r["outcome"] == "stack dumps received":
             notes.append(f"{r['usable_dumps']} usable dumps from {r['dump_nodes']} node(s)")

@@ -94,7 +94,7 @@ def faults_over_time(conn: duckdb.DuckDBPyConnection, buckets: int = 40) -> Figu
     for fault in acting.columns:
         heights = acting[fault].tolist()
         ax.bar(x, heights, width=bar_width, bottom=bottom, label=fault, align="edge", color=CLASS_COLOURS.get(fault))
-        bottom = [b + h for b, h in zip(bottom, heights)]
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_title("Acting diagnoses by fault class over time")
     ax.set_ylabel(f"acting diagnoses\nper {_duration(width)}")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -200,7 +200,7 @@ def job_timeline(conn: duckdb.DuckDBPyConnection, max_jobs: int = 12) -> Figure 
         for state, colour in STATE_COLOURS.items():
             s = mine[mine["state"] == state]
             if not s.empty:
-                ax.broken_barh(list(zip(s["ts"] - t0, s["next_ts"] - s["ts"])), (y - 0.35, 0.7), facecolors=colour,
+                ax.broken_barh(list(zip(s["ts"] - t0, s["next_ts"] - s["ts"], strict=True)), (y - 0.35, 0.7), facecolors=colour,
                                label=label(state))
         inc = incidents[incidents["job"] == job]
         if not inc.empty:

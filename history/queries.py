@@ -429,7 +429,7 @@ def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
         return []
     cur = _execute(conn, name, params)
     cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+    return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
 
 def kind_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -181,8 +181,7 @@ def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, 
             by_class.setdefault(f["fault"], []).append(f)
     for fault, seen in sorted(by_class.items()):
         rule = config.rule(fault)
-        need = rule.count  # _span asks at once: the lambda never outlives this rule
-        hit = _span(seen, at, rule.window_s, lambda fs: len(fs) >= need)
+        hit = _span(seen, at, rule.window_s, lambda fs, need=rule.count: len(fs) >= need)
         if rule.mode == "repeat" and hit:
             ids = tuple(f["diagnosis_id"] for f in hit)
             jobs = sorted({f["job"] for f in hit})

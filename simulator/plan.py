@@ -13,6 +13,7 @@ next starts. Node-local faults overlap freely on different nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Iterable
 
 import numpy as np
@@ -112,7 +113,7 @@ class FaultPlan:
     def check(self) -> None:
         """Job-wide episodes must not overlap (their effects would mix); raise naming the pair."""
         wide = [f for f in self.sorted() if f.job_wide]
-        for a, b in zip(wide, wide[1:]):
+        for a, b in pairwise(wide):
             if b.t < a.end:
                 raise ValueError(f"job-wide faults overlap: {a.fault} at t={a.t:.0f} runs to {a.end:.0f}, "
                                  f"{b.fault} starts at t={b.t:.0f}")

@@ -61,7 +61,7 @@ class PeriodicTelemetry:
         noise = self.rng.standard_normal((len(self.slots), self.cfg.gpus, 4))
         mods = [self._gpu_mods(node, t) for node in self.slots]
         rows = sample_nodes([self.gpus[n] for n in self.slots], noise, mods)
-        for node, gpus in zip(self.slots, rows):
+        for node, gpus in zip(self.slots, rows, strict=True):
             self._emit(t, node, "gpu", "sample", {"gpus": gpus, "interval_s": self.cfg.sample_interval_s})
 
     def _do_beats(self, t: float) -> None:

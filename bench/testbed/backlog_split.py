@@ -115,7 +115,7 @@ def start_members(settings: KafkaSettings, stage: str, n: int, group: str, idle_
                for r, _ in members]
     for t in threads:
         t.start()
-    return [(t, r, h) for t, (r, h) in zip(threads, members)]
+    return [(t, r, h) for t, (r, h) in zip(threads, members, strict=True)]
 
 
 def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0, *, together: bool = False) -> None:

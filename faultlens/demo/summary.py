@@ -174,7 +174,7 @@ _FOUND_AT = 1 + sum(width + 1 for _, width, _ in _COLUMNS[:3])  # where the "fou
 
 
 def _row(values: list[str]) -> str:
-    cells = [f"{v:{align}{width}}" for v, (_, width, align) in zip(values, _COLUMNS)]
+    cells = [f"{v:{align}{width}}" for v, (_, width, align) in zip(values, _COLUMNS, strict=True)]
     return (" " + " ".join(cells)).rstrip()
 
 

@@ -46,7 +46,7 @@ def render(state: DemoState, counters: Counters, trainer_events: Callable[[], li
     grid = Text()
     nodes = state.node_states()
     width = 32 if len(nodes) > 32 else 16
-    for i, (name, st) in enumerate(nodes):
+    for i, (_, st) in enumerate(nodes):
         grid.append("■ ", style=COLOURS[st])
         if (i + 1) % width == 0:
             grid.append("\n")

@@ -25,7 +25,7 @@ def plot_projection(s: Scenario, p: Projection, out: str | Path, band: dict | No
         widths = [p.breakdown[c].get(phase, 0.0) * hours for c in causes]
         if any(widths):
             ax1.barh(causes, widths, left=left, label=phase)
-            left = [a + b for a, b in zip(left, widths)]
+            left = [a + b for a, b in zip(left, widths, strict=True)]
     ax1.set_xlabel("hours of the job lost")
     title = f"{s.name}: {s.gpus:,} GPUs, {s.days:g} days, ETTR {p.ettr:.1%}"
     if band:

@@ -23,6 +23,7 @@ exponentials of y.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 from faultlens.history.whatif.model import FaultClass, Scenario
 
@@ -91,7 +92,7 @@ def unsaved_work(s: Scenario, lam: float, tau: float, stall: float, partial_comp
     lost = 0.0
     for level, gap in _thresholds(slow):
         kept = 0.0      # integral of k(y) x P(nothing this slow in flight at y)
-        for y0, y1 in zip(edges, edges[1:]):
+        for y0, y1 in pairwise(edges):
             mid = (y0 + y1) / 2
             if forced is not None and forced[0] >= level and mid < forced[2]:
                 continue

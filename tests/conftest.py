@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.kafka_fixtures",
     "tests.simulator.sim_fixtures",
     "tests.collectors.stack_fixtures",
+    "tests.remediation.slurm_fixture",
     "tests.file_order",
 ]
 

@@ -48,7 +48,7 @@ def test_up_and_collect_side_by_side_share_one_broker_and_the_xid_is_diagnosed(t
                           what=what, explain=lambda: "\n".join(p.tail() for p in procs), poll_s=0.2)
 
     try:
-        ready = until(lambda: up.find(lambda l: l.get("event") == "ready"), "up's ready line")
+        ready = until(lambda: up.find(lambda line: line.get("event") == "ready"), "up's ready line")
         assert ready, up.tail()
         registered = json.loads((home / "broker.json").read_text())
         assert registered["bootstrap"] == ready[0]["bootstrap"]
@@ -56,7 +56,7 @@ def test_up_and_collect_side_by_side_share_one_broker_and_the_xid_is_diagnosed(t
         collect = pipeline.faultlens("collect", ["collect", "--job", "realjob", "--node", "n1", "--no-nvml", "--no-net",
                                                  "--kernel-log", str(kernel_log), "--heartbeat-interval", "2"],
                                      env, tmp_path)
-        started = until(lambda: collect.find(lambda l: l.get("event") == "started"), "collect's started line")
+        started = until(lambda: collect.find(lambda line: line.get("event") == "started"), "collect's started line")
         assert started, collect.tail()
         assert started[0]["bootstrap"] == registered["bootstrap"]  # the same broker, not a private one
         with kernel_log.open("a") as fh:

@@ -62,7 +62,7 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
                           what=what, explain=up.tail, poll_s=poll_s)
 
     try:
-        ready = until(lambda: up.find(lambda l: l.get("event") == "ready"), "up's ready line")
+        ready = until(lambda: up.find(lambda line: line.get("event") == "ready"), "up's ready line")
         assert ready, up.tail()
         assert ready[0]["consumers"] == ["diagnose", "remediate", "history"] and ready[0]["db"] == str(db)
         keys = load_verify_keys([public])
@@ -79,7 +79,7 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
 
         found = until(diagnosed, "a gpu_lost diagnosis of each job", poll_s=1.0)
         assert found, up.tail()
-        for job, ds in found.items():
+        for ds in found.values():
             assert "n001" in ds[0].nodes and ds[0].action == "evict"
 
         evicts = until(lambda: [c for c in _decoded(kafka_settings, "commands", Command.decode, acted)
@@ -119,7 +119,7 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
         # writes), not 180 s (issue 47).
         rc = stop_proc(up)
     assert rc == 0, up.tail()
-    stopped = up.find(lambda l: l.get("event") == "stopped")
+    stopped = up.find(lambda line: line.get("event") == "stopped")
     assert stopped and stopped[0]["consumers"]["diagnose"]["records"] > 0, up.tail()
     assert stopped[0]["consumers"]["remediate"]["commands_sent"] >= 1
 

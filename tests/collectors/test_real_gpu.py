@@ -51,7 +51,7 @@ def smi(phase: str) -> list[tuple[float, dict[str, str]]]:
     header = [h.split(" [")[0] for h in rows[0]]  # "power.draw [W]" → "power.draw"
     out = []
     for row in rows[1:]:
-        fields = dict(zip(header, row))
+        fields = dict(zip(header, row, strict=True))
         at = datetime.strptime(fields["timestamp"], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
         out.append((at.timestamp(), fields))
     return out
@@ -214,7 +214,7 @@ def test_the_sampler_makes_the_calls_per_sample_the_probe_measured_on_the_real_d
     for forget, want in ((False, measured[False]), (True, measured[True])):
         driver = RecordedDriver()
         now = [0.0]
-        reader = NvmlReader(driver, clock=lambda: now[0])
+        reader = NvmlReader(driver, clock=lambda now=now: now[0])
         sampler = NvmlSampler(job="j", node="vm", interval_s=1.0, publish=lambda e: None, nvml=driver)
         per_sample = []
         for _ in range(4):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from itertools import pairwise
 from pathlib import Path
 
 from faultlens.diagnosis.engine import analyze
@@ -43,7 +44,7 @@ def test_every_record_is_a_valid_event_on_its_topic():
 def test_one_sample_a_second_and_no_false_gpu_event_on_a_healthy_gpu():
     samples = of("gpu", "sample")
     assert 70 <= len(samples) <= 76  # 75 s at 1 s
-    gaps = [b.ts - a.ts for a, b in zip(samples, samples[1:])]
+    gaps = [b.ts - a.ts for a, b in pairwise(samples)]
     assert max(gaps) < 1.5 and all(len(e.data["gpus"]) == 1 for e in samples)
     assert {e.kind for e in of("gpu")} == {"sample"}  # no xid, unresponsive, responsive or lost
 

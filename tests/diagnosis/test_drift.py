@@ -112,7 +112,7 @@ def test_drift_features_measure_against_the_node_own_baseline_and_the_peers():
     series = lambda lvl0, lvl1: [(60.0 * k, {"compute": lvl0 if k < 20 else lvl1}) for k in range(40)]  # noqa: E731
     feats = [node_drift(f"n{i}", series(0.02 if i == 0 else 0.0, 0.02 if i in (0, 1) else 0.0), {"compute": 0.02 if i == 0 else 0.0})
              for i in range(6)]
-    z = {f.node: zz for f, zz in zip(feats, peer_drift_z(feats))}
+    z = {f.node: zz for f, zz in zip(feats, peer_drift_z(feats), strict=True)}
     assert z["n1"]["excess_compute"] >= 5 and abs(z["n0"]["excess_compute"]) < 1
     assert feats[1].slope["compute"] > 0 and isinstance(feats[1], DriftFeatures)
     assert relative({"compute_s": 8.4, "sm_clock_ratio": 0.9}, {"compute_s": 8.0, "sm_clock_ratio": 1.0}) == \

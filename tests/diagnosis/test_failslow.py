@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_five_rounds_blame_the_degrader_group_and_requests_are_spaced():
     requests = [d for d in out if d.action == "capture_stacks"]
     assert [d.detail.split(":")[0] for d in requests] == [f"stack round {k}/5" for k in range(1, 6)]
     assert all(d.confidence < 0.5 and d.fault == "fail_slow" and d.nodes == TOPO.nodes for d in requests)
-    assert all(b.ts - a.ts >= 10.0 for a, b in zip(requests, requests[1:]))
+    assert all(b.ts - a.ts >= 10.0 for a, b in pairwise(requests))
     (final,) = [d for d in out if d.action == "evict"]
     tp = TOPO.group_id(SLOW, "tp")
     assert final.fault == "fail_slow" and final.group == f"tp:{tp}"

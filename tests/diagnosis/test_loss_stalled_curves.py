@@ -78,7 +78,7 @@ def _csv_rows(lines: list[str]) -> list[Row]:
     names = body[0].split(",")
     rows: list[Row] = []
     for line in body[1:]:
-        cell = dict(zip(names, line.split(",")))
+        cell = dict(zip(names, line.split(","), strict=True))
         rows.append((int(cell["step"]), float(cell["loss"]),
                      float(cell["step_s"]) if cell.get("step_s") else None,
                      float(cell["grad_norm"]) if cell.get("grad_norm") else None))

@@ -48,7 +48,7 @@ def waves_trace(tmp_path_factory):
 
 def test_offline_each_shape_is_one_wave_naming_its_cause_and_only_the_culprit_is_evicted(waves_trace):
     _, traces, offline = waves_trace
-    for shape, t in zip(SHAPES, traces):
+    for shape, t in zip(SHAPES, traces, strict=True):
         got = offline[t.job]
         waves = [o for o in got if (o[4] or "").startswith("wave:")]
         assert [(w[4], w[3]) for w in waves] == [(CAUSES[shape], ())], (shape, got)

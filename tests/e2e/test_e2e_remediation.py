@@ -106,18 +106,18 @@ def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
         p.send("diagnoses", r.job.encode(), d.encode())
         p.flush()
 
-    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
+    restart = until(r, lambda: job.find(lambda line: line.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     assert restart[0]["nodes_out"] == ["n001"] and restart[0]["nodes_in"] == ["s000"]
     assert restart[0]["nodes"] == ["n000", "s000"] and restart[0]["action"] == "evict"
-    done = until(r, lambda: job.find(lambda l: l.get("event") == "done"), "the launcher's done")
+    done = until(r, lambda: job.find(lambda line: line.get("event") == "done"), "the launcher's done")
     assert done, explain(r)
 
     [cmd] = [c for c in commands(r) if c.action == "evict"]
     assert cmd.verify(load_verify_keys([r.env["FAULTLENS_VERIFY_KEY"]])) and cmd.diagnosis_id == d.id and cmd.nodes == ("n001",)
     assert restart[0]["command_id"] == cmd.id
     assert [e.data["command_id"] for e in events(r, "jobs", "restart")] == [cmd.id]
-    decisions = rem.find(lambda l: l.get("diagnosis_id") == d.id)
+    decisions = rem.find(lambda line: line.get("diagnosis_id") == d.id)
     assert decisions and decisions[0]["sent"] is True
     # standby s000 ran as a node after the restart: its rank published steps
     assert any(e.node == "s000" for e in events(r, "telemetry.train", "step"))
@@ -131,10 +131,10 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
     remediate(r)
     job = launch(r, 2, ["--steps", "100", "--step-sleep", "0.1", "--nan-at", "25"])
 
-    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
+    restart = until(r, lambda: job.find(lambda line: line.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     assert restart[0]["action"] == "rollback" and restart[0]["resume"] == "rollback" and restart[0]["nodes_out"] == []
-    done = until(r, lambda: job.find(lambda l: l.get("event") == "done"), "the launcher's done")
+    done = until(r, lambda: job.find(lambda line: line.get("event") == "done"), "the launcher's done")
     assert done, explain(r)
     actions = [c.action for c in commands(r)]
     assert "rollback" in actions and "evict" not in actions
@@ -158,7 +158,7 @@ def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
             "--proc-pattern", rf"reference_trainer --node {node}\b"], r.env, r.dir))
     job = launch(r, 4, ["--steps", "400", "--step-sleep", "0.1", "--pp", "2", "--hang-rank", "3", "--hang-at", "20"])
 
-    restart = until(r, lambda: job.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
+    restart = until(r, lambda: job.find(lambda line: line.get("event") == "restart"), "the launcher's restart")
     assert restart, explain(r)
     evicts = [c for c in commands(r) if c.action == "evict"]
     assert evicts, explain(r)

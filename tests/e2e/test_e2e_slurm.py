@@ -32,7 +32,7 @@ from faultlens.events.signing import write_key_pair
 from faultlens.remediation.actuators.slurm import parse_show_node, state_flags
 from tests.kafka_fixtures import job_records
 from tests.progress import files_size, procs_progress, wait_until
-from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
+from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason
 
 REASON = skip_reason()
 # Waits end when their event comes, or fail when no process of the test printed, logged (at INFO) or
@@ -111,7 +111,7 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
                 "collect", "--bootstrap", bootstrap, "--job", job, "--node", node, "--no-nvml", "--no-kernel",
                 "--heartbeat-interval", "2", "--trainer-log", str(tmp_path / "ranks" / f"*-{node}.log"),
                 "--check-path", str(work), "--check-timeout", "30", *extra], env, tmp_path))
-        assert until(lambda: all(a.find(lambda l: l.get("event") == "started") for a in agents.values()),
+        assert until(lambda: all(a.find(lambda line: line.get("event") == "started") for a in agents.values()),
                      "every agent's started line"), explain()
         launcher = start(pipeline.launcher(
             ["--job", job, "--nodes", "2", "--node-names", f"{HEALTHY},{SUSPECT}", "--standby", ",".join(STANDBYS),
@@ -119,9 +119,9 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
             ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--steps", "40", "--step-sleep", "0.1",
              "--crash-rank", "1", "--crash-at", "15", "--crash-error", CUDA_ERROR], env, tmp_path))
 
-        restart = until(lambda: launcher.find(lambda l: l.get("event") == "restart"), "the launcher's restart")
+        restart = until(lambda: launcher.find(lambda line: line.get("event") == "restart"), "the launcher's restart")
         assert restart, explain()
-        done = until(lambda: launcher.find(lambda l: l.get("event") == "done"), "the launcher's done")
+        done = until(lambda: launcher.find(lambda line: line.get("event") == "done"), "the launcher's done")
         assert done, explain()
     finally:
         for p in reversed(started):
@@ -129,8 +129,8 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     took = time.monotonic() - t0
 
     # The crash was held for the checks, then the job went on without the suspect.
-    assert launcher.find(lambda l: l.get("event") == "crash")
-    assert launcher.find(lambda l: l.get("event") == "waiting_for_checks"), explain()
+    assert launcher.find(lambda line: line.get("event") == "crash")
+    assert launcher.find(lambda line: line.get("event") == "waiting_for_checks"), explain()
     [first] = restart[:1]
     assert first["action"] == "evict" and first["nodes_out"] == [SUSPECT] and first["nodes_in"] == [STANDBYS[0]]
     assert first["nodes"] == [HEALTHY, STANDBYS[0]]
@@ -167,7 +167,7 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     assert suspect["Reason"].startswith(f"faultlens diagnosis={crash.id} fault={crash.fault}"), suspect
     for node in (HEALTHY, *STANDBYS):
         assert "DRAIN" not in state_flags(show_node(cluster, node)["State"]), node
-    decided = rem.find(lambda l: l.get("action") == "evict" and l.get("job") == job)  # the broker has other tests' jobs
+    decided = rem.find(lambda line: line.get("action") == "evict" and line.get("job") == job)  # the broker has other tests' jobs
     assert decided and [(a["op"], a["outcome"], a["nodes"]) for a in decided[0]["actions"]] == [
         ("take_out", "ok", [SUSPECT])]
     recorded = job_records(kafka_settings, topics.ACTIONS, ActionRecord.decode, job, idle_s=0.3)

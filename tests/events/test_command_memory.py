@@ -14,7 +14,7 @@ def test_ids_survive_a_restart_until_they_expire(tmp_path):
     assert "a" in restarted and "b" in restarted
     restarted.remember("c", expires_at=1900.0, now=1400.0)  # "a" expired at 1300: forgotten
     assert "a" not in restarted
-    lines = [json.loads(l) for l in path.read_text().splitlines()]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == [{"id": "b", "expires_at": 1600.0}, {"id": "c", "expires_at": 1900.0}]
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 

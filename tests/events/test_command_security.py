@@ -24,8 +24,9 @@ def evict(**kw):
     return Command(**{**base, **kw})
 
 
-def receiver(tmp_path, node="n004", rank=None, keys: VerifyKeys = OURS.verify_keys()):
-    return CommandScreen(keys, "train-7", node, rank, memory=CommandMemory(memory_file(tmp_path, "agent", "train-7", node)))
+def receiver(tmp_path, node="n004", rank=None, keys: VerifyKeys | None = None):
+    return CommandScreen(OURS.verify_keys() if keys is None else keys, "train-7", node, rank,
+                         memory=CommandMemory(memory_file(tmp_path, "agent", "train-7", node)))
 
 
 def refused(result, words):

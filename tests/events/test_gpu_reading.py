@@ -51,7 +51,7 @@ def test_a_plain_sample_reads_as_the_general_decoding_does():
                                                                      general.data.keys())
     # The keys some detector reads, as the general decoding reads them; the others skipped.
     assert [dict(g) for g in typed.data["gpus"]] == [{k: g[k] for k in row} for g, row in
-                                                      zip(general.data["gpus"], typed.data["gpus"])]
+                                                      zip(general.data["gpus"], typed.data["gpus"], strict=True)]
     assert {"nvlink_errors", "mem_util", "recovery_action"}.isdisjoint(typed.data["gpus"][0])
     mine, theirs = gpu_table(typed), read_table(general.data["gpus"])
     assert mine.typed and not theirs.typed

@@ -129,7 +129,7 @@ def _acks() -> list[Envelope]:
 
 def _folded(corpus: list[Envelope]) -> list[Envelope]:
     folder = Folder(interval_s=5.0)
-    for i, event in enumerate(e for e in corpus if e.kind in ("xid", "nccl_warn", "disk_error", "oom_kill")):
+    for event in (e for e in corpus if e.kind in ("xid", "nccl_warn", "disk_error", "oom_kill")):
         for repeat in range(3):
             folder.admit(Envelope(ts=T + repeat, job="j", node="n0", source=event.source, kind=event.kind,
                                   data=dict(event.data)), None, T + repeat)

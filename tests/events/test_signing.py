@@ -45,7 +45,7 @@ def test_keys_show_names_both_halves_by_the_same_id(tmp_path):
     private, public = write_key_pair(tmp_path)
     out = run_watched([sys.executable, "-m", "faultlens", "keys", "show", str(private), str(public)],
                       stall_s=60, cpu=True, limit_s=280)
-    rows = [json.loads(l) for l in out.stdout.splitlines()]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["kind"] for r in rows] == ["private", "public"] and rows[0]["key_id"] == rows[1]["key_id"]
 
 

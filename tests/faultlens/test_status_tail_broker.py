@@ -66,8 +66,8 @@ def test_status_and_tail_tell_a_jobs_story(kafka_settings, tmp_path):
 
     out = faultlens(kafka_settings, "tail", job, "--from-start", "--steps-every", "0")
     assert out.returncode == 0, out.stderr[-2000:]  # ended by the job's end, not by a clock
-    lines = [json.loads(l) for l in out.stdout.splitlines()]
-    whats = [l["what"] for l in lines]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    whats = [line["what"] for line in lines]
     assert {"topology", "restart", "diagnosis", "command"} <= set(whats) and whats[-1] == "end"
-    assert [l["step"] for l in lines if l["what"] == "step"] == list(range(1, 31))
-    assert all(l["job"] == job for l in lines)
+    assert [line["step"] for line in lines if line["what"] == "step"] == list(range(1, 31))
+    assert all(line["job"] == job for line in lines)

@@ -65,8 +65,8 @@ def test_the_report_lists_every_action_with_its_diagnosis_and_answer(tmp_path, c
     assert section.heading == "Actions taken"
     assert section.header == ["issued (UTC)", "job", "action", "nodes", "diagnosis", "fault class", "confidence",
                               "receivers", "acks", "refused because", "reason"]
-    rows = [dict(zip(section.header, (text for text, _ in r))) for r in section.rows]
-    css = [dict(zip(section.header, (cls for _, cls in r))) for r in section.rows]
+    rows = [dict(zip(section.header, (text for text, _ in r), strict=True)) for r in section.rows]
+    css = [dict(zip(section.header, (cls for _, cls in r), strict=True)) for r in section.rows]
     assert [(r["job"], r["action"], r["nodes"], r["diagnosis"]) for r in rows] == [
         ("j1", "evict", "n2, n3, n0", "d2"),   # T0+91
         ("j1", "evict", "n1", "d1"),           # c1, T0+115

@@ -82,5 +82,5 @@ def test_the_stretch_integral_is_the_quadrature_of_its_definition():
     assert speed(0.0, None) == pytest.approx(mean_speed(s, lam), rel=1e-12)
     for f in (None, faults[1], faults[2]):
         name = f.name if f is not None else None
-        want = quad(lambda y: speed(y, name) * density(y), 0, period, points=[stall, 600.0, 2700.0], limit=200)[0]
+        want = quad(lambda y, name=name: speed(y, name) * density(y), 0, period, points=[stall, 600.0, 2700.0], limit=200)[0]
         assert unsaved_work(s, lam, tau, stall, partial, f) == pytest.approx(want, rel=1e-8)

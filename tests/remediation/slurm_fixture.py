@@ -28,8 +28,8 @@ def _started(path: Path, **kwargs):
 
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
-    """A cluster with this machine's slurmd, for the tests of a module (import this fixture into
-    the test module or a conftest)."""
+    """A cluster with this machine's slurmd, for the tests of a module (tests/conftest.py registers
+    this module's fixtures)."""
     yield from _started(tmp_path_factory.mktemp("slurm"))
 
 

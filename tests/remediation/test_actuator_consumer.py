@@ -22,7 +22,6 @@ from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNO
 from faultlens.remediation.policy import Decision, Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.runner import Record
-from tests.remediation.slurm_fixture import slurm_controller  # noqa: F401
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

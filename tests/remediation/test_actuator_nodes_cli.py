@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.progress import run_watched  # waits while it prints or computes (issue 47)
-from tests.remediation.slurm_fixture import GHOST_NODES, slurm_controller  # noqa: F401
+from tests.remediation.slurm_fixture import GHOST_NODES
 
 
 def faultlens(*argv, env=None):

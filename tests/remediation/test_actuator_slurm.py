@@ -11,7 +11,7 @@ import pytest
 from faultlens.remediation.actuators.base import ActionRequest, carry_out
 from faultlens.remediation.actuators.slurm import SlurmActuator, SlurmConfig, parse_show_node, state_flags
 from tests.progress import others_ticks, wait_until
-from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason, slurm_cluster  # noqa: F401
+from tests.remediation.slurm_fixture import GHOST_NODES, REAL_NODE, skip_reason
 
 REASON = skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")

@@ -69,8 +69,8 @@ def test_group_turns_diagnoses_into_signed_commands_and_dead_letters_garbage(kaf
     assert all(c.verify(KEY.verify_keys()) for c in cmds)
     evict = next(c for c in cmds if c.action == "evict")
     assert evict.nodes == (machine(job, 1),) and evict.diagnosis_id == hw.id
-    lines = [json.loads(l) for l in (tmp_path / "decisions.jsonl").read_text().splitlines()]
-    assert [l["action"] for l in lines if l["job"] == job] == ["evict", "rollback"]  # redelivered id skipped
+    lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [line["action"] for line in lines if line["job"] == job] == ["evict", "rollback"]  # redelivered id skipped
     dead = [orjson.loads(m.value) for m in read_topic(kafka_settings, "dead-letter", idle_s=0.5, timeout_s=120)]
     mine = [d for d in dead if d.get("group") == group_name and job in (d.get("value") or "")]
     assert len(mine) == 3 and sum("bad topology" in d["reason"] for d in mine) == 1
@@ -87,7 +87,7 @@ def test_cli_is_observe_only_by_default_and_breaker_reset_works(kafka_settings, 
                        "--group", f"g-{job}"], env=env, stall_s=60, cpu=True, limit_s=280)
     assert out.returncode == 0, out.stderr
     assert "ephemeral command-signing key" in out.stderr
-    mine = [json.loads(l) for l in out.stdout.splitlines() if json.loads(l)["job"] == job]
+    mine = [json.loads(line) for line in out.stdout.splitlines() if json.loads(line)["job"] == job]
     assert len(mine) == 1 and mine[0]["mode"] == "observe" and mine[0]["sent"] is False and mine[0]["action"] == "rollback"
     assert commands_for(kafka_settings, job) == []
 

@@ -26,7 +26,7 @@ def test_lemon_same_hardware_class_twice_in_different_jobs_within_a_week():
     fleet = Fleet()
     assert fleet.observe_diagnosis(diag("job-a", "n7", "nvlink"), T0) == []
     lemons = fleet.observe_diagnosis(diag("job-b", "n7", "nvlink", ts=T0 + 2 * DAY_S), T0 + 2 * DAY_S)
-    assert [(l.node, l.job, l.verdict.rule) for l in lemons] == [("n7", "job-b", "repeat:nvlink")]
+    assert [(lemon.node, lemon.job, lemon.verdict.rule) for lemon in lemons] == [("n7", "job-b", "repeat:nvlink")]
     assert len(lemons[0].verdict.diagnosis_ids) == 2 and "job-a" in lemons[0].verdict.reason
     assert fleet.record("n7").state() == LEMON_STATE and fleet.lemons() == {"n7"}
 
@@ -78,7 +78,7 @@ def test_lemon_only_culprit_in_two_different_jobs():
     # the same job again does not make it a machine problem
     assert fleet.observe_diagnosis(diag("a", "n5", "cuda_error", "stop_time_diagnosis", ts=T0 + 2 * 3600), T0 + 7200) == []
     lemons = fleet.observe_diagnosis(diag("b", "n5", "nccl_error", "reattempt", ts=T0 + DAY_S), T0 + DAY_S)
-    assert [l.verdict.rule for l in lemons] == ["culprit_jobs"]
+    assert [lemon.verdict.rule for lemon in lemons] == ["culprit_jobs"]
 
 
 def test_lemon_low_confidence_does_not_count():
@@ -97,7 +97,7 @@ def test_lemon_two_failed_stop_time_checks():
     assert fleet.observe_checks("a", "d2", unrun, T0 + 50) == []  # could not run: no evidence
     assert fleet.observe_checks("a", "d3", passed, T0 + 60) == []
     again = {"n2": {**failed["n2"], "ts": T0 + DAY_S}}
-    assert [l.verdict.rule for l in fleet.observe_checks("b", "d4", again, T0 + DAY_S)] == ["failed_checks"]
+    assert [lemon.verdict.rule for lemon in fleet.observe_checks("b", "d4", again, T0 + DAY_S)] == ["failed_checks"]
 
 
 def test_lemon_resume_forgives_the_past_and_is_recorded():

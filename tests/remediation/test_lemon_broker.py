@@ -241,7 +241,7 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
         def times() -> tuple:
             return tuple(diagnose.engine.job_time(job) or float("-inf") for job in (a, b))
 
-        wait_until(lambda: all(t >= last[job] + 2.0 for job, t in zip((a, b), times())), progress=times, stall_s=60,
+        wait_until(lambda: all(t >= last[job] + 2.0 for job, t in zip((a, b), times(), strict=True)), progress=times, stall_s=60,
                    what="each job's time to pass its last line by 2 s")
     finally:
         runner.stop()

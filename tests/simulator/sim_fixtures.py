@@ -28,7 +28,7 @@ class SimTrace:
     path: Path
 
     def label(self, fault: str) -> dict[str, Any]:
-        return next(l for l in self.labels if l["fault"] == fault)
+        return next(label for label in self.labels if label["fault"] == fault)
 
     def window(self, label: dict[str, Any], before: float = 0.0, after: float = 0.0) -> list[Envelope]:
         return [e for e in self.events if label["onset"] - before <= e.ts < label["end"] + after]

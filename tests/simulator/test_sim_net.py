@@ -77,7 +77,7 @@ def test_rails_and_nodes_differ_a_little(net_trace):
 
 def test_background_errors_are_rare(net_trace):
     events, labels = net_trace
-    faulty = {l["nodes"][0] for l in labels}
+    faulty = {label["nodes"][0] for label in labels}
     deltas = [p["deltas"]["symbol_error"] or 0 for e in nets(events) if e.node not in faulty for p in e.data["ports"]]
     assert sum(1 for d in deltas if d) < 0.01 * len(deltas)
 
@@ -94,7 +94,7 @@ def test_kernel_flaps_show_in_the_counters(net_trace):
 def test_counter_flaps_have_no_kernel_line(net_trace):
     events, labels = net_trace
     node, t = NODE["counter_flap"], ONSET["counter_flap"]
-    label = next(l for l in labels if l["detail"].startswith("counter_flap"))
+    label = next(entry for entry in labels if entry["detail"].startswith("counter_flap"))
     dev = label["detail"].split(" on ")[1].split()[0]
     assert sum(port(e, dev)["deltas"]["link_downed"] or 0 for e in nets(events, node, t, t + 120)) >= 2
     assert not [e for e in events if e.node == node and e.source == "kernel" and t <= e.ts - CFG.start_ts < t + 120]
@@ -102,13 +102,13 @@ def test_counter_flaps_have_no_kernel_line(net_trace):
 
 def test_error_burst_and_degrading_link(net_trace):
     events, labels = net_trace
-    burst = next(l for l in labels if l["detail"].startswith("error_burst"))
+    burst = next(label for label in labels if label["detail"].startswith("error_burst"))
     dev = burst["detail"].split(" on ")[1].split()[0]
     t = ONSET["error_burst"]
     errors = sum(port(e, dev)["deltas"]["symbol_error"] or 0 for e in nets(events, NODE["error_burst"], t, t + 90))
     assert errors > 1000
     assert port(nets(events, NODE["error_burst"], t + 30, t + 40)[0], dev)["state"] == "ACTIVE"
-    slow = next(l for l in labels if l["detail"].startswith("degrading"))
+    slow = next(label for label in labels if label["detail"].startswith("degrading"))
     dev = slow["detail"].split(" on ")[1].split()[0]
     t, node = ONSET["degrading"], NODE["degrading"]
     early, late = nets(events, node, t, t + 120), nets(events, node, t + 400, t + 520)
@@ -120,7 +120,7 @@ def test_error_burst_and_degrading_link(net_trace):
 
 def test_rail_drop_moves_the_share_to_the_other_rails(net_trace):
     events, labels = net_trace
-    label = next(l for l in labels if l["detail"].startswith("rail_drop"))
+    label = next(entry for entry in labels if entry["detail"].startswith("rail_drop"))
     dev = label["detail"].split(": ")[1].split()[0]
     t, node = ONSET["rail_drop"], NODE["rail_drop"]
     during = [e for e in nets(events, node, t + 10, t + 100) if rail_rate(e, "mlx5_0" if dev != "mlx5_0" else "mlx5_1")]
@@ -130,8 +130,8 @@ def test_rail_drop_moves_the_share_to_the_other_rails(net_trace):
 
 def test_labels_name_the_nic_class_and_variant(net_trace):
     _, labels = net_trace
-    assert [l["fault"] for l in labels] == ["nic"] * len(NIC_VARIANTS)
-    assert {l["detail"].split(":")[0].split()[0] for l in labels} >= {"counter_flap", "error_burst", "degrading",
+    assert [label["fault"] for label in labels] == ["nic"] * len(NIC_VARIANTS)
+    assert {label["detail"].split(":")[0].split()[0] for label in labels} >= {"counter_flap", "error_burst", "degrading",
                                                                       "rail_drop"}
     with pytest.raises(ValueError, match="unknown variant"):
         list(simulate(CFG, FaultPlan().fail_at("nic", node="n001", t=10, detail="bogus"), duration=30).events())

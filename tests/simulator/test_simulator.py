@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from itertools import pairwise
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_the_classes_simulated_are_those_with_an_injector():
 
 
 def test_every_class_is_labelled_once_with_the_contract_keys(every_class_trace):
-    faults = sorted(l["fault"] for l in every_class_trace.labels)
+    faults = sorted(label["fault"] for label in every_class_trace.labels)
     assert faults == sorted(SIM_CLASSES)
     assert "unknown" not in faults and set(faults) <= set(FAULT_CLASSES)
     for label in every_class_trace.labels:
@@ -58,7 +59,7 @@ def test_events_are_valid_envelopes_in_time_order_topology_first(every_class_tra
     events = every_class_trace.events
     assert events[0].source == "job" and events[0].kind == "topology"
     Topology.from_data(events[0].data)  # a valid topology
-    assert all(a.ts <= b.ts for a, b in zip(events, events[1:]))
+    assert all(a.ts <= b.ts for a, b in pairwise(events))
     assert len({e.id for e in events}) == len(events)
     for e in events[:: max(1, len(events) // 2000)]:
         assert decode(encode(e)) == e
@@ -76,8 +77,8 @@ def test_same_seed_same_events_other_seed_other_events():
 def test_job_wide_episodes_never_overlap(every_class_trace):
     from faultlens.simulator import JOB_WIDE
 
-    wide = sorted((l for l in every_class_trace.labels if l["fault"] in JOB_WIDE), key=lambda l: l["onset"])
-    for a, b in zip(wide, wide[1:]):
+    wide = sorted((label for label in every_class_trace.labels if label["fault"] in JOB_WIDE), key=lambda label: label["onset"])
+    for a, b in pairwise(wide):
         assert a["end"] <= b["onset"], (a, b)
 
 
@@ -150,7 +151,7 @@ def test_nic_flaps_twice_within_five_minutes_and_single_flaps_are_unlabelled(eve
     downs = [e.ts for e in _lines(t.window(label), "kernel", label["nodes"][0]) if e.data["line"].endswith("Link down")]
     assert len(downs) >= 2 and downs[1] - downs[0] < 300
     # Noise: a link-down outside every nic label must be alone on its node within 5 minutes.
-    nic_windows = [(l["nodes"][0], l["onset"], l["end"]) for l in t.labels if l["fault"] == "nic"]
+    nic_windows = [(label["nodes"][0], label["onset"], label["end"]) for label in t.labels if label["fault"] == "nic"]
     noise = [e for e in _lines(t.events, "kernel") if e.data["line"].endswith("Link down")
              and not any(e.node == n and a <= e.ts < b for n, a, b in nic_windows)]
     for e in noise:
@@ -205,7 +206,7 @@ def test_user_code_traceback_on_the_rank(every_class_trace):
     label = t.label("user_code")
     rank_lines = [e.data["line"] for e in _lines(t.window(label), "nccl") if e.data["line"].startswith(f"[rank{label['ranks'][0]}]:")]
     assert rank_lines[0].endswith("Traceback (most recent call last):")
-    assert any("KeyError" in l for l in rank_lines)
+    assert any("KeyError" in line for line in rank_lines)
 
 
 def test_nan_and_spike_show_in_the_loss(every_class_trace):
@@ -288,7 +289,7 @@ def test_healthy_variance_is_there():
     assert any("sw_power_cap" in g["throttle"] for g in rows)
     assert max(means) - min(means) > 4.0  # some nodes run warmer than others
     steps = sorted({(e.ts, e.data["step"]) for e in events if e.kind == "step" and e.data["rank"] == 0})
-    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+    gaps = [b[0] - a[0] for a, b in pairwise(steps)]
     assert max(gaps) > 1.5 * statistics.median(gaps)  # checkpoint / eval pauses
 
 

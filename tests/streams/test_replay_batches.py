@@ -40,7 +40,7 @@ def _odd_events() -> list[Envelope]:
     sources = [("gpu", "sample"), ("kernel", "line"), ("nccl", "line"), ("train", "step"), ("net", "sample"),
                ("summary", "window"), ("job", "topology")]
     return [Envelope(v=1, id=f"id-{i}-é", ts=ts, job="作业-α", node=node, source=source, kind=kind, data=d)
-            for i, (ts, node, (source, kind), d) in enumerate(zip(stamps, names, sources, data))]
+            for i, (ts, node, (source, kind), d) in enumerate(zip(stamps, names, sources, data, strict=True))]
 
 
 @pytest.fixture(params=[1, 3, 4096], ids=["rows1", "rows3", "rows4096"])

@@ -33,7 +33,7 @@ def test_messages_are_what_encode_writes_for_a_simulated_trace(tmp_path):
     events = list(iter_trace(path))
     messages = list(trace_messages(path))
     assert len(messages) == len(events) > 100
-    for m, e in zip(messages, events):
+    for m, e in zip(messages, events, strict=True):
         assert (m.topic, m.key, m.value, m.ts) == (topic_for(e), e.key, encode(e), e.ts)
     assert any(m.topic == "jobs" and m.key == b"job-msg" for m in messages)  # job records keyed by job
 

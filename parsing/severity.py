@@ -44,7 +44,8 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded",
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
-          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle")
+          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
+          "bad block", "bad sector")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
 # with those of the level words of err or worse (kern.crit, [EMERG], level=alert; "err" is one already).
@@ -56,7 +57,9 @@ _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
     r"medium error|lost|resets?|resetting|unrecoverable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
     r"offline|not responding|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
-    r"unable to handle kernel)\b|"
+    r"unable to handle kernel|"
+    # corruption by its other words: a checksum that does not match, a block the device cannot serve
+    r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
     r"\bBUG: |rc = -\d+|status: -\d+",
     re.IGNORECASE,
 )

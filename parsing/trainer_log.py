@@ -203,6 +203,8 @@ class TrainerLogParser:
             # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
             if event.data.get("fault") in _ERROR_CLASSES:
                 self._folded[(None, event.data["fault"])] = (self._n, self._t)
+            if event.kind == "nccl_timeout":
+                self._folded[(key, "nccl_timeout")] = (self._n, self._t)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -411,6 +413,15 @@ class TrainerLogParser:
         return [("exception", data)]
 
     def _seen_rule(self, key: Any, fold: Any) -> bool:
+        if fold[0] == "nccl_error":
+            # A rule folding as NCCL's error (ProcessGroupNCCL's own E lines): what the process group
+            # prints after a watchdog timeout or an NCCL error of the rank (the failed collective's
+            # stack, the flight recorder's dump, the heartbeat) is that error's echo, over its C++ dump
+            # and however long the dump took (by lines, not seconds: it waits on the flight recorder).
+            seen = any((at := self._folded.get((key, f))) is not None and self._n - at[0] <= CXX_FOLD_LINES
+                       for f in ("nccl_error", "nccl_timeout"))
+            self._folded[(key, "nccl_error")] = (self._n, self._t)
+            return seen
         seen = self._fold(key, fold)
         self._folded[(key, fold)] = (self._n, self._t)
         return seen

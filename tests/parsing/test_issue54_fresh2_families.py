@@ -206,3 +206,38 @@ def test_slurm_refusing_a_request_is_the_submissions_fault_not_a_controller_time
 ])  # fmt: skip
 def test_a_verbs_completion_error_outside_ncls_net_ib_is_nic(line):
     assert faults(acting(trainer(line))) == {"nic"}
+
+
+# ---- corruption by its other words, a controller's error log, the HCA's own verbs calls -----------
+@pytest.mark.parametrize("line", [
+    "[ 9000.1] JBD2: Invalid checksum recovering block 0 in log",
+    "[ 9000.2] EXT4-fs (sda1): ext4_validate_block_bitmap: bad block bitmap checksum",
+    "Apr 25 07:58:14 localhost kernel: [  853.905633] sd 1:2:0:0: [sdb] tag#261 Bad block number requested",
+    "status_field : 0xc502(READ_ERROR: The read data could not be recovered from the media)",
+])  # fmt: skip
+def test_corruption_and_a_controllers_error_entry_are_storage(line):
+    assert faults(acting(kernel(line))) == {"storage"}
+
+
+@pytest.mark.parametrize("line", [
+    "[ 9000.1] EXT4-fs (sda1): mounted filesystem with ordered data mode. Quota mode: none. metadata_csum enabled",
+    "[ 9000.2] md/raid1:md0: bad block list enabled",
+    "status_field    : 0(SUCCESS: The command completed successfully)",
+])  # fmt: skip
+def test_storage_words_that_are_no_fault_are_quiet(line):
+    assert not acting(kernel(line))
+
+
+def test_a_verbs_call_on_the_hca_itself_is_nic_an_allocation_nccls():
+    assert faults(trainer("misc/ibvwrap.cu:220 NCCL WARN Call to ibv_get_async_event failed")) == {"nic"}
+    assert faults(trainer("misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory")) == {"nccl_error"}  # fmt: skip
+
+
+def test_process_group_lines_after_a_watchdog_timeout_are_its_echo_on_that_rank_only():
+    timeout = ("[rank0]:[E1126 20:55:39.229222542 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=65536, NumelOut=65536, Timeout(ms)=3000) ran for 3067 milliseconds before timing out.")  # fmt: skip
+    fillers = [f"[rank0]:frame #{i}: <unknown function> + 0x{i:x} (0x0 in /usr/lib/libtorch.so)" for i in range(20)]
+    dump = "[rank0]:[E1126 20:56:05.811663435 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0 Rank 0] ProcessGroupNCCL preparing to dump debug info."  # fmt: skip
+    other = "[rank1]:[E1126 20:56:05.811663435 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0 Rank 1] ProcessGroupNCCL preparing to dump debug info."  # fmt: skip
+    events = trainer(timeout, *fillers, dump, other)
+    assert [(e.kind, e.data.get("rank")) for e in events] == [("nccl_timeout", 0), ("nccl_error", 1)]

@@ -1,6 +1,6 @@
 """The operator side never stops training (issue 58): a real `faultlens run` job (one gloo worker
-on CPU, the hook in its loop) trains to its end with the broker killed (SIGKILL) mid-run and
-brought back later, and with no broker at all. The workers' telemetry is spooled meanwhile and
+on CPU, the hook in its loop) trains to its end with the broker killed (SIGKILL) or stopped
+(SIGTERM) mid-run and brought back later, and with no broker at all. The workers' telemetry is spooled meanwhile and
 reaches the broker once it is back; nothing prints a traceback.
 """
 
@@ -62,7 +62,8 @@ def finish(agent: Agent, ckpt: Path, control: Path) -> None:
     assert "Traceback" not in agent.log.read_text(errors="replace"), agent.story()
 
 
-def test_torchrun_job_trains_through_a_broker_killed_mid_run(tmp_path):
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_torchrun_job_trains_through_a_broker_lost_mid_run(how, tmp_path):
     job = f"outage-{uuid.uuid4().hex[:8]}"
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     settings = KafkaSettings(bootstrap=broker.bootstrap)
@@ -73,7 +74,10 @@ def test_torchrun_job_trains_through_a_broker_killed_mid_run(tmp_path):
         wait_until(lambda: len(checkpoints(ckpt)) >= 2, progress=lambda: moved(agent, ckpt), stall_s=STALL_S,
                    what="checkpoints before the outage", explain=agent.story)
 
-        broker.proc.kill()  # SIGKILL: no goodbye to any client
+        if how == "killed":
+            broker.proc.kill()  # SIGKILL: no goodbye to any client
+        else:
+            broker.proc.terminate()  # SIGTERM: the broker closes its connections
         broker.proc.wait()
         broker.proc = None
         # Checkpoint k is written before step k is published: step before+5 (its checkpoint not yet

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterable, Mapping
 
 from faultlens.events.action_record import HARDWARE_INSPECTION
@@ -168,6 +169,10 @@ def _span(facts: list[Mapping[str, Any]], at: float, window_s: float,
     return None
 
 
+def _at_least(need: int, facts: list[Mapping[str, Any]]) -> bool:
+    return len(facts) >= need
+
+
 def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, Any]], since: float, at: float,
           config: LemonConfig) -> LemonVerdict | None:
     """Whether ``node`` is a lemon once the fact of time ``at`` is added, from its counted faults
@@ -181,14 +186,14 @@ def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, 
             by_class.setdefault(f["fault"], []).append(f)
     for fault, seen in sorted(by_class.items()):
         rule = config.rule(fault)
-        hit = _span(seen, at, rule.window_s, lambda fs, need=rule.count: len(fs) >= need)
+        hit = _span(seen, at, rule.window_s, partial(_at_least, rule.count))
         if rule.mode == "repeat" and hit:
             ids = tuple(f["diagnosis_id"] for f in hit)
             jobs = sorted({f["job"] for f in hit})
             return LemonVerdict(f"repeat:{fault}", f"{fault} {len(hit)} times in {rule.window_s / DAY_S:g} days "
                                 f"(jobs {', '.join(jobs)}; diagnoses {', '.join(ids)})", ids)
     failed = [c for c in checks if c["ts"] > since and c.get("failed")]
-    hit = _span(failed, at, config.window_s, lambda cs: len(cs) >= config.failed_checks) if config.failed_checks else None
+    hit = _span(failed, at, config.window_s, partial(_at_least, config.failed_checks)) if config.failed_checks else None
     if hit:
         ids = tuple(c.get("diagnosis_id", "") for c in hit)
         return LemonVerdict("failed_checks", f"stop-time checks failed {len(hit)} times in "

@@ -6,6 +6,12 @@
         loss = train_step()
         hook.step(loss=loss.item(), grad_norm=g, tokens=n)   # may raise SystemExit(code)
 
+Telemetry goes out through trainer_hooks/outbox.py: ``step`` only appends to a bounded spool that a
+thread of its own sends, so no broker, a lost one or a slow one never stops training.
+``TrainerHook.from_env(...)`` makes the hook from the environment `faultlens run` sets (off under
+plain torchrun); an uncaught exception is written to torchrun's error file for the launcher
+(trainer_hooks/worker_exits.py).
+
 Commands (see trainer_hooks.listener for what is obeyed):
 - ``checkpoint``: ``on_checkpoint()`` runs in the training thread at the next step boundary;
 - ``capture_stacks``: every thread's stack (faulthandler) is published at once, from the

@@ -6,21 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.registry import parser_for
-
-
-def kernel(*lines: str):
-    p = parser_for("kernel")
-    return [e for line in lines for e in p.feed(line)] + p.flush()
-
-
-def trainer(*lines: str):
-    p = parser_for("nccl")
-    return [e for line in lines for e in p.feed(line)] + p.flush()
-
-
-def acting(events):
-    return [e for e in events if e.data["action"] != "none"]
+from tests.parsing.test_issue54_fresh1_families import acting, kernel, trainer
 
 
 def faults(events):

@@ -227,3 +227,17 @@ def test_process_group_lines_after_a_watchdog_timeout_are_its_echo_on_that_rank_
     other = "[rank1]:[E1126 20:56:05.811663435 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0 Rank 1] ProcessGroupNCCL preparing to dump debug info."  # fmt: skip
     events = trainer(timeout, *fillers, dump, other)
     assert [(e.kind, e.data.get("rank")) for e in events] == [("nccl_timeout", 0), ("nccl_error", 1)]
+
+
+@pytest.mark.parametrize("line", [
+    "[ 9001.4] clocksource:                       'hpet' wd_nsec: 511996988 wd_now: 6a8a5fa wd_last: 5d9d5b8 mask: ffffffff",
+    "Mar  3 10:00:00 node7 ptp4l[1022]: [5432.1] clockcheck: clock jumped forward or running faster than expected!",
+])  # fmt: skip
+def test_the_clock_watchdogs_detail_and_ptps_clock_check_are_clock_skew(line):
+    assert faults(acting(kernel(line))) == {"clock_skew"}
+
+
+def test_ucx_names_any_error_completion_on_its_port():
+    line = "[host:1:0:1] ib_mlx5_log.c:171  Remote access error on mlx5_0:1/IB (synd 0x13 vend 0x88 hw_synd 0/0)"
+    events = trainer(line)
+    assert faults(acting(events)) == {"nic"} and events[0].data["device"] == "mlx5_0"

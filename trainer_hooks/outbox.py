@@ -79,6 +79,9 @@ class Outbox:
         self._closing = False
         self._give_up = False  # close: stop retrying, leave what is left
         self._sink: Sink | None = None
+        # Producers let go while their broker was away: closed once their own queue gives up or
+        # delivers (their network thread would otherwise live on, one per outage).
+        self._abandoned: list[Sink] = []
         self.delivered = 0
         self.dropped = 0
         self.outages = 0
@@ -162,11 +165,15 @@ class Outbox:
     def _run(self) -> None:
         try:
             while True:
+                self._reap()
                 with self._cond:
                     while not self._queue and not self._closing:
-                        self._cond.wait()
-                    if self._give_up or not self._queue:
+                        if not self._cond.wait(self.retry_s * 5 if self._abandoned else None):
+                            break  # a while idle with producers to reap
+                    if self._give_up or (self._closing and not self._queue):
                         return
+                    if not self._queue:
+                        continue
                     n = min(len(self._queue), self.batch)
                     batch = [self._queue.popleft() for _ in range(n)]
                     self._inflight = n
@@ -189,6 +196,7 @@ class Outbox:
                     self._wake.wait(self.retry_s)
         finally:
             self._drop_sink(abandon=self._give_up and self.down_since is not None)
+            self._reap()
 
     def _deliver(self, batch: list[Envelope]) -> bool:
         if self._sink is None:
@@ -228,8 +236,22 @@ class Outbox:
         if sink is None:
             return
         try:
-            # Abandoned: close at once (kafka-python then drops its own queue and its atexit flush,
-            # which would otherwise wait and print a traceback at the interpreter's exit).
+            # Abandoned: close without waiting (kafka-python drops its atexit flush at once, which
+            # would otherwise wait and print a traceback at the interpreter's exit).
             sink.close(0.0 if abandon else self.flush_s)
         except Exception as exc:  # noqa: BLE001 - closing a client whose broker is gone
             log.debug("closing the telemetry producer: %s", exc)
+            if abandon:
+                self._abandoned.append(sink)  # its records are still queued in it: closed later
+
+    def _reap(self) -> None:
+        """Close the abandoned producers that can close now: their records were delivered (the
+        broker came back; the spool sends them again too: a record may arrive twice, and the
+        diagnosis knows a record it saw by its id) or expired in their own queue."""
+        left = []
+        for sink in self._abandoned:
+            try:
+                sink.close(0.0)
+            except Exception:  # noqa: BLE001 - still holding undelivered records
+                left.append(sink)
+        self._abandoned = left

@@ -135,3 +135,38 @@ def test_a_hook_with_no_broker_at_start_trains_and_closes(tmp_path):
 def test_an_outbox_with_nowhere_to_send_is_refused_at_once(bad):
     with pytest.raises(ValueError, match="broker address"):
         Outbox(bad)
+
+
+class StubbornSink(Sink):
+    """A producer that cannot close while its broker is away (its own queue still holds records),
+    as kafka-python's close(0) raises then."""
+
+    def close(self, timeout=0.0) -> None:
+        if not self.up.is_set():
+            raise TimeoutError("records still queued")
+        self.closed = True
+
+
+def test_a_producer_let_go_in_an_outage_is_closed_once_it_can_be():
+    up = threading.Event()
+    up.set()
+    sinks: list[Sink] = []
+
+    def connect() -> Sink:
+        if not up.is_set():
+            raise ConnectionError("refused")
+        sinks.append(StubbornSink(up))
+        return sinks[-1]
+
+    box = Outbox(None, connect=connect, retry_s=0.01)
+    box.send_event(step(0))
+    assert box.flush(10.0)
+    up.clear()
+    box.send_event(step(1))
+    wait_until(lambda: box.down, progress=lambda: box.pending, stall_s=30, what="the lost broker")
+    assert not sinks[0].closed  # let go, not yet closed: one network thread per outage would pile up
+    up.set()
+    wait_until(lambda: sinks[0].closed, progress=lambda: (box.pending, len(sinks)), stall_s=30,
+               what="the abandoned producer's close")
+    assert delivered(sinks) == [0, 1]
+    box.close()

@@ -37,13 +37,13 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from bench.common import bench_broker
-from faultlens.streams.broker import EmbeddedBroker
+from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.events.trace import iter_trace
 from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import confluent_available, open_consumer
 from faultlens.streams.replay import replay_trace
-from faultlens.events.topics import TELEMETRY_TOPICS
-from faultlens.events.trace import iter_trace
 
 
 def _emit(row: dict) -> None:

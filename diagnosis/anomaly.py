@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from faultlens.diagnosis.drift_features import BASELINE, RECENT, MIN_PEERS as DRIFT_MIN_PEERS, DriftFeatures, DriftTracker, \
-    peer_drift_z, relative
+from faultlens.diagnosis.drift_features import BASELINE, RECENT, DriftFeatures, DriftTracker, peer_drift_z, relative
+from faultlens.diagnosis.drift_features import MIN_PEERS as DRIFT_MIN_PEERS
 from faultlens.diagnosis.features import DIRECTION, FEATURES, NodeWindow
 from faultlens.diagnosis.net_drift import NetDriftJudge
 from faultlens.diagnosis.peer_forest import JobForests
@@ -272,11 +272,11 @@ class DriftJudge:
         if len(feats) < DRIFT_MIN_PEERS:
             return []
         zs = peer_drift_z(feats)
-        vectors = np.array([f.vector(z) for f, z in zip(feats, zs)])
+        vectors = np.array([f.vector(z) for f, z in zip(feats, zs, strict=True)])
         hot = [sum(1 for s in ("compute", "clock", "power") if z.get(f"excess_{s}", 0.0) >= DRIFT_FOREST_Z) >= 2
                for z in zs]
         forest = self._forest_flags(job, vectors, np.array(hot))
-        judged = [(f, z, *_drift_score(f, z, bool(forest[i]))) for i, (f, z) in enumerate(zip(feats, zs))]
+        judged = [(f, z, *_drift_score(f, z, bool(forest[i]))) for i, (f, z) in enumerate(zip(feats, zs, strict=True))]
         suspects = sorted((j for j in judged if j[2] > 0), key=lambda j: -j[2])
         out: list[Finding] = []
         for f, z, score, why in judged:

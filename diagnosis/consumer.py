@@ -14,19 +14,19 @@ from typing import Any, Collection, Iterable, Mapping
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
-from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.event_time import UpstreamStop
-from faultlens.events.envelope import InvalidEvent, decode
-from faultlens.streams.producer import Outgoing
-from faultlens.streams.metrics import DIAGNOSES
-from faultlens.streams.reader import iter_topics
-from faultlens.streams.runner import GroupRunner, Record, dead_letter, record_bytes
 from faultlens.events import topics
 from faultlens.events.bundle import decode_bundled
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.envelope import InvalidEvent, decode
+from faultlens.events.event_time import UpstreamStop
 from faultlens.events.gpu_reading import decode_gpu_message
 from faultlens.events.net_reading import decode_net_message
 from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.metrics import DIAGNOSES
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.reader import iter_topics
+from faultlens.streams.runner import GroupRunner, Record, dead_letter, record_bytes
 
 log = logging.getLogger(__name__)
 

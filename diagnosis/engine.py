@@ -29,16 +29,17 @@ from faultlens.diagnosis.dedup import Dedup
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.implicit import ImplicitConfig
-from faultlens.parsing.rules import LineRule
-from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
-from faultlens.diagnosis.thresholds import Thresholds, shipped as shipped_thresholds
+from faultlens.diagnosis.thresholds import Thresholds
+from faultlens.diagnosis.thresholds import shipped as shipped_thresholds
 from faultlens.diagnosis.waves import Waves
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_stage import JobEnd, JobRestart
 from faultlens.events.topics import TELEMETRY_PARTITIONS
+from faultlens.parsing.rules import LineRule
 
 log = logging.getLogger(__name__)
 

@@ -32,15 +32,15 @@ from typing import Any, Iterable, Sequence
 
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.engine import known_kind
-from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
-from faultlens.parsing.rules import LineRule
 from faultlens.events import topics
 from faultlens.events.bundle import pack
-from faultlens.events.event_time import WriterWord
 from faultlens.events.envelope import Envelope, InvalidEvent, encode
+from faultlens.events.event_time import WriterWord
 from faultlens.events.payloads import check_payload
+from faultlens.parsing.rules import LineRule
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner import Record, dead_letter, record_bytes
 

@@ -21,17 +21,17 @@ from faultlens.diagnosis.features import FeatureWindows, NodeWindow
 from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.net_traffic import NetTraffic
-from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.diagnosis.rules import Finding, Rule, node_rules
 from faultlens.diagnosis.rules.base import opt_int
 from faultlens.diagnosis.rules.comms import FirstFailingRank
 from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
+from faultlens.events.topics import telemetry_partition
 from faultlens.parsing.registry import LineEventParser
 from faultlens.parsing.rules import LineRule
 from faultlens.parsing.unrecognised import UnrecognisedMiner
 from faultlens.streams import metrics
-from faultlens.events.envelope import Envelope
-from faultlens.events.topics import telemetry_partition
 
 log = logging.getLogger(__name__)
 

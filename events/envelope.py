@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson

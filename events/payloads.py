@@ -24,17 +24,61 @@ from faultlens.events.envelope import Envelope, keep_payload
 from faultlens.events.gpu_table import GpuRows, gpu_table
 from faultlens.events.net_reading import CheckedPorts
 from faultlens.events.payload_fields import Payload, convert
-from faultlens.events.payloads_job import (CheckReplay, CheckReplayDone, CheckResult, CommandAck, HeartbeatBeat,
-                                           NcclError, NcclException, NcclNan, NcclTimeout, RecorderDump, StackDump,
-                                           TrainCheckpoint, TrainStep)
-from faultlens.events.payloads_log import (GpuDriverLine, KernelClock, KernelCrash, KernelOom, KernelStall, KernelStorage,
-                                           KernelSystem, LinkState, NcclWarn, NicLine, ParsedLog, PcieAer,
-                                           SchedulerLine, SubsystemLine, SuspectLine)
-from faultlens.events.payloads_node import (GpuLost, GpuResponsive, GpuSample, GpuUnresponsive, GpuXid, HostSample,
-                                            KernelGpuLost, KernelMachineCheck, KernelSxid, KernelXid, LogLine,
-                                            NetSample)
-from faultlens.events.payloads_stage import (JobEnd, JobRestart, JobTopology, SummaryBundle, SummaryFinding,
-                                             SummaryWatermark, SummaryWindow)
+from faultlens.events.payloads_job import (
+    CheckReplay,
+    CheckReplayDone,
+    CheckResult,
+    CommandAck,
+    HeartbeatBeat,
+    NcclError,
+    NcclException,
+    NcclNan,
+    NcclTimeout,
+    RecorderDump,
+    StackDump,
+    TrainCheckpoint,
+    TrainStep,
+)
+from faultlens.events.payloads_log import (
+    GpuDriverLine,
+    KernelClock,
+    KernelCrash,
+    KernelOom,
+    KernelStall,
+    KernelStorage,
+    KernelSystem,
+    LinkState,
+    NcclWarn,
+    NicLine,
+    ParsedLog,
+    PcieAer,
+    SchedulerLine,
+    SubsystemLine,
+    SuspectLine,
+)
+from faultlens.events.payloads_node import (
+    GpuLost,
+    GpuResponsive,
+    GpuSample,
+    GpuUnresponsive,
+    GpuXid,
+    HostSample,
+    KernelGpuLost,
+    KernelMachineCheck,
+    KernelSxid,
+    KernelXid,
+    LogLine,
+    NetSample,
+)
+from faultlens.events.payloads_stage import (
+    JobEnd,
+    JobRestart,
+    JobTopology,
+    SummaryBundle,
+    SummaryFinding,
+    SummaryWatermark,
+    SummaryWindow,
+)
 
 PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("gpu", "sample"): GpuSample,

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultlens.events.payload_fields import (Flag, Int, Metric, NonNeg, NonNegInt, Object, Payload, RankedPayload,
-                                             Text)
+from faultlens.events.payload_fields import Flag, Int, Metric, NonNeg, NonNegInt, Object, Payload, RankedPayload, Text
 from faultlens.events.payloads_log import ParsedLog
-
 
 # --- source `nccl` (parsing/trainer_log.py; the kinds a catalogue rule makes: events/payloads_log.py)
 

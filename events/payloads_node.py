@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultlens.events.payload_fields import Flag, Int, NonNeg, NonNegInt, Number, Payload, Text
 from faultlens.events.diagnosis_record import Action, FaultClass
+from faultlens.events.payload_fields import Flag, Int, NonNeg, NonNegInt, Number, Payload, Text
 from faultlens.events.payloads_log import Group, ParsedLog, Severity
-
 
 # --- source `gpu` (collectors/nvml_sampler.py, collectors/gpu_sample.py) ----------------------
 

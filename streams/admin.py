@@ -9,8 +9,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.topics import TOPICS
+from faultlens.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 

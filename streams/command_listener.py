@@ -16,9 +16,9 @@ from typing import Callable
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
+from faultlens.events import topics
 from faultlens.events.command import Command
 from faultlens.events.command_screen import CommandScreen, Screened
-from faultlens.events import topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import Consumer, open_consumer
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from kafka import KafkaConsumer
 
 from faultlens.streams.config import CLIENTS, KafkaSettings
+
 # The adapters live beside this module (one job each); callers import their names from here.
 from faultlens.streams.confluent_config import confluent_available, confluent_config  # noqa: F401
 from faultlens.streams.confluent_consumer import ConfluentConsumer, Message

@@ -9,10 +9,10 @@ from typing import Iterable
 
 from kafka.errors import KafkaError
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, encode
-from faultlens.streams.kafka_client import open_producer
 from faultlens.events.topics import topic_for
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import open_producer
 
 log = logging.getLogger(__name__)
 

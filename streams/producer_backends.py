@@ -14,9 +14,9 @@ from typing import Any, Callable
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from faultlens.events.topics import key_partition
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.confluent_config import confluent_config, load_confluent
-from faultlens.events.topics import key_partition
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class KafkaPythonProducer:
         a key is the same for the whole batch, so it is computed once per distinct key here."""
         send, failed = self._p.send, self._failed
         partition = self._partitioner(set(topics)) if self._own_partitioner else None
-        for topic, key, value in zip(topics, keys, values):
+        for topic, key, value in zip(topics, keys, values, strict=True):
             send(topic, value, key, None, partition(topic, key) if partition and key is not None else None
                  ).add_errback(failed, topic)
 
@@ -153,7 +153,7 @@ class ConfluentProducer:
     def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
         """``send`` of each (topic, key, value), by key, with no Python call between them but produce."""
         produce, ck_error = self._p.produce, self._ck.KafkaException
-        for topic, key, value in zip(topics, keys, values):
+        for topic, key, value in zip(topics, keys, values, strict=True):
             try:
                 produce(topic, value, key)
             except BufferError:

@@ -11,7 +11,6 @@ from kafka import TopicPartition
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import Message, open_consumer
 
-
 log = logging.getLogger(__name__)
 # How long a read from the beginning waits, past its idle time, for end offsets it has not reached.
 UNREACHED_IDLE_S = 5.0

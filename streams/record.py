@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from faultlens.events import topics
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope, InvalidEvent, decode
-from faultlens.streams.reader import iter_topics
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.events.trace import trace_order, write_trace
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.reader import iter_topics
 
 log = logging.getLogger(__name__)
 

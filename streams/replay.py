@@ -19,12 +19,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from faultlens.streams.admin import ensure_topics
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import _MAX_TS, _MIN_TS, SCHEMA_VERSION, SOURCES, Envelope, InvalidEvent, encode
-from faultlens.streams.producer import Producer
 from faultlens.events.topics import SOURCE_TOPIC, topic_for
 from faultlens.events.trace import TraceError, trace_batches, trace_rows
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from typing import Any, Collection, Mapping
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.event_time import EventClock, UpstreamStop, WatermarkMerge
 from faultlens.events.envelope import decode
+from faultlens.events.event_time import EventClock, UpstreamStop, WatermarkMerge
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.gc_policy import tune_for_streaming
 from faultlens.streams.idle_stop import IdleStop
 from faultlens.streams.intake import Intake
@@ -46,10 +46,19 @@ from faultlens.streams.runner_handler import HandleFn, HandlerParts
 from faultlens.streams.runner_options import COMMIT_INTERVAL_S, ProgressCallback, RunnerOptions  # noqa: F401
 from faultlens.streams.runner_progress import ProgressAnnouncer
 from faultlens.streams.runner_rebalance import RebalanceBook, RebalanceListener, RebalanceQueue
+
 # What handlers import from here (they were defined here first).
 from faultlens.streams.runner_types import (  # noqa: F401
-    DEAD_LETTER_TOPIC, DEFAULT_MAX_MESSAGE_BYTES, Decoder, FatalHandlerError, Handler, Record, RunnerStats,
-    broker_time, dead_letter, record_bytes,
+    DEAD_LETTER_TOPIC,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Decoder,
+    FatalHandlerError,
+    Handler,
+    Record,
+    RunnerStats,
+    broker_time,
+    dead_letter,
+    record_bytes,
 )
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import orjson
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.event_time import UpstreamStop, WatermarkMerge
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.runner_types import Record, RunnerStats, broker_time

@@ -27,6 +27,8 @@ _NCCL_ERR = re.compile(
     # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
     r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
     r"|(?P<aborted>NCCL communicator was aborted)"
+    # ncclResult_t in its C enum's spelling, as the bindings print it (cupy's "NcclError: NCCL_ERROR_SYSTEM_ERROR")
+    r"|\bNCCL_ERROR_(?P<enum>SYSTEM|INTERNAL|REMOTE|UNHANDLED_CUDA|INVALID_USAGE|INVALID_ARGUMENT)(?:_ERROR)?\b"
 )
 _CUDA_ERR = re.compile(
     r"CUDA error: (?P<err>[^.\n]+)"
@@ -114,6 +116,9 @@ def classify_nccl(text: str) -> str | None:
         return None
     if m.group("name"):
         return m.group("name")
+    if m.group("enum"):
+        # the same ncclResult_t as ncclSystemError: one name downstream
+        return "nccl" + "".join(w.capitalize() for w in m.group("enum").split("_")) + ("Error" if "INVALID" not in m.group("enum") else "")
     if m.group("reset"):
         return m.group("reset").lower()
     if m.group("where"):

@@ -33,6 +33,10 @@ _ISO = re.compile(
     r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?\s?"
 )
 _SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
+# syslog under a non-English locale writes the month in its own words ("kvě 25", "maj 08", "févr. 3"):
+# the clock cannot be read without the locale, but the host and tag after it must still be taken off,
+# or the kernel's line is read as a program's.
+_LOCALE_SYSLOG = re.compile(r"[^\W\d_]{2,5}\.? +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? ")
 # After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring).
 _HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
@@ -184,6 +188,9 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
                     rest = rest[tag.end():]
                 mono, rest = _strip_mono(rest)
                 return Stamped(ts, mono, rest)
+    if first.isalpha() and (m := _LOCALE_SYSLOG.match(line)) and (tag := _HOST_TAG.match(line, m.end())):
+        mono, rest = _strip_mono(line[tag.end():])
+        return Stamped(None, mono, rest)
     return Stamped(None, None, line)
 
 

@@ -18,29 +18,10 @@ import time
 from typing import Any, Callable, Mapping
 
 from faultlens.collectors.stack_capture import TrainingProcess, unranked_pids
+from faultlens.events.beat import beat_event
 from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)
-
-
-def beat_event(*, job: str, node: str, seq: int, pids: list[int], sources: Mapping[str, str],
-               ts: float | None = None, unranked_pids: list[int] | None = None,
-               health: Mapping[str, Any] | None = None, stopping: bool = False) -> Envelope:
-    data = {"seq": seq, "pids": sorted(pids), "sources": dict(sources)}
-    if stopping:
-        data["stopping"] = True
-    if unranked_pids is not None:
-        data["unranked_pids"] = sorted(unranked_pids)
-    if health is not None:
-        data["health"] = dict(health)
-    return Envelope(
-        ts=time.time() if ts is None else ts,
-        job=job,
-        node=node,
-        source="heartbeat",
-        kind="beat",
-        data=data,
-    )
 
 
 class HeartbeatSource:

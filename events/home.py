@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 
 HOME_ENV = "FAULTLENS_HOME"
+# The public half of the key `faultlens up` signs with when it made one for this run (in the home
+# folder): `up` writes it, a `faultlens run` that started `up` for its job hands it to its workers.
+EPHEMERAL_VERIFY_KEY = "ephemeral-command-verify-key.pem"
 
 
 def faultlens_home() -> Path:

@@ -138,7 +138,8 @@ def test_up_diagnoses_acts_only_where_told_stores_history_and_serves_metrics(kaf
 def test_up_without_a_key_makes_an_ephemeral_pair_and_says_where_its_public_half_is(tmp_path, monkeypatch, caplog):
     import argparse
 
-    from faultlens.commands.up import EPHEMERAL_VERIFY_KEY, _signing_key
+    from faultlens.commands.up import _signing_key
+    from faultlens.events.home import EPHEMERAL_VERIFY_KEY
 
     monkeypatch.setenv("FAULTLENS_HOME", str(tmp_path))
     monkeypatch.delenv("FAULTLENS_SIGNING_KEY", raising=False)

@@ -74,8 +74,7 @@ class LocalOperator:
     @property
     def verify_key(self) -> str | None:
         """The public key `up` signs with, when it made an ephemeral pair."""
-        from faultlens.commands.up import EPHEMERAL_VERIFY_KEY
-        from faultlens.events.home import faultlens_home
+        from faultlens.events.home import EPHEMERAL_VERIFY_KEY, faultlens_home
 
         path = faultlens_home() / EPHEMERAL_VERIFY_KEY
         return str(path) if path.exists() else None

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Callable
 
-from faultlens.collectors.heartbeat import beat_event
+from faultlens.events.beat import beat_event
 from faultlens.events.envelope import Envelope
 
 log = logging.getLogger(__name__)

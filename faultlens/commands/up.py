@@ -71,13 +71,10 @@ def _consumers(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(n for n in ("diagnose", "remediate", "history") if n not in skip)
 
 
-EPHEMERAL_VERIFY_KEY = "ephemeral-command-verify-key.pem"
-
-
 def _signing_key(args: argparse.Namespace, acting: bool):
     """The signing key and where its public half is, for the ready line: (key, "PATH" or "ephemeral")."""
     from faultlens.commands.remediate import command_signing_key
-    from faultlens.events.home import faultlens_home
+    from faultlens.events.home import EPHEMERAL_VERIFY_KEY, faultlens_home
     from faultlens.events.signing import SIGNING_KEY_ENV
 
     given = args.signing_key or os.environ.get(SIGNING_KEY_ENV)

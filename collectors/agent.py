@@ -30,8 +30,8 @@ from faultlens.collectors.publisher import Publisher
 from faultlens.collectors.spool import Spool
 from faultlens.collectors.stack_capture import TrainingProcess, find_training_processes
 from faultlens.events.command_memory import CommandMemory
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -132,14 +132,14 @@ class PlainScorer:
             norm = math.sqrt(math.fsum(v * v for v in values))
             if not norm:
                 continue
-            for (j, _), v in zip(counts.items(), values):
+            for (j, _), v in zip(counts.items(), values, strict=True):
                 x = v / norm
                 row = j * c
                 for k in range(c):
                     decision[k] += x * weights[row + k]
-        per_class = [_sigmoid(a * d + b) for a, b, d in zip(self.a, self.b, decision)]
+        per_class = [_sigmoid(a * d + b) for a, b, d in zip(self.a, self.b, decision, strict=True)]
         proba = [0.0] * len(self.classes)
-        for slot, p in zip(self.slots, per_class):
+        for slot, p in zip(self.slots, per_class, strict=True):
             proba[slot] = p
         total = math.fsum(proba)
         return tuple(p / total for p in proba) if total else tuple(1.0 / len(proba) for _ in proba)

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.line import LogParser, OnUnrecognised, ParsedLine
 from faultlens.parsing.rules import LineRule
 from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.events.envelope import Envelope, InvalidEvent
 
 SOURCE_ALIASES = {"kernel": "kernel", "dmesg": "kernel", "nccl": "nccl", "trainer": "nccl"}
 

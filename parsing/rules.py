@@ -42,10 +42,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from faultlens.parsing.line import any_of, common
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
-from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 
 SHIPPED = Path(__file__).resolve().parent / "rules.toml"
 SOURCES = ("kernel", "nccl", "any")

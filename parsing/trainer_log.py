@@ -19,8 +19,15 @@ from faultlens.parsing import fallback, nccl_lines, signals
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
-from faultlens.parsing.errors import (USER_TYPES, ExceptionLine, classify_bare, classify_cuda, classify_headless, classify_nccl,
-                                      classify_terminate)
+from faultlens.parsing.errors import (
+    USER_TYPES,
+    ExceptionLine,
+    classify_bare,
+    classify_cuda,
+    classify_headless,
+    classify_nccl,
+    classify_terminate,
+)
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger(__name__)

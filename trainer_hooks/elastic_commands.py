@@ -21,8 +21,6 @@ from faultlens.events.topology import RankPlace, Topology
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION
 
-
-
 # Faults that may have poisoned the model's state before the newest checkpoint saved it: a
 # rollback for one of them goes to the checkpoint before the newest. Any other fault (a crash, user
 # code, a machine) leaves the saved state good: the newest checkpoint redoes the fewest steps.

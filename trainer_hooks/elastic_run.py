@@ -42,14 +42,21 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from faultlens.events.command import Command
 from faultlens.events.command_memory import STATE_DIR_ENV
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.envelope import Envelope
+from faultlens.events.signing import VERIFY_KEY_ENV
+from faultlens.streams.config import KafkaSettings
+from faultlens.trainer_hooks.elastic_commands import (
+    CommandInbox,
+    RoundNote,
+    RoundPlan,
+    action_of_exit_codes,
+    merge_round,
+    named_checkpoint,
+    rendezvous_topology,
+    resume_choice,
+)
 from faultlens.trainer_hooks.outbox import Outbox
 from faultlens.trainer_hooks.worker_exits import exit_summary, failure_events
-from faultlens.events.signing import VERIFY_KEY_ENV
-from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, RoundPlan, action_of_exit_codes,
-                                                      merge_round, named_checkpoint, rendezvous_topology,
-                                                      resume_choice)
 
 log = logging.getLogger("faultlens.run")
 

@@ -46,8 +46,8 @@ except ImportError as exc:  # the trainer side installs without it
 
 import torch
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     count_tokens,

@@ -41,20 +41,20 @@ import time
 from typing import Callable
 
 from faultlens.events.command import Command
-from faultlens.streams.config import KafkaSettings
-from faultlens.events.envelope import Envelope, number
-from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
-from faultlens.events.topology import Topology
-from faultlens.streams.broker import answers
-from faultlens.streams.producer import Producer
-from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
-from faultlens.trainer_hooks.worker_exits import record_uncaught
-from faultlens.trainer_hooks.ack_reasons import obeyed_reason
-from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
-from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 from faultlens.events.command_memory import CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
+from faultlens.events.envelope import Envelope, number
+from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
+from faultlens.events.topology import Topology
+from faultlens.streams.broker import answers
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import Producer
+from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
+from faultlens.trainer_hooks.ack_reasons import obeyed_reason
+from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
+from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
+from faultlens.trainer_hooks.worker_exits import record_uncaught
 
 log = logging.getLogger(__name__)
 

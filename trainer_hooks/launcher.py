@@ -37,17 +37,17 @@ from pathlib import Path
 
 from faultlens.events.command import Command
 from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, default_state_dir, memory_file
+from faultlens.events.command_screen import CommandScreen
+from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import free_port
+from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
-from faultlens.events.envelope import Envelope
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.elastic_commands import resume_of
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.reproduction import run_reproduction
-from faultlens.streams.command_listener import CommandListener
-from faultlens.events.command_screen import CommandScreen
 
 log = logging.getLogger("faultlens.launcher")
 

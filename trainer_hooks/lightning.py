@@ -33,8 +33,8 @@ try:
 except ImportError as exc:  # the trainer side installs without it
     raise ImportError("faultlens.trainer_hooks.lightning needs Lightning: pip install 'faultlens[lightning]'") from exc
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.signing import VerifyKeys
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     count_tokens,

@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from faultlens.streams.config import KafkaSettings
 from faultlens.events.topology import Topology
+from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
 

@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 
+from faultlens.events.topics import TOPICS
+from faultlens.events.trace import write_trace
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
 from faultlens.streams.record import DEFAULT_TOPICS, collect
-from faultlens.events.topics import TOPICS
-from faultlens.events.trace import write_trace
 
 HELP = "record live topics into a Parquet trace"
 DESCRIPTION = f"""\

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen
-from faultlens.streams.config import add_kafka_arguments
-from faultlens.streams.connect import connected
 from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import answers
+from faultlens.streams.config import add_kafka_arguments
+from faultlens.streams.connect import connected
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 from faultlens.trainer_hooks.outbox import ProbingListener
 from faultlens.trainer_hooks.run_heartbeat import RunHeartbeat

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.kernel_log import KernelLogParser
-from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from bench.testbed import log_samples as S
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.parsing.kernel_log import KernelLogParser
 
 
 def parse(*lines: str) -> list:

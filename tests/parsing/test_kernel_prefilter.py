@@ -9,10 +9,10 @@ import ast
 import inspect
 import json
 
+from bench.testbed import log_samples as S
 from faultlens.parsing import kernel_gpu, kernel_log
 from faultlens.parsing.kernel_log import CODE_LITERALS, KernelLogParser
 from faultlens.parsing.line_corpus import CORPUS
-from bench.testbed import log_samples as S
 
 
 def _kernel_lines() -> list[str]:

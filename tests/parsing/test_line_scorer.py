@@ -38,7 +38,7 @@ def test_the_ngrams_are_sklearns(trained, texts):
 
 def test_the_probabilities_are_sklearns_and_so_are_the_guesses(trained, texts):
     expected = trained.pipeline.predict_proba(texts)
-    for text, want in zip(texts, expected):
+    for text, want in zip(texts, expected, strict=True):
         got = trained.proba(text)
         assert got == pytest.approx(list(want), abs=1e-6)
         assert max(range(len(got)), key=got.__getitem__) == int(want.argmax())

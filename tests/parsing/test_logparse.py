@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
+from bench.testbed import log_samples as S
+from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.line import ParsedLine, clean_line
 from faultlens.parsing.registry import LineEventParser, guess_source, parser_for, to_envelope
 from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
-from bench.testbed import log_samples as S
 
 TS = 1795342272.0
 
@@ -73,7 +73,7 @@ def test_line_event_parser_keeps_multiline_state_per_node():
     a = [_line(i, line, node="n001", source="nccl") for i, line in enumerate(S.TRACEBACK_USER)]
     b = [_line(i, line, node="n002", source="nccl") for i, line in enumerate(S.TRACEBACK_USER)]
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         out += lp.parse(x) + lp.parse(y)
     assert sorted(e.node for e in out) == ["n001", "n002"]
     assert all(e.kind == "exception" and e.data["rank"] == 3 for e in out)

@@ -7,13 +7,13 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.testbed import log_samples as S
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.events.envelope import Envelope, encode
 from faultlens.parsing.line import clean_line
 from faultlens.parsing.registry import LineEventParser, parser_for
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.xid_table import lookup
-from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
-from faultlens.events.envelope import Envelope, encode
-from bench.testbed import log_samples as S
 
 REAL = [v for k, v in vars(S).items() if k.isupper() and isinstance(v, str)]
 REAL += [x for k, v in vars(S).items() if k.isupper() and isinstance(v, list) for x in v]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.events.envelope import Envelope
 from faultlens.parsing import line_model
 from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.severity import severity_of
 from faultlens.parsing.subsystems import attribute, subsystem_of
 from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.events.envelope import Envelope
 
 
 def kernel(*lines: str) -> tuple[list, KernelLogParser]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.trainer_log import TrainerLogParser
-from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from bench.testbed import log_samples as S
+from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.parsing.trainer_log import TrainerLogParser
 
 
 def parse(*lines: str, flush: bool = True) -> list:
@@ -193,7 +193,7 @@ def test_library_exception_is_not_user_code():
 def test_interleaved_tracebacks_of_two_ranks():
     a = S.TRACEBACK_USER
     b = [line.replace("[rank3]", "[rank4]").replace("KeyError: 'tokens'", "ValueError: shape mismatch") for line in a]
-    mixed = [x for pair in zip(a, b) for x in pair]
+    mixed = [x for pair in zip(a, b, strict=True) for x in pair]
     events = parse(*mixed)
     assert sorted((e.data["rank"], e.data["type"]) for e in events) == [(3, "KeyError"), (4, "ValueError")]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import random
 
+from bench.testbed import log_samples as S
 from faultlens.parsing.line_corpus import CORPUS
 from faultlens.parsing.trainer_log import TrainerLogParser
-from bench.testbed import log_samples as S
 
 
 def _trainer_lines() -> list[str]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import xid_gen
-from faultlens.parsing.xid_table import decode_nvlink, lookup, table
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
+from faultlens.parsing.xid_table import decode_nvlink, lookup, table
+from tools import xid_gen
 
 REFERENCE = Path(os.environ.get("FAULTLENS_XID_REFERENCE", Path(__file__).resolve().parents[3] / "shared" / "reference"))
 CATALOG = REFERENCE / "nvidia-xid-catalog.csv"

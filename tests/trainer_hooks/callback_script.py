@@ -14,8 +14,8 @@ import time
 
 from faultlens.events.command import Command
 from faultlens.events.envelope import Envelope, decode
-from faultlens.streams.producer import Producer
 from faultlens.events.signing import SigningKey
+from faultlens.streams.producer import Producer
 from tests.kafka_fixtures import wait_for_records
 
 KEY = SigningKey.generate()  # the deployment's remediation consumer

@@ -58,7 +58,7 @@ def checkpoint_rollback_stop(kafka_settings, tmp_path, worker: str) -> None:
     agent = Agent("n000", argv, env, tmp_path / "agent.log")
     try:
         for rank in (0, 1):
-            line(agent, lambda l, r=rank: l.get("worker") == "started" and l["rank"] == r, f"rank {rank} started")
+            line(agent, lambda line, r=rank: line.get("worker") == "started" and line["rank"] == r, f"rank {rank} started")
         steps(kafka_settings, job, lambda found: len({s["rank"] for s in found}) == 2, lambda: moved(agent))
 
         first, second = command(job, "checkpoint"), command(job, "checkpoint")
@@ -72,14 +72,15 @@ def checkpoint_rollback_stop(kafka_settings, tmp_path, worker: str) -> None:
 
         rollback = command(job, "rollback", checkpoint=named)
         send(kafka_settings, rollback)
-        restart = line(agent, lambda l: l.get("event") == "restart" and l.get("command_id") == rollback.id,
+        restart = line(agent, lambda line: line.get("event") == "restart" and line.get("command_id") == rollback.id,
                        "restart on the rollback")
         assert restart["checkpoint"] == named
         for rank in (0, 1):
-            again = line(agent, lambda l, r=rank: l.get("worker") == "started" and l["rank"] == r
-                         and l["attempt"] == restart["attempt"], f"rank {rank} restarted")
+            again = line(agent, lambda line, r=rank: line.get("worker") == "started" and line["rank"] == r
+                         and line["attempt"] == restart["attempt"], f"rank {rank} restarted")
             assert again["resumed"] == named
-        went_back = lambda found: all(resumed_at(rank_steps(found, r), at + 1) for r in (0, 1))
+        def went_back(found):
+            return all(resumed_at(rank_steps(found, r), at + 1) for r in (0, 1))
         published = steps(kafka_settings, job, went_back, lambda: moved(agent))
         assert went_back(published), "the ranks did not both go back to the checkpoint's next step"
 

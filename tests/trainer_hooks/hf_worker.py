@@ -13,9 +13,9 @@ import time
 
 import transformers
 
-from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.hf import FaultlensCallback
 from tests.trainer_hooks.hf_parts import BATCH, Sequences, tiny_gpt2
+from tests.trainer_hooks.worker_line import say
 
 
 class Pace(transformers.TrainerCallback):

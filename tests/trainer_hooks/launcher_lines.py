@@ -49,5 +49,5 @@ def until(lines: queue.Queue, event: str, stall_s: float, seen: list, *, watch: 
 
     wait_until(arrived, progress=lambda: (len(seen), files_size(*watched)), stall_s=stall_s, limit_s=limit_s,
                what=f"the launcher's {event!r} line", poll_s=0.2,
-               explain=lambda: f"saw {[l.get('event') for l in seen]}")
+               explain=lambda: f"saw {[line.get('event') for line in seen]}")
     return found[0]

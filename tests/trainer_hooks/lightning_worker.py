@@ -13,9 +13,9 @@ import time
 
 import lightning.pytorch as pl
 
-from tests.trainer_hooks.worker_line import say
 from faultlens.trainer_hooks.lightning import FaultlensCallback
 from tests.trainer_hooks.lightning_parts import TinyRegression, data
+from tests.trainer_hooks.worker_line import say
 
 
 class Pace(pl.Callback):

@@ -3,22 +3,19 @@
 import os
 import time
 import uuid
-
-import pytest
-
-from tests.kafka_fixtures import job_records, wait_for_records
-from tests.progress import cpu_ticks, wait_until
-
 from dataclasses import replace
 
 import orjson
+import pytest
 
 from faultlens.events.command import Command
-from faultlens.events.signing import SigningKey, write_key_pair
 from faultlens.events.envelope import as_float, decode
+from faultlens.events.signing import SigningKey, write_key_pair
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.exit_codes import RESTART
 from faultlens.trainer_hooks.hook import TrainerHook
+from tests.kafka_fixtures import job_records, wait_for_records
+from tests.progress import cpu_ticks, wait_until
 
 pytestmark = pytest.mark.broker
 KEY = SigningKey.generate()  # the deployment's remediation consumer

@@ -32,16 +32,16 @@ def launch(settings, job, codes, *extra, tmp_path):
                        "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
                        "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
                        "--", "--codes", codes], env=env, stall_s=STALL_S, cpu=True, watch=[tmp_path], limit_s=240)
-    return out.returncode, [json.loads(l) for l in out.stdout.splitlines()]
+    return out.returncode, [json.loads(line) for line in out.stdout.splitlines()]
 
 
 def test_exit_codes_without_a_command_still_restart_the_right_way(kafka_settings, tmp_path):
     job = f"launch-{uuid.uuid4().hex[:8]}"
     rc, lines = launch(kafka_settings, job, "77,75,1,0", "--standby", "s000", tmp_path=tmp_path)
     assert rc == 0
-    events = [l["event"] for l in lines]
+    events = [line["event"] for line in lines]
     assert events == ["start", "restart", "start", "restart", "start", "crash", "restart", "start", "done"]
-    restarts = [l for l in lines if l["event"] == "restart"]
+    restarts = [line for line in lines if line["event"] == "restart"]
     assert [r["action"] for r in restarts] == ["rollback", "evict", "reattempt"]
     assert restarts[0]["resume"] == "rollback" and restarts[1]["resume"] == "latest"
     # both nodes exited "evicted": the first is replaced by the standby, the second leaves the job
@@ -59,7 +59,7 @@ def test_stop_code_ends_the_job_and_restarts_are_bounded(kafka_settings, tmp_pat
     assert rc == 79 and lines[-1]["event"] == "stopped"
     rc, lines = launch(kafka_settings, gave_up, "1", "--max-restarts", "2", tmp_path=tmp_path)
     assert rc == 1 and lines[-1]["event"] == "gave_up"
-    assert sum(1 for l in lines if l["event"] == "start") == 3
+    assert sum(1 for line in lines if line["event"] == "start") == 3
     ends = {e.job: e.data["reason"] for e in valid_events(kafka_settings, "jobs") if e.kind == "end"}
     assert ends[stopped] == "stopped" and ends[gave_up] == "gave_up"
 

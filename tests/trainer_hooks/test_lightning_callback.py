@@ -41,7 +41,7 @@ def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(li
     published = steps(kafka_settings, job, lambda found: len(found) >= 12)
     assert [s["step"] for s in published] == list(range(1, 13))
     # One event per optimizer step, its loss the mean of the module's two micro-batch losses.
-    pairs = [(a + b) / 2 for a, b in zip(model.losses[::2], model.losses[1::2])]
+    pairs = [(a + b) / 2 for a, b in zip(model.losses[::2], model.losses[1::2], strict=True)]
     assert [s["loss"] for s in published] == pytest.approx(pairs)
     assert published[-1]["loss"] < published[0]["loss"]  # it learns
     assert all(s["grad_norm"] > 0 and math.isfinite(s["grad_norm"]) for s in published)

@@ -28,12 +28,12 @@ def test_spectrum_stays_w0s_through_merges_while_the_weights_turn(init):
     model = mlp()
     config = poet.PoetConfig(block_size=16, merge_every=7, init=init)
     layers = poet.reparameterise(model, config, exclude=("6",))
-    assert [(l.b_out, l.b_in) for l in layers] == [(16, 16), (12, 16), (12, 12)]
-    start = [l.weight().detach().clone() for l in layers]
+    assert [(layer.b_out, layer.b_in) for layer in layers] == [(16, 16), (12, 16), (12, 12)]
+    start = [layer.weight().detach().clone() for layer in layers]
     if init == "uniform_spectrum":
-        assert all(torch.allclose(l.sv0, torch.ones_like(l.sv0), atol=1e-6) for l in layers)
+        assert all(torch.allclose(layer.sv0, torch.ones_like(layer.sv0), atol=1e-6) for layer in layers)
     else:  # every neuron a unit vector
-        assert all(torch.allclose(l.weight0.norm(dim=1), torch.ones(l.out_features), atol=1e-5) for l in layers)
+        assert all(torch.allclose(layer.weight0.norm(dim=1), torch.ones(layer.out_features), atol=1e-5) for layer in layers)
     opt = poet.make_optimizer(model, "poet", 3e-2)  # a large step: Q grows fast, early merges happen
     merges = 0
     for step in range(1, 71):
@@ -53,7 +53,7 @@ def test_spectrum_stays_w0s_through_merges_while_the_weights_turn(init):
             for layer in layers:
                 assert layer.q_norm() == 0.0 and layer.spectrum_error() < 1e-4
     assert merges > 3 * 10  # scheduled (10 per layer) and early ones
-    for layer, w in zip(layers, start):
+    for layer, w in zip(layers, start, strict=True):
         assert int(layer.merges) >= 10
         # the weights really moved: the check above is not about a model that stood still
         assert (layer.weight().detach() - w).norm() > 0.2 * w.norm()
@@ -124,7 +124,7 @@ def test_a_poet_model_moves_between_devices_and_dtypes():
     # which the reference trainer calls for --device (found when the POET broker test ran after it).
     model = mlp()
     layers = poet.reparameterise(model, poet.PoetConfig(block_size=16), exclude=("6",))
-    before = [l.weight().detach().clone() for l in layers]
+    before = [layer.weight().detach().clone() for layer in layers]
     model.to("cpu").to(torch.float64).to(torch.float32)
-    assert all(l.weight0.dtype == torch.float32 for l in layers)
-    assert all(torch.allclose(l.weight().detach(), w) for l, w in zip(layers, before))
+    assert all(layer.weight0.dtype == torch.float32 for layer in layers)
+    assert all(torch.allclose(layer.weight().detach(), w) for layer, w in zip(layers, before, strict=True))

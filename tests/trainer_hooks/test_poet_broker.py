@@ -19,10 +19,10 @@ pytest.importorskip("torch")
 from faultlens.events import topics  # noqa: E402
 from faultlens.events.command import Command  # noqa: E402
 from faultlens.events.envelope import as_float, decode  # noqa: E402
-from faultlens.streams.producer import Producer  # noqa: E402
 from faultlens.events.signing import SigningKey, write_key_pair  # noqa: E402
-from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
+from faultlens.streams.producer import Producer  # noqa: E402
 from tests.kafka_fixtures import job_records  # noqa: E402
+from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
 
 pytestmark = pytest.mark.broker
 

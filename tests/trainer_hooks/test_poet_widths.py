@@ -59,9 +59,9 @@ def test_a_linear_37_to_17_trains_and_keeps_its_spectrum():
     model = torch.nn.Sequential(torch.nn.Linear(37, 17), torch.nn.Tanh(), torch.nn.Linear(17, 8))
     config = poet.PoetConfig(block_size=16, merge_every=10)
     layers = poet.reparameterise(model, config)
-    start = [l.weight().detach().clone() for l in layers]
+    start = [layer.weight().detach().clone() for layer in layers]
     _train(model, layers, config, 30, 1e-2, inputs=37)
-    for layer, w in zip(layers, start):
+    for layer, w in zip(layers, start, strict=True):
         moved = float((layer.weight().detach() - w).norm() / w.norm())
         assert moved > 0.05, f"{layer}: moved {moved:.3f}"
         assert layer.spectrum_error() < 1e-4
@@ -75,9 +75,9 @@ def test_a_model_of_prime_widths_trains_every_layer_without_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="faultlens.trainer_hooks.poet"):
         layers = poet.reparameterise(model, config)
     assert not caplog.records
-    start = [l.weight().detach().clone() for l in layers]
+    start = [layer.weight().detach().clone() for layer in layers]
     _train(model, layers, config, 40, 1e-2, inputs=13)
-    for layer, w in zip(layers, start):
+    for layer, w in zip(layers, start, strict=True):
         assert float((layer.weight().detach() - w).norm() / w.norm()) > 0.05
         assert layer.spectrum_error() < 1e-4
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.events.command import Command
 from faultlens.events.envelope import decode, encode
 from faultlens.events.payloads import check_payload
+from faultlens.remediation.ladder import dual_phase_plan
 from faultlens.trainer_hooks.reproduction import judge_run, reproduction_groups, run_reproduction
 
 NODES = ("n000", "n001", "n002", "n003")
@@ -34,14 +34,14 @@ def test_each_group_runs_once_and_only_groups_holding_the_bad_machine_reproduce(
         check_payload(decode(encode(e)))
     assert events[1].data["detail"] == "exited n002=1" and events[0].data["detail"].startswith("ran clean")
     assert events[-1].data["failing_horizontal"] == [1] and events[-1].data["command_id"] == cmd.id
-    assert [l["event"] for l in lines] == ["replay_group"] * 4 + ["replay_done"]
+    assert [line["event"] for line in lines] == ["replay_group"] * 4 + ["replay_done"]
     assert dual_phase_plan(NODES).culprits([1], [0]) == ("n002",)
 
 
 def test_the_whole_job_is_not_reproduced_again_and_machines_gone_are_dropped():
     ran = []
     failing = run_reproduction(restart(("a", "b")), "j", ("a", "b"), lambda n: (ran.append(n), ({x: 0 for x in n}, False))[1],
-                         60.0, lambda e: None, lambda l: None)
+                         60.0, lambda e: None, lambda line: None)
     assert ran == [("a",), ("b",)] and failing == {"horizontal": [0], "vertical": []}
     assert reproduction_groups(restart().params, ("n000", "n001"))["horizontal"] == [("n000", "n001"), ()]
 

@@ -12,15 +12,15 @@ import uuid
 
 import pytest
 
-from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
-from faultlens.streams.producer import Producer
 from faultlens.events.signing import SigningKey, write_key_pair
 from faultlens.events.topology import Topology
-from tests.trainer_hooks.launcher_lines import follow, until
+from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.streams.producer import Producer
 from tests.kafka_fixtures import job_records
+from tests.trainer_hooks.launcher_lines import follow, until
 
 pytestmark = pytest.mark.broker
 
@@ -58,7 +58,7 @@ def test_reproduction_convicts_only_the_machine_that_reproduces(kafka_settings, 
         producer.flush()
 
         done = until(lines, "replay_done", 150, seen, watch=[tmp_path])
-        groups = [l for l in seen if l.get("event") == "replay_group"]
+        groups = [line for line in seen if line.get("event") == "replay_group"]
         assert [(g["phase"], g["nodes"], g["reproduced"]) for g in groups] == [
             ("horizontal", ["n000", "n001"], True), ("vertical", ["n000"], False), ("vertical", ["n001"], True)]
         assert "injected" not in groups[1]["detail"] and groups[2]["detail"] == "exited n001=1"

@@ -58,7 +58,7 @@ def finish(agent: Agent, ckpt: Path, control: Path) -> None:
     wait_until(lambda: agent.proc.poll() is not None, progress=lambda: moved(agent, ckpt), stall_s=STALL_S,
                what="the job's end", explain=agent.story)
     assert agent.proc.returncode == 0, agent.story()
-    assert agent.wait_for(lambda l: l.get("event") == "end", "end")["reason"] == "finished"
+    assert agent.wait_for(lambda line: line.get("event") == "end", "end")["reason"] == "finished"
     assert "Traceback" not in agent.log.read_text(errors="replace"), agent.story()
 
 
@@ -70,7 +70,7 @@ def test_torchrun_job_trains_through_a_broker_lost_mid_run(how, tmp_path):
     ensure_topics(settings)
     agent, ckpt, control = start_job(tmp_path, broker.bootstrap, job)
     try:
-        agent.wait_for(lambda l: l.get("worker") == "started", "worker started")
+        agent.wait_for(lambda line: line.get("worker") == "started", "worker started")
         wait_until(lambda: len(checkpoints(ckpt)) >= 2, progress=lambda: moved(agent, ckpt), stall_s=STALL_S,
                    what="checkpoints before the outage", explain=agent.story)
 
@@ -116,7 +116,7 @@ def test_torchrun_job_trains_with_no_broker_at_all(tmp_path):
     job = f"nobroker-{uuid.uuid4().hex[:8]}"
     agent, ckpt, control = start_job(tmp_path, f"127.0.0.1:{free_port()}", job)  # nothing listens there
     try:
-        agent.wait_for(lambda l: l.get("worker") == "started", "worker started")
+        agent.wait_for(lambda line: line.get("worker") == "started", "worker started")
         wait_until(lambda: len(checkpoints(ckpt)) >= 2, progress=lambda: moved(agent, ckpt), stall_s=STALL_S,
                    what="training with no broker", explain=agent.story)
         finish(agent, ckpt, control)

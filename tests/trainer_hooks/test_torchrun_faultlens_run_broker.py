@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.streams.broker import answers, free_port
 from faultlens.events.command import Command
 from faultlens.events.envelope import decode
-from faultlens.streams.producer import Producer
 from faultlens.events.signing import SigningKey, write_key_pair
+from faultlens.streams.broker import answers, free_port
+from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
 from tests.kafka_fixtures import job_records
 
@@ -70,7 +70,7 @@ class Agent:
         deadline = time.monotonic() + HANG_GUARD_S
         with self._cond:
             while True:
-                found = next((l for l in self.lines if predicate(l)), None)
+                found = next((line for line in self.lines if predicate(line)), None)
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()
@@ -79,8 +79,8 @@ class Agent:
 
     def story(self) -> str:
         """What went on, for a failure's message: the agent's lines and the end of its log."""
-        events = [l for l in self.lines if "event" in l or "worker" in l]
-        tail = [l for l in self.log.read_text(errors="replace").splitlines() if not l.startswith((" ", "[rank"))][-15:]
+        events = [line for line in self.lines if "event" in line or "worker" in line]
+        tail = [line for line in self.log.read_text(errors="replace").splitlines() if not line.startswith((" ", "[rank"))][-15:]
         other = f"\nstdout lines that were not JSON: {self.other}" if self.other else ""
         return f"lines: {events[-10:]}{other}\nlog tail:\n" + "\n".join(tail)
 
@@ -150,10 +150,10 @@ def test_two_agents_crash_restart_evict_finish(kafka_settings, tmp_path):
 def story(a: Agent, b: Agent, ckpt: Path, control: Path, kafka_settings, key: SigningKey, job: str) -> tuple[str, str, int]:
     """The job's life, in order; the restart's and the evict's command ids and the first round's attempt."""
     # Both nodes in one round (a late second agent makes torch restart the first: wait for the round with both).
-    both = b.wait_for(lambda l: round_of(l) and l["nodes"] == ["n000", "n001"], "round with both nodes")
+    both = b.wait_for(lambda line: round_of(line) and line["nodes"] == ["n000", "n001"], "round with both nodes")
     first = both["attempt"]
     for agent in (a, b):
-        agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first and l["world"] == 2,
+        agent.wait_for(lambda line: line.get("worker") == "started" and line["attempt"] == first and line["world"] == 2,
                        "worker started")
     deadline = time.monotonic() + HANG_GUARD_S
     while not list(ckpt.glob("step_*.pt")):
@@ -162,31 +162,31 @@ def story(a: Agent, b: Agent, ckpt: Path, control: Path, kafka_settings, key: Si
 
     # A CUDA-like crash on n001: its agent waits for the remediator instead of restarting at once.
     (control / "crash-n001").touch()
-    crash = b.wait_for(lambda l: l.get("event") == "crash", "crash")
+    crash = b.wait_for(lambda line: line.get("event") == "crash", "crash")
     assert crash["exit_codes"] == [1] and crash["attempt"] == first
-    assert not any(l.get("event") == "restart" and l["attempt"] > first for l in b.lines)
+    assert not any(line.get("event") == "restart" and line["attempt"] > first for line in b.lines)
 
     restart_id = send(kafka_settings, key, job, "restart")
     for agent in (a, b):
-        again = agent.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == restart_id,
+        again = agent.wait_for(lambda line: line.get("event") == "restart" and line["command_id"] == restart_id,
                                "restart on the command")
         assert again["nodes"] == ["n000", "n001"] and again["attempt"] == first + 1 and again["resume"] == "latest"
-        resumed = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 1,
+        resumed = agent.wait_for(lambda line: line.get("worker") == "started" and line["attempt"] == first + 1,
                                  "worker restarted")
         assert resumed["resumed"] > 0 and resumed["world"] == 2  # from the last checkpoint, not from scratch
 
     # Evict n001: its agent leaves with the documented code, n000 goes on alone.
     evict_id = send(kafka_settings, key, job, "evict", ("n001",))
     assert b.proc.wait(HANG_GUARD_S) == EVICTED
-    assert b.wait_for(lambda l: l.get("event") == "evicted", "evicted line")["command_id"] == evict_id
-    alone = a.wait_for(lambda l: l.get("event") == "restart" and l["command_id"] == evict_id, "restart without n001")
+    assert b.wait_for(lambda line: line.get("event") == "evicted", "evicted line")["command_id"] == evict_id
+    alone = a.wait_for(lambda line: line.get("event") == "restart" and line["command_id"] == evict_id, "restart without n001")
     assert alone["nodes"] == ["n000"] and alone["nodes_out"] == ["n001"] and alone["attempt"] == first + 2
-    a.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == first + 2 and l["world"] == 1,
+    a.wait_for(lambda line: line.get("worker") == "started" and line["attempt"] == first + 2 and line["world"] == 1,
                "worker alone")
 
     (control / "finish").touch()
     assert a.proc.wait(HANG_GUARD_S) == 0
-    assert a.wait_for(lambda l: l.get("event") == "end", "end")["reason"] == "finished"
+    assert a.wait_for(lambda line: line.get("event") == "end", "end")["reason"] == "finished"
     return restart_id, evict_id, first
 
 
@@ -225,21 +225,21 @@ def test_one_node_rolls_back_on_command_and_stops(kafka_settings, tmp_path):
         return sorted(int(p.stem.split("_")[1]) for p in ckpt.glob("step_*.pt"))
 
     try:
-        agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == 0, "workers started")
+        agent.wait_for(lambda line: line.get("worker") == "started" and line["attempt"] == 0, "workers started")
         deadline = time.monotonic() + HANG_GUARD_S
         while len(steps()) < 2:
             assert time.monotonic() < deadline, "fewer than two checkpoints written"
             time.sleep(0.2)
         rollback_id = send(kafka_settings, key, job, "rollback")
-        again = agent.wait_for(lambda l: l.get("event") == "restart", "restart on the rollback")
+        again = agent.wait_for(lambda line: line.get("event") == "restart", "restart on the rollback")
         assert again["command_id"] == rollback_id and again["resume"] == "rollback" and again["attempt"] == 1
         for rank in (0, 1):
-            back = agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == 1 and l["rank"] == rank,
+            back = agent.wait_for(lambda line, rank=rank: line.get("worker") == "started" and line["attempt"] == 1 and line["rank"] == rank,
                                   f"rank {rank} restarted")
             assert back["resume"] == "rollback" and 0 < back["resumed"] < steps()[-1] and back["resumed"] in steps()
         stop_id = send(kafka_settings, key, job, "stop")
         assert agent.proc.wait(HANG_GUARD_S) == STOPPED
-        end = agent.wait_for(lambda l: l.get("event") == "end", "end")
+        end = agent.wait_for(lambda line: line.get("event") == "end", "end")
         assert end["reason"] == "stopped" and end["command_id"] == stop_id
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{agent.story()}") from None

@@ -46,15 +46,15 @@ def test_torchrun_worker_crash_is_reported_and_diagnosed_without_a_node_agent(ka
         return len(agent.lines), files_size(agent.log), len(list(ckpt.glob("step_*.pt")))
 
     try:
-        agent.wait_for(lambda l: l.get("worker") == "started" and l["rank"] == 1, "rank 1 started")
+        agent.wait_for(lambda line: line.get("worker") == "started" and line["rank"] == 1, "rank 1 started")
         wait_until(lambda: list(ckpt.glob("step_*.pt")), progress=moved, stall_s=STALL_S, what="a checkpoint",
                    explain=agent.story)
         (control / "crash-n000").touch()  # the node's first rank (rank 0) raises at its next step
-        exit_line = agent.wait_for(lambda l: l.get("event") == "worker_exit" and l["rank"] == 0, "rank 0's exit")
+        exit_line = agent.wait_for(lambda line: line.get("event") == "worker_exit" and line["rank"] == 0, "rank 0's exit")
         assert exit_line["exit_code"] == 1 and exit_line["signal"] is None
         assert exit_line["error"] == f"RuntimeError: {CUDA_ERROR}"
         # torch's own restart after the crash wait, then the end
-        agent.wait_for(lambda l: l.get("worker") == "started" and l["attempt"] == 1, "the restart")
+        agent.wait_for(lambda line: line.get("worker") == "started" and line["attempt"] == 1, "the restart")
         (control / "finish").touch()
         wait_until(lambda: agent.proc.poll() is not None, progress=moved, stall_s=STALL_S, what="the end",
                    explain=agent.story)

@@ -40,8 +40,8 @@ def test_torchrun_every_rank_exiting_2_at_start_ends_the_job_without_a_crash_wai
     out = faultlens_run(tmp_path, "--crash-wait", "600", "--standalone", "--nproc-per-node", "2",
                         "--max-restarts", "0", "--monitor-interval", "0.2", "-m", "tests.trainer_hooks.bad_args_worker")
     assert out.returncode == 1, out.stderr[-2000:]
-    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
-    crash = next(l for l in lines if l.get("event") == "crash")
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    crash = next(line for line in lines if line.get("event") == "crash")
     assert crash["exit_codes"] == [2] and crash["crash_wait"] == 0
     assert lines[-1]["event"] == "end" and lines[-1]["reason"] == "gave_up"
 

@@ -42,7 +42,7 @@ def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_
         return len(agent.lines), sum(files_size(p) for p in logs if p.exists())
 
     try:
-        wait_until(lambda: sum(l.get("event") == "workers" for l in agent.lines), progress=moved, stall_s=STALL_S,
+        wait_until(lambda: sum(line.get("event") == "workers" for line in agent.lines), progress=moved, stall_s=STALL_S,
                    what="the workers' start", explain=agent.story)
         # Steps first (a job that never stepped has no step time to be late against), then the hang.
         step = control / "step-1"
@@ -57,7 +57,7 @@ def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_
         raise AssertionError(f"{exc}\n{agent.story()}") from None
     finally:
         agent.stop()
-    sent = [json.loads(l) for l in decisions.read_text().splitlines()]
+    sent = [json.loads(line) for line in decisions.read_text().splitlines()]
     sent = [d for d in sent if d["job"] == job and d.get("sent")]
     assert [d["action"] for d in sent] == ["capture_stacks", "evict"], sent
     assert sent[1]["fault"] == "job_hang" and sent[1]["nodes"] == ["n000"] and "pp:1" in sent[1]["reason"]

@@ -42,16 +42,16 @@ def test_torchrun_single_machine_job_starts_its_own_operator_side(tmp_path):
         return len(agent.lines), files_size(agent.log), files_size(up_log) if up_log.exists() else 0
 
     try:
-        wait_until(lambda: any(l.get("worker") == "started" for l in agent.lines), progress=moved, stall_s=STALL_S,
+        wait_until(lambda: any(line.get("worker") == "started" for line in agent.lines), progress=moved, stall_s=STALL_S,
                    what="the workers' start under the job's own up", explain=agent.story)
         wait_until(lambda: list(ckpt.glob("step_*.pt")), progress=moved, stall_s=STALL_S, what="a checkpoint",
                    explain=agent.story)
         (control / "crash-n000").touch()
-        restart = wait_until(lambda: next((l for l in agent.lines if l.get("event") == "restart"), None),
+        restart = wait_until(lambda: next((line for line in agent.lines if line.get("event") == "restart"), None),
                              progress=moved, stall_s=STALL_S, what="a restart on the remediator's command",
                              explain=agent.story)
         assert restart["command_id"] and restart["action"] in ("reattempt", "restart", "rollback"), restart
-        wait_until(lambda: any(l.get("worker") == "started" and l["attempt"] == 1 for l in agent.lines),
+        wait_until(lambda: any(line.get("worker") == "started" and line["attempt"] == 1 for line in agent.lines),
                    progress=moved, stall_s=STALL_S, what="the workers' restart", explain=agent.story)
         (control / "finish").touch()
         wait_until(lambda: agent.proc.poll() is not None, progress=moved, stall_s=STALL_S, what="the end",

@@ -8,11 +8,18 @@ import time
 import pytest
 
 from faultlens.cli import build_parser, main
-from faultlens.extras import missing_extra_line
 from faultlens.events.command import Command
-from faultlens.trainer_hooks.elastic_commands import (CommandInbox, RoundNote, action_of_exit_codes, merge_round,
-                                                      named_checkpoint, rendezvous_topology, resume_choice,
-                                                      resume_of)
+from faultlens.extras import missing_extra_line
+from faultlens.trainer_hooks.elastic_commands import (
+    CommandInbox,
+    RoundNote,
+    action_of_exit_codes,
+    merge_round,
+    named_checkpoint,
+    rendezvous_topology,
+    resume_choice,
+    resume_of,
+)
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 
 

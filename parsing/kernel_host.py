@@ -39,7 +39,7 @@ _AER = re.compile(
     r" errors? received:\s*(?P<pci>" + _PCI + r")?"
 )
 # Kernels before 4.x word the header without "severity=": "PCIe Bus Error: Uncorrectable (Non-Fatal), type=...".
-_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: (?:severity=)?(?P<type>Corrected|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
+_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: (?:severity=)?(?P<type>Correct(?:ed|able)|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
 
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
 _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
@@ -142,7 +142,7 @@ def machine_check(msg: str, raw: str, echoes: Echoes) -> Found:
 
 def _aer_data(raw: str, pci: str, kind: str) -> dict[str, Any]:
     kind = kind.lower()
-    if kind == "corrected":
+    if kind in ("corrected", "correctable"):  # older kernels: "severity=Correctable"
         return common(raw, "kernel", "none", "info", pci=pci, error_type="corrected")
     if "non-fatal" in kind:
         return common(raw, "kernel", "none", "warn", pci=pci, error_type="non_fatal")

@@ -42,10 +42,18 @@ from faultlens.parsing.line import any_of, common
 
 Found = list[tuple[str, dict[str, Any]]]
 
+# A shell in another locale prints glibc's translation of strsignal's text ("已杀死" for "Killed"):
+# the fatal ones (SIGKILL, SIGSEGV, SIGBUS) in the locales trainers' logs turn up in.
+_LOCALE = {"已杀死": "SIGKILL", "段错误": "SIGSEGV", "总线错误": "SIGBUS",                       # zh_CN
+           "getötet": "SIGKILL", "speicherzugriffsfehler": "SIGSEGV", "bus-fehler": "SIGBUS",  # de
+           "убито": "SIGKILL", "ошибка сегментирования": "SIGSEGV", "ошибка шины": "SIGBUS",  # ru
+           "processus arrêté": "SIGKILL", "erreur de segmentation": "SIGSEGV",                # fr
+           "terminado (killed)": "SIGKILL", "violación de segmento": "SIGSEGV",               # es
+           "強制終了": "SIGKILL", "セグメンテーション違反です": "SIGSEGV", "バスエラーです": "SIGBUS"}  # ja
 # Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
 LITERALS = ("sig", "signal", "segmentation fault", "floating-point exception", "bus error", "killed", "aborted", "illegal instruction",
             "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "exit_code", "exit_status",
-            "terminated")
+            "terminated", *_LOCALE)
 _QUICK = any_of(LITERALS)
 
 _NUMBERS = {s.name: int(s) for s in signal_mod.Signals if not s.name.startswith("SIG_")}
@@ -53,8 +61,9 @@ _BY_NUMBER = {v: k for k, v in sorted(_NUMBERS.items(), reverse=True)}
 # The words the C library (strsignal) and the shells print for a signal.
 _BY_WORDS = {"segmentation fault": "SIGSEGV", "bus error": "SIGBUS", "killed": "SIGKILL", "aborted": "SIGABRT",
              "abort": "SIGABRT", "illegal instruction": "SIGILL", "floating point exception": "SIGFPE",
-             "terminated": "SIGTERM", "hangup": "SIGHUP", "quit": "SIGQUIT"}
-_WORDS = r"segmentation fault|bus error|killed|aborted|illegal instruction|floating point exception|terminated|hangup"
+             "terminated": "SIGTERM", "hangup": "SIGHUP", "quit": "SIGQUIT", **_LOCALE}
+_WORDS = (r"segmentation fault|bus error|killed|aborted|illegal instruction|floating point exception|terminated|hangup|"
+          + "|".join(re.escape(w) for w in sorted(_LOCALE, key=len, reverse=True)))
 
 _SHAPES = re.compile(
     # torchrun / glog / abseil: "Signal 7 (SIGBUS) received by PID 10", "*** SIGSEGV (@0x0) received by PID 12"

@@ -58,11 +58,13 @@ _NAN = re.compile(
     # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
     r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
     r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
-    r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value)",
+    # clip_grad_norm_'s "Non-finite norm encountered" / "The total norm of order 2.0 ... is non-finite"
+    r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value|(?:total |gradient |grad )?norm)\b|\btotal norm of order [\d.]+ .{0,60}\bis non-finite",
     re.IGNORECASE,
 )
 # nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
-_NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:nan|[+-]?inf)\b", re.IGNORECASE)
+# A loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
+_NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
 # Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
 _NAN_OR_INF = re.compile(r"nan|inf\b")
@@ -381,7 +383,7 @@ class TrainerLogParser:
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=nccl, **extra))]
         low = msg.lower()
-        if ("nan" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
+        if ("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
             sm = _STEP.search(msg)
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip

@@ -97,7 +97,9 @@ def thread_ticks(thread: threading.Thread) -> int:
     utime, stime); 0 once it is gone or where there is no /proc. The progress of a thread the
     test started (a consumer that must see the end of a topic): one that polls moves it, a busy
     machine only slows it, one that died or is blocked for good stops it."""
-    if thread.native_id is None:
+    if thread.native_id is None or not thread.is_alive():
+        # Gone: Linux hands its TID to the next thread made, and /proc would then read that one's
+        # ticks (a full run read 49 for a joined thread).
         return 0
     try:
         stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()

@@ -87,7 +87,7 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d
 # with and without the pre-filter.
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
                  "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
-                 "broken pipe", "nan", "error", "exception", "got completion",
+                 "broken pipe", "nan", "non-finite", "error", "exception", "got completion",
                  # NCCL's failing-call trace (file.cc:N -> rc), a checked CUDA call's return code, the CUDA
                  # runtime's not-ready text, the C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
                  ".cc:", ".cu:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure")

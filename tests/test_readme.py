@@ -29,7 +29,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_torch_is_pinned_in_an_extra():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'torch = ["torch==2.13.0"]' in text
+    assert 'torch = ["torch==2.13.0", "numpy>=1.26"]' in text  # pinned; numpy beside it (no NumPy warning)
     deps = text[text.index("dependencies = ["): text.index("]", text.index("dependencies = ["))]
     assert "torch" not in deps
 

@@ -88,9 +88,10 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
                  "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
                  "broken pipe", "nan", "non-finite", "error", "exception", "got completion",
-                 # NCCL's failing-call trace (file.cc:N -> rc), a checked CUDA call's return code, the CUDA
-                 # runtime's not-ready text, the C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
-                 ".cc:", ".cu:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure")
+                 # NCCL's failing-call trace (file.cc:N -> rc, from any source file nccl_lines' _TRACE reads:
+                 # .cc .cu .cpp .h), a checked CUDA call's return code, the CUDA runtime's not-ready text, the
+                 # C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
+                 ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure")
 
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")

@@ -7,6 +7,10 @@ is written and read in bounded memory.
 
 Labels sit beside the trace in ``TRACE.labels.jsonl`` (the trace path with ``.labels.jsonl``
 appended), one JSON object per injected fault: ``{"job", "fault", "nodes", "ranks", "onset"}``.
+What the live pipeline said sits beside it too when it was recorded (``faultlens record --topics ...
+diagnoses``): ``TRACE.diagnoses.jsonl``, one diagnosis record per line as the ``diagnoses`` topic
+carries it. The rows stay envelopes only: every reader (analyze, check, replay, history) feeds
+them to the detectors, which make their own diagnoses.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.jsonl import json_lines
 
@@ -55,6 +60,11 @@ def trace_order(event: Envelope) -> tuple[float, int, str]:
 def labels_path(trace_path: str | os.PathLike[str]) -> Path:
     """``TRACE.labels.jsonl``: the literal trace path with ``.labels.jsonl`` appended."""
     return Path(str(trace_path) + ".labels.jsonl")
+
+
+def diagnoses_path(trace_path: str | os.PathLike[str]) -> Path:
+    """``TRACE.diagnoses.jsonl``: the recorded diagnoses beside a trace (as :func:`labels_path`)."""
+    return Path(str(trace_path) + ".diagnoses.jsonl")
 
 
 def _columns(rows: list[Envelope]) -> pa.RecordBatch:
@@ -211,3 +221,28 @@ def read_labels(trace_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     else:
         raise TraceError(f"no labels for {trace} (looked for {', '.join(str(c) for c in candidates)})")
     return [_check_label(obj, where) for where, obj in json_lines(path, TraceError)]
+
+
+# --- recorded diagnoses -----------------------------------------------------------------------
+def write_diagnoses(path: str | os.PathLike[str], diagnoses: Iterable[Diagnosis]) -> Path:
+    """Write diagnoses as JSON lines (the bus's encoding) to ``path`` (pass :func:`diagnoses_path`)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as f:
+        for d in diagnoses:
+            f.write(d.encode() + b"\n")
+    return target
+
+
+def read_diagnoses(trace_path: str | os.PathLike[str]) -> list[Diagnosis]:
+    """The diagnoses recorded beside a trace (``TRACE.diagnoses.jsonl``); [] when none were recorded."""
+    path = diagnoses_path(trace_path)
+    if not path.exists():
+        return []
+    out = []
+    for where, obj in json_lines(path, TraceError):
+        try:
+            out.append(Diagnosis.from_dict(obj))
+        except InvalidEvent as exc:
+            raise TraceError(f"{where}: {exc}") from None
+    return out

@@ -7,10 +7,9 @@ import json
 import sys
 
 from faultlens.events.topics import TOPICS
-from faultlens.events.trace import write_trace
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
-from faultlens.streams.record import DEFAULT_TOPICS, collect
+from faultlens.streams.record import DEFAULT_TOPICS, record, write_recording
 
 HELP = "record live topics into a Parquet trace"
 DESCRIPTION = f"""\
@@ -19,7 +18,9 @@ beginning (or from now with --from-now; the topology in `jobs` is always read in
 one job's events with --job, drops duplicate event ids, orders them by time (job records first,
 then by id) with each job's topology first, and writes TRACE. Stops after --duration seconds or
 when nothing arrived for --idle seconds (default 5). Events are held in memory until written.
-Prints one JSON summary line. Topics: {", ".join(DEFAULT_TOPICS)}."""
+With `--topics ... diagnoses` the pipeline's diagnoses are kept beside the trace in
+TRACE.diagnoses.jsonl (one diagnosis record per line, a re-emitted one at its highest count); a
+record that does not decode is skipped and counted (`invalid`). Prints one JSON summary line. Topics: {", ".join(DEFAULT_TOPICS)}."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with connected(args, args.topics) as settings:
         with tqdm(unit="ev", desc="record", disable=True if args.no_progress else None, leave=False) as bar:
-            events, stats = collect(settings, args.topics, job=args.job, duration_s=args.duration,
-                                    idle_s=args.idle, from_beginning=not args.from_now, progress=bar.update)
-        write_trace(args.out, events)
-    print(json.dumps({"path": str(args.out), **stats.to_dict()}), flush=True)
+            rec = record(settings, args.topics, job=args.job, duration_s=args.duration,
+                         idle_s=args.idle, from_beginning=not args.from_now, progress=bar.update)
+        write_recording(args.out, rec, args.topics)
+    print(json.dumps({"path": str(args.out), **rec.stats.to_dict()}), flush=True)
     return 0

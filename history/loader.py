@@ -71,8 +71,8 @@ class _Diagnoser:
 def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Sampling(), diagnose: bool = True,
                engine_config: EngineConfig | None = None, batch_size: int = 5000,
                progress: bool = True) -> LoadStats:
-    """Write a trace's events (sampled), labels and diagnoses (an engine with ``engine_config``)
-    into ``sink``."""
+    """Write a trace's events (sampled), labels and diagnoses (an engine with ``engine_config``;
+    with ``diagnose`` False, those recorded beside the trace, if any) into ``sink``."""
     path = Path(path)
     if not path.exists():
         raise HistoryError(f"trace {path} does not exist")
@@ -85,6 +85,12 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
     if note:
         stats.notes.append(note)
     diagnoser = _Diagnoser(Engine(engine_config or EngineConfig()), stats) if diagnose else None
+    recorded: list[Any] = []
+    if not diagnose:  # what the live pipeline said, when `faultlens record` kept it (TRACE.diagnoses.jsonl)
+        try:
+            recorded = trace.read_diagnoses(path)
+        except (ValueError, OSError) as exc:
+            stats.notes.append(f"recorded diagnoses not loaded: {exc}")
 
     def write(items: list[Any], labels: Iterable[Any] = ()) -> None:
         batch: Batch = build_batch(items, sampling, labels=labels)
@@ -121,7 +127,8 @@ def load_trace(path: str | Path, sink: HistorySink, *, sampling: Sampling = Samp
         found = diagnoser.finish()
         diagnosis_ids.update(d.id for d in found)
         pending.extend(found)
-    stats.diagnoses = len(diagnosis_ids)
+    pending.extend(recorded)
+    stats.diagnoses = len(diagnosis_ids) + len(recorded)
     write(pending, labels)
     stats.labels = len(labels)
     return stats

@@ -24,7 +24,8 @@ samples (gpu/sample, host/sample) may be stored as a deterministic sample (--sam
 Runs until Ctrl-C / SIGTERM, or --idle-stop / --max-records.
 
 With --from-trace TRACE: loads a trace file without a broker: its events (sampled the same way),
-its labels (TRACE.labels.jsonl) and, unless --no-diagnose, the diagnoses the engine finds in it.
+its labels (TRACE.labels.jsonl) and the diagnoses the engine finds in it; with --no-diagnose, the
+diagnoses recorded beside it instead (TRACE.diagnoses.jsonl, `faultlens record --topics ... diagnoses`).
 
 Commands are checked against --verify-key (the public key remediation signs with): a copy of a
 command whose signature fails is kept in table `refused_commands` with the reason, and never

@@ -15,6 +15,9 @@ from faultlens.cli import main
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.trace import diagnoses_path, iter_trace, read_diagnoses
+from faultlens.history.loader import load_trace
+from faultlens.history.schema import memory_history
+from faultlens.history.sink import HistorySink
 from faultlens.streams.producer import Producer
 from faultlens.streams.record import Recording, RecordStats, write_recording
 from tests.diagnosis.diag_events import beat, topology
@@ -74,3 +77,22 @@ def test_a_malformed_diagnoses_file_is_a_clear_error(tmp_path):
     diagnoses_path(out).write_text('{"job": "j", "fault": "gpu_lost"}\n')
     with pytest.raises(ValueError, match=r"rec.parquet.diagnoses.jsonl:1: .*missing"):
         read_diagnoses(out)
+
+
+def test_history_from_a_recording_without_the_engine_stores_what_the_pipeline_said(tmp_path):
+    out = tmp_path / "rec.parquet"
+    events = [topology(n=2), beat(1.0, "n000"), beat(2.0, "n001")]
+    said = [_diagnosis(events[0].job, "n001", events[-1].ts, count=3)]
+    write_recording(out, Recording(events, said, RecordStats()), [topics.HEARTBEAT, topics.DIAGNOSES])
+    conn = memory_history()
+    stats = load_trace(out, HistorySink(conn), diagnose=False, progress=False)
+    assert stats.events == 3 and stats.diagnoses == 1
+    assert not [n for n in stats.notes if "diagnoses" in n]  # (a recording has no labels: that note stays)
+    assert conn.execute("SELECT id, nodes, count FROM diagnoses").fetchall() == [(said[0].id, ["n001"], 3)]
+
+    diagnoses_path(out).write_text("{not json\n")  # a damaged file: a note, the events still stored
+    conn = memory_history()
+    stats = load_trace(out, HistorySink(conn), diagnose=False, progress=False)
+    assert stats.events == 3 and stats.diagnoses == 0
+    assert [n for n in stats.notes if "diagnoses" in n][0].startswith("recorded diagnoses not loaded: ")
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3

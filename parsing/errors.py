@@ -21,9 +21,9 @@ _NCCL_ERR = re.compile(
     r"|NCCL error: (?P<why2>[^,.]+)"
     # the c10d store a rendezvous and NCCL's unique id go through: its socket gave up
     r"|(?P<store>Socket Timeout|connect\(\) timed out\. Original timeout was)"
-    # older torch's "NCCL Error 2: unhandled system error"; nccl-tests' "Test NCCL failure common.cu:497 'unhandled cuda error'"
+    # older torch's "NCCL Error 2: unhandled system error"; nccl-tests' "Test NCCL failure common.cu:497 'unhandled cuda error'" (older: no "Test ")
     r"|NCCL Error (?P<code>\d+): (?P<why3>[^\n]+)"
-    r"|Test NCCL failure (?P<where2>\S+) '(?P<why4>[^']+)'"
+    r"|(?:Test )?NCCL failure (?P<where2>\S+\.\w+:\d+) '(?P<why4>[^']+)'"
     # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
     r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
     r"|(?P<aborted>NCCL communicator was aborted)"

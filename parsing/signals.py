@@ -88,6 +88,10 @@ _SHAPES = re.compile(
     # crash handler naming the fatal signal it caught ("got SIGSEGV for VA=...", "CRASH (pid=1) by SIGSEGV")
     r"|\bProgram (?:received|terminated with) signal (?P<s11>(?-i:SIG[A-Z0-9]+))"
     r"|\b(?:got|caught|by) (?P<s12>(?-i:SIG(?:SEGV|BUS|ILL|FPE)))\b"
+    # a program's or the system's own report with the number and the name: systemd-coredump's "terminated
+    # abnormally with signal 11/SEGV", GraphicsMagick's "abort due to signal 11 (SIGSEGV)"
+    r"|\bterminated abnormally with signal (?P<n13>\d{1,2})/(?-i:[A-Z]+)\b"
+    r"|\bdue to signal (?P<n14>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"
     # an exit status of 128 + N, or torchrun's negative exit code
     # (a key's name too: "learner_exit_code: 137", "exit_status=139")
     r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
@@ -107,7 +111,7 @@ def _name(m: re.Match[str]) -> str | None:
     for g in ("s1", "s2", "s3", "s4", "s11", "s12"):
         if m.group(g):
             return m.group(g).upper()
-    for g in ("n1", "n3", "n5"):
+    for g in ("n1", "n3", "n5", "n13", "n14"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
     for g in ("w5", "w6", "w7", "w9", "w10"):

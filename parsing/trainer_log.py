@@ -63,8 +63,8 @@ _NAN = re.compile(
     re.IGNORECASE,
 )
 # nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
-# A loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
-_NAN_BARE = re.compile(r"\b(?:loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
+# A loss by any name, bare too ("discrim_loss nan"); a loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
+_NAN_BARE = re.compile(r"\b(?:\w*loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite")
 # Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
 _NAN_OR_INF = re.compile(r"nan|inf\b")

@@ -119,16 +119,20 @@ def shipped() -> SubsystemTable:
     return parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name)
 
 
-def tag_of(message: str) -> tuple[str, str | None]:
-    """(tag, device) of a kernel message by its shape: the first word before the first colon
-    (lowered, ``[pid]`` dropped) and the word after it when that names a device; ('', None) when
-    the line starts with text rather than a tag."""
+def _body(message: str) -> str:
+    """The message without what a syslog or a host label put before the driver's tag."""
     msg = message.lstrip()
     if msg.startswith(_SYSLOG_KERNEL):
         msg = msg[len(_SYSLOG_KERNEL):]
     label = _HOST_LABEL.match(msg)
-    if label:
-        msg = msg[label.end():]
+    return msg[label.end():] if label else msg
+
+
+def tag_of(message: str) -> tuple[str, str | None]:
+    """(tag, device) of a kernel message by its shape: the first word before the first colon
+    (lowered, ``[pid]`` dropped) and the word after it when that names a device; ('', None) when
+    the line starts with text rather than a tag."""
+    msg = _body(message)
     if msg.startswith("[drm:"):
         drm = _DRM_MODULE.match(msg)
         if drm:
@@ -230,12 +234,7 @@ def _driver_shaped(message: str) -> bool:
     ``usbhid 2-3:1.0:``, ``zzraid (sdb):``) rather than words (``Memory failure:``, ``Device:``)?
     One word not capitalised like a sentence's first, or a word and a device or bus address (a
     digit or a parenthesis in it)."""
-    msg = message.lstrip()
-    if msg.startswith(_SYSLOG_KERNEL):
-        msg = msg[len(_SYSLOG_KERNEL):]
-    label = _HOST_LABEL.match(msg)
-    if label:
-        msg = msg[label.end():]
+    msg = _body(message)
     head = msg[:msg.find(":", 0, MAX_TAG)].split()
     if len(head) == 1:
         # A capitalised word ("Device:", "Memory:") opens a sentence; tags are lower case or

@@ -211,10 +211,25 @@ class RuleSet:
     # Dispatch on the subsystem before any needle or regex: a line of subsystem S is tried on the
     # rules of S and the rules of no subsystem, in catalogue order; a line of none on the latter.
     _by_subsystem: dict[str | None, "RuleSet"] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # Which rules a line holding some needles may match, found from the needles themselves rather than
+    # by testing every rule's needles in turn (122 rules: that loop was most of the kernel parser's
+    # time): the trie at every position gives the shortest needle starting there, and the needles that
+    # extend it are checked there too, so the needles found are exactly those the line holds.
+    _needle_at: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
+    _extending: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _rules_of: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.rules and all(r.needles for r in self.rules):
-            object.__setattr__(self, "_needles", any_of({n for r in self.rules for n in r.needles}))
+        if not (self.rules and all(r.needles for r in self.rules)):
+            return
+        needles = {n for r in self.rules for n in r.needles}
+        trie = any_of(needles)
+        object.__setattr__(self, "_needles", trie)
+        object.__setattr__(self, "_needle_at", re.compile(f"(?=({trie.pattern}))"))
+        self._extending.update({n: tuple(sorted(m for m in needles if m.startswith(n))) for n in needles})
+        for i, rule in enumerate(self.rules):
+            for n in set(rule.needles):
+                self._rules_of[n] = (*self._rules_of.get(n, ()), i)
 
     def for_subsystem(self, subsystem: str | None) -> "RuleSet":
         """The rules a line of ``subsystem`` may match; a line of no known subsystem (None: no tag,
@@ -235,9 +250,7 @@ class RuleSet:
         """Events of the first rule matching ``msg``; [] when it folds into one just emitted; None: no rule."""
         if not self.rules or (self._needles is not None and not self._needles.search(msg)):
             return None
-        for rule in self.rules:
-            if rule.needles and not any(map(msg.__contains__, rule.needles)):  # map: no generator frame per rule
-                continue
+        for rule in self._candidates(msg):
             m = rule.pattern.search(msg)
             if m is None:
                 continue
@@ -250,6 +263,19 @@ class RuleSet:
             data.setdefault("text", m.group(0)[:512])
             return [(rule.kind, data)]
         return None
+
+
+    def _candidates(self, msg: str) -> Iterable[LineRule]:
+        """The rules whose needles ``msg`` holds (every rule where one has none), in catalogue order."""
+        if self._needle_at is None:
+            return (r for r in self.rules if not r.needles or any(map(msg.__contains__, r.needles)))
+        found: set[int] = set()
+        for m in self._needle_at.finditer(msg):
+            at, shortest = m.start(), m.group(1)
+            for needle in self._extending[shortest]:
+                if msg.startswith(needle, at):
+                    found.update(self._rules_of[needle])
+        return [self.rules[i] for i in sorted(found)]
 
 
 def _fold_key(rule: LineRule, groups: dict[str, Any]) -> tuple[str, Any]:

@@ -85,7 +85,15 @@ def events(r, topic: str, kind: str | None = None) -> list:
 
 
 def explain(r) -> str:
-    return "\n".join(f"--- {p.name} (rc {p.popen.poll()}) lines={p.lines[-6:]}\n{p.tail(1500)}" for p in r.procs)
+    """The processes' last lines and the job's diagnoses with their detail: a verdict's reasoning
+    (which ranks' dumps it read, its confidence) is what a failed wait needs to be understood."""
+    procs = "\n".join(f"--- {p.name} (rc {p.popen.poll()}) lines={p.lines[-6:]}\n{p.tail(1500)}" for p in r.procs)
+    try:
+        found = job_records(r.settings, "diagnoses", Diagnosis.decode, r.job, idle_s=0.3)
+    except Exception as exc:  # the explanation must not hide the failure it explains
+        return f"{procs}\n--- diagnoses: unreadable ({exc!r})"
+    said = "\n".join(f"{d.fault} {d.action} {d.confidence} nodes={list(d.nodes)}: {d.detail[:600]}" for d in found)
+    return f"{procs}\n--- diagnoses of {r.job}\n{said}"
 
 
 def until(r, condition, what: str):

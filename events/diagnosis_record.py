@@ -108,6 +108,10 @@ class Diagnosis:
     # the same ids, so every downstream store dedups by id. A folded diagnosis re-emitted with a
     # higher count keeps its id (dataclasses.replace copies it).
     id: str = ""
+    # The rule that made the finding (a parsing rule id, an Xid table entry, a detector's name), so
+    # `faultlens rules diff` can say what each rule gained and lost. Not part of the id, and left out
+    # of the record when None, so a diagnosis without it is byte for byte what it was.
+    rule: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.fault) is not FaultClass:
@@ -136,6 +140,7 @@ class Diagnosis:
             "evidence": list(self.evidence),
             "detail": self.detail,
             "count": self.count,
+            **({"rule": self.rule} if self.rule is not None else {}),
         }
 
     @classmethod
@@ -156,6 +161,7 @@ class Diagnosis:
                 evidence=tuple(str(e) for e in obj.get("evidence") or ()),
                 detail=str(obj.get("detail", "")),
                 count=int(obj.get("count", 1)),
+                rule=None if obj.get("rule") is None else str(obj["rule"]),
             )
         except (TypeError, ValueError) as exc:
             raise InvalidEvent(None, f"bad diagnosis: {exc}") from None

@@ -18,9 +18,9 @@ ways to the Struct's verdict.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar, overload
 
-from faultlens.events.envelope import Envelope, keep_payload
+from faultlens.events.envelope import Envelope, InvalidEvent, keep_payload
 from faultlens.events.gpu_table import GpuRows, gpu_table
 from faultlens.events.net_reading import CheckedPorts
 from faultlens.events.payload_fields import Payload, convert
@@ -200,14 +200,41 @@ def check_payload(event: Envelope) -> None:
     keep_payload(event, convert(event.data, payload_type, from_attributes=payload_type is GpuSample))
 
 
-def typed(event: Envelope) -> Any:
-    """``event``'s payload as its kind's Struct (None for a kind without one), read once and kept
-    on the event; InvalidEvent naming the field where ``data`` does not fit."""
+P = TypeVar("P", bound=Payload)
+P2 = TypeVar("P2", bound=Payload)
+P3 = TypeVar("P3", bound=Payload)
+
+
+@overload
+def typed(event: Envelope) -> Any: ...
+@overload
+def typed(event: Envelope, expected: type[P]) -> P: ...
+@overload
+def typed(event: Envelope, expected: tuple[type[P], type[P2]]) -> P | P2: ...
+@overload
+def typed(event: Envelope, expected: tuple[type[P], type[P2], type[P3]]) -> P | P2 | P3: ...
+
+
+def typed(event: Envelope, expected: type[Payload] | tuple[type[Payload], ...] | None = None) -> Any:
+    """``event``'s payload as its kind's Struct, read once and kept on the event; InvalidEvent
+    naming the field where ``data`` does not fit.
+
+    ``typed(event, TrainStep)`` (or a tuple of Structs, for a rule that reads several kinds) is the
+    read the type checker sees: it returns that Struct, so a read of a field it lacks fails mypy,
+    and an event whose kind carries another Struct (or none) is an InvalidEvent naming its kind,
+    never a payload of the wrong shape. ``typed(event)`` alone gives the payload untyped (None for a
+    kind without a Struct): the older form, for readers not yet converted (issue 57)."""
     payload = event._payload
     if payload is None:
         payload_type = payload_type_of(event)
-        if payload_type is None:
-            return None
-        payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)
-        keep_payload(event, payload)
+        if payload_type is not None:
+            payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)
+            keep_payload(event, payload)
+    if expected is not None and not isinstance(payload, expected):
+        carried = "no payload Struct" if payload is None else type(payload).__name__
+        raise InvalidEvent("kind", f"{event.source}/{event.kind} carries {carried}, not {_names(expected)}")
     return payload
+
+
+def _names(expected: type[Payload] | tuple[type[Payload], ...]) -> str:
+    return " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))

@@ -20,8 +20,9 @@ _QUIET = frozenset({"none"})
 
 
 def rule_of(f: Finding) -> str:
-    """The rule id a line-catalogue finding carries: the head of its entity (``subsystem.nvme:nvme0``)."""
-    return f.entity.split(":", 1)[0]
+    """The rule id ``[[debounce]]`` matches: the finding's (Finding.rule_id: a line-catalogue rule's
+    ``subsystem.nvme``, ``xid.74``, a detector's name)."""
+    return f.rule_id
 
 
 class Debounce:

@@ -106,6 +106,7 @@ class SummaryFinding(Payload, frozen=True):
     onset: Number | None = None
     sympathetic: Flag | None = None
     hold_s: NonNeg | None = None
+    rule: Text | None = None  # the rule that made it where its entity does not say (Finding.rule)
 
 
 class SummaryWatermark(Payload, frozen=True):

@@ -37,6 +37,9 @@ class Finding:
     sympathetic: bool = False
     # Event seconds to wait before judging it, for a cause that shows up later (an NVML sample).
     hold_s: float = 0.0
+    # The rule that made it, where the entity's head does not say it (an Xid's entity is its GPU):
+    # see rule_id.
+    rule: str = ""
 
     def __post_init__(self) -> None:
         if self.fault not in FAULT_CLASSES:
@@ -44,12 +47,21 @@ class Finding:
         if self.action not in ACTIONS:
             raise ValueError(f"unknown action {self.action!r}")
 
+    @property
+    def rule_id(self) -> str:
+        """The rule a diagnosis names (Diagnosis.rule; `faultlens rules diff` groups by it): the one
+        set, else the head of the entity, which is the line catalogue's rule id (``subsystem.nvme``
+        of ``subsystem.nvme:nvme0``) or the detector's name (``nic``, ``net``, ``thermal``)."""
+        return self.rule or self.entity.split(":", 1)[0]
+
     def to_event(self, event_id: str) -> Envelope:
         """The node stage's finding as a `summary/finding` record for the job stage."""
         data = {"fault": self.fault, "action": self.action, "nodes": list(self.nodes), "entity": self.entity,
                 "ranks": list(self.ranks), "group": self.group, "confidence": self.confidence,
                 "evidence": list(self.evidence), "detail": self.detail, "onset": self.onset,
                 "sympathetic": self.sympathetic, "hold_s": self.hold_s}
+        if self.rule:
+            data["rule"] = self.rule
         return Envelope(ts=self.ts, job=self.job, node=self.nodes[0] if self.nodes else "-", source="summary",
                         kind="finding", data=data, id=event_id)
 
@@ -64,7 +76,7 @@ class Finding:
                    entity=d.entity or "", ranks=tuple(d.ranks or ()), group=d.group,
                    confidence=float(or_else(d.confidence, 1.0)), evidence=tuple(d.evidence or ()),
                    detail=d.detail or "", onset=None if d.onset is None else float(d.onset),
-                   sympathetic=bool(d.sympathetic), hold_s=float(d.hold_s or 0.0))
+                   sympathetic=bool(d.sympathetic), hold_s=float(d.hold_s or 0.0), rule=d.rule or "")
 
     def to_diagnosis(self, *, action: str | None = None, count: int = 1, detail: str | None = None) -> Diagnosis:
         return Diagnosis(
@@ -80,6 +92,7 @@ class Finding:
             evidence=self.evidence,
             detail=self.detail if detail is None else detail,
             count=count,
+            rule=self.rule_id or None,
         )
 
 

@@ -103,7 +103,7 @@ class XidRule:
         else:
             self._last_by_source[(event.job, node, code)] = (event.ts, event.source)
         return [Finding(
-            job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold,
+            job=event.job, ts=event.ts, fault=fault, action=action, nodes=(node,), hold_s=hold, rule=f"xid.{code}",
             entity="gpu_lost" if fault == "gpu_lost" else f"gpu:{gpu}", evidence=(event.id,), sympathetic=sympathetic,
             detail=f"Xid {code} {mnemonic} on GPU {gpu}: {line_of(event)}".strip() + _folded_note(payload),
         )]

@@ -178,7 +178,7 @@ class Waves:
             basis = orjson.dumps([f.job, str(f.fault), "wave", round(onset, 3), list(f.evidence[:4])])
             diag = Diagnosis(id=hashlib.blake2b(basis, digest_size=16).hexdigest(), job=f.job,
                              ts=f.ts if now is None else now, onset=onset, fault=FaultClass(f.fault),
-                             action=Action.NONE, group=f"wave:{FLEET_WIDE}")
+                             action=Action.NONE, group=f"wave:{FLEET_WIDE}", rule=f.rule_id or None)
             wave = self._waves[key] = _Wave(diag, onset, f.ts)
             self.stats["waves"] += 1
         wave.nodes |= near

@@ -1,8 +1,9 @@
 """What a rule change would have done (`faultlens rules diff`): the engine with today's rules and
 thresholds and with a changed set, side by side over the same events (a trace or a DuckDB
-history), compared per fault class: diagnoses gained and lost, actions that changed, machines
-each would evict, and, with ground truth (labels, or `faultlens check`'s expect file), which of
-those machines were healthy."""
+history), compared per rule (Diagnosis.rule: a catalogue rule id, an Xid table entry, a
+detector's name; a wave is its first member's rule): findings gained and lost, actions that
+changed, machines each would evict, and, with ground truth (labels, or `faultlens check`'s expect
+file), which of those machines were healthy, and which rule would have evicted them."""
 
 from __future__ import annotations
 
@@ -27,14 +28,20 @@ def _key(d: Diagnosis) -> tuple:
     return (d.job, str(d.fault), tuple(sorted(d.nodes)), d.group or "")
 
 
+def rule_of(d: Diagnosis) -> str:
+    """The rule a diagnosis is counted under: its own (Diagnosis.rule), else its fault class (a
+    detector that names none: hang, fail-slow, a recorded diagnosis from before rules were named)."""
+    return d.rule or str(d.fault)
+
+
 def evicted(found: Iterable[Diagnosis]) -> set[tuple[str, str]]:
     """(job, machine) of every machine a diagnosis asks to take out."""
     return {(d.job, n) for d in found if d.action in EVICTING for n in d.nodes}
 
 
 @dataclass
-class ClassDiff:
-    fault: str
+class RuleDiff:
+    rule: str
     current: int = 0
     changed: int = 0
     gained: list[Diagnosis] = field(default_factory=list)
@@ -48,10 +55,12 @@ class ClassDiff:
 
 @dataclass
 class RulesDiff:
-    classes: dict[str, ClassDiff]
+    rules: dict[str, RuleDiff]
     evicted_current: set[tuple[str, str]]
     evicted_changed: set[tuple[str, str]]
     culprits: set[tuple[str, str]] | None  # machines ground truth blames; None: no ground truth
+    # (job, machine) → the rules whose diagnoses would evict it with the change
+    evicted_by: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     @property
     def healthy_evicted(self) -> set[tuple[str, str]]:
@@ -62,15 +71,20 @@ class RulesDiff:
     def healthy_evicted_now(self) -> set[tuple[str, str]]:
         return set() if self.culprits is None else self.evicted_current - self.culprits
 
+    def healthy_evicted_by(self, rule: str) -> set[tuple[str, str]]:
+        """The healthy machines ``rule``'s diagnoses would evict with the change."""
+        return {m for m in self.healthy_evicted if rule in self.evicted_by.get(m, ())}
+
     def to_dict(self) -> dict[str, Any]:
         def pairs(s: set[tuple[str, str]]) -> list[list[str]]:
             return [list(p) for p in sorted(s)]
 
         return {
-            "classes": {c.fault: {"current": c.current, "changed": c.changed,
-                                  "gained": [_brief(d) for d in c.gained], "lost": [_brief(d) for d in c.lost],
-                                  "action_changed": [{"from": _brief(a), "to": _brief(b)} for a, b in c.action_changed]}
-                        for c in self.classes.values() if not c.same or c.current or c.changed},
+            "rules": {r.rule: {"current": r.current, "changed": r.changed,
+                               "gained": [_brief(d) for d in r.gained], "lost": [_brief(d) for d in r.lost],
+                               "action_changed": [{"from": _brief(a), "to": _brief(b)} for a, b in r.action_changed],
+                               "healthy_evicted": pairs(self.healthy_evicted_by(r.rule))}
+                      for r in self.rules.values() if not r.same or r.current or r.changed},
             "evicted_current": pairs(self.evicted_current), "evicted_changed": pairs(self.evicted_changed),
             "newly_evicted": pairs(self.evicted_changed - self.evicted_current),
             "no_longer_evicted": pairs(self.evicted_current - self.evicted_changed),
@@ -80,36 +94,44 @@ class RulesDiff:
 
 
 def _brief(d: Diagnosis) -> dict[str, Any]:
-    return {"job": d.job, "fault": str(d.fault), "action": str(d.action), "nodes": list(d.nodes), "group": d.group,
-            "onset": d.onset, "count": d.count}
+    return {"job": d.job, "rule": rule_of(d), "fault": str(d.fault), "action": str(d.action), "nodes": list(d.nodes),
+            "group": d.group, "onset": d.onset, "count": d.count}
 
 
 def compare(current: list[Diagnosis], changed: list[Diagnosis],
             culprits: set[tuple[str, str]] | None = None) -> RulesDiff:
-    classes: dict[str, ClassDiff] = {}
+    """Per rule: a finding (job, class, machines, group) in one run and not the other is gained or
+    lost under its own rule; one in both whose action differs changed under the changed run's rule."""
+    rules: dict[str, RuleDiff] = {}
 
-    def of(fault: str) -> ClassDiff:
-        return classes.setdefault(fault, ClassDiff(fault))
+    def of(d: Diagnosis) -> RuleDiff:
+        rule = rule_of(d)
+        return rules.setdefault(rule, RuleDiff(rule))
 
     before = {_key(d): d for d in current}
     after = {_key(d): d for d in changed}
     for d in current:
-        of(str(d.fault)).current += 1
+        of(d).current += 1
     for d in changed:
-        of(str(d.fault)).changed += 1
+        of(d).changed += 1
     for key, d in after.items():
         if key not in before:
-            of(str(d.fault)).gained.append(d)
+            of(d).gained.append(d)
         elif before[key].action != d.action:
-            of(str(d.fault)).action_changed.append((before[key], d))
+            of(d).action_changed.append((before[key], d))
     for key, d in before.items():
         if key not in after:
-            of(str(d.fault)).lost.append(d)
-    for c in classes.values():
-        c.gained.sort(key=_key)
-        c.lost.sort(key=_key)
-        c.action_changed.sort(key=lambda pair: _key(pair[0]))
-    return RulesDiff(dict(sorted(classes.items())), evicted(current), evicted(changed), culprits)
+            of(d).lost.append(d)
+    for r in rules.values():
+        r.gained.sort(key=_key)
+        r.lost.sort(key=_key)
+        r.action_changed.sort(key=lambda pair: _key(pair[0]))
+    by: dict[tuple[str, str], set[str]] = {}
+    for d in changed:
+        if d.action in EVICTING:
+            for n in d.nodes:
+                by.setdefault((d.job, n), set()).add(rule_of(d))
+    return RulesDiff(dict(sorted(rules.items())), evicted(current), evicted(changed), culprits, by)
 
 
 def run_both(events: Callable[[], Iterable[Envelope]], current: EngineConfig, changed: EngineConfig,
@@ -178,17 +200,20 @@ def _d(d: Diagnosis) -> str:
     names the rule or the Xid that made it)."""
     nodes = " ".join(d.nodes) if d.nodes else (d.group or "no machine")
     detail = d.detail if len(d.detail) <= 80 else d.detail[:79] + "…"
-    return f"{d.job} {d.action} [{nodes}]" + (f" ×{d.count}" if d.count > 1 else "") + (f": {detail}" if detail else "")
+    return (f"{d.job} {d.fault} {d.action} [{nodes}]" + (f" ×{d.count}" if d.count > 1 else "")
+            + (f": {detail}" if detail else ""))
 
 
 def render(diff: RulesDiff, *, limit: int = 10) -> str:
     lines = []
-    for c in diff.classes.values():
+    for c in diff.rules.values():
         mark = "=" if c.same else "~"
         # A finding is a diagnosis's job, class, machines and group: two GPUs of a machine are two
         # diagnoses and one finding.
-        lines.append(f"{mark} {c.fault}: {c.current} → {c.changed} diagnoses; findings gained {len(c.gained)}, "
-                     f"lost {len(c.lost)}, action changed {len(c.action_changed)}")
+        healthy = diff.healthy_evicted_by(c.rule)
+        lines.append(f"{mark} {c.rule}: {c.current} → {c.changed} diagnoses; findings gained {len(c.gained)}, "
+                     f"lost {len(c.lost)}, action changed {len(c.action_changed)}"
+                     + (f"; would evict {len(healthy)} healthy machine(s)" if healthy else ""))
         lines += [f"    + {_d(d)}" for d in c.gained[:limit]]
         lines += [f"    - {_d(d)}" for d in c.lost[:limit]]
         lines += [f"    ~ {a.job} [{' '.join(a.nodes) or a.group}] {a.action} → {b.action}: {_d(b).split(': ', 1)[-1]}"
@@ -208,7 +233,8 @@ def render(diff: RulesDiff, *, limit: int = 10) -> str:
         counts = Counter(job for job, _ in diff.healthy_evicted)
         lines.append(f"healthy machines evicted: {len(diff.healthy_evicted_now)} now, {len(diff.healthy_evicted)} "
                      f"with the change" + (f" ({', '.join(f'{j}: {n}' for j, n in sorted(counts.items()))})" if counts else ""))
-        lines += [f"  ! {job} {node}" for job, node in sorted(diff.healthy_evicted)[:limit]]
+        lines += [f"  ! {job} {node} (by {', '.join(sorted(diff.evicted_by.get((job, node), ())))})"
+                  for job, node in sorted(diff.healthy_evicted)[:limit]]
     return "\n".join(lines)
 
 

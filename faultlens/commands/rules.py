@@ -15,8 +15,10 @@ Runs the detectors twice over the same events, as `faultlens analyze` does: with
 and thresholds (the shipped ones, with --current-rules / --current-thresholds or FAULTLENS_RULES /
 FAULTLENS_THRESHOLDS over them) and with the changed set (today's plus --rules NEW.toml, a line
 catalogue as parsing/rules.toml, and --thresholds NEW.toml, as diagnosis/thresholds.toml). Prints,
-per fault class, the diagnoses gained (+) and lost (-) and those whose action changed (~), then the
-machines each would evict, and, with ground truth, which of them were healthy:
+per rule (a catalogue rule id, an Xid table entry such as xid.74, a detector's name; a wave under
+its first member's rule), the findings gained (+) and lost (-) and those whose action changed (~),
+then the machines each would evict, and, with ground truth, which of them were healthy and which
+rule would have evicted them:
   --labels   the trace's TRACE.labels.jsonl (or the history's labels table): machines not labelled
              at fault are healthy
   --expect   the trace's expect file (`faultlens check`): machines no expected verdict evicts are healthy

@@ -226,7 +226,11 @@ class HangDetector(HangVerdicts):
         dumps = state.stall.dumps
         topology = self._book.topology(job)
         if topology is not None and dumps.answered(topology.ranks_by_node) | state.stall.failed >= set(topology.by_rank):
-            if dumps.all_preferred():
+            # A rank whose agent's capture failed answered, but its trainer's faulthandler dump for the
+            # same capture may still come (py-spy times out on a loaded node): a verdict given at once
+            # reads fewer dumps than there will be, and its confidence falls with the share it read.
+            undumped = state.stall.failed - dumps.ranks()
+            if dumps.all_preferred() and not undumped:
                 return [self._decide(job, state, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
             if state.stall.complete_at is None:

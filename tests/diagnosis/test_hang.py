@@ -297,3 +297,26 @@ def test_the_ranks_whose_watchdog_never_fired_are_the_last_to_log():
     out = run_detector(det, events, until=200)
     final = [d for d in out if d.action == "evict"]
     assert final and STUCK in final[0].ranks and "never reported" in final[0].detail
+
+
+def test_a_failed_capture_waits_the_grace_for_the_trainers_own_dump_of_that_rank():
+    """py-spy timed out on one node (ok: false), the hook's faulthandler dumps of its ranks come two
+    seconds later: the verdict reads them, rather than deciding on the py-spy dumps alone."""
+    det = _detector(collect_timeout_s=30.0, pyspy_grace_s=5.0)
+    events = _training(20)
+    node = TOPO.by_rank[STUCK].node
+    broken = [r for r in range(32) if TOPO.by_rank[r].node == node]
+    pyspy = fig7_dumps(TOPO, STUCK)
+    handler = fig7_dumps(TOPO, STUCK, tool="faulthandler")
+    for r in range(32):
+        if r in broken:
+            events.append(event(105.0, node, "stack", "stack_dump", rank=r, pid=None,
+                                dump="py-spy: timed out", tool="py-spy", ok=False))
+            events.append(stack_event(107.0, TOPO, r, handler[r], tool="faulthandler"))
+        else:
+            events.append(stack_event(105.0, TOPO, r, pyspy[r]))
+    out = run_detector(det, events, until=200)
+    final = out[-1]
+    assert final.action == "evict" and final.group == f"pp:{TOPO.group_id(STUCK, 'pp')}"
+    assert "32/32 ranks with a usable dump" in final.detail
+    assert final.ts >= T0 + 107.0

@@ -28,6 +28,7 @@ from faultlens.diagnosis.debounce import Debounce
 from faultlens.diagnosis.dedup import Dedup
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
+from faultlens.diagnosis.fleet_waves import FleetWaves
 from faultlens.diagnosis.implicit import ImplicitConfig
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
@@ -139,6 +140,8 @@ class Engine:
         self._lanes: dict[str, _Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
+        # Waves across jobs (diagnosis/fleet_waves.py): one index beside the job lanes.
+        self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -152,7 +155,8 @@ class Engine:
                              telemetry_partitions=self.config.telemetry_partitions)
             thresholds = self.config.thresholds or shipped_thresholds()
             lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size),
-                                            Waves(thresholds.wave, self._job_size, self._machines), Debounce(thresholds))
+                                            Waves(thresholds.wave, self._job_size, self._machines, self.fleet),
+                                            Debounce(thresholds))
         return lane
 
     def _machines(self, job: str) -> Mapping:
@@ -169,7 +173,8 @@ class Engine:
 
     @property
     def dedup_stats(self) -> Counter:
-        return sum((lane.dedup.stats + lane.waves.stats + lane.debounce.stats for lane in self._lanes.values()), Counter())
+        return sum((lane.dedup.stats + lane.waves.stats + lane.debounce.stats for lane in self._lanes.values()),
+                   Counter(self.fleet.stats))
 
     def job_time(self, job: str) -> float | None:
         """The job's event time: the latest event time it delivered (or the wall clock moved it to)."""

@@ -32,6 +32,11 @@ class WaveConfig:
     classes: frozenset[str] = frozenset()
     # (class or "default", the machine attributes that may name the cause), as pairs: the config is hashed
     causes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Across jobs (diagnosis/fleet_waves.py, [wave.fleet]): candidates from at least this many jobs,
+    # this many machines and this share of the machines the topologies put in the part; 0 jobs: off.
+    fleet_min_jobs: int = 2
+    fleet_min_nodes: int = 4
+    fleet_min_share: float = 0.5
 
     def causes_of(self, fault: str) -> tuple[str, ...]:
         by_class = dict(self.causes)
@@ -84,7 +89,7 @@ def _number(value: Any, where: str, *, low: float, high: float = float("inf"), i
 
 
 def _wave(raw: Mapping[str, Any], base: WaveConfig, origin: str) -> WaveConfig:
-    unknown = set(raw) - {"window_s", "min_nodes", "min_share", "classes", "causes"}
+    unknown = set(raw) - {"window_s", "min_nodes", "min_share", "classes", "causes", "fleet"}
     if unknown:
         raise ThresholdsError(f"{origin}: [wave] has unknown key(s) {sorted(unknown)}")
     classes = base.classes
@@ -100,11 +105,20 @@ def _wave(raw: Mapping[str, Any], base: WaveConfig, origin: str) -> WaveConfig:
         if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
             raise ThresholdsError(f"{origin}: wave.causes.{fault}: must be a list of machine attribute names")
         causes[fault] = tuple(keys)
+    fleet = raw.get("fleet") or {}
+    if not isinstance(fleet, dict) or set(fleet) - {"min_jobs", "min_nodes", "min_share"}:
+        raise ThresholdsError(f"{origin}: [wave.fleet] takes min_jobs, min_nodes and min_share, got {fleet!r}")
     return WaveConfig(
         window_s=_number(raw.get("window_s", base.window_s), f"{origin}: wave.window_s", low=0.0, high=3600.0),
         min_nodes=_number(raw.get("min_nodes", base.min_nodes), f"{origin}: wave.min_nodes", low=2, integer=True),
         min_share=_number(raw.get("min_share", base.min_share), f"{origin}: wave.min_share", low=0.0, high=1.0),
-        classes=classes, causes=tuple(causes.items()))
+        classes=classes, causes=tuple(causes.items()),
+        fleet_min_jobs=_number(fleet.get("min_jobs", base.fleet_min_jobs), f"{origin}: wave.fleet.min_jobs", low=0,
+                               integer=True),
+        fleet_min_nodes=_number(fleet.get("min_nodes", base.fleet_min_nodes), f"{origin}: wave.fleet.min_nodes", low=2,
+                                integer=True),
+        fleet_min_share=_number(fleet.get("min_share", base.fleet_min_share), f"{origin}: wave.fleet.min_share",
+                                low=0.0, high=1.0))
 
 
 def _debounce(raw: Any, origin: str) -> tuple[DebounceRule, ...]:

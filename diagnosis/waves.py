@@ -24,6 +24,10 @@ How, on event time only (the same live, as a backlog, by several members, and of
 
 Classes not listed are never held: a machine in a wave that shows evidence of its own (Xid 79,
 off the bus, ECC counters that rose) is judged and acted on alone, and the wave names it.
+
+Across jobs (diagnosis/fleet_waves.py): a due candidate whose machine shares a part of the fleet
+with candidates of other jobs is first offered to the engine's :class:`FleetWaves`; a fleet wave
+takes it before the job's own wave is counted.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
+from faultlens.diagnosis.fleet_waves import FleetWaves, seen_of
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.thresholds import WaveConfig
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
@@ -84,10 +89,12 @@ class Waves:
     """One job lane's wave correlator (the engine keeps one per job, as it keeps a Dedup)."""
 
     def __init__(self, config: WaveConfig, job_size: Callable[[str], int] | None = None,
-                 machines: Callable[[str], Mapping[str, Any]] | None = None) -> None:
+                 machines: Callable[[str], Mapping[str, Any]] | None = None, fleet: FleetWaves | None = None) -> None:
         self.config = config
         self.job_size = job_size
         self.machines = machines
+        self.fleet = fleet
+        self._jobs: set[str] = set()  # the jobs of this lane: the fleet waves it may write
         self._held: dict[tuple[str, str], list[Finding]] = {}
         # (job, class) → (ts, node) of every candidate seen lately, held or judged
         self._seen: dict[tuple[str, str], deque[tuple[float, str]]] = {}
@@ -112,6 +119,10 @@ class Waves:
                 own.append((f.ts, str(f.fault)))
             return [f]
         key = (f.job, str(f.fault))
+        if self.fleet is not None:
+            self._jobs.add(f.job)
+            self.fleet.note(str(f.fault), seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
+                                                  f.evidence[0] if f.evidence else ""))
         self._held.setdefault(key, []).append(f)
         self._seen.setdefault(key, deque()).append((f.ts, f.nodes[0]))
         self.stats["wave_held"] += 1
@@ -135,7 +146,11 @@ class Waves:
             due, self._held[key] = held[:n_due], held[n_due:]
             for f in due:
                 near = {n for ts, n in self._seen[key] if abs(ts - f.ts) <= w}
-                if self._is_wave(f.job, len(near)):
+                cause = self.fleet.cause_of(key[1], f.job, f.nodes[0], f.ts) if self.fleet is not None else None
+                if cause is not None:
+                    self.fleet.absorb(key[1], cause, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic,
+                                                             f.rule_id, f.evidence[0] if f.evidence else ""))
+                elif self._is_wave(f.job, len(near)):
                     self._absorb(key, f, near, now)
                     changed.add(key)
                 else:
@@ -152,6 +167,12 @@ class Waves:
                 out.extend(self._emit(key, wave))
             if ended:
                 del self._waves[key]
+        if self.fleet is not None and self._jobs:
+            out.extend(self.fleet.emit(self._jobs, now))
+            if now is not None:
+                # By this lane's time: a job far behind the others (an old trace replayed beside live
+                # ones) loses its fleet candidates and is judged by its own waves, never a fleet's.
+                self.fleet.prune(now)
         if now is not None:
             for seen in self._seen.values():
                 while seen and seen[0][0] < now - 3 * w:

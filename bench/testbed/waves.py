@@ -28,11 +28,12 @@ WAVE_AT = 120.0
 PCI = ("0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00", "0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00")
 
 
-def machines(nodes: list[str], per_domain: int = 16) -> dict[str, dict]:
-    """Where each machine sits: 8 to a rack, ``per_domain`` to an NVLink domain and to a leaf IB switch."""
+def machines(nodes: list[str], per_domain: int = 16, first: int = 0) -> dict[str, dict]:
+    """Where each machine sits: 8 to a rack, ``per_domain`` to an NVLink domain and to a leaf IB
+    switch, by its place in the fleet (``first``: the fleet index of ``nodes[0]``)."""
     return {n: {"rack": f"r{i // 8:02d}", "nvlink_domain": f"nvl-{i // per_domain}",
                 "ib_switch": f"0x98039b0300{i // per_domain:06x}", "ib_port": i % per_domain + 1}
-            for i, n in enumerate(nodes)}
+            for i, n in enumerate(nodes, start=first)}
 
 
 def _kmsg(t: float) -> str:
@@ -40,16 +41,18 @@ def _kmsg(t: float) -> str:
 
 
 def build(shape: str, *, nodes: int = 256, wave_nodes: list[str] | None = None, culprit: str | None = "n0137",
-          duration: float = 300.0, job: str | None = None, seed: int = 0, per_domain: int = 16) -> Trace:
-    """The trace of ``shape`` (events in trace order, labels): ``nodes`` machines of 8 GPUs."""
+          duration: float = 300.0, job: str | None = None, seed: int = 0, per_domain: int = 16,
+          first: int = 0) -> Trace:
+    """The trace of ``shape`` (events in trace order, labels): ``nodes`` machines of 8 GPUs, the
+    fleet's machines ``first`` to ``first + nodes - 1``."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r} (one of {', '.join(SHAPES)})")
-    names = [f"n{i:04d}" for i in range(nodes)]
+    names = [f"n{i:04d}" for i in range(first, first + nodes)]
     trace = Trace(f"wave-{shape}", job or f"wave-{shape}-{nodes}")
-    rng = random.Random(f"{shape}#{nodes}#{seed}")
+    rng = random.Random(f"{shape}#{nodes}#{seed}" + (f"#{first}" if first else ""))
     grid = Topology.grid(names, 8, 8, 1, nodes)
     trace.topology = Topology(grid.tp, grid.pp, grid.dp, grid.ranks,
-                              {"gpus_per_node": 8, "machines": machines(names, per_domain)})
+                              {"gpus_per_node": 8, "machines": machines(names, per_domain, first)})
     trace.events.append(trace.topology.to_event(trace.job, T0, event_id=f"{trace.job}-topology"))
     trace.beat({"every": 5.0, "to": duration, "phase_s": 5.0}, rng)
     trace.step({"every": 10.0, "to": duration, "comm_s": 1.5, "data": {"compute_s": 8.0}, "jitter": {"compute_s": 0.2}}, rng)
@@ -77,7 +80,7 @@ def build(shape: str, *, nodes: int = 256, wave_nodes: list[str] | None = None, 
             trace.add(at + 6.0, node, "kernel", "line", {"line": (
                 f"{_kmsg(at + 6)} NVRM: Xid (PCI:{PCI[0]}): 119, pid={3000}, name=nvidia-smi, Timeout after 6s of "
                 f"waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).")})
-    if culprit is not None:
+    if culprit is not None and culprit in names:
         at = WAVE_AT + 11.0
         trace.add(at, culprit, "kernel", "line", {"line": (
             f"{_kmsg(at)} NVRM: Xid (PCI:{PCI[3]}): 79, pid=3003, name=python, GPU has fallen off the bus.")})
@@ -86,6 +89,15 @@ def build(shape: str, *, nodes: int = 256, wave_nodes: list[str] | None = None, 
 
     trace.events.sort(key=trace_order)
     return trace
+
+
+def build_fleet(shape: str, *, jobs: int = 4, per_job: int = 4, culprit: str | None = "n0001", duration: float = 300.0,
+                tag: str = "", per_domain: int = 16) -> list[Trace]:
+    """``shape`` under ``jobs`` jobs of ``per_job`` machines side by side in the fleet (machines
+    n0000 on, 16 to an NVLink domain and a leaf switch by default: four jobs of four share one of
+    each), each job too small to make a wave of its own; ``culprit``'s Xid 79 in the job that has it."""
+    return [build(shape, nodes=per_job, first=j * per_job, culprit=culprit, duration=duration, per_domain=per_domain,
+                  job=f"fleet-{shape}-j{j}{tag}") for j in range(jobs)]
 
 
 def write_parquet(shape: str, out_dir, **kwargs):

@@ -1,0 +1,105 @@
+"""Fleet waves (diagnosis/fleet_waves.py, issue 55): the same class on machines of different jobs
+that share a part of the fleet is one finding about the part, decided the same by one engine and by
+job-stage members that each hold some of the jobs. The pure logic, on findings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from faultlens.diagnosis.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.thresholds import ThresholdsError, WaveConfig, load
+from faultlens.diagnosis.waves import Waves
+
+WAVE = WaveConfig(window_s=60.0, min_nodes=8, min_share=0.25, classes=frozenset({"nic", "nvlink"}),
+                  causes=(("nic", ("ib_switch", "rack")), ("default", ("rack",))),
+                  fleet_min_jobs=2, fleet_min_nodes=4, fleet_min_share=0.5)
+# Four jobs of four machines: a..d. Jobs a and b sit under switch sw0 (8 machines), c and d under sw1.
+JOBS = {job: [f"{job}{i}" for i in range(4)] for job in "abcd"}
+SWITCH = {"a": "sw0", "b": "sw0", "c": "sw1", "d": "sw1"}
+MACHINES = {job: {n: {"ib_switch": SWITCH[job], "rack": f"r-{job}"} for n in nodes} for job, nodes in JOBS.items()}
+
+
+def link_down(job: str, node: str, ts: float) -> Finding:
+    return Finding(job=job, ts=ts, fault="nic", action="evict", nodes=(node,), entity="nic",
+                   evidence=(f"e-{node}",), detail="link down")
+
+
+def lanes(jobs, fleet: FleetWaves) -> dict[str, Waves]:
+    return {job: Waves(WAVE, job_size=lambda j: 4, machines=lambda j: MACHINES[j], fleet=fleet) for job in jobs}
+
+
+def fleet(config: WaveConfig = WAVE) -> FleetWaves:
+    return FleetWaves(config, lambda j: MACHINES.get(j, {}), lambda: list(MACHINES))
+
+
+def run(by_job: dict[str, Waves], findings: list[Finding], until: float, index: FleetWaves | None = None):
+    """Findings in event-time order, each job's lane ticked every second. ``index``: a member's
+    fleet index also fed the candidates of jobs it holds no lane for (the node stage's copies)."""
+    passed, diags = [], []
+    pending = sorted(findings, key=lambda f: f.ts)
+    t = pending[0].ts
+    while t <= until:
+        while pending and pending[0].ts <= t:
+            f = pending.pop(0)
+            if f.job in by_job:
+                passed += by_job[f.job].admit(f)
+            elif index is not None:
+                index.note(f.fault, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id, f.evidence[0]))
+        for lane in by_job.values():
+            released, out = lane.tick(t)
+            passed += released
+            diags += out
+        t += 1.0
+    return passed, list({d.id: d for d in diags}.values())
+
+
+def switch_reboot(jobs="ab", t0=100.0) -> list[Finding]:
+    return [link_down(job, n, t0 + 2 * i + 0.5 * k) for k, job in enumerate(jobs) for i, n in enumerate(JOBS[job])]
+
+
+def test_two_small_jobs_under_one_switch_are_one_finding_naming_it_and_nobody_is_judged_alone():
+    index = fleet()
+    passed, diags = run(lanes("abcd", index), switch_reboot("ab"), until=400)
+    assert passed == []
+    [d] = diags
+    assert (d.job, d.fault, d.action, d.nodes, d.group, d.count) == ("a", "nic", "alert", (), "wave:ib_switch=sw0", 8)
+    assert "8 of the 8 machines under ib_switch=sw0, in 2 jobs (a b)" in d.detail and d.rule == "nic"
+
+
+def test_members_that_each_hold_one_job_write_the_same_one_finding():
+    alone, _ = fleet(), None
+    _, whole = run(lanes("ab", alone), switch_reboot("ab"), until=400)
+    written = []
+    for mine in ("a", "b"):  # a job-stage member with job `mine`; the other job's candidates as copies
+        index = fleet()
+        passed, diags = run(lanes(mine, index), switch_reboot("ab"), until=400, index=index)
+        assert passed == []  # neither member judges a machine of the wave alone
+        written += diags
+    assert [(d.id, d.job, d.group, d.count, d.action) for d in written] == [
+        (d.id, d.job, d.group, d.count, d.action) for d in whole]
+
+
+def test_machines_under_different_switches_or_too_few_of_the_switch_are_judged_alone():
+    # one job under sw0 and one under sw1: no part shared by two jobs
+    passed, diags = run(lanes("ac", fleet()), switch_reboot("ac"), until=400)
+    assert diags == [] and len(passed) == 8
+    # two machines of each job under sw0: 4 of its 8 machines is not over half ... at 0.6
+    few = [f for f in switch_reboot("ab") if f.nodes[0][-1] in "01"]
+    passed, diags = run(lanes("ab", fleet(dataclasses.replace(WAVE, fleet_min_share=0.6))), few, until=400)
+    assert diags == [] and len(passed) == 4
+    # turned off: every machine judged alone (each job has 4, under its own wave's 8)
+    passed, diags = run(lanes("ab", fleet(dataclasses.replace(WAVE, fleet_min_jobs=0))), switch_reboot("ab"), until=400)
+    assert diags == [] and len(passed) == 8
+
+
+def test_a_fleet_wave_is_data(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text("[wave.fleet]\nmin_jobs = 3\nmin_share = 0.75\n")
+    wave = load([f]).wave
+    assert (wave.fleet_min_jobs, wave.fleet_min_nodes, wave.fleet_min_share) == (3, 4, 0.75)
+    f.write_text("[wave.fleet]\nmin_machines = 3\n")
+    with pytest.raises(ThresholdsError, match="wave.fleet"):
+        load([f])

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
@@ -100,6 +100,10 @@ class JobSide:
     rounds: int = 0  # rounds this node has started
     pending: RoundNote | None = None  # why this node's workers restart next
     pids: list[int] = field(default_factory=list)  # the workers started last (the heartbeat lists the live ones)
+    # The node agent's line parser (parsing.registry), handed in by `faultlens run`: a failed worker's
+    # last words are parsed as the node agent parses them (parsing sits above the trainer hooks).
+    parser_factory: Callable[[], Any] | None = None
+    alive_at: float | None = None  # when the agent last saw every worker alive (a death came after)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- output -----------------------------------------------------------------------------
@@ -123,8 +127,10 @@ class JobSide:
         attempt = self.plan.attempt if self.plan else 0
         for rank, failure in sorted(failures.items()):
             self.emit({"event": "worker_exit", "attempt": attempt, **exit_summary(rank, failure)})
+        if self.parser_factory is None:
+            return
         try:
-            for event in failure_events(self.job, self.node, failures):
+            for event in failure_events(self.job, self.node, failures, self.parser_factory, alive_at=self.alive_at):
                 self.send(event)
         except Exception as exc:  # noqa: BLE001 - a report; the crash is handled whatever it says
             log.warning("could not report the workers' failures: %r", exc)
@@ -232,6 +238,7 @@ class FaultlensAgent(LocalElasticAgent):
         worker_env["TORCHELASTIC_RESTART_COUNT"] = str(self.side.plan.attempt if self.side.plan else 0)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, int]:
+        self.side.alive_at = time.time()  # a worker of this round dies after its start
         pids = super()._start_workers(worker_group)
         self.side.pids = [int(p) for p in pids.values()]
         ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
@@ -241,7 +248,10 @@ class FaultlensAgent(LocalElasticAgent):
 
     # --- commands ---------------------------------------------------------------------------
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        polled = time.time()
         result = super()._monitor_workers(worker_group)
+        if result.state == WorkerState.HEALTHY:
+            self.side.alive_at = polled  # a worker found dead later died after this poll
         if result.state == WorkerState.SUCCEEDED:
             return result
         side = self.side

@@ -9,8 +9,13 @@ it) its exception: torch reads each worker's error file (TORCHELASTIC_ERROR_FILE
 - in the agent, :func:`failure_events` turns each failure into the lines a node agent following
   torchrun's output would have read (the exception's traceback and torch's "failed (exitcode: N)"
   line, each prefixed ``[rankN]:`` as torch prefixes a worker's output) and parses them with the
-  node agent's own parser (parsing.registry), so the diagnosis rules judge them as they judge the
-  node agent's: a CUDA error, a user exception, a signal.
+  node agent's own parser, handed in by `faultlens run` (parsing sits above the trainer hooks'
+  layer), so the diagnosis rules judge them as they judge the node agent's: a CUDA error, a user
+  exception, a signal.
+
+Each event is stamped with when its worker died (:func:`died_at`), not when its agent reported it:
+the diagnosis reads the job's events in event-time order across nodes, so with several nodes'
+workers dead, the first to die is read first whichever node's agent noticed first.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Callable, Mapping
 from faultlens.events.envelope import Envelope, new_id
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+TIME_KEY = "faultlens_time"  # in the error file's extraInfo: when the exception ended the worker, in seconds
 TAIL_LINES = 80  # of a traceback: its innermost frames and the exception say what failed
 _NO_TRACEBACK = "To enable traceback"  # torch's message for a worker that recorded nothing
 
@@ -42,9 +48,11 @@ def record_uncaught() -> None:
         try:
             if not os.path.exists(path):
                 stack = "".join(traceback.format_exception(kind, value, tb))
+                now = time.time()
+                # torch reads whole seconds; the agent orders deaths across nodes by the exact time.
                 with open(path, "w") as fp:
                     json.dump({"message": {"message": f"{kind.__name__}: {value}", "extraInfo": {
-                        "py_callstack": stack, "timestamp": str(int(time.time()))}}}, fp)
+                        "py_callstack": stack, "timestamp": str(int(now)), TIME_KEY: now}}}, fp)
         except OSError:
             pass  # the traceback still goes to stderr below
         previous(kind, value, tb)
@@ -95,21 +103,44 @@ def sympathetic(failure: Any) -> bool:
     return any(cue in text for cue in _PEER_LOST)
 
 
-def failure_events(job: str, node: str, failures: Mapping[int, Any], parser_factory: Callable[[], Any] | None = None,
-                   now: float | None = None) -> list[Envelope]:
-    """The parsed events of every failed worker (rank → torch's ProcessFailure), the first to fail
-    first: a worker that failed on its own (an exception, a signal, an exit with no word) before
-    one that only lost its peer (diagnosis/rules/comms.py decides an incident on its first hard
-    report), then by the time torch has for each, then rank. torch polls its workers every
-    --monitor-interval and sees them all dead at once: the order of their deaths is not kept."""
-    from faultlens.parsing.registry import parser_for, to_envelope
+def died_at(failure: Any, noticed: float, alive_at: float | None = None) -> float:
+    """When the worker died, as well as the agent can tell: the time it recorded its exception (the
+    hook's excepthook writes it to the second's fraction; ``@record``'s file in whole seconds), else
+    (a signal, an exit with no word) ``alive_at``, the last time the agent saw its workers alive
+    (it died after that, at most one --monitor-interval before the agent ``noticed``), else
+    ``noticed``."""
+    data = getattr(failure, "error_file_data", None)
+    message = data.get("message") if isinstance(data, Mapping) else None
+    if isinstance(message, Mapping):
+        extra = message.get("extraInfo")
+        exact = extra.get(TIME_KEY) if isinstance(extra, Mapping) else None
+        if isinstance(exact, (int, float)) and not isinstance(exact, bool):
+            return float(exact)
+        if getattr(failure, "timestamp", 0):
+            return float(failure.timestamp)
+    return alive_at if alive_at is not None else noticed
 
-    make = parser_factory or (lambda: parser_for("nccl", None))
-    ts = time.time() if now is None else now
+
+def failure_events(job: str, node: str, failures: Mapping[int, Any], parser_factory: Callable[[], Any],
+                   now: float | None = None, alive_at: float | None = None) -> list[Envelope]:
+    """The parsed events of every failed worker (rank → torch's ProcessFailure), each stamped with
+    when it died (:func:`died_at`; ``now``: when the agent noticed, ``alive_at``: when it last saw
+    them alive), the first to die first. A worker that only lost its peer is never stamped before
+    the first of this node's workers that failed on its own (diagnosis/rules/comms.py decides an
+    incident on its first hard report): torch polls its workers every --monitor-interval and sees
+    them all dead at once, and a peer's "connection reset" is recorded after the death it echoes.
+    ``parser_factory``: a fresh line parser of the node agent's (parsing.registry.parser_for("nccl")),
+    one per rank, since a traceback is joined across its lines."""
+    noticed = time.time() if now is None else now
+    stamped = {rank: died_at(failure, noticed, alive_at) for rank, failure in failures.items()}
+    own = [stamped[rank] for rank, failure in failures.items() if not sympathetic(failure)]
+    if own:
+        first = min(own)
+        stamped.update({rank: max(stamped[rank], first) for rank, f in failures.items() if sympathetic(f)})
     out: list[Envelope] = []
-    order = sorted(failures.items(), key=lambda kv: (sympathetic(kv[1]), getattr(kv[1], "timestamp", 0), kv[0]))
+    order = sorted(failures.items(), key=lambda kv: (stamped[kv[0]], sympathetic(kv[1]), kv[0]))
     for rank, failure in order:
-        parser = make()  # one per rank: a traceback is joined across its lines
+        parser = parser_factory()
         parsed: list[Any] = []
         for line in failure_lines(rank, failure):
             parsed += parser.feed(line) or []
@@ -120,5 +151,6 @@ def failure_events(job: str, node: str, failures: Mapping[int, Any], parser_fact
                 # It died with no error of its own (os._exit, a C library's exit): the launcher's
                 # word is all there is, and diagnosis/rules/comms.py takes it as a hard report.
                 p.data["wordless"] = True
-            out.append(to_envelope(p, job=job, node=node, ts=ts, event_id=new_id()))
+            out.append(Envelope(ts=stamped[rank], job=job, node=node, source=p.source, kind=p.kind, data=p.data,
+                                id=new_id()))
     return out

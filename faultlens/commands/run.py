@@ -175,7 +175,8 @@ def _run_job(torchrun, JobSide, args: argparse.Namespace, job: str) -> int:
     try:
         with connected(args, create_topics=False) as settings:
             side = JobSide(job=job, node=node, settings=settings, verify_key_paths=key_paths, state_dir=state_dir,
-                           crash_wait=args.crash_wait, command_wait=args.command_wait, grace=args.grace)
+                           crash_wait=args.crash_wait, command_wait=args.command_wait, grace=args.grace,
+                           parser_factory=_trainer_log_parser)
             memory = CommandMemory(memory_file(state_dir or default_state_dir(), "run", job, node))
             listener = ProbingListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
             listener.start()
@@ -202,6 +203,15 @@ def _run_job(torchrun, JobSide, args: argparse.Namespace, job: str) -> int:
     except ValueError as exc:
         print(f"faultlens run: {exc}", file=sys.stderr)
         return 2
+
+
+def _trainer_log_parser():
+    """A fresh parser of the node agent's for torchrun's output, for a failed worker's last words
+    (trainer_hooks/worker_exits.py). parsing is imported only once a worker has failed: never
+    in a job that runs clean, never in a training loop."""
+    from faultlens.parsing.registry import parser_for
+
+    return parser_for("nccl", None)
 
 
 def _launch(torchrun, args: argparse.Namespace, side) -> int:

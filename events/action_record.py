@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping
 
+import msgspec
 import orjson
 
-from faultlens.events.envelope import InvalidEvent, loads, require_fields
+from faultlens.events.envelope import InvalidEvent
+from faultlens.events.record import Record, Seconds
 
 # take_out: drain (Slurm) / cordon + taint (Kubernetes); requeue: requeue or signal the job so the
 # scheduler restarts it elsewhere; bring_back: resume / uncordon a machine that passed its checks.
@@ -26,9 +26,17 @@ OUTCOMES = ("ok", "error", "skipped")
 HARDWARE_INSPECTION = "hardware_inspection"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionRecord:
-    ts: float
+class ActionRecord(Record, frozen=True, kw_only=True):
+    """One operation, its fields in the order they go on the bus."""
+
+    REQUIRED = ("id", "ts", "job", "op", "actuator", "outcome")
+    WHAT = "an action record"
+
+    # Derived from what was asked (not when or how it went): a redelivered decision that acts again
+    # makes the same id, so the history keeps the first outcome and does not double the row.
+    # An operation done by hand (no diagnosis id) is its own event each time (its ts counts).
+    id: str = ""
+    ts: Seconds
     job: str
     op: str
     actuator: str
@@ -39,11 +47,7 @@ class ActionRecord:
     mode: str = ""  # the remediation mode of the job: observe, dry_run or act
     outcome: str = "ok"
     detail: str = ""
-    duration_s: float = 0.0
-    # Derived from what was asked (not when or how it went): a redelivered decision that acts again
-    # makes the same id, so the history keeps the first outcome and does not double the row.
-    # An operation done by hand (no diagnosis id) is its own event each time (its ts counts).
-    id: str = ""
+    duration_s: Seconds = 0.0
 
     def __post_init__(self) -> None:
         if self.op not in OPERATIONS:
@@ -56,37 +60,11 @@ class ActionRecord:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InvalidEvent(name, f"must be a finite number, got {v!r}")
+        if type(self.nodes) is not tuple:
+            msgspec.structs.force_setattr(self, "nodes", tuple(self.nodes))
         if not self.id:
             # One done by hand (no diagnosis) is its own event each time it is done.
             when = [] if self.diagnosis_id else [self.ts]
             mark = [self.fault] if self.fault == HARDWARE_INSPECTION else []
             basis = orjson.dumps([self.job, self.op, self.actuator, list(self.nodes), self.diagnosis_id, *when, *mark])
-            object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "ts": self.ts, "job": self.job, "op": self.op, "actuator": self.actuator,
-                "nodes": list(self.nodes), "diagnosis_id": self.diagnosis_id, "fault": self.fault,
-                "reason": self.reason, "mode": self.mode, "outcome": self.outcome, "detail": self.detail,
-                "duration_s": self.duration_s}
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> "ActionRecord":
-        obj = require_fields(obj, ("id", "ts", "job", "op", "actuator", "outcome"), "an action record")
-        nodes = obj.get("nodes") or []
-        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-            raise InvalidEvent("nodes", f"must be a list of strings, got {nodes!r}")
-        text = {}
-        for name in ("id", "actuator", "diagnosis_id", "fault", "reason", "mode", "detail"):
-            v = obj.get(name, "")
-            if not isinstance(v, str):
-                raise InvalidEvent(name, f"must be a string, got {type(v).__name__}")
-            text[name] = v
-        return cls(ts=obj["ts"], job=obj["job"], op=obj["op"], outcome=obj["outcome"], nodes=tuple(nodes),
-                   duration_s=obj.get("duration_s", 0.0), **text)
-
-    @classmethod
-    def decode(cls, raw: bytes | str | None) -> "ActionRecord":
-        return cls.from_dict(loads(raw))
+            msgspec.structs.force_setattr(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())

@@ -8,13 +8,14 @@ other field, ``key_id`` included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any
 
+import msgspec
 import orjson
 
-from faultlens.events.envelope import InvalidEvent, loads, new_id, require_fields
+from faultlens.events.envelope import InvalidEvent, new_id
+from faultlens.events.record import Record, Seconds
 from faultlens.events.signing import SigningKey, VerifyKeys
 
 
@@ -40,55 +41,59 @@ COMMAND_ACTIONS: tuple[str, ...] = tuple(a.value for a in CommandAction)
 MAX_LIFETIME_S = 600.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Command:
+class Command(Record, frozen=True, kw_only=True):
+    """A command, its fields in the order they go on the bus (a message must hold those of
+    ``REQUIRED``; the signature covers the others, so they are read as they were sent)."""
+
+    REQUIRED = ("id", "job", "action", "issued_at", "expires_at", "signature")
+    WHAT = "a command"
+
+    id: str = msgspec.field(default_factory=new_id)
     job: str
     # Given as a member or as its name; kept as the member (see CommandAction).
     action: CommandAction
-    issued_at: float
-    expires_at: float
     nodes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     reason: str = ""
     diagnosis_id: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=new_id)
+    issued_at: Seconds
+    expires_at: Seconds
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
     key_id: str = ""
     signature: str = ""
 
     def __post_init__(self) -> None:
         if type(self.action) is not CommandAction:
             try:
-                object.__setattr__(self, "action", CommandAction(self.action))
+                msgspec.structs.force_setattr(self, "action", CommandAction(self.action))
             except (ValueError, TypeError):
                 raise InvalidEvent("action", f"unknown command action {self.action!r}") from None
+        # A caller may hand a list or another mapping: kept as the record's own types, so two equal
+        # commands compare equal whichever was given.
+        if type(self.nodes) is not tuple:
+            msgspec.structs.force_setattr(self, "nodes", tuple(self.nodes))
+        if type(self.ranks) is not tuple:
+            msgspec.structs.force_setattr(self, "ranks", tuple(self.ranks))
+        if type(self.params) is not dict:
+            msgspec.structs.force_setattr(self, "params", dict(self.params))
         if not self.job:
             raise InvalidEvent("job", "a command must name its job")
         if self.expires_at < self.issued_at:
             raise InvalidEvent("expires_at", "expires before it was issued")
 
     def body(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "job": self.job,
-            "action": self.action,
-            "nodes": list(self.nodes),
-            "ranks": list(self.ranks),
-            "reason": self.reason,
-            "diagnosis_id": self.diagnosis_id,
-            "issued_at": self.issued_at,
-            "expires_at": self.expires_at,
-            "params": dict(self.params),
-            "key_id": self.key_id,
-        }
+        """Every field but the signature: what the signature covers."""
+        out = self.to_dict()
+        del out["signature"]
+        return out
 
     def canonical(self) -> bytes:
         """The signed bytes: sorted-key JSON of every field but the signature."""
         return orjson.dumps(self.body(), option=orjson.OPT_SORT_KEYS)
 
     def signed(self, key: SigningKey) -> "Command":
-        unsigned = replace(self, key_id=key.key_id, signature="")
-        return replace(unsigned, signature=key.sign(unsigned.canonical()))
+        unsigned = msgspec.structs.replace(self, key_id=key.key_id, signature="")
+        return msgspec.structs.replace(unsigned, signature=key.sign(unsigned.canonical()))
 
     def signature_problem(self, keys: VerifyKeys) -> str | None:
         """Why the signature is not good under ``keys``; None when it is."""
@@ -96,34 +101,3 @@ class Command:
 
     def verify(self, keys: VerifyKeys) -> bool:
         return self.signature_problem(keys) is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "signature": self.signature}
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> "Command":
-        obj = require_fields(obj, ("id", "job", "action", "issued_at", "expires_at", "signature"), "a command")
-        try:
-            return cls(
-                id=str(obj["id"]),
-                job=str(obj["job"]),
-                action=obj["action"],
-                nodes=tuple(str(n) for n in obj.get("nodes") or ()),
-                ranks=tuple(int(r) for r in obj.get("ranks") or ()),
-                reason=str(obj.get("reason", "")),
-                diagnosis_id=str(obj.get("diagnosis_id", "")),
-                issued_at=float(obj["issued_at"]),
-                expires_at=float(obj["expires_at"]),
-                params=dict(obj.get("params") or {}),
-                key_id=str(obj.get("key_id") or ""),
-                signature=str(obj["signature"]),
-            )
-        except (TypeError, ValueError) as exc:
-            raise InvalidEvent(None, f"bad command: {exc}") from None
-
-    @classmethod
-    def decode(cls, raw: bytes | str | None) -> "Command":
-        return cls.from_dict(loads(raw))

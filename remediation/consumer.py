@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import msgspec
 import orjson
 
 from faultlens.events import topics
@@ -154,8 +155,8 @@ class RemediationHandler:
         records: list[ActionRecord] = []
         for request in plan(decision, requeue_on_evict=self.requeue_on_evict):
             if request.op == "requeue" and any(r.op == "take_out" and r.outcome == "error" for r in records):
-                records.append(dataclasses.replace(records[-1], op="requeue", id="", outcome="skipped",
-                                                   detail="not requeued: taking the nodes out failed", duration_s=0.0))
+                records.append(msgspec.structs.replace(records[-1], op="requeue", id="", outcome="skipped",
+                                                       detail="not requeued: taking the nodes out failed", duration_s=0.0))
                 continue
             records.append(carry_out(self.actuator, request, decision.mode, clock=self.clock))
         return records

@@ -4,9 +4,8 @@ Receivers are built the way production builds them: a CommandScreen with the dep
 key and a command memory file; commands come as the bytes on the `commands` topic.
 """
 
-from dataclasses import replace
-
 import orjson
+from msgspec.structs import replace
 
 from faultlens.events.command import MAX_LIFETIME_S, Command
 from faultlens.events.command_memory import CommandMemory, memory_file

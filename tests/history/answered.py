@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
+
 from faultlens.events.command import Command
 from faultlens.events.command_memory import CommandMemory
 from faultlens.events.command_screen import CommandScreen
@@ -32,7 +34,7 @@ FORGED = Command(id="cf", job="j2", action="evict", issued_at=known.D + 17, expi
                  reason="gpu_thermal", diagnosis_id="d4").signed(ATTACKER)
 UNANSWERED = Command(id="cu", job="j1", action="evict", issued_at=known.T0 + 118, expires_at=known.T0 + 400,
                      nodes=("n9",), reason="manual").signed(TRUSTED)
-C1 = dataclasses.replace(known.C1, issued_at=known.T0 + 115, expires_at=known.T0 + 400).signed(TRUSTED)
+C1 = msgspec.structs.replace(known.C1, issued_at=known.T0 + 115, expires_at=known.T0 + 400).signed(TRUSTED)
 
 
 class _Recorder:

@@ -5,9 +5,9 @@ copy stays visible, with why, in `refused_commands` (history.command_copies)."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from faultlens.events.command import Command
 from faultlens.events.signing import SigningKey

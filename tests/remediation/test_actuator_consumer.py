@@ -7,9 +7,9 @@ handler, by the `slurm` test at the bottom.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+import msgspec
 import pytest
 
 from faultlens.events.action_record import ActionRecord
@@ -140,12 +140,12 @@ def test_action_records_round_trip_and_refuse_garbage():
     rec = ActionRecord(ts=1.0, job="j", op="take_out", actuator="slurm", nodes=("n1",), diagnosis_id="d-1",
                        outcome="error", detail="x")
     assert ActionRecord.decode(rec.encode()) == rec
-    again = dataclasses.replace(rec, ts=2.0, outcome="ok", id="")
+    again = msgspec.structs.replace(rec, ts=2.0, outcome="ok", id="")
     assert again.id == rec.id  # the same operation for the same diagnosis: one history row
-    by_hand = dataclasses.replace(rec, diagnosis_id="", id="")
-    assert dataclasses.replace(by_hand, ts=2.0, id="").id != by_hand.id  # each one by hand is its own row
+    by_hand = msgspec.structs.replace(rec, diagnosis_id="", id="")
+    assert msgspec.structs.replace(by_hand, ts=2.0, id="").id != by_hand.id  # each one by hand is its own row
     for bad in (b"null", b"[]", b'{"id": "x"}', b"not json",
-                dataclasses.replace(rec).encode().replace(b'"take_out"', b'"reboot"'),
+                rec.encode().replace(b'"take_out"', b'"reboot"'),
                 rec.encode().replace(b'"nodes":["n1"]', b'"nodes":"n1"')):
         with pytest.raises(ValueError):
             ActionRecord.decode(bad)

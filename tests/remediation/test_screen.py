@@ -1,6 +1,5 @@
-from dataclasses import replace
-
 import orjson
+from msgspec.structs import replace
 
 from faultlens.events.command import Command
 from faultlens.events.command_screen import CommandScreen

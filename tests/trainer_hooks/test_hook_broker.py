@@ -3,10 +3,10 @@
 import os
 import time
 import uuid
-from dataclasses import replace
 
 import orjson
 import pytest
+from msgspec.structs import replace
 
 from faultlens.events.command import Command
 from faultlens.events.envelope import as_float, decode

@@ -40,7 +40,7 @@ CODE_LITERALS = ("kernel panic", "fallen off the bus", "sxid", "segfault at", "t
 # Branches of _code whose handler reads a line only when it holds one of its own, narrower
 # literals: the pre-filter holds those instead of the branch's word (the driver prints "NVRM" on
 # every line, "link" and "port" fill a healthy log).
-NARROWED = {"nvrm": NVRM_LITERALS, "mlx": NIC_LITERALS, "link": NIC_LITERALS, "port": NIC_LITERALS}
+NARROWED = {"nvrm": NVRM_LITERALS, "mlx": NIC_LITERALS, "link": NIC_LITERALS, "port": NIC_LITERALS, "carrier o": NIC_LITERALS}
 
 
 def _prefilter(rules: Sequence[LineRule], benign_needles: Sequence[str]) -> re.Pattern[str] | None:
@@ -166,6 +166,6 @@ class KernelLogParser:
         if "NETDEV WATCHDOG" in msg:
             return netdev_watchdog_events(msg, raw, self._echoes.seen)
         lower = msg.lower()
-        if "mlx" in msg or "link" in lower or "port" in lower:
+        if "mlx" in msg or "link" in lower or "port" in lower or "carrier o" in lower:
             return nic_events(msg, raw, self._echoes.seen)
         return None

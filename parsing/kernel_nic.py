@@ -17,8 +17,10 @@ Found = list[tuple[str, dict[str, Any]]] | None  # events of one line; [] folded
 Seen = Callable[[tuple[str, Any]], bool]  # True when the key fired just before (an echo)
 
 _MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
-# Any NIC driver's "<driver> <pci> <netdev>: ..." (e1000e, ixgbe, i40e, bnxt_en, ice, mlx5_core, ...).
-_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<netdev>[\w.\-]+): (?P<msg>.*)")
+# Any NIC driver's "<driver> <bus address> <netdev>: ..." (e1000e, ixgbe, i40e, bnxt_en, ice, mlx5_core, ...
+# on PCI; r8152, ax88179, cdc_ether on a USB interface "2-1.1:1.0").
+_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]|\d+-[\d.]+:\d+\.\d+) "
+                     r"(?P<netdev>[\w.\-]+): (?P<msg>.*)")
 # The qdisc watchdog: a transmit queue that made no progress (a hung NIC or a dead link partner).
 _NETDEV_WATCHDOG = re.compile(
     r"NETDEV WATCHDOG: (?P<netdev>[\w.\-]+) \((?P<drv>[\w\-]+)\): transmit queue (?P<queue>\d+) timed out(?: (?P<ms>\d+) ms)?"
@@ -26,6 +28,9 @@ _NETDEV_WATCHDOG = re.compile(
 _LINK_STATE = re.compile(
     r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
 )
+# The carrier a driver reports on its own netdev (netif_info(..., link, ..., "carrier off"): r8152,
+# ax88179, usbnet drivers): the same link state as another driver's "NIC Link is Down".
+_CARRIER = re.compile(r"^carrier (?P<state>off|on)\b")
 _PORT_STATE = re.compile(r"[Pp]ort (?P<port>\d+)\b.*?(?:changed state to|state:?|->) ?(?P<state>DOWN|ACTIVE|POLLING|INIT|ARMED)\b")
 _BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>down|up) for interface (?P<netdev>[\w.\-]+)")
 _MODULE = re.compile(r"Port module event(?P<err>\[error\])?: module (?P<port>\d+), Cable (?P<what>plugged|unplugged|error)(?:, (?P<why>.*))?")
@@ -39,7 +44,7 @@ _CMD_ANSWERED = re.compile(r"\bop_mod\(0x[0-9a-fA-F]+\) failed, status ")
 # A line of none of the mlx/IB drivers is only ours with one of these (the literals of _MODULE,
 # _BOND, _PORT_STATE's states and _LINK_STATE): "link"/"port" alone (nvlink, docker0's ports) is not.
 _STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink Down", "ink Up",
-                       "link status", "Port module event", "DOWN", "ACTIVE", "POLLING"))
+                       "link status", "Port module event", "DOWN", "ACTIVE", "POLLING", "carrier o"))
 
 # Lowered, one of these is on every line nic_events or netdev_watchdog_events takes: the words of
 # _STATE_WORDS, _MODULE and _BOND, the mlx health words (an mlx line is read only for those or a
@@ -47,7 +52,7 @@ _STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink ina
 # or "port", which fill a healthy log (nvlink, docker0's ports, firmware versions).
 LITERALS = ("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "link status", "port module event",
             "down", "active", "polling", "health", "synd", "fatal", "internal error", "crdump", "error state",
-            "firmware error", "fw error", "netdev watchdog")
+            "firmware error", "fw error", "netdev watchdog", "carrier o")
 
 # "link is not ready" is an interface coming up at boot, not a link going down: not matched at all.
 _DOWN = {"down", "inactive", "polling", "unplugged"}
@@ -95,6 +100,9 @@ def _nic_body(body: str, raw: str, mlx: re.Match[str] | None, device: str | None
     m = _PORT_STATE.search(body)
     if m and m.group("state") not in ("INIT", "ARMED"):  # INIT/ARMED: on the way up
         return [_link(raw, device, int(m.group("port")), m.group("state"))]
+    m = _CARRIER.match(body)
+    if m and device:
+        return [_link(raw, device, None, "down" if m.group("state") == "off" else "up")]
     m = _LINK_STATE.search(body)
     if m and (mlx or m.group("netdev") or "NIC Link" in body):
         pm = _PORT_NUM.search(body)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.errors import classify_cuda, classify_nccl
 from faultlens.parsing.line import common
 
@@ -72,17 +73,41 @@ def watchdog(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> lis
     return None
 
 
+# Where a WARN was printed: "file.cc:N" (NCCL's own tree: init.cc, misc/socket.cc, transport/net_ib.cc)
+# or a network plugin's file or function, which logs through NCCL's logger under the same WARN word:
+# aws-ofi-nccl's nccl_ofi_*.cpp / nccl_net_ofi_*() (aws/aws-ofi-nccl src/), Google's net_fastsocket.cc
+# (google/nccl-fastsocket), Mellanox's ib_plugin.c / p2p_plugin.c / ucx_plugin.c
+# (Mellanox/nccl-rdma-sharp-plugins src/). NCCL's own net transports sit under transport/.
+_WARN_ORIGIN = re.compile(r"(?:^|[\s\]])(?P<file>[\w./\-]+):\d+ NCCL WARN ")
+_PLUGIN_FILE = re.compile(r"^(?:net_\w+\.\w+|\w*_plugin(?:\.\w+)?|nccl_(?:net_)?ofi\w*(?:\.\w+)?)$")
+
+
+def _from_plugin(msg: str) -> bool:
+    """Was this WARN printed by a network plugin rather than by NCCL itself (its file names it)?"""
+    m = _WARN_ORIGIN.search(msg)
+    return bool(m) and "/" not in m.group("file") and bool(_PLUGIN_FILE.match(m.group("file")))
+
+
 def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The ``nccl_warn`` event of an ``NCCL WARN`` line (``m``: its NCCL_WARN match)."""
+    """The ``nccl_warn`` event of an ``NCCL WARN`` line (``m``: its NCCL_WARN match). NCCL itself
+    prints WARN where a call fails (its only level above INFO), so its WARN is the collective's error.
+    A network plugin prints its own diagnostics under the same word ("Cannot get incoming CPU.",
+    "Maximum retry reached for accept 3." before "Connected after 1000 retries"): a plugin's WARN that
+    names no failure is recorded; NCCL's own WARN follows if the transfer does fail."""
     text = m.group("text").strip()
     cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
     fault = cuda[1] if cuda else "nccl_error"
     action = cuda[2] if cuda else "reattempt"
     ib = _ib_failed(text)
     serious = cuda or classify_nccl(text) or ib or "error" in text.lower()
+    quiet = None
+    if not serious and not looks_alarming(text) and _from_plugin(m.string):
+        action, quiet = "none", "a network plugin's warning that names no failure"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
                   pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip
+    if quiet:
+        data["quiet"] = quiet
     if ib:
         _ib_data(data, ib)
     return "nccl_warn", data

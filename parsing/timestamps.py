@@ -5,6 +5,7 @@ Pure functions, no state. Forms recognised at the start of a line:
 * ``/dev/kmsg`` records ``6,1234,5678901234,-;message`` (monotonic microseconds)
 * ``dmesg`` monotonic ``[12345.678901] message``
 * ``dmesg -T`` ``[Sun Nov 22 10:11:12 2026] message``
+* ``dmesg -H`` / ``--reltime`` ``[Nov22 10:11] message``, then ``[  +0.000123] message`` (a delta: no clock)
 * ``dmesg --time-format iso`` ``2026-11-22T10:11:12,123456+00:00 message``
 * journald short-iso / rsyslog RFC 3339 ``2026-11-22T10:11:12[.123456]+0000 host kernel: message``
 * classic syslog ``Nov 22 10:11:12 host kernel: message`` (no year: the caller's year, or the
@@ -28,6 +29,12 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 
 _KMSG = re.compile(r"(\d{1,2}),(\d+),(\d+),[^;]{0,16};")
 _MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\]\s?")
+# dmesg --reltime / -H (util-linux sys-utils/dmesg.c print_record): a minute's first line "[Feb 2 08:03] "
+# (strftime "%b%e %H:%M", so "[Sep11 18:40]" too), the others the delta to the line before "[  +0.317065] "
+# (printf's %+8.06f, with the locale's decimal comma: "[  +0,317065]"); --show-delta's "[<    0.000123>] ".
+# A delta is no clock: the message is taken off it and read as a line without one.
+_RELTIME = re.compile(r"\[\s*(?:\+\d{1,9}[.,]\d{6}|<\s*\d{1,9}[.,]\d{6}>)\]\s?")
+_RELTIME_MINUTE = re.compile(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d\d):(\d\d)\]\s?")
 _CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? (\d{4})\]\s?")
 _ISO = re.compile(
     r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?\s?"
@@ -37,8 +44,10 @@ _SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1
 # the clock cannot be read without the locale, but the host and tag after it must still be taken off,
 # or the kernel's line is read as a program's.
 _LOCALE_SYSLOG = re.compile(r"[^\W\d_]{2,5}\.? +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? ")
-# After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring).
-_HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
+# After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring). The host may
+# be missing (a reporter's redaction, a relay that drops it: "Feb  2 08:03:20 kernel: [37937.1] ..."):
+# the tag alone is taken off too, or the kernel's own clock and driver tag stay behind "kernel: ".
+_HOST_TAG = re.compile(r"(?:[\w.\-]+ )?[\w.\-/@]+(?:\[\d+\])?: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 
 
@@ -173,6 +182,14 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         m = _GLOG.match(line, 1)  # torch >= 2.2 wraps glog headers in brackets: [E1122 10:11:12.345 ...]
         if m:
             return _from_glog(m, line, now)
+        m = _RELTIME.match(line)
+        if m:
+            return Stamped(None, None, line[m.end():])
+        m = _RELTIME_MINUTE.match(line)
+        month = _MONTHS.get(m.group(1)) if m else None
+        if m and month:
+            day = int(m.group(2))
+            return Stamped(_epoch(_guess_year(month, day, now), month, day, m.group(3), m.group(4), 0), None, line[m.end():])
     elif first in "IWEF" and (m := _GLOG.match(line)):
         return _from_glog(m, line, now)
     elif first.isupper():  # "Feb 25 ..." too: a line of February is syslog's when it is not glog's

@@ -157,11 +157,12 @@ class EventClock:
             entry.correction = skew
         elif abs(skew) <= self.max_skew_s / 2:
             entry.correction = 0.0
-        own = (ts - record_ts) - entry.median  # this event against its own node's recent clock
-        if abs(own) > self.max_skew_s:
-            # One stamp far off its own node's clock (far past or future, read live): judged where
-            # it arrived, by the node's usual offset, and flagged.
-            return Placement(record_ts + entry.median - entry.correction, own, "outlier")
+        if record_ts is not None:  # without a record time, the node's correction alone applies
+            own = (ts - record_ts) - entry.median  # this event against its own node's recent clock
+            if abs(own) > self.max_skew_s:
+                # One stamp far off its own node's clock (far past or future, read live): judged where
+                # it arrived, by the node's usual offset, and flagged.
+                return Placement(record_ts + entry.median - entry.correction, own, "outlier")
         if not entry.correction:
             return None
         return Placement(ts - entry.correction, entry.correction)

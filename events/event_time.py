@@ -195,7 +195,7 @@ class WatermarkMerge(Generic[T]):
         if state.of is not None and all(reads is not None for _, reads, _, _ in live):
             covered: set[str] = set()
             for _, reads, _, _ in live:
-                covered |= reads
+                covered |= reads or frozenset()
             if len(covered) < state.of:
                 return float("-inf")  # an input partition whose writer has not spoken yet
         # A writer that says it is behind has input still to read, whatever it says of idleness: a
@@ -220,8 +220,8 @@ class WatermarkMerge(Generic[T]):
         words = sorted(state.writers.values(), key=lambda word: word[1], reverse=True)
         if not words:
             return []
-        latest, covered = words[0][1], set()
-        out = []
+        latest, covered = words[0][1], set[str]()
+        out: list[tuple[float, frozenset[str] | None, bool, bool]] = []
         for mark, heard, reads, behind, idle in words:
             if reads is None:
                 if latest - heard < self.writer_ttl_s:

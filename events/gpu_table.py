@@ -51,7 +51,7 @@ class GpuTable(NamedTuple):
     gpus: list[dict[str, Any]]
     numbers: list[Any]  # TABLE_NUMBERS of the first GPU, then of the second, ...
     has_null: bool  # some number is null (a value the driver did not report)
-    index: list[int | None]
+    index: list[int | None]  # type: ignore[assignment]  # the column's name, shadowing tuple.index by design
     uuid: list[str | None]
     throttle: list[list[str] | None]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
-from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.envelope import Envelope, InvalidEvent, new_id
 
 AXES = ("tp", "pp", "dp")
 
@@ -91,8 +91,8 @@ class Topology:
         return out
 
     def to_event(self, job: str, ts: float, *, node: str = "-", event_id: str | None = None) -> Envelope:
-        kwargs = {"id": event_id} if event_id else {}
-        return Envelope(ts=ts, job=job, node=node, source="job", kind="topology", data=self.to_data(), **kwargs)
+        return Envelope(ts=ts, job=job, node=node, source="job", kind="topology", data=self.to_data(),
+                        id=event_id or new_id())
 
     @classmethod
     def grid(cls, nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: int) -> "Topology":

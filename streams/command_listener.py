@@ -119,13 +119,14 @@ class CommandListener(threading.Thread):
     def dispatch(self, raw: bytes | None, now: float | None = None) -> Screened:
         """Screen one message of the topic and obey or refuse it; returns the screening."""
         result = self.screen.screen(raw, time.time() if now is None else now)
-        if result.obey:
+        command = result.command
+        if result.obey and command is not None:  # an obeyed command always parsed
             self.obeyed += 1
-            log.info("obeying command %s: %s %s", result.command.id, result.command.action, result.command.reason)
+            log.info("obeying command %s: %s %s", command.id, command.action, command.reason)
             try:
-                self.on_command(result.command)
+                self.on_command(command)
             except Exception:  # noqa: BLE001 - a failing callback must not kill the listener
-                log.exception("handling command %s failed", result.command.id)
+                log.exception("handling command %s failed", command.id)
             return result
         if not result.ack:
             log.debug("command %s not for this receiver: %s", result.command.id if result.command else None, result.reason)

@@ -59,7 +59,7 @@ def _consumer_config(settings: KafkaSettings, group: str | None, max_records: in
 def _error(exc: Exception, what: str) -> KafkaError:
     """A confluent-kafka exception as the kafka-python error callers catch."""
     err = exc.args[0] if exc.args else None
-    name = err.name() if hasattr(err, "name") else ""
+    name = err.name() if err is not None and hasattr(err, "name") else ""
     if name in ("REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "_ASSIGNMENT_LOST"):
         return CommitFailedError(f"{what}: {err}")
     return KafkaError(f"{what}: {err if err is not None else exc}")
@@ -212,7 +212,7 @@ class ConfluentConsumer:
                                 for tp in self._assignment])
                 return True
             err = exc.args[0] if exc.args else None
-            code = err.code() if hasattr(err, "code") else None
+            code = err.code() if err is not None and hasattr(err, "code") else None
             ck_error = self._ck.KafkaError
             # not met yet (a first assignment), not started, or still stopping from a revocation
             if partition in self._assignment and code in (ck_error._UNKNOWN_PARTITION, ck_error._STATE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from kafka.errors import KafkaError
 
@@ -57,7 +57,7 @@ class Producer:
         self._producer.send(topic, key, value, partition)
         self.sent += 1
 
-    def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> int:
+    def send_many(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes]) -> int:
         """Send each (topic, key, value) by key; the fast path for many records (a replay's batch)."""
         self._producer.send_many(topics, keys, values)
         self.sent += len(values)

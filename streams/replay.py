@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 import numpy as np
 import orjson
@@ -69,8 +69,16 @@ def _flush_every(producer: Producer) -> int:
     return FLUSH_EVERY_CONFLUENT if producer.client == "confluent" else FLUSH_EVERY
 
 
-def paced(events: Iterable[Envelope], speed: float, *, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> Iterator[Envelope]:
+class _Timed(Protocol):
+    @property
+    def ts(self) -> float: ...
+
+
+Timed = TypeVar("Timed", bound=_Timed)
+
+
+def paced(events: Iterable[Timed], speed: float, *, clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> Iterator[Timed]:
     """Yield each event no earlier than its offset from the first event, divided by ``speed``.
 
     ``speed`` 1 is real time, 10 is ten times faster, 0 is as fast as possible. Pacing follows
@@ -287,9 +295,10 @@ def _checked_messages(path, batch: pa.RecordBatch, first_row: int) -> MessageBat
     for i in range(batch.num_rows):
         try:
             text = cols["data"][i]
+            data: Any = orjson.loads(text) if text is not None else None  # a null: refused by the envelope's check
             event = Envelope(v=cols["v"][i], id=cols["id"][i], ts=cols["ts"][i], job=cols["job"][i],
                              node=cols["node"][i], source=cols["source"][i], kind=cols["kind"][i],
-                             data=orjson.loads(text) if text is not None else None)
+                             data=data)
         except orjson.JSONDecodeError as exc:
             raise TraceError(f"{path}: row {first_row + i}: data is not valid JSON ({exc})") from None
         except InvalidEvent as exc:

@@ -79,6 +79,8 @@ def watchdog(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> lis
 # (google/nccl-fastsocket), Mellanox's ib_plugin.c / p2p_plugin.c / ucx_plugin.c
 # (Mellanox/nccl-rdma-sharp-plugins src/). NCCL's own net transports sit under transport/.
 _WARN_ORIGIN = re.compile(r"(?:^|[\s\]])(?P<file>[\w./\-]+):\d+ NCCL WARN ")
+# Words of a plugin's WARN that a set-up it needs is wrong, beyond the alarm words: kept as errors.
+_PLUGIN_TROUBLE = re.compile(r"\b(?:wrong|mismatch\w*|invalid|missing|not found|no such)\b", re.IGNORECASE)
 _PLUGIN_FILE = re.compile(r"^(?:net_\w+\.\w+|\w*_plugin(?:\.\w+)?|nccl_(?:net_)?ofi\w*(?:\.\w+)?)$")
 
 
@@ -101,7 +103,7 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
     ib = _ib_failed(text)
     serious = cuda or classify_nccl(text) or ib or "error" in text.lower()
     quiet = None
-    if not serious and not looks_alarming(text) and _from_plugin(m.string):
+    if not serious and not looks_alarming(text) and not _PLUGIN_TROUBLE.search(text) and _from_plugin(m.string):
         action, quiet = "none", "a network plugin's warning that names no failure"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),

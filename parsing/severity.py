@@ -56,7 +56,7 @@ _ANY_QUICK = any_of(set(_QUICK) | set(ALARM_QUICK))
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
     r"medium error|lost|resets?|resetting|unrecoverable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
-    r"offline|not responding|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
+    r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve
     r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
@@ -68,7 +68,9 @@ _WORDS = re.compile(
 _NEUTRAL = re.compile(
     r"\b(?:no|0|zero|without) (?:errors?|failures?)\b|errors=[\w-]+|error[_ ]?(?:handling|recovery) (?:enabled|supported)|"
     r"\berror count(?:er)?s? (?:cleared|reset)|reset (?:done|complete[d]?)|\bnot (?:an )?error\b|"
-    r"\b(?:link|port) reset\b|\bresets? (?:to|the) default|\bcorrect(?:able|ed) errors?\b|"
+    # "correctable errors", and with what they were in between: amdgpu's RAS "2 correctable hardware
+    # errors detected in umc block" (drivers/gpu/drm/amd/amdgpu/amdgpu_ras.c, dev_info)
+    r"\b(?:link|port) reset\b|\bresets? (?:to|the) default|\bcorrect(?:able|ed) (?:[a-z]+ )?errors?\b|"
     r"\berrors? (?:collector|handler|handling|reporting|injection|detection|containment)\b|"
     # a setting stated, not an event: "Shutdown timeout set to 10 seconds", "timeout value is 30"
     r"\btime ?outs? (?:(?:value )?(?:set to|is|=)|of \d+ ?\w*$)",

@@ -184,11 +184,12 @@ class Agent:
             sources.append(LogSource(
                 "kernel", lambda: keyed(open_kernel_reader(c.kernel_log, c.kernel_from_start), "kernel"),
                 self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
-        if c.fabric_manager_log:
+        fabric_log = c.fabric_manager_log
+        if fabric_log:
             # Its events go out as source `kernel`: a host daemon's word about the NVSwitch fabric,
             # judged by the same rules as the driver's SXid lines.
             sources.append(LogSource(
-                "fabric_manager", lambda: FileFollower([c.fabric_manager_log], from_start=False),
+                "fabric_manager", lambda: FileFollower([fabric_log], from_start=False),
                 self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
         if c.trainer_logs:
             sources.append(LogSource(

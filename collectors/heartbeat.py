@@ -59,9 +59,10 @@ class HeartbeatSource:
         self._beating = threading.Lock()
 
     def _discover(self) -> tuple[list[int], list[int] | None]:
-        if self.processes is None:
-            return list(self.pids()), None
-        procs = list(self.processes())
+        pids, processes = self.pids, self.processes
+        if processes is None:  # then pids is given (the constructor takes exactly one)
+            return list(pids() if pids is not None else ()), None
+        procs = list(processes())
         unranked = unranked_pids(procs)
         if unranked != self._unranked and unranked:
             log.warning("training pid(s) %s carry no rank this agent can read: fix its --rank-env, or their "

@@ -236,22 +236,22 @@ def port_payload(prev: PortSnapshot | None, cur: PortSnapshot, interval_s: float
     rates: dict[str, float | None] = {}
     deltas: dict[str, int | None] = {}
     old = prev.counters if prev is not None and prev.present else {}
-    timed = bool(interval_s) and interval_s > 0
+    interval = interval_s if interval_s is not None and interval_s > 0 else None  # None: rates unknown
     # What the link can move in the interval (+10 %), to tell a 32-bit wrap from a 64-bit reset.
-    link_bytes = cur.rate_gbps * 1e9 / 8 * interval_s * 1.1 if timed and cur.rate_gbps else None
+    link_bytes = cur.rate_gbps * 1e9 / 8 * interval * 1.1 if interval is not None and cur.rate_gbps else None
     limits = {} if link_bytes is None else {"port_rcv_data": link_bytes / 4, "port_xmit_data": link_bytes / 4,
                                             "port_rcv_packets": link_bytes / 64, "port_xmit_packets": link_bytes / 64}
     for name, value in cur.counters.items():
         before = old.get(name)
         # Fast path: most counters of a healthy port stay 0 (and 15 is the lowest saturation point).
-        delta = 0 if value is not None and value == before and value < 15 else \
+        delta = 0 if value is not None and value < 15 and value == before else \
             counter_delta(name, before, value, limits.get(name))
         out_name = name
         if name in WORDS_TO_BYTES:
             out_name = WORDS_TO_BYTES[name]
             delta = None if delta is None else 4 * delta
         deltas[out_name] = delta
-        rates[out_name] = None if delta is None or not timed else 0.0 if delta == 0 else round(delta / interval_s, 3)
+        rates[out_name] = None if delta is None or interval is None else 0.0 if delta == 0 else round(delta / interval, 3)
     return {"device": cur.device, "port": cur.port, "link_layer": cur.link_layer, "state": cur.state,
             "phys_state": cur.phys_state, "rate_gbps": cur.rate_gbps, "netdev": cur.netdev,
             "rates": rates, "deltas": deltas}

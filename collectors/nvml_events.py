@@ -49,11 +49,11 @@ def watch_xids(nvml: Any, count: Callable[[], int], stop: threading.Event, publi
             if not data.eventType & nvml.nvmlEventTypeXidCriticalError:
                 continue
             try:
-                index = int(nvml.nvmlDeviceGetIndex(data.device))
+                gpu: int | None = int(nvml.nvmlDeviceGetIndex(data.device))
             except nvml.NVMLError:
-                index = None
-            event = xid_event(index, int(data.eventData), job=job, node=node)
-            log.warning("NVML Xid %d on GPU %s", event.data["xid"], index)
+                gpu = None
+            event = xid_event(gpu, int(data.eventData), job=job, node=node)
+            log.warning("NVML Xid %d on GPU %s", event.data["xid"], gpu)
             publish(event)
     finally:
         try:

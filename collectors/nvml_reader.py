@@ -169,7 +169,8 @@ class NvmlReader:
         r.ecc_sbe_aggregate = c(r, "ecc", "nvmlDeviceGetTotalEccErrors", h, corrected, n.NVML_AGGREGATE_ECC)
         r.ecc_dbe_aggregate = c(r, "ecc", "nvmlDeviceGetTotalEccErrors", h, uncorrected, n.NVML_AGGREGATE_ECC)
         rows = c(r, "remapped_rows", "nvmlDeviceGetRemappedRows", h)
-        r.remapped_rows = tuple(int(x) for x in rows) if rows is not None else None
+        # correctable, uncorrectable, pending, failure: the four NVML answers
+        r.remapped_rows = (int(rows[0]), int(rows[1]), int(rows[2]), int(rows[3])) if rows is not None else None
         sbe = c(r, "retired_pages", "nvmlDeviceGetRetiredPages", h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
         dbe = c(r, "retired_pages", "nvmlDeviceGetRetiredPages", h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         r.retired_pages_sbe = None if sbe is None else len(sbe)

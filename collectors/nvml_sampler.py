@@ -10,6 +10,7 @@ The NVML module is a parameter (default ``pynvml``), so unit tests pass a fake o
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -44,9 +45,10 @@ def open_nvml(nvml: Any = None) -> Any:
     """``pynvml`` initialised, or :class:`NvmlUnavailable` with a one-line reason."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             raise NvmlUnavailable("NVML not available: the nvidia-ml-py package is not installed") from None
+        nvml = pynvml
     note_call("nvmlInit")
     try:
         nvml.nvmlInit()
@@ -104,7 +106,7 @@ class NvmlSampler:
         count = self._gpu_count(reader, events)
         if count is None:
             return events
-        jobs = {index: self.calls.submit(index, lambda i=index: self._read_gpu(reader, i))
+        jobs = {index: self.calls.submit(index, functools.partial(self._read_gpu, reader, index))
                 for index in range(count) if not self.calls.is_stuck(index)}
         given_up = self.calls.wait(list(jobs.values()))
         stuck_now = {s.key for s in given_up}
@@ -175,7 +177,7 @@ class NvmlSampler:
                 handle = "lost" if getattr(exc, "value", None) in _codes(reader.nvml, NVML_GONE_CODES) else "answers"
         event = unresponsive_event(index, stuck.call, deadline_s=self.deadline_s, waited_s=stuck.age(),
                                    handle=handle, others_answered=answered,
-                                   uuid=self._uuids.get(index) or (reader.known_uuid(index) if index is not None else None),
+                                   uuid=None if index is None else self._uuids.get(index) or reader.known_uuid(index),
                                    job=self.job, node=self.node)
         log.error("GPU %s: NVML %s did not return within %gs (handle %s; %d other GPU(s) answered)",
                   "node-wide" if index is None else index, stuck.call, self.deadline_s, handle, answered)
@@ -248,8 +250,11 @@ class NvmlSampler:
             if watcher is not None:
                 watcher.join(2.0)
             if not self.calls.is_stuck("node"):
+                def shutdown() -> None:
+                    note_call("nvmlShutdown")
+                    nvml.nvmlShutdown()
                 try:
-                    self.calls.run("node", lambda: (note_call("nvmlShutdown"), nvml.nvmlShutdown()))
+                    self.calls.run("node", shutdown)
                 except (CallTimeout, nvml.NVMLError):
                     pass
             self.calls.close()

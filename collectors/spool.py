@@ -30,6 +30,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, BinaryIO
 
 from faultlens.collectors.spool_format import (
     DROPPABLE_KINDS,
@@ -89,8 +90,8 @@ class Spool:
         self._entries: deque[Entry] = deque()
         self._live_bytes = 0
         self._drop_rounds = 0
-        self._file = None
-        self._lockfile = None
+        self._file: BinaryIO | None = None
+        self._lockfile: IO[str] | None = None
         self.memory = MemoryTier(min(max_bytes, MEMORY_MAX_BYTES))
         self.error: str | None = None  # why the file cannot be written now (None: it can)
         self._next_try = 0.0
@@ -127,14 +128,14 @@ class Spool:
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._lockfile.close()
-            self._file.close()
+            self._fh.close()
             self._lockfile = self._file = None
             raise SpoolBusy(f"spool {self.dir} is in use by another agent (give each agent its own --spool-dir)") from None
 
     def _recover(self) -> None:
         """Index the live records of an existing file; cut a torn tail (crash mid-write)."""
-        self._file.seek(0)
-        data = self._file.read()
+        self._fh.seek(0)
+        data = self._fh.read()
         pos = 0
         while pos + HEADER.size <= len(data):
             length, crc, state = HEADER.unpack_from(data, pos)
@@ -161,7 +162,7 @@ class Spool:
 
     def _truncate(self, size: int) -> None:
         try:
-            self._file.truncate(size)
+            self._fh.truncate(size)
         except OSError as exc:
             log.debug("spool %s: could not truncate (%s)", self.path, exc)
 
@@ -194,10 +195,10 @@ class Spool:
         """Append one record to the file; on a full disk give back the oldest samples' room and try
         once more. False: the file cannot take it (the spool now says why)."""
         for attempt in (1, 2):
-            offset = self._file.seek(0, os.SEEK_END)
+            offset = self._fh.seek(0, os.SEEK_END)
             try:
-                self._file.write(HEADER.pack(len(payload), zlib.crc32(payload), LIVE) + payload)
-                self._file.flush()
+                self._fh.write(HEADER.pack(len(payload), zlib.crc32(payload), LIVE) + payload)
+                self._fh.flush()
             except OSError as exc:
                 self._undo_write(offset)
                 if attempt == 1 and exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._free_disk(size):
@@ -213,17 +214,17 @@ class Spool:
     def _undo_write(self, offset: int) -> None:
         """Cut a half-written record (a buffered writer may have put part of it on disk)."""
         try:
-            self._file.seek(offset)
-            self._file.truncate(offset)
+            self._fh.seek(offset)
+            self._fh.truncate(offset)
         except (OSError, ValueError):
             pass
         try:
-            self._file.close()  # drops what the buffer still holds; reopened right after
+            self._fh.close()  # drops what the buffer still holds; reopened right after
         except OSError:
             pass
         try:
             self._file = open(self.path, "r+b")
-            self._file.truncate(offset)
+            self._fh.truncate(offset)
         except OSError:
             self._file = None
 
@@ -282,8 +283,8 @@ class Spool:
                 return
             if self._file is None:
                 return
-        while len(self.memory):
-            record, droppable = self.memory.first()
+        while (first := self.memory.first()) is not None:
+            record, droppable = first
             payload = encode_payload(record)
             if not self._write(payload, HEADER.size + len(payload), droppable):
                 return
@@ -317,12 +318,12 @@ class Spool:
     def peek(self, n: int) -> list[SpooledRecord]:
         """The oldest ``n`` live records, in order (not removed until :meth:`ack`)."""
         with self._lock:
-            out = []
+            out: list[SpooledRecord] = []
             for entry in self._entries:
                 if len(out) >= n:
                     break
-                self._file.seek(entry.offset + HEADER.size)
-                out.append(decode_payload(self._file.read(entry.size - HEADER.size)))
+                self._fh.seek(entry.offset + HEADER.size)
+                out.append(decode_payload(self._fh.read(entry.size - HEADER.size)))
             if len(out) < n:
                 out.extend(self.memory.peek(n - len(out)))
             return out
@@ -339,10 +340,10 @@ class Spool:
                     self.stats.sent += 1
                 if self._file is not None:
                     if not self._entries:
-                        self._file.truncate(0)
+                        self._fh.truncate(0)
                     elif self._file_size() > 2 * self._live_bytes + 1024 * 1024:
                         self._compact()
-                    self._file.flush()
+                    self._fh.flush()
             except OSError as exc:
                 # A sent mark that cannot be written: at worst the record is sent again after a
                 # restart (consumers fold duplicates by id).
@@ -373,26 +374,33 @@ class Spool:
                           self.dir, len(self.memory), self.error)
             if self._file is not None:
                 try:
-                    self._file.flush()
-                    os.fsync(self._file.fileno())
+                    self._fh.flush()
+                    os.fsync(self._fh.fileno())
                 except OSError as exc:
                     log.error("spool %s: could not flush at exit (%s)", self.path, exc)
-                self._file.close()
+                self._fh.close()
             if self._lockfile is not None:
                 self._lockfile.close()
 
     # --- internals -----------------------------------------------------------------------------
+    @property
+    def _fh(self) -> BinaryIO:
+        """The spool file, where the caller is on the file's side (append went to memory when it is closed)."""
+        if self._file is None:
+            raise RuntimeError(f"spool {self.path}: the file is not open")
+        return self._file
+
     def _file_size(self) -> int:
-        return self._file.seek(0, os.SEEK_END)
+        return self._fh.seek(0, os.SEEK_END)
 
     def _compact_in_place(self) -> None:
-        self._entries = compact_in_place(self._file, self._entries)
+        self._entries = compact_in_place(self._fh, self._entries)
         self.stats.compactions += 1
 
     def _mark(self, entry: Entry, state: int) -> None:
         # The state byte is the last byte of the header.
-        self._file.seek(entry.offset + HEADER.size - 1)
-        self._file.write(bytes([state]))
+        self._fh.seek(entry.offset + HEADER.size - 1)
+        self._fh.write(bytes([state]))
 
     def _compact(self) -> None:
         """Rewrite the file with the live records only (atomic rename); on a full disk, in place."""
@@ -401,8 +409,8 @@ class Spool:
             with open(tmp, "wb") as out:
                 new_entries: deque[Entry] = deque()
                 for entry in self._entries:
-                    self._file.seek(entry.offset)
-                    raw = self._file.read(entry.size)
+                    self._fh.seek(entry.offset)
+                    raw = self._fh.read(entry.size)
                     new_entries.append(Entry(out.tell(), entry.size, entry.droppable))
                     out.write(raw)
                 out.flush()
@@ -415,7 +423,7 @@ class Spool:
             log.warning("spool %s: no room for a compacted copy (%s); compacting in place", self.path, exc)
             self._compact_in_place()
             return
-        self._file.close()
+        self._fh.close()
         os.replace(tmp, self.path)
         self._file = open(self.path, "r+b")
         self._entries = new_entries

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from faultlens.collectors.spool_format import SpooledRecord
+
 
 @dataclass(slots=True)
 class _Held:
-    record: object  # a SpooledRecord
+    record: SpooledRecord
     droppable: bool
     size: int
 
@@ -32,7 +34,7 @@ class MemoryTier:
     def __len__(self) -> int:
         return len(self._held)
 
-    def append(self, record: object, droppable: bool, size: int) -> bool:
+    def append(self, record: SpooledRecord, droppable: bool, size: int) -> bool:
         """False when ``record`` is droppable and there is no room even after dropping older samples."""
         if self.bytes + size > self.max_bytes:
             self._make_room(size)
@@ -56,15 +58,15 @@ class MemoryTier:
                 kept.append(held)
         self._held = kept
 
-    def peek(self, n: int) -> list[object]:
-        out = []
+    def peek(self, n: int) -> list[SpooledRecord]:
+        out: list[SpooledRecord] = []
         for held in self._held:
             if len(out) >= n:
                 break
             out.append(held.record)
         return out
 
-    def first(self) -> tuple[object, bool] | None:
+    def first(self) -> tuple[SpooledRecord, bool] | None:
         return (self._held[0].record, self._held[0].droppable) if self._held else None
 
     def pop(self, n: int = 1) -> None:

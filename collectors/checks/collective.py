@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import IO, Sequence
 
 from faultlens.collectors.checks.result import CheckResult, skipped
 
@@ -51,7 +51,8 @@ def judge_collective(outcomes: Sequence[RankOutcome], world: int, timeout_s: flo
     """
     answered = {o.rank for o in outcomes}
     silent = sorted(set(range(world)) - answered)
-    problems, setup = [], []
+    problems: list[str] = []
+    setup: list[str] = []
     if silent:
         why = f"no answer within {timeout_s:g}s" if timeout_s is not None else "no answer"
         problems.append(f"rank(s) {silent} gave {why} (all_reduce hung?)")
@@ -86,7 +87,11 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
     the collective (fault injection for tests).
     """
     port = _free_port()
-    procs, lines, ready, errs, started = [], [], [], [], []
+    procs: list[subprocess.Popen] = []
+    lines: list[list[str]] = []
+    ready: list[threading.Event] = []
+    errs: list[IO[str]] = []
+    started: list[threading.Event] = []
     for rank in range(world):
         cmd = [sys.executable, "-m", "faultlens.collectors.checks.collective", "--rank", str(rank), "--world", str(world),
                "--port", str(port), "--backend", backend,
@@ -123,7 +128,7 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
 
 
 def _read(p: subprocess.Popen, into: list[str], ready: threading.Event, started: threading.Event) -> None:
-    for line in p.stdout:
+    for line in p.stdout or ():  # a pipe: Popen was given stdout=PIPE
         if line.strip() == "ready":
             started.set()
             ready.set()

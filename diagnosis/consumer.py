@@ -14,6 +14,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from faultlens.diagnosis.engine import Engine, EngineConfig
 from faultlens.diagnosis.node_consumer import NODE_GROUP, NodeStageHandler, watermark_of
+from faultlens.diagnosis.thresholds import shipped as shipped_thresholds
 from faultlens.events import topics
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
@@ -96,7 +97,9 @@ class DiagnoseHandler:
         for r in records:
             if where is not None and r.topic == topics.SUMMARIES:
                 job = getattr(r.value, "job", None)
-                if type(job) is str:
+                # A wave candidate's copy comes on every partition (diagnosis/fleet_waves.py): it
+                # says nothing of where its job lives.
+                if type(job) is str and not getattr(r.value, "data", {}).get("wave_copy"):
                     where[job] = r.partition
             try:
                 found = self.engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped)
@@ -189,7 +192,9 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     config = config or EngineConfig()
     if stage == "node":
         group = group or NODE_GROUP
-        node = handler if handler is not None else NodeStageHandler(window_s=config.window_s, group=group, line_rules=config.line_rules)
+        node = handler if handler is not None else NodeStageHandler(
+            window_s=config.window_s, group=group, line_rules=config.line_rules,
+            wave=(config.thresholds or shipped_thresholds()).wave)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
                              max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS,
                              deferred_topics=TELEMETRY_DECODERS)

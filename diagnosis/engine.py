@@ -28,7 +28,7 @@ from faultlens.diagnosis.debounce import Debounce
 from faultlens.diagnosis.dedup import Dedup
 from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.features import NodeWindow
-from faultlens.diagnosis.fleet_waves import FleetWaves
+from faultlens.diagnosis.fleet_waves import FleetWaves, seen_of
 from faultlens.diagnosis.implicit import ImplicitConfig
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
@@ -197,6 +197,9 @@ class Engine:
             # checked each payload already (diagnosis/node_consumer.py); checked again, the net
             # samples' ports alone cost a fifth of the job stage.
             check_payload(event)
+        if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
+            self._wave_copy(event)
+            return []
         lane = self._lane(event.job)
         out: list[Diagnosis] = []
         if skew_s is not None:
@@ -238,6 +241,14 @@ class Engine:
         if lane.now - lane.last_tick >= self.config.tick_every_s:
             out.extend(self._tick(lane, lane.now))
         return out
+
+    def _wave_copy(self, event: Envelope) -> None:
+        """A node stage's copy of a wave candidate of any job (diagnosis/fleet_waves.py): into the
+        fleet index only; the job's own lane, wherever it is, gets the finding itself."""
+        f = Finding.from_event(event)
+        if len(f.nodes) == 1:
+            self.fleet.note(f.fault, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
+                                             f.evidence[0] if f.evidence else ""))
 
     def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
         if event.source == "job":

@@ -11,10 +11,10 @@ The engine keeps one :class:`FleetWaves` beside its job lanes. Every lane's wave
 here (and, on a job-stage member, every other member's too: the node stage sends each candidate
 to every `summaries` partition as a `summary/wave_candidate`, so each member holds the same index
 in the same event-time order). When a lane's candidate is due (``window_s`` after it, as a job
-wave's), :meth:`cause_of` says whether its machine's part has a fleet wave: candidates of its
-class within ``window_s`` either side, on machines sharing the part, from at least ``min_jobs``
+wave's), :meth:`cause_of` says whether one of its machine's parts has a fleet wave: candidates of
+its class within ``window_s`` either side, on machines sharing the part, from at least ``min_jobs``
 jobs, at least ``min_nodes`` machines and ``min_share`` of the machines the known topologies put
-in that part. Then it is absorbed, never judged alone. All of it is a function of the index, so
+in that part (of the parts ``wave.causes`` lists for the class, the one that holds most of them). Then it is absorbed, never judged alone. All of it is a function of the index, so
 every member decides the same; the one finding is written by the member that holds the job of
 the wave's first qualifying candidate (its *owner*), under that job.
 """
@@ -139,15 +139,20 @@ class FleetWaves:
             return None
         c, w = self.config, self.config.window_s
         entry = self._entry(job, node)
+        best: tuple[int, str] | None = None
         for key in c.causes_of(fault):
             for value in sorted(values_of(entry, key)):
                 near = self._in_part(fault, key, value, ts - w, ts + w)
                 jobs = {s.job for s in near}
                 machines = {s.node for s in near}
                 if (len(jobs) >= c.fleet_min_jobs and len(machines) >= c.fleet_min_nodes
-                        and len(machines) >= c.fleet_min_share * self.part_size(key, value)):
-                    return f"{key}={value}"
-        return None
+                        and len(machines) >= c.fleet_min_share * self.part_size(key, value)
+                        and (best is None or len(machines) > best[0])):
+                    # The part that holds the most of them (on a tie, the first the config lists):
+                    # a teardown across a 16-machine domain of two 8-machine racks is one finding
+                    # about the domain, not one per rack.
+                    best = (len(machines), f"{key}={value}")
+        return None if best is None else best[1]
 
     def absorb(self, fault: str, cause: str, seen: Seen) -> None:
         """A lane's due candidate that ``cause_of`` put in a fleet wave: it is judged by the wave."""

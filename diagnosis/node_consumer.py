@@ -9,6 +9,11 @@ heartbeats, steps, stack dumps) as they are, bundled per job and batch (`summary
 events/bundle.py). Ids are derived from the input's, so a redelivered
 batch produces the same records and the job stage drops the copies.
 
+A finding that may belong to a wave (diagnosis/waves.py) also goes, flagged ``wave_copy``, to every
+partition of `summaries`: each job-stage member keeps the whole fleet's wave candidates
+(diagnosis/fleet_waves.py), so machines of jobs held by different members that share a switch make
+one finding.
+
 Each member also announces how far it has got in event time (`summary/watermark`, to every
 partition of `summaries`): a job-stage partition holds records from several node-stage members,
 and is only as far along as the slowest of them.
@@ -35,6 +40,8 @@ from faultlens.diagnosis.engine import known_kind
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.thresholds import WaveConfig
+from faultlens.diagnosis.waves import is_candidate
 from faultlens.events import topics
 from faultlens.events.bundle import pack
 from faultlens.events.envelope import Envelope, InvalidEvent, encode
@@ -71,8 +78,10 @@ class NodeStageHandler:
     """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
 
     def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0,
-                 line_rules: Sequence[LineRule] | None = None):
+                 line_rules: Sequence[LineRule] | None = None, wave: WaveConfig | None = None):
         self.window_s = window_s
+        self.wave = wave
+        self._partitions: list[int] = []  # of `summaries`, learnt with watermarks()
         self.line_rules = line_rules
         self._stages: dict[int, NodeStage] = {}  # input partition number → its nodes' state
         self.book = JobBook()
@@ -151,12 +160,21 @@ class NodeStageHandler:
                 node_out.findings.append(mismatch)
             stage.observe(parsed, node_out)
         out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+        if self.wave is not None and self._partitions:
+            out += [o for i, f in enumerate(node_out.findings) if is_candidate(self.wave, f)
+                    for o in self._wave_copies(f, f"{event.id}.f{i}")]
         out += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding.
         as_read = r.raw if event is r.value else None
         passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
                      for e in node_out.forward]
         return out, passed_on
+
+    def _wave_copies(self, f: Finding, event_id: str) -> list[Outgoing]:
+        copy = f.to_event(f"{event_id}.w")
+        copy = dataclasses.replace(copy, data={**copy.data, "wave_copy": True})
+        raw = encode(copy)
+        return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
 
     def _skew(self, event: Envelope, r: Record, skew_s: float) -> list[Outgoing]:
         key = (event.job, event.node)
@@ -184,6 +202,7 @@ class NodeStageHandler:
     def watermarks(self, partitions: Iterable[int]):
         """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""
         parts = list(partitions)
+        self._partitions = parts
 
         def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None,
                      behind: bool = False, idle: bool = False) -> list[Outgoing]:

@@ -51,6 +51,14 @@ _EVICTING = frozenset({"evict", "evict_reset_gpu", "inspect_hardware"})
 _MACHINE_ACTIONS = _EVICTING | _QUIET
 
 
+def is_candidate(config: WaveConfig, f: Finding) -> bool:
+    """About one machine, of a class that comes in waves, and asking something of the machine
+    (an eviction, a person's look, a record, or an echo): a reattempt or a rollback asks it of the
+    job, which one wave or many machines would ask alike, so it is not held."""
+    return (config.window_s > 0 and f.fault in config.classes and len(f.nodes) == 1
+            and (f.sympathetic or f.action in _MACHINE_ACTIONS))
+
+
 def shared_cause(nodes: Iterable[str], machines: Mapping[str, Any], keys: Iterable[str]) -> str:
     """``key=value`` for the first of ``keys`` that every one of ``nodes`` has, with a value they
     all share (a list value, such as one IB switch per rail, shares any of its members); else
@@ -104,11 +112,7 @@ class Waves:
         self.stats: Counter = Counter()
 
     def candidate(self, f: Finding) -> bool:
-        """About one machine, of a class that comes in waves, and asking something of the machine
-        (an eviction, a person's look, a record, or an echo): a reattempt or a rollback asks it
-        of the job, which one wave or many machines would ask alike, so it is not held."""
-        return (self.config.window_s > 0 and f.fault in self.config.classes and len(f.nodes) == 1
-                and (f.sympathetic or f.action in _MACHINE_ACTIONS))
+        return is_candidate(self.config, f)
 
     # --- input ------------------------------------------------------------------------------
     def admit(self, f: Finding) -> list[Finding]:

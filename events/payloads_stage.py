@@ -107,6 +107,9 @@ class SummaryFinding(Payload, frozen=True):
     sympathetic: Flag | None = None
     hold_s: NonNeg | None = None
     rule: Text | None = None  # the rule that made it where its entity does not say (Finding.rule)
+    # A wave candidate's copy for every job-stage member's fleet index (diagnosis/fleet_waves.py):
+    # noted there, never judged as the job's finding.
+    wave_copy: Flag | None = None
 
 
 class SummaryWatermark(Payload, frozen=True):

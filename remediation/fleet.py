@@ -99,13 +99,14 @@ class Fleet:
         for node, r in results.items():
             conclusive = list(r.get("conclusive", r.get("failed", [])))
             failed = not r.get("passed", False) and bool(conclusive)
-            entry = {"ts": float(r.get("ts", now)), "job": job, "diagnosis_id": diagnosis_id, "failed": failed,
+            ts = float(r.get("ts", now))
+            entry = {"ts": ts, "job": job, "diagnosis_id": diagnosis_id, "failed": failed,
                      "passed": bool(r.get("passed", False)), "checks": conclusive or list(r.get("failed", [])),
                      "detail": str(r.get("detail", ""))[:200]}
             if self.record(node).add("checks", entry):
                 changed.append(node)
                 counts |= failed
-                at = entry["ts"] if failed else at
+                at = ts if failed else at
         return self._judged(changed, job, diagnosis_id, now, at, counts, mode)
 
     def evicted(self, job: str, nodes: Iterable[str], diagnosis_id: str, fault: str, now: float) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from faultlens.events.action_record import HARDWARE_INSPECTION
 from faultlens.events.diagnosis_record import FAULT_CLASSES
@@ -173,7 +173,7 @@ def _at_least(need: int, facts: list[Mapping[str, Any]]) -> bool:
     return len(facts) >= need
 
 
-def judge(node: str, faults: list[Mapping[str, Any]], checks: list[Mapping[str, Any]], since: float, at: float,
+def judge(node: str, faults: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[str, Any]], since: float, at: float,
           config: LemonConfig) -> LemonVerdict | None:
     """Whether ``node`` is a lemon once the fact of time ``at`` is added, from its counted faults
     and checks after ``since`` (its last resume by a person: what came before was forgiven)."""

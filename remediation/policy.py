@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultlens.events.command import Command
+from faultlens.events.command import Command, CommandAction
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
@@ -138,8 +138,17 @@ class Policy:
         if self.store is not None:
             self._restore(self._load(), only_newer=False)
 
+    @property
+    def _fleet(self) -> Fleet:
+        """The fleet record: given, or made from config.lemon by __post_init__ (never None after it)."""
+        if self.fleet is None:
+            self.fleet = Fleet(self.config.lemon)
+        return self.fleet
+
     def _load(self) -> dict[str, JobState]:
         c = self.config
+        if self.store is None:
+            return {}
         return self.store.load({"min_confidence": c.min_confidence, "episode_s": c.episode_s, "settle_s": c.settle_s})
 
     def reload(self) -> int:
@@ -200,12 +209,12 @@ class Policy:
         before = self._job_state(d.job)
         result = self._decide(d, now)
         self._saved_if_changed(d.job, before, now)
-        self._lemons(self.fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
+        self._lemons(self._fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
         return result
 
     def refresh_fleet(self, now: float) -> None:
         """What other members and people wrote to the fleet record; lemons it reveals are drained."""
-        self._lemons(self.fleet.refresh(now, self.config.mode), now)
+        self._lemons(self._fleet.refresh(now, self.config.mode), now)
 
     def take_followups(self) -> list[Decision]:
         out, self.followups = self.followups, []
@@ -282,11 +291,14 @@ class Policy:
                 jobs[job] = JobState(job, self._touched.get(job, now), self.ladders[job] if ladder else None,
                                      self.pools[job] if pool else None, self.pending_checks.get(job),
                                      self.reproductions.get(job), dict(taken_out or {}))
+        store = self.store
+        if store is None:
+            return
         try:
-            self.store.save(jobs, now)
+            store.save(jobs, now)
         except OSError as exc:
             # The decision stands (its command may already be on its way); the next save retries.
-            log.error("could not save remediation state %s: %s; a restart now would forget it", self.store.path, exc)
+            log.error("could not save remediation state %s: %s; a restart now would forget it", store.path, exc)
 
     def _decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
         self.waves.observe(d)
@@ -350,7 +362,7 @@ class Policy:
             pending.settled = True
         else:
             del self.pending_checks[job]
-        self._lemons(self.fleet.observe_checks(job, d.id, pending.results, now, self.config.mode(job)), now)
+        self._lemons(self._fleet.observe_checks(job, d.id, pending.results, now, self.config.mode(job)), now)
         out = []
         for step in verdict.steps:
             if step.rung == "bring_back":
@@ -358,7 +370,7 @@ class Policy:
                 passed = step.nodes
                 step = self._not_lemons(step)
                 if self.config.mode(job) == "act":
-                    self.fleet.brought_back(step.nodes, now)
+                    self._fleet.brought_back(step.nodes, now)
                 for n in passed:  # a lemon is not asked again either: it waits for a person
                     self.taken_out.get(job, {}).pop(n, None)
                 if not self.taken_out.get(job):
@@ -368,7 +380,7 @@ class Policy:
 
     def _not_lemons(self, step: Step) -> Step:
         """A lemon that passed its checks stays out: only a person brings it back."""
-        lemons = self.fleet.lemons() & set(step.nodes)
+        lemons = self._fleet.lemons() & set(step.nodes)
         if not lemons:
             return step
         back = tuple(n for n in step.nodes if n not in lemons)
@@ -416,7 +428,7 @@ class Policy:
             pool = self.pools.get(d.job) or StandbyPool.for_job(d.job, 0, list(self.config.standby_names))
             self.pools.setdefault(d.job, pool)
             self.refresh_fleet(now)  # what other members decided since the last tick
-            lemons = self.fleet.lemons()  # a lemon is never handed out as a spare
+            lemons = self._fleet.lemons()  # a lemon is never handed out as a spare
             if mode == "act":
                 allocation = pool.take_for(d.id, len(step.nodes), skip=lemons)
             else:
@@ -424,7 +436,7 @@ class Policy:
             params.update(allocation.to_params())
 
         command = Command(
-            id=command_id(key or d.id, step.action), job=d.job, action=step.action, nodes=step.nodes,
+            id=command_id(key or d.id, step.action), job=d.job, action=CommandAction(step.action), nodes=step.nodes,
             reason=step.reason,
             diagnosis_id=d.id, issued_at=now, expires_at=now + self.config.ttl_s, params=params,
         ).signed(self.signing_key)
@@ -434,7 +446,7 @@ class Policy:
             self.safety.record_eviction(d.job, step.nodes, now)
             # Remembered so that a later round of checks asks them whether they may come back.
             self.taken_out.setdefault(d.job, {}).update({n: d.id for n in step.nodes})
-            self.fleet.evicted(d.job, step.nodes, d.id, d.fault, now)
+            self._fleet.evicted(d.job, step.nodes, d.id, d.fault, now)
         if sent and step.rung == "dual_phase_replay" and "plan" in step.params:
             self.reproductions[d.job] = PendingReproduction(d.job, command.id, d.to_dict(), plan_from_dict(step.params["plan"]),
                                                 now, now + self.config.reproduction_wait_s)

@@ -16,6 +16,14 @@ checkpoint the Trainer saves is published (``train``/``checkpoint``). After a re
 :meth:`FaultlensCallback.resume_checkpoint` gives the folder to resume from: the one the command
 named, the one before the newest for a rollback, else the newest.
 
+At the start of training, rank 0 publishes the job's parallel groups as Accelerate laid them out
+(:func:`accelerate_layout`, trainer_hooks/parallel_groups.py): the device mesh of a
+``ParallelismConfig`` (the Trainer makes one for a model sharded at load time), the Megatron-LM
+plugin's tensor and pipeline degrees; plain DDP, FSDP and DeepSpeed ZeRO name no other groups, so
+data parallel only (DeepSpeed AutoTP's groups are not read: nothing is published, a warning says
+so). ``from_scratch=True`` (a model that starts from random weights) lets the stalled-loss
+diagnosis tell a run that never learned; a resumed run sends False.
+
 The Trainer hands its callbacks neither the step's loss nor its gradient norm, so the callback
 reads them where they are made: a forward hook on the model takes each micro-batch's loss and
 tokens (training mode only), and a hook on every parameter's gradient accumulation takes the
@@ -56,8 +64,39 @@ from faultlens.trainer_hooks.callback_support import (
     step_loss,
 )
 from faultlens.trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.parallel_groups import Layout, publish_layout
 
 log = logging.getLogger(__name__)
+
+
+def accelerate_layout(state: Any, world: int) -> Layout | None:
+    """The groups Accelerate lays the ranks out on (``state``: its AcceleratorState): its named device
+    mesh (a ParallelismConfig's dp_replicate × dp_shard × cp × tp; the Trainer makes one for a model
+    sharded at load time from its tp_size), else the Megatron-LM plugin's degrees in Megatron's rank
+    order (tensor fastest, then data, pipeline slowest), else data parallel only (DDP, FSDP,
+    DeepSpeed ZeRO). None when the groups cannot be read (DeepSpeed AutoTP, degrees that do not
+    divide the world): the launcher's placement stands, and a warning says so."""
+    kind = str(getattr(getattr(state, "distributed_type", None), "value", "") or "DDP")
+    meshed = Layout.of_mesh(getattr(state, "device_mesh", None), "Accelerate's")
+    if meshed is not None:
+        return meshed
+    megatron = getattr(state, "megatron_lm_plugin", None)
+    if megatron is not None:
+        tp, pp = int(megatron.tp_degree or 1), int(megatron.pp_degree or 1)
+        try:
+            return Layout.ordered(world, (("pp", pp), ("dp", world // (tp * pp)), ("tp", tp)),
+                                  f"the Megatron-LM plugin (tp_degree={tp}, pp_degree={pp})")
+        except ValueError as exc:
+            log.warning("faultlens: the Megatron-LM plugin's groups: %s; the launcher's placement stands", exc)
+            return None
+    deepspeed = getattr(state, "deepspeed_plugin", None)
+    config = getattr(getattr(deepspeed, "hf_ds_config", None), "config", None) or {}
+    autotp = (config.get("tensor_parallel") or {}).get("autotp_size") or 1
+    if int(autotp) > 1:
+        log.warning("faultlens: DeepSpeed AutoTP (autotp_size=%s): its tensor groups are not read; the launcher's "
+                    "data-parallel placement stands (publish yours with hook.publish_topology)", autotp)
+        return None
+    return Layout.data_parallel(world, f"Accelerate {kind} names no tensor or pipeline groups: data parallel only")
 
 
 def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[str]:
@@ -78,15 +117,20 @@ class FaultlensCallback(TrainerCallback):
     environment `faultlens run` sets (the state folder falls back to ``output_dir``). ``tokens``:
     counts a forward call's tokens from its keyword inputs (default
     :func:`callback_support.count_tokens`). ``classes``: the loss's class count (default: the
-    model config's ``vocab_size``), for the stalled-loss diagnosis. Other keywords go to TrainerHook
-    (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
+    model config's ``vocab_size``), for the stalled-loss diagnosis. ``from_scratch``: True when the
+    model starts from random weights, False for a fine-tune (a resumed run always sends False).
+    ``parallel_groups``: publish Accelerate's groups at the start of training (default True). Other
+    keywords go to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 
     def __init__(self, *, job: str | None = None, node: str | None = None, settings: KafkaSettings | None = None,
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
-                 tokens: Callable[[Any], int | None] = count_tokens, classes: int | None = None, **hook_kwargs: Any):
+                 tokens: Callable[[Any], int | None] = count_tokens, classes: int | None = None,
+                 from_scratch: bool | None = None, parallel_groups: bool = True, **hook_kwargs: Any):
         # Before the process groups exist (TrainingArguments creates them), or the recorder records nothing.
         flight_recorder.enable()
         self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
+        self.from_scratch = from_scratch
+        self.parallel_groups = parallel_groups
         self._count_tokens = tokens
         self.classes = classes
         self._hook_kwargs = hook_kwargs
@@ -118,10 +162,19 @@ class FaultlensCallback(TrainerCallback):
             if self.classes is None:
                 self.classes = getattr(getattr(model, "config", None), "vocab_size", None)
         self._world = args.world_size
+        # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
+        from_scratch = False if state.global_step > 0 else self.from_scratch
         self.hook = make_hook(rank=args.process_index, checkpoint_dir=args.output_dir,
-                              on_checkpoint=self._request_save, flight_recorder=True,
+                              on_checkpoint=self._request_save, flight_recorder=True, from_scratch=from_scratch,
                               **self._identity, **self._hook_kwargs)
         self.hook.wait_ready()
+        if self.parallel_groups:
+            from accelerate.state import AcceleratorState
+
+            # The Trainer's Accelerator exists by now: the state is its (a shared singleton).
+            layout = accelerate_layout(AcceleratorState(), self._world)
+            if layout is not None:
+                publish_layout(self.hook, layout, args.process_index)
         if self._world > 1 and torch.distributed.is_initialized():
             torch.distributed.barrier()  # no command issued from here on slips past a rank
 

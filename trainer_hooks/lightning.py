@@ -16,6 +16,12 @@ stuck in a collective. After a restart, :meth:`FaultlensCallback.resume_checkpoi
 checkpoint to resume from: the one the command named, the one before the newest for a rollback,
 else the newest.
 
+At setup, rank 0 publishes the job's parallel groups as the strategy lays them out
+(:func:`strategy_layout`, trainer_hooks/parallel_groups.py): ModelParallelStrategy's
+data-parallel × tensor-parallel device mesh; DDP, FSDP and DeepSpeed name no other groups, so
+data parallel only. ``from_scratch=True`` (a model that starts from random weights) lets the
+stalled-loss diagnosis tell a run that never learned; a run resumed from a checkpoint sends False.
+
 Needs Lightning (``pip install 'faultlens[lightning]'``); imported only here.
 """
 
@@ -44,8 +50,19 @@ from faultlens.trainer_hooks.callback_support import (
     step_loss,
 )
 from faultlens.trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.parallel_groups import Layout, publish_layout
 
 log = logging.getLogger(__name__)
+
+
+def strategy_layout(strategy: Any, world: int) -> Layout:
+    """The groups ``strategy`` lays its ranks out on: its named device mesh (ModelParallelStrategy's
+    ``data_parallel`` × ``tensor_parallel``), else data parallel only: DDP's replicas, and FSDP's and
+    DeepSpeed's shards, all step together in one data-parallel group (an unnamed HSDP mesh too)."""
+    name = type(strategy).__name__
+    # _device_mesh: the public property raises before setup, and other strategies have none.
+    return (Layout.of_mesh(getattr(strategy, "_device_mesh", None), f"Lightning {name}")
+            or Layout.data_parallel(world, f"Lightning {name} names no tensor or pipeline groups: data parallel only"))
 
 
 class FaultlensCallback(pl.Callback):
@@ -55,16 +72,21 @@ class FaultlensCallback(pl.Callback):
     environment `faultlens run` sets. ``dirpath``: where commanded checkpoints go (default: the
     ModelCheckpoint's folder, else ``default_root_dir/checkpoints``). ``tokens``: counts a batch's
     tokens (default :func:`callback_support.count_tokens`). ``classes``: the loss's class count (a
-    language model's vocabulary), for the stalled-loss diagnosis. Other keywords go to TrainerHook
-    (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
+    language model's vocabulary), for the stalled-loss diagnosis. ``from_scratch``: True when the
+    model starts from random weights, False for a fine-tune (a resumed fit always sends False).
+    ``parallel_groups``: publish the strategy's groups at setup (default True). Other keywords go
+    to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 
     def __init__(self, *, job: str | None = None, node: str | None = None, settings: KafkaSettings | None = None,
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  dirpath: str | os.PathLike[str] | None = None, tokens: Callable[[Any], int | None] = count_tokens,
-                 classes: int | None = None, **hook_kwargs: Any):
+                 classes: int | None = None, from_scratch: bool | None = None, parallel_groups: bool = True,
+                 **hook_kwargs: Any):
         # Before the Trainer creates its process groups, or the recorder records nothing.
         flight_recorder.enable()
         self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
+        self.from_scratch = from_scratch
+        self.parallel_groups = parallel_groups
         self._dirpath = dirpath
         self._count_tokens = tokens
         self.classes = classes
@@ -101,12 +123,17 @@ class FaultlensCallback(pl.Callback):
             return
         self.hook = make_hook(rank=trainer.global_rank, checkpoint_dir=self.checkpoint_dir(trainer),
                               on_checkpoint=self._request_save, flight_recorder=True,
-                              **self._identity, **self._hook_kwargs)
+                              from_scratch=self.from_scratch, **self._identity, **self._hook_kwargs)
         self.hook.wait_ready()
+        if self.parallel_groups:
+            # The strategy made its process groups and mesh in setup_environment, before this hook.
+            publish_layout(self.hook, strategy_layout(trainer.strategy, trainer.world_size), trainer.global_rank)
         trainer.strategy.barrier("faultlens-listening")  # no command issued from here on slips past a rank
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._published_step = trainer.global_step  # a resumed run counts on from its checkpoint's step
+        if self.hook is not None and (trainer.ckpt_path is not None or trainer.global_step > 0):
+            self.hook.from_scratch = False  # its weights are a checkpoint's, whatever the model began as
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         self._batch_started = time.monotonic()

@@ -1,6 +1,7 @@
 """A framework's job under `faultlens run` end to end, for test_lightning_faultlens_run.py and
 test_hf_trainer_faultlens_run.py: two DDP ranks (gloo, CPU) of a worker that trains with the framework's
-FaultlensCallback, one agent, the embedded broker. A checkpoint command is saved once, at one step,
+FaultlensCallback, one agent, the embedded broker. The callback publishes the job's groups (DDP:
+data parallel only, said on stderr) after the launcher's placement. A checkpoint command is saved once, at one step,
 by both ranks through the framework; a rollback naming the first of two checkpoints restarts the
 workers in place and both resume from it; a stop ends the agent with its documented code."""
 
@@ -60,6 +61,11 @@ def checkpoint_rollback_stop(kafka_settings, tmp_path, worker: str) -> None:
         for rank in (0, 1):
             line(agent, lambda line, r=rank: line.get("worker") == "started" and line["rank"] == r, f"rank {rank} started")
         steps(kafka_settings, job, lambda found: len({s["rank"] for s in found}) == 2, lambda: moved(agent))
+        # The callback's topology after the launcher's (before the first step): DDP names no other
+        # groups, so data parallel only, and the trainer's stderr says so.
+        placed = records(kafka_settings, "jobs", job, "topology", lambda found: len(found) >= 2)
+        assert [(t.data["tp"], t.data["pp"], t.data["dp"]) for t in placed] == [(1, 1, 2), (1, 1, 2)]
+        assert "names no tensor or pipeline groups: data parallel only" in agent.log.read_text()
 
         first, second = command(job, "checkpoint"), command(job, "checkpoint")
         send(kafka_settings, first)

@@ -55,6 +55,6 @@ def trainer_for(tmp_path, faultlens, script, max_steps, model=None):
                                 callbacks=[Commands(script), faultlens])
 
 
-def callback(kafka_settings, job, tmp_path):
+def callback(kafka_settings, job, tmp_path, **kwargs):
     return FaultlensCallback(job=job, node="n001", settings=kafka_settings, keys=KEY.verify_keys(),
-                             state_dir=tmp_path / "state", exit_grace_s=120)
+                             state_dir=tmp_path / "state", exit_grace_s=120, **kwargs)

@@ -75,7 +75,7 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(hf, kafka_settin
     named = tmp_path / "out" / "checkpoint-3"
     script = Script(kafka_settings, {3: command(job, "checkpoint"), 6: command(job, "checkpoint"),
                                      8: command(job, "rollback", checkpoint=str(named))})
-    first = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path), script, max_steps=30)
+    first = hf.trainer_for(tmp_path, hf.callback(kafka_settings, job, tmp_path, from_scratch=True), script, max_steps=30)
     with pytest.raises(SystemExit) as ended:
         first.train()
     assert ended.value.code == ROLLBACK
@@ -85,13 +85,16 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(hf, kafka_settin
     # `faultlens run` restarts the workers with the command's checkpoint (trainer_hooks/elastic_run.py).
     monkeypatch.setenv("FAULTLENS_RESUME", "rollback")
     monkeypatch.setenv("FAULTLENS_CHECKPOINT", str(named))
-    again = hf.callback(kafka_settings, job, tmp_path)
+    again = hf.callback(kafka_settings, job, tmp_path, from_scratch=True)
     second = hf.trainer_for(tmp_path, again, Script(kafka_settings, {}), max_steps=10)
     assert again.resume_checkpoint(second.args) == str(named)
     second.train(resume_from_checkpoint=again.resume_checkpoint(second.args))
 
-    published = [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 8 + 7)]
+    found = steps(kafka_settings, job, lambda found: len(found) >= 8 + 7)
+    published = [s["step"] for s in found]
     assert published == [1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10]  # steps 4.. again, from step 3's state
+    # Random weights at first; the resumed run's are a checkpoint's, whatever the user said.
+    assert [s["from_scratch"] for s in found] == [True] * 8 + [False] * 7
     # The Trainer skips the batches it had seen: step 4 trains again on the same data, from the same weights.
     assert logged(second, "loss")[4] == pytest.approx(first_losses[4], rel=1e-4)
 

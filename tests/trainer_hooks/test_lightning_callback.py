@@ -66,7 +66,7 @@ def test_stop_ends_fit_at_the_step_boundary_with_the_stop_code(lit, kafka_settin
 
 
 def test_rollback_resumes_from_the_checkpoint_the_command_names(lit, kafka_settings, job, tmp_path, monkeypatch):
-    first_model, first = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    first_model, first = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path, from_scratch=True)
     named = tmp_path / "checkpoints" / "faultlens-step=3.ckpt"
     script = Script(kafka_settings, {3: command(job, "checkpoint"), 6: command(job, "checkpoint"),
                                      8: command(job, "rollback", checkpoint=str(named))})
@@ -78,13 +78,16 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(lit, kafka_setti
     # `faultlens run` restarts the workers with the command's checkpoint (trainer_hooks/elastic_run.py).
     monkeypatch.setenv("FAULTLENS_RESUME", "rollback")
     monkeypatch.setenv("FAULTLENS_CHECKPOINT", str(named))
-    second_model, second = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    second_model, second = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path, from_scratch=True)
     trainer = lit.trainer_for(tmp_path, second, Script(kafka_settings, {}), max_steps=10)
     assert second.resume_checkpoint(trainer) == str(named)
     trainer.fit(second_model, lit.data(), ckpt_path=second.resume_checkpoint(trainer))
 
-    published = [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 8 + 7)]
+    found = steps(kafka_settings, job, lambda found: len(found) >= 8 + 7)
+    published = [s["step"] for s in found]
     assert published == [1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10]  # steps 4.. again, from step 3's state
+    # Random weights at first; the resumed fit's are a checkpoint's, whatever the user said.
+    assert [s["from_scratch"] for s in found] == [True] * 8 + [False] * 7
     # The resumed run's first step trained from step 3's weights (on the loader's first batch: a
     # plain DataLoader starts its epoch over), not step 6's.
     assert second_model.losses[0] == pytest.approx(lit.loss_of(named))

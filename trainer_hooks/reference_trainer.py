@@ -203,9 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, path)
         hook.checkpoint_saved(step, str(path))
 
+    # The trainer's word for the stalled-loss diagnosis (diagnosis/loss_stalled.py): a first start trains
+    # from build()'s random weights, a resumed one from a checkpoint's.
     hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, state_dir=args.ckpt_dir,
                        on_checkpoint=lambda: save(hook.steps),
-                       flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11)
+                       flops_per_step=6.0 * sum(p.numel() for p in model.parameters()) * 64, peak_flops=1e11,
+                       from_scratch=target is None)
     hook.wait_ready()
     if rank == 0 and reproduction_steps is None:
         nodes = os.environ.get("FAULTLENS_NODES", node).split(",")

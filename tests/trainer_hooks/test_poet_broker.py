@@ -1,7 +1,8 @@
 """The reference trainer under --optimizer poet, launched on the embedded broker: the hook's
 checkpoint command and a rollback work as they do with --optimizer adamw (the same test runs
 both), and the steps rerun after the rollback reproduce the first attempt's losses (a POET
-checkpoint holds W0, R, P and the permutations drawn)."""
+checkpoint holds W0, R, P and the permutations drawn). The trainer says its first start began
+from random weights and its resumed one did not (``from_scratch``)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,10 @@ def test_job_obeys_checkpoint_and_rollback_and_reruns_the_same_losses(kafka_sett
     for e in events:
         if e.kind == "step":
             losses[e.data["step"]].append(as_float(e.data["loss"]))
+    # The trainer's word for the stalled-loss diagnosis: random weights at first, a checkpoint's after the rollback.
+    stepped = [(e.data["step"], e.data.get("from_scratch")) for e in events if e.kind == "step"]
+    back = next(i for i in range(1, len(stepped)) if stepped[i][0] <= stepped[i - 1][0])
+    assert {word for _, word in stepped[:back]} == {True} and {word for _, word in stepped[back:]} == {False}
     rerun = {s: v for s, v in losses.items() if len(v) > 1}
     assert rerun, "the rollback reran no step"
     assert all(v[0] == v[1] for v in rerun.values()), rerun

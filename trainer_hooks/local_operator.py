@@ -36,12 +36,14 @@ def single_machine(nnodes: str | None, standalone: bool) -> bool:
 
 
 class LocalOperator:
-    """`faultlens up --act-on JOB` as a child process: ``start`` waits for its ready line,
+    """`faultlens up --act-on JOB` (and ``engine_flags``, the diagnosis engine's flags `faultlens run`
+    passes on, such as --hang-floor) as a child process: ``start`` waits for its ready line,
     ``stop`` ends it (it commits, writes the history and stops its broker) and says where the
     history is."""
 
-    def __init__(self, job: str, log_path: Path):
+    def __init__(self, job: str, log_path: Path, engine_flags: list[str] | None = None):
         self.job, self.log_path = job, log_path
+        self.argv = [sys.executable, "-m", "faultlens", "up", "--act-on", job, *(engine_flags or ())]
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] | None = None
         self._ready = threading.Event()
@@ -50,8 +52,7 @@ class LocalOperator:
         """The ready line (bootstrap, db, the signing key's public half), or None when `up` ended or
         never said ready (a missing extra, say: its log has why)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "faultlens", "up", "--act-on", self.job],
-                                     stdout=subprocess.PIPE, stderr=self.log_path.open("ab"), stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self.log_path.open("ab"), stdin=subprocess.DEVNULL,
                                      text=True, start_new_session=True)  # a Ctrl-C of the job is not up's
         threading.Thread(target=self._read, name="faultlens-up-lines", daemon=True).start()
         self._ready.wait(READY_WAIT_S)

@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "with no node agent (default 5; 0: none, the node agent beats)")
     g.add_argument("--grace", type=float, default=10.0,
                    help="seconds the workers get to exit on their own at a step boundary on a command (default 10)")
+    g.add_argument("--hang-floor", type=float, default=None, metavar="S",
+                   help="for the `faultlens up` a single-machine run with no broker starts for itself: never call a "
+                        "stall shorter than S seconds a hang (its diagnosis engine's --hang-floor; default its own, "
+                        "60 or FAULTLENS_HANG_FLOOR_S). An operator side of your own takes it on its own command line")
     add_kafka_arguments(parser)
     torchrun = parser.add_argument_group("torchrun (torch.distributed.run's own arguments)")
     for action in get_args_parser()._actions:
@@ -127,11 +131,15 @@ def _local_operator(args: argparse.Namespace, job: str):
     from faultlens.streams.config import KafkaSettings
     from faultlens.trainer_hooks.local_operator import LocalOperator, single_machine
 
-    if KafkaSettings.from_args(args).bootstrap or running_embedded():
+    engine_flags = ["--hang-floor", str(args.hang_floor)] if args.hang_floor is not None else []
+    if KafkaSettings.from_args(args).bootstrap or running_embedded() or not single_machine(args.nnodes, args.standalone):
+        # A broker is given or running (an operator side is there), or other machines could not find
+        # one of ours (connecting says so, as for any command).
+        if engine_flags:
+            print("faultlens run: --hang-floor is for the operator side a run starts for itself; this run uses "
+                  "a broker's: give it to that side's `faultlens up` or `faultlens diagnose`", file=sys.stderr)
         return None
-    if not single_machine(args.nnodes, args.standalone):
-        return None  # the other machines could not find a broker of ours: say so as any command does
-    operator = LocalOperator(job, faultlens_home() / f"run-{job}-up.log")
+    operator = LocalOperator(job, faultlens_home() / f"run-{job}-up.log", engine_flags)
     print(f"faultlens run: no broker given or running here: starting `faultlens up --act-on {job}` for this job "
           f"(its log: {operator.log_path})", file=sys.stderr)
     ready = operator.start()

@@ -3,12 +3,14 @@
 a collective, rank 0 waits in it. The run's heartbeat says the workers live while their steps stop:
 a job_hang suspicion asks for every rank's stacks, the hooks answer (stacks and Flight Recorder),
 and the verdict blames rank 1's own group (the topology the rendezvous published), then evicts its
-machine: the only one, so the agent leaves with EVICTED (75) for the scheduler to requeue."""
+machine: the only one, so the agent leaves with EVICTED (75) for the scheduler to requeue. The hang
+floor is `faultlens run --hang-floor`, passed on to the `faultlens up` it starts."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import uuid
 
@@ -18,10 +20,13 @@ from faultlens.trainer_hooks.exit_codes import EVICTED
 from tests.progress import files_size, wait_until
 from tests.trainer_hooks.test_torchrun_faultlens_run_broker import ROOT, Agent
 
-pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.long(180),
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.long(120),
               pytest.mark.skipif(__import__("importlib").util.find_spec("duckdb") is None, reason="needs faultlens[all]")]
 
-STALL_S = 150.0  # nothing printed or logged for this long (a hang is judged after ~60 s of no steps)
+STALL_S = 150.0  # nothing printed or logged for this long, not a speed check
+# Passed to the operator side `faultlens run` starts for itself (its engine's --hang-floor): the
+# default floor, 60 s, would make the test wait a minute of no steps for the suspicion.
+HANG_FLOOR_S = 10
 
 
 def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_path):
@@ -32,6 +37,7 @@ def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_
                                                            "FAULTLENS_CONFIG")}
     env.update(FAULTLENS_HOME=str(home), PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "faultlens", "run", "--job", job, "--node-name", "n000", "--heartbeat-interval", "2",
+            "--hang-floor", str(HANG_FLOOR_S),
             "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.2",
             "-m", "tests.trainer_hooks.hang_worker", "--control", str(control)]
     agent = Agent("n000", argv, env, tmp_path / "agent.log")
@@ -60,4 +66,14 @@ def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_
     sent = [json.loads(line) for line in decisions.read_text().splitlines()]
     sent = [d for d in sent if d["job"] == job and d.get("sent")]
     assert [d["action"] for d in sent] == ["capture_stacks", "evict"], sent
+    # The suspicion's threshold was the floor given, not the default's 60 s (diagnosis/hang.py's
+    # detail, kept in the history the run's own `up` wrote and named on stderr).
+    import duckdb
+
+    history = re.search(r"the job's history: (\S+);", agent.log.read_text())
+    assert history, agent.story()
+    with duckdb.connect(history.group(1), read_only=True) as db:
+        [(detail,)] = db.execute("SELECT detail FROM diagnoses WHERE job = ? AND action = 'capture_stacks'", [job]).fetchall()
+    threshold = re.search(r"\(threshold (\d+)s\)", detail)
+    assert threshold and HANG_FLOOR_S <= int(threshold.group(1)) < 60, detail
     assert sent[1]["fault"] == "job_hang" and sent[1]["nodes"] == ["n000"] and "pp:1" in sent[1]["reason"]

@@ -113,25 +113,31 @@ def _insert_refused(select: str) -> str:
             f"ON CONFLICT DO NOTHING")
 
 
+def _written(cursor: duckdb.DuckDBPyConnection) -> int:
+    """The row count an INSERT returns (DuckDB answers one row)."""
+    row = cursor.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def write_kept(conn: duckdb.DuckDBPyConnection, view: str, verified: bool) -> tuple[int, int]:
     """Store the kept copies registered as ``view``: (commands written, copies moved to
     refused_commands). Runs inside the sink's transaction."""
     if verified:
-        displaced = conn.execute(_insert_refused(
+        displaced = _written(conn.execute(_insert_refused(
             f"SELECT {copy_id_sql('c')}, c.id, {_cols('c')}, NULL, '{DISPLACED}' FROM commands c "
-            f"JOIN {view} i ON c.id = i.id WHERE {_row('c')} IS DISTINCT FROM {_row('i')}")).fetchone()[0]
+            f"JOIN {view} i ON c.id = i.id WHERE {_row('c')} IS DISTINCT FROM {_row('i')}")))
         sets = ", ".join(f'"{f}" = excluded."{f}"' for f in FIELDS)
-        written = conn.execute(
+        written = _written(conn.execute(
             f'INSERT INTO commands (id, {", ".join(FIELDS)}) SELECT id, {", ".join(FIELDS)} FROM {view} '
             f"ON CONFLICT (id) DO UPDATE SET {sets} WHERE {_row('commands')} IS DISTINCT FROM {_row('excluded')}"
-        ).fetchone()[0]
+        ))
         return written, displaced
-    conflicts = conn.execute(_insert_refused(
+    conflicts = _written(conn.execute(_insert_refused(
         f"SELECT {copy_id_sql('i')}, i.id, {_cols('i')}, NULL, '{CONFLICT}' FROM {view} i "
-        f"JOIN commands c ON c.id = i.id WHERE {_row('c')} IS DISTINCT FROM {_row('i')}")).fetchone()[0]
-    written = conn.execute(
+        f"JOIN commands c ON c.id = i.id WHERE {_row('c')} IS DISTINCT FROM {_row('i')}")))
+    written = _written(conn.execute(
         f'INSERT INTO commands (id, {", ".join(FIELDS)}) SELECT id, {", ".join(FIELDS)} FROM {view} '
-        f"ON CONFLICT DO NOTHING").fetchone()[0]
+        f"ON CONFLICT DO NOTHING"))
     return written, conflicts
 
 
@@ -139,12 +145,12 @@ def write_refused(conn: duckdb.DuckDBPyConnection, view: str) -> tuple[int, int]
     """Store the refused copies registered as ``view`` (the commands columns, ``key_id`` and
     ``problem``): each in refused_commands, and the first of an id still free in commands (after
     the kept ones, so a genuine copy in the same batch wins). Returns (commands, refused) written."""
-    refused = conn.execute(_insert_refused(
-        f"SELECT {copy_id_sql('r')}, r.id, {_cols('r')}, r.key_id, r.problem FROM {view} r")).fetchone()[0]
-    placeholder = conn.execute(
+    refused = _written(conn.execute(_insert_refused(
+        f"SELECT {copy_id_sql('r')}, r.id, {_cols('r')}, r.key_id, r.problem FROM {view} r")))
+    placeholder = _written(conn.execute(
         f'INSERT INTO commands (id, {", ".join(FIELDS)}) '
         f'SELECT id, {", ".join(FIELDS)} FROM (SELECT *, row_number() OVER (PARTITION BY id) AS n FROM {view}) '
-        f"WHERE n = 1 ON CONFLICT DO NOTHING").fetchone()[0]
+        f"WHERE n = 1 ON CONFLICT DO NOTHING"))
     return placeholder, refused
 
 

@@ -104,6 +104,7 @@ def from_toml(path: str | Path, base: Scenario | None) -> Scenario:
     elif isinstance(faults, dict):
         if base is None:
             raise ValueError(f"{where}: [faults.NAME] changes a preset's class; give --preset or [[faults]]")
+        scenario = base
         for name, table in faults.items():
             if name not in {f.name for f in base.faults}:
                 raise ValueError(f"{where}: faults.{name}: no such class in the preset "

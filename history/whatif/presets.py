@@ -217,16 +217,16 @@ def _llama3_wall(gpus: int = 16384, days: float = 54.0) -> Scenario:
     def rate(name: str) -> float:
         return LLAMA3_COUNTS[name] / LLAMA3_NODE_DAYS
 
-    hw = dict(detect_s=60, localise_s=120, evict_share=1.0, timeout_s=TORCH_TIMEOUT_S,
-              manual_localise_s=MANUAL_LOCALISE_S)
+    hardware = functools.partial(FaultClass, detect_s=60, localise_s=120, evict_share=1.0, timeout_s=TORCH_TIMEOUT_S,
+                                 manual_localise_s=MANUAL_LOCALISE_S)
     # choice: Meta's tooling (NCCLX, the flight recorder) finds a crashed GPU or host in about a
     # minute and the culprit in two; a hang waits for the NCCL watchdog.
     faults = (
-        FaultClass("gpu_lost", rate("gpu_lost"), **hw),
-        FaultClass("gpu_memory", rate("gpu_memory"), **hw),
-        FaultClass("nic", rate("nic"), **hw),
-        FaultClass("kernel", rate("kernel"), **hw),
-        FaultClass("gpu_thermal", rate("gpu_thermal"), **hw),
+        hardware("gpu_lost", rate("gpu_lost")),
+        hardware("gpu_memory", rate("gpu_memory")),
+        hardware("nic", rate("nic")),
+        hardware("kernel", rate("kernel")),
+        hardware("gpu_thermal", rate("gpu_thermal")),
         FaultClass("user_code", rate("user_code"), detect_s=60, localise_s=300, evict_share=0.0,
                    timeout_s=TORCH_TIMEOUT_S, manual_localise_s=MANUAL_LOCALISE_S),
         FaultClass("job_hang", rate("job_hang"), detect_s=TORCH_TIMEOUT_S, localise_s=300, evict_share=1.0,

@@ -34,7 +34,9 @@ _CUDA_ERR = re.compile(
     r"CUDA error: (?P<err>[^.\n]+)"
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
     r"|(?P<cuerr>\bcudaError\w+)"
-    r"|(?P<oom>CUDA out of memory)"
+    # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
+    # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
+    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS) out of memory)"
     # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",
     # cuda-gdb's "CUDA Exception: Warp Illegal Address", a checked call's "cudaGetDeviceProperties returned 802"
     r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"

@@ -84,6 +84,16 @@ _PLUGIN_TROUBLE = re.compile(r"\b(?:wrong|mismatch\w*|invalid|missing|not found|
 _PLUGIN_FILE = re.compile(r"^(?:net_\w+\.\w+|\w*_plugin(?:\.\w+)?|nccl_(?:net_)?ofi\w*(?:\.\w+)?)$")
 
 
+# An IB async event is judged by its type (rdma-core libibverbs/enum_strs.c ibv_event_type_str): these say
+# a port or a queue pair changed state as it should (a port came up, the subnet manager or a GID or LID
+# changed, a connection was established, a queue drained), and NCCL's async thread prints every event at
+# WARN (NVIDIA/nccl src/transport/net_ib: ncclIbAsyncThreadMain). The errors (port error, catastrophic,
+# work queue and CQ errors) are the nic rules' in parsing/rules.toml.
+_INFO_ASYNC_EVENT = re.compile(
+    r"\basync event ?: ?(?:port active|LID change|P_Key change|SM change|client reregistration|GID table change|"
+    r"communication established|send queue drained|last WQE reached|SRQ limit reached|path migrated)\b", re.IGNORECASE)
+
+
 def _from_plugin(msg: str) -> bool:
     """Was this WARN printed by a network plugin rather than by NCCL itself (its file names it)?"""
     m = _WARN_ORIGIN.search(msg)
@@ -105,6 +115,8 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
     quiet = None
     if not serious and not looks_alarming(text) and not _PLUGIN_TROUBLE.search(text) and _from_plugin(m.string):
         action, quiet = "none", "a network plugin's warning that names no failure"
+    elif not cuda and _INFO_ASYNC_EVENT.search(text):
+        action, quiet = "none", "an IB async event that reports a state change, not an error"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
                   pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip

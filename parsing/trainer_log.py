@@ -86,7 +86,7 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d
 # text holds "error", "abort" or one of the phrases here. A test feeds every trainer line we hold
 # with and without the pre-filter.
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
-                 "cuda out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
+                 "out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
                  "broken pipe", "nan", "non-finite", "error", "exception", "got completion",
                  # NCCL's failing-call trace (file.cc:N -> rc, from any source file nccl_lines' _TRACE reads:
                  # .cc .cu .cpp .h), a checked CUDA call's return code, the CUDA runtime's not-ready text, the
@@ -368,7 +368,7 @@ class TrainerLogParser:
             if ib is not None:
                 return [ib]
         if ("CUDA" in msg or "cuda" in msg or "_STATUS_" in msg or "ECC" in msg or "launch failure" in msg or "illegal memory" in msg
-                or "not yet initialized" in msg or "Cuda failure" in msg):
+                or "not yet initialized" in msg or "Cuda failure" in msg or " out of memory" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda

@@ -83,6 +83,9 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("h:1:2 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI Wrong number of NICs for device 3. Expected 4 but got 2",
      "nccl_error", trainer),
     ("h:1:2 [0] p2p_plugin.c:141 NCCL WARN NET/IB : Got async event : port error", "nic", trainer),
+    # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB", "user_code", trainer),
+    ("RuntimeError: XPU out of memory. Tried to allocate 20.00 MiB", "user_code", trainer),
 ])  # fmt: skip
 def test_a_family_member_gets_its_class(line, fault, parse):
     assert faults(parse(line)) == {fault}
@@ -121,9 +124,18 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     # a network plugin's diagnostics that name no failure
     ("full-debug2-test-1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.", trainer),
     ("full-debug2-test-0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.", trainer),
+    # an IB async event that reports a state change (rdma-core's event names), not an error
+    ("h:1:2 [0] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change", trainer),
+    ("h:1:2 [0] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_0:1 Got async event : client reregistration", trainer),
+    ("NCCL WARN NET/IB : Got async event : port active", trainer),
 ])  # fmt: skip
 def test_look_alikes_stay_quiet(line, parse):
     assert not acting(parse(line))
+
+
+def test_an_out_of_memory_error_of_the_host_stays_the_hosts():
+    """Only a device allocator's words are the program's: Ray's OutOfMemoryError names the node's memory."""
+    assert faults(trainer("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.")) == {"host_oom"}
 
 
 def test_nccls_own_warn_that_names_no_failure_is_still_the_collectives():

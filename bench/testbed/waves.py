@@ -80,7 +80,7 @@ def build(shape: str, *, nodes: int = 256, wave_nodes: list[str] | None = None, 
             trace.add(at + 6.0, node, "kernel", "line", {"line": (
                 f"{_kmsg(at + 6)} NVRM: Xid (PCI:{PCI[0]}): 119, pid={3000}, name=nvidia-smi, Timeout after 6s of "
                 f"waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).")})
-    if culprit is not None and culprit in names:
+    if culprit is not None:
         at = WAVE_AT + 11.0
         trace.add(at, culprit, "kernel", "line", {"line": (
             f"{_kmsg(at)} NVRM: Xid (PCI:{PCI[3]}): 79, pid=3003, name=python, GPU has fallen off the bus.")})
@@ -96,8 +96,11 @@ def build_fleet(shape: str, *, jobs: int = 4, per_job: int = 4, culprit: str | N
     """``shape`` under ``jobs`` jobs of ``per_job`` machines side by side in the fleet (machines
     n0000 on, 16 to an NVLink domain and a leaf switch by default: four jobs of four share one of
     each), each job too small to make a wave of its own; ``culprit``'s Xid 79 in the job that has it."""
-    return [build(shape, nodes=per_job, first=j * per_job, culprit=culprit, duration=duration, per_domain=per_domain,
-                  job=f"fleet-{shape}-j{j}{tag}") for j in range(jobs)]
+    def names(j: int) -> set[str]:
+        return {f"n{i:04d}" for i in range(j * per_job, (j + 1) * per_job)}
+
+    return [build(shape, nodes=per_job, first=j * per_job, culprit=culprit if culprit in names(j) else None,
+                  duration=duration, per_domain=per_domain, job=f"fleet-{shape}-j{j}{tag}") for j in range(jobs)]
 
 
 def write_parquet(shape: str, out_dir, **kwargs):

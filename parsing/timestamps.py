@@ -44,10 +44,12 @@ _SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1
 # the clock cannot be read without the locale, but the host and tag after it must still be taken off,
 # or the kernel's line is read as a program's.
 _LOCALE_SYSLOG = re.compile(r"[^\W\d_]{2,5}\.? +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? ")
-# After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring). The host may
-# be missing (a reporter's redaction, a relay that drops it: "Feb  2 08:03:20 kernel: [37937.1] ..."):
-# the tag alone is taken off too, or the kernel's own clock and driver tag stay behind "kernel: ".
-_HOST_TAG = re.compile(r"(?:[\w.\-]+ )?[\w.\-/@]+(?:\[\d+\])?: ")
+# After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring).
+_HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
+# A classic syslog line whose host a reporter or a relay dropped ("Feb  2 08:03:20 kernel: [37937.1] ..."):
+# the program's tag alone is taken off, or the kernel's own clock and driver tag stay behind "kernel: ".
+# A program's name starts in lower case; a capital word there ("WARNING:", "INFO:", "NVRM:") is the message's.
+_TAG_ONLY = re.compile(r"[a-z][\w.\-/@]*(?:\[\d+\])?: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 
 
@@ -200,7 +202,7 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
             ts = _epoch(_guess_year(month, day, now), month, day, *m.group(3, 4, 5, 6))
             if ts is not None:
                 rest = line[m.end():]
-                tag = _HOST_TAG.match(rest)
+                tag = _HOST_TAG.match(rest) or _TAG_ONLY.match(rest)
                 if tag:
                     rest = rest[tag.end():]
                 mono, rest = _strip_mono(rest)

@@ -22,6 +22,11 @@ def faults(events):
      "amdgpu 0000:03:00.0: amdgpu: GPU reset begin!"),
     ("Feb  2 08:03:20 node7 kernel: [37937.168911] nvme nvme0: I/O 1 QID 2 timeout, aborting", 37937.168911,
      "nvme nvme0: I/O 1 QID 2 timeout, aborting"),
+    # a capital word after the clock is the message's own, not a program's tag
+    ("Nov 22 10:11:12 WARNING: CPU: 0 PID: 1 at drivers/nvme/host/core.c:100 nvme_x+0x1/0x2", None,
+     "WARNING: CPU: 0 PID: 1 at drivers/nvme/host/core.c:100 nvme_x+0x1/0x2"),
+    ("2024-01-01T10:00:00Z INFO: task python:12 blocked for more than 120 seconds.", None,
+     "INFO: task python:12 blocked for more than 120 seconds."),
     # dmesg --reltime / -H: a delta (either decimal mark) is no clock; a minute's first line is a wall clock
     ("[  +0,317065] usb 1-6: device descriptor read/64, error -71", None, "usb 1-6: device descriptor read/64, error -71"),
     ("[ +12.000002] BTRFS critical (device sda1): corrupt leaf", None, "BTRFS critical (device sda1): corrupt leaf"),

@@ -215,7 +215,7 @@ class FleetWaves:
             ended = now is None or now - wave.last_ts > self.config.window_s
             owner = self._owner(wave, members, now)
             mine = owner is not None and owner.job in jobs
-            if mine and members:
+            if owner is not None and mine and members:
                 out.extend(self._diagnosis(wave, owner, members))
             # The owner's lane ends it; another lane lets it go only well after (the owner's job may
             # be on another member of the job stage, or on this one at a later call).

@@ -143,6 +143,7 @@ class Waves:
         w = self.config.window_s
         released: list[Finding] = []
         changed: set[tuple[str, str]] = set()
+        fleet = self.fleet
         for key in list(self._held):
             held = self._held[key]
             held.sort(key=lambda f: (f.ts, f.nodes[0]))
@@ -150,9 +151,9 @@ class Waves:
             due, self._held[key] = held[:n_due], held[n_due:]
             for f in due:
                 near = {n for ts, n in self._seen[key] if abs(ts - f.ts) <= w}
-                cause = self.fleet.cause_of(key[1], f.job, f.nodes[0], f.ts) if self.fleet is not None else None
-                if cause is not None:
-                    self.fleet.absorb(key[1], cause, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic,
+                cause = fleet.cause_of(key[1], f.job, f.nodes[0], f.ts) if fleet is not None else None
+                if fleet is not None and cause is not None:
+                    fleet.absorb(key[1], cause, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic,
                                                              f.rule_id, f.evidence[0] if f.evidence else ""))
                 elif self._is_wave(f.job, len(near)):
                     self._absorb(key, f, near, now)

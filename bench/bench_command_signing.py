@@ -21,10 +21,10 @@ import hmac
 import json
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from msgspec.structs import replace
 
 from faultlens.events.command import Command
 from faultlens.events.command_memory import CommandMemory

@@ -35,11 +35,13 @@ def _help_of(name: str) -> str:
     duckdb, the engine); `faultlens --help`, `parse` and `stacks` must answer at once.
     """
     spec = importlib.util.find_spec(f"faultlens.commands.{name}")
+    origin = spec.origin if spec is not None else None
     try:
-        with open(spec.origin, encoding="utf-8") as fh:
-            match = _HELP_LINE.search(fh.read())
-        if match:
-            return ast.literal_eval(match.group(1))
+        if origin is not None:
+            with open(origin, encoding="utf-8") as fh:
+                match = _HELP_LINE.search(fh.read())
+            if match:
+                return ast.literal_eval(match.group(1))
     except (OSError, TypeError, ValueError, SyntaxError):
         pass
     return importlib.import_module(f"faultlens.commands.{name}").HELP

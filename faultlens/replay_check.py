@@ -150,4 +150,4 @@ def junit_xml(checks: list[TraceCheck]) -> bytes:
         elif not c.ok:
             text = render(c)
             ET.SubElement(case, "failure", message=text.splitlines()[0]).text = text
-    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="utf-8", xml_declaration=True)
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_topics:
             ensure_topics(KafkaSettings(bootstrap=broker.bootstrap))
         broker.write_state()
-        print(json.dumps({"bootstrap": broker.bootstrap, "pid": broker.proc.pid}), flush=True)
+        print(json.dumps({"bootstrap": broker.bootstrap, "pid": broker.proc.pid if broker.proc else None}), flush=True)
         print(f"broker ready at {broker.bootstrap}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             if not broker.alive():

@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
 def _send_forged(settings, job: str, key_id: str) -> None:
     """One evict that claims our key id but is signed with another key (what a node that stole no
     private key could at best produce): the cluster must refuse it, as a real trainer would."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from faultlens.events import topics
     from faultlens.events.command import Command

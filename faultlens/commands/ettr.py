@@ -183,7 +183,8 @@ def _result(s: Scenario, note: dict, runs: int, seed: int) -> dict:
     bp = project(base)
     lam = s.fault_rate_s()
     band = provenance.band(s)
-    counted = SOURCE_COUNTS.get(note.get("preset"))
+    preset = note.get("preset")
+    counted = SOURCE_COUNTS.get(preset) if isinstance(preset, str) else None
     source_count = None
     if counted and (s.gpus, s.days) == counted[:2] and set(note) == {"preset"}:
         source_count = {"count": counted[2], "what": counted[3]}

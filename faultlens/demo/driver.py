@@ -99,7 +99,7 @@ class SimDriver:
                     if wait > 0:
                         self.stop_event.wait(wait)
                 elif self.settled is not None:
-                    self._lockstep()
+                    self._lockstep(self.settled)
             self._obey()
             tail = self.cluster.advance(self.cluster.now + 0.001)  # whatever the last commands emitted
             for event in tail:
@@ -108,11 +108,11 @@ class SimDriver:
             producer.flush()
         self.state.published = self.published
 
-    def _lockstep(self, limit_s: float = 5.0) -> None:
+    def _lockstep(self, settled: Callable[[int], bool], limit_s: float = 5.0) -> None:
         deadline = time.monotonic() + limit_s
         while not self.stop_event.is_set() and time.monotonic() < deadline:
             self._obey()  # a command that arrives while we wait is part of catching up
-            if self.settled(self.published):
+            if settled(self.published):
                 return
             time.sleep(0.02)
         self.state.lockstep_timeouts += 1

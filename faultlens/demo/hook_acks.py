@@ -42,7 +42,7 @@ class SimulatedHookAcks:
                                    memory=self._memory.setdefault(rank, CommandMemory()))
             screened = screen.screen(raw, now)
             cmd = screened.command
-            if screened.obey:
+            if screened.obey and cmd is not None:  # an obeyed screening always parsed
                 reason = obeyed_reason(cmd.action)
                 if reason is None:
                     continue  # the node agent's action: the trainer neither obeys nor acks it

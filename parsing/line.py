@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol
 
+from faultlens.parsing import needles
+
 # A line longer than this is a runaway (binary, a dumped tensor): only its head is examined.
 MAX_LINE = 8192
 # The raw line kept in an event's data; enough for any real log record.
@@ -92,26 +94,12 @@ def clean_line(line: Any) -> str | None:
 
 
 def any_of(literals: Iterable[str]) -> re.Pattern[str]:
-    """A regex that finds any of ``literals`` (a prefilter: which one is not said), built as a
-    trie so the regex engine dispatches on each position's first character: half the cost of
-    ``any(map(text.__contains__, literals))`` over 30-50 literals, and a third of a plain
-    alternation of them."""
-    root: dict[str, Any] = {}
-    for word in literals:
-        if not word:
-            raise ValueError("an empty literal matches everything")
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = True
-
-    def emit(node: dict[str, Any]) -> str:
-        if "" in node:
-            return ""  # a shorter literal already answers: a prefilter needs no more
-        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items())]
-        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-    return re.compile(emit(root) if root else r"(?!)")
+    """A regex that finds any of ``literals`` (a prefilter: which one is not said; its match is not
+    the literal): a trie entered at each literal's rarest character (parsing.needles), built once
+    per set. A third of a plain trie's cost over the kernel pre-filter's 300 literals, which in
+    turn was half of ``any(map(text.__contains__, literals))`` over 30-50. Its alternation is not
+    grouped: ``pattern + "|x"`` stays one that the engine skips to by its first characters."""
+    return needles.scan(frozenset(literals)).pattern
 
 
 def common(line: str, fault: str, action: str, severity: str, **extra: Any) -> dict[str, Any]:

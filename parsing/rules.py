@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
-from faultlens.parsing.line import any_of, common
+from faultlens.parsing.line import common
+from faultlens.parsing.needles import NeedleScan, scan
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
 
@@ -201,35 +202,38 @@ def load(paths: Iterable[str | Path] = ()) -> tuple[LineRule, ...]:
 
 @dataclass(frozen=True)
 class RuleSet:
-    """The rules of one source, ready to match."""
+    """The rules of one source, ready to match: the first rule, in catalogue order, one of whose
+    needles the line holds (every rule without needles is tried on every line) and whose pattern
+    is found in it. Built once per rule tuple (RuleSet.of): every parser of a process shares it."""
 
     rules: tuple[LineRule, ...]
-    # Most lines hold none of the rules' needles: one scan for all of them settles those lines
-    # (None when a rule has no needles, so every line must be tried): a trie regex of the needles
-    # (parsing.line.any_of), which beats both `in` tests and a plain alternation.
-    _needles: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
-    # Dispatch on the subsystem before any needle or regex: a line of subsystem S is tried on the
-    # rules of S and the rules of no subsystem, in catalogue order; a line of none on the latter.
-    _by_subsystem: dict[str | None, "RuleSet"] = field(init=False, repr=False, compare=False, default_factory=dict)
-    # Which rules a line holding some needles may match, found from the needles themselves rather than
-    # by testing every rule's needles in turn (122 rules: that loop was most of the kernel parser's
-    # time): the trie at every position gives the shortest needle starting there, and the needles that
-    # extend it are checked there too, so the needles found are exactly those the line holds.
-    _needle_at: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
-    _extending: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # Which rules a line may match, found from the needles it holds in one scan (parsing.needles:
+    # most lines hold none and are settled by it) rather than by testing each rule's needles in
+    # turn; None when no rule has needles.
+    _needles: NeedleScan | None = field(init=False, repr=False, compare=False, default=None)
     _rules_of: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # The rules without needles (indices, and the rules themselves): candidates on every line.
+    _always: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
+    _always_rules: tuple[LineRule, ...] = field(init=False, repr=False, compare=False, default=())
+    # Dispatch on the subsystem before any needle or regex: a line of subsystem S is tried on the
+    # rules of S and the rules of no subsystem, in catalogue order; a line of none on every rule.
+    _by_subsystem: dict[str | None, "RuleSet"] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (self.rules and all(r.needles for r in self.rules)):
-            return
-        needles = {n for r in self.rules for n in r.needles}
-        trie = any_of(needles)
-        object.__setattr__(self, "_needles", trie)
-        object.__setattr__(self, "_needle_at", re.compile(f"(?=({trie.pattern}))"))
-        self._extending.update({n: tuple(sorted(m for m in needles if m.startswith(n))) for n in needles})
+        always = tuple(i for i, r in enumerate(self.rules) if not r.needles)
+        object.__setattr__(self, "_always", always)
+        object.__setattr__(self, "_always_rules", tuple(self.rules[i] for i in always))
         for i, rule in enumerate(self.rules):
-            for n in set(rule.needles):
+            for n in dict.fromkeys(rule.needles):
                 self._rules_of[n] = (*self._rules_of.get(n, ()), i)
+        if self._rules_of:
+            object.__setattr__(self, "_needles", scan(frozenset(self._rules_of)))
+
+    @classmethod
+    def of(cls, rules: Sequence[LineRule]) -> "RuleSet":
+        """The rule set of ``rules``, built once: a parser is made per node's stream, and the
+        needle tries of the set and of each subsystem's subset cost more than thousands of lines."""
+        return _built(tuple(rules))
 
     def for_subsystem(self, subsystem: str | None) -> "RuleSet":
         """The rules a line of ``subsystem`` may match; a line of no known subsystem (None: no tag,
@@ -244,12 +248,10 @@ class RuleSet:
 
     @classmethod
     def for_source(cls, source: str, rules: Sequence[LineRule] | None = None) -> "RuleSet":
-        return cls(tuple(r for r in (shipped() if rules is None else rules) if r.applies_to(source)))
+        return cls.of(r for r in (shipped() if rules is None else rules) if r.applies_to(source))
 
     def match(self, msg: str, raw: str, seen: Seen | None = None) -> Found | None:
         """Events of the first rule matching ``msg``; [] when it folds into one just emitted; None: no rule."""
-        if not self.rules or (self._needles is not None and not self._needles.search(msg)):
-            return None
         for rule in self._candidates(msg):
             m = rule.pattern.search(msg)
             if m is None:
@@ -264,18 +266,21 @@ class RuleSet:
             return [(rule.kind, data)]
         return None
 
-
-    def _candidates(self, msg: str) -> Iterable[LineRule]:
-        """The rules whose needles ``msg`` holds (every rule where one has none), in catalogue order."""
-        if self._needle_at is None:
-            return (r for r in self.rules if not r.needles or any(map(msg.__contains__, r.needles)))
-        found: set[int] = set()
-        for m in self._needle_at.finditer(msg):
-            at, shortest = m.start(), m.group(1)
-            for needle in self._extending[shortest]:
-                if msg.startswith(needle, at):
-                    found.update(self._rules_of[needle])
+    def _candidates(self, msg: str) -> Sequence[LineRule]:
+        """The rules whose needles ``msg`` holds and those without needles, in catalogue order."""
+        held = self._needles.found(msg) if self._needles is not None else None
+        if not held:
+            return self._always_rules
+        rules_of = self._rules_of
+        found = {i for n in held for i in rules_of[n]}.union(self._always)
+        if len(found) == 1:
+            return (self.rules[found.pop()],)
         return [self.rules[i] for i in sorted(found)]
+
+
+@lru_cache(maxsize=64)
+def _built(rules: tuple[LineRule, ...]) -> RuleSet:
+    return RuleSet(rules)
 
 
 def _fold_key(rule: LineRule, groups: dict[str, Any]) -> tuple[str, Any]:

@@ -1,0 +1,116 @@
+"""The rule catalogue's matching engine (parsing.rules.RuleSet, parsing.needles): however it finds
+the candidate rules, a line gets the first rule in catalogue order one of whose needles it holds
+(a rule without needles: any line) and whose pattern is found in it. Checked against that
+definition written as the plain loop, on every line we hold, as written and lowered, for each
+source's rules, their subset for the line's subsystem, and rule sets that mix rules without needles."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.bench_parsers import held_lines
+from faultlens.parsing.line import any_of
+from faultlens.parsing.needles import NeedleScan
+from faultlens.parsing.rules import LineRule, RuleSet, _fold_key, load, shipped
+from faultlens.parsing.subsystems import subsystem_of
+from faultlens.parsing.timestamps import split_timestamp
+
+
+def _reference(rules: tuple[LineRule, ...], msg: str) -> tuple[str, tuple] | None:
+    """The first rule matching ``msg`` by the definition: (its id, its groups)."""
+    for rule in rules:
+        if rule.needles and not any(n in msg for n in rule.needles):
+            continue
+        m = rule.pattern.search(msg)
+        if m is not None:
+            return rule.id, (m.group(0), tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None)))
+    return None
+
+
+def _matched(rule_set: RuleSet, msg: str) -> tuple[str, tuple] | None:
+    folds: list = []
+    found = rule_set.match(msg, msg, lambda key: folds.append(key) or False)
+    if found is None:
+        return None
+    ((_, data),) = found
+    rule = next(r for r in rule_set.rules if r.id == data["rule"])
+    m = rule.pattern.search(msg)
+    assert m is not None
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    assert data["text"] == groups.get("text", m.group(0)[:512])
+    assert folds == ([_fold_key(rule, {k: data[k] for k in groups})] if rule.fold or rule.fold_as else [])
+    return rule.id, (m.group(0), tuple(sorted(groups.items())))
+
+
+@pytest.fixture(scope="module")
+def messages() -> list[str]:
+    out = {}
+    for lines in held_lines().values():
+        for line in lines:
+            msg = split_timestamp(line).message
+            out[msg] = None
+            out[msg.lower()] = None
+    return list(out)
+
+
+@pytest.mark.parametrize("source", ["kernel", "nccl"])
+def test_first_rule_is_the_definitions_on_every_line_we_hold(source, messages):
+    rules = tuple(r for r in shipped() if r.applies_to(source))
+    whole = RuleSet.for_source(source)
+    assert whole.rules == rules
+    hits = 0
+    for msg in messages:
+        subset = whole.for_subsystem(subsystem_of(msg))
+        for rule_set in {id(whole): whole, id(subset): subset}.values():
+            want = _reference(rule_set.rules, msg)
+            assert _matched(rule_set, msg) == want, (source, rule_set is whole, msg)
+            hits += want is not None
+    assert len(messages) > 10_000 and hits > 100
+
+
+def test_rules_without_needles_are_tried_on_every_line_in_catalogue_order(tmp_path, messages):
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        # No needles: tried on every line, after the shipped rules that come before it in the file order.
+        "[[rule]]\nid = 'site.any_timeout'\nsource = 'kernel'\npattern = '(?i)timed? ?out'\nkind = 'site_timeout'\n"
+        "fault = 'kernel'\naction = 'alert'\n"
+        "[[rule]]\nid = 'site.nvrm'\nsource = 'kernel'\nneedles = ['NVRM', 'NVRM: Xid']\npattern = 'NVRM: (?P<what>\\w+)'\n"
+        "kind = 'site_nvrm'\nfault = 'kernel'\naction = 'alert'\n"
+    )
+    rules = tuple(r for r in load([mine]) if r.applies_to("kernel"))
+    for subset in (rules, rules[-2:], rules[-1:] + rules[:5] + rules[-2:-1]):
+        rule_set = RuleSet(subset)
+        for msg in messages[::7]:
+            assert _matched(rule_set, msg) == _reference(subset, msg), msg
+
+
+def test_rule_sets_are_built_once_per_rules():
+    assert RuleSet.for_source("kernel") is RuleSet.for_source("kernel")
+    whole = RuleSet.for_source("kernel")
+    assert whole.for_subsystem("nvrm") is RuleSet.for_source("kernel").for_subsystem("nvrm")
+    assert RuleSet.for_source("kernel", load()) is whole  # an equal tuple of rules: the same set
+
+
+WORDS = ["time", "timeout", " D ", "D state", "NVRM", "NVRM: Xid", "xid", "x", "err", "error ", "ab", "b", "abc", "bc",
+         "0x00000062", "[drm:dm_", "\u6b7b\u9501"]
+
+
+@pytest.mark.parametrize("text", ["", "timed out", "a D b", "NVRM: Xid 79", "task in D state", "abc", "xab", "aab", "bcab",
+                                  "err 0x00000062", "[drm:dm_plane] error ", "x", "Xid", "\u6b7b\u9501 at 3", "D", " D",
+                                  "tim", "D D D ", "ababc"])
+def test_the_scan_finds_exactly_the_literals_a_text_holds(text):
+    scan = NeedleScan(WORDS)
+    assert scan.found(text) == {w for w in WORDS if w in text}
+    assert bool(scan.pattern.search(text)) == any(w in text for w in WORDS)
+    # any_of's pattern stays one alternation: a caller's "|x" is an alternative of it, not of its last branch
+    extra = re.compile(any_of(WORDS).pattern + r"|\bzz\b")
+    assert bool(extra.search(text + " zz")) and bool(extra.search(text)) == any(w in text for w in WORDS)
+
+
+def test_the_scan_is_entered_at_rare_characters():
+    # The kernel pre-filter's literals start with nearly every letter, the space and 0: the scan enters at few.
+    scan = NeedleScan({n.lower() for r in shipped() for n in r.needles})
+    starts = {w[o] for w, o in scan._offset.items()}
+    assert len(starts) < len({w[0] for w in scan._offset}) and not starts & set(" e0")

@@ -124,11 +124,15 @@ class KafkaSettings:
             return Path(self.sasl_password_file).read_text().strip()
         return self.sasl_password
 
-    def common_kwargs(self) -> dict[str, Any]:
+    def address(self) -> str:
+        """The bootstrap address, once resolved (streams.broker.resolve_bootstrap); ValueError before."""
         if not self.bootstrap:
             raise ValueError("no bootstrap address resolved (see streams.broker.resolve_bootstrap)")
+        return self.bootstrap
+
+    def common_kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap.split(","),
+            "bootstrap_servers": self.address().split(","),
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
         }

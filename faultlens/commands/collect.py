@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
                               "spool": str(agent.spool.path),
                               "verify_key_ids": list(config.verify_keys.ids) if config.verify_keys else [],
                               "command_memory_file": str(config.command_memory_file)}), flush=True)
-            _wait_saying_when_unreachable(agent, settings.bootstrap, stop, args.duration)
+            _wait_saying_when_unreachable(agent, settings.address(), stop, args.duration)
             log.info("stopping")
         finally:
             agent.stop()

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from faultlens.demo.state import DemoState
 from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
+from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator import EPISODE_S
 
@@ -31,7 +32,8 @@ def _matches(d: Diagnosis, label: Mapping[str, Any]) -> bool:
 def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per injected fault: its first matching diagnosis, the command it led to, timings."""
     diags = sorted((d for d in state.diagnoses if d.job == state.sim_job), key=lambda d: d.ts)
-    obeyed = [c for c in state.commands if c.accepted and c.command is not None]
+    # (the command, when the cluster obeyed it) of each accepted command
+    obeyed = [(c.command, c.sim_ts) for c in state.commands if c.accepted and c.command is not None]
     rows = []
     for lab in labels:
         matched = [d for d in diags if _matches(d, lab)]
@@ -44,20 +46,20 @@ def injected(state: DemoState, labels: Iterable[Mapping[str, Any]]) -> list[dict
                        detection_latency_s=round(max(0.0, first.ts - float(lab["onset"])), 1))
             acted = next((d for d in matched if d.action == "evict"), None)
             extra = sorted(set(acted.nodes) - set(lab.get("nodes") or ())) if acted is not None else []
-            if extra and lab["fault"] in GROUP_FAULTS:
+            if acted is not None and extra and lab["fault"] in GROUP_FAULTS:
                 # A group eviction: the machines beyond the culprit's, and what kept the verdict from one.
                 row["over_evicted"] = {"nodes": extra, "group": acted.group, "why": group_reason(acted)}
             ids = {d.id for d in matched}
-            cmds = [c for c in obeyed if c.command.diagnosis_id in ids]
+            cmds = [(command, sim_ts) for command, sim_ts in obeyed if command.diagnosis_id in ids]
             if cmds:
                 # Simulated seconds from the fault's onset: remediation runs on event time, so a
                 # command's issued_at is on the same clock as the onset.
-                c = cmds[0]
+                command, sim_ts = cmds[0]
                 onset = float(lab["onset"])
-                row.update(command=c.command.action, command_nodes=list(c.command.nodes),
-                           commands=[x.command.action for x in cmds],
-                           time_to_command_s=round(max(0.0, c.command.issued_at - onset), 1),
-                           time_to_obeyed_s=round(c.sim_ts - onset, 1) if c.sim_ts is not None else None)
+                row.update(command=command.action, command_nodes=list(command.nodes),
+                           commands=[x.action for x, _ in cmds],
+                           time_to_command_s=round(max(0.0, command.issued_at - onset), 1),
+                           time_to_obeyed_s=round(sim_ts - onset, 1) if sim_ts is not None else None)
             elif (why := _no_command(state, ids)) is not None:
                 # Found but not acted on: the remediation's own reason (same incident, a cap, a breaker).
                 row["no_command_because"] = why
@@ -98,12 +100,12 @@ def _no_command(state: DemoState, ids: set[str]) -> str | None:
     return None
 
 
-def _cut_short(obeyed: list, lab: Mapping[str, Any]) -> dict[str, Any] | None:
+def _cut_short(obeyed: list[tuple[Command, float | None]], lab: Mapping[str, Any]) -> dict[str, Any] | None:
     onset, end = float(lab["onset"]), float(lab["onset"]) + EPISODE_S.get(lab["fault"], 60.0)
-    for c in obeyed:
-        if c.sim_ts is not None and onset <= c.sim_ts <= end and c.command.action in RESTARTING:
-            return {"action": c.command.action, "nodes": list(c.command.nodes), "reason": c.command.reason,
-                    "after_s": round(c.sim_ts - onset, 1)}
+    for command, sim_ts in obeyed:
+        if sim_ts is not None and onset <= sim_ts <= end and command.action in RESTARTING:
+            return {"action": command.action, "nodes": list(command.nodes), "reason": command.reason,
+                    "after_s": round(sim_ts - onset, 1)}
     return None
 
 

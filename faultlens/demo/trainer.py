@@ -39,7 +39,7 @@ class TrainerJob:
         self.dir.mkdir(parents=True, exist_ok=True)
         verify_key = self.dir / PUBLIC_KEY_FILE
         verify_key.write_bytes(self.signing_key.public_pem())
-        env = {**os.environ, "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, VERIFY_KEY_ENV: str(verify_key),
+        env = {**os.environ, "FAULTLENS_BOOTSTRAP": self.settings.address(), VERIFY_KEY_ENV: str(verify_key),
                STATE_DIR_ENV: str(self.dir / "state")}
         self.proc = pipeline.launcher(
             ["--job", self.job, "--nodes", str(self.nodes), "--procs-per-node", str(self.procs_per_node),

@@ -105,8 +105,10 @@ class KernelLogParser:
         found = self._code(msg, text)
         if found is None:
             found = self._rules.for_subsystem(subsystem_of(msg)).match(msg, text, self._echoes.seen)
-            if found and kernel_quiet.by_own_word(found, severity_of(msg, text), self._rule_by_id.get(found[0][1].get("rule", ""))):
-                self.stats.quieted += 1
+            if found:
+                rule = self._rule_by_id.get(found[0][1].get("rule", ""))
+                if kernel_quiet.by_own_word(found, severity_of(msg, text), rule) or kernel_quiet.outside_the_job(found, msg, rule):
+                    self.stats.quieted += 1
         if found is None:
             sev = severity_of(msg, text)
             found, basis = fallback.kernel_line(msg, text, sev)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from faultlens.parsing import subsystems
 from faultlens.parsing.rules import LineRule
 from faultlens.parsing.severity import NOTICE, Severity
 
@@ -70,6 +71,25 @@ def by_own_word(found: Found, sev: Severity, rule: LineRule | None) -> bool:
             data["severity"] = "info"
             data["quiet"] = why
     return True
+
+
+def outside_the_job(found: Found, msg: str, rule: LineRule | None) -> bool:
+    """Record, not act on, a catalogue rule's events on a line whose tag is the table's for a subsystem
+    the job does not run on (USB, input, SPI flash, GPIO, sound, platform / firmware / wireless): a
+    Bluetooth controller's 'command tx timeout' is no NIC's. A rule that names the subsystem among
+    its own keeps its action. True when it did."""
+    if not found:
+        return False
+    subsystem = subsystems.outside_the_job(msg)
+    if subsystem is None or (rule is not None and subsystem in rule.subsystems):
+        return False
+    hit = False
+    for _, data in found:
+        if data.get("action") not in (None, "none"):
+            data["action"] = "none"
+            data["quiet"] = f"a line of {subsystem}, a subsystem the job does not run on"
+            hit = True
+    return hit
 
 
 def unused_device(found: Found, msg: str) -> bool:

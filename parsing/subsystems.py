@@ -196,6 +196,15 @@ def subsystem_of(message: str, table: SubsystemTable | None = None) -> str | Non
     return name  # type: ignore[return-value]
 
 
+def outside_the_job(message: str, table: SubsystemTable | None = None) -> str | None:
+    """The table's name for the subsystem that wrote ``message`` when its tag is one of the table's
+    own tags (not a prefix: FreeBSD's amdgpu writes as ``drmn0``) for a subsystem a training job does
+    not run on (USB, input, SPI flash, GPIO, sound, platform / firmware / wireless); else None."""
+    tag, _ = tag_of(message)
+    sub = (table or shipped()).by_tag.get(tag) if tag else None
+    return sub.name if sub is not None and sub.outside_the_job else None
+
+
 _UNSET = object()
 # The first word of a line -> its subsystem: a log holds a few hundred distinct ones.
 _MEMO: dict[str, object] = {}

@@ -88,6 +88,9 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("h:1:2 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI Wrong number of NICs for device 3. Expected 4 but got 2",
      "nccl_error", trainer),
     ("h:1:2 [0] p2p_plugin.c:141 NCCL WARN NET/IB : Got async event : port error", "nic", trainer),
+    # the kernel's hwpoison handler: a page of the host's memory failed (mm/memory-failure.c)
+    ("[ 9261.273240] Memory failure: 0x12345: Sending SIGBUS to python3:1234 due to hardware memory corruption", "kernel", kernel),
+    ("[ 9261.273240] Memory failure: 0x12345: recovery action for huge page: Failed", "kernel", kernel),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is
     ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB", "user_code", trainer),
     ("RuntimeError: XPU out of memory. Tried to allocate 20.00 MiB", "user_code", trainer),
@@ -126,6 +129,9 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("[1700000000.123456] [n1:1234:0]  parser.c:1918 UCX  WARN  unused env variable: UCX_NET_DEVICES (set UCX_WARN_UNUSED_ENV_VARS=n to suppress this)",
      trainer),
     ("[1700000000.123456] [n1:1234:0]  ucp_worker.c:1855 UCX  INFO    0x100b240 inter-node cfg#3 tag(rc_mlx5/mlx5_0:1)", trainer),
+    ("[ 9261.273240] Memory failure: 0x12345: recovery action for dirty LRU page: Recovered", kernel),
+    # a rule's words on a line of a subsystem the job does not run on: Bluetooth's controller is no NIC
+    ("[ 9000.100000] Bluetooth: hci0: command 0xfc05 tx timeout", kernel),
     # a network plugin's diagnostics that name no failure
     ("full-debug2-test-1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.", trainer),
     ("full-debug2-test-0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.", trainer),
@@ -154,3 +160,10 @@ def test_nccls_own_warn_that_names_no_failure_is_still_the_collectives():
 def test_a_plugins_quiet_warn_says_why():
     (event,) = trainer("full-debug2-test-1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.")
     assert event.data["action"] == "none" and "plugin" in event.data["quiet"]
+
+
+def test_a_rule_on_a_subsystem_outside_the_job_is_recorded_with_its_reason():
+    (event,) = kernel("[ 9000.100000] Bluetooth: hci0: command 0xfc05 tx timeout")
+    assert event.data["action"] == "none" and "does not run on" in event.data["quiet"]
+    (event,) = kernel("[ 9000.100000] ixgbe 0000:01:00.0 eth0: Detected Tx Unit Hang")
+    assert event.data["action"] == "alert"

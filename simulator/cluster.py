@@ -16,11 +16,12 @@ What the job gives off on every tick (samples, beats, steps, NIC counters) is
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import heapq
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class SimulatedCluster(PeriodicTelemetry):
                 raise ValueError(f"{planned.fault} at t={planned.t:g}: node n{planned.slot:03d} is not in a {config.nodes}-node job")
             if planned.rank is not None and not 0 <= planned.rank < self.world:
                 raise ValueError(f"{planned.fault} at t={planned.t:g}: rank {planned.rank} outside 0..{self.world - 1}")
-            self._at(config.start_ts + planned.t, lambda p=planned: self.inject(p))
+            self._at(config.start_ts + planned.t, functools.partial(self.inject, planned))
 
     # --- the clock --------------------------------------------------------------------------
     def advance(self, until_ts: float) -> list[Envelope]:
@@ -154,7 +155,7 @@ class SimulatedCluster(PeriodicTelemetry):
         heapq.heappush(self._heap, (ts, self._seq, action, episode))
 
     # --- emitting ---------------------------------------------------------------------------
-    def _emit(self, ts: float, node: str, source: str, kind: str, data: dict[str, Any]) -> None:
+    def _emit(self, ts: float, node: str, source: str, kind: str, data: Mapping[str, Any]) -> None:
         if self._silent and any(e.node == node and e.active(ts) for e in self._silent):
             return
         self._ids += 1
@@ -275,7 +276,7 @@ class SimulatedCluster(PeriodicTelemetry):
         self.topology = self._grid()
         return spare
 
-    def restart(self, reason: str, *, nodes_out: list[str] = (), nodes_in: list[str] = (),
+    def restart(self, reason: str, *, nodes_out: Sequence[str] = (), nodes_in: Sequence[str] = (),
                 rollback: bool = True, command_id: str = "") -> None:
         """The launcher restarts the job (from the last checkpoint when it had stopped)."""
         self.restarts += 1
@@ -345,15 +346,28 @@ class SimulatedCluster(PeriodicTelemetry):
                                    self.compute_factors(ts))
         for rank in range(self.world):
             self.rank_event_at(ts + 0.05 * self.local(rank), rank, "stack", "stack_dump", episode,
-                               lambda r=rank: self._dump(r, states[r], request_id))
+                               functools.partial(self._py_spy, rank, states, request_id))
             if hooked:
                 t = ts + 0.01 + 0.001 * self.local(rank)
-                self.rank_event_at(t, rank, "stack", "stack_dump", episode, lambda r=rank: {
-                    "rank": r, "pid": self.pid(r), "dump": stacks.faulthandler_dump(self.pid(r), states[r]),
-                    "request_id": request_id, "tool": "faulthandler"})
-                self.rank_event_at(t + 0.0005, rank, "stack", RECORDER_KIND, episode, lambda r=rank: recorder_payload(
-                    r, self.pid(r), bound(recorder.dump_json(topo, r, states, clock, self.cfg.recorder_buffer,
-                                                             names)), request_id))
+                self.rank_event_at(t, rank, "stack", "stack_dump", episode,
+                                   functools.partial(self._faulthandler, rank, states, request_id))
+                self.rank_event_at(t + 0.0005, rank, "stack", RECORDER_KIND, episode, functools.partial(
+                    self._recorder, rank, topo, states, clock, names, request_id))
+
+    # A rank's answers, read from ``states`` when the rank answers (not when it was asked).
+    def _py_spy(self, rank: int, states: dict[int, str], request_id: str) -> dict[str, Any]:
+        return self._dump(rank, states[rank], request_id)
+
+    def _faulthandler(self, rank: int, states: dict[int, str], request_id: str) -> dict[str, Any]:
+        return {"rank": rank, "pid": self.pid(rank), "dump": stacks.faulthandler_dump(self.pid(rank), states[rank]),
+                "request_id": request_id, "tool": "faulthandler"}
+
+    def _recorder(self, rank: int, topo: Topology, states: dict[int, str], clock: recorder.Clock,
+                  names: dict[tuple[str, int], str], request_id: str) -> dict[str, Any]:
+        dump = bound(recorder.dump_json(topo, rank, states, clock, self.cfg.recorder_buffer, names))
+        if dump is None:  # the simulated recorder writes JSON: a None here is a simulator bug
+            raise ValueError(f"rank {rank}: the simulated Flight Recorder dump is not JSON")
+        return recorder_payload(rank, self.pid(rank), dump, request_id)
 
     def compute_factors(self, t: float) -> dict[int, float]:
         """rank → how much slower than nominal it computes at ``t`` (the active ``compute`` effects)."""

@@ -8,7 +8,7 @@ Xid 43 after Xid 13) is emitted but not labelled as a separate fault.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from faultlens.events.topology import Topology
 from faultlens.simulator import lines
@@ -17,7 +17,10 @@ from faultlens.simulator.metrics import nic_pci, pci_bus_id
 from faultlens.simulator.net import NetFault
 from faultlens.simulator.plan import PlannedFault
 
-Injector = Callable[["SimulatedCluster", PlannedFault], Episode]  # noqa: F821
+if TYPE_CHECKING:  # the cluster imports its injectors from here
+    from faultlens.simulator.cluster import SimulatedCluster
+
+Injector = Callable[["SimulatedCluster", PlannedFault], Episode]
 
 
 # --- helpers --------------------------------------------------------------------------------

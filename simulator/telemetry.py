@@ -10,12 +10,15 @@ mixin of :class:`simulator.cluster.SimulatedCluster` and works on its state (``c
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import numpy as np
 
 from faultlens.events.envelope import number
-from faultlens.simulator.metrics import RECOVERY_GPU_RESET, GpuMods, sample_nodes
-from faultlens.simulator.net import busy_share
+from faultlens.simulator.config import SimConfig
+from faultlens.simulator.effects import Effect
+from faultlens.simulator.metrics import RECOVERY_GPU_RESET, GpuMods, NodeGpus, sample_nodes
+from faultlens.simulator.net import NetFault, NodeNet, busy_share
 
 FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
 
@@ -23,6 +26,38 @@ FIRST_STEP = 20_000  # the job is well into pretraining when the trace starts
 class PeriodicTelemetry:
     """What the clock of :class:`~simulator.cluster.SimulatedCluster` emits on each sample, beat,
     step and net tick, bent by the active effects of its episodes."""
+
+    # The cluster's state it reads and moves (SimulatedCluster.__init__ sets each).
+    cfg: SimConfig
+    world: int
+    rng: np.random.Generator
+    vrng: np.random.Generator
+    nrng: np.random.Generator
+    slots: list[str]
+    gpus: dict[str, NodeGpus]
+    effects: list[Effect]
+    state: str  # running | hung | down
+    halted: set[int]
+    step: int
+    net_faults: list[NetFault]
+    _busy: list[tuple[float, float]]
+    _hb_seq: int
+    _rank_speed: np.ndarray
+    _rank_nodes: list[str]
+    nets: dict[str, NodeNet]
+
+    # The cluster's own, which the telemetry calls.
+    def _emit(self, ts: float, node: str, source: str, kind: str, data: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def ranks_of(self, node: str) -> list[int]:
+        raise NotImplementedError
+
+    def pid(self, rank: int) -> int:
+        raise NotImplementedError
+
+    def node_of(self, rank: int) -> str:
+        raise NotImplementedError
 
     def _gpu_mods(self, node: str, t: float) -> dict[int, GpuMods]:
         mods: dict[int, GpuMods] = {}

@@ -78,6 +78,10 @@ class FleetWaves:
         self.jobs = jobs
         self._seen: dict[str, list[Seen]] = {}  # class → candidates, in time order
         self._keys: set[tuple[str, str, str, float]] = set()
+        # class → how many candidates each job has in the index: a class seen in fewer jobs than a
+        # fleet wave needs (any one job's wave, however large) is answered without a scan
+        self._jobs_of: dict[str, Counter] = {}
+        self._values: dict[tuple[str, str, str], set[str]] = {}  # (job, node, key) → values, per basis
         self._waves: dict[tuple[str, str], _Wave] = {}
         self._parts: dict[tuple[str, str], int] = {}
         self._parts_basis: tuple = ()
@@ -97,6 +101,7 @@ class FleetWaves:
         if key in self._keys:
             return
         self._keys.add(key)
+        self._jobs_of.setdefault(fault, Counter())[seen.job] += 1
         bisect.insort(self._seen.setdefault(fault, []), seen)
 
     def prune(self, now: float) -> None:
@@ -105,39 +110,58 @@ class FleetWaves:
         for fault, seen in list(self._seen.items()):
             cut = bisect.bisect_left(seen, Seen(horizon, "", ""))
             if cut:
+                jobs = self._jobs_of[fault]
                 for s in seen[:cut]:
                     self._keys.discard((fault, s.job, s.node, round(s.ts, 3)))
+                    jobs[s.job] -= 1
+                    if not jobs[s.job]:
+                        del jobs[s.job]
                 del seen[:cut]
             if not seen:
                 del self._seen[fault]
+                del self._jobs_of[fault]
 
     # --- the parts of the fleet -------------------------------------------------------------
     def _entry(self, job: str, node: str) -> Any:
         return (self.machines(job) or {}).get(node)
 
-    def part_size(self, key: str, value: str) -> int:
-        """How many machines the known topologies put in the part ``key=value``."""
+    def _refresh(self) -> dict[str, Mapping[str, Any]]:
+        """Every known job's machines; what was read of them is forgotten when a topology changed."""
         machines = {job: self.machines(job) or {} for job in self.jobs()}
         basis = tuple((job, id(m)) for job, m in sorted(machines.items()))
         if basis != self._parts_basis:
-            self._parts, self._parts_basis = {}, basis
+            self._parts, self._parts_basis, self._values = {}, basis, {}
+        return machines
+
+    def part_size(self, key: str, value: str, machines: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+        """How many machines the known topologies put in the part ``key=value``."""
         size = self._parts.get((key, value))
         if size is None:
-            size = self._parts[(key, value)] = len({n for m in machines.values() for n, e in m.items()
+            known = self._refresh() if machines is None else machines
+            size = self._parts[(key, value)] = len({n for m in known.values() for n, e in m.items()
                                                     if value in values_of(e, key)})
         return size
 
     def _in_part(self, fault: str, key: str, value: str, low: float, high: float) -> list[Seen]:
         seen = self._seen.get(fault, [])
         lo = bisect.bisect_left(seen, Seen(low, "", ""))
-        return [s for s in seen[lo:] if s.ts <= high and value in values_of(self._entry(s.job, s.node), key)]
+        hi = bisect.bisect_right(seen, Seen(high, "\uffff", "\uffff"))
+        out = []
+        for s in seen[lo:hi]:
+            values = self._values.get((s.job, s.node, key))
+            if values is None:
+                values = self._values[(s.job, s.node, key)] = values_of(self._entry(s.job, s.node), key)
+            if value in values:
+                out.append(s)
+        return out
 
     # --- deciding ---------------------------------------------------------------------------
     def cause_of(self, fault: str, job: str, node: str, ts: float) -> str | None:
         """``key=value`` of the part this machine's candidate makes a fleet wave in, or None."""
-        if not self.on:
+        if not self.on or len(self._jobs_of.get(fault, ())) < self.config.fleet_min_jobs:
             return None
         c, w = self.config, self.config.window_s
+        known = self._refresh()
         entry = self._entry(job, node)
         best: tuple[int, str] | None = None
         for key in c.causes_of(fault):
@@ -146,7 +170,7 @@ class FleetWaves:
                 jobs = {s.job for s in near}
                 machines = {s.node for s in near}
                 if (len(jobs) >= c.fleet_min_jobs and len(machines) >= c.fleet_min_nodes
-                        and len(machines) >= c.fleet_min_share * self.part_size(key, value)
+                        and len(machines) >= c.fleet_min_share * self.part_size(key, value, known)
                         and (best is None or len(machines) > best[0])):
                     # The part that holds the most of them (on a tie, the first the config lists):
                     # a teardown across a 16-machine domain of two 8-machine racks is one finding

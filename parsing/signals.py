@@ -15,7 +15,9 @@ Who prints it and how (all read here, then judged by the signal alone):
   ``CRASH (pid=25720) by SIGSEGV``);
 - the shells: bash ``line 1:  4242 Segmentation fault      (core dumped) python train.py``, zsh
   ``zsh: segmentation fault (core dumped)  python train.py``, a bare ``Killed``; Slurm's ``srun:
-  error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``.
+  error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``;
+- the HPC runtimes: UCX's ``Caught signal 11 (Segmentation fault: ...)``, Open MPI's ``Signal:
+  Segmentation fault (11)`` and mpirun's ``exited on signal 9 (Killed)``, torchelastic's ``got signal: 15``.
 
 What the signal says about a trainer (docs/rules.md, "Signals"):
 
@@ -92,6 +94,12 @@ _SHAPES = re.compile(
     # abnormally with signal 11/SEGV", GraphicsMagick's "abort due to signal 11 (SIGSEGV)"
     r"|\bterminated abnormally with signal (?P<n13>\d{1,2})/(?-i:[A-Z]+)\b"
     r"|\bdue to signal (?P<n14>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"
+    # the HPC runtimes' handlers and launchers: UCX's "Caught signal 11 (Segmentation fault: address not
+    # mapped ...)" (openucx src/ucs/debug/debug.c), Open MPI's stack trace "Signal: Segmentation fault (11)"
+    # (opal/util/stacktrace.c) and mpirun's "exited on signal 9 (Killed)", torchelastic's SignalException
+    # "Process 1234 got signal: 15" (torch/distributed/elastic/multiprocessing/api.py)
+    r"|\b(?:caught signal|exited on signal|got signal:?) (?P<n15>\d{1,2})\b"
+    r"|\bSignal: [a-z][a-z ]{1,40}? \((?P<n16>\d{1,2})\)"
     # an exit status of 128 + N, or torchrun's negative exit code
     # (a key's name too: "learner_exit_code: 137", "exit_status=139")
     r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
@@ -111,7 +119,7 @@ def _name(m: re.Match[str]) -> str | None:
     for g in ("s1", "s2", "s3", "s4", "s11", "s12"):
         if m.group(g):
             return m.group(g).upper()
-    for g in ("n1", "n3", "n5", "n13", "n14"):
+    for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
     for g in ("w5", "w6", "w7", "w9", "w10"):

@@ -91,6 +91,10 @@ def test_a_reltime_minute_is_a_wall_clock():
     # the kernel's hwpoison handler: a page of the host's memory failed (mm/memory-failure.c)
     ("[ 9261.273240] Memory failure: 0x12345: Sending SIGBUS to python3:1234 due to hardware memory corruption", "kernel", kernel),
     ("[ 9261.273240] Memory failure: 0x12345: recovery action for huge page: Failed", "kernel", kernel),
+    # a signal as the HPC runtimes' handlers and launchers print it
+    ("[n1:1234:0:1234] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "user_code", trainer),
+    ("[n1:01234] Signal: Bus error (7)", "host_oom", trainer),
+    ("mpirun noticed that process rank 3 with PID 1234 on node n1 exited on signal 11 (Segmentation fault).", "user_code", trainer),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is
     ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB", "user_code", trainer),
     ("RuntimeError: XPU out of memory. Tried to allocate 20.00 MiB", "user_code", trainer),
@@ -132,6 +136,9 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("[ 9261.273240] Memory failure: 0x12345: recovery action for dirty LRU page: Recovered", kernel),
     # a rule's words on a line of a subsystem the job does not run on: Bluetooth's controller is no NIC
     ("[ 9000.100000] Bluetooth: hci0: command 0xfc05 tx timeout", kernel),
+    # a signal a person, the scheduler or the launcher sends
+    ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15", trainer),
+    ("mpirun noticed that process rank 3 with PID 1234 on node n1 exited on signal 15 (Terminated).", trainer),
     # a network plugin's diagnostics that name no failure
     ("full-debug2-test-1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.", trainer),
     ("full-debug2-test-0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.", trainer),

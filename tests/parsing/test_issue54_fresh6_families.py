@@ -95,6 +95,8 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("[n1:1234:0:1234] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "user_code", trainer),
     ("[n1:01234] Signal: Bus error (7)", "host_oom", trainer),
     ("mpirun noticed that process rank 3 with PID 1234 on node n1 exited on signal 11 (Segmentation fault).", "user_code", trainer),
+    # c10d's store raising: the ranks could not meet (the job's communication set-up)
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl_error", trainer),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is
     ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB", "user_code", trainer),
     ("RuntimeError: XPU out of memory. Tried to allocate 20.00 MiB", "user_code", trainer),

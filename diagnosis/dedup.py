@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
+
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.diagnosis_record import Action, Diagnosis
 
@@ -149,7 +151,7 @@ class Dedup:
         if action != finding.action:
             detail = f"{detail} [episode {prior + 1} of this fault here: {finding.action} → {action}]"
         if original is not None:
-            diag = dataclasses.replace(original, action=Action(action), detail=detail)
+            diag = msgspec.structs.replace(original, action=Action(action), detail=detail)
         else:
             diag = finding.to_diagnosis(action=action, detail=detail)
         out = self._close(key, ep) if ep is not None else []
@@ -250,4 +252,4 @@ class Dedup:
         if ep.count <= ep.emitted_count:
             return []
         ep.emitted_count = ep.count
-        return [dataclasses.replace(ep.diagnosis, count=ep.count, evidence=tuple(ep.evidence))]
+        return [msgspec.structs.replace(ep.diagnosis, count=ep.count, evidence=tuple(ep.evidence))]

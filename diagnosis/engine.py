@@ -24,6 +24,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
+
 from faultlens.diagnosis.debounce import Debounce
 from faultlens.diagnosis.dedup import Dedup
 from faultlens.diagnosis.detector import JobBook
@@ -229,7 +231,7 @@ class Engine:
         found = self._observe(lane, event)
         if late_by > self.config.max_lateness_s:
             self.stats["late_faults"] += 1
-            found = [dataclasses.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
+            found = [msgspec.structs.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
         out.extend(found)
         if not timed:
             return out

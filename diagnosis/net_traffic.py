@@ -20,11 +20,12 @@ rail is judged against the same rail of its peers (at least ``min_peers`` of the
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.net_counters import counts_sum, port_entries, port_maps, port_name
@@ -248,4 +249,4 @@ def annotate(net: NetTraffic, d: Diagnosis) -> Diagnosis:
     if why in d.detail:
         return d
     evidence = tuple(dict.fromkeys(d.evidence + ids))
-    return dataclasses.replace(d, detail=f"{d.detail}; network: {why}", evidence=evidence)
+    return msgspec.structs.replace(d, detail=f"{d.detail}; network: {why}", evidence=evidence)

@@ -38,6 +38,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+import msgspec
 import orjson
 
 from faultlens.diagnosis.fleet_waves import FleetWaves, seen_of
@@ -233,7 +234,7 @@ class Waves:
                   f"evicted for it: {shown}")
         if own:
             detail += f"; judged alone on evidence of their own: {' '.join(own)}"
-        diag = dataclasses.replace(
+        diag = msgspec.structs.replace(
             wave.diagnosis, group=f"wave:{cause}",
             action=Action.ALERT if wave.acting else Action.NONE, count=wave.members,
             evidence=tuple(wave.evidence), detail=detail)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import orjson
+from msgspec.structs import force_setattr
 
-from faultlens.events.envelope import InvalidEvent, loads, require_fields
+from faultlens.events.envelope import InvalidEvent
+from faultlens.events.record import Record
 
 
 class FaultClass(StrEnum):
@@ -87,27 +88,31 @@ def _member(names: type[_Name], value: Any, field_name: str, what: str) -> _Name
         raise InvalidEvent(field_name, f"unknown {what} {value!r}") from None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Diagnosis:
+class Diagnosis(Record, frozen=True, kw_only=True):
+    """A diagnosis, its fields in the order they go on the bus."""
+
+    REQUIRED = ("id", "job", "ts", "onset", "fault", "action")
+    WHAT = "a diagnosis"
+
+    # Left empty, the id is derived from what was decided (job, fault, action, onset, suspects,
+    # evidence): analysing the same trace twice, or a consumer re-running after a crash, gives
+    # the same ids, so every downstream store dedups by id. A folded diagnosis re-emitted with a
+    # higher count keeps its id (msgspec.structs.replace copies it).
+    id: str = ""
     job: str
     ts: float
     onset: float
     # Given as a member or as its name (a str); kept as the member (FaultClass("gpu_lost")), which
     # equals, hashes and encodes as the name, so records on the bus are byte for byte as before.
     fault: FaultClass
-    action: Action
     nodes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     group: str | None = None
     confidence: float = 1.0
+    action: Action
     evidence: tuple[str, ...] = ()
     detail: str = ""
     count: int = 1
-    # Left empty, the id is derived from what was decided (job, fault, action, onset, suspects,
-    # evidence): analysing the same trace twice, or a consumer re-running after a crash, gives
-    # the same ids, so every downstream store dedups by id. A folded diagnosis re-emitted with a
-    # higher count keeps its id (dataclasses.replace copies it).
-    id: str = ""
     # The rule that made the finding (a parsing rule id, an Xid table entry, a detector's name), so
     # `faultlens rules diff` can say what each rule gained and lost. Not part of the id, and left out
     # of the record when None, so a diagnosis without it is byte for byte what it was.
@@ -115,60 +120,22 @@ class Diagnosis:
 
     def __post_init__(self) -> None:
         if type(self.fault) is not FaultClass:
-            object.__setattr__(self, "fault", _member(FaultClass, self.fault, "fault", "fault class"))
+            force_setattr(self, "fault", _member(FaultClass, self.fault, "fault", "fault class"))
         if type(self.action) is not Action:
-            object.__setattr__(self, "action", _member(Action, self.action, "action", "action"))
+            force_setattr(self, "action", _member(Action, self.action, "action", "action"))
+        for name in ("nodes", "ranks", "evidence"):  # a list given is kept as the record's tuple
+            if type(getattr(self, name)) is not tuple:
+                force_setattr(self, name, tuple(getattr(self, name)))
         if not self.id:
             basis = orjson.dumps([self.job, self.fault, self.action, round(float(self.onset), 3), list(self.nodes),
                                   list(self.ranks), self.group, list(self.evidence[:16])])
-            object.__setattr__(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
+            force_setattr(self, "id", hashlib.blake2b(basis, digest_size=16).hexdigest())
         if not 0.0 <= float(self.confidence) <= 1.0:
             raise InvalidEvent("confidence", f"{self.confidence!r} outside 0..1")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "job": self.job,
-            "ts": self.ts,
-            "onset": self.onset,
-            "fault": self.fault,
-            "nodes": list(self.nodes),
-            "ranks": list(self.ranks),
-            "group": self.group,
-            "confidence": round(float(self.confidence), 4),
-            "action": self.action,
-            "evidence": list(self.evidence),
-            "detail": self.detail,
-            "count": self.count,
-            **({"rule": self.rule} if self.rule is not None else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> "Diagnosis":
-        obj = require_fields(obj, ("id", "job", "ts", "onset", "fault", "action"), "a diagnosis")
-        try:
-            return cls(
-                id=str(obj["id"]),
-                job=str(obj["job"]),
-                ts=float(obj["ts"]),
-                onset=float(obj["onset"]),
-                fault=obj["fault"],
-                action=obj["action"],
-                nodes=tuple(str(n) for n in obj.get("nodes") or ()),
-                ranks=tuple(int(r) for r in obj.get("ranks") or ()),
-                group=obj.get("group"),
-                confidence=float(obj.get("confidence", 1.0)),
-                evidence=tuple(str(e) for e in obj.get("evidence") or ()),
-                detail=str(obj.get("detail", "")),
-                count=int(obj.get("count", 1)),
-                rule=None if obj.get("rule") is None else str(obj["rule"]),
-            )
-        except (TypeError, ValueError) as exc:
-            raise InvalidEvent(None, f"bad diagnosis: {exc}") from None
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self.to_dict())
-
-    @classmethod
-    def decode(cls, raw: bytes | str | None) -> "Diagnosis":
-        return cls.from_dict(loads(raw))
+        out = super().to_dict()
+        out["confidence"] = round(float(self.confidence), 4)  # on the bus to four places, as always
+        if self.rule is None:
+            del out["rule"]
+        return out

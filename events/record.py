@@ -31,8 +31,14 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     WHAT: ClassVar[str] = "a record"
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON builtins, in field order: tuples as lists, enum members as their names."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        """The record as a dict in field order, as the hand-written to_dict made it: tuples as lists,
+        a dict copied (one level), enum members as they are (each equals and encodes as its name)."""
+        out = msgspec.structs.asdict(self)
+        for name, value in out.items():
+            if type(value) is tuple:
+                out[name] = list(value)
+            elif type(value) is dict:
+                out[name] = dict(value)
         return out
 
     def encode(self) -> bytes:

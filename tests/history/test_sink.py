@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pyarrow as pa
 import pytest
 
@@ -132,13 +133,12 @@ def test_labels_are_idempotent_and_rejected_when_faultless():
 
 
 def test_a_fuller_version_of_a_diagnosis_replaces_the_stored_one():
-    import dataclasses
 
     conn = memory_history()
     sink = HistorySink(conn)
     v1 = known.D1
-    v3 = dataclasses.replace(v1, count=3, ts=v1.ts + 5, evidence=("a", "b", "c"))
-    sink.write(build_batch([v1, dataclasses.replace(v1, count=2)]))  # both versions in one batch
+    v3 = msgspec.structs.replace(v1, count=3, ts=v1.ts + 5, evidence=("a", "b", "c"))
+    sink.write(build_batch([v1, msgspec.structs.replace(v1, count=2)]))  # both versions in one batch
     assert conn.execute("SELECT count FROM diagnoses").fetchall() == [(2,)]
     sink.write(build_batch([v3]))
     sink.write(build_batch([v1]))  # an older version re-delivered changes nothing

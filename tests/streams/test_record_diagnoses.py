@@ -5,10 +5,10 @@ skip. On the real embedded broker, through the CLI."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 
+import msgspec
 import pytest
 
 from faultlens.cli import main
@@ -33,7 +33,7 @@ def test_record_keeps_the_diagnoses_beside_the_trace_and_skips_a_malformed_one(k
     job = f"job-rd-{uuid.uuid4().hex[:8]}"
     events = [topology(n=2, job=job), beat(1.0, "n000", job=job), beat(2.0, "n001", job=job)]
     first = _diagnosis(job, "n001", events[-1].ts)
-    grown = dataclasses.replace(first, count=3)  # the engine re-emits a fold under its id
+    grown = msgspec.structs.replace(first, count=3)  # the engine re-emits a fold under its id
     later = _diagnosis(job, "n000", events[-1].ts + 10)
     with Producer(kafka_settings) as p:
         for e in events:

@@ -95,6 +95,11 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("[n1:1234:0:1234] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "user_code", trainer),
     ("[n1:01234] Signal: Bus error (7)", "host_oom", trainer),
     ("mpirun noticed that process rank 3 with PID 1234 on node n1 exited on signal 11 (Segmentation fault).", "user_code", trainer),
+    # a program that finds no NVIDIA driver to talk to, in each tool's words
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+     "gpu_lost", trainer),
+    ("Failed to initialize NVML: Driver/library version mismatch", "gpu_lost", trainer),
+    ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver", "gpu_lost", trainer),
     # c10d's store raising: the ranks could not meet (the job's communication set-up)
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl_error", trainer),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is

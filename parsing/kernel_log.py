@@ -24,7 +24,7 @@ from faultlens.parsing.kernel_gpu import NVRM_LITERALS, GpuLines
 from faultlens.parsing.kernel_nic import LITERALS as NIC_LITERALS
 from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line
-from faultlens.parsing.rules import LineRule, RuleSet
+from faultlens.parsing.rules import LineRule, RuleSet, gate_words
 from faultlens.parsing.severity import QUICK as SEVERITY_QUICK
 from faultlens.parsing.severity import Severity, severity_of
 from faultlens.parsing.subsystems import subsystem_of
@@ -45,12 +45,13 @@ NARROWED = {"nvrm": NVRM_LITERALS, "mlx": NIC_LITERALS, "link": NIC_LITERALS, "p
 
 def _prefilter(rules: Sequence[LineRule], benign_needles: Sequence[str]) -> re.Pattern[str] | None:
     """One trie regex (on the lowered message) that every line some part of the parser could take
-    matches; None when a rule has no needles (then no line can be ruled out)."""
+    matches; None when a rule has no needles (then no line can be ruled out). A rule brings its
+    needles, or words its pattern needs that pass fewer lines (parsing.rules.gate_words: not
+    the NARROWED words, on every line of their driver)."""
     if any(not r.needles for r in rules):
         return None
-    words = {*CODE_LITERALS, *NVRM_LITERALS, *NIC_LITERALS, *SEVERITY_QUICK, *ALARM_QUICK, *(n for r in rules for n in r.needles),
-             *benign_needles}
-    return any_of({w.lower() for w in words})
+    words = {w.lower() for w in (*CODE_LITERALS, *NVRM_LITERALS, *NIC_LITERALS, *SEVERITY_QUICK, *ALARM_QUICK, *benign_needles)}
+    return any_of(words | gate_words(rules, words, NARROWED))
 
 
 class KernelLogParser:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Iterable
+from re import _constants as _c  # the parsed form of a pattern (required)
+from re import _parser
+from typing import Any, Callable, Iterable
 
 # How often each character occurs in log text, per mille: every line of tests/fixtures/log_corpus
 # (dev, mined, held-out, fresh1-6; 294k characters), 2026-11-29. Others: RARE. Only the scan's
@@ -104,3 +106,56 @@ class NeedleScan:
 def scan(literals: frozenset[str]) -> NeedleScan:
     """The scan of ``literals``, built once (a parser is made per node's stream)."""
     return NeedleScan(literals)
+
+
+# -- what every match of a pattern holds -------------------------------------------------------
+# Under IGNORECASE these ASCII letters also match characters that str.lower() does not map onto
+# them (the regex engine's extra case pairs: İ ı for i, ſ for s): a literal holding one stands
+# for each of its forms in a lowered line (İ lowers to i + U+0307).
+_FOLDS = {"i": ("i", "i\u0307", "\u0131"), "s": ("s", "\u017f")}
+_MAX_FORMS = 8
+
+Cost = Callable[[frozenset[str]], float]
+
+
+def required(pattern: re.Pattern[str], cost: Cost) -> list[frozenset[str]]:
+    """Sets of literals, lowered, one of which is in the lowered text of every match of
+    ``pattern`` (each set a choice; [] when none is known): the pattern's runs of plain characters
+    and, for an alternation, one set from each branch (the cheapest by ``cost``)."""
+    return _required(_parser.parse(pattern.pattern, pattern.flags), bool(pattern.flags & re.IGNORECASE), cost)
+
+
+def _required(items: Any, nocase: bool, cost: Cost) -> list[frozenset[str]]:
+    out: list[frozenset[str]] = []
+    run: list[str] = [""]  # the forms of the literal run being read
+
+    def close() -> None:
+        if run != [""]:
+            out.append(frozenset(run))
+        run[:] = [""]
+
+    for op, av in items:
+        if op is _c.LITERAL and av < 128:
+            ch = chr(av).lower()
+            forms = _FOLDS.get(ch, (ch,)) if nocase else (ch,)
+            if len(run) * len(forms) > _MAX_FORMS:
+                close()
+                forms = forms if len(forms) <= _MAX_FORMS else ()
+            run[:] = [r + f for r in run for f in forms] or [""]
+        elif op is _c.AT:
+            continue  # zero-width: the characters on either side are still adjacent
+        else:
+            close()
+            if op is _c.SUBPATTERN:
+                _, add, remove, sub = av
+                out += _required(sub, (nocase or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE, cost)
+            elif op is _c.ATOMIC_GROUP:
+                out += _required(av, nocase, cost)
+            elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT) and av[0] >= 1:
+                out += _required(av[2], nocase, cost)
+            elif op is _c.BRANCH:
+                each = [min(_required(alt, nocase, cost), key=cost, default=None) for alt in av[1]]
+                if all(each):
+                    out.append(frozenset().union(*each))  # type: ignore[arg-type]
+    close()
+    return out

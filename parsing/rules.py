@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES
 from faultlens.parsing.line import common
-from faultlens.parsing.needles import NeedleScan, scan
+from faultlens.parsing.needles import NeedleScan, required, scan
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
 
@@ -281,6 +281,40 @@ class RuleSet:
 @lru_cache(maxsize=64)
 def _built(rules: tuple[LineRule, ...]) -> RuleSet:
     return RuleSet(rules)
+
+
+# A pre-filter word its parser calls broad costs this much more than another (gate_words).
+BROAD = 100
+
+
+def gate_words(rules: Sequence[LineRule], base: Iterable[str], broad: Iterable[str] = ()) -> set[str]:
+    """Lowered literals to add to a parser's pre-filter of ``base`` words (lowered) so that every
+    line one of ``rules`` matches holds one: for each rule its needles, unless its pattern offers
+    a set every match holds (parsing.needles.required) that adds no word (``base`` passes each
+    already, or it is not ASCII: such lines are rare), or its needles hold a ``broad`` word (the
+    parser's words on every line of a driver: NVRM) and the pattern's set adds fewer. A rule
+    matches only lines holding a needle AND its pattern, so either set lets through every line it
+    could take; the needle "NVRM" let every line of the driver through for a rule that wants
+    "heartbeat" or "timed out" after it."""
+    return set(_gate(tuple(rules), frozenset(base), frozenset(w.lower() for w in broad)))
+
+
+@lru_cache(maxsize=16)
+def _gate(rules: tuple[LineRule, ...], base: frozenset[str], broad: frozenset[str]) -> frozenset[str]:
+    # Built once per rule tuple: reading 100 patterns takes 50 ms, and a parser is made per stream.
+    def cost(words: frozenset[str]) -> int:
+        # A word the pre-filter holds already (or not ASCII) adds nothing; a broad one every line
+        # of its driver; a short one (": ", "io") more lines than a long one.
+        return sum(BROAD if w.strip(" :[]()_-0123456789") in broad else max(1, 8 - len(w))
+                   for w in words if w.isascii() and not any(b in w for b in base))
+
+    out: set[str] = set()
+    for rule in rules:
+        needles = frozenset(n.lower() for n in rule.needles)
+        best = min((needles, *required(rule.pattern, cost)), key=cost)  # the needles on a tie
+        out |= best if cost(best) == 0 or cost(needles) >= BROAD else needles
+    return frozenset(w for w in out if not any(b in w for b in base))  # what base passes needs no word of its own
+
 
 
 def _fold_key(rule: LineRule, groups: dict[str, Any]) -> tuple[str, Any]:

@@ -12,8 +12,9 @@ import pytest
 
 from bench.bench_parsers import held_lines
 from faultlens.parsing.line import any_of
-from faultlens.parsing.needles import NeedleScan
-from faultlens.parsing.rules import LineRule, RuleSet, _fold_key, load, shipped
+from faultlens.parsing import kernel_log
+from faultlens.parsing.needles import NeedleScan, required
+from faultlens.parsing.rules import LineRule, RuleSet, _fold_key, gate_words, load, shipped
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
 
@@ -114,3 +115,42 @@ def test_the_scan_is_entered_at_rare_characters():
     scan = NeedleScan({n.lower() for r in shipped() for n in r.needles})
     starts = {w[o] for w, o in scan._offset.items()}
     assert len(starts) < len({w[0] for w in scan._offset}) and not starts & set(" e0")
+
+
+def _cost(words: frozenset[str]) -> int:
+    return sum(map(len, words))
+
+
+@pytest.mark.parametrize("pattern,text", [
+    (r"(?i:\btime ?out\b|timed out)", "GSP TİMED OUT"),  # İ lowers to i + U+0307
+    (r"(?i:\btime ?out\b|timed out)", "tımeout"),
+    (r"(?i)memory subsystem error", "MEMORY SUBſYSTEM ERROR"),
+    (r"NVRM: (?:GPU\d+ )?RPC (?:event )?history \(CPU", "NVRM: GPU3 RPC event history (CPU -> GSP)"),
+    (r"nvidia-peermem (?:(?P<func>\w+):\d+ )?ERROR (?P<what>.*)", "nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected"),
+    (r"(?:a|b)+c(?=dd)x?", "abacdd"),
+])
+def test_every_set_required_of_a_pattern_is_in_each_match(pattern, text):
+    compiled = re.compile(pattern)
+    m = compiled.search(text)
+    sets = required(compiled, _cost)
+    assert m is not None and sets
+    for words in sets:
+        assert any(w in m.group(0).lower() for w in words), (words, m.group(0))
+
+
+def test_every_line_a_rule_takes_holds_one_of_its_prefilter_words(messages):
+    rules = RuleSet.for_source("kernel").rules
+    base = {"err", "fail", "time"}
+    gate = gate_words(rules, base, kernel_log.NARROWED)
+    assert "nvrm" not in gate  # gpu.rm_timeout's needle: on every line of the driver
+    took = 0
+    for msg in messages:
+        low = msg.lower()
+        for rule in rules:
+            m = rule.pattern.search(msg) if not rule.needles or any(n in msg for n in rule.needles) else None
+            if m is not None:
+                took += 1
+                assert any(w in low for w in (*gate, *base)), (rule.id, msg)
+                for words in required(rule.pattern, _cost):
+                    assert any(w in m.group(0).lower() for w in words), (rule.id, words, msg)
+    assert took > 300

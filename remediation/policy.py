@@ -302,7 +302,7 @@ class Policy:
 
     def _decide(self, d: Diagnosis, now: float) -> tuple[Decision, Command | None]:
         self.waves.observe(d)
-        paused = self.waves.paused(d)
+        paused = self.waves.paused(d, self.topologies)
         if paused:
             return self._decision(now, d, Step("wave", None, d.nodes, paused), self.config.mode(d.job), sent=False), None
         topology = self.topologies.get(d.job)

@@ -1,5 +1,7 @@
 """A wave pauses remediation of its class for its job (remediation/wave_pause.py, issue 55)."""
 
+import dataclasses
+
 from faultlens.events.diagnosis_record import Diagnosis
 from tests.remediation.test_policy import evict, policy
 
@@ -21,3 +23,21 @@ def test_evidence_of_its_own_and_other_jobs_or_later_faults_are_not_paused():
     p.decide(wave(), 1000.0)
     assert p.decide(evict("n001", ts=1010.0, fault="gpu_lost"), 1010.0)[1] is not None  # an Xid 79
     assert p.decide(evict("n002", ts=1000.0 + 700, fault="nvlink"), 1700.0)[1] is not None  # 700 s after: its own
+
+
+def test_a_wave_naming_a_part_pauses_its_class_for_another_jobs_machine_in_that_part():
+    from faultlens.events.topology import Topology
+
+    p = policy()
+    machines = {n: {"ib_switch": "sw-0" if n in ("k0", "k1") else "sw-1"} for n in ("k0", "k1", "k2", "k3")}
+    grid = Topology.grid(["k0", "k1", "k2", "k3"], 1, 1, 1, 4)
+    p.observe_topology("k", Topology(grid.tp, grid.pp, grid.dp, grid.ranks, {"machines": machines}))
+    p.config = dataclasses.replace(p.config, act_on=frozenset({"j", "k"}))
+    p.decide(wave(fault="nic", cause="ib_switch=sw-0"), 1000.0)  # a fleet wave written under job j
+
+    def other(node):
+        return Diagnosis(job="k", ts=1100.0, onset=1100.0, fault="nic", action="evict", nodes=(node,), confidence=0.95)
+
+    decision, cmd = p.decide(other("k1"), 1100.0)
+    assert cmd is None and decision.rung == "wave" and "under ib_switch=sw-0" in decision.reason
+    assert p.decide(other("k2"), 1100.0)[1] is not None  # under another switch: judged as always

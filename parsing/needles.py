@@ -13,11 +13,14 @@ pre-filter's 300 literals enter at ~20 characters on ~25% of positions instead o
 
 from __future__ import annotations
 
+import importlib
 import re
 from functools import lru_cache
-from re import _constants as _c  # the parsed form of a pattern (required)
-from re import _parser
 from typing import Any, Callable, Iterable
+
+# The regex engine's own reading of a pattern and its op codes (required): private to re, so not
+# in its type stubs.
+_parser: Any = importlib.import_module("re._parser")
 
 # How often each character occurs in log text, per mille: every line of tests/fixtures/log_corpus
 # (dev, mined, held-out, fresh1-6; 294k characters), 2026-11-29. Others: RARE. Only the scan's
@@ -135,25 +138,25 @@ def _required(items: Any, nocase: bool, cost: Cost) -> list[frozenset[str]]:
         run[:] = [""]
 
     for op, av in items:
-        if op is _c.LITERAL and av < 128:
+        if op is _parser.LITERAL and av < 128:
             ch = chr(av).lower()
             forms = _FOLDS.get(ch, (ch,)) if nocase else (ch,)
             if len(run) * len(forms) > _MAX_FORMS:
                 close()
                 forms = forms if len(forms) <= _MAX_FORMS else ()
             run[:] = [r + f for r in run for f in forms] or [""]
-        elif op is _c.AT:
+        elif op is _parser.AT:
             continue  # zero-width: the characters on either side are still adjacent
         else:
             close()
-            if op is _c.SUBPATTERN:
+            if op is _parser.SUBPATTERN:
                 _, add, remove, sub = av
                 out += _required(sub, (nocase or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE, cost)
-            elif op is _c.ATOMIC_GROUP:
+            elif op is _parser.ATOMIC_GROUP:
                 out += _required(av, nocase, cost)
-            elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT) and av[0] >= 1:
+            elif op in (_parser.MAX_REPEAT, _parser.MIN_REPEAT, _parser.POSSESSIVE_REPEAT) and av[0] >= 1:
                 out += _required(av[2], nocase, cost)
-            elif op is _c.BRANCH:
+            elif op is _parser.BRANCH:
                 each = [min(_required(alt, nocase, cost), key=cost, default=None) for alt in av[1]]
                 if all(each):
                     out.append(frozenset().union(*each))  # type: ignore[arg-type]

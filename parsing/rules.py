@@ -230,7 +230,7 @@ class RuleSet:
             object.__setattr__(self, "_needles", scan(frozenset(self._rules_of)))
 
     @classmethod
-    def of(cls, rules: Sequence[LineRule]) -> "RuleSet":
+    def of(cls, rules: Iterable[LineRule]) -> "RuleSet":
         """The rule set of ``rules``, built once: a parser is made per node's stream, and the
         needle tries of the set and of each subsystem's subset cost more than thousands of lines."""
         return _built(tuple(rules))

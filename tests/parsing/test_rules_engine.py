@@ -11,8 +11,8 @@ import re
 import pytest
 
 from bench.bench_parsers import held_lines
-from faultlens.parsing.line import any_of
 from faultlens.parsing import kernel_log
+from faultlens.parsing.line import any_of
 from faultlens.parsing.needles import NeedleScan, required
 from faultlens.parsing.rules import LineRule, RuleSet, _fold_key, gate_words, load, shipped
 from faultlens.parsing.subsystems import subsystem_of

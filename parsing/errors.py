@@ -31,9 +31,10 @@ _NCCL_ERR = re.compile(
     r"|\bNCCL_ERROR_(?P<enum>SYSTEM|INTERNAL|REMOTE|UNHANDLED_CUDA|INVALID_USAGE|INVALID_ARGUMENT)(?:_ERROR)?\b"
 )
 _CUDA_ERR = re.compile(
-    r"CUDA error: (?P<err>[^.\n]+)"
+    # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
+    r"(?:CUDA|HIP) error: (?P<err>[^.\n]+)"
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
-    r"|(?P<cuerr>\bcudaError\w+)"
+    r"|(?P<cuerr>\b(?:cuda|hip)Error\w+)"
     # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
     # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
     r"|(?P<oom>(?:CUDA|HIP|XPU|MPS) out of memory)"
@@ -61,8 +62,8 @@ _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected",
                   802: "system not yet initialized"}
 # A GPU the process cannot see or reach: the device gone from the bus or the driver's grip
 # (docs/design.md: "Unable to determine the device handle" is gpu_lost too).
-_NO_DEVICE = re.compile(r"no cuda gpus are available|no cuda-capable device is detected|cuda driver initialization failed|"
-                        r"cudaerrornodevice|cuda error no device|gpu is lost|cudaerrordevicesunavailable")
+_NO_DEVICE = re.compile(r"no cuda gpus are available|no (?:cuda|rocm)-capable device is detected|cuda driver initialization failed|"
+                        r"(?:cuda|hip)errornodevice|cuda error no device|gpu is lost|cudaerrordevicesunavailable")
 
 # A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).

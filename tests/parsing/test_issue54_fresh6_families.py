@@ -100,6 +100,10 @@ def test_a_reltime_minute_is_a_wall_clock():
      "gpu_lost", trainer),
     ("Failed to initialize NVML: Driver/library version mismatch", "gpu_lost", trainer),
     ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver", "gpu_lost", trainer),
+    # ROCm's HIP runtime read as CUDA's: its error names and texts
+    ("RuntimeError: HIP error: an illegal memory access was encountered", "cuda_error", trainer),
+    ("hipErrorNoDevice: no ROCm-capable device is detected", "gpu_lost", trainer),
+    ("RuntimeError: HIP error: invalid device function", "cuda_error", trainer),
     # c10d's store raising: the ranks could not meet (the job's communication set-up)
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl_error", trainer),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is

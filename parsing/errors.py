@@ -184,7 +184,8 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 # An exception's text alone, as str(OSError) prints it ("[Errno 28] No space left on device"), and a
 # dotted exception type on a line of its own (torchelastic's "...rendezvous.api.RendezvousClosedError").
 _ERRNO_LINE = re.compile(r"^\s*(?P<msg>\[Errno -?\d+\] \S.*)$")
-_BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception))$")
+# (with the colon of an empty message too: torchelastic's "...errors.ChildFailedError:" before its table)
+_BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)):?$")
 
 
 def classify_terminate(msg: str) -> ExceptionLine | None:

@@ -147,6 +147,8 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("[ 9261.273240] Memory failure: 0x12345: recovery action for dirty LRU page: Recovered", kernel),
     # a rule's words on a line of a subsystem the job does not run on: Bluetooth's controller is no NIC
     ("[ 9000.100000] Bluetooth: hci0: command 0xfc05 tx timeout", kernel),
+    # torchelastic's failure summary header: the worker's own lines say why
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", trainer),
     # a signal a person, the scheduler or the launcher sends
     ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15", trainer),
     ("mpirun noticed that process rank 3 with PID 1234 on node n1 exited on signal 15 (Terminated).", trainer),

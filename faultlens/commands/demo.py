@@ -10,6 +10,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported by each function that uses them: `faultlens --help` stays light
+    from faultlens.demo.state import DemoState
+    from faultlens.events.signing import SigningKey
+    from faultlens.pipeline import PipelineOptions
+    from faultlens.simulator import SimulatedCluster
+
+HISTORY_DB = "history.duckdb"  # in the run's folder
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +73,9 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.demo.state import DemoState
     from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
     from faultlens.demo.view import LiveView
-    from faultlens.demo.wiring import DiagnosisTap
     from faultlens.events.home import faultlens_home
     from faultlens.events.signing import ephemeral_signing_key
-    from faultlens.history import html_report
-    from faultlens.history.plots import write_plots
-    from faultlens.history.queries import run as query
-    from faultlens.history.schema import open_history
-    from faultlens.history.sink import HistorySink, build_batch
-    from faultlens.pipeline import Pipeline, PipelineOptions
-    from faultlens.remediation.policy import PolicyConfig
-    from faultlens.remediation.safety import SafetyConfig
-    from faultlens.simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
+    from faultlens.pipeline import Pipeline
     from faultlens.streams.broker import BrokerError, resolve_bootstrap
     from faultlens.streams.config import KafkaSettings
 
@@ -85,18 +85,7 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     sim_job = "demo-sim"
     try:
-        if args.speed < 0:
-            raise ValueError("--speed must be >= 0")
-        config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=sim_job, seed=args.seed)
-        config.layout()
-        plan, duration = plan_for(config, faults=len(SIM_CLASSES), duration=args.duration)
-        if args.duration is None:
-            duration += 60.0  # room to detect and obey the last fault
-        # Anchored so the simulated run ends now: the history's timeline reads as today's run, and
-        # a simulation faster than real time never stamps events in the future (a consumer judges
-        # such stamps as a broken clock).
-        config = dataclasses.replace(config, start_ts=round(time.time() - duration))
-        cluster = SimulatedCluster(config, plan, auto_recover=False)
+        cluster, duration = _simulated_cluster(args, sim_job)
         settings = KafkaSettings.from_args(args)
     except ValueError as exc:
         print(f"faultlens demo: {exc}", file=sys.stderr)
@@ -109,22 +98,7 @@ def run(args: argparse.Namespace) -> int:
     signing_key = ephemeral_signing_key("the demo: its simulated cluster and trainer trust this key only")
     notes.append(f"commands are signed with an ephemeral key {signing_key.key_id} made for this run")
     state = DemoState(sim_job=sim_job, trainer_job=TRAINER_JOB if want_trainer else None)
-    options = PipelineOptions(
-        signing_key=signing_key, db=out_dir / "history.duckdb", history_sample_rate=args.sample_rate,
-        # Remediation runs on each diagnosis's own time, so its windows (dedup, eviction caps, the
-        # ladder's episodes) are simulated seconds for the simulated job and wall seconds for the
-        # real one. Windows are short because the demo packs a fleet-day of every fault class into
-        # ~20 simulated minutes (one fault every ~80 s); production keeps the 600 s defaults.
-        policy=PolicyConfig(act_on=frozenset({sim_job, TRAINER_JOB}), episode_s=60.0),
-        safety=SafetyConfig(window_s=120.0, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
-                            breaker_share=0.5, dedup_s=60.0),
-        decision_log=out_dir / "decisions.jsonl",
-        group_suffix=f"demo-{stamp}-{os.getpid()}", on_decision=state.on_decision,
-        # Lockstep: whatever the driver published is on the topics, so a silent partition has
-        # nothing more to say; jobs keep their own event time (the trainer runs on the wall clock).
-        max_idle_s=0.1,
-        wrap_remediation=DiagnosisTap(state.on_diagnosis, event_time=True).wrap,
-    )
+    options = _pipeline_options(args, out_dir, stamp, state, signing_key)
 
     interrupted = False
     driver = trainer = view = pipeline = None
@@ -188,19 +162,9 @@ def run(args: argparse.Namespace) -> int:
 
     if pipeline is None:
         return 1
-    conn = open_history(options.db)
-    try:
-        # The demo knows the truth it injected: stored beside the diagnoses, the history's
-        # over-eviction and wrongly-blamed sections judge against it instead of the engine's own word.
-        HistorySink(conn).write(build_batch([], labels=cluster.labels))
-        ettr = query(conn, "ettr")
-        plots = write_plots(conn, out_dir / "plots")
-        html = html_report.write(conn, out_dir / "report.html", source=str(options.db))
-    finally:
-        conn.close()
-    report = summary.build(state, cluster.labels, trainer_events=trainer_events, ettr=ettr,
-                           files=summary.files_of(out_dir, options.db, plots, html), pipeline=consumer_stats,
-                           interrupted=interrupted, notes=notes)
+    ettr, files = _history_files(out_dir / HISTORY_DB, cluster.labels, out_dir)
+    report = summary.build(state, cluster.labels, trainer_events=trainer_events, ettr=ettr, files=files,
+                           pipeline=consumer_stats, interrupted=interrupted, notes=notes)
     if args.json:
         for line in summary.json_lines(report):
             sys.stdout.write(line.decode() + "\n")
@@ -210,18 +174,84 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
+def _simulated_cluster(args: argparse.Namespace, sim_job: str) -> tuple[SimulatedCluster, float]:
+    """The simulated job with one fault of each class, and how long it runs; ValueError for bad flags."""
+    from faultlens.simulator import SIM_CLASSES, SimConfig, SimulatedCluster, plan_for
+
+    if args.speed < 0:
+        raise ValueError("--speed must be >= 0")
+    config = SimConfig(nodes=args.nodes, gpus=args.gpus, job=sim_job, seed=args.seed)
+    config.layout()
+    plan, duration = plan_for(config, faults=len(SIM_CLASSES), duration=args.duration)
+    if args.duration is None:
+        duration += 60.0  # room to detect and obey the last fault
+    # Anchored so the simulated run ends now: the history's timeline reads as today's run, and
+    # a simulation faster than real time never stamps events in the future (a consumer judges
+    # such stamps as a broken clock).
+    config = dataclasses.replace(config, start_ts=round(time.time() - duration))
+    return SimulatedCluster(config, plan, auto_recover=False), duration
+
+
+def _pipeline_options(args: argparse.Namespace, out_dir: Path, stamp: str, state: DemoState,
+                      signing_key: SigningKey) -> PipelineOptions:
+    from faultlens.demo.trainer import TRAINER_JOB
+    from faultlens.demo.wiring import DiagnosisTap
+    from faultlens.pipeline import PipelineOptions
+    from faultlens.remediation.policy import PolicyConfig
+    from faultlens.remediation.safety import SafetyConfig
+
+    return PipelineOptions(
+        signing_key=signing_key, db=out_dir / HISTORY_DB, history_sample_rate=args.sample_rate,
+        # Remediation runs on each diagnosis's own time, so its windows (dedup, eviction caps, the
+        # ladder's episodes) are simulated seconds for the simulated job and wall seconds for the
+        # real one. Windows are short because the demo packs a fleet-day of every fault class into
+        # ~20 simulated minutes (one fault every ~80 s); production keeps the 600 s defaults.
+        policy=PolicyConfig(act_on=frozenset({state.sim_job, TRAINER_JOB}), episode_s=60.0),
+        safety=SafetyConfig(window_s=120.0, max_evictions=max(8, args.nodes // 4), max_job_share=0.25,
+                            breaker_share=0.5, dedup_s=60.0),
+        decision_log=out_dir / "decisions.jsonl",
+        group_suffix=f"demo-{stamp}-{os.getpid()}", on_decision=state.on_decision,
+        # Lockstep: whatever the driver published is on the topics, so a silent partition has
+        # nothing more to say; jobs keep their own event time (the trainer runs on the wall clock).
+        max_idle_s=0.1,
+        wrap_remediation=DiagnosisTap(state.on_diagnosis, event_time=True).wrap,
+    )
+
+
+def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The run's ETTR and the files written from its history (plots, the HTML report)."""
+    from faultlens.demo import summary
+    from faultlens.history import html_report
+    from faultlens.history.plots import write_plots
+    from faultlens.history.queries import run as query
+    from faultlens.history.schema import open_history
+    from faultlens.history.sink import HistorySink, build_batch
+
+    conn = open_history(db)
+    try:
+        # The demo knows the truth it injected: stored beside the diagnoses, the history's
+        # over-eviction and wrongly-blamed sections judge against it instead of the engine's own word.
+        HistorySink(conn).write(build_batch([], labels=labels))
+        ettr = query(conn, "ettr")
+        plots = write_plots(conn, out_dir / "plots")
+        html = html_report.write(conn, out_dir / "report.html", source=str(db))
+    finally:
+        conn.close()
+    return ettr, summary.files_of(out_dir, db, plots, html)
+
+
 def _send_forged(settings, job: str, key_id: str) -> None:
     """One evict that claims our key id but is signed with another key (what a node that stole no
     private key could at best produce): the cluster must refuse it, as a real trainer would."""
     from msgspec.structs import replace
 
     from faultlens.events import topics
-    from faultlens.events.command import Command
+    from faultlens.events.command import Command, CommandAction
     from faultlens.events.signing import SigningKey
     from faultlens.streams.producer import Producer
 
     now = time.time()
-    unsigned = Command(job=job, action="evict", nodes=("n000",), issued_at=now, expires_at=now + 300,
+    unsigned = Command(job=job, action=CommandAction.EVICT, nodes=("n000",), issued_at=now, expires_at=now + 300,
                        reason="forged by the demo: must be refused", key_id=key_id)
     forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))
     with Producer(settings) as producer:

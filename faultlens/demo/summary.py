@@ -7,7 +7,7 @@ import logging
 import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping, Sequence
 
 import orjson
 from rich.console import Console
@@ -109,7 +109,7 @@ def _cut_short(obeyed: list[tuple[Command, float | None]], lab: Mapping[str, Any
     return None
 
 
-def build(state: DemoState, labels: list[Mapping[str, Any]], *, trainer_events: list[dict[str, Any]],
+def build(state: DemoState, labels: Sequence[Mapping[str, Any]], *, trainer_events: list[dict[str, Any]],
           ettr: list[dict[str, Any]], files: dict[str, Any], pipeline: dict[str, dict], interrupted: bool,
           notes: list[str]) -> dict[str, Any]:
     sim_diags = [d for d in state.diagnoses if d.job == state.sim_job]

@@ -8,7 +8,7 @@ a 90-character line. So each literal is entered at its rarest character in log t
 anchor; "time" at its m, " D " at its D), the part before the anchor checked by a look-behind once
 the rest matched. The anchors are chosen together (a greedy hitting set over the characters'
 frequencies in real logs) so that few characters, and rare ones, start the trie: the kernel
-pre-filter's 300 literals enter at ~20 characters on ~25% of positions instead of 75%.
+pre-filter's 220 literals enter at 23 characters, 28% of the held lines' positions instead of 77%.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded",
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
-          "bad block", "bad sector", "status -")
+          "bad block", "bad sector", "status -", "unreadable")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
 # with those of the level words of err or worse (kern.crit, [EMERG], level=alert; "err" is one already).
@@ -55,7 +55,7 @@ _ANY_QUICK = any_of(set(_QUICK) | set(ALARM_QUICK))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
-    r"medium error|lost|resets?|resetting|unrecoverable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
+    r"medium error|lost|resets?|resetting|unrecoverable|unreadable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
     r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve

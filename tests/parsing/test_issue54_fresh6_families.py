@@ -69,6 +69,12 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("2023-05-01_10:00:00.123+0200: [E] Node 10.0.0.5 (node5) is being expelled because of an expired lease.", "storage", kernel),
     ("Mon Jun 25 22:23:36.298 2018: [X] File System gpfs1 unmounted by the system with return code 5 reason code 0", "storage", kernel),
     ("2023-05-01_10:00:00.123+0200: [E:46] Unable to mount file system gpfs1", "storage", kernel),
+    # the storage daemons: smartd's lost sectors and failed checks, iscsid relaying a connection error
+    ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], 8 Currently unreadable (pending) sectors", "storage", kernel),
+    ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sdb [SAT], FAILED SMART self-check. BACK UP DATA NOW!", "storage", kernel),
+    ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sdc, 3 Offline uncorrectable sectors", "storage", kernel),
+    ("Mar  3 10:00:00 node7 iscsid[900]: Kernel reported iSCSI connection 1:0 error (1022 - ISCSI_ERR_NOP_TIMEDOUT: A NOP has timed out) state (3)",
+     "storage", kernel),
     # each NTP daemon stepping the clock by a second or more, in its own words
     ("set local clock to Thu Mar 12 03:09:57 CDT 2015 (offset -3614.076439s)", "clock_skew", kernel),
     ("Mar  3 10:00:00 node7 ntpd[12]: ntpd: time set +2.149650 s", "clock_skew", kernel),
@@ -128,6 +134,10 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("cluster 2020-11-03T12:46:58.519597+0200 mon.a (mon.0) 9 : cluster [WRN] Health check update: Degraded data redundancy: "
      "5/30 objects degraded (16.667%), 3 pgs degraded (PG_DEGRADED)", kernel),
     ("cluster 2020-11-03T12:46:58.519597+0200 mon.a (mon.0) 9 : cluster [INF] Health check cleared: SLOW_OPS (was: 3 slow ops)", kernel),
+    # smartd's ordinary lines; iscsid's recovery
+    ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], SMART Usage Attribute: 194 Temperature_Celsius changed from 36 to 37", kernel),
+    ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], is SMART capable. Adding to \"monitor\" list.", kernel),
+    ("Mar  3 10:00:00 node7 iscsid[900]: connection1:0 is operational after recovery (1 attempts)", kernel),
     # GPFS below its error tag
     ("2023-05-01_10:00:00.123+0200: [N] Connecting to 10.0.0.5 node5 <c0n3>", kernel),
     ("2023-05-01_10:00:00.123+0200: [I] Command: successful mount gpfs1", kernel),

@@ -16,11 +16,16 @@ lines fed through LineEventParser as raw ``line`` events (envelopes in and out).
 
     .venv/bin/python -m bench.bench_parsers --same DIR
 
-checks instead that DIR's parsers (a tree with the same tables: this one's, the matching engine
-of an earlier commit copied in) give today's events, record for record, on every line we hold
-(held_lines: the log corpus but its sealed batches, every line event of the fixtures' traces, the
-text logs beside them, the rules' and tests' samples, the bench's mix): each file fed as one
-stream and again line by line to fresh parsers, to both parsers each.
+checks instead that DIR's parsers give today's events and counters, record for record, on every
+line we hold (held_lines: the log corpus but its sealed batches, every line event of the fixtures'
+traces, the text logs beside them, the rules' examples, the testbed's samples, 30k lines of each
+bench mix), each set fed as one stream to a fresh parser of each source on both sides; it exits
+1 and names the sets that differ. DIR is this tree with an earlier matching engine copied in, so
+both read the same tables (rules.toml changes under other hands), e.g. the engine before 1a392de:
+
+    mkdir /tmp/ref && tar --exclude=.git --exclude=.venv -cf - . | tar -xf - -C /tmp/ref
+    git show 1a392de^:parsing/rules.py > /tmp/ref/parsing/rules.py     # and line.py; rm needles.py;
+    # kernel_log._prefilter back to every rule's needles (ccad5be)
 """
 
 from __future__ import annotations

@@ -233,8 +233,9 @@ def attribute(message: str, table: SubsystemTable | None = None) -> Attribution 
             return Attribution(sub.name, phrase.lower(), sub.fault, sub.action, device)
     if not tag or not tag[0].isalpha() or not _driver_shaped(message):
         return None
-    # A driver the table lacks: named by the shape of its line; its class from the device, if any.
-    fault = _class_of_device(device)
+    # A driver the table lacks: named by the shape of its line; its class from the device, if any,
+    # or from the tag when the tag is itself a device ("sdb: checker failed path", "eth3: ...").
+    fault = _class_of_device(device) or _class_of_device(tag)
     return Attribution(tag, tag, fault, "alert", device, known=False)
 
 

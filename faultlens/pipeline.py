@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from faultlens.diagnosis.consumer import GROUP as DIAGNOSE_GROUP
 from faultlens.diagnosis.consumer import diagnose_consumer
@@ -29,6 +29,9 @@ from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner import GroupRunner, RunnerStats
+
+if TYPE_CHECKING:  # the history's DuckDB is imported only when the history consumer is built
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,16 @@ class PipelineOptions:
 class Consumer:
     name: str
     runner: GroupRunner
-    handler: object
+    # Its own handler, read by name below: the diagnose handler (diagnose_consumer gives it untyped),
+    # the RemediationHandler or the demo's wrap of it (PipelineOptions.wrap_remediation: Any), the
+    # HistoryHandler. Typed Any until the diagnose factory names its handler's type.
+    handler: Any
     thread: threading.Thread | None = None
     error: BaseException | None = None
+
+
+def _stats_of(runner: GroupRunner) -> Callable[[], RunnerStats]:
+    return lambda: runner.stats  # read at each scrape
 
 
 class Pipeline:
@@ -83,7 +93,7 @@ class Pipeline:
         self.settings = settings
         self.options = options
         self.consumers: dict[str, Consumer] = {}
-        self.history_conn = None
+        self.history_conn: duckdb.DuckDBPyConnection | None = None
         self.failed = threading.Event()  # a consumer thread died; the caller should shut down
 
     # --- building -------------------------------------------------------------------------------
@@ -100,7 +110,7 @@ class Pipeline:
         if "history" in o.consumers:
             self._add_history()
         for c in self.consumers.values():
-            metrics.register_runner(c.name, lambda r=c.runner: r.stats)
+            metrics.register_runner(c.name, _stats_of(c.runner))
         return self
 
     def _add_diagnose(self) -> None:
@@ -129,8 +139,8 @@ class Pipeline:
         from faultlens.history.schema import open_history
         from faultlens.history.sink import Sampling
 
-        self.history_conn = open_history(self.options.db, create=True)
-        runner, handler = history_runner(self.settings, self.history_conn,
+        conn = self.history_conn = open_history(self.options.db, create=True)
+        runner, handler = history_runner(self.settings, conn,
                                          sampling=Sampling(self.options.history_sample_rate),
                                          group=self._group(HISTORY_GROUP),
                                          keys=self.options.signing_key.verify_keys())
@@ -213,7 +223,7 @@ class Pipeline:
         out: dict[str, dict] = {}
         for name, c in self.consumers.items():
             s = c.runner.stats
-            row = {"records": s.records_in, "outputs": s.outputs, "dead_letters": s.dead_letters,
+            row: dict[str, Any] = {"records": s.records_in, "outputs": s.outputs, "dead_letters": s.dead_letters,
                    "commits": s.commits, "redeliveries": s.redeliveries, "lag": s.lag}
             if name == "diagnose":
                 row["diagnoses"] = c.handler.emitted

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             sent = sum(1 for d in list(state.decisions) if d.sent and d.job == sim_job)
             return (c["diagnose"].runner.stats.records_in >= published and c["diagnose"].runner.stats.held == 0
                     and c["remediate"].runner.stats.records_in >= c["diagnose"].handler.emitted
-                    and driver.listener.obeyed + driver.listener.refused >= sent)
+                    and driver is not None and driver.listener.obeyed + driver.listener.refused >= sent)
 
         driver = SimDriver(settings, cluster, duration, args.speed, signing_key.verify_keys(), state,
                            settled=settled)

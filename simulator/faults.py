@@ -8,7 +8,7 @@ Xid 43 after Xid 13) is emitted but not labelled as a separate fault.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from faultlens.events.topology import Topology
 from faultlens.simulator import lines
@@ -17,10 +17,9 @@ from faultlens.simulator.metrics import nic_pci, pci_bus_id
 from faultlens.simulator.net import NetFault
 from faultlens.simulator.plan import PlannedFault
 
-if TYPE_CHECKING:  # the cluster imports its injectors from here
-    from faultlens.simulator.cluster import SimulatedCluster
-
-Injector = Callable[["SimulatedCluster", PlannedFault], Episode]
+# The first argument is the cluster (simulator.cluster.SimulatedCluster), which imports its injectors
+# from here: named only in words, so the two modules make no import cycle (tests/test_layers.py).
+Injector = Callable[[Any, PlannedFault], Episode]
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import logging
 import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 import orjson
 from rich.console import Console
@@ -262,6 +262,10 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
         if r.get("over_evicted"):
             say(f"{r['fault']} at {r['onset_s']:.0f} s: {len(r['over_evicted']['nodes'])} beside "
                 f"{', '.join(r['nodes'])}: {r['over_evicted']['why']}", indent=4)
+    _say_outcomes(report, say)
+
+def _say_outcomes(report: dict[str, Any], say: Callable[..., None]) -> None:
+    """The end report's second half: what was commanded, the real trainer, the ETTR, the files."""
     cm = report["commands"]
     say()
     say("Commands", "bold")
@@ -301,6 +305,7 @@ def render(report: dict[str, Any], file: IO[str] | None = None) -> None:
     if files.get("html_report"):
         say("Open the incident report (one self-contained HTML file) in a browser:", "bold")
         say(Path(files["html_report"]).resolve().as_uri(), indent=2)
+
 
 
 def _num(x: Any) -> str:

@@ -204,21 +204,10 @@ def _projection(conn: duckdb.DuckDBPyConnection) -> str:
     ])
 
 
-def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float | None = None,
-           generated_at: float | None = None) -> str:
-    """The whole report as one HTML string."""
-    summary = run(conn, "summary")[0]
-    kinds = kind_counts(conn)
-    ettr = run(conn, "ettr", max_gap=max_gap)
-    latency = run(conn, "detection_latency")[0]
-    ttc = run(conn, "time_to_command")[0]
-    over = run(conn, "over_eviction")[0]
-    wrong = run(conn, "wrongly_blamed")
-    commands = _command_rows(conn)
-    actions = _action_rows(conn)
-    labels = run(conn, "label_detection")[0] if summary["labels"] else None
-    generated = generated_at if generated_at is not None else dt.datetime.now(dt.timezone.utc).timestamp()
-
+def _headline_cards(ettr: list[dict[str, Any]], kinds: dict[str, int], latency: dict[str, Any],
+                    labels: dict[str, Any] | None, ttc: dict[str, Any], commands: list[dict[str, Any]],
+                    over: dict[str, Any]) -> list[str]:
+    """The cards at the top: ETTR per job, acting diagnoses, detection latency, commands, healthy evictions."""
     cards = []
     for job in ettr[:4]:
         tone = "good" if (job["ettr"] or 0) >= 0.9 else "bad" if (job["ettr"] or 0) < 0.7 else ""
@@ -238,6 +227,24 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
     cards.append(_card(f"{len(commands)}", f"commands ({failed} with no effect recorded)", "bad" if failed else ""))
     healthy = over["healthy_evicted"] or 0
     cards.append(_card(str(healthy), f"healthy nodes evicted (truth from {over['basis']})", "bad" if healthy else "good"))
+    return cards
+
+
+def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float | None = None,
+           generated_at: float | None = None) -> str:
+    """The whole report as one HTML string."""
+    summary = run(conn, "summary")[0]
+    ettr = run(conn, "ettr", max_gap=max_gap)
+    latency = run(conn, "detection_latency")[0]
+    ttc = run(conn, "time_to_command")[0]
+    over = run(conn, "over_eviction")[0]
+    wrong = run(conn, "wrongly_blamed")
+    commands = _command_rows(conn)
+    actions = _action_rows(conn)
+    labels = run(conn, "label_detection")[0] if summary["labels"] else None
+    generated = generated_at if generated_at is not None else dt.datetime.now(dt.timezone.utc).timestamp()
+
+    cards = _headline_cards(ettr, kind_counts(conn), latency, labels, ttc, commands, over)
 
     parts = [
         "<!DOCTYPE html>",

@@ -38,6 +38,7 @@ from faultlens.events.topology import Topology
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import poet
 from faultlens.trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.process_exit import leave_without_teardown
 
 log = logging.getLogger("faultlens.trainer")
 
@@ -253,4 +254,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    leave_without_teardown(main())  # trainer_hooks/process_exit.py: gloo's threads at interpreter exit

@@ -97,7 +97,7 @@ _INFO_ASYNC_EVENT = re.compile(
 def _from_plugin(msg: str) -> bool:
     """Was this WARN printed by a network plugin rather than by NCCL itself (its file names it)?"""
     m = _WARN_ORIGIN.search(msg)
-    return bool(m) and "/" not in m.group("file") and bool(_PLUGIN_FILE.match(m.group("file")))
+    return m is not None and "/" not in m.group("file") and bool(_PLUGIN_FILE.match(m.group("file")))
 
 
 def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -8,7 +8,6 @@ the Xid 79 machine, the same as `faultlens analyze`."""
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 
 import pytest
@@ -22,6 +21,7 @@ from faultlens.events.envelope import decode
 from faultlens.events.trace import trace_order, write_trace
 from faultlens.rules_diff import EVICTING
 from faultlens.streams.replay import replay_trace
+from tests.diagnosis.live_members import run_two_and_two_live
 from tests.kafka_fixtures import job_records, wait_for_records
 
 pytestmark = pytest.mark.broker
@@ -90,24 +90,8 @@ def test_two_and_two_members_read_as_a_backlog_give_the_offline_fleet_wave(own_k
 @pytest.mark.e2e
 @pytest.mark.long(90)
 def test_e2e_two_and_two_diagnose_processes_read_live_give_the_offline_fleet_wave(own_kafka_settings, fleet_trace, tmp_path):
-    from faultlens.demo.processes import faultlens
-
     settings = own_kafka_settings
     path, traces, offline = fleet_trace
-    tag = uuid.uuid4().hex[:6]
-    env = dict(os.environ)
-    stage = ["diagnose", "--bootstrap", settings.bootstrap, "--stage"]
-    procs = [faultlens(f"node{i}", [*stage, "node", "--group", f"fn-{tag}", "--idle-stop", "15"], env, tmp_path)
-             for i in range(2)]
-    try:
-        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=120, progress=len)
-        procs += [faultlens(f"job{i}", [*stage, "job", "--group", f"fj-{tag}", "--idle-stop", "30"], env, tmp_path)
-                  for i in range(2)]
-        replay_trace(settings, path, speed=0, show_progress=False)
-        for p in procs:
-            assert p.popen.wait(300) == 0, p.tail()
-    finally:
-        for p in procs:
-            p.stop()
+    run_two_and_two_live(settings, path, tmp_path, "f")
     live = set().union(*(outcome(job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)) for t in traces))
     assert live == offline

@@ -6,7 +6,6 @@ naming the shared cause, nobody evicted but the Xid 79 machine, the same as `fau
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -20,6 +19,7 @@ from faultlens.events.envelope import decode
 from faultlens.events.trace import trace_order, write_trace
 from faultlens.rules_diff import EVICTING
 from faultlens.streams.replay import replay_trace
+from tests.diagnosis.live_members import run_two_and_two_live
 from tests.kafka_fixtures import job_records, wait_for_records
 
 pytestmark = pytest.mark.broker
@@ -76,26 +76,9 @@ def test_two_and_two_members_read_as_a_backlog_give_the_offline_waves(own_kafka_
 @pytest.mark.long(90)
 def test_e2e_two_and_two_diagnose_processes_read_live_give_the_offline_waves(own_kafka_settings, waves_trace, tmp_path):
     """`faultlens diagnose --stage node` ×2 and `--stage job` ×2, running before the events arrive."""
-    from faultlens.demo.processes import faultlens
-
     settings = own_kafka_settings
     path, traces, offline = waves_trace
-    tag = uuid.uuid4().hex[:6]
-    env = dict(os.environ)
-    stage = ["diagnose", "--bootstrap", settings.bootstrap, "--stage"]
-    procs = [faultlens(f"node{i}", [*stage, "node", "--group", f"wn-{tag}", "--idle-stop", "15"], env, tmp_path)
-             for i in range(2)]
-    try:
-        # The node stage has joined once its members said their first word downstream.
-        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=120, progress=len)
-        procs += [faultlens(f"job{i}", [*stage, "job", "--group", f"wj-{tag}", "--idle-stop", "30"], env, tmp_path)
-                  for i in range(2)]
-        replay_trace(settings, path, speed=0, show_progress=False)
-        for p in procs:
-            assert p.popen.wait(300) == 0, p.tail()
-    finally:
-        for p in procs:
-            p.stop()
+    run_two_and_two_live(settings, path, tmp_path, "w")
     for t in traces:
         live = job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)
         assert outcome(live) == offline[t.job], (t.job, outcome(live))

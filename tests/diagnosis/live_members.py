@@ -1,0 +1,35 @@
+"""`faultlens diagnose --stage node` x2 and `--stage job` x2 as real processes, started before a
+trace is replayed into the broker: the live half of the split-stage equivalence tests."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from faultlens.demo.processes import faultlens
+from faultlens.events import topics
+from faultlens.events.envelope import decode
+from faultlens.streams.replay import replay_trace
+from tests.kafka_fixtures import wait_for_records
+
+
+def run_two_and_two_live(settings, trace: Path, workdir: Path, prefix: str) -> None:
+    """Start two node-stage and two job-stage members (groups ``<prefix>n-*`` / ``<prefix>j-*``),
+    replay ``trace`` at full speed, and wait for every member to stop on its own when idle."""
+    tag = uuid.uuid4().hex[:6]
+    env = dict(os.environ)
+    stage = ["diagnose", "--bootstrap", settings.bootstrap, "--stage"]
+    procs = [faultlens(f"node{i}", [*stage, "node", "--group", f"{prefix}n-{tag}", "--idle-stop", "15"], env, workdir)
+             for i in range(2)]
+    try:
+        # The node stage has joined once its members said their first word downstream.
+        wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=120, progress=len)
+        procs += [faultlens(f"job{i}", [*stage, "job", "--group", f"{prefix}j-{tag}", "--idle-stop", "30"], env, workdir)
+                  for i in range(2)]
+        replay_trace(settings, trace, speed=0, show_progress=False)
+        for p in procs:
+            assert p.popen.wait(300) == 0, p.tail()
+    finally:
+        for p in procs:
+            p.stop()

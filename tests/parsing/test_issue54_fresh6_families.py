@@ -78,6 +78,9 @@ def test_a_reltime_minute_is_a_wall_clock():
     # a line whose tag is a device the table does not name as a driver: its class from the device
     ("Mar  3 10:00:00 node7 multipathd[900]: sdb: checker failed path 8:16 in map mpatha", "storage", kernel),
     ("[ 9000.100000] eth3: failed to allocate rx ring", "nic", kernel),
+    # BeeGFS's own log at its error or critical level (its line states the level first)
+    ("(1) Jun10 11:40:30 Worker1 [Messaging (RPC)] >> Communication error: Receive timed out from: beegfs-storage node1", "storage", kernel),
+    ("(0) 11:40:30 Main [App] >> Unable to open storage target", "storage", kernel),
     # each NTP daemon stepping the clock by a second or more, in its own words
     ("set local clock to Thu Mar 12 03:09:57 CDT 2015 (offset -3614.076439s)", "clock_skew", kernel),
     ("Mar  3 10:00:00 node7 ntpd[12]: ntpd: time set +2.149650 s", "clock_skew", kernel),
@@ -142,6 +145,9 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], SMART Usage Attribute: 194 Temperature_Celsius changed from 36 to 37", kernel),
     ("Mar  3 10:00:00 node7 smartd[900]: Device: /dev/sda [SAT], is SMART capable. Adding to \"monitor\" list.", kernel),
     ("Mar  3 10:00:00 node7 iscsid[900]: connection1:0 is operational after recovery (1 attempts)", kernel),
+    # BeeGFS below its error level
+    ("(3) Jun10 11:40:30 Main [App] >> Version: 7.2", kernel),
+    ("(2) Jun10 11:40:30 XNodeSync [Node registration] >> Node is not reachable", kernel),
     # GPFS below its error tag
     ("2023-05-01_10:00:00.123+0200: [N] Connecting to 10.0.0.5 node5 <c0n3>", kernel),
     ("2023-05-01_10:00:00.123+0200: [I] Command: successful mount gpfs1", kernel),

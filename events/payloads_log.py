@@ -126,6 +126,7 @@ class KernelStorage(ParsedLog, frozen=True):
     device: Group | None = None
     device2: Group | None = None
     fs: Group | None = None
+    check: Group | None = None  # a Ceph monitor's health check code (SLOW_OPS, OSD_DOWN, ...)
     array: Group | None = None
     sector: Group | None = None
     block: Group | None = None

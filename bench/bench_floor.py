@@ -64,36 +64,45 @@ def _envelope(source: str, kind: str, ts: float, job: str, node: str, data: dict
                          "kind": kind, "data": data})
 
 
-def write_backlog(bootstrap: str, nodes: int, duration: int, job: str = "held-out") -> int:
-    """The backlog (the module's doc), written by a bare kafka-python producer; its message count."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,
-                             batch_size=256 * 1024)
+def backlog(nodes: int, duration: int, job: str = "held-out", t0: float | None = None):
+    """The backlog's messages in the order the producer sends them: (topic, key, value bytes),
+    the job's topology first (the module's doc)."""
     names = [f"h{n:04d}" for n in range(nodes)]
     ranks = [{"rank": r, "node": names[r // GPUS], "tp": r % GPUS, "pp": (r // GPUS) % 4, "dp": r // (GPUS * 4)}
              for r in range(nodes * GPUS)]
-    t0 = float(int(time.time()) - duration - 120)  # a backlog: all of it in the past
+    if t0 is None:
+        t0 = float(int(time.time()) - duration - 120)  # a backlog: all of it in the past
     topology = {"tp": GPUS, "pp": 4, "dp": max(1, nodes // 4), "ranks": ranks, "gpus_per_node": GPUS}
-    producer.send(JOBS, key=job.encode(), value=_envelope("job", "topology", t0 - 1.0, job, "-", topology))
-    sent = 0
+    yield JOBS, job.encode(), _envelope("job", "topology", t0 - 1.0, job, "-", topology)
     for t in range(duration):
         for n, node in enumerate(names):
             key = node.encode()
             ts = t0 + t + 0.001 * n
-            producer.send(GPU, key=key, value=_envelope(
-                "gpu", "sample", ts, job, node, {"gpus": [_gpu(i, t) for i in range(GPUS)], "interval_s": 1.0}))
+            yield GPU, key, _envelope(
+                "gpu", "sample", ts, job, node, {"gpus": [_gpu(i, t) for i in range(GPUS)], "interval_s": 1.0})
             for g in range(GPUS):
                 rank = n * GPUS + g
                 step_time = 0.95 + 0.01 * ((t * 7 + rank) % 5)
-                producer.send(TRAIN, key=key, value=_envelope("train", "step", ts + 0.2, job, node, {
+                yield TRAIN, key, _envelope("train", "step", ts + 0.2, job, node, {
                     "rank": rank, "step": t, "loss": 2.5 / (1.0 + 0.01 * t) + 0.001 * (rank % 7),
                     "grad_norm": 1.0 + 0.01 * (t % 11), "step_time_s": step_time, "compute_s": 0.7 * step_time,
-                    "tokens": 65536, "tokens_per_s": 65536 / step_time, "mfu": 0.41}))
-            producer.send(HEARTBEAT, key=key, value=_envelope(
+                    "tokens": 65536, "tokens_per_s": 65536 / step_time, "mfu": 0.41})
+            yield HEARTBEAT, key, _envelope(
                 "heartbeat", "beat", ts + 0.5, job, node,
-                {"seq": t, "pids": [1000 + g for g in range(GPUS)], "sources": {"nvml": "ok", "kernel": "ok"}}))
-            sent += MESSAGES_PER_NODE_S
+                {"seq": t, "pids": [1000 + g for g in range(GPUS)], "sources": {"nvml": "ok", "kernel": "ok"}})
+
+
+def write_backlog(bootstrap: str, nodes: int, duration: int, job: str = "held-out") -> int:
+    """The backlog (the module's doc), written by a bare kafka-python producer; its message count
+    (the topology record not counted)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,
+                             batch_size=256 * 1024)
+    sent = 0
+    for topic, key, value in backlog(nodes, duration, job):
+        producer.send(topic, key=key, value=value)
+        sent += topic != JOBS
     producer.flush()
     producer.close()
     return sent

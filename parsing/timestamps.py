@@ -46,6 +46,9 @@ _SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1
 _LOCALE_SYSLOG = re.compile(r"[^\W\d_]{2,5}\.? +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? ")
 # After a syslog/journald clock: "host tag[pid]: " (tag is kernel for the kernel ring).
 _HOST_TAG = re.compile(r"[\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ")
+# An rsyslog template that writes the numeric facility and severity before the host, and the tag
+# glued to the kernel's clock ("2023-02-07 15:24:38.604 0 4 localhost kernel:[  267.326480] qla2xxx ...").
+_FAC_SEV_HOST_TAG = re.compile(r"\d{1,2} [0-7] [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?:(?: |(?=\[))")
 # A classic syslog line whose host a reporter or a relay dropped ("Feb  2 08:03:20 kernel: [37937.1] ..."):
 # the program's tag alone is taken off, or the kernel's own clock and driver tag stay behind "kernel: ".
 # A program's name starts in lower case; a capital word there ("WARNING:", "INFO:", "NVRM:") is the message's.
@@ -222,7 +225,7 @@ def _from_iso(m: re.Match[str], line: str) -> Stamped:
     rest = line[m.end():]
     # dmesg --time-format iso writes a comma and no host; journald/rsyslog write "host tag: ".
     if m.group(7) != "," and not line.startswith("["):
-        tag = _HOST_TAG.match(rest)
+        tag = _HOST_TAG.match(rest) or (_FAC_SEV_HOST_TAG.match(rest) if rest[:1].isdigit() else None)
         if tag:
             rest = rest[tag.end():]
     mono, rest = _strip_mono(rest)

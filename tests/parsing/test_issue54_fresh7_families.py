@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import pytest
 
+from faultlens.parsing.timestamps import split_timestamp
 from tests.parsing.test_issue54_fresh1_families import acting, kernel, trainer
 
 
 def faults(events):
     return {e.data["fault"] for e in acting(events)}
+
+
+def test_an_rsyslog_template_with_facility_and_severity_is_taken_off():
+    # "<clock> <facility> <severity> <host> <tag>:" with the kernel's clock glued to its tag
+    stamped = split_timestamp("2023-02-07 15:24:38.604 0 4 localhost kernel:[  267.326471] qla2xxx [0000:81:00.1]-801c:16: "
+                              "Abort command issued nexus=16:0:0 -- 2003.", now=1.8e9)
+    assert (stamped.mono, stamped.message) == (267.326471, "qla2xxx [0000:81:00.1]-801c:16: Abort command issued nexus=16:0:0 -- 2003.")
 
 
 @pytest.mark.parametrize(("line", "fault", "parse"), [
@@ -30,6 +38,8 @@ def faults(events):
     ("CUDA error 2 at /data/llama.cpp/ggml-cuda.cu:5509: out of memory", "user_code", trainer),
     ("mxnet.base.MXNetError: [16:26:09] src/operator/nn/./cudnn/cudnn_convolution-inl.h:713: Check failed: e == CUDNN_STATUS_SUCCESS "
      "(2 vs. 0) cuDNN: CUDNN_STATUS_ALLOC_FAILED", "user_code", trainer),
+    ("[19:03:47] /home/deeper/mxnet/dmlc-core/include/dmlc/./logging.h:235: [19:03:47] src/storage/./pooled_storage_manager.h:62: "
+     "Memory allocation failed.", "user_code", trainer),
     # their CUDA failures
     ("  (0) Internal: Blas GEMM launch failed : a.shape=(64, 50), b.shape=(50, 180), m=64, n=180, k=50", "cuda_error", trainer),
     ("2019-07-26 16:09:56.417068: F T:\\src\\github\\tensorflow\\tensorflow\\core\\common_runtime\\gpu\\gpu_event_mgr.cc:206] "
@@ -78,6 +88,13 @@ def faults(events):
     # Fibre Channel: the transport's remote port and the HBA driver's error handling
     ("[322689.699374]  rport-1:0-58: blocked FC remote port time out: removing rport", "storage", kernel),
     ("[  264.802400] qla2xxx [0000:81:00.0]-ffff:15: register_localport failed: ret=ffffffea", "storage", kernel),
+    ("2023-02-07 15:24:38.604 0 4 localhost kernel:[  267.326480] qla2xxx [0000:81:00.1]-8009:16: DEVICE RESET ISSUED nexus=16:0:0 "
+     "cmd=000000002e5c68c5.", "storage", kernel),
+    # the GPU driver saying it cannot boot the GSP (NVIDIA/open-gpu-kernel-modules kernel_gsp.c)
+    ("[ 9984.810007] NVRM: _kgspBootGspRm: (the GPU is likely in a bad state and may need to be reset)", "gpu_reset_required", kernel),
+    # a kernel WARNING in a wired NIC's driver, a distribution's build tree before the path
+    ("[  907.238995] WARNING: CPU: 0 PID: 187 at /build/linux-lts-vivid-GISjUd/linux-lts-vivid-3.19.0/drivers/net/ethernet/intel/i40e/"
+     "i40e_main.c:1538 i40e_vsi_setup_queue_map+0x2b6/0x2d0 [i40e]()", "nic", kernel),
     # cluster daemons that measured this node's clock against their peers
     ("Jul 21 04:03:36 k2 etcd[6957]: the clock difference against peer f87fd78eb2cda07d is too high [29.294774649s > 1s]", "clock_skew", kernel),
     ("2018-11-16 19:39:35.954361 [WRN]  mon.1 10.0.3.47:6790/0 clock skew 0.060646s > max 0.05s", "clock_skew", kernel),
@@ -131,6 +148,9 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("2023-02-07 15:24:38.604 0 4 localhost kernel:[  267.326707] qla2xxx [0000:81:00.1]-800e:16: DEVICE RESET SUCCEEDED "
      "nexus:16:0:0 cmd=000000002e5c68c5.", kernel),
     ("[  264.276463] qla2xxx [0000:81:00.0]-500a:15: LOOP UP detected (8 Gbps).", kernel),
+    # a wireless driver's WARNING is outside the job (public GitHub file, index id 49580068011)
+    ("[  271.940647] WARNING: CPU: 6 PID: 0 at drivers/net/wireless/ath/ath11k/hal.c:818 ath11k_hal_srng_access_begin+0x31/0x40 [ath11k]",
+     kernel),
 ])  # fmt: skip
 def test_look_alikes_stay_quiet(line, parse):
     assert not acting(parse(line)), line

@@ -40,7 +40,13 @@ def test_an_rsyslog_template_with_facility_and_severity_is_taken_off():
      "(2 vs. 0) cuDNN: CUDNN_STATUS_ALLOC_FAILED", "user_code", trainer),
     ("[19:03:47] /home/deeper/mxnet/dmlc-core/include/dmlc/./logging.h:235: [19:03:47] src/storage/./pooled_storage_manager.h:62: "
      "Memory allocation failed.", "user_code", trainer),
+    # Paddle's enforce on a CUDA call (public GitHub file, index id 59135192918)
+    ("OSError: (External) CUDA error(2), out of memory.", "user_code", trainer),
     # their CUDA failures
+    ("ExternalError: CUDA error(700), an illegal memory access was encountered.", "cuda_error", trainer),
+    # TF's conv op when cuDNN could not start (public GitHub file, index id 15514221159)
+    ("tensorflow.python.framework.errors_impl.UnknownError: Failed to get convolution algorithm. This is probably because cuDNN failed "
+     "to initialize, so try looking to see if a warning log message was printed above.", "cuda_error", trainer),
     ("  (0) Internal: Blas GEMM launch failed : a.shape=(64, 50), b.shape=(50, 180), m=64, n=180, k=50", "cuda_error", trainer),
     ("2019-07-26 16:09:56.417068: F T:\\src\\github\\tensorflow\\tensorflow\\core\\common_runtime\\gpu\\gpu_event_mgr.cc:206] "
      "Unexpected Event status: 1", "cuda_error", trainer),

@@ -78,6 +78,10 @@ def test_an_rsyslog_template_with_facility_and_severity_is_taken_off():
     ("May 11 16:40:10 k8s-worker-prod-ny5-1 multipathd[4554]: mpathy: sdac - tur checker reports path is down", "storage", kernel),
     ("  `- 19:0:4:13 sdcm 69:160  failed faulty running", "storage", trainer),
     ("Jan 03 03:57:32 fedora iscsid[40456]: iscsid: Received iferror -107: Transport endpoint is not connected.", "storage", kernel),
+    # iscsid without its own prefix: a portal on iSCSI's port unreachable (public GitHub file, index id 48870391672)
+    ("Jul  4 15:27:11 nodejs-200 iscsid: connect to 10.100.129.18:3260 failed (No route to host)", "storage", kernel),
+    ("Dec 06 11:24:06 Chunk1 iscsid[794]: iscsid: connection20:0 login rejected: initiator failed authorization with target", "storage",
+     kernel),  # public GitHub file, index id 7874304360
     ("Jan 28 15:06:24 ubuntusrv kernel: drbd windows10-boot windows10: PingAck did not arrive in time.", "storage", kernel),
     ("[57159.663869] drbd pgsql dmg28dbn1.mgmt.dmg28.dmg.net: meta connection shut down by peer.", "storage", kernel),
     ("[2025-08-08 21:53:47.527990 +0000] W [MSGID: 114031] [client-rpc-fops_v2.c:613:client4_0_statfs_cbk] 0-vol2-client-5: remote "
@@ -138,6 +142,11 @@ def test_a_family_member_gets_its_class(line, fault, parse):
     ("Feb 14 12:56:26 h16 multipathd[5225]: 67:96: reinstated", kernel),
     ("Apr 22 16:54:55 jupiter iscsid: connection1:0 is operational after recovery (26 attempts)", kernel),
     ("    | `- 3:0:0:0 sdc 8:32 active ready  running", trainer),
+    # iscsid's notes beside those errors (public GitHub files, index ids 7874304360, 3492092064)
+    ("Dec 06 11:24:06 Chunk1 iscsid[794]: iscsid: Could not set session22 priority. READ/WRITE throughout and latency could be affected.",
+     kernel),
+    ("Oct 30 16:23:02 pbm-kube-0-w1 iscsid[1632]: iscsid: connecting to 169.254.0.2:3260", kernel),
+    ("Oct 30 16:23:02 pbm-kube-0-w1 iscsid[1632]: iscsid: deleting a scheduled/waiting thread!", kernel),
     # DRBD's connection coming back (public GitHub file, index id 53195556756; fresh7)
     ("[15962703.554390] drbd one-vm-10154-disk-0 m8c8: conn( NetworkFailure -> Unconnected )", kernel),
     ("[15962704.555917] drbd one-vm-10154-disk-0 m8c8: conn( Unconnected -> Connecting )", kernel),

@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
@@ -29,6 +29,17 @@ log = logging.getLogger(__name__)
 JOB_ENV, NODE_ENV = "FAULTLENS_JOB", "FAULTLENS_NODE"
 RESUME_ENV, CHECKPOINT_ENV, STATE_DIR_ENV = "FAULTLENS_RESUME", "FAULTLENS_CHECKPOINT", "FAULTLENS_STATE_DIR"
 RESUME_WHY_ENV = "FAULTLENS_RESUME_WHY"
+
+
+class HookIdentity(TypedDict):
+    """Who a callback's hook speaks for: :func:`make_hook`'s keyword arguments, kept by the callback
+    from its constructor until the framework's first hook (None: from `faultlens run`'s environment)."""
+
+    job: str | None
+    node: str | None
+    settings: KafkaSettings | None
+    keys: VerifyKeys | None
+    state_dir: str | os.PathLike[str] | None
 
 
 def make_hook(*, rank: int, job: str | None, node: str | None, settings: KafkaSettings | None,

@@ -114,7 +114,7 @@ def merge_round(notes: list[RoundNote]) -> RoundPlan:
     nodes = tuple(n.node for n in notes)
     restarted = [n for n in notes if n.action]
     with_command = [n for n in restarted if n.command_id]
-    first = (with_command or restarted or [None])[0]
+    first = next(iter(with_command or restarted), None)
     resume = "rollback" if any(n.resume == "rollback" for n in notes) else "latest"
     why = next((n.resume_why for n in notes if n.resume == resume and n.resume_why), "")
     checkpoint = next((n.checkpoint for n in notes if n.checkpoint), None)

@@ -197,7 +197,7 @@ class JobSide:
         plan = self.plan
         env = {"FAULTLENS_JOB": self.job, "FAULTLENS_NODE": self.node,
                "FAULTLENS_NODES": ",".join(plan.nodes if plan else (self.node,)),
-               "FAULTLENS_BOOTSTRAP": self.settings.bootstrap, "FAULTLENS_ATTEMPT": str(plan.attempt if plan else 0),
+               "FAULTLENS_BOOTSTRAP": self.settings.address(), "FAULTLENS_ATTEMPT": str(plan.attempt if plan else 0),
                "FAULTLENS_RESUME": plan.resume if plan else "latest",
                "FAULTLENS_CHECKPOINT": (plan.checkpoint or "") if plan else "",
                "FAULTLENS_RESUME_WHY": ("named by the command" if plan.checkpoint else plan.resume_why) if plan else ""}
@@ -224,10 +224,12 @@ class FaultlensAgent(LocalElasticAgent):
     # --- the round --------------------------------------------------------------------------
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
-        store, rank = worker_group.store, worker_group.group_rank
+        store, rank, world = worker_group.store, worker_group.group_rank, worker_group.group_world_size
+        if store is None or rank is None or world is None:  # torch's rendezvous sets all three
+            raise RuntimeError("the rendezvous left the worker group without its store, rank or world size")
         note = replace(self.side.note(), local_world=worker_group.spec.local_world_size)
         store.set(NOTE_KEY.format(rank), note.encode())  # the store is the round's (prefixed by round)
-        notes = [RoundNote.decode(store.get(NOTE_KEY.format(r))) for r in range(worker_group.group_world_size)]
+        notes = [RoundNote.decode(store.get(NOTE_KEY.format(r))) for r in range(world)]
         self.side.begin_round(rank, notes)
 
     def _set_local_rank_env(self, worker_env: dict[str, str | None], local_rank: int, spec: WorkerSpec) -> None:
@@ -334,8 +336,10 @@ def faultlens_agent(side: JobSide) -> Iterator[None]:
     # restart on every command.
     os.environ.setdefault(SHARE_STORE_ENV, "1")
     original = launcher_api.LocalElasticAgent
-    launcher_api.LocalElasticAgent = type("FaultlensAgent", (FaultlensAgent,), {"side": side})
+    # Rebinding torch's class name is the point (launch_agent looks it up at call time); mypy
+    # refuses any assignment to a class.
+    launcher_api.LocalElasticAgent = type("FaultlensAgent", (FaultlensAgent,), {"side": side})  # type: ignore[misc, assignment]
     try:
         yield
     finally:
-        launcher_api.LocalElasticAgent = original
+        launcher_api.LocalElasticAgent = original  # type: ignore[misc]

@@ -58,6 +58,7 @@ from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
+    HookIdentity,
     count_tokens,
     make_hook,
     resume_from_environment,
@@ -128,7 +129,7 @@ class FaultlensCallback(TrainerCallback):
                  from_scratch: bool | None = None, parallel_groups: bool = True, **hook_kwargs: Any):
         # Before the process groups exist (TrainingArguments creates them), or the recorder records nothing.
         flight_recorder.enable()
-        self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
+        self._identity: HookIdentity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
         self.from_scratch = from_scratch
         self.parallel_groups = parallel_groups
         self._count_tokens = tokens
@@ -248,8 +249,10 @@ class FaultlensCallback(TrainerCallback):
 
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def done(p: torch.Tensor) -> None:
-            # Accumulated so far: after the step's last micro-batch this is the gradient the Trainer clips.
-            self._grad_norms[index] = torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32)
+            # Accumulated so far: after the step's last micro-batch this is the gradient the Trainer clips
+            # (a post-accumulate hook runs after the gradient was written, so it is there).
+            if p.grad is not None:
+                self._grad_norms[index] = torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32)
         return done
 
     # --- commands -------------------------------------------------------------------------

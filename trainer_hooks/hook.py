@@ -207,20 +207,21 @@ class TrainerHook:
         self._ack(result.command, False, result.reason, result.addressed)
 
     def _on_command(self, cmd: Command) -> None:
+        reason = obeyed_reason(cmd.action)
+        if reason is None:
+            return  # run_checks is the node agent's (collectors.checks), not the trainer's
         if cmd.action == "checkpoint":
             self._checkpoint_due.set()
-            self._ack(cmd, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, reason)
         elif cmd.action == "capture_stacks":
-            self._ack(cmd, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, reason)
             self.publish_stacks(cmd.id)
-        elif cmd.action not in ACTION_EXIT:
-            return  # run_checks is the node agent's (collectors.checks), not the trainer's
         else:
             with self._lock:
                 if self.exit_code is not None:
                     return
                 self.exit_code, self.exit_command = ACTION_EXIT[cmd.action], cmd
-            self._ack(cmd, True, obeyed_reason(cmd.action))
+            self._ack(cmd, True, reason)
             threading.Thread(target=self._exit_if_stuck, args=(self.steps,), daemon=True).start()
 
     def publish_stacks(self, request_id: str | None = None) -> None:

@@ -43,6 +43,7 @@ from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
+    HookIdentity,
     count_tokens,
     grad_norm,
     make_hook,
@@ -84,7 +85,7 @@ class FaultlensCallback(pl.Callback):
                  **hook_kwargs: Any):
         # Before the Trainer creates its process groups, or the recorder records nothing.
         flight_recorder.enable()
-        self._identity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
+        self._identity: HookIdentity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
         self.from_scratch = from_scratch
         self.parallel_groups = parallel_groups
         self._dirpath = dirpath

@@ -175,6 +175,19 @@ def rotate_rows(blocks: torch.Tensor, perm: torch.Tensor, inverse: torch.Tensor,
 class PoetLinear(nn.Module):
     """A linear layer whose weight is R·W0·P (R, P orthogonal; only their generators learn)."""
 
+    # The buffers registered in __init__ (nn.Module's __getattr__ alone types them Tensor | Module).
+    weight0: torch.Tensor
+    sv0: torch.Tensor
+    merges: torch.Tensor
+    perm_out: torch.Tensor
+    inv_out: torch.Tensor
+    perm_in: torch.Tensor
+    inv_in: torch.Tensor
+    slots_out: torch.Tensor | None  # None: the side's blocks are even, nothing to pad
+    slots_in: torch.Tensor | None
+    mask_out: torch.Tensor | None
+    mask_in: torch.Tensor | None
+
     def __init__(self, weight0: torch.Tensor, bias: torch.Tensor | None, config: PoetConfig, key: object) -> None:
         super().__init__()
         self.out_features, self.in_features = weight0.shape

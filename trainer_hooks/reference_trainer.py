@@ -152,6 +152,8 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     loss.backward()
     if world > 1:
         for p in model.parameters():
+            if p.grad is None:  # the loss did not reach it (on every rank alike: the same model)
+                continue
             dist.all_reduce(p.grad)
             p.grad /= world
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()

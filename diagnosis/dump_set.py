@@ -95,7 +95,7 @@ def read_stack_answer(event: Envelope) -> StackDump | NoTrainerAnswer | Unranked
     false`` and the reason as ``dump`` text, or an integer ``pid`` and the dump) are read so; any
     other payload goes through :func:`read_stack_dump` and its dead letters.
     """
-    payload: StackDumpPayload = typed(event)
+    payload = typed(event, StackDumpPayload)
     # A null rank, not an absent one (the Struct reads both as None): an absent rank is a bad dump.
     if payload.rank is None and "rank" in event.data:
         if payload.pid is not None:
@@ -129,7 +129,7 @@ def is_recorder_dump(event: Envelope) -> bool:
 def read_recorder_dump(event: Envelope) -> RecorderDumpEvent:
     """The payload of a recorder_dump event; InvalidEvent (a dead letter) names what is missing.
     The dump text itself is read later, by the verdict: a garbled one is reported there, not lost."""
-    payload: RecorderDump = typed(event)
+    payload = typed(event, RecorderDump)
     if payload.rank is None:
         raise InvalidEvent("data.rank", "recorder_dump needs an integer rank, got None")
     if payload.dump is None:
@@ -140,7 +140,7 @@ def read_recorder_dump(event: Envelope) -> RecorderDumpEvent:
 def read_stack_dump(event: Envelope) -> StackDump:
     """The payload of one rank's stack_dump event; InvalidEvent (a dead letter) names what is missing.
     A node's null-rank answer is an InvalidEvent here: read it with :func:`read_stack_answer`."""
-    payload: StackDumpPayload = typed(event)
+    payload = typed(event, StackDumpPayload)
     if payload.rank is None:
         raise InvalidEvent("data.rank", "stack_dump needs an integer rank, got None")
     tool = payload.tool

@@ -78,7 +78,7 @@ class HangDetector(HangVerdicts):
         if event.source == "train" and event.kind == "step":
             self._step(event)
         elif event.source == "heartbeat" and event.kind == "beat":
-            beat: HeartbeatBeat = typed(event)
+            beat = typed(event, HeartbeatBeat)
             pids = beat.pids
             # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
             job = self._job(event.job)
@@ -100,7 +100,7 @@ class HangDetector(HangVerdicts):
         return self._revisit(window.job, job, window.start + 1e-9)
 
     def _watchdog(self, event: Envelope) -> list[Diagnosis]:
-        timeout: NcclTimeout = typed(event)
+        timeout = typed(event, NcclTimeout)
         rank, done = timeout.rank, timeout.last_completed
         if done is None and timeout.seq is not None:
             done = timeout.seq - 1
@@ -161,7 +161,7 @@ class HangDetector(HangVerdicts):
 
     def _step(self, event: Envelope) -> None:
         try:
-            payload: TrainStep = typed(event)  # read once by the payload check (events/payloads.py)
+            payload = typed(event, TrainStep)  # read once by the payload check (events/payloads.py)
         except InvalidEvent:
             return  # the payload check owns step validation (and its dead letters); nothing to learn here
         rank, step = payload.rank, payload.step

@@ -11,7 +11,6 @@ one process; split, the node stage's outputs travel on the ``summaries`` topic k
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
@@ -39,11 +38,16 @@ log = logging.getLogger(__name__)
 JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack", "net"})
 
 
-@dataclass
 class NodeOutput:
-    findings: list[Finding] = field(default_factory=list)
-    windows: list[NodeWindow] = field(default_factory=list)
-    forward: list[Envelope] = field(default_factory=list)
+    """What the node stage made of an event: findings, closed windows, events for the job stage.
+    (A plain class: one is built per message, and a dataclass's default factories cost a call each.)"""
+
+    __slots__ = ("findings", "windows", "forward")
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.windows: list[NodeWindow] = []
+        self.forward: list[Envelope] = []
 
 
 def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:

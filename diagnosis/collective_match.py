@@ -85,8 +85,8 @@ def group_members(dumps: Mapping[int, RecorderDump], topology: Topology) -> dict
             told[pg] = everyone
         for pg in dump.last_enqueued:
             seen.setdefault(pg, set()).add(rank)
-        for pg, ranks in dump.members.items():
-            told.setdefault(pg, ranks)
+        for pg, listed in dump.members.items():
+            told.setdefault(pg, listed)
     no_dump = set(topology.by_rank) - set(dumps)
     out: dict[str, tuple[int, ...]] = {}
     for pg, ranks in seen.items():

@@ -28,6 +28,7 @@ from faultlens.diagnosis.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.localize import group_counts, localize
 from faultlens.diagnosis.stacks import StackConfig, cluster_stacks
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ class RoundResult:
     key: str
     ts: float
     outliers: tuple[int, ...]
-    groups: dict  # "pp:3" → outlier count in that group
+    groups: dict[str, int]  # "pp:3" → outlier count in that group
     evidence: tuple[str, ...]
-    seen: frozenset = frozenset()  # ranks whose stacks the round had
+    seen: frozenset[int] = frozenset()  # ranks whose stacks the round had
 
 
 @dataclass
@@ -173,7 +174,7 @@ class FailSlowRounds:
                 continue
             age = now - campaign.started
             if campaign.suspicion is not None and campaign.dumps_seen == 0 and age >= self.config.no_rounds_timeout_s:
-                out.append(self._suspicion_stands(job, campaign, now, "no stack round arrived"))
+                out.append(self._suspicion_stands(job, campaign, campaign.suspicion, now, "no stack round arrived"))
             elif age >= self.config.campaign_timeout_s:
                 out += self._conclude(job, campaign, now, timed_out=True)
             else:
@@ -242,13 +243,12 @@ class FailSlowRounds:
         suspicion = campaign.suspicion if campaign is not None else None
         self._cooled_nodes[job] = frozenset(suspicion.nodes) if suspicion is not None else None
 
-    def _suspicion_stands(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
+    def _suspicion_stands(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
         self._finish(job, now)
-        return self._standing(job, campaign, now, why)
+        return self._standing(job, campaign, s, now, why)
 
-    def _standing(self, job: str, campaign: _Campaign, now: float, why: str) -> Diagnosis:
-        """The suspicion as the verdict: evict on two independent signals, else alert."""
-        s = campaign.suspicion
+    def _standing(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
+        """The suspicion ``s`` (the campaign's) as the verdict: evict on two independent signals, else alert."""
         if s.confidence >= self.config.stand_confidence:
             action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
         else:
@@ -269,7 +269,7 @@ class FailSlowRounds:
         rounds = campaign.done
         if len(rounds) < (self.config.min_rounds if timed_out else self.config.rounds):
             if campaign.suspicion is not None:
-                return [self._suspicion_stands(job, campaign, now, f"only {len(rounds)} stack round(s) completed")]
+                return [self._suspicion_stands(job, campaign, campaign.suspicion, now, f"only {len(rounds)} stack round(s) completed")]
             self._finish(job, now)
             return []
         self._finish(job, now)
@@ -277,11 +277,13 @@ class FailSlowRounds:
         need = math.ceil(self.config.persist_share * len(rounds))
         per_rank = Counter(r for rnd in rounds for r in rnd.outliers)
         persistent = sorted(r for r, n in per_rank.items() if n >= need)
-        place = localize(persistent, topology, cover_share=self.config.stacks.cover_share) if persistent else None
+        # Rounds were counted only under a topology (_close), so it is there; without one nobody is placed.
+        place = (localize(persistent, topology, cover_share=self.config.stacks.cover_share)
+                 if persistent and topology is not None else None)
         counts = [rnd.groups.get(place.group, 0) for rnd in rounds] if place else []
         hits = sum(1 for c in counts if c)
         if place is None or hits < need:
-            busiest = Counter()
+            busiest: Counter[str] = Counter()
             for rnd in rounds:
                 busiest.update(rnd.groups)
             log.info("job %s: %d stack rounds, no consistent outlier group (top %s): no blame",
@@ -301,8 +303,8 @@ class FailSlowRounds:
             ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
         )]
 
-    def _unconfirmed(self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int, topology,
-                     now: float) -> list[Diagnosis]:
+    def _unconfirmed(self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int,
+                     topology: Topology | None, now: float) -> list[Diagnosis]:
         """Rounds that blamed no group. A suspicion whose machines the rounds hardly saw (their
         capture failed) was not tested by them: it stands as if no round had come. One they saw and
         did not confirm is not dropped in silence when two signals backed it: a person is told."""
@@ -311,7 +313,7 @@ class FailSlowRounds:
             return []
         suspects = set(s.ranks) or {r for r, place in topology.by_rank.items() if place.node in s.nodes}
         if suspects and sum(1 for rnd in rounds if suspects & rnd.seen) < need:
-            return [self._standing(job, campaign, now, f"the suspects' stacks were missing from "
+            return [self._standing(job, campaign, s, now, f"the suspects' stacks were missing from "
                                                         f"{len(rounds)} stack rounds (capture failed?)")]
         if s.confidence < self.config.stand_confidence:
             return []

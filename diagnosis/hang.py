@@ -223,18 +223,21 @@ class HangDetector(HangVerdicts):
         return self._check_complete(job, state, dump.ts)
 
     def _check_complete(self, job: str, state: JobState, now: float) -> list[Diagnosis]:
-        dumps = state.stall.dumps
+        stall = state.stall
+        if stall is None:
+            return []
+        dumps = stall.dumps
         topology = self._book.topology(job)
-        if topology is not None and dumps.answered(topology.ranks_by_node) | state.stall.failed >= set(topology.by_rank):
+        if topology is not None and dumps.answered(topology.ranks_by_node) | stall.failed >= set(topology.by_rank):
             # A rank whose agent's capture failed answered, but its trainer's faulthandler dump for the
             # same capture may still come (py-spy times out on a loaded node): a verdict given at once
             # reads fewer dumps than there will be, and its confidence falls with the share it read.
-            undumped = state.stall.failed - dumps.ranks()
+            undumped = stall.failed - dumps.ranks()
             if dumps.all_preferred() and not undumped:
                 return [self._decide(job, state, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
-            if state.stall.complete_at is None:
-                state.stall.complete_at = now
+            if stall.complete_at is None:
+                stall.complete_at = now
         return []
 
     # --- time -----------------------------------------------------------------------------
@@ -276,7 +279,7 @@ class HangDetector(HangVerdicts):
             )
             # The floor bounds the threshold from below: skip the median until it could matter.
             if stalled >= self.config.floor_s and alive and stalled >= self.threshold(name):
-                out.append(self._suspect(name, job, now))
+                out.append(self._suspect(name, job, job.last_progress, now))
                 out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
 
@@ -311,7 +314,7 @@ class HangDetector(HangVerdicts):
                  and now - job.last_beat <= self.config.heartbeat_fresh_s and not _trainers_gone(job))
         if not alive or now - job.started < max(self.config.startup_s, self.threshold(name)):
             return []
-        return [self._suspect(name, job, now), *self._check_complete(name, job, now)]
+        return [self._suspect(name, job, job.started, now), *self._check_complete(name, job, now)]
 
     def _first_stopped(self, name: str, job: JobState) -> tuple[int, ...]:
         topology = self._book.topology(name)
@@ -339,10 +342,11 @@ class HangDetector(HangVerdicts):
             fresh.step_times, fresh.gaps, fresh.heard = old.step_times, old.gaps, old.heard
         fresh.started = at
 
-    def _suspect(self, name: str, job: JobState, now: float) -> Diagnosis:
+    def _suspect(self, name: str, job: JobState, onset: float, now: float) -> Diagnosis:
+        """The suspicion of a stall since ``onset``: the last step progress, or the restart that
+        never reached its first step."""
         first = self._first_stopped(name, job)
         # The id follows from the stall (job, onset): a re-run over the same events names it alike.
-        onset = job.last_progress if job.last_progress is not None else job.started
         sid = hashlib.blake2b(f"{name}|job_hang|{onset:.3f}".encode(), digest_size=16).hexdigest()
         stall = Stall(suspicion_id=sid, onset=onset, opened=now, first_stopped=first, dumps=job.recent)
         stall.failed |= job.recent_failed

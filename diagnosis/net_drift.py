@@ -29,6 +29,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from faultlens.diagnosis.drift_features import BASELINE, BUCKET_S, RECENT
 from faultlens.diagnosis.rules.base import Finding
@@ -49,8 +50,8 @@ CONFIDENCE = 0.55
 
 @dataclass(slots=True)
 class _Port:
-    buckets: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (errors, share | None)
-    first: list = field(default_factory=list)
+    buckets: deque[tuple[int, float | None]] = field(default_factory=lambda: deque(maxlen=RECENT))  # (errors, share)
+    first: list[tuple[int, float | None]] = field(default_factory=list)
     base_errors: float | None = None  # per bucket
     base_share: float | None = None
     errors: int = 0
@@ -92,7 +93,7 @@ class NetDriftJudge:
             return out  # a sample of a minute already closed
         ports = port_entries(event)
         names = [port_name(p) for p in ports]
-        rates = {name: _bytes_s(p) for name, p in zip(names, ports, strict=True)}
+        rates = {name: _bytes_s(port_maps(p)[0]) for name, p in zip(names, ports, strict=True)}
         known = [r for r in rates.values() if r is not None]
         median = statistics.median(known) if len(known) >= 2 else None
         for name, p in zip(names, ports, strict=True):
@@ -146,7 +147,11 @@ class NetDriftJudge:
             st = self._ports[(p.node, p.port)]
             expected = RECENT * max(p.base_rate, fleet)
             z_err = (p.errors - expected) / math.sqrt(expected + 1.0)
-            z_share = (p.fall - med) / sigma if p.fall is not None else 0.0
+            # No recent share (the node moved too little traffic to tell): no fall to hold against it.
+            if p.fall is None or p.share is None:
+                st.streak = 0
+                continue
+            z_share = (p.fall - med) / sigma
             if not (p.errors >= MIN_ERRORS and z_err >= ERRORS_Z and z_share >= SHARE_Z and p.fall >= MIN_SHARE_FALL):
                 st.streak = 0
                 continue
@@ -166,10 +171,7 @@ class NetDriftJudge:
         return out
 
 
-def _bytes_s(p) -> float | None:
-    rates = p.get("rates")
-    if not isinstance(rates, dict):
-        return None
+def _bytes_s(rates: Mapping[str, Any]) -> float | None:
     rx, tx = rates.get("rx_bytes"), rates.get("tx_bytes")
     if not isinstance(rx, (int, float)) or not isinstance(tx, (int, float)):
         return None

@@ -126,8 +126,8 @@ class NetTraffic:
             key = (event.node, rail)
             n_peers, median = self._peers(job, rail, event.node, s.ts) if state == "ACTIVE" and traffic is not None \
                 else (0, 0.0)
-            low = n_peers >= c.min_peers and median >= c.busy_bytes_s and traffic <= c.zero_share * median
-            if not low:
+            if traffic is None or not (n_peers >= c.min_peers and median >= c.busy_bytes_s
+                                       and traffic <= c.zero_share * median):
                 job.low_since.pop(key, None)
                 job.reported.discard(key)
                 continue
@@ -162,8 +162,8 @@ class NetTraffic:
         cached = job.medians.get(rail)
         if cached is not None and 0 <= ts - cached[0] < 2.5 and cached[1] >= 9:
             return cached[1] - 1, cached[2]
-        values = {n: p.rails[rail][0] for n, p in job.latest.items()
-                  if ts - p.ts <= c.fresh_s and rail in p.rails and p.rails[rail][0] is not None}
+        values = {n: v for n, p in job.latest.items()
+                  if ts - p.ts <= c.fresh_s and rail in p.rails and (v := p.rails[rail][0]) is not None}
         if len(values) >= 9:
             job.medians[rail] = (ts, len(values), statistics.median(values.values()))
             return len(values) - 1, job.medians[rail][2]
@@ -177,9 +177,10 @@ class NetTraffic:
         state = self._jobs.get(job)
         if state is None or len(state.latest) < 2:
             return None
-        latest = [s for s in state.latest.values() if s.total is not None]
-        if len(latest) < len(state.latest) or any(s.total >= self.config.idle_bytes_s for s in latest):
+        totals = [s.total for s in state.latest.values() if s.total is not None]
+        if len(totals) < len(state.latest) or any(t >= self.config.idle_bytes_s for t in totals):
             return None
+        latest = list(state.latest.values())  # every node's total is known
         newest = max(s.ts for s in latest)
         if any(newest - s.ts > self.config.fresh_s for s in latest):
             return None  # some node's counters stopped coming: its silence is not known

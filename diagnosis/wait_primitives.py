@@ -246,10 +246,10 @@ def read_activity(frames: Sequence[Frame], call_site_depth: int = 4) -> RankActi
             if prim.kind in (SEND, RECV, SENDRECV) and direction is None:
                 # torch's isend under Megatron's send_forward: the outer helper names kind and side;
                 # plain torch recv under a user's backward_step: the caller's name does.
-                outer = next((p for p in map(primitive_of, callers[:8]) if p is not None and p.direction), None)
-                if outer is not None:
-                    prim = Primitive(outer.kind, prim.op, prim.library, outer.direction, outer.axis or prim.axis)
-                    direction = outer.direction
+                helper = next((p for p in map(primitive_of, callers[:8]) if p is not None and p.direction), None)
+                if helper is not None:
+                    prim = Primitive(helper.kind, prim.op, prim.library, helper.direction, helper.axis or prim.axis)
+                    direction = helper.direction
                 else:
                     direction = direction_hint(callers)
             axis = prim.axis or (axis_hint(callers) if prim.kind == COLLECTIVE else None)

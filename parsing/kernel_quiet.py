@@ -65,12 +65,18 @@ def by_own_word(found: Found, sev: Severity, rule: LineRule | None) -> bool:
         why = sev.says_quiet
     if why is None or not found:
         return False
+    record_only(found, why)
+    return True
+
+
+def record_only(found: Found, why: str) -> None:
+    """Keep ``found``'s class for the machine's record but act on none of it: action ``none``,
+    severity ``info``, and ``quiet`` saying why (docs/events.md)."""
     for _, data in found:
         if data.get("action") not in (None, "none"):
             data["action"] = "none"
             data["severity"] = "info"
             data["quiet"] = why
-    return True
 
 
 def outside_the_job(found: Found, msg: str, rule: LineRule | None) -> bool:
@@ -104,3 +110,20 @@ def unused_device(found: Found, msg: str) -> bool:
             data["quiet"] = "an optical or floppy drive: no job's storage"
             hit = True
     return hit
+
+
+# amdgpu's display engine (drivers/gpu/drm/amd/display): the display core's register waits
+# (dc/dc_helper.c generic_reg_wait: DC_LOG_WARNING "REG_WAIT timeout %dus * %d tries - %s line:%d"),
+# its functions by their prefixes (dcn32_*, dce110_*, dc_*, dmub_* / DMUB firmware, amdgpu_dm_*,
+# dm_*). A compute job draws nothing on a display: a scan-out's trouble is no GPU reset for it.
+_AMD_DISPLAY = re.compile(r"REG_WAIT timeout|\b(?:dcn\d+|dce\d+|dc|dmub|amdgpu_dm|dm)_\w+|\bDMUB\b")
+
+
+def display_engine(found: Found, msg: str) -> bool:
+    """Record, not act on, an amdgpu line of its display engine (see _AMD_DISPLAY). True when it did."""
+    if not found or "amdgpu" not in msg or not _AMD_DISPLAY.search(msg):
+        return False
+    before = [data.get("action") for _, data in found]
+    record_only(found, "amdgpu's display engine: a job draws nothing on a display")
+    return before != [data.get("action") for _, data in found]
+

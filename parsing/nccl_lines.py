@@ -94,6 +94,15 @@ _INFO_ASYNC_EVENT = re.compile(
     r"communication established|send queue drained|last WQE reached|SRQ limit reached|path migrated)\b", re.IGNORECASE)
 
 
+# A WARN that advises on a set-up rather than reports a failure: it names what the set-up "can lead
+# to" (RCCL's init checks, ROCm/rccl src/init.cc: WARN("Missing \"iommu=pt\" from kernel command line
+# which can lead to system instablity or hang!"), also HSA_FORCE_FINE_GRAIN_PCIE and amd_iommu=on,
+# printed at every start of a job that then runs). A possibility is no fault; a WARN that also says
+# something failed, timed out or could not be done is judged as before.
+_ADVICE = re.compile(r"\b(?:can|could|may|might|will) (?:lead to|cause|result in)\b", re.IGNORECASE)
+_FAILED = re.compile(r"\b(?:fail\w*|timed out|timeout|abort\w*|unable|cannot|could not|refused|lost)\b", re.IGNORECASE)
+
+
 def _from_plugin(msg: str) -> bool:
     """Was this WARN printed by a network plugin rather than by NCCL itself (its file names it)?"""
     m = _WARN_ORIGIN.search(msg)
@@ -117,6 +126,8 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
         action, quiet = "none", "a network plugin's warning that names no failure"
     elif not cuda and _INFO_ASYNC_EVENT.search(text):
         action, quiet = "none", "an IB async event that reports a state change, not an error"
+    elif not serious and _ADVICE.search(text) and not _FAILED.search(text):
+        action, quiet = "none", "advice on the set-up (what it can lead to), not a failure"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
                   pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip

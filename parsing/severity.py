@@ -143,6 +143,34 @@ def level_word(message: str) -> int | None:
     return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or "").lower())
 
 
+# The level a trainer's or a library's log line states before its message, in the logging formats
+# that print it: NCCL's "NCCL INFO" / "NCCL TRACE" (src/include/debug.h), Python logging's
+# "INFO:name:", "name - INFO - " and "[INFO]" (logging's %(levelname)s), loguru's "| INFO     |",
+# Hugging Face's "[INFO|trainer.py:12]", and glog / c10's "I0722 21:51:23.405504" (the letter is the
+# level: I info, W warning, E error, F fatal), also inside c10d's "[I722 ...]". The word must be
+# the format's level, upper case, in the line's head, with no exception's name before it
+# ("ValueError: INFO field missing" is an error about a field).
+_TRAINER_LEVEL = re.compile(
+    r"^(?P<head>.{0,48}?)(?:(?<![\w.])(?P<word>INFO|DEBUG|TRACE|NOTICE)(?=\s*[:\]|\-]|\s)"
+    r"|(?<![\w.])\[?(?P<glog>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+)")
+_TRAINER_LEVELS = {"INFO": 6, "NOTICE": 5, "DEBUG": 7, "TRACE": 7, "I": 6, "W": 4, "E": 3, "F": 2}
+
+
+def trainer_level(message: str) -> int | None:
+    """The syslog level a trainer-side line states in its logging format's own word (``NCCL INFO``,
+    ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``), else the level :func:`level_word` reads, else None."""
+    if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or ":" in message[:24]:
+        m = _TRAINER_LEVEL.match(message)
+        if m and "Error" not in m.group("head") and "Exception" not in m.group("head"):
+            return _TRAINER_LEVELS[m.group("word") or m.group("glog")]
+    return level_word(message)
+
+
+def level_name(level: int) -> str:
+    """The syslog name of ``level`` (6: info)."""
+    return _NAMES.get(level, str(level))
+
+
 def reassured(message: str) -> bool:
     """The line says its trouble was corrected or recovered, or that it needs no action."""
     low = message.lower()

@@ -31,7 +31,8 @@ from faultlens.parsing.errors import (
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
-from faultlens.parsing.severity import reassured
+from faultlens.parsing.kernel_quiet import record_only
+from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
 
 # A traceback that sees this many foreign lines before its exception line is given up as truncated.
@@ -145,6 +146,7 @@ class TrainerLogParser:
         self.on_unrecognised = on_unrecognised
         self._now = now
         self._rules = RuleSet.for_source(self.source, rules)
+        self._rule_by_id = {r.id: r for r in self._rules.rules}
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
@@ -212,6 +214,13 @@ class TrainerLogParser:
                 self.stats.by_model += 1
                 self._folded[(key, guessed[0][1]["fault"])] = (self._n, self._t)
                 out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in guessed)
+        if out and (level := trainer_level(msg)) is not None and level >= NOTICE:
+            # The line's own level first (issue 54): a line its logger printed at info, notice or
+            # debug is recorded, never acted on, whatever its words (NCCL's INFO trace above too);
+            # not a loss its progress line reports as NaN (a value read, at INFO like every step's),
+            # nor a rule's message its program prints at that level (the rule's printk_level).
+            told = [(e.kind, e.data) for e in out if e.kind != "nan" and level > self._printk_level(e.data.get("rule"))]
+            record_only(told, f"the line's own level is {level_name(level)}")
         for event in out:
             # A line without a rank's prefix after a rank's error is most often that error's echo in
             # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
@@ -342,9 +351,12 @@ class TrainerLogParser:
 
     def _single(self, msg: str, raw: str, rank: int | None, local_rank: int | None, key: Any) -> list[tuple[str, dict[str, Any]]] | None:
         extra: dict[str, Any] = {"local_rank": local_rank} if local_rank is not None else {}
-        if " NCCL INFO " in msg:
+        if "NCCL INFO " in msg:
             # NCCL's INFO chatter (even "Connection closed" at shutdown) is never a fault, but for the
-            # trace NCCL prints at INFO of a call that failed ("bootstrap.cc:701 -> 6")
+            # trace NCCL prints at INFO of a call that failed ("bootstrap.cc:701 -> 6"): recorded, its
+            # action taken off in feed() as every INFO line's (NCCL's WARN names the failure).
+            # The tag anywhere: a line that starts with it ("NCCL INFO ...", no host prefix) once went
+            # on to the catalogue and the error words below and acted.
             failed = nccl_lines.failing_call(msg) if " -> " in msg else None
             if failed is None:
                 return None
@@ -426,6 +438,11 @@ class TrainerLogParser:
         if found.error:
             data["error"] = found.error
         return [("exception", data)]
+
+    def _printk_level(self, rule_id: str | None) -> int:
+        """The level the rule that read a line says its message is printed at (warning: none)."""
+        rule = self._rule_by_id.get(rule_id) if rule_id else None
+        return rule.printk_level if rule is not None else WARNING
 
     def _seen_rule(self, key: Any, fold: Any) -> bool:
         if fold[0] == "nccl_error":

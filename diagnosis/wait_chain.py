@@ -22,6 +22,8 @@ from typing import Iterable, Mapping
 from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, RankActivity
 from faultlens.events.topology import AXES, Topology
 
+CallSite = tuple[tuple[str, str], ...]  # RankActivity.call_site
+
 
 def chain_to(edges: Mapping[int, Iterable[int]], end: int) -> tuple[int, ...]:
     """The longest of the shortest wait chains that end at ``end``, victim first, over ``edges``
@@ -39,8 +41,8 @@ def chain_to(edges: Mapping[int, Iterable[int]], end: int) -> tuple[int, ...]:
                 parent[src] = last
                 queue.append(src)
     path = [last]
-    while parent[path[-1]] is not None:
-        path.append(parent[path[-1]])
+    while (up := parent[path[-1]]) is not None:
+        path.append(up)
     return tuple(path)
 
 
@@ -78,35 +80,37 @@ def follow_waits(activities: Mapping[int, RankActivity], topology: Topology) -> 
     """The wait-for graph of ``activities`` (usable ranks only; other topology ranks are unknown)."""
     coords = {(p.tp, p.pp, p.dp): p.rank for p in topology.ranks}
     sites = {r: a.call_site for r, a in activities.items() if a.waiting}
-    stragglers: dict[tuple[str, int, tuple], tuple[int, ...]] = {}
+    stragglers: dict[tuple[str, int, CallSite], tuple[int, ...]] = {}
+    world_stragglers: dict[CallSite, tuple[int, ...]] = {}  # barriers of unknown scope, by call site
 
-    def not_arrived(axis: str, gid: int, site: tuple) -> tuple[int, ...]:
+    def not_arrived(axis: str, gid: int, site: CallSite) -> tuple[int, ...]:
         key = (axis, gid, site)
         if key not in stragglers:
             stragglers[key] = tuple(m for m in topology.group_ranks(axis, gid) if sites.get(m) != site)
         return stragglers[key]
 
-    world_key = ("world", 0)
     edges: dict[int, tuple[int, ...]] = {}
     reasons: dict[int, str] = {}
     for rank, act in activities.items():
-        if not act.waiting:
+        prim = act.primitive
+        if not act.waiting or prim is None:  # a waiting activity always names its primitive
             continue
-        kind = act.primitive.kind
+        kind = prim.kind
         place = topology.by_rank[rank]
         if kind in (SEND, RECV, SENDRECV):
             prev = coords.get((place.tp, place.pp - 1, place.dp))
             nxt = coords.get((place.tp, place.pp + 1, place.dp))
             towards_next = _towards_next(kind, act.direction)
+            neighbours: tuple[int | None, ...]
             if towards_next is None:
-                targets, side = (prev, nxt), "a pipeline neighbour"
+                neighbours, side = (prev, nxt), "a pipeline neighbour"
             else:
                 first, second = (nxt, prev) if towards_next else (prev, nxt)
                 # No such stage (a first stage in recv): its only neighbour is the one it waits on.
                 chosen = first if first is not None else second
-                targets, side = (chosen,), "the next stage" if chosen == nxt else "the previous stage"
-            edges[rank] = tuple(sorted(t for t in set(targets) if t is not None and t != rank))
-            reasons[rank] = f"{act.primitive.op}{f' ({act.direction})' if act.direction else ''} waits on {side}"
+                neighbours, side = (chosen,), "the next stage" if chosen == nxt else "the previous stage"
+            edges[rank] = tuple(sorted(t for t in set(neighbours) if t is not None and t != rank))
+            reasons[rank] = f"{prim.op}{f' ({act.direction})' if act.direction else ''} waits on {side}"
             continue
         if kind in (COLLECTIVE, BARRIER):
             if act.axis is not None:
@@ -125,18 +129,19 @@ def follow_waits(activities: Mapping[int, RankActivity], topology: Topology) -> 
                         targets.update(late)
                         named.append(f"{axis}:{gid}")
             else:  # a barrier of unknown scope: the whole job
-                if world_key not in stragglers:
-                    stragglers[world_key] = tuple(r for r in topology.by_rank if sites.get(r) != act.call_site)
-                targets.update(stragglers[world_key])
+                site = act.call_site
+                if site not in world_stragglers:
+                    world_stragglers[site] = tuple(r for r in topology.by_rank if sites.get(r) != site)
+                targets.update(world_stragglers[site])
                 named.append("the job")
             targets.discard(rank)
             edges[rank] = tuple(sorted(targets))
             where = " or ".join(named) if named else (f"{act.axis} group" if act.axis else "any group")
-            reasons[rank] = (f"{act.primitive.op} on {where}: {len(targets)} member(s) not in the same call" if targets
-                             else f"{act.primitive.op}: every member of its {where} is in the same call")
+            reasons[rank] = (f"{prim.op} on {where}: {len(targets)} member(s) not in the same call" if targets
+                             else f"{prim.op}: every member of its {where} is in the same call")
             continue
         edges[rank] = ()
-        reasons[rank] = f"{act.primitive.op}: no rule to follow"
+        reasons[rank] = f"{prim.op}: no rule to follow"
 
     targets_all = {t for ts in edges.values() for t in ts}
     waiting = tuple(sorted(r for r, a in activities.items() if a.waiting))

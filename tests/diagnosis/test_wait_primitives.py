@@ -173,3 +173,16 @@ def test_a_compute_rank_nobody_waits_on_is_no_suspect():
              3: [("recv", C10D, 1), ("forward_step", "t.py", 1)]}
     chains = follow_waits(_acts(topo, lambda p: specs[p.rank]), topo)
     assert chains.suspects == (2,) and chains.unwaited == (0, 1)
+
+
+def test_barriers_of_unknown_scope_at_two_call_sites_each_wait_on_the_other_half():
+    # Half the job in a barrier under checkpointing, half in one under evaluation: each half waits
+    # on the ranks that are not in its own barrier (each call site's stragglers, not the first one's).
+    topo = grid(2, 2, tp=1, pp=1, dp=4)
+    ckpt = [("barrier", C10D, 1), ("save_checkpoint", "megatron/training/checkpointing.py", 1)]
+    evaluate = [("barrier", C10D, 2), ("evaluate", "megatron/training/training.py", 1)]
+    acts = _acts(topo, lambda p: ckpt if p.rank < 2 else evaluate)
+    assert {a.primitive.kind for a in acts.values()} == {BARRIER} and {a.axis for a in acts.values()} == {None}
+    chains = follow_waits(acts, topo)
+    assert chains.edges == {0: (2, 3), 1: (2, 3), 2: (0, 1), 3: (0, 1)}
+    assert chains.dead_ends == () and chains.suspects == ()

@@ -104,6 +104,10 @@ class KernelLogParser:
             self.stats.benign += 1
             return []  # known noise (parsing/benign.toml): no rule may act on it
         found = self._code(msg, text)
+        if found and kernel_quiet.by_own_word(found, severity_of(msg, text), None):
+            # The code's records (Xid, OOM kill, stalls, AER, MCE) are printed at warning or worse:
+            # one whose line carries info or below, or says its trouble is over, acts no more than a rule's.
+            self.stats.quieted += 1
         if found is None:
             found = self._rules.for_subsystem(subsystem_of(msg)).match(msg, text, self._echoes.seen)
             if found:

@@ -110,3 +110,23 @@ def test_amdgpu_display_engine_is_recorded_but_a_compute_ring_timeout_acts() -> 
     assert _events("kernel", display) and _acting("kernel", display) == []
     ring = "[ 4972.438521] amdgpu 0000:03:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=2"
     assert [e.data["fault"] for e in _acting("kernel", ring)] == ["gpu_reset_required"]
+
+
+@pytest.mark.parametrize("line", [
+    "6,123,99999000000,-;NVRM: Xid (PCI:0000:01:00): 48, pid=1, DBE (0x1,0x2)",
+    "<6>[99999.0] Out of memory: Killed process 123 (python) total-vm:1kB",
+    "<6>[99999.0] BUG: soft lockup - CPU#3 stuck for 22s! [python:123]",
+])
+def test_a_kernel_code_record_at_info_is_recorded(line: str) -> None:
+    # The Xid, OOM and stall readers are code, not catalogue rules: before round 9 they ignored the level.
+    events = _events("kernel", line)
+    assert events and _acting("kernel", line) == []
+
+
+@pytest.mark.parametrize("line", [
+    "3,123,99999000000,-;NVRM: Xid (PCI:0000:01:00): 48, pid=1, DBE (0x1,0x2)",
+    "<3>[99999.0] Out of memory: Killed process 123 (python) total-vm:1kB",
+    "[99999.0] BUG: soft lockup - CPU#3 stuck for 22s! [python:123]",
+])
+def test_the_same_kernel_records_at_their_own_level_act(line: str) -> None:
+    assert _acting("kernel", line)

@@ -40,7 +40,7 @@ from faultlens.diagnosis.localize import localize
 from faultlens.diagnosis.rank_threads import RankReading, read_rank
 from faultlens.diagnosis.stacks import RULE_WAIT_CHAIN, NotInTopology, StackConfig, StackVerdict, rank_list
 from faultlens.diagnosis.wait_chain import follow_waits
-from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE
+from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RankActivity
 from faultlens.events.topology import Topology
 
 RULE_RECORDER = "flight-recorder"
@@ -104,7 +104,7 @@ def walk_recorder(recorders: Mapping[int, RecorderDump], stacks: Mapping[int, st
             unconfirmed.add(rank)
             continue
         act = look.activity
-        if not act.waiting:
+        if not act.waiting or act.primitive is None:  # a waiting activity always names its primitive
             suspects.add(rank)
             continue
         if act.primitive.kind in (COLLECTIVE, BARRIER) and rank in recorders:
@@ -155,7 +155,7 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
         return verdict
     why = _why_silent(walk)
     vetoed = _held_suspects(walk, by_stacks, stacks)
-    if vetoed:
+    if vetoed and by_stacks is not None:  # only the stacks' suspects are vetoed
         return _held_veto(walk, by_stacks, vetoed, topology, said)
     if by_stacks is None:
         return StackVerdict(outlier_ranks=(), healthy_signatures=(), groups={}, axis=None, group_id=None, group=None,
@@ -170,8 +170,6 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
     if not walk.suspects and not walk.disagree:
         return None
     usable = max(1, len(state.dumped))
-    base = dict(healthy_signatures=(), groups={}, missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))),
-                bad_ranks=walk.bad, rule=RULE_RECORDER)
     lines = []
     for r in walk.suspects[: config.max_detail_groups]:
         look = walk.readings.get(r)
@@ -182,19 +180,16 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
     lines += [f"chain: {_chain_text(walk, s)}" for s in walk.suspects[:3]]
     stack_view = _stack_view(by_stacks)
     if walk.disagree:
-        what = "; ".join(f"rank {r}: stack waits in {walk.readings[r].activity.primitive.op} "
-                         f"({walk.readings[r].activity.frame}) but the recorder shows no collective of it in flight"
-                         for r in walk.disagree[:3])
+        what = "; ".join(f"rank {r}: stack waits in {op} ({frame}) but the recorder shows no collective of it in flight"
+                         for r in walk.disagree[:3] for op, frame in [_waiting_in(walk, r)])
         head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: {what}"
                 + (f"; suspects otherwise [{rank_list(walk.suspects)}]" if walk.suspects else ""))
         in_question = tuple(sorted({*walk.suspects, *walk.disagree}))
-        return StackVerdict(outlier_ranks=in_question, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
-                            detail="; ".join([head, *said, *lines, *stack_view]), alert=True, **base)
+        return _alert(walk, topology, in_question, "; ".join([head, *said, *lines, *stack_view]))
     if len(walk.suspects) > max(1, config.max_suspect_share * usable):
         head = (f"rule {RULE_RECORDER}: {len(walk.suspects)} ranks never joined and are not waiting "
                 f"[{rank_list(walk.suspects)}], too many to single out: alert, nothing evicted")
-        return StackVerdict(outlier_ranks=walk.suspects, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
-                            detail="; ".join([head, *said, *lines, *stack_view]), alert=True, **base)
+        return _alert(walk, topology, walk.suspects, "; ".join([head, *said, *lines, *stack_view]))
     place = localize(walk.suspects, topology, cover_share=config.cover_share)
     if place is None:
         return None
@@ -206,8 +201,7 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
                 f"[{rank_list(walk.suspects)}] on {', '.join(place.nodes)}, the stacks' wait chains "
                 f"[{rank_list(by_stacks.outlier_ranks)}] on {', '.join(by_stacks.nodes)}")
         in_question = tuple(sorted({*walk.suspects, *by_stacks.outlier_ranks}))
-        return StackVerdict(outlier_ranks=in_question, axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
-                            detail="; ".join([head, *said, *lines]), alert=True, **base)
+        return _alert(walk, topology, in_question, "; ".join([head, *said, *lines]))
     confirmed = 1.0 - 0.5 * len(walk.unconfirmed) / len(walk.suspects)
     seen_share = len(state.dumped) / len(topology.by_rank)
     confidence = 0.95 * place.coverage * confirmed * min(1.0, seen_share)
@@ -216,14 +210,35 @@ def _verdict(walk: RecorderReading, topology: Topology, config: StackConfig, by_
     head = (f"rule {RULE_RECORDER}: {len(walk.suspects)} suspect rank(s) [{rank_list(walk.suspects)}] never entered "
             f"the collective their group peers wait in and wait in nothing themselves; {place.covered}/{place.outliers} "
             f"in {place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))")
-    return StackVerdict(
-        outlier_ranks=walk.suspects, axis=place.axis, group_id=place.group_id, group=place.group, nodes=place.nodes,
-        confidence=round(confidence, 4), detail="; ".join([head, *said, *lines, *stack_view]),
+    frames = {r: act.frame for r in walk.suspects if (act := _activity(walk, r)) is not None}
+    return replace(
+        _alert(walk, topology, walk.suspects, "; ".join([head, *said, *lines, *stack_view])), alert=False,
+        axis=place.axis, group_id=place.group_id, group=place.group, nodes=place.nodes, confidence=round(confidence, 4),
         chains=tuple(_chain_text(walk, s) for s in walk.suspects[:3]),
-        outlier_frames={f"rank {r}": (walk.readings[r].activity.frame,) for r in walk.suspects
-                        if r in walk.readings and walk.readings[r].activity is not None},
-        **base,
+        outlier_frames={f"rank {r}": (frame,) for r, frame in frames.items()},
     )
+
+
+def _alert(walk: RecorderReading, topology: Topology, ranks: tuple[int, ...], detail: str) -> StackVerdict:
+    """The recorder rule's verdict that places nobody: ``ranks`` in question, for a person (a
+    localized verdict is this one placed, through ``replace``)."""
+    return StackVerdict(outlier_ranks=ranks, healthy_signatures=(), groups={}, axis=None, group_id=None, group=None,
+                        nodes=(), confidence=0.0, detail=detail, alert=True, bad_ranks=walk.bad, rule=RULE_RECORDER,
+                        missing_ranks=tuple(sorted(set(topology.by_rank) - set(walk.state.dumped))))
+
+
+def _activity(walk: RecorderReading, rank: int) -> RankActivity | None:
+    look = walk.readings.get(rank)
+    return look.activity if look is not None else None
+
+
+def _waiting_in(walk: RecorderReading, rank: int) -> tuple[str, str]:
+    """(the call, its frame) ``rank``'s stack waits in. Asked only of ranks the walk read as waiting
+    (a disagreement, a p2p wait), which have both; a placeholder keeps the text whole otherwise."""
+    act = _activity(walk, rank)
+    if act is None or act.primitive is None:
+        return "?", "no usable stack"
+    return act.primitive.op, act.frame
 
 
 def _held_suspects(walk: RecorderReading, by_stacks: StackVerdict | None, stacks: Mapping[int, str]) -> tuple[int, ...]:
@@ -243,10 +258,7 @@ def _held_veto(walk: RecorderReading, by_stacks: StackVerdict, vetoed: tuple[int
     head = (f"rule {RULE_RECORDER}: stacks and recorder disagree, alert, nothing evicted: the stacks ({by_stacks.rule}) "
             f"name [{rank_list(by_stacks.outlier_ranks)}] on {', '.join(by_stacks.nodes)}, but the recorder shows "
             + "; ".join(parts))
-    return StackVerdict(outlier_ranks=by_stacks.outlier_ranks, axis=None, group_id=None, group=None, nodes=(),
-                        confidence=0.0, detail="; ".join([head, *said]), alert=True, healthy_signatures=(), groups={},
-                        missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))), bad_ranks=walk.bad,
-                        rule=RULE_RECORDER)
+    return _alert(walk, topology, by_stacks.outlier_ranks, "; ".join([head, *said]))
 
 
 def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict | None,
@@ -263,11 +275,8 @@ def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict 
         parts.append(f"{r} is in {w.op} #{w.seq} of pg {w.pg}, which {rank_list(state.edges[r])} never entered")
     head = (f"rule {RULE_RECORDER}: ranks [{rank_list(loop)}] wait on each other in collectives entered in different "
             f"orders ({'; '.join(parts)}): a divergent branch in the trainer, not a machine: alert, nothing evicted")
-    return StackVerdict(outlier_ranks=tuple(sorted(o.rank for o in odd)) or loop, axis=None, group_id=None, group=None,
-                        nodes=(), confidence=0.0, alert=True, healthy_signatures=(),
-                        detail="; ".join([head, *odd_lines(odd, stacks, loop), *said, *_stack_view(by_stacks)]),
-                        groups={}, missing_ranks=tuple(sorted(set(topology.by_rank) - set(state.dumped))),
-                        bad_ranks=walk.bad, rule=RULE_RECORDER)
+    return _alert(walk, topology, tuple(sorted(o.rank for o in odd)) or loop,
+                  "; ".join([head, *odd_lines(odd, stacks, loop), *said, *_stack_view(by_stacks)]))
 
 
 def _recorder_lines(walk: RecorderReading) -> list[str]:
@@ -278,7 +287,7 @@ def _recorder_lines(walk: RecorderReading) -> list[str]:
         lines.append(f"recorder: ... {len(waits) - _MAX_WAITS_SHOWN} more group(s) held")
     for rank, targets in sorted(walk.via_p2p.items())[:_MAX_WAITS_SHOWN]:
         lines.append(f"rank {rank} is in no recorded collective but its stack waits in unrecorded p2p "
-                     f"({walk.readings[rank].activity.frame}) on rank(s) {rank_list(targets)}")
+                     f"({_waiting_in(walk, rank)[1]}) on rank(s) {rank_list(targets)}")
     if walk.bad:
         lines.append(f"unreadable recorder dumps: ranks {rank_list(walk.bad)}")
     return lines
@@ -305,7 +314,7 @@ def _chain_text(walk: RecorderReading, end: int) -> str:
             w = held[0]
             hops.append(f"{r} in {w.op} #{w.seq} of pg {w.pg}")
         elif r in walk.via_p2p:
-            hops.append(f"{r} in p2p {walk.readings[r].activity.frame.split(' (', 1)[0]}")
+            hops.append(f"{r} in p2p {_waiting_in(walk, r)[1].split(' (', 1)[0]}")
         else:
             hops.append(str(r))
     return " → ".join([*hops, f"{end} {'busy' if end in walk.busy_held else 'never joined'}"])

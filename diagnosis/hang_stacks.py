@@ -88,10 +88,10 @@ def _by_wait_chain(stacks: RankStacks, activities: Mapping[int, RankActivity], c
     if waiting < config.min_waiting_share * usable:
         return None
     seen_share = usable / stacks.expected if stacks.expected else 0.0
-    common = dict(
-        healthy_signatures=(), groups=_activity_groups(activities), bad_ranks=stacks.bad,
-        missing_ranks=stacks.missing, rule=RULE_WAIT_CHAIN,
-    )
+    # What both verdicts of this rule say alike; each fills in whom it names.
+    base = StackVerdict(outlier_ranks=(), healthy_signatures=(), groups=_activity_groups(activities), axis=None,
+                        group_id=None, group=None, nodes=(), confidence=0.0, detail="", bad_ranks=stacks.bad,
+                        missing_ranks=stacks.missing, rule=RULE_WAIT_CHAIN)
     tail = _tail_lines(stacks, activities, chains, config)
     if not chains.suspects:
         if waiting == usable and not chains.unknown_ends and len(chains.dead_ends) == waiting and not stacks.missing:
@@ -101,8 +101,7 @@ def _by_wait_chain(stacks: RankStacks, activities: Mapping[int, RankActivity], c
             head = (f"rule {RULE_WAIT_CHAIN}: no suspect: every rank waits in {same} ({calls}) and "
                     f"every member of its groups has arrived; nobody is behind, the hang is inside the "
                     f"communication layer (network, NCCL/gloo): nothing to evict, ask again or alert")
-            return StackVerdict(outlier_ranks=(), axis=None, group_id=None, group=None, nodes=(), confidence=0.0,
-                                detail="; ".join([head, *tail]), no_suspect=True, **common)
+            return replace(base, detail="; ".join([head, *tail]), no_suspect=True)
         return None
     if len(chains.suspects) > max(1, config.max_suspect_share * usable):
         return None
@@ -121,10 +120,10 @@ def _by_wait_chain(stacks: RankStacks, activities: Mapping[int, RankActivity], c
     lines = [head]
     lines += [f"suspect {r}: {activities[r].activity} in {activities[r].frame}" for r in shown]
     lines += [f"chain: {t}" for t in texts]
-    return StackVerdict(
-        outlier_ranks=chains.suspects, axis=place.axis, group_id=place.group_id, group=place.group,
+    return replace(
+        base, outlier_ranks=chains.suspects, axis=place.axis, group_id=place.group_id, group=place.group,
         nodes=place.nodes, confidence=round(confidence, 4), detail="; ".join(lines + tail), chains=texts,
-        outlier_frames={f"rank {r}": (activities[r].frame,) for r in chains.suspects}, **common,
+        outlier_frames={f"rank {r}": (activities[r].frame,) for r in chains.suspects},
     )
 
 

@@ -234,7 +234,7 @@ class HangDetector(HangVerdicts):
             # reads fewer dumps than there will be, and its confidence falls with the share it read.
             undumped = stall.failed - dumps.ranks()
             if dumps.all_preferred() and not undumped:
-                return [self._decide(job, state, now)]
+                return [self._decide(job, state, stall, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
             if stall.complete_at is None:
                 stall.complete_at = now
@@ -263,7 +263,7 @@ class HangDetector(HangVerdicts):
             stall = job.stall
             if stall is not None:
                 if not stall.decided and self._verdict_due(name, job, stall, now):
-                    out.append(self._decide(name, job, now))
+                    out.append(self._decide(name, job, stall, now))
                 continue
             if self._quiet(job, now):
                 continue  # the whole job's telemetry stopped: its silence (telemetry_lost), no hang

@@ -4,7 +4,7 @@ the ProcessGroupNCCL watchdog's sequence numbers. diagnosis.hang weighs them."""
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from faultlens.diagnosis.features import NodeWindow
 from faultlens.events.topology import Topology
@@ -55,6 +55,7 @@ def ranks_behind(progress: Mapping[int, tuple[int, str]], topology: Topology | N
     return (), "", ()
 
 
-def short(ranks: tuple[int, ...], limit: int = 8) -> str:
-    shown = ", ".join(map(str, ranks[:limit]))
-    return shown + (f" ... (+{len(ranks) - limit})" if len(ranks) > limit else "")
+def short(items: Sequence[int | str], limit: int = 8) -> str:
+    """Ranks (or node names) as a short list: the first ``limit`` and how many more."""
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f" ... (+{len(items) - limit})" if len(items) > limit else "")

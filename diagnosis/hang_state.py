@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.dump_set import DumpSet
+from faultlens.diagnosis.features import NodeWindow
 from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks import StackConfig
 
@@ -58,7 +59,7 @@ class Stall:
     dumps: DumpSet = field(default_factory=DumpSet)
     complete_at: float | None = None  # every rank has a dump, some only the trainer's faulthandler one
     decided: bool = False
-    failed: set = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
+    failed: set[int] = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
     inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
     held: bool = False  # its verdict fell due while the job's telemetry was stopped (logged once)
 
@@ -69,22 +70,22 @@ class JobState:
 
     last_step: dict[int, tuple[int, float, str]] = field(default_factory=dict)  # rank → (step, ts, event id)
     rank_node: dict[int, str] = field(default_factory=dict)
-    step_times: deque = field(default_factory=deque)
+    step_times: deque[float] = field(default_factory=deque)
     last_progress: float | None = None
     started: float | None = None  # when the job last restarted: its first step is awaited from then
     last_beat: float | None = None
     # The latest event time of anything of the job that reached the detector (beats, steps,
     # watchdogs, net samples, dumps, windows): the job's telemetry flowed until then.
     heard: float | None = None
-    gaps: deque = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
     # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
     recent: DumpSet = field(default_factory=DumpSet)
-    recent_failed: set = field(default_factory=set)  # failed captures since the last progress, before a suspicion
-    windows: dict = field(default_factory=dict)  # node → its latest NodeWindow
-    progress: dict = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
-    no_pids: dict = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
-    with_pids: set = field(default_factory=set)  # nodes whose beats once listed a trainer pid
+    recent_failed: set[int] = field(default_factory=set)  # failed captures since the last progress, before a suspicion
+    windows: dict[str, NodeWindow] = field(default_factory=dict)  # node → its latest NodeWindow
+    progress: dict[int, tuple[int, str]] = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
+    no_pids: dict[str, tuple[float, str]] = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
+    with_pids: set[str] = field(default_factory=set)  # nodes whose beats once listed a trainer pid
     ended_at: float | None = None  # the launcher's job/end, until a later step
 

@@ -10,7 +10,9 @@ where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin 
 from __future__ import annotations
 
 import functools
+from typing import AbstractSet, NamedTuple
 
+from faultlens.diagnosis.detector import JobBook
 from faultlens.diagnosis.hang_cues import idle_nodes, ranks_behind
 from faultlens.diagnosis.hang_cues import short as _short
 from faultlens.diagnosis.hang_recorder import read_hang
@@ -19,10 +21,15 @@ from faultlens.diagnosis.hang_state import HangConfig, JobState, Stall
 from faultlens.diagnosis.localize import first_ranks_nodes, localize
 from faultlens.diagnosis.stacks import StackVerdict
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.topology import Topology
 
 
 class HangVerdicts:
     """HangDetector's verdicts on a stall, and the places and evidence they name."""
+
+    # HangDetector's, set in its __init__: where the topologies are, and its settings.
+    _book: JobBook
+    config: HangConfig
 
     # --- places and evidence ----------------------------------------------------------------
     def _nodes_of(self, name: str, job: JobState, ranks: tuple[int, ...]) -> tuple[str, ...]:
@@ -37,8 +44,8 @@ class HangVerdicts:
         return tuple(job.last_step[r][2] for r in ranks[:16] if r in job.last_step)
 
     # --- the verdict ----------------------------------------------------------------------
-    def _decide(self, name: str, job: JobState, now: float) -> Diagnosis:
-        stall = job.stall
+    def _decide(self, name: str, job: JobState, stall: Stall, now: float) -> Diagnosis:
+        """The verdict on ``stall``, the job's open one."""
         stall.decided = True
         # The machines that hung are those in force when it began: a decision that comes after a
         # restart (the evidence arrived late) must not blame the machines that replaced them.
@@ -48,11 +55,11 @@ class HangVerdicts:
         gone = stall.dumps.gone(topology.ranks_by_node) if topology is not None else {}
         unplaced = stall.dumps.unplaced(topology.ranks_by_node) if topology is not None else {}
         unranked = self._unranked_note(stall, topology, unplaced)
-        if gone and len(gone) * 2 <= len(topology.nodes):
+        if gone and topology is not None and len(gone) * 2 <= len(topology.nodes):
             return self._trainer_gone(name, job, stall, topology, gone, now, stalled, unranked)
         # Most nodes (or all) finding no trainer says more about the agents (their --proc-pattern /
         # launcher pid) or about a job that exited than about any one machine: nobody is named for it.
-        absent = (f"; {len(gone)} of {len(topology.nodes)} node(s) found no training process "
+        absent = (f"; {len(gone)} of {len(topology.nodes) if topology is not None else '?'} node(s) found no training process "
                   f"[{_short(tuple(gone))}], too many to single one out (check the agents' "
                   f"--proc-pattern / launcher pid)") if gone else ""
         absent += unranked
@@ -87,9 +94,9 @@ class HangVerdicts:
                 return self._unless_unplaced(found, stall, verdict, unplaced)
             missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
-                why = missing.pop("why")
-                found = base(**missing, detail=f"{stalled}; {why}; {verdict.detail}{note}",
-                                  evidence=self._evidence(job, stall, verdict))
+                found = base(action=Action.EVICT, nodes=missing.nodes, ranks=missing.ranks, group=missing.group,
+                             confidence=missing.confidence, detail=f"{stalled}; {missing.why}; {verdict.detail}{note}",
+                             evidence=self._evidence(job, stall, verdict))
                 return self._unless_unplaced(found, stall, verdict, unplaced)
             why = f"stacks name no outlier ({verdict.detail}){note}"
         elif topology is None:
@@ -100,13 +107,13 @@ class HangVerdicts:
             why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
         else:
             why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
-        found = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
-        if found is not None:
-            return found
+        placed = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
+        if placed is not None:
+            return placed
         return self._fallback(name, job, stall, now, f"{stalled}; {why}")
 
     # --- dumps that cannot be placed ------------------------------------------------------------
-    def _unranked_note(self, stall: Stall, topology, unplaced: dict[str, tuple[int, ...]]) -> str:
+    def _unranked_note(self, stall: Stall, topology: Topology | None, unplaced: dict[str, tuple[int, ...]]) -> str:
         """What a person must hear about the job's nodes whose agent could not read its processes'
         ranks: which, the pids, the variable it read, and that the agent's --rank-env needs fixing."""
         if topology is None:
@@ -155,7 +162,7 @@ class HangVerdicts:
         ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
         return ids + self._step_evidence(job, stall.first_stopped)
 
-    def _trainer_gone(self, name: str, job: JobState, stall: Stall, topology, gone: dict[str, tuple[int, ...]],
+    def _trainer_gone(self, name: str, job: JobState, stall: Stall, topology: Topology, gone: dict[str, tuple[int, ...]],
                       now: float, stalled: str, note: str = "") -> Diagnosis:
         """A minority of nodes answered "no training process here" while the rest hang.
 
@@ -261,7 +268,16 @@ class HangVerdicts:
         )
 
 
-def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=frozenset()) -> dict | None:
+class _MissingBlame(NamedTuple):
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    group: str | None
+    confidence: float
+    why: str
+
+
+def _missing_blame(verdict: StackVerdict, topology: Topology, config: HangConfig,
+                   failed: AbstractSet[int] = frozenset()) -> _MissingBlame | None:
     """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
     ranks whose capture reported failure (``ok: false``) or whose node has no trainer answered and are not."""
     silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
@@ -270,9 +286,8 @@ def _missing_blame(verdict: StackVerdict, topology, config: HangConfig, failed=f
     place = localize(silent, topology, cover_share=config.stacks.cover_share)
     if place is None:
         return None
-    return {
-        "action": Action.EVICT, "nodes": place.nodes, "ranks": silent, "group": place.group,
-        "confidence": round(0.6 * place.coverage, 4),
-        "why": f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
-               f"{place.covered} of them in {place.group}",
-    }
+    return _MissingBlame(
+        nodes=place.nodes, ranks=silent, group=place.group, confidence=round(0.6 * place.coverage, 4),
+        why=f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
+            f"{place.covered} of them in {place.group}",
+    )

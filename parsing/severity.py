@@ -30,7 +30,10 @@ _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "critical": 2, "err": 3, "error": 
 _LEVEL_WORD = re.compile(
     r"^(?:kernel: )?[\w.\-/]+ (?P<tagged>emerg|alert|crit|critical|err|error|warn|warning|notice|info|debug)(?= \(|:)"
     r"|^.{0,40}?\bkern(?:el)?\.(?P<fac>emerg|alert|crit|err|warn|warning|notice|info|debug)\b"
-    r"|^.{0,40}?(?:\[\s*(?P<br>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG)\s*\]|\blevel=(?P<kv>\w+))",
+    r"|^.{0,40}?(?:\[\s*(?P<br>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG)\s*\]|\blevel=(?P<kv>\w+))"
+    # Lustre's and LNet's tag is their level: CERROR / CNETERR print "LustreError:" / "LNetError:"
+    # (libcfs_debug_msg: D_ERROR -> "Error"), CWARN "Lustre:" (no level word, the words decide)
+    r"|^(?:kernel: )?(?:Lustre|LNet)(?P<lus>Error):",
     re.IGNORECASE,
 )
 # Words by which a line says its trouble is over or none: "read error corrected", "recovered",
@@ -140,7 +143,7 @@ def level_word(message: str) -> int | None:
     m = _LEVEL_WORD.search(message[:160])
     if not m:
         return None
-    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or "").lower())
+    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
 
 
 # The level a trainer's or a library's log line states before its message, in the logging formats

@@ -49,6 +49,11 @@ FOLD_S = 10.0
 # srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
 _SRUN_LABEL = re.compile(r"^\d{1,6}: ")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
+# Ray's prefix on every line a worker actor prints ("(RayWorkerWrapper pid=92234, ip=172.19.24.110) ",
+# ray python/ray/_private/log_monitor.py) and its de-duplication's suffix (" [repeated 2x across
+# cluster]", ray _private/ray_logging: the same line from other workers): the worker's own line is between.
+_RAY = re.compile(r"^\([\w.\-]+ pid=\d+(?:, ip=[\w.:\-]+)?\) ")
+_RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
 
 _NAN = re.compile(
@@ -164,6 +169,10 @@ class TrainerLogParser:
             return []
         label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
         body = text[label.end():] if label else text
+        if body[:1] == "(" and (ray := _RAY.match(body)) is not None:
+            body = body[ray.end():]
+            if body.endswith("cluster]"):
+                body = _RAY_REPEATED.sub("", body)
         m = _PREFIX.match(body)
         key: tuple[str, int] | None = None
         prefix_rank = local_rank = None

@@ -130,3 +130,54 @@ def test_a_kernel_code_record_at_info_is_recorded(line: str) -> None:
 ])
 def test_the_same_kernel_records_at_their_own_level_act(line: str) -> None:
     assert _acting("kernel", line)
+
+
+# The families mined from fresh9 and fresh10, each by its program's own format (the sources are in the
+# rules' "why" and docs/rules.md, round 9); a healthy look-alike of each beside it.
+FAMILIES = [
+    ("nccl", "[rank3]:[E722 21:51:23.405504479 ProcessGroupNCCL.cpp:621] [Rank 3] Some NCCL operations have failed or timed out. "
+             "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.", "nccl_error"),
+    ("nccl", "[rank2]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
+             "for recv operation to complete", "nccl_error"),
+    ("nccl", "ExternalError:  Nccl error, unhandled cuda error  (at /paddle/paddle/fluid/platform/collective_helper.cc:83)", "nccl_error"),
+    ("nccl", 'GGML_ASSERT: C:\\Users\\jeff\\git\\ollama\\llm\\llama.cpp\\ggml-cuda.cu:244: !"CUDA error"', "cuda_error"),
+    ("nccl", "rocdevice.cpp Callback: Queue 0x7fc220400000 aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent "
+             "attempted to access memory beyond the largest legal address. code: 0x29", "cuda_error"),
+    ("nccl", "(RayWorkerWrapper pid=92234, ip=172.19.24.110) mlx5: host_unknown: got completion with error: [repeated 2x across cluster]",
+     "nccl_error"),
+    ("kernel", "Aug 27 01:11:45 arch kernel: amdgpu 0000:03:00.0: amdgpu: ERROR: System is going to shutdown due to GPU SW CTF!", "gpu_thermal"),
+    ("kernel", " kernel:thermal thermal_zone0: gpu-thermal: critical temperature reached, shutting down", "gpu_thermal"),
+    ("kernel", "GetTGT error, error: Kerberos SessionError: KRB_AP_ERR_SKEW(Clock skew too great)", "clock_skew"),
+    ("kernel", "2015-09-14T06:44:37.084] error: Munge decode failed: Expired credential", "clock_skew"),
+    ("kernel", "Clocksource 'wdtest-ktime' skewed 199999644 ns (199 ms) over watchdog 'kvm-clock' interval of 400744390 ns (400 ms)", "clock_skew"),
+    ("kernel", "Jan  1 16:13:57 NTP Client: System time changed, offset: 189349226.626505s", "clock_skew"),
+    ("kernel", "Bad mode in Synchronous Abort handler detected, code 0x8600000f -- IABT (current EL)", "kernel"),
+    ("kernel", "Sun Jun 11 23:02:41 2023 daemon.notice netifd: Network device 'eth5' link is down", "nic"),
+    ("kernel", "Jun 28 04:18:32 lotus-58vm5 kernel: LustreError: 137-5: testfs-OST0001_UUID: not available for connect from 0@lo "
+               "(no target). If you are running an HA pair check that the target is mounted on the other server.", "storage"),
+]
+
+
+@pytest.mark.parametrize("source,line,fault", FAMILIES)
+def test_a_round9_family_member_gets_its_class(source: str, line: str, fault: str) -> None:
+    assert fault in {e.data["fault"] for e in _acting(source, line)}, line
+
+
+@pytest.mark.parametrize("source,line", [
+    ("nccl", "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"),
+    ("nccl", "GGML_ASSERT: ggml.c:1234: ne % ggml_blck_size(type) == 0"),
+    ("nccl", "(VllmWorkerProcess pid=1927518) INFO 08-31 09:50:45 multiproc_worker_utils.py:215] Worker ready; awaiting tasks"),
+    ("kernel", "[ 3.2] thermal thermal_zone1: cpu-thermal: critical temperature reached, shutting down"),
+    ("kernel", "2015-09-14T06:44:37.084] error: Munge decode failed: Invalid credential"),
+    ("kernel", "Jan  1 16:13:57 NTP Client: System time changed, offset: 0.626505s"),
+    ("kernel", "Sun Jun 11 23:02:45 2023 daemon.notice netifd: Network device 'eth5' link is up"),
+    ("kernel", "Jun 28 04:20:01 lotus-58vm5 kernel: Lustre: testfs-OST0001: Recovery over after 0:05, of 2 clients 2 recovered"),
+])
+def test_a_round9_look_alike_stays_quiet(source: str, line: str) -> None:
+    got = _acting(source, line)
+    if "cpu-thermal" in line:  # a CPU's zone is no GPU's: whatever the host's class, not gpu_thermal
+        assert "gpu_thermal" not in {e.data["fault"] for e in got}
+    elif "Munge" in line:  # a key or a credential refused is not the clock
+        assert "clock_skew" not in {e.data["fault"] for e in got}
+    else:
+        assert got == [], line

@@ -36,6 +36,9 @@ class Localization:
         return self.covered / self.outliers if self.outliers else 0.0
 
 
+_Candidate = tuple[str, tuple[str, ...], Counter[int]]  # (axis, machines, touched group ids with their outlier counts)
+
+
 def localize(ranks: Iterable[int], topology: Topology, *, cover_share: float = 0.75) -> Localization | None:
     """The fewest machines whose parallel group(s) hold at least ``cover_share`` of ``ranks``.
 
@@ -50,7 +53,7 @@ def localize(ranks: Iterable[int], topology: Topology, *, cover_share: float = 0
     if not known:
         return None
     order = {a: i for i, a in enumerate(AXIS_PREFERENCE)}
-    candidates = []  # (axis, machines, touched group ids with their outlier counts)
+    candidates: list[_Candidate] = []
     for axis in AXIS_PREFERENCE:
         by_machines: dict[tuple[str, ...], Counter[int]] = {}
         for r in known:
@@ -60,7 +63,7 @@ def localize(ranks: Iterable[int], topology: Topology, *, cover_share: float = 0
         for machines, gids in by_machines.items():
             candidates.append((axis, machines, gids))
 
-    def size(c) -> tuple[int, int]:
+    def size(c: _Candidate) -> tuple[int, int]:
         axis, machines, gids = c
         return len(machines), sum(len(topology.group_ranks(axis, g)) for g in gids)
 

@@ -66,9 +66,9 @@ class _Sample:
 @dataclass
 class _Job:
     latest: dict[str, _Sample] = field(default_factory=dict)
-    history: dict[str, deque] = field(default_factory=dict)  # node → recent samples
+    history: dict[str, deque[_Sample]] = field(default_factory=dict)  # node → recent samples
     low_since: dict[tuple[str, str], tuple[float, list[str]]] = field(default_factory=dict)
-    reported: set = field(default_factory=set)
+    reported: set[tuple[str, str]] = field(default_factory=set)  # (node, rail) reported while low
     busy_at: dict[str, float] = field(default_factory=dict)  # node → last time it moved RDMA traffic
     medians: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # rail → (at, nodes, median)
 

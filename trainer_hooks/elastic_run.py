@@ -34,11 +34,12 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from faultlens.events.command import Command
 from faultlens.events.command_memory import STATE_DIR_ENV
@@ -107,11 +108,11 @@ class JobSide:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- output -----------------------------------------------------------------------------
-    def emit(self, obj: dict) -> None:
+    def emit(self, obj: dict[str, Any]) -> None:
         """One JSON line on stdout (the launcher's lines: start, restart, crash, end)."""
         print(json.dumps({"ts": time.time(), "job": self.job, "node": self.node, **obj}), flush=True)
 
-    def publish(self, kind: str, data: dict) -> None:
+    def publish(self, kind: str, data: dict[str, Any]) -> None:
         self.send(Envelope(ts=time.time(), job=self.job, node="-", source="job", kind=kind, data=data))
 
     def send(self, event: Envelope) -> None:
@@ -120,7 +121,7 @@ class JobSide:
                 self.producer = Outbox(self.settings, name="faultlens-run-outbox")
         self.producer.send_event(event)
 
-    def report_failures(self, failures: dict) -> None:
+    def report_failures(self, failures: Mapping[int, ProcessFailure]) -> None:
         """Each failed worker of this node: a JSON line, and its traceback and exit parsed as the
         node agent parses torchrun's output (trainer_hooks/worker_exits.py), so the crash is
         diagnosed with no node agent."""

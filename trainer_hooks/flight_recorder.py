@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
+from types import ModuleType
 
 # The bound and the event's fields are shared with the simulated cluster (simulator.recorder).
 from faultlens.events.flight_recorder import MAX_BYTES, BoundedDump, bound
@@ -27,7 +29,7 @@ BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 DEFAULT_BUFFER = 2000  # entries per process: a few steps of a large model's collectives
 
 
-def enable(environ: dict | None = None, size: int = DEFAULT_BUFFER) -> None:
+def enable(environ: MutableMapping[str, str] | None = None, size: int = DEFAULT_BUFFER) -> None:
     """Turn the recorder on for process groups created from now on (unless the trainer set it)."""
     (os.environ if environ is None else environ).setdefault(BUFFER_ENV, str(size))
 
@@ -47,7 +49,7 @@ def dump(max_bytes: int = MAX_BYTES) -> BoundedDump | None:
     return bound(raw.decode() if isinstance(raw, bytes) else raw, max_bytes)
 
 
-def _raw_dump(torch) -> str | bytes:
+def _raw_dump(torch: ModuleType) -> str | bytes:
     """The recorder of the job's collectives. torch keeps two: NCCL's (``_dump_nccl_trace_json``)
     and the CPU one (``_dump_fr_trace_json``: gloo groups). On torch 2.11 + NCCL the CPU one held
     none of the job's NCCL collectives, only the gloo helper of TORCH_DISTRIBUTED_DEBUG=DETAIL

@@ -153,6 +153,7 @@ FAMILIES = [
     ("kernel", "Jan  1 16:13:57 NTP Client: System time changed, offset: 189349226.626505s", "clock_skew"),
     ("kernel", "Bad mode in Synchronous Abort handler detected, code 0x8600000f -- IABT (current EL)", "kernel"),
     ("kernel", "Sun Jun 11 23:02:41 2023 daemon.notice netifd: Network device 'eth5' link is down", "nic"),
+    ("nccl", "e001.53882PSM2 no hfi units are active (err=23)", "nic"),
     ("kernel", "Jun 28 04:18:32 lotus-58vm5 kernel: LustreError: 137-5: testfs-OST0001_UUID: not available for connect from 0@lo "
                "(no target). If you are running an HA pair check that the target is mounted on the other server.", "storage"),
 ]
@@ -164,6 +165,7 @@ def test_a_round9_family_member_gets_its_class(source: str, line: str, fault: st
 
 
 @pytest.mark.parametrize("source,line", [
+    ("nccl", "PSM2 hfi unit 0 is active, 1 of 1 units active"),
     ("nccl", "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"),
     ("nccl", "GGML_ASSERT: ggml.c:1234: ne % ggml_blck_size(type) == 0"),
     ("nccl", "(VllmWorkerProcess pid=1927518) INFO 08-31 09:50:45 multiproc_worker_utils.py:215] Worker ready; awaiting tasks"),

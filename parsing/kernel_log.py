@@ -26,7 +26,7 @@ from faultlens.parsing.kernel_nic import netdev_watchdog_events, nic_events
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line
 from faultlens.parsing.rules import LineRule, RuleSet, gate_words
 from faultlens.parsing.severity import QUICK as SEVERITY_QUICK
-from faultlens.parsing.severity import Severity, severity_of
+from faultlens.parsing.severity import Severity, level_word, severity_of
 from faultlens.parsing.subsystems import subsystem_of
 from faultlens.parsing.timestamps import split_timestamp
 
@@ -41,6 +41,12 @@ CODE_LITERALS = ("kernel panic", "fallen off the bus", "sxid", "segfault at", "t
 # literals: the pre-filter holds those instead of the branch's word (the driver prints "NVRM" on
 # every line, "link" and "port" fill a healthy log).
 NARROWED = {"nvrm": NVRM_LITERALS, "mlx": NIC_LITERALS, "link": NIC_LITERALS, "port": NIC_LITERALS, "carrier o": NIC_LITERALS}
+
+
+def _own_level(msg: str, raw: str) -> int | None:
+    """The level the line states: its kmsg / printk priority, else its level word (severity.level_word)."""
+    prio = kernel_priority(raw)
+    return prio if prio is not None else level_word(msg)
 
 
 def _prefilter(rules: Sequence[LineRule], benign_needles: Sequence[str]) -> re.Pattern[str] | None:
@@ -104,9 +110,10 @@ class KernelLogParser:
             self.stats.benign += 1
             return []  # known noise (parsing/benign.toml): no rule may act on it
         found = self._code(msg, text)
-        if found and kernel_quiet.by_own_word(found, severity_of(msg, text), None):
+        if found and kernel_quiet.by_own_word(found, Severity(_own_level(msg, text), ()), None):
             # The code's records (Xid, OOM kill, stalls, AER, MCE) are printed at warning or worse:
-            # one whose line carries info or below, or says its trouble is over, acts no more than a rule's.
+            # one whose line carries info or below acts no more than a rule's (their own words of
+            # recovery, an MCE's "corrected", the code reads itself). The level only: no word scan.
             self.stats.quieted += 1
         if found is None:
             found = self._rules.for_subsystem(subsystem_of(msg)).match(msg, text, self._echoes.seen)

@@ -29,9 +29,9 @@ from faultlens.parsing.errors import (
     classify_terminate,
 )
 from faultlens.parsing.exceptions import judge
+from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.rules import LineRule, RuleSet
-from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
 

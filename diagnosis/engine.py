@@ -305,10 +305,10 @@ class Engine:
             self.stats["topologies"] += 1
         elif event.kind == "restart":
             lane.dedup.restarted(event.job, event.ts)
-            restart: JobRestart = typed(event)
+            restart = typed(event, JobRestart)
             lane.stage.restarted(event.job, list(restart.nodes_out or ()), at=event.ts)
         elif event.kind == "end":
-            end: JobEnd = typed(event)
+            end = typed(event, JobEnd)
             lane.stage.ended(event.job, at=event.ts, failed=end.reason in FAILED_ENDS)
 
     def _check_rank(self, event: Envelope, out: NodeOutput) -> None:

@@ -54,7 +54,7 @@ class NodeWindow:
     @classmethod
     def from_event(cls, event: Envelope) -> "NodeWindow":
         """A `summary/window` back into the window (its Struct, SummaryWindow, checked the types)."""
-        d: SummaryWindow = typed(event)
+        d = typed(event, SummaryWindow)
         return cls(event.job, event.node, float(event.ts if d.start is None else d.start),
                    {k: float(v) for k, v in (d.features or {}).items()}, d.samples or 0,
                    tuple(d.ranks or ()), tuple(d.evidence or ()))
@@ -140,7 +140,7 @@ class FeatureWindows:
         if event.source == "gpu":
             self._sample(acc, event)
         else:
-            step: TrainStep = typed(event)  # read once by the node stage's payload check
+            step = typed(event, TrainStep)  # read once by the node stage's payload check
             acc.add("step_time_s", as_float(step.step_time_s))
             rank = step.rank
             if rank is not None:

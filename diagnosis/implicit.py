@@ -64,7 +64,7 @@ class ImplicitFaultDetector:
                 # matters to a hang; a fail-slow round counts it as answered (and clusters the other
                 # ranks' stacks without waiting its window for that node).
                 return self.hang.node_answer(event.job, dump) + self.failslow.add_node_answer(event.job, dump)
-            answer: StackDumpPayload = typed(event)
+            answer = typed(event, StackDumpPayload)
             if answer.ok is False:
                 # The capture failed (py-spy missing, ptrace denied): the rank answered, with no stack.
                 return self.hang.capture_failed(event.job, dump)

@@ -127,10 +127,12 @@ class LossStalledDetector:
             return []
         try:
             # A command_ack names its rank too, which places the curve as a step's would.
-            payload: TrainCheckpoint | TrainStep | CommandAck | None = typed(event)
+            payload = typed(event, (TrainCheckpoint, TrainStep, CommandAck))
         except InvalidEvent:
-            return []  # the payload check owns its validation (and its dead letter): nothing to learn here
-        if payload is None or payload.rank is None:
+            # The payload check owns its validation (and its dead letter), and a train kind of no
+            # Struct (the intake refuses it) carries no rank: nothing to learn here either way.
+            return []
+        if payload.rank is None:
             return []
         rank = payload.rank
         step = payload.step if isinstance(payload, (TrainCheckpoint, TrainStep)) else None
@@ -148,7 +150,7 @@ class LossStalledDetector:
         return self._step(curve, event)
 
     def _step(self, curve: _Curve, event: Envelope) -> list[Finding]:
-        reported: TrainStep = typed(event)
+        reported = typed(event, TrainStep)
         step = reported.step
         loss = as_float(reported.loss)
         if step is None or loss is None or not math.isfinite(loss):

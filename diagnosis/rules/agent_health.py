@@ -31,7 +31,7 @@ class GpuUnresponsiveRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "unresponsive":
             return []
-        d: GpuUnresponsive = typed(event)
+        d = typed(event, GpuUnresponsive)
         gpu = d.gpu
         call = str(d.call or "an NVML call")
         deadline = d.deadline_s
@@ -75,7 +75,7 @@ class AgentBlindRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "beat":
             return []
-        beat: HeartbeatBeat = typed(event)
+        beat = typed(event, HeartbeatBeat)
         health = beat.health
         if health is None:
             return []

@@ -15,7 +15,7 @@ from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Action, Di
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_log import ParsedLog
-from faultlens.events.payloads_node import GpuXid
+from faultlens.events.payloads_node import GpuLost, GpuXid
 from faultlens.events.payloads_stage import SummaryFinding
 
 
@@ -69,7 +69,7 @@ class Finding:
     def from_event(cls, event: Envelope) -> "Finding":
         """A `summary/finding` back into the finding (its Struct, SummaryFinding, checked the
         types; a record without its fault or action is not a finding)."""
-        d: SummaryFinding = typed(event)
+        d = typed(event, SummaryFinding)
         if d.fault is None or d.action is None:
             raise InvalidEvent("data", f"not a node finding: no {'fault' if d.fault is None else 'action'}")
         return cls(job=event.job, ts=event.ts, fault=str(d.fault), action=str(d.action), nodes=tuple(d.nodes or ()),
@@ -161,7 +161,7 @@ def parsed_fault(event: Envelope, default_fault: str, default_action: str) -> tu
     """The parser's fault class and action where it gave them, else the rule's defaults (the
     intake refused any other: the fields are the FaultClass / Action enums). A parsed log event,
     or NVML's Xid (gpu/xid), which carries the Xid table's verdict as a kernel Xid does."""
-    payload: ParsedLog | GpuXid = typed(event)
+    payload = typed(event, (ParsedLog, GpuXid))
     fault, action = payload.fault, payload.action
     return (
         default_fault if fault is None else str(fault),
@@ -170,8 +170,9 @@ def parsed_fault(event: Envelope, default_fault: str, default_action: str) -> tu
 
 
 def line_of(event: Envelope) -> str:
-    """The parsed event's log line (or its text), for a finding's detail."""
-    payload = typed(event)
+    """The parsed event's log line (or its text), for a finding's detail: a parsed log event's, or
+    NVML's Xid or lost GPU's (the rules that quote a line read no other kind)."""
+    payload = typed(event, (ParsedLog, GpuXid, GpuLost))
     if isinstance(payload, ParsedLog):
         return (payload.line or payload.text or "")[:200]
     # An NVML event (gpu/xid, gpu/lost): its Struct has no line; a producer may still have put

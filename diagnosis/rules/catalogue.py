@@ -39,7 +39,7 @@ class CatalogueRule:
         key = (event.source, event.kind)
         if key in _HANDLED:
             return []
-        payload: ParsedLog = typed(event)
+        payload = typed(event, ParsedLog)
         rule = payload.rule or (event.kind if key in _UNREAD else None)
         if not rule:
             return []

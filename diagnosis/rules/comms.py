@@ -52,7 +52,7 @@ def _wordless_death(event: Envelope) -> _Report | None:
     """A worker that died with no error of its own (os._exit), as `faultlens run` reports it
     (``wordless``, trainer_hooks/worker_exits.py): a hard report, first of its incident, so the
     peers' "connection reset by peer" that follows is its echo, not the culprit."""
-    line: SchedulerLine = typed(event)
+    line = typed(event, SchedulerLine)
     # data: `wordless` is the launcher's mark on a catalogue kind (no Struct field)
     if event.data.get("wordless") is not True or line.rank is None:
         return None
@@ -79,7 +79,7 @@ class FirstFailingRank:
             if report is None:
                 return []
         elif event.kind == "nccl_timeout":
-            timeout: NcclTimeout = typed(event)
+            timeout = typed(event, NcclTimeout)
             progress = timeout.last_completed
             if progress is None and timeout.seq is not None:
                 progress = timeout.seq - 1  # the collective that timed out: the one before it completed
@@ -89,7 +89,7 @@ class FirstFailingRank:
                              event.id, str(timeout.op or line_of(event)))
         else:
             # A hard error names no collective (the parsers write only its rank and error text).
-            error: NcclError = typed(event)
+            error = typed(event, NcclError)
             report = _Report(event.ts, error.rank, event.node, None, event.ts, True, event.id,
                              str(error.error or line_of(event)))
         decided = self._decided.get(event.job)

@@ -66,7 +66,7 @@ class XidRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind != "xid":
             return []
-        payload: KernelXid | GpuXid = typed(event)  # read once by the payload check (events/payloads.py)
+        payload = typed(event, (KernelXid, GpuXid))  # read once by the payload check (events/payloads.py)
         code = payload.xid
         if code is None:
             raise missing("xid", event)
@@ -122,8 +122,7 @@ LOST_CONFIRM_S = 10.0
 
 def _nvml_said(event: Envelope) -> object:
     """The NVML error a ``gpu``/``lost`` event reported."""
-    lost: GpuLost = typed(event)
-    return lost.error
+    return typed(event, GpuLost).error
 
 
 @dataclass(slots=True)
@@ -152,10 +151,10 @@ class GpuLostRule:
         if not ((event.source == "kernel" and event.kind == "gpu_lost") or (event.source == "gpu" and event.kind == "lost")):
             return []
         if event.source == "gpu":
-            lost: GpuLost = typed(event)
+            lost = typed(event, GpuLost)
             gpu, why = _gpu_of(lost.gpu, None), lost.error or line_of(event)
         else:
-            fell: KernelGpuLost = typed(event)
+            fell = typed(event, KernelGpuLost)
             gpu, why = _gpu_of(None, fell.pci), line_of(event)
         if event.source == "gpu" and not any(code in str(why) for code in NVML_GONE):
             self._unsure.setdefault((event.job, event.node, str(gpu)), _Unsure(event, last_ts=event.ts, evidence=[event.id]))
@@ -379,7 +378,7 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            step: TrainStep = typed(event)  # read once by the node stage's payload check
+            step = typed(event, TrainStep)  # read once by the node stage's payload check
             t = step.compute_s if step.compute_s is not None else step.step_time_s
             rank = step.rank
             if t is None or t <= 0 or rank is None:

@@ -17,8 +17,7 @@ _KERNEL_KINDS = {"panic": "evict", "soft_lockup": "restart", "hung_task": "resta
 
 
 def _uncorrected(event: Envelope) -> bool:
-    mce: KernelMachineCheck = typed(event)
-    return mce.corrected is False
+    return typed(event, KernelMachineCheck).corrected is False
 
 
 class KernelRule:
@@ -33,7 +32,7 @@ class KernelRule:
             return [self._finding(event, fault, action, kind)]
         if kind == "oom_kill":
             _, action = parsed_fault(event, "host_oom", "restart")
-            oom: KernelOom = typed(event)
+            oom = typed(event, KernelOom)
             what = oom.process or "?"
             return [self._finding(event, "host_oom", action, f"oom_kill of {what} (pid {or_else(oom.pid, '?')})")]
         if kind == "mce" and _uncorrected(event):

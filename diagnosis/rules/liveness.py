@@ -107,7 +107,7 @@ class SilenceDetector:
                     self._steps[key] = event.ts
                     if event.ts > self._ended_jobs.get(event.job, event.ts):
                         del self._ended_jobs[event.job]  # it trains again
-                    reported: TrainStep = typed(event)
+                    reported = typed(event, TrainStep)
                     number = reported.step
                     if number is None:
                         self._step_no.pop(key, None)
@@ -118,7 +118,7 @@ class SilenceDetector:
             return []
         nodes = self._beats.setdefault(event.job, {})
         prev = nodes.get(event.node)
-        beat: HeartbeatBeat = typed(event)
+        beat = typed(event, HeartbeatBeat)
         pids = beat.pids
         working = bool(pids) if pids is not None else None
         if prev is None or event.ts >= prev.ts:

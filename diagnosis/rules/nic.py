@@ -55,7 +55,7 @@ class NicRule:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.kind not in ("link_up", "link_down", "nic_error"):
             return []
-        nic: LinkState | NicLine = typed(event)
+        nic = typed(event, (LinkState, NicLine))
         fabric = self.is_fabric(nic.driver, nic.device)
         key = (event.job, event.node, fabric)
         if event.kind == "link_up":

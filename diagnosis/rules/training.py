@@ -82,7 +82,7 @@ class TrainingRule:
 
     def _log(self, event: Envelope) -> list[Finding]:
         if event.kind == "exception":
-            exc: NcclException = typed(event)
+            exc = typed(event, NcclException)
             ranks = (exc.rank,) if exc.rank is not None else ()
             user = exc.user_code
             fault, action = parsed_fault(event, "user_code" if user else "unknown", "rollback" if user else "stop_time_diagnosis")
@@ -99,7 +99,7 @@ class TrainingRule:
         if event.kind == "cuda_error":
             # The parser knows a device-side assert or a CUDA OOM is the script's bug (user_code)
             # and an ECC error the GPU's (gpu_memory): keep its class, not a blanket cuda_error.
-            error: NcclError = typed(event)
+            error = typed(event, NcclError)
             fault, action = parsed_fault(event, "cuda_error", "stop_time_diagnosis")
             if fault == "user_code":
                 action = "rollback"
@@ -110,7 +110,7 @@ class TrainingRule:
                 detail=f"rank {rank if rank is not None else '?'}: {error.error or line_of(event)}",
             )]
         if event.kind == "nan":
-            nan: NcclNan = typed(event)
+            nan = typed(event, NcclNan)
             rank = nan.rank
             ranks = (rank,) if rank is not None else ()
             return [self._nan(event, ranks, f"rank {rank if rank is not None else '?'} on {event.node}: {line_of(event)}")]
@@ -123,7 +123,7 @@ class TrainingRule:
         )
 
     def _step(self, event: Envelope) -> list[Finding]:
-        step: TrainStep = typed(event)
+        step = typed(event, TrainStep)
         rank = step.rank
         if rank is None:
             raise missing("rank", event)

@@ -72,7 +72,7 @@ def known_kind(event: Envelope) -> bool:
     kinds = KNOWN_KINDS.get(event.source)
     if kinds is None or event.kind in kinds:
         return True
-    # data, not typed(event): this decides whether the event has a Struct at all (payload_type_of).
+    # data, not typed(): this decides whether the event has a Struct at all (payload_type_of).
     return event.source in ("kernel", "nccl") and isinstance(event.data, dict) and isinstance(event.data.get("rule"), str)
 
 

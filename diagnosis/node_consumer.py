@@ -225,7 +225,7 @@ def watermark_of(record: Record) -> WriterWord | None:
     value = record.value
     if isinstance(value, Envelope) and value.source == "summary" and value.kind == "watermark":
         try:
-            # data, not typed(event): the runner reads this before any intake check, and a word
+            # data, not typed(): the runner reads this before any intake check, and a word
             # that says its coverage badly still counts for its watermark (SummaryWatermark would
             # refuse it whole).
             data = value.data

@@ -95,7 +95,7 @@ class Envelope:
     id: str = field(default_factory=new_id)
     v: int = SCHEMA_VERSION
     # The typed payload (a Struct of events/payloads_node.py or payloads_job.py), read once from
-    # ``data`` by the payload check and kept here: events.payloads.typed(event) gives it. Not part
+    # ``data`` by the payload check and kept here: events.payloads.typed(event, Struct) gives it. Not part
     # of the event (its value, its equality).
     _payload: Any = field(default=None, init=False, repr=False, compare=False)
 

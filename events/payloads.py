@@ -197,7 +197,7 @@ def check_payload(event: Envelope) -> None:
     checked = _CHECKED.get(payload_type)
     if checked is not None and checked(event):
         return
-    keep_payload(event, convert(event.data, payload_type, from_attributes=payload_type is GpuSample))
+    _read(event, payload_type)
 
 
 P = TypeVar("P", bound=Payload)
@@ -206,8 +206,6 @@ P3 = TypeVar("P3", bound=Payload)
 
 
 @overload
-def typed(event: Envelope) -> Any: ...
-@overload
 def typed(event: Envelope, expected: type[P]) -> P: ...
 @overload
 def typed(event: Envelope, expected: tuple[type[P], type[P2]]) -> P | P2: ...
@@ -215,24 +213,30 @@ def typed(event: Envelope, expected: tuple[type[P], type[P2]]) -> P | P2: ...
 def typed(event: Envelope, expected: tuple[type[P], type[P2], type[P3]]) -> P | P2 | P3: ...
 
 
-def typed(event: Envelope, expected: type[Payload] | tuple[type[Payload], ...] | None = None) -> Any:
-    """``event``'s payload as its kind's Struct, read once and kept on the event; InvalidEvent
-    naming the field where ``data`` does not fit.
+def typed(event: Envelope, expected: type[Payload] | tuple[type[Payload], ...]) -> Payload:
+    """``event``'s payload as the Struct its reader names, read once and kept on the event;
+    InvalidEvent naming the field where ``data`` does not fit.
 
     ``typed(event, TrainStep)`` (or a tuple of Structs, for a rule that reads several kinds) is the
     read the type checker sees: it returns that Struct, so a read of a field it lacks fails mypy,
     and an event whose kind carries another Struct (or none) is an InvalidEvent naming its kind,
-    never a payload of the wrong shape. ``typed(event)`` alone gives the payload untyped (None for a
-    kind without a Struct): the older form, for readers not yet converted (issue 57)."""
-    payload = event._payload
-    if payload is None:
+    never a payload of the wrong shape. Every read names its Struct: there is no untyped form, so
+    none can be written (issue 57)."""
+    payload: Payload | None = event._payload
+    if payload is None:  # not read yet: the payload check's quick ways, or no check ran
         payload_type = payload_type_of(event)
         if payload_type is not None:
-            payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)
-            keep_payload(event, payload)
-    if expected is not None and not isinstance(payload, expected):
+            payload = _read(event, payload_type)
+    if not isinstance(payload, expected):
         carried = "no payload Struct" if payload is None else type(payload).__name__
         raise InvalidEvent("kind", f"{event.source}/{event.kind} carries {carried}, not {_names(expected)}")
+    return payload
+
+
+def _read(event: Envelope, payload_type: type[Payload]) -> Payload:
+    """``data`` read as its kind's own Struct, ``payload_type``, and kept on the event."""
+    payload = convert(event.data, payload_type, from_attributes=payload_type is GpuSample)
+    keep_payload(event, payload)
     return payload
 
 

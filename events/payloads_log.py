@@ -6,7 +6,7 @@ the flood fold's ``count`` / ``folded`` / ``first_ts`` / ``last_ts``). A catalog
 (parsing/rules.toml) adds its pattern's named groups as keys: each group a shipped rule of a kind
 can fill is a field of that kind's Struct, typed :data:`Group` (parsing/rules.py turns a group
 whose text is an integer into an int, any other into the text), so a detector reads
-``typed(event).server`` as it reads a key the code writes; tests/events/test_payloads_producers.py
+``typed(event, KernelStorage).server`` as it reads a key the code writes; tests/events/test_payloads_producers.py
 fails when a shipped rule names a group its kind's Struct lacks. A user's rule (``--rules FILE``)
 may name other groups, or a kind of its own (its events carry ``rule``, and read as
 :class:`ParsedLog`): those stay keys of ``event.data``, read as sent.

@@ -165,6 +165,7 @@ class _Sent:
 
 def test_the_hooks_word_reaches_the_detector():
     from faultlens.events.payloads import typed
+    from faultlens.events.payloads_job import TrainStep
     from faultlens.trainer_hooks.hook import TrainerHook
 
     for said, fault in ((True, ["loss_stalled"]), (False, []), (None, [])):
@@ -173,7 +174,7 @@ def test_the_hooks_word_reaches_the_detector():
                            flight_recorder=False, from_scratch=said)
         for i in range(1, 300):
             hook.step(loss=flat(i), step=i)
-        assert all(typed(e).from_scratch is said for e in sent.events)
+        assert all(typed(e, TrainStep).from_scratch is said for e in sent.events)
         # The hook stamps wall time: space the events as a 10 s step would, so a window is 120 steps.
         spaced = [replace(e, ts=1.7e9 + 10.0 * n) for n, e in enumerate(sent.events)]
         det = LossStalledDetector()

@@ -9,8 +9,9 @@ import pytest
 
 from faultlens.events.diagnosis_record import ACTIONS, FAULT_CLASSES, Action, Diagnosis, FaultClass
 from faultlens.events.envelope import SOURCES, Envelope, InvalidEvent, Source, decode, encode
-from faultlens.events.payloads import PAYLOAD_TYPES, check_payload, typed
+from faultlens.events.payloads import PAYLOAD_TYPES, check_payload, payload_type_of, typed
 from faultlens.events.payloads_job import CheckResult, TrainStep
+from faultlens.events.payloads_log import ParsedLog
 from faultlens.events.payloads_node import GpuEntry, GpuSample, KernelXid, NetSample
 
 T = 1_790_000_000.0
@@ -23,14 +24,14 @@ def _ev(source, kind, **data):
 def test_a_checked_event_carries_its_typed_payload():
     event = _ev("kernel", "xid", xid=79, pci="0000:3b:00.0", pid=4242, sympathetic=False, mnemonic="GPU has fallen off")
     check_payload(event)
-    payload = typed(event)
+    payload = typed(event, KernelXid)
     assert type(payload) is KernelXid and payload.xid == 79 and payload.pid == 4242 and payload.pci == "0000:3b:00.0"
-    assert typed(event) is payload is typed(event)  # read once, kept
+    assert event._payload is payload is typed(event, KernelXid)  # read once, kept
 
 
 def test_the_payload_is_read_on_first_use_where_no_check_ran():
     event = _ev("train", "step", rank=3, step=10, loss="nan", grad_norm=2.5, step_time_s=1.2, extra={"k": 1})
-    payload = typed(event)
+    payload = typed(event, TrainStep)
     assert type(payload) is TrainStep and payload.rank == 3 and payload.loss == "nan" and payload.compute_s is None
     assert event.data["extra"] == {"k": 1}  # an unknown key stays in the data
     assert orjson.loads(encode(event))["data"] == event.data  # what goes on the wire is unchanged
@@ -39,7 +40,7 @@ def test_the_payload_is_read_on_first_use_where_no_check_ran():
 def test_a_wrong_payload_refuses_its_typed_read_naming_the_field():
     event = _ev("gpu", "sample", gpus=[{"index": 0, "temp_c": 60}, {"index": 1, "temp_c": "hot"}], interval_s=1)
     with pytest.raises(InvalidEvent) as info:
-        typed(event)
+        typed(event, GpuSample)
     assert info.value.field == "data.gpus" and info.value.reason.startswith("[1].temp_c: ")
 
 
@@ -48,7 +49,9 @@ def test_a_kind_without_a_struct_has_no_payload():
     # a log kind that names no catalogue rule.
     for event in (_ev("job", "paused", reason="maintenance"), _ev("kernel", "my_alarm", line="x")):
         check_payload(event)
-        assert typed(event) is None
+        assert event._payload is None and payload_type_of(event) is None
+        with pytest.raises(InvalidEvent, match="carries no payload Struct"):
+            typed(event, ParsedLog)
 
 
 @pytest.mark.parametrize("data,field,words", [
@@ -97,13 +100,13 @@ def test_the_quick_ways_give_the_same_struct_as_the_data():
         quick, general = read(raw), decode(raw)
         check_payload(quick)
         check_payload(general)
-        assert type(typed(quick)) in (GpuSample, NetSample)
         if source == "gpu":  # the typed read skips the values no detector reads
-            assert typed(quick).gpus[0].mem_util is None and typed(general).gpus[0].mem_util == 41
-            assert type(typed(quick).gpus[0]) is GpuEntry
-            assert [g.temp_c for g in typed(quick).gpus] == [g.temp_c for g in typed(general).gpus] == [64.0]
+            q, g = typed(quick, GpuSample), typed(general, GpuSample)
+            assert q.gpus[0].mem_util is None and g.gpus[0].mem_util == 41
+            assert type(q.gpus[0]) is GpuEntry
+            assert [r.temp_c for r in q.gpus] == [r.temp_c for r in g.gpus] == [64.0]
         else:
-            assert typed(quick) == typed(general)
+            assert type(typed(quick, NetSample)) is NetSample and typed(quick, NetSample) == typed(general, NetSample)
 
 
 def test_every_struct_is_listed_in_the_events_page():
@@ -119,7 +122,7 @@ def test_every_struct_is_listed_in_the_events_page():
 def test_check_item_names_and_results_read_typed():
     event = _ev("check", "result", request_id="c1", passed=False, failed=["disk"],
                 checks=[{"name": "disk", "passed": False, "detail": "no space", "duration_s": 0.2}, None])
-    payload = typed(event)
+    payload = typed(event, CheckResult)
     assert type(payload) is CheckResult and payload.checks[0].name == "disk" and payload.checks[1] is None
 
 
@@ -143,4 +146,4 @@ def test_the_kept_payload_is_no_part_of_the_event():
     again = dataclasses.replace(again, id=event.id)
     assert again == event and again._payload is None  # equal whether its payload was read or not
     moved = dataclasses.replace(event, ts=T + 5)  # as the consumers place a skewed event in time
-    assert typed(moved) == typed(event) and typed(moved) is not typed(event)
+    assert typed(moved, KernelXid) == typed(event, KernelXid) and typed(moved, KernelXid) is not typed(event, KernelXid)

@@ -28,7 +28,10 @@ from faultlens.events.command import Command
 from faultlens.events.command_screen import Screened, ack_payload
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import PAYLOAD_TYPES, check_payload, payload_type_of, typed
+from faultlens.events.payloads_job import CheckReplayDone
 from faultlens.events.payloads_log import ParsedLog
+from faultlens.events.payloads_node import KernelXid
+from faultlens.events.payloads_stage import JobTopology
 from faultlens.events.topology import Topology
 from faultlens.parsing.registry import LineEventParser, parser_for
 from faultlens.parsing.rules import load
@@ -160,7 +163,7 @@ def test_the_parsers_over_the_real_line_corpora_make_typed_events():
     kinds = _check_all(corpus + folded)
     assert len(kinds) >= 35 and sum(kinds.values()) >= 600, kinds  # the corpus reaches most kinds
     xid = next(e for e in corpus if e.kind == "xid")
-    assert typed(xid).xid == xid.data["xid"] and typed(xid).fault == xid.data["fault"]
+    assert typed(xid, KernelXid).xid == xid.data["xid"] and typed(xid, KernelXid).fault == xid.data["fault"]
 
 
 def test_the_simulator_and_its_node_stage_make_typed_events(sim_trace):
@@ -191,14 +194,14 @@ def test_the_launchers_acks_and_topology_make_typed_events(capsys):
     records = _launcher_records(capsys)
     assert {(e.source, e.kind) for e in records} == {("job", "restart"), ("job", "end")} and len(records) == 4
     kinds = _check_all(records + _acks() + [grid])
-    assert kinds[("train", "command_ack")] == 2 and kinds[("check", "command_ack")] == 1 and typed(grid).ranks[7].node == "n1"
+    assert kinds[("train", "command_ack")] == 2 and kinds[("check", "command_ack")] == 1 and typed(grid, JobTopology).ranks[7].node == "n1"
 
 
 def test_a_user_rule_of_its_own_kind_reads_as_the_common_keys():
     event = Envelope(ts=T, job="j", node="n0", source="kernel", kind="my_raid_alarm",
                      data={"line": "raid alarm md0", "fault": "storage", "action": "alert", "severity": "warn",
                            "rule": "site.raid", "array": "md0"})
-    assert type(typed(event)) is ParsedLog and typed(event).fault == "storage" and event.data["array"] == "md0"
+    assert type(typed(event, ParsedLog)) is ParsedLog and typed(event, ParsedLog).fault == "storage" and event.data["array"] == "md0"
     bad = Envelope(ts=T, job="j", node="n0", source="kernel", kind="my_raid_alarm",
                    data={"line": "x", "fault": "raid", "rule": "site.raid"})
     with pytest.raises(InvalidEvent) as info:
@@ -272,4 +275,4 @@ def test_the_collectors_and_the_reproduction_make_typed_events():
     assert failing == {"horizontal": [1], "vertical": [1]}
     kinds = _check_all(events + published)
     assert kinds[("gpu", "xid")] > 50 and kinds[("check", "replay")] == 4 and kinds[("check", "replay_done")] == 1
-    assert typed(published[-1]).failing_vertical == [1]
+    assert typed(published[-1], CheckReplayDone).failing_vertical == [1]

@@ -1,5 +1,6 @@
 """``typed(event, Struct)``: the payload read the type checker sees (issue 57). At run time an event
-of another kind is refused by name; under mypy a read of a field the Struct lacks fails the check."""
+of another kind is refused by name; under mypy a read of a field the Struct lacks fails the check,
+and so does a read that names no Struct (there is no untyped form left)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_the_expected_struct_is_returned_and_kept():
     event = _ev("train", "step", rank=2, step=7, loss=1.5)
     step = typed(event, TrainStep)
     assert type(step) is TrainStep and (step.rank, step.step, step.loss) == (2, 7, 1.5)
-    assert typed(event) is step is typed(event, TrainStep)  # read once, whichever form asks
+    assert event._payload is step is typed(event, TrainStep)  # read once, kept on the event
+    assert typed(event, (TrainStep, ParsedLog)) is step  # a union that holds the kind's Struct
 
 
 def test_a_struct_that_extends_the_expected_one_is_accepted():
@@ -74,6 +76,10 @@ def either(event: Envelope) -> int | None:
 
 def wrong(event: Envelope) -> object:
     return typed(event, TrainStep).stepp
+
+
+def untyped(event: Envelope) -> object:
+    return typed(event)
 """
 
 
@@ -88,5 +94,15 @@ def test_a_read_of_a_field_the_struct_lacks_fails_the_type_check(tmp_path: Path)
                           str(tmp_path / "cache"), str(module)], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "MYPYPATH": str(ROOT)})
     errors = [line for line in res.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and '"TrainStep" has no attribute "stepp"' in errors[0], res.stdout + res.stderr
-    assert errors[0].startswith(f"{module.name}:{_READS.splitlines().index('    return typed(event, TrainStep).stepp') + 1}:")
+    lines = _READS.splitlines()
+    assert len(errors) == 2, res.stdout + res.stderr
+    assert '"TrainStep" has no attribute "stepp"' in errors[0]
+    assert errors[0].startswith(f"{module.name}:{lines.index('    return typed(event, TrainStep).stepp') + 1}:")
+    assert 'No overload variant of "typed" matches argument type "Envelope"' in errors[1]
+    assert errors[1].startswith(f"{module.name}:{lines.index('    return typed(event)') + 1}:")
+
+
+def test_a_read_that_names_no_struct_is_refused_at_run_time_too():
+    # Code the checker never saw (a notebook, a user's script) cannot take the payload untyped either.
+    with pytest.raises(TypeError, match="expected"):
+        typed(_ev("train", "step", rank=0))  # type: ignore[call-overload]

@@ -16,7 +16,7 @@ is then a dead letter, with the reason it would have had at once.
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Mapping, Protocol, Sequence
 
 from faultlens.events.bundle import Bundle
 from faultlens.events.envelope import InvalidEvent, decode
@@ -29,11 +29,35 @@ from faultlens.streams.runner_types import Decoder, Record, RunnerStats, broker_
 UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
 
 
+class PolledPartition(Protocol):
+    """A partition as either consumer's poll() names it (kafka-python's TopicPartition)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    def __hash__(self) -> int: ...  # the merge keys its partitions by it
+
+
+class PolledMessage(Protocol):
+    """A message as either consumer's poll() gives it (kafka-python's ConsumerRecord, the confluent
+    adapter's Message): read-only fields, so a NamedTuple fits."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
 class Intake:
     """Decodes and places what one member polls (see the module's docstring)."""
 
     def __init__(self, decoders: Mapping[str, Decoder] | Decoder, max_message_bytes: int, group: str | None,
-                 stats: RunnerStats, clock: EventClock | None = None, merge: WatermarkMerge | None = None,
+                 stats: RunnerStats, clock: EventClock | None = None, merge: WatermarkMerge[Record | None] | None = None,
                  watermark_of: Callable[[Record], WriterWord | None] | None = None,
                  deferred: Collection[str] = ()) -> None:
         self._decoders = decoders
@@ -52,11 +76,12 @@ class Intake:
             return self._decoders
         return self._decoders.get(topic, decode)
 
-    def split(self, polled) -> tuple[list[Record], list[Outgoing]]:
+    def split(self, polled: Mapping[PolledPartition, Sequence[PolledMessage]]) -> tuple[list[Record], list[Outgoing]]:
         good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp, raw): Records once placed
         dead: list[Outgoing] = []
         max_bytes = self.max_message_bytes
-        marks = self.watermark_of if self.merge is not None else None
+        merge = self.merge
+        marks = self.watermark_of if merge is not None else None
         deferred = self.deferred
         for tp, messages in polled.items():
             dec = self._decoder(tp.topic)
@@ -90,10 +115,11 @@ class Intake:
                 if marks is not None:
                     mark = marks(Record(topic, partition, m.offset, m.key, value, m.timestamp))
                     if mark is not None:
+                        assert merge is not None  # marks are read only with a merge (above)
                         said_at = broker_time(m.timestamp)
-                        self.merge.report(tp, mark.member, mark.watermark, time.time(), said_at, reads=mark.reads,
-                                          of=mark.of, behind=mark.behind, idle=mark.idle)
-                        self.merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
+                        merge.report(tp, mark.member, mark.watermark, time.time(), said_at, reads=mark.reads,
+                                     of=mark.of, behind=mark.behind, idle=mark.idle)
+                        merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
                 good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
         if self.clock is not None:
@@ -128,7 +154,7 @@ class Intake:
         """Each record with its place in event time: the whole batch teaches the clock first."""
         assert self.clock is not None
         wall = time.time()
-        keyed = []
+        keyed: list[tuple[tuple, float | None, float | None, str, str]] = []  # (row, ts, record_ts, job, node)
         observe = self.clock.observe
         for row in rows:
             value, timestamp_ms = row[4], row[5]

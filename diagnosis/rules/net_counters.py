@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.envelope import Envelope, InvalidEvent
@@ -64,7 +64,7 @@ def port_maps(p: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any
 
 
 # A counter's increment is a non-negative integer (a bool is no count); anything else counts nothing.
-def _count(v: Any) -> bool:
+def _count(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
@@ -74,7 +74,7 @@ def delta(p: Mapping[str, Any], name: str) -> int | None:
     return value if _count(value) else None
 
 
-def counts_sum(deltas: Mapping[str, Any], names) -> int:
+def counts_sum(deltas: Mapping[str, Any], names: Iterable[str]) -> int:
     """The increments of ``names`` added up (what is not a count adds 0, as :func:`delta` reads it)."""
     values = [deltas.get(n) for n in names]
     if not any(values):  # nearly always: nothing counted

@@ -1,5 +1,6 @@
-"""`faultlens diagnose --stage node` x2 and `--stage job` x2 as real processes, started before a
-trace is replayed into the broker: the live half of the split-stage equivalence tests."""
+"""Two node-stage and two job-stage diagnosis members reading a replayed trace: as a backlog (in
+this process, bench.testbed.backlog_split) or live (`faultlens diagnose` processes started before
+the trace is replayed), the two halves of the split-stage equivalence tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import uuid
 from pathlib import Path
 
+from bench.testbed.backlog_split import finish_members, start_members
 from faultlens.demo.processes import faultlens
 from faultlens.events import topics
 from faultlens.events.envelope import decode
@@ -33,3 +35,17 @@ def run_two_and_two_live(settings, trace: Path, workdir: Path, prefix: str) -> N
     finally:
         for p in procs:
             p.stop()
+
+
+def run_two_and_two_backlog(settings, trace: Path, prefix: str) -> list:
+    """Replay ``trace`` first, then let two node-stage and two job-stage members (groups
+    ``<prefix>-node-*`` / ``<prefix>-job-*``) read it as a backlog until idle; the job members
+    (start_members' tuples) are returned for what they held."""
+    tag = uuid.uuid4().hex[:6]
+    replay_trace(settings, trace, speed=0, show_progress=False)
+    nodes = start_members(settings, "node", 2, f"{prefix}-node-{tag}", idle_s=6)
+    wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    jobs = start_members(settings, "job", 2, f"{prefix}-job-{tag}", idle_s=25)
+    finish_members(settings, nodes)
+    finish_members(settings, jobs, together=True)
+    return jobs

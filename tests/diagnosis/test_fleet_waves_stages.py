@@ -12,17 +12,14 @@ import uuid
 
 import pytest
 
-from bench.testbed.backlog_split import finish_members, start_members
 from bench.testbed.waves import build_fleet
 from faultlens.diagnosis.engine import analyze
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.envelope import decode
 from faultlens.events.trace import trace_order, write_trace
 from faultlens.rules_diff import EVICTING
-from faultlens.streams.replay import replay_trace
-from tests.diagnosis.live_members import run_two_and_two_live
-from tests.kafka_fixtures import job_records, wait_for_records
+from tests.diagnosis.live_members import run_two_and_two_backlog, run_two_and_two_live
+from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
 
@@ -73,13 +70,7 @@ def test_offline_the_switch_is_one_finding_and_only_the_culprit_is_evicted(fleet
 def test_two_and_two_members_read_as_a_backlog_give_the_offline_fleet_wave(own_kafka_settings, fleet_trace):
     settings = own_kafka_settings
     path, traces, offline = fleet_trace
-    tag = uuid.uuid4().hex[:6]
-    replay_trace(settings, path, speed=0, show_progress=False)
-    nodes = start_members(settings, "node", 2, f"fleet-node-{tag}", idle_s=6)
-    wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(settings, "job", 2, f"fleet-job-{tag}", idle_s=25)
-    finish_members(settings, nodes)
-    finish_members(settings, jobs, together=True)
+    jobs = run_two_and_two_backlog(settings, path, "fleet")
     # each member read one of the jobs (every member knows every topology: the jobs topic is read whole)
     held = [set(h._partition_of) & {t.job for t in traces} for _, _, h in jobs]
     assert sorted(map(len, held)) == [1, 1], held

@@ -10,17 +10,13 @@ import uuid
 
 import pytest
 
-from bench.testbed.backlog_split import finish_members, start_members
 from bench.testbed.waves import SHAPES, build
 from faultlens.diagnosis.engine import analyze
-from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
-from faultlens.events.envelope import decode
 from faultlens.events.trace import trace_order, write_trace
 from faultlens.rules_diff import EVICTING
-from faultlens.streams.replay import replay_trace
-from tests.diagnosis.live_members import run_two_and_two_live
-from tests.kafka_fixtures import job_records, wait_for_records
+from tests.diagnosis.live_members import run_two_and_two_backlog, run_two_and_two_live
+from tests.kafka_fixtures import job_records
 
 pytestmark = pytest.mark.broker
 
@@ -60,13 +56,7 @@ def test_offline_each_shape_is_one_wave_naming_its_cause_and_only_the_culprit_is
 def test_two_and_two_members_read_as_a_backlog_give_the_offline_waves(own_kafka_settings, waves_trace):
     settings = own_kafka_settings
     path, traces, offline = waves_trace
-    tag = uuid.uuid4().hex[:6]
-    replay_trace(settings, path, speed=0, show_progress=False)
-    nodes = start_members(settings, "node", 2, f"waves-node-{tag}", idle_s=6)
-    wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(settings, "job", 2, f"waves-job-{tag}", idle_s=25)
-    finish_members(settings, nodes)
-    finish_members(settings, jobs, together=True)
+    run_two_and_two_backlog(settings, path, "waves")
     for t in traces:
         live = job_records(settings, "diagnoses", Diagnosis.decode, t.job, idle_s=1.5)
         assert outcome(live) == offline[t.job], (t.job, outcome(live))

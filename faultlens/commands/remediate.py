@@ -93,7 +93,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         "wait for their results before the ladder's first rung; evict only machines that fail")
     c.add_argument("--checks-wait", type=float, default=420.0,
                    help="seconds to wait for check results per ask (silent machines are asked twice, then "
-                        "reported, never evicted for silence; default 420)")
+                        "reported, never evicted for silence; default 420, above the agents' five checks under "
+                        "their default 60 s --check-timeout)")
     p = parser.add_argument_group("warm standby pool")
     p.add_argument("--standby", default=os.environ.get("FAULTLENS_STANDBY", ""),
                    help="comma-separated spare hosts handed to evictions (default: named per job)")

@@ -22,6 +22,7 @@ import uuid
 
 import pytest
 
+from faultlens.collectors.checks.suite import ChecksConfig, timeouts
 from faultlens.demo import processes as pipeline
 from faultlens.events import topics
 from faultlens.events.action_record import ActionRecord
@@ -45,6 +46,11 @@ STALL_S = 90.0
 HEALTHY, SUSPECT = REAL_NODE, GHOST_NODES[0]
 STANDBYS = GHOST_NODES[1:]
 CUDA_ERROR = "CUDA error: an illegal memory access was encountered"
+CHECK_TIMEOUT_S = 30.0
+# The remediator waits for the agents' answers as long as their whole suite may take under its
+# per-check timeouts (the collective's ranks import torch, slow on a loaded CI machine): a shorter
+# wait reads a slow but healthy answer as silence and restarts in place. A prompt answer ends it.
+CHECKS_WAIT_S = sum(timeouts(ChecksConfig(timeout_s=CHECK_TIMEOUT_S)).values()) + 30.0
 
 
 def show_node(cluster, node: str) -> dict[str, str]:
@@ -101,7 +107,7 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
         rem = start(pipeline.faultlens("remediate", [
             "remediate", "--bootstrap", bootstrap, "--act-on", job, "--group", f"rem-{job}",
             "--max-job-share", "0.5", "--breaker-share", "0.9", "--standby", ",".join(STANDBYS),
-            "--stop-checks", "--checks-wait", "60",
+            "--stop-checks", "--checks-wait", f"{CHECKS_WAIT_S:.0f}",
             # The launcher restarts the job itself; there is no Slurm job of that name to requeue.
             "--actuator", "slurm", "--no-requeue-on-evict"],
             {**env, "SLURM_CONF": cluster.env["SLURM_CONF"]}, tmp_path))
@@ -110,7 +116,7 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
             agents[node] = start(pipeline.faultlens(f"collect-{node}", [
                 "collect", "--bootstrap", bootstrap, "--job", job, "--node", node, "--no-nvml", "--no-kernel",
                 "--heartbeat-interval", "2", "--trainer-log", str(tmp_path / "ranks" / f"*-{node}.log"),
-                "--check-path", str(work), "--check-timeout", "30", *extra], env, tmp_path))
+                "--check-path", str(work), "--check-timeout", f"{CHECK_TIMEOUT_S:.0f}", *extra], env, tmp_path))
         assert until(lambda: all(a.find(lambda line: line.get("event") == "started") for a in agents.values()),
                      "every agent's started line"), explain()
         launcher = start(pipeline.launcher(
@@ -132,7 +138,8 @@ def test_e2e_slurm_crash_checks_fail_on_one_machine_which_is_drained_and_the_job
     assert launcher.find(lambda line: line.get("event") == "crash")
     assert launcher.find(lambda line: line.get("event") == "waiting_for_checks"), explain()
     [first] = restart[:1]
-    assert first["action"] == "evict" and first["nodes_out"] == [SUSPECT] and first["nodes_in"] == [STANDBYS[0]]
+    assert first["action"] == "evict" and first["nodes_out"] == [SUSPECT] and first["nodes_in"] == [STANDBYS[0]], \
+        f"{restart}\n{explain()}"
     assert first["nodes"] == [HEALTHY, STANDBYS[0]]
     assert len(restart) == 1, restart  # no premature reattempt on the suspect machine before the verdict
 

@@ -12,15 +12,13 @@ NCCL line is the CUDA device, kept as ``device``, never taken for the rank.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from faultlens.parsing import fallback, nccl_lines, signals
+from faultlens.parsing import fallback, nccl_lines, signals, trainer_tracebacks
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
 from faultlens.parsing.errors import (
-    USER_TYPES,
     ExceptionLine,
     classify_bare,
     classify_cuda,
@@ -28,16 +26,14 @@ from faultlens.parsing.errors import (
     classify_nccl,
     classify_terminate,
 )
-from faultlens.parsing.exceptions import judge
 from faultlens.parsing.kernel_quiet import record_only
-from faultlens.parsing.line import MAX_KEPT, OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
+from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
+from faultlens.parsing.nan_lines import nan_text, step_of
 from faultlens.parsing.rules import LineRule, RuleSet
 from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
+from faultlens.parsing.trainer_tracebacks import Traceback
 
-# A traceback that sees this many foreign lines before its exception line is given up as truncated.
-TRACEBACK_PATIENCE = 32
-MAX_FRAMES = 256
 # Lines after a traceback that repeat its error (torch prints the NCCL/CUDA detail again) fold into it,
 # when they also come within FOLD_S seconds: the same error hours later (after a restart) is news.
 FOLD_LINES = 8
@@ -55,38 +51,6 @@ _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 _RAY = re.compile(r"^\([\w.\-]+ pid=\d+(?:, ip=[\w.:\-]+)?\) ")
 _RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
-
-_NAN = re.compile(
-    # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
-    # a loss by any name ("loss", "loss_box_reg_stage0", "val_loss"), as a dict of a detector's losses prints it
-    # a signed NaN too (Caffe's and darknet's C printf: "loss = -nan"), and Keras's bar glued to the
-    # next epoch's header when the bar's line was not ended ("loss: nanEpoch 1/1000")
-    r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?[+-]?(?:nan|inf)(?:\b|(?=Epoch \d))"
-    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
-    # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
-    r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
-    r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
-    # clip_grad_norm_'s "Non-finite norm encountered" / "The total norm of order 2.0 ... is non-finite"
-    # MXNet's Speedometer and gluon-cv's batch lines name each metric ("[Epoch 0][Batch 1], ... SmoothL1=nan"):
-    # after a batch every metric averages real samples, so a NaN one is the training's numbers
-    r"|\bepoch\W{0,2}\d+\W{1,3}batch\W{0,2}\d+\b[^\n]*?\b\w+=[+-]?nan\b"
-    r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value|(?:total |gradient |grad )?norm)\b|\btotal norm of order [\d.]+ .{0,60}\bis non-finite",
-    re.IGNORECASE,
-)
-# nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
-# A loss by any name, bare too ("discrim_loss nan"); a loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
-_NAN_BARE = re.compile(r"\b(?:\w*loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
-_NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite|batch")
-# Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
-_NAN_OR_INF = re.compile(r"nan|inf\b")
-_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
-
-_TB_START = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<lineno>\d+)(?:, in (?P<func>.+))?')
-_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
-_EXC_SUFFIXES = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Warning", "Timeout", "StopIteration")
-_LIBRARY = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d(?:\.\d+)?/|\\lib\\|^<frozen|^<")
-
 
 # Lowered, one of these is on every line that can give an event or be called alarming when no
 # traceback of its rank is open: the literals the single-line readings need to fire (the error
@@ -113,7 +77,7 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
     if any(not r.needles for r in rules):
         return None
     words = {w.lower() for w in (*CODE_LITERALS, *signals.LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
-    return re.compile(any_of(words).pattern + r"|inf\b")  # _NAN_OR_INF's "inf" ends a word: INFO's does not
+    return re.compile(any_of(words).pattern + r"|inf\b")  # nan_lines reads "inf" only ending a word: INFO's does not
 
 
 def _rank(text: str) -> int | None:
@@ -121,25 +85,6 @@ def _rank(text: str) -> int | None:
     if not m:
         return None
     return int(next(g for g in m.groups() if g is not None))
-
-
-@dataclass
-class _Traceback:
-    rank: int | None
-    local_rank: int | None
-    ts: float | None
-    mono: float | None
-    lines: list[str] = field(default_factory=list)
-    frames: list[tuple[str, int, str]] = field(default_factory=list)
-    idle: int = 0
-    size: int = 0
-    last: str = ""
-
-    def add(self, raw: str) -> None:
-        self.last = raw  # the exception line is kept even when the record outgrew MAX_KEPT
-        if self.size < MAX_KEPT:
-            self.lines.append(raw)
-            self.size += len(raw) + 1
 
 
 class TrainerLogParser:
@@ -155,7 +100,7 @@ class TrainerLogParser:
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
-        self._open: dict[tuple[str, int] | None, _Traceback] = {}
+        self._open: dict[tuple[str, int] | None, Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
         self._t: float | None = None  # the current line's time (its own clock, else the caller's)
 
@@ -199,8 +144,8 @@ class TrainerLogParser:
             absorbed, closed = self._continue(tb, key, msg, text)
             out.extend(closed)
         if not absorbed:
-            if msg.startswith(_TB_START) or (_TB_START in msg and msg.strip() == _TB_START):
-                self._open[key] = _Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
+            if trainer_tracebacks.starts(msg):
+                self._open[key] = Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
                 absorbed = True
             else:
                 found = self._single(msg, text, prefix_rank, local_rank, key)
@@ -258,95 +203,28 @@ class TrainerLogParser:
         return out
 
     # -- tracebacks -------------------------------------------------------------------------
-    def _continue(self, tb: _Traceback, key: Any, msg: str, raw: str) -> tuple[bool, list[ParsedLine]]:
+    def _continue(self, tb: Traceback, key: Any, msg: str, raw: str) -> tuple[bool, list[ParsedLine]]:
         """Feed one line to an open traceback: (absorbed, events closed by it)."""
-        fm = _FRAME.match(msg)
-        if fm:
-            tb.add(raw)
-            if len(tb.frames) >= MAX_FRAMES:
-                tb.frames.pop(0)
-            tb.frames.append((fm.group("file"), int(fm.group("lineno")), (fm.group("func") or "").strip()))
-            tb.idle = 0
-            return True, []
-        if not msg.strip() or msg[0] in " \t":
-            tb.add(raw)  # source lines, ^^^^ markers, "[Previous line repeated N more times]"
-            return True, []
-        em = _EXC.match(msg.strip())
-        if em and tb.frames and em.group("type").rsplit(".", 1)[-1].endswith(_EXC_SUFFIXES):
-            tb.add(raw)
-            del self._open[key]
-            return True, self._emit(key, tb, em.group("type"), (em.group("msg") or "").strip())
-        if msg.startswith(_TB_START):
-            del self._open[key]
-            return False, self._emit(key, tb, None, None, truncated=True)
-        tb.idle += 1
-        if tb.idle > TRACEBACK_PATIENCE:
-            del self._open[key]
-            return False, self._emit(key, tb, None, None, truncated=True)
-        return False, []
+        st = trainer_tracebacks.step(tb, msg, raw)
+        if not st.closed:
+            return st.absorbed, []
+        del self._open[key]
+        return st.absorbed, self._emit(key, tb, st.etype, st.message, truncated=st.truncated)
 
-    def _emit(self, key: Any, tb: _Traceback, etype: str | None, message: str | None, truncated: bool = False) -> list[ParsedLine]:
+    def _emit(self, key: Any, tb: Traceback, etype: str | None, message: str | None, truncated: bool = False) -> list[ParsedLine]:
         """The exception event; for one that ends in a CUDA / NCCL error also that error's own event
         (detectors of CUDA and NCCL faults read those kinds), unless the error was just reported."""
-        user_frames = [f for f in tb.frames if not _LIBRARY.search(f[0])]
-        innermost = tb.frames[-1] if tb.frames else None
-        frame = user_frames[-1] if user_frames else innermost
-        text = f"{etype or ''}: {message or ''}"
-        cuda = classify_cuda(text)
-        nccl = None if cuda else classify_nccl(text) or ("nccl" if etype and "DistBackendError" in etype else None)
-        short = (etype or "").rsplit(".", 1)[-1]
-        user_code = False
-        extra: dict[str, Any] = {}
-        verdict = None if truncated or cuda or nccl else judge(etype, message or "")
-        # An exception that reports a process killed by a signal (a DataLoader worker's segfault,
-        # torch.multiprocessing's "terminated with signal"): the signal says what broke.
-        died = None if truncated or cuda or nccl or verdict else signals.read_signal(message or "", "")
-        if truncated:
-            fault, action, severity = "unknown", "stop_time_diagnosis", "warn"
-        elif cuda:
-            extra["error"], fault, action, severity = cuda
-            user_code = fault == "user_code"
-        elif nccl:
-            extra["error"] = nccl
-            fault, action, severity = "nccl_error", "reattempt", "error"
-        elif verdict is not None:
-            # The machine's trouble (a full or failing disk, host memory) even when a frame of the
-            # program's own raised it: the errno and the message say what broke.
-            fault, action, severity = verdict.fault, verdict.action, "error"
-            extra["judged_by"] = verdict.why
-            if verdict.errno:
-                extra["errno"] = verdict.errno
-        elif died:
-            signal_data = died[0][1]
-            fault, action, severity = signal_data["fault"], signal_data["action"], signal_data["severity"]
-            extra["signal"] = signal_data["signal"]
-        elif short == "ChildFailedError":
-            # torchrun's summary of a rank that already failed: the rank's own traceback is the evidence.
-            fault, action, severity = "unknown", "none", "info"
-            extra["sympathetic"] = True
-        else:
-            innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
-            user_code = innermost_is_user or (bool(user_frames) and short in USER_TYPES)
-            fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
+        data = trainer_tracebacks.judge_traceback(tb, etype, message, truncated)
+        fault = data["fault"]
         companion = None
-        if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in extra:
+        if fault in ("cuda_error", "nccl_error", "gpu_memory") and "error" in data:
             kind = "nccl_error" if fault == "nccl_error" else "cuda_error"
             if not self._fold(key, fault):
-                companion = ParsedLine(self.source, kind, common(tb.last, fault, action, severity,
-                                                                 rank=tb.rank, error=extra["error"]), tb.ts, tb.mono)  # fmt: skip
+                companion = ParsedLine(self.source, kind, common(tb.last, fault, data["action"], data["severity"],
+                                                                 rank=tb.rank, error=data["error"]), tb.ts, tb.mono)  # fmt: skip
+                if tb.local_rank is not None:
+                    companion.data["local_rank"] = tb.local_rank
             self._folded[(key, fault)] = (self._n, self._t)
-        data = common(
-            "\n".join(tb.lines), fault, action, severity,
-            rank=tb.rank, type=etype, message=(message or "")[:1024],
-            file=frame[0] if frame else None, lineno=frame[1] if frame else None, func=frame[2] if frame else None,
-            user_code=user_code, frames=len(tb.frames), **extra,
-        )  # fmt: skip
-        if tb.local_rank is not None:
-            data["local_rank"] = tb.local_rank
-        if truncated:
-            data["truncated"] = True
-        if companion is not None and tb.local_rank is not None:
-            companion.data["local_rank"] = tb.local_rank
         exception = ParsedLine(self.source, "exception", data, tb.ts, tb.mono)
         return [exception, companion] if companion is not None else [exception]
 
@@ -409,11 +287,9 @@ class TrainerLogParser:
                     return []
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=nccl, **extra))]
-        low = msg.lower()
-        if ("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low) and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)):
-            sm = _STEP.search(msg)
+        if nan_text(msg):
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
-                                   step=int(sm.group(1)) if sm else None, **extra))]  # fmt: skip
+                                   step=step_of(msg), **extra))]  # fmt: skip
         if (":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or msg.endswith(("Error", "Exception")):
             found = self._headless(msg, raw, rank, key, extra)
             if found is not None:

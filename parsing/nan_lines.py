@@ -1,0 +1,48 @@
+"""A loss or a gradient norm that went NaN or infinite, in the words trainers print it.
+
+Pure functions over one message (parsing.trainer_log reads every single line through
+:func:`nan_text`). A NaN on a progress line is a value read, at whatever level the logger prints
+every step: the parser does not quiet it by the line's level.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAN = re.compile(
+    # Lightning: "The loss returned in `training_step` is tensor(nan, ...)" (a longer gap, a tensor repr)
+    # a loss by any name ("loss", "loss_box_reg_stage0", "val_loss"), as a dict of a detector's losses prints it
+    # a signed NaN too (Caffe's and darknet's C printf: "loss = -nan"), and Keras's bar glued to the
+    # next epoch's header when the bar's line was not ended ("loss: nanEpoch 1/1000")
+    r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?[+-]?(?:nan|inf)(?:\b|(?=Epoch \d))"
+    r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
+    # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
+    r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
+    r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"
+    # clip_grad_norm_'s "Non-finite norm encountered" / "The total norm of order 2.0 ... is non-finite"
+    # MXNet's Speedometer and gluon-cv's batch lines name each metric ("[Epoch 0][Batch 1], ... SmoothL1=nan"):
+    # after a batch every metric averages real samples, so a NaN one is the training's numbers
+    r"|\bepoch\W{0,2}\d+\W{1,3}batch\W{0,2}\d+\b[^\n]*?\b\w+=[+-]?nan\b"
+    r"|\bnan (?:loss|detected)\b|non-finite (?:loss|value|(?:total |gradient |grad )?norm)\b|\btotal norm of order [\d.]+ .{0,60}\bis non-finite",
+    re.IGNORECASE,
+)
+# nanoGPT and similar loops print "iter 110: loss nan, time ..." (no separator before the value).
+# A loss by any name, bare too ("discrim_loss nan"); a loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
+_NAN_BARE = re.compile(r"\b(?:\w*loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
+_NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite|batch")
+# Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
+_NAN_OR_INF = re.compile(r"nan|inf\b")
+_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
+
+
+def nan_text(msg: str) -> bool:
+    """Does the line report a non-finite loss or gradient norm? Cheap words first: most lines hold none."""
+    low = msg.lower()
+    return bool(("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low)
+                and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)))
+
+
+def step_of(msg: str) -> int | None:
+    """The step or iteration the line names, if any."""
+    sm = _STEP.search(msg)
+    return int(sm.group(1)) if sm else None

@@ -14,7 +14,8 @@ from typing import Any
 from faultlens.parsing import line_model
 from faultlens.parsing.line import common
 from faultlens.parsing.severity import Severity, severity_of
-from faultlens.parsing.subsystems import Attribution, attribute
+from faultlens.parsing.subsystems import Attribution, attribute, by_program
+from faultlens.parsing.timestamps import program_of
 
 Found = list[tuple[str, dict[str, Any]]]
 # The most a line classified by its subsystem or by the model may ask.
@@ -28,6 +29,10 @@ def kernel_line(msg: str, raw: str, sev: Severity | None = None) -> tuple[Found 
     if not sev.is_error:
         return None, ""
     att = attribute(msg)
+    if att is None or att.fault is None:
+        # A daemon's line names no kernel subsystem: the syslog tag of the program that wrote it
+        # does (chronyd, ptp4l, rpc.mountd, beegfs-client, ...), when the table knows that program.
+        att = by_program(program_of(raw)) or att
     if att is not None and att.fault is not None:
         return [("subsystem_error", _subsystem_data(raw, att, sev))], "subsystem"
     if att is not None:

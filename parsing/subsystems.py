@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,6 +72,9 @@ class SubsystemTable:
     by_tag: dict[str, Subsystem]
     prefixes: tuple[tuple[str, Subsystem], ...]
     phrases: tuple[tuple[str, Subsystem], ...]
+    # User-space programs by their syslog tag: exact names, and "name-*" as a prefix.
+    by_program: dict[str, Subsystem] = field(default_factory=dict)
+    program_prefixes: tuple[tuple[str, Subsystem], ...] = ()
 
     def lookup(self, tag: str) -> Subsystem | None:
         sub = self.by_tag.get(tag)
@@ -93,6 +96,8 @@ def parse_table(text: str, origin: str) -> SubsystemTable:
     by_tag: dict[str, Subsystem] = {}
     prefixes: list[tuple[str, Subsystem]] = []
     phrases: list[tuple[str, Subsystem]] = []
+    by_program: dict[str, Subsystem] = {}
+    program_prefixes: list[tuple[str, Subsystem]] = []
     for i, raw in enumerate(doc.get("subsystem", ())):
         name = raw.get("name") if isinstance(raw, dict) else None
         if not isinstance(name, str) or not name:
@@ -109,9 +114,18 @@ def parse_table(text: str, origin: str) -> SubsystemTable:
             by_tag[tag.lower()] = sub
         prefixes.extend((p.lower(), sub) for p in raw.get("prefixes", ()))
         phrases.extend((p, sub) for p in raw.get("phrases", ()))
+        for prog in raw.get("programs", ()):
+            prog = prog.lower()
+            if prog.endswith("*"):
+                program_prefixes.append((prog[:-1], sub))
+            elif prog in by_program:
+                raise SubsystemTableError(f"{origin}: program {prog!r} twice ({by_program[prog].name} and {name})")
+            else:
+                by_program[prog] = sub
     # Longest prefix first: "nvidia-nvswitch" before "nvidia".
     prefixes.sort(key=lambda ps: -len(ps[0]))
-    return SubsystemTable(by_tag, tuple(prefixes), tuple(phrases))
+    program_prefixes.sort(key=lambda ps: -len(ps[0]))
+    return SubsystemTable(by_tag, tuple(prefixes), tuple(phrases), by_program, tuple(program_prefixes))
 
 
 @lru_cache(maxsize=1)
@@ -237,6 +251,20 @@ def attribute(message: str, table: SubsystemTable | None = None) -> Attribution 
     # or from the tag when the tag is itself a device ("sdb: checker failed path", "eth3: ...").
     fault = _class_of_device(device) or _class_of_device(tag)
     return Attribution(tag, tag, fault, "alert", device, known=False)
+
+
+def by_program(program: str | None, table: SubsystemTable | None = None) -> Attribution | None:
+    """The subsystem of a user-space program by its syslog tag (``chronyd``, ``rpc.mountd``,
+    ``beegfs-client``), when the table names it among a subsystem's ``programs`` (exact names,
+    ``beegfs-*`` a prefix; never by a kernel tag: ``net`` or ``session`` are no program's name);
+    None for a program it does not."""
+    if not program:
+        return None
+    table = table or shipped()
+    sub = table.by_program.get(program)
+    if sub is None:
+        sub = next((s for prefix, s in table.program_prefixes if program.startswith(prefix)), None)
+    return Attribution(sub.name, program, sub.fault, sub.action) if sub is not None else None
 
 
 def _driver_shaped(message: str) -> bool:

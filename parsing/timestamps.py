@@ -216,6 +216,21 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
     return Stamped(None, None, line)
 
 
+def program_of(line: str) -> str | None:
+    """The program a syslog or journald line names in its ``host tag[pid]: `` (lowered, the pid
+    dropped), None for the kernel's own lines and a line of no such prefix. split_timestamp takes
+    the tag off with the clock; the parsers ask for it only for a line whose message names no
+    subsystem of its own (a daemon's line: chronyd, ptp4l, rpc.mountd, ...)."""
+    m = _SYSLOG.match(line) if line[:1].isupper() else _ISO.match(line) if line[:1].isdigit() else None
+    if m is None or (m.re is _ISO and m.group(7) == ","):
+        return None
+    tag = _HOST_TAG.match(line, m.end())
+    if tag is None:
+        return None
+    name = tag.group(0).split(" ", 1)[1].partition("[")[0].rstrip(": ").lower()
+    return None if name == "kernel" else name
+
+
 def _from_iso(m: re.Match[str], line: str) -> Stamped:
     year, month, day, hh, mm, ss = m.group(1, 2, 3, 4, 5, 6)
     ts = _epoch(year, month, day, hh, mm, ss, m.group(8))

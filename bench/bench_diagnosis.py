@@ -30,9 +30,9 @@ import time
 import uuid
 from pathlib import Path
 
-from faultlens.diagnosis.consumer import DiagnoseHandler
-from faultlens.diagnosis.engine import Engine, analyze
-from faultlens.diagnosis.scoring import score
+from faultlens.diagnosis.edge.consumer import DiagnoseHandler
+from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.replay.scoring import score
 from faultlens.events.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
 
 
@@ -91,7 +91,7 @@ def _kafka(path: Path, n: int, bootstrap: str | None) -> None:
     from bench.common import bench_broker, raw_consume_rate
     from faultlens.events.envelope import encode
     from faultlens.streams.producer import Producer
-    from faultlens.streams.runner import GroupRunner
+    from faultlens.streams.runner.loop import GroupRunner
 
     with bench_broker(bootstrap) as settings:
         topic = f"bench-diagnosis-{uuid.uuid4().hex[:8]}"

@@ -24,13 +24,13 @@ import pstats
 import time
 
 from bench.bench_floor import backlog
-from faultlens.diagnosis.consumer import TELEMETRY_DECODERS, DiagnoseHandler
-from faultlens.diagnosis.engine import Engine
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS, DiagnoseHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import decode
 from faultlens.events.topics import JOBS, telemetry_partition
 from faultlens.streams.gc_policy import tune_for_streaming
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 
 def records(nodes: int, duration: int) -> tuple[Record, list[Record]]:

@@ -4,7 +4,7 @@
         [--rounds 1] [--bootstrap HOST:PORT]
 
 bench/bench_floor.py gives a stage's rate; this gives its loop's thread CPU per message, split as
-the runner spends it (streams/runner.py): the client's ``poll``, ``split`` (decoding, the NVML
+the runner spends it (streams/runner/loop.py): the client's ``poll``, ``split`` (decoding, the NVML
 samples only peeked, and placing in event time), ``ordered`` (the event-time merge releasing
 records), ``complete`` (the deferred samples read whole), ``handler`` (the stage's detectors),
 ``deliver`` (sending and committing) and ``announce`` (watermarks), besides the main thread's and
@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.bench_floor import write_backlog
 from bench.common import bench_broker
-from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
 
 # (object attribute on the runner, method, part name); "consumer" is wrapped once it is opened.
 PARTS = (("", "_run_handler", "handler"), ("intake", "split", "split"), ("", "_released", "complete"),

@@ -3,7 +3,7 @@
 Every case folder under tests/fixtures/stacks/ (and its recorder/ subfolder) with a culprit in its
 case.json is read by the stack reading alone (``read_hang_stacks``, what `faultlens stacks` ran
 before recorder dumps) and, where the case has ``<rank>.fr.json``, by the recorder reading
-(``diagnosis.hang_recorder.read_hang``). A verdict is *exact* when it names the culprit's machine
+(``diagnosis.hang.recorder.read_hang``). A verdict is *exact* when it names the culprit's machine
 alone, *group* when the machines it names include the culprit's and others, *wrong* when they
 miss it, *none* when it names no machine (an alert or no suspect). A case whose culprit is a
 divergent branch (case.json ``bad_machine: false``) has no machine to find: naming none is *exact*
@@ -23,7 +23,7 @@ from collections import Counter
 from functools import partial
 from pathlib import Path
 
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "stacks"
@@ -62,7 +62,7 @@ def main() -> None:
         readers = {"stacks": partial(read_hang_stacks, stacks, topology)}
         recorders = {int(p.name.split(".")[0]): p.read_bytes() for p in folder.glob("*.fr.json")}
         if recorders and not args.stacks_only:
-            from faultlens.diagnosis.hang_recorder import read_hang
+            from faultlens.diagnosis.hang.recorder import read_hang
 
             readers["recorder+stacks"] = partial(read_hang, stacks, recorders, topology)
         for name, read in readers.items():

@@ -28,7 +28,7 @@ from faultlens.history.queries import REPORT_SECTIONS, frame, run
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink
 from faultlens.streams.producer import Producer
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 
 T0 = 1_767_225_600.0  # 2026-01-01
 FAULTS = ("gpu_lost", "gpu_memory", "nvlink", "gpu_thermal", "nic", "kernel", "host_oom", "cuda_error",

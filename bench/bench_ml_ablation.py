@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from faultlens.closed_loop import ClosedLoop
-from faultlens.diagnosis.engine import Engine, EngineConfig
-from faultlens.diagnosis.scoring import EARLY_S, EVICTING, is_scored, score
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.replay.scoring import EARLY_S, EVICTING, is_scored, score
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.drifts import DRIFT_KINDS, Drift

@@ -16,10 +16,10 @@ import argparse
 import json
 import time
 
-from faultlens.diagnosis.engine import Engine, analyze
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import Engine, analyze
 from faultlens.events.trace import iter_trace
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 
 def _node(events: list) -> float:

@@ -20,13 +20,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.envelope import Envelope, decode, encode
 from faultlens.events.payloads import check_payload
 from faultlens.parsing.registry import parser_for
 from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_corpus"
 T = 1_790_000_000.0

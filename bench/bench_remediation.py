@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hang-runs", type=int, default=0, help="full hang runs (each over a minute; default 0)")
     p.add_argument("--bootstrap", help="a Kafka cluster (default: a fresh embedded broker)")
     args = p.parse_args(argv)
-    with_xid = importlib.util.find_spec("faultlens.diagnosis.consumer") is not None
+    with_xid = importlib.util.find_spec("faultlens.diagnosis.edge.consumer") is not None
     with tempfile.TemporaryDirectory(prefix="bench-remediation-") as tmp, bench_broker(args.bootstrap) as settings:
         work = Path(tmp)
         private, _ = write_key_pair(work / "keys", KEY)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                "FAULTLENS_BOOTSTRAP": settings.bootstrap, "FAULTLENS_LOG_LEVEL": "WARNING"}
         results = run_fast_stages(settings, args.runs, work, env, with_xid)
         if not with_xid:
-            results.append({"stage": "xid_to_hook", "skipped": "diagnosis.consumer is not built"})
+            results.append({"stage": "xid_to_hook", "skipped": "diagnosis.edge.consumer is not built"})
         if args.hang_runs:
             results.append(run_hang(settings, args.hang_runs, work, env))
         for r in results:

@@ -18,7 +18,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from bench.common import bench_broker, raw_consume_rate
 from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.producer import Producer
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 
 
 def main() -> None:

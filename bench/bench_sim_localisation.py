@@ -4,7 +4,7 @@ the real captures.
 
 For each seed a job_hang is injected on a random rank of a 64-node job (TP 8, PP 4, DP 16; each
 variant of simulator.faults.HANG_VARIANTS), the stacks are captured 100 s later, and the verdict of
-``diagnosis.hang_recorder.read_hang`` (hook: faulthandler + py-spy stacks and recorder dumps) or
+``diagnosis.hang.recorder.read_hang`` (hook: faulthandler + py-spy stacks and recorder dumps) or
 ``read_hang_stacks`` (no hook: py-spy alone; a node with py-spy broken sends nothing usable) is
 graded against the culprit's machine. Prints one JSON line per variant and reader.
 
@@ -20,8 +20,8 @@ from collections import Counter
 import numpy as np
 
 from bench.bench_hang_localisation import grade
-from faultlens.diagnosis.hang_recorder import read_hang
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
+from faultlens.diagnosis.hang.recorder import read_hang
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.events.command import Command
 from faultlens.simulator import FaultPlan, SimConfig, SimulatedCluster
 from faultlens.simulator.faults import HANG_VARIANTS
@@ -36,7 +36,7 @@ def capture(nodes: int, seed: int, variant: str, hook: bool) -> tuple[str, str]:
     sim.apply(Command(job=cfg.job, action="capture_stacks", issued_at=now, expires_at=now + 60))
     out = sim.advance(now + 10)
     stacks: dict[int, str] = {}
-    for e in out:  # py-spy preferred, as diagnosis.dump_set keeps them
+    for e in out:  # py-spy preferred, as diagnosis.stacks.dump_set keeps them
         if e.kind == "stack_dump" and e.data.get("ok") is not False:
             if e.data["tool"] == "py-spy" or e.data["rank"] not in stacks:
                 stacks[e.data["rank"]] = e.data["dump"]

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from bench.testbed.stack_samples import GRAD_SYNC, fig7_dumps, grid, pyspy_dump, spread_hang_dumps
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.diagnosis.stacks import cluster_stacks
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
+from faultlens.diagnosis.stacks.outliers import cluster_stacks
 
 
 def _distinct(topology, stuck: int) -> dict[int, str]:

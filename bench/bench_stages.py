@@ -23,7 +23,7 @@ from tempfile import TemporaryDirectory
 from kafka import KafkaConsumer
 
 from bench.common import bench_broker
-from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
 from faultlens.events.topics import SUMMARIES, TELEMETRY_TOPICS
 from faultlens.events.trace import trace_rows, write_trace
 from faultlens.simulator.config import SimConfig

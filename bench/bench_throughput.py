@@ -113,7 +113,7 @@ def _raw(settings: KafkaSettings, expected: int, timeout_s: float = 300.0,
     general decoder for the rest) and, with ``check``, the payload of a generally decoded one checked
     (events.payloads.check_payload; the typed readers check as they read), and nothing more: the
     floor of any consumer that reads these JSON messages in Python."""
-    from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
+    from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS
     from faultlens.events.envelope import decode as general
     from faultlens.events.payloads import check_payload
 
@@ -150,7 +150,7 @@ def _stage(settings: KafkaSettings, stage: str, idle_s: float) -> tuple[int, _Cl
     reads and decodes most of it before event time lets the first record go (the wait for the
     partitions that have nothing to say to count as idle, ``max_idle_s``, included), so the
     second one leaves out much of the work and is kept only to compare with earlier tables."""
-    from faultlens.diagnosis.consumer import diagnose_consumer
+    from faultlens.diagnosis.edge.consumer import diagnose_consumer
 
     group = f"bench-{stage}-{settings.client}-{uuid.uuid4().hex[:6]}"
     runner, handler = diagnose_consumer(settings, None, stage=stage, group=group)
@@ -191,7 +191,7 @@ def _rss(nodes: int, gpus: int, duration: float, seed: int, tmp: str) -> dict:
     _simulate(path, nodes, gpus, duration, seed)
     sim_s = time.perf_counter() - t0
     code = ("import json, resource, time, sys\n"
-            "from faultlens.diagnosis.engine import analyze_trace\n"
+            "from faultlens.diagnosis.engine.core import analyze_trace\n"
             "t = time.perf_counter()\n"
             "found, engine = analyze_trace(sys.argv[1])\n"
             "print(json.dumps({'events': engine.stats['events'], 'seconds': round(time.perf_counter() - t, 1),\n"

@@ -49,7 +49,7 @@ class FaultClass(StrEnum):
     # cannot see, never an eviction (the machine may be fine; the agent is half blind).
     AGENT_BLIND = "agent_blind"
     # Added: a run whose loss stopped improving (at chance, never learned, frozen, regressed, or a
-    # gradient norm at zero; diagnosis/loss_stalled.py): an alert, or a rollback to a better checkpoint.
+    # gradient norm at zero; diagnosis/rules/loss_stalled.py): an alert, or a rollback to a better checkpoint.
     LOSS_STALLED = "loss_stalled"
 
 

@@ -1,6 +1,6 @@
 """Event time for consumers: where an event sits in time, and in which order to hand events on.
 
-Used by :class:`streams.runner.GroupRunner` (live) and testable alone. Where one event sits in time
+Used by :class:`streams.runner.loop.GroupRunner` (live) and testable alone. Where one event sits in time
 (a node's clock judged against its peers) is :mod:`events.event_clock`, re-exported here.
 
 :class:`WatermarkMerge` hands records on in event-time order across partitions and topics,

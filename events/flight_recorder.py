@@ -8,7 +8,7 @@ so both carry the same fields under the same size bound (docs/events.md, source 
   hang verdict reads, so each entry's frames go first, then the oldest entries, ``truncated: true``;
 * :func:`recorder_payload`: the event's ``data``.
 
-Pure: no torch, no Kafka. The reading side is diagnosis.flight_recorder.
+Pure: no torch, no Kafka. The reading side is diagnosis.stacks.flight_recorder.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class TrainStep(RankedPayload, frozen=True):
     (``"nan"`` on the wire: events.envelope.number); read them with events.envelope.as_float.
     ``from_scratch``: the trainer's word that the weights began random (true) or from a checkpoint
     or a pretrained model (false), so a resumed or fine-tuned run is never read as one that never
-    learned (diagnosis/loss_stalled.py)."""
+    learned (diagnosis/rules/loss_stalled.py)."""
 
     step: NonNegInt | None = None
     loss: Metric | None = None

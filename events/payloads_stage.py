@@ -2,8 +2,8 @@
 launchers, events/topology.py) and ``summary`` (the node stage to the job stage, topic
 ``summaries``) (docs/events.md; the rules every field follows: events/payload_fields.py).
 
-The summaries' readers (diagnosis/features.py ``NodeWindow.from_event``, diagnosis/rules/base.py
-``Finding.from_event``) build their records from these Structs. diagnosis/node_consumer.py's
+The summaries' readers (diagnosis/peers/features.py ``NodeWindow.from_event``, diagnosis/rules/base.py
+``Finding.from_event``) build their records from these Structs. diagnosis/edge/node_consumer.py's
 ``watermark_of`` reads a watermark's ``data`` key by key: the runner reads it before any intake
 check, and a word that says its coverage badly still counts for its watermark.
 """
@@ -35,7 +35,7 @@ class RankPlacement(Payload, frozen=True):
 
 class MachinePlace(Payload, frozen=True):
     """Where one machine of a ``job``/``topology`` sits, as its node agent or the scheduler can read
-    it (all optional): what the machines of a wave share names its cause (diagnosis/waves.py)."""
+    it (all optional): what the machines of a wave share names its cause (diagnosis/engine/waves.py)."""
 
     rack: Text | None = None
     nvlink_domain: Text | None = None  # an NVLink domain (a GB200 NVL72 rack, an NVSwitch tray set)
@@ -78,11 +78,11 @@ class JobEnd(Payload, frozen=True):
     nodes: list[Text] | None = None
 
 
-# --- source `summary` (diagnosis/node_consumer.py) ---------------------------------------------
+# --- source `summary` (diagnosis/edge/node_consumer.py) ---------------------------------------------
 
 
 class SummaryWindow(Payload, frozen=True):
-    """``summary``/``window``: one node's feature window (diagnosis/features.py ``NodeWindow``)."""
+    """``summary``/``window``: one node's feature window (diagnosis/peers/features.py ``NodeWindow``)."""
 
     start: Number | None = None
     features: dict[Text, Number] | None = None
@@ -107,7 +107,7 @@ class SummaryFinding(Payload, frozen=True):
     sympathetic: Flag | None = None
     hold_s: NonNeg | None = None
     rule: Text | None = None  # the rule that made it where its entity does not say (Finding.rule)
-    # A wave candidate's copy for every job-stage member's fleet index (diagnosis/fleet_waves.py):
+    # A wave candidate's copy for every job-stage member's fleet index (diagnosis/engine/fleet_waves.py):
     # noted there, never judged as the job's finding.
     wave_copy: Flag | None = None
 

@@ -3,7 +3,7 @@
 A trace recorded from a live cluster holds stack dumps only where the diagnosis engine asked for
 them (``capture_stacks``), timed by its asking, and none from nodes where capture fails. This
 drives a :class:`simulator.run.SimRun` second by second, feeds its events to an
-:class:`diagnosis.engine.Engine`, and turns each ``capture_stacks`` diagnosis into the command the
+:class:`diagnosis.engine.core.Engine`, and turns each ``capture_stacks`` diagnosis into the command the
 remediation side would send, which the simulated agents answer. Lives here, above both the
 simulator and diagnosis, because the simulator must not look at the detectors.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Iterator
 
-from faultlens.diagnosis.engine import Engine
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.command import Command, CommandAction
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent

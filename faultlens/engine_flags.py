@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from faultlens.diagnosis.engine import EngineConfig
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitConfig
-from faultlens.diagnosis.thresholds import ThresholdsError
-from faultlens.diagnosis.thresholds import load as load_thresholds
+from faultlens.diagnosis.engine.core import EngineConfig
+from faultlens.diagnosis.engine.implicit import ImplicitConfig
+from faultlens.diagnosis.engine.thresholds import ThresholdsError
+from faultlens.diagnosis.engine.thresholds import load as load_thresholds
+from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()
@@ -55,7 +55,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         "rules when raw lines are parsed; repeatable (env FAULTLENS_RULES, paths joined by ':')")
     g.add_argument("--thresholds", action="append", metavar="FILE",
                    default=[p for p in os.environ.get("FAULTLENS_THRESHOLDS", "").split(os.pathsep) if p],
-                   help="a TOML file of thresholds of your own (format: diagnosis/thresholds.toml: waves across "
+                   help="a TOML file of thresholds of your own (format: diagnosis/engine/thresholds.toml: waves across "
                         "machines, debounce of grey evidence), laid over the shipped ones; repeatable "
                         "(env FAULTLENS_THRESHOLDS, paths joined by ':')")
     g.add_argument("--hang-k", type=float, default=_env_float("FAULTLENS_HANG_K", _HANG.k),

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from faultlens.diagnosis.consumer import GROUP as DIAGNOSE_GROUP
-from faultlens.diagnosis.consumer import diagnose_consumer
-from faultlens.diagnosis.engine import EngineConfig
+from faultlens.diagnosis.edge.consumer import GROUP as DIAGNOSE_GROUP
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
+from faultlens.diagnosis.engine.core import EngineConfig
 from faultlens.events.signing import SigningKey
 from faultlens.remediation.consumer import GROUP as REMEDIATE_GROUP
 from faultlens.remediation.consumer import RemediationHandler, build_policy, remediate_consumer
@@ -28,7 +28,7 @@ from faultlens.streams import metrics
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
-from faultlens.streams.runner import GroupRunner, RunnerStats
+from faultlens.streams.runner.loop import GroupRunner, RunnerStats
 
 if TYPE_CHECKING:  # the history's DuckDB is imported only when the history consumer is built
     import duckdb

@@ -15,7 +15,7 @@ import shlex
 
 import pytest
 
-from faultlens.diagnosis.expect import EXPECT_SUFFIX
+from faultlens.diagnosis.replay.expect import EXPECT_SUFFIX
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,5 +1,5 @@
 """`faultlens check` and its pytest plugin share this: run the detectors on a trace, compare with
-its ``TRACE.expect.jsonl`` (diagnosis.expect), and say how they differ in words a person reads."""
+its ``TRACE.expect.jsonl`` (diagnosis.replay.expect), and say how they differ in words a person reads."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from faultlens.diagnosis.engine import EngineConfig, analyze_trace
-from faultlens.diagnosis.expect import (
+from faultlens.diagnosis.engine.core import EngineConfig, analyze_trace
+from faultlens.diagnosis.replay.expect import (
     EXPECT_SUFFIX,
     ONSET_SLACK_S,
     CheckResult,

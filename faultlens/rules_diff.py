@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 
@@ -177,7 +177,7 @@ def trace_culprits(path: str | os.PathLike[str], source: str) -> set[tuple[str, 
         from faultlens.events.trace import read_labels
 
         return culprits_from_labels(read_labels(path))
-    from faultlens.diagnosis.expect import expect_path, read_expect
+    from faultlens.diagnosis.replay.expect import expect_path, read_expect
 
     return {(v.job, n) for v in read_expect(expect_path(path)) if v.action in EVICTING for n in v.nodes}
 

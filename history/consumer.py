@@ -25,7 +25,7 @@ from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.history.sink import HistorySink, Sampling, build_batch
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing
-from faultlens.streams.runner import FatalHandlerError, GroupRunner, Record, dead_letter
+from faultlens.streams.runner.loop import FatalHandlerError, GroupRunner, Record, dead_letter
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 import duckdb
 
-from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
+from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from faultlens.history import plots
 from faultlens.history.queries import kind_counts, run
 from faultlens.history.report import cell
@@ -215,7 +215,7 @@ def _headline_cards(ettr: list[dict[str, Any]], kinds: dict[str, int], latency: 
     cards.append(_card(str(kinds["acting"]), f"acting diagnoses (+{kinds['evidence_request']} stack requests, "
                                              f"{kinds['record_only']} record-only)"))
     # The headline latency is the one `faultlens score` and the demo print: from the labelled onset where
-    # there is ground truth, else from the first evidence; the words under it say which (diagnosis.scoring).
+    # there is ground truth, else from the first evidence; the words under it say which (diagnosis.replay.scoring).
     if labels:
         cards.append(_card(f"{_num(labels['p50_s'])} s", f"detection latency p50 (p99 {_num(labels['p99_s'])} s): "
                                                           f"{LATENCY_WORDS_LABELLED}"))

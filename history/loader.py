@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events import trace
 from faultlens.history.schema import HistoryError
 from faultlens.history.sink import Batch, HistorySink, Sampling, build_batch

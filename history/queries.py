@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from faultlens.diagnosis.scoring import EARLY_S, WINDOW_S
+from faultlens.diagnosis.replay.scoring import EARLY_S, WINDOW_S
 from faultlens.history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
 from faultlens.history.schema import has_table
 
@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "buckets": 40,        # time buckets of faults_over_time
     "confirmed": 0.9,     # confidence from which a diagnosis counts as a really faulty node
     "repeat": 2,          # inspection_candidates: hardware failures on one node that warrant a look
-    # label_detection matches as `faultlens score` does (diagnosis.scoring): decided from early_window
+    # label_detection matches as `faultlens score` does (diagnosis.replay.scoring): decided from early_window
     # before to match_window after the labelled onset
     "match_window": WINDOW_S,
     "early_window": EARLY_S,
@@ -173,7 +173,7 @@ QUERIES: dict[str, str] = {
         FROM diagnoses WHERE {ACTING} GROUP BY fault ORDER BY p50_s DESC, fault""",
     "detection_latencies": f"""
         SELECT fault, ts - onset AS latency_s FROM diagnoses WHERE {ACTING} ORDER BY latency_s""",
-    # With ground truth, detection latency as `faultlens score` and the demo define it (diagnosis.scoring):
+    # With ground truth, detection latency as `faultlens score` and the demo define it (diagnosis.replay.scoring):
     # each label's first matching diagnosis (same job and fault class, scored: not record-only, a stack
     # request, an alert or `unknown`; decided between early_window before and match_window after the
     # labelled onset; a shared node, or either names none), its decision time minus the labelled onset.

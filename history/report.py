@@ -11,7 +11,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
+from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED
 from faultlens.history.queries import DEFAULTS, PYTHON_SECTIONS, REPORT_SECTIONS, run
 from faultlens.history.unrecognised import unrecognised_lines
 

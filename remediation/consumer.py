@@ -32,7 +32,7 @@ from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.reader import iter_topics
-from faultlens.streams.runner import GroupRunner, Record, dead_letter
+from faultlens.streams.runner.loop import GroupRunner, Record, dead_letter
 
 log = logging.getLogger(__name__)
 

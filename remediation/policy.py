@@ -40,7 +40,7 @@ def command_id(diagnosis_id: str, action: str) -> str:
     return hashlib.sha256(f"{diagnosis_id}:{action}".encode()).hexdigest()[:32]
 
 
-# A fail-slow stack round request is ``<suspicion id>.round<k>`` (diagnosis/failslow.py).
+# A fail-slow stack round request is ``<suspicion id>.round<k>`` (diagnosis/peers/failslow.py).
 _ROUND_ID = re.compile(r"\.round\d+$")
 ROUND_FOLD_S = 2.0  # only a copy of the same round (a redelivery) comes this close
 
@@ -414,7 +414,7 @@ class Policy:
         window = self.config.settle_s if step.action in ("capture_stacks", "run_checks") else self.safety.config.dedup_s
         if step.action == "capture_stacks" and is_stack_round(d):
             # A fail-slow campaign asks for its rounds itself, ~10 s apart, each a new ask
-            # (diagnosis/failslow.py): folding them over the settle time would starve it.
+            # (diagnosis/peers/failslow.py): folding them over the settle time would starve it.
             window = ROUND_FOLD_S
         if self.safety.is_duplicate(d.job, step.nodes, d.fault, step.action, now, window):
             return self._decision(now, d, step, mode, sent=False,

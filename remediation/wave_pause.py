@@ -1,5 +1,5 @@
 """Remediation's side of a wave (docs/remediation.md, Waves): after diagnosis reports one finding
-for a fault class on many machines of a job (diagnosis/waves.py: ``group`` ``wave:<cause>``), a
+for a fault class on many machines of a job (diagnosis/engine/waves.py: ``group`` ``wave:<cause>``), a
 diagnosis of that class about one machine of that job is recorded, not acted on, until
 ``pause_s`` after the wave's last report: a straggler of the wave that diagnosis judged alone (it
 came after the wave's window) must not spend the eviction cap on a healthy machine. Other classes
@@ -7,7 +7,7 @@ came after the wave's window) must not spend the eviction cap on a healthy machi
 report (re-sent with the same id while the wave grows).
 
 A wave that names a part of the fleet (``wave:ib_switch=<guid>``, ``wave:rack=r07``: a fleet wave
-across jobs comes once, under its first machine's job, diagnosis/fleet_waves.py) also pauses its
+across jobs comes once, under its first machine's job, diagnosis/engine/fleet_waves.py) also pauses its
 class for a machine of any job that sits in that part by its job's topology (``machines``): the
 switch's other jobs' stragglers are the same event."""
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from faultlens.diagnosis.fleet_waves import values_of
+from faultlens.diagnosis.engine.fleet_waves import values_of
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.topology import Topology
 

@@ -23,7 +23,7 @@ from faultlens.events.envelope import InvalidEvent, decode
 from faultlens.events.event_time import EventClock, WatermarkMerge, WriterWord
 from faultlens.events.typed_read import EnvelopeTime, read_envelope_time
 from faultlens.streams.producer import Outgoing
-from faultlens.streams.runner_types import Decoder, Record, RunnerStats, broker_time, dead_letter
+from faultlens.streams.runner.types import Decoder, Record, RunnerStats, broker_time, dead_letter
 
 # What a decoder raises for a message it cannot read: the message becomes a dead letter.
 UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)

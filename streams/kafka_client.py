@@ -11,7 +11,7 @@ client error is a ``kafka.errors.KafkaError`` (``CommitFailedError`` when a reba
 partitions), so the callers handle both clients alike.
 
 Rebalance listeners must not block on the broker with either client: kafka-python 3 calls them
-from its coordinator, and the runner keeps them to bookkeeping (streams/runner.py).
+from its coordinator, and the runner keeps them to bookkeeping (streams/runner/loop.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The recorder numbers every collective per process group and keeps the last
 ``TORCH_FR_BUFFER_SIZE`` of them; it is off unless that variable is set before the process
 groups are created, so the hook sets a default when it starts (a trainer's own setting wins).
 On ``capture_stacks`` the hook publishes the dump beside its stack dump (``stack`` /
-``recorder_dump``, docs/events.md), read by diagnosis.hang_recorder.
+``recorder_dump``, docs/events.md), read by diagnosis.hang.recorder.
 
 A dump holds a few hundred bytes per entry (and the C++/Python frames of each, when torch
 records them): the newest entries are what a hang verdict reads, so frames go first and the

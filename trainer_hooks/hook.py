@@ -86,7 +86,7 @@ class TrainerHook:
                  from_scratch: bool | None = None):
         self.job, self.rank, self.node = job, rank, node
         # Sent with every step (the pipeline may first see a run mid-way): True when the weights began
-        # random, False when from a checkpoint or a pretrained model (diagnosis/loss_stalled.py).
+        # random, False when from a checkpoint or a pretrained model (diagnosis/rules/loss_stalled.py).
         self.from_scratch = from_scratch
         # An uncaught exception reaches `faultlens run` (the error file torchrun names), which
         # reports it as the node agent would: a crash diagnosed with no node agent.
@@ -152,7 +152,7 @@ class TrainerHook:
              compute_s: float | None = None, step: int | None = None, classes: int | None = None) -> None:
         """Publish one step's telemetry, then act on commands that wait for a step boundary.
         ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
-        loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/loss_stalled.py)."""
+        loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py)."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now

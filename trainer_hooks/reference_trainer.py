@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, path)
         hook.checkpoint_saved(step, str(path))
 
-    # The trainer's word for the stalled-loss diagnosis (diagnosis/loss_stalled.py): a first start trains
+    # The trainer's word for the stalled-loss diagnosis (diagnosis/rules/loss_stalled.py): a first start trains
     # from build()'s random weights, a resumed one from a checkpoint's.
     hook = TrainerHook(job=job, rank=rank, node=node, settings=settings, state_dir=args.ckpt_dir,
                        on_checkpoint=lambda: save(hook.steps),

@@ -1,7 +1,7 @@
 """`faultlens run`'s heartbeat: the node's `heartbeat`/`beat` with its live workers' pids, so a job
 with no node agent is still judged by the liveness and hang rules.
 
-A hang is told from a job whose steps stopped while its machines still beat (diagnosis/hang.py):
+A hang is told from a job whose steps stopped while its machines still beat (diagnosis/hang/detector.py):
 without any beat, a job that stops stepping is indistinguishable from one whose telemetry was lost,
 and nothing is localised. The launcher knows its workers and whether they live, which is what a
 beat says (collectors.heartbeat.beat_event, the node agent's own event). The last beat, when the

@@ -3,7 +3,7 @@
 A rule turns events into :class:`Finding` values: a would-be diagnosis plus the entity it is about
 (a GPU, a port, a rank) and whether it is only a consequence of another fault. Findings are cheap
 (no id, no record) because a node can log hundreds of thousands of identical lines; the dedup
-stage (diagnosis/dedup.py) folds them and turns the survivors into :class:`Diagnosis` records.
+stage (diagnosis/engine/dedup.py) folds them and turns the survivors into :class:`Diagnosis` records.
 """
 
 from __future__ import annotations

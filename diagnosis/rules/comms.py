@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding, line_of
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed

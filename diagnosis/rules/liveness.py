@@ -4,7 +4,7 @@ Job-level because "silent" is judged against the job's other nodes, never agains
 A node is silent when most of its peers kept reporting (beats, or steps) for the grace period past
 its last beat: that is evidence a person accepts ("15 of its 15 peers beat on for 40 s after it
 went quiet"). The job's time may move without any event (the live consumer's wall clock moves a
-quiet job's time, streams/runner_event_time.py), and a job whose whole stream stops, because it
+quiet job's time, streams/runner/event_time.py), and a job whose whole stream stops, because it
 ended, because a node-stage member died, or because the consumers fell behind, would otherwise
 see its nodes cross the grace period one by one in the order of their beats' phases, and the
 first few were evicted as "a minority" (issue 32: healthy machines evicted at the end of a
@@ -57,7 +57,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed

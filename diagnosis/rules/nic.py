@@ -72,7 +72,7 @@ class NicRule:
             q.popleft()
         if len(q) < self.alerts:
             # Tolerated, so blamed on nobody (sympathetic: never a diagnosis of its own), but said:
-            # the same flap on many machines at once is a switch or a fabric (diagnosis/waves.py).
+            # the same flap on many machines at once is a switch or a fabric (diagnosis/engine/waves.py).
             return [Finding(job=event.job, ts=event.ts, fault="nic", action="alert", nodes=(event.node,),
                             entity="nic:flap", evidence=(event.id,), sympathetic=True,
                             detail=f"one flap of {q[-1][2]} tolerated: {line_of(event)}")]

@@ -9,7 +9,7 @@ import sys
 
 import orjson
 
-from faultlens.diagnosis.engine import analyze_trace
+from faultlens.diagnosis.engine.core import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.events.trace import TraceError
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from faultlens.diagnosis.scoring import is_scored
+    from faultlens.diagnosis.replay.scoring import is_scored
 
     try:
         found, engine = analyze_trace(args.trace, config=engine_config(args),

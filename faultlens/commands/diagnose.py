@@ -7,8 +7,8 @@ import json
 import logging
 import os
 
-from faultlens.diagnosis.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
-from faultlens.diagnosis.node_consumer import NODE_GROUP
+from faultlens.diagnosis.edge.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
+from faultlens.diagnosis.edge.node_consumer import NODE_GROUP
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.events import topics
 from faultlens.events.topics import TELEMETRY_TOPICS

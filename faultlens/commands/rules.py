@@ -14,7 +14,7 @@ faultlens rules diff TRACE... | --db HISTORY --rules NEW.toml [--thresholds NEW.
 Runs the detectors twice over the same events, as `faultlens analyze` does: with today's rules
 and thresholds (the shipped ones, with --current-rules / --current-thresholds or FAULTLENS_RULES /
 FAULTLENS_THRESHOLDS over them) and with the changed set (today's plus --rules NEW.toml, a line
-catalogue as parsing/rules.toml, and --thresholds NEW.toml, as diagnosis/thresholds.toml). Prints,
+catalogue as parsing/rules.toml, and --thresholds NEW.toml, as diagnosis/engine/thresholds.toml). Prints,
 per rule (a catalogue rule id, an Xid table entry such as xid.74, a detector's name; a wave under
 its first member's rule), the findings gained (+) and lost (-) and those whose action changed (~),
 then the machines each would evict, and, with ground truth, which of them were healthy and which
@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _configs(args):
-    from faultlens.diagnosis.engine import EngineConfig
-    from faultlens.diagnosis.thresholds import ThresholdsError
-    from faultlens.diagnosis.thresholds import load as load_thresholds
+    from faultlens.diagnosis.engine.core import EngineConfig
+    from faultlens.diagnosis.engine.thresholds import ThresholdsError
+    from faultlens.diagnosis.engine.thresholds import load as load_thresholds
     from faultlens.parsing.rules import RuleError
     from faultlens.parsing.rules import load as load_rules
 

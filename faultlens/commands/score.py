@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from faultlens.diagnosis.engine import analyze_trace
-from faultlens.diagnosis.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
+from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.replay.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.events.trace import LABEL_KEYS, TraceError, labels_path, read_labels
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from faultlens.diagnosis.hang_recorder import read_hang
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.diagnosis.stacks import NotInTopology, StackConfig, cluster_stacks
+from faultlens.diagnosis.hang.recorder import read_hang
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
+from faultlens.diagnosis.stacks.outliers import NotInTopology, StackConfig, cluster_stacks
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import InvalidEvent
 from faultlens.events.topology import Topology

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from faultlens.demo.state import DemoState
-from faultlens.diagnosis.scoring import LATENCY_WORDS_LABELLED, score
+from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator import EPISODE_S

@@ -19,7 +19,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.remediation.consumer import DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.streams.producer import Outgoing
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 log = logging.getLogger(__name__)
 

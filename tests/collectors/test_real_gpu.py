@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from faultlens.collectors.gpu_sample import throttle_names
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.features import FeatureWindows
-from faultlens.diagnosis.scoring import is_scored
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.peers.features import FeatureWindows
+from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import check_payload
 from faultlens.events.trace import iter_trace

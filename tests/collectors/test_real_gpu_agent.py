@@ -10,10 +10,10 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.flight_recorder import load_recorder
-from faultlens.diagnosis.scoring import is_scored
-from faultlens.diagnosis.stack_dump import parse_dump, training_thread
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.replay.scoring import is_scored
+from faultlens.diagnosis.stacks.flight_recorder import load_recorder
+from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
 from faultlens.events.envelope import Envelope, decode
 from faultlens.events.payloads import check_payload
 

@@ -171,7 +171,7 @@ def test_processes_whose_rank_cannot_be_read_are_dumped_with_a_null_rank_and_sai
     and dumped, with a null rank, and the heartbeat names them so an operator fixes the flag."""
     from faultlens.collectors.agent import Agent, AgentConfig
     from faultlens.collectors.heartbeat import HeartbeatSource
-    from faultlens.diagnosis.dump_set import UnrankedDump, read_stack_answer
+    from faultlens.diagnosis.stacks.dump_set import UnrankedDump, read_stack_answer
 
     out = []
     src = StackCaptureSource(KafkaSettings(bootstrap="127.0.0.1:1"), keys=KEY.verify_keys(), job="job1", node="n1",

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 from kafka.partitioner.default import murmur2
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events.bundle import Bundle, decode_bundled
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, encode
 from faultlens.events.topics import DEAD_LETTER, TELEMETRY_PARTITIONS
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 
 @dataclass

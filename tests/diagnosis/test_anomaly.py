@@ -1,7 +1,7 @@
 import random
 
-from faultlens.diagnosis.anomaly import CORROBORATED, PeerAnomalyDetector, peer_scores
-from faultlens.diagnosis.features import FeatureWindows, NodeWindow
+from faultlens.diagnosis.peers.anomaly import CORROBORATED, PeerAnomalyDetector, peer_scores
+from faultlens.diagnosis.peers.features import FeatureWindows, NodeWindow
 from tests.diagnosis.diag_events import T0, gpu, sample, step
 
 

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from faultlens.cli import main
-from faultlens.diagnosis.scoring import is_scored
+from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.reader import read_topic
 from faultlens.streams.replay import replay_trace

@@ -1,4 +1,4 @@
-from faultlens.diagnosis.dedup import Dedup, escalate
+from faultlens.diagnosis.engine.dedup import Dedup, escalate
 from faultlens.diagnosis.rules.base import Finding
 from tests.diagnosis.diag_events import T0
 

@@ -60,10 +60,10 @@ def test_a_job_stage_member_forgets_a_job_whose_partition_moves_and_rebuilds_it_
     taken as input, not as copies of what it saw before."""
     from kafka.structs import TopicPartition
 
-    from faultlens.diagnosis.consumer import DiagnoseHandler
-    from faultlens.diagnosis.engine import Engine, EngineConfig
+    from faultlens.diagnosis.edge.consumer import DiagnoseHandler
+    from faultlens.diagnosis.engine.core import Engine, EngineConfig
     from faultlens.events import topics
-    from faultlens.streams.runner import Record
+    from faultlens.streams.runner.loop import Record
     from tests.diagnosis.diag_events import beat
 
     handler = DiagnoseHandler(Engine(EngineConfig(stage="job")))

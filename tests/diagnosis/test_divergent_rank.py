@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from faultlens.diagnosis.collective_match import CollectiveState, GroupWait
-from faultlens.diagnosis.divergent_rank import odd_lines, odd_ranks, quote_stack
-from faultlens.diagnosis.hang_recorder import read_hang
+from faultlens.diagnosis.hang.recorder import read_hang
+from faultlens.diagnosis.stacks.collective_match import CollectiveState, GroupWait
+from faultlens.diagnosis.stacks.divergent_rank import odd_lines, odd_ranks, quote_stack
 from tests.diagnosis.test_flight_recorder import SOFTWARE_CASES, _load, _streaming
 
 

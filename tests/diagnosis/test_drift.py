@@ -1,4 +1,4 @@
-"""Slow drifts: the drift features and the drift judge (diagnosis.drift_features, diagnosis.anomaly).
+"""Slow drifts: the drift features and the drift judge (diagnosis.peers.drift_features, diagnosis.peers.anomaly).
 
 The fleet below is written by hand with the noise a real H100 job shows (boost clocks stepping
 down 15 MHz at a time with load, power swinging ±45 W and capping at 700 W with the clock shed
@@ -13,12 +13,12 @@ import random
 
 import pytest
 
-from faultlens.diagnosis.anomaly import CORROBORATED, PeerAnomalyDetector
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.drift_features import DriftFeatures, node_drift, peer_drift_z, relative
-from faultlens.diagnosis.engine import Engine, EngineConfig
-from faultlens.diagnosis.failslow import FailSlowRounds
-from faultlens.diagnosis.features import FeatureWindows
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.peers.anomaly import CORROBORATED, PeerAnomalyDetector
+from faultlens.diagnosis.peers.drift_features import DriftFeatures, node_drift, peer_drift_z, relative
+from faultlens.diagnosis.peers.failslow import FailSlowRounds
+from faultlens.diagnosis.peers.features import FeatureWindows
 from faultlens.events.diagnosis_record import Diagnosis
 from tests.diagnosis.diag_events import JOB, T0, gpu, sample, step, topology
 
@@ -134,7 +134,7 @@ def test_the_fast_forest_scorer_gives_scikit_learn_s_scores():
     import numpy as np
     from sklearn.ensemble import IsolationForest
 
-    from faultlens.diagnosis.peer_forest import ForestScorer
+    from faultlens.diagnosis.peers.peer_forest import ForestScorer
 
     # To the last digit, not approximately: a row's outlier flag is a comparison with a cut, and a
     # score one ulp off could flip it. Features subsampled or not, a batch of rows or one alone.

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
 from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.diag_events import JOB, T0, beat, ev, gpu, nodes, sample, step, topology, xid
 
@@ -202,7 +202,7 @@ def test_contained_memory_error_alone_is_an_application_fault():
 def test_lateness_is_judged_per_job():
     """A job far behind another (a replayed trace beside a live job) is not 'too late'; a job's
     own straggler event is."""
-    from faultlens.diagnosis.engine import Engine
+    from faultlens.diagnosis.engine.core import Engine
     from faultlens.events.envelope import Envelope
 
     engine = Engine()

@@ -7,7 +7,7 @@ hit under load: the hang suspicion named the spare that replaced the hung node a
 
 from __future__ import annotations
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events.topology import Topology
 from tests.diagnosis.diag_events import JOB, T0, beat, ev, nodes, step
 

@@ -1,11 +1,11 @@
-"""Expected verdicts against today's diagnoses (diagnosis.expect): what is missing, extra, changed,
+"""Expected verdicts against today's diagnoses (diagnosis.replay.expect): what is missing, extra, changed,
 and which healthy machines an unexpected eviction names; the expect file's shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.expect import (
+from faultlens.diagnosis.replay.expect import (
     ExpectError,
     Verdict,
     compare,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.expect import compare, read_expect
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.replay.expect import compare, read_expect
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "expect"
 CASES = sorted(p.name.split(".")[0] for p in EXAMPLES.glob("*.parquet.expect.jsonl"))

@@ -1,4 +1,4 @@
-"""Fail-slow: repeated stack rounds → the degrader group, or no blame (diagnosis.failslow)."""
+"""Fail-slow: repeated stack rounds → the degrader group, or no blame (diagnosis.peers.failslow)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from bench.testbed.stack_samples import (
     run_detector,
     stack_event,
 )
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitFaultDetector
 from faultlens.events.diagnosis_record import Diagnosis
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)

@@ -1,4 +1,4 @@
-"""Fleet waves (diagnosis/fleet_waves.py, issue 55): the same class on machines of different jobs
+"""Fleet waves (diagnosis/engine/fleet_waves.py, issue 55): the same class on machines of different jobs
 that share a part of the fleet is one finding about the part, decided the same by one engine and by
 job-stage members that each hold some of the jobs. The pure logic, on findings."""
 
@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from faultlens.diagnosis.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.engine.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.engine.thresholds import ThresholdsError, WaveConfig, load
+from faultlens.diagnosis.engine.waves import Waves
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.thresholds import ThresholdsError, WaveConfig, load
-from faultlens.diagnosis.waves import Waves
 
 WAVE = WaveConfig(window_s=60.0, min_nodes=8, min_share=0.25, classes=frozenset({"nic", "nvlink"}),
                   causes=(("nic", ("ib_switch", "rack")), ("default", ("rack",))),

@@ -17,12 +17,12 @@ import pytest
 
 from bench.testbed.stack_samples import JOB
 from faultlens.cli import main
-from faultlens.diagnosis.collective_match import group_members, match_collectives
-from faultlens.diagnosis.flight_recorder import BadRecorderDump, load_recorder
-from faultlens.diagnosis.hang_recorder import RULE_RECORDER, read_hang
-from faultlens.diagnosis.hang_stacks import read_activities, read_hang_stacks
-from faultlens.diagnosis.rank_threads import read_rank
-from faultlens.diagnosis.stacks import NotInTopology, read_rank_stacks
+from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
+from faultlens.diagnosis.hang.stack_reading import read_activities, read_hang_stacks
+from faultlens.diagnosis.stacks.collective_match import group_members, match_collectives
+from faultlens.diagnosis.stacks.flight_recorder import BadRecorderDump, load_recorder
+from faultlens.diagnosis.stacks.outliers import NotInTopology, read_rank_stacks
+from faultlens.diagnosis.stacks.rank_threads import read_rank
 from faultlens.events.topology import Topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
@@ -294,9 +294,9 @@ def _recorder_event(ts: float, topology: Topology, rank: int, text: str):
 
 def _streaming(name: str, with_recorders: bool = True, tool: str = "py-spy"):
     from bench.testbed.stack_samples import T0, beat_event, run_detector, stack_event, step_event
-    from faultlens.diagnosis.detector import JobBook
-    from faultlens.diagnosis.hang_state import HangConfig
-    from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+    from faultlens.diagnosis.engine.detector import JobBook
+    from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+    from faultlens.diagnosis.hang.state import HangConfig
 
     case, topology, stacks, recorders = _load(name, tool)
     events = [step_event(2.0 * n + 0.001 * r, topology, r, n) for n in range(1, 21) for r in topology.by_rank]
@@ -325,7 +325,7 @@ def test_the_streaming_hang_path_with_the_hooks_dumps_alone_alerts_on_a_divergen
 
 
 def test_a_recorder_dump_event_without_its_text_is_a_dead_letter():
-    from faultlens.diagnosis.dump_set import read_recorder_dump
+    from faultlens.diagnosis.stacks.dump_set import read_recorder_dump
     from faultlens.events.envelope import InvalidEvent
 
     _, topology, _, _ = _load("fr_tp2pp2dp2_compute_r5")
@@ -390,7 +390,7 @@ def test_stacks_naming_a_rank_the_recorder_shows_waiting_inside_a_collective_is_
 def test_stack_wait_chains_ending_on_other_machines_than_the_recorders_suspects_are_an_alert(monkeypatch):
     import dataclasses
 
-    import faultlens.diagnosis.hang_recorder as hang_recorder
+    import faultlens.diagnosis.hang.recorder as hang_recorder
 
     case, topology, stacks, recorders = _load("fr_tp2pp2dp2_compute_r5")
     real = read_hang_stacks(stacks, topology)

@@ -11,8 +11,8 @@ import functools
 import pytest
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.scoring import EVICTING, is_scored, score
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.replay.scoring import EVICTING, is_scored, score
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,4 @@
-"""Hang detection: stall → capture_stacks suspicion → dumps → evict the outliers' group (diagnosis.hang)."""
+"""Hang detection: stall → capture_stacks suspicion → dumps → evict the outliers' group (diagnosis.hang.detector)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from bench.testbed.stack_samples import (
     stack_event,
     step_event,
 )
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitFaultDetector
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.events.envelope import InvalidEvent
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)
@@ -30,7 +30,7 @@ STUCK = 7  # pp stage 3 of pipeline pp:1
 def _detector(**hang):
     book = JobBook()
     book.update(TOPO.to_event(JOB, T0))
-    from faultlens.diagnosis.implicit import ImplicitConfig
+    from faultlens.diagnosis.engine.implicit import ImplicitConfig
 
     return ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig(**hang)))
 
@@ -219,7 +219,7 @@ def test_a_restart_whose_processes_are_gone_is_not_called_hung():
 
 # --- without stacks: GPU-side evidence, watchdog sequence numbers, failed captures (issue 12) ---
 def _window(ts, node, util_min, power=0.35):
-    from faultlens.diagnosis.features import NodeWindow
+    from faultlens.diagnosis.peers.features import NodeWindow
 
     return NodeWindow(JOB, node, T0 + ts, {"util_min": util_min, "util": util_min, "power_ratio": power}, 10)
 

@@ -5,7 +5,7 @@ The live consumer moves a quiet job's time by the wall clock. A job stage left u
 trace of a hung-then-restarted job (the simulated sim-hang#1 of bench/testbed/backlog_split.py)
 raised a job_hang suspicion 60 s after the job's last beat and, 30 s on, reattempted the job:
 "no stack dump arrived within 30s", dumps that would have travelled the stopped stream; `faultlens
-analyze` of the same trace gives neither. The detectors (diagnosis.hang) are fed events and then
+analyze` of the same trace gives neither. The detectors (diagnosis.hang.detector) are fed events and then
 ticked on past their end, as the wall clock ticks a quiet job; the last test runs the whole engine.
 """
 
@@ -16,10 +16,10 @@ import time
 import pytest
 
 from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan
 from faultlens.simulator.run import simulate

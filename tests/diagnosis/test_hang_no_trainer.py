@@ -1,5 +1,5 @@
 """A node whose agent finds no training process answers a capture with a null rank: the diagnosis
-reads it as that node's answer (diagnosis.dump_set.NoTrainerAnswer), stops waiting for its ranks
+reads it as that node's answer (diagnosis.stacks.dump_set.NoTrainerAnswer), stops waiting for its ranks
 and names the node for stop-time checks without evicting anyone."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from bench.testbed.stack_samples import (
     step_event,
 )
 from faultlens.collectors.command_listener import StackCaptureSource
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
+from faultlens.diagnosis.stacks.dump_set import DumpSet, NoTrainerAnswer, read_stack_answer, read_stack_dump
 from faultlens.events.command import Command
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.signing import SigningKey
@@ -129,7 +129,7 @@ def _survivor_dumps(gone_nodes, at: float):
 
 
 def _idle_windows_of(det, node, times):
-    from faultlens.diagnosis.features import NodeWindow
+    from faultlens.diagnosis.peers.features import NodeWindow
 
     out = []
     for ts in times:

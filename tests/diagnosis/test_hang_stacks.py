@@ -1,4 +1,4 @@
-"""Hang stacks read by wait chains (diagnosis.hang_stacks) on dumps of real hung torch.distributed jobs.
+"""Hang stacks read by wait chains (diagnosis.hang.stack_reading) on dumps of real hung torch.distributed jobs.
 
 Every case under tests/fixtures/stacks/ was captured from a real gloo job by
 tests/fixtures/stacks/make_hung_job.py (py-spy dump --pid of each rank, some also faulthandler
@@ -19,11 +19,11 @@ import pytest
 
 from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
 from faultlens.cli import main
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
-from faultlens.diagnosis.stacks import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
+from faultlens.diagnosis.stacks.outliers import RULE_OUTLIER, RULE_WAIT_CHAIN, cluster_stacks
 from faultlens.events.topology import Topology
 from tests.progress import run_watched
 

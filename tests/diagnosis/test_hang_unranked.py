@@ -1,6 +1,6 @@
 """A node agent that found the training processes but could not read their ranks (its --rank-env
 names a variable the trainer does not set) sends py-spy dumps with ``rank: null`` and a pid. They
-are that node's answer (diagnosis.dump_set.UnrankedDump): the hang's collection stops waiting for
+are that node's answer (diagnosis.stacks.dump_set.UnrankedDump): the hang's collection stops waiting for
 it, a person hears which node and what to fix, and no eviction ever rests on stacks that cannot
 be placed in a parallel group."""
 
@@ -22,12 +22,12 @@ from bench.testbed.stack_samples import (
     step_event,
 )
 from faultlens.collectors.stack_capture import DumpResult, dump_event
-from faultlens.diagnosis.detector import JobBook
-from faultlens.diagnosis.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.hang import HangConfig
-from faultlens.diagnosis.hang_stacks import read_hang_stacks
-from faultlens.diagnosis.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
+from faultlens.diagnosis.stacks.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump
 from faultlens.events.envelope import Envelope, InvalidEvent
 
 TOPO = grid(16, 2, tp=2, pp=4, dp=4)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from kafka.structs import TopicPartition
 
-from faultlens.diagnosis.consumer import diagnose_consumer
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
 from faultlens.events import topics
 from faultlens.events.envelope import encode
 from faultlens.events.event_clock import EventClock
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Message
-from faultlens.streams.runner_types import RunnerStats
+from faultlens.streams.runner.types import RunnerStats
 from tests.diagnosis.diag_events import beat
 
 LAG_S = 829.0  # how far the slow member's writes trail the fast one's, in broker time

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events.envelope import Envelope, InvalidEvent
 from tests.diagnosis.diag_events import T0, nodes, step, topology
 

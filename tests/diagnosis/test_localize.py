@@ -1,9 +1,9 @@
-"""Outlier ranks → the parallel group they share (diagnosis.localize)."""
+"""Outlier ranks → the parallel group they share (diagnosis.stacks.localize)."""
 
 from __future__ import annotations
 
 from bench.testbed.stack_samples import grid
-from faultlens.diagnosis.localize import first_ranks_nodes, group_counts, localize
+from faultlens.diagnosis.stacks.localize import first_ranks_nodes, group_counts, localize
 from faultlens.events.topology import RankPlace, Topology
 
 

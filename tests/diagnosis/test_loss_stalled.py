@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from faultlens.diagnosis.loss_stalled import LossStalledDetector, theil_sen
+from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector, theil_sen
 from faultlens.events.envelope import Envelope
 
 

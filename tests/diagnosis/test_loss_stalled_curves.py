@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.diagnosis.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.events.envelope import Envelope
 
@@ -270,7 +270,7 @@ def test_a_finding_names_the_rank_and_no_machine():
 
 
 def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
-    from faultlens.diagnosis.engine import analyze
+    from faultlens.diagnosis.engine.core import analyze
     from faultlens.events.topology import Topology
     from faultlens.remediation.ladder import JobLadder
 

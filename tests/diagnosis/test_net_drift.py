@@ -1,4 +1,4 @@
-"""A NIC decaying slowly (diagnosis.net_drift), on hand-written `net`/`sample` events (docs/events.md).
+"""A NIC decaying slowly (diagnosis.peers.net_drift), on hand-written `net`/`sample` events (docs/events.md).
 
 Eight nodes of four HDR rails each, read every 5 s as the agent does: each rail moves a fixed share
 of the node's traffic (±4 %, channels are not spread evenly) with ±3 % noise per read, nothing
@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from faultlens.diagnosis.anomaly import PeerAnomalyDetector
-from faultlens.diagnosis.net_drift import NetDriftJudge
+from faultlens.diagnosis.peers.anomaly import PeerAnomalyDetector
+from faultlens.diagnosis.peers.net_drift import NetDriftJudge
 from faultlens.events.envelope import Envelope, InvalidEvent
 
 T0 = 1767225600.0

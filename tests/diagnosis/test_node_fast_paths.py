@@ -4,7 +4,7 @@ from collections import deque
 
 import pytest
 
-from faultlens.diagnosis.features import FeatureWindows
+from faultlens.diagnosis.peers.features import FeatureWindows
 from faultlens.diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
 from faultlens.diagnosis.rules.training import _Baseline
 from faultlens.events.envelope import encode

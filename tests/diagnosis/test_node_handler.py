@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import orjson
 
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
 from faultlens.events import topics
 from faultlens.events.bundle import Bundle, decode_bundled
 from faultlens.events.envelope import decode, encode
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 from tests.diagnosis.diag_events import T0, beat, ev, step, topology
 
 
@@ -67,7 +67,7 @@ def test_a_jobs_outputs_keep_their_order_around_a_window_or_finding():
 
 
 def test_a_members_announcement_says_which_input_partitions_it_reads_and_the_job_stage_reads_it():
-    from faultlens.diagnosis.node_consumer import watermark_of
+    from faultlens.diagnosis.edge.node_consumer import watermark_of
 
     [hello, word] = [NodeStageHandler().watermarks([0])(progress, (("telemetry.gpu:0", "telemetry.gpu:1"), 30))[0]
                      for progress in (float("-inf"), T0 + 60)]
@@ -87,7 +87,7 @@ def test_a_members_announcement_says_which_input_partitions_it_reads_and_the_job
 
 
 def test_a_members_word_says_whether_it_is_still_behind_on_its_input():
-    from faultlens.diagnosis.node_consumer import watermark_of
+    from faultlens.diagnosis.edge.node_consumer import watermark_of
 
     announce = NodeStageHandler().watermarks([0])
     words = [watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(announce(T0, None, behind)[0].value), 0))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.diagnosis.flight_recorder import load_recorder
-from faultlens.diagnosis.rank_threads import read_rank
-from faultlens.diagnosis.stack_dump import parse_dump, training_thread
+from faultlens.diagnosis.stacks.flight_recorder import load_recorder
+from faultlens.diagnosis.stacks.rank_threads import read_rank
+from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_gpu" / "gpu40"
 PYSPY = sorted(FIXTURES.glob("pyspy_*.txt"))

@@ -1,6 +1,6 @@
 """Replay: what must NOT be diagnosed (healthy noise, a single NIC flap, user errors as evictions)."""
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.simulator import lines
 from faultlens.simulator.plan import FaultPlan
 from tests.diagnosis.diag_events import ev, topology

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, analyze
-from faultlens.diagnosis.scoring import score
+from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.replay.scoring import score
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.faults import NIC_VARIANTS
 from faultlens.simulator.plan import FaultPlan

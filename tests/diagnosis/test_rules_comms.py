@@ -1,4 +1,4 @@
-from faultlens.diagnosis.detector import JobBook
+from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.rules.comms import FirstFailingRank
 from tests.diagnosis.diag_events import T0, ev, topology
 

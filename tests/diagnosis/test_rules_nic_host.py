@@ -10,7 +10,7 @@ def _down(ts, node="n002"):
 
 
 def _blamed(found):
-    """What a flap blames: a tolerated one is only a sympathetic signal for waves (diagnosis/waves.py)."""
+    """What a flap blames: a tolerated one is only a sympathetic signal for waves (diagnosis/engine/waves.py)."""
     return [f for f in found if not f.sympathetic]
 
 

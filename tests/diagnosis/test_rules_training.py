@@ -115,7 +115,7 @@ def test_a_node_whose_ranks_fall_behind_the_job_is_silent(numbered):
 
 
 def test_a_node_swapped_out_of_the_topology_is_not_called_silent():
-    from faultlens.diagnosis.detector import JobBook
+    from faultlens.diagnosis.engine.detector import JobBook
     from faultlens.events.topology import Topology
 
     book = JobBook()

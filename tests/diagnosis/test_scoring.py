@@ -1,7 +1,7 @@
 import json
 
 from faultlens.cli import main
-from faultlens.diagnosis.scoring import score
+from faultlens.diagnosis.replay.scoring import score
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator.plan import FaultPlan
 from tests.diagnosis.sim_replay import replay

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.diagnosis.rules.liveness import SilenceDetector
 from tests.diagnosis.diag_events import T0, beat, ev, nodes, step, topology
 

@@ -22,9 +22,9 @@ import pytest
 
 from bench.testbed import foreign
 from faultlens.demo.processes import faultlens
-from faultlens.diagnosis.consumer import diagnose_consumer
-from faultlens.diagnosis.engine import EngineConfig, analyze
-from faultlens.diagnosis.scoring import EVICTING
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
+from faultlens.diagnosis.engine.core import EngineConfig, analyze
+from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.diagnosis.rules.liveness import SilenceDetector
 from faultlens.events.topics import telemetry_partition
 from tests.diagnosis.diag_events import T0, nodes, topology
@@ -139,7 +139,7 @@ def test_a_staged_consumer_learns_the_brokers_telemetry_partitions(tmp_path):
 
     import pytest
 
-    from faultlens.diagnosis.consumer import diagnose_consumer
+    from faultlens.diagnosis.edge.consumer import diagnose_consumer
     from faultlens.events.topics import TELEMETRY_TOPICS
     from faultlens.streams.admin import ensure_topics
     from faultlens.streams.broker import EmbeddedBroker

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.diagnosis.rules.liveness import SilenceDetector
 from tests.diagnosis.diag_events import JOB, T0, beat, nodes, step, topology
 

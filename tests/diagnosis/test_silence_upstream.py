@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from kafka.structs import TopicPartition
 
-from faultlens.diagnosis.consumer import DiagnoseHandler
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.edge.consumer import DiagnoseHandler
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events import topics
 from faultlens.events.event_time import WatermarkMerge
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 from tests.diagnosis.diag_events import T0, beat, nodes
 
 WALL = 1_800_000_000.0

@@ -19,7 +19,7 @@ from bench.testbed.stack_samples import (
     pyspy_dump,
 )
 from faultlens.cli import main
-from faultlens.diagnosis.stacks import (
+from faultlens.diagnosis.stacks.outliers import (
     NotInTopology,
     StackConfig,
     cluster_stacks,

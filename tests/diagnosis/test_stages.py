@@ -12,8 +12,8 @@ import pytest
 
 from bench.testbed import foreign
 from bench.testbed.backlog_split import finish_members, start_members
-from faultlens.diagnosis.engine import analyze
-from faultlens.diagnosis.scoring import EVICTING
+from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode

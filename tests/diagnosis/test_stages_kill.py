@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from bench.testbed.backlog_split import finish_members, start_members
-from faultlens.diagnosis.scoring import is_scored
+from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator import FaultPlan
 from faultlens.streams.replay import replay_trace

@@ -1,4 +1,4 @@
-"""The table of communication primitives and the wait-for chains (diagnosis.wait_primitives, wait_chain).
+"""The table of communication primitives and the wait-for chains (diagnosis.stacks.wait_primitives, wait_chain).
 
 Frames are written as py-spy (also --native) and faulthandler print them for torch.distributed,
 Megatron-LM, DeepSpeed, NCCL and gloo; the real-dump cases are in test_hang_stacks.py.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from bench.testbed.stack_samples import GRAD_SYNC, PP_RECV, PP_SEND, SLOW_COMPUTE, STUCK_ALL_GATHER, grid, pyspy_dump
-from faultlens.diagnosis.stack_dump import Frame, parse_dump, training_thread
-from faultlens.diagnosis.wait_chain import follow_waits
-from faultlens.diagnosis.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, read_activity
+from faultlens.diagnosis.stacks.stack_dump import Frame, parse_dump, training_thread
+from faultlens.diagnosis.stacks.wait_chain import follow_waits
+from faultlens.diagnosis.stacks.wait_primitives import BARRIER, COLLECTIVE, RECV, SEND, SENDRECV, read_activity
 
 C10D = "torch/distributed/distributed_c10d.py"
 

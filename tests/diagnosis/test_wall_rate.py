@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from tests.diagnosis.diag_events import T0, beat, nodes, topology
 
 

@@ -1,7 +1,7 @@
 """A job whose stream ends on a fault is judged while another job keeps the stream busy.
 
 A CUDA error is held ``hold_s`` of its job's event time for a hardware cause logged beside it
-(diagnosis/dedup.py). When the job's stream ends there (the trainer crashed, and nothing of the
+(diagnosis/engine/dedup.py). When the job's stream ends there (the trainer crashed, and nothing of the
 job speaks again), only the wall clock moves its time on. The runner used to let the wall clock
 in only at a moment when nothing at all was held and every partition was read to its end, which
 never comes while another job streams from two partitions: the error was never diagnosed and the
@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from faultlens.diagnosis.consumer import diagnose_consumer
-from faultlens.diagnosis.engine import EngineConfig
+from faultlens.diagnosis.edge.consumer import diagnose_consumer
+from faultlens.diagnosis.engine.core import EngineConfig
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.streams.producer import Producer
 from tests.diagnosis.diag_events import beat, ev, nodes, topology

@@ -1,4 +1,4 @@
-"""Waves (diagnosis/waves.py) and debounce (diagnosis/debounce.py): the pure logic, on findings."""
+"""Waves (diagnosis/engine/waves.py) and debounce (diagnosis/engine/debounce.py): the pure logic, on findings."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from faultlens.diagnosis.debounce import Debounce
+from faultlens.diagnosis.engine.debounce import Debounce
+from faultlens.diagnosis.engine.thresholds import ThresholdsError, WaveConfig, load, shipped
+from faultlens.diagnosis.engine.waves import FLEET_WIDE, Waves, shared_cause
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.thresholds import ThresholdsError, WaveConfig, load, shipped
-from faultlens.diagnosis.waves import FLEET_WIDE, Waves, shared_cause
 
 WAVE = WaveConfig(window_s=60.0, min_nodes=4, min_share=0.25, classes=frozenset({"nvlink", "nic", "app_fault"}),
                   causes=(("nvlink", ("nvlink_domain", "rack")), ("default", ("rack",))))
@@ -180,8 +180,8 @@ def test_a_job_finding_is_never_a_candidate():
 
 def test_a_held_candidate_explains_its_consequences_at_once():
     """While a wave candidate waits, the node's silence after it is its echo, as it was when the
-    candidate was judged at once (diagnosis/dedup.py, note_held)."""
-    from faultlens.diagnosis.dedup import Dedup
+    candidate was judged at once (diagnosis/engine/dedup.py, note_held)."""
+    from faultlens.diagnosis.engine.dedup import Dedup
 
     dedup = Dedup(job_size=lambda job: 16)
     silent = Finding(job="j", ts=130, onset=101, fault="node_silent", action="evict", nodes=("n01",), entity="silent")

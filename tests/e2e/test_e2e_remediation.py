@@ -132,7 +132,7 @@ def test_e2e_injected_gpu_lost_evicts_and_the_job_finishes_on_a_standby(rig):
 
 
 def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
-    if (m := _missing("faultlens.diagnosis.consumer")):
+    if (m := _missing("faultlens.diagnosis.edge.consumer")):
         pytest.skip(f"needs `faultlens diagnose` ({m} is not built)")
     r = rig
     r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
@@ -150,7 +150,7 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
 
 @pytest.mark.long(40)
 def test_e2e_hung_rank_is_found_by_stacks_and_its_group_evicted(rig):
-    if (m := _missing("faultlens.diagnosis.consumer", "faultlens.collectors.agent")):
+    if (m := _missing("faultlens.diagnosis.edge.consumer", "faultlens.collectors.agent")):
         pytest.skip(f"needs `faultlens diagnose` and `faultlens collect` ({m} is not built)")
     r = rig
     # TP=1, PP=2, DP=2 on 4 nodes of 1 rank: rank 3 is stage 1 of replica 1; its pipeline is ranks 2, 3.

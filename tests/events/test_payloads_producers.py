@@ -21,8 +21,8 @@ import pytest
 from bench.testbed import foreign
 from faultlens.collectors.command_ack import refusal_ack
 from faultlens.collectors.flood_fold import Folder
-from faultlens.diagnosis.engine import KNOWN_KINDS
-from faultlens.diagnosis.node_consumer import NodeStageHandler
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import KNOWN_KINDS
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.command import Command
 from faultlens.events.command_screen import Screened, ack_payload
@@ -36,7 +36,7 @@ from faultlens.events.topology import Topology
 from faultlens.parsing.registry import LineEventParser, parser_for
 from faultlens.parsing.rules import load
 from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 from faultlens.trainer_hooks.elastic_commands import RoundNote
 from faultlens.trainer_hooks.launcher import Launcher, RestartPlan
 from tools.log_corpus_score import CORPUS, HELDOUT, events_of, rows

@@ -118,7 +118,7 @@ def test_expect_on_a_folder_writes_one_file_per_trace_and_a_quiet_trace_expects_
     shutil.copy(traces["healthy"], tmp_path)
     wrote = _faultlens("check", "--expect", tmp_path)
     assert wrote.returncode == 0, wrote.stderr
-    from faultlens.diagnosis.expect import read_expect
+    from faultlens.diagnosis.replay.expect import read_expect
 
     assert read_expect(tmp_path / "healthy.parquet.expect.jsonl") == []
     assert _faultlens("check", tmp_path).returncode == 0

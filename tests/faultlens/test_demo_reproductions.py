@@ -65,7 +65,7 @@ def test_a_reproduction_outcome_is_decided_on_the_simulated_clock():
     the wall clock, a reproduction's eviction was stamped 20 minutes ahead of the simulated cluster)."""
     from faultlens.demo.wiring import DiagnosisTap
     from faultlens.events.envelope import Envelope
-    from faultlens.streams.runner_types import Record
+    from faultlens.streams.runner.types import Record
 
     seen = []
 

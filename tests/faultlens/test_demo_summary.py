@@ -153,7 +153,7 @@ def test_the_projection_of_a_big_job_is_printed():
 
 
 def test_the_projection_carries_the_runs_own_detection():
-    from faultlens.diagnosis.scoring import score
+    from faultlens.diagnosis.replay.scoring import score
     from faultlens.history.whatif import presets
     from faultlens.history.whatif.closed_form import project
 
@@ -181,7 +181,7 @@ def _hang_verdict(detail: str, group: str = "pp:9"):
 
 
 def test_the_reason_of_a_group_eviction_comes_from_the_verdicts_evidence():
-    # The detail texts are diagnosis.hang_recorder's (rule names and the recorder's "names nobody").
+    # The detail texts are diagnosis.hang.recorder's (rule names and the recorder's "names nobody").
     stuck = _hang_verdict("stalled 60s; rule outlier-clustering: 8 outlier rank(s) [56-63]; flight recorder names "
                           "nobody: 1 group(s) have every member inside the collective they wait in (joined but "
                           "stuck), e.g. pg 8 _allgather_base #33 with ranks 56-63; recorder: ranks 0 of pg 25 wait")

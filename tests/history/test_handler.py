@@ -11,7 +11,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.history.consumer import HistoryHandler, StoreUnavailable
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink
-from faultlens.streams.runner import DEAD_LETTER_TOPIC, Record
+from faultlens.streams.runner.loop import DEAD_LETTER_TOPIC, Record
 from tests.history import known
 
 

@@ -164,7 +164,7 @@ def test_the_report_projects_a_big_job_from_the_historys_detection():
 def test_headline_latency_is_the_one_score_prints_with_its_words(conn):
     """One definition of detection latency: with ground truth the page's headline is `faultlens score`'s
     number (labelled onset → first matching diagnosis), and the words beside it say so."""
-    from faultlens.diagnosis.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
+    from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
 
     diagnoses = [d for d in known.records() if d.__class__.__name__ == "Diagnosis"]
     scored = score(diagnoses, known.LABELS).overall()

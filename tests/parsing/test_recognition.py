@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
 from faultlens.events.envelope import Envelope
 from faultlens.parsing import line_model
 from faultlens.parsing.kernel_log import KernelLogParser
@@ -149,7 +149,7 @@ def test_the_plain_scorer_gives_sklearns_probabilities():
 
 
 def test_diagnosis_keeps_a_subsystem_or_model_finding_at_an_alert_whatever_the_event_says():
-    # Grey evidence is debounced (diagnosis/debounce.py): one such line is a suspicion and raises
+    # Grey evidence is debounced (diagnosis/engine/debounce.py): one such line is a suspicion and raises
     # nothing; the second on the same machine within the window makes the finding, still an alert.
     base = {"line": "nvme nvme1: I/O 775 QID 2 timeout, aborting", "fault": "storage", "severity": "error"}
 

@@ -21,7 +21,7 @@ from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.producer import Producer
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 
 pytestmark = pytest.mark.broker
 

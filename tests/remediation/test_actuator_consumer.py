@@ -21,7 +21,7 @@ from faultlens.remediation.actuators.plan import plan
 from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
 from faultlens.remediation.policy import Decision, Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 
 KEY = SigningKey.generate()
 NODES = ["n000", "n001", "n002", "n003"]

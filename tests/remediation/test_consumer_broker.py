@@ -19,7 +19,7 @@ from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 from tests.kafka_fixtures import job_records
 from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 

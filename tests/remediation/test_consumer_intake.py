@@ -9,7 +9,7 @@ import orjson
 from faultlens.events.envelope import Envelope
 from faultlens.events.topics import DEAD_LETTER as DEAD_TOPIC
 from faultlens.remediation.consumer import CHECKS_TOPIC, RemediationHandler
-from faultlens.streams.runner import Record
+from faultlens.streams.runner.loop import Record
 from tests.remediation.test_stop_checks import EPOCH, NODES, crash, policy, result
 
 

@@ -28,7 +28,7 @@ from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
 from faultlens.remediation.policy import Policy, PolicyConfig
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.producer import Producer
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 from tests.kafka_fixtures import job_records
 from tests.progress import run_watched, wait_until
 
@@ -198,9 +198,9 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
     import dataclasses
     import threading
 
-    from faultlens.diagnosis.consumer import diagnose_consumer
-    from faultlens.diagnosis.engine import EngineConfig
-    from faultlens.diagnosis.thresholds import shipped
+    from faultlens.diagnosis.edge.consumer import diagnose_consumer
+    from faultlens.diagnosis.engine.core import EngineConfig
+    from faultlens.diagnosis.engine.thresholds import shipped
     from faultlens.events.envelope import Envelope
 
     settings = own_kafka_settings
@@ -242,7 +242,7 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
                    what=f"diagnosis to read the {sent} records")
         # Ticks past each job's last line (the wall clock moves a quiet job's time after the 2 s
         # grace) and past the wave window that holds a finding of a class that can come in waves
-        # (Xid 45 is app_fault: diagnosis/thresholds.toml): anything held is decided. Waited for in
+        # (Xid 45 is app_fault: diagnosis/engine/thresholds.toml): anything held is decided. Waited for in
         # event time, not slept for.
         last = {a: t0 + 5.01 + 999 * 0.01, b: t0 + 305 + 999 * 0.01}
         settle = thresholds.wave.window_s + 2.0

@@ -90,7 +90,7 @@ def test_stack_capture_is_folded_only_over_the_settle_time():
 
 
 def test_the_rounds_of_a_fail_slow_campaign_are_each_captured():
-    # diagnosis/failslow.py asks for its stack rounds 10 s apart, each with an id of its own
+    # diagnosis/peers/failslow.py asks for its stack rounds 10 s apart, each with an id of its own
     p = policy()
 
     def round_(k, ts):

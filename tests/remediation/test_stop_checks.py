@@ -265,7 +265,7 @@ def test_the_decision_log_line_carries_the_params():
 
 def test_the_consumer_routes_check_events_and_ticks_deadlines(tmp_path):
     from faultlens.remediation.consumer import CHECKS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
-    from faultlens.streams.runner import Record
+    from faultlens.streams.runner.loop import Record
 
     now = [1000.0]
     handler = RemediationHandler(policy(), decision_log=tmp_path / "decisions.jsonl", clock=lambda: now[0])

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from faultlens.closed_loop import ClosedLoop
-from faultlens.diagnosis.engine import analyze_trace
-from faultlens.diagnosis.flight_recorder import load_recorder
-from faultlens.diagnosis.hang_recorder import RULE_RECORDER, read_hang
-from faultlens.diagnosis.scoring import score
+from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
+from faultlens.diagnosis.replay.scoring import score
+from faultlens.diagnosis.stacks.flight_recorder import load_recorder
 from faultlens.events.command import Command
 from faultlens.events.flight_recorder import MAX_BYTES
 from faultlens.events.payloads import check_payload

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 
 
 def main() -> None:

@@ -10,13 +10,13 @@ import orjson
 import pytest
 from kafka.structs import TopicPartition
 
-from faultlens.diagnosis.consumer import TELEMETRY_DECODERS
+from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS
 from faultlens.events import topics
 from faultlens.events.event_time import EventClock, WatermarkMerge
 from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Message
-from faultlens.streams.runner_types import RunnerStats
+from faultlens.streams.runner.types import RunnerStats
 
 T = 1_790_000_000.0
 GPU_TP = TopicPartition(topics.GPU, 0)

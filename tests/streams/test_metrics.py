@@ -1,7 +1,7 @@
 from prometheus_client import generate_latest
 
 from faultlens.streams import metrics
-from faultlens.streams.runner import RunnerStats
+from faultlens.streams.runner.loop import RunnerStats
 
 
 def test_runner_stats_and_component_gauges_are_exported():

@@ -11,7 +11,7 @@ from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing, Producer
 from faultlens.streams.reader import read_topic
-from faultlens.streams.runner import DEAD_LETTER_TOPIC, GroupRunner
+from faultlens.streams.runner.loop import DEAD_LETTER_TOPIC, GroupRunner
 from tests.progress import files_size, wait_until
 
 pytestmark = pytest.mark.broker
@@ -155,7 +155,7 @@ def test_sigkill_after_processing_before_commit_redelivers(client_settings, grou
 
 
 def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settings, group_name, fresh_topic):
-    from faultlens.streams.runner import FatalHandlerError
+    from faultlens.streams.runner.loop import FatalHandlerError
 
     topic = fresh_topic(partitions=1)
     sent = events(5)

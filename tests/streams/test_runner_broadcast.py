@@ -1,5 +1,5 @@
 """A broadcast topic (`jobs`) is read up to its end before data is released: its records must be
-in hand before the telemetry after them (streams/runner_event_time.py, EventTimeOrder.poll_broadcast)."""
+in hand before the telemetry after them (streams/runner/event_time.py, EventTimeOrder.poll_broadcast)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from kafka.structs import TopicPartition
 
 from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 
 TP = TopicPartition("jobs", 0)
 
@@ -58,7 +58,7 @@ def test_every_record_of_a_broadcast_topic_behind_its_end_is_read_before_going_o
 
 
 def test_a_broadcast_topic_that_stays_behind_is_waited_for_once_not_every_loop(monkeypatch):
-    monkeypatch.setattr("faultlens.streams.runner_event_time.BROADCAST_CATCH_UP_S", 0.2)
+    monkeypatch.setattr("faultlens.streams.runner.event_time.BROADCAST_CATCH_UP_S", 0.2)
     runner = _runner()
     runner.order.broadcast = stuck = _SlowBroadcast(_topologies(2), stuck=True)
     assert runner.order.poll_broadcast() == []

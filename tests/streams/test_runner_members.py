@@ -1,4 +1,4 @@
-"""Two members of one group through a rebalance (streams/runner.py): nothing lost, and nothing
+"""Two members of one group through a rebalance (streams/runner/loop.py): nothing lost, and nothing
 handed on twice by a member whose partitions came straight back. (Apart from test_runner.py so
 that the test runner can spread these slower tests.)"""
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
+from faultlens.streams.runner.loop import GroupRunner
 from tests.progress import wait_until
 from tests.streams.test_runner import SESSION_TIMEOUT_MS, events, publish
 

@@ -9,8 +9,8 @@ import time
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
-from faultlens.streams.runner_types import Record
+from faultlens.streams.runner.loop import GroupRunner
+from faultlens.streams.runner.types import Record
 
 TP = TopicPartition("t", 0)
 
@@ -132,7 +132,7 @@ def test_a_member_does_not_stop_for_idleness_in_the_middle_of_a_rebalance():
 def test_a_join_that_never_completes_still_ends_a_bounded_run(monkeypatch):
     """A stuck join (kafka-python 3 on Tansu, the only other member gone) holds the idle stop off
     only REBALANCE_IDLE_GRACE_S: the member then stops, committing where its handing on stopped."""
-    import faultlens.streams.runner as runner_module
+    import faultlens.streams.runner.loop as runner_module
 
     monkeypatch.setattr(runner_module, "REBALANCE_IDLE_GRACE_S", 0.3)
     runner = _runner()

@@ -1,4 +1,4 @@
-"""The runner's parts alone (streams/runner_options.py, runner_handler.py, runner_commit.py,
+"""The runner's parts alone (streams/runner/options.py, runner_handler.py, runner_commit.py,
 runner_rebalance.py): Kafka-free, each with its own state."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
-from faultlens.streams.runner_commit import CommitSchedule
-from faultlens.streams.runner_handler import HandlerParts
-from faultlens.streams.runner_options import RunnerOptions
-from faultlens.streams.runner_rebalance import RebalanceBook, RebalanceQueue
+from faultlens.streams.runner.commit import CommitSchedule
+from faultlens.streams.runner.handler import HandlerParts
+from faultlens.streams.runner.loop import GroupRunner
+from faultlens.streams.runner.options import RunnerOptions
+from faultlens.streams.runner.rebalance import RebalanceBook, RebalanceQueue
 
 A, B, C = (TopicPartition("t", p) for p in range(3))
 

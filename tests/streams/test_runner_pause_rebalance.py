@@ -11,8 +11,8 @@ import pytest
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
-from faultlens.streams.runner_rebalance import RebalanceListener
+from faultlens.streams.runner.loop import GroupRunner
+from faultlens.streams.runner.rebalance import RebalanceListener
 from tests.progress import wait_until
 from tests.streams.test_runner import events, publish
 

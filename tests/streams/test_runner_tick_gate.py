@@ -11,8 +11,8 @@ from kafka.structs import TopicPartition
 
 from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.runner import GroupRunner
-from faultlens.streams.runner_types import Record
+from faultlens.streams.runner.loop import GroupRunner
+from faultlens.streams.runner.types import Record
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

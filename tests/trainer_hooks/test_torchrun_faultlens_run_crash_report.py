@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import decode
 from faultlens.events.signing import write_key_pair
 from faultlens.streams.broker import free_port

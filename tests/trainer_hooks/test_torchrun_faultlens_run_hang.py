@@ -66,7 +66,7 @@ def test_torchrun_hang_is_pinned_to_the_hung_ranks_group_with_no_node_agent(tmp_
     sent = [json.loads(line) for line in decisions.read_text().splitlines()]
     sent = [d for d in sent if d["job"] == job and d.get("sent")]
     assert [d["action"] for d in sent] == ["capture_stacks", "evict"], sent
-    # The suspicion's threshold was the floor given, not the default's 60 s (diagnosis/hang.py's
+    # The suspicion's threshold was the floor given, not the default's 60 s (diagnosis/hang/detector.py's
     # detail, kept in the history the run's own `up` wrote and named on stderr).
     import duckdb
 

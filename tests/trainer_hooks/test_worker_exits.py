@@ -15,7 +15,7 @@ from functools import partial
 
 import pytest
 
-from faultlens.diagnosis.engine import Engine
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import Envelope
 from faultlens.parsing.registry import parser_for
 from faultlens.trainer_hooks.worker_exits import TIME_KEY, died_at, exit_summary, failure_events, sympathetic
@@ -46,7 +46,7 @@ def failure(local_rank: int, exitcode: int, error_file: str = "<N/A>"):
 
 def diagnose(events: list[Envelope], nodes: dict[int, str]) -> list:
     """The real engine over the job's placement (``nodes``: rank → node) and ``events``, read in
-    event-time order as the diagnosis consumer reads a job's topics (streams/runner_event_time.py)."""
+    event-time order as the diagnosis consumer reads a job's topics (streams/runner/event_time.py)."""
     events = sorted(events, key=lambda e: e.ts)
     engine = Engine()
     placement = Envelope(ts=events[0].ts - 60, job="job-t", node="-", source="job", kind="topology", data={

@@ -1,0 +1,240 @@
+"""The node stage as a consumer of its own (docs/design.md §1, scaling out): telemetry keyed by node in,
+`summaries` keyed by job out.
+
+Everything here needs one node's events only: raw lines are parsed, the node-local rules run,
+samples fold into feature windows. What the job stage needs goes to `summaries`, keyed by job so
+one job-stage member sees a whole job: each node finding (`summary/finding`), each closed window
+(`summary/window`), and the events the job-level detectors read themselves (NCCL reports,
+heartbeats, steps, stack dumps) as they are, bundled per job and batch (`summary/bundle`,
+events/bundle.py). Ids are derived from the input's, so a redelivered
+batch produces the same records and the job stage drops the copies.
+
+A finding that may belong to a wave (diagnosis/engine/waves.py) also goes, flagged ``wave_copy``, to every
+partition of `summaries`: each job-stage member keeps the whole fleet's wave candidates
+(diagnosis/engine/fleet_waves.py), so machines of jobs held by different members that share a switch make
+one finding.
+
+Each member also announces how far it has got in event time (`summary/watermark`, to every
+partition of `summaries`): a job-stage partition holds records from several node-stage members,
+and is only as far along as the slowest of them.
+
+State moves with its partitions: the telemetry topics are co-partitioned (events/topics.py), so
+partition number p of every topic holds the same nodes, and each p has a node stage of its own.
+When p leaves this member, or comes to it from another, that state is dropped and rebuilt from the
+retained input the runner reads again (streams/runner/loop.py): kept, a node's events read twice would
+count twice (a single NIC flap read again made "2 alerts in 5 min" and evicted a healthy node).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any, Iterable, Sequence
+
+from faultlens.diagnosis.engine.core import known_kind
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.engine.thresholds import WaveConfig
+from faultlens.diagnosis.engine.waves import is_candidate
+from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.events import topics
+from faultlens.events.bundle import pack
+from faultlens.events.envelope import Envelope, InvalidEvent, encode
+from faultlens.events.event_time import WriterWord
+from faultlens.events.payloads import check_payload
+from faultlens.parsing.rules import LineRule
+from faultlens.streams.producer import Outgoing
+from faultlens.streams.runner.loop import Record, dead_letter, record_bytes
+
+log = logging.getLogger(__name__)
+
+NODE_GROUP = "faultlens-diagnose-node"
+
+
+def member_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def summary(event: Envelope) -> Outgoing:
+    return Outgoing(topics.SUMMARIES, event.job.encode(), encode(event))
+
+
+def window_summary(w: NodeWindow, closed_at: float) -> Outgoing:
+    """A closed window for `summaries`, its id derived from the window (a redelivery repeats it).
+
+    It is stamped with the time it closed (the node's first event past it), not its start: this
+    member announced progress past the start before the window could close, so stamped at its
+    start it reached the job stage after records up to 10 s later, at a place that depended on
+    the read; at the closing event's time it comes where `faultlens analyze` sees it."""
+    return summary(dataclasses.replace(w.to_event(), id=f"w.{w.job}.{w.node}.{w.start:.3f}", ts=closed_at))
+
+
+class NodeStageHandler:
+    """GroupRunner handler of the node stage; ``book`` learns topologies from the `jobs` topic."""
+
+    def __init__(self, *, window_s: float = 10.0, group: str = NODE_GROUP, skew_alert_every_s: float = 3600.0,
+                 line_rules: Sequence[LineRule] | None = None, wave: WaveConfig | None = None):
+        self.window_s = window_s
+        self.wave = wave
+        self._partitions: list[int] = []  # of `summaries`, learnt with watermarks()
+        self.line_rules = line_rules
+        self._stages: dict[int, NodeStage] = {}  # input partition number → its nodes' state
+        self.book = JobBook()
+        self.group = group
+        self.skew_alert_every_s = skew_alert_every_s
+        self._skew_alerted: dict[tuple[str, str], float] = {}
+        self.member = member_id()
+        self.emitted = 0
+
+    def handle(self, records: list[Record]) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
+        for r in records:
+            try:
+                produced, passed_on = self._one(r)
+            except InvalidEvent as exc:
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
+                                       self.group))
+                continue
+            for o in produced:
+                # A job's outputs keep the order they were made in: what was passed on before a
+                # window or a finding goes out before it (a job stage reading a backlog may take a
+                # window's time as the partition's progress).
+                if o.key in forwards:
+                    out.extend(self._bundle(o.key, forwards.pop(o.key)))
+                out.append(o)
+            for job, ts, raw in passed_on:
+                forwards.setdefault(job.encode(), []).append((ts, raw))
+        for key, items in forwards.items():
+            out.extend(self._bundle(key, items))
+        self.emitted += len(out)
+        return out
+
+    def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
+        """What a job had passed on since its last other output: one bundle (events/bundle.py),
+        a lone event as itself."""
+        if len(items) == 1:
+            return [Outgoing(topics.SUMMARIES, key, items[0][1])]
+        latest = max(ts for ts, _ in items)
+        return [Outgoing(topics.SUMMARIES, key, value)
+                for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
+
+    def stage(self, partition: int) -> NodeStage:
+        """The node stage of the nodes on input partition number ``partition``."""
+        stage = self._stages.get(partition)
+        if stage is None:
+            stage = self._stages[partition] = NodeStage(window_s=self.window_s, line_rules=self.line_rules)
+        return stage
+
+    def partitions_moved(self, partitions) -> None:
+        """The runner's word that these partitions left this member or came to it (bookkeeping
+        only: it runs inside the client's rebalance callback)."""
+        for number in {tp.partition for tp in partitions}:
+            self._stages.pop(number, None)
+
+    def _one(self, r: Record) -> tuple[list[Outgoing], list[tuple[str, float, bytes]]]:
+        """One record's outputs, and the (job, ts, event bytes) it passes on to the job stage."""
+        event: Envelope = r.value
+        if not known_kind(event):
+            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+        check_payload(event)
+        if event.source == "job":
+            self.book.update(event)
+            return [], []
+        self.book.advance(event.job, r.event_ts if r.event_ts is not None else event.ts)
+        out: list[Outgoing] = []
+        if r.skew_s is not None:
+            out.extend(self._skew(event, r, r.skew_s))
+            if r.event_ts is not None and r.event_ts != event.ts:
+                event = dataclasses.replace(event, ts=r.event_ts)
+        node_out = NodeOutput()
+        stage = self._stages.get(r.partition) or self.stage(r.partition)
+        # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
+        for parsed in stage.parse(event) if event.kind == "line" else (event,):
+            mismatch = rank_mismatch(self.book, parsed)
+            if mismatch is not None:
+                node_out.findings.append(mismatch)
+            stage.observe(parsed, node_out)
+        if node_out.findings:
+            out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+            if self.wave is not None and self._partitions:
+                out += [o for i, f in enumerate(node_out.findings) if is_candidate(self.wave, f)
+                        for o in self._wave_copies(f, f"{event.id}.f{i}")]
+        if node_out.windows:
+            out += [window_summary(w, event.ts) for w in node_out.windows]
+        # An event passed on as read goes as the bytes it came in: no second encoding.
+        as_read = r.raw if event is r.value else None
+        passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
+                     for e in node_out.forward]
+        return out, passed_on
+
+    def _wave_copies(self, f: Finding, event_id: str) -> list[Outgoing]:
+        copy = f.to_event(f"{event_id}.w")
+        copy = dataclasses.replace(copy, data={**copy.data, "wave_copy": True})
+        raw = encode(copy)
+        return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
+
+    def _skew(self, event: Envelope, r: Record, skew_s: float) -> list[Outgoing]:
+        key = (event.job, event.node)
+        when = r.event_ts if r.event_ts is not None else event.ts
+        last = self._skew_alerted.get(key)
+        if last is not None and abs(when - last) < self.skew_alert_every_s:
+            return []
+        self._skew_alerted[key] = when
+        finding = Finding(job=event.job, ts=when, fault="clock_skew", action="none", nodes=(event.node,),
+                          entity="clock", evidence=(event.id,), detail=skew_detail(event, skew_s, r.clamped))
+        return [summary(finding.to_event(f"{event.id}.skew"))]
+
+    def flush(self) -> list[Outgoing]:
+        node_out = NodeOutput()
+        for stage in self._stages.values():
+            parsed, windows = stage.flush()
+            node_out.windows.extend(windows)
+            for ev in parsed:
+                stage.observe(ev, node_out)
+        out = [window_summary(w, w.start + self.window_s) for w in node_out.windows]
+        out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
+        out += [summary(e) for e in node_out.forward]
+        return out
+
+    def watermarks(self, partitions: Iterable[int]):
+        """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""
+        parts = list(partitions)
+        self._partitions = parts
+
+        def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None,
+                     behind: bool = False, idle: bool = False) -> list[Outgoing]:
+            # -inf ("nothing written yet") travels as null: JSON has no infinity.
+            known = progress != float("-inf")
+            data: dict[str, Any] = {"member": self.member, "watermark": progress if known else None, "behind": behind, "idle": idle}
+            if reads is not None:
+                data["reads"], data["of"] = list(reads[0]), reads[1]
+            mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",
+                            kind="watermark", data=data)
+            return [Outgoing(topics.SUMMARIES, None, encode(mark), partition=p) for p in parts]
+        return announce
+
+
+def watermark_of(record: Record) -> WriterWord | None:
+    """``watermark_of`` for the job stage's runner: a node-stage member's announcement, if this is one."""
+    value = record.value
+    if isinstance(value, Envelope) and value.source == "summary" and value.kind == "watermark":
+        try:
+            # data, not typed(): the runner reads this before any intake check, and a word
+            # that says its coverage badly still counts for its watermark (SummaryWatermark would
+            # refuse it whole).
+            data = value.data
+            mark, reads, of = data["watermark"], data.get("reads"), data.get("of")
+            if reads is not None and not (isinstance(reads, list) and all(isinstance(r, str) for r in reads)
+                                          and type(of) is int and of > 0):
+                reads = of = None  # a word that says it badly says nothing of coverage
+            return WriterWord(str(data["member"]), float("-inf") if mark is None else float(mark), reads,
+                              of if reads is not None else None, data.get("behind") is True, data.get("idle") is True)
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None

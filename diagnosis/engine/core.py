@@ -1,0 +1,487 @@
+"""The diagnosis engine: events in, diagnosis records out, the same on a live stream and a trace.
+
+Composition (docs/design.md §1): the job book (topologies) → the node stage (log parsing, node-local
+rules, feature windows) → the job stage (first failing rank, silent nodes, peer anomaly,
+hang / fail-slow localisation) → dedup (folding, suppression, escalation). Diagnoses that come
+out are shown to the job stage again, so a fail-slow suspicion can start stack rounds.
+
+Time is event time, and each job has its own: a job's time is the latest event time it delivered,
+and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
+over in event-time order across partitions (streams.runner.loop, event_time mode) and may place an
+event whose sender's clock is off at another time (``process(..., at=)``). It also calls
+:meth:`Engine.tick` with the wall clock, which moves a job's time only after ``grace_s`` without
+any event of that job, by the wall time elapsed since, so a replay of an old trace is never judged
+silent by today's clock. A telemetry sample more than ``max_lateness_s`` behind its job's time is
+counted and not judged; a late fault report is diagnosed and marked late.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from faultlens.diagnosis.engine.debounce import Debounce
+from faultlens.diagnosis.engine.dedup import Dedup
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.engine.implicit import ImplicitConfig
+from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.engine.thresholds import Thresholds
+from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
+from faultlens.diagnosis.engine.waves import Waves
+from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads import check_payload, typed
+from faultlens.events.payloads_stage import JobEnd, JobRestart
+from faultlens.events.topics import TELEMETRY_PARTITIONS
+from faultlens.parsing.rules import LineRule
+
+log = logging.getLogger(__name__)
+
+# Kinds each source may send (docs/events.md); anything else is a dead letter naming the kind.
+KNOWN_KINDS = {
+    "gpu": {"sample", "xid", "lost", "unresponsive", "responsive"},
+    "kernel": {"xid", "gpu_lost", "sxid", "link_down", "link_up", "nic_error", "pcie_aer", "mce", "edac",
+               "soft_lockup", "hung_task", "panic", "oom_kill", "segfault", "line"},
+    "nccl": {"nccl_warn", "nccl_timeout", "nccl_error", "cuda_error", "exception", "nan", "line"},
+    "train": {"step", "checkpoint", "command_ack"},
+    "heartbeat": {"beat"},
+    "stack": {"stack_dump", "recorder_dump"},
+    "host": {"sample"},
+    "net": {"sample"},
+    "job": {"topology", "restart", "end"},
+    "summary": {"window", "finding", "watermark"},
+}
+
+
+# A job that ended this way may have ended because machines died: their silence is still judged.
+FAILED_ENDS = ("gave_up", "failed")
+
+
+def known_kind(event: Envelope) -> bool:
+    """A kind docs/events.md lists, or one a line-catalogue rule made (parsing/rules.toml or a
+    user's --rules file: its events name their rule, and diagnosis.rules.catalogue reads them)."""
+    kinds = KNOWN_KINDS.get(event.source)
+    if kinds is None or event.kind in kinds:
+        return True
+    # data, not typed(): this decides whether the event has a Struct at all (payload_type_of).
+    return event.source in ("kernel", "nccl") and isinstance(event.data, dict) and isinstance(event.data.get("rule"), str)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    window_s: float = 10.0  # feature window of the peer comparison
+    tick_every_s: float = 1.0  # event-time cadence of the absence detectors
+    grace_s: float = 30.0  # wall seconds without events before the wall clock moves a job's time
+    # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
+    # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
+    # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by
+    # whatever elapsed, as a late tick on a loaded machine does).
+    wall_rate: float = 1.0
+    max_lateness_s: float = 900.0  # a telemetry sample this far behind its job's time is not judged
+    implicit: bool = True  # hang / fail-slow localisation (diagnosis.engine.implicit)
+    implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
+    seen_ids: int = 200_000  # redelivered events (at-least-once) are recognised by id
+    skew_alert_every_s: float = 3600.0  # one clock_skew alert per node per this much event time
+    # "all": parse and run the node rules here too; "job": a node stage upstream did (its findings,
+    # windows and forwarded events arrive on `summaries`), so events go straight to the job stage.
+    stage: str = "all"
+    # The peer model (isolation forest + slow-drift suspects, diagnosis.peers.anomaly); off: rules only.
+    peer_model: bool = True
+    # The log-line catalogue raw lines are parsed with (parsing.rules.load: shipped + --rules files);
+    # None: the shipped one.
+    line_rules: tuple[LineRule, ...] | None = None
+    # How many partitions the telemetry topics have: nodes that share one fall silent together when
+    # it stops (diagnosis/rules/liveness.py). A consumer sets the broker's count; offline, the default
+    # layout's (events/topics.py), so `analyze` judges a trace as the default deployment would.
+    telemetry_partitions: int = TELEMETRY_PARTITIONS
+    # Waves and debounce (diagnosis/engine/thresholds.toml, with a user's --thresholds file over it); None: shipped.
+    thresholds: Thresholds | None = None
+
+
+# Samples and progress reports: judged only while they are on time. Everything else a node sends
+# reports a fault (an Xid, a lost GPU, a link down, an NCCL error), and a fault is never dropped
+# for being late: it is diagnosed, and the diagnosis says it came late.
+_TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step"), ("heartbeat", "beat"),
+                          ("summary", "window"), ("stack", "stack_dump"), ("stack", "recorder_dump"),
+                          ("train", "checkpoint"), ("net", "sample")})
+
+
+@dataclass
+class _Lane:
+    """One job's detectors and clock: jobs never share time, so a replayed old trace beside live
+    jobs, or a simulated cluster at 20x beside a real trainer, each run on their own events."""
+
+    stage: JobStage
+    dedup: Dedup
+    waves: Waves
+    debounce: Debounce
+    now: float | None = None
+    last_tick: float = float("-inf")
+    arrival_wall: float = 0.0  # wall time of its latest event
+    arrival_now: float | None = None  # its event time then
+    skew_alerted: dict[str, float] = field(default_factory=dict)
+    # Restarts stamped ahead of the job's time, applied when its time gets there: a consumer that
+    # reads `jobs` in full may see a restart before the telemetry that came before it.
+    pending: list[Envelope] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.book = JobBook()
+        self.node_stage = NodeStage(window_s=self.config.window_s, line_rules=self.config.line_rules)
+        self._lanes: dict[str, _Lane] = {}
+        self.stats: Counter = Counter()
+        self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
+        # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
+        self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
+
+    def _job_size(self, job: str) -> int:
+        topo = self.book.topology(job)
+        return len(topo.nodes) if topo is not None else 0
+
+    def _lane(self, job: str) -> _Lane:
+        lane = self._lanes.get(job)
+        if lane is None:
+            stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
+                             implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
+                             telemetry_partitions=self.config.telemetry_partitions)
+            thresholds = self.config.thresholds or shipped_thresholds()
+            lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size),
+                                            Waves(thresholds.wave, self._job_size, self._machines, self.fleet),
+                                            Debounce(thresholds))
+        return lane
+
+    def _machines(self, job: str) -> Mapping:
+        """What the topology says of each machine (rack, NVLink domain, IB switch): a wave's cause."""
+        topo = self.book.topology(job)
+        machines = (topo.extra or {}).get("machines") if topo is not None else None
+        return machines if isinstance(machines, Mapping) else {}
+
+    def telemetry_partitions(self, count: int) -> None:
+        """The broker's telemetry partition count (a consumer learns it on start)."""
+        self.config = dataclasses.replace(self.config, telemetry_partitions=count)
+        for lane in self._lanes.values():
+            lane.stage.use_telemetry_partitions(count)
+
+    @property
+    def dedup_stats(self) -> Counter:
+        return sum((lane.dedup.stats + lane.waves.stats + lane.debounce.stats for lane in self._lanes.values()),
+                   Counter(self.fleet.stats))
+
+    def job_time(self, job: str) -> float | None:
+        """The job's event time: the latest event time it delivered (or the wall clock moved it to)."""
+        lane = self._lanes.get(job)
+        return None if lane is None else lane.now
+
+    # --- events -----------------------------------------------------------------------------
+    def process(self, event: Envelope, *, at: float | None = None, skew_s: float | None = None,
+                clamped: str | None = None) -> list[Diagnosis]:
+        """One event. ``at`` is where the consumer placed it in event time when that differs from
+        its own ``ts`` (its sender's clock was off by ``skew_s``; ``clamped`` says why).
+        Raises InvalidEvent (→ dead letter) for input no detector can use."""
+        if event.id in self._seen:
+            self.stats["duplicates"] += 1
+            return []
+        if not known_kind(event):
+            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+        if self.config.stage != "job" or event.source not in JOB_SOURCES:
+            # A job stage's telemetry comes from `summaries`, passed on by a node stage that
+            # checked each payload already (diagnosis/edge/node_consumer.py); checked again, the net
+            # samples' ports alone cost a fifth of the job stage.
+            check_payload(event)
+        if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
+            self._wave_copy(event)
+            return []
+        lane = self._lane(event.job)
+        out: list[Diagnosis] = []
+        if skew_s is not None:
+            out.extend(self._skew_alert(lane, event, skew_s, clamped, at))
+            if at is not None and at != event.ts:
+                event = dataclasses.replace(event, ts=at)
+        late_by = 0.0 if lane.now is None else lane.now - event.ts
+        # A job record (topology, restart) is read from the broadcast `jobs` topic, which a job
+        # stage member reads in full even for jobs whose data another member holds: it must not
+        # move the job's time, or a member that takes the job's data over later (a rebalance)
+        # would read all of it as late, under a topology from its future.
+        timed = event.source != "job"
+        if lane.now is None and timed:
+            self.book.advance(event.job, event.ts)
+        if late_by > self.config.max_lateness_s and (event.source, event.kind) in _TIMELY_ONLY:
+            # Counted and logged (the history keeps it); judging a window or a silence from it
+            # now could only produce a false verdict.
+            self.stats["late"] += 1
+            if self.stats["late"] <= 5 or self.stats["late"] % 1000 == 0:
+                log.warning("late %s/%s from %s/%s: %.0fs behind the job's time (limit %.0fs); not judged "
+                            "(%d so far)", event.source, event.kind, event.job, event.node, late_by,
+                            self.config.max_lateness_s, self.stats["late"])
+            self._remember(event.id, event.job)
+            return out
+        self._remember(event.id, event.job)
+        self.stats["events"] += 1
+        found = self._observe(lane, event)
+        if late_by > self.config.max_lateness_s:
+            self.stats["late_faults"] += 1
+            found = [msgspec.structs.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
+        out.extend(found)
+        if not timed:
+            return out
+        if lane.now is None or event.ts > lane.now:
+            lane.now = event.ts
+            self.book.advance(event.job, lane.now)
+        lane.arrival_wall = time.time()
+        lane.arrival_now = lane.now
+        if lane.now - lane.last_tick >= self.config.tick_every_s:
+            out.extend(self._tick(lane, lane.now))
+        return out
+
+    def _wave_copy(self, event: Envelope) -> None:
+        """A node stage's copy of a wave candidate of any job (diagnosis/engine/fleet_waves.py): into the
+        fleet index only; the job's own lane, wherever it is, gets the finding itself."""
+        f = Finding.from_event(event)
+        if len(f.nodes) == 1:
+            self.fleet.note(f.fault, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
+                                             f.evidence[0] if f.evidence else ""))
+
+    def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
+        if event.source == "job":
+            # A restart waits for the job's own data to reach it (none yet: it waits too), so the
+            # detectors forget the old incarnation at its place in event time.
+            if event.kind in ("restart", "end") and (lane.now is None or event.ts > lane.now):
+                lane.pending.append(event)
+                lane.pending.sort(key=lambda e: e.ts)
+            else:
+                self._job_event(lane, event)
+            return []
+        self._apply_pending(lane, event.ts)
+        if event.source == "summary":
+            # The node stage of another process summarised a window or found something (docs/design.md
+            # §1, split stages); its watermarks are the runner's business.
+            if event.kind == "window":
+                return self._settle(lane, [], lane.stage.observe_window(NodeWindow.from_event(event)))
+            if event.kind == "finding":
+                return self._settle(lane, [Finding.from_event(event)], [])
+            return []
+        if self.config.stage == "job":
+            findings, diags = lane.stage.observe(event)
+            return self._settle(lane, findings, diags)
+        node_out = NodeOutput()
+        for parsed in self.node_stage.parse(event):
+            self.stats["parsed"] += parsed is not event
+            self._check_rank(parsed, node_out)
+            self.node_stage.observe(parsed, node_out)
+        return self._job_side(lane, node_out)
+
+    def _skew_alert(self, lane: _Lane, event: Envelope, skew_s: float, clamped: str | None,
+                    at: float | None) -> list[Diagnosis]:
+        """A node's clock is off: its events still count (placed by the consumer), and it is named
+        in a record-only alert once per ``skew_alert_every_s``."""
+        self.stats["clock_skew"] += 1
+        when = at if at is not None else event.ts
+        last = lane.skew_alerted.get(event.node)
+        if last is not None and abs(when - last) < self.config.skew_alert_every_s:
+            return []
+        lane.skew_alerted[event.node] = when
+        return [Diagnosis(job=event.job, ts=when, onset=when, fault=FaultClass.CLOCK_SKEW, action=Action.NONE,
+                          nodes=(event.node,), confidence=1.0, evidence=(event.id,),
+                          detail=skew_detail(event, skew_s, clamped))]
+
+    def _apply_pending(self, lane: _Lane, until: float) -> None:
+        while lane.pending and lane.pending[0].ts <= until:
+            self._job_event(lane, lane.pending.pop(0))
+
+    def _job_event(self, lane: _Lane, event: Envelope) -> None:
+        if event.kind == "topology":
+            self.book.update(event)
+            self.stats["topologies"] += 1
+        elif event.kind == "restart":
+            lane.dedup.restarted(event.job, event.ts)
+            restart = typed(event, JobRestart)
+            lane.stage.restarted(event.job, list(restart.nodes_out or ()), at=event.ts)
+        elif event.kind == "end":
+            end = typed(event, JobEnd)
+            lane.stage.ended(event.job, at=event.ts, failed=end.reason in FAILED_ENDS)
+
+    def _check_rank(self, event: Envelope, out: NodeOutput) -> None:
+        """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""
+        finding = rank_mismatch(self.book, event)
+        if finding is not None:
+            self.stats["topology_mismatch"] += 1
+            out.findings.append(finding)
+
+    def _job_side(self, lane: _Lane, node_out: NodeOutput) -> list[Diagnosis]:
+        findings = list(node_out.findings)
+        diags: list[Diagnosis] = []
+        for w in node_out.windows:
+            diags.extend(self._lane(w.job).stage.observe_window(w))
+        for ev in node_out.forward:
+            f, d = self._lane(ev.job).stage.observe(ev)
+            findings.extend(f)
+            diags.extend(d)
+        return self._settle(lane, findings, diags)
+
+    def _settle(self, lane: _Lane, findings: list[Finding], diags: list[Diagnosis]) -> list[Diagnosis]:
+        """Dedup everything, then let the job stage react to what came out (a fail-slow suspicion
+        starts stack rounds), until nothing new appears."""
+        if not findings and not diags:
+            return []
+        out: list[Diagnosis] = []
+        for f in findings:
+            now = lane.waves.admit(f)
+            if not now:
+                lane.dedup.note_held(f)
+            out.extend(self._judge(lane, now))
+        for d in diags:
+            out.extend(lane.dedup.admit_diagnosis(d))
+        queue = list(out)
+        for _ in range(4):  # reactions of reactions are rare; bounded so a loop cannot spin
+            follow: list[Diagnosis] = []
+            for d in queue:
+                for r in lane.stage.observe_diagnosis(d):
+                    follow.extend(lane.dedup.admit_diagnosis(r))
+            if not follow:
+                break
+            out.extend(follow)
+            queue = follow
+        self.stats["diagnoses"] += len(out)
+        return out
+
+    @staticmethod
+    def _judge(lane: _Lane, findings: list[Finding]) -> list[Diagnosis]:
+        """Findings no wave holds: debounced (grey evidence), then folded and escalated."""
+        return [d for f in findings for g in lane.debounce.admit(f) for d in lane.dedup.admit(g)]
+
+    def _waves(self, lane: _Lane, now: float | None) -> list[Diagnosis]:
+        released, waves = lane.waves.tick(now) if now is not None else lane.waves.flush()
+        self.stats["diagnoses"] += len(waves)
+        return waves + self._judge(lane, released)
+
+    def forget_job(self, job: str) -> None:
+        """Drop a job's state and the ids of its events (its input moved to another consumer: if it
+        comes back, it is rebuilt from retained input, which must not then be taken for copies)."""
+        self._lanes.pop(job, None)
+        for event_id in [i for i, j in self._seen.items() if j == job]:
+            del self._seen[event_id]
+
+    # --- time -------------------------------------------------------------------------------
+    def _tick(self, lane: _Lane, now: float) -> list[Diagnosis]:
+        lane.last_tick = now
+        findings, diags = lane.stage.tick(now)
+        out = self._settle(lane, findings, diags)
+        out.extend(self._waves(lane, now))
+        out.extend(lane.dedup.tick(now))
+        return out
+
+    def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
+             until: Mapping[str, float] | None = None) -> list[Diagnosis]:
+        """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
+        nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
+        beyond the grace (pending verdicts fall due; a job whose stream stopped is named in one
+        alert, never its nodes: diagnosis/rules/liveness.py). The jobs in ``busy`` have records the
+        consumer still holds back: their time waits for them. ``until`` caps the wall time a job's
+        clock may use: where its upstream stage stopped (events.event_time.UpstreamStop), its
+        silence is the pipeline's, and its time stays there."""
+        wall = time.time() if wall_now is None else wall_now
+        out: list[Diagnosis] = []
+        for job, lane in self._lanes.items():
+            if lane.now is None or lane.arrival_now is None or job in busy:
+                continue
+            idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
+            if idle <= self.config.grace_s:
+                continue
+            target = lane.arrival_now + (idle - self.config.grace_s) * self.config.wall_rate
+            if target <= lane.now:
+                continue
+            if lane.now == lane.arrival_now:
+                log.info("job %s sent nothing for %.0fs of wall time: its event time moves with the wall clock "
+                         "from %.3f", job, idle, lane.now)
+            lane.now = target
+            self.book.advance(job, target)
+            self._apply_pending(lane, target)
+            out.extend(self._tick(lane, target))
+        return out
+
+    def flush(self) -> list[Diagnosis]:
+        """End of input (a trace's end, shutdown): decide what is pending, report final counts.
+
+        Absence is not judged here: a trace that ends is not a cluster that went silent."""
+        out: list[Diagnosis] = []
+        parsed, windows = self.node_stage.flush()
+        by_job: dict[str, NodeOutput] = {}
+        for w in windows:
+            by_job.setdefault(w.job, NodeOutput()).windows.append(w)
+        for ev in parsed:
+            self.node_stage.observe(ev, by_job.setdefault(ev.job, NodeOutput()))
+        for job, node_out in by_job.items():
+            out.extend(self._job_side(self._lane(job), node_out))
+        for lane in self._lanes.values():
+            self._apply_pending(lane, float("inf"))
+            out.extend(self._settle(lane, lane.stage.flush(), []))
+            out.extend(self._waves(lane, None))
+            out.extend(lane.dedup.flush())
+        return out
+
+    def _remember(self, event_id: str, job: str) -> None:
+        self._seen[event_id] = job
+        if len(self._seen) > self.config.seen_ids:
+            self._seen.popitem(last=False)
+
+
+def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosis]:
+    """Run the engine over an iterable of events; the final version of each diagnosis (by id),
+    in the order first emitted. ``on_dead(event, reason)`` hears about dead letters."""
+    engine = engine or Engine()
+    latest: dict[str, Diagnosis] = {}
+    for event in events:
+        try:
+            found = engine.process(event)
+        except InvalidEvent as exc:
+            engine.stats["dead_letters"] += 1
+            if on_dead is not None:
+                on_dead(event, str(exc))
+            continue
+        for d in found:
+            latest[d.id] = d
+    for d in engine.flush():
+        latest[d.id] = d
+    return list(latest.values())
+
+
+def analyze_trace(path, *, config: EngineConfig | None = None, progress: bool = False) -> tuple[list[Diagnosis], Engine]:
+    """:func:`analyze` over a Parquet trace (events.trace), with a progress bar on stderr if asked."""
+    from faultlens.events.trace import iter_trace, trace_rows
+
+    engine = Engine(config)
+    events = iter_trace(path)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=trace_rows(path), unit="ev", unit_scale=True, desc="analyze", leave=False)
+
+        def counted(it):
+            for i, e in enumerate(it, 1):
+                if i % 4096 == 0:
+                    bar.update(4096)
+                yield e
+
+        events = counted(events)
+
+    def dead(event: Envelope, reason: str) -> None:
+        log.warning("dead letter: %s/%s event %s: %s", event.source, event.kind, event.id, reason)
+
+    try:
+        found = analyze(events, engine, on_dead=dead)
+    finally:
+        if bar is not None:
+            bar.close()
+    return found, engine

@@ -1,0 +1,190 @@
+"""The two stages of the diagnosis engine (docs/design.md §1, scaling out).
+
+:class:`NodeStage` needs only one node's events: it parses raw log lines, runs the node-local
+rules and folds samples into feature windows. Its outputs are small: findings, closed
+:class:`~diagnosis.peers.features.NodeWindow` summaries, and the parsed events the job stage reads
+(NCCL reports, heartbeats, steps, stack dumps). :class:`JobStage` needs a whole job: the first
+failing rank, silent nodes, peer comparison and hang / fail-slow localisation. Today both run in
+one process; split, the node stage's outputs travel on the ``summaries`` topic keyed by job.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Sequence
+
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.peers.anomaly import PeerAnomalyDetector
+from faultlens.diagnosis.peers.features import FeatureWindows, NodeWindow
+from faultlens.diagnosis.peers.net_traffic import NetTraffic
+from faultlens.diagnosis.rules import Finding, Rule, node_rules
+from faultlens.diagnosis.rules.base import opt_int
+from faultlens.diagnosis.rules.comms import FirstFailingRank
+from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope
+from faultlens.events.topics import telemetry_partition
+from faultlens.parsing.registry import LineEventParser
+from faultlens.parsing.rules import LineRule
+from faultlens.parsing.unrecognised import UnrecognisedMiner
+from faultlens.streams import metrics
+
+log = logging.getLogger(__name__)
+
+# What the job stage reads from the node stage besides findings and windows.
+JOB_SOURCES = frozenset({"nccl", "heartbeat", "train", "stack", "net"})
+
+
+class NodeOutput:
+    """What the node stage made of an event: findings, closed windows, events for the job stage.
+    (A plain class: one is built per message, and a dataclass's default factories cost a call each.)"""
+
+    __slots__ = ("findings", "windows", "forward")
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.windows: list[NodeWindow] = []
+        self.forward: list[Envelope] = []
+
+
+def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
+    """A rank-bearing event that disagrees with its job's topology, as a record-only finding."""
+    # One key of any kind, read from ``data``: decoding every event (net and GPU samples included,
+    # which the intake leaves as they came) into its Struct for it would cost more than all the rest.
+    rank = opt_int(event.data, "rank")
+    if rank is None:
+        return None
+    topo = book.topology(event.job)
+    if topo is None:
+        reason, entity = f"no topology for job {event.job}: ranks cannot be placed in parallel groups", "topology"
+    else:
+        place = topo.by_rank.get(rank)
+        if place is not None and place.node == event.node:
+            return None
+        where = f"on node {place.node}" if place else "absent"
+        reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"
+    return Finding(job=event.job, ts=event.ts, fault="unknown", action="none", nodes=(event.node,), entity=entity,
+                   evidence=(event.id,), detail=reason)
+
+
+def skew_detail(event: Envelope, skew_s: float, clamped: str | None) -> str:
+    """What a clock_skew alert says about the event the consumer had to place itself."""
+    if clamped == "future":
+        return (f"{event.source}/{event.kind} from {event.node} is stamped {skew_s:.0f}s ahead of every clock this "
+                f"consumer has: judged at its arrival instead (a broken clock or a bad sender)")
+    if clamped == "outlier":
+        return (f"{event.source}/{event.kind} from {event.node} is stamped {abs(skew_s):.0f}s off its node's own "
+                f"clock: judged at its arrival instead (a broken clock or a bad sender)")
+    side = "ahead of" if skew_s > 0 else "behind"
+    return (f"the clock of {event.node} runs {abs(skew_s):.0f}s {side} its peers' in job {event.job}: its events "
+            f"are placed by the broker's time and still count")
+
+
+class NodeStage:
+    def __init__(self, rules: list[Rule] | None = None, window_s: float = 10.0, line_rules: Sequence[LineRule] | None = None) -> None:
+        # Alarming lines no rule took, mined per node stage (faultlens analyze --unrecognised; the
+        # faultlens_log_lines_unrecognised counter on --metrics-port): never acted on.
+        self.unrecognised = UnrecognisedMiner()
+        self.parser = LineEventParser(rules=line_rules, on_unrecognised=self._unrecognised)
+        self.rules = rules if rules is not None else node_rules()
+        self._by_source: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            for source in rule.sources:
+                self._by_source.setdefault(source, []).append(rule)
+        self.windows = FeatureWindows(window_s)
+
+    def _unrecognised(self, source: str, node: str, message: str) -> None:
+        metrics.UNRECOGNISED.labels(source=source).inc()
+        self.unrecognised.add(message, source)
+
+    def parse(self, event: Envelope) -> list[Envelope]:
+        """Raw ``line`` events become parsed events (possibly none); others pass through."""
+        if event.kind != "line":
+            return [event]
+        return self.parser.parse(event)
+
+    def observe(self, event: Envelope, out: NodeOutput) -> None:
+        """One parsed event; raises InvalidEvent when a rule needs a payload key it lacks."""
+        for rule in self._by_source.get(event.source, ()):
+            found = rule.observe(event)
+            if found:
+                out.findings.extend(found)
+        windows = self.windows.observe(event)
+        if windows:
+            out.windows.extend(windows)
+        if event.source in JOB_SOURCES:
+            out.forward.append(event)
+
+    def flush(self) -> tuple[list[Envelope], list[NodeWindow]]:
+        parsed = self.parser.flush()
+        return parsed, self.windows.flush()
+
+
+class JobStage:
+    def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
+                 implicit_config: ImplicitConfig | None = None, peer_model: bool = True,
+                 telemetry_partitions: int | None = None) -> None:
+        self.book = book
+        self.comms = FirstFailingRank(book)
+        self.silence = SilenceDetector(book=book)
+        self.stalled = LossStalledDetector()  # a loss that stopped learning (job-wide, names no machine)
+        self.use_telemetry_partitions(telemetry_partitions)
+        # peer_model off: only the robust z-score threshold compares a node with its peers.
+        self.anomaly = PeerAnomalyDetector(window_s, use_forest=peer_model, drift=peer_model)
+        self.net = NetTraffic()  # rails across nodes; job silence and congestion for the implicit detectors
+        self.implicit = ImplicitFaultDetector(book, implicit_config or ImplicitConfig(), net=self.net) if implicit else None
+
+    def use_telemetry_partitions(self, count: int | None) -> None:
+        self.silence.partition_of = partial(telemetry_partition, count=count) if count else None
+
+    def observe(self, event: Envelope) -> tuple[list[Finding], list[Diagnosis]]:
+        findings: list[Finding] = []
+        if event.source == "nccl":
+            findings.extend(self.comms.observe(event))
+        elif event.source in self.silence.sources:  # beats, and steps (agent down ≠ node down)
+            findings.extend(self.silence.observe(event))
+            if event.source == "train":
+                findings.extend(self.stalled.observe(event))
+        elif event.source == "net":
+            findings.extend(self.net.observe(event))
+            findings.extend(self.anomaly.observe_net(event))
+        diags = self.implicit.observe(event) if self.implicit is not None else []
+        return findings, list(diags)
+
+    def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
+        self.anomaly.observe_window(window)
+        return self.implicit.observe_window(window) if self.implicit is not None else []
+
+    def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        if self.implicit is None:
+            return []
+        return list(self.implicit.observe_diagnosis(diagnosis))
+
+    def tick(self, now: float) -> tuple[list[Finding], list[Diagnosis]]:
+        findings = self.comms.tick(now) + self.silence.tick(now) + self.anomaly.tick(now)
+        diags = self.implicit.tick(now) if self.implicit is not None else []
+        return findings, list(diags)
+
+    def flush(self) -> list[Finding]:
+        return self.comms.flush() + self.anomaly.flush()
+
+    def restarted(self, job: str, nodes_out: list[str], at: float | None = None) -> None:
+        self.comms.restarted(job)
+        self.stalled.restarted(job)
+        self.net.restarted(job, nodes_out)
+        if self.implicit is not None:
+            self.implicit.restarted(job, nodes_out, at)  # a stall must not outlive a restart
+        for node in nodes_out:
+            self.silence.forget(job, node)
+        self.silence.resumed(job)
+
+    def ended(self, job: str, at: float, failed: bool = False) -> None:
+        """The launcher said the job ended (``job``/``end``): no process is left to hang, and,
+        unless it gave up on failures (machines may have died), its nodes going quiet is the end."""
+        if not failed:
+            self.silence.ended(job, at)
+        if self.implicit is not None:
+            self.implicit.ended(job, at)

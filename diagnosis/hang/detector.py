@@ -1,0 +1,381 @@
+"""Job hang detection (docs/design.md §3-§4): no step progress while the processes live → stacks → evict a group.
+
+Per job: the last step of every rank (``train``/``step``) and the last heartbeat that still lists
+training pids. When no rank has advanced for max(k × median step time, floor) and heartbeats
+keep coming, the job is hung, not dead: a ``job_hang`` suspicion asks for every rank's stack
+(action ``capture_stacks``). The dumps that then arrive are read (diagnosis.hang.stack_reading: the wait
+chains, else the outlier clustering) once every rank has sent one or the collection times out,
+and the final ``job_hang`` diagnosis evicts the parallel group of the suspects; when every rank
+waits in the same collective and nobody is behind, it evicts nobody and asks for stop-time
+diagnosis instead. One suspicion per stall; stepping again clears it.
+
+Stacks do not always come (py-spy missing, ptrace denied, an agent that cannot answer). Then
+the hang is localised with the cues a real cluster has, in this order: GPU-side evidence (the
+culprit's GPUs idle while every peer spins in NCCL kernels, from the node feature windows), the
+ProcessGroupNCCL watchdog's sequence numbers (a minority of ranks behind the rest). Every rank
+stopping at the same step is the rule in synchronous training, so the first rank to stop only
+corroborates: alone it is an ``alert``, never an eviction. A rank whose capture failed
+(``ok: false``) answered; it is not a silent suspect. A node whose agent found no training
+process answers for all its ranks (diagnosis.stacks.dump_set.NoTrainerAnswer): nobody waits for their
+dumps, and the verdict names that node without evicting it (diagnosis.hang.verdict). A node
+whose agent could not read its processes' ranks answers with dumps that cannot be placed
+(diagnosis.stacks.dump_set.UnrankedDump): they end the wait for that node, none of its ranks is blamed
+for silence, and no eviction may rest on them. A verdict that named nobody is revisited
+once if GPU-side or watchdog evidence arrives while the job is still stuck.
+
+A hang is told from the job's telemetry flowing without steps: when the whole of it stops (no
+beat, step or anything else of the job for ``quiet_s``), that is the job's or the pipeline's
+silence (liveness' ``telemetry_lost``), never a hang. The live consumer moves a quiet job's time
+by the wall clock, and that time alone once raised a suspicion 60 s after the last beat and,
+30 s on, reattempted the job because "no stack dump arrived": dumps that travel the same
+stopped pipeline (issue 47, a backlog's job stage left up longer after its end; `analyze` of
+the same trace gave neither). So no suspicion is raised while the job is quiet, and a verdict
+that falls due waits until something of the job sent at or after that moment has arrived: then
+a dump sent in time would have arrived too, and its absence is evidence. If nothing comes, no
+verdict is given (as `analyze` gives none past a trace's end); if the telemetry comes back (an
+outage's backlog), the verdict is given on what it brought.
+
+This module tells a stall and collects its dumps; the per-job state is diagnosis.hang.state and
+the verdict on a stall diagnosis.hang.verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import statistics
+from collections import deque
+
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.hang.cues import short as _short
+
+# HangConfig is imported from here by its users (it was defined here first).
+from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
+from faultlens.diagnosis.hang.verdict import HangVerdicts
+from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.envelope import Envelope, InvalidEvent
+from faultlens.events.payloads import typed
+from faultlens.events.payloads_job import HeartbeatBeat, NcclTimeout, TrainStep
+
+log = logging.getLogger(__name__)
+
+
+class HangDetector(HangVerdicts):
+    """Detector of hung jobs; ``add_dump`` takes the stack dumps routed to it while a stall is open."""
+
+    def __init__(self, book: JobBook, config: HangConfig = HangConfig()):
+        self._book = book
+        self.config = config
+        self._jobs: dict[str, JobState] = {}
+
+    # --- events ---------------------------------------------------------------------------
+    def observe(self, event: Envelope) -> list[Diagnosis]:
+        _hear(self._job(event.job), event.ts)
+        if event.source == "nccl" and event.kind == "nccl_timeout":
+            return self._watchdog(event)
+        if event.source == "train" and event.kind == "step":
+            self._step(event)
+        elif event.source == "heartbeat" and event.kind == "beat":
+            beat = typed(event, HeartbeatBeat)
+            pids = beat.pids
+            # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
+            job = self._job(event.job)
+            if pids is None or pids:
+                job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
+                job.no_pids.pop(event.node, None)
+                if pids:
+                    job.with_pids.add(event.node)
+            else:
+                job.no_pids.setdefault(event.node, (event.ts, event.id))  # corroborates a "no trainer" answer
+        return []
+
+    def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
+        job = self._job(window.job)
+        _hear(job, window.start)  # its data spans start..start+window_s: the start is what is sure
+        old = job.windows.get(window.node)
+        if old is None or window.start >= old.start:
+            job.windows[window.node] = window
+        return self._revisit(window.job, job, window.start + 1e-9)
+
+    def _watchdog(self, event: Envelope) -> list[Diagnosis]:
+        timeout = typed(event, NcclTimeout)
+        rank, done = timeout.rank, timeout.last_completed
+        if done is None and timeout.seq is not None:
+            done = timeout.seq - 1
+        if rank is None or done is None:
+            return []
+        job = self._job(event.job)
+        job.progress[rank] = (done, event.id)
+        return self._revisit(event.job, job, event.ts)
+
+    def _revisit(self, name: str, job: JobState, now: float) -> list[Diagnosis]:
+        """A verdict that named nobody gets one more look when new evidence names a culprit."""
+        stall = job.stall
+        if stall is None or not stall.inconclusive:
+            return []
+        found = self._without_stacks(name, job, stall, now, "new evidence while the job is still stuck")
+        if found is None or found.action != "evict":
+            return []
+        stall.inconclusive = False
+        return [found]
+
+    def capture_failed(self, job: str, dump: StackDump) -> list[Diagnosis]:
+        """A rank's capture failed (``ok: false``): it answered, and is not a silent suspect."""
+        state = self._jobs.get(job)
+        if state is None:
+            return []
+        _hear(state, dump.ts)
+        if state.stall is None:
+            if state.last_progress is not None and dump.ts >= state.last_progress:
+                state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
+            return []
+        if state.stall.decided:
+            return []
+        state.stall.failed.add(dump.rank)
+        return self._check_complete(job, state, dump.ts)
+
+    def node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
+        """A node answered a capture without naming a rank: no training process there, or a dump
+        whose rank its agent could not read. Either answers for the node's ranks (the collection
+        stops waiting for them); neither is placed among the stacks (diagnosis.hang.verdict)."""
+        state = self._jobs.get(job)
+        if state is None:
+            return []
+        _hear(state, answer.ts)
+        if state.stall is None:
+            if state.last_progress is not None and answer.ts >= state.last_progress:
+                state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
+            return []
+        if state.stall.decided:
+            return []
+        state.stall.dumps.add_answer(answer)
+        return self._check_complete(job, state, answer.ts)
+
+    def _job(self, name: str) -> JobState:
+        job = self._jobs.get(name)
+        if job is None:
+            job = self._jobs[name] = JobState(step_times=deque(maxlen=self.config.step_window))
+        return job
+
+    def _step(self, event: Envelope) -> None:
+        try:
+            payload = typed(event, TrainStep)  # read once by the payload check (events/payloads.py)
+        except InvalidEvent:
+            return  # the payload check owns step validation (and its dead letters); nothing to learn here
+        rank, step = payload.rank, payload.step
+        if rank is None or step is None:
+            return
+        job = self._job(event.job)
+        if job.ended_at is not None and event.ts > job.ended_at:
+            job.ended_at = None  # it trains again
+        job.rank_node[rank] = event.node
+        step_time = payload.step_time_s  # a finite number, never negative, or null
+        if step_time:
+            job.step_times.append(float(step_time))
+        old = job.last_step.get(rank)
+        job.last_step[rank] = (step, event.ts, event.id)
+        # A different step is progress; a lower one is a restart from a checkpoint, progress too.
+        if old is None or old[0] != step:
+            if job.last_progress is not None and event.ts > job.last_progress:
+                job.gaps.append(event.ts - job.last_progress)
+            job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
+            if not job.recent.is_empty():  # a node's answer alone must not outlive progress either
+                job.recent = DumpSet()
+            job.recent_failed = set()
+            if job.stall is not None:
+                log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
+                         "verdict" if job.stall.decided else "suspicion")
+                job.stall = None
+
+    def wants_dumps(self, job: str) -> bool:
+        """True while a stall is open: its stack dumps belong here, not to fail-slow rounds."""
+        state = self._jobs.get(job)
+        return state is not None and state.stall is not None
+
+    def note_dump(self, job: str, dump: StackDump) -> None:
+        """A dump that arrived with no stall open: kept in case a suspicion follows before progress."""
+        state = self._jobs.get(job)
+        if state is not None:
+            _hear(state, dump.ts)
+        if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
+            state.recent.add(dump)
+
+    def add_recorder(self, job: str, dump: RecorderDumpEvent) -> None:
+        """A rank's Flight Recorder dump: to the open stall's capture, else kept until progress."""
+        state = self._jobs.get(job)
+        if state is None:
+            return
+        _hear(state, dump.ts)
+        if state.stall is not None and not state.stall.decided:
+            state.stall.dumps.add_recorder(dump)
+        elif state.stall is None and state.last_progress is not None and dump.ts >= state.last_progress:
+            state.recent.add_recorder(dump)
+
+    def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
+        state = self._jobs.get(job)
+        if state is not None:
+            _hear(state, dump.ts)
+        if state is None or state.stall is None or state.stall.decided:
+            return []
+        state.stall.dumps.add(dump)
+        return self._check_complete(job, state, dump.ts)
+
+    def _check_complete(self, job: str, state: JobState, now: float) -> list[Diagnosis]:
+        stall = state.stall
+        if stall is None:
+            return []
+        dumps = stall.dumps
+        topology = self._book.topology(job)
+        if topology is not None and dumps.answered(topology.ranks_by_node) | stall.failed >= set(topology.by_rank):
+            # A rank whose agent's capture failed answered, but its trainer's faulthandler dump for the
+            # same capture may still come (py-spy times out on a loaded node): a verdict given at once
+            # reads fewer dumps than there will be, and its confidence falls with the share it read.
+            undumped = stall.failed - dumps.ranks()
+            if dumps.all_preferred() and not undumped:
+                return [self._decide(job, state, stall, now)]
+            # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
+            if stall.complete_at is None:
+                stall.complete_at = now
+        return []
+
+    # --- time -----------------------------------------------------------------------------
+    def threshold(self, job: str) -> float:
+        state = self._jobs.get(job)
+        times = state.step_times if state else ()
+        median = statistics.median(times) if times else 0.0
+        longest = max(state.gaps) if state is not None and state.gaps else 0.0
+        return max(self.config.k * median, self.config.floor_s, self.config.gap_margin * longest)
+
+    def stalled_since(self, job: str, now: float, k: float = 3.0, floor_s: float = 10.0) -> float | None:
+        """When the job's steps stopped, if no rank has stepped for ``k`` median step times (at
+        least ``floor_s``): well short of a hang, enough to say its stacks show a stall."""
+        state = self._jobs.get(job)
+        if state is None or state.last_progress is None:
+            return None
+        median = statistics.median(state.step_times) if state.step_times else 0.0
+        return state.last_progress if now - state.last_progress >= max(k * median, floor_s) else None
+
+    def tick(self, now: float) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        for name, job in self._jobs.items():
+            stall = job.stall
+            if stall is not None:
+                if not stall.decided and self._verdict_due(name, job, stall, now):
+                    out.append(self._decide(name, job, stall, now))
+                continue
+            if self._quiet(job, now):
+                continue  # the whole job's telemetry stopped: its silence (telemetry_lost), no hang
+            if job.last_progress is None:
+                out += self._startup_stall(name, job, now)
+                continue
+            stalled = now - job.last_progress
+            alive = (
+                job.last_beat is not None
+                and job.last_beat > job.last_progress
+                and now - job.last_beat <= self.config.heartbeat_fresh_s
+                and not _trainers_gone(job)
+            )
+            # The floor bounds the threshold from below: skip the median until it could matter.
+            if stalled >= self.config.floor_s and alive and stalled >= self.threshold(name):
+                out.append(self._suspect(name, job, job.last_progress, now))
+                out += self._check_complete(name, job, now)  # the dumps may all be here already
+        return out
+
+    def _quiet(self, job: JobState, now: float) -> bool:
+        """Nothing of the job reached diagnosis for ``quiet_s``: its whole telemetry stopped."""
+        return job.heard is None or now - job.heard > self.config.quiet_s
+
+    def _verdict_due(self, name: str, job: JobState, stall: Stall, now: float) -> bool:
+        """Whether the stall's verdict is due now: its collection timed out (or every rank dumped,
+        some only by faulthandler, and the py-spy grace is over), and something of the job sent at
+        or after that moment has arrived, so the dumps still missing are missing, not stuck in a
+        stopped pipeline with the job's other telemetry (module docstring)."""
+        due = stall.opened + self.config.collect_timeout_s
+        if stall.complete_at is not None:
+            due = min(due, stall.complete_at + self.config.pyspy_grace_s)
+        if now < due:
+            return False
+        if job.heard is not None and job.heard >= due:
+            return True
+        if not stall.held and self._quiet(job, now):
+            stall.held = True
+            log.info("job %s: hang verdict due at %.3f held: nothing of the job arrived for %.0fs (its "
+                     "telemetry stopped; the dumps would travel the same way)", name, due, now - (job.heard or now))
+        return False
+
+    def _startup_stall(self, name: str, job: JobState, now: float) -> list[Diagnosis]:
+        """A restart that never reaches its first step while its processes live (stuck loading a
+        checkpoint, or in the first collective) is a hang from the restart on."""
+        if job.started is None:
+            return []
+        alive = (job.last_beat is not None and job.last_beat > job.started
+                 and now - job.last_beat <= self.config.heartbeat_fresh_s and not _trainers_gone(job))
+        if not alive or now - job.started < max(self.config.startup_s, self.threshold(name)):
+            return []
+        return [self._suspect(name, job, job.started, now), *self._check_complete(name, job, now)]
+
+    def _first_stopped(self, name: str, job: JobState) -> tuple[int, ...]:
+        topology = self._book.topology(name)
+        # Ranks a newer topology no longer lists (evicted, resized) say nothing about this stall.
+        last = {r: v for r, v in job.last_step.items() if topology is None or r in topology.by_rank}
+        if not last:
+            return ()
+        low = min(step for step, _, _ in last.values())
+        return tuple(sorted(r for r, (step, _, _) in last.items() if step == low))
+
+    def ended(self, job: str, at: float) -> None:
+        """The launcher said the job ended: no new suspicion until a restart or a later step (one
+        already open is decided as before: its culprit matters to the job's next run)."""
+        self._job(job).ended_at = at
+
+    def restarted(self, job: str, at: float | None = None) -> None:
+        """The job was restarted (``job``/``restart``, at event time ``at``): its old steps and any
+        open stall are history. Its pace is not: step times and the pauses between steps
+        (checkpoints, evaluation) are the same job's after a restart, and a first checkpoint after
+        it must not look like a hang. From ``at`` on its first step is awaited (``startup_s``)."""
+        old = self._jobs.pop(job, None)
+        fresh = self._job(job)
+        if old is not None:
+            # The pipeline's flow (heard) is not the incarnation's either.
+            fresh.step_times, fresh.gaps, fresh.heard = old.step_times, old.gaps, old.heard
+        fresh.started = at
+
+    def _suspect(self, name: str, job: JobState, onset: float, now: float) -> Diagnosis:
+        """The suspicion of a stall since ``onset``: the last step progress, or the restart that
+        never reached its first step."""
+        first = self._first_stopped(name, job)
+        # The id follows from the stall (job, onset): a re-run over the same events names it alike.
+        sid = hashlib.blake2b(f"{name}|job_hang|{onset:.3f}".encode(), digest_size=16).hexdigest()
+        stall = Stall(suspicion_id=sid, onset=onset, opened=now, first_stopped=first, dumps=job.recent)
+        stall.failed |= job.recent_failed
+        job.stall = stall
+        job.recent = DumpSet()
+        job.recent_failed = set()
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        low = job.last_step[first[0]][0] if first else None
+        since = "" if job.last_progress is not None else " since the restart (no first step)"
+        detail = (
+            f"no step progress for {now - stall.onset:.0f}s{since} (threshold {self.threshold(name):.0f}s) while "
+            f"heartbeats list live training processes; lowest last step {low} on {len(first)} rank(s) "
+            f"[{_short(first)}] (the first to stop); capturing every rank's stack"
+        )
+        return Diagnosis(
+            id=stall.suspicion_id, job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.CAPTURE_STACKS,
+            nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
+            evidence=self._step_evidence(job, first), detail=detail,
+        )
+
+
+def _hear(job: JobState, ts: float) -> None:
+    job.heard = ts if job.heard is None else max(job.heard, ts)
+
+
+def _trainers_gone(job: JobState) -> bool:
+    """The launcher said the job ended, or every node that listed training processes now lists
+    none (the job ended or crashed): a job with no process left is no hang (found: a healthy
+    job's end, its last pid-listing beats a few seconds after its last step, was suspected and
+    reattempted a minute later, tests/fixtures/foreign/job_ends_staggered.jsonl)."""
+    return job.ended_at is not None or (bool(job.with_pids) and job.with_pids <= job.no_pids.keys())

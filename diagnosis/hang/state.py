@@ -1,0 +1,91 @@
+"""What the hang detector (diagnosis.hang.detector) is configured with and keeps per job: the step and
+heartbeat bookkeeping that tells a stall, and the open stall with the dumps collected for it.
+
+Its own module so that the detector (diagnosis.hang.detector) and its verdicts (diagnosis.hang.verdict)
+share one definition of that state.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.rules.liveness import GRACE_S
+from faultlens.diagnosis.stacks.dump_set import DumpSet
+from faultlens.diagnosis.stacks.outliers import StackConfig
+
+
+@dataclass(frozen=True, slots=True)
+class HangConfig:
+    k: float = 5.0  # stall threshold in median step times
+    floor_s: float = 60.0  # never call a stall shorter than this a hang
+    heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
+    # Nothing of the job reached diagnosis for this long: its whole telemetry stopped (the job's or
+    # the pipeline's silence, liveness' telemetry_lost, same grace), and no hang is told from it.
+    quiet_s: float = GRACE_S
+    collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
+    pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
+    suspicion_confidence: float = 0.6
+    fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
+    # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)
+    # utilisation, while the peers are at least ``busy_util`` busy, is idle while they spin.
+    idle_share: float = 0.3
+    busy_util: float = 50.0
+    gpu_confidence: float = 0.65
+    nccl_confidence: float = 0.6
+    corroboration: float = 0.1  # added when another cue names the same nodes
+    # A minority of nodes whose agents find no training process: named for stop-time checks, not evicted.
+    trainer_gone_confidence: float = 0.6
+    step_window: int = 512  # recent step times the median is taken over
+    # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
+    # also outlast this multiple of the longest gap between progress seen in the recent past.
+    gap_margin: float = 2.0
+    # A restarted job may take this long to its first step (checkpoint load, NCCL set-up at
+    # scale); a restart still short of it by then, with its processes alive, is hung too.
+    startup_s: float = 600.0
+    evidence_limit: int = 256
+    stacks: StackConfig = field(default_factory=StackConfig)
+
+
+@dataclass
+class Stall:
+    """One stall of a job: the suspicion raised for it and the dumps collected since."""
+
+    suspicion_id: str
+    onset: float  # the last step progress
+    opened: float  # when the suspicion was raised
+    first_stopped: tuple[int, ...]
+    dumps: DumpSet = field(default_factory=DumpSet)
+    complete_at: float | None = None  # every rank has a dump, some only the trainer's faulthandler one
+    decided: bool = False
+    failed: set[int] = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
+    inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
+    held: bool = False  # its verdict fell due while the job's telemetry was stopped (logged once)
+
+
+@dataclass
+class JobState:
+    """One job as the hang detector follows it: each rank's last step, the pace, the last beat."""
+
+    last_step: dict[int, tuple[int, float, str]] = field(default_factory=dict)  # rank → (step, ts, event id)
+    rank_node: dict[int, str] = field(default_factory=dict)
+    step_times: deque[float] = field(default_factory=deque)
+    last_progress: float | None = None
+    started: float | None = None  # when the job last restarted: its first step is awaited from then
+    last_beat: float | None = None
+    # The latest event time of anything of the job that reached the detector (beats, steps,
+    # watchdogs, net samples, dumps, windows): the job's telemetry flowed until then.
+    heard: float | None = None
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
+    stall: Stall | None = None
+    # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
+    # asked for) they may precede our own tick by a moment, and belong to the stall all the same.
+    recent: DumpSet = field(default_factory=DumpSet)
+    recent_failed: set[int] = field(default_factory=set)  # failed captures since the last progress, before a suspicion
+    windows: dict[str, NodeWindow] = field(default_factory=dict)  # node → its latest NodeWindow
+    progress: dict[int, tuple[int, str]] = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
+    no_pids: dict[str, tuple[float, str]] = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
+    with_pids: set[str] = field(default_factory=set)  # nodes whose beats once listed a trainer pid
+    ended_at: float | None = None  # the launcher's job/end, until a later step
+

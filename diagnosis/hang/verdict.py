@@ -1,0 +1,293 @@
+"""How the hang detector (diagnosis.hang.detector) decides a stall it collected dumps for: from the
+stacks (diagnosis.hang.stack_reading), else from the cues a cluster has without them (idle GPUs, the
+NCCL watchdog, diagnosis.hang.cues), else an alert or a reattempt, never an eviction on a guess.
+
+Apart from diagnosis.hang.detector, which tells a stall and collects its dumps, because the verdict is
+where the evidence for an eviction is weighed. :class:`HangVerdicts` is a mixin of
+:class:`~diagnosis.hang.detector.HangDetector` (it uses its ``_book`` and ``config``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import AbstractSet, NamedTuple
+
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.hang.cues import idle_nodes, ranks_behind
+from faultlens.diagnosis.hang.cues import short as _short
+from faultlens.diagnosis.hang.recorder import read_hang
+from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
+from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
+from faultlens.diagnosis.stacks.localize import first_ranks_nodes, localize
+from faultlens.diagnosis.stacks.outliers import StackVerdict
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.topology import Topology
+
+
+class HangVerdicts:
+    """HangDetector's verdicts on a stall, and the places and evidence they name."""
+
+    # HangDetector's, set in its __init__: where the topologies are, and its settings.
+    _book: JobBook
+    config: HangConfig
+
+    # --- places and evidence ----------------------------------------------------------------
+    def _nodes_of(self, name: str, job: JobState, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        topology = self._book.topology(name)
+        if topology is not None:
+            nodes = first_ranks_nodes(ranks, topology)
+            if nodes:
+                return nodes
+        return tuple(dict.fromkeys(job.rank_node[r] for r in sorted(ranks) if r in job.rank_node))
+
+    def _step_evidence(self, job: JobState, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        return tuple(job.last_step[r][2] for r in ranks[:16] if r in job.last_step)
+
+    # --- the verdict ----------------------------------------------------------------------
+    def _decide(self, name: str, job: JobState, stall: Stall, now: float) -> Diagnosis:
+        """The verdict on ``stall``, the job's open one."""
+        stall.decided = True
+        # The machines that hung are those in force when it began: a decision that comes after a
+        # restart (the evidence arrived late) must not blame the machines that replaced them.
+        topology = self._book.topology(name, at=stall.onset)
+        base = functools.partial(Diagnosis, job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG)
+        stalled = f"stalled {now - stall.onset:.0f}s"
+        gone = stall.dumps.gone(topology.ranks_by_node) if topology is not None else {}
+        unplaced = stall.dumps.unplaced(topology.ranks_by_node) if topology is not None else {}
+        unranked = self._unranked_note(stall, topology, unplaced)
+        if gone and topology is not None and len(gone) * 2 <= len(topology.nodes):
+            return self._trainer_gone(name, job, stall, topology, gone, now, stalled, unranked)
+        # Most nodes (or all) finding no trainer says more about the agents (their --proc-pattern /
+        # launcher pid) or about a job that exited than about any one machine: nobody is named for it.
+        absent = (f"; {len(gone)} of {len(topology.nodes) if topology is not None else '?'} node(s) found no training process "
+                  f"[{_short(tuple(gone))}], too many to single one out (check the agents' "
+                  f"--proc-pattern / launcher pid)") if gone else ""
+        absent += unranked
+        answered = stall.failed | {r for rs in gone.values() for r in rs} | {r for rs in unplaced.values() for r in rs}
+        if topology is not None and len(stall.dumps):
+            texts = stall.dumps.texts(topology.by_rank)
+            stray = len(stall.dumps) - len(texts)
+            recorders = stall.dumps.recorders(topology.by_rank)
+            if recorders:
+                verdict = read_hang(texts, recorders, topology, self.config.stacks)
+            else:
+                verdict = read_hang_stacks(texts, topology, self.config.stacks)
+            note = (f"; {stray} dump(s) from ranks outside the topology ignored" if stray else "") + absent
+            if verdict.alert:
+                # The recorder and the stacks disagree, or too many never joined: a person looks, nobody is evicted.
+                return base(
+                    action=Action.ALERT, ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
+                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
+                )
+            if verdict.no_suspect:
+                # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
+                return base(
+                    action=Action.STOP_TIME_DIAGNOSIS, confidence=self.config.fallback_confidence,
+                    detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
+                )
+            if verdict.localized:
+                found = base(
+                    action=Action.EVICT, nodes=verdict.nodes, ranks=verdict.outlier_ranks, group=verdict.group,
+                    confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
+                    evidence=self._evidence(job, stall, verdict),
+                )
+                return self._unless_unplaced(found, stall, verdict, unplaced)
+            missing = _missing_blame(verdict, topology, self.config, answered)
+            if missing is not None:
+                found = base(action=Action.EVICT, nodes=missing.nodes, ranks=missing.ranks, group=missing.group,
+                             confidence=missing.confidence, detail=f"{stalled}; {missing.why}; {verdict.detail}{note}",
+                             evidence=self._evidence(job, stall, verdict))
+                return self._unless_unplaced(found, stall, verdict, unplaced)
+            why = f"stacks name no outlier ({verdict.detail}){note}"
+        elif topology is None:
+            why = "no topology for the job, stacks cannot be placed"
+        elif gone or unplaced:
+            why = f"no usable stack{absent}" + (f"; capture failed on {len(stall.failed)} rank(s)" if stall.failed else "")
+        elif stall.failed:
+            why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
+        else:
+            why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
+        placed = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
+        if placed is not None:
+            return placed
+        return self._fallback(name, job, stall, now, f"{stalled}; {why}")
+
+    # --- dumps that cannot be placed ------------------------------------------------------------
+    def _unranked_note(self, stall: Stall, topology: Topology | None, unplaced: dict[str, tuple[int, ...]]) -> str:
+        """What a person must hear about the job's nodes whose agent could not read its processes'
+        ranks: which, the pids, the variable it read, and that the agent's --rank-env needs fixing."""
+        if topology is None:
+            return ""
+        dumps = {n: ds for n, ds in stall.dumps.unranked().items() if n in topology.ranks_by_node}
+        if not dumps:
+            return ""
+        said = []
+        for node in [n for n in topology.nodes if n in dumps][:3]:
+            pids = ", ".join(str(d.pid) for d in dumps[node][:8]) + (", ..." if len(dumps[node]) > 8 else "")
+            env = next((d.rank_env for d in dumps[node] if d.rank_env), None)
+            blamed = f", none of its rank(s) [{_short(unplaced[node])}] is blamed for sending none" \
+                if node in unplaced else ""
+            said.append(f"{node}: pid(s) {pids} (rank read from {env or 'the agent default'}){blamed}")
+        if len(dumps) > 3:
+            said.append(f"... {len(dumps) - 3} more node(s)")
+        return (f"; the agent of {_short(tuple(dumps))} dumped process(es) whose rank it could not read, so their "
+                f"stacks cannot be placed and are not used ({'; '.join(said)}): fix its --rank-env")
+
+    def _unless_unplaced(self, found: Diagnosis, stall: Stall, verdict: StackVerdict,
+                         unplaced: dict[str, tuple[int, ...]]) -> Diagnosis:
+        """An eviction the placed stacks call for, unless it takes a node whose dumps could not be
+        placed: the stacks that would clear or condemn that node are the ones nobody can place, so a
+        person hears it (alert) and nothing is evicted on it. An eviction of other nodes rests on
+        their own placed stacks (as when a rank's capture failed), not on the unplaced ones."""
+        touched = tuple(n for n in found.nodes if n in unplaced)
+        if found.action != "evict" or not touched:
+            return found
+        stall.inconclusive = True  # GPU-side or watchdog evidence may still name a culprit later
+        waited = tuple(sorted(set(verdict.waited_on) & {r for rs in unplaced.values() for r in rs}))
+        on = [f"it would evict node(s) {_short(touched)}"]
+        if waited:
+            on.append(f"the wait chains end at its rank(s) [{_short(waited)}]")
+        unranked = stall.dumps.unranked()
+        ids = tuple(d.event_id for n in unplaced for d in unranked.get(n, ()))
+        nodes = tuple(dict.fromkeys((*unplaced, *found.nodes)))
+        return Diagnosis(
+            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action=Action.ALERT, nodes=nodes,
+            ranks=found.ranks, group=found.group, confidence=self.config.fallback_confidence,
+            evidence=(found.evidence + ids)[: self.config.evidence_limit],
+            detail=f"{found.detail}; no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
+                   f"against any machine: fix the agent's --rank-env and capture the stacks again",
+        )
+
+    def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:
+        ids = stall.dumps.evidence(verdict.outlier_ranks, self.config.evidence_limit)
+        return ids + self._step_evidence(job, stall.first_stopped)
+
+    def _trainer_gone(self, name: str, job: JobState, stall: Stall, topology: Topology, gone: dict[str, tuple[int, ...]],
+                      now: float, stalled: str, note: str = "") -> Diagnosis:
+        """A minority of nodes answered "no training process here" while the rest hang.
+
+        Their processes are gone, and the job cannot step without them: that explains the hang
+        and names those nodes. It does not say the machine is bad: a crash, an OOM kill, a user
+        error or an operator's kill ends a process on a healthy machine as well. So the node is
+        named with the reason, and the action is stop-time diagnosis (checks on the machines, an
+        eviction only for one that fails them, else a restart), never an eviction on this alone.
+        The other ranks' stacks (their PP peers blocked in send/recv on the gone ranks) show
+        victims and are not blamed; the idle GPUs of a node with no trainer are no extra cue.
+        """
+        stall.inconclusive = False  # no later GPU-side revisit may evict a node for idling without its trainer
+        nodes = tuple(n for n in topology.nodes if n in gone)
+        ranks = tuple(sorted(r for rs in gone.values() for r in rs))
+        answers = stall.dumps.no_trainer()
+        said = "; ".join(f"{n}: {answers[n].reason}" for n in nodes[:3])
+        if len(nodes) > 3:
+            said += f"; ... {len(nodes) - 3} more node(s)"
+        cues = [f"node(s) {_short(nodes)} answered the stack capture with no training process ({said}): "
+                f"their rank(s) [{_short(ranks)}] are gone while the other ranks wait"]
+        confidence = self.config.trainer_gone_confidence
+        evidence = tuple(answers[n].event_id for n in nodes)
+        beats = {n: job.no_pids[n] for n in nodes if n in job.no_pids}
+        if beats:
+            # The agent's heartbeats agree: they stopped listing a trainer pid, and when.
+            since = min(ts for ts, _ in beats.values())
+            cues.append(f"the heartbeats of {_short(tuple(beats))} list no training process since "
+                        f"{since - stall.onset:+.0f}s from the last step")
+            confidence += self.config.corroboration
+            evidence += tuple(i for _, i in beats.values())
+        texts = stall.dumps.texts(topology.by_rank)
+        if texts:
+            verdict = read_hang_stacks(texts, topology, self.config.stacks)
+            waited = sorted(set(verdict.waited_on) & set(ranks))
+            if waited:
+                # The survivors' wait chains end at the gone ranks: the stacks agree on where the hang is.
+                cues.append(f"the other ranks' wait chains end at gone rank(s) [{_short(tuple(waited))}]")
+                confidence += self.config.corroboration
+            cues.append(f"the other ranks' stacks (victims, not blamed): {verdict.detail}")
+            evidence += stall.dumps.evidence(waited, max(0, self.config.evidence_limit - len(evidence)))
+        else:
+            cues.append("no other rank sent a usable stack")
+        cues.append("a process gone is not yet a machine at fault (crash, OOM kill, user error): stop-time "
+                    "checks on the machines, evict only one that fails them")
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.STOP_TIME_DIAGNOSIS, nodes=nodes,
+            ranks=ranks, confidence=round(min(0.9, confidence), 4),
+            evidence=evidence + self._step_evidence(job, stall.first_stopped),
+            detail=f"{stalled}; " + "; ".join(cues) + note,
+        )
+
+    # --- localisation without stacks ---------------------------------------------------------
+    def _without_stacks(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis | None:
+        """An eviction from GPU-side or watchdog evidence, corroborated by the other cues; else None."""
+        topology = self._book.topology(name)
+        if topology is None:
+            return None
+        idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
+                                             self.config.busy_util)
+        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
+        first = stall.first_stopped
+        first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
+        if idle:
+            ranks = tuple(r for n in idle for r in topology.ranks_by_node.get(n, ()))
+            cues, base, evidence = [idle_why], self.config.gpu_confidence, idle_ev
+            if behind and set(self._nodes_of(name, job, behind)) & set(idle):
+                cues.append(behind_why)
+        elif behind:
+            ranks, cues, base, evidence = behind, [behind_why], self.config.nccl_confidence, behind_ev
+        else:
+            return None
+        place = localize(ranks, topology, cover_share=self.config.stacks.cover_share)
+        nodes = place.nodes if place is not None else tuple(idle) or self._nodes_of(name, job, ranks)
+        if first_nodes & set(nodes):
+            cues.append(f"first to stop: rank(s) [{_short(first)}]")
+        confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
+        stall.inconclusive = False
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.EVICT, nodes=nodes, ranks=ranks,
+            group=place.group if place is not None else None, confidence=confidence,
+            evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
+        )
+
+    def _fallback(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis:
+        stall.inconclusive = True
+        first = stall.first_stopped
+        known = len(job.last_step)
+        if first and len(first) * 2 <= known:
+            nodes = self._nodes_of(name, job, first)
+            return Diagnosis(
+                job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.ALERT, nodes=nodes, ranks=first,
+                confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, first),
+                detail=f"{why}; the first rank(s) to stop [{_short(first)}] are on these node(s), but that alone "
+                       f"is no evidence a person would evict on: alert for inspection",
+            )
+        # Every rank stopped at the same step: nothing singles a machine out, so restart in place.
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.REATTEMPT, nodes=nodes,
+            confidence=self.config.fallback_confidence / 2, evidence=self._step_evidence(job, first),
+            detail=f"{why}; no rank stopped before the others, no culprit: reattempt in place",
+        )
+
+
+class _MissingBlame(NamedTuple):
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    group: str | None
+    confidence: float
+    why: str
+
+
+def _missing_blame(verdict: StackVerdict, topology: Topology, config: HangConfig,
+                   failed: AbstractSet[int] = frozenset()) -> _MissingBlame | None:
+    """When every dump agrees, the ranks that sent none (or garbage) are the suspects of a hang;
+    ranks whose capture reported failure (``ok: false``) or whose node has no trainer answered and are not."""
+    silent = tuple(sorted((set(verdict.missing_ranks) | set(verdict.bad_ranks)) - set(failed)))
+    if not silent or len(silent) * 2 > len(topology.by_rank):
+        return None
+    place = localize(silent, topology, cover_share=config.stacks.cover_share)
+    if place is None:
+        return None
+    return _MissingBlame(
+        nodes=place.nodes, ranks=silent, group=place.group, confidence=round(0.6 * place.coverage, 4),
+        why=f"every usable stack agrees; {len(silent)} rank(s) gave no usable dump [{_short(silent)}], "
+            f"{place.covered} of them in {place.group}",
+    )

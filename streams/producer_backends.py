@@ -95,7 +95,8 @@ class KafkaPythonProducer:
     def poll(self) -> None:
         """Failures reach on_failure from kafka-python's own I/O thread: nothing to serve here."""
 
-    def _failed(self, exc: BaseException, topic: str) -> None:
+    def _failed(self, topic: str, exc: BaseException) -> None:
+        # kafka-python's add_errback(f, topic) binds topic first: f(topic, exc)
         self._on_failure(topic, repr(exc))
 
     def partitions(self, topic: str) -> list[int]:

@@ -72,6 +72,11 @@ FORMATS = (
 Row = tuple[int, float, "float | None", "float | None"]  # step, loss, seconds per step, grad norm
 
 
+def header(lines: list[str]) -> dict[str, str]:
+    """A fixture's '# key: value' lines (source, classes, and in a fresh batch its label, expect, window_s)."""
+    return {k.strip(): v.strip() for k, _, v in (line[1:].partition(":") for line in lines if line.startswith("#"))}
+
+
 def _csv_rows(lines: list[str]) -> list[Row]:
     """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm where given."""
     body = [line for line in lines if line and not line.startswith("#")]
@@ -103,16 +108,16 @@ def _log_rows(lines: list[str]) -> tuple[list[Row], list[int]]:
     return rows, checkpoints
 
 
-def read_curve(name: str, step_s: float | None = None, start: float = 0.0,
+def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0,
                renumber: bool = False) -> tuple[list[Envelope], int]:
     """A fixture as the `train` events a hook would have sent: (events, last step). Times are the
     log's own (its step time × the steps between lines), else ``step_s`` per step (the bench's 10 s).
     ``start`` (a fraction) drops the rows before it: the run as a pipeline first sees it when the job
     resumed from a checkpoint there; ``renumber`` restarts its steps at 1, as a hook that counts its
     own steps reports a resumed run."""
-    path = CURVES / name
+    path = name if isinstance(name, Path) else CURVES / name
     lines = path.read_text().splitlines()
-    meta = {k.strip(): v.strip() for k, _, v in (line[1:].partition(":") for line in lines if line.startswith("#"))}
+    meta = header(lines)
     if path.suffix == ".csv":
         rows, checkpoints = _csv_rows(lines), []
     else:
@@ -123,7 +128,7 @@ def read_curve(name: str, step_s: float | None = None, start: float = 0.0,
         offset = rows[0][0] - 1
         rows = [(s - offset, v, t, g) for s, v, t, g in rows]
         checkpoints = [c - offset for c in checkpoints if c > offset]
-    default = step_s if step_s is not None else STEP_S.get(name, 10.0)
+    default = step_s if step_s is not None else STEP_S.get(path.name, 10.0)
     classes = int(meta["classes"]) if "classes" in meta else None
     events: list[Envelope] = []
     ts, last = T0, None
@@ -166,10 +171,17 @@ class Outcome:
         return self.expect in self.faults if self.expect != "quiet" else not self.faults
 
 
-def judge(name: str, start: float = 0.0, renumber: bool = False, window_s: float | None = None) -> Outcome:
+def judge(name: str | Path, start: float = 0.0, renumber: bool = False, window_s: float | None = None) -> Outcome:
+    """Replay a curve (a name in the fixture folder, or a path whose header carries its ``expect``
+    and ``window_s``) and say what it raised against what it must."""
     events, last = read_curve(name, start=start, renumber=renumber)
-    found = replay_both(events, window_s if window_s is not None else WINDOW_S.get(name))
-    expect = EXPECT[name]
+    if isinstance(name, Path):
+        meta = header(name.read_text().splitlines())
+        expect, default_window = meta["expect"], float(meta["window_s"]) if "window_s" in meta else None
+        name = name.name
+    else:
+        expect, default_window = EXPECT[name], WINDOW_S.get(name)
+    found = replay_both(events, window_s if window_s is not None else default_window)
     steps = {e.id: e.data["step"] for e in events}
     first, span = events[0].data["step"], max(1, last - events[0].data["step"])
     hits = [f for f in found if f.fault == expect]
@@ -281,25 +293,37 @@ def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     assert JobLadder("j").decide(diagnoses[0], ("n0",)).action is None
 
 
-def main() -> None:
-    found = flagged = 0
-    for name in FAULTY + HEALTHY:
-        o = judge(name)
-        found += o.right and o.expect != "quiet"
-        flagged += o.expect == "quiet" and not o.right
-        where = f" at {o.at:.0%} of its steps" if o.at is not None else ""
-        print(f"{'ok ' if o.right else 'BAD'} {name:45} expect {o.expect:12} got {', '.join(o.faults) or '-'}{where}")
-    resumed = [judge(n, 0.5, r) for n in HEALTHY for r in (False, True)]
-    short = [judge(n, s, s > 0, 0.0) for n in HEALTHY for s in (0.0, 0.5)]
-    print(f"faulty runs found: {found} of {len(FAULTY)}; healthy runs flagged: {flagged} of {len(HEALTHY)}; "
+def batch(folder: Path) -> list[Path]:
+    """A fresh batch's curves: every CSV or log in the folder, each labelled by its own header."""
+    return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
+
+
+def main(folder: Path | None = None) -> None:
+    """Print the table and the figures: of the fixture folder's curves by EXPECT, or of a fresh
+    batch's folder (``python -m tests.diagnosis.test_loss_stalled_curves tests/fixtures/loss_curves/fresh1``)
+    by each file's header, as that batch was scored before anything changed."""
+    curves = batch(folder) if folder else [*FAULTY, *HEALTHY]
+    outcomes = [judge(c) for c in curves]
+    faulty = [o for o in outcomes if o.expect != "quiet"]
+    healthy = [o for o in outcomes if o.expect == "quiet"]
+    for o in faulty + healthy:
+        left = f" with {1 - o.at:.0%} of its steps left" if o.at is not None and o.right else ""
+        print(f"{'ok ' if o.right else 'BAD'} {o.name:50} expect {o.expect:12} got {', '.join(o.faults) or '-'}{left}")
+    names = [c for c, o in zip(curves, outcomes, strict=True) if o.expect == "quiet"]
+    resumed = [judge(n, 0.5, r) for n in names for r in (False, True)]
+    short = [judge(n, s, s > 0, 0.0) for n in names for s in (0.0, 0.5)]
+    print(f"faulty runs found: {sum(o.right for o in faulty)} of {len(faulty)}; healthy runs flagged: "
+          f"{sum(not o.right for o in healthy)} of {len(healthy)}; "
           f"healthy runs first seen halfway (steps kept / restarted) flagged: {sum(not o.right for o in resumed)} "
           f"of {len(resumed)}; healthy runs under the shortest window (from start / middle) flagged: "
           f"{sum(not o.right for o in short)} of {len(short)}")
-    for label, outcomes in (("first seen halfway", resumed), ("shortest window", short)):
-        for o in outcomes:
+    for label, more in (("first seen halfway", resumed), ("shortest window", short)):
+        for o in more:
             if not o.right:
                 print(f"    {label} {o.name}: {', '.join(o.faults)}")
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

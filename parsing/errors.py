@@ -37,7 +37,11 @@ _CUDA_ERR = re.compile(
     r"|(?P<cuerr>\b(?:cuda|hip)Error\w+)"
     # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
     # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
-    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS) out of memory)"
+    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU) out of memory)"
+    # Intel GPUs' runtimes name their results as CUDA's do: Level Zero's ze_result_t (oneapi-src/level-zero
+    # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
+    # ..._OUT_OF_DEVICE_MEMORY) and the Unified Runtime's ur_result_t under SYCL / torch XPU (ur_api.h, same names)
+    r"|(?P<ze>\b(?:ZE|UR)_RESULT_ERROR_[A-Z_]+)"
     # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",
     # cuda-gdb's "CUDA Exception: Warp Illegal Address", a checked call's "cudaGetDeviceProperties returned 802"
     r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"
@@ -92,7 +96,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     elif m.group("rttext"):
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
     else:
-        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("drv") or m.group("gdbx")
+        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("drv") or m.group("gdbx")
                  or m.group("cf") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
@@ -102,11 +106,16 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     if "no kernel image is available" in low or "unsupported ptx version" in low:
         # the build has no code for this GPU's architecture: the program's environment, not the GPU
         return error, "user_code", "rollback", "error"
+    if "requires reset" in low:
+        return error, "gpu_reset_required", "stop_time_diagnosis", "error"
+    if "device lost" in low:
+        # Level Zero / UR: the device hung, was reset or removed (the same as CUDA's no device left)
+        return error, "gpu_lost", "stop_time_diagnosis", "error"
     if "nvlink" in low:
         # cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error detected during the execution"):
         # the link's, not the program's; the kernel's Xid of that link decides an eviction.
         return error, "nvlink", "stop_time_diagnosis", "error"
-    if "device-side assert" in low or m.group("oom") or "out of memory" in low:
+    if "device-side assert" in low or m.group("oom") or "out of memory" in low or "out of device memory" in low:
         # An index out of range or a batch too big: the program's fault, not the GPU's.
         return error, "user_code", "rollback", "error"
     return error, "cuda_error", "stop_time_diagnosis", "error"

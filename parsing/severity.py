@@ -33,9 +33,14 @@ _LEVEL_WORD = re.compile(
     r"|^.{0,40}?(?:\[\s*(?P<br>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG)\s*\]|\blevel=(?P<kv>\w+))"
     # Lustre's and LNet's tag is their level: CERROR / CNETERR print "LustreError:" / "LNetError:"
     # (libcfs_debug_msg: D_ERROR -> "Error"), CWARN "Lustre:" (no level word, the words decide)
-    r"|^(?:kernel: )?(?:Lustre|LNet)(?P<lus>Error):",
+    r"|^(?:kernel: )?(?:Lustre|LNet)(?P<lus>Error):"
+    # A daemon's one-letter level in brackets opening its message, as GPFS's mmfsd writes it to syslog
+    # ("mmfs[4242]: [E] Unable to contact any quorum nodes", IBM Spectrum Scale's message severity tags:
+    # A alert, X critical, E error, W warning, N notice, I info, D debug); upper case only
+    r"|^(?-i:\[(?P<letter>[AXEWNID])(?::\d+)?\] )",
     re.IGNORECASE,
 )
+_LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # Words by which a line says its trouble is over or none: "read error corrected", "recovered",
 # "Successfully unregistered ...", "no action required". Taken back by a negation before them
 # ("not recovered", "failed to recover", "could not be corrected").
@@ -69,7 +74,9 @@ _WORDS = re.compile(
 )
 # Phrases whose error words say all is well; removed before the words are read.
 _NEUTRAL = re.compile(
-    r"\b(?:no|0|zero|without) (?:errors?|failures?)\b|errors=[\w-]+|error[_ ]?(?:handling|recovery) (?:enabled|supported)|"
+    # a count of none, with what kind of errors between ("0 uncorrectable hardware errors detected in umc block",
+    # amdgpu_ras.c's per-query report; "no new uncorrectable errors")
+    r"\b(?:no|0|zero|without) (?:(?:new|uncorrectable|correctable|hardware|ecc|fatal|media|i/o) ){0,3}(?:errors?|failures?)\b|errors=[\w-]+|error[_ ]?(?:handling|recovery) (?:enabled|supported)|"
     r"\berror count(?:er)?s? (?:cleared|reset)|reset (?:done|complete[d]?)|\bnot (?:an )?error\b|"
     # "correctable errors", and with what they were in between: amdgpu's RAS "2 correctable hardware
     # errors detected in umc block" (drivers/gpu/drm/amd/amdgpu/amdgpu_ras.c, dev_info)
@@ -143,6 +150,8 @@ def level_word(message: str) -> int | None:
     m = _LEVEL_WORD.search(message[:160])
     if not m:
         return None
+    if m.group("letter"):
+        return _LETTERS[m.group("letter")]
     return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
 
 

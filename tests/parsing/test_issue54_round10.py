@@ -115,3 +115,56 @@ def test_a_time_daemons_ordinary_lines_never_act(line: str) -> None:
 def test_habana_gaudi_driver_errors_are_the_devices() -> None:
     got = _acting("[ 8123.456789] habanalabs hl0: Device CPU packet timeout (0x1)")
     assert got and got[0].data["fault"] == "gpu_reset_required" and got[0].data["action"] == "alert", got
+
+
+@pytest.mark.parametrize(("line", "acts"), [
+    # GPFS's message severity tags as mmfsd writes them to syslog (IBM Spectrum Scale docs)
+    ("Nov 22 10:11:12 gpu01 mmfs[4242]: [E] Unable to contact any quorum nodes during cluster probe.", True),
+    ("Nov 22 10:11:12 gpu01 mmfs[4242]: [X] File System gpfs1 unmounted by the system with return code 5 reason code 0", True),
+    ("Nov 22 10:11:12 gpu01 mmfs[4242]: [I] Command: successful mount gpfs1", False),
+    ("Nov 22 10:11:12 gpu01 mmfs[4242]: [N] Connecting to 10.0.0.3 gpfs03 <c0p2>", False),
+])
+def test_a_daemons_one_letter_level_is_its_level(line: str, acts: bool) -> None:
+    got = _acting(line)
+    assert bool(got) == acts, got
+    assert all(e.data["fault"] == "storage" for e in got)
+
+
+@pytest.mark.parametrize(("line", "fault"), [
+    # oneapi-src/level-zero include/ze_api.h and the Unified Runtime's ur_api.h result names
+    ("RuntimeError: Level Zero error: ZE_RESULT_ERROR_DEVICE_LOST", "gpu_lost"),
+    ("RuntimeError: UR error: UR_RESULT_ERROR_DEVICE_LOST", "gpu_lost"),
+    ("zeCommandQueueSynchronize returned ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET", "gpu_reset_required"),
+    ("RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", "user_code"),  # the program asked too much, as CUDA's OOM
+    ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity)", "user_code"),
+    # ROCR-Runtime runtime.cpp: a KFD hardware exception whose cause is not ECC
+    ("HW Exception by GPU node-1 (Agent handle: 0x55d7a2ab1b30) reason :GPU Hang", "gpu_reset_required"),
+])
+def test_other_accelerators_runtime_errors_by_their_own_names(line: str, fault: str) -> None:
+    got = _acting(line, "nccl")
+    assert got and got[0].data["fault"] == fault, got
+
+
+def test_an_info_line_naming_a_device_runtime_error_is_recorded() -> None:
+    assert _acting("[2024-01-01 10:00:00] INFO ZE_RESULT_ERROR_DEVICE_LOST is handled by retrying", "nccl") == []
+
+
+@pytest.mark.parametrize(("line", "fault"), [
+    # amdgpu_ras.c / amdgpu_umc.c, dev_info: the GPU's memory controller
+    ("[12345.678] amdgpu 0000:03:00.0: amdgpu: 1 uncorrectable hardware errors detected in umc block", "gpu_memory"),
+    ("6,902,101;amdgpu 0000:c3:00.0: amdgpu: socket: 0, die: 1, 3 new uncorrectable hardware errors detected in UMC block", "gpu_memory"),
+])
+def test_amdgpu_uncorrectable_memory_errors_are_the_gpus_memory(line: str, fault: str) -> None:
+    got = _acting(line)
+    assert [(e.data["fault"], e.data["action"]) for e in got] == [(fault, "alert")], got
+
+
+@pytest.mark.parametrize("line", [
+    "[12345.678] amdgpu 0000:03:00.0: amdgpu: 0 uncorrectable hardware errors detected in umc block",
+    "[12345.678] amdgpu 0000:c3:00.0: amdgpu: no uncorrectable hardware errors detected in umc block",
+    "[12345.678] amdgpu 0000:03:00.0: amdgpu: 2 correctable hardware errors detected in umc block",
+    # another block's count at its own level, info: recorded
+    "6,902,101;amdgpu 0000:c3:00.0: amdgpu: 3 uncorrectable hardware errors detected in gfx block",
+])
+def test_amdgpu_ras_counts_of_none_or_corrected_stay_quiet(line: str) -> None:
+    assert _acting(line) == []

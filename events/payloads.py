@@ -178,7 +178,7 @@ _LOG_SOURCES = ("kernel", "nccl")
 
 def payload_type_of(event: Envelope) -> type[Payload] | None:
     """``event``'s payload Struct: its kind's, else :class:`ParsedLog` for a kind a user's catalogue
-    rule made (a ``kernel`` / ``nccl`` event naming its ``rule``: diagnosis.engine.core.known_kind lets
+    rule made (a ``kernel`` / ``nccl`` event naming its ``rule``: diagnosis.engine.kinds.known_kind lets
     it in), else None (a kind the intake refuses anyway)."""
     payload_type = PAYLOAD_TYPES.get((event.source, event.kind))
     if payload_type is None and event.source in _LOG_SOURCES and isinstance(event.data.get("rule"), str):

@@ -3,7 +3,10 @@
 Composition (docs/design.md §1): the job book (topologies) → the node stage (log parsing, node-local
 rules, feature windows) → the job stage (first failing rank, silent nodes, peer anomaly,
 hang / fail-slow localisation) → dedup (folding, suppression, escalation). Diagnoses that come
-out are shown to the job stage again, so a fail-slow suspicion can start stack rounds.
+out are shown to the job stage again, so a fail-slow suspicion can start stack rounds. Each job
+has a lane of its own (diagnosis/engine/lane.py: its job stage, clock, waves, debounce and dedup);
+this module admits events (diagnosis/engine/kinds.py, payload check, copies, lateness), routes them
+and keeps the jobs' clocks.
 
 Time is event time, and each job has its own: a job's time is the latest event time it delivered,
 and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
@@ -31,13 +34,15 @@ from faultlens.diagnosis.engine.dedup import Dedup
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.fleet_waves import FleetWaves, seen_of
 from faultlens.diagnosis.engine.implicit import ImplicitConfig
-from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.engine.kinds import known_kind
+from faultlens.diagnosis.engine.lane import Lane
+from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
 from faultlens.diagnosis.engine.thresholds import Thresholds
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
 from faultlens.diagnosis.engine.waves import Waves
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_stage import JobEnd, JobRestart
@@ -46,34 +51,8 @@ from faultlens.parsing.rules import LineRule
 
 log = logging.getLogger(__name__)
 
-# Kinds each source may send (docs/events.md); anything else is a dead letter naming the kind.
-KNOWN_KINDS = {
-    "gpu": {"sample", "xid", "lost", "unresponsive", "responsive"},
-    "kernel": {"xid", "gpu_lost", "sxid", "link_down", "link_up", "nic_error", "pcie_aer", "mce", "edac",
-               "soft_lockup", "hung_task", "panic", "oom_kill", "segfault", "line"},
-    "nccl": {"nccl_warn", "nccl_timeout", "nccl_error", "cuda_error", "exception", "nan", "line"},
-    "train": {"step", "checkpoint", "command_ack"},
-    "heartbeat": {"beat"},
-    "stack": {"stack_dump", "recorder_dump"},
-    "host": {"sample"},
-    "net": {"sample"},
-    "job": {"topology", "restart", "end"},
-    "summary": {"window", "finding", "watermark"},
-}
-
-
 # A job that ended this way may have ended because machines died: their silence is still judged.
 FAILED_ENDS = ("gave_up", "failed")
-
-
-def known_kind(event: Envelope) -> bool:
-    """A kind docs/events.md lists, or one a line-catalogue rule made (parsing/rules.toml or a
-    user's --rules file: its events name their rule, and diagnosis.rules.catalogue reads them)."""
-    kinds = KNOWN_KINDS.get(event.source)
-    if kinds is None or event.kind in kinds:
-        return True
-    # data, not typed(): this decides whether the event has a Struct at all (payload_type_of).
-    return event.source in ("kernel", "nccl") and isinstance(event.data, dict) and isinstance(event.data.get("rule"), str)
 
 
 @dataclass(frozen=True)
@@ -115,31 +94,12 @@ _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step
                           ("train", "checkpoint"), ("net", "sample")})
 
 
-@dataclass
-class _Lane:
-    """One job's detectors and clock: jobs never share time, so a replayed old trace beside live
-    jobs, or a simulated cluster at 20x beside a real trainer, each run on their own events."""
-
-    stage: JobStage
-    dedup: Dedup
-    waves: Waves
-    debounce: Debounce
-    now: float | None = None
-    last_tick: float = float("-inf")
-    arrival_wall: float = 0.0  # wall time of its latest event
-    arrival_now: float | None = None  # its event time then
-    skew_alerted: dict[str, float] = field(default_factory=dict)
-    # Restarts stamped ahead of the job's time, applied when its time gets there: a consumer that
-    # reads `jobs` in full may see a restart before the telemetry that came before it.
-    pending: list[Envelope] = field(default_factory=list)
-
-
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self.book = JobBook()
         self.node_stage = NodeStage(window_s=self.config.window_s, line_rules=self.config.line_rules)
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: dict[str, Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
@@ -149,16 +109,16 @@ class Engine:
         topo = self.book.topology(job)
         return len(topo.nodes) if topo is not None else 0
 
-    def _lane(self, job: str) -> _Lane:
+    def _lane(self, job: str) -> Lane:
         lane = self._lanes.get(job)
         if lane is None:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
                              implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
                              telemetry_partitions=self.config.telemetry_partitions)
             thresholds = self.config.thresholds or shipped_thresholds()
-            lane = self._lanes[job] = _Lane(stage, Dedup(job_size=self._job_size),
-                                            Waves(thresholds.wave, self._job_size, self._machines, self.fleet),
-                                            Debounce(thresholds))
+            lane = self._lanes[job] = Lane(stage, Dedup(job_size=self._job_size),
+                                           Waves(thresholds.wave, self._job_size, self._machines, self.fleet),
+                                           Debounce(thresholds), self.stats)
         return lane
 
     def _machines(self, job: str) -> Mapping:
@@ -205,7 +165,7 @@ class Engine:
         lane = self._lane(event.job)
         out: list[Diagnosis] = []
         if skew_s is not None:
-            out.extend(self._skew_alert(lane, event, skew_s, clamped, at))
+            out.extend(lane.skew_alert(event, skew_s, clamped, at, self.config.skew_alert_every_s))
             if at is not None and at != event.ts:
                 event = dataclasses.replace(event, ts=at)
         late_by = 0.0 if lane.now is None else lane.now - event.ts
@@ -241,7 +201,7 @@ class Engine:
         lane.arrival_wall = time.time()
         lane.arrival_now = lane.now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
-            out.extend(self._tick(lane, lane.now))
+            out.extend(lane.tick(lane.now))
         return out
 
     def _wave_copy(self, event: Envelope) -> None:
@@ -252,7 +212,7 @@ class Engine:
             self.fleet.note(f.fault, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
                                              f.evidence[0] if f.evidence else ""))
 
-    def _observe(self, lane: _Lane, event: Envelope) -> list[Diagnosis]:
+    def _observe(self, lane: Lane, event: Envelope) -> list[Diagnosis]:
         if event.source == "job":
             # A restart waits for the job's own data to reach it (none yet: it waits too), so the
             # detectors forget the old incarnation at its place in event time.
@@ -267,13 +227,13 @@ class Engine:
             # The node stage of another process summarised a window or found something (docs/design.md
             # §1, split stages); its watermarks are the runner's business.
             if event.kind == "window":
-                return self._settle(lane, [], lane.stage.observe_window(NodeWindow.from_event(event)))
+                return lane.settle([], lane.stage.observe_window(NodeWindow.from_event(event)))
             if event.kind == "finding":
-                return self._settle(lane, [Finding.from_event(event)], [])
+                return lane.settle([Finding.from_event(event)], [])
             return []
         if self.config.stage == "job":
             findings, diags = lane.stage.observe(event)
-            return self._settle(lane, findings, diags)
+            return lane.settle(findings, diags)
         node_out = NodeOutput()
         for parsed in self.node_stage.parse(event):
             self.stats["parsed"] += parsed is not event
@@ -281,25 +241,11 @@ class Engine:
             self.node_stage.observe(parsed, node_out)
         return self._job_side(lane, node_out)
 
-    def _skew_alert(self, lane: _Lane, event: Envelope, skew_s: float, clamped: str | None,
-                    at: float | None) -> list[Diagnosis]:
-        """A node's clock is off: its events still count (placed by the consumer), and it is named
-        in a record-only alert once per ``skew_alert_every_s``."""
-        self.stats["clock_skew"] += 1
-        when = at if at is not None else event.ts
-        last = lane.skew_alerted.get(event.node)
-        if last is not None and abs(when - last) < self.config.skew_alert_every_s:
-            return []
-        lane.skew_alerted[event.node] = when
-        return [Diagnosis(job=event.job, ts=when, onset=when, fault=FaultClass.CLOCK_SKEW, action=Action.NONE,
-                          nodes=(event.node,), confidence=1.0, evidence=(event.id,),
-                          detail=skew_detail(event, skew_s, clamped))]
-
-    def _apply_pending(self, lane: _Lane, until: float) -> None:
+    def _apply_pending(self, lane: Lane, until: float) -> None:
         while lane.pending and lane.pending[0].ts <= until:
             self._job_event(lane, lane.pending.pop(0))
 
-    def _job_event(self, lane: _Lane, event: Envelope) -> None:
+    def _job_event(self, lane: Lane, event: Envelope) -> None:
         if event.kind == "topology":
             self.book.update(event)
             self.stats["topologies"] += 1
@@ -318,7 +264,7 @@ class Engine:
             self.stats["topology_mismatch"] += 1
             out.findings.append(finding)
 
-    def _job_side(self, lane: _Lane, node_out: NodeOutput) -> list[Diagnosis]:
+    def _job_side(self, lane: Lane, node_out: NodeOutput) -> list[Diagnosis]:
         findings = list(node_out.findings)
         diags: list[Diagnosis] = []
         for w in node_out.windows:
@@ -327,43 +273,7 @@ class Engine:
             f, d = self._lane(ev.job).stage.observe(ev)
             findings.extend(f)
             diags.extend(d)
-        return self._settle(lane, findings, diags)
-
-    def _settle(self, lane: _Lane, findings: list[Finding], diags: list[Diagnosis]) -> list[Diagnosis]:
-        """Dedup everything, then let the job stage react to what came out (a fail-slow suspicion
-        starts stack rounds), until nothing new appears."""
-        if not findings and not diags:
-            return []
-        out: list[Diagnosis] = []
-        for f in findings:
-            now = lane.waves.admit(f)
-            if not now:
-                lane.dedup.note_held(f)
-            out.extend(self._judge(lane, now))
-        for d in diags:
-            out.extend(lane.dedup.admit_diagnosis(d))
-        queue = list(out)
-        for _ in range(4):  # reactions of reactions are rare; bounded so a loop cannot spin
-            follow: list[Diagnosis] = []
-            for d in queue:
-                for r in lane.stage.observe_diagnosis(d):
-                    follow.extend(lane.dedup.admit_diagnosis(r))
-            if not follow:
-                break
-            out.extend(follow)
-            queue = follow
-        self.stats["diagnoses"] += len(out)
-        return out
-
-    @staticmethod
-    def _judge(lane: _Lane, findings: list[Finding]) -> list[Diagnosis]:
-        """Findings no wave holds: debounced (grey evidence), then folded and escalated."""
-        return [d for f in findings for g in lane.debounce.admit(f) for d in lane.dedup.admit(g)]
-
-    def _waves(self, lane: _Lane, now: float | None) -> list[Diagnosis]:
-        released, waves = lane.waves.tick(now) if now is not None else lane.waves.flush()
-        self.stats["diagnoses"] += len(waves)
-        return waves + self._judge(lane, released)
+        return lane.settle(findings, diags)
 
     def forget_job(self, job: str) -> None:
         """Drop a job's state and the ids of its events (its input moved to another consumer: if it
@@ -373,14 +283,6 @@ class Engine:
             del self._seen[event_id]
 
     # --- time -------------------------------------------------------------------------------
-    def _tick(self, lane: _Lane, now: float) -> list[Diagnosis]:
-        lane.last_tick = now
-        findings, diags = lane.stage.tick(now)
-        out = self._settle(lane, findings, diags)
-        out.extend(self._waves(lane, now))
-        out.extend(lane.dedup.tick(now))
-        return out
-
     def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
              until: Mapping[str, float] | None = None) -> list[Diagnosis]:
         """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
@@ -407,7 +309,7 @@ class Engine:
             lane.now = target
             self.book.advance(job, target)
             self._apply_pending(lane, target)
-            out.extend(self._tick(lane, target))
+            out.extend(lane.tick(target))
         return out
 
     def flush(self) -> list[Diagnosis]:
@@ -425,9 +327,7 @@ class Engine:
             out.extend(self._job_side(self._lane(job), node_out))
         for lane in self._lanes.values():
             self._apply_pending(lane, float("inf"))
-            out.extend(self._settle(lane, lane.stage.flush(), []))
-            out.extend(self._waves(lane, None))
-            out.extend(lane.dedup.flush())
+            out.extend(lane.flush())
         return out
 
     def _remember(self, event_id: str, job: str) -> None:

@@ -45,7 +45,7 @@ def test_a_wrong_payload_refuses_its_typed_read_naming_the_field():
 
 
 def test_a_kind_without_a_struct_has_no_payload():
-    # A kind no producer makes (the intake refuses it as unknown: diagnosis.engine.core.known_kind), or
+    # A kind no producer makes (the intake refuses it as unknown: diagnosis.engine.kinds.known_kind), or
     # a log kind that names no catalogue rule.
     for event in (_ev("job", "paused", reason="maintenance"), _ev("kernel", "my_alarm", line="x")):
         check_payload(event)

@@ -22,7 +22,7 @@ from bench.testbed import foreign
 from faultlens.collectors.command_ack import refusal_ack
 from faultlens.collectors.flood_fold import Folder
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
-from faultlens.diagnosis.engine.core import KNOWN_KINDS
+from faultlens.diagnosis.engine.kinds import KNOWN_KINDS
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.command import Command
 from faultlens.events.command_screen import Screened, ack_payload

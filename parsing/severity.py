@@ -53,7 +53,7 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded",
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
-          "bad block", "bad sector", "status -", "unreadable")
+          "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
 # with those of the level words of err or worse (kern.crit, [EMERG], level=alert; "err" is one already).
@@ -69,7 +69,10 @@ _WORDS = re.compile(
     # corruption by its other words: a checksum that does not match, a block the device cannot serve
     r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
     # a status that is a negative errno (rc = -5, status: -110, a USB NIC's "Tx status -71") is a failure
-    r"\bBUG: |rc = -\d+|status:? -\d+",
+    r"\bBUG: |\brc ?= ?-\d+|status:? -\d+|"
+    # librdmacm's failed connection events as a program names them (rdma_event_str: an address or route
+    # not resolved, the peer unreachable or refusing, the device removed), before the word "error" or without it
+    r"\bRDMA_CM_EVENT_(?:ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR|UNREACHABLE|REJECTED|DEVICE_REMOVAL)\b",
     re.IGNORECASE,
 )
 # Phrases whose error words say all is well; removed before the words are read.

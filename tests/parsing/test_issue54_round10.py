@@ -168,3 +168,23 @@ def test_amdgpu_uncorrectable_memory_errors_are_the_gpus_memory(line: str, fault
 ])
 def test_amdgpu_ras_counts_of_none_or_corrected_stay_quiet(line: str) -> None:
     assert _acting(line) == []
+
+
+@pytest.mark.parametrize(("line", "fault"), [
+    # net/sunrpc xprtsock.c names its function as the tag; a negative errno after "rc=" is a failure
+    # (fs/smb/client: "No writable handle in writepages rc=%d"); librdmacm's failed connection events
+    ("[12345.678] xs_tcp_setup_socket: connect returned unhandled error -107", "storage"),
+    ("[12345.678] CIFS: VFS: No writable handle in writepages rc=-9", "storage"),
+    ("[12345.678] nvme nvme0: RDMA_CM_EVENT_UNREACHABLE", "storage"),
+])
+def test_network_storage_failures_in_their_transports_words(line: str, fault: str) -> None:
+    got = _acting(line)
+    assert got and got[0].data["fault"] == fault, got
+
+
+@pytest.mark.parametrize("line", [
+    "[12345.678] nvme nvme0: RDMA_CM_EVENT_ESTABLISHED",
+    "[12345.678] CIFS: VFS: cifs_read rc=0",
+])
+def test_their_success_words_stay_quiet(line: str) -> None:
+    assert _acting(line) == []

@@ -42,6 +42,10 @@ _CUDA_ERR = re.compile(
     # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
     # ..._OUT_OF_DEVICE_MEMORY) and the Unified Runtime's ur_result_t under SYCL / torch XPU (ur_api.h, same names)
     r"|(?P<ze>\b(?:ZE|UR)_RESULT_ERROR_[A-Z_]+)"
+    # Ascend NPUs under torch_npu: a device task that failed, reported at the stream's synchronisation as
+    # CUDA's are ("ACL stream synchronize failed, error code:507035", torch_npu's AT_ERROR after
+    # aclrtSynchronizeStream; CANN's own "Synchronize stream failed. error code is 507015")
+    r"|(?P<acl>ACL stream synchronize failed(?:, error code: ?\d+)?|Synchronize stream failed\. error code is \d+)"
     # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",
     # cuda-gdb's "CUDA Exception: Warp Illegal Address", a checked call's "cudaGetDeviceProperties returned 802"
     r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"
@@ -96,7 +100,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     elif m.group("rttext"):
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
     else:
-        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("drv") or m.group("gdbx")
+        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv") or m.group("gdbx")
                  or m.group("cf") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:

@@ -137,6 +137,9 @@ def test_a_daemons_one_letter_level_is_its_level(line: str, acts: bool) -> None:
     ("zeCommandQueueSynchronize returned ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET", "gpu_reset_required"),
     ("RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", "user_code"),  # the program asked too much, as CUDA's OOM
     ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity)", "user_code"),
+    # torch_npu's AT_ERROR after aclrtSynchronizeStream, CANN's own wording: a device task failed, as CUDA's errors at a sync
+    ("[rank5]: RuntimeError: ACL stream synchronize failed, error code:507034", "cuda_error"),
+    ("E39999: Inner Error! Synchronize stream failed. error code is 507015", "cuda_error"),
     # ROCR-Runtime runtime.cpp: a KFD hardware exception whose cause is not ECC
     ("HW Exception by GPU node-1 (Agent handle: 0x55d7a2ab1b30) reason :GPU Hang", "gpu_reset_required"),
 ])

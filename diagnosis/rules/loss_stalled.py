@@ -256,7 +256,11 @@ class LossStalledDetector:
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         learned = start - curve.best
         _, noise = robust_sigma(values)
-        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * learned:
+        # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
+        # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
+        # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue
+        # 54's fresh batch 1). A regression also rises a quarter above the level it had reached.
+        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, curve.best):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None

@@ -35,6 +35,12 @@ SPIKE_OF_SCALE = 0.1
 # 1/2, 1 and 3 ulps), and its moves are rounding. A loss rise under this is none, whatever the run's
 # scale; it holds where nothing else tells the scale (a run first seen already at 1e-7, no classes).
 LOSS_RESOLUTION = 1e-5
+# A gradient-norm spike the loss does not answer is one the optimizer absorbed (clipped, or a single
+# batch's): a speculative-decoding drafter logs eight at 5-17x its median over 40,000 steps while its
+# loss falls (issue 54, fresh batch 1). It stands when the loss of that step or the next one rises
+# this many of its own robust sigmas (a bad batch raises both at once; a blown update, the next loss);
+# where the step reports no loss, it stands alone.
+ANSWER_SIGMAS = 3.0
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -52,11 +58,14 @@ class _Baseline:
     values: deque
     least: float = math.inf
     peak: float = 0.0  # the highest value accepted (a spike never is): the scale the run came down from
+    signed: bool = False  # a value below zero was seen: a surrogate objective, no ratio means anything
 
     def push(self, value: float) -> None:
         values = self.values
         gone = values[0] if values and len(values) == values.maxlen else None
         values.append(value)
+        if value < 0:
+            self.signed = True
         if value > self.peak:
             self.peak = value
         if value < self.least:
@@ -72,6 +81,7 @@ class TrainingRule:
         self.factor = factor
         self.window = window
         self._base: dict[tuple[str, int, str], _Baseline] = {}
+        self._unanswered: dict[tuple[str, int], tuple[Envelope, str]] = {}  # a grad-norm spike awaiting the next loss
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "nccl":
@@ -128,12 +138,19 @@ class TrainingRule:
         if rank is None:
             raise missing("rank", event)
         out: list[Finding] = []
+        loss: float | None = None  # this step's, which answers a grad-norm spike or does not
         for metric, raw in (("loss", step.loss), ("grad_norm", step.grad_norm)):
             if raw is None:
                 continue
             value = raw if type(raw) is float else as_float(raw)
             if value is None:
                 continue
+            if metric == "loss":
+                loss = value
+                # Judged only where a spike waits (rare): the medians on every step would cost the rule.
+                held = self._unanswered.pop((event.job, rank), None) if self._unanswered else None
+                if held is not None and self._rose(event.job, rank, value) is not False:
+                    out.append(self._spike(held[0], rank, held[1], event))
             if not math.isfinite(value):
                 out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
                 continue
@@ -142,23 +159,43 @@ class TrainingRule:
             if baseline is None:
                 baseline = self._base[key] = _Baseline(deque(maxlen=self.window))
             base = baseline.values
+            # A loss that has gone below zero is no cross-entropy but a surrogate (a policy gradient's,
+            # GRPO's, a contrastive margin's) that sits around 0 and changes sign: 0.03 after a run of
+            # 3.5e-5 is 864x its median and no spike (issue 54, fresh batch 1). Ratios need a positive scale.
             # Below factor × the window's minimum it cannot be factor × the median: skip the medians.
-            if len(base) >= MIN_BASELINE and value >= self.factor * baseline.least:
+            if len(base) >= MIN_BASELINE and not baseline.signed and value >= 0 and value >= self.factor * baseline.least:
                 med, sigma = robust_sigma(base)
                 floor = max(sigma, 0.01 * abs(med), 1e-12)
                 guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
                 least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
                 if (med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor
                         and value - med >= least_rise):
-                    out.append(Finding(
-                        job=event.job, ts=event.ts, fault="loss_spike", action="stop_time_diagnosis", ranks=(rank,),
-                        entity="loss", evidence=(event.id,),
-                        detail=f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
-                               f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})",
-                    ))
+                    detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
+                              f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")
+                    if metric == "grad_norm" and loss is not None and self._rose(event.job, rank, loss) is False:
+                        self._unanswered[(event.job, rank)] = (event, detail)  # the next step's loss decides
+                    else:
+                        out.append(self._spike(event, rank, detail))
                     continue  # a spike must not drag the baseline up
             baseline.push(value)
         return out
+
+    def _rose(self, job: str, rank: int, loss: float) -> bool | None:
+        """Whether a loss stands past its own noise above its baseline (None: no baseline yet, or a
+        non-finite loss, which the NaN finding carries)."""
+        baseline = self._base.get((job, rank, "loss"))
+        if baseline is None or len(baseline.values) < MIN_BASELINE or not math.isfinite(loss):
+            return None
+        med, sigma = robust_sigma(baseline.values)
+        return loss - med >= ANSWER_SIGMAS * max(sigma, 0.01 * abs(med), 1e-12)
+
+    @staticmethod
+    def _spike(event: Envelope, rank: int, detail: str, answer: Envelope | None = None) -> Finding:
+        return Finding(
+            job=event.job, ts=(answer or event).ts, fault="loss_spike", action="stop_time_diagnosis", ranks=(rank,),
+            entity="loss", evidence=(event.id,) if answer is None else (event.id, answer.id),
+            detail=detail + (" and the loss rose with it" if answer is not None else ""),
+        )
 
     def tick(self, now: float) -> list[Finding]:
         return []

@@ -150,6 +150,20 @@ def test_a_resumed_run_far_below_chance_is_quiet_and_one_at_chance_is_still_flag
     assert [f.fault for f in found] == ["loss_stalled"] and "at chance" in found[0].detail
 
 
+def test_a_run_first_seen_mid_way_wandering_above_its_best_is_no_regression_and_one_that_climbs_is():
+    # A long run first seen at 4.5 (its first 20,000 steps unseen) falls to a window median of 4.15,
+    # then wanders back to 4.35: over a quarter of what it learned since it was first seen, but 5 % of
+    # its level, a plateau's wander (issue 54, fresh batch 1: a speculative-decoding drafter replayed
+    # from its middle).
+    def seen_late(then: float):
+        return lambda i: (4.5 - 0.5 * (i - 20_000) / 200 if i < 20_200 else then) + 0.004 * math.sin(i)
+
+    assert _run(20_000, seen_late(4.35)) == []
+    # Climbing a quarter above the level it had reached, it is giving back what it learned.
+    found = _run(20_000, seen_late(5.4))
+    assert [f.fault for f in found] == ["loss_stalled"] and "stays above" in found[0].detail
+
+
 class _Sent:
     """A producer that keeps what the hook sends (unit test: no broker)."""
 

@@ -220,6 +220,49 @@ def test_healthy_runs_stay_quiet_under_the_shortest_window(name, start):
     assert outcome.right, f"{name} under the shortest window: a healthy run raised {outcome.faults}"
 
 
+def batch(folder: Path) -> list[Path]:
+    """A fresh batch's curves: every CSV or log in the folder, each labelled by its own header."""
+    return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
+
+
+FRESH = CURVES / "fresh1"
+# Fresh batch 1 (fresh1/README.md): what the detectors still miss, and why; strict, so a fix shows.
+FRESH_MISSED = {
+    "deeplab_lfov_diverging_mid_run.csv": "61 steps first seen mid-way, where the climb begins: a rise of a "
+    "quarter above the best it shows is within its per-step noise (sigma 0.5); a rule that calls such a climb "
+    "a stall flagged 5 of 160 healthy replays (a GAN discriminator, a fine-tune's noisy 3e-3 tail)",
+}
+
+
+def _fresh(expects) -> list:
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=FRESH_MISSED[p.name])]
+                         if p.name in FRESH_MISSED else []) for p in batch(FRESH) if _expect(p) in expects]
+
+
+def _expect(path: Path) -> str:
+    return header(path.read_text().splitlines())["expect"]
+
+
+@pytest.mark.parametrize("path", _fresh({"loss_stalled", "nan_loss"}))
+def test_fresh_stalled_runs_are_found(path):
+    outcome = judge(path)
+    assert outcome.right, f"{path.name}: expected {outcome.expect}, got {outcome.faults or 'nothing'}"
+
+
+@pytest.mark.parametrize("path", _fresh({"quiet"}))
+def test_fresh_healthy_runs_stay_quiet_from_the_start_from_the_middle_and_under_the_shortest_window(path):
+    for how in ({}, {"start": 0.5}, {"start": 0.5, "renumber": True}, {"window_s": 0.0},
+                {"start": 0.5, "renumber": True, "window_s": 0.0}):
+        outcome = judge(path, **how)
+        assert outcome.right, f"{path.name} {how}: a healthy run raised {outcome.faults}"
+
+
+def test_fresh_curves_all_carry_a_label_and_a_source():
+    for path in batch(FRESH):
+        meta = header(path.read_text().splitlines())
+        assert meta["expect"] in ("quiet", "loss_stalled", "nan_loss") and meta["label"] and meta["source"], path.name
+
+
 def test_fixtures_are_all_expected():
     # A curve added to the folder without a verdict here would be replayed by nothing.
     assert sorted(p.name for p in CURVES.iterdir() if p.suffix in (".csv", ".log")) == sorted(EXPECT)
@@ -291,11 +334,6 @@ def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     diagnoses = [d for d in analyze(events) if d.fault == "loss_stalled"]
     assert len(diagnoses) == 1 and diagnoses[0].action == "alert" and diagnoses[0].nodes == ()
     assert JobLadder("j").decide(diagnoses[0], ("n0",)).action is None
-
-
-def batch(folder: Path) -> list[Path]:
-    """A fresh batch's curves: every CSV or log in the folder, each labelled by its own header."""
-    return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
 def main(folder: Path | None = None) -> None:

@@ -26,9 +26,11 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     flat at 2.0), and a run whose start nothing tells is not called one that never learned;
   - frozen: the same value to 6 digits over the whole window (the weights no longer move);
   - regressed: every block of the window above the best level the run reached (the lowest median
-    of a judged window) by a quarter of what it had learned, once what it learned exceeds three
-    robust sigmas of its step-to-step noise: a spike that did not recover, not the noise of a
-    curve first seen late whose "learned" is a noisy first batch's loss;
+    of a judged window) by a quarter of what it had learned and a quarter of that level, once what
+    it learned exceeds three robust sigmas of its step-to-step noise: a spike that did not recover,
+    not the noise of a curve first seen late whose "learned" is a noisy first batch's loss, nor a
+    long run's plateau first seen mid-way (what it learned before is unseen: 5 % above its best is
+    a wander, issue 54's fresh batch 1);
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
 

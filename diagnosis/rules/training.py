@@ -1,4 +1,5 @@
-"""Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes.
+"""Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes
+(a grad-norm spike once the loss answers it; a loss that goes below zero is never ratio-spiked).
 
 None of these evicts on first sight: a user bug is rolled back, a NaN or a CUDA error goes to
 stop-time diagnosis (docs/design.md §4, step 3). Loss anomalies are job-wide (every data-parallel

@@ -191,3 +191,19 @@ def test_network_storage_failures_in_their_transports_words(line: str, fault: st
 ])
 def test_their_success_words_stay_quiet(line: str) -> None:
     assert _acting(line) == []
+
+
+@pytest.mark.parametrize("line", [
+    # ompi opal/mca/btl/openib/btl_openib_component.c handle_wc; ompi/mca/pml/ucx/pml_ucx.c PML_UCX_ERROR
+    "[gpu01:12345] [[12345,1],0][btl_openib_component.c:3644:handle_wc] from gpu01 to: gpu02 error polling LP CQ with status RETRY EXCEEDED ERROR status number 12 for wr_id 0x1 opcode 0  vendor error 129 qp_idx 3",
+    "[gpu01:01234] pml_ucx.c:419  Error: ucp_ep_create(proc=3) failed: Destination is unreachable",
+    "[gpu02:05215] pml_ucx.c:472  Error: Failed to resolve UCX endpoint for rank 0",
+])
+def test_open_mpis_transport_errors_are_the_collectives(line: str) -> None:
+    got = _acting(line, "nccl")
+    assert [(e.data["fault"], e.data["action"]) for e in got] == [("nccl_error", "reattempt")], got
+
+
+def test_open_mpis_ucx_warnings_stay_quiet() -> None:
+    line = "[gpu01:01234] pml_ucx.c:178  Warning: UCX is unable to handle VM_UNMAP event. This may cause performance degradation or data corruption."
+    assert _acting(line, "nccl") == []

@@ -3,7 +3,7 @@ an echo of another error, whether it is about the GPU's memory. The one owner of
 
 Who asks: the kernel-log parser (parsing.kernel_gpu) puts the verdict on the ``xid`` event it
 makes; the NVML event reader (collectors/gpu_sample.py) on its ``gpu``/``xid`` event; diagnosis
-(diagnosis/rules/gpu.py) reads the event's fault and action and asks here, from the fields
+(diagnosis/rules/xid.py) reads the event's fault and action and asks here, from the fields
 docs/events.md documents (``xid``, ``text``), for the rest, so an event written by another
 producer is judged as ours is. Xid 43 alone needs what came before on the node (an Xid 13 / 31
 moments earlier makes it that error's echo): the caller that knows the node's history

@@ -10,11 +10,14 @@ from __future__ import annotations
 from faultlens.diagnosis.rules.agent_health import AgentBlindRule, GpuUnresponsiveRule
 from faultlens.diagnosis.rules.base import Finding, Rule
 from faultlens.diagnosis.rules.catalogue import CatalogueRule
-from faultlens.diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
+from faultlens.diagnosis.rules.gpu_lost import GpuLostRule
+from faultlens.diagnosis.rules.gpu_memory import MemoryHealthRule
 from faultlens.diagnosis.rules.host import KernelRule
 from faultlens.diagnosis.rules.net_counters import NetCounterRule
 from faultlens.diagnosis.rules.nic import NicRule
+from faultlens.diagnosis.rules.thermal import ThermalRule
 from faultlens.diagnosis.rules.training import TrainingRule
+from faultlens.diagnosis.rules.xid import XidRule
 
 
 def node_rules() -> list[Rule]:

@@ -179,3 +179,8 @@ def line_of(event: Envelope) -> str:
     # one beside the documented keys, and the detail has always shown it.
     text = event.data.get("line") or event.data.get("text") or ""
     return str(text)[:200]
+
+
+def gpu_of(gpu: object, pci: object) -> object:
+    """The GPU as the event names it: NVML's index, else the kernel's PCI address ("" for neither)."""
+    return gpu if gpu is not None else "" if pci is None else pci

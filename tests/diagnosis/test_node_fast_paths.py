@@ -5,7 +5,8 @@ from collections import deque
 import pytest
 
 from faultlens.diagnosis.peers.features import FeatureWindows
-from faultlens.diagnosis.rules.gpu import MemoryHealthRule, ThermalRule
+from faultlens.diagnosis.rules.gpu_memory import MemoryHealthRule
+from faultlens.diagnosis.rules.thermal import ThermalRule
 from faultlens.diagnosis.rules.training import _Baseline
 from faultlens.events.envelope import encode
 from faultlens.events.gpu_reading import decode_gpu_message

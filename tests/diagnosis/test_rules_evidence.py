@@ -1,8 +1,10 @@
 """Rules that must not evict without evidence a person would accept (issue 12)."""
 
-from faultlens.diagnosis.rules.gpu import GpuLostRule, ThermalRule, XidRule
+from faultlens.diagnosis.rules.gpu_lost import GpuLostRule
 from faultlens.diagnosis.rules.liveness import SilenceDetector
 from faultlens.diagnosis.rules.nic import NicRule
+from faultlens.diagnosis.rules.thermal import ThermalRule
+from faultlens.diagnosis.rules.xid import XidRule
 from tests.diagnosis.diag_events import T0, beat, ev, gpu, sample, step, xid
 
 

@@ -1,6 +1,9 @@
 import pytest
 
-from faultlens.diagnosis.rules.gpu import GpuLostRule, MemoryHealthRule, ThermalRule, XidRule
+from faultlens.diagnosis.rules.gpu_lost import GpuLostRule
+from faultlens.diagnosis.rules.gpu_memory import MemoryHealthRule
+from faultlens.diagnosis.rules.thermal import ThermalRule
+from faultlens.diagnosis.rules.xid import XidRule
 from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.diag_events import ev, gpu, sample, step, xid
 
@@ -85,7 +88,7 @@ def test_thermal_throttle_alone_is_not_a_fault():
 def test_a_folded_xid_flood_is_one_finding_that_says_its_count():
     """The agent folds an Xid flood (collectors/flood_fold.py): its folded event is one finding
     carrying the count in its detail, and a sympathetic Xid's fold stays sympathetic."""
-    from faultlens.diagnosis.rules.gpu import XidRule
+    from faultlens.diagnosis.rules.xid import XidRule
     from faultlens.events.envelope import Envelope
 
     rule = XidRule()

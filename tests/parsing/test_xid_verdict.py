@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.rules.gpu import XidRule
+from faultlens.diagnosis.rules.xid import XidRule
 from faultlens.events.envelope import Envelope
 from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.xid_table import lookup

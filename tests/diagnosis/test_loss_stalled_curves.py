@@ -225,8 +225,8 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = CURVES / "fresh1"
-# Fresh batch 1 (fresh1/README.md): what the detectors still miss, and why; strict, so a fix shows.
+FRESH = (CURVES / "fresh1", CURVES / "fresh2")
+# Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED = {
     "deeplab_lfov_diverging_mid_run.csv": "61 steps first seen mid-way, where the climb begins: a rise of a "
     "quarter above the best it shows is within its per-step noise (sigma 0.5); a rule that calls such a climb "
@@ -235,8 +235,8 @@ FRESH_MISSED = {
 
 
 def _fresh(expects) -> list:
-    return [pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=FRESH_MISSED[p.name])]
-                         if p.name in FRESH_MISSED else []) for p in batch(FRESH) if _expect(p) in expects]
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name}", marks=[pytest.mark.xfail(strict=True, reason=FRESH_MISSED[p.name])]
+                         if p.name in FRESH_MISSED else []) for folder in FRESH for p in batch(folder) if _expect(p) in expects]
 
 
 def _expect(path: Path) -> str:
@@ -258,7 +258,7 @@ def test_fresh_healthy_runs_stay_quiet_from_the_start_from_the_middle_and_under_
 
 
 def test_fresh_curves_all_carry_a_label_and_a_source():
-    for path in batch(FRESH):
+    for path in (p for folder in FRESH for p in batch(folder)):
         meta = header(path.read_text().splitlines())
         assert meta["expect"] in ("quiet", "loss_stalled", "nan_loss") and meta["label"] and meta["source"], path.name
 

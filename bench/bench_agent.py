@@ -23,7 +23,8 @@ from kafka import KafkaProducer
 
 from bench.common import bench_broker
 from faultlens.collectors.publisher import Publisher
-from faultlens.collectors.spool import Spool, SpooledRecord
+from faultlens.collectors.spool import Spool
+from faultlens.collectors.spool_format import SpooledRecord
 from faultlens.events.envelope import Envelope, encode
 from faultlens.events.topics import topic_for
 from faultlens.streams.config import KafkaSettings

@@ -42,7 +42,8 @@ JOB_ONLY = '[wave.fleet]\nmin_jobs = 0\n'
 def evictions(found, topology, job: str) -> dict:
     """What remediation acting on the job would do with these diagnoses (default caps)."""
     from faultlens.events.signing import SigningKey
-    from faultlens.remediation.policy import Policy, PolicyConfig
+    from faultlens.remediation.decision import PolicyConfig
+    from faultlens.remediation.policy import Policy
 
     policy = Policy(SigningKey.generate(), PolicyConfig(act_on_all=True))
     policy.observe_topology(job, topology)

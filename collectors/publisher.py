@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from kafka.errors import KafkaError
 
-from faultlens.collectors.spool import Spool, SpooledRecord, is_droppable
+from faultlens.collectors.spool import Spool
+from faultlens.collectors.spool_format import SpooledRecord, is_droppable
 from faultlens.events.envelope import Envelope
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.admin import ensure_topics

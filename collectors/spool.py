@@ -33,30 +33,27 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from faultlens.collectors.spool_format import (
-    DROPPABLE_KINDS,
     DROPPED,
     HEADER,
     LIVE,
-    MAX_RECORD,
     SENT,
     Entry,
     SpooledRecord,
     compact_in_place,
+    copy_live,
     decode_payload,
     encode_payload,
-    is_droppable,
-    record_droppable,
+    scan,
 )
 from faultlens.collectors.spool_memory import MemoryTier
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DROPPABLE_KINDS", "Spool", "SpoolBusy", "SpoolStats", "SpooledRecord", "is_droppable"]
-
 # How often a spool that could not write tries its file again.
 RETRY_S = 30.0
 # The memory tier's bound when the file cannot be written (at most the spool's own bound).
 MEMORY_MAX_BYTES = 64 * 1024 * 1024
+
 
 class SpoolBusy(RuntimeError):
     pass
@@ -136,25 +133,13 @@ class Spool:
         """Index the live records of an existing file; cut a torn tail (crash mid-write)."""
         self._fh.seek(0)
         data = self._fh.read()
-        pos = 0
-        while pos + HEADER.size <= len(data):
-            length, crc, state = HEADER.unpack_from(data, pos)
-            end = pos + HEADER.size + length
-            if length > MAX_RECORD or end > len(data):
-                break
-            payload = data[pos + HEADER.size:end]
-            if zlib.crc32(payload) != crc:
-                break
-            if state == LIVE:
-                rec = decode_payload(payload)
-                self._entries.append(Entry(pos, end - pos, record_droppable(rec)))
-                self._live_bytes += end - pos
-                self.stats.recovered += 1
-            pos = end
-        if pos < len(data):
-            self.stats.torn_bytes = len(data) - pos
-            log.warning("spool %s: cut %d bytes of a torn record at the end", self.path, len(data) - pos)
-            self._truncate(pos)
+        found = scan(data)
+        self._entries, self._live_bytes = found.entries, found.live_bytes
+        self.stats.recovered += len(found.entries)
+        if found.end < len(data):
+            self.stats.torn_bytes = len(data) - found.end
+            log.warning("spool %s: cut %d bytes of a torn record at the end", self.path, len(data) - found.end)
+            self._truncate(found.end)
         if self.stats.recovered:
             log.info("spool %s: %d record(s) from an earlier run wait to be sent", self.path, self.stats.recovered)
         if not self._entries:
@@ -407,13 +392,7 @@ class Spool:
         tmp = self.path.with_suffix(".tmp")
         try:
             with open(tmp, "wb") as out:
-                new_entries: deque[Entry] = deque()
-                for entry in self._entries:
-                    self._fh.seek(entry.offset)
-                    raw = self._fh.read(entry.size)
-                    new_entries.append(Entry(out.tell(), entry.size, entry.droppable))
-                    out.write(raw)
-                out.flush()
+                new_entries = copy_live(self._fh, self._entries, out)
                 os.fsync(out.fileno())
         except OSError as exc:
             try:

@@ -3,12 +3,14 @@
 A sequence of records, each ``>IIB`` header (payload length, CRC32 of the payload, state)
 followed by the payload ``>HH`` (topic length, key length) + topic + key + value. The state byte
 is rewritten in place (live → dropped / sent), so marks survive a restart without rewriting the
-file.
+file. What reads and rewrites the file as a whole lives here too (the index of an existing file,
+a compaction's copy); collectors/spool.py is the queue on top.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable
@@ -39,6 +41,49 @@ class Entry:
     offset: int
     size: int  # header + payload bytes in the file
     droppable: bool
+
+
+@dataclass
+class Scan:
+    """What an existing file holds: its live records, their bytes, and where the readable part ends
+    (before ``len(data)`` when a crash tore the last record)."""
+
+    entries: deque[Entry]
+    live_bytes: int
+    end: int
+
+
+def scan(data: bytes) -> Scan:
+    """Index the live records of a file's bytes, stopping at the first torn or corrupt record."""
+    entries: deque[Entry] = deque()
+    live_bytes = 0
+    pos = 0
+    while pos + HEADER.size <= len(data):
+        length, crc, state = HEADER.unpack_from(data, pos)
+        end = pos + HEADER.size + length
+        if length > MAX_RECORD or end > len(data):
+            break
+        payload = data[pos + HEADER.size:end]
+        if zlib.crc32(payload) != crc:
+            break
+        if state == LIVE:
+            rec = decode_payload(payload)
+            entries.append(Entry(pos, end - pos, record_droppable(rec)))
+            live_bytes += end - pos
+        pos = end
+    return Scan(entries, live_bytes, pos)
+
+
+def copy_live(f: BinaryIO, entries: Iterable[Entry], out: BinaryIO) -> deque[Entry]:
+    """Copy the live records of ``f`` to ``out`` (a compaction's new file, flushed); their entries there."""
+    moved: deque[Entry] = deque()
+    for entry in entries:
+        f.seek(entry.offset)
+        raw = f.read(entry.size)
+        moved.append(Entry(out.tell(), entry.size, entry.droppable))
+        out.write(raw)
+    out.flush()
+    return moved
 
 
 def compact_in_place(f: BinaryIO, entries: Iterable[Entry]) -> deque[Entry]:

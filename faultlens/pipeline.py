@@ -22,7 +22,7 @@ from faultlens.diagnosis.engine.core import EngineConfig
 from faultlens.events.signing import SigningKey
 from faultlens.remediation.consumer import GROUP as REMEDIATE_GROUP
 from faultlens.remediation.consumer import RemediationHandler, build_policy, remediate_consumer
-from faultlens.remediation.policy import Decision, PolicyConfig
+from faultlens.remediation.decision import Decision, PolicyConfig
 from faultlens.remediation.safety import SafetyConfig
 from faultlens.streams import metrics
 from faultlens.streams.admin import ensure_topics

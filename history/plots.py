@@ -5,7 +5,7 @@ Every function takes an open history and returns a ``matplotlib.figure.Figure``,
 the history holds nothing to draw. Figures are built without pyplot, so no global state or GUI
 backend is involved (the report runs headless; a notebook just displays the figure).
 
-What is counted: acting diagnoses only (``history.queries.KINDS``). A stack request names every
+What is counted: acting diagnoses only (``history.query_parts.KINDS``). A stack request names every
 node of the job once per round, so counting it would draw every machine as failing; requests are
 drawn apart (their own panel) or not at all, and record-only findings are never drawn. Each
 figure has a title, axis units and a caption line that says what it counts and what it leaves out.

@@ -4,9 +4,9 @@
 measure is defined once: :func:`frame` gives a pandas DataFrame (DuckDB's ``.df()``, for plots and
 notebooks), :func:`run` the same rows as plain Python values (for JSON lines and tables, where a
 NULL must stay ``None`` and a list a list). Each query takes named parameters (``$name``) with the
-defaults in ``DEFAULTS``.
+defaults in ``DEFAULTS``; the pieces several queries share are history.query_parts'.
 
-A diagnosis is one of three kinds (``KINDS``), by its action: *acting* (it asks for something to be
+A diagnosis is one of three kinds (``query_parts.KINDS``), by its action: *acting* (it asks for something to be
 done to the job: evict, restart, reattempt, rollback, stop-time diagnosis, hardware inspection),
 an *evidence request* (``capture_stacks``: a hang or fail-slow suspicion that asks every rank for
 its stack and blames nobody; it names every node of the job) or *record-only* (``none``). Failures,
@@ -22,7 +22,7 @@ import duckdb
 import pandas as pd
 
 from faultlens.diagnosis.replay.scoring import EARLY_S, WINDOW_S
-from faultlens.history.command_copies import CONFLICT, CONFLICT_SIGNED, DISPLACED, copy_id_sql
+from faultlens.history.query_parts import ACCEPTED, ACTING, BASIS, INCIDENTS, KIND_CASE, KIND_COUNTS, SPAN, TRUTH
 from faultlens.history.schema import has_table
 
 DEFAULTS: dict[str, Any] = {
@@ -37,93 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "early_window": EARLY_S,
 }
 
-KINDS = ("acting", "evidence_request", "record_only")
-ACTING = "action NOT IN ('none', 'capture_stacks')"
-_KIND = ("CASE action WHEN 'none' THEN 'record_only' WHEN 'capture_stacks' THEN 'evidence_request' "
-         "ELSE 'acting' END")
-_KIND_COUNTS = """count(*) FILTER (WHERE action NOT IN ('none', 'capture_stacks')) AS acting,
-               count(*) FILTER (WHERE action = 'capture_stacks') AS evidence_requests,
-               count(*) FILTER (WHERE action = 'none') AS record_only"""
-
-# Marks at the same second sort running first: a step's mark is floored to its second, so a fault
-# at 40.0 must follow the step mark of 40.x, not precede it.
-# A failure, for MTBF and incidents, is an acting diagnosis (it interrupts the job).
-_SPAN = """
-    span AS (
-        SELECT min(lo) AS first_ts, max(hi) AS last_ts FROM (
-            SELECT min(ts) AS lo, max(ts) AS hi FROM events
-            UNION ALL SELECT min(onset), max(ts) FROM diagnoses
-            UNION ALL SELECT min(issued_at), max(issued_at) FROM commands
-            UNION ALL SELECT min(ts), max(ts) FROM job_timeline
-        )
-    )"""
-
-# What refused_commands says of a copy that is not about its signature (history.command_copies).
-_NOT_SIGNATURE = "(" + ", ".join(f"'{p}'" for p in (DISPLACED, CONFLICT, CONFLICT_SIGNED)) + ")"
-
-# A command the history knows was refused: a receiver it was addressed to answered `command_ack`
-# with `obeyed: false` (a bad signature, expired, replayed ...), no receiver answered obeyed and
-# nothing shows it carried out (a job restart naming it, check results or stack dumps answering it:
-# the node agent acks only its refusals). Such a command evicted nobody, so evictions and time to command count only
-# `accepted` commands. An ack from before `addressed` was in the payload counts as addressed when
-# it comes from the command's job and from a node the command names (or it names none). A command
-# no receiver answered stays counted (the history cannot tell it from one obeyed silently), unless
-# the copy stored is one the history's own signature check refused (`failed_check`: it held the
-# id alone, history.command_copies) and no receiver obeyed it.
-_ACCEPTED = """
-    acks AS (SELECT k.command_id, k.node, k.obeyed, k.reason, k.ts,
-                    k.job = c.job AND coalesce(k.addressed, len(c.nodes) = 0 OR list_contains(c.nodes, k.node))
-                        AS addressed
-             FROM (SELECT data->>'command_id' AS command_id, job, node, (data->>'obeyed') = 'true' AS obeyed,
-                          TRY_CAST(data->>'addressed' AS BOOLEAN) AS addressed, data->>'reason' AS reason, ts
-                   FROM events WHERE kind = 'command_ack' AND data->>'command_id' IS NOT NULL) k
-             JOIN commands c ON c.id = k.command_id),
-    carried_out AS (SELECT data->>'command_id' AS command_id FROM events
-                    WHERE source = 'job' AND kind = 'restart' AND data->>'command_id' IS NOT NULL
-                    UNION SELECT data->>'request_id' FROM events
-                    WHERE ((source = 'check' AND kind = 'result') OR (source = 'stack' AND kind = 'stack_dump'))
-                      AND data->>'request_id' IS NOT NULL),
-    failed_check AS (SELECT c.id FROM commands c JOIN refused_commands r ON r.id = c.id
-                     AND r.copy_id = """ + copy_id_sql("c") + """ WHERE r.problem NOT IN """ + _NOT_SIGNATURE + """),
-    refused AS ((SELECT command_id AS id FROM acks GROUP BY command_id
-                 HAVING bool_or(addressed AND NOT obeyed) AND NOT bool_or(obeyed)
-                 UNION SELECT id FROM failed_check WHERE id NOT IN (SELECT command_id FROM acks WHERE obeyed))
-                EXCEPT SELECT command_id FROM carried_out),
-    accepted AS (SELECT * FROM commands WHERE id NOT IN (SELECT id FROM refused)),
-    answers AS (SELECT command_id, count(*) FILTER (WHERE obeyed) AS obeyed_acks,
-                       count(*) FILTER (WHERE addressed AND NOT obeyed) AS refused_acks,
-                       arg_min(reason, ts) FILTER (WHERE addressed AND NOT obeyed) AS refusal
-                FROM acks GROUP BY 1),
-    marks AS (SELECT * FROM job_timeline WHERE id NOT IN (SELECT 'cmd|' || id FROM refused))"""
-
-# Recovery: the first running mark after the diagnosis's first command (or, with no command,
-# after the diagnosis itself). An ASOF join finds it in one merge instead of a scan per incident.
-_INCIDENTS = f"""{_ACCEPTED},
-    first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at, arg_min(action, issued_at) AS command
-                  FROM accepted WHERE diagnosis_id <> '' GROUP BY diagnosis_id),
-    i AS (SELECT d.*, c.command, c.issued_at AS command_at, coalesce(c.issued_at, d.ts) AS after_ts
-          FROM diagnoses d LEFT JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.{ACTING}),
-    running AS (SELECT job, ts AS recovered_at FROM job_timeline WHERE state = 'running'),
-    incidents AS (
-        SELECT i.job, i.id AS diagnosis_id, i.fault, i.nodes, i.action, i.onset, i.ts AS detected_at,
-               i.ts - i.onset AS detection_s, i.command, i.command_at, i.command_at - i.ts AS to_command_s,
-               r.recovered_at, r.recovered_at - i.onset AS recovery_s
-        FROM i ASOF LEFT JOIN running r ON r.job = i.job AND r.recovered_at > i.after_ts
-    )"""
-
-# The really faulty nodes: the labels when the history has any, else confirmed acting diagnoses.
-_TRUTH = f"""
-    truth AS (
-        SELECT DISTINCT n FROM labels, unnest(nodes) AS u(n)
-        UNION
-        SELECT DISTINCT n FROM diagnoses, unnest(nodes) AS u(n)
-        WHERE NOT EXISTS (SELECT 1 FROM labels) AND confidence >= $confirmed AND {ACTING}
-    )"""
-_BASIS = "CASE WHEN EXISTS (SELECT 1 FROM labels) THEN 'labels' ELSE 'confirmed diagnoses' END"
-
 QUERIES: dict[str, str] = {
     "summary": f"""
-        WITH {_SPAN}
+        WITH {SPAN}
         SELECT (SELECT count(*) FROM events) AS events,
                (SELECT count(*) FROM diagnoses) AS diagnoses,
                (SELECT count(*) FROM diagnoses WHERE {ACTING}) AS acting_diagnoses,
@@ -134,28 +50,28 @@ QUERIES: dict[str, str] = {
         FROM span""",
     # `nodes`: distinct nodes that acting diagnoses of the class blame (a request names them all).
     "faults_by_class": f"""
-        SELECT fault, count(*) AS diagnoses, {_KIND_COUNTS}, sum(count) AS occurrences,
+        SELECT fault, count(*) AS diagnoses, {KIND_COUNTS}, sum(count) AS occurrences,
                count(DISTINCT job) AS jobs,
                (SELECT count(DISTINCT n) FROM diagnoses d2, unnest(d2.nodes) AS u(n)
                 WHERE d2.fault = d.fault AND d2.{ACTING}) AS nodes
         FROM diagnoses d GROUP BY fault ORDER BY acting DESC, diagnoses DESC, fault""",
     "faults_by_node": f"""
-        SELECT n AS node, fault, count(*) AS diagnoses, {_KIND_COUNTS}
+        SELECT n AS node, fault, count(*) AS diagnoses, {KIND_COUNTS}
         FROM diagnoses, unnest(nodes) AS u(n)
         GROUP BY node, fault ORDER BY node, fault""",
     "faults_by_day": f"""
         SELECT DATE '1970-01-01' + CAST(floor(onset / 86400) AS INTEGER) AS day, fault, count(*) AS diagnoses,
-               {_KIND_COUNTS}
+               {KIND_COUNTS}
         FROM diagnoses GROUP BY day, fault ORDER BY day, fault""",
     "faults_over_time": f"""
         WITH b AS (SELECT min(onset) AS lo, greatest(max(onset) - min(onset), 1.0) / $buckets AS width FROM diagnoses)
         SELECT b.lo + least(floor((onset - b.lo) / b.width), $buckets - 1) * b.width AS bucket_start,
-               fault, count(*) AS diagnoses, {_KIND_COUNTS}, any_value(b.width) AS width
+               fault, count(*) AS diagnoses, {KIND_COUNTS}, any_value(b.width) AS width
         FROM diagnoses, b GROUP BY bucket_start, fault ORDER BY bucket_start, fault""",
     "diagnosis_kinds": f"""
         SELECT k.kind, count(d.id) AS diagnoses
         FROM (VALUES ('acting', 1), ('evidence_request', 2), ('record_only', 3)) AS k(kind, pos)
-        LEFT JOIN (SELECT id, {_KIND} AS kind FROM diagnoses) d ON d.kind = k.kind
+        LEFT JOIN (SELECT id, {KIND_CASE} AS kind FROM diagnoses) d ON d.kind = k.kind
         GROUP BY k.kind, k.pos ORDER BY k.pos""",
     # Offenders are nodes that failed (acting diagnoses); `diagnoses` also counts requests and records.
     "top_nodes": f"""
@@ -192,7 +108,7 @@ QUERIES: dict[str, str] = {
                quantile_cont(latency_s, 0.5) AS p50_s, quantile_cont(latency_s, 0.99) AS p99_s
         FROM m""",
     "time_to_command": f"""
-        WITH {_ACCEPTED},
+        WITH {ACCEPTED},
         first_cmd AS (SELECT diagnosis_id, min(issued_at) AS issued_at FROM accepted
                       WHERE diagnosis_id <> '' GROUP BY diagnosis_id)
         SELECT count(*) AS n, quantile_cont(c.issued_at - d.ts, 0.5) AS p50_s,
@@ -200,26 +116,26 @@ QUERIES: dict[str, str] = {
                (SELECT count(*) FROM diagnoses WHERE {ACTING}) - count(*) AS diagnoses_without_command
         FROM diagnoses d JOIN first_cmd c ON c.diagnosis_id = d.id WHERE d.{ACTING}""",
     "mtbf": f"""
-        WITH {_SPAN},
+        WITH {SPAN},
         f AS (SELECT n AS node, count(*) AS failures FROM diagnoses, unnest(nodes) AS u(n)
               WHERE {ACTING} GROUP BY node)
         SELECT node, failures, span.last_ts - span.first_ts AS window_s,
                (span.last_ts - span.first_ts) / failures AS mtbf_s
         FROM f, span ORDER BY mtbf_s, node""",
     "over_eviction": f"""
-        WITH {_ACCEPTED},
+        WITH {ACCEPTED},
         evicted AS (SELECT DISTINCT n FROM accepted, unnest(nodes) AS u(n) WHERE action = 'evict'),
-        {_TRUTH}
-        SELECT {_BASIS} AS basis,
+        {TRUTH}
+        SELECT {BASIS} AS basis,
                (SELECT count(*) FROM evicted) AS evicted_nodes,
                (SELECT count(*) FROM truth) AS faulty_nodes,
                (SELECT count(*) FROM evicted WHERE n NOT IN (SELECT n FROM truth)) AS healthy_evicted,
                (SELECT count(*) FROM evicted)::DOUBLE / nullif((SELECT count(*) FROM truth), 0) AS ratio""",
     # Each eviction of a node that was not really faulty, with the command and diagnosis behind it.
     "wrongly_blamed": f"""
-        WITH {_ACCEPTED}, {_TRUTH}
+        WITH {ACCEPTED}, {TRUTH}
         SELECT c.job, n AS node, c.issued_at, d.fault, d."group", c.reason, c.id AS command_id,
-               {_BASIS} AS basis
+               {BASIS} AS basis
         FROM accepted c CROSS JOIN unnest(c.nodes) AS u(n) LEFT JOIN diagnoses d ON d.id = c.diagnosis_id
         WHERE c.action = 'evict' AND n NOT IN (SELECT n FROM truth)
         ORDER BY c.issued_at, node""",
@@ -229,7 +145,7 @@ QUERIES: dict[str, str] = {
     # the job's own records (node '-') are no machine. (Nodes x the whole span counted every machine
     # that ever appeared for the whole history: 18 "nodes" for an 8-node job that swapped machines.)
     "fault_rates": f"""
-        WITH {_SPAN}, watched AS (
+        WITH {SPAN}, watched AS (
             SELECT count(*) AS nodes, sum(hi - lo) / 86400.0 AS node_days FROM (
                 SELECT node, min(ts) AS lo, max(ts) AS hi FROM events
                 WHERE coalesce(node, '') NOT IN ('', '-') AND source <> 'job' GROUP BY node))
@@ -239,7 +155,7 @@ QUERIES: dict[str, str] = {
         FROM diagnoses d, span, watched WHERE d.{ACTING}
         GROUP BY d.fault, watched.nodes, watched.node_days, span.first_ts, span.last_ts ORDER BY d.fault""",
     "ettr": f"""
-        WITH {_ACCEPTED}, m AS (
+        WITH {ACCEPTED}, m AS (
             SELECT job, ts, state,
                    coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts
             FROM marks
@@ -252,14 +168,14 @@ QUERIES: dict[str, str] = {
         SELECT job, wall_s, productive_s, productive_s / nullif(wall_s, 0) AS ettr, incidents
         FROM w ORDER BY job""",
     "timeline": f"""
-        WITH {_ACCEPTED}
+        WITH {ACCEPTED}
         SELECT job, ts, coalesce(lead(ts) OVER (PARTITION BY job ORDER BY ts, state <> 'running', id), ts) AS next_ts,
                state, reason
         FROM marks ORDER BY job, ts, state <> 'running', id""",
     # Consecutive marks of one state merged into one span (plots: a month of per-second step marks
     # is hundreds of thousands of marks, but only a few hundred state changes).
     "timeline_spans": f"""
-        WITH {_ACCEPTED}, m AS (
+        WITH {ACCEPTED}, m AS (
             SELECT job, id, ts, state, coalesce(lead(ts) OVER w, ts) AS next_ts,
                    CASE WHEN lag(state) OVER w IS DISTINCT FROM state THEN 1 ELSE 0 END AS starts
             FROM marks WINDOW w AS (PARTITION BY job ORDER BY ts, state <> 'running', id)
@@ -271,12 +187,12 @@ QUERIES: dict[str, str] = {
         SELECT job, state, min(ts) AS ts, max(next_ts) AS next_ts, count(*) AS marks
         FROM g GROUP BY job, span, state ORDER BY job, ts""",
     "incidents": f"""
-        WITH {_INCIDENTS}
+        WITH {INCIDENTS}
         SELECT * FROM incidents ORDER BY job, onset, diagnosis_id""",
     # MTTR: fault onset → the job productive again, per class (incidents that never recovered
     # within the history are counted apart, not as zero).
     "mttr_by_class": f"""
-        WITH {_INCIDENTS}
+        WITH {INCIDENTS}
         SELECT fault, count(*) AS incidents, count(recovery_s) AS recovered, avg(recovery_s) AS mttr_s,
                quantile_cont(recovery_s, 0.5) AS p50_s, max(recovery_s) AS max_s,
                quantile_cont(detection_s, 0.5) AS detection_p50_s
@@ -284,7 +200,7 @@ QUERIES: dict[str, str] = {
     # Every command and what came of it: a job restart that names it (`job/restart` events carry
     # the command id), or the stack dumps that answered it (`stack_dump.request_id`).
     "command_outcomes": f"""
-        WITH {_ACCEPTED},
+        WITH {ACCEPTED},
         r AS (SELECT data->>'command_id' AS command_id, min(ts) AS restarted_at,
                           arg_min(CAST(data->'nodes_out' AS VARCHAR[]), ts) AS nodes_out,
                           arg_min(CAST(data->'nodes_in' AS VARCHAR[]), ts) AS nodes_in
@@ -308,9 +224,9 @@ QUERIES: dict[str, str] = {
         LEFT JOIN r ON r.command_id = c.id LEFT JOIN s ON s.command_id = c.id LEFT JOIN answers k ON k.command_id = c.id
         ORDER BY c.issued_at, c.id""",
     # Every command issued, with the diagnosis behind it and what its receivers said: `obeyed` (an
-    # ack obeyed it, or it was carried out: see _ACCEPTED), `refused` (see _ACCEPTED) or `no answer`.
+    # ack obeyed it, or it was carried out: see query_parts.ACCEPTED), `refused` (see ACCEPTED) or `no answer`.
     "actions_taken": f"""
-        WITH {_ACCEPTED}
+        WITH {ACCEPTED}
         SELECT c.issued_at, c.job, c.action, c.nodes, c.diagnosis_id, d.fault, d.confidence, d.detail AS diagnosis,
                CASE WHEN c.id IN (SELECT id FROM refused) THEN 'refused'
                     WHEN coalesce(k.obeyed_acks, 0) > 0 OR c.id IN (SELECT command_id FROM carried_out) THEN 'obeyed'
@@ -360,7 +276,7 @@ QUERIES: dict[str, str] = {
     # diagnoses, its state and what counted against it from its fleet record (remediation's `fleet`
     # topic); lemons (hardware_inspection) first.
     "machines": f"""
-        WITH {_SPAN},
+        WITH {SPAN},
         f AS (SELECT n AS node, count(*) AS incidents, count(DISTINCT job) AS jobs, max(ts) AS last_failure_ts
               FROM diagnoses, unnest(nodes) AS u(n) WHERE {ACTING} GROUP BY node)
         SELECT node, coalesce(m.state, 'in_service') AS state, coalesce(f.incidents, 0) AS incidents,
@@ -409,8 +325,6 @@ def _execute(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any])
     return conn.execute(sql, _params(sql, params))
 
 
-
-
 def _missing_table(conn: duckdb.DuckDBPyConnection, name: str) -> bool:
     table = NEEDS_TABLE.get(name)
     return table is not None and not has_table(conn, table)
@@ -433,7 +347,7 @@ def run(conn: duckdb.DuckDBPyConnection, name: str, **params: Any) -> list[dict[
 
 
 def kind_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Diagnoses of each kind (``KINDS``): what a plot counts and what it leaves out."""
+    """Diagnoses of each kind (``query_parts.KINDS``): what a plot counts and what it leaves out."""
     return {r["kind"]: r["diagnoses"] for r in run(conn, "diagnosis_kinds")}
 
 

@@ -26,8 +26,9 @@ from faultlens.events.payloads import check_payload
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
 from faultlens.remediation.actuators import Actuator, NoActuator, carry_out, plan
+from faultlens.remediation.decision import Decision, PolicyConfig
 from faultlens.remediation.fleet import Fleet
-from faultlens.remediation.policy import Decision, Policy, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Outgoing

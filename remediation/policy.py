@@ -2,13 +2,12 @@
 
 No I/O beyond two optional state files, the breaker's and the ladders' / pools' (remediation.state):
 the Kafka edge (remediation.consumer) feeds diagnoses and topologies in and sends the commands
-that come out. Every diagnosis yields one :class:`Decision`
-(also when nothing is sent) so the decision log explains each outcome.
+that come out. Every diagnosis yields one :class:`Decision` (remediation.decision, with the
+policy's configuration), also when nothing is sent, so the decision log explains each outcome.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -20,9 +19,10 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
+from faultlens.remediation.decision import Decision, PolicyConfig, command_id
 from faultlens.remediation.fleet import Fleet, Lemon
 from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
-from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
+from faultlens.remediation.lemon import LEMON_STATE
 from faultlens.remediation.pool import StandbyPool
 from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction, plan_from_dict
 from faultlens.remediation.safety import Safety
@@ -32,14 +32,6 @@ from faultlens.remediation.wave_pause import WavePause
 
 log = logging.getLogger(__name__)
 
-MODES = ("observe", "dry_run", "act")
-
-
-def command_id(diagnosis_id: str, action: str) -> str:
-    """Deterministic, so a re-delivered diagnosis makes the same command and trainers drop the copy."""
-    return hashlib.sha256(f"{diagnosis_id}:{action}".encode()).hexdigest()[:32]
-
-
 # A fail-slow stack round request is ``<suspicion id>.round<k>`` (diagnosis/peers/failslow.py).
 _ROUND_ID = re.compile(r"\.round\d+$")
 ROUND_FOLD_S = 2.0  # only a copy of the same round (a redelivery) comes this close
@@ -48,61 +40,6 @@ ROUND_FOLD_S = 2.0  # only a copy of the same round (a redelivery) comes this cl
 def is_stack_round(d: Diagnosis) -> bool:
     """Whether ``d`` is one round of a fail-slow campaign's stack requests."""
     return d.fault == "fail_slow" and d.action == "capture_stacks" and bool(_ROUND_ID.search(d.id))
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    act_on: frozenset[str] = frozenset()
-    act_on_all: bool = False
-    dry_run: bool = False
-    ttl_s: float = 300.0
-    min_confidence: float = 0.5
-    settle_s: float = 30.0
-    episode_s: float = 3600.0
-    standby_names: tuple[str, ...] = ()
-    daily_failure_rate: float = 0.0012
-    standby_window_days: float = 1.0
-    # Stop-time diagnosis (remediation.stop_checks): ask the node agents to run their checks before
-    # the ladder's first rung, wait up to checks_wait_s per ask, ask silent machines checks_asks times.
-    stop_checks: bool = False
-    checks_wait_s: float = 420.0
-    checks_asks: int = 2
-    reproduction_wait_s: float = 3600.0  # how long a dual-phase reproduction may take before a person is asked
-    lemon: LemonConfig = field(default_factory=LemonConfig)  # machines that keep failing (remediation.lemon)
-
-    def mode(self, job: str) -> str:
-        if not (self.act_on_all or job in self.act_on):
-            return "observe"
-        return "dry_run" if self.dry_run else "act"
-
-
-@dataclass(frozen=True)
-class Decision:
-    ts: float
-    job: str
-    diagnosis_id: str
-    fault: str
-    rung: str
-    action: str  # the command action, or "none"
-    nodes: tuple[str, ...]
-    reason: str
-    mode: str
-    sent: bool
-    blocked: str = ""
-    command: dict[str, Any] | None = None
-    params: dict[str, Any] = field(default_factory=dict)  # the step's params (e.g. bring_back), sent or not
-    # What the actuator did on the scheduler for this decision (events.action_record, as dicts);
-    # filled in by the consumer after the decision, empty without one.
-    actions: tuple[dict[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ts": self.ts, "job": self.job, "diagnosis_id": self.diagnosis_id, "fault": self.fault,
-            "rung": self.rung, "action": self.action, "nodes": list(self.nodes), "reason": self.reason,
-            "mode": self.mode, "sent": self.sent, "blocked": self.blocked, "command": self.command,
-            "params": self.params,
-            "actions": list(self.actions),
-        }
 
 
 @dataclass

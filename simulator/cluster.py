@@ -11,7 +11,8 @@ With ``auto_recover`` (the default) each episode ends as if remediated: its node
 spares (``s000``, ...), counters start from zero and the job restarts. Without it the cluster
 waits for :meth:`apply` (evict / restart / reattempt / rollback / capture_stacks) like a real job.
 What the job gives off on every tick (samples, beats, steps, NIC counters) is
-:mod:`simulator.telemetry`.
+:mod:`simulator.telemetry`; what its ranks answer to a capture_stacks request,
+:mod:`simulator.stack_answers`.
 """
 
 from __future__ import annotations
@@ -27,22 +28,23 @@ import numpy as np
 
 from faultlens.events.command import Command
 from faultlens.events.envelope import Envelope
-from faultlens.events.flight_recorder import RECORDER_KIND, bound, recorder_payload
 from faultlens.events.topology import Topology
 from faultlens.events.trace import trace_order
-from faultlens.simulator import lines, recorder, stacks
+from faultlens.simulator import lines
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.effects import Effect, Episode
-from faultlens.simulator.faults import INJECTORS, nccl_init, noise_tick
+from faultlens.simulator.faults import INJECTORS
 from faultlens.simulator.metrics import NodeGpus
 from faultlens.simulator.net import NetFault, NodeNet
+from faultlens.simulator.noise import nccl_init, noise_tick
 from faultlens.simulator.plan import EPISODE_S, FaultPlan, PlannedFault
+from faultlens.simulator.stack_answers import StackAnswers
 from faultlens.simulator.telemetry import FIRST_STEP, PeriodicTelemetry
 
 COLLECTIVES_PER_STEP = 24  # NCCL SeqNum advances this much per training step
 
 
-class SimulatedCluster(PeriodicTelemetry):
+class SimulatedCluster(PeriodicTelemetry, StackAnswers):
     def __init__(self, config: SimConfig, plan: FaultPlan | None = None, *, auto_recover: bool = True):
         self.cfg = config
         self.auto_recover = auto_recover
@@ -319,56 +321,6 @@ class SimulatedCluster(PeriodicTelemetry):
             if self.state != "running" or self.halted:
                 self.restart(f"{command.action} by command {command.id}", command_id=command.id)
 
-    # --- stacks -----------------------------------------------------------------------------
-    def stack_states(self) -> dict[int, str]:
-        """What each rank is doing now, for a capture_stacks answer: the active episode decides."""
-        for ep in self.episodes.values():
-            if not ep.ended and "stack_states" in ep.extra:
-                return ep.extra["stack_states"]
-        healthy = {r: ("grad_sync" if r % 3 else "compute") for r in range(self.world)}
-        # A slow drift shows in a snapshot only now and then (simulator.drifts): it never hides a
-        # crash or hang episode's stacks.
-        for ep in self.episodes.values():
-            if not ep.ended and "stack_states_fn" in ep.extra:
-                return ep.extra["stack_states_fn"](healthy)
-        return healthy
-
-    def stack_round(self, ts: float, states: dict[int, str], request_id: str, episode: int = -1) -> None:
-        """Every rank's agent answers a capture request: a py-spy dump, or on a node where capture
-        is broken (py-spy missing, ptrace denied) the error, with ``ok: false``. With the trainer
-        hook (``flight_recorder``), every rank also answers from its listener thread at once, as
-        trainer_hooks.hook does: its faulthandler stacks, then its Flight Recorder dump."""
-        hooked = self.cfg.flight_recorder
-        if hooked:
-            topo = self.topology  # the processes asked, even if a node is swapped before they answer
-            names = recorder.group_names(topo)
-            clock = recorder.Clock(self.step_started, self.cfg.step_time_s, self.step - self.proc_first_step,
-                                   self.compute_factors(ts))
-        for rank in range(self.world):
-            self.rank_event_at(ts + 0.05 * self.local(rank), rank, "stack", "stack_dump", episode,
-                               functools.partial(self._py_spy, rank, states, request_id))
-            if hooked:
-                t = ts + 0.01 + 0.001 * self.local(rank)
-                self.rank_event_at(t, rank, "stack", "stack_dump", episode,
-                                   functools.partial(self._faulthandler, rank, states, request_id))
-                self.rank_event_at(t + 0.0005, rank, "stack", RECORDER_KIND, episode, functools.partial(
-                    self._recorder, rank, topo, states, clock, names, request_id))
-
-    # A rank's answers, read from ``states`` when the rank answers (not when it was asked).
-    def _py_spy(self, rank: int, states: dict[int, str], request_id: str) -> dict[str, Any]:
-        return self._dump(rank, states[rank], request_id)
-
-    def _faulthandler(self, rank: int, states: dict[int, str], request_id: str) -> dict[str, Any]:
-        return {"rank": rank, "pid": self.pid(rank), "dump": stacks.faulthandler_dump(self.pid(rank), states[rank]),
-                "request_id": request_id, "tool": "faulthandler"}
-
-    def _recorder(self, rank: int, topo: Topology, states: dict[int, str], clock: recorder.Clock,
-                  names: dict[tuple[str, int], str], request_id: str) -> dict[str, Any]:
-        dump = bound(recorder.dump_json(topo, rank, states, clock, self.cfg.recorder_buffer, names))
-        if dump is None:  # the simulated recorder writes JSON: a None here is a simulator bug
-            raise ValueError(f"rank {rank}: the simulated Flight Recorder dump is not JSON")
-        return recorder_payload(rank, self.pid(rank), dump, request_id)
-
     def compute_factors(self, t: float) -> dict[int, float]:
         """rank → how much slower than nominal it computes at ``t`` (the active ``compute`` effects)."""
         out: dict[int, float] = {}
@@ -377,15 +329,6 @@ class SimulatedCluster(PeriodicTelemetry):
                 for r in e.ranks:
                     out[r] = out.get(r, 1.0) * (1.0 + (e.factor - 1.0) * e.strength(t))
         return out
-
-    def _dump(self, rank: int, state: str, request_id: str) -> dict[str, Any]:
-        node = self.node_of(rank)
-        if node in self.stack_broken:
-            why = ("py-spy: command not found" if sum(map(ord, node)) % 2 == 0 else
-                   "Error: Failed to attach to process: Operation not permitted (os error 1) (ptrace_scope 1)")
-            return {"rank": rank, "pid": self.pid(rank), "dump": why, "request_id": request_id, "tool": "py-spy", "ok": False}
-        return {"rank": rank, "pid": self.pid(rank), "dump": stacks.py_spy_dump(self.pid(rank), state),
-                "request_id": request_id, "tool": "py-spy"}
 
     def rank_event_at(self, ts: float, rank: int, source: str, kind: str, episode: int,
                       data: Callable[[], dict[str, Any]]) -> None:

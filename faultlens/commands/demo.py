@@ -197,7 +197,7 @@ def _pipeline_options(args: argparse.Namespace, out_dir: Path, stamp: str, state
     from faultlens.demo.trainer import TRAINER_JOB
     from faultlens.demo.wiring import DiagnosisTap
     from faultlens.pipeline import PipelineOptions
-    from faultlens.remediation.policy import PolicyConfig
+    from faultlens.remediation.decision import PolicyConfig
     from faultlens.remediation.safety import SafetyConfig
 
     return PipelineOptions(

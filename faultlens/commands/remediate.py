@@ -15,9 +15,9 @@ from faultlens.events.home import faultlens_home
 from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, ephemeral_signing_key, load_signing_key
 from faultlens.remediation.actuators import ACTUATOR_ENV, ACTUATORS, COMMAND_ENV, Actuator, ActuatorSettings, make_actuator
 from faultlens.remediation.consumer import DIAGNOSES_TOPIC, GROUP, JOBS_TOPIC, build_policy, remediate_consumer
+from faultlens.remediation.decision import PolicyConfig
 from faultlens.remediation.fleet_log import FleetLog
 from faultlens.remediation.lemon import DAY_S, LemonConfig, parse_rules
-from faultlens.remediation.policy import PolicyConfig
 from faultlens.remediation.safety import BREAKER_FILE, CircuitBreaker, SafetyConfig
 from faultlens.remediation.state import STATE_ENV, STATE_FILE
 from faultlens.remediation.state_log import StateLog

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from faultlens.remediation.actuators.base import ActionRequest
-from faultlens.remediation.policy import Decision
+from faultlens.remediation.decision import Decision
 
 
 def _nodes(value: Any) -> tuple[str, ...]:

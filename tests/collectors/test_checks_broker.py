@@ -18,7 +18,8 @@ from faultlens.events.envelope import decode
 from faultlens.events.payloads import check_payload
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.decision import PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.streams.producer import Producer
 from tests.collectors.test_checks import PendingRemapNvml
 from tests.kafka_fixtures import wait_for_records

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from faultlens.collectors.spool import Spool, SpoolBusy, SpooledRecord, is_droppable
+from faultlens.collectors.spool import Spool, SpoolBusy
+from faultlens.collectors.spool_format import SpooledRecord, is_droppable
 from faultlens.events.envelope import Envelope, encode
 
 

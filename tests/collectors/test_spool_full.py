@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from faultlens.collectors.agent import Agent, AgentConfig
-from faultlens.collectors.spool import Spool, SpooledRecord
+from faultlens.collectors.spool import Spool
+from faultlens.collectors.spool_format import SpooledRecord
 from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.config import KafkaSettings
 from tests.progress import wait_until

@@ -123,7 +123,7 @@ def test_ends_with_where_to_find_the_html_report():
 def test_a_fault_found_but_not_acted_on_says_why():
     from faultlens.demo.state import DemoState
     from faultlens.events.diagnosis_record import Diagnosis
-    from faultlens.remediation.policy import Decision
+    from faultlens.remediation.decision import Decision
 
     t0 = 1_795_380_000.0
     state = DemoState(sim_job="demo-sim", sim_start=t0, sim_now=t0 + 1455)

@@ -105,7 +105,7 @@ def test_a_trace_that_breaks_part_way_keeps_what_came_before(sim_trace, tmp_path
 
 def test_alerts_and_fail_slow_stack_rounds_do_not_mark_the_job_down_or_stalled():
     from faultlens.events.diagnosis_record import Diagnosis
-    from faultlens.history.sink import diagnosis_marks
+    from faultlens.history.rows import diagnosis_marks
 
     def d(fault, action):
         return Diagnosis(job="j", ts=100.0, onset=90.0, fault=fault, action=action, nodes=("n1",))

@@ -17,7 +17,8 @@ from faultlens.history.consumer import history_runner
 from faultlens.history.schema import open_history
 from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.decision import PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.producer import Producer

@@ -19,7 +19,8 @@ from faultlens.events.topology import Topology
 from faultlens.remediation.actuators.base import ActionRequest, Actuator, ActuatorError
 from faultlens.remediation.actuators.plan import plan
 from faultlens.remediation.consumer import ACTIONS_TOPIC, COMMANDS_TOPIC, DIAGNOSES_TOPIC, RemediationHandler
-from faultlens.remediation.policy import Decision, Policy, PolicyConfig
+from faultlens.remediation.decision import Decision, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.runner.loop import Record
 

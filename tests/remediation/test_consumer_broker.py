@@ -15,7 +15,8 @@ from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.decision import PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.producer import Producer
 from faultlens.streams.reader import read_topic

@@ -8,9 +8,10 @@ from faultlens.events.fleet_record import MachineRecord
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
 from faultlens.remediation.actuators import plan
+from faultlens.remediation.decision import PolicyConfig
 from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.lemon import DAY_S, LEMON_STATE, ClassRule, LemonConfig, classify, parse_rules
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 
 KEY = SigningKey.generate()

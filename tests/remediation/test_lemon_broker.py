@@ -22,10 +22,11 @@ from faultlens.history.consumer import history_runner
 from faultlens.history.schema import open_history
 from faultlens.remediation.actuators.script import ScriptActuator, ScriptConfig
 from faultlens.remediation.consumer import DECODERS, RemediationHandler
+from faultlens.remediation.decision import PolicyConfig
 from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.fleet_log import FleetLog, read_fleet
 from faultlens.remediation.lemon import LEMON_STATE, LemonConfig
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner.loop import GroupRunner

@@ -2,7 +2,8 @@ from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
-from faultlens.remediation.policy import Policy, PolicyConfig, command_id
+from faultlens.remediation.decision import PolicyConfig, command_id
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 
 KEY = SigningKey.generate()

@@ -8,8 +8,9 @@ import pytest
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
+from faultlens.remediation.decision import PolicyConfig
 from faultlens.remediation.ladder import JobLadder
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.pool import StandbyPool
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.remediation.state import KEEP_S, StateStore

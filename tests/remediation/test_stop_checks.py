@@ -11,8 +11,9 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
 from faultlens.events.topology import Topology
+from faultlens.remediation.decision import PolicyConfig
 from faultlens.remediation.ladder import dual_phase_plan
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.remediation.reproduction import PendingReproduction, judge_reproduction
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 

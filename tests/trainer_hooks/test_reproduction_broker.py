@@ -17,7 +17,8 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
 from faultlens.events.signing import SigningKey, write_key_pair
 from faultlens.events.topology import Topology
-from faultlens.remediation.policy import Policy, PolicyConfig
+from faultlens.remediation.decision import PolicyConfig
+from faultlens.remediation.policy import Policy
 from faultlens.streams.producer import Producer
 from tests.kafka_fixtures import job_records
 from tests.trainer_hooks.launcher_lines import follow, until

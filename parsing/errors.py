@@ -27,12 +27,28 @@ _NCCL_ERR = re.compile(
     # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
     r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
     r"|(?P<aborted>NCCL communicator was aborted)"
+    # an NCCL call that failed, with ncclGetErrorString's text ("ncclCommInitRank failed: unhandled system error", TF's NcclManager)
+    r"|\b(?P<call>nccl[A-Z]\w+) failed: (?P<calltext>unhandled (?:system|cuda) error|internal error|invalid (?:argument|usage)|remote process exited[^\n]*)"
     # ncclResult_t in its C enum's spelling, as the bindings print it (cupy's "NcclError: NCCL_ERROR_SYSTEM_ERROR")
     r"|\bNCCL_ERROR_(?P<enum>SYSTEM|INTERNAL|REMOTE|UNHANDLED_CUDA|INVALID_USAGE|INVALID_ARGUMENT)(?:_ERROR)?\b"
 )
 _CUDA_ERR = re.compile(
     # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
-    r"(?:CUDA|HIP) error: (?P<err>[^.\n]+)"
+    # darknet's check_error prints cudaGetErrorString as "CUDA Error: <text>" ("CUDA Error Prev:" for the error before)
+    r"(?:CUDA|HIP) (?:error|Error(?: Prev)?): (?P<err>[^.\n]+)"
+    # torch < 1.0's THC check ("THCudaCheck FAIL file=.../THCStorage.cu line=66 error=2 : out of memory") and a glog
+    # CHECK on a cudaError_t (Caffe's CUDA_CHECK "Check failed: error == cudaSuccess (74 vs. 0)  misaligned address",
+    # MXNet's "Check failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of memory"): by the code and its text
+    r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
+    r"|Check failed: \(?\w+\)? == cudaSuccess \((?P<ckcode>\d+) vs\. 0\)\s+(?:Name: \S+ ErrStr: ?)?(?P<cktext>[^\n]+)"
+    # a device-side assert as the kernel prints it (CUDA's __assert_fail on the device: "<file>.cu:40: <func>: block: [0,0,0],
+    # thread: [49,0,0] Assertion `t >= 0 && t < n_classes` failed."): the program indexed wrong, as "device-side assert triggered"
+    r"|(?P<devassert>\.cuh?:\d+: .*\bblock: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion)"
+    # a host-side assert in a program's CUDA checking function (darknet's "./src/cuda.c:36: check_error: Assertion `0' failed."),
+    # printed after the CUDA error it checked
+    r"|(?P<hostassert>\bcuda\w*\.(?:c|cc|cpp|cu):\d+: \w*check\w*: Assertion .* failed)"
+    # HIP's driver API names (TF/XLA's ROCm stream executor: "failed to allocate 127.99TiB (...) from device: HIP_ERROR_OutOfMemory")
+    r"|(?P<hiperr>\bHIP_ERROR_[A-Za-z]+)"
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
     r"|(?P<cuerr>\b(?:cuda|hip)Error\w+)"
     # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
@@ -45,7 +61,9 @@ _CUDA_ERR = re.compile(
     # Ascend NPUs under torch_npu: a device task that failed, reported at the stream's synchronisation as
     # CUDA's are ("ACL stream synchronize failed, error code:507035", torch_npu's AT_ERROR after
     # aclrtSynchronizeStream; CANN's own "Synchronize stream failed. error code is 507015")
-    r"|(?P<acl>ACL stream synchronize failed(?:, error code: ?\d+)?|Synchronize stream failed\. error code is \d+)"
+    r"|(?P<acl>ACL stream synchronize failed(?:, error code: ?\d+)?|Synchronize stream failed\. error code is \d+"
+    # CANN's runtime report of a device task that failed ("EZ9999  Kernel task happen error, retCode=0x26, [aicore exception]")
+    r"|Kernel task happen error, retCode=0x[0-9a-fA-F]+(?:, \[[\w ]+\])?)"
     # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",
     # cuda-gdb's "CUDA Exception: Warp Illegal Address", a checked call's "cudaGetDeviceProperties returned 802"
     r"|(?P<drv>\bCUDA_ERROR_[A-Z_]+(?:: [^\n]+)?)"
@@ -99,8 +117,16 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         error = f"{m.group('call')} returned {code}" + (f" ({_RUNTIME_CODES[code]})" if code in _RUNTIME_CODES else "")
     elif m.group("rttext"):
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
+    elif m.group("thtext") or m.group("cktext") is not None:
+        code = int(m.group("thcode") or m.group("ckcode"))
+        error = f"cudaError {code}: " + (m.group("thtext") or m.group("cktext") or _RUNTIME_CODES.get(code, "")).strip()
+        if code in (59, 710):  # cudaErrorAssert (59 before CUDA 10, 710 after): a device-side assert
+            error += " (device-side assert)"
+    elif m.group("devassert"):
+        error = "device-side assert"
     else:
-        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv") or m.group("gdbx")
+        error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv")
+                 or m.group("hostassert") or m.group("hiperr") or m.group("gdbx")
                  or m.group("cf") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
@@ -119,7 +145,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         # cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error detected during the execution"):
         # the link's, not the program's; the kernel's Xid of that link decides an eviction.
         return error, "nvlink", "stop_time_diagnosis", "error"
-    if "device-side assert" in low or m.group("oom") or "out of memory" in low or "out of device memory" in low:
+    if "device-side assert" in low or m.group("oom") or "out of memory" in low or "out of device memory" in low or "outofmemory" in low:
         # An index out of range or a batch too big: the program's fault, not the GPU's.
         return error, "user_code", "rollback", "error"
     return error, "cuda_error", "stop_time_diagnosis", "error"
@@ -147,6 +173,8 @@ def classify_nccl(text: str) -> str | None:
         return f"NCCL Error {m.group('code')}: {m.group('why3').strip()}"
     if m.group("why4"):
         return f"NCCL failure {m.group('where2')}: {m.group('why4')}"
+    if m.group("call"):
+        return f"{m.group('call')} failed: {m.group('calltext')}"
     if m.group("origin"):
         return f"raised from {m.group('origin')} (ProcessGroupNCCL)"
     return "communicator aborted"

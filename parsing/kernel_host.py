@@ -24,7 +24,8 @@ _SEGV = re.compile(
 _SEGV_LIB = re.compile(r" in (?P<lib>[^\[\s]+)(?:\[|$)")
 
 _OOM_KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory|Out of memory)[^:]*: Kill(?:ed)? process (?P<pid>\d+) \((?P<proc>[^)]*)\)")
-_OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
+# mm/oom_kill.c dump_oom_summary's "oom-kill:constraint=...,task=...,pid=..."; some distribution kernels print "oom kill:"
+_OOM_SUMMARY = re.compile(r"oom[- ]kill:.*?\btask=(?P<proc>[^,]*),pid=(?P<pid>\d+)")
 # The victim line alone (older kernels print it on its own line, RHEL adds the UID).
 _OOM_VICTIM = re.compile(r"Killed process (?P<pid>\d+)(?:,? UID \d+,)? \((?P<proc>[^)]*)\)")
 _OOM_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+)")

@@ -35,7 +35,7 @@ from faultlens.parsing.timestamps import split_timestamp
 # scan (KernelLogParser.feed). Keep in step with _code: a test checks each of its literals is here,
 # or is a branch in NARROWED.
 CODE_LITERALS = ("kernel panic", "fallen off the bus", "sxid", "segfault at", "traps: ", "out of memory",
-                 "oom-kill:", "oom_reaper", "killed process", "lockup", "blocked for more than", "rcu: info", "aer",
+                 "oom-kill:", "oom kill:", "oom_reaper", "killed process", "lockup", "blocked for more than", "rcu: info", "aer",
                  "pcie bus error", "edac", "mce:", "netdev watchdog")
 # Branches of _code whose handler reads a line only when it holds one of its own, narrower
 # literals: the pre-filter holds those instead of the branch's word (the driver prints "NVRM" on
@@ -169,7 +169,7 @@ class KernelLogParser:
             return self._gpu.sxid(msg, raw)
         if "segfault at" in msg or "traps: " in msg:
             return kernel_host.segfault(msg, raw)
-        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom_reaper" in msg or "Killed process" in msg:
+        if "out of memory" in msg or "Out of memory" in msg or "oom-kill:" in msg or "oom kill:" in msg or "oom_reaper" in msg or "Killed process" in msg:
             return kernel_host.oom(msg, raw, self._echoes)
         if "lockup" in msg or "blocked for more than" in msg or "rcu: INFO" in msg:
             return kernel_host.stall(msg, raw, self._echoes)

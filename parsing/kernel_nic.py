@@ -25,8 +25,11 @@ _NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-
 _NETDEV_WATCHDOG = re.compile(
     r"NETDEV WATCHDOG: (?P<netdev>[\w.\-]+) \((?P<drv>[\w\-]+)\): transmit queue (?P<queue>\d+) timed out(?: (?P<ms>\d+) ms)?"
 )
+# phylib's "Link is Down" (drivers/net/phy/phy.c phy_print_status, netdev_info: r8169, stmmac, ...) and a
+# driver's own "link down" name the netdev before them; FreeBSD's if_link_state_change logs "igb1: link state
+# changed to DOWN" (sys/net/if.c, LOG_NOTICE).
 _LINK_STATE = re.compile(
-    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes )?(?P<state>down|up|inactive|ready|Down|Up)\b"
+    r"(?:(?P<netdev>[\w.\-]+): )?(?:NIC )?[Ll]ink (?:is |becomes |state changed to )?(?P<state>down|up|inactive|ready|Down|Up|DOWN|UP)\b"
 )
 # The carrier a driver reports on its own netdev (netif_info(..., link, ..., "carrier off"): r8152,
 # ax88179, usbnet drivers): the same link state as another driver's "NIC Link is Down".
@@ -43,14 +46,14 @@ _CMD_ANSWERED = re.compile(r"\bop_mod\(0x[0-9a-fA-F]+\) failed, status ")
 
 # A line of none of the mlx/IB drivers is only ours with one of these (the literals of _MODULE,
 # _BOND, _PORT_STATE's states and _LINK_STATE): "link"/"port" alone (nvlink, docker0's ports) is not.
-_STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink Down", "ink Up",
+_STATE_WORDS = any_of(("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink Down", "ink Up", "ink state changed to ",
                        "link status", "Port module event", "DOWN", "ACTIVE", "POLLING", "carrier o"))
 
 # Lowered, one of these is on every line nic_events or netdev_watchdog_events takes: the words of
 # _STATE_WORDS, _MODULE and _BOND, the mlx health words (an mlx line is read only for those or a
 # state) and the watchdog's. The kernel parser's pre-filter holds these rather than "mlx", "link"
 # or "port", which fill a healthy log (nvlink, docker0's ports, firmware versions).
-LITERALS = ("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "link status", "port module event",
+LITERALS = ("ink is ", "ink becomes ", "ink down", "ink up", "ink inactive", "ink ready", "ink state changed to ", "link status", "port module event",
             "down", "active", "polling", "health", "synd", "fatal", "internal error", "crdump", "error state",
             "firmware error", "fw error", "netdev watchdog", "carrier o")
 
@@ -104,7 +107,7 @@ def _nic_body(body: str, raw: str, mlx: re.Match[str] | None, device: str | None
     if m and device:
         return [_link(raw, device, None, "down" if m.group("state") == "off" else "up")]
     m = _LINK_STATE.search(body)
-    if m and (mlx or m.group("netdev") or "NIC Link" in body):
+    if m and (mlx or m.group("netdev") or device or "NIC Link" in body):
         pm = _PORT_NUM.search(body)
         return [_link(raw, m.group("netdev") or device, int(pm.group(1)) if pm else None, m.group("state"))]
     if mlx and _MLX_HEALTH.search(body) and not _CMD_ANSWERED.search(body):

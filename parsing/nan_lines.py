@@ -32,12 +32,26 @@ _NAN_BARE = re.compile(r"\b(?:\w*loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:n
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite|batch")
 # Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
 _NAN_OR_INF = re.compile(r"nan|inf\b")
+# A value logged as NaN where the logger prints a step's numbers: a key-value table row of a loss-like key
+# (OpenAI baselines' HumanOutputFormat, guided-diffusion: "| loss | nan |", "| mse | nan |"; not an RL
+# run's episode means, "| ep_rewmean | nan |", NaN until an episode ends),
+# a step followed by its columns of value lists (DeepXDE's display: "2000      [nan]         [nan]"), and
+# TensorFlow's summary op refusing a NaN tensor ("Nan in summary histogram for: lstm/kernel_0",
+# tensorflow/core/kernels/summary_op.cc InvalidArgument: the weights went NaN).
+_NAN_LOGGED = re.compile(
+    r"^\|\s*[\w/.\-]*(?:loss|mse|mae|nll|vb|kl|elbo|grad_?norm|ppl|perplexity)[\w/.\-]*\s*\|\s*[+-]?nan\s*\|\s*$"
+    r"|^\s*\d+\s+\[[^\]]*\bnan\b[^\]]*\]\s+\["
+    r"|\bNan in summary histogram for\b",
+    re.IGNORECASE,
+)
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 
 
 def nan_text(msg: str) -> bool:
     """Does the line report a non-finite loss or gradient norm? Cheap words first: most lines hold none."""
     low = msg.lower()
+    if "nan" in low and _NAN_LOGGED.search(msg):
+        return True
     return bool(("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low)
                 and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)))
 

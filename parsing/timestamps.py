@@ -140,6 +140,7 @@ def _guess_year(month: int, day: int, now: float | None) -> int:
     return year
 
 
+_PRINTK_LEVEL = re.compile(r"<[0-7]>(?=\[)")
 # dmesg --decode's facility and level columns.
 _DMESG_LEVEL = re.compile(r"^[a-z]+\s*:(?:emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
 
@@ -164,6 +165,17 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
             if not line:
                 return Stamped(None, None, line)
             first = line[0]
+    if first == "<" and (m := _PRINTK_LEVEL.match(line)):
+        # printk's "<4>" before the kernel's clock (a console or an early dmesg without -x): its level
+        # is read off the raw line (parsing.alarm), its clock is the kernel's
+        line = line[m.end():]
+        if not line:
+            return Stamped(None, None, line)
+        first = line[0]
+    elif first == "k" and line.startswith("kernel: [") and (m := _MONO.match(line, 8)):
+        # a syslog line whose clock and host a reporter dropped, its tag kept ("kernel: [  731.07] sof-audio-pci ..."):
+        # the kernel's own clock and driver tag follow
+        return Stamped(None, float(m.group(1)), line[m.end():])
     if first.isdigit():
         m = _KMSG.match(line)
         if m:

@@ -110,111 +110,117 @@ class _Clock:
         self.since = self.unsaved = 0.0
 
 
-def _run_once(s: Scenario, tau: float, spares: int, rng: random.Random) -> tuple[float, dict, int, int, list]:
+class _Timeline:
     """One timeline. Faults arrive on the running clock; a stopping fault's phases are downtime; a
     degraded one (a slow machine) runs at reduced speed for its detection and localisation, exposed
     to further faults (paused while the job is down), then costs its recovery."""
-    lam = s.fault_rate_s()
-    end = s.duration_s
-    stall = s.checkpoint_stall_s
-    r = s.recovery
-    classes: list[FaultClass] = list(s.faults)
-    cum = []
-    acc = 0.0
-    for f in classes:
-        acc += f.rate
-        cum.append(acc)
-    pool = _Pool(spares, s.spare_return_days * DAY_S)
-    lost = {f.name: dict.fromkeys(PHASES, 0.0) for f in classes}
-    lost["checkpoint"] = {"stall": 0.0}
-    productive = 0.0
-    hours = [0.0] * math.ceil(end / WINDOW_S)
-    clock = _Clock(tau, stall)
-    pending: list[list] = []          # [running seconds left, class, running seconds it has had]
-    t = 0.0
-    checkpoint_t = 0.0                # wall time of the last checkpoint or restart: lost work spreads back to it
-    faults = requeues = 0
-    next_fault = rng.expovariate(lam) if lam > 0 else math.inf    # running seconds until it
 
-    def run(seconds: float) -> None:
-        nonlocal t, productive, checkpoint_t
-        slowest = max(pending, key=lambda p: p[1].slowdown, default=None)
+    def __init__(self, s: Scenario, tau: float, spares: int, rng: random.Random) -> None:
+        self.rng = rng
+        self.lam = s.fault_rate_s()
+        self.end = s.duration_s
+        self.stall = s.checkpoint_stall_s
+        self.r = s.recovery
+        self.classes: list[FaultClass] = list(s.faults)
+        self.cum: list[float] = []
+        self.acc = 0.0
+        for f in self.classes:
+            self.acc += f.rate
+            self.cum.append(self.acc)
+        self.pool = _Pool(spares, s.spare_return_days * DAY_S)
+        self.lost = {f.name: dict.fromkeys(PHASES, 0.0) for f in self.classes}
+        self.lost["checkpoint"] = {"stall": 0.0}
+        self.productive = 0.0
+        self.hours = [0.0] * math.ceil(self.end / WINDOW_S)
+        self.clock = _Clock(tau, self.stall)
+        self.pending: list[list] = []     # [running seconds left, class, running seconds it has had]
+        self.t = 0.0
+        self.checkpoint_t = 0.0           # wall time of the last checkpoint or restart: lost work spreads back to it
+        self.faults = self.requeues = 0
+
+    def play(self) -> tuple[float, dict, int, int, list]:
+        """(ETTR, share of wall time lost per cause and phase, faults, requeues, ETTR of each full hour)."""
+        end, pending, rng = self.end, self.pending, self.rng
+        next_fault = rng.expovariate(self.lam) if self.lam > 0 else math.inf    # running seconds until it
+        while self.t < end:
+            step = min(next_fault, min((p[0] for p in pending), default=math.inf), end - self.t)
+            self.run(step)
+            if self.t >= end:
+                break
+            next_fault -= step
+            ended = [p for p in pending if p[0] <= 1e-9]
+            if ended:
+                p = ended[0]
+                pending.remove(p)
+                self.interrupt(p[1])
+                continue
+            self.faults += 1
+            next_fault = rng.expovariate(self.lam)
+            f = self.classes[min(bisect.bisect_right(self.cum, rng.random() * self.acc), len(self.classes) - 1)]
+            if f.degrades:
+                pending.append([f.detect_s + f.localise_s, f, 0.0])
+                if pending[-1][0] <= 0:
+                    pending.pop()
+                    self.interrupt(f)
+                continue
+            self.down(f, "detection", f.detect_s)
+            self.down(f, "localisation", f.localise_s)
+            if self.t < end:
+                self.interrupt(f)
+        full_hours = [v / WINDOW_S for v in self.hours[: int(end // WINDOW_S)]]
+        return (self.productive / end, {c: {p: v / end for p, v in ph.items()} for c, ph in self.lost.items()},
+                self.faults, self.requeues, full_hours)
+
+    def run(self, seconds: float) -> None:
+        """The job runs ``seconds``, at the speed its slowest degraded machine leaves it."""
+        clock, t = self.clock, self.t
+        slowest = max(self.pending, key=lambda p: p[1].slowdown, default=None)
         speed = 1.0 - slowest[1].slowdown if slowest else 1.0
         before = clock.since
         compute, stalled = clock.run(seconds, speed)
-        lost["checkpoint"]["stall"] += stalled
-        productive += speed * compute
+        self.lost["checkpoint"]["stall"] += stalled
+        self.productive += speed * compute
         if slowest is not None and compute > 0:
             f = slowest[1]
             phase = "detection" if slowest[2] < f.detect_s else "localisation"
-            lost[f.name][phase] += (1 - speed) * compute
-        _spread(hours, t, t + seconds, speed * compute)
+            self.lost[f.name][phase] += (1 - speed) * compute
+        _spread(self.hours, t, t + seconds, speed * compute)
         if math.floor(clock.since / clock.period) > math.floor(before / clock.period):
-            checkpoint_t = t + seconds - (clock.since % clock.period)
-        for p in pending:
+            self.checkpoint_t = t + seconds - (clock.since % clock.period)
+        for p in self.pending:
             p[0] -= seconds
             p[2] += seconds
-        t += seconds
+        self.t = t + seconds
 
-    def down(f: FaultClass, phase: str, seconds: float) -> None:
-        nonlocal t
-        seconds = min(seconds, end - t)
-        lost[f.name][phase] += seconds
-        t += seconds
+    def down(self, f: FaultClass, phase: str, seconds: float) -> None:
+        seconds = min(seconds, self.end - self.t)
+        self.lost[f.name][phase] += seconds
+        self.t += seconds
 
-    def interrupt(f: FaultClass) -> None:
+    def interrupt(self, f: FaultClass) -> None:
         """The job restarts: from its last checkpoint, or after saving (``loses_work`` False)."""
-        nonlocal t, productive, checkpoint_t, requeues
+        clock, r, rng = self.clock, self.r, self.rng
         if f.loses_work:
-            lost[f.name]["lost_work"] += clock.unsaved
-            productive -= clock.unsaved
-            _spread(hours, checkpoint_t, t, -clock.unsaved)
+            self.lost[f.name]["lost_work"] += clock.unsaved
+            self.productive -= clock.unsaved
+            _spread(self.hours, self.checkpoint_t, self.t, -clock.unsaved)
         else:
-            saving = min(stall, end - t)
-            lost["checkpoint"]["stall"] += saving
-            t += saving
+            saving = min(self.stall, self.end - self.t)
+            self.lost["checkpoint"]["stall"] += saving
+            self.t += saving
         if f.planned:
-            down(f, "recovery", r.hot_update_s)
+            self.down(f, "recovery", r.hot_update_s)
         elif rng.random() < f.evict_share:
             over = math.floor(f.over_evict) + (rng.random() < f.over_evict - math.floor(f.over_evict))
-            granted, over_caused = pool.take(t, 1 + over, over)
-            down(f, "recovery", r.standby_s)
+            granted, over_caused = self.pool.take(self.t, 1 + over, over)
+            self.down(f, "recovery", r.standby_s)
             if not granted:
-                requeues += 1
-                down(f, "over_eviction" if over_caused else "recovery", max(0.0, r.requeue_s - r.standby_s))
+                self.requeues += 1
+                self.down(f, "over_eviction" if over_caused else "recovery", max(0.0, r.requeue_s - r.standby_s))
         else:
-            down(f, "recovery", r.restart_s)
+            self.down(f, "recovery", r.restart_s)
         clock.restart()
-        checkpoint_t = t
-
-    while t < end:
-        step = min(next_fault, min((p[0] for p in pending), default=math.inf), end - t)
-        run(step)
-        if t >= end:
-            break
-        next_fault -= step
-        ended = [p for p in pending if p[0] <= 1e-9]
-        if ended:
-            p = ended[0]
-            pending.remove(p)
-            interrupt(p[1])
-            continue
-        faults += 1
-        next_fault = rng.expovariate(lam)
-        f = classes[min(bisect.bisect_right(cum, rng.random() * acc), len(classes) - 1)]
-        if f.degrades:
-            pending.append([f.detect_s + f.localise_s, f, 0.0])
-            if pending[-1][0] <= 0:
-                pending.pop()
-                interrupt(f)
-            continue
-        down(f, "detection", f.detect_s)
-        down(f, "localisation", f.localise_s)
-        if t < end:
-            interrupt(f)
-    full_hours = [v / WINDOW_S for v in hours[: int(end // WINDOW_S)]]
-    return (productive / end, {c: {p: v / end for p, v in ph.items()} for c, ph in lost.items()}, faults, requeues,
-            full_hours)
+        self.checkpoint_t = self.t
 
 
 def _window_summary(values: list[float]) -> dict[str, float]:
@@ -241,7 +247,7 @@ def simulate(s: Scenario, runs: int = 200, seed: int = 0, interval_s: float | No
     ettrs, faults, requeues, windows = [], [], [], []
     total: dict[str, dict[str, float]] = {}
     for _ in range(runs):
-        e, lost, n, q, hours = _run_once(s, tau, spares, rng)
+        e, lost, n, q, hours = _Timeline(s, tau, spares, rng).play()
         windows.extend(hours)
         ettrs.append(e)
         faults.append(n)

@@ -1,7 +1,8 @@
 """Event time for consumers: where an event sits in time, and in which order to hand events on.
 
 Used by :class:`streams.runner.loop.GroupRunner` (live) and testable alone. Where one event sits in time
-(a node's clock judged against its peers) is :mod:`events.event_clock`, re-exported here.
+(a node's clock judged against its peers) is :mod:`events.event_clock`; how far one partition has
+got, from its own records and its upstream writers' words, is :mod:`events.partition_mark`.
 
 :class:`WatermarkMerge` hands records on in event-time order across partitions and topics,
 whatever speed each partition is read at (a backlog after an outage, a slow broker, a rebalance).
@@ -16,12 +17,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
-from faultlens.events.event_clock import DEFAULT_MAX_SKEW_S, EventClock, Placement
-
-__all__ = ["DEFAULT_MAX_SKEW_S", "EventClock", "Placement", "UpstreamStop", "WatermarkMerge", "WriterWord"]
+from faultlens.events.partition_mark import PartitionState, live_writers, partition_mark
 
 T = TypeVar("T")
 Partition = Hashable
@@ -57,36 +55,6 @@ class UpstreamStop(NamedTuple):
 _TS, _PART, _ITEM = 0, 2, 4
 
 
-@dataclass
-class _PartitionState:
-    watermark: float | None = None
-    # Upstream writers' own watermarks, when a partition has several (the node stage's members
-    # writing `summaries`): writer → (watermark, wall time heard, input partitions it reads, still
-    # behind on its input, idle). The partition is then only as far along as its slowest live
-    # writer that is not idle.
-    writers: dict[str, tuple[float, float, frozenset[str] | None, bool, bool]] = field(default_factory=dict)
-    # How many input partitions the writers read in all, when they say which ones each reads:
-    # then the partition is held back while some input partition has no live writer that reads
-    # it (a member whose rebalance callback ran late has not said hello yet, and its records are
-    # still to come).
-    of: int | None = None
-    # A follower (a topic every member reads in full, such as `jobs`) never sets the pace: its
-    # records wait until the other partitions' data has reached them.
-    follower: bool = False
-    last_data: float = 0.0  # wall time of the last record it delivered (or of its assignment)
-    # The broker's time of the latest record read from it: while a backlog is read, a writer is
-    # alive if it spoke shortly before that, not shortly before now.
-    frontier: float | None = None
-    held: int = 0
-    offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
-    released: set[int] = field(default_factory=set)  # released while a lower offset is still held
-
-    def reached(self, broker_ts: float | None) -> None:
-        """A record (or an announcement) stamped ``broker_ts`` by the broker was read from it."""
-        if broker_ts is not None and (self.frontier is None or broker_ts > self.frontier):
-            self.frontier = broker_ts
-
-
 class WatermarkMerge(Generic[T]):
     """Holds records until every partition that may deliver earlier ones has moved past them."""
 
@@ -102,7 +70,7 @@ class WatermarkMerge(Generic[T]):
         self.max_lead_s = max_lead_s
         self.min_held_to_pause = min_held_to_pause
         self.max_held = max_held
-        self._parts: dict[Partition, _PartitionState] = {}
+        self._parts: dict[Partition, PartitionState] = {}
         self._heap: list[tuple] = []
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
@@ -117,7 +85,7 @@ class WatermarkMerge(Generic[T]):
         taken_over = False
         for p in partitions:
             if p not in self._parts:
-                self._parts[p] = _PartitionState(last_data=wall_now, follower=follower)
+                self._parts[p] = PartitionState(last_data=wall_now, follower=follower)
                 taken_over = taken_over or not follower
         if taken_over:
             # What was handed on so far covers none of the new partitions' records: the progress a
@@ -144,7 +112,7 @@ class WatermarkMerge(Generic[T]):
             broker_ts: float | None = None) -> None:
         state = self._parts.get(partition)
         if state is None:  # (not setdefault: that would build a state for every record)
-            state = self._parts[partition] = _PartitionState()
+            state = self._parts[partition] = PartitionState()
         state.watermark = ts if state.watermark is None else max(state.watermark, ts)
         state.last_data = wall_now
         state.reached(broker_ts)
@@ -167,7 +135,7 @@ class WatermarkMerge(Generic[T]):
         idle writer's word covers the partitions it reads and holds nothing back. A member whose
         input had gone quiet (a partition of no node, a job that ended) otherwise held every job
         stage at its last word, or, once silent, left its partitions uncovered: a stall for good."""
-        state = self._parts.setdefault(partition, _PartitionState(last_data=wall_now))
+        state = self._parts.setdefault(partition, PartitionState(last_data=wall_now))
         previous = state.writers.get(writer)
         heard = wall_now if said_at is None else min(wall_now, said_at)
         if previous is not None and watermark != float("-inf"):
@@ -179,58 +147,6 @@ class WatermarkMerge(Generic[T]):
         state.last_data = wall_now
         state.reached(said_at)
 
-    def _mark(self, state: _PartitionState, wall_now: float, backlog: bool = False) -> float | None:
-        # Read live, a writer silent for writer_ttl_s is gone. Read from a backlog, every word is
-        # old by the wall clock: a writer is gone only once the partition's own records have moved
-        # writer_ttl_s of broker time past its last word.
-        live = self._live_writers(state, wall_now, backlog)
-        if not live:
-            # Every writer fell silent (starved, stalled in a rebalance, dead, or done): their last
-            # words still bind. Judged by its own data, the partition handed on one writer's
-            # records past another's still to come, and a starved node stage's heartbeats came
-            # after their peers' had judged those nodes silent (issue 32).
-            live = self._last_words(state)
-            if not live:
-                return state.watermark
-        if state.of is not None and all(reads is not None for _, reads, _, _ in live):
-            covered: set[str] = set()
-            for _, reads, _, _ in live:
-                covered |= reads or frozenset()
-            if len(covered) < state.of:
-                return float("-inf")  # an input partition whose writer has not spoken yet
-        # A writer that says it is behind has input still to read, whatever it says of idleness: a
-        # member revoked mid-rebalance has an empty merge, "idle", and its word let one member's
-        # records run 220 s past the other's (issue 32, starved).
-        busy = [w for w, _, behind, idle in live if behind or not idle]
-        if busy:
-            return min(busy)
-        # Every writer idle: nothing more is on its way; what is held goes as far as it reaches.
-        return state.watermark if state.held else float("inf")
-
-    def _live_writers(self, state: _PartitionState, wall_now: float,
-                      backlog: bool) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
-        now = state.frontier if backlog and state.frontier is not None else wall_now
-        return [(w, reads, behind, idle) for w, heard, reads, behind, idle in state.writers.values()
-                if now - heard < self.writer_ttl_s]
-
-    def _last_words(self, state: _PartitionState) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
-        """The word in force for each input partition when no writer is live: the latest writer that
-        said it reads it (a writer whose every partition a later one took over says nothing any
-        more), and those that did not say what they read, from the last TTL of words."""
-        words = sorted(state.writers.values(), key=lambda word: word[1], reverse=True)
-        if not words:
-            return []
-        latest, covered = words[0][1], set[str]()
-        out: list[tuple[float, frozenset[str] | None, bool, bool]] = []
-        for mark, heard, reads, behind, idle in words:
-            if reads is None:
-                if latest - heard < self.writer_ttl_s:
-                    out.append((mark, reads, behind, idle))
-            elif reads - covered:
-                covered |= reads
-                out.append((mark, reads, behind, idle))
-        return out
-
     def upstream_behind(self, wall_now: float, caught_up: dict[Partition, bool]) -> bool:
         """Whether some upstream writer still has input to read, or some input partition of theirs
         has no writer yet: more records are on their way, however quiet this consumer's own input
@@ -240,7 +156,7 @@ class WatermarkMerge(Generic[T]):
             if state.follower or not state.writers:
                 continue
             backlog = not caught_up.get(p, True)
-            live = self._live_writers(state, wall_now, backlog)
+            live = live_writers(state, wall_now, self.writer_ttl_s, backlog)
             if not live:
                 # Every writer fell silent: nothing is on its way until one comes back. Its jobs'
                 # clocks stop where the writers did (stopped_upstream); saying "behind" here
@@ -248,7 +164,7 @@ class WatermarkMerge(Generic[T]):
                 continue
             if any(behind for _, _, behind, _ in live):
                 return True
-            if self._mark(state, wall_now, backlog) == float("-inf"):
+            if partition_mark(state, wall_now, self.writer_ttl_s, backlog) == float("-inf"):
                 return True
         return False
 
@@ -260,7 +176,7 @@ class WatermarkMerge(Generic[T]):
         for p, state in self._parts.items():
             if state.follower or not state.writers:
                 continue
-            if self._live_writers(state, wall_now, backlog=not caught_up.get(p, True)):
+            if live_writers(state, wall_now, self.writer_ttl_s, backlog=not caught_up.get(p, True)):
                 continue
             since = max(heard for _, heard, _, _, _ in state.writers.values())
             last = {w: (mark, heard) for w, (mark, heard, _, _, _) in state.writers.items()
@@ -278,7 +194,7 @@ class WatermarkMerge(Generic[T]):
                 continue
             if self._idle(p, state, wall_now, caught_up):
                 continue
-            mark = self._mark(state, wall_now, backlog=not caught_up.get(p, True))
+            mark = partition_mark(state, wall_now, self.writer_ttl_s, backlog=not caught_up.get(p, True))
             mark = mark if mark is not None else float("-inf")
             if low is None or mark < low:
                 low, slowest = mark, {p}
@@ -306,7 +222,7 @@ class WatermarkMerge(Generic[T]):
                                        for p in self._slowest if p in parts):
                 return out
 
-    def _idle(self, partition: Partition, state: _PartitionState, wall_now: float,
+    def _idle(self, partition: Partition, state: PartitionState, wall_now: float,
               caught_up: dict[Partition, bool]) -> bool:
         """Caught up, nothing held, quiet for max_idle_s: the partition sets no low watermark."""
         return (caught_up.get(partition, True) and state.held == 0
@@ -328,7 +244,7 @@ class WatermarkMerge(Generic[T]):
         return out
 
     def _reached(self, wall_now: float) -> float:
-        marks = [m for s in self._parts.values() if not s.follower and (m := self._mark(s, wall_now)) is not None]
+        marks = [m for s in self._parts.values() if not s.follower and (m := partition_mark(s, wall_now, self.writer_ttl_s)) is not None]
         return max(marks) if marks else float("-inf")
 
     def drain(self) -> list[T]:
@@ -397,7 +313,7 @@ class WatermarkMerge(Generic[T]):
                 if p in self._slowest or s.follower
                 or (s.held <= self.max_held_per_partition // 2 and not self._ahead(s, 0.5))}
 
-    def _ahead(self, state: _PartitionState, margin: float) -> bool:
+    def _ahead(self, state: PartitionState, margin: float) -> bool:
         """Whether ``state`` holds more than ``margin`` × min_held_to_pause records and runs more
         than ``margin`` × max_lead_s past the last low watermark (any lead at all while that is
         -inf: a partition not heard from yet may hold the earliest events)."""

@@ -20,7 +20,8 @@ from typing import Callable, Collection, Mapping, Protocol, Sequence
 
 from faultlens.events.bundle import Bundle
 from faultlens.events.envelope import InvalidEvent, decode
-from faultlens.events.event_time import EventClock, WatermarkMerge, WriterWord
+from faultlens.events.event_clock import EventClock
+from faultlens.events.event_time import WatermarkMerge, WriterWord
 from faultlens.events.typed_read import EnvelopeTime, read_envelope_time
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.types import Decoder, Record, RunnerStats, broker_time, dead_letter

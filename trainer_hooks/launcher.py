@@ -7,7 +7,7 @@ Each node is a name (n000, n001, ..., or ``--node-names``) whose processes share
 FAULTLENS_NODE. The launcher listens to ``commands`` itself (job-level, every node) and watches
 its children's exit codes (trainer_hooks.exit_codes): on evict it restarts the job without the
 evicted nodes, replacing them with standbys (the command's ``replacements`` first, then
-``--standby``); on restart / reattempt / rollback it restarts in place (rollback resumes from the
+``--standby``: trainer_hooks.restart_plan); on restart / reattempt / rollback it restarts in place (rollback resumes from the
 checkpoint before the last). A crash with no command is followed by a wait for one
 (``--crash-wait``; a ``run_checks`` meanwhile, or one that came in while the crashing ranks were
 still exiting, stretches it to the checks' own wait, for their verdict), then a restart in place.
@@ -32,7 +32,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from faultlens.events.command import Command
@@ -45,46 +44,11 @@ from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
-from faultlens.trainer_hooks.elastic_commands import resume_of
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.reproduction import run_reproduction
+from faultlens.trainer_hooks.restart_plan import RestartPlan, plan_restart
 
 log = logging.getLogger("faultlens.launcher")
-
-
-
-@dataclass(frozen=True)
-class RestartPlan:
-    nodes: tuple[str, ...]
-    nodes_out: tuple[str, ...]
-    nodes_in: tuple[str, ...]
-    resume: str  # "latest" or "rollback"
-    standby: tuple[str, ...]  # what is left of the launcher's own standby list
-
-
-def plan_restart(nodes: tuple[str, ...], standby: tuple[str, ...], action: str,
-                 evicted: tuple[str, ...] = (), replacements: tuple[str, ...] = (),
-                 cmd: Command | None = None) -> RestartPlan:
-    """The job's next node list: evicted nodes leave, each replaced by a spare while spares last.
-
-    Spares come from the command (the remediator's pool) first, then the launcher's own list;
-    a spare already in the job is skipped. Order is kept so ranks move as little as possible.
-    """
-    out = tuple(n for n in nodes if n in evicted) if action == "evict" else ()
-    spares = [s for s in (*replacements, *standby) if s not in nodes]
-    spares = list(dict.fromkeys(spares))
-    new: list[str] = []
-    taken: list[str] = []
-    for n in nodes:
-        if n not in out:
-            new.append(n)
-        elif spares:
-            taken.append(spares.pop(0))
-            new.append(taken[-1])
-    left = tuple(s for s in standby if s not in taken)
-    # The same resume rule as `faultlens run` (a rollback for a fault that leaves the state good
-    # resumes from the newest checkpoint): trainer_hooks.elastic_commands.resume_choice.
-    return RestartPlan(tuple(new), out, tuple(taken), resume_of(action, cmd), left)
 
 
 def node_names(args: argparse.Namespace) -> tuple[str, ...]:

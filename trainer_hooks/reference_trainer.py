@@ -161,6 +161,36 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     return loss.item(), grad_norm
 
 
+def _join_group(args: argparse.Namespace, rank: int, world: int) -> torch.device:
+    """This rank's device, and the process group joined on it (NCCL on a GPU, gloo on the CPU)."""
+    device = torch.device(args.device if args.device == "cpu" else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        # device_id binds the group to this GPU up front (NCCL would otherwise guess it at the first barrier).
+        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout),
+                                device_id=device)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
+    return device
+
+
+def _resume(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int,
+            attempt: int) -> tuple[int, Path | None]:
+    """(the step to go on from, the checkpoint read or None) as FAULTLENS_RESUME says; rank 0 then
+    deletes the checkpoints newer than the one read (a rollback's future)."""
+    start = 0
+    target = choose_resume(args.ckpt_dir, os.environ.get("FAULTLENS_RESUME", "latest"))
+    dist.barrier()  # every rank chose its checkpoint before rank 0 prunes the newer ones
+    if target is not None:
+        start = load(target, model, opt, args.optimizer)
+        if rank == 0:
+            for newer in checkpoints(args.ckpt_dir):
+                if newer > target:
+                    newer.unlink(missing_ok=True)
+        log.info("resumed from %s (step %d, attempt %d)", target.name, start, attempt)
+    return start, target
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=os.environ.get("FAULTLENS_LOG_LEVEL", "INFO"), stream=sys.stderr,
@@ -175,27 +205,10 @@ def main(argv: list[str] | None = None) -> int:
                                              "client_id": f"trainer-{job}-{rank}"})
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
 
-    device = torch.device(args.device if args.device == "cpu" else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        # device_id binds the group to this GPU up front (NCCL would otherwise guess it at the first barrier).
-        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout),
-                                device_id=device)
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.pg_timeout))
+    device = _join_group(args, rank, world)
     model, opt, poet_config = build(args)
     model.to(device)
-
-    start = 0
-    target = choose_resume(args.ckpt_dir, os.environ.get("FAULTLENS_RESUME", "latest"))
-    dist.barrier()  # every rank chose its checkpoint before rank 0 prunes the newer ones
-    if target is not None:
-        start = load(target, model, opt, args.optimizer)
-        if rank == 0:
-            for newer in checkpoints(args.ckpt_dir):
-                if newer > target:
-                    newer.unlink(missing_ok=True)
-        log.info("resumed from %s (step %d, attempt %d)", target.name, start, attempt)
+    start, target = _resume(args, model, opt, rank, attempt)
 
     def save(step: int) -> None:
         if rank != 0 or reproduction_steps is not None:

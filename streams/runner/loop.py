@@ -33,7 +33,8 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
 from faultlens.events.envelope import decode
-from faultlens.events.event_time import EventClock, UpstreamStop, WatermarkMerge
+from faultlens.events.event_clock import EventClock
+from faultlens.events.event_time import UpstreamStop, WatermarkMerge
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.gc_policy import tune_for_streaming
 from faultlens.streams.idle_stop import IdleStop

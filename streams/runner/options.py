@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable
 
-from faultlens.events.event_time import DEFAULT_MAX_SKEW_S, WriterWord
+from faultlens.events.event_clock import DEFAULT_MAX_SKEW_S
+from faultlens.events.event_time import WriterWord
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.types import DEFAULT_MAX_MESSAGE_BYTES, Record
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from faultlens.events.event_time import EventClock, WatermarkMerge
+from faultlens.events.event_clock import EventClock
+from faultlens.events.event_time import WatermarkMerge
 
 NOW = 1_790_000_000.0
 YEAR = 365 * 86400.0

@@ -38,7 +38,8 @@ from faultlens.parsing.rules import load
 from faultlens.simulator import SIM_CLASSES, SimConfig, simulate
 from faultlens.streams.runner.loop import Record
 from faultlens.trainer_hooks.elastic_commands import RoundNote
-from faultlens.trainer_hooks.launcher import Launcher, RestartPlan
+from faultlens.trainer_hooks.launcher import Launcher
+from faultlens.trainer_hooks.restart_plan import RestartPlan
 from tools.log_corpus_score import CORPUS, HELDOUT, events_of, rows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ from kafka.structs import TopicPartition
 
 from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS
 from faultlens.events import topics
-from faultlens.events.event_time import EventClock, WatermarkMerge
+from faultlens.events.event_clock import EventClock
+from faultlens.events.event_time import WatermarkMerge
 from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Message

@@ -1,4 +1,4 @@
-from faultlens.trainer_hooks.launcher import plan_restart
+from faultlens.trainer_hooks.restart_plan import plan_restart
 
 NODES = ("n000", "n001", "n002", "n003")
 

@@ -210,15 +210,21 @@ def cluster_stacks(dumps: Mapping[int, str], topology: Topology, config: StackCo
     return cluster_rank_stacks(read_rank_stacks(dumps, topology), topology, config)
 
 
-def cluster_rank_stacks(stacks: RankStacks, topology: Topology, config: StackConfig = StackConfig()) -> StackVerdict:
-    """:func:`cluster_stacks` on dumps already parsed."""
-    sig_of: dict[int, Signature] = {}  # by thread object: identical dumps are signed once
+def _rank_signatures(stacks: RankStacks) -> dict[int, Signature]:
+    """Each rank's stack signature (its frames' keys), identical dumps signed once."""
+    sig_of: dict[int, Signature] = {}  # by thread object
     rank_sig: dict[int, Signature] = {}
     for rank, thread in stacks.threads.items():
         sig = sig_of.get(id(thread))
         if sig is None:
             sig = sig_of[id(thread)] = tuple(f.key for f in thread.frames)
         rank_sig[rank] = sig
+    return rank_sig
+
+
+def cluster_rank_stacks(stacks: RankStacks, topology: Topology, config: StackConfig = StackConfig()) -> StackVerdict:
+    """:func:`cluster_stacks` on dumps already parsed."""
+    rank_sig = _rank_signatures(stacks)
     bad = list(stacks.bad)
     missing = stacks.missing
     expected = stacks.expected

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Callable, Union
 
 import msgspec
 
-from faultlens.events.envelope import _MAX_TS, _MIN_TS, Envelope, decode
+from faultlens.events.envelope import _MAX_TS, _MIN_TS, Envelope, decode, keep_payload
 
 # What orjson reads as an int: past 64 bits it reads a float, which the general reading then
 # names differently (a version or a time that is not an int), so such a message goes that way.
@@ -22,11 +22,12 @@ Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 NonNegInt64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
-def typed_reader(source: str, kind: str, payload: type,
-                 payload_data: Callable[[Any], dict[str, Any]]) -> Callable[[bytes | str | None], Envelope]:
+def typed_reader(source: str, kind: str, payload: type, payload_data: Callable[[Any], dict[str, Any]],
+                 kept: Callable[[dict[str, Any]], Any] | None = None) -> Callable[[bytes | str | None], Envelope]:
     """A decoder for one topic: a ``source``/``kind`` message whose ``data`` the struct
-    ``payload`` reads becomes an envelope with ``payload_data(struct)`` as its data; anything
-    else is read by :func:`events.envelope.decode`."""
+    ``payload`` reads becomes an envelope with ``payload_data(struct)`` as its data, and
+    ``kept(data)`` as its typed payload (events.payloads.typed) where given; anything else is
+    read by :func:`events.envelope.decode`."""
     message = msgspec.defstruct(
         f"_{source.capitalize()}{kind.capitalize()}Message",
         [("v", Int64), ("id", str), ("ts", Union[Int64, float]), ("job", str), ("node", str), ("source", str),
@@ -42,8 +43,12 @@ def typed_reader(source: str, kind: str, payload: type,
                 pass
             else:
                 if m.source == source and m.kind == kind:
-                    return Envelope(v=m.v, id=m.id, ts=m.ts, job=m.job, node=m.node, source=m.source,
-                                    kind=m.kind, data=payload_data(m.data))
+                    data = payload_data(m.data)
+                    event = Envelope(v=m.v, id=m.id, ts=m.ts, job=m.job, node=m.node, source=m.source,
+                                     kind=m.kind, data=data)
+                    if kept is not None:
+                        keep_payload(event, kept(data))
+                    return event
         return decode(raw)
 
     return decode_message

@@ -22,6 +22,7 @@ from faultlens.events.envelope import InvalidEvent, decode
 from faultlens.events.event_time import UpstreamStop
 from faultlens.events.gpu_reading import decode_gpu_message
 from faultlens.events.net_reading import decode_net_message
+from faultlens.events.step_reading import decode_train_message
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.metrics import DIAGNOSES
@@ -47,8 +48,11 @@ DIAGNOSES_TOPIC = topics.DIAGNOSES
 JOBS_TOPIC = topics.JOBS
 # NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
 # read by typed decoders (events/gpu_reading.py, events/net_reading.py), and only once event
-# time lets them go (streams/intake.py: deferred topics).
-TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message}
+# time lets them go (streams/intake.py: deferred topics). Training steps, one per rank and step,
+# are read by a typed decoder too (events/step_reading.py), at once: small, they hold little.
+TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message,
+                      topics.TRAIN: decode_train_message}
+DEFERRED_TOPICS = (topics.GPU, topics.NET)
 
 
 def upstream_alert(job: str, partition: int, stop: UpstreamStop, wall_now: float, job_time: float | None) -> Diagnosis:
@@ -197,7 +201,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
             wave=(config.thresholds or shipped_thresholds()).wave)
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
                              max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS,
-                             deferred_topics=TELEMETRY_DECODERS)
+                             deferred_topics=DEFERRED_TOPICS)
         problem = topics.copartition_problem({t: len(runner.producer.partitions(t)) for t in TELEMETRY_TOPICS})
         if problem is not None:
             runner.producer.close()
@@ -219,7 +223,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     group = group or GROUP
     handler = handler if handler is not None else primed_handler(settings, config, group)
     runner = GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
-                         deferred_topics=TELEMETRY_DECODERS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
+                         deferred_topics=DEFERRED_TOPICS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
                          rebuild_s=JOB_REBUILD_S)
     return _learn_partitions(runner, handler), handler
 

@@ -34,7 +34,8 @@ Number = Union[int, Annotated[float, msgspec.Meta(ge=-_MAX, le=_MAX)]]
 NonNeg = Union[NonNegInt, Annotated[float, msgspec.Meta(ge=0, le=_MAX)]]
 # A training metric (loss, grad norm): any number, NaN and infinities included (a NaN loss is the
 # signal), or the text events.envelope.number writes for a non-finite one (JSON has no NaN).
-Metric = Union[int, float, Annotated[str, msgspec.Meta(pattern=r"(?i)^\s*(nan|[+-]?inf|-?infinity)\s*$")]]
+NonFiniteText = Annotated[str, msgspec.Meta(pattern=r"(?i)^\s*(nan|[+-]?inf|-?infinity)\s*$")]
+Metric = Union[int, float, NonFiniteText]
 Text = str
 Flag = bool
 # Any JSON object (a map the payload documents by example: a heartbeat's ``sources``, ``health``).

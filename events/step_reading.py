@@ -24,7 +24,7 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from faultlens.events.payload_fields import Metric
+from faultlens.events.payload_fields import NonFiniteText
 from faultlens.events.payloads_job import TrainStep
 from faultlens.events.typed_read import Int64, NonNegInt64, typed_reader
 
@@ -34,8 +34,7 @@ _U = msgspec.UnsetType
 # TrainStep's own types (events/payload_fields.py), with integers bounded to 64 bits.
 _NonNegInt = Union[NonNegInt64, None, _U]
 _NonNeg = Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0, le=_MAX)], None, _U]
-_NON_FINITE_TEXT = Metric.__args__[2]  # Metric's text: "nan", "inf"... (JSON has no NaN)
-_Metric = Union[Int64, float, _NON_FINITE_TEXT, None, _U]
+_Metric = Union[Int64, float, NonFiniteText, None, _U]
 
 
 class _Step(msgspec.Struct, gc=False, forbid_unknown_fields=True):

@@ -41,6 +41,7 @@ from faultlens.collectors.spool_format import (
     SpooledRecord,
     compact_in_place,
     copy_live,
+    cut_at,
     decode_payload,
     encode_payload,
     scan,
@@ -185,7 +186,7 @@ class Spool:
                 self._fh.write(HEADER.pack(len(payload), zlib.crc32(payload), LIVE) + payload)
                 self._fh.flush()
             except OSError as exc:
-                self._undo_write(offset)
+                self._file = cut_at(self._fh, self.path, offset)  # a buffered writer may have put part of it on disk
                 if attempt == 1 and exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._free_disk(size):
                     continue
                 self._unwritable(exc, "cannot write the spool file")
@@ -195,23 +196,6 @@ class Spool:
             self.stats.appended += 1
             return True
         return False
-
-    def _undo_write(self, offset: int) -> None:
-        """Cut a half-written record (a buffered writer may have put part of it on disk)."""
-        try:
-            self._fh.seek(offset)
-            self._fh.truncate(offset)
-        except (OSError, ValueError):
-            pass
-        try:
-            self._fh.close()  # drops what the buffer still holds; reopened right after
-        except OSError:
-            pass
-        try:
-            self._file = open(self.path, "r+b")
-            self._fh.truncate(offset)
-        except OSError:
-            self._file = None
 
     def _free_disk(self, size: int) -> bool:
         """Disk full: drop the oldest droppable records in the file and rewrite it in place (that

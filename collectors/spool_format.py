@@ -13,6 +13,7 @@ import struct
 import zlib
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Iterable
 
 HEADER = struct.Struct(">IIB")
@@ -84,6 +85,26 @@ def copy_live(f: BinaryIO, entries: Iterable[Entry], out: BinaryIO) -> deque[Ent
         out.write(raw)
     out.flush()
     return moved
+
+
+def cut_at(f: BinaryIO, path: Path, offset: int) -> BinaryIO | None:
+    """Cut a half-written record off the end of the file at ``offset``: closes ``f`` (dropping what
+    its buffer still holds) and returns the file reopened, or None when it cannot be."""
+    try:
+        f.seek(offset)
+        f.truncate(offset)
+    except (OSError, ValueError):
+        pass
+    try:
+        f.close()
+    except OSError:
+        pass
+    try:
+        reopened = open(path, "r+b")
+        reopened.truncate(offset)
+    except OSError:
+        return None
+    return reopened
 
 
 def compact_in_place(f: BinaryIO, entries: Iterable[Entry]) -> deque[Entry]:

@@ -35,8 +35,8 @@ import time
 import uuid
 from typing import Any, Iterable, Sequence
 
-from faultlens.diagnosis.engine.kinds import known_kind
 from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.kinds import known_kind
 from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from faultlens.diagnosis.engine.thresholds import WaveConfig
 from faultlens.diagnosis.engine.waves import is_candidate

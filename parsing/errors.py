@@ -29,6 +29,8 @@ _NCCL_ERR = re.compile(
     r"|(?P<aborted>NCCL communicator was aborted)"
     # an NCCL call that failed, with ncclGetErrorString's text ("ncclCommInitRank failed: unhandled system error", TF's NcclManager)
     r"|\b(?P<call>nccl[A-Z]\w+) failed: (?P<calltext>unhandled (?:system|cuda) error|internal error|invalid (?:argument|usage)|remote process exited[^\n]*)"
+    # a glog CHECK on an ncclResult_t (Caffe's NCCL_CHECK: "Check failed: result == ncclSuccess (2 vs. 0)  unhandled system error")
+    r"|Check failed: \w+ == ncclSuccess \((?P<ncode>\d+) vs\. 0\)\s+(?P<ntext>[^\n]+)"
     # ncclResult_t in its C enum's spelling, as the bindings print it (cupy's "NcclError: NCCL_ERROR_SYSTEM_ERROR")
     r"|\bNCCL_ERROR_(?P<enum>SYSTEM|INTERNAL|REMOTE|UNHANDLED_CUDA|INVALID_USAGE|INVALID_ARGUMENT)(?:_ERROR)?\b"
 )
@@ -173,6 +175,8 @@ def classify_nccl(text: str) -> str | None:
         return f"NCCL Error {m.group('code')}: {m.group('why3').strip()}"
     if m.group("why4"):
         return f"NCCL failure {m.group('where2')}: {m.group('why4')}"
+    if m.group("ntext"):
+        return f"ncclResult {m.group('ncode')}: {m.group('ntext').strip()}"
     if m.group("call"):
         return f"{m.group('call')} failed: {m.group('calltext')}"
     if m.group("origin"):

@@ -106,6 +106,7 @@ def test_their_look_alikes_are_not_cuda_errors(line: str) -> None:
 # --- collectives other than NCCL's ----------------------------------------------------------------
 @pytest.mark.parametrize("line", [
     "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled system error",
+    "F0524 10:00:00.000000  1234 parallel.cpp:88] Check failed: result == ncclSuccess (2 vs. 0)  unhandled system error",
     "HorovodBroadcast_fully_connected_weights_0 [missing ranks: 0]",
     "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds.",
     "[1,0]<stderr>:Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution.",

@@ -31,13 +31,19 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     not the noise of a curve first seen late whose "learned" is a noisy first batch's loss, nor a
     long run's plateau first seen mid-way (what it learned before is unseen: 5 % above its best is
     a wander, issue 54's fresh batch 1);
+  - diverging: climbing steadily through the window (a Mann-Kendall trend over its block medians,
+    its middle third within the climb, not with either end: a step is a curriculum's next stage or a
+    new data mix), its later half's median a quarter above its earlier half's and a tenth of the
+    run's scale above, to above where the run was first seen; never a loss that has gone below zero
+    (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
+    run: what it learned before is unseen, so "regressed" cannot weigh it);
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
 
 A run that learned and then levelled off (convergence, the end of a schedule, a plateau below its
 start) is none of these and stays quiet. The action is ``alert`` (a person decides: the cause is
 almost always the recipe, which no restart fixes), or ``rollback`` when the run regressed or its
-gradient collapsed after a checkpoint it saved while it was still learning: that checkpoint holds a
+gradient collapsed after a checkpoint it saved while it was still learning (or diverged after one): that checkpoint holds a
 better model than the one training now. One finding per job until its loss learns again.
 """
 
@@ -66,8 +72,31 @@ REGRESSED = 0.25  # of what the run had learned, above its best: it lost that mu
 REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
 UNTRAINED = 0.75  # of ln(classes): a first loss at least this high is an untrained model's
 FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
+# Diverging: the window's losses, in up to 50 block medians (each step where the window is short),
+# climb by a Mann-Kendall trend this many sigmas above none (one-sided p 0.006); the median of its later
+# half rises a quarter above its earlier half's and by a tenth of the run's scale (the highest loss it
+# has shown, or a guess's), and ends above where the run was first seen.
+DIVERGE_BLOCKS = 50
+DIVERGE_Z = 2.5
+DIVERGE_RISE = 0.25
+DIVERGE_OF_SCALE = 0.1
+# ...and by at least this much: a cross-entropy up by a hundredth of a nat predicts within 1 % of what it
+# did, whatever the scale (a fine-tune first seen at 1e-3, with no class count to say what a guess is).
+DIVERGE_MIN = 0.01
+DIVERGE_STEADY = 0.2  # of the climb: the middle third's median at least this far from either end's
 GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
+
+
+def mann_kendall_z(ys: list[float]) -> float:
+    """How many standard deviations the series' pairwise order (concordant minus discordant pairs)
+    lies from a series with no trend; positive when it climbs. Ties count for neither."""
+    n = len(ys)
+    s = sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i in range(n) for j in range(i + 1, n))
+    var = n * (n - 1) * (2 * n + 5) / 18
+    if var <= 0 or s == 0:
+        return 0.0
+    return (s - math.copysign(1, s)) / math.sqrt(var)
 
 
 def theil_sen(xs: list[float], ys: list[float]) -> float:
@@ -97,6 +126,8 @@ class _Curve:
     grad_zero_since: int | None = None
     grad_zero_run: int = 0
     checkpoints: list[int] = field(default_factory=list)
+    signed: bool = False  # a loss below zero was seen: a surrogate objective, whose rise is no divergence
+    peak: float = 0.0  # the highest loss seen: the scale the run came down from
     fired: bool = False
 
 
@@ -166,6 +197,8 @@ class LossStalledDetector:
             curve.intervals.append(event.ts - curve.last_ts)
         curve.last_ts = event.ts
         curve.losses.append((step, loss))
+        curve.signed = curve.signed or loss < 0
+        curve.peak = max(curve.peak, loss)
         curve.seen += 1
         if curve.first is None:
             curve.first, curve.first_step = loss, step
@@ -256,6 +289,9 @@ class LossStalledDetector:
         if self._untrained(curve, size) and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
+        diverging = self._diverging(curve, window, start)
+        if diverging is not None:
+            return diverging
         learned = start - curve.best
         _, noise = robust_sigma(values)
         # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
@@ -271,3 +307,40 @@ class LossStalledDetector:
                            f"{curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
         return None
+
+    @staticmethod
+    def _diverging(curve: _Curve, window: list[tuple[int, float]], start: float) -> Verdict | None:
+        """A loss that climbs steadily through the window, by much, to above where it was first seen:
+        the run is coming apart (too high a learning rate, a bad batch it never recovered from), not
+        wandering. Block medians carry the trend, so one spike cannot make one; a GAN's, a policy
+        gradient's or a warm-up's rise stays below the run's start, does not climb the whole window, or
+        is small beside the peaks the run has shown (a GAN generator's 35 at its start); a fine-tune near
+        zero rises by less than a tenth of its scale."""
+        if curve.signed or start <= 0:
+            return None
+        per = max(1, len(window) // DIVERGE_BLOCKS)
+        ys = [statistics.median(v for _, v in window[i:i + per]) for i in range(0, len(window) - per + 1, per)]
+        z = mann_kendall_z(ys)
+        if z < DIVERGE_Z:
+            return None
+        # The level it climbed by: the window's later half against its earlier half, so a climb that
+        # stays counts and a swing that ends the window on two high batches does not.
+        half = len(window) // 2
+        before = statistics.median(v for _, v in window[:half])
+        after = statistics.median(v for _, v in window[half:])
+        rise = after - before
+        # Steadily: the middle third of the window sits within the climb, not with either end of it. A
+        # step (a curriculum's next stage, a new data mix, a bad shard), held or learnt again, puts it
+        # with one end.
+        third = len(window) // 3
+        low, mid, high = (statistics.median(v for _, v in part) for part in
+                          (window[:third], window[third:len(window) - third], window[len(window) - third:]))
+        if not low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
+            return None
+        scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
+        if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN) or after <= start:
+            return None
+        saved = [c for c in curve.checkpoints if c < window[0][0]]
+        return Verdict(f"loss climbed from {before:.4g} to {after:.4g} over steps {window[0][0]}-{window[-1][0]} "
+                       f"(Mann-Kendall z {z:.1f}), above its first {start:.4g}: diverging"
+                       + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""), rollback=bool(saved))

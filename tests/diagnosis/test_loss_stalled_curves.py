@@ -1,7 +1,8 @@
 """The loss detectors on real loss curves (tests/fixtures/loss_curves/README.md): healthy runs
 (warm-up, plateaus, schedules, convergence, fine-tunes, runs first seen mid-way as a resumed run
-is) stay quiet under both the stalled-loss detector and the spike / NaN rule; runs stuck at chance
-or that never learned are flagged while most of their steps are still ahead, a NaN run as nan_loss.
+is) stay quiet under both the stalled-loss detector and the spike / NaN rule; runs stuck at chance,
+that never learned or that diverge are flagged while most of their steps are still ahead, a NaN run
+as nan_loss.
 
 ``python -m tests.diagnosis.test_loss_stalled_curves`` prints the table and the figures (stalled
 runs found, healthy runs flagged) that the parametrised tests hold."""
@@ -227,11 +228,7 @@ def batch(folder: Path) -> list[Path]:
 
 FRESH = (CURVES / "fresh1", CURVES / "fresh2")
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
-FRESH_MISSED = {
-    "deeplab_lfov_diverging_mid_run.csv": "61 steps first seen mid-way, where the climb begins: a rise of a "
-    "quarter above the best it shows is within its per-step noise (sigma 0.5); a rule that calls such a climb "
-    "a stall flagged 5 of 160 healthy replays (a GAN discriminator, a fine-tune's noisy 3e-3 tail)",
-}
+FRESH_MISSED: dict[str, str] = {}
 
 
 def _fresh(expects) -> list:

@@ -1,0 +1,133 @@
+"""Run one trace the four ways a user would, through the CLI only, and compare what each says.
+
+    python -m tests.outside.modes TRACE [--modes offline live backlog group] [--speed 40]
+
+- offline: `faultlens analyze TRACE`;
+- live: `faultlens diagnose` running, then `faultlens replay TRACE --speed K` into it;
+- backlog: `faultlens replay` first, then `faultlens diagnose` reads it all after the fact;
+- group: three `faultlens diagnose --group G` started together, then the replay.
+
+Every broker mode starts its own `faultlens broker` (a private $FAULTLENS_HOME, so no other
+broker on the machine is found) and reads the `diagnoses` topic back with `faultlens record
+--topics diagnoses`. A diagnosis is compared by what it decided: job, fault, action, nodes, group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+FAULTLENS = [sys.executable, "-m", "faultlens"]
+MODES = ("offline", "live", "backlog", "group")
+IDLE_STOP_S = 90   # past the 30 s grace, so the wall clock can move a quiet job's time by a minute
+
+Key = tuple[str, str, str, tuple[str, ...], str]
+
+
+def key(d: dict) -> Key:
+    return (d["job"], d["fault"], d["action"], tuple(sorted(d["nodes"])), d.get("group") or "")
+
+
+def acting(diagnoses: Iterable[dict]) -> set[Key]:
+    """What `faultlens check` calls verdicts: neither record-only nor a request for stacks."""
+    return {key(d) for d in diagnoses if d["action"] not in ("none", "capture_stacks")}
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "FAULTLENS_HOME": str(home), "FAULTLENS_LOG_LEVEL": "WARNING"}
+
+
+@contextmanager
+def _broker(home: Path):
+    proc = subprocess.Popen([*FAULTLENS, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=_env(home), text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        yield json.loads(line)["bootstrap"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _diagnose(bootstrap: str, home: Path, group: str, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([*FAULTLENS, "diagnose", "--bootstrap", bootstrap, "--group", group,
+                             "--idle-stop", str(IDLE_STOP_S)], stdout=subprocess.DEVNULL,
+                            stderr=log.open("w"), env=_env(home))
+
+
+def _replay(bootstrap: str, home: Path, trace: Path, speed: float) -> None:
+    subprocess.run([*FAULTLENS, "replay", str(trace), "--bootstrap", bootstrap, "--speed", str(speed),
+                    "--no-progress"], check=True, stdout=subprocess.DEVNULL, env=_env(home))
+
+
+def _recorded(bootstrap: str, home: Path, out: Path) -> list[dict]:
+    trace = out / "diagnoses.parquet"
+    subprocess.run([*FAULTLENS, "record", "--bootstrap", bootstrap, "--topics", "diagnoses", "--out",
+                    str(trace), "--idle", "5", "--no-progress"], check=True, stdout=subprocess.DEVNULL,
+                   env=_env(home))
+    path = Path(f"{trace}.diagnoses.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def offline(trace: Path) -> list[dict]:
+    done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress"], check=True,
+                          capture_output=True, text=True)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0) -> list[dict]:
+    """`live`, `backlog` or `group`: the trace through a broker of its own, its diagnoses read back."""
+    home = work / f"home-{mode}"
+    home.mkdir(parents=True, exist_ok=True)
+    with _broker(home) as bootstrap:
+        members = 3 if mode == "group" else 1
+        if mode == "backlog":
+            _replay(bootstrap, home, trace, 0)
+        procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log") for i in range(members)]
+        if mode != "backlog":
+            _replay(bootstrap, home, trace, speed)
+        for p in procs:
+            p.wait(timeout=1800)
+        (work / mode).mkdir(exist_ok=True)
+        return _recorded(bootstrap, home, work / mode)
+
+
+def compare(results: dict[str, list[dict]]) -> list[str]:
+    """Every acting verdict that not all modes give, with the modes that give it."""
+    sets = {mode: acting(ds) for mode, ds in results.items()}
+    every = set().union(*sets.values()) if sets else set()
+    lines = []
+    for k in sorted(every):
+        have = [m for m, s in sets.items() if k in s]
+        if len(have) != len(sets):
+            lines.append(f"{'/'.join(have)} only: {k[0]} {k[1]} {k[2]} {list(k[3])} {k[4]}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--speed", type=float, default=40.0, help="live and group replay pace (K x real time)")
+    parser.add_argument("--work", type=Path, help="where the brokers' homes, logs and results go")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="outside-modes-"))
+    results = {}
+    for mode in args.modes:
+        results[mode] = offline(args.trace) if mode == "offline" else through_broker(args.trace, mode, work, args.speed)
+        (work / f"{mode}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in results[mode]))
+        print(json.dumps({"mode": mode, "diagnoses": len(results[mode]), "acting": sorted(acting(results[mode]))}))
+    differences = compare(results)
+    print("\n".join(differences) or "every mode gives the same verdicts")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

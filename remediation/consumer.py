@@ -106,6 +106,10 @@ class RemediationHandler:
                 out.extend(self._follow(self.policy.observe_check(r.value, self.clock())))
                 continue
             d: Diagnosis = r.value
+            if r.key is not None and r.key != d.job.encode() and self.policy.hear_wave(d):
+                # A fleet wave delivered under another job of its part (diagnosis/engine/fleet_waves.py):
+                # it pauses its class for this member's jobs there; the member of its own job decides it.
+                continue
             if d.id in self._seen:
                 # A redelivery after a crash or rebalance: the ladder must not climb twice for it.
                 log.info("diagnosis %s seen before; skipped", d.id)

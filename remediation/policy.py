@@ -28,7 +28,7 @@ from faultlens.remediation.reproduction import PendingReproduction, judge_reprod
 from faultlens.remediation.safety import Safety
 from faultlens.remediation.state import JobState, StateStore
 from faultlens.remediation.stop_checks import PendingChecks, judge_checks
-from faultlens.remediation.wave_pause import WavePause
+from faultlens.remediation.wave_pause import WavePause, is_wave
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,15 @@ class Policy:
         self._saved_if_changed(d.job, before, now)
         self._lemons(self._fleet.observe_diagnosis(d, now, self.config.mode(d.job)), now)
         return result
+
+    def hear_wave(self, d: Diagnosis) -> bool:
+        """A wave that reached this member under another job of the part it names (several
+        remediation members split `diagnoses` by job): remembered, so its class pauses for the
+        machines of this member's jobs in that part, and nothing decided for it here. False: not a wave."""
+        if not is_wave(d):
+            return False
+        self.waves.observe(d)
+        return True
 
     def refresh_fleet(self, now: float) -> None:
         """What other members and people wrote to the fleet record; lemons it reveals are drained."""

@@ -72,6 +72,17 @@ def diagnosis_record(d: Diagnosis) -> Outgoing:
     return Outgoing(DIAGNOSES_TOPIC, d.job.encode(), d.encode())
 
 
+def diagnosis_records(engine: Engine, found: list[Diagnosis]) -> list[Outgoing]:
+    """Each diagnosis under its job; a fleet wave under every job of its part whose input this
+    member reads, its own or not (the same record: remediation members split `diagnoses` by job,
+    and each must hear it; the member of each of those jobs writes it under that job)."""
+    out: list[Outgoing] = []
+    for d in found:
+        record = diagnosis_record(d)
+        out.extend(Outgoing(DIAGNOSES_TOPIC, job.encode(), record.value) for job in engine.delivered_under(d))
+    return out
+
+
 class DiagnoseHandler:
     def __init__(self, engine: Engine | None = None, group: str = GROUP) -> None:
         self.engine = engine or Engine()
@@ -114,7 +125,7 @@ class DiagnoseHandler:
                 log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
                 out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
                 continue
-            out.extend(diagnosis_record(d) for d in found)
+            out.extend(diagnosis_records(self.engine, found))
             self.emitted += len(found)
         return out
 
@@ -139,7 +150,7 @@ class DiagnoseHandler:
                     found.append(upstream_alert(job, partition, stop, now, self.engine.job_time(job)))
         found += self.engine.tick(now, busy, until)
         self.emitted += len(found)
-        return [diagnosis_record(d) for d in found]
+        return diagnosis_records(self.engine, found)
 
     def tick_held(self, now: float, busy: frozenset[str], upstream: Mapping[Any, UpstreamStop]) -> Iterable[Outgoing]:
         """The runner's clock in event time (streams.runner.handler.HeldAwareClock): :meth:`tick`."""
@@ -148,7 +159,7 @@ class DiagnoseHandler:
     def flush(self) -> list[Outgoing]:
         found = self.engine.flush()
         self.emitted += len(found)
-        return [diagnosis_record(d) for d in found]
+        return diagnosis_records(self.engine, found)
 
     def _dead(self, r: Record, reason: str) -> Outgoing:
         return dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), reason, self.group)

@@ -12,7 +12,7 @@ batch produces the same records and the job stage drops the copies.
 A finding that may belong to a wave (diagnosis/engine/waves.py) also goes, flagged ``wave_copy``, to every
 partition of `summaries`: each job-stage member keeps the whole fleet's wave candidates
 (diagnosis/engine/fleet_waves.py), so machines of jobs held by different members that share a switch make
-one finding.
+one finding. So does evidence of a machine's own (an Xid 79), which that finding names.
 
 Each member also announces how far it has got in event time (`summary/watermark`, to every
 partition of `summaries`): a job-stage partition holds records from several node-stage members,
@@ -39,7 +39,7 @@ from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.kinds import known_kind
 from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
 from faultlens.diagnosis.engine.thresholds import WaveConfig
-from faultlens.diagnosis.engine.waves import is_candidate
+from faultlens.diagnosis.engine.waves import is_candidate, is_own_evidence
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events import topics
@@ -81,6 +81,7 @@ class NodeStageHandler:
                  line_rules: Sequence[LineRule] | None = None, wave: WaveConfig | None = None):
         self.window_s = window_s
         self.wave = wave
+        self._own_copied: dict[tuple[str, str, str], float] = {}  # (job, node, class) → ts of its last copy
         self._partitions: list[int] = []  # of `summaries`, learnt with watermarks()
         self.line_rules = line_rules
         self._stages: dict[int, NodeStage] = {}  # input partition number → its nodes' state
@@ -163,7 +164,7 @@ class NodeStageHandler:
         if node_out.findings:
             out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
             if self.wave is not None and self._partitions:
-                out += [o for i, f in enumerate(node_out.findings) if is_candidate(self.wave, f)
+                out += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
         if node_out.windows:
             out += [window_summary(w, event.ts) for w in node_out.windows]
@@ -172,6 +173,23 @@ class NodeStageHandler:
         passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
                      for e in node_out.forward]
         return out, passed_on
+
+    def _fleet_copy(self, f: Finding) -> bool:
+        """A wave candidate; or evidence of a machine's own (an Xid 79), which the fleet wave holding
+        its machine names on every member: copied once per machine and class a half window, so a
+        flood of its lines is a few copies."""
+        if self.wave is None or is_candidate(self.wave, f):
+            return self.wave is not None
+        if not is_own_evidence(f):
+            return False
+        key = (f.job, f.nodes[0], str(f.fault))
+        last = self._own_copied.get(key)
+        if last is not None and 0 <= f.ts - last < self.wave.window_s / 2:
+            return False
+        if len(self._own_copied) > 100_000:
+            self._own_copied.clear()
+        self._own_copied[key] = f.ts
+        return True
 
     def _wave_copies(self, f: Finding, event_id: str) -> list[Outgoing]:
         copy = f.to_event(f"{event_id}.w")

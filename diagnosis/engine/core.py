@@ -32,14 +32,14 @@ import msgspec
 from faultlens.diagnosis.engine.debounce import Debounce
 from faultlens.diagnosis.engine.dedup import Dedup
 from faultlens.diagnosis.engine.detector import JobBook
-from faultlens.diagnosis.engine.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
 from faultlens.diagnosis.engine.implicit import ImplicitConfig
 from faultlens.diagnosis.engine.kinds import known_kind
 from faultlens.diagnosis.engine.lane import Lane
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
 from faultlens.diagnosis.engine.thresholds import Thresholds
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
-from faultlens.diagnosis.engine.waves import Waves
+from faultlens.diagnosis.engine.waves import Waves, is_candidate, is_own_evidence
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.diagnosis_record import Diagnosis
@@ -117,7 +117,7 @@ class Engine:
                              telemetry_partitions=self.config.telemetry_partitions)
             thresholds = self.config.thresholds or shipped_thresholds()
             lane = self._lanes[job] = Lane(stage, Dedup(job_size=self._job_size),
-                                           Waves(thresholds.wave, self._job_size, self._machines, self.fleet),
+                                           Waves(thresholds.wave, self._job_size, self._machines, self.fleet, job),
                                            Debounce(thresholds), self.stats)
         return lane
 
@@ -205,12 +205,20 @@ class Engine:
         return out
 
     def _wave_copy(self, event: Envelope) -> None:
-        """A node stage's copy of a wave candidate of any job (diagnosis/engine/fleet_waves.py): into the
-        fleet index only; the job's own lane, wherever it is, gets the finding itself."""
+        """A node stage's copy of a wave candidate, or of evidence of a machine's own, of any job
+        (diagnosis/engine/fleet_waves.py): into the fleet index only; the job's own lane, wherever it
+        is, gets the finding itself."""
         f = Finding.from_event(event)
-        if len(f.nodes) == 1:
+        if is_own_evidence(f) and not is_candidate(self.fleet.config, f):
+            self.fleet.note_own(Seen(f.ts, f.job, f.nodes[0]))  # named by the fleet wave that holds its machine
+        elif len(f.nodes) == 1:
             self.fleet.note(f.fault, seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
                                              f.evidence[0] if f.evidence else ""))
+
+    def delivered_under(self, d: Diagnosis) -> tuple[str, ...]:
+        """The jobs whose `diagnoses` partition gets ``d`` from here: its own, or for a fleet wave
+        every job of its part whose input this engine reads (diagnosis/engine/fleet_waves.py)."""
+        return self.fleet.delivered_under(d, lambda job: self.job_time(job) is not None)
 
     def _observe(self, lane: Lane, event: Envelope) -> list[Diagnosis]:
         if event.source == "job":

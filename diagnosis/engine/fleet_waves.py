@@ -14,16 +14,27 @@ in the same event-time order). When a lane's candidate is due (``window_s`` afte
 wave's), :meth:`cause_of` says whether one of its machine's parts has a fleet wave: candidates of
 its class within ``window_s`` either side, on machines sharing the part, from at least ``min_jobs``
 jobs, at least ``min_nodes`` machines and ``min_share`` of the machines the known topologies put
-in that part (of the parts ``wave.causes`` lists for the class, the one that holds most of them). Then it is absorbed, never judged alone. All of it is a function of the index, so
-every member decides the same; the one finding is written by the member that holds the job of
-the wave's first qualifying candidate (its *owner*), under that job.
+in that part (of the parts ``wave.causes`` lists for the class, the one that holds most of them).
+Then it is absorbed, never judged alone. All of it is a function of the index, so every member
+decides the same: the one finding, under the job of the wave's first qualifying candidate (its
+*owner*), with the same id everywhere.
+
+Every job the topologies put in the part hears the finding (:meth:`FleetWaves.delivered_under`):
+remediation splits `diagnoses` by job, and the member deciding for another job of the part must
+pause the wave's class for that job's machines (remediation/wave_pause.py). So each job-stage member
+that holds a job of the part writes the finding under each such job it holds, when that job's
+lane reaches it in event time: before any straggler of that job judged alone after the wave, in
+the same partition. One finding, several deliveries: every store keeps it once, by id.
+
+Evidence of a machine's own (an Xid 79 beside its link-down) is noted here too, so the finding
+names the machines judged alone on it, as a job's wave does.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -83,7 +94,12 @@ class FleetWaves:
         self._jobs_of: dict[str, Counter] = {}
         self._values: dict[tuple[str, str, str], set[str]] = {}  # (job, node, key) → values, per basis
         self._waves: dict[tuple[str, str], _Wave] = {}
-        self._parts: dict[tuple[str, str], int] = {}
+        # (job, node) → times of its latest evictions asked on evidence of its own (a flood of Xid 79
+        # lines is a few entries, not one per line)
+        self._own: dict[tuple[str, str], deque[float]] = {}
+        self._parts: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}  # part → machines, jobs in it
+        # finding id → the jobs of its part (the keys it goes under), for the edge that writes it
+        self._hearers: dict[str, tuple[str, ...]] = {}
         self._parts_basis: tuple = ()
         self.stats: Counter = Counter()
 
@@ -104,6 +120,15 @@ class FleetWaves:
         self._jobs_of.setdefault(fault, Counter())[seen.job] += 1
         bisect.insort(self._seen.setdefault(fault, []), seen)
 
+    def note_own(self, seen: Seen) -> None:
+        """An eviction asked on evidence of the machine's own (never held, never a member): the
+        fleet wave that holds its machine names it."""
+        if not self.on:
+            return
+        times = self._own.setdefault((seen.job, seen.node), deque(maxlen=8))
+        if seen.ts not in times:
+            times.append(seen.ts)
+
     def prune(self, now: float) -> None:
         """Forget candidates no wave can reach any more (three windows back)."""
         horizon = now - 3 * self.config.window_s
@@ -120,6 +145,8 @@ class FleetWaves:
             if not seen:
                 del self._seen[fault]
                 del self._jobs_of[fault]
+        for machine in [m for m, times in self._own.items() if max(times) < horizon]:
+            del self._own[machine]
 
     # --- the parts of the fleet -------------------------------------------------------------
     def _entry(self, job: str, node: str) -> Any:
@@ -133,14 +160,19 @@ class FleetWaves:
             self._parts, self._parts_basis, self._values = {}, basis, {}
         return machines
 
+    def _part(self, key: str, value: str, machines: Mapping[str, Mapping[str, Any]] | None = None,
+              ) -> tuple[int, frozenset[str]]:
+        """How many machines the known topologies put in the part ``key=value``, and of which jobs."""
+        part = self._parts.get((key, value))
+        if part is None:
+            known = self._refresh() if machines is None else machines
+            inside = {(job, n) for job, m in known.items() for n, e in m.items() if value in values_of(e, key)}
+            part = self._parts[(key, value)] = (len({n for _, n in inside}), frozenset(job for job, _ in inside))
+        return part
+
     def part_size(self, key: str, value: str, machines: Mapping[str, Mapping[str, Any]] | None = None) -> int:
         """How many machines the known topologies put in the part ``key=value``."""
-        size = self._parts.get((key, value))
-        if size is None:
-            known = self._refresh() if machines is None else machines
-            size = self._parts[(key, value)] = len({n for m in known.values() for n, e in m.items()
-                                                    if value in values_of(e, key)})
-        return size
+        return self._part(key, value, machines)[0]
 
     def _in_part(self, fault: str, key: str, value: str, low: float, high: float) -> list[Seen]:
         seen = self._seen.get(fault, [])
@@ -227,40 +259,54 @@ class FleetWaves:
         return wave.owner
 
     def emit(self, jobs: Iterable[str], now: float | None) -> list[Diagnosis]:
-        """The fleet waves owned by ``jobs`` that changed, or ended (``now`` None: the end of input)."""
+        """The fleet waves that changed, or ended (``now`` None: the end of input), of the parts
+        ``jobs`` (a lane's) have machines in: each once per engine, however many of its lanes hear it."""
         if not self._waves:
             return []
         jobs = set(jobs)
+        w = self.config.window_s
         out: list[Diagnosis] = []
         for key, wave in list(self._waves.items()):
+            hears = not jobs.isdisjoint(self._part(wave.key, wave.value)[1])
+            if not hears and (now is None or now - wave.last_ts <= 3 * w):
+                continue
             members = self._members(wave)
             if members:
                 wave.last_ts = max(wave.last_ts, members[-1].ts)
-            ended = now is None or now - wave.last_ts > self.config.window_s
+            ended = now is None or now - wave.last_ts > w
             owner = self._owner(wave, members, now)
-            mine = owner is not None and owner.job in jobs
-            if owner is not None and mine and members:
+            if owner is not None and hears and members:
                 out.extend(self._diagnosis(wave, owner, members))
             # The owner's lane ends it; another lane lets it go only well after (the owner's job may
             # be on another member of the job stage, or on this one at a later call).
-            if (ended and mine) or (now is not None and now - wave.last_ts > 3 * self.config.window_s):
+            if (ended and owner is not None and owner.job in jobs) or (now is not None and now - wave.last_ts > 3 * w):
                 del self._waves[key]
         return out
+
+    def delivered_under(self, d: Diagnosis, held: Callable[[str], bool]) -> tuple[str, ...]:
+        """The jobs whose `diagnoses` partition this engine writes ``d`` to: a fleet wave goes under
+        every job of its part that this engine holds (``held``: its input is read here), any other
+        diagnosis under its own job."""
+        jobs = tuple(j for j in self._hearers.get(d.id, ()) if held(j))
+        return jobs or (d.job,)
 
     def _diagnosis(self, wave: _Wave, owner: Seen, members: list[Seen]) -> list[Diagnosis]:
         c = self.config
         machines = sorted({s.node for s in members})
         jobs = sorted({s.job for s in members})
         acting = any(s.acting for s in members)
-        state = (len(machines), len(members), tuple(jobs), acting)
-        if state == wave.emitted:
-            return []
+        state = (len(machines), len(members), tuple(jobs), acting, self._own_in(wave, members))
+        if state == wave.emitted or (wave.emitted is not None and len(members) < wave.emitted[1]):
+            return []  # the same; or fewer, its first candidates pruned from the index: what was said stands
         wave.emitted = state
-        size = self.part_size(wave.key, wave.value)
-        shown = " ".join(machines[:8]) + (f" … (+{len(machines) - 8})" if len(machines) > 8 else "")
+        size, hearers = self._part(wave.key, wave.value)
+        own = self._own_in(wave, members)
+        # Every machine, however many: the person the alert pages checks each of them.
         detail = (f"fleet wave: {wave.fault} on {len(machines)} of the {size} machines under {wave.cause}, in "
                   f"{len(jobs)} jobs ({' '.join(jobs)}), within {c.window_s:.0f}s of each other ({len(members)} "
-                  f"finding(s)). One finding about what they share, no machine evicted for it: {shown}")
+                  f"finding(s)). One finding about what they share, no machine evicted for it: {' '.join(machines)}")
+        if own:
+            detail += f"; judged alone on evidence of their own: {' '.join(own)}"
         if wave.diagnosis is None:
             basis = orjson.dumps([owner.job, wave.fault, "fleet-wave", wave.cause, round(owner.ts, 3), owner.node])
             wave.diagnosis = Diagnosis(id=hashlib.blake2b(basis, digest_size=16).hexdigest(), job=owner.job,
@@ -271,7 +317,18 @@ class FleetWaves:
             id=wave.diagnosis.id, job=owner.job, ts=max(wave.diagnosis.ts, members[-1].ts), onset=wave.first.ts,
             fault=FaultClass(wave.fault), action=Action.ALERT if acting else Action.NONE, group=f"wave:{wave.cause}",
             count=len(members), evidence=evidence, detail=detail, rule=wave.diagnosis.rule)
+        self._hearers[wave.diagnosis.id] = tuple(sorted(hearers | {owner.job}, key=lambda j: (j != owner.job, j)))
+        while len(self._hearers) > 1024:  # only the edge's next look needs it
+            del self._hearers[next(iter(self._hearers))]
         return [wave.diagnosis]
+
+    def _own_in(self, wave: _Wave, members: list[Seen]) -> tuple[str, ...]:
+        """The wave's machines that asked an eviction on evidence of their own around it."""
+        if not self._own:
+            return ()
+        low, high = wave.first.ts - self.config.window_s, wave.last_ts + self.config.window_s
+        return tuple(sorted({s.node for s in members
+                             if any(low <= t <= high for t in self._own.get((s.job, s.node), ()))}))
 
 
 def seen_of(ts: float, job: str, node: str, action: str, sympathetic: bool, rule: str, evidence: str) -> Seen:

@@ -27,7 +27,9 @@ off the bus, ECC counters that rose) is judged and acted on alone, and the wave 
 
 Across jobs (diagnosis/engine/fleet_waves.py): a due candidate whose machine shares a part of the fleet
 with candidates of other jobs is first offered to the engine's :class:`FleetWaves`; a fleet wave
-takes it before the job's own wave is counted.
+takes it before the job's own wave is counted. Every lane that has had time hears the fleet waves
+of the parts its job has machines in (they come out of the first such lane of the engine to reach
+them), so the finding reaches that job's remediation before the job's own stragglers do.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping
 import msgspec
 import orjson
 
-from faultlens.diagnosis.engine.fleet_waves import FleetWaves, seen_of
+from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
 from faultlens.diagnosis.engine.thresholds import WaveConfig
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
@@ -58,6 +60,12 @@ def is_candidate(config: WaveConfig, f: Finding) -> bool:
     job, which one wave or many machines would ask alike, so it is not held."""
     return (config.window_s > 0 and f.fault in config.classes and len(f.nodes) == 1
             and (f.sympathetic or f.action in _MACHINE_ACTIONS))
+
+
+def is_own_evidence(f: Finding) -> bool:
+    """An eviction asked of one machine on evidence of its own (an Xid 79, ECC that rose): never
+    held, and a wave that holds its machine names it."""
+    return len(f.nodes) == 1 and f.action in _EVICTING and not f.sympathetic
 
 
 def shared_cause(nodes: Iterable[str], machines: Mapping[str, Any], keys: Iterable[str]) -> str:
@@ -98,12 +106,15 @@ class Waves:
     """One job lane's wave correlator (the engine keeps one per job, as it keeps a Dedup)."""
 
     def __init__(self, config: WaveConfig, job_size: Callable[[str], int] | None = None,
-                 machines: Callable[[str], Mapping[str, Any]] | None = None, fleet: FleetWaves | None = None) -> None:
+                 machines: Callable[[str], Mapping[str, Any]] | None = None, fleet: FleetWaves | None = None,
+                 job: str | None = None) -> None:
         self.config = config
         self.job_size = job_size
         self.machines = machines
         self.fleet = fleet
-        self._jobs: set[str] = set()  # the jobs of this lane: the fleet waves it may write
+        self.job = job  # the lane's job, when the engine says it
+        self._jobs: set[str] = set()  # the jobs of this lane's candidates (the fleet index it prunes)
+        self._hears: set[str] = set()  # the jobs whose fleet waves this lane hears: those it had time for
         self._held: dict[tuple[str, str], list[Finding]] = {}
         # (job, class) → (ts, node) of every candidate seen lately, held or judged
         self._seen: dict[tuple[str, str], deque[tuple[float, str]]] = {}
@@ -119,13 +130,16 @@ class Waves:
     def admit(self, f: Finding) -> list[Finding]:
         """The findings to judge now: ``f`` itself, or nothing while it waits to see its neighbours."""
         if not self.candidate(f):
-            if len(f.nodes) == 1 and f.action in _EVICTING and not f.sympathetic:
+            if is_own_evidence(f):
                 own = self._own.setdefault((f.job, f.nodes[0]), deque(maxlen=8))
                 own.append((f.ts, str(f.fault)))
+                if self.fleet is not None:
+                    self.fleet.note_own(Seen(f.ts, f.job, f.nodes[0]))
             return [f]
         key = (f.job, str(f.fault))
         if self.fleet is not None:
             self._jobs.add(f.job)
+            self._hears.add(f.job)
             self.fleet.note(str(f.fault), seen_of(f.ts, f.job, f.nodes[0], f.action, f.sympathetic, f.rule_id,
                                                   f.evidence[0] if f.evidence else ""))
         self._held.setdefault(key, []).append(f)
@@ -135,6 +149,8 @@ class Waves:
 
     # --- time -------------------------------------------------------------------------------
     def tick(self, now: float) -> tuple[list[Finding], list[Diagnosis]]:
+        if self.job is not None:
+            self._hears.add(self.job)
         return self._decide(now)
 
     def flush(self) -> tuple[list[Finding], list[Diagnosis]]:
@@ -173,9 +189,9 @@ class Waves:
                 out.extend(self._emit(key, wave))
             if ended:
                 del self._waves[key]
-        if self.fleet is not None and self._jobs:
-            out.extend(self.fleet.emit(self._jobs, now))
-            if now is not None:
+        if self.fleet is not None and self._hears:
+            out.extend(self.fleet.emit(self._hears, now))
+            if now is not None and self._jobs:
                 # By this lane's time: a job far behind the others (an old trace replayed beside live
                 # ones) loses its fleet candidates and is judged by its own waves, never a fleet's.
                 self.fleet.prune(now)

@@ -1,5 +1,6 @@
 """Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes
-(a grad-norm spike once the loss answers it; a loss that goes below zero is never ratio-spiked).
+(a grad-norm spike once the next step's loss answers it by a tenth of its scale; a loss that goes
+below zero is never ratio-spiked).
 
 None of these evicts on first sight: a user bug is rolled back, a NaN or a CUDA error goes to
 stop-time diagnosis (docs/design.md §4, step 3). Loss anomalies are job-wide (every data-parallel
@@ -38,9 +39,12 @@ SPIKE_OF_SCALE = 0.1
 LOSS_RESOLUTION = 1e-5
 # A gradient-norm spike the loss does not answer is one the optimizer absorbed (clipped, or a single
 # batch's): a speculative-decoding drafter logs eight at 5-17x its median over 40,000 steps while its
-# loss falls (issue 54, fresh batch 1). It stands when the loss of that step or the next one rises
-# this many of its own robust sigmas (a bad batch raises both at once; a blown update, the next loss);
-# where the step reports no loss, it stands alone.
+# loss falls (issue 54, fresh batch 1). The grad norm of step t is the update applied at t, whose harm
+# shows in the loss after it: the spike stands when the next step's loss rises this many of its own
+# robust sigmas and a tenth of its scale, as a loss spike must (a rise worth stopping for); where the
+# step reports no loss, it stands alone. The same step's loss says only that the batch was hard: TrOCR's
+# bad batches lift a 0.14 loss to 0.49 with a 12x grad norm and the next log is 0.15 again (issue 54,
+# fresh batch 3).
 ANSWER_SIGMAS = 3.0
 
 
@@ -139,7 +143,7 @@ class TrainingRule:
         if rank is None:
             raise missing("rank", event)
         out: list[Finding] = []
-        loss: float | None = None  # this step's, which answers a grad-norm spike or does not
+        loss: float | None = None  # this step's: with one, a grad-norm spike waits for the next step's
         for metric, raw in (("loss", step.loss), ("grad_norm", step.grad_norm)):
             if raw is None:
                 continue
@@ -150,7 +154,7 @@ class TrainingRule:
                 loss = value
                 # Judged only where a spike waits (rare): the medians on every step would cost the rule.
                 held = self._unanswered.pop((event.job, rank), None) if self._unanswered else None
-                if held is not None and self._rose(event.job, rank, value) is not False:
+                if held is not None and self._rose(event.job, rank, value, step.classes) is not False:
                     out.append(self._spike(held[0], rank, held[1], event))
             if not math.isfinite(value):
                 out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
@@ -173,7 +177,7 @@ class TrainingRule:
                         and value - med >= least_rise):
                     detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
                               f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")
-                    if metric == "grad_norm" and loss is not None and self._rose(event.job, rank, loss) is False:
+                    if metric == "grad_norm" and loss is not None:
                         self._unanswered[(event.job, rank)] = (event, detail)  # the next step's loss decides
                     else:
                         out.append(self._spike(event, rank, detail))
@@ -181,14 +185,16 @@ class TrainingRule:
             baseline.push(value)
         return out
 
-    def _rose(self, job: str, rank: int, loss: float) -> bool | None:
-        """Whether a loss stands past its own noise above its baseline (None: no baseline yet, or a
-        non-finite loss, which the NaN finding carries)."""
+    def _rose(self, job: str, rank: int, loss: float, classes: int | None) -> bool | None:
+        """Whether a loss stands past its own noise above its baseline, by as much of its scale as a
+        loss spike must (None: no baseline yet, or a non-finite loss, which the NaN finding carries)."""
         baseline = self._base.get((job, rank, "loss"))
         if baseline is None or len(baseline.values) < MIN_BASELINE or not math.isfinite(loss):
             return None
         med, sigma = robust_sigma(baseline.values)
-        return loss - med >= ANSWER_SIGMAS * max(sigma, 0.01 * abs(med), 1e-12)
+        guess = math.log(classes) if classes and classes >= 2 else 0.0
+        return loss - med >= max(ANSWER_SIGMAS * max(sigma, 0.01 * abs(med), 1e-12),
+                                 SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION)
 
     @staticmethod
     def _spike(event: Envelope, rank: int, detail: str, answer: Envelope | None = None) -> Finding:

@@ -6,10 +6,12 @@ came after the wave's window) must not spend the eviction cap on a healthy machi
 (an Xid 79, ECC) are never paused. Kept in memory: a restarted consumer pauses from the wave's next
 report (re-sent with the same id while the wave grows).
 
-A wave that names a part of the fleet (``wave:ib_switch=<guid>``, ``wave:rack=r07``: a fleet wave
-across jobs comes once, under its first machine's job, diagnosis/engine/fleet_waves.py) also pauses its
+A wave that names a part of the fleet (``wave:ib_switch=<guid>``, ``wave:rack=r07``) also pauses its
 class for a machine of any job that sits in that part by its job's topology (``machines``): the
-switch's other jobs' stragglers are the same event."""
+switch's other jobs' stragglers are the same event. A fleet wave across jobs is one finding under
+its first machine's job, delivered under every job of its part (diagnosis/engine/fleet_waves.py), so
+the remediation member of each of them observes it (Policy.hear_wave when it came under another
+job's key)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@
 - offline: `faultlens analyze TRACE`;
 - live: `faultlens diagnose` running, then `faultlens replay TRACE --speed K` into it;
 - backlog: `faultlens replay` first, then `faultlens diagnose` reads it all after the fact;
-- group: three `faultlens diagnose --group G` started together, then the replay.
+- group: three `faultlens diagnose --group G` started together, then the replay (what an outside
+  check's brief says; `diagnose --help` says a stage-all group takes one member only);
+- split: three `--stage node` members and three `--stage job` members (two groups), then the replay:
+  the documented way to run several members (docs/deploying.md).
 
 Every broker mode starts its own `faultlens broker` (a private $FAULTLENS_HOME, so no other
 broker on the machine is found) and reads the `diagnoses` topic back with `faultlens record
@@ -25,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 FAULTLENS = [sys.executable, "-m", "faultlens"]
-MODES = ("offline", "live", "backlog", "group")
+MODES = ("offline", "live", "backlog", "group", "split")
 IDLE_STOP_S = 90   # past the 30 s grace, so the wall clock can move a quiet job's time by a minute
 
 Key = tuple[str, str, str, tuple[str, ...], str]
@@ -56,8 +59,8 @@ def _broker(home: Path):
         proc.wait(timeout=30)
 
 
-def _diagnose(bootstrap: str, home: Path, group: str, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([*FAULTLENS, "diagnose", "--bootstrap", bootstrap, "--group", group,
+def _diagnose(bootstrap: str, home: Path, group: str, log: Path, stage: str = "all") -> subprocess.Popen:
+    return subprocess.Popen([*FAULTLENS, "diagnose", "--bootstrap", bootstrap, "--group", group, "--stage", stage,
                              "--idle-stop", str(IDLE_STOP_S)], stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), env=_env(home))
 
@@ -83,14 +86,18 @@ def offline(trace: Path) -> list[dict]:
 
 
 def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0) -> list[dict]:
-    """`live`, `backlog` or `group`: the trace through a broker of its own, its diagnoses read back."""
+    """`live`, `backlog`, `group` or `split`: the trace through a broker of its own, its diagnoses read back."""
     home = work / f"home-{mode}"
     home.mkdir(parents=True, exist_ok=True)
     with _broker(home) as bootstrap:
         members = 3 if mode == "group" else 1
         if mode == "backlog":
             _replay(bootstrap, home, trace, 0)
-        procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log") for i in range(members)]
+        if mode == "split":
+            procs = [_diagnose(bootstrap, home, f"outside-split-{stage}", work / f"split-{stage}-{i}.log", stage)
+                     for stage in ("node", "job") for i in range(3)]
+        else:
+            procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log") for i in range(members)]
         if mode != "backlog":
             _replay(bootstrap, home, trace, speed)
         for p in procs:

@@ -300,7 +300,7 @@ class FleetWaves:
             return []  # the same; or fewer, its first candidates pruned from the index: what was said stands
         wave.emitted = state
         size, hearers = self._part(wave.key, wave.value)
-        own = self._own_in(wave, members)
+        own = state[4]
         # Every machine, however many: the person the alert pages checks each of them.
         detail = (f"fleet wave: {wave.fault} on {len(machines)} of the {size} machines under {wave.cause}, in "
                   f"{len(jobs)} jobs ({' '.join(jobs)}), within {c.window_s:.0f}s of each other ({len(members)} "

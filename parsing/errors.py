@@ -55,7 +55,9 @@ _CUDA_ERR = re.compile(
     r"|(?P<cuerr>\b(?:cuda|hip)Error\w+)"
     # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
     # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
-    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU) out of memory)"
+    # torch's own type for it (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError since 2.5), also when the message is a
+    # wrapper's (DataParallel's ExceptionWrapper: "Caught OutOfMemoryError in replica 0 on device 0.")
+    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU) out of memory|\btorch\.(?:cuda\.)?OutOfMemoryError\b(?!: (?:CUDA|HIP|XPU|MPS|NPU) out of memory))"
     # Intel GPUs' runtimes name their results as CUDA's do: Level Zero's ze_result_t (oneapi-src/level-zero
     # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
     # ..._OUT_OF_DEVICE_MEMORY) and the Unified Runtime's ur_result_t under SYCL / torch XPU (ur_api.h, same names)
@@ -96,15 +98,25 @@ _NO_DEVICE = re.compile(r"no cuda gpus are available|no (?:cuda|rocm)-capable de
 # A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
 _HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
+# A RuntimeError whose text says the program is wrong: tensors of the wrong shape, type or device
+# (aten's "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the
+# same"), a checkpoint that does not fit the model (nn.Module.load_state_dict's "Error(s) in loading
+# state_dict for X:"), a tensor autograd saved changed in place (saved_variable.cpp's "one of the
+# variables needed for gradient computation has been modified by an inplace operation").
 _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
-                          r"expected scalar type|dimension out of range|index out of range|mismatch between collectives")
+                          r"expected scalar type|dimension out of range|index out of range|mismatch between collectives|"
+                          r"Input type \(\S+\) and (?:weight|bias) type \(\S+\) should be the same|Error\(s\) in loading state_dict for |"
+                          r"needed for gradient computation has been modified by an inplace operation")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
 # Exception types that say the program itself is wrong when raised from a frame of its own.
 USER_TYPES = frozenset(
     "ValueError KeyError TypeError IndexError AttributeError AssertionError NameError ZeroDivisionError "
-    "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError".split()
+    "FileNotFoundError ImportError ModuleNotFoundError NotImplementedError UnboundLocalError RecursionError "
+    # the program's text does not parse (IndentationError and TabError are SyntaxErrors); a path it was given
+    # that it may not read; a library told it was used wrongly (click's and wandb's UsageError)
+    "SyntaxError IndentationError TabError PermissionError UsageError".split()
 )
 
 

@@ -83,7 +83,9 @@ class EventClock:
     def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
         """Learn the offset of one event (no-op without a record time or for a stamp from the future,
         and where clocks are not judged against peers)."""
-        if not self.judge_peers or record_ts is None or self._from_future(ts, record_ts, wall_now):
+        if not self.judge_peers or record_ts is None:
+            return
+        if ts > (wall_now if wall_now >= record_ts else record_ts) + self.max_skew_s:  # _from_future, inline: per record
             return
         offset = ts - record_ts
         entry = self._nodes.get((job, node))
@@ -124,6 +126,19 @@ class EventClock:
         past = next((off for ts, off in history if latest_ts - ts <= LIVE_SPAN_S), latest)
         return abs(latest - past)
 
+    def judges(self, job: str) -> bool:
+        """Whether :meth:`moved` may move an event of ``job`` that is not from the future: False
+        while the job's clocks cannot be judged (too few nodes, not seen live: the span, spread and
+        drift tests of :meth:`moved`). It changes only as :meth:`observe` learns, so a consumer that
+        places a batch after observing all of it asks once per job and batch (issue 56: reading a
+        backlog, moved() found that for every record)."""
+        nodes = self._job_nodes.get(job)
+        if nodes is None or len(nodes) < MIN_PEERS:
+            return False
+        span = self._job_span.get(job, [0.0, 0.0])
+        return not (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
+                    or self._job_drift.get(job, 0.0) > self.max_skew_s / 4)
+
     def place(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> Placement:
         return self.moved(job, node, ts, record_ts, wall_now) or Placement(ts)
 
@@ -138,17 +153,11 @@ class EventClock:
         entry = self._nodes.get((job, node))
         if entry is None:
             return None
-        nodes = self._job_nodes.get(job)
-        if nodes is None or len(nodes) < MIN_PEERS:
-            return None
-        span = self._job_span.get(job, [0.0, 0.0])
-        drift = self._job_drift.get(job, 0.0)
-        if (span[1] - span[0] < LIVE_SPAN_S or self._job_spread.get(job, float("inf")) > self.max_skew_s / 4
-                or drift > self.max_skew_s / 4):
+        if not self.judges(job):
             # Not (yet) seen live: a burst sent at once, offsets that disagree among themselves (a
             # spool flushed, a trace replayed) or that drift (a simulation faster than real time),
             # where the broker's time says when an event was sent, not when it happened. Clocks
-            # cannot be judged from that; none is corrected.
+            # cannot be judged from that; none is corrected. (Or too few nodes to judge.)
             return None
         skew = entry.median - self._job_offset[job]
         # Hysteresis: the correction stays put while the measured skew wobbles within half the

@@ -173,9 +173,20 @@ class Intake:
             keyed.append((row, ts, record_ts, job, node))
         out = []
         moved = self.clock.moved
+        # Whether each job's clocks can be judged is settled by the observing above: asked once a
+        # job here, so an event judged at its own time (nearly all, and every one of a backlog,
+        # which is not read live) costs no call to moved(), unless it is stamped from the future.
+        judges: dict[str, bool] = {}
+        limit = self.clock.max_skew_s
         for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
             if ts is None:
                 out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
+                continue
+            judged = judges.get(job)
+            if judged is None:
+                judged = judges[job] = self.clock.judges(job)
+            if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
+                out.append(Record(t, p, o, k, v, ms, ts, None, None, raw))
                 continue
             at = moved(job, node, ts, record_ts, wall)  # a move always says by how much (skew_s)
             if at is None:

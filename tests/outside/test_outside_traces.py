@@ -98,6 +98,20 @@ def test_the_flapping_machine_alone_is_evicted(checked):
     assert [(x["fault"], x["nodes"], x["action"]) for x in result["extra"]] == [("nic", ["hgx-r3-02"], "evict")]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "one 18 s flap seen by two 10 s net samples is '2 link-down events in 300s' (the first sample's "
+    "link_downed +1, the next one's state DOWN of the same outage): hgx-r1-01, whose samples straddle "
+    "it, is evicted; design.md §3 and the debounce tolerate one flap. The switch wave hides it offline; "
+    "any member that sees too few of the wave's machines (a group split, a smaller job) evicts"))
+def test_one_flap_alone_evicts_nobody(traces, tmp_path):
+    no_wave = tmp_path / "no-wave.toml"
+    no_wave.write_text("[wave]\nmin_nodes = 100\n")   # each machine of the switch judged alone
+    done = subprocess.run([sys.executable, "-m", "faultlens", "analyze", "--no-progress", "--thresholds",
+                           str(no_wave), str(traces / "switch_wave.parquet")], capture_output=True, text=True,
+                          check=True)
+    assert _evicted([json.loads(line) for line in done.stdout.splitlines()]) == set()
+
+
 @pytest.fixture(scope="module")
 def live_and_offline(tmp_path_factory) -> tuple[list[dict], list[dict]]:
     out = tmp_path_factory.mktemp("outside-live")
@@ -144,9 +158,8 @@ def test_live_and_analyze_agree_on_silence_too(live_and_offline):
 @pytest.mark.xfail(strict=True, reason=(
     "three `faultlens diagnose --group G` (stage all) each read a third of the telemetry partitions: none "
     "sees the 8 machines of the switch wave, so the wave alert is lost and a member evicts a healthy "
-    "machine on its one flap (hgx-r1-01, port counters 'link_downed +1' and 'state DOWN' counted as 2 "
-    "link-down events); `diagnose --help` says a stage-all group takes one member, design.md §9 says any "
-    "number, and nothing refuses the second member"))
+    "machine on its one flap (test_one_flap_alone_evicts_nobody); `diagnose --help` says a stage-all group "
+    "takes one member, and nothing refuses the second and third"))
 def test_three_members_of_one_group_give_what_analyze_gives(tmp_path):
     traces = tmp_path / "traces"
     write_all(traces, ["switch_wave"])

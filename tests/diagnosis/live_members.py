@@ -1,51 +1,220 @@
 """Two node-stage and two job-stage diagnosis members reading a replayed trace: as a backlog (in
 this process, bench.testbed.backlog_split) or live (`faultlens diagnose` processes started before
-the trace is replayed), the two halves of the split-stage equivalence tests."""
+the trace is replayed), the two halves of the split-stage equivalence tests.
+
+A stage's members are stopped once they have read all their input (everything upstream had
+written by then: the replay for the node stage, the node stage's last flush for the job stage),
+not by waiting out an idle time: the job stage's 25-30 s idle stop, there to outlast the node
+stage's own idle stop and flush, was half of each of these tests. Their idle stop stays on as the
+backstop. Stopped either way, a member hands on what its merge holds and its handler flushes.
+
+How far a stage has read is told two ways. The node stage commits its input to the end (a commit
+comes once a record was handed to the handler and its outputs acknowledged). The job stage does
+not: the node stage's last records after its members' last words stay in its merge until its own
+stop drains them (what a writer said last binds: events/partition_mark.py), and its commit stays
+below them. Its members are asked instead, from their own loop (a kafka-python consumer is not to
+be touched from another thread), through the runner's progress hook, which the job stage does not
+use otherwise: where each one's consumer stands on the partitions it owns.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from kafka.structs import TopicPartition
 
 from bench.testbed.backlog_split import finish_members, start_members
 from faultlens.demo.processes import faultlens
 from faultlens.events import topics
 from faultlens.events.envelope import decode
+from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_client import open_consumer
 from faultlens.streams.replay import replay_trace
 from tests.kafka_fixtures import wait_for_records
+from tests.progress import procs_progress, wait_until
+
+STALL_S = 90.0  # members that read, commit or say nothing new for this long: stuck, not slow
+
+
+def end_offsets(settings: KafkaSettings, topic_names: Iterable[str]) -> dict[TopicPartition, int]:
+    """Every partition of ``topic_names`` and its end offset now."""
+    looker = open_consumer(settings, None)
+    try:
+        parts = [TopicPartition(t, p) for t in topic_names for p in sorted(looker.partitions_for_topic(t) or ())]
+        return dict(looker.end_offsets(parts))
+    finally:
+        looker.close()
+
+
+def committed_to_end(settings: KafkaSettings, group: str, topic_names: Iterable[str], *,
+                     running: Callable[[], bool], progress: Callable[[], object], what: str) -> None:
+    """Wait until ``group`` has committed every partition of ``topic_names`` up to the end offsets
+    they have now, or until ``running()`` says its members all stopped on their own. Fails only
+    when neither the commits nor ``progress()`` (the members' own) moved for STALL_S."""
+    names = tuple(topic_names)
+    ends = [(tp, end) for tp, end in end_offsets(settings, names).items() if end]
+    looker = open_consumer(settings, group)  # never subscribes: only asks
+    behind: list = [None]
+
+    def ended() -> bool:
+        # One request a partition: the scan stops at the first one behind (most of the wait).
+        behind[0] = None
+        for tp, end in ends:
+            done = looker.committed(tp) or 0
+            if done < end:
+                behind[0] = (tp.topic, tp.partition, end - done)
+                break
+        return behind[0] is None or not running()
+
+    try:
+        wait_until(ended, progress=lambda: (behind[0], progress()), stall_s=STALL_S,
+                   what=f"{what} to commit {', '.join(names)} to the end", poll_s=0.5,
+                   explain=lambda: f"first partition behind (and by how much): {behind[0]}")
+    finally:
+        looker.close()
+
+
+class ReadProbe:
+    """A job-stage member's word, said from its own loop, on where its consumer stands: set as the
+    runner's ``on_progress`` (called at least every streams/runner/progress.KEEPALIVE_S, never
+    mid-rebalance), it writes nothing downstream. Once :attr:`ends` is set, each word records the
+    partitions the member owns, whether it has read each to its end, and its records read."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.ends: dict[TopicPartition, int] | None = None
+        self.word: tuple[frozenset[TopicPartition], bool, int] | None = None
+        self._lock = threading.Lock()
+
+    def expect(self, ends: dict[TopicPartition, int]) -> None:
+        with self._lock:
+            self.ends, self.word = ends, None
+
+    def __call__(self, said, reads, behind, idle) -> tuple:
+        ends = self.ends
+        if ends is not None:
+            consumer = self.runner.consumer
+            try:
+                own = frozenset(consumer.assignment())
+                done = all(consumer.position(tp) >= ends.get(tp, 0) for tp in own)
+            except Exception:  # noqa: BLE001 - a position not known yet: not read to the end
+                own, done = frozenset(), False
+            with self._lock:
+                if self.ends is ends:
+                    self.word = (own, done, self.runner.stats.records_in)
+        return ()
+
+
+def job_members_read_to_end(settings: KafkaSettings, members, topic: str = topics.SUMMARIES) -> None:
+    """Wait until start_members' job-stage ``members`` have together read ``topic`` to its end
+    offsets now: each said (after now) that it read what it owns to the end, they own every
+    partition once, and none read anything since it said so. Or until they all stopped."""
+    probes = [r.on_progress for _, r, _ in members]
+    assert all(isinstance(p, ReadProbe) for p in probes), "members started without probe_reads()"
+    ends = end_offsets(settings, [topic])
+    for p in probes:
+        p.expect(ends)
+
+    def ended() -> bool:
+        if not any(t.is_alive() for t, _, _ in members):
+            return True
+        words = [p.word for p in probes]
+        if any(w is None or not w[1] for w in words):
+            return False
+        owned = [tp for w in words for tp in w[0]]
+        return (len(owned) == len(set(owned)) and set(owned) == set(ends)
+                and all(w[2] == r.stats.records_in for w, (_, r, _) in zip(words, members, strict=True)))
+
+    wait_until(ended, progress=lambda: tuple((p.word, r.stats.records_in) for p, (_, r, _) in zip(probes, members, strict=True)),
+               stall_s=STALL_S, what=f"the job stage to read {topic} to its end", poll_s=0.3,
+               explain=lambda: f"ends {ends}; words {[p.word for p in probes]}")
+
+
+def probe_reads(members) -> None:
+    """Give start_members' job-stage members a :class:`ReadProbe` (the job stage announces nothing)."""
+    for _, r, _ in members:
+        assert r.on_progress is None, "a member that announces its progress: not the job stage"
+        r.on_progress = ReadProbe(r)
+
+
+def stop_together(settings: KafkaSettings, members) -> None:
+    """Stop start_members' members at once, then finish_members (each handler's last output written)."""
+    for _, r, _ in members:
+        r.stop()
+    finish_members(settings, members)
+
+
+def start_job_members(settings: KafkaSettings, n: int, group: str) -> list:
+    """start_members' job-stage members, each with its ReadProbe (idle stop at 25 s: the backstop)."""
+    members = start_members(settings, "job", n, group, idle_s=25)
+    probe_reads(members)
+    return members
+
+
+def finish_stages(settings: KafkaSettings, nodes, node_group: str, jobs) -> None:
+    """The node stage stopped once it committed the telemetry to the end, then the job stage once
+    it read what the node stage wrote to the end."""
+    committed_to_end(settings, node_group, topics.TELEMETRY_TOPICS,
+                     running=lambda: any(t.is_alive() for t, _, _ in nodes),
+                     progress=lambda: tuple(r.stats.records_in for _, r, _ in nodes), what=node_group)
+    stop_together(settings, nodes)
+    job_members_read_to_end(settings, jobs)
+    stop_together(settings, jobs)
+
+
+def _stop_procs(settings: KafkaSettings, procs: list, group: str, topic_names: Iterable[str]) -> None:
+    """SIGTERM (a deployment's stop: the runner finishes, the handler flushes) to ``procs`` of
+    ``group`` once it committed ``topic_names`` to the end; each must exit 0."""
+    committed_to_end(settings, group, topic_names, running=lambda: any(p.popen.poll() is None for p in procs),
+                     progress=lambda: procs_progress(procs), what=group)
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.send_signal(signal.SIGTERM)
+    for p in procs:
+        wait_until(lambda p=p: p.popen.poll() is not None, progress=lambda p=p: procs_progress([p]), stall_s=STALL_S,
+                   what=f"{p.name} to stop", explain=p.tail, poll_s=0.2)
+        assert p.popen.returncode == 0, p.tail()
 
 
 def run_two_and_two_live(settings, trace: Path, workdir: Path, prefix: str) -> None:
     """Start two node-stage and two job-stage members (groups ``<prefix>n-*`` / ``<prefix>j-*``),
-    replay ``trace`` at full speed, and wait for every member to stop on its own when idle."""
+    replay ``trace`` at full speed; the node stage is stopped once it committed the telemetry to
+    the end, the job stage ends at its idle stop (another process's reads cannot be asked)."""
     tag = uuid.uuid4().hex[:6]
     env = dict(os.environ)
     stage = ["diagnose", "--bootstrap", settings.bootstrap, "--stage"]
-    procs = [faultlens(f"node{i}", [*stage, "node", "--group", f"{prefix}n-{tag}", "--idle-stop", "15"], env, workdir)
+    node_group = f"{prefix}n-{tag}"
+    nodes = [faultlens(f"node{i}", [*stage, "node", "--group", node_group, "--idle-stop", "15"], env, workdir)
              for i in range(2)]
+    jobs: list = []
     try:
         # The node stage has joined once its members said their first word downstream.
         wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=120, progress=len)
-        procs += [faultlens(f"job{i}", [*stage, "job", "--group", f"{prefix}j-{tag}", "--idle-stop", "30"], env, workdir)
-                  for i in range(2)]
+        jobs += [faultlens(f"job{i}", [*stage, "job", "--group", f"{prefix}j-{tag}", "--idle-stop", "30"], env, workdir)
+                 for i in range(2)]
         replay_trace(settings, trace, speed=0, show_progress=False)
-        for p in procs:
+        _stop_procs(settings, nodes, node_group, topics.TELEMETRY_TOPICS)
+        for p in jobs:
             assert p.popen.wait(300) == 0, p.tail()
     finally:
-        for p in procs:
+        for p in nodes + jobs:
             p.stop()
 
 
 def run_two_and_two_backlog(settings, trace: Path, prefix: str) -> list:
     """Replay ``trace`` first, then let two node-stage and two job-stage members (groups
-    ``<prefix>-node-*`` / ``<prefix>-job-*``) read it as a backlog until idle; the job members
+    ``<prefix>-node-*`` / ``<prefix>-job-*``) read it as a backlog to its end; the job members
     (start_members' tuples) are returned for what they held."""
     tag = uuid.uuid4().hex[:6]
+    node_group = f"{prefix}-node-{tag}"
     replay_trace(settings, trace, speed=0, show_progress=False)
-    nodes = start_members(settings, "node", 2, f"{prefix}-node-{tag}", idle_s=6)
+    nodes = start_members(settings, "node", 2, node_group, idle_s=6)
     wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(settings, "job", 2, f"{prefix}-job-{tag}", idle_s=25)
-    finish_members(settings, nodes)
-    finish_members(settings, jobs, together=True)
+    jobs = start_job_members(settings, 2, f"{prefix}-job-{tag}")
+    finish_stages(settings, nodes, node_group, jobs)
     return jobs

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.testbed import foreign
-from bench.testbed.backlog_split import finish_members, start_members
+from bench.testbed.backlog_split import start_members
 from faultlens.diagnosis.engine.core import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
@@ -19,6 +19,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
 from faultlens.events.trace import iter_trace, trace_order, write_trace
 from faultlens.streams.replay import replay_trace
+from tests.diagnosis.live_members import finish_stages, start_job_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.kafka_fixtures import job_records, wait_for_records
 
@@ -65,22 +66,27 @@ def test_split_stages_give_the_offline_answer(own_kafka_settings, reference, nod
     job, path, offline, start, cases = reference.job, reference.path, reference.offline, reference.start, reference.cases
 
     tag = uuid.uuid4().hex[:6]
+    node_group = f"test-node-{tag}"
     replay_trace(kafka_settings, path, speed=0, show_progress=False)
-    nodes = start_members(kafka_settings, "node", node_members, f"test-node-{tag}", idle_s=6)
+    nodes = start_members(kafka_settings, "node", node_members, node_group, idle_s=6)
     # The job stage runs while the node stage works through the backlog, as deployed. It starts
     # once a node-stage member has said its first word: its idle stop counts from its own join,
     # and started before the replay it waited out the replay and the node stage's join with no
     # input, which a busy machine stretches towards its 25 s (issue 47).
     wait_for_records(kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(kafka_settings, "job", job_members, f"test-job-{tag}", idle_s=25)
-    finish_members(kafka_settings, nodes)
-    finish_members(kafka_settings, jobs, together=True)  # see finish_members: one leaving at a time, 3 took 3x as long
+    jobs = start_job_members(kafka_settings, job_members, f"test-job-{tag}")
+    # Each stage stopped once it has read its input to the end, not at its idle stop (live_members).
+    finish_stages(kafka_settings, nodes, node_group, jobs)
 
-    live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)
+    # Every job's diagnoses in one read of the topic (each read waits out its idle end).
+    by_job: dict[str, list[Diagnosis]] = {}
+    for d in job_records(kafka_settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5):
+        by_job.setdefault(d.job, []).append(d)
+    live = by_job.get(job, [])
     assert acting(live) == acting(offline), [(d.fault, d.action, round(d.ts - start), d.detail[:90])
                                                for d in live if d.fault == "job_hang"]
     for case in cases:
-        live = job_records(kafka_settings, "diagnoses", Diagnosis.decode, case.job, idle_s=1.5)
+        live = by_job.get(case.job, [])
         assert acting(live) == acting(reference.case_offline[case.name]), (case.name, [(d.fault, d.action, d.nodes) for d in live])
         culprits = {n for label in case.labels for n in label.get("nodes") or ()}
         assert not {n for d in live if d.action in EVICTING for n in d.nodes} - culprits, case.name

@@ -40,7 +40,7 @@ def test_loss_spike_against_a_robust_baseline():
     for i in range(30):
         found += rule.observe(step(i * 10, "n001", 0, i, loss=2.0 + 0.05 * ((-1) ** i), grad_norm=1.0 + 0.1 * (i % 3)))
     assert found == []
-    # A grad-norm spike stands once the loss answers it (the same step's or the next one's).
+    # A grad-norm spike stands once the next step's loss answers it (where a bad update shows).
     assert rule.observe(step(300, "n001", 0, 30, loss=2.0, grad_norm=7.5)) == []
     [f] = rule.observe(step(310, "n001", 0, 31, loss=2.5, grad_norm=1.1))
     assert f.fault == "loss_spike" and "grad_norm" in f.detail and f.action != "evict"

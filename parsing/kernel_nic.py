@@ -19,7 +19,10 @@ Seen = Callable[[tuple[str, Any]], bool]  # True when the key fired just before 
 _MLX = re.compile(r"(?P<drv>mlx[45]_(?:core|ib)|ib_core|infiniband) (?P<pci>[\w:.]+)(?: (?P<netdev>[\w.\-]+))?: (?P<msg>.*)")
 # Any NIC driver's "<driver> <bus address> <netdev>: ..." (e1000e, ixgbe, i40e, bnxt_en, ice, mlx5_core, ...
 # on PCI; r8152, ax88179, cdc_ether on a USB interface "2-1.1:1.0").
-_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]|\d+-[\d.]+:\d+\.\d+) "
+# On a device-tree machine the address is the platform device's: its unit address and node name
+# ("mtk_soc_eth 15100000.ethernet eth1:", stmmac's "ff540000.ethernet").
+_NETDRV = re.compile(r"(?:^|\] |kernel: )(?P<drv>[a-z][\w\-]*) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]|\d+-[\d.]+:\d+\.\d+"
+                     r"|[0-9a-f]{4,16}\.[a-z][\w\-]*) "
                      r"(?P<netdev>[\w.\-]+): (?P<msg>.*)")
 # The qdisc watchdog: a transmit queue that made no progress (a hung NIC or a dead link partner).
 _NETDEV_WATCHDOG = re.compile(
@@ -33,6 +36,8 @@ _LINK_STATE = re.compile(
 )
 # The carrier a driver reports on its own netdev (netif_info(..., link, ..., "carrier off"): r8152,
 # ax88179, usbnet drivers): the same link state as another driver's "NIC Link is Down".
+# A name before "link is down" that is a PCIe host controller's or port's (dw-pcie, tegra-pcie, pcieport).
+_PCIE_LINK = re.compile(r"pcie|\bpci\b", re.IGNORECASE)
 _CARRIER = re.compile(r"^carrier (?P<state>off|on)\b")
 _PORT_STATE = re.compile(r"[Pp]ort (?P<port>\d+)\b.*?(?:changed state to|state:?|->) ?(?P<state>DOWN|ACTIVE|POLLING|INIT|ARMED)\b")
 _BOND = re.compile(r"(?P<bond>bond\w*): link status (?:definitely )?(?P<state>down|up) for interface (?P<netdev>[\w.\-]+)")
@@ -107,6 +112,8 @@ def _nic_body(body: str, raw: str, mlx: re.Match[str] | None, device: str | None
     if m and device:
         return [_link(raw, device, None, "down" if m.group("state") == "off" else "up")]
     m = _LINK_STATE.search(body)
+    if m and not device and _PCIE_LINK.search(m.group("netdev") or ""):
+        return None  # a PCIe controller's link to its devices ("spacemit-pcie: link is down"), not a network's
     if m and (mlx or m.group("netdev") or device or "NIC Link" in body):
         pm = _PORT_NUM.search(body)
         return [_link(raw, m.group("netdev") or device, int(pm.group(1)) if pm else None, m.group("state"))]

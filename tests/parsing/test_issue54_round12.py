@@ -119,3 +119,54 @@ def test_their_neighbours_keep_their_classes(line: str, fault: str) -> None:
 ])
 def test_their_healthy_look_alikes_stay_quiet(line: str) -> None:
     assert _acting(line, "nccl") == []
+
+
+# --- fresh14: the kernel's clock with its printk caller id ------------------------------------------
+@pytest.mark.parametrize(("line", "message"), [
+    ("[  397.261199][   T11] device-mapper: thin: 253:2: switching pool to out-of-data-space (error IO) mode",
+     "device-mapper: thin: 253:2: switching pool to out-of-data-space (error IO) mode"),
+    ("[  886.706454][T25972] NILFS (loop2): error -4 creating segctord thread", "NILFS (loop2): error -4 creating segctord thread"),
+    ("[    5.100000][    C3] watchdog: BUG: soft lockup - CPU#3 stuck for 23s!", "watchdog: BUG: soft lockup - CPU#3 stuck for 23s!"),
+])
+def test_the_printk_caller_id_goes_with_the_clock(line: str, message: str) -> None:
+    from faultlens.parsing.timestamps import split_timestamp
+
+    assert split_timestamp(line).message == message
+
+
+@pytest.mark.parametrize(("line", "source", "fault"), [
+    ("[  397.261199][   T11] device-mapper: thin: 253:2: switching pool to out-of-data-space (error IO) mode", "kernel", "storage"),
+    ("[  886.706454][T25972] NILFS (loop2): error -4 creating segctord thread", "kernel", "storage"),
+    ("[ 5108.260164] Out of memory and no killable processes...", "kernel", "host_oom"),
+    ("[ 914.460690] SError Interrupt on CPU3, code 0xbf000002 -- SError", "kernel", "kernel"),
+    ("[ 900.000000] PANIC: double fault, error_code: 0x0", "kernel", "kernel"),
+    ("[ 950.947816] pcieport 0000:00:1b.0: DPC: containment event, status:0x1f01 source:0x0000", "kernel", "kernel"),
+    ("[  940.380076] mtk_soc_eth 15100000.ethernet eth1: phy link down 2500base-x/Unknown/Unknown/none/off", "kernel", "nic"),
+    ("11: [rank11]:[E617 15:17:35.519087787 ProcessGroupNCCL.cpp:695] [Rank 11] To avoid data inconsistency, we are taking the entire process down.",
+     "nccl", "nccl_error"),
+    ("2024-02-23 23:00:08.992499: E external/xla/xla/service/gpu/nccl_utils.cc:134: NCCL operation ncclGetUniqueId(&id) failed: "
+     "Unable to load NCCL library. Multi-GPU collectives will not work.", "nccl", "user_code"),
+    ("INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:275: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error",
+     "nccl", "nccl_error"),
+    ("2019-05-09 14:49:11.315396: W tensorflow/core/common_runtime/bfc_allocator.cc:267] Allocator (GPU_0_bfc) ran out of memory trying to "
+     "allocate 2.39GiB.  Current allocation summary follows.", "nccl", "user_code"),
+])
+def test_fresh14_families_by_their_programs_words(line: str, source: str, fault: str) -> None:
+    assert fault in _faults(line, source)
+
+
+@pytest.mark.parametrize(("line", "source"), [
+    # firmware_class's missing optional file: the driver falls back to its defaults
+    ("Dec 20 21:11:39 gentoo kernel: cxgb4 0031:01:00.4: Direct firmware load for cxgb4/t5-config.txt failed with error -2", "kernel"),
+    # a PCIe controller's link, not a network's
+    ("[Tue Jan 20 10:17:48 2026] spacemit-pcie 81000000.pcie: spacemit-pcie: link is down after host_init", "kernel"),
+    # resource assignment at enumeration
+    ("[Tue Jan 20 10:17:47 2026] pci 0000:00:00.0: BAR 0: error updating (0x87ef0000 != 0x80000000)", "kernel"),
+    # the allocator's retry note, no failure
+    ("2019-05-09 14:49:11.315396: W tensorflow/core/common_runtime/bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory trying to "
+     "allocate 2.39GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be performance "
+     "gains if more memory were available.", "nccl"),
+    ("[  940.380076] mtk_soc_eth 15100000.ethernet eth1: phy link up 2500base-x/2.5Gbps/Full/none/rx/tx", "kernel"),
+])
+def test_fresh14_look_alikes_stay_quiet(line: str, source: str) -> None:
+    assert _acting(line, source) == []

@@ -133,7 +133,7 @@ def _evicted(diagnoses: list[dict]) -> set[tuple[str, str]]:
 
 
 @pytest.mark.broker
-@pytest.mark.long(240)
+@pytest.mark.long(190)
 def test_live_through_the_broker_gives_the_verdicts_analyze_gives(live_and_offline):
     live, off = live_and_offline
     assert _without_silence(off), "the offline run found nothing: the comparison would say nothing"
@@ -142,7 +142,7 @@ def test_live_through_the_broker_gives_the_verdicts_analyze_gives(live_and_offli
 
 
 @pytest.mark.broker
-@pytest.mark.long(240)
+@pytest.mark.long(190)
 @pytest.mark.xfail(strict=True, reason=(
     "silence differs live: every job whose stream ended gets a telemetry_lost alert once --grace of wall "
     "time passes, and replayed at 40x real time node_silent alerts name nodes of healthy stretches (their "
@@ -154,7 +154,7 @@ def test_live_and_analyze_agree_on_silence_too(live_and_offline):
 
 
 @pytest.mark.broker
-@pytest.mark.long(240)
+@pytest.mark.long(120)
 @pytest.mark.xfail(strict=True, reason=(
     "three `faultlens diagnose --group G` (stage all) each read a third of the telemetry partitions: none "
     "sees the 8 machines of the switch wave, so the wave alert is lost and a member evicts a healthy "

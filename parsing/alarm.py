@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from faultlens.parsing.line import any_of
+from faultlens.parsing.timestamps import KMSG_HEADER
 
 # "error" and "exception" anywhere (UnicodeDecodeError); the rest as words ("default" is no fault).
 # No leading \w* in the pattern: it made every word start a backtracking scan (3x the parse time).
@@ -16,9 +17,8 @@ _ALARM = re.compile(
     r"unrecoverable|hung|stuck|lost|refused|down|offline|not responding|bug|oops|can.t recover|unable to)\b",
     re.IGNORECASE,
 )
-# Kernel priority of a line when its format carries one: /dev/kmsg "3,123,456,-;", dmesg -x
-# "kern  :err   :", printk's "<3>".
-_KMSG_PRIO = re.compile(r"^(\d{1,3}),\d+,\d+,[^;]{0,16};")
+# Kernel priority of a line when its format carries one: /dev/kmsg "3,123,456,-;" (or "3,123,456;",
+# no flags: parsing.timestamps.KMSG_HEADER), dmesg -x "kern  :err   :", printk's "<3>".
 _DMESG_X = re.compile(r"^\w+\s*:(emerg|alert|crit|err|warn|notice|info|debug)\s*:")
 _ANGLE = re.compile(r"^<(\d)>")
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
@@ -30,7 +30,7 @@ def kernel_priority(raw: str) -> int | None:
     """The syslog level (0 emerg .. 7 debug) the line's own format states, or None."""
     first = raw[:1]
     if first.isdigit():
-        m = _KMSG_PRIO.match(raw)
+        m = KMSG_HEADER.match(raw)
         return int(m.group(1)) & 7 if m else None
     if first == "<":
         m = _ANGLE.match(raw)

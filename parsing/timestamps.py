@@ -27,7 +27,12 @@ from typing import NamedTuple
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
-_KMSG = re.compile(r"(\d{1,2}),(\d+),(\d+),[^;]{0,16};")
+# A /dev/kmsg record's header (Documentation/ABI/testing/dev-kmsg): "prefix,seq,usec,flags[,more];".
+# prefix is facility * 8 + level (so up to 191, the level its low three bits); the flags field ("-",
+# "c", "+") and what follows it ("caller=T1") are left out by some readers and relays
+# ("6,902,101;message"), so they are optional: without them the level went unread and an info
+# record was judged by its words. parsing.alarm reads the level off the same header.
+KMSG_HEADER = re.compile(r"(\d{1,3}),(\d+),(\d+)(?:,[^;]{0,16})?;")
 # The kernel's clock, and after it the printk caller id a CONFIG_PRINTK_CALLER kernel adds (kernel/printk/printk.c
 # info_print_prefix: "[T<pid>]" for a task, "[C<cpu>]" outside one, padded to six: "[  397.26][   T11] ...").
 _MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\](?:\[\s*[TC]\d{1,7}\])?\s?")
@@ -179,7 +184,7 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         # the kernel's own clock and driver tag follow
         return Stamped(None, float(m.group(1)), line[m.end():])
     if first.isdigit():
-        m = _KMSG.match(line)
+        m = KMSG_HEADER.match(line)
         if m:
             return Stamped(None, int(m.group(3)) / 1e6, line[m.end():])
         m = _ISO.match(line)

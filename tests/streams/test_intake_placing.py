@@ -60,11 +60,14 @@ def test_each_record_is_placed_where_moved_places_it():
         for m, e in events:
             at = reference.moved(e["job"], e["node"], e["ts"], broker_time(m.timestamp), now)
             expected.append((m.offset, e["ts"], None, None) if at is None else (m.offset, at.ts, at.skew_s, at.clamped))
-    # The wall clock of each placing differs by the test's run time: a future stamp's place and skew with it.
-    assert len(placed) == len(expected)
+    # A stamp from the future is measured against the wall clock of its placing, which differs by
+    # however long the test took between the two: its skew is compared loosely, every other place exactly.
     for (o, ts, skew, clamped), (o2, ts2, skew2, clamped2) in zip(placed, expected, strict=True):
         assert (o, clamped, skew is None) == (o2, clamped2, skew2 is None)
-        assert abs(ts - ts2) < 5.0 and (skew is None or abs(skew - skew2) < 5.0), (o, ts, skew, ts2, skew2)
+        if clamped == "future":
+            assert ts == ts2 and abs(skew - skew2) < 120.0, (o, skew, skew2)
+        else:
+            assert (ts, skew) == (ts2, skew2), o
     moved = {c for _, _, s, c in placed if s is not None}
     assert moved == {"future", None}  # both kinds of move happened: n3 corrected, the stamps clamped
     assert sum(1 for _, _, s, c in placed if c == "future") == 8

@@ -52,8 +52,12 @@ def nan_text(msg: str) -> bool:
     low = msg.lower()
     if "nan" in low and _NAN_LOGGED.search(msg):
         return True
-    return bool(("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low)
-                and "overflow" not in low and (_NAN.search(msg) or _NAN_BARE.search(msg)))
+    if not (("nan" in low or "non-finite" in low or "inf" in low and _NAN_OR_INF.search(low)) and _NAN_CONTEXT.search(low)):
+        return False
+    # An fp16 scaler's overflow note names inf / nan gradients it skips, no loss: only what the line
+    # says before it counts (a progress bar's "loss=nan" the note was glued after, issue 54 round 13).
+    head = msg[:low.index("overflow")] if "overflow" in low else msg
+    return bool(_NAN.search(head) or _NAN_BARE.search(head))
 
 
 def step_of(msg: str) -> int | None:

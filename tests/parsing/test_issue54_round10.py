@@ -155,7 +155,8 @@ def test_an_info_line_naming_a_device_runtime_error_is_recorded() -> None:
 @pytest.mark.parametrize(("line", "fault"), [
     # amdgpu_ras.c / amdgpu_umc.c, dev_info: the GPU's memory controller
     ("[12345.678] amdgpu 0000:03:00.0: amdgpu: 1 uncorrectable hardware errors detected in umc block", "gpu_memory"),
-    ("6,902,101;amdgpu 0000:c3:00.0: amdgpu: socket: 0, die: 1, 3 new uncorrectable hardware errors detected in UMC block", "gpu_memory"),
+    # a kmsg record at info (header "level,seq,usec;"), 5123 s after boot: not a boot-time line
+    ("6,902,5123456789;amdgpu 0000:c3:00.0: amdgpu: socket: 0, die: 1, 3 new uncorrectable hardware errors detected in UMC block", "gpu_memory"),
 ])
 def test_amdgpu_uncorrectable_memory_errors_are_the_gpus_memory(line: str, fault: str) -> None:
     got = _acting(line)
@@ -167,7 +168,7 @@ def test_amdgpu_uncorrectable_memory_errors_are_the_gpus_memory(line: str, fault
     "[12345.678] amdgpu 0000:c3:00.0: amdgpu: no uncorrectable hardware errors detected in umc block",
     "[12345.678] amdgpu 0000:03:00.0: amdgpu: 2 correctable hardware errors detected in umc block",
     # another block's count at its own level, info: recorded
-    "6,902,101;amdgpu 0000:c3:00.0: amdgpu: 3 uncorrectable hardware errors detected in gfx block",
+    "6,902,5123456789;amdgpu 0000:c3:00.0: amdgpu: 3 uncorrectable hardware errors detected in gfx block",
 ])
 def test_amdgpu_ras_counts_of_none_or_corrected_stay_quiet(line: str) -> None:
     assert _acting(line) == []

@@ -106,3 +106,70 @@ def test_lines_that_cried_wolf_are_recorded(line: str) -> None:
 ])
 def test_their_neighbours_still_act(line: str, fault: str) -> None:
     assert fault in _faults(line)
+
+
+# --- misses, by each program's own format, beside their look-alikes ---------------------------------
+@pytest.mark.parametrize(("line", "source", "fault"), [
+    # the GPU off the bus when woken (pci.c), only for a GPU driver's device
+    ("kernel: nvidia 0000:01:00.0: can't change power state from D3cold to D0 (config space inaccessible)", "kernel", "gpu_lost"),
+    # GSP: never booted, the reset wording the driver also uses, NV_ERR_RESET_REQUIRED printed bare
+    ("[  +0.000001] NVRM: kgspInitRm_IMPL: Max GSP-RM boot attempts exceeded: 4/4", "kernel", "gpu_lost"),
+    ("kernel: NVRM: kgspWaitForGfwBootOk_TU102: (the GPU may be in a bad state and may need to be reset)", "kernel", "gpu_reset_required"),
+    ("NVRM: gpuPowerManagementResume: GSP boot failed at resume (bootMode 0x1): 0x62", "kernel", "gpu_reset_required"),
+    # nvgpu (Tegra) names the context that took an MMU fault, Xid 31's class
+    ("[  500.10] nvgpu: 17000000.gpu       nvgpu_tsg_set_ctx_mmu_error:1069 [ERR]  TSG 8 generated a mmu fault", "kernel", "app_fault"),
+    # Hyper-V's disk failing a read or write
+    ("[  249.512760] hv_storvsc fd1d2cbd-ce7c-535c-966b-eb5f811c95f0: tag#683 cmd 0x28 status: scsi 0x2 srb 0x4 hv STATUS_UNSUCCESSFUL", "kernel", "storage"),
+    ("[  500.10] hv_storvsc fd1d2cbd-ce7c-535c-966b-eb5f811c95f0: tag#12 cmd 0x2a status: scsi 0x2 srb 0x4 hv 0xc0000001", "kernel", "storage"),
+    # btrfs read-only at info, md degraded, NVMe multipath waiting, Ceph's blocked requests
+    ("Feb 22 21:35:56 Tower7 kernel: BTRFS info (device sdb state E): forced readonly", "kernel", "storage"),
+    ("[1158185.744188] md/raid:md1: Operation continuing on 11 devices.", "kernel", "storage"),
+    ("[  500.10] md/raid1:md127: Operation continuing on 1 devices.", "kernel", "storage"),
+    ("[  683.652086] block nvme0n1: no usable path - requeuing I/O", "kernel", "storage"),
+    ("Nov 03 08:25:09 cephadm2 ceph-mds[3133]: log_channel(cluster) log [WRN] : 1 slow requests, 1 included below; oldest blocked for > 31.627241 secs", "kernel", "storage"),
+    # the page allocator and the kernel's own checks
+    ("[54273.996578] apache2: page allocation failure: order:0, mode:0x90c00(GFP_NOIO|__GFP_NORETRY|__GFP_NOMEMALLOC), nodemask=(null),cpuset=/,mems_allowed=0", "kernel", "host_oom"),
+    ("[12537.059309] WARNING: possible circular locking dependency detected", "kernel", "kernel"),
+    ("[  409.680668] WARNING: possible recursive locking detected", "kernel", "kernel"),
+    ("[ 1048.771904] WARNING: CPU: 5 PID: 25997 at fs/dcache.c:1651", "kernel", "kernel"),
+    ("[31033.887797] CacheFiles: Assertion failed", "kernel", "kernel"),
+    ("[  552.905799] XFS: Assertion failed: !current->journal_info, file: fs/xfs/xfs_trans.h, line: 280", "kernel", "kernel"),
+    # CockroachDB's clock-offset check, both generations
+    ("clock synchronization error: this node is more than 500ms away from at least half of the known nodes", "nccl", "clock_skew"),
+    ("F170708 00:01:58.440256 26 server/server.go:162  [n?] fewer than half the known nodes are within the maximum offset of 500ms (0 of 1)", "nccl", "clock_skew"),
+    # the job's own command and configuration
+    ("slurmstepd: error: execve(): /gpfs/home1/gsavchenko/bench_2/cloud_noise/./run.sh: No such file or directory", "nccl", "user_code"),
+    ("RuntimeError: The server socket has failed to listen on any local network address. port: 4321, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", "nccl", "user_code"),
+    ("OSError: /home/u/ckpt_100000 does not appear to have a file named config.json. Checkout 'https://huggingface.co//home/u/ckpt_100000/tree/None' for available files.", "nccl", "user_code"),
+    # a progress bar's NaN loss with the fp16 scaler's note glued after it
+    ("[Epoch 0 / Train]:   0%|          | 2/8614 [00:00<1:00:07,  2.39it/s, loss=nan, lr=2.5e-05][deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2147483648.0, reducing to 1073741824.0", "nccl", "nan_loss"),
+])
+def test_round13_misses_are_read(line: str, source: str, fault: str) -> None:
+    assert fault in _faults(line, source)
+
+
+@pytest.mark.parametrize(("line", "source"), [
+    # a GPU card's sound function is not the GPU
+    ("[  500.10] snd_hda_intel 0000:01:00.1: can't change power state from D3cold to D0 (config space inaccessible)", "kernel"),
+    # smartd's ATA pass-through the virtual disk does not implement
+    ("[  500.10] hv_storvsc fd1d2cbd-ce7c-535c-966b-eb5f811c95f0: tag#0 cmd 0x85 status: scsi 0x2 srb 0x4 hv 0xc0000001", "kernel"),
+    ("[  500.10] BTRFS info (device sdb1): disk space caching is enabled", "kernel"),
+    ("[  500.10] md/raid:md0: raid level 5 active with 4 out of 4 devices, algorithm 2", "kernel"),
+    ("[  500.10] Lock dependency validator: Copyright (c) 2006 Red Hat, Inc., Ingo Molnar", "kernel"),
+    ("[  500.10] ceph-osd[1]: log_channel(cluster) log [INF] : 3.1f scrub ok", "kernel"),
+    ("I230807 23:34:17.522098 520 1@server/server.go:246 [n4] clock offset: 1.2ms", "nccl"),
+    # the scaler's note alone, and after a finite loss
+    ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768", "nccl"),
+    ("  0%|  | 2/8614 [00:00<1:00:07,  2.39it/s, loss=1.234, lr=2.5e-05][deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2147483648.0, reducing to 1073741824.0", "nccl"),
+])
+def test_round13_look_alikes_stay_quiet(line: str, source: str) -> None:
+    assert _acting(line, source) == []
+
+
+def test_a_file_systems_warning_stays_storage_and_the_vfs_core_is_the_kernels() -> None:
+    assert _faults("[  500.10] WARNING: CPU: 5 PID: 25997 at fs/ext4/inode.c:3901 ext4_set_page_dirty+0x44/0x60") == {"storage"}
+    assert _faults("[  500.10] WARNING: CPU: 5 PID: 25997 at fs/namei.c:1651 walk_component+0x1/0x2") == {"kernel"}
+
+
+def test_a_gsp_boot_failure_with_another_status_is_not_reset_required() -> None:
+    assert "gpu_reset_required" not in _faults("NVRM: gpuPowerManagementResume: GSP boot failed at resume (bootMode 0x1): 0x65")

@@ -24,6 +24,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Mapping, TypeGuard
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.nic import FABRIC_ENTITY
 from faultlens.events.envelope import Envelope, InvalidEvent
 
 WINDOW_S = 300.0
@@ -94,6 +95,8 @@ class _Port:
     down_since: float | None = None
     down_evidence: list[str] = field(default_factory=list)
     down_reported: bool = False
+    # An outage counted by the state alone, whose counter increment is still to come (_outages).
+    pending: bool = False
     errors: deque = field(default_factory=deque)  # (ts, {counter: increments}, event id)
     bursts: deque = field(default_factory=deque)  # (ts, event id, text)
     last_burst: float = float("-inf")
@@ -173,6 +176,26 @@ class NetCounterRule:
         return not any(any(map(d.get, watched)) for d in deltas)  # a zero or a null is no count
 
     # --- link state -------------------------------------------------------------------------
+    @staticmethod
+    def _outages(port: _Port, state: Any, counted: int) -> int:
+        """The outages of ``port`` this sample shows, each counted once whoever sees it: the port
+        leaving ACTIVE, and the link-down counter's increments, are two views of one outage.
+
+        The counter and the state are read apart, so the increment of an outage whose DOWN the
+        last sample already showed can come a sample late (an 18 s flap read by two 10 s samples:
+        DOWN +0, then DOWN +1): that increment is the outage already counted, up to the first
+        sample that finds the port ACTIVE again; any more than one is a new flap."""
+        pending, port.pending = port.pending, False
+        if port.state == "ACTIVE":
+            if state == "ACTIVE":
+                return counted  # down and up again between two reads
+            port.pending = not counted
+            return counted or 1
+        if port.was_active:  # already in an outage (or gone), counted when it began
+            port.pending = pending and not counted and state != "ACTIVE"
+            return max(counted - pending, 0)
+        return counted  # first seen: only a port seen ACTIVE counts (the caller's check)
+
     def _link(self, event: Envelope, node: _Node, port: _Port, p: Mapping[str, Any], name: str) -> list[Finding]:
         state = p.get("state")
         deltas = p.get("deltas")
@@ -180,23 +203,27 @@ class NetCounterRule:
             counted = 0  # no link-down counted (zeros or nulls)
         else:
             counted = max((delta(p, c) or 0 for c in LINK_DOWN_COUNTERS), default=0)
-        left_active = port.state == "ACTIVE" and state != "ACTIVE"
-        downs = counted or (1 if left_active else 0)
+        downs = self._outages(port, state, counted)
         if state == "ACTIVE":
             port.was_active = True
         port.state = state
         out: list[Finding] = []
         if downs and port.was_active:
-            what = f"{name} link down" + (f" (link_downed +{counted})" if counted else f" (state {state or 'gone'})")
+            netdev = p.get("netdev")  # the name the kernel's lines give the port (ibp193s0)
+            what = f"{name}" + (f" ({netdev})" if isinstance(netdev, str) and netdev else "") + " link down" + (f" (link_downed +{counted})" if counted else f" (state {state or 'gone'})")
             for _ in range(min(downs, 8)):
                 node.flaps.append((event.ts, event.id, what))
             while node.flaps and event.ts - node.flaps[0][0] > self.window_s:
                 node.flaps.popleft()
             if len(node.flaps) >= self.alerts:
                 where = ", ".join(sorted({t for _, _, t in node.flaps}))
+                # The entity of the kernel rule's verdict (rules/nic.py): both count the node's fabric
+                # link-downs, so the flaps of one port, logged by mlx5 and counted by the port, fold
+                # into one diagnosis (dedup keys by entity); ``rule`` still says which rule it is.
                 out.append(Finding(
                     job=event.job, ts=event.ts, onset=node.flaps[0][0], fault="nic", action="evict",
-                    nodes=(event.node,), entity="net:flap", evidence=tuple(dict.fromkeys(i for _, i, _ in node.flaps))[-16:],
+                    nodes=(event.node,), entity=FABRIC_ENTITY, rule="net",
+                    evidence=tuple(dict.fromkeys(i for _, i, _ in node.flaps))[-16:],
                     detail=f"{len(node.flaps)} link-down events in {self.window_s:.0f}s on the RDMA fabric "
                            f"(port counters): {where}"))
         if state == "ACTIVE" or not port.was_active:

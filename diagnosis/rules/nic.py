@@ -30,6 +30,9 @@ DEBOUNCE_S = 30.0
 FABRIC_DRIVERS = ("mlx4_", "mlx5_", "ib_", "infiniband", "bnxt_re", "irdma", "efa", "rdma")
 # Device names of the fabric when the line names no driver: ib0, ibp12s0, mlx5_3, roce0, rdma1.
 FABRIC_DEVICES = r"^(?:ib\d|ibp|mlx\d_|roce|rdma)"
+# The entity of the verdict on a node's training-fabric NIC: the port counters' flap eviction
+# (rules/net_counters.py) takes it too, so one port's flaps, logged and counted, are one diagnosis.
+FABRIC_ENTITY = "nic"
 
 
 class NicRule:
@@ -83,7 +86,7 @@ class NicRule:
             action, what = "alert", f"{len(q)} alerts in {self.window_s:.0f}s on {where}, not a training-fabric NIC (no eviction)"
         return [Finding(
             job=event.job, ts=event.ts, onset=q[0][0], fault="nic", action=action, nodes=(event.node,),
-            entity="nic" if fabric else "nic:other", evidence=tuple(i for _, i, _ in q)[-16:],
+            entity=FABRIC_ENTITY if fabric else "nic:other", evidence=tuple(i for _, i, _ in q)[-16:],
             detail=f"{what}: {line_of(event)}",
         )]
 

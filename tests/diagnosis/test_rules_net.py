@@ -57,6 +57,55 @@ def test_one_flap_is_tolerated_two_evict():
     assert found[0].onset == T0 + 100 and len(found[0].evidence) == 2
 
 
+
+def _flaps(rule, samples):
+    """Feed ``(t, state, link_downed)`` readings of port mlx5_0 (mlx5_1 healthy) to ``rule``."""
+    found = []
+    for t, state, downed in samples:
+        found += rule.observe(net(t, ports=[port("mlx5_0", state=state, traffic=0 if state != "ACTIVE" else 12 * GBps,
+                                                  link_downed=downed), port("mlx5_1")]))
+    return found
+
+
+@pytest.mark.parametrize("readings", [
+    [("DOWN", 0), ("DOWN", 1), ("ACTIVE", 0)],    # the counter a sample behind the state (an 18 s flap)
+    [("DOWN", 0), ("ACTIVE", 1)],                  # ... caught up when the port is back
+    [("DOWN", 1), ("DOWN", 0), ("ACTIVE", 0)],    # both at once
+    [("DOWN", None), ("DOWN", None), ("ACTIVE", None)],  # no counter: the state alone
+])
+def test_one_outage_counts_once_however_many_samples_see_it(readings):
+    rule = NetCounterRule()
+    found = _flaps(rule, [(0, "ACTIVE", 0)] + [(10 * (i + 1), s, d) for i, (s, d) in enumerate(readings)])
+    assert found == []
+    # ... and still counts: a second flap (down and up between two reads) is the eviction.
+    [f] = _flaps(rule, [(100, "ACTIVE", 0), (110, "ACTIVE", 1)])
+    assert (f.action, f.entity, f.rule_id) == ("evict", "nic", "net")
+    assert "2 link-down events" in f.detail and "mlx5_0/1 (ib0)" in f.detail
+
+
+def test_a_late_increment_past_the_outage_is_a_new_flap():
+    # The credit of an outage the state counted lasts to the first sample that finds the port ACTIVE
+    # again: an increment after that is another flap, and two in 300 s evict.
+    rule = NetCounterRule()
+    [f] = _flaps(rule, [(0, "ACTIVE", 0), (10, "DOWN", 0), (20, "ACTIVE", 0), (30, "ACTIVE", 1)])
+    assert f.action == "evict" and f.onset == T0 + 10
+
+
+def test_two_increments_while_down_are_a_second_flap():
+    rule = NetCounterRule()
+    [f] = _flaps(rule, [(0, "ACTIVE", 0), (10, "DOWN", 0), (20, "DOWN", 2)])
+    assert f.action == "evict" and "2 link-down events" in f.detail
+
+
+def test_a_vanished_port_that_comes_back_counted_is_one_outage():
+    rule = NetCounterRule()
+    gone = {"device": "mlx5_0", "port": 1, "link_layer": None, "state": None, "phys_state": None, "rate_gbps": None,
+            "netdev": None, "rates": {"rx_bytes": None}, "deltas": {"rx_bytes": None, "link_downed": None}}
+    found = rule.observe(net(0))
+    found += rule.observe(net(10, ports=[gone]))
+    found += rule.observe(net(20, ports=[port(link_downed=1)]))
+    assert found == []
+
 def test_flaps_far_apart_are_not_a_fault():
     rule = NetCounterRule()
     found = rule.observe(net(0, ports=[port(link_downed=1)]))
@@ -223,6 +272,25 @@ def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
     assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
     assert not [d for d in diags if d.action not in ("none",) and d.fault != "nic"]
 
+
+
+def test_one_port_logged_and_counted_is_one_nic_diagnosis():
+    # mlx5 logs the flaps of ib0 (the netdev of mlx5_0/1) and the port counters count them: both rules
+    # evict n3, and the two are one verdict (one entity, as dedup folds), not one per rule.
+    topo = Topology.grid(NODES, 2, 2, 2, 2).to_event(JOB, T0)
+    events = [topo]
+    for t in range(0, 300, 5):
+        for e in fleet(t):
+            if e.node == "n3" and t in (100, 170):
+                events.append(Envelope(ts=T0 + t - 1, job=JOB, node="n3", source="kernel", kind="link_down",
+                                       id=f"k{t}", data={"device": "ib0", "port": None, "state": "down",
+                                                         "driver": "mlx5_core", "fault": "nic", "action": "evict",
+                                                         "line": "mlx5_core 0000:c1:00.0 ib0: Link down"}))
+                e = net(t, "n3", [port("mlx5_0", link_downed=1), port("mlx5_1")])
+            events.append(e)
+    diags = analyze(events, Engine())
+    nic = [d for d in diags if d.fault == "nic" and d.action != "none"]
+    assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
 
 @pytest.mark.parametrize("data, field", [
     ({"interval_s": 5.0, "ports": "mlx5_0"}, "data.ports"),

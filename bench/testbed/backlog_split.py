@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,22 +141,29 @@ def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0, *
 
 def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, node_members: int = 2,
                 job_members: int = 2, grace_s: float = 5.0, after_end_s: float = 50.0,
-                timeout_s: float = 600.0, wall_rate: float = 1.0) -> list[Outcome]:
+                timeout_s: float = 600.0, wall_rate: float = 1.0,
+                finish_nodes: Callable[[KafkaSettings, list, str], None] | None = None) -> list[Outcome]:
     """Every case as one backlog through split stages; the job stage stays up ``after_end_s`` of
     wall time past its last record, its wall clock moving quiet jobs after ``grace_s``, by
-    ``wall_rate`` event seconds a wall second (EngineConfig.wall_rate)."""
+    ``wall_rate`` event seconds a wall second (EngineConfig.wall_rate). ``finish_nodes(settings,
+    members, group)`` ends the node stage (default: finish_members, at its 6 s idle stop; the
+    tests stop it once its group committed the telemetry to the end)."""
     path = tmp / f"backlog-{uuid.uuid4().hex[:6]}.parquet"
     write_trace(path, sorted((e for c in all_cases for e in c.events), key=trace_order))
     tag = uuid.uuid4().hex[:6]
     config = EngineConfig(grace_s=grace_s, wall_rate=wall_rate)
     replay_trace(settings, path, speed=0, show_progress=False)
-    nodes = start_members(settings, "node", node_members, f"silence-node-{tag}", 6.0, config)
+    node_group = f"silence-node-{tag}"
+    nodes = start_members(settings, "node", node_members, node_group, 6.0, config)
     # The job stage starts once a node-stage member has said its first word: its idle stop counts
     # from its own join, and started before the replay it waited out the replay and the node
     # stage's join with no input, which a busy (or starved) machine stretches (issue 47).
     wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
     jobs = start_members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
-    finish_members(settings, nodes, timeout_s)
+    if finish_nodes is None:
+        finish_members(settings, nodes, timeout_s)
+    else:
+        finish_nodes(settings, nodes, node_group)
     finish_members(settings, jobs, timeout_s, together=True)
     live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)
     by_job: dict[str, dict[str, Diagnosis]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.testbed.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
+from tests.diagnosis.live_members import finish_node_members
 
 pytestmark = pytest.mark.broker
 
@@ -17,5 +18,6 @@ def test_three_and_three_members_read_a_backlog_and_evict_no_healthy_machine(own
     # 2.5 event seconds a wall second after the 5 s grace: ~37 event seconds judged past every
     # stream's end, as 40 wall seconds at the wall clock's own pace did, in half the wait (issue 47).
     outcomes = run_backlog(own_kafka_settings, cases(range(2, 3), TEST_SHAPES), tmp_path, node_members=3,
-                           job_members=3, after_end_s=20.0, wall_rate=2.5)
+                           job_members=3, after_end_s=20.0, wall_rate=2.5,
+                           finish_nodes=finish_node_members)
     assert_as_offline(outcomes)

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from bench.testbed.backlog_split import TEST_SHAPES, assert_as_offline, cases, run_backlog
+from tests.diagnosis.live_members import finish_node_members
 
 # Gated until the fourth session (bench/results_silence.md, "Starved members, fourth session"): three
 # causes of healthy evictions under starvation found and fixed (an idle stop after one slow loop,
@@ -38,7 +39,8 @@ def test_members_starved_of_cpu_read_a_backlog_and_evict_no_healthy_machine(own_
         # The job stage stays up 20 wall seconds past its last record, its wall clock moving quiet jobs
         # 2.5 event seconds a wall second after the 5 s grace: ~37 event seconds judged past every
         # stream's end, as 40 wall seconds at the wall clock's own pace did, in half the wait (issue 47).
-        outcomes = run_backlog(own_kafka_settings, all_cases, tmp_path, after_end_s=20.0, wall_rate=2.5)
+        outcomes = run_backlog(own_kafka_settings, all_cases, tmp_path, after_end_s=20.0, wall_rate=2.5,
+                               finish_nodes=finish_node_members)
     finally:
         stop.set()
     assert_as_offline(outcomes)

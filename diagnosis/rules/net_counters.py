@@ -5,7 +5,8 @@ every one (``link_downed``, ``link_down_events_phy`` on RoCE, or the port state 
 ``ACTIVE``), and the errors a dying cable makes long before the link drops.
 
 * Flaps: one is tolerated (docs/design.md §3); the second link-down of the node's fabric ports within
-  ``window_s`` is the finding, ``evict``.
+  ``window_s`` is the finding, ``evict``, under the kernel rule's entity (one verdict per machine
+  whichever sees the flaps). An outage counts once, however many samples see it (:meth:`_outages`).
 * A port that was ``ACTIVE`` and stays down (or vanishes) for ``down_s`` is a dead rail: ``evict``.
   A port never seen ``ACTIVE`` since the agent started (an unused port, no cable) says nothing.
 * Error bursts: per port, the physical-layer error counters summed over ``burst_window_s``

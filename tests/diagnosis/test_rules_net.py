@@ -259,12 +259,23 @@ def test_congestion_is_named_in_a_fail_slow_verdict():
     assert calm.detail == "slow"
 
 
-def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
+def _link_down_line(t: float, node: str) -> Envelope:
+    """mlx5's kernel line of a flap of ib0 (the netdev of mlx5_0/1), a second before the sample counts it."""
+    return Envelope(ts=T0 + t - 1, job=JOB, node=node, source="kernel", kind="link_down", id=f"k{node}{t}",
+                    data={"device": "ib0", "port": None, "state": "down", "driver": "mlx5_core", "fault": "nic",
+                          "action": "evict", "line": "mlx5_core 0000:c1:00.0 ib0: Link down"})
+
+
+@pytest.mark.parametrize("logged", [False, True])
+def test_engine_turns_counter_flaps_into_one_nic_diagnosis(logged):
+    # Logged too: the kernel rule and the port counters both evict n3, and the two are one verdict (they
+    # share the entity dedup folds by), not one per rule.
     topo = Topology.grid(NODES, 2, 2, 2, 2).to_event(JOB, T0)
     events = [topo]
     for t in range(0, 300, 5):
         for e in fleet(t):
             if e.node == "n3" and t in (100, 170):
+                events += [_link_down_line(t, "n3")] if logged else []
                 e = net(t, "n3", [port("mlx5_0", link_downed=1), port("mlx5_1")])
             events.append(e)
     diags = analyze(events, Engine())
@@ -272,25 +283,6 @@ def test_engine_turns_counter_flaps_into_one_nic_diagnosis():
     assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
     assert not [d for d in diags if d.action not in ("none",) and d.fault != "nic"]
 
-
-
-def test_one_port_logged_and_counted_is_one_nic_diagnosis():
-    # mlx5 logs the flaps of ib0 (the netdev of mlx5_0/1) and the port counters count them: both rules
-    # evict n3, and the two are one verdict (one entity, as dedup folds), not one per rule.
-    topo = Topology.grid(NODES, 2, 2, 2, 2).to_event(JOB, T0)
-    events = [topo]
-    for t in range(0, 300, 5):
-        for e in fleet(t):
-            if e.node == "n3" and t in (100, 170):
-                events.append(Envelope(ts=T0 + t - 1, job=JOB, node="n3", source="kernel", kind="link_down",
-                                       id=f"k{t}", data={"device": "ib0", "port": None, "state": "down",
-                                                         "driver": "mlx5_core", "fault": "nic", "action": "evict",
-                                                         "line": "mlx5_core 0000:c1:00.0 ib0: Link down"}))
-                e = net(t, "n3", [port("mlx5_0", link_downed=1), port("mlx5_1")])
-            events.append(e)
-    diags = analyze(events, Engine())
-    nic = [d for d in diags if d.fault == "nic" and d.action != "none"]
-    assert [(d.action, d.nodes) for d in nic] == [("evict", ("n3",))]
 
 @pytest.mark.parametrize("data, field", [
     ({"interval_s": 5.0, "ports": "mlx5_0"}, "data.ports"),

@@ -6,6 +6,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import threading
 
 from faultlens.diagnosis.edge.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from faultlens.diagnosis.edge.node_consumer import NODE_GROUP
@@ -15,8 +17,11 @@ from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams import metrics
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.connect import connected
+from faultlens.streams.lease import Lease
 
 log = logging.getLogger(__name__)
+
+JOIN_S = 10.0
 
 HELP = "run the diagnosis consumer: telemetry → diagnoses (one stage, or both in one process)"
 DESCRIPTION = """\
@@ -25,7 +30,13 @@ partition and topic (a backlog after an outage gives what `faultlens analyze` gi
 events), with the compacted `jobs` topic read in full by every member.
 
   --stage all   telemetry → diagnoses, both stages in one process (group faultlens-diagnose).
-                One member: a second member of the group would see only some nodes of each job.
+                One ACTIVE member per group: a member that read only some telemetry partitions
+                would judge a job from some of its machines (a wave unseen, an eviction on one
+                flap). Further replicas of the group are hot standbys: they hold the topic
+                `<group>.lease` (one partition, its own consumer group) or wait for it, read
+                nothing meanwhile, and the one the broker hands it to takes over when the active
+                member exits or dies (within the Kafka session timeout). To scale out, run the
+                node and job stages below as groups of their own (docs/deploying.md).
   --stage node  telemetry (keyed by node) → `summaries` (keyed by job): log parsing, node rules,
                 feature windows, and the events the job stage reads. Scale by adding members
                 (group faultlens-diagnose-node) and telemetry partitions.
@@ -45,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"consumer group (default {GROUP}, {NODE_GROUP} or {JOB_GROUP} by stage; "
                              "env FAULTLENS_DIAGNOSE_GROUP)")
     parser.add_argument("--idle-stop", type=float, default=None,
-                        help="exit after this many seconds without input (replays, tests)")
+                        help="exit after this many seconds without input (replays, tests); a stage-all "
+                             "standby exits after this long without the lease")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
     add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
@@ -55,27 +67,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = engine_config(args)
     wanted = [*TELEMETRY_TOPICS, topics.JOBS, topics.SUMMARIES, DIAGNOSES_TOPIC, topics.DEAD_LETTER]
-    with connected(args, wanted) as settings:
-        try:
-            runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
-        except TopicLayoutError as exc:
-            log.error("%s", exc)
-            return 2
-        metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
-        metrics.serve(args.metrics_port)
-        stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
-        # Pending decisions (an open NCCL incident, final counts, open windows) go out before we leave.
-        final = handler.flush()
-        if final:
-            _send(settings, final)
-        # late: samples too far behind their job's time (counted, not judged); late_faults: fault
-        # reports diagnosed although late; clock_skew: events whose sender's clock was off.
-        engine = getattr(handler, "engine", None)
-        counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **(engine.stats if engine else {})}
-        print(json.dumps({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
-                          "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
-                          "oversized": stats.oversized, "skewed": stats.skewed,
-                          "forced_early": runner.merge.forced if runner.merge else 0, **counts}), flush=True)
+    # SIGTERM/SIGINT before the runner's own handlers (standing by, priming): a clean stop, with
+    # the lease handed on at once, not death by the default handler.
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with connected(args, wanted) as settings:
+            lease = None
+            if args.stage == "all":
+                # One active member per stage-all group (streams/lease.py); the others wait, reading nothing.
+                lease = Lease(settings, args.group or GROUP)
+                if not _await_lease(lease, args.idle_stop, stop):
+                    lease.release()
+                    print(json.dumps({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0}), flush=True)
+                    return 0
+            try:
+                return _run_pipeline(args, settings, config, lease, stop)
+            finally:
+                if lease is not None:
+                    lease.release()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
+    """Stand by until this member holds the lease; False once ``stop`` is set or after ``wait_s``."""
+    # The first join settles within a few seconds (the broker waits a moment for more members).
+    first = JOIN_S if wait_s is None else min(JOIN_S, wait_s)
+    held = lease.acquire(first, stop)
+    if not held and not stop.is_set():
+        log.warning("standing by: another member of the group holds %s (one active stage-all member per "
+                    "group); taking over when it leaves", lease.topic)
+        held = lease.acquire(None if wait_s is None else wait_s - first, stop)
+    if held:
+        log.warning("holding %s: this member runs the pipeline", lease.topic)
+    return held
+
+
+def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lease: Lease | None,
+                  stop: threading.Event) -> int:
+    try:
+        runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
+    except TopicLayoutError as exc:
+        log.error("%s", exc)
+        return 2
+    if lease is not None:
+        lease.watch(runner.stop)
+    metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
+    metrics.serve(args.metrics_port)
+    if stop.is_set():
+        runner.stop()  # stopped while starting: the run ends at once, committing nothing new
+    stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
+    if lease is not None and lease.lost.is_set():
+        # Another member holds the lease and rebuilds this state from retained input: what is
+        # pending here is not this member's to send.
+        log.error("lost the lease %s after %d record(s): exiting so that only one member acts", lease.topic,
+                  stats.records_in)
+        return 3
+    # Pending decisions (an open NCCL incident, final counts, open windows) go out before we leave.
+    final = handler.flush()
+    if final:
+        _send(settings, final)
+    # late: samples too far behind their job's time (counted, not judged); late_faults: fault
+    # reports diagnosed although late; clock_skew: events whose sender's clock was off.
+    engine = getattr(handler, "engine", None)
+    counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **(engine.stats if engine else {})}
+    print(json.dumps({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
+                      "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
+                      "oversized": stats.oversized, "skewed": stats.skewed,
+                      "forced_early": runner.merge.forced if runner.merge else 0, **counts}), flush=True)
     return 0
 
 

@@ -66,6 +66,7 @@ class Lease:
         self.partition = TopicPartition(self.topic, 0)
         self.settings = settings
         self.held = False
+        self.joined = False  # given a first assignment, with the lease or without
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._on_lost: Callable[[], None] | None = None
@@ -82,6 +83,13 @@ class Lease:
             if self._on_lost is not None:
                 self._on_lost()
         self.held = mine
+        self.joined = True
+
+    def join(self, stop: threading.Event | None = None) -> bool:
+        """Poll until the group's first assignment (or ``stop``); whether it gave this member the lease."""
+        while not self.joined and not (stop is not None and stop.is_set()):
+            self._consumer.poll(timeout_ms=POLL_MS)
+        return self.held
 
     def acquire(self, wait_s: float | None = None, stop: threading.Event | None = None) -> bool:
         """Poll until this member holds the lease (True), ``stop`` is set or ``wait_s`` passes (False)."""

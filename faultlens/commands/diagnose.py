@@ -21,8 +21,6 @@ from faultlens.streams.lease import Lease
 
 log = logging.getLogger(__name__)
 
-JOIN_S = 10.0
-
 HELP = "run the diagnosis consumer: telemetry → diagnoses (one stage, or both in one process)"
 DESCRIPTION = """\
 Runs the diagnosis engine as a consumer group (docs/design.md §1), in event-time order across every
@@ -94,14 +92,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
-    """Stand by until this member holds the lease; False once ``stop`` is set or after ``wait_s``."""
-    # The first join settles within a few seconds (the broker waits a moment for more members).
-    first = JOIN_S if wait_s is None else min(JOIN_S, wait_s)
-    held = lease.acquire(first, stop)
+    """Stand by until this member holds the lease; False once ``stop`` is set or ``wait_s`` after joining."""
+    held = lease.join(stop)
     if not held and not stop.is_set():
         log.warning("standing by: another member of the group holds %s (one active stage-all member per "
                     "group); taking over when it leaves", lease.topic)
-        held = lease.acquire(None if wait_s is None else wait_s - first, stop)
+        held = lease.acquire(wait_s, stop)
     if held:
         log.warning("holding %s: this member runs the pipeline", lease.topic)
     return held

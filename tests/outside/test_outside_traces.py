@@ -147,12 +147,10 @@ def test_live_and_analyze_agree_on_silence_too(live_and_offline):
 
 @pytest.mark.broker
 @pytest.mark.long(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "three `faultlens diagnose --group G` (stage all) each read a third of the telemetry partitions: none "
-    "sees the 8 machines of the switch wave, so the wave alert is lost and a member evicts a healthy "
-    "machine on its one flap (test_one_flap_alone_evicts_nobody); `diagnose --help` says a stage-all group "
-    "takes one member, and nothing refuses the second and third"))
 def test_three_members_of_one_group_give_what_analyze_gives(tmp_path):
+    """Three `faultlens diagnose --group G` (stage all), as a deployer runs replicas: one holds the
+    lease and reads every telemetry partition, two stand by (streams/lease.py). Split three ways
+    they lost the switch wave and evicted a healthy machine on its one flap."""
     traces = tmp_path / "traces"
     write_all(traces, ["switch_wave"])
     trace = traces / "switch_wave.parquet"

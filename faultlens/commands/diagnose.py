@@ -73,10 +73,13 @@ def run(args: argparse.Namespace) -> int:
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with connected(args, wanted) as settings:
+            metrics.serve(args.metrics_port)
             lease = None
             if args.stage == "all":
-                # One active member per stage-all group (streams/lease.py); the others wait, reading nothing.
+                # One active member per stage-all group (streams/lease.py); the others wait, reading
+                # nothing, and say so on /metrics (faultlens_lease_held 0).
                 lease = Lease(settings, args.group or GROUP)
+                metrics.register_gauges("diagnose-lease", lambda: {"lease_held": float(lease.held)})
                 if not _await_lease(lease, args.idle_stop, stop):
                     lease.release()
                     print(json.dumps({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0}), flush=True)
@@ -113,7 +116,6 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
     if lease is not None:
         lease.watch(runner.stop)
     metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
-    metrics.serve(args.metrics_port)
     if stop.is_set():
         runner.stop()  # stopped while starting: the run ends at once, committing nothing new
     stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import urllib.request
 import uuid
 
 import pytest
@@ -19,26 +21,44 @@ HOLDING = "this member runs the pipeline"
 STANDING_BY = "standing by"
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _lease_held(port: int) -> str:
+    """The member's `faultlens_lease_held` as its /metrics says it."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return next(line.split()[-1] for line in text.splitlines() if line.startswith("faultlens_lease_held{"))
+
+
 @pytest.mark.long(60)
 def test_two_stage_all_members_one_acts_and_killing_it_hands_over(own_kafka_settings, tmp_path):
     settings = own_kafka_settings
     group = f"test-lease-{uuid.uuid4().hex[:6]}"
     argv = ["diagnose", "--bootstrap", settings.bootstrap, "--group", group]
     env = {**os.environ, "FAULTLENS_LOG_LEVEL": "WARNING"}
-    procs = [faultlens(f"member{i}", argv, env, tmp_path) for i in range(2)]
+    ports = [_free_port() for _ in range(2)]
+    procs = [faultlens(f"member{i}", [*argv, "--metrics-port", str(port)], env, tmp_path)
+             for i, port in enumerate(ports)]
     try:
         def roles():
             return [(HOLDING in p.tail(100_000), STANDING_BY in p.tail(100_000)) for p in procs]
 
         settled = wait_until(lambda: sorted(roles()) == [(False, True), (True, False)], timeout=90)
         assert settled, [p.tail() for p in procs]
-        active, standby = (procs[0], procs[1]) if roles()[0][0] else (procs[1], procs[0])
+        first_active = roles()[0][0]
+        active, standby = (procs[0], procs[1]) if first_active else (procs[1], procs[0])
+        active_port, standby_port = (ports[0], ports[1]) if first_active else (ports[1], ports[0])
         assert standby.popen.poll() is None and not standby.lines, standby.tail()
+        assert (_lease_held(active_port), _lease_held(standby_port)) == ("1.0", "0.0")
 
         os.killpg(active.popen.pid, signal.SIGKILL)
         active.popen.wait(10)
         assert wait_until(lambda: HOLDING in standby.tail(100_000), timeout=90), standby.tail()
         assert standby.popen.poll() is None, standby.tail()
+        assert _lease_held(standby_port) == "1.0"
     finally:
         for p in procs:
             p.stop()

@@ -6,7 +6,7 @@
 - live: `faultlens diagnose` running, then `faultlens replay TRACE --speed K` into it;
 - backlog: `faultlens replay` first, then `faultlens diagnose` reads it all after the fact;
 - group: three `faultlens diagnose --group G` started together, then the replay (what an outside
-  check's brief says; `diagnose --help` says a stage-all group takes one member only);
+  check's brief says; one holds the group's lease and acts, the others stand by: docs/deploying.md);
 - split: three `--stage node` members and three `--stage job` members (two groups), then the replay:
   the documented way to run several members (docs/deploying.md).
 

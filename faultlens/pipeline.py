@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 CONSUMERS = ("diagnose", "remediate", "history")
 
 
+def suffixed(base: str, suffix: str) -> str:
+    """A consumer group's name with ``--group-suffix`` appended (tests, parallel demos)."""
+    return f"{base}-{suffix}" if suffix else base
+
+
 @dataclass
 class PipelineOptions:
     """What `faultlens up` (or the demo) configures; defaults match the single-consumer commands."""
@@ -98,7 +103,7 @@ class Pipeline:
 
     # --- building -------------------------------------------------------------------------------
     def _group(self, base: str) -> str:
-        return f"{base}-{self.options.group_suffix}" if self.options.group_suffix else base
+        return suffixed(base, self.options.group_suffix)
 
     def build(self) -> "Pipeline":
         ensure_topics(self.settings)

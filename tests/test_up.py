@@ -152,3 +152,29 @@ def test_up_without_a_key_makes_an_ephemeral_pair_and_says_where_its_public_half
     public = tmp_path / EPHEMERAL_VERIFY_KEY
     assert str(public) in where and load_verify_keys([public]).ids == (acting.key_id,)
     assert acting.key_id != observing.key_id
+
+
+@pytest.mark.long(40)
+def test_a_second_up_stands_by_and_takes_over_when_the_first_stops(kafka_settings, tmp_path):
+    # Two replicas of `up` on one broker: the diagnose consumer must see all of a job's telemetry,
+    # so only one runs the pipeline (streams/lease.py); the other reads nothing until it leaves.
+    suffix = uuid.uuid4().hex[:8]
+    env = {**os.environ, "FAULTLENS_HOME": str(tmp_path / "home"), "FAULTLENS_LOG_LEVEL": "WARNING"}
+    argv = ["up", "--bootstrap", kafka_settings.bootstrap, "--group-suffix", suffix, "--no-history", "--no-remediate"]
+    first = pipeline.faultlens("up-1", argv, env, tmp_path)
+    second = None
+    try:
+        assert wait_until(lambda: first.find(lambda line: line.get("event") == "ready"), what="the first up's ready",
+                          progress=lambda: procs_progress([first]), stall_s=STALL_S), first.tail()
+        second = pipeline.faultlens("up-2", argv, env, tmp_path)
+        assert wait_until(lambda: "standing by" in second.tail(100_000), what="the second up standing by",
+                          progress=lambda: procs_progress([first, second]), stall_s=STALL_S), second.tail()
+        assert not second.find(lambda line: line.get("event") == "ready")
+        stop_proc(first)
+        assert wait_until(lambda: second.find(lambda line: line.get("event") == "ready"), what="the takeover",
+                          progress=lambda: procs_progress([second]), stall_s=STALL_S), second.tail()
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                stop_proc(proc)
+    assert second.popen.returncode == 0, second.tail()

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 # nothing, and say so on /metrics (faultlens_lease_held 0).
                 lease = Lease(settings, args.group or GROUP)
                 metrics.register_gauges("diagnose-lease", lambda: {"lease_held": float(lease.held)})
-                if not _await_lease(lease, args.idle_stop, stop):
+                if not await_lease(lease, args.idle_stop, stop):
                     lease.release()
                     print(json.dumps({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0}), flush=True)
                     return 0
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
-def _await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
+def await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
     """Stand by until this member holds the lease; False once ``stop`` is set or ``wait_s`` after joining."""
     held = lease.join(stop)
     if not held and not stop.is_set():

@@ -38,6 +38,10 @@ Commands are signed with the Ed25519 private key of --signing-key / FAULTLENS_SI
 it acts, it writes that pair's public key to $FAULTLENS_HOME/ephemeral-command-verify-key.pem
 (named in the ready line) for local receivers' --verify-key.
 
+Replicas: a second `up` against the same broker (same --group-suffix) stands by, consuming
+nothing, until the first leaves or dies, then takes over: the diagnose consumer must see all of a
+job's telemetry, so one member of its group acts (streams/lease.py, docs/deploying.md).
+
 Prints one JSON line when every consumer has joined its group ({"event": "ready", ...}) and one
 at exit with per-consumer counts. Ctrl-C / SIGTERM stops cleanly: each consumer finishes its
 batch and commits, and an embedded broker this command started stops last."""
@@ -91,14 +95,17 @@ def _signing_key(args: argparse.Namespace, acting: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    from faultlens.commands.diagnose import await_lease
     from faultlens.commands.remediate import build_actuator, decision_log_path, policy_configs, state_file_path
+    from faultlens.diagnosis.edge.consumer import GROUP as DIAGNOSE_GROUP
     from faultlens.engine_flags import engine_config
     from faultlens.events.home import faultlens_home
     from faultlens.history.schema import HistoryError, default_db_path
-    from faultlens.pipeline import Pipeline, PipelineOptions
+    from faultlens.pipeline import Pipeline, PipelineOptions, suffixed
     from faultlens.remediation.safety import BREAKER_FILE
     from faultlens.streams.broker import BrokerError
     from faultlens.streams.connect import connected
+    from faultlens.streams.lease import Lease
 
     consumers = _consumers(args)
     if not consumers:
@@ -130,13 +137,27 @@ def run(args: argparse.Namespace) -> int:
         # `replay` started beside it publishes where it reads; connected() stops (and unregisters)
         # it when the block ends: after every consumer closed.
         with connected(args, start_broker=True) as settings:
+            # The diagnose consumer judges a job from all of its telemetry: one active member per
+            # group, as `faultlens diagnose` (streams/lease.py). A second `up` (or a stage-all
+            # `diagnose` of the same group) stands by, consuming nothing, until this one leaves.
+            lease = Lease(settings, suffixed(DIAGNOSE_GROUP, args.group_suffix)) if "diagnose" in consumers else None
             try:
-                pipeline = Pipeline(settings, options).build()
-            except (ValueError, HistoryError, OSError) as exc:
-                print(f"faultlens up: {exc}", file=sys.stderr)
-                return 1
-            return _serve(pipeline, settings, stop, args, consumers, db, act_on,
-                          {"signing_key_id": signing_key.key_id, "signing_key": key_source})
+                if lease is not None:
+                    if not await_lease(lease, None, stop):
+                        print(json.dumps({"event": "stopped", "standby": True}), flush=True)
+                        return 0
+                    lease.watch(stop.set)
+                try:
+                    pipeline = Pipeline(settings, options).build()
+                except (ValueError, HistoryError, OSError) as exc:
+                    print(f"faultlens up: {exc}", file=sys.stderr)
+                    return 1
+                code = _serve(pipeline, settings, stop, args, consumers, db, act_on,
+                              {"signing_key_id": signing_key.key_id, "signing_key": key_source})
+                return 3 if lease is not None and lease.lost.is_set() else code
+            finally:
+                if lease is not None:
+                    lease.release()
     except (ValueError, BrokerError) as exc:
         print(f"faultlens up: {exc}", file=sys.stderr)
         return 1

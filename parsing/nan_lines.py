@@ -44,7 +44,9 @@ _NAN_LOGGED = re.compile(
     r"|\bNan in summary histogram for\b",
     re.IGNORECASE,
 )
-_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
+# Megatron pads its progress line's counter ("iteration     6150/  500000"): any run of blanks, or up
+# to three other non-digits ("step: 5", "Step #5", "iter=5").
+_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b(?:\s+|\D{0,3})(\d+)", re.IGNORECASE)
 
 
 def nan_text(msg: str) -> bool:

@@ -173,3 +173,18 @@ def test_a_file_systems_warning_stays_storage_and_the_vfs_core_is_the_kernels() 
 
 def test_a_gsp_boot_failure_with_another_status_is_not_reset_required() -> None:
     assert "gpu_reset_required" not in _faults("NVRM: gpuPowerManagementResume: GSP boot failed at resume (bootMode 0x1): 0x65")
+
+
+# --- the step of a NaN progress line whose counter is padded ------------------------------------------
+# Megatron-LM's training_log pads the iteration to the width of the last one (found by an outside-check
+# rehearsal, tests/outside/): the step the NaN came at is what remediation rolls back before.
+@pytest.mark.parametrize(("line", "step"), [
+    (" iteration     6150/  500000 | consumed samples:      3148800 | elapsed time per iteration (ms): 612.3 | "
+     "learning rate: 2.999E-04 | global batch size:   512 | lm loss: nan | loss scale: 1.0 | grad norm: nan | "
+     "number of skipped iterations:   0 | number of nan iterations:   1 |", 6150),
+    ("step: 41 loss=nan", 41),
+    ("Step #7 | loss nan", 7),
+])
+def test_a_nan_lines_step_is_read_through_padding(line: str, step: int) -> None:
+    [nan] = [e for e in _events(line, "nccl") if e.kind == "nan"]
+    assert nan.data["fault"] == "nan_loss" and nan.data["step"] == step

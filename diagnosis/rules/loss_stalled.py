@@ -58,7 +58,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
-from faultlens.events.payloads_job import CommandAck, TrainCheckpoint, TrainStep
+from faultlens.events.payloads_job import TrainCheckpoint, TrainStep
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20
@@ -147,10 +147,14 @@ class LossStalledDetector:
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
         self._curves: dict[str, _Curve] = {}
+        # A checkpoint is the job's, whichever rank reports it (the loss may come from a pipeline's
+        # last stage only, the checkpoint from rank 0): kept per job, shared by its curve.
+        self._checkpoints: dict[str, list[int]] = {}
 
     def restarted(self, job: str) -> None:
         """A restart (or rollback) begins a new curve: judge it afresh."""
         self._curves.pop(job, None)
+        self._checkpoints.pop(job, None)
 
     def tick(self, now: float) -> list[Finding]:
         return []
@@ -158,27 +162,28 @@ class LossStalledDetector:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source != "train":
             return []
-        try:
-            # A command_ack names its rank too, which places the curve as a step's would.
-            payload = typed(event, (TrainCheckpoint, TrainStep, CommandAck))
-        except InvalidEvent:
-            # The payload check owns its validation (and its dead letter), and a train kind of no
-            # Struct (the intake refuses it) carries no rank: nothing to learn here either way.
+        if event.kind not in ("step", "checkpoint"):
             return []
-        if payload.rank is None:
+        try:
+            payload = typed(event, (TrainCheckpoint, TrainStep))
+        except InvalidEvent:
+            # The payload check owns its validation (and its dead letter): nothing to learn here.
+            return []
+        if isinstance(payload, TrainCheckpoint):
+            if payload.step is not None:
+                self._checkpoints.setdefault(event.job, []).append(payload.step)
+            return []
+        # The curve is the lowest rank that reports a loss: a rank that reports none (a pipeline's
+        # first stages, whose steps carry no loss) or says something else (a command_ack) must not
+        # take the curve from the rank that does, nor restart it.
+        loss = as_float(payload.loss)
+        if payload.rank is None or loss is None:
             return []
         rank = payload.rank
-        step = payload.step if isinstance(payload, (TrainCheckpoint, TrainStep)) else None
         curve = self._curves.get(event.job)
         if curve is None or rank < curve.rank:
-            curve = self._curves[event.job] = _Curve(rank)
+            curve = self._curves[event.job] = _Curve(rank, checkpoints=self._checkpoints.setdefault(event.job, []))
         if rank != curve.rank:
-            return []
-        if event.kind == "checkpoint":
-            if step is not None:
-                curve.checkpoints.append(step)
-            return []
-        if event.kind != "step":
             return []
         return self._step(curve, event)
 

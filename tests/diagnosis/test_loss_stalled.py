@@ -193,3 +193,27 @@ def test_the_hooks_word_reaches_the_detector():
         spaced = [replace(e, ts=1.7e9 + 10.0 * n) for n, e in enumerate(sent.events)]
         det = LossStalledDetector()
         assert [f.fault for e in spaced for f in det.observe(e)] == fault, said
+
+
+def ack(i: int, rank: int = 0) -> Envelope:
+    return Envelope(ts=1.7e9 + 10.0 * i + 1, job="j", node="n0", source="train", kind="command_ack",
+                    data={"rank": rank, "command_id": f"c{i}", "action": "checkpoint", "status": "done"})
+
+
+def test_the_curve_is_the_lowest_rank_that_reports_a_loss_not_a_lower_rank_that_reports_none():
+    # A pipeline-parallel job: the loss exists on its last stage (rank 3) only; rank 0 reports steps
+    # without a loss, acknowledges commands and writes the checkpoints. Rank 0 must neither take the
+    # curve nor restart it, and its checkpoint is the job's rollback target.
+    det = LossStalledDetector()
+    out = []
+    for i in range(1, 101):
+        out += det.observe(step(i, None, rank=0))
+        out += det.observe(ack(i))
+        out += det.observe(step(i, learning(i), rank=3))
+    out += det.observe(checkpoint(100))
+    for i in range(101, 200):
+        out += det.observe(step(i, None, rank=0))
+        out += det.observe(ack(i))
+        out += det.observe(step(i, learning(100), grad=0.0, rank=3))
+    assert [f.fault for f in out] == ["loss_stalled"]
+    assert out[0].action == "rollback" and "rank 3" in out[0].detail and "step 100" in out[0].detail

@@ -3,7 +3,7 @@
 The training rules (diagnosis/rules/training.py) see explosions: a NaN, a loss or grad norm 5×
 its median. A run whose loss sits at chance, or stopped falling and will not fall again, raises
 neither while it burns its whole allocation (issue 50: AdamW at lr 0.3 in the POET bench). This
-detector watches each job's loss curve (one rank's, the lowest that reports: a data-parallel job's
+detector watches each job's loss curve (one rank's, the lowest that reports a loss: a data-parallel job's
 ranks see the same batch statistics) and says so while the run still has most of its time left.
 
 What it judges, every tenth of a window, once the run has trained for a whole window:

@@ -119,6 +119,19 @@ class Lease:
         self._consumer.close()
 
 
+def await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
+    """Stand by until this member holds the lease (`faultlens diagnose --stage all`, `faultlens up`);
+    False once ``stop`` is set or ``wait_s`` after joining."""
+    held = lease.join(stop)
+    if not held and not stop.is_set():
+        log.warning("standing by: another member of the group holds %s (one active stage-all member per "
+                    "group); taking over when it leaves", lease.topic)
+        held = lease.acquire(wait_s, stop)
+    if held:
+        log.warning("holding %s: this member runs the pipeline", lease.topic)
+    return held
+
+
 def _ensure_topic(settings: KafkaSettings, topic: str) -> None:
     admin = KafkaAdminClient(**settings.common_kwargs(), request_timeout_ms=15000)
     try:

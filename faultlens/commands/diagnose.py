@@ -17,7 +17,7 @@ from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams import metrics
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.connect import connected
-from faultlens.streams.lease import Lease
+from faultlens.streams.lease import Lease, await_lease
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +92,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bool:
-    """Stand by until this member holds the lease; False once ``stop`` is set or ``wait_s`` after joining."""
-    held = lease.join(stop)
-    if not held and not stop.is_set():
-        log.warning("standing by: another member of the group holds %s (one active stage-all member per "
-                    "group); taking over when it leaves", lease.topic)
-        held = lease.acquire(wait_s, stop)
-    if held:
-        log.warning("holding %s: this member runs the pipeline", lease.topic)
-    return held
 
 
 def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lease: Lease | None,

@@ -95,7 +95,6 @@ def _signing_key(args: argparse.Namespace, acting: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from faultlens.commands.diagnose import await_lease
     from faultlens.commands.remediate import build_actuator, decision_log_path, policy_configs, state_file_path
     from faultlens.diagnosis.edge.consumer import GROUP as DIAGNOSE_GROUP
     from faultlens.engine_flags import engine_config
@@ -105,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.remediation.safety import BREAKER_FILE
     from faultlens.streams.broker import BrokerError
     from faultlens.streams.connect import connected
-    from faultlens.streams.lease import Lease
+    from faultlens.streams.lease import Lease, await_lease
 
     consumers = _consumers(args)
     if not consumers:

@@ -13,12 +13,14 @@ import uuid
 
 import pytest
 
-from faultlens.demo.processes import faultlens, wait_until
+from faultlens.demo.processes import faultlens
+from tests.progress import procs_progress, wait_until
 
 pytestmark = pytest.mark.broker
 
 HOLDING = "this member runs the pipeline"
 STANDING_BY = "standing by"
+STALL_S = 90.0
 
 
 def _free_port() -> int:
@@ -46,7 +48,10 @@ def test_two_stage_all_members_one_acts_and_killing_it_hands_over(own_kafka_sett
         def roles():
             return [(HOLDING in p.tail(100_000), STANDING_BY in p.tail(100_000)) for p in procs]
 
-        settled = wait_until(lambda: sorted(roles()) == [(False, True), (True, False)], timeout=90)
+        # Waits end on what they wait for, or fail once no member printed or logged anything for
+        # STALL_S: never at a fixed time a loaded machine outruns.
+        settled = wait_until(lambda: sorted(roles()) == [(False, True), (True, False)], what="one active, one standby",
+                             progress=lambda: procs_progress(procs), stall_s=STALL_S)
         assert settled, [p.tail() for p in procs]
         first_active = roles()[0][0]
         active, standby = (procs[0], procs[1]) if first_active else (procs[1], procs[0])
@@ -56,7 +61,8 @@ def test_two_stage_all_members_one_acts_and_killing_it_hands_over(own_kafka_sett
 
         os.killpg(active.popen.pid, signal.SIGKILL)
         active.popen.wait(10)
-        assert wait_until(lambda: HOLDING in standby.tail(100_000), timeout=90), standby.tail()
+        assert wait_until(lambda: HOLDING in standby.tail(100_000), what="the standby's takeover",
+                          progress=lambda: procs_progress([standby]), stall_s=STALL_S), standby.tail()
         assert standby.popen.poll() is None, standby.tail()
         assert _lease_held(standby_port) == "1.0"
     finally:

@@ -17,8 +17,8 @@ moves a job that delivered nothing for ``grace_s`` of it, by the stream time ela
 the grace: a job whose whole stream stops while others report on is judged the same offline, live
 and as a backlog (its silence is one ``telemetry_lost`` alert: diagnosis/rules/liveness.py), and
 an old trace replayed beside live jobs, which delivers all the while, keeps its own time. The
-live consumer also calls :meth:`Engine.tick` with the wall clock, which moves the jobs' time only
-after ``grace_s`` wall seconds without any event of any job, by the wall time elapsed since: the
+live consumer also calls :meth:`Engine.tick` with the wall clock, which moves a job's time only
+after ``grace_s`` wall seconds without any event of that job, by the wall time elapsed since: the
 silence of a stream that stopped entirely, which no event time can show. A telemetry sample more
 than ``max_lateness_s`` behind its job's time is counted and not judged; a late fault report is
 diagnosed and marked late.
@@ -65,9 +65,7 @@ FAILED_ENDS = ("gave_up", "failed")
 class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
     tick_every_s: float = 1.0  # event-time cadence of the absence detectors
-    # Seconds of the stream's event time a job may deliver nothing while others report on before
-    # that time moves it, and, live, wall seconds without any event of any job before the wall clock does.
-    grace_s: float = 30.0
+    grace_s: float = 30.0  # wall seconds without events before the wall clock moves a job's time
     # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
     # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
     # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by

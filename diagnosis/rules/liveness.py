@@ -313,17 +313,14 @@ class SilenceDetector:
         # The nodes that were still reporting (one found silent before is not part of this stop)
         stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
-        entity = "job"
         if all(self._ended(job, n, b) for n, b in nodes.items()):
             action, detail = "none", (
                 f"the job ended: every one of its {len(nodes)} node agents said its training processes had exited "
                 f"(or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago (recorded, no alert)")
         elif stream_stopped:
             # Live, the end of a replay reads exactly so, and offline the end of a trace judges no
-            # absence: an alert here was the one verdict a live run gave that `analyze` did not. Its
-            # own entity: dedup folds by entity, and the job's own silence, found once the stream
-            # runs on without it, must not fold into this record.
-            entity, action, detail = "stream", "none", (
+            # absence: an alert here was the one verdict a live run gave that `analyze` did not.
+            action, detail = "none", (
                 f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
                 f"within {latest - min(stopped):.0f}s of each other), and nothing of any job reached diagnosis "
                 f"meanwhile: the whole stream stopped (its input ended, or the pipeline upstream of diagnosis "
@@ -333,7 +330,7 @@ class SilenceDetector:
                 f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
                 f"within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry stopped before "
                 f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")
-        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity=entity,
+        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity="job",
                         evidence=(nodes[node].id,), detail=detail)]
 
     def _pace(self, job: str) -> tuple[float | None, float | None]:

@@ -231,11 +231,11 @@ class Engine:
                     out.extend(self._move_quiet(job, lane, target))
         return out
 
-    def _move_quiet(self, job: str, lane: Lane, target: float, stream_stopped: bool = False) -> list[Diagnosis]:
+    def _move_quiet(self, job: str, lane: Lane, target: float) -> list[Diagnosis]:
         lane.now = target
         self.book.advance(job, target)
         self._apply_pending(lane, target)
-        return lane.tick(target, stream_stopped=stream_stopped)
+        return lane.tick(target)
 
     def _wave_copy(self, event: Envelope) -> None:
         """A node stage's copy of a wave candidate, or of evidence of a machine's own, of any job
@@ -326,30 +326,26 @@ class Engine:
     # --- time -------------------------------------------------------------------------------
     def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
              until: Mapping[str, float] | None = None) -> list[Diagnosis]:
-        """The live consumer's clock (wall seconds since the epoch, default now), for a stream
-        that stopped entirely: once no job sent anything for ``grace_s`` wall seconds, each job's
-        event time moves by the wall time elapsed beyond the grace (pending verdicts fall due). A
-        job quiet while others report on is judged by the stream's event time (_quiet_in_stream),
-        as offline; no event time shows the whole stream stopping, which is the pipeline's silence
-        or the input's end, and a whole job found quiet so is recorded, not alerted on
-        (diagnosis/rules/liveness.py). The jobs in ``busy`` have records the consumer still holds
-        back: their time waits for them. ``until`` caps the wall time a job's clock may use: where
-        its upstream stage stopped (events.event_time.UpstreamStop), its silence is the pipeline's,
-        and its time stays there."""
+        """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
+        nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
+        beyond the grace (pending verdicts fall due; a job whose stream stopped is named in one
+        alert, never its nodes: diagnosis/rules/liveness.py). The jobs in ``busy`` have records the
+        consumer still holds back: their time waits for them. ``until`` caps the wall time a job's
+        clock may use: where its upstream stage stopped (events.event_time.UpstreamStop), its
+        silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
-        heard = max((lane.arrival_wall for lane in self._lanes.values() if lane.now is not None), default=0.0)
         out: list[Diagnosis] = []
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
-            idle = (wall if until is None or job not in until else min(wall, until[job])) - heard
+            idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
             target = lane.quiet_target(idle, self.config.grace_s, self.config.wall_rate)
             if target is None:
                 continue
             if lane.now == lane.arrival_now:
-                log.info("nothing of any job arrived for %.0fs of wall time: job %s's event time moves with the "
-                         "wall clock from %.3f", idle, job, lane.now)
-            out.extend(self._move_quiet(job, lane, target, stream_stopped=True))
+                log.info("job %s sent nothing for %.0fs of wall time: its event time moves with the wall clock "
+                         "from %.3f", job, idle, lane.now)
+            out.extend(self._move_quiet(job, lane, target))
         return out
 
     def flush(self) -> list[Diagnosis]:

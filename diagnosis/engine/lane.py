@@ -83,11 +83,10 @@ class Lane:
         target = self.arrival_now + (idle - grace_s) * rate
         return target if target > self.now else None
 
-    def tick(self, now: float, stream_stopped: bool = False) -> list[Diagnosis]:
-        """The absence detectors, waves and dedup at event time ``now`` (``stream_stopped``: the
-        wall clock moved it, the whole stream having stopped)."""
+    def tick(self, now: float) -> list[Diagnosis]:
+        """The absence detectors, waves and dedup at event time ``now``."""
         self.last_tick = now
-        findings, diags = self.stage.tick(now, stream_stopped)
+        findings, diags = self.stage.tick(now)
         out = self.settle(findings, diags)
         out.extend(self.release_waves(now))
         out.extend(self.dedup.tick(now))

@@ -94,8 +94,7 @@ class SilenceDetector:
         self._beats: dict[str, dict[str, _Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
-        # job → the last report its telemetry_lost named, and whether the whole stream had stopped then
-        self._job_quiet: dict[str, tuple[float, bool]] = {}
+        self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
         self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
         self._last_work: dict[str, float] = {}  # job → its latest beat listing a training pid
         self._ended_jobs: dict[str, float] = {}  # job → when its launcher said it ended (job/end)
@@ -139,9 +138,7 @@ class SilenceDetector:
         return (beat.working is False and (job, node) in self._worked
                 and self._last_work.get(job, beat.ts) < beat.ts + self.grace_s)
 
-    def tick(self, now: float, stream_stopped: bool = False) -> list[Finding]:
-        """Judge every job at its time ``now``; ``stream_stopped``: the wall clock moved it because
-        the whole stream stopped (the pipeline's silence or the input's end, never the job's alone)."""
+    def tick(self, now: float) -> list[Finding]:
         out: list[Finding] = []
         for job, nodes in self._beats.items():
             self._drop_departed(job, nodes)
@@ -153,7 +150,7 @@ class SilenceDetector:
             heard = {node: max(beat.ts, self._steps.get((job, node), beat.ts)) for node, beat in nodes.items()}
             latest = max(heard.values())
             if now - latest > self.grace_s:
-                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now, stream_stopped))
+                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now))
                 continue  # nobody is judged alone: no peer reported past anyone's silence
             self._job_quiet.pop(job, None)
             reports = sorted(heard.values())
@@ -302,14 +299,11 @@ class SilenceDetector:
                    f"(alert, no eviction)")
 
     def _whole_job_quiet(self, job: str, nodes: dict[str, _Beat], heard: dict[str, float], latest: float,
-                         now: float, stream_stopped: bool) -> list[Finding]:
-        """One alert per quiet spell of the whole job (a new one only after it reported again), or
-        one record where the whole stream stopped with it; then an alert if the stream runs on
-        without the job."""
-        said = self._job_quiet.get(job)
-        if said is not None and said[0] == latest and (stream_stopped or not said[1]):
+                         now: float) -> list[Finding]:
+        """One alert per quiet spell of the whole job (a new one only after it reported again)."""
+        if self._job_quiet.get(job) == latest:
             return []
-        self._job_quiet[job] = (latest, stream_stopped)
+        self._job_quiet[job] = latest
         # The nodes that were still reporting (one found silent before is not part of this stop)
         stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
@@ -317,14 +311,6 @@ class SilenceDetector:
             action, detail = "none", (
                 f"the job ended: every one of its {len(nodes)} node agents said its training processes had exited "
                 f"(or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago (recorded, no alert)")
-        elif stream_stopped:
-            # Live, the end of a replay reads exactly so, and offline the end of a trace judges no
-            # absence: an alert here was the one verdict a live run gave that `analyze` did not.
-            action, detail = "none", (
-                f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
-                f"within {latest - min(stopped):.0f}s of each other), and nothing of any job reached diagnosis "
-                f"meanwhile: the whole stream stopped (its input ended, or the pipeline upstream of diagnosis "
-                f"stopped), the pipeline's silence, not the job's (recorded, no alert)")
         else:
             action, detail = "alert", (
                 f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "

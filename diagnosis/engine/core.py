@@ -11,17 +11,11 @@ and keeps the jobs' clocks.
 Time is event time, and each job has its own: a job's time is the latest event time it delivered,
 and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
 over in event-time order across partitions (streams.runner.loop, event_time mode) and may place an
-event whose sender's clock is off at another time (``process(..., at=)``). The stream's own event
-time (the latest any job delivered: live, the merge's watermark across every partition read)
-moves a job that delivered nothing for ``grace_s`` of it, by the stream time elapsed since past
-the grace: a job whose whole stream stops while others report on is judged the same offline, live
-and as a backlog (its silence is one ``telemetry_lost`` alert: diagnosis/rules/liveness.py), and
-an old trace replayed beside live jobs, which delivers all the while, keeps its own time. The
-live consumer also calls :meth:`Engine.tick` with the wall clock, which moves a job's time only
-after ``grace_s`` wall seconds without any event of that job, by the wall time elapsed since: the
-silence of a stream that stopped entirely, which no event time can show. A telemetry sample more
-than ``max_lateness_s`` behind its job's time is counted and not judged; a late fault report is
-diagnosed and marked late.
+event whose sender's clock is off at another time (``process(..., at=)``). It also calls
+:meth:`Engine.tick` with the wall clock, which moves a job's time only after ``grace_s`` without
+any event of that job, by the wall time elapsed since, so a replay of an old trace is never judged
+silent by today's clock. A telemetry sample more than ``max_lateness_s`` behind its job's time is
+counted and not judged; a late fault report is diagnosed and marked late.
 """
 
 from __future__ import annotations
@@ -108,8 +102,6 @@ class Engine:
         self._lanes: dict[str, Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
-        self._stream_now: float | None = None  # the stream's event time: the latest any job delivered
-        self._stream_swept = float("-inf")  # the stream time quiet jobs were last moved to
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
         self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
 
@@ -208,34 +200,9 @@ class Engine:
             self.book.advance(event.job, lane.now)
         lane.arrival_wall = time.time()
         lane.arrival_now = lane.now
-        if self._stream_now is None or event.ts > self._stream_now:
-            self._stream_now = event.ts
-        lane.arrival_stream = self._stream_now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
             out.extend(lane.tick(lane.now))
-        if self._stream_now - self._stream_swept >= self.config.tick_every_s:
-            out.extend(self._quiet_in_stream(self._stream_now))
         return out
-
-    def _quiet_in_stream(self, stream_now: float) -> list[Diagnosis]:
-        """Jobs that delivered nothing for ``grace_s`` of the stream's event time while other jobs
-        reported on: their time moves by the stream time elapsed past the grace, as the wall clock
-        moves it live (tick), so a job whose whole stream stopped is judged quiet by event time
-        alone, offline as live (tests/outside: a job quiet while its neighbour reports on)."""
-        self._stream_swept = stream_now
-        out: list[Diagnosis] = []
-        for job, lane in self._lanes.items():
-            if lane.arrival_stream is not None:
-                target = lane.quiet_target(stream_now - lane.arrival_stream, self.config.grace_s)
-                if target is not None:
-                    out.extend(self._move_quiet(job, lane, target))
-        return out
-
-    def _move_quiet(self, job: str, lane: Lane, target: float) -> list[Diagnosis]:
-        lane.now = target
-        self.book.advance(job, target)
-        self._apply_pending(lane, target)
-        return lane.tick(target)
 
     def _wave_copy(self, event: Envelope) -> None:
         """A node stage's copy of a wave candidate, or of evidence of a machine's own, of any job
@@ -339,13 +306,18 @@ class Engine:
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
             idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
-            target = lane.quiet_target(idle, self.config.grace_s, self.config.wall_rate)
-            if target is None:
+            if idle <= self.config.grace_s:
+                continue
+            target = lane.arrival_now + (idle - self.config.grace_s) * self.config.wall_rate
+            if target <= lane.now:
                 continue
             if lane.now == lane.arrival_now:
                 log.info("job %s sent nothing for %.0fs of wall time: its event time moves with the wall clock "
                          "from %.3f", job, idle, lane.now)
-            out.extend(self._move_quiet(job, lane, target))
+            lane.now = target
+            self.book.advance(job, target)
+            self._apply_pending(lane, target)
+            out.extend(lane.tick(target))
         return out
 
     def flush(self) -> list[Diagnosis]:

@@ -32,7 +32,6 @@ class Lane:
     last_tick: float = float("-inf")
     arrival_wall: float = 0.0  # wall time of its latest event
     arrival_now: float | None = None  # its event time then
-    arrival_stream: float | None = None  # the stream's event time then (the latest of any job)
     skew_alerted: dict[str, float] = field(default_factory=dict)
     # Restarts stamped ahead of the job's time, applied when its time gets there: a consumer that
     # reads `jobs` in full may see a restart before the telemetry that came before it.
@@ -74,14 +73,6 @@ class Lane:
         released, waves = self.waves.tick(now) if now is not None else self.waves.flush()
         self.stats["diagnoses"] += len(waves)
         return waves + self.judge(released)
-
-    def quiet_target(self, idle: float, grace_s: float, rate: float = 1.0) -> float | None:
-        """Where a clock that ran ``idle`` seconds since the job's latest event moves its time: by
-        ``rate`` x the time past ``grace_s``; None while that is no later than its time now."""
-        if self.now is None or self.arrival_now is None or idle <= grace_s:
-            return None
-        target = self.arrival_now + (idle - grace_s) * rate
-        return target if target > self.now else None
 
     def tick(self, now: float) -> list[Diagnosis]:
         """The absence detectors, waves and dedup at event time ``now``."""

@@ -23,7 +23,7 @@ from tests.outside.write_traces import SCENARIOS, write_all
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside"
 QUIET = "job_quiet"
 FLAP = "nic_flap"
-KNOWN: set[str] = set()   # the traces an expected failure below is about (none offline now)
+KNOWN = {QUIET}   # the trace the expected failure below is about
 LIVE_SET = ["hang", "job_quiet", "switch_wave"]   # the live run's traces: a verdict, a silence, a wave
 
 
@@ -73,9 +73,12 @@ def test_every_trace_gives_what_a_user_expects(checked):
     assert all(r["healthy_evicted"] == [] for r in checked.values())
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "offline a job's time moves only with its own events (diagnosis/engine/core.py: lane.now, flush "
+    "judges no absence), so a job whose whole stream stops while another job of the same trace reports "
+    "on for 300 s is never telemetry_lost; live, the wall clock gives the alert (docs/events.md); the "
+    "stream-time fix was reverted: see test_live_and_analyze_agree_on_silence_too"))
 def test_a_job_that_goes_quiet_while_its_neighbour_reports_on_is_telemetry_lost_offline(checked):
-    # The stream's event time moves a job that delivers nothing while others report on
-    # (diagnosis/engine/core.py, Engine._quiet_in_stream), offline as live.
     result = checked[QUIET]
     assert result["ok"], result["missing"]
 
@@ -135,6 +138,12 @@ def test_live_through_the_broker_gives_the_verdicts_analyze_gives(live_and_offli
 
 @pytest.mark.broker
 @pytest.mark.long(190)
+@pytest.mark.xfail(strict=True, reason=(
+    "silence differs live: every job whose stream ended gets a telemetry_lost alert once --grace of wall "
+    "time passes; analyze of the same events gives none. Judging a quiet job by the stream's event time "
+    "fixed it, but moved the time of a job that paused beside one on another clock (the README demo: "
+    "a simulated cluster beside a real trainer, recall 1.0 -> 0.71, a healthy node blamed) and was "
+    "reverted; the next attempt must hold for jobs on different clocks"))
 def test_live_and_analyze_agree_on_silence_too(live_and_offline):
     # A job quiet while others report on is judged by the stream's event time, live as offline; the
     # whole stream stopping (the replay's end) is recorded, not alerted on (diagnosis/engine/core.py).

@@ -233,7 +233,13 @@ class HangDetector(HangVerdicts):
             # same capture may still come (py-spy times out on a loaded node): a verdict given at once
             # reads fewer dumps than there will be, and its confidence falls with the share it read.
             undumped = stall.failed - dumps.ranks()
-            if dumps.all_preferred() and not undumped:
+            # A trainer hook sends its Flight Recorder dump after its stacks, and the agent's py-spy
+            # dumps race it: once any rank's recorder is here the others' are on the way, and a
+            # verdict read without them takes a rank that was inside the collective for one that
+            # never came.
+            recorders = dumps.recorders(topology.by_rank)
+            unrecorded = bool(recorders) and len(recorders) < len(topology.by_rank)
+            if dumps.all_preferred() and not undumped and not unrecorded:
                 return [self._decide(job, state, stall, now)]
             # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
             if stall.complete_at is None:

@@ -21,6 +21,8 @@ collective, waiting on peers that never entered it, and not running.
 Held ranks that wait on each other in a loop (each inside a collective the other never entered)
 entered their collectives in different orders: a divergent branch in the trainer, an alert that
 names the rank(s) whose sequence disagrees with their group's majority (diagnosis/stacks/divergent_rank.py).
+So are members of a group that entered different ops or sizes under one collective number (a
+mismatched collective): the stacks would single out the rank on the other branch as an outlier.
 
 When every group held in a collective has all its members in it (*joined but stuck*) or nothing
 is in flight, the recorder names nobody and the stacks decide (:func:`read_hang_stacks`), with
@@ -150,6 +152,8 @@ def read_hang(stacks: Mapping[int, str], recorders: Mapping[int, bytes | str], t
     said = _recorder_lines(walk)
     if walk.state.crossed:
         return _crossed(walk, topology, by_stacks, said, stacks)
+    if any(w.mismatched for w in walk.state.waits):
+        return _mismatched(walk, dumps, topology, by_stacks, said)
     verdict = _verdict(walk, topology, config, by_stacks, said)
     if verdict is not None:
         return verdict
@@ -277,6 +281,36 @@ def _crossed(walk: RecorderReading, topology: Topology, by_stacks: StackVerdict 
             f"orders ({'; '.join(parts)}): a divergent branch in the trainer, not a machine: alert, nothing evicted")
     return _alert(walk, topology, tuple(sorted(o.rank for o in odd)) or loop,
                   "; ".join([head, *odd_lines(odd, stacks, loop), *said, *_stack_view(by_stacks)]))
+
+
+def _mismatched(walk: RecorderReading, dumps: Mapping[int, RecorderDump], topology: Topology,
+                by_stacks: StackVerdict | None, said: list[str]) -> StackVerdict:
+    """Members of a group that entered different ops or sizes under one collective number: the call
+    can never complete, whichever machine it runs on (a branch the trainer took on some ranks), so
+    a machine evicted for it brings the same hang back. The stacks' outlier is then only the rank
+    that took the other branch: alert, nothing evicted. The verdict's ranks are those off their
+    group's majority call, or every member of a group split evenly."""
+    odd: set[int] = set()
+    parts = []
+    for w in walk.state.waits:
+        if not w.mismatched:
+            continue
+        calls: dict[tuple, list[int]] = {}
+        for r in w.joined:
+            c = dumps[r].at(w.pg, w.seq)
+            if c is not None:
+                calls.setdefault((c.op, c.sizes), []).append(r)
+        ranked = sorted(calls.values(), key=len, reverse=True)
+        if len(ranked) > 1 and len(ranked[0]) > len(ranked[1]):
+            odd.update(r for rs in ranked[1:] for r in rs)
+        else:
+            odd.update(w.joined)
+        parts.append(f"pg {w.pg} #{w.seq}: " + ", ".join(
+            f"{rank_list(tuple(rs))} in {op} {list(sizes)}" for (op, sizes), rs in calls.items()))
+    head = (f"rule {RULE_RECORDER}: a mismatched collective ({'; '.join(parts[:_MAX_WAITS_SHOWN])}): members of one "
+            f"group entered different calls under the same number, which no machine completes: the trainer's "
+            f"code took another branch on some ranks, not a machine: alert, nothing evicted")
+    return _alert(walk, topology, tuple(sorted(odd)), "; ".join([head, *said, *_stack_view(by_stacks)]))
 
 
 def _recorder_lines(walk: RecorderReading) -> list[str]:

@@ -25,7 +25,9 @@ class HangConfig:
     # the pipeline's silence, liveness' telemetry_lost, same grace), and no hang is told from it.
     quiet_s: float = GRACE_S
     collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
-    pyspy_grace_s: float = 5.0  # every rank dumped but some only by faulthandler: wait this long for py-spy
+    # Every rank dumped, but some only by faulthandler, or some ranks' Flight Recorder dumps are
+    # still out while others' are in: wait this long for the rest.
+    pyspy_grace_s: float = 5.0
     suspicion_confidence: float = 0.6
     fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
     # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)

@@ -16,12 +16,18 @@ faulthandler::
     Thread 0x00007f3a... (most recent call first):
       File "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2876 in all_gather_into_tensor
 
+``py-spy dump --json`` prints the same threads as a JSON list (benfred/py-spy src/stack_trace.rs,
+``StackTrace``: ``thread_name``, ``os_thread_id``, ``active``, ``owns_gil``, ``frames`` innermost
+first, each ``name``, ``filename``, ``short_filename``, ``line``); an agent of another make may
+send that. It reads into the same threads, the status as py-spy's text would print it.
+
 Parsing never raises: unknown lines are skipped, a dump whose last line is no frame (cut off
 mid-write) marks its last thread ``truncated``, and text with no thread at all parses to ``[]``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +43,10 @@ _PATH_PREFIX = re.compile(r"^.*(?:site-packages|dist-packages|lib/python\d+(?:\.
 # Threads that are never the training loop: the trainer hook's command listener (which runs
 # faulthandler, so its own frames are the dumper's), heartbeats, and torch's own watchdogs.
 _IGNORED_THREAD = re.compile(r"listener|heartbeat|faultlens|watchdog|pt_elastic|monitor", re.I)
+# torch's DataLoader helper loops run beside the training loop in the trainer's process (the pin
+# memory thread; a worker's loop where workers are threads): they hold torch frames, so a main
+# thread with none (a JAX trainer fed by a torch DataLoader) lost to them on the count.
+_HELPER_LOOPS = frozenset({"_pin_memory_loop", "_worker_loop"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,10 @@ def parse_dump(text: str) -> list[ThreadStack]:
     """Every thread of a py-spy or faulthandler dump (several processes' dumps may be concatenated)."""
     if not isinstance(text, str) or not text.strip():
         return []
+    if text.lstrip()[:1] in "[{":
+        threads = _parse_json(text)
+        if threads is not None:
+            return threads
     lines = text.splitlines()
     threads: list[ThreadStack] = []
     head: dict | None = None
@@ -157,14 +171,44 @@ def parse_dump(text: str) -> list[ThreadStack]:
     return threads
 
 
+def _parse_json(text: str) -> list[ThreadStack] | None:
+    """``py-spy dump --json``: a list of threads (or one); None when the text is no such JSON."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    items = obj if isinstance(obj, list) else [obj]
+    if not items or not all(isinstance(t, dict) and isinstance(t.get("frames"), list) for t in items):
+        return None
+    threads = []
+    for t in items:
+        frames = []
+        for f in t["frames"]:
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+                continue
+            path = f.get("short_filename") or f.get("filename")
+            line = f.get("line")
+            frames.append(Frame(f["name"], short_path(path if isinstance(path, str) else ""),
+                                line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None))
+        tid = t.get("os_thread_id") or t.get("thread_id")
+        name = t.get("thread_name")
+        # py-spy's status_str: idle unless active, "+gil" when it holds the GIL.
+        status = "idle" if t.get("active") is False else ("active+gil" if t.get("owns_gil") else "active")
+        threads.append(ThreadStack(thread_id=str(tid), name=name if isinstance(name, str) else None,
+                                   frames=tuple(frames), status=status, tool="py-spy"))
+    return threads
+
+
 def training_thread(threads: list[ThreadStack]) -> ThreadStack | None:
     """The thread running the training loop: MainThread when it is in torch, else the most torch frames.
 
-    The faulthandler dumper (``current``) and listener / heartbeat threads are never chosen.
+    The faulthandler dumper (``current``), listener / heartbeat threads and DataLoader helper loops
+    are never chosen.
     """
     candidates = [
         t for t in threads
         if t.frames and not t.current and not (t.name and _IGNORED_THREAD.search(t.name))
+        and not any(f.key[0] in _HELPER_LOOPS for f in t.frames)
     ]
     if not candidates:
         return None

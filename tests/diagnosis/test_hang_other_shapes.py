@@ -1,0 +1,95 @@
+"""Hang reading of dumps of other shapes than faultlens's own agent and hook send (outside check,
+round 2, tests/outside/test_outside_dumps.py): each test failed before its fix.
+
+- `py-spy dump --json` (an agent of another make): parsed to nothing, so a hang with every rank
+  dumped read as "no usable stack dump" and was reattempted in place;
+- a trainer whose main thread has no torch frame (JAX fed by a torch DataLoader): its pin-memory
+  thread was taken for the training loop;
+- a mismatched collective in the Flight Recorder (members of one group in different ops under one
+  number): the recorder named nobody, and the stacks evicted the machine of the rank on the other
+  branch;
+- Flight Recorder dumps that trail the agent's py-spy dumps: the verdict was read the moment every
+  stack was in, without the recorders still on their way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.testbed.stack_samples import T0, beat_event, event, run_detector, stack_event, step_event
+from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.hang.detector import HangConfig
+from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
+from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
+from faultlens.events.topology import Topology
+from tests.outside.dump_shapes import (
+    _FSDP_BARRIER, _JAX_STEP, _LOADER_WAIT, _MEGATRON_TP_WAIT, _ZERO3_GATHER, Group, pyspy_json, pyspy_text,
+    recorder_json,
+)
+
+RECORDER = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"
+
+
+def test_pyspy_json_reads_as_its_text_form():
+    for stack in (_ZERO3_GATHER, _LOADER_WAIT, _FSDP_BARRIER):
+        as_json, as_text = parse_dump(pyspy_json(4242, stack)), parse_dump(pyspy_text(4242, "python3 t.py", stack))
+        assert [(t.name, t.status, t.frames) for t in as_json] == [(t.name, t.status, t.frames) for t in as_text]
+        main = training_thread(as_json)
+        assert main is not None and main.name == "MainThread"
+        assert main.frames[0].file == stack[0][1]     # the site-packages prefix dropped, as py-spy's text shows it
+
+
+def test_json_that_is_no_pyspy_dump_parses_to_nothing_and_never_raises():
+    assert parse_dump('{"entries": []}') == []
+    assert parse_dump("[1, 2") == []
+    assert parse_dump('[{"frames": [{"name": 3}], "thread_name": 7, "active": "x"}]')[0].frames == ()
+
+
+def test_a_pin_memory_thread_is_never_the_training_loop():
+    main = training_thread(parse_dump(pyspy_text(4242, "python3 -u maxtext/train.py", _JAX_STEP)))
+    assert main is not None and main.name == "MainThread" and main.frames[0].function == "_pjit_call_impl_python"
+
+
+def _fr_topology() -> Topology:
+    ranks = [{"rank": r, "node": f"n{r // 4}", "tp": r % 4, "pp": 0, "dp": r // 4} for r in range(8)]
+    return Topology.from_data({"tp": 4, "pp": 1, "dp": 2, "ranks": ranks})
+
+
+def test_a_mismatched_collective_is_an_alert_not_the_other_branchs_machine():
+    groups = [Group("0", list(range(8))), Group("1", [0, 1, 2, 3]), Group("2", [4, 5, 6, 7])] + \
+             [Group(str(3 + i), [i, i + 4]) for i in range(4)]
+    done = {"0": 3, "1": 120, "2": 120, "3": 30, "4": 30, "5": 30, "6": 30}
+    recorders, stacks = {}, {}
+    for rank in range(8):
+        held = {"5": ("all_gather", [[512, 1024]]) if rank == 6 else ("all_reduce", [[4096, 1024]])} \
+            if rank in (2, 6) else {"1" if rank < 4 else "2": ("all_reduce", [[8192, 4096]])}
+        recorders[rank] = recorder_json(rank, groups, done, held, 1)
+        stacks[rank] = pyspy_text(4000 + rank, "python3 train.py", _ZERO3_GATHER if rank == 6 else _MEGATRON_TP_WAIT)
+    verdict = read_hang(stacks, recorders, _fr_topology())
+    assert verdict.rule == RULE_RECORDER and verdict.alert and verdict.nodes == ()
+    assert verdict.outlier_ranks == (2, 6) and "mismatched collective" in verdict.detail
+
+
+def test_recorder_dumps_that_trail_the_stacks_are_waited_for():
+    folder = RECORDER / "fr_tp2pp2dp2_compute_r5"
+    case = json.loads((folder / "case.json").read_text())
+    topo = Topology.from_data(json.loads((folder / "topology.json").read_text()))
+    book = JobBook()
+    from bench.testbed.stack_samples import JOB
+    book.update(topo.to_event(JOB, T0))
+    det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
+    last = max(topo.by_rank)
+    events = [step_event(2.0 * n + 0.001 * r, topo, r, n) for n in range(1, 21) for r in topo.by_rank]
+    events += [beat_event(t, node) for t in range(0, 300, 10) for node in topo.nodes]
+    events += [stack_event(105.0 + 0.01 * r, topo, r, (folder / f"{r}.txt").read_text()) for r in topo.by_rank]
+    # Every recorder but the last rank's is in before the stacks complete; the last one trails by 2 s.
+    events += [event((105.0 + 0.01 * r - 0.005) if r != last else 107.0, topo.by_rank[r].node, "stack", "recorder_dump",
+                     rank=r, pid=1000 + r, dump=(folder / f"{r}.fr.json").read_text(), entries=1, truncated=False)
+               for r in topo.by_rank]
+    out = run_detector(det, events, until=200)
+    assert [d.action for d in out] == ["capture_stacks", "evict"]
+    final = out[1]
+    assert final.ts >= T0 + 107.0 and "no recorder dump" not in final.detail
+    assert f"rule {RULE_RECORDER}" in final.detail and final.nodes == (case["culprit_node"],)

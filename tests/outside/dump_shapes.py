@@ -1,0 +1,481 @@
+"""Hung jobs of other trainers' shapes, with the stack and Flight Recorder dumps their agents would send.
+
+    python -m tests.outside.dump_shapes OUT_DIR
+
+Round 2 of the outside check (helper O3): round 1 (tests/outside/write_traces.py) hung one
+Megatron job of 16 x 4 GPUs with py-spy text dumps. These hang other shapes, written from
+docs/events.md (`stack`/`stack_dump`, `stack`/`recorder_dump`) and the tools' own output formats,
+not from faultlens's code:
+
+- py-spy text: the format `py-spy dump` prints (benfred/py-spy src/dump.rs, print_traces);
+- py-spy `--json`: the JSON list of `StackTrace` that `py-spy dump --json` prints instead
+  (benfred/py-spy src/dump.rs and src/stack_trace.rs: `pid`, `thread_id`, `thread_name`,
+  `os_thread_id`, `active`, `owns_gil`, `frames` innermost first, each `name`, `filename`,
+  `module`, `short_filename`, `line`, `locals`);
+- torch Flight Recorder JSON: the NCCL recorder's dump as torch 2.10 writes it (`version`,
+  `comm_lib_version`, `pg_config` {name: {name, desc, ranks: "[..]"}}, `pg_status` with numbers as
+  strings, `entries` with `collective_seq_id`, `profiling_name` `nccl:<op>`, `state`, `retired`,
+  `input_sizes`, ...), the shape of pytorch's tools/flight_recorder readers and of the real
+  capture in tests/fixtures/real_gpu/gpu40/fr_nccl.json.
+
+Frame names are those of the libraries' public sources (DeepSpeed's ZeRO-3 coordinator, torch FSDP
+and torch.save, Megatron's pipeline p2p, JAX's pjit); the telemetry around them is round 1's
+(tests/outside/telemetry.py). Every trace: 200 s of training, then no step ends; every rank's
+dump arrives 80 s after the last step, as a capture_stacks answer would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tests.outside.job_shape as job_shape
+import tests.outside.telemetry as telemetry
+from tests.outside.job_shape import Job, Trace, machine_names
+from tests.outside.telemetry import Knobs, write_job
+from tests.outside.write_traces import write_table
+
+START = 1_772_532_000.0      # 2026-03-03 10:00:00 UTC
+LENGTH = 420.0
+HANG_AT = 200.0
+DUMP_AFTER = 80.0
+SLACK = 60.0
+SITE = "/opt/conda/lib/python3.11/site-packages/"
+
+
+@dataclass
+class Shape:
+    """A job of a given rank layout: ``placement`` lists (rank, node index, tp, pp, dp)."""
+
+    name: str
+    machines: int
+    gpus: int
+    tp: int
+    pp: int
+    dp: int
+    placement: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+
+    def job(self) -> Job:
+        nodes = machine_names(self.name.split("-")[1], self.machines)
+        ranks = [{"rank": r, "node": nodes[n], "tp": tp, "pp": pp, "dp": dp} for r, n, tp, pp, dp in self.placement]
+        return Job(f"outside-{self.name}", nodes, tp=self.tp, pp=self.pp, dp=self.dp, ranks=ranks)
+
+
+@contextmanager
+def gpus_per_node(n: int):
+    """Round 1's telemetry writes GPUS GPUs a machine; these shapes have 8 or 16."""
+    saved = job_shape.GPUS, telemetry.GPUS
+    job_shape.GPUS = telemetry.GPUS = n
+    try:
+        yield
+    finally:
+        job_shape.GPUS, telemetry.GPUS = saved
+
+
+# --- stacks, innermost frame first (as both py-spy forms list them) ---------------------------------
+Stack = list[tuple[str, str, int]]
+
+_ZERO3_GATHER: Stack = [
+    ("all_gather_into_tensor", "torch/distributed/distributed_c10d.py", 2897),
+    ("wrapper", "torch/distributed/c10d_logger.py", 83),
+    ("all_gather_into_tensor", "deepspeed/comm/torch.py", 219),
+    ("all_gather_into_tensor", "deepspeed/comm/comm.py", 305),
+    ("_dist_allgather_fn", "deepspeed/runtime/zero/partition_parameters.py", 95),
+    ("all_gather_coalesced", "deepspeed/runtime/zero/partition_parameters.py", 1311),
+    ("__all_gather_params_", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 463),
+    ("fetch_sub_module", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 311),
+    ("pre_sub_module_forward_function", "deepspeed/runtime/zero/parameter_offload.py", 477),
+    ("_pre_forward_module_hook", "deepspeed/runtime/zero/parameter_offload.py", 341),
+    ("_call_impl", "torch/nn/modules/module.py", 1568),
+    ("forward", "transformers/models/llama/modeling_llama.py", 1164),
+    ("forward", "deepspeed/runtime/engine.py", 1899),
+    ("train_epoch", "train_zero3.py", 142),
+    ("main", "train_zero3.py", 210),
+    ("<module>", "train_zero3.py", 230),
+]
+_LOADER_WAIT: Stack = [
+    ("wait", "threading.py", 331),
+    ("get", "multiprocessing/queues.py", 113),
+    ("_try_get_data", "torch/utils/data/dataloader.py", 1133),
+    ("_get_data", "torch/utils/data/dataloader.py", 1294),
+    ("_next_data", "torch/utils/data/dataloader.py", 1332),
+    ("__next__", "torch/utils/data/dataloader.py", 631),
+    ("train_epoch", "train_zero3.py", 131),
+    ("main", "train_zero3.py", 210),
+    ("<module>", "train_zero3.py", 230),
+]
+_FSDP_BARRIER: Stack = [
+    ("barrier", "torch/distributed/distributed_c10d.py", 3936),
+    ("wrapper", "torch/distributed/c10d_logger.py", 83),
+    ("save_checkpoint", "fsdp_train.py", 88),
+    ("train", "fsdp_train.py", 171),
+    ("main", "fsdp_train.py", 199),
+    ("<module>", "fsdp_train.py", 214),
+]
+_CKPT_WRITE: Stack = [
+    ("write_record", "torch/serialization.py", 582),
+    ("_save", "torch/serialization.py", 881),
+    ("save", "torch/serialization.py", 629),
+    ("save_checkpoint", "fsdp_train.py", 84),
+    ("train", "fsdp_train.py", 171),
+    ("main", "fsdp_train.py", 199),
+    ("<module>", "fsdp_train.py", 214),
+]
+_MEGATRON_TAIL: Stack = [
+    ("forward_backward_pipelining_without_interleaving", "megatron/core/pipeline_parallel/schedules.py", 1312),
+    ("train_step", "megatron/training/training.py", 750),
+    ("train", "megatron/training/training.py", 1180),
+    ("pretrain", "megatron/training/training.py", 361),
+    ("<module>", "pretrain_gpt.py", 240),
+]
+_MEGATRON_RECV_FWD: Stack = [
+    ("wait", "torch/distributed/distributed_c10d.py", 2040),
+    ("_communicate", "megatron/core/pipeline_parallel/p2p_communication.py", 382),
+    ("recv_forward", "megatron/core/pipeline_parallel/p2p_communication.py", 412),
+    ("recv_forward", "megatron/core/pipeline_parallel/schedules.py", 1040),
+] + _MEGATRON_TAIL
+_MEGATRON_RECV_BWD: Stack = [
+    ("wait", "torch/distributed/distributed_c10d.py", 2040),
+    ("_communicate", "megatron/core/pipeline_parallel/p2p_communication.py", 382),
+    ("send_forward_recv_backward", "megatron/core/pipeline_parallel/p2p_communication.py", 497),
+    ("send_forward_recv_backward", "megatron/core/pipeline_parallel/schedules.py", 1092),
+] + _MEGATRON_TAIL
+_MEGATRON_TP_WAIT: Stack = [
+    ("all_reduce", "torch/distributed/distributed_c10d.py", 2519),
+    ("wrapper", "torch/distributed/c10d_logger.py", 83),
+    ("_reduce", "megatron/core/tensor_parallel/mappings.py", 27),
+    ("forward", "megatron/core/tensor_parallel/mappings.py", 228),
+    ("apply", "torch/autograd/function.py", 574),
+    ("forward", "megatron/core/tensor_parallel/layers.py", 1006),
+    ("forward", "megatron/core/transformer/attention.py", 402),
+    ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
+] + _MEGATRON_TAIL
+_MEGATRON_COMPUTE: Stack = [
+    ("_flash_attn_forward", "flash_attn/flash_attn_interface.py", 91),
+    ("forward", "megatron/core/transformer/dot_product_attention.py", 166),
+    ("forward", "megatron/core/transformer/attention.py", 380),
+    ("forward", "megatron/core/transformer/transformer_layer.py", 302),
+    ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
+] + _MEGATRON_TAIL
+_JAX_STEP: Stack = [
+    ("_pjit_call_impl_python", "jax/_src/pjit.py", 1284),
+    ("call_impl_cache_miss", "jax/_src/pjit.py", 1309),
+    ("_pjit_call_impl", "jax/_src/pjit.py", 1333),
+    ("bind_with_trace", "jax/_src/core.py", 2788),
+    ("_python_pjit_helper", "jax/_src/pjit.py", 186),
+    ("cache_miss", "jax/_src/pjit.py", 305),
+    ("train_loop", "maxtext/train.py", 611),
+    ("main", "maxtext/train.py", 690),
+    ("<module>", "maxtext/train.py", 702),
+]
+_JAX_DATA: Stack = [
+    ("_next_internal", "tensorflow/python/data/ops/iterator_ops.py", 757),
+    ("__next__", "tensorflow/python/data/ops/iterator_ops.py", 814),
+    ("__next__", "grain/_src/python/data_loader.py", 412),
+    ("load_next_batch", "maxtext/multihost_dataloading.py", 124),
+    ("train_loop", "maxtext/train.py", 598),
+    ("main", "maxtext/train.py", 690),
+    ("<module>", "maxtext/train.py", 702),
+]
+
+
+def pyspy_text(pid: int, cmd: str, stack: Stack) -> str:
+    """`py-spy dump --pid PID`: the process line, the Python line, then each thread, innermost frame first."""
+    lines = [f"Process {pid}: {cmd}", "Python v3.11.9 (/opt/conda/bin/python3.11)", "",
+             f'Thread {pid} (idle): "MainThread"']
+    lines += [f"    {name} ({path}:{line})" for name, path, line in stack]
+    lines += ["", f'Thread {pid + 7} (idle): "Thread-2 (_pin_memory_loop)"',
+              "    wait (threading.py:331)", "    get (queue.py:180)",
+              "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:54)",
+              "    run (threading.py:982)", "    _bootstrap_inner (threading.py:1045)",
+              "    _bootstrap (threading.py:1002)"]
+    return "\n".join(lines) + "\n"
+
+
+def pyspy_json(pid: int, stack: Stack) -> str:
+    """`py-spy dump --pid PID --json`: a list of StackTrace, the main thread first."""
+    def frames(items: Stack) -> list[dict]:
+        return [{"name": name, "filename": (path if "/" not in path or path.startswith("/") else SITE + path),
+                 "module": None, "short_filename": path, "line": line, "locals": None}
+                for name, path, line in items]
+    threads = [
+        {"pid": pid, "thread_id": 139_872_000_000_000 + pid, "thread_name": "MainThread", "os_thread_id": pid,
+         "active": False, "owns_gil": False, "frames": frames(stack), "process_info": None},
+        {"pid": pid, "thread_id": 139_871_000_000_000 + pid, "thread_name": "Thread-2 (_pin_memory_loop)",
+         "os_thread_id": pid + 7, "active": False, "owns_gil": False, "process_info": None,
+         "frames": frames([("wait", "threading.py", 331), ("get", "queue.py", 180),
+                           ("_pin_memory_loop", "torch/utils/data/_utils/pin_memory.py", 54),
+                           ("run", "threading.py", 982), ("_bootstrap_inner", "threading.py", 1045),
+                           ("_bootstrap", "threading.py", 1002)])},
+    ]
+    return json.dumps(threads, indent=2)
+
+
+# --- Flight Recorder dumps -----------------------------------------------------------------------
+@dataclass
+class Group:
+    name: str
+    ranks: list[int]
+
+
+def recorder_json(rank: int, groups: list[Group], done: dict[str, int], held: dict[str, tuple[str, list]],
+                  base_ns: int) -> str:
+    """One rank's NCCL recorder: per group it belongs to, collectives 1..done[g] completed, then the one
+    it is held in (``held[g]``: op and input sizes) scheduled and not retired."""
+    entries, status, config = [], {}, {}
+    record = 0
+    for local, g in enumerate(x for x in groups if rank in x.ranks):
+        config[g.name] = {"name": g.name, "desc": "", "ranks": json.dumps(g.ranks)}
+        last = done[g.name]
+        for seq in range(max(1, last - 9), last + 1):
+            entries.append(_entry(record, local, g.name, seq, "all_reduce", [[4096, 1024]], True, base_ns + seq))
+            record += 1
+        if g.name in held:
+            op, sizes = held[g.name]
+            entries.append(_entry(record, local, g.name, last + 1, op, sizes, False, base_ns + last + 1))
+            record += 1
+        enq = last + (1 if g.name in held else 0)
+        status[str(local)] = {"last_enqueued_collective": str(enq), "last_started_collective": str(last),
+                              "last_completed_collective": str(last)}
+    return json.dumps({"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": config,
+                       "pg_status": status, "nccl_comm_state": {}, "entries": entries})
+
+
+def _entry(record: int, pg_id: int, pg: str, seq: int, op: str, sizes: list, retired: bool, ns: int) -> dict:
+    return {"record_id": record, "pg_id": pg_id, "process_group": [pg, ""], "collective_seq_id": seq,
+            "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{op}", "time_created_ns": ns * 1_000_000,
+            "input_sizes": sizes, "input_dtypes": ["BFloat16"], "output_sizes": sizes, "output_dtypes": ["BFloat16"],
+            "state": "completed" if retired else "scheduled", "retired": retired, "timeout_ms": 600000,
+            "is_p2p": False, "duration_ms": 1.8 if retired else None, "frames": [],
+            "time_discovered_started_ns": ns * 1_000_000 + 10 if retired else None,
+            "time_discovered_completed_ns": ns * 1_000_000 + 900 if retired else None}
+
+
+# --- the traces ------------------------------------------------------------------------------------
+Expect = dict
+
+
+@dataclass
+class Hung:
+    """What one scenario says: the trace's events are in ``trace``; the user's expectation and what
+    a person would also accept (another action naming the same machines, never another machine)."""
+
+    job: Job
+    expect: list[Expect]
+    accept_actions: frozenset[str]
+    blamed: frozenset[str]      # the machines a person would accept being named (empty: nobody)
+
+
+def _hung_job(trace: Trace, shape: Shape, base: float) -> Job:
+    job = shape.job()
+    with gpus_per_node(shape.gpus):
+        write_job(trace, job, base, LENGTH, Knobs(steps_stop=HANG_AT))
+    return job
+
+
+def _pid(job: Job, rank: int) -> int:
+    """The pid the machine's heartbeats list for this rank (tests/outside/telemetry.py numbering)."""
+    node = job.node_of(rank)
+    return 41_000 + 10 * job.nodes.index(node) + job.ranks_of(node).index(rank)
+
+
+def _dump(trace: Trace, job: Job, base: float, rank: int, pid: int, text: str, request: str) -> None:
+    trace.emit(base + HANG_AT + DUMP_AFTER + 0.02 * rank, job.name, job.node_of(rank), "stack", "stack_dump",
+               {"rank": rank, "pid": pid, "tool": "py-spy", "ok": True, "request_id": request, "rank_env": "RANK",
+                "dump": text})
+
+
+def _verdict(job: str, fault: str, nodes: list[str], action: str, base: float) -> Expect:
+    return {"job": job, "fault": fault, "nodes": sorted(nodes), "action": action,
+            "onset_from": base + HANG_AT - SLACK, "onset_to": base + HANG_AT + DUMP_AFTER + SLACK}
+
+
+def zero3_json(trace: Trace, base: float) -> Hung:
+    """DeepSpeed ZeRO-3, 4 machines x 8 GPUs, pure data parallel (rank = machine * 8 + local rank);
+    rank 13 waits on its DataLoader's workers (a worker stuck reading), the other 31 wait in ZeRO-3's
+    parameter all-gather. py-spy `--json` dumps."""
+    shape = Shape("zero3-dsx", 4, 8, 1, 1, 32, [(r, r // 8, 0, 0, r) for r in range(32)])
+    job = _hung_job(trace, shape, base)
+    for r in job.ranks:
+        stack = _LOADER_WAIT if r["rank"] == 13 else _ZERO3_GATHER
+        _dump(trace, job, base, r["rank"], _pid(job, r["rank"]), pyspy_json(_pid(job, r["rank"]), stack),
+              "zero3-capture-1")
+    bad = job.node_of(13)
+    return Hung(job, [_verdict(job.name, "job_hang", [bad], "evict", base)],
+                frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
+
+
+def fsdp_checkpoint(trace: Trace, base: float) -> Hung:
+    """torch FSDP on 2 machines x 16 GPUs (an HGX-2 shape), rank = machine * 16 + local; rank 21 is
+    still inside torch.save writing its shard while the 31 others wait in the barrier after the save.
+    py-spy text dumps."""
+    shape = Shape("fsdp16-dgx2", 2, 16, 1, 1, 32, [(r, r // 16, 0, 0, r) for r in range(32)])
+    job = _hung_job(trace, shape, base)
+    cmd = "/opt/conda/bin/python3.11 -u fsdp_train.py --sharding FULL_SHARD"
+    for r in job.ranks:
+        pid = _pid(job, r["rank"])
+        _dump(trace, job, base, r["rank"], pid, pyspy_text(pid, cmd, _CKPT_WRITE if r["rank"] == 21 else _FSDP_BARRIER),
+              "fsdp-capture-1")
+    bad = job.node_of(21)
+    # A rank stuck writing its checkpoint: its machine (its disk or its mount) is what a person
+    # looks at first; evicting it or stopping to check it are both acceptable, nobody else.
+    return Hung(job, [_verdict(job.name, "job_hang", [bad], "evict", base)],
+                frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
+
+
+def megatron_pipeline(trace: Trace, base: float) -> Hung:
+    """Megatron, tp 2 x pp 4 x dp 2 on 4 machines x 4 GPUs, one pipeline stage a machine (Megatron's
+    own order: rank = pp * 4 + dp * 2 + tp). Rank 9 (stage 2) is stuck in its attention kernel; its
+    tensor peer 8 waits in the TP all-reduce, stage 3 waits to receive its activations, stages 0-1
+    wait for gradients to come back, the other dp replica of stage 2 too."""
+    place = [(pp * 4 + dp * 2 + tp, pp, tp, pp, dp) for pp in range(4) for dp in range(2) for tp in range(2)]
+    shape = Shape("mgpp-a100", 4, 4, 2, 4, 2, sorted(place))
+    job = _hung_job(trace, shape, base)
+    cmd = "/opt/conda/bin/python3.11 -u pretrain_gpt.py --pipeline-model-parallel-size 4"
+    for r in job.ranks:
+        rank, pp = r["rank"], r["pp"]
+        if rank == 9:
+            stack = _MEGATRON_COMPUTE
+        elif rank == 8:
+            stack = _MEGATRON_TP_WAIT
+        elif pp == 3:
+            stack = _MEGATRON_RECV_FWD
+        elif pp == 2 and r["dp"] == 0:
+            stack = _MEGATRON_RECV_FWD      # the other replica's stage 2 already ran ahead to its next recv
+        else:
+            stack = _MEGATRON_RECV_BWD
+        pid = _pid(job, rank)
+        _dump(trace, job, base, rank, pid, pyspy_text(pid, cmd, stack), "mgpp-capture-1")
+    bad = job.node_of(9)
+    return Hung(job, [_verdict(job.name, "job_hang", [bad], "evict", base)],
+                frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
+
+
+def jax_hosts(trace: Trace, base: float) -> Hung:
+    """A JAX (MaxText-style) job: one process a host drives its 8 GPUs, 4 hosts, the topology's
+    ranks are the processes. Host 2's process waits on its input pipeline (a torch DataLoader's
+    pin-memory thread beside it, as in every dump here); the others are inside the jitted step,
+    whose collectives run in XLA where py-spy sees no frame of them, all in the same call. Host 2
+    is the one the others wait on, as round 1's data-loader hang: evict it, or an alert; no other."""
+    shape = Shape("jax-tpuvm", 4, 8, 1, 1, 4, [(r, r, 0, 0, r) for r in range(4)])
+    job = _hung_job(trace, shape, base)
+    cmd = "/opt/conda/bin/python3.11 -u maxtext/train.py configs/base.yml"
+    for r in job.ranks:
+        pid = 41_000 + 10 * r["rank"]
+        _dump(trace, job, base, r["rank"], pid, pyspy_text(pid, cmd, _JAX_DATA if r["rank"] == 2 else _JAX_STEP),
+              "jax-capture-1")
+    bad = job.node_of(2)
+    return Hung(job, [_verdict(job.name, "job_hang", [bad], "evict", base)],
+                frozenset({"evict", "alert", "stop_time_diagnosis"}), frozenset({bad}))
+
+
+def _recorder(trace: Trace, job: Job, base: float, rank: int, pid: int, text: str, request: str) -> None:
+    # Right behind the rank's stack dump, as a trainer hook sends its recorder after its stacks.
+    trace.emit(base + HANG_AT + DUMP_AFTER + 0.001 + 0.02 * rank, job.name, job.node_of(rank), "stack",
+               "recorder_dump", {"rank": rank, "pid": pid, "dump": text, "entries": text.count('"record_id"'),
+                                 "truncated": False, "request_id": request})
+
+
+def _fr_groups() -> list[Group]:
+    """2 machines x 4 GPUs, tp 4 inside a machine, dp 2 across: torch names groups in creation order,
+    the world "0", then the TP groups "1", "2", then the DP groups "3".."6"."""
+    return ([Group("0", list(range(8))), Group("1", [0, 1, 2, 3]), Group("2", [4, 5, 6, 7])]
+            + [Group(str(3 + i), [i, i + 4]) for i in range(4)])
+
+
+def _fr_shape(name: str) -> Shape:
+    return Shape(name, 2, 4, 4, 1, 2, [(r, r // 4, r % 4, 0, r // 4) for r in range(8)])
+
+
+def fr_mismatch(trace: Trace, base: float) -> Hung:
+    """Flight Recorder, 3 process groups a rank: in DP group "5" (ranks 2 and 6) rank 6 entered
+    all_gather as #31 where rank 2 entered all_reduce (a trainer bug: a branch taken on one rank);
+    both are held, and their TP peers wait in TP all_reduce #121 that 2 and 6 never entered. A
+    mismatched collective is the program's fault, not a machine's: a person expects an alert."""
+    job = _hung_job(trace, _fr_shape("frmis-hgx"), base)
+    groups = _fr_groups()
+    done = {"0": 3, "1": 120, "2": 120, "3": 30, "4": 30, "5": 30, "6": 30}
+    for rank in range(8):
+        held: dict[str, tuple[str, list]] = {}
+        if rank == 2:
+            held["5"] = ("all_reduce", [[4096, 1024]])
+        elif rank == 6:
+            held["5"] = ("all_gather", [[512, 1024]])
+        else:
+            held["1" if rank < 4 else "2"] = ("all_reduce", [[8192, 4096]])
+        pid = _pid(job, rank)
+        wait = (_ZERO3_GATHER if rank == 6 else _MEGATRON_TP_WAIT) if rank in (2, 6) else _MEGATRON_TP_WAIT
+        _dump(trace, job, base, rank, pid, pyspy_text(pid, "python3 -u train.py", wait), "frmis-1")
+        _recorder(trace, job, base, rank, pid, recorder_json(rank, groups, done, held, 1_772_532_000_000), "frmis-1")
+    return Hung(job, [_verdict(job.name, "job_hang", [], "alert", base)],
+                frozenset({"alert", "stop_time_diagnosis"}), frozenset())
+
+
+def fr_never_joined(trace: Trace, base: float) -> Hung:
+    """Flight Recorder, 3 process groups a rank: rank 5 never entered TP all_reduce #121 that its
+    TP peers 4, 6, 7 hold, nor DP all_reduce #31 that rank 1 holds; its stack shows it stuck in its
+    forward pass's attention kernel. The ranks of machine 0 wait in TP #121 of their own group,
+    which rank 1 (held in DP) never entered. Rank 5's machine, nobody else."""
+    job = _hung_job(trace, _fr_shape("frjoin-hgx"), base)
+    groups = _fr_groups()
+    done = {"0": 3, "1": 120, "2": 120, "3": 30, "4": 30, "5": 30, "6": 30}
+    for rank in range(8):
+        held: dict[str, tuple[str, list]] = {}
+        if rank == 1:
+            held["4"] = ("all_reduce", [[4096, 1024]])
+            stack = _MEGATRON_TP_WAIT
+        elif rank == 5:
+            stack = _MEGATRON_COMPUTE
+        else:
+            held["1" if rank < 4 else "2"] = ("all_reduce", [[8192, 4096]])
+            stack = _MEGATRON_TP_WAIT
+        pid = _pid(job, rank)
+        _dump(trace, job, base, rank, pid, pyspy_text(pid, "python3 -u train.py", stack), "frjoin-1")
+        _recorder(trace, job, base, rank, pid, recorder_json(rank, groups, done, held, 1_772_532_000_000), "frjoin-1")
+    bad = job.node_of(5)
+    return Hung(job, [_verdict(job.name, "job_hang", [bad], "evict", base)],
+                frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
+
+
+SCENARIOS: dict[str, Callable[[Trace, float], Hung]] = {
+    "zero3_json": zero3_json, "fsdp_checkpoint": fsdp_checkpoint, "megatron_pipeline": megatron_pipeline,
+    "jax_hosts": jax_hosts, "fr_mismatch": fr_mismatch, "fr_never_joined": fr_never_joined,
+}
+
+
+def write_all(out: Path, names: list[str] | None = None) -> dict[str, Hung]:
+    """Each scenario's trace and `NAME.parquet.expect.jsonl`; the scenarios' Hung by name."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for i, (name, scenario) in enumerate(SCENARIOS.items()):
+        if names and name not in names:
+            continue
+        trace = Trace(seed=100 + i)
+        base = START + i * LENGTH
+        hung = scenario(trace, base)
+        path = out / f"{name}.parquet"
+        write_table(trace.rows(), path)
+        header = {"faultlens_expect": 1, "trace": path.name, "onset_slack_s": SLACK}
+        lines = [json.dumps(header)] + [json.dumps(v, sort_keys=True) for v in hung.expect]
+        Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
+        written[name] = hung
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
+    args = parser.parse_args(argv)
+    for name in write_all(args.out, args.names or None):
+        print(args.out / f"{name}.parquet")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -100,13 +100,14 @@ def short_path(path: str) -> str:
 
 
 def parse_dump(text: str) -> list[ThreadStack]:
-    """Every thread of a py-spy or faulthandler dump (several processes' dumps may be concatenated)."""
+    """Every thread of a py-spy (text or ``--json``) or faulthandler dump (several processes' text
+    dumps may be concatenated)."""
     if not isinstance(text, str) or not text.strip():
         return []
     if text.lstrip()[:1] in "[{":
-        threads = _parse_json(text)
-        if threads is not None:
-            return threads
+        from_json = _parse_json(text)
+        if from_json is not None:
+            return from_json
     lines = text.splitlines()
     threads: list[ThreadStack] = []
     head: dict | None = None

@@ -25,7 +25,14 @@ from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
 from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
 from faultlens.events.topology import Topology
 from tests.outside.dump_shapes import (
-    _FSDP_BARRIER, _JAX_STEP, _LOADER_WAIT, _MEGATRON_TP_WAIT, _ZERO3_GATHER, Group, pyspy_json, pyspy_text,
+    _FSDP_BARRIER,
+    _JAX_STEP,
+    _LOADER_WAIT,
+    _MEGATRON_TP_WAIT,
+    _ZERO3_GATHER,
+    Group,
+    pyspy_json,
+    pyspy_text,
     recorder_json,
 )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.testbed.stack_samples import T0, beat_event, event, run_detector, stack_event, step_event
+from bench.testbed.stack_samples import JOB, T0, beat_event, event, run_detector, stack_event, step_event
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.hang.detector import HangConfig
@@ -84,7 +84,6 @@ def test_recorder_dumps_that_trail_the_stacks_are_waited_for():
     case = json.loads((folder / "case.json").read_text())
     topo = Topology.from_data(json.loads((folder / "topology.json").read_text()))
     book = JobBook()
-    from bench.testbed.stack_samples import JOB
     book.update(topo.to_event(JOB, T0))
     det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
     last = max(topo.by_rank)

@@ -78,6 +78,17 @@ ODD = [
     _message(envelope={"ts": 1_790_000_000_000}),  # milliseconds
     _message(envelope={"ts": 10**30}), _message(envelope={"v": 2}), _message(envelope={"v": 10**30}),
     _message(envelope={"id": ""}), _message(envelope={"job": " x"}), _message(envelope={"node": 7}),
+    # the envelope checks the typed read makes as it parses (events/typed_read.py), at their edges
+    _message(envelope={"ts": 946_684_800}), _message(envelope={"ts": 946_684_799}),
+    _message(envelope={"ts": 4_102_444_800}), _message(envelope={"ts": 4_102_444_801}),
+    _message(envelope={"ts": 946_684_800.0}), _message(envelope={"ts": 946_684_799.999}),
+    _message(envelope={"ts": 4_102_444_800.0}), _message(envelope={"ts": 4_102_444_800.001}),
+    _message(envelope={"ts": True}), _message(envelope={"ts": "1790000000"}),
+    _message(envelope={"v": 0}), _message(envelope={"v": True}), _message(envelope={"v": 1.0}),
+    _message(envelope={"id": "x" * 256}), _message(envelope={"id": "x" * 257}), _message(envelope={"id": " "}),
+    _message(envelope={"node": "\tn"}), _message(envelope={"job": "j "}), _message(envelope={"id": " s1"}),
+    _message().replace(b'"dgx-a17"', b'"\\u3000dgx"'),  # an escaped blank that is not ASCII once read
+    _message().replace(b'"dgx-a17"', b'"\\u00e9dgx"'),  # an escaped letter that is not ASCII once read
     _message(envelope={"kind": "checkpoint"}), _message({"rank": 1, "step": 9, "path": "/ckpt/9"},
                                                        envelope={"kind": "checkpoint"}),
     _message(envelope={"kind": "command_ack"}), _message(envelope={"kind": "stepped"}),

@@ -1,0 +1,182 @@
+"""The node stage's loop in memory on bench_floor's backlog: the runner's own parts and the handler,
+no Kafka (issue 56). For instruction counts (callgrind) and load-free comparisons of two trees.
+
+    .venv/bin/python -m bench.bench_floor_pipeline [--nodes 32] [--duration 60] [--per-poll 60]
+        [--repeat 3] [--setup-only] [--out FILE]
+
+The backlog's messages (bench_floor.backlog) are laid out per topic and partition as a broker
+holds them (key → partition as kafka-python's default partitioner puts them), and polled as the
+client hands them out: ``--per-poll`` messages of each partition in turn, a poll a round. Each poll
+goes through the node stage's runner parts exactly as streams/runner/loop.py calls them:
+``Intake.split``, ``EventTimeOrder.ordered`` (the merge, over a stand-in consumer that reports
+every partition behind until the last poll), ``Intake.complete`` and ``NodeStageHandler.handle``;
+then the merge is drained. It prints CPU µs a message (best of ``--repeat``) and the sha256 of every
+output (topic, key, value) with the dead letters' bytes, so two trees can be held to the same outputs.
+
+``--setup-only`` builds everything and runs nothing: callgrind's count of a run minus that of a
+setup-only run, over the message count, is the loop's instructions a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import uuid
+import time
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+from kafka.partitioner.default import murmur2
+from kafka.structs import TopicPartition
+
+from bench.bench_floor import backlog
+from faultlens.diagnosis.edge.consumer import DEFERRED_TOPICS, TELEMETRY_DECODERS
+from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.events.envelope import decode
+from faultlens.events.topics import JOBS, TELEMETRY_PARTITIONS, TELEMETRY_TOPICS
+from faultlens.streams.gc_policy import tune_for_streaming
+from faultlens.streams.runner.loop import GroupRunner
+
+_BUNDLE_ID = re.compile(rb'"id":"b\.[0-9a-f]{32}"')
+
+
+class Message(NamedTuple):
+    """A polled message as kafka-python's ConsumerRecord has it (the fields the intake reads)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+
+
+class StandIn:
+    """The few consumer calls EventTimeOrder makes: every partition behind until ``caught_up``."""
+
+    def __init__(self, partitions: list[TopicPartition]) -> None:
+        self.partitions = set(partitions)
+        self.caught_up = False
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.partitions
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return 1
+
+    def position(self, tp: TopicPartition) -> int:
+        return 1 if self.caught_up else 0
+
+    def pause(self, *tps: TopicPartition) -> None:
+        pass
+
+    def resume(self, *tps: TopicPartition) -> None:
+        pass
+
+
+def polls(nodes: int, duration: int, per_poll: int) -> tuple[bytes, list[dict[TopicPartition, list[Message]]]]:
+    """The topology message, and the telemetry as the client's polls would hand it out."""
+    held: dict[TopicPartition, list[Message]] = defaultdict(list)
+    seeded = random.Random(56)
+    uuid4, uuid.uuid4 = uuid.uuid4, lambda: uuid.UUID(int=seeded.getrandbits(128), version=4)  # the same ids every run
+
+    topology = b""
+    ms = 1_767_225_600_000
+    for topic, key, raw in backlog(nodes, duration, t0=1_767_225_600.0):
+        if topic == JOBS:
+            topology = raw
+            continue
+        tp = TopicPartition(topic, (murmur2(key) & 0x7FFFFFFF) % TELEMETRY_PARTITIONS)
+        queue = held[tp]
+        ms += 1
+        queue.append(Message(len(queue), key, raw, ms))
+    uuid.uuid4 = uuid4
+    out = []
+    at = dict.fromkeys(held, 0)
+    while any(at[tp] < len(held[tp]) for tp in held):
+        poll = {}
+        for tp, queue in held.items():
+            if at[tp] < len(queue):
+                poll[tp] = queue[at[tp]:at[tp] + per_poll]
+                at[tp] += per_poll
+        out.append(poll)
+    return topology, out
+
+
+def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]]) -> tuple[float, Any]:
+    """One pass of the node stage's loop parts over the polls: (CPU seconds, sha256 of the outputs)."""
+    handler = NodeStageHandler()
+    handler.member = "bench"  # (a random name each run otherwise: the bundles carry it)
+    handler.handle([_record(topology)])
+    runner = GroupRunner.__new__(GroupRunner)  # the parts alone: no client, no producer
+    from faultlens.streams.runner.options import RunnerOptions  # noqa: PLC0415 - bench-only
+    o = RunnerOptions.of(None, event_time=True, deferred_topics=DEFERRED_TOPICS)
+    GroupRunner.__init__(runner, None, "bench", TELEMETRY_TOPICS, handler, TELEMETRY_DECODERS,  # type: ignore[arg-type]
+                         producer=_NoProducer(), options=o)
+    tps = sorted({tp for b in batches for tp in b}, key=lambda tp: (tp.topic, tp.partition))
+    consumer = StandIn(tps)
+    runner.order.assigned(tps)
+    digest = hashlib.sha256()
+    t0 = time.process_time()
+    for i, poll in enumerate(batches):
+        consumer.caught_up = i == len(batches) - 1
+        good, dead = runner.intake.split(poll)
+        out = list(dead)
+        good = runner._released(runner.order.ordered(consumer, good), out)
+        runner._handle_into(good, out)
+        _digest(digest, out)
+    out = []
+    runner._handle_into(runner._released(runner.order.ordered(consumer, [], drain=True), out), out)
+    out += handler.flush()
+    _digest(digest, out)
+    return time.process_time() - t0, digest.hexdigest()[:12]
+
+
+def _digest(digest: Any, out: list) -> None:
+    for o in out:
+        value = _BUNDLE_ID.sub(b'"id":"b"', o.value or b"")  # a bundle's own id is random
+        if o.topic == "dead-letter":  # its wall-clock stamp aside
+            body = json.loads(value)
+            body.pop("ts", None)
+            value = json.dumps(body, sort_keys=True).encode()
+        digest.update(f"{o.topic}|{o.key!r}|{getattr(o, 'partition', None)}|".encode() + value)
+
+
+def _record(raw: bytes):
+    from faultlens.streams.runner.types import Record  # noqa: PLC0415
+
+    event = decode(raw)
+    return Record(JOBS, 0, 0, None, event, 0, event.ts, None, None, raw)
+
+
+class _NoProducer:
+    def close(self) -> None:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--duration", type=int, default=60)
+    ap.add_argument("--per-poll", type=int, default=60)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--setup-only", action="store_true")
+    args = ap.parse_args(argv)
+    topology, batches = polls(args.nodes, args.duration, args.per_poll)
+    n = sum(len(m) for b in batches for m in b.values())
+    tune_for_streaming()
+    if args.setup_only:
+        print(json.dumps({"messages": n, "setup_only": True}))
+        return 0
+    runs = [run(topology, batches) for _ in range(args.repeat)]
+    best = min(cpu for cpu, _ in runs)
+    print(json.dumps({"load_average": os.getloadavg(), "messages": n, "polls": len(batches),
+                      "cpu_s": round(best, 3), "us_per_message": round(1e6 * best / n, 2),
+                      "outputs_sha256": sorted({d for _, d in runs})}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,13 +63,20 @@ def fault_of_library(lib: str | None) -> str | None:
 
 
 def segfault(msg: str, raw: str) -> Found:
+    """A user process's crash as the kernel reports it (show_signal_msg: ``comm[pid]: segfault at``,
+    ``traps: comm[pid] general protection`` / ``trap divide error``). Inside NCCL or CUDA it is
+    theirs, with a stop-time check; in any other code it is the application's own fault
+    (``app_fault``), recorded: the kernel names a process, not the job, and the trainer's own report
+    of its end is what acts (issue 54 round 14; parsing/rules.toml ``app.*`` reads the OS's other
+    records of a crash the same way)."""
     m = _SEGV.search(msg)
     if not m:
         return None
     lm = _SEGV_LIB.search(msg, m.end())
     lib = lm.group("lib") if lm else None
-    fault = fault_of_library(lib) or "unknown"
-    return [("segfault", common(raw, fault, "stop_time_diagnosis", "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
+    fault = fault_of_library(lib)
+    action = "stop_time_diagnosis" if fault else "none"
+    return [("segfault", common(raw, fault or "app_fault", action, "error", process=m.group("proc"), pid=_int(m.group("pid")), lib=lib,
                                 text=m.group("what")))]  # fmt: skip
 
 

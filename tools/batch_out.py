@@ -2,6 +2,7 @@
 built without batch k, through the parsers batch k first met (issue 54, round 12).
 
     python -m tools.batch_out [--batches 1-12] [--future 13] [--variants shipped,fresh,...] [--misses]
+                              [--overlay app.,segfault:app_fault] [--by-class]
 
 Each fresh batch k (tests/fixtures/log_corpus/freshK) was first scored unread on the code frozen
 before it (FROZEN: the commit of its ``frozen_score_<commit>.txt``). Its rules are that code's
@@ -24,6 +25,12 @@ read at several abstention thresholds (a line whose best class is under it is re
 ``+all`` asks the model about every line of a row the frozen parsers neither took nor found alarming.
 
 ``--misses`` sorts the frozen misses of each batch by why they were missed (see ``why_missed``).
+
+``--overlay TOKENS`` measures a mechanism of today's code the same fair way (round 14): each batch's
+frozen events plus the events today's parsers make by that mechanism alone (rule ids by prefix,
+``app.``; a code record by the class it now gives, ``segfault:app_fault``), so a change counts by
+what it catches on batches it was not written from, and by what it fires. ``--by-class`` prints, per
+class, the share right on first sight (frozen), with the overlay, and once mined (today's code).
 """
 
 from __future__ import annotations
@@ -80,7 +87,8 @@ def worker(tree: str, folder: str) -> None:
                 events.extend(parser.feed(line))
             events.extend(parser.flush())
             ev = [[e.kind, e.data.get("fault"), e.data.get("action"), e.data.get("xid"), e.data.get("basis")] for e in events]
-            print(json.dumps({"file": path.stem, "n": n, "row": row, "events": ev, "asked": list(asked)}))
+            made_by = [e.data.get("rule") or e.kind for e in events]  # which rule (or code record) made each event
+            print(json.dumps({"file": path.stem, "n": n, "row": row, "events": ev, "by": made_by, "asked": list(asked)}))
 
 
 def frozen_rows(k: int) -> list[dict[str, Any]]:
@@ -97,6 +105,31 @@ def frozen_rows(k: int) -> list[dict[str, Any]]:
                              capture_output=True, text=True).stdout  # fmt: skip
         cache.write_text(out, encoding="utf-8")
     return [json.loads(t) for t in cache.read_text(encoding="utf-8").splitlines() if t.strip()]
+
+
+def today_rows(k: int) -> list[dict[str, Any]]:
+    """Batch k parsed by the code of this working tree (not cached: the code changes)."""
+    out = subprocess.run([sys.executable, __file__, "--worker", str(ROOT), str(CORPUS / f"fresh{k}")], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return [json.loads(t) for t in out.splitlines() if t.strip()]
+
+
+def in_mechanism(made_by: str, fault: str | None, tokens: list[str]) -> bool:
+    """An event of today's code that a mechanism under study made: ``tokens`` name it by the rule id's
+    prefix (``app.``), or by a code record and the class it now gives (``segfault:app_fault``)."""
+    for t in tokens:
+        name, _, cls = t.partition(":")
+        if made_by.startswith(name) and (not cls or fault == cls):
+            return True
+    return False
+
+
+def overlaid(frozen: dict[str, Any], today: dict[str, Any], tokens: list[str]) -> list[list[Any]]:
+    """The frozen code's events plus those today's code makes by the mechanism alone: what the frozen
+    code would have done with only this mechanism added (it can add a right class or a firing, as the
+    mechanism would; it takes nothing the frozen code had)."""
+    extra = [e for e, by in zip(today["events"], today.get("by", []), strict=True) if in_mechanism(by, e[1], tokens)]
+    return frozen["events"] + extra
 
 
 # -- judging a row ----------------------------------------------------------------------------------------
@@ -231,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         "--together", action="store_true", help="leave out with batch k the batches frozen at its commit (collected with it)"
     )
     ap.add_argument("--misses", action="store_true", help="sort each batch's frozen misses by why they were missed")
+    ap.add_argument("--overlay", default="", help="a mechanism of today's code (rule id prefixes, or record:class) added to each "
+                    "batch's frozen code: what it would have caught unseen, and fired")  # fmt: skip
+    ap.add_argument("--by-class", action="store_true", help="per class: right on first sight (frozen), with --overlay, and once mined (today)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(*args.worker)
@@ -243,12 +279,31 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # right, faults, fired, healthy
     whys: Counter[str] = Counter()
     future = parse_batches(args.future) if args.future else []
+    tokens = [t for t in args.overlay.split(",") if t]
+    per_class: dict[str, Counter[str]] = defaultdict(Counter)
     for k in batches + future:
         frows = frozen_rows(k)
         base = [judge(r["row"], r["events"]) for r in frows]
         line = {"batch": k, "frozen": frozen_commit(k), "rows": len(frows)}
         # The frozen rules alone: what the model, whichever, adds or fires on top of them.
         cells = {"frozen": base, "rules_only": [rescored(r, []) for r in frows]}
+        if tokens or args.by_class:
+            trows = today_rows(k)
+            if tokens:
+                cells["overlay"] = [judge(f["row"], overlaid(f, t, tokens)) for f, t in zip(frows, trows, strict=True)]
+            if args.by_class:
+                today = [judge(t["row"], t["events"]) for t in trows]
+                over = cells.get("overlay", base)
+                for i, f in enumerate(frows):
+                    if f["row"].get("healthy"):
+                        continue
+                    c = per_class[f["row"].get("fault") or "any"]
+                    c["rows"] += 1
+                    c["unseen"] += base[i][0]
+                    c["overlay"] += over[i][0]
+                    c["mined"] += today[i][0]
+                    if not base[i][0]:
+                        c["why: " + why_missed(f)] += 1
         for v in variants:
             model = line_model.train(training_set(k, v, batches, args.together))
             for t in THRESHOLDS:
@@ -273,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
                           "fired": f"{fired}/{healthy}", "fired_pct": round(100 * fired / healthy, 2) if healthy else None}))  # fmt: skip
     if args.misses:
         print(json.dumps({"why_missed": dict(whys)}))
+    for cls, c in sorted(per_class.items(), key=lambda kv: -kv[1]["rows"]):
+        n = c["rows"]
+        print(json.dumps({"class": cls, "rows": n, "unseen": round(c["unseen"] / n, 3), "with_overlay": round(c["overlay"] / n, 3),
+                          "mined": round(c["mined"] / n, 3), **{k: v for k, v in c.items() if k.startswith("why")}}))  # fmt: skip
     return 0
 
 

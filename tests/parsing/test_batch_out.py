@@ -68,3 +68,21 @@ def test_the_worker_records_what_the_parsers_asked(tmp_path: Path) -> None:
     # an unknown driver's error: the subsystem table names no class for it, so the model is not asked
     # (recorded as unrecognised); the parsers' own events say it is not acted on
     assert not batch_out.judge(got[1]["row"], got[1]["events"])[1]
+
+
+def test_a_mechanism_is_overlaid_on_the_frozen_events_by_its_rules_or_records() -> None:
+    # round 14: today's events made by the mechanism alone are added to the frozen code's
+    frozen = _r({"line": "x", "fault": "app_fault"}, [["segfault", "unknown", "stop_time_diagnosis", None, None]])
+    today = {"events": [["segfault", "app_fault", "none", None, None], ["exception", "user_code", "rollback", None, None],
+                        ["kernel_oops", "kernel", "evict", None, None]],
+             "by": ["segfault", "app.runtime_panic", "kernel.oops"]}  # fmt: skip
+    assert batch_out.in_mechanism("app.runtime_panic", "user_code", ["app."])
+    assert not batch_out.in_mechanism("kernel.oops", "kernel", ["app.", "segfault:app_fault"])
+    assert batch_out.in_mechanism("segfault", "app_fault", ["segfault:app_fault"])
+    assert not batch_out.in_mechanism("segfault", "nccl_error", ["segfault:app_fault"])
+    got = batch_out.overlaid(frozen, today, ["segfault:app_fault"])
+    assert got == frozen["events"] + [today["events"][0]]
+    assert batch_out.judge(frozen["row"], got) == (True, False)
+    # a firing the mechanism adds counts against it
+    healthy = _r({"line": "x", "healthy": True}, [])
+    assert batch_out.judge(healthy["row"], batch_out.overlaid(healthy, today, ["app."])) == (False, True)

@@ -96,11 +96,15 @@ def test_device_failures_in_each_frameworks_check(line: str, fault: str) -> None
 
 
 @pytest.mark.parametrize("line", [
-    "python: ./src/main.c:12: main: Assertion `x > 0' failed.",  # a host assert outside CUDA code
     "I0311 02:01:35.163677  6921 benchmark.cpp:92] Check failed: none, cudaSuccess everywhere",
 ])
 def test_their_look_alikes_are_not_cuda_errors(line: str) -> None:
     assert not ({"cuda_error", "user_code"} & _faults(line, "nccl"))
+
+
+def test_a_host_assert_outside_cuda_code_is_the_programs_not_cudas() -> None:
+    # round 14 (parsing/rules.toml app.assert_failed): the program's own assert() that failed is user_code
+    assert _faults("python: ./src/main.c:12: main: Assertion `x > 0' failed.", "nccl") == {"user_code"}
 
 
 # --- collectives other than NCCL's ----------------------------------------------------------------

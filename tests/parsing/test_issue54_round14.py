@@ -1,0 +1,129 @@
+"""Issue 54 round 14: an application's end read by its general form, not by any batch's rows.
+
+Who reports the end decides the class: the OS's record of a process that crashed (the kernel's
+segfault and trap records, print-fatal-signals, audit's ANOM_ABEND, systemd and systemd-coredump) is
+``app_fault``, recorded (action none: a process is named, not the job, and the machine is not to
+blame); the program's own fatal report (the C library's heap and stack checks, assert(), Go's and
+Rust's panics) is ``user_code``. Each beside the healthy look-alikes of its form (docs/rules.md,
+round 14). The lines cite where they were printed (parsing/rules.toml carries the same as examples).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faultlens.parsing.registry import parser_for
+
+
+def _events(line: str, source: str = "kernel") -> list:
+    p = parser_for(source)
+    return p.feed(line) + p.flush()
+
+
+def _classes(line: str, source: str = "kernel") -> set[tuple[str, str]]:
+    return {(e.data.get("fault"), e.data.get("action")) for e in _events(line, source)}
+
+
+def _acting(line: str, source: str = "kernel") -> list:
+    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
+
+
+# --- the OS's record of a crash: app_fault, recorded ------------------------------------------------------
+_OS_RECORDS = [
+    # arch/x86/kernel/traps.c / fault.c show_signal_msg, in a library no GPU stack owns
+    "Dec 20 17:21:35 host kernel: [22022.892840] upowerd[3838]: segfault at 65626154 ip b750c3f2 sp bfab6c90 error 4 in "
+    "libimobiledevice.so.2.0.1[b7507000+1c000]",  # fresh11 kernel_oops (mined batch), a daemon's crash
+    "postgres[16376]: segfault at 7fff4aca6000 ip 00000031ac288bfb sp 00007fff4aca3e38 error 4 in libc-2.12.so[31ac200000+189000]",
+    "kernel: [920575.093899] traps: openarc[9640] general protection ip:55ff9fed033f sp:7f533f9ad240 error:0 in openarc[55ff9fec5000+13000]",
+    # kernel/signal.c print_fatal_signal (public GitHub file, index ids 61221979938, 12466329263)
+    "[ 8192.294499] chrome/21079: potentially unexpected fatal signal 11.",
+    "kern  :info  : [372850.970643] potentially unexpected fatal signal 11.",
+    # auditd ANOM_ABEND (index ids 17289971622, 19099082900)
+    'type=ANOM_ABEND msg=audit(1222174623.498:608): auid=4294967295 uid=0 gid=7 ses=4294967295 '
+    'subj=system_u:system_r:cupsd_t:s0-s0:c0.c1023 pid=7192 comm="ipp" sig=11',
+    'type=ANOM_ABEND msg=audit(1522102229.772:2026): auid=4294967295 uid=0 gid=0 ses=4294967295 subj=system_u:system_r:spc_t:s0 '
+    'pid=1784 comm="VirtualBox" reason="memory violation" sig=6',
+    # systemd-coredump and systemd (index ids 49055163231, 4226506039, 57035027718)
+    "Message: Process 5134 (gnome-shell) of user 1000 dumped core.",
+    "Mar 24 14:08:03 anel systemd[1]: mariadb.service: Main process exited, code=dumped, status=11/SEGV",
+    "Mar 24 14:08:03 anel systemd[1]: mariadb.service: Failed with result 'core-dump'.",
+]
+
+
+@pytest.mark.parametrize("line", _OS_RECORDS)
+def test_the_os_record_of_a_crash_is_app_fault_recorded(line: str) -> None:
+    # the journal / syslog stream, which the kernel parser reads
+    assert ("app_fault", "none") in _classes(line)
+    assert _acting(line) == []  # a process named, not the job: never an alert on its own
+
+
+def test_a_crash_inside_nccl_or_cuda_stays_theirs_and_acts() -> None:
+    # leptonai/gpud components/accelerator/nvidia/nccl/kmsg_matcher_test.go
+    nccl = ("[Thu Oct 10 03:06:53 2024] pt_main_thread[2536443]: segfault at 7f797fe00000 ip 00007f7c7ac69996 sp 00007f7c12fd7c30 "
+            "error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]")
+    assert _classes(nccl) == {("nccl_error", "stop_time_diagnosis")}
+
+
+@pytest.mark.parametrize("line", [
+    # a unit stopped, not crashed: TERM / KILL are the stopper's (public GitHub file, index id 47650874278)
+    "Jan 31 01:37:15 debian systemd[1]: elasticsearch.service: Main process exited, code=killed, status=15/TERM",
+    "Jan 31 01:37:15 debian systemd[1]: elasticsearch.service: Failed with result 'timeout'.",
+    # a clean exit and systemd-coredump's own unit finishing (synthetic, systemd's formats)
+    "Nov 29 10:00:01 host systemd[1]: trainer.service: Main process exited, code=exited, status=0/SUCCESS",
+    "Nov 29 10:00:01 host systemd[1]: systemd-coredump@0-4400-0.service: Succeeded.",
+    # the kernel command line that turns the report on, and an audit record of another type (synthetic)
+    "[    0.000000] Kernel command line: BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro print-fatal-signals=1",
+    "type=ANOM_PROMISCUOUS msg=audit(1700000000.123:456): dev=eth0 prom=256 old_prom=0 auid=1000 uid=0 gid=0 ses=2",
+])
+def test_what_is_not_a_crash_gives_nothing(line: str) -> None:
+    assert not any(f == "app_fault" for f, _ in _classes(line))
+    assert _acting(line) == []
+
+
+# --- the program's own fatal report: user_code ---------------------------------------------------------------
+_PROGRAM_REPORTS = [
+    # glibc malloc_printerr and __stack_chk_fail (index ids 14394592949, 37879712649, 48316317354, 71260255307)
+    ("*** stack smashing detected ***: terminated", "stop_time_diagnosis"),
+    ("double free or corruption (!prev)", "stop_time_diagnosis"),
+    ("*** Error in `python': double free or corruption (!prev): 0x000055b6d43b5f00 ***", "stop_time_diagnosis"),
+    ("free(): double free detected in tcache 2", "stop_time_diagnosis"),
+    # glibc __assert_fail (index ids 71260255307, 20480043109)
+    ("a.out: lista.c:31: conta: Assertion `n >= 0' failed.", "rollback"),
+    ("a.out: main.c:8: main: Assertion `0' failed.", "rollback"),
+    # Go runtime's unrecovered panic and its signal line (index id 40923637608); Rust's (21994357849, 50993738179)
+    ("panic: runtime error: invalid memory address or nil pointer dereference", "rollback"),
+    ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x8 pc=0x535677]", "rollback"),
+    ("thread 'main' panicked at 'index out of bounds: the len is 5 but the index is 10', src/main.rs:19:19", "rollback"),
+    ("[00:21:03] thread 'main' panicked at 'Box<Any>', librustc_errors/lib.rs:586:9", "rollback"),
+]
+
+
+@pytest.mark.parametrize("line, action", _PROGRAM_REPORTS)
+def test_the_programs_own_fatal_report_is_user_code(line: str, action: str) -> None:
+    # the program's own output: the job's log (source nccl)
+    assert ("user_code", action) in _classes(line, "nccl")
+    assert {e.data.get("fault") for e in _acting(line, "nccl")} == {"user_code"}  # never a machine's class
+
+
+@pytest.mark.parametrize("line", [
+    # the device-side form carries block / thread (tests/parsing/test_issue54_round11.py, THCUNN's bounds check)
+    "/opt/conda/work/torch/lib/THCUNN/SpatialClassNLLCriterion.cu:40: void cunn_kernel(T *) [with T = float]: block: [0,0,0], "
+    "thread: [49,0,0] Assertion `t >= 0 && t < n_classes` failed.",
+    # a host assert in a CUDA file's checking code (darknet's check_error, the same file)
+    "darknet: ./src/cuda.c:36: check_error: Assertion `0' failed.",
+])
+def test_cudas_asserts_stay_cudas(line: str) -> None:
+    assert not any(e.data.get("rule") == "app.assert_failed" for e in _events(line, "nccl"))
+
+
+@pytest.mark.parametrize("line", [
+    # net/http recovered a handler's panic: the server goes on (Kueue webhook, index id 53229546089)
+    "2024/01/29 16:04:41 http: panic serving 10.244.0.1:59326: runtime error: invalid memory address or nil pointer dereference",
+    # words of the forms in ordinary lines (synthetic)
+    "INFO: running with MALLOC_CHECK_=3 to catch double free bugs early",
+    "test_assertions.py::test_assert_failed_message PASSED",
+    "the kernel prints 'potentially unexpected fatal' only with print-fatal-signals set",
+])
+@pytest.mark.parametrize("source", ["nccl", "kernel"])
+def test_look_alikes_of_the_program_forms_stay_quiet(line: str, source: str) -> None:
+    assert _acting(line, source) == []

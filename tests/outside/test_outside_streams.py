@@ -1,0 +1,102 @@
+"""The outside check, round 2: traces of other shapes from docs/events.md alone, offline and as a backlog.
+
+tests/outside/stream_shapes.py writes four: two jobs sharing a machine at 10 Hz and 0.1 Hz steps
+(the slow one hangs with its culprit on the shared machine), a machine replaced by a standby after
+its GPU fell off the bus, the same swap with the new topology read 20 s late, and the same swap
+delivered at least once, out of order across machines, with unknown keys and unknown kinds.
+tests/fixtures/outside/streams/ keeps the expect files as reviewed. Offline every trace goes
+through `faultlens check`; marked broker, all four as one backlog through `faultlens diagnose`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.outside.modes import acting, offline, through_broker
+from tests.outside.stream_shapes import SCENARIOS, UNKNOWN_KINDS, write_all
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "streams"
+SILENCE = ("telemetry_lost", "node_silent")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("outside-streams")
+    write_all(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def checked(traces) -> dict[str, dict]:
+    done = subprocess.run([sys.executable, "-m", "faultlens", "check", "--json",
+                           *(str(traces / f"{name}.parquet") for name in SCENARIOS)],
+                          capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
+
+
+def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
+    kept = sorted(p.name for p in FIXTURES.glob("*.expect.jsonl"))
+    assert kept == sorted(f"{name}.parquet.expect.jsonl" for name in SCENARIOS)
+    for name in kept:
+        assert (traces / name).read_text() == (FIXTURES / name).read_text(), name
+
+
+def test_every_trace_gives_what_a_user_expects(checked):
+    assert sorted(checked) == sorted(SCENARIOS)
+    for name, r in checked.items():
+        assert r["ok"], (name, r["missing"], r["extra"], r["changed"])
+        assert r["healthy_evicted"] == [], name
+
+
+def _verdicts(diagnoses: list[dict]) -> set:
+    """Acting verdicts without the job's name (the same swap is written under three names)."""
+    return {k[1:] for k in acting(diagnoses)}
+
+
+def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(traces):
+    clean = _verdicts(offline(traces / "standby_swap.parquet"))
+    assert clean == {("gpu_lost", "evict", ("hgx-r2-02",), "")}
+    assert _verdicts(offline(traces / "at_least_once.parquet")) == clean
+    assert _verdicts(offline(traces / "late_topology.parquet")) == clean
+
+
+def test_unknown_kinds_are_dead_letters_and_no_good_event_is_lost(traces):
+    trace = traces / "at_least_once.parquet"
+    done = subprocess.run([sys.executable, "-m", "faultlens", "analyze", "--no-progress", str(trace)],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    summary = json.loads(done.stderr.strip().splitlines()[-1])["summary"]
+    rows = pq.read_table(trace).to_pylist()
+    unknown = {(source, kind) for source, kind, _ in UNKNOWN_KINDS}
+    strange = [r for r in rows if (r["source"], r["kind"]) in unknown]
+    good_ids = {r["id"] for r in rows if (r["source"], r["kind"]) not in unknown}
+    assert strange and len(good_ids) < len(rows) - len(strange)   # the trace does hold duplicates
+    # Every good record is read once (a duplicate is dropped by its id), every unknown kind is a dead letter.
+    assert summary["events"] == len(good_ids)
+    assert summary["dead_letters"] == len(strange)
+
+
+@pytest.mark.broker
+@pytest.mark.long(240)
+def test_as_one_backlog_through_the_broker_the_verdicts_are_the_offline_ones(traces, tmp_path):
+    # The four traces lie one after another in event time: one stream of five jobs, replayed before
+    # `faultlens diagnose` starts, as a backlog it reads after the fact (several partitions at once).
+    stream = tmp_path / "stream.parquet"
+    pq.write_table(pa.concat_tables([pq.read_table(traces / f"{name}.parquet") for name in SCENARIOS]), stream)
+    off = offline(stream)
+    backlog = through_broker(stream, "backlog", tmp_path)
+    expected = {(json.loads(line)["job"], json.loads(line)["nodes"][0]) for name in SCENARIOS
+                for line in (traces / f"{name}.parquet.expect.jsonl").read_text().splitlines()[1:]}
+    evicted = {(d["job"], n) for d in backlog if d["action"] == "evict" for n in d["nodes"]}
+    assert evicted == expected
+    quiet = {k for k in acting(backlog) if not (k[1] in SILENCE and k[2] == "alert")}
+    assert quiet == {k for k in acting(off) if not (k[1] in SILENCE and k[2] == "alert")}

@@ -99,3 +99,18 @@ def test_recorder_dumps_that_trail_the_stacks_are_waited_for():
     final = out[1]
     assert final.ts >= T0 + 107.0 and "no recorder dump" not in final.detail
     assert f"rule {RULE_RECORDER}" in final.detail and final.nodes == (case["culprit_node"],)
+
+
+def test_a_dataloader_workers_main_thread_in_a_subprocesses_dump_is_not_the_training_loop():
+    # `py-spy dump --subprocesses` prints the workers after the trainer's threads (benfred/py-spy
+    # src/dump.rs): each worker's MainThread runs torch's _worker_loop, torch frames and all.
+    worker = ("Process 4301: /opt/conda/bin/python3.11 -c from multiprocessing.spawn import spawn_main\n"
+              "Python v3.11.9 (/opt/conda/bin/python3.11)\nParent Process 4242: python3 train_zero3.py\n\n"
+              'Thread 4301 (idle): "MainThread"\n'
+              "    wait (threading.py:331)\n    get (multiprocessing/queues.py:113)\n"
+              "    _worker_loop (torch/utils/data/_utils/worker.py:308)\n    run (multiprocessing/process.py:108)\n"
+              "    _bootstrap (multiprocessing/process.py:314)\n    _main (multiprocessing/spawn.py:135)\n"
+              "    spawn_main (multiprocessing/spawn.py:122)\n    <module> (<string>:1)\n")
+    text = worker + "\n" + pyspy_text(4242, "python3 train_zero3.py", _ZERO3_GATHER)
+    main = training_thread(parse_dump(text))
+    assert main is not None and main.frames[0].function == "all_gather_into_tensor"

@@ -127,3 +127,38 @@ def test_cudas_asserts_stay_cudas(line: str) -> None:
 @pytest.mark.parametrize("source", ["nccl", "kernel"])
 def test_look_alikes_of_the_program_forms_stay_quiet(line: str, source: str) -> None:
     assert _acting(line, source) == []
+
+
+# --- a GPU context's fault in drivers outside the compute stack: app_fault, recorded ----------------------------
+@pytest.mark.parametrize("line", [
+    # nouveau: an MMU fault on a process's channel (kernel bugzilla 201847 on dri-devel, index id 3022651293),
+    # the channel killed and GSP-RM's robust-channel report of an Xid 31 (zed-industries/zed#12696)
+    "[25877.946511] nouveau 0000:01:00.0: fifo: fault 01 [WRITE] at 000000000a721000 engine 00 [GR] client 0f [GPC0/PROP_0] "
+    "reason 82 [] on channel 4 [00ff85c000 X[3819]]",
+    "[  388.861780] nouveau 0000:01:00.0: Zed[1867]: channel 40 killed!",
+    "[  388.861741] nouveau 0000:01:00.0: gsp: rc engn:00000001 chid:40 type:31 scope:1 part:233",
+    # i915: a process's batch hung the engine (index ids 58210467272, 56700519134)
+    "[  785.577010] i915 0000:00:02.0: [drm] GPU HANG: ecode 9:1:e757fefe, in test_g_monitor_ [25627]",
+    "Jul  6 10:01:39 camlinux kernel: [667904.232297] [drm] GPU HANG: ecode 7:0:0x85df3c1c, in Xorg [19819], reason: Ring hung, "
+    "action: reset",
+    # Arm Mali under panfrost (index id 29111537765)
+    "[   80.129083] panfrost 13000000.gpu: Unhandled Page fault in AS0 at VA 0x0000000000000000",
+])
+def test_a_gpu_contexts_fault_is_the_applications_recorded(line: str) -> None:
+    assert ("app_fault", "none") in _classes(line)
+    assert _acting(line) == []
+
+
+@pytest.mark.parametrize("line", [
+    # faults of the driver's own clients, not a process's (index ids 40722284315, 41475330822)
+    "[25877.946511] nouveau 0000:01:00.0: fifo: fault 00 [VIRT_READ] at 00000000000bd000 engine c0 [BAR2] client 07 "
+    "[HUB/HOST_CPU] reason 0d [REGION_VIOLATION] on channel -1 [01ffedf000 unknown]",
+    "[  961.579832] nouveau 0000:01:00.0: fifo: fault 01 [WRITE] at 000000000069f000 engine 15 [CE0] client 01 [HUB/CE0] "
+    "reason 02 [PTE] on channel 1 [00ff73d000 DRM]",
+    # a hang a selftest provoked, naming no process (index id 12663389534); a fence timing out (fresh14, healthy)
+    "[  314.777958] i915 0000:00:02.0: [drm] GPU HANG: ecode 12:0:00000000",
+    "[   67.112494] Asynchronous wait on fence NVIDIA:nvidia.prime:0 timed out (hint:submit_notify [i915])",
+])
+def test_the_drivers_own_faults_are_not_an_applications(line: str) -> None:
+    assert not any(f == "app_fault" for f, _ in _classes(line))
+    assert _acting(line) == []

@@ -30,7 +30,10 @@ What the signal says about a trainer (docs/rules.md, "Signals"):
   itself names memory, else recorded (action none) for the kernel's OOM record to confirm;
 - SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded;
 - SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGXCPU, SIGPIPE: sent by a person, the scheduler or
-  the launcher tearing the other ranks down: recorded, no fault.
+  the launcher tearing the other ranks down: recorded, no fault;
+- no signal, a failing exit status (Slurm's ``Exited with exit code 1``, mpirun's ``exited with non-zero
+  status``, ``returned non-zero exit status 2``, torchrun's ``exitcode  : 1``): the end of an error
+  printed before it, recorded, as SIGABRT is.
 """
 
 from __future__ import annotations
@@ -105,6 +108,16 @@ _SHAPES = re.compile(
     r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
     re.IGNORECASE,
 )
+# A process that exited with a failing status and no signal (round 14): Slurm's "srun: error: node17: task 3:
+# Exited with exit code 1", mpirun's "exited with non-zero status", Python's CalledProcessError "returned
+# non-zero exit status 1", torchrun's "exitcode  : 1" / "failed (exitcode: 1)". The status names no cause:
+# the error printed before it does, as for SIGABRT; recorded, so no reader guesses a class from its words.
+_EXIT_STATUS = re.compile(
+    r"\bExited with exit code (?:[1-9]\d?|1[01]\d|12[0-7])\b|\bexited with non-zero status\b"
+    r"|\breturned non-zero exit status (?:[1-9]\d?|1[01]\d|12[0-7])\b"
+    r"|(?<![^\W_])exitcode\s*:?\s*(?:[1-9]\d?|1[01]\d|12[0-7])\b(?!\s*\.\d)",
+    re.IGNORECASE,
+)
 _MEMORY = re.compile(r"\boom\b|out of memory|oom[-_ ]?kill|memory|\bOOMKilled\b", re.IGNORECASE)
 _LIB = re.compile(r"\b(lib[\w+\-]+\.so[\w.]*)")
 
@@ -138,7 +151,10 @@ def read_signal(msg: str, raw: str) -> Found | None:
         return None
     m = _SHAPES.search(msg)
     if m is None:
-        return None
+        status = _EXIT_STATUS.search(msg)
+        if status is None:
+            return None
+        return [("worker_failed", common(raw, *_SENT, rule="exit.status", text=status.group(0)[:256]))]
     name = _name(m)
     if name is None or name not in _NUMBERS:
         return None

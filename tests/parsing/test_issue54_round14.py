@@ -162,3 +162,25 @@ def test_a_gpu_contexts_fault_is_the_applications_recorded(line: str) -> None:
 def test_the_drivers_own_faults_are_not_an_applications(line: str) -> None:
     assert not any(f == "app_fault" for f, _ in _classes(line))
     assert _acting(line) == []
+
+
+# --- a failing exit status with no signal names no cause: recorded ------------------------------------------------
+@pytest.mark.parametrize("line", [
+    "srun: error: node17: task 3: Exited with exit code 1",  # Slurm's srun (src/srun/step_launch.c), a line the model read as host_oom
+    "mpirun detected that one or more processes exited with non-zero status, thus causing the job to be terminated.",  # Open MPI
+    "  exitcode  : 1 (pid: 6421)",  # torchrun's failure summary (torch/distributed/elastic/multiprocessing/errors)
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 1234) of binary: /usr/bin/python3",
+])
+def test_a_failing_exit_status_is_recorded_not_guessed(line: str) -> None:
+    events = _events(line, "nccl")
+    assert events and {(e.data.get("fault"), e.data.get("action")) for e in events} == {("unknown", "none")}
+
+
+@pytest.mark.parametrize("line, fault", [
+    # a status that is a signal keeps the signal's reading (fresh1 trainer_signals, fresh2)
+    ("  exitcode  : -11 (pid: 6421)", "user_code"),
+    ("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)", "user_code"),
+    ("srun: error: node17: task 3: Exited with exit code 137", "host_oom"),
+])
+def test_a_status_that_is_a_signal_keeps_its_reading(line: str, fault: str) -> None:
+    assert fault in {e.data.get("fault") for e in _events(line, "nccl")}

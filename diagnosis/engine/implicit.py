@@ -87,6 +87,7 @@ class ImplicitFaultDetector:
         return self._with_net(hang + self.failslow.tick(now))
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
+        self.hang.observe_diagnosis(diagnosis)  # a job's storage alert tempers a hang verdict on I/O
         return self._with_net(self.failslow.observe_diagnosis(diagnosis))
 
     def ended(self, job: str, at: float) -> None:

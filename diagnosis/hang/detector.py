@@ -189,6 +189,12 @@ class HangDetector(HangVerdicts):
                          "verdict" if job.stall.decided else "suspicion")
                 job.stall = None
 
+    def observe_diagnosis(self, diagnosis: Diagnosis) -> None:
+        """Keep the job's storage alerts (shared storage no machine's eviction fixes): a stall's
+        suspects that only wait on storage are not evicted for it (HangVerdicts._unless_storage)."""
+        if diagnosis.fault == FaultClass.STORAGE and diagnosis.action == Action.ALERT:
+            self._job(diagnosis.job).storage.append(diagnosis)
+
     def wants_dumps(self, job: str) -> bool:
         """True while a stall is open: its stack dumps belong here, not to fail-slow rounds."""
         state = self._jobs.get(job)

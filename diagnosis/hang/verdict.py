@@ -20,8 +20,13 @@ from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
 from faultlens.diagnosis.stacks.localize import first_ranks_nodes, localize
 from faultlens.diagnosis.stacks.outliers import StackVerdict
+from faultlens.diagnosis.stacks.rank_threads import read_rank
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.topology import Topology
+
+
+# What a suspect does when it only waits on storage (diagnosis.stacks.wait_primitives' activities).
+_STORAGE_WAITS = frozenset({"checkpoint write", "I/O"})
 
 
 class HangVerdicts:
@@ -91,7 +96,8 @@ class HangVerdicts:
                     confidence=verdict.confidence, detail=f"{stalled}; {verdict.detail}{note}",
                     evidence=self._evidence(job, stall, verdict),
                 )
-                return self._unless_unplaced(found, stall, verdict, unplaced)
+                found = self._unless_unplaced(found, stall, verdict, unplaced)
+                return self._unless_storage(job, stall, found, texts)
             missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
                 found = base(action=Action.EVICT, nodes=missing.nodes, ranks=missing.ranks, group=missing.group,
@@ -156,6 +162,29 @@ class HangVerdicts:
             evidence=(found.evidence + ids)[: self.config.evidence_limit],
             detail=f"{found.detail}; no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
                    f"against any machine: fix the agent's --rank-env and capture the stacks again",
+        )
+
+    def _unless_storage(self, job: JobState, stall: Stall, found: Diagnosis, texts: dict[int, str]) -> Diagnosis:
+        """An eviction whose every suspect is stuck writing its checkpoint or in file / network I/O,
+        while the job has a storage alert of its own (a shared filer not responding): the machine
+        only waits on that storage, and a replacement would hang on the same write. A person hears
+        it (alert), nobody is evicted."""
+        if found.action != Action.EVICT or not found.ranks or not all(r in texts for r in found.ranks):
+            return found
+        words = [d for d in job.storage if d.ts >= stall.onset - self.config.storage_lookback_s]
+        if not words:
+            return found
+        doing = {r: read_rank(texts[r]).activity for r in found.ranks}
+        if not all(a is not None and not a.waiting and a.activity in _STORAGE_WAITS for a in doing.values()):
+            return found
+        what = "; ".join(f"rank {r}: {a.activity} in {a.frame}" for r, a in list(doing.items())[:3] if a is not None)
+        said = words[-1]
+        return Diagnosis(
+            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action=Action.ALERT, nodes=found.nodes,
+            ranks=found.ranks, group=found.group, confidence=self.config.fallback_confidence,
+            evidence=(found.evidence + (said.id,))[: self.config.evidence_limit],
+            detail=f"{found.detail}; no eviction: the suspects wait on storage ({what}) and the job's storage "
+                   f"alert says it is failing ({said.detail[:200]}): a shared filer, not the machine",
         )
 
     def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:

@@ -9,7 +9,9 @@ round 2, tests/outside/test_outside_dumps.py): each test failed before its fix.
   number): the recorder named nobody, and the stacks evicted the machine of the rank on the other
   branch;
 - Flight Recorder dumps that trail the agent's py-spy dumps: the verdict was read the moment every
-  stack was in, without the recorders still on their way.
+  stack was in, without the recorders still on their way;
+- a rank hung in torch.save on an NFS filer the job's storage alert says is not answering: the
+  writer's machine was evicted, and its replacement would hang on the same write.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.testbed.stack_samples import JOB, T0, beat_event, event, run_detector, stack_event, step_event
+from bench.testbed.stack_samples import JOB, T0, beat_event, event, grid, run_detector, stack_event, step_event
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
 from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
+from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.topology import Topology
 from tests.outside.dump_shapes import (
+    _CKPT_WRITE,
     _FSDP_BARRIER,
     _JAX_STEP,
     _LOADER_WAIT,
+    _MEGATRON_COMPUTE,
     _MEGATRON_TP_WAIT,
     _ZERO3_GATHER,
     Group,
@@ -114,3 +119,35 @@ def test_a_dataloader_workers_main_thread_in_a_subprocesses_dump_is_not_the_trai
     text = worker + "\n" + pyspy_text(4242, "python3 train_zero3.py", _ZERO3_GATHER)
     main = training_thread(parse_dump(text))
     assert main is not None and main.frames[0].function == "all_gather_into_tensor"
+
+
+def _hung_on(stuck: list) -> list[Diagnosis]:
+    """4 machines x 4 ranks; rank 0 runs ``stuck``, the others wait in the barrier after the save."""
+    topo = grid(4, 4, 1, 1, 16)
+    book = JobBook()
+    book.update(topo.to_event(JOB, T0))
+    det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
+    events = [step_event(2.0 * n + 0.001 * r, topo, r, n) for n in range(1, 21) for r in topo.by_rank]
+    events += [beat_event(t, node) for t in range(0, 300, 10) for node in topo.nodes]
+    events += [stack_event(105.0 + 0.01 * r, topo, r, pyspy_text(4000 + r, "python3 fsdp_train.py",
+                                                                    stuck if r == 0 else _FSDP_BARRIER))
+               for r in topo.by_rank]
+    return run_detector(det, events, until=200, diagnoses=_storage_alert())
+
+
+def _storage_alert() -> list[Diagnosis]:
+    return [Diagnosis(job=JOB, ts=T0 + 50.0, onset=T0 + 50.0, fault=FaultClass.STORAGE, action=Action.ALERT,
+                      detail="nfs_error (storage.nfs_not_responding) seen on n000: nfs: server filer01 not "
+                             "responding, still trying", id="nfs-1")]
+
+
+def test_a_rank_hung_writing_to_a_filer_the_job_says_is_failing_is_no_eviction():
+    out = [d for d in _hung_on(_CKPT_WRITE) if d.fault == "job_hang"]
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
+    assert out[1].ranks == (0,) and "a shared filer, not the machine" in out[1].detail
+    assert "nfs-1" in out[1].evidence
+
+
+def test_a_storage_alert_spares_no_rank_that_is_not_waiting_on_storage():
+    out = [d for d in _hung_on(_MEGATRON_COMPUTE) if d.fault == "job_hang"]
+    assert [d.action for d in out] == ["capture_stacks", "evict"] and out[1].nodes == ("n000",)

@@ -328,6 +328,27 @@ def fsdp_checkpoint(trace: Trace, base: float) -> Hung:
                 frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
 
 
+def fsdp_filer(trace: Trace, base: float) -> Hung:
+    """FSDP as above, saving a full state dict from rank 0 alone to an NFS filer that stops
+    answering: rank 0 sits in torch.save, the 31 others in the barrier, and rank 0's machine logs
+    `nfs: server filer01 not responding, still trying` (docs/events.md `nfs_error`: job-wide, an
+    alert). The filer is at fault: a new machine for rank 0 would hang on the same write."""
+    shape = Shape("fsdpnfs-dgx2", 2, 16, 1, 1, 32, [(r, r // 16, 0, 0, r) for r in range(32)])
+    job = _hung_job(trace, shape, base)
+    cmd = "/opt/conda/bin/python3.11 -u fsdp_train.py --sharding FULL_SHARD --state-dict full"
+    for r in job.ranks:
+        pid = _pid(job, r["rank"])
+        _dump(trace, job, base, r["rank"], pid, pyspy_text(pid, cmd, _CKPT_WRITE if r["rank"] == 0 else _FSDP_BARRIER),
+              "fsdpnfs-capture-1")
+    writer = job.node_of(0)
+    for k in range(4):
+        trace.kernel_line(base + HANG_AT + 5.0 + 30.0 * k, job.name, writer,
+                          "nfs: server filer01 not responding, still trying")
+    storage = {**_verdict(job.name, "storage", [], "alert", base), "onset_from": base + HANG_AT - SLACK}
+    return Hung(job, [storage, _verdict(job.name, "job_hang", [writer], "alert", base)],
+                frozenset({"alert", "stop_time_diagnosis"}), frozenset({writer}))
+
+
 def megatron_pipeline(trace: Trace, base: float) -> Hung:
     """Megatron, tp 2 x pp 4 x dp 2 on 4 machines x 4 GPUs, one pipeline stage a machine (Megatron's
     own order: rank = pp * 4 + dp * 2 + tp). Rank 9 (stage 2) is stuck in its attention kernel; its
@@ -445,6 +466,7 @@ def fr_never_joined(trace: Trace, base: float) -> Hung:
 SCENARIOS: dict[str, Callable[[Trace, float], Hung]] = {
     "zero3_json": zero3_json, "fsdp_checkpoint": fsdp_checkpoint, "megatron_pipeline": megatron_pipeline,
     "jax_hosts": jax_hosts, "fr_mismatch": fr_mismatch, "fr_never_joined": fr_never_joined,
+    "fsdp_filer": fsdp_filer,
 }
 
 

@@ -2,7 +2,7 @@
 built without batch k, through the parsers batch k first met (issue 54, round 12).
 
     python -m tools.batch_out [--batches 1-12] [--future 13] [--variants shipped,fresh,...] [--misses]
-                              [--overlay app.,segfault:app_fault] [--by-class]
+                              [--overlay app.,segfault:app_fault] [--by-class] [--cross]
 
 Each fresh batch k (tests/fixtures/log_corpus/freshK) was first scored unread on the code frozen
 before it (FROZEN: the commit of its ``frozen_score_<commit>.txt``). Its rules are that code's
@@ -31,6 +31,8 @@ frozen events plus the events today's parsers make by that mechanism alone (rule
 ``app.``; a code record by the class it now gives, ``segfault:app_fault``), so a change counts by
 what it catches on batches it was not written from, and by what it fires. ``--by-class`` prints, per
 class, the share right on first sight (frozen), with the overlay, and once mined (today's code).
+``--cross`` asks what mined rules generalise: each batch's frozen code plus the catalogue rules that
+were written from OTHER batches (by rules.toml's section headers), beside the rules written from it.
 """
 
 from __future__ import annotations
@@ -130,6 +132,30 @@ def overlaid(frozen: dict[str, Any], today: dict[str, Any], tokens: list[str]) -
     mechanism would; it takes nothing the frozen code had)."""
     extra = [e for e, by in zip(today["events"], today.get("by", []), strict=True) if in_mechanism(by, e[1], tokens)]
     return frozen["events"] + extra
+
+
+def rules_by_batch() -> dict[str, set[int]]:
+    """Each catalogue rule written from named fresh batches (parsing/rules.toml's section headers since
+    round 4: "fresh batch 3", "fresh batches 7 and 8", "fresh9 and fresh10") -> those batches; rules of
+    the first sections (rounds 1-3, and later additions there) have no batch named and are left out."""
+    import re
+
+    from faultlens.parsing.rules import SHIPPED
+
+    out: dict[str, set[int]] = {}
+    batches: set[int] = set()
+    for text in SHIPPED.read_text(encoding="utf-8").splitlines():
+        if text.startswith("# ----"):
+            named = re.search(r"fresh ?(?:batch(?:es)? )?(\d+)(?: and (?:fresh ?)?(\d+))?", text)
+            batches = {int(g) for g in named.groups() if g} if named else set()
+        elif batches and (m := re.match(r'id = "([^"]+)"', text)):
+            out[m.group(1)] = set(batches)
+    return out
+
+
+def cross_overlaid(frozen: dict[str, Any], today: dict[str, Any], rules: set[str]) -> list[list[Any]]:
+    """The frozen events plus today's events made by exactly these catalogue rules."""
+    return frozen["events"] + [e for e, by in zip(today["events"], today.get("by", []), strict=True) if by in rules]
 
 
 # -- judging a row ----------------------------------------------------------------------------------------
@@ -266,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses", action="store_true", help="sort each batch's frozen misses by why they were missed")
     ap.add_argument("--overlay", default="", help="a mechanism of today's code (rule id prefixes, or record:class) added to each "
                     "batch's frozen code: what it would have caught unseen, and fired")  # fmt: skip
+    ap.add_argument("--cross", action="store_true", help="each batch's frozen code plus the catalogue rules later written from OTHER "
+                    "batches (rules_by_batch): what rules mined elsewhere catch of a batch they never saw")  # fmt: skip
     ap.add_argument("--by-class", action="store_true", help="per class: right on first sight (frozen), with --overlay, and once mined (today)")
     args = ap.parse_args(argv)
     if args.worker:
@@ -287,10 +315,15 @@ def main(argv: list[str] | None = None) -> int:
         line = {"batch": k, "frozen": frozen_commit(k), "rows": len(frows)}
         # The frozen rules alone: what the model, whichever, adds or fires on top of them.
         cells = {"frozen": base, "rules_only": [rescored(r, []) for r in frows]}
-        if tokens or args.by_class:
+        if tokens or args.by_class or args.cross:
             trows = today_rows(k)
             if tokens:
                 cells["overlay"] = [judge(f["row"], overlaid(f, t, tokens)) for f, t in zip(frows, trows, strict=True)]
+            if args.cross:
+                others = {rid for rid, bs in rules_by_batch().items() if k not in bs}
+                own = {rid for rid, bs in rules_by_batch().items() if k in bs}
+                cells["cross"] = [judge(f["row"], cross_overlaid(f, t, others)) for f, t in zip(frows, trows, strict=True)]
+                cells["own_rules"] = [judge(f["row"], cross_overlaid(f, t, own)) for f, t in zip(frows, trows, strict=True)]
             if args.by_class:
                 today = [judge(t["row"], t["events"]) for t in trows]
                 over = cells.get("overlay", base)

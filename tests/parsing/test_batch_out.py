@@ -86,3 +86,14 @@ def test_a_mechanism_is_overlaid_on_the_frozen_events_by_its_rules_or_records() 
     # a firing the mechanism adds counts against it
     healthy = _r({"line": "x", "healthy": True}, [])
     assert batch_out.judge(healthy["row"], batch_out.overlaid(healthy, today, ["app."])) == (False, True)
+
+
+def test_catalogue_rules_are_traced_to_the_batches_they_were_written_from() -> None:
+    by = batch_out.rules_by_batch()
+    assert by["clock.cockroach_offset"] == {15, 16}  # round 13, mined from fresh15 and fresh16
+    assert not any(rid.startswith("app.") for rid in by)  # round 14 names no batch: written from none
+    assert "kernel.oops" not in by  # the first sections name none either
+    frozen = _r({"line": "x", "fault": "clock_skew"}, [])
+    today = {"events": [["exception", "clock_skew", "alert", None, None]], "by": ["clock.cockroach_offset"]}
+    assert batch_out.judge(frozen["row"], batch_out.cross_overlaid(frozen, today, {"clock.cockroach_offset"})) == (True, False)
+    assert batch_out.judge(frozen["row"], batch_out.cross_overlaid(frozen, today, set())) == (False, False)

@@ -69,7 +69,9 @@ def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(
     assert _verdicts(offline(traces / "late_topology.parquet")) == clean
 
 
-def test_unknown_kinds_are_dead_letters_and_no_good_event_is_lost(traces):
+@pytest.fixture(scope="module")
+def noisy(traces) -> tuple[dict, list[dict], set[str]]:
+    """`faultlens analyze` of at_least_once: its summary, the rows of unknown kinds, the good rows' ids."""
     trace = traces / "at_least_once.parquet"
     done = subprocess.run([sys.executable, "-m", "faultlens", "analyze", "--no-progress", str(trace)],
                           capture_output=True, text=True, check=True,
@@ -80,9 +82,24 @@ def test_unknown_kinds_are_dead_letters_and_no_good_event_is_lost(traces):
     strange = [r for r in rows if (r["source"], r["kind"]) in unknown]
     good_ids = {r["id"] for r in rows if (r["source"], r["kind"]) not in unknown}
     assert strange and len(good_ids) < len(rows) - len(strange)   # the trace does hold duplicates
+    return summary, strange, good_ids
+
+
+def test_unknown_kinds_are_dead_letters_and_no_good_event_is_lost(noisy):
+    summary, strange, good_ids = noisy
     # Every good record is read once (a duplicate is dropped by its id), every unknown kind is a dead letter.
     assert summary["events"] == len(good_ids)
     assert summary["dead_letters"] == len(strange)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a record of an unknown kind delivered twice is two dead letters: diagnosis/engine/core.py "
+    "Engine.process remembers only the ids of events it took (_remember after the kind and payload "
+    "checks), so its duplicate check never knows a dead letter's id (D3's engine; 165 dead letters "
+    "for 160 records)"))
+def test_a_dead_letter_delivered_twice_is_one_dead_letter(noisy):
+    summary, strange, _ = noisy
+    assert summary["dead_letters"] == len({r["id"] for r in strange})
 
 
 @pytest.mark.broker

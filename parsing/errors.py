@@ -57,7 +57,11 @@ _CUDA_ERR = re.compile(
     # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
     # torch's own type for it (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError since 2.5), also when the message is a
     # wrapper's (DataParallel's ExceptionWrapper: "Caught OutOfMemoryError in replica 0 on device 0.")
-    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU) out of memory|\btorch\.(?:cuda\.)?OutOfMemoryError\b(?!: (?:CUDA|HIP|XPU|MPS|NPU) out of memory))"
+    # (MPS's allocator says "MPS backend out of memory (MPS allocated: ...)", MPSAllocator.mm); Vulkan's result for the
+    # device's memory exhausted, in the C enum's and Vulkan-Hpp's spelling (VK_ERROR_OUT_OF_DEVICE_MEMORY,
+    # "vk::Device::allocateMemory: ErrorOutOfDeviceMemory", ggml's Vulkan backend): the same OOM in the API's own name
+    r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU)(?: backend)? out of memory|\btorch\.(?:cuda\.)?OutOfMemoryError\b(?!: (?:CUDA|HIP|XPU|MPS|NPU) out of memory)"
+    r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|\bErrorOutOfDeviceMemory\b)"
     # Intel GPUs' runtimes name their results as CUDA's do: Level Zero's ze_result_t (oneapi-src/level-zero
     # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
     # ..._OUT_OF_DEVICE_MEMORY) and the Unified Runtime's ur_result_t under SYCL / torch XPU (ur_api.h, same names)

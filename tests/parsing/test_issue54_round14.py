@@ -184,3 +184,23 @@ def test_a_failing_exit_status_is_recorded_not_guessed(line: str) -> None:
 ])
 def test_a_status_that_is_a_signal_keeps_its_reading(line: str, fault: str) -> None:
     assert fault in {e.data.get("fault") for e in _events(line, "nccl")}
+
+
+# --- the device's memory exhausted, in the runtime API's own name: user_code as CUDA's OOM -------------------------
+@pytest.mark.parametrize("line", [
+    # torch's MPS allocator (MPSAllocator.mm; a fine-tune on Apple silicon, public GitHub file index id 27576751995)
+    "RuntimeError: MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max allowed: 18.13 GB). "
+    "Tried to allocate 192.00 MB on private pool.",
+    # Vulkan's VK_ERROR_OUT_OF_DEVICE_MEMORY in Vulkan-Hpp's spelling (llama.cpp's Vulkan backend, index id 10529187915)
+    "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+])
+def test_a_device_oom_in_the_apis_own_name_is_the_programs(line: str) -> None:
+    assert {e.data.get("fault") for e in _acting(line, "nccl")} == {"user_code"}
+
+
+@pytest.mark.parametrize("line", [
+    "Memory available: VK_ERROR_OUT_OF_HOST_MEMORY is handled by the allocator's retry",  # the host's, not the device's (synthetic)
+    "ggml_vulkan: Found 1 Vulkan devices:",  # index id 68683932887's healthy start-up line
+])
+def test_its_look_alikes_are_not_a_device_oom(line: str) -> None:
+    assert "user_code" not in {e.data.get("fault") for e in _acting(line, "nccl")}

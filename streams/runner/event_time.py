@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Collection, Iterable, Mapping
+from itertools import groupby
+from operator import attrgetter
+from typing import Collection, Iterable, Mapping
 
 import orjson
 from kafka.errors import KafkaError
@@ -35,6 +37,8 @@ BROADCAST_CATCH_UP_S = 1.0
 BROADCAST_GIVE_UP_S = 30.0
 # A partition with unread input whose latest record read is older than this is a backlog.
 BEHIND_S = 10.0
+
+_partition_of = attrgetter("topic", "partition")
 
 
 class EventTimeOrder:
@@ -196,14 +200,13 @@ class EventTimeOrder:
         partitions that ran ahead and resume those that fell behind."""
         merge = self.merge
         now = time.time()
-        # Every record here was placed in time by the intake: its event_ts is set.
-        add: Callable[..., None] = merge.add
-        tps: dict[tuple[str, int], TopicPartition] = {}  # one per partition, not one per record
-        for r in [*good, *self.poll_broadcast()]:
-            tp = tps.get((r.topic, r.partition))
-            if tp is None:
-                tp = tps[(r.topic, r.partition)] = TopicPartition(r.topic, r.partition)
-            add(tp, r.offset, r.event_ts, r, now, broker_time(r.timestamp_ms))
+        # Every record here was placed in time by the intake: its event_ts is set. The intake hands
+        # a poll on a partition at a time, so the merge takes each partition's records in one call.
+        add_run = merge.add_run
+        for (topic, partition), run in groupby([*good, *self.poll_broadcast()], key=_partition_of):
+            held = list(run)
+            add_run(TopicPartition(topic, partition), [r.offset for r in held], [r.event_ts for r in held], held, now,
+                    broker_time(max(r.timestamp_ms or 0 for r in held)))
         if drain:
             released = merge.drain()
         elif not consumer.assignment():

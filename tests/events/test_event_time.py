@@ -461,3 +461,49 @@ def test_a_writer_that_says_it_is_behind_holds_back_whatever_it_says_of_idleness
     assert m.release(1.0, {"s": True}) == []
     m.report("s", "A", 90.0, 2.0, reads=["t:0"], of=2, behind=True)
     assert m.release(2.0, {"s": True}) == ["B's record at 80"]
+
+
+def _state(merge: WatermarkMerge, parts) -> list:
+    return [(p, merge.lowest_held_offset(p), merge.frontier(p), merge._parts[p].watermark, merge._parts[p].held,
+             sorted(merge._parts[p].released)) for p in parts]
+
+
+def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_time():
+    """add_run (the runner's per-poll call) and the batched release against add() and each offset
+    let go record by record: the same records go in the same order at every release, the same
+    offsets stay committable, the same marks."""
+    rnd = random.Random(56)
+    one, runs = WatermarkMerge(max_held=60), WatermarkMerge(max_held=60)
+    parts = [f"p{i}" for i in range(5)]
+    for merge in (one, runs):
+        merge.assign(parts, NOW)
+    # the reference lets each record's offset go alone too, as the merge did before it batched that
+    one._release_offsets = lambda gone: [one._release_offset(entry[2], entry[3]) for entry in gone]
+    offsets = dict.fromkeys(parts, 0)
+    released_one, released_runs = [], []
+    for poll in range(60):
+        wall = NOW + poll
+        for p in rnd.sample(parts, rnd.randint(1, 5)):
+            n = rnd.randint(1, 30)
+            # event times that wander back and forth within a partition, ties included
+            times = [NOW + poll + rnd.choice([-3.0, -1.0, 0.0, 0.0, 0.5, 2.0]) for _ in range(n)]
+            if rnd.random() < 0.2:  # a bundle: its events all at its offset
+                offs = [offsets[p]] * n
+                offsets[p] += 1
+            else:
+                offs = list(range(offsets[p], offsets[p] + n))
+                offsets[p] += n
+            stamps = [rnd.choice([None, (NOW + poll) * 1000]) for _ in range(n)]
+            items = [(p, o) for o in offs]
+            for o, ts, item, ms in zip(offs, times, items, stamps):
+                one.add(p, o, ts, item, wall, None if ms is None else ms / 1000.0)
+            latest = max((ms or 0) for ms in stamps)
+            runs.add_run(p, offs, times, items, wall, latest / 1000.0 if latest > 0 else None)
+        caught_up = {p: rnd.random() < 0.5 for p in parts}
+        released_one += [one.release(wall, caught_up)]
+        released_runs += [runs.release(wall, caught_up)]
+        assert released_one[-1] == released_runs[-1]
+        assert _state(one, parts) == _state(runs, parts) and one.held == runs.held
+        assert one.progress == runs.progress and one.forced == runs.forced
+    assert sum(map(len, released_one)) > 500 and one.forced > 0  # releases of both kinds happened
+    assert one.drain() == runs.drain() and _state(one, parts) == _state(runs, parts)

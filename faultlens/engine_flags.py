@@ -35,7 +35,8 @@ def _env_float(name: str, default: float) -> float:
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("diagnosis engine (the same flags on diagnose, up, analyze, score, history)")
     g.add_argument("--grace", type=float, default=_env_float("FAULTLENS_DIAGNOSE_GRACE_S", _DEFAULTS.grace_s),
-                   help=f"live only: seconds without any event before the wall clock moves event time "
+                   help=f"seconds a job may send nothing before its time moves: of the time of jobs on its "
+                        f"clock, or live, of wall time once nothing on its clock arrives "
                         f"(default {_DEFAULTS.grace_s:g}; env FAULTLENS_DIAGNOSE_GRACE_S)")
     g.add_argument("--max-lateness", type=float,
                    default=_env_float("FAULTLENS_MAX_LATENESS_S", _DEFAULTS.max_lateness_s),

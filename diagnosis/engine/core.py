@@ -11,11 +11,15 @@ and keeps the jobs' clocks.
 Time is event time, and each job has its own: a job's time is the latest event time it delivered,
 and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
 over in event-time order across partitions (streams.runner.loop, event_time mode) and may place an
-event whose sender's clock is off at another time (``process(..., at=)``). It also calls
-:meth:`Engine.tick` with the wall clock, which moves a job's time only after ``grace_s`` without
-any event of that job, by the wall time elapsed since, so a replay of an old trace is never judged
-silent by today's clock. A telemetry sample more than ``max_lateness_s`` behind its job's time is
-counted and not judged; a late fault report is diagnosed and marked late.
+event whose sender's clock is off at another time (``process(..., at=)``). A job that went quiet
+has its time moved by the jobs that share its clock (diagnosis/engine/time_base.py: they agreed
+while both delivered), by what elapsed past ``grace_s`` of theirs, the same live, as a backlog and
+offline; never by a job on another clock (a simulated cluster beside a real trainer, an old trace
+replayed beside live jobs). The live consumer also calls :meth:`Engine.tick` with the wall clock,
+which moves a job's time only once nothing on its clock arrived for ``grace_s`` wall seconds (the
+input's end or the pipeline's silence: recorded, not alerted on). A telemetry sample more than
+``max_lateness_s`` behind its job's time is counted and not judged; a late fault report is
+diagnosed and marked late.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from faultlens.diagnosis.engine.lane import Lane
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
 from faultlens.diagnosis.engine.thresholds import Thresholds
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
+from faultlens.diagnosis.engine.time_base import TimeBases
 from faultlens.diagnosis.engine.waves import Waves, is_candidate, is_own_evidence
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.base import Finding
@@ -59,7 +64,9 @@ FAILED_ENDS = ("gave_up", "failed")
 class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
     tick_every_s: float = 1.0  # event-time cadence of the absence detectors
-    grace_s: float = 30.0  # wall seconds without events before the wall clock moves a job's time
+    # Seconds a job may deliver nothing before its time moves: of the time of jobs on its clock, or
+    # live, of wall time once nothing on its clock arrives (diagnosis/engine/time_base.py).
+    grace_s: float = 30.0
     # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
     # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
     # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by
@@ -102,6 +109,7 @@ class Engine:
         self._lanes: dict[str, Lane] = {}
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
+        self.clocks = TimeBases(self.config.grace_s, self.config.grace_s / 2)  # which jobs share a clock
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
         self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
 
@@ -202,7 +210,28 @@ class Engine:
         lane.arrival_now = lane.now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
             out.extend(lane.tick(lane.now))
+        if event.ts > lane.delivered:
+            lane.delivered = event.ts
+            if event.ts - lane.clock_checked >= self.config.tick_every_s:
+                lane.clock_checked = event.ts
+                out.extend(self._move_quiet_mates(event.job, event.ts))
         return out
+
+    def _move_quiet_mates(self, job: str, delivered: float) -> list[Diagnosis]:
+        """The jobs on ``job``'s clock that delivered nothing for ``grace_s`` of it: their time moves
+        by what elapsed past the grace (a job whose whole stream stopped is one alert: liveness)."""
+        out: list[Diagnosis] = []
+        for mate, target in self.clocks.check(job, delivered):
+            lane = self._lanes.get(mate)
+            if lane is not None and lane.now is not None and target > lane.now:
+                out.extend(self._move(mate, lane, target))
+        return out
+
+    def _move(self, job: str, lane: Lane, target: float, stream_stopped: bool = False) -> list[Diagnosis]:
+        lane.now = target
+        self.book.advance(job, target)
+        self._apply_pending(lane, target)
+        return lane.tick(target, stream_stopped)
 
     def _wave_copy(self, event: Envelope) -> None:
         """A node stage's copy of a wave candidate, or of evidence of a machine's own, of any job
@@ -287,37 +316,43 @@ class Engine:
         """Drop a job's state and the ids of its events (its input moved to another consumer: if it
         comes back, it is rebuilt from retained input, which must not then be taken for copies)."""
         self._lanes.pop(job, None)
+        self.clocks.forget(job)
         for event_id in [i for i, j in self._seen.items() if j == job]:
             del self._seen[event_id]
 
     # --- time -------------------------------------------------------------------------------
     def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
              until: Mapping[str, float] | None = None) -> list[Diagnosis]:
-        """The live consumer's clock (wall seconds since the epoch, default now): a job that sent
-        nothing for ``grace_s`` wall seconds has its event time moved by the wall time elapsed
-        beyond the grace (pending verdicts fall due; a job whose stream stopped is named in one
-        alert, never its nodes: diagnosis/rules/liveness.py). The jobs in ``busy`` have records the
-        consumer still holds back: their time waits for them. ``until`` caps the wall time a job's
-        clock may use: where its upstream stage stopped (events.event_time.UpstreamStop), its
-        silence is the pipeline's, and its time stays there."""
+        """The live consumer's clock (wall seconds since the epoch, default now), for a clock that
+        stopped: once nothing of a job and of the jobs that share its clock (diagnosis/engine/time_base.py)
+        arrived for ``grace_s`` wall seconds, the job's time moves by the wall time elapsed beyond the
+        grace (pending verdicts fall due). No event time shows such a stop (offline, the end of a
+        trace judges no absence): the input ended or the pipeline stopped, and a whole job found
+        quiet so is recorded, not alerted on (diagnosis/rules/liveness.py). A job quiet while jobs
+        on its clock report on is moved by their event time instead (process), as offline. The
+        jobs in ``busy`` have records the consumer still holds back: their time, and their mates',
+        waits for them. ``until`` caps the wall time a job's clock may use: where its upstream stage
+        stopped (events.event_time.UpstreamStop), its silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
         out: list[Diagnosis] = []
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
-            idle = (wall if until is None or job not in until else min(wall, until[job])) - lane.arrival_wall
+            base = [lane, *(m for j in self.clocks.mates(job) if (m := self._lanes.get(j)) is not None
+                            and m.arrival_now is not None)]
+            if len(base) > 1 and any(j in busy for j in self.clocks.mates(job)):
+                continue
+            heard_wall = max(m.arrival_wall for m in base)
+            idle = (wall if until is None or job not in until else min(wall, until[job])) - heard_wall
             if idle <= self.config.grace_s:
                 continue
-            target = lane.arrival_now + (idle - self.config.grace_s) * self.config.wall_rate
+            target = max(m.arrival_now for m in base) + (idle - self.config.grace_s) * self.config.wall_rate
             if target <= lane.now:
                 continue
             if lane.now == lane.arrival_now:
-                log.info("job %s sent nothing for %.0fs of wall time: its event time moves with the wall clock "
-                         "from %.3f", job, idle, lane.now)
-            lane.now = target
-            self.book.advance(job, target)
-            self._apply_pending(lane, target)
-            out.extend(lane.tick(target))
+                log.info("nothing of job %s (nor of the %d job(s) on its clock) arrived for %.0fs of wall time: its "
+                         "event time moves with the wall clock from %.3f", job, len(base) - 1, idle, lane.now)
+            out.extend(self._move(job, lane, target, stream_stopped=True))
         return out
 
     def flush(self) -> list[Diagnosis]:

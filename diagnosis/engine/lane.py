@@ -32,6 +32,10 @@ class Lane:
     last_tick: float = float("-inf")
     arrival_wall: float = 0.0  # wall time of its latest event
     arrival_now: float | None = None  # its event time then
+    # The latest event time it delivered itself (``now`` may be moved past it: a quiet job), and
+    # that time at its latest check of which jobs share its clock (diagnosis/engine/time_base.py).
+    delivered: float = float("-inf")
+    clock_checked: float = float("-inf")
     skew_alerted: dict[str, float] = field(default_factory=dict)
     # Restarts stamped ahead of the job's time, applied when its time gets there: a consumer that
     # reads `jobs` in full may see a restart before the telemetry that came before it.
@@ -74,10 +78,11 @@ class Lane:
         self.stats["diagnoses"] += len(waves)
         return waves + self.judge(released)
 
-    def tick(self, now: float) -> list[Diagnosis]:
-        """The absence detectors, waves and dedup at event time ``now``."""
+    def tick(self, now: float, stream_stopped: bool = False) -> list[Diagnosis]:
+        """The absence detectors, waves and dedup at event time ``now`` (``stream_stopped``: the wall
+        clock moved it, nothing on the job's clock having arrived: diagnosis/rules/liveness.py)."""
         self.last_tick = now
-        findings, diags = self.stage.tick(now)
+        findings, diags = self.stage.tick(now, stream_stopped)
         out = self.settle(findings, diags)
         out.extend(self.release_waves(now))
         out.extend(self.dedup.tick(now))

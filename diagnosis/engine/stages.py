@@ -163,8 +163,8 @@ class JobStage:
             return []
         return list(self.implicit.observe_diagnosis(diagnosis))
 
-    def tick(self, now: float) -> tuple[list[Finding], list[Diagnosis]]:
-        findings = self.comms.tick(now) + self.silence.tick(now) + self.anomaly.tick(now)
+    def tick(self, now: float, stream_stopped: bool = False) -> tuple[list[Finding], list[Diagnosis]]:
+        findings = self.comms.tick(now) + self.silence.tick(now, stream_stopped) + self.anomaly.tick(now)
         diags = self.implicit.tick(now) if self.implicit is not None else []
         return findings, list(diags)
 

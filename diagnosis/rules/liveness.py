@@ -3,15 +3,17 @@
 Job-level because "silent" is judged against the job's other nodes, never against a clock alone.
 A node is silent when most of its peers kept reporting (beats, or steps) for the grace period past
 its last beat: that is evidence a person accepts ("15 of its 15 peers beat on for 40 s after it
-went quiet"). The job's time may move without any event (the live consumer's wall clock moves a
-quiet job's time, streams/runner/event_time.py), and a job whose whole stream stops, because it
-ended, because a node-stage member died, or because the consumers fell behind, would otherwise
-see its nodes cross the grace period one by one in the order of their beats' phases, and the
-first few were evicted as "a minority" (issue 32: healthy machines evicted at the end of a
-backlog). Now:
+went quiet"). The job's time may move without any event of its own (jobs on its clock move a quiet
+job's time, and live the wall clock once nothing on its clock arrives: diagnosis/engine/time_base.py),
+and a job whose whole stream stops, because it ended, because a node-stage member died, or because
+the consumers fell behind, would otherwise see its nodes cross the grace period one by one in the
+order of their beats' phases, and the first few were evicted as "a minority" (issue 32: healthy
+machines evicted at the end of a backlog). Now:
 
 - the whole job quiet (no node reported for the grace period of the job's time) is one
-  ``telemetry_lost`` alert for the job: it ended, or its telemetry is lost upstream;
+  ``telemetry_lost`` alert for the job: it ended, or its telemetry is lost upstream; a record
+  (action none) where the wall clock moved its time because nothing on its clock arrived either:
+  the input's end or the pipeline's silence, which offline, at a trace's end, is never judged;
 - several nodes quiet together (more than ``max_share`` of the job, their last beats within a
   grace period of each other: a rack, a switch, a telemetry partition) are one ``node_silent``
   alert naming them, never evictions;
@@ -94,7 +96,8 @@ class SilenceDetector:
         self._beats: dict[str, dict[str, _Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
-        self._job_quiet: dict[str, float] = {}  # job → the last report its telemetry_lost alert named
+        # job → the last report its telemetry_lost named, and whether its clock had stopped then
+        self._job_quiet: dict[str, tuple[float, bool]] = {}
         self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
         self._last_work: dict[str, float] = {}  # job → its latest beat listing a training pid
         self._ended_jobs: dict[str, float] = {}  # job → when its launcher said it ended (job/end)
@@ -138,7 +141,10 @@ class SilenceDetector:
         return (beat.working is False and (job, node) in self._worked
                 and self._last_work.get(job, beat.ts) < beat.ts + self.grace_s)
 
-    def tick(self, now: float) -> list[Finding]:
+    def tick(self, now: float, stream_stopped: bool = False) -> list[Finding]:
+        """Judge every job at its time ``now``; ``stream_stopped``: the wall clock moved it because
+        nothing on the job's clock arrived (diagnosis/engine/time_base.py): the input's end or the
+        pipeline's silence, never the job's alone."""
         out: list[Finding] = []
         for job, nodes in self._beats.items():
             self._drop_departed(job, nodes)
@@ -150,7 +156,7 @@ class SilenceDetector:
             heard = {node: max(beat.ts, self._steps.get((job, node), beat.ts)) for node, beat in nodes.items()}
             latest = max(heard.values())
             if now - latest > self.grace_s:
-                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now))
+                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now, stream_stopped))
                 continue  # nobody is judged alone: no peer reported past anyone's silence
             self._job_quiet.pop(job, None)
             reports = sorted(heard.values())
@@ -299,24 +305,38 @@ class SilenceDetector:
                    f"(alert, no eviction)")
 
     def _whole_job_quiet(self, job: str, nodes: dict[str, _Beat], heard: dict[str, float], latest: float,
-                         now: float) -> list[Finding]:
-        """One alert per quiet spell of the whole job (a new one only after it reported again)."""
-        if self._job_quiet.get(job) == latest:
+                         now: float, stream_stopped: bool) -> list[Finding]:
+        """One alert per quiet spell of the whole job (a new one only after it reported again), or
+        one record where nothing on its clock arrived either; then an alert if jobs on its clock
+        report on without it."""
+        said = self._job_quiet.get(job)
+        if said is not None and said[0] == latest and (stream_stopped or not said[1]):
             return []
-        self._job_quiet[job] = latest
+        self._job_quiet[job] = (latest, stream_stopped)
         # The nodes that were still reporting (one found silent before is not part of this stop)
         stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
         node = max(heard, key=heard.__getitem__)
+        entity = "job"
         if all(self._ended(job, n, b) for n, b in nodes.items()):
             action, detail = "none", (
                 f"the job ended: every one of its {len(nodes)} node agents said its training processes had exited "
                 f"(or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago (recorded, no alert)")
+        elif stream_stopped:
+            # Live, the end of a replay reads exactly so, and offline the end of a trace judges no
+            # absence: an alert here was the one verdict a live run gave that `analyze` did not. Its
+            # own entity: dedup folds by entity, and the job's own silence, found once jobs on its
+            # clock report on without it, must not fold into this record.
+            entity, action, detail = "stream", "none", (
+                f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
+                f"within {latest - min(stopped):.0f}s of each other), and no job on its clock reported meanwhile: "
+                f"the stream stopped (its input ended, or the pipeline upstream of diagnosis stopped), the "
+                f"pipeline's silence, not a machine's (recorded, no alert)")
         else:
             action, detail = "alert", (
                 f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
                 f"within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry stopped before "
                 f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")
-        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity="job",
+        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity=entity,
                         evidence=(nodes[node].id,), detail=detail)]
 
     def _pace(self, job: str) -> tuple[float | None, float | None]:

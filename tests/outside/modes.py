@@ -23,15 +23,24 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 FAULTLENS = [sys.executable, "-m", "faultlens"]
 MODES = ("offline", "live", "backlog", "group", "split")
 IDLE_STOP_S = 90   # past the 30 s grace, so the wall clock can move a quiet job's time by a minute
+# The group's check is that one of three members reads it all and the others stand by (silence is
+# not compared there, the live mode's 90 s are what judge the wall clock past a stream's end): an
+# idle stop below the grace, so nothing moves a job's time past its last event, and the active
+# member stops once it read its partitions to their ends (streams/idle_stop.py), handing on what
+# it holds as at any stop. A standby without the lease exits after it too: it stands by through
+# the replay's first 20 s (switch_wave at 40x: 15 s of events), not to the end.
+GROUP_IDLE_STOP_S = 20
 
 Key = tuple[str, str, str, tuple[str, ...], str]
+T = TypeVar("T")
 
 
 def key(d: dict) -> Key:
@@ -59,9 +68,10 @@ def _broker(home: Path):
         proc.wait(timeout=30)
 
 
-def _diagnose(bootstrap: str, home: Path, group: str, log: Path, stage: str = "all") -> subprocess.Popen:
+def _diagnose(bootstrap: str, home: Path, group: str, log: Path, idle_stop: float,
+              stage: str = "all") -> subprocess.Popen:
     return subprocess.Popen([*FAULTLENS, "diagnose", "--bootstrap", bootstrap, "--group", group, "--stage", stage,
-                             "--idle-stop", str(IDLE_STOP_S)], stdout=subprocess.DEVNULL,
+                             "--idle-stop", str(idle_stop)], stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), env=_env(home))
 
 
@@ -87,23 +97,41 @@ def offline(trace: Path) -> list[dict]:
 
 def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0) -> list[dict]:
     """`live`, `backlog`, `group` or `split`: the trace through a broker of its own, its diagnoses read back."""
+    return _through_broker(trace, mode, work, speed, None)[0]
+
+
+def _through_broker(trace: Path, mode: str, work: Path, speed: float,
+                    meanwhile: Callable[[], T] | None) -> tuple[list[dict], T | None]:
+    """through_broker, and what ``meanwhile()`` returned: called once the replay is in, while the
+    members run to their stop (the time a broker run mostly waits)."""
     home = work / f"home-{mode}"
     home.mkdir(parents=True, exist_ok=True)
+    idle_stop = GROUP_IDLE_STOP_S if mode == "group" else IDLE_STOP_S
     with _broker(home) as bootstrap:
         members = 3 if mode == "group" else 1
         if mode == "backlog":
             _replay(bootstrap, home, trace, 0)
         if mode == "split":
-            procs = [_diagnose(bootstrap, home, f"outside-split-{stage}", work / f"split-{stage}-{i}.log", stage)
-                     for stage in ("node", "job") for i in range(3)]
+            procs = [_diagnose(bootstrap, home, f"outside-split-{stage}", work / f"split-{stage}-{i}.log",
+                               idle_stop, stage) for stage in ("node", "job") for i in range(3)]
         else:
-            procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log") for i in range(members)]
+            procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log", idle_stop)
+                     for i in range(members)]
         if mode != "backlog":
             _replay(bootstrap, home, trace, speed)
+        beside = meanwhile() if meanwhile is not None else None
         for p in procs:
             p.wait(timeout=1800)
         (work / mode).mkdir(exist_ok=True)
-        return _recorded(bootstrap, home, work / mode)
+        return _recorded(bootstrap, home, work / mode), beside
+
+
+def with_offline(trace: Path, mode: str, work: Path, speed: float = 40.0) -> tuple[list[dict], list[dict]]:
+    """through_broker's diagnoses and `faultlens analyze`'s, analyze run while the members run to
+    their stop (after the replay: it takes no CPU from members keeping pace with it)."""
+    found, off = _through_broker(trace, mode, work, speed, lambda: offline(trace))
+    assert off is not None
+    return found, off
 
 
 def compare(results: dict[str, list[dict]]) -> list[str]:
@@ -126,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="where the brokers' homes, logs and results go")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="outside-modes-"))
+    work.mkdir(parents=True, exist_ok=True)
     results = {}
     for mode in args.modes:
         results[mode] = offline(args.trace) if mode == "offline" else through_broker(args.trace, mode, work, args.speed)

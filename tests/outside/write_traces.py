@@ -195,14 +195,18 @@ def write_table(rows: list[dict], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")
 
 
-def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None) -> list[Path]:
+def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None,
+              packed: bool = False) -> list[Path]:
+    """Each of ``names`` (default all) as a trace with its expect file, in SCENARIOS' order; each
+    starts at its place among all eight, or, ``packed``, right after the one written before it
+    (a subset's combined stream then has no stretch where no job reports)."""
     out.mkdir(parents=True, exist_ok=True)
     written, everything = [], []
     for i, name in enumerate(SCENARIOS):
         if names and name not in names:
             continue
         trace = Trace(seed=i + 1)
-        base = START + i * LENGTH
+        base = START + (len(written) if packed else i) * LENGTH
         expected = SCENARIOS[name](trace, base)
         rows = trace.rows()
         path = out / f"{name}.parquet"
@@ -222,11 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
     parser.add_argument("--combined", type=Path, help="also write every trace as one stream here")
+    parser.add_argument("--packed", action="store_true",
+                        help="each trace right after the one before it (no gap where a trace left out would be)")
     args = parser.parse_args(argv)
     unknown = set(args.names) - set(SCENARIOS)
     if unknown:
         parser.error(f"no such trace: {', '.join(sorted(unknown))}")
-    for path in write_all(args.out, args.names or None, args.combined):
+    for path in write_all(args.out, args.names or None, args.combined, args.packed):
         print(path)
     return 0
 

@@ -4,6 +4,10 @@ ByteRobust over-evicts the whole group the outliers share rather than guessing t
 machine: a hang's culprit and its sympathetic victims usually sit in one pipeline or one
 tensor-parallel group. Among the machine sets that hold all (or, under noise, ``cover_share`` of)
 the outliers the smallest one wins, and on a tie PP goes first, as in the paper.
+
+A group that spans most of the job's machines is no localisation: in a pure data-parallel job
+(tp = pp = 1) the DP group is the whole job, so two stuck ranks on two machines would evict every
+machine. There the outliers' own machines are the set, as many as they sit on.
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ def localize(ranks: Iterable[int], topology: Topology, *, cover_share: float = 0
     gid = min(gids, key=lambda g: (-gids[g], g))  # the group holding most outliers names the set
     touched = sorted({r for g in gids for r in topology.group_ranks(axis, g)})
     nodes = tuple(dict.fromkeys(topology.by_rank[r].node for r in touched))
+    own = first_ranks_nodes(known, topology)
+    if len(nodes) * 2 > len(topology.nodes) and len(own) < len(nodes):
+        touched = sorted(r for r in topology.by_rank if topology.by_rank[r].node in own)
+        nodes = tuple(n for n in nodes if n in own)
     return Localization(
         axis=axis,
         group_id=gid,

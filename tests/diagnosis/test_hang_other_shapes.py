@@ -11,7 +11,9 @@ round 2, tests/outside/test_outside_dumps.py): each test failed before its fix.
 - Flight Recorder dumps that trail the agent's py-spy dumps: the verdict was read the moment every
   stack was in, without the recorders still on their way;
 - a rank hung in torch.save on an NFS filer the job's storage alert says is not answering: the
-  writer's machine was evicted, and its replacement would hang on the same write.
+  writer's machine was evicted, and its replacement would hang on the same write;
+- two stuck ranks on two machines of a pure data-parallel job: the one group holding both is the
+  whole job, and every machine of it was evicted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
+from faultlens.diagnosis.stacks.localize import localize
 from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.topology import Topology
@@ -151,3 +154,15 @@ def test_a_rank_hung_writing_to_a_filer_the_job_says_is_failing_is_no_eviction()
 def test_a_storage_alert_spares_no_rank_that_is_not_waiting_on_storage():
     out = [d for d in _hung_on(_MEGATRON_COMPUTE) if d.fault == "job_hang"]
     assert [d.action for d in out] == ["capture_stacks", "evict"] and out[1].nodes == ("n000",)
+
+
+def test_two_outliers_of_a_pure_data_parallel_job_are_their_own_machines_not_the_whole_job():
+    topo = grid(4, 8, 1, 1, 32)
+    place = localize([5, 26], topo)
+    assert place is not None and place.nodes == (topo.by_rank[5].node, topo.by_rank[26].node)
+    assert set(place.ranks) == {r for r in topo.by_rank if topo.by_rank[r].node in place.nodes}
+    # A pipeline's machines stay the set (ByteRobust's over-eviction): a quarter of the job here.
+    pipe = grid(16, 4, 4, 4, 4)
+    stages = [r for r in pipe.by_rank if pipe.group_id(r, "pp") == pipe.group_id(0, "pp")]
+    place = localize(stages[:2], pipe)
+    assert place is not None and place.axis == "pp" and len(place.nodes) == 4

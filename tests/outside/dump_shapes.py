@@ -310,6 +310,21 @@ def zero3_json(trace: Trace, base: float) -> Hung:
                 frozenset({"evict", "stop_time_diagnosis", "alert"}), frozenset({bad}))
 
 
+def zero3_two_loaders(trace: Trace, base: float) -> Hung:
+    """The ZeRO-3 job of zero3_json with two ranks on two machines stuck on their DataLoaders (ranks
+    5 and 26): in pure data parallelism the only group holding both is the whole job, and the two
+    machines in between are healthy. Their own two machines, or an alert; never all four."""
+    shape = Shape("zero3two-dsx", 4, 8, 1, 1, 32, [(r, r // 8, 0, 0, r) for r in range(32)])
+    job = _hung_job(trace, shape, base)
+    for r in job.ranks:
+        pid = _pid(job, r["rank"])
+        stack = _LOADER_WAIT if r["rank"] in (5, 26) else _ZERO3_GATHER
+        _dump(trace, job, base, r["rank"], pid, pyspy_json(pid, stack), "zero3two-capture-1")
+    bad = [job.node_of(5), job.node_of(26)]
+    return Hung(job, [_verdict(job.name, "job_hang", bad, "evict", base)],
+                frozenset({"evict", "alert", "stop_time_diagnosis"}), frozenset(bad))
+
+
 def fsdp_checkpoint(trace: Trace, base: float) -> Hung:
     """torch FSDP on 2 machines x 16 GPUs (an HGX-2 shape), rank = machine * 16 + local; rank 21 is
     still inside torch.save writing its shard while the 31 others wait in the barrier after the save.
@@ -466,7 +481,7 @@ def fr_never_joined(trace: Trace, base: float) -> Hung:
 SCENARIOS: dict[str, Callable[[Trace, float], Hung]] = {
     "zero3_json": zero3_json, "fsdp_checkpoint": fsdp_checkpoint, "megatron_pipeline": megatron_pipeline,
     "jax_hosts": jax_hosts, "fr_mismatch": fr_mismatch, "fr_never_joined": fr_never_joined,
-    "fsdp_filer": fsdp_filer,
+    "fsdp_filer": fsdp_filer, "zero3_two_loaders": zero3_two_loaders,
 }
 
 

@@ -1,8 +1,9 @@
 """The outside check, round 2: hangs of trainers of other shapes, read from the dumps their agents send.
 
-tests/outside/dump_shapes.py writes six hung jobs (DeepSpeed ZeRO-3 with py-spy `--json` dumps on
-8 GPUs a machine, FSDP on 16 a machine stuck in checkpoint I/O, a Megatron pipeline on 4 a machine,
-a JAX job of one process a host, two Flight Recorder jobs of three process groups a rank) and the
+tests/outside/dump_shapes.py writes eight hung jobs (DeepSpeed ZeRO-3 with py-spy `--json` dumps on
+8 GPUs a machine, and with two ranks stuck, FSDP on 16 a machine stuck in checkpoint I/O, with and
+without a failing NFS filer, a Megatron pipeline on 4 a machine, a JAX job of one process a host,
+two Flight Recorder jobs of three process groups a rank) and the
 verdict a user expects of each; tests/fixtures/outside/dumps/ keeps those expect files as reviewed.
 `faultlens check` judges them as a user would; every verdict must name a machine a person would
 accept (or nobody, with an alert), and never evict a healthy one.
@@ -10,7 +11,9 @@ accept (or nobody, with an alert), and never evict a healthy one.
 Found by this round, each fixed with a unit test in tests/diagnosis/test_hang_other_shapes.py:
 py-spy `--json` dumps read as no dump at all (a reattempt where the culprit was plain); a JAX main
 thread lost to the DataLoader's pin-memory thread; a mismatched collective evicting the machine
-of the rank on the other branch; recorder dumps that trail the stacks left unread.
+of the rank on the other branch; recorder dumps that trail the stacks left unread; a rank hung
+writing to an NFS filer the job's own storage alert names got its machine evicted; two stuck ranks
+of a pure data-parallel job evicted every machine of the job (its one DP group).
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def _hang_verdicts(trace: Path) -> list[dict]:
             if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
 
 
-@pytest.mark.parametrize("name", ["zero3_json", "jax_hosts", "fr_mismatch"])
+@pytest.mark.parametrize("name", ["zero3_json", "jax_hosts", "fr_mismatch", "fsdp_filer", "zero3_two_loaders"])
 def test_the_verdict_names_a_machine_a_person_accepts_or_nobody(written, name):
     # The three shapes this round found wrong: beside the expected verdict, what else would do.
     out, hung = written

@@ -53,6 +53,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(written):
         assert (out / name).read_text() == (FIXTURES / name).read_text(), name
 
 
+@pytest.mark.long(8)
 def test_every_hang_gives_what_a_user_expects(checked):
     assert sorted(checked) == sorted(SCENARIOS)
     for name, r in checked.items():
@@ -67,6 +68,7 @@ def _hang_verdicts(trace: Path) -> list[dict]:
             if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
 
 
+@pytest.mark.long(2)
 @pytest.mark.parametrize("name", ["zero3_json", "jax_hosts", "fr_mismatch", "fsdp_filer", "zero3_two_loaders"])
 def test_the_verdict_names_a_machine_a_person_accepts_or_nobody(written, name):
     # The three shapes this round found wrong: beside the expected verdict, what else would do.
@@ -80,6 +82,7 @@ def test_the_verdict_names_a_machine_a_person_accepts_or_nobody(written, name):
         assert v["nodes"] and set(v["nodes"]) <= accept.blamed
 
 
+@pytest.mark.long(2)
 def test_a_mismatched_collective_says_so(written):
     out, _ = written
     [v] = _hang_verdicts(out / "fr_mismatch.parquet")

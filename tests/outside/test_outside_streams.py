@@ -50,6 +50,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
         assert (traces / name).read_text() == (FIXTURES / name).read_text(), name
 
 
+@pytest.mark.long(25)
 def test_every_trace_gives_what_a_user_expects(checked):
     assert sorted(checked) == sorted(SCENARIOS)
     for name, r in checked.items():
@@ -62,6 +63,7 @@ def _verdicts(diagnoses: list[dict]) -> set:
     return {k[1:] for k in acting(diagnoses)}
 
 
+@pytest.mark.long(15)
 def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(traces):
     clean = _verdicts(offline(traces / "standby_swap.parquet"))
     assert clean == {("gpu_lost", "evict", ("hgx-r2-02",), "")}
@@ -85,6 +87,7 @@ def noisy(traces) -> tuple[dict, list[dict], set[str]]:
     return summary, strange, good_ids
 
 
+@pytest.mark.long(8)
 def test_unknown_kinds_are_dead_letters_and_no_good_event_is_lost(noisy):
     summary, strange, good_ids = noisy
     # Every good record is read once (a duplicate is dropped by its id), every unknown kind is a dead letter.

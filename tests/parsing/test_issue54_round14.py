@@ -204,3 +204,13 @@ def test_a_device_oom_in_the_apis_own_name_is_the_programs(line: str) -> None:
 ])
 def test_its_look_alikes_are_not_a_device_oom(line: str) -> None:
     assert "user_code" not in {e.data.get("fault") for e in _acting(line, "nccl")}
+
+
+# --- a store that measured this host's clock: clock_skew --------------------------------------------------------
+def test_an_object_store_refusing_a_skewed_request_names_the_clock() -> None:
+    # botocore's ClientError from S3 (public GitHub file, index id 15068670398)
+    line = ("botocore.exceptions.ClientError: An error occurred (RequestTimeTooSkewed) when calling the PutObject operation: "
+            "The difference between the request time and the current time is too large.")
+    assert {e.data.get("fault") for e in _acting(line, "nccl")} == {"clock_skew"}
+    # the error code named in prose is not the error (synthetic)
+    assert _acting("Hint: RequestTimeTooSkewed errors mean the clock is off; we retry with a fresh signature", "nccl") == []

@@ -35,6 +35,8 @@ class _RunnerCollector:
             ("faultlens_commits", "offset commits", "commits", CounterMetricFamily),
             ("faultlens_redeliveries", "batches re-read after a delivery failure", "redeliveries", CounterMetricFamily),
             ("faultlens_consumer_lag", "messages behind the high-water marks", "lag", GaugeMetricFamily),
+            ("faultlens_late_released", "records handed on behind event time already handed on (a partition "
+             "passed over as idle)", "late_released", CounterMetricFamily),
             ("faultlens_loop_seconds", "duration of the last poll-handle-commit loop", "last_loop_s", GaugeMetricFamily),
         ]
         with _lock:

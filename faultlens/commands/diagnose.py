@@ -124,7 +124,8 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
     print(json.dumps({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
                       "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
                       "oversized": stats.oversized, "skewed": stats.skewed,
-                      "forced_early": runner.merge.forced if runner.merge else 0, **counts}), flush=True)
+                      "forced_early": runner.merge.forced if runner.merge else 0,
+                      "late_released": stats.late_released, **counts}), flush=True)
     return 0
 
 

@@ -61,6 +61,7 @@ class EventTimeOrder:
         # End offsets of partitions assigned and never fetched from, per consumer (absent: not
         # asked since the last assignment): see partition_caught_up.
         self._unfetched_end: dict[int, dict[TopicPartition, int]] = {}
+        self._late_said = False  # whether a record handed on behind event time was logged yet
 
     # --- assignment -------------------------------------------------------------------------
     def open_broadcast(self, settings: KafkaSettings, max_records: int) -> None:
@@ -200,6 +201,7 @@ class EventTimeOrder:
         partitions that ran ahead and resume those that fell behind."""
         merge = self.merge
         now = time.time()
+        handed_on = merge.progress  # event time everything was handed on up to, before this call
         # Every record here was placed in time by the intake: its event_ts is set. The intake hands
         # a poll on a partition at a time, so the merge takes each partition's records in one call.
         add_run = merge.add_run
@@ -216,6 +218,8 @@ class EventTimeOrder:
         else:
             released = merge.release(now, self.caught_up(consumer))
         out = [r for r in released if r is not None]  # watermark records only hold their offset
+        if out and handed_on is not None and out[0].event_ts < handed_on:
+            self._count_late(out, handed_on)
         pause = merge.to_pause() - self.paused
         resume = merge.to_resume() & self.paused
         if pause:
@@ -226,6 +230,24 @@ class EventTimeOrder:
             self.paused -= resume
         self.stats.held = merge.held
         return out
+
+    def _count_late(self, out: list[Record], handed_on: float) -> None:
+        """Records handed on behind event time already handed on (``out`` is in event-time order, so
+        they lead it): their partition had been passed over, quiet for ``max_idle_s`` and caught up,
+        or the merge let records go early to bound its memory, and they reach the handler out of
+        event-time order. Counted (RunnerStats.late_released) and logged the first time; a broadcast
+        topic follows the pace and sets none, so its records are not counted."""
+        late = [r for r in out if r.event_ts < handed_on and r.topic not in self.broadcast_topics]
+        if not late:
+            return
+        self.stats.late_released += len(late)
+        if not self._late_said:
+            self._late_said = True
+            first = late[0]
+            log.warning("%s:%d handed on a record %.1fs of event time behind what was already handed on (its "
+                        "partition had been passed over as idle after %.1fs, or records were let go early to bound "
+                        "memory): such records reach diagnosis out of event-time order; counted as late_released, "
+                        "logged once", first.topic, first.partition, handed_on - first.event_ts, self.merge.max_idle_s)
 
     def handed_on(self, consumer: Consumer, partitions: Iterable[TopicPartition],
                   resume_at: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -68,6 +68,7 @@ class RunnerStats:
     lag: int = 0  # messages behind the partitions' high-water marks, refreshed every few seconds
     held: int = 0  # records waiting for the other partitions' event time (event_time mode)
     skewed: int = 0  # records whose sender's clock was off by more than the bound
+    late_released: int = 0  # records handed on behind event time already handed on (event_time.py)
     oversized: int = 0
     last_loop_s: float = 0.0
     started_at: float = field(default_factory=time.time)

@@ -13,7 +13,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   10 s/step run are judged over the same stretch of wall time, and a warm-up shorter than the
   window is never judged;
 * learning = a Theil-Sen slope (robust to spikes) over the window's block medians that drops the
-  loss by at least 1 % of its level across the window. A run still learning is never flagged;
+  loss by at least 1 % of its level across the window, or a run leaving a plateau (the window's
+  last block below every earlier one by three robust sigmas of its losses). A run still learning is
+  never flagged;
 * not learning, the run is stalled when its loss is
   - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
     how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md);
@@ -21,7 +23,7 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     median of the first steps would take in the rise a too-high learning rate causes at once),
     judged only when the curve was watched from an untrained model: first seen within its first
     window, and either the trainer says it started from scratch (``from_scratch``) or its first
-    loss is that of a guess (at least 3/4 of ln(classes)). A resumed run or a fine-tune starts
+    loss is that of a guess (at least 9/10 of ln(classes)). A resumed run or a fine-tune starts
     from a trained model's loss, flat and far below chance (issue 54: first seen at step 30,000,
     flat at 2.0), and a run whose start nothing tells is not called one that never learned;
   - frozen: the same value to 6 digits over the whole window (the weights no longer move);
@@ -70,7 +72,10 @@ LEARNED = 0.05  # below the start level by this fraction: the run has learned so
 CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess
 REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
 REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
-UNTRAINED = 0.75  # of ln(classes): a first loss at least this high is an untrained model's
+# A first loss at least this share of ln(classes) is an untrained model's: a random init starts at a
+# guess's loss; one a tenth of a guess below it has learned (the tenth a spike and a divergence are
+# measured in), as a fine-tune resumed at 3.66 against ln 61 = 4.11 has (issue 54, fresh batch 4).
+UNTRAINED = 0.9
 FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
 # Diverging: the window's losses, in up to 50 block medians (each step where the window is short),
 # climb by a Mann-Kendall trend this many sigmas above none (one-sided p 0.006); the median of its later
@@ -276,7 +281,13 @@ class LossStalledDetector:
             curve.best, curve.best_from, curve.best_step = level, window[0][0], window[-1][0]
         span = (xs[-1] - xs[0]) or 1.0
         drop = -theil_sen(xs, ys) * span
-        learning = drop >= LEARNING_DROP * abs(level)
+        _, noise = robust_sigma(values)
+        # Leaving a plateau: the window's latest block below every earlier one by more than the
+        # window's noise. The trend over the whole window is still the plateau's when a run at chance
+        # starts to learn at its end (a fine-tune at ln 61 for 17 epochs of its warm-up, then 4.08,
+        # 4.07, 4.05: issue 54, fresh batch 4); judged again a tenth of a window later.
+        leaving = ys[-1] < min(ys[:-1]) - REGRESS_NOISE * noise
+        learning = drop >= LEARNING_DROP * abs(level) or leaving
         if learning:
             curve.fired = False  # learning again: a later stall is a new finding
             return None
@@ -298,7 +309,6 @@ class LossStalledDetector:
         if diverging is not None:
             return diverging
         learned = start - curve.best
-        _, noise = robust_sigma(values)
         # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
         # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
         # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue

@@ -1,6 +1,7 @@
 """Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes
-(a grad-norm spike once the next step's loss answers it by a tenth of its scale; a loss that goes
-below zero is never ratio-spiked).
+(a grad-norm spike once the next step's loss answers it by a tenth of its scale; neither where the
+series reaches that far routinely, as a per-sample loss at batch size 1 does; a loss that goes below
+zero is never ratio-spiked).
 
 None of these evicts on first sight: a user bug is rolled back, a NaN or a CUDA error goes to
 stop-time diagnosis (docs/design.md §4, step 3). Loss anomalies are job-wide (every data-parallel
@@ -46,6 +47,13 @@ LOSS_RESOLUTION = 1e-5
 # bad batches lift a 0.14 loss to 0.49 with a 12x grad norm and the next log is 0.15 again (issue 54,
 # fresh batch 3).
 ANSWER_SIGMAS = 3.0
+# A spike is rare: a value factor x its median stands only where fewer than this many of the series'
+# last window of values (spikes included) were already factor x the median of their time. A per-sample
+# loss at batch size 1 reaches 10-1,000x its median every few steps (a crystal-graph regression logs
+# 0.06, then 82, then 0.05: issue 54, fresh batch 4), and what a series does routinely is its noise,
+# which no median and MAD of its accepted values can see (its tail is never accepted). A real spike
+# comes out of a series that went that far once at most; its own sustained steps are not new spikes.
+SPIKE_ROUTINE = 2
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -61,6 +69,7 @@ class _Baseline:
     min() over the window on every step cost more than the rest of the rule)."""
 
     values: deque
+    recent: deque  # per finite value of the window, spikes too: whether it was factor x its median
     least: float = math.inf
     peak: float = 0.0  # the highest value accepted (a spike never is): the scale the run came down from
     signed: bool = False  # a value below zero was seen: a surrogate objective, no ratio means anything
@@ -162,19 +171,25 @@ class TrainingRule:
             key = (event.job, rank, metric)
             baseline = self._base.get(key)
             if baseline is None:
-                baseline = self._base[key] = _Baseline(deque(maxlen=self.window))
+                baseline = self._base[key] = _Baseline(deque(maxlen=self.window), deque(maxlen=self.window))
             base = baseline.values
+            recent = baseline.recent
             # A loss that has gone below zero is no cross-entropy but a surrogate (a policy gradient's,
             # GRPO's, a contrastive margin's) that sits around 0 and changes sign: 0.03 after a run of
             # 3.5e-5 is 864x its median and no spike (issue 54, fresh batch 1). Ratios need a positive scale.
             # Below factor × the window's minimum it cannot be factor × the median: skip the medians.
-            if len(base) >= MIN_BASELINE and not baseline.signed and value >= 0 and value >= self.factor * baseline.least:
+            # An excursion (factor x the median of its time) is what the rarity of a spike counts, from
+            # the series' first values on: a per-sample loss shows its tail before a baseline is whole.
+            excursion = False
+            if base and not baseline.signed and value >= 0 and value >= self.factor * baseline.least:
                 med, sigma = robust_sigma(base)
                 floor = max(sigma, 0.01 * abs(med), 1e-12)
                 guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
                 least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
-                if (med > 0 and value >= self.factor * med and value - med >= SPIKE_SIGMAS * floor
-                        and value - med >= least_rise):
+                excursion = med > 0 and value >= self.factor * med
+                if (excursion and len(base) >= MIN_BASELINE and value - med >= SPIKE_SIGMAS * floor
+                        and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE):
+                    recent.append(True)
                     detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
                               f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")
                     if metric == "grad_norm" and loss is not None:
@@ -183,6 +198,7 @@ class TrainingRule:
                         out.append(self._spike(event, rank, detail))
                     continue  # a spike must not drag the baseline up
             baseline.push(value)
+            recent.append(excursion)
         return out
 
     def _rose(self, job: str, rank: int, loss: float, classes: int | None) -> bool | None:

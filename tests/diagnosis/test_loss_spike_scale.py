@@ -136,3 +136,34 @@ def test_a_loss_that_changes_sign_is_a_surrogate_with_no_ratio_to_spike():
     tiny = [-0.0018, 3.5e-5, 2.9e-5, 0.0037, -0.0357, 3.6e-5, 4.5e-5, 3.2e-5, 4.0e-5, 3.9e-5, 4.0e-5, 4.6e-5]
     assert _feed(rule, tiny) == []
     assert _feed(rule, [0.0307, 0.0408], start=len(tiny)) == []
+
+
+def _per_sample(i: int) -> float:
+    """A per-sample MSE at batch size 1 (issue 54, fresh batch 4's crystal-graph regression): mostly
+    0.01-0.1, every fourth sample a hard one at 1-3, every 23rd at 8."""
+    return 8.0 if i % 23 == 11 else 1.0 + (i % 3) if i % 4 == 3 else 0.02 + 0.01 * (i % 9)
+
+
+def test_a_per_sample_losss_routine_tail_is_no_spike():
+    # 20-400x its median every few steps: the series' own noise, never a spike.
+    rule = TrainingRule()
+    assert _feed(rule, [_per_sample(i) for i in range(400)]) == []
+
+
+def test_a_spike_out_of_a_series_that_never_went_that_far_still_stands():
+    # The same rule on a steady loss: the first jump past 5x stands.
+    rule = TrainingRule()
+    assert _feed(rule, [2.0 + 0.01 * (i % 3) for i in range(60)]) == []
+    [f] = _feed(rule, [12.0], start=60)
+    assert f.fault == "loss_spike"
+    # Two within the last 50 steps both stand; a series that went that far twice does so routinely,
+    # and a third in the same window is its noise.
+    rule = TrainingRule()
+    steady = [2.0 + 0.01 * (i % 3) for i in range(60)]
+    steady[30] = steady[45] = 12.0
+    assert [f.fault for f in _feed(rule, steady)] == ["loss_spike", "loss_spike"]
+    assert _feed(rule, [12.0], start=60) == []
+    # Once both have left the window, a jump stands again.
+    assert _feed(rule, [2.0 + 0.01 * (i % 3) for i in range(61, 100)], start=61) == []
+    [f] = _feed(rule, [12.0], start=100)
+    assert f.fault == "loss_spike"

@@ -25,8 +25,8 @@ import json
 import os
 import random
 import re
-import uuid
 import time
+import uuid
 from collections import defaultdict
 from typing import Any, NamedTuple
 

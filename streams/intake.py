@@ -160,7 +160,7 @@ class Intake:
         for row in rows:
             value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
-            record_ts = broker_time(timestamp_ms)
+            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time, inline
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:

@@ -16,6 +16,7 @@ from faultlens.diagnosis.edge.node_consumer import NODE_GROUP, NodeStageHandler,
 from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
 from faultlens.events import topics
+from faultlens.events.beat_reading import decode_beat_message
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import InvalidEvent, decode
@@ -49,9 +50,10 @@ JOBS_TOPIC = topics.JOBS
 # NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
 # read by typed decoders (events/gpu_reading.py, events/net_reading.py), and only once event
 # time lets them go (streams/intake.py: deferred topics). Training steps, one per rank and step,
-# are read by a typed decoder too (events/step_reading.py), at once: small, they hold little.
+# and heartbeats are read by typed decoders too (events/step_reading.py, events/beat_reading.py),
+# at once: small, they hold little.
 TELEMETRY_DECODERS = {topics.GPU: decode_gpu_message, topics.NET: decode_net_message,
-                      topics.TRAIN: decode_train_message}
+                      topics.TRAIN: decode_train_message, topics.HEARTBEAT: decode_beat_message}
 DEFERRED_TOPICS = (topics.GPU, topics.NET)
 
 

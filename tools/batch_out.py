@@ -27,9 +27,10 @@ read at several abstention thresholds (a line whose best class is under it is re
 ``--misses`` sorts the frozen misses of each batch by why they were missed (see ``why_missed``).
 
 ``--overlay TOKENS`` measures a mechanism of today's code the same fair way (round 14): each batch's
-frozen events plus the events today's parsers make by that mechanism alone (rule ids by prefix,
-``app.``; a code record by the class it now gives, ``segfault:app_fault``), so a change counts by
-what it catches on batches it was not written from, and by what it fires. ``--by-class`` prints, per
+frozen events plus the events that mechanism alone makes (catalogue rules by id prefix, ``app.``,
+each applied to every line on its own, as a rule mined later may take the line first today; a code
+record by the class it now gives, ``segfault:app_fault``), so a change counts by what it catches on
+batches it was not written from, and by what it fires. ``--by-class`` prints, per
 class, the share right on first sight (frozen), with the overlay, and once mined (today's code).
 ``--cross`` asks what mined rules generalise: each batch's frozen code plus the catalogue rules that
 were written from OTHER batches (by rules.toml's section headers), beside the rules written from it.
@@ -126,12 +127,30 @@ def in_mechanism(made_by: str, fault: str | None, tokens: list[str]) -> bool:
     return False
 
 
+def standalone(row: dict[str, Any], tokens: list[str]) -> list[list[Any]]:
+    """The events the mechanism's catalogue rules (ids by prefix) give each line of ``row`` on their own:
+    today a rule mined later may take the line first, which the frozen code did not have."""
+    from faultlens.parsing.rules import shipped
+    from faultlens.parsing.timestamps import split_timestamp
+
+    source = row.get("source", "kernel")
+    rules = [r for r in shipped() if r.applies_to(source) and any(in_mechanism(r.id, None, [t]) for t in tokens if ":" not in t)]
+    out = []
+    for line in row.get("lines") or [row["line"]]:
+        msg = split_timestamp(line).message
+        hit = next((r for r in rules if r.pattern.search(msg)), None)
+        if hit is not None:
+            out.append([hit.kind, hit.fault, hit.action, None, None])
+    return out
+
+
 def overlaid(frozen: dict[str, Any], today: dict[str, Any], tokens: list[str]) -> list[list[Any]]:
-    """The frozen code's events plus those today's code makes by the mechanism alone: what the frozen
-    code would have done with only this mechanism added (it can add a right class or a firing, as the
-    mechanism would; it takes nothing the frozen code had)."""
+    """The frozen code's events plus those the mechanism alone makes: today's events it made (a code
+    record by its class) and what its catalogue rules give each line on their own. What the frozen code
+    would have done with only this mechanism added: it can add a right class or a firing, as the
+    mechanism would; it takes nothing the frozen code had."""
     extra = [e for e, by in zip(today["events"], today.get("by", []), strict=True) if in_mechanism(by, e[1], tokens)]
-    return frozen["events"] + extra
+    return frozen["events"] + extra + standalone(frozen["row"], tokens)
 
 
 def rules_by_batch() -> dict[str, set[int]]:

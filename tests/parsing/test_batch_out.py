@@ -97,3 +97,12 @@ def test_catalogue_rules_are_traced_to_the_batches_they_were_written_from() -> N
     today = {"events": [["exception", "clock_skew", "alert", None, None]], "by": ["clock.cockroach_offset"]}
     assert batch_out.judge(frozen["row"], batch_out.cross_overlaid(frozen, today, {"clock.cockroach_offset"})) == (True, False)
     assert batch_out.judge(frozen["row"], batch_out.cross_overlaid(frozen, today, set())) == (False, False)
+
+
+def test_a_mechanisms_rules_are_applied_to_each_line_on_their_own() -> None:
+    # a rule mined later may take the line first today: the overlay asks the mechanism's rules directly
+    row = {"line": "[ 5.1] rbd: map failed: (5) Input/output error", "source": "kernel", "fault": "storage"}
+    assert batch_out.standalone(row, ["storage.errno_text"]) == [["fs_error", "storage", "alert", None, None]]
+    assert batch_out.standalone(row, ["app."]) == []
+    assert batch_out.standalone(row, ["segfault:app_fault"]) == []  # a code record is not a rule
+    assert batch_out.judge(row, batch_out.overlaid(_r(row, []), {"events": [], "by": []}, ["storage.errno_text"])) == (True, False)

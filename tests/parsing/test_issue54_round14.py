@@ -214,3 +214,33 @@ def test_an_object_store_refusing_a_skewed_request_names_the_clock() -> None:
     assert {e.data.get("fault") for e in _acting(line, "nccl")} == {"clock_skew"}
     # the error code named in prose is not the error (synthetic)
     assert _acting("Hint: RequestTimeTooSkewed errors mean the clock is off; we retry with a fresh signature", "nccl") == []
+
+
+# --- the storage errnos' own text, whichever program prints it, in either stream ------------------------------------
+@pytest.mark.parametrize("line", [
+    "rbd: map failed: (5) Input/output error",  # ceph/ceph#31290 (the journal's form, strerror after its number)
+    "cp: error writing '/var/tmp/lorax/lorax.imgutils.Pf2qIt/./usr/share/locale/zh_HK/LC_MESSAGES/iso_15924.mo': No space left on device",
+    "dd: error writing '/data/test.log': No space left on device",  # index ids 27236884316, 12949703994
+    "ls: reading directory '/media/usb': Input/output error",  # rclone/rclone#7588
+    "[ 7602.036917] systemd-journald[590]: Failed to write entry (17 items, 467 bytes), ignoring: Read-only file system",
+])
+@pytest.mark.parametrize("source", ["kernel", "nccl"])
+def test_a_storage_errnos_text_is_storage_in_either_stream(line: str, source: str) -> None:
+    assert {e.data.get("fault") for e in _acting(line, source)} == {"storage"}
+
+
+@pytest.mark.parametrize("line", [
+    "dd: error writing '/dev/sda1': No space left on device",  # a whole-device wipe's last line (index id 2576373791)
+    "bash: /dev/tty: Input/output error",  # a hung-up terminal
+    "Jan 28 10:00:01 host sshd[1234]: error: ssh_packet_read: Input/output error",  # a closed ssh session (synthetic frame)
+])
+@pytest.mark.parametrize("source", ["kernel", "nccl"])
+def test_its_look_alikes_stay_quiet(line: str, source: str) -> None:
+    assert _acting(line, source) == []
+
+
+@pytest.mark.parametrize("source", ["kernel", "nccl"])
+def test_the_text_in_prose_is_not_the_errno_rule(source: str) -> None:
+    # not after a program's "': '" (synthetic); what the line model makes of such prose is its own matter
+    events = _events("The test checks that writes fail with Input/output error when the disk is pulled", source)
+    assert not any(str(e.data.get("rule", "")).startswith("storage.errno_text") for e in events)

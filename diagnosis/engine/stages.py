@@ -54,9 +54,13 @@ def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
     """A rank-bearing event that disagrees with its job's topology, as a record-only finding."""
     # One key of any kind, read from ``data``: decoding every event (net and GPU samples included,
     # which the intake leaves as they came) into its Struct for it would cost more than all the rest.
-    rank = opt_int(event.data, "rank")
-    if rank is None:
+    rank = event.data.get("rank")
+    if rank is None:  # (opt_int inline where the rank is absent or a plain int: every step)
         return None
+    if type(rank) is not int:
+        rank = opt_int(event.data, "rank")
+        if rank is None:
+            return None
     topo = book.topology(event.job)
     if topo is None:
         reason, entity = f"no topology for job {event.job}: ranks cannot be placed in parallel groups", "topology"

@@ -5,7 +5,8 @@ tests/outside/stream_shapes.py writes four: two jobs sharing a machine at 10 Hz 
 its GPU fell off the bus, the same swap with the new topology read 20 s late, and the same swap
 delivered at least once, out of order across machines, with unknown keys and unknown kinds.
 tests/fixtures/outside/streams/ keeps the expect files as reviewed. Offline every trace goes
-through `faultlens check`; marked broker, all four as one backlog through `faultlens diagnose`.
+through `faultlens check`; marked broker, all four and the hung jobs of tests/outside/dump_shapes.py
+as one backlog through `faultlens diagnose`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.outside.dump_shapes import write_all as write_dumps
 from tests.outside.modes import acting, offline, through_broker
 from tests.outside.stream_shapes import SCENARIOS, UNKNOWN_KINDS, write_all
 
@@ -106,16 +108,22 @@ def test_a_dead_letter_delivered_twice_is_one_dead_letter(noisy):
 
 
 @pytest.mark.broker
-@pytest.mark.long(240)
+@pytest.mark.long(300)
 def test_as_one_backlog_through_the_broker_the_verdicts_are_the_offline_ones(traces, tmp_path):
-    # The four traces lie one after another in event time: one stream of five jobs, replayed before
-    # `faultlens diagnose` starts, as a backlog it reads after the fact (several partitions at once).
+    # These four traces and the eight hung jobs of tests/outside/dump_shapes.py lie one after another
+    # in event time: one stream of 13 jobs, replayed before `faultlens diagnose` starts, as a backlog
+    # it reads after the fact (several partitions at once; the hangs' Flight Recorder dumps trail
+    # their stacks as the hook sends them).
+    hangs = tmp_path / "hangs"
+    written = [hangs / f"{name}.parquet" for name in write_dumps(hangs)]
+    every = written + [traces / f"{name}.parquet" for name in SCENARIOS]
     stream = tmp_path / "stream.parquet"
-    pq.write_table(pa.concat_tables([pq.read_table(traces / f"{name}.parquet") for name in SCENARIOS]), stream)
+    pq.write_table(pa.concat_tables([pq.read_table(path) for path in every]), stream)
     off = offline(stream)
     backlog = through_broker(stream, "backlog", tmp_path)
-    expected = {(json.loads(line)["job"], json.loads(line)["nodes"][0]) for name in SCENARIOS
-                for line in (traces / f"{name}.parquet.expect.jsonl").read_text().splitlines()[1:]}
+    expected = {(v["job"], n) for path in every
+                for v in map(json.loads, Path(f"{path}.expect.jsonl").read_text().splitlines()[1:])
+                if v["action"] == "evict" for n in v["nodes"]}
     evicted = {(d["job"], n) for d in backlog if d["action"] == "evict" for n in d["nodes"]}
     assert evicted == expected
     quiet = {k for k in acting(backlog) if not (k[1] in SILENCE and k[2] == "alert")}

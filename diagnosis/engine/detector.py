@@ -68,6 +68,8 @@ class JobBook:
         versions = self._versions.get(job)
         if not versions:
             return None
+        if len(versions) == 1:  # the one a job has until it restarts, whatever the time (asked per step)
+            return versions[0][1]
         now = self._now.get(job) if at is None else at
         if now is None:
             return versions[-1][1]

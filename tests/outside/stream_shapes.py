@@ -181,6 +181,19 @@ def delivered(rows: list[dict], seed: int = 5) -> list[dict]:
     return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
+def outage(path: Path, gap_s: float = 40.0) -> Path:
+    """A healthy 8 x 4 GPU job whose every record from minute 5 on is lost for ``gap_s`` (the
+    telemetry pipeline down, the agents' spools lost): then each agent's beats resume on its own
+    phase (up to 5 s apart), as after any outage. A person expects nothing of it (kept out of
+    SCENARIOS: test_outside_streams holds it as an expected failure)."""
+    trace = Trace(seed=13)
+    base = START + len(SCENARIOS) * LENGTH
+    write_job(trace, Job("outside-outage", machine_names("hgx", 8), tp=4, pp=1, dp=8), base, LENGTH, Knobs())
+    rows = [r for r in trace.rows() if not (base + FAULT_AT <= r["ts"] < base + FAULT_AT + gap_s)]
+    write_table(rows, path)
+    return path
+
+
 SCENARIOS: dict[str, Callable[[Trace, float], list[Expect]]] = {
     "shared_node": shared_node, "standby_swap": standby_swap, "at_least_once": at_least_once,
     "late_topology": late_topology,

@@ -110,6 +110,9 @@ class Engine:
         self.stats: Counter = Counter()
         self._seen: OrderedDict[str, str] = OrderedDict()  # event id → its job
         self.clocks = TimeBases(self.config.grace_s, self.config.grace_s / 2)  # which jobs share a clock
+        # Jobs whose upstream stage stopped at the live consumer's latest tick (``until``): their
+        # time stays where it stopped, whatever the jobs on their clock do.
+        self._upstream_stopped: frozenset[str] = frozenset()
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
         self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
 
@@ -223,7 +226,7 @@ class Engine:
         out: list[Diagnosis] = []
         for mate, target in self.clocks.check(job, delivered):
             lane = self._lanes.get(mate)
-            if lane is not None and lane.now is not None and target > lane.now:
+            if lane is not None and lane.now is not None and target > lane.now and mate not in self._upstream_stopped:
                 out.extend(self._move(mate, lane, target))
         return out
 
@@ -334,6 +337,7 @@ class Engine:
         waits for them. ``until`` caps the wall time a job's clock may use: where its upstream stage
         stopped (events.event_time.UpstreamStop), its silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
+        self._upstream_stopped = frozenset(until or ())
         out: list[Diagnosis] = []
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:

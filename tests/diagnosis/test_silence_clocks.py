@@ -183,3 +183,21 @@ def test_a_mate_at_half_the_pace_parts_at_its_own_check_before_the_gap_is_a_grac
         assert bases.check("a", 60.0 + t) == []
         bases.check("b", 60.0 + t / 2)
     assert bases.mates("a") == frozenset()
+
+
+def test_a_job_whose_upstream_stage_stopped_keeps_its_time_while_a_job_on_its_clock_reports_on():
+    # Live, the job stage named the node-stage members that stopped writing the job's partition
+    # (test_silence_upstream): its time stays where they stopped, as the alert says, however far
+    # its mates' time goes; once its writers are back, its mates move it again.
+    e = _engine()
+    events = _two_jobs(quiet_from=100, until=300)
+    for event in events[: len(events) // 3]:
+        e.process(event)
+    assert e.clocks.mates(JOB) == {OTHER}
+    wall = time.time()
+    e.tick(wall, until={JOB: wall - 1})
+    rest = [d for event in events[len(events) // 3:] for d in e.process(event)]
+    assert e.job_time(JOB) == T0 + 95 and _lost(rest) == []
+    e.tick(wall, until={})
+    again = [d for event in _beats(OTHER, 300, 310) for d in e.process(event)]
+    assert _lost(again) == [(JOB, "alert")]

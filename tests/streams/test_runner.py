@@ -21,6 +21,9 @@ pytestmark = pytest.mark.broker
 # each. A 3 s session still leaves four heartbeats (every 750 ms, from the client's own thread)
 # before a member counts as gone (issue 47).
 SESSION_TIMEOUT_MS = 3000
+# A run that knows how many records it reads stops at that count (``max_records_total``, its
+# offsets committed by the run's end as at any stop), not after ``idle_stop_s`` of quiet: the idle
+# stop stays on as the backstop, and the runs that must find nothing still end by it.
 
 
 @pytest.fixture
@@ -50,7 +53,7 @@ def test_produce_then_consume_through_a_group(client_settings, group_name, fresh
     publish(client_settings, topic, sent)
     seen = []
     runner = GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value for r in recs) or [])
-    stats = runner.run(idle_stop_s=2, handle_signals=False)
+    stats = runner.run(max_records_total=300, idle_stop_s=2, handle_signals=False)
     assert sorted(e.id for e in seen) == sorted(e.id for e in sent)
     assert stats.records_in == 300 and stats.dead_letters == 0
     # per-node order is kept (key = node → one partition)
@@ -73,7 +76,7 @@ def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(client_
     publish(client_settings, topic, items)
     seen = []
     stats = GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
-        idle_stop_s=2, handle_signals=False)
+        max_records_total=len(items), idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in good]  # one partition: order kept, nothing lost
     assert stats.dead_letters == 3
     dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
@@ -97,7 +100,8 @@ def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(client_settings
         seen.extend(r.value.id for r in records)
         return [Outgoing(topic + "-out", None, b"x")] if False else []
 
-    stats = GroupRunner(client_settings, group_name, [topic], handle).run(idle_stop_s=2, handle_signals=False)
+    stats = GroupRunner(client_settings, group_name, [topic], handle).run(max_records_total=len(sent), idle_stop_s=2,
+                                                                         handle_signals=False)
     assert sorted(seen) == sorted(e.id for e in sent if e.id != poison)
     assert stats.dead_letters == 1
     dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
@@ -110,7 +114,7 @@ def test_outputs_are_produced_before_commit(client_settings, group_name, fresh_t
     publish(client_settings, src, sent)
     runner = GroupRunner(client_settings, group_name, [src],
                          lambda recs: [Outgoing(dst, r.key, r.value.id.encode()) for r in recs])
-    runner.run(idle_stop_s=2, handle_signals=False)
+    runner.run(max_records_total=len(sent), idle_stop_s=2, handle_signals=False)
     out = read_topic(client_settings, dst, idle_s=1.5)
     assert sorted(r.value.decode() for r in out) == sorted(e.id for e in sent)
 
@@ -170,7 +174,7 @@ def test_a_fatal_handler_error_stops_without_commit_or_dead_letter(client_settin
     assert runner.stats.dead_letters == 0 and runner.stats.commits == 0
     seen = []
     GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or []).run(
-        idle_stop_s=2, handle_signals=False)
+        max_records_total=len(sent), idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in sent]
 
 
@@ -192,7 +196,7 @@ def test_a_handler_is_told_when_partitions_are_assigned(client_settings, group_n
             return []
 
     h = Handler()
-    GroupRunner(client_settings, group_name, [topic], h).run(idle_stop_s=2, handle_signals=False)
+    GroupRunner(client_settings, group_name, [topic], h).run(max_records_total=10, idle_stop_s=2, handle_signals=False)
     assert h.seen == 10 and h.assigned and h.assigned[-1] == [0, 1, 2]
 
 
@@ -212,7 +216,7 @@ def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_al
         return GroupRunner(client_settings, group_name, [topic], lambda recs: seen.extend(r.value.id for r in recs) or [],
                            decoders=decode_bundled, event_time=True)
 
-    stats = runner().run(idle_stop_s=2, handle_signals=False)
+    stats = runner().run(max_records_total=21, idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in sent]
     assert stats.records_in == 21 and stats.dead_letters == 1
     dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]

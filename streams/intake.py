@@ -78,7 +78,7 @@ class Intake:
         return self._decoders.get(topic, decode)
 
     def split(self, polled: Mapping[PolledPartition, Sequence[PolledMessage]]) -> tuple[list[Record], list[Outgoing]]:
-        good: list[Record] = []  # placed in event time below, where the clock is kept
+        good: list[tuple] = []  # (topic, partition, offset, key, value, timestamp, raw): Records once placed
         dead: list[Outgoing] = []
         max_bytes = self.max_message_bytes
         merge = self.merge
@@ -100,7 +100,7 @@ class Intake:
                 if peek is not None:
                     value = peek(raw)
                     if value is not None:  # read whole by complete(), once released
-                        good.append(Record(topic, partition, m.offset, m.key, value, m.timestamp, None, None, None, raw))
+                        good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
                         continue
                 try:
                     value = dec(raw)
@@ -109,7 +109,7 @@ class Intake:
                     continue
                 if type(value) is Bundle:
                     # Each event of a bundle is a record of its own, at the bundle's offset.
-                    good.extend(Record(topic, partition, m.offset, m.key, e, m.timestamp) for e in value.events)
+                    good.extend((topic, partition, m.offset, m.key, e, m.timestamp, None) for e in value.events)
                     dead.extend(dead_letter(topic, partition, m.offset, m.key, item, reason, self.group)
                                 for item, reason in value.rejected)
                     continue
@@ -122,10 +122,10 @@ class Intake:
                                      of=mark.of, behind=mark.behind, idle=mark.idle)
                         merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
-                good.append(Record(topic, partition, m.offset, m.key, value, m.timestamp, None, None, None, raw))
+                good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))
         if self.clock is not None:
-            self._place(good)
-        return good, dead
+            return self._placed(good), dead
+        return [Record(t, p, o, k, v, ms, None, None, None, raw) for t, p, o, k, v, ms, raw in good], dead
 
     def complete(self, records: list[Record], dead: list[Outgoing]) -> list[Record]:
         """``records`` (released by the merge) with each deferred one read whole; one that does not
@@ -151,45 +151,47 @@ class Intake:
         (split) or once released (complete)."""
         return dead_letter(topic, partition, offset, key, raw, f"invalid: {exc}", self.group)
 
-    def _place(self, records: list[Record]) -> None:
-        """Each record's place in event time, set on it: the whole batch teaches the clock first."""
+    def _placed(self, rows: list[tuple]) -> list[Record]:
+        """Each record with its place in event time: the whole batch teaches the clock first."""
         assert self.clock is not None
         wall = time.time()
-        keyed: list[tuple[float | None, float | None, str, str]] = []  # (ts, record_ts, job, node) of each
+        keyed: list[tuple[tuple, float | None, float | None, str, str]] = []  # (row, ts, record_ts, job, node)
         observe = self.clock.observe
-        for r in records:
-            value, timestamp_ms = r.value, r.timestamp_ms
+        for row in rows:
+            value, timestamp_ms = row[4], row[5]
             ts = getattr(value, "ts", None)
             record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time, inline
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:
-                keyed.append((None, record_ts, "", ""))
+                keyed.append((row, None, record_ts, "", ""))
                 continue
             job, node = getattr(value, "job", ""), getattr(value, "node", "")
             if type(job) is not str or type(node) is not str:
                 job, node = str(job), str(node)
             observe(job, node, ts, record_ts, wall)
-            keyed.append((ts, record_ts, job, node))
+            keyed.append((row, ts, record_ts, job, node))
+        out = []
         moved = self.clock.moved
         # Whether each job's clocks can be judged is settled by the observing above: asked once a
         # job here, so an event judged at its own time (nearly all, and every one of a backlog,
         # which is not read live) costs no call to moved(), unless it is stamped from the future.
         judges: dict[str, bool] = {}
         limit = self.clock.max_skew_s
-        for r, (ts, record_ts, job, node) in zip(records, keyed, strict=True):
+        for (t, p, o, k, v, ms, raw), ts, record_ts, job, node in keyed:
             if ts is None:
-                r.event_ts = record_ts if record_ts is not None else wall
+                out.append(Record(t, p, o, k, v, ms, record_ts if record_ts is not None else wall, None, None, raw))
                 continue
             judged = judges.get(job)
             if judged is None:
                 judged = judges[job] = self.clock.judges(job)
             if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
-                r.event_ts = ts
+                out.append(Record(t, p, o, k, v, ms, ts, None, None, raw))
                 continue
             at = moved(job, node, ts, record_ts, wall)  # a move always says by how much (skew_s)
             if at is None:
-                r.event_ts = ts
+                out.append(Record(t, p, o, k, v, ms, ts, None, None, raw))
             else:
                 self.stats.skewed += 1
-                r.event_ts, r.skew_s, r.clamped = at.ts, at.skew_s, at.clamped
+                out.append(Record(t, p, o, k, v, ms, at.ts, at.skew_s, at.clamped, raw))
+        return out

@@ -152,7 +152,7 @@ def test_sigkill_after_processing_before_commit_redelivers(client_settings, grou
         child.wait(10)
     second = tmp_path / "second.txt"
     subprocess.run([sys.executable, "-m", "tests.streams.killable_consumer", client_settings.bootstrap,
-                    topic, group_name, str(second), "finish"], check=True, timeout=120, env=env)
+                    topic, group_name, str(second), "finish", str(len(sent))], check=True, timeout=120, env=env)
     redelivered = set(second.read_text().split())
     assert processed <= redelivered  # nothing processed-but-uncommitted was lost
     assert redelivered | processed == {e.id for e in sent}

@@ -24,7 +24,6 @@ from faultlens.diagnosis.stacks.rank_threads import read_rank
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.topology import Topology
 
-
 # What a suspect does when it only waits on storage (diagnosis.stacks.wait_primitives' activities).
 _STORAGE_WAITS = frozenset({"checkpoint write", "I/O"})
 
@@ -97,7 +96,7 @@ class HangVerdicts:
                     evidence=self._evidence(job, stall, verdict),
                 )
                 found = self._unless_unplaced(found, stall, verdict, unplaced)
-                return self._unless_storage(job, stall, found, texts)
+                return self._unless_most_of_job(self._unless_storage(job, stall, found, texts), topology)
             missing = _missing_blame(verdict, topology, self.config, answered)
             if missing is not None:
                 found = base(action=Action.EVICT, nodes=missing.nodes, ranks=missing.ranks, group=missing.group,
@@ -185,6 +184,21 @@ class HangVerdicts:
             evidence=(found.evidence + (said.id,))[: self.config.evidence_limit],
             detail=f"{found.detail}; no eviction: the suspects wait on storage ({what}) and the job's storage "
                    f"alert says it is failing ({said.detail[:200]}): a shared filer, not the machine",
+        )
+
+    def _unless_most_of_job(self, found: Diagnosis, topology: Topology) -> Diagnosis:
+        """An eviction of more than half of the job's machines (suspects stuck alike on most of
+        them, a pipeline that is the whole job) is no localisation: what they share (storage, the
+        network, the trainer's code) is likelier than so many machines failing at once, and a job
+        without its machines has nothing left to run on. A person hears it, nobody is evicted."""
+        machines = len(topology.nodes)
+        if found.action != Action.EVICT or machines <= 2 or len(found.nodes) * 2 <= machines:
+            return found
+        return Diagnosis(
+            job=found.job, ts=found.ts, onset=found.onset, fault=found.fault, action=Action.ALERT, nodes=found.nodes,
+            ranks=found.ranks, group=found.group, confidence=self.config.fallback_confidence, evidence=found.evidence,
+            detail=f"{found.detail}; no eviction: it would take {len(found.nodes)} of the job's {machines} machines, "
+                   f"more than half: a cause they share, not so many machines failing at once",
         )
 
     def _evidence(self, job: JobState, stall: Stall, verdict: StackVerdict) -> tuple[str, ...]:

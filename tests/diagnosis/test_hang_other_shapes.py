@@ -13,7 +13,8 @@ round 2, tests/outside/test_outside_dumps.py): each test failed before its fix.
 - a rank hung in torch.save on an NFS filer the job's storage alert says is not answering: the
   writer's machine was evicted, and its replacement would hang on the same write;
 - two stuck ranks on two machines of a pure data-parallel job: the one group holding both is the
-  whole job, and every machine of it was evicted.
+  whole job, and every machine of it was evicted; with their own machines the set, three stuck
+  ranks on three of four machines evicted those three (more than half the job: an alert now).
 """
 
 from __future__ import annotations
@@ -166,3 +167,17 @@ def test_two_outliers_of_a_pure_data_parallel_job_are_their_own_machines_not_the
     stages = [r for r in pipe.by_rank if pipe.group_id(r, "pp") == pipe.group_id(0, "pp")]
     place = localize(stages[:2], pipe)
     assert place is not None and place.axis == "pp" and len(place.nodes) == 4
+
+
+def test_a_hang_that_would_evict_most_of_the_jobs_machines_evicts_none():
+    topo = grid(4, 8, 1, 1, 32)
+    book = JobBook()
+    book.update(topo.to_event(JOB, T0))
+    det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
+    events = [step_event(2.0 * n + 0.001 * r, topo, r, n) for n in range(1, 21) for r in topo.by_rank]
+    events += [beat_event(t, node) for t in range(0, 300, 10) for node in topo.nodes]
+    events += [stack_event(105.0 + 0.01 * r, topo, r, pyspy_json(4000 + r, _LOADER_WAIT if r in (5, 13, 26)
+                                                                   else _ZERO3_GATHER)) for r in topo.by_rank]
+    out = [d for d in run_detector(det, events, until=200) if d.fault == "job_hang"]
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
+    assert out[1].ranks == (5, 13, 26) and "3 of the job's 4 machines" in out[1].detail

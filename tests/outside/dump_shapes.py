@@ -325,6 +325,21 @@ def zero3_two_loaders(trace: Trace, base: float) -> Hung:
                 frozenset({"evict", "alert", "stop_time_diagnosis"}), frozenset(bad))
 
 
+def zero3_three_loaders(trace: Trace, base: float) -> Hung:
+    """The same job with three ranks on three of its four machines stuck on their DataLoaders
+    (5, 13, 26): stuck alike on most of the job's machines is what they share (the dataset's
+    storage), not three machines failing at once. An alert; nobody evicted."""
+    shape = Shape("zero3three-dsx", 4, 8, 1, 1, 32, [(r, r // 8, 0, 0, r) for r in range(32)])
+    job = _hung_job(trace, shape, base)
+    for r in job.ranks:
+        pid = _pid(job, r["rank"])
+        stack = _LOADER_WAIT if r["rank"] in (5, 13, 26) else _ZERO3_GATHER
+        _dump(trace, job, base, r["rank"], pid, pyspy_json(pid, stack), "zero3three-capture-1")
+    bad = [job.node_of(5), job.node_of(13), job.node_of(26)]
+    return Hung(job, [_verdict(job.name, "job_hang", bad, "alert", base)],
+                frozenset({"alert", "stop_time_diagnosis"}), frozenset(bad))
+
+
 def fsdp_checkpoint(trace: Trace, base: float) -> Hung:
     """torch FSDP on 2 machines x 16 GPUs (an HGX-2 shape), rank = machine * 16 + local; rank 21 is
     still inside torch.save writing its shard while the 31 others wait in the barrier after the save.
@@ -481,7 +496,7 @@ def fr_never_joined(trace: Trace, base: float) -> Hung:
 SCENARIOS: dict[str, Callable[[Trace, float], Hung]] = {
     "zero3_json": zero3_json, "fsdp_checkpoint": fsdp_checkpoint, "megatron_pipeline": megatron_pipeline,
     "jax_hosts": jax_hosts, "fr_mismatch": fr_mismatch, "fr_never_joined": fr_never_joined,
-    "fsdp_filer": fsdp_filer, "zero3_two_loaders": zero3_two_loaders,
+    "fsdp_filer": fsdp_filer, "zero3_two_loaders": zero3_two_loaders, "zero3_three_loaders": zero3_three_loaders,
 }
 
 

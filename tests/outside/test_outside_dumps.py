@@ -1,7 +1,7 @@
 """The outside check, round 2: hangs of trainers of other shapes, read from the dumps their agents send.
 
-tests/outside/dump_shapes.py writes eight hung jobs (DeepSpeed ZeRO-3 with py-spy `--json` dumps on
-8 GPUs a machine, and with two ranks stuck, FSDP on 16 a machine stuck in checkpoint I/O, with and
+tests/outside/dump_shapes.py writes nine hung jobs (DeepSpeed ZeRO-3 with py-spy `--json` dumps on
+8 GPUs a machine, and with two and three ranks stuck, FSDP on 16 a machine stuck in checkpoint I/O, with and
 without a failing NFS filer, a Megatron pipeline on 4 a machine, a JAX job of one process a host,
 two Flight Recorder jobs of three process groups a rank) and the
 verdict a user expects of each; tests/fixtures/outside/dumps/ keeps those expect files as reviewed.
@@ -13,7 +13,8 @@ py-spy `--json` dumps read as no dump at all (a reattempt where the culprit was 
 thread lost to the DataLoader's pin-memory thread; a mismatched collective evicting the machine
 of the rank on the other branch; recorder dumps that trail the stacks left unread; a rank hung
 writing to an NFS filer the job's own storage alert names got its machine evicted; two stuck ranks
-of a pure data-parallel job evicted every machine of the job (its one DP group).
+of a pure data-parallel job evicted every machine of the job (its one DP group), and three on
+three of four machines three of them.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def _hang_verdicts(trace: Path) -> list[dict]:
 
 
 @pytest.mark.long(2)
-@pytest.mark.parametrize("name", ["zero3_json", "jax_hosts", "fr_mismatch", "fsdp_filer", "zero3_two_loaders"])
+@pytest.mark.parametrize("name", ["zero3_json", "jax_hosts", "fr_mismatch", "fsdp_filer", "zero3_two_loaders",
+                                  "zero3_three_loaders"])
 def test_the_verdict_names_a_machine_a_person_accepts_or_nobody(written, name):
     # The three shapes this round found wrong: beside the expected verdict, what else would do.
     out, hung = written

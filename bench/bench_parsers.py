@@ -44,6 +44,7 @@ from pathlib import Path
 
 from bench.testbed import log_samples as S
 from faultlens.events.envelope import Envelope
+from faultlens.parsing.line_corpus import sealed
 from faultlens.parsing.registry import LineEventParser, parser_for
 
 KERNEL_NOISE = S.KERNEL_BENIGN + [
@@ -85,13 +86,12 @@ def make_log(noise: list[str], faults: list[list[str]], n: int, rng: random.Rand
 
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
-# The log corpus's fresh batches after this one are sealed (issue 54: collected, then scored once
-# unread on frozen code before anyone reads them): not read here. Raise it when a batch is opened.
-OPENED_BATCHES = 6
+# The log corpus's sealed fresh batches (issue 54: collected, then scored once unread on frozen code
+# before anyone reads them) are not read here: parsing.line_corpus.OPENED_BATCHES says which are open.
 
 
 def _sealed(part: str) -> bool:
-    return part.startswith("fresh") and part[5:].isdigit() and int(part[5:]) > OPENED_BATCHES
+    return sealed(Path(part))
 
 
 def held_lines(bench_lines: int = 3000) -> dict[str, list[str]]:

@@ -12,12 +12,12 @@ import json
 from bench.testbed import log_samples as S
 from faultlens.parsing import kernel_gpu, kernel_log
 from faultlens.parsing.kernel_log import CODE_LITERALS, KernelLogParser
-from faultlens.parsing.line_corpus import CORPUS
+from faultlens.parsing.line_corpus import open_files
 
 
 def _kernel_lines() -> list[str]:
     lines = []
-    for path in sorted(CORPUS.rglob("*.jsonl")):
+    for path in open_files():  # not the sealed batches'
         for text in path.read_text(encoding="utf-8").splitlines():
             if text.strip():
                 row = json.loads(text)

@@ -11,13 +11,13 @@ import json
 import random
 
 from bench.testbed import log_samples as S
-from faultlens.parsing.line_corpus import CORPUS
+from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.trainer_log import TrainerLogParser
 
 
 def _trainer_lines() -> list[str]:
     lines = []
-    for path in sorted(CORPUS.rglob("*.jsonl")):
+    for path in open_files():  # not the sealed batches'
         for text in path.read_text(encoding="utf-8").splitlines():
             if text.strip():
                 row = json.loads(text)

@@ -342,10 +342,10 @@ class Engine:
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue
-            base = [lane, *(m for j in self.clocks.mates(job) if (m := self._lanes.get(j)) is not None
-                            and m.arrival_now is not None)]
-            if len(base) > 1 and any(j in busy for j in self.clocks.mates(job)):
+            mates = self.clocks.mates(job)
+            if any(j in busy for j in mates):
                 continue
+            base = [lane, *(m for j in mates if (m := self._lanes.get(j)) is not None and m.arrival_now is not None)]
             heard_wall = max(m.arrival_wall for m in base)
             idle = (wall if until is None or job not in until else min(wall, until[job])) - heard_wall
             if idle <= self.config.grace_s:

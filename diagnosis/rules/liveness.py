@@ -101,11 +101,15 @@ class SilenceDetector:
         self._worked: set[tuple[str, str]] = set()  # (job, node) whose beats once listed a training pid
         self._last_work: dict[str, float] = {}  # job → its latest beat listing a training pid
         self._ended_jobs: dict[str, float] = {}  # job → when its launcher said it ended (job/end)
+        # (job, node) → its first report after a gap longer than the grace (or its first ever): a
+        # peer's word counts only once it has reported on for a grace since (see _going_on)
+        self._run_start: dict[tuple[str, str], float] = {}
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
             if event.kind == "step":
                 key = (event.job, event.node)
+                self._note_report(key, event.ts)
                 if event.ts >= self._steps.get(key, event.ts):
                     self._steps[key] = event.ts
                     if event.ts > self._ended_jobs.get(event.job, event.ts):
@@ -119,6 +123,7 @@ class SilenceDetector:
             return []
         if event.kind != "beat":
             return []
+        self._note_report((event.job, event.node), event.ts)
         nodes = self._beats.setdefault(event.job, {})
         prev = nodes.get(event.node)
         beat = typed(event, HeartbeatBeat)
@@ -130,6 +135,20 @@ class SilenceDetector:
             self._worked.add((event.job, event.node))
             self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))
         return []
+
+    def _note_report(self, key: tuple[str, str], ts: float) -> None:
+        beat = self._beats.get(key[0], {}).get(key[1])
+        last = max(beat.ts if beat is not None else float("-inf"), self._steps.get(key, float("-inf")))
+        if ts - last > self.grace_s:
+            self._run_start[key] = ts
+
+    def _going_on(self, job: str, heard: dict[str, float]) -> dict[str, float]:
+        """The nodes whose reports are a peer's word: those that have reported without a gap longer
+        than the grace for at least a grace. After a whole job's telemetry was lost (a pipeline
+        outage) every agent comes back on its own beat phase, and the first half back, counted at
+        once, made the rest node_silent: 4 healthy machines named (tests/outside/test_outside_streams,
+        outage). A node that died during the outage is still judged, a grace after its peers came back."""
+        return {n: t for n, t in heard.items() if t - self._run_start.get((job, n), float("-inf")) >= self.grace_s}
 
     def _ended(self, job: str, node: str, beat: _Beat) -> bool:
         """Whether the node's agent said, before it went quiet, that the job's work on it was over:
@@ -160,10 +179,12 @@ class SilenceDetector:
                 continue  # nobody is judged alone: no peer reported past anyone's silence
             self._job_quiet.pop(job, None)
             reports = sorted(heard.values())
+            going = self._going_on(job, heard)
+            going_reports = sorted(going.values())
             ended = {n for n, b in nodes.items() if now - b.ts > self.grace_s and self._ended(job, n, b)}
             out.extend(self._ended_agents(job, nodes, ended, now))
-            quiet = {node: beat for node, beat in nodes.items() if node not in ended
-                     and now - beat.ts > self.grace_s and self._peers_went_on(reports, heard[node], beat.ts, len(nodes))}
+            quiet = {node: beat for node, beat in nodes.items() if node not in ended and now - beat.ts > self.grace_s
+                     and self._peers_went_on(going_reports, going.get(node, float("-inf")), beat.ts, len(nodes))}
             if not quiet:
                 continue
             limit = max(1.0, self.max_share * len(nodes))
@@ -361,6 +382,7 @@ class SilenceDetector:
             return
         for node in [n for n in nodes if n not in topology.ranks_by_node]:
             del nodes[node]
+            self._run_start.pop((job, node), None)
             self._steps.pop((job, node), None)
             self._step_no.pop((job, node), None)
             self._worked.discard((job, node))
@@ -376,6 +398,7 @@ class SilenceDetector:
     def forget(self, job: str, node: str) -> None:
         """The node left the job (evicted, restarted elsewhere): stop expecting its beats."""
         self._beats.get(job, {}).pop(node, None)
+        self._run_start.pop((job, node), None)
         self._steps.pop((job, node), None)
         self._step_no.pop((job, node), None)
         self._worked.discard((job, node))

@@ -185,7 +185,7 @@ def outage(path: Path, gap_s: float = 40.0) -> Path:
     """A healthy 8 x 4 GPU job whose every record from minute 5 on is lost for ``gap_s`` (the
     telemetry pipeline down, the agents' spools lost): then each agent's beats resume on its own
     phase (up to 5 s apart), as after any outage. A person expects nothing of it (kept out of
-    SCENARIOS: test_outside_streams holds it as an expected failure)."""
+    SCENARIOS: test_outside_streams checks it names no silent node)."""
     trace = Trace(seed=13)
     base = START + len(SCENARIOS) * LENGTH
     write_job(trace, Job("outside-outage", machine_names("hgx", 8), tp=4, pp=1, dp=8), base, LENGTH, Knobs())

@@ -25,7 +25,9 @@ machines evicted at the end of a backlog). Now:
   alone on its partition has no such evidence either way);
 - a node judged alone is evicted only on its peers' evidence, and only once every node that last
   reported within a grace period after it has crossed that period too (then they stopped
-  together) or reported past it (then it is its peers' word): at most one beat interval later.
+  together) or reported past it (then it is its peers' word): at most one beat interval later;
+- a peer's word counts once it has reported for a grace period since its own last gap longer than
+  that (_going_on): after an outage of the whole job the agents come back each on its own phase.
 
 A node is judged only after it beat at least once (a job still starting is not silent).
 

@@ -43,25 +43,34 @@ def test_a_member_joining_takes_partitions_over_and_nothing_is_lost(client_setti
     second = GroupRunner(client_settings, group_name, [topic], slow(seen_b), max_records=10)
     t_second = threading.Thread(target=second.run, kwargs={"idle_stop_s": 6, "handle_signals": False})
     t_second.start()
-    t_first.join(180)
-    t_second.join(180)
-    assert not t_first.is_alive() and not t_second.is_alive()
-    assert seen_b, "the second member was never given a partition"
-    assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
     # What the two handed to their handlers is committed, to the end of every partition (asked of
     # the broker: a third member would wait on Tansu for the departed members' sessions). The
-    # topic is new, so offsets count from 0 and the commits add up to the records sent.
+    # topic is new, so offsets count from 0 and the commits add up to the records sent. Once
+    # they do, both members are stopped together: at their 6 s idle stops (kept as the backstop)
+    # the first to leave started a rebalance and the other's idle time began again.
     from kafka.structs import TopicPartition
 
     from faultlens.streams.kafka_client import open_consumer
 
     looker = open_consumer(client_settings, group_name)  # never subscribes: only asks
+    parts = [TopicPartition(topic, p) for p in range(4)]
     try:
-        parts = [TopicPartition(topic, p) for p in range(4)]
-        committed = {tp: looker.committed(tp) or 0 for tp in parts}
+        def committed() -> int:
+            return sum(looker.committed(tp) or 0 for tp in parts)
+
+        wait_until(lambda: committed() >= len(sent) or not (t_first.is_alive() or t_second.is_alive()),
+                   progress=lambda: (committed(), len(seen_a), len(seen_b)), stall_s=60,
+                   what="the two members to commit every partition to its end", poll_s=0.3)
+        first.stop()
+        second.stop()
+        t_first.join(180)
+        t_second.join(180)
+        assert not t_first.is_alive() and not t_second.is_alive()
+        assert seen_b, "the second member was never given a partition"
+        assert set(seen_a) | set(seen_b) == {e.id for e in sent}  # at-least-once across the rebalance
+        assert committed() == len(sent)
     finally:
         looker.close()
-    assert sum(committed.values()) == len(sent)
 
 
 @pytest.mark.long(30)

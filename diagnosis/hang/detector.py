@@ -53,6 +53,7 @@ from faultlens.diagnosis.hang.cues import short as _short
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang.verdict import HangVerdicts
 from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent
@@ -279,6 +280,10 @@ class HangDetector(HangVerdicts):
                 continue
             if self._quiet(job, now):
                 continue  # the whole job's telemetry stopped: its silence (telemetry_lost), no hang
+            if job.resumed is not None and now - job.resumed < self.config.quiet_s:
+                # Back from such a stop: its first beats say nothing of the steps still on their way
+                # (each stream resumes at its own moment); a grace for them before a stall is told.
+                continue
             if job.last_progress is None:
                 out += self._startup_stall(name, job, now)
                 continue
@@ -382,6 +387,8 @@ class HangDetector(HangVerdicts):
 
 
 def _hear(job: JobState, ts: float) -> None:
+    if job.heard is not None and ts - job.heard > GRACE_S:
+        job.resumed = ts  # back after the whole job's telemetry was lost (a pipeline outage)
     job.heard = ts if job.heard is None else max(job.heard, ts)
 
 

@@ -80,6 +80,7 @@ class JobState:
     # The latest event time of anything of the job that reached the detector (beats, steps,
     # watchdogs, net samples, dumps, windows): the job's telemetry flowed until then.
     heard: float | None = None
+    resumed: float | None = None  # when its telemetry came back after nothing arrived for a grace
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
     stall: Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else

@@ -14,7 +14,9 @@ round 2, tests/outside/test_outside_dumps.py): each test failed before its fix.
   writer's machine was evicted, and its replacement would hang on the same write;
 - two stuck ranks on two machines of a pure data-parallel job: the one group holding both is the
   whole job, and every machine of it was evicted; with their own machines the set, three stuck
-  ranks on three of four machines evicted those three (more than half the job: an alert now).
+  ranks on three of four machines evicted those three (more than half the job: an alert now);
+- a job's whole telemetry lost for 60 s (a pipeline outage, tests/outside/stream_shapes.outage):
+  the first beat back, before any step, asked for every rank's stacks.
 """
 
 from __future__ import annotations
@@ -181,3 +183,26 @@ def test_a_hang_that_would_evict_most_of_the_jobs_machines_evicts_none():
     out = [d for d in run_detector(det, events, until=200) if d.fault == "job_hang"]
     assert [d.action for d in out] == ["capture_stacks", "alert"]
     assert out[1].ranks == (5, 13, 26) and "3 of the job's 4 machines" in out[1].detail
+
+
+def _outage_run(steps_until: float) -> list[Diagnosis]:
+    """2 machines x 4 ranks stepping every 2 s until ``steps_until``; every record of 60-130.5 s lost."""
+    topo = grid(2, 4, 1, 1, 8)
+    book = JobBook()
+    book.update(topo.to_event(JOB, T0))
+    det = ImplicitFaultDetector(book, ImplicitConfig(hang=HangConfig()))
+    events = [step_event(2.0 * n + 0.001 * r, topo, r, n) for n in range(1, 150) for r in topo.by_rank
+              if 2.0 * n < steps_until]
+    events += [beat_event(t + 0.7 * i, node) for t in range(0, 300, 10) for i, node in enumerate(topo.nodes)]
+    events = [e for e in events if not (T0 + 60.0 <= e.ts < T0 + 130.5)]   # a beat back before any step
+    return [d for d in run_detector(det, events, until=290) if d.fault == "job_hang"]
+
+
+def test_the_first_beats_back_from_an_outage_are_no_stall():
+    assert _outage_run(steps_until=300.0) == []
+
+
+def test_a_job_that_hung_during_an_outage_is_still_suspected_a_grace_after_it():
+    out = _outage_run(steps_until=50.0)
+    assert [d.action for d in out][:1] == ["capture_stacks"]
+    assert out[0].ts >= T0 + 130.0 + 30.0

@@ -115,6 +115,13 @@ def test_a_job_wide_outage_then_staggered_return_names_no_silent_node(tmp_path):
     assert [d for d in diagnoses if d["fault"] == "node_silent"] == []
 
 
+@pytest.mark.long(5)
+def test_a_longer_outage_asks_nobody_for_stacks(tmp_path):
+    # 60 s lost: the first beats back, before any step, were a stall (capture_stacks of every rank);
+    # the hang detector now waits a grace after the telemetry comes back (diagnosis/hang/detector.py).
+    assert offline(outage(tmp_path / "outage.parquet", gap_s=60.0)) == []
+
+
 @pytest.mark.broker
 @pytest.mark.long(300)
 def test_as_one_backlog_through_the_broker_the_verdicts_are_the_offline_ones(traces, tmp_path):

@@ -38,7 +38,7 @@ from faultlens.diagnosis.engine.dedup import Dedup
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
 from faultlens.diagnosis.engine.implicit import ImplicitConfig
-from faultlens.diagnosis.engine.kinds import known_kind
+from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
 from faultlens.diagnosis.engine.lane import Lane
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
 from faultlens.diagnosis.engine.thresholds import Thresholds
@@ -163,9 +163,11 @@ class Engine:
         if event.id in self._seen:
             self.stats["duplicates"] += 1
             return []
-        if not known_kind(event):
+        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
+        kinds = KNOWN_KINDS.get(event.source)
+        if kinds is not None and event.kind not in kinds and not known_kind(event):
             raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        if self.config.stage != "job" or event.source not in JOB_SOURCES:
+        if event._payload is None and (self.config.stage != "job" or event.source not in JOB_SOURCES):
             # A job stage's telemetry comes from `summaries`, passed on by a node stage that
             # checked each payload already (diagnosis/edge/node_consumer.py); checked again, the net
             # samples' ports alone cost a fifth of the job stage.

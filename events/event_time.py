@@ -136,7 +136,7 @@ class WatermarkMerge(Generic[T]):
         state.reached(broker_ts)
         state.held += len(items)
         push, heap, seq, held = heapq.heappush, self._heap, self._seq, state.offsets
-        for offset, ts, item in zip(offsets, times, items):
+        for offset, ts, item in zip(offsets, times, items, strict=True):
             push(held, offset)
             push(heap, (ts, next(seq), partition, offset, item))
 

@@ -495,7 +495,7 @@ def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_
                 offsets[p] += n
             stamps = [rnd.choice([None, (NOW + poll) * 1000]) for _ in range(n)]
             items = [(p, o) for o in offs]
-            for o, ts, item, ms in zip(offs, times, items, stamps):
+            for o, ts, item, ms in zip(offs, times, items, stamps, strict=True):
                 one.add(p, o, ts, item, wall, None if ms is None else ms / 1000.0)
             latest = max((ms or 0) for ms in stamps)
             runs.add_run(p, offs, times, items, wall, latest / 1000.0 if latest > 0 else None)

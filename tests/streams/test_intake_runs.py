@@ -137,7 +137,7 @@ def _run(polls, tps, *, typed: bool, runs: bool) -> list[tuple]:
     merge = runner.order.merge
     if not runs:  # the merge as it was: each record added, and each offset let go, alone
         merge.add_run = lambda p, offsets, times, items, wall, broker_ts: [
-            WatermarkMerge.add(merge, p, o, ts, item, wall, broker_ts) for o, ts, item in zip(offsets, times, items)]
+            WatermarkMerge.add(merge, p, o, ts, item, wall, broker_ts) for o, ts, item in zip(offsets, times, items, strict=True)]
         merge._release_offsets = lambda gone: [merge._release_offset(e[2], e[3]) for e in gone]
     consumer = _Consumer(tps)
     runner.order.assigned(tps)

@@ -10,8 +10,10 @@ agent calls it in a loop.
 - Rotation: when the path names a different inode, the rest of the old file is read to its end
   first (the writer may have appended before it reopened), then the new file from its start.
 - Truncation (size below the read position, ``copytruncate`` or ``> file``): read again from 0.
-- A line without its newline yet is held until the newline comes; at rotation or when the file
-  vanishes it is emitted as is, since nothing more will be appended to it.
+- A line without its newline yet is held until the newline comes (a block-buffered writer flushes
+  mid-line and ends it minutes later); at rotation, when the file vanishes or when the reader stops
+  (:meth:`FileFollower.drain`) it is emitted as is, since nothing more will be appended to it.
+  Across a truncation it is kept and joined to what the writer appends next.
 """
 
 from __future__ import annotations
@@ -79,6 +81,15 @@ class FileFollower:
         self._first_scan = False
         return out
 
+    def drain(self) -> list[tuple[str, str]]:
+        """Every held unterminated last line, as is: the reader is stopping and nothing will finish
+        them. A trainer killed mid-write (SIGKILL, the OOM killer) leaves its last block-buffered
+        flush without a newline; those are often the words that say why it died."""
+        out: list[tuple[str, str]] = []
+        for tail in self._tails.values():
+            self._emit_partial(tail, out)
+        return out
+
     def close(self) -> None:
         for tail in self._tails.values():
             tail.file.close()
@@ -123,7 +134,10 @@ class FileFollower:
             log.info("%s was truncated; reading it again from the start", tail.path)
             tail.file.seek(0)
             tail.pos = 0
-            tail.partial = b""
+            # The held head of a line stays: under copytruncate the writer (block-buffered stdout
+            # flushes mid-line) goes on with that line's tail at the new start, so joining them is
+            # the line it wrote; dropping the head tore it (a real kern.log, cut mid-line: the
+            # Xid line lost its date and host, tests/outside/test_outside_logs.py).
         self._read(tail, out)
         if st is None or st.st_ino != tail.inode:
             # Rotated (or removed): the old file is read to its end above; its unterminated last

@@ -116,6 +116,11 @@ class KernelFileReader:
         self.stats.lines += len(lines)
         return lines
 
+    def drain(self) -> list[str]:
+        lines = [line for _, line in self._follower.drain()]
+        self.stats.lines += len(lines)
+        return lines
+
     def close(self) -> None:
         self._follower.close()
 

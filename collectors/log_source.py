@@ -56,6 +56,10 @@ class keyed:
     def poll(self) -> list[tuple[str, str]]:
         return [(self.stream, line) for line in self.reader.poll()]
 
+    def drain(self) -> list[tuple[str, str]]:
+        drain = getattr(self.reader, "drain", None)
+        return [(self.stream, line) for line in drain()] if callable(drain) else []
+
     @property
     def more(self) -> bool:
         return bool(getattr(self.reader, "more", False))
@@ -109,8 +113,10 @@ class LogSource:
                     continue  # behind the writer: read on at once
                 if stop.wait(self.poll_s):
                     break
-            # Last lines that arrived before the stop, then whatever the parsers still hold.
-            for stream, line in reader.poll():
+            # Last lines that arrived before the stop, the unterminated last lines the reader
+            # holds (nothing will finish them now), then whatever the parsers still hold.
+            drain = getattr(reader, "drain", None)
+            for stream, line in [*reader.poll(), *(drain() if callable(drain) else ())]:
                 self.feed(stream, line)
             self.flush_all()
             self._publish_folds(time.monotonic(), all_=True)

@@ -9,7 +9,9 @@ agent calls it in a loop.
   start, since everything in it is new.
 - Rotation: when the path names a different inode, the rest of the old file is read to its end
   first (the writer may have appended before it reopened), then the new file from its start.
-- Truncation (size below the read position, ``copytruncate`` or ``> file``): read again from 0.
+- Truncation (size below the read position, ``copytruncate`` or ``> file``): read again from 0;
+  also when the writer wrote past the read position before the next poll (the 64 bytes before it
+  are no longer the bytes read there), which ``tail -F`` misses.
 - A line without its newline yet is held until the newline comes (a block-buffered writer flushes
   mid-line and ends it minutes later); at rotation, when the file vanishes or when the reader stops
   (:meth:`FileFollower.drain`) it is emitted as is, since nothing more will be appended to it.
@@ -33,6 +35,9 @@ _READ_CHUNK = 1024 * 1024
 # At most this much of one file per poll: a writer faster than the reader (a log flood) must not
 # grow one poll's list of lines without bound. ``more`` says the poll stopped short.
 MAX_BYTES_PER_POLL = 4 * 1024 * 1024
+# How much of what was read last is compared to the file at each poll, to see a truncation that
+# the writer hid by writing past our position: one pread of this many bytes a file a poll.
+_MARK_BYTES = 64
 
 
 @dataclass
@@ -42,6 +47,7 @@ class _Tail:
     inode: int
     pos: int = 0
     partial: bytes = b""
+    last: bytes = b""  # the bytes just before ``pos``: still there, or the file was cut and regrew
 
 
 @dataclass
@@ -117,7 +123,17 @@ class FileFollower:
         st = os.fstat(f.fileno())
         pos = st.st_size if at_end else 0
         f.seek(pos)
-        return _Tail(path, f, st.st_ino, pos)
+        tail = _Tail(path, f, st.st_ino, pos)
+        tail.last = self._before(tail)
+        return tail
+
+    @staticmethod
+    def _before(tail: _Tail) -> bytes:
+        start = max(0, tail.pos - _MARK_BYTES)
+        try:
+            return os.pread(tail.file.fileno(), tail.pos - start, start)
+        except OSError:
+            return b""
 
     def _step(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
         try:
@@ -129,11 +145,13 @@ class FileFollower:
             return
         # Whatever the path now names, the open handle still reaches the file we were reading.
         size = os.fstat(tail.file.fileno()).st_size
-        if size < tail.pos:
+        # A file cut and written past where we were between two polls (copytruncate, then a fast
+        # writer) is no smaller; the bytes before our position then differ from those we read.
+        if size < tail.pos or (tail.last and self._before(tail) != tail.last):
             self.stats.truncations += 1
             log.info("%s was truncated; reading it again from the start", tail.path)
             tail.file.seek(0)
-            tail.pos = 0
+            tail.pos, tail.last = 0, b""
             # The held head of a line stays: under copytruncate the writer (block-buffered stdout
             # flushes mid-line) goes on with that line's tail at the new start, so joining them is
             # the line it wrote; dropping the head tore it (a real kern.log, cut mid-line: the
@@ -164,6 +182,7 @@ class FileFollower:
             if not chunk:
                 return
             tail.pos += len(chunk)
+            tail.last = (tail.last + chunk)[-_MARK_BYTES:]
             data = tail.partial + chunk
             lines = data.split(b"\n")
             tail.partial = lines.pop()

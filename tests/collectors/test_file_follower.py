@@ -234,3 +234,19 @@ def test_log_source_stopping_parses_the_unterminated_last_line(tmp_path):
     t.join(120)  # one pass and the stop path: milliseconds; the bound is against a hang, generous for load (issue 47)
     assert not t.is_alive()
     assert [(e.kind, e.data["line"]) for e in out] == [("nccl_error", "ERROR the last words, unterminated")]
+
+
+def test_a_truncation_the_writer_wrote_past_before_the_poll_is_seen(tmp_path):
+    # copytruncate, then the trainer wrote more than had been read before the follower looked: the
+    # size never went below the read position (tail -F reads on from there and tears a line).
+    log = tmp_path / "train.log"
+    log.touch()
+    f = FileFollower([str(log)])
+    f.poll()
+    _write(log, "step 1\nstep 2\n")
+    assert _lines(f) == ["step 1", "step 2"]
+    _write(log, "step 3 loss 2.25\nstep 4 loss 2.19\n", mode="w")
+    assert _lines(f) == ["step 3 loss 2.25", "step 4 loss 2.19"]
+    assert f.stats.truncations == 1
+    _write(log, "step 5\n")
+    assert _lines(f) == ["step 5"] and f.stats.truncations == 1

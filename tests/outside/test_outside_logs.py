@@ -211,6 +211,26 @@ def test_the_agent_reads_what_was_written_line_for_line(tmp_path, name, log):
         assert follower.stats.undecodable == 2 and follower.stats.cut_lines == 1
 
 
+def test_a_copytruncate_the_writer_outran_loses_and_repeats_nothing(tmp_path):
+    # Cut a third in, then the writer's next block lands before the reader looks: the file never
+    # looks smaller than what was read (tail -F reads on from there, mid-line: before, 253 of the 797
+    # lines, 42 KB, were lost).
+    log = Log("bugk.log", "kernel", "copytruncate")
+    data, path = log.data(), tmp_path / "kern.log"
+    cut = len(data) // 3 + 11
+    follower = FileFollower([str(path)], from_start=True)
+    read = []
+    for piece in pieces(data[:cut]):
+        _append(path, piece)
+        read += follower.poll()
+    with open(path, "r+b") as f:
+        f.truncate(0)
+    _append(path, data[cut:])
+    read += follower.poll() + follower.drain()
+    assert [line for _, line in read] == lines_of(data)
+    assert follower.stats.truncations == 1
+
+
 def test_every_kind_of_file_the_brief_names_is_here():
     assert len(list(FIX.glob("*"))) - 1 == len({log.fixture for _, log in LOGS})  # the README besides
     shapes = {log.shape for _, log in LOGS}

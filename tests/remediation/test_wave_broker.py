@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from bench.testbed.backlog_split import finish_members, start_members
+from bench.testbed.backlog_split import start_members
 from bench.testbed.waves import WAVE_AT, _kmsg, build_fleet
 from faultlens.diagnosis.engine.core import analyze
 from faultlens.events import topics
@@ -32,6 +32,7 @@ from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.rules_diff import EVICTING
 from faultlens.streams.replay import replay_trace
 from faultlens.streams.runner.loop import GroupRunner
+from tests.diagnosis.live_members import finish_stages, start_job_members
 from tests.diagnosis.test_fleet_waves_stages import apart_tag
 from tests.kafka_fixtures import job_records, wait_for_records
 from tests.progress import wait_until
@@ -95,9 +96,9 @@ def test_two_remediation_members_each_hear_the_fleet_wave_and_evict_only_the_cul
         tag = uuid.uuid4().hex[:6]
         nodes = start_members(settings, "node", 2, f"wr-node-{tag}", idle_s=6)
         wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-        diagnosis = start_members(settings, "job", 2, f"wr-job-{tag}", idle_s=25)
-        finish_members(settings, nodes)
-        finish_members(settings, diagnosis, together=True)
+        diagnosis = start_job_members(settings, 2, f"wr-job-{tag}")
+        # stopped once they read their input to its end, not at their idle stops (6 s, 25 s: the backstops)
+        finish_stages(settings, nodes, f"wr-node-{tag}", diagnosis)
         written = [d for job in jobs for d in job_records(settings, "diagnoses", Diagnosis.decode, job, idle_s=1.5)]
         # one finding (every copy the same id), written under each job: its owner's and the other's
         assert {d.id for d in written if d.group == wave.group} == {wave.id}

@@ -71,6 +71,10 @@ def upstream_alert(job: str, partition: int, stop: UpstreamStop, wall_now: float
 
 def diagnosis_record(d: Diagnosis) -> Outgoing:
     DIAGNOSES.labels(d.fault, d.action).inc()
+    if d.fault == FaultClass.TELEMETRY_LOST:
+        # Recorded with action none where nothing on the job's clock arrives any more (the input's end
+        # or the pipeline's silence): no alert follows, so the operator's log says it.
+        log.warning("job %s: telemetry lost (%s): %s", d.job, d.action, d.detail)
     return Outgoing(DIAGNOSES_TOPIC, d.job.encode(), d.encode())
 
 

@@ -107,3 +107,18 @@ def test_the_node_stage_refuses_telemetry_topics_that_are_not_co_partitioned(tmp
         rc = main(["diagnose", "--stage", "node", "--bootstrap", b.bootstrap, "--idle-stop", "1"])
     assert rc == 2
     assert "telemetry.train 3" in caplog.text and "same number of partitions" in caplog.text
+
+
+def test_a_lost_stream_is_said_in_the_operators_log_though_only_recorded(caplog):
+    """A whole job's telemetry stopping with nothing on its clock left is recorded (action none, no
+    alert): the diagnose log must still say it, or a deployment whose agents all died shows nothing."""
+    from faultlens.diagnosis.edge.consumer import diagnosis_record
+
+    lost = Diagnosis(job="llm-70b", ts=100.0, onset=40.0, fault="telemetry_lost", action="none",
+                     detail="the stream stopped")
+    xid_found = Diagnosis(job="llm-70b", ts=100.0, onset=99.0, fault="gpu_lost", action="evict", nodes=("n1",))
+    with caplog.at_level("WARNING", logger="faultlens.diagnosis.edge.consumer"):
+        diagnosis_record(xid_found)
+        assert not caplog.records
+        diagnosis_record(lost)
+    assert [r.getMessage() for r in caplog.records] == ["job llm-70b: telemetry lost (none): the stream stopped"]

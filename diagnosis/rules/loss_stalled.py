@@ -125,6 +125,7 @@ class _Curve:
     best: float = math.inf
     best_step: int | None = None  # the last step of the window whose median was the best
     best_from: int | None = None  # and its first
+    highest: float = -math.inf  # the highest median of a judged window: the level the run has come back from
     classes: int | None = None
     from_scratch: bool | None = None  # the trainer's word: weights began random (True) or trained (False)
     grad_early: list[float] = field(default_factory=list)
@@ -276,6 +277,7 @@ class LossStalledDetector:
         ys = [statistics.median(v for _, v in b) for b in blocks]
         level = statistics.median(values)
         lowest = min(ys)
+        highest, curve.highest = curve.highest, max(curve.highest, level)
         # The best is a whole window's median: the lowest of many short blocks is their noise's low tail.
         if level < curve.best:
             curve.best, curve.best_from, curve.best_step = level, window[0][0], window[-1][0]
@@ -305,7 +307,7 @@ class LossStalledDetector:
         if self._untrained(curve, size) and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
-        diverging = self._diverging(curve, window, start)
+        diverging = self._diverging(curve, window, max(start, highest))
         if diverging is not None:
             return diverging
         learned = start - curve.best
@@ -313,7 +315,8 @@ class LossStalledDetector:
         # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
         # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue
         # 54's fresh batch 1). A regression also rises a quarter above the level it had reached.
-        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, curve.best):
+        # A quarter of the level is of its size: a likelihood loss below zero (-94) is no smaller a level.
+        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
@@ -325,7 +328,9 @@ class LossStalledDetector:
 
     @staticmethod
     def _diverging(curve: _Curve, window: list[tuple[int, float]], start: float) -> Verdict | None:
-        """A loss that climbs steadily through the window, by much, to above where it was first seen:
+        """A loss that climbs steadily through the window, by much, to above where it was first seen and
+        above every level it has come back from (``start``: a run first seen mid-way whose per-batch loss
+        climbs through one epoch's window to 0.039 has shown 0.045 epochs before: issue 54, fresh batch 5):
         the run is coming apart (too high a learning rate, a bad batch it never recovered from), not
         wandering. Block medians carry the trend, so one spike cannot make one; a GAN's, a policy
         gradient's or a warm-up's rise stays below the run's start, does not climb the whole window, or
@@ -357,5 +362,5 @@ class LossStalledDetector:
             return None
         saved = [c for c in curve.checkpoints if c < window[0][0]]
         return Verdict(f"loss climbed from {before:.4g} to {after:.4g} over steps {window[0][0]}-{window[-1][0]} "
-                       f"(Mann-Kendall z {z:.1f}), above its first {start:.4g}: diverging"
+                       f"(Mann-Kendall z {z:.1f}), above {start:.4g}, its first loss and every level it came back from: diverging"
                        + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""), rollback=bool(saved))

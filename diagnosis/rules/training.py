@@ -54,6 +54,12 @@ ANSWER_SIGMAS = 3.0
 # which no median and MAD of its accepted values can see (its tail is never accepted). A real spike
 # comes out of a series that went that far once at most; its own sustained steps are not new spikes.
 SPIKE_ROUTINE = 2
+# ...and it stands out of the series' own tail: fewer than SPIKE_ROUTINE of the window's values came
+# within this factor of it. A per-batch loss whose batches reach 5-8x its median (0.55-0.85 around
+# 0.1) but each just under 5x the median of its time counts no excursion, and its one batch at 1.65
+# is that tail, not a spike (a T5 fine-tune; a policy fine-tune's 0.196 after 0.22 and 0.23:
+# issue 54, fresh batch 5). A real spike comes out of a series whose values stayed a third of it.
+SPIKE_NEAR = 3.0
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -188,7 +194,8 @@ class TrainingRule:
                 least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
                 excursion = med > 0 and value >= self.factor * med
                 if (excursion and len(base) >= MIN_BASELINE and value - med >= SPIKE_SIGMAS * floor
-                        and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE):
+                        and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE
+                        and sum(v * SPIKE_NEAR >= value for v in base) < SPIKE_ROUTINE):
                     recent.append(True)
                     detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
                               f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")

@@ -110,3 +110,15 @@ def test_a_rise_inside_loud_batch_to_batch_noise_is_no_steady_climb():
     # A GAN's or an RL loss: the level edges up under swings of +-1.3 from one batch to the next.
     losses = [2.0 + 10 * _wobble(k) for k in range(150)] + [2.0 + 0.008 * k + 10 * _wobble(k) for k in range(120)]
     assert _replay(losses) == []
+
+
+def test_a_climb_to_below_a_level_the_run_has_come_back_from_is_no_divergence():
+    # First seen mid-way at 2.0, the run has shown 3.6 (a hard stretch of data) and come back; a climb
+    # through one window from 2.0 to 3.4 is its own range again (issue 54, fresh batch 5: a per-batch
+    # loss first seen mid-way climbing through one epoch to 0.039, after epochs at 0.045).
+    shown = [2.0 + _wobble(k) for k in range(150)] + [3.6 + _wobble(k) for k in range(200)]
+    shown += [2.0 + _wobble(k) for k in range(200)]
+    assert _replay(shown + [2.0 + 0.012 * k + _wobble(k) for k in range(120)] + [3.44 + _wobble(k) for k in range(60)]) == []
+    # Past it, it is diverging.
+    found = _replay(shown + [2.0 + 0.02 * k + _wobble(k) for k in range(150)])
+    assert [f.fault for f in found] == ["loss_stalled"] and "diverging" in found[0].detail

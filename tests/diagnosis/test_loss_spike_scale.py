@@ -167,3 +167,17 @@ def test_a_spike_out_of_a_series_that_never_went_that_far_still_stands():
     assert _feed(rule, [2.0 + 0.01 * (i % 3) for i in range(61, 100)], start=61) == []
     [f] = _feed(rule, [12.0], start=100)
     assert f.fault == "loss_spike"
+
+
+def test_a_batch_within_three_times_of_the_series_own_tail_is_no_spike_and_one_far_past_it_is():
+    # A fine-tune's per-batch loss around 0.15 whose hard batches reach 0.62, each just under 5x the
+    # median of its time (no excursion counted): a batch at 1.65 is that tail (issue 54, fresh batch 5).
+    def tail(i: int) -> float:
+        return 0.62 if i % 10 == 5 else 0.15 + 0.03 * math.sin(i)
+
+    rule = TrainingRule()
+    assert _feed(rule, [tail(i) for i in range(60)] + [1.65] + [tail(i) for i in range(61, 70)]) == []
+    # Out of a series whose batches stayed under a third of it, the same batch is one.
+    rule = TrainingRule()
+    [f] = _feed(rule, [0.15 + 0.03 * math.sin(i) for i in range(60)] + [1.65])
+    assert f.fault == "loss_spike"

@@ -244,3 +244,15 @@ def test_a_run_leaving_chance_at_the_end_of_its_window_is_not_called_stalled():
     det = LossStalledDetector(window_s=0.0)
     found = [f for i, v in enumerate(staying, 1) for f in det.observe(step(i, v, classes=61))]
     assert [f.fault for f in found] == ["loss_stalled"] and "at chance" in found[0].detail
+
+
+def test_a_likelihood_loss_below_zero_wandering_above_its_best_is_no_regression_and_one_losing_a_quarter_is():
+    # A VAE's Gaussian negative log-likelihood, first seen mid-run at -93.0, learns to -94.0 and wanders
+    # back to -93.5: half of what it learned since it was first seen, half a percent of its level
+    # (issue 54, fresh batch 5: replayed from its middle, it was called a regression).
+    def seen_late(then: float):
+        return lambda i: (-93.0 - (i - 3000) / 300 if i < 3300 else -94.0 if i < 3600 else then) + 0.004 * math.sin(i)
+
+    assert _run(3000, seen_late(-93.5)) == []
+    found = _run(3000, seen_late(-60.0))
+    assert [f.fault for f in found] == ["loss_stalled"] and "stays above" in found[0].detail

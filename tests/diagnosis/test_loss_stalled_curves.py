@@ -226,7 +226,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = (CURVES / "fresh1", CURVES / "fresh2", CURVES / "fresh3", CURVES / "fresh4")
+FRESH = (CURVES / "fresh1", CURVES / "fresh2", CURVES / "fresh3", CURVES / "fresh4", CURVES / "fresh5")
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "crystal_graph_sgd_lr0.1_never_learns.csv": "a regression with no class count: its chance level is the "
@@ -236,6 +236,20 @@ FRESH_MISSED: dict[str, str] = {
     "over a 20-point window the same as the Adam run beside it that never leaves chance",
     "crystal_graph_transformer_batch1_noisy_learns.csv": "first seen halfway with 14 samples of history: a "
     "per-sample loss's tail (67x its median, then 35x) before it has shown one as a routine excursion",
+    # fresh5: an issue's excerpt is what a person pasted, not what the job's hook reports (every step)
+    "caffe_mobilenet_v3_frozen_at_ln1000.csv": "5 logged points, fewer than the 20 the shortest window judges",
+    "darknet19_imagenet_at_ln1000_step_40245.csv": "10 logged steps of a 60,000-step run, fewer than the 20 the "
+    "shortest window judges",
+    "fractalnet_cifar10_at_ln10_epochs_33_to_42.csv": "10 epochs, fewer than the 20 points the shortest window judges",
+    "keras_binary_frozen_at_0.0266_majority_class.csv": "9 epochs, fewer than the 20 points the shortest window judges",
+    "rmdl_frozen_at_14.5063_accuracy_0.1.csv": "7 epochs, fewer than the 20 points the shortest window judges",
+    "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
+    "judges: the jump itself is raised, as loss_spike, not the frozen level after it",
+    "localretro_reaction_templates_50_epochs.csv": "first seen at epoch 25 of 50, the warm restart of its schedule "
+    "every 10 epochs doubles its loss (0.010 to 0.021) and stays up for epochs: a regression to anything that "
+    "cannot see the learning rate, which no step event carries",
+    "pi0_aloha_folding_finetune_grad_norms.csv": "first seen halfway with 14 points of history: a batch at 5.1x its "
+    "median before the series has shown its tail",
 }
 
 

@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 FAILED_ENDS = ("gave_up", "failed")
 
 
+_DEAD = "\0dead letter"  # an id in Engine._seen that was a dead letter (no job is named so)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     window_s: float = 10.0  # feature window of the peer comparison
@@ -160,18 +163,28 @@ class Engine:
         """One event. ``at`` is where the consumer placed it in event time when that differs from
         its own ``ts`` (its sender's clock was off by ``skew_s``; ``clamped`` says why).
         Raises InvalidEvent (→ dead letter) for input no detector can use."""
-        if event.id in self._seen:
+        seen = self._seen.get(event.id)
+        if seen is not None and seen is not _DEAD:
             self.stats["duplicates"] += 1
             return []
-        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds and not known_kind(event):
-            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        if event._payload is None and (self.config.stage != "job" or event.source not in JOB_SOURCES):
-            # A job stage's telemetry comes from `summaries`, passed on by a node stage that
-            # checked each payload already (diagnosis/edge/node_consumer.py); checked again, the net
-            # samples' ports alone cost a fifth of the job stage.
-            check_payload(event)
+        try:
+            # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
+            kinds = KNOWN_KINDS.get(event.source)
+            if kinds is not None and event.kind not in kinds and not known_kind(event):
+                raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+            if event._payload is None and (self.config.stage != "job" or event.source not in JOB_SOURCES):
+                # A job stage's telemetry comes from `summaries`, passed on by a node stage that
+                # checked each payload already (diagnosis/edge/node_consumer.py); checked again, the
+                # net samples' ports alone cost a fifth of the job stage.
+                check_payload(event)
+        except InvalidEvent:
+            # A bad record redelivered (at-least-once) is one dead letter; only another bad one is
+            # dropped by its id, so a good event sharing the id is never lost.
+            if seen is _DEAD:
+                self.stats["duplicates"] += 1
+                return []
+            self._remember(event.id, _DEAD)
+            raise
         if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
             self._wave_copy(event)
             return []

@@ -1,3 +1,4 @@
+import dataclasses
 import time
 
 import pytest
@@ -73,6 +74,16 @@ def test_redelivered_events_are_processed_once():
     x = xid(1, "n003", 79, "gpu_lost", "evict")
     assert len(e.process(x)) == 1
     assert e.process(x) == [] and e.stats["duplicates"] == 1
+
+
+def test_a_dead_letter_redelivered_is_dropped_and_a_good_event_with_its_id_is_not():
+    e = _engine()
+    bad = ev(1, "n003", "gpu", "no_such_kind")
+    with pytest.raises(InvalidEvent):
+        e.process(bad)
+    assert e.process(bad) == [] and e.stats["duplicates"] == 1  # at-least-once: one dead letter
+    good = dataclasses.replace(xid(2, "n003", 79, "gpu_lost", "evict"), id=bad.id)
+    assert [d.fault for d in e.process(good)] == ["gpu_lost"]  # never lost for sharing the id
 
 
 def test_rank_on_the_wrong_node_is_reported_not_lost():

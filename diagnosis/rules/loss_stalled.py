@@ -28,7 +28,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     flat at 2.0), and a run whose start nothing tells is not called one that never learned;
   - frozen: the same value to 6 digits over the whole window (the weights no longer move);
   - regressed: every block of the window above the best level the run reached (the lowest median
-    of a judged window) by a quarter of what it had learned and a quarter of that level, once what
+    of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
+    likelihood loss at -94 is no smaller a level than one at 94), once what
     it learned exceeds three robust sigmas of its step-to-step noise: a spike that did not recover,
     not the noise of a curve first seen late whose "learned" is a noisy first batch's loss, nor a
     long run's plateau first seen mid-way (what it learned before is unseen: 5 % above its best is
@@ -36,8 +37,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - diverging: climbing steadily through the window (a Mann-Kendall trend over its block medians,
     its middle third within the climb, not with either end: a step is a curriculum's next stage or a
     new data mix), its later half's median a quarter above its earlier half's and a tenth of the
-    run's scale above, to above where the run was first seen; never a loss that has gone below zero
-    (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
+    run's scale above, to above where the run was first seen and every window median it has come
+    back from; never a loss that has gone below zero (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
     run: what it learned before is unseen, so "regressed" cannot weigh it);
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.

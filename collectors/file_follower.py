@@ -8,14 +8,15 @@ agent calls it in a loop.
   a file that appears later (a new glob match, or the new file after a rotation) is read from the
   start, since everything in it is new.
 - Rotation: when the path names a different inode, the rest of the old file is read to its end
-  first (the writer may have appended before it reopened), then the new file from its start.
+  first, then the new file from its start; the old one is read on until the new one has bytes
+  (a writer appends to the old file until it reopens the path: rename, then a HUP).
 - Truncation (size below the read position, ``copytruncate`` or ``> file``): read again from 0;
   also when the writer wrote past the read position before the next poll (the 64 bytes before it
   are no longer the bytes read there), which ``tail -F`` misses.
 - A line without its newline yet is held until the newline comes (a block-buffered writer flushes
-  mid-line and ends it minutes later); at rotation, when the file vanishes or when the reader stops
-  (:meth:`FileFollower.drain`) it is emitted as is, since nothing more will be appended to it.
-  Across a truncation it is kept and joined to what the writer appends next.
+  mid-line and ends it minutes later); when a rotated file is done with, when the file vanishes
+  or when the reader stops (:meth:`FileFollower.drain`) it is emitted as is, since nothing more
+  will be appended to it. Across a truncation it is kept and joined to what the writer appends next.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ class FollowerStats:
     errors: list[str] = field(default_factory=list)
 
 
+def _gone(tail: _Tail) -> bool:
+    """The file ``tail`` reads has no name left (deleted, not renamed)."""
+    try:
+        return os.fstat(tail.file.fileno()).st_nlink == 0
+    except OSError:
+        return True
+
+
 class FileFollower:
     """Tails every file matching ``patterns``; ``poll()`` → ``[(path, line), ...]`` (no newline)."""
 
@@ -67,6 +76,8 @@ class FileFollower:
         self.patterns = list(patterns)
         self.stats = FollowerStats()
         self._tails: dict[str, _Tail] = {}
+        # Rotated files still read: the writer appends to the old file until it reopens the path.
+        self._rotated: dict[str, _Tail] = {}
         self._first_scan = True
         self._from_start = from_start
         self.more = False  # the last poll stopped short of a file's end (read on at once)
@@ -81,7 +92,11 @@ class FileFollower:
     def poll(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         self.more = False
-        self._discover(out)
+        self._discover(out)  # opens, reads nothing: a rotated file's last lines come first
+        for old in list(self._rotated.values()):
+            self._read(old, out)
+            if self._moved_on(old):
+                self._retire(old, out)
         for tail in list(self._tails.values()):
             self._step(tail, out)
         self._first_scan = False
@@ -92,14 +107,15 @@ class FileFollower:
         them. A trainer killed mid-write (SIGKILL, the OOM killer) leaves its last block-buffered
         flush without a newline; those are often the words that say why it died."""
         out: list[tuple[str, str]] = []
-        for tail in self._tails.values():
+        for tail in [*self._rotated.values(), *self._tails.values()]:
             self._emit_partial(tail, out)
         return out
 
     def close(self) -> None:
-        for tail in self._tails.values():
+        for tail in [*self._rotated.values(), *self._tails.values()]:
             tail.file.close()
         self._tails.clear()
+        self._rotated.clear()
 
     # --- internals ---------------------------------------------------------------------------------
     def _discover(self, out: list[tuple[str, str]]) -> None:
@@ -158,18 +174,43 @@ class FileFollower:
             # Xid line lost its date and host, tests/outside/test_outside_logs.py).
         self._read(tail, out)
         if st is None or st.st_ino != tail.inode:
-            # Rotated (or removed): the old file is read to its end above; its unterminated last
-            # line is final now.
-            self._emit_partial(tail, out)
-            tail.file.close()
             del self._tails[tail.path]
-            if st is not None:
-                self.stats.rotations += 1
-                log.info("%s was rotated; following the new file", tail.path)
-                new = self._open(tail.path, at_end=False)
-                if new is not None:
-                    self._tails[tail.path] = new
-                    self._read(new, out)
+            if _gone(tail):
+                # Removed: read to its end above; its unterminated last line is final now.
+                self._emit_partial(tail, out)
+                tail.file.close()
+                return
+            self.stats.rotations += 1
+            log.info("%s was rotated; following the new file", tail.path)
+            # Until the writer reopens the path (logrotate's postrotate HUP, a restarted trainer)
+            # it appends to the old file: it is read on until the new one has something in it
+            # (renamed, not yet re-created: until the path has a file with bytes).
+            if (earlier := self._rotated.pop(tail.path, None)) is not None:
+                self._retire(earlier, out)
+            self._rotated[tail.path] = tail
+            new = self._open(tail.path, at_end=False) if st is not None else None
+            if new is not None:
+                self._tails[tail.path] = new
+                if self._moved_on(tail):
+                    self._retire(tail, out)
+                self._read(new, out)
+
+    def _moved_on(self, old: _Tail) -> bool:
+        """The writer of the rotated ``old`` writes elsewhere now: the file at its path has bytes,
+        or ``old`` was deleted (an open deleted file must not hold its disk space)."""
+        new = self._tails.get(old.path)
+        try:
+            return _gone(old) or (new is not None and os.fstat(new.file.fileno()).st_size > 0)
+        except OSError:
+            return True
+
+    def _retire(self, old: _Tail, out: list[tuple[str, str]]) -> None:
+        """A rotated file done with: its last bytes read, its unterminated last line final now."""
+        self._read(old, out)
+        self._emit_partial(old, out)
+        old.file.close()
+        if self._rotated.get(old.path) is old:
+            del self._rotated[old.path]
 
     def _read(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
         budget = MAX_BYTES_PER_POLL

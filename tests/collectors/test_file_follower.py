@@ -250,3 +250,43 @@ def test_a_truncation_the_writer_wrote_past_before_the_poll_is_seen(tmp_path):
     assert f.stats.truncations == 1
     _write(log, "step 5\n")
     assert _lines(f) == ["step 5"] and f.stats.truncations == 1
+
+
+def test_a_rotated_file_is_read_on_until_the_writer_moves_to_the_new_one(tmp_path):
+    # logrotate renames and creates the path; the writer appends to the old file until its HUP.
+    log, old = tmp_path / "kern.log", tmp_path / "kern.log.1"
+    log.touch()
+    f = FileFollower([str(log)])
+    f.poll()
+    _write(log, "before\nNVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fall")
+    assert _lines(f) == ["before"]
+    os.rename(log, old)
+    log.touch()
+    assert _lines(f) == []
+    assert f.stats.rotations == 1
+    _write(old, "en off the bus.\nwritten before the HUP\n")
+    assert _lines(f) == ["NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", "written before the HUP"]
+    _write(old, "unterminated")
+    _write(log, "after the HUP\n")
+    assert _lines(f) == ["unterminated", "after the HUP"]
+    _write(old, "never: the writer is gone\n")
+    _write(log, "more\n")
+    assert _lines(f) == ["more"]
+    assert f.drain() == [] and f.paths() == [str(log)]
+
+
+def test_a_rotated_file_read_between_the_rename_and_the_new_file_loses_nothing(tmp_path):
+    log, old = tmp_path / "kern.log", tmp_path / "kern.log.1"
+    log.touch()
+    f = FileFollower([str(log)])
+    f.poll()
+    os.rename(log, old)
+    assert _lines(f) == []  # the path names nothing yet: renamed, not gone
+    _write(old, "late line\n")
+    assert _lines(f) == ["late line"]
+    _write(log, "new file\n")
+    assert _lines(f) == ["new file"]
+    _write(old, "never\n")  # the new file has bytes: the writer moved on
+    assert _lines(f) == []
+    os.unlink(old)
+    assert f.paths() == [str(log)] and f.drain() == []

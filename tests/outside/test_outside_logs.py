@@ -133,7 +133,11 @@ def steps(log: Log, path: Path) -> list[Callable[[], None]]:
     out += [lambda c=c: _append(path, c) for c in pieces(data[:cut])]
     out.append(CAUGHT_UP)
     if log.shape == "rotate":
-        out.append(lambda: os.rename(path, path.with_name(path.name + ".1")))
+        # logrotate renames and creates the path; the writer appends to the old file until its HUP.
+        rotated, late = path.with_name(path.name + ".1"), data.index(b"\n", cut + 2048) + 1
+        out += [lambda: os.rename(path, rotated), path.touch]
+        out += [lambda c=c: _append(rotated, c) for c in pieces(data[cut:late])]
+        cut = late
     elif log.shape == "copytruncate":
         def copytruncate() -> None:
             with open(path, "r+b") as f:

@@ -11,8 +11,9 @@ machines for the same faults, and never a healthy one.
 
 Found by this round (fixed in collectors/, tests in tests/collectors/test_file_follower.py): a
 copytruncate mid-line tore the line held at the cut (its head dropped); a copytruncate the writer
-wrote past before the next poll went unseen (253 of 797 lines lost); a file's unterminated last
-line was never read. Through the broker, with those fixed: every node's events are the offline
+wrote past before the next poll went unseen (253 of 797 lines lost); a rotated file was closed
+at once, losing what the writer put in it before it reopened (32 of 1312 lines); a file's
+unterminated last line was never read. Through the broker, with those fixed: every node's events are the offline
 parser's (folds counted), live and backlog verdicts are the same, the healthy boot blames nobody. Left to others, as strict xfails below: ANSI colour codes before
 `Traceback (most recent call last):` hide the traceback (parsing/); a FreeBSD boot probe line,
 `apei0: <ACPI Platform Error Interface> on acpi0`, is read as a machine check (parsing/).

@@ -190,14 +190,20 @@ def test_log_source_runs_a_follower_until_stopped(tmp_path):
     assert out[1].data["line"] == "Traceback\n  frame"
 
 
+def _following(log) -> FileFollower:
+    """A follower of ``log``, created empty, that has looked once (the tail of a running writer's file)."""
+    log.touch()
+    f = FileFollower([str(log)])
+    f.poll()
+    return f
+
+
 def test_copytruncate_mid_line_keeps_the_held_head_of_the_line(tmp_path):
     # A block-buffered writer flushed half a line, logrotate copied and truncated, the writer went on
     # with the line's tail at the new start: the line is whole, as in the copy plus the new file.
     # (Found by tests/outside/test_outside_logs.py: a real kern.log's Xid line lost its date and host.)
     log = tmp_path / "kern.log"
-    log.touch()
-    f = FileFollower([str(log)])
-    f.poll()
+    f = _following(log)
     _write(log, "one\nNov 16 04:38:20 host kernel: [51175.459857] NVRM: Xid (PCI:0000:03:00): 6")
     assert _lines(f) == ["one"]
     with open(log, "r+b") as fh:
@@ -240,9 +246,7 @@ def test_a_truncation_the_writer_wrote_past_before_the_poll_is_seen(tmp_path):
     # copytruncate, then the trainer wrote more than had been read before the follower looked: the
     # size never went below the read position (tail -F reads on from there and tears a line).
     log = tmp_path / "train.log"
-    log.touch()
-    f = FileFollower([str(log)])
-    f.poll()
+    f = _following(log)
     _write(log, "step 1\nstep 2\n")
     assert _lines(f) == ["step 1", "step 2"]
     _write(log, "step 3 loss 2.25\nstep 4 loss 2.19\n", mode="w")
@@ -255,9 +259,7 @@ def test_a_truncation_the_writer_wrote_past_before_the_poll_is_seen(tmp_path):
 def test_a_rotated_file_is_read_on_until_the_writer_moves_to_the_new_one(tmp_path):
     # logrotate renames and creates the path; the writer appends to the old file until its HUP.
     log, old = tmp_path / "kern.log", tmp_path / "kern.log.1"
-    log.touch()
-    f = FileFollower([str(log)])
-    f.poll()
+    f = _following(log)
     _write(log, "before\nNVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fall")
     assert _lines(f) == ["before"]
     os.rename(log, old)
@@ -277,9 +279,7 @@ def test_a_rotated_file_is_read_on_until_the_writer_moves_to_the_new_one(tmp_pat
 
 def test_a_rotated_file_read_between_the_rename_and_the_new_file_loses_nothing(tmp_path):
     log, old = tmp_path / "kern.log", tmp_path / "kern.log.1"
-    log.touch()
-    f = FileFollower([str(log)])
-    f.poll()
+    f = _following(log)
     os.rename(log, old)
     assert _lines(f) == []  # the path names nothing yet: renamed, not gone
     _write(old, "late line\n")

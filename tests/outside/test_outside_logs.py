@@ -331,7 +331,7 @@ def _acting(verdicts: dict[str, set]) -> dict[str, set]:
 
 
 @pytest.mark.broker
-@pytest.mark.long(150)
+@pytest.mark.long(90)
 @pytest.mark.timeout(1500)
 def test_real_logs_through_agents_and_diagnose_live_and_as_a_backlog(own_kafka_settings, tmp_path):
     from tests.kafka_fixtures import job_records

@@ -23,6 +23,7 @@ from faultlens.collectors.command_listener import StackCaptureSource
 from faultlens.collectors.file_follower import FileFollower
 from faultlens.collectors.heartbeat import HeartbeatSource
 from faultlens.collectors.kernel_follower import open_kernel_reader
+from faultlens.collectors.kernel_mark import BOOT_ID_FILE, MARK_FILE, KernelMark, read_boot_id
 from faultlens.collectors.log_source import LogSource, keyed
 from faultlens.collectors.net_sampler import NetSampler, NetUnavailable
 from faultlens.collectors.nvml_sampler import DEADLINE_S, NvmlSampler, NvmlUnavailable
@@ -79,6 +80,7 @@ class AgentConfig:
     net: bool = True  # RDMA port counters (collectors/net_sampler.py)
     net_interval_s: float = 5.0
     sysfs_root: str = "/sys"
+    boot_id_file: str = BOOT_ID_FILE  # tells a restart in this boot from a new boot (collectors/kernel_mark.py)
 
 
 class _Runner:
@@ -137,7 +139,8 @@ class _Runner:
 class Agent:
     def __init__(self, config: AgentConfig, settings: KafkaSettings, *,
                  parser_factories: dict[str, Callable[[], Any]] | None = None,
-                 extra_sources: list[Source] | None = None, nvml_module: Any = None):
+                 extra_sources: list[Source] | None = None, nvml_module: Any = None,
+                 kernel_reader: Callable[[bool], Any] | None = None):
         self.config = config
         self.settings = settings
         self.spool = Spool(config.spool_dir, int(config.spool_max_mb * 1024 * 1024))
@@ -148,8 +151,14 @@ class Agent:
         self.parser_factories = parser_factories or {}
         # The agent's start on the kernel's clock (printk stamps count from boot as CLOCK_MONOTONIC
         # does): kernel lines stamped before it are boot or history a previous agent reported, and
-        # are recorded, not acted on (parsing/kernel_quiet.py).
+        # are recorded, not acted on (parsing/kernel_quiet.py), unless an agent before this one in
+        # the same boot left a mark of how far it read: then the lines after its mark act, even those
+        # logged while no agent ran (collectors/kernel_mark.py).
         self.started_uptime = time.monotonic()
+        self.kernel_mark = KernelMark(Path(config.spool_dir) / MARK_FILE, boot_id=read_boot_id(config.boot_id_file),
+                                      started_uptime=self.started_uptime)
+        # Opens the kernel reader given ``from_start`` (a fake ring in tests); None: open_kernel_reader.
+        self._kernel_reader = kernel_reader or (lambda from_start: open_kernel_reader(config.kernel_log, from_start))
         self.nvml_module = nvml_module  # a fake NVML for tests; None: pynvml
         self._blind: tuple[str, ...] = ()
         self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
@@ -166,7 +175,8 @@ class Agent:
         rules = self.config.line_rules
         if kind == "kernel":
             # Never earlier than the boot window: an agent started with the machine still boots with it.
-            live_from = max(self.started_uptime, BOOT_UPTIME_S)
+            live_from = self.kernel_mark.live_from(BOOT_UPTIME_S) if self.kernel_mark.resume_from is not None \
+                else max(self.started_uptime, BOOT_UPTIME_S)
             return lambda: parser_for(kind, rules, live_from=live_from)
         return lambda: parser_for(kind, rules)
 
@@ -181,9 +191,12 @@ class Agent:
             sources.append(NetSampler(job=c.job, node=c.node, interval_s=c.net_interval_s, publish=publish,
                                       sysfs_root=c.sysfs_root))
         if c.kernel:
+            mark = self.kernel_mark
             sources.append(LogSource(
-                "kernel", lambda: keyed(open_kernel_reader(c.kernel_log, c.kernel_from_start), "kernel"),
-                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
+                "kernel",
+                lambda: keyed(mark.open(self._kernel_reader, from_start=c.kernel_from_start,
+                                        resumable=not c.kernel_log), "kernel"),
+                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish, on_fed=mark.fed))
         fabric_log = c.fabric_manager_log
         if fabric_log:
             # Its events go out as source `kernel`: a host daemon's word about the NVSwitch fabric,

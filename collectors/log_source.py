@@ -78,7 +78,8 @@ class LogSource:
     def __init__(self, name: str, open_reader: Callable[[], LineReader], parser_factory: Callable[[], LogParser],
                  *, job: str, node: str, publish: Callable[[Envelope], Any], poll_s: float = 0.2,
                  flush_idle_s: float = 2.0, to_envelope: ToEnvelope | None = None,
-                 fold: Folder | None = None, fold_lines: bool = True):
+                 fold: Folder | None = None, fold_lines: bool = True,
+                 on_fed: Callable[..., Any] | None = None):
         self.name = name
         self.open_reader = open_reader
         self.parser_factory = parser_factory
@@ -96,17 +97,23 @@ class LogSource:
         self.last_poll: float | None = None  # monotonic
         self._started = time.monotonic()
         self._reader: Any = None
+        # Told after each poll's lines were fed (whether they published an event) and at the stop
+        # (``final=True``): the kernel source's mark of how far it read (collectors/kernel_mark.py).
+        self.on_fed = on_fed
 
     def run(self, stop: threading.Event) -> None:
         reader = self._reader = self.open_reader()
         try:
             while True:
+                events = self.stats.events
                 for stream, line in reader.poll():
                     self.feed(stream, line)
                 now = time.monotonic()
                 self.last_poll = now
                 self.flush_idle(now)
                 self._publish_folds(now)
+                if self.on_fed is not None:
+                    self.on_fed(self.stats.events > events)
                 if getattr(reader, "more", False):
                     if stop.is_set():
                         break
@@ -120,6 +127,8 @@ class LogSource:
                 self.feed(stream, line)
             self.flush_all()
             self._publish_folds(time.monotonic(), all_=True)
+            if self.on_fed is not None:
+                self.on_fed(True, final=True)
         finally:
             reader.close()
 

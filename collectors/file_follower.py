@@ -41,6 +41,25 @@ MAX_BYTES_PER_POLL = 4 * 1024 * 1024
 _MARK_BYTES = 64
 
 
+def line_pieces(raw: bytes) -> list[bytes]:
+    """One line as read (no newline) → what is emitted: its ``\\r`` (a CRLF writer) dropped, and
+    cut into pieces of at most MAX_LINE_BYTES rather than dropping the tail: the tail may hold the
+    error text. Shared with the ``dmesg`` reader (collectors/kernel_follower.py)."""
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    return [raw[i:i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
+
+
+def cut_partial(partial: bytes) -> tuple[list[bytes], bytes]:
+    """An unterminated line held for its newline: the MAX_LINE_BYTES pieces to emit now (memory
+    stays bounded under a runaway writer), and the rest to hold."""
+    pieces = []
+    while len(partial) > MAX_LINE_BYTES:
+        pieces.append(partial[:MAX_LINE_BYTES])
+        partial = partial[MAX_LINE_BYTES:]
+    return pieces, partial
+
+
 @dataclass
 class _Tail:
     path: str
@@ -229,10 +248,10 @@ class FileFollower:
             tail.partial = lines.pop()
             for raw in lines:
                 self._emit(tail.path, raw, out)
-            while len(tail.partial) > MAX_LINE_BYTES:
+            pieces, tail.partial = cut_partial(tail.partial)
+            for piece in pieces:
                 self.stats.cut_lines += 1
-                self._emit(tail.path, tail.partial[:MAX_LINE_BYTES], out)
-                tail.partial = tail.partial[MAX_LINE_BYTES:]
+                self._emit(tail.path, piece, out)
 
     def _emit_partial(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
         if tail.partial:
@@ -240,20 +259,16 @@ class FileFollower:
             tail.partial = b""
 
     def _emit(self, path: str, raw: bytes, out: list[tuple[str, str]]) -> None:
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        while len(raw) > MAX_LINE_BYTES:
-            # Cut into pieces rather than dropping the tail: the tail may hold the error text.
-            self.stats.cut_lines += 1
-            self._emit(path, raw[:MAX_LINE_BYTES], out)
-            raw = raw[MAX_LINE_BYTES:]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            self.stats.undecodable += 1
-            text = raw.decode("utf-8", errors="replace")
-        self.stats.lines += 1
-        out.append((path, text))
+        pieces = line_pieces(raw)
+        self.stats.cut_lines += len(pieces) - 1
+        for piece in pieces:
+            try:
+                text = piece.decode("utf-8")
+            except UnicodeDecodeError:
+                self.stats.undecodable += 1
+                text = piece.decode("utf-8", errors="replace")
+            self.stats.lines += 1
+            out.append((path, text))
 
     def _error(self, message: str) -> None:
         # Kept short: a file we cannot read is reported in the source's status, not repeated forever.

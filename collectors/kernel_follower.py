@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from faultlens.collectors.file_follower import FileFollower
+from faultlens.collectors.file_follower import FileFollower, cut_partial, line_pieces
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class KernelReaderStats:
     lines: int = 0
     garbled: int = 0  # records or lines that were not log lines
     overrun: int = 0  # times the kernel overwrote records before we read them (EPIPE)
+    cut_lines: int = 0  # dmesg lines longer than MAX_LINE_BYTES, cut (as the file follower cuts them)
 
 
 class KmsgReader:
@@ -153,8 +154,12 @@ class DmesgReader:
         if not chunk and self._proc.poll() is not None:
             self._exited()
         lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        out = [raw.decode("utf-8", errors="replace") for raw in lines]
+        cut, self._partial = cut_partial(lines.pop())
+        # As the file follower reads a line: no \r, at most MAX_LINE_BYTES a piece (a runaway
+        # line must not grow the agent's memory, nor reach the parser whole).
+        pieces = [piece for raw in lines for piece in line_pieces(raw)] + cut
+        self.stats.cut_lines += len(pieces) - len(lines)
+        out = [piece.decode("utf-8", errors="replace") for piece in pieces]
         self.stats.lines += len(out)
         return out
 

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from faultlens.collectors.file_follower import MAX_LINE_BYTES
 from faultlens.collectors.kernel_follower import DmesgReader, KernelFileReader, KmsgReader, kmsg_line, open_kernel_reader
 from tests.progress import wait_until
 
@@ -76,3 +77,31 @@ def test_dmesg_reader_reports_a_dead_dmesg_as_an_error(tmp_path):
                    what="dmesg's exit to be seen", poll_s=0.01)
     assert lines == ["[    1.0] hello"]
     reader.close()
+
+
+def test_dmesg_and_file_readers_agree_on_crlf_and_overlong_lines(tmp_path):
+    """The same bytes read by `dmesg --follow` and from a kernel log file give the same lines: no
+    \\r, a line over MAX_LINE_BYTES cut into pieces (none lost), an overlong unterminated line cut
+    while it waits for its newline."""
+    data = (b"[    1.000000] eth0: link up\r\n" + b"[    2.000000] " + b"a" * (2 * MAX_LINE_BYTES + 100) + b"\n"
+            + b"[    3.000000] " + b"b" * (MAX_LINE_BYTES + 10))
+    (tmp_path / "out.bin").write_bytes(data)
+    fake = tmp_path / "dmesg"
+    fake.write_text(f"#!/bin/sh\ncat '{tmp_path / 'out.bin'}'\nexec sleep 600\n")
+    fake.chmod(0o755)
+    reader = DmesgReader(binary=str(fake))
+    lines: list[str] = []
+    try:
+        wait_until(lambda: len(lines) >= 5 or lines.extend(reader.poll()), progress=lambda: len(lines),
+                   stall_s=60, limit_s=240, what="dmesg's lines", poll_s=0.01)
+    finally:
+        reader.close()
+    (tmp_path / "kern.log").write_bytes(data)
+    follower = KernelFileReader(str(tmp_path / "kern.log"), from_start=True)
+    from_file = follower.poll()
+    follower.close()
+    head = "[    2.000000] " + "a" * (MAX_LINE_BYTES - 15)
+    assert lines == from_file
+    assert lines[:2] == ["[    1.000000] eth0: link up", head]
+    assert [len(line) for line in lines[1:]] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 115, MAX_LINE_BYTES]
+    assert reader.stats.cut_lines == 3 and reader.stats.lines == 5

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from faultlens.collectors.agent import Agent, AgentConfig
-from faultlens.collectors.kernel_mark import MARK_FILE, KernelMark, Mark
+from faultlens.collectors.kernel_mark import MARK_EVERY_S, MARK_FILE, KernelMark, Mark
 from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events.envelope import Envelope, new_id
 from faultlens.parsing.kernel_quiet import BOOT_UPTIME_S
@@ -185,3 +185,29 @@ def test_an_xid_reported_twice_across_a_restart_is_one_diagnosis(tmp_path):
     out = engine.process(xid) + engine.process(again) + engine.flush()
     assert {d.id for d in out} == {out[0].id} and out[0].fault == "gpu_lost"
     assert max(d.count for d in out) == 2
+
+
+def test_the_mark_moves_at_once_after_an_event_and_at_most_every_few_seconds_otherwise(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("faultlens.collectors.kernel_mark.time.monotonic", lambda: clock[0])
+    path = tmp_path / MARK_FILE
+    mark = KernelMark(path, boot_id="b", started_uptime=500.0)
+    ring = Ring()
+    reader = mark.open(ring.open, from_start=False, resumable=True)
+
+    def on_disk() -> float:
+        return msgspec.json.decode(path.read_bytes(), type=Mark).uptime
+
+    mark.fed(False)
+    assert on_disk() == 500.0  # a fresh start marks its start at once
+    ring.log(HEALTHY, 600.0)
+    reader.poll()
+    mark.fed(False)
+    assert on_disk() == 500.0  # healthy lines: not before MARK_EVERY_S
+    clock[0] += MARK_EVERY_S
+    mark.fed(False)
+    assert on_disk() == 600.0
+    ring.log(XID79, 601.0)
+    reader.poll()
+    mark.fed(True)  # its event went out: the mark follows at once
+    assert on_disk() == 601.0

@@ -10,7 +10,8 @@ client hands them out: ``--per-poll`` messages of each partition in turn, a poll
 goes through the node stage's runner parts exactly as streams/runner/loop.py calls them:
 ``Intake.split``, ``EventTimeOrder.ordered`` (the merge, over a stand-in consumer that reports
 every partition behind until the last poll), ``Intake.complete`` and ``NodeStageHandler.handle``;
-then the merge is drained. It prints CPU µs a message (best of ``--repeat``) and the sha256 of every
+then the merge is drained (no partition goes idle by wall time: the outputs are the same however
+slowly it runs). It prints CPU µs a message (best of ``--repeat``) and the sha256 of every
 output (topic, key, value) with the dead letters' bytes, so two trees can be held to the same outputs.
 
 ``--setup-only`` builds everything and runs nothing: callgrind's count of a run minus that of a
@@ -112,7 +113,9 @@ def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]]) -> 
     handler.handle([_record(topology)])
     runner = GroupRunner.__new__(GroupRunner)  # the parts alone: no client, no producer
     from faultlens.streams.runner.options import RunnerOptions  # noqa: PLC0415 - bench-only
-    o = RunnerOptions.of(None, event_time=True, deferred_topics=DEFERRED_TOPICS)
+    # No partition goes idle by wall time (a caught-up one after 2 s otherwise): under callgrind a
+    # run takes minutes, and which records a release let go then moved the outputs and the count.
+    o = RunnerOptions.of(None, event_time=True, deferred_topics=DEFERRED_TOPICS, max_idle_s=1e9)
     GroupRunner.__init__(runner, None, "bench", TELEMETRY_TOPICS, handler, TELEMETRY_DECODERS,  # type: ignore[arg-type]
                          producer=_NoProducer(), options=o)
     tps = sorted({tp for b in batches for tp in b}, key=lambda tp: (tp.topic, tp.partition))

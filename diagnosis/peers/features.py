@@ -15,7 +15,7 @@ from math import isfinite
 from typing import Mapping
 
 from faultlens.diagnosis.peers.sample_features import SAMPLE_FEATURES, Features, loose_features, pcie_replay_total, plain_features
-from faultlens.events.envelope import Envelope, as_float
+from faultlens.events.envelope import Envelope
 from faultlens.events.gpu_table import gpu_table
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainStep
@@ -81,16 +81,13 @@ class _Acc:
     pcie_replay_t0: float = 0.0
     pcie_replay_t1: float = 0.0
     rank_compute: dict[int, list[float]] = field(default_factory=dict)  # rank → [sum, count]
+    # The steps' times, summed in arrival order in slots of their own (a step is four in five of
+    # the node stage's messages: issue 56) and put with the sample features when the window closes.
+    step_time_sum: float = 0.0
+    step_times: int = 0
+    step_time_first: int = 0  # the event number of the first
     # Samples not folded yet: (event number, time, sample features, its GPUs' PCIe replay counters).
     held: list[tuple[int, float, Features, list]] = field(default_factory=list)
-
-    def add(self, name: str, value: float | None) -> None:
-        if value is None or not math.isfinite(value):
-            return
-        self.sums[name] = self.sums.get(name, 0.0) + value
-        self.counts[name] = self.counts.get(name, 0) + 1
-        if name not in self.first:
-            self.first[name] = (self.seq, 0)
 
     def fold(self) -> None:
         """The held samples' features into the sums, added in arrival order (the order decides
@@ -141,7 +138,12 @@ class FeatureWindows:
             self._sample(acc, event)
         else:
             step = typed(event, TrainStep)  # read once by the node stage's payload check
-            acc.add("step_time_s", as_float(step.step_time_s))
+            t = step.step_time_s  # finite, never negative, or null
+            if t is not None:
+                if acc.step_times == 0:
+                    acc.step_time_first = acc.seq
+                acc.step_time_sum += t
+                acc.step_times += 1
             rank = step.rank
             if rank is not None:
                 acc.ranks.add(rank)
@@ -175,6 +177,9 @@ class FeatureWindows:
 
     def _close(self, key: tuple[str, str], acc: _Acc) -> NodeWindow:
         acc.fold()
+        if acc.step_times:
+            acc.sums["step_time_s"], acc.counts["step_time_s"] = acc.step_time_sum, acc.step_times
+            acc.first["step_time_s"] = (acc.step_time_first, 0)
         feats = {k: acc.sums[k] / acc.counts[k] for k in sorted(acc.sums, key=acc.first.__getitem__)}
         if acc.rank_compute:
             # The slowest rank sets the node's pace (one slow GPU of eight barely moves a mean).

@@ -15,6 +15,8 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
+from math import isfinite
+from typing import NamedTuple
 
 from faultlens.diagnosis.rules.base import Finding, line_of, missing, or_else, parsed_fault
 from faultlens.events.envelope import Envelope, as_float
@@ -80,7 +82,9 @@ class _Baseline:
     peak: float = 0.0  # the highest value accepted (a spike never is): the scale the run came down from
     signed: bool = False  # a value below zero was seen: a surrogate objective, no ratio means anything
 
-    def push(self, value: float) -> None:
+    def push(self, value: float, excursion: bool) -> None:
+        """A value kept in the window (a spike never is), and whether it was an excursion."""
+        self.recent.append(excursion)
         values = self.values
         gone = values[0] if values and len(values) == values.maxlen else None
         values.append(value)
@@ -94,13 +98,20 @@ class _Baseline:
             self.least = min(values)
 
 
+class _Series(NamedTuple):
+    """A rank's baselines of both metrics."""
+
+    loss: _Baseline
+    grad_norm: _Baseline
+
+
 class TrainingRule:
     sources = frozenset({"nccl", "train"})
 
     def __init__(self, factor: float = SPIKE_FACTOR, window: int = BASELINE_STEPS) -> None:
         self.factor = factor
         self.window = window
-        self._base: dict[tuple[str, int, str], _Baseline] = {}
+        self._series: dict[tuple[str, int], _Series] = {}  # (job, rank) → its loss and grad-norm baselines
         self._unanswered: dict[tuple[str, int], tuple[Envelope, str]] = {}  # a grad-norm spike awaiting the next loss
 
     def observe(self, event: Envelope) -> list[Finding]:
@@ -157,61 +168,84 @@ class TrainingRule:
         rank = step.rank
         if rank is None:
             raise missing("rank", event)
+        # A rank's two baselines in one lookup (a step is four in five node-stage messages: issue 56).
+        key = (event.job, rank)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series(_Baseline(deque(maxlen=self.window), deque(maxlen=self.window)),
+                                                 _Baseline(deque(maxlen=self.window), deque(maxlen=self.window)))
         out: list[Finding] = []
+        # The gate, per metric: a finite value below factor × its window's minimum cannot be factor ×
+        # the window's median (no median is under the minimum), so it is no excursion and no spike;
+        # nor is one below zero or of a signed series, which is never ratio-judged. For such a value
+        # _judge does exactly this: keep it, no excursion. (An empty window's minimum is inf: every
+        # finite value passes, as _judge's ``base and`` lets it.) tests/diagnosis/test_rules_training.py
+        # holds the gated rule to _judge alone, value by value.
+        factor = self.factor
         loss: float | None = None  # this step's: with one, a grad-norm spike waits for the next step's
-        for metric, raw in (("loss", step.loss), ("grad_norm", step.grad_norm)):
-            if raw is None:
-                continue
+        raw = step.loss
+        if raw is not None:
             value = raw if type(raw) is float else as_float(raw)
-            if value is None:
-                continue
-            if metric == "loss":
+            if value is not None:
                 loss = value
                 # Judged only where a spike waits (rare): the medians on every step would cost the rule.
-                held = self._unanswered.pop((event.job, rank), None) if self._unanswered else None
+                held = self._unanswered.pop(key, None) if self._unanswered else None
                 if held is not None and self._rose(event.job, rank, value, step.classes) is not False:
                     out.append(self._spike(held[0], rank, held[1], event))
-            if not math.isfinite(value):
-                out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
-                continue
-            key = (event.job, rank, metric)
-            baseline = self._base.get(key)
-            if baseline is None:
-                baseline = self._base[key] = _Baseline(deque(maxlen=self.window), deque(maxlen=self.window))
-            base = baseline.values
-            recent = baseline.recent
-            # A loss that has gone below zero is no cross-entropy but a surrogate (a policy gradient's,
-            # GRPO's, a contrastive margin's) that sits around 0 and changes sign: 0.03 after a run of
-            # 3.5e-5 is 864x its median and no spike (issue 54, fresh batch 1). Ratios need a positive scale.
-            # Below factor × the window's minimum it cannot be factor × the median: skip the medians.
-            # An excursion (factor x the median of its time) is what the rarity of a spike counts, from
-            # the series' first values on: a per-sample loss shows its tail before a baseline is whole.
-            excursion = False
-            if base and not baseline.signed and value >= 0 and value >= self.factor * baseline.least:
-                med, sigma = robust_sigma(base)
-                floor = max(sigma, 0.01 * abs(med), 1e-12)
-                guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
-                least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
-                excursion = med > 0 and value >= self.factor * med
-                if (excursion and len(base) >= MIN_BASELINE and value - med >= SPIKE_SIGMAS * floor
-                        and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE
-                        and sum(v * SPIKE_NEAR >= value for v in base) < SPIKE_ROUTINE):
-                    recent.append(True)
-                    detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
-                              f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")
-                    if metric == "grad_norm" and loss is not None:
-                        self._unanswered[(event.job, rank)] = (event, detail)  # the next step's loss decides
-                    else:
-                        out.append(self._spike(event, rank, detail))
-                    continue  # a spike must not drag the baseline up
-            baseline.push(value)
-            recent.append(excursion)
+                baseline = series.loss
+                if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
+                    baseline.push(value, False)
+                else:
+                    self._judge(event, step, rank, "loss", raw, value, baseline, None, out)
+        raw = step.grad_norm
+        if raw is not None:
+            value = raw if type(raw) is float else as_float(raw)
+            if value is not None:
+                baseline = series.grad_norm
+                if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
+                    baseline.push(value, False)
+                else:
+                    self._judge(event, step, rank, "grad_norm", raw, value, baseline, loss, out)
         return out
+
+    def _judge(self, event: Envelope, step: TrainStep, rank: int, metric: str, raw: object, value: float,
+               baseline: _Baseline, loss: float | None, out: list[Finding]) -> None:
+        """One metric's value of a step in full: a NaN, a spike against its rank's baseline, or kept in it."""
+        if not math.isfinite(value):
+            out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
+            return
+        base = baseline.values
+        recent = baseline.recent
+        # A loss that has gone below zero is no cross-entropy but a surrogate (a policy gradient's,
+        # GRPO's, a contrastive margin's) that sits around 0 and changes sign: 0.03 after a run of
+        # 3.5e-5 is 864x its median and no spike (issue 54, fresh batch 1). Ratios need a positive scale.
+        # An excursion (factor x the median of its time) is what the rarity of a spike counts, from
+        # the series' first values on: a per-sample loss shows its tail before a baseline is whole.
+        excursion = False
+        if base and not baseline.signed and value >= 0 and value >= self.factor * baseline.least:
+            med, sigma = robust_sigma(base)
+            floor = max(sigma, 0.01 * abs(med), 1e-12)
+            guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
+            least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
+            excursion = med > 0 and value >= self.factor * med
+            if (excursion and len(base) >= MIN_BASELINE and value - med >= SPIKE_SIGMAS * floor
+                    and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE
+                    and sum(v * SPIKE_NEAR >= value for v in base) < SPIKE_ROUTINE):
+                recent.append(True)  # (and the value is not kept)
+                detail = (f"{metric} {value:.4g} at step {or_else(step.step, '?')} is {value / med:.1f}× the "
+                          f"median {med:.4g} of the last {len(base)} steps (rank {rank} on {event.node})")
+                if metric == "grad_norm" and loss is not None:
+                    self._unanswered[(event.job, rank)] = (event, detail)  # the next step's loss decides
+                else:
+                    out.append(self._spike(event, rank, detail))
+                return  # a spike must not drag the baseline up
+        baseline.push(value, excursion)
 
     def _rose(self, job: str, rank: int, loss: float, classes: int | None) -> bool | None:
         """Whether a loss stands past its own noise above its baseline, by as much of its scale as a
         loss spike must (None: no baseline yet, or a non-finite loss, which the NaN finding carries)."""
-        baseline = self._base.get((job, rank, "loss"))
+        series = self._series.get((job, rank))
+        baseline = series.loss if series is not None else None
         if baseline is None or len(baseline.values) < MIN_BASELINE or not math.isfinite(loss):
             return None
         med, sigma = robust_sigma(baseline.values)

@@ -85,7 +85,7 @@ def test_windows_of_plain_and_loose_samples_are_the_same_to_the_last_bit():
 
 
 def test_the_baseline_minimum_follows_values_in_and_out():
-    baseline = _Baseline(deque(maxlen=4))
+    baseline = _Baseline(deque(maxlen=4), deque(maxlen=4))
     for value in [3.0, 1.0, 2.0, 5.0, 4.0, 1.5, 6.0, 7.0, 8.0, 0.5, 9.0]:
-        baseline.push(value)
+        baseline.push(value, False)
         assert baseline.least == min(baseline.values)

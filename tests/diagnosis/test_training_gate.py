@@ -1,0 +1,84 @@
+"""The training rule's gate (issue 56): a step value below factor × its window's minimum, below
+zero or of a signed series is kept without the spike test's full path. That may only skip work
+whose result is "nothing": held here record by record against the rule with every value judged
+in full, over every foreign trace and every loss curve of tests/fixtures/loss_curves (spikes,
+NaNs, signed surrogates, near-zero tails among them)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.testbed import foreign
+from faultlens.diagnosis.rules import training
+from faultlens.diagnosis.rules.training import TrainingRule
+from faultlens.events.envelope import Envelope
+from tests.diagnosis.test_loss_stalled_curves import CURVES, read_curve
+
+
+def _curves() -> list[Path]:
+    return sorted(p for p in CURVES.rglob("*") if p.suffix in (".csv", ".log"))
+
+
+def _steps() -> list[tuple[str, list[Envelope]]]:
+    cases = [(f"foreign/{name}", [e for e in foreign.load(name).events if e.source in TrainingRule.sources])
+             for name in foreign.names()]
+    for path in _curves():
+        try:
+            events, _ = read_curve(path)
+        except AssertionError:  # a fixture with no loss line this reader parses (a README-like file)
+            continue
+        cases.append((f"loss_curves/{path.relative_to(CURVES)}", events))
+    return cases
+
+
+def _run(events: list[Envelope]) -> tuple[list, dict, int]:
+    """Each event's findings, the baselines at the end, and how many values went the full way."""
+    rule = TrainingRule()
+    judged = 0
+    judge = rule._judge
+
+    def counted(*args):
+        nonlocal judged
+        judged += 1
+        judge(*args)
+
+    rule._judge = counted  # type: ignore[method-assign]
+    found = [[f.to_event(f"{e.id}.f{i}") for i, f in enumerate(rule.observe(e))] for e in events]
+    state = {key: [(list(b.values), list(b.recent), b.least, b.peak, b.signed) for b in series]
+             for key, series in rule._series.items()}
+    return found, state, judged
+
+
+def _same(a, b) -> bool:
+    """Equal, NaN equal to NaN (a baseline's least may be inf; no value kept is NaN, but be plain)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+CASES = _steps()
+
+
+def test_the_cases_have_faults_the_gate_must_not_hide():
+    findings = {f.data["fault"] for _, events in CASES for per in _run(events)[0] for f in per}
+    assert {"loss_spike", "nan_loss"} <= findings
+
+
+@pytest.mark.parametrize("name,events", CASES, ids=[n for n, _ in CASES])
+def test_the_gated_rule_finds_what_the_rule_judging_every_value_finds(name, events, monkeypatch):
+    gated, gated_state, judged = _run(events)
+    with monkeypatch.context() as m:
+        m.setattr(training, "isfinite", lambda value: False)  # the gate never opens: every value judged in full
+        full, full_state, all_judged = _run(events)
+    assert gated == full, name
+    assert gated_state.keys() == full_state.keys()
+    for key in full_state:
+        for got, want in zip(gated_state[key], full_state[key], strict=True):
+            assert all(_same(g, w) for g, w in zip(got, want, strict=True)), (name, key)
+    values = sum(1 for e in events if e.kind == "step" for k in ("loss", "grad_norm") if e.data.get(k) is not None)
+    assert all_judged == values
+    if len(events) > 100:
+        assert judged < values, f"{name}: the gate never opened"

@@ -37,7 +37,7 @@ IDLE_STOP_S = 90   # past the 30 s grace, so the wall clock can move a quiet job
 # member stops once it read its partitions to their ends (streams/idle_stop.py), handing on what
 # it holds as at any stop. A standby without the lease exits after it too: it stands by through
 # the replay's first 20 s (switch_wave at 40x: 15 s of events), not to the end.
-GROUP_IDLE_STOP_S = 20
+GROUP_IDLE_STOP_S = 20  # the backlog's too: all of it is in before the member starts, silence is not compared
 
 Key = tuple[str, str, str, tuple[str, ...], str]
 T = TypeVar("T")
@@ -106,7 +106,7 @@ def _through_broker(trace: Path, mode: str, work: Path, speed: float,
     members run to their stop (the time a broker run mostly waits)."""
     home = work / f"home-{mode}"
     home.mkdir(parents=True, exist_ok=True)
-    idle_stop = GROUP_IDLE_STOP_S if mode == "group" else IDLE_STOP_S
+    idle_stop = GROUP_IDLE_STOP_S if mode in ("group", "backlog") else IDLE_STOP_S
     with _broker(home) as bootstrap:
         members = 3 if mode == "group" else 1
         if mode == "backlog":

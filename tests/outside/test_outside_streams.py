@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.outside.dump_shapes import write_all as write_dumps
-from tests.outside.modes import acting, offline, through_broker
+from tests.outside.modes import acting, offline, with_offline
 from tests.outside.stream_shapes import SCENARIOS, UNKNOWN_KINDS, outage, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "streams"
@@ -130,8 +130,7 @@ def test_as_one_backlog_through_the_broker_the_verdicts_are_the_offline_ones(tra
     every = written + [traces / f"{name}.parquet" for name in SCENARIOS]
     stream = tmp_path / "stream.parquet"
     pq.write_table(pa.concat_tables([pq.read_table(path) for path in every]), stream)
-    off = offline(stream)
-    backlog = through_broker(stream, "backlog", tmp_path)
+    backlog, off = with_offline(stream, "backlog", tmp_path)
     expected = {(v["job"], n) for path in every
                 for v in map(json.loads, Path(f"{path}.expect.jsonl").read_text().splitlines()[1:])
                 if v["action"] == "evict" for n in v["nodes"]}

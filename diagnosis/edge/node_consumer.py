@@ -110,7 +110,12 @@ class NodeStageHandler:
                     out.extend(self._bundle(o.key, forwards.pop(o.key)))
                 out.append(o)
             for job, ts, raw in passed_on:
-                forwards.setdefault(job.encode(), []).append((ts, raw))
+                key = job.encode()
+                held = forwards.get(key)
+                if held is None:
+                    forwards[key] = [(ts, raw)]
+                else:
+                    held.append((ts, raw))
         for key, items in forwards.items():
             out.extend(self._bundle(key, items))
         self.emitted += len(out)
@@ -173,9 +178,10 @@ class NodeStageHandler:
             out += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding.
         as_read = r.raw if event is r.value else None
-        passed_on = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
-                     for e in node_out.forward]
-        return out, passed_on
+        forward = node_out.forward
+        if len(forward) == 1 and forward[0] is event and as_read is not None:  # (most: a step, a beat)
+            return out, [(event.job, event.ts, as_read)]
+        return out, [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
 
     def _fleet_copy(self, f: Finding) -> bool:
         """A wave candidate; or evidence of a machine's own (an Xid 79), which the fleet wave holding

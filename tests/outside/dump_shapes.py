@@ -38,7 +38,7 @@ import tests.outside.job_shape as job_shape
 import tests.outside.telemetry as telemetry
 from tests.outside.job_shape import Job, Trace, machine_names
 from tests.outside.telemetry import Knobs, write_job
-from tests.outside.write_traces import write_table
+from tests.outside.write_traces import write_case
 
 START = 1_772_532_000.0      # 2026-03-03 10:00:00 UTC
 LENGTH = 420.0
@@ -511,10 +511,7 @@ def write_all(out: Path, names: list[str] | None = None) -> dict[str, Hung]:
         base = START + i * LENGTH
         hung = scenario(trace, base)
         path = out / f"{name}.parquet"
-        write_table(trace.rows(), path)
-        header = {"faultlens_expect": 1, "trace": path.name, "onset_slack_s": SLACK}
-        lines = [json.dumps(header)] + [json.dumps(v, sort_keys=True) for v in hung.expect]
-        Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
+        write_case(trace.rows(), path, hung.expect)
         written[name] = hung
     return written
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import tests.outside.telemetry as telemetry
 from tests.outside.job_shape import Job, Trace, machine_names
 from tests.outside.telemetry import Knobs, write_job
-from tests.outside.write_traces import _HEADER, _STUCK, _WAITING, write_table
+from tests.outside.write_traces import _HEADER, _STUCK, _WAITING, write_case, write_table
 
 START = 1_772_618_400.0      # 2026-03-04 10:00:00 UTC
 LENGTH = 600.0
@@ -216,10 +216,7 @@ def write_all(out: Path, names: list[str] | None = None) -> list[Path]:
         if name in DELIVERY:
             rows = DELIVERY[name](rows)
         path = out / f"{name}.parquet"
-        write_table(rows, path)
-        header = {"faultlens_expect": 1, "trace": path.name, "onset_slack_s": SLACK}
-        lines = [json.dumps(header)] + [json.dumps(v, sort_keys=True) for v in expected]
-        Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
+        write_case(rows, path, expected)
         written.append(path)
     return written
 

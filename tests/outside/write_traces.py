@@ -195,6 +195,14 @@ def write_table(rows: list[dict], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")
 
 
+def write_case(rows: list[dict], path: Path, expected: list[dict]) -> None:
+    """A trace and its expect file beside it (docs/replay_tests.md), as a user writes them."""
+    write_table(rows, path)
+    header = {"faultlens_expect": 1, "trace": path.name, "onset_slack_s": SLACK}
+    lines = [json.dumps(header)] + [json.dumps(v, sort_keys=True) for v in expected]
+    Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
+
+
 def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None,
               packed: bool = False) -> list[Path]:
     """Each of ``names`` (default all) as a trace with its expect file, in SCENARIOS' order; each
@@ -210,10 +218,7 @@ def write_all(out: Path, names: list[str] | None = None, combined: Path | None =
         expected = SCENARIOS[name](trace, base)
         rows = trace.rows()
         path = out / f"{name}.parquet"
-        write_table(rows, path)
-        header = {"faultlens_expect": 1, "trace": path.name, "onset_slack_s": SLACK}
-        lines = [json.dumps(header)] + [json.dumps(v, sort_keys=True) for v in expected]
-        Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
+        write_case(rows, path, expected)
         written.append(path)
         everything.extend(rows)
     if combined is not None:

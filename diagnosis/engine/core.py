@@ -365,7 +365,7 @@ class Engine:
             idle = (wall if until is None or job not in until else min(wall, until[job])) - heard_wall
             if idle <= self.config.grace_s:
                 continue
-            target = max(m.arrival_now for m in base) + (idle - self.config.grace_s) * self.config.wall_rate
+            target = max(t for m in base if (t := m.arrival_now) is not None) + (idle - self.config.grace_s) * self.config.wall_rate
             if target <= lane.now:
                 continue
             if lane.now == lane.arrival_now:

@@ -15,7 +15,7 @@ import logging
 import time
 from itertools import groupby
 from operator import attrgetter
-from typing import Collection, Iterable, Mapping
+from typing import Collection, Iterable, Mapping, cast
 
 import orjson
 from kafka.errors import KafkaError
@@ -207,7 +207,8 @@ class EventTimeOrder:
         add_run = merge.add_run
         for (topic, partition), run in groupby([*good, *self.poll_broadcast()], key=_partition_of):
             held = list(run)
-            add_run(TopicPartition(topic, partition), [r.offset for r in held], [r.event_ts for r in held], held, now,
+            add_run(TopicPartition(topic, partition), [r.offset for r in held],
+                    cast("list[float]", [r.event_ts for r in held]), cast("list[Record | None]", held), now,
                     broker_time(max(r.timestamp_ms or 0 for r in held)))
         if drain:
             released = merge.drain()
@@ -218,7 +219,7 @@ class EventTimeOrder:
         else:
             released = merge.release(now, self.caught_up(consumer))
         out = [r for r in released if r is not None]  # watermark records only hold their offset
-        if out and handed_on is not None and out[0].event_ts < handed_on:
+        if out and handed_on is not None and cast(float, out[0].event_ts) < handed_on:
             self._count_late(out, handed_on)
         pause = merge.to_pause() - self.paused
         resume = merge.to_resume() & self.paused
@@ -237,7 +238,7 @@ class EventTimeOrder:
         or the merge let records go early to bound its memory, and they reach the handler out of
         event-time order. Counted (RunnerStats.late_released) and logged the first time; a broadcast
         topic follows the pace and sets none, so its records are not counted."""
-        late = [r for r in out if r.event_ts < handed_on and r.topic not in self.broadcast_topics]
+        late = [r for r in out if cast(float, r.event_ts) < handed_on and r.topic not in self.broadcast_topics]
         if not late:
             return
         self.stats.late_released += len(late)
@@ -247,9 +248,10 @@ class EventTimeOrder:
             # INFO: live, a partition quiet past max_idle_s (0.1 s by default) does this in normal running;
             # the count is on diagnose's last line and --metrics-port (faultlens_late_released).
             log.info("%s:%d handed on a record %.1fs of event time behind what was already handed on (its "
-                        "partition had been passed over as idle after %.1fs, or records were let go early to bound "
-                        "memory): such records reach diagnosis out of event-time order; counted as late_released, "
-                        "logged once", first.topic, first.partition, handed_on - first.event_ts, self.merge.max_idle_s)
+                     "partition had been passed over as idle after %.1fs, or records were let go early to bound "
+                     "memory): such records reach diagnosis out of event-time order; counted as late_released, "
+                     "logged once", first.topic, first.partition, handed_on - cast(float, first.event_ts),
+                     self.merge.max_idle_s)
 
     def handed_on(self, consumer: Consumer, partitions: Iterable[TopicPartition],
                   resume_at: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndMetadata]:

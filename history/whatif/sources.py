@@ -100,6 +100,14 @@ def _pooled_p50(parts: list[tuple[float, int]]) -> float | None:
     return sum(v * k for v, k in parts) / n if n else None
 
 
+def _log_warnings(source: str, warnings: list[str]) -> None:
+    """One log line for a source's thin measures (the demo's short run had twelve lines of them);
+    each stays in the result's ``warnings``, which `faultlens ettr` prints."""
+    if warnings:
+        log.warning("%s: %d measure(s) from fewer than %d samples, treat them as guesses: %s", source,
+                    len(warnings), MIN_SAMPLES, "; ".join(w.split(" (fewer than")[0] for w in warnings))
+
+
 def _warn(warnings: list[str], what: str, n: int) -> None:
     if n < MIN_SAMPLES:
         warnings.append(f"{what} from {n} sample{'s' if n != 1 else ''} (fewer than {MIN_SAMPLES}): "
@@ -150,8 +158,7 @@ def apply_score(s: Scenario, rows: dict[str, dict[str, Any]]) -> tuple[Scenario,
         _warn(warnings, f"{name}: detection", detected)
         used[name] = {"from": [m for m, _ in members], "labels": labels, "detected": detected, "recall": recall,
                       "detection_latency_p50_s": p50, "wrong_nodes_per_fault": over, "samples": detected}
-    for w in warnings:
-        log.warning("--from-score %s", w)
+    _log_warnings("--from-score", warnings)
     return s, {"measured": used, "not_a_cost": ignored, "warnings": warnings}
 
 
@@ -225,7 +232,6 @@ def apply_history(s: Scenario, db: str | Path, rates: bool = True) -> tuple[Scen
                       "days": first["days"], "node_days": first["node_days"],
                       "rate_per_node_day": rate if rates else None, "rate_per_wall_node_day": rate / factor if rates else None,
                       "detection_p50_s": p50, "samples": faults}
-    for w in warnings:
-        log.warning("--from-history %s", w)
+    _log_warnings("--from-history", warnings)
     return s, {"measured": used, "running_share": share, "not_a_cost": ignored, "warnings": warnings,
                "rates": "history" if rates else "kept", "left_out": left_out}

@@ -137,3 +137,18 @@ def test_the_pool_recursion_stays_finite_for_a_pool_of_thousands():
     s = replace(presets.byterobust(gpus=400_000), spares=3000).with_fault("cuda_error", rate=0.05)
     p = project(s)
     assert 0 < p.ettr < 1 and 0 <= p.spare_short_probability <= 1
+
+
+def test_thin_measures_are_one_log_line_and_each_stays_in_the_result(caplog):
+    from faultlens.history.whatif.sources import _log_warnings, _warn
+
+    warnings: list[str] = []
+    _warn(warnings, "nic: detection", 2)
+    _warn(warnings, "job_hang: detection", 1)
+    _warn(warnings, "gpu_lost: detection", 9)  # enough samples: no warning
+    with caplog.at_level("WARNING", logger="faultlens.history.whatif.sources"):
+        _log_warnings("--from-score", warnings)
+    assert len(warnings) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "--from-score: 2 measure(s) from fewer than 5 samples, treat them as guesses: "
+        "nic: detection from 2 samples; job_hang: detection from 1 sample"]

@@ -89,6 +89,22 @@ def _recorded(bootstrap: str, home: Path, out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def checked(paths: Iterable[Path]) -> dict[str, dict]:
+    """`faultlens check --json` over the traces once, as a user runs it: its result per trace name."""
+    done = subprocess.run([*FAULTLENS, "check", "--json", *map(str, paths)], capture_output=True, text=True,
+                          env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
+
+
+def assert_expect_files_kept(written: Path, kept: Path, names: Iterable[str]) -> None:
+    """The expect files under ``kept`` are exactly the ones the writer writes into ``written``."""
+    files = sorted(p.name for p in kept.glob("*.expect.jsonl"))
+    assert files == sorted(f"{name}.parquet.expect.jsonl" for name in names)
+    for name in files:
+        assert (written / name).read_text() == (kept / name).read_text(), name
+
+
 def offline(trace: Path) -> list[dict]:
     done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress"], check=True,
                           capture_output=True, text=True)

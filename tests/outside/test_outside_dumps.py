@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 
 from tests.outside.dump_shapes import SCENARIOS, Hung, write_all
+from tests.outside.modes import assert_expect_files_kept
+from tests.outside.modes import checked as check_traces
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "dumps"
 
@@ -40,18 +42,11 @@ def written(tmp_path_factory) -> tuple[Path, dict[str, Hung]]:
 @pytest.fixture(scope="module")
 def checked(written) -> dict[str, dict]:
     out, _ = written
-    done = subprocess.run([sys.executable, "-m", "faultlens", "check", "--json",
-                           *(str(out / f"{name}.parquet") for name in SCENARIOS)], capture_output=True, text=True)
-    assert done.returncode in (0, 1), done.stderr[-2000:]
-    return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
+    return check_traces(out / f"{name}.parquet" for name in SCENARIOS)
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(written):
-    out, _ = written
-    kept = sorted(p.name for p in FIXTURES.glob("*.expect.jsonl"))
-    assert kept == sorted(f"{name}.parquet.expect.jsonl" for name in SCENARIOS)
-    for name in kept:
-        assert (out / name).read_text() == (FIXTURES / name).read_text(), name
+    assert_expect_files_kept(written[0], FIXTURES, SCENARIOS)
 
 
 @pytest.mark.long(8)

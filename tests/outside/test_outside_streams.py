@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.outside.dump_shapes import write_all as write_dumps
-from tests.outside.modes import acting, offline, with_offline
+from tests.outside.modes import acting, assert_expect_files_kept, offline, with_offline
+from tests.outside.modes import checked as check_traces
 from tests.outside.stream_shapes import SCENARIOS, UNKNOWN_KINDS, outage, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "streams"
@@ -38,18 +39,11 @@ def traces(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def checked(traces) -> dict[str, dict]:
-    done = subprocess.run([sys.executable, "-m", "faultlens", "check", "--json",
-                           *(str(traces / f"{name}.parquet") for name in SCENARIOS)],
-                          capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
-    assert done.returncode in (0, 1), done.stderr[-2000:]
-    return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
+    return check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
-    kept = sorted(p.name for p in FIXTURES.glob("*.expect.jsonl"))
-    assert kept == sorted(f"{name}.parquet.expect.jsonl" for name in SCENARIOS)
-    for name in kept:
-        assert (traces / name).read_text() == (FIXTURES / name).read_text(), name
+    assert_expect_files_kept(traces, FIXTURES, SCENARIOS)
 
 
 @pytest.mark.long(25)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.outside.modes import acting, with_offline
+from tests.outside.modes import acting, assert_expect_files_kept, with_offline
+from tests.outside.modes import checked as check_traces
 from tests.outside.write_traces import SCENARIOS, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside"
@@ -37,21 +38,11 @@ def traces(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def checked(traces) -> dict[str, dict]:
     """`faultlens check --json` over every trace once: its result per trace name."""
-    return _check([traces / f"{name}.parquet" for name in SCENARIOS])
-
-
-def _check(paths: list[Path]) -> dict[str, dict]:
-    done = subprocess.run([sys.executable, "-m", "faultlens", "check", "--json", *map(str, paths)],
-                          capture_output=True, text=True)
-    assert done.returncode in (0, 1), done.stderr[-2000:]
-    return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
+    return check_traces([traces / f"{name}.parquet" for name in SCENARIOS])
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
-    kept = sorted(p.name for p in FIXTURES.glob("*.expect.jsonl"))
-    assert kept == sorted(f"{name}.parquet.expect.jsonl" for name in SCENARIOS)
-    for name in kept:
-        assert (traces / name).read_text() == (FIXTURES / name).read_text(), name
+    assert_expect_files_kept(traces, FIXTURES, SCENARIOS)
 
 
 def test_no_trace_has_a_dead_letter(traces):

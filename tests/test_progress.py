@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.progress import Stalled, Watched, cpu_ticks, others_ticks, run_watched, stop_proc, thread_ticks, wait_until
+from tests.progress import Stalled, Watched, cpu_ticks, run_watched, stop_proc, thread_ticks, wait_until
 
 
 def test_a_slow_process_that_keeps_printing_outlives_its_stall_bound():
@@ -31,14 +31,13 @@ def test_a_process_that_stops_moving_is_stopped_and_its_output_shown():
 def test_repeated_lines_whose_key_does_not_move_are_no_progress():
     script = "import time\nwhile True:\n    print('status: 0 done', flush=True); time.sleep(0.1)\n"
     with pytest.raises(Stalled, match="no progress"):
-        run_watched([sys.executable, "-c", script], stall_s=1.0, limit_s=60,
-                    line_key=lambda line: line.split(":")[1].strip())
+        run_watched([sys.executable, "-c", script], stall_s=1.0, limit_s=60, line_key=lambda line: line.split(":")[1].strip())
 
 
 def test_a_file_that_grows_is_progress(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    script = (f"import time\nfor i in range(12):\n    open({str(out / 'f')!r}, 'a').write('x'); time.sleep(0.5)\n")
+    script = f"import time\nfor i in range(12):\n    open({str(out / 'f')!r}, 'a').write('x'); time.sleep(0.5)\n"
     assert run_watched([sys.executable, "-c", script], stall_s=4.0, limit_s=120, watch=[out]).returncode == 0
     assert (out / "f").read_text() == "x" * 12
 
@@ -71,9 +70,11 @@ def test_cpu_time_is_progress_for_a_process_that_prints_only_at_its_end():
 def test_watched_waits_for_a_line_then_for_its_stop_and_names_a_line_that_never_comes():
     # Prints 'ready' after a slow start (a busy machine's interpreter), then runs until SIGTERM,
     # which it answers with a last line after a second of cleaning up.
-    script = ("import signal, sys, time\ntime.sleep(1)\nprint('noise', flush=True); print('ready', flush=True)\n"
-              "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), print('bye', flush=True), sys.exit(3)))\n"
-              "while True: time.sleep(0.1)\n")
+    script = (
+        "import signal, sys, time\ntime.sleep(1)\nprint('noise', flush=True); print('ready', flush=True)\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), print('bye', flush=True), sys.exit(3)))\n"
+        "while True: time.sleep(0.1)\n"
+    )
     with Watched([sys.executable, "-c", script], cpu=True) as proc:
         assert proc.wait_line(lambda line: line == "ready", stall_s=30, limit_s=120) == "ready"
         done = proc.stop(stall_s=30, limit_s=120)
@@ -85,10 +86,12 @@ def test_watched_waits_for_a_line_then_for_its_stop_and_names_a_line_that_never_
 
 def test_watched_that_stops_moving_is_killed_with_its_group(tmp_path):
     pid_file = tmp_path / "child"
-    script = ("import subprocess, sys, time\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-              "print('started', flush=True); time.sleep(300)\n")
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('started', flush=True); time.sleep(300)\n"
+    )
     proc = Watched([sys.executable, "-c", script])
     proc.wait_line(lambda line: line == "started", stall_s=60, limit_s=120)
     with pytest.raises(Stalled, match="no progress for 2 s"):
@@ -110,14 +113,20 @@ def test_stop_proc_waits_for_a_slow_clean_stop_while_it_logs(tmp_path):
     from faultlens.demo.processes import Proc
 
     # Cleans up for 6 s after SIGTERM, logging as it goes: longer than the 4 s stall bound, never still for it.
-    script = ("import signal, sys, time\n"
-              "def bye(*a):\n    for i in range(24):\n        print('cleaning', i, file=sys.stderr, flush=True); time.sleep(0.25)\n"
-              "    sys.exit(0)\n"
-              "signal.signal(signal.SIGTERM, bye)\nprint('{\"event\": \"ready\"}', flush=True)\n"
-              "while True: time.sleep(0.1)\n")
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*a):\n    for i in range(24):\n        print('cleaning', i, file=sys.stderr, flush=True); time.sleep(0.25)\n"
+        "    sys.exit(0)\n"
+        'signal.signal(signal.SIGTERM, bye)\nprint(\'{"event": "ready"}\', flush=True)\n'
+        "while True: time.sleep(0.1)\n"
+    )
     proc = Proc("slow", [sys.executable, "-c", script], dict(os.environ), tmp_path / "slow.log")
-    wait_until(lambda: proc.find(lambda line: line.get("event") == "ready"), progress=lambda: cpu_ticks(proc.popen.pid),
-               stall_s=60, what="ready")
+    wait_until(
+        lambda: proc.find(lambda line: line.get("event") == "ready"),
+        progress=lambda: cpu_ticks(proc.popen.pid),
+        stall_s=60,
+        what="ready",
+    )
     assert stop_proc(proc, stall_s=4, limit_s=120) == 0
     assert "cleaning 23" in proc.tail()
 

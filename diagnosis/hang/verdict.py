@@ -68,7 +68,9 @@ class HangVerdicts:
                   f"--proc-pattern / launcher pid)") if gone else ""
         absent += unranked
         answered = stall.failed | {r for rs in gone.values() for r in rs} | {r for rs in unplaced.values() for r in rs}
-        if topology is not None and len(stall.dumps):
+        # Recorder dumps alone still say who never joined (the watchdog dumps the recorder when the
+        # trainer's Python cannot answer: a rank holding the GIL, no py-spy on the machine).
+        if topology is not None and (len(stall.dumps) or stall.dumps.recorders(topology.by_rank)):
             texts = stall.dumps.texts(topology.by_rank)
             stray = len(stall.dumps) - len(texts)
             recorders = stall.dumps.recorders(topology.by_rank)

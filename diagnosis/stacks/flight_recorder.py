@@ -56,12 +56,18 @@ class RecorderDump:
     members: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # from pg_config, when it says
     version: str = ""
     world: frozenset[str] = frozenset()  # names of the default group (desc "default_pg"): every rank is a member
+    last_completed: Mapping[str, int] = field(default_factory=dict)  # group name → highest number it saw complete
 
-    def pending(self) -> dict[str, RecordedCollective]:
-        """Per group, the oldest collective still in flight: the one the rank is held in."""
+    def pending(self, done: Mapping[str, int] | None = None) -> dict[str, RecordedCollective]:
+        """Per group, the oldest collective still in flight: the one the rank is held in. With
+        ``done`` (group → a number a member saw complete), calls at or below it are left out: a
+        collective completes for all its members at once, so a rank showing it in flight only never
+        saw it end (its CUDA context died, its watchdog stopped polling)."""
         out: dict[str, RecordedCollective] = {}
         for c in self.collectives:
-            if not c.retired and (c.pg not in out or c.seq < out[c.pg].seq):
+            if c.retired or (done is not None and c.seq <= done.get(c.pg, -1)):
+                continue
+            if c.pg not in out or c.seq < out[c.pg].seq:
                 out[c.pg] = c
         return out
 
@@ -118,18 +124,26 @@ def read_recorder(obj: Any) -> RecorderDump:
         if not e.get("is_p2p"):
             collectives.append(c)
     last: dict[str, int] = {}
+    completed: dict[str, int] = {}
     for c in collectives:
         last[c.pg] = max(last.get(c.pg, 0), c.seq)
+        if c.retired or c.state == "completed":
+            completed[c.pg] = max(completed.get(c.pg, -1), c.seq)
     status = obj.get("pg_status")
     if isinstance(status, Mapping):
         # pg_status is keyed by the local pg_id: only the ids the entries name can be placed.
         for pg_id, st in status.items():
             name = names.get(str(pg_id))
-            n = _int(st.get("last_enqueued_collective")) if isinstance(st, Mapping) else None
-            if name is not None and n is not None and n >= 0:
+            if name is None or not isinstance(st, Mapping):
+                continue
+            n = _int(st.get("last_enqueued_collective"))
+            if n is not None and n >= 0:
                 last[name] = max(last.get(name, 0), n)
+            n = _int(st.get("last_completed_collective"))
+            if n is not None and n >= 0:
+                completed[name] = max(completed.get(name, -1), n)
     return RecorderDump(tuple(collectives), last, _members(obj.get("pg_config")), str(obj.get("version", "")),
-                        frozenset(world))
+                        frozenset(world), completed)
 
 
 def _entry(e: Any) -> RecordedCollective | None:

@@ -29,19 +29,18 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 
 import msgspec
 
+from faultlens.diagnosis.engine.config import EngineConfig
 from faultlens.diagnosis.engine.debounce import Debounce
 from faultlens.diagnosis.engine.dedup import Dedup
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
-from faultlens.diagnosis.engine.implicit import ImplicitConfig
 from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
 from faultlens.diagnosis.engine.lane import Lane
+from faultlens.diagnosis.engine.offline import analyze, analyze_trace
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
-from faultlens.diagnosis.engine.thresholds import Thresholds
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
 from faultlens.diagnosis.engine.time_base import TimeBases
 from faultlens.diagnosis.engine.waves import Waves, is_candidate, is_own_evidence
@@ -51,49 +50,17 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_stage import JobEnd, JobRestart
-from faultlens.events.topics import TELEMETRY_PARTITIONS
-from faultlens.parsing.rules import LineRule
 
 log = logging.getLogger(__name__)
+
+# The engine's settings and its offline runs live beside it; callers import them from here too.
+__all__ = ["Engine", "EngineConfig", "analyze", "analyze_trace"]
 
 # A job that ended this way may have ended because machines died: their silence is still judged.
 FAILED_ENDS = ("gave_up", "failed")
 
 
 _DEAD = "\0dead letter"  # an id in Engine._seen that was a dead letter (no job is named so)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    window_s: float = 10.0  # feature window of the peer comparison
-    tick_every_s: float = 1.0  # event-time cadence of the absence detectors
-    # Seconds a job may deliver nothing before its time moves: of the time of jobs on its clock, or
-    # live, of wall time once nothing on its clock arrives (diagnosis/engine/time_base.py).
-    grace_s: float = 30.0
-    # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
-    # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
-    # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by
-    # whatever elapsed, as a late tick on a loaded machine does).
-    wall_rate: float = 1.0
-    max_lateness_s: float = 900.0  # a telemetry sample this far behind its job's time is not judged
-    implicit: bool = True  # hang / fail-slow localisation (diagnosis.engine.implicit)
-    implicit_config: ImplicitConfig = field(default_factory=ImplicitConfig)
-    seen_ids: int = 200_000  # redelivered events (at-least-once) are recognised by id
-    skew_alert_every_s: float = 3600.0  # one clock_skew alert per node per this much event time
-    # "all": parse and run the node rules here too; "job": a node stage upstream did (its findings,
-    # windows and forwarded events arrive on `summaries`), so events go straight to the job stage.
-    stage: str = "all"
-    # The peer model (isolation forest + slow-drift suspects, diagnosis.peers.anomaly); off: rules only.
-    peer_model: bool = True
-    # The log-line catalogue raw lines are parsed with (parsing.rules.load: shipped + --rules files);
-    # None: the shipped one.
-    line_rules: tuple[LineRule, ...] | None = None
-    # How many partitions the telemetry topics have: nodes that share one fall silent together when
-    # it stops (diagnosis/rules/liveness.py). A consumer sets the broker's count; offline, the default
-    # layout's (events/topics.py), so `analyze` judges a trace as the default deployment would.
-    telemetry_partitions: int = TELEMETRY_PARTITIONS
-    # Waves and debounce (diagnosis/engine/thresholds.toml, with a user's --thresholds file over it); None: shipped.
-    thresholds: Thresholds | None = None
 
 
 # Samples and progress reports: judged only while they are on time. Everything else a node sends
@@ -396,54 +363,3 @@ class Engine:
         self._seen[event_id] = job
         if len(self._seen) > self.config.seen_ids:
             self._seen.popitem(last=False)
-
-
-def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosis]:
-    """Run the engine over an iterable of events; the final version of each diagnosis (by id),
-    in the order first emitted. ``on_dead(event, reason)`` hears about dead letters."""
-    engine = engine or Engine()
-    latest: dict[str, Diagnosis] = {}
-    for event in events:
-        try:
-            found = engine.process(event)
-        except InvalidEvent as exc:
-            engine.stats["dead_letters"] += 1
-            if on_dead is not None:
-                on_dead(event, str(exc))
-            continue
-        for d in found:
-            latest[d.id] = d
-    for d in engine.flush():
-        latest[d.id] = d
-    return list(latest.values())
-
-
-def analyze_trace(path, *, config: EngineConfig | None = None, progress: bool = False) -> tuple[list[Diagnosis], Engine]:
-    """:func:`analyze` over a Parquet trace (events.trace), with a progress bar on stderr if asked."""
-    from faultlens.events.trace import iter_trace, trace_rows
-
-    engine = Engine(config)
-    events = iter_trace(path)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=trace_rows(path), unit="ev", unit_scale=True, desc="analyze", leave=False)
-
-        def counted(it):
-            for i, e in enumerate(it, 1):
-                if i % 4096 == 0:
-                    bar.update(4096)
-                yield e
-
-        events = counted(events)
-
-    def dead(event: Envelope, reason: str) -> None:
-        log.warning("dead letter: %s/%s event %s: %s", event.source, event.kind, event.id, reason)
-
-    try:
-        found = analyze(events, engine, on_dead=dead)
-    finally:
-        if bar is not None:
-            bar.close()
-    return found, engine

@@ -13,7 +13,7 @@ from typing import Any
 
 from faultlens.parsing import line_model
 from faultlens.parsing.line import common
-from faultlens.parsing.severity import Severity, severity_of
+from faultlens.parsing.severity import WARNING, Severity, says_retrying, severity_of, trainer_level
 from faultlens.parsing.subsystems import Attribution, attribute, by_program
 from faultlens.parsing.timestamps import program_of
 
@@ -63,6 +63,13 @@ def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None,
     """A ``suspect_line`` event when the model names a fault class with confidence, else None."""
     model = line_model.current()
     if model is None:
+        return None
+    # A guess is the weakest reading: it never outranks the line's own word (issue 54, round 15). A
+    # program's line its logger printed at warning, or one that says it will try again, is counted
+    # and mined, not alerted on a guess (torchelastic's "[WARNING] Unable to shutdown process ... via
+    # SIGTERM", "command failed, retrying after 5 seconds"). Not the kernel's warning level: its
+    # drivers print I/O failures at warning ("REISERFS warning (device loop0): ... reading failed").
+    if says_retrying(msg) or (source != "kernel" and trainer_level(msg) == WARNING):
         return None
     guess = model.guess(msg, source)
     if guess is None:

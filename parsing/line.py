@@ -18,6 +18,10 @@ MAX_KEPT = 4096
 
 
 _BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+# A terminal's colour and cursor codes (ECMA-48 CSI: ESC [ parameters final byte), as a logger that
+# believes it writes to a terminal puts them around "Traceback" or a level word: the whole sequence
+# goes, not just its ESC, or "[31mTraceback (most recent call last):" hides the traceback's start.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ def clean_line(line: Any) -> str | None:
     line = line[:MAX_LINE].rstrip("\r\n")
     if line.isprintable() and "\ufffd" not in line:  # the common case, checked in C
         return line
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+        if line.isprintable() and "\ufffd" not in line:
+            return line
     bad = len(_BAD_CHARS.findall(line))
     if bad:
         if bad * 4 > len(line) or "\x00" in line and bad * 10 > len(line):

@@ -86,7 +86,12 @@ _NEUTRAL = re.compile(
     r"\b(?:link|port) reset\b|\bresets? (?:to|the) default|\bcorrect(?:able|ed) (?:[a-z]+ )?errors?\b|"
     r"\berrors? (?:collector|handler|handling|reporting|injection|detection|containment)\b|"
     # a setting stated, not an event: "Shutdown timeout set to 10 seconds", "timeout value is 30"
-    r"\btime ?outs? (?:(?:value )?(?:set to|is|=)|of \d+ ?\w*$)",
+    r"\btime ?outs? (?:(?:value )?(?:set to|is|=)|of \d+ ?\w*$)|"
+    # a capability, not an event: bonding's load-time advice "otherwise bonding will not detect link failures"
+    r"\bdetect (?:\w+ )?failures?\b|"
+    # a FreeBSD device attach names the device by its description in angle brackets
+    # ("apei0: <ACPI Platform Error Interface> on acpi0"): the words there are a name
+    r"^\w+\d+: <[^<>]*>(?= (?:on|at) \w)",
     re.IGNORECASE,
 )
 
@@ -166,19 +171,30 @@ def level_word(message: str) -> int | None:
 # the format's level, upper case, in the line's head, with no exception's name before it
 # ("ValueError: INFO field missing" is an error about a field).
 _TRAINER_LEVEL = re.compile(
-    r"^(?P<head>.{0,48}?)(?:(?<![\w.])(?P<word>INFO|DEBUG|TRACE|NOTICE)(?=\s*[:\]|\-]|\s)"
+    r"^(?P<head>.{0,48}?)(?:(?<![\w.])(?P<word>INFO|DEBUG|TRACE|NOTICE|WARNING)(?=\s*[:\]|\-]|\s)"
     r"|(?<![\w.])\[?(?P<glog>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+)")
-_TRAINER_LEVELS = {"INFO": 6, "NOTICE": 5, "DEBUG": 7, "TRACE": 7, "I": 6, "W": 4, "E": 3, "F": 2}
+_TRAINER_LEVELS = {"INFO": 6, "NOTICE": 5, "DEBUG": 7, "TRACE": 7, "WARNING": 4, "I": 6, "W": 4, "E": 3, "F": 2}
 
 
 def trainer_level(message: str) -> int | None:
     """The syslog level a trainer-side line states in its logging format's own word (``NCCL INFO``,
     ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``), else the level :func:`level_word` reads, else None."""
-    if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or ":" in message[:24]:
+    if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or "WARNING" in message or ":" in message[:24]:
         m = _TRAINER_LEVEL.match(message)
         if m and "Error" not in m.group("head") and "Exception" not in m.group("head"):
             return _TRAINER_LEVELS[m.group("word") or m.group("glog")]
     return level_word(message)
+
+
+# A program that says it will try again (issue 54, round 15): "command failed, retrying after 5 seconds",
+# wandb's "encountered retryable exception": the failure is not its last word; if it is, the giving-up
+# line says so. Never a guess's alert on its own (parsing.fallback), nor generic socket words'.
+_RETRYING = re.compile(r"\bretrying\b|\bretryable\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? (?:in|after) \d", re.IGNORECASE)
+
+
+def says_retrying(message: str) -> bool:
+    """The line says the program will try again (``retrying after 5 seconds``, ``retryable``)."""
+    return "etr" in message and _RETRYING.search(message) is not None
 
 
 def level_name(level: int) -> str:

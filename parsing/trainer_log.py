@@ -30,7 +30,7 @@ from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.nan_lines import nan_text, step_of
 from faultlens.parsing.rules import LineRule, RuleSet
-from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, trainer_level
+from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.trainer_tracebacks import Traceback
 
@@ -66,8 +66,12 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  # NCCL's failing-call trace (file.cc:N -> rc, from any source file nccl_lines' _TRACE reads:
                  # .cc .cu .cpp .h), a checked CUDA call's return code, the CUDA runtime's not-ready text, the
                  # C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
-                 ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure")
+                 ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure",
+                 # ncclResult_t's names without "error" in them (ncclInvalidUsage, ncclInvalidArgument)
+                 "ncclinvalid")
 
+# classify_nccl's names for the generic socket words any client prints, NCCL or not.
+_SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
 
@@ -285,6 +289,11 @@ class TrainerLogParser:
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
         if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
             nccl = classify_nccl(msg)
+            if nccl in _SOCKET_WORDS and (says_retrying(msg) or trainer_level(msg) == WARNING):
+                # Generic socket words, not NCCL's, in a line its program printed at warning or that
+                # says it retries (wandb's "[WARNING] ... retryable exception: ... Connection reset by
+                # peer"): a client's own retry, not a collective's failure (issue 54, round 15).
+                nccl = None
             if nccl:
                 if self._fold(key, "nccl_error", CXX_FOLD_LINES if msg.startswith("Exception raised from") else FOLD_LINES):
                     return []

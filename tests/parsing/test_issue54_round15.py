@@ -1,0 +1,131 @@
+"""Issue 54 round 15: fresh batches 17-22 mined, each fix by the general property or form that
+carries, not by the rows' text (docs/rules.md, round 15).
+
+First the healthy lines that fired: each is quiet by a property of its own (its level word, a word
+that it retries, a probe of an absent interface or an empty port, a capability stated, a device the
+job does not use), and beside it the real fault lines of the same shape that must still act. Every
+line is a corpus row's (tests/fixtures/log_corpus, with its provenance there) or a rule's example.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faultlens.parsing.line import clean_line
+from faultlens.parsing.registry import parser_for
+
+
+def _events(line: str, source: str = "kernel") -> list:
+    p = parser_for(source)
+    return p.feed(line) + p.flush()
+
+
+def _classes(line: str, source: str = "kernel") -> set[str | None]:
+    return {e.data.get("fault") for e in _events(line, source)}
+
+
+def _acting(line: str, source: str = "kernel") -> list:
+    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
+
+
+# --- healthy by their own property -----------------------------------------------------------------------
+_HEALTHY = [
+    # a guess never outranks the line's own word: a logger's WARNING, a program that says it retries
+    (
+        "[2024-04-10 16:04:34,970] torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown process 264 "
+        "via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL",
+        "nccl",
+    ),  # fresh19 (aws-samples/...#93)
+    ("command failed, retrying after 5 seconds", "nccl"),  # fresh22 (NVIDIA/gpu-operator#378)
+    # generic socket words in a client's own retry at warning (wandb's file stream; fresh17)
+    (
+        "2023-08-16 10:46:39,818 WARNING FileStreamThread:21020 [file_stream.py:request_with_retry():670] requests_with_retry "
+        "encountered retryable exception: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer')).",
+        "nccl",
+    ),
+    # a capability stated, not an event (bonding's load-time advice; fresh21)
+    (
+        "bonding: Warning: either miimon or arp_interval and arp_ip_target module parameters must be specified, otherwise "
+        "bonding will not detect link failures! see bonding.txt for details.",
+        "kernel",
+    ),
+    # a FreeBSD attach names the device by its description (tests/fixtures/outside oci.dmesg)
+    ("apei0: <ACPI Platform Error Interface> on acpi0", "kernel"),
+    # probes: an x86 MSR a (virtual) CPU lacks, overlayfs' mount-time feature checks, an empty SATA port,
+    # an optional interface that answers ENODEV (fresh21, fresh18 x2, fresh17)
+    (
+        "[ 9468.320563] unchecked MSR access error: RDMSR from 0x492 at rIP: 0xffffffff8b47892a (native_read_msr+0xa/0x30)",
+        "kernel",
+    ),
+    ("Jul 21 15:54:05 arch kernel: overlayfs: failed to set xattr on upper", "kernel"),
+    ("May 08 00:49:10 stephen kernel: ata5: failed to resume link (SControl 0)", "kernel"),
+    (
+        "[ 7500.275190] mlx5_core 5f4a:00:02.0: mlx5_hv_config_common:32:(pid 335): Failed to read hv config, err = -19, len = 128, "
+        "offset = 0",
+        "kernel",
+    ),
+    # the platform firmware's ACPI events in the GPU driver's log; a printer (fresh20 x2)
+    (
+        "[ 2676.559991] NVRM: RmHandleDNotifierEvent: RmHandleDNotifierEvent: Failed to handle ACPI D-Notifier event, status=0x11",
+        "kernel",
+    ),
+    ("Jul  7 06:38:25 LSPPC-Wheezy smbd[2030]:   failed to retrieve printer list: NT_STATUS_UNSUCCESSFUL", "kernel"),
+    # a udev rule's helper that exited 1 (no signal): recorded, not the device it names (fresh17)
+    (
+        "Sep 28 12:27:10 vm-alarm systemd-udevd[373]: sda1: Process '/usr/bin/unshare -m /usr/bin/snap auto-import "
+        "--mount=/dev/sda1' failed with exit code 1.",
+        "kernel",
+    ),
+    # chrony stepping milliseconds: past no threshold of its own (fresh22)
+    ("2020-09-08T01:47:38Z System clock wrong by -0.002320 seconds (step)", "kernel"),
+]
+
+
+@pytest.mark.parametrize(("line", "source"), _HEALTHY)
+def test_a_healthy_line_is_quiet_by_its_own_property(line: str, source: str) -> None:
+    assert _acting(line, source) == []
+
+
+_STILL_FAULTS = [
+    # the kernel's warning level is no quiet word: its drivers print I/O failures at warning (fresh19)
+    (
+        "[  628.589974][ T6003] REISERFS warning (device loop0): sh-2029: %s: bitmap block (#%u) reading failed "
+        "reiserfs_read_bitmap_block: reiserfs_read_bitmap_block",
+        "kernel",
+        "storage",
+    ),
+    # NCCL's own WARN with the socket words is the collective's (fresh8)
+    ("node1:54573:54696 [1] include/socket.h:194 WARN Call to recv failed : Connection reset by peer", "nccl", "nccl_error"),
+    ("[rank1]: Connection reset by peer", "nccl", "nccl_error"),
+    # a clock a second or more off (chrony's own logchange) still is (rules.toml's examples, fresh rows)
+    ("Mar 12 10:00:01 host chronyd[812]: System clock wrong by 1.999308 seconds", "kernel", "clock_skew"),
+    ("Mar 12 10:00:01 host chronyd[812]: System clock wrong by -1946.984184 seconds, adjustment started", "kernel", "clock_skew"),
+    # a disk's own errors on its link still are storage; an I/O error with ENODEV too
+    ("[  611.175527] sd 0:0:0:0: [sda] tag#0 Sense Key : Aborted Command [current] ", "kernel", "storage"),
+    (
+        "Nov 22 17:46:20 sentinel.donadio.be kernel: EXT4-fs warning (device dm-1): ext4_end_bio:316: I/O error -19 writing to "
+        "inode 10223621 (offset 50331648 size 6148096 starting block 14409150)",
+        "kernel",
+        "storage",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "source", "fault"), _STILL_FAULTS)
+def test_the_same_shapes_that_are_faults_still_act(line: str, source: str, fault: str) -> None:
+    assert fault in _classes(line, source)
+    assert _acting(line, source)
+
+
+def test_terminal_colour_codes_go_whole() -> None:
+    # a logger that believes it writes to a terminal: the CSI sequence goes, not only its ESC byte
+    assert clean_line("\x1b[31mTraceback (most recent call last):\x1b[0m") == "Traceback (most recent call last):"
+    assert clean_line("\x1b[1;32mINFO\x1b[0m step 9 | loss 2.1") == "INFO step 9 | loss 2.1"
+    p = parser_for("nccl")
+    lines = [
+        "\x1b[31mTraceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "\x1b[31mValueError: bad shape\x1b[0m",
+    ]
+    events = [e for line in lines for e in p.feed(line)] + p.flush()
+    assert [(e.kind, e.data.get("fault")) for e in events] == [("exception", "user_code")]

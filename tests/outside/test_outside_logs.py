@@ -14,9 +14,9 @@ copytruncate mid-line tore the line held at the cut (its head dropped); a copytr
 wrote past before the next poll went unseen (253 of 797 lines lost); a rotated file was closed
 at once, losing what the writer put in it before it reopened (32 of 1312 lines); a file's
 unterminated last line was never read. Through the broker, with those fixed: every node's events are the offline
-parser's (folds counted), live and backlog verdicts are the same, the healthy boot blames nobody. Left to others, as strict xfails below: ANSI colour codes before
-`Traceback (most recent call last):` hide the traceback (parsing/); a FreeBSD boot probe line,
-`apei0: <ACPI Platform Error Interface> on acpi0`, is read as a machine check (parsing/).
+parser's (folds counted), live and backlog verdicts are the same, the healthy boot blames nobody. Found for parsing/ and fixed there
+(round 15 of issue 54): ANSI colour codes before `Traceback (most recent call last):` hid the traceback;
+a FreeBSD boot probe line, `apei0: <ACPI Platform Error Interface> on acpi0`, was read as a machine check.
 """
 
 from __future__ import annotations
@@ -252,8 +252,6 @@ def test_every_kind_of_file_the_brief_names_is_here():
 
 
 # --- what others own, found here -----------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="parsing/ (R7): ANSI colour codes before `Traceback (most recent call "
-                                       "last):` hide the traceback's start: its exception records are lost")
 def test_a_coloured_traceback_is_read_as_a_traceback():
     data = (FIX / "slurm-2569.out").read_bytes()
     plain = [(k, f) for k, f, *_ in offline(data, "nccl", BOOT_UPTIME_S)]
@@ -261,8 +259,6 @@ def test_a_coloured_traceback_is_read_as_a_traceback():
     assert collections.Counter(coloured) == collections.Counter(plain)
 
 
-@pytest.mark.xfail(strict=True, reason="parsing/ (R7): a FreeBSD boot probe line, `apei0: <ACPI Platform Error "
-                                       "Interface> on acpi0`, is read as a machine check (subsystem fallback)")
 def test_a_boot_probe_of_the_acpi_error_interface_is_no_machine_check():
     probe = next(line for line in lines_of((FIX / "oci.dmesg").read_bytes()) if line.startswith("apei0: <ACPI"))
     assert offline(probe.encode() + b"\n", "kernel", BOOT_UPTIME_S) == []

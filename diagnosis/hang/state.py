@@ -29,6 +29,9 @@ class HangConfig:
     # still out while others' are in: wait this long for the rest.
     pyspy_grace_s: float = 5.0
     storage_lookback_s: float = 300.0  # a storage alert this long before a stall's onset still explains it
+    # Every rank's stack writing its checkpoint shard (a sharded save to a parallel filesystem) is a
+    # save under way, no hang: the job is not suspected again for this long unless it steps.
+    writing_patience_s: float = 1800.0
     suspicion_confidence: float = 0.6
     fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
     # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)
@@ -92,6 +95,7 @@ class JobState:
     no_pids: dict[str, tuple[float, str]] = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
     with_pids: set[str] = field(default_factory=set)  # nodes whose beats once listed a trainer pid
     ended_at: float | None = None  # the launcher's job/end, until a later step
+    writing_until: float | None = None  # every rank was writing its checkpoint: no new suspicion before, unless it steps
     # The job's storage alerts (a shared filer that stopped answering), the latest few: a rank hung
     # writing its checkpoint to it is no evidence against its own machine (diagnosis.hang.verdict).
     storage: deque = field(default_factory=lambda: deque(maxlen=8))

@@ -85,6 +85,9 @@ class HangVerdicts:
                     action=Action.ALERT, ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
                     detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
                 )
+            writing = None if verdict.localized else self._writing(name, job, stall, now, texts, topology, stalled)
+            if writing is not None:
+                return writing
             if verdict.no_suspect:
                 # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
                 return base(
@@ -186,6 +189,29 @@ class HangVerdicts:
             evidence=(found.evidence + (said.id,))[: self.config.evidence_limit],
             detail=f"{found.detail}; no eviction: the suspects wait on storage ({what}) and the job's storage "
                    f"alert says it is failing ({said.detail[:200]}): a shared filer, not the machine",
+        )
+
+    def _writing(self, name: str, job: JobState, stall: Stall, now: float, texts: dict[int, str], topology: Topology,
+                 stalled: str) -> Diagnosis | None:
+        """Most of the job's ranks, and every rank with a usable stack, writing their checkpoint
+        shards (torch.distributed.checkpoint, Megatron's distributed save): a save under way, which a
+        reattempt would throw away. Recorded (action none), and the job not suspected again for
+        ``writing_patience_s`` unless it steps; a filer that stopped answering has its own storage
+        alert. One rank writing while the rest wait is not this: that rank is judged as any."""
+        doing = {r: read_rank(t).activity for r, t in texts.items()}
+        usable = {r: a for r, a in doing.items() if a is not None}
+        if len(usable) * 2 <= len(topology.by_rank):
+            return None
+        if not all(not a.waiting and a.activity in _STORAGE_WAITS for a in usable.values()):
+            return None
+        job.writing_until = now + self.config.writing_patience_s
+        frames = sorted({f"{a.activity} in {a.frame}" for a in usable.values()})
+        return Diagnosis(
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.NONE,
+            confidence=self.config.fallback_confidence, evidence=stall.dumps.evidence(limit=self.config.evidence_limit),
+            detail=f"{stalled}; {len(usable)} of {len(topology.by_rank)} rank(s) are writing their checkpoint "
+                   f"({'; '.join(frames[:3])}): a save under way, not a hang (a reattempt would lose it); "
+                   f"not suspected again for {self.config.writing_patience_s:.0f}s unless it steps",
         )
 
     def _unless_most_of_job(self, found: Diagnosis, topology: Topology) -> Diagnosis:

@@ -27,6 +27,9 @@ _NCCL_ERR = re.compile(
     # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
     r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
     r"|(?P<aborted>NCCL communicator was aborted)"
+    # NCCL's init check that two ranks share one GPU (init.cc: "Duplicate GPU detected : rank 0 and rank 1 both on
+    # CUDA device 2000"), which it returns as ncclInvalidUsage
+    r"|(?P<dup>Duplicate GPU detected) : rank \d+ and rank \d+"
     # an NCCL call that failed, with ncclGetErrorString's text ("ncclCommInitRank failed: unhandled system error", TF's NcclManager)
     r"|\b(?P<call>nccl[A-Z]\w+) failed: (?P<calltext>unhandled (?:system|cuda) error|internal error|invalid (?:argument|usage)|remote process exited[^\n]*)"
     # a glog CHECK on an ncclResult_t (Caffe's NCCL_CHECK: "Check failed: result == ncclSuccess (2 vs. 0)  unhandled system error")
@@ -37,7 +40,11 @@ _NCCL_ERR = re.compile(
 _CUDA_ERR = re.compile(
     # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
     # darknet's check_error prints cudaGetErrorString as "CUDA Error: <text>" ("CUDA Error Prev:" for the error before)
-    r"(?:CUDA|HIP) (?:error|Error(?: Prev)?): (?P<err>[^.\n]+)"
+    r"(?:CUDA|HIP) (?:runtime )?(?:error|Error(?: Prev)?): (?P<err>[^.\n]+)"
+    # the device's memory exhausted as NCCL's CUDACHECK prints it ("Cuda failure 'out of memory'", "Cuda failure 2
+    # 'out of memory'") and as TensorFlow's status of a GPU call ("Non-OK-status: GpuLaunchKernel(...) status:
+    # Internal: out of memory"): the program's OOM in whichever words (round 15)
+    r"|(?P<oomcall>Cuda failure (?:2 )?'out of memory'|Non-OK-status: Gpu\w+\(.*\) status: \w+: out of memory)"
     # torch < 1.0's THC check ("THCudaCheck FAIL file=.../THCStorage.cu line=66 error=2 : out of memory") and a glog
     # CHECK on a cudaError_t (Caffe's CUDA_CHECK "Check failed: error == cudaSuccess (74 vs. 0)  misaligned address",
     # MXNet's "Check failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of memory"): by the code and its text
@@ -145,7 +152,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     else:
         error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv")
                  or m.group("hostassert") or m.group("hiperr") or m.group("gdbx")
-                 or m.group("cf") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
+                 or m.group("cf") or m.group("oomcall") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
@@ -197,7 +204,24 @@ def classify_nccl(text: str) -> str | None:
         return f"{m.group('call')} failed: {m.group('calltext')}"
     if m.group("origin"):
         return f"raised from {m.group('origin')} (ProcessGroupNCCL)"
+    if m.group("dup"):
+        return "ncclInvalidUsage: duplicate GPU detected"
     return "communicator aborted"
+
+
+# ncclResult_t's results that say the caller used NCCL wrongly (nccl.h: ncclInvalidArgument "one argument has an
+# invalid value", ncclInvalidUsage "the call to NCCL is incorrect. This is usually reflecting a programming error"),
+# in every spelling classify_nccl returns: the name, ncclGetErrorString's text after "NCCL error in: ...", the enum,
+# the numeric result (4, 5). Two ranks on one GPU, a wrong communicator: the job's launch or code, no machine's.
+_NCCL_USAGE = re.compile(r"\bncclInvalid(?:Usage|Argument)\b|: invalid (?:usage|argument)\b|\bncclResult [45]:|\bNCCL Error [45]:")
+
+
+def nccl_fault(error: str) -> tuple[str, str]:
+    """(fault, action) of an NCCL error by classify_nccl's name: the caller's misuse is ``user_code``
+    (rollback, as a program's own error), every other result the collective's (``nccl_error``, reattempt)."""
+    if _NCCL_USAGE.search(error):
+        return "user_code", "rollback"
+    return "nccl_error", "reattempt"
 
 
 @dataclass(frozen=True)
@@ -225,7 +249,7 @@ def classify_headless(msg: str) -> ExceptionLine | None:
         return ExceptionLine(etype, message, cuda[1], cuda[2], cuda[3], cuda[0])
     nccl = classify_nccl(text)
     if nccl:
-        return ExceptionLine(etype, message, "nccl_error", "reattempt", "error", nccl)
+        return ExceptionLine(etype, message, *nccl_fault(nccl), "error", nccl)
     verdict = judge(etype, message)
     if verdict is not None:
         return ExceptionLine(etype, message, verdict.fault, verdict.action, "error", verdict.errno)

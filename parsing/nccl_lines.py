@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from faultlens.parsing.alarm import looks_alarming
-from faultlens.parsing.errors import classify_cuda, classify_nccl
+from faultlens.parsing.errors import classify_cuda, classify_nccl, nccl_fault
 from faultlens.parsing.line import common
 
 
@@ -117,10 +117,10 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
     names no failure is recorded; NCCL's own WARN follows if the transfer does fail."""
     text = m.group("text").strip()
     cuda = classify_cuda(text) if "Cuda failure" in text or "CUDA" in text else None
-    fault = cuda[1] if cuda else "nccl_error"
-    action = cuda[2] if cuda else "reattempt"
+    named = None if cuda else classify_nccl(text)
+    fault, action = (cuda[1], cuda[2]) if cuda else nccl_fault(named) if named else ("nccl_error", "reattempt")
     ib = _ib_failed(text)
-    serious = cuda or classify_nccl(text) or ib or "error" in text.lower()
+    serious = cuda or named or ib or "error" in text.lower()
     quiet = None
     if not serious and not looks_alarming(text) and not _PLUGIN_TROUBLE.search(text) and _from_plugin(m.string):
         action, quiet = "none", "a network plugin's warning that names no failure"

@@ -25,6 +25,7 @@ from faultlens.parsing.errors import (
     classify_headless,
     classify_nccl,
     classify_terminate,
+    nccl_fault,
 )
 from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
@@ -68,7 +69,7 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  # C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
                  ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure",
                  # ncclResult_t's names without "error" in them (ncclInvalidUsage, ncclInvalidArgument)
-                 "ncclinvalid")
+                 "ncclinvalid", "duplicate gpu detected")
 
 # classify_nccl's names for the generic socket words any client prints, NCCL or not.
 _SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
@@ -287,7 +288,7 @@ class TrainerLogParser:
                     return []
                 self._folded[(key, fault)] = (self._n, self._t)
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
-        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg:
+        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg or "Duplicate GPU" in msg:
             nccl = classify_nccl(msg)
             if nccl in _SOCKET_WORDS and (says_retrying(msg) or trainer_level(msg) == WARNING):
                 # Generic socket words, not NCCL's, in a line its program printed at warning or that
@@ -298,7 +299,7 @@ class TrainerLogParser:
                 if self._fold(key, "nccl_error", CXX_FOLD_LINES if msg.startswith("Exception raised from") else FOLD_LINES):
                     return []
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
-                return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=nccl, **extra))]
+                return [("nccl_error", common(raw, *nccl_fault(nccl), "error", rank=rank, error=nccl, **extra))]
         if nan_text(msg):
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=step_of(msg), **extra))]  # fmt: skip

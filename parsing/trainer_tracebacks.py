@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultlens.parsing import signals
-from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_nccl
+from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_nccl, nccl_fault
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, common
 
@@ -113,7 +113,8 @@ def judge_traceback(tb: Traceback, etype: str | None, message: str | None, trunc
         user_code = fault == "user_code"
     elif nccl:
         extra["error"] = nccl
-        fault, action, severity = "nccl_error", "reattempt", "error"
+        fault, action = nccl_fault(nccl)
+        severity = "error"
     elif verdict is not None:
         # The machine's trouble (a full or failing disk, host memory) even when a frame of the
         # program's own raised it: the errno and the message say what broke.

@@ -129,3 +129,50 @@ def test_terminal_colour_codes_go_whole() -> None:
     ]
     events = [e for line in lines for e in p.feed(line)] + p.flush()
     assert [(e.kind, e.data.get("fault")) for e in events] == [("exception", "user_code")]
+
+
+# --- misses, by their general form ------------------------------------------------------------------------
+_BY_FORM = [
+    # the device's memory exhausted in any program's words is the program's OOM, as CUDA's (fresh19, fresh21)
+    ("VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'", "nccl", "user_code"),
+    (
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32",
+        "nccl",
+        "user_code",
+    ),
+    (
+        "Non-OK-status: GpuLaunchKernel(FillPhiloxRandomKernelLaunch<Distribution>, num_blocks, block_size, 0, d.stream(), gen, "
+        "data, size, dist) status: Internal: out of memory",
+        "nccl",
+        "user_code",
+    ),
+    # NCCL's results for the caller's misuse (ncclInvalidUsage / ncclInvalidArgument), in every spelling (fresh21)
+    ("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000", "nccl", "user_code"),
+    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "nccl", "user_code"),
+    (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, invalid "
+        "usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+        "nccl",
+        "user_code",
+    ),
+    # ... beside the collective's own results and CUDA's invalid argument under NCCL, which stay NCCL's (dev set, fresh1-16)
+    ("node23:12098:12141 [2] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'", "nccl", "nccl_error"),
+    (
+        "Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid "
+        "argument'",
+        "nccl",
+        "nccl_error",
+    ),
+    (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled "
+        "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+        "nccl",
+        "nccl_error",
+    ),
+    ("RuntimeError: CUDA driver error: invalid argument", "nccl", "cuda_error"),
+]
+
+
+@pytest.mark.parametrize(("line", "source", "fault"), _BY_FORM)
+def test_each_general_form_gives_its_class(line: str, source: str, fault: str) -> None:
+    assert fault in _classes(line, source)

@@ -80,11 +80,17 @@ class Lane:
 
     def tick(self, now: float, stream_stopped: bool = False) -> list[Diagnosis]:
         """The absence detectors, waves and dedup at event time ``now`` (``stream_stopped``: the wall
-        clock moved it, nothing on the job's clock having arrived: diagnosis/rules/liveness.py)."""
+        clock moved it, nothing on the job's clock having arrived: diagnosis/rules/liveness.py).
+
+        Wall time only says the stream stopped: a consumer starved of CPU behind its input cannot
+        tell that from a stop, and what it has not read yet may be the rest of a wave. So no wave
+        is closed on it (its first machine, released alone, was evicted: tests/diagnosis/
+        test_backlog_wall_time.py); the job's own events close it, or the end of a trace."""
         self.last_tick = now
         findings, diags = self.stage.tick(now, stream_stopped)
         out = self.settle(findings, diags)
-        out.extend(self.release_waves(now))
+        if not stream_stopped:
+            out.extend(self.release_waves(now))
         out.extend(self.dedup.tick(now))
         return out
 

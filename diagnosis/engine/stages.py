@@ -168,6 +168,10 @@ class JobStage:
         return list(self.implicit.observe_diagnosis(diagnosis))
 
     def tick(self, now: float, stream_stopped: bool = False) -> tuple[list[Finding], list[Diagnosis]]:
+        if stream_stopped:
+            # Moved by wall time (diagnosis/engine/lane.py): only liveness may say the stream stopped;
+            # hangs, NCCL incidents and the peers wait for the job's own time.
+            return self.silence.tick(now, True), []
         findings = self.comms.tick(now) + self.silence.tick(now, stream_stopped) + self.anomaly.tick(now)
         diags = self.implicit.tick(now) if self.implicit is not None else []
         return findings, list(diags)

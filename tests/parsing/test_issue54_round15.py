@@ -170,7 +170,66 @@ _BY_FORM = [
         "nccl_error",
     ),
     ("RuntimeError: CUDA driver error: invalid argument", "nccl", "cuda_error"),
+    # the kernel's own bug reports by its catalogue: WARN's 6.x form and any path, lockdep's irq header, the unwinder,
+    # debugobjects, die()'s counter after the task, skb_panic, dump_page's reason (fresh19, fresh22)
+    (
+        "[  560.592663] WARNING: kernel/rcu/tree.c:3098 at __call_rcu_common.constprop.0+0x200/0x760, CPU#4: stress-ng-mmaph/568",
+        "kernel",
+        "kernel",
+    ),
+    (
+        "[ 279.276350][ T4440] WARNING: CPU: 1 PID: 4440 at include/trace/events/printk.h:33 printk_sprint (ld-temp.o:?)",
+        "kernel",
+        "kernel",
+    ),
+    ("[   13.557138] WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected", "kernel", "kernel"),
+    ("[    7.652636] WARNING: stack recursion on stack type 3", "kernel", "kernel"),
+    (
+        "[ 1530.666414][ T8008] ODEBUG: free active (active state 0) object type: timer_list hint: delayed_work_timer_fn+0x0/0x90",
+        "kernel",
+        "kernel",
+    ),
+    ("[  489.703156] sshd-session(3671): Oops [#1]", "kernel", "kernel"),
+    (
+        "[  150.611477][    C6] skbuff: skb_over_panic: text:ffffffff881ff7be len:4096 put:4096 head:ffff88807f93a800 "
+        "data:ffff88807f93a800 tail:0x1000 end:0xc0 dev:<NULL>",
+        "kernel",
+        "kernel",
+    ),
+    ("Feb 21 09:02:00 c-237-177-40-045 kernel: page dumped because: kasan: bad access detected", "kernel", "kernel"),
+    # the PCI core's words for a GPU it cannot wake (fresh20)
+    ("[   87.412701] nvidia 0000:01:00.0: not ready 65535ms after resume; giving up", "kernel", "gpu_lost"),
+    (
+        "[   87.412759] nvidia 0000:01:00.0: Unable to change power state from D3cold to D0, device inaccessible",
+        "kernel",
+        "gpu_lost",
+    ),
+    # libibverbs' async events of the local HCA failing, relayed by GPFS under its [E] tag (fresh17)
+    ("2024-11-23_01:16:26.221+0800: [E] VERBS RDMA: fatal async event IBV_EVENT_DEVICE_FATAL on mlx5_0", "kernel", "nic"),
+    (
+        "2024-11-23_01:16:26.221+0800: [E] VERBS RDMA port state forced to IBV_PORT_DOWN for device mlx5_0 port 1.",
+        "kernel",
+        "nic",
+    ),
+    # a program measuring time for its own work says the clock jumped (fresh17, fresh18)
+    (
+        "2024-11-23_01:01:01.193+0800: [W] Time-of-day may have jumped back. Late by 7 seconds to wake certain threads.",
+        "kernel",
+        "clock_skew",
+    ),
 ]
+
+_STILL_QUIET = [
+    # an fs/ WARNING stays the file systems' rule's: the NFS server's legacy tracking in a container (fresh1, healthy)
+    "[53795.894385] WARNING: CPU: 0 PID: 18573 at fs/nfsd/nfs4recover.c:545 nfsd4_legacy_tracking_init+0x1b7/0x230 [nfsd]()",
+    # an IB port that came up is a state change (NCCL's async thread prints every event)
+    "host:1:1 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : port active",
+]
+
+
+@pytest.mark.parametrize("line", _STILL_QUIET)
+def test_their_look_alikes_stay_quiet(line: str) -> None:
+    assert _acting(line, "nccl" if "NCCL" in line else "kernel") == []
 
 
 @pytest.mark.parametrize(("line", "source", "fault"), _BY_FORM)

@@ -37,6 +37,9 @@ BROADCAST_CATCH_UP_S = 1.0
 BROADCAST_GIVE_UP_S = 30.0
 # A partition with unread input whose latest record read is older than this is a backlog.
 BEHIND_S = 10.0
+# A loop that took longer than this to come round (its process stopped, or starved of CPU) saw
+# nothing of its input meanwhile: the wall clock waits until what was written by then is read.
+AWAY_S = 5.0
 
 _partition_of = attrgetter("topic", "partition")
 
@@ -62,6 +65,11 @@ class EventTimeOrder:
         # asked since the last assignment): see partition_caught_up.
         self._unfetched_end: dict[int, dict[TopicPartition, int]] = {}
         self._late_said = False  # whether a record handed on behind event time was logged yet
+        self._loop_seen: float | None = None  # monotonic time the loop last handed a poll here
+        # After the loop was away: each partition's end offset when it came back (None: not asked
+        # yet), to be read to before the wall clock moves any job's time again (see tick_gate).
+        self._away_ends: dict[TopicPartition, int] | None = None
+        self._away = False
 
     # --- assignment -------------------------------------------------------------------------
     def open_broadcast(self, settings: KafkaSettings, max_records: int) -> None:
@@ -201,6 +209,7 @@ class EventTimeOrder:
         partitions that ran ahead and resume those that fell behind."""
         merge = self.merge
         now = time.time()
+        self._came_round(time.monotonic())
         handed_on = merge.progress  # event time everything was handed on up to, before this call
         # Every record here was placed in time by the intake: its event_ts is set. The intake hands
         # a poll on a partition at a time, so the merge takes each partition's records in one call.
@@ -323,10 +332,47 @@ class EventTimeOrder:
         jobs = (getattr(r.value, "job", None) for r in self.merge.held_items() if r is not None)
         return frozenset(job for job in jobs if isinstance(job, str))
 
+    def _came_round(self, mono: float) -> None:
+        """The loop is here at monotonic time ``mono``: if it was away past AWAY_S, say so."""
+        if self._loop_seen is not None and mono - self._loop_seen > AWAY_S:
+            self._away, self._away_ends = True, None
+        self._loop_seen = mono
+
+    def _read_what_came_while_away(self, consumer: Consumer) -> bool:
+        """Whether what the broker held when the loop came back is read. Live, a job's time moves by
+        wall time once nothing of it arrived for a grace period; a loop that was away (a stopped or
+        starved process) arrives at that with its input unread and its high-water marks as old as
+        its last fetch, which say it is caught up: every job looked stopped, and the wall clock
+        moved their time past records on the broker. The end offsets are asked once (one request),
+        then read to; a busy stream's new input after them is not waited for."""
+        if not self._away:
+            return True
+        parts = list(consumer.assignment())
+        if self._away_ends is None:
+            try:
+                self._away_ends = dict(consumer.end_offsets(parts)) if parts else {}
+            except (KafkaError, ValueError) as exc:
+                log.warning("the loop was away over %.0fs and the broker's end offsets are unknown (%s): the wall "
+                            "clock waits", AWAY_S, exc)
+                return False
+        ends = self._away_ends
+        try:
+            unread = [tp for tp in parts if consumer.position(tp) < ends.get(tp, 0)]
+        except KafkaError:
+            return False
+        if unread:
+            return False
+        self._away, self._away_ends = False, None
+        return True
+
     def tick_gate(self, consumer: Consumer, held_aware: bool) -> frozenset[str] | None:
         """None when the handler's clock may not tick now; else the jobs it must leave alone.
         ``held_aware``: the clock can leave the jobs with records held alone
-        (streams.runner.handler.HeldAwareClock), so it ticks whenever the input is live."""
+        (streams.runner.handler.HeldAwareClock), so it ticks whenever the input is live. Never
+        while what came while the loop was away is unread (:meth:`_read_what_came_while_away`)."""
+        self._came_round(time.monotonic())
+        if not self._read_what_came_while_away(consumer):
+            return None
         if held_aware:
             return self.held_jobs() if self._input_live(consumer) else None
         return frozenset() if self._input_settled(consumer) else None

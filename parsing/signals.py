@@ -28,7 +28,9 @@ What the signal says about a trainer (docs/rules.md, "Signals"):
 - SIGBUS: in a trainer, shared memory (``/dev/shm``) exhausted under a DataLoader: ``host_oom``;
 - SIGKILL: the OOM killer is its usual sender: ``host_oom``, acted on (restart) when the line
   itself names memory, else recorded (action none) for the kernel's OOM record to confirm;
-- SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded;
+- SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded, as
+  ``user_code`` when the process's own handler reports it, ``app_fault`` when a launcher, a shell or a
+  debugger records it (who reports the end decides: docs/design.md §9);
 - SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGXCPU, SIGPIPE: sent by a person, the scheduler or
   the launcher tearing the other ranks down: recorded, no fault;
 - no signal, a failing exit status (Slurm's ``Exited with exit code 1``, mpirun's ``exited with non-zero
@@ -103,6 +105,8 @@ _SHAPES = re.compile(
     # "Process 1234 got signal: 15" (torch/distributed/elastic/multiprocessing/api.py)
     r"|\b(?:caught signal|exited on signal|got signal:?) (?P<n15>\d{1,2})\b"
     r"|\bSignal: [a-z][a-z ]{1,40}? \((?P<n16>\d{1,2})\)"
+    # Android's C library (bionic's debuggerd handler, in the process): "F libc : Fatal signal 6 (SIGABRT), code -1 ..."
+    r"|\bFatal signal (?P<n17>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"
     # an exit status of 128 + N, or torchrun's negative exit code
     # (a key's name too: "learner_exit_code: 137", "exit_status=139")
     r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
@@ -123,16 +127,23 @@ _LIB = re.compile(r"\b(lib[\w+\-]+\.so[\w.]*)")
 
 # signal -> (fault, action, severity): the reading above.
 _CRASH = ("user_code", "stop_time_diagnosis", "error")
-_READINGS = {"SIGSEGV": _CRASH, "SIGILL": _CRASH, "SIGFPE": _CRASH, "SIGBUS": ("host_oom", "restart", "error"),
-             "SIGABRT": ("unknown", "none", "info")}
+_READINGS = {"SIGSEGV": _CRASH, "SIGILL": _CRASH, "SIGFPE": _CRASH, "SIGBUS": ("host_oom", "restart", "error")}
 _SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a fault
+# Who reports an abort decides its class (docs/design.md §9, round 15): the process's own handler (Python's
+# fault handler, glog / abseil's "*** SIGABRT received", Open MPI's and UCX's stack-trace handlers, a program's
+# crash handler, Android's libc) is the program's own report of its death, user_code; a launcher's, a shell's or
+# a debugger's record of it (srun's "task 3: Aborted", bash's "Aborted (core dumped)", mpirun's "exited on signal
+# 6") is the record of a crash by another, app_fault. Either way recorded: the error printed before it decides.
+_OWN_HANDLER = ("s2", "s12", "w6", "n14", "n16", "n17")
+_OWN_ABORT = ("user_code", "none", "info")
+_RECORDED_ABORT = ("app_fault", "none", "info")
 
 
 def _name(m: re.Match[str]) -> str | None:
     for g in ("s1", "s2", "s3", "s4", "s11", "s12"):
         if m.group(g):
             return m.group(g).upper()
-    for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16"):
+    for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16", "n17"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
     for g in ("w5", "w6", "w7", "w9", "w10"):
@@ -159,6 +170,9 @@ def read_signal(msg: str, raw: str) -> Found | None:
     if name is None or name not in _NUMBERS:
         return None
     fault, action, severity = _READINGS.get(name, _SENT)
+    if name == "SIGABRT":
+        own = any(m.group(g) for g in _OWN_HANDLER) or (m.group("n15") is not None and m.group(0).lower().startswith("caught"))
+        fault, action, severity = _OWN_ABORT if own else _RECORDED_ABORT
     if name == "SIGKILL":
         fault, action, severity = ("host_oom", "restart", "error") if _MEMORY.search(msg) else ("host_oom", "none", "info")
     lib = _LIB.search(msg)

@@ -235,3 +235,37 @@ def test_their_look_alikes_stay_quiet(line: str) -> None:
 @pytest.mark.parametrize(("line", "source", "fault"), _BY_FORM)
 def test_each_general_form_gives_its_class(line: str, source: str, fault: str) -> None:
     assert fault in _classes(line, source)
+
+
+# --- who reports an abort decides its class (docs/design.md §9) -------------------------------------------
+_ABORTS = [
+    # the process's own handler: the program's own report of its death (fresh17, fresh20)
+    ("[hpb0205:09049] Signal: Aborted (6)", "user_code"),  # Open MPI's stack-trace handler
+    ("Fatal Python error: Aborted", "user_code"),  # Python's fault handler
+    (
+        "05-26 20:26:54.649   898   923 F libc    : Fatal signal 6 (SIGABRT), code -1 (SI_QUEUE) in tid 923 (android.hardwar), "
+        "pid 898 (android.hardwar)",
+        "user_code",
+    ),  # Android's libc
+    # a launcher's or a shell's record of it (fresh17, fresh18)
+    ("srun: error: nid002892: task 39: Aborted (core dumped)", "app_fault"),
+    (
+        "/var/slurm_spool/job23038278/slurm_script: line 61: 890759 Aborted                 (core dumped) apptainer exec --nv "
+        "~/container-setup/vulkan-sim-base.sif bash -lc '",
+        "app_fault",
+    ),
+    ("traceback : Signal 6 (SIGABRT) received by PID 10", "app_fault"),  # torchrun's failure summary
+]
+
+
+@pytest.mark.parametrize(("line", "fault"), _ABORTS)
+def test_an_abort_is_classed_by_who_reports_it_and_recorded(line: str, fault: str) -> None:
+    assert _classes(line, "nccl") == {fault}
+    assert _acting(line, "nccl") == []  # the error printed before it decides
+
+
+def test_gos_runtime_fatal_error_is_the_programs_own_report() -> None:
+    # runtime.throw's end of a Go program (fresh17); a C compiler's fatal error is no such line
+    assert _classes("fatal error: unexpected signal during runtime execution", "nccl") == {"user_code"}
+    compiler = _events("train.c:1:10: fatal error: cuda_runtime.h: No such file or directory", "nccl")
+    assert all(e.data.get("rule") != "app.runtime_panic" for e in compiler)

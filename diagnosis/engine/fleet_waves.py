@@ -101,6 +101,9 @@ class FleetWaves:
         # finding id → the jobs of its part (the keys it goes under), for the edge that writes it
         self._hearers: dict[str, tuple[str, ...]] = {}
         self._parts_basis: tuple = ()
+        # class → the time up to which its candidates were looked at for a wave this engine forms
+        # from the index alone (_form_heard), and those looked at at that very time
+        self._heard_until: dict[str, tuple[float, set[Seen]]] = {}
         self.stats: Counter = Counter()
 
     @property
@@ -147,6 +150,7 @@ class FleetWaves:
                 del self._jobs_of[fault]
         for machine in [m for m, times in self._own.items() if max(times) < horizon]:
             del self._own[machine]
+        self._heard_until = {f: mark for f, mark in self._heard_until.items() if f in self._seen}
 
     # --- the parts of the fleet -------------------------------------------------------------
     def _entry(self, job: str, node: str) -> Any:
@@ -213,6 +217,9 @@ class FleetWaves:
     def absorb(self, fault: str, cause: str, seen: Seen) -> None:
         """A lane's due candidate that ``cause_of`` put in a fleet wave: it is judged by the wave."""
         self.stats["fleet_wave_members"] += 1
+        self._form(fault, cause, seen)
+
+    def _form(self, fault: str, cause: str, seen: Seen) -> None:
         wave = self._waves.get((fault, cause))
         if wave is not None and seen.ts <= wave.last_ts + self.config.window_s:
             wave.last_ts = max(wave.last_ts, seen.ts)
@@ -258,12 +265,41 @@ class FleetWaves:
                     break
         return wave.owner
 
+    def _form_heard(self, now: float | None) -> None:
+        """Form, from the index alone, the fleet waves due by ``now`` (a lane's time). A lane forms a
+        wave when a candidate of its own job is due (Waves._decide); a job-stage member whose jobs
+        of the part have no machine in the wave has none, and its jobs never heard the wave their
+        remediation must pause for. Each candidate is looked at once, when due by the first lane's
+        time to pass it (a window after it: its neighbours have all arrived by then), as a lane's
+        own is; a wave formed so is heard by the lanes of its part alone (emit)."""
+        if not self._seen:
+            return
+        w = self.config.window_s
+        for fault, seen in self._seen.items():
+            if len(self._jobs_of.get(fault, ())) < self.config.fleet_min_jobs:
+                continue
+            until, at_until = self._heard_until.get(fault, (float("-inf"), set()))
+            due_ts = float("inf") if now is None else now - w
+            lo = bisect.bisect_left(seen, Seen(until, "", ""))
+            hi = bisect.bisect_right(seen, Seen(due_ts, "\uffff", "\uffff"))
+            for s in seen[lo:hi]:
+                if s.ts == until and s in at_until:
+                    continue
+                if s.ts > until:
+                    until, at_until = s.ts, set()
+                at_until.add(s)
+                cause = self.cause_of(fault, s.job, s.node, s.ts)
+                if cause is not None:
+                    self._form(fault, cause, s)
+            self._heard_until[fault] = (until, at_until)
+
     def emit(self, jobs: Iterable[str], now: float | None) -> list[Diagnosis]:
         """The fleet waves that changed, or ended (``now`` None: the end of input), of the parts
         ``jobs`` (a lane's) have machines in: each once per engine, however many of its lanes hear it."""
+        jobs = set(jobs)
+        self._form_heard(now)
         if not self._waves:
             return []
-        jobs = set(jobs)
         w = self.config.window_s
         out: list[Diagnosis] = []
         for key, wave in list(self._waves.items()):

@@ -144,3 +144,21 @@ def test_a_fleet_wave_is_data(tmp_path):
     f.write_text("[wave.fleet]\nmin_machines = 3\n")
     with pytest.raises(ThresholdsError, match="wave.fleet"):
         load([f])
+
+
+def test_a_member_holding_only_a_job_of_the_part_with_no_machine_in_the_wave_still_hears_it():
+    """Job e has two machines under sw0, neither of which went down with the switch. The member
+    that holds only e has no candidate of its own to be due: it forms the wave from its index (the
+    other members' copies) and writes it under e, as the members holding a and b do under theirs,
+    so e's remediation pauses nic for its machines under the switch that is rebooting."""
+    machines = {**MACHINES, "e": {f"e{i}": {"ib_switch": "sw0", "rack": "r-e"} for i in range(2)}}
+    _, whole = run(lanes("abe", fleet(machines=machines), machines), switch_reboot("ab"), until=400)
+    [wave] = whole
+    assert wave.group == "wave:ib_switch=sw0" and "8 of the 10 machines" in wave.detail
+    index = fleet(machines=machines)
+    passed, diags = run(lanes("e", index, machines), switch_reboot("ab"), until=400, index=index)
+    assert passed == [] and diags == whole
+    assert index.delivered_under(wave, lambda job: job == "e") == ("e",)
+    # a member holding only c (under sw1) hears nothing of it
+    index = fleet(machines=machines)
+    assert run(lanes("c", index, machines), switch_reboot("ab"), until=400, index=index) == ([], [])

@@ -1,0 +1,92 @@
+"""The outside check, round 3: incidents as an SRE lives them, written from docs/events.md alone.
+
+tests/outside/sre_shapes.py writes seven 15-minute traces (an MoE job's one slow expert rank, a
+pipeline's last stage always slower, a 4-minute sharded checkpoint save, a rolling driver upgrade,
+a job that ends, two jobs under one switch with one flapping NIC, a machine whose clock runs 30 s
+behind) and beside each what a person expects; tests/fixtures/outside/sre/ keeps those expect files
+as reviewed. Offline each goes through `faultlens check`; marked broker, five of them as one stream,
+replayed at once into a broker and read as a backlog by three members of one group.
+
+Found by this round: the checkpoint save was a reattempt in place (fixed in diagnosis/hang, unit
+tests in tests/diagnosis/test_hang_checkpoint_write.py); the machine whose clock is 30 s behind is
+evicted as node_silent (liveness, not this round's to fix: the strict xfail below says why).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.outside import modes
+from tests.outside.modes import acting, assert_expect_files_kept, with_offline
+from tests.outside.modes import checked as check_traces
+from tests.outside.sre_shapes import SCENARIOS, write_all
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "sre"
+KNOWN = {"clock_skew"}  # traces a known failure is about (the xfail below)
+BROKER_SET = ["checkpoint_stall", "rolling_upgrade", "job_end", "shared_switch_flap", "clock_skew"]
+EVICTING = ("evict", "evict_reset_gpu")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("outside-sre")
+    write_all(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def checked(traces) -> dict[str, dict]:
+    return check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
+
+
+def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
+    assert_expect_files_kept(traces, FIXTURES, SCENARIOS)
+
+
+@pytest.mark.long(15)
+def test_every_incident_gives_what_an_sre_expects(checked):
+    assert sorted(checked) == sorted(SCENARIOS)
+    for name, r in checked.items():
+        if name in KNOWN:
+            continue
+        assert r["ok"], (name, r["missing"], r["extra"], r["changed"])
+        assert r["healthy_evicted"] == [], name
+
+
+@pytest.mark.long(3)
+def test_a_checkpoint_save_of_four_minutes_is_no_hang(traces):
+    found = modes.offline(traces / "checkpoint_stall.parquet")
+    hang = [d for d in found if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
+    assert [d["action"] for d in hang] == ["none"] and "writing their checkpoint" in hang[0]["detail"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "diagnosis/rules/liveness.py (W's this session): a machine whose clock runs 30 s behind stamps "
+        "its last beat 30 s before its peers' last ones, so at the trace's end its peers 'reported on past "
+        "it' for 31 s and it is node_silent, action evict (the healthy skw-r2-03 evicted). Offline the "
+        "stream's end cannot tell a skewed clock from a death; live, its events arrive on time stamped "
+        "30 s old, which the arrival lag could tell (streams/runner/event_time.py)"
+    ),
+)
+def test_a_machine_whose_clock_is_30s_behind_is_never_evicted(checked):
+    r = checked["clock_skew"]
+    assert r["healthy_evicted"] == [] and r["ok"], (r["extra"], r["healthy_evicted"])
+
+
+@pytest.mark.broker
+@pytest.mark.long(60)
+def test_as_a_backlog_read_by_three_members_the_verdicts_are_analyzes(tmp_path):
+    """Five of the incidents as one stream, replayed as fast as the broker takes it while three
+    `faultlens diagnose --group G` members read (one holds the lease): a backlog and several members
+    at once. The split stages (3 node + 3 job members) take 7 minutes here: run them with
+    `python -m tests.outside.modes STREAM --modes split`."""
+    stream = tmp_path / "stream.parquet"
+    write_all(tmp_path / "traces", BROKER_SET, combined=stream)
+    found, off = with_offline(stream, "group", tmp_path, speed=0)
+    assert acting(found) == acting(off)
+    evicted = {(d["job"], n) for d in found if d["action"] in EVICTING for n in d["nodes"]}
+    assert evicted - {("outside-skew", "skw-r2-03")} == {("outside-switch-b", "sb-r1-04")}  # less the known failure

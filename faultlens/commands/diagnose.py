@@ -8,7 +8,9 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 
+from faultlens.commands.diagnose_members import Members, workers_count
 from faultlens.diagnosis.edge.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from faultlens.diagnosis.edge.node_consumer import NODE_GROUP
 from faultlens.engine_flags import add_engine_arguments, engine_config
@@ -42,6 +44,12 @@ events), with the compacted `jobs` topic read in full by every member.
                 fail-slow localisation, dedup / escalation. Scale by adding members (group
                 faultlens-diagnose-job) and `summaries` partitions: a job lives on one partition.
 
+  --workers N   (with --stage all) one launch on many cores: N node-stage members as child
+                processes (group <group>-node) and the job stage in this process (group
+                <group>-job), the split deployment above started at once; with --stage node or
+                job, N members of that stage (this process and N-1 children). The children exit
+                with this process. `auto`: one node member per core but one, at most 3 (docs/deploying.md).
+
 Unreadable or invalid events go to `dead-letter` with the reason; an event stamped far in the
 future is judged at its arrival (clock_skew alert); a sample too late to judge is counted, a
 late fault report is still diagnosed. On exit prints one JSON line with the run's counts."""
@@ -57,12 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit after this many seconds without input (replays, tests); a stage-all "
                              "standby exits after this long without the lease")
     parser.add_argument("--max-records", type=int, default=None, help="exit after this many records")
+    parser.add_argument("--workers", type=workers_count, default=os.environ.get("FAULTLENS_DIAGNOSE_WORKERS", "1"),
+                        help="members this launch runs, as child processes (see above; default 1: one "
+                             "process; `auto`: one per core but one, at most 3; env FAULTLENS_DIAGNOSE_WORKERS)")
     add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> int:
+    """The command; ``ready`` is called right before the member joins its group (diagnose_members)."""
     config = engine_config(args)
     wanted = [*TELEMETRY_TOPICS, topics.JOBS, topics.SUMMARIES, DIAGNOSES_TOPIC, topics.DEAD_LETTER]
     # SIGTERM/SIGINT before the runner's own handlers (standing by, priming): a clean stop, with
@@ -74,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with connected(args, wanted) as settings:
             metrics.serve(args.metrics_port)
+            if args.workers > 1:
+                with Members(args, settings) as members:
+                    return _run_pipeline(members.own_args, settings, engine_config(members.own_args), None, stop,
+                                         members)
             lease = None
             if args.stage == "all":
                 # One active member per stage-all group (streams/lease.py); the others wait, reading
@@ -85,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0}), flush=True)
                     return 0
             try:
-                return _run_pipeline(args, settings, config, lease, stop)
+                return _run_pipeline(args, settings, config, lease, stop, ready=ready)
             finally:
                 if lease is not None:
                     lease.release()
@@ -95,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lease: Lease | None,
-                  stop: threading.Event) -> int:
+                  stop: threading.Event, members: Members | None = None,
+                  ready: Callable[[], None] | None = None) -> int:
     try:
         runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
     except TopicLayoutError as exc:
@@ -103,7 +120,11 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
         return 2
     if lease is not None:
         lease.watch(runner.stop)
+    if members is not None:
+        members.watch(runner.stop)
     metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
+    if ready is not None:
+        ready()
     if stop.is_set():
         runner.stop()  # stopped while starting: the run ends at once, committing nothing new
     stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)
@@ -125,7 +146,10 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
                       "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
                       "oversized": stats.oversized, "skewed": stats.skewed,
                       "forced_early": runner.merge.forced if runner.merge else 0,
-                      "late_released": stats.late_released, **counts}), flush=True)
+                      "late_released": stats.late_released, "first_read_at": stats.first_read_at,
+                      "last_handled_at": stats.last_handled_at, **counts}), flush=True)
+    if members is not None and members.failed is not None:
+        return members.failed
     return 0
 
 

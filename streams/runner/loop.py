@@ -219,6 +219,8 @@ class GroupRunner:
                 out: list[Outgoing] = []
                 good: list[Record] = []
                 if polled:
+                    if stats.first_read_at is None:
+                        stats.first_read_at = time.time()
                     good, dead = self.intake.split(polled)
                     out.extend(dead)
                     stats.dead_letters += len(dead)
@@ -296,6 +298,7 @@ class GroupRunner:
         if not records:
             return
         produced = self._run_handler(records)
+        self.stats.last_handled_at = time.time()
         self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
         out.extend(produced)
 

@@ -72,6 +72,10 @@ class RunnerStats:
     oversized: int = 0
     last_loop_s: float = 0.0
     started_at: float = field(default_factory=time.time)
+    # Wall clock of the first poll that brought records and of the last batch handed to the handler:
+    # a backlog's rate is records_in over the span (bench/bench_floor_workers.py, one launch's members).
+    first_read_at: float | None = None
+    last_handled_at: float | None = None
 
 
 def broker_time(timestamp_ms: int | None) -> float | None:

@@ -1,0 +1,80 @@
+"""`faultlens diagnose --workers N` against the bare client by wall, on bench_floor's backlog (issue 56).
+
+    .venv/bin/python -m bench.bench_floor_workers [--nodes 32] [--duration 300] [--workers 1 2 3]
+        [--rounds 1] [--bootstrap HOST:PORT]
+
+bench/bench_floor.py times one member in this process; this runs the command as an operator does,
+one launch per count (``--workers 1``: `--stage all` in one process; N > 1: N node-stage child
+processes and the job stage in the launch), each in fresh groups, on the same held-out backlog
+(bench_floor.backlog). A launch's rate is the backlog over the span from the first poll that
+brought records in any member to the job stage's last batch handled (each member's final line
+says both: ``first_read_at``, ``last_handled_at``); group joins and the idle stop are outside it,
+as they are outside the bare client's (bench_floor.raw, from its first batch). The launch's CPU
+seconds (its children's included, start and idle tail too) are given beside it. Each round runs
+the bare client first, then every count, so a ratio is taken within a round on one machine load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+
+from bench.bench_floor import _rates, raw, write_backlog
+from bench.common import bench_broker
+
+
+def launch(bootstrap: str, workers: int, idle_s: float) -> dict:
+    """One `faultlens diagnose --workers N` over the backlog: its rate by wall and its CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "faultlens", "diagnose", "--workers", str(workers),
+                           "--group", f"bench-w{workers}-{uuid.uuid4().hex[:6]}", "--idle-stop", str(idle_s),
+                           "--bootstrap", bootstrap], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"diagnose --workers {workers} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    last = next(x for x in lines if x["stage"] in ("all", "job"))
+    telemetry = sum(x["records"] for x in lines if x["stage"] in ("all", "node"))
+    start = min(x["first_read_at"] for x in lines if x["stage"] in ("all", "node") and x["first_read_at"])
+    span = last["last_handled_at"] - start
+    nodes_done = max((x["last_handled_at"] for x in lines if x["stage"] == "node"), default=None)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"records": telemetry, "seconds": round(span, 2), "events_per_s": round(telemetry / span),
+            "node_stage_s": round(nodes_done - start, 2) if nodes_done else None,
+            "launch_wall_s": round(wall, 1), "launch_cpu_s": round(cpu, 1), "diagnoses": last["diagnoses"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--duration", type=int, default=300)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--idle-stop", type=float, default=8.0)
+    ap.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
+    args = ap.parse_args(argv)
+    print(json.dumps({"load_average": os.getloadavg(), "cpus": os.cpu_count()}), flush=True)
+    with bench_broker(args.bootstrap) as base:
+        total = write_backlog(base.bootstrap, args.nodes, args.duration)
+        print(json.dumps({"backlog": total, "nodes": args.nodes}), flush=True)
+        for round_ in range(1, args.rounds + 1):
+            bare = _rates(*raw(base, total, decode=False))
+            print(json.dumps({"round": round_, "measure": "raw kafka-python", **bare}), flush=True)
+            for n in args.workers:
+                row = launch(base.bootstrap, n, args.idle_stop)
+                row["ratio_to_raw"] = round(row["events_per_s"] / bare["events_per_s"], 3)
+                print(json.dumps({"round": round_, "measure": f"diagnose --workers {n}", **row,
+                                  "load_average": os.getloadavg()[0]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

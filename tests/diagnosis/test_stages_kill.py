@@ -4,6 +4,9 @@ offline ones. (Apart from tests/diagnosis/test_stages.py so that the test runner
 
 from __future__ import annotations
 
+import re
+import socket
+import urllib.request
 import uuid
 
 import pytest
@@ -16,8 +19,30 @@ from faultlens.streams.replay import replay_trace
 from tests.diagnosis.live_members import LIVE_JOB_IDLE_S, finish_node_members
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.kafka_fixtures import job_records
+from tests.progress import cpu_ticks, wait_until
 
 pytestmark = pytest.mark.broker
+
+READ = re.compile(r'^faultlens_events_in_total\{consumer="diagnose-job"\} (\S+)$', re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _records_in(port: int) -> int | None:
+    """A `faultlens diagnose --stage job --metrics-port PORT` member's records read (its /metrics);
+    None while it serves none yet. kafka-python's describe_groups fails on Tansu ("15 is not a valid
+    ACLOperation") and the job stage logs nothing of its assignment: what each member read says
+    that it joined and holds partitions."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            m = READ.search(r.read().decode())
+    except OSError:
+        return None
+    return int(float(m.group(1))) if m else None
 
 
 @pytest.mark.e2e
@@ -29,7 +54,6 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
     input, and the acting diagnoses are still the offline ones."""
     import os
     import signal
-    import time
 
     from faultlens.demo.processes import faultlens
 
@@ -44,14 +68,20 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
     argv = ["diagnose", "--stage", "job", "--bootstrap", kafka_settings.bootstrap, "--group", group,
             "--idle-stop", str(LIVE_JOB_IDLE_S)]
     env = dict(os.environ)
-    first, second = (faultlens(f"job{i}", argv, env, tmp_path) for i in range(2))
+    ports = [_free_port() for _ in range(2)]
+    first, second = (faultlens(f"job{i}", [*argv, "--metrics-port", str(port)], env, tmp_path)
+                     for i, port in enumerate(ports))
     procs = [first, second]
     try:
-        time.sleep(8)  # both joined the group
         replay_trace(kafka_settings, path, speed=0, show_progress=False)
         node_group = f"test-knode-{uuid.uuid4().hex[:6]}"
         nodes = start_members(kafka_settings, "node", 1, node_group, idle_s=6)
-        time.sleep(1.5)
+        # Killed once both joined and each read some of what the node stage writes (its members'
+        # words go to every `summaries` partition): mid-stream, with a member to take its partitions.
+        wait_until(lambda: all(n for n in map(_records_in, ports)),
+                   progress=lambda: (tuple(map(_records_in, ports)), tuple(cpu_ticks(p.popen.pid) for p in procs),
+                                     tuple(r.stats.records_in for _, r, _ in nodes)),
+                   stall_s=90, what="both job members to read", explain=lambda: first.tail() + second.tail())
         os.killpg(first.popen.pid, signal.SIGKILL)
         first.popen.wait(10)
         procs.append(faultlens("job0-again", argv, env, tmp_path))

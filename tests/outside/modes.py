@@ -13,6 +13,14 @@
 Every broker mode starts its own `faultlens broker` (a private $FAULTLENS_HOME, so no other
 broker on the machine is found) and reads the `diagnoses` topic back with `faultlens record
 --topics diagnoses`. A diagnosis is compared by what it decided: job, fault, action, nodes, group.
+
+How a run ends. Live, the members stop at an idle stop of three graces: the wall clock then moves
+every quiet job's time two graces past its last event (a stream that ended is judged as live
+alone judges it), which is what the live mode checks of silence. A backlog or a group judges no
+silence (below): their members are stopped (SIGTERM, a clean stop that hands on and flushes what
+they hold, as an idle stop does) once their group committed the telemetry topics to the end
+offsets the replay left (tests/diagnosis/live_members.py), not after an idle time; the idle stop
+stays on as the backstop.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,16 +37,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.streams.config import KafkaSettings
+from tests.diagnosis.live_members import committed_to_end
+from tests.progress import cpu_ticks, files_size
+
 FAULTLENS = [sys.executable, "-m", "faultlens"]
 MODES = ("offline", "live", "backlog", "group", "split")
-IDLE_STOP_S = 90   # past the 30 s grace, so the wall clock can move a quiet job's time by a minute
+GRACE_S = 30.0  # the engine's default (--grace): live, the idle stop is three of them
 # The group's check is that one of three members reads it all and the others stand by (silence is
-# not compared there, the live mode's 90 s are what judge the wall clock past a stream's end): an
-# idle stop below the grace, so nothing moves a job's time past its last event, and the active
-# member stops once it read its partitions to their ends (streams/idle_stop.py), handing on what
-# it holds as at any stop. A standby without the lease exits after it too: it stands by through
-# the replay's first 20 s (switch_wave at 40x: 15 s of events), not to the end.
-GROUP_IDLE_STOP_S = 20  # the backlog's too: all of it is in before the member starts, silence is not compared
+# not compared there, the live mode's idle stop is what judges the wall clock past a stream's end):
+# the active member is stopped once its group committed the telemetry to the end, handing on what
+# it holds as at any stop. A standby without the lease exits after this idle stop, standing by
+# through the replay's first 20 s (switch_wave at 40x: 15 s of events), not to the end. For the
+# active member (and the backlog's, whose replay is all in before it starts) it is the backstop.
+GROUP_IDLE_STOP_S = 20
 
 Key = tuple[str, str, str, tuple[str, ...], str]
 T = TypeVar("T")
@@ -68,11 +82,25 @@ def _broker(home: Path):
         proc.wait(timeout=30)
 
 
-def _diagnose(bootstrap: str, home: Path, group: str, log: Path, idle_stop: float,
+def _diagnose(bootstrap: str, home: Path, group: str, log: Path, idle_stop: float, grace: float,
               stage: str = "all") -> subprocess.Popen:
     return subprocess.Popen([*FAULTLENS, "diagnose", "--bootstrap", bootstrap, "--group", group, "--stage", stage,
-                             "--idle-stop", str(idle_stop)], stdout=subprocess.DEVNULL,
+                             "--idle-stop", str(idle_stop), "--grace", str(grace)], stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), env=_env(home))
+
+
+def stop_once_read(settings: KafkaSettings, group: str, procs: list[subprocess.Popen],
+                   progress: Callable[[], object]) -> None:
+    """The `faultlens diagnose` members of ``group`` (stage all) stopped once the group committed
+    every telemetry partition to its end offset now (all of it is in). Standbys still there are
+    stopped with the active member: one handed the lease as it stops ends at once, its runner
+    stopped before it reads (faultlens/commands/diagnose.py). Fails only when neither the
+    commits nor ``progress()`` moved for 90 s (committed_to_end)."""
+    committed_to_end(settings, group, TELEMETRY_TOPICS, running=lambda: any(p.poll() is None for p in procs),
+                     progress=progress, what=group)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
 
 
 def _replay(bootstrap: str, home: Path, trace: Path, speed: float) -> None:
@@ -82,8 +110,10 @@ def _replay(bootstrap: str, home: Path, trace: Path, speed: float) -> None:
 
 def _recorded(bootstrap: str, home: Path, out: Path) -> list[dict]:
     trace = out / "diagnoses.parquet"
+    # The members are gone, so `diagnoses` is whole: the reader waits for the end offsets it
+    # read at its start (streams/reader.py), then for 1 s of nothing, not 5.
     subprocess.run([*FAULTLENS, "record", "--bootstrap", bootstrap, "--topics", "diagnoses", "--out",
-                    str(trace), "--idle", "5", "--no-progress"], check=True, stdout=subprocess.DEVNULL,
+                    str(trace), "--idle", "1", "--no-progress"], check=True, stdout=subprocess.DEVNULL,
                    env=_env(home))
     path = Path(f"{trace}.diagnoses.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -105,47 +135,53 @@ def assert_expect_files_kept(written: Path, kept: Path, names: Iterable[str]) ->
         assert (written / name).read_text() == (kept / name).read_text(), name
 
 
-def offline(trace: Path) -> list[dict]:
-    done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress"], check=True,
+def offline(trace: Path, grace: float = GRACE_S) -> list[dict]:
+    done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress", "--grace", str(grace)], check=True,
                           capture_output=True, text=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
-def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0) -> list[dict]:
+def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0, grace: float = GRACE_S) -> list[dict]:
     """`live`, `backlog`, `group` or `split`: the trace through a broker of its own, its diagnoses read back."""
-    return _through_broker(trace, mode, work, speed, None)[0]
+    return _through_broker(trace, mode, work, speed, grace, None)[0]
 
 
-def _through_broker(trace: Path, mode: str, work: Path, speed: float,
+def _through_broker(trace: Path, mode: str, work: Path, speed: float, grace: float,
                     meanwhile: Callable[[], T] | None) -> tuple[list[dict], T | None]:
     """through_broker, and what ``meanwhile()`` returned: called once the replay is in, while the
     members run to their stop (the time a broker run mostly waits)."""
     home = work / f"home-{mode}"
     home.mkdir(parents=True, exist_ok=True)
-    idle_stop = GROUP_IDLE_STOP_S if mode in ("group", "backlog") else IDLE_STOP_S
+    read_stop = mode in ("group", "backlog")  # stopped once read (the module's doc), the idle stop a backstop
+    idle_stop = GROUP_IDLE_STOP_S if read_stop else 3 * grace
     with _broker(home) as bootstrap:
         members = 3 if mode == "group" else 1
         if mode == "backlog":
             _replay(bootstrap, home, trace, 0)
         if mode == "split":
-            procs = [_diagnose(bootstrap, home, f"outside-split-{stage}", work / f"split-{stage}-{i}.log",
-                               idle_stop, stage) for stage in ("node", "job") for i in range(3)]
+            stages = [(stage, work / f"split-{stage}-{i}.log") for stage in ("node", "job") for i in range(3)]
         else:
-            procs = [_diagnose(bootstrap, home, f"outside-{mode}", work / f"{mode}-{i}.log", idle_stop)
-                     for i in range(members)]
+            stages = [("all", work / f"{mode}-{i}.log") for i in range(members)]
+        logs = [log for _, log in stages]
+        procs = [_diagnose(bootstrap, home, f"outside-split-{stage}" if mode == "split" else f"outside-{mode}",
+                           log, idle_stop, grace, stage) for stage, log in stages]
         if mode != "backlog":
             _replay(bootstrap, home, trace, speed)
         beside = meanwhile() if meanwhile is not None else None
+        if read_stop:
+            stop_once_read(KafkaSettings(bootstrap=bootstrap), f"outside-{mode}", procs,
+                           lambda: (files_size(*logs), tuple(cpu_ticks(p.pid) for p in procs)))
         for p in procs:
             p.wait(timeout=1800)
         (work / mode).mkdir(exist_ok=True)
         return _recorded(bootstrap, home, work / mode), beside
 
 
-def with_offline(trace: Path, mode: str, work: Path, speed: float = 40.0) -> tuple[list[dict], list[dict]]:
-    """through_broker's diagnoses and `faultlens analyze`'s, analyze run while the members run to
-    their stop (after the replay: it takes no CPU from members keeping pace with it)."""
-    found, off = _through_broker(trace, mode, work, speed, lambda: offline(trace))
+def with_offline(trace: Path, mode: str, work: Path, speed: float = 40.0,
+                 grace: float = GRACE_S) -> tuple[list[dict], list[dict]]:
+    """through_broker's diagnoses and `faultlens analyze`'s (the same --grace), analyze run while the
+    members run to their stop (after the replay: it takes no CPU from members keeping pace with it)."""
+    found, off = _through_broker(trace, mode, work, speed, grace, lambda: offline(trace, grace))
     assert off is not None
     return found, off
 
@@ -167,13 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trace", type=Path)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--speed", type=float, default=40.0, help="live and group replay pace (K x real time)")
+    parser.add_argument("--grace", type=float, default=GRACE_S,
+                        help="the engine's --grace, every mode alike (live: the idle stop is three of them)")
     parser.add_argument("--work", type=Path, help="where the brokers' homes, logs and results go")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="outside-modes-"))
     work.mkdir(parents=True, exist_ok=True)
     results = {}
     for mode in args.modes:
-        results[mode] = offline(args.trace) if mode == "offline" else through_broker(args.trace, mode, work, args.speed)
+        results[mode] = (offline(args.trace, args.grace) if mode == "offline"
+                         else through_broker(args.trace, mode, work, args.speed, args.grace))
         (work / f"{mode}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in results[mode]))
         print(json.dumps({"mode": mode, "diagnoses": len(results[mode]), "acting": sorted(acting(results[mode]))}))
     differences = compare(results)

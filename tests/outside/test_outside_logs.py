@@ -267,6 +267,12 @@ def test_a_boot_probe_of_the_acpi_error_interface_is_no_machine_check():
 # --- 2. real agents and real diagnose members on a broker ----------------------------------------
 FAULTLENS = [sys.executable, "-m", "faultlens"]
 STALL_S = 90
+# The members are stopped once their group committed every telemetry partition to its end (all of
+# it is in: the agents stopped), not at their idle stop, which stays the backstop (and how long the
+# live group's standby stands by). Stopped either way, a member hands on and flushes what it holds.
+# The idle stop is the grace, so it never let the wall clock move a job's time: nothing is judged
+# of the time after the agents stopped, and the stop on commits judges no less.
+IDLE_STOP_S = 30
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -290,6 +296,16 @@ def _diagnose(settings, group: str, work: Path, idle_stop: float):
 
     return Watched([*FAULTLENS, "diagnose", "--bootstrap", settings.bootstrap, "--group", group,
                     "--idle-stop", str(idle_stop)], env=_env(work), cpu=True, what=f"diagnose {group}")
+
+
+def _stop_once_read(settings, group: str, members: list) -> None:
+    """``members`` (Watched `faultlens diagnose` processes of ``group``) stopped once it read
+    the telemetry to its end (tests/outside/modes.py), then waited for."""
+    from tests.outside.modes import stop_once_read
+
+    stop_once_read(settings, group, [m.popen for m in members], lambda: tuple(m.progress() for m in members))
+    for member in members:
+        member.wait_exit(stall_s=STALL_S, limit_s=900)
 
 
 def _read_to(settings, job: str, files: dict[tuple[str, str], Path]) -> None:
@@ -343,7 +359,7 @@ def test_real_logs_through_agents_and_diagnose_live_and_as_a_backlog(own_kafka_s
             a.wait_line(lambda line: '"started"' in line, stall_s=STALL_S)
         # Started once the agents beat: an idle stop counts from a member's start, and four agents
         # starting on two loaded cores can take longer than it.
-        live += [_diagnose(settings, "outside-logs-live", work, idle_stop=30) for _ in range(2)]
+        live += [_diagnose(settings, "outside-logs-live", work, idle_stop=IDLE_STOP_S) for _ in range(2)]
         def write(name: str, log: Log) -> None:
             path = work / f"{name}.{log.kind}.log"
             for step in steps(log, path):
@@ -360,11 +376,10 @@ def test_real_logs_through_agents_and_diagnose_live_and_as_a_backlog(own_kafka_s
         _read_to(settings, job, {(name, log.kind): work / f"{name}.{log.kind}.log" for name, node in NODES.items()
                                  for log in (node.kernel, node.trainer) if log})
         stopped = {name: json.loads(a.stop(stall_s=STALL_S).stdout.splitlines()[-1]) for name, a in agents.items()}
-        for member in live:
-            member.wait_exit(stall_s=STALL_S, limit_s=900)
+        _stop_once_read(settings, "outside-logs-live", live)
         live_found = job_records(settings, "diagnoses", Diagnosis.decode, job)
-        backlog = _diagnose(settings, "outside-logs-backlog", work, idle_stop=30)
-        backlog.wait_exit(stall_s=STALL_S, limit_s=900)
+        backlog = _diagnose(settings, "outside-logs-backlog", work, idle_stop=IDLE_STOP_S)
+        _stop_once_read(settings, "outside-logs-backlog", [backlog])
         every = job_records(settings, "diagnoses", Diagnosis.decode, job)
     finally:
         for p in [*agents.values(), *live]:

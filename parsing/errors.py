@@ -92,6 +92,9 @@ _CUDA_ERR = re.compile(
     # ("Cuda failure 999 'unknown error'"); 'invalid argument', 'out of memory' stay NCCL's (nccl_lines.py)
     r"|(?P<cf>Cuda failure (?:999|46|70[02]|719)\b(?: '[^']*')?)"
     r"|(?P<call>\bcu(?:da)?[A-Z]\w+) returned (?P<callrc>[1-9]\d*)\b"
+    # a runtime API call its wrapper reports failed by name (hipSYCL / AdaptiveCpp: "hip_queue: hipMemsetAsync() failed
+    # (error code = HIP:1)"; the same for cuda*): the call's error, as a checked call's return code
+    r"|(?P<apicall>\b(?:cuda|hip)[A-Z]\w*\(\) failed(?: \(error code = \w+:\d+\))?)"
     r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
     r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed|"
     # the runtime's texts for a driver or device not ready (cudaGetErrorString of 802, 803, 46, 702)
@@ -152,14 +155,15 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     else:
         error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv")
                  or m.group("hostassert") or m.group("hiperr") or m.group("gdbx")
-                 or m.group("cf") or m.group("oomcall") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
+                 or m.group("cf") or m.group("oomcall") or m.group("apicall") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
-    if "no kernel image is available" in low or "unsupported ptx version" in low:
-        # the build has no code for this GPU's architecture: the program's environment, not the GPU
+    if "no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low:
+        # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
+        # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!")
         return error, "user_code", "rollback", "error"
     if "requires reset" in low:
         return error, "gpu_reset_required", "stop_time_diagnosis", "error"
@@ -268,7 +272,8 @@ def classify_headless(msg: str) -> ExceptionLine | None:
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 # An exception's text alone, as str(OSError) prints it ("[Errno 28] No space left on device"), and a
 # dotted exception type on a line of its own (torchelastic's "...rendezvous.api.RendezvousClosedError").
-_ERRNO_LINE = re.compile(r"^\s*(?P<msg>\[Errno -?\d+\] \S.*)$")
+# (round 15) also after a program's own words and a colon ("checkpoint write retry: [Errno 28] No space left on device")
+_ERRNO_LINE = re.compile(r"^\s*(?:[^\[\]]{1,80}?: )?(?P<msg>\[Errno -?\d+\] \S.*)$")
 # (with the colon of an empty message too: torchelastic's "...errors.ChildFailedError:" before its table)
 _BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)):?$")
 

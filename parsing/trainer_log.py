@@ -30,6 +30,7 @@ from faultlens.parsing.errors import (
 from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.nan_lines import nan_text, step_of
+from faultlens.parsing.relayed_xid import relayed_xid
 from faultlens.parsing.rules import LineRule, RuleSet
 from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
@@ -69,7 +70,7 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  # C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
                  ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure",
                  # ncclResult_t's names without "error" in them (ncclInvalidUsage, ncclInvalidArgument)
-                 "ncclinvalid", "duplicate gpu detected")
+                 "ncclinvalid", "duplicate gpu detected", "xid")
 
 # classify_nccl's names for the generic socket words any client prints, NCCL or not.
 _SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
@@ -280,7 +281,7 @@ class TrainerLogParser:
                 or "not yet initialized" in msg or "Cuda failure" in msg or " out of memory" in msg or "HIP error" in msg or "hipError" in msg
                 or "_RESULT_ERROR_" in msg or "ynchronize stream failed" in msg or "ACL stream" in msg or "Kernel task happen" in msg
                 or "THCudaCheck" in msg or "cudaSuccess" in msg or "HIP_ERROR" in msg or "Assertion" in msg
-                or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg):
+                or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg or "() failed" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda
@@ -300,6 +301,10 @@ class TrainerLogParser:
                     return []
                 self._folded[(key, "nccl_error")] = (self._n, self._t)
                 return [("nccl_error", common(raw, *nccl_fault(nccl), "error", rank=rank, error=nccl, **extra))]
+        if "Xid" in msg or "XID" in msg:
+            found = relayed_xid(msg, raw, rank, extra)
+            if found is not None:
+                return found
         if nan_text(msg):
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=step_of(msg), **extra))]  # fmt: skip

@@ -269,3 +269,56 @@ def test_gos_runtime_fatal_error_is_the_programs_own_report() -> None:
     assert _classes("fatal error: unexpected signal during runtime execution", "nccl") == {"user_code"}
     compiler = _events("train.c:1:10: fatal error: cuda_runtime.h: No such file or directory", "nccl")
     assert all(e.data.get("rule") != "app.runtime_panic" for e in compiler)
+
+
+_MORE_FORMS = [
+    # an Xid another program relays: the Xid table's class, at most an alert (fresh17; health_checks in the dev set)
+    (
+        "2020/08/10 19:09:42 XidCriticalError: Xid=69 on Device=GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8, the device will go "
+        "unhealthy.",
+        "app_fault",
+    ),
+    ("Found XID errors: 63", "gpu_memory"),
+    # HIP's names for CUDA's errors: the build without code for the GPU (user_code, as CUDA's no kernel image), a call that
+    # failed by name (fresh17)
+    ('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"', "user_code"),
+    (
+        "[hipSYCL Error] from /tmp/hellsvik/hipsycl/0.9.4/src/runtime/hip/hip_queue.cpp:355 @ submit_memset() : hip_queue: "
+        "hipMemsetAsync() failed (error code = HIP:1)",
+        "cuda_error",
+    ),
+    # an OSError's text after a program's own words (fresh22); Slurm's accounting check of memory (fresh20)
+    ("checkpoint write retry: [Errno 28] No space left on device", "storage"),
+    ("slurmstepd: error: Exceeded job memory limit", "host_oom"),
+]
+
+
+@pytest.mark.parametrize(("line", "fault"), _MORE_FORMS)
+def test_more_general_forms_in_the_trainer_stream(line: str, fault: str) -> None:
+    assert fault in _classes(line, "nccl")
+
+
+def test_a_relayed_xid_alerts_at_most_and_names_its_number() -> None:
+    (event,) = _events("XidCriticalError: Xid=79 on Device=GPU-7540a9b3, the device will go unhealthy.", "nccl")
+    assert (event.data["xid"], event.data["fault"], event.data["action"]) == (79, "gpu_lost", "alert")
+    # NVML's event type's name, which the device plugin logs when it skips other events, is no Xid (dev set, healthy)
+    skipped = (
+        "I1025 02:19:08.002792       1 health.go:151] Skipping non-nvmlEventTypeXidCriticalError event: "
+        "{Device:{Handle:0x7f0dcf40bdf8} EventType:2 EventData:0 GpuInstanceId:0 ComputeInstanceId:0}"
+    )
+    assert _acting(skipped, "nccl") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[   22.665536][ T4425] ERROR: (device loop0): remounting filesystem as read-only",  # jfs (fresh20)
+        "[  924.076873][ T8430] jfs_mount: diMount(ipaimap) failed w/rc = -5",  # jfs by its function's tag (fresh20)
+    ],
+)
+def test_the_other_disk_file_systems_are_storage(line: str) -> None:
+    assert "storage" in _classes(line)
+
+
+def test_a_remount_option_stays_quiet() -> None:
+    assert _acting("[    5.857586] EXT4-fs (sde2): re-mounted. Opts: errors=remount-ro") == []

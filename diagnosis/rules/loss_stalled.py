@@ -22,10 +22,13 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - never learned: not 5 % below where it started (its first loss, the untrained model's: a
     median of the first steps would take in the rise a too-high learning rate causes at once),
     judged only when the curve was watched from an untrained model: first seen within its first
-    window, and either the trainer says it started from scratch (``from_scratch``) or its first
+    window of steps (a trainer that logs every 50th step is first seen at step 49), and either the
+    trainer says it started from scratch (``from_scratch``) or its first
     loss is that of a guess (at least 9/10 of ln(classes)). A resumed run or a fine-tune starts
     from a trained model's loss, flat and far below chance (issue 54: first seen at step 30,000,
-    flat at 2.0), and a run whose start nothing tells is not called one that never learned;
+    flat at 2.0), and a run whose start nothing tells is not called one that never learned; nor is
+    one that came down from a higher level it was judged at (a federated model pulled above chance by
+    its first rounds, coming back: fresh batch 6);
   - frozen: the same value to 6 digits over the whole window (the weights no longer move);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
@@ -56,6 +59,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.training import robust_sigma
@@ -259,7 +263,14 @@ class LossStalledDetector:
         resumed from a checkpoint) starts at a trained model's loss; so does a fine-tune, or a resumed
         run whose hook counts its steps from 1 again: a converged run would read as one that never
         learned. The trainer's word decides; without it, a first loss near a guess's, ln(classes)."""
-        if curve.first_step is None or curve.first_step >= size or curve.first is None:
+        if curve.first_step is None or curve.first is None:
+            return False
+        # Within its first window of steps, not of events: a trainer that logs every 50th step is
+        # first seen at step 49 (Lightning's CSV logger; issue 54, fresh batch 6), an HF Trainer at its
+        # logging_steps, and is watched from its start all the same.
+        steps = [s for s, _ in curve.losses]
+        stride = statistics.median(b - a for a, b in pairwise(steps)) if len(steps) > 1 else 1
+        if curve.first_step >= size * max(1, stride):
             return False
         if curve.from_scratch is not None:
             return curve.from_scratch
@@ -305,7 +316,11 @@ class LossStalledDetector:
                                f"the model predicts no better than a uniform guess", rollback=False)
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
-        if self._untrained(curve, size) and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
+        # Never learned: not below its start, nor below any level the run has come down from (a
+        # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
+        # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
+        came_down = level < highest - LEARNED * abs(highest)
+        if self._untrained(curve, size) and not came_down and (level >= start * (1 - LEARNED) if start > 0 else level >= start):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         diverging = self._diverging(curve, window, max(start, highest))

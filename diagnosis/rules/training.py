@@ -1,5 +1,6 @@
 """Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes
-(a grad-norm spike once the next step's loss answers it by a tenth of its scale; neither where the
+(a loss spike once its rank has shown a window of values, the tail it must stand out of; a
+grad-norm spike once the next step's loss answers it by a tenth of its scale; neither where the
 series reaches that far routinely, as a per-sample loss at batch size 1 does; a loss that goes below
 zero is never ratio-spiked).
 
@@ -62,6 +63,13 @@ SPIKE_ROUTINE = 2
 # is that tail, not a spike (a T5 fine-tune; a policy fine-tune's 0.196 after 0.22 and 0.23:
 # issue 54, fresh batch 5). A real spike comes out of a series whose values stayed a third of it.
 SPIKE_NEAR = 3.0
+# Both tests read the series' tail, which a loss shows only over a whole window of its own values: with
+# 14 of them, "fewer than two within a third" holds of a per-batch loss that has not yet drawn its hard
+# batches (a binary fine-tune first seen mid-way at 0.99 after 14 batches around 0.14; a policy
+# fine-tune's 0.196, a batch-size-1 regression's 67x: issue 54, fresh batches 4-6). A loss is judged a
+# spike once its rank has shown a window (``window`` values); a grad norm, whose spike the next loss
+# must answer, from MIN_BASELINE on. A NaN, a divergence and a regression are the other rules' and wait
+# for nothing.
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -228,7 +236,8 @@ class TrainingRule:
             guess = math.log(step.classes) if metric == "loss" and step.classes and step.classes >= 2 else 0.0
             least_rise = max(SPIKE_OF_SCALE * max(baseline.peak, guess), LOSS_RESOLUTION if metric == "loss" else 0.0)
             excursion = med > 0 and value >= self.factor * med
-            if (excursion and len(base) >= MIN_BASELINE and value - med >= SPIKE_SIGMAS * floor
+            if (excursion and len(base) >= (self.window if metric == "loss" else MIN_BASELINE)
+                    and value - med >= SPIKE_SIGMAS * floor
                     and value - med >= least_rise and sum(recent) < SPIKE_ROUTINE
                     and sum(v * SPIKE_NEAR >= value for v in base) < SPIKE_ROUTINE):
                 recent.append(True)  # (and the value is not kept)

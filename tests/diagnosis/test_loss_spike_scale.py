@@ -159,14 +159,29 @@ def test_a_spike_out_of_a_series_that_never_went_that_far_still_stands():
     # Two within the last 50 steps both stand; a series that went that far twice does so routinely,
     # and a third in the same window is its noise.
     rule = TrainingRule()
-    steady = [2.0 + 0.01 * (i % 3) for i in range(60)]
-    steady[30] = steady[45] = 12.0
+    steady = [2.0 + 0.01 * (i % 3) for i in range(90)]
+    steady[60] = steady[75] = 12.0
     assert [f.fault for f in _feed(rule, steady)] == ["loss_spike", "loss_spike"]
-    assert _feed(rule, [12.0], start=60) == []
+    assert _feed(rule, [12.0], start=90) == []
     # Once both have left the window, a jump stands again.
-    assert _feed(rule, [2.0 + 0.01 * (i % 3) for i in range(61, 100)], start=61) == []
-    [f] = _feed(rule, [12.0], start=100)
+    assert _feed(rule, [2.0 + 0.01 * (i % 3) for i in range(91, 130)], start=91) == []
+    [f] = _feed(rule, [12.0], start=130)
     assert f.fault == "loss_spike"
+
+
+def test_a_loss_spike_waits_for_a_window_of_the_series_own_values():
+    # A binary fine-tune's per-batch loss first seen mid-way (issue 54, fresh batch 6): 14 batches around
+    # 0.14 say nothing of its hard batches, and its 0.99 is one of them; the rule judges a loss against
+    # its own tail once it has shown a window (50 values) of it.
+    def batch(i: int) -> float:
+        return 0.14 + 0.04 * math.sin(1.7 * i)
+
+    rule = TrainingRule()
+    assert _feed(rule, [batch(i) for i in range(14)] + [0.99]) == []
+    # The same batch after a whole window that stayed a third below it stands.
+    rule = TrainingRule()
+    [f] = _feed(rule, [batch(i) for i in range(50)] + [0.99])
+    assert f.fault == "loss_spike" and "0.99" in f.detail
 
 
 def test_a_batch_within_three_times_of_the_series_own_tail_is_no_spike_and_one_far_past_it_is():

@@ -256,3 +256,34 @@ def test_a_likelihood_loss_below_zero_wandering_above_its_best_is_no_regression_
     assert _run(3000, seen_late(-93.5)) == []
     found = _run(3000, seen_late(-60.0))
     assert [f.fault for f in found] == ["loss_stalled"] and "stays above" in found[0].detail
+
+
+def test_a_run_watched_from_its_first_logged_step_is_untrained_when_its_trainer_logs_every_50th():
+    # Lightning's CSV logger and an HF Trainer's logging_steps report every k-th step: a from-scratch
+    # run is first seen at step 49, within its first window of steps though past its first 20 events
+    # (issue 54, fresh batch 6's GPT pretraining stuck at 7.6 for 11,000 steps).
+    det = LossStalledDetector()
+    found = []
+    for k in range(300):
+        i = 49 + 50 * k
+        found += det.observe(step(i, flat(k), from_scratch=True))
+    assert [f.fault for f in found] == ["loss_stalled"] and "has not fallen below its start" in found[0].detail
+    # First seen at step 20,049 with the same stride, it is a resumed run's curve: no verdict.
+    det = LossStalledDetector()
+    assert [f for k in range(300) for f in det.observe(step(20_049 + 50 * k, flat(k), from_scratch=True))] == []
+
+
+def test_a_run_that_came_down_from_a_level_above_its_start_has_learned_since():
+    # Federated averaging on non-IID clients (issue 54, fresh batch 6): the global model starts at
+    # ln 10, is pulled to 3-7 by its first rounds' client updates, and is back at 2.19 twenty rounds on
+    # (5 % under ln 10), learning. Its start is not the only level it has come down from.
+    det = LossStalledDetector(window_s=0.0)
+    found = []
+    for i in range(1, 61):
+        level = 2.3026 if i <= 2 else 6.0 - 0.18 * (i - 3) + 0.3 * math.sin(i) if i <= 20 else 2.19 + 0.04 * math.sin(i)
+        found += det.observe(step(i, level, classes=10))
+    assert found == []
+    # A run that stays near its start (never above it) is still one that never learned.
+    det = LossStalledDetector(window_s=0.0)
+    found = [f for i in range(1, 61) for f in det.observe(step(i, 2.25 + 0.04 * math.sin(i), classes=10))]
+    assert found and {f.fault for f in found} == {"loss_stalled"} and "has not fallen below its start" in found[0].detail

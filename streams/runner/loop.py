@@ -41,6 +41,7 @@ from faultlens.streams.idle_stop import IdleStop
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.producer import DeliveryError, Outgoing, Producer
+from faultlens.streams.runner.broker_watch import BrokerWatch
 from faultlens.streams.runner.commit import CommitSchedule
 from faultlens.streams.runner.event_time import EventTimeOrder
 from faultlens.streams.runner.handler import HandleFn, HandlerParts
@@ -103,6 +104,7 @@ class GroupRunner:
         self.rebalances = RebalanceQueue()
         self.progress = ProgressAnnouncer(o.on_progress, self.topics)
         self.commits = CommitSchedule(o.commit_interval_s)
+        self.broker_watch = BrokerWatch(settings.bootstrap)  # an unreachable broker said in our words
 
     @property
     def merge(self) -> WatermarkMerge[Record | None] | None:
@@ -201,6 +203,7 @@ class GroupRunner:
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 polled = consumer.poll(timeout_ms=poll_timeout_ms)
+                self.broker_watch.polled(bool(polled), time.monotonic())
                 if self.rebalances.apply(self):
                     # what this poll brought of partitions no longer ours is their new owner's
                     owned = consumer.assignment()

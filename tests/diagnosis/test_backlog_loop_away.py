@@ -60,8 +60,7 @@ class _Clock:
 
 
 def _runner() -> GroupRunner:
-    runner = GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], _Clock(), producer=_NoProducer(),
-                         event_time=True)
+    runner = GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], _Clock(), producer=_NoProducer(), event_time=True)
     runner.merge.assign([P0, P1], wall_now=time.time())
     return runner
 

@@ -67,7 +67,8 @@ class TrainStep(RankedPayload, frozen=True):
     (``"nan"`` on the wire: events.envelope.number); read them with events.envelope.as_float.
     ``from_scratch``: the trainer's word that the weights began random (true) or from a checkpoint
     or a pretrained model (false), so a resumed or fine-tuned run is never read as one that never
-    learned (diagnosis/rules/loss_stalled.py)."""
+    learned (diagnosis/rules/loss_stalled.py). ``lr``: the optimizer's learning rate, so a loss that
+    rises after the schedule raised it (a warm restart) is not read as a regression."""
 
     step: NonNegInt | None = None
     loss: Metric | None = None
@@ -79,6 +80,7 @@ class TrainStep(RankedPayload, frozen=True):
     mfu: NonNeg | None = None
     classes: NonNegInt | None = None
     from_scratch: Flag | None = None
+    lr: NonNeg | None = None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

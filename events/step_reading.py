@@ -51,6 +51,7 @@ class _Step(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     mfu: _NonNeg = _UNSET
     classes: _NonNegInt = _UNSET
     from_scratch: Union[bool, None, _U] = _UNSET
+    lr: _NonNeg = _UNSET
 
 
 _FIELDS = _Step.__struct_fields__

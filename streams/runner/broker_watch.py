@@ -51,7 +51,9 @@ class BrokerWatch:
     """When the broker last answered, and when to say it does not (see the module doc). Times
     are the loop's monotonic clock."""
 
-    def __init__(self, bootstrap: str, down_after: float | None = None, probe: Callable[[str, float], bool] = answers) -> None:
+    def __init__(
+        self, bootstrap: str | None, down_after: float | None = None, probe: Callable[[str, float], bool] = answers
+    ) -> None:
         self.bootstrap = bootstrap
         self.down_after_s = down_after_s() if down_after is None else down_after
         self.probe = probe
@@ -72,7 +74,7 @@ class BrokerWatch:
         if got_records:
             self._answered(now)
             return
-        if now - self._probed < PROBE_EVERY_S:
+        if now - self._probed < PROBE_EVERY_S or not self.bootstrap:
             return
         self._probed = now
         if self.probe(self.bootstrap, 1.0):

@@ -179,7 +179,7 @@ class HangDetector(HangVerdicts):
         job.last_step[rank] = (step, event.ts, event.id)
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.
         if old is None or old[0] != step:
-            job.writing_until = None
+            job.writing_until = job.writing_onset = None
             if job.last_progress is not None and event.ts > job.last_progress:
                 job.gaps.append(event.ts - job.last_progress)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
@@ -286,7 +286,7 @@ class HangDetector(HangVerdicts):
                 # (each stream resumes at its own moment); a grace for them before a stall is told.
                 continue
             if job.writing_until is not None and now < job.writing_until:
-                continue  # every rank was writing its checkpoint when its stacks were read (HangVerdicts._writing)
+                continue  # a checkpoint save was under way when its stacks were read (HangVerdicts._saving)
             if job.last_progress is None:
                 out += self._startup_stall(name, job, now)
                 continue

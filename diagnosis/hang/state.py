@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from faultlens.diagnosis.hang.saving import Save
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks.dump_set import DumpSet
@@ -29,9 +30,9 @@ class HangConfig:
     # still out while others' are in: wait this long for the rest.
     pyspy_grace_s: float = 5.0
     storage_lookback_s: float = 300.0  # a storage alert this long before a stall's onset still explains it
-    # Every rank's stack writing its checkpoint shard (a sharded save to a parallel filesystem) is a
-    # save under way, no hang: the job is not suspected again for this long unless it steps.
-    writing_patience_s: float = 1800.0
+    # A stall whose stacks show a checkpoint save under way (diagnosis.hang.saving) is let go for this
+    # long unless the job steps; still no step then is an alert (the save stuck, or its storage).
+    writing_patience_s: float = 900.0
     suspicion_confidence: float = 0.6
     fallback_confidence: float = 0.35  # blame without stacks: the first rank to stop
     # GPU-side evidence: a node whose least busy GPU runs at most this share of the peers' (median)
@@ -95,7 +96,9 @@ class JobState:
     no_pids: dict[str, tuple[float, str]] = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
     with_pids: set[str] = field(default_factory=set)  # nodes whose beats once listed a trainer pid
     ended_at: float | None = None  # the launcher's job/end, until a later step
-    writing_until: float | None = None  # every rank was writing its checkpoint: no new suspicion before, unless it steps
+    writing_until: float | None = None  # a save was under way: no new suspicion before, unless it steps
+    writing_onset: float | None = None  # the onset of the stall a save was seen in (its second look alerts)
+    writing_save: Save | None = None  # what that save's stacks showed
     # The job's storage alerts (a shared filer that stopped answering), the latest few: a rank hung
     # writing its checkpoint to it is no evidence against its own machine (diagnosis.hang.verdict).
     storage: deque = field(default_factory=lambda: deque(maxlen=8))

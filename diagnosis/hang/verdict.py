@@ -16,6 +16,7 @@ from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.hang.cues import idle_nodes, ranks_behind
 from faultlens.diagnosis.hang.cues import short as _short
 from faultlens.diagnosis.hang.recorder import read_hang
+from faultlens.diagnosis.hang.saving import Save, read_save
 from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
 from faultlens.diagnosis.stacks.localize import first_ranks_nodes, localize
@@ -85,9 +86,9 @@ class HangVerdicts:
                     action=Action.ALERT, ranks=verdict.outlier_ranks, confidence=self.config.fallback_confidence,
                     detail=f"{stalled}; {verdict.detail}{note}", evidence=self._evidence(job, stall, verdict),
                 )
-            writing = None if verdict.localized else self._writing(name, job, stall, now, texts, topology, stalled)
-            if writing is not None:
-                return writing
+            save = read_save(texts, topology, verdict.outlier_ranks if verdict.localized else ())
+            if save is not None and not self._storage_words(job, stall):
+                return self._saving(name, job, stall, now, stalled, topology, save)
             if verdict.no_suspect:
                 # Nobody is behind: evicting would be a guess. Diagnostics and a reattempt, no eviction.
                 return base(
@@ -117,6 +118,8 @@ class HangVerdicts:
             why = f"no usable stack: capture failed on {len(stall.failed)} rank(s)"
         else:
             why = f"no stack dump arrived within {self.config.collect_timeout_s:.0f}s"
+        if job.writing_onset == stall.onset and topology is not None:
+            return self._saving(name, job, stall, now, f"{stalled}; {why}", topology, None)
         placed = self._without_stacks(name, job, stall, now, f"{stalled}; {why}")
         if placed is not None:
             return placed
@@ -191,27 +194,37 @@ class HangVerdicts:
                    f"alert says it is failing ({said.detail[:200]}): a shared filer, not the machine",
         )
 
-    def _writing(self, name: str, job: JobState, stall: Stall, now: float, texts: dict[int, str], topology: Topology,
-                 stalled: str) -> Diagnosis | None:
-        """Most of the job's ranks, and every rank with a usable stack, writing their checkpoint
-        shards (torch.distributed.checkpoint, Megatron's distributed save): a save under way, which a
-        reattempt would throw away. Recorded (action none), and the job not suspected again for
-        ``writing_patience_s`` unless it steps; a filer that stopped answering has its own storage
-        alert. One rank writing while the rest wait is not this: that rank is judged as any."""
-        doing = {r: read_rank(t).activity for r, t in texts.items()}
-        usable = {r: a for r, a in doing.items() if a is not None}
-        if len(usable) * 2 <= len(topology.by_rank):
-            return None
-        if not all(not a.waiting and a.activity in _STORAGE_WAITS for a in usable.values()):
-            return None
-        job.writing_until = now + self.config.writing_patience_s
-        frames = sorted({f"{a.activity} in {a.frame}" for a in usable.values()})
+    def _storage_words(self, job: JobState, stall: Stall) -> list[Diagnosis]:
+        """The job's storage alerts recent enough to explain the stall (a filer that stopped answering)."""
+        return [d for d in job.storage if d.ts >= stall.onset - self.config.storage_lookback_s]
+
+    def _saving(self, name: str, job: JobState, stall: Stall, now: float, stalled: str, topology: Topology,
+                save: Save | None) -> Diagnosis:
+        """A checkpoint save under way (diagnosis.hang.saving): recorded (action none) and the stall let
+        go, to be suspected again after ``writing_patience_s`` unless the job steps; still no step
+        then (the save stuck, or its storage failing) is an alert naming the writers' machines, never
+        an eviction: a replacement would write to the same storage."""
+        again = job.writing_onset == stall.onset
+        save = save or (job.writing_save if again else None)
+        job.writing_onset, job.writing_save = stall.onset, save
+        evidence = stall.dumps.evidence(save.writers if save else (), limit=self.config.evidence_limit)
+        said = save.describe(len(topology.by_rank)) if save is not None else "no stack"
+        if not again:
+            job.writing_until = now + self.config.writing_patience_s
+            job.stall = None
+            return Diagnosis(
+                job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.NONE,
+                ranks=save.writers if save else (), confidence=self.config.fallback_confidence, evidence=evidence,
+                detail=f"{stalled}; {said}: a save under way, not a hang (a reattempt would lose it, an eviction "
+                       f"take a machine for a slow filer); looked at again in {self.config.writing_patience_s:.0f}s "
+                       f"unless the job steps",
+            )
         return Diagnosis(
-            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.NONE,
-            confidence=self.config.fallback_confidence, evidence=stall.dumps.evidence(limit=self.config.evidence_limit),
-            detail=f"{stalled}; {len(usable)} of {len(topology.by_rank)} rank(s) are writing their checkpoint "
-                   f"({'; '.join(frames[:3])}): a save under way, not a hang (a reattempt would lose it); "
-                   f"not suspected again for {self.config.writing_patience_s:.0f}s unless it steps",
+            job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.ALERT,
+            nodes=save.nodes(topology) if save else (), ranks=save.writers if save else (),
+            confidence=self.config.fallback_confidence, evidence=evidence,
+            detail=f"{stalled}; {said}: the checkpoint save seen under way has not finished (stuck, or its storage "
+                   f"failing): a person looks, no eviction (a replacement would write to the same storage)",
         )
 
     def _unless_most_of_job(self, found: Diagnosis, topology: Topology) -> Diagnosis:

@@ -115,8 +115,8 @@ def match_collectives(dumps: Mapping[int, RecorderDump], topology: Topology) -> 
     # is no wait (nvidia-resiliency-ext's GPU_ERROR dumps: the faulted ranks' recorders stop
     # retiring, their peers retired seven more all_to_alls).
     done: dict[str, int] = {}
-    for d in dumps.values():
-        for pg, n in d.last_completed.items():
+    for dump in dumps.values():
+        for pg, n in dump.last_completed.items():
             done[pg] = max(done.get(pg, -1), n)
     pending = {r: d.pending(done) for r, d in dumps.items()}
     waits: list[GroupWait] = []

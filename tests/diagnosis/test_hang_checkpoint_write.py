@@ -1,13 +1,25 @@
-"""A sharded checkpoint save stalls every rank for minutes: a save under way, never a reattempt.
+"""A checkpoint save stalls every rank for minutes: a save under way, never a reattempt nor an eviction.
 
-Found by the outside check's round 3 (tests/outside/sre_shapes.py checkpoint_stall: 64 ranks in
-torch.distributed.checkpoint's write for 4 minutes): the stall's stacks named no outlier, so the
-verdict was a reattempt in place, which would have thrown the save away.
+Found by the outside check's round 3 (tests/outside/sre_shapes.py): 64 ranks in
+torch.distributed.checkpoint's write for 4 minutes (checkpoint_stall) was a reattempt in place, which
+would have thrown the save away; rank 0 writing a full state dict while 63 wait in the barrier
+(checkpoint_one_writer) evicted rank 0's healthy machine 79 s into a 4-minute save.
 """
 
 from __future__ import annotations
 
-from bench.testbed.stack_samples import BASE, JOB, T0, beat_event, grid, pyspy_dump, run_detector, stack_event, step_event
+from bench.testbed.stack_samples import (
+    BASE,
+    JOB,
+    SLOW_COMPUTE,
+    T0,
+    beat_event,
+    grid,
+    pyspy_dump,
+    run_detector,
+    stack_event,
+    step_event,
+)
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
 from faultlens.diagnosis.hang.state import HangConfig
@@ -54,6 +66,14 @@ def test_a_save_that_goes_on_is_not_suspected_again_within_the_patience():
     assert [d.action for d in out] == [Action.CAPTURE_STACKS, Action.NONE]
 
 
+def test_a_save_still_not_done_after_the_patience_is_an_alert_never_an_eviction():
+    out = _run(lambda r: WRITING if r == 5 else BARRIER, until=1200.0)
+    actions = [d.action for d in out]
+    assert actions == [Action.CAPTURE_STACKS, Action.NONE, Action.CAPTURE_STACKS, Action.ALERT]
+    assert out[2].ts - out[1].ts >= HangConfig().writing_patience_s
+    assert out[3].nodes == (TOPOLOGY.by_rank[5].node,) and "has not finished" in out[3].detail
+
+
 def test_after_the_save_the_job_is_watched_again():
     # It stepped again at 280 s: a stall after that is suspected as any (its stacks are not in).
     out = _run(lambda r: WRITING, resume_at=280.0, until=600.0)
@@ -61,7 +81,13 @@ def test_after_the_save_the_job_is_watched_again():
     assert Action.CAPTURE_STACKS in [d.action for d in out[2:]]
 
 
-def test_one_rank_writing_while_the_others_wait_in_the_barrier_is_judged_as_any_hang():
+def test_one_rank_writing_the_whole_state_while_the_others_wait_in_the_barrier_is_a_save():
     out = _run(lambda r: WRITING if r == 5 else BARRIER)
-    assert [d.action for d in out][0] == Action.CAPTURE_STACKS
-    assert out[1].action != Action.NONE and "writing their checkpoint" not in out[1].detail
+    assert [d.action for d in out] == [Action.CAPTURE_STACKS, Action.NONE]
+    assert out[1].ranks == (5,) and "a save under way" in out[1].detail
+
+
+def test_one_rank_computing_while_the_others_wait_in_the_barrier_is_judged_as_any_hang():
+    out = _run(lambda r: SLOW_COMPUTE if r == 5 else BARRIER)
+    assert [d.action for d in out] == [Action.CAPTURE_STACKS, Action.EVICT]
+    assert out[1].nodes == (TOPOLOGY.by_rank[5].node,)

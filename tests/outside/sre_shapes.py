@@ -198,6 +198,22 @@ _ALL_TO_ALL = (
     "    forward (megatron/core/transformer/moe/moe_layer.py:155)\n"
     "    forward (megatron/core/transformer/transformer_layer.py:402)\n"
 ) + _TAIL
+_FULL_SAVE = (
+    "    write (torch/serialization.py:850)\n"
+    "    _save (torch/serialization.py:880)\n"
+    "    save (torch/serialization.py:650)\n"
+    "    save_checkpoint (megatron/training/checkpointing.py:470)\n"
+    "    train (megatron/training/training.py:1240)\n"
+    "    pretrain (megatron/training/training.py:361)\n"
+    "    <module> (pretrain_gpt.py:240)\n"
+)
+_SAVE_BARRIER = (
+    "    barrier (torch/distributed/distributed_c10d.py:4160)\n"
+    "    save_checkpoint (megatron/training/checkpointing.py:498)\n"
+    "    train (megatron/training/training.py:1240)\n"
+    "    pretrain (megatron/training/training.py:361)\n"
+    "    <module> (pretrain_gpt.py:240)\n"
+)
 _DCP_WRITE = (
     "    write (torch/serialization.py:850)\n"
     "    _write_item (torch/distributed/checkpoint/filesystem.py:160)\n"
@@ -268,11 +284,10 @@ def pp_bubbles(trace: Trace, base: float) -> list[Expect]:
     return []
 
 
-def checkpoint_stall(trace: Trace, base: float) -> list[Expect]:
-    """At minute 5 the job saves a sharded checkpoint to the parallel filesystem: no rank steps for
-    4 minutes, the GPUs idle, every rank's stack (a capture 75 s in) in torch.distributed.checkpoint's
-    write; then each rank reports the checkpoint and training goes on. Healthy."""
-    job = Job("outside-ckpt", machine_names("ckpt", 16))
+def _save(trace: Trace, base: float, name: str, stack_of: Callable[[dict], str]) -> None:
+    """At minute 5 the job saves a checkpoint: no rank steps for 4 minutes, the GPUs idle, every
+    rank's stack captured 75 s in; then each rank reports the checkpoint and training goes on."""
+    job = Job(f"outside-{name}", machine_names(name, 16))
     save = (300.0, 540.0)
     _plain(trace, job, base, idle=[save])
     last = steps(trace, job, base, Steps(0.0, save[0]))
@@ -283,10 +298,22 @@ def checkpoint_stall(trace: Trace, base: float) -> list[Expect]:
             r["node"],
             "train",
             "checkpoint",
-            {"rank": r["rank"], "step": last, "path": f"/lustre/ckpt/outside-ckpt/iter_{last:07d}"},
+            {"rank": r["rank"], "step": last, "path": f"/lustre/ckpt/{job.name}/iter_{last:07d}"},
         )
     steps(trace, job, base, Steps(save[1], LENGTH, step=last))
-    _dumps(trace, job, base + save[0] + 75.0, "outside-ckpt-capture-1", lambda r: _IDLE_HEAD + _DCP_WRITE)
+    _dumps(trace, job, base + save[0] + 75.0, f"{job.name}-capture-1", stack_of)
+
+
+def checkpoint_stall(trace: Trace, base: float) -> list[Expect]:
+    """A sharded save to the parallel filesystem: every rank in torch.distributed.checkpoint's write. Healthy."""
+    _save(trace, base, "ckpt", lambda r: _IDLE_HEAD + _DCP_WRITE)
+    return []
+
+
+def checkpoint_one_writer(trace: Trace, base: float) -> list[Expect]:
+    """A full state dict saved by rank 0 alone (torch.save), the 63 others in the barrier after the
+    save for the 4 minutes it takes. Healthy: its machine is no slower than the filer."""
+    _save(trace, base, "ckpt1", lambda r: (_HEAD + _FULL_SAVE) if r["rank"] == 0 else (_IDLE_HEAD + _SAVE_BARRIER))
     return []
 
 
@@ -418,6 +445,7 @@ SCENARIOS: dict[str, Callable[[Trace, float], list[Expect]]] = {
     "job_end": job_end,
     "shared_switch_flap": shared_switch_flap,
     "clock_skew": clock_skew,
+    "checkpoint_one_writer": checkpoint_one_writer,
 }
 
 

@@ -120,7 +120,9 @@ _HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]
 _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must match the size|Expected (?:input|tensor|all tensors|\d)|"
                           r"expected scalar type|dimension out of range|index out of range|mismatch between collectives|"
                           r"Input type \(\S+\) and (?:weight|bias) type \(\S+\) should be the same|Error\(s\) in loading state_dict for |"
-                          r"needed for gradient computation has been modified by an inplace operation")
+                          r"needed for gradient computation has been modified by an inplace operation|"
+                          # aten's item() on a tensor of more than one element (round 15)
+                          r"a Tensor with \d+ elements cannot be converted to Scalar")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -133,6 +135,16 @@ USER_TYPES = frozenset(
     "SyntaxError IndentationError TabError PermissionError UsageError".split()
 )
 
+
+
+# (round 15) A library's own exception type whose name says the program's input or set-up is wrong, whichever library
+# (json's JSONDecodeError, Lightning's MisconfigurationException, Hydra's InstantiationException, a ConfigError, a
+# ValidationError): an uncaught one is the program's own report of its end, user_code (docs/design.md §9), as
+# USER_TYPES are; and absl's status codes that say the caller asked wrong (XLA's "XlaRuntimeError: INVALID_ARGUMENT:
+# ...", FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED), not RESOURCE_EXHAUSTED, INTERNAL or UNKNOWN.
+_USER_NAMED = re.compile(r"(?:Decode|Parse|Parser|Parsing|Config|Configuration|Misconfiguration|Instantiation|Validation|Schema|"
+                         r"Argument|Usage)(?:Error|Exception)$")
+_CALLER_STATUS = re.compile(r"^(?:INVALID_ARGUMENT|FAILED_PRECONDITION|OUT_OF_RANGE|UNIMPLEMENTED): ")
 
 
 def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
@@ -261,7 +273,8 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     if died:
         signal_data = died[0][1]
         return ExceptionLine(etype, message, signal_data["fault"], signal_data["action"], signal_data["severity"])
-    if short in USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)):
+    if (short in USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)) or _USER_NAMED.search(short)
+            or _CALLER_STATUS.match(message)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:
         return ExceptionLine(etype, message, "unknown", "stop_time_diagnosis", "error")

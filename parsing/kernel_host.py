@@ -40,7 +40,8 @@ _AER = re.compile(
     r" errors? received:\s*(?P<pci>" + _PCI + r")?"
 )
 # Kernels before 4.x word the header without "severity=": "PCIe Bus Error: Uncorrectable (Non-Fatal), type=...".
-_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): PCIe Bus Error: (?:severity=)?(?P<type>Correct(?:ed|able)|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
+# (round 15) newer kernels put "AER: " after the device, whichever driver owns it ("igen6_edac 0000:ed:01.0: AER: PCIe Bus Error:")
+_PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): (?:AER: )?PCIe Bus Error: (?:severity=)?(?P<type>Correct(?:ed|able)|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
 
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
 _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")

@@ -34,7 +34,9 @@ _HOST_LABEL = re.compile(r"^[\w.\-]+: \[\s*\d+\.\d+\]\s*")
 _NETDEV_COLON = re.compile(r"\s((?:eth|en|ib|bond|hsn|wl)[\w.\-]*\d):\s")
 _SYSLOG_KERNEL = "kernel: "
 # A DRM driver's own line names its module after the function: "[drm:gfx_v10_0_hw_fini [amdgpu]] *ERROR* ...".
-_DRM_MODULE = re.compile(r"\[drm:[^\s\]]+ \[([\w-]+)\]\]")
+# Without the module (kernels that print only the function: "[drm:amdgpu_job_timedout] *ERROR* ring gfx_0.0.0 timeout"),
+# the function's prefix names a DRM driver that prefixes its functions with its name (round 15).
+_DRM_MODULE = re.compile(r"\[drm:(?:[^\s\]]+ \[([\w-]+)\]|(amdgpu|radeon|i915|nouveau|xe|msm|panfrost|etnaviv|vmwgfx)_\w*)\]")
 
 
 class SubsystemTableError(ValueError):
@@ -150,7 +152,7 @@ def tag_of(message: str) -> tuple[str, str | None]:
     if msg.startswith("[drm:"):
         drm = _DRM_MODULE.match(msg)
         if drm:
-            return drm.group(1).lower(), None
+            return (drm.group(1) or drm.group(2)).lower(), None
     colon = msg.find(":", 0, MAX_TAG)
     if colon <= 0:
         return "", None
@@ -185,7 +187,7 @@ def subsystem_of(message: str, table: SubsystemTable | None = None) -> str | Non
     if message.startswith("[drm:"):
         drm = _DRM_MODULE.match(message)
         if drm:
-            sub = (table or shipped()).lookup(drm.group(1).lower())
+            sub = (table or shipped()).lookup((drm.group(1) or drm.group(2)).lower())
             return sub.name if sub is not None else None
     colon = message.find(":", 0, MAX_TAG)
     if colon <= 0:

@@ -322,3 +322,83 @@ def test_the_other_disk_file_systems_are_storage(line: str) -> None:
 
 def test_a_remount_option_stays_quiet() -> None:
     assert _acting("[    5.857586] EXT4-fs (sde2): re-mounted. Opts: errors=remount-ro") == []
+
+
+_KERNEL_FORMS = [
+    # a DRM driver's function without its module still names the driver (fresh21)
+    (
+        "[10132.434965] [drm:amdgpu_job_timedout] *ERROR* ring gfx_0.0.0 timeout, signaled seq=2729093, emitted seq=2729095",
+        "gpu_reset_required",
+    ),
+    # the AER header after the device whichever driver owns it (fresh22)
+    (
+        "[  535.561556] igen6_edac 0000:ed:01.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Inaccessible, "
+        "(Unregistered Agent ID)",
+        "kernel",
+    ),
+    # mlx5's firmware command never completed, with a negative errno in its bracket (fresh22)
+    (
+        "mlx5_core 0000:06:00.0: wait_func_handle_exec_timeout:1128:(pid 185911): cmd[-22]: CREATE_UCTX(0xa04) No done completion",
+        "nic",
+    ),
+    # a hypervisor's virtual disk client (fresh19)
+    ("[19095.192532] sunvdc: vdc_tx_trigger() failure, err=-11", "storage"),
+    # the driver reading all ones from the GPU; only a reboot recovers it (fresh17)
+    ("[168766.854743] NVRM: GPU0 tmrGetTimeEx_GM107: NVRM-RC: Consistently Bad TimeLo value ffffffff", "gpu_lost"),
+    (
+        "[168767.021499] NVRM: nvGpuOpsReportFatalError: uvm encountered global fatal error 0x60, requiring os reboot to recover.",
+        "gpu_reset_required",
+    ),
+    # a user-space OOM killer (fresh20)
+    (
+        'user: warning: [2026-01-12T20:27:31.913975631Z]: [talos] Sending SIGKILL to cgroup {"component": "controller-runtime", '
+        '"controller": "runtime.OOMController", "cgroup": "/sys/fs/cgroup/kubepods/burstable/pod77f06c5c"}',
+        "host_oom",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "fault"), _KERNEL_FORMS)
+def test_kernel_forms(line: str, fault: str) -> None:
+    assert fault in _classes(line)
+
+
+def test_nvrm_reading_all_ones_in_its_init_status_is_still_the_init_rule() -> None:
+    # the Xid 120 line's pc:0xffffffff... and RmInitAdapter's status are not a register read as all ones (dev, fresh rows)
+    assert "gpu_lost" in _classes("kernel: [ 2108.026780] NVRM: RmInitAdapter failed! (0x30:0xffffffff:861)")
+
+
+_PROGRAMS_OWN = [
+    # a library's own exception type that says the input or set-up is wrong; absl's caller statuses (fresh18, fresh20)
+    "json.decoder.JSONDecodeError: Extra data: line 64 column 2 (char 27826)",
+    "lightning.fabric.utilities.exceptions.MisconfigurationException: Trainer was configured with `enable_progress_bar=False` "
+    "but found `RichProgressBar` in callbacks list.",
+    "hydra.errors.InstantiationException: Error in call to target 'rl4co.utils.trainer.RL4COTrainer':",
+    "jaxlib.xla_extension.XlaRuntimeError: INVALID_ARGUMENT: Failed to compile a Mosaic module: 'tpu.matmul' op Unsupported "
+    "input data type in matrix multiplication.",
+    "RuntimeError: a Tensor with 16 elements cannot be converted to Scalar",
+]
+
+
+@pytest.mark.parametrize("line", _PROGRAMS_OWN)
+def test_the_programs_own_exception_is_user_code(line: str) -> None:
+    assert _classes(line, "nccl") == {"user_code"}
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        # a status that is not the caller's, an exception type that names no input: as before
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/runtime/nccl_api.cc:512: NCCL operation "
+            "ncclGroupEnd() failed: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            "nccl_error",
+        ),
+        ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded", None),
+    ],
+)
+def test_other_statuses_and_types_are_not_user_code(line: str, fault: str | None) -> None:
+    classes = _classes(line, "nccl")
+    assert "user_code" not in classes
+    if fault:
+        assert fault in classes

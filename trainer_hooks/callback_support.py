@@ -88,6 +88,19 @@ def grad_norm(parameters: Any) -> float | None:
     return float(torch.nn.utils.get_total_norm(grads, norm_type=2.0))
 
 
+def optimizer_lr(optimizer: Any) -> float | None:
+    """The learning rate the optimizer holds now: its first parameter group's (None: no optimizer, or
+    one without an ``lr``). Schedulers write it there, warm restarts included."""
+    groups = getattr(optimizer, "param_groups", None)
+    if not groups:
+        return None
+    lr = groups[0].get("lr") if isinstance(groups[0], Mapping) else None
+    try:
+        return float(lr) if lr is not None else None
+    except (TypeError, ValueError):
+        return None  # a tensor lr of more than one value, or something else: no learning rate to tell
+
+
 def step_loss(micro_losses: Sequence[float], shares: bool) -> float | None:
     """One optimizer step's loss from its micro-batches' losses: their sum when each is already a
     share of the step's loss (divided by the accumulation count or the step's token count, as

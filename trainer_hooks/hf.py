@@ -61,6 +61,7 @@ from faultlens.trainer_hooks.callback_support import (
     HookIdentity,
     count_tokens,
     make_hook,
+    optimizer_lr,
     resume_from_environment,
     step_loss,
 )
@@ -207,7 +208,7 @@ class FaultlensCallback(TrainerCallback):
         norm, tokens = self._grad_norm, self._tokens
         self._reset_step()
         self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
-                       classes=self.classes)  # obeys commands; SystemExit on a stop or restart
+                       classes=self.classes, lr=optimizer_lr(kwargs.get("optimizer")))  # obeys commands; SystemExit on a stop or restart
         if self._save_due():
             control.should_save = True  # the Trainer saves right after this event, through its own code
         return control

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import math
 import os
 import socket
 import tempfile
@@ -149,10 +150,13 @@ class TrainerHook:
         return Envelope(ts=time.time(), job=self.job, node=self.node, source=source, kind=kind, data=data)
 
     def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
-             compute_s: float | None = None, step: int | None = None, classes: int | None = None) -> None:
+             compute_s: float | None = None, step: int | None = None, classes: int | None = None,
+             lr: float | None = None) -> None:
         """Publish one step's telemetry, then act on commands that wait for a step boundary.
         ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
-        loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py)."""
+        loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py);
+        ``lr``: the optimizer's learning rate, so a loss that rises when the schedule raises it (a
+        warm restart) is not read as a regression."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now
@@ -169,6 +173,8 @@ class TrainerHook:
             data["classes"] = int(classes)
         if self.from_scratch is not None:
             data["from_scratch"] = bool(self.from_scratch)
+        if lr is not None and math.isfinite(lr) and lr >= 0:
+            data["lr"] = float(lr)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

@@ -47,6 +47,7 @@ from faultlens.trainer_hooks.callback_support import (
     count_tokens,
     grad_norm,
     make_hook,
+    optimizer_lr,
     resume_from_environment,
     step_loss,
 )
@@ -162,8 +163,9 @@ class FaultlensCallback(pl.Callback):
         loss_value = step_loss(self._losses, shares=pl_module.automatic_optimization)
         norm, tokens, compute_s = self._grad_norm, self._tokens, self._compute_s
         self._reset_step()
+        lr = optimizer_lr(trainer.optimizers[0]) if trainer.optimizers else None
         self.hook.step(loss=loss_value, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=step,
-                       classes=self.classes)  # obeys commands; SystemExit on a stop or restart
+                       classes=self.classes, lr=lr)  # obeys commands; SystemExit on a stop or restart
         self._save_if_requested(trainer, step)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

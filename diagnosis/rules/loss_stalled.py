@@ -36,7 +36,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     it learned exceeds three robust sigmas of its step-to-step noise: a spike that did not recover,
     not the noise of a curve first seen late whose "learned" is a noisy first batch's loss, nor a
     long run's plateau first seen mid-way (what it learned before is unseen: 5 % above its best is
-    a wander, issue 54's fresh batch 1);
+    a wander, issue 54's fresh batch 1), nor a rise the schedule made: where steps carry ``lr``, one
+    above the best window's learning rate by a quarter since the window began (a warm restart);
   - diverging: climbing steadily through the window (a Mann-Kendall trend over its block medians,
     its middle third within the climb, not with either end: a step is a curriculum's next stage or a
     new data mix), its later half's median a quarter above its earlier half's and a tenth of the
@@ -98,6 +99,12 @@ GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
 
 
+def _lr_raised(curve: _Curve, since: int, base: float | None) -> bool:
+    """Whether the steps since ``since`` said a learning rate a quarter above ``base`` (a warm restart,
+    a schedule's rise); False where the steps say none, so an old trainer's curve reads as before."""
+    return base is not None and any(lr > base * (1 + REGRESSED) for s, lr in curve.lrs if s >= since)
+
+
 def mann_kendall_z(ys: list[float]) -> float:
     """How many standard deviations the series' pairwise order (concordant minus discordant pairs)
     lies from a series with no trend; positive when it climbs. Ties count for neither."""
@@ -139,6 +146,8 @@ class _Curve:
     checkpoints: list[int] = field(default_factory=list)
     signed: bool = False  # a loss below zero was seen: a surrogate objective, whose rise is no divergence
     peak: float = 0.0  # the highest loss seen: the scale the run came down from
+    lrs: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, lr) where the step said
+    best_lr: float | None = None  # the learning rate over the best window
     fired: bool = False
 
 
@@ -209,6 +218,8 @@ class LossStalledDetector:
             curve.classes = classes
         if reported.from_scratch is not None:
             curve.from_scratch = reported.from_scratch
+        if reported.lr is not None:
+            curve.lrs.append((step, float(reported.lr)))
         if curve.last_ts is not None and event.ts > curve.last_ts:
             curve.intervals.append(event.ts - curve.last_ts)
         curve.last_ts = event.ts
@@ -293,6 +304,8 @@ class LossStalledDetector:
         # The best is a whole window's median: the lowest of many short blocks is their noise's low tail.
         if level < curve.best:
             curve.best, curve.best_from, curve.best_step = level, window[0][0], window[-1][0]
+            during = [lr for s, lr in curve.lrs if s >= window[0][0]]
+            curve.best_lr = statistics.median(during) if during else None
         span = (xs[-1] - xs[0]) or 1.0
         drop = -theil_sen(xs, ys) * span
         _, noise = robust_sigma(values)
@@ -332,7 +345,14 @@ class LossStalledDetector:
         # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue
         # 54's fresh batch 1). A regression also rises a quarter above the level it had reached.
         # A quarter of the level is of its size: a likelihood loss below zero (-94) is no smaller a level.
-        if learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best)):
+        # A rise the schedule made is no regression: a warm restart lifts the learning rate from its
+        # low, where the run reached its best, back to its peak, and the loss sits higher with it for
+        # epochs (LocalRetro's cosine restarts every 10 epochs double a 0.010 loss: issue 54, fresh
+        # batch 5). Judged only where the steps say their learning rate; without it, as before. (A
+        # warm-up past a good rate whose loss rises with it is no regression either while the rate
+        # stays raised: it shows as diverging, at chance or never learned.)
+        if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
+                and not _lr_raised(curve, first, curve.best_lr)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
@@ -372,6 +392,11 @@ class LossStalledDetector:
         low, mid, high = (statistics.median(v for _, v in part) for part in
                           (window[:third], window[third:len(window) - third], window[len(window) - third:]))
         if not low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
+            return None
+        # A climb while the schedule raises the learning rate (a warm restart) is judged once it stops
+        # raising it: a loss that keeps climbing at a steady rate diverges, a restart's falls again.
+        early = [lr for s, lr in curve.lrs if window[0][0] <= s < window[half][0]]
+        if early and _lr_raised(curve, window[half][0], statistics.median(early)):
             return None
         scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
         if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN) or after <= start:

@@ -70,7 +70,7 @@ FORMATS = (
     re.compile(r"^step (?P<step>\d+) \| loss: (?P<loss>[\d.]+) \| dt: (?P<ms>[\d.]+)ms \| tok/sec: \S+ \| norm: (?P<grad>[\d.]+)"),
     re.compile(r"^step: (?P<step>\d+) loss: (?P<loss>[\d.]+)"),
 )
-Row = tuple[int, float, "float | None", "float | None"]  # step, loss, seconds per step, grad norm
+Row = tuple[int, float, "float | None", "float | None", "float | None"]  # step, loss, seconds per step, grad norm, lr
 
 
 def header(lines: list[str]) -> dict[str, str]:
@@ -79,7 +79,7 @@ def header(lines: list[str]) -> dict[str, str]:
 
 
 def _csv_rows(lines: list[str]) -> list[Row]:
-    """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm where given."""
+    """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm / lr where given."""
     body = [line for line in lines if line and not line.startswith("#")]
     names = body[0].split(",")
     rows: list[Row] = []
@@ -87,7 +87,8 @@ def _csv_rows(lines: list[str]) -> list[Row]:
         cell = dict(zip(names, line.split(","), strict=True))
         rows.append((int(cell["step"]), float(cell["loss"]),
                      float(cell["step_s"]) if cell.get("step_s") else None,
-                     float(cell["grad_norm"]) if cell.get("grad_norm") else None))
+                     float(cell["grad_norm"]) if cell.get("grad_norm") else None,
+                     float(cell["lr"]) if cell.get("lr") else None))
     return rows
 
 
@@ -104,7 +105,7 @@ def _log_rows(lines: list[str]) -> tuple[list[Row], list[int]]:
                 found = m.groupdict()
                 rows.append((int(found["step"]), float(found["loss"]),
                              float(found["ms"]) / 1e3 if found.get("ms") else None,
-                             float(found["grad"]) if found.get("grad") else None))
+                             float(found["grad"]) if found.get("grad") else None, None))
                 break
     return rows, checkpoints
 
@@ -127,19 +128,21 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
     rows = rows[int(start * len(rows)):]
     if renumber:
         offset = rows[0][0] - 1
-        rows = [(s - offset, v, t, g) for s, v, t, g in rows]
+        rows = [(s - offset, v, t, g, lr) for s, v, t, g, lr in rows]
         checkpoints = [c - offset for c in checkpoints if c > offset]
     default = step_s if step_s is not None else STEP_S.get(path.name, 10.0)
     classes = int(meta["classes"]) if "classes" in meta else None
     events: list[Envelope] = []
     ts, last = T0, None
-    for step, loss, secs, grad in rows:
+    for step, loss, secs, grad, lr in rows:
         gap = step - last if last is not None else 1
         # a log's first step carries the compile / startup time: not the run's pace
         ts += gap * (secs if secs is not None and last is not None and secs < 60 else default if secs is None else 1.0)
         data: dict = {"rank": 0, "step": step, "loss": loss if math.isfinite(loss) else "nan", "grad_norm": grad}
         if classes:
             data["classes"] = classes
+        if lr is not None:
+            data["lr"] = lr
         events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="step", data=data))
         if step in checkpoints:
             events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="checkpoint",
@@ -243,9 +246,6 @@ FRESH_MISSED: dict[str, str] = {
     "rmdl_frozen_at_14.5063_accuracy_0.1.csv": "7 epochs, fewer than the 20 points the shortest window judges",
     "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
     "judges; its jump at epoch 10 comes after 10 values, before the loss has shown the window a spike is judged against",
-    "localretro_reaction_templates_50_epochs.csv": "first seen at epoch 25 of 50, the warm restart of its schedule "
-    "every 10 epochs doubles its loss (0.010 to 0.021) and stays up for epochs: a regression to anything that "
-    "cannot see the learning rate, which no step event carries",
     # fresh6: full-length curves; what no step event carries (a class prior, a regression's variance,
     # the trainer's word that it began from random weights)
     "eeg_autoencoder_300_epochs_at_signal_variance.csv": "an autoencoder's MSE with no class count and no trainer's "

@@ -95,6 +95,10 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(hf, kafka_settin
     assert published == [1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10]  # steps 4.. again, from step 3's state
     # Random weights at first; the resumed run's are a checkpoint's, whatever the user said.
     assert [s["from_scratch"] for s in found] == [True] * 8 + [False] * 7
+    # Each step carries the optimizer's learning rate as the step leaves it (its scheduler stepped):
+    # the Trainer's linear decay from 5e-3 to 0 at max_steps, 30 steps, then 10 for the resumed run.
+    expected = [5e-3 * (1 - s / 30) for s in range(1, 9)] + [5e-3 * (1 - s / 10) for s in range(4, 11)]
+    assert [s["lr"] for s in found] == pytest.approx(expected)
     # The Trainer skips the batches it had seen: step 4 trains again on the same data, from the same weights.
     assert logged(second, "loss")[4] == pytest.approx(first_losses[4], rel=1e-4)
 

@@ -88,6 +88,8 @@ def test_rollback_resumes_from_the_checkpoint_the_command_names(lit, kafka_setti
     assert published == [1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10]  # steps 4.. again, from step 3's state
     # Random weights at first; the resumed fit's are a checkpoint's, whatever the user said.
     assert [s["from_scratch"] for s in found] == [True] * 8 + [False] * 7
+    # Each step carries the optimizer's learning rate (the model's SGD at 0.05, no schedule).
+    assert [s["lr"] for s in found] == [pytest.approx(0.05)] * 15
     # The resumed run's first step trained from step 3's weights (on the loader's first batch: a
     # plain DataLoader starts its epoch over), not step 6's.
     assert second_model.losses[0] == pytest.approx(lit.loss_of(named))

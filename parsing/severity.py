@@ -169,7 +169,8 @@ def level_word(message: str) -> int | None:
 # Hugging Face's "[INFO|trainer.py:12]", and glog / c10's "I0722 21:51:23.405504" (the letter is the
 # level: I info, W warning, E error, F fatal), also inside c10d's "[I722 ...]". The word must be
 # the format's level, upper case, in the line's head, with no exception's name before it
-# ("ValueError: INFO field missing" is an error about a field).
+# ("ValueError: INFO field missing" is an error about a field). Python logging's WARNING too (round 15:
+# a guess never outranks it, parsing.fallback); not "WARN", NCCL's and older NCCL's failure level.
 _TRAINER_LEVEL = re.compile(
     r"^(?P<head>.{0,48}?)(?:(?<![\w.])(?P<word>INFO|DEBUG|TRACE|NOTICE|WARNING)(?=\s*[:\]|\-]|\s)"
     r"|(?<![\w.])\[?(?P<glog>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+)")

@@ -80,8 +80,18 @@ def test_a_loss_that_rises_while_the_learning_rate_falls_is_still_a_regression()
 
 
 def _raw(**data) -> bytes:
-    return json.dumps({"v": 1, "id": "s1", "ts": 1.79e9, "job": "j", "node": "n0", "source": "train", "kind": "step",
-                       "data": {"rank": 0, "step": 5, "loss": 2.5, **data}}).encode()
+    return json.dumps(
+        {
+            "v": 1,
+            "id": "s1",
+            "ts": 1.79e9,
+            "job": "j",
+            "node": "n0",
+            "source": "train",
+            "kind": "step",
+            "data": {"rank": 0, "step": 5, "loss": 2.5, **data},
+        }
+    ).encode()
 
 
 def test_lr_reads_alike_by_the_typed_read_and_the_general_one_and_a_bad_one_is_refused_alike():

@@ -5,7 +5,7 @@
     trainer = transformers.Trainer(..., callbacks=[faultlens])
     trainer.train(resume_from_checkpoint=faultlens.resume_checkpoint(trainer.args))
 
-Every optimizer step publishes a ``train``/``step`` event (loss, grad norm, tokens, step time)
+Every optimizer step publishes a ``train``/``step`` event (loss, grad norm, tokens, step time, the optimizer's learning rate)
 through trainer_hooks.hook.TrainerHook, and then, at that step boundary, the job's signed commands
 are obeyed: ``checkpoint`` sets ``control.should_save``, so the Trainer saves its own
 ``checkpoint-N`` folder at once (rank 0 decides when, so every rank saves at the same step);

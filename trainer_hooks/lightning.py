@@ -5,7 +5,7 @@
     trainer = lightning.Trainer(callbacks=[faultlens], ...)
     trainer.fit(model, ckpt_path=faultlens.resume_checkpoint(trainer))
 
-Every optimizer step publishes a ``train``/``step`` event (loss, grad norm, tokens, step time)
+Every optimizer step publishes a ``train``/``step`` event (loss, grad norm, tokens, step time, the optimizer's learning rate)
 through trainer_hooks.hook.TrainerHook, and then, at that step boundary, the job's signed commands
 are obeyed: ``checkpoint`` saves through ``Trainer.save_checkpoint`` (every rank, as Lightning
 requires; rank 0 decides when, so all ranks save at the same step); ``stop``, ``restart``,

@@ -45,10 +45,17 @@ _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # "Successfully unregistered ...", "no action required". Taken back by a negation before them
 # ("not recovered", "failed to recover", "could not be corrected").
 # "fixed up" is btrfs's word for a bad copy rewritten from a good one; "succeeded" ends a reset.
-_REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b", re.IGNORECASE)
+# (round 15) So do the words by which a program says what it does instead, the failure handled: "falling back to
+# bit banging", "rebuilding it now" (btrfs's free-space cache), "Manually zeroing." (WRITE SAME refused), a feature
+# it turned off ("DCB init failed -63, disabled", GHES's "..., disabled."), "Using default config": in the corpus
+# every line with them is healthy; "continuing anyway" is not among them (a NaN norm's warning says it).
+_REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b"
+                        r"|\bfall(?:s|ing)? back to\b|\brebuilding it now\b|\bmanually zeroing\b|, disabled\.?\s*$"
+                        r"|\busing (?:the )?default\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed)"
                       r"|\bunsuccessfully\b", re.IGNORECASE)
-_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded", "fixed up", "no action"))
+_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded", "fixed up", "no action", "fall back", "falls back",
+                          "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default"))
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",

@@ -402,3 +402,27 @@ def test_other_statuses_and_types_are_not_user_code(line: str, fault: str | None
     assert "user_code" not in classes
     if fault:
         assert fault in classes
+
+
+# --- a program that says what it does instead: the failure handled (fresh1, fresh4, fresh15, first sight) --------
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[ 7505.919140] BTRFS warning (device sda2): failed to load free space cache for block group 4194304, rebuilding it now",
+        "Jan 31 10:13:36 pntop01 kernel: i40e 0000:19:00.0: DCB init failed -63, disabled",
+        "May 23 14:33:11 iv-splv-link kernel: [1728536.623544] sda1: WRITE SAME failed. Manually zeroing.",
+        "[ 7501.630078] [drm] GMBUS [i915 gmbus dpb] timed out, falling back to bit banging on pin 5",
+    ],
+)
+def test_a_failure_the_program_handles_is_no_alert(line: str) -> None:
+    assert _acting(line) == []
+
+
+def test_going_on_is_not_handling_it() -> None:
+    # "continuing anyway" after a non-finite norm is the NaN itself (a fresh batch's nan_loss row)
+    line = (
+        "train.py:317: FutureWarning: Non-finite norm encountered in torch.nn.utils.clip_grad_norm_; continuing anyway. "
+        "Note that the default behavior will change in a future release to error out if a non-finite total norm is "
+        "encountered. At that point, setting error_if_nonfinite=false will be required to retain the old behavior."
+    )
+    assert "nan_loss" in _classes(line, "nccl")

@@ -43,8 +43,10 @@ class Save:
         if self.sharded:
             return f"{len(self.writers)} of {ranks} rank(s) are writing their checkpoint ({said})"
         listed = ", ".join(map(str, self.writers[:8])) + (", ..." if len(self.writers) > 8 else "")
-        return (f"rank(s) [{listed}] are writing their checkpoint ({said}) while the other "
-                f"{self.usable - len(self.writers)} rank(s) with a usable stack wait for them")
+        return (
+            f"rank(s) [{listed}] are writing their checkpoint ({said}) while the other "
+            f"{self.usable - len(self.writers)} rank(s) with a usable stack wait for them"
+        )
 
 
 def read_save(texts: Mapping[int, str], topology: Topology, suspects: tuple[int, ...] = ()) -> Save | None:

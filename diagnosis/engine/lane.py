@@ -71,10 +71,10 @@ class Lane:
         """Findings no wave holds: debounced (grey evidence), then folded and escalated."""
         return [d for f in findings for g in self.debounce.admit(f) for d in self.dedup.admit(g)]
 
-    def release_waves(self, now: float | None) -> list[Diagnosis]:
+    def release_waves(self, now: float | None, keep_lone: bool = False) -> list[Diagnosis]:
         """Waves that closed by ``now`` (None: at the end of input, all of them), and the findings
-        they held that made no wave."""
-        released, waves = self.waves.tick(now) if now is not None else self.waves.flush()
+        they held that made no wave (``keep_lone``: those stay held)."""
+        released, waves = self.waves.tick(now, keep_lone) if now is not None else self.waves.flush()
         self.stats["diagnoses"] += len(waves)
         return waves + self.judge(released)
 
@@ -83,14 +83,14 @@ class Lane:
         clock moved it, nothing on the job's clock having arrived: diagnosis/rules/liveness.py).
 
         Wall time only says the stream stopped: a consumer starved of CPU behind its input cannot
-        tell that from a stop, and what it has not read yet may be the rest of a wave. So no wave
-        is closed on it (its first machine, released alone, was evicted: tests/diagnosis/
-        test_backlog_wall_time.py); the job's own events close it, or the end of a trace."""
+        tell that from a stop, and what it has not read yet may be the rest of a wave. So a
+        candidate of no wave is not released on it to be judged alone (the first machine of a wave
+        not read yet was evicted: tests/diagnosis/test_backlog_wall_time.py); the job's own events
+        release it, or the end of a trace. Waves still form and end on it (nobody is evicted)."""
         self.last_tick = now
         findings, diags = self.stage.tick(now, stream_stopped)
         out = self.settle(findings, diags)
-        if not stream_stopped:
-            out.extend(self.release_waves(now))
+        out.extend(self.release_waves(now, keep_lone=stream_stopped))
         out.extend(self.dedup.tick(now))
         return out
 

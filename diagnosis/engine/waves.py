@@ -148,15 +148,17 @@ class Waves:
         return []
 
     # --- time -------------------------------------------------------------------------------
-    def tick(self, now: float) -> tuple[list[Finding], list[Diagnosis]]:
+    def tick(self, now: float, keep_lone: bool = False) -> tuple[list[Finding], list[Diagnosis]]:
+        """Candidates due by ``now`` join their wave or are released to be judged alone;
+        ``keep_lone``: those of no wave stay held (``now`` is wall time: diagnosis/engine/lane.py)."""
         if self.job is not None:
             self._hears.add(self.job)
-        return self._decide(now)
+        return self._decide(now, keep_lone)
 
     def flush(self) -> tuple[list[Finding], list[Diagnosis]]:
         return self._decide(None)
 
-    def _decide(self, now: float | None) -> tuple[list[Finding], list[Diagnosis]]:
+    def _decide(self, now: float | None, keep_lone: bool = False) -> tuple[list[Finding], list[Diagnosis]]:
         w = self.config.window_s
         released: list[Finding] = []
         changed: set[tuple[str, str]] = set()
@@ -166,6 +168,7 @@ class Waves:
             held.sort(key=lambda f: (f.ts, f.nodes[0]))
             n_due = len(held) if now is None else next((i for i, f in enumerate(held) if now - f.ts < w), len(held))
             due, self._held[key] = held[:n_due], held[n_due:]
+            lone: list[Finding] = []
             for f in due:
                 near = {n for ts, n in self._seen[key] if abs(ts - f.ts) <= w}
                 cause = fleet.cause_of(key[1], f.job, f.nodes[0], f.ts) if fleet is not None else None
@@ -175,11 +178,14 @@ class Waves:
                 elif self._is_wave(f.job, len(near)):
                     self._absorb(key, f, near, now)
                     changed.add(key)
+                elif keep_lone:
+                    lone.append(f)
                 else:
                     self.stats["wave_released"] += 1
                     onset = f.onset if f.onset is not None else f.ts
                     # Decided now: the wait is part of its detection latency, as Dedup's hold is.
                     released.append(dataclasses.replace(f, ts=f.ts if now is None else now, onset=onset))
+            self._held[key][:0] = lone
             if not self._held[key]:
                 del self._held[key]
         out: list[Diagnosis] = []
@@ -191,11 +197,11 @@ class Waves:
                 del self._waves[key]
         if self.fleet is not None and self._hears:
             out.extend(self.fleet.emit(self._hears, now))
-            if now is not None and self._jobs:
+            if now is not None and self._jobs and not keep_lone:
                 # By this lane's time: a job far behind the others (an old trace replayed beside live
                 # ones) loses its fleet candidates and is judged by its own waves, never a fleet's.
                 self.fleet.prune(now)
-        if now is not None:
+        if now is not None and not keep_lone:  # what a candidate kept is judged with stays
             for seen in self._seen.values():
                 while seen and seen[0][0] < now - 3 * w:
                     seen.popleft()

@@ -81,3 +81,22 @@ def test_a_wall_clock_jump_during_a_checkpoint_pause_suspects_no_hang():
     # 65 s past its last step, inside the grace: not a stopped stream to the hang detector.
     live = _with_wall_jump(events, at_140, wall_idle_s=55.0)
     assert not [d for d in live if d.fault == "job_hang"]
+
+
+def test_a_wave_read_whole_before_its_stream_stopped_still_forms_and_ends_on_wall_time():
+    """What wall time may still do for a wave: its members all read, the stream stops before the
+    job's own time gets a window past the last of them; the wall clock's move joins them to the
+    wave and ends it (no eviction either way), as `analyze` does at the end of the trace."""
+    whole = _fabric_reset()
+    events = [e for e in whole if e.ts - whole[0].ts <= 106]
+    offline = analyze(events)
+    engine = Engine()
+    found: dict[str, Diagnosis] = {}
+    for e in events:
+        found.update((d.id, d) for d in engine.process(e))
+    assert not [d for d in found.values() if d.group]  # the wave waits for its window
+    found.update((d.id, d) for d in engine.tick(wall_now=time.time() + 150.0))
+    [wave] = [d for d in found.values() if d.group]
+    [off] = [d for d in offline if d.group]
+    assert (wave.id, wave.count, wave.action, wave.nodes) == (off.id, off.count, off.action, ()) == (off.id, 8, "alert", ())
+    assert not [d for d in found.values() if str(d.action) in EVICTING]

@@ -275,6 +275,12 @@ class HangDetector(HangVerdicts):
         out: list[Diagnosis] = []
         for name, job in self._jobs.items():
             stall = job.stall
+            if stall is not None and stall.decided and job.writing_until is not None and now >= job.writing_until:
+                # A checkpoint save was under way when its stacks were read (HangVerdicts._saving): its
+                # patience is over and the job has not stepped, so it is suspected again below. Until
+                # then the decided stall keeps the job's late dumps from fail-slow's rounds.
+                job.stall = stall = None
+                job.writing_until = None
             if stall is not None:
                 if not stall.decided and self._verdict_due(name, job, stall, now):
                     out.append(self._decide(name, job, stall, now))
@@ -285,8 +291,6 @@ class HangDetector(HangVerdicts):
                 # Back from such a stop: its first beats say nothing of the steps still on their way
                 # (each stream resumes at its own moment); a grace for them before a stall is told.
                 continue
-            if job.writing_until is not None and now < job.writing_until:
-                continue  # a checkpoint save was under way when its stacks were read (HangVerdicts._saving)
             if job.last_progress is None:
                 out += self._startup_stall(name, job, now)
                 continue

@@ -200,8 +200,8 @@ class HangVerdicts:
 
     def _saving(self, name: str, job: JobState, stall: Stall, now: float, stalled: str, topology: Topology,
                 save: Save | None) -> Diagnosis:
-        """A checkpoint save under way (diagnosis.hang.saving): recorded (action none) and the stall let
-        go, to be suspected again after ``writing_patience_s`` unless the job steps; still no step
+        """A checkpoint save under way (diagnosis.hang.saving): recorded (action none), the job suspected
+        again after ``writing_patience_s`` unless it steps; still no step
         then (the save stuck, or its storage failing) is an alert naming the writers' machines, never
         an eviction: a replacement would write to the same storage."""
         again = job.writing_onset == stall.onset
@@ -210,8 +210,7 @@ class HangVerdicts:
         evidence = stall.dumps.evidence(save.writers if save else (), limit=self.config.evidence_limit)
         said = save.describe(len(topology.by_rank)) if save is not None else "no stack"
         if not again:
-            job.writing_until = now + self.config.writing_patience_s
-            job.stall = None
+            job.writing_until = now + self.config.writing_patience_s  # then suspected again (HangDetector.tick)
             return Diagnosis(
                 job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.NONE,
                 ranks=save.writers if save else (), confidence=self.config.fallback_confidence, evidence=evidence,

@@ -70,6 +70,7 @@ class EventTimeOrder:
         # yet), to be read to before the wall clock moves any job's time again (see tick_gate).
         self._away_ends: dict[TopicPartition, int] | None = None
         self._away = False
+        self._away_said = False  # whether unknown end offsets were logged since the loop came back
 
     # --- assignment -------------------------------------------------------------------------
     def open_broadcast(self, settings: KafkaSettings, max_records: int) -> None:
@@ -335,7 +336,7 @@ class EventTimeOrder:
     def _came_round(self, mono: float) -> None:
         """The loop is here at monotonic time ``mono``: if it was away past AWAY_S, say so."""
         if self._loop_seen is not None and mono - self._loop_seen > AWAY_S:
-            self._away, self._away_ends = True, None
+            self._away, self._away_ends, self._away_said = True, None, False
         self._loop_seen = mono
 
     def _read_what_came_while_away(self, consumer: Consumer) -> bool:
@@ -352,8 +353,10 @@ class EventTimeOrder:
             try:
                 self._away_ends = dict(consumer.end_offsets(parts)) if parts else {}
             except (KafkaError, ValueError) as exc:
-                log.warning("the loop was away over %.0fs and the broker's end offsets are unknown (%s): the wall "
-                            "clock waits", AWAY_S, exc)
+                if not self._away_said:  # once per time away: a broker that is down says so elsewhere
+                    self._away_said = True
+                    log.warning("the loop was away over %.0fs and the broker's end offsets are unknown (%s): the "
+                                "wall clock waits", AWAY_S, exc)
                 return False
         ends = self._away_ends
         try:

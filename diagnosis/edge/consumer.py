@@ -131,8 +131,9 @@ class DiagnoseHandler:
                 log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
                 out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
                 continue
-            out.extend(diagnosis_records(self.engine, found))
-            self.emitted += len(found)
+            if found:
+                out.extend(diagnosis_records(self.engine, found))
+                self.emitted += len(found)
         return out
 
     def tick(self, now: float, busy: Collection[str] = (),

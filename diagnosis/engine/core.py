@@ -244,7 +244,8 @@ class Engine:
             else:
                 self._job_event(lane, event)
             return []
-        self._apply_pending(lane, event.ts)
+        if lane.pending:
+            self._apply_pending(lane, event.ts)
         if event.source == "summary":
             # The node stage of another process summarised a window or found something (docs/design.md
             # §1, split stages); its watermarks are the runner's business.
@@ -257,7 +258,7 @@ class Engine:
             findings, diags = lane.stage.observe(event)
             return lane.settle(findings, diags)
         node_out = NodeOutput()
-        for parsed in self.node_stage.parse(event):
+        for parsed in self.node_stage.parse(event) if event.kind == "line" else (event,):
             self.stats["parsed"] += parsed is not event
             self._check_rank(parsed, node_out)
             self.node_stage.observe(parsed, node_out)
@@ -287,6 +288,13 @@ class Engine:
             out.findings.append(finding)
 
     def _job_side(self, lane: Lane, node_out: NodeOutput) -> list[Diagnosis]:
+        forward = node_out.forward
+        if not node_out.findings and not node_out.windows and len(forward) < 2:
+            # The usual event (a step, a beat, a sample): nothing found, at most itself passed on.
+            if not forward:
+                return []
+            f, d = self._lane(forward[0].job).stage.observe(forward[0])
+            return lane.settle(f, d) if f or d else []
         findings = list(node_out.findings)
         diags: list[Diagnosis] = []
         for w in node_out.windows:

@@ -75,7 +75,9 @@ class ImplicitFaultDetector:
         return self.hang.observe(event)
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
-        """A node's feature window: GPU-side evidence for a hang without stacks."""
+        """A node's feature window: GPU-side evidence for a hang without stacks, and the counters a
+        machine the fail-slow rounds blame is read by against its peers'."""
+        self.failslow.observe_window(window)
         return self._with_net(self.hang.observe_window(window))
 
     def tick(self, now: float) -> list[Diagnosis]:

@@ -6,7 +6,10 @@ outliers (still computing while its peers already wait). A campaign starts on a 
 ``capture_stacks`` suspicion (the ML detector's) or when stack rounds simply arrive (a trace).
 Each round (dumps sharing ``data.request_id``, else a window of ``round_window_s`` event time)
 goes through :func:`diagnosis.stacks.outliers.cluster_stacks`; after ``rounds`` rounds the ranks that were
-outliers in most of them are localised and their group evicted. No consistent group → no blame.
+outliers in most of them are localised. No consistent group → no blame. A group found is evicted
+only on evidence a person accepts (diagnosis.peers.slow_evidence): its machine's own counters apart
+from its peers', or the same machine blamed by separate captures over ``persist_s``; stacks alone
+are an alert and a second capture ``recheck_s`` later, and a slowness that moved is the workload's.
 
 While a campaign with a suspicion wants rounds it emits a ``capture_stacks`` request at most every
 ``round_window_s`` (a Diagnosis: fault ``fail_slow``, action ``capture_stacks``, nodes = every
@@ -24,6 +27,8 @@ from typing import Callable, Iterable
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.peers.anomaly import CORROBORATED
+from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.peers.slow_evidence import SlowEvidence, SlowEvidenceConfig
 from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.stacks.localize import group_counts, localize
 from faultlens.diagnosis.stacks.outliers import StackConfig, cluster_stacks
@@ -49,6 +54,7 @@ class FailSlowConfig:
     cooldown_s: float = 300.0  # after a conclusion, suspicions of the same machines are folded
     evidence_limit: int = 256
     stacks: StackConfig = field(default_factory=StackConfig)
+    evidence: SlowEvidenceConfig = field(default_factory=SlowEvidenceConfig)
 
 
 @dataclass
@@ -82,8 +88,12 @@ class _Campaign:
 class FailSlowRounds:
     """Stack rounds per job → the degrader group. Detector-shaped: dumps come through ``add_dump``."""
 
-    def __init__(self, book: JobBook, config: FailSlowConfig = FailSlowConfig(),
-                 stalled_since: Callable[[str, float], float | None] | None = None):
+    def __init__(
+        self,
+        book: JobBook,
+        config: FailSlowConfig = FailSlowConfig(),
+        stalled_since: Callable[[str, float], float | None] | None = None,
+    ):
         self._book = book
         self.config = config
         # When the job's steps stopped, if they have (the hang detector knows): a round taken
@@ -95,8 +105,8 @@ class FailSlowRounds:
         # a new suspicion on other machines is a new degradation and gets its own rounds.
         self._cooled_nodes: dict[str, frozenset[str] | None] = {}
         self._own: set[str] = set()
+        self._evidence = SlowEvidence(config.evidence, config.stand_confidence, config.request_confidence)
 
-    # --- inputs ---------------------------------------------------------------------------
     def observe_diagnosis(self, diagnosis: Diagnosis) -> list[Diagnosis]:
         if diagnosis.id in self._own or diagnosis.fault != "fail_slow" or diagnosis.action != "capture_stacks":
             return []
@@ -112,6 +122,10 @@ class FailSlowRounds:
             campaign.suspicion = diagnosis
             log.info("job %s: fail-slow suspicion on %s, starting stack rounds", job, ", ".join(diagnosis.nodes))
         return self._maybe_request(job, campaign, diagnosis.ts)
+
+    def observe_window(self, window: NodeWindow) -> None:
+        """A node's feature window: the counters a blamed machine is read by against its peers'."""
+        self._evidence.observe_window(window)
 
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         if dump.ts < self._cooldown_until.get(job, -math.inf) and job not in self._campaigns:
@@ -179,6 +193,9 @@ class FailSlowRounds:
                 out += self._conclude(job, campaign, now, timed_out=True)
             else:
                 out += self._maybe_request(job, campaign, now)
+        for suspicion in self._evidence.due(now, busy=lambda job: job in self._campaigns):
+            campaign = self._campaigns[suspicion.job] = _Campaign(started=now, suspicion=suspicion)
+            out += self._maybe_request(suspicion.job, campaign, now)
         return out
 
     def _close_due(self, job: str, campaign: _Campaign, now: float, before: StackDump | None = None) -> list[Diagnosis]:
@@ -204,11 +221,16 @@ class FailSlowRounds:
         topology = self._book.topology(job)
         nodes = topology.nodes if topology is not None else campaign.suspicion.nodes
         request = Diagnosis(
-            id=f"{campaign.suspicion.id}.round{campaign.requested}", job=job, ts=now, onset=campaign.suspicion.onset,
-            fault=FaultClass.FAIL_SLOW, action=Action.CAPTURE_STACKS,
-            nodes=nodes, confidence=self.config.request_confidence,
+            id=f"{campaign.suspicion.id}.round{campaign.requested}",
+            job=job,
+            ts=now,
+            onset=campaign.suspicion.onset,
+            fault=FaultClass.FAIL_SLOW,
+            action=Action.CAPTURE_STACKS,
+            nodes=nodes,
+            confidence=self.config.request_confidence,
             detail=f"stack round {campaign.requested}/{self.config.rounds}: capture every rank's stack "
-                   f"(fail-slow suspicion {campaign.suspicion.id} on {', '.join(campaign.suspicion.nodes)})",
+            f"(fail-slow suspicion {campaign.suspicion.id} on {', '.join(campaign.suspicion.nodes)})",
         )
         self._own.add(request.id)
         return [request]
@@ -226,12 +248,16 @@ class FailSlowRounds:
             log.info("job %s: stack round %s has %d of %d ranks, not counted", job, key, len(texts), len(topology.by_rank))
             return []
         verdict = cluster_stacks(texts, topology, self.config.stacks)
-        campaign.done.append(RoundResult(
-            key=key, ts=rnd.dumps.first_ts or now, outliers=verdict.outlier_ranks,
-            groups=group_counts(verdict.outlier_ranks, topology),
-            evidence=rnd.dumps.evidence(verdict.outlier_ranks, limit=len(verdict.outlier_ranks)),
-            seen=frozenset(texts),
-        ))
+        campaign.done.append(
+            RoundResult(
+                key=key,
+                ts=rnd.dumps.first_ts or now,
+                outliers=verdict.outlier_ranks,
+                groups=group_counts(verdict.outlier_ranks, topology),
+                evidence=rnd.dumps.evidence(verdict.outlier_ranks, limit=len(verdict.outlier_ranks)),
+                seen=frozenset(texts),
+            )
+        )
         log.info("job %s: stack round %d (%s): %d outlier(s)", job, len(campaign.done), key, len(verdict.outlier_ranks))
         if len(campaign.done) >= self.config.rounds:
             return self._conclude(job, campaign, now, timed_out=False)
@@ -249,27 +275,45 @@ class FailSlowRounds:
 
     def _standing(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
         """The suspicion ``s`` (the campaign's) as the verdict: evict on two independent signals, else alert."""
-        if s.confidence >= self.config.stand_confidence:
+        if self._evidence.is_recheck(s):
+            action, verdict = Action.NONE, "the look at a machine already alerted on got no answer: the alert stands"
+        elif s.confidence >= self.config.stand_confidence:
             action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
+        elif self._evidence.moved_lately(job, now):
+            action, verdict = Action.NONE, "the job's slowness already moved between machines (the workload's): recorded"
         else:
             action, verdict = Action.ALERT, "a slowdown alone, without stacks, evicts nobody: alert for inspection"
         return Diagnosis(
-            job=job, ts=now, onset=s.onset, fault=FaultClass.FAIL_SLOW, action=action, nodes=s.nodes, ranks=s.ranks,
-            group=s.group, confidence=s.confidence, evidence=s.evidence,
+            job=job,
+            ts=now,
+            onset=s.onset,
+            fault=FaultClass.FAIL_SLOW,
+            action=action,
+            nodes=s.nodes,
+            ranks=s.ranks,
+            group=s.group,
+            confidence=s.confidence,
+            evidence=s.evidence,
             detail=f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
         )
 
     def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
         since = self._stalled_since(job, now) if self._stalled_since is not None else None
         if since is not None and any(r.ts > since for r in campaign.done):
-            log.info("job %s: steps stopped at %.0f; %d stack round(s) after it are the stall's, not counted",
-                     job, since, sum(1 for r in campaign.done if r.ts > since))
+            log.info(
+                "job %s: steps stopped at %.0f; %d stack round(s) after it are the stall's, not counted",
+                job,
+                since,
+                sum(1 for r in campaign.done if r.ts > since),
+            )
             campaign.done = [r for r in campaign.done if r.ts <= since]
             timed_out = True  # judged on what is left, as when rounds ran out
         rounds = campaign.done
         if len(rounds) < (self.config.min_rounds if timed_out else self.config.rounds):
             if campaign.suspicion is not None:
-                return [self._suspicion_stands(job, campaign, campaign.suspicion, now, f"only {len(rounds)} stack round(s) completed")]
+                return [
+                    self._suspicion_stands(job, campaign, campaign.suspicion, now, f"only {len(rounds)} stack round(s) completed")
+                ]
             self._finish(job, now)
             return []
         self._finish(job, now)
@@ -278,33 +322,53 @@ class FailSlowRounds:
         per_rank = Counter(r for rnd in rounds for r in rnd.outliers)
         persistent = sorted(r for r, n in per_rank.items() if n >= need)
         # Rounds were counted only under a topology (_close), so it is there; without one nobody is placed.
-        place = (localize(persistent, topology, cover_share=self.config.stacks.cover_share)
-                 if persistent and topology is not None else None)
+        place = (
+            localize(persistent, topology, cover_share=self.config.stacks.cover_share)
+            if persistent and topology is not None
+            else None
+        )
         counts = [rnd.groups.get(place.group, 0) for rnd in rounds] if place else []
         hits = sum(1 for c in counts if c)
         if place is None or hits < need:
             busiest: Counter[str] = Counter()
             for rnd in rounds:
                 busiest.update(rnd.groups)
-            log.info("job %s: %d stack rounds, no consistent outlier group (top %s): no blame",
-                     job, len(rounds), busiest.most_common(3))
+            log.info(
+                "job %s: %d stack rounds, no consistent outlier group (top %s): no blame",
+                job,
+                len(rounds),
+                busiest.most_common(3),
+            )
             return self._unconfirmed(job, campaign, rounds, need, topology, now)
         consistency = hits / len(rounds)
         confidence = round(min(0.95, 0.95 * consistency * place.coverage), 4)
         evidence = tuple(e for rnd in rounds for e in rnd.evidence if e)[: self.config.evidence_limit]
-        onset = campaign.suspicion.onset if campaign.suspicion is not None else rounds[0].ts
+        s = campaign.suspicion
+        # A suspicion of other machines (a second look at one that moved on) says nothing of when this began.
+        onset = s.onset if s is not None and set(s.nodes) & set(place.nodes) else rounds[0].ts
         detail = (
             f"{len(rounds)} stack rounds: outliers in {place.group} per round {counts}; persistent outlier ranks "
             f"{persistent} (outlier in >= {need}/{len(rounds)} rounds), {place.covered}/{place.outliers} in "
             f"{place.group} ({len(place.ranks)} ranks on {len(place.nodes)} node(s))"
         )
-        return [Diagnosis(
-            job=job, ts=now, onset=onset, fault=FaultClass.FAIL_SLOW, action=Action.EVICT, nodes=place.nodes,
-            ranks=tuple(persistent), group=place.group, confidence=confidence, evidence=evidence, detail=detail,
-        )]
+        found = Diagnosis(
+            job=job,
+            ts=now,
+            onset=onset,
+            fault=FaultClass.FAIL_SLOW,
+            action=Action.EVICT,
+            nodes=place.nodes,
+            ranks=tuple(persistent),
+            group=place.group,
+            confidence=confidence,
+            evidence=evidence,
+            detail=detail,
+        )
+        return [self._evidence.weigh(job, campaign.suspicion, found)]
 
-    def _unconfirmed(self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int,
-                     topology: Topology | None, now: float) -> list[Diagnosis]:
+    def _unconfirmed(
+        self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int, topology: Topology | None, now: float
+    ) -> list[Diagnosis]:
         """Rounds that blamed no group. A suspicion whose machines the rounds hardly saw (their
         capture failed) was not tested by them: it stands as if no round had come. One they saw and
         did not confirm is not dropped in silence when two signals backed it: a person is told."""
@@ -313,16 +377,46 @@ class FailSlowRounds:
             return []
         suspects = set(s.ranks) or {r for r, place in topology.by_rank.items() if place.node in s.nodes}
         if suspects and sum(1 for rnd in rounds if suspects & rnd.seen) < need:
-            return [self._standing(job, campaign, s, now, f"the suspects' stacks were missing from "
-                                                        f"{len(rounds)} stack rounds (capture failed?)")]
+            return [
+                self._standing(
+                    job, campaign, s, now, f"the suspects' stacks were missing from {len(rounds)} stack rounds (capture failed?)"
+                )
+            ]
+        if self._evidence.is_recheck(s):  # a second look that found nobody slower: that slowness is over
+            self._evidence.over(job)
+            return [
+                Diagnosis(
+                    job=job,
+                    ts=now,
+                    onset=s.onset,
+                    fault=FaultClass.FAIL_SLOW,
+                    action=Action.NONE,
+                    nodes=s.nodes,
+                    ranks=s.ranks,
+                    group=s.group,
+                    confidence=s.confidence,
+                    detail=f"{len(rounds)} stack rounds found no consistent outlier group: {', '.join(s.nodes)} no "
+                    f"longer lags its peers, no eviction ({s.detail})",
+                )
+            ]
         if s.confidence < self.config.stand_confidence:
             return []
-        return [Diagnosis(
-            job=job, ts=now, onset=s.onset, fault=FaultClass.FAIL_SLOW, action=Action.ALERT, nodes=s.nodes, ranks=s.ranks,
-            group=s.group, confidence=s.confidence, evidence=s.evidence,
-            detail=f"{len(rounds)} stack rounds found no consistent outlier group: the slowdown is not "
-                   f"confirmed by stacks, alert for inspection ({s.detail})",
-        )]
+        return [
+            Diagnosis(
+                job=job,
+                ts=now,
+                onset=s.onset,
+                fault=FaultClass.FAIL_SLOW,
+                action=Action.ALERT,
+                nodes=s.nodes,
+                ranks=s.ranks,
+                group=s.group,
+                confidence=s.confidence,
+                evidence=s.evidence,
+                detail=f"{len(rounds)} stack rounds found no consistent outlier group: the slowdown is not "
+                f"confirmed by stacks, alert for inspection ({s.detail})",
+            )
+        ]
 
     def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
         """The job was restarted: rounds of the old incarnation compare stacks that no longer exist.
@@ -331,11 +425,13 @@ class FailSlowRounds:
         restarting the job around it), and so do its completed rounds: which machine lagged is
         still true of the machines that stay. Only the rounds being collected are dropped (half of
         their dumps come from processes that are gone). Evicting a suspect ends the campaign."""
+        out = set(nodes_out)
+        self._evidence.evicted(job, out)
         campaign = self._campaigns.get(job)
         if campaign is None:
             return
         suspicion = campaign.suspicion
-        if suspicion is None or set(suspicion.nodes) & set(nodes_out):
+        if suspicion is None or set(suspicion.nodes) & out:
             del self._campaigns[job]
             return
         campaign.closed.update(campaign.open)

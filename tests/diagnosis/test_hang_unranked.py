@@ -206,13 +206,14 @@ def _rounds_with_unranked(node: str):
 
 
 def test_a_fail_slow_round_closes_on_a_nodes_unplaced_dumps_and_never_blames_it():
-    from tests.diagnosis.test_failslow import SLOW, _suspicion
+    from tests.diagnosis.test_failslow import HARDWARE_BACKED, SLOW, _suspicion
     from tests.diagnosis.test_failslow import _detector as failslow_detector
 
     slow_node = TOPO.by_rank[SLOW].node
-    # A bystander's unplaced dumps: the degrader is still found, each round closing on the last answer.
+    # A bystander's unplaced dumps: the degrader is still found, each round closing on the last answer
+    # (evicted: its suspicion stood on a hardware drift, diagnosis.peers.slow_evidence).
     out = run_detector(failslow_detector(), _rounds_with_unranked("n000"), start=95, until=200,
-                       diagnoses=[_suspicion(100.0)])
+                       diagnoses=[_suspicion(100.0, HARDWARE_BACKED)])
     (final,) = [d for d in out if d.action == "evict"]
     assert final.nodes == (slow_node,) and final.ts < T0 + 145.0
     # The degrader's own node cannot rank its processes: its stacks are never the evidence.

@@ -144,13 +144,15 @@ def _stack_round(trace: Trace, job: Job, at: float, request: str, computing: set
 def slow_node(trace: Trace, base: float) -> list[Expect]:
     """One machine computes 30 % slower from minute 3 on; the whole job's steps slow with it. The
     agents answer five stack captures 10 s apart (what remediation's fail-slow rounds ask for):
-    each time the slow machine's ranks are still computing while every other rank waits."""
+    each time the slow machine's ranks are still computing while every other rank waits. Its GPUs'
+    counters stay like its peers' and the trace holds one look: an alert naming it, no eviction on
+    stacks alone (diagnosis.peers.slow_evidence: hardware apart, or the same machine over 20 min)."""
     job = Job("outside-slow", machine_names("hgx", 16))
     bad = job.nodes[12]
     write_job(trace, job, base, LENGTH, Knobs(slow_node=bad, slow_from=180.0))
     for k in range(5):
         _stack_round(trace, job, base + 270.0 + 10.0 * k, f"outside-slow-round-{k + 1}", {bad})
-    return [_verdict(job.name, "fail_slow", [bad], "evict", base, 180.0, 320.0)]
+    return [_verdict(job.name, "fail_slow", [bad], "alert", base, 180.0, 320.0)]
 
 
 def nan_loss(trace: Trace, base: float) -> list[Expect]:

@@ -1,0 +1,60 @@
+"""A slow rank is evicted only on evidence a person accepts: its GPU's own counters, or the same
+machine at separate looks over 20 minutes (diagnosis.peers.slow_evidence; docs/design.md §3).
+
+tests/outside/slow_shapes.py writes three MoE traces (a hot expert that moves between machines, a
+GPU held at low clocks and power, a rank slow for half an hour with its counters like its peers')
+and beside each what a person expects; tests/fixtures/outside/slow/ keeps those expect files as
+reviewed. Before this, the first two evicted on the first five stack rounds alike: the hot
+expert's healthy machine was evicted 88 s after it got the hot expert.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.outside import modes
+from tests.outside.modes import assert_expect_files_kept
+from tests.outside.modes import checked as check_traces
+from tests.outside.slow_shapes import LOOKS, SCENARIOS, START, write_all
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "slow"
+EVICTING = ("evict", "evict_reset_gpu")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("outside-slow")
+    write_all(out)
+    return out
+
+
+def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
+    assert_expect_files_kept(traces, FIXTURES, SCENARIOS)
+
+
+@pytest.mark.long(12)
+def test_every_slow_rank_gives_what_an_sre_expects(traces):
+    checked = check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
+    assert sorted(checked) == sorted(SCENARIOS)
+    for name, r in checked.items():
+        assert r["ok"], (name, r["missing"], r["extra"], r["changed"])
+        assert r["healthy_evicted"] == [], name
+
+
+@pytest.mark.long(6)
+def test_a_hot_expert_that_moves_evicts_nobody_and_says_it_moved(traces):
+    found = modes.offline(traces / "hot_expert_moves.parquet")
+    assert not [d for d in found if d["action"] in EVICTING]
+    moved = [d for d in found if d["action"] == "alert" and "the slowness moved from" in d["detail"]]
+    assert [d["nodes"] for d in moved] == [["mvs-r3-03"]]
+
+
+@pytest.mark.long(8)
+def test_a_rank_slow_for_half_an_hour_is_evicted_at_the_third_look_not_the_first(traces):
+    base = START + 2 * 3600.0  # the third trace
+    found = modes.offline(traces / "slow_for_half_an_hour.parquet")
+    (evicted,) = [d for d in found if d["action"] in EVICTING]
+    assert evicted["ts"] > base + LOOKS[2] and evicted["nodes"] == ["sty-r2-02"]
+    assert "3 separate captures" in evicted["detail"]

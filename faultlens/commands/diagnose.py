@@ -121,7 +121,7 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
     if lease is not None:
         lease.watch(runner.stop)
     if members is not None:
-        members.watch(runner.stop)
+        members.watch(runner.stop, runner.stop_when_drained)
     metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
     if ready is not None:
         ready()

@@ -83,23 +83,33 @@ class Members:
         # spawn, not fork: the launch's Kafka clients and threads are not to be copied
         ctx = multiprocessing.get_context("spawn")
         root = logging.getLogger()
-        logs = (root.level, root.handlers[0].formatter if root.handlers else None,
-                logging.getLogger("kafka").level)
+        logs = (root.level, root.handlers[0].formatter if root.handlers else None, logging.getLogger("kafka").level)
         # Children join their group together, once each is ready to poll (imports, topics, client:
         # seconds apart under load): a member that joined alone would read partitions that a later
         # one then takes over and re-reads (the runner's rebuild of retained input).
         together = self._together = ctx.Barrier(self.count)  # held: the children open it by name
         for i in range(self.count):
-            p = ctx.Process(target=_member, args=(self._child, os.getpid(), logs, together),
-                            name=f"diagnose-{self._child.stage}-{i + 1}", daemon=True)
+            p = ctx.Process(
+                target=_member,
+                args=(self._child, os.getpid(), logs, together),
+                name=f"diagnose-{self._child.stage}-{i + 1}",
+                daemon=True,
+            )
             p.start()
             self._procs.append(p)
-        log.info("started %d %s-stage member(s) as child processes: %s", self.count, self._child.stage,
-                 ", ".join(str(p.pid) for p in self._procs))
+        log.info(
+            "started %d %s-stage member(s) as child processes: %s",
+            self.count,
+            self._child.stage,
+            ", ".join(str(p.pid) for p in self._procs),
+        )
         return self
 
-    def watch(self, on_failure: Callable[[], None]) -> None:
-        """Call ``on_failure`` (the launch's runner's stop) once a child exits with an error."""
+    def watch(self, on_failure: Callable[[], None], on_done: Callable[[], None]) -> None:
+        """Call ``on_failure`` (the launch's runner's stop) once a child exits with an error, and
+        ``on_done`` once every child stopped cleanly (their idle stop, say): the launch then reads
+        what they wrote last and stops, without waiting for its own idle time, in which it would
+        have named the stopped node stage in a telemetry_lost alert."""
 
         def wait() -> None:
             pending = {p.sentinel: p for p in self._procs}
@@ -112,6 +122,9 @@ class Members:
                         self.failed = p.exitcode if p.exitcode > 0 else 1
                         on_failure()
                         return
+            if not self._stopping.is_set():
+                log.info("every %s-stage member stopped: this one stops once it read what they wrote", self._child.stage)
+                on_done()
 
         threading.Thread(target=wait, name="diagnose-members", daemon=True).start()
 

@@ -93,6 +93,7 @@ class GroupRunner:
         self.stats = RunnerStats()
         self.ready = threading.Event()
         self._stop = threading.Event()
+        self._stop_drained = threading.Event()
         self.consumer: Consumer | None = None
         merge: WatermarkMerge[Record | None] | None = WatermarkMerge(o.max_idle_s) if o.event_time else None
         clock = EventClock(o.max_skew_s, judge_peers=o.judge_clocks) if o.event_time else None
@@ -124,6 +125,12 @@ class GroupRunner:
     # --- control ----------------------------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
+
+    def stop_when_drained(self) -> None:
+        """Stop once every partition of this member is read to its end, as an idle stop does, but
+        without waiting for the idle time: what comes next has no writer left (the launch of
+        ``diagnose --workers``, whose node-stage children all stopped)."""
+        self._stop_drained.set()
 
     def _install_signals(self) -> dict:
         """Stop on SIGTERM/SIGINT; returns the handlers they replace, restored after the run."""
@@ -200,8 +207,10 @@ class GroupRunner:
         assignments = book.assignments
         last_tick = last_lag = 0.0
         try:
+            quiet = 0
             while not self._stop.is_set():
                 t0 = time.monotonic()
+                drain_armed = self._stop_drained.is_set()
                 polled = consumer.poll(timeout_ms=poll_timeout_ms)
                 self.broker_watch.polled(bool(polled), time.monotonic())
                 if self.rebalances.apply(self):
@@ -249,6 +258,13 @@ class GroupRunner:
                     stats.lag = self._lag(consumer)
                 if max_records_total is not None and stats.records_in >= max_records_total:
                     break
+                if drain_armed:
+                    # Two empty polls begun after the request, caught up both times: a fetch sent
+                    # before it may not have seen the last records, and their end with it.
+                    settled = not polled and self.ready.is_set() and book.rebalancing is None
+                    quiet = quiet + 1 if settled and self._drained(consumer) else 0
+                    if quiet >= 2:
+                        break
                 if idle is None:
                     continue
                 now = time.monotonic()

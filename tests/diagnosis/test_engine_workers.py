@@ -17,8 +17,17 @@ from tests.progress import wait_until
 
 
 def _args(**over) -> argparse.Namespace:
-    base = {"stage": "all", "group": None, "workers": 3, "metrics_port": 9400, "max_records": 500,
-            "idle_stop": 5.0, "bootstrap": None, "_run": None, "_parser": object()}
+    base = {
+        "stage": "all",
+        "group": None,
+        "workers": 3,
+        "metrics_port": 9400,
+        "max_records": 500,
+        "idle_stop": 5.0,
+        "bootstrap": None,
+        "_run": None,
+        "_parser": object(),
+    }
     return argparse.Namespace(**{**base, **over})
 
 
@@ -76,22 +85,91 @@ def _alive(pid: int) -> bool:
 def test_the_children_end_with_the_launch(kafka_settings, group_name, tmp_path, how):
     log = tmp_path / "diagnose.log"
     with log.open("wb") as out:
-        launch = subprocess.Popen([sys.executable, "-m", "faultlens", "-v", "diagnose", "--workers", "2",
-                                   "--group", group_name, "--bootstrap", kafka_settings.bootstrap],
-                                  stdout=out, stderr=subprocess.STDOUT)
+        launch = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faultlens",
+                "-v",
+                "diagnose",
+                "--workers",
+                "2",
+                "--group",
+                group_name,
+                "--bootstrap",
+                kafka_settings.bootstrap,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
+
         def started():
             kids = _children(launch.pid)
             return kids if len(kids) == 2 and log.read_text().count("started 2 node-stage") else None
 
-        kids = wait_until(started, progress=lambda: (log.stat().st_size, len(_children(launch.pid))),
-                          stall_s=90, what="the launch's two node-stage children", explain=log.read_text)
+        kids = wait_until(
+            started,
+            progress=lambda: (log.stat().st_size, len(_children(launch.pid))),
+            stall_s=90,
+            what="the launch's two node-stage children",
+            explain=log.read_text,
+        )
         launch.send_signal(how)
         launch.wait()
-        wait_until(lambda: not any(_alive(k) for k in kids),
-                   progress=lambda: (log.stat().st_size, sum(map(_alive, kids))), stall_s=90,
-                   what="the children to end with the launch", explain=log.read_text)
+        wait_until(
+            lambda: not any(_alive(k) for k in kids),
+            progress=lambda: (log.stat().st_size, sum(map(_alive, kids))),
+            stall_s=90,
+            what="the children to end with the launch",
+            explain=log.read_text,
+        )
     finally:
         if launch.poll() is None:
             launch.kill()
             launch.wait()
+
+
+@pytest.mark.broker
+def test_a_launch_over_a_backlog_gives_the_offline_diagnoses_and_ends_with_its_children(own_kafka_settings, tmp_path):
+    """`--workers 2 --idle-stop`: once both node-stage children stop at their idle stop, the launch
+    reads what they wrote last and stops, with what `analyze` finds (what acts, on which nodes);
+    waiting out its own idle stop it also named the stopped node stage (a telemetry_lost alert)."""
+    from bench.testbed import foreign
+    from bench.testbed.topic_reads import job_records
+    from faultlens.diagnosis.engine.core import analyze_trace
+    from faultlens.events.diagnosis_record import Diagnosis
+
+    trace = foreign.write_parquet("failslow_corroborated", tmp_path)
+    bootstrap = own_kafka_settings.bootstrap
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faultlens",
+            "replay",
+            str(trace),
+            "--as-fast-as-possible",
+            "--no-progress",
+            "--bootstrap",
+            bootstrap,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    # An idle stop past the upstream writers' time to live: waited out by the launch, it named the
+    # stopped node stage (it does with the children's end unheeded).
+    done = subprocess.run(
+        [sys.executable, "-m", "faultlens", "diagnose", "--workers", "2", "--idle-stop", "20", "--bootstrap", bootstrap],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode)}
+
+    def acts(found):
+        return sorted((d.fault, d.action, tuple(sorted(d.nodes))) for d in found)
+
+    offline, _ = analyze_trace(trace)
+    assert acts(latest.values()) == acts(offline)
+    assert len(offline) == 8

@@ -105,7 +105,7 @@ class GroupRunner:
         self.rebalances = RebalanceQueue()
         self.progress = ProgressAnnouncer(o.on_progress, self.topics)
         self.commits = CommitSchedule(o.commit_interval_s)
-        self.broker_watch = BrokerWatch(settings.bootstrap)  # an unreachable broker said in our words
+        self.broker_watch = BrokerWatch(settings.bootstrap if settings is not None else None)  # an unreachable broker said in our words
 
     @property
     def merge(self) -> WatermarkMerge[Record | None] | None:

@@ -31,6 +31,11 @@ machines evicted at the end of a backlog). Now:
 
 A node is judged only after it beat at least once (a job still starting is not silent).
 
+Each node's reports are weighed against its peers' on its clock corrected by the error its step
+stamps show (diagnosis/rules/step_clocks.py): a healthy machine 30 s behind stamped its last beat
+30 s before its peers' last ones and was evicted at a trace's end. Quiet is judged on the later of
+its own and the corrected time, so no correction makes a node that reports on look quiet.
+
 A node whose agent said the job's work on it was over before it went quiet is never silent: its
 last beat listed no training process while earlier ones listed some (the trainer exited, then the
 scheduler's epilog stopped the agent), or said ``stopping`` (the agent was stopped on purpose). A
@@ -63,6 +68,7 @@ from typing import Callable
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.step_clocks import StepClocks
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import HeartbeatBeat, TrainStep
@@ -106,6 +112,7 @@ class SilenceDetector:
         # (job, node) → its first report after a gap longer than the grace (or its first ever): a
         # peer's word counts only once it has reported on for a grace since (see _going_on)
         self._run_start: dict[tuple[str, str], float] = {}
+        self.clocks = StepClocks()  # each node's clock error, from its step stamps against its peers'
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
@@ -121,7 +128,10 @@ class SilenceDetector:
                     if number is None:
                         self._step_no.pop(key, None)
                     else:  # the latest report's number (a rollback lowers it on every node)
+                        before = self._step_no.get(key, number)
                         self._step_no[key] = number
+                        if number < before or not number % self.clocks.strides.get(event.job, 1):
+                            return self.clocks.observe(event.job, event.node, number, event.ts, event.id, number < before)
             return []
         if event.kind != "beat":
             return []
@@ -171,22 +181,32 @@ class SilenceDetector:
             self._drop_departed(job, nodes)
             if not nodes or job in self._ended_jobs:
                 continue
-            if all(now - beat.ts <= self.grace_s for beat in nodes.values()):
+            shift = self.clocks.offsets.get(job)
+            if all(now - beat.ts <= self.grace_s for beat in nodes.values()) or (shift and all(
+                    now - max(b.ts, b.ts - shift.get(n, 0.0)) <= self.grace_s for n, b in nodes.items())):
                 self._job_quiet.pop(job, None)
                 continue
-            heard = {node: max(beat.ts, self._steps.get((job, node), beat.ts)) for node, beat in nodes.items()}
-            latest = max(heard.values())
+            own = {node: max(beat.ts, self._steps.get((job, node), beat.ts)) for node, beat in nodes.items()}
+            latest = max(own.values())
             if now - latest > self.grace_s:
-                out.extend(self._whole_job_quiet(job, nodes, heard, latest, now, stream_stopped))
+                out.extend(self._whole_job_quiet(job, nodes, own, latest, now, stream_stopped))
                 continue  # nobody is judged alone: no peer reported past anyone's silence
             self._job_quiet.pop(job, None)
+            # Each node on the job's clock (its own less its measured error, diagnosis/rules/step_clocks.py):
+            # what its peers' evidence is weighed in. Quiet is judged on the later of its own and the
+            # corrected time: a clock behind has already been heard past its stamps, and one ahead is
+            # read as far as its stamps (event-time order) and no further.
+            at = {n: b.ts - shift.get(n, 0.0) for n, b in nodes.items()} if shift else {n: b.ts for n, b in nodes.items()}
+            heard = {n: t - shift.get(n, 0.0) for n, t in own.items()} if shift else own
+            fresh = {n: max(t, heard[n]) for n, t in own.items()} if shift else own
             reports = sorted(heard.values())
-            going = self._going_on(job, heard)
+            going = {n: heard[n] for n in self._going_on(job, own)}
             going_reports = sorted(going.values())
-            ended = {n for n, b in nodes.items() if now - b.ts > self.grace_s and self._ended(job, n, b)}
+            silent_for = {n: now - max(b.ts, at[n]) for n, b in nodes.items()}
+            ended = {n for n, b in nodes.items() if silent_for[n] > self.grace_s and self._ended(job, n, b)}
             out.extend(self._ended_agents(job, nodes, ended, now))
-            quiet = {node: beat for node, beat in nodes.items() if node not in ended and now - beat.ts > self.grace_s
-                     and self._peers_went_on(going_reports, going.get(node, float("-inf")), beat.ts, len(nodes))}
+            quiet = {node: beat for node, beat in nodes.items() if node not in ended and silent_for[node] > self.grace_s
+                     and self._peers_went_on(going_reports, going.get(node, float("-inf")), at[node], len(nodes))}
             if not quiet:
                 continue
             limit = max(1.0, self.max_share * len(nodes))
@@ -198,30 +218,30 @@ class SilenceDetector:
             # the job stage; the first of them crossed the peers' test a few seconds of beat phase
             # before its fellows and, judged alone, was evicted (issue 32, starved on CI). The wait
             # is one beat interval at most: a live peer's next report takes it past.
-            stopped = {n: b for n, b in nodes.items() if not b.silent and n not in ended and now - b.ts > self.grace_s}
+            stopped = {n: b for n, b in nodes.items() if not b.silent and n not in ended and silent_for[n] > self.grace_s}
             for node, beat in sorted(quiet.items()):
                 if beat.silent or beat.group_alerted:
                     continue
-                together = sorted(n for n, b in stopped.items() if abs(b.ts - beat.ts) <= self.grace_s)
+                together = sorted(n for n in stopped if abs(at[n] - at[node]) <= self.grace_s)
                 if len(together) > limit:
-                    out.append(self._group_alert(job, together, stopped, len(nodes), now))
+                    out.append(self._group_alert(job, together, stopped, at, len(nodes), now))
                     continue
-                if self._fellows_undecided(node, beat, nodes, heard, now):
+                if self._fellows_undecided(node, at[node], nodes, heard, fresh, now):
                     continue
-                mates = self._quiet_partition_mates(node, beat, nodes, heard)
+                mates = self._quiet_partition_mates(node, at[node], nodes, heard)
                 if mates:
                     out.append(self._partition_alert(job, node, mates, nodes, heard, now))
                     continue
-                out.extend(self._judge_alone(job, node, beat, pace, reports, now))
+                out.extend(self._judge_alone(job, node, beat, at[node], pace, reports, now))
         return out
 
-    def _fellows_undecided(self, node: str, beat: _Beat, nodes: dict[str, _Beat], heard: dict[str, float],
-                           now: float) -> bool:
+    def _fellows_undecided(self, node: str, beat_at: float, nodes: dict[str, _Beat], heard: dict[str, float],
+                           fresh: dict[str, float], now: float) -> bool:
         """Whether another node last reported within a grace period after ``node``'s last beat and
         has not been quiet for a grace period yet: it may be stopping with it (then they are judged
         together) or about to report on (then it is its peer's word)."""
-        mark = beat.ts + self.grace_s
-        return any(m != node and not b.silent and heard[m] <= mark and now - heard[m] <= self.grace_s
+        mark = beat_at + self.grace_s
+        return any(m != node and not b.silent and heard[m] <= mark and now - fresh[m] <= self.grace_s
                    for m, b in nodes.items())
 
     def _ended_agents(self, job: str, nodes: dict[str, _Beat], ended: set[str], now: float) -> list[Finding]:
@@ -251,8 +271,8 @@ class SilenceDetector:
             beyond -= 1  # its own steps are not a peer's word
         return 2 * beyond > peers
 
-    def _judge_alone(self, job: str, node: str, beat: _Beat, pace: tuple[float | None, float | None],
-                     reports: list[float], now: float) -> list[Finding]:
+    def _judge_alone(self, job: str, node: str, beat: _Beat, beat_at: float,
+                     pace: tuple[float | None, float | None], reports: list[float], now: float) -> list[Finding]:
         stepped = self._steps.get((job, node))
         # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's steps,
         # not this node's alone), and kept stepping well after its beats stopped (a node that died
@@ -268,21 +288,27 @@ class SilenceDetector:
                 detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s but its ranks reported a step "
                        f"{now - stepped:.0f}s ago: the node agent is down, not the node (alert, no eviction)")]
         beat.silent = True
-        mark = beat.ts + self.grace_s
+        mark = beat_at + self.grace_s
         went_on = len(reports) - bisect.bisect_left(reports, mark)
         return [Finding(
-            job=job, ts=now, onset=beat.ts, fault="node_silent", action="evict", nodes=(node,),
+            job=job, ts=now, onset=beat_at, fault="node_silent", action="evict", nodes=(node,),
             entity="heartbeat", evidence=(beat.id,),
             detail=f"no heartbeat from {node} for {now - beat.ts:.0f}s (grace {self.grace_s:.0f}s) while "
                    f"{went_on} of its {len(reports) - 1} peers reported on past it, the latest "
-                   f"{reports[-1] - beat.ts:.0f}s after its last beat")]
+                   f"{reports[-1] - beat_at:.0f}s after its last beat{self._clock_note(job, node)}")]
 
-    def _group_alert(self, job: str, together: list[str], quiet: dict[str, _Beat], size: int,
+    def _clock_note(self, job: str, node: str) -> str:
+        off = self.clocks.offsets.get(job, {}).get(node)
+        if not off:
+            return ""
+        return f" (on its clock corrected by {-off:+.0f}s, the error its step stamps show against its peers')"
+
+    def _group_alert(self, job: str, together: list[str], quiet: dict[str, _Beat], at: dict[str, float], size: int,
                      now: float) -> Finding:
         beats = [quiet[n] for n in together]
         for b in beats:
             b.group_alerted = True
-        first = min(b.ts for b in beats)
+        first = min(at[n] for n in together)
         shown = ", ".join(together[:12]) + (f" and {len(together) - 12} more" if len(together) > 12 else "")
         return Finding(
             job=job, ts=now, onset=first, fault="node_silent", action="alert", nodes=tuple(together),
@@ -292,7 +318,7 @@ class SilenceDetector:
                    f"switch, a telemetry partition or its node-stage member), not {len(together)} machines "
                    f"failing at once (alert, no eviction)")
 
-    def _quiet_partition_mates(self, node: str, beat: _Beat, nodes: dict[str, _Beat],
+    def _quiet_partition_mates(self, node: str, beat_at: float, nodes: dict[str, _Beat],
                                heard: dict[str, float]) -> list[str]:
         """The node's telemetry partition mates, when that partition went quiet with it (every mate
         that reported around its last beat stopped within a grace period of it); none when there is
@@ -301,12 +327,12 @@ class SilenceDetector:
         reported past the mark has been quiet for the grace period too."""
         if self.partition_of is None:
             return []
-        mark = beat.ts + self.grace_s
+        mark = beat_at + self.grace_s
         if heard[node] >= mark:
             return []
         part = self.partition_of(node)
         mates = [m for m in nodes if m != node and not nodes[m].silent
-                 and heard[m] >= beat.ts - self.grace_s and self.partition_of(m) == part]
+                 and heard[m] >= beat_at - self.grace_s and self.partition_of(m) == part]
         if not mates or any(heard[m] >= mark for m in mates):
             return []
         return sorted(mates)
@@ -384,6 +410,7 @@ class SilenceDetector:
             return
         for node in [n for n in nodes if n not in topology.ranks_by_node]:
             del nodes[node]
+            self.clocks.forget(job, node)
             self._run_start.pop((job, node), None)
             self._steps.pop((job, node), None)
             self._step_no.pop((job, node), None)
@@ -400,6 +427,7 @@ class SilenceDetector:
     def forget(self, job: str, node: str) -> None:
         """The node left the job (evicted, restarted elsewhere): stop expecting its beats."""
         self._beats.get(job, {}).pop(node, None)
+        self.clocks.forget(job, node)
         self._run_start.pop((job, node), None)
         self._steps.pop((job, node), None)
         self._step_no.pop((job, node), None)

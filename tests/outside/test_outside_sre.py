@@ -9,8 +9,10 @@ replayed at once into a broker and read as a backlog by three members of one gro
 
 Found by this round: the sharded checkpoint save was a reattempt in place, the one-writer save an
 eviction of the writer's healthy machine (fixed in diagnosis/hang/saving.py, unit tests in
-tests/diagnosis/test_hang_checkpoint_write.py); the machine whose clock is 30 s behind is
-evicted as node_silent (liveness, not this round's to fix: the strict xfail below says why).
+tests/diagnosis/test_hang_checkpoint_write.py); the machine whose clock is 30 s behind was
+evicted as node_silent (its last beat stamped 30 s before its peers' last ones): liveness now judges
+it on its clock corrected by what its step stamps show against its peers' (diagnosis/rules/step_clocks.py,
+unit tests in tests/diagnosis/test_skew_liveness.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tests.outside.modes import checked as check_traces
 from tests.outside.sre_shapes import SCENARIOS, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "sre"
-KNOWN = {"clock_skew"}  # traces a known failure is about (the xfail below)
+KNOWN: set[str] = set()  # traces a known failure is about (none now)
 BROKER_SET = ["checkpoint_stall", "rolling_upgrade", "job_end", "shared_switch_flap", "clock_skew"]
 EVICTING = ("evict", "evict_reset_gpu")
 
@@ -70,19 +72,16 @@ def test_one_rank_writing_the_whole_checkpoint_keeps_its_machine(traces):
     assert [(d["action"], d["ranks"]) for d in hang] == [("none", [0])] and "a save under way" in hang[0]["detail"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "diagnosis/rules/liveness.py (W's this session): a machine whose clock runs 30 s behind stamps "
-        "its last beat 30 s before its peers' last ones, so at the trace's end its peers 'reported on past "
-        "it' for 31 s and it is node_silent, action evict (the healthy skw-r2-03 evicted). Offline the "
-        "stream's end cannot tell a skewed clock from a death; live, its events arrive on time stamped "
-        "30 s old, which the arrival lag could tell (streams/runner/event_time.py)"
-    ),
-)
-def test_a_machine_whose_clock_is_30s_behind_is_never_evicted(checked):
+@pytest.mark.long(3)
+def test_a_machine_whose_clock_is_30s_behind_is_never_evicted(traces, checked):
+    """Before: its last beat stamped 30 s before its peers' last ones, at the trace's end it was
+    node_silent, action evict. Its step stamps show the error: recorded as clock_skew, no eviction."""
     r = checked["clock_skew"]
     assert r["healthy_evicted"] == [] and r["ok"], (r["extra"], r["healthy_evicted"])
+    found = modes.offline(traces / "clock_skew.parquet")
+    assert [(d["fault"], d["action"], d["nodes"]) for d in found if d["fault"] in ("clock_skew", "node_silent")] == [
+        ("clock_skew", "none", ["skw-r2-03"])
+    ]
 
 
 @pytest.mark.broker
@@ -97,4 +96,4 @@ def test_as_a_backlog_read_by_three_members_the_verdicts_are_analyzes(tmp_path):
     found, off = with_offline(stream, "group", tmp_path, speed=0)
     assert acting(found) == acting(off)
     evicted = {(d["job"], n) for d in found if d["action"] in EVICTING for n in d["nodes"]}
-    assert evicted - {("outside-skew", "skw-r2-03")} == {("outside-switch-b", "sb-r1-04")}  # less the known failure
+    assert evicted == {("outside-switch-b", "sb-r1-04")}

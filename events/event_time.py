@@ -29,7 +29,8 @@ class WriterWord(NamedTuple):
     """An upstream writer's announcement: it has written everything up to ``watermark`` (-inf:
     nothing yet); ``reads`` names the input partitions it reads, of ``of`` in its whole group;
     ``behind`` says it still has input to read (a backlog, a partition just taken over); ``idle``,
-    that it has handed on all it read and its input has been quiet (it holds nothing back)."""
+    that it has handed on all it read and its input has been quiet (it holds nothing back); ``done``,
+    its last word: it stopped because its input ended (an idle stop), not because it failed."""
 
     member: str
     watermark: float
@@ -37,6 +38,7 @@ class WriterWord(NamedTuple):
     of: int | None = None
     behind: bool | None = None
     idle: bool | None = None
+    done: bool | None = None
 
 
 class UpstreamStop(NamedTuple):
@@ -142,7 +144,7 @@ class WatermarkMerge(Generic[T]):
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
                said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None,
-               behind: bool | None = None, idle: bool | None = None) -> None:
+               behind: bool | None = None, idle: bool | None = None, done: bool | None = None) -> None:
         """An upstream writer of ``partition`` has written everything up to ``watermark``;
         ``said_at`` is when it said so (the broker's record time): an old announcement read from a
         retained backlog speaks for a writer that may be long gone.
@@ -161,7 +163,7 @@ class WatermarkMerge(Generic[T]):
         if previous is not None and watermark != float("-inf"):
             watermark = max(watermark, previous[0])
         state.writers[writer] = (watermark, heard, None if reads is None else frozenset(reads), bool(behind),
-                                 bool(idle))
+                                 bool(idle), bool(done))
         if of is not None:
             state.of = of
         state.last_data = wall_now
@@ -189,19 +191,23 @@ class WatermarkMerge(Generic[T]):
         return False
 
     def stopped_upstream(self, wall_now: float, caught_up: dict[Partition, bool]) -> dict[Partition, UpstreamStop]:
-        """The partitions whose every upstream writer fell silent (died, stalled, or stopped with a
-        bounded run), with when and who. A partition whose writers never spoke is not here: it
-        has no upstream stage (the arrival-order topics, `jobs`)."""
+        """The partitions whose every upstream writer fell silent (died, stalled, or was stopped),
+        with when and who. A partition whose writers never spoke is not here: it has no upstream
+        stage (the arrival-order topics, `jobs`); nor is one whose last writers all said, as they
+        stopped, that their input had ended (``done``: a bounded run's idle stop). A writer killed
+        says nothing of the kind, and its partition is here once it is silent."""
         out: dict[Partition, UpstreamStop] = {}
         for p, state in self._parts.items():
             if state.follower or not state.writers:
                 continue
             if live_writers(state, wall_now, self.writer_ttl_s, backlog=not caught_up.get(p, True)):
                 continue
-            since = max(heard for _, heard, _, _, _ in state.writers.values())
-            last = {w: (mark, heard) for w, (mark, heard, _, _, _) in state.writers.items()
+            since = max(heard for _, heard, _, _, _, _ in state.writers.values())
+            last = {w: (mark, heard, done) for w, (mark, heard, _, _, _, done) in state.writers.items()
                     if since - heard < self.writer_ttl_s}
-            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _ in last.values()))
+            if all(done for _, _, done in last.values()):
+                continue
+            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _, _ in last.values()))
         return out
 
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:

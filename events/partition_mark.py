@@ -20,9 +20,9 @@ class PartitionState:
     watermark: float | None = None
     # Upstream writers' own watermarks, when a partition has several (the node stage's members
     # writing `summaries`): writer → (watermark, wall time heard, input partitions it reads, still
-    # behind on its input, idle). The partition is then only as far along as its slowest live
+    # behind on its input, idle, done: stopped because its input ended). The partition is then only as far along as its slowest live
     # writer that is not idle.
-    writers: dict[str, tuple[float, float, frozenset[str] | None, bool, bool]] = field(default_factory=dict)
+    writers: dict[str, tuple[float, float, frozenset[str] | None, bool, bool, bool]] = field(default_factory=dict)
     # How many input partitions the writers read in all, when they say which ones each reads:
     # then the partition is held back while some input partition has no live writer that reads
     # it (a member whose rebalance callback ran late has not said hello yet, and its records are
@@ -80,7 +80,7 @@ def live_writers(state: PartitionState, wall_now: float, writer_ttl_s: float,
                  backlog: bool) -> list[tuple[float, frozenset[str] | None, bool, bool]]:
     """The words of the writers that spoke within ``writer_ttl_s`` (of broker time, while a backlog is read)."""
     now = state.frontier if backlog and state.frontier is not None else wall_now
-    return [(w, reads, behind, idle) for w, heard, reads, behind, idle in state.writers.values()
+    return [(w, reads, behind, idle) for w, heard, reads, behind, idle, _ in state.writers.values()
             if now - heard < writer_ttl_s]
 
 
@@ -93,7 +93,7 @@ def last_words(state: PartitionState, writer_ttl_s: float) -> list[tuple[float, 
         return []
     latest, covered = words[0][1], set[str]()
     out: list[tuple[float, frozenset[str] | None, bool, bool]] = []
-    for mark, heard, reads, behind, idle in words:
+    for mark, heard, reads, behind, idle, _ in words:
         if reads is None:
             if latest - heard < writer_ttl_s:
                 out.append((mark, reads, behind, idle))

@@ -122,6 +122,7 @@ class SummaryWatermark(Payload, frozen=True):
     of: NonNegInt | None = None
     behind: Flag | None = None
     idle: Flag | None = None
+    done: Flag | None = None  # its last word, as it stopped because its input ended
 
 
 class SummaryBundle(Payload, frozen=True):

@@ -119,7 +119,7 @@ class Intake:
                         assert merge is not None  # marks are read only with a merge (above)
                         said_at = broker_time(m.timestamp)
                         merge.report(tp, mark.member, mark.watermark, time.time(), said_at, reads=mark.reads,
-                                     of=mark.of, behind=mark.behind, idle=mark.idle)
+                                     of=mark.of, behind=mark.behind, idle=mark.idle, done=mark.done)
                         merge.add(tp, m.offset, float("-inf"), None, time.time(), said_at)  # commits past it
                         continue
                 good.append((topic, partition, m.offset, m.key, value, m.timestamp, raw))

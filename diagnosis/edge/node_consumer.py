@@ -235,10 +235,12 @@ class NodeStageHandler:
         self._partitions = parts
 
         def announce(progress: float, reads: tuple[tuple[str, ...], int] | None = None,
-                     behind: bool = False, idle: bool = False) -> list[Outgoing]:
+                     behind: bool = False, idle: bool = False, done: bool = False) -> list[Outgoing]:
             # -inf ("nothing written yet") travels as null: JSON has no infinity.
             known = progress != float("-inf")
             data: dict[str, Any] = {"member": self.member, "watermark": progress if known else None, "behind": behind, "idle": idle}
+            if done:
+                data["done"] = True
             if reads is not None:
                 data["reads"], data["of"] = list(reads[0]), reads[1]
             mark = Envelope(ts=progress if known else time.time(), job="-", node=self.member, source="summary",
@@ -261,7 +263,8 @@ def watermark_of(record: Record) -> WriterWord | None:
                                           and type(of) is int and of > 0):
                 reads = of = None  # a word that says it badly says nothing of coverage
             return WriterWord(str(data["member"]), float("-inf") if mark is None else float(mark), reads,
-                              of if reads is not None else None, data.get("behind") is True, data.get("idle") is True)
+                              of if reads is not None else None, data.get("behind") is True, data.get("idle") is True,
+                              data.get("done") is True)
         except (KeyError, TypeError, ValueError):
             return None
     return None

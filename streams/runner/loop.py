@@ -206,6 +206,7 @@ class GroupRunner:
         ticks = self.handler.ticks
         assignments = book.assignments
         last_tick = last_lag = 0.0
+        ended = False  # stopped because the input ended (idle or drained), not asked to or bounded
         try:
             quiet = 0
             while not self._stop.is_set():
@@ -264,6 +265,7 @@ class GroupRunner:
                     settled = not polled and self.ready.is_set() and book.rebalancing is None
                     quiet = quiet + 1 if settled and self._drained(consumer) else 0
                     if quiet >= 2:
+                        ended = True
                         break
                 if idle is None:
                     continue
@@ -275,8 +277,9 @@ class GroupRunner:
                 else:
                     idle.polled(now, bool(polled))
                     if idle.due(now, lambda: self._drained(consumer)):
+                        ended = True
                         break
-            self._finish(consumer)
+            self._finish(consumer, done=ended)
         finally:
             self._close()
             for sig, handler in previous_signals.items():
@@ -321,9 +324,10 @@ class GroupRunner:
         self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
         out.extend(produced)
 
-    def _finish(self, consumer: Consumer) -> None:
+    def _finish(self, consumer: Consumer, done: bool = False) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this
-        member), its outputs delivered and the offsets committed."""
+        member), its outputs delivered and the offsets committed. ``done``: the run stopped because
+        its input ended, and its last word on progress says so."""
         self.rebalances.apply(self)
         if self.order is None:
             if self.commits.unsettled:
@@ -332,7 +336,7 @@ class GroupRunner:
         out: list[Outgoing] = []
         if self.order.merge.held:
             self._handle_into(self._released(self.order.ordered(consumer, [], drain=True), out), out)
-        self.progress.last_word()  # the last word on progress goes out now
+        self.progress.last_word(done)  # the last word on progress goes out now
         out.extend(self._announce())
         if out or self.commits.unsettled:
             self._deliver_and_commit(consumer, {}, out)

@@ -25,9 +25,10 @@ from faultlens.streams.runner.types import DEFAULT_MAX_MESSAGE_BYTES, Record
 # at-least-once work every 30 s by default; a caught-up member commits at once.
 COMMIT_INTERVAL_S = 0.5
 
-# (progress, (reads, of) or None, behind, idle) → the announcements to send (the node stage's
-# word downstream: streams/runner/progress.py)
-ProgressCallback = Callable[[float, "tuple[tuple[str, ...], int] | None", bool, bool], Iterable[Outgoing]]
+# (progress, (reads, of) or None, behind, idle, done) → the announcements to send (the node stage's
+# word downstream: streams/runner/progress.py); done: the last word of a run that stopped because its
+# input ended (an idle stop, a drain stop)
+ProgressCallback = Callable[[float, "tuple[tuple[str, ...], int] | None", bool, bool, bool], Iterable[Outgoing]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ class ProgressAnnouncer:
         # a new owner is about to write (the stage downstream holds at the last word it heard).
         self.hello = False
         self.settle_until = 0.0
+        self.done = False  # the last word says the run stopped because its input ended
 
     def assigned(self, now: float) -> None:
         """An assignment: the hello wipes this member's word downstream, so its progress is said again."""
@@ -57,9 +58,12 @@ class ProgressAnnouncer:
     def revoked(self, now: float) -> None:
         self.settle_until = now + REBALANCE_SETTLE_S
 
-    def last_word(self) -> None:
-        """The end of a run: the next announcement goes out whatever was said just before."""
+    def last_word(self, done: bool = False) -> None:
+        """The end of a run: the next announcement goes out whatever was said just before. ``done``:
+        the run stopped because its input ended (an idle stop), so downstream takes this member's
+        silence for the input's end, not an upstream stop to alert on (events.event_time.stopped_upstream)."""
         self.announced_wall = self.settle_until = 0.0
+        self.done = done
 
     def announce(self, consumer: Consumer | None, merge: WatermarkMerge | None, rebalancing: bool,
                  behind: Callable[[], bool]) -> list[Outgoing]:
@@ -71,7 +75,7 @@ class ProgressAnnouncer:
         hello: list[Outgoing] = []
         if self.hello:
             self.hello = False
-            hello = list(self.on_progress(float("-inf"), self.reads(consumer), True, False))
+            hello = list(self.on_progress(float("-inf"), self.reads(consumer), True, False, False))
         if time.monotonic() < self.settle_until or rebalancing:
             # Revoked and not yet given partitions again: its merge is empty ("idle") and the
             # client still lists the old assignment as what it reads. Said then, that word let the
@@ -91,7 +95,8 @@ class ProgressAnnouncer:
         self.announced_idle, self.announced_wall = idle, time.monotonic()
         said = self.announced if self.announced is not None else float("-inf")
         is_behind = behind()
-        return hello + list(self.on_progress(said, self.reads(consumer), is_behind, idle and not is_behind))
+        return hello + list(self.on_progress(said, self.reads(consumer), is_behind, idle and not is_behind,
+                                             self.done))
 
     def reads(self, consumer: Consumer | None) -> tuple[tuple[str, ...], int] | None:
         """The input partitions this member reads, and how many its group reads in all (None while

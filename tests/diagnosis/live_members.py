@@ -103,7 +103,7 @@ class ReadProbe:
         with self._lock:
             self.ends, self.word = ends, None
 
-    def __call__(self, said, reads, behind, idle) -> tuple:
+    def __call__(self, said, reads, behind, idle, done=False) -> tuple:
         ends = self.ends
         if ends is not None:
             consumer = self.runner.consumer

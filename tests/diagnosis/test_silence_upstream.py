@@ -4,11 +4,15 @@ job-stage handler's clock."""
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
 from kafka.structs import TopicPartition
 
 from faultlens.diagnosis.edge.consumer import DiagnoseHandler
 from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events import topics
+from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.event_time import WatermarkMerge
 from faultlens.streams.runner.loop import Record
 from tests.diagnosis.diag_events import T0, beat, nodes
@@ -37,6 +41,28 @@ def test_one_live_writer_is_no_stop():
     merge = _merge_with_writers()
     merge.report(P0, "node-b", T0 + 130, WALL + 35, WALL + 35, reads=["telemetry.gpu:0", "telemetry.gpu:1"], of=2)
     assert merge.stopped_upstream(WALL + 40, {P0: True}) == {}
+
+
+def test_writers_that_all_said_their_input_ended_are_no_stop_and_one_that_did_not_is():
+    # Node members at their idle stop say "done" in their last word: their silence is the input's
+    # end, no upstream stop to alert on. One killed (SIGKILL) says nothing of the kind.
+    merge = _merge_with_writers()
+    merge.report(P0, "node-a", T0 + 100, WALL + 2, WALL + 2, reads=["telemetry.gpu:0"], of=2, idle=True, done=True)
+    [(_, stop)] = merge.stopped_upstream(WALL + 40, {P0: True}).items()
+    assert stop.members == ("node-a", "node-b")  # node-b said no "done": killed, not at its end
+    merge.report(P0, "node-b", T0 + 90, WALL + 3, WALL + 3, reads=["telemetry.gpu:1"], of=2, idle=True, done=True)
+    assert merge.stopped_upstream(WALL + 40, {P0: True}) == {}
+
+
+def test_a_node_members_last_word_at_its_idle_stop_says_done_and_the_job_stage_reads_it():
+    from faultlens.diagnosis.edge.node_consumer import NodeStageHandler, watermark_of
+    from faultlens.events.envelope import decode
+
+    announce = NodeStageHandler().watermarks([0])
+    [last] = announce(T0, (("telemetry.gpu:0",), 1), False, True, True)
+    [word] = announce(T0, (("telemetry.gpu:0",), 1), False, True, False)
+    assert watermark_of(Record(topics.SUMMARIES, 0, 0, None, decode(last.value), 0)).done is True
+    assert watermark_of(Record(topics.SUMMARIES, 0, 1, None, decode(word.value), 0)).done is False
 
 
 def test_a_partition_without_writers_has_no_upstream_to_stop():
@@ -77,6 +103,38 @@ def test_without_a_stop_the_wall_clock_moves_the_quiet_job_and_names_the_job_not
 
 
 def _decode(raw: bytes):
-    from faultlens.events.diagnosis_record import Diagnosis
-
     return Diagnosis.decode(raw)
+
+
+@pytest.mark.broker
+@pytest.mark.long(60)
+def test_a_split_run_whose_node_members_stop_at_their_idle_stop_gives_the_offline_diagnoses(own_kafka_settings, tmp_path):
+    """Node-stage members that stop at their idle stop say so (``done``): the job stage, idle past
+    their time to live, takes it for the input's end and names no stopped node stage, so it finds
+    what `analyze` finds and nothing more (before: one `telemetry_lost` alert more, the upstream stop).
+    The job stage's wall clock moves no job here (wall_rate 0): `analyze` judges no absence at a
+    trace's end, and a job stage idle past the grace records it (action none), which is not this test."""
+    from bench.testbed import foreign
+    from bench.testbed.backlog_split import finish_members, start_members
+    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.events.envelope import decode
+    from faultlens.streams.replay import replay_trace
+    from tests.kafka_fixtures import job_records, wait_for_records
+
+    case = foreign.load("failslow_corroborated")
+    trace = foreign.write_parquet("failslow_corroborated", tmp_path)
+    replay_trace(own_kafka_settings, trace, speed=0, show_progress=False)
+    tag = uuid.uuid4().hex[:6]
+    nodes = start_members(own_kafka_settings, "node", 2, f"upstream-node-{tag}", idle_s=6)
+    wait_for_records(own_kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    # idle past the writers' time to live (15 s) after their last word: their stop is judged
+    jobs = start_members(own_kafka_settings, "job", 1, f"upstream-job-{tag}", idle_s=25,
+                         config=EngineConfig(wall_rate=0.0))
+    finish_members(own_kafka_settings, nodes)
+    finish_members(own_kafka_settings, jobs)
+    latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)}
+
+    def acts(found):
+        return sorted((str(d.fault), str(d.action), tuple(sorted(d.nodes))) for d in found if d.job == case.job)
+
+    assert acts(latest.values()) == acts(analyze(case.events))

@@ -102,6 +102,21 @@ def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
     return MISSING_EXTRA_EXIT
 
 
+def _unreachable_broker_line(exc: Exception) -> str | None:
+    """One line for a --bootstrap that never answered (kafka-python gives up after ~30 s with a
+    traceback a user cannot act on); None for anything else, which stays a traceback (a bug)."""
+    if type(exc).__module__.split(".")[0] != "kafka":
+        return None
+    from kafka.errors import KafkaTimeoutError
+
+    if isinstance(exc, KafkaTimeoutError) and "bootstrap" in str(exc):
+        return (
+            f"no Kafka broker answered ({exc}). Check the address (--bootstrap, FAULTLENS_BOOTSTRAP or the "
+            f"config file) and that the broker is up, or run `faultlens up` here and leave --bootstrap out"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_in(argv)
@@ -133,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         # `faultlens parse big.log | head` closes stdout early; that is not an error.
         sys.stderr.close()
         return 0
+    except Exception as exc:  # last: the clauses above must see their own first
+        line = _unreachable_broker_line(exc)
+        if line is None:
+            raise
+        print(f"faultlens {args.command}: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -33,16 +33,19 @@ records a resume done some other way, without the actuator.
 error + why). With --publish the record also goes to the `actions` topic, so the fault history
 keeps it. The fleet topic is read and written on the broker of --bootstrap / FAULTLENS_BOOTSTRAP
 (or the running embedded broker); no broker is started for it. Exit status 0 when every
-operation succeeded, 1 when one failed (a resume that could not be recorded included), 2 for bad
-flags."""
+operation succeeded; 1 when one failed (a resume that could not be recorded included), when there is
+no broker, or when list / show cannot read the fleet record; 2 for bad flags."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faultlens.commands.remediate import add_actuator_arguments
     from faultlens.streams.config import add_kafka_arguments
 
-    parser.add_argument("op", choices=("list", "show", "resume", "drain"),
-                        help="list / show NODE: the fleet record; resume: bring back; drain: take out")
+    parser.add_argument(
+        "op",
+        choices=("list", "show", "resume", "drain"),
+        help="list / show NODE: the fleet record; resume: bring back; drain: take out",
+    )
     parser.add_argument("nodes", nargs="*", metavar="NODE", help="machine names as the scheduler knows them")
     parser.add_argument("--json", action="store_true", help="list / show: one JSON object per machine")
     parser.add_argument("--job", default="manual", help="the job the record is filed under (default 'manual')")
@@ -52,10 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", default=os.environ.get("USER") or "", help="resume: who (default $USER)")
     parser.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
     parser.add_argument("--publish", action="store_true", help="also send the record to the `actions` topic")
-    parser.add_argument("--record-only", action="store_true",
-                        help="resume: only record it in the fleet record (the machine was resumed another way)")
-    parser.add_argument("--no-record", action="store_true",
-                        help="resume: leave the fleet record alone (a lemon stays out of remediation's pools)")
+    parser.add_argument(
+        "--record-only",
+        action="store_true",
+        help="resume: only record it in the fleet record (the machine was resumed another way)",
+    )
+    parser.add_argument(
+        "--no-record", action="store_true", help="resume: leave the fleet record alone (a lemon stays out of remediation's pools)"
+    )
     add_actuator_arguments(parser)
     add_kafka_arguments(parser)
 
@@ -76,14 +83,21 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         actuator = build_actuator(args)
-        request = ActionRequest("bring_back" if args.op == "resume" else "take_out", args.job, tuple(args.nodes),
-                                args.diagnosis_id, args.fault, args.reason or f"by hand: faultlens nodes {args.op}")
+        request = ActionRequest(
+            "bring_back" if args.op == "resume" else "take_out",
+            args.job,
+            tuple(args.nodes),
+            args.diagnosis_id,
+            args.fault,
+            args.reason or f"by hand: faultlens nodes {args.op}",
+        )
     except ValueError as exc:
         print(f"faultlens nodes: {exc}", file=sys.stderr)
         return 2
     if actuator.name == "none":
-        print("faultlens nodes: name the scheduler with --actuator slurm|kubernetes|script (or FAULTLENS_ACTUATOR)",
-              file=sys.stderr)
+        print(
+            "faultlens nodes: name the scheduler with --actuator slurm|kubernetes|script (or FAULTLENS_ACTUATOR)", file=sys.stderr
+        )
         return 2
     record = carry_out(actuator, request, "dry_run" if args.dry_run else "act")
     print(json.dumps(record.to_dict()), flush=True)
@@ -119,17 +133,26 @@ def _show(args: argparse.Namespace) -> int:
         return 2
     settings = _broker(args)
     if settings is None:
-        print("faultlens nodes: no broker to read the fleet record from (give --bootstrap or FAULTLENS_BOOTSTRAP)",
-              file=sys.stderr)
-        return 2
+        from faultlens.streams.broker import no_broker_message
+
+        print(f"faultlens nodes {args.op}: {no_broker_message()}", file=sys.stderr)
+        return 1
     records, errors = read_fleet(settings)
+    if errors and not records:
+        # An unreadable record is not an empty fleet: "no machine yet" would hide a lemon.
+        print(
+            f"faultlens nodes {args.op}: the fleet record at {settings.bootstrap} could not be read, which is not "
+            f"an empty fleet: {errors[0]}",
+            file=sys.stderr,
+        )
+        return 1
     for e in errors:
         print(f"faultlens nodes: {e}", file=sys.stderr)
     now, clean_s = time.time(), LemonConfig().clean_s
     if args.op == "list":
         rows = [summary(records[n], now, clean_s) for n in sorted(records)]
         rows.sort(key=lambda s: (s["state"] != "hardware_inspection", -s["counted"], s["node"]))
-        for line in ([json.dumps(r) for r in rows] if args.json else list_lines(rows)):
+        for line in [json.dumps(r) for r in rows] if args.json else list_lines(rows):
             print(line)
         return 0
     missing = [n for n in args.nodes if n not in records]
@@ -150,9 +173,11 @@ def _record_resumes(args: argparse.Namespace, quiet_without_broker: bool = False
         return 0
     settings = _broker(args)
     if settings is None:
-        print("faultlens nodes: the resume is not in the fleet record (no broker: give --bootstrap); a lemon stays "
-              "out of remediation's standby pools until it is recorded (faultlens nodes resume NODE --record-only)",
-              file=sys.stderr)
+        print(
+            "faultlens nodes: the resume is not in the fleet record (no broker: give --bootstrap); a lemon stays "
+            "out of remediation's standby pools until it is recorded (faultlens nodes resume NODE --record-only)",
+            file=sys.stderr,
+        )
         return 0 if quiet_without_broker else 2
     store = FleetLog(settings, read_timeout_s=30.0)
     try:
@@ -166,8 +191,10 @@ def _record_resumes(args: argparse.Namespace, quiet_without_broker: bool = False
             was = fleet.record(node).state()
             record = fleet.resumed(node, time.time(), by, args.reason or "faultlens nodes resume")
             store.save({node: record})
-            print(json.dumps({"node": node, "fleet_record": "resume recorded", "was": was, "now": record.state(),
-                              "by": by}), flush=True)
+            print(
+                json.dumps({"node": node, "fleet_record": "resume recorded", "was": was, "now": record.state(), "by": by}),
+                flush=True,
+            )
     except OSError as exc:
         print(f"faultlens nodes: the resume is not in the fleet record: {exc}", file=sys.stderr)
         return 1

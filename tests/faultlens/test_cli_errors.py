@@ -1,0 +1,58 @@
+"""What a user sees when the broker is missing or does not answer: one line that says so and exit 1,
+never a traceback, and never an empty answer that reads as "nothing wrong" (`nodes list` saying no
+machine has a record when it could not read the record at all would hide a lemon)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from faultlens.streams.broker import free_port
+from tests.progress import Watched, run_watched
+
+
+def _env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FAULTLENS_BOOTSTRAP", "FAULTLENS_CONFIG")}
+    return {**env, "FAULTLENS_HOME": str(tmp_path / "home")}
+
+
+def test_nodes_without_a_broker_says_what_it_looked_for_and_exits_1(tmp_path):
+    for op in (["list"], ["show", "n1"]):
+        proc = run_watched(
+            [sys.executable, "-m", "faultlens", "nodes", *op], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280
+        )
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert "no broker to talk to" in proc.stderr and "faultlens up" in proc.stderr, proc.stderr[-2000:]
+        assert proc.stdout == ""
+
+
+@pytest.mark.long(35)
+def test_a_bootstrap_that_does_not_answer_is_one_line_not_a_traceback(tmp_path):
+    # kafka-python gives up after its own ~30 s bootstrap wait; the three run side by side so the
+    # test waits that out once. Each is waited for while it logs its retries, never a fixed time.
+    down = f"127.0.0.1:{free_port()}"
+    trace = tmp_path / "t.parquet"
+    sim = run_watched(
+        [sys.executable, "-m", "faultlens", "simulate", "--nodes", "2", "--gpus", "2", "--duration", "30", "--out", str(trace)],
+        env=_env(tmp_path),
+        stall_s=60,
+        cpu=True,
+        limit_s=280,
+    )
+    assert sim.returncode == 0, sim.stderr[-2000:]
+    argvs = {"status": ["status"], "replay": ["replay", str(trace), "--speed", "0"], "nodes": ["nodes", "list"]}
+    procs = {
+        name: Watched([sys.executable, "-m", "faultlens", *argv, "--bootstrap", down], env=_env(tmp_path), cpu=True)
+        for name, argv in argvs.items()
+    }
+    done = {name: p.wait_exit(stall_s=90, limit_s=280) for name, p in procs.items()}
+    for name, proc in done.items():
+        assert proc.returncode == 1, (name, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, (name, proc.stderr[-2000:])
+    for name in ("status", "replay"):
+        assert f"faultlens {name}: no Kafka broker answered" in done[name].stderr and down in done[name].stderr
+    nodes = done["nodes"]
+    assert "faultlens nodes list: the fleet record at" in nodes.stderr and "could not be read" in nodes.stderr
+    assert "no machine in the fleet record" not in nodes.stdout + nodes.stderr

@@ -75,6 +75,7 @@ from faultlens.events.payloads_stage import (
     JobRestart,
     JobTopology,
     SummaryBundle,
+    SummaryClock,
     SummaryFinding,
     SummaryWatermark,
     SummaryWindow,
@@ -147,6 +148,7 @@ PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("summary", "finding"): SummaryFinding,
     ("summary", "watermark"): SummaryWatermark,
     ("summary", "bundle"): SummaryBundle,
+    ("summary", "clock"): SummaryClock,
 }
 # The name this table had when it held hand-written checks (tests/test_design_names.py reads its kinds).
 SCHEMAS = PAYLOAD_TYPES

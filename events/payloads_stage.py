@@ -125,6 +125,14 @@ class SummaryWatermark(Payload, frozen=True):
     done: Flag | None = None  # its last word, as it stopped because its input ended
 
 
+class SummaryClock(Payload, frozen=True):
+    """``summary``/``clock``: how far each job one node-stage member reads has delivered in event
+    time (job → its latest event time handed on), sent to every partition: a job-stage member learns
+    the clocks of the jobs other members hold (diagnosis/engine/time_base.py, clock mates)."""
+
+    jobs: dict[Text, Number]
+
+
 class SummaryBundle(Payload, frozen=True):
     """``summary``/``bundle``: job-level events one node-stage batch passes on. Each is an envelope
     judged on its own (events/bundle.py ``decode_bundled``: a bad one is a dead letter alone, its

@@ -118,9 +118,9 @@ class DiagnoseHandler:
         for r in records:
             if where is not None and r.topic == topics.SUMMARIES:
                 job = getattr(r.value, "job", None)
-                # A wave candidate's copy comes on every partition (diagnosis/engine/fleet_waves.py): it
-                # says nothing of where its job lives.
-                if type(job) is str and not getattr(r.value, "data", {}).get("wave_copy"):
+                # A wave candidate's copy comes on every partition (diagnosis/engine/fleet_waves.py), as
+                # a node-stage member's word on its jobs' clocks (job "-"): they say nothing of where a job lives.
+                if type(job) is str and job != "-" and not getattr(r.value, "data", {}).get("wave_copy"):
                     where[job] = r.partition
             try:
                 found = self.engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped)

@@ -18,6 +18,11 @@ Each member also announces how far it has got in event time (`summary/watermark`
 partition of `summaries`): a job-stage partition holds records from several node-stage members,
 and is only as far along as the slowest of them.
 
+And how far each job it reads has delivered (`summary/clock`, to every partition, once a job went
+on CLOCK_EVERY_S): a job is judged quiet against the jobs on its clock (diagnosis/engine/time_base.py),
+which may be held by other job-stage members; each member learns their times from these words,
+as one engine sees every job's.
+
 State moves with its partitions: the telemetry topics are co-partitioned (events/topics.py), so
 partition number p of every topic holds the same nodes, and each p has a node stage of its own.
 When p leaves this member, or comes to it from another, that state is dropped and rebuilt from the
@@ -54,6 +59,10 @@ from faultlens.streams.runner.loop import Record, dead_letter, record_bytes
 log = logging.getLogger(__name__)
 
 NODE_GROUP = "faultlens-diagnose-node"
+# How much of a job's event time passes between two words on it (`summary/clock`): the engine checks
+# its clocks every 1 s of a job's time and judges a mate quiet only after 30 s (the grace), so a word
+# every 5 s moves a quiet job by its mates a few seconds later than one engine does, never earlier.
+CLOCK_EVERY_S = 5.0
 
 
 def member_id() -> str:
@@ -91,6 +100,7 @@ class NodeStageHandler:
         self._skew_alerted: dict[tuple[str, str], float] = {}
         self.member = member_id()
         self.emitted = 0
+        self._clock_said: dict[str, float] = {}  # job → the time last said of it (`summary/clock`)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
@@ -118,8 +128,23 @@ class NodeStageHandler:
                     held.append((ts, raw))
         for key, items in forwards.items():
             out.extend(self._bundle(key, items))
+        out.extend(self._clock_word(CLOCK_EVERY_S))
         self.emitted += len(out)
         return out
+
+    def _clock_word(self, every_s: float) -> list[Outgoing]:
+        """How far each job that went on ``every_s`` since its last word has delivered (the book's
+        time: its latest event handed on), to every partition of `summaries` (`summary/clock`)."""
+        said = self._clock_said
+        due = {job: t for job, t in self.book.times().items() if t - said.get(job, float("-inf")) >= every_s}
+        if not due or not self._partitions:
+            return []
+        said.update(due)
+        latest = max(due.values())
+        word = Envelope(ts=latest, job="-", node=self.member, source="summary", kind="clock",
+                        id=f"clock.{self.member}.{latest:.3f}", data={"jobs": due})
+        raw = encode(word)
+        return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
 
     def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
         """What a job had passed on since its last other output: one bundle (events/bundle.py),
@@ -227,7 +252,7 @@ class NodeStageHandler:
         out = [window_summary(w, w.start + self.window_s) for w in node_out.windows]
         out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
         out += [summary(e) for e in node_out.forward]
-        return out
+        return out + self._clock_word(0.0)
 
     def watermarks(self, partitions: Iterable[int]):
         """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""

@@ -29,6 +29,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping
+from typing import NamedTuple
 
 import msgspec
 
@@ -49,7 +50,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
-from faultlens.events.payloads_stage import JobEnd, JobRestart
+from faultlens.events.payloads_stage import JobEnd, JobRestart, SummaryClock
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,13 @@ _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step
                           ("train", "checkpoint"), ("net", "sample")})
 
 
+class Heard(NamedTuple):
+    """A job held by another member: when (wall) its latest event time was heard here, and that time."""
+
+    arrival_wall: float
+    arrival_now: float
+
+
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
@@ -83,6 +91,8 @@ class Engine:
         # Jobs whose upstream stage stopped at the live consumer's latest tick (``until``): their
         # time stays where it stopped, whatever the jobs on their clock do.
         self._upstream_stopped: frozenset[str] = frozenset()
+        # Jobs other job-stage members hold, as node-stage members said they delivered (summary/clock)
+        self._elsewhere: dict[str, Heard] = {}
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
         self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
 
@@ -155,6 +165,8 @@ class Engine:
         if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
             self._wave_copy(event)
             return []
+        if event.source == "summary" and event.kind == "clock":
+            return self._clocks_elsewhere(event)
         lane = self._lane(event.job)
         out: list[Diagnosis] = []
         if skew_s is not None:
@@ -211,6 +223,28 @@ class Engine:
             if lane is not None and lane.now is not None and target > lane.now and mate not in self._upstream_stopped:
                 out.extend(self._move(mate, lane, target))
         return out
+
+    def _clocks_elsewhere(self, event: Envelope) -> list[Diagnosis]:
+        """A node-stage member's word on how far each job it reads has delivered (`summary/clock`):
+        the jobs another job-stage member holds are mates of the jobs here as in one engine, and a
+        quiet job here moves by their time (diagnosis/edge/node_consumer.py). The jobs held here
+        check their clocks by their own events."""
+        out: list[Diagnosis] = []
+        wall = time.time()
+        for job, delivered in typed(event, SummaryClock).jobs.items():
+            lane = self._lanes.get(job)
+            if lane is not None and lane.arrival_now is not None:
+                continue
+            heard = self._elsewhere.get(job)
+            if heard is None or delivered > heard.arrival_now:
+                self._elsewhere[job] = Heard(wall, delivered)
+                out.extend(self._move_quiet_mates(job, delivered))
+        return out
+
+    def _heard(self, job: str) -> Lane | Heard | None:
+        """Where and when ``job``'s latest event time was heard: its lane, or a node-stage word."""
+        lane = self._lanes.get(job)
+        return lane if lane is not None and lane.arrival_now is not None else self._elsewhere.get(job)
 
     def _move(self, job: str, lane: Lane, target: float, stream_stopped: bool = False) -> list[Diagnosis]:
         lane.now = target
@@ -335,7 +369,7 @@ class Engine:
             mates = self.clocks.mates(job)
             if any(j in busy for j in mates):
                 continue
-            base = [lane, *(m for j in mates if (m := self._lanes.get(j)) is not None and m.arrival_now is not None)]
+            base = [lane, *(m for j in mates if (m := self._heard(j)) is not None)]
             heard_wall = max(m.arrival_wall for m in base)
             idle = (wall if until is None or job not in until else min(wall, until[job])) - heard_wall
             if idle <= self.config.grace_s:

@@ -8,7 +8,7 @@ trace file, or from a unit test.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
 
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
@@ -62,6 +62,10 @@ class JobBook:
     def advance(self, job: str, now: float) -> None:
         """The job's event time has reached ``now``: topologies stamped up to then apply."""
         self._now[job] = now
+
+    def times(self) -> Mapping[str, float]:
+        """Each job's event time (as :meth:`advance` set it)."""
+        return self._now
 
     def topology(self, job: str, at: float | None = None) -> Topology | None:
         """The topology in force at ``at`` (default: the job's current event time)."""

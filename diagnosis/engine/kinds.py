@@ -16,7 +16,7 @@ KNOWN_KINDS = {
     "host": {"sample"},
     "net": {"sample"},
     "job": {"topology", "restart", "end"},
-    "summary": {"window", "finding", "watermark"},
+    "summary": {"window", "finding", "watermark", "clock"},
 }
 
 

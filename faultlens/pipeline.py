@@ -99,6 +99,7 @@ class Pipeline:
         self.options = options
         self.consumers: dict[str, Consumer] = {}
         self.history_conn: duckdb.DuckDBPyConnection | None = None
+        self.fleet_store: Any = None  # remediation's fleet record clients, closed after its consumer
         self.failed = threading.Event()  # a consumer thread died; the caller should shut down
 
     # --- building -------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ class Pipeline:
         fleet_store = None
         if o.fleet_topic:
             from faultlens.remediation.fleet_log import FleetLog
-            fleet_store = FleetLog(self.settings)
+            fleet_store = self.fleet_store = FleetLog(self.settings)
         policy = build_policy(o.signing_key, o.policy, o.safety, o.breaker_file, o.remediation_state_file,
                               fleet_store=fleet_store)
         runner, handler = remediate_consumer(self.settings, policy, group=self._group(REMEDIATE_GROUP),
@@ -193,6 +194,10 @@ class Pipeline:
         self._drain(rest, drain_s)
         for c in rest:
             self._stop(c)
+        if self.fleet_store is not None:
+            # Before `up` stops its embedded broker: a client left open logs a page of kafka ERRORs.
+            self.fleet_store.close()
+            self.fleet_store = None
         if self.history_conn is not None:
             self.history_conn.close()
             self.history_conn = None

@@ -275,14 +275,19 @@ def run(args: argparse.Namespace) -> int:
     with connected(args, [DIAGNOSES_TOPIC, JOBS_TOPIC, topics.COMMANDS, topics.DEAD_LETTER, topics.ACTIONS,
                           topics.REMEDIATION_STATE, topics.FLEET]) as settings:
         store = StateLog(settings) if args.state_topic else None
+        fleet_store = FleetLog(settings) if args.fleet_topic else None
         policy = build_policy(signing_key, config, safety_config, faultlens_home() / BREAKER_FILE,
-                              None if store else state_file_path(args), store=store,
-                              fleet_store=FleetLog(settings) if args.fleet_topic else None)
+                              None if store else state_file_path(args), store=store, fleet_store=fleet_store)
         runner, _ = remediate_consumer(settings, policy, group=args.group, decision_log=decision_log_path(args),
                                        emit=emit, actuator=actuator, requeue_on_evict=not args.no_requeue_on_evict)
         metrics.register_runner("remediate", lambda: runner.stats)
         metrics.serve(args.metrics_port)
-        stats = runner.run(idle_stop_s=args.idle_stop)
+        try:
+            stats = runner.run(idle_stop_s=args.idle_stop)
+        finally:  # before an embedded broker goes: a client left open logs kafka ERRORs at the end
+            for client in (store, fleet_store):
+                if client is not None:
+                    client.close()
         log.info("remediate stopped: %d records, %d commands, %d dead letters",
                  stats.records_in, stats.outputs - stats.dead_letters, stats.dead_letters)
     return 0

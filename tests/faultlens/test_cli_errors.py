@@ -56,3 +56,29 @@ def test_a_bootstrap_that_does_not_answer_is_one_line_not_a_traceback(tmp_path):
     nodes = done["nodes"]
     assert "faultlens nodes list: the fleet record at" in nodes.stderr and "could not be read" in nodes.stderr
     assert "no machine in the fleet record" not in nodes.stdout + nodes.stderr
+
+
+@pytest.mark.broker
+def test_up_on_its_own_broker_stops_without_a_page_of_kafka_errors(tmp_path):
+    # Remediation's fleet record clients were never closed: `up` stopped its embedded broker under
+    # them and a clean Ctrl-C ended in ~13 kafka ERROR lines and a ConnectionResetError traceback.
+    from faultlens.demo import processes as pipeline
+    from tests.progress import procs_progress, stop_proc, wait_until
+
+    up = pipeline.faultlens("up", ["up", "--db", str(tmp_path / "h.duckdb")], _env(tmp_path), tmp_path)
+    try:
+        ready = wait_until(
+            lambda: up.find(lambda line: line.get("event") == "ready"),
+            what="up's ready line",
+            progress=lambda: procs_progress([up]),
+            stall_s=60,
+            explain=up.tail,
+            poll_s=0.2,
+        )
+        assert ready, up.tail()
+    finally:
+        rc = stop_proc(up)
+    assert rc == 0, up.tail()
+    assert up.find(lambda line: line.get("event") == "stopped"), up.tail()
+    log = up.log_path.read_text(errors="replace")
+    assert "ERROR" not in log and "Traceback" not in log, log[-3000:]

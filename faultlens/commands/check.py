@@ -54,7 +54,8 @@ def _expect(args, traces, config) -> int:
         try:
             path, verdicts = write_expectations(trace, config, slack_s=args.slack)
         except (OSError, ValueError) as exc:
-            print(f"faultlens check: {trace}: {exc}", file=sys.stderr)
+            said = str(exc)  # a trace error names the trace already
+            print(f"faultlens check: {said if str(trace) in said else f'{trace}: {said}'}", file=sys.stderr)
             return 2
         if args.json:
             print(json.dumps({"trace": str(trace), "expect": str(path), "verdicts": [v.to_dict() for v in verdicts]}))

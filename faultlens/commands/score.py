@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from faultlens.diagnosis.engine.core import analyze_trace
 from faultlens.diagnosis.replay.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
 from faultlens.engine_flags import add_engine_arguments, engine_config
-from faultlens.events.trace import LABEL_KEYS, TraceError, labels_path, read_labels
+from faultlens.events.trace import LABEL_KEYS, TraceError, read_labels
 
 HELP = "analyze a trace and score the diagnoses against TRACE.labels.jsonl (precision, recall, latency)"
 DESCRIPTION = f"""\
@@ -49,12 +50,16 @@ def _labels(args) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Each error names its own file (the trace, or the labels with where they were looked for).
+    if not os.path.exists(args.trace):  # before its labels, which a missing trace has none of either
+        print(f"faultlens score: {args.trace}: no such trace", file=sys.stderr)
+        return 2
     try:
         labels = _labels(args)
         found, _ = analyze_trace(args.trace, config=engine_config(args),
                                  progress=sys.stderr.isatty())
     except (TraceError, FileNotFoundError, OSError, ValueError) as exc:
-        print(f"faultlens score: {exc} (labels: {args.labels or labels_path(args.trace)})", file=sys.stderr)
+        print(f"faultlens score: {exc}", file=sys.stderr)
         return 2
     result = score(found, labels, window_s=args.window)
     rows = [result.classes[k].to_dict() for k in sorted(result.classes)]

@@ -82,3 +82,20 @@ def test_up_on_its_own_broker_stops_without_a_page_of_kafka_errors(tmp_path):
     assert up.find(lambda line: line.get("event") == "stopped"), up.tail()
     log = up.log_path.read_text(errors="replace")
     assert "ERROR" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), wrong)
+    missing = tmp_path / "missing.parquet"
+    said = {}
+    for name, argv in {"score": ["score", str(missing)], "check": ["check", "--expect", str(wrong)]}.items():
+        proc = run_watched([sys.executable, "-m", "faultlens", *argv], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        said[name] = proc.stderr.strip().splitlines()[-1]
+    # score looked for the labels of a trace that is not there and said only that (issue: O6 walk-through)
+    assert said["score"] == f"faultlens score: {missing}: no such trace"
+    assert said["check"].startswith(f"faultlens check: {wrong}: not a faultlens trace") and said["check"].count(str(wrong)) == 1

@@ -73,15 +73,18 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
                      for i, port in enumerate(ports))
     procs = [first, second]
     try:
-        replay_trace(kafka_settings, path, speed=0, show_progress=False)
         node_group = f"test-knode-{uuid.uuid4().hex[:6]}"
-        nodes = start_members(kafka_settings, "node", 1, node_group, idle_s=6)
-        # Killed once both joined and each read some of what the node stage writes (its members'
-        # words go to every `summaries` partition): mid-stream, with a member to take its partitions.
+        # The node member first (its idle stop a backstop: it is stopped once it committed the
+        # telemetry): with no telemetry yet it says a word every few seconds (KEEPALIVE_S), to
+        # every `summaries` partition, so each job member that joined and owns partitions reads one.
+        nodes = start_members(kafka_settings, "node", 1, node_group, idle_s=300)
         wait_until(lambda: all(n for n in map(_records_in, ports)),
                    progress=lambda: (tuple(map(_records_in, ports)), tuple(cpu_ticks(p.popen.pid) for p in procs),
                                      tuple(r.stats.records_in for _, r, _ in nodes)),
-                   stall_s=90, what="both job members to read", explain=lambda: first.tail() + second.tail())
+                   stall_s=90, what="both job members to join and read", explain=lambda: first.tail() + second.tail())
+        replay_trace(kafka_settings, path, speed=0, show_progress=False)
+        # Killed as the whole trace is in, while the node stage works through it: a member to take
+        # its partitions over, and the restarted one joining later.
         os.killpg(first.popen.pid, signal.SIGKILL)
         first.popen.wait(10)
         procs.append(faultlens("job0-again", argv, env, tmp_path))

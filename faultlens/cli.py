@@ -149,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except Exception as exc:  # last: the clauses above must see their own first
+        config = sys.modules.get("faultlens.streams.config")  # loaded if it raised: no import for this
+        if config is not None and isinstance(exc, config.ConfigError):
+            print(f"faultlens {args.command}: {exc}", file=sys.stderr)
+            return 2
         line = _unreachable_broker_line(exc)
         if line is None:
             raise

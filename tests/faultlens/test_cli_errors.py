@@ -99,3 +99,19 @@ def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
     # score looked for the labels of a trace that is not there and said only that (issue: O6 walk-through)
     assert said["score"] == f"faultlens score: {missing}: no such trace"
     assert said["check"].startswith(f"faultlens check: {wrong}: not a faultlens trace") and said["check"].count(str(wrong)) == 1
+
+
+def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[kafka\nbootstrap =\n")
+    cases = [
+        (["status", "--config", str(tmp_path / "none.toml")], {}, "does not exist"),
+        (["diagnose", "--config", str(bad)], {}, "is not valid TOML"),
+        (["status"], {"FAULTLENS_SESSION_TIMEOUT_MS": "abc"}, "must be a whole number"),
+    ]
+    for argv, env, words in cases:
+        proc = run_watched([sys.executable, "-m", "faultlens", *argv], env={**_env(tmp_path), **env}, stall_s=60,
+                           cpu=True, limit_s=280)
+        assert proc.returncode == 2, (argv, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr and words in proc.stderr, (argv, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"faultlens {argv[0]}: "), proc.stderr[-2000:]

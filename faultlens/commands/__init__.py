@@ -26,3 +26,9 @@ COMMAND_NAMES = (
     "report",
     "ettr",
 )
+
+
+def about(path: object, exc: BaseException) -> str:
+    """An error about a file, naming the file once: most of the project's errors name it already."""
+    said = str(exc)
+    return said if str(path) in said else f"{path}: {said}"

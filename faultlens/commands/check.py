@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from faultlens.commands import about
+
 HELP = "replay tests: write a trace's expected verdicts (--expect), or check traces against theirs"
 DESCRIPTION = """\
 Turn a recorded incident into a test in two commands:
@@ -54,8 +56,7 @@ def _expect(args, traces, config) -> int:
         try:
             path, verdicts = write_expectations(trace, config, slack_s=args.slack)
         except (OSError, ValueError) as exc:
-            said = str(exc)  # a trace error names the trace already
-            print(f"faultlens check: {said if str(trace) in said else f'{trace}: {said}'}", file=sys.stderr)
+            print(f"faultlens check: {about(trace, exc)}", file=sys.stderr)
             return 2
         if args.json:
             print(json.dumps({"trace": str(trace), "expect": str(path), "verdicts": [v.to_dict() for v in verdicts]}))

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from faultlens.commands import about
 from faultlens.events.signing import (
     PRIVATE_KEY_FILE,
     PUBLIC_KEY_FILE,
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 print(json.dumps(_show(path)), flush=True)
             except (OSError, ValueError) as exc:
-                print(f"faultlens keys show: {path}: {exc}", file=sys.stderr)
+                print(f"faultlens keys show: {about(path, exc)}", file=sys.stderr)
                 code = 1
         return code
     key = SigningKey.generate()

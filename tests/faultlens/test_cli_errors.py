@@ -98,7 +98,12 @@ def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
         said[name] = proc.stderr.strip().splitlines()[-1]
     # score looked for the labels of a trace that is not there and said only that (issue: O6 walk-through)
     assert said["score"] == f"faultlens score: {missing}: no such trace"
-    assert said["check"].startswith(f"faultlens check: {wrong}: not a faultlens trace") and said["check"].count(str(wrong)) == 1
+    assert said["check"].startswith(f"faultlens check: {wrong}: not a faultlens trace")
+    assert said["check"].count(str(wrong)) == 1
+    proc = run_watched([sys.executable, "-m", "faultlens", "keys", "show", str(wrong)], env=_env(tmp_path), stall_s=60,
+                       cpu=True, limit_s=280)
+    assert proc.returncode == 1 and proc.stderr.count(str(wrong)) == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"faultlens keys show: {wrong}: not a PEM"), proc.stderr[-2000:]
 
 
 def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):

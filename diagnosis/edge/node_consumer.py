@@ -63,6 +63,7 @@ NODE_GROUP = "faultlens-diagnose-node"
 # its clocks every 1 s of a job's time and judges a mate quiet only after 30 s (the grace), so a word
 # every 5 s moves a quiet job by its mates a few seconds later than one engine does, never earlier.
 CLOCK_EVERY_S = 5.0
+_NEVER = float("-inf")
 
 
 def member_id() -> str:
@@ -128,21 +129,20 @@ class NodeStageHandler:
                     held.append((ts, raw))
         for key, items in forwards.items():
             out.extend(self._bundle(key, items))
-        out.extend(self._clock_word(CLOCK_EVERY_S))
         self.emitted += len(out)
         return out
 
-    def _clock_word(self, every_s: float) -> list[Outgoing]:
-        """How far each job that went on ``every_s`` since its last word has delivered (the book's
-        time: its latest event handed on), to every partition of `summaries` (`summary/clock`)."""
+    def _clock_word(self) -> list[Outgoing]:
+        """How far each job that went on since its last word has delivered (the book's time: its
+        latest event handed on), to every partition of `summaries` (`summary/clock`)."""
         said = self._clock_said
-        due = {job: t for job, t in self.book.times().items() if t - said.get(job, float("-inf")) >= every_s}
-        if not due or not self._partitions:
+        moved = {job: t for job, t in self.book.times().items() if t > said.get(job, float("-inf"))}
+        if not moved or not self._partitions:
             return []
-        said.update(due)
-        latest = max(due.values())
+        said.update(moved)
+        latest = max(moved.values())
         word = Envelope(ts=latest, job="-", node=self.member, source="summary", kind="clock",
-                        id=f"clock.{self.member}.{latest:.3f}", data={"jobs": due})
+                        id=f"clock.{self.member}.{latest:.3f}", data={"jobs": moved})
         raw = encode(word)
         return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
 
@@ -180,8 +180,12 @@ class NodeStageHandler:
         if event.source == "job":
             self.book.update(event)
             return [], []
-        self.book.advance(event.job, r.event_ts if r.event_ts is not None else event.ts)
-        out: list[Outgoing] = []
+        placed = r.event_ts if r.event_ts is not None else event.ts
+        self.book.advance(event.job, placed)
+        # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
+        # and the job stage learns which jobs share a clock only from times said along the way.
+        out = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+               and self._partitions else [])
         if r.skew_s is not None:
             out.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
@@ -252,7 +256,7 @@ class NodeStageHandler:
         out = [window_summary(w, w.start + self.window_s) for w in node_out.windows]
         out += [summary(f.to_event(f"flush.{f.job}.{f.ts:.3f}.f{i}")) for i, f in enumerate(node_out.findings)]
         out += [summary(e) for e in node_out.forward]
-        return out + self._clock_word(0.0)
+        return out + self._clock_word()
 
     def watermarks(self, partitions: Iterable[int]):
         """``on_progress`` for the runner: this member's progress to every partition of `summaries`."""

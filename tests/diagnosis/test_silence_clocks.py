@@ -10,14 +10,24 @@ stream's (action none), as offline the end of a trace judges no absence."""
 from __future__ import annotations
 
 import time
+import uuid
 
+import pytest
+
+from bench.testbed.backlog_split import finish_members, start_members
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
 from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
 from faultlens.diagnosis.engine.time_base import TimeBases
+from faultlens.events import topics
 from faultlens.events.bundle import Bundle, decode_bundled
-from faultlens.events.envelope import Envelope, encode
+from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.events.envelope import Envelope, decode, encode
+from faultlens.events.topics import key_partition
+from faultlens.events.trace import write_trace
+from faultlens.streams.replay import replay_trace
 from faultlens.streams.runner.loop import Record
 from tests.diagnosis.diag_events import JOB, T0, beat, nodes, topology
+from tests.kafka_fixtures import job_records, wait_for_records
 
 OTHER = "neighbour"
 AHEAD_S = 100_000.0  # how far the other job's clock runs ahead in the tests of two clocks
@@ -248,3 +258,34 @@ def test_members_that_hold_a_quiet_job_and_its_mates_apart_alert_as_one_engine_d
     assert [(d.job, str(d.action)) for d in one if d.fault == "telemetry_lost" and d.job == JOB] == quiet
     apart = _by_member(events, {JOB: 0, OTHER: 1}, wall_idle_s=120.0)
     assert [(d.job, str(d.action)) for d in apart if d.fault == "telemetry_lost" and d.job == JOB] == quiet
+
+
+def _job_on(partition: int, prefix: str) -> str:
+    """A job name whose `summaries` records land on ``partition`` (of 3)."""
+    return next(name for k in range(1000) if key_partition((name := f"{prefix}-{k}").encode(), 3) == partition)
+
+
+@pytest.mark.broker
+@pytest.mark.long(45)
+def test_two_job_stage_members_over_kafka_holding_a_quiet_job_and_its_mate_apart_give_the_alert(own_kafka_settings, tmp_path):
+    """As above, through Kafka: one node-stage member, two job-stage members holding the quiet job and
+    its mate apart (`summaries` partitions 1 and 2: on different members under the range and the
+    round-robin assignors). Their idle stop (10 s) comes before the wall clock's grace (30 s), so
+    only the mate's time, said by the node stage, can find the quiet job's loss, as `analyze` does."""
+    quiet, mate = _job_on(1, "quiet"), _job_on(2, "mate")
+    head = [topology(n=4, gpus=1, tp=1, pp=1, job=quiet), topology(n=4, gpus=1, tp=1, pp=1, job=mate)]
+    events = head + sorted(_beats(quiet, 0, 100) + _beats(mate, 0, 300), key=lambda e: e.ts)
+    assert [(d.job, str(d.action)) for d in analyze(events) if d.fault == "telemetry_lost"] == [(quiet, "alert")]
+    trace = tmp_path / "two-jobs.parquet"
+    write_trace(trace, events)
+    replay_trace(own_kafka_settings, trace, speed=0, show_progress=False)
+    tag = uuid.uuid4().hex[:6]
+    nodes = start_members(own_kafka_settings, "node", 1, f"mates-node-{tag}", idle_s=6)
+    wait_for_records(own_kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
+    jobs = start_members(own_kafka_settings, "job", 2, f"mates-job-{tag}", idle_s=10)
+    finish_members(own_kafka_settings, nodes)
+    finish_members(own_kafka_settings, jobs)
+    held = [set(h._partition_of) for _, _, h in jobs]
+    assert {frozenset(h & {quiet, mate}) for h in held} == {frozenset({quiet}), frozenset({mate})}, held
+    latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)}
+    assert sorted((d.job, str(d.action)) for d in latest.values() if d.fault == "telemetry_lost") == [(quiet, "alert")]

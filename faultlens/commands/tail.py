@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     steps = StepSampler(args.steps_every)
     seen: set[tuple[str, int, int]] = set()
+    printed = 0
 
     def show(line: dict[str, Any] | None) -> bool:
         """Print a line; True at the job's end."""
@@ -101,12 +102,17 @@ def run(args: argparse.Namespace) -> int:
             line = steps.admit(line)
         if line is None:
             return False
+        nonlocal printed
+        printed += 1
         sys.stdout.write(json.dumps(line) + "\n")
         sys.stdout.flush()
         return line["what"] == "end"
 
     forever = 365 * 86400.0
     with connected(args, SOURCES, create_topics=False) as settings:
+        # Said once on stderr: a job that is quiet (or misnamed) would otherwise print nothing at all.
+        print(f"faultlens tail: following job {args.job} on {settings.bootstrap} until its end"
+              f"{f' or {args.duration:g} s' if args.duration else ''} (Ctrl-C to stop)", file=sys.stderr, flush=True)
         if args.from_start:
             # What the topics hold, in time order (a read comes topic by topic): the job's end may
             # sit in `jobs` ahead of the diagnoses that came before it.
@@ -124,4 +130,7 @@ def run(args: argparse.Namespace) -> int:
                              timeout_s=args.duration or forever):
             if (m.topic, m.partition, m.offset) not in seen and show(describe(m.topic, m.value, args.job)):
                 return 0
+    if not printed:
+        print(f"faultlens tail: nothing from job {args.job} (`faultlens status --since S` lists the jobs on the bus)",
+              file=sys.stderr)
     return 0

@@ -120,3 +120,14 @@ def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2, (argv, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and words in proc.stderr, (argv, proc.stderr[-2000:])
         assert proc.stderr.strip().splitlines()[-1].startswith(f"faultlens {argv[0]}: "), proc.stderr[-2000:]
+
+
+@pytest.mark.broker
+def test_tail_of_a_job_nobody_runs_says_what_it_follows_and_that_nothing_came(kafka_settings, tmp_path):
+    # Before: a misnamed job printed nothing at all, for --duration or forever.
+    job = f"nobody-{tmp_path.name}"
+    proc = run_watched([sys.executable, "-m", "faultlens", "tail", job, "--duration", "1", "--bootstrap",
+                        kafka_settings.bootstrap], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr[-2000:]
+    assert f"following job {job} on {kafka_settings.bootstrap}" in proc.stderr, proc.stderr[-2000:]
+    assert f"nothing from job {job}" in proc.stderr and "faultlens status" in proc.stderr, proc.stderr[-2000:]

@@ -162,6 +162,19 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     )
 
 
+def _missing_logs(config: AgentConfig) -> list[str]:
+    """The logs named that are not there yet. They are followed once they appear (a trainer that has
+    not started); said at the start so that a mistyped path does not pass for a quiet machine."""
+    import glob
+
+    out = []
+    if config.kernel and config.kernel_log and not os.path.exists(config.kernel_log):
+        out.append(f"kernel log {config.kernel_log} does not exist (yet): followed once it appears")
+    out += [f"trainer log {pattern} matches no file (yet): files that appear are followed"
+            for pattern in config.trainer_logs if not glob.glob(pattern)]
+    return out
+
+
 UNREACHABLE_REMINDER_S = 60.0
 
 
@@ -197,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"faultlens collect: {exc}", file=sys.stderr)
         return 2
+    for line in _missing_logs(config):
+        print(f"faultlens collect: {line}", file=sys.stderr, flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

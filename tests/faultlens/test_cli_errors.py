@@ -131,3 +131,16 @@ def test_tail_of_a_job_nobody_runs_says_what_it_follows_and_that_nothing_came(ka
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr[-2000:]
     assert f"following job {job} on {kafka_settings.bootstrap}" in proc.stderr, proc.stderr[-2000:]
     assert f"nothing from job {job}" in proc.stderr and "faultlens status" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.broker
+def test_collect_names_the_logs_it_was_given_that_are_not_there(kafka_settings, tmp_path):
+    # A mistyped --kernel-log or a --trainer-log glob that matches nothing read as a quiet machine.
+    kernel, pattern = tmp_path / "kern.log", str(tmp_path / "train-*.log")
+    proc = run_watched([sys.executable, "-m", "faultlens", "collect", "--job", "j", "--node", "n", "--no-nvml",
+                        "--no-net", "--kernel-log", str(kernel), "--trainer-log", pattern, "--duration", "1",
+                        "--bootstrap", kafka_settings.bootstrap], env=_env(tmp_path), stall_s=60, cpu=True,
+                       limit_s=280)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"faultlens collect: kernel log {kernel} does not exist (yet)" in proc.stderr, proc.stderr[-2000:]
+    assert f"faultlens collect: trainer log {pattern} matches no file (yet)" in proc.stderr, proc.stderr[-2000:]

@@ -22,7 +22,8 @@ def headline(score_rows: Mapping[str, Mapping[str, Any]], *, gpus: int = DEMO_GP
              runs: int = 60, seed: int = 0, top: int = 3) -> dict[str, Any]:
     """``score_rows``: fault class -> a `faultlens score --json` class line (ClassScore.to_dict)."""
     s = presets.byterobust(gpus=gpus, days=days)
-    s, note = sources.apply_score(s, {k: dict(v) for k, v in score_rows.items()})
+    s, note = sources.apply_score(s, {k: dict(v) for k, v in score_rows.items()},
+                                  asked_as=f"projected ETTR ({gpus:,} GPUs, {days:g} days, with this detection)")
     p = project(s)
     mc = simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s)
     causes = sorted(((f"{cause} {phase}".replace("_", " "), share) for cause, phases in p.breakdown.items()

@@ -114,7 +114,8 @@ def _warn(warnings: list[str], what: str, n: int) -> None:
                         "treat it as a guess")
 
 
-def apply_score(s: Scenario, rows: dict[str, dict[str, Any]]) -> tuple[Scenario, dict[str, Any]]:
+def apply_score(s: Scenario, rows: dict[str, dict[str, Any]],
+                asked_as: str = "--from-score") -> tuple[Scenario, dict[str, Any]]:
     """Detection as this pipeline measured it. A scored latency runs from the fault's onset to a
     decision that names the machines, so it covers detection and localisation both, except for a
     ``stop_time`` class, whose decision starts the stop-time diagnosis (its ``localise_s`` stays);
@@ -158,7 +159,7 @@ def apply_score(s: Scenario, rows: dict[str, dict[str, Any]]) -> tuple[Scenario,
         _warn(warnings, f"{name}: detection", detected)
         used[name] = {"from": [m for m, _ in members], "labels": labels, "detected": detected, "recall": recall,
                       "detection_latency_p50_s": p50, "wrong_nodes_per_fault": over, "samples": detected}
-    _log_warnings("--from-score", warnings)
+    _log_warnings(asked_as, warnings)  # named as the person asked for it: a flag, or the report's projection
     return s, {"measured": used, "not_a_cost": ignored, "warnings": warnings}
 
 

@@ -152,3 +152,16 @@ def test_thin_measures_are_one_log_line_and_each_stays_in_the_result(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "--from-score: 2 measure(s) from fewer than 5 samples, treat them as guesses: "
         "nic: detection from 2 samples; job_hang: detection from 1 sample"]
+
+
+def test_the_reports_projection_does_not_name_a_flag_nobody_gave(caplog):
+    # `faultlens report --html` and the demo warned "--from-score: ..." though no one passed it (O6).
+    from faultlens.history.whatif.headline import headline
+
+    rows = {"nic": {"fault": "nic", "labels": 2, "detected": 2, "recall": 1.0, "detection_latency_p50_s": 5.0,
+                    "wrong_nodes": 0}}
+    with caplog.at_level("WARNING", logger="faultlens.history.whatif.sources"):
+        headline(rows, gpus=1024, days=10, runs=2)
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("projected ETTR (1,024 GPUs, 10 days, with this detection): 1 measure(s)")
+    assert "--from-score" not in said

@@ -103,7 +103,8 @@ def _from_trace(args, conn, sampling, db) -> int:
     from faultlens.history.sink import HistorySink
 
     stats = load_trace(args.from_trace, HistorySink(conn), sampling=sampling, diagnose=not args.no_diagnose,
-                       engine_config=engine_config(args), batch_size=args.batch_size, progress=not args.no_progress)
+                       engine_config=engine_config(args), batch_size=args.batch_size,
+                       progress=not args.no_progress and sys.stderr.isatty())  # as analyze: no bar in a log file
     for note in stats.notes:
         print(f"faultlens history: {note}", file=sys.stderr)
     print(orjson.dumps({"db": str(db), "trace": args.from_trace, **stats.to_dict()}).decode(), flush=True)

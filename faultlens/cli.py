@@ -102,7 +102,7 @@ def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
     return MISSING_EXTRA_EXIT
 
 
-def _unreachable_broker_line(exc: Exception) -> str | None:
+def _unreachable_broker_line(exc: Exception, command: str) -> str | None:
     """One line for a --bootstrap that never answered (kafka-python gives up after ~30 s with a
     traceback a user cannot act on); None for anything else, which stays a traceback (a bug)."""
     if type(exc).__module__.split(".")[0] != "kafka":
@@ -110,9 +110,11 @@ def _unreachable_broker_line(exc: Exception) -> str | None:
     from kafka.errors import KafkaTimeoutError
 
     if isinstance(exc, KafkaTimeoutError) and "bootstrap" in str(exc):
+        # up and demo start the machine's embedded broker themselves when given none.
+        local = "leave --bootstrap out" if command in ("up", "demo") else "run `faultlens up` here and leave --bootstrap out"
         return (
             f"no Kafka broker answered ({exc}). Check the address (--bootstrap, FAULTLENS_BOOTSTRAP or the "
-            f"config file) and that the broker is up, or run `faultlens up` here and leave --bootstrap out"
+            f"config file) and that the broker is up, or {local}"
         )
     return None
 
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if config is not None and isinstance(exc, config.ConfigError):
             print(f"faultlens {args.command}: {exc}", file=sys.stderr)
             return 2
-        line = _unreachable_broker_line(exc)
+        line = _unreachable_broker_line(exc, args.command)
         if line is None:
             raise
         print(f"faultlens {args.command}: {line}", file=sys.stderr)

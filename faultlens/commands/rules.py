@@ -66,6 +66,8 @@ def _configs(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    import duckdb
+
     from faultlens import rules_diff as rd
 
     if bool(args.traces) == bool(args.db):
@@ -93,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
             diff = rd.run_both(events, current, changed, culprits)
         except (OSError, ValueError) as exc:
             print(f"faultlens rules diff: {where}: {exc}", file=sys.stderr)
+            worst = 2
+            continue
+        except duckdb.Error as exc:  # --db of a file that is no history (or not DuckDB at all): was a traceback
+            print(f"faultlens rules diff: {where}: not a faultlens history ({exc})", file=sys.stderr)
             worst = 2
             continue
         if args.json:

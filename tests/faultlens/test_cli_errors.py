@@ -104,6 +104,12 @@ def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
                        cpu=True, limit_s=280)
     assert proc.returncode == 1 and proc.stderr.count(str(wrong)) == 1, proc.stderr[-2000:]
     assert proc.stderr.startswith(f"faultlens keys show: {wrong}: not a PEM"), proc.stderr[-2000:]
+    thresholds = tmp_path / "t.toml"
+    thresholds.write_text("[wave]\nwindow_s = 0\n")
+    proc = run_watched([sys.executable, "-m", "faultlens", "rules", "diff", "--db", str(wrong), "--thresholds",
+                        str(thresholds)], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"faultlens rules diff: {wrong}: not a faultlens history"), proc.stderr[-2000:]
 
 
 def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):

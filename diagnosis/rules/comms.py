@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.engine.detector import JobBook
-from faultlens.diagnosis.rules.base import Finding, line_of
+from faultlens.diagnosis.rules.base import Finding, line_of, parsed_fault
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import NcclError, NcclTimeout
@@ -40,6 +40,9 @@ class _Report:
     hard: bool
     id: str
     text: str
+    # NCCL's misuse results (ncclInvalidUsage, ncclInvalidArgument, a duplicate GPU) are the program's:
+    # the parser says user_code (docs/design.md §9), and the incident keeps that class and a rollback.
+    fault: str = "nccl_error"
 
 
 @dataclass(slots=True)
@@ -90,8 +93,9 @@ class FirstFailingRank:
         else:
             # A hard error names no collective (the parsers write only its rank and error text).
             error = typed(event, NcclError)
+            fault = "user_code" if parsed_fault(event, "nccl_error", "reattempt")[0] == "user_code" else "nccl_error"
             report = _Report(event.ts, error.rank, event.node, None, event.ts, True, event.id,
-                             str(error.error or line_of(event)))
+                             str(error.error or line_of(event)), fault)
         decided = self._decided.get(event.job)
         if decided is not None and event.ts - decided.first_ts < ECHO_S:
             return []  # the incident is decided; later reports only waited on the culprit
@@ -122,9 +126,13 @@ class FirstFailingRank:
     def _decide(self, job: str, inc: _Incident, now: float) -> Finding | None:
         self._decided[job] = inc
         hard = [r for r in inc.reports if r.hard]
+        fault, action = "nccl_error", "reattempt"
         if hard:
             culprit = min(hard, key=lambda r: r.ts)
             why = f"earliest hard NCCL error ({culprit.text})"
+            if culprit.fault == "user_code":
+                fault, action = "user_code", "rollback"
+                why = f"NCCL says the program used it wrongly ({culprit.text})"
         else:
             culprit = min(inc.reports, key=lambda r: (r.progress if r.progress is not None else 1 << 62, r.ts))
             tied = {r.node for r in inc.reports if r.progress == culprit.progress}
@@ -140,7 +148,7 @@ class FirstFailingRank:
             node = self.book.rank_node(job, culprit.rank) or node
         waiting = sorted({r.rank for r in inc.reports if r.rank is not None and r.rank != culprit.rank})
         return Finding(
-            job=job, ts=now, onset=min(r.started for r in inc.reports), fault="nccl_error", action="reattempt",
+            job=job, ts=now, onset=min(r.started for r in inc.reports), fault=fault, action=action,
             nodes=(node,), ranks=(culprit.rank,) if culprit.rank is not None else (), entity="nccl",
             evidence=tuple(r.id for r in sorted(inc.reports, key=lambda r: r.ts))[:32],
             detail=f"first failing rank {culprit.rank} on {node}: {why}; {len(waiting)} other rank(s) only waited "

@@ -56,3 +56,19 @@ def test_everyone_stuck_at_the_same_collective_blames_nobody():
     for r in range(8):
         det.observe(_timeout(100 + r * 0.1, r, 812))
     assert det.flush() == []
+
+
+def test_nccls_misuse_result_keeps_the_programs_class():
+    # NCCL's misuse results are the program's (docs/design.md §9): the parser says user_code, rollback; the
+    # incident it opens keeps that class, the peers' timeouts after it fold in as before, nobody is reattempted
+    det = FirstFailingRank(_book(), collect_s=30)
+    [f] = det.observe(ev(100, "n001", "nccl", "nccl_error", rank=2, error="NCCL error in: NCCLUtils.hpp:275, invalid usage",
+                         fault="user_code", action="rollback", severity="error"))
+    assert (f.fault, f.action, f.ranks) == ("user_code", "rollback", (2,)) and "used it wrongly" in f.detail
+    for r in range(8):
+        assert det.observe(_timeout(130 + r, r, 5)) == []
+    # a collective's own error keeps the collective's class
+    det2 = FirstFailingRank(_book(), collect_s=30)
+    [g] = det2.observe(ev(100, "n003", "nccl", "nccl_error", rank=6, error="ncclRemoteError", fault="nccl_error",
+                          action="reattempt", severity="error"))
+    assert (g.fault, g.action) == ("nccl_error", "reattempt")

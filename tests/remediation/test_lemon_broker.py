@@ -229,6 +229,14 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
             for i in range(1000):
                 p.send_event(line(job, start + i * 0.01, xid45.format(8112.4 + i * 0.01), i + 1))
                 sent += 1
+        # Every machine beats once more past the wave window: the jobs' own time decides what is held
+        # (time the wall clock moved only says the stream stopped and decides no wave candidate).
+        for job, start in ((a, t0 + 5.01), (b, t0 + 305)):
+            for n in (x, f"{job}-n1", f"{job}-n2", f"{job}-n3"):
+                p.send_event(Envelope(ts=start + 999 * 0.01 + 3.0 + 2.0 + 1.0, job=job, node=n, source="heartbeat",
+                                      kind="beat", data={"seq": 4, "pids": [1], "sources": {"nvml": "ok"}},
+                                      id=f"{job}-{n}-b4"))
+                sent += 1
         p.flush()
 
     # Waves are not this test's subject: a short wave window (Xid 45 is a class that can come in

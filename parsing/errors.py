@@ -95,7 +95,10 @@ _CUDA_ERR = re.compile(
     # a runtime API call its wrapper reports failed by name (hipSYCL / AdaptiveCpp: "hip_queue: hipMemsetAsync() failed
     # (error code = HIP:1)"; the same for cuda*): the call's error, as a checked call's return code
     r"|(?P<apicall>\b(?:cuda|hip)[A-Z]\w*\(\) failed(?: \(error code = \w+:\d+\))?)"
+    # the runtime's texts for the other sticky failures of a kernel on the device (cudaGetErrorString of 714-716, 718), as
+    # NCCL's CUDACHECK ("Cuda failure 'an illegal instruction was encountered'") and c10's C10_CUDA_CHECK_WARN print them
     r"|(?P<text>uncorrectable ECC error encountered|unspecified launch failure|an illegal memory access was encountered|CUDA driver error[^.]*|"
+    r"an illegal instruction was encountered|misaligned address|hardware stack error|invalid program counter|"
     r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed|"
     # the runtime's texts for a driver or device not ready (cudaGetErrorString of 802, 803, 46, 702)
     r"system not yet initialized|system has unsupported display driver / cuda driver combination|"
@@ -122,7 +125,10 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"Input type \(\S+\) and (?:weight|bias) type \(\S+\) should be the same|Error\(s\) in loading state_dict for |"
                           r"needed for gradient computation has been modified by an inplace operation|"
                           # aten's item() on a tensor of more than one element (round 15)
-                          r"a Tensor with \d+ elements cannot be converted to Scalar")
+                          r"a Tensor with \d+ elements cannot be converted to Scalar|"
+                          # a size the program set that its own parallel layout cannot divide (round 16: "world_size (1)
+                          # is not divisible by 2", Megatron's and NeMo's checks of their parallel sizes)
+                          r"\bis not divisible by\b")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -145,6 +151,9 @@ USER_TYPES = frozenset(
 _USER_NAMED = re.compile(r"(?:Decode|Parse|Parser|Parsing|Config|Configuration|Misconfiguration|Instantiation|Validation|Schema|"
                          r"Argument|Usage)(?:Error|Exception)$")
 _CALLER_STATUS = re.compile(r"^(?:INVALID_ARGUMENT|FAILED_PRECONDITION|OUT_OF_RANGE|UNIMPLEMENTED): ")
+# (round 16) A library's subclass of one of USER_TYPES named for it (omegaconf's ConfigAttributeError and
+# ConfigKeyError, a ConfigTypeError): the same report by its library, as USER_TYPES are.
+_USER_SUFFIX = tuple(sorted(USER_TYPES))
 
 
 def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
@@ -273,7 +282,8 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     if died:
         signal_data = died[0][1]
         return ExceptionLine(etype, message, signal_data["fault"], signal_data["action"], signal_data["severity"])
-    if (short in USER_TYPES or (short == "RuntimeError" and _SHAPE_ERROR.search(message)) or _USER_NAMED.search(short)
+    if (short in USER_TYPES or short.endswith(_USER_SUFFIX) or (short == "RuntimeError" and _SHAPE_ERROR.search(message))
+            or _USER_NAMED.search(short)
             or _CALLER_STATUS.match(message)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:

@@ -39,7 +39,8 @@ _NAN_OR_INF = re.compile(r"nan|inf\b")
 # TensorFlow's summary op refusing a NaN tensor ("Nan in summary histogram for: lstm/kernel_0",
 # tensorflow/core/kernels/summary_op.cc InvalidArgument: the weights went NaN).
 _NAN_LOGGED = re.compile(
-    r"^\|\s*[\w/.\-]*(?:loss|mse|mae|nll|vb|kl|elbo|grad_?norm|ppl|perplexity)[\w/.\-]*\s*\|\s*[+-]?nan\s*\|\s*$"
+    # (rlpyt's tabular logger leaves the middle and the closing bar out: "| model_loss/Average      nan")
+    r"^\|\s*[\w/.\-]*(?:loss|mse|mae|nll|vb|kl|elbo|grad_?norm|ppl|perplexity)[\w/.\-]*\s*(?:\|\s*)?[+-]?nan\s*(?:\|\s*)?$"
     r"|^\s*\d+\s+\[[^\]]*\bnan\b[^\]]*\]\s+\["
     r"|\bNan in summary histogram for\b",
     re.IGNORECASE,

@@ -107,6 +107,10 @@ _SHAPES = re.compile(
     r"|\bSignal: [a-z][a-z ]{1,40}? \((?P<n16>\d{1,2})\)"
     # Android's C library (bionic's debuggerd handler, in the process): "F libc : Fatal signal 6 (SIGABRT), code -1 ..."
     r"|\bFatal signal (?P<n17>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"
+    # the Intel Fortran runtime's handler (forrtl): "forrtl: error (78): process killed (SIGTERM)",
+    # "forrtl: severe (174): SIGSEGV, segmentation fault occurred"
+    r"|\bprocess (?:killed|interrupted|terminated|aborted) \((?P<s18>(?-i:SIG[A-Z0-9]+))\)"
+    r"|\bforrtl: \w+ \(\d+\): (?P<s19>(?-i:SIG[A-Z0-9]+))\b"
     # an exit status of 128 + N, or torchrun's negative exit code
     # (a key's name too: "learner_exit_code: 137", "exit_status=139")
     r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
@@ -134,13 +138,13 @@ _SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a
 # crash handler, Android's libc) is the program's own report of its death, user_code; a launcher's, a shell's or
 # a debugger's record of it (srun's "task 3: Aborted", bash's "Aborted (core dumped)", mpirun's "exited on signal
 # 6") is the record of a crash by another, app_fault. Either way recorded: the error printed before it decides.
-_OWN_HANDLER = ("s2", "s12", "w6", "n14", "n16", "n17")
+_OWN_HANDLER = ("s2", "s12", "w6", "n14", "n16", "n17", "s18", "s19")
 _OWN_ABORT = ("user_code", "none", "info")
 _RECORDED_ABORT = ("app_fault", "none", "info")
 
 
 def _name(m: re.Match[str]) -> str | None:
-    for g in ("s1", "s2", "s3", "s4", "s11", "s12"):
+    for g in ("s1", "s2", "s3", "s4", "s11", "s12", "s18", "s19"):
         if m.group(g):
             return m.group(g).upper()
     for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16", "n17"):

@@ -63,7 +63,10 @@ _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal
 # text holds "error", "abort" or one of the phrases here. A test feeds every trainer line we hold
 # with and without the pre-filter.
 CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
-                 "out of memory", "illegal memory access", "launch failure", "connection reset by", "connection closed by",
+                 "out of memory", "illegal memory access", "launch failure",
+                 # the other sticky device-side failures' texts, which hold no "error" (c10's "CUDA warning: misaligned address")
+                 "illegal instruction was", "misaligned address", "hardware stack error", "invalid program counter",
+                 "connection reset by", "connection closed by",
                  "broken pipe", "nan", "non-finite", "error", "exception", "got completion",
                  # NCCL's failing-call trace (file.cc:N -> rc, from any source file nccl_lines' _TRACE reads:
                  # .cc .cu .cpp .h), a checked CUDA call's return code, the CUDA runtime's not-ready text, the

@@ -155,8 +155,9 @@ def overlaid(frozen: dict[str, Any], today: dict[str, Any], tokens: list[str]) -
 
 def rules_by_batch() -> dict[str, set[int]]:
     """Each catalogue rule written from named fresh batches (parsing/rules.toml's section headers since
-    round 4: "fresh batch 3", "fresh batches 7 and 8", "fresh9 and fresh10") -> those batches; rules of
-    the first sections (rounds 1-3, and later additions there) have no batch named and are left out."""
+    round 4: "fresh batch 3", "fresh batches 7 and 8", "fresh9 and fresh10", a range "fresh batches 17-22")
+    -> those batches; rules of the first sections (rounds 1-3, and later additions there) have no batch named
+    and are left out."""
     import re
 
     from faultlens.parsing.rules import SHIPPED
@@ -165,8 +166,13 @@ def rules_by_batch() -> dict[str, set[int]]:
     batches: set[int] = set()
     for text in SHIPPED.read_text(encoding="utf-8").splitlines():
         if text.startswith("# ----"):
-            named = re.search(r"fresh ?(?:batch(?:es)? )?(\d+)(?: and (?:fresh ?)?(\d+))?", text)
-            batches = {int(g) for g in named.groups() if g} if named else set()
+            named = re.search(r"fresh ?(?:batch(?:es)? )?(\d+)(?:( and |-)(?:fresh ?)?(\d+))?", text)
+            if named is None:
+                batches = set()
+            else:
+                first, sep, last = named.groups()
+                end = int(last) if last else int(first)
+                batches = set(range(int(first), end + 1)) if sep == "-" else {int(first), end}
         elif batches and (m := re.match(r'id = "([^"]+)"', text)):
             out[m.group(1)] = set(batches)
     return out

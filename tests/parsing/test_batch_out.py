@@ -91,6 +91,8 @@ def test_a_mechanism_is_overlaid_on_the_frozen_events_by_its_rules_or_records() 
 def test_catalogue_rules_are_traced_to_the_batches_they_were_written_from() -> None:
     by = batch_out.rules_by_batch()
     assert by["clock.cockroach_offset"] == {15, 16}  # round 13, mined from fresh15 and fresh16
+    assert by["kernel.bug_report"] == set(range(17, 23))  # round 15's header names a range: "fresh batches 17-22"
+    assert by["nccl.nvshmem_error"] == {23, 24, 25, 26}  # round 16's: "fresh batches 23-26"
     assert not any(rid.startswith("app.") for rid in by)  # round 14 names no batch: written from none
     assert "kernel.oops" not in by  # the first sections name none either
     frozen = _r({"line": "x", "fault": "clock_skew"}, [])

@@ -52,6 +52,7 @@ from faultlens.diagnosis.hang.cues import short as _short
 # HangConfig is imported from here by its users (it was defined here first).
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
 from faultlens.diagnosis.hang.verdict import HangVerdicts
+from faultlens.diagnosis.hang.weak_evidence import note_gpu_fault
 from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
@@ -116,9 +117,14 @@ class HangDetector(HangVerdicts):
         stall = job.stall
         if stall is None or not stall.inconclusive:
             return []
+        asked = stall.relook_at
         found = self._without_stacks(name, job, stall, now, "new evidence while the job is still stuck")
-        if found is None or found.action != "evict":
+        if found is None:
             return []
+        if found.action != "evict":
+            # Short of what an eviction needs (diagnosis.hang.weak_evidence): heard once, when it
+            # first asks for the second capture, not at every window.
+            return [found] if asked is None and stall.relook_at is not None else []
         stall.inconclusive = False
         return [found]
 
@@ -132,7 +138,7 @@ class HangDetector(HangVerdicts):
             if state.last_progress is not None and dump.ts >= state.last_progress:
                 state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
             return []
-        if state.stall.decided:
+        if state.stall.decided or _earlier_look(state.stall, dump.ts):
             return []
         state.stall.failed.add(dump.rank)
         return self._check_complete(job, state, dump.ts)
@@ -149,7 +155,7 @@ class HangDetector(HangVerdicts):
             if state.last_progress is not None and answer.ts >= state.last_progress:
                 state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
             return []
-        if state.stall.decided:
+        if state.stall.decided or _earlier_look(state.stall, answer.ts):
             return []
         state.stall.dumps.add_answer(answer)
         return self._check_complete(job, state, answer.ts)
@@ -196,6 +202,7 @@ class HangDetector(HangVerdicts):
         suspects that only wait on storage are not evicted for it (HangVerdicts._unless_storage)."""
         if diagnosis.fault == FaultClass.STORAGE and diagnosis.action == Action.ALERT:
             self._job(diagnosis.job).storage.append(diagnosis)
+        note_gpu_fault(self._job(diagnosis.job), diagnosis)  # corroborates a hang's weak evidence
 
     def wants_dumps(self, job: str) -> bool:
         """True while a stall is open: its stack dumps belong here, not to fail-slow rounds."""
@@ -217,7 +224,8 @@ class HangDetector(HangVerdicts):
             return
         _hear(state, dump.ts)
         if state.stall is not None and not state.stall.decided:
-            state.stall.dumps.add_recorder(dump)
+            if not _earlier_look(state.stall, dump.ts):
+                state.stall.dumps.add_recorder(dump)
         elif state.stall is None and state.last_progress is not None and dump.ts >= state.last_progress:
             state.recent.add_recorder(dump)
 
@@ -225,7 +233,7 @@ class HangDetector(HangVerdicts):
         state = self._jobs.get(job)
         if state is not None:
             _hear(state, dump.ts)
-        if state is None or state.stall is None or state.stall.decided:
+        if state is None or state.stall is None or state.stall.decided or _earlier_look(state.stall, dump.ts):
             return []
         state.stall.dumps.add(dump)
         return self._check_complete(job, state, dump.ts)
@@ -281,6 +289,8 @@ class HangDetector(HangVerdicts):
                 # then the decided stall keeps the job's late dumps from fail-slow's rounds.
                 job.stall = stall = None
                 job.writing_until = None
+            if stall is not None and stall.relook_at is not None and now >= stall.relook_at:
+                out.append(self._relook(name, job, stall, now))
             if stall is not None:
                 if not stall.decided and self._verdict_due(name, job, stall, now):
                     out.append(self._decide(name, job, stall, now))
@@ -306,6 +316,24 @@ class HangDetector(HangVerdicts):
                 out.append(self._suspect(name, job, job.last_progress, now))
                 out += self._check_complete(name, job, now)  # the dumps may all be here already
         return out
+
+    def _relook(self, name: str, job: JobState, stall: Stall, now: float) -> Diagnosis:
+        """The second capture of a stall whose first verdict rested on the weakest evidence
+        (diagnosis.hang.weak_evidence): a fresh collection, decided as the first was."""
+        stall.look, stall.relook_at, stall.decided, stall.inconclusive = 2, None, False, False
+        stall.opened, stall.complete_at, stall.held = now, None, False
+        stall.dumps, stall.failed = DumpSet(), set()
+        topology = self._book.topology(name)
+        nodes = topology.nodes if topology is not None else tuple(dict.fromkeys(job.rank_node.values()))
+        return Diagnosis(
+            id=f"{stall.suspicion_id}.look2", job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG,
+            action=Action.CAPTURE_STACKS, nodes=nodes, ranks=stall.first_stopped,
+            # Below 0.5: a request for evidence, which the engine's folding never takes for a copy of
+            # the stall's first suspicion (diagnosis.engine.dedup), so it reaches remediation.
+            confidence=self.config.fallback_confidence, evidence=self._step_evidence(job, stall.first_stopped),
+            detail=f"still no step progress {now - stall.onset:.0f}s after the last; the first capture named "
+                   f"{_short(stall.named)} on evidence too weak to evict on: capturing every rank's stack again",
+        )
 
     def _quiet(self, job: JobState, now: float) -> bool:
         """Nothing of the job reached diagnosis for ``quiet_s``: its whole telemetry stopped."""
@@ -397,6 +425,11 @@ def _hear(job: JobState, ts: float) -> None:
     if job.heard is not None and ts - job.heard > GRACE_S:
         job.resumed = ts  # back after the whole job's telemetry was lost (a pipeline outage)
     job.heard = ts if job.heard is None else max(job.heard, ts)
+
+
+def _earlier_look(stall: Stall, ts: float) -> bool:
+    """An answer sent before the stall's second capture was asked for belongs to the first."""
+    return stall.look > 1 and ts < stall.opened
 
 
 def _trainers_gone(job: JobState) -> bool:

@@ -44,6 +44,10 @@ class HangConfig:
     corroboration: float = 0.1  # added when another cue names the same nodes
     # A minority of nodes whose agents find no training process: named for stop-time checks, not evicted.
     trainer_gone_confidence: float = 0.6
+    # The weakest evidence (ranks that sent no stack, cues without stacks) evicts only at a second
+    # capture this long after the first verdict, and corroborated (diagnosis.hang.weak_evidence).
+    relook_s: float = 60.0
+    gpu_fault_lookback_s: float = 600.0  # a GPU fault this long before the stall's onset still corroborates
     step_window: int = 512  # recent step times the median is taken over
     # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
     # also outlast this multiple of the longest gap between progress seen in the recent past.
@@ -69,6 +73,9 @@ class Stall:
     failed: set[int] = field(default_factory=set)  # ranks whose capture failed (py-spy missing, ptrace denied)
     inconclusive: bool = False  # decided without naming a culprit: later evidence may revisit it
     held: bool = False  # its verdict fell due while the job's telemetry was stopped (logged once)
+    look: int = 1  # which capture of the stall is collected (diagnosis.hang.weak_evidence)
+    named: tuple[str, ...] = ()  # the machines the first look's weak evidence named
+    relook_at: float | None = None  # when the second capture is asked for
 
 
 @dataclass
@@ -102,4 +109,7 @@ class JobState:
     # The job's storage alerts (a shared filer that stopped answering), the latest few: a rank hung
     # writing its checkpoint to it is no evidence against its own machine (diagnosis.hang.verdict).
     storage: deque = field(default_factory=lambda: deque(maxlen=8))
+    # node → (ts, id, what) of the first GPU fault diagnosis on it (an Xid): corroborates a hang's
+    # weak evidence against that node (diagnosis.hang.weak_evidence).
+    gpu_faults: dict[str, tuple[float, str, str]] = field(default_factory=dict)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from typing import AbstractSet, NamedTuple
 
+import msgspec
+
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.hang.cues import idle_nodes, ranks_behind
 from faultlens.diagnosis.hang.cues import short as _short
@@ -19,6 +21,7 @@ from faultlens.diagnosis.hang.recorder import read_hang
 from faultlens.diagnosis.hang.saving import Save, read_save
 from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
+from faultlens.diagnosis.hang.weak_evidence import Cue, corroboration, refusal
 from faultlens.diagnosis.stacks.localize import first_ranks_nodes, localize
 from faultlens.diagnosis.stacks.outliers import StackVerdict
 from faultlens.diagnosis.stacks.rank_threads import read_rank
@@ -108,7 +111,9 @@ class HangVerdicts:
                 found = base(action=Action.EVICT, nodes=missing.nodes, ranks=missing.ranks, group=missing.group,
                              confidence=missing.confidence, detail=f"{stalled}; {missing.why}; {verdict.detail}{note}",
                              evidence=self._evidence(job, stall, verdict))
-                return self._unless_unplaced(found, stall, verdict, unplaced)
+                found = self._unless_unplaced(found, stall, verdict, unplaced)
+                cues = [Cue("silence", missing.why), *self._corroboration(job, stall, missing.nodes, missing.ranks, topology)]
+                return self._weak(found, stall, cues, now, need=2)
             why = f"stacks name no outlier ({verdict.detail}){note}"
         elif topology is None:
             why = "no topology for the job, stacks cannot be placed"
@@ -319,15 +324,56 @@ class HangVerdicts:
             return None
         place = localize(ranks, topology, cover_share=self.config.stacks.cover_share)
         nodes = place.nodes if place is not None else tuple(idle) or self._nodes_of(name, job, ranks)
+        kinds = [Cue("gpu idle" if idle else "watchdog", cues[0])]
+        if len(cues) > 1:
+            kinds.append(Cue("watchdog", behind_why))
+        extra = [c for c in self._corroboration(job, stall, nodes, ranks, topology) if c.kind not in {k.kind for k in kinds}]
+        cues += [c.why for c in extra]
+        evidence += tuple(i for c in extra for i in c.evidence)
         if first_nodes & set(nodes):
-            cues.append(f"first to stop: rank(s) [{_short(first)}]")
+            cues.append(f"first to stop: rank(s) [{_short(first)}]")  # corroborates the confidence, never the eviction
         confidence = round(min(0.9, base + self.config.corroboration * (len(cues) - 1)), 4)
         stall.inconclusive = False
-        return Diagnosis(
+        found = Diagnosis(
             job=name, ts=now, onset=stall.onset, fault=FaultClass.JOB_HANG, action=Action.EVICT, nodes=nodes, ranks=ranks,
             group=place.group if place is not None else None, confidence=confidence,
-            evidence=evidence + self._step_evidence(job, first), detail=f"{why}; " + "; ".join(cues),
+            evidence=(evidence + self._step_evidence(job, first))[: self.config.evidence_limit],
+            detail=f"{why}; " + "; ".join(cues),
         )
+        # Idle GPUs are the machine's own GPUs apart from their spinning peers: at a second look, still
+        # apart, they are enough (as an outlier stack is), unless the job's storage is failing (a loader
+        # stuck on the filer idles its GPUs too). The watchdog alone only says who waits longest.
+        need = 1 if idle and not self._storage_words(job, stall) else 2
+        return self._weak(found, stall, kinds + extra, now, need)
+
+    # --- the weakest evidence: two captures and corroboration (diagnosis.hang.weak_evidence) ------
+    def _corroboration(self, job: JobState, stall: Stall, nodes: tuple[str, ...], ranks: tuple[int, ...],
+                       topology: Topology | None) -> list[Cue]:
+        return corroboration(job, nodes, ranks, topology, stall.onset - self.config.gpu_fault_lookback_s)
+
+    def _weak(self, found: Diagnosis, stall: Stall, cues: list[Cue], now: float, need: int) -> Diagnosis:
+        """An eviction on the weakest evidence, unless a person would not accept it: then an alert,
+        and at the first look a second capture ``relook_s`` later (HangDetector.tick)."""
+        if found.action != Action.EVICT:
+            return found
+        refused = refusal(stall, found.nodes, cues, need)
+        if refused is None:
+            said = [c.why for c in cues if c.kind != "silence" and c.why not in found.detail]
+            kinds = ", ".join(sorted({c.kind for c in cues} - {"silence"}))
+            evidence = found.evidence + tuple(i for c in cues for i in c.evidence if i not in found.evidence)
+            return msgspec.structs.replace(
+                found, id="", evidence=evidence[: self.config.evidence_limit],
+                detail=f"{found.detail}; evicted at the second capture, "
+                       + (f"corroborated by {kinds}" if len(cues) > 1 else f"{kinds} still")
+                       + (f" ({'; '.join(said)})" if said else ""))
+        stall.inconclusive = True  # a GPU fault or the watchdog may still name the machine
+        again = ""
+        if stall.look < 2:
+            if stall.relook_at is None:
+                stall.named, stall.relook_at = found.nodes, now + self.config.relook_s
+            again = f"; capturing every rank's stack again in {self.config.relook_s:.0f}s"
+        return msgspec.structs.replace(found, id="", action=Action.ALERT, confidence=min(found.confidence, self.config.fallback_confidence),
+                       detail=f"{found.detail}; no eviction: {refused}{again}")
 
     def _fallback(self, name: str, job: JobState, stall: Stall, now: float, why: str) -> Diagnosis:
         stall.inconclusive = True

@@ -21,7 +21,9 @@ dumps, and the verdict names that node without evicting it (diagnosis.hang.verdi
 whose agent could not read its processes' ranks answers with dumps that cannot be placed
 (diagnosis.stacks.dump_set.UnrankedDump): they end the wait for that node, none of its ranks is blamed
 for silence, and no eviction may rest on them. A verdict that named nobody is revisited
-once if GPU-side or watchdog evidence arrives while the job is still stuck.
+once if GPU-side or watchdog evidence arrives while the job is still stuck. Silence and the cues
+without stacks are the weakest evidence: they evict only at a second capture that names the same
+machines, corroborated (diagnosis.hang.weak_evidence); the first is an alert that asks again.
 
 A hang is told from the job's telemetry flowing without steps: when the whole of it stops (no
 beat, step or anything else of the job for ``quiet_s``), that is the job's or the pipeline's

@@ -292,7 +292,10 @@ class HangDetector(HangVerdicts):
                 job.stall = stall = None
                 job.writing_until = None
             if stall is not None and stall.relook_at is not None and now >= stall.relook_at:
-                out.append(self._relook(name, job, stall, now))
+                if _trainers_gone(job):
+                    stall.relook_at = None  # nothing left to capture: the first look's alert stands
+                else:
+                    out.append(self._relook(name, job, stall, now))
             if stall is not None:
                 if not stall.decided and self._verdict_due(name, job, stall, now):
                     out.append(self._decide(name, job, stall, now))

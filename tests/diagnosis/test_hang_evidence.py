@@ -200,3 +200,24 @@ def test_the_gpu_fault_must_be_on_the_silent_machine():
     elsewhere = TOPO.by_rank[0].node
     out = _run(_training() + _dumps(FIRST) + _dumps(SECOND), diagnoses=[_gpu_lost(elsewhere)])
     assert not [d for d in out if d.action == "evict"]
+
+
+def test_no_second_capture_once_every_trainer_is_gone():
+    # The job ended (every agent lists no training process) before the second look was due.
+    events = _training() + _dumps(FIRST)
+    events = [e for e in events if not (e.kind == "beat" and e.ts >= T0 + 150.0)]
+    events += [beat_event(t, node, pids=[]) for t in range(150, 401, 10) for node in TOPO.nodes]
+    out = _run(events)
+    assert [d.action for d in out] == ["capture_stacks", "alert"]
+
+
+def test_idle_gpus_still_apart_at_the_second_look_evict_unless_the_storage_is_failing():
+    windows = [w for t in range(110, 230, 10) for w in _windows(float(t), {NODE})]
+    out = _run(_training(), windows=windows)
+    assert [d.action for d in _verdicts(out)] == ["alert", "evict"] and "gpu idle still" in _verdicts(out)[1].detail
+    filer = Diagnosis(
+        job=JOB, ts=T0 + 90.0, onset=T0 + 90.0, fault="storage", action="alert", detail="nfs: server filer01 not responding"
+    )
+    out = _run(_training(), windows=windows, diagnoses=[filer])
+    assert [d.action for d in _verdicts(out)] == ["alert", "alert"]
+    assert "nothing outside it corroborates" in _verdicts(out)[1].detail

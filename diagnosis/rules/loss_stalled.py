@@ -44,6 +44,10 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     run's scale above, to above where the run was first seen and every window median it has come
     back from; never a loss that has gone below zero (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
     run: what it learned before is unseen, so "regressed" cannot weigh it);
+  - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, it fell
+    5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
+    least) while the learning rate, where steps say it, is still near its peak: a class prior or a data
+    variance, levels no step event carries (issue 54, fresh batch 6);
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
 
@@ -63,6 +67,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_plateau import stopped_early
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
@@ -103,23 +109,6 @@ def _lr_raised(curve: _Curve, since: int, base: float | None) -> bool:
     """Whether the steps since ``since`` said a learning rate a quarter above ``base`` (a warm restart,
     a schedule's rise); False where the steps say none, so an old trainer's curve reads as before."""
     return base is not None and any(lr > base * (1 + REGRESSED) for s, lr in curve.lrs if s >= since)
-
-
-def mann_kendall_z(ys: list[float]) -> float:
-    """How many standard deviations the series' pairwise order (concordant minus discordant pairs)
-    lies from a series with no trend; positive when it climbs. Ties count for neither."""
-    n = len(ys)
-    s = sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i in range(n) for j in range(i + 1, n))
-    var = n * (n - 1) * (2 * n + 5) / 18
-    if var <= 0 or s == 0:
-        return 0.0
-    return (s - math.copysign(1, s)) / math.sqrt(var)
-
-
-def theil_sen(xs: list[float], ys: list[float]) -> float:
-    """The median of pairwise slopes: a trend that a few outlying points (spikes) cannot move."""
-    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
-    return statistics.median(slopes) if slopes else 0.0
 
 
 @dataclass(slots=True)
@@ -268,20 +257,27 @@ class LossStalledDetector:
         return max(MIN_WINDOW, min(MAX_WINDOW, steps))
 
     @staticmethod
+    def _stride(curve: _Curve) -> float:
+        """The steps between the losses the curve holds (a trainer that logs every 50th step: 50)."""
+        steps = [s for s, _ in curve.losses]
+        return max(1, statistics.median(b - a for a, b in pairwise(steps))) if len(steps) > 1 else 1
+
+    @staticmethod
+    def _from_start(curve: _Curve, size: int) -> bool:
+        """Whether the curve was first seen within its first window of steps, not of events: a trainer
+        that logs every 50th step is first seen at step 49 (Lightning's CSV logger; issue 54, fresh
+        batch 6), an HF Trainer at its logging_steps, and is watched from its start all the same. (So is
+        a resumed run whose hook counts its steps from 1 again: what it says is where the run began.)"""
+        return curve.first_step is not None and curve.first_step < size * LossStalledDetector._stride(curve)
+
+    @staticmethod
     def _untrained(curve: _Curve, size: int) -> bool:
         """Whether the curve's first loss is an untrained model's, the start "never learned" is
         measured from. A curve first seen mid-run (the pipeline started or restarted late, the job
         resumed from a checkpoint) starts at a trained model's loss; so does a fine-tune, or a resumed
         run whose hook counts its steps from 1 again: a converged run would read as one that never
         learned. The trainer's word decides; without it, a first loss near a guess's, ln(classes)."""
-        if curve.first_step is None or curve.first is None:
-            return False
-        # Within its first window of steps, not of events: a trainer that logs every 50th step is
-        # first seen at step 49 (Lightning's CSV logger; issue 54, fresh batch 6), an HF Trainer at its
-        # logging_steps, and is watched from its start all the same.
-        steps = [s for s, _ in curve.losses]
-        stride = statistics.median(b - a for a, b in pairwise(steps)) if len(steps) > 1 else 1
-        if curve.first_step >= size * max(1, stride):
+        if curve.first is None or not LossStalledDetector._from_start(curve, size):
             return False
         if curve.from_scratch is not None:
             return curve.from_scratch
@@ -360,6 +356,13 @@ class LossStalledDetector:
             return Verdict(f"loss {level:.4g} over {over} stays above the {curve.best:.4g} the run reached at step "
                            f"{curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
+        # Learned a little, then stopped: a level no event carries (a class prior, a data variance), told
+        # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
+        if curve.first is not None and curve.first_step is not None and self._from_start(curve, size):
+            why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
+                                self._stride(curve), list(curve.lrs))
+            if why is not None:
+                return Verdict(f"{why} (steps {first}-{last})", rollback=False)
         return None
 
     @staticmethod

@@ -246,18 +246,15 @@ FRESH_MISSED: dict[str, str] = {
     "rmdl_frozen_at_14.5063_accuracy_0.1.csv": "7 epochs, fewer than the 20 points the shortest window judges",
     "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
     "judges; its jump at epoch 10 comes after 10 values, before the loss has shown the window a spike is judged against",
-    # fresh6: full-length curves; what no step event carries (a class prior, a regression's variance,
-    # the trainer's word that it began from random weights)
-    "eeg_autoencoder_300_epochs_at_signal_variance.csv": "an autoencoder's MSE with no class count and no trainer's "
-    "word that it began random: 'never learned' is not judged, and it is 6 % below its first epoch (5 % is what "
-    "'learned' means: the POET bench's best run learns 10 % below ln 16 in 400 steps)",
+    # fresh6: full-length curves; what no step event carries (a class prior, the unigram entropy, the
+    # trainer's word that it began from random weights). The VAE and the EEG autoencoder at their data's
+    # variance are found since the plateau form (diagnosis/rules/loss_plateau.py).
     "gpt_wikitext103_from_scratch_stuck_at_unigram.csv": "at the unigram entropy, 7.6 = 70 % of ln 50258: a level "
     "only the token frequencies tell; with the trainer's word (from_scratch) it is found from the logger's first "
     "point, step 49, but a hook from step 1 would measure from 10.8",
     "lstm_timit_frames_at_class_prior.csv": "at its class prior, 9 % below ln 1947: a level only the label "
-    "frequencies tell (its accuracy, 0.045, does); the loss alone is a run that learned 9 % and flattened",
-    "vae_musk_posterior_collapse_reconstruction_at_variance.csv": "a VAE's reconstruction at the standardised "
-    "features' variance (1.0) after a 17 % drop of its KL term: no class count, and a variance is no event's field",
+    "frequencies tell (its accuracy, 0.045, does); the loss alone is a run that learned 9 % in 40 steps and "
+    "flattened for the 60 the log holds, 1.5x its fall, and still drifting down by a tenth of it",
     "video_codec_never_learns_psnr_4db.csv": "no class count and no trainer's word that it began from random weights: "
     "'never learned' is not judged (with from_scratch it is found at step 620 of 10,440)",
     "lstm_event_mnist_200_epochs.csv": "a one-epoch excursion from 0.014 to 0.287 (20x its median, 12 % of ln 10) "

@@ -371,7 +371,7 @@ def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     assert JobLadder("j").decide(diagnoses[0], ("n0",)).action is None
 
 
-def main(folder: Path | None = None) -> None:
+def main(folder: Path | None = None, sealed: bool = False) -> None:
     """Print the table and the figures: of the fixture folder's curves by EXPECT, or of a fresh
     batch's folder (``python -m tests.diagnosis.test_loss_stalled_curves tests/fixtures/loss_curves/fresh1``)
     by each file's header, as that batch was scored before anything changed."""
@@ -379,7 +379,8 @@ def main(folder: Path | None = None) -> None:
     outcomes = [judge(c) for c in curves]
     faulty = [o for o in outcomes if o.expect != "quiet"]
     healthy = [o for o in outcomes if o.expect == "quiet"]
-    for o in faulty + healthy:
+    # --sealed: the figures only, for a batch scored before anyone reads which of its curves fail.
+    for o in [] if sealed else faulty + healthy:
         left = f" with {1 - o.at:.0%} of its steps left" if o.at is not None and o.right else ""
         print(f"{'ok ' if o.right else 'BAD'} {o.name:50} expect {o.expect:12} got {', '.join(o.faults) or '-'}{left}")
     names = [c for c, o in zip(curves, outcomes, strict=True) if o.expect == "quiet"]
@@ -392,11 +393,12 @@ def main(folder: Path | None = None) -> None:
           f"{sum(not o.right for o in short)} of {len(short)}")
     for label, more in (("first seen halfway", resumed), ("shortest window", short)):
         for o in more:
-            if not o.right:
+            if not o.right and not sealed:
                 print(f"    {label} {o.name}: {', '.join(o.faults)}")
 
 
 if __name__ == "__main__":
     import sys
 
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    args = [a for a in sys.argv[1:] if a != "--sealed"]
+    main(Path(args[0]) if args else None, sealed="--sealed" in sys.argv)

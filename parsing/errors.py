@@ -296,7 +296,9 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 # An exception's text alone, as str(OSError) prints it ("[Errno 28] No space left on device"), and a
 # dotted exception type on a line of its own (torchelastic's "...rendezvous.api.RendezvousClosedError").
 # (round 15) also after a program's own words and a colon ("checkpoint write retry: [Errno 28] No space left on device")
-_ERRNO_LINE = re.compile(r"^\s*(?:[^\[\]]{1,80}?: )?(?P<msg>\[Errno -?\d+\] \S.*)$")
+# (round 16) c10's enforce failure likewise ("Save model error: [enforce fail at inline_container.cc:595] . unexpected pos
+# 64 vs 0": a torch.save the program caught and logged): its message is judged as the RuntimeError torch raised
+_ERRNO_LINE = re.compile(r"^\s*(?:[^\[\]]{1,80}?: )?(?P<msg>\[Errno -?\d+\] \S.*|(?P<enforce>\[enforce fail at [\w./\-]+:\d+\] \S.*))$")
 # (with the colon of an empty message too: torchelastic's "...errors.ChildFailedError:" before its table)
 _BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)):?$")
 
@@ -326,9 +328,10 @@ def classify_bare(msg: str) -> ExceptionLine | None:
     text = msg.strip()
     m = _ERRNO_LINE.match(text)
     if m:
-        verdict = judge("OSError", m.group("msg"))
+        etype = "RuntimeError" if m.group("enforce") else "OSError"
+        verdict = judge(etype, m.group("msg"))
         if verdict is not None:
-            return ExceptionLine("OSError", m.group("msg"), verdict.fault, verdict.action, "error", verdict.errno)
+            return ExceptionLine(etype, m.group("msg"), verdict.fault, verdict.action, "error", verdict.errno)
         return None
     m = _BARE_TYPE.match(text)
     if m:

@@ -311,7 +311,8 @@ class TrainerLogParser:
         if nan_text(msg):
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=step_of(msg), **extra))]  # fmt: skip
-        if (":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or msg.endswith(("Error", "Exception")):
+        if ((":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or "[enforce fail at " in msg
+                or msg.endswith(("Error", "Exception"))):
             found = self._headless(msg, raw, rank, key, extra)
             if found is not None:
                 return found

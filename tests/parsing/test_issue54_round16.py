@@ -107,6 +107,20 @@ _TRAINER_FORMS = [
 ]
 
 
+_TRAINER_FORMS += [
+    # c10's enforce failure after a program's own words is judged as the RuntimeError torch raised (fresh23)
+    (
+        "2024-08-21 17:43:49,126 WARNING: Save model error: [enforce fail at inline_container.cc:595] . unexpected pos 64 vs 0, "
+        "remaining retry times: 0",
+        "storage",
+    ),
+]
+
+
+def test_another_enforce_failure_after_a_programs_words_is_no_event() -> None:
+    assert _events("foo: [enforce fail at tensor_impl.h:100] . some other check", "nccl") == []
+
+
 @pytest.mark.parametrize(("line", "fault"), _TRAINER_FORMS)
 def test_trainer_side_forms(line: str, fault: str) -> None:
     assert fault in _classes(line, "nccl")

@@ -31,7 +31,8 @@ import uuid
 from pathlib import Path
 
 from faultlens.diagnosis.edge.consumer import DiagnoseHandler
-from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import score
 from faultlens.events.trace import iter_trace, labels_path, read_labels, write_labels, write_trace
 

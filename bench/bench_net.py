@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faultlens.diagnosis.engine.core import Engine, analyze  # noqa: E402
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze  # noqa: E402
 from faultlens.diagnosis.replay.scoring import EVICTING, score  # noqa: E402
 from faultlens.simulator import SimConfig, simulate  # noqa: E402
 from faultlens.simulator.faults import DEGRADING_S, NIC_VARIANTS  # noqa: E402

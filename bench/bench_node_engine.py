@@ -17,7 +17,8 @@ import json
 import time
 
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
-from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.trace import iter_trace
 from faultlens.streams.runner.loop import Record
 

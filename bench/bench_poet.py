@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus, train_step
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology

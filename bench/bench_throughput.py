@@ -191,7 +191,7 @@ def _rss(nodes: int, gpus: int, duration: float, seed: int, tmp: str) -> dict:
     _simulate(path, nodes, gpus, duration, seed)
     sim_s = time.perf_counter() - t0
     code = ("import json, resource, time, sys\n"
-            "from faultlens.diagnosis.engine.core import analyze_trace\n"
+            "from faultlens.diagnosis.engine.offline import analyze_trace\n"
             "t = time.perf_counter()\n"
             "found, engine = analyze_trace(sys.argv[1])\n"
             "print(json.dumps({'events': engine.stats['events'], 'seconds': round(time.perf_counter() - t, 1),\n"

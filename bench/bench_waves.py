@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from bench.testbed.waves import SHAPES, build, build_fleet
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.engine.thresholds import load
 from faultlens.events.trace import trace_order
 

@@ -25,7 +25,7 @@ from bench.testbed import foreign
 from bench.testbed.backlog_split import acting
 from bench.testbed.topic_reads import job_records
 from faultlens.diagnosis.edge.consumer import diagnose_consumer
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.trace import write_trace

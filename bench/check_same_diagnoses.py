@@ -25,7 +25,7 @@ from tempfile import TemporaryDirectory
 import orjson
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
 
 SIMULATED = ("simulated", ["--nodes", "8", "--gpus", "8", "--duration", "1200", "--seed", "1"])

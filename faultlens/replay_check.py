@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from faultlens.diagnosis.engine.core import EngineConfig, analyze_trace
+from faultlens.diagnosis.engine.core import EngineConfig
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.diagnosis.replay.expect import (
     EXPECT_SUFFIX,
     ONSET_SLACK_S,

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from bench.testbed import foreign
 from bench.testbed.topic_reads import job_records, wait_for_records
 from faultlens.diagnosis.edge.consumer import diagnose_consumer
-from faultlens.diagnosis.engine.core import EngineConfig, analyze
+from faultlens.diagnosis.engine.core import EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING, is_scored
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis

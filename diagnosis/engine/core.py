@@ -40,7 +40,6 @@ from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
 from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
 from faultlens.diagnosis.engine.lane import Lane
-from faultlens.diagnosis.engine.offline import analyze, analyze_trace
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
 from faultlens.diagnosis.engine.time_base import TimeBases
@@ -54,8 +53,9 @@ from faultlens.events.payloads_stage import JobEnd, JobRestart, SummaryClock
 
 log = logging.getLogger(__name__)
 
-# The engine's settings and its offline runs live beside it; callers import them from here too.
-__all__ = ["Engine", "EngineConfig", "analyze", "analyze_trace"]
+# The engine's settings live beside it (callers import them from here too); its offline runs are in
+# diagnosis/engine/offline.py, which imports this module.
+__all__ = ["Engine", "EngineConfig"]
 
 # A job that ended this way may have ended because machines died: their silence is still judged.
 FAILED_ENDS = ("gave_up", "failed")

@@ -4,22 +4,16 @@ benches. Each diagnosis's final version, in the order first emitted; dead letter
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from faultlens.diagnosis.engine.config import EngineConfig
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
-
-if TYPE_CHECKING:
-    from faultlens.diagnosis.engine.core import Engine
 
 log = logging.getLogger(__name__)
 
 
 def _engine(config: EngineConfig | None = None) -> Engine:
-    # core re-exports this module's functions for its many callers, so it is imported when one is called
-    from faultlens.diagnosis.engine.core import Engine
-
     return Engine(config)
 
 

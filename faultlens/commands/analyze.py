@@ -9,7 +9,7 @@ import sys
 
 import orjson
 
-from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.events.trace import TraceError
 

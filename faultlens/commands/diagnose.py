@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> in
         with connected(args, wanted) as settings:
             metrics.serve(args.metrics_port)
             if args.workers > 1:
-                with Members(args, settings) as members:
+                with Members(args, settings, run) as members:
                     return _run_pipeline(members.own_args, settings, engine_config(members.own_args), None, stop,
                                          members)
             lease = None

@@ -71,8 +71,9 @@ def split_launch(args: argparse.Namespace) -> tuple[argparse.Namespace, argparse
 class Members:
     """The launch's children, started on entry and stopped (SIGTERM, then a kill) on exit."""
 
-    def __init__(self, args: argparse.Namespace, settings: KafkaSettings) -> None:
+    def __init__(self, args: argparse.Namespace, settings: KafkaSettings, run: Callable[..., int]) -> None:
         self.own_args, child, self.count = split_launch(args)
+        self._run = run  # diagnose's own run (passed in: that module imports this one), pickled by name
         child.bootstrap = settings.bootstrap  # resolved once here (an embedded broker's address)
         self._child = child
         self._procs: list = []
@@ -91,7 +92,7 @@ class Members:
         for i in range(self.count):
             p = ctx.Process(
                 target=_member,
-                args=(self._child, os.getpid(), logs, together),
+                args=(self._child, os.getpid(), logs, together, self._run),
                 name=f"diagnose-{self._child.stage}-{i + 1}",
                 daemon=True,
             )
@@ -142,10 +143,9 @@ class Members:
                 p.join()
 
 
-def _member(args: argparse.Namespace, parent: int, logs: tuple, together) -> None:
+def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: Callable[..., int]) -> None:
     """A child: dies with the launch, logs as the launch does, runs one `diagnose` member."""
     _die_with(parent)
-    from faultlens.commands.diagnose import run  # (that module imports this one)
 
     level, formatter, kafka_level = logs
     handler = logging.StreamHandler(sys.stderr)

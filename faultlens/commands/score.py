@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.diagnosis.replay.scoring import EARLY_S, LATENCY_WORDS_LABELLED, WINDOW_S, score
 from faultlens.engine_flags import add_engine_arguments, engine_config
 from faultlens.events.trace import LABEL_KEYS, TraceError, read_labels

@@ -203,7 +203,7 @@ def test_a_beat_taken_while_the_agent_begins_to_stop_is_not_sent():
 def test_a_stopped_agents_last_beat_says_stopping_and_diagnosis_reads_no_blindness_in_it(tmp_path):
     """The stop sends one more beat, ``stopping``, whose sources have all stopped: diagnosis reads
     that as the stop, neither a blind agent nor, once it is quiet, a dead machine."""
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
 
     kern = tmp_path / "kern.log"
     kern.write_text("")

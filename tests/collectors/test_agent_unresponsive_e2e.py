@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import decode
 from faultlens.streams.broker import free_port
 from tests.kafka_fixtures import wait_for_records

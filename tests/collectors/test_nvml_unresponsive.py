@@ -119,7 +119,7 @@ def test_nvml_unresponsive_at_start_leaves_the_agent_beating_and_diagnosis_alert
     """nvmlInit never returns: the agent beats on, its beats name NVML as what it cannot see, and
     diagnosis makes that one `agent_blind` alert, never an eviction."""
     from faultlens.collectors.agent import Agent, AgentConfig
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
     from faultlens.streams.config import KafkaSettings
 
     nvml = HangingNvml(hang_call="nvmlInit")

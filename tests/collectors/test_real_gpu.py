@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from faultlens.collectors.gpu_sample import throttle_names
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.peers.features import FeatureWindows
 from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.envelope import Envelope

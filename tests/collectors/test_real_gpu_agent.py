@@ -10,7 +10,7 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.diagnosis.stacks.flight_recorder import load_recorder
 from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread

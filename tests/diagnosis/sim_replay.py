@@ -9,7 +9,7 @@ from pathlib import Path
 # What a live consumer must agree with the offline engine on (re-exported for the stage tests).
 from bench.testbed.backlog_split import acting  # noqa: F401
 from faultlens.closed_loop import ClosedLoop
-from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.trace import labels_path, write_labels, write_trace

@@ -12,7 +12,7 @@ import time
 
 from kafka.structs import TopicPartition
 
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import Envelope, encode
 from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.config import KafkaSettings

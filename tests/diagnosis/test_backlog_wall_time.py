@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 
-from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from tests.diagnosis.diag_events import beat, nodes, step, topology, xid

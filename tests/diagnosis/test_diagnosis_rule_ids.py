@@ -4,7 +4,8 @@ line its rule id (a user's too), a detector its name. `faultlens rules diff` gro
 
 from __future__ import annotations
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.envelope import Envelope
 from faultlens.parsing.rules import load

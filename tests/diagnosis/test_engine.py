@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import InvalidEvent
 from tests.diagnosis.diag_events import JOB, T0, beat, ev, gpu, nodes, sample, step, topology, xid
 

@@ -137,7 +137,7 @@ def test_a_launch_over_a_backlog_gives_the_offline_diagnoses_and_ends_with_its_c
     waiting out its own idle stop it also named the stopped node stage (a telemetry_lost alert)."""
     from bench.testbed import foreign
     from bench.testbed.topic_reads import job_records
-    from faultlens.diagnosis.engine.core import analyze_trace
+    from faultlens.diagnosis.engine.offline import analyze_trace
     from faultlens.events.diagnosis_record import Diagnosis
 
     trace = foreign.write_parquet("failslow_corroborated", tmp_path)

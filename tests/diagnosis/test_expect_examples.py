@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.expect import compare, read_expect
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "expect"

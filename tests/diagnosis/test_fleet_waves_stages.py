@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from bench.testbed.waves import build_fleet
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.trace import trace_order, write_trace

@@ -11,7 +11,7 @@ import functools
 import pytest
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING, is_scored, score
 
 

@@ -16,9 +16,10 @@ import time
 import pytest
 
 from bench.testbed.stack_samples import JOB, T0, beat_event, fig7_dumps, grid, run_detector, stack_event, step_event
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.simulator.config import SimConfig
 from faultlens.simulator.plan import FaultPlan

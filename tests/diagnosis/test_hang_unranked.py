@@ -22,9 +22,9 @@ from bench.testbed.stack_samples import (
     step_event,
 )
 from faultlens.collectors.stack_capture import DumpResult, dump_event
-from faultlens.diagnosis.engine.core import analyze
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.hang.detector import HangConfig
 from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.diagnosis.stacks.dump_set import DumpSet, UnrankedDump, read_stack_answer, read_stack_dump

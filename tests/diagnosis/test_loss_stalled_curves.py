@@ -360,7 +360,7 @@ def test_a_finding_names_the_rank_and_no_machine():
 
 
 def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
     from faultlens.events.topology import Topology
     from faultlens.remediation.ladder import JobLadder
 

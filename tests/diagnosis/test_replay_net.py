@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import score
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.faults import NIC_VARIANTS

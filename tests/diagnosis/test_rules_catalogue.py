@@ -4,7 +4,8 @@ nobody; a user's own rule (--rules) acts as it says."""
 
 from __future__ import annotations
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import Envelope
 from faultlens.parsing.rules import load
 

@@ -108,7 +108,7 @@ def test_a_folded_xid_flood_is_one_finding_that_says_its_count():
 
 
 def test_a_folded_xid_flood_through_the_engine_is_one_diagnosis():
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
     from faultlens.events.envelope import Envelope
 
     line = "[ 10.000000] NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=python3, Uncontained: FBHUB. RST: No, D-RST: No"

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from faultlens.diagnosis.engine.core import Engine, analyze
+from faultlens.diagnosis.engine.core import Engine
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.peers.net_traffic import NetTraffic, annotate
 from faultlens.diagnosis.rules.net_counters import NetCounterRule
 from faultlens.events.diagnosis_record import Diagnosis

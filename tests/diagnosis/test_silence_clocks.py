@@ -16,7 +16,8 @@ import pytest
 
 from bench.testbed.backlog_split import finish_members, start_members
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.engine.time_base import TimeBases
 from faultlens.events import topics
 from faultlens.events.bundle import Bundle, decode_bundled

@@ -23,7 +23,8 @@ import pytest
 from bench.testbed import foreign
 from faultlens.demo.processes import faultlens
 from faultlens.diagnosis.edge.consumer import diagnose_consumer
-from faultlens.diagnosis.engine.core import EngineConfig, analyze
+from faultlens.diagnosis.engine.core import EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from tests.diagnosis.diag_events import T0, beat, nodes, topology
 
 GAP = (300.0, 340.0)  # every record of the job in here is lost

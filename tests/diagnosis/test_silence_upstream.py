@@ -116,7 +116,7 @@ def test_a_split_run_whose_node_members_stop_at_their_idle_stop_gives_the_offlin
     trace's end, and a job stage idle past the grace records it (action none), which is not this test."""
     from bench.testbed import foreign
     from bench.testbed.backlog_split import finish_members, start_members
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
     from faultlens.events.envelope import decode
     from faultlens.streams.replay import replay_trace
     from tests.kafka_fixtures import job_records, wait_for_records

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bench.testbed import foreign
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.trace import iter_trace
 from tests.diagnosis.sim_replay import acting, offline_trace
 from tests.diagnosis.split_stages import run_split

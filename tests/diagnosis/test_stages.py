@@ -12,7 +12,7 @@ import pytest
 
 from bench.testbed import foreign
 from bench.testbed.backlog_split import start_members
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis

@@ -3,7 +3,8 @@ them on the faultlens_log_lines_unrecognised metric."""
 
 from __future__ import annotations
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import Envelope
 from faultlens.streams import metrics
 

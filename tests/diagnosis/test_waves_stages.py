@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from bench.testbed.waves import SHAPES, build
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.trace import trace_order, write_trace
 from faultlens.rules_diff import EVICTING

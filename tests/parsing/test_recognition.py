@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.diagnosis.engine.core import Engine, EngineConfig, analyze
+from faultlens.diagnosis.engine.core import Engine, EngineConfig
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events.envelope import Envelope
 from faultlens.parsing import line_model
 from faultlens.parsing.kernel_log import KernelLogParser

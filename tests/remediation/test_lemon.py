@@ -240,7 +240,7 @@ def test_lemon_never_from_ranks_that_only_waited_on_a_failed_peer():
     rank (on a different machine each time) is one collective behind. Through the diagnosis engine
     (diagnosis.rules.comms blames the first failing rank only), then the fleet: n003, whose ranks
     only waited in both jobs, is no lemon; were victims counted it would be (two jobs)."""
-    from faultlens.diagnosis.engine.core import analyze
+    from faultlens.diagnosis.engine.offline import analyze
     from tests.diagnosis.diag_events import ev, topology
 
     events = []

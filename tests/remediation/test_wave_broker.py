@@ -19,7 +19,7 @@ import pytest
 
 from bench.testbed.backlog_split import start_members
 from bench.testbed.waves import WAVE_AT, _kmsg, build_fleet
-from faultlens.diagnosis.engine.core import analyze
+from faultlens.diagnosis.engine.offline import analyze
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode

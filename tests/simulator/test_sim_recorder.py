@@ -9,7 +9,7 @@ import json
 import pytest
 
 from faultlens.closed_loop import ClosedLoop
-from faultlens.diagnosis.engine.core import analyze_trace
+from faultlens.diagnosis.engine.offline import analyze_trace
 from faultlens.diagnosis.hang.recorder import RULE_RECORDER, read_hang
 from faultlens.diagnosis.replay.scoring import score
 from faultlens.diagnosis.stacks.flight_recorder import load_recorder

@@ -6,7 +6,7 @@
 Every run publishes its steps through trainer_hooks.hook.TrainerHook (into memory, not a broker:
 the events are the ones a trainer sends). Those events then go, in-process, through
 diagnosis.rules.training.TrainingRule (the loss-spike / NaN detector: the per-1,000-step rates)
-and the whole diagnosis engine (diagnosis.engine.core.analyze), whose diagnoses the escalation ladder
+and the whole diagnosis engine (diagnosis.engine.offline.analyze), whose diagnoses the escalation ladder
 (remediation.ladder.JobLadder) turns into the rollbacks it would have ordered. The hook stamps
 events with the wall clock; the bench restamps step ``s`` at ``s × --step-s`` seconds (default
 10 s, an LLM step) so that the folding windows and the ladder's settle time see a job's pace,

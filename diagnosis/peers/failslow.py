@@ -283,19 +283,8 @@ class FailSlowRounds:
             action, verdict = Action.NONE, "the job's slowness already moved between machines (the workload's): recorded"
         else:
             action, verdict = Action.ALERT, "a slowdown alone, without stacks, evicts nobody: alert for inspection"
-        return Diagnosis(
-            job=job,
-            ts=now,
-            onset=s.onset,
-            fault=FaultClass.FAIL_SLOW,
-            action=action,
-            nodes=s.nodes,
-            ranks=s.ranks,
-            group=s.group,
-            confidence=s.confidence,
-            evidence=s.evidence,
-            detail=f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
-        )
+        return _verdict(job, s, now, action, f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
+                        s.evidence)
 
     def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
         since = self._stalled_since(job, now) if self._stalled_since is not None else None
@@ -384,39 +373,12 @@ class FailSlowRounds:
             ]
         if self._evidence.is_recheck(s):  # a second look that found nobody slower: that slowness is over
             self._evidence.over(job)
-            return [
-                Diagnosis(
-                    job=job,
-                    ts=now,
-                    onset=s.onset,
-                    fault=FaultClass.FAIL_SLOW,
-                    action=Action.NONE,
-                    nodes=s.nodes,
-                    ranks=s.ranks,
-                    group=s.group,
-                    confidence=s.confidence,
-                    detail=f"{len(rounds)} stack rounds found no consistent outlier group: {', '.join(s.nodes)} no "
-                    f"longer lags its peers, no eviction ({s.detail})",
-                )
-            ]
+            return [_verdict(job, s, now, Action.NONE, f"{len(rounds)} stack rounds found no consistent outlier group: "
+                             f"{', '.join(s.nodes)} no longer lags its peers, no eviction ({s.detail})")]
         if s.confidence < self.config.stand_confidence:
             return []
-        return [
-            Diagnosis(
-                job=job,
-                ts=now,
-                onset=s.onset,
-                fault=FaultClass.FAIL_SLOW,
-                action=Action.ALERT,
-                nodes=s.nodes,
-                ranks=s.ranks,
-                group=s.group,
-                confidence=s.confidence,
-                evidence=s.evidence,
-                detail=f"{len(rounds)} stack rounds found no consistent outlier group: the slowdown is not "
-                f"confirmed by stacks, alert for inspection ({s.detail})",
-            )
-        ]
+        return [_verdict(job, s, now, Action.ALERT, f"{len(rounds)} stack rounds found no consistent outlier group: the "
+                         f"slowdown is not confirmed by stacks, alert for inspection ({s.detail})", s.evidence)]
 
     def restarted(self, job: str, nodes_out: Iterable[str] = ()) -> None:
         """The job was restarted: rounds of the old incarnation compare stacks that no longer exist.
@@ -447,3 +409,9 @@ class FailSlowRounds:
 
     def active(self, job: str) -> bool:
         return job in self._campaigns
+
+
+def _verdict(job: str, s: Diagnosis, now: float, action: Action, detail: str, evidence: tuple[str, ...] = ()) -> Diagnosis:
+    """A fail-slow verdict on the suspicion ``s``: its onset, machines, ranks, group and confidence."""
+    return Diagnosis(job=job, ts=now, onset=s.onset, fault=FaultClass.FAIL_SLOW, action=action, nodes=s.nodes,
+                     ranks=s.ranks, group=s.group, confidence=s.confidence, evidence=evidence, detail=detail)

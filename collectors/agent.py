@@ -21,6 +21,7 @@ from faultlens.collectors.checks.source import ChecksSource
 from faultlens.collectors.checks.suite import ChecksConfig
 from faultlens.collectors.command_listener import StackCaptureSource
 from faultlens.collectors.file_follower import FileFollower
+from faultlens.collectors.file_mark import FileMarks, mark_path
 from faultlens.collectors.heartbeat import HeartbeatSource
 from faultlens.collectors.kernel_follower import open_kernel_reader
 from faultlens.collectors.kernel_mark import BOOT_ID_FILE, MARK_FILE, KernelMark, read_boot_id
@@ -157,8 +158,11 @@ class Agent:
         self.started_uptime = time.monotonic()
         self.kernel_mark = KernelMark(Path(config.spool_dir) / MARK_FILE, boot_id=read_boot_id(config.boot_id_file),
                                       started_uptime=self.started_uptime)
+        # Where each followed file was left by the agent before this one (collectors/file_mark.py).
+        self.file_marks = {name: FileMarks(mark_path(config.spool_dir, name))
+                           for name in ("kernel", "fabric_manager", "trainer")}
         # Opens the kernel reader given ``from_start`` (a fake ring in tests); None: open_kernel_reader.
-        self._kernel_reader = kernel_reader or (lambda from_start: open_kernel_reader(config.kernel_log, from_start))
+        self._kernel_reader = kernel_reader or self._open_kernel_reader
         self.nvml_module = nvml_module  # a fake NVML for tests; None: pynvml
         self._blind: tuple[str, ...] = ()
         self.sources: list[Source] = self._build_sources() + list(extra_sources or [])
@@ -180,6 +184,20 @@ class Agent:
             return lambda: parser_for(kind, rules, live_from=live_from)
         return lambda: parser_for(kind, rules)
 
+    def _open_kernel_reader(self, from_start: bool) -> Any:
+        marks = self.file_marks["kernel"]
+        # A kern.log read on across a reboot would hand the old boot's last lines (the Xid that
+        # crashed it, stamped with that boot's uptimes) to a parser that takes them for this one's:
+        # read on only within the boot the kernel mark vouches for, or after this agent's own failure.
+        same_boot = self.kernel_mark.resume_from is not None or marks.following
+        reader = open_kernel_reader(self.config.kernel_log, from_start, resume=marks.latest() if same_boot else None)
+        return marks.follow(reader) if self.config.kernel_log else reader
+
+    def _followed(self, name: str, patterns: list[str], from_start: bool) -> FileFollower:
+        """A follower of ``patterns`` that reads on from where the last agent's left each file."""
+        marks = self.file_marks[name]
+        return marks.follow(FileFollower(patterns, from_start=from_start, resume=marks.latest()))
+
     def _build_sources(self) -> list[Source]:
         c, publish = self.config, self.publisher.publish
         sources: list[Source] = []
@@ -191,23 +209,30 @@ class Agent:
             sources.append(NetSampler(job=c.job, node=c.node, interval_s=c.net_interval_s, publish=publish,
                                       sysfs_root=c.sysfs_root))
         if c.kernel:
-            mark = self.kernel_mark
+            mark, file_mark = self.kernel_mark, self.file_marks["kernel"]
+
+            def kernel_fed(published: bool, *, final: bool = False) -> None:
+                mark.fed(published, final=final)
+                file_mark.fed(published, final=final)
+
             sources.append(LogSource(
                 "kernel",
                 lambda: keyed(mark.open(self._kernel_reader, from_start=c.kernel_from_start,
                                         resumable=not c.kernel_log), "kernel"),
-                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish, on_fed=mark.fed))
+                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish, on_fed=kernel_fed))
         fabric_log = c.fabric_manager_log
         if fabric_log:
             # Its events go out as source `kernel`: a host daemon's word about the NVSwitch fabric,
             # judged by the same rules as the driver's SXid lines.
             sources.append(LogSource(
-                "fabric_manager", lambda: FileFollower([fabric_log], from_start=False),
-                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish))
+                "fabric_manager", lambda: self._followed("fabric_manager", [fabric_log], False),
+                self._parser_factory("kernel"), job=c.job, node=c.node, publish=publish,
+                on_fed=self.file_marks["fabric_manager"].fed))
         if c.trainer_logs:
             sources.append(LogSource(
-                "trainer", lambda: FileFollower(c.trainer_logs, from_start=c.trainer_from_start),
-                self._parser_factory("nccl"), job=c.job, node=c.node, publish=publish))
+                "trainer", lambda: self._followed("trainer", c.trainer_logs, c.trainer_from_start),
+                self._parser_factory("nccl"), job=c.job, node=c.node, publish=publish,
+                on_fed=self.file_marks["trainer"].fed))
         if c.verify_keys is not None:
             sources.append(StackCaptureSource(
                 self.settings, keys=c.verify_keys, job=c.job, node=c.node, publish=publish,

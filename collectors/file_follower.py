@@ -4,9 +4,10 @@
 the last step, so the rotation and truncation logic is tested without threads or sleeps; the
 agent calls it in a loop.
 
-- A file that exists when the follower starts is read from its end (``from_start`` reads it all);
-  a file that appears later (a new glob match, or the new file after a rotation) is read from the
-  start, since everything in it is new.
+- A file that exists when the follower starts is read from its end (``from_start`` reads it all),
+  or from where an earlier agent's follower stopped when ``resume`` has its mark
+  (collectors/file_mark.py); a file that appears later (a new glob match, or the new file after a
+  rotation) is read from the start, since everything in it is new.
 - Rotation: when the path names a different inode, the rest of the old file is read to its end
   first, then the new file from its start; the old one is read on until the new one has bytes
   (a writer appends to the old file until it reopens the path: rename, then a HUP).
@@ -25,7 +26,9 @@ import glob
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Mapping
+
+from faultlens.collectors.file_mark import FilePosition, resume_offset, rotated_sibling
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ class _Tail:
     pos: int = 0
     partial: bytes = b""
     last: bytes = b""  # the bytes just before ``pos``: still there, or the file was cut and regrew
+    cut_head: bool = False  # read from mid-line: the first line read is a fragment, dropped
 
 
 @dataclass
@@ -91,8 +95,10 @@ def _gone(tail: _Tail) -> bool:
 class FileFollower:
     """Tails every file matching ``patterns``; ``poll()`` → ``[(path, line), ...]`` (no newline)."""
 
-    def __init__(self, patterns: Iterable[str], *, from_start: bool = False):
+    def __init__(self, patterns: Iterable[str], *, from_start: bool = False,
+                 resume: Mapping[str, FilePosition] | None = None):
         self.patterns = list(patterns)
+        self._resume = dict(resume or {})
         self.stats = FollowerStats()
         self._tails: dict[str, _Tail] = {}
         # Rotated files still read: the writer appends to the old file until it reopens the path.
@@ -107,6 +113,21 @@ class FileFollower:
 
     def paths(self) -> list[str]:
         return sorted(self._tails)
+
+    def marks(self) -> dict[str, FilePosition]:
+        """Where a restarted follower reads on in each file: after the last complete line handed
+        out. While a rotated file is still read, its position, not the new file's (the successor
+        finds it beside the path by its inode and reads its rest first)."""
+        out = {}
+        for path, tail in {**self._tails, **self._rotated}.items():
+            pos = tail.pos - len(tail.partial)
+            start = max(0, pos - _MARK_BYTES)
+            try:
+                before = os.pread(tail.file.fileno(), pos - start, start)
+            except OSError:
+                continue
+            out[path] = FilePosition(tail.inode, pos, before.hex())
+        return out
 
     def poll(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -144,10 +165,54 @@ class FileFollower:
                 if path in self._tails or not os.path.isfile(path):
                     continue
                 at_end = self._first_scan and not self._from_start
-                tail = self._open(path, at_end)
+                if at_end and path in self._resume:
+                    tail = self._open_resumed(path, self._resume.pop(path))
+                else:
+                    tail = self._open(path, at_end)
+                    if tail is not None:
+                        log.info("following %s from %s", path, "its end" if at_end else "the start")
                 if tail is not None:
                     self._tails[path] = tail
-                    log.info("following %s from %s", path, "its end" if at_end else "the start")
+
+    def _open_resumed(self, path: str, mark: FilePosition) -> _Tail | None:
+        """``path`` as an earlier follower left it: read on from its mark; rotated since, the old
+        file's rest first (where it lies now), then the new one from its start; cut, from its start."""
+        tail = self._open(path, at_end=False)
+        if tail is None:
+            return None
+        if tail.inode == mark.inode:
+            self._seek(tail, mark, "its mark")
+            return tail
+        old_path = rotated_sibling(path, mark.inode)
+        old = self._open(old_path, at_end=False) if old_path else None
+        if old is not None:
+            if self._seek(old, mark, f"its mark, rotated to {old_path}"):
+                old.path = path  # read as the path's rotated file: retired once the new one has bytes
+                self._rotated[path] = old
+            else:
+                old.file.close()  # another file that took the inode: not ours to read
+        log.info("following %s from the start: rotated while no agent ran", path)
+        return tail
+
+    def _seek(self, tail: _Tail, mark: FilePosition, where: str) -> bool:
+        """``tail`` (opened at 0) moved to ``mark``; False where the file no longer holds what was
+        read before the mark (cut or replaced: it stays at 0)."""
+        size = os.fstat(tail.file.fileno()).st_size
+        pos = resume_offset(tail.file.fileno(), mark, size)
+        if pos is None:
+            log.info("%s does not hold what was read before its mark: cut or replaced while no agent ran", tail.path)
+            return False
+        if pos > mark.pos:
+            log.warning("%s: %d bytes written while no agent ran, more than are read back; reading the last %d",
+                        tail.path, size - mark.pos, size - pos)
+            # Mid-line: what is read up to the next newline is the end of a line whose start is not read.
+            tail.pos = pos
+            tail.cut_head = self._before(tail)[-1:] != b"\n"
+        tail.file.seek(pos)
+        tail.pos = pos
+        tail.last = self._before(tail)
+        log.info("following %s from %s (byte %d)", tail.path, where, pos)
+        return True
 
     def _open(self, path: str, at_end: bool) -> _Tail | None:
         try:
@@ -246,6 +311,9 @@ class FileFollower:
             data = tail.partial + chunk
             lines = data.split(b"\n")
             tail.partial = lines.pop()
+            if tail.cut_head and lines:
+                del lines[0]
+                tail.cut_head = False
             for raw in lines:
                 self._emit(tail.path, raw, out)
             pieces, tail.partial = cut_partial(tail.partial)
@@ -254,7 +322,7 @@ class FileFollower:
                 self._emit(tail.path, piece, out)
 
     def _emit_partial(self, tail: _Tail, out: list[tuple[str, str]]) -> None:
-        if tail.partial:
+        if tail.partial and not tail.cut_head:
             self._emit(tail.path, tail.partial, out)
             tail.partial = b""
 

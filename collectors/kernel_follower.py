@@ -15,8 +15,10 @@ import select
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import Mapping
 
 from faultlens.collectors.file_follower import FileFollower, cut_partial, line_pieces
+from faultlens.collectors.file_mark import FilePosition
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +102,13 @@ class KernelFileReader:
 
     name = "file"
 
-    def __init__(self, path: str, from_start: bool = False):
+    def __init__(self, path: str, from_start: bool = False, resume: Mapping[str, FilePosition] | None = None):
         self.path = path
         self.stats = KernelReaderStats()
-        self._follower = FileFollower([path], from_start=from_start)
+        self._follower = FileFollower([path], from_start=from_start, resume=resume)
+
+    def marks(self) -> dict[str, FilePosition]:
+        return self._follower.marks()
 
     @property
     def more(self) -> bool:
@@ -178,14 +183,14 @@ class DmesgReader:
 
 
 def open_kernel_reader(kernel_log: str | None = None, from_start: bool = False,
-                       kmsg_path: str = KMSG_PATH):
+                       kmsg_path: str = KMSG_PATH, resume: Mapping[str, FilePosition] | None = None):
     """The first reader that works: an explicit ``kernel_log`` file, else /dev/kmsg, else dmesg.
 
     An explicit file wins over /dev/kmsg because whoever passed it chose it (a container may see
     the host's kmsg but only its own kern.log, or the reverse). Raises OSError when none works.
     """
     if kernel_log:
-        return KernelFileReader(kernel_log, from_start)
+        return KernelFileReader(kernel_log, from_start, resume)
     try:
         return KmsgReader(kmsg_path, from_start)
     except OSError as exc:

@@ -12,8 +12,10 @@ same boot reads the kernel ring from its start, drops the lines stamped at or be
 predecessor reported them) and acts on the lines after it, even those logged before its own
 start. No mark, a mark of another boot, or a mark it cannot read: as before, from its start. The
 same holds for the agent's own kernel source reopened after a failure (dmesg exited): it reads on
-from its mark, not from the ring's end. A ``--kernel-log`` file is not read back: it holds earlier
-boots too, whose uptimes say nothing in this one (left as before: from its end).
+from its mark, not from the ring's end. A ``--kernel-log`` file is not read back from its start: it
+holds earlier boots too, whose uptimes say nothing in this one; it is read on from the byte where
+the last agent stopped (collectors/file_mark.py), and this mark's uptime decides which of those
+lines act.
 
 The mark is written (tmp + rename: a reader never sees half a mark) after each poll whose lines
 published an event and at most every MARK_EVERY_S otherwise, and once more when the source stops.

@@ -128,7 +128,8 @@ def test_a_new_boot_acts_on_nothing_from_before_the_agent_started(tmp_path):
 
 
 def test_a_kernel_log_file_is_not_read_back_on_a_restart(tmp_path):
-    """A kern.log holds earlier boots too: their uptimes say nothing in this one."""
+    """A kern.log holds earlier boots too: their uptimes say nothing in this one. (It is read on
+    from its byte offset instead: tests/collectors/test_file_mark.py.)"""
     ring = Ring()
     first = _agent(tmp_path, ring, kernel_log=str(tmp_path / "kern.log"))
     ring.log(HEALTHY)

@@ -56,6 +56,15 @@ class _Marks(msgspec.Struct, forbid_unknown_fields=False):
     written: float  # wall clock of the write, for a person reading the file
 
 
+def replace_file(path: Path, data: bytes) -> None:
+    """``path`` holds ``data``, all or nothing (tmp + rename): a reader never sees half a mark. No
+    fsync: a mark only has to survive the agent's process, not the machine."""
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def mark_path(spool_dir: Path | str, source: str) -> Path:
     return Path(spool_dir) / f"file-mark-{source}.json"
 
@@ -148,11 +157,8 @@ class FileMarks:
         self._write(now)
 
     def _write(self, now: float) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(msgspec.json.encode(_Marks(self._last, time.time())))
-            os.replace(tmp, self.path)
+            replace_file(self.path, msgspec.json.encode(_Marks(self._last, time.time())))
         except OSError as exc:
             if not self._write_failed:
                 log.warning("file mark %s cannot be written (%s): a restarted agent will not read what was "

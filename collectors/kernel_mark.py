@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
 
+from faultlens.collectors.file_mark import replace_file
 from faultlens.parsing.timestamps import split_timestamp
 
 log = logging.getLogger(__name__)
@@ -142,11 +142,8 @@ class KernelMark:
             self._write(now)
 
     def _write(self, now: float) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(msgspec.json.encode(Mark(self.boot_id or "", self.uptime, time.time())))
-            os.replace(tmp, self.path)
+            replace_file(self.path, msgspec.json.encode(Mark(self.boot_id or "", self.uptime, time.time())))
         except OSError as exc:
             if not self._write_failed:
                 log.warning("kernel mark %s cannot be written (%s): a restarted agent will not act on kernel "

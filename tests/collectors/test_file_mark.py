@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from faultlens.collectors.file_follower import FileFollower
 from faultlens.collectors.file_mark import FileMarks, FilePosition, mark_path
 from faultlens.parsing.kernel_quiet import BOOT_UPTIME_S
 from faultlens.streams.config import KafkaSettings
+from tests.collectors.agent_passes import run_source_once
 
 NCCL_ERROR = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:"
               "1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3")
@@ -145,26 +145,14 @@ def _agent(tmp_path, boot: str = "boot-a", **over) -> Agent:
     return Agent(config, KafkaSettings(bootstrap="127.0.0.1:1"))
 
 
-def _run(agent: Agent, name: str) -> list:
-    """One pass of the agent's source ``name`` (a poll, then its stop): the events it published."""
-    source = agent.source(name)
-    out: list = []
-    source.publish = out.append  # type: ignore[attr-defined]
-    stop = threading.Event()
-    stop.set()
-    source.run(stop)
-    agent.spool.close()  # the agent is gone: the next one takes its spool directory
-    return out
-
-
 def test_an_agent_restarted_reads_the_nccl_error_the_trainer_printed_while_it_was_down(tmp_path):
     log = tmp_path / "rank0.log"
     log.write_text(NCCL_ERROR + "\n")  # the last run's: before any agent, never read
-    assert _run(_agent(tmp_path, trainer_logs=[str(log)]), "trainer") == []
+    assert run_source_once(_agent(tmp_path, trainer_logs=[str(log)]), "trainer") == []
     _append(log, NCCL_ERROR.replace("1970", "2011") + "\n")  # the agent is down (OOM-killed)
-    [event] = _run(_agent(tmp_path, trainer_logs=[str(log)]), "trainer")
+    [event] = run_source_once(_agent(tmp_path, trainer_logs=[str(log)]), "trainer")
     assert event.data["fault"] == "nccl_error" and "2011" in event.data["line"]
-    assert _run(_agent(tmp_path, trainer_logs=[str(log)]), "trainer") == []  # read once
+    assert run_source_once(_agent(tmp_path, trainer_logs=[str(log)]), "trainer") == []  # read once
 
 
 @pytest.mark.skipif(time.monotonic() < BOOT_UPTIME_S + 60, reason="this machine is still in its boot window")
@@ -175,11 +163,11 @@ def test_an_agent_restarted_in_the_same_boot_acts_on_the_kern_log_xid_logged_whi
         return f"Nov 29 15:00:00 host kernel: [{time.monotonic():12.6f}] {text}\n"
 
     log.write_text(kern("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."))  # before: history
-    assert _run(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
+    assert run_source_once(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
     _append(log, kern("systemd[1]: Started Session 4 of user root."))
-    assert _run(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
+    assert run_source_once(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
     _append(log, kern("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."))  # while down
-    [xid] = _run(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel")
+    [xid] = run_source_once(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel")
     assert (xid.data["fault"], xid.data["pid"], xid.data.get("boot")) == ("gpu_lost", 1234, None)
     assert xid.data["action"] != "none"
 
@@ -189,7 +177,7 @@ def test_after_a_reboot_the_old_boots_last_kern_log_lines_are_not_read_on(tmp_pa
     it would act against the job now (Boot is not the job)."""
     log = tmp_path / "kern.log"
     log.write_text("")
-    assert _run(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
+    assert run_source_once(_agent(tmp_path, kernel=True, kernel_log=str(log)), "kernel") == []
     _append(log, f"Nov 29 15:00:00 host kernel: [{time.monotonic() + 3600:12.6f}] NVRM: Xid (PCI:0000:3b:00): 79, "
                  "pid=1234, GPU has fallen off the bus.\n")
-    assert _run(_agent(tmp_path, boot="boot-b", kernel=True, kernel_log=str(log)), "kernel") == []
+    assert run_source_once(_agent(tmp_path, boot="boot-b", kernel=True, kernel_log=str(log)), "kernel") == []

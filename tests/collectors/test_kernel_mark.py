@@ -5,7 +5,6 @@ start (collectors/kernel_mark.py, issue 54: "Boot is not the job")."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import msgspec
@@ -17,6 +16,7 @@ from faultlens.diagnosis.engine.core import Engine, EngineConfig
 from faultlens.events.envelope import Envelope, new_id
 from faultlens.parsing.kernel_quiet import BOOT_UPTIME_S
 from faultlens.streams.config import KafkaSettings
+from tests.collectors.agent_passes import run_source_once
 
 XID79 = "3,{seq},{usec},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
 HEALTHY = "6,{seq},{usec},-;systemd[1]: Started Session {seq} of user root."
@@ -66,15 +66,7 @@ def _agent(tmp_path, ring: Ring, boot: str = "boot-a", **over) -> Agent:
 
 
 def _run_kernel(agent: Agent) -> list:
-    """One pass of the agent's kernel source (a poll, then its stop): the events it published."""
-    source = agent.source("kernel")
-    out: list = []
-    source.publish = out.append  # type: ignore[attr-defined]
-    stop = threading.Event()
-    stop.set()
-    source.run(stop)
-    agent.spool.close()  # the agent is gone: the next one takes its spool directory
-    return out
+    return run_source_once(agent, "kernel")
 
 
 def _acting(events: list) -> list:

@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.collectors.stack_fixtures",
     "tests.remediation.slurm_fixture",
     "tests.file_order",
+    "tests.leak_check",
 ]
 
 # The example expect files under fixtures/ describe foreign fixtures that are not Parquet traces:

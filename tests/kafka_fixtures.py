@@ -14,6 +14,7 @@ from bench.testbed.topic_reads import job_records, wait_for_records  # noqa: F40
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
+from tests.leak_check import SESSION_CHILDREN
 
 _groups = itertools.count()
 
@@ -29,6 +30,8 @@ def broker(tmp_path_factory) -> EmbeddedBroker:
         return
     log = Path(tmp_path_factory.mktemp("broker")) / "tansu.log"
     with EmbeddedBroker(log_path=log) as b:
+        if b.proc is not None:
+            SESSION_CHILDREN.add(b.proc.pid)
         ensure_topics(KafkaSettings(bootstrap=b.bootstrap))
         yield b
 

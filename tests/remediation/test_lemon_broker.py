@@ -54,6 +54,21 @@ def policy(jobs, fleet_store, standby=()):
                   fleet=Fleet(LemonConfig(), fleet_store))
 
 
+@pytest.fixture
+def fleet_log():
+    """FleetLog(settings, topic), closed at the test's end: each holds a consumer and a producer,
+    whose threads would otherwise go on reconnecting after the broker is gone."""
+    made: list[FleetLog] = []
+
+    def make(settings, topic=topics.FLEET):
+        made.append(FleetLog(settings, topic))
+        return made[-1]
+
+    yield make
+    for log in made:
+        log.close()
+
+
 def hw(job, node, ts, fault="gpu_memory"):
     return Diagnosis(job=job, ts=ts, onset=ts, fault=fault, action="evict", nodes=(node,), confidence=0.95,
                      detail=f"Xid 48 double-bit ECC on {node}" if fault == "gpu_memory" else "Xid 79 fallen off the bus")
@@ -73,7 +88,7 @@ def run_group(settings, group, handler):
         idle_stop_s=2.0, handle_signals=False)
 
 
-def test_lemon_a_machine_failing_in_two_jobs_is_drained_and_the_pool_skips_it(kafka_settings, group_name, tmp_path):
+def test_lemon_a_machine_failing_in_two_jobs_is_drained_and_the_pool_skips_it(kafka_settings, group_name, tmp_path, fleet_log):
     uid = uuid.uuid4().hex[:6]
     x, spare = f"x-{uid}", f"s-{uid}"
     a, b, c = (f"{j}-{uid}" for j in "abc")
@@ -81,7 +96,7 @@ def test_lemon_a_machine_failing_in_two_jobs_is_drained_and_the_pool_skips_it(ka
     now = time.time()
     d_a, d_b, d_c = hw(a, x, now), hw(b, x, now + 60), hw(c, f"c1-{uid}", now + 120, "gpu_lost")
     seen = tmp_path / "ops.jsonl"
-    handler = RemediationHandler(policy({a, b, c}, FleetLog(kafka_settings, fleet_topic), standby=(x, spare)),
+    handler = RemediationHandler(policy({a, b, c}, fleet_log(kafka_settings, fleet_topic), standby=(x, spare)),
                                  group=group_name, actuator=recording_actuator(seen))
     # x crashed job a, came back, joined job b and crashed it too
     publish(kafka_settings, {a: [x, f"a1-{uid}"], b: [x, f"b1-{uid}"], c: [f"c0-{uid}", f"c1-{uid}"]}, [d_a, d_b])
@@ -114,7 +129,7 @@ def test_lemon_a_machine_failing_in_two_jobs_is_drained_and_the_pool_skips_it(ka
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
-def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_group(kafka_settings, fresh_topic, client):
+def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_group(kafka_settings, fresh_topic, client, fleet_log):
     kafka_settings = dataclasses.replace(kafka_settings, client=client)
     uid = uuid.uuid4().hex[:6]
     x = f"x-{uid}"
@@ -122,9 +137,9 @@ def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_grou
     jobs = [f"{j}-{uid}" for j in "abc"]
     now = time.time()
 
-    first = policy(jobs, FleetLog(kafka_settings, fleet_topic))
+    first = policy(jobs, fleet_log(kafka_settings, fleet_topic))
     first.decide(hw(jobs[0], x, now), now)  # job a on member one, which then dies
-    restarted = policy(jobs, FleetLog(kafka_settings, fleet_topic))
+    restarted = policy(jobs, fleet_log(kafka_settings, fleet_topic))
     assert [f["job"] for f in restarted.fleet.record(x).counted()] == [jobs[0]]
     restarted.decide(hw(jobs[1], x, now + 60), now + 60)
     assert restarted.take_followups()[0].nodes == (x,)  # the second failure, in another job: out
@@ -132,8 +147,8 @@ def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_grou
     assert not policy(jobs, None).fleet.observe_diagnosis(hw(jobs[1], x, now + 60), now + 60)
 
     y = f"y-{uid}"
-    standing = policy(jobs, FleetLog(kafka_settings, fleet_topic))  # running before the others decided
-    other = policy(jobs, FleetLog(kafka_settings, fleet_topic))
+    standing = policy(jobs, fleet_log(kafka_settings, fleet_topic))  # running before the others decided
+    other = policy(jobs, fleet_log(kafka_settings, fleet_topic))
     other.decide(hw(jobs[0], y, now), now)
     handler = RemediationHandler(standing)
     handler.on_assigned([])  # the group moved job b's partition here
@@ -149,11 +164,11 @@ def nodes_cli(*argv, env=None):
                        cpu=True, limit_s=280)
 
 
-def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_path):
+def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_path, fleet_log):
     uid = uuid.uuid4().hex[:6]
     x, jobs = f"x-{uid}", [f"{j}-{uid}" for j in "abc"]
     now = time.time()
-    member = policy(jobs, FleetLog(kafka_settings), standby=(x,))  # the default `fleet` topic
+    member = policy(jobs, fleet_log(kafka_settings), standby=(x,))  # the default `fleet` topic
     handler = RemediationHandler(member)
     member.decide(hw(jobs[0], x, now), now)
     member.decide(hw(jobs[1], x, now + 60), now + 60)
@@ -191,7 +206,7 @@ def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_pat
     assert missing.returncode == 1 and "no fleet record" in missing.stderr
 
 
-def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka_settings, group_name):
+def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka_settings, group_name, fleet_log):
     """Xid 45 ("preemptive cleanup, due to previous errors") floods a node after a real fault; the
     NVSentinel report of 672 fatal events on 3 nodes in 3 hours (NVIDIA/NVSentinel#1710) is this.
     One real Xid 79 in job a, then 1,000 Xid 45 lines there and 1,000 more in job b: raw kernel
@@ -272,7 +287,7 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
     machines = [(d.job, d.fault, d.nodes) for d in diagnoses if d.fault != "telemetry_lost"]
     assert machines == [(a, "gpu_lost", (x,))]  # the 2,000 Xid 45: none
 
-    member = policy({a, b}, FleetLog(settings))
+    member = policy({a, b}, fleet_log(settings))
     run_group(settings, f"{group_name}-r", RemediationHandler(member))
     record = read_fleet(settings)[0][x]
     assert [f["fault"] for f in record.counted()] == ["gpu_lost"] and record.lemon is None
@@ -280,14 +295,14 @@ def test_lemon_a_flood_of_1000_xid_45_lines_on_one_node_makes_no_lemon(own_kafka
 
 
 
-def test_lemon_two_members_each_deciding_one_job_of_the_machine_find_it_at_the_next_tick(kafka_settings, fresh_topic):
+def test_lemon_two_members_each_deciding_one_job_of_the_machine_find_it_at_the_next_tick(kafka_settings, fresh_topic, fleet_log):
     """Jobs a and b of machine z sit on partitions of two remediation members: each decides one
     failure and, at that moment, knows only its own. The member that reads the other's first
     (its tick) makes the verdict and drains it; the other then sees the lemon, and makes none."""
     uid = uuid.uuid4().hex[:6]
     z, jobs = f"z-{uid}", [f"{j}-{uid}" for j in "ab"]
     fleet_topic = fresh_topic(3)
-    one, two = (policy(jobs, FleetLog(kafka_settings, fleet_topic)) for _ in range(2))
+    one, two = (policy(jobs, fleet_log(kafka_settings, fleet_topic)) for _ in range(2))
     now = time.time()
     crash = [Diagnosis(job=job, ts=now + 60 * i, onset=now + 60 * i, fault="cuda_error", action="stop_time_diagnosis",
                        nodes=(z,), confidence=0.9, detail="illegal memory access, first failing rank on z")

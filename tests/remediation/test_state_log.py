@@ -9,12 +9,26 @@ from faultlens.streams.producer import Producer
 from tests.remediation.test_state import crash, evict, policy
 
 pytestmark = pytest.mark.broker
+_stores: list[StateLog] = []
+
+
+@pytest.fixture(autouse=True)
+def close_stores():
+    """A StateLog holds a consumer and a producer until closed: each test's are closed at its end."""
+    yield
+    while _stores:
+        _stores.pop().close()
+
+
+def state_log(settings, topic) -> StateLog:
+    _stores.append(StateLog(settings, topic))
+    return _stores[-1]
 
 
 def member(settings, topic):
     """A remediation member whose ladders and pools live on ``topic``."""
     p = policy(None)
-    fresh = type(p)(p.signing_key, p.config, p.safety, store=StateLog(settings, topic))
+    fresh = type(p)(p.signing_key, p.config, p.safety, store=state_log(settings, topic))
     fresh.observe_topology("j", p.topologies["j"])
     return fresh
 
@@ -48,6 +62,6 @@ def test_garbage_on_the_state_topic_starts_that_job_over_and_is_reported(kafka_s
     with Producer(kafka_settings) as p:
         p.send(topic, b"j", b"{not json")
         p.flush()
-    store = StateLog(kafka_settings, topic)
+    store = state_log(kafka_settings, topic)
     assert store.load({"min_confidence": 0.5, "episode_s": 3600, "settle_s": 30}) == {}
     assert store.errors and "remediation state topic" in store.errors[0]

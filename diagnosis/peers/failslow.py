@@ -276,7 +276,9 @@ class FailSlowRounds:
     def _standing(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
         """The suspicion ``s`` (the campaign's) as the verdict: evict on two independent signals, else alert."""
         if self._evidence.is_recheck(s):
-            action, verdict = Action.NONE, "the look at a machine already alerted on got no answer: the alert stands"
+            action = Action.NONE
+            verdict = f"the look at a machine already alerted on got no answer: another in {self._evidence.config.recheck_s:.0f}s" \
+                if self._evidence.unanswered(job, now) else "the look at a machine already alerted on got no answer again: the alert stands"
         elif s.confidence >= self.config.stand_confidence:
             action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
         elif self._evidence.moved_lately(job, now):

@@ -40,6 +40,8 @@ class SlowEvidenceConfig:
     recheck_s: float = 600.0  # the next capture after a look that found no hardware evidence
     persist_s: float = 1200.0  # looks at the same machine spanning this long evict it (3 looks)
     moved_memory_s: float = 3600.0  # after the slowness moved, stacks alone blame nobody this long
+    unanswered_retries: int = 1  # a look no stack round answered is asked once more
+    persist_looks: int = 3  # answered looks a persistence needs (two 20 minutes apart, a missed look between, are not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class SlowHistory:
     recheck_at: float | None = None  # a second look is due then (None: none asked for)
     recheck_id: str = ""  # the id of the chain of looks, for the requests a recheck sends
     rechecks: int = 0
+    unanswered: int = 0  # looks asked for in a row that no stack round answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,8 @@ class Judgement:
 def judge_look(history: SlowHistory, look: Look, config: SlowEvidenceConfig) -> Judgement:
     """Fold ``look`` into ``history`` and say what it means (pure but for the history it updates)."""
     previous = history.looks[-1] if history.looks else None
-    if previous is not None and look.ts - previous.ts > 2 * config.recheck_s:
+    # Looks asked for but never answered (an agent down, a capture refused) do not end the chain.
+    if previous is not None and look.ts - previous.ts > (2 + history.unanswered) * config.recheck_s:
         history.looks, previous = [], None  # that chain ended long ago (its slowness went away)
     moved_lately = history.moved_at is not None and look.ts - history.moved_at < config.moved_memory_s
     if previous is not None and not set(previous.nodes) & set(look.nodes):
@@ -104,7 +108,7 @@ def judge_look(history: SlowHistory, look: Look, config: SlowEvidenceConfig) -> 
             f"here for {config.moved_memory_s:.0f}s",
             look.onset,
         )
-    if len(history.looks) >= 2 and span >= config.persist_s:
+    if len(history.looks) >= config.persist_looks and span >= config.persist_s:
         history.recheck_at = None
         return Judgement(
             "persistent",
@@ -221,11 +225,23 @@ class SlowEvidence:
                 found, detail=f"{found.detail}; its own hardware apart from its peers': {'; '.join(hardware)}"
             )
         judged = judge_look(history, look, self.config)
+        history.unanswered = 0
         action = {"persistent": Action.EVICT, "again": Action.NONE}.get(judged.kind, Action.ALERT)
         done = msgspec.structs.replace(found, id="", action=action, onset=judged.onset, detail=f"{found.detail}; {judged.why}")
         if judged.kind == "first":
             history.recheck_id, history.rechecks = done.id, 0
         return done
+
+    def unanswered(self, job: str, now: float) -> bool:
+        """A second look got no stack round: ask once more a ``recheck_s`` later (the machine blamed
+        may be the one that cannot answer, and a missed look must not end a chain that persists);
+        False once a retry went unanswered too: the alert stands, no more looks."""
+        history = self._history.get(job)
+        if history is None or not history.looks or history.unanswered >= self.config.unanswered_retries:
+            return False
+        history.unanswered += 1
+        history.recheck_at = now + self.config.recheck_s
+        return True
 
     def over(self, job: str) -> None:
         """A second look found nobody slower: that slowness ended."""

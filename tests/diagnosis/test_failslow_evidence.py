@@ -138,3 +138,36 @@ def test_a_spare_slow_at_the_evicted_machines_ranks_is_the_workload_not_a_second
     # The machine was evicted; its spare takes rank 13 and is the slowest at the next look.
     again = judge_look(history, Look(1900.0, 1860.0, ("spare-1",), ranks, "tp:6"), config)
     assert again.kind == "moved" and "n006" in again.why
+
+
+def test_a_second_look_nobody_answered_is_asked_once_more_and_the_chain_goes_on():
+    # The look at 743 s gets no stack round (the blamed machine's agent down, a capture refused): a
+    # missed look must not end a chain that persists, nor stand in for an answer.
+    det = _detector()
+    _windows(det, clock_of_slow=0.99)
+    events = _look(LOOKS[0], SLOW, "a") + _look(1410.0, SLOW, "c") + _look(2030.0, SLOW, "d")
+    out = run_detector(det, events, start=95, until=2100, diagnoses=[_suspicion()])
+    assert _acting(out) == [("alert", (NODE,)), ("none", (NODE,)), ("none", (NODE,)), ("evict", (NODE,))]
+    missed = out.index(next(d for d in out if "got no answer" in d.detail))
+    assert "another in 600s" in out[missed].detail
+    asked = [d for d in out[missed:] if d.action == "capture_stacks"]
+    assert asked and 599.0 <= asked[0].ts - out[missed].ts <= 602.0
+    assert "3 separate captures over 32 min" in out[-1].detail  # three answered looks, not two
+
+
+def test_two_answered_looks_twenty_minutes_apart_around_a_missed_one_do_not_evict():
+    det = _detector()
+    _windows(det, clock_of_slow=0.99)
+    out = run_detector(det, _look(LOOKS[0], SLOW, "a") + _look(1410.0, SLOW, "c"), start=95, until=1500,
+                       diagnoses=[_suspicion()])
+    assert _acting(out) == [("alert", (NODE,)), ("none", (NODE,)), ("none", (NODE,))]
+    assert "blamed again (2 looks over" in out[-1].detail
+
+
+def test_a_look_missed_twice_leaves_the_alert_standing_and_asks_no_more():
+    det = _detector()
+    _windows(det, clock_of_slow=0.99)
+    out = run_detector(det, _look(LOOKS[0], SLOW, "a"), start=95, until=2700, diagnoses=[_suspicion()])
+    assert _acting(out) == [("alert", (NODE,)), ("none", (NODE,)), ("none", (NODE,))]
+    assert "no answer again: the alert stands" in out[-1].detail
+    assert not [d for d in out if d.action == "capture_stacks" and d.ts > out[-1].ts]

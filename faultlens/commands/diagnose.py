@@ -9,8 +9,9 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from faultlens.commands.diagnose_members import Members, workers_count
+from faultlens.commands.diagnose_members import Members, members_count, workers_count
 from faultlens.diagnosis.edge.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from faultlens.diagnosis.edge.node_consumer import NODE_GROUP
 from faultlens.engine_flags import add_engine_arguments, engine_config
@@ -49,6 +50,10 @@ events), with the compacted `jobs` topic read in full by every member.
                 <group>-job), the split deployment above started at once; with --stage node or
                 job, N members of that stage (this process and N-1 children). The children exit
                 with this process. `auto`: one node member per core but one, at most 3 (docs/deploying.md).
+  --job-workers M
+                (with --stage all) M job-stage members in that launch: this process and M-1
+                children in <group>-job (default 1). They split the jobs (a job lives on one
+                `summaries` partition): more than one helps only where several jobs are read.
 
 Unreadable or invalid events go to `dead-letter` with the reason; an event stamped far in the
 future is judged at its arrival (clock_skew alert); a sample too late to judge is counted, a
@@ -68,13 +73,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=workers_count, default=os.environ.get("FAULTLENS_DIAGNOSE_WORKERS", "1"),
                         help="members this launch runs, as child processes (see above; default 1: one "
                              "process; `auto`: one per core but one, at most 3; env FAULTLENS_DIAGNOSE_WORKERS)")
+    parser.add_argument("--job-workers", type=members_count,
+                        default=os.environ.get("FAULTLENS_DIAGNOSE_JOB_WORKERS", "1"),
+                        help="with --stage all: job-stage members of the launch (see above; default 1; "
+                             "env FAULTLENS_DIAGNOSE_JOB_WORKERS)")
     add_engine_arguments(parser)
     metrics.add_metrics_argument(parser)
     add_kafka_arguments(parser)
 
 
-def run(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> int:
-    """The command; ``ready`` is called right before the member joins its group (diagnose_members)."""
+def run(args: argparse.Namespace, ready: Callable[[Any], None] | None = None) -> int:
+    """The command; ``ready`` is called with the runner right before the member joins its group
+    (diagnose_members)."""
+    job_workers = getattr(args, "job_workers", 1)
+    if job_workers > 1 and args.stage != "all":
+        log.error("--job-workers is for --stage all (with --stage job, --workers counts its members)")
+        return 2
     config = engine_config(args)
     wanted = [*TELEMETRY_TOPICS, topics.JOBS, topics.SUMMARIES, DIAGNOSES_TOPIC, topics.DEAD_LETTER]
     # SIGTERM/SIGINT before the runner's own handlers (standing by, priming): a clean stop, with
@@ -86,10 +100,10 @@ def run(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> in
     try:
         with connected(args, wanted) as settings:
             metrics.serve(args.metrics_port)
-            if args.workers > 1:
+            if args.workers > 1 or job_workers > 1:
                 with Members(args, settings, run) as members:
                     return _run_pipeline(members.own_args, settings, engine_config(members.own_args), None, stop,
-                                         members)
+                                         members, ready=members.ready)
             lease = None
             if args.stage == "all":
                 # One active member per stage-all group (streams/lease.py); the others wait, reading
@@ -112,7 +126,7 @@ def run(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> in
 
 def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lease: Lease | None,
                   stop: threading.Event, members: Members | None = None,
-                  ready: Callable[[], None] | None = None) -> int:
+                  ready: Callable[[Any], None] | None = None) -> int:
     try:
         runner, handler = diagnose_consumer(settings, config, stage=args.stage, group=args.group)
     except TopicLayoutError as exc:
@@ -124,7 +138,7 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
         members.watch(runner.stop, runner.stop_when_drained)
     metrics.register_runner(f"diagnose-{args.stage}", lambda: runner.stats)
     if ready is not None:
-        ready()
+        ready(runner)
     if stop.is_set():
         runner.stop()  # stopped while starting: the run ends at once, committing nothing new
     stats = runner.run(max_records_total=args.max_records, idle_stop_s=args.idle_stop)

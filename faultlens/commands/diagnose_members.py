@@ -41,41 +41,54 @@ def workers_count(text: str) -> int:
     (bench/results_throughput.md, issue 56's workers round), so a fourth would wait on it."""
     if text == "auto":
         return max(1, min((os.cpu_count() or 1) - 1, AUTO_MAX))
+    return members_count(text, "--workers")
+
+
+def members_count(text: str, flag: str = "--job-workers") -> int:
+    """A count of members, at least 1."""
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--workers takes a count or 'auto', not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"{flag} takes a count{' or auto' if flag == '--workers' else ''}, not {text!r}"
+        ) from None
     if n < 1:
-        raise argparse.ArgumentTypeError(f"--workers must be at least 1, not {n}")
+        raise argparse.ArgumentTypeError(f"{flag} must be at least 1, not {n}")
     return n
 
 
-def split_launch(args: argparse.Namespace) -> tuple[argparse.Namespace, argparse.Namespace, int]:
-    """(this process's arguments, each child's, how many children) for ``--workers N``."""
+def split_launch(args: argparse.Namespace) -> tuple[argparse.Namespace, list[tuple[argparse.Namespace, int]]]:
+    """(this process's arguments, [(a kind of child's arguments, how many of them), ...]) for
+    ``--workers N`` (and ``--job-workers M``: with ``--stage all``, the job stage's members, this
+    process and M-1 children)."""
+    job_workers = getattr(args, "job_workers", 1) or 1
     if args.stage == "all":
         base = args.group or GROUP  # faultlens-diagnose-node and -job by default, as run apart
-        own = argparse.Namespace(**{**vars(args), "stage": "job", "group": f"{base}-job", "workers": 1})
-        child = argparse.Namespace(**{**vars(args), "stage": "node", "group": f"{base}-node"})
-        children = args.workers
+        own = argparse.Namespace(**{**vars(args), "stage": "job", "group": f"{base}-job", "workers": 1, "job_workers": 1})
+        node = argparse.Namespace(**{**vars(own), "stage": "node", "group": f"{base}-node"})
+        kinds = [(node, args.workers), (argparse.Namespace(**vars(own)), job_workers - 1)]
     else:
-        own = argparse.Namespace(**{**vars(args), "workers": 1})
-        child = argparse.Namespace(**vars(own))
-        children = args.workers - 1
-    # One /metrics port per host: the launch serves it; the cap on records is the launch's.
-    child.workers, child.metrics_port, child.max_records = 1, None, None
-    if hasattr(child, "_parser"):
-        del child._parser  # the CLI's parser (for its usage line) does not cross to a child
-    return own, child, children
+        own = argparse.Namespace(**{**vars(args), "workers": 1, "job_workers": 1})
+        kinds = [(argparse.Namespace(**vars(own)), args.workers - 1)]
+    for child, _ in kinds:
+        # One /metrics port per host: the launch serves it; the cap on records is the launch's.
+        child.workers, child.metrics_port, child.max_records = 1, None, None
+        if hasattr(child, "_parser"):
+            del child._parser  # the CLI's parser (for its usage line) does not cross to a child
+    return own, [(child, n) for child, n in kinds if n > 0]
 
 
 class Members:
     """The launch's children, started on entry and stopped (SIGTERM, then a kill) on exit."""
 
     def __init__(self, args: argparse.Namespace, settings: KafkaSettings, run: Callable[..., int]) -> None:
-        self.own_args, child, self.count = split_launch(args)
+        self.own_args, self._kinds = split_launch(args)
         self._run = run  # diagnose's own run (passed in: that module imports this one), pickled by name
-        child.bootstrap = settings.bootstrap  # resolved once here (an embedded broker's address)
-        self._child = child
+        for child, _ in self._kinds:
+            child.bootstrap = settings.bootstrap  # resolved once here (an embedded broker's address)
+        self.count = sum(n for _, n in self._kinds)
+        # Members of the launch's own stage and group join it with the launch (below: ready).
+        self._with_launch = any(child.stage == self.own_args.stage for child, _ in self._kinds)
         self._procs: list = []
         self._stopping = threading.Event()
         self.failed: int | None = None  # a child's exit code, when one failed
@@ -85,35 +98,51 @@ class Members:
         ctx = multiprocessing.get_context("spawn")
         root = logging.getLogger()
         logs = (root.level, root.handlers[0].formatter if root.handlers else None, logging.getLogger("kafka").level)
-        # Children join their group together, once each is ready to poll (imports, topics, client:
+        # Members join their groups together, once each is ready to poll (imports, topics, client:
         # seconds apart under load): a member that joined alone would read partitions that a later
         # one then takes over and re-reads (the runner's rebuild of retained input).
-        together = self._together = ctx.Barrier(self.count)  # held: the children open it by name
-        for i in range(self.count):
-            p = ctx.Process(
-                target=_member,
-                args=(self._child, os.getpid(), logs, together, self._run),
-                name=f"diagnose-{self._child.stage}-{i + 1}",
-                daemon=True,
-            )
-            p.start()
-            self._procs.append(p)
+        together = self._together = ctx.Barrier(self.count + self._with_launch)  # held: the children open it by name
+        # Set once every node-stage child stopped cleanly: the job stage's children then stop as
+        # the launch does, once what those wrote last is read (GroupRunner.stop_when_drained).
+        self._upstream_done = ctx.Event()
+        for child, n in self._kinds:
+            drained = self._upstream_done if child.stage == "job" and self._node_children() else None
+            for i in range(n):
+                p = ctx.Process(
+                    target=_member,
+                    args=(child, os.getpid(), logs, together, self._run, drained),
+                    name=f"diagnose-{child.stage}-{i + 1}",
+                    daemon=True,
+                )
+                p.start()
+                self._procs.append(p)
         log.info(
-            "started %d %s-stage member(s) as child processes: %s",
-            self.count,
-            self._child.stage,
+            "started %s as child processes: %s",
+            " and ".join(f"{n} {child.stage}-stage member(s)" for child, n in self._kinds),
             ", ".join(str(p.pid) for p in self._procs),
         )
         return self
 
+    def _node_children(self) -> bool:
+        return self.own_args.stage != "node" and any(child.stage == "node" for child, _ in self._kinds)
+
+    def ready(self, runner: object = None) -> None:
+        """The launch's own member, right before it joins its group: with its siblings of that group."""
+        if self._with_launch:
+            _wait_together(self._together)
+
     def watch(self, on_failure: Callable[[], None], on_done: Callable[[], None]) -> None:
         """Call ``on_failure`` (the launch's runner's stop) once a child exits with an error, and
-        ``on_done`` once every child stopped cleanly (their idle stop, say): the launch then reads
-        what they wrote last and stops, without waiting for its own idle time, in which it would
-        have named the stopped node stage in a telemetry_lost alert."""
+        ``on_done`` once every child that writes what the launch reads stopped cleanly (the node
+        stage's, or with a launch of one stage every child: their idle stop, say): the launch then
+        reads what they wrote last and stops, without waiting for its own idle time, in which it
+        would have named the stopped node stage in a telemetry_lost alert. The job stage's
+        children are told the same at the same moment."""
+        upstream = "node" if self._node_children() else self.own_args.stage
 
         def wait() -> None:
             pending = {p.sentinel: p for p in self._procs}
+            writers = {p.sentinel for p in self._procs if p.name.startswith(f"diagnose-{upstream}-")}
             while pending and not self._stopping.is_set():
                 for sentinel in multiprocessing.connection.wait(list(pending), timeout=1.0):
                     p = pending.pop(sentinel)
@@ -123,9 +152,11 @@ class Members:
                         self.failed = p.exitcode if p.exitcode > 0 else 1
                         on_failure()
                         return
-            if not self._stopping.is_set():
-                log.info("every %s-stage member stopped: this one stops once it read what they wrote", self._child.stage)
-                on_done()
+                    writers.discard(sentinel)
+                    if not writers and not self._upstream_done.is_set() and not self._stopping.is_set():
+                        log.info("every %s-stage child stopped: the launch stops once it read what they wrote", upstream)
+                        self._upstream_done.set()
+                        on_done()
 
         threading.Thread(target=wait, name="diagnose-members", daemon=True).start()
 
@@ -143,8 +174,16 @@ class Members:
                 p.join()
 
 
-def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: Callable[..., int]) -> None:
-    """A child: dies with the launch, logs as the launch does, runs one `diagnose` member."""
+def _wait_together(together) -> None:
+    try:
+        together.wait(JOIN_WAIT_S)
+    except threading.BrokenBarrierError:
+        pass  # a sibling failed to start: the launch hears of it; this one reads meanwhile
+
+
+def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: Callable[..., int], drained=None) -> None:
+    """A child: dies with the launch, logs as the launch does, runs one `diagnose` member (one of
+    the job stage's stops once ``drained`` is set and what it holds is read)."""
     _die_with(parent)
 
     level, formatter, kafka_level = logs
@@ -155,11 +194,15 @@ def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: C
     logging.getLogger().setLevel(level)
     logging.getLogger("kafka").setLevel(kafka_level)
 
-    def ready() -> None:
-        try:
-            together.wait(JOIN_WAIT_S)
-        except threading.BrokenBarrierError:
-            pass  # a sibling failed to start: the launch hears of it; this one reads meanwhile
+    def ready(runner) -> None:
+        _wait_together(together)
+        if drained is not None:
+
+            def stop_when_upstream_done() -> None:
+                drained.wait()
+                runner.stop_when_drained()
+
+            threading.Thread(target=stop_when_upstream_done, name="upstream-done", daemon=True).start()
 
     sys.exit(run(args, ready))
 

@@ -4,6 +4,7 @@ dying with the launch however it ends."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.commands.diagnose_members import split_launch, workers_count
+from faultlens.commands.diagnose_members import members_count, split_launch, workers_count
 from tests.progress import wait_until
 
 
@@ -21,6 +22,7 @@ def _args(**over) -> argparse.Namespace:
         "stage": "all",
         "group": None,
         "workers": 3,
+        "job_workers": 1,
         "metrics_port": 9400,
         "max_records": 500,
         "idle_stop": 5.0,
@@ -40,19 +42,33 @@ def test_workers_count_takes_a_count_or_auto():
 
 
 def test_stage_all_is_node_children_and_the_job_stage_here():
-    own, child, children = split_launch(_args())
+    own, [(child, children)] = split_launch(_args())
     assert (own.stage, own.group, own.workers) == ("job", "faultlens-diagnose-job", 1)
     assert (child.stage, child.group, children) == ("node", "faultlens-diagnose-node", 3)
     # the launch keeps the port and the cap; no child binds the port or stops the launch early
     assert (own.metrics_port, own.max_records) == (9400, 500)
     assert (child.metrics_port, child.max_records, child.workers) == (None, None, 1)
     assert not hasattr(child, "_parser") and child.idle_stop == 5.0
-    own, child, _ = split_launch(_args(group="team"))
+    own, [(child, _)] = split_launch(_args(group="team"))
     assert (own.group, child.group) == ("team-job", "team-node")
 
 
+def test_job_workers_add_job_stage_children_to_the_launchs_group():
+    own, kinds = split_launch(_args(workers=2, job_workers=3))
+    assert (own.stage, own.group) == ("job", "faultlens-diagnose-job")
+    assert [(c.stage, c.group, n) for c, n in kinds] == [
+        ("node", "faultlens-diagnose-node", 2),
+        ("job", "faultlens-diagnose-job", 2),  # the launch is the third
+    ]
+    for child, _ in kinds:
+        assert (child.metrics_port, child.max_records, child.workers, child.job_workers) == (None, None, 1, 1)
+        assert not hasattr(child, "_parser")
+    with pytest.raises(argparse.ArgumentTypeError):
+        members_count("auto")
+
+
 def test_a_single_stage_launch_is_this_member_and_n_minus_one_more():
-    own, child, children = split_launch(_args(stage="node", group="g"))
+    own, [(child, children)] = split_launch(_args(stage="node", group="g"))
     assert (own.stage, child.stage, own.group, child.group, children) == ("node", "node", "g", "g", 2)
 
 
@@ -130,6 +146,32 @@ def test_the_children_end_with_the_launch(kafka_settings, group_name, tmp_path, 
             launch.wait()
 
 
+def _acts(found):
+    return sorted((d.fault, d.action, tuple(sorted(d.nodes))) for d in found)
+
+
+def _launch_over(bootstrap: str, *flags: str) -> list[dict]:
+    """Each member's last line."""
+    # An idle stop past the upstream writers' time to live: waited out by the launch, it named the
+    # stopped node stage (it does with the children's end unheeded).
+    done = subprocess.run(
+        [sys.executable, "-m", "faultlens", "diagnose", *flags, "--idle-stop", "20", "--bootstrap", bootstrap],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _replay(trace: Path, bootstrap: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "faultlens", "replay", str(trace), "--as-fast-as-possible", "--no-progress",
+         "--bootstrap", bootstrap],
+        check=True,
+        capture_output=True,
+    )
+
+
 @pytest.mark.broker
 def test_a_launch_over_a_backlog_gives_the_offline_diagnoses_and_ends_with_its_children(own_kafka_settings, tmp_path):
     """`--workers 2 --idle-stop`: once both node-stage children stop at their idle stop, the launch
@@ -141,35 +183,40 @@ def test_a_launch_over_a_backlog_gives_the_offline_diagnoses_and_ends_with_its_c
     from faultlens.events.diagnosis_record import Diagnosis
 
     trace = foreign.write_parquet("failslow_corroborated", tmp_path)
-    bootstrap = own_kafka_settings.bootstrap
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "faultlens",
-            "replay",
-            str(trace),
-            "--as-fast-as-possible",
-            "--no-progress",
-            "--bootstrap",
-            bootstrap,
-        ],
-        check=True,
-        capture_output=True,
-    )
-    # An idle stop past the upstream writers' time to live: waited out by the launch, it named the
-    # stopped node stage (it does with the children's end unheeded).
-    done = subprocess.run(
-        [sys.executable, "-m", "faultlens", "diagnose", "--workers", "2", "--idle-stop", "20", "--bootstrap", bootstrap],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _replay(trace, own_kafka_settings.bootstrap)
+    _launch_over(own_kafka_settings.bootstrap, "--workers", "2")
     latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode)}
-
-    def acts(found):
-        return sorted((d.fault, d.action, tuple(sorted(d.nodes))) for d in found)
-
     offline, _ = analyze_trace(trace)
-    assert acts(latest.values()) == acts(offline)
+    assert _acts(latest.values()) == _acts(offline)
     assert len(offline) == 8
+
+
+@pytest.mark.broker
+def test_a_launch_of_two_node_and_two_job_members_gives_the_offline_diagnoses(own_kafka_settings, tmp_path):
+    """`--workers 2 --job-workers 2`: two jobs' backlog through two node-stage children and two
+    job-stage members (the launch and a child, splitting the jobs by their `summaries` partition);
+    every job gets what `analyze` finds in it, and nothing else, and the launch ends on its own
+    (its job-stage child stops with it once the node stage's last word is read)."""
+    from bench.testbed import foreign
+    from bench.testbed.topic_reads import job_records
+    from faultlens.diagnosis.engine.offline import analyze
+    from faultlens.events.diagnosis_record import Diagnosis
+    from faultlens.events.topics import key_partition
+    from faultlens.events.trace import trace_order, write_trace
+
+    # Jobs on `summaries` partitions 1 and 2 of 3: two members split the three partitions {0, 1} and
+    # {2} (the range assignor) or {0, 2} and {1} (round robin), so each member holds one job.
+    cases = [foreign.load(name) for name in ("failslow_corroborated", "xid_two_sources")]
+    assert [key_partition(c.job.encode(), 3) for c in cases] == [1, 2]
+    trace = tmp_path / "two-jobs.parquet"
+    write_trace(trace, sorted((e for c in cases for e in c.events), key=trace_order))
+    _replay(trace, own_kafka_settings.bootstrap)
+    lines = _launch_over(own_kafka_settings.bootstrap, "--workers", "2", "--job-workers", "2")
+    job_members = [line for line in lines if line["stage"] == "job"]
+    assert len(job_members) == 2 and all(line["diagnoses"] for line in job_members), lines
+    by_job: dict[str, dict] = {}
+    for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode):
+        by_job.setdefault(d.job, {})[d.id] = d
+    assert set(by_job) <= {c.job for c in cases}
+    for case in cases:
+        assert _acts(by_job.get(case.job, {}).values()) == _acts(analyze(case.events)), case.name

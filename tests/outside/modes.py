@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.config import KafkaSettings
 from tests.diagnosis.live_members import committed_to_end
@@ -135,10 +137,45 @@ def assert_expect_files_kept(written: Path, kept: Path, names: Iterable[str]) ->
         assert (written / name).read_text() == (kept / name).read_text(), name
 
 
+def written_and_checked(write: Callable[[Path], object], names: Iterable[str], folder: str):
+    """A test module's two fixtures, module-scoped: ``traces``, the folder ``write`` wrote its
+    traces and their expect files into (once), and ``checked``, `faultlens check --json` over
+    ``names`` there (once). Bind both in the module: ``traces, checked = written_and_checked(...)``."""
+    names = list(names)
+
+    @pytest.fixture(scope="module", name="traces")
+    def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        out = tmp_path_factory.mktemp(folder)
+        write(out)
+        return out
+
+    @pytest.fixture(scope="module", name="checked")
+    def checked_traces(traces: Path) -> dict[str, dict]:
+        return checked(traces / f"{name}.parquet" for name in names)
+
+    return traces, checked_traces
+
+
+def assert_every_trace_expected(results: dict[str, dict], names: Iterable[str], known: Iterable[str] = ()) -> None:
+    """`checked`'s results: one a trace of ``names``, each what a person expects (but those a
+    known failure is about), and no healthy machine evicted in any."""
+    assert sorted(results) == sorted(names)
+    for name, r in results.items():
+        if name not in known:
+            assert r["ok"], (name, r["missing"], r["extra"], r["changed"], r["healthy_evicted"])
+        assert r["healthy_evicted"] == [], name
+
+
 def offline(trace: Path, grace: float = GRACE_S) -> list[dict]:
+    return analyzed(trace, grace)[0]
+
+
+def analyzed(trace: Path, grace: float = GRACE_S) -> tuple[list[dict], dict]:
+    """`faultlens analyze TRACE`: its diagnoses (stdout) and its summary (the last line on stderr)."""
     done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress", "--grace", str(grace)], check=True,
-                          capture_output=True, text=True)
-    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+                          capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    summary = json.loads(done.stderr.strip().splitlines()[-1])["summary"]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()], summary
 
 
 def through_broker(trace: Path, mode: str, work: Path, speed: float = 40.0, grace: float = GRACE_S) -> list[dict]:
@@ -181,9 +218,18 @@ def with_offline(trace: Path, mode: str, work: Path, speed: float = 40.0,
                  grace: float = GRACE_S) -> tuple[list[dict], list[dict]]:
     """through_broker's diagnoses and `faultlens analyze`'s (the same --grace), analyze run while the
     members run to their stop (after the replay: it takes no CPU from members keeping pace with it)."""
-    found, off = _through_broker(trace, mode, work, speed, grace, lambda: offline(trace, grace))
-    assert off is not None
+    found, off, _ = with_offline_beside(trace, mode, work, lambda: None, speed, grace)
     return found, off
+
+
+def with_offline_beside(trace: Path, mode: str, work: Path, beside: Callable[[], T], speed: float = 40.0,
+                        grace: float = GRACE_S) -> tuple[list[dict], list[dict], T]:
+    """with_offline, and what ``beside()`` returned: called after analyze, while the members still
+    run to their stop. Live, that stop is three graces of waiting after the replay: a run of
+    another broker's fits in it and adds no wall time."""
+    found, got = _through_broker(trace, mode, work, speed, grace, lambda: (offline(trace, grace), beside()))
+    assert got is not None
+    return found, got[0], got[1]
 
 
 def compare(results: dict[str, list[dict]]) -> list[str]:

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.outside import modes
-from tests.outside.modes import acting, assert_expect_files_kept, with_offline
-from tests.outside.modes import checked as check_traces
+from tests.outside.modes import acting, assert_every_trace_expected, assert_expect_files_kept, with_offline
 from tests.outside.sre_shapes import SCENARIOS, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "sre"
@@ -32,16 +31,7 @@ BROKER_SET = ["checkpoint_stall", "rolling_upgrade", "job_end", "shared_switch_f
 EVICTING = ("evict", "evict_reset_gpu")
 
 
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("outside-sre")
-    write_all(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def checked(traces) -> dict[str, dict]:
-    return check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
+traces, checked = modes.written_and_checked(write_all, SCENARIOS, "outside-sre")
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
@@ -50,12 +40,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
 
 @pytest.mark.long(15)
 def test_every_incident_gives_what_an_sre_expects(checked):
-    assert sorted(checked) == sorted(SCENARIOS)
-    for name, r in checked.items():
-        if name in KNOWN:
-            continue
-        assert r["ok"], (name, r["missing"], r["extra"], r["changed"])
-        assert r["healthy_evicted"] == [], name
+    assert_every_trace_expected(checked, SCENARIOS, KNOWN)
 
 
 @pytest.mark.long(3)

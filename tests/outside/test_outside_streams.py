@@ -12,34 +12,22 @@ as one backlog through `faultlens diagnose`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.outside import modes
 from tests.outside.dump_shapes import write_all as write_dumps
-from tests.outside.modes import acting, assert_expect_files_kept, offline, with_offline
-from tests.outside.modes import checked as check_traces
+from tests.outside.modes import acting, analyzed, assert_every_trace_expected, assert_expect_files_kept, offline, with_offline
 from tests.outside.stream_shapes import SCENARIOS, UNKNOWN_KINDS, outage, write_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "streams"
 SILENCE = ("telemetry_lost", "node_silent")
 
 
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("outside-streams")
-    write_all(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def checked(traces) -> dict[str, dict]:
-    return check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
+traces, checked = modes.written_and_checked(write_all, SCENARIOS, "outside-streams")
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
@@ -48,10 +36,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
 
 @pytest.mark.long(25)
 def test_every_trace_gives_what_a_user_expects(checked):
-    assert sorted(checked) == sorted(SCENARIOS)
-    for name, r in checked.items():
-        assert r["ok"], (name, r["missing"], r["extra"], r["changed"])
-        assert r["healthy_evicted"] == [], name
+    assert_every_trace_expected(checked, SCENARIOS)
 
 
 def _verdicts(diagnoses: list[dict]) -> set:
@@ -59,23 +44,25 @@ def _verdicts(diagnoses: list[dict]) -> set:
     return {k[1:] for k in acting(diagnoses)}
 
 
+@pytest.fixture(scope="module")
+def at_least_once(traces) -> tuple[list[dict], dict]:
+    """`faultlens analyze` of at_least_once, once: its diagnoses and its summary."""
+    return analyzed(traces / "at_least_once.parquet")
+
+
 @pytest.mark.long(15)
-def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(traces):
+def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(traces, at_least_once):
     clean = _verdicts(offline(traces / "standby_swap.parquet"))
     assert clean == {("gpu_lost", "evict", ("hgx-r2-02",), "")}
-    assert _verdicts(offline(traces / "at_least_once.parquet")) == clean
+    assert _verdicts(at_least_once[0]) == clean
     assert _verdicts(offline(traces / "late_topology.parquet")) == clean
 
 
 @pytest.fixture(scope="module")
-def noisy(traces) -> tuple[dict, list[dict], set[str]]:
+def noisy(traces, at_least_once) -> tuple[dict, list[dict], set[str]]:
     """`faultlens analyze` of at_least_once: its summary, the rows of unknown kinds, the good rows' ids."""
-    trace = traces / "at_least_once.parquet"
-    done = subprocess.run([sys.executable, "-m", "faultlens", "analyze", "--no-progress", str(trace)],
-                          capture_output=True, text=True, check=True,
-                          env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
-    summary = json.loads(done.stderr.strip().splitlines()[-1])["summary"]
-    rows = pq.read_table(trace).to_pylist()
+    summary = at_least_once[1]
+    rows = pq.read_table(traces / "at_least_once.parquet").to_pylist()
     unknown = {(source, kind) for source, kind, _ in UNKNOWN_KINDS}
     strange = [r for r in rows if (r["source"], r["kind"]) in unknown]
     good_ids = {r["id"] for r in rows if (r["source"], r["kind"]) not in unknown}

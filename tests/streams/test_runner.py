@@ -33,6 +33,13 @@ def kafka_settings(broker) -> KafkaSettings:
     return KafkaSettings(bootstrap=broker.bootstrap, session_timeout_ms=SESSION_TIMEOUT_MS)
 
 
+def written(settings, topic):
+    """What a run that returned wrote to ``topic``: its outputs were acknowledged before it
+    returned, and the reader first waits for the end offsets it reads at its start
+    (streams/reader.py), so half a second of quiet past them ends it (1.5 s and 2 s were idle time)."""
+    return read_topic(settings, topic, idle_s=0.5)
+
+
 def events(n, job="j", start=1_790_000_000.0):
     return [Envelope(ts=start + i, job=job, node=f"n{i % 4}", source="gpu", kind="sample", data={"i": i}) for i in range(n)]
 
@@ -79,7 +86,7 @@ def test_invalid_messages_go_to_dead_letter_and_neighbours_are_processed(client_
         max_records_total=len(items), idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in good]  # one partition: order kept, nothing lost
     assert stats.dead_letters == 3
-    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    dead = [orjson.loads(r.value) for r in written(client_settings, DEAD_LETTER_TOPIC)]
     mine = [d for d in dead if d["topic"] == topic]
     assert len(mine) == 3
     reasons = " | ".join(d["reason"] for d in mine)
@@ -104,7 +111,7 @@ def test_a_record_that_breaks_the_handler_is_dead_lettered_alone(client_settings
                                                                          handle_signals=False)
     assert sorted(seen) == sorted(e.id for e in sent if e.id != poison)
     assert stats.dead_letters == 1
-    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    dead = [orjson.loads(r.value) for r in written(client_settings, DEAD_LETTER_TOPIC)]
     assert any(d["topic"] == topic and "handler failed: RuntimeError: detector bug" in d["reason"] for d in dead)
 
 
@@ -115,7 +122,7 @@ def test_outputs_are_produced_before_commit(client_settings, group_name, fresh_t
     runner = GroupRunner(client_settings, group_name, [src],
                          lambda recs: [Outgoing(dst, r.key, r.value.id.encode()) for r in recs])
     runner.run(max_records_total=len(sent), idle_stop_s=2, handle_signals=False)
-    out = read_topic(client_settings, dst, idle_s=1.5)
+    out = written(client_settings, dst)
     assert sorted(r.value.decode() for r in out) == sorted(e.id for e in sent)
 
 
@@ -219,7 +226,7 @@ def test_a_bundle_is_handed_on_as_its_events_in_event_time_and_committed_once_al
     stats = runner().run(max_records_total=21, idle_stop_s=2, handle_signals=False)
     assert seen == [e.id for e in sent]
     assert stats.records_in == 21 and stats.dead_letters == 1
-    dead = [orjson.loads(r.value) for r in read_topic(client_settings, DEAD_LETTER_TOPIC, idle_s=1.5)]
+    dead = [orjson.loads(r.value) for r in written(client_settings, DEAD_LETTER_TOPIC)]
     assert [d["reason"] for d in dead if d["topic"] == topic] == ["invalid event in a bundle: ts: missing"]
     seen.clear()
     runner().run(idle_stop_s=2, handle_signals=False)  # everything was committed
@@ -263,7 +270,7 @@ def test_outputs_not_acknowledged_after_deferred_batches_bring_back_all_since_th
     first = flushes[0]
     assert seen[first:2 * first] == seen[:first] == [e.id for e in sent][:first]  # all of them again, in order
     assert set(seen) == {e.id for e in sent}
-    assert {orjson.loads(m.value)["id"] for m in read_topic(client_settings, out_topic)} == {e.id for e in sent}
+    assert {orjson.loads(m.value)["id"] for m in written(client_settings, out_topic)} == {e.id for e in sent}
     again = []
     GroupRunner(client_settings, group_name, [topic], lambda recs: again.extend(recs) or []).run(
         idle_stop_s=2, handle_signals=False)

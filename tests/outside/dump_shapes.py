@@ -26,7 +26,6 @@ dump arrives 80 s after the last step, as a capture_stacks answer would.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import tests.outside.job_shape as job_shape
 import tests.outside.telemetry as telemetry
 from tests.outside.job_shape import Job, Trace, machine_names
 from tests.outside.telemetry import Knobs, write_job
-from tests.outside.write_traces import write_case
+from tests.outside.write_traces import write_scenarios, writer_main
 
 START = 1_772_532_000.0      # 2026-03-03 10:00:00 UTC
 LENGTH = 420.0
@@ -503,28 +502,12 @@ SCENARIOS: dict[str, Callable[[Trace, float], Hung]] = {
 
 def write_all(out: Path, names: list[str] | None = None) -> dict[str, Hung]:
     """Each scenario's trace and `NAME.parquet.expect.jsonl`; the scenarios' Hung by name."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for i, (name, scenario) in enumerate(SCENARIOS.items()):
-        if names and name not in names:
-            continue
-        trace = Trace(seed=100 + i)
-        base = START + i * LENGTH
-        hung = scenario(trace, base)
-        path = out / f"{name}.parquet"
-        write_case(trace.rows(), path, hung.expect)
-        written[name] = hung
-    return written
+    return write_scenarios(out, SCENARIOS, names, seed=100, start=lambda i, k: START + i * LENGTH,
+                           expect=lambda hung: hung.expect)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
-    args = parser.parse_args(argv)
-    for name in write_all(args.out, args.names or None):
-        print(args.out / f"{name}.parquet")
-    return 0
+    return writer_main(argv, __doc__, SCENARIOS, write_all)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ newest collective (2025-09-23).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import re
@@ -33,7 +32,7 @@ from pathlib import Path
 from tests.outside.dump_shapes import Shape, gpus_per_node
 from tests.outside.job_shape import Job, Trace
 from tests.outside.telemetry import Knobs, write_job
-from tests.outside.write_traces import write_case
+from tests.outside.write_traces import write_scenarios, writer_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "peers"
 CASES = ("gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd")
@@ -131,28 +130,24 @@ def expected(case: PeerCase, job: Job, base: float) -> list[dict]:
     ]
 
 
-def write_all(out: Path, names: list[str] | None = None) -> dict[str, PeerCase]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for i, name in enumerate(CASES):
-        if names and name not in names:
-            continue
+def _case(name: str):
+    """CASES' scenario ``name``: the peer's job written into a trace; it starts where the dumps say
+    (its own base, not the writer's), and its expect is :func:`expected`'s."""
+    def scenario(trace: Trace, _start: float) -> tuple[PeerCase, list[dict]]:
         case = load(name)
-        trace = Trace(seed=300 + i)
         job, base = write_trace(case, trace)
-        write_case(trace.rows(), out / f"{name}.parquet", expected(case, job, base))
-        written[name] = case
-    return written
+        return case, expected(case, job, base)
+    return scenario
+
+
+def write_all(out: Path, names: list[str] | None = None) -> dict[str, PeerCase]:
+    written = write_scenarios(out, {name: _case(name) for name in CASES}, names, seed=300, start=lambda i, k: 0.0,
+                              expect=lambda result: result[1])
+    return {name: case for name, (case, _) in written.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("names", nargs="*", help=f"some of {', '.join(CASES)} (default all)")
-    args = parser.parse_args(argv)
-    for name in write_all(args.out, args.names or None):
-        print(args.out / f"{name}.parquet")
-    return 0
+    return writer_main(argv, __doc__, CASES, write_all)
 
 
 if __name__ == "__main__":

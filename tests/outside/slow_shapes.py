@@ -13,7 +13,6 @@ hardware sign).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -34,7 +33,7 @@ from tests.outside.sre_shapes import (
     _verdict,
     steps,
 )
-from tests.outside.write_traces import write_case
+from tests.outside.write_traces import write_scenarios, writer_main
 
 SLOWER = 1.35
 ONSET = 180.0
@@ -122,30 +121,12 @@ SCENARIOS: dict[str, Callable[[Trace, float], list[Expect]]] = {
 
 def write_all(out: Path, names: list[str] | None = None) -> list[Path]:
     """Each of ``names`` (default all) as a trace with its expect file, an hour apart in event time."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for i, name in enumerate(SCENARIOS):
-        if names and name not in names:
-            continue
-        trace = Trace(seed=700 + i)
-        expected = SCENARIOS[name](trace, START + math.floor(i * 3600.0))
-        path = out / f"{name}.parquet"
-        write_case(trace.rows(), path, expected)
-        written.append(path)
-    return written
+    written = write_scenarios(out, SCENARIOS, names, seed=700, start=lambda i, k: START + math.floor(i * 3600.0))
+    return [out / f"{name}.parquet" for name in written]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
-    args = parser.parse_args(argv)
-    unknown = set(args.names) - set(SCENARIOS)
-    if unknown:
-        parser.error(f"no such trace: {', '.join(sorted(unknown))}")
-    for path in write_all(args.out, args.names or None):
-        print(path)
-    return 0
+    return writer_main(argv, __doc__, SCENARIOS, write_all)
 
 
 if __name__ == "__main__":

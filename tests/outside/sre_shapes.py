@@ -13,7 +13,6 @@ Written before reading any detector: the machines, beats and samples are round 1
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.outside.job_shape import COMPUTE_S, GPUS, STEP_S, SWITCHES, Job, Trace, gpu_entry, loss_at, machine_names, net_port
-from tests.outside.write_traces import write_case, write_table
+from tests.outside.write_traces import write_scenarios, writer_main
 
 START = 1_772_700_000.0  # 2026-03-05 08:40 UTC
 LENGTH = 900.0
@@ -454,36 +453,13 @@ SCENARIOS: dict[str, Callable[[Trace, float], list[Expect]]] = {
 def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None) -> list[Path]:
     """Each of ``names`` (default all) as a trace with its expect file, one after another in event
     time with no gap (``combined``: all of them as one stream)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written, everything = [], []
-    for i, name in enumerate(SCENARIOS):
-        if names and name not in names:
-            continue
-        trace = Trace(seed=500 + i)
-        base = START + math.floor(len(written) * (LENGTH + 60.0))
-        expected = SCENARIOS[name](trace, base)
-        rows = trace.rows()
-        path = out / f"{name}.parquet"
-        write_case(rows, path, expected)
-        written.append(path)
-        everything.extend(rows)
-    if combined is not None:
-        write_table(sorted(everything, key=lambda e: (e["ts"], e["kind"] != "topology")), combined)
-    return written
+    written = write_scenarios(out, SCENARIOS, names, seed=500, combined=combined,
+                              start=lambda i, k: START + math.floor(k * (LENGTH + 60.0)))
+    return [out / f"{name}.parquet" for name in written]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
-    parser.add_argument("--combined", type=Path, help="also write them as one stream here")
-    args = parser.parse_args(argv)
-    unknown = set(args.names) - set(SCENARIOS)
-    if unknown:
-        parser.error(f"no such trace: {', '.join(sorted(unknown))}")
-    for path in write_all(args.out, args.names or None, args.combined):
-        print(path)
-    return 0
+    return writer_main(argv, __doc__, SCENARIOS, write_all, combined=True)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +34,11 @@ FAULT_AT = 300.0
 
 Expect = dict
 Scenario = Callable[[Trace, float], list[Expect]]
+R = TypeVar("R")
+
+
+def _same(result):
+    return result
 
 
 def _verdict(job: str, fault: str, nodes: list[str], action: str, base: float,
@@ -205,43 +211,71 @@ def write_case(rows: list[dict], path: Path, expected: list[dict]) -> None:
     Path(f"{path}.expect.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None,
-              packed: bool = False) -> list[Path]:
-    """Each of ``names`` (default all) as a trace with its expect file, in SCENARIOS' order; each
-    starts at its place among all eight, or, ``packed``, right after the one written before it
-    (a subset's combined stream then has no stretch where no job reports)."""
+def write_scenarios(out: Path, scenarios: Mapping[str, Callable[[Trace, float], R]], names: Iterable[str] | None, *,
+                    seed: int, start: Callable[[int, int], float], expect: Callable[[R], list[Expect]] = _same,
+                    deliver: Mapping[str, Callable[[list[dict]], list[dict]]] | None = None,
+                    combined: Path | None = None) -> dict[str, R]:
+    """Each of ``names`` (default all) of ``scenarios`` as a trace with its expect file, in the
+    scenarios' order: scenario number i (counted over all of them) writes into ``Trace(seed=seed +
+    i)`` from event time ``start(i, k)``, k the traces written before it; its result's
+    ``expect(result)`` is the expect file; ``deliver[name]`` reorders its rows as a delivery did.
+    ``combined``: every trace's rows as one stream too. The outside writers' one loop (this module,
+    sre_shapes, slow_shapes, dump_shapes, peer_inputs): returns each written scenario's result."""
     out.mkdir(parents=True, exist_ok=True)
-    written, everything = [], []
-    for i, name in enumerate(SCENARIOS):
-        if names and name not in names:
+    wanted = set(names) if names else None
+    written: dict[str, R] = {}
+    everything: list[dict] = []
+    for i, (name, scenario) in enumerate(scenarios.items()):
+        if wanted is not None and name not in wanted:
             continue
-        trace = Trace(seed=i + 1)
-        base = START + (len(written) if packed else i) * LENGTH
-        expected = SCENARIOS[name](trace, base)
+        trace = Trace(seed=seed + i)
+        result = scenario(trace, start(i, len(written)))
         rows = trace.rows()
-        path = out / f"{name}.parquet"
-        write_case(rows, path, expected)
-        written.append(path)
+        if deliver and name in deliver:
+            rows = deliver[name](rows)
+        write_case(rows, out / f"{name}.parquet", expect(result))
+        written[name] = result
         everything.extend(rows)
     if combined is not None:
         write_table(sorted(everything, key=lambda e: (e["ts"], e["kind"] != "topology")), combined)
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def write_all(out: Path, names: list[str] | None = None, combined: Path | None = None,
+              packed: bool = False) -> list[Path]:
+    """Each of ``names`` (default all) as a trace with its expect file, in SCENARIOS' order; each
+    starts at its place among all eight, or, ``packed``, right after the one written before it
+    (a subset's combined stream then has no stretch where no job reports)."""
+    written = write_scenarios(out, SCENARIOS, names, seed=1, combined=combined,
+                              start=lambda i, k: START + (k if packed else i) * LENGTH)
+    return [out / f"{name}.parquet" for name in written]
+
+
+def writer_main(argv: list[str] | None, doc: str, names: Iterable[str], write: Callable[..., Iterable[object]],
+                combined: bool = False, packed: bool = False) -> int:
+    """The outside writers' command line: OUT_DIR [NAME ...], with --combined and --packed where
+    the writer takes them; prints each trace written."""
+    known = list(names)
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default all)")
-    parser.add_argument("--combined", type=Path, help="also write every trace as one stream here")
-    parser.add_argument("--packed", action="store_true",
-                        help="each trace right after the one before it (no gap where a trace left out would be)")
+    parser.add_argument("names", nargs="*", help=f"some of {', '.join(known)} (default all)")
+    if combined:
+        parser.add_argument("--combined", type=Path, help="also write every trace as one stream here")
+    if packed:
+        parser.add_argument("--packed", action="store_true",
+                            help="each trace right after the one before it (no gap where a trace left out would be)")
     args = parser.parse_args(argv)
-    unknown = set(args.names) - set(SCENARIOS)
+    unknown = set(args.names) - set(known)
     if unknown:
         parser.error(f"no such trace: {', '.join(sorted(unknown))}")
-    for path in write_all(args.out, args.names or None, args.combined, args.packed):
-        print(path)
+    options = {k: getattr(args, k) for k, on in (("combined", combined), ("packed", packed)) if on}
+    for written in write(args.out, args.names or None, **options):  # paths, or the scenarios' names
+        print(written if isinstance(written, Path) else args.out / f"{written}.parquet")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return writer_main(argv, __doc__, SCENARIOS, write_all, combined=True, packed=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ from faultlens.streams.record import collect, record_trace
 from faultlens.streams.replay import replay_trace
 
 pytestmark = pytest.mark.broker
+# A recording starts once its replay returned (every event acknowledged), and the reader first waits
+# for the end offsets it reads at its start (streams/reader.py): half a second of quiet past them ends
+# it (3 s of idle time before, four recordings).
+IDLE_S = 0.5
 
 
 def _small_trace(tmp_path, job: str):
@@ -32,7 +36,7 @@ def test_replay_then_record_gives_the_trace_back(client_settings, tmp_path):
     stats = replay_trace(client_settings, path, speed=0, show_progress=False)
     assert stats.events == len(original)
 
-    recorded, rstats = collect(client_settings, job=job, idle_s=3.0)
+    recorded, rstats = collect(client_settings, job=job, idle_s=IDLE_S)
     assert [e.id for e in recorded] == [e.id for e in original]
     assert recorded == original
     assert rstats.by_topic["jobs"] >= 1 and rstats.duplicates == 0
@@ -42,7 +46,7 @@ def test_replay_then_record_gives_the_trace_back(client_settings, tmp_path):
     write_trace(first, recorded)
     replay_trace(client_settings, first, speed=0, show_progress=False)
     second = tmp_path / "rec2.parquet"
-    stats2 = record_trace(client_settings, second, job=job, idle_s=3.0)
+    stats2 = record_trace(client_settings, second, job=job, idle_s=IDLE_S)
     assert stats2.duplicates == len(original)
     assert list(iter_trace(second)) == list(iter_trace(first))
 
@@ -57,13 +61,13 @@ def test_cli_simulate_publish_record_replay_record(kafka_settings, tmp_path, cap
     assert summary["published"] == summary["events"] > 0 and summary["labels"] == 1
     assert len(read_labels(sim_path)) == 1
 
-    assert main(["record", "--job", job, "--out", str(rec1), "--idle", "3", "--no-progress", *boot]) == 0
+    assert main(["record", "--job", job, "--out", str(rec1), "--idle", str(IDLE_S), "--no-progress", *boot]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == summary["events"]
     assert list(iter_trace(rec1)) == list(iter_trace(sim_path))
 
     assert main(["replay", str(rec1), "--as-fast-as-possible", "--no-progress", *boot]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == summary["events"]
-    assert main(["record", "--job", job, "--out", str(rec2), "--idle", "3", "--no-progress", *boot]) == 0
+    assert main(["record", "--job", job, "--out", str(rec2), "--idle", str(IDLE_S), "--no-progress", *boot]) == 0
     capsys.readouterr()
     assert list(iter_trace(rec2)) == list(iter_trace(rec1))
 

@@ -7,7 +7,10 @@ Every step waits for what it needs, never for a fixed wall time (issue 47): the 
 at SPEED x its event time and each kill and restart comes at a point of the replay's event time
 (the second kill once the other member has taken the first one's partitions over); after the end,
 the job stage's wall clock moves the quiet job's time WALL_RATE x (EngineConfig.wall_rate) until
-as much event time has passed as the test judged before (40 s): 25 wall seconds instead of 45."""
+as much event time has passed as the test judged before (40 s): 25 wall seconds instead of 45.
+The two minutes of outage are event time: they are replayed at OUTAGE_SPEED, as fast as still
+leaves the job stage twice its writer_ttl_s of wall time with no node-stage word (what makes it
+judge the outage the pipeline's), 30 wall seconds instead of 60; the restart and the end at SPEED."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from faultlens.diagnosis.replay.scoring import EVICTING
 from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import decode
+from faultlens.events.event_time import WatermarkMerge
 from faultlens.events.trace import write_trace
 from faultlens.streams.producer import Producer
 from faultlens.streams.replay import publish_messages, trace_message_batches
@@ -40,6 +44,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 SPEED = 2.0  # event seconds replayed per wall second
 OUTAGE_S = 120.0  # event seconds without any node-stage member
+# The outage's pace: the job stage takes its upstream for gone after writer_ttl_s (15 s) of wall
+# time without a word; twice that passes before the restart.
+OUTAGE_SPEED = OUTAGE_S / (2 * WatermarkMerge().writer_ttl_s)
 END_S = 170.0  # every stream of the job ends here (the fixture's comment)
 AFTER_END_S = 40.0  # event time the job stage judges past the end
 WALL_RATE = 4.0
@@ -47,8 +54,8 @@ STALL_S = 60.0  # no progress for this long fails a wait
 
 
 class Replay:
-    """The trace published at ``speed`` in a thread; ``reached``: the event time (seconds from the
-    trace's start) of the last message handed to the producer."""
+    """The trace published at ``speed`` in a thread (:meth:`pace` changes it); ``reached``: the
+    event time (seconds from the trace's start) of the last message handed to the producer."""
 
     def __init__(self, settings, path, speed: float) -> None:
         self.reached = float("-inf")
@@ -56,19 +63,32 @@ class Replay:
         # (step, event second reached, wall second): what a failure shows of how the run went
         self.timeline: list[tuple[str, float, float]] = []
         self.started = time.monotonic()
-        self._args = (settings, path, speed)
+        self._args = (settings, path)
+        # (wall second, event second, speed): a message of event second t goes out at wall second
+        # wall + (t - event) / speed; one tuple, replaced whole, as the replay thread reads it
+        self._pace: tuple[float, float | None, float] = (0.0, None, speed)
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def pace(self, speed: float) -> None:
+        """From now on, ``speed`` event seconds a wall second, on from what went out last."""
+        self._pace = (time.monotonic(), self.reached, speed)
 
     def _messages(self, path):
         for batch in trace_message_batches(path):
             for m in batch.messages():
+                at = m.ts - foreign.T0
+                wall, event, speed = self._pace
+                if event is None or event == float("-inf"):  # the first message sets the clock
+                    self._pace = wall, event, speed = time.monotonic(), at, speed
+                if (wait := wall + (at - event) / speed - time.monotonic()) > 0:
+                    time.sleep(wait)
                 yield m
-                self.reached = m.ts - foreign.T0  # asked for the next one: this one went out
+                self.reached = at  # asked for the next one: this one went out
 
     def _run(self) -> None:
-        settings, path, speed = self._args
+        settings, path = self._args
         try:
-            publish_messages(settings, self._messages(path), speed)
+            publish_messages(settings, self._messages(path))  # paced above
         except BaseException as exc:  # noqa: BLE001 - the test's wait reports it
             self.error = exc
         self.reached = float("inf")
@@ -135,8 +155,10 @@ def test_e2e_node_stage_members_killed_for_two_minutes_evict_no_healthy_machine(
         replay.timeline.append(("the takeover", round(replay.reached, 1), round(time.monotonic() - replay.started, 1)))
         killed_at = replay.at(30, "the second kill")
         os.killpg(procs[1].popen.pid, signal.SIGKILL)  # no node stage at all: h100-06 dies at 60 s
+        replay.pace(OUTAGE_SPEED)
         replay.at(killed_at + OUTAGE_S, "the node stage's restart")  # (or the end, if the takeover was late)
         procs.append(faultlens("node-again", argv, env, tmp_path))
+        replay.pace(SPEED)
         replay.at(float("inf"), "its end")
 
         # The job ended at 170 s: the job stage's wall clock moves its time on, as far as before.

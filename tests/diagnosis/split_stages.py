@@ -46,7 +46,17 @@ def _written(outputs) -> list[Envelope]:
     return events
 
 
-def run_split(events: list[Envelope], members: int, batch: int = 200) -> SplitRun:
+def telemetry_records(events: list[Envelope]) -> list[Record]:
+    """The telemetry of ``events`` as node-stage members read it (each on its node's partition):
+    built once for the runs of one trace with several member counts (encoding is most of it)."""
+    return [Record("telemetry", partition_of(e.node), i, e.node.encode(), e, 0, event_ts=e.ts, raw=encode(e))
+            for i, e in enumerate(events) if e.source != "job"]
+
+
+def run_split(events: list[Envelope], members: int, batch: int = 200,
+              telemetry: list[Record] | None = None) -> SplitRun:
+    """``events`` through ``members`` node-stage members and one job stage; ``telemetry``:
+    telemetry_records(events), where the caller has it already."""
     jobs = [e for e in events if e.source == "job"]
     handlers = [NodeStageHandler() for _ in range(members)]
     for h in handlers:
@@ -54,11 +64,8 @@ def run_split(events: list[Envelope], members: int, batch: int = 200) -> SplitRu
             if e.kind == "topology":
                 h.book.update(e)
     inputs: list[list[Record]] = [[] for _ in handlers]
-    for i, e in enumerate(events):
-        if e.source != "job":
-            p = partition_of(e.node)
-            inputs[p * members // TELEMETRY_PARTITIONS].append(
-                Record("telemetry", p, i, e.node.encode(), e, 0, event_ts=e.ts, raw=encode(e)))
+    for r in telemetry_records(events) if telemetry is None else telemetry:
+        inputs[r.partition * members // TELEMETRY_PARTITIONS].append(r)
     engine = Engine(EngineConfig(stage="job"))
     found: dict[str, Diagnosis] = {}
     held: list = []

@@ -1,7 +1,8 @@
 """The operator side never stops training (issue 58): a real `faultlens run` job (one gloo worker
-on CPU, the hook in its loop) trains to its end with the broker killed (SIGKILL) or stopped
-(SIGTERM) mid-run and brought back later, and with no broker at all. The workers' telemetry is spooled meanwhile and
-reaches the broker once it is back; nothing prints a traceback.
+on CPU, the hook in its loop) trains to its end with the broker killed (SIGKILL) mid-run and
+brought back, then stopped (SIGTERM) and brought back again, and with no broker at all. The
+workers' telemetry is spooled meanwhile and reaches the broker once it is back; nothing prints a
+traceback.
 """
 
 from __future__ import annotations
@@ -62,8 +63,48 @@ def finish(agent: Agent, ckpt: Path, control: Path) -> None:
     assert "Traceback" not in agent.log.read_text(errors="replace"), agent.story()
 
 
-@pytest.mark.parametrize("how", ["killed", "stopped"])
-def test_torchrun_job_trains_through_a_broker_lost_mid_run(how, tmp_path):
+def outage(broker: EmbeddedBroker, settings: KafkaSettings, agent: Agent, ckpt: Path, job: str, how: str) -> None:
+    """The broker killed (SIGKILL: no goodbye to any client) or stopped (SIGTERM: it closes its
+    connections) mid-run, three checkpoints trained without it, then brought back on its port,
+    empty (memory storage): every step trained meanwhile arrives, spooled by the hook."""
+    said = agent.log.read_text(errors="replace").count("faultlens telemetry: broker lost")
+    if how == "killed":
+        broker.proc.kill()
+    else:
+        broker.proc.terminate()
+    broker.proc.wait()
+    broker.proc = None
+    # Checkpoint k is written before step k is published: step before+5 (its checkpoint not yet
+    # written when the broker was gone) was published during the outage.
+    before = checkpoints(ckpt)[-1] + 5
+    # The worker's hook finds it gone (one warning an outage) and training goes on: three more
+    # checkpoints (15 steps) after that, while no broker answers.
+    wait_until(lambda: agent.log.read_text(errors="replace").count("faultlens telemetry: broker lost") > said,
+               progress=lambda: moved(agent, ckpt), stall_s=STALL_S, what=f"the hook's word of the outage ({how})",
+               explain=agent.story)
+    before = max(before, checkpoints(ckpt)[-1] + 5)
+    wait_until(lambda: len([s for s in checkpoints(ckpt) if s >= before]) >= 3,
+               progress=lambda: moved(agent, ckpt), stall_s=STALL_S, what=f"steps during the outage ({how})",
+               explain=agent.story)
+    during = checkpoints(ckpt)[-1]
+
+    broker.start()  # same port, empty (memory storage): what arrives now was spooled or is new
+    ensure_topics(settings)
+
+    def step_numbers(records) -> set[int]:
+        return {e.data["step"] for e in records if e.kind == "step"}
+
+    found = wait_for_records(settings, "telemetry.train", decode, job,
+                             lambda rs: set(range(before, during + 1)) <= step_numbers(rs), timeout_s=STALL_S,
+                             progress=lambda rs: (len(rs), *moved(agent, ckpt)))
+    steps = step_numbers(found)
+    # Every step trained during the outage arrived, in order, once the broker was back.
+    assert set(range(before, during + 1)) <= steps, (how, sorted(steps))
+
+
+def test_torchrun_job_trains_through_a_broker_killed_then_stopped_mid_run(tmp_path):
+    """One job, two outages in turn (SIGKILL, then SIGTERM): each was a job of its own, the same
+    checks; one job's processes (agent, worker, torch) serve both."""
     job = f"outage-{uuid.uuid4().hex[:8]}"
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     settings = KafkaSettings(bootstrap=broker.bootstrap)
@@ -73,39 +114,8 @@ def test_torchrun_job_trains_through_a_broker_lost_mid_run(how, tmp_path):
         agent.wait_for(lambda line: line.get("worker") == "started", "worker started")
         wait_until(lambda: len(checkpoints(ckpt)) >= 2, progress=lambda: moved(agent, ckpt), stall_s=STALL_S,
                    what="checkpoints before the outage", explain=agent.story)
-
-        if how == "killed":
-            broker.proc.kill()  # SIGKILL: no goodbye to any client
-        else:
-            broker.proc.terminate()  # SIGTERM: the broker closes its connections
-        broker.proc.wait()
-        broker.proc = None
-        # Checkpoint k is written before step k is published: step before+5 (its checkpoint not yet
-        # written when the broker was gone) was published during the outage.
-        before = checkpoints(ckpt)[-1] + 5
-        # The worker's hook finds it gone (one warning) and training goes on: three more
-        # checkpoints (15 steps) after that, while no broker answers.
-        wait_until(lambda: "faultlens telemetry: broker lost" in agent.log.read_text(errors="replace"),
-                   progress=lambda: moved(agent, ckpt), stall_s=STALL_S, what="the hook's word of the outage",
-                   explain=agent.story)
-        before = max(before, checkpoints(ckpt)[-1] + 5)
-        wait_until(lambda: len([s for s in checkpoints(ckpt) if s >= before]) >= 3,
-                   progress=lambda: moved(agent, ckpt), stall_s=STALL_S, what="steps during the outage",
-                   explain=agent.story)
-        during = checkpoints(ckpt)[-1]
-
-        broker.start()  # same port, empty (memory storage): what arrives now was spooled or is new
-        ensure_topics(settings)
-
-        def step_numbers(records) -> set[int]:
-            return {e.data["step"] for e in records if e.kind == "step"}
-
-        found = wait_for_records(settings, "telemetry.train", decode, job,
-                                 lambda rs: set(range(before, during + 1)) <= step_numbers(rs), timeout_s=STALL_S,
-                                 progress=lambda rs: (len(rs), *moved(agent, ckpt)))
-        steps = step_numbers(found)
-        # Every step trained during the outage arrived, in order, once the broker was back.
-        assert set(range(before, during + 1)) <= steps, sorted(steps)
+        for how in ("killed", "stopped"):
+            outage(broker, settings, agent, ckpt, job, how)
         finish(agent, ckpt, control)
     finally:
         agent.stop()

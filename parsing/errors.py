@@ -102,7 +102,10 @@ _CUDA_ERR = re.compile(
     r"cu(?:blas|dnn|fft|sparse|solver|rand) runtime error|No CUDA GPUs are available|CUDA driver initialization failed|"
     # the runtime's texts for a driver or device not ready (cudaGetErrorString of 802, 803, 46, 702)
     r"system not yet initialized|system has unsupported display driver / cuda driver combination|"
-    r"all CUDA-capable devices are busy or unavailable|the launch timed out and was terminated)"
+    r"all CUDA-capable devices are busy or unavailable|the launch timed out and was terminated|"
+    # (round 17) a build whose module lacks the kernel it launches (cudaErrorSymbolNotFound, 500), as NCCL's CUDACHECK
+    # prints it ("Cuda failure 'named symbol not found'"): the program's build, as no kernel image is (docs/design.md §9)
+    r"named symbol not found|no kernel image is available for execution on the device)"
 )
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",
@@ -128,7 +131,10 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"a Tensor with \d+ elements cannot be converted to Scalar|"
                           # a size the program set that its own parallel layout cannot divide (round 16: "world_size (1)
                           # is not divisible by 2", Megatron's and NeMo's checks of their parallel sizes)
-                          r"\bis not divisible by\b")
+                          r"\bis not divisible by\b|"
+                          # (round 17) torch.cat's own checks of the tensors it was handed, and torch.utils.cpp_extension's
+                          # JIT build of the program's extension failing in its environment (DeepSpeed's 'cpu_adam')
+                          r"\bmust have (?:the )?same number of dimensions\b|\bSizes of tensors must match\b|\bError building extension '")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -182,7 +188,8 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         return error, "gpu_memory", "evict", "fatal"
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
-    if "no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low:
+    if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low
+            or "named symbol not found" in low):
         # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
         # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!")
         return error, "user_code", "rollback", "error"

@@ -44,9 +44,12 @@ _AER = re.compile(
 _PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): (?:AER: )?PCIe Bus Error: (?:severity=)?(?P<type>Correct(?:ed|able)|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
 
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
-_MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)")
+# mce's lines: its own prefix, or the kernel's HW_ERR tag ("[Hardware Error]: ") before a machine check after
+# another module's prefix ("core: [Hardware Error]: Machine check: Processor context corrupt", the x86 mce core
+# built without mce's pr_fmt, fresh27); GHES's "{1}[Hardware Error]: " records are the firmware's, read elsewhere.
+_MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)|(?<!\})\[Hardware Error\]: (?P<hw>(?:CPU \d+: )?Machine [Cc]heck(?! events logged).*)")
 _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
-_MCE_UNCORRECTED = re.compile(r"Uncorrected|[Ff]atal|Exception|PCC")
+_MCE_UNCORRECTED = re.compile(r"Uncorrected|[Ff]atal|Exception|PCC|[Cc]ontext corrupt")
 
 
 def _int(text: str | None) -> int | None:
@@ -140,7 +143,7 @@ def machine_check(msg: str, raw: str, echoes: Echoes) -> Found:
     m = _MCE.search(msg)
     if not m:
         return [] if "EDAC" in msg and echoes.fired(("mce", 0)) else None
-    text = m.group("text")
+    text = m.group("text") or m.group("hw")
     if not _MCE_EVENT.search(text):
         # Register dumps (TSC, ADDR, PROCESSOR ...) that follow the event line.
         return [] if echoes.seen(("mce", 0)) else None

@@ -36,7 +36,7 @@ from faultlens.parsing.timestamps import split_timestamp
 # or is a branch in NARROWED.
 CODE_LITERALS = ("kernel panic", "fallen off the bus", "sxid", "segfault at", "traps: ", "out of memory",
                  "oom-kill:", "oom kill:", "oom_reaper", "killed process", "lockup", "blocked for more than", "rcu: info", "aer",
-                 "pcie bus error", "edac", "mce:", "netdev watchdog")
+                 "pcie bus error", "edac", "mce:", "[hardware error]: ", "netdev watchdog")
 # Branches of _code whose handler reads a line only when it holds one of its own, narrower
 # literals: the pre-filter holds those instead of the branch's word (the driver prints "NVRM" on
 # every line, "link" and "port" fill a healthy log).
@@ -175,7 +175,7 @@ class KernelLogParser:
             return kernel_host.stall(msg, raw, self._echoes)
         if "AER" in msg or "PCIe Bus Error" in msg:
             return kernel_host.aer(msg, raw, self._echoes)
-        if "EDAC" in msg or "mce:" in msg:
+        if "EDAC" in msg or "mce:" in msg or "[Hardware Error]: " in msg:
             return kernel_host.machine_check(msg, raw, self._echoes)
         if "NETDEV WATCHDOG" in msg:
             return netdev_watchdog_events(msg, raw, self._echoes.seen)

@@ -16,6 +16,8 @@ _NAN = re.compile(
     # next epoch's header when the bar's line was not ended ("loss: nanEpoch 1/1000")
     r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?[+-]?(?:nan|inf)(?:\b|(?=Epoch \d))"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
+    # a value that became NaN, in the program's own sentence ("grad_norm became NaN. Stopping training.", round 17)
+    r"|\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\s+(?:became|becomes|went|turned|has become|has gone|is now)\s+[+-]?(?:nan|inf)\b"
     # tensorboard's "NaN or Inf found in input tensor." (the logged loss went non-finite)
     r"|\b(?:nan|inf)\b(?: or (?:nan|inf)\b)? (?:found|detected|encountered)\b"
     r"|\b(?:nan|inf)\s+(?:in\s+(?:\w+\s+)?)?(?:loss|grad(?:ient)?[_ ]norm)\b"

@@ -60,7 +60,7 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded",
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
-          "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_")
+          "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_", "io_page_fault")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
 # with those of the level words of err or worse (kern.crit, [EMERG], level=alert; "err" is one already).
@@ -79,7 +79,12 @@ _WORDS = re.compile(
     r"\bBUG: |\brc ?= ?-\d+|status:? -\d+|"
     # librdmacm's failed connection events as a program names them (rdma_event_str: an address or route
     # not resolved, the peer unreachable or refusing, the device removed), before the word "error" or without it
-    r"\bRDMA_CM_EVENT_(?:ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR|UNREACHABLE|REJECTED|DEVICE_REMOVAL)\b",
+    r"\bRDMA_CM_EVENT_(?:ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR|UNREACHABLE|REJECTED|DEVICE_REMOVAL)\b|"
+    # the AMD IOMMU's record of a device's DMA to an address it was not given (amd_iommu_report_page_fault, round 17):
+    # behind the device's driver tag ("ice 0000:c7:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=...]") it is that
+    # device's; naming the device by its address alone ("[IO_PAGE_FAULT device=00:14.0 ...]": no driver holds it, a
+    # device the job does not drive, firmware at boot) it is no word of trouble
+    r"\bIO_PAGE_FAULT\b(?! device=)",
     re.IGNORECASE,
 )
 # Phrases whose error words say all is well; removed before the words are read.

@@ -28,9 +28,9 @@ What the signal says about a trainer (docs/rules.md, "Signals"):
 - SIGBUS: in a trainer, shared memory (``/dev/shm``) exhausted under a DataLoader: ``host_oom``;
 - SIGKILL: the OOM killer is its usual sender: ``host_oom``, acted on (restart) when the line
   itself names memory, else recorded (action none) for the kernel's OOM record to confirm;
-- SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded, as
-  ``user_code`` when the process's own handler reports it, ``app_fault`` when a launcher, a shell or a
-  debugger records it (who reports the end decides: docs/design.md §9);
+- SIGABRT: the end of an error printed before it (a C++ exception, NCCL's watchdog): recorded,
+  ``user_code`` whoever reports it, the process's own handler or a launcher, a shell, a debugger
+  (docs/design.md §9: a record of the program's death never makes the machine suspect);
 - SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGXCPU, SIGPIPE: sent by a person, the scheduler or
   the launcher tearing the other ranks down: recorded, no fault;
 - no signal, a failing exit status (Slurm's ``Exited with exit code 1``, mpirun's ``exited with non-zero
@@ -133,14 +133,9 @@ _LIB = re.compile(r"\b(lib[\w+\-]+\.so[\w.]*)")
 _CRASH = ("user_code", "stop_time_diagnosis", "error")
 _READINGS = {"SIGSEGV": _CRASH, "SIGILL": _CRASH, "SIGFPE": _CRASH, "SIGBUS": ("host_oom", "restart", "error")}
 _SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a fault
-# Who reports an abort decides its class (docs/design.md §9, round 15): the process's own handler (Python's
-# fault handler, glog / abseil's "*** SIGABRT received", Open MPI's and UCX's stack-trace handlers, a program's
-# crash handler, Android's libc) is the program's own report of its death, user_code; a launcher's, a shell's or
-# a debugger's record of it (srun's "task 3: Aborted", bash's "Aborted (core dumped)", mpirun's "exited on signal
-# 6") is the record of a crash by another, app_fault. Either way recorded: the error printed before it decides.
-_OWN_HANDLER = ("s2", "s12", "w6", "n14", "n16", "n17", "s18", "s19")
-_OWN_ABORT = ("user_code", "none", "info")
-_RECORDED_ABORT = ("app_fault", "none", "info")
+# An abort is the end of an error printed before it, the program's whoever records it (docs/design.md §9,
+# round 17: the process's own handler, a launcher's, a shell's or a debugger's record alike): recorded.
+_ABORT = ("user_code", "none", "info")
 
 
 def _name(m: re.Match[str]) -> str | None:
@@ -175,8 +170,7 @@ def read_signal(msg: str, raw: str) -> Found | None:
         return None
     fault, action, severity = _READINGS.get(name, _SENT)
     if name == "SIGABRT":
-        own = any(m.group(g) for g in _OWN_HANDLER) or (m.group("n15") is not None and m.group(0).lower().startswith("caught"))
-        fault, action, severity = _OWN_ABORT if own else _RECORDED_ABORT
+        fault, action, severity = _ABORT
     if name == "SIGKILL":
         fault, action, severity = ("host_oom", "restart", "error") if _MEMORY.search(msg) else ("host_oom", "none", "info")
     lib = _LIB.search(msg)

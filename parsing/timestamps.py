@@ -44,7 +44,7 @@ _RELTIME = re.compile(r"\[\s*(?:\+\d{1,9}[.,]\d{6}|<\s*\d{1,9}[.,]\d{6}>)\]\s?")
 _RELTIME_MINUTE = re.compile(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d\d):(\d\d)\]\s?")
 _CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? (\d{4})\]\s?")
 _ISO = re.compile(
-    r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?\s?"
+    r"\[?(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?:?\s?"
 )
 _SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
 # syslog under a non-English locale writes the month in its own words ("kvě 25", "maj 08", "févr. 3"):

@@ -54,8 +54,15 @@ VARIANTS = ("shipped", "fresh", "fresh+sev", "fresh+sev+prog")
 
 
 def frozen_commit(k: int) -> str:
-    (txt,) = sorted((CORPUS / f"fresh{k}").glob("frozen_score_*.txt"))
-    return txt.stem.removeprefix("frozen_score_")
+    """The commit batch k was first scored on, unread: since fresh25 a batch also holds the score of the
+    round after (frozen_score_<later>.txt), so of several the oldest commit (git's committer time) is it."""
+    commits = [txt.stem.removeprefix("frozen_score_") for txt in (CORPUS / f"fresh{k}").glob("frozen_score_*.txt")]
+    if len(commits) == 1:
+        return commits[0]
+    if not commits:
+        raise FileNotFoundError(f"fresh{k} holds no frozen_score_<commit>.txt")
+    return min(commits, key=lambda c: int(subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct", c],
+                                                          capture_output=True, text=True, check=True).stdout))
 
 
 # -- the worker: runs inside the frozen tree, imports only that tree's parsers --------------------------

@@ -93,6 +93,7 @@ def test_catalogue_rules_are_traced_to_the_batches_they_were_written_from() -> N
     assert by["clock.cockroach_offset"] == {15, 16}  # round 13, mined from fresh15 and fresh16
     assert by["kernel.bug_report"] == set(range(17, 23))  # round 15's header names a range: "fresh batches 17-22"
     assert by["nccl.nvshmem_error"] == {23, 24, 25, 26}  # round 16's: "fresh batches 23-26"
+    assert by["kernel.refcount_warning"] == {27, 28}  # round 17's: "fresh batches 27-28"
     assert not any(rid.startswith("app.") for rid in by)  # round 14 names no batch: written from none
     assert "kernel.oops" not in by  # the first sections name none either
     frozen = _r({"line": "x", "fault": "clock_skew"}, [])
@@ -108,3 +109,10 @@ def test_a_mechanisms_rules_are_applied_to_each_line_on_their_own() -> None:
     assert batch_out.standalone(row, ["app."]) == []
     assert batch_out.standalone(row, ["segfault:app_fault"]) == []  # a code record is not a rule
     assert batch_out.judge(row, batch_out.overlaid(_r(row, []), {"events": [], "by": []}, ["storage.errno_text"])) == (True, False)
+
+
+def test_a_batch_scored_twice_unread_is_judged_on_the_code_it_was_first_scored_on() -> None:
+    # since fresh25 a batch also holds the score of the round after (frozen_score_<later>.txt): the first is the fair one
+    assert batch_out.frozen_commit(25) == "7ce3d09"  # beside c7bf7cf, round 15's
+    assert batch_out.frozen_commit(27) == "c7bf7cf"  # beside dab5681, round 16's
+    assert batch_out.frozen_commit(24) == "7ce3d09"  # one file: that one

@@ -152,7 +152,7 @@ def test_module_taint_notices_of_any_driver_are_benign():
     ("command terminated with exit code 137", "SIGKILL", "host_oom", False),
     ("Killed", "SIGKILL", "host_oom", False),
     ("srun: error: node017: task 0: Killed (out of memory)", "SIGKILL", "host_oom", True),
-    ("traceback : Signal 6 (SIGABRT) received by PID 10", "SIGABRT", "app_fault", False),  # torchrun records an abort (round 15)
+    ("traceback : Signal 6 (SIGABRT) received by PID 10", "SIGABRT", "user_code", False),  # torchrun records an abort (§9, round 17)
     ("Process finished with exit code 130 (interrupted by signal 2: SIGINT)", "SIGINT", "unknown", False),
 ])  # fmt: skip
 def test_a_process_killed_by_a_signal_in_every_shape(line, signal, fault, acts):

@@ -247,19 +247,19 @@ _ABORTS = [
         "pid 898 (android.hardwar)",
         "user_code",
     ),  # Android's libc
-    # a launcher's or a shell's record of it (fresh17, fresh18)
-    ("srun: error: nid002892: task 39: Aborted (core dumped)", "app_fault"),
+    # a launcher's or a shell's record of it (fresh17, fresh18, fresh28): no more evidence against the machine
+    ("srun: error: nid002892: task 39: Aborted (core dumped)", "user_code"),
     (
         "/var/slurm_spool/job23038278/slurm_script: line 61: 890759 Aborted                 (core dumped) apptainer exec --nv "
         "~/container-setup/vulkan-sim-base.sif bash -lc '",
-        "app_fault",
+        "user_code",
     ),
-    ("traceback : Signal 6 (SIGABRT) received by PID 10", "app_fault"),  # torchrun's failure summary
+    ("traceback : Signal 6 (SIGABRT) received by PID 10", "user_code"),  # torchrun's failure summary
 ]
 
 
 @pytest.mark.parametrize(("line", "fault"), _ABORTS)
-def test_an_abort_is_classed_by_who_reports_it_and_recorded(line: str, fault: str) -> None:
+def test_an_abort_is_the_programs_whoever_reports_it_and_recorded(line: str, fault: str) -> None:
     assert _classes(line, "nccl") == {fault}
     assert _acting(line, "nccl") == []  # the error printed before it decides
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner.loop import GroupRunner
+from tests.in_process import faultlens_main
 from tests.kafka_fixtures import job_records
 from tests.progress import run_watched, wait_until
 
@@ -158,10 +158,15 @@ def test_lemon_record_survives_a_restart_and_a_rebalance_of_the_remediation_grou
     assert [d.nodes for d in standing.take_followups()] == [(y,)]
 
 
-def nodes_cli(*argv, env=None):
+def nodes_cli(*argv):
+    """`faultlens nodes ARGV` through main() in this process (tests/in_process.py): a person's
+    command, its output and exit status; test_actuator_nodes_cli.py and the first call below run the real one."""
+    return faultlens_main("nodes", *argv)
+
+
+def nodes_process(*argv):
     # Waited for while it prints or computes (tests/progress.py), not a fixed 120 s.
-    return run_watched([sys.executable, "-m", "faultlens", "nodes", *argv], env=env or os.environ.copy(), stall_s=60,
-                       cpu=True, limit_s=280)
+    return run_watched([sys.executable, "-m", "faultlens", "nodes", *argv], stall_s=60, cpu=True, limit_s=280)
 
 
 def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_path, fleet_log):
@@ -174,7 +179,7 @@ def test_lemon_a_persons_resume_is_honoured_and_recorded(kafka_settings, tmp_pat
     member.decide(hw(jobs[1], x, now + 60), now + 60)
     assert x in member.fleet.lemons()
 
-    listed = nodes_cli("list", "--json", "--bootstrap", kafka_settings.bootstrap)
+    listed = nodes_process("list", "--json", "--bootstrap", kafka_settings.bootstrap)
     assert listed.returncode == 0, listed.stderr
     row = next(json.loads(line) for line in listed.stdout.splitlines() if json.loads(line)["node"] == x)
     assert (row["state"], row["counted"], row["jobs"], row["lemon_rule"]) == (LEMON_STATE, 2, 2, "repeat:gpu_memory")

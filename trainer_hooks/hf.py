@@ -112,15 +112,47 @@ def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[str]:
     return [path for _, path in sorted(found)]
 
 
+def loss_classes(model: Any) -> int | None:
+    """How many classes a Hugging Face model's training loss is over, for the stalled-loss diagnosis
+    (ln of it is a uniform guess's loss): a single-label classification head's labels, else a model's
+    vocabulary (a language-model head's). None for a regression or multi-label head (its loss is no
+    cross-entropy over ``num_labels``), a multiple-choice head (its choices are the batch's) or a model
+    without a config. Read at each step: the model sets ``problem_type`` at its first forward."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    name = type(model).__name__
+    if name.endswith("ForMultipleChoice"):
+        return None
+    if "Classification" in name:
+        labels = getattr(config, "num_labels", None)
+        single = getattr(config, "problem_type", None) in (None, "single_label_classification")
+        return labels if single and isinstance(labels, int) and labels >= 2 else None
+    return getattr(config, "vocab_size", None)
+
+
+def began_from_scratch(model: Any, said: bool | None) -> bool | None:
+    """The trainer's word on the run's start, where the user gave none: True for a Hugging Face model
+    built from a config (its ``name_or_path`` empty), whose weights are random; None for one loaded by
+    ``from_pretrained`` (it carries the name or path it came from, random head or not) or any other
+    module, which nothing here tells apart from a trained one. (A model built from a config and then
+    given trained weights by hand needs ``from_scratch=False``.)"""
+    if said is not None:
+        return said
+    return True if getattr(model, "name_or_path", None) == "" else None
+
+
 class FaultlensCallback(TrainerCallback):
     """Publishes step telemetry and obeys the job's commands at step boundaries (module docstring).
 
     ``job``, ``node``, ``settings``, ``keys``, ``state_dir``: as TrainerHook's, defaulting to the
     environment `faultlens run` sets (the state folder falls back to ``output_dir``). ``tokens``:
     counts a forward call's tokens from its keyword inputs (default
-    :func:`callback_support.count_tokens`). ``classes``: the loss's class count (default: the
-    model config's ``vocab_size``), for the stalled-loss diagnosis. ``from_scratch``: True when the
-    model starts from random weights, False for a fine-tune (a resumed run always sends False).
+    :func:`callback_support.count_tokens`). ``classes``: the loss's class count (default:
+    :func:`loss_classes`, a classification head's labels or the vocabulary), for the stalled-loss
+    diagnosis. ``from_scratch``: True when the model starts from random weights, False for a
+    fine-tune (default: :func:`began_from_scratch`, True for a model built from a config; a resumed
+    run always sends False).
     ``parallel_groups``: publish Accelerate's groups at the start of training (default True). Other
     keywords go to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 
@@ -138,6 +170,7 @@ class FaultlensCallback(TrainerCallback):
         self._hook_kwargs = hook_kwargs
         self.hook: TrainerHook | None = None
         self._handles: list[Any] = []
+        self._model: torch.nn.Module | None = None
         self._save_requested = False
         self._world = 1
         self._reset_step()
@@ -161,11 +194,10 @@ class FaultlensCallback(TrainerCallback):
             return
         if model is not None:
             self._watch(model)
-            if self.classes is None:
-                self.classes = getattr(getattr(model, "config", None), "vocab_size", None)
+            self._model = model
         self._world = args.world_size
         # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
-        from_scratch = False if state.global_step > 0 else self.from_scratch
+        from_scratch = False if state.global_step > 0 else began_from_scratch(model, self.from_scratch)
         self.hook = make_hook(rank=args.process_index, checkpoint_dir=args.output_dir,
                               on_checkpoint=self._request_save, flight_recorder=True, from_scratch=from_scratch,
                               **self._identity, **self._hook_kwargs)
@@ -207,8 +239,9 @@ class FaultlensCallback(TrainerCallback):
             loss *= self._world  # each share was of the whole job's tokens (as the Trainer scales it)
         norm, tokens = self._grad_norm, self._tokens
         self._reset_step()
+        classes = self.classes if self.classes is not None else loss_classes(self._model)
         self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
-                       classes=self.classes, lr=optimizer_lr(kwargs.get("optimizer")))  # obeys commands; SystemExit on a stop or restart
+                       classes=classes, lr=optimizer_lr(kwargs.get("optimizer")))  # obeys commands; SystemExit on a stop or restart
         if self._save_due():
             control.should_save = True  # the Trainer saves right after this event, through its own code
         return control

@@ -75,7 +75,10 @@ class FaultlensCallback(pl.Callback):
     ModelCheckpoint's folder, else ``default_root_dir/checkpoints``). ``tokens``: counts a batch's
     tokens (default :func:`callback_support.count_tokens`). ``classes``: the loss's class count (a
     language model's vocabulary), for the stalled-loss diagnosis. ``from_scratch``: True when the
-    model starts from random weights, False for a fine-tune (a resumed fit always sends False).
+    model starts from random weights, False for a fine-tune (a resumed fit always sends False). Not
+    inferred: a fit without ``ckpt_path`` at global step 0 is as often a module given trained weights
+    (``load_from_checkpoint``, a pretrained backbone) as a random one, and a trained model's flat loss
+    read as "from scratch" is one that never learned (issue 54, fresh batch 8's "retrained" TCN).
     ``parallel_groups``: publish the strategy's groups at setup (default True). Other keywords go
     to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 

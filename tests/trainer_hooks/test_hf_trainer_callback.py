@@ -53,6 +53,8 @@ def test_steps_match_what_the_trainer_logs_and_a_checkpoint_command_saves_throug
     assert any(s["grad_norm"] > 1.0 for s in published)  # so clipping happened, and was not what we published
     assert published[-1]["loss"] < published[0]["loss"] and all(math.isfinite(s["loss"]) for s in published)
     assert all(s["tokens"] == hf.BATCH * hf.ACCUMULATE * hf.SEQ and s["classes"] == hf.VOCAB for s in published)
+    # No word from the user: a GPT-2 built from a config began from random weights, and the callback says so.
+    assert all(s["from_scratch"] is True for s in published)
 
     path = tmp_path / "out" / "checkpoint-4"
     saved = records(kafka_settings, "telemetry.train", job, "checkpoint", bool)

@@ -1,11 +1,16 @@
 """Issue 32's backlog check with the stage members starved of CPU: they run as threads of this
-process beside threads that do nothing but burn it, so each member gets a fraction of the
-interpreter and lags behind the backlog by as much as that makes it. (Burning the machine's cores
-from other processes, as `bench/bench_silence_backlog.py --starve` does, would starve every other
-test running beside this one too.)"""
+process beside threads that hold its interpreter lock and do nothing with it, so each member gets a
+fraction of the interpreter and lags behind the backlog by as much as that makes it. (Burning the
+machine's cores from other processes, as `bench/bench_silence_backlog.py --starve` does, would
+starve every other test running beside this one too; so did the threads that burned this one's
+interpreter with arithmetic until 2026-11-29: a core of CI's two for the whole test, ~50 of its 66
+CPU-seconds. A thread asleep in a C call that keeps the lock (ctypes.PyDLL) lets go of it between
+naps when another thread has waited a switch interval for it, as a burning thread does: the
+members get the same share of the interpreter, and no core is spent.)"""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import pytest
@@ -20,21 +25,26 @@ from tests.diagnosis.live_members import finish_node_members
 pytestmark = pytest.mark.broker
 
 
-def _burn(stop: threading.Event) -> None:
-    x = 0
+# libc's functions called with the interpreter lock held (a PyDLL call never releases it)
+_HELD = ctypes.PyDLL(None)
+NAP_US = 500  # between naps the interpreter checks whether another thread asked for the lock
+
+
+def _hog(stop: threading.Event) -> None:
+    """Hold the interpreter until another thread has waited a switch interval for it, as a burning
+    thread does, asleep: what it takes of the interpreter without a core."""
     while not stop.is_set():
-        for _ in range(10_000):
-            x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+        _HELD.usleep(NAP_US)
 
 
 @pytest.mark.long(150)
 @pytest.mark.timeout(420)
 def test_members_starved_of_cpu_read_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
     stop = threading.Event()
-    burners = [threading.Thread(target=_burn, args=(stop,), daemon=True) for _ in range(3)]
+    hogs = [threading.Thread(target=_hog, args=(stop,), daemon=True) for _ in range(3)]
     all_cases = cases(range(3, 4), TEST_SHAPES)
-    for b in burners:
-        b.start()
+    for h in hogs:
+        h.start()
     try:
         # The job stage stays up 20 wall seconds past its last record, its wall clock moving quiet jobs
         # 2.5 event seconds a wall second after the 5 s grace: ~37 event seconds judged past every

@@ -21,7 +21,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--control", type=Path, required=True)
     args = p.parse_args()
-    hook = TrainerHook.from_env(state_dir=args.control)
+    # The evict finds both ranks stuck (one sleeping, one in the all_reduce): no step boundary comes,
+    # and the default 10 s of waiting for one only delayed the exit (EVICTED either way).
+    hook = TrainerHook.from_env(state_dir=args.control, exit_grace_s=2.0)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     hook.wait_ready()

@@ -170,3 +170,22 @@ def test_a_machine_check_after_another_modules_prefix_is_uncorrected_and_ghes_st
 
 def test_an_ena_refusal_of_a_feature_is_no_timeout() -> None:
     assert _acting("[18512.772641] [ENA_COM: ena_com_set_hash_function] Feature 10 isn't supported") == []
+
+
+# --- a program's end in its launcher's or shell's words, by docs/design.md §9: user_code, recorded ----------------
+_RECORDED_ENDS = [
+    "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",  # Open MPI: the program called MPI_Abort
+    "/bin/bash: line 1: python: command not found",  # the job's command names no program (exit 127)
+    "/bin/sh: 1: torchrun: not found",
+    "/var/spool/slurmd/job123/slurm_script: line 5: torchrun: command not found",
+]
+
+
+@pytest.mark.parametrize("line", _RECORDED_ENDS)
+def test_a_programs_end_in_its_launchers_words_is_user_code_and_recorded(line: str) -> None:
+    assert _classes(line, "nccl") == {"user_code"}
+    assert _acting(line, "nccl") == []  # the error printed before it, or what follows, decides
+
+
+def test_other_things_not_found_are_no_command_not_found() -> None:
+    assert _events("Epoch 1: loss not found in metrics", "nccl") == []

@@ -151,12 +151,15 @@ class TrainerHook:
 
     def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
              compute_s: float | None = None, step: int | None = None, classes: int | None = None,
-             lr: float | None = None) -> None:
+             lr: float | None = None, work: float | None = None) -> None:
         """Publish one step's telemetry, then act on commands that wait for a step boundary.
         ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
         loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py);
         ``lr``: the optimizer's learning rate, so a loss that rises when the schedule raises it (a
-        warm restart) is not read as a regression."""
+        warm restart) is not read as a regression; ``work``: how much work this rank did in the step,
+        in a unit the same for every rank of the job (tokens routed to its experts, samples or tokens
+        in its micro-batches), so that a rank slower because it had more to do (a hot expert) is not
+        evicted as a slow machine (diagnosis/peers/slow_work.py)."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now
@@ -175,6 +178,8 @@ class TrainerHook:
             data["from_scratch"] = bool(self.from_scratch)
         if lr is not None and math.isfinite(lr) and lr >= 0:
             data["lr"] = float(lr)
+        if work is not None and math.isfinite(work) and work >= 0:
+            data["work"] = float(work)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

@@ -72,6 +72,8 @@ class ImplicitFaultDetector:
                 return self.hang.add_dump(event.job, dump)
             self.hang.note_dump(event.job, dump)
             return self.failslow.add_dump(event.job, dump)
+        if event.source == "train" and event.kind == "step":
+            self.failslow.observe_step(event)  # the ranks' work: a hot expert is not a slow machine
         return self.hang.observe(event)
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:

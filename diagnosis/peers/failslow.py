@@ -33,6 +33,7 @@ from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, StackDump
 from faultlens.diagnosis.stacks.localize import group_counts, localize
 from faultlens.diagnosis.stacks.outliers import StackConfig, cluster_stacks
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,10 @@ class FailSlowRounds:
     def observe_window(self, window: NodeWindow) -> None:
         """A node's feature window: the counters a blamed machine is read by against its peers'."""
         self._evidence.observe_window(window)
+
+    def observe_step(self, event: Envelope) -> None:
+        """A ``train``/``step``: the ranks' work, by which a rank with more to do is not a slow machine."""
+        self._evidence.observe_step(event)
 
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         if dump.ts < self._cooldown_until.get(job, -math.inf) and job not in self._campaigns:
@@ -281,6 +286,8 @@ class FailSlowRounds:
                 if self._evidence.unanswered(job, now) else "the look at a machine already alerted on got no answer again: the alert stands"
         elif s.confidence >= self.config.stand_confidence:
             action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
+            if (work := self._evidence.workload(job, s.ranks, now)) is not None:  # the drift is more work's
+                action, verdict = Action.ALERT, f"{verdict}, but {work}"
         elif self._evidence.moved_lately(job, now):
             action, verdict = Action.NONE, "the job's slowness already moved between machines (the workload's): recorded"
         else:

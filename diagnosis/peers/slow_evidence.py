@@ -15,7 +15,10 @@ so the rounds evict only on evidence a person accepts:
 
 Otherwise the first look is an alert naming the machine, and a second capture follows
 ``recheck_s`` later. A slowness that moved to another machine between captures is the
-workload's: an alert, and for ``moved_memory_s`` stacks alone blame nobody in that job.
+workload's: an alert, and for ``moved_memory_s`` stacks alone blame nobody in that job. Where the
+blamed ranks' steps carry ``work`` (diagnosis.peers.slow_work), a rank that did more work at its
+peers' time per unit of it is the workload's at every look: an alert, another look ``recheck_s``
+later, and no chain of looks that persistence could evict on.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import msgspec
 
 from faultlens.diagnosis.peers.anomaly import HARDWARE, MIN_PEERS, MIN_REL_DEV, Z_SOFT, peer_scores
 from faultlens.diagnosis.peers.features import NodeWindow
+from faultlens.diagnosis.peers.slow_work import StepWork, WorkConfig, WorkVerdict
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.envelope import Envelope
 
 # What may explain a slowdown on the blamed machine itself (temperature alone never does).
 OWN_HARDWARE = tuple(f for f in HARDWARE if f != "temp_c")
@@ -42,6 +47,7 @@ class SlowEvidenceConfig:
     moved_memory_s: float = 3600.0  # after the slowness moved, stacks alone blame nobody this long
     unanswered_retries: int = 1  # a look no stack round answered is asked once more
     persist_looks: int = 3  # answered looks a persistence needs (two 20 minutes apart, a missed look between, are not)
+    work: WorkConfig = field(default_factory=WorkConfig)  # the blamed ranks' work against their peers'
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,11 @@ class SlowHistory:
     recheck_id: str = ""  # the id of the chain of looks, for the requests a recheck sends
     rechecks: int = 0
     unanswered: int = 0  # looks asked for in a row that no stack round answered
+    explained: Look | None = None  # the last look whose slowness the ranks' work explained (no chain)
+
+    def last(self) -> Look | None:
+        """The look a second one goes back to: the chain's last, else the last one the work explained."""
+        return self.looks[-1] if self.looks else self.explained
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +189,20 @@ class SlowEvidence:
         self.stand_confidence = stand_confidence
         self.request_confidence = request_confidence
         self._windows = RecentWindows(config.lookback_s)
+        self._work = StepWork(config.work)
         self._history: dict[str, SlowHistory] = {}
         self._rechecks: set[str] = set()  # the ids of the suspicions a second look starts with
 
     def observe_window(self, window: NodeWindow) -> None:
         self._windows.observe(window)
+
+    def observe_step(self, event: Envelope) -> None:
+        self._work.observe(event)
+
+    def workload(self, job: str, ranks: tuple[int, ...], now: float) -> str | None:
+        """Why the slowness of ``ranks`` is their work's, if their steps say so; else None."""
+        verdict = self._work.judge(job, ranks, now)
+        return verdict.why if verdict is not None and verdict.kind == "workload" else None
 
     def is_recheck(self, suspicion: Diagnosis) -> bool:
         return suspicion.id in self._rechecks
@@ -198,9 +218,11 @@ class SlowEvidence:
         for job, history in self._history.items():
             if history.recheck_at is None or now < history.recheck_at or busy(job):
                 continue
+            last = history.last()
+            if last is None:
+                continue
             history.recheck_at = None
             history.rechecks += 1
-            last = history.looks[-1]
             suspicion = Diagnosis(
                 id=f"{history.recheck_id}.look{history.rechecks + 1}", job=job, ts=now, onset=last.onset,
                 fault=FaultClass.FAIL_SLOW, action=Action.CAPTURE_STACKS, nodes=last.nodes, ranks=last.ranks,
@@ -219,16 +241,48 @@ class SlowEvidence:
         s = suspicion
         if s is not None and not self.is_recheck(s) and s.confidence >= self.stand_confidence and set(s.nodes) & set(found.nodes):
             hardware += (f"the suspicion saw {', '.join(s.nodes)}'s hardware drift with its slowdown",)
+        work = self._work.judge(job, found.ranks, found.ts)
+        if work is not None and work.kind == "workload":
+            return self._explained(history, look, s, found, work, hardware)
+        said = f"; {work.why}" if work is not None else ""  # the machine's: said, not evidence (slow_work)
         if hardware:
             history.looks, history.recheck_at = [look], None  # a spare slow at the same rank is then the workload's
             return msgspec.structs.replace(
-                found, detail=f"{found.detail}; its own hardware apart from its peers': {'; '.join(hardware)}"
+                found, detail=f"{found.detail}; its own hardware apart from its peers': {'; '.join(hardware)}{said}"
             )
         judged = judge_look(history, look, self.config)
         history.unanswered = 0
         action = {"persistent": Action.EVICT, "again": Action.NONE}.get(judged.kind, Action.ALERT)
-        done = msgspec.structs.replace(found, id="", action=action, onset=judged.onset, detail=f"{found.detail}; {judged.why}")
+        done = msgspec.structs.replace(
+            found, id="", action=action, onset=judged.onset, detail=f"{found.detail}; {judged.why}{said}"
+        )
         if judged.kind == "first":
+            history.recheck_id, history.rechecks = done.id, 0
+        return done
+
+    def _explained(
+        self,
+        history: SlowHistory,
+        look: Look,
+        s: Diagnosis | None,
+        found: Diagnosis,
+        work: WorkVerdict,
+        hardware: tuple[str, ...],
+    ) -> Diagnosis:
+        """A look whose slowness the blamed ranks' work explains: an alert saying so, and another look
+        ``recheck_s`` later (the work may even out and the slowness stay). It starts no chain of looks
+        (a chain it broke starts again), so no number of such looks evicts by persistence; nor do the
+        counters apart of a GPU no slower per unit of work than its peers' (more work heats it)."""
+        history.looks, history.explained, history.unanswered = [], look, 0
+        history.recheck_at = look.ts + self.config.recheck_s
+        counters = (
+            f"; its counters apart from its peers' ({'; '.join(hardware)}) do not make it slower per unit" if hardware else ""
+        )
+        done = msgspec.structs.replace(
+            found, id="", action=Action.ALERT, detail=f"{found.detail}; {work.why}{counters}; another capture in "
+            f"{self.config.recheck_s:.0f}s",
+        )  # fmt: skip
+        if s is None or not self.is_recheck(s):
             history.recheck_id, history.rechecks = done.id, 0
         return done
 
@@ -237,7 +291,7 @@ class SlowEvidence:
         may be the one that cannot answer, and a missed look must not end a chain that persists);
         False once a retry went unanswered too: the alert stands, no more looks."""
         history = self._history.get(job)
-        if history is None or not history.looks or history.unanswered >= self.config.unanswered_retries:
+        if history is None or history.last() is None or history.unanswered >= self.config.unanswered_retries:
             return False
         history.unanswered += 1
         history.recheck_at = now + self.config.recheck_s
@@ -251,5 +305,6 @@ class SlowEvidence:
         """The job restarted without ``nodes_out``: no second look at them; their looks stay, so a spare
         slow at the same ranks is seen as the workload's."""
         history = self._history.get(job)
-        if history is not None and history.looks and set(history.looks[-1].nodes) & nodes_out:
+        last = history.last() if history is not None else None
+        if history is not None and last is not None and set(last.nodes) & nodes_out:
             history.recheck_at = None

@@ -6,7 +6,8 @@ Helper F, after round 3 of the outside check (tests/outside/sre_shapes.py, whose
 py-spy stacks these reuse): one rank computing 35 % longer than its peers looks the same in stacks
 whether its GPU is slow or it holds the hot expert. What tells them apart is outside the stacks: the
 GPU's own counters beside its peers', and whether the slowness stays at one machine across captures
-minutes apart or moves with the routing. Each trace holds the agents' answers to the captures the
+minutes apart or moves with the routing, and, where the trainer sends it, each step's `work` (the
+tokens routed to the rank's experts). Each trace holds the agents' answers to the captures the
 job stage asks for (five rounds 10 s apart; a second look about 10 minutes after one that found no
 hardware sign).
 """
@@ -112,10 +113,29 @@ def slow_for_half_an_hour(trace: Trace, base: float) -> list[Expect]:
     ]
 
 
+ROUTED = 8192.0  # tokens routed to a rank's experts in a step, as its trainer counts them
+
+
+def hot_expert_stays(trace: Trace, base: float) -> list[Expect]:
+    """A hot expert that stays: rank 37 holds it from minute 3 to the trace's end (43 min), so it is
+    routed 35 % more tokens and computes 35 % longer, its GPU's counters like its peers'. Its
+    trainer sends each step's tokens routed to the rank's experts (``work``): the slowness is the
+    workload's at every one of four looks, an alert that says so, and nobody is evicted."""
+    hot = lambda t: 37 if t >= ONSET else None  # noqa: E731
+    job = _moe(trace, base, "hot", 2600.0, hot, (*LOOKS, 2200.0))
+    for e in trace.events:
+        if e["job"] == job.name and e["source"] == "train" and e["kind"] == "step":
+            data = json.loads(e["data"])
+            data["work"] = ROUTED * (SLOWER if data["rank"] == hot(e["ts"] - base) else 1.0)
+            e["data"] = json.dumps(data, separators=(",", ":"))
+    return [_verdict(job.name, "fail_slow", [job.node_of(37)], "alert", base, ONSET, ONSET + 90.0)] * 4
+
+
 SCENARIOS: dict[str, Callable[[Trace, float], list[Expect]]] = {
     "hot_expert_moves": hot_expert_moves,
     "clocks_low": clocks_low,
     "slow_for_half_an_hour": slow_for_half_an_hour,
+    "hot_expert_stays": hot_expert_stays,
 }
 
 

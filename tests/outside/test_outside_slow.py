@@ -1,11 +1,13 @@
 """A slow rank is evicted only on evidence a person accepts: its GPU's own counters, or the same
 machine at separate looks over 20 minutes (diagnosis.peers.slow_evidence; docs/design.md §3).
 
-tests/outside/slow_shapes.py writes three MoE traces (a hot expert that moves between machines, a
-GPU held at low clocks and power, a rank slow for half an hour with its counters like its peers')
-and beside each what a person expects; tests/fixtures/outside/slow/ keeps those expect files as
+tests/outside/slow_shapes.py writes four MoE traces (a hot expert that moves between machines, a
+GPU held at low clocks and power, a rank slow for half an hour with its counters like its peers',
+a hot expert that stays on one rank for 40 minutes, its trainer sending each step's ``work``) and
+beside each what a person expects; tests/fixtures/outside/slow/ keeps those expect files as
 reviewed. Before this, the first two evicted on the first five stack rounds alike: the hot
-expert's healthy machine was evicted 88 s after it got the hot expert.
+expert's healthy machine was evicted 88 s after it got the hot expert; before ``work`` the hot
+expert that stays was evicted at the third look (22 min), as the half-hour slow rank is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
     assert_expect_files_kept(traces, FIXTURES, SCENARIOS)
 
 
-@pytest.mark.long(12)
+@pytest.mark.long(18)
 def test_every_slow_rank_gives_what_an_sre_expects(traces):
     checked = check_traces(traces / f"{name}.parquet" for name in SCENARIOS)
     assert sorted(checked) == sorted(SCENARIOS)
@@ -58,3 +60,12 @@ def test_a_rank_slow_for_half_an_hour_is_evicted_at_the_third_look_not_the_first
     (evicted,) = [d for d in found if d["action"] in EVICTING]
     assert evicted["ts"] > base + LOOKS[2] and evicted["nodes"] == ["sty-r2-02"]
     assert "3 separate captures" in evicted["detail"]
+
+
+@pytest.mark.long(8)
+def test_a_hot_expert_that_stays_with_its_work_sent_is_an_alert_at_every_look_and_evicts_nobody(traces):
+    found = modes.offline(traces / "hot_expert_stays.parquet")
+    assert not [d for d in found if d["action"] in EVICTING]
+    alerts = [d for d in found if d["action"] == "alert"]
+    assert len(alerts) == 4 and {tuple(d["nodes"]) for d in alerts} == {("hot-r2-02",)}
+    assert all("rank 37 did 1.4x its peers' work" in d["detail"] for d in alerts)

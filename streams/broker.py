@@ -54,13 +54,16 @@ def wait_until_ready(bootstrap: str, timeout: float = 20.0) -> None:
     last: Exception | None = None
     while time.monotonic() < deadline:
         if answers(bootstrap, 0.5):
+            admin = None
             try:
                 admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
                 admin.list_topics()
-                admin.close()
                 return
             except (KafkaError, OSError) as exc:
                 last = exc
+            finally:
+                if admin is not None:
+                    admin.close()  # a failed try too: a client left open reconnects forever
         time.sleep(0.1)
     raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f}s ({last})")
 

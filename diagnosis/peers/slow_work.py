@@ -4,8 +4,10 @@ Stack rounds and compute times see a rank that keeps computing while its peers w
 a rank with more to do (an MoE's hot expert, longer sequences in its micro-batches) look alike in
 them. The trainer can tell them apart: ``train``/``step``'s optional ``work`` is how much this rank
 did in the step, in a unit the same for every rank of the job (TrainerHook.step(work=...)). Over the
-look's last ``lookback_s`` of steps each rank's compute time per unit of work is set against its
-peers' (the job's other ranks, median):
+look's steps (the last ``span_s``, the five rounds' minute, so that a hot expert that began just
+before is not diluted by the steps before it; further back, up to ``lookback_s``, until a rank has
+``min_steps``) each rank's compute time per unit of work is set against its peers' (the job's other
+ranks, median):
 
 * ``workload``: the blamed rank did at least ``more_work`` times its peers' work per step and took
   about their time per unit of it (under ``unit_apart`` times): its slowness is the work's, and no
@@ -17,7 +19,7 @@ peers' (the job's other ranks, median):
   token, the last pipeline stage holds the output layer). The look goes on as without ``work``.
 
 Where the blamed ranks' steps carry no ``work`` (or no ``compute_s``), nothing is judged and fail-slow
-reads as before. Steps are folded into ``bucket_s`` buckets per rank, so the state is
+reads as before. Steps are folded into ``bucket_s`` buckets per rank, so the state is at most
 ranks × lookback_s / bucket_s small records per job.
 """
 
@@ -36,9 +38,10 @@ from faultlens.events.payloads_job import TrainStep
 
 @dataclass(frozen=True, slots=True)
 class WorkConfig:
-    lookback_s: float = 120.0  # the steps read: the last 2 minutes before the look's verdict
+    span_s: float = 60.0  # the steps read: the last minute before the look's verdict (its rounds) ...
+    lookback_s: float = 300.0  # ... or further back until min_steps, a job with long steps (the steps kept)
     bucket_s: float = 10.0
-    min_steps: int = 3  # a rank with fewer steps in the lookback is not judged (nor a peer)
+    min_steps: int = 3  # a rank with fewer steps within the lookback is not judged (nor a peer)
     slower: float = 1.0 + MIN_REL_DEV  # compute per step this far above the peers' is a slowness to explain
     more_work: float = 1.15  # the workload's: at least this times the peers' work per step ...
     unit_apart: float = 1.15  # ... with time per unit under this times theirs; at or above it, the machine's
@@ -102,7 +105,7 @@ def judge_work(blamed: Iterable[int], ranks: Mapping[int, RankWork], config: Wor
         units = ", ".join(f"{judged[r].per_unit / unit:.2f}x" for r in slow)
         return WorkVerdict(
             "workload",
-            f"{said} in its steps of the last {config.lookback_s:.0f}s, at its peers' compute time per unit of "
+            f"{said} in its last steps, at its peers' compute time per unit of "
             f"work ({units} theirs): the workload's (a hot expert, uneven batches), not a machine's, no eviction",
         )
     return None
@@ -137,13 +140,21 @@ class StepWork:
             buckets.popleft()
 
     def ranks(self, job: str, now: float) -> dict[int, RankWork]:
-        """Each rank's steps of the ``lookback_s`` before ``now``."""
-        since = now - self.config.lookback_s
+        """Each rank's steps of the ``span_s`` before ``now``, or as far back (``lookback_s`` at
+        most) as its last ``min_steps`` steps go."""
+        c = self.config
         out: dict[int, RankWork] = {}
         for rank, buckets in self._ranks.get(job, {}).items():
-            kept = [b for b in buckets if since <= b[0] <= now]
-            if kept:
-                out[rank] = RankWork(int(sum(b[1] for b in kept)), sum(b[2] for b in kept), sum(b[3] for b in kept))
+            steps, work, compute = 0, 0.0, 0.0
+            for start, n, w, s in reversed(buckets):
+                age = now - start
+                if age < 0:
+                    continue  # steps after the verdict's time (a look judged late in event time)
+                if age > c.lookback_s or (age > c.span_s and steps >= c.min_steps):
+                    break
+                steps, work, compute = steps + int(n), work + w, compute + s
+            if steps:
+                out[rank] = RankWork(steps, work, compute)
         return out
 
     def judge(self, job: str, blamed: Iterable[int], now: float) -> WorkVerdict | None:

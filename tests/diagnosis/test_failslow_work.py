@@ -77,16 +77,30 @@ def test_a_blamed_node_is_judged_by_its_slow_rank_and_the_others_on_it_are_not_p
 
 
 def test_step_work_keeps_only_steps_with_work_and_compute_of_the_lookback():
-    store = StepWork(WorkConfig(lookback_s=60.0))
+    store = StepWork(WorkConfig(span_s=60.0))
     for e in _steps(300.0, work_of_slow=8192.0, compute_of_slow=3.0):
         store.observe(e)
     ranks = store.ranks(JOB, now=e.ts)
     assert ranks[SLOW].per_step == 8192.0 and ranks[SLOW].per_unit == pytest.approx(3.0 / 8192.0)
-    assert 11 <= ranks[0].steps <= 13  # the last minute's, 5 s apart
+    assert 12 <= ranks[0].steps <= 14  # the last minute's, 5 s apart (its buckets: 60-70 s)
     bare = StepWork()
     for e in _steps(60.0, work_of_slow=None, compute_of_slow=3.0, with_work=False):
         bare.observe(e)
     assert bare.ranks(JOB, now=e.ts) == {} and bare.judge(JOB, [SLOW], e.ts) is None
+
+
+def test_a_look_reads_its_own_minute_of_steps_or_back_to_three_steps_of_a_long_step():
+    store = StepWork()
+    for k in range(30):  # 20 s steps; rank 0's work doubles for its last 3 steps (the look's minute)
+        for r in range(2):
+            data = {"rank": r, "step": k, "compute_s": 1.0, "work": 2.0 if r == 0 and k >= 27 else 1.0}
+            store.observe(event(20.0 * k, TOPO.by_rank[r].node, "train", "step", **data))
+    ranks = store.ranks(JOB, now=event(20.0 * 29 + 5.0, "n", "train", "step").ts)
+    assert ranks[0] == RankWork(3, 6.0, 3.0)  # not diluted by the 27 steps before
+    long = StepWork()
+    for k in range(20):  # 45 s steps: a minute holds one or two
+        long.observe(event(45.0 * k, TOPO.by_rank[0].node, "train", "step", rank=0, step=k, compute_s=9.0, work=1.0))
+    assert long.ranks(JOB, now=event(45.0 * 19, "n", "train", "step").ts)[0].steps == 3
 
 
 class _Producer:

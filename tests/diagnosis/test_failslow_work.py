@@ -13,6 +13,7 @@ from faultlens.diagnosis.peers.slow_work import RankWork, StepWork, WorkConfig, 
 from faultlens.events.payloads import check_payload
 from faultlens.trainer_hooks.hook import TrainerHook
 from tests.diagnosis.test_failslow_evidence import LOOKS, NODE, SLOW, TOPO, _acting, _detector, _look, _suspicion, _windows
+from tests.trainer_hooks.test_flight_recorder_hook import _Producer
 
 PEERS = {r: RankWork(steps=12, work=12 * 4096.0, compute_s=12 * 1.5) for r in range(32) if r != SLOW}
 
@@ -101,17 +102,6 @@ def test_a_look_reads_its_own_minute_of_steps_or_back_to_three_steps_of_a_long_s
     for k in range(20):  # 45 s steps: a minute holds one or two
         long.observe(event(45.0 * k, TOPO.by_rank[0].node, "train", "step", rank=0, step=k, compute_s=9.0, work=1.0))
     assert long.ranks(JOB, now=event(45.0 * 19, "n", "train", "step").ts)[0].steps == 3
-
-
-class _Producer:
-    def __init__(self):
-        self.sent = []
-
-    def send_event(self, event):
-        self.sent.append(event)
-
-    def flush(self, timeout=None):
-        return 0
 
 
 def test_the_hook_sends_work_only_when_the_trainer_gives_a_number_it_can_be():

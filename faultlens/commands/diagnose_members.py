@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from faultlens.diagnosis.edge.consumer import GROUP
 from faultlens.streams.config import KafkaSettings
+from faultlens.streams.runner.loop import GroupRunner
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +106,15 @@ class Members:
         # Set once every node-stage child stopped cleanly: the job stage's children then stop as
         # the launch does, once what those wrote last is read (GroupRunner.stop_when_drained).
         self._upstream_done = ctx.Event()
+        # Per group, whether each member's bounded run is idle (--idle-stop): a member stops only
+        # once all of its group are, or its partitions' new owner would read them all again.
+        self._idle = {child.stage: ctx.Array("b", n + (child.stage == self.own_args.stage)) for child, n in self._kinds}
         for child, n in self._kinds:
             drained = self._upstream_done if child.stage == "job" and self._node_children() else None
             for i in range(n):
                 p = ctx.Process(
                     target=_member,
-                    args=(child, os.getpid(), logs, together, self._run, drained),
+                    args=(child, os.getpid(), logs, together, self._run, drained, (self._idle[child.stage], i)),
                     name=f"diagnose-{child.stage}-{i + 1}",
                     daemon=True,
                 )
@@ -126,9 +130,11 @@ class Members:
     def _node_children(self) -> bool:
         return self.own_args.stage != "node" and any(child.stage == "node" for child, _ in self._kinds)
 
-    def ready(self, runner: object = None) -> None:
+    def ready(self, runner: GroupRunner) -> None:
         """The launch's own member, right before it joins its group: with its siblings of that group."""
         if self._with_launch:
+            flags = self._idle[self.own_args.stage]
+            runner.idle_together = _idle_together(flags, len(flags) - 1)
             _wait_together(self._together)
 
     def watch(self, on_failure: Callable[[], None], on_done: Callable[[], None]) -> None:
@@ -174,6 +180,16 @@ class Members:
                 p.join()
 
 
+def _idle_together(flags, slot: int) -> Callable[[bool], bool]:
+    """A member's idle stop, held until every member of its group in the launch is idle too."""
+
+    def together(due: bool) -> bool:
+        flags[slot] = due
+        return due and all(flags)
+
+    return together
+
+
 def _wait_together(together) -> None:
     try:
         together.wait(JOIN_WAIT_S)
@@ -181,7 +197,7 @@ def _wait_together(together) -> None:
         pass  # a sibling failed to start: the launch hears of it; this one reads meanwhile
 
 
-def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: Callable[..., int], drained=None) -> None:
+def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: Callable[..., int], drained, idle: tuple) -> None:
     """A child: dies with the launch, logs as the launch does, runs one `diagnose` member (one of
     the job stage's stops once ``drained`` is set and what it holds is read)."""
     _die_with(parent)
@@ -194,7 +210,8 @@ def _member(args: argparse.Namespace, parent: int, logs: tuple, together, run: C
     logging.getLogger().setLevel(level)
     logging.getLogger("kafka").setLevel(kafka_level)
 
-    def ready(runner) -> None:
+    def ready(runner: GroupRunner) -> None:
+        runner.idle_together = _idle_together(*idle)
         _wait_together(together)
         if drained is not None:
 

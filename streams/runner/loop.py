@@ -27,7 +27,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
@@ -94,6 +94,9 @@ class GroupRunner:
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._stop_drained = threading.Event()
+        # A bounded run's idle stop, asked whether siblings are through too (diagnose --workers: a
+        # member that left first had its partitions taken over and read again by one still reading).
+        self.idle_together: Callable[[bool], bool] | None = None
         self.consumer: Consumer | None = None
         merge: WatermarkMerge[Record | None] | None = WatermarkMerge(o.max_idle_s) if o.event_time else None
         clock = EventClock(o.max_skew_s, judge_peers=o.judge_clocks) if o.event_time else None
@@ -276,7 +279,10 @@ class GroupRunner:
                     idle.start(now)  # idle time counts from joining the group, and from each assignment
                 else:
                     idle.polled(now, bool(polled))
-                    if idle.due(now, lambda: self._drained(consumer)):
+                    due = idle.due(now, lambda: self._drained(consumer))
+                    if self.idle_together is not None:
+                        due = self.idle_together(due)
+                    if due:
                         ended = True
                         break
             self._finish(consumer, done=ended)

@@ -97,6 +97,7 @@ class ImplicitFaultDetector:
     def ended(self, job: str, at: float) -> None:
         """Call on a ``job``/``end`` event: no new hang is suspected until the job runs again."""
         self.hang.ended(job, at)
+        self.failslow.ended(job)  # its ranks' recent work
 
     def restarted(self, job: str, nodes_out: Iterable[str] = (), at: float | None = None) -> None:
         """Call on a ``job``/``restart`` event: forget the old incarnation's steps, stalls and

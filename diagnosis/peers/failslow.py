@@ -410,6 +410,9 @@ class FailSlowRounds:
         campaign.requested = len(campaign.done)
         campaign.last_request = None
 
+    def ended(self, job: str) -> None:
+        self._evidence.ended(job)
+
     def abandon(self, job: str) -> None:
         """Drop rounds that no suspicion asked for (the hang detector claims the job's dumps)."""
         campaign = self._campaigns.get(job)

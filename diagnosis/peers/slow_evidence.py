@@ -297,13 +297,18 @@ class SlowEvidence:
         history.recheck_at = now + self.config.recheck_s
         return True
 
+    def ended(self, job: str) -> None:
+        """The job ended: its steps' work is kept no longer (the state is ranks x buckets a job)."""
+        self._work.forget(job)
+
     def over(self, job: str) -> None:
         """A second look found nobody slower: that slowness ended."""
         self._history.pop(job, None)
 
     def evicted(self, job: str, nodes_out: set[str]) -> None:
         """The job restarted without ``nodes_out``: no second look at them; their looks stay, so a spare
-        slow at the same ranks is seen as the workload's."""
+        slow at the same ranks is seen as the workload's. The old incarnation's steps go."""
+        self._work.forget(job)
         history = self._history.get(job)
         last = history.last() if history is not None else None
         if history is not None and last is not None and set(last.nodes) & nodes_out:

@@ -157,6 +157,10 @@ class StepWork:
                 out[rank] = RankWork(steps, work, compute)
         return out
 
+    def forget(self, job: str) -> None:
+        """The job ended or restarted: its steps are no later look's (another incarnation's processes)."""
+        self._ranks.pop(job, None)
+
     def judge(self, job: str, blamed: Iterable[int], now: float) -> WorkVerdict | None:
         if job not in self._ranks:
             return None  # no step of the job carried work: fail-slow reads as before

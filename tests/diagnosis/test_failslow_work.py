@@ -170,3 +170,16 @@ def test_a_suspicion_on_a_hardware_drift_without_stacks_is_an_alert_when_the_wor
     assert "stand on two independent signals, but rank 13 did 1.4x its peers' work" in out[-1].detail
     bare = run_detector(_detector(), [], start=95, until=200, diagnoses=[_suspicion(confidence=0.8)])
     assert _acting(bare) == [("evict", (NODE,))]
+
+
+def test_a_job_that_ended_or_restarted_keeps_no_steps_for_a_later_look():
+    for forget in ("ended", "restarted"):
+        det = _detector()
+        events = _steps(90.0, work_of_slow=4096.0 * 1.4, compute_of_slow=1.5 * 1.4)
+        run_detector(det, events, start=0, until=90)
+        if forget == "ended":
+            det.ended(JOB, events[-1].ts)
+        else:
+            det.restarted(JOB)
+        out = run_detector(det, [], start=95, until=200, diagnoses=[_suspicion(confidence=0.8)])
+        assert _acting(out) == [("evict", (NODE,))], forget  # as without work: nothing of the old steps is read

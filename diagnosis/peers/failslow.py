@@ -286,7 +286,7 @@ class FailSlowRounds:
                 if self._evidence.unanswered(job, now) else "the look at a machine already alerted on got no answer again: the alert stands"
         elif s.confidence >= self.config.stand_confidence:
             action, verdict = Action.EVICT, "the suspicion's own nodes stand on two independent signals"
-            if (work := self._evidence.workload(job, s.ranks, now)) is not None:  # the drift is more work's
+            if (work := self._evidence.workload(job, s.ranks, now, self._book.topology(job))) is not None:  # more work's
                 action, verdict = Action.ALERT, f"{verdict}, but {work}"
         elif self._evidence.moved_lately(job, now):
             action, verdict = Action.NONE, "the job's slowness already moved between machines (the workload's): recorded"
@@ -362,7 +362,7 @@ class FailSlowRounds:
             evidence=evidence,
             detail=detail,
         )
-        return [self._evidence.weigh(job, campaign.suspicion, found)]
+        return [self._evidence.weigh(job, campaign.suspicion, found, topology)]
 
     def _unconfirmed(
         self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int, topology: Topology | None, now: float

@@ -33,6 +33,7 @@ from faultlens.diagnosis.peers.features import NodeWindow
 from faultlens.diagnosis.peers.slow_work import StepWork, WorkConfig, WorkVerdict
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope
+from faultlens.events.topology import Topology
 
 # What may explain a slowdown on the blamed machine itself (temperature alone never does).
 OWN_HARDWARE = tuple(f for f in HARDWARE if f != "temp_c")
@@ -199,9 +200,9 @@ class SlowEvidence:
     def observe_step(self, event: Envelope) -> None:
         self._work.observe(event)
 
-    def workload(self, job: str, ranks: tuple[int, ...], now: float) -> str | None:
+    def workload(self, job: str, ranks: tuple[int, ...], now: float, topology: Topology | None) -> str | None:
         """Why the slowness of ``ranks`` is their work's, if their steps say so; else None."""
-        verdict = self._work.judge(job, ranks, now)
+        verdict = self._work.judge(job, ranks, now, topology)
         return verdict.why if verdict is not None and verdict.kind == "workload" else None
 
     def is_recheck(self, suspicion: Diagnosis) -> bool:
@@ -233,7 +234,7 @@ class SlowEvidence:
             out.append(suspicion)
         return out
 
-    def weigh(self, job: str, suspicion: Diagnosis | None, found: Diagnosis) -> Diagnosis:
+    def weigh(self, job: str, suspicion: Diagnosis | None, found: Diagnosis, topology: Topology | None = None) -> Diagnosis:
         """The rounds' blame ``found`` (an eviction of its nodes) as it stands on the evidence."""
         history = self._history.setdefault(job, SlowHistory())
         look = Look(found.ts, found.onset, found.nodes, found.ranks, found.group)
@@ -241,7 +242,7 @@ class SlowEvidence:
         s = suspicion
         if s is not None and not self.is_recheck(s) and s.confidence >= self.stand_confidence and set(s.nodes) & set(found.nodes):
             hardware += (f"the suspicion saw {', '.join(s.nodes)}'s hardware drift with its slowdown",)
-        work = self._work.judge(job, found.ranks, found.ts)
+        work = self._work.judge(job, found.ranks, found.ts, topology)
         if work is not None and work.kind == "workload":
             return self._explained(history, look, s, found, work, hardware)
         said = f"; {work.why}" if work is not None else ""  # the machine's: said, not evidence (slow_work)

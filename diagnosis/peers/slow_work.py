@@ -6,8 +6,8 @@ them. The trainer can tell them apart: ``train``/``step``'s optional ``work`` is
 did in the step, in a unit the same for every rank of the job (TrainerHook.step(work=...)). Over the
 look's steps (the last ``span_s``, the five rounds' minute, so that a hot expert that began just
 before is not diluted by the steps before it; further back, up to ``lookback_s``, until a rank has
-``min_steps``) each rank's compute time per unit of work is set against its peers' (the job's other
-ranks, median):
+``min_steps``) each rank's compute time per unit of work is set against its peers' (median: the
+other ranks of its pipeline stage, else of the job):
 
 * ``workload``: the blamed rank did at least ``more_work`` times its peers' work per step and took
   about their time per unit of it (under ``unit_apart`` times): its slowness is the work's, and no
@@ -34,6 +34,7 @@ from faultlens.diagnosis.peers.anomaly import MIN_PEERS, MIN_REL_DEV
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainStep
+from faultlens.events.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,39 +77,71 @@ class WorkVerdict:
     why: str
 
 
-def judge_work(blamed: Iterable[int], ranks: Mapping[int, RankWork], config: WorkConfig = WorkConfig()) -> WorkVerdict | None:
-    """What the steps say of the ``blamed`` ranks' slowness against their peers' (pure).
+def judge_work(
+    blamed: Iterable[int],
+    ranks: Mapping[int, RankWork],
+    config: WorkConfig = WorkConfig(),
+    stage: Mapping[int, int] | None = None,
+) -> WorkVerdict | None:
+    """What the steps say of the ``blamed`` ranks' slowness against their peers' (pure). A rank's
+    peers are the unblamed ranks of its pipeline stage (``stage``: rank → pp coordinate; stages run
+    different layers, so their costs differ) where MIN_PEERS of them have ``work``, else the job's.
 
     None when they cannot say: a blamed rank without ``work`` in its steps, fewer than MIN_PEERS
     peers that have it, or no blamed rank computing longer per step than its peers (nothing to explain)."""
     blamed = sorted(set(blamed))
     judged = {r: w for r, w in ranks.items() if w.steps >= config.min_steps and w.work > 0}
-    peers = [w for r, w in judged.items() if r not in blamed]
-    if not blamed or len(peers) < MIN_PEERS or any(r not in judged for r in blamed):
+    if not blamed or any(r not in judged for r in blamed):
         return None
-    work = median(w.per_step for w in peers)
-    unit = median(w.per_unit for w in peers)
-    compute = median(w.compute_per_step for w in peers)
-    slow = [r for r in blamed if judged[r].compute_per_step >= config.slower * compute]
+    norms: dict[int | None, tuple[float, float, float] | None] = {}  # stage → peers' medians
+    of: dict[int, tuple[float, float, float]] = {}  # blamed rank → its peers' (work, unit, compute)
+    for r in blamed:
+        key = stage.get(r) if stage is not None else None
+        if key not in norms:
+            norms[key] = _peer_medians(judged, set(blamed), stage, key)
+        norm = norms[key]
+        if norm is None:
+            return None
+        of[r] = norm
+    slow = [r for r in blamed if judged[r].compute_per_step >= config.slower * of[r][2]]
     if not slow:
         return None
-    apart = [r for r in slow if judged[r].per_unit >= config.unit_apart * unit]
+    work = {r: judged[r].per_step / of[r][0] for r in slow}
+    unit = {r: judged[r].per_unit / of[r][1] for r in slow}
+    apart = [r for r in slow if unit[r] >= config.unit_apart]
     if apart:
         said = ", ".join(
-            f"rank {r} took {judged[r].per_unit / unit:.2f}x its peers' compute time per unit of work "
-            f"doing {judged[r].per_step / work:.2f}x their work"
+            f"rank {r} took {unit[r]:.2f}x its peers' compute time per unit of work doing {work[r]:.2f}x their work"
             for r in apart
         )
         return WorkVerdict("machine", f"{said} (the trainer's work per step): the same work, slower, a machine's")
-    if all(judged[r].per_step >= config.more_work * work for r in slow):
-        said = ", ".join(f"rank {r} did {judged[r].per_step / work:.1f}x its peers' work" for r in slow)
-        units = ", ".join(f"{judged[r].per_unit / unit:.2f}x" for r in slow)
+    if all(work[r] >= config.more_work for r in slow):
+        said = ", ".join(f"rank {r} did {work[r]:.1f}x its peers' work" for r in slow)
+        units = ", ".join(f"{unit[r]:.2f}x" for r in slow)
         return WorkVerdict(
             "workload",
             f"{said} in its last steps, at its peers' compute time per unit of "
             f"work ({units} theirs): the workload's (a hot expert, uneven batches), not a machine's, no eviction",
         )
     return None
+
+
+def _peer_medians(
+    judged: Mapping[int, RankWork], blamed: set[int], stage: Mapping[int, int] | None, key: int | None
+) -> tuple[float, float, float] | None:
+    """The unblamed ranks' median work per step, time per unit and compute per step: those of
+    stage ``key`` where MIN_PEERS of them have steps, else the job's; None with fewer peers."""
+    peers = [w for r, w in judged.items() if r not in blamed]
+    if stage is not None and key is not None:
+        same = [w for r, w in judged.items() if r not in blamed and stage.get(r) == key]
+        peers = same if len(same) >= MIN_PEERS else peers
+    if len(peers) < MIN_PEERS:
+        return None
+    return (
+        median(w.per_step for w in peers),
+        median(w.per_unit for w in peers),
+        median(w.compute_per_step for w in peers),
+    )
 
 
 class StepWork:
@@ -161,7 +194,8 @@ class StepWork:
         """The job ended or restarted: its steps are no later look's (another incarnation's processes)."""
         self._ranks.pop(job, None)
 
-    def judge(self, job: str, blamed: Iterable[int], now: float) -> WorkVerdict | None:
+    def judge(self, job: str, blamed: Iterable[int], now: float, topology: Topology | None = None) -> WorkVerdict | None:
         if job not in self._ranks:
             return None  # no step of the job carried work: fail-slow reads as before
-        return judge_work(blamed, self.ranks(job, now), self.config)
+        stage = {p.rank: p.pp for p in topology.ranks} if topology is not None and topology.pp > 1 else None
+        return judge_work(blamed, self.ranks(job, now), self.config, stage)

@@ -77,6 +77,18 @@ def test_a_blamed_node_is_judged_by_its_slow_rank_and_the_others_on_it_are_not_p
     assert not any(f"rank {r} " in verdict.why for r in on_node if r != SLOW)
 
 
+def test_a_rank_is_set_against_its_own_pipeline_stage_where_costs_differ_by_stage():
+    # Rank 13's stage holds the output layer: each of its ranks takes 1.3x the others' time per unit.
+    stage = {p.rank: p.pp for p in TOPO.ranks}
+    heavy = {r: RankWork(12, 12 * 4096.0, 12 * 1.5 * 1.3) for r in PEERS if stage[r] == stage[SLOW]}
+    ranks = {**PEERS, **heavy, SLOW: RankWork(12, 12 * 4096.0 * 1.4, 12 * 1.5 * 1.3 * 1.4)}
+    assert len(heavy) >= 4
+    by_stage = judge_work([SLOW], ranks, stage=stage)
+    assert by_stage is not None and by_stage.kind == "workload" and "rank 13 did 1.4x" in by_stage.why
+    job_wide = judge_work([SLOW], ranks)  # against the whole job it looks 1.3x slower per unit
+    assert job_wide is not None and job_wide.kind == "machine"
+
+
 def test_step_work_keeps_only_steps_with_work_and_compute_of_the_lookback():
     store = StepWork(WorkConfig(span_s=60.0))
     for e in _steps(300.0, work_of_slow=8192.0, compute_of_slow=3.0):

@@ -412,6 +412,8 @@ class FailSlowRounds:
 
     def ended(self, job: str) -> None:
         self._evidence.ended(job)
+        self._cooldown_until.pop(job, None)
+        self._cooled_nodes.pop(job, None)
 
     def abandon(self, job: str) -> None:
         """Drop rounds that no suspicion asked for (the hang detector claims the job's dumps)."""

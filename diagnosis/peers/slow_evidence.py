@@ -158,6 +158,9 @@ class RecentWindows:
         for start in [s for s in by_start if s < horizon]:
             del by_start[start]
 
+    def forget(self, job: str) -> None:
+        self._windows.pop(job, None)
+
     def apart(self, job: str, nodes: tuple[str, ...], share: float) -> tuple[str, ...]:
         """For each of ``nodes`` whose own hardware sat apart from its peers' in at least ``share``
         of the recent windows that measured it: what (its worst feature against the peer median)."""
@@ -299,8 +302,11 @@ class SlowEvidence:
         return True
 
     def ended(self, job: str) -> None:
-        """The job ended: its steps' work is kept no longer (the state is ranks x buckets a job)."""
+        """The job ended: its steps' work, windows and looks are kept no longer (a fleet runs
+        thousands of jobs a month through one engine)."""
         self._work.forget(job)
+        self._history.pop(job, None)
+        self._windows.forget(job)
 
     def over(self, job: str) -> None:
         """A second look found nobody slower: that slowness ended."""

@@ -11,6 +11,13 @@ from faultlens.events.topology import Topology
 
 Cue = tuple[tuple, str, tuple[str, ...]]  # (nodes or ranks, why, evidence event ids)
 
+# Every rank's watchdog fires one timeout after it enqueued the stuck collective (within a step of
+# each other), and the lines reach us at their nodes' log-shipping pace: a rank whose report has
+# not come is "never reported" only once this long has passed since the first one (the NCCL
+# incident's own collection window, diagnosis/rules/comms.py). Read earlier, the last ranks to
+# ship their line, a NIC-down job's tp-3 ranks, were named for a hang they only waited in.
+WATCHDOG_SETTLE_S = 30.0
+
 
 def idle_nodes(windows: Iterable[NodeWindow], onset: float, idle_share: float, busy_util: float) -> Cue:
     """Nodes whose least busy GPU sits idle (at most ``idle_share`` of the peers' median) while the
@@ -33,11 +40,12 @@ def idle_nodes(windows: Iterable[NodeWindow], onset: float, idle_share: float, b
     return idle, f"GPUs idle on {shown} while the peers spin (median least-busy GPU {median:.0f}%)", evidence
 
 
-def ranks_behind(progress: Mapping[int, tuple[int, str]], topology: Topology | None) -> Cue:
+def ranks_behind(progress: Mapping[int, tuple[int, str]], topology: Topology | None, settled: bool = True) -> Cue:
     """Ranks the NCCL watchdog shows behind the rest (``progress``: rank → (last completed
     collective, event id)): the lowest one held by a minority of the reporters, or, when nearly
-    every rank reported the same one, the few ranks whose watchdog never fired (a rank that never
-    enqueued the collective has nothing to time out: it is the last rank to log)."""
+    every rank reported the same one and the reports have ``settled`` (WATCHDOG_SETTLE_S), the few
+    ranks whose watchdog never fired (a rank that never enqueued the collective has nothing to time
+    out: it is the last rank to log)."""
     known = {r: v for r, v in progress.items() if topology is None or r in topology.by_rank}
     if len(known) < 2:
         return (), "", ()
@@ -47,7 +55,7 @@ def ranks_behind(progress: Mapping[int, tuple[int, str]], topology: Topology | N
     if len(behind) * 2 < len(known):
         return (behind, f"NCCL watchdog: rank(s) [{short(behind)}] completed collective {low}, the rest up to {ahead}",
                 tuple(known[r][1] for r in behind[:16]))
-    if topology is not None and low == ahead:
+    if topology is not None and low == ahead and settled:
         quiet = tuple(sorted(set(topology.by_rank) - set(known)))
         if quiet and len(quiet) * 4 <= len(topology.by_rank):
             return (quiet, f"NCCL watchdog fired on {len(known)} rank(s), all at collective {low}; rank(s) "

@@ -112,6 +112,8 @@ class HangDetector(HangVerdicts):
             return []
         job = self._job(event.job)
         job.progress[rank] = (done, event.id)
+        if job.watchdog_first is None or (job.last_progress is not None and job.watchdog_first < job.last_progress):
+            job.watchdog_first = event.ts  # the first report of this stall's timeouts
         return self._revisit(event.job, job, event.ts)
 
     def _revisit(self, name: str, job: JobState, now: float) -> list[Diagnosis]:

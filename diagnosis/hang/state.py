@@ -100,6 +100,7 @@ class JobState:
     recent_failed: set[int] = field(default_factory=set)  # failed captures since the last progress, before a suspicion
     windows: dict[str, NodeWindow] = field(default_factory=dict)  # node → its latest NodeWindow
     progress: dict[int, tuple[int, str]] = field(default_factory=dict)  # rank → (last completed collective, event id), from watchdogs
+    watchdog_first: float | None = None  # when the first watchdog report since the last progress arrived
     no_pids: dict[str, tuple[float, str]] = field(default_factory=dict)  # node → (ts, event id) of its first beat listing no trainer pid, while so
     with_pids: set[str] = field(default_factory=set)  # nodes whose beats once listed a trainer pid
     ended_at: float | None = None  # the launcher's job/end, until a later step

@@ -15,7 +15,7 @@ from typing import AbstractSet, NamedTuple
 import msgspec
 
 from faultlens.diagnosis.engine.detector import JobBook
-from faultlens.diagnosis.hang.cues import idle_nodes, ranks_behind
+from faultlens.diagnosis.hang.cues import WATCHDOG_SETTLE_S, idle_nodes, ranks_behind
 from faultlens.diagnosis.hang.cues import short as _short
 from faultlens.diagnosis.hang.recorder import read_hang
 from faultlens.diagnosis.hang.saving import Save, read_save
@@ -310,7 +310,8 @@ class HangVerdicts:
             return None
         idle, idle_why, idle_ev = idle_nodes(job.windows.values(), stall.onset, self.config.idle_share,
                                              self.config.busy_util)
-        behind, behind_why, behind_ev = ranks_behind(job.progress, topology)
+        settled = job.watchdog_first is not None and now - job.watchdog_first >= WATCHDOG_SETTLE_S
+        behind, behind_why, behind_ev = ranks_behind(job.progress, topology, settled)
         first = stall.first_stopped
         first_nodes = set(self._nodes_of(name, job, first)) if first and len(first) * 2 <= len(job.last_step) else set()
         if idle:

@@ -36,6 +36,10 @@ _NCCL_ERR = re.compile(
     r"|Check failed: \w+ == ncclSuccess \((?P<ncode>\d+) vs\. 0\)\s+(?P<ntext>[^\n]+)"
     # ncclResult_t in its C enum's spelling, as the bindings print it (cupy's "NcclError: NCCL_ERROR_SYSTEM_ERROR")
     r"|\bNCCL_ERROR_(?P<enum>SYSTEM|INTERNAL|REMOTE|UNHANDLED_CUDA|INVALID_USAGE|INVALID_ARGUMENT)(?:_ERROR)?\b"
+    # (round 18) NCCL's own WARN texts of its socket layer and bootstrap without its prefix, as torch repeats NCCL's last
+    # error after "Last error:" (misc/socket.cc: "ncclSocketInit: connecting to address  with family 59936 is neither
+    # AF_INET(2) nor AF_INET6(10)"; bootstrap.cc: "Bootstrap : no socket interface found")
+    r"|(?P<sock>\bBootstrap : no socket interface found|\bncclSocket[A-Z]\w*: [^\n]*?(?:\bfailed\b|is neither AF_INET))"
 )
 _CUDA_ERR = re.compile(
     # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
@@ -59,7 +63,9 @@ _CUDA_ERR = re.compile(
     # HIP's driver API names (TF/XLA's ROCm stream executor: "failed to allocate 127.99TiB (...) from device: HIP_ERROR_OutOfMemory")
     r"|(?P<hiperr>\bHIP_ERROR_[A-Za-z]+)"
     r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
-    r"|(?P<cuerr>\b(?:cuda|hip)Error\w+)"
+    # (round 18) not in torch's pointer to the documentation under the error ("Search for `cudaErrorLaunchFailure' in
+    # https://docs.nvidia.com/... for more information."): the error's own line before it is the record
+    r"|(?P<cuerr>(?<!Search for `)\b(?:cuda|hip)Error\w+)"
     # the device allocator's OOM in every torch backend's words (CUDA, ROCm's HIP, Intel's XPU, Apple's MPS):
     # torch/csrc and c10's OutOfMemoryError messages "<DEVICE> out of memory. Tried to allocate ..."
     # torch's own type for it (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError since 2.5), also when the message is a
@@ -68,6 +74,9 @@ _CUDA_ERR = re.compile(
     # device's memory exhausted, in the C enum's and Vulkan-Hpp's spelling (VK_ERROR_OUT_OF_DEVICE_MEMORY,
     # "vk::Device::allocateMemory: ErrorOutOfDeviceMemory", ggml's Vulkan backend): the same OOM in the API's own name
     r"|(?P<oom>(?:CUDA|HIP|XPU|MPS|NPU)(?: backend)? out of memory|\btorch\.(?:cuda\.)?OutOfMemoryError\b(?!: (?:CUDA|HIP|XPU|MPS|NPU) out of memory)"
+    # (round 18) the wrapper's message names the type without its module ("Caught OutOfMemoryError in replica 0 on device 0."):
+    # a replica on a device is DataParallel's, so the device's OOM
+    r"|\bCaught (?:\w+\.)*OutOfMemoryError in replica \d+ on device \d+"
     r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|\bErrorOutOfDeviceMemory\b)"
     # Intel GPUs' runtimes name their results as CUDA's do: Level Zero's ze_result_t (oneapi-src/level-zero
     # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
@@ -91,6 +100,9 @@ _CUDA_ERR = re.compile(
     # 999 unknown, 46 busy or unavailable, 700/719 illegal address / launch failure, 702 launch timed out
     # ("Cuda failure 999 'unknown error'"); 'invalid argument', 'out of memory' stay NCCL's (nccl_lines.py)
     r"|(?P<cf>Cuda failure (?:999|46|70[02]|719)\b(?: '[^']*')?)"
+    # (round 18) the CUDA samples' and nccl-tests' check macro, with the file and line ("Cuda failure p2pBandwidthLatencyTest.cu:189:
+    # 'mapping of buffer object failed'"): cudaGetErrorString's text, read as every CUDA error's is
+    r"|Cuda failure \S+\.(?:cuh?|cc|cpp|c|h):\d+:? '(?P<cfsample>[^']+)'"
     r"|(?P<call>\bcu(?:da)?[A-Z]\w+) returned (?P<callrc>[1-9]\d*)\b"
     # a runtime API call its wrapper reports failed by name (hipSYCL / AdaptiveCpp: "hip_queue: hipMemsetAsync() failed
     # (error code = HIP:1)"; the same for cuda*): the call's error, as a checked call's return code
@@ -134,7 +146,10 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"\bis not divisible by\b|"
                           # (round 17) torch.cat's own checks of the tensors it was handed, and torch.utils.cpp_extension's
                           # JIT build of the program's extension failing in its environment (DeepSpeed's 'cpu_adam')
-                          r"\bmust have (?:the )?same number of dimensions\b|\bSizes of tensors must match\b|\bError building extension '")
+                          r"\bmust have (?:the )?same number of dimensions\b|\bSizes of tensors must match\b|\bError building extension '|"
+                          # (round 18) a tensor on the wrong device or of the wrong type for the op ("indices should be either on cpu or on
+                          # the same device as the indexed tensor", autograd's "assigned grad has data of a different type")
+                          r"\bon the same device as the\b|\bhas data of a different type\b")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -182,7 +197,7 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     else:
         error = (m.group("err") or m.group("status") or m.group("cuerr") or m.group("oom") or m.group("ze") or m.group("acl") or m.group("drv")
                  or m.group("hostassert") or m.group("hiperr") or m.group("gdbx")
-                 or m.group("cf") or m.group("oomcall") or m.group("apicall") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
+                 or m.group("cf") or m.group("cfsample") or m.group("oomcall") or m.group("apicall") or m.group("text") or f"CUDA failure raised from {m.group('cudaorigin')}").strip()
     low = error.lower().replace("_", " ")
     if "ecc" in low:
         return error, "gpu_memory", "evict", "fatal"
@@ -238,6 +253,8 @@ def classify_nccl(text: str) -> str | None:
         return f"raised from {m.group('origin')} (ProcessGroupNCCL)"
     if m.group("dup"):
         return "ncclInvalidUsage: duplicate GPU detected"
+    if m.group("sock"):
+        return m.group("sock")
     return "communicator aborted"
 
 
@@ -307,6 +324,10 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 # 64 vs 0": a torch.save the program caught and logged): its message is judged as the RuntimeError torch raised
 _ERRNO_LINE = re.compile(r"^\s*(?:[^\[\]]{1,80}?: )?(?P<msg>\[Errno -?\d+\] \S.*|(?P<enforce>\[enforce fail at [\w./\-]+:\d+\] \S.*))$")
 # (with the colon of an empty message too: torchelastic's "...errors.ChildFailedError:" before its table)
+# (round 18) A program's own log of the error that ended it, the exception's text without its type ("ERROR - Training failed
+# with error: indices should be either on cpu or on the same device as the indexed tensor"): judged only by the texts
+# that say the program is wrong (_SHAPE_ERROR), as the RuntimeError's own line would be
+_FAILED_WITH = re.compile(r"\bfailed with (?:error|exception): (?P<msg>\S.*)$")
 _BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)):?$")
 
 
@@ -340,6 +361,9 @@ def classify_bare(msg: str) -> ExceptionLine | None:
         if verdict is not None:
             return ExceptionLine(etype, m.group("msg"), verdict.fault, verdict.action, "error", verdict.errno)
         return None
+    m = _FAILED_WITH.search(text)
+    if m and _SHAPE_ERROR.search(m.group("msg")):
+        return ExceptionLine("RuntimeError", m.group("msg"), "user_code", "rollback", "error")
     m = _BARE_TYPE.match(text)
     if m:
         verdict = judge(m.group("type"), "")

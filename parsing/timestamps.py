@@ -61,6 +61,9 @@ _FAC_SEV_HOST_TAG = re.compile(r"\d{1,2} [0-7] [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?:(
 # A program's name starts in lower case; a capital word there ("WARNING:", "INFO:", "NVRM:") is the message's.
 _TAG_ONLY = re.compile(r"[a-z][\w.\-/@]*(?:\[\d+\])?: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
+# (round 18) A console capture's elapsed clock and its delta to the line before ("00h 02m 10.529s(  51ms): [  131.91] ena: ..."):
+# the capture's, not the machine's; taken off, the kernel's own clock and line after it are read as dmesg's.
+_ELAPSED = re.compile(r"\d{2,3}h \d\dm \d\d\.\d{3}s\(\s*\d+ms\): ")
 
 
 class Stamped(NamedTuple):
@@ -184,6 +187,9 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         # the kernel's own clock and driver tag follow
         return Stamped(None, float(m.group(1)), line[m.end():])
     if first.isdigit():
+        if line[2:4] == "h " and (m := _ELAPSED.match(line)):
+            mono, rest = _strip_mono(line[m.end():])
+            return Stamped(None, mono, rest)
         m = KMSG_HEADER.match(line)
         if m:
             return Stamped(None, int(m.group(3)) / 1e6, line[m.end():])

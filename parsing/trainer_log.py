@@ -73,7 +73,9 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  # C++ runtime's abort, an errno report alone, NCCL's CUDACHECK unprefixed
                  ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure",
                  # ncclResult_t's names without "error" in them (ncclInvalidUsage, ncclInvalidArgument)
-                 "ncclinvalid", "duplicate gpu detected", "xid")
+                 "ncclinvalid", "duplicate gpu detected", "xid",
+                 # (round 18) NCCL's socket layer and bootstrap repeated unprefixed after torch's "Last error:"
+                 "ncclsocket", "bootstrap : ")
 
 # classify_nccl's names for the generic socket words any client prints, NCCL or not.
 _SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
@@ -292,7 +294,7 @@ class TrainerLogParser:
                     return []
                 self._folded[(key, fault)] = (self._n, self._t)
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
-        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg or "Duplicate GPU" in msg:
+        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg or "Duplicate GPU" in msg or "Bootstrap :" in msg:
             nccl = classify_nccl(msg)
             if nccl in _SOCKET_WORDS and (says_retrying(msg) or trainer_level(msg) == WARNING):
                 # Generic socket words, not NCCL's, in a line its program printed at warning or that
@@ -312,7 +314,7 @@ class TrainerLogParser:
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=step_of(msg), **extra))]  # fmt: skip
         if ((":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or "[enforce fail at " in msg
-                or msg.endswith(("Error", "Exception"))):
+                or msg.endswith(("Error", "Exception")) or "failed with e" in msg):
             found = self._headless(msg, raw, rank, key, extra)
             if found is not None:
                 return found

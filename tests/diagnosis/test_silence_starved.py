@@ -3,14 +3,15 @@ process beside threads that hold its interpreter lock and do nothing with it, so
 fraction of the interpreter and lags behind the backlog by as much as that makes it. (Burning the
 machine's cores from other processes, as `bench/bench_silence_backlog.py --starve` does, would
 starve every other test running beside this one too; so did the threads that burned this one's
-interpreter with arithmetic until 2026-11-29: a core of CI's two for the whole test, ~50 of its 66
-CPU-seconds. A thread asleep in a C call that keeps the lock (ctypes.PyDLL) lets go of it between
-naps when another thread has waited a switch interval for it, as a burning thread does: the
-members get the same share of the interpreter, and no core is spent.)"""
+interpreter with arithmetic until 2026-11-29: a core of CI's two for the whole test, ~90 of its
+~110 CPU-seconds on a quiet machine. A thread asleep in a C call that keeps the lock (ctypes.PyDLL),
+a switch interval at a time, starves the members at least as much with no core spent: the test
+took 117-132 s beside three burners and 131-143 s beside three of these, at load 2-9.)"""
 
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import pytest
@@ -27,14 +28,15 @@ pytestmark = pytest.mark.broker
 
 # libc's functions called with the interpreter lock held (a PyDLL call never releases it)
 _HELD = ctypes.PyDLL(None)
-NAP_US = 500  # between naps the interpreter checks whether another thread asked for the lock
 
 
 def _hog(stop: threading.Event) -> None:
-    """Hold the interpreter until another thread has waited a switch interval for it, as a burning
-    thread does, asleep: what it takes of the interpreter without a core."""
+    """Hold the interpreter a switch interval at a time, asleep, letting go in between when another
+    thread has asked for it: what a burning thread takes of it (it is asked after a switch
+    interval), without a core."""
+    nap_us = round(sys.getswitchinterval() * 1e6)
     while not stop.is_set():
-        _HELD.usleep(NAP_US)
+        _HELD.usleep(nap_us)
 
 
 @pytest.mark.long(150)

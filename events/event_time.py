@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_right
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
 from faultlens.events.partition_mark import PartitionState, live_writers, partition_mark
@@ -52,9 +53,14 @@ class UpstreamStop(NamedTuple):
     watermark: float
 
 
-# A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so the heap
-# orders by (ts, seq) in C and never compares further.
+# A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so tuples
+# order by (ts, seq) in C and never compare further. Each partition's held records are one list
+# in that order (a run): a poll's records of a partition come in offset order and, nearly always,
+# in time order, so a poll is appended to its partition's run, and a release cuts each run's
+# prefix at the low watermark (a bisection) and merges the prefixes in one sort (timsort merges
+# sorted runs). A global heap cost two pushes and a pop a record (issue 56).
 _TS, _PART, _OFFSET, _ITEM = 0, 2, 3, 4
+_LAST = float("inf")  # (limit, _LAST) sorts after every held record stamped ``limit``
 
 
 class WatermarkMerge(Generic[T]):
@@ -73,7 +79,8 @@ class WatermarkMerge(Generic[T]):
         self.min_held_to_pause = min_held_to_pause
         self.max_held = max_held
         self._parts: dict[Partition, PartitionState] = {}
-        self._heap: list[tuple] = []
+        self._runs: dict[Partition, list[tuple]] = {}  # partition → its held records, in (ts, seq) order
+        self._held = 0
         self._seq = itertools.count()
         self.forced = 0  # records released before their time because memory ran out
         self._slowest: set[Partition] = set()  # the partitions that set the last low watermark
@@ -99,15 +106,13 @@ class WatermarkMerge(Generic[T]):
         gone = set(partitions) & set(self._parts)
         for p in gone:
             del self._parts[p]
-        before = len(self._heap)
-        if gone:
-            self._heap = [h for h in self._heap if h[_PART] not in gone]
-            heapq.heapify(self._heap)
-        return before - len(self._heap)
+        dropped = sum(len(self._runs.pop(p, ())) for p in gone)
+        self._held -= dropped
+        return dropped
 
     @property
     def held(self) -> int:
-        return len(self._heap)
+        return self._held
 
     # --- records ------------------------------------------------------------------------------
     def add(self, partition: Partition, offset: int, ts: float, item: T, wall_now: float,
@@ -120,7 +125,7 @@ class WatermarkMerge(Generic[T]):
         state.reached(broker_ts)
         state.held += 1
         heapq.heappush(state.offsets, offset)
-        heapq.heappush(self._heap, (ts, next(self._seq), partition, offset, item))
+        self._hold(partition, [(ts, next(self._seq), partition, offset, item)])
 
     def add_run(self, partition: Partition, offsets: list[int], times: list[float], items: list[T],
                 wall_now: float, broker_ts: float | None = None) -> None:
@@ -137,10 +142,29 @@ class WatermarkMerge(Generic[T]):
         state.last_data = wall_now
         state.reached(broker_ts)
         state.held += len(items)
-        push, heap, seq, held = heapq.heappush, self._heap, self._seq, state.offsets
-        for offset, ts, item in zip(offsets, times, items, strict=True):
+        push, held = heapq.heappush, state.offsets
+        for offset in offsets:
             push(held, offset)
-            push(heap, (ts, next(seq), partition, offset, item))
+        seq = self._seq
+        entries = [(ts, next(seq), partition, offset, item) for offset, ts, item in zip(offsets, times, items, strict=True)]
+        entries.sort()  # (in offset order, nearly always in time order too: one pass)
+        self._hold(partition, entries)
+
+    def _hold(self, partition: Partition, entries: list[tuple]) -> None:
+        """Sorted ``entries`` of ``partition`` merged into its run."""
+        self._held += len(entries)
+        run = self._runs.get(partition)
+        if run is None:
+            self._runs[partition] = entries
+        elif not run or run[-1] < entries[0]:
+            run += entries
+        else:  # some held record is later than the first new one: merge the two from there on
+            at = bisect_right(run, entries[0])
+            tail = run[at:]
+            del run[at:]
+            tail += entries
+            tail.sort()
+            run += tail
 
     def report(self, partition: Partition, writer: str, watermark: float, wall_now: float,
                said_at: float | None = None, *, reads: Iterable[str] | None = None, of: int | None = None,
@@ -258,12 +282,7 @@ class WatermarkMerge(Generic[T]):
         low = self.low_watermark(wall_now, caught_up)
         # Everything idle: as far as the data itself got (followers never lead).
         limit = low if low is not None else self._reached(wall_now)
-        gone: list[tuple] = []
-        heap, pop = self._heap, heapq.heappop
-        while heap and (heap[0][_TS] <= limit or len(heap) > self.max_held):
-            self.forced += heap[0][_TS] > limit
-            gone.append(pop(heap))
-        self._release_offsets(gone)
+        gone = self._take(limit)
         out = [entry[_ITEM] for entry in gone]
         if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
             self.progress = limit if self.progress is None else max(self.progress, limit)
@@ -273,40 +292,54 @@ class WatermarkMerge(Generic[T]):
         marks = [m for s in self._parts.values() if not s.follower and (m := partition_mark(s, wall_now, self.writer_ttl_s)) is not None]
         return max(marks) if marks else float("-inf")
 
+    def _take(self, limit: float) -> list[tuple]:
+        """The held records up to ``limit`` (and, past ``max_held``, the earliest beyond it), in
+        (ts, seq) order, their offsets let go: what popping a heap of them all would give."""
+        runs, key = self._runs, (limit, _LAST)
+        gone: list[tuple] = []
+        for partition, run in runs.items():
+            at = bisect_right(run, key)
+            if at:
+                self._release_offsets(partition, run, at)
+                gone += run[:at]
+                del run[:at]
+        self._held -= len(gone)
+        over = self._held - self.max_held
+        if over > 0:  # memory ran out: the earliest records beyond the limit go too (rare)
+            rest = list(itertools.islice(heapq.merge(*runs.values()), over))
+            taken: dict[Partition, int] = {}
+            for entry in rest:  # the earliest of all are, in each run, a prefix of it
+                taken[entry[_PART]] = taken.get(entry[_PART], 0) + 1
+            for partition, count in taken.items():
+                run = runs[partition]
+                self._release_offsets(partition, run, count)
+                del run[:count]
+            self._held -= over
+            self.forced += over
+            gone += rest
+        gone.sort()  # the runs' prefixes merged
+        return gone
+
     def drain(self) -> list[T]:
         """Everything held, in event-time order (end of input)."""
-        out = []
-        while self._heap:
-            ts, _, partition, offset, item = heapq.heappop(self._heap)
-            self._release_offset(partition, offset)
-            out.append(item)
-            if ts != float("-inf"):
-                self.progress = ts if self.progress is None else max(self.progress, ts)
-        return out
+        gone = self._take(float("inf"))
+        top = max((entry[_TS] for entry in gone if entry[_TS] != float("-inf")), default=None)
+        if top is not None:
+            self.progress = top if self.progress is None else max(self.progress, top)
+        return [entry[_ITEM] for entry in gone]
 
-    def _release_offsets(self, gone: list[tuple]) -> None:
-        """:meth:`_release_offset` of each held entry in ``gone``, in turn, inline (a bundle's
-        events share its offset: each one let go takes one of its copies off the heap)."""
-        parts, pop = self._parts, heapq.heappop
-        for entry in gone:
-            state = parts.get(entry[_PART])
-            if state is None:
-                continue
-            state.held -= 1
-            offsets, released = state.offsets, state.released
-            released.add(entry[_OFFSET])
-            while offsets and offsets[0] in released:
-                released.discard(pop(offsets))
-
-    def _release_offset(self, partition: Partition, offset: int) -> None:
+    def _release_offsets(self, partition: Partition, entries: list[tuple], count: int) -> None:
+        """The offsets of ``partition``'s first ``count`` ``entries`` let go, in turn, inline (a
+        bundle's events share its offset: each one let go takes one of its copies off the heap)."""
         state = self._parts.get(partition)
         if state is None:
             return
-        state.held -= 1
-        # Released out of offset order is fine: the committable offset is the lowest still held.
-        state.released.add(offset)
-        while state.offsets and state.offsets[0] in state.released:
-            state.released.discard(heapq.heappop(state.offsets))
+        state.held -= count
+        offsets, released, pop = state.offsets, state.released, heapq.heappop
+        for i in range(count):
+            released.add(entries[i][_OFFSET])
+            while offsets and offsets[0] in released:
+                released.discard(pop(offsets))
 
     # --- what the consumer should do ----------------------------------------------------------
     @property
@@ -317,7 +350,7 @@ class WatermarkMerge(Generic[T]):
 
     def held_items(self) -> Iterator[T | None]:
         """What is held, in no particular order (None for a watermark record's place)."""
-        return (h[_ITEM] for h in self._heap)
+        return (entry[_ITEM] for run in self._runs.values() for entry in run)
 
     def frontier(self, partition: Partition) -> float | None:
         """The broker's time of the latest record read from ``partition`` (None: none yet)."""

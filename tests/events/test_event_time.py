@@ -8,6 +8,7 @@ import pytest
 
 from faultlens.events.event_clock import EventClock
 from faultlens.events.event_time import WatermarkMerge
+from tests.events.one_heap import one_heap
 
 NOW = 1_790_000_000.0
 YEAR = 365 * 86400.0
@@ -473,12 +474,11 @@ def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_
     let go record by record: the same records go in the same order at every release, the same
     offsets stay committable, the same marks."""
     rnd = random.Random(56)
-    one, runs = WatermarkMerge(max_held=60), WatermarkMerge(max_held=60)
+    # the reference holds every record on one heap and lets each offset go alone, as the merge did
+    one, runs = one_heap(WatermarkMerge(max_held=60)), WatermarkMerge(max_held=60)
     parts = [f"p{i}" for i in range(5)]
     for merge in (one, runs):
         merge.assign(parts, NOW)
-    # the reference lets each record's offset go alone too, as the merge did before it batched that
-    one._release_offsets = lambda gone: [one._release_offset(entry[2], entry[3]) for entry in gone]
     offsets = dict.fromkeys(parts, 0)
     released_one, released_runs = [], []
     for poll in range(60):

@@ -20,6 +20,7 @@ from faultlens.streams.kafka_client import Message
 from faultlens.streams.runner.loop import GroupRunner
 from faultlens.streams.runner.options import RunnerOptions
 from faultlens.streams.runner.types import Record
+from tests.events.one_heap import one_heap
 
 T = 1_790_000_000.0
 NODES = ("dgx-a1", "dgx-a2")
@@ -138,7 +139,7 @@ def _run(polls, tps, *, typed: bool, runs: bool) -> list[tuple]:
     if not runs:  # the merge as it was: each record added, and each offset let go, alone
         merge.add_run = lambda p, offsets, times, items, wall, broker_ts: [
             WatermarkMerge.add(merge, p, o, ts, item, wall, broker_ts) for o, ts, item in zip(offsets, times, items, strict=True)]
-        merge._release_offsets = lambda gone: [merge._release_offset(e[2], e[3]) for e in gone]
+        one_heap(merge)  # on one heap, each offset let go alone
     consumer = _Consumer(tps)
     runner.order.assigned(tps)
     outputs = []

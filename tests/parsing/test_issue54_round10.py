@@ -15,18 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.registry import parser_for
 from faultlens.parsing.subsystems import by_program
 from faultlens.parsing.timestamps import program_of
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
+from tests.parsing.line_events import acting as _acting
 
 
 @pytest.mark.parametrize(("line", "program"), [

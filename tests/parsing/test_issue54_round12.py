@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 
 from faultlens.parsing.registry import parser_for
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
+from tests.parsing.line_events import acting as _acting
 
 
 def _faults(line: str, source: str = "kernel") -> set:

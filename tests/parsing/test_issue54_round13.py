@@ -8,17 +8,9 @@ import pytest
 
 from faultlens.parsing.alarm import kernel_priority
 from faultlens.parsing.kernel_log import KernelLogParser
-from faultlens.parsing.registry import parser_for
 from faultlens.parsing.timestamps import split_timestamp
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
+from tests.parsing.line_events import acting as _acting
+from tests.parsing.line_events import events as _events
 
 
 def _faults(line: str, source: str = "kernel") -> set:

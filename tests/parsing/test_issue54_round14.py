@@ -12,20 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.registry import parser_for
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
+from tests.parsing.line_events import acting as _acting
+from tests.parsing.line_events import events as _events
 
 
 def _classes(line: str, source: str = "kernel") -> set[tuple[str, str]]:
     return {(e.data.get("fault"), e.data.get("action")) for e in _events(line, source)}
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
 
 
 # --- the OS's record of a crash: app_fault, recorded ------------------------------------------------------

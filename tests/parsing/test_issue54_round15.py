@@ -13,20 +13,9 @@ import pytest
 
 from faultlens.parsing.line import clean_line
 from faultlens.parsing.registry import parser_for
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
-
-
-def _classes(line: str, source: str = "kernel") -> set[str | None]:
-    return {e.data.get("fault") for e in _events(line, source)}
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
-
+from tests.parsing.line_events import acting as _acting
+from tests.parsing.line_events import classes as _classes
+from tests.parsing.line_events import events as _events
 
 # --- healthy by their own property -----------------------------------------------------------------------
 _HEALTHY = [

@@ -10,22 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.registry import parser_for
 from faultlens.parsing.timestamps import split_timestamp
-
-
-def _events(line: str, source: str = "kernel") -> list:
-    p = parser_for(source)
-    return p.feed(line) + p.flush()
-
-
-def _classes(line: str, source: str = "kernel") -> set[str | None]:
-    return {e.data.get("fault") for e in _events(line, source)}
-
-
-def _acting(line: str, source: str = "kernel") -> list:
-    return [e for e in _events(line, source) if e.data.get("action") not in (None, "none")]
-
+from tests.parsing.line_events import acting as _acting
+from tests.parsing.line_events import classes as _classes
 
 _HEALTHY = [
     # a walk of the PCI capability list for an optional capability that is not there (fresh29)

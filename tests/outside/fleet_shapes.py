@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.outside.job_shape import Job, Trace, gpu_entry, machine_names, net_port
+from tests.outside.job_shape import Job, Trace, gpu_entry, host_sample, machine_names, net_port
 from tests.outside.sre_shapes import Steps, steps
 from tests.outside.write_traces import write_scenarios, writer_main
 
@@ -83,19 +83,7 @@ def agent(
             port = net_port("DOWN" if _inside(t, life.port_down) else "ACTIVE", downed)
             trace.emit(ts + 0.4, name, node, "net", "sample", {"interval_s": 10.0 if seq > 1 else 0.0, "ports": [port]})
         if seq % 6 == 1:
-            trace.emit(
-                ts + 0.6,
-                name,
-                node,
-                "host",
-                "sample",
-                {
-                    "cpu_util": round(rng.gauss(0.35, 0.03), 3),
-                    "mem_used_frac": 0.41,
-                    "disk_free_frac": 0.62,
-                    "load1": round(rng.gauss(48.0, 2.0), 1),
-                },
-            )
+            trace.emit(ts + 0.6, name, node, "host", "sample", host_sample(rng))
         t += 5.0
 
 

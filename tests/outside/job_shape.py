@@ -122,6 +122,12 @@ def net_port(state: str = "ACTIVE", downed: int = 0, interval: float = 10.0) -> 
             "rates": rates, "deltas": deltas}
 
 
+def host_sample(rng: random.Random) -> dict:
+    """The node's `host`/`sample`: a CPU a third busy, memory and disk well within bounds."""
+    return {"cpu_util": round(rng.gauss(0.35, 0.03), 3), "mem_used_frac": 0.41, "disk_free_frac": 0.62,
+            "load1": round(rng.gauss(48.0, 2.0), 1)}
+
+
 def loss_at(step: int, rng: random.Random) -> float:
     """A run resumed mid-way (step 12,000 on): slowly falling, per-batch noise of a few hundredths."""
     return round(2.05 + 0.9 * math.exp(-step / 9000.0) + rng.gauss(0.0, 0.012), 5)

@@ -19,7 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.outside.job_shape import COMPUTE_S, GPUS, STEP_S, SWITCHES, Job, Trace, gpu_entry, loss_at, machine_names, net_port
+from tests.outside.job_shape import (
+    COMPUTE_S,
+    GPUS,
+    STEP_S,
+    SWITCHES,
+    Job,
+    Trace,
+    gpu_entry,
+    host_sample,
+    loss_at,
+    machine_names,
+    net_port,
+)
 from tests.outside.write_traces import write_scenarios, writer_main
 
 START = 1_772_700_000.0  # 2026-03-05 08:40 UTC
@@ -86,19 +98,7 @@ def machine(trace: Trace, job: str, node: str, index: int, base: float, life: Li
                 {"interval_s": 10.0 if seq > 1 else 0.0, "ports": [net_port("DOWN" if down else "ACTIVE", downed)]},
             )
         if seq % 6 == 1:
-            trace.emit(
-                ts + 0.6,
-                job,
-                node,
-                "host",
-                "sample",
-                {
-                    "cpu_util": round(rng.gauss(0.35, 0.03), 3),
-                    "mem_used_frac": 0.41,
-                    "disk_free_frac": 0.62,
-                    "load1": round(rng.gauss(48.0, 2.0), 1),
-                },
-            )
+            trace.emit(ts + 0.6, job, node, "host", "sample", host_sample(rng))
         t += 5.0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.outside.job_shape import COMPUTE_S, GPUS, STEP_S, Job, Trace, gpu_entry, loss_at, net_port
+from tests.outside.job_shape import COMPUTE_S, GPUS, STEP_S, Job, Trace, gpu_entry, host_sample, loss_at, net_port
 
 FIRST_STEP = 12_000
 TOKENS_PER_RANK = 131_072    # global batch 2,048 x 4,096 tokens over 64 ranks
@@ -70,9 +70,7 @@ def _machines(trace: Trace, job: Job, base: float, length: float, knobs: Knobs) 
                            {"interval_s": 10.0 if seq > 1 else 0.0,
                             "ports": [net_port("DOWN" if down else "ACTIVE", downed)]})
             if seq % 6 == 1:
-                trace.emit(ts + 0.6, job.name, node, "host", "sample",
-                           {"cpu_util": round(rng.gauss(0.35, 0.03), 3), "mem_used_frac": 0.41,
-                            "disk_free_frac": 0.62, "load1": round(rng.gauss(48.0, 2.0), 1)})
+                trace.emit(ts + 0.6, job.name, node, "host", "sample", host_sample(rng))
             t += 5.0
 
 

@@ -27,6 +27,12 @@ NOISE = 3.0  # the fall exceeds this many robust sigmas of the window's losses
 LEARNED = 0.05  # and this share of the first loss (what "learned" means to the detector)
 
 
+def lr_decayed(lrs: list[tuple[int, float]]) -> bool:
+    """Whether the steps said a learning rate that has since decayed below ``LR_PEAK`` of its highest:
+    a schedule near its end, whose weights barely move by design. False where the steps say none."""
+    return bool(lrs) and lrs[-1][1] < LR_PEAK * max(lr for _, lr in lrs)
+
+
 def stopped_early(
     losses: list[tuple[int, float]],
     first: float,
@@ -46,7 +52,7 @@ def stopped_early(
     fell = first - level
     if not (LEARNED * first <= fell <= LITTLE * first) or fell < NOISE * noise:
         return None
-    if lrs and lrs[-1][1] < LR_PEAK * max(lr for _, lr in lrs):
+    if lr_decayed(lrs):
         return None  # the schedule decayed: a plateau it made, as every converged run's
     # Blocks of a tenth of a window, at most 50 of them: the trend over them costs their count squared.
     per = max(1, size // 10, len(losses) // 50)

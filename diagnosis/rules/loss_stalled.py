@@ -31,7 +31,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     flat at 2.0), and a run whose start nothing tells is not called one that never learned; nor is
     one that came down from a higher level it was judged at (a federated model pulled above chance by
     its first rounds, coming back: fresh batch 6);
-  - frozen: the same value to 6 digits over the whole window (the weights no longer move);
+  - frozen: the same value to 6 digits over the whole window (the weights no longer move), or the same
+    batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -69,7 +70,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.rules.loss_plateau import stopped_early
+from faultlens.diagnosis.rules.loss_cycle import frozen_period
+from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
@@ -334,6 +336,12 @@ class LossStalledDetector:
                                f"the model predicts no better than a uniform guess", rollback=False)
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
+        # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).
+        period = frozen_period(values) if level > 1e-3 and not lr_decayed(list(curve.lrs)) else None
+        if period is not None:
+            return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
+                           f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change",
+                           rollback=False)
         # Never learned: not below its start, nor below any level the run has come down from (a
         # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
         # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).

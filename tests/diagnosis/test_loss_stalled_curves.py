@@ -275,14 +275,11 @@ FRESH_MISSED: dict[str, str] = {
     # Keras regression 0.4 % below its first epoch is found since its fixture says the notebook trained it
     # from scratch.
     "pinn_pendulum_stuck_at_5.8.csv": "a fall of 98 % (306.9 to 5.8), then flat for 530 epochs: by its own curve a "
-    "run that learned and converged; only the same network's other runs (2e-4) say 5.8 is a wrong solution",
-    # fresh8 (scored sealed and after round 8, both unread): a per-batch loss whose batches differ.
-    "fmri_decoder_v22_never_learns.csv": "each of its 4 batches an epoch keeps its own loss (2.89e8, 2.88e8, 2.55e8, "
-    "2.11e8) to 5 digits epoch after epoch: it never learned, but its first step is the highest batch's, so every "
-    "window's median is 6 % below 'its start', and its spread (9 % of its level) is a cycle no step event marks",
-    "fmri_decoder_v33_never_learns.csv": "the same decoder on another target, the same cycle of 4 batches (1.38e8, "
-    "1.37e8, 1.15e8, 0.98e8) each at its own loss to 5 digits: its window medians sit 8.5 % below its first step's, "
-    "the highest batch's",
+    "run that learned and converged, and not frozen (its last 20 epochs move by 1.7e-5 of 5.8113, past 5 digits); "
+    "only the same network's other runs (2e-4) say 5.8 is a wrong solution",
+    # fresh8's two EEG-to-fMRI runs that never learned, each of their 4 batches an epoch frozen at its own
+    # loss, are found since round 9's cyclic "frozen" (diagnosis/rules/loss_cycle.py).
+    # fresh6's one healthy run flagged.
     "lstm_event_mnist_200_epochs.csv": "a one-epoch excursion from 0.014 to 0.287 (20x its median, 12 % of ln 10) "
     "that the run recovers from at the next epoch: a spike by every measure at the step it happens; the label, "
     "written before scoring, calls the run healthy for the recovery after it",

@@ -42,6 +42,10 @@ _AER = re.compile(
 # Kernels before 4.x word the header without "severity=": "PCIe Bus Error: Uncorrectable (Non-Fatal), type=...".
 # (round 15) newer kernels put "AER: " after the device, whichever driver owns it ("igen6_edac 0000:ed:01.0: AER: PCIe Bus Error:")
 _PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): (?:AER: )?PCIe Bus Error: (?:severity=)?(?P<type>Correct(?:ed|able)|Uncorrect(?:ed|able)(?: \((?:Non-)?Fatal\))?)")
+# (round 19) aer_print_error's attribution line ("  Error of this Agent(0018) is reported first", newer kernels
+# without the id, behind whichever driver owns the device): which device reported, under the record's header, which
+# states the severity; alone it names no error.
+_AER_AGENT = re.compile(_PCI + r": (?:AER: )?\s*Error of this Agent(?:\([0-9a-f]+\))? is reported first")
 
 _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
 # mce's lines: its own prefix, or the kernel's HW_ERR tag ("[Hardware Error]: ") before a machine check after
@@ -132,6 +136,8 @@ def aer(msg: str, raw: str, echoes: Echoes) -> Found:
         if echoes.seen(("aer", pci)):
             return []  # the detail line of the AER notice just emitted
         return [("pcie_aer", _aer_data(raw, pci, m.group("type")))]
+    if _AER_AGENT.search(msg):
+        return []
     return None
 
 

@@ -49,12 +49,16 @@ _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # bit banging", "rebuilding it now" (btrfs's free-space cache), "Manually zeroing." (WRITE SAME refused), a feature
 # it turned off ("DCB init failed -63, disabled", GHES's "..., disabled."), "Using default config": in the corpus
 # every line with them is healthy; "continuing anyway" is not among them (a NaN norm's warning says it).
+# (round 19) "successful" closing a clause states an outcome ("Firmware reset request successful.", "PTP reset
+# successful", "device recovery successful"); before a noun it is a tally or a subject ("7 successful", "successful
+# NUMA node read ... had negative value") and says nothing of the line's outcome.
 _REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b"
+                        r"|(?<!\d )\bsuccessful(?=\s*(?:[.,;:]|$))"
                         r"|\bfall(?:s|ing)? back to\b|\brebuilding it now\b|\bmanually zeroing\b|, disabled\.?\s*$"
                         r"|\busing (?:the )?default\b", re.IGNORECASE)
-_NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed)"
+_NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed|successful)"
                       r"|\bunsuccessfully\b", re.IGNORECASE)
-_REASSURE_QUICK = any_of(("corrected", "recovered", "successfully", "succeeded", "fixed up", "no action", "fall back", "falls back",
+_REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back",
                           "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default"))
 
 _QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",

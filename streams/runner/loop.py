@@ -326,6 +326,7 @@ class GroupRunner:
         if not records:
             return
         produced = self._run_handler(records)
+        self.commits.handed_on()  # their offsets are committed at the next settle (streams.runner.commit)
         self.stats.last_handled_at = time.time()
         self.stats.dead_letters += sum(1 for o in produced if o.topic == DEAD_LETTER_TOPIC)
         out.extend(produced)

@@ -86,6 +86,17 @@ def test_a_reading_member_settles_once_an_interval_and_a_caught_up_one_at_once()
     assert not s.unsettled  # re-read from the last commit: nothing left to commit
 
 
+def test_records_handed_on_after_their_read_was_settled_are_settled_again():
+    """Event time: the merge lets go of records in a loop that reads nothing, or at the end of a
+    run; settled only as reads, they were never committed (streams/runner/commit.py)."""
+    s = CommitSchedule(0.5, now=10.0)
+    assert s.sent(True, 10.6) and s.settled(10.6)  # read, held by the merge, settled below them
+    s.handed_on()  # let go later, nothing read
+    assert s.unsettled  # the loop settles (commits) now, as a caught-up member does
+    assert s.sent(False, 10.7) and s.settled(10.7)
+    assert not s.unsettled
+
+
 # --- rebalance bookkeeping -------------------------------------------------------------------
 def test_a_partition_given_straight_back_resumes_where_its_handing_on_stopped():
     book = RebalanceBook(rebuild_s=900.0)

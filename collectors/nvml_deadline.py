@@ -180,10 +180,21 @@ class DeadlineCalls:
             raise job.error
         return job.result
 
-    def close(self) -> None:
-        for worker in self._workers.values():
-            if not worker.abandoned:
-                worker.jobs.put(None)
+    def close(self, timeout_s: float = 0.0) -> list[str]:
+        """End the workers and join them, ``timeout_s`` in all; returns the names of the threads
+        still running. An idle worker ends at once. One abandoned in a call past its deadline
+        cannot be ended from Python (the driver holds it): it is not waited for, and ends by itself
+        when the call returns (a daemon thread, it never holds the process's exit). Calls after
+        this get new workers (a source the agent restarts runs again)."""
+        with self._lock:
+            workers, self._workers = list(self._workers.values()), {}
+        live = [w for w in workers if not w.abandoned]
+        for worker in live:
+            worker.jobs.put(None)
+        until = time.monotonic() + timeout_s
+        for worker in live:
+            worker.thread.join(max(0.0, until - time.monotonic()))
+        return [w.thread.name for w in workers if w.thread.is_alive()]
 
     # --- internals -----------------------------------------------------------------------------
     def _abandon(self, job: Job) -> Stuck:

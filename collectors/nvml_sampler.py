@@ -31,6 +31,10 @@ __all__ = ["DEADLINE_S", "REASK_S", "GpuLost", "NvmlReader", "NvmlSampler", "Nvm
 # call on a real H100, docs/real_gpu.md); seconds leave room for a loaded host, not for a hang.
 DEADLINE_S = 10.0
 NVML_GONE_CODES = ("NVML_ERROR_GPU_IS_LOST",)
+# How long a stop waits for the Xid watcher (its event wait returns every 0.5 s) and, in all, for
+# the idle call workers (they end at once): a thread stuck in NVML is not waited for.
+XID_JOIN_S = 2.0
+CLOSE_JOIN_S = 1.0
 
 
 class NvmlUnavailable(RuntimeError):
@@ -99,6 +103,7 @@ class NvmlSampler:
         self.last_sample_end: float | None = None  # monotonic
         self.last_ok_ts: float | None = None  # wall time of the last sample any GPU answered in
         self.state = "starting"
+        self._watcher: threading.Thread | None = None  # the Xid events' thread, while it runs
 
     # --- one sample ------------------------------------------------------------------------------
     def sample_once(self, reader: NvmlReader) -> list[Envelope]:
@@ -217,6 +222,15 @@ class NvmlSampler:
 
     # --- life ------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
+        """Sample until ``stop``; whatever way it ends, the threads it started are ended and joined
+        (:meth:`_close`), so an agent's stop() leaves none of them behind but one stuck in NVML."""
+        try:
+            self._run(stop)
+        finally:
+            self.state = "stopped"
+            self._close()
+
+    def _run(self, stop: threading.Event) -> None:
         self.state = "starting"
         if self.calls.is_stuck("node"):
             raise NvmlStuck(f"an earlier NVML call ({self.calls.stuck()['node'].call}) has not returned")
@@ -231,10 +245,13 @@ class NvmlSampler:
         reader = NvmlReader(nvml)
         log.info("NVML: %d GPU(s), every call under a %gs deadline", self._gpu_count(reader, []) or 0, self.deadline_s)
         self.state = "ok"
-        watcher = None
+        # The watcher has a stop of its own, set however this run ends: after a failure the agent
+        # runs the sampler again, and a watcher still running beside the new one sent each Xid twice.
+        watcher_stop = threading.Event()
         if self.xid_events:
-            watcher = threading.Thread(target=self._watch_xids, args=(reader, stop), name="nvml-xid", daemon=True)
-            watcher.start()
+            self._watcher = threading.Thread(target=self._watch_xids, args=(reader, watcher_stop), name="nvml-xid",
+                                             daemon=True)
+            self._watcher.start()
         try:
             due = time.monotonic()
             while not stop.is_set():
@@ -246,9 +263,9 @@ class NvmlSampler:
                 if stop.wait(due - now):
                     break
         finally:
-            self.state = "stopped"
-            if watcher is not None:
-                watcher.join(2.0)
+            watcher_stop.set()
+            if self._watcher is not None:
+                self._watcher.join(XID_JOIN_S)  # its event wait returns every 0.5 s to look at `stop`
             if not self.calls.is_stuck("node"):
                 def shutdown() -> None:
                     note_call("nvmlShutdown")
@@ -257,7 +274,17 @@ class NvmlSampler:
                     self.calls.run("node", shutdown)
                 except (CallTimeout, nvml.NVMLError):
                     pass
-            self.calls.close()
+
+    def _close(self) -> None:
+        """End the call workers (an agent's stop() joins this thread, and with it them). A call
+        stuck in the driver cannot be ended: its worker, and an Xid watcher stuck in its event
+        wait, are left behind, named in a warning; daemon threads, they end when the call returns
+        or with the process, and stop() does not wait for them."""
+        left = self.calls.close(CLOSE_JOIN_S)
+        if self._watcher is not None and self._watcher.is_alive():
+            left.append(self._watcher.name)
+        if left:
+            log.warning("NVML: %s still in a call at stop; left behind", ", ".join(left))
 
     def _watch_xids(self, reader: NvmlReader, stop: threading.Event) -> None:
         watch_xids(reader.nvml, reader.count, stop, self.publish, job=self.job, node=self.node)

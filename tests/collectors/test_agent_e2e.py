@@ -3,6 +3,7 @@ heartbeats with source statuses, signed capture_stacks → py-spy dumps, forged 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -46,6 +47,7 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
         launcher_pid=launcher.pid, verify_keys=KEY.verify_keys(), command_memory_file=tmp_path / "seen.jsonl", spool_dir=tmp_path / "spool",
         dump_timeout_s=120,  # against a hung py-spy only, not a bound a loaded machine's dump nears (issue 47)
     )
+    before = set(threading.enumerate())
     agent = Agent(config, kafka_settings).start()
     try:
         # A log file that appears after the agent started is read from its start.
@@ -83,6 +85,8 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
         beats = wait_for(kafka_settings, "telemetry.heartbeat", job, lambda ev: len(ev) >= 3)
     finally:
         agent.stop()
+    # stop() joined what the agent started (the worker that asked nvmlInit outlived it on a node without NVML)
+    assert sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive()) == []
     seqs = [e.data["seq"] for e in beats]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     last = beats[-1].data

@@ -68,7 +68,10 @@ class TrainStep(RankedPayload, frozen=True):
     ``from_scratch``: the trainer's word that the weights began random (true) or from a checkpoint
     or a pretrained model (false), so a resumed or fine-tuned run is never read as one that never
     learned (diagnosis/rules/loss_stalled.py). ``lr``: the optimizer's learning rate, so a loss that
-    rises after the schedule raised it (a warm restart) is not read as a regression. ``work``: how
+    rises after the schedule raised it (a warm restart) is not read as a regression. ``chance_loss``:
+    the loss of the best answer that ignores the input, where the trainer knows it (the entropy of its
+    labels' distribution, in nats: a class prior), so a loss stuck there is read as learning nothing of
+    the input though it sits below ln(classes). ``work``: how
     much work this rank did in the step, in a unit the same for every rank of the job (tokens routed
     to its experts, samples or tokens in its micro-batches), so that a rank slower because it had
     more to do (a hot expert) is not read as a slow machine (diagnosis/peers/slow_work.py)."""
@@ -85,6 +88,7 @@ class TrainStep(RankedPayload, frozen=True):
     from_scratch: Flag | None = None
     lr: NonNeg | None = None
     work: NonNeg | None = None
+    chance_loss: NonNeg | None = None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

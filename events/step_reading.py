@@ -53,6 +53,7 @@ class _Step(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     from_scratch: Union[bool, None, _U] = _UNSET
     lr: _NonNeg = _UNSET
     work: _NonNeg = _UNSET
+    chance_loss: _NonNeg = _UNSET
 
 
 _FIELDS = _Step.__struct_fields__

@@ -60,6 +60,7 @@ from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     HookIdentity,
     count_tokens,
+    label_prior_loss,
     make_hook,
     optimizer_lr,
     resume_from_environment,
@@ -131,6 +132,20 @@ def loss_classes(model: Any) -> int | None:
     return getattr(config, "vocab_size", None)
 
 
+def train_label_prior(model: Any, dataloader: Any) -> float | None:
+    """``chance_loss`` for a single-label classification head: its training set's class prior's entropy
+    (:func:`callback_support.label_prior_loss`), read from a Hugging Face ``datasets`` table's ``labels`` or
+    ``label`` column (the Trainer keeps it). None for any other head (a language model's tokens are no
+    table column), or a dataset that is not such a table (reading a torch Dataset's items would load
+    every sample)."""
+    if "Classification" not in type(model).__name__:
+        return None
+    dataset = getattr(dataloader, "dataset", None)
+    columns = getattr(dataset, "column_names", None) or ()
+    name = next((c for c in ("labels", "label") if c in columns), None)
+    return label_prior_loss(dataset[name], loss_classes(model)) if dataset is not None and name is not None else None
+
+
 def began_from_scratch(model: Any, said: bool | None) -> bool | None:
     """The trainer's word on the run's start, where the user gave none: True for a Hugging Face model
     built from a config (its ``name_or_path`` empty), whose weights are random; None for one loaded by
@@ -152,14 +167,16 @@ class FaultlensCallback(TrainerCallback):
     :func:`loss_classes`, a classification head's labels or the vocabulary), for the stalled-loss
     diagnosis. ``from_scratch``: True when the model starts from random weights, False for a
     fine-tune (default: :func:`began_from_scratch`, True for a model built from a config; a resumed
-    run always sends False).
+    run always sends False). ``chance_loss``: the loss of answering with the labels' distribution (default:
+    :func:`train_label_prior`, a single-label classification head's class prior from a ``datasets`` table).
     ``parallel_groups``: publish Accelerate's groups at the start of training (default True). Other
     keywords go to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 
     def __init__(self, *, job: str | None = None, node: str | None = None, settings: KafkaSettings | None = None,
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  tokens: Callable[[Any], int | None] = count_tokens, classes: int | None = None,
-                 from_scratch: bool | None = None, parallel_groups: bool = True, **hook_kwargs: Any):
+                 from_scratch: bool | None = None, chance_loss: float | None = None, parallel_groups: bool = True,
+                 **hook_kwargs: Any):
         # Before the process groups exist (TrainingArguments creates them), or the recorder records nothing.
         flight_recorder.enable()
         self._identity: HookIdentity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
@@ -167,6 +184,7 @@ class FaultlensCallback(TrainerCallback):
         self.parallel_groups = parallel_groups
         self._count_tokens = tokens
         self.classes = classes
+        self.chance_loss = chance_loss
         self._hook_kwargs = hook_kwargs
         self.hook: TrainerHook | None = None
         self._handles: list[Any] = []
@@ -195,6 +213,8 @@ class FaultlensCallback(TrainerCallback):
         if model is not None:
             self._watch(model)
             self._model = model
+            if self.chance_loss is None:
+                self.chance_loss = train_label_prior(model, kwargs.get("train_dataloader"))
         self._world = args.world_size
         # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
         from_scratch = False if state.global_step > 0 else began_from_scratch(model, self.from_scratch)
@@ -241,7 +261,8 @@ class FaultlensCallback(TrainerCallback):
         self._reset_step()
         classes = self.classes if self.classes is not None else loss_classes(self._model)
         self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
-                       classes=classes, lr=optimizer_lr(kwargs.get("optimizer")))  # obeys commands; SystemExit on a stop or restart
+                       classes=classes, lr=optimizer_lr(kwargs.get("optimizer")),
+                       chance_loss=self.chance_loss)  # obeys commands; SystemExit on a stop or restart
         if self._save_due():
             control.should_save = True  # the Trainer saves right after this event, through its own code
         return control

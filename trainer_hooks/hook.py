@@ -151,7 +151,7 @@ class TrainerHook:
 
     def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
              compute_s: float | None = None, step: int | None = None, classes: int | None = None,
-             lr: float | None = None, work: float | None = None) -> None:
+             lr: float | None = None, work: float | None = None, chance_loss: float | None = None) -> None:
         """Publish one step's telemetry, then act on commands that wait for a step boundary.
         ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
         loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py);
@@ -159,7 +159,9 @@ class TrainerHook:
         warm restart) is not read as a regression; ``work``: how much work this rank did in the step,
         in a unit the same for every rank of the job (tokens routed to its experts, samples or tokens
         in its micro-batches), so that a rank slower because it had more to do (a hot expert) is not
-        evicted as a slow machine (diagnosis/peers/slow_work.py)."""
+        evicted as a slow machine (diagnosis/peers/slow_work.py); ``chance_loss``: the loss of predicting
+        the labels' distribution without looking at the input (its entropy in nats), so a loss stuck at the
+        class prior is recognised (callback_support.label_prior_loss)."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now
@@ -180,6 +182,8 @@ class TrainerHook:
             data["lr"] = float(lr)
         if work is not None and math.isfinite(work) and work >= 0:
             data["work"] = float(work)
+        if chance_loss is not None and math.isfinite(chance_loss) and chance_loss >= 0:
+            data["chance_loss"] = float(chance_loss)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

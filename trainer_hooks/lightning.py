@@ -79,14 +79,17 @@ class FaultlensCallback(pl.Callback):
     inferred: a fit without ``ckpt_path`` at global step 0 is as often a module given trained weights
     (``load_from_checkpoint``, a pretrained backbone) as a random one, and a trained model's flat loss
     read as "from scratch" is one that never learned (issue 54, fresh batch 8's "retrained" TCN).
+    ``chance_loss``: the loss of answering with the labels' distribution (its entropy: where the user
+    gives it, e.g. :func:`callback_support.label_prior_loss` of the training labels; a datamodule's
+    labels are not the callback's to read).
     ``parallel_groups``: publish the strategy's groups at setup (default True). Other keywords go
     to TrainerHook (``flops_per_step``, ``peak_flops``, ``exit_grace_s``)."""
 
     def __init__(self, *, job: str | None = None, node: str | None = None, settings: KafkaSettings | None = None,
                  keys: VerifyKeys | None = None, state_dir: str | os.PathLike[str] | None = None,
                  dirpath: str | os.PathLike[str] | None = None, tokens: Callable[[Any], int | None] = count_tokens,
-                 classes: int | None = None, from_scratch: bool | None = None, parallel_groups: bool = True,
-                 **hook_kwargs: Any):
+                 classes: int | None = None, from_scratch: bool | None = None, chance_loss: float | None = None,
+                 parallel_groups: bool = True, **hook_kwargs: Any):
         # Before the Trainer creates its process groups, or the recorder records nothing.
         flight_recorder.enable()
         self._identity: HookIdentity = {"job": job, "node": node, "settings": settings, "keys": keys, "state_dir": state_dir}
@@ -95,6 +98,7 @@ class FaultlensCallback(pl.Callback):
         self._dirpath = dirpath
         self._count_tokens = tokens
         self.classes = classes
+        self.chance_loss = chance_loss
         self._hook_kwargs = hook_kwargs
         self.hook: TrainerHook | None = None
         self._save_requested = False
@@ -168,7 +172,7 @@ class FaultlensCallback(pl.Callback):
         self._reset_step()
         lr = optimizer_lr(trainer.optimizers[0]) if trainer.optimizers else None
         self.hook.step(loss=loss_value, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=step,
-                       classes=self.classes, lr=lr)  # obeys commands; SystemExit on a stop or restart
+                       classes=self.classes, lr=lr, chance_loss=self.chance_loss)  # obeys commands; SystemExit on a stop or restart
         self._save_if_requested(trainer, step)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

@@ -18,7 +18,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   never flagged;
 * not learning, the run is stalled when its loss is
   - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
-    how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md);
+    how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md), or of the
+    class prior's entropy where the trainer states it (``chance_loss``);
   - never learned: not 5 % below where it started (its first loss, the untrained model's: a
     median of the first steps would take in the rise a too-high learning rate causes at once) in
     any tenth of the window, its spread under a tenth of its level (a GAN's or DINO's loss from
@@ -139,6 +140,7 @@ class _Curve:
     best_from: int | None = None  # and its first
     highest: float = -math.inf  # the highest median of a judged window: the level the run has come back from
     classes: int | None = None
+    chance_loss: float | None = None  # the trainer's class prior: the loss of answering without the input
     from_scratch: bool | None = None  # the trainer's word: weights began random (True) or trained (False)
     grad_early: list[float] = field(default_factory=list)
     grad_zero_since: int | None = None
@@ -218,6 +220,8 @@ class LossStalledDetector:
             curve.classes = classes
         if reported.from_scratch is not None:
             curve.from_scratch = reported.from_scratch
+        if reported.chance_loss is not None and reported.chance_loss > 0:
+            curve.chance_loss = float(reported.chance_loss)
         if reported.lr is not None:
             curve.lrs.append((step, float(reported.lr)))
         if curve.last_ts is not None and event.ts > curve.last_ts:
@@ -334,6 +338,12 @@ class LossStalledDetector:
                 where = "at" if level <= chance * (1 + CHANCE) else "above"
                 return Verdict(f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = {chance:.4g}: "
                                f"the model predicts no better than a uniform guess", rollback=False)
+        # At the class prior the trainer states: the labels' distribution learned, nothing of the input.
+        prior = curve.chance_loss
+        if prior is not None and level >= prior * (1 - CHANCE):
+            where = "at" if level <= prior * (1 + CHANCE) else "above"
+            return Verdict(f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering with the "
+                           f"labels' distribution: the model has learned nothing of its input", rollback=False)
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
         # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).

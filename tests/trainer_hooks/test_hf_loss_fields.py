@@ -66,3 +66,37 @@ def test_a_model_built_from_a_config_began_from_scratch_and_a_pretrained_one_is_
     import torch
 
     assert hf.began_from_scratch(torch.nn.Linear(2, 2), None) is None
+
+
+class _Table:
+    """What the callback reads of a `datasets` table (not installed here): its column names and a column."""
+
+    def __init__(self, **columns):
+        self.column_names = list(columns)
+        self._columns = columns
+
+    def __getitem__(self, name):
+        return self._columns[name]
+
+
+def test_a_single_label_classifier_s_prior_is_read_from_its_training_labels(tf, hf):
+    import math
+
+    import torch
+
+    classifier = tf.BertForSequenceClassification(_bert(tf, num_labels=3))
+    labels = [0] * 6 + [1] * 3 + [2]
+    loader = torch.utils.data.DataLoader(_Table(input_ids=[[1, 2]] * 10, labels=labels))
+    expected = -sum(n / 10 * math.log(n / 10) for n in (6, 3, 1))
+    assert hf.train_label_prior(classifier, loader) == pytest.approx(expected)
+    # The column as the dataset names it before the Trainer's collator renames it.
+    assert hf.train_label_prior(classifier, torch.utils.data.DataLoader(_Table(label=labels))) == pytest.approx(expected)
+    # A language model's tokens, a regression head's targets, a table without labels, a plain torch
+    # Dataset (its items would be loaded one by one): no prior.
+    gpt = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=64, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    assert hf.train_label_prior(gpt, loader) is None
+    regression = tf.BertForSequenceClassification(_bert(tf, num_labels=1))
+    assert hf.train_label_prior(regression, torch.utils.data.DataLoader(_Table(labels=[0.5, 1.5]))) is None
+    assert hf.train_label_prior(classifier, torch.utils.data.DataLoader(_Table(input_ids=[[1]]))) is None
+    assert hf.train_label_prior(classifier, torch.utils.data.DataLoader(torch.arange(4))) is None
+    assert hf.train_label_prior(classifier, None) is None

@@ -56,13 +56,16 @@ def test_steps_are_published_and_a_checkpoint_command_saves_through_lightning(li
 
 
 def test_stop_ends_fit_at_the_step_boundary_with_the_stop_code(lit, kafka_settings, job, tmp_path):
-    model, faultlens = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path)
+    # The user's class prior (the loss of answering with the labels' distribution) rides on every step.
+    model, faultlens = lit.TinyRegression(), lit.callback(kafka_settings, job, tmp_path, chance_loss=0.5)
     trainer = lit.trainer_for(tmp_path, faultlens, Script(kafka_settings, {5: command(job, "stop")}), max_steps=30)
     with pytest.raises(SystemExit) as ended:
         trainer.fit(model, lit.data())
     assert ended.value.code == STOPPED
     assert len(model.losses) == 5  # step 5 finished, step 6 never began
-    assert [s["step"] for s in steps(kafka_settings, job, lambda found: len(found) >= 5)] == [1, 2, 3, 4, 5]
+    found = steps(kafka_settings, job, lambda found: len(found) >= 5)
+    assert [s["step"] for s in found] == [1, 2, 3, 4, 5]
+    assert [s["chance_loss"] for s in found] == [0.5] * 5
 
 
 def test_rollback_resumes_from_the_checkpoint_the_command_names(lit, kafka_settings, job, tmp_path, monkeypatch):

@@ -270,7 +270,8 @@ FRESH_MISSED: dict[str, str] = {
     "frequencies tell (its accuracy, 0.045, does); the loss alone is a run that learned 9 % in 40 steps and "
     "flattened for the 60 the log holds, 1.5x its fall, and still drifting down by a tenth of it. Its trainer's "
     "word (from scratch) does not tell it either: 'every window within a tenth of ln(classes)' would also flag "
-    "the POET bench's best AdamW run, 2.5-2.6 against ln 16 = 2.77 for 140 steps, under the shortest window",
+    "the POET bench's best AdamW run, 2.5-2.6 against ln 16 = 2.77 for 140 steps, under the shortest window. "
+    "A trainer that counts its labels sends the prior as chance_loss (round 9); this log's source gives no counts",
     # fresh7 (scored sealed and after round 7, both unread): what the curve's own shape cannot tell. The
     # Keras regression 0.4 % below its first epoch is found since its fixture says the notebook trained it
     # from scratch.

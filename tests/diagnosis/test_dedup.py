@@ -18,11 +18,70 @@ def test_a_flood_of_the_same_xid_is_one_diagnosis_with_a_count():
     assert final.id == out[0].id and final.count == 100_000
 
 
-def test_other_gpu_or_other_fault_is_its_own_diagnosis():
+def test_other_fault_or_other_machine_is_its_own_diagnosis():
     d = Dedup()
     assert len(d.admit(_f(0))) == 1
-    assert len(d.admit(_f(1, entity="gpu:1"))) == 1
+    assert len(d.admit(_f(1, node="n002"))) == 1
     assert len(d.admit(_f(2, fault="nvlink", action="evict"))) == 1
+
+
+def test_one_machines_findings_of_the_fault_it_is_evicted_for_are_one_verdict():
+    """An Xid 48, its rank's CUDA "uncorrectable ECC error" and the counters that rose a sample
+    later are one double-bit error: one verdict, the Xid's (the strongest), with all the evidence.
+    Before, other entities were other verdicts: three evictions of one machine, and another GPU's
+    ECC error a second GPU-reset eviction of the same machine (remediation resets the machine's
+    GPUs, not one)."""
+    d = Dedup()
+    [xid] = d.admit(_f(0, entity="gpu:0000:2a:00", detail="Xid 48"))
+    assert d.admit(_f(0.3, action="evict", entity="cuda:rank19", detail="rank 19: uncorrectable ECC")) == []
+    assert d.admit(_f(1.3, action="evict", entity="gpu:1", detail="GPU 1: uncorrectable ECC errors rose")) == []
+    assert d.admit(_f(30, entity="gpu:3", detail="GPU 3: uncorrectable ECC errors rose")) == []
+    [final] = d.flush()
+    assert (final.id, final.action, final.count) == (xid.id, "evict_reset_gpu", 4)
+    assert final.evidence == ("e0", "e0.3", "e1.3", "e30")
+    assert "rank 19: uncorrectable ECC" in final.detail and "GPU 3" in final.detail
+    assert d.stats["folded_machine"] == 3
+
+
+def test_a_finding_that_asks_more_of_the_machine_is_a_verdict_of_its_own():
+    """A plain eviction first, then an Xid asking a GPU reset: remediation acts once per id, so the
+    reset is a verdict of its own; what asks no more than it then folds into it."""
+    d = Dedup()
+    [plain] = d.admit(_f(0, action="evict", entity="cuda:rank3"))
+    [reset] = d.admit(_f(0.5, entity="gpu:0000:2a:00"))
+    assert (plain.action, reset.action) == ("evict", "evict_reset_gpu")
+    assert d.admit(_f(1.5, action="evict", entity="gpu:1")) == []
+    assert {f.id: f.count for f in d.flush()} == {reset.id: 2}
+
+
+def test_no_machine_fold_across_a_restart_or_after_the_window():
+    d = Dedup(window_s=300)
+    d.admit(_f(0))
+    d.restarted("j", T0 + 10)
+    [after] = d.admit(_f(20, action="evict", entity="gpu:1"))
+    assert after.action == "evict"
+    [later] = d.admit(_f(400, action="evict", entity="cuda:rank3"))
+    assert later.action == "evict"
+
+
+def test_a_folded_findings_own_entity_still_escalates_when_it_comes_back():
+    """Folded into the machine's verdict, GPU 1's ECC error still counts an episode of its own: the
+    same error after the job restarted means the eviction did not cure it."""
+    d = Dedup()
+    d.admit(_f(0))
+    assert d.admit(_f(1, action="evict", entity="gpu:1")) == []
+    d.restarted("j", T0 + 100)
+    [closed, back] = d.admit(_f(200, action="evict", entity="gpu:1"))  # the old verdict's final count first
+    assert (closed.count, closed.action) == (2, "evict_reset_gpu")
+    assert back.action == "inspect_hardware" and "episode 2" in back.detail
+
+
+def test_a_verdict_of_the_job_never_folds_into_a_machines():
+    """A hang's or fail-slow's verdict keeps its own id (requests and answers are linked by it)."""
+    d = Dedup()
+    d.admit(_f(0, fault="nvlink", action="evict"))
+    hang = _f(5, fault="nvlink", action="evict", entity="x").to_diagnosis()
+    assert d.admit_diagnosis(hang) == [hang]
 
 
 def test_sympathetic_findings_are_never_blamed():
@@ -52,7 +111,10 @@ def test_app_fault_repeating_on_the_same_gpu_after_a_restart_evicts():
     d.restarted("j")
     [b] = d.admit(_f(60, fault="app_fault", action="reattempt"))
     assert (a.action, b.action) == ("reattempt", "evict") and "episode 2" in b.detail
-    [c] = d.admit(_f(70, fault="app_fault", action="reattempt", entity="gpu:5"))  # other GPU: first time
+    # Another GPU of the machine while it is being evicted is folded into that verdict; later, on
+    # its own, it is that GPU's first time.
+    assert d.admit(_f(70, fault="app_fault", action="reattempt", entity="gpu:5")) == []
+    [c] = d.admit(_f(400, fault="app_fault", action="reattempt", entity="gpu:6"))
     assert c.action == "reattempt"
 
 

@@ -189,3 +189,27 @@ def test_a_held_candidate_explains_its_consequences_at_once():
     dedup = Dedup(job_size=lambda job: 16)
     dedup.note_held(xid74(100, "n01"))
     assert dedup.admit(silent) == [] and dedup.stats["consequence"] == 1
+
+
+def test_a_switch_wave_is_one_cause_the_hang_after_it_is_its_echo_and_nobody_is_evicted():
+    """Eight machines' ports go down under one switch: every collective stops, and the hang that
+    names the whole job is the wave's echo (a port down for good stops the job: its candidates
+    explain from their own time while the wave window holds them); the wave is one alert naming
+    the switch, and no machine is evicted for it."""
+    from faultlens.diagnosis.engine.dedup import Dedup
+
+    machines = {f"n{i:02d}": {"rack": f"r{i // 8}", "ib_switch": f"sw{i // 8}"} for i in range(16)}
+    config = dataclasses.replace(WAVE, causes=(("nic", ("ib_switch", "rack")),))
+    waves, dedup = Waves(config, job_size=lambda job: 16, machines=lambda job: machines), Dedup(job_size=lambda job: 16)
+    for i in range(8):
+        down = Finding(job="j", ts=160 + i, onset=100 + i, fault="nic", action="evict", nodes=(f"n{i:02d}",),
+                       entity="net:mlx5_0/1", evidence=(f"e{i}",), detail="port DOWN for 60s")
+        assert waves.admit(down) == []
+        dedup.note_held(down)
+    hang = Finding(job="j", ts=190, onset=98, fault="job_hang", action="reattempt", entity="all",
+                   nodes=tuple(machines)).to_diagnosis()
+    assert dedup.admit_diagnosis(hang) == [] and dedup.stats["consequence"] == 1
+    released, diags = waves.flush()
+    assert released == []
+    [wave] = final(diags)
+    assert (wave.fault, wave.action, wave.nodes, wave.group) == ("nic", "alert", (), "wave:ib_switch=sw0")

@@ -11,7 +11,10 @@ them as one stream read as a backlog by three members of one group.
 Right on first sight: 7 of 9. Found by this round: in nic_wave the hang read the watchdog's "never
 reported" ranks while the lines still arrived (48 of 64 in, the last 16 named: an alert on four
 healthy machines); fixed in diagnosis/hang/cues.py (the quiet ranks count once the reports settled).
-Two remain, both in the engine's consequence suppression (diagnosis/engine/dedup.py), strict xfails below.
+Two more, both in the engine's consequence suppression, were strict xfails until fixed at their cause
+(diagnosis/engine/dedup_causes.py, dedup.py): a port down for good and an uncorrectable memory error stop
+the job, so the hang or the peers' NCCL errors that follow are their echo; one machine's findings of one
+fault are one verdict. Now 9 of 9.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from tests.outside.fleet_shapes import SCENARIOS, write_all
 from tests.outside.modes import acting, assert_every_trace_expected, assert_expect_files_kept, with_offline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "fleet"
-KNOWN = {"xid48_noise", "nic_wave"}  # traces a known failure is about (the xfails below)
 # Through the broker, the fleets whose verdicts depend on the job stage seeing every member's part: a
 # topology that changes, a job that ends beside one that starts, a wave of every rank's watchdog. The
 # node-local ones (mixed_fleet, nvml_blind) are judged by one node-stage member whatever the split.
@@ -42,7 +44,7 @@ def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
 
 @pytest.mark.long(12)
 def test_every_fleet_gives_what_a_user_expects(checked):
-    assert_every_trace_expected(checked, SCENARIOS, KNOWN)
+    assert_every_trace_expected(checked, SCENARIOS)
 
 
 @pytest.mark.long(3)
@@ -63,32 +65,21 @@ def test_a_nic_down_under_every_ranks_watchdog_names_no_other_machine(traces):
     assert [(d["fault"], d["action"]) for d in found if d["action"] in EVICTING] == [("nic", "evict")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine (diagnosis/engine/dedup.py JOB_STOPPING): a NIC port down for good stops every collective, "
-        "but `nic` is no job-stopping primary, so the hang that follows (no dumps: 'no culprit: reattempt in "
-        "place', naming all 16 machines) is not its consequence; the nic eviction waits the wave window "
-        "meanwhile (note_held explains only overlapping or job-stopping faults)"
-    ),
-)
 def test_a_nic_down_is_one_verdict(checked):
+    """Before: `nic` was no job-stopping primary, so the hang that followed the port going down (no
+    dumps: "no culprit: reattempt in place") was judged alone, a reattempt naming all 16 machines,
+    while the nic eviction waited the wave window. An eviction for a port down stops the job now
+    (dedup_causes.STOPPING_WHEN), from the time the wave held it (Dedup.note_held)."""
     r = checked["nic_wave"]
     assert r["ok"], (r["extra"], r["changed"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine (diagnosis/engine/dedup.py): the Xid 48 machine's gpu_memory is no job-stopping primary "
-        "(JOB_STOPPING lacks gpu_memory, and the rank's 'uncorrectable ECC error encountered' is classed "
-        "gpu_memory, not cuda_error), so the peers' 'remote process exited' NCCL errors 20 s later are "
-        "judged alone: nccl_error reattempt naming rank 0's healthy ecc-r1-01; and the one DBE is three "
-        "verdicts on ecc-r1-04 (xid.48 evict_reset_gpu, the CUDA line's and the counters' evict: other "
-        "entities, not folded)"
-    ),
-)
 def test_an_xid48_among_correctable_counts_is_one_verdict(checked):
+    """Before: the peers' "remote process exited" 20 s after the Xid 48 were judged alone (an
+    nccl_error reattempt naming rank 0's healthy ecc-r1-01), and the one DBE was three verdicts on
+    ecc-r1-04 (the Xid's evict_reset_gpu, the CUDA line's and the counters' evict: other entities).
+    An uncorrectable memory error stops the job now, and the machine's findings of it fold into the
+    Xid's verdict, the strongest, with their evidence."""
     r = checked["xid48_noise"]
     assert r["ok"], (r["extra"], r["changed"])
 

@@ -245,7 +245,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 9))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 10))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "crystal_graph_sgd_lr0.1_never_learns.csv": "a regression with no class count: its chance level is the "
@@ -280,6 +280,16 @@ FRESH_MISSED: dict[str, str] = {
     "only the same network's other runs (2e-4) say 5.8 is a wrong solution",
     # fresh8's two EEG-to-fMRI runs that never learned, each of their 4 batches an epoch frozen at its own
     # loss, are found since round 9's cyclic "frozen" (diagnosis/rules/loss_cycle.py).
+    # fresh9 (scored sealed and after round 9, both unread): near chance but outside its band, start unsaid.
+    "butterfly_frozen_encoder_v14_near_ln30.csv": "3.2-3.3, 5-6 % below ln 30 = 3.40, for 80 of its 125 points: "
+    "outside the 2 % of chance, its start unsaid (the notebook's encoder may be pretrained); by its loss a slow "
+    "learner: its fall from 3.48 (0.24-0.29) is under three robust sigmas of its per-batch noise at most windows, "
+    "and across the plateau after it the loss still drifts down by a third of that fall (0.05-0.10), where "
+    "'learned a little, then stopped' wants under a tenth. Its validation accuracy (0.13, a guess's 0.033) is no "
+    "step event's",
+    "butterfly_v15_stuck_near_ln30.csv": "the same classifier fine-tuning its encoder: 3.21-3.26, 5-6 % below ln 30, "
+    "for 100 points after a fall of 6 % in 25: the fall (0.17-0.22) under three robust sigmas of its per-batch "
+    "noise (0.25-0.40), its plateau 4x the fall, and its start unsaid",
     # fresh6's one healthy run flagged.
     "lstm_event_mnist_200_epochs.csv": "a one-epoch excursion from 0.014 to 0.287 (20x its median, 12 % of ln 10) "
     "that the run recovers from at the next epoch: a spike by every measure at the step it happens; the label, "

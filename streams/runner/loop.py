@@ -382,7 +382,7 @@ class GroupRunner:
         """Commit, per partition, up to the first record still held (or the position)."""
         if consumer is None or self.order is None:
             return
-        offsets = self.order.handed_on(consumer, partitions, self.rebalance.resume_at)
+        offsets = self.rebalance.above_floor(self.order.handed_on(consumer, partitions, self.rebalance.resume_at))
         if offsets:
             self._commit(consumer, offsets)
 

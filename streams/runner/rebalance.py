@@ -14,7 +14,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable, Collection, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
@@ -99,6 +99,11 @@ class RebalanceBook:
         self.resume_at: dict[TopicPartition, int] = {}  # revoked: where handing on stopped
         self.to_resume: dict[TopicPartition, int] = {}  # kept through a rebalance: seek there
         self.revoked_last: set[TopicPartition] = set()
+        # A partition taken over and read again from before the group's commit: nothing is committed
+        # below that commit until the handing on passes it. Committing the rebuild's start moved a
+        # group's commit back (a takeover's 273 to 0 for the seconds its re-read took): a restart
+        # then would read again all the group had diagnosed, and rebuild_s before it besides.
+        self.commit_floor: dict[TopicPartition, int] = {}
         # Since when a revocation awaits its next assignment (None: not rebalancing). No idle stop
         # then, for a while (kafka-python keeps revoked members in the loop while the join goes
         # on; a member stopping there left the records it had held to a new owner that, in a
@@ -115,6 +120,7 @@ class RebalanceBook:
         self.to_resume.update(kept)
         moved = (self.revoked_last - set(assigned)) | (set(assigned) - set(kept))
         self.revoked_last = set()
+        self.commit_floor = {tp: at for tp, at in self.commit_floor.items() if tp in kept}
         if self.rebuild_s > 0:
             self.to_rebuild |= set(assigned) - set(kept)
         self.assignments += 1
@@ -141,6 +147,19 @@ class RebalanceBook:
             at = held if held is not None else read_to
             if at is not None and tp not in unbuilt:
                 self.resume_at[tp] = at
+
+    def above_floor(self, offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, Any]:
+        """``offsets`` (to commit) without those below their partition's commit floor; a floor
+        reached is forgotten."""
+        for tp, at in list(offsets.items()):
+            floor = self.commit_floor.get(tp)
+            if floor is None:
+                continue
+            if at.offset < floor:
+                del offsets[tp]
+            else:
+                del self.commit_floor[tp]
+        return offsets
 
     @property
     def seeks_pending(self) -> bool:
@@ -178,5 +197,7 @@ class RebalanceBook:
             # ... or earlier, by `rebuild_s` of broker time.
             start = min(at.offset, base) if at is not None else base
             consumer.seek(tp, start)
+            self.commit_floor.pop(tp, None)
             if start < base:
+                self.commit_floor[tp] = base
                 log.info("%s[%d]: re-reading %d record(s) to rebuild state", tp.topic, tp.partition, base - start)

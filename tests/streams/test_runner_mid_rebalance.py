@@ -172,3 +172,45 @@ def test_a_member_between_revocation_and_assignment_says_nothing_downstream():
     runner._assigned([TP])
     runner._announce()
     assert words[said][0] == float("-inf")  # the hello: its earlier words no longer hold
+
+
+class _TakeoverConsumer(_MidJoinConsumer):
+    """A partition taken over: the group committed ``committed``; retained input starts at 0."""
+
+    def __init__(self, committed: int):
+        super().__init__(position=committed)
+        self._committed = committed
+
+    def committed(self, tp):
+        return self._committed
+
+    def offsets_for_times(self, times):
+        from kafka.structs import OffsetAndTimestamp
+
+        return {tp: OffsetAndTimestamp(0, 0, None) for tp in times}
+
+    def beginning_offsets(self, parts):
+        return {tp: 0 for tp in parts}
+
+    def seek(self, tp, offset):
+        self._position = offset
+
+
+def test_a_partition_taken_over_is_not_committed_below_the_groups_commit_while_it_is_read_again():
+    """Its re-read for the handler's state starts ``rebuild_s`` before the group's commit: committing
+    that start moved the commit back (a takeover's 273 to 0 for the seconds the re-read took, seen
+    with two members on Tansu), and a restart then would read all of it again."""
+    runner = GroupRunner(KafkaSettings(bootstrap="unused:9092"), "g", ["t"], lambda records: [],
+                         producer=_NoProducer(), event_time=True, rebuild_s=900.0)
+    consumer = _TakeoverConsumer(committed=273)
+    runner._assigned([TP])
+    runner.rebalance.seek(consumer)
+    assert consumer.position(TP) == 0
+    _hold(runner, range(0, 3))  # read again, held
+    runner._commit_handed_on(consumer, consumer.assignment())
+    assert consumer.commits == []  # the group's 273 stands
+    runner.merge.drain()
+    consumer.seek(TP, 300)  # handed on past the group's commit
+    runner._commit_handed_on(consumer, consumer.assignment())
+    assert consumer.commits == [{TP: 300}]
+    assert runner.rebalance.commit_floor == {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kafka.structs import TopicPartition
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner.commit import CommitSchedule
@@ -155,3 +155,18 @@ def test_callbacks_from_another_thread_wait_for_the_loop():
     assert queue.apply(target)
     assert target.calls[1:] == [("revoked", [A]), ("assigned", [B])]
     assert not queue.apply(target)
+
+
+def test_a_commit_floor_holds_until_reached_and_only_for_a_partition_kept():
+    book = RebalanceBook(rebuild_s=900.0)
+    book.commit_floor.update({A: 273, B: 40})  # both read again from before the group's commit
+    assert book.above_floor({A: OffsetAndMetadata(5, "", -1), B: OffsetAndMetadata(40, "", -1)}) == {
+        B: OffsetAndMetadata(40, "", -1)}
+    assert book.commit_floor == {A: 273}  # B's was reached
+    book.next_offset[A] = 9
+    book.revoked([A], now=1.0, held_offset=lambda tp: None)
+    book.assigned([A])  # given straight back: it resumes at 9, still below the group's 273
+    assert book.commit_floor == {A: 273}
+    book.revoked([A], now=2.0, held_offset=lambda tp: None)
+    book.assigned([C])  # gone: its next owner's business
+    assert book.commit_floor == {}

@@ -145,8 +145,9 @@ class Dedup:
             return []
         prior = self._episodes[key]
         action = escalate(finding.fault, finding.action, prior)
+        out = self._close(key, ep) if ep is not None else []  # its last episode, ended: its final count
         if original is None and self._fold_machine(finding, key, action, gen):
-            return []
+            return out
         detail = finding.detail
         if action != finding.action:
             detail = f"{detail} [episode {prior + 1} of this fault here: {finding.action} → {action}]"
@@ -154,7 +155,6 @@ class Dedup:
             diag = msgspec.structs.replace(original, action=Action(action), detail=detail)
         else:
             diag = finding.to_diagnosis(action=action, detail=detail)
-        out = self._close(key, ep) if ep is not None else []
         self._open[key] = _Episode(diag, finding.ts, 1, 1, gen, list(finding.evidence))
         self._episodes[key] += 1
         if original is None and len(diag.nodes) == 1 and action in _MACHINE_STRENGTH:

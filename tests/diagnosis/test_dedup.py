@@ -76,6 +76,20 @@ def test_a_folded_findings_own_entity_still_escalates_when_it_comes_back():
     assert back.action == "inspect_hardware" and "episode 2" in back.detail
 
 
+def test_an_entitys_ended_verdict_reports_its_final_count_before_the_machines_fold_is_tried():
+    """GPU 1's own verdict went quiet while the machine's (GPU 0's reset) stayed open: GPU 1 back is
+    its final count, then its second episode, which escalates past what the machine's asks."""
+    d = Dedup(window_s=300)
+    [gpu1] = d.admit(_f(0, action="evict", entity="gpu:1"))
+    [gpu0] = d.admit(_f(1, entity="gpu:0"))  # asks a reset: a verdict of its own, the machine's now
+    assert d.admit(_f(5, action="evict", entity="gpu:1")) == []  # its own episode: count 2
+    assert d.admit(_f(200, entity="gpu:0")) == []
+    [final1, again] = d.admit(_f(400, action="evict", entity="gpu:1"))
+    assert (final1.id, final1.count) == (gpu1.id, 2) and again.action == "inspect_hardware"
+    assert d.admit(_f(401, action="evict", entity="cuda:rank9")) == []  # asks less: folds into it
+    assert {f.id: f.count for f in d.flush()} == {gpu0.id: 2, again.id: 2}
+
+
 def test_a_verdict_of_the_job_never_folds_into_a_machines():
     """A hang's or fail-slow's verdict keeps its own id (requests and answers are linked by it)."""
     d = Dedup()

@@ -51,7 +51,8 @@ from faultlens.events import topics
 from faultlens.events.bundle import pack
 from faultlens.events.envelope import Envelope, InvalidEvent, encode
 from faultlens.events.event_time import WriterWord
-from faultlens.events.payloads import check_payload
+from faultlens.events.payloads import check_payload, typed
+from faultlens.events.payloads_job import TrainStep
 from faultlens.parsing.rules import LineRule
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.loop import Record, dead_letter, record_bytes
@@ -109,25 +110,10 @@ class NodeStageHandler:
         forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
         for r in records:
             try:
-                produced, passed_on = self._one(r)
+                self._one(r, out, forwards)
             except InvalidEvent as exc:
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
                                        self.group))
-                continue
-            for o in produced:
-                # A job's outputs keep the order they were made in: what was passed on before a
-                # window or a finding goes out before it (a job stage reading a backlog may take a
-                # window's time as the partition's progress).
-                if o.key in forwards:
-                    out.extend(self._bundle(o.key, forwards.pop(o.key)))
-                out.append(o)
-            for job, ts, raw in passed_on:
-                key = job.encode()
-                held = forwards.get(key)
-                if held is None:
-                    forwards[key] = [(ts, raw)]
-                else:
-                    held.append((ts, raw))
         for key, items in forwards.items():
             out.extend(self._bundle(key, items))
         self.emitted += len(out)
@@ -169,8 +155,9 @@ class NodeStageHandler:
         for number in {tp.partition for tp in partitions}:
             self._stages.pop(number, None)
 
-    def _one(self, r: Record) -> tuple[list[Outgoing], list[tuple[str, float, bytes]]]:
-        """One record's outputs, and the (job, ts, event bytes) it passes on to the job stage."""
+    def _one(self, r: Record, out: list[Outgoing], forwards: dict[bytes, list[tuple[float, bytes]]]) -> None:
+        """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
+        into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
         event: Envelope = r.value
         # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
         kinds = KNOWN_KINDS.get(event.source)
@@ -180,15 +167,15 @@ class NodeStageHandler:
             check_payload(event)
         if event.source == "job":
             self.book.update(event)
-            return [], []
+            return
         placed = r.event_ts if r.event_ts is not None else event.ts
         self.book.advance(event.job, placed)
         # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
         # and the job stage learns which jobs share a clock only from times said along the way.
-        out = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
-               and self._partitions else [])
+        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+                and self._partitions else [])
         if r.skew_s is not None:
-            out.extend(self._skew(event, r, r.skew_s))
+            made.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = dataclasses.replace(event, ts=r.event_ts)
         # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
@@ -201,24 +188,45 @@ class NodeStageHandler:
         node_out.forward.clear()
         stage = self._stages.get(r.partition) or self.stage(r.partition)
         # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
-        for parsed in stage.parse(event) if event.kind == "line" else (event,):
-            mismatch = rank_mismatch(self.book, parsed)
+        if event.kind == "step" and event.source == "train":  # four in five: the step path, its Struct read once
+            mismatch = rank_mismatch(self.book, event)
             if mismatch is not None:
                 node_out.findings.append(mismatch)
-            stage.observe(parsed, node_out)
+            stage.observe_step(event, typed(event, TrainStep), node_out)
+        else:
+            for parsed in stage.parse(event) if event.kind == "line" else (event,):
+                mismatch = rank_mismatch(self.book, parsed)
+                if mismatch is not None:
+                    node_out.findings.append(mismatch)
+                stage.observe(parsed, node_out)
         if node_out.findings:
-            out += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
             if self.wave is not None and self._partitions:
-                out += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
+                made += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
         if node_out.windows:
-            out += [window_summary(w, event.ts) for w in node_out.windows]
+            made += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding.
         as_read = r.raw if event is r.value else None
         forward = node_out.forward
-        if len(forward) == 1 and forward[0] is event and as_read is not None:  # (most: a step, a beat)
-            return out, [(event.job, event.ts, as_read)]
-        return out, [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
+        if as_read is not None and len(forward) == 1 and forward[0] is event:  # (most: a step, a beat)
+            passed = [(event.job, event.ts, as_read)]
+        else:
+            passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
+        for o in made:
+            # A job's outputs keep the order they were made in: what was passed on before a window
+            # or a finding goes out before it (a job stage reading a backlog may take a window's
+            # time as the partition's progress).
+            if o.key in forwards:
+                out.extend(self._bundle(o.key, forwards.pop(o.key)))
+            out.append(o)
+        for job, ts, raw in passed:
+            key = job.encode()
+            held = forwards.get(key)
+            if held is None:
+                forwards[key] = [(ts, raw)]
+            else:
+                held.append((ts, raw))
 
     def _fleet_copy(self, f: Finding) -> bool:
         """A wave candidate; or evidence of a machine's own (an Xid 79), which the fleet wave holding

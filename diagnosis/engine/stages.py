@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
@@ -26,6 +26,7 @@ from faultlens.diagnosis.rules.liveness import SilenceDetector
 from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
+from faultlens.events.payloads_job import TrainStep
 from faultlens.events.topics import telemetry_partition
 from faultlens.parsing.registry import LineEventParser
 from faultlens.parsing.rules import LineRule
@@ -98,6 +99,11 @@ class NodeStage:
         for rule in self.rules:
             for source in rule.sources:
                 self._by_source.setdefault(source, []).append(rule)
+        # The step path's readers (observe_step): the rules of `train` by their own step methods, so the
+        # payload is read once for all of them (None where one has none: then observe, as any event).
+        readers: list[Any] = [getattr(rule, "observe_step", None) for rule in self._by_source.get("train", ())]
+        self._step_readers: list[Callable[[Envelope, TrainStep], list[Finding]]] | None = (
+            readers if None not in readers else None)
         self.windows = FeatureWindows(window_s)
 
     def _unrecognised(self, source: str, node: str, message: str) -> None:
@@ -121,6 +127,23 @@ class NodeStage:
             out.windows.extend(windows)
         if event.source in JOB_SOURCES:
             out.forward.append(event)
+
+    def observe_step(self, event: Envelope, step: TrainStep, out: NodeOutput) -> None:
+        """:meth:`observe` for a ``train``/``step`` whose payload the caller read: four in five of the
+        node stage's messages (issue 56), each reader handed the Struct instead of reading it again.
+        tests/diagnosis/test_engine_steps.py holds it to observe."""
+        readers = self._step_readers
+        if readers is None:
+            self.observe(event, out)
+            return
+        for read in readers:
+            found = read(event, step)
+            if found:
+                out.findings.extend(found)
+        windows = self.windows.observe_step(event, step)
+        if windows:
+            out.windows.extend(windows)
+        out.forward.append(event)  # train is a source the job stage reads (JOB_SOURCES)
 
     def flush(self) -> tuple[list[Envelope], list[NodeWindow]]:
         parsed = self.parser.flush()

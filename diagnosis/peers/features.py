@@ -121,42 +121,59 @@ class FeatureWindows:
         self._acc: dict[tuple[str, str], _Acc] = {}
 
     def observe(self, event: Envelope) -> list[NodeWindow]:
-        if not ((event.source == "gpu" and event.kind == "sample") or (event.source == "train" and event.kind == "step")):
-            return []
+        if event.source == "gpu" and event.kind == "sample":
+            out: list[NodeWindow] = []
+            acc = self._acc_at(event, out)
+            if acc is not None:
+                self._sample(acc, event)
+                if len(acc.evidence) < 4:
+                    acc.evidence.append(event.id)
+            return out
+        if event.source == "train" and event.kind == "step":
+            return self.observe_step(event, typed(event, TrainStep))  # read once by the node stage's payload check
+        return []
+
+    def observe_step(self, event: Envelope, step: TrainStep) -> list[NodeWindow]:
+        """A ``train``/``step`` whose payload the caller read (the node stage's step path, four in
+        five of its messages: issue 56)."""
+        out: list[NodeWindow] = []
+        acc = self._acc_at(event, out)
+        if acc is None:
+            return out
+        t = step.step_time_s  # finite, never negative, or null
+        if t is not None:
+            if acc.step_times == 0:
+                acc.step_time_first = acc.seq
+            acc.step_time_sum += t
+            acc.step_times += 1
+        rank = step.rank
+        if rank is not None:
+            acc.ranks.add(rank)
+            compute = step.compute_s  # finite, never negative, or null
+            if compute is not None:
+                tally = acc.rank_compute.get(rank)
+                if tally is None:
+                    tally = acc.rank_compute[rank] = [0.0, 0]
+                tally[0] += compute
+                tally[1] += 1
+        if len(acc.evidence) < 4:
+            acc.evidence.append(event.id)
+        return out
+
+    def _acc_at(self, event: Envelope, out: list[NodeWindow]) -> _Acc | None:
+        """The node's window that holds ``event`` (the one before closed into ``out`` where it is
+        the node's first event past it), its event counted; None for a straggler of a closed one."""
         start = math.floor(event.ts / self.window_s) * self.window_s
         key = (event.job, event.node)
         acc = self._acc.get(key)
-        out: list[NodeWindow] = []
         if acc is None or start > acc.start:
             if acc is not None:
                 out.append(self._close(key, acc))
             acc = self._acc[key] = _Acc(start)
         elif start < acc.start:
-            return []  # a straggling event of a closed window: too late to count
+            return None  # a straggling event of a closed window: too late to count
         acc.seq += 1
-        if event.source == "gpu":
-            self._sample(acc, event)
-        else:
-            step = typed(event, TrainStep)  # read once by the node stage's payload check
-            t = step.step_time_s  # finite, never negative, or null
-            if t is not None:
-                if acc.step_times == 0:
-                    acc.step_time_first = acc.seq
-                acc.step_time_sum += t
-                acc.step_times += 1
-            rank = step.rank
-            if rank is not None:
-                acc.ranks.add(rank)
-                compute = step.compute_s  # finite, never negative, or null
-                if compute is not None:
-                    tally = acc.rank_compute.get(rank)
-                    if tally is None:
-                        tally = acc.rank_compute[rank] = [0.0, 0]
-                    tally[0] += compute
-                    tally[1] += 1
-        if len(acc.evidence) < 4:
-            acc.evidence.append(event.id)
-        return out
+        return acc
 
     def _sample(self, acc: _Acc, event: Envelope) -> None:
         table = gpu_table(event)

@@ -61,20 +61,29 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            step = typed(event, TrainStep)  # read once by the node stage's payload check
-            t = step.compute_s if step.compute_s is not None else step.step_time_s
-            rank = step.rank
-            if t is None or t <= 0 or rank is None:
-                return []
-            book = state.recent if state.since is not None else state.baseline
-            times = book.get(rank)
-            if times is None:
-                times = book[rank] = deque(maxlen=60 if book is state.baseline else 10)
-            times.append(t)
-            if state.since is None:
-                return []  # _confirm: nothing throttles
-            return self._confirm(event, state, rank)
+            return self._step(event, typed(event, TrainStep), state)  # read once by the node stage's payload check
         return []
+
+    def observe_step(self, event: Envelope, step: TrainStep) -> list[Finding]:
+        """A ``train``/``step`` whose payload the caller read (the node stage's step path)."""
+        state = self._nodes.get((event.job, event.node))
+        if state is None:
+            state = self._nodes[(event.job, event.node)] = _NodeHeat()
+        return self._step(event, step, state)
+
+    def _step(self, event: Envelope, step: TrainStep, state: _NodeHeat) -> list[Finding]:
+        t = step.compute_s if step.compute_s is not None else step.step_time_s
+        rank = step.rank
+        if t is None or t <= 0 or rank is None:
+            return []
+        book = state.recent if state.since is not None else state.baseline
+        times = book.get(rank)
+        if times is None:
+            times = book[rank] = deque(maxlen=60 if book is state.baseline else 10)
+        times.append(t)
+        if state.since is None:
+            return []  # _confirm: nothing throttles
+        return self._confirm(event, state, rank)
 
     def _sample(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
         table = gpu_table(event)

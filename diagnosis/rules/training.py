@@ -126,7 +126,7 @@ class TrainingRule:
         if event.source == "nccl":
             return self._log(event)
         if event.kind == "step":
-            return self._step(event)
+            return self.observe_step(event, typed(event, TrainStep))
         return []
 
     def _log(self, event: Envelope) -> list[Finding]:
@@ -171,8 +171,9 @@ class TrainingRule:
             entity="loss", evidence=(event.id,), detail=detail,
         )
 
-    def _step(self, event: Envelope) -> list[Finding]:
-        step = typed(event, TrainStep)
+    def observe_step(self, event: Envelope, step: TrainStep) -> list[Finding]:
+        """A ``train``/``step`` whose payload the caller read (the node stage's step path reads it
+        once for every reader: diagnosis/engine/stages.py)."""
         rank = step.rank
         if rank is None:
             raise missing("rank", event)

@@ -21,6 +21,7 @@ from faultlens.events.command import Command
 from faultlens.events.command_screen import CommandScreen, Screened
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import Consumer, open_consumer
+from faultlens.streams.reader_ends import seek_past_end
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,9 @@ class CommandListener(threading.Thread):
                 return None
             tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
             consumer.assign(tps)
-            consumer.seek_to_end(*tps)
-            for tp in tps:
-                consumer.position(tp)  # resolve the end offsets now, so "ready" means "sees what comes next"
+            # Resolved now, so "ready" means "sees what comes next"; past the last record, not at the
+            # listed end, which the embedded broker puts inside the last batch (streams/reader_ends.py)
+            seek_past_end(consumer, tps)
         except (KafkaError, OSError) as exc:
             log.debug("command listener: %s", exc)
             consumer.close()

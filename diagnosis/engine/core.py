@@ -49,6 +49,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
+from faultlens.events.payloads_job import TrainStep
 from faultlens.events.payloads_stage import JobEnd, JobRestart, SummaryClock
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,10 @@ class Engine:
             findings, diags = lane.stage.observe(event)
             return lane.settle(findings, diags)
         node_out = NodeOutput()
+        if event.kind == "step" and event.source == "train":  # four in five: its Struct read once for every reader
+            self._check_rank(event, node_out)
+            self.node_stage.observe_step(event, typed(event, TrainStep), node_out)
+            return self._job_side(lane, node_out)
         for parsed in self.node_stage.parse(event) if event.kind == "line" else (event,):
             self.stats["parsed"] += parsed is not event
             self._check_rank(parsed, node_out)

@@ -61,7 +61,7 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            return self._step(event, typed(event, TrainStep), state)  # read once by the node stage's payload check
+            return self.observe_step(event, typed(event, TrainStep))  # read once by the node stage's payload check
         return []
 
     def observe_step(self, event: Envelope, step: TrainStep) -> list[Finding]:
@@ -69,9 +69,6 @@ class ThermalRule:
         state = self._nodes.get((event.job, event.node))
         if state is None:
             state = self._nodes[(event.job, event.node)] = _NodeHeat()
-        return self._step(event, step, state)
-
-    def _step(self, event: Envelope, step: TrainStep, state: _NodeHeat) -> list[Finding]:
         t = step.compute_s if step.compute_s is not None else step.step_time_s
         rank = step.rank
         if t is None or t <= 0 or rank is None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import random
 import re
 
+import msgspec
 import orjson
 
 from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage
 from faultlens.events import topics
 from faultlens.events.envelope import Envelope, decode
@@ -197,3 +199,23 @@ def test_a_rule_of_steps_without_a_step_method_is_run_the_general_way():
     out = NodeOutput()
     stage.observe_step(event, typed(event, TrainStep), out)
     assert Counting.seen == 1 and out.forward == [event]
+
+
+def _diagnoses(seed: int) -> list[bytes]:
+    """What one engine (`diagnose --stage all`, `faultlens analyze`) diagnoses of the run."""
+    engine = Engine()
+    engine.process(_topology().value)
+    out = []
+    for topic, raw in _messages(seed):
+        out += engine.process(TELEMETRY_DECODERS[topic](raw))
+    out += engine.flush()
+    return [msgspec.json.encode(d) for d in out]
+
+
+def test_the_engine_step_path_diagnoses_what_the_general_path_diagnoses(monkeypatch):
+    fused = _diagnoses(56)
+    with monkeypatch.context() as m:
+        _one_at_a_time(m)
+        general = _diagnoses(56)
+    assert fused == general
+    assert {b"loss_spike", b"nan_loss", b"gpu_thermal"} <= {f for d in fused for f in re.findall(rb'"fault":"(\w+)"', d)}

@@ -40,6 +40,7 @@ from faultlens.events import topics
 from faultlens.events.envelope import decode
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.reader_ends import seek_past_end
 from faultlens.streams.replay import replay_trace
 from tests.kafka_fixtures import wait_for_records
 from tests.progress import files_size, wait_until
@@ -50,11 +51,14 @@ LIVE_JOB_IDLE_S = 15
 
 
 def end_offsets(settings: KafkaSettings, topic_names: Iterable[str]) -> dict[TopicPartition, int]:
-    """Every partition of ``topic_names`` and its end offset now."""
+    """Every partition of ``topic_names`` and its end offset now: the offset after its last
+    record, fetched (streams/reader_ends.py), not the embedded broker's listed end, its last
+    batch's start, which a group's commit passes with that batch's records still held."""
     looker = open_consumer(settings, None)
     try:
         parts = [TopicPartition(t, p) for t in topic_names for p in sorted(looker.partitions_for_topic(t) or ())]
-        return dict(looker.end_offsets(parts))
+        looker.assign(parts)
+        return seek_past_end(looker, parts)
     finally:
         looker.close()
 

@@ -29,12 +29,16 @@ class Placement(NamedTuple):
     clamped: str | None = None  # "future" when the event's own time was not believable
 
 
-@dataclass
+@dataclass(slots=True)
 class _NodeOffsets:
     recent: deque = field(default_factory=lambda: deque(maxlen=15))
     median: float = 0.0
     fresh: int = 0  # offsets added since the median was taken
     correction: float = 0.0  # what its events are shifted by, held steady while the skew stays
+    # Its job's recent offsets and record-time span (EventClock's, for the job): held here too, so a
+    # record costs one lookup of its node, not three of its job.
+    job_recent: deque = field(default_factory=deque)
+    job_span: list[float] = field(default_factory=list)
 
 
 # With fewer nodes a job has no majority to tell the wrong clock from the right ones.
@@ -94,15 +98,16 @@ class EventClock:
             return
         offset = ts - record_ts
         entry = self._nodes.get((job, node))
+        new = entry is None
         if entry is None:
-            entry = self._nodes[(job, node)] = _NodeOffsets(median=offset)
+            entry = self._nodes[(job, node)] = _NodeOffsets(
+                median=offset, job_recent=self._job_recent.setdefault(job, deque(maxlen=255)),
+                job_span=self._job_span.setdefault(job, [record_ts, record_ts]))
             self._job_nodes.setdefault(job, []).append(entry)
             self._job_dirty[job] = 64
-            self._job_recent.setdefault(job, deque(maxlen=255))
-            self._job_span.setdefault(job, [record_ts, record_ts])
         entry.recent.append(offset)
-        self._job_recent[job].append(offset)
-        span = self._job_span[job]
+        entry.job_recent.append(offset)
+        span = entry.job_span
         if record_ts < span[0]:
             span[0] = record_ts
         elif record_ts > span[1]:
@@ -111,8 +116,10 @@ class EventClock:
         if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
             entry.median = statistics.median(entry.recent)
             entry.fresh = 0
-            self._job_dirty[job] = self._job_dirty.get(job, 0) + 1
-        if self._job_dirty.get(job, 0) >= 8:
+            self._job_dirty[job] += 1
+        elif not new:
+            return  # the job's count moved neither here nor by a new node (64): no estimate is due
+        if self._job_dirty[job] >= 8:
             self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
             history = self._job_history.setdefault(job, deque(maxlen=64))
             if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:

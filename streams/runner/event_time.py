@@ -74,6 +74,7 @@ class EventTimeOrder:
         self._away_ends: dict[TopicPartition, int] | None = None
         self._away = False
         self._away_said = False  # whether unknown end offsets were logged since the loop came back
+        self._away_raised = False  # whether those ends were raised to the fetches' (_read_what_came_while_away)
 
     # --- assignment -------------------------------------------------------------------------
     def open_broadcast(self, settings: KafkaSettings, max_records: int) -> None:
@@ -365,7 +366,7 @@ class EventTimeOrder:
     def _came_round(self, mono: float) -> None:
         """The loop is here at monotonic time ``mono``: if it was away past AWAY_S, say so."""
         if self._loop_seen is not None and mono - self._loop_seen > AWAY_S:
-            self._away, self._away_ends, self._away_said = True, None, False
+            self._away, self._away_ends, self._away_said, self._away_raised = True, None, False, False
         self._loop_seen = mono
 
     def _read_what_came_while_away(self, consumer: Consumer) -> bool:
@@ -394,6 +395,12 @@ class EventTimeOrder:
             return False
         if unread:
             return False
+        if not self._away_raised:
+            # The embedded broker lists a partition's last batch's start as its end, and a poll may
+            # hand that batch out in part (streams/reader_ends.py): read on, once, to the fetches' end.
+            self._away_raised = True
+            self._away_ends = {tp: max(ends.get(tp, 0), consumer.highwater(tp) or 0) for tp in parts}
+            return self._read_what_came_while_away(consumer)
         self._away, self._away_ends = False, None
         return True
 

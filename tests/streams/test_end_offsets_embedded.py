@@ -161,3 +161,48 @@ def test_a_wait_for_records_reads_what_was_there_before_it_judges(client_setting
     _two_batches(client_settings, topic, lambda i: b"r%05d" % i)
     got = wait_for_records(client_settings, topic, lambda raw: raw, None, bool, timeout_s=60)
     assert len(got) == 2500 and got[-1] == b"r02499"
+
+
+class _Clock:
+    def handle(self, records):
+        return []
+
+    def tick_held(self, now, busy=(), upstream=None):
+        return []
+
+
+def test_a_loop_back_from_away_waits_for_the_last_batch_handed_out_whole(client_settings, fresh_topic):
+    """A loop that was away lets the wall clock move no job's time before what came meanwhile is
+    read (tests/diagnosis/test_backlog_loop_away.py). Handed out 100 of one 500-record batch, it
+    had read past the embedded broker's listed end (1) with 400 records still in the client."""
+    from faultlens.streams.runner.event_time import AWAY_S
+    from faultlens.streams.runner.loop import GroupRunner
+
+    topic = fresh_topic(partitions=1)
+    _one_batch(client_settings, topic, [b"r%03d" % i for i in range(500)])
+    tp = TopicPartition(topic, 0)
+    runner = GroupRunner(client_settings, "g-unused", [topic], _Clock(), event_time=True)
+    consumer = open_consumer(client_settings, None, max_records=100)
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list = []
+        wait_until(
+            lambda: got.extend(r for rs in consumer.poll(timeout_ms=200).values() for r in rs) or got,
+            progress=lambda: len(got),
+            stall_s=60,
+            limit_s=240,
+            what="the first poll's records",
+        )
+        assert consumer.position(tp) == 100
+        order = runner.order
+        assert order is not None
+        order._loop_seen = time.monotonic() - AWAY_S - 60  # it came round a minute late (set, not waited for)
+        order._came_round(time.monotonic())
+        assert not order._read_what_came_while_away(consumer)
+        while consumer.position(tp) < 500:
+            consumer.poll(timeout_ms=200)
+        assert order._read_what_came_while_away(consumer)
+    finally:
+        consumer.close()
+        runner.producer.close()

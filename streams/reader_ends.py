@@ -7,11 +7,14 @@ one batch list an end of 1, 150 sent as three batches of 50 list 101. Both clien
 in ``end_offsets``, librdkafka's watermark query and the admin client's ``list_offsets`` alike, and
 both resolve a seek to the end through it; the high watermark a fetch carries is the true one.
 
-A read from the start that stops at the listed end still reads all there was: it reaches that
-offset only with the last batch fetched, and a batch comes whole. A read from the end starts
-inside the last batch instead and hands out what was sent before it began (`faultlens record
---from-now` recorded old events; the command listener was handed commands issued before it
-started). :func:`seek_past_end` starts such a read after the last record on either broker.
+A read from the start reaches the listed end only with the last batch fetched, but a poll hands
+out at most its ``max_records``, so the rest of that batch may still be in the client: a read
+that stops there (the fleet read, ``wait_for_records``, the runner back from away) stopped short;
+:func:`short_of_end` also waits for the high watermark of the partition's last fetch. (The
+reader's read stops only after a quiet spell, which records in the client never leave.) A read
+from the end starts inside the last batch and hands out what was sent before it began
+(`faultlens record --from-now` recorded old events; the command listener was handed commands
+issued before it started): :func:`seek_past_end` starts it after the last record.
 """
 
 from __future__ import annotations

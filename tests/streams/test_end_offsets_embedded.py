@@ -206,3 +206,33 @@ def test_a_loop_back_from_away_waits_for_the_last_batch_handed_out_whole(client_
     finally:
         consumer.close()
         runner.producer.close()
+
+
+def test_an_unfetched_partition_whose_position_lies_inside_the_last_batch_is_not_caught_up(
+    client_settings, fresh_topic, broker, request
+):
+    """Left as it is (the runner's partition_caught_up, D8's): a partition assigned and not yet
+    fetched from is judged by the listed end, which a position inside the embedded broker's last
+    batch passes. confluent's highwater() asks the broker at once, kafka-python's end offsets are
+    asked after UNFETCHED_WAIT_S: either way 5 records wait on a partition called caught up, until
+    its first fetch. The fix wants the end from a fetch (seek_past_end on a consumer of its own)."""
+    from faultlens.streams.runner.event_time import UNFETCHED_WAIT_S
+    from faultlens.streams.runner.loop import GroupRunner
+
+    if hasattr(broker, "proc"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="the embedded broker's listed end; see the doc"))
+    topic = fresh_topic(partitions=1)
+    _one_batch(client_settings, topic, [b"r%d" % i for i in range(10)])
+    tp = TopicPartition(topic, 0)
+    runner = GroupRunner(client_settings, "g-unused", [topic], _Clock(), event_time=True)
+    consumer = open_consumer(client_settings, None)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 5)  # where a group's commit left it
+        order = runner.order
+        assert order is not None
+        order._assigned_at[tp] = time.monotonic() - UNFETCHED_WAIT_S - 1  # assigned a while ago, never fetched
+        assert not order.partition_caught_up(consumer, tp, time.monotonic())
+    finally:
+        consumer.close()
+        runner.producer.close()

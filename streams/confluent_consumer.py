@@ -294,14 +294,21 @@ class ConfluentConsumer:
             start = self._start[partition] = committed if committed is not None else self._watermarks(partition)[0]
         return start
 
-    def highwater(self, partition: TopicPartition) -> int | None:
-        """The partition's end as the last fetch saw it; for one nothing was fetched from (an empty
-        partition, say) the broker is asked, at most once a second."""
+    def fetched_highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as its last fetch said it (an empty one's too); None before its first
+        fetch answered: kafka-python's ``highwater``."""
         try:
-            low, high = self._c.get_watermark_offsets(self._ck_tp(partition), cached=True)
+            high = self._c.get_watermark_offsets(self._ck_tp(partition), cached=True)[1]
         except self._ck.KafkaException:
-            high = -1
-        if high >= 0:
+            return None
+        return high if high >= 0 else None
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as the last fetch saw it; for one nothing was fetched from yet the
+        broker is asked, at most once a second. That listed end may lag what the partition holds
+        (the embedded broker's, streams/reader_ends.py): :meth:`fetched_highwater` does not ask."""
+        high = self.fetched_highwater(partition)
+        if high is not None:
             return high
         known = self._high.get(partition)
         now = time.monotonic()

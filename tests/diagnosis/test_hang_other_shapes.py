@@ -33,7 +33,8 @@ from faultlens.diagnosis.stacks.localize import localize
 from faultlens.diagnosis.stacks.stack_dump import parse_dump, training_thread
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.topology import Topology
-from tests.outside.dump_shapes import (
+from tests.outside.dump_formats import Group, pyspy_json, pyspy_text, recorder_json
+from tests.outside.dump_stacks import (
     _CKPT_WRITE,
     _FSDP_BARRIER,
     _JAX_STEP,
@@ -41,10 +42,6 @@ from tests.outside.dump_shapes import (
     _MEGATRON_COMPUTE,
     _MEGATRON_TP_WAIT,
     _ZERO3_GATHER,
-    Group,
-    pyspy_json,
-    pyspy_text,
-    recorder_json,
 )
 
 RECORDER = Path(__file__).resolve().parents[1] / "fixtures" / "stacks" / "recorder"

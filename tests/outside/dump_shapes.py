@@ -20,13 +20,13 @@ not from faultlens's code:
 
 Frame names are those of the libraries' public sources (DeepSpeed's ZeRO-3 coordinator, torch FSDP
 and torch.save, Megatron's pipeline p2p, JAX's pjit); the telemetry around them is round 1's
-(tests/outside/telemetry.py). Every trace: 200 s of training, then no step ends; every rank's
+(tests/outside/telemetry.py). The stacks are in tests/outside/dump_stacks.py, the formats written in
+tests/outside/dump_formats.py. Every trace: 200 s of training, then no step ends; every rank's
 dump arrives 80 s after the last step, as a capture_stacks answer would.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -35,6 +35,19 @@ from pathlib import Path
 
 import tests.outside.job_shape as job_shape
 import tests.outside.telemetry as telemetry
+from tests.outside.dump_formats import Group, pyspy_json, pyspy_text, recorder_json
+from tests.outside.dump_stacks import (
+    _CKPT_WRITE,
+    _FSDP_BARRIER,
+    _JAX_DATA,
+    _JAX_STEP,
+    _LOADER_WAIT,
+    _MEGATRON_COMPUTE,
+    _MEGATRON_RECV_BWD,
+    _MEGATRON_RECV_FWD,
+    _MEGATRON_TP_WAIT,
+    _ZERO3_GATHER,
+)
 from tests.outside.job_shape import Job, Trace, machine_names
 from tests.outside.telemetry import Knobs, write_job
 from tests.outside.write_traces import write_scenarios, writer_main
@@ -44,7 +57,6 @@ LENGTH = 420.0
 HANG_AT = 200.0
 DUMP_AFTER = 80.0
 SLACK = 60.0
-SITE = "/opt/conda/lib/python3.11/site-packages/"
 
 
 @dataclass
@@ -74,185 +86,6 @@ def gpus_per_node(n: int):
         yield
     finally:
         job_shape.GPUS, telemetry.GPUS = saved
-
-
-# --- stacks, innermost frame first (as both py-spy forms list them) ---------------------------------
-Stack = list[tuple[str, str, int]]
-
-_ZERO3_GATHER: Stack = [
-    ("all_gather_into_tensor", "torch/distributed/distributed_c10d.py", 2897),
-    ("wrapper", "torch/distributed/c10d_logger.py", 83),
-    ("all_gather_into_tensor", "deepspeed/comm/torch.py", 219),
-    ("all_gather_into_tensor", "deepspeed/comm/comm.py", 305),
-    ("_dist_allgather_fn", "deepspeed/runtime/zero/partition_parameters.py", 95),
-    ("all_gather_coalesced", "deepspeed/runtime/zero/partition_parameters.py", 1311),
-    ("__all_gather_params_", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 463),
-    ("fetch_sub_module", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 311),
-    ("pre_sub_module_forward_function", "deepspeed/runtime/zero/parameter_offload.py", 477),
-    ("_pre_forward_module_hook", "deepspeed/runtime/zero/parameter_offload.py", 341),
-    ("_call_impl", "torch/nn/modules/module.py", 1568),
-    ("forward", "transformers/models/llama/modeling_llama.py", 1164),
-    ("forward", "deepspeed/runtime/engine.py", 1899),
-    ("train_epoch", "train_zero3.py", 142),
-    ("main", "train_zero3.py", 210),
-    ("<module>", "train_zero3.py", 230),
-]
-_LOADER_WAIT: Stack = [
-    ("wait", "threading.py", 331),
-    ("get", "multiprocessing/queues.py", 113),
-    ("_try_get_data", "torch/utils/data/dataloader.py", 1133),
-    ("_get_data", "torch/utils/data/dataloader.py", 1294),
-    ("_next_data", "torch/utils/data/dataloader.py", 1332),
-    ("__next__", "torch/utils/data/dataloader.py", 631),
-    ("train_epoch", "train_zero3.py", 131),
-    ("main", "train_zero3.py", 210),
-    ("<module>", "train_zero3.py", 230),
-]
-_FSDP_BARRIER: Stack = [
-    ("barrier", "torch/distributed/distributed_c10d.py", 3936),
-    ("wrapper", "torch/distributed/c10d_logger.py", 83),
-    ("save_checkpoint", "fsdp_train.py", 88),
-    ("train", "fsdp_train.py", 171),
-    ("main", "fsdp_train.py", 199),
-    ("<module>", "fsdp_train.py", 214),
-]
-_CKPT_WRITE: Stack = [
-    ("write_record", "torch/serialization.py", 582),
-    ("_save", "torch/serialization.py", 881),
-    ("save", "torch/serialization.py", 629),
-    ("save_checkpoint", "fsdp_train.py", 84),
-    ("train", "fsdp_train.py", 171),
-    ("main", "fsdp_train.py", 199),
-    ("<module>", "fsdp_train.py", 214),
-]
-_MEGATRON_TAIL: Stack = [
-    ("forward_backward_pipelining_without_interleaving", "megatron/core/pipeline_parallel/schedules.py", 1312),
-    ("train_step", "megatron/training/training.py", 750),
-    ("train", "megatron/training/training.py", 1180),
-    ("pretrain", "megatron/training/training.py", 361),
-    ("<module>", "pretrain_gpt.py", 240),
-]
-_MEGATRON_RECV_FWD: Stack = [
-    ("wait", "torch/distributed/distributed_c10d.py", 2040),
-    ("_communicate", "megatron/core/pipeline_parallel/p2p_communication.py", 382),
-    ("recv_forward", "megatron/core/pipeline_parallel/p2p_communication.py", 412),
-    ("recv_forward", "megatron/core/pipeline_parallel/schedules.py", 1040),
-] + _MEGATRON_TAIL
-_MEGATRON_RECV_BWD: Stack = [
-    ("wait", "torch/distributed/distributed_c10d.py", 2040),
-    ("_communicate", "megatron/core/pipeline_parallel/p2p_communication.py", 382),
-    ("send_forward_recv_backward", "megatron/core/pipeline_parallel/p2p_communication.py", 497),
-    ("send_forward_recv_backward", "megatron/core/pipeline_parallel/schedules.py", 1092),
-] + _MEGATRON_TAIL
-_MEGATRON_TP_WAIT: Stack = [
-    ("all_reduce", "torch/distributed/distributed_c10d.py", 2519),
-    ("wrapper", "torch/distributed/c10d_logger.py", 83),
-    ("_reduce", "megatron/core/tensor_parallel/mappings.py", 27),
-    ("forward", "megatron/core/tensor_parallel/mappings.py", 228),
-    ("apply", "torch/autograd/function.py", 574),
-    ("forward", "megatron/core/tensor_parallel/layers.py", 1006),
-    ("forward", "megatron/core/transformer/attention.py", 402),
-    ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
-] + _MEGATRON_TAIL
-_MEGATRON_COMPUTE: Stack = [
-    ("_flash_attn_forward", "flash_attn/flash_attn_interface.py", 91),
-    ("forward", "megatron/core/transformer/dot_product_attention.py", 166),
-    ("forward", "megatron/core/transformer/attention.py", 380),
-    ("forward", "megatron/core/transformer/transformer_layer.py", 302),
-    ("forward_step", "megatron/core/pipeline_parallel/schedules.py", 275),
-] + _MEGATRON_TAIL
-_JAX_STEP: Stack = [
-    ("_pjit_call_impl_python", "jax/_src/pjit.py", 1284),
-    ("call_impl_cache_miss", "jax/_src/pjit.py", 1309),
-    ("_pjit_call_impl", "jax/_src/pjit.py", 1333),
-    ("bind_with_trace", "jax/_src/core.py", 2788),
-    ("_python_pjit_helper", "jax/_src/pjit.py", 186),
-    ("cache_miss", "jax/_src/pjit.py", 305),
-    ("train_loop", "maxtext/train.py", 611),
-    ("main", "maxtext/train.py", 690),
-    ("<module>", "maxtext/train.py", 702),
-]
-_JAX_DATA: Stack = [
-    ("_next_internal", "tensorflow/python/data/ops/iterator_ops.py", 757),
-    ("__next__", "tensorflow/python/data/ops/iterator_ops.py", 814),
-    ("__next__", "grain/_src/python/data_loader.py", 412),
-    ("load_next_batch", "maxtext/multihost_dataloading.py", 124),
-    ("train_loop", "maxtext/train.py", 598),
-    ("main", "maxtext/train.py", 690),
-    ("<module>", "maxtext/train.py", 702),
-]
-
-
-def pyspy_text(pid: int, cmd: str, stack: Stack) -> str:
-    """`py-spy dump --pid PID`: the process line, the Python line, then each thread, innermost frame first."""
-    lines = [f"Process {pid}: {cmd}", "Python v3.11.9 (/opt/conda/bin/python3.11)", "",
-             f'Thread {pid} (idle): "MainThread"']
-    lines += [f"    {name} ({path}:{line})" for name, path, line in stack]
-    lines += ["", f'Thread {pid + 7} (idle): "Thread-2 (_pin_memory_loop)"',
-              "    wait (threading.py:331)", "    get (queue.py:180)",
-              "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:54)",
-              "    run (threading.py:982)", "    _bootstrap_inner (threading.py:1045)",
-              "    _bootstrap (threading.py:1002)"]
-    return "\n".join(lines) + "\n"
-
-
-def pyspy_json(pid: int, stack: Stack) -> str:
-    """`py-spy dump --pid PID --json`: a list of StackTrace, the main thread first."""
-    def frames(items: Stack) -> list[dict]:
-        return [{"name": name, "filename": (path if "/" not in path or path.startswith("/") else SITE + path),
-                 "module": None, "short_filename": path, "line": line, "locals": None}
-                for name, path, line in items]
-    threads = [
-        {"pid": pid, "thread_id": 139_872_000_000_000 + pid, "thread_name": "MainThread", "os_thread_id": pid,
-         "active": False, "owns_gil": False, "frames": frames(stack), "process_info": None},
-        {"pid": pid, "thread_id": 139_871_000_000_000 + pid, "thread_name": "Thread-2 (_pin_memory_loop)",
-         "os_thread_id": pid + 7, "active": False, "owns_gil": False, "process_info": None,
-         "frames": frames([("wait", "threading.py", 331), ("get", "queue.py", 180),
-                           ("_pin_memory_loop", "torch/utils/data/_utils/pin_memory.py", 54),
-                           ("run", "threading.py", 982), ("_bootstrap_inner", "threading.py", 1045),
-                           ("_bootstrap", "threading.py", 1002)])},
-    ]
-    return json.dumps(threads, indent=2)
-
-
-# --- Flight Recorder dumps -----------------------------------------------------------------------
-@dataclass
-class Group:
-    name: str
-    ranks: list[int]
-
-
-def recorder_json(rank: int, groups: list[Group], done: dict[str, int], held: dict[str, tuple[str, list]],
-                  base_ns: int) -> str:
-    """One rank's NCCL recorder: per group it belongs to, collectives 1..done[g] completed, then the one
-    it is held in (``held[g]``: op and input sizes) scheduled and not retired."""
-    entries, status, config = [], {}, {}
-    record = 0
-    for local, g in enumerate(x for x in groups if rank in x.ranks):
-        config[g.name] = {"name": g.name, "desc": "", "ranks": json.dumps(g.ranks)}
-        last = done[g.name]
-        for seq in range(max(1, last - 9), last + 1):
-            entries.append(_entry(record, local, g.name, seq, "all_reduce", [[4096, 1024]], True, base_ns + seq))
-            record += 1
-        if g.name in held:
-            op, sizes = held[g.name]
-            entries.append(_entry(record, local, g.name, last + 1, op, sizes, False, base_ns + last + 1))
-            record += 1
-        enq = last + (1 if g.name in held else 0)
-        status[str(local)] = {"last_enqueued_collective": str(enq), "last_started_collective": str(last),
-                              "last_completed_collective": str(last)}
-    return json.dumps({"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": config,
-                       "pg_status": status, "nccl_comm_state": {}, "entries": entries})
-
-
-def _entry(record: int, pg_id: int, pg: str, seq: int, op: str, sizes: list, retired: bool, ns: int) -> dict:
-    return {"record_id": record, "pg_id": pg_id, "process_group": [pg, ""], "collective_seq_id": seq,
-            "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{op}", "time_created_ns": ns * 1_000_000,
-            "input_sizes": sizes, "input_dtypes": ["BFloat16"], "output_sizes": sizes, "output_dtypes": ["BFloat16"],
-            "state": "completed" if retired else "scheduled", "retired": retired, "timeout_ms": 600000,
-            "is_p2p": False, "duration_ms": 1.8 if retired else None, "frames": [],
-            "time_discovered_started_ns": ns * 1_000_000 + 10 if retired else None,
-            "time_discovered_completed_ns": ns * 1_000_000 + 900 if retired else None}
 
 
 # --- the traces ------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ its own state (docs/streaming.md, "The runner's parts"):
 - :class:`~streams.runner.rebalance.RebalanceBook`: where each partition resumes after a rebalance;
 - :class:`~streams.runner.progress.ProgressAnnouncer`: this member's word downstream (node stage);
 - :class:`~streams.runner.commit.CommitSchedule`: when outputs are awaited and offsets committed.
+- :class:`~streams.runner.delivery.Delivery` (the runner's base): outputs sent, awaited and offsets
+  committed when the schedule says so.
 
 A message that does not decode, or that makes the handler raise, goes to ``dead-letter`` with
 the reason; the messages around it are processed as usual. A handler that raises on a whole
@@ -29,7 +31,6 @@ import threading
 import time
 from typing import Any, Callable, Collection, Mapping
 
-from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import TopicPartition
 
 from faultlens.events.envelope import decode
@@ -40,9 +41,10 @@ from faultlens.streams.gc_policy import tune_for_streaming
 from faultlens.streams.idle_stop import IdleStop
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
-from faultlens.streams.producer import DeliveryError, Outgoing, Producer
+from faultlens.streams.producer import Outgoing, Producer
 from faultlens.streams.runner.broker_watch import BrokerWatch
 from faultlens.streams.runner.commit import CommitSchedule
+from faultlens.streams.runner.delivery import Delivery
 from faultlens.streams.runner.event_time import EventTimeOrder
 from faultlens.streams.runner.handler import HandleFn, HandlerParts
 from faultlens.streams.runner.options import COMMIT_INTERVAL_S, ProgressCallback, RunnerOptions  # noqa: F401
@@ -74,7 +76,7 @@ REBALANCE_IDLE_GRACE_S = 30.0
 LAG_EVERY_S = 5.0
 
 
-class GroupRunner:
+class GroupRunner(Delivery):
     """Runs one consumer-group member until :meth:`stop`, SIGTERM/SIGINT, or a run limit.
 
     ``options`` (:class:`RunnerOptions`), or its fields as keyword arguments (``event_time=True``):
@@ -347,55 +349,6 @@ class GroupRunner:
         out.extend(self._announce())
         if out or self.commits.unsettled:
             self._deliver_and_commit(consumer, {}, out)
-
-    def _deliver_and_commit(self, consumer: Consumer, polled: Mapping, out: list[Outgoing]) -> bool:
-        """Send ``out``; when a commit is due (streams.runner.commit), wait until everything sent is
-        acknowledged and commit what was handed on. False when outputs were not acknowledged:
-        every partition is then read again from its last commit."""
-        try:
-            self.stats.outputs += self.producer.send_all(out)
-            if not self.commits.sent(bool(polled), time.monotonic()):
-                return True
-            self.producer.flush()
-        except (DeliveryError, KafkaError) as exc:
-            # Outputs not acknowledged: commit nothing; what was read since the last commit comes
-            # again (the handler recognises what it already saw by event id).
-            log.error("could not deliver outputs (%s); re-reading from the last commit", exc)
-            self.stats.redeliveries += 1
-            self.commits.failed()
-            assigned = list(consumer.assignment())
-            if self.order is not None:
-                self.order.redeliver(assigned)
-            for tp in assigned:
-                committed = consumer.committed(tp)
-                consumer.seek(tp, committed if committed is not None else 0)
-            time.sleep(1.0)
-            return False
-        unsettled = self.commits.settled(time.monotonic())
-        if self.order is not None:
-            self._commit_handed_on(consumer, consumer.assignment())
-        elif unsettled:
-            self._commit(consumer, None)
-        return True
-
-    def _commit_handed_on(self, consumer: Consumer | None, partitions: Collection[TopicPartition]) -> None:
-        """Commit, per partition, up to the first record still held (or the position)."""
-        if consumer is None or self.order is None:
-            return
-        offsets = self.rebalance.above_floor(self.order.handed_on(consumer, partitions, self.rebalance.resume_at))
-        if offsets:
-            self._commit(consumer, offsets)
-
-    def _commit(self, consumer: Consumer, offsets: Mapping | None) -> None:
-        try:
-            if offsets is None:
-                consumer.commit()
-            else:
-                consumer.commit(offsets)
-            self.stats.commits += 1
-        except (CommitFailedError, KafkaError) as exc:
-            # A rebalance took the partitions away: the new owner re-reads from the last commit.
-            log.warning("commit failed (%s); those records will be delivered again", exc)
 
     def _drained(self, consumer: Consumer) -> bool:
         """Whether every partition of this member was read to its end, as far as the client can

@@ -14,7 +14,9 @@ that stops there (the fleet read, ``wait_for_records``, the runner back from awa
 reader's read stops only after a quiet spell, which records in the client never leave.) A read
 from the end starts inside the last batch and hands out what was sent before it began
 (`faultlens record --from-now` recorded old events; the command listener was handed commands
-issued before it started): :func:`seek_past_end` starts it after the last record.
+issued before it started): :func:`seek_past_end` starts it after the last record. A partition
+not fetched from yet has only its listed end, which a position inside the last batch passes: the
+runner's event-time order waits for its first fetch (:func:`fetched_end`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import time
 
 from kafka import TopicPartition
+
+from faultlens.streams.confluent_consumer import ConfluentConsumer
 
 # How long a seek to the end waits for the fetch that says where a partition ends; a partition
 # whose fetch brings nothing by then (its listed end is not past a record) stays at its listed end.
@@ -75,3 +79,11 @@ def short_of_end(consumer, tp: TopicPartition, listed: int) -> bool:
         return True
     high = consumer.highwater(tp)
     return high is not None and position < high
+
+
+def fetched_end(consumer, tp: TopicPartition) -> int | None:
+    """The high watermark the last fetch of ``tp`` carried; None before its first fetch answered.
+    kafka-python's ``highwater`` is that; the confluent adapter's falls back to the listed end."""
+    if isinstance(consumer, ConfluentConsumer):
+        return consumer.fetched_highwater(tp)
+    return consumer.highwater(tp)

@@ -25,6 +25,7 @@ from faultlens.events.event_time import UpstreamStop, WatermarkMerge
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
+from faultlens.streams.reader_ends import fetched_end
 from faultlens.streams.runner.types import Record, RunnerStats, broker_time
 
 log = logging.getLogger(__name__)
@@ -194,14 +195,16 @@ class EventTimeOrder:
         return out
 
     def partition_caught_up(self, consumer: Consumer, tp: TopicPartition, now: float) -> bool:
-        high = consumer.highwater(tp)
+        high = fetched_end(consumer, tp)
         if high is None:
             # Nothing fetched from it yet: it may hold the earliest events of all. After a while
             # the broker is asked how far it goes: an empty partition is caught up, one with data
             # waits for its fetch, however long a starved consumer takes (taken as caught up after
             # 30 s, a partition's unread telemetry fell behind its peers' and a node stage handed
             # the peers' heartbeats on without its nodes': issue 32). Only a broker that cannot
-            # say lets the wait end.
+            # say lets the wait end. A position at or past a listed end above 0 says nothing: the
+            # embedded broker lists its last batch's first offset + 1 (streams/reader_ends.py), and
+            # a commit inside that batch, called caught up, let the watermark pass its records.
             if now - self._assigned_at.get(tp, now) < UNFETCHED_WAIT_S:
                 return False
             end = self._end_offsets(consumer).get(tp)
@@ -212,10 +215,7 @@ class EventTimeOrder:
                                 "far it goes: no longer waited for in event time", tp.topic, tp.partition,
                                 UNFETCHED_WAIT_S)
                 return True
-            try:
-                return consumer.position(tp) >= end
-            except KafkaError:
-                return False
+            return end == 0
         return consumer.position(tp) >= high
 
     def _end_offsets(self, consumer: Consumer) -> dict[TopicPartition, int]:
@@ -223,7 +223,7 @@ class EventTimeOrder:
         assignment (one request for all of them)."""
         known = self._unfetched_end.get(id(consumer))
         if known is None:
-            unfetched = [tp for tp in consumer.assignment() if consumer.highwater(tp) is None]
+            unfetched = [tp for tp in consumer.assignment() if fetched_end(consumer, tp) is None]
             try:
                 known = dict(consumer.end_offsets(unfetched)) if unfetched else {}
             except (KafkaError, ValueError) as exc:

@@ -208,31 +208,40 @@ def test_a_loop_back_from_away_waits_for_the_last_batch_handed_out_whole(client_
         runner.producer.close()
 
 
-def test_an_unfetched_partition_whose_position_lies_inside_the_last_batch_is_not_caught_up(
-    client_settings, fresh_topic, broker, request
-):
-    """Left as it is (the runner's partition_caught_up, D8's): a partition assigned and not yet
-    fetched from is judged by the listed end, which a position inside the embedded broker's last
-    batch passes. confluent's highwater() asks the broker at once, kafka-python's end offsets are
-    asked after UNFETCHED_WAIT_S: either way 5 records wait on a partition called caught up, until
-    its first fetch. The fix wants the end from a fetch (seek_past_end on a consumer of its own)."""
+def test_an_unfetched_partition_whose_position_lies_inside_the_last_batch_is_not_caught_up(client_settings, fresh_topic):
+    """A partition assigned and not yet fetched from, its position (a commit) 5 inside a 10-record
+    batch the embedded broker lists as ending at 1: judged by that listed end, it was called caught
+    up (confluent's highwater() asks the broker at once, kafka-python's end offsets were asked after
+    UNFETCHED_WAIT_S) and the watermark could pass its 5 records. Only a fetch says where it ends:
+    it waits for its first one, then is caught up once read to that fetch's end. An empty partition
+    needs no fetch: the broker lists it as ending at 0."""
     from faultlens.streams.runner.event_time import UNFETCHED_WAIT_S
     from faultlens.streams.runner.loop import GroupRunner
 
-    if hasattr(broker, "proc"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the embedded broker's listed end; see the doc"))
-    topic = fresh_topic(partitions=1)
+    topic = fresh_topic(partitions=2)
     _one_batch(client_settings, topic, [b"r%d" % i for i in range(10)])
-    tp = TopicPartition(topic, 0)
+    tp, empty = TopicPartition(topic, 0), TopicPartition(topic, 1)
     runner = GroupRunner(client_settings, "g-unused", [topic], _Clock(), event_time=True)
     consumer = open_consumer(client_settings, None)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, 5)  # where a group's commit left it
+        consumer.assign([tp, empty])
+        consumer.seek(tp, 5)  # where a group's commit left it; the empty partition starts at 0
         order = runner.order
         assert order is not None
-        order._assigned_at[tp] = time.monotonic() - UNFETCHED_WAIT_S - 1  # assigned a while ago, never fetched
+        long_ago = time.monotonic() - UNFETCHED_WAIT_S - 1  # assigned a while ago, never fetched (set, not waited for)
+        order._assigned_at.update({tp: long_ago, empty: long_ago})
         assert not order.partition_caught_up(consumer, tp, time.monotonic())
+        assert order.partition_caught_up(consumer, empty, time.monotonic())
+        got: list = []
+        wait_until(
+            lambda: got.extend(r for rs in consumer.poll(timeout_ms=200).values() for r in rs) or len(got) >= 5,
+            progress=lambda: len(got),
+            stall_s=60,
+            limit_s=240,
+            what="the five records after the commit",
+        )
+        assert [r.offset for r in got] == [5, 6, 7, 8, 9]
+        assert order.partition_caught_up(consumer, tp, time.monotonic())
     finally:
         consumer.close()
         runner.producer.close()

@@ -61,8 +61,8 @@ def _messages(seed: int) -> list[tuple[str, bytes]]:
             for rank in ranks:
                 loss = 2.5 / (1 + 0.01 * t) * (1 + 0.02 * rng.random())
                 grad = 1.0 + 0.1 * rng.random()
-                if (t, rank) in ((80, 1), (170, 9)):
-                    loss *= 30  # a loss spike
+                if (t, rank) in ((80, 1), (81, 1), (170, 9), (171, 9)):
+                    loss *= 30  # a loss spike, standing once the next loss stays up
                 if (t, rank) == (120, 2):
                     loss = "nan"
                 if (t, rank) == (130, 10):

@@ -11,7 +11,7 @@ counts elsewhere, every rank's NCCL watchdog timing out after one machine's NIC 
 machine whose clock runs 90 s ahead, and two jobs one after the other on the same machines.
 Written from README.md, docs/events.md, docs/design.md, docs/replay_tests.md and the commands'
 --help before any detector was read: machines and steps as rounds 1 and 3 lay them out
-(tests/outside/job_shape.py, sre_shapes.py's `steps`), the agents this file's own.
+(tests/outside/job_shape.py, sre_machines.py's `steps`), the agents this file's own.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.outside.job_shape import Job, Trace, gpu_entry, host_sample, machine_names, net_port
-from tests.outside.sre_shapes import Steps, steps
+from tests.outside.sre_machines import Steps, steps
 from tests.outside.write_traces import write_scenarios, writer_main
 
 START = 1_773_050_400.0  # 2026-03-09 10:00 UTC

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.outside.job_shape import COMPUTE_S, Job, Trace, machine_names
+from tests.outside.sre_machines import Steps, steps
 from tests.outside.sre_shapes import (
     _ALL_TO_ALL,
     _EXPERT_GEMM,
@@ -28,11 +29,9 @@ from tests.outside.sre_shapes import (
     _IDLE_HEAD,
     START,
     Expect,
-    Steps,
     _dumps,
     _plain,
     _verdict,
-    steps,
 )
 from tests.outside.write_traces import write_scenarios, writer_main
 

@@ -26,7 +26,8 @@ import pytest
 
 from tests.outside.job_shape import Job, Trace, machine_names
 from tests.outside.modes import offline
-from tests.outside.sre_shapes import _ALL_TO_ALL, _IDLE_HEAD, START, Steps, _plain, steps
+from tests.outside.sre_machines import Steps, steps
+from tests.outside.sre_shapes import _ALL_TO_ALL, _IDLE_HEAD, START, _plain
 from tests.outside.write_traces import write_case
 
 EVICTING = ("evict", "evict_reset_gpu")

@@ -22,68 +22,20 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from faultlens.diagnosis.engine.detector import JobBook
-from faultlens.diagnosis.peers.anomaly import CORROBORATED
+from faultlens.diagnosis.peers.failslow_campaign import Campaign, FailSlowConfig, Round, RoundResult
 from faultlens.diagnosis.peers.features import NodeWindow
-from faultlens.diagnosis.peers.slow_evidence import SlowEvidence, SlowEvidenceConfig
-from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, StackDump
+from faultlens.diagnosis.peers.slow_evidence import SlowEvidence
+from faultlens.diagnosis.stacks.dump_set import NodeAnswer, StackDump
 from faultlens.diagnosis.stacks.localize import group_counts, localize
-from faultlens.diagnosis.stacks.outliers import StackConfig, cluster_stacks
+from faultlens.diagnosis.stacks.outliers import cluster_stacks
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope
 from faultlens.events.topology import Topology
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class FailSlowConfig:
-    rounds: int = 5
-    round_window_s: float = 10.0  # request spacing, and the span of a round without a request id
-    persist_share: float = 0.6  # a rank (group) must be an outlier in this share of rounds
-    min_rounds: int = 3  # rounds enough to conclude when the campaign times out
-    min_round_share: float = 0.5  # a round needs dumps from this share of the ranks to count
-    no_rounds_timeout_s: float = 60.0  # no dump at all by then: the suspicion is judged on its own
-    # Without stacks a suspicion evicts only with a second independent signal (a hardware drift
-    # beside the slowdown, diagnosis.peers.anomaly.CORROBORATED); otherwise it is an alert for a person.
-    stand_confidence: float = CORROBORATED
-    campaign_timeout_s: float = 150.0
-    request_confidence: float = 0.3
-    cooldown_s: float = 300.0  # after a conclusion, suspicions of the same machines are folded
-    evidence_limit: int = 256
-    stacks: StackConfig = field(default_factory=StackConfig)
-    evidence: SlowEvidenceConfig = field(default_factory=SlowEvidenceConfig)
-
-
-@dataclass
-class _Round:
-    key: str
-    dumps: DumpSet = field(default_factory=DumpSet)
-
-
-@dataclass(frozen=True, slots=True)
-class RoundResult:
-    key: str
-    ts: float
-    outliers: tuple[int, ...]
-    groups: dict[str, int]  # "pp:3" → outlier count in that group
-    evidence: tuple[str, ...]
-    seen: frozenset[int] = frozenset()  # ranks whose stacks the round had
-
-
-@dataclass
-class _Campaign:
-    started: float
-    suspicion: Diagnosis | None = None
-    open: dict[str, _Round] = field(default_factory=dict)
-    done: list[RoundResult] = field(default_factory=list)
-    requested: int = 0
-    last_request: float | None = None
-    dumps_seen: int = 0
-    closed: set[str] = field(default_factory=set)  # request ids already judged: stragglers are dropped
 
 
 class FailSlowRounds:
@@ -100,7 +52,7 @@ class FailSlowRounds:
         # When the job's steps stopped, if they have (the hang detector knows): a round taken
         # after that caught a stalled job, whose stacks show where it hangs, not who is slow.
         self._stalled_since = stalled_since
-        self._campaigns: dict[str, _Campaign] = {}
+        self._campaigns: dict[str, Campaign] = {}
         self._cooldown_until: dict[str, float] = {}
         # The machines a concluded campaign was about (None: the whole job, for unsolicited rounds):
         # a new suspicion on other machines is a new degradation and gets its own rounds.
@@ -118,7 +70,7 @@ class FailSlowRounds:
                 return []
         campaign = self._campaigns.get(job)
         if campaign is None:
-            campaign = self._campaigns[job] = _Campaign(started=diagnosis.ts)
+            campaign = self._campaigns[job] = Campaign(started=diagnosis.ts)
         if campaign.suspicion is None:
             campaign.suspicion = diagnosis
             log.info("job %s: fail-slow suspicion on %s, starting stack rounds", job, ", ".join(diagnosis.nodes))
@@ -137,7 +89,7 @@ class FailSlowRounds:
             return []  # stragglers of the concluded campaign's rounds
         campaign = self._campaigns.get(job)
         if campaign is None:
-            campaign = self._campaigns[job] = _Campaign(started=dump.ts)
+            campaign = self._campaigns[job] = Campaign(started=dump.ts)
         campaign.dumps_seen += 1
         if dump.request_id is not None and f"request {dump.request_id}" in campaign.closed:
             return []
@@ -159,7 +111,7 @@ class FailSlowRounds:
         if answer.request_id is not None:
             key = f"request {answer.request_id}"
             # The node may answer before any rank's dump of the round arrives: the round starts here.
-            rnd = None if key in campaign.closed else campaign.open.setdefault(key, _Round(key))
+            rnd = None if key in campaign.closed else campaign.open.setdefault(key, Round(key))
         else:  # the round of event time it falls in, if one is open
             rnd = next((r for r in campaign.open.values() if r.key.startswith("window")), None)
         if rnd is None:
@@ -167,22 +119,22 @@ class FailSlowRounds:
         rnd.dumps.add_answer(answer)
         return self._close_if_all_answered(job, campaign, rnd, answer.ts)
 
-    def _close_if_all_answered(self, job: str, campaign: _Campaign, rnd: _Round, now: float) -> list[Diagnosis]:
+    def _close_if_all_answered(self, job: str, campaign: Campaign, rnd: Round, now: float) -> list[Diagnosis]:
         topology = self._book.topology(job)
         if topology is not None and rnd.dumps.answered(topology.ranks_by_node) >= set(topology.by_rank):
             return self._close(job, campaign, rnd.key, now)
         return []
 
-    def _round_for(self, campaign: _Campaign, dump: StackDump) -> _Round:
+    def _round_for(self, campaign: Campaign, dump: StackDump) -> Round:
         if dump.request_id is not None:
             key = f"request {dump.request_id}"
-            return campaign.open.setdefault(key, _Round(key))
+            return campaign.open.setdefault(key, Round(key))
         # Without a request id a round is a window of event time; a rank seen twice starts the next one.
         for rnd in campaign.open.values():
             if rnd.key.startswith("window") and dump.rank not in rnd.dumps.ranks():
                 return rnd
         key = f"window@{dump.ts:.3f}"
-        return campaign.open.setdefault(key, _Round(key))
+        return campaign.open.setdefault(key, Round(key))
 
     # --- time -----------------------------------------------------------------------------
     def tick(self, now: float) -> list[Diagnosis]:
@@ -199,11 +151,11 @@ class FailSlowRounds:
             else:
                 out += self._maybe_request(job, campaign, now)
         for suspicion in self._evidence.due(now, busy=lambda job: job in self._campaigns):
-            campaign = self._campaigns[suspicion.job] = _Campaign(started=now, suspicion=suspicion)
+            campaign = self._campaigns[suspicion.job] = Campaign(started=now, suspicion=suspicion)
             out += self._maybe_request(suspicion.job, campaign, now)
         return out
 
-    def _close_due(self, job: str, campaign: _Campaign, now: float, before: StackDump | None = None) -> list[Diagnosis]:
+    def _close_due(self, job: str, campaign: Campaign, now: float, before: StackDump | None = None) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         for key, rnd in list(campaign.open.items()):
             if rnd.dumps.first_ts is not None and now - rnd.dumps.first_ts >= self.config.round_window_s:
@@ -214,7 +166,7 @@ class FailSlowRounds:
                     break
         return out
 
-    def _maybe_request(self, job: str, campaign: _Campaign, now: float) -> list[Diagnosis]:
+    def _maybe_request(self, job: str, campaign: Campaign, now: float) -> list[Diagnosis]:
         if campaign.suspicion is None or campaign.requested >= self.config.rounds:
             return []
         if len(campaign.done) + len(campaign.open) >= self.config.rounds:
@@ -241,7 +193,7 @@ class FailSlowRounds:
         return [request]
 
     # --- rounds and the verdict -------------------------------------------------------------
-    def _close(self, job: str, campaign: _Campaign, key: str, now: float) -> list[Diagnosis]:
+    def _close(self, job: str, campaign: Campaign, key: str, now: float) -> list[Diagnosis]:
         rnd = campaign.open.pop(key)
         campaign.closed.add(key)
         topology = self._book.topology(job)
@@ -274,11 +226,11 @@ class FailSlowRounds:
         suspicion = campaign.suspicion if campaign is not None else None
         self._cooled_nodes[job] = frozenset(suspicion.nodes) if suspicion is not None else None
 
-    def _suspicion_stands(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
+    def _suspicion_stands(self, job: str, campaign: Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
         self._finish(job, now)
         return self._standing(job, campaign, s, now, why)
 
-    def _standing(self, job: str, campaign: _Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
+    def _standing(self, job: str, campaign: Campaign, s: Diagnosis, now: float, why: str) -> Diagnosis:
         """The suspicion ``s`` (the campaign's) as the verdict: evict on two independent signals, else alert."""
         if self._evidence.is_recheck(s):
             action = Action.NONE
@@ -295,7 +247,7 @@ class FailSlowRounds:
         return _verdict(job, s, now, action, f"{why} within {now - campaign.started:.0f}s: {verdict} ({s.detail})",
                         s.evidence)
 
-    def _conclude(self, job: str, campaign: _Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
+    def _conclude(self, job: str, campaign: Campaign, now: float, *, timed_out: bool) -> list[Diagnosis]:
         since = self._stalled_since(job, now) if self._stalled_since is not None else None
         if since is not None and any(r.ts > since for r in campaign.done):
             log.info(
@@ -365,7 +317,7 @@ class FailSlowRounds:
         return [self._evidence.weigh(job, campaign.suspicion, found, topology)]
 
     def _unconfirmed(
-        self, job: str, campaign: _Campaign, rounds: list[RoundResult], need: int, topology: Topology | None, now: float
+        self, job: str, campaign: Campaign, rounds: list[RoundResult], need: int, topology: Topology | None, now: float
     ) -> list[Diagnosis]:
         """Rounds that blamed no group. A suspicion whose machines the rounds hardly saw (their
         capture failed) was not tested by them: it stands as if no round had come. One they saw and

@@ -19,7 +19,9 @@ def faultlens_main(*argv: object) -> subprocess.CompletedProcess:
     from faultlens.cli import main
 
     args = [str(a) for a in argv]
-    out, err = io.StringIO(), io.StringIO()
+    # stdout with a .buffer, as a process's has: `analyze` writes its diagnoses' bytes there
+    raw, err = io.BytesIO(), io.StringIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
     kafka_log = logging.getLogger("kafka")
     level = kafka_log.level
     try:
@@ -27,4 +29,5 @@ def faultlens_main(*argv: object) -> subprocess.CompletedProcess:
             code = main(args)
     finally:
         kafka_log.setLevel(level)  # main's logging setup quiets kafka-python; the tests after it keep theirs
-    return subprocess.CompletedProcess(["faultlens", *args], code, out.getvalue(), err.getvalue())
+    out.flush()
+    return subprocess.CompletedProcess(["faultlens", *args], code, raw.getvalue().decode(), err.getvalue())

@@ -6,7 +6,7 @@ hang / fail-slow localisation) → dedup (folding, suppression, escalation). Dia
 out are shown to the job stage again, so a fail-slow suspicion can start stack rounds. Each job
 has a lane of its own (diagnosis/engine/lane.py: its job stage, clock, waves, debounce and dedup);
 this module admits events (diagnosis/engine/kinds.py, payload check, copies, lateness), routes them
-and keeps the jobs' clocks.
+and keeps the jobs' clocks (diagnosis/engine/job_clocks.py).
 
 Time is event time, and each job has its own: a job's time is the latest event time it delivered,
 and its absence detectors (silence, hangs, windows) tick on it. The live consumer hands events
@@ -28,8 +28,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Mapping
-from typing import NamedTuple
+from collections.abc import Mapping
 
 import msgspec
 
@@ -38,6 +37,7 @@ from faultlens.diagnosis.engine.debounce import Debounce
 from faultlens.diagnosis.engine.dedup import Dedup
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.fleet_waves import FleetWaves, Seen, seen_of
+from faultlens.diagnosis.engine.job_clocks import Heard, JobClocks
 from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
 from faultlens.diagnosis.engine.lane import Lane
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
@@ -50,7 +50,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_job import TrainStep
-from faultlens.events.payloads_stage import JobEnd, JobRestart, SummaryClock
+from faultlens.events.payloads_stage import JobEnd, JobRestart
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,7 @@ _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step
                           ("train", "checkpoint"), ("net", "sample")})
 
 
-class Heard(NamedTuple):
-    """A job held by another member: when (wall) its latest event time was heard here, and that time."""
-
-    arrival_wall: float
-    arrival_now: float
-
-
-class Engine:
+class Engine(JobClocks):
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self.book = JobBook()
@@ -215,44 +208,6 @@ class Engine:
                 out.extend(self._move_quiet_mates(event.job, event.ts))
         return out
 
-    def _move_quiet_mates(self, job: str, delivered: float) -> list[Diagnosis]:
-        """The jobs on ``job``'s clock that delivered nothing for ``grace_s`` of it: their time moves
-        by what elapsed past the grace (a job whose whole stream stopped is one alert: liveness)."""
-        out: list[Diagnosis] = []
-        for mate, target in self.clocks.check(job, delivered):
-            lane = self._lanes.get(mate)
-            if lane is not None and lane.now is not None and target > lane.now and mate not in self._upstream_stopped:
-                out.extend(self._move(mate, lane, target))
-        return out
-
-    def _clocks_elsewhere(self, event: Envelope) -> list[Diagnosis]:
-        """A node-stage member's word on how far each job it reads has delivered (`summary/clock`):
-        the jobs another job-stage member holds are mates of the jobs here as in one engine, and a
-        quiet job here moves by their time (diagnosis/edge/node_consumer.py). The jobs held here
-        check their clocks by their own events."""
-        out: list[Diagnosis] = []
-        wall = time.time()
-        for job, delivered in typed(event, SummaryClock).jobs.items():
-            lane = self._lanes.get(job)
-            if lane is not None and lane.arrival_now is not None:
-                continue
-            heard = self._elsewhere.get(job)
-            if heard is None or delivered > heard.arrival_now:
-                self._elsewhere[job] = Heard(wall, delivered)
-                out.extend(self._move_quiet_mates(job, delivered))
-        return out
-
-    def _heard(self, job: str) -> Lane | Heard | None:
-        """Where and when ``job``'s latest event time was heard: its lane, or a node-stage word."""
-        lane = self._lanes.get(job)
-        return lane if lane is not None and lane.arrival_now is not None else self._elsewhere.get(job)
-
-    def _move(self, job: str, lane: Lane, target: float, stream_stopped: bool = False) -> list[Diagnosis]:
-        lane.now = target
-        self.book.advance(job, target)
-        self._apply_pending(lane, target)
-        return lane.tick(target, stream_stopped)
-
     def _wave_copy(self, event: Envelope) -> None:
         """A node stage's copy of a wave candidate, or of evidence of a machine's own, of any job
         (diagnosis/engine/fleet_waves.py): into the fleet index only; the job's own lane, wherever it
@@ -351,42 +306,6 @@ class Engine:
         self.clocks.forget(job)
         for event_id in [i for i, j in self._seen.items() if j == job]:
             del self._seen[event_id]
-
-    # --- time -------------------------------------------------------------------------------
-    def tick(self, wall_now: float | None = None, busy: Collection[str] = (),
-             until: Mapping[str, float] | None = None) -> list[Diagnosis]:
-        """The live consumer's clock (wall seconds since the epoch, default now), for a clock that
-        stopped: once nothing of a job and of the jobs that share its clock (diagnosis/engine/time_base.py)
-        arrived for ``grace_s`` wall seconds, the job's time moves by the wall time elapsed beyond the
-        grace (pending verdicts fall due). No event time shows such a stop (offline, the end of a
-        trace judges no absence): the input ended or the pipeline stopped, and a whole job found
-        quiet so is recorded, not alerted on (diagnosis/rules/liveness.py). A job quiet while jobs
-        on its clock report on is moved by their event time instead (process), as offline. The
-        jobs in ``busy`` have records the consumer still holds back: their time, and their mates',
-        waits for them. ``until`` caps the wall time a job's clock may use: where its upstream stage
-        stopped (events.event_time.UpstreamStop), its silence is the pipeline's, and its time stays there."""
-        wall = time.time() if wall_now is None else wall_now
-        self._upstream_stopped = frozenset(until or ())
-        out: list[Diagnosis] = []
-        for job, lane in self._lanes.items():
-            if lane.now is None or lane.arrival_now is None or job in busy:
-                continue
-            mates = self.clocks.mates(job)
-            if any(j in busy for j in mates):
-                continue
-            base = [lane, *(m for j in mates if (m := self._heard(j)) is not None)]
-            heard_wall = max(m.arrival_wall for m in base)
-            idle = (wall if until is None or job not in until else min(wall, until[job])) - heard_wall
-            if idle <= self.config.grace_s:
-                continue
-            target = max(t for m in base if (t := m.arrival_now) is not None) + (idle - self.config.grace_s) * self.config.wall_rate
-            if target <= lane.now:
-                continue
-            if lane.now == lane.arrival_now:
-                log.info("nothing of job %s (nor of the %d job(s) on its clock) arrived for %.0fs of wall time: its "
-                         "event time moves with the wall clock from %.3f", job, len(base) - 1, idle, lane.now)
-            out.extend(self._move(job, lane, target, stream_stopped=True))
-        return out
 
     def flush(self) -> list[Diagnosis]:
         """End of input (a trace's end, shutdown): decide what is pending, report final counts.

@@ -37,8 +37,8 @@ a dump sent in time would have arrived too, and its absence is evidence. If noth
 verdict is given (as `analyze` gives none past a trace's end); if the telemetry comes back (an
 outage's backlog), the verdict is given on what it brought.
 
-This module tells a stall and collects its dumps; the per-job state is diagnosis.hang.state and
-the verdict on a stall diagnosis.hang.verdict.
+This module tells a stall; its dumps are collected by diagnosis.hang.collection, the per-job state
+is diagnosis.hang.state and the verdict on a stall diagnosis.hang.verdict.
 """
 
 from __future__ import annotations
@@ -49,15 +49,14 @@ import statistics
 from collections import deque
 
 from faultlens.diagnosis.engine.detector import JobBook
+from faultlens.diagnosis.hang.collection import DumpCollection, hear
 from faultlens.diagnosis.hang.cues import short as _short
 
 # HangConfig is imported from here by its users (it was defined here first).
 from faultlens.diagnosis.hang.state import HangConfig, JobState, Stall
-from faultlens.diagnosis.hang.verdict import HangVerdicts
 from faultlens.diagnosis.hang.weak_evidence import note_gpu_fault
 from faultlens.diagnosis.peers.features import NodeWindow
-from faultlens.diagnosis.rules.liveness import GRACE_S
-from faultlens.diagnosis.stacks.dump_set import DumpSet, NodeAnswer, RecorderDumpEvent, StackDump
+from faultlens.diagnosis.stacks.dump_set import DumpSet
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
 from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import typed
@@ -66,7 +65,7 @@ from faultlens.events.payloads_job import HeartbeatBeat, NcclTimeout, TrainStep
 log = logging.getLogger(__name__)
 
 
-class HangDetector(HangVerdicts):
+class HangDetector(DumpCollection):
     """Detector of hung jobs; ``add_dump`` takes the stack dumps routed to it while a stall is open."""
 
     def __init__(self, book: JobBook, config: HangConfig = HangConfig()):
@@ -76,7 +75,7 @@ class HangDetector(HangVerdicts):
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
-        _hear(self._job(event.job), event.ts)
+        hear(self._job(event.job), event.ts)
         if event.source == "nccl" and event.kind == "nccl_timeout":
             return self._watchdog(event)
         if event.source == "train" and event.kind == "step":
@@ -97,7 +96,7 @@ class HangDetector(HangVerdicts):
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         job = self._job(window.job)
-        _hear(job, window.start)  # its data spans start..start+window_s: the start is what is sure
+        hear(job, window.start)  # its data spans start..start+window_s: the start is what is sure
         old = job.windows.get(window.node)
         if old is None or window.start >= old.start:
             job.windows[window.node] = window
@@ -131,38 +130,6 @@ class HangDetector(HangVerdicts):
             return [found] if asked is None and stall.relook_at is not None else []
         stall.inconclusive = False
         return [found]
-
-    def capture_failed(self, job: str, dump: StackDump) -> list[Diagnosis]:
-        """A rank's capture failed (``ok: false``): it answered, and is not a silent suspect."""
-        state = self._jobs.get(job)
-        if state is None:
-            return []
-        _hear(state, dump.ts)
-        if state.stall is None:
-            if state.last_progress is not None and dump.ts >= state.last_progress:
-                state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
-            return []
-        if state.stall.decided or _earlier_look(state.stall, dump.ts):
-            return []
-        state.stall.failed.add(dump.rank)
-        return self._check_complete(job, state, dump.ts)
-
-    def node_answer(self, job: str, answer: NodeAnswer) -> list[Diagnosis]:
-        """A node answered a capture without naming a rank: no training process there, or a dump
-        whose rank its agent could not read. Either answers for the node's ranks (the collection
-        stops waiting for them); neither is placed among the stacks (diagnosis.hang.verdict)."""
-        state = self._jobs.get(job)
-        if state is None:
-            return []
-        _hear(state, answer.ts)
-        if state.stall is None:
-            if state.last_progress is not None and answer.ts >= state.last_progress:
-                state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
-            return []
-        if state.stall.decided or _earlier_look(state.stall, answer.ts):
-            return []
-        state.stall.dumps.add_answer(answer)
-        return self._check_complete(job, state, answer.ts)
 
     def _job(self, name: str) -> JobState:
         job = self._jobs.get(name)
@@ -207,64 +174,6 @@ class HangDetector(HangVerdicts):
         if diagnosis.fault == FaultClass.STORAGE and diagnosis.action == Action.ALERT:
             self._job(diagnosis.job).storage.append(diagnosis)
         note_gpu_fault(self._job(diagnosis.job), diagnosis)  # corroborates a hang's weak evidence
-
-    def wants_dumps(self, job: str) -> bool:
-        """True while a stall is open: its stack dumps belong here, not to fail-slow rounds."""
-        state = self._jobs.get(job)
-        return state is not None and state.stall is not None
-
-    def note_dump(self, job: str, dump: StackDump) -> None:
-        """A dump that arrived with no stall open: kept in case a suspicion follows before progress."""
-        state = self._jobs.get(job)
-        if state is not None:
-            _hear(state, dump.ts)
-        if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
-            state.recent.add(dump)
-
-    def add_recorder(self, job: str, dump: RecorderDumpEvent) -> None:
-        """A rank's Flight Recorder dump: to the open stall's capture, else kept until progress."""
-        state = self._jobs.get(job)
-        if state is None:
-            return
-        _hear(state, dump.ts)
-        if state.stall is not None and not state.stall.decided:
-            if not _earlier_look(state.stall, dump.ts):
-                state.stall.dumps.add_recorder(dump)
-        elif state.stall is None and state.last_progress is not None and dump.ts >= state.last_progress:
-            state.recent.add_recorder(dump)
-
-    def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
-        state = self._jobs.get(job)
-        if state is not None:
-            _hear(state, dump.ts)
-        if state is None or state.stall is None or state.stall.decided or _earlier_look(state.stall, dump.ts):
-            return []
-        state.stall.dumps.add(dump)
-        return self._check_complete(job, state, dump.ts)
-
-    def _check_complete(self, job: str, state: JobState, now: float) -> list[Diagnosis]:
-        stall = state.stall
-        if stall is None:
-            return []
-        dumps = stall.dumps
-        topology = self._book.topology(job)
-        if topology is not None and dumps.answered(topology.ranks_by_node) | stall.failed >= set(topology.by_rank):
-            # A rank whose agent's capture failed answered, but its trainer's faulthandler dump for the
-            # same capture may still come (py-spy times out on a loaded node): a verdict given at once
-            # reads fewer dumps than there will be, and its confidence falls with the share it read.
-            undumped = stall.failed - dumps.ranks()
-            # A trainer hook sends its Flight Recorder dump after its stacks, and the agent's py-spy
-            # dumps race it: once any rank's recorder is here the others' are on the way, and a
-            # verdict read without them takes a rank that was inside the collective for one that
-            # never came.
-            recorders = dumps.recorders(topology.by_rank)
-            unrecorded = bool(recorders) and len(recorders) < len(topology.by_rank)
-            if dumps.all_preferred() and not undumped and not unrecorded:
-                return [self._decide(job, state, stall, now)]
-            # py-spy names the threads; the node agent's dump usually trails the trainer's by a moment.
-            if stall.complete_at is None:
-                stall.complete_at = now
-        return []
 
     # --- time -----------------------------------------------------------------------------
     def threshold(self, job: str) -> float:
@@ -426,17 +335,6 @@ class HangDetector(HangVerdicts):
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )
-
-
-def _hear(job: JobState, ts: float) -> None:
-    if job.heard is not None and ts - job.heard > GRACE_S:
-        job.resumed = ts  # back after the whole job's telemetry was lost (a pipeline outage)
-    job.heard = ts if job.heard is None else max(job.heard, ts)
-
-
-def _earlier_look(stall: Stall, ts: float) -> bool:
-    """An answer sent before the stall's second capture was asked for belongs to the first."""
-    return stall.look > 1 and ts < stall.opened
 
 
 def _trainers_gone(job: JobState) -> bool:

@@ -289,7 +289,13 @@ FRESH_MISSED: dict[str, str] = {
     "step event's",
     "butterfly_v15_stuck_near_ln30.csv": "the same classifier fine-tuning its encoder: 3.21-3.26, 5-6 % below ln 30, "
     "for 100 points after a fall of 6 % in 25: the fall (0.17-0.22) under three robust sigmas of its per-batch "
-    "noise (0.25-0.40), its plateau 4x the fall, and its start unsaid",
+    "noise (0.25-0.40), its plateau 4x the fall, and its start unsaid. Round 10 looked for a shape of the loss that "
+    "says 'never learned' near ln(classes) and found none: both runs' 20-point windows sit at 0.94-0.99 of ln 30 "
+    "for their whole 125 points (6 windows), and the POET bench's best AdamW run, healthy, sits at 0.89-0.93 of "
+    "ln 16 for 140 steps (7 shortest windows) before it falls to 1.39: 'never a tenth below a guess, not learning "
+    "for 3-10 judgements' finds both and TIMIT's LSTM and flags that run under the shortest window, at every "
+    "count that finds them. Measured in their batch noise, their distance below ln 30 is 0.5-3.4 robust sigmas, "
+    "the POET plateau's from 3.3 up: 'a guess within three sigmas of the level' finds one of the two at most",
     # fresh6's event-MNIST LSTM, whose one-epoch excursions (0.287 at epoch 141, 0.302 at 183) the next epoch
     # takes back, is quiet since a loss spike waits for the next loss (round 10, diagnosis/rules/training.py).
 }

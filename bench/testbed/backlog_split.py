@@ -143,17 +143,21 @@ def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0, *
 def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, node_members: int = 2,
                 job_members: int = 2, grace_s: float = 5.0, after_end_s: float = 50.0,
                 timeout_s: float = 600.0, wall_rate: float = 1.0,
-                finish_nodes: Callable[[KafkaSettings, list, str], None] | None = None) -> list[Outcome]:
+                finish_nodes: Callable[[KafkaSettings, list, str], None] | None = None,
+                replayed: Callable[[], object] | None = None) -> list[Outcome]:
     """Every case as one backlog through split stages; the job stage stays up ``after_end_s`` of
     wall time past its last record, its wall clock moving quiet jobs after ``grace_s``, by
     ``wall_rate`` event seconds a wall second (EngineConfig.wall_rate). ``finish_nodes(settings,
     members, group)`` ends the node stage (default: finish_members, at its 6 s idle stop; the
-    tests stop it once its group committed the telemetry to the end)."""
+    tests stop it once its group committed the telemetry to the end). ``replayed()`` is called once the
+    backlog is in, before any member starts (a test that starves the members starts starving them there)."""
     path = tmp / f"backlog-{uuid.uuid4().hex[:6]}.parquet"
     write_trace(path, sorted((e for c in all_cases for e in c.events), key=trace_order))
     tag = uuid.uuid4().hex[:6]
     config = EngineConfig(grace_s=grace_s, wall_rate=wall_rate)
     replay_trace(settings, path, speed=0, show_progress=False)
+    if replayed is not None:
+        replayed()
     node_group = f"silence-node-{tag}"
     nodes = start_members(settings, "node", node_members, node_group, 6.0, config)
     # The job stage starts once a node-stage member has said its first word: its idle stop counts

@@ -251,8 +251,9 @@ FRESH_MISSED: dict[str, str] = {
     "crystal_graph_sgd_lr0.1_never_learns.csv": "a regression with no class count: its chance level is the "
     "target's variance, which no step event carries, and its first loss is one sample's, so 'never learned' "
     "has nothing to measure from",
-    "cifar10_cnn_dropout_adagrad_chance_then_learns.csv": "35 logged points at exactly ln 10 before it learns: "
-    "over a 20-point window the same as the Adam run beside it that never leaves chance",
+    "cifar10_cnn_dropout_adagrad_chance_then_learns.csv": "flagged at chance at its 20th logged point, where the "
+    "20-point window first judges: up to there 2.3026 = ln 10 after its first, the same as the Adam run beside it "
+    "that never leaves chance; it first moves at the 21st (2.3027) and leaves chance by the 40th (2.15)",
     # fresh5: an issue's excerpt is what a person pasted, not what the job's hook reports (every step)
     "caffe_mobilenet_v3_frozen_at_ln1000.csv": "5 logged points, fewer than the 20 the shortest window judges",
     "darknet19_imagenet_at_ln1000_step_40245.csv": "10 logged steps of a 60,000-step run, fewer than the 20 the "

@@ -29,7 +29,8 @@ machines evicted at the end of a backlog). Now:
 - a peer's word counts once it has reported for a grace period since its own last gap longer than
   that (_going_on): after an outage of the whole job the agents come back each on its own phase.
 
-A node is judged only after it beat at least once (a job still starting is not silent).
+A node is judged only after it beat at least once (a job still starting is not silent). The alerts on
+nodes quiet together (a group, a partition, the whole job) are diagnosis/rules/silence_groups.py's.
 
 Each node's reports are weighed against its peers' on its clock corrected by the error its step
 stamps show (diagnosis/rules/step_clocks.py): a healthy machine 30 s behind stamped its last beat
@@ -63,11 +64,11 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from dataclasses import dataclass
 from typing import Callable
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.silence_groups import Beat, QuietTogether
 from faultlens.diagnosis.rules.step_clocks import StepClocks
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads import typed
@@ -81,18 +82,7 @@ MAX_SILENT_SHARE = 0.25
 MAX_STEP_LAG = 2
 
 
-@dataclass(slots=True)
-class _Beat:
-    ts: float
-    id: str
-    silent: bool = False
-    agent_alerted: bool = False
-    group_alerted: bool = False
-    working: bool | None = None  # its pids listed a training process; None: the beat lists no pids
-    stopping: bool = False  # the agent's last word on a deliberate stop
-
-
-class SilenceDetector:
+class SilenceDetector(QuietTogether):
     sources = frozenset({"heartbeat", "train"})
 
     def __init__(self, grace_s: float = GRACE_S, max_share: float = MAX_SILENT_SHARE,
@@ -101,7 +91,7 @@ class SilenceDetector:
         self.max_share = max_share
         self.book = book
         self.partition_of = partition_of  # node → its telemetry partition; None: no such evidence
-        self._beats: dict[str, dict[str, _Beat]] = {}
+        self._beats: dict[str, dict[str, Beat]] = {}
         self._steps: dict[tuple[str, str], float] = {}  # (job, node) → last step report
         self._step_no: dict[tuple[str, str], int] = {}  # (job, node) → step number of that report
         # job → the last report its telemetry_lost named, and whether its clock had stopped then
@@ -142,7 +132,7 @@ class SilenceDetector:
         pids = beat.pids
         working = bool(pids) if pids is not None else None
         if prev is None or event.ts >= prev.ts:
-            nodes[event.node] = _Beat(event.ts, event.id, working=working, stopping=beat.stopping is True)
+            nodes[event.node] = Beat(event.ts, event.id, working=working, stopping=beat.stopping is True)
         if working:
             self._worked.add((event.job, event.node))
             self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))
@@ -162,7 +152,7 @@ class SilenceDetector:
         outage). A node that died during the outage is still judged, a grace after its peers came back."""
         return {n: t for n, t in heard.items() if t - self._run_start.get((job, n), float("-inf")) >= self.grace_s}
 
-    def _ended(self, job: str, node: str, beat: _Beat) -> bool:
+    def _ended(self, job: str, node: str, beat: Beat) -> bool:
         """Whether the node's agent said, before it went quiet, that the job's work on it was over:
         a stop, or no training process left, while the job did not train on without it for a grace
         period (restarted after a crash, its peers' trainers listed again: a node that died while
@@ -235,7 +225,7 @@ class SilenceDetector:
                 out.extend(self._judge_alone(job, node, beat, at[node], pace, reports, now))
         return out
 
-    def _fellows_undecided(self, node: str, beat_at: float, nodes: dict[str, _Beat], heard: dict[str, float],
+    def _fellows_undecided(self, node: str, beat_at: float, nodes: dict[str, Beat], heard: dict[str, float],
                            fresh: dict[str, float], now: float) -> bool:
         """Whether another node last reported within a grace period after ``node``'s last beat and
         has not been quiet for a grace period yet: it may be stopping with it (then they are judged
@@ -244,7 +234,7 @@ class SilenceDetector:
         return any(m != node and not b.silent and heard[m] <= mark and now - fresh[m] <= self.grace_s
                    for m, b in nodes.items())
 
-    def _ended_agents(self, job: str, nodes: dict[str, _Beat], ended: set[str], now: float) -> list[Finding]:
+    def _ended_agents(self, job: str, nodes: dict[str, Beat], ended: set[str], now: float) -> list[Finding]:
         """An agent stopped on purpose while its node's trainer still ran: the node is unwatched."""
         out = []
         for node in sorted(ended):
@@ -271,7 +261,7 @@ class SilenceDetector:
             beyond -= 1  # its own steps are not a peer's word
         return 2 * beyond > peers
 
-    def _judge_alone(self, job: str, node: str, beat: _Beat, beat_at: float,
+    def _judge_alone(self, job: str, node: str, beat: Beat, beat_at: float,
                      pace: tuple[float | None, float | None], reports: list[float], now: float) -> list[Finding]:
         stepped = self._steps.get((job, node))
         # Its ranks keep pace with the rest of the job (a checkpoint pause stops everyone's steps,
@@ -303,91 +293,6 @@ class SilenceDetector:
             return ""
         return f" (on its clock corrected by {-off:+.0f}s, the error its step stamps show against its peers')"
 
-    def _group_alert(self, job: str, together: list[str], quiet: dict[str, _Beat], at: dict[str, float], size: int,
-                     now: float) -> Finding:
-        beats = [quiet[n] for n in together]
-        for b in beats:
-            b.group_alerted = True
-        first = min(at[n] for n in together)
-        shown = ", ".join(together[:12]) + (f" and {len(together) - 12} more" if len(together) > 12 else "")
-        return Finding(
-            job=job, ts=now, onset=first, fault="node_silent", action="alert", nodes=tuple(together),
-            entity="group", evidence=tuple(b.id for b in beats[:16]),
-            detail=f"{len(together)} of the job's {size} nodes stopped beating together ({shown}; the first "
-                   f"{now - first:.0f}s ago) while the others report on: one cause upstream of them (a rack, a "
-                   f"switch, a telemetry partition or its node-stage member), not {len(together)} machines "
-                   f"failing at once (alert, no eviction)")
-
-    def _quiet_partition_mates(self, node: str, beat_at: float, nodes: dict[str, _Beat],
-                               heard: dict[str, float]) -> list[str]:
-        """The node's telemetry partition mates, when that partition went quiet with it (every mate
-        that reported around its last beat stopped within a grace period of it); none when there is
-        no such evidence, or the partition carried a report past its silence (its own steps, or a
-        mate's). Asked only once no fellow is undecided (_fellows_undecided): a mate that has not
-        reported past the mark has been quiet for the grace period too."""
-        if self.partition_of is None:
-            return []
-        mark = beat_at + self.grace_s
-        if heard[node] >= mark:
-            return []
-        part = self.partition_of(node)
-        mates = [m for m in nodes if m != node and not nodes[m].silent
-                 and heard[m] >= beat_at - self.grace_s and self.partition_of(m) == part]
-        if not mates or any(heard[m] >= mark for m in mates):
-            return []
-        return sorted(mates)
-
-    def _partition_alert(self, job: str, node: str, mates: list[str], nodes: dict[str, _Beat],
-                         heard: dict[str, float], now: float) -> Finding:
-        named = sorted([node, *mates])
-        for n in named:
-            nodes[n].group_alerted = True
-        first, last = min(heard[n] for n in named), max(heard[n] for n in named)
-        part = self.partition_of(node) if self.partition_of is not None else None
-        return Finding(
-            job=job, ts=now, onset=first, fault="node_silent", action="alert", nodes=tuple(named),
-            entity="partition", evidence=tuple(nodes[n].id for n in named[:16]),
-            detail=f"{', '.join(named[:12])}{' and more' if len(named) > 12 else ''}: every node of the job on "
-                   f"telemetry partition {part} stopped reporting within {last - first:.0f}s of each other "
-                   f"({now - first:.0f}s ago) and none of that partition reported since, while the job's other "
-                   f"nodes report on: the partition or its path to diagnosis stopped, not {len(named)} machines "
-                   f"(alert, no eviction)")
-
-    def _whole_job_quiet(self, job: str, nodes: dict[str, _Beat], heard: dict[str, float], latest: float,
-                         now: float, stream_stopped: bool) -> list[Finding]:
-        """One alert per quiet spell of the whole job (a new one only after it reported again), or
-        one record where nothing on its clock arrived either; then an alert if jobs on its clock
-        report on without it."""
-        said = self._job_quiet.get(job)
-        if said is not None and said[0] == latest and (stream_stopped or not said[1]):
-            return []
-        self._job_quiet[job] = (latest, stream_stopped)
-        # The nodes that were still reporting (one found silent before is not part of this stop)
-        stopped = [t for n, t in heard.items() if not nodes[n].silent] or list(heard.values())
-        node = max(heard, key=heard.__getitem__)
-        entity = "job"
-        if all(self._ended(job, n, b) for n, b in nodes.items()):
-            action, detail = "none", (
-                f"the job ended: every one of its {len(nodes)} node agents said its training processes had exited "
-                f"(or that it was stopping) before it went quiet, the last {now - latest:.0f}s ago (recorded, no alert)")
-        elif stream_stopped:
-            # Live, the end of a replay reads exactly so, and offline the end of a trace judges no
-            # absence: an alert here was the one verdict a live run gave that `analyze` did not. Its
-            # own entity: dedup folds by entity, and the job's own silence, found once jobs on its
-            # clock report on without it, must not fold into this record.
-            entity, action, detail = "stream", "none", (
-                f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
-                f"within {latest - min(stopped):.0f}s of each other), and no job on its clock reported meanwhile: "
-                f"the stream stopped (its input ended, or the pipeline upstream of diagnosis stopped), the "
-                f"pipeline's silence, not a machine's (recorded, no alert)")
-        else:
-            action, detail = "alert", (
-                f"no node of the job reported for {now - latest:.0f}s (the {len(stopped)} still reporting stopped "
-                f"within {latest - min(stopped):.0f}s of each other): the job ended, or its telemetry stopped before "
-                f"reaching diagnosis; no node is judged silent on its own (alert, no eviction)")
-        return [Finding(job=job, ts=now, onset=latest, fault="telemetry_lost", action=action, nodes=(), entity=entity,
-                        evidence=(nodes[node].id,), detail=detail)]
-
     def _pace(self, job: str) -> tuple[float | None, float | None]:
         """The job's typical node: the median of its nodes' last step times and step numbers."""
         times = [t for (j, _), t in self._steps.items() if j == job]
@@ -401,7 +306,7 @@ class SilenceDetector:
             return typical_no - number <= MAX_STEP_LAG
         return typical_ts is not None and typical_ts - stepped <= self.grace_s
 
-    def _drop_departed(self, job: str, nodes: dict[str, _Beat]) -> None:
+    def _drop_departed(self, job: str, nodes: dict[str, Beat]) -> None:
         """A node the job's current topology no longer lists was swapped out: its last beats may
         arrive after the restart event (another topic, no order between them), and it must not
         then be called silent."""

@@ -42,6 +42,7 @@ import pytest
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.config import KafkaSettings
 from tests.diagnosis.live_members import committed_to_end
+from tests.in_process import faultlens_main
 from tests.progress import cpu_ticks, files_size
 
 FAULTLENS = [sys.executable, "-m", "faultlens"]
@@ -122,9 +123,10 @@ def _recorded(bootstrap: str, home: Path, out: Path) -> list[dict]:
 
 
 def checked(paths: Iterable[Path]) -> dict[str, dict]:
-    """`faultlens check --json` over the traces once, as a user runs it: its result per trace name."""
-    done = subprocess.run([*FAULTLENS, "check", "--json", *map(str, paths)], capture_output=True, text=True,
-                          env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    """`faultlens check --json` over the traces once, its command line run by main() in this process
+    (tests/in_process.py: an interpreter and the imports saved, what it prints the same): its result
+    per trace name."""
+    done = faultlens_main("check", "--json", *paths)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
 
@@ -171,9 +173,10 @@ def offline(trace: Path, grace: float = GRACE_S) -> list[dict]:
 
 
 def analyzed(trace: Path, grace: float = GRACE_S) -> tuple[list[dict], dict]:
-    """`faultlens analyze TRACE`: its diagnoses (stdout) and its summary (the last line on stderr)."""
-    done = subprocess.run([*FAULTLENS, "analyze", str(trace), "--no-progress", "--grace", str(grace)], check=True,
-                          capture_output=True, text=True, env={**os.environ, "FAULTLENS_LOG_LEVEL": "ERROR"})
+    """`faultlens analyze TRACE` (in this process, as `checked`): its diagnoses (stdout) and its summary
+    (the last line on stderr)."""
+    done = faultlens_main("analyze", trace, "--no-progress", "--grace", grace)
+    assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stderr.strip().splitlines()[-1])["summary"]
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()], summary
 

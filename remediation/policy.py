@@ -23,7 +23,7 @@ from faultlens.remediation.decision import Decision, PolicyConfig, command_id
 from faultlens.remediation.fleet import Fleet, Lemon
 from faultlens.remediation.ladder import SEQUENCES, JobLadder, Step
 from faultlens.remediation.lemon import LEMON_STATE
-from faultlens.remediation.policy_checks import ask_checks, settle_checks, settle_reproduction
+from faultlens.remediation.policy_checks import PolicyChecks
 from faultlens.remediation.pool import StandbyPool
 from faultlens.remediation.reproduction import PendingReproduction, plan_from_dict
 from faultlens.remediation.safety import Safety
@@ -44,7 +44,7 @@ def is_stack_round(d: Diagnosis) -> bool:
 
 
 @dataclass
-class Policy:
+class Policy(PolicyChecks):
     signing_key: SigningKey  # the private half: only the remediation consumer holds it
     config: PolicyConfig = field(default_factory=PolicyConfig)
     safety: Safety = field(default_factory=Safety)
@@ -190,9 +190,9 @@ class Policy:
         out: list[tuple[Decision, Command | None]] = []
         if event.kind in ("result", "command_ack") and job in self.pending_checks:
             if self.pending_checks[job].record(event):
-                out = settle_checks(self, job, now)
+                out = self._settle_checks(job, now)
         elif event.kind == "replay_done" and job in self.reproductions:
-            out = settle_reproduction(self, event, now)
+            out = self._settle_reproduction(event, now)
         self._saved_if_changed(job, before, now)
         return out
 
@@ -202,7 +202,7 @@ class Policy:
         for job in sorted(set(self.pending_checks) | set(self.reproductions)):
             before = self._job_state(job)
             if job in self.pending_checks:
-                out += settle_checks(self, job, now)
+                out += self._settle_checks(job, now)
             repro = self.reproductions.get(job)
             if repro is not None and now >= repro.deadline:
                 del self.reproductions[job]
@@ -264,7 +264,7 @@ class Policy:
             return self._decision(now, d, step, self.config.mode(d.job), sent=False), None
         step = self._ladder(d.job).decide(d, job_nodes)
         if self.config.stop_checks and step.action is not None and step.params.get("stop_time_diagnosis"):
-            return ask_checks(self, d, step, job_nodes or d.nodes, now)
+            return self._ask_checks(d, step, job_nodes or d.nodes, now)
         return self._act(d, step, now)
 
     def _act(self, d: Diagnosis, step: Step, now: float, key: str | None = None) -> tuple[Decision, Command | None]:

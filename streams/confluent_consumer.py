@@ -91,6 +91,8 @@ class ConfluentConsumer:
         self._start: dict[TopicPartition, int] = {}
         # Seeks librdkafka could not take yet, done at the next polls (see seek).
         self._seeks: dict[TopicPartition, int] = {}
+        # Paused by the caller: a partition started again at an offset is paused again (_restart_at).
+        self._paused: set[TopicPartition] = set()
 
     def _tp(self, topic: str, partition: int) -> TopicPartition:
         key = (topic, partition)
@@ -122,6 +124,7 @@ class ConfluentConsumer:
                 self._high.pop(tp, None)
                 self._start.pop(tp, None)
                 self._seeks.pop(tp, None)
+                self._paused.discard(tp)
             if listener is not None:
                 listener.on_partitions_revoked(gone)
 
@@ -132,6 +135,7 @@ class ConfluentConsumer:
         self._seeks.clear()
         self._manual = True
         self._assignment = set(partitions)
+        self._paused &= self._assignment  # kafka-python keeps the pause of a partition it keeps
         self._c.assign([self._ck_tp(tp) for tp in self._assignment])
 
     def assignment(self) -> set[TopicPartition]:
@@ -186,9 +190,11 @@ class ConfluentConsumer:
 
     def pause(self, *partitions: TopicPartition) -> None:
         self._c.pause([self._ck_tp(tp) for tp in partitions])
+        self._paused.update(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._c.resume([self._ck_tp(tp) for tp in partitions])
+        self._paused.difference_update(partitions)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """kafka-python's seek: the next poll hands out ``partition`` from ``offset``.
@@ -199,7 +205,8 @@ class ConfluentConsumer:
         found it stopped and raised "Erroneous state": the runner's loop died with 10 of 200
         records read, about one run in five under load. Such a seek is kept and done at the next
         polls, and what they bring of that partition before it is taken is dropped: it comes
-        again from ``offset``."""
+        again from ``offset``. A consumer given its partitions (no group) has every seek right
+        after ``assign`` refused: that partition alone is started again at ``offset`` instead."""
         self._start[partition] = offset
         self._seeks.pop(partition, None)
         if not self._seek_now(partition, offset):
@@ -210,9 +217,8 @@ class ConfluentConsumer:
         try:
             self._c.seek(self._ck_tp(partition, offset))
         except self._ck.KafkaException as exc:
-            if self._manual:  # not fetching yet: assign at the offset instead
-                self._c.assign([self._ck_tp(tp, offset if tp == partition else self._ck.OFFSET_STORED)
-                                for tp in self._assignment])
+            if self._manual and partition in self._assignment:  # not fetching yet: start it at the offset
+                self._restart_at({partition: offset})
                 return True
             err = exc.args[0] if exc.args else None
             code = err.code() if err is not None and hasattr(err, "code") else None
@@ -223,6 +229,26 @@ class ConfluentConsumer:
                 return False
             raise _error(exc, f"seek {partition.topic}[{partition.partition}]") from None
         return True
+
+    def _restart_at(self, at: dict[TopicPartition, int]) -> None:
+        """Start the assigned partitions of ``at`` again from those offsets (a consumer given its
+        partitions), the others left as they are.
+
+        Only these: assigning every partition again, the others at their stored offset, undid the
+        seeks made before (each refused right after ``assign``) and moved back partitions already
+        read: ``assign([p0, p1]); seek(p0, 5); seek(p1, 0)`` handed out p0 from 0
+        (tests/streams/test_confluent_seek.py). A partition started again is no longer paused."""
+        parts = [tp for tp in at if tp in self._assignment]
+        if not parts:
+            return
+        try:
+            self._c.incremental_unassign([self._ck_tp(tp) for tp in parts])
+            self._c.incremental_assign([self._ck_tp(tp, at[tp]) for tp in parts])
+        except self._ck.KafkaException as exc:
+            raise _error(exc, f"assign {', '.join(f'{tp.topic}[{tp.partition}]' for tp in parts)}") from None
+        paused = [self._ck_tp(tp) for tp in parts if tp in self._paused]
+        if paused:
+            self._c.pause(paused)
 
     def _retry_seeks(self) -> None:
         for tp, offset in list(self._seeks.items()):
@@ -247,7 +273,7 @@ class ConfluentConsumer:
             at[tp] = low if offset == self._ck.OFFSET_BEGINNING else high
         if self._manual:
             self._start.update(at)
-            self._c.assign([self._ck_tp(tp, at.get(tp, self._ck.OFFSET_STORED)) for tp in self._assignment])
+            self._restart_at(at)
         else:
             for tp, start in at.items():
                 self.seek(tp, start)

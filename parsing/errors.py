@@ -117,7 +117,10 @@ _CUDA_ERR = re.compile(
     r"all CUDA-capable devices are busy or unavailable|the launch timed out and was terminated|"
     # (round 17) a build whose module lacks the kernel it launches (cudaErrorSymbolNotFound, 500), as NCCL's CUDACHECK
     # prints it ("Cuda failure 'named symbol not found'"): the program's build, as no kernel image is (docs/design.md §9)
-    r"named symbol not found|no kernel image is available for execution on the device)"
+    r"named symbol not found|no kernel image is available for execution on the device|"
+    # (round 20) cudaErrorInvalidDevice (101): the program asked for a device number its process does not see (its
+    # allocation's CUDA_VISIBLE_DEVICES), as NCCL's CUDACHECK prints it ("Cuda failure 101 'invalid device ordinal'")
+    r"invalid device ordinal)"
 )
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",
@@ -204,9 +207,10 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
     if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low
-            or "named symbol not found" in low):
+            or "named symbol not found" in low or "invalid device ordinal" in low):
         # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
-        # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!")
+        # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!"); a device number the allocation
+        # does not hold fails on every machine the same way (docs/design.md §9)
         return error, "user_code", "rollback", "error"
     if "requires reset" in low:
         return error, "gpu_reset_required", "stop_time_diagnosis", "error"

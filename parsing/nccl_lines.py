@@ -39,6 +39,10 @@ _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat mo
 # NCCL's own prefix (host:pid:tid [device]) is dropped by some collectors and reports: the
 # "NCCL WARN" word alone still makes the line NCCL's warning.
 NCCL_WARN = re.compile(r"(?:(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./\-]+:\d+ )?)?NCCL WARN (?P<text>.*)")
+# (round 20) a network plugin's WARN in its own logger's format, printed where NCCL's logger is not handed to it
+# (aws-ofi-nccl before 1.0: "WARN: Function: find_ofi_provider Line: 543: NET/OFI Couldn't find any optimal provider",
+# behind pdsh's host): read as NCCL's WARN of a plugin is (the groups NCCL's prefix has stay empty)
+PLUGIN_OWN_WARN = re.compile(r"(?:(?P<host>[\w.\-]+): )?(?P<pid>)(?P<tid>)(?P<dev>)\bWARN: Function: \w+ Line: \d+: (?P<text>NET/\w+ .*)")
 # An IB work completion that failed, as NCCL's IB transports print it: "with error 12, opcode 0"
 # (older), "with status=12 opcode=1 len=0 vendor err 129" (newer, NET/IB and NET/IBP).
 _IB_COMPLETION = re.compile(
@@ -80,7 +84,7 @@ def watchdog(msg: str, raw: str, rank: int | None, extra: dict[str, Any]) -> lis
 # (Mellanox/nccl-rdma-sharp-plugins src/). NCCL's own net transports sit under transport/.
 _WARN_ORIGIN = re.compile(r"(?:^|[\s\]])(?P<file>[\w./\-]+):\d+ NCCL WARN ")
 # Words of a plugin's WARN that a set-up it needs is wrong, beyond the alarm words: kept as errors.
-_PLUGIN_TROUBLE = re.compile(r"\b(?:wrong|mismatch\w*|invalid|missing|not found|no such)\b", re.IGNORECASE)
+_PLUGIN_TROUBLE = re.compile(r"\b(?:wrong|mismatch\w*|invalid|missing|not found|no such|(?:could ?n[o\'’]t|cannot|unable to) find)\b", re.IGNORECASE)
 _PLUGIN_FILE = re.compile(r"^(?:net_\w+\.\w+|\w*_plugin(?:\.\w+)?|nccl_(?:net_)?ofi\w*(?:\.\w+)?)$")
 
 
@@ -100,6 +104,10 @@ _INFO_ASYNC_EVENT = re.compile(
 # printed at every start of a job that then runs). A possibility is no fault; a WARN that also says
 # something failed, timed out or could not be done is judged as before.
 _ADVICE = re.compile(r"\b(?:can|could|may|might|will) (?:lead to|cause|result in)\b", re.IGNORECASE)
+# (round 20) a lookup under a setting the environment leaves unset, its value printed as "(null)" (misc/cudawrap.cc:
+# "Failed to find CUDA library in (null) (NCCL_CUDA_PATH=(null))"): the override was not given, NCCL goes on with its
+# default search; a lookup that fails under a setting someone gave names its value and still acts.
+_UNSET_SETTING = re.compile(r"\b[A-Z][A-Z0-9_]*=\(null\)")
 _FAILED = re.compile(r"\b(?:fail\w*|timed out|timeout|abort\w*|unable|cannot|could not|refused|lost)\b", re.IGNORECASE)
 
 
@@ -122,12 +130,14 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
     ib = _ib_failed(text)
     serious = cuda or named or ib or "error" in text.lower()
     quiet = None
-    if not serious and not looks_alarming(text) and not _PLUGIN_TROUBLE.search(text) and _from_plugin(m.string):
+    if not serious and not looks_alarming(text) and not _PLUGIN_TROUBLE.search(text) and (m.re is PLUGIN_OWN_WARN or _from_plugin(m.string)):
         action, quiet = "none", "a network plugin's warning that names no failure"
     elif not cuda and _INFO_ASYNC_EVENT.search(text):
         action, quiet = "none", "an IB async event that reports a state change, not an error"
     elif not serious and _ADVICE.search(text) and not _FAILED.search(text):
         action, quiet = "none", "advice on the set-up (what it can lead to), not a failure"
+    elif not serious and _UNSET_SETTING.search(text):
+        action, quiet = "none", "a lookup under a setting left unset: the default applies"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
                   pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip

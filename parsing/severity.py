@@ -61,7 +61,7 @@ _NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to
 _REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back",
                           "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default"))
 
-_QUICK = ("err", "fail", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
+_QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
           "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_", "io_page_fault")
@@ -74,7 +74,11 @@ _ANY_QUICK = any_of(set(_QUICK) | set(ALARM_QUICK))
 # Words of trouble, as words. "reset" counts: a device reset by its driver is a fault's symptom.
 _WORDS = re.compile(
     r"\b(?:errors?|err|fail(?:s|ed|ure|ures|ing)?|time ?outs?|timed out|abort(?:s|ed|ing)?|corrupt\w*|"
-    r"medium error|lost|resets?|resetting|unrecoverable|unreadable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
+    r"medium error|lost|resets?|"
+    # (round 20) a driver that could not get what its device needs (MMIO mapped, MSI-X vectors reserved, DMA memory
+    # allocated: "mpt3sas_cm0: unable to map adapter memory!", "ena ...: Can not reserve msix vectors"), or a device
+    # operation that never finished ("e1000e ...: MDI Write did not complete"): the device is not usable
+    r"(?:unable to|can ?not|could not) (?:map|reserve|allocate|request|enable)|did not complete|resetting|unrecoverable|unreadable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
     r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve

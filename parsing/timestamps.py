@@ -34,8 +34,9 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 # record was judged by its words. parsing.alarm reads the level off the same header.
 KMSG_HEADER = re.compile(r"(\d{1,3}),(\d+),(\d+)(?:,[^;]{0,16})?;")
 # The kernel's clock, and after it the printk caller id a CONFIG_PRINTK_CALLER kernel adds (kernel/printk/printk.c
-# info_print_prefix: "[T<pid>]" for a task, "[C<cpu>]" outside one, padded to six: "[  397.26][   T11] ...").
-_MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\](?:\[\s*[TC]\d{1,7}\])?\s?")
+# info_print_prefix: "[T<pid>]" for a task, "[C<cpu>]" outside one, padded to six: "[  397.26][   T11] ...";
+# (round 20) util-linux dmesg prints it after a space: "[ 2491.403032] [    T240] igc ...").
+_MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\](?: ?\[\s*[TC]\d{1,7}\])?\s?")
 # dmesg --reltime / -H (util-linux sys-utils/dmesg.c print_record): a minute's first line "[Feb 2 08:03] "
 # (strftime "%b%e %H:%M", so "[Sep11 18:40]" too), the others the delta to the line before "[  +0.317065] "
 # (printf's %+8.06f, with the locale's decimal comma: "[  +0,317065]"); --show-delta's "[<    0.000123>] ".

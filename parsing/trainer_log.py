@@ -62,7 +62,7 @@ _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal
 # unread. Not "nccl" or "cuda" alone: they are on every NCCL INFO line, and a CUDA or NCCL error
 # text holds "error", "abort" or one of the phrases here. A test feeds every trainer line we hold
 # with and without the pre-filter.
-CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "_status_",
+CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", "watchdog", "nccl warn", "warn: function: ", "_status_",
                  "out of memory", "illegal memory access", "launch failure",
                  # the other sticky device-side failures' texts, which hold no "error" (c10's "CUDA warning: misaligned address")
                  "illegal instruction was", "misaligned address", "hardware stack error", "invalid program counter",
@@ -274,8 +274,8 @@ class TrainerLogParser:
             found = nccl_lines.watchdog(msg, raw, rank, extra)
             if found is not None:
                 return found
-        if "NCCL WARN" in msg:
-            m = nccl_lines.NCCL_WARN.search(msg)
+        if "NCCL WARN" in msg or "WARN: Function: " in msg:
+            m = nccl_lines.NCCL_WARN.search(msg) or nccl_lines.PLUGIN_OWN_WARN.search(msg)
             if m:
                 return [nccl_lines.nccl_warn(m, raw, rank, extra)]
         if "Got completion" in msg:

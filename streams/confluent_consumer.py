@@ -135,8 +135,11 @@ class ConfluentConsumer:
         self._seeks.clear()
         self._manual = True
         self._assignment = set(partitions)
-        self._paused &= self._assignment  # kafka-python keeps the pause of a partition it keeps
         self._c.assign([self._ck_tp(tp) for tp in self._assignment])
+        # librdkafka's assign resumes every partition; kafka-python keeps a kept one paused
+        self._paused &= self._assignment
+        if self._paused:
+            self._c.pause([self._ck_tp(tp) for tp in self._paused])
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)

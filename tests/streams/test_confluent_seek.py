@@ -131,3 +131,17 @@ def test_a_seek_past_the_end_of_several_partitions_hands_out_only_what_comes_nex
         got: dict[TopicPartition, list[int]] = {}
         _read(consumer, got, lambda: len(got) == 3 and all(got.values()))
         assert got == {tp: [N] for tp in parts}
+
+
+def test_a_partition_paused_and_assigned_again_stays_paused(client_settings, fresh_topic):
+    # kafka-python keeps the state of a partition a new assign keeps; librdkafka resumed it.
+    p0, p1 = parts = _filled(client_settings, fresh_topic, 2)
+    with _assigned(client_settings, parts, 4) as consumer:
+        consumer.pause(p1)
+        consumer.assign(parts)
+        got: dict[TopicPartition, list[int]] = {}
+        _read(consumer, got, _to_the_end(got, [p0]))
+        assert p1 not in got
+        consumer.resume(p1)
+        _read(consumer, got, _to_the_end(got, [p1]))
+        assert got == {p0: list(range(N)), p1: list(range(N))}

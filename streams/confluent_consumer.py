@@ -240,7 +240,8 @@ class ConfluentConsumer:
         Only these: assigning every partition again, the others at their stored offset, undid the
         seeks made before (each refused right after ``assign``) and moved back partitions already
         read: ``assign([p0, p1]); seek(p0, 5); seek(p1, 0)`` handed out p0 from 0
-        (tests/streams/test_confluent_seek.py). A partition started again is no longer paused."""
+        (tests/streams/test_confluent_seek.py). librdkafka starts them unpaused: one the caller
+        paused is paused again."""
         parts = [tp for tp in at if tp in self._assignment]
         if not parts:
             return

@@ -32,6 +32,9 @@ _NCCL_ERR = re.compile(
     r"|(?P<dup>Duplicate GPU detected) : rank \d+ and rank \d+"
     # an NCCL call that failed, with ncclGetErrorString's text ("ncclCommInitRank failed: unhandled system error", TF's NcclManager)
     r"|\b(?P<call>nccl[A-Z]\w+) failed: (?P<calltext>unhandled (?:system|cuda) error|internal error|invalid (?:argument|usage)|remote process exited[^\n]*)"
+    # (round 20) ncclGetErrorString's text thrown from a framework's NCCL helper, the helper's file naming the library
+    # (Paddle's PADDLE_ENFORCE on an ncclResult_t: "EnforceNotMet: unhandled cuda error at [.../platform/nccl_helper.h:93]")
+    r"|(?P<helpertext>unhandled (?:system|cuda) error|remote process exited[^\n]*?) at \[?\S*\bnccl\w*\.(?:h|cc|cpp|cu):\d+"
     # a glog CHECK on an ncclResult_t (Caffe's NCCL_CHECK: "Check failed: result == ncclSuccess (2 vs. 0)  unhandled system error")
     r"|Check failed: \w+ == ncclSuccess \((?P<ncode>\d+) vs\. 0\)\s+(?P<ntext>[^\n]+)"
     # ncclResult_t in its C enum's spelling, as the bindings print it (cupy's "NcclError: NCCL_ERROR_SYSTEM_ERROR")
@@ -132,7 +135,9 @@ _NO_DEVICE = re.compile(r"no cuda gpus are available|no (?:cuda|rocm)-capable de
 
 # A bare exception line: a (dotted) type ending in Error / Exception, a colon and a message; after
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
-_HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
+# (round 20) Paddle's enforce type ("paddle.fluid.core.EnforceNotMet: unhandled cuda error at [.../nccl_helper.h:93]",
+# paddle/fluid/platform/enforce.h before 2.0) ends in neither word: its message is read as any exception's
+_HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|EnforceNotMet)): (?P<msg>\S.*)$")
 # A RuntimeError whose text says the program is wrong: tensors of the wrong shape, type or device
 # (aten's "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the
 # same"), a checkpoint that does not fit the model (nn.Module.load_state_dict's "Error(s) in loading
@@ -152,7 +157,10 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"\bmust have (?:the )?same number of dimensions\b|\bSizes of tensors must match\b|\bError building extension '|"
                           # (round 18) a tensor on the wrong device or of the wrong type for the op ("indices should be either on cpu or on
                           # the same device as the indexed tensor", autograd's "assigned grad has data of a different type")
-                          r"\bon the same device as the\b|\bhas data of a different type\b")
+                          r"\bon the same device as the\b|\bhas data of a different type\b|"
+                          # (round 20) torch's argument parser refusing a call's arguments (torch/csrc/utils/python_arg_parser.cpp:
+                          # "full() received an invalid combination of arguments - got (...), but expected one of:", a TypeError)
+                          r"\breceived an invalid combination of arguments\b")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -253,6 +261,8 @@ def classify_nccl(text: str) -> str | None:
         return f"ncclResult {m.group('ncode')}: {m.group('ntext').strip()}"
     if m.group("call"):
         return f"{m.group('call')} failed: {m.group('calltext')}"
+    if m.group("helpertext"):
+        return f"NCCL error: {m.group('helpertext')}"
     if m.group("origin"):
         return f"raised from {m.group('origin')} (ProcessGroupNCCL)"
     if m.group("dup"):
@@ -331,7 +341,9 @@ _ERRNO_LINE = re.compile(r"^\s*(?:[^\[\]]{1,80}?: )?(?P<msg>\[Errno -?\d+\] \S.*
 # (round 18) A program's own log of the error that ended it, the exception's text without its type ("ERROR - Training failed
 # with error: indices should be either on cpu or on the same device as the indexed tensor"): judged only by the texts
 # that say the program is wrong (_SHAPE_ERROR), as the RuntimeError's own line would be
-_FAILED_WITH = re.compile(r"\bfailed with (?:error|exception): (?P<msg>\S.*)$")
+# (round 20) also a program's own "<what> error: <text>" ("WARNING - Training batch error: full() received an invalid
+# combination of arguments ..."), judged by the same texts only
+_FAILED_WITH = re.compile(r"\b(?:failed with (?:error|exception)|[a-z]+ error): (?P<msg>\S.*)$")
 _BARE_TYPE = re.compile(r"^(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)):?$")
 
 

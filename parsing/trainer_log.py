@@ -314,7 +314,7 @@ class TrainerLogParser:
             return [("nan", common(raw, "nan_loss", "stop_time_diagnosis", "error", rank=rank, text=msg.strip()[:512],
                                    step=step_of(msg), **extra))]  # fmt: skip
         if ((":" in msg and ("Error" in msg or "Exception" in msg)) or "[Errno " in msg or "[enforce fail at " in msg
-                or msg.endswith(("Error", "Exception")) or "failed with e" in msg):
+                or msg.endswith(("Error", "Exception")) or "failed with e" in msg or " error: " in msg or "EnforceNotMet: " in msg):
             found = self._headless(msg, raw, rank, key, extra)
             if found is not None:
                 return found

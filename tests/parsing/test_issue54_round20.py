@@ -83,6 +83,35 @@ _FORMS = [
     # a network plugin's WARN in its own logger's format (aws-ofi-nccl before 1.0, behind pdsh's host) (fresh34)
     ("10.3.35.83: WARN: Function: find_ofi_provider Line: 543: NET/OFI Couldn't find any optimal provider", "nccl", "nccl_error"),
     ("10.3.35.83: WARN: Function: main Line: 66: NET/OFI OFI NCCL failure: 2", "nccl", "nccl_error"),
+    # Paddle's enforce type, and ncclGetErrorString's text thrown from the framework's NCCL helper (fresh33)
+    (
+        "paddle.fluid.core.EnforceNotMet: unhandled cuda error at [/workspace/agent/work/62dea99fa81a5ba4/paddle/fluid/platform/"
+        "nccl_helper.h:93]",
+        "nccl",
+        "nccl_error",
+    ),
+    # a program's own "<what> error: <text>" with torch's argument parser's refusal (fresh33)
+    (
+        "2025-11-10 21:45:45,378 - WARNING - Training batch error: full() received an invalid combination of arguments - got "
+        "(tuple, str, device=torch.device, dtype=torch.dtype), but expected one of:",
+        "nccl",
+        "user_code",
+    ),
+    # the kernel's record of a verbs completion in error (the completion convention), interface scripts finding no device,
+    # a SAS HBA's firmware fault state, an FC port's cable out (fresh33, fresh34; rules.toml's examples)
+    (
+        "infiniband mlx5_0: mlx5_handle_error_cqe:332:(pid 0): WC error: 4, Message: local protection error",
+        "kernel",
+        "nccl_error",
+    ),
+    (
+        "Mar 18 10:29:53 node-9.domain.tld /etc/sysconfig/network-scripts/ifup-eth[4014]: Device ib0 does not seem to be present, "
+        "delaying initialization.",
+        "kernel",
+        "nic",
+    ),
+    ("[  225.514159] mpt3sas_cm0: fault_state(0x5854)!", "kernel", "storage"),
+    ("qla2xxx [0000:31:00.1]-8038:16: Cable is unplugged...", "kernel", "storage"),
 ]
 
 
@@ -94,3 +123,8 @@ def test_each_programs_own_format_is_read(line: str, source: str, fault: str) ->
 def test_a_plugin_notice_in_its_own_format_names_no_failure() -> None:
     # the same format saying what it uses (the text changed): recorded, never an alert
     assert _acting("10.3.35.83: WARN: Function: main Line: 66: NET/OFI Selected provider is efa", "nccl") == []
+
+
+def test_a_programs_error_text_is_judged_only_by_the_texts_that_say_the_program_is_wrong() -> None:
+    # the same logged shape with a text that names nothing of the program (the text changed): no class from it
+    assert "user_code" not in _classes("2025-11-10 21:45:45,378 - WARNING - Training batch error: connection dropped", "nccl")

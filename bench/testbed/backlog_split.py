@@ -146,9 +146,9 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
                 finish_nodes: Callable[[KafkaSettings, list, str], None] | None = None,
                 replayed: Callable[[], object] | None = None) -> list[Outcome]:
     """Every case as one backlog through split stages; the job stage stays up ``after_end_s`` of
-    wall time past its last record, its wall clock moving quiet jobs after ``grace_s``, by
-    ``wall_rate`` event seconds a wall second (EngineConfig.wall_rate). ``finish_nodes(settings,
-    members, group)`` ends the node stage (default: finish_members, at its 6 s idle stop; the
+    wall time past its last record and past the node stage's end, its wall clock moving quiet jobs
+    after ``grace_s``, by ``wall_rate`` event seconds a wall second (EngineConfig.wall_rate).
+    ``finish_nodes(settings, members, group)`` ends the node stage (default: finish_members, at its 6 s idle stop; the
     tests stop it once its group committed the telemetry to the end). ``replayed()`` is called once the
     backlog is in, before any member starts (a test that starves the members starts starving them there)."""
     path = tmp / f"backlog-{uuid.uuid4().hex[:6]}.parquet"
@@ -165,10 +165,20 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
     # stage's join with no input, which a busy (or starved) machine stretches (issue 47).
     wait_for_records(settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
     jobs = start_members(settings, "job", job_members, f"silence-job-{tag}", after_end_s, config)
-    if finish_nodes is None:
-        finish_members(settings, nodes, timeout_s)
-    else:
-        finish_nodes(settings, nodes, node_group)
+    # A job member's idle stop is due only once the node stage is done: a starved node stage can
+    # say nothing for longer than after_end_s, and the job stage stopped beside it never saw the
+    # stack dumps it wrote after (both hangs `reattempt`, not `evict`, at load 5-6). The idle time
+    # still counts from the last record read, the node stage's last flush among them.
+    nodes_done = threading.Event()
+    for _, r, _ in jobs:
+        r.idle_together = lambda due: due and nodes_done.is_set()
+    try:
+        if finish_nodes is None:
+            finish_members(settings, nodes, timeout_s)
+        else:
+            finish_nodes(settings, nodes, node_group)
+    finally:
+        nodes_done.set()  # a failed node stage must not leave the job members up for good
     finish_members(settings, jobs, timeout_s, together=True)
     live = job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5, timeout_s=60)
     by_job: dict[str, dict[str, Diagnosis]] = {}

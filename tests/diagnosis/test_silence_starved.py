@@ -56,6 +56,9 @@ def test_members_starved_of_cpu_read_a_backlog_and_evict_no_healthy_machine(own_
         # The job stage stays up 20 wall seconds past its last record, its wall clock moving quiet jobs
         # 2.5 event seconds a wall second after the 5 s grace: ~37 event seconds judged past every
         # stream's end, as 40 wall seconds at the wall clock's own pace did, in half the wait (issue 47).
+        # Its idle stop waits for the node stage's end (run_backlog): once, at load 5-6, the starved
+        # node stage still read when it came, the stack dumps it wrote after were never judged and
+        # both hangs were `reattempt`, not `evict`.
         outcomes = run_backlog(own_kafka_settings, all_cases, tmp_path, after_end_s=20.0, wall_rate=2.5,
                                finish_nodes=finish_node_members, replayed=starve)
     finally:

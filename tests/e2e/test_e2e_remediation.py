@@ -75,6 +75,13 @@ def launch(r, nodes: int, trainer: list[str], ppn: int = 1) -> pipeline.Proc:
         ["--ckpt-dir", str(r.dir / "ckpt"), "--ckpt-every", "10", *trainer], r.env, r.dir))
 
 
+def ready(r, proc: pipeline.Proc, words: str) -> None:
+    """Waits until ``proc`` logged ``words``. A verdict that must reach the job before it ends needs
+    the pipeline up before the job starts: on a loaded machine `diagnose` took 15 s to prime its
+    topologies while a 100-step job ran through in 19 s, and the rollback came a second too late."""
+    assert until(r, lambda: words in proc.tail(20_000), f"{proc.name} logging {words!r}"), explain(r)
+
+
 def commands(r) -> list[Command]:
     out = job_records(r.settings, "commands", Command.decode, r.job, idle_s=0.3)
     return out
@@ -135,8 +142,9 @@ def test_e2e_nan_loss_ends_in_rollback_not_eviction(rig):
     if (m := _missing("faultlens.diagnosis.edge.consumer")):
         pytest.skip(f"needs `faultlens diagnose` ({m} is not built)")
     r = rig
-    r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
-    remediate(r)
+    diagnose = r.start(pipeline.faultlens("diagnose", ["diagnose", "--bootstrap", r.settings.bootstrap, "--group", f"diag-{r.job}", "--grace", "5"], r.env, r.dir))
+    ready(r, remediate(r), "known jobs from the jobs topic")
+    ready(r, diagnose, "topology event(s) from the jobs topic")
     job = launch(r, 2, ["--steps", "100", "--step-sleep", "0.1", "--nan-at", "25"])
 
     restart = until(r, lambda: job.find(lambda line: line.get("event") == "restart"), "the launcher's restart")

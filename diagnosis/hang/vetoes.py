@@ -63,19 +63,12 @@ class EvictionVetoes:
         unranked = stall.dumps.unranked()
         ids = tuple(d.event_id for n in unplaced for d in unranked.get(n, ()))
         nodes = tuple(dict.fromkeys((*unplaced, *found.nodes)))
-        return Diagnosis(
-            job=found.job,
-            ts=found.ts,
-            onset=found.onset,
-            fault=found.fault,
-            action=Action.ALERT,
-            nodes=nodes,
-            ranks=found.ranks,
-            group=found.group,
-            confidence=self.config.fallback_confidence,
-            evidence=(found.evidence + ids)[: self.config.evidence_limit],
-            detail=f"{found.detail}; no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
+        return self._alert_instead(
+            found,
+            f"no eviction: {' and '.join(on)}, and a stack with no rank is no evidence "
             f"against any machine: fix the agent's --rank-env and capture the stacks again",
+            nodes=nodes,
+            evidence=(found.evidence + ids)[: self.config.evidence_limit],
         )
 
     def _unless_storage(self, job: JobState, stall: Stall, found: Diagnosis, texts: dict[int, str]) -> Diagnosis:
@@ -93,19 +86,11 @@ class EvictionVetoes:
             return found
         what = "; ".join(f"rank {r}: {a.activity} in {a.frame}" for r, a in list(doing.items())[:3] if a is not None)
         said = words[-1]
-        return Diagnosis(
-            job=found.job,
-            ts=found.ts,
-            onset=found.onset,
-            fault=found.fault,
-            action=Action.ALERT,
-            nodes=found.nodes,
-            ranks=found.ranks,
-            group=found.group,
-            confidence=self.config.fallback_confidence,
-            evidence=(found.evidence + (said.id,))[: self.config.evidence_limit],
-            detail=f"{found.detail}; no eviction: the suspects wait on storage ({what}) and the job's storage "
+        return self._alert_instead(
+            found,
+            f"no eviction: the suspects wait on storage ({what}) and the job's storage "
             f"alert says it is failing ({said.detail[:200]}): a shared filer, not the machine",
+            evidence=(found.evidence + (said.id,))[: self.config.evidence_limit],
         )
 
     def _storage_words(self, job: JobState, stall: Stall) -> list[Diagnosis]:
@@ -120,17 +105,26 @@ class EvictionVetoes:
         machines = len(topology.nodes)
         if found.action != Action.EVICT or machines <= 2 or len(found.nodes) * 2 <= machines:
             return found
+        return self._alert_instead(
+            found,
+            f"no eviction: it would take {len(found.nodes)} of the job's {machines} machines, "
+            f"more than half: a cause they share, not so many machines failing at once",
+        )
+
+    def _alert_instead(self, found: Diagnosis, why: str, *, nodes: tuple[str, ...] | None = None,
+                       evidence: tuple[str, ...] | None = None) -> Diagnosis:
+        """What was found, told to a person instead of acted on: the same fault and suspects, an alert at
+        the fallback confidence (a new diagnosis, so a new id), the veto's reason after the finding's."""
         return Diagnosis(
             job=found.job,
             ts=found.ts,
             onset=found.onset,
             fault=found.fault,
             action=Action.ALERT,
-            nodes=found.nodes,
+            nodes=found.nodes if nodes is None else nodes,
             ranks=found.ranks,
             group=found.group,
             confidence=self.config.fallback_confidence,
-            evidence=found.evidence,
-            detail=f"{found.detail}; no eviction: it would take {len(found.nodes)} of the job's {machines} machines, "
-            f"more than half: a cause they share, not so many machines failing at once",
+            evidence=found.evidence if evidence is None else evidence,
+            detail=f"{found.detail}; {why}",
         )

@@ -33,10 +33,11 @@ LIVE_SET = ["hang", "job_quiet", "switch_wave"]   # the live run's traces: a ver
 # Above the runner's 10 s backlog mark (streams/runner/event_time.py, BEHIND_S): a member that falls
 # behind the replay on a loaded machine reads a backlog, and no wall clock moves a job meanwhile.
 LIVE_GRACE_S = 15.0
-# The live replay's pace: 30 min of packed events in 30 s. The member keeps pace with it, or falls
-# behind and reads a backlog (the grace above the backlog mark), judging the same either way; at
-# 40x it was 45 s of the fixture's 93.
-LIVE_SPEED = 60.0
+# The live replay's pace: 30 min of packed events in 45 s. At 60x (30 s) a CI-like run at 86d85ffe+1
+# gave live one node_silent alert more than analyze (outside-quiet-neighbour, its four dgx-r1 nodes
+# as a group): a live/offline difference at that pace, not yet understood, so the pace stays at the
+# 40x this test has held at.
+LIVE_SPEED = 40.0
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def live_and_offline(tmp_path_factory) -> tuple[Diagnoses, Diagnoses, tuple[Diag
     """The live run's diagnoses and analyze's of its stream; and the three members' run of
     switch_wave (a broker of its own) with analyze's of that trace, run in the live member's idle
     stop after the replay (45 s where it only waits): the two runs took 93 s and 39 s one after the other
-    (the fixture: 93 s with the live replay at 40x, 79 s at 60x, on a shared 2-core machine)."""
+    (the fixture: 93 s with the live replay at 40x on a shared 2-core machine)."""
     out = tmp_path_factory.mktemp("outside-live")
     stream = out / "stream.parquet"
     # Packed: the three traces back to back, 30 min of events (20 min of a stream where no job

@@ -11,8 +11,10 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from faultlens.events.topics import TOPICS
 from faultlens.streams.config import KafkaSettings
+from faultlens.streams.kafka_close_race import quiet_close_race
 
 log = logging.getLogger(__name__)
+quiet_close_race()  # kafka-python's close races its own IO thread (see that module)
 
 
 def ensure_topics(settings: KafkaSettings, names: Iterable[str] | None = None) -> list[str]:

@@ -23,9 +23,11 @@ from faultlens.streams.config import CLIENTS, KafkaSettings
 # The adapters live beside this module (one job each); callers import their names from here.
 from faultlens.streams.confluent_config import confluent_available, confluent_config  # noqa: F401
 from faultlens.streams.confluent_consumer import ConfluentConsumer, Message
+from faultlens.streams.kafka_close_race import quiet_close_race
 from faultlens.streams.producer_backends import ConfluentProducer, KafkaPythonProducer, OnFailure
 
 __all__ = ["CLIENTS", "Consumer", "Message", "open_consumer", "open_producer", "confluent_available"]
+quiet_close_race()  # kafka-python's close races its own IO thread (see that module)
 
 
 # --- consumers --------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - diverging: climbing steadily through the window (a Mann-Kendall trend over its block medians,
     its middle third within the climb, not with either end: a step is a curriculum's next stage or a
     new data mix), its later half's median a quarter above its earlier half's and a tenth of the
-    run's scale above, to above where the run was first seen and every window median it has come
-    back from; never a loss that has gone below zero (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
+    run's scale above, to a quarter above where the run was first seen (its first loss is one batch's)
+    and above every window median it has come back from; never a loss that has gone below zero (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
     run: what it learned before is unseen, so "regressed" cannot weigh it);
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
@@ -361,7 +361,7 @@ class LossStalledDetector:
         if self._untrained(curve, size) and not came_down and steady and lowest >= near:
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
-        diverging = self._diverging(curve, window, max(start, highest))
+        diverging = self._diverging(curve, window, start, highest)
         if diverging is not None:
             return diverging
         learned = start - curve.best
@@ -395,16 +395,17 @@ class LossStalledDetector:
         return None
 
     @staticmethod
-    def _diverging(curve: _Curve, window: list[tuple[int, float]], start: float) -> Verdict | None:
-        """A loss that climbs steadily through the window, by much, to above where it was first seen and
-        above every level it has come back from (``start``: a run first seen mid-way whose per-batch loss
-        climbs through one epoch's window to 0.039 has shown 0.045 epochs before: issue 54, fresh batch 5):
+    def _diverging(curve: _Curve, window: list[tuple[int, float]], start: float, highest: float) -> Verdict | None:
+        """A loss that climbs steadily through the window, by much, to above where it was first seen
+        (``start``) and above every level it has come back from (``highest``: a run first seen mid-way
+        whose per-batch loss climbs through one epoch's window to 0.039 has shown 0.045 epochs before:
+        issue 54, fresh batch 5):
         the run is coming apart (too high a learning rate, a bad batch it never recovered from), not
         wandering. Block medians carry the trend, so one spike cannot make one; a GAN's, a policy
         gradient's or a warm-up's rise stays below the run's start, does not climb the whole window, or
         is small beside the peaks the run has shown (a GAN generator's 35 at its start); a fine-tune near
         zero rises by less than a tenth of its scale."""
-        if curve.signed or start <= 0:
+        if curve.signed or max(start, highest) <= 0:
             return None
         per = max(1, len(window) // DIVERGE_BLOCKS)
         ys = [statistics.median(v for _, v in window[i:i + per]) for i in range(0, len(window) - per + 1, per)]
@@ -431,9 +432,17 @@ class LossStalledDetector:
         if early and _lr_raised(curve, window[half][0], statistics.median(early)):
             return None
         scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
-        if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN) or after <= start:
+        if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN):
+            return None
+        # Above where it was first seen by more than that first loss's own uncertainty: it is one batch's,
+        # off its level by the series' step-to-step noise, and a flat noisy curve that dips and comes back
+        # ends its window about there (a GPT-2 fine-tune's per-batch loss, 1.2-3.2 around 2.2, back to 2.59
+        # against its first 2.37: issue 54, fresh batch 10). A quarter above it is past it whatever the
+        # noise, by the climb's own measure. A window median it came back from is a level: past it is enough.
+        jitter = robust_sigma([b - a for a, b in pairwise(v for _, v in window)])[1] / math.sqrt(2)
+        if after <= max(start + min(REGRESS_NOISE * jitter, DIVERGE_RISE * start), highest):
             return None
         saved = [c for c in curve.checkpoints if c < window[0][0]]
         return Verdict(f"loss climbed from {before:.4g} to {after:.4g} over steps {window[0][0]}-{window[-1][0]} "
-                       f"(Mann-Kendall z {z:.1f}), above {start:.4g}, its first loss and every level it came back from: diverging"
+                       f"(Mann-Kendall z {z:.1f}), above {max(start, highest):.4g}, its first loss and every level it came back from: diverging"
                        + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""), rollback=bool(saved))

@@ -122,3 +122,14 @@ def test_a_climb_to_below_a_level_the_run_has_come_back_from_is_no_divergence():
     # Past it, it is diverging.
     found = _replay(shown + [2.0 + 0.02 * k + _wobble(k) for k in range(150)])
     assert [f.fault for f in found] == ["loss_stalled"] and "diverging" in found[0].detail
+
+
+def test_a_noisy_loss_that_dips_and_comes_back_near_its_first_is_no_divergence():
+    # Flat around its first 2.0, it dips to 1.2 and climbs back to 2.4 through a window: a climb of half
+    # its level, to above the 2.0 it was first seen at (one batch's loss) but short of a quarter above it
+    # (issue 54, fresh batch 10: a GPT-2 fine-tune's per-batch loss back at 2.59 against its first 2.37).
+    # Climbing on past a quarter above it, it is diverging.
+    dip = [2.0 + _wobble(k) for k in range(150)] + [1.2 + _wobble(k) for k in range(150)]
+    assert _replay(dip + [1.2 + 0.01 * k + _wobble(k) for k in range(120)]) == []
+    found = _replay(dip + [1.2 + 0.02 * k + _wobble(k) for k in range(150)])
+    assert [f.fault for f in found] == ["loss_stalled"] and "diverging" in found[0].detail

@@ -6,12 +6,12 @@ Read as a backlog, a stage's members are stopped once they have read all their i
 (everything upstream had written by then: the replay for the node stage, the node stage's last
 flush for the job stage), not by waiting out an idle time: the job stage's 25 s idle stop, there
 to outlast the node stage's own idle stop and flush, was half of each of these tests. Their idle
-stop stays on as the backstop. Stopped either way, a member hands on what its merge holds and its
-handler flushes. Live, the node processes get SIGTERM once their group committed the telemetry to
-the end (each flushes and says its last word, as at its idle stop); the job processes' reads
-cannot be asked, so they end at their idle stop, which only has to outlast a pause in what the
-node stage says: a live node member says a word at least every KEEPALIVE_S (5 s), so the job
-stage goes idle only once they all stopped. Both together: the live waves tests 58.6 -> 37 s and
+stop stays on as the backstop, held until the node stage is done (hold_idle_stop). Stopped either
+way, a member hands on what its merge holds and its handler flushes. Live, the node processes get
+SIGTERM once their group committed the telemetry to the end (each flushes and says its last word,
+as at its idle stop); the job processes' reads cannot be asked, so they end at their idle stop,
+which only has to outlast a pause in what the node stage says: a live node member says a word at
+least every KEEPALIVE_S (5 s), so the job stage goes idle only once they all stopped. Both together: the live waves tests 58.6 -> 37 s and
 53.4 -> 30 s (-n 0, the shared 2-core box); the idle stops alone (node 15 s, job 30 s) were the rest.
 
 How far a stage has read is told two ways. The node stage commits its input to the end (a commit
@@ -97,8 +97,9 @@ class ReadProbe:
     mid-rebalance), it writes nothing downstream. Once :attr:`ends` is set, each word records the
     partitions the member owns, whether it has read each to its end, and its records read."""
 
-    def __init__(self, runner) -> None:
+    def __init__(self, runner, upstream_done: threading.Event) -> None:
         self.runner = runner
+        self.upstream_done = upstream_done  # set once the node stage is done (hold_idle_stop)
         self.ends: dict[TopicPartition, int] | None = None
         self.word: tuple[frozenset[TopicPartition], bool, int] | None = None
         self._lock = threading.Lock()
@@ -124,8 +125,8 @@ class ReadProbe:
 
 def job_members_read_to_end(settings: KafkaSettings, members, topic: str = topics.SUMMARIES) -> None:
     """Wait until start_members' job-stage ``members`` have together read ``topic`` to its end
-    offsets now: each said (after now) that it read what it owns to the end, they own every
-    partition once, and none read anything since it said so. Or until they all stopped."""
+    offsets now: each said (after now) that it read what it owns to the end, each owns some and
+    they own every partition once, and none read anything since it said so. Or until they all stopped."""
     probes = [r.on_progress for _, r, _ in members]
     assert all(isinstance(p, ReadProbe) for p in probes), "members started without probe_reads()"
     ends = end_offsets(settings, [topic])
@@ -138,8 +139,10 @@ def job_members_read_to_end(settings: KafkaSettings, members, topic: str = topic
         words = [p.word for p in probes]
         if any(w is None or not w[1] for w in words):
             return False
+        # each owns some: a member still joining owns none, and the others, stopped then, would
+        # have read and judged its share (fewer partitions than members: not these tests)
         owned = [tp for w in words for tp in w[0]]
-        return (len(owned) == len(set(owned)) and set(owned) == set(ends)
+        return (all(w[0] for w in words) and len(owned) == len(set(owned)) and set(owned) == set(ends)
                 and all(w[2] == r.stats.records_in for w, (_, r, _) in zip(words, members, strict=True)))
 
     wait_until(ended, progress=lambda: tuple((p.word, r.stats.records_in) for p, (_, r, _) in zip(probes, members, strict=True)),
@@ -147,11 +150,26 @@ def job_members_read_to_end(settings: KafkaSettings, members, topic: str = topic
                explain=lambda: f"ends {ends}; words {[p.word for p in probes]}")
 
 
+def hold_idle_stop(members) -> threading.Event:
+    """Hold start_members' job-stage ``members``' idle stop until the returned event is set (the
+    node stage is done): their idle time still counts from the last record read, but a member due
+    before then waits. A node stage starved at load can say nothing for longer than a job member's
+    idle time; the job member that stopped beside it never read what it wrote after, and its
+    partitions went to a member still reading, which rebuilt them and judged both halves (CI:
+    test_silence_clocks' member held the quiet job and its mate)."""
+    done = threading.Event()
+    for _, r, _ in members:
+        r.idle_together = lambda due: due and done.is_set()
+    return done
+
+
 def probe_reads(members) -> None:
-    """Give start_members' job-stage members a :class:`ReadProbe` (the job stage announces nothing)."""
+    """Give start_members' job-stage members a :class:`ReadProbe` (the job stage announces nothing),
+    their idle stop held until its ``upstream_done`` is set (:func:`hold_idle_stop`)."""
+    done = hold_idle_stop(members)
     for _, r, _ in members:
         assert r.on_progress is None, "a member that announces its progress: not the job stage"
-        r.on_progress = ReadProbe(r)
+        r.on_progress = ReadProbe(r, done)
 
 
 def stop_together(settings: KafkaSettings, members) -> None:
@@ -177,12 +195,28 @@ def finish_node_members(settings: KafkaSettings, nodes, node_group: str) -> None
     stop_together(settings, nodes)
 
 
+def upstream_done(jobs) -> None:
+    """The node stage is done: the job members' idle stop (their backstop) may come."""
+    for _, r, _ in jobs:
+        r.on_progress.upstream_done.set()
+
+
+def finish_job_members(settings: KafkaSettings, jobs) -> None:
+    """Once the node stage is done: the job stage stopped together once it read what the node
+    stage wrote to the end (none leaves first, to have its partitions read again by the other)."""
+    upstream_done(jobs)
+    job_members_read_to_end(settings, jobs)
+    stop_together(settings, jobs)
+
+
 def finish_stages(settings: KafkaSettings, nodes, node_group: str, jobs) -> None:
     """The node stage stopped once it committed the telemetry to the end, then the job stage once
     it read what the node stage wrote to the end."""
-    finish_node_members(settings, nodes, node_group)
-    job_members_read_to_end(settings, jobs)
-    stop_together(settings, jobs)
+    try:
+        finish_node_members(settings, nodes, node_group)
+    finally:
+        upstream_done(jobs)  # a failed node stage must not leave the job members up for good
+    finish_job_members(settings, jobs)
 
 
 def run_two_and_two_live(settings, trace: Path, workdir: Path, prefix: str) -> None:

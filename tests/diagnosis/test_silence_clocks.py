@@ -28,6 +28,7 @@ from faultlens.events.trace import write_trace
 from faultlens.streams.replay import replay_trace
 from faultlens.streams.runner.loop import Record
 from tests.diagnosis.diag_events import JOB, T0, beat, nodes, topology
+from tests.diagnosis.live_members import finish_job_members, start_job_members, upstream_done
 from tests.kafka_fixtures import job_records, wait_for_records
 
 OTHER = "neighbour"
@@ -271,8 +272,11 @@ def _job_on(partition: int, prefix: str) -> str:
 def test_two_job_stage_members_over_kafka_holding_a_quiet_job_and_its_mate_apart_give_the_alert(own_kafka_settings, tmp_path):
     """As above, through Kafka: one node-stage member, two job-stage members holding the quiet job and
     its mate apart (`summaries` partitions 1 and 2: on different members under the range and the
-    round-robin assignors). Their idle stop (10 s) comes before the wall clock's grace (30 s), so
-    only the mate's time, said by the node stage, can find the quiet job's loss, as `analyze` does."""
+    round-robin assignors). They stop together once the node stage is done (at its idle stop, its
+    last word saying so) and they read what it wrote to the end, well before the wall clock's grace
+    (30 s; their idle stop, 25 s, is the backstop), so only the mate's time, said by the node stage,
+    can find the quiet job's loss, as `analyze` does. (Each stopping at its own 10 s idle stop, one
+    left first at load and the other took its partition over: it held both jobs, CI.)"""
     quiet, mate = _job_on(1, "quiet"), _job_on(2, "mate")
     head = [topology(n=4, gpus=1, tp=1, pp=1, job=quiet), topology(n=4, gpus=1, tp=1, pp=1, job=mate)]
     events = head + sorted(_beats(quiet, 0, 100) + _beats(mate, 0, 300), key=lambda e: e.ts)
@@ -283,9 +287,12 @@ def test_two_job_stage_members_over_kafka_holding_a_quiet_job_and_its_mate_apart
     tag = uuid.uuid4().hex[:6]
     nodes = start_members(own_kafka_settings, "node", 1, f"mates-node-{tag}", idle_s=6)
     wait_for_records(own_kafka_settings, topics.SUMMARIES, decode, "-", bool, timeout_s=60, progress=len)
-    jobs = start_members(own_kafka_settings, "job", 2, f"mates-job-{tag}", idle_s=10)
-    finish_members(own_kafka_settings, nodes)
-    finish_members(own_kafka_settings, jobs)
+    jobs = start_job_members(own_kafka_settings, 2, f"mates-job-{tag}")
+    try:
+        finish_members(own_kafka_settings, nodes)
+    finally:
+        upstream_done(jobs)
+    finish_job_members(own_kafka_settings, jobs)
     held = [set(h._partition_of) for _, _, h in jobs]
     assert {frozenset(h & {quiet, mate}) for h in held} == {frozenset({quiet}), frozenset({mate})}, held
     latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)}

@@ -119,6 +119,7 @@ def test_a_split_run_whose_node_members_stop_at_their_idle_stop_gives_the_offlin
     from faultlens.diagnosis.engine.offline import analyze
     from faultlens.events.envelope import decode
     from faultlens.streams.replay import replay_trace
+    from tests.diagnosis.live_members import hold_idle_stop
     from tests.kafka_fixtures import job_records, wait_for_records
 
     case = foreign.load("failslow_corroborated")
@@ -130,7 +131,14 @@ def test_a_split_run_whose_node_members_stop_at_their_idle_stop_gives_the_offlin
     # idle past the writers' time to live (15 s) after their last word: their stop is judged
     jobs = start_members(own_kafka_settings, "job", 1, f"upstream-job-{tag}", idle_s=25,
                          config=EngineConfig(wall_rate=0.0))
-    finish_members(own_kafka_settings, nodes)
+    # ...counted from the last record read, and due only once the node stage is done: a node stage
+    # starved at load can say nothing for longer, and the job stage stopped beside it judges part
+    # of the input
+    nodes_done = hold_idle_stop(jobs)
+    try:
+        finish_members(own_kafka_settings, nodes)
+    finally:
+        nodes_done.set()
     finish_members(own_kafka_settings, jobs)
     latest = {d.id: d for d in job_records(own_kafka_settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)}
 

@@ -330,7 +330,9 @@ def classify_headless(msg: str) -> ExceptionLine | None:
 
 
 # The C++ runtime's last words before abort(): "terminate called after throwing an instance of 'T'".
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+# (round 21) also std::terminate with no exception in flight ("terminate called without an active exception": a
+# std::thread destroyed while joinable, a noexcept function's throw): the program's own abort, as the uncaught type's
+_TERMINATE = re.compile(r"terminate called (?:after throwing an instance of '(?P<type>[^']+)'|without an active exception)")
 # An exception's text alone, as str(OSError) prints it ("[Errno 28] No space left on device"), and a
 # dotted exception type on a line of its own (torchelastic's "...rendezvous.api.RendezvousClosedError").
 # (round 15) also after a program's own words and a colon ("checkpoint write retry: [Errno 28] No space left on device")
@@ -355,7 +357,7 @@ def classify_terminate(msg: str) -> ExceptionLine | None:
     m = _TERMINATE.search(msg)
     if not m:
         return None
-    etype = m.group("type")
+    etype = m.group("type") or "std::terminate"
     low = etype.lower()
     if "distbackenderror" in low or "nccl" in low:
         return ExceptionLine(etype, msg.strip(), "nccl_error", "reattempt", "error")

@@ -71,6 +71,12 @@ def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None,
     # drivers print I/O failures at warning ("REISERFS warning (device loop0): ... reading failed").
     if says_retrying(msg) or (source != "kernel" and trainer_level(msg) == WARNING):
         return None
+    # (round 21) A daemon's journal line in the job's stream (its syslog tag names a program the subsystem table
+    # knows: ceph-osd, beegfs-client, chronyd) is that daemon's, whose class the table gives where the kernel stream
+    # reads it; a guess from the job's own lines is not taken for it (the model read ceph-osd's '-1 bluefs
+    # _allocate failed' user_code).
+    if source != "kernel" and by_program(program_of(raw)) is not None:
+        return None
     guess = model.guess(msg, source)
     if guess is None:
         return None

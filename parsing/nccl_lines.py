@@ -108,6 +108,10 @@ _ADVICE = re.compile(r"\b(?:can|could|may|might|will) (?:lead to|cause|result in
 # "Failed to find CUDA library in (null) (NCCL_CUDA_PATH=(null))"): the override was not given, NCCL goes on with its
 # default search; a lookup that fails under a setting someone gave names its value and still acts.
 _UNSET_SETTING = re.compile(r"\b[A-Z][A-Z0-9_]*=\(null\)")
+# (round 21) a WARN that says what NCCL does instead ("graph/search.cc: Could not find a path for pattern 1, falling back
+# to simple order"): the search or set-up it names found another way and the job goes on; a WARN that names an error
+# (a CUDA or NCCL result, an IB call) is judged as before.
+_FALLS_BACK = re.compile(r"\bfall(?:s|ing)? back to\b", re.IGNORECASE)
 _FAILED = re.compile(r"\b(?:fail\w*|timed out|timeout|abort\w*|unable|cannot|could not|refused|lost)\b", re.IGNORECASE)
 
 
@@ -138,6 +142,8 @@ def nccl_warn(m: re.Match[str], raw: str, rank: int | None, extra: dict[str, Any
         action, quiet = "none", "advice on the set-up (what it can lead to), not a failure"
     elif not serious and _UNSET_SETTING.search(text):
         action, quiet = "none", "a lookup under a setting left unset: the default applies"
+    elif not serious and _FALLS_BACK.search(text):
+        action, quiet = "none", "it falls back to another way and goes on"
     data = common(raw, fault, action, "error" if serious else "warn", rank=rank, text=text,
                   device=int(m.group("dev")) if m.group("dev") else None, host=m.group("host"),
                   pid=int(m.group("pid")) if m.group("pid") else None, **extra)  # fmt: skip

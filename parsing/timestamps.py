@@ -44,6 +44,10 @@ _MONO = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\](?: ?\[\s*[TC]\d{1,7}\])?\s?")
 _RELTIME = re.compile(r"\[\s*(?:\+\d{1,9}[.,]\d{6}|<\s*\d{1,9}[.,]\d{6}>)\]\s?")
 _RELTIME_MINUTE = re.compile(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d\d):(\d\d)\]\s?")
 _CTIME = re.compile(r"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? (\d{4})\]\s?")
+# (round 21) util-linux dmesg given several --time-format options prints each ("kern  :info  : [Jan13 04:31] [Tue Jan 13
+# 04:31:07 2026] [T10489]  connection7:0: ..."): after a reltime stamp a ctime stamp may follow, and after either the
+# printk caller id.
+_CALLER = re.compile(r"\[\s*[TC]\d{1,7}\]\s*")
 _ISO = re.compile(
     r"\[?(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:([.,])(\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\]?:?\s?"
 )
@@ -163,6 +167,28 @@ def _strip_mono(message: str) -> tuple[float | None, str]:
     return None, message
 
 
+def _ctime(m: re.Match[str], line: str) -> Stamped | None:
+    """dmesg -T's stamp ``m`` at the start of ``line`` and the message after it (and after a caller id)."""
+    month = _MONTHS.get(m.group(1))
+    ts = _epoch(m.group(6), month, *m.group(2, 3, 4, 5)) if month else None
+    if ts is None:
+        return None
+    rest = line[m.end():]
+    c = _CALLER.match(rest)
+    return Stamped(ts, None, rest[c.end():] if c else rest)
+
+
+def _after_reltime(stamped: Stamped) -> Stamped:
+    """A reltime stamp's line: a ctime stamp after it gives the clock (to the second)."""
+    rest = stamped.message
+    m = _CTIME.match(rest) if rest.startswith("[") else None
+    found = _ctime(m, rest) if m else None
+    if found is not None:
+        return found
+    c = _CALLER.match(rest) if rest.startswith("[") else None
+    return Stamped(stamped.ts, stamped.mono, rest[c.end():]) if c else stamped
+
+
 def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
     """The clock prefix of ``line`` (any form above) and the message after it; never raises."""
     if not line:
@@ -203,10 +229,9 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
             return Stamped(None, float(m.group(1)), line[m.end():])
         m = _CTIME.match(line)
         if m:
-            month = _MONTHS.get(m.group(1))
-            ts = _epoch(m.group(6), month, *m.group(2, 3, 4, 5)) if month else None
-            if ts is not None:
-                return Stamped(ts, None, line[m.end():])
+            stamped = _ctime(m, line)
+            if stamped is not None:
+                return stamped
         m = _ISO.match(line)
         if m:
             return _from_iso(m, line)
@@ -215,12 +240,12 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
             return _from_glog(m, line, now)
         m = _RELTIME.match(line)
         if m:
-            return Stamped(None, None, line[m.end():])
+            return _after_reltime(Stamped(None, None, line[m.end():]))
         m = _RELTIME_MINUTE.match(line)
         month = _MONTHS.get(m.group(1)) if m else None
         if m and month:
             day = int(m.group(2))
-            return Stamped(_epoch(_guess_year(month, day, now), month, day, m.group(3), m.group(4), 0), None, line[m.end():])
+            return _after_reltime(Stamped(_epoch(_guess_year(month, day, now), month, day, m.group(3), m.group(4), 0), None, line[m.end():]))
     elif first in "IWEF" and (m := _GLOG.match(line)):
         return _from_glog(m, line, now)
     elif first.isupper():  # "Feb 25 ..." too: a line of February is syslog's when it is not glog's

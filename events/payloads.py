@@ -37,6 +37,7 @@ from faultlens.events.payloads_job import (
     RecorderDump,
     StackDump,
     TrainCheckpoint,
+    TrainEval,
     TrainStep,
 )
 from faultlens.events.payloads_log import (
@@ -131,6 +132,7 @@ PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("nccl", "line"): LogLine,
     ("train", "step"): TrainStep,
     ("train", "checkpoint"): TrainCheckpoint,
+    ("train", "eval"): TrainEval,
     ("train", "command_ack"): CommandAck,
     ("heartbeat", "beat"): HeartbeatBeat,
     ("stack", "stack_dump"): StackDump,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultlens.events.payload_fields import Flag, Int, Metric, NonNeg, NonNegInt, Object, Payload, RankedPayload, Text
+from faultlens.events.payload_fields import Flag, Int, Metric, NonNeg, NonNegInt, Number, Object, Payload, RankedPayload, Text
 from faultlens.events.payloads_log import ParsedLog
 
 # --- source `nccl` (parsing/trainer_log.py; the kinds a catalogue rule makes: events/payloads_log.py)
@@ -89,6 +89,32 @@ class TrainStep(RankedPayload, frozen=True):
     lr: NonNeg | None = None
     work: NonNeg | None = None
     chance_loss: NonNeg | None = None
+
+
+class TrainEval(RankedPayload, frozen=True):
+    """``train``/``eval``: one rank's evaluation on held-out data after ``step`` (the HF callback's
+    on_evaluate, the Lightning callback's validation end, ``TrainerHook.eval``). ``metrics``: name to
+    value (non-finite ones as for a step's loss); ``chance``: a metric's value for a model that ignores
+    its input (ln(classes) or the class prior's entropy for a loss, 1/classes or the majority label's
+    share for an accuracy), so a held-out metric that stays there is read as a run that learned nothing
+    of its task (diagnosis/rules/loss_eval.py); ``higher_is_better``: a metric's direction where its
+    name does not say it (a name with ``loss`` is lower-is-better, one with ``acc`` higher)."""
+
+    step: NonNegInt | None = None
+    metrics: dict[Text, Metric] | None = None
+    chance: dict[Text, Number] | None = None
+    higher_is_better: dict[Text, Flag] | None = None
+
+    @staticmethod
+    def direction(name: str, said: dict[str, bool] | None = None) -> bool | None:
+        """Whether a higher ``name`` is better: the trainer's word (``said``), else its name's (``loss``
+        lower, ``acc`` higher); None: not known, so never judged against its chance."""
+        if said and name in said:
+            return said[name]
+        lowered = name.lower()
+        if "loss" in lowered:
+            return False
+        return True if "acc" in lowered else None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

@@ -22,6 +22,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypedDict
 
+from faultlens.events.payloads_job import TrainEval
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -103,13 +104,10 @@ def optimizer_lr(optimizer: Any) -> float | None:
         return None  # a tensor lr of more than one value, or something else: no learning rate to tell
 
 
-def label_prior_loss(labels: Any, classes: int | None) -> float | None:
-    """The loss of a classifier that answers every input with its training labels' distribution: that
-    distribution's entropy, in nats (a class prior), for the stalled-loss diagnosis (``chance_loss``). A
-    model stuck there learned which labels are common and nothing of the input: a loss below ln(classes)
-    when the labels are uneven (issue 54: an LSTM on TIMIT frames at 9 % below ln 1947). ``labels``: the
-    training set's labels, integers in [0, ``classes``); None where any is not one (-100 is a padding
-    label, a float a regression target, a list a multi-label row) or there are none."""
+def label_shares(labels: Any, classes: int | None) -> list[float] | None:
+    """Each class's share of a training set's labels, integers in [0, ``classes``); None where any is
+    not one (-100 is a padding label, a float a regression target, a list a multi-label row), there
+    are none, or fewer than two classes."""
     if classes is None or classes < 2:
         return None
     counts: dict[int, int] = {}
@@ -121,7 +119,34 @@ def label_prior_loss(labels: Any, classes: int | None) -> float | None:
     except TypeError:
         return None  # not a sequence of labels
     total = sum(counts.values())
-    return -sum(n / total * math.log(n / total) for n in counts.values()) if total else None
+    return [n / total for n in counts.values()] if total else None
+
+
+def eval_chance(metrics: Mapping[str, Any], classes: int | None, chance_loss: float | None,
+                majority: float | None) -> dict[str, float]:
+    """Each held-out metric's value for a model that ignores its input, for ``train``/``eval``
+    (diagnosis/rules/loss_eval.py), by its name's direction: a loss's is ``chance_loss`` (the class
+    prior's entropy), else ln(``classes``); an accuracy's the ``majority`` label's share, else
+    1/``classes``. Metrics of neither kind, or without a class count, get none."""
+    out: dict[str, float] = {}
+    for name in metrics:
+        higher = TrainEval.direction(name)
+        if higher is False and (chance_loss is not None or (classes or 0) >= 2):
+            out[name] = chance_loss if chance_loss is not None else math.log(classes or 1)
+        elif higher is True and (majority is not None or (classes or 0) >= 2):
+            out[name] = majority if majority is not None else 1 / (classes or 1)
+    return out
+
+
+def label_prior_loss(labels: Any, classes: int | None) -> float | None:
+    """The loss of a classifier that answers every input with its training labels' distribution: that
+    distribution's entropy, in nats (a class prior), for the stalled-loss diagnosis (``chance_loss``). A
+    model stuck there learned which labels are common and nothing of the input: a loss below ln(classes)
+    when the labels are uneven (issue 54: an LSTM on TIMIT frames at 9 % below ln 1947). ``labels``: the
+    training set's labels, integers in [0, ``classes``); None where any is not one (-100 is a padding
+    label, a float a regression target, a list a multi-label row) or there are none."""
+    shares = label_shares(labels, classes)
+    return -sum(p * math.log(p) for p in shares) if shares else None
 
 
 def step_loss(micro_losses: Sequence[float], shares: bool) -> float | None:

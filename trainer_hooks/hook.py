@@ -39,7 +39,8 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable
+from numbers import Real
+from typing import Callable, Mapping
 
 from faultlens.events.command import Command
 from faultlens.events.command_memory import CommandMemory, default_state_dir, memory_file
@@ -186,6 +187,26 @@ class TrainerHook:
             data["chance_loss"] = float(chance_loss)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
+
+    def eval(self, metrics: Mapping[str, float], *, step: int | None = None, chance: Mapping[str, float] | None = None,
+             higher_is_better: Mapping[str, bool] | None = None) -> None:
+        """Publish one evaluation on held-out data (``train``/``eval``) after ``step`` (default: the last
+        step published): ``metrics`` by name (``eval_loss``, ``val_acc``; a name with ``loss`` is read as
+        lower-is-better, one with ``acc`` higher, others by ``higher_is_better``); ``chance``: a metric's
+        value for a model that ignores its input (callback_support.eval_chance), so a held-out metric
+        that stays there is read as a run that learned nothing of its task, though its training loss
+        falls (diagnosis/rules/loss_eval.py). Values that are no number are left out; commands are not
+        obeyed here (they wait for a step boundary)."""
+        values = {str(k): number(float(v)) for k, v in metrics.items() if isinstance(v, Real) and not isinstance(v, bool)}
+        if not values:
+            return
+        data: dict = {"rank": self.rank, "step": self.steps if step is None else step, "metrics": values}
+        stated = {k: float(v) for k, v in (chance or {}).items() if k in values and math.isfinite(v)}
+        if stated:
+            data["chance"] = stated
+        if higher_is_better:
+            data["higher_is_better"] = {str(k): bool(v) for k, v in higher_is_better.items() if k in values}
+        self.producer.send_event(self._event("train", "eval", data))
 
     def publish_topology(self, topology: Topology) -> None:
         """The job's parallel layout (TP/PP/DP groups), as the trainer knows it: `faultlens run`

@@ -10,7 +10,7 @@ KNOWN_KINDS = {
     "kernel": {"xid", "gpu_lost", "sxid", "link_down", "link_up", "nic_error", "pcie_aer", "mce", "edac",
                "soft_lockup", "hung_task", "panic", "oom_kill", "segfault", "line"},
     "nccl": {"nccl_warn", "nccl_timeout", "nccl_error", "cuda_error", "exception", "nan", "line"},
-    "train": {"step", "checkpoint", "command_ack"},
+    "train": {"step", "eval", "checkpoint", "command_ack"},
     "heartbeat": {"beat"},
     "stack": {"stack_dump", "recorder_dump"},
     "host": {"sample"},

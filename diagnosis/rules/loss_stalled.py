@@ -52,6 +52,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
     least) while the learning rate, where steps say it, is still near its peak: a class prior or a data
     variance, levels no step event carries (issue 54, fresh batch 6);
+* held out, where the trainer evaluates (``train``/``eval``): its metrics at chance for five evaluations
+  in a row (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
+  latest evaluation quiets "never learned";
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
 
@@ -66,22 +69,21 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
-from dataclasses import dataclass, field
 from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period
+from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
-from faultlens.events.payloads_job import TrainCheckpoint, TrainStep
+from faultlens.events.payloads_job import TrainCheckpoint, TrainEval, TrainStep
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20
-MAX_WINDOW = 2000
 START_STEPS = 10  # the early steps whose grad norms are the run's own scale
 BLOCKS = 10
 LEARNING_DROP = 0.01  # of the level, across one window: still learning
@@ -117,66 +119,30 @@ GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
 
 
-def _lr_raised(curve: _Curve, since: int, base: float | None) -> bool:
+def _lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
     """Whether the steps since ``since`` said a learning rate a quarter above ``base`` (a warm restart,
     a schedule's rise); False where the steps say none, so an old trainer's curve reads as before."""
     return base is not None and any(lr > base * (1 + REGRESSED) for s, lr in curve.lrs if s >= since)
 
 
-@dataclass(slots=True)
-class _Curve:
-    """One job's loss curve, as one rank reports it."""
-
-    rank: int
-    losses: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, loss)
-    first: float | None = None  # the untrained model's loss
-    first_step: int | None = None  # the step it was seen at: near 0 only when the run was watched from its start
-    intervals: deque = field(default_factory=lambda: deque(maxlen=64))
-    last_ts: float | None = None
-    seen: int = 0
-    next_check: int = 0
-    best: float = math.inf
-    best_step: int | None = None  # the last step of the window whose median was the best
-    best_from: int | None = None  # and its first
-    highest: float = -math.inf  # the highest median of a judged window: the level the run has come back from
-    classes: int | None = None
-    chance_loss: float | None = None  # the trainer's class prior: the loss of answering without the input
-    from_scratch: bool | None = None  # the trainer's word: weights began random (True) or trained (False)
-    grad_early: list[float] = field(default_factory=list)
-    grad_zero_since: int | None = None
-    grad_zero_run: int = 0
-    checkpoints: list[int] = field(default_factory=list)
-    signed: bool = False  # a loss below zero was seen: a surrogate objective, whose rise is no divergence
-    peak: float = 0.0  # the highest loss seen: the scale the run came down from
-    lrs: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, lr) where the step said
-    best_lr: float | None = None  # the learning rate over the best window
-    fired: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Why a curve is stalled: the detail line and whether a rollback would help."""
-
-    why: str
-    rollback: bool
-
-
 class LossStalledDetector:
-    """Job-level, pure: ``train`` step and checkpoint events in, ``loss_stalled`` findings out."""
+    """Job-level, pure: ``train`` step, checkpoint and eval events in, ``loss_stalled`` findings out."""
 
     sources = frozenset({"train"})
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
-        self._curves: dict[str, _Curve] = {}
+        self._curves: dict[str, LossCurve] = {}
         # A checkpoint is the job's, whichever rank reports it (the loss may come from a pipeline's
         # last stage only, the checkpoint from rank 0): kept per job, shared by its curve.
         self._checkpoints: dict[str, list[int]] = {}
+        self.held_out = HeldOutWatch()  # the trainer's evaluations on held-out data (loss_eval.py)
 
     def restarted(self, job: str) -> None:
         """A restart (or rollback) begins a new curve: judge it afresh."""
         self._curves.pop(job, None)
         self._checkpoints.pop(job, None)
+        self.held_out.restarted(job)
 
     def tick(self, now: float) -> list[Finding]:
         return []
@@ -184,13 +150,16 @@ class LossStalledDetector:
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source != "train":
             return []
-        if event.kind not in ("step", "checkpoint"):
+        if event.kind not in ("step", "checkpoint", "eval"):
             return []
         try:
-            payload = typed(event, (TrainCheckpoint, TrainStep))
+            payload = typed(event, (TrainCheckpoint, TrainStep, TrainEval))
         except InvalidEvent:
             # The payload check owns its validation (and its dead letter): nothing to learn here.
             return []
+        if isinstance(payload, TrainEval):
+            curve = self._curves.get(event.job)
+            return self.held_out.observe(event, payload, told=curve is not None and curve.fired)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
                 self._checkpoints.setdefault(event.job, []).append(payload.step)
@@ -204,12 +173,12 @@ class LossStalledDetector:
         rank = payload.rank
         curve = self._curves.get(event.job)
         if curve is None or rank < curve.rank:
-            curve = self._curves[event.job] = _Curve(rank, checkpoints=self._checkpoints.setdefault(event.job, []))
+            curve = self._curves[event.job] = LossCurve(rank, checkpoints=self._checkpoints.setdefault(event.job, []))
         if rank != curve.rank:
             return []
         return self._step(curve, event)
 
-    def _step(self, curve: _Curve, event: Envelope) -> list[Finding]:
+    def _step(self, curve: LossCurve, event: Envelope) -> list[Finding]:
         reported = typed(event, TrainStep)
         step = reported.step
         loss = as_float(reported.loss)
@@ -231,6 +200,7 @@ class LossStalledDetector:
         curve.signed = curve.signed or loss < 0
         curve.peak = max(curve.peak, loss)
         curve.seen += 1
+        curve.held_out_learned = self.held_out.learned(event.job)
         if curve.first is None:
             curve.first, curve.first_step = loss, step
         out: list[Finding] = []
@@ -247,7 +217,7 @@ class LossStalledDetector:
             ))
         return out
 
-    def _grad(self, curve: _Curve, step: int, grad: float) -> Verdict | None:
+    def _grad(self, curve: LossCurve, step: int, grad: float) -> Verdict | None:
         if len(curve.grad_early) < START_STEPS:
             curve.grad_early.append(grad)
         early = statistics.median(curve.grad_early)
@@ -266,19 +236,19 @@ class LossStalledDetector:
                        f"the weights no longer move" + (f"; last checkpoint before it at step {good[-1]}" if good else ""),
                        rollback=bool(good))
 
-    def _window(self, curve: _Curve) -> int:
+    def _window(self, curve: LossCurve) -> int:
         interval = statistics.median(curve.intervals) if curve.intervals else 0.0
         steps = round(self.window_s / interval) if interval > 0 else MAX_WINDOW
         return max(MIN_WINDOW, min(MAX_WINDOW, steps))
 
     @staticmethod
-    def _stride(curve: _Curve) -> float:
+    def _stride(curve: LossCurve) -> float:
         """The steps between the losses the curve holds (a trainer that logs every 50th step: 50)."""
         steps = [s for s, _ in curve.losses]
         return max(1, statistics.median(b - a for a, b in pairwise(steps))) if len(steps) > 1 else 1
 
     @staticmethod
-    def _from_start(curve: _Curve, size: int) -> bool:
+    def _from_start(curve: LossCurve, size: int) -> bool:
         """Whether the curve was first seen within its first window of steps, not of events: a trainer
         that logs every 50th step is first seen at step 49 (Lightning's CSV logger; issue 54, fresh
         batch 6), an HF Trainer at its logging_steps, and is watched from its start all the same. (So is
@@ -286,7 +256,7 @@ class LossStalledDetector:
         return curve.first_step is not None and curve.first_step < size * LossStalledDetector._stride(curve)
 
     @staticmethod
-    def _untrained(curve: _Curve, size: int) -> bool:
+    def _untrained(curve: LossCurve, size: int) -> bool:
         """Whether the curve's first loss is an untrained model's, the start "never learned" is
         measured from. A curve first seen mid-run (the pipeline started or restarted late, the job
         resumed from a checkpoint) starts at a trained model's loss; so does a fine-tune, or a resumed
@@ -298,7 +268,7 @@ class LossStalledDetector:
             return curve.from_scratch
         return curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes)
 
-    def _judge(self, curve: _Curve) -> Verdict | None:
+    def _judge(self, curve: LossCurve) -> Verdict | None:
         size = self._window(curve)
         if curve.seen < size or len(curve.losses) < size:
             return None  # not a whole window yet: the warm-up is never judged
@@ -358,7 +328,9 @@ class LossStalledDetector:
         came_down = level < highest - LEARNED * abs(highest)
         near = start * (1 - LEARNED) if start > 0 else start
         steady = noise <= STEADY * abs(level)
-        if self._untrained(curve, size) and not came_down and steady and lowest >= near:
+        # ...unless its held-out metric left chance: a run that learns what generalises (loss_eval.py).
+        if (self._untrained(curve, size) and not came_down and steady and lowest >= near
+                and not curve.held_out_learned):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         diverging = self._diverging(curve, window, start, highest)
@@ -395,7 +367,7 @@ class LossStalledDetector:
         return None
 
     @staticmethod
-    def _diverging(curve: _Curve, window: list[tuple[int, float]], start: float, highest: float) -> Verdict | None:
+    def _diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, highest: float) -> Verdict | None:
         """A loss that climbs steadily through the window, by much, to above where it was first seen
         (``start``) and above every level it has come back from (``highest``: a run first seen mid-way
         whose per-batch loss climbs through one epoch's window to 0.039 has shown 0.045 epochs before:

@@ -20,6 +20,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.events.envelope import Envelope
+from faultlens.trainer_hooks.callback_support import eval_chance
 
 CURVES = Path(__file__).resolve().parents[1] / "fixtures" / "loss_curves"
 T0 = 1.7e9
@@ -78,18 +79,34 @@ def header(lines: list[str]) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line[1:].partition(":") for line in lines if line.startswith("#"))}
 
 
-def _csv_rows(lines: list[str]) -> list[Row]:
-    """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm / lr where given."""
+# A held-out evaluation: (its step, its metrics, how many training rows came before it in the file).
+Eval = tuple[int, dict[str, float], int]
+
+
+def _csv_rows(lines: list[str]) -> tuple[list[Row], list[Eval]]:
+    """A CSV fixture's rows by its header's names: step, loss, and step_s / grad_norm / lr where given;
+    and its evaluations, the ``val_*`` columns of a row (one without a loss is an evaluation alone)."""
     body = [line for line in lines if line and not line.startswith("#")]
     names = body[0].split(",")
     rows: list[Row] = []
+    evals: list[Eval] = []
     for line in body[1:]:
         cell = dict(zip(names, line.split(","), strict=True))
-        rows.append((int(cell["step"]), float(cell["loss"]),
-                     float(cell["step_s"]) if cell.get("step_s") else None,
-                     float(cell["grad_norm"]) if cell.get("grad_norm") else None,
-                     float(cell["lr"]) if cell.get("lr") else None))
-    return rows
+        if cell["loss"]:
+            rows.append((int(cell["step"]), float(cell["loss"]),
+                         float(cell["step_s"]) if cell.get("step_s") else None,
+                         float(cell["grad_norm"]) if cell.get("grad_norm") else None,
+                         float(cell["lr"]) if cell.get("lr") else None))
+        metrics = {k: float(v) for k, v in cell.items() if k.startswith("val_") and v}
+        if metrics:
+            evals.append((int(cell["step"]), metrics, len(rows)))
+    return rows, evals
+
+
+def chance_of(metrics: dict[str, float], classes: int | None) -> dict[str, float]:
+    """Each held-out metric's chance as the callbacks fill it from the class count: ln(classes) for a
+    loss, 1/classes for an accuracy (trainer_hooks/callback_support.eval_chance)."""
+    return eval_chance(metrics, classes, None, None)
 
 
 def _log_rows(lines: list[str]) -> tuple[list[Row], list[int]]:
@@ -134,21 +151,29 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
     lines = path.read_text().splitlines()
     meta = header(lines)
     from_scratch = trainer_word(meta, start, renumber)
+    evals: list[Eval] = []
     if path.suffix == ".csv":
-        rows, checkpoints = _csv_rows(lines), []
+        (rows, evals), checkpoints = _csv_rows(lines), []
     else:
         rows, checkpoints = _log_rows(lines)
     assert rows, f"{name}: no loss line parsed"
-    rows = rows[int(start * len(rows)):]
+    skipped = int(start * len(rows))
+    rows = rows[skipped:]
+    # An evaluation the file puts before the first row kept was the run's before the pipeline saw it.
+    evals = [(s, m, at - skipped) for s, m, at in evals if at >= skipped]
     if renumber:
         offset = rows[0][0] - 1
         rows = [(s - offset, v, t, g, lr) for s, v, t, g, lr in rows]
         checkpoints = [c - offset for c in checkpoints if c > offset]
+        evals = [(s - offset, m, at) for s, m, at in evals]
     default = step_s if step_s is not None else STEP_S.get(path.name, 10.0)
     classes = int(meta["classes"]) if "classes" in meta else None
     events: list[Envelope] = []
     ts, last = T0, None
-    for step, loss, secs, grad, lr in rows:
+    pending = list(evals)
+    for index, (step, loss, secs, grad, lr) in enumerate(rows):
+        while pending and pending[0][2] <= index:  # the evaluations the file puts before this row
+            events.append(_eval_event(pending.pop(0), ts, classes))
         gap = step - last if last is not None else 1
         # a log's first step carries the compile / startup time: not the run's pace
         ts += gap * (secs if secs is not None and last is not None and secs < 60 else default if secs is None else 1.0)
@@ -164,7 +189,14 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
             events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="checkpoint",
                                    data={"rank": 0, "step": step, "path": f"ckpt-{step}"}))
         last = step
+    events.extend(_eval_event(e, ts, classes) for e in pending)
     return events, rows[-1][0]
+
+
+def _eval_event(evaluation: Eval, ts: float, classes: int | None) -> Envelope:
+    step, metrics, _ = evaluation
+    data = {"rank": 0, "step": max(0, step), "metrics": metrics, "chance": chance_of(metrics, classes)}
+    return Envelope(ts=ts, job="j", node="n0", source="train", kind="eval", data=data)
 
 
 def replay(events: list[Envelope], detector: LossStalledDetector | None = None) -> list[Finding]:
@@ -258,7 +290,8 @@ FRESH_MISSED: dict[str, str] = {
     "caffe_mobilenet_v3_frozen_at_ln1000.csv": "5 logged points, fewer than the 20 the shortest window judges",
     "darknet19_imagenet_at_ln1000_step_40245.csv": "10 logged steps of a 60,000-step run, fewer than the 20 the "
     "shortest window judges",
-    "fractalnet_cifar10_at_ln10_epochs_33_to_42.csv": "10 epochs, fewer than the 20 points the shortest window judges",
+    # fresh5's FractalNet, 10 epochs of a comment's log, is found since round 12 by its val_loss 2.3026 = ln 10 and
+    # val_acc 0.1000 at every epoch, replayed as train/eval: 5 evaluations at chance (loss_eval.py).
     "keras_binary_frozen_at_0.0266_majority_class.csv": "9 epochs, fewer than the 20 points the shortest window judges",
     "rmdl_frozen_at_14.5063_accuracy_0.1.csv": "7 epochs, fewer than the 20 points the shortest window judges",
     "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
@@ -267,46 +300,28 @@ FRESH_MISSED: dict[str, str] = {
     # autoencoder at their data's variance are found since the plateau form (diagnosis/rules/loss_plateau.py),
     # the GPT at the unigram entropy and the codec that never learned since their fixtures carry what their
     # sources say of their start (``# start: scratch``, the trainer's ``from_scratch``).
-    "lstm_timit_frames_at_class_prior.csv": "at its class prior, 9 % below ln 1947: a level only the label "
-    "frequencies tell (its accuracy, 0.045, does); the loss alone is a run that learned 9 % in 40 steps and "
-    "flattened for the 60 the log holds, 1.5x its fall, and still drifting down by a tenth of it. Its trainer's "
-    "word (from scratch) does not tell it either: 'every window within a tenth of ln(classes)' would also flag "
-    "the POET bench's best AdamW run, 2.5-2.6 against ln 16 = 2.77 for 140 steps, under the shortest window. "
-    "A trainer that counts its labels sends the prior as chance_loss (round 9); this log's source gives no counts",
+    # fresh6's TIMIT LSTM at its class prior (9 % below ln 1947), found since round 12: its log's validation loss
+    # (6.90-7.57) and accuracy (0.045, the commonest state's share) replayed as train/eval sit at chance (loss_eval.py).
     # fresh7 (scored sealed and after round 7, both unread): what the curve's own shape cannot tell. The
     # Keras regression 0.4 % below its first epoch is found since its fixture says the notebook trained it
     # from scratch.
     "pinn_pendulum_stuck_at_5.8.csv": "a fall of 98 % (306.9 to 5.8), then flat for 530 epochs: by its own curve a "
     "run that learned and converged, and not frozen (its last 20 epochs move by 1.7e-5 of 5.8113, past 5 digits); "
-    "only the same network's other runs (2e-4) say 5.8 is a wrong solution",
+    "only the same network's other runs (2e-4) say 5.8 is a wrong solution; its Lightning log holds no "
+    "validation metric (train losses only), so no held-out evaluation tells it either",
     # fresh8's two EEG-to-fMRI runs that never learned, each of their 4 batches an epoch frozen at its own
     # loss, are found since round 9's cyclic "frozen" (diagnosis/rules/loss_cycle.py).
-    # fresh9 (scored sealed and after round 9, both unread): near chance but outside its band, start unsaid.
-    "butterfly_frozen_encoder_v14_near_ln30.csv": "3.2-3.3, 5-6 % below ln 30 = 3.40, for 80 of its 125 points: "
-    "outside the 2 % of chance, its start unsaid (the notebook's encoder may be pretrained); by its loss a slow "
-    "learner: its fall from 3.48 (0.24-0.29) is under three robust sigmas of its per-batch noise at most windows, "
-    "and across the plateau after it the loss still drifts down by a third of that fall (0.05-0.10), where "
-    "'learned a little, then stopped' wants under a tenth. Its validation accuracy (0.13, a guess's 0.033) is no "
-    "step event's",
-    "butterfly_v15_stuck_near_ln30.csv": "the same classifier fine-tuning its encoder: 3.21-3.26, 5-6 % below ln 30, "
-    "for 100 points after a fall of 6 % in 25: the fall (0.17-0.22) under three robust sigmas of its per-batch "
-    "noise (0.25-0.40), its plateau 4x the fall, and its start unsaid. Round 10 looked for a shape of the loss that "
-    "says 'never learned' near ln(classes) and found none: both runs' 20-point windows sit at 0.94-0.99 of ln 30 "
-    "for their whole 125 points (6 windows), and the POET bench's best AdamW run, healthy, sits at 0.89-0.93 of "
-    "ln 16 for 140 steps (7 shortest windows) before it falls to 1.39: 'never a tenth below a guess, not learning "
-    "for 3-10 judgements' finds both and TIMIT's LSTM and flags that run under the shortest window, at every "
-    "count that finds them. Measured in their batch noise, their distance below ln 30 is 0.5-3.4 robust sigmas, "
-    "the POET plateau's from 3.3 up: 'a guess within three sigmas of the level' finds one of the two at most",
+    # fresh9's two butterfly classifiers 5-6 % below ln 30, by their loss slow learners, are found since round 12
+    # by their validation rows replayed as train/eval: val_loss 3.18-3.50 (never a tenth below ln 30 = 3.40) and
+    # val_acc 0.05-0.13 (a tenth of the way from 1/30 to 1 is 0.13) for 5 evaluations in a row (loss_eval.py),
+    # while the same notebook's v13 and v30 leave chance by their second or third evaluation.
     # fresh6's event-MNIST LSTM, whose one-epoch excursions (0.287 at epoch 141, 0.302 at 183) the next epoch
     # takes back, is quiet since a loss spike waits for the next loss (round 10, diagnosis/rules/training.py).
     # fresh10 (scored sealed, then opened in round 11): its GPT-2 fine-tune, one batch's loss flat around 2.2,
     # back at 2.59 against its first 2.37, is quiet since a divergence climbs a quarter above its first loss.
-    "keras_imdb_binary_near_ln2_20_epochs.csv": "a training loss that learns by every measure of the loss: "
-    "0.6931 = ln 2 to 0.6507 in 20 epochs, each epoch below the last, a Theil-Sen fall of 5.9 % of its level "
-    "across its 20-point window (the learning test asks 1 %), its median 0.666 4 % below ln 2, outside the 2 % "
-    "band of chance. Its training accuracy, 0.51 to 0.54, sits beside a validation accuracy of 0.50-0.51 and a "
-    "test accuracy of 0.518 (a coin's 0.5): what says it learned nothing of the task is held-out data, which no "
-    "step event carries",
+    # fresh10's IMDB classifier, its training loss learning 5.9 % a window, is found since round 12 by its
+    # validation rows (val_loss 0.689-0.714 against ln 2, val_accuracy 0.501-0.514 against a coin's 0.5) at its
+    # 5th epoch (loss_eval.py).
 }
 
 

@@ -1,0 +1,135 @@
+"""A held-out metric at chance: what the training loss cannot say (issue 54), fault class ``loss_stalled``.
+
+A training loss that falls says the model fits its batches, not that it learned the task: an IMDB
+classifier's loss falls 6 % from ln 2 in 20 epochs, each epoch below the last, while its validation
+accuracy stays at a coin's 0.50-0.51 (issue 54's fresh batch 10); two 30-class butterfly classifiers
+and a TIMIT LSTM sit a few per cent under ln(classes), where a slow learner sits too. Held-out data
+tells them apart: ``train``/``eval`` events (docs/events.md) carry the trainer's metrics on it and,
+where it knows them, each one's ``chance``: the value of a model that ignores its input.
+
+An evaluation is at chance when every metric it gives a chance for, in a known direction, sits there:
+
+* a loss (lower is better) not a tenth below its chance, ln(classes) or the class prior's entropy: the
+  tenth by which a first loss under 9/10 of a guess's is a trained model's (loss_stalled.UNTRAINED);
+* a share (higher is better, chance below 1: an accuracy) less than a tenth of the way from chance to
+  perfect (a coin's 0.5 to 0.55; 1/30 to 0.13).
+
+:data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
+holds a model that learned more). One that leaves chance is a run that learned something that
+generalises: it ends the run of evaluations, and quiets the "never learned" the training loss's shape
+alone would say (loss_stalled.py). A loss first seen mid-run, a fine-tune, a pretrained start: the
+chance level is absolute, as ln(classes) is for the training loss, so no start needs saying here.
+Pure: the same live and replayed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from faultlens.diagnosis.rules.base import Finding
+from faultlens.events.envelope import Envelope, as_float
+from faultlens.events.payloads_job import TrainEval
+
+EVALS = 5  # evaluations in a row at chance: a healthy run's first few may sit there (an epoch's warm-up)
+LOSS_BAND = 0.1  # of the chance loss: a held-out loss less than this below it is a guess's
+SHARE_BAND = 0.1  # of the way from chance to perfect: a held-out accuracy short of it is a guess's
+
+
+def at_chance(value: float, chance: float, higher: bool) -> bool | None:
+    """Whether a held-out value is a guess's (module docstring); None where its chance says nothing (a
+    share whose chance is not a fraction below 1, a loss whose chance is not above 0)."""
+    if higher:
+        if not 0 <= chance < 1:
+            return None
+        return value <= chance + SHARE_BAND * (1 - chance)
+    if chance <= 0:
+        return None
+    return value >= (1 - LOSS_BAND) * chance
+
+
+def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
+    """The evaluation's metrics that say where chance is, each (value, chance, at chance); None when
+    none does (the evaluation tells nothing either way)."""
+    out: dict[str, tuple[float, float, bool]] = {}
+    for name, raw in (payload.metrics or {}).items():
+        value, chance = as_float(raw), (payload.chance or {}).get(name)
+        higher = TrainEval.direction(name, payload.higher_is_better)
+        if value is None or not math.isfinite(value) or chance is None or higher is None:
+            continue
+        verdict = at_chance(value, float(chance), higher)
+        if verdict is not None:
+            out[name] = (value, float(chance), verdict)
+    return out or None
+
+
+@dataclass(slots=True)
+class _Evals:
+    """One job's evaluations, as its lowest reporting rank sends them."""
+
+    rank: int
+    run: list[tuple[int | None, dict[str, tuple[float, float, bool]]]] = field(default_factory=list)
+    learned: bool = False  # the latest judged evaluation left chance
+    fired: bool = False
+
+
+class HeldOutWatch:
+    """``train``/``eval`` payloads in, a ``loss_stalled`` finding out when :data:`EVALS` in a row sit at
+    chance; :meth:`learned` tells the stalled-loss detector the held-out metric's last word."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Evals] = {}
+
+    def restarted(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def learned(self, job: str) -> bool:
+        evals = self._jobs.get(job)
+        return evals is not None and evals.learned
+
+    def observe(self, event: Envelope, payload: TrainEval, told: bool) -> list[Finding]:
+        """``told``: the job's loss curve already raised its finding (one per job)."""
+        rank = payload.rank
+        if rank is None:
+            return []
+        evals = self._jobs.get(event.job)
+        if evals is None or rank < evals.rank:
+            evals = self._jobs[event.job] = _Evals(rank)
+        metrics = judged(payload) if rank == evals.rank else None
+        if metrics is None:
+            return []
+        if not all(verdict for _, _, verdict in metrics.values()):
+            evals.run.clear()
+            evals.learned, evals.fired = True, False  # learning: a later stall is a new finding
+            return []
+        evals.learned = False
+        evals.run.append((payload.step, metrics))
+        del evals.run[:-EVALS]
+        if len(evals.run) < EVALS or evals.fired or told:
+            return []
+        evals.fired = True
+        return [
+            Finding(
+                job=event.job,
+                ts=event.ts,
+                fault="loss_stalled",
+                action="alert",
+                ranks=(rank,),
+                entity="loss",
+                evidence=(event.id,),
+                detail=_detail(evals)[:300],
+            )
+        ]
+
+
+def _detail(evals: _Evals) -> str:
+    steps = [s for s, _ in evals.run if s is not None]
+    where = f" (steps {steps[0]}-{steps[-1]})" if steps else ""
+    parts = []
+    for name, (_, chance, _) in evals.run[-1][1].items():
+        values = [m[name][0] for _, m in evals.run if name in m]
+        parts.append(f"{name} {min(values):.4g}-{max(values):.4g} (chance {chance:.4g})")
+    return (
+        f"held-out {', '.join(parts)} at chance over the last {len(evals.run)} evaluations{where}: the model has "
+        f"learned nothing of its task that generalises (rank {evals.rank})"
+    )

@@ -145,8 +145,12 @@ def label_prior_loss(labels: Any, classes: int | None) -> float | None:
     when the labels are uneven (issue 54: an LSTM on TIMIT frames at 9 % below ln 1947). ``labels``: the
     training set's labels, integers in [0, ``classes``); None where any is not one (-100 is a padding
     label, a float a regression target, a list a multi-label row) or there are none."""
-    shares = label_shares(labels, classes)
-    return -sum(p * math.log(p) for p in shares) if shares else None
+    return shares_entropy(label_shares(labels, classes))
+
+
+def shares_entropy(shares: Sequence[float] | None) -> float | None:
+    """The entropy, in nats, of a distribution given by its shares (None: no distribution)."""
+    return -sum(p * math.log(p) for p in shares if p > 0) if shares else None
 
 
 def step_loss(micro_losses: Sequence[float], shares: bool) -> float | None:

@@ -54,16 +54,19 @@ except ImportError as exc:  # the trainer side installs without it
 
 import torch
 
+from faultlens.events.payloads_job import TrainEval
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     HookIdentity,
     count_tokens,
-    label_prior_loss,
+    eval_chance,
+    label_shares,
     make_hook,
     optimizer_lr,
     resume_from_environment,
+    shares_entropy,
     step_loss,
 )
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -132,9 +135,9 @@ def loss_classes(model: Any) -> int | None:
     return getattr(config, "vocab_size", None)
 
 
-def train_label_prior(model: Any, dataloader: Any) -> float | None:
-    """``chance_loss`` for a single-label classification head: its training set's class prior's entropy
-    (:func:`callback_support.label_prior_loss`), read from a Hugging Face ``datasets`` table's ``labels`` or
+def train_label_shares(model: Any, dataloader: Any) -> list[float] | None:
+    """A single-label classification head's training labels, each class's share
+    (:func:`callback_support.label_shares`), read from a Hugging Face ``datasets`` table's ``labels`` or
     ``label`` column (the Trainer keeps it). None for any other head (a language model's tokens are no
     table column), or a dataset that is not such a table (reading a torch Dataset's items would load
     every sample)."""
@@ -143,7 +146,13 @@ def train_label_prior(model: Any, dataloader: Any) -> float | None:
     dataset = getattr(dataloader, "dataset", None)
     columns = getattr(dataset, "column_names", None) or ()
     name = next((c for c in ("labels", "label") if c in columns), None)
-    return label_prior_loss(dataset[name], loss_classes(model)) if dataset is not None and name is not None else None
+    return label_shares(dataset[name], loss_classes(model)) if dataset is not None and name is not None else None
+
+
+def train_label_prior(model: Any, dataloader: Any) -> float | None:
+    """``chance_loss`` for a single-label classification head: its training set's class prior's entropy
+    (:func:`train_label_shares`); None where those are not read."""
+    return shares_entropy(train_label_shares(model, dataloader))
 
 
 def began_from_scratch(model: Any, said: bool | None) -> bool | None:
@@ -191,6 +200,7 @@ class FaultlensCallback(TrainerCallback):
         self._model: torch.nn.Module | None = None
         self._save_requested = False
         self._world = 1
+        self._majority: float | None = None
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -213,8 +223,11 @@ class FaultlensCallback(TrainerCallback):
         if model is not None:
             self._watch(model)
             self._model = model
+            shares = train_label_shares(model, kwargs.get("train_dataloader"))
             if self.chance_loss is None:
-                self.chance_loss = train_label_prior(model, kwargs.get("train_dataloader"))
+                self.chance_loss = shares_entropy(shares)
+            # The commonest label's share: a held-out accuracy's chance, where the labels say it.
+            self._majority = max(shares) if shares else None
         self._world = args.world_size
         # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
         from_scratch = False if state.global_step > 0 else began_from_scratch(model, self.from_scratch)
@@ -266,6 +279,18 @@ class FaultlensCallback(TrainerCallback):
         if self._save_due():
             control.should_save = True  # the Trainer saves right after this event, through its own code
         return control
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
+        """The Trainer's evaluation on its eval set: its loss and accuracy-like metrics (``eval_loss``,
+        ``eval_accuracy``; not its runtime) as ``train``/``eval``, each with its chance where the classes are
+        known, so a held-out metric that stays at chance is found though the training loss falls."""
+        if self.hook is None or not metrics:
+            return
+        held_out = {k: v for k, v in metrics.items() if TrainEval.direction(k) is not None}
+        classes = self.classes if self.classes is not None else loss_classes(self._model)
+        self.hook.eval(held_out, step=state.global_step,
+                       chance=eval_chance(held_out, classes, self.chance_loss, self._majority))
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"

@@ -45,6 +45,7 @@ from faultlens.trainer_hooks import flight_recorder
 from faultlens.trainer_hooks.callback_support import (
     HookIdentity,
     count_tokens,
+    eval_chance,
     grad_norm,
     make_hook,
     optimizer_lr,
@@ -174,6 +175,21 @@ class FaultlensCallback(pl.Callback):
         self.hook.step(loss=loss_value, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=step,
                        classes=self.classes, lr=lr, chance_loss=self.chance_loss)  # obeys commands; SystemExit on a stop or restart
         self._save_if_requested(trainer, step)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A validation run of ``fit`` (not its sanity check): the logged metrics whose names begin with
+        ``val`` (``val_loss``, ``val_acc``) as ``train``/``eval``, each loss or accuracy with its chance where
+        ``classes`` (or ``chance_loss``) is given, so a held-out metric at chance is found though the
+        training loss falls."""
+        if self.hook is None or trainer.sanity_checking:
+            return
+        held_out = {}
+        for name, value in trainer.callback_metrics.items():
+            if name.lower().startswith("val") and getattr(value, "numel", lambda: 1)() == 1:
+                held_out[name] = float(value)
+        if held_out:
+            chance = eval_chance(held_out, self.classes, self.chance_loss, None)
+            self.hook.eval(held_out, step=trainer.global_step, chance=chance)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._close()

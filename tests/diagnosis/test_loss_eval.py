@@ -170,3 +170,39 @@ def test_the_callbacks_chance_is_the_class_count_s_or_the_labels():
     # Without a class count nothing says where chance is.
     assert eval_chance(metrics, None, None, None) == {}
     assert label_shares([0, 1, -100], 2) is None and label_shares([], 2) is None
+
+
+class _Sent:
+    def __init__(self):
+        self.events: list[Envelope] = []
+
+    def send_event(self, event):
+        self.events.append(event)
+
+    def flush(self, timeout=None):
+        return True
+
+
+def test_the_hook_sends_an_evaluation_as_the_rule_reads_it():
+    from faultlens.trainer_hooks.hook import TrainerHook
+
+    sent = _Sent()
+    hook = TrainerHook(job="j", rank=2, node="n0", settings=None, listen=False, producer=sent, flight_recorder=False)
+    hook.step(loss=0.7)
+    hook.eval(
+        {"val_loss": float("nan"), "val_acc": 0.5, "note": "text", "flag": True},
+        chance={"val_acc": 0.5, "val_loss": float("inf")},
+        higher_is_better={"val_acc": True, "other": False},
+    )
+    hook.eval({"note": "no number"})  # nothing to send
+    event = sent.events[-1]
+    assert (event.source, event.kind) == ("train", "eval") and len(sent.events) == 2
+    # The step is the last one published; a NaN travels as text; what is no number is left out.
+    assert event.data == {
+        "rank": 2,
+        "step": 1,
+        "metrics": {"val_loss": "nan", "val_acc": 0.5},
+        "chance": {"val_acc": 0.5},
+        "higher_is_better": {"val_acc": True},
+    }
+    check_payload(event)

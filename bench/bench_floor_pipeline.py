@@ -1,15 +1,17 @@
 """The node stage's loop in memory on bench_floor's backlog: the runner's own parts and the handler,
 no Kafka (issue 56). For instruction counts (callgrind) and load-free comparisons of two trees.
 
-    .venv/bin/python -m bench.bench_floor_pipeline [--nodes 32] [--duration 60] [--per-poll 60]
-        [--repeat 3] [--setup-only] [--out FILE]
+    .venv/bin/python -m bench.bench_floor_pipeline [--stage node|all] [--nodes 32] [--duration 60]
+        [--per-poll 60] [--repeat 3] [--setup-only]
 
 The backlog's messages (bench_floor.backlog) are laid out per topic and partition as a broker
 holds them (key → partition as kafka-python's default partitioner puts them), and polled as the
 client hands them out: ``--per-poll`` messages of each partition in turn, a poll a round. Each poll
 goes through the node stage's runner parts exactly as streams/runner/loop.py calls them:
 ``Intake.split``, ``EventTimeOrder.ordered`` (the merge, over a stand-in consumer that reports
-every partition behind until the last poll), ``Intake.complete`` and ``NodeStageHandler.handle``;
+every partition behind until the last poll), ``Intake.complete`` and ``NodeStageHandler.handle``
+(``--stage all``: ``DiagnoseHandler.handle`` over a fresh engine that knows the topology, both
+stages in one process as `diagnose --stage all` runs them);
 then the merge is drained (no partition goes idle by wall time: the outputs are the same however
 slowly it runs). It prints CPU µs a message (best of ``--repeat``) and the sha256 of every
 output (topic, key, value) with the dead letters' bytes, so two trees can be held to the same outputs.
@@ -38,8 +40,9 @@ from kafka.partitioner.default import murmur2
 from kafka.structs import TopicPartition
 
 from bench.bench_floor import backlog
-from faultlens.diagnosis.edge.consumer import DEFERRED_TOPICS, TELEMETRY_DECODERS
+from faultlens.diagnosis.edge.consumer import DEFERRED_TOPICS, TELEMETRY_DECODERS, DiagnoseHandler
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
+from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import decode
 from faultlens.events.topics import JOBS, TELEMETRY_PARTITIONS, TELEMETRY_TOPICS
 from faultlens.streams.gc_policy import tune_for_streaming
@@ -109,10 +112,14 @@ def polls(nodes: int, duration: int, per_poll: int) -> tuple[bytes, list[dict[To
     return topology, out
 
 
-def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]]) -> tuple[float, Any]:
-    """One pass of the node stage's loop parts over the polls: (CPU seconds, sha256 of the outputs)."""
-    handler = NodeStageHandler()
-    handler.member = "bench"  # (a random name each run otherwise: the bundles carry it)
+def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], stage: str = "node") -> tuple[float, Any]:
+    """One pass of a stage's loop parts over the polls: (CPU seconds, sha256 of the outputs)."""
+    handler: Any
+    if stage == "node":
+        handler = NodeStageHandler()
+        handler.member = "bench"  # (a random name each run otherwise: the bundles carry it)
+    else:
+        handler = DiagnoseHandler(Engine())
     handler.handle([_record(topology)])
     runner = GroupRunner.__new__(GroupRunner)  # the parts alone: no client, no producer
     from faultlens.streams.runner.options import RunnerOptions  # noqa: PLC0415 - bench-only
@@ -164,6 +171,7 @@ class _NoProducer:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stage", choices=["node", "all"], default="node")
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--duration", type=int, default=60)
     ap.add_argument("--per-poll", type=int, default=60)
@@ -173,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     topology, batches = polls(args.nodes, args.duration, args.per_poll)
     n = sum(len(m) for b in batches for m in b.values())
     tune_for_streaming()
+    if args.stage == "all":
+        import sklearn.ensemble  # noqa: F401, PLC0415 - as primed_handler does: imported before the first forest
     if args.setup_only:
         print(json.dumps({"messages": n, "setup_only": True}))
         return 0
-    runs = [run(topology, batches) for _ in range(args.repeat)]
+    runs = [run(topology, batches, args.stage) for _ in range(args.repeat)]
     best = min(cpu for cpu, _ in runs)
-    print(json.dumps({"load_average": os.getloadavg(), "messages": n, "polls": len(batches),
+    print(json.dumps({"stage": args.stage, "load_average": os.getloadavg(), "messages": n, "polls": len(batches),
                       "cpu_s": round(best, 3), "us_per_message": round(1e6 * best / n, 2),
                       "outputs_sha256": sorted({d for _, d in runs})}), flush=True)
     return 0

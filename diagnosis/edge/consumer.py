@@ -3,7 +3,8 @@
 A thin :class:`streams.runner.loop.GroupRunner` handler. Each record goes through the engine on its
 own, so one bad event becomes one dead letter (with the engine's reason) and never makes the
 runner redeliver the whole batch through a stateful engine. Redelivered records (at-least-once)
-are recognised by event id inside the engine.
+are recognised by event id inside the engine. A batch's plain steps of a job reach the job stage as
+runs (``Engine.process(..., hold=True)``, issue 56), with the same diagnoses in the same order.
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ def diagnosis_records(engine: Engine, found: list[Diagnosis]) -> list[Outgoing]:
 
 
 class DiagnoseHandler:
-    def __init__(self, engine: Engine | None = None, group: str = GROUP) -> None:
+    def __init__(self, engine: Engine | None = None, group: str = GROUP, *, step_runs: bool = True) -> None:
         self.engine = engine or Engine()
         self.group = group
         self.emitted = 0
+        # False: every step's job side taken alone (the reference tests/diagnosis/test_engine_step_runs.py holds runs to)
+        self.step_runs = step_runs
         # The job stage: which `summaries` partition each job's records come from (a job lives on
         # one), so a job whose partition moves to another member leaves nothing behind here.
         self._partition_of: dict[str, int] | None = {} if self.engine.config.stage == "job" else None
@@ -115,6 +118,7 @@ class DiagnoseHandler:
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
         where = self._partition_of
+        engine, hold = self.engine, self.step_runs
         for r in records:
             if where is not None and r.topic == topics.SUMMARIES:
                 job = getattr(r.value, "job", None)
@@ -123,18 +127,33 @@ class DiagnoseHandler:
                 if type(job) is str and job != "-" and not getattr(r.value, "data", {}).get("wave_copy"):
                     where[job] = r.partition
             try:
-                found = self.engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped)
+                found = engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped, hold=hold)
             except InvalidEvent as exc:
+                self._found(out, engine.release())  # what the steps before it found comes first
                 out.append(self._dead(r, f"invalid: {exc}"))
                 continue
             except Exception as exc:  # noqa: BLE001 - a detector bug must cost one event, not the consumer
                 log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
+                self._release(out)
                 out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
                 continue
             if found:
-                out.extend(diagnosis_records(self.engine, found))
-                self.emitted += len(found)
+                self._found(out, found)
+        self._release(out)
         return out
+
+    def _found(self, out: list[Outgoing], found: list[Diagnosis]) -> None:
+        if found:
+            out.extend(diagnosis_records(self.engine, found))
+            self.emitted += len(found)
+
+    def _release(self, out: list[Outgoing]) -> None:
+        """The held steps' job side (Engine.process(..., hold=True)). A detector bug there costs the
+        run's steps their job side, logged; their records are not dead letters (each was read)."""
+        try:
+            self._found(out, self.engine.release())
+        except Exception:  # noqa: BLE001
+            log.exception("engine failed on a run of held steps")
 
     def tick(self, now: float, busy: Collection[str] = (),
              upstream: Mapping[Any, UpstreamStop] | None = None) -> Iterable[Outgoing]:

@@ -89,6 +89,11 @@ class Engine(JobClocks):
         self._elsewhere: dict[str, Heard] = {}
         # Waves across jobs (diagnosis/engine/fleet_waves.py): one index beside the job lanes.
         self.fleet = FleetWaves((self.config.thresholds or shipped_thresholds()).wave, self._machines, self.book.jobs)
+        # process(..., hold=True): plain steps of one job whose job side waits to be taken as a run
+        # (JobStage.observe_steps), and what a run taken found that no call has handed out yet.
+        self._held: list[Envelope] = []
+        self._held_lane: Lane | None = None
+        self._ready: list[Diagnosis] = []
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -130,10 +135,39 @@ class Engine(JobClocks):
 
     # --- events -----------------------------------------------------------------------------
     def process(self, event: Envelope, *, at: float | None = None, skew_s: float | None = None,
-                clamped: str | None = None) -> list[Diagnosis]:
+                clamped: str | None = None, hold: bool = False) -> list[Diagnosis]:
         """One event. ``at`` is where the consumer placed it in event time when that differs from
         its own ``ts`` (its sender's clock was off by ``skew_s``; ``clamped`` says why).
-        Raises InvalidEvent (→ dead letter) for input no detector can use."""
+        Raises InvalidEvent (→ dead letter) for input no detector can use.
+
+        ``hold`` (issue 56): a step whose node side found nothing may leave its job side held, to be
+        taken with the plain steps of its job that follow in one call (JobStage.observe_steps); the
+        run is taken before anything else touches the job stage or finds something (any other event,
+        a tick, a step of another job), and what it finds comes out first, so the diagnoses and
+        their order are the same. What the last run finds comes from :meth:`release`: a caller that
+        holds calls it once its batch is done, and after an InvalidEvent, before its dead letter."""
+        out = self._process(event, at, skew_s, clamped, hold)
+        if self._ready:
+            out = self._ready + out
+            self._ready = []
+        return out
+
+    def release(self) -> list[Diagnosis]:
+        """What the held steps' job side finds, with what a run taken earlier found (process(hold=True))."""
+        if self._held:
+            self._take_held()
+        out, self._ready = self._ready, []
+        return out
+
+    def _take_held(self) -> None:
+        lane, held = self._held_lane, self._held
+        self._held, self._held_lane = [], None
+        assert lane is not None
+        ready = self._ready
+        lane.stage.observe_steps(held, lambda findings, diags: ready.extend(lane.settle(findings, diags)))
+
+    def _process(self, event: Envelope, at: float | None, skew_s: float | None, clamped: str | None,
+                 hold: bool) -> list[Diagnosis]:
         seen = self._seen.get(event.id)
         if seen is not None and seen is not _DEAD:
             self.stats["duplicates"] += 1
@@ -156,6 +190,9 @@ class Engine(JobClocks):
                 return []
             self._remember(event.id, _DEAD)
             raise
+        if self._held and not (hold and skew_s is None and event.kind == "step" and event.source == "train"
+                               and event.job == self._held[0].job):
+            self._take_held()  # anything else comes after the run
         if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
             self._wave_copy(event)
             return []
@@ -187,7 +224,7 @@ class Engine(JobClocks):
             return out
         self._remember(event.id, event.job)
         self.stats["events"] += 1
-        found = self._observe(lane, event)
+        found = self._observe(lane, event, hold)
         if late_by > self.config.max_lateness_s:
             self.stats["late_faults"] += 1
             found = [msgspec.structs.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
@@ -200,11 +237,15 @@ class Engine(JobClocks):
         lane.arrival_wall = time.time()
         lane.arrival_now = lane.now
         if lane.now - lane.last_tick >= self.config.tick_every_s:
+            if self._held:
+                self._take_held()
             out.extend(lane.tick(lane.now))
         if event.ts > lane.delivered:
             lane.delivered = event.ts
             if event.ts - lane.clock_checked >= self.config.tick_every_s:
                 lane.clock_checked = event.ts
+                if self._held:
+                    self._take_held()
                 out.extend(self._move_quiet_mates(event.job, event.ts))
         return out
 
@@ -224,7 +265,7 @@ class Engine(JobClocks):
         every job of its part whose input this engine reads (diagnosis/engine/fleet_waves.py)."""
         return self.fleet.delivered_under(d, lambda job: self.job_time(job) is not None)
 
-    def _observe(self, lane: Lane, event: Envelope) -> list[Diagnosis]:
+    def _observe(self, lane: Lane, event: Envelope, hold: bool = False) -> list[Diagnosis]:
         if event.source == "job":
             # A restart waits for the job's own data to reach it (none yet: it waits too), so the
             # detectors forget the old incarnation at its place in event time.
@@ -235,6 +276,8 @@ class Engine(JobClocks):
                 self._job_event(lane, event)
             return []
         if lane.pending:
+            if self._held:
+                self._take_held()
             self._apply_pending(lane, event.ts)
         if event.source == "summary":
             # The node stage of another process summarised a window or found something (docs/design.md
@@ -245,12 +288,22 @@ class Engine(JobClocks):
                 return lane.settle([Finding.from_event(event)], [])
             return []
         if self.config.stage == "job":
+            if hold and event.kind == "step" and event.source == "train":
+                self._held.append(event)
+                self._held_lane = lane
+                return []
             findings, diags = lane.stage.observe(event)
             return lane.settle(findings, diags)
         node_out = NodeOutput()
         if event.kind == "step" and event.source == "train":  # four in five: its Struct read once for every reader
             self._check_rank(event, node_out)
             self.node_stage.observe_step(event, typed(event, TrainStep), node_out)
+            if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
+                self._held.append(event)  # (the step itself, passed on: a train event)
+                self._held_lane = lane
+                return []
+            if self._held:
+                self._take_held()
             return self._job_side(lane, node_out)
         for parsed in self.node_stage.parse(event) if event.kind == "line" else (event,):
             self.stats["parsed"] += parsed is not event
@@ -302,6 +355,8 @@ class Engine(JobClocks):
     def forget_job(self, job: str) -> None:
         """Drop a job's state and the ids of its events (its input moved to another consumer: if it
         comes back, it is rebuilt from retained input, which must not then be taken for copies)."""
+        if self._held:
+            self._take_held()  # (handed out with the next call)
         self._lanes.pop(job, None)
         self.clocks.forget(job)
         for event_id in [i for i, j in self._seen.items() if j == job]:
@@ -311,7 +366,7 @@ class Engine(JobClocks):
         """End of input (a trace's end, shutdown): decide what is pending, report final counts.
 
         Absence is not judged here: a trace that ends is not a cluster that went silent."""
-        out: list[Diagnosis] = []
+        out = self.release()
         parsed, windows = self.node_stage.flush()
         by_job: dict[str, NodeOutput] = {}
         for w in windows:

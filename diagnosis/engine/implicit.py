@@ -76,6 +76,15 @@ class ImplicitFaultDetector:
             self.failslow.observe_step(event)  # the ranks' work: a hot expert is not a slow machine
         return self.hang.observe(event)
 
+    def observe_steps(self, events: list[Envelope]) -> None:
+        """:meth:`observe` for a run of one job's ``train``/``step`` events, in order: the ranks' work,
+        then the hang detector's steps. Neither finds anything on a step, and neither reads the
+        other's state, so each takes the run in one go (JobStage.observe_steps)."""
+        observe_step = self.failslow.observe_step
+        for event in events:
+            observe_step(event)
+        self.hang.observe_steps(events)
+
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         """A node's feature window: GPU-side evidence for a hang without stacks, and the counters a
         machine the fail-slow rounds blame is read by against its peers'."""

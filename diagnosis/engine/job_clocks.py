@@ -43,6 +43,9 @@ class JobClocks:
     def _apply_pending(self, lane: Lane, until: float) -> None:
         raise NotImplementedError  # the engine's: job records held until their place in event time
 
+    def release(self) -> list[Diagnosis]:
+        raise NotImplementedError  # the engine's: the job side of steps held to be taken as a run
+
     def _move_quiet_mates(self, job: str, delivered: float) -> list[Diagnosis]:
         """The jobs on ``job``'s clock that delivered nothing for ``grace_s`` of it: their time moves
         by what elapsed past the grace (a job whose whole stream stopped is one alert: liveness)."""
@@ -97,7 +100,7 @@ class JobClocks:
         stopped (events.event_time.UpstreamStop), its silence is the pipeline's, and its time stays there."""
         wall = time.time() if wall_now is None else wall_now
         self._upstream_stopped = frozenset(until or ())
-        out: list[Diagnosis] = []
+        out = self.release()  # held steps come before any time moved
         for job, lane in self._lanes.items():
             if lane.now is None or lane.arrival_now is None or job in busy:
                 continue

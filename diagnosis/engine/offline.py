@@ -24,8 +24,10 @@ def analyze(events, engine: Engine | None = None, on_dead=None) -> list[Diagnosi
     latest: dict[str, Diagnosis] = {}
     for event in events:
         try:
-            found = engine.process(event)
+            found = engine.process(event, hold=True)  # a job's plain steps taken as runs (Engine.process)
         except InvalidEvent as exc:
+            for d in engine.release():
+                latest[d.id] = d
             engine.stats["dead_letters"] += 1
             if on_dead is not None:
                 on_dead(event, str(exc))

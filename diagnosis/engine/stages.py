@@ -181,6 +181,22 @@ class JobStage:
         diags = self.implicit.observe(event) if self.implicit is not None else []
         return findings, list(diags)
 
+    def observe_steps(self, events: list[Envelope], settle: Callable[[list[Finding], list[Diagnosis]], object]) -> None:
+        """:meth:`observe` for a run of one job's ``train``/``step`` events, in order, each event's
+        findings handed to ``settle`` in its turn, as observe's would be (issue 56: the engine holds
+        a run of plain steps and hands it over in one call, diagnosis/engine/core.py). The hang
+        detector and the ranks' work find nothing on a step and read nothing liveness, the stalled
+        loss or a settled finding change: they take the run first, each in one call.
+        tests/diagnosis/test_engine_step_runs.py holds it to observe, event by event."""
+        if self.implicit is not None:
+            self.implicit.observe_steps(events)
+        silence, stalled = self.silence.observe, self.stalled.observe
+        for event in events:
+            found = silence(event)
+            more = stalled(event)
+            if found or more:
+                settle(found + more, [])
+
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         self.anomaly.observe_window(window)
         return self.implicit.observe_window(window) if self.implicit is not None else []

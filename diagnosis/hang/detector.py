@@ -75,16 +75,16 @@ class HangDetector(DumpCollection):
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
-        hear(self._job(event.job), event.ts)
+        job = self._job(event.job)
+        hear(job, event.ts)
         if event.source == "nccl" and event.kind == "nccl_timeout":
             return self._watchdog(event)
         if event.source == "train" and event.kind == "step":
-            self._step(event)
+            self._step(job, event)
         elif event.source == "heartbeat" and event.kind == "beat":
             beat = typed(event, HeartbeatBeat)
             pids = beat.pids
             # A beat without a pid list still proves the agent lives; an empty list says the trainer died.
-            job = self._job(event.job)
             if pids is None or pids:
                 job.last_beat = event.ts if job.last_beat is None else max(job.last_beat, event.ts)
                 job.no_pids.pop(event.node, None)
@@ -93,6 +93,16 @@ class HangDetector(DumpCollection):
             else:
                 job.no_pids.setdefault(event.node, (event.ts, event.id))  # corroborates a "no trainer" answer
         return []
+
+    def observe_steps(self, events: list[Envelope]) -> None:
+        """:meth:`observe` for a run of one job's ``train``/``step`` events, in order (issue 56: the
+        engine hands a run of plain steps over in one call, diagnosis/engine/core.py): the job's
+        state is looked up once. A step finds nothing here; what it changes is read at a tick."""
+        job = self._job(events[0].job)
+        step = self._step
+        for event in events:
+            hear(job, event.ts)
+            step(job, event)
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         job = self._job(window.job)
@@ -137,7 +147,7 @@ class HangDetector(DumpCollection):
             job = self._jobs[name] = JobState(step_times=deque(maxlen=self.config.step_window))
         return job
 
-    def _step(self, event: Envelope) -> None:
+    def _step(self, job: JobState, event: Envelope) -> None:
         try:
             payload = typed(event, TrainStep)  # read once by the payload check (events/payloads.py)
         except InvalidEvent:
@@ -145,7 +155,6 @@ class HangDetector(DumpCollection):
         rank, step = payload.rank, payload.step
         if rank is None or step is None:
             return
-        job = self._job(event.job)
         if job.ended_at is not None and event.ts > job.ended_at:
             job.ended_at = None  # it trains again
         job.rank_node[rank] = event.node

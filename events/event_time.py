@@ -101,6 +101,16 @@ class WatermarkMerge(Generic[T]):
             # writer downstream may announce starts again from what the merge hands on next.
             self.progress = None
 
+    def looked_away(self, seconds: float) -> None:
+        """The consumer fetched nothing for ``seconds`` (a slow loop, a process starved of CPU or
+        stopped): no partition was quiet meanwhile, it was not looked at. Idle means caught up and
+        silent while fetched from; a partition whose records came during the gap is caught up only
+        by the high-water mark of its fetch before it, and was passed over as idle while the
+        partitions fetched first were handed on past its records (a live member stopped 3 s at a
+        time: a job's steps handed on 114 s of event time after what was handed on already)."""
+        for state in self._parts.values():
+            state.last_data += seconds
+
     def revoke(self, partitions: Iterable[Partition]) -> int:
         """Forget partitions taken away (their records are uncommitted: the new owner re-reads them)."""
         gone = set(partitions) & set(self._parts)

@@ -42,6 +42,11 @@ BEHIND_S = 10.0
 # A loop that took longer than this to come round (its process stopped, or starved of CPU) saw
 # nothing of its input meanwhile: the wall clock waits until what was written by then is read.
 AWAY_S = 5.0
+# Of the wall time between two loops, at most this much counts as quiet time of the partitions the
+# poll brought nothing of (a loop is a poll of 0.2 s at most and the handling of what it brought):
+# a partition is passed over as idle only after max_idle_s of being fetched from, not of a loop
+# starved of CPU, during which its records reached the broker unfetched (WatermarkMerge.looked_away).
+QUIET_PER_LOOP_S = 0.5
 
 _partition_of = attrgetter("topic", "partition")
 
@@ -70,6 +75,7 @@ class EventTimeOrder:
         self._unfetched_end: dict[int, dict[TopicPartition, int]] = {}
         self._late_said = False  # whether a record handed on behind event time was logged yet
         self._loop_seen: float | None = None  # monotonic time the loop last handed a poll here
+        self._ordered_at: float | None = None  # monotonic time of the latest ordered() call
         # After the loop was away: each partition's end offset when it came back (None: not asked
         # yet), to be read to before the wall clock moves any job's time again (see tick_gate).
         self._away_ends: dict[TopicPartition, int] | None = None
@@ -238,7 +244,11 @@ class EventTimeOrder:
         partitions that ran ahead and resume those that fell behind."""
         merge = self.merge
         now = time.time()
-        self._came_round(time.monotonic())
+        mono = time.monotonic()
+        self._came_round(mono)
+        if self._ordered_at is not None and mono - self._ordered_at > QUIET_PER_LOOP_S:
+            merge.looked_away(mono - self._ordered_at - QUIET_PER_LOOP_S)
+        self._ordered_at = mono
         handed_on = merge.progress  # event time everything was handed on up to, before this call
         # Every record here was placed in time by the intake: its event_ts is set. The intake hands
         # a poll on a partition at a time, so the merge takes each partition's records in one call.

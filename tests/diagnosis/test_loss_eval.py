@@ -206,3 +206,14 @@ def test_the_hook_sends_an_evaluation_as_the_rule_reads_it():
         "higher_is_better": {"val_acc": True},
     }
     check_payload(event)
+
+
+def test_the_engine_reads_evaluations_beside_the_steps_and_raises_one_alert():
+    from faultlens.diagnosis.engine.offline import analyze
+    from faultlens.events.topology import Topology
+
+    events = imdb_like()
+    events.insert(0, Topology.grid(["n0"], 1, 1, 1, 1).to_event("j", events[0].ts - 1))
+    diagnoses = [d for d in analyze(events) if d.fault != "unknown"]
+    assert [(d.fault, d.action, d.nodes) for d in diagnoses] == [("loss_stalled", "alert", ())]
+    assert "held-out" in diagnoses[0].detail

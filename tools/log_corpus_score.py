@@ -105,12 +105,17 @@ def heldout_rows() -> dict[str, list[dict[str, Any]]]:
 
 
 _GITHUB = re.compile(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)")
+# An indexed file is its id: 'public GitHub file, index id N', '... search-index id N', 'index id N'.
+_INDEXED = re.compile(r"(?:public GitHub file, )?(?:search-)?index id (\d+)\b")
 
 
 def source_of(row: dict[str, Any]) -> str:
     """The repository or report a row came from: 'owner/repo' for a file of a repository at a
     commit, 'owner/repo#N' for an issue or pull request, else the provenance up to any remark."""
     prov = str(row.get("provenance", ""))
+    m = _INDEXED.match(prov)
+    if m:  # one indexed file whatever its provenance calls the index (R14: two spellings, one file)
+        return f"public GitHub file, index id {m.group(1)}"
     m = _GITHUB.match(prov)
     if m:
         return f"{m.group(1)}#{m.group(2)}"

@@ -166,7 +166,7 @@ class HangDetector(DumpCollection):
         # A different step is progress; a lower one is a restart from a checkpoint, progress too.
         if old is None or old[0] != step:
             job.writing_until = job.writing_onset = None
-            if job.last_progress is not None and event.ts > job.last_progress:
+            if _advances_job(job, step, old) and job.last_progress is not None and event.ts > job.last_progress:
                 job.gaps.append(event.ts - job.last_progress)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
             if not job.recent.is_empty():  # a node's answer alone must not outlive progress either
@@ -344,6 +344,17 @@ class HangDetector(DumpCollection):
             nodes=nodes, ranks=first, confidence=self.config.suspicion_confidence,
             evidence=self._step_evidence(job, first), detail=detail,
         )
+
+
+def _advances_job(job: JobState, step: int, old: tuple[int, float, str] | None) -> bool:
+    """Whether a rank's new step is the job's progress, not only the rank's: a step higher than any
+    of the job's, or the first rank's arrival of a lower one than its own last (a restart from a
+    checkpoint; the others' arrivals of that step follow it)."""
+    top = job.top_step
+    if top is None or step > top or (old is not None and step < old[0] and step < top):
+        job.top_step = step
+        return True
+    return False
 
 
 def _trainers_gone(job: JobState) -> bool:

@@ -92,7 +92,12 @@ class JobState:
     # watchdogs, net samples, dumps, windows): the job's telemetry flowed until then.
     heard: float | None = None
     resumed: float | None = None  # when its telemetry came back after nothing arrived for a grace
-    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))  # recent gaps between progress
+    # Recent gaps between the job's progress: each new highest step's first arrival (or a restart's
+    # lower step's) after the last progress of any rank. Not each rank's arrival: in a job of more
+    # than 64 ranks those near-zero gaps pushed out the one long one (a checkpoint or evaluation
+    # pause) at the very next step, and every recurrence of the pause read as a hang.
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    top_step: int | None = None  # the job's highest step since it last went back (a restart)
     stall: Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else
     # asked for) they may precede our own tick by a moment, and belong to the stall all the same.

@@ -79,10 +79,11 @@ def test_a_save_still_not_done_after_the_patience_is_an_alert_never_an_eviction(
 
 
 def test_after_the_save_the_job_is_watched_again():
-    # It stepped again at 280 s: a stall after that is suspected as any (its stacks are not in).
-    out, _ = _run(lambda r: WRITING, resume_at=280.0, until=600.0)
-    assert [d.action for d in out][:2] == [Action.CAPTURE_STACKS, Action.NONE]
-    assert Action.CAPTURE_STACKS in [d.action for d in out[2:]]
+    # It stepped again at 280 s: a stall after that is suspected as any (its stacks are not in),
+    # once it outlasts twice the save's pause (HangConfig.gap_margin: the job pauses that long).
+    out, det = _run(lambda r: WRITING, resume_at=280.0, until=900.0)
+    assert [d.action for d in out][:3] == [Action.CAPTURE_STACKS, Action.NONE, Action.CAPTURE_STACKS]
+    assert det.hang.threshold(JOB) > 2 * 240 and out[2].ts - out[2].onset >= det.hang.threshold(JOB)
 
 
 def test_one_rank_writing_the_whole_state_while_the_others_wait_in_the_barrier_is_a_save():

@@ -14,7 +14,8 @@ _NAN = re.compile(
     # a loss by any name ("loss", "loss_box_reg_stage0", "val_loss"), as a dict of a detector's losses prints it
     # a signed NaN too (Caffe's and darknet's C printf: "loss = -nan"), and Keras's bar glued to the
     # next epoch's header when the bar's line was not ended ("loss: nanEpoch 1/1000")
-    r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?[+-]?(?:nan|inf)(?:\b|(?=Epoch \d))"
+    # (round 22) infinity spelled out, as Java's and JavaScript's number printing gives it ("Loss is Infinity.", BigDL)
+    r"\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\b[^\n]{0,40}?(?:\bis\b|=|:)\s*(?:tensor\()?[+-]?(?:nan|inf(?:inity)?)(?:\b|(?=Epoch \d))"
     r"|\b(?:detected|found|encountered)\b[^\n]{0,24}?\b(?:nan|inf)\b"
     # a value that became NaN, in the program's own sentence ("grad_norm became NaN. Stopping training.", round 17)
     r"|\b(?:\w*loss\w*|grad(?:ient)?[_ ]norm)\s+(?:became|becomes|went|turned|has become|has gone|is now)\s+[+-]?(?:nan|inf)\b"
@@ -32,8 +33,8 @@ _NAN = re.compile(
 # A loss by any name, bare too ("discrim_loss nan"); a loss tensor printed bare: "loss tensor(nan, device='cuda:0', ...)".
 _NAN_BARE = re.compile(r"\b(?:\w*loss|grad(?:ient)?[_ ]norm)\s+(?:tensor\()?(?:nan|[+-]?inf)\b", re.IGNORECASE)
 _NAN_CONTEXT = re.compile(r"loss|norm|detect|found|encounter|finite|batch")
-# Every _NAN / _NAN_BARE match holds "nan", or "inf" ending a word: the "inf" of every "INFO" does not.
-_NAN_OR_INF = re.compile(r"nan|inf\b")
+# Every _NAN / _NAN_BARE match holds "nan", or "inf" / "infinity" ending a word: the "inf" of every "INFO" does not.
+_NAN_OR_INF = re.compile(r"nan|inf(?:inity)?\b")
 # A value logged as NaN where the logger prints a step's numbers: a key-value table row of a loss-like key
 # (OpenAI baselines' HumanOutputFormat, guided-diffusion: "| loss | nan |", "| mse | nan |"; not an RL
 # run's episode means, "| ep_rewmean | nan |", NaN until an episode ends),

@@ -75,7 +75,8 @@ _WORDS = (r"segmentation fault|bus error|killed|aborted|illegal instruction|floa
 _SHAPES = re.compile(
     # torchrun / glog / abseil: "Signal 7 (SIGBUS) received by PID 10", "*** SIGSEGV (@0x0) received by PID 12"
     r"\bSignal (?P<n1>\d{1,2}) \((?P<s1>(?-i:SIG[A-Z0-9]+))\) received by PID"
-    r"|\*\*\* (?P<s2>(?-i:SIG[A-Z0-9]+)) (?:\(@[0-9a-fx]+\) )?received (?:by PID|at time)"
+    # (glibc prints a null address "(nil)"; Google's internal build adds ", see go/stacktraces#s15" before "received")
+    r"|\*\*\* (?P<s2>(?-i:SIG[A-Z0-9]+)) (?:\(@(?:[0-9a-fx]+|\(nil\))\)(?:, see \S+)? )?received (?:by PID|at time)"
     # an IDE: "exit code 139 (interrupted by signal 11: SIGSEGV)"
     r"|\binterrupted by signal (?P<n3>\d{1,2})(?:: (?P<s3>(?-i:SIG[A-Z0-9]+)))?"
     # torch.multiprocessing, subprocess, Python's enum repr

@@ -88,7 +88,7 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
     if any(not r.needles for r in rules):
         return None
     words = {w.lower() for w in (*CODE_LITERALS, *signals.LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
-    return re.compile(any_of(words).pattern + r"|inf\b")  # nan_lines reads "inf" only ending a word: INFO's does not
+    return re.compile(any_of(words).pattern + r"|inf(?:inity)?\b")  # nan_lines reads "inf" / "infinity" only ending a word: INFO's does not
 
 
 def _rank(text: str) -> int | None:

@@ -167,7 +167,7 @@ class HangDetector(DumpCollection):
         if old is None or old[0] != step:
             job.writing_until = job.writing_onset = None
             if _advances_job(job, step, old) and job.last_progress is not None and event.ts > job.last_progress:
-                job.gaps.append(event.ts - job.last_progress)
+                self._gap(job, event.ts - job.last_progress, event.ts)
             job.last_progress = event.ts if job.last_progress is None else max(job.last_progress, event.ts)
             if not job.recent.is_empty():  # a node's answer alone must not outlive progress either
                 job.recent = DumpSet()
@@ -176,6 +176,19 @@ class HangDetector(DumpCollection):
                 log.info("job %s steps again (rank %d step %d): hang %s cleared", event.job, rank, step,
                          "verdict" if job.stall.decided else "suspicion")
                 job.stall = None
+
+    def _gap(self, job: JobState, gap: float, at: float) -> None:
+        """A gap between the job's progress, ended at ``at``: kept among the recent gaps, and, if the
+        margin would raise the threshold for it, among the long pauses (JobState.pauses)."""
+        job.gaps.append(gap)
+        pauses, config = job.pauses, self.config
+        while pauses and pauses[0][0] < at - config.pause_window_s:
+            pauses.popleft()
+        median = statistics.median(job.step_times) if job.step_times else 0.0
+        if config.gap_margin * gap > max(config.k * median, config.floor_s):
+            while pauses and pauses[-1][1] <= gap:
+                pauses.pop()
+            pauses.append((at, gap))
 
     def observe_diagnosis(self, diagnosis: Diagnosis) -> None:
         """Keep the job's storage alerts (shared storage no machine's eviction fixes): a stall's
@@ -190,6 +203,8 @@ class HangDetector(DumpCollection):
         times = state.step_times if state else ()
         median = statistics.median(times) if times else 0.0
         longest = max(state.gaps) if state is not None and state.gaps else 0.0
+        if state is not None and state.pauses:  # the longest pause within the window (JobState.pauses)
+            longest = max(longest, state.pauses[0][1])
         return max(self.config.k * median, self.config.floor_s, self.config.gap_margin * longest)
 
     def stalled_since(self, job: str, now: float, k: float = 3.0, floor_s: float = 10.0) -> float | None:
@@ -316,7 +331,7 @@ class HangDetector(DumpCollection):
         fresh = self._job(job)
         if old is not None:
             # The pipeline's flow (heard) is not the incarnation's either.
-            fresh.step_times, fresh.gaps, fresh.heard = old.step_times, old.gaps, old.heard
+            fresh.step_times, fresh.gaps, fresh.pauses, fresh.heard = old.step_times, old.gaps, old.pauses, old.heard
         fresh.started = at
 
     def _suspect(self, name: str, job: JobState, onset: float, now: float) -> Diagnosis:

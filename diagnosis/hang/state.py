@@ -52,6 +52,14 @@ class HangConfig:
     # Healthy jobs pause every rank together (checkpoint saves, evaluation passes): a stall must
     # also outlast this multiple of the longest gap between progress seen in the recent past.
     gap_margin: float = 2.0
+    # Besides the recent gaps, the job's long pauses (gaps the margin would raise the threshold
+    # for) are kept this long in event time after each ended, however many steps lie between:
+    # checkpoint and evaluation intervals are hundreds to thousands of steps, and a pause every
+    # 100+ steps had left the recent gaps before it recurred. A window, not for ever: a pause taken
+    # once (a compile of a new shape, a first evaluation) stops widening the margin hours later.
+    # Counted back from the job's latest progress, never the wall clock: the same live and replayed.
+    # 6 h: twice a 1,000-step interval at 10 s a step.
+    pause_window_s: float = 6 * 3600.0
     # A restarted job may take this long to its first step (checkpoint load, NCCL set-up at
     # scale); a restart still short of it by then, with its processes alive, is hung too.
     startup_s: float = 600.0
@@ -97,6 +105,11 @@ class JobState:
     # than 64 ranks those near-zero gaps pushed out the one long one (a checkpoint or evaluation
     # pause) at the very next step, and every recurrence of the pause read as a hang.
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    # The job's long pauses within HangConfig.pause_window_s, as (when it ended, how long), each
+    # shorter than every one before it: a pause both older and no longer than a later one never
+    # sets the margin, so it is dropped when the later one comes. Bounded by the window: at most
+    # one pause per floor / gap_margin of event time.
+    pauses: deque[tuple[float, float]] = field(default_factory=deque)
     top_step: int | None = None  # the job's highest step since it last went back (a restart)
     stall: Stall | None = None
     # Dumps since the last progress, before any suspicion: in a trace (or a capture someone else

@@ -27,10 +27,13 @@ CULPRIT = "n0001"
 SWITCH = "wave:ib_switch=0x98039b0300000000"
 
 
-def outcome(found) -> set[tuple]:
+def final(found) -> list[Diagnosis]:
     """The final form of each diagnosis (by id), leaving out a stream's end (`telemetry_lost`)."""
-    latest = {d.id: d for d in found}.values()
-    return {(d.job, str(d.fault), str(d.action), d.nodes, d.group, d.count) for d in latest if d.fault != "telemetry_lost"}
+    return [d for d in {d.id: d for d in found}.values() if d.fault != "telemetry_lost"]
+
+
+def outcome(found) -> set[tuple]:
+    return {(d.job, str(d.fault), str(d.action), d.nodes, d.group, d.count) for d in final(found)}
 
 
 def apart_tag() -> str:
@@ -53,10 +56,20 @@ def fleet_trace(tmp_path_factory):
     return path, traces, outcome(analyze(events))
 
 
-def live_outcome(settings, traces) -> set[tuple]:
-    """outcome() of the jobs' diagnoses, in one read of the topic (each read waits out its idle end)."""
+def live_diagnoses(settings, traces) -> list[Diagnosis]:
+    """final() of the jobs' diagnoses, in one read of the topic (each read waits out its idle end)."""
     jobs = {t.job for t in traces}
-    return {o for o in outcome(job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)) if o[0] in jobs}
+    return [d for d in final(job_records(settings, "diagnoses", Diagnosis.decode, None, idle_s=1.5)) if d.job in jobs]
+
+
+def live_outcome(settings, traces) -> set[tuple]:
+    return outcome(live_diagnoses(settings, traces))
+
+
+def assert_same(live: list[Diagnosis], offline: set[tuple]) -> None:
+    """live's outcome() is offline's; where not, what each record live has in excess says."""
+    extra = [f"{d.job} {d.fault} {d.nodes} x{d.count}: {d.detail}" for d in live if outcome([d]) - offline]
+    assert outcome(live) == offline, "\n".join(extra)
 
 
 def check(found: set[tuple], traces) -> None:
@@ -89,4 +102,4 @@ def test_e2e_two_and_two_diagnose_processes_read_live_give_the_offline_fleet_wav
     settings = own_kafka_settings
     path, traces, offline = fleet_trace
     run_two_and_two_live(settings, path, tmp_path, "f")
-    assert live_outcome(settings, traces) == offline
+    assert_same(live_diagnoses(settings, traces), offline)

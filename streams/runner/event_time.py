@@ -26,6 +26,7 @@ from faultlens.streams.config import KafkaSettings
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.reader_ends import fetched_end
+from faultlens.streams.runner.broadcast_reach import BroadcastReach
 from faultlens.streams.runner.types import Record, RunnerStats, broker_time
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class EventTimeOrder:
         self._broadcast_wait_after = 0.0  # monotonic time before which no loop waits for it
         self._broadcast_late_since: float | None = None  # since when it is behind past a loop's wait
         self._broadcast_late_said = False
+        self.reach = BroadcastReach()  # how far it must be read for the group's records in hand
         self.paused: set[TopicPartition] = set()
         # Set by an assignment: the client's pause flags may disagree with `paused` (see
         # resync_pauses), mended by the loop before it reads on.
@@ -144,6 +146,7 @@ class EventTimeOrder:
         # stall onto machines that left. A caught-up `jobs` costs nothing here; one behind (a
         # member that starts, or reads faster than its broadcast fetches) is waited for briefly.
         start = time.monotonic()
+        self.reach.ask(broadcast, start)
         behind = self._broadcast_behind(broadcast)
         if start >= self._broadcast_wait_after:
             while behind:
@@ -177,7 +180,7 @@ class EventTimeOrder:
         as silent (tests/diagnosis/test_backlog_broadcast_late.py)."""
         since = self._broadcast_late_since
         if since is None:
-            return False
+            return self.reach.unasked  # records came after the broker was last asked how far it goes
         if time.monotonic() - since < BROADCAST_GIVE_UP_S:
             return True
         if not self._broadcast_late_said:
@@ -190,7 +193,8 @@ class EventTimeOrder:
         """Whether a broadcast partition has records its consumer has not handed out yet (or,
         freshly assigned, has not been fetched from at all)."""
         now = time.monotonic()
-        return not all(self.partition_caught_up(broadcast, tp, now) for tp in broadcast.assignment())
+        return (not all(self.partition_caught_up(broadcast, tp, now) for tp in broadcast.assignment())
+                or self.reach.short(broadcast))
 
     # --- how far each partition was read ----------------------------------------------------
     def caught_up(self, consumer: Consumer) -> dict[TopicPartition, bool]:
@@ -249,6 +253,8 @@ class EventTimeOrder:
         if self._ordered_at is not None and mono - self._ordered_at > QUIET_PER_LOOP_S:
             merge.looked_away(mono - self._ordered_at - QUIET_PER_LOOP_S)
         self._ordered_at = mono
+        if good and self.broadcast is not None:
+            self.reach.came(mono)  # streams/runner/broadcast_reach.py
         handed_on = merge.progress  # event time everything was handed on up to, before this call
         # Every record here was placed in time by the intake: its event_ts is set. The intake hands
         # a poll on a partition at a time, so the merge takes each partition's records in one call.

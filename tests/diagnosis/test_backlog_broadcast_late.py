@@ -65,6 +65,9 @@ class _Broadcast:
     def position(self, tp):
         return self.pos
 
+    def end_offsets(self, parts):
+        return {tp: self.end for tp in parts}
+
     def poll(self, timeout_ms=0):
         return {}
 

@@ -1,0 +1,99 @@
+"""How far a live member must read its broadcast topics (`jobs`) before it hands on the group's
+records that came with them: as far as the broker held them when those records came.
+
+The broadcast reader counts itself caught up by the high watermark its last fetch carried. A job's
+topology and its first steps written together reach the broker together; the group's fetch brings
+the steps while the broadcast's last fetch, answered just before, still says `jobs` ends where it
+did: the steps were judged without the topology ("no topology for job X", a record-only
+'unknown'/'none' finding naming one machine: 1 run in 5 of the live 2+2 fleet-waves e2e at load
+11-19). A backlog read never saw it (`jobs` is read whole before the data it precedes).
+
+So after a poll that brought the group's records, the broker is asked where the broadcast
+partitions end (one ListOffsets request, at most every REACH_EVERY_S), and those records wait
+until the broadcast reader has reached that end. Records that came after the last ask wait for
+the next one. A broker that does not answer is said once and not asked again for REACH_BACKOFF_S:
+data goes on as the last fetch's high watermark says, as before. Event time is not touched: this
+only says when the merge may release (streams/runner/event_time.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
+
+from faultlens.streams.kafka_client import Consumer
+
+log = logging.getLogger(__name__)
+
+# How often the broker is asked at most: records that came after an ask wait up to this long (and
+# a round trip) for the next one. A busy member asks about 7 times a second, a quiet one never.
+REACH_EVERY_S = 0.15
+# How long one ask may take (kafka-python's default request timeout is 30 s; librdkafka's adapter
+# waits 10 s), and how long after a failed one no ask is made and nothing waits for one.
+REACH_TIMEOUT_MS = 2_000
+REACH_BACKOFF_S = 30.0
+
+
+def short_of(positions: Mapping[TopicPartition, int | None], ends: Mapping[TopicPartition, int]) -> list[TopicPartition]:
+    """The partitions whose reader's position is below the end the broker listed (no position yet:
+    nothing read). On the embedded broker a listed end is the last batch's first offset + 1
+    (streams/reader_ends.py): past it, the rest of that batch is waited for by the high watermark
+    the fetch that brought it carried (EventTimeOrder.partition_caught_up)."""
+    return [tp for tp, end in ends.items() if (positions.get(tp) or 0) < end]
+
+
+def ask_due(unasked: bool, now: float, asked_at: float, quiet_until: float) -> bool:
+    """Whether to ask the broker now: records came since the last ask, which is REACH_EVERY_S old,
+    and no failed ask is being waited out."""
+    return unasked and now >= quiet_until and now - asked_at >= REACH_EVERY_S
+
+
+class BroadcastReach:
+    """The broadcast topics' ends as last asked, and whether group records came after that ask."""
+
+    def __init__(self) -> None:
+        self.ends: dict[TopicPartition, int] = {}
+        self.asked_at = float("-inf")  # monotonic time of the last ask
+        self.unasked = False  # group records came after the last ask: they wait for the next
+        self._quiet_until = 0.0  # after a failed ask: neither asked nor waited for until then
+        self._said = False
+
+    def came(self, now: float) -> None:
+        """The group's poll brought records at monotonic time ``now``."""
+        if now >= self._quiet_until:
+            self.unasked = True
+
+    def ask(self, broadcast: Consumer, now: float) -> None:
+        """Ask where ``broadcast``'s partitions end, if records came since the last ask and it is due."""
+        if not ask_due(self.unasked, now, self.asked_at, self._quiet_until):
+            return
+        parts = list(broadcast.assignment())
+        try:
+            if isinstance(broadcast, KafkaConsumer):
+                ends = broadcast.end_offsets(parts, timeout_ms=REACH_TIMEOUT_MS)
+            else:
+                ends = broadcast.end_offsets(parts)
+        except (KafkaError, ValueError) as exc:
+            if not self._said:
+                self._said = True
+                log.warning(
+                    "the broker did not say where the broadcast topics end (%s): records are handed on "
+                    "as far as their last fetch says they were read, not asked again for %.0fs",
+                    exc,
+                    REACH_BACKOFF_S,
+                )
+            self._quiet_until = now + REACH_BACKOFF_S
+            self.unasked = False
+            return
+        self.ends.update(ends)
+        self.asked_at, self.unasked = now, False
+
+    def short(self, broadcast: Consumer) -> bool:
+        """Whether ``broadcast`` has yet to read to the ends last asked."""
+        if not self.ends:
+            return False
+        return bool(short_of({tp: broadcast.position(tp) for tp in self.ends}, self.ends))

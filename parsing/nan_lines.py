@@ -45,7 +45,11 @@ _NAN_LOGGED = re.compile(
     # (rlpyt's tabular logger leaves the middle and the closing bar out: "| model_loss/Average      nan")
     r"^\|\s*[\w/.\-]*(?:loss|mse|mae|nll|vb|kl|elbo|grad_?norm|ppl|perplexity)[\w/.\-]*\s*(?:\|\s*)?[+-]?nan\s*(?:\|\s*)?$"
     r"|^\s*\d+\s+\[[^\]]*\bnan\b[^\]]*\]\s+\["
-    r"|\bNan in summary histogram for\b",
+    r"|\bNan in summary histogram for\b"
+    # (round 23) Caffe's debug_info, a blob's mean absolute value per layer and pass ("[Backward] Layer relu3_1, param blob 0
+    # diff: nan", "[Forward] Layer conv1, top blob conv1 data: nan", "[Update] Layer fc8, param 0 data: 0.01; diff: nan"):
+    # a NaN there is the net's own numbers, at whatever level glog prints it (docs/design.md §9)
+    r"|\[(?:Forward|Backward|Update)\] Layer \S+, (?:(?:top|bottom|param) blob|param) \S+ (?:data: [^;]+; )?(?:data|diff): [+-]?nan\b",
     re.IGNORECASE,
 )
 # Megatron pads its progress line's counter ("iteration     6150/  500000"): any run of blanks, or up

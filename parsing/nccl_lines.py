@@ -43,6 +43,9 @@ NCCL_WARN = re.compile(r"(?:(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<d
 # (aws-ofi-nccl before 1.0: "WARN: Function: find_ofi_provider Line: 543: NET/OFI Couldn't find any optimal provider",
 # behind pdsh's host): read as NCCL's WARN of a plugin is (the groups NCCL's prefix has stay empty)
 PLUGIN_OWN_WARN = re.compile(r"(?:(?P<host>[\w.\-]+): )?(?P<pid>)(?P<tid>)(?P<dev>)\bWARN: Function: \w+ Line: \d+: (?P<text>NET/\w+ .*)")
+# (round 23) NCCL's CUDACHECK text alone, its "NCCL WARN" prefix left out by whoever quoted it ("Cuda failure 1 'invalid
+# argument'": checks.h's 'Cuda failure %d \'%s\'', older without the number): the whole line, read as NCCL's WARN of it
+BARE_CUDACHECK = re.compile(r"^(?:(?P<host>[\w.\-]+): )?(?P<pid>)(?P<tid>)(?P<dev>)(?P<text>Cuda failure (?:\d+ )?'[^']+')\s*$")
 # An IB work completion that failed, as NCCL's IB transports print it: "with error 12, opcode 0"
 # (older), "with status=12 opcode=1 len=0 vendor err 129" (newer, NET/IB and NET/IBP).
 _IB_COMPLETION = re.compile(

@@ -274,8 +274,8 @@ class TrainerLogParser:
             found = nccl_lines.watchdog(msg, raw, rank, extra)
             if found is not None:
                 return found
-        if "NCCL WARN" in msg or "WARN: Function: " in msg:
-            m = nccl_lines.NCCL_WARN.search(msg) or nccl_lines.PLUGIN_OWN_WARN.search(msg)
+        if "NCCL WARN" in msg or "WARN: Function: " in msg or "Cuda failure " in msg:
+            m = nccl_lines.NCCL_WARN.search(msg) or nccl_lines.PLUGIN_OWN_WARN.search(msg) or nccl_lines.BARE_CUDACHECK.match(msg)
             if m:
                 return [nccl_lines.nccl_warn(m, raw, rank, extra)]
         if "Got completion" in msg:

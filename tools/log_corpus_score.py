@@ -104,21 +104,28 @@ def heldout_rows() -> dict[str, list[dict[str, Any]]]:
     return rows(HELDOUT)
 
 
-_GITHUB = re.compile(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)")
+# An issue or pull request whatever the address's spelling (scheme or none, www. or none) or its short form 'o/r#N'.
+_GITHUB = re.compile(r"(?:https?://)?(?:www\.)?github\.com/([^/\s]+/[^/\s]+)/(?:issues|pull)/(\d+)|([\w.\-]+/[\w.\-]+)#(\d+)\b")
+# A paste whatever the view it was read through (its page, raw text, download): one paste, keyed as its page.
+_PASTEBIN = re.compile(r"(?:https?://)?(?:www\.)?pastebin\.com/(?:(?:raw|dl|embed_js|print)/)?(\w+)\b")
 # An indexed file is its id: 'public GitHub file, index id N', '... search-index id N', 'index id N'.
 _INDEXED = re.compile(r"(?:public GitHub file, )?(?:search-)?index id (\d+)\b")
 
 
 def source_of(row: dict[str, Any]) -> str:
     """The repository or report a row came from: 'owner/repo' for a file of a repository at a
-    commit, 'owner/repo#N' for an issue or pull request, else the provenance up to any remark."""
+    commit, 'owner/repo#N' for an issue or pull request, 'https://pastebin.com/X' for a paste, else the
+    provenance up to any remark."""
     prov = str(row.get("provenance", ""))
     m = _INDEXED.match(prov)
     if m:  # one indexed file whatever its provenance calls the index (R14: two spellings, one file)
         return f"public GitHub file, index id {m.group(1)}"
     m = _GITHUB.match(prov)
-    if m:
-        return f"{m.group(1)}#{m.group(2)}"
+    if m:  # one thread however its address is spelled (round 23: www., no scheme, 'o/r#N')
+        return f"{m.group(1) or m.group(3)}#{m.group(2) or m.group(4)}"
+    m = _PASTEBIN.match(prov)
+    if m:  # one paste whichever view of it was read (round 23: /raw/X and /X)
+        return f"https://pastebin.com/{m.group(1)}"
     if "@" in prov.split(" ")[0] and "://" not in prov:
         return prov.split("@")[0]
     return prov.split(" (")[0]

@@ -163,3 +163,15 @@ def test_the_scorer_reads_a_file_a_folder_and_never_a_subfolder(tmp_path: Path, 
         total = next(o for o in out if o.get("total"))
         assert (total["faults"], total["healthy"], total["sources"], total["files"]) == (1, 1, 2, 1)
         assert {o["source"] for o in out if "source" in o} == {"o/r#1", "o/r#2"}
+
+
+def test_an_issue_or_a_paste_is_one_source_whatever_its_address_is_spelled():
+    # round 23: a thread cited by its address with or without scheme or www., or as 'o/r#N', is one source,
+    # and so is a paste read as its page or its raw text
+    thread = ["https://github.com/NVIDIA/nccl/issues/300", "www.github.com/NVIDIA/nccl/issues/300",
+              "github.com/NVIDIA/nccl/issues/300", "NVIDIA/nccl#300", "https://www.github.com/NVIDIA/nccl/issues/300 (comment 4)"]
+    assert {source_of({"provenance": p}) for p in thread} == {"NVIDIA/nccl#300"}
+    assert source_of({"provenance": "NVIDIA/nccl#3000"}) != "NVIDIA/nccl#300"
+    paste = ["https://pastebin.com/1eiFrGz9", "pastebin.com/raw/1eiFrGz9", "https://pastebin.com/raw/1eiFrGz9 (a kernel log)"]
+    assert {source_of({"provenance": p}) for p in paste} == {"https://pastebin.com/1eiFrGz9"}
+    assert source_of({"provenance": "leptonai/gpud@4a8de33a pkg/kmsg/testdata/kmsg.1.log"}) == "leptonai/gpud"

@@ -5,9 +5,10 @@ scored on frozen code before anyone reads it, and only then mined.)
     .venv/bin/python -m tools.corpus_source URL_OR_PROVENANCE [...]
 
 Prints one line a source: ``<half 1|2> <known|new> <source key>``. The key is
-tools.log_corpus_score.source_of (``owner/repo#N`` for an issue or pull request, ``public GitHub file,
-index id N`` for an indexed file whatever its provenance calls the index, the address up to any remark
-otherwise); ``known`` means some row of tests/fixtures/log_corpus (every folder, the fresh
+tools.log_corpus_score.source_of (``owner/repo#N`` for an issue or pull request however its address is
+spelled: with or without scheme or ``www.``, or ``owner/repo#N`` itself; ``https://pastebin.com/X`` for a paste
+read through any view, ``/raw/X`` too; ``public GitHub file, index id N`` for an indexed file whatever its
+provenance calls the index; the address up to any remark otherwise); ``known`` means some row of tests/fixtures/log_corpus (every folder, the fresh
 and held-out ones included) cites it. The half is the first hex digit of the key's MD5 (0-7: 1,
 8-f: 2): two people collecting at once take one half each and never share a source, which is how
 fresh1 and fresh2 were split.

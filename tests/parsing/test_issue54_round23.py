@@ -37,6 +37,9 @@ _HEALTHY = [
     ),
     # sinfo's default partition mark on a node that answers (the state and the partition changed)
     ("debug*       up   infinite      4   idle node[01-04]", "nccl"),
+    # sinfo -R's header and a reason a person gave (the words changed)
+    ("REASON               USER      TIMESTAMP           NODELIST", "nccl"),
+    ("replacing PSU        root      2024-03-01T10:22:13 gpu003", "nccl"),
     # IOR's task start spread within what a barrier explains (the value changed)
     ("Start time skew across all tasks: 0.00 sec", "nccl"),
     # Caffe's debug_info with a finite gradient (the value changed)
@@ -86,6 +89,9 @@ _FORMS = [
     ("debug*       up   infinite      2  down* node[01-02]", "nccl", "node_silent"),
     ("gpu-node07      1       gpu*      idle*   64   2:32:1 515000        0      1   (null) none", "nccl", "node_silent"),
     ("   State=DOWN*+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1", "nccl", "node_silent"),
+    # the reason slurmctld sets on it, as sinfo -R and scontrol list it (the nodes and the time changed)
+    ("Not responding       slurm     2024-03-01T10:22:13 gpu[003-004]", "nccl", "node_silent"),
+    ("   Reason=Not responding [slurm@2024-03-01T10:22:13]", "nccl", "node_silent"),
     # newer Ray's raylet exiting when the GCS marked it dead (the release's wording)
     (
         "[2023-05-01 10:00:00,123 C 5512 5512] node_manager.cc:1024: [Timeout] Exiting because this node manager has mistakenly "

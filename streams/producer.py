@@ -42,10 +42,13 @@ class Outgoing:
 
 class Producer:
     """A producer of the configured client (``settings.client``, streams/kafka_client.py) with
-    delivery accounting: :meth:`flush` raises if any send failed."""
+    delivery accounting: :meth:`flush` raises if any send failed. ``failure_level``: the level each
+    failed send is logged at; DEBUG for a caller that keeps what it sent until acknowledged and says
+    itself what is lost (trainer_hooks/outbox.py), so a record sent again later is not reported lost."""
 
-    def __init__(self, settings: KafkaSettings, **overrides):
+    def __init__(self, settings: KafkaSettings, *, failure_level: int = logging.ERROR, **overrides):
         self._lock = threading.Lock()
+        self._failure_level = failure_level
         self._failures: list[tuple[str, str]] = []
         self._producer = open_producer(settings, self._failed, **overrides)
         self.client = settings.client
@@ -87,7 +90,7 @@ class Producer:
     def _failed(self, topic: str, error: str) -> None:
         with self._lock:
             self._failures.append((topic, error))
-        log.error("delivery to %s failed: %s", topic, error)
+        log.log(self._failure_level, "delivery to %s failed: %s", topic, error)
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Wait for every pending send; raise :class:`DeliveryError` for the ones that failed."""

@@ -56,6 +56,7 @@ from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
 from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
+from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads
 from faultlens.trainer_hooks.worker_exits import record_uncaught
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,13 @@ class TrainerHook:
             screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory,
                                    spokesperson=rank == 0)
             self.listener = ProbingListener(settings, screen, self._on_command, self._on_refused)
+        # Through an outage only the outbox's own lines speak: the clients the hook owns are DEBUG then.
+        self.voice: OutageVoice | None = None
+        if settings is not None and (self.outbox is not None or self.listener is not None):
+            threads = client_threads(settings.client_id, *([self.listener.name] if self.listener else []))
+            outbox = self.outbox
+            self.voice = OutageVoice(threads, settings.bootstrap, lambda: outbox is not None and outbox.down).install()
+        if self.listener is not None:
             self.listener.start()
 
     @classmethod
@@ -289,6 +297,13 @@ class TrainerHook:
         self._boundary_reached.set()
         if self.listener is not None:
             self.listener.stop()
+        try:
+            self._close_producer()
+        finally:
+            if self.voice is not None:
+                self.voice.remove()
+
+    def _close_producer(self) -> None:
         if self.outbox is not None:
             self.outbox.close(10.0)  # waits only while a broker takes what is left
             return

@@ -56,7 +56,8 @@ def _kafka_producer(settings: KafkaSettings) -> Callable[[], Sink]:
     def make() -> Sink:
         from faultlens.streams.producer import Producer
 
-        return Producer(settings)
+        # Its failed sends are still in the spool, sent again later: what is lost the outbox says itself.
+        return Producer(settings, failure_level=logging.DEBUG)
     return make
 
 

@@ -1,0 +1,180 @@
+"""What a user's script sees of a broker outage: only the hook's own lines (docs/integrations.md, "When
+the broker is away"; trainer_hooks/outbox_voice.py), while a kafka-python client of the user's own in
+the same process still logs its errors.
+
+Integration: a broker of this test's own killed with SIGKILL and started again (the session's broker
+serves every other test), logging as ``logging.basicConfig(level=WARNING)`` sets it, the kafka
+loggers at their default level. Unit: the filter's rules on hand-made records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+
+import kafka
+import pytest
+
+from faultlens.streams.admin import ensure_topics
+from faultlens.streams.broker import EmbeddedBroker
+from faultlens.streams.config import KafkaSettings
+from faultlens.trainer_hooks.hook import TrainerHook
+from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads
+from tests.progress import wait_until
+from tests.trainer_hooks.callback_script import KEY
+
+STALL_S = 60.0
+HOOK_LINES = ("spooling up to", "broker back after")
+
+
+@pytest.fixture
+def broker(tmp_path):
+    if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
+        pytest.skip("kills its broker: needs one of its own, not the shared cluster FAULTLENS_TEST_BOOTSTRAP names")
+    b = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
+    ensure_topics(KafkaSettings(bootstrap=b.bootstrap))
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+class Steps:
+    """A training loop on a thread of its own, stepping until stopped; the test watches its count."""
+
+    def __init__(self, hook: TrainerHook):
+        self.hook, self.count, self.stop = hook, 0, threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name="user-training-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.wait(0.02):
+                self.hook.step(loss=1.0)
+                self.count += 1
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            self.errors.append(exc)
+
+    def more(self, n: int, what: str) -> None:
+        target = self.count + n
+        wait_until(lambda: self.count >= target or self.errors, progress=lambda: self.count, stall_s=STALL_S, what=what)
+        assert not self.errors, self.errors
+
+
+def user_consumer(bootstrap: str) -> kafka.KafkaConsumer:
+    """The user's own client: connected (a partition assigned and read once) before the broker dies."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, client_id="users-own-consumer", enable_auto_commit=False)
+    consumer.assign([kafka.TopicPartition("telemetry.train", 0)])
+    consumer.poll(timeout_ms=200)
+    return consumer
+
+
+@pytest.mark.broker
+@pytest.mark.long(40)
+def test_a_broker_outage_speaks_only_the_hooks_lines_and_a_users_own_client_still_logs(broker, tmp_path, caplog):
+    caplog.set_level(logging.WARNING)  # what logging.basicConfig(level=WARNING) leaves
+    caplog.set_level(logging.NOTSET, logger="kafka")  # kafka's loggers as a user's script has them
+    settings = KafkaSettings(bootstrap=broker.bootstrap, client_id=f"trainer-{uuid.uuid4().hex[:6]}")
+    hook = TrainerHook(
+        job="voice", rank=0, node="n000", settings=settings, keys=KEY.verify_keys(), state_dir=tmp_path, flight_recorder=False
+    )
+    outbox, voice = hook.outbox, hook.voice
+    assert outbox is not None and voice is not None and hook.wait_ready()
+    steps = Steps(hook)
+    theirs = user_consumer(broker.bootstrap)
+    users = client_threads("users-own-consumer")
+
+    def polled() -> int:
+        theirs.poll(timeout_ms=100)  # a user's loop keeps reading through the outage
+        return len(caplog.records)
+
+    try:
+        steps.more(20, "training with the broker up")
+        assert outbox.flush(STALL_S)
+        caplog.clear()
+        broker.proc.kill()
+        broker.proc.wait()
+        broker.proc = None
+        wait_until(lambda: outbox.down, progress=lambda: outbox.pending, stall_s=STALL_S, what="the hook to find its broker gone")
+        # The user's own client says the broker is gone, as it did before the hook was there.
+        wait_until(
+            lambda: any(r.threadName in users and r.levelno >= logging.ERROR for r in caplog.records),
+            progress=polled,
+            stall_s=STALL_S,
+            what="the user's own consumer to log the lost broker",
+        )
+        steps.more(20, "training with no broker")
+        broker.start()
+        ensure_topics(settings)
+        steps.more(20, "training with the broker back")
+        wait_until(
+            lambda: not outbox.down and outbox.flush(1.0),
+            progress=lambda: (outbox.pending, outbox.delivered),
+            stall_s=STALL_S,
+            what="the spool to be delivered",
+        )
+    finally:
+        steps.stop.set()
+        steps.thread.join(STALL_S)
+        hook.close()
+        theirs.close()
+
+    seen = [(r.name, r.threadName, r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    hooks = [m for name, _, _, m in seen if name == "faultlens.trainer_hooks.outbox"]
+    others = [s for s in seen if s[0] != "faultlens.trainer_hooks.outbox" and s[1] not in users]
+    assert others == [], others  # nothing from the hook's clients, nor a delivery failure of a spooled event
+    assert [sum(word in m for m in hooks) for word in HOOK_LINES] == [1, 1], hooks
+    assert len(hooks) == 2, hooks
+    assert voice.demoted > 0  # the hook's clients did speak: at DEBUG
+    assert outbox.outages == 1 and outbox.dropped == 0
+
+
+def record(thread: str, level: int = logging.ERROR, name: str = "kafka.net.connection") -> logging.LogRecord:
+    r = logging.LogRecord(name, level, __file__, 1, "Connection failed: KafkaConnectionError", None, None)
+    r.threadName = thread
+    return r
+
+
+def test_the_hooks_clients_are_demoted_only_while_the_broker_is_lost_and_a_users_never(caplog):
+    down = [False]
+    voice = OutageVoice(client_threads("trainer-j-0", "faultlens-commands"), None, lambda: down[0])
+    caplog.set_level(logging.WARNING, logger="kafka.net.connection")
+    assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelno == logging.ERROR  # the broker answers: kept
+    down[0] = True
+    assert not voice.filter(record("kafka-io-trainer-j-0"))  # DEBUG, and kafka's logger is not enabled for DEBUG
+    assert not voice.filter(record("trainer-j-0-network-thread", logging.WARNING, "kafka.cluster"))
+    assert not voice.filter(record("faultlens-commands", logging.WARNING, "faultlens.streams.command_listener"))
+    assert voice.filter(r := record("kafka-io-users-own-consumer")) and r.levelno == logging.ERROR  # the user's
+    assert voice.filter(r := record("kafka-io-trainer-j-0", logging.INFO)) and r.levelno == logging.INFO
+    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelname == "DEBUG"  # shown to who asks for DEBUG
+    assert voice.demoted == 4
+
+
+def test_a_probe_that_finds_no_broker_demotes_before_the_spool_knows(caplog):
+    from faultlens.streams.broker import free_port
+
+    voice = OutageVoice(client_threads("trainer-j-0"), f"127.0.0.1:{free_port()}", lambda: False)
+    caplog.set_level(logging.WARNING, logger="kafka.net.connection")
+    assert not voice.filter(record("kafka-io-trainer-j-0"))
+
+
+def test_the_filter_is_on_every_kafka_logger_while_the_hook_lives_and_gone_after(tmp_path):
+    from faultlens.streams.broker import free_port
+
+    settings = KafkaSettings(bootstrap=f"127.0.0.1:{free_port()}")  # no broker: the hook starts anyway
+    hook = TrainerHook(
+        job="j", rank=0, node="n", settings=settings, keys=KEY.verify_keys(), state_dir=tmp_path, flight_recorder=False
+    )
+    names = ("kafka.net.connection", "kafka.cluster", "kafka.consumer.fetcher", "faultlens.streams.command_listener")
+    try:
+        assert all(hook.voice in logging.getLogger(n).filters for n in names)
+        assert "faultlens.trainer_hooks.outbox" not in [
+            n for n in logging.root.manager.loggerDict if hook.voice in getattr(logging.getLogger(n), "filters", [])
+        ]
+    finally:
+        hook.close()
+    assert not any(hook.voice in logging.getLogger(n).filters for n in names)

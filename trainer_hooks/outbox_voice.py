@@ -1,0 +1,90 @@
+"""Only the hook speaks of a broker outage: its own Kafka clients' records are DEBUG while it is lost.
+
+Through an outage kafka-python logs every reconnect of every client at ERROR or WARNING (a minute
+without a broker: ~75 lines, most from the command listener's consumer), in a training job whose
+user was promised three lines (trainer_hooks/outbox.py: broker lost, spool full, broker back).
+
+The hook's own clients are told apart from a user's by the threads their records come from: the
+command listener's thread and the two threads kafka-python names after a client's ``client_id``
+(``kafka-io-<id>``, ``<id>-network-thread``). A user's own client in the same process speaks as
+before unless it was given the hook's client_id. A record of the hook's clients at WARNING or
+above is demoted to DEBUG while the hook knows the broker is lost: its spool says so, or the broker
+does not answer a TCP probe (made when such a record comes, at most once a PROBE_EVERY_S, so the
+burst of lines at the moment of the loss is caught before the spool's 5 s acknowledgement timeout).
+The clients' aftermath is demoted too, for SETTLE_S after the hook last found the broker lost: a
+consumer whose metadata refresh was backing off says "No node available" once more after the broker
+is back, and one that finds its topic recreated (a broker that kept no state) says so a few seconds
+later (6 s measured on the embedded broker). Any other record of theirs (a misconfiguration, a
+broker that answers but refuses) keeps its level.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from faultlens.streams.broker import answers
+
+PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 0.5
+SETTLE_S = 30.0
+# Loggers of the clients the hook owns: kafka-python's (all created when kafka is imported) and the
+# command listener's own reconnect line. Not the outbox's: its lines are the ones the user reads.
+LOGGERS = ("kafka", "faultlens.streams.command_listener")
+
+
+def client_threads(client_id: str, *others: str) -> frozenset[str]:
+    """The names of the threads a kafka-python client with ``client_id`` logs from, and ``others``."""
+    return frozenset({f"kafka-io-{client_id}", f"{client_id}-network-thread", *others})
+
+
+class OutageVoice(logging.Filter):
+    """Demotes the WARNING+ records of ``threads`` to DEBUG while ``down()`` or the broker at
+    ``bootstrap`` does not answer; a demoted record reaches handlers only where its logger is
+    enabled for DEBUG (the logger's level was checked at WARNING before the filter ran)."""
+
+    def __init__(self, threads: frozenset[str], bootstrap: str | None, down: Callable[[], bool]):
+        super().__init__()
+        self.threads, self.bootstrap, self.down = threads, bootstrap, down
+        self.demoted = 0
+        self._lock = threading.Lock()
+        self._probed_at = -PROBE_EVERY_S
+        self._lost_at: float | None = None
+
+    def lost(self) -> bool:
+        """Whether the broker is lost now, or was less than SETTLE_S ago."""
+        with self._lock:
+            now = time.monotonic()
+            if self.down():
+                self._lost_at = now
+            elif self.bootstrap and now - self._probed_at >= PROBE_EVERY_S:
+                if not answers(self.bootstrap, PROBE_TIMEOUT_S):
+                    self._lost_at = now
+                self._probed_at = time.monotonic()
+            return self._lost_at is not None and now - self._lost_at < SETTLE_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or record.threadName not in self.threads or not self.lost():
+            return True
+        self.demoted += 1
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+    def install(self) -> "OutageVoice":
+        for logger in _loggers():
+            logger.addFilter(self)
+        return self
+
+    def remove(self) -> None:
+        for logger in _loggers():
+            logger.removeFilter(self)
+
+
+def _loggers() -> list[logging.Logger]:
+    # A filter acts only on the records of the logger it is on, not on its children's: every one.
+    import kafka  # noqa: F401 - creates kafka-python's module loggers
+
+    names = [n for n in list(logging.root.manager.loggerDict) if any(n == p or n.startswith(p + ".") for p in LOGGERS)]
+    return [logging.getLogger(n) for n in sorted(set(names) | set(LOGGERS))]

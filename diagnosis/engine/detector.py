@@ -84,6 +84,20 @@ class JobBook:
             current = topology
         return current
 
+    def replaced_at(self, job: str, at: float) -> Topology | None:
+        """The topology that a version stamped exactly ``at`` replaced, else None. At that instant
+        both are in force: what the machines going out send as the change happens (their ranks
+        acking the eviction) can be stamped the same second as the topology bringing the standby in."""
+        versions = self._versions.get(job)
+        if not versions:
+            return None
+        for i, (ts, _) in enumerate(versions):
+            if ts == at:
+                return versions[i - 1][1] if i else None
+            if ts > at:
+                break
+        return None
+
     def jobs(self) -> list[str]:
         return list(self._versions)
 

@@ -62,12 +62,17 @@ def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
         rank = opt_int(event.data, "rank")
         if rank is None:
             return None
-    topo = book.topology(event.job)
+    # Judged by the topology in force when the event was sent, not at the job's time: a step sent
+    # before an eviction's new topology may be read after other machines moved the job's time past it.
+    topo = book.topology(event.job, event.ts)
     if topo is None:
         reason, entity = f"no topology for job {event.job}: ranks cannot be placed in parallel groups", "topology"
     else:
         place = topo.by_rank.get(rank)
         if place is not None and place.node == event.node:
+            return None
+        before = book.replaced_at(event.job, event.ts)  # the instant of a change: the old placement holds too
+        if before is not None and (old := before.by_rank.get(rank)) is not None and old.node == event.node:
             return None
         where = f"on node {place.node}" if place else "absent"
         reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"

@@ -63,6 +63,16 @@ def traces_in(paths: Iterable[str | os.PathLike[str]], *, new: bool = False) -> 
     return out
 
 
+def named_traces(paths: Iterable[str | os.PathLike[str]]) -> set[Path]:
+    """The traces ``paths`` name one by one (not found in a folder)."""
+    return {t for p in paths if not Path(p).is_dir() for t in traces_in([p])}
+
+
+def traces_without_expect(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The Parquet traces in the folders of ``paths`` that have no expect file yet."""
+    return [t for t in traces_in([p for p in paths if Path(p).is_dir()], new=True) if not expect_path(t).exists()]
+
+
 def _analyze(trace: Path, config: EngineConfig | None) -> list[Diagnosis]:
     found, _ = analyze_trace(trace, config=config)
     return found
@@ -133,7 +143,8 @@ def render(check: TraceCheck) -> str:
         if "onset" in c.what:
             parts.append(f"onset {_when(c.found.onset)}, outside the expected "
                          f"{_when(c.expected.onset_from)} .. {_when(c.expected.onset_to)}")
-        lines.append(f"  ~ changed  {c.expected.job} {c.expected.fault}: " + "; ".join(parts))
+        # Named by its expected action: one fault's alert and eviction may both change, alike otherwise.
+        lines.append(f"  ~ changed  {c.expected.job} {c.expected.fault} → {c.expected.action}: " + "; ".join(parts))
     lines += [f"  ! a machine no expected verdict evicts is evicted: {job} {node}" for job, node in r.healthy_evicted]
     return "\n".join(lines)
 

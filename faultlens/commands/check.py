@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+from pathlib import Path
 
 from faultlens.commands import about
 
@@ -21,7 +23,9 @@ Turn a recorded incident into a test in two commands:
 --expect TRACE|DIR writes TRACE.expect.jsonl (for every *.parquet of a DIR) from today's acting diagnoses: job, fault class, nodes,
 first action and an onset window (the first evidence ±--slack seconds). Record-only diagnoses
 (action none) and requests for stacks are not verdicts; alerts are. A trace on which nothing may
-happen gets a file with only its header line.
+happen gets a file with only its header line. An expect file that exists (maybe reviewed by hand)
+is kept: for a TRACE named, that is an error (exit 2); for one found in a DIR, a note (the others
+are written). --force replaces it.
 
 TRACE... | DIR runs the detectors on each trace (as `faultlens analyze`) and compares with its
 expect file (a DIR is searched for *.expect.jsonl). Differences are listed per trace:
@@ -32,7 +36,8 @@ expect file (a DIR is searched for *.expect.jsonl). Differences are listed per t
 Exit status: 0 all as expected, 1 any difference, 2 a trace or expect file could not be read.
 --json prints one JSON line per trace; --junit FILE writes JUnit XML for CI systems.
 The pytest plugin (installed with faultlens) collects every *.expect.jsonl under the folders
-pytest is given, one test per trace: `pytest incidents/`."""
+pytest is given, one test per trace: `python -m pytest incidents/`, pytest installed in faultlens's
+environment (pip install pytest there); a pytest of another environment says only "no tests ran"."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Parquet traces (or their expect files), or folders holding *.expect.jsonl")
     parser.add_argument("--expect", action="store_true",
                         help="write TRACE.expect.jsonl from today's diagnoses instead of checking (review, then commit)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --expect: replace an expect file that exists (by default it is kept)")
     parser.add_argument("--slack", type=float, default=60.0,
                         help="with --expect: the onset window, seconds either side of the first evidence (default 60)")
     parser.add_argument("--json", action="store_true", help="one JSON line per trace instead of the readable diff")
@@ -50,9 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _expect(args, traces, config) -> int:
-    from faultlens.replay_check import describe_verdict, write_expectations
+    from faultlens.replay_check import describe_verdict, expect_path, named_traces, write_expectations
 
+    named, kept = named_traces(args.paths), []
     for trace in traces:
+        if expect_path(trace).exists() and not args.force:
+            # A reviewed file holds a person's judgement that today's verdicts may not repeat.
+            kept.append(trace)
+            print(f"faultlens check: {expect_path(trace)} exists (maybe reviewed by hand): kept; `faultlens check "
+                  f"{trace}` shows how today's verdicts differ, --force replaces it", file=sys.stderr)
+            continue
         try:
             path, verdicts = write_expectations(trace, config, slack_s=args.slack)
         except (OSError, ValueError) as exc:
@@ -64,7 +78,7 @@ def _expect(args, traces, config) -> int:
         print(f"wrote {path}: {len(verdicts)} verdict(s); review it, then commit it beside the trace")
         for v in verdicts:
             print(f"  {describe_verdict(v)}")
-    return 0
+    return 2 if any(t in named for t in kept) else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not traces:
         wanted = "*.parquet" if args.expect else "*.expect.jsonl"
-        print(f"faultlens check: no {wanted} under {' '.join(args.paths)}", file=sys.stderr)
+        n, how = (0, "") if args.expect else _how_to_expect(args.paths)
+        there = f"; {n} trace(s) there, none with one: {how}" if n else ""
+        print(f"faultlens check: no {wanted} under {' '.join(args.paths)}{there}", file=sys.stderr)
         return 2
     config = engine_config(args)
     if args.expect:
@@ -91,9 +107,25 @@ def run(args: argparse.Namespace) -> int:
     if args.junit:
         with open(args.junit, "wb") as fh:
             fh.write(junit_xml(checks))
+    n, how = _how_to_expect(args.paths, skip=traces)
+    if n and not args.json:
+        print(f"faultlens check: {n} trace(s) not checked, having no expect file: {how}", file=sys.stderr)
     failed = sum(1 for c in checks if not c.ok)
     if not args.json:
         print(f"{len(checks) - failed} of {len(checks)} trace(s) as expected", file=sys.stderr)
     if any(c.error for c in checks):
         return 2
     return 1 if failed else 0
+
+
+
+def _how_to_expect(paths: list[str], skip: list | tuple = ()) -> tuple[int, str]:
+    """How many traces in the folders of ``paths`` have no expect file (``skip``: those checked), and
+    the command line that writes theirs."""
+    from faultlens.replay_check import traces_without_expect
+
+    lacking = [t for t in traces_without_expect(paths) if t not in set(skip)]
+    named = lacking if len(lacking) <= 5 else [p for p in paths if Path(p).is_dir()]
+    return len(lacking), (f"write {'it' if len(lacking) == 1 else 'them'} with\n  "
+                          + shlex.join(["faultlens", "check", "--expect", *map(str, named)])
+                          + "\nthen review each expect file and commit it beside its trace")

@@ -128,3 +128,36 @@ def test_expect_on_a_folder_writes_one_file_per_trace_and_a_quiet_trace_expects_
 
     assert read_expect(tmp_path / "healthy.parquet.expect.jsonl") == []
     assert _faultlens("check", tmp_path).returncode == 0
+
+
+def test_a_folder_with_traces_but_no_expect_file_says_the_command_that_writes_them(traces, tmp_path):
+    shutil.copy(traces["healthy"], tmp_path)
+    out = _faultlens("check", tmp_path)
+    assert out.returncode == 2
+    assert f"no *.expect.jsonl under {tmp_path}" in out.stderr
+    assert f"faultlens check --expect {tmp_path / 'healthy.parquet'}" in out.stderr, out.stderr
+    # One of two with an expect file: the other is named as not checked, with its command.
+    shutil.copy(traces["xid_two_sources"], tmp_path)
+    assert _faultlens("check", "--expect", tmp_path / "healthy.parquet").returncode == 0
+    out = _faultlens("check", tmp_path)
+    assert out.returncode == 0 and "1 of 1 trace(s) as expected" in out.stderr
+    assert f"1 trace(s) not checked, having no expect file: write it with\n  faultlens check --expect " \
+           f"{tmp_path / 'xid_two_sources.parquet'}" in out.stderr, out.stderr
+
+
+def test_expect_keeps_an_expect_file_that_exists_unless_forced(traces, tmp_path):
+    trace = tmp_path / "incident.parquet"
+    shutil.copy(traces["xid_two_sources"], trace)
+    expect = tmp_path / "incident.parquet.expect.jsonl"
+    reviewed = '{"faultlens_expect": 1, "trace": "incident.parquet", "onset_slack_s": 60}\n'  # a person said: nothing
+    expect.write_text(reviewed)
+    kept = _faultlens("check", "--expect", trace)
+    assert kept.returncode == 2 and expect.read_text() == reviewed
+    assert "exists (maybe reviewed by hand): kept" in kept.stderr and "--force replaces it" in kept.stderr
+    # Found in a folder: kept with the same note, the folder's other traces written, not an error.
+    shutil.copy(traces["healthy"], tmp_path)
+    in_folder = _faultlens("check", "--expect", tmp_path)
+    assert in_folder.returncode == 0 and expect.read_text() == reviewed and "kept" in in_folder.stderr
+    assert (tmp_path / "healthy.parquet.expect.jsonl").exists()
+    forced = _faultlens("check", "--expect", "--force", trace)
+    assert forced.returncode == 0 and '"action":"evict_reset_gpu"' in expect.read_text()

@@ -123,7 +123,8 @@ class TrainerHook:
         if settings is not None and (self.outbox is not None or self.listener is not None):
             threads = client_threads(settings.client_id, *([self.listener.name] if self.listener else []))
             outbox = self.outbox
-            self.voice = OutageVoice(threads, settings.bootstrap, lambda: outbox is not None and outbox.down).install()
+            self.voice = OutageVoice(threads, settings.bootstrap, lambda: outbox is not None and outbox.down,
+                                     settings.client_id).install()
         if self.listener is not None:
             self.listener.start()
 

@@ -6,11 +6,14 @@ user was promised three lines (trainer_hooks/outbox.py: broker lost, spool full,
 
 The hook's own clients are told apart from a user's by the threads their records come from: the
 command listener's thread and the two threads kafka-python names after a client's ``client_id``
-(``kafka-io-<id>``, ``<id>-network-thread``). A user's own client in the same process speaks as
-before unless it was given the hook's client_id. A record of the hook's clients at WARNING or
+(``kafka-io-<id>``, ``<id>-network-thread``); librdkafka's lines (``settings.client =
+"confluent"``, through the ``faultlens.streams.librdkafka`` logger) by the client name they carry,
+``<id>#producer-1``. A user's own client in the same process speaks as before unless it was given
+the hook's client_id. A record of the hook's clients at WARNING or
 above is demoted to DEBUG while the hook knows the broker is lost: its spool says so, or the broker
-does not answer a TCP probe (made when such a record comes, at most once a PROBE_EVERY_S, so the
-burst of lines at the moment of the loss is caught before the spool's 5 s acknowledgement timeout).
+does not answer a TCP probe (made when such a record comes, at most once a PROBE_EVERY_S), or the
+record itself says a connection failed: so the burst of lines at the moment of the loss is caught
+before the spool's 5 s acknowledgement timeout.
 The clients' aftermath is demoted too, for SETTLE_S after the hook last found the broker lost: a
 consumer whose metadata refresh was backing off says "No node available" once more after the broker
 is back, and one that finds its topic recreated (a broker that kept no state) says so a few seconds
@@ -30,9 +33,13 @@ from faultlens.streams.broker import answers
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 0.5
 SETTLE_S = 30.0
+# A client of the hook's that says its connection failed is the first to know: a probe made as the
+# broker dies may still be answered (its connections closed a moment before its listening socket).
+CONNECTION_LOST = ("KafkaConnectionError", "ECONNREFUSED", "Connection refused", "socket disconnected")
 # Loggers of the clients the hook owns: kafka-python's (all created when kafka is imported) and the
 # command listener's own reconnect line. Not the outbox's: its lines are the ones the user reads.
-LOGGERS = ("kafka", "faultlens.streams.command_listener")
+LIBRDKAFKA = "faultlens.streams.librdkafka"  # streams/confluent_config.py: args (facility, client name, text)
+LOGGERS = ("kafka", "faultlens.streams.command_listener", LIBRDKAFKA)
 
 
 def client_threads(client_id: str, *others: str) -> frozenset[str]:
@@ -45,19 +52,21 @@ class OutageVoice(logging.Filter):
     ``bootstrap`` does not answer; a demoted record reaches handlers only where its logger is
     enabled for DEBUG (the logger's level was checked at WARNING before the filter ran)."""
 
-    def __init__(self, threads: frozenset[str], bootstrap: str | None, down: Callable[[], bool]):
+    def __init__(self, threads: frozenset[str], bootstrap: str | None, down: Callable[[], bool], client_id: str = ""):
         super().__init__()
         self.threads, self.bootstrap, self.down = threads, bootstrap, down
+        self.librdkafka_name = f"{client_id}#" if client_id else None
         self.demoted = 0
         self._lock = threading.Lock()
         self._probed_at = -PROBE_EVERY_S
         self._lost_at: float | None = None
 
-    def lost(self) -> bool:
-        """Whether the broker is lost now, or was less than SETTLE_S ago."""
+    def lost(self, said: str = "") -> bool:
+        """Whether the broker is lost now (``said``: a record of the hook's clients), or was less than
+        SETTLE_S ago."""
         with self._lock:
             now = time.monotonic()
-            if self.down():
+            if self.down() or any(word in said for word in CONNECTION_LOST):
                 self._lost_at = now
             elif self.bootstrap and now - self._probed_at >= PROBE_EVERY_S:
                 if not answers(self.bootstrap, PROBE_TIMEOUT_S):
@@ -65,8 +74,14 @@ class OutageVoice(logging.Filter):
                 self._probed_at = time.monotonic()
             return self._lost_at is not None and now - self._lost_at < SETTLE_S
 
+    def ours(self, record: logging.LogRecord) -> bool:
+        if record.name == LIBRDKAFKA:
+            args = record.args if isinstance(record.args, tuple) else ()
+            return self.librdkafka_name is not None and len(args) > 1 and str(args[1]).startswith(self.librdkafka_name)
+        return record.threadName in self.threads
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING or record.threadName not in self.threads or not self.lost():
+        if record.levelno < logging.WARNING or not self.ours(record) or not self.lost(record.getMessage()):
             return True
         self.demoted += 1
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)

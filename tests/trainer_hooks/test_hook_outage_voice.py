@@ -132,8 +132,8 @@ def test_a_broker_outage_speaks_only_the_hooks_lines_and_a_users_own_client_stil
     assert outbox.outages == 1 and outbox.dropped == 0
 
 
-def record(thread: str, level: int = logging.ERROR, name: str = "kafka.net.connection") -> logging.LogRecord:
-    r = logging.LogRecord(name, level, __file__, 1, "Connection failed: KafkaConnectionError", None, None)
+def record(thread: str, level: int = logging.ERROR, name: str = "kafka.cluster", msg: str = "Metadata refresh: failed"):
+    r = logging.LogRecord(name, level, __file__, 1, msg, None, None)
     r.threadName = thread
     return r
 
@@ -141,24 +141,33 @@ def record(thread: str, level: int = logging.ERROR, name: str = "kafka.net.conne
 def test_the_hooks_clients_are_demoted_only_while_the_broker_is_lost_and_a_users_never(caplog):
     down = [False]
     voice = OutageVoice(client_threads("trainer-j-0", "faultlens-commands"), None, lambda: down[0])
-    caplog.set_level(logging.WARNING, logger="kafka.net.connection")
-    assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelno == logging.ERROR  # the broker answers: kept
+    caplog.set_level(logging.WARNING, logger="kafka.cluster")
+    assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelno == logging.ERROR  # not known lost: kept
     down[0] = True
     assert not voice.filter(record("kafka-io-trainer-j-0"))  # DEBUG, and kafka's logger is not enabled for DEBUG
-    assert not voice.filter(record("trainer-j-0-network-thread", logging.WARNING, "kafka.cluster"))
+    assert not voice.filter(record("trainer-j-0-network-thread", logging.WARNING))
     assert not voice.filter(record("faultlens-commands", logging.WARNING, "faultlens.streams.command_listener"))
     assert voice.filter(r := record("kafka-io-users-own-consumer")) and r.levelno == logging.ERROR  # the user's
     assert voice.filter(r := record("kafka-io-trainer-j-0", logging.INFO)) and r.levelno == logging.INFO
-    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    caplog.set_level(logging.DEBUG, logger="kafka.cluster")
     assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelname == "DEBUG"  # shown to who asks for DEBUG
     assert voice.demoted == 4
+
+
+def test_a_client_of_the_hooks_that_lost_its_connection_is_the_first_to_know(caplog):
+    voice = OutageVoice(client_threads("trainer-j-0"), None, lambda: False)
+    caplog.set_level(logging.WARNING, logger="kafka.cluster")
+    refused = "Connection failed: KafkaConnectionError: 111 ECONNREFUSED"
+    assert voice.filter(r := record("kafka-io-users-own-consumer", msg=refused)) and r.levelno == logging.ERROR
+    assert not voice.filter(record("kafka-io-trainer-j-0", msg=refused))
+    assert not voice.filter(record("kafka-io-trainer-j-0", logging.WARNING, msg="No node available"))  # it settles
 
 
 def test_a_probe_that_finds_no_broker_demotes_before_the_spool_knows(caplog):
     from faultlens.streams.broker import free_port
 
     voice = OutageVoice(client_threads("trainer-j-0"), f"127.0.0.1:{free_port()}", lambda: False)
-    caplog.set_level(logging.WARNING, logger="kafka.net.connection")
+    caplog.set_level(logging.WARNING, logger="kafka.cluster")
     assert not voice.filter(record("kafka-io-trainer-j-0"))
 
 
@@ -178,3 +187,39 @@ def test_the_filter_is_on_every_kafka_logger_while_the_hook_lives_and_gone_after
     finally:
         hook.close()
     assert not any(hook.voice in logging.getLogger(n).filters for n in names)
+
+
+def test_librdkafka_lines_of_the_hooks_client_are_told_by_their_client_name(caplog):
+    """The confluent client's lines, as librdkafka logs them (a real producer against no broker)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from faultlens.streams.broker import free_port
+    from faultlens.streams.confluent_config import confluent_config
+
+    bootstrap = f"127.0.0.1:{free_port()}"
+    voice = OutageVoice(frozenset(), bootstrap, lambda: True, "trainer-c-0").install()
+    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.NOTSET, logger="faultlens.streams.librdkafka")
+    producers = {
+        cid: confluent_kafka.Producer(confluent_config(KafkaSettings(bootstrap=bootstrap, client_id=cid)))
+        for cid in ("trainer-c-0", "users-own")
+    }
+    try:
+
+        def failures(cid):
+            return [r for r in caplog.records if f"[{cid}#producer" in r.getMessage()]
+
+        wait_until(
+            lambda: failures("users-own"),
+            progress=lambda: [p.poll(0.1) for p in producers.values()] and len(caplog.records),
+            stall_s=STALL_S,
+            what="librdkafka to log a refused connection",
+        )
+        wait_until(
+            lambda: voice.demoted,
+            progress=lambda: producers["trainer-c-0"].poll(0.1) or voice.demoted,
+            stall_s=STALL_S,
+            what="the hook's client to log a refused connection",
+        )
+        assert failures("users-own")[0].levelno >= logging.WARNING and not failures("trainer-c-0")
+    finally:
+        voice.remove()

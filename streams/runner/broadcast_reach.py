@@ -11,31 +11,39 @@ did: the steps were judged without the topology ("no topology for job X", a reco
 So after a poll that brought the group's records, the broker is asked where the broadcast
 partitions end (one ListOffsets request, at most every REACH_EVERY_S), and those records wait
 until the broadcast reader has reached that end. Records that came after the last ask wait for
-the next one. A broker that does not answer is said once and not asked again for REACH_BACKOFF_S:
-data goes on as the last fetch's high watermark says, as before. Event time is not touched: this
-only says when the merge may release (streams/runner/event_time.py).
+the next one, unless the broker took them over COVER_SLACK_S before it: what was written before
+them was there to be listed. A backlog's records are that old, so a member reading one asks about
+once (asked for every poll's records, a node stage read a 75k-message backlog at 0.71-0.83x its
+rate). A broker that does not answer is said once and not asked again for REACH_BACKOFF_S: data
+goes on as the last fetch's high watermark says, as before. Event time is not touched: this only
+says when the merge may release (streams/runner/event_time.py).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+import time
+from typing import Mapping, Sequence
 
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from faultlens.streams.kafka_client import Consumer
+from faultlens.streams.runner.types import Record, broker_time
 
 log = logging.getLogger(__name__)
 
 # How often the broker is asked at most: records that came after an ask wait up to this long (and
-# a round trip) for the next one. A busy member asks about 7 times a second, a quiet one never.
+# a round trip) for the next one. A member fed live asks about 7 times a second, a quiet one never.
 REACH_EVERY_S = 0.15
 # How long one ask may take (kafka-python's default request timeout is 30 s; librdkafka's adapter
 # waits 10 s), and how long after a failed one no ask is made and nothing waits for one.
 REACH_TIMEOUT_MS = 2_000
 REACH_BACKOFF_S = 30.0
+# How much older than an ask a record's broker time must be for that ask to cover it: the
+# writer's clock (a record's CreateTime) and this host's may disagree by this much.
+COVER_SLACK_S = 2.0
 
 
 def short_of(positions: Mapping[TopicPartition, int | None], ends: Mapping[TopicPartition, int]) -> list[TopicPartition]:
@@ -44,6 +52,12 @@ def short_of(positions: Mapping[TopicPartition, int | None], ends: Mapping[Topic
     (streams/reader_ends.py): past it, the rest of that batch is waited for by the high watermark
     the fetch that brought it carried (EventTimeOrder.partition_caught_up)."""
     return [tp for tp, end in ends.items() if (positions.get(tp) or 0) < end]
+
+
+def covered(newest_s: float | None, asked_wall: float) -> bool:
+    """Whether an ask made at wall time ``asked_wall`` listed what was written before records whose
+    newest broker time is ``newest_s`` (None: some record's time is unknown, taken as now)."""
+    return newest_s is not None and newest_s < asked_wall - COVER_SLACK_S
 
 
 def ask_due(unasked: bool, now: float, asked_at: float, quiet_until: float) -> bool:
@@ -58,13 +72,16 @@ class BroadcastReach:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
         self.asked_at = float("-inf")  # monotonic time of the last ask
+        self.asked_wall = float("-inf")  # its wall time, to compare with records' broker times
         self.unasked = False  # group records came after the last ask: they wait for the next
         self._quiet_until = 0.0  # after a failed ask: neither asked nor waited for until then
         self._said = False
 
-    def came(self, now: float) -> None:
-        """The group's poll brought records at monotonic time ``now``."""
-        if now >= self._quiet_until:
+    def came(self, now: float, records: Sequence[Record]) -> None:
+        """The group's poll brought ``records`` at monotonic time ``now``."""
+        if self.unasked or now < self._quiet_until:
+            return
+        if not covered(broker_time(max(r.timestamp_ms or 0 for r in records)), self.asked_wall):
             self.unasked = True
 
     def ask(self, broadcast: Consumer, now: float) -> None:
@@ -90,7 +107,7 @@ class BroadcastReach:
             self.unasked = False
             return
         self.ends.update(ends)
-        self.asked_at, self.unasked = now, False
+        self.asked_at, self.asked_wall, self.unasked = now, time.time(), False
 
     def short(self, broadcast: Consumer) -> bool:
         """Whether ``broadcast`` has yet to read to the ends last asked."""

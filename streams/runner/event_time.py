@@ -254,7 +254,7 @@ class EventTimeOrder:
             merge.looked_away(mono - self._ordered_at - QUIET_PER_LOOP_S)
         self._ordered_at = mono
         if good and self.broadcast is not None:
-            self.reach.came(mono)  # streams/runner/broadcast_reach.py
+            self.reach.came(mono, good)  # streams/runner/broadcast_reach.py
         handed_on = merge.progress  # event time everything was handed on up to, before this call
         # Every record here was placed in time by the intake: its event_ts is set. The intake hands
         # a poll on a partition at a time, so the merge takes each partition's records in one call.

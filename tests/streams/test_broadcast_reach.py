@@ -16,7 +16,7 @@ from faultlens.events.envelope import Envelope, encode
 from faultlens.events.typed_read import EnvelopeTime
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.runner import broadcast_reach
-from faultlens.streams.runner.broadcast_reach import ask_due, short_of
+from faultlens.streams.runner.broadcast_reach import ask_due, covered, short_of
 from faultlens.streams.runner.loop import GroupRunner
 from faultlens.streams.runner.types import Record
 
@@ -83,14 +83,14 @@ def _job_event(i: int, kind: str) -> bytes:
     return encode(Envelope(ts=T0 + i, job="j", node="-", source="job", kind=kind, id=f"{kind}{i}", data={}))
 
 
-def _step(ts: float) -> Record:
+def _step(ts: float, written_ago_s: float = 0.0) -> Record:
     env = Envelope(ts=ts, job="j", node="n001", source="train", kind="step", data={"rank": 0})
     return Record(
         topic=DATA_TP.topic,
         partition=DATA_TP.partition,
         offset=0,
         key=b"n001",
-        timestamp_ms=int(time.time() * 1000),
+        timestamp_ms=int((time.time() - written_ago_s) * 1000),
         value=EnvelopeTime(ts=ts, job="j", node="n001"),
         event_ts=ts,
         raw=encode(env),
@@ -133,6 +133,14 @@ def test_the_broker_is_asked_only_for_records_that_came_since_the_last_ask_and_n
     assert not ask_due(True, 10.0, float("-inf"), 40.0)  # a failed ask is waited out
 
 
+def test_an_ask_covers_records_the_broker_took_well_before_it_and_no_others():
+    slack = broadcast_reach.COVER_SLACK_S
+    assert covered(100.0, 100.0 + slack + 0.1)
+    assert not covered(100.0, 100.0 + slack)  # a writer's clock may be off by that much
+    assert not covered(100.0, float("-inf"))  # never asked
+    assert not covered(None, 1e12)  # no broker time: taken as now
+
+
 # --- the runner's hold ------------------------------------------------------------------------
 def test_steps_that_came_with_their_topology_are_handed_on_after_it():
     jobs = _LateJobs([_job_event(0, "start"), _job_event(1, "topology")], read=1)
@@ -170,3 +178,16 @@ def test_a_broker_that_does_not_say_where_jobs_ends_is_said_once_and_data_goes_o
         assert [r.topic for r in order.ordered(group, [_step(T0 + 5)])] == ["telemetry.gpu"]
     assert jobs.asks == 1  # not asked again while the failure is waited out
     assert caplog.text.count("did not say where the broadcast topics end") == 1
+
+
+def test_a_backlog_written_before_the_last_ask_is_not_held_for_another():
+    jobs = _LateJobs([_job_event(0, "start")], read=1)
+    order = _order(jobs)
+    group = _Group()
+    old = 3 * broadcast_reach.COVER_SLACK_S
+    assert [r.event_ts for r in order.ordered(group, [_step(T0 + 2, written_ago_s=old)])] == [T0 + 2]
+    assert jobs.asks == 1  # the first ask: nothing was asked before
+    # the ask not due again, the next poll's records, written before it, go at once, unasked about
+    assert [r.event_ts for r in order.ordered(group, [_step(T0 + 3, written_ago_s=old)])] == [T0 + 3]
+    assert jobs.asks == 1
+    assert order.ordered(group, [_step(T0 + 4)]) == []  # one just written waits for the next ask

@@ -19,7 +19,10 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
 * not learning, the run is stalled when its loss is
   - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
     how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md), or of the
-    class prior's entropy where the trainer states it (``chance_loss``);
+    class prior's entropy where the trainer states it (``chance_loss``); a guess's loss is the same on
+    every batch, so a per-batch loss spread by over a tenth of its level is at chance only while it
+    has not come down from above it (a blow-up), and a held-out metric that left chance at its latest
+    evaluation answers for what the model predicts (fresh batch 11);
   - never learned: not 5 % below where it started (its first loss, the untrained model's: a
     median of the first steps would take in the rise a too-high learning rate causes at once) in
     any tenth of the window, its spread under a tenth of its level (a GAN's or DINO's loss from
@@ -302,18 +305,11 @@ class LossStalledDetector:
         first, last = window[0][0], window[-1][0]
         over = f"steps {first}-{last}"
         start = curve.first if curve.first is not None else level
-        if curve.classes is not None:
-            chance = math.log(curve.classes)
-            if level >= chance * (1 - CHANCE):
-                where = "at" if level <= chance * (1 + CHANCE) else "above"
-                return Verdict(f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = {chance:.4g}: "
-                               f"the model predicts no better than a uniform guess", rollback=False)
-        # At the class prior the trainer states: the labels' distribution learned, nothing of the input.
-        prior = curve.chance_loss
-        if prior is not None and level >= prior * (1 - CHANCE):
-            where = "at" if level <= prior * (1 + CHANCE) else "above"
-            return Verdict(f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering with the "
-                           f"labels' distribution: the model has learned nothing of its input", rollback=False)
+        came_down = level < highest - LEARNED * abs(highest)
+        steady = noise <= STEADY * abs(level)
+        chance = self._at_chance(curve, level, over, came_down=came_down, steady=steady)
+        if chance is not None:
+            return chance
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
         # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).
@@ -325,9 +321,7 @@ class LossStalledDetector:
         # Never learned: not below its start, nor below any level the run has come down from (a
         # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
         # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
-        came_down = level < highest - LEARNED * abs(highest)
         near = start * (1 - LEARNED) if start > 0 else start
-        steady = noise <= STEADY * abs(level)
         # ...unless its held-out metric left chance: a run that learns what generalises (loss_eval.py).
         if (self._untrained(curve, size) and not came_down and steady and lowest >= near
                 and not curve.held_out_learned):
@@ -364,6 +358,38 @@ class LossStalledDetector:
                                 self._stride(curve), list(curve.lrs))
             if why is not None:
                 return Verdict(f"{why} (steps {first}-{last})", rollback=False)
+        return None
+
+    @staticmethod
+    def _at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, steady: bool) -> Verdict | None:
+        """The window's level at (or above) a guess's loss, ln(classes), or the class prior's the trainer
+        states."""
+        # A guess's loss is what the training loss says of what the model predicts; the held-out metric,
+        # where the trainer evaluates, says it directly. One that left chance at its latest evaluation is a
+        # model that predicts better than a guess, whatever its training loss adds to the data's (a Bayesian
+        # network's KL term: fresh batch 11's, at ln 2 in training, 0.70 accurate held out from its first
+        # epoch, its sibling at 0.51 and ln 2 in both).
+        if curve.classes is not None and not curve.held_out_learned:
+            chance = math.log(curve.classes)
+            if level >= chance * (1 - CHANCE):
+                where = "at" if level <= chance * (1 + CHANCE) else "above"
+                # A guess's loss is ln(classes) on every batch, whatever its labels: a per-batch loss whose
+                # spread is over a tenth of its level (STEADY, as "never learned" asks) is a model answering
+                # confidently, right on some batches and wrong on others, whose median only passes by
+                # chance. Above a guess, such a loss is stuck there only if it has not come down from a
+                # level it was judged at (a blow-up: POET at lr 0.3, 14.7 against ln 16); one that came down
+                # is falling towards a guess, as "never learned" is not said of a loss that came down. A
+                # fine-tune's new head is both: one batch's loss, 0.4-4.8 around ln 5 (fresh batch 11); the
+                # runs found at chance spread by 0-6.5 % of their level (fresh batches 1-11).
+                if steady or (where == "above" and not came_down):
+                    return Verdict(f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = "
+                                   f"{chance:.4g}: the model predicts no better than a uniform guess", rollback=False)
+        # At the class prior the trainer states: the labels' distribution learned, nothing of the input.
+        prior = curve.chance_loss
+        if prior is not None and level >= prior * (1 - CHANCE) and not curve.held_out_learned:
+            where = "at" if level <= prior * (1 + CHANCE) else "above"
+            return Verdict(f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering with the "
+                           f"labels' distribution: the model has learned nothing of its input", rollback=False)
         return None
 
     @staticmethod

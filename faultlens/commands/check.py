@@ -64,6 +64,8 @@ def _expect(args, traces, config) -> int:
         if expect_path(trace).exists() and not args.force:
             # A reviewed file holds a person's judgement that today's verdicts may not repeat.
             kept.append(trace)
+            if args.json:
+                print(json.dumps({"trace": str(trace), "expect": str(expect_path(trace)), "kept": True}))
             print(f"faultlens check: {expect_path(trace)} exists (maybe reviewed by hand): kept; `faultlens check "
                   f"{trace}` shows how today's verdicts differ, --force replaces it", file=sys.stderr)
             continue
@@ -94,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         wanted = "*.parquet" if args.expect else "*.expect.jsonl"
         n, how = (0, "") if args.expect else _how_to_expect(args.paths)
         there = f"; {n} trace(s) there, none with one: {how}" if n else ""
+        if not n and not args.expect:
+            there = " (nor a *.parquet trace to write one for: `faultlens record --out DIR/NAME.parquet` records one)"
         print(f"faultlens check: no {wanted} under {' '.join(args.paths)}{there}", file=sys.stderr)
         return 2
     config = engine_config(args)

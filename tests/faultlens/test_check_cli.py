@@ -89,7 +89,8 @@ def test_no_expect_file_or_an_unreadable_trace_is_an_error_not_a_pass(tmp_path):
     assert out.returncode == 2 and "cannot read the trace" in out.stdout
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert _faultlens("check", empty).returncode == 2
+    out = _faultlens("check", empty)
+    assert out.returncode == 2 and "nor a *.parquet trace to write one for" in out.stderr
 
 
 def test_pytest_plugin_collects_every_expect_file_as_a_test(traces, tmp_path):
@@ -154,6 +155,8 @@ def test_expect_keeps_an_expect_file_that_exists_unless_forced(traces, tmp_path)
     kept = _faultlens("check", "--expect", trace)
     assert kept.returncode == 2 and expect.read_text() == reviewed
     assert "exists (maybe reviewed by hand): kept" in kept.stderr and "--force replaces it" in kept.stderr
+    as_json = _faultlens("check", "--expect", "--json", trace)
+    assert as_json.returncode == 2 and json.loads(as_json.stdout) == {"trace": str(trace), "expect": str(expect), "kept": True}
     # Found in a folder: kept with the same note, the folder's other traces written, not an error.
     shutil.copy(traces["healthy"], tmp_path)
     in_folder = _faultlens("check", "--expect", tmp_path)

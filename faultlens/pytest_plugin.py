@@ -2,8 +2,8 @@
 pytest collects is one test: its trace (the same path without the suffix) is replayed through the
 detectors and must give the expected verdicts (`faultlens check`).
 
-    pytest incidents/                      # incidents/a.parquet + incidents/a.parquet.expect.jsonl ...
-    pytest incidents/ -o faultlens_check_args="--hang-floor 20"     # your thresholds
+    python -m pytest incidents/            # incidents/a.parquet + incidents/a.parquet.expect.jsonl ...
+    python -m pytest incidents/ -o faultlens_check_args="--hang-floor 20"     # your thresholds
 
 A failure shows the readable diff of `faultlens check`. An expect file whose trace is missing fails too.
 """

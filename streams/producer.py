@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from kafka import errors as kafka_errors
 from kafka.errors import KafkaError
 
 from faultlens.events.envelope import Envelope, encode
@@ -17,13 +18,54 @@ from faultlens.streams.kafka_client import open_producer
 log = logging.getLogger(__name__)
 
 
-class DeliveryError(RuntimeError):
-    """Some records were not acknowledged by the broker; ``failures`` holds (topic, error)."""
+# Refusals that sending again cannot mend, by the client's own error: kafka-python's classes and
+# librdkafka's codes (KafkaError.name()); anything else (no connection, a timeout, no leader) is retried.
+# kafka-python cannot tell a topic that does not exist (auto-create off): it waits its max_block_ms
+# for the topic's metadata and raises a timeout, retried; librdkafka fails the record _UNKNOWN_TOPIC.
+_KAFKA_PYTHON_KINDS: tuple[tuple[type[KafkaError], str], ...] = (
+    (kafka_errors.MessageSizeTooLargeError, "too large"), (kafka_errors.RecordListTooLargeError, "too large"),
+    (kafka_errors.InvalidTopicError, "invalid topic"), (kafka_errors.TopicAuthorizationFailedError, "not authorized"),
+    (kafka_errors.InvalidRecordError, "invalid record"))
+_CONFLUENT_KINDS = {"MSG_SIZE_TOO_LARGE": "too large",  # librdkafka refuses a record over message.max.bytes so too
+                    "RECORD_LIST_TOO_LARGE": "too large", "TOPIC_EXCEPTION": "invalid topic",
+                    "_UNKNOWN_TOPIC": "unknown topic", "TOPIC_AUTHORIZATION_FAILED": "not authorized",
+                    "INVALID_RECORD": "invalid record", "_KEY_SERIALIZATION": "serialization",
+                    "_VALUE_SERIALIZATION": "serialization"}
 
-    def __init__(self, failures: list[tuple[str, str]]):
+
+def rejection_kind(error: object) -> str | None:
+    """The kind of refusal for good ``error`` is (a client's error: a kafka-python exception, a
+    confluent-kafka KafkaError), or None: retriable, or not known to be permanent."""
+    if isinstance(error, KafkaError):
+        return next((kind for cls, kind in _KAFKA_PYTHON_KINDS if isinstance(error, cls)), None)
+    name = getattr(error, "name", None)  # confluent_kafka.KafkaError, without importing the optional client
+    return _CONFLUENT_KINDS.get(name()) if callable(name) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """One record the broker or the client refused for good: sending it again would fail again."""
+
+    topic: str
+    kind: str  # rejection_kind's
+    value: bytes
+
+
+class DeliveryError(RuntimeError):
+    """Some records were not acknowledged by the broker; ``failures`` holds (topic, error) of each,
+    ``rejected`` those of them refused for good (:func:`rejection_kind`)."""
+
+    def __init__(self, failures: list[tuple[str, str]], rejected: list[Rejected] | None = None):
         self.failures = failures
+        self.rejected = rejected or []
         first = failures[0] if failures else ("?", "?")
         super().__init__(f"{len(failures)} record(s) not delivered; first: {first[0]}: {first[1]}")
+
+    @property
+    def only_rejected(self) -> bool:
+        """Every failure was a refusal for good: the other records were delivered, and nothing
+        sending again could mend (no broker lost)."""
+        return bool(self.rejected) and len(self.rejected) == len(self.failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +92,7 @@ class Producer:
         self._lock = threading.Lock()
         self._failure_level = failure_level
         self._failures: list[tuple[str, str]] = []
+        self._rejected: list[Rejected] = []
         self._producer = open_producer(settings, self._failed, **overrides)
         self.client = settings.client
         self.sent = 0
@@ -57,7 +100,14 @@ class Producer:
         self._failed_total = 0
 
     def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
-        self._producer.send(topic, key, value, partition)
+        try:
+            self._producer.send(topic, key, value, partition)
+        except KafkaError as exc:
+            # kafka-python refuses a record over its max_request_size in send itself: reported as
+            # a failed send (what flush raises), as librdkafka's own refusal is
+            if rejection_kind(exc) is None:
+                raise
+            self._failed(topic, exc, value)
         self.sent += 1
 
     def send_many(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes]) -> int:
@@ -70,9 +120,9 @@ class Producer:
         """Serve the client's delivery reports without waiting; raise :class:`DeliveryError` for the
         sends that failed so far (what :meth:`flush` reports, without waiting for the rest)."""
         self._producer.poll()
-        failures = self._take_failures()
+        failures, rejected = self._take_failures()
         if failures:
-            raise DeliveryError(failures)
+            raise DeliveryError(failures, rejected)
 
     def partitions(self, topic: str) -> list[int]:
         return self._producer.partitions(topic)
@@ -87,10 +137,14 @@ class Producer:
             n += 1
         return n
 
-    def _failed(self, topic: str, error: str) -> None:
+    def _failed(self, topic: str, error: object, value: bytes | None = None) -> None:
+        text = error if isinstance(error, str) else repr(error) if isinstance(error, BaseException) else str(error)
+        kind = rejection_kind(error) if value is not None else None
         with self._lock:
-            self._failures.append((topic, error))
-        log.log(self._failure_level, "delivery to %s failed: %s", topic, error)
+            self._failures.append((topic, text))
+            if kind is not None and value is not None:
+                self._rejected.append(Rejected(topic, kind, value))
+        log.log(self._failure_level, "delivery to %s failed: %s", topic, text)
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Wait for every pending send; raise :class:`DeliveryError` for the ones that failed."""
@@ -99,16 +153,17 @@ class Producer:
         except KafkaError as exc:
             with self._lock:
                 self._failures.append(("*", f"flush: {exc!r}"))
-        failures = self._take_failures()
+        failures, rejected = self._take_failures()
         self.delivered = self.sent - self._failed_total
         if failures:
-            raise DeliveryError(failures)
+            raise DeliveryError(failures, rejected)
 
-    def _take_failures(self) -> list[tuple[str, str]]:
+    def _take_failures(self) -> tuple[list[tuple[str, str]], list[Rejected]]:
         with self._lock:
             failures, self._failures = self._failures, []
+            rejected, self._rejected = self._rejected, []
         self._failed_total += len(failures)
-        return failures
+        return failures, rejected
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.close(timeout)

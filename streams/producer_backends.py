@@ -20,13 +20,16 @@ from faultlens.streams.confluent_config import confluent_config, load_confluent
 
 log = logging.getLogger(__name__)
 
-OnFailure = Callable[[str, str], None]  # (topic, error)
+# (topic, error, value): the client's own error (an exception, a confluent KafkaError) or a text, and
+# the record's value where one record failed, so a caller can tell a refusal for good and which record
+OnFailure = Callable[[str, object, "bytes | None"], None]
 
 
 # kafka-python producer keyword → librdkafka property, for the overrides callers pass to Producer.
 _PRODUCER_KEYWORDS = {"request_timeout_ms": "request.timeout.ms", "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
                       "linger_ms": "linger.ms", "retries": "retries", "acks": "acks",
-                      "max_block_ms": "message.timeout.ms", "batch_size": "batch.size"}
+                      "max_block_ms": "message.timeout.ms", "batch_size": "batch.size",
+                      "max_request_size": "message.max.bytes"}
 
 
 def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +65,7 @@ class KafkaPythonProducer:
 
     def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         future = self._p.send(topic, key=key, value=value, partition=partition)
-        future.add_errback(self._failed, topic)
+        future.add_errback(self._failed, topic, value)
 
     def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
         """``send`` of each (topic, key, value), by key. kafka-python's partitioner hashes every
@@ -72,7 +75,7 @@ class KafkaPythonProducer:
         partition = self._partitioner(set(topics)) if self._own_partitioner else None
         for topic, key, value in zip(topics, keys, values, strict=True):
             send(topic, value, key, None, partition(topic, key) if partition and key is not None else None
-                 ).add_errback(failed, topic)
+                 ).add_errback(failed, topic, value)
 
     def _partitioner(self, topics: set[str]) -> Callable[[str, bytes], int]:
         """DefaultPartitioner's choice (murmur2 of the key over the sorted partitions) per
@@ -95,9 +98,9 @@ class KafkaPythonProducer:
     def poll(self) -> None:
         """Failures reach on_failure from kafka-python's own I/O thread: nothing to serve here."""
 
-    def _failed(self, topic: str, exc: BaseException) -> None:
-        # kafka-python's add_errback(f, topic) binds topic first: f(topic, exc)
-        self._on_failure(topic, repr(exc))
+    def _failed(self, topic: str, value: bytes, exc: BaseException) -> None:
+        # kafka-python's add_errback(f, topic, value) binds those first: f(topic, value, exc)
+        self._on_failure(topic, exc, value)
 
     def partitions(self, topic: str) -> list[int]:
         return sorted(self._p.partitions_for(topic))
@@ -138,12 +141,12 @@ class ConfluentProducer:
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
-            self._on_failure(msg.topic(), str(err))
+            self._on_failure(msg.topic(), err, msg.value())
 
     def _client_error(self, err) -> None:
         # Broker connection trouble is retried inside librdkafka; only a fatal error loses records.
         if err.fatal():
-            self._on_failure("*", f"fatal: {err}")
+            self._on_failure("*", f"fatal: {err}", None)
         else:
             log.debug("producer: %s", err)
 
@@ -159,7 +162,7 @@ class ConfluentProducer:
             except BufferError:  # the local queue is full: let deliveries drain it
                 self._p.poll(0.05)
             except self._ck.KafkaException as exc:
-                self._on_failure(topic, str(exc))
+                self._on_failure(topic, exc.args[0] if exc.args else exc, value)
                 return
 
     def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
@@ -171,7 +174,7 @@ class ConfluentProducer:
             except BufferError:
                 self.send(topic, key, value)  # waits for room in the local queue
             except ck_error as exc:
-                self._on_failure(topic, str(exc))
+                self._on_failure(topic, exc.args[0] if exc.args else exc, value)
 
     def poll(self) -> None:
         """Serve delivery reports (only failures make one) without waiting."""
@@ -187,7 +190,7 @@ class ConfluentProducer:
     def flush(self, timeout: float | None) -> None:
         left = self._p.flush(timeout if timeout is not None else -1)
         if left:
-            self._on_failure("*", f"flush: {left} record(s) still undelivered after {timeout}s")
+            self._on_failure("*", f"flush: {left} record(s) still undelivered after {timeout}s", None)
 
     def close(self, timeout: float) -> None:
         # confluent-kafka closes when the object goes; what is queued is flushed first.

@@ -11,6 +11,13 @@ never delivered: never an exception, never a wait for a broker that is gone.
 
 A batch whose acknowledgement was lost with the connection is sent again on the next one, so an
 event can arrive twice (Kafka's at-least-once); one is never silently lost but by the spool's bound.
+
+A record the broker or the client refuses for good (over the message size limit, an invalid or
+unknown topic, no authorization: streams/producer.py's rejection_kind, by each client's own error)
+is not the broker lost: that record is dropped, counted in ``rejected`` and said in one warning per
+kind (its topic and size; again at most once a minute, with the count since), and the batch's other
+records count as delivered. Sent again it would fail again, hold the spool behind it for good and
+report an outage there is not.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ import atexit
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Callable, Protocol
 
-from faultlens.events.envelope import Envelope
+from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.broker import answers
 from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings
+from faultlens.streams.producer import DeliveryError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,7 @@ CAPACITY = 20_000  # events (a step event is ~300 bytes: 6 MB; at 1 step/s per r
 BATCH = 500
 FLUSH_S = 5.0  # a batch not acknowledged within this long: the broker is taken as gone
 RETRY_S = 1.0
+REJECTION_SAID_S = 60.0  # a kind of refusal is said again at most this often
 
 
 class ProbingListener(CommandListener):
@@ -63,7 +72,8 @@ def _kafka_producer(settings: KafkaSettings) -> Callable[[], Sink]:
 
 class Outbox:
     """``send_event`` never blocks nor raises; ``flush`` and ``close`` wait at most their timeout,
-    and not at all while no broker answers. Counters: ``delivered``, ``dropped``, ``outages``."""
+    and not at all while no broker answers. Counters: ``delivered``, ``dropped``, ``rejected``
+    (refused for good), ``outages``."""
 
     def __init__(self, settings: KafkaSettings | None, *, connect: Callable[[], Sink] | None = None,
                  capacity: int = CAPACITY, batch: int = BATCH, flush_s: float = FLUSH_S, retry_s: float = RETRY_S,
@@ -85,11 +95,13 @@ class Outbox:
         self._abandoned: list[Sink] = []
         self.delivered = 0
         self.dropped = 0
+        self.rejected = 0
         self.outages = 0
         self.down_since: float | None = None  # time.monotonic() of the failure that began the outage
         self.down_reason = ""
         self._last_ok = time.monotonic()  # the last acknowledged batch (or the start)
         self._warned_drop = False
+        self._rejections_said: dict[str, tuple[float, int]] = {}  # kind -> (when last said, refused since)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
@@ -140,9 +152,10 @@ class Outbox:
             self._cond.notify_all()
         self._wake.set()
         self._thread.join(min(timeout, self.flush_s + 1.0))
-        if left or self.dropped:
-            log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s), %d dropped from a full spool",
-                        self.delivered, left, self.down_reason or "slow", self.dropped)
+        if left or self.dropped or self.rejected:
+            log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s), %d dropped from a full spool,"
+                        " %d refused by the broker for good", self.delivered, left, self.down_reason or "slow",
+                        self.dropped, self.rejected)
 
     def _at_exit(self) -> None:
         # A script that never closes its hook: what the broker can take in a few seconds, quietly.
@@ -178,9 +191,13 @@ class Outbox:
                     n = min(len(self._queue), self.batch)
                     batch = [self._queue.popleft() for _ in range(n)]
                     self._inflight = n
-                ok = self._deliver(batch)
+                ok, refused = self._deliver(batch)
                 with self._cond:
                     self._inflight = 0
+                    self.rejected += len(refused)
+                    if refused:
+                        gone = {id(e) for e in refused}
+                        batch = [e for e in batch if id(e) not in gone]
                     if ok:
                         self.delivered += len(batch)
                         if self.down_since is not None:
@@ -199,29 +216,62 @@ class Outbox:
             self._drop_sink(abandon=self._give_up and self.down_since is not None)
             self._reap()
 
-    def _deliver(self, batch: list[Envelope]) -> bool:
+    def _deliver(self, batch: list[Envelope]) -> tuple[bool, list[Envelope]]:
+        """Send ``batch``: (delivered, the records of it refused for good). Not delivered: the
+        broker is taken as gone, and what was not refused goes back to the spool."""
         if self._sink is None:
             # A TCP probe first: a Kafka client started against no broker blocks for its bootstrap
             # timeout and logs every retry.
             if self.bootstrap and not answers(self.bootstrap, 0.5):
                 self._went_down(f"unreachable at {self.bootstrap}")
-                return False
+                return False, []
             try:
                 self._sink = self._connect()
             except Exception as exc:  # noqa: BLE001 - any client error: retry later
                 log.debug("telemetry producer: %r", exc)
                 self._went_down(f"not connecting ({type(exc).__name__})")
-                return False
+                return False, []
         try:
             for event in batch:
                 self._sink.send_event(event)
             self._sink.flush(self.flush_s)
-            return True
+            return True, []
+        except DeliveryError as exc:
+            refused = self._refused(batch, exc)
+            if exc.only_rejected:
+                return True, refused  # the rest were acknowledged: nothing to send again, no outage
+            log.debug("telemetry batch of %d not delivered: %r", len(batch), exc)
+            self._went_down(f"lost (no acknowledgement within {self.flush_s:.0f} s)")
+            self._drop_sink(abandon=True)
+            return False, refused
         except Exception as exc:  # noqa: BLE001 - DeliveryError, KafkaError, a closed socket: all the same here
             log.debug("telemetry batch of %d not delivered: %r", len(batch), exc)
             self._went_down(f"lost (no acknowledgement within {self.flush_s:.0f} s)")
             self._drop_sink(abandon=True)
-            return False
+            return False, []
+
+    def _refused(self, batch: list[Envelope], exc: DeliveryError) -> list[Envelope]:
+        """The events of ``batch`` the client refused for good (told by their encoded value), each
+        said as its kind's warning allows."""
+        if not exc.rejected:
+            return []
+        values = Counter(r.value for r in exc.rejected)
+        refused = []
+        for event in batch:
+            value = encode(event)
+            if values[value] > 0:
+                values[value] -= 1
+                refused.append(event)
+        now = time.monotonic()
+        for r in exc.rejected:
+            said, since = self._rejections_said.get(r.kind, (-REJECTION_SAID_S, 0))
+            if now - said < REJECTION_SAID_S:
+                self._rejections_said[r.kind] = (said, since + 1)
+                continue
+            log.warning("faultlens telemetry: an event on %s refused for good (%s, %d bytes)%s; dropped, the rest"
+                        " goes on", r.topic, r.kind, len(r.value), f"; {since} more so since the last said" if since else "")
+            self._rejections_said[r.kind] = (now, 0)
+        return refused
 
     def _went_down(self, reason: str) -> None:
         with self._cond:

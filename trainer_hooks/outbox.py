@@ -154,7 +154,7 @@ class Outbox:
         self._thread.join(min(timeout, self.flush_s + 1.0))
         if left or self.dropped or self.rejected:
             log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s), %d dropped from a full spool,"
-                        " %d refused by the broker for good", self.delivered, left, self.down_reason or "slow",
+                        " %d refused for good", self.delivered, left, self.down_reason or ("slow" if left else "answering"),
                         self.dropped, self.rejected)
 
     def _at_exit(self) -> None:

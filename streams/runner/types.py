@@ -70,6 +70,7 @@ class RunnerStats:
     skewed: int = 0  # records whose sender's clock was off by more than the bound
     late_released: int = 0  # records handed on behind event time already handed on (event_time.py)
     oversized: int = 0
+    refused_outputs: int = 0  # outputs refused for good (too large...): dead-lettered in their place
     last_loop_s: float = 0.0
     started_at: float = field(default_factory=time.time)
     # Wall clock of the first poll that brought records and of the last batch handed to the handler:

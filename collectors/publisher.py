@@ -6,6 +6,13 @@ batch that fails (broker down, topic gone, timeout) goes to the :class:`~collect
 with everything after it, and from then on every record goes through the spool until the spool
 has been sent, in order, to a broker that answers again. Delivery is at least once: a batch that
 failed half way is sent again whole, and consumers fold duplicates by event id.
+
+A record refused for good (over the client's or the broker's size limit, an invalid topic, no
+authorization: streams/producer.py's rejection_kind) is no broker lost: when every failure of a
+batch is such a refusal the rest of it was acknowledged, so the refused records are dropped,
+counted (``rejected``, in the heartbeat) and said in one WARNING per kind, and the spool goes on.
+Spooled and sent again they would fail again, hold the spool behind them for good and report the
+agent spooling while the broker answers.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.broker import answers
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.producer import DeliveryError, Outgoing, Producer
+from faultlens.streams.producer import DeliveryError, Outgoing, Producer, RefusalVoice
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,7 @@ class PublisherStats:
     lost: int = 0  # could be neither sent nor spooled (spool unwritable)
     outages: int = 0
     queue_dropped: int = 0  # droppable records refused because the queue to the publisher was full
+    rejected: int = 0  # refused for good by the client or the broker (too large, invalid topic...): dropped
 
 
 class Publisher:
@@ -65,6 +73,7 @@ class Publisher:
         self._producer: Producer | None = None
         self._next_try = 0.0
         self._stop = threading.Event()
+        self._refusals = RefusalVoice(log, "publisher", "dropped, the rest goes on")
         self._thread = threading.Thread(target=self._loop, name="publisher", daemon=True)
 
     # --- from sources ----------------------------------------------------------------------------
@@ -91,7 +100,7 @@ class Publisher:
         s = self.stats
         return {"connected": self._producer is not None, "queued": self._queue.qsize(), "published": s.published,
                 "delivered": s.delivered, "spooled": s.spooled, "lost": s.lost, "queue_dropped": s.queue_dropped,
-                "outages": s.outages}
+                "rejected": s.rejected, "outages": s.outages}
 
     @property
     def connected(self) -> bool:
@@ -188,12 +197,25 @@ class Publisher:
         try:
             self._producer.send_all(records)
             self._producer.flush(timeout=self.send_timeout_s)
-        except (DeliveryError, KafkaError) as exc:
-            log.warning("broker stopped answering (%s); spooling until it is back", exc)
-            self._disconnect()
-            return False
+        except DeliveryError as exc:
+            if not exc.only_rejected:
+                return self._lost(exc)
+            # Everything else was acknowledged: the refused records are dropped, the batch is done.
+            self.stats.rejected += len(exc.rejected)
+            self.stats.delivered += len(records) - len(exc.rejected)
+            self._refusals.say(exc.rejected, time.monotonic())
+            return True
+        except KafkaError as exc:
+            return self._lost(exc)
         self.stats.delivered += len(records)
         return True
+
+    def _lost(self, exc: Exception) -> bool:
+        """A batch not acknowledged: the broker is taken as gone (a refused record in it is sent
+        again with the rest, and dropped once it is all that fails)."""
+        log.warning("broker stopped answering (%s); spooling until it is back", exc)
+        self._disconnect()
+        return False
 
     def _drain_one_chunk(self) -> bool:
         chunk = self.spool.peek(_DRAIN_CHUNK)
@@ -234,7 +256,8 @@ class Publisher:
             except (KafkaError, OSError) as exc:
                 log.debug("could not create the telemetry topics: %s", exc)
         try:
-            self._producer = Producer(self.settings, **_PRODUCER_OVERRIDES)
+            # Its failed sends are spooled or said here (an outage, a refusal): not each at ERROR.
+            self._producer = Producer(self.settings, failure_level=logging.DEBUG, **_PRODUCER_OVERRIDES)
         except (KafkaError, OSError, ValueError) as exc:
             log.debug("broker not ready yet: %s", exc)
             self._producer = None

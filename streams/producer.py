@@ -68,6 +68,29 @@ class DeliveryError(RuntimeError):
         return bool(self.rejected) and len(self.rejected) == len(self.failures)
 
 
+REFUSAL_SAID_S = 60.0  # a kind of refusal is said again at most this often
+
+
+class RefusalVoice:
+    """Says refused records (:class:`Rejected`) in one WARNING per kind naming topic, kind and size,
+    and again at most every ``every_s`` with the count refused since: a stream of oversize records
+    must not flood the log of the one who drops them."""
+
+    def __init__(self, logger: logging.Logger, who: str, then: str, every_s: float = REFUSAL_SAID_S):
+        self.logger, self.who, self.then, self.every_s = logger, who, then, every_s
+        self._said: dict[str, tuple[float, int]] = {}  # kind -> (when last said, refused since)
+
+    def say(self, rejected: Iterable[Rejected], now: float) -> None:
+        for r in rejected:
+            said, since = self._said.get(r.kind, (-self.every_s, 0))
+            if now - said < self.every_s:
+                self._said[r.kind] = (said, since + 1)
+                continue
+            self.logger.warning("%s: a record on %s refused for good (%s, %d bytes)%s; %s", self.who, r.topic, r.kind,
+                                len(r.value), f"; {since} more so since the last said" if since else "", self.then)
+            self._said[r.kind] = (now, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """A record to produce: what handlers return and the runner sends before committing."""

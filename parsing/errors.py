@@ -80,7 +80,9 @@ _CUDA_ERR = re.compile(
     # (round 18) the wrapper's message names the type without its module ("Caught OutOfMemoryError in replica 0 on device 0."):
     # a replica on a device is DataParallel's, so the device's OOM
     r"|\bCaught (?:\w+\.)*OutOfMemoryError in replica \d+ on device \d+"
-    r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|\bErrorOutOfDeviceMemory\b)"
+    # (round 24) c10's caching allocator recording the same failure at its warning level before it raises ("[W810 ...
+    # CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 1 while trying to allocate N bytes")
+    r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|\bErrorOutOfDeviceMemory\b|\bmemory allocation failed with OOM on device \d+)"
     # Intel GPUs' runtimes name their results as CUDA's do: Level Zero's ze_result_t (oneapi-src/level-zero
     # include/ze_api.h: ZE_RESULT_ERROR_DEVICE_LOST "device hung, reset, was removed", ..._DEVICE_REQUIRES_RESET,
     # ..._OUT_OF_DEVICE_MEMORY) and the Unified Runtime's ur_result_t under SYCL / torch XPU (ur_api.h, same names)
@@ -215,10 +217,11 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
     if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low
-            or "named symbol not found" in low or "invalid device ordinal" in low):
+            or "named symbol not found" in low or "invalid device ordinal" in low or "invalid device function" in low):
         # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
         # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!"); a device number the allocation
-        # does not hold fails on every machine the same way (docs/design.md §9)
+        # does not hold fails on every machine the same way (docs/design.md §9); "invalid device function" is CUDA's and HIP's
+        # word for a kernel not compiled for this device's architecture (round 24)
         return error, "user_code", "rollback", "error"
     if "requires reset" in low:
         return error, "gpu_reset_required", "stop_time_diagnosis", "error"

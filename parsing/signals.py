@@ -59,7 +59,7 @@ _LOCALE = {"已杀死": "SIGKILL", "段错误": "SIGSEGV", "总线错误": "SIGB
            "強制終了": "SIGKILL", "セグメンテーション違反です": "SIGSEGV", "バスエラーです": "SIGBUS"}  # ja
 # Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
 LITERALS = ("sig", "signal", "segmentation fault", "floating-point exception", "bus error", "killed", "aborted", "illegal instruction",
-            "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "exit_code", "exit_status",
+            "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "exit_code", "exit_status", "return code",
             "terminated", *_LOCALE)
 _QUICK = any_of(LITERALS)
 
@@ -114,7 +114,9 @@ _SHAPES = re.compile(
     r"|\bforrtl: \w+ \(\d+\): (?P<s19>(?-i:SIG[A-Z0-9]+))\b"
     # an exit status of 128 + N, or torchrun's negative exit code
     # (a key's name too: "learner_exit_code: 137", "exit_status=139")
-    r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
+    # (round 24) DeepSpeed's launcher naming a rank's Popen returncode, negative for a signal ("[launch.py:324:sigkill_handler]
+    # [...] exits with return code = -11")
+    r"|(?<![^\W_])(?:exit(?:ed with)?[ _](?:code|status)|exitcode|exits with return code)\s*[:=]?\s*(?:(?P<x8>1(?:29|3\d|4\d|5\d))\b|(?P<neg8>-\d{1,2})\b)",
     re.IGNORECASE,
 )
 # A process that exited with a failing status and no signal (round 14): Slurm's "srun: error: node17: task 3:

@@ -115,7 +115,8 @@ def test_a_reltime_minute_is_a_wall_clock():
     # ROCm's HIP runtime read as CUDA's: its error names and texts
     ("RuntimeError: HIP error: an illegal memory access was encountered", "cuda_error", trainer),
     ("hipErrorNoDevice: no ROCm-capable device is detected", "gpu_lost", trainer),
-    ("RuntimeError: HIP error: invalid device function", "cuda_error", trainer),
+    # (round 24, docs/design.md §9) a kernel not compiled for the device's architecture: the build's, on every machine alike
+    ("RuntimeError: HIP error: invalid device function", "user_code", trainer),
     # c10d's store raising: the ranks could not meet (the job's communication set-up)
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "nccl_error", trainer),
     # the device allocator's OOM in any torch backend's words is the program's, as CUDA's is

@@ -126,6 +126,8 @@ _SHAPES = re.compile(
 _EXIT_STATUS = re.compile(
     r"\bExited with exit code (?:[1-9]\d?|1[01]\d|12[0-7])\b|\bexited with non-zero status\b"
     r"|\breturned non-zero exit status (?:[1-9]\d?|1[01]\d|12[0-7])\b"
+    # (round 24) DeepSpeed's launcher: "[launch.py:324:sigkill_handler] [...] exits with return code = 1"
+    r"|\bexits with return code\s*=\s*(?:[1-9]\d?|1[01]\d|12[0-7])\b"
     r"|(?<![^\W_])exitcode\s*:?\s*(?:[1-9]\d?|1[01]\d|12[0-7])\b(?!\s*\.\d)",
     re.IGNORECASE,
 )

@@ -33,7 +33,7 @@ from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.broker import answers
 from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.producer import DeliveryError
+from faultlens.streams.producer import DeliveryError, RefusalVoice
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,6 @@ CAPACITY = 20_000  # events (a step event is ~300 bytes: 6 MB; at 1 step/s per r
 BATCH = 500
 FLUSH_S = 5.0  # a batch not acknowledged within this long: the broker is taken as gone
 RETRY_S = 1.0
-REJECTION_SAID_S = 60.0  # a kind of refusal is said again at most this often
 
 
 class ProbingListener(CommandListener):
@@ -101,7 +100,7 @@ class Outbox:
         self.down_reason = ""
         self._last_ok = time.monotonic()  # the last acknowledged batch (or the start)
         self._warned_drop = False
-        self._rejections_said: dict[str, tuple[float, int]] = {}  # kind -> (when last said, refused since)
+        self._refusals = RefusalVoice(log, "faultlens telemetry", "dropped, the rest goes on")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
@@ -262,15 +261,7 @@ class Outbox:
             if values[value] > 0:
                 values[value] -= 1
                 refused.append(event)
-        now = time.monotonic()
-        for r in exc.rejected:
-            said, since = self._rejections_said.get(r.kind, (-REJECTION_SAID_S, 0))
-            if now - said < REJECTION_SAID_S:
-                self._rejections_said[r.kind] = (said, since + 1)
-                continue
-            log.warning("faultlens telemetry: an event on %s refused for good (%s, %d bytes)%s; dropped, the rest"
-                        " goes on", r.topic, r.kind, len(r.value), f"; {since} more so since the last said" if since else "")
-            self._rejections_said[r.kind] = (now, 0)
+        self._refusals.say(exc.rejected, time.monotonic())
         return refused
 
     def _went_down(self, reason: str) -> None:

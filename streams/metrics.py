@@ -34,6 +34,8 @@ class _RunnerCollector:
             ("faultlens_outputs", "records produced by handlers", "outputs", CounterMetricFamily),
             ("faultlens_commits", "offset commits", "commits", CounterMetricFamily),
             ("faultlens_redeliveries", "batches re-read after a delivery failure", "redeliveries", CounterMetricFamily),
+            ("faultlens_refused_outputs", "outputs refused for good (too large...), dead-lettered short in their place",
+             "refused_outputs", CounterMetricFamily),
             ("faultlens_consumer_lag", "messages behind the high-water marks", "lag", GaugeMetricFamily),
             ("faultlens_late_released", "records handed on behind event time already handed on (a partition "
              "passed over as idle)", "late_released", CounterMetricFamily),

@@ -125,7 +125,10 @@ _CUDA_ERR = re.compile(
     r"named symbol not found|no kernel image is available for execution on the device|"
     # (round 20) cudaErrorInvalidDevice (101): the program asked for a device number its process does not see (its
     # allocation's CUDA_VISIBLE_DEVICES), as NCCL's CUDACHECK prints it ("Cuda failure 101 'invalid device ordinal'")
-    r"invalid device ordinal)"
+    r"invalid device ordinal|"
+    # (round 24) cudaErrorInvalidDeviceFunction (98), a kernel not compiled for this device's architecture, in any program's
+    # report of it (the CUDA samples' "(error code invalid device function)", NCCL's CUDACHECK): the build's (§9)
+    r"invalid device function)"
 )
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",

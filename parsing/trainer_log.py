@@ -286,7 +286,8 @@ class TrainerLogParser:
                 or "not yet initialized" in msg or "Cuda failure" in msg or " out of memory" in msg or "HIP error" in msg or "hipError" in msg
                 or "_RESULT_ERROR_" in msg or "ynchronize stream failed" in msg or "ACL stream" in msg or "Kernel task happen" in msg
                 or "THCudaCheck" in msg or "cudaSuccess" in msg or "HIP_ERROR" in msg or "Assertion" in msg
-                or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg or "() failed" in msg or "no kernel image" in msg):
+                or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg or "() failed" in msg or "no kernel image" in msg
+                or "invalid device function" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda

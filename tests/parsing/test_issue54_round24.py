@@ -122,8 +122,9 @@ _FORMS = [
         "nccl",
         "user_code",
     ),
-    # a kernel not built for the device, in HIP's words as CUDA's (docs/design.md §9)
-    ("RuntimeError: CUDA error: invalid device function", "nccl", "user_code"),
+    # a kernel not built for the device, in the CUDA samples' and NCCL's CUDACHECK words as torch's (docs/design.md §9)
+    ("Failed to launch vectorAdd kernel (error code invalid device function)!", "nccl", "user_code"),
+    ("Cuda failure 'invalid device function'", "nccl", "user_code"),
 ]
 
 

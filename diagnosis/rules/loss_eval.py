@@ -12,7 +12,9 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
 * a loss (lower is better) not a tenth below its chance, ln(classes) or the class prior's entropy: the
   tenth by which a first loss under 9/10 of a guess's is a trained model's (loss_stalled.UNTRAINED);
 * a share (higher is better, chance below 1: an accuracy) less than a tenth of the way from chance to
-  perfect (a coin's 0.5 to 0.55; 1/30 to 0.13).
+  perfect (a coin's 0.5 to 0.55; 1/30 to 0.13), or any share whose chance is 1/classes while the loss
+  beside it is a uniform guess's (within 2 % of ln(classes)): that guess scores the held-out set's
+  commonest share, which 1/classes is only for even classes.
 
 :data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
 holds a model that learned more). One that leaves chance is a run that learned something that
@@ -34,6 +36,7 @@ from faultlens.events.payloads_job import TrainEval
 EVALS = 5  # evaluations in a row at chance: a healthy run's first few may sit there (an epoch's warm-up)
 LOSS_BAND = 0.1  # of the chance loss: a held-out loss less than this below it is a guess's
 SHARE_BAND = 0.1  # of the way from chance to perfect: a held-out accuracy short of it is a guess's
+CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess's loss (loss_stalled.py's "at chance")
 
 
 def at_chance(value: float, chance: float, higher: bool) -> bool | None:
@@ -60,7 +63,20 @@ def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
         verdict = at_chance(value, float(chance), higher)
         if verdict is not None:
             out[name] = (value, float(chance), verdict)
-    return out or None
+    return _guessed(out) or None
+
+
+def _guessed(out: dict[str, tuple[float, float, bool]]) -> dict[str, tuple[float, float, bool]]:
+    """A held-out loss within :data:`CHANCE` of ln(classes) is a uniform guess's, and then so is its
+    accuracy where that accuracy's chance is 1/classes, a guess at the prior: a model answering alike
+    for every input argmaxes one class and scores that class's share of the held-out set, which is 1/classes
+    only when the classes are even (issue 54's fresh batch 12: a three-way BTC model at val_loss 1.0974
+    against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares)."""
+    guess = [c for v, c, _ in out.values() if c > 0 and abs(v - c) <= CHANCE * c]
+    return {
+        name: (v, c, True) if any(0 < c < 1 and math.isclose(c, math.exp(-g)) for g in guess) else (v, c, at)
+        for name, (v, c, at) in out.items()
+    }
 
 
 @dataclass(slots=True)

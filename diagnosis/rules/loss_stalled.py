@@ -77,7 +77,7 @@ from itertools import pairwise
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period
-from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
+from faultlens.diagnosis.rules.loss_eval import CHANCE, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
@@ -91,7 +91,6 @@ START_STEPS = 10  # the early steps whose grad norms are the run's own scale
 BLOCKS = 10
 LEARNING_DROP = 0.01  # of the level, across one window: still learning
 LEARNED = 0.05  # below the start level by this fraction: the run has learned something
-CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess
 REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
 REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
 # A first loss at least this share of ln(classes) is an untrained model's: a random init starts at a

@@ -85,6 +85,21 @@ def test_an_evaluation_is_at_chance_only_when_every_metric_it_can_judge_is_there
     assert at_chance(3.0, 2.0, higher=True) is None and at_chance(1.0, 0.0, higher=False) is None
 
 
+def test_an_accuracy_over_one_in_classes_is_a_guess_s_while_the_loss_is_a_uniform_guess_s():
+    # fresh batch 12's BTC model: held-out loss at ln(classes) to 0.1 %, accuracy the held-out set's
+    # commonest share (0.47 of three ways), not a tenth of the way from 1/3 to 1 as an even set's would be.
+    uneven = imdb_like(accuracy=lambda e: 0.58, val_loss=lambda e: 0.70)
+    found = replay(uneven)
+    assert [f.fault for f in found] == ["loss_stalled"] and "val_accuracy 0.58-0.58 (chance 0.5)" in found[0].detail
+    # A loss 5 % below a guess's is a model's of its own (still in the held-out loss's tenth): its accuracy stands.
+    assert replay(imdb_like(accuracy=lambda e: 0.58, val_loss=lambda e: 0.658)) == []
+    # Where the trainer states the prior (its entropy and its commonest share), the accuracy is judged by that.
+    prior = {"val_loss": 0.611, "val_accuracy": 0.7}
+    stated = [e if e.kind == "step" else evaluation(e.data["step"], e.data["metrics"], chance=prior) for e in imdb_like(
+        accuracy=lambda e: 0.8, val_loss=lambda e: 0.615)]
+    assert replay(stated) == []
+
+
 def test_metrics_without_a_chance_or_a_direction_are_never_judged():
     no_chance = [e if e.kind == "step" else evaluation(e.data["step"], e.data["metrics"], chance=None) for e in imdb_like()]
     assert replay(no_chance) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -12,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faultlens.commands.diagnose_members import Members, members_count, workers_count
+from faultlens.commands.json_line import say_json
 from faultlens.diagnosis.edge.consumer import DIAGNOSES_TOPIC, GROUP, JOB_GROUP, STAGES, TopicLayoutError, diagnose_consumer
 from faultlens.diagnosis.edge.node_consumer import NODE_GROUP
 from faultlens.engine_flags import add_engine_arguments, engine_config
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, ready: Callable[[Any], None] | None = None) ->
                 metrics.register_gauges("diagnose-lease", lambda: {"lease_held": float(lease.held)})
                 if not await_lease(lease, args.idle_stop, stop):
                     lease.release()
-                    print(json.dumps({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0}), flush=True)
+                    say_json({"stage": args.stage, "standby": True, "records": 0, "diagnoses": 0})
                     return 0
             try:
                 return _run_pipeline(args, settings, config, lease, stop, ready=ready)
@@ -156,12 +156,12 @@ def _run_pipeline(args: argparse.Namespace, settings: KafkaSettings, config, lea
     # reports diagnosed although late; clock_skew: events whose sender's clock was off.
     engine = getattr(handler, "engine", None)
     counts = {"late": 0, "late_faults": 0, "clock_skew": 0, **(engine.stats if engine else {})}
-    print(json.dumps({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
-                      "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
-                      "oversized": stats.oversized, "skewed": stats.skewed,
-                      "forced_early": runner.merge.forced if runner.merge else 0,
-                      "late_released": stats.late_released, "first_read_at": stats.first_read_at,
-                      "last_handled_at": stats.last_handled_at, **counts}), flush=True)
+    say_json({"stage": args.stage, "records": stats.records_in, "outputs": handler.emitted,
+              "diagnoses": handler.emitted if engine else 0, "dead_letters": stats.dead_letters,
+              "oversized": stats.oversized, "skewed": stats.skewed,
+              "forced_early": runner.merge.forced if runner.merge else 0,
+              "late_released": stats.late_released, "first_read_at": stats.first_read_at,
+              "last_handled_at": stats.last_handled_at, **counts})
     if members is not None and members.failed is not None:
         return members.failed
     return 0

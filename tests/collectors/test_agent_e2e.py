@@ -50,7 +50,12 @@ def test_agent_e2e(kafka_settings, tmp_path, launcher):
     before = set(threading.enumerate())
     agent = Agent(config, kafka_settings).start()
     try:
-        # A log file that appears after the agent started is read from its start.
+        # A log file that appears after the agent started is read from its start. "Started" is the
+        # trainer source's first scan (files there then are followed from their end, as tail -F): on
+        # a busy machine its thread may first run after this test writes, so the test waits for it.
+        trainer = agent.source("trainer")
+        wait_until(lambda: trainer.last_poll is not None, progress=lambda: agent.publisher.stats.published,
+                   stall_s=120, what="the trainer source's first scan")
         (tmp_path / "logs" / "rank3.log").write_text("step 1 loss 2.3\n" + WATCHDOG + "\n")
         nccl = wait_for(kafka_settings, "telemetry.nccl", job, lambda ev: any(e.kind == "nccl_timeout" for e in ev))
         assert any(e.kind == "nccl_timeout" for e in nccl), f"no nccl_timeout: {nccl}"

@@ -16,5 +16,12 @@ from typing import Any
 
 def say_json(obj: dict[str, Any]) -> None:
     """Write ``obj`` as one line, after whatever the stream still buffers."""
+    line = json.dumps(obj) + "\n"
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream with no file under it (a caller's, a test's): no one shares it
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return
     sys.stdout.flush()
-    os.write(sys.stdout.fileno(), (json.dumps(obj) + "\n").encode())
+    os.write(fd, line.encode())

@@ -51,3 +51,11 @@ def test_unbuffered_print_splits_a_line_and_say_json_does_not(monkeypatch):
         sys.stdout.flush()
         raw.close()
         os.close(read_fd)
+
+
+def test_a_stdout_with_no_file_under_it_gets_the_line(monkeypatch):
+    # A caller's or a test's stream (pytest's capsys): nobody else writes to it.
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    say_json({"stage": "node", "records": 3})
+    assert out.getvalue() == '{"stage": "node", "records": 3}\n'

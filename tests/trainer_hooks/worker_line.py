@@ -6,11 +6,6 @@ the test never saw either start. One os.write of the whole line is atomic on a p
 
 from __future__ import annotations
 
-import json
-import os
-import sys
+from faultlens.commands.json_line import say_json as say
 
-
-def say(obj: dict) -> None:
-    sys.stdout.flush()  # whatever print() left in the buffer goes first, in order
-    os.write(sys.stdout.fileno(), (json.dumps(obj) + "\n").encode())
+__all__ = ["say"]

@@ -296,7 +296,7 @@ class Policy(PolicyChecks):
             if mode == "act":
                 allocation = pool.take_for(d.id, len(step.nodes), skip=lemons)
             else:
-                allocation = StandbyPool(d.job, list(pool.spares)).take(len(step.nodes), skip=lemons)
+                allocation = pool.preview(len(step.nodes), skip=lemons)
             params.update(allocation.to_params())
 
         command = Command(

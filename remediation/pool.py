@@ -75,6 +75,11 @@ class StandbyPool:
     # Diagnosis id → the spares its eviction got: a diagnosis redelivered after a restart (decided,
     # not yet committed) gets the same spares back instead of taking new ones.
     allocations: dict[str, list[str]] = field(default_factory=dict)
+    # Whether the last eviction found the pool short: the operator is warned when it runs short and
+    # told when it can fill an eviction again, not once per eviction of the same shortage (each
+    # eviction's shortfall still goes out in its command's ``standby_shortfall``). Not kept in the
+    # state file: a restarted consumer warns once more, which is news to whoever reads its log.
+    short: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "spares": list(self.spares), "used": list(self.used),
@@ -105,7 +110,7 @@ class StandbyPool:
         running the job, are no spare."""
         gone = set(names)
         return StandbyPool(self.job, [s for s in self.spares if s not in gone], list(self.used),
-                           {k: list(v) for k, v in self.allocations.items()})
+                           {k: list(v) for k, v in self.allocations.items()}, self.short)
 
     @classmethod
     def for_job(cls, job: str, nodes: int, names: list[str] | None = None, **sizing) -> "StandbyPool":
@@ -118,14 +123,38 @@ class StandbyPool:
     def take(self, count: int, skip: "frozenset[str] | set[str]" = frozenset()) -> Allocation:
         """The first ``count`` spares, passing over ``skip`` (lemons: remediation.fleet), which stay
         listed so that a machine a person resumes is a spare again."""
-        got = [s for s in self.spares if s not in skip][:count]
+        got = self._pick(count, skip)
         self.spares = [s for s in self.spares if s not in got]
         self.used.extend(got)
-        shortfall = count - len(got)
-        if shortfall:
-            log.warning("job %s: standby pool short by %d node(s) (%d spare(s) left before this eviction)",
-                        self.job, shortfall, len(got))
-        return Allocation(tuple(got), shortfall)
+        return self._noted(Allocation(tuple(got), count - len(got)))
+
+    def preview(self, count: int, skip: "frozenset[str] | set[str]" = frozenset()) -> Allocation:
+        """What :meth:`take` would hand out, handing out nothing (a dry run's eviction): it still
+        warns, once, when the pool could not fill it."""
+        got = self._pick(count, skip)
+        return self._noted(Allocation(tuple(got), count - len(got)))
+
+    def _pick(self, count: int, skip: "frozenset[str] | set[str]") -> list[str]:
+        return [s for s in self.spares if s not in skip][:count]
+
+    def _noted(self, allocation: Allocation) -> Allocation:
+        """``allocation``, after logging a change of shortage: a warning when the pool runs short, a
+        line when it fills an eviction again; each shortfall in between only at DEBUG."""
+        wanted = len(allocation.replacements) + allocation.shortfall
+        if allocation.shortfall and not self.short:
+            log.warning("job %s: standby pool ran short: an eviction of %d node(s) got %d spare(s); later "
+                        "evictions it cannot fill are logged at DEBUG until it fills one again "
+                        "(each command carries its standby_shortfall)",
+                        self.job, wanted, len(allocation.replacements))
+        elif allocation.shortfall:
+            log.debug("job %s: standby pool still short: an eviction of %d node(s) got %d spare(s)",
+                      self.job, wanted, len(allocation.replacements))
+        elif wanted and self.short:
+            log.warning("job %s: standby pool no longer short: an eviction of %d node(s) got its spare(s)",
+                        self.job, wanted)
+        if wanted:
+            self.short = allocation.shortfall > 0
+        return allocation
 
     def take_for(self, key: str, count: int, skip: "frozenset[str] | set[str]" = frozenset()) -> Allocation:
         """:meth:`take`, once per ``key`` (a diagnosis id): the same key again gets what it got."""

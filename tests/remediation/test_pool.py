@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from faultlens.remediation.pool import StandbyPool, binomial_quantile, standby_size
@@ -36,3 +38,36 @@ def test_pool_hands_out_named_spares_then_reports_the_shortfall():
     second = pool.take(3)
     assert second.replacements == ("j-standby-003",) and second.shortfall == 2
     assert second.to_params() == {"replacements": ["j-standby-003"], "standby_shortfall": 2}
+
+
+def _pool_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.endswith("remediation.pool") and r.levelno >= logging.WARNING]
+
+
+def test_a_shortage_is_one_warning_while_each_eviction_keeps_its_shortfall(caplog):
+    caplog.set_level(logging.DEBUG, logger="faultlens.remediation.pool")
+    pool = StandbyPool("j", ["s000"])
+    allocations = [pool.take_for(f"d{i}", 1) for i in range(5)]
+    assert [a.shortfall for a in allocations] == [0, 1, 1, 1, 1]
+    assert [a.to_params()["standby_shortfall"] for a in allocations] == [0, 1, 1, 1, 1]
+    warnings = _pool_warnings(caplog)
+    assert len(warnings) == 1 and "ran short" in warnings[0]
+    assert sum("still short" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) == 3
+
+
+def test_the_pool_says_when_it_fills_an_eviction_again_and_warns_again_at_the_next_shortage(caplog):
+    caplog.set_level(logging.WARNING, logger="faultlens.remediation.pool")
+    pool = StandbyPool("j", ["s000", "lemon"])
+    assert pool.take(1, skip={"s000", "lemon"}).shortfall == 1  # both spares are lemons for now
+    assert pool.take(1, skip={"s000", "lemon"}).shortfall == 1
+    assert pool.take(1, skip={"lemon"}).replacements == ("s000",)  # a person resumed s000
+    assert pool.take(1, skip={"lemon"}).shortfall == 1
+    assert [m.split(":")[1].strip() for m in _pool_warnings(caplog)] == [
+        "standby pool ran short", "standby pool no longer short", "standby pool ran short"]
+
+
+def test_a_dry_runs_preview_hands_out_nothing_and_warns_once(caplog):
+    caplog.set_level(logging.WARNING, logger="faultlens.remediation.pool")
+    pool = StandbyPool("j", ["s000"])
+    assert [pool.preview(2).shortfall for _ in range(3)] == [1, 1, 1]
+    assert pool.spares == ["s000"] and pool.used == [] and len(_pool_warnings(caplog)) == 1

@@ -11,8 +11,9 @@ from typing import Any, Mapping
 
 from faultlens.history.whatif import presets, sources
 from faultlens.history.whatif.closed_form import project
-from faultlens.history.whatif.model import timeout_only
+from faultlens.history.whatif.model import Scenario, timeout_only
 from faultlens.history.whatif.monte_carlo import simulate
+from faultlens.history.whatif.provenance import Kind
 
 DEMO_GPUS = 9600
 DEMO_DAYS = 90.0
@@ -26,15 +27,38 @@ def headline(score_rows: Mapping[str, Mapping[str, Any]], *, gpus: int = DEMO_GP
                                   asked_as=f"projected ETTR ({gpus:,} GPUs, {days:g} days, with this detection)")
     p = project(s)
     mc = simulate(s, runs=runs, seed=seed, interval_s=p.checkpoint_interval_s)
-    causes = sorted(((f"{cause} {phase}".replace("_", " "), share) for cause, phases in p.breakdown.items()
-                     for phase, share in phases.items() if share > 0), key=lambda kv: -kv[1])
+    causes = sorted(((cause, phase, share) for cause, phases in p.breakdown.items()
+                     for phase, share in phases.items() if share > 0), key=lambda c: -c[2])
     return {
         "gpus": gpus, "days": days, "ettr": p.ettr, "ettr_monte_carlo": mc.ettr, "ettr_ci": list(mc.ci),
         "timeout_only_ettr": project(timeout_only(s)).ettr,
         "checkpoint_interval_optimal_s": p.checkpoint_interval_s,
-        "largest_losses": [{"cause": c, "share": v} for c, v in causes[:top]],
+        "largest_losses": [{"cause": f"{cause} {phase}".replace("_", " "), "share": share,
+                            **loss_source(s, cause, phase)} for cause, phase, share in causes[:top]],
         "measured_classes": sorted(note["measured"]),
     }
+
+
+# The input a phase's seconds come from; a share is that times the class's rate (the preset's: a
+# score measures detection, not how often faults come). Recovery and lost work rest on the preset's
+# recovery paths and checkpointing, which no run of this pipeline measures.
+_PHASE_INPUT = {"detection": "detect_s", "localisation": "localise_s", "over_eviction": "over_evict"}
+
+
+def loss_source(s: Scenario, cause: str, phase: str) -> dict[str, Any]:
+    """Where one loss's seconds come from, as the projection marked them (provenance.py):
+    ``{"source": "measured", "samples": n}`` with ``"guess": True`` under sources.MIN_SAMPLES, or
+    ``{"source": "preset", "kind": "published" | "assumed"}`` (no kind where several inputs mix)."""
+    key = _PHASE_INPUT.get(phase)
+    inp = s.provenance.get(f"faults.{cause}.{key}") if key else None
+    if inp is not None and inp.kind == Kind.MEASURED:
+        n = inp.samples or 0
+        return {"source": "measured", "samples": n, "guess": n < sources.MIN_SAMPLES}
+    if inp is not None:
+        return {"source": "preset", "kind": str(inp.kind)}
+    if key:     # nobody marked it: the model's default (provenance.inputs reports it as assumed)
+        return {"source": "preset", "kind": str(Kind.ASSUMED)}
+    return {"source": "preset"}
 
 
 def history_rows(conn) -> dict[str, dict[str, Any]]:

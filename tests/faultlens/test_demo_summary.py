@@ -61,9 +61,11 @@ REPORT = {
     "ettr": [{"job": "demo-sim", "wall_s": 1449.0, "productive_s": 1130.6, "ettr": 0.7803, "incidents": 24}],
     "projection": {"gpus": 9600, "days": 90.0, "ettr": 0.9791, "ettr_monte_carlo": 0.9789,
                    "ettr_ci": [0.9786, 0.9792], "timeout_only_ettr": 0.8631, "checkpoint_interval_optimal_s": 33.9,
-                   "largest_losses": [{"cause": "cuda error localisation", "share": 0.0081},
-                                      {"cause": "job hang detection", "share": 0.0031},
-                                      {"cause": "unknown localisation", "share": 0.0015}],
+                   "largest_losses": [{"cause": "cuda error localisation", "share": 0.0081,
+                                       "source": "preset", "kind": "assumed"},
+                                      {"cause": "job hang detection", "share": 0.0031,
+                                       "source": "measured", "samples": 2, "guess": True},
+                                      {"cause": "cuda error recovery", "share": 0.0013, "source": "preset"}],
                    "measured_classes": ["cuda_error", "job_hang"]},
     "pipeline": {},
     "files": {"out_dir": "/home/someone/.faultlens/demo-20261122-204831",
@@ -207,3 +209,31 @@ def test_injected_rows_mark_the_machines_evicted_beside_the_culprit():
     assert row["over_evicted"]["why"] == "no Flight Recorder dump: the stacks alone name group pp:9"
     exact = {**label, "nodes": ["n032", "n033", "n034", "n035"]}
     assert "over_evicted" not in summary.injected(state, [exact])[0]
+
+
+def test_each_projected_loss_says_whether_this_run_measured_it_or_the_preset_gave_it():
+    lines = _rendered().splitlines()
+    row = next(i for i, line in enumerate(lines) if "largest losses" in line)
+    assert "preset's fault rate" in lines[row]
+    losses = [line.strip() for line in lines[row + 1:row + 4]]
+    assert re.fullmatch(r"cuda error localisation +0\.81% +the preset \(assumed: a guess\)", losses[0])
+    assert re.fullmatch(r"job hang detection +0\.31% +this run, 2 samples: treat it as a guess", losses[1])
+    assert re.fullmatch(r"cuda error recovery +0\.13% +the preset", losses[2])
+
+
+def test_the_projection_marks_its_losses_by_where_their_seconds_come_from():
+    from faultlens.history.whatif.headline import headline
+
+    def row(fault, n, p50):
+        return {"fault": fault, "labels": n, "detected": n, "recall": 1.0, "detection_latency_p50_s": p50,
+                "wrong_nodes": 0}
+
+    losses = {x["cause"]: x for x in headline({"nic": row("nic", 6, 900.0), "unknown": row("unknown", 1, 5.0)},
+                                              runs=2, top=40)["largest_losses"]}
+    assert {k: losses["nic detection"][k] for k in ("source", "samples", "guess")} == \
+        {"source": "measured", "samples": 6, "guess": False}
+    assert losses["unknown detection"]["guess"] is True and losses["unknown detection"]["samples"] == 1
+    # unknown is found at stop time: its localisation stays the preset's guess, however well it was detected
+    assert losses["unknown localisation"] == {**losses["unknown localisation"], "source": "preset", "kind": "assumed"}
+    assert losses["job hang detection"]["source"] == "preset"   # not in this run's score
+    assert losses["cuda error recovery"]["source"] == "preset"

@@ -16,42 +16,19 @@ is then a dead letter, with the reason it would have had at once.
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Mapping, Protocol, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from faultlens.events.bundle import Bundle
 from faultlens.events.envelope import InvalidEvent, decode
 from faultlens.events.event_clock import EventClock
 from faultlens.events.event_time import WatermarkMerge, WriterWord
 from faultlens.events.typed_read import EnvelopeTime, read_envelope_time
+from faultlens.streams.messages import PolledMessage, PolledPartition
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.types import Decoder, Record, RunnerStats, broker_time, dead_letter
 
 # What a decoder raises for a message it cannot read: the message becomes a dead letter.
 UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
-
-
-class PolledPartition(Protocol):
-    """A partition as either consumer's poll() names it (kafka-python's TopicPartition)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    def __hash__(self) -> int: ...  # the merge keys its partitions by it
-
-
-class PolledMessage(Protocol):
-    """A message as either consumer's poll() gives it (kafka-python's ConsumerRecord, the confluent
-    adapter's Message): read-only fields, so a NamedTuple fits."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def timestamp(self) -> int: ...
 
 
 class Intake:
@@ -98,9 +75,12 @@ class Intake:
                                             f"oversized: {size} bytes (limit {max_bytes})", self.group))
                     continue
                 if peek is not None:
-                    value = peek(raw)
-                    if value is not None:  # read whole by complete(), once released
-                        good.append(Record(topic, partition, m.offset, m.key, value, m.timestamp, None, None, None, raw))
+                    # A variable of its own: mypy types one by its first assignment, and compiled
+                    # (mypyc) that type is enforced, so sharing `value` with the decoder's Envelope
+                    # made every deferred message a dead letter (bench/results_throughput.md).
+                    peeked = peek(raw)
+                    if peeked is not None:  # read whole by complete(), once released
+                        good.append(Record(topic, partition, m.offset, m.key, peeked, m.timestamp, None, None, None, raw))
                         continue
                 try:
                     value = dec(raw)

@@ -9,7 +9,8 @@ from typing import Iterable, Iterator
 from kafka import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
-from faultlens.streams.kafka_client import Message, open_consumer
+from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.messages import ReadMessage
 from faultlens.streams.reader_ends import seek_past_end
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ UNREACHED_IDLE_S = 5.0
 
 def iter_topics(settings: KafkaSettings, topics: Iterable[str], *, idle_s: float = 2.0,
                 max_messages: int | None = None, timeout_s: float | None = None,
-                from_beginning: bool = True) -> Iterator[Message]:
+                from_beginning: bool = True) -> Iterator[ReadMessage]:
     """Yield every message of ``topics`` until none arrived for ``idle_s`` (or a limit is hit);
     each has ``topic, partition, offset, key, value, timestamp`` whichever client reads.
 
@@ -80,5 +81,5 @@ def _end_offsets(consumer, parts: list[TopicPartition]) -> dict[TopicPartition, 
     return {tp: end for tp, end in ends.items() if end is not None and end > begins.get(tp, 0)}
 
 
-def read_topic(settings: KafkaSettings, topic: str, **kwargs) -> list[Message]:
+def read_topic(settings: KafkaSettings, topic: str, **kwargs) -> list[ReadMessage]:
     return list(iter_topics(settings, [topic], **kwargs))

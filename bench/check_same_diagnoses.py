@@ -2,6 +2,7 @@
 events (batches, columns) must leave every diagnosis the same, byte for byte (issue 56).
 
     .venv/bin/python -m bench.check_same_diagnoses [--traces DIR] [--out FILE]
+    .venv/bin/python bench/check_same_diagnoses.py [--traces DIR] [--out FILE]   (the same)
 
 Over a simulated trace (8 nodes x 8 GPUs, 1,200 s, seed 1) and every foreign trace
 (tests/fixtures/foreign/), each diagnosis as `faultlens analyze` prints it (one JSON line, its
@@ -24,9 +25,13 @@ from tempfile import TemporaryDirectory
 
 import orjson
 
-from bench.testbed import foreign
-from faultlens.diagnosis.engine.offline import analyze_trace
-from faultlens.engine_flags import add_engine_arguments, engine_config
+# Run as a script (`python bench/check_same_diagnoses.py`), Python puts bench/ on the path, not the
+# repository root that `bench.testbed` is found under; `python -m bench.check_same_diagnoses` needs nothing.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.testbed import foreign  # noqa: E402
+from faultlens.diagnosis.engine.offline import analyze_trace  # noqa: E402
+from faultlens.engine_flags import add_engine_arguments, engine_config  # noqa: E402
 
 SIMULATED = ("simulated", ["--nodes", "8", "--gpus", "8", "--duration", "1200", "--seed", "1"])
 

@@ -103,8 +103,10 @@ _CUDA_ERR = re.compile(
     r"|Exception raised from (?P<cudaorigin>\w+) at \S*(?:c10/cuda|ATen/cuda|ATen/native/cuda|c10/cuda/impl)/\w+\.\w+:\d+"
     # NCCL's CUDACHECK naming a code that says the device or its driver failed, not the call's use:
     # 999 unknown, 46 busy or unavailable, 700/719 illegal address / launch failure, 702 launch timed out
-    # ("Cuda failure 999 'unknown error'"); 'invalid argument', 'out of memory' stay NCCL's (nccl_lines.py)
-    r"|(?P<cf>Cuda failure (?:999|46|70[02]|719)\b(?: '[^']*')?)"
+    # ("Cuda failure 999 'unknown error'"); 'invalid argument', 'out of memory' stay NCCL's (nccl_lines.py).
+    # (round 26) 205/206, the driver unable to map or unmap a buffer object for the call (NCCL's allocator's
+    # "Cuda failure 205 'mapping of buffer object failed'"): the driver's failure, as the CUDA samples' text is read
+    r"|(?P<cf>Cuda failure (?:999|46|70[02]|719|20[56])\b(?: '[^']*')?)"
     # (round 18) the CUDA samples' and nccl-tests' check macro, with the file and line ("Cuda failure p2pBandwidthLatencyTest.cu:189:
     # 'mapping of buffer object failed'"): cudaGetErrorString's text, read as every CUDA error's is
     r"|Cuda failure \S+\.(?:cuh?|cc|cpp|c|h):\d+:? '(?P<cfsample>[^']+)'"

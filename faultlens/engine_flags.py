@@ -36,8 +36,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("diagnosis engine (the same flags on diagnose, up, analyze, score, history)")
     g.add_argument("--grace", type=float, default=_env_float("FAULTLENS_DIAGNOSE_GRACE_S", _DEFAULTS.grace_s),
                    help=f"seconds a job may send nothing before its time moves: of the time of jobs on its "
-                        f"clock, or live, of wall time once nothing on its clock arrives "
+                        f"clock, or live, of wall time once nothing on its clock arrives; the job's clock only, "
+                        f"not when a node is silent (--silence-grace) "
                         f"(default {_DEFAULTS.grace_s:g}; env FAULTLENS_DIAGNOSE_GRACE_S)")
+    g.add_argument("--silence-grace", type=float,
+                   default=_env_float("FAULTLENS_SILENCE_GRACE_S", _DEFAULTS.silence_grace_s),
+                   help=f"seconds of a job's time a node may report nothing (heartbeats, steps) while its peers "
+                        f"report on before it is node_silent (evicted), and the whole job before it is "
+                        f"telemetry_lost (default {_DEFAULTS.silence_grace_s:g}; env FAULTLENS_SILENCE_GRACE_S)")
     g.add_argument("--max-lateness", type=float,
                    default=_env_float("FAULTLENS_MAX_LATENESS_S", _DEFAULTS.max_lateness_s),
                    help=f"an event this many seconds behind its job's event time is too late to judge "
@@ -76,6 +82,6 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         thresholds = load_thresholds(files) if files else None
     except ThresholdsError as exc:
         raise SystemExit(f"faultlens: {exc}") from None
-    return EngineConfig(grace_s=args.grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
+    return EngineConfig(grace_s=args.grace, silence_grace_s=args.silence_grace, max_lateness_s=args.max_lateness, implicit=not args.no_implicit,
                         implicit_config=ImplicitConfig(hang=hang), peer_model=not args.no_peer_model, line_rules=line_rules,
                         thresholds=thresholds)

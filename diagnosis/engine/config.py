@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from faultlens.diagnosis.engine.implicit import ImplicitConfig
 from faultlens.diagnosis.engine.thresholds import Thresholds
+from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.events.topics import TELEMETRY_PARTITIONS
 from faultlens.parsing.rules import LineRule
 
@@ -19,6 +20,10 @@ class EngineConfig:
     # Seconds a job may deliver nothing before its time moves: of the time of jobs on its clock, or
     # live, of wall time once nothing on its clock arrives (diagnosis/engine/time_base.py).
     grace_s: float = 30.0
+    # Event seconds a node may report nothing (beats, steps) while its peers report on before it is
+    # node_silent, and a whole job before it is telemetry_lost (diagnosis/rules/liveness.py): a
+    # judgement of the machines, where grace_s is one of the pipeline's time; a flag each.
+    silence_grace_s: float = GRACE_S
     # Event seconds a quiet job's time moves per wall second past the grace: 1, the wall clock's own
     # pace. Tests that wait for a quiet job's verdicts (a stream that ended, silences) set more, so
     # 30 s of silence pass in a few wall seconds; the verdicts are the same (a tick moves time by

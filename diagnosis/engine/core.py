@@ -104,7 +104,8 @@ class Engine(JobClocks):
         if lane is None:
             stage = JobStage(self.book, self.config.window_s, implicit=self.config.implicit,
                              implicit_config=self.config.implicit_config, peer_model=self.config.peer_model,
-                             telemetry_partitions=self.config.telemetry_partitions)
+                             telemetry_partitions=self.config.telemetry_partitions,
+                             silence_grace_s=self.config.silence_grace_s)
             thresholds = self.config.thresholds or shipped_thresholds()
             lane = self._lanes[job] = Lane(stage, Dedup(job_size=self._job_size),
                                            Waves(thresholds.wave, self._job_size, self._machines, self.fleet, job),

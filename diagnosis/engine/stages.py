@@ -22,7 +22,7 @@ from faultlens.diagnosis.peers.net_traffic import NetTraffic
 from faultlens.diagnosis.rules import Finding, Rule, node_rules
 from faultlens.diagnosis.rules.base import opt_int
 from faultlens.diagnosis.rules.comms import FirstFailingRank
-from faultlens.diagnosis.rules.liveness import SilenceDetector
+from faultlens.diagnosis.rules.liveness import GRACE_S, SilenceDetector
 from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
@@ -158,10 +158,10 @@ class NodeStage:
 class JobStage:
     def __init__(self, book: JobBook, window_s: float = 10.0, *, implicit: bool = True,
                  implicit_config: ImplicitConfig | None = None, peer_model: bool = True,
-                 telemetry_partitions: int | None = None) -> None:
+                 telemetry_partitions: int | None = None, silence_grace_s: float = GRACE_S) -> None:
         self.book = book
         self.comms = FirstFailingRank(book)
-        self.silence = SilenceDetector(book=book)
+        self.silence = SilenceDetector(silence_grace_s, book=book)
         self.stalled = LossStalledDetector()  # a loss that stopped learning (job-wide, names no machine)
         self.use_telemetry_partitions(telemetry_partitions)
         # peer_model off: only the robust z-score threshold compares a node with its peers.

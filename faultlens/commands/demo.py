@@ -220,7 +220,10 @@ def _pipeline_options(args: argparse.Namespace, out_dir: Path, stamp: str, state
 
 def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tuple[Any, dict[str, Any]]:
     """The run's ETTR and the files written from its history (plots, the HTML report)."""
+    import duckdb
+
     from faultlens.demo import summary
+    from faultlens.demo.compact import compact_history
     from faultlens.history import html_report
     from faultlens.history.plots import write_plots
     from faultlens.history.queries import run as query
@@ -237,6 +240,10 @@ def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tup
         html = html_report.write(conn, out_dir / "report.html", source=str(db))
     finally:
         conn.close()
+    try:
+        compact_history(db)
+    except (OSError, duckdb.Error) as exc:  # the run's results stand without it: only the file is bigger
+        log.warning("history %s left as written (not compacted): %s", db, exc)
     return ettr, summary.files_of(out_dir, db, plots, html)
 
 

@@ -303,7 +303,10 @@ def _say_outcomes(report: dict[str, Any], say: Callable[..., None]) -> None:
     files = report["files"]
     say()
     say(f"Written to {files['out_dir']}", "bold")
+    size = files.get("history_bytes")
     say(f"history: {files['history_db']}", indent=2)
+    if size:  # a path's own line, whole, so it can be copied; its size under it
+        say(f"{size / 2**20:,.0f} MiB", "dim", indent=4)
     if files.get("plots"):
         say(f"plots: {len(files['plots'])} PNG charts in {Path(files['plots'][0]).parent}", indent=2)
     if files.get("html_report"):
@@ -333,5 +336,6 @@ def _num(x: Any) -> str:
 
 def files_of(out_dir: Path, db: Path, plots: dict[str, Path | None], html: Path | None = None) -> dict[str, Any]:
     return {"out_dir": str(out_dir), "history_db": str(db),
+            "history_bytes": db.stat().st_size if db.exists() else None,
             "plots": sorted(str(p) for p in plots.values() if p is not None),
             "html_report": str(html) if html is not None else None}

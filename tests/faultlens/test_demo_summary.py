@@ -70,6 +70,7 @@ REPORT = {
     "pipeline": {},
     "files": {"out_dir": "/home/someone/.faultlens/demo-20261122-204831",
               "history_db": "/home/someone/.faultlens/demo-20261122-204831/history.duckdb",
+              "history_bytes": 178_270_208,
               "plots": [f"/home/someone/.faultlens/demo-20261122-204831/plots/{n}.png" for n in ("mtbf", "mttr")],
               "html_report": "/home/someone/.faultlens/demo-20261122-204831/report.html"},
 }
@@ -119,6 +120,8 @@ def test_follow_up_lines_for_groups_chains_and_several_nodes():
 def test_ends_with_where_to_find_the_html_report():
     lines = _rendered().rstrip().splitlines()
     assert lines[-1].strip() == "file:///home/someone/.faultlens/demo-20261122-204831/report.html"
+    at = lines.index("  history: /home/someone/.faultlens/demo-20261122-204831/history.duckdb")
+    assert lines[at + 1] == "    170 MiB"
     assert "refused: 1" in "\n".join(lines) and "bad signature (forged or altered)" in "\n".join(lines)
 
 

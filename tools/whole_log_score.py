@@ -1,6 +1,6 @@
 """Score the parsers on whole real logs (tests/fixtures/whole_logs): every line, in order.
 
-    python -m tools.whole_log_score [FOLDER] [--misses]
+    python -m tools.whole_log_score [FOLDER] [--only NAME ...] [--misses]
 
 The line corpus (tools/log_corpus_score) judges single collected lines, each by a fresh parser. A
 deployed agent reads every line of a node's logs through one parser per stream, so multi-line
@@ -30,6 +30,7 @@ import json
 import re
 import tomllib
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,14 +162,24 @@ def labels_of(folder: Path, name: str) -> dict[int, str]:
 
 
 def log_lines(folder: Path, entry: dict[str, Any]) -> list[str]:
-    # Bytes a source's encoding could not give (a log is copied as it is) become U+FFFD, as the agent's reader does.
-    return (folder / entry["file"]).read_text(encoding="utf-8", errors="replace").splitlines()
+    """The file's lines as the agent's follower splits them (collectors/file_follower.py): at each
+    newline, a CRLF's carriage return dropped, a lone one (a progress bar's) kept inside its line.
+    Bytes no UTF-8 gives become U+FFFD, as there."""
+    with open(folder / entry["file"], encoding="utf-8", errors="replace", newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the file ends its last line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def score_folder(folder: Path = WHOLE_LOGS) -> tuple[LogScore, dict[str, LogScore]]:
+def score_folder(folder: Path = WHOLE_LOGS, only: Collection[str] = ()) -> tuple[LogScore, dict[str, LogScore]]:
+    """Every log of the manifest, or those named in ``only``."""
     total, per_log = LogScore(), {}
     for entry in manifest(folder):
         name = entry["name"]
+        if only and name not in only:
+            continue
         s = score_log(log_lines(folder, entry), labels_of(folder, name), entry["source"], entry.get("strip", ""), name)
         per_log[name] = s
         total.add(s)
@@ -180,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "folder", nargs="?", type=Path, default=WHOLE_LOGS, help="a folder with manifest.toml (default: the fixtures)"
     )
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", help="score only this log (repeatable)")
     ap.add_argument("--misses", action="store_true", help="print every missed fault line and every fired ordinary line")
     args = ap.parse_args(argv)
-    total, per_log = score_folder(args.folder)
+    total, per_log = score_folder(args.folder, args.only)
     for name, s in per_log.items():
         print(json.dumps({"log": name, **s.as_dict()}))
     for cls, n in sorted(total.by_class.items()):

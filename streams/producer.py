@@ -14,15 +14,18 @@ from faultlens.events.envelope import Envelope, encode
 from faultlens.events.topics import topic_for
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import open_producer
+from faultlens.streams.topic_missing import CREATE_HINT, TopicMissingError
 
 log = logging.getLogger(__name__)
 
 
 # Refusals that sending again cannot mend, by the client's own error: kafka-python's classes and
 # librdkafka's codes (KafkaError.name()); anything else (no connection, a timeout, no leader) is retried.
-# kafka-python cannot tell a topic that does not exist (auto-create off): it waits its max_block_ms
-# for the topic's metadata and raises a timeout, retried; librdkafka fails the record _UNKNOWN_TOPIC.
+# A topic that does not exist (auto-create off): librdkafka fails the record _UNKNOWN_TOPIC; kafka-python
+# waits its max_block_ms for the topic's metadata and raises a timeout, which the backend reads as
+# TopicMissingError when the broker answered meanwhile (streams/topic_missing.py).
 _KAFKA_PYTHON_KINDS: tuple[tuple[type[KafkaError], str], ...] = (
+    (TopicMissingError, "unknown topic"),
     (kafka_errors.MessageSizeTooLargeError, "too large"), (kafka_errors.RecordListTooLargeError, "too large"),
     (kafka_errors.InvalidTopicError, "invalid topic"), (kafka_errors.TopicAuthorizationFailedError, "not authorized"),
     (kafka_errors.InvalidRecordError, "invalid record"))
@@ -31,6 +34,8 @@ _CONFLUENT_KINDS = {"MSG_SIZE_TOO_LARGE": "too large",  # librdkafka refuses a r
                     "_UNKNOWN_TOPIC": "unknown topic", "TOPIC_AUTHORIZATION_FAILED": "not authorized",
                     "INVALID_RECORD": "invalid record", "_KEY_SERIALIZATION": "serialization",
                     "_VALUE_SERIALIZATION": "serialization"}
+# What the one who reads the WARNING can do about a kind (the others are the record's own fault).
+_KIND_HINTS = {"unknown topic": f"the topic does not exist and the broker creates none: {CREATE_HINT}"}
 
 
 def rejection_kind(error: object) -> str | None:
@@ -86,8 +91,10 @@ class RefusalVoice:
             if now - said < self.every_s:
                 self._said[r.kind] = (said, since + 1)
                 continue
-            self.logger.warning("%s: a record on %s refused for good (%s, %d bytes)%s; %s", self.who, r.topic, r.kind,
-                                len(r.value), f"; {since} more so since the last said" if since else "", self.then)
+            hint = _KIND_HINTS.get(r.kind)
+            self.logger.warning("%s: a record on %s refused for good (%s, %d bytes)%s; %s%s", self.who, r.topic, r.kind,
+                                len(r.value), f"; {since} more so since the last said" if since else "", self.then,
+                                f" ({hint})" if hint else "")
             self._said[r.kind] = (now, 0)
 
 

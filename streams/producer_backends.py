@@ -9,6 +9,7 @@ is driven at speed.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable
 
 from kafka import KafkaProducer
@@ -17,12 +18,16 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from faultlens.events.topics import key_partition
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.confluent_config import confluent_config, load_confluent
+from faultlens.streams.topic_missing import TopicMissingError, absent_after_wait, monotonic_ms
 
 log = logging.getLogger(__name__)
 
 # (topic, error, value): the client's own error (an exception, a confluent KafkaError) or a text, and
 # the record's value where one record failed, so a caller can tell a refusal for good and which record
 OnFailure = Callable[[str, object, "bytes | None"], None]
+# A topic found missing is refused at once (no new max_block_ms wait a record) for this long, unless
+# the client's metadata learnt it meanwhile; then one send waits again to see.
+MISSING_RECHECK_S = 30.0
 
 
 # kafka-python producer keyword → librdkafka property, for the overrides callers pass to Producer.
@@ -62,10 +67,43 @@ class KafkaPythonProducer:
         # send_many picks a keyed record's partition itself, as the default partitioner would
         self._own_partitioner = "partitioner" not in overrides
         self._partition_of: dict[str, tuple[list[int], dict[bytes, int]]] = {}
+        self._missing: dict[str, float] = {}  # topic -> when it was found missing (monotonic s)
 
     def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> None:
-        future = self._p.send(topic, key=key, value=value, partition=partition)
+        if self._missing and topic in self._missing:
+            self._refuse_if_missing(topic)
+        try:
+            future = self._p.send(topic, key=key, value=value, partition=partition)
+        except KafkaTimeoutError:
+            self._missing_or_raise(topic)
+            raise
         future.add_errback(self._failed, topic, value)
+
+    def _refuse_if_missing(self, topic: str) -> None:
+        """Raise :class:`TopicMissingError` for a topic found missing lately and still unknown."""
+        metadata = getattr(self._p, "_metadata", None)
+        if (time.monotonic() - self._missing[topic] < MISSING_RECHECK_S and metadata is not None
+                and metadata.partitions_for_topic(topic) is None):
+            raise TopicMissingError(topic)
+        del self._missing[topic]
+
+    def _missing_or_raise(self, topic: str) -> None:
+        """After the client's wait for ``topic``'s metadata timed out: raise :class:`TopicMissingError`
+        where the broker answered meanwhile without the topic; else return (the caller re-raises the
+        timeout: no broker answered, an outage)."""
+        waited_ms = float(self._p.config.get("max_block_ms", 0))
+        if absent_after_wait(getattr(self._p, "_metadata", None), topic, monotonic_ms() - waited_ms):
+            self._missing[topic] = time.monotonic()
+            raise TopicMissingError(topic) from None
+
+    def _partitions_for(self, topic: str) -> list[int]:
+        if self._missing and topic in self._missing:
+            self._refuse_if_missing(topic)
+        try:
+            return sorted(self._p.partitions_for(topic))
+        except KafkaTimeoutError:
+            self._missing_or_raise(topic)
+            raise
 
     def send_many(self, topics: list[str], keys: list[bytes | None], values: list[bytes]) -> None:
         """``send`` of each (topic, key, value), by key. kafka-python's partitioner hashes every
@@ -82,7 +120,7 @@ class KafkaPythonProducer:
         (topic, key), remembered while the topic's partitions stay the same."""
         known = self._partition_of
         for topic in topics:
-            parts = sorted(self._p.partitions_for(topic))  # waits for metadata, as send would
+            parts = self._partitions_for(topic)  # waits for metadata, as send would
             if topic not in known or known[topic][0] != parts:
                 known[topic] = (parts, {})
 
@@ -103,7 +141,7 @@ class KafkaPythonProducer:
         self._on_failure(topic, exc, value)
 
     def partitions(self, topic: str) -> list[int]:
-        return sorted(self._p.partitions_for(topic))
+        return self._partitions_for(topic)
 
     def flush(self, timeout: float | None) -> None:
         self._p.flush(timeout=timeout)
@@ -183,6 +221,9 @@ class ConfluentProducer:
     def partitions(self, topic: str) -> list[int]:
         meta = self._p.list_topics(topic, timeout=10)
         t = meta.topics.get(topic)
+        if t is not None and t.error is not None and t.error.code() in (self._ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                                   self._ck.KafkaError._UNKNOWN_TOPIC):
+            raise TopicMissingError(topic)
         if t is None or t.error is not None:
             raise KafkaError(f"no metadata for topic {topic}: {t.error if t is not None else 'unknown'}")
         return sorted(t.partitions)

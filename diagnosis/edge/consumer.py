@@ -31,6 +31,7 @@ from faultlens.streams.metrics import DIAGNOSES
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner.loop import GroupRunner, Record, dead_letter, record_bytes
+from faultlens.streams.topic_missing import TopicMissingError
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
         runner = GroupRunner(settings, group, TELEMETRY_TOPICS, node, event_time=True, broadcast_topics=[JOBS_TOPIC],
                              max_idle_s=max_idle_s, rebuild_s=NODE_REBUILD_S, decoders=TELEMETRY_DECODERS,
                              deferred_topics=DEFERRED_TOPICS)
+        _require_topics(runner, [*TELEMETRY_TOPICS, topics.SUMMARIES, JOBS_TOPIC])
         problem = topics.copartition_problem({t: len(runner.producer.partitions(t)) for t in TELEMETRY_TOPICS})
         if problem is not None:
             runner.producer.close()
@@ -254,6 +256,7 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
                              # the node stage placed each event (its clock judged on the telemetry
                              # topics); here a record's broker time is only when a member wrote it
                              judge_clocks=False)
+        _require_topics(runner, [topics.SUMMARIES, JOBS_TOPIC, DIAGNOSES_TOPIC])
         return _learn_partitions(runner, handler), handler
     if stage != "all":
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
@@ -262,7 +265,19 @@ def diagnose_consumer(settings: KafkaSettings, config: EngineConfig | None = Non
     runner = GroupRunner(settings, group, TELEMETRY_TOPICS, handler, event_time=True, decoders=TELEMETRY_DECODERS,
                          deferred_topics=DEFERRED_TOPICS, broadcast_topics=[JOBS_TOPIC], max_idle_s=max_idle_s,
                          rebuild_s=JOB_REBUILD_S)
+    _require_topics(runner, [*TELEMETRY_TOPICS, JOBS_TOPIC, DIAGNOSES_TOPIC])
     return _learn_partitions(runner, handler), handler
+
+
+def _require_topics(runner: GroupRunner, names: Iterable[str]) -> None:
+    """Every topic the stage reads or writes exists: on a broker that creates none, a missing one
+    read as an outage (nothing read, every output retried for ever). A clear error at start."""
+    for name in names:
+        try:
+            runner.producer.partitions(name)
+        except TopicMissingError as exc:
+            runner.producer.close()
+            raise TopicLayoutError(str(exc)) from None
 
 
 def _learn_partitions(runner: GroupRunner, handler: Any) -> GroupRunner:

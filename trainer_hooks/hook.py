@@ -103,7 +103,8 @@ class TrainerHook:
         self.exit_grace_s = exit_grace_s
         # Our own telemetry goes through a spool that never blocks nor raises (trainer_hooks/outbox.py):
         # the operator side's broker must not stop training. A producer handed in is used as given.
-        self.outbox = Outbox(settings, name=f"faultlens-outbox-r{rank}") if producer is None else None
+        outbox_thread = f"faultlens-outbox-r{rank}"  # its producer is made (and bootstraps) on it
+        self.outbox = Outbox(settings, name=outbox_thread) if producer is None else None
         self.producer: Producer | Outbox = producer or self.outbox  # type: ignore[assignment]
         self.steps = 0
         self.exit_code: int | None = None
@@ -121,7 +122,8 @@ class TrainerHook:
         # Through an outage only the outbox's own lines speak: the clients the hook owns are DEBUG then.
         self.voice: OutageVoice | None = None
         if settings is not None and (self.outbox is not None or self.listener is not None):
-            threads = client_threads(settings.client_id, *([self.listener.name] if self.listener else []))
+            threads = client_threads(settings.client_id, *([self.listener.name] if self.listener else []),
+                                     *([outbox_thread] if self.outbox else []))
             outbox = self.outbox
             self.voice = OutageVoice(threads, settings.bootstrap, lambda: outbox is not None and outbox.down,
                                      settings.client_id).install()
@@ -296,13 +298,15 @@ class TrainerHook:
         # A closed hook's process is leaving (or goes on without it, as in a test): the watchdog
         # must not end it later with os._exit.
         self._boundary_reached.set()
+        if self.voice is not None:
+            self.voice.closing()  # what the clients say as they close is no news to the user closing them
         if self.listener is not None:
             self.listener.stop()
         try:
             self._close_producer()
         finally:
             if self.voice is not None:
-                self.voice.remove()
+                self.voice.release()
 
     def _close_producer(self) -> None:
         if self.outbox is not None:

@@ -45,6 +45,7 @@ from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
+from faultlens.trainer_hooks.outbox_voice import client_threads, quiet_close
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.trainer_hooks.restart_plan import RestartPlan, plan_restart
 
@@ -318,9 +319,8 @@ class Launcher:
             self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes), "wait_s": wait_s})
 
     def close(self) -> None:
-        self.listener.stop()
-        self.terminate(0)
-        self.producer.close()
+        threads = client_threads(self.settings.client_id, self.listener.name)
+        quiet_close(threads, self.settings.client_id, self.listener.stop, lambda: self.terminate(0), self.producer.close)
 
 
 def _interrupt(*_: object) -> None:

@@ -19,6 +19,13 @@ consumer whose metadata refresh was backing off says "No node available" once mo
 is back, and one that finds its topic recreated (a broker that kept no state) says so a few seconds
 later (6 s measured on the embedded broker). Any other record of theirs (a misconfiguration, a
 broker that answers but refuses) keeps its level.
+
+Closing is the other time the clients speak for nothing: a connection still being set up is aborted
+("Abort", "Connection lost", a bootstrap that fails), a selector is closed under the IO loop. After
+:meth:`OutageVoice.closing` every WARNING+ record of the hook's clients is DEBUG, the broker up or
+not, and :meth:`OutageVoice.release` takes the filter away only once the threads that were still
+running have ended: the command listener and kafka-python's IO threads finish closing after the
+hook's close() returns.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from faultlens.streams.broker import answers
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 0.5
 SETTLE_S = 30.0
+# How long a released voice waits for its clients' threads before it goes anyway: kafka-python's
+# request timeout (30 s) ends a connection still being set up, and a bootstrap backs off after it.
+RELEASE_WAIT_S = 60.0
 # A client of the hook's that says its connection failed is the first to know: a probe made as the
 # broker dies may still be answered (its connections closed a moment before its listening socket).
 CONNECTION_LOST = ("KafkaConnectionError", "ECONNREFUSED", "Connection refused", "socket disconnected")
@@ -60,6 +70,7 @@ class OutageVoice(logging.Filter):
         self._lock = threading.Lock()
         self._probed_at = -PROBE_EVERY_S
         self._lost_at: float | None = None
+        self._closing = False
 
     def lost(self, said: str = "") -> bool:
         """Whether the broker is lost now (``said``: a record of the hook's clients), or was less than
@@ -81,7 +92,9 @@ class OutageVoice(logging.Filter):
         return record.threadName in self.threads
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING or not self.ours(record) or not self.lost(record.getMessage()):
+        if record.levelno < logging.WARNING or not self.ours(record):
+            return True
+        if not self._closing and not self.lost(record.getMessage()):
             return True
         self.demoted += 1
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
@@ -95,6 +108,43 @@ class OutageVoice(logging.Filter):
     def remove(self) -> None:
         for logger in _loggers():
             logger.removeFilter(self)
+
+    def closing(self) -> "OutageVoice":
+        """The clients are being closed: from now on all they say at WARNING or above is DEBUG."""
+        self._closing = True
+        return self
+
+    def release(self, wait_s: float = RELEASE_WAIT_S) -> threading.Thread | None:
+        """Remove the filter once the threads of ``threads`` alive now have ended, at most ``wait_s``
+        from now, without making the caller wait: the thread that waits, or None (none was alive, the
+        filter is gone)."""
+        me = threading.current_thread()
+        running = [t for t in threading.enumerate() if t.name in self.threads and t is not me]
+        if not running:
+            self.remove()
+            return None
+
+        def remove_when_done() -> None:
+            deadline = time.monotonic() + wait_s
+            for thread in running:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            self.remove()
+
+        waiter = threading.Thread(target=remove_when_done, name="faultlens-voice-release", daemon=True)
+        waiter.start()
+        return waiter
+
+
+def quiet_close(threads: frozenset[str], client_id: str, *steps: Callable[[], object]) -> threading.Thread | None:
+    """Run ``steps`` (each closes clients of ours) with what those clients say as they close at DEBUG;
+    for a process with no :class:`OutageVoice` of its own (the launcher). Returns :meth:`release`'s."""
+    voice = OutageVoice(threads, None, lambda: False, client_id).closing().install()
+    try:
+        for step in steps:
+            step()
+    finally:
+        waiter = voice.release()
+    return waiter
 
 
 def _loggers() -> list[logging.Logger]:

@@ -8,20 +8,12 @@ Kafka-free: consumer stand-ins say how far each partition was read."""
 
 from __future__ import annotations
 
-import time
-
-from kafka.structs import TopicPartition
-
 from faultlens.diagnosis.engine.offline import analyze
-from faultlens.events.envelope import Envelope, encode
-from faultlens.events.typed_read import EnvelopeTime
-from faultlens.streams.config import KafkaSettings
+from faultlens.events.envelope import Envelope
 from faultlens.streams.runner import event_time
-from faultlens.streams.runner.loop import GroupRunner
 from faultlens.streams.runner.types import Record
 from tests.diagnosis.sim_replay import acting, offline_trace
-
-JOBS_TP, DATA_TP = TopicPartition("jobs", 0), TopicPartition("telemetry.gpu", 0)
+from tests.helpers.event_time_stand_ins import GroupConsumer, JobsReader, data_record, event_time_order
 
 
 def _late(events: list[Envelope], kinds: set[str], after: float, by: float) -> list[Envelope]:
@@ -50,70 +42,15 @@ def test_a_backlog_judged_without_its_restarts_is_judged_otherwise(tmp_path):
     }
 
 
-class _Broadcast:
-    """`jobs`, read to ``position`` of ``end``; its fetches bring nothing (a starved member)."""
-
-    def __init__(self, position: int, end: int):
-        self.pos, self.end = position, end
-
-    def assignment(self):
-        return {JOBS_TP}
-
-    def highwater(self, tp):
-        return self.end
-
-    def position(self, tp):
-        return self.pos
-
-    def end_offsets(self, parts):
-        return {tp: self.end for tp in parts}
-
-    def poll(self, timeout_ms=0):
-        return {}
-
-
-class _Group:
-    """The group's consumer: its one partition read to its end."""
-
-    def assignment(self):
-        return {DATA_TP}
-
-    def highwater(self, tp):
-        return 1
-
-    def position(self, tp):
-        return 1
-
-    def pause(self, *tps):
-        pass
-
-    def resume(self, *tps):
-        pass
-
-
 def _record(ts: float) -> Record:
-    return Record(
-        topic=DATA_TP.topic,
-        partition=DATA_TP.partition,
-        offset=0,
-        key=b"n",
-        timestamp_ms=int(time.time() * 1000),
-        value=EnvelopeTime(ts=ts, job="j", node="n001"),
-        event_ts=ts,
-        raw=encode(Envelope(ts=ts, job="j", node="n001", source="gpu", kind="sample")),
-    )
+    return data_record(Envelope(ts=ts, job="j", node="n001", source="gpu", kind="sample"), b"n")
 
 
 def test_data_waits_for_a_broadcast_behind_then_goes_after_the_give_up(monkeypatch, caplog):
     monkeypatch.setattr(event_time, "BROADCAST_CATCH_UP_S", 0.05)
-    runner = GroupRunner(
-        KafkaSettings(bootstrap="127.0.0.1:1"), "g", ["telemetry.gpu"], lambda recs: [], event_time=True, producer=object()
-    )
-    order = runner.order
-    assert order is not None
-    order.merge.assign([DATA_TP], time.time())
-    order.broadcast = jobs = _Broadcast(position=100, end=5_000)
-    group = _Group()
+    jobs = JobsReader(100, high=5_000, end=5_000)  # `jobs` read to 100 of 5,000; its fetches bring nothing
+    order = event_time_order(jobs, follow_jobs=False)
+    group = GroupConsumer()
     assert order.ordered(group, [_record(1_767_225_600.0)]) == []  # held: `jobs` is behind
     assert order.ordered(group, []) == []  # and again at the next loop, which does not wait
     jobs.pos = 5_000  # caught up

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import uuid
 
@@ -23,10 +22,10 @@ import torch
 
 from faultlens.events.envelope import decode
 from faultlens.streams.admin import ensure_topics
-from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.callback_support import eval_chance
 from faultlens.trainer_hooks.hook import TrainerHook
+from tests.helpers.own_broker import own_broker
 from tests.kafka_fixtures import wait_for_records
 from tests.progress import wait_until
 from tests.trainer_hooks.callback_script import KEY
@@ -114,14 +113,8 @@ def arrived_evals(settings: KafkaSettings, job: str, wanted: set[int], hook: Tra
 
 @pytest.fixture
 def broker(tmp_path):
-    if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
-        pytest.skip("kills its broker: needs one of its own, not the shared cluster FAULTLENS_TEST_BOOTSTRAP names")
-    b = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
-    ensure_topics(KafkaSettings(bootstrap=b.bootstrap))
-    try:
+    with own_broker(tmp_path) as b:  # this module kills its broker: one of its own
         yield b
-    finally:
-        b.stop()
 
 
 def test_a_training_loop_evaluates_through_a_killed_broker_and_its_evals_arrive_once_one_is_back(broker, tmp_path, caplog):

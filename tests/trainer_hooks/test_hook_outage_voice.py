@@ -10,7 +10,6 @@ loggers at their default level. Unit: the filter's rules on hand-made records.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 
@@ -18,10 +17,10 @@ import kafka
 import pytest
 
 from faultlens.streams.admin import ensure_topics
-from faultlens.streams.broker import EmbeddedBroker
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
-from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads
+from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads, quiet_close
+from tests.helpers.own_broker import own_broker
 from tests.progress import wait_until
 from tests.trainer_hooks.callback_script import KEY
 
@@ -31,14 +30,8 @@ HOOK_LINES = ("spooling up to", "broker back after")
 
 @pytest.fixture
 def broker(tmp_path):
-    if os.environ.get("FAULTLENS_TEST_BOOTSTRAP"):
-        pytest.skip("kills its broker: needs one of its own, not the shared cluster FAULTLENS_TEST_BOOTSTRAP names")
-    b = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
-    ensure_topics(KafkaSettings(bootstrap=b.bootstrap))
-    try:
+    with own_broker(tmp_path) as b:  # this module kills its broker: one of its own
         yield b
-    finally:
-        b.stop()
 
 
 class Steps:
@@ -171,7 +164,7 @@ def test_a_probe_that_finds_no_broker_demotes_before_the_spool_knows(caplog):
     assert not voice.filter(record("kafka-io-trainer-j-0"))
 
 
-def test_the_filter_is_on_every_kafka_logger_while_the_hook_lives_and_gone_after(tmp_path):
+def test_the_filter_is_on_every_kafka_logger_while_the_hook_lives_and_gone_after(tmp_path, caplog):
     from faultlens.streams.broker import free_port
 
     settings = KafkaSettings(bootstrap=f"127.0.0.1:{free_port()}")  # no broker: the hook starts anyway
@@ -184,9 +177,100 @@ def test_the_filter_is_on_every_kafka_logger_while_the_hook_lives_and_gone_after
         assert "faultlens.trainer_hooks.outbox" not in [
             n for n in logging.root.manager.loggerDict if hook.voice in getattr(logging.getLogger(n), "filters", [])
         ]
+        caplog.set_level(logging.WARNING)
+        caplog.set_level(logging.NOTSET, logger="kafka")  # kafka's loggers as a user's script has them
     finally:
         hook.close()
-    assert not any(hook.voice in logging.getLogger(n).filters for n in names)
+    # Gone once the clients still closing after close() returned (the listener's consumer, kafka's
+    # IO threads) have ended; meanwhile what they say as they close is DEBUG.
+    wait_until(
+        lambda: not any(hook.voice in logging.getLogger(n).filters for n in names),
+        progress=lambda: sorted(t.name for t in threading.enumerate()),
+        stall_s=STALL_S,
+        what="the hook's clients to finish closing",
+    )
+    loud = [(r.name, r.threadName, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [x for x in loud if x[0] != "faultlens.trainer_hooks.outbox"], loud
+
+
+def _thread_of_ours(name: str, says: list[tuple[str, int, str]]) -> tuple[threading.Thread, threading.Event]:
+    """A stand-in for a client's IO thread: logs ``says`` (logger, level, text) at once, then stays
+    alive until its event is set (a client still closing)."""
+    done = threading.Event()
+
+    def run() -> None:
+        for logger, level, text in says:
+            logging.getLogger(logger).log(level, text)
+        done.wait()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    return thread, done
+
+
+CLOSING_WORDS = [
+    ("kafka.net.transport", logging.ERROR, "<KafkaTCPTransport [127.0.0.1:9092]>: Abort (Cancelled)"),
+    ("kafka.net.connection", logging.ERROR, "<KafkaConnection node_id=bootstrap-0>: Connection lost: Cancelled"),
+    ("kafka.net.selector", logging.ERROR, "IO loop crashed (client_id=trainer-j-0)"),
+]
+
+
+def test_while_closing_all_the_hooks_clients_say_is_debug_the_broker_up_and_a_users_client_still_speaks(caplog):
+    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.NOTSET, logger="kafka")
+    voice = OutageVoice(client_threads("trainer-j-0"), None, lambda: False).install()  # the broker is up
+    try:
+        assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelno == logging.ERROR  # not closing: kept
+        voice.closing()
+        ours, ours_done = _thread_of_ours("kafka-io-trainer-j-0", CLOSING_WORDS)
+        theirs, theirs_done = _thread_of_ours("kafka-io-users-own-consumer", CLOSING_WORDS[:1])
+        for thread in (ours, theirs):
+            thread.start()
+        ours_done.set(), theirs_done.set()
+        ours.join(STALL_S), theirs.join(STALL_S)
+    finally:
+        voice.remove()
+    loud = [(r.threadName, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [("kafka-io-users-own-consumer", CLOSING_WORDS[0][2])], loud
+    assert voice.demoted == len(CLOSING_WORDS)
+
+
+def test_a_released_voice_stays_until_the_clients_still_closing_have_ended(caplog):
+    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.NOTSET, logger="kafka")
+    voice = OutageVoice(client_threads("trainer-j-0"), None, lambda: False).install().closing()
+    lingering, finish = _thread_of_ours("trainer-j-0-network-thread", [])
+    lingering.start()
+    waiter = voice.release()
+    assert waiter is not None and voice in logging.getLogger("kafka.net.transport").filters
+    late, late_done = _thread_of_ours("trainer-j-0-network-thread", CLOSING_WORDS[:1])  # says it after close()
+    late_done.set()
+    late.start()
+    late.join(STALL_S)
+    finish.set()
+    wait_until(lambda: not waiter.is_alive(), progress=lambda: lingering.is_alive(), stall_s=STALL_S,
+               what="the voice to go once its client's thread ended")
+    assert voice not in logging.getLogger("kafka.net.transport").filters
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING] and voice.demoted == 1
+    assert voice.release() is None  # nothing of ours alive: removed at once
+
+
+def test_the_launcher_closes_its_clients_quietly(caplog):
+    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.NOTSET, logger="kafka")
+    threads = client_threads("faultlens", "faultlens-commands")
+    closed: list[str] = []
+
+    def close_consumer() -> None:  # its IO thread says its last words as it stops
+        thread, done = _thread_of_ours("kafka-io-faultlens", CLOSING_WORDS)
+        done.set()
+        thread.start()
+        thread.join(STALL_S)
+        closed.append("consumer")
+
+    waiter = quiet_close(threads, "faultlens", close_consumer, lambda: closed.append("children"))
+    assert closed == ["consumer", "children"] and waiter is None  # nothing of ours left running: gone
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not any(isinstance(f, OutageVoice) for f in logging.getLogger("kafka.net.transport").filters)
 
 
 def test_librdkafka_lines_of_the_hooks_client_are_told_by_their_client_name(caplog):

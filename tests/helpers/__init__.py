@@ -1,0 +1,1 @@
+"""Small helpers that several test folders share (test doubles, record builders)."""

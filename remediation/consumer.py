@@ -181,14 +181,18 @@ class RemediationHandler:
 
 
 def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_s: float = 1.0) -> int:
-    """Read the compacted ``jobs`` topic once, so a restarted remediator knows every job's machines."""
+    """Read the compacted ``jobs`` topic once, so a restarted remediator knows every job's machines;
+    returns how many topologies it read. ``m`` is either client's record (streams/messages.ReadMessage,
+    read by field name: kafka-python's ConsumerRecord is not confluent's Message field for field)."""
     n = 0
     for m in iter_topics(settings, [JOBS_TOPIC], idle_s=idle_s, timeout_s=30.0):
         try:
-            handler.observe_topology(decode(m.value))
-            n += 1
+            event = decode(m.value)
+            handler.observe_topology(event)
         except ValueError as exc:  # InvalidEvent is a ValueError: a bad topology is skipped, not fatal
             log.warning("jobs topic offset %d: %s", m.offset, exc)
+            continue
+        n += event.source == "job" and event.kind == "topology"  # starts and restarts share the topic
     return n
 
 

@@ -65,3 +65,30 @@ def test_a_malformed_check_result_costs_only_itself(tmp_path):
     [dead] = _dead(out)
     assert "data.passed" in dead["reason"]
     assert set(p.pending_checks["j"].results) == set(NODES[1:])  # the good answers all counted
+
+
+def test_priming_reads_kafka_pythons_records_by_field_and_counts_only_topologies(tmp_path, monkeypatch, caplog):
+    """The `jobs` topic as kafka-python's consumer hands it over (ConsumerRecord: the value is its
+    eighth field, the timestamp its fifth): a start, a topology, a tombstone of compaction."""
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    from faultlens.events.envelope import encode
+    from faultlens.events.topology import Topology
+    from faultlens.remediation import consumer
+    from faultlens.streams.config import KafkaSettings
+
+    def record(offset: int, value: bytes | None) -> ConsumerRecord:
+        return ConsumerRecord("jobs", 0, 0, offset, 1_700_000_000_000 + offset, 0, b"j", value, [], None, 1, 1, -1)
+
+    topology = Topology.grid(NODES, 1, 1, 2, 2)
+    jobs = [
+        record(0, encode(Envelope(ts=EPOCH, job="j", node="-", source="job", kind="start", data={}))),
+        record(1, encode(Envelope(ts=EPOCH + 1, job="j", node="-", source="job", kind="topology",
+                                  data=topology.to_data()))),
+        record(2, None),
+    ]
+    monkeypatch.setattr(consumer, "iter_topics", lambda *a, **k: iter(jobs))
+    p = policy(tmp_path)
+    assert consumer.prime_topologies(RemediationHandler(p), KafkaSettings(bootstrap="127.0.0.1:1")) == 1
+    assert p.topologies["j"].nodes == topology.nodes
+    assert "jobs topic offset 2" in caplog.text  # the tombstone is skipped, said with its offset

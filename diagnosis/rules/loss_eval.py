@@ -17,10 +17,21 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
   commonest share, which 1/classes is only for even classes.
 
 :data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
-holds a model that learned more). One that leaves chance is a run that learned something that
-generalises: it ends the run of evaluations, and quiets the "never learned" the training loss's shape
-alone would say (loss_stalled.py). A loss first seen mid-run, a fine-tune, a pretrained start: the
-chance level is absolute, as ln(classes) is for the training loss, so no start needs saying here.
+holds a model that learned more), but not while a held-out loss is still coming down onto a guess's from
+above: above its chance (a guess's loss) at its latest evaluation, and falling over the run at chance (its
+latest :data:`FALLS_KEPT`), each evaluation mostly below the ones before it (a Mann-Kendall fall at the two-
+sided 5 % level, :data:`FALLING_Z`: over five evaluations, every one below the last) and by :data:`LEARNED`
+in all. A network from random weights starts its held-out loss above ln(classes), and a slow learner brings
+it down onto chance and through it at a guess's accuracy (issue 54's fresh batch 13: a ConvLSTM at lr
+1.9e-5, val_loss 2.316, 2.220, 2.213, 2.201, 2.162, 2.166, 2.131 against ln 8 = 2.079 and val_acc 0.06-0.13
+over its first seven epochs, 0.94 by its last): it has not yet come to chance, let alone stayed there. A
+stall sits, above a guess's or at it: the same script's stalled run wanders at 2.21-2.23 (2.280, 2.226,
+2.216, 2.228, 2.224); its run at a 260x learning rate comes back from 2.532 and then sits at 2.08-2.11; a
+TIMIT LSTM that learned its class prior falls through ln 1947 onto the prior's entropy, below a guess's, and
+is judged as it stood (fresh batch 6). One that leaves chance is a run that learned something that
+generalises: it ends the run of evaluations, and quiets the "never learned" the training loss's shape alone
+would say (loss_stalled.py). A loss first seen mid-run, a fine-tune, a pretrained start: the chance level is
+absolute, as ln(classes) is for the training loss, so no start needs saying here.
 Pure: the same live and replayed.
 """
 
@@ -30,6 +41,8 @@ import math
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_plateau import LEARNED
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.payloads_job import TrainEval
 
@@ -37,6 +50,11 @@ EVALS = 5  # evaluations in a row at chance: a healthy run's first few may sit t
 LOSS_BAND = 0.1  # of the chance loss: a held-out loss less than this below it is a guess's
 SHARE_BAND = 0.1  # of the way from chance to perfect: a held-out accuracy short of it is a guess's
 CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess's loss (loss_stalled.py's "at chance")
+FALLING_Z = 1.96  # a held-out loss falling by a Mann-Kendall trend this far below none: still coming down
+# The fall is judged over at most this many latest evaluations at chance: a descent that ended long
+# ago would hold the trend test down for dozens more (5 falling, then 40 flat: z -2.0), so a loss that
+# came down and then sat above a guess's is found some EVALS evaluations late, not never.
+FALLS_KEPT = 2 * EVALS
 
 
 def at_chance(value: float, chance: float, higher: bool) -> bool | None:
@@ -86,6 +104,8 @@ class _Evals:
     rank: int
     run: list[tuple[int | None, dict[str, tuple[float, float, bool]]]] = field(default_factory=list)
     learned: bool = False  # the latest judged evaluation left chance
+    # each held-out loss over the run at chance, its latest FALLS_KEPT
+    falls: dict[str, list[float]] = field(default_factory=dict)
     fired: bool = False
 
 
@@ -116,12 +136,18 @@ class HeldOutWatch:
             return []
         if not all(verdict for _, _, verdict in metrics.values()):
             evals.run.clear()
+            evals.falls.clear()
             evals.learned, evals.fired = True, False  # learning: a later stall is a new finding
             return []
         evals.learned = False
         evals.run.append((payload.step, metrics))
         del evals.run[:-EVALS]
-        if len(evals.run) < EVALS or evals.fired or told:
+        for name, (value, _, _) in metrics.items():
+            if TrainEval.direction(name, payload.higher_is_better) is False:
+                values = evals.falls.setdefault(name, [])
+                values.append(value)
+                del values[:-FALLS_KEPT]
+        if len(evals.run) < EVALS or evals.fired or told or _coming_down(evals):
             return []
         evals.fired = True
         return [
@@ -136,6 +162,19 @@ class HeldOutWatch:
                 detail=_detail(evals)[:300],
             )
         ]
+
+
+def _coming_down(evals: _Evals) -> bool:
+    """Whether a held-out loss is still coming down onto a guess's from above (module docstring): the
+    evaluations wait until it sits."""
+    latest = evals.run[-1][1]
+    return any(
+        name in latest
+        and values[-1] > latest[name][1]
+        and values[-1] <= (1 - LEARNED) * values[0]
+        and mann_kendall_z(values) <= -FALLING_Z
+        for name, values in evals.falls.items()
+    )
 
 
 def _detail(evals: _Evals) -> str:

@@ -232,3 +232,32 @@ def test_the_engine_reads_evaluations_beside_the_steps_and_raises_one_alert():
     diagnoses = [d for d in analyze(events) if d.fault != "unknown"]
     assert [(d.fault, d.action, d.nodes) for d in diagnoses] == [("loss_stalled", "alert", ())]
     assert "held-out" in diagnoses[0].detail
+
+
+EIGHT = {"val_loss": math.log(8), "val_acc": 0.125}
+
+
+def held_out(losses: list[float], accuracies: list[float] | None = None) -> list:
+    """The findings of an 8-class run's held-out losses, one evaluation an epoch, at a guess's accuracy
+    unless said: (the evaluation's index, the finding)."""
+    det = LossStalledDetector()
+    accuracies = accuracies or [0.125] * len(losses)
+    events = [
+        evaluation(16 * k, {"val_loss": v, "val_acc": a}, EIGHT) for k, (v, a) in enumerate(zip(losses, accuracies, strict=True))
+    ]
+    return [(k, f) for k, e in enumerate(events) for f in det.observe(e)]
+
+
+def test_a_held_out_loss_coming_down_onto_a_guess_s_from_above_waits_until_it_sits():
+    # Issue 54's fresh batch 13: a ConvLSTM at lr 1.9e-5 brings its val_loss down from above ln 8 at a guess's
+    # accuracy for seven epochs, then leaves chance (0.25 at the eighth): a slow learner, not a stall.
+    slow = [2.316, 2.220, 2.213, 2.201, 2.162, 2.166, 2.131, 2.140]
+    assert held_out(slow, [0.0625, 0.0625, 0.125, 0.125, 0.125, 0.125, 0.125, 0.25]) == []
+    # The same descent, then sitting above a guess's: found once it has sat, not while it fell.
+    sat = held_out(slow[:5] + [2.10, 2.11, 2.10, 2.11, 2.10, 2.11, 2.10, 2.11])
+    assert [f.fault for _, f in sat] == ["loss_stalled"] and sat[0][0] > 5
+    # Wandering above a guess's (the same script's stalled run) is found at its fifth evaluation.
+    assert [k for k, _ in held_out([2.280, 2.226, 2.216, 2.228, 2.224])] == [4]
+    # Falling through ln 8 onto a level below it (a class prior learned, as fresh batch 6's TIMIT LSTM): at
+    # chance as it stood, found at the fifth.
+    assert [k for k, _ in held_out([2.10, 2.05, 2.00, 1.96, 1.95])] == [4]

@@ -357,6 +357,9 @@ FRESH_MISSED: dict[str, str] = {
     "a categorical hinge loss 0.4755, then 0.355-0.381 at every epoch from 2 to 15, which has no ln(classes) level "
     "(a uniform output's hinge is 1.0), and no class count: its val_accuracy 0.04-0.14 (test 5.8 % on 5 "
     "categories) has no chance to be judged against, as its fixture carries none",
+    # fresh13 (scored sealed on rounds 14 and 15, opened in round 16): its slow ConvLSTM (lr 1.9e-5), val_loss 2.316
+    # to 2.131 over 7 epochs above ln 8 = 2.079 at a guess's accuracy, then 0.25 and 0.94 by its last, is quiet since
+    # a held-out loss still coming down onto its chance from above is no stall yet (loss_eval.py).
 }
 
 

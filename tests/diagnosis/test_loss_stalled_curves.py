@@ -277,7 +277,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 14))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 15))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "crystal_graph_sgd_lr0.1_never_learns.csv": "a regression with no class count: its chance level is the "
@@ -506,7 +506,7 @@ def main(folder: Path | None = None, sealed: bool = False) -> None:
     names = [c for c, o in zip(curves, outcomes, strict=True) if o.expect == "quiet"]
     resumed = [judge(n, 0.5, r) for n in names for r in (False, True)]
     short = [judge(n, s, s > 0, 0.0) for n in names for s in (0.0, 0.5)]
-    print(f"faulty runs found: {sum(o.right for o in faulty)} of {len(faulty)}; healthy runs flagged: "
+    print(f"stalled runs found: {sum(o.right for o in faulty)} of {len(faulty)}; healthy runs flagged: "
           f"{sum(not o.right for o in healthy)} of {len(healthy)}; "
           f"healthy runs first seen halfway (steps kept / restarted) flagged: {sum(not o.right for o in resumed)} "
           f"of {len(resumed)}; healthy runs under the shortest window (from start / middle) flagged: "

@@ -323,7 +323,7 @@ def _loss_source_words(loss: dict[str, Any]) -> str:
         thin = ": treat it as a guess" if loss.get("guess") else ""
         return f"this run, {n} sample{'s' if n != 1 else ''}{thin}"
     if loss.get("source") == "preset":
-        kind = loss.get("kind")
+        kind = str(loss.get("kind", ""))
         return {"published": "the preset (published)", "assumed": "the preset (assumed: a guess)"}.get(kind, "the preset")
     return ""
 

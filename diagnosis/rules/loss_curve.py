@@ -40,6 +40,9 @@ class LossCurve:
     # The job's held-out metric left chance at its latest evaluation (loss_eval.py): the run learned
     # something that generalises, whatever the shape of its training loss says.
     held_out_learned: bool = False
+    # Its held-out loss has not stopped falling (loss_eval.HeldOutWatch.falling): the model still learns
+    # what generalises, whatever plateau its training loss shows.
+    held_out_falling: bool = False
     fired: bool = False
 
 

@@ -11,8 +11,10 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
 
 * a loss (lower is better) not a tenth below its chance, ln(classes) or the class prior's entropy: the
   tenth by which a first loss under 9/10 of a guess's is a trained model's (loss_stalled.UNTRAINED);
-* a share (higher is better, chance below 1: an accuracy) less than a tenth of the way from chance to
-  perfect (a coin's 0.5 to 0.55; 1/30 to 0.13), or any share whose chance is 1/classes while the loss
+* a share (higher is better, chance below 1: an accuracy; a correlation, whose chance is 0) less than a tenth
+  of the way from chance to perfect (a coin's 0.5 to 0.55; 1/30 to 0.13; a Spearman correlation up to 0.1: a
+  regressor predicting its target's mean, fresh batch 11's CRISPR model at -0.013 to 0.011), or any share
+  whose chance is 1/classes while the loss
   beside it is a uniform guess's (within 2 % of ln(classes)): that guess scores the held-out set's
   commonest share, which 1/classes is only for even classes.
 
@@ -32,6 +34,10 @@ is judged as it stood (fresh batch 6). One that leaves chance is a run that lear
 generalises: it ends the run of evaluations, and quiets the "never learned" the training loss's shape alone
 would say (loss_stalled.py). A loss first seen mid-run, a fine-tune, a pretrained start: the chance level is
 absolute, as ln(classes) is for the training loss, so no start needs saying here.
+
+The held-out loss also answers for a plateau of the training loss (:meth:`HeldOutWatch.falling`): one still
+falling over the latest evaluations (a Mann-Kendall fall at :data:`FALLING_Z`), or seen at fewer than
+:data:`EVALS` of them, is a model still learning what generalises, chance known or not (loss_stalled.py).
 Pure: the same live and replayed.
 """
 
@@ -106,6 +112,8 @@ class _Evals:
     learned: bool = False  # the latest judged evaluation left chance
     # each held-out loss over the run at chance, its latest FALLS_KEPT
     falls: dict[str, list[float]] = field(default_factory=dict)
+    # each held-out loss over the whole run, chance known or not, its latest FALLS_KEPT (falling())
+    losses: dict[str, list[float]] = field(default_factory=dict)
     fired: bool = False
 
 
@@ -123,6 +131,15 @@ class HeldOutWatch:
         evals = self._jobs.get(job)
         return evals is not None and evals.learned
 
+    def falling(self, job: str) -> bool:
+        """Whether the job's held-out loss has not stopped falling: fewer than :data:`EVALS` evaluations
+        of it (too few to say it stopped, as for chance), or a Mann-Kendall fall at :data:`FALLING_Z`
+        over its latest :data:`FALLS_KEPT`. False where the trainer has evaluated no loss."""
+        evals = self._jobs.get(job)
+        return evals is not None and any(
+            len(values) < EVALS or mann_kendall_z(values) <= -FALLING_Z for values in evals.losses.values()
+        )
+
     def observe(self, event: Envelope, payload: TrainEval, told: bool) -> list[Finding]:
         """``told``: the job's loss curve already raised its finding (one per job)."""
         rank = payload.rank
@@ -131,7 +148,10 @@ class HeldOutWatch:
         evals = self._jobs.get(event.job)
         if evals is None or rank < evals.rank:
             evals = self._jobs[event.job] = _Evals(rank)
-        metrics = judged(payload) if rank == evals.rank else None
+        if rank != evals.rank:
+            return []
+        _keep_losses(evals.losses, payload)
+        metrics = judged(payload)
         if metrics is None:
             return []
         if not all(verdict for _, _, verdict in metrics.values()):
@@ -162,6 +182,16 @@ class HeldOutWatch:
                 detail=_detail(evals)[:300],
             )
         ]
+
+
+def _keep_losses(losses: dict[str, list[float]], payload: TrainEval) -> None:
+    """Each lower-is-better held-out metric's value, chance or not (a reconstruction's, a regression's)."""
+    for name, raw in (payload.metrics or {}).items():
+        value = as_float(raw)
+        if value is not None and math.isfinite(value) and TrainEval.direction(name, payload.higher_is_better) is False:
+            values = losses.setdefault(name, [])
+            values.append(value)
+            del values[:-FALLS_KEPT]
 
 
 def _coming_down(evals: _Evals) -> bool:

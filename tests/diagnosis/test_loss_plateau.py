@@ -82,3 +82,30 @@ def test_a_run_first_seen_mid_way_is_not_judged_by_it():
 def test_a_resumed_run_flat_from_its_first_loss_is_quiet():
     # A hook counting from 1 again on a converged run: no fall from its first loss beyond its noise.
     assert replay(fall_then_flat(0.0), n=600) == []
+
+
+def _with_evals(loss, held_out, every: int = 30, n: int = 600) -> list:
+    """The curve's steps with a held-out evaluation every ``every`` steps: its loss ``held_out(k)`` at the
+    k-th, no chance given (a level nothing states, as the plateau's)."""
+    det = LossStalledDetector(0.0)
+    found = []
+    for i in range(n):
+        data = {"rank": 0, "step": i, "loss": loss(i)}
+        found += det.observe(Envelope(ts=1.7e9 + 10.0 * i, job="j", node="n0", source="train", kind="step", data=data))
+        if i % every == every - 1:
+            ev = {"rank": 0, "step": i, "metrics": {"val_loss": held_out(i // every)}}
+            found += det.observe(Envelope(ts=1.7e9 + 10.0 * i + 1, job="j", node="n0", source="train", kind="eval", data=ev))
+    return found
+
+
+def test_a_plateau_whose_held_out_loss_still_falls_is_a_model_still_learning():
+    # Issue 54's fresh batch 14: a softmax fed to cross-entropy levels off near the floor that pairing has
+    # (2.44 over 28 classes, fell 24 % of its first) while its val_loss falls at each of 30 epochs.
+    assert _with_evals(fall_then_flat(0.1), lambda k: 2.5 * (1 - 0.01 * (1 - 0.9**k))) == []
+    # A held-out loss that sits (a stall's: fresh batch 13's autoencoder at 1.5277 every epoch) is no answer:
+    # found once five evaluations say it stopped (step 149), where without evaluations it is at 120.
+    flat = _with_evals(fall_then_flat(0.1), lambda k: 1.5277 + 1e-5 * noise(k))
+    assert flat and "learned a little, then stopped" in flat[0].detail
+    assert int(flat[0].detail.rsplit("step ", 1)[1].rstrip(")")) >= 149, flat[0].detail
+    # ...and so is one that came down and then sat for ten evaluations (its Mann-Kendall fall gone).
+    assert _with_evals(fall_then_flat(0.1), lambda k: 2.5 - 0.01 * min(k, 3) + 1e-4 * noise(k), n=900)

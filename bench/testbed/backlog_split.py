@@ -122,15 +122,17 @@ def start_members(settings: KafkaSettings, stage: str, n: int, group: str, idle_
 
 def finish_members(settings: KafkaSettings, members, timeout_s: float = 120.0, *, together: bool = False) -> None:
     """Wait for each member to stop, then write what its handler still held. ``together``: once the
-    first has stopped idle, stop the rest (each leaving made the others rebalance, take its
-    partitions over, rebuild them and wait out their idle time again: 3 job-stage members took
-    three times as long)."""
+    first has stopped idle, stop the rest once each read its partitions to their end (each leaving
+    made the others rebalance, take its partitions over, rebuild them and wait out their idle time
+    again: 3 job-stage members took three times as long). Stopped so, a member's input ended as the
+    first one's did and it judges its quiet jobs' ends (the runner's input_ended); stopped at once
+    (``stop()``), a starved one had not yet and a job's end went unnamed (CI, bf2e7fa5)."""
     if together:
         deadline = time.monotonic() + timeout_s
         while all(t.is_alive() for t, _, _ in members) and time.monotonic() < deadline:
             time.sleep(0.2)
         for _, r, _ in members:
-            r.stop()
+            r.stop_when_drained()
     with Producer(settings) as producer:
         for t, _, h in members:
             t.join(timeout_s)

@@ -48,6 +48,7 @@ JOB_REBUILD_S = 900.0
 NODE_REBUILD_S = 300.0
 STAGES = ("all", "node", "job")
 DIAGNOSES_TOPIC = topics.DIAGNOSES
+END_TICK_S = 1.0  # input_ended's wall step: the runner's tick_interval_s, as a member that stayed up ticks
 JOBS_TOPIC = topics.JOBS
 # NVML samples, half of all telemetry, and NIC port samples, a tenth of it but ~13 kB each, are
 # read by typed decoders (events/gpu_reading.py, events/net_reading.py), and only once event
@@ -162,6 +163,14 @@ class DiagnoseHandler:
         (node-stage member) fell silent; the jobs read from them keep their time where the writers
         stopped, and each is named once in a ``telemetry_lost`` alert per stop (issue 32: what the
         job stage does not receive is the pipeline's silence, never its machines')."""
+        until, found = self._upstream_stops(now, upstream)
+        found += self.engine.tick(now, busy, until)
+        self.emitted += len(found)
+        return diagnosis_records(self.engine, found)
+
+    def _upstream_stops(self, now: float, upstream: Mapping[Any, UpstreamStop] | None
+                        ) -> tuple[dict[str, float], list[Diagnosis]]:
+        """Where each job's time must stay (its upstream writers stopped), and an alert per new stop."""
         until: dict[str, float] = {}
         found: list[Diagnosis] = []
         if upstream and self._partition_of is not None:
@@ -175,13 +184,28 @@ class DiagnoseHandler:
                 if self._upstream_alerted.get(job) != stop.since:
                     self._upstream_alerted[job] = stop.since
                     found.append(upstream_alert(job, partition, stop, now, self.engine.job_time(job)))
-        found += self.engine.tick(now, busy, until)
-        self.emitted += len(found)
-        return diagnosis_records(self.engine, found)
+        return until, found
 
     def tick_held(self, now: float, busy: frozenset[str], upstream: Mapping[Any, UpstreamStop]) -> Iterable[Outgoing]:
         """The runner's clock in event time (streams.runner.handler.HeldAwareClock): :meth:`tick`."""
         return self.tick(now, busy, upstream)
+
+    def input_ended(self, now: float, upstream: Mapping[Any, UpstreamStop]) -> Iterable[Outgoing]:
+        """The member's input ended (a bounded run's idle or drained stop; streams.runner.handler.InputEnd):
+        each quiet job's end is judged now, as the wall clock judges it once nothing arrived for the
+        grace and the silence grace after it, ticked a second at a time as the loop ticks. Before, it
+        was judged only if the member happened to stay up that long: a starved job member reached
+        its idle stop before its wall clock got there, and a job's stream end went unnamed
+        (test_silence_starved, CI). Jobs whose upstream writers stopped stay where they stopped."""
+        until, found = self._upstream_stops(now, upstream)
+        config = self.engine.config
+        end = self.engine.wall_when_judged(config.silence_grace_s + 2 * config.tick_every_s)
+        wall = now
+        while end is not None and wall < end:
+            wall = min(end, wall + END_TICK_S)
+            found += self.engine.tick(wall, (), until)
+        self.emitted += len(found)
+        return diagnosis_records(self.engine, found)
 
     def flush(self) -> list[Outgoing]:
         found = self.engine.flush()

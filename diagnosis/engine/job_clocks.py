@@ -128,3 +128,16 @@ class JobClocks:
                 )
             out.extend(self._move(job, lane, target, stream_stopped=True))
         return out
+
+    def wall_when_judged(self, past_s: float) -> float | None:
+        """The wall time by which, nothing more arriving, :meth:`tick` has moved every job's time
+        ``past_s`` beyond what it and the jobs on its clock last delivered: where a run whose input
+        ended has every quiet job's end judged (the runner's ``input_ended``). None: nothing heard, or
+        a wall clock that moves no job's time (``wall_rate`` 0)."""
+        if self.config.wall_rate <= 0:
+            return None
+        heard = [lane.arrival_wall for lane in self._lanes.values() if lane.arrival_now is not None]
+        heard += [h.arrival_wall for h in self._elsewhere.values()]
+        if not heard:
+            return None
+        return max(heard) + self.config.grace_s + past_s / self.config.wall_rate

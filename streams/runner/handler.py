@@ -10,6 +10,9 @@ when it is built, instead of guessing from parameter names:
   records still held alone, so it ticks whenever the input is live, and that keeps the time of the
   jobs read from partitions whose every upstream writer fell silent where they stopped (issue 32);
   preferred over ``tick`` where a handler has both;
+- :class:`InputEnd`: ``input_ended(now, upstream)``, once, when a bounded run stops because its
+  input ended (its idle stop, or a drained stop): what only more wall time would have judged is
+  judged then (the job stage: each quiet job's end), not left to how long the member stayed up;
 - :class:`AssignmentListener`: ``on_assigned(partitions)``, bookkeeping only (it runs inside the
   client's rebalance callback);
 - :class:`PartitionStateOwner`: ``partitions_moved(partitions)``, for a handler whose state is
@@ -43,6 +46,11 @@ class HeldAwareClock(Protocol):
 
 
 @runtime_checkable
+class InputEnd(Protocol):
+    def input_ended(self, now: float, upstream: Mapping[TopicPartition, UpstreamStop]) -> Iterable[Outgoing]: ...
+
+
+@runtime_checkable
 class AssignmentListener(Protocol):
     def on_assigned(self, partitions: Collection[TopicPartition]) -> Any: ...
 
@@ -62,6 +70,7 @@ class HandlerParts:
                         Iterable[Outgoing]] | None = None
     on_assigned: Callable[[Collection[TopicPartition]], Any] | None = None
     on_moved: Callable[[Collection[TopicPartition]], Any] | None = None
+    input_ended: Callable[[float, Mapping[TopicPartition, UpstreamStop]], Iterable[Outgoing]] | None = None
 
     @property
     def ticks(self) -> bool:
@@ -75,4 +84,5 @@ class HandlerParts:
             tick_held=handler.tick_held if isinstance(handler, HeldAwareClock) else None,
             on_assigned=handler.on_assigned if isinstance(handler, AssignmentListener) else None,
             on_moved=handler.partitions_moved if isinstance(handler, PartitionStateOwner) else None,
+            input_ended=handler.input_ended if isinstance(handler, InputEnd) else None,
         )

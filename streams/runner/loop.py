@@ -336,7 +336,8 @@ class GroupRunner(Delivery):
     def _finish(self, consumer: Consumer, done: bool = False) -> None:
         """End of a run: what the merge still holds is handed on (nothing more is coming to this
         member), its outputs delivered and the offsets committed. ``done``: the run stopped because
-        its input ended, and its last word on progress says so."""
+        its input ended: the handler judges what only more wall time would have (``input_ended``,
+        streams/runner/handler.py), and its last word on progress says so."""
         self.rebalances.apply(self)
         if self.order is None:
             if self.commits.unsettled:
@@ -345,6 +346,8 @@ class GroupRunner(Delivery):
         out: list[Outgoing] = []
         if self.order.merge.held:
             self._handle_into(self._released(self.order.ordered(consumer, [], drain=True), out), out)
+        if done and self.handler.input_ended is not None:
+            out.extend(self.handler.input_ended(time.time(), self.order.upstream(consumer)))
         self.progress.last_word(done)  # the last word on progress goes out now
         out.extend(self._announce())
         if out or self.commits.unsettled:

@@ -16,6 +16,7 @@ import pytest
 from faultlens.parsing.registry import parser_for
 from tests.parsing.line_events import acting as _acting
 from tests.parsing.line_events import classes as _classes
+from tests.parsing.line_events import events
 
 _HEALTHY = [
     # the NVIDIA installer's warning that an optional module is left out: the driver itself loads (fresh45)
@@ -32,10 +33,8 @@ _HEALTHY = [
     # the driver's banner as it loads, and the mismatch record's second line alone (the client's line decides)
     ("[    3.100000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  515.48.07  Fri May 27 10:31:31 UTC 2022", "kernel"),
     ("[ 7386.259800] NVRM: this kernel module has the version 510.73.05.  Please", "kernel"),
-    # slurmd's warning on the way to the count line (index id 69393319938), and a gres file that is not a GPU's
-    # (the same shape as the fresh45 row with the device changed to a Xeon Phi's)
+    # slurmd's warning on the way to the count line (index id 69393319938)
     ("slurmd.log: warning: Ignoring file-less GPU gpu:orin from final GRES list", "nccl"),
-    ("slurmd: fatal: can't stat gres.conf file /dev/mic0: No such file or directory", "nccl"),
 ]
 
 
@@ -115,3 +114,12 @@ def test_nccls_own_codes_stay_its_own() -> None:
     # NCCL's CUDACHECK of a call's misuse stays nccl_error beside the driver's 205/206 (the fresh46 row, code changed)
     line = "[2026-08-24 17:57:25] host-a:2274:2274 [0] allocator.cc:89 (ncclMemAlloc) NCCL WARN Cuda failure 1 'invalid argument'"
     assert _classes(line, "nccl") == {"nccl_error"}
+
+
+def test_slurms_rule_takes_only_the_gpus_device_files() -> None:
+    # a gres file that is not a GPU's (the fresh45 row's shape, the device changed to a Xeon Phi's): no rule claims
+    # it as the GPUs'; the line model, retrained with the fresh45 row, reads it gpu_lost (an alert at most, as every
+    # model event: slurmd not starting is a person's matter either way)
+    line = "slurmd: fatal: can't stat gres.conf file /dev/mic0: No such file or directory"
+    assert [e for e in events(line, "nccl") if e.data.get("rule") not in (None, "model")] == []
+    assert {e.data.get("action") for e in events(line, "nccl")} <= {"alert"}

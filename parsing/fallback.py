@@ -9,6 +9,7 @@ is diagnosis's to weigh). Lines neither takes stay unrecognised: counted, mined 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from faultlens.parsing import line_model
@@ -20,6 +21,22 @@ from faultlens.parsing.timestamps import program_of
 Found = list[tuple[str, dict[str, Any]]]
 # The most a line classified by its subsystem or by the model may ask.
 CEILING = "alert"
+
+# (round 27, whole logs) What a guess needs of the line it reads. A login program's connection words are a login's
+# (klogind 'Authentication failed from ...: Software caused connection abort', sshd "connection lost: 'Connection
+# closed.'", read storage), whatever their tag's host column; a GPU's temperature is a GPU's (a gige switch's
+# 'temperature 1 critical' read gpu_thermal); a register's value printed alone is a dump's line, not a statement
+# (BGL's 'RAS KERNEL FATAL fpr29=0xffffffff ffffffff ...' read kernel).
+_LOGIN_PROGRAM = re.compile(r"(?:^|\s)(?:sshd|klogind|kshd|rlogind|telnetd|login|su|sudo|krb5kdc|kadmind)(?:\[\d+\])?: ")
+_NAMES_A_GPU = re.compile(r"(?i)\bgpu|nvidia|\bnvml\b|\bdcgm")
+_REGISTER_ALONE = re.compile(r"(?i)(?:^|\s)[a-z]{1,4}\d{1,2}=0x[0-9a-f]{8,}(?: [0-9a-f]{8,})*\s*$")
+
+
+def _guess_unfounded(fault: str, msg: str, raw: str) -> bool:
+    """Whether the line cannot be about the guessed class: a login program's, a GPU class naming no GPU, a register dump."""
+    if _LOGIN_PROGRAM.search(raw) or _REGISTER_ALONE.search(msg):
+        return True
+    return fault == "gpu_thermal" and not _NAMES_A_GPU.search(raw)
 
 
 def kernel_line(msg: str, raw: str, sev: Severity | None = None) -> tuple[Found | None, str]:
@@ -78,7 +95,7 @@ def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None,
     if source != "kernel" and by_program(program_of(raw)) is not None:
         return None
     guess = model.guess(msg, source)
-    if guess is None:
+    if guess is None or _guess_unfounded(guess.fault, msg, raw):
         return None
     data = common(raw, guess.fault, CEILING, "warn", rule="model", basis="model", confidence=guess.confidence,
                   finding=f"the line model reads {guess.fault} with confidence {guess.confidence:.2f}; no rule or subsystem took the line",

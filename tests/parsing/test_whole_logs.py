@@ -1,7 +1,8 @@
 """Whole real logs (tests/fixtures/whole_logs): what fires on ordinary lines may only fall, what is
 caught may only rise. The bounds are the first score, of the code at 5c22bbf4 before anyone read a
 miss (tests/fixtures/whole_logs/score_5c22bbf4.txt; bench/results_whole_logs.md lists each firing's
-mechanism). Lower a bound of FIRED or raise one of RIGHT when a fix moves it, in the same commit."""
+mechanism), tightened by round 27 (the firings quieted by their lines' properties). Lower a bound of FIRED or raise
+one of RIGHT when a fix moves it, in the same commit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from tools.whole_log_score import WHOLE_LOGS, labels_of, log_lines, manifest, score_folder
 
 # Ordinary lines on which an event acted, per log, at 5c22bbf4 (of 19840 ordinary lines: 1.51 per 1000).
-FIRED = {
+FIRST_FIRED = {
     "linux_syslog": 15,  # the line model: klogind "Authentication failed ... Software caused connection abort" -> storage
     "thunderbird": 4,  # the line model: sshd "connection lost" -> storage (3); ntpd "time reset +0.18 s" -> clock_skew (1)
     "bgl_ras": 8,  # kernel.machine_check_uncorrectable EVICTS on "machine check: i-fetch....0" register dumps (7); model (1)
@@ -32,7 +33,7 @@ FIRED = {
     "hf_trainer_stdout": 0,
 }
 # Labelled fault lines given their class, per log, at 5c22bbf4 (589 of 944).
-RIGHT = {
+FIRST_RIGHT = {
     "bgl_ras": 2,  # of 116: data TLB / storage interrupts, Lustre mount failures, tree-network errors give nothing
     "hpc_node_events": 0,  # of 237: the node-event format gives no event at all
     "gpu_node_kern_nvidia": 578,  # of 580
@@ -42,6 +43,13 @@ RIGHT = {
     "torchrun_fsdp_stderr": 1,  # of 1 (added)
     "hf_trainer_stderr": 2,  # of 2 (added)
 }
+# The bounds since round 27 (bench/results_whole_logs.md "After round 27"): 2 of 21333 ordinary lines fire, both
+# kernel.crash_detail on the head of a labelled WARNING record (a label boundary, not a false alarm).
+FIRED = {**{name: 0 for name in FIRST_FIRED}, "gpu_node_kern_nvidia": 2}
+# bgl_ras keeps its ciod chdir Input/output error (storage); its other catch at 5c22bbf4 was line 223 (a kernel 'data
+# storage interrupt'), reached by the register-dump eviction two lines after it (within RECORD_TAIL): that eviction
+# was a false one, quieted in round 27, and the rise of 2 was chance.
+RIGHT = {**FIRST_RIGHT, "bgl_ras": 1}
 ALERTED_TOTAL = 595 + 3  # labelled fault lines with an acting event of any class near them, of 944 + 3 (added)
 
 
@@ -79,8 +87,8 @@ def test_the_recorded_first_scores_are_the_ones_the_bounds_quote():
         for line in (WHOLE_LOGS / name).read_text().splitlines()
     ]
     by_log = {r["log"]: r for r in rows if "log" in r}
-    assert {n: r["fired"] for n, r in by_log.items()} == FIRED
-    assert {n: by_log[n]["right"] for n in RIGHT} == RIGHT
+    assert {n: r["fired"] for n, r in by_log.items()} == FIRST_FIRED
+    assert {n: by_log[n]["right"] for n in FIRST_RIGHT} == FIRST_RIGHT
     assert sum(r["alerted"] for r in rows if r.get("total")) == ALERTED_TOTAL
 
 

@@ -91,14 +91,26 @@ class TrainStep(RankedPayload, frozen=True):
     chance_loss: NonNeg | None = None
 
 
+# Names of a correlation metric (Spearman's rho, Pearson's r, Kendall's tau): higher is better, and a model
+# that ignores its input scores 0 (trainer_hooks/callback_support.eval_chance).
+CORRELATIONS = ("spearman", "pearson", "kendall", "corrcoef", "correlation")
+
+
+def correlation(name: str) -> bool:
+    """Whether a metric's name says it is a correlation between predictions and targets."""
+    lowered = name.lower()
+    return any(word in lowered for word in CORRELATIONS)
+
+
 class TrainEval(RankedPayload, frozen=True):
     """``train``/``eval``: one rank's evaluation on held-out data after ``step`` (the HF callback's
     on_evaluate, the Lightning callback's validation end, ``TrainerHook.eval``). ``metrics``: name to
     value (non-finite ones as for a step's loss); ``chance``: a metric's value for a model that ignores
     its input (ln(classes) or the class prior's entropy for a loss, 1/classes or the majority label's
-    share for an accuracy), so a held-out metric that stays there is read as a run that learned nothing
-    of its task (diagnosis/rules/loss_eval.py); ``higher_is_better``: a metric's direction where its
-    name does not say it (a name with ``loss`` is lower-is-better, one with ``acc`` higher)."""
+    share for an accuracy, 0 for a correlation), so a held-out metric that stays there is read as a run that
+    learned nothing of its task (diagnosis/rules/loss_eval.py); ``higher_is_better``: a metric's direction
+    where its name does not say it (a name with ``loss`` is lower-is-better, one with ``acc`` or a
+    correlation's name, :data:`CORRELATIONS`, higher)."""
 
     step: NonNegInt | None = None
     metrics: dict[Text, Metric] | None = None
@@ -108,13 +120,13 @@ class TrainEval(RankedPayload, frozen=True):
     @staticmethod
     def direction(name: str, said: dict[str, bool] | None = None) -> bool | None:
         """Whether a higher ``name`` is better: the trainer's word (``said``), else its name's (``loss``
-        lower, ``acc`` higher); None: not known, so never judged against its chance."""
+        lower, ``acc`` or a correlation's name higher); None: not known, so never judged against its chance."""
         if said and name in said:
             return said[name]
         lowered = name.lower()
         if "loss" in lowered:
             return False
-        return True if "acc" in lowered else None
+        return True if "acc" in lowered or correlation(lowered) else None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

@@ -22,7 +22,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypedDict
 
-from faultlens.events.payloads_job import TrainEval
+from faultlens.events.payloads_job import TrainEval, correlation
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -127,11 +127,15 @@ def eval_chance(metrics: Mapping[str, Any], classes: int | None, chance_loss: fl
     """Each held-out metric's value for a model that ignores its input, for ``train``/``eval``
     (diagnosis/rules/loss_eval.py), by its name's direction: a loss's is ``chance_loss`` (the class
     prior's entropy), else ln(``classes``); an accuracy's the ``majority`` label's share, else
-    1/``classes``. Metrics of neither kind, or without a class count, get none."""
+    1/``classes``; a correlation's (Spearman, Pearson) 0, class count or not: predictions that ignore
+    the input do not vary with the target (a regressor predicting the mean). Metrics of none of these
+    kinds, or a loss or accuracy without a class count, get none."""
     out: dict[str, float] = {}
     for name in metrics:
         higher = TrainEval.direction(name)
-        if higher is False and (chance_loss is not None or (classes or 0) >= 2):
+        if higher is True and correlation(name):
+            out[name] = 0.0
+        elif higher is False and (chance_loss is not None or (classes or 0) >= 2):
             out[name] = chance_loss if chance_loss is not None else math.log(classes or 1)
         elif higher is True and (majority is not None or (classes or 0) >= 2):
             out[name] = majority if majority is not None else 1 / (classes or 1)

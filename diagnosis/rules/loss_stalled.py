@@ -53,10 +53,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     run: what it learned before is unseen, so "regressed" cannot weigh it);
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
-    least) while the learning rate, where steps say it, is still near its peak and, where the trainer
-    evaluates, its held-out loss has stopped too (five evaluations at least, no Mann-Kendall fall over its
-    latest ten: loss_eval.HeldOutWatch.falling): a class prior or a data variance, levels no step event
-    carries (issue 54, fresh batch 6), not a loss levelling off near a floor of its own (fresh batch 14);
+    least) while the learning rate, where steps say it, is near its peak and any held-out loss has stopped
+    too (loss_eval.HeldOutWatch.falling): a class prior or a data variance, levels no step event carries
+    (issue 54, fresh batch 6), not a loss near a floor of its own (fresh batch 14);
 * held out, where the trainer evaluates (``train``/``eval``): its metrics at chance for five evaluations
   in a row (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned";
@@ -355,10 +354,8 @@ class LossStalledDetector:
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
         # Learned a little, then stopped: a level no event carries (a class prior, a data variance), told
         # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
-        # Where the trainer evaluates, the held-out loss must have stopped too: a training loss that levels off
-        # while the held-out loss still falls at each evaluation is a model still learning what generalises,
-        # near a floor the loss itself has (a softmax fed to cross-entropy cannot go below ln(e + k - 1) - 1:
-        # issue 54's fresh batch 14, an MLP at 2.44 over 28 classes, val_loss 2.496 to 2.428 over 30 epochs).
+        # ...and whose held-out loss stopped too: one still falling is a model learning near a floor of its own
+        # (a softmax fed to cross-entropy: fresh batch 14's MLP at 2.44 over 28 classes, val_loss falling 30 epochs).
         if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
                 and not curve.held_out_falling):
             why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,

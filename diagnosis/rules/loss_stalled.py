@@ -76,9 +76,10 @@ import statistics
 from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period
-from faultlens.diagnosis.rules.loss_eval import CHANCE, HeldOutWatch
+from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
@@ -308,7 +309,7 @@ class LossStalledDetector:
         start = curve.first if curve.first is not None else level
         came_down = level < highest - LEARNED * abs(highest)
         steady = noise <= STEADY * abs(level)
-        chance = self._at_chance(curve, level, over, came_down=came_down, steady=steady)
+        chance = at_chance(curve, level, over, came_down=came_down, steady=steady)
         if chance is not None:
             return chance
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
@@ -362,38 +363,6 @@ class LossStalledDetector:
                                 self._stride(curve), list(curve.lrs))
             if why is not None:
                 return Verdict(f"{why} (steps {first}-{last})", rollback=False)
-        return None
-
-    @staticmethod
-    def _at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, steady: bool) -> Verdict | None:
-        """The window's level at (or above) a guess's loss, ln(classes), or the class prior's the trainer
-        states."""
-        # A guess's loss is what the training loss says of what the model predicts; the held-out metric,
-        # where the trainer evaluates, says it directly. One that left chance at its latest evaluation is a
-        # model that predicts better than a guess, whatever its training loss adds to the data's (a Bayesian
-        # network's KL term: fresh batch 11's, at ln 2 in training, 0.70 accurate held out from its first
-        # epoch, its sibling at 0.51 and ln 2 in both).
-        if curve.classes is not None and not curve.held_out_learned:
-            chance = math.log(curve.classes)
-            if level >= chance * (1 - CHANCE):
-                where = "at" if level <= chance * (1 + CHANCE) else "above"
-                # A guess's loss is ln(classes) on every batch, whatever its labels: a per-batch loss whose
-                # spread is over a tenth of its level (STEADY, as "never learned" asks) is a model answering
-                # confidently, right on some batches and wrong on others, whose median only passes by
-                # chance. Above a guess, such a loss is stuck there only if it has not come down from a
-                # level it was judged at (a blow-up: POET at lr 0.3, 14.7 against ln 16); one that came down
-                # is falling towards a guess, as "never learned" is not said of a loss that came down. A
-                # fine-tune's new head is both: one batch's loss, 0.4-4.8 around ln 5 (fresh batch 11); the
-                # runs found at chance spread by 0-6.5 % of their level (fresh batches 1-11).
-                if steady or (where == "above" and not came_down):
-                    return Verdict(f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = "
-                                   f"{chance:.4g}: the model predicts no better than a uniform guess", rollback=False)
-        # At the class prior the trainer states: the labels' distribution learned, nothing of the input.
-        prior = curve.chance_loss
-        if prior is not None and level >= prior * (1 - CHANCE) and not curve.held_out_learned:
-            where = "at" if level <= prior * (1 + CHANCE) else "above"
-            return Verdict(f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering with the "
-                           f"labels' distribution: the model has learned nothing of its input", rollback=False)
         return None
 
     @staticmethod

@@ -49,7 +49,10 @@ _NAN_LOGGED = re.compile(
     # (round 23) Caffe's debug_info, a blob's mean absolute value per layer and pass ("[Backward] Layer relu3_1, param blob 0
     # diff: nan", "[Forward] Layer conv1, top blob conv1 data: nan", "[Update] Layer fc8, param 0 data: 0.01; diff: nan"):
     # a NaN there is the net's own numbers, at whatever level glog prints it (docs/design.md §9)
-    r"|\[(?:Forward|Backward|Update)\] Layer \S+, (?:(?:top|bottom|param) blob|param) \S+ (?:data: [^;]+; )?(?:data|diff): [+-]?nan\b",
+    r"|\[(?:Forward|Backward|Update)\] Layer \S+, (?:(?:top|bottom|param) blob|param) \S+ (?:data: [^;]+; )?(?:data|diff): [+-]?nan\b"
+    # (round 27) a NaN scalar tensor printed alone on its line ("tensor(nan, device='cuda:0')", print(loss) in a training
+    # loop): the loop's one number per step, torch's repr of it (device, dtype, grad_fn as torch writes them)
+    r"|^\s*tensor\(nan(?:, device='[\w:]+')?(?:, dtype=torch\.\w+)?(?:, grad_fn=<\w*>)?\)\s*$",
     re.IGNORECASE,
 )
 # Megatron pads its progress line's counter ("iteration     6150/  500000"): any run of blanks, or up

@@ -58,9 +58,10 @@ _LOCALE = {"已杀死": "SIGKILL", "段错误": "SIGSEGV", "总线错误": "SIGB
            "terminado (killed)": "SIGKILL", "violación de segmento": "SIGSEGV",               # es
            "強制終了": "SIGKILL", "セグメンテーション違反です": "SIGSEGV", "バスエラーです": "SIGBUS"}  # ja
 # Lowered, one of these is on every line read_signal takes (the trainer parser's pre-filter).
+# (round 27) docker compose's 'comfyui exited with code 137': the shapes read 'exited with code', the filter did not let it in.
 LITERALS = ("sig", "signal", "segmentation fault", "floating-point exception", "bus error", "killed", "aborted", "illegal instruction",
             "floating point exception", "core dumped", "exit code", "exit status", "exitcode", "exit_code", "exit_status", "return code",
-            "terminated", *_LOCALE)
+            "terminated", "exited with code", "exited with status", *_LOCALE)
 _QUICK = any_of(LITERALS)
 
 _NUMBERS = {s.name: int(s) for s in signal_mod.Signals if not s.name.startswith("SIG_")}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import acting, classes
+from tests.parsing.line_events import acting, classes, events
 
 _QUIET = [
     # BGL's RAS log: its severity column (FATAL) before the machine-check register's fields padded with dots to
@@ -100,3 +100,151 @@ _STILL_ACTS = [
 @pytest.mark.parametrize(("line", "source", "fault"), _STILL_ACTS)
 def test_the_same_programs_fault_still_acts(line: str, source: str, fault: str) -> None:
     assert fault in {e.data.get("fault") for e in acting(line, source)}
+
+
+# ---- fresh47-48 mined (docs/rules.md, round 27) ----
+
+_HEALTHY_BESIDE = [
+    # i40e's port beside its refused PTP clock (fresh47, appneta/tcpreplay#183), and the same refusal on another port
+    # (the function number changed)
+    (
+        "Jun  3 09:03:27 x710sbprobe kernel: i40e 0000:08:00.1: eth9: NIC Link is Up 10 Gbps Full Duplex, Flow Control: None",
+        "kernel",
+    ),
+    ("Jun  3 09:03:27 x710sbprobe kernel: i40e 0000:08:00.0: PTP clock register failed: -16", "kernel"),
+    # NVRM's lookup check for a MIG subscription a client does not hold (fresh48, NVIDIA/dcgm-exporter#657), another stamp
+    (
+        "[ 5021.377410] NVRM: nvCheckOkFailedNoLog: Check failed: Requested object not found [NV_ERR_OBJECT_NOT_FOUND] "
+        "(0x00000057) returned from gisubscriptionGetGPUInstanceSubscription(pRsClient, RES_GET_HANDLE(pSubdevice), "
+        "&pGPUInstanceSubscription) @ kernel_mig_manager.c:3091",
+        "kernel",
+    ),
+    # mcelog's start-up notices beside its status decode (fresh47, andikleen/mcelog#73)
+    ("mcelog: failed to prefill DIMM database from DMI data", "kernel"),
+    ("mcelog: mcelog read: No such device", "kernel"),
+    # clustermgtd's INFO lines beside its instance check (fresh47, aws/aws-parallelcluster#2407)
+    (
+        "2021-01-29 14:43:30,448 - [slurm_plugin.clustermgtd:_maintain_nodes] - INFO - Following nodes are currently in "
+        "replacement: (x0) []",
+        "nccl",
+    ),
+    # the kubelet's mount library at its info level (index id 3540398954)
+    ("I0302 16:04:46.466612    2001 mount_linux.go:179] Detected OS with systemd", "nccl"),
+    # the installer finishing (fresh48, NVIDIA/gpu-operator#129's driver container)
+    (
+        "Installation of the kernel module for the NVIDIA Accelerated Graphics Driver for Linux-x86_64 (version 450.80.02) "
+        "is now complete.",
+        "nccl",
+    ),
+    # a finite loss tensor printed alone, and a service that exits cleanly (the value and the code changed)
+    ("tensor(0.2576, device='cuda:0')", "nccl"),
+    ("comfyui exited with code 0", "nccl"),
+]
+
+
+@pytest.mark.parametrize(("line", "source"), _HEALTHY_BESIDE)
+def test_a_healthy_line_beside_a_round27_form_is_quiet(line: str, source: str) -> None:
+    assert acting(line, source) == []
+
+
+_ROUND27_FORMS = [
+    # NVRM's check naming the device still acts (a corpus row, index id 55070660121)
+    (
+        "2026-06-01T15:55:06.218447+03:00 isaac-Predator-PO5-650 kernel: NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost "
+        "from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)",
+        "kernel",
+        "gpu_lost",
+    ),
+    # dcgm-exporter's NVML start failure with go-nvml's text for another return (its format, index id 22426078174:
+    # "Cannot init NVML library; err: %v" of nvml.ErrorString)
+    ('time=2025-03-02T08:00:01.000Z level=ERROR msg="Cannot init NVML library; err: Driver Not Loaded"', "nccl", "gpu_lost"),
+    # gpud's relayed Xid with another number and bus (its 'XID N(description) detected on PCI:...' form)
+    ("XID 31(GPU memory page fault) detected on PCI:0000:1b:00", "nccl", "app_fault"),
+    # go-nvml's lost-GPU return after another query (gpud's wording, the query changed)
+    ("failed to get clock events for GPU-0b5c1a2e-6a7f-4c3d-9f1e-2d3c4b5a6978: ERROR_GPU_IS_LOST", "nccl", "gpu_lost"),
+    # the kernel's RBD client: another device and the image request's own line (index id 70870101833 quotes dmesg)
+    ("rbd: rbd0: read result -108", "kernel", "storage"),
+    ("[ 8812.004411] rbd: rbd1: write at objno 12 0~65536 result -5", "kernel", "storage"),
+    # RocksDB's checksum failure in a Ceph monitor's compaction (index id 32778976820)
+    (
+        "2021-11-02T09:04:55.964+0000 7f0cd6e20700  3 rocksdb: [db/db_impl_compaction_flush.cc:2660] Compaction error: "
+        "Corruption: block checksum mismatch: expected 97447552, got 920580140  in "
+        "/var/lib/ceph/mon/ceph-node1/store.db/057059.sst offset 12418567 size 27949",
+        "nccl",
+        "storage",
+    ),
+    # mount-utils' formatAndMount with another filesystem and device, mount's exit status 32 from another driver
+    (
+        'E0312 10:01:02.123456       7 mount_linux.go:232] format of disk "/dev/rbd3" failed: type:("xfs") '
+        'target:("/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount") options:("defaults")',
+        "nccl",
+        "storage",
+    ),
+    ("E1203 12:00:00.000001       1 mount_linux.go:150] Mount failed: exit status 32", "nccl", "storage"),
+    # Ganesha's FSAL mapping when getrlimit failed (its other format, index id 118008497), NFS4's for another function
+    (
+        "03/10/2025 08:00:00 : epoch 6700aa11 : nfs-server : nfs-ganesha-12[svc_9] posix2fsal_error :FSAL :INFO :Mapping 5 "
+        "to ERR_FSAL_IO, getrlimit failed",
+        "nccl",
+        "storage",
+    ),
+    (
+        "03/10/2025 08:00:00 : epoch 6700aa11 : nfs-server : nfs-ganesha-12[svc_9] nfs4_Errno_verbose :NFS4 :CRIT :Error "
+        "I/O error with error code 5 in nfs4_op_read converted to NFS4ERR_IO but was set non-retryable",
+        "nccl",
+        "storage",
+    ),
+    # clustermgtd's newer format (slurm_resources.py, index id 517915920: "... for node %s, node state: %s")
+    (
+        "2023-05-02 10:11:12,345 - [slurm_plugin.slurm_resources:is_backing_instance_valid] - WARNING - Node state check: "
+        "no corresponding instance in EC2 for node queue1-dy-g5-3(10.0.1.7), node state: ALLOCATED+CLOUD",
+        "nccl",
+        "node_silent",
+    ),
+    # mcelog's decode behind its syslog tag
+    ("Jun  3 09:03:27 node7 mcelog: Processor context corrupt", "kernel", "kernel"),
+    # ZFS's pool failure ending in its failure mode, now that a needle lets the line in (another pool)
+    (
+        "error: Pool 'rpool' has encountered an uncorrectable I/O failure and the failure mode property for this pool is "
+        "set to panic.",
+        "kernel",
+        "storage",
+    ),
+    # the Synapse graph compiler at its error level on another kernel, and compileGraph failing with another status
+    (
+        "[10:22:41.000101][GC                    ][error][tid:1A2B] Failed to load tpc kernel for node: TPC12, GUID: "
+        "softmax_fwd_bf16. Got error: GLUE_FAILED",
+        "nccl",
+        "user_code",
+    ),
+    (
+        "[10:22:41.000202][SYN_API       ][error][tid:1A2B] compileGraph: Failed to add recipe handle into "
+        "Recipe-Singleton status 1[synFail]",
+        "nccl",
+        "user_code",
+    ),
+    # enroot refusing another malformed reference behind pyxis
+    ("slurmstepd: error: pyxis:     [ERROR] Invalid image reference: nvcr.io#nvidia/pytorch:::23.10", "nccl", "user_code"),
+    # the installer's closing line as it writes it itself (the log's path changed)
+    (
+        "ERROR: Installation has failed.  Please see the file '/var/log/nvidia-installer.log' for details.  You may find "
+        "suggestions on fixing installation problems in the README available on the Linux driver download page at "
+        "www.nvidia.com.",
+        "nccl",
+        "gpu_lost",
+    ),
+    # a NaN loss tensor printed alone on another device with its grad_fn
+    ("tensor(nan, device='cuda:3', grad_fn=<NllLossBackward0>)", "nccl", "nan_loss"),
+    # docker compose v2's service name and a SIGKILL'd exit
+    ("trainer-1 exited with code 137", "nccl", "host_oom"),
+]
+
+
+@pytest.mark.parametrize(("line", "source", "fault"), _ROUND27_FORMS)
+def test_a_round27_form_in_another_shape_is_read(line: str, source: str, fault: str) -> None:
+    assert fault in classes(line, source)
+
+
+def test_a_relayed_xid_keeps_its_number() -> None:
+    # gpud's form: the number is NVIDIA's, so the event carries it (fresh47's row is Xid 79 on another bus)
+    assert {e.data.get("xid") for e in events("XID 79(GPU has fallen off the bus) detected on PCI:0000:3b:00", "nccl")} == {79}

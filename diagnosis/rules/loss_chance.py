@@ -39,13 +39,16 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
                     f"{chance:.4g}: the model predicts no better than a uniform guess",
                     rollback=False,
                 )
-    # At the class prior the trainer states: the labels' distribution learned, nothing of the input.
+    # At the class prior the trainer states: the labels' distribution learned, nothing of the input. Under
+    # an MSE the same level is the labels' variance, what answering their mean scores (fresh batch 15: a
+    # network regressing a 0/1 label with 3.4 % positives at p(1 - p) = 0.0331, from its first epoch or
+    # after blowing up to 132,746).
     prior = curve.chance_loss
     if prior is not None and level >= prior * (1 - CHANCE) and not curve.held_out_learned:
         where = "at" if level <= prior * (1 + CHANCE) else "above"
         return Verdict(
-            f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering with the "
-            f"labels' distribution: the model has learned nothing of its input",
+            f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering without the input "
+            f"(the labels' distribution, or their mean): the model has learned nothing of its input",
             rollback=False,
         )
     return None

@@ -38,12 +38,25 @@ absolute, as ln(classes) is for the training loss, so no start needs saying here
 The held-out loss also answers for a plateau of the training loss (:meth:`HeldOutWatch.falling`): one still
 falling over the latest evaluations (a Mann-Kendall fall at :data:`FALLING_Z`), or seen at fewer than
 :data:`EVALS` of them, is a model still learning what generalises, chance known or not (loss_stalled.py).
+And an evaluated metric at its best yet during a training loss's climb (:meth:`HeldOutWatch.improving`) says
+the climb is no divergence: a run coming apart gets worse at what it is evaluated on. A reinforcement-learning
+critic regresses onto its own returns, and its loss grows with them as the agent improves (issue 54's fresh
+batch 15: a DDPG critic's loss from 100 to 7,000 while its return goes -898 to 7,600); a value loss that climbs
+while the return never betters its start is diverging (fresh batch 4's Rainbow DQN, -16 to -112 throughout).
+
+One evaluation at chance is enough once the training loss beside it has fitted its data (``fitted``: under
+:data:`FITTED` of a guess's): the :data:`EVALS` wait is for a model still warming up, whose training loss is
+still near chance too. A model that fits every training batch and scores a guess's on held-out data learned
+nothing that generalises, and more evaluations will not change it (fresh batch 15: a bert-tiny fine-tune read
+from an unshuffled file, its training loss 0.0011 on one label's reviews, val_accuracy 0.5000 at its one
+evaluation).
 Pure: the same live and replayed.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.base import Finding
@@ -61,6 +74,10 @@ FALLING_Z = 1.96  # a held-out loss falling by a Mann-Kendall trend this far bel
 # ago would hold the trend test down for dozens more (5 falling, then 40 flat: z -2.0), so a loss that
 # came down and then sat above a guess's is found some EVALS evaluations late, not never.
 FALLS_KEPT = 2 * EVALS
+# A training loss under this share of a guess's has fitted its batches (a tenth, as LOSS_BAND is of chance
+# for a held-out loss that learned): no warm-up is left for more evaluations to wait out.
+FITTED = 0.1
+HISTORY = 2000  # each metric's latest evaluations kept for improving(): a loss curve's longest window
 
 
 def at_chance(value: float, chance: float, higher: bool) -> bool | None:
@@ -114,6 +131,8 @@ class _Evals:
     falls: dict[str, list[float]] = field(default_factory=dict)
     # each held-out loss over the whole run, chance known or not, its latest FALLS_KEPT (falling())
     losses: dict[str, list[float]] = field(default_factory=dict)
+    # each metric whose direction is known, (step, value, higher is better), its latest HISTORY (improving())
+    history: dict[str, deque] = field(default_factory=dict)
     fired: bool = False
 
 
@@ -140,8 +159,26 @@ class HeldOutWatch:
             len(values) < EVALS or mann_kendall_z(values) <= -FALLING_Z for values in evals.losses.values()
         )
 
-    def observe(self, event: Envelope, payload: TrainEval, told: bool) -> list[Finding]:
-        """``told``: the job's loss curve already raised its finding (one per job)."""
+    def improving(self, job: str, since: int) -> bool:
+        """Whether any evaluated metric of the job reached its best yet from step ``since`` on: one of at
+        least :data:`EVALS` evaluations since then better, its better way, than every evaluation before (than
+        the first of them, where the run has none before)."""
+        evals = self._jobs.get(job)
+        if evals is None:
+            return False
+        for kept in evals.history.values():
+            signed = [(step, v if higher else -v) for step, v, higher in kept if step is not None]
+            before = [v for step, v in signed if step < since]
+            during = [v for step, v in signed if step >= since]
+            if not before:
+                before, during = during[:1], during[1:]
+            if before and len(during) >= EVALS and max(during) > max(before):
+                return True
+        return False
+
+    def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False) -> list[Finding]:
+        """``told``: the job's loss curve already raised its finding (one per job); ``fitted``: its training
+        loss is under :data:`FITTED` of a guess's (one evaluation at chance is then enough)."""
         rank = payload.rank
         if rank is None:
             return []
@@ -151,6 +188,7 @@ class HeldOutWatch:
         if rank != evals.rank:
             return []
         _keep_losses(evals.losses, payload)
+        _keep_history(evals.history, payload)
         metrics = judged(payload)
         if metrics is None:
             return []
@@ -167,7 +205,7 @@ class HeldOutWatch:
                 values = evals.falls.setdefault(name, [])
                 values.append(value)
                 del values[:-FALLS_KEPT]
-        if len(evals.run) < EVALS or evals.fired or told or _coming_down(evals):
+        if (len(evals.run) < EVALS and not fitted) or evals.fired or told or _coming_down(evals):
             return []
         evals.fired = True
         return [
@@ -192,6 +230,14 @@ def _keep_losses(losses: dict[str, list[float]], payload: TrainEval) -> None:
             values = losses.setdefault(name, [])
             values.append(value)
             del values[:-FALLS_KEPT]
+
+
+def _keep_history(history: dict[str, deque], payload: TrainEval) -> None:
+    """Each metric of known direction, stamped with its step: what improving() reads."""
+    for name, raw in (payload.metrics or {}).items():
+        value, higher = as_float(raw), TrainEval.direction(name, payload.higher_is_better)
+        if value is not None and math.isfinite(value) and higher is not None:
+            history.setdefault(name, deque(maxlen=HISTORY)).append((payload.step, value, higher))
 
 
 def _coming_down(evals: _Evals) -> bool:

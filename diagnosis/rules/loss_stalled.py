@@ -18,8 +18,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   never flagged;
 * not learning, the run is stalled when its loss is
   - at chance: within 2 % of ln(classes), the loss of a uniform guess, when the step event says
-    how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md), or of the
-    class prior's entropy where the trainer states it (``chance_loss``); a guess's loss is the same on
+    how many classes (a vocabulary) the trainer predicts (``classes``, docs/events.md), or the
+    loss of answering without the input where the trainer states it (``chance_loss``: the class prior's
+    entropy, an MSE's labels' variance; loss_chance.py); a guess's loss is the same on
     every batch, so a per-batch loss spread by over a tenth of its level is at chance only while it
     has not come down from above it (a blow-up), and a held-out metric that left chance at its latest
     evaluation answers for what the model predicts (fresh batch 11);
@@ -49,15 +50,19 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     its middle third within the climb, not with either end: a step is a curriculum's next stage or a
     new data mix), its later half's median a quarter above its earlier half's and a tenth of the
     run's scale above, to a quarter above where the run was first seen (its first loss is one batch's)
-    and above every window median it has come back from; never a loss that has gone below zero (a surrogate). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
+    and above every window median it has come back from; never a loss that has gone below zero (a surrogate),
+    nor while an evaluated metric reaches its best yet (an RL critic's loss grows with the return: fresh
+    batch 15). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
     run: what it learned before is unseen, so "regressed" cannot weigh it);
-  - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, it fell
+  - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, not a trained
+    model's (a first loss under 9/10 of a guess's, random weights unsaid: a fine-tune), it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
     least) while the learning rate, where steps say it, is near its peak and any held-out loss has stopped
     too (loss_eval.HeldOutWatch.falling): a class prior or a data variance, levels no step event carries
     (issue 54, fresh batch 6), not a loss near a floor of its own (fresh batch 14);
 * held out, where the trainer evaluates (``train``/``eval``): its metrics at chance for five evaluations
-  in a row (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
+  in a row, or for one beside a training loss that fitted its data, under a tenth of a guess's
+  (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned";
 * and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
   for a fifth of a window: nothing will move the weights again.
@@ -79,7 +84,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period
-from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
+from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
@@ -129,6 +134,25 @@ def _lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
     return base is not None and any(lr > base * (1 + REGRESSED) for s, lr in curve.lrs if s >= since)
 
 
+def _trained_start(curve: LossCurve) -> bool:
+    """Whether the run's first loss is a trained model's by the class count: under 9/10 of a guess's
+    (UNTRAINED), the trainer not saying its weights began random. (A pretrained body under a new head starts
+    at a guess's loss, and a trainer's "resumed" with no class count says nothing of where its loss began:
+    fresh batch 13's latent MAE, resumed from a ViT-MAE and stuck 10 % below its first loss, is stalled.)"""
+    return (curve.from_scratch is not True and curve.classes is not None and curve.first is not None
+            and curve.first < UNTRAINED * math.log(curve.classes))
+
+
+def _fitted(curve: LossCurve) -> bool:
+    """Whether the training loss has fitted its batches: the median of its latest ten losses (one batch's
+    spike does not move it) under loss_eval.FITTED of a guess's, ln(classes). False where the class count is
+    unsaid."""
+    if curve.classes is None or not curve.losses:
+        return False
+    latest = [v for _, v in list(curve.losses)[-BLOCKS:]]
+    return statistics.median(latest) < FITTED * math.log(curve.classes)
+
+
 class LossStalledDetector:
     """Job-level, pure: ``train`` step, checkpoint and eval events in, ``loss_stalled`` findings out."""
 
@@ -163,7 +187,8 @@ class LossStalledDetector:
             return []
         if isinstance(payload, TrainEval):
             curve = self._curves.get(event.job)
-            return self.held_out.observe(event, payload, told=curve is not None and curve.fired)
+            return self.held_out.observe(event, payload, told=curve is not None and curve.fired,
+                                         fitted=curve is not None and _fitted(curve))
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
                 self._checkpoints.setdefault(event.job, []).append(payload.step)
@@ -212,7 +237,7 @@ class LossStalledDetector:
         grad = as_float(reported.grad_norm)
         verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
         if verdict is None and curve.seen >= curve.next_check:
-            verdict = self._judge(curve)
+            verdict = self._judge(curve, event.job)
         if verdict is not None and not curve.fired:
             curve.fired = True
             out.append(Finding(
@@ -273,7 +298,7 @@ class LossStalledDetector:
             return curve.from_scratch
         return curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes)
 
-    def _judge(self, curve: LossCurve) -> Verdict | None:
+    def _judge(self, curve: LossCurve, job: str) -> Verdict | None:
         size = self._window(curve)
         if curve.seen < size or len(curve.losses) < size:
             return None  # not a whole window yet: the warm-up is never judged
@@ -329,7 +354,9 @@ class LossStalledDetector:
                 and not curve.held_out_learned):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
-        diverging = self._diverging(curve, window, start, highest)
+        # A climb while what the run is evaluated on gets better is the loss's scale growing with it (an RL
+        # critic's, whose targets are its own returns: loss_eval.HeldOutWatch.improving), not a divergence.
+        diverging = None if self.held_out.improving(job, first) else self._diverging(curve, window, start, highest)
         if diverging is not None:
             return diverging
         learned = start - curve.best
@@ -357,8 +384,11 @@ class LossStalledDetector:
         # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
         # ...and whose held-out loss stopped too: one still falling is a model learning near a floor of its own
         # (a softmax fed to cross-entropy: fresh batch 14's MLP at 2.44 over 28 classes, val_loss falling 30 epochs).
+        # ...and measured from an untrained model's loss: a fine-tune's first is its pretrained model's, and a
+        # short fall from it then a slow one is the new data's format learned first (fresh batch 15's LLaMA-13B
+        # fine-tune, 1.8 then about 1.5 a step, a nat below per epoch), no class prior.
         if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
-                and not curve.held_out_falling):
+                and not curve.held_out_falling and not _trained_start(curve)):
             why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
                                 self._stride(curve), list(curve.lrs))
             if why is not None:

@@ -103,10 +103,11 @@ def _csv_rows(lines: list[str]) -> tuple[list[Row], list[Eval]]:
     return rows, evals
 
 
-def chance_of(metrics: dict[str, float], classes: int | None) -> dict[str, float]:
+def chance_of(metrics: dict[str, float], classes: int | None, prior: float | None = None) -> dict[str, float]:
     """Each held-out metric's chance as the callbacks fill it from the class count: ln(classes) for a
-    loss, 1/classes for an accuracy, 0 for a correlation (trainer_hooks/callback_support.eval_chance)."""
-    return eval_chance(metrics, classes, None, None)
+    loss, 1/classes for an accuracy, 0 for a correlation (trainer_hooks/callback_support.eval_chance);
+    for a loss, ``prior`` instead where the trainer states the held-out labels' (its ``val_chance_loss``)."""
+    return eval_chance(metrics, classes, prior, None)
 
 
 def _log_rows(lines: list[str]) -> tuple[list[Row], list[int]]:
@@ -168,12 +169,18 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
         evals = [(s - offset, m, at) for s, m, at in evals]
     default = step_s if step_s is not None else STEP_S.get(path.name, 10.0)
     classes = int(meta["classes"]) if "classes" in meta else None
+    # The loss of answering without the input, where the trainer states it: a class prior's entropy, a 0/1
+    # label's variance under an MSE (``chance_loss``, on every step), and the held-out labels' own.
+    prior = float(meta["chance_loss"].split()[0]) if "chance_loss" in meta else None
+    held_out_prior = float(meta["val_chance_loss"].split()[0]) if "val_chance_loss" in meta else None
+    # The trainer's word on a metric's direction where its name does not say it (an RL agent's return).
+    higher = {name: True for name in meta.get("higher_is_better", "").split() if name}
     events: list[Envelope] = []
     ts, last = T0, None
     pending = list(evals)
     for index, (step, loss, secs, grad, lr) in enumerate(rows):
         while pending and pending[0][2] <= index:  # the evaluations the file puts before this row
-            events.append(_eval_event(pending.pop(0), ts, classes))
+            events.append(_eval_event(pending.pop(0), ts, classes, higher, held_out_prior))
         gap = step - last if last is not None else 1
         # a log's first step carries the compile / startup time: not the run's pace
         ts += gap * (secs if secs is not None and last is not None and secs < 60 else default if secs is None else 1.0)
@@ -184,18 +191,23 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
             data["lr"] = lr
         if from_scratch is not None:
             data["from_scratch"] = from_scratch
+        if prior is not None:
+            data["chance_loss"] = prior
         events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="step", data=data))
         if step in checkpoints:
             events.append(Envelope(ts=ts, job="j", node="n0", source="train", kind="checkpoint",
                                    data={"rank": 0, "step": step, "path": f"ckpt-{step}"}))
         last = step
-    events.extend(_eval_event(e, ts, classes) for e in pending)
+    events.extend(_eval_event(e, ts, classes, higher, held_out_prior) for e in pending)
     return events, rows[-1][0]
 
 
-def _eval_event(evaluation: Eval, ts: float, classes: int | None) -> Envelope:
+def _eval_event(evaluation: Eval, ts: float, classes: int | None, higher: dict[str, bool] | None = None,
+                prior: float | None = None) -> Envelope:
     step, metrics, _ = evaluation
-    data = {"rank": 0, "step": max(0, step), "metrics": metrics, "chance": chance_of(metrics, classes)}
+    data = {"rank": 0, "step": max(0, step), "metrics": metrics, "chance": chance_of(metrics, classes, prior)}
+    if higher:
+        data["higher_is_better"] = {name: up for name, up in higher.items() if name in metrics}
     return Envelope(ts=ts, job="j", node="n0", source="train", kind="eval", data=data)
 
 

@@ -83,7 +83,30 @@ def short_of_end(consumer, tp: TopicPartition, listed: int) -> bool:
 
 def fetched_end(consumer, tp: TopicPartition) -> int | None:
     """The high watermark the last fetch of ``tp`` carried; None before its first fetch answered.
-    kafka-python's ``highwater`` is that; the confluent adapter's falls back to the listed end."""
+    The confluent adapter's falls back to the listed end. kafka-python's ``highwater`` is that of
+    the last fetch it *parsed*: a fetch that came and waits in its queue (records not handed out
+    yet, behind other partitions' in a large backlog) leaves it at the fetch before, where the
+    position may stand, and the partition read as caught up with a batch unread (T13). So the
+    high watermarks of the fetches still queued count too."""
     if isinstance(consumer, ConfluentConsumer):
         return consumer.fetched_highwater(tp)
-    return consumer.highwater(tp)
+    high = consumer.highwater(tp)
+    queued = queued_highwater(getattr(consumer, "_fetcher", None), tp)
+    return queued if queued is not None and (high is None or queued > high) else high
+
+
+def queued_highwater(fetcher: object, tp: TopicPartition) -> int | None:
+    """The highest high watermark of ``tp``'s fetches kafka-python holds unparsed (its fetcher's
+    ``_completed_fetches``, appended by its network thread, and those parked while paused); None
+    where there are none, or in a client that keeps no such queue."""
+    pending = getattr(fetcher, "_completed_fetches", None)
+    if pending is None:
+        return None
+    parked = getattr(fetcher, "_paused_completed_fetches", None) or {}
+    high = None
+    for fetch in (*pending.copy(), *list(parked.values())):  # a copy: the network thread appends
+        if fetch.topic_partition == tp:
+            mark = getattr(fetch.partition_data, "high_watermark", None)
+            if isinstance(mark, int) and mark >= 0 and (high is None or mark > high):
+                high = mark
+    return high

@@ -84,9 +84,10 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period
+from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
-from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
+from faultlens.diagnosis.rules.loss_trend import theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
@@ -99,7 +100,6 @@ BLOCKS = 10
 LEARNING_DROP = 0.01  # of the level, across one window: still learning
 LEARNED = 0.05  # below the start level by this fraction: the run has learned something
 REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
-REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
 # A first loss at least this share of ln(classes) is an untrained model's: a random init starts at a
 # guess's loss; one a tenth of a guess below it has learned (the tenth a spike and a divergence are
 # measured in), as a fine-tune resumed at 3.66 against ln 61 = 4.11 has (issue 54, fresh batch 4).
@@ -112,26 +112,10 @@ UNTRAINED = 0.9
 # climbs back to it as its teacher sharpens (fresh batch 4).
 STEADY = 0.1
 FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
-# Diverging: the window's losses, in up to 50 block medians (each step where the window is short),
-# climb by a Mann-Kendall trend this many sigmas above none (one-sided p 0.006); the median of its later
-# half rises a quarter above its earlier half's and by a tenth of the run's scale (the highest loss it
-# has shown, or a guess's), and ends above where the run was first seen.
-DIVERGE_BLOCKS = 50
-DIVERGE_Z = 2.5
-DIVERGE_RISE = 0.25
-DIVERGE_OF_SCALE = 0.1
-# ...and by at least this much: a cross-entropy up by a hundredth of a nat predicts within 1 % of what it
-# did, whatever the scale (a fine-tune first seen at 1e-3, with no class count to say what a guess is).
-DIVERGE_MIN = 0.01
-DIVERGE_STEADY = 0.2  # of the climb: the middle third's median at least this far from either end's
 GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
 
 
-def _lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
-    """Whether the steps since ``since`` said a learning rate a quarter above ``base`` (a warm restart,
-    a schedule's rise); False where the steps say none, so an old trainer's curve reads as before."""
-    return base is not None and any(lr > base * (1 + REGRESSED) for s, lr in curve.lrs if s >= since)
 
 
 def _trained_start(curve: LossCurve) -> bool:
@@ -356,9 +340,9 @@ class LossStalledDetector:
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         # A climb while what the run is evaluated on gets better is the loss's scale growing with it (an RL
         # critic's, whose targets are its own returns: loss_eval.HeldOutWatch.improving), not a divergence.
-        diverging = None if self.held_out.improving(job, first) else self._diverging(curve, window, start, highest)
-        if diverging is not None:
-            return diverging
+        climb = None if self.held_out.improving(job, first) else diverging(curve, window, start, highest)
+        if climb is not None:
+            return climb
         learned = start - curve.best
         # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
         # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
@@ -372,7 +356,7 @@ class LossStalledDetector:
         # warm-up past a good rate whose loss rises with it is no regression either while the rate
         # stays raised: it shows as diverging, at chance or never learned.)
         if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
-                and not _lr_raised(curve, first, curve.best_lr)):
+                and not lr_raised(curve, first, curve.best_lr)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
@@ -394,56 +378,3 @@ class LossStalledDetector:
             if why is not None:
                 return Verdict(f"{why} (steps {first}-{last})", rollback=False)
         return None
-
-    @staticmethod
-    def _diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, highest: float) -> Verdict | None:
-        """A loss that climbs steadily through the window, by much, to above where it was first seen
-        (``start``) and above every level it has come back from (``highest``: a run first seen mid-way
-        whose per-batch loss climbs through one epoch's window to 0.039 has shown 0.045 epochs before:
-        issue 54, fresh batch 5):
-        the run is coming apart (too high a learning rate, a bad batch it never recovered from), not
-        wandering. Block medians carry the trend, so one spike cannot make one; a GAN's, a policy
-        gradient's or a warm-up's rise stays below the run's start, does not climb the whole window, or
-        is small beside the peaks the run has shown (a GAN generator's 35 at its start); a fine-tune near
-        zero rises by less than a tenth of its scale."""
-        if curve.signed or max(start, highest) <= 0:
-            return None
-        per = max(1, len(window) // DIVERGE_BLOCKS)
-        ys = [statistics.median(v for _, v in window[i:i + per]) for i in range(0, len(window) - per + 1, per)]
-        z = mann_kendall_z(ys)
-        if z < DIVERGE_Z:
-            return None
-        # The level it climbed by: the window's later half against its earlier half, so a climb that
-        # stays counts and a swing that ends the window on two high batches does not.
-        half = len(window) // 2
-        before = statistics.median(v for _, v in window[:half])
-        after = statistics.median(v for _, v in window[half:])
-        rise = after - before
-        # Steadily: the middle third of the window sits within the climb, not with either end of it. A
-        # step (a curriculum's next stage, a new data mix, a bad shard), held or learnt again, puts it
-        # with one end.
-        third = len(window) // 3
-        low, mid, high = (statistics.median(v for _, v in part) for part in
-                          (window[:third], window[third:len(window) - third], window[len(window) - third:]))
-        if not low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
-            return None
-        # A climb while the schedule raises the learning rate (a warm restart) is judged once it stops
-        # raising it: a loss that keeps climbing at a steady rate diverges, a restart's falls again.
-        early = [lr for s, lr in curve.lrs if window[0][0] <= s < window[half][0]]
-        if early and _lr_raised(curve, window[half][0], statistics.median(early)):
-            return None
-        scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
-        if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN):
-            return None
-        # Above where it was first seen by more than that first loss's own uncertainty: it is one batch's,
-        # off its level by the series' step-to-step noise, and a flat noisy curve that dips and comes back
-        # ends its window about there (a GPT-2 fine-tune's per-batch loss, 1.2-3.2 around 2.2, back to 2.59
-        # against its first 2.37: issue 54, fresh batch 10). A quarter above it is past it whatever the
-        # noise, by the climb's own measure. A window median it came back from is a level: past it is enough.
-        jitter = robust_sigma([b - a for a, b in pairwise(v for _, v in window)])[1] / math.sqrt(2)
-        if after <= max(start + min(REGRESS_NOISE * jitter, DIVERGE_RISE * start), highest):
-            return None
-        saved = [c for c in curve.checkpoints if c < window[0][0]]
-        return Verdict(f"loss climbed from {before:.4g} to {after:.4g} over steps {window[0][0]}-{window[-1][0]} "
-                       f"(Mann-Kendall z {z:.1f}), above {max(start, highest):.4g}, its first loss and every level it came back from: diverging"
-                       + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""), rollback=bool(saved))

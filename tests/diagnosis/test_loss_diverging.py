@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector, mann_kendall_z
+from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from tests.diagnosis.test_loss_stalled import checkpoint, step
 
 MID = 5000  # first seen mid-run: what it learned before is unseen

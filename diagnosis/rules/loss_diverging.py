@@ -1,0 +1,91 @@
+"""A loss coming apart: the diverging form of ``loss_stalled`` (diagnosis/rules/loss_stalled.py), in its
+own module so that each reads as one judgement (docs/design.md §3)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from itertools import pairwise
+
+from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
+from faultlens.diagnosis.rules.training import robust_sigma
+
+REGRESS_NOISE = 3.0  # robust sigmas of the window's losses that what it learned must exceed
+LR_RAISED = 0.25  # a learning rate this share above the run's: the schedule raised it (a warm restart)
+# Diverging: the window's losses, in up to 50 block medians (each step where the window is short),
+# climb by a Mann-Kendall trend this many sigmas above none (one-sided p 0.006); the median of its later
+# half rises a quarter above its earlier half's and by a tenth of the run's scale (the highest loss it
+# has shown, or a guess's), and ends above where the run was first seen.
+DIVERGE_BLOCKS = 50
+DIVERGE_Z = 2.5
+DIVERGE_RISE = 0.25
+DIVERGE_OF_SCALE = 0.1
+# ...and by at least this much: a cross-entropy up by a hundredth of a nat predicts within 1 % of what it
+# did, whatever the scale (a fine-tune first seen at 1e-3, with no class count to say what a guess is).
+DIVERGE_MIN = 0.01
+DIVERGE_STEADY = 0.2  # of the climb: the middle third's median at least this far from either end's
+
+
+def lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
+    """Whether the steps since ``since`` said a learning rate a quarter above ``base`` (a warm restart,
+    a schedule's rise); False where the steps say none, so an old trainer's curve reads as before."""
+    return base is not None and any(lr > base * (1 + LR_RAISED) for s, lr in curve.lrs if s >= since)
+
+
+def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, highest: float) -> Verdict | None:
+    """A loss that climbs steadily through the window, by much, to above where it was first seen
+    (``start``) and above every level it has come back from (``highest``: a run first seen mid-way
+    whose per-batch loss climbs through one epoch's window to 0.039 has shown 0.045 epochs before:
+    issue 54, fresh batch 5):
+    the run is coming apart (too high a learning rate, a bad batch it never recovered from), not
+    wandering. Block medians carry the trend, so one spike cannot make one; a GAN's, a policy
+    gradient's or a warm-up's rise stays below the run's start, does not climb the whole window, or
+    is small beside the peaks the run has shown (a GAN generator's 35 at its start); a fine-tune near
+    zero rises by less than a tenth of its scale."""
+    if curve.signed or max(start, highest) <= 0:
+        return None
+    per = max(1, len(window) // DIVERGE_BLOCKS)
+    ys = [statistics.median(v for _, v in window[i : i + per]) for i in range(0, len(window) - per + 1, per)]
+    z = mann_kendall_z(ys)
+    if z < DIVERGE_Z:
+        return None
+    # The level it climbed by: the window's later half against its earlier half, so a climb that
+    # stays counts and a swing that ends the window on two high batches does not.
+    half = len(window) // 2
+    before = statistics.median(v for _, v in window[:half])
+    after = statistics.median(v for _, v in window[half:])
+    rise = after - before
+    # Steadily: the middle third of the window sits within the climb, not with either end of it. A
+    # step (a curriculum's next stage, a new data mix, a bad shard), held or learnt again, puts it
+    # with one end.
+    third = len(window) // 3
+    low, mid, high = (
+        statistics.median(v for _, v in part)
+        for part in (window[:third], window[third : len(window) - third], window[len(window) - third :])
+    )
+    if not low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
+        return None
+    # A climb while the schedule raises the learning rate (a warm restart) is judged once it stops
+    # raising it: a loss that keeps climbing at a steady rate diverges, a restart's falls again.
+    early = [lr for s, lr in curve.lrs if window[0][0] <= s < window[half][0]]
+    if early and lr_raised(curve, window[half][0], statistics.median(early)):
+        return None
+    scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
+    if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN):
+        return None
+    # Above where it was first seen by more than that first loss's own uncertainty: it is one batch's,
+    # off its level by the series' step-to-step noise, and a flat noisy curve that dips and comes back
+    # ends its window about there (a GPT-2 fine-tune's per-batch loss, 1.2-3.2 around 2.2, back to 2.59
+    # against its first 2.37: issue 54, fresh batch 10). A quarter above it is past it whatever the
+    # noise, by the climb's own measure. A window median it came back from is a level: past it is enough.
+    jitter = robust_sigma([b - a for a, b in pairwise(v for _, v in window)])[1] / math.sqrt(2)
+    if after <= max(start + min(REGRESS_NOISE * jitter, DIVERGE_RISE * start), highest):
+        return None
+    saved = [c for c in curve.checkpoints if c < window[0][0]]
+    return Verdict(
+        f"loss climbed from {before:.4g} to {after:.4g} over steps {window[0][0]}-{window[-1][0]} "
+        f"(Mann-Kendall z {z:.1f}), above {max(start, highest):.4g}, its first loss and every level it came back from: diverging"
+        + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""),
+        rollback=bool(saved),
+    )

@@ -78,9 +78,14 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
     # off its level by the series' step-to-step noise, and a flat noisy curve that dips and comes back
     # ends its window about there (a GPT-2 fine-tune's per-batch loss, 1.2-3.2 around 2.2, back to 2.59
     # against its first 2.37: issue 54, fresh batch 10). A quarter above it is past it whatever the
-    # noise, by the climb's own measure. A window median it came back from is a level: past it is enough.
+    # noise, by the climb's own measure. A window median it came back from is a level, known to within
+    # a half-window median's own noise (jitter / sqrt(half), three times): a short window of single batches
+    # whose losses scatter over orders of magnitude puts its later half's median a little past the highest
+    # level it came back from, and back under it a few logs later (a DQN's TD loss, 0.001-1.0 log to log,
+    # 0.35 against 0.31 over 20 logs; a DiffWave resumed at its floor, 0.019-0.117 a batch: fresh batch 16).
     jitter = robust_sigma([b - a for a, b in pairwise(v for _, v in window)])[1] / math.sqrt(2)
-    if after <= max(start + min(REGRESS_NOISE * jitter, DIVERGE_RISE * start), highest):
+    level = highest + REGRESS_NOISE * jitter / math.sqrt(half)
+    if after <= max(start + min(REGRESS_NOISE * jitter, DIVERGE_RISE * start), level):
         return None
     saved = [c for c in curve.checkpoints if c < window[0][0]]
     return Verdict(

@@ -56,6 +56,7 @@ Pure: the same live and replayed.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -173,6 +174,21 @@ class HeldOutWatch:
             if not before:
                 before, during = during[:1], during[1:]
             if before and len(during) >= EVALS and max(during) > max(before):
+                return True
+        return False
+
+    def better_since(self, job: str, best: int, since: int) -> bool:
+        """Whether any evaluated metric of the job is better, its better way, from step ``since`` on (the
+        median of at least :data:`EVALS` evaluations) than at every evaluation up to step ``best``: where
+        the training loss was lowest, the run was evaluated worse than it is now."""
+        evals = self._jobs.get(job)
+        if evals is None:
+            return False
+        for kept in evals.history.values():
+            signed = [(step, v if higher else -v) for step, v, higher in kept if step is not None]
+            then = [v for step, v in signed if step <= best]
+            now = [v for step, v in signed if step >= since]
+            if then and len(now) >= EVALS and statistics.median(now) > max(then):
                 return True
         return False
 

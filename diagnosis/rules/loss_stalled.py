@@ -354,9 +354,13 @@ class LossStalledDetector:
         # epochs (LocalRetro's cosine restarts every 10 epochs double a 0.010 loss: issue 54, fresh
         # batch 5). Judged only where the steps say their learning rate; without it, as before. (A
         # warm-up past a good rate whose loss rises with it is no regression either while the rate
-        # stays raised: it shows as diverging, at chance or never learned.)
+        # stays raised: it shows as diverging, at chance or never learned.) Nor is a loss above its best while
+        # what the run is evaluated on is better than when the loss was there: the run has lost nothing (a PPO
+        # loss's value term grows with the returns it predicts: fresh batch 16's, 0.21 then 0.5-0.7 as its
+        # return goes -8 to 10-45; loss_eval.HeldOutWatch.better_since).
         if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
-                and not lr_raised(curve, first, curve.best_lr)):
+                and not lr_raised(curve, first, curve.best_lr)
+                and not self.held_out.better_since(job, curve.best_step or first, first)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None

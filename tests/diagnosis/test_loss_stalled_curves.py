@@ -292,6 +292,22 @@ def batch(folder: Path) -> list[Path]:
 FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 17))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
+    "around 0.045 (each its own noise level drawn), its val_loss 0.039-0.050 over 13 epochs: still 'diverging' from its "
+    "start and under the shortest window at step 696199, a 20-log window whose later half's median (0.062) passes the "
+    "highest window median it came back from (0.052) by more than the half-median's own noise; what a person reads "
+    "(the held-out loss flat across the run) comes once an epoch, never inside a 190-step climb (loss round 19)",
+    "spectrogram_country_cnn_3way_v9_learns.csv": "a 3-way CNN whose training loss sits at ln 3 (1.00-1.12) and whose "
+    "held-out val_loss (1.099 to 1.080) and val_acc (0.355, 0.355, 0.360, 0.365, 0.380 against a third) sit at chance "
+    "over its first five epochs, flagged at the fifth (step 574, from its start and under the shortest window); it "
+    "leaves chance the next (0.43) and ends at 0.85. Tried: waiting while each of the latest 3 evaluations is a new "
+    "best: it delayed or lost stalled runs' held-out findings in 6 other curves (fresh6's TIMIT LSTM, whose accuracy "
+    "climbs to its class prior, lost in 3 modes) (loss round 19)",
+    "statquest_lstm_by_hand_v9_stuck_at_label_mean.csv": "a hand-written LSTM answering its two labels' mean 0.5 after "
+    "2,000 epochs, its logged loss (company B's, (1 - out)**2) 0.289 creeping to 0.257 onto (1 - 0.5)**2 = 0.25: still "
+    "falling by more than 1 % of its level a window, so learning by the loss's own measure; the level it creeps onto is "
+    "the labels' mean, which no step event carries (a trainer's chance_loss of 0.25 was tried: still falling, still "
+    "quiet) (loss round 19)",
     "crystal_graph_sgd_lr0.1_never_learns.csv": "a regression with no class count: its chance level is the "
     "target's variance, which no step event carries, and its first loss is one sample's (batch size 1), so 'never "
     "learned' has nothing to measure from. A person reads it from the log's running mean, 0.8-2.5 over its first "

@@ -31,8 +31,8 @@ from faultlens.remediation.fleet import Fleet
 from faultlens.remediation.policy import Policy
 from faultlens.remediation.safety import CircuitBreaker, Safety, SafetyConfig
 from faultlens.streams.config import KafkaSettings
+from faultlens.streams.jobs_topic import prime_from_jobs_topic
 from faultlens.streams.producer import Outgoing
-from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner.loop import GroupRunner, Record, dead_letter
 
 log = logging.getLogger(__name__)
@@ -182,18 +182,8 @@ class RemediationHandler:
 
 def prime_topologies(handler: RemediationHandler, settings: KafkaSettings, idle_s: float = 1.0) -> int:
     """Read the compacted ``jobs`` topic once, so a restarted remediator knows every job's machines;
-    returns how many topologies it read. ``m`` is either client's record (streams/messages.ReadMessage,
-    read by field name: kafka-python's ConsumerRecord is not confluent's Message field for field)."""
-    n = 0
-    for m in iter_topics(settings, [JOBS_TOPIC], idle_s=idle_s, timeout_s=30.0):
-        try:
-            event = decode(m.value)
-            handler.observe_topology(event)
-        except ValueError as exc:  # InvalidEvent is a ValueError: a bad topology is skipped, not fatal
-            log.warning("jobs topic offset %d: %s", m.offset, exc)
-            continue
-        n += event.source == "job" and event.kind == "topology"  # starts and restarts share the topic
-    return n
+    returns how many topologies it read (streams/jobs_topic.py: tombstones skipped quietly)."""
+    return prime_from_jobs_topic(settings, handler.observe_topology, idle_s=idle_s, timeout_s=30.0).topologies
 
 
 def build_policy(signing_key: SigningKey, config: PolicyConfig, safety: SafetyConfig, breaker_file: Path | None,

@@ -20,16 +20,16 @@ from faultlens.events import topics
 from faultlens.events.beat_reading import decode_beat_message
 from faultlens.events.bundle import decode_bundled
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
-from faultlens.events.envelope import InvalidEvent, decode
+from faultlens.events.envelope import InvalidEvent
 from faultlens.events.event_time import UpstreamStop
 from faultlens.events.gpu_reading import decode_gpu_message
 from faultlens.events.net_reading import decode_net_message
 from faultlens.events.step_reading import decode_train_message
 from faultlens.events.topics import TELEMETRY_TOPICS
 from faultlens.streams.config import KafkaSettings
+from faultlens.streams.jobs_topic import prime_from_jobs_topic
 from faultlens.streams.metrics import DIAGNOSES
 from faultlens.streams.producer import Outgoing
-from faultlens.streams.reader import iter_topics
 from faultlens.streams.runner.loop import GroupRunner, Record, dead_letter, record_bytes
 from faultlens.streams.topic_missing import TopicMissingError
 
@@ -217,17 +217,9 @@ class DiagnoseHandler:
 
 
 def prime_topologies(engine: Engine, settings: KafkaSettings, idle_s: float = 1.0) -> int:
-    """Read the compacted ``jobs`` topic from the start so topologies are known before telemetry."""
-    n = 0
-    for m in iter_topics(settings, [JOBS_TOPIC], idle_s=idle_s):
-        try:
-            event = decode(m.value)
-            engine.book.update(event)
-        except InvalidEvent as exc:
-            log.warning("jobs topic offset %d: %s", m.offset, exc)
-            continue
-        n += event.kind == "topology"
-    return n
+    """Read the compacted ``jobs`` topic from the start so topologies are known before telemetry
+    (streams/jobs_topic.py: tombstones skipped quietly, malformed records said and counted)."""
+    return prime_from_jobs_topic(settings, engine.book.update, idle_s=idle_s).topologies
 
 
 def primed_handler(settings: KafkaSettings, config: EngineConfig | None = None, group: str = GROUP) -> DiagnoseHandler:

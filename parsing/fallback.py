@@ -29,12 +29,16 @@ CEILING = "alert"
 # (BGL's 'RAS KERNEL FATAL fpr29=0xffffffff ffffffff ...' read kernel).
 _LOGIN_PROGRAM = re.compile(r"(?:^|\s)(?:sshd|klogind|kshd|rlogind|telnetd|login|su|sudo|krb5kdc|kadmind)(?:\[\d+\])?: ")
 _NAMES_A_GPU = re.compile(r"(?i)\bgpu|nvidia|\bnvml\b|\bdcgm")
+# (round 29) A program probing sysfs' description of the CPUs (ROCm's and hwloc's topology reads of
+# /sys/devices/system/node/node0/cpu7/cache/index0/coherency_line_size) fails on a VM or container that hides it:
+# an inventory of the host's caches, no device of the job's and nothing failing in the run.
+_CPU_TOPOLOGY_PROBE = re.compile(r"/sys/devices/system/(?:cpu|node)/\S*/(?:cache|topology)/")
 _REGISTER_ALONE = re.compile(r"(?i)(?:^|\s)[a-z]{1,4}\d{1,2}=0x[0-9a-f]{8,}(?: [0-9a-f]{8,})*\s*$")
 
 
 def _guess_unfounded(fault: str, msg: str, raw: str) -> bool:
-    """Whether the line cannot be about the guessed class: a login program's, a GPU class naming no GPU, a register dump."""
-    if _LOGIN_PROGRAM.search(raw) or _REGISTER_ALONE.search(msg):
+    """Whether the line cannot be about the guessed class: a login program's, a GPU class naming no GPU, a register dump, a CPU topology probe."""
+    if _LOGIN_PROGRAM.search(raw) or _REGISTER_ALONE.search(msg) or _CPU_TOPOLOGY_PROBE.search(msg):
         return True
     return fault == "gpu_thermal" and not _NAMES_A_GPU.search(raw)
 

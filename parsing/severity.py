@@ -109,6 +109,9 @@ _NEUTRAL = re.compile(
     r"\btime ?outs? (?:(?:value )?(?:set to|is|=)|of \d+ ?\w*$)|"
     # a capability, not an event: bonding's load-time advice "otherwise bonding will not detect link failures"
     r"\bdetect (?:\w+ )?failures?\b|"
+    # (round 29) a controller's missing feature, stated at probe: hpsa's "Logical aborts not supported", "HP SSD Smart
+    # Path aborts not supported" (hpsa.c hpsa_find_board_params) name what the board cannot do, no abort that happened
+    r"\baborts? (?:are )?not supported\b|"
     # a FreeBSD device attach names the device by its description in angle brackets
     # ("apei0: <ACPI Platform Error Interface> on acpi0"): the words there are a name
     r"^\w+\d+: <[^<>]*>(?= (?:on|at) \w)",
@@ -164,7 +167,7 @@ def error_words(message: str) -> tuple[str, ...]:
     low = message.lower()
     if not _QUICK_RE.search(low):
         return ()
-    if "error" in low or "reset" in low or "fail" in low or "time" in low:
+    if "error" in low or "reset" in low or "fail" in low or "time" in low or "abort" in low:
         message = _NEUTRAL.sub(" ", message)
     seen: dict[str, None] = {}
     for m in _WORDS.finditer(message):

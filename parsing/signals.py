@@ -144,8 +144,11 @@ _SENT = ("unknown", "none", "info")  # SIGTERM, SIGINT and the rest: sent, not a
 _ABORT = ("user_code", "none", "info")
 
 
+_NAMED = ("s1", "s2", "s3", "s4", "s11", "s12", "s18", "s19")
+
+
 def _name(m: re.Match[str]) -> str | None:
-    for g in ("s1", "s2", "s3", "s4", "s11", "s12", "s18", "s19"):
+    for g in _NAMED:
         if m.group(g):
             return m.group(g).upper()
     for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16", "n17"):
@@ -171,6 +174,11 @@ def read_signal(msg: str, raw: str) -> Found | None:
         if status is None:
             return None
         return [("worker_failed", common(raw, *_SENT, rule="exit.status", text=status.group(0)[:256]))]
+    # (round 29) A status first and the signal's name after it ("Process finished with exit code 138 (interrupted by signal
+    # 10: SIGBUS)", PyCharm on macOS, where SIGBUS is 10 and Linux's 10 is SIGUSR1): the name is what the printing
+    # machine meant; its numbers are its own platform's.
+    if not any(m.group(g) for g in _NAMED):
+        m = next((later for later in _SHAPES.finditer(msg, m.end()) if any(later.group(g) for g in _NAMED)), m)
     name = _name(m)
     if name is None or name not in _NUMBERS:
         return None

@@ -17,6 +17,7 @@ MAX_ROWS = 200  # rows per table; the file stays small enough to mail, --json ha
 HEADINGS = {
     "job": "job", "fault": "fault class", "nodes": "nodes", "node": "node", "action": "action",
     "onset": "onset (UTC)", "detected_at": "detected (UTC)", "issued_at": "issued (UTC)",
+    "source": "its seconds come from",
     "detection_s": "detection (s, first evidence → decision)", "command": "first command", "to_command_s": "to command (s)",
     "recovery_s": "recovery (s)", "wall_s": "wall (s)", "productive_s": "productive (s)", "ettr": "ETTR",
     "incidents": "incidents", "recovered": "recovered", "mttr_s": "MTTR (s)", "p50_s": "p50 (s)",
@@ -56,6 +57,7 @@ td.detail { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12
 td.nw { white-space: nowrap; }
 td.bad { color: #c0392b; font-weight: 600; }
 td.good { color: #1e8449; }
+td.guess { color: #b9770e; font-style: italic; }
 figure { margin: 10px 0 22px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e5e5ea; }
 nav a { margin-right: 14px; }

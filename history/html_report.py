@@ -74,7 +74,7 @@ def _command_rows(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 def _projection(conn: duckdb.DuckDBPyConnection) -> str:
     """What this history's detection would give a big job (faultlens ettr, docs/ettr.md)."""
-    from faultlens.history.whatif.headline import headline, history_rows
+    from faultlens.history.whatif.headline import headline, history_rows, loss_source_words
 
     rows = history_rows(conn)
     if not rows:
@@ -84,7 +84,10 @@ def _projection(conn: duckdb.DuckDBPyConnection) -> str:
     except ValueError as exc:
         return f'<p class="note">No ETTR projection: {esc(str(exc))}</p>'
     lo, hi = p["ettr_ci"]
-    losses = [{"cause": x["cause"], "share": f"{x['share']:.2%}"} for x in p["largest_losses"]]
+    # each loss says where its seconds come from, as the demo prints it: a preset's guess must not
+    # read as this history's measurement
+    losses = [{"cause": x["cause"], "share": f"{x['share']:.2%}", "source": loss_source_words(x)}
+              for x in p["largest_losses"]]
     return "\n".join([
         f'<h3 id="projection">Projected: a {p["gpus"]:,}-GPU, {p["days"]:g}-day job with this detection</h3>',
         f'<p class="note">ByteRobust\'s fault rates and recovery, detection as this history measured it '
@@ -92,8 +95,12 @@ def _projection(conn: duckdb.DuckDBPyConnection) -> str:
         f'{p["ettr_monte_carlo"]:.2%}, 95 % CI {lo:.2%} to {hi:.2%}); with the framework\'s timeout alone '
         f'{p["timeout_only_ettr"]:.2%}. Checkpoint every {p["checkpoint_interval_optimal_s"]:.0f} s (the optimum). '
         "Model and assumptions: docs/ettr.md; more with <code>faultlens ettr</code>.</p>",
-        table(losses, ["cause", "share"], empty=""),
+        table(losses, ["cause", "share", "source"], empty="", classes={"source": _guess_class}),
     ])
+
+
+def _guess_class(loss: dict[str, Any]) -> str:
+    return "guess" if "guess" in loss["source"] else ""
 
 
 def _headline_cards(ettr: list[dict[str, Any]], kinds: dict[str, int], latency: dict[str, Any],

@@ -17,6 +17,7 @@ from faultlens.demo.state import DemoState
 from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_LABELLED, score
 from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
+from faultlens.history.whatif.headline import loss_source_words
 from faultlens.simulator import EPISODE_S
 
 log = logging.getLogger(__name__)
@@ -298,7 +299,7 @@ def _say_outcomes(report: dict[str, Any], say: Callable[..., None]) -> None:
         say("largest losses, each the preset's fault rate times seconds from:", indent=2)
         width = max((len(x["cause"]) for x in losses), default=0)
         for x in losses:
-            say(f"{x['cause']:<{width}} {x['share']:>6.2%}  {_loss_source_words(x)}", indent=4)
+            say(f"{x['cause']:<{width}} {x['share']:>6.2%}  {loss_source_words(x)}", indent=4)
         say("faultlens ettr --from-score, docs/ettr.md", "dim", indent=2)
     files = report["files"]
     say()
@@ -313,19 +314,6 @@ def _say_outcomes(report: dict[str, Any], say: Callable[..., None]) -> None:
         say("Open the incident report (one self-contained HTML file) in a browser:", "bold")
         say(Path(files["html_report"]).resolve().as_uri(), indent=2)
 
-
-
-def _loss_source_words(loss: dict[str, Any]) -> str:
-    """Whether a projected loss rests on this run's measurement (and how thin it is) or on the
-    preset (headline.loss_source), in the words of the what-if's own warning."""
-    if loss.get("source") == "measured":
-        n = loss.get("samples", 0)
-        thin = ": treat it as a guess" if loss.get("guess") else ""
-        return f"this run, {n} sample{'s' if n != 1 else ''}{thin}"
-    if loss.get("source") == "preset":
-        kind = str(loss.get("kind", ""))
-        return {"published": "the preset (published)", "assumed": "the preset (assumed: a guess)"}.get(kind, "the preset")
-    return ""
 
 
 def _num(x: Any) -> str:

@@ -61,6 +61,19 @@ def loss_source(s: Scenario, cause: str, phase: str) -> dict[str, Any]:
     return {"source": "preset"}
 
 
+def loss_source_words(loss: Mapping[str, Any]) -> str:
+    """:func:`loss_source` in words, as the demo and the HTML report say it: this run's measurement
+    (and how thin it is) or the preset, in the words of the what-if's own warning."""
+    if loss.get("source") == "measured":
+        n = loss.get("samples", 0)
+        thin = ": treat it as a guess" if loss.get("guess") else ""
+        return f"this run, {n} sample{'s' if n != 1 else ''}{thin}"
+    if loss.get("source") == "preset":
+        kind = str(loss.get("kind", ""))
+        return {"published": "the preset (published)", "assumed": "the preset (assumed: a guess)"}.get(kind, "the preset")
+    return ""
+
+
 def history_rows(conn) -> dict[str, dict[str, Any]]:
     """A history's acting diagnoses as score lines: per class, the p50 of onset → decision. A
     history knows what it found, not what it missed, so recall is taken as 1 (docs/ettr.md)."""

@@ -10,6 +10,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from faultlens.events.topics import TOPICS
+from faultlens.streams.client_start import start_client
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_close_race import quiet_close_race
 
@@ -20,7 +21,7 @@ quiet_close_race()  # kafka-python's close races its own IO thread (see that mod
 def ensure_topics(settings: KafkaSettings, names: Iterable[str] | None = None) -> list[str]:
     """Create the missing topics among ``names`` (default: all). Returns the ones created."""
     wanted = list(names or TOPICS)
-    admin = KafkaAdminClient(**settings.common_kwargs(), request_timeout_ms=15000)
+    admin = start_client(KafkaAdminClient, **settings.common_kwargs(), request_timeout_ms=15000)
     try:
         existing = set(admin.list_topics())
         missing = [n for n in wanted if n not in existing]

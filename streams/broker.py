@@ -50,13 +50,16 @@ def wait_until_ready(bootstrap: str, timeout: float = 20.0) -> None:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    from faultlens.streams.client_start import start_client
+
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         if answers(bootstrap, 0.5):
             admin = None
             try:
-                admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+                # a start that fails closes what it opened (streams/client_start.py)
+                admin = start_client(KafkaAdminClient, bootstrap_servers=bootstrap, request_timeout_ms=3000)
                 admin.list_topics()
                 return
             except (KafkaError, OSError) as exc:

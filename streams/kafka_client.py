@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kafka import KafkaConsumer
 
+from faultlens.streams.client_start import start_client
 from faultlens.streams.config import CLIENTS, KafkaSettings
 
 # The adapters live beside this module (one job each); callers import their names from here.
@@ -96,7 +97,7 @@ def open_consumer(settings: KafkaSettings, group: str | None, *, max_records: in
         kwargs["fetch_max_wait_ms"] = fetch_max_wait_ms
     if group is None:
         kwargs["enable_auto_commit"] = False
-    return KafkaPythonConsumer(**kwargs)
+    return start_client(KafkaPythonConsumer, **kwargs)  # a failed bootstrap leaves no IO thread
 
 
 # --- producers --------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAs
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
+from faultlens.streams.client_start import start_client
 from faultlens.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Lease:
         self._thread: threading.Thread | None = None
         _ensure_topic(settings, self.topic)
         kwargs = {**settings.consumer_kwargs(self.topic), "partition_assignment_strategy": (StickyPartitionAssignor,)}
-        self._consumer = KafkaConsumer(**kwargs)
+        self._consumer = start_client(KafkaConsumer, **kwargs)
         self._consumer.subscribe([self.topic], listener=_Listener(self))
 
     def _assigned(self, mine: bool) -> None:
@@ -133,7 +134,7 @@ def await_lease(lease: Lease, wait_s: float | None, stop: threading.Event) -> bo
 
 
 def _ensure_topic(settings: KafkaSettings, topic: str) -> None:
-    admin = KafkaAdminClient(**settings.common_kwargs(), request_timeout_ms=15000)
+    admin = start_client(KafkaAdminClient, **settings.common_kwargs(), request_timeout_ms=15000)
     try:
         if topic not in set(admin.list_topics()):
             admin.create_topics([NewTopic(topic, 1, settings.replication_factor)])

@@ -16,6 +16,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from faultlens.events.topics import key_partition
+from faultlens.streams.client_start import start_client
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.confluent_config import confluent_config, load_confluent
 from faultlens.streams.topic_missing import TopicMissingError, absent_after_wait, monotonic_ms
@@ -62,7 +63,7 @@ def _producer_config(settings: KafkaSettings, overrides: dict[str, Any]) -> dict
 
 class KafkaPythonProducer:
     def __init__(self, settings: KafkaSettings, on_failure: OnFailure, **overrides):
-        self._p = KafkaProducer(**{**settings.producer_kwargs(), **overrides})
+        self._p = start_client(KafkaProducer, **{**settings.producer_kwargs(), **overrides})
         self._on_failure = on_failure
         # send_many picks a keyed record's partition itself, as the default partitioner would
         self._own_partitioner = "partitioner" not in overrides

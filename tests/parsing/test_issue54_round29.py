@@ -51,7 +51,7 @@ _ROUND29_FORMS = [
     ("          State : clean, degraded, recovering", "nccl", "storage"),
     ("       1       8       17        1      faulty   /dev/sdb1", "nccl", "storage"),
     # multipathd refusing a path (fresh52: flatcar/Flatcar#349; multipathd/main.c ev_add_path), another wwid and disk
-    ("Jan 02 03:04:05 host9 multipathd[812]: mpatha: failed in domap for addition of new path sdk", "kernel", "storage"),
+    ("Jan 02 03:04:05 host9 multipathd[812]: mpatha: failed in domap for addition of new path sdk", "nccl", "storage"),
     # mksquashfs' short write relayed by enroot (fresh52: NVIDIA/pyxis#53; squashfs-tools mksquashfs.c)
     ("FATAL ERROR: Failed to write to output filesystem", "nccl", "storage"),
     # flux overlay status' lost broker (fresh51: flux-framework/flux-core#6626; src/cmd/builtin/overlay.c)

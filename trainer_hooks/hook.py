@@ -62,6 +62,24 @@ from faultlens.trainer_hooks.worker_exits import record_uncaught
 log = logging.getLogger(__name__)
 
 
+CLOSE_S = 3.0  # a broker that answers takes the last steps' events in milliseconds
+
+
+def close_bound(environ: Mapping[str, str] = os.environ) -> float:
+    """The hook's close bound in seconds: FAULTLENS_HOOK_CLOSE_S, else :data:`CLOSE_S`."""
+    raw = environ.get("FAULTLENS_HOOK_CLOSE_S", "")
+    if not raw:
+        return CLOSE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        log.warning("FAULTLENS_HOOK_CLOSE_S=%r is not a number of seconds >= 0; using %g", raw, CLOSE_S)
+        return CLOSE_S
+    return value
+
+
 class _Nowhere:
     """The producer of a hook that is off (TrainerHook.from_env outside `faultlens run`)."""
 
@@ -86,8 +104,11 @@ class TrainerHook:
                  on_checkpoint: Callable[[], None] | None = None, flops_per_step: float | None = None,
                  peak_flops: float | None = None, exit_grace_s: float = 10.0, listen: bool = True,
                  producer: Producer | None = None, flight_recorder: bool = True,
-                 from_scratch: bool | None = None):
+                 from_scratch: bool | None = None, close_s: float | None = None):
         self.job, self.rank, self.node = job, rank, node
+        # How long close() may take at most: it runs as the trainer leaves, and a broker slow or gone
+        # must not hold the exit (FAULTLENS_HOOK_CLOSE_S; what it leaves undelivered is counted and said).
+        self.close_s = close_s if close_s is not None else close_bound()
         # Sent with every step (the pipeline may first see a run mid-way): True when the weights began
         # random, False when from a checkpoint or a pretrained model (diagnosis/rules/loss_stalled.py).
         self.from_scratch = from_scratch
@@ -310,10 +331,10 @@ class TrainerHook:
 
     def _close_producer(self) -> None:
         if self.outbox is not None:
-            self.outbox.close(10.0)  # waits only while a broker takes what is left
+            self.outbox.close(self.close_s)  # waits only while a broker takes what is left, at most close_s
             return
         try:
-            self.producer.flush(10.0)
+            self.producer.flush(self.close_s)
         except Exception as exc:  # noqa: BLE001 - shutting down: report, do not mask the exit code
             log.warning("flushing telemetry on close: %s", exc)
 

@@ -96,6 +96,8 @@ class Outbox:
         self.dropped = 0
         self.rejected = 0
         self.outages = 0
+        self.undelivered = 0  # left unacknowledged at close
+        self.cut_short = False  # the close's bound passed with the sender thread still busy
         self.down_since: float | None = None  # time.monotonic() of the failure that began the outage
         self.down_reason = ""
         self._last_ok = time.monotonic()  # the last acknowledged batch (or the start)
@@ -139,22 +141,45 @@ class Outbox:
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what can be within ``timeout`` (none of it while the broker is down), then stop;
-        what is left is counted and said once."""
+        what is left is counted (``undelivered``) and said once. ``timeout`` bounds the whole close:
+        before, a flush of ``timeout`` was followed by a wait for the sender thread of up to
+        ``flush_s`` + 1 more (16 s at a broker that takes connections and never answers, the thread
+        stuck in its client's bootstrap). A thread still busy at the bound is left to end on its
+        own (a daemon: it gives up at its next step, ``cut_short`` says so)."""
         atexit.unregister(self._at_exit)
         with self._cond:
             if self._closing:
                 return
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._cond:
             self._closing = self._give_up = True
-            left = len(self._queue) + self._inflight
             self._cond.notify_all()
         self._wake.set()
-        self._thread.join(min(timeout, self.flush_s + 1.0))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            self.cut_short = self._thread.is_alive()
+            self.undelivered = left = len(self._queue) + self._inflight
+            broker = self.down_reason or ("slow" if left else "answering")
+        if self.cut_short:
+            self._abandon_busy_sink()
         if left or self.dropped or self.rejected:
-            log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s), %d dropped from a full spool,"
-                        " %d refused for good", self.delivered, left, self.down_reason or ("slow" if left else "answering"),
-                        self.dropped, self.rejected)
+            bound = f", the close's {timeout:g} s bound reached" if self.cut_short else ""
+            log.warning("faultlens telemetry: %d event(s) delivered, %d not (broker %s%s), %d dropped from a full spool,"
+                        " %d refused for good", self.delivered, left, broker, bound, self.dropped, self.rejected)
+
+    def _abandon_busy_sink(self) -> None:
+        """Close, without waiting, the producer the sender thread is still waiting on: its records
+        fail at once, so the thread's flush returns and the thread ends; left open, kafka-python's own
+        exit hook would flush it again as the interpreter leaves and print a traceback into the
+        training job's output. The thread drops it as usual (closing it twice is harmless)."""
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            sink.close(0.0)
+        except Exception as exc:  # noqa: BLE001 - its broker is slow or gone: a timeout is expected
+            log.debug("closing the telemetry producer at the close's bound: %s", exc)
 
     def _at_exit(self) -> None:
         # A script that never closes its hook: what the broker can take in a few seconds, quietly.
@@ -266,7 +291,7 @@ class Outbox:
 
     def _went_down(self, reason: str) -> None:
         with self._cond:
-            if self.down_since is None:
+            if self.down_since is None and not self._give_up:  # closed: its own line says what is left
                 self.down_since, self.outages = time.monotonic(), self.outages + 1
                 self.down_reason = reason
                 log.warning("faultlens telemetry: broker %s; spooling up to %d events meanwhile, training goes on",

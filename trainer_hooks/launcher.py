@@ -293,8 +293,11 @@ class Launcher:
                 cmd = self._wait_command(self.args.command_wait)
                 if cmd is not None and not evicts_none_of(cmd, self.nodes):
                     return cmd.action, cmd, []
-                action = EXIT_ACTION[known[0][0]]
-                return action, None, sorted({node for c, node in known if c == known[0][0]})
+                # The other ranks that obeyed it reach their step boundary a little later (another
+                # node, a slower start): those that exited meanwhile count, as well as the first.
+                first = known[0][0]
+                exited = [(p.poll(), node) for p, node, _ in self.procs]
+                return EXIT_ACTION[first], None, sorted({node for c, node in exited if c == first})
             log.warning("rank(s) on %s crashed with %s; waiting %.0fs for a command",
                         ",".join(sorted({n for _, n in failed})), sorted({c for c, _ in failed}), self.args.crash_wait)
             self.emit({"event": "crash", "attempt": self.attempt, "exit_codes": {n: c for c, n in failed}})

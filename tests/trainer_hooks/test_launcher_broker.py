@@ -31,7 +31,8 @@ def launch(settings, job, codes, *extra, tmp_path):
                        "--verify-key", str(public),
                        "--trainer", "tests.trainer_hooks.exiting_trainer", "--node-arg", "",
                        "--command-wait", "0.5", "--crash-wait", "0.5", "--grace", "0.5", *extra,
-                       "--", "--codes", codes], env=env, stall_s=STALL_S, cpu=True, watch=[tmp_path], limit_s=240)
+                       "--", "--codes", codes, "--together", str(tmp_path / f"started-{job}")],
+                      env=env, stall_s=STALL_S, cpu=True, watch=[tmp_path], limit_s=240)
     return out.returncode, [json.loads(line) for line in out.stdout.splitlines()]
 
 

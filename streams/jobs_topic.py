@@ -34,7 +34,7 @@ def is_topology(event: Envelope) -> bool:
 
 
 def prime_from_jobs_topic(
-    settings: KafkaSettings, observe: Callable[[Envelope], None], *, idle_s: float = 1.0, timeout_s: float | None = None
+    settings: KafkaSettings, observe: Callable[[Envelope], object], *, idle_s: float = 1.0, timeout_s: float | None = None
 ) -> JobsTopicRead:
     """Hand every event of the ``jobs`` topic to ``observe``, in order. A record that does not decode,
     or that ``observe`` refuses with a ValueError (InvalidEvent is one), is skipped, not fatal: one bad

@@ -20,8 +20,12 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
     # where the trainer evaluates, says it directly. One that left chance at its latest evaluation is a
     # model that predicts better than a guess, whatever its training loss adds to the data's (a Bayesian
     # network's KL term: fresh batch 11's, at ln 2 in training, 0.70 accurate held out from its first
-    # epoch, its sibling at 0.51 and ln 2 in both).
-    if curve.classes is not None and not curve.held_out_learned:
+    # epoch, its sibling at 0.51 and ln 2 in both). Nor is a training loss at a guess's a stall while the
+    # held-out loss beside it may be leaving chance (loss_eval.HeldOutWatch.leaving): a plateau at chance that
+    # ends shows there first (fresh batch 17's MNIST CNN, val_loss 2.3038, 2.3007, 2.2974 ... 2.1626 over nine
+    # epochs at ln 10, then 0.33; its twin at chance for all twenty wanders at 2.3016-2.3060).
+    waiting = curve.held_out_learned or curve.held_out_leaving
+    if curve.classes is not None and not waiting:
         chance = math.log(curve.classes)
         if level >= chance * (1 - CHANCE):
             where = "at" if level <= chance * (1 + CHANCE) else "above"
@@ -44,7 +48,7 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
     # network regressing a 0/1 label with 3.4 % positives at p(1 - p) = 0.0331, from its first epoch or
     # after blowing up to 132,746).
     prior = curve.chance_loss
-    if prior is not None and level >= prior * (1 - CHANCE) and not curve.held_out_learned:
+    if prior is not None and level >= prior * (1 - CHANCE) and not waiting:
         where = "at" if level <= prior * (1 + CHANCE) else "above"
         return Verdict(
             f"loss {level:.4g} over {over} is {where} {prior:.4g}, the loss of answering without the input "

@@ -43,6 +43,9 @@ class LossCurve:
     # Its held-out loss has not stopped falling (loss_eval.HeldOutWatch.falling): the model still learns
     # what generalises, whatever plateau its training loss shows.
     held_out_falling: bool = False
+    # Its held-out loss may be leaving chance (loss_eval.HeldOutWatch.leaving): a training loss at a guess's
+    # is no stall yet.
+    held_out_leaving: bool = False
     fired: bool = False
 
 

@@ -30,8 +30,15 @@ over its first seven epochs, 0.94 by its last): it has not yet come to chance, l
 stall sits, above a guess's or at it: the same script's stalled run wanders at 2.21-2.23 (2.280, 2.226,
 2.216, 2.228, 2.224); its run at a 260x learning rate comes back from 2.532 and then sits at 2.08-2.11; a
 TIMIT LSTM that learned its class prior falls through ln 1947 onto the prior's entropy, below a guess's, and
-is judged as it stood (fresh batch 6). One that leaves chance is a run that learned something that
-generalises: it ends the run of evaluations, and quiets the "never learned" the training loss's shape alone
+is judged as it stood (fresh batch 6). Nor while a held-out loss at chance falls at each of the latest
+:data:`EVALS` evaluations by more than at the one before, each fall :data:`PACE` of its level at least
+(:func:`_gathering_pace`): a plateau ending, whose falls grow as the model leaves chance (fresh batch 17's MNIST
+CNN at ln 10, val_loss 2.3038, 2.3007, 2.2974, 2.2937, 2.2886: falls of 0.0031, 0.0033, 0.0037, 0.0051, then
+0.0078, 0.0136, 0.0277, 0.0769; 1.85 at its tenth epoch, 0.33 by its last), where a loss settling onto a level
+falls by less each time (the TIMIT LSTM onto its prior). The same reading, a held-out loss seen once or falling so
+(:meth:`HeldOutWatch.leaving`), keeps the training loss's "at chance" and "never learned" waiting (loss_chance.py,
+loss_stalled.py). One that leaves chance is a run that learned something that generalises: it ends the run of
+evaluations, and quiets the "never learned" the training loss's shape alone
 would say (loss_stalled.py). A loss first seen mid-run, a fine-tune, a pretrained start: the chance level is
 absolute, as ln(classes) is for the training loss, so no start needs saying here.
 
@@ -59,6 +66,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_plateau import LEARNED
@@ -78,6 +86,9 @@ FALLS_KEPT = 2 * EVALS
 # A training loss under this share of a guess's has fitted its batches (a tenth, as LOSS_BAND is of chance
 # for a held-out loss that learned): no warm-up is left for more evaluations to wait out.
 FITTED = 0.1
+# A held-out loss falling by this share of its level an evaluation falls by loss_stalled's LEARNING_DROP (1 %)
+# within ten: the training loss's bar for learning across a window of ten blocks.
+PACE = 1e-3
 HISTORY = 2000  # each metric's latest evaluations kept for improving(): a loss curve's longest window
 
 
@@ -159,6 +170,13 @@ class HeldOutWatch:
         return evals is not None and any(
             len(values) < EVALS or mann_kendall_z(values) <= -FALLING_Z for values in evals.losses.values()
         )
+
+    def leaving(self, job: str) -> bool:
+        """Whether a held-out loss of the job may be leaving chance (:func:`_gathering_pace`), chance known or
+        not: the training loss's "at chance" and "never learned" wait for it. False where the trainer has
+        evaluated no loss."""
+        evals = self._jobs.get(job)
+        return evals is not None and any(_gathering_pace(values) for values in evals.losses.values())
 
     def improving(self, job: str, since: int) -> bool:
         """Whether any evaluated metric of the job reached its best yet from step ``since`` on: one of at
@@ -257,16 +275,33 @@ def _keep_history(history: dict[str, deque], payload: TrainEval) -> None:
 
 
 def _coming_down(evals: _Evals) -> bool:
-    """Whether a held-out loss is still coming down onto a guess's from above (module docstring): the
-    evaluations wait until it sits."""
+    """Whether a held-out loss is still coming down onto a guess's from above, or leaving it (module
+    docstring): the evaluations wait until it sits."""
     latest = evals.run[-1][1]
     return any(
         name in latest
-        and values[-1] > latest[name][1]
-        and values[-1] <= (1 - LEARNED) * values[0]
-        and mann_kendall_z(values) <= -FALLING_Z
+        and (
+            (values[-1] > latest[name][1] and values[-1] <= (1 - LEARNED) * values[0]
+             and mann_kendall_z(values) <= -FALLING_Z)
+            or (len(values) >= EVALS and _gathering_pace(values))
+        )
         for name, values in evals.falls.items()
     )
+
+
+def _gathering_pace(values: list[float]) -> bool:
+    """Whether a held-out loss may be leaving chance (module docstring): seen once (one evaluation says
+    nothing of where it goes); then falling at every evaluation by :data:`PACE` of its level at least; and
+    from :data:`EVALS` evaluations on, at each of the latest by more than at the one before: a plateau that
+    is ending falls faster each time, where a loss settling onto a level, a class prior's or a guess's, falls
+    by less each time, and one crawling at a learning rate far too low by the same (fresh batch 17's crypto
+    LSTM, 0.127 an epoch of 681) or by next to nothing (fresh batch 16's building-energy MLP, 1e-5 of its
+    level an epoch, if faster each time)."""
+    latest = values[-EVALS:]
+    steps = [a - b for a, b in pairwise(latest)]
+    if not all(d >= PACE * abs(latest[-1]) for d in steps):
+        return False
+    return len(latest) < EVALS or all(b > a for a, b in pairwise(steps))
 
 
 def _detail(evals: _Evals) -> str:

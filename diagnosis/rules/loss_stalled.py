@@ -23,7 +23,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     entropy, an MSE's labels' variance; loss_chance.py); a guess's loss is the same on
     every batch, so a per-batch loss spread by over a tenth of its level is at chance only while it
     has not come down from above it (a blow-up), and a held-out metric that left chance at its latest
-    evaluation answers for what the model predicts (fresh batch 11);
+    evaluation answers for what the model predicts (fresh batch 11), as a held-out loss that may be leaving
+    it does (seen once, or falling faster at each evaluation: loss_eval.HeldOutWatch.leaving, fresh batch 17);
   - never learned: not 5 % below where it started (its first loss, the untrained model's: a
     median of the first steps would take in the rise a too-high learning rate causes at once) in
     any tenth of the window, its spread under a tenth of its level (a GAN's or DINO's loss from
@@ -215,6 +216,7 @@ class LossStalledDetector:
         curve.seen += 1
         curve.held_out_learned = self.held_out.learned(event.job)
         curve.held_out_falling = self.held_out.falling(event.job)
+        curve.held_out_leaving = self.held_out.leaving(event.job)
         if curve.first is None:
             curve.first, curve.first_step = loss, step
         out: list[Finding] = []
@@ -333,9 +335,9 @@ class LossStalledDetector:
         # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
         # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
         near = start * (1 - LEARNED) if start > 0 else start
-        # ...unless its held-out metric left chance: a run that learns what generalises (loss_eval.py).
+        # ...unless its held-out metric left chance or may be leaving it (loss_eval.py, loss_chance.py).
         if (self._untrained(curve, size) and not came_down and steady and lowest >= near
-                and not curve.held_out_learned):
+                and not curve.held_out_learned and not curve.held_out_leaving):
             return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                            f"(trend {-drop:+.3g} across the window)", rollback=False)
         # A climb while what the run is evaluated on gets better is the loss's scale growing with it (an RL

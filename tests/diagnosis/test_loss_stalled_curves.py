@@ -385,6 +385,17 @@ FRESH_MISSED: dict[str, str] = {
     # fresh13 (scored sealed on rounds 14 and 15, opened in round 16): its slow ConvLSTM (lr 1.9e-5), val_loss 2.316
     # to 2.131 over 7 epochs above ln 8 = 2.079 at a guess's accuracy, then 0.25 and 0.94 by its last, is quiet since
     # a held-out loss still coming down onto its chance from above is no stall yet (loss_eval.py).
+    "stock_direction_3way_v59_stuck_at_majority_class.csv": "a 3-way stock-movement head answering 'flat' for every "
+    "validation example: val_acc 0.7264 at its 5th to 25th evaluation (steps 179-899) with the flat class's accuracy "
+    "1.0 and the other two 0.0 in its log; val_loss 1.032 falling to 0.7785-0.7802 for the last 14, 29 % below ln 3 "
+    "(1.099) and about the entropy of a split with 72.6 % in one class (0.777 were the other two even). Against ln 3 "
+    "and 1/3 both metrics left chance (0.7264 is past a tenth of the way from 1/3 to 1, 0.40): the held-out labels' "
+    "shares, which put chance at 0.7264 and about 0.78, are in no event, and its data is not in the source's mirror "
+    "(the log gives the flat share alone) (loss round 20)",
+    # fresh17 (scored sealed on rounds 18 and 19, opened in round 20): its crypto LSTM (Adam at 1e-5 on an unscaled
+    # price) is found since its fixture carries its source's targets' variance (chance_loss 10.83, val_chance_loss
+    # 0.314, from the script's own split of its committed CSV): val_loss 681 at 5 evaluations, at its last step; its
+    # stock-return regression since its val_r2 (-0.033 to -0.021) is replayed, an R²'s chance 0 (eval_chance).
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

@@ -4,15 +4,13 @@ history's measurement."""
 
 from __future__ import annotations
 
-import shutil
 from html.parser import HTMLParser
-
-import pytest
 
 from faultlens.history import html_report
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.history.whatif import headline
+from tests.helpers.chromium import chromium, needs_chromium
 from tests.history import known
 from tests.progress import run_watched
 
@@ -108,11 +106,8 @@ def test_a_measured_loss_says_its_samples_and_a_thin_one_is_marked_a_guess(monke
     ]
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
-
-@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
+@needs_chromium
 def test_the_rendered_report_shows_the_sources(tmp_path):
     """The DOM as the browser built it (not the text we wrote): the column and its words are there."""
     c = _history()
@@ -123,7 +118,7 @@ def test_the_rendered_report_shows_the_sources(tmp_path):
     path = tmp_path / "report.html"
     path.write_text(page, encoding="utf-8")
     proc = run_watched(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
         stall_s=120,
         cpu=True,
         limit_s=280,

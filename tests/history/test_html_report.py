@@ -6,7 +6,6 @@ import base64
 import html
 import io
 import re
-import shutil
 from html.parser import HTMLParser
 
 import pytest
@@ -16,6 +15,7 @@ from faultlens.history import html_report
 from faultlens.history.queries import run
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
+from tests.helpers.chromium import chromium, needs_chromium
 from tests.history import known, requests
 from tests.progress import run_watched
 
@@ -105,11 +105,8 @@ def test_cli_writes_the_file_and_says_where(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("faultlens report: cannot write")
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
-
-@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
+@needs_chromium
 def test_renders_in_headless_chromium(conn, tmp_path):
     from PIL import Image, ImageStat
 
@@ -117,7 +114,7 @@ def test_renders_in_headless_chromium(conn, tmp_path):
     page.write_text(_page(conn), encoding="utf-8")
     shot = tmp_path / "shot.png"
     # Waited for while the browser prints, computes or writes (tests/progress.py), not 120 s.
-    proc = run_watched([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+    proc = run_watched([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()],
                        stall_s=120, cpu=True, watch=[tmp_path], limit_s=280)
     assert shot.exists(), proc.stderr[-2000:]

@@ -4,6 +4,10 @@ no Kafka (issue 56). For instruction counts (callgrind) and load-free comparison
     .venv/bin/python -m bench.bench_floor_pipeline [--stage node|all] [--nodes 32] [--duration 60]
         [--per-poll 60] [--repeat 3] [--setup-only]
 
+``--stage decode`` runs bench_floor's floor (each message decoded as the stages decode it, a
+generally decoded one's payload checked) over the same messages without the client: the node
+stage's count minus the floor's is what the node stage does past decoding, load-free.
+
 The backlog's messages (bench_floor.backlog) are laid out per topic and partition as a broker
 holds them (key → partition as kafka-python's default partitioner puts them), and polled as the
 client hands them out: ``--per-poll`` messages of each partition in turn, a poll a round. Each poll
@@ -44,6 +48,7 @@ from faultlens.diagnosis.edge.consumer import DEFERRED_TOPICS, TELEMETRY_DECODER
 from faultlens.diagnosis.edge.node_consumer import NodeStageHandler
 from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import decode
+from faultlens.events.payloads import check_payload
 from faultlens.events.topics import JOBS, TELEMETRY_PARTITIONS, TELEMETRY_TOPICS
 from faultlens.streams.gc_policy import tune_for_streaming
 from faultlens.streams.runner.loop import GroupRunner
@@ -112,8 +117,11 @@ def polls(nodes: int, duration: int, per_poll: int) -> tuple[bytes, list[dict[To
     return topology, out
 
 
-def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], stage: str = "node") -> tuple[float, Any]:
+def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], stage: str = "node",
+        hashed: bool = True) -> tuple[float, Any]:
     """One pass of a stage's loop parts over the polls: (CPU seconds, sha256 of the outputs)."""
+    if stage == "decode":
+        return decode_floor(batches, hashed)
     handler: Any
     if stage == "node":
         handler = NodeStageHandler()
@@ -147,6 +155,34 @@ def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], sta
     return time.process_time() - t0, digest.hexdigest()[:12]
 
 
+def decode_floor(batches: list[dict[TopicPartition, list[Message]]], hashed: bool = True) -> tuple[float, Any]:
+    """bench_floor's "raw + decode + check" without the client: each message decoded as the stages
+    decode it and a generally decoded one's payload checked (bench_throughput._raw's loop), so that
+    a stage's instructions a message can be set against the floor's on the same messages, load-free.
+    The timed pass keeps nothing it read, as the floor keeps nothing (thousands of events held would
+    cost the collector's passes). The hash, of each event's envelope, to hold two trees' decoders to
+    the same reading, is a second pass after the clock; ``hashed`` False leaves it out, for
+    callgrind's count."""
+    readers = {tp: TELEMETRY_DECODERS.get(tp.topic, decode) for b in batches for tp in b}
+    t0 = time.process_time()
+    for poll in batches:
+        for tp, messages in poll.items():
+            reader = readers[tp]
+            for m in messages:
+                event = reader(m.value)
+                if reader is decode:
+                    check_payload(event)
+    cpu = time.process_time() - t0
+    digest = hashlib.sha256()
+    if hashed:
+        for poll in batches:
+            for tp, messages in poll.items():
+                for m in messages:
+                    e = readers[tp](m.value)
+                    digest.update(f"{e.source}|{e.kind}|{e.ts}|{e.job}|{e.node}|{e.id}|".encode())
+    return cpu, digest.hexdigest()[:12]
+
+
 def _digest(digest: Any, out: list) -> None:
     for o in out:
         value = _BUNDLE_ID.sub(b'"id":"b"', o.value or b"")  # a bundle's own id is random
@@ -171,12 +207,14 @@ class _NoProducer:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stage", choices=["node", "all"], default="node")
+    ap.add_argument("--stage", choices=["node", "all", "decode"], default="node",
+                    help="decode: bench_floor's raw + decode + check without the client (the floor's share)")
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--duration", type=int, default=60)
     ap.add_argument("--per-poll", type=int, default=60)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--setup-only", action="store_true")
+    ap.add_argument("--no-hash", action="store_true", help="--stage decode: no hash of what was read (for callgrind)")
     args = ap.parse_args(argv)
     topology, batches = polls(args.nodes, args.duration, args.per_poll)
     n = sum(len(m) for b in batches for m in b.values())
@@ -186,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.setup_only:
         print(json.dumps({"messages": n, "setup_only": True}))
         return 0
-    runs = [run(topology, batches, args.stage) for _ in range(args.repeat)]
+    runs = [run(topology, batches, args.stage, not args.no_hash) for _ in range(args.repeat)]
     best = min(cpu for cpu, _ in runs)
     print(json.dumps({"stage": args.stage, "load_average": os.getloadavg(), "messages": n, "polls": len(batches),
                       "cpu_s": round(best, 3), "us_per_message": round(1e6 * best / n, 2),

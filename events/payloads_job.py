@@ -6,6 +6,7 @@ a reader finds it, read as it was sent.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from faultlens.events.payload_fields import Flag, Int, Metric, NonNeg, NonNegInt, Number, Object, Payload, RankedPayload, Text
@@ -102,6 +103,17 @@ def correlation(name: str) -> bool:
     return any(word in lowered for word in CORRELATIONS)
 
 
+def determination(name: str) -> bool:
+    """Whether a metric's name says it is a coefficient of determination, the share of the target's variance
+    the predictions explain (``val_r2``, ``r2_score``, ``r_squared``, ``explained_variance``): higher is better,
+    and predicting the target's mean scores 0 (trainer_hooks/callback_support.eval_chance). By whole words, so
+    that a name that merely holds an ``r2`` (``conv_r2x``) is not one."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    joined = "_".join(words)
+    return ("r2" in words or "rsquared" in words or "r_squared" in joined or "explained_variance" in joined
+            or "determination" in words)
+
+
 class TrainEval(RankedPayload, frozen=True):
     """``train``/``eval``: one rank's evaluation on held-out data after ``step`` (the HF callback's
     on_evaluate, the Lightning callback's validation end, ``TrainerHook.eval``). ``metrics``: name to
@@ -109,8 +121,8 @@ class TrainEval(RankedPayload, frozen=True):
     its input (ln(classes) or the class prior's entropy for a loss, 1/classes or the majority label's
     share for an accuracy, 0 for a correlation), so a held-out metric that stays there is read as a run that
     learned nothing of its task (diagnosis/rules/loss_eval.py); ``higher_is_better``: a metric's direction
-    where its name does not say it (a name with ``loss`` is lower-is-better, one with ``acc`` or a
-    correlation's name, :data:`CORRELATIONS`, higher)."""
+    where its name does not say it (a name with ``loss`` is lower-is-better, one with ``acc``, a
+    correlation's name, :data:`CORRELATIONS`, or an R²'s, :func:`determination`, higher)."""
 
     step: NonNegInt | None = None
     metrics: dict[Text, Metric] | None = None
@@ -120,13 +132,13 @@ class TrainEval(RankedPayload, frozen=True):
     @staticmethod
     def direction(name: str, said: dict[str, bool] | None = None) -> bool | None:
         """Whether a higher ``name`` is better: the trainer's word (``said``), else its name's (``loss``
-        lower, ``acc`` or a correlation's name higher); None: not known, so never judged against its chance."""
+        lower, ``acc``, a correlation's or an R²'s name higher); None: not known, so never judged against its chance."""
         if said and name in said:
             return said[name]
         lowered = name.lower()
         if "loss" in lowered:
             return False
-        return True if "acc" in lowered or correlation(lowered) else None
+        return True if "acc" in lowered or correlation(lowered) or determination(lowered) else None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

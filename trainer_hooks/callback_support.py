@@ -22,7 +22,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypedDict
 
-from faultlens.events.payloads_job import TrainEval, correlation
+from faultlens.events.payloads_job import TrainEval, correlation, determination
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -129,24 +129,18 @@ def eval_chance(metrics: Mapping[str, Any], classes: int | None, chance_loss: fl
     prior's entropy), else ln(``classes``); an accuracy's the ``majority`` label's share, else
     1/``classes``; a correlation's (Spearman, Pearson) 0, class count or not: predictions that ignore
     the input do not vary with the target (a regressor predicting the mean); so is an R²'s, what predicting
-    the target's mean scores (its direction the trainer's word: ``higher_is_better``). Metrics of none of
+    the target's mean scores (its name says higher is better: payloads_job.determination). Metrics of none of
     these kinds, or a loss or accuracy without a class count, get none."""
     out: dict[str, float] = {}
     for name in metrics:
         higher = TrainEval.direction(name)
-        if r_squared(name) or (higher is True and correlation(name)):
+        if higher is True and (correlation(name) or determination(name)):
             out[name] = 0.0
         elif higher is False and (chance_loss is not None or (classes or 0) >= 2):
             out[name] = chance_loss if chance_loss is not None else math.log(classes or 1)
         elif higher is True and (majority is not None or (classes or 0) >= 2):
             out[name] = majority if majority is not None else 1 / (classes or 1)
     return out
-
-
-def r_squared(name: str) -> bool:
-    """Whether a metric's name says it is a coefficient of determination (``val_r2``, ``r2_score``)."""
-    words = name.lower().replace("-", "_").split("_")
-    return "r2" in words or "rsquared" in words or "squared" in words and "r" in words
 
 
 def label_prior_loss(labels: Any, classes: int | None) -> float | None:

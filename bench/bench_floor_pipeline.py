@@ -2,9 +2,10 @@
 no Kafka (issue 56). For instruction counts (callgrind) and load-free comparisons of two trees.
 
     .venv/bin/python -m bench.bench_floor_pipeline [--stage node|all] [--nodes 32] [--duration 60]
-        [--per-poll 60] [--repeat 3] [--setup-only]
+        [--per-poll 60] [--repeat 3] [--setup-only] [--parts]
 
-``--stage decode`` runs bench_floor's floor (each message decoded as the stages decode it, a
+``--parts`` also prints each part's CPU µs a message (split, ordered, complete, handler; best of
+the repeats). ``--stage decode`` runs bench_floor's floor (each message decoded as the stages decode it, a
 generally decoded one's payload checked) over the same messages without the client: the node
 stage's count minus the floor's is what the node stage does past decoding, load-free.
 
@@ -118,8 +119,9 @@ def polls(nodes: int, duration: int, per_poll: int) -> tuple[bytes, list[dict[To
 
 
 def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], stage: str = "node",
-        hashed: bool = True) -> tuple[float, Any]:
-    """One pass of a stage's loop parts over the polls: (CPU seconds, sha256 of the outputs)."""
+        hashed: bool = True, parts: dict[str, float] | None = None) -> tuple[float, Any]:
+    """One pass of a stage's loop parts over the polls: (CPU seconds, sha256 of the outputs); with
+    ``parts``, each part's CPU seconds added to it by name (the drain at the end not among them)."""
     if stage == "decode":
         return decode_floor(batches, hashed)
     handler: Any
@@ -140,13 +142,28 @@ def run(topology: bytes, batches: list[dict[TopicPartition, list[Message]]], sta
     consumer = StandIn(tps)
     runner.order.assigned(tps)
     digest = hashlib.sha256()
-    t0 = time.process_time()
+    clock = time.process_time
+    t0 = clock()
     for i, poll in enumerate(batches):
         consumer.caught_up = i == len(batches) - 1
-        good, dead = runner.intake.split(poll)
-        out = list(dead)
-        good = runner._released(runner.order.ordered(consumer, good), out)
-        runner._handle_into(good, out)
+        if parts is None:
+            good, dead = runner.intake.split(poll)
+            out = list(dead)
+            good = runner._released(runner.order.ordered(consumer, good), out)
+            runner._handle_into(good, out)
+        else:  # each part's CPU time (four clock reads a poll of ~3,000 records)
+            a = clock()
+            good, dead = runner.intake.split(poll)
+            out = list(dead)
+            b = clock()
+            good = runner.order.ordered(consumer, good)
+            c = clock()
+            good = runner._released(good, out)
+            d = clock()
+            runner._handle_into(good, out)
+            e = clock()
+            for name, took in (("split", b - a), ("ordered", c - b), ("complete", d - c), ("handler", e - d)):
+                parts[name] = parts.get(name, 0.0) + took
         _digest(digest, out)
     out = []
     runner._handle_into(runner._released(runner.order.ordered(consumer, [], drain=True), out), out)
@@ -215,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--setup-only", action="store_true")
     ap.add_argument("--no-hash", action="store_true", help="--stage decode: no hash of what was read (for callgrind)")
+    ap.add_argument("--parts", action="store_true", help="also CPU µs a message of each part (best of --repeat)")
     args = ap.parse_args(argv)
     topology, batches = polls(args.nodes, args.duration, args.per_poll)
     n = sum(len(m) for b in batches for m in b.values())
@@ -224,11 +242,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.setup_only:
         print(json.dumps({"messages": n, "setup_only": True}))
         return 0
-    runs = [run(topology, batches, args.stage, not args.no_hash) for _ in range(args.repeat)]
+    timed: list[dict[str, float]] = []
+    runs = []
+    for _ in range(args.repeat):
+        parts: dict[str, float] | None = {} if args.parts and args.stage != "decode" else None
+        runs.append(run(topology, batches, args.stage, not args.no_hash, parts))
+        if parts is not None:
+            timed.append(parts)
     best = min(cpu for cpu, _ in runs)
-    print(json.dumps({"stage": args.stage, "load_average": os.getloadavg(), "messages": n, "polls": len(batches),
-                      "cpu_s": round(best, 3), "us_per_message": round(1e6 * best / n, 2),
-                      "outputs_sha256": sorted({d for _, d in runs})}), flush=True)
+    line = {"stage": args.stage, "load_average": os.getloadavg(), "messages": n, "polls": len(batches),
+            "cpu_s": round(best, 3), "us_per_message": round(1e6 * best / n, 2),
+            "outputs_sha256": sorted({d for _, d in runs})}
+    if timed:
+        line["parts_us_per_message"] = {name: round(1e6 * min(t[name] for t in timed) / n, 2) for name in timed[0]}
+    print(json.dumps(line), flush=True)
     return 0
 
 

@@ -34,11 +34,14 @@ _NAMES_A_GPU = re.compile(r"(?i)\bgpu|nvidia|\bnvml\b|\bdcgm")
 # an inventory of the host's caches, no device of the job's and nothing failing in the run.
 _CPU_TOPOLOGY_PROBE = re.compile(r"/sys/devices/system/(?:cpu|node)/\S*/(?:cache|topology)/")
 _REGISTER_ALONE = re.compile(r"(?i)(?:^|\s)[a-z]{1,4}\d{1,2}=0x[0-9a-f]{8,}(?: [0-9a-f]{8,})*\s*$")
+# (round 30) A status report's count of none ('ceph -s': '    0 osds down', '0 hosts (0 osds) down'): the program says
+# nothing is in that state; the guess read the noun and the state word (nic, then storage).
+_ZERO_COUNT = re.compile(r"^\s*0 [a-z]+(?: \(0 [a-z]+\))? (?:down|failed|degraded|missing|unfound|lost)\s*$")
 
 
 def _guess_unfounded(fault: str, msg: str, raw: str) -> bool:
-    """Whether the line cannot be about the guessed class: a login program's, a GPU class naming no GPU, a register dump, a CPU topology probe."""
-    if _LOGIN_PROGRAM.search(raw) or _REGISTER_ALONE.search(msg) or _CPU_TOPOLOGY_PROBE.search(msg):
+    """Whether the line cannot be about the guessed class: a login program's, a GPU class naming no GPU, a register dump, a CPU topology probe, a count of none."""
+    if _LOGIN_PROGRAM.search(raw) or _REGISTER_ALONE.search(msg) or _CPU_TOPOLOGY_PROBE.search(msg) or _ZERO_COUNT.match(msg):
         return True
     return fault == "gpu_thermal" and not _NAMES_A_GPU.search(raw)
 

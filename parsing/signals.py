@@ -91,6 +91,9 @@ _SHAPES = re.compile(
     r"|(?:\bzsh: |\bline \d+: +\d+ +|\btask \d+: |^\s*\d+ +)(?P<w7>" + _WORDS + r")\b(?: +\(core dumped\))?(?=\s|$)"
     # the same at the line's start without the shell's name: alone, or the command after two spaces
     r"|^\s*(?P<w10>" + _WORDS + r")(?: +\(core dumped\))?(?:\s*$| {2,}\S)"
+    # (round 30) the same word where the shell wrote it after a progress bar it cut short (no newline after tqdm's
+    # "[00:27<02:17,  6.17it/s]"): " 20%|####    | 216/1063 [00:27<02:17,  6.17it/s]Killed"
+    r"|/(?:s|it)\](?P<w20>" + _WORDS + r")(?: +\(core dumped\))?\s*$"
     # torch's DataLoader signal handler: "ERROR: Unexpected bus error encountered in worker."
     r"|\bUnexpected (?P<w9>segmentation fault|bus error|floating[- ]point exception|illegal instruction) encountered\b"
     # a debugger's stop ("Program received signal SIGSEGV, Segmentation fault.") and a program's own
@@ -154,7 +157,7 @@ def _name(m: re.Match[str]) -> str | None:
     for g in ("n1", "n3", "n5", "n13", "n14", "n15", "n16", "n17"):
         if m.group(g):
             return _BY_NUMBER.get(int(m.group(g)))
-    for g in ("w5", "w6", "w7", "w9", "w10"):
+    for g in ("w5", "w6", "w7", "w9", "w10", "w20"):
         if m.group(g):
             return _BY_WORDS.get(m.group(g).lower().replace("-", " "))
     if m.group("x8"):

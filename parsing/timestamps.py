@@ -156,6 +156,7 @@ def _guess_year(month: int, day: int, now: float | None) -> int:
 
 
 _PRINTK_LEVEL = re.compile(r"<[0-7]>(?=\[)")
+_CONSOLE_LOGIN = re.compile(r"[\w.\-]{1,63} login: (?=\[\s*\d|<[0-7]>\[)")
 # dmesg --decode's facility and level columns.
 _DMESG_LEVEL = re.compile(r"^[a-z]+\s*:(?:emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
 
@@ -202,6 +203,10 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
             if not line:
                 return Stamped(None, None, line)
             first = line[0]
+    if first.isalnum() and " login: " in line[:72] and (m := _CONSOLE_LOGIN.match(line)):
+        # a serial console's getty prompt the kernel's next message was printed after ("node1 login: [  519.20] nvme ...")
+        line = line[m.end():]
+        first = line[0]
     if first == "<" and (m := _PRINTK_LEVEL.match(line)):
         # printk's "<4>" before the kernel's clock (a console or an early dmesg without -x): its level
         # is read off the raw line (parsing.alarm), its clock is the kernel's

@@ -47,6 +47,11 @@ class LossCurve:
     # is no stall yet.
     held_out_leaving: bool = False
     fired: bool = False
+    # The stride (loss_stalled._stride) as of ``stride_seen`` points: a median over the whole held curve,
+    # asked up to three times a judgement, the same until the next point (a 24,000-step curve's replay spent
+    # 6 of its 14 s on it).
+    stride: float = 1.0
+    stride_seen: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,13 @@ flat test's judgement (a converged run at the end of its schedule is no fault).
 
 from __future__ import annotations
 
+import math
 import statistics
+from decimal import Decimal
+
+from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_eval import CHANCE
+from faultlens.diagnosis.rules.loss_plateau import lr_decayed
 
 CYCLE_DIGITS = 1e-5  # each batch's loss within this share of its level across the window: "to 5 digits"
 MIN_CYCLES = 3  # the window holds at least this many whole periods: one repeat is a coincidence
@@ -24,6 +30,10 @@ MIN_CYCLES = 3  # the window holds at least this many whole periods: one repeat 
 # into short interleaved series that each fit it by chance (a PINN drifting 1.7e-5 of its level over 20
 # epochs fits "every 3 steps": issue 54, fresh batch 7). One flat value is the flat test's (FROZEN).
 DISTINCT = 10.0
+# Before the first whole window: a loss the same to its printed digits at this many logs in a row (a quarter of the
+# shortest window), printed finely enough (to this share of its level) that a moving one would show it.
+REPEATS = 5
+PRINTED = 1e-3
 
 
 def frozen_period(values: list[float], tolerance: float = CYCLE_DIGITS) -> int | None:
@@ -50,3 +60,25 @@ def frozen_period(values: list[float], tolerance: float = CYCLE_DIGITS) -> int |
 def _steady(series: list[float], tolerance: float) -> bool:
     level = abs(statistics.median(series))
     return level > 0 and max(series) - min(series) <= tolerance * level
+
+
+def printed_frozen(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`REPEATS` losses one value, to every digit the trainer printed, those digits fine enough
+    (a step of the last one at most :data:`PRINTED` of the level) that a loss still moving would have changed
+    them: weights that no longer change (issue 54, fresh batch 18: fp16 pretraining at 54.69 from its 2nd to its
+    7th log of 8, after an overflow). A Keras loss printed to 4 decimals at 0.0266 (a step of 0.4 % of it) says
+    less, and is left to the window (fresh batch 5); so is a schedule decayed to nothing (a converged run)."""
+    latest = list(curve.losses)[-REPEATS:]
+    values = {v for _, v in latest}
+    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or lr_decayed(list(curve.lrs)):
+        return None
+    level = latest[0][1]
+    # At a guess's loss, ln(classes), a loss repeats while the weights move (a uniform output scores it on every
+    # batch: fresh batch 4's AdaGrad at 2.3026 for 19 logs, then learning): the window's "at chance" judges it.
+    if curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes):
+        return None
+    exponent = Decimal(repr(level)).as_tuple().exponent
+    if not isinstance(exponent, int) or 10.0**exponent > PRINTED * abs(level):
+        return None
+    return Verdict(f"loss {level:.6g} at every digit printed for {REPEATS} logs (steps {latest[0][0]}-"
+                   f"{latest[-1][0]}): the weights no longer change", rollback=False)

@@ -38,7 +38,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     one that came down from a higher level it was judged at (a federated model pulled above chance by
     its first rounds, coming back: fresh batch 6);
   - frozen: the same value to 6 digits over the whole window (the weights no longer move), or the same
-    batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py);
+    batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py); before
+    the first window fills, 5 logs alike to every digit printed, those digits a thousandth of the level or finer,
+    away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -84,7 +86,7 @@ from itertools import pairwise
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_cycle import frozen_period
+from faultlens.diagnosis.rules.loss_cycle import frozen_period, printed_frozen
 from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
@@ -222,6 +224,11 @@ class LossStalledDetector:
         out: list[Finding] = []
         grad = as_float(reported.grad_norm)
         verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
+        # Frozen before the first whole window can say so: a run shorter than a window (an 8-log excerpt), or
+        # one frozen from its start, is otherwise never judged. Where the steps say their gradient is zero, the
+        # gradient watch says it, with the checkpoint before it.
+        if verdict is None and curve.grad_zero_run == 0 and curve.seen < self._window(curve):
+            verdict = printed_frozen(curve)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         if verdict is not None and not curve.fired:
@@ -260,8 +267,11 @@ class LossStalledDetector:
     @staticmethod
     def _stride(curve: LossCurve) -> float:
         """The steps between the losses the curve holds (a trainer that logs every 50th step: 50)."""
-        steps = [s for s, _ in curve.losses]
-        return max(1, statistics.median(b - a for a, b in pairwise(steps))) if len(steps) > 1 else 1
+        if curve.stride_seen != curve.seen:
+            steps = [s for s, _ in curve.losses]
+            curve.stride = max(1, statistics.median(b - a for a, b in pairwise(steps))) if len(steps) > 1 else 1
+            curve.stride_seen = curve.seen
+        return curve.stride
 
     @staticmethod
     def _from_start(curve: LossCurve, size: int) -> bool:

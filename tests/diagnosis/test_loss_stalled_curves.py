@@ -332,9 +332,8 @@ FRESH_MISSED: dict[str, str] = {
     "keras_binary_frozen_at_0.0266_majority_class.csv": "9 epochs, fewer than the 20 points the shortest window "
     "judges; 0.0266 at 4 printed digits for 8 epochs reads as converged by its points alone: its accuracy 0.9983, "
     "the majority class's share, is what says it predicts one class",
-    "rmdl_frozen_at_14.5063_accuracy_0.1.csv": "7 epochs, fewer than the 20 points the shortest window judges: "
-    "14.5063 (0.9 x -ln 1e-7, Keras's clipped loss of a wrong one-hot answer) to 6 digits at every one (frozen by "
-    "its points)",
+    # fresh5's RMDL, 7 epochs at 14.5063 (0.9 x -ln 1e-7, Keras's clipped loss of a wrong one-hot answer) to 6
+    # digits, is found since round 21 by its 5 logs alike to every printed digit (loss_cycle.printed_frozen).
     "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
     "judges; its jump at epoch 10 comes after 10 values, before the loss has shown the window a spike is judged against "
     "(50 values: a per-batch loss's tail shows only over that many)",
@@ -396,6 +395,23 @@ FRESH_MISSED: dict[str, str] = {
     # price) is found since its fixture carries its source's targets' variance (chance_loss 10.83, val_chance_loss
     # 0.314, from the script's own split of its committed CSV): val_loss 681 at 5 evaluations, at its last step; its
     # stock-return regression since its val_r2 (-0.033 to -0.021) is replayed, an R²'s chance 0 (eval_chance).
+    # fresh18 (scored sealed on rounds 19 and 20, opened in round 21): its fp16 pretraining frozen at 54.69, 8 logs,
+    # is found since a loss the same to every printed digit for 5 logs, away from ln(classes), is frozen before a
+    # window fills (loss_cycle.printed_frozen).
+    "llama3.1_8b_lora_reward_model_375_logs_from_ln2.csv": "a pairwise LoRA reward model (-log sigmoid of a score "
+    "margin, ln 2 while chosen and rejected score alike) flagged at chance at step 280 of 3,750 (from its start and "
+    "under the shortest window): its logs' median 0.6904 over steps 90-280 against ln 2 = 0.6931, while its learning "
+    "rate warms up (2.4e-5 to 7.4e-5, its peak 1e-4 at step 380), and again after it: 0.6938 over 310-500, 0.6837 "
+    "over 410-600, its logs spread by 7.5-8.4 % of their level (found runs at chance: 0-6.5 %); it leaves chance "
+    "after (medians by eighths 0.699, 0.659, 0.640, 0.604, 0.599, 0.519, 0.431, 0.429). Tried: waiting while the "
+    "window's learning rate rises a quarter (a warm-up): flagged at step 500 instead, at its peak rate. What tells it "
+    "from a run stuck at ln 2 is its fall after step 600, not yet on the curve (loss round 21)",
+    "qwen2.5_3b_grpo_sparse_reward_zero_every_group.csv": "a GRPO run with no learning signal: its sparse reward 0 "
+    "for every completion at 84 of 100 steps (0.0625 or 0.125 at the others, no trend), its loss within 1e-4 of 0 at "
+    "those 84 and its grad_norm 5e-4 to 2e-3 (median 1e-3, never the 1e-8 or the millionth of its first steps' "
+    "that reads as zero). A GRPO loss sits near 0 when it learns too (its advantages sum to 0 in each group); what "
+    "says there is no signal is the zero reward spread in every group (frac_reward_zero_std 1.0), which no event "
+    "carries, and a reward has no chance level the evaluation could be judged against (loss round 21)",
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

@@ -18,7 +18,6 @@ import threading
 import uuid
 
 import pytest
-import torch
 
 from faultlens.events.envelope import decode
 from faultlens.streams.admin import ensure_topics
@@ -41,6 +40,10 @@ class Loop:
     """A small classifier's training loop, with an evaluation on held-out data every EVAL_EVERY steps."""
 
     def __init__(self, hook: TrainerHook):
+        # torch is imported where the loop runs, not at the module's top: every xdist worker collects
+        # this file and would spend ~2 CPU-s importing torch that only this one test's worker uses.
+        import torch
+
         self.hook = hook
         g = torch.Generator().manual_seed(0)
         self.model = torch.nn.Linear(FEATURES, CLASSES)
@@ -52,6 +55,8 @@ class Loop:
         self.sent: dict[int, dict[str, float]] = {}  # step -> the metrics evaluated after it
 
     def evaluate(self) -> dict[str, float]:
+        import torch
+
         with torch.no_grad():
             logits = self.model(self.held_x)
             loss = torch.nn.functional.cross_entropy(logits, self.held_y)
@@ -59,6 +64,8 @@ class Loop:
         return {"val_loss": loss.item(), "val_acc": acc.item()}
 
     def train(self, steps: int) -> None:
+        import torch
+
         for _ in range(steps):
             self.step += 1
             loss = torch.nn.functional.cross_entropy(self.model(self.train_x), self.train_y)

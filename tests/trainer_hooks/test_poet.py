@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.util
+from typing import TYPE_CHECKING
+
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
 
-from faultlens.trainer_hooks import poet  # noqa: E402
-from faultlens.trainer_hooks import reference_trainer as rt  # noqa: E402
+# torch (and POET, which imports it) is imported by each test, not at the module's top: every xdist
+# worker collects this file and spent ~1.5-1.9 CPU-s importing torch that only one worker uses.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+
+
+def _libs():
+    """torch, POET and the reference trainer, imported on first use."""
+    import torch
+
+    from faultlens.trainer_hooks import poet
+    from faultlens.trainer_hooks import reference_trainer as rt
+
+    return torch, poet, rt
 
 
 def mlp() -> torch.nn.Module:
+    torch = _libs()[0]
     torch.manual_seed(1)
     # square, wide and narrow layers, and a width (24) that the block size does not divide
     return torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.Tanh(), torch.nn.Linear(48, 24), torch.nn.Tanh(),
@@ -18,6 +34,7 @@ def mlp() -> torch.nn.Module:
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch = _libs()[0]
     g = torch.Generator().manual_seed(step)
     x = torch.randn(32, 32, generator=g)
     return x, torch.sin(x[:, :3].sum(dim=1, keepdim=True))
@@ -25,6 +42,7 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("init", ["normalized_gaussian", "uniform_spectrum"])
 def test_spectrum_stays_w0s_through_merges_while_the_weights_turn(init):
+    torch, poet, rt = _libs()
     model = mlp()
     config = poet.PoetConfig(block_size=16, merge_every=7, init=init)
     layers = poet.reparameterise(model, config, exclude=("6",))
@@ -61,6 +79,7 @@ def test_spectrum_stays_w0s_through_merges_while_the_weights_turn(init):
 
 
 def test_cayley_neumann_approaches_the_exact_transform():
+    torch, poet, rt = _libs()
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 16 * 15 // 2, generator=g, dtype=torch.float64)
     Q = poet.skew(q, 16)
@@ -73,6 +92,7 @@ def test_cayley_neumann_approaches_the_exact_transform():
 
 
 def test_the_poet_trainer_learns():
+    torch, poet, rt = _libs()
     args = rt.parse_args(["--ckpt-dir", "unused", "--optimizer", "poet", "--lr", "3e-3"])
     model, opt, config = rt.build(args)
     assert isinstance(model[0], poet.PoetLinear) and isinstance(model[2], torch.nn.Linear)
@@ -86,6 +106,7 @@ def test_the_poet_trainer_learns():
 
 
 def run(model, opt, config, steps):
+    torch, poet, rt = _libs()
     out = []
     for step in steps:
         out.append(rt.train_step(model, opt, *rt.batch(step, 0)))
@@ -94,6 +115,7 @@ def run(model, opt, config, steps):
 
 
 def test_a_poet_checkpoint_resumes_to_the_same_losses(tmp_path):
+    torch, poet, rt = _libs()
     args = rt.parse_args(["--ckpt-dir", str(tmp_path), "--optimizer", "poet", "--lr", "1e-2", "--poet-merge-every", "10"])
     model, opt, config = rt.build(args)
     whole = run(model, opt, config, range(1, 41))
@@ -111,6 +133,7 @@ def test_a_poet_checkpoint_resumes_to_the_same_losses(tmp_path):
 
 
 def test_bad_configs_are_refused():
+    torch, poet, rt = _libs()
     with pytest.raises(ValueError, match="max_q_norm"):
         poet.PoetConfig(max_q_norm=1.5)
     with pytest.raises(ValueError, match="unknown POET init"):
@@ -120,6 +143,7 @@ def test_bad_configs_are_refused():
 
 
 def test_a_poet_model_moves_between_devices_and_dtypes():
+    torch, poet, rt = _libs()
     # nn.Module.to() goes through Module._apply: a layer method of that name broke `model.to(device)`,
     # which the reference trainer calls for --device (found when the POET broker test ran after it).
     model = mlp()

@@ -15,8 +15,9 @@ from faultlens.parsing.xid_verdict import xid_verdict
 
 # "Xid=69", "Xid 79", "XID errors: 63": the word, then the number (not NVML's event type's name,
 # "nvmlEventTypeXidCriticalError", which the device plugin logs when it skips other events); (round 27) gpud's
-# "XID 79(GPU has fallen off the bus) detected on PCI:0000:ae:00", the number and the table's words glued.
-_RELAYED = re.compile(r"(?<![\w])(?:Xid(?:=| )|XID errors?: |XID (?=\d{1,3}\())(?P<code>\d{1,3})\b")
+# "XID 79(GPU has fallen off the bus) detected on PCI:0000:ae:00", the number and the table's words glued; (round 31)
+# the kernel's own "NVRM: Xid (PCI:0000:9b:00): 119, pid=..." quoted whole by another program (gpud's "[XID found]").
+_RELAYED = re.compile(r"(?<![\w])(?:Xid(?:=| )|XID errors?: |XID (?=\d{1,3}\()|Xid \(PCI:[0-9a-fA-F:.]+\): )(?P<code>\d{1,3})\b")
 _CEILING = {"evict", "evict_reset_gpu", "restart", "reattempt", "rollback", "stop_time_diagnosis", "inspect_hardware"}
 
 

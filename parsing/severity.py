@@ -200,9 +200,19 @@ _TRAINER_LEVEL = re.compile(
 _TRAINER_LEVELS = {"INFO": 6, "NOTICE": 5, "DEBUG": 7, "TRACE": 7, "WARNING": 4, "I": 6, "W": 4, "E": 3, "F": 2}
 
 
+# (round 31) UCX's log format puts its level after the time, host and source line, past the head above:
+# "[1629615907.891300] [mlx-stud-01:26236:0]   mm_posix.c:326  UCX  DEBUG   shared memory mmap(...) failed".
+# (The time may already be taken off as the line's stamp.) Only the levels under a warning: UCX's WARN and ERROR keep the words' reading.
+_UCX_LEVEL = re.compile(r"^\s*(?:\[[\d.]+\]\s+)?\[[^\]]+\]\s+\S+:\d+\s+UCX\s+(?P<word>INFO|DEBUG|TRACE\w*|REQ|DATA|ASYNC|FUNC|POLL)\s")
+_UCX_LEVELS = {"INFO": 6}
+
+
 def trainer_level(message: str) -> int | None:
     """The syslog level a trainer-side line states in its logging format's own word (``NCCL INFO``,
-    ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``), else the level :func:`level_word` reads, else None."""
+    ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``, UCX's ``UCX  DEBUG``), else the level :func:`level_word`
+    reads, else None."""
+    if " UCX " in message and (u := _UCX_LEVEL.match(message)):
+        return _UCX_LEVELS.get(u.group("word"), 7)
     if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or "WARNING" in message or ":" in message[:24]:
         m = _TRAINER_LEVEL.match(message)
         if m and "Error" not in m.group("head") and "Exception" not in m.group("head"):

@@ -15,9 +15,6 @@ import os
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
 from faultlens.trainer_hooks.process_exit import leave_without_teardown
@@ -41,6 +38,11 @@ def resume_point(ckpt_dir: Path) -> Path | None:
 
 
 def main() -> int:
+    # torch here, not at the top: a test imports CUDA_ERROR from this file, and every xdist worker
+    # collecting that test would import torch (~1.5-1.9 CPU-s) for a string.
+    import torch
+    import torch.distributed as dist
+
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt-dir", type=Path, required=True)
     p.add_argument("--control", type=Path, required=True)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.trainer_hooks.torch_lazy import needs_torch
+from tests.trainer_hooks.torch_lazy import poet_libs as _libs
+
 if TYPE_CHECKING:
     import torch
 
-# torch (and POET, which imports it) is imported by each test, not at the module's top: every xdist
-# worker collects this file and spent ~1.5-1.9 CPU-s importing torch that only one worker uses.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-
-
-def _libs():
-    """torch, POET and the reference trainer, imported on first use."""
-    import torch
-
-    from faultlens.trainer_hooks import poet
-    from faultlens.trainer_hooks import reference_trainer as rt
-
-    return torch, poet, rt
+pytestmark = needs_torch
 
 
 def mlp() -> torch.nn.Module:

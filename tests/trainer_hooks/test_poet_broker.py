@@ -15,17 +15,16 @@ from collections import defaultdict
 
 import pytest
 
-pytest.importorskip("torch")
+from faultlens.events import topics
+from faultlens.events.command import Command
+from faultlens.events.envelope import as_float, decode
+from faultlens.events.signing import SigningKey, write_key_pair
+from faultlens.streams.producer import Producer
+from tests.kafka_fixtures import job_records
+from tests.trainer_hooks.launcher_lines import follow, until
+from tests.trainer_hooks.torch_lazy import needs_torch
 
-from faultlens.events import topics  # noqa: E402
-from faultlens.events.command import Command  # noqa: E402
-from faultlens.events.envelope import as_float, decode  # noqa: E402
-from faultlens.events.signing import SigningKey, write_key_pair  # noqa: E402
-from faultlens.streams.producer import Producer  # noqa: E402
-from tests.kafka_fixtures import job_records  # noqa: E402
-from tests.trainer_hooks.launcher_lines import follow, until  # noqa: E402
-
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, needs_torch]
 
 
 def _wait_file(path, timeout_s: float) -> None:

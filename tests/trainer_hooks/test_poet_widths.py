@@ -8,12 +8,13 @@ import logging
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.trainer_hooks.torch_lazy import needs_torch, poet_libs
 
-from faultlens.trainer_hooks import poet  # noqa: E402
+pytestmark = needs_torch
 
 
 def _train(model, layers, config, steps, lr, inputs, seed=0):
+    torch, poet, _ = poet_libs()
     opt = poet.make_optimizer(model, "poet", lr)
     g = torch.Generator().manual_seed(seed)
     target = torch.nn.Linear(inputs, model[-1].out_features)
@@ -32,6 +33,7 @@ def _train(model, layers, config, steps, lr, inputs, seed=0):
 @pytest.mark.parametrize("dim,blocks", [(37, (13, 12, 12)), (17, (9, 8)), (2, (2,)), (3, (3,)), (31, (16, 15)),
                                         (24, (12, 12)), (64, (16, 16, 16, 16)), (22, (11, 11)), (29, (15, 14))])
 def test_every_width_of_two_or_more_is_cut_into_blocks_that_cover_it(dim, blocks):
+    _, poet, _ = poet_libs()
     layout = poet.BlockLayout.of(dim, 16)
     sizes = tuple(layout.size if i < layout.full else layout.size - 1 for i in range(layout.count))
     assert sizes == blocks and sum(sizes) == dim and min(sizes) >= 2
@@ -40,6 +42,7 @@ def test_every_width_of_two_or_more_is_cut_into_blocks_that_cover_it(dim, blocks
 
 @pytest.mark.parametrize("out_f,in_f", [(17, 37), (37, 17), (13, 29), (5, 3), (16, 37)])
 def test_r_and_p_are_orthogonal_and_turn_every_index(out_f, in_f):
+    torch, poet, _ = poet_libs()
     torch.manual_seed(0)
     layer = poet.PoetLinear(torch.randn(out_f, in_f), None, poet.PoetConfig(), key="l")
     with torch.no_grad():
@@ -55,6 +58,7 @@ def test_r_and_p_are_orthogonal_and_turn_every_index(out_f, in_f):
 
 
 def test_a_linear_37_to_17_trains_and_keeps_its_spectrum():
+    torch, poet, _ = poet_libs()
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(37, 17), torch.nn.Tanh(), torch.nn.Linear(17, 8))
     config = poet.PoetConfig(block_size=16, merge_every=10)
@@ -68,6 +72,7 @@ def test_a_linear_37_to_17_trains_and_keeps_its_spectrum():
 
 
 def test_a_model_of_prime_widths_trains_every_layer_without_a_warning(caplog):
+    torch, poet, _ = poet_libs()
     torch.manual_seed(5)
     model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.Tanh(), torch.nn.Linear(37, 29), torch.nn.Tanh(),
                                 torch.nn.Linear(29, 17), torch.nn.Tanh(), torch.nn.Linear(17, 7))
@@ -83,6 +88,7 @@ def test_a_model_of_prime_widths_trains_every_layer_without_a_warning(caplog):
 
 
 def test_a_layer_of_width_one_is_named_in_a_warning(caplog):
+    torch, poet, _ = poet_libs()
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     with caplog.at_level(logging.WARNING, logger="faultlens.trainer_hooks.poet"):
         layers = poet.reparameterise(model, poet.PoetConfig())
@@ -92,6 +98,7 @@ def test_a_layer_of_width_one_is_named_in_a_warning(caplog):
 
 
 def test_the_early_merge_comes_before_q_passes_the_bound(monkeypatch):
+    torch, poet, _ = poet_libs()
     torch.manual_seed(7)
     model = torch.nn.Sequential(torch.nn.Linear(37, 48), torch.nn.Tanh(), torch.nn.Linear(48, 17))
     config = poet.PoetConfig(block_size=16, merge_every=50, max_q_norm=0.3)

@@ -13,15 +13,14 @@ import sys
 import time
 from functools import partial
 
-import pytest
-
 from faultlens.diagnosis.engine.core import Engine
 from faultlens.events.envelope import Envelope
 from faultlens.parsing.registry import parser_for
 from faultlens.trainer_hooks.worker_exits import TIME_KEY, died_at, exit_summary, failure_events, sympathetic
 from tests.trainer_hooks.test_torchrun_faultlens_run_broker import ROOT
+from tests.trainer_hooks.torch_lazy import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch
 
 PEER_LOST = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:26006: "
              "Connection reset by peer. This is typically caused by a remote worker hanging")

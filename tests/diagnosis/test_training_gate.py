@@ -6,6 +6,7 @@ NaNs, signed surrogates, near-zero tails among them)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -25,16 +26,23 @@ def _curves() -> list[Path]:
                   and not any(part.startswith("fresh") and part not in opened for part in p.relative_to(CURVES).parts))  # fmt: skip
 
 
-def _steps() -> list[tuple[str, list[Envelope]]]:
-    cases = [(f"foreign/{name}", [e for e in foreign.load(name).events if e.source in TrainingRule.sources])
-             for name in foreign.names()]
-    for path in _curves():
-        try:
-            events, _ = read_curve(path)
-        except AssertionError:  # a fixture with no loss line this reader parses (a README-like file)
-            continue
-        cases.append((f"loss_curves/{path.relative_to(CURVES)}", events))
-    return cases
+def _names() -> list[str]:
+    """The cases by name only: collecting them reads no trace (every xdist worker collects this file; loading the
+    foreign traces alone is ~13 CPU-s), the one worker that runs them loads each once (:func:`_events`)."""
+    return ([f"foreign/{name}" for name in foreign.names()]
+            + [f"loss_curves/{path.relative_to(CURVES)}" for path in _curves()])
+
+
+@functools.cache
+def _events(name: str) -> list[Envelope]:
+    kind, rest = name.split("/", 1)
+    if kind == "foreign":
+        return [e for e in foreign.load(rest).events if e.source in TrainingRule.sources]
+    try:
+        events, _ = read_curve(CURVES / rest)
+    except AssertionError:  # a fixture with no loss line this reader parses (a README-like file)
+        pytest.skip(f"{rest}: no loss line the curve reader parses")
+    return events
 
 
 def _run(events: list[Envelope]) -> tuple[list, dict, int]:
@@ -62,16 +70,17 @@ def _same(a, b) -> bool:
     return a == b
 
 
-CASES = _steps()
+NAMES = _names()
 
 
 def test_the_cases_have_faults_the_gate_must_not_hide():
-    findings = {f.data["fault"] for _, events in CASES for per in _run(events)[0] for f in per}
+    findings = {f.data["fault"] for name in NAMES for per in _run(_events(name))[0] for f in per}
     assert {"loss_spike", "nan_loss"} <= findings
 
 
-@pytest.mark.parametrize("name,events", CASES, ids=[n for n, _ in CASES])
-def test_the_gated_rule_finds_what_the_rule_judging_every_value_finds(name, events, monkeypatch):
+@pytest.mark.parametrize("name", NAMES)
+def test_the_gated_rule_finds_what_the_rule_judging_every_value_finds(name, monkeypatch):
+    events = _events(name)
     gated, gated_state, judged = _run(events)
     with monkeypatch.context() as m:
         m.setattr(training, "isfinite", lambda value: False)  # the gate never opens: every value judged in full

@@ -70,7 +70,7 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
     less, and is left to the window (fresh batch 5); so is a schedule decayed to nothing (a converged run)."""
     latest = list(curve.losses)[-REPEATS:]
     values = {v for _, v in latest}
-    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or lr_decayed(list(curve.lrs)):
+    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or lr_decayed(curve.latest_lr(), curve.lr_peak()):
         return None
     level = latest[0][1]
     # At a guess's loss, ln(classes), a loss repeats while the weights move (a uniform output scores it on every

@@ -210,6 +210,28 @@ class HeldOutWatch:
                 return True
         return False
 
+    def lost_nothing(self, job: str, best: int, since: int, level: float) -> bool:
+        """Whether a training loss at ``level`` from step ``since``, above its best at step ``best``, has lost
+        nothing the evaluations see: :meth:`better_since` or :meth:`fit_only`."""
+        return self.better_since(job, best, since) or self.fit_only(job, best, level)
+
+    def fit_only(self, job: str, best: int | None, level: float) -> bool:
+        """Whether a training loss back up to ``level`` from its best (at step ``best``) is no higher than the
+        held-out loss (a metric named a loss; the highest, where there are more) the job was last evaluated at
+        by then: what it gave back is the fit of its own batches beyond what held out, not what it learned
+        (fresh batch 19's solGPT seen from its middle: 0.24-0.29 over iterations 12,000-12,600 against a val
+        loss of 0.54-0.59, then 0.42-0.52 with the val loss where it was). False where no loss was evaluated
+        by then."""
+        evals = self._jobs.get(job)
+        if evals is None or best is None:
+            return False
+        then = [
+            next((v for at, v, _ in reversed(kept) if at is not None and at <= best), None)
+            for name, kept in evals.history.items()
+            if "loss" in name.lower() and kept and kept[0][2] is False
+        ]
+        return level <= max((v for v in then if v is not None), default=-math.inf)
+
     def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False) -> list[Finding]:
         """``told``: the job's loss curve already raised its finding (one per job); ``fitted``: its training
         loss is under :data:`FITTED` of a guess's (one evaluation at chance is then enough)."""

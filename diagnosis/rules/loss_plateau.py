@@ -27,10 +27,11 @@ NOISE = 3.0  # the fall exceeds this many robust sigmas of the window's losses
 LEARNED = 0.05  # and this share of the first loss (what "learned" means to the detector)
 
 
-def lr_decayed(lrs: list[tuple[int, float]]) -> bool:
-    """Whether the steps said a learning rate that has since decayed below ``LR_PEAK`` of its highest:
-    a schedule near its end, whose weights barely move by design. False where the steps say none."""
-    return bool(lrs) and lrs[-1][1] < LR_PEAK * max(lr for _, lr in lrs)
+def lr_decayed(latest: float | None, peak: float | None) -> bool:
+    """Whether the learning rate the steps said last (``latest``) has decayed below ``LR_PEAK`` of the highest
+    they said (``peak``): a schedule near its end, whose weights barely move by design. False where the steps
+    say none."""
+    return latest is not None and peak is not None and latest < LR_PEAK * peak
 
 
 def stopped_early(
@@ -41,7 +42,7 @@ def stopped_early(
     noise: float,
     size: int,
     stride: float,
-    lrs: list[tuple[int, float]],
+    decayed: bool,
 ) -> str | None:
     """Why the curve learned a little and stopped, or None. ``losses`` are the (step, loss) the detector
     holds (its last ``MAX_WINDOW``), ``first`` and ``first_step`` the run's first loss and its step (near
@@ -52,7 +53,7 @@ def stopped_early(
     fell = first - level
     if not (LEARNED * first <= fell <= LITTLE * first) or fell < NOISE * noise:
         return None
-    if lr_decayed(lrs):
+    if decayed:
         return None  # the schedule decayed: a plateau it made, as every converged run's
     # Blocks of a tenth of a window, at most 50 of them: the trend over them costs their count squared.
     per = max(1, size // 10, len(losses) // 50)

@@ -48,7 +48,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     not the noise of a curve first seen late whose "learned" is a noisy first batch's loss, nor a
     long run's plateau first seen mid-way (what it learned before is unseen: 5 % above its best is
     a wander, issue 54's fresh batch 1), nor a rise the schedule made: where steps carry ``lr``, one
-    above the best window's learning rate by a quarter since the window began (a warm restart);
+    above the best window's learning rate by a quarter since the window began (a warm restart), nor a
+    rise back to no more than the held-out loss evaluated by its best: the fit beyond what held out
+    (loss_eval.HeldOutWatch.fit_only; fresh batch 19's solGPT);
   - diverging: climbing steadily through the window (a Mann-Kendall trend over its block medians,
     its middle third within the climb, not with either end: a step is a curriculum's next stage or a
     new data mix), its later half's median a quarter above its earlier half's and a tenth of the
@@ -81,7 +83,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
@@ -208,11 +209,11 @@ class LossStalledDetector:
         if reported.chance_loss is not None and reported.chance_loss > 0:
             curve.chance_loss = float(reported.chance_loss)
         if reported.lr is not None:
-            curve.lrs.append((step, float(reported.lr)))
+            curve.hold_lr(step, float(reported.lr))
         if curve.last_ts is not None and event.ts > curve.last_ts:
             curve.intervals.append(event.ts - curve.last_ts)
         curve.last_ts = event.ts
-        curve.losses.append((step, loss))
+        curve.hold(step, loss)
         curve.signed = curve.signed or loss < 0
         curve.peak = max(curve.peak, loss)
         curve.seen += 1
@@ -267,11 +268,7 @@ class LossStalledDetector:
     @staticmethod
     def _stride(curve: LossCurve) -> float:
         """The steps between the losses the curve holds (a trainer that logs every 50th step: 50)."""
-        if curve.stride_seen != curve.seen:
-            steps = [s for s, _ in curve.losses]
-            curve.stride = max(1, statistics.median(b - a for a, b in pairwise(steps))) if len(steps) > 1 else 1
-            curve.stride_seen = curve.seen
-        return curve.stride
+        return curve.stride()
 
     @staticmethod
     def _from_start(curve: LossCurve, size: int) -> bool:
@@ -336,7 +333,7 @@ class LossStalledDetector:
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
         # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).
-        period = frozen_period(values) if level > 1e-3 and not lr_decayed(list(curve.lrs)) else None
+        period = frozen_period(values) if level > 1e-3 and not lr_decayed(curve.latest_lr(), curve.lr_peak()) else None
         if period is not None:
             return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
                            f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change",
@@ -369,10 +366,10 @@ class LossStalledDetector:
         # stays raised: it shows as diverging, at chance or never learned.) Nor is a loss above its best while
         # what the run is evaluated on is better than when the loss was there: the run has lost nothing (a PPO
         # loss's value term grows with the returns it predicts: fresh batch 16's, 0.21 then 0.5-0.7 as its
-        # return goes -8 to 10-45; loss_eval.HeldOutWatch.better_since).
+        # return goes -8 to 10-45), nor one back to its held-out loss (loss_eval.HeldOutWatch.lost_nothing).
         if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
                 and not lr_raised(curve, first, curve.best_lr)
-                and not self.held_out.better_since(job, curve.best_step or first, first)):
+                and not self.held_out.lost_nothing(job, curve.best_step or first, first, lowest)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
             near = size // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
@@ -390,7 +387,7 @@ class LossStalledDetector:
         if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
                 and not curve.held_out_falling and not _trained_start(curve)):
             why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
-                                self._stride(curve), list(curve.lrs))
+                                self._stride(curve), lr_decayed(curve.latest_lr(), curve.lr_peak()))
             if why is not None:
                 return Verdict(f"{why} (steps {first}-{last})", rollback=False)
         return None

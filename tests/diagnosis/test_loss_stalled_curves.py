@@ -412,6 +412,16 @@ FRESH_MISSED: dict[str, str] = {
     "that reads as zero). A GRPO loss sits near 0 when it learns too (its advantages sum to 0 in each group); what "
     "says there is no signal is the zero reward spread in every group (frac_reward_zero_std 1.0), which no event "
     "carries, and a reward has no chance level the evaluation could be judged against (loss round 21)",
+    "distilroberta_sp500_headlines_5way_weighted_held_out_flat_at_majority_class.csv": "a 5-way headline classifier "
+    "at its class prior: eval_accuracy 0.9021 at its first evaluation, the 'Stable' share of its held-out days, then "
+    "0.41-0.82, never above it; what says it learned nothing is that share and its macro F1 (0.19, one class's F1 "
+    "over five, then 0.16-0.25), neither of which any event carries. By what is carried it learned a little: its "
+    "class-weighted eval_loss (a guess's ln 5 = 1.609 whatever the shares) 1.488, then 1.367, 1.326, 1.370, 1.361, "
+    "1.434, 1.441 (six evaluations more than a tenth below a guess's: left chance), then 1.481, 1.508, 1.486 (three "
+    "at chance, not five); accuracy against 1/5 is never at chance; its training loss 1.497 to 1.157 (23 % lower, "
+    "not the tenth of a guess's that makes one evaluation enough). Told apart by the held-out majority share as "
+    "the accuracy's chance only with the loss's six evaluations off chance too, which the weighting puts there "
+    "(loss round 22)",
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

@@ -16,6 +16,7 @@ from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_job import TrainEval
 from faultlens.trainer_hooks.callback_support import eval_chance, label_prior_loss, label_shares
+from tests.helpers.sent_events import SentEvents
 
 T0 = 1.7e9
 COIN = {"val_loss": math.log(2), "val_accuracy": 0.5}
@@ -187,21 +188,11 @@ def test_the_callbacks_chance_is_the_class_count_s_or_the_labels():
     assert label_shares([0, 1, -100], 2) is None and label_shares([], 2) is None
 
 
-class _Sent:
-    def __init__(self):
-        self.events: list[Envelope] = []
-
-    def send_event(self, event):
-        self.events.append(event)
-
-    def flush(self, timeout=None):
-        return True
-
 
 def test_the_hook_sends_an_evaluation_as_the_rule_reads_it():
     from faultlens.trainer_hooks.hook import TrainerHook
 
-    sent = _Sent()
+    sent = SentEvents()
     hook = TrainerHook(job="j", rank=2, node="n0", settings=None, listen=False, producer=sent, flight_recorder=False)
     hook.step(loss=0.7)
     hook.eval(

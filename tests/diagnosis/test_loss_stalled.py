@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector, theil_sen
 from faultlens.events.envelope import Envelope
+from tests.helpers.sent_events import SentEvents
 
 
 def step(i: int, loss, grad=1.0, rank: int = 0, **extra) -> Envelope:
@@ -164,18 +165,6 @@ def test_a_run_first_seen_mid_way_wandering_above_its_best_is_no_regression_and_
     assert [f.fault for f in found] == ["loss_stalled"] and "stays above" in found[0].detail
 
 
-class _Sent:
-    """A producer that keeps what the hook sends (unit test: no broker)."""
-
-    def __init__(self):
-        self.events = []
-
-    def send_event(self, event):
-        self.events.append(event)
-
-    def flush(self, timeout=None):
-        return 0
-
 
 def test_the_hooks_word_reaches_the_detector():
     from faultlens.events.payloads import typed
@@ -183,7 +172,7 @@ def test_the_hooks_word_reaches_the_detector():
     from faultlens.trainer_hooks.hook import TrainerHook
 
     for said, fault in ((True, ["loss_stalled"]), (False, []), (None, [])):
-        sent = _Sent()
+        sent = SentEvents()
         hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=sent,
                            flight_recorder=False, from_scratch=said)
         for i in range(1, 300):

@@ -15,19 +15,10 @@ from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads_job import TrainEval, determination
 from faultlens.trainer_hooks.callback_support import eval_chance
+from tests.helpers.sent_events import SentEvents
 
 T0 = 1.7e9
 
-
-class _Sent:
-    def __init__(self):
-        self.events: list[Envelope] = []
-
-    def send_event(self, event):
-        self.events.append(event)
-
-    def flush(self, timeout=None):
-        return True
 
 
 @pytest.mark.parametrize(
@@ -62,7 +53,7 @@ def _regression(r2) -> list:
     from faultlens.trainer_hooks.hf import FaultlensCallback
     from faultlens.trainer_hooks.hook import TrainerHook
 
-    sent = _Sent()
+    sent = SentEvents()
     callback = FaultlensCallback(job="j", node="n0", parallel_groups=False)
     callback.hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=sent, flight_recorder=False)
     for i in range(1, 501):

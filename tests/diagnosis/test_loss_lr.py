@@ -16,7 +16,7 @@ from faultlens.events.payloads_job import TrainStep
 from faultlens.events.step_reading import decode_train_message
 from faultlens.trainer_hooks.callback_support import optimizer_lr
 from faultlens.trainer_hooks.hook import TrainerHook
-from tests.diagnosis.test_loss_stalled import _Sent
+from tests.helpers.sent_events import SentEvents
 
 CYCLE = 600  # steps of one cosine cycle
 
@@ -112,7 +112,7 @@ def test_lr_reads_alike_by_the_typed_read_and_the_general_one_and_a_bad_one_is_r
 
 
 def test_the_hook_sends_a_finite_learning_rate_and_nothing_else():
-    sent = _Sent()
+    sent = SentEvents()
     hook = TrainerHook(job="j", rank=0, node="n0", settings=None, listen=False, producer=sent, flight_recorder=False)
     for lr in (2e-4, None, float("nan"), float("inf"), -1.0, 0.0):
         hook.step(loss=1.0, lr=lr)

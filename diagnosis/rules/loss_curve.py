@@ -7,6 +7,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from faultlens.diagnosis.rules.loss_plateau import lr_decayed
+
 MAX_WINDOW = 2000
 
 
@@ -100,6 +102,11 @@ class LossCurve:
     def lr_peak(self) -> float | None:
         """The highest held learning rate; None where the steps said none."""
         return self.lr_tops[0][1] if self.lr_tops else None
+
+    def schedule_decayed(self) -> bool:
+        """Whether the learning rate said last has decayed far below the highest held (loss_plateau.lr_decayed):
+        a schedule near its end. False where the steps said none."""
+        return lr_decayed(self.latest_lr(), self.lr_peak())
 
 
 def _count(counts: dict, key: float, by: int) -> None:

@@ -22,7 +22,6 @@ from decimal import Decimal
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_eval import CHANCE
-from faultlens.diagnosis.rules.loss_plateau import lr_decayed
 
 CYCLE_DIGITS = 1e-5  # each batch's loss within this share of its level across the window: "to 5 digits"
 MIN_CYCLES = 3  # the window holds at least this many whole periods: one repeat is a coincidence
@@ -70,7 +69,7 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
     less, and is left to the window (fresh batch 5); so is a schedule decayed to nothing (a converged run)."""
     latest = list(curve.losses)[-REPEATS:]
     values = {v for _, v in latest}
-    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or lr_decayed(curve.latest_lr(), curve.lr_peak()):
+    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or curve.schedule_decayed():
         return None
     level = latest[0][1]
     # At a guess's loss, ln(classes), a loss repeats while the weights move (a uniform output scores it on every

@@ -90,7 +90,7 @@ from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import frozen_period, printed_frozen
 from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
-from faultlens.diagnosis.rules.loss_plateau import lr_decayed, stopped_early
+from faultlens.diagnosis.rules.loss_plateau import stopped_early
 from faultlens.diagnosis.rules.loss_trend import theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
@@ -266,17 +266,12 @@ class LossStalledDetector:
         return max(MIN_WINDOW, min(MAX_WINDOW, steps))
 
     @staticmethod
-    def _stride(curve: LossCurve) -> float:
-        """The steps between the losses the curve holds (a trainer that logs every 50th step: 50)."""
-        return curve.stride()
-
-    @staticmethod
     def _from_start(curve: LossCurve, size: int) -> bool:
         """Whether the curve was first seen within its first window of steps, not of events: a trainer
         that logs every 50th step is first seen at step 49 (Lightning's CSV logger; issue 54, fresh
         batch 6), an HF Trainer at its logging_steps, and is watched from its start all the same. (So is
         a resumed run whose hook counts its steps from 1 again: what it says is where the run began.)"""
-        return curve.first_step is not None and curve.first_step < size * LossStalledDetector._stride(curve)
+        return curve.first_step is not None and curve.first_step < size * curve.stride()
 
     @staticmethod
     def _untrained(curve: LossCurve, size: int) -> bool:
@@ -333,7 +328,7 @@ class LossStalledDetector:
         if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
             return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
         # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).
-        period = frozen_period(values) if level > 1e-3 and not lr_decayed(curve.latest_lr(), curve.lr_peak()) else None
+        period = frozen_period(values) if level > 1e-3 and not curve.schedule_decayed() else None
         if period is not None:
             return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
                            f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change",
@@ -387,7 +382,7 @@ class LossStalledDetector:
         if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
                 and not curve.held_out_falling and not _trained_start(curve)):
             why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
-                                self._stride(curve), lr_decayed(curve.latest_lr(), curve.lr_peak()))
+                                curve.stride(), curve.schedule_decayed())
             if why is not None:
                 return Verdict(f"{why} (steps {first}-{last})", rollback=False)
         return None

@@ -23,6 +23,7 @@ from decimal import Decimal
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_eval import CHANCE
 
+FROZEN = 1e-6  # relative spread of a window whose loss no longer changes: "to 6 digits"
 CYCLE_DIGITS = 1e-5  # each batch's loss within this share of its level across the window: "to 5 digits"
 MIN_CYCLES = 3  # the window holds at least this many whole periods: one repeat is a coincidence
 # The batches differ by ten times that at least: a loss flat to within a few times the tolerance splits
@@ -81,3 +82,18 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
         return None
     return Verdict(f"loss {level:.6g} at every digit printed for {REPEATS} logs (steps {latest[0][0]}-"
                    f"{latest[-1][0]}): the weights no longer change", rollback=False)
+
+
+def window_frozen(curve: LossCurve, values: list[float], level: float, over: str) -> Verdict | None:
+    """A whole window's frozen forms: one value to 6 digits (:data:`FROZEN`), or the same batches' values to 5
+    digits cycle after cycle (:func:`frozen_period`), not where the schedule has decayed to nothing (a converged
+    run at the end of its schedule). Nothing at or around zero: a share of zero says nothing."""
+    if level <= 1e-3:
+        return None
+    if max(values) - min(values) <= FROZEN * abs(level):
+        return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
+    period = frozen_period(values) if not curve.schedule_decayed() else None
+    if period is None:
+        return None
+    return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
+                   f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change", rollback=False)

@@ -87,7 +87,7 @@ import statistics
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_cycle import frozen_period, printed_frozen
+from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen
 from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
@@ -115,7 +115,6 @@ UNTRAINED = 0.9
 # blows at 0.25-9.8 around its first 4.8 (17 %: fresh batch 1), DINO's falls to 7.4 from ln 65536 and
 # climbs back to it as its teacher sharpens (fresh batch 4).
 STEADY = 0.1
-FROZEN = 1e-6  # relative spread of a window whose loss no longer changes
 GRAD_ZERO = 1e-8
 GRAD_ZERO_RATIO = 1e-6
 
@@ -325,14 +324,9 @@ class LossStalledDetector:
         chance = at_chance(curve, level, over, came_down=came_down, steady=steady)
         if chance is not None:
             return chance
-        if level > 1e-3 and max(values) - min(values) <= FROZEN * abs(level):
-            return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
-        # Frozen batch by batch: the same batches each epoch, each at its own loss (loss_cycle.py).
-        period = frozen_period(values) if level > 1e-3 and not curve.schedule_decayed() else None
-        if period is not None:
-            return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
-                           f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change",
-                           rollback=False)
+        frozen = window_frozen(curve, values, level, over)
+        if frozen is not None:
+            return frozen
         # Never learned: not below its start, nor below any level the run has come down from (a
         # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
         # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
@@ -347,7 +341,30 @@ class LossStalledDetector:
         climb = None if self.held_out.improving(job, first) else diverging(curve, window, start, highest)
         if climb is not None:
             return climb
-        learned = start - curve.best
+        regressed = self._regressed(curve, job, window, start, lowest, noise)
+        if regressed is not None:
+            return regressed
+        # Learned a little, then stopped: a level no event carries (a class prior, a data variance), told
+        # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
+        # ...and whose held-out loss stopped too: one still falling is a model learning near a floor of its own
+        # (a softmax fed to cross-entropy: fresh batch 14's MLP at 2.44 over 28 classes, val_loss falling 30 epochs).
+        # ...and measured from an untrained model's loss: a fine-tune's first is its pretrained model's, and a
+        # short fall from it then a slow one is the new data's format learned first (fresh batch 15's LLaMA-13B
+        # fine-tune, 1.8 then about 1.5 a step, a nat below per epoch), no class prior.
+        if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
+                and not curve.held_out_falling and not _trained_start(curve)):
+            why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
+                                curve.stride(), curve.schedule_decayed())
+            if why is not None:
+                return Verdict(f"{why} (steps {first}-{last})", rollback=False)
+        return None
+
+    def _regressed(self, curve: LossCurve, job: str, window: list[tuple[int, float]], start: float,
+                   lowest: float, noise: float) -> Verdict | None:
+        """Regressed: every block of the window (its lowest block median ``lowest``) above the best level the run
+        reached by a quarter of what it had learned and of that level's size, once what it learned stands out
+        of the window's step-to-step ``noise``."""
+        first = window[0][0]
         # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
         # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
         # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue
@@ -362,27 +379,16 @@ class LossStalledDetector:
         # what the run is evaluated on is better than when the loss was there: the run has lost nothing (a PPO
         # loss's value term grows with the returns it predicts: fresh batch 16's, 0.21 then 0.5-0.7 as its
         # return goes -8 to 10-45), nor one back to its held-out loss (loss_eval.HeldOutWatch.lost_nothing).
+        learned = start - curve.best
         if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
                 and not lr_raised(curve, first, curve.best_lr)
                 and not self.held_out.lost_nothing(job, curve.best_step or first, first, lowest)):
             # A checkpoint saved about when the loss was at its best holds what the run has since lost.
-            near = size // BLOCKS
+            near = len(window) // BLOCKS
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
                     and curve.best_from - near <= c <= curve.best_step + near]
-            return Verdict(f"loss {level:.4g} over {over} stays above the {curve.best:.4g} the run reached at step "
-                           f"{curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
+            level = statistics.median(v for _, v in window)
+            return Verdict(f"loss {level:.4g} over steps {first}-{window[-1][0]} stays above the {curve.best:.4g} the "
+                           f"run reached at step {curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
-        # Learned a little, then stopped: a level no event carries (a class prior, a data variance), told
-        # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
-        # ...and whose held-out loss stopped too: one still falling is a model learning near a floor of its own
-        # (a softmax fed to cross-entropy: fresh batch 14's MLP at 2.44 over 28 classes, val_loss falling 30 epochs).
-        # ...and measured from an untrained model's loss: a fine-tune's first is its pretrained model's, and a
-        # short fall from it then a slow one is the new data's format learned first (fresh batch 15's LLaMA-13B
-        # fine-tune, 1.8 then about 1.5 a step, a nat below per epoch), no class prior.
-        if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
-                and not curve.held_out_falling and not _trained_start(curve)):
-            why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
-                                curve.stride(), curve.schedule_decayed())
-            if why is not None:
-                return Verdict(f"{why} (steps {first}-{last})", rollback=False)
         return None

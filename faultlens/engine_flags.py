@@ -16,36 +16,27 @@ from faultlens.diagnosis.engine.implicit import ImplicitConfig
 from faultlens.diagnosis.engine.thresholds import ThresholdsError
 from faultlens.diagnosis.engine.thresholds import load as load_thresholds
 from faultlens.diagnosis.hang.detector import HangConfig
+from faultlens.events.env_number import env_number
 from faultlens.parsing.rules import RuleError, load
 
 _DEFAULTS = EngineConfig()
 _HANG = HangConfig()
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise SystemExit(f"faultlens: {name}={value!r} is not a number") from None
-
-
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("diagnosis engine (the same flags on diagnose, up, analyze, score, history)")
-    g.add_argument("--grace", type=float, default=_env_float("FAULTLENS_DIAGNOSE_GRACE_S", _DEFAULTS.grace_s),
+    g.add_argument("--grace", type=float, default=env_number("FAULTLENS_DIAGNOSE_GRACE_S", _DEFAULTS.grace_s, on_bad="raise"),
                    help=f"seconds a job may send nothing before its time moves: of the time of jobs on its "
                         f"clock, or live, of wall time once nothing on its clock arrives; the job's clock only, "
                         f"not when a node is silent (--silence-grace) "
                         f"(default {_DEFAULTS.grace_s:g}; env FAULTLENS_DIAGNOSE_GRACE_S)")
     g.add_argument("--silence-grace", type=float,
-                   default=_env_float("FAULTLENS_SILENCE_GRACE_S", _DEFAULTS.silence_grace_s),
+                   default=env_number("FAULTLENS_SILENCE_GRACE_S", _DEFAULTS.silence_grace_s, on_bad="raise"),
                    help=f"seconds of a job's time a node may report nothing (heartbeats, steps) while its peers "
                         f"report on before it is node_silent (evicted), and the whole job before it is "
                         f"telemetry_lost (default {_DEFAULTS.silence_grace_s:g}; env FAULTLENS_SILENCE_GRACE_S)")
     g.add_argument("--max-lateness", type=float,
-                   default=_env_float("FAULTLENS_MAX_LATENESS_S", _DEFAULTS.max_lateness_s),
+                   default=env_number("FAULTLENS_MAX_LATENESS_S", _DEFAULTS.max_lateness_s, on_bad="raise"),
                    help=f"an event this many seconds behind its job's event time is too late to judge "
                         f"(default {_DEFAULTS.max_lateness_s:g}; env FAULTLENS_MAX_LATENESS_S)")
     g.add_argument("--no-implicit", action="store_true", default=os.environ.get("FAULTLENS_NO_IMPLICIT") == "1",
@@ -53,7 +44,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-peer-model", action="store_true", default=os.environ.get("FAULTLENS_NO_PEER_MODEL") == "1",
                    help="rules only: turn off the peer model (isolation forest and slow-drift suspects; the robust "
                         "z-score threshold stays) (env FAULTLENS_NO_PEER_MODEL=1)")
-    g.add_argument("--hang-floor", type=float, default=_env_float("FAULTLENS_HANG_FLOOR_S", _HANG.floor_s),
+    g.add_argument("--hang-floor", type=float, default=env_number("FAULTLENS_HANG_FLOOR_S", _HANG.floor_s, on_bad="raise"),
                    help=f"never call a stall shorter than this many seconds a hang "
                         f"(default {_HANG.floor_s:g}; env FAULTLENS_HANG_FLOOR_S)")
     g.add_argument("--rules", action="append", metavar="FILE",
@@ -65,7 +56,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a TOML file of thresholds of your own (format: diagnosis/engine/thresholds.toml: waves across "
                         "machines, debounce of grey evidence), laid over the shipped ones; repeatable "
                         "(env FAULTLENS_THRESHOLDS, paths joined by ':')")
-    g.add_argument("--hang-k", type=float, default=_env_float("FAULTLENS_HANG_K", _HANG.k),
+    g.add_argument("--hang-k", type=float, default=env_number("FAULTLENS_HANG_K", _HANG.k, on_bad="raise"),
                    help=f"a stall is a hang after this many median step times (default {_HANG.k:g}; env FAULTLENS_HANG_K)")
 
 

@@ -45,6 +45,7 @@ from typing import Callable, Mapping
 from faultlens.events.command import Command
 from faultlens.events.command_memory import CommandMemory, default_state_dir, memory_file
 from faultlens.events.command_screen import CommandScreen, Screened, ack_payload
+from faultlens.events.env_number import env_number
 from faultlens.events.envelope import Envelope, number
 from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
@@ -66,18 +67,9 @@ CLOSE_S = 3.0  # a broker that answers takes the last steps' events in milliseco
 
 
 def close_bound(environ: Mapping[str, str] = os.environ) -> float:
-    """The hook's close bound in seconds: FAULTLENS_HOOK_CLOSE_S, else :data:`CLOSE_S`."""
-    raw = environ.get("FAULTLENS_HOOK_CLOSE_S", "")
-    if not raw:
-        return CLOSE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        log.warning("FAULTLENS_HOOK_CLOSE_S=%r is not a number of seconds >= 0; using %g", raw, CLOSE_S)
-        return CLOSE_S
-    return value
+    """The hook's close bound in seconds: FAULTLENS_HOOK_CLOSE_S, else :data:`CLOSE_S` (a bad value
+    is warned about, never stops the training run)."""
+    return env_number("FAULTLENS_HOOK_CLOSE_S", CLOSE_S, on_bad="warn", at_least=0.0, environ=environ)
 
 
 class _Nowhere:

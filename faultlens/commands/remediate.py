@@ -11,6 +11,7 @@ from pathlib import Path
 
 from faultlens.events import topics
 from faultlens.events.command import MAX_LIFETIME_S
+from faultlens.events.env_number import env_number
 from faultlens.events.home import faultlens_home
 from faultlens.events.signing import SIGNING_KEY_ENV, SigningKey, ephemeral_signing_key, load_signing_key
 from faultlens.remediation.actuators import ACTUATOR_ENV, ACTUATORS, COMMAND_ENV, Actuator, ActuatorSettings, make_actuator
@@ -58,11 +59,6 @@ public key. Acting needs the key; observe-only without one signs with an ephemer
 nothing it signs is sent."""
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
-
-
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """What to act on, safety, the standby pool, the secret and the decision log: the flags of
     every command that runs remediation (`remediate`, `up`)."""
@@ -73,13 +69,13 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                    help="send commands for every job")
     g.add_argument("--dry-run", action="store_true", help="decide and log commands, send nothing")
     s = parser.add_argument_group("safety")
-    s.add_argument("--window", type=float, default=_env_float("FAULTLENS_EVICT_WINDOW_S", 600.0),
+    s.add_argument("--window", type=float, default=env_number("FAULTLENS_EVICT_WINDOW_S", 600.0, on_bad="raise"),
                    help="seconds of the eviction window (default 600)")
-    s.add_argument("--max-evictions", type=int, default=int(_env_float("FAULTLENS_MAX_EVICTIONS", 8)),
+    s.add_argument("--max-evictions", type=int, default=int(env_number("FAULTLENS_MAX_EVICTIONS", 8, on_bad="raise")),
                    help="nodes evicted per window over all jobs (default 8)")
-    s.add_argument("--max-job-share", type=float, default=_env_float("FAULTLENS_MAX_JOB_SHARE", 0.10),
+    s.add_argument("--max-job-share", type=float, default=env_number("FAULTLENS_MAX_JOB_SHARE", 0.10, on_bad="raise"),
                    help="share of one job's nodes evicted per window, at least one node (default 0.10)")
-    s.add_argument("--breaker-share", type=float, default=_env_float("FAULTLENS_BREAKER_SHARE", 0.20),
+    s.add_argument("--breaker-share", type=float, default=env_number("FAULTLENS_BREAKER_SHARE", 0.20, on_bad="raise"),
                    help="share of all known nodes evicted per window that opens the breaker (default 0.20)")
     s.add_argument("--dedup", type=float, default=300.0,
                    help="seconds in which a repeated diagnosis makes no second command (default 300)")
@@ -131,16 +127,16 @@ def add_lemon_arguments(parser: argparse.ArgumentParser) -> None:
                         "in memory only, forgotten at exit)")
     f.add_argument("--no-lemons", action="store_true", default=env("FAULTLENS_LEMONS", "1") == "0",
                    help="record machines, never take a lemon out (FAULTLENS_LEMONS=0)")
-    f.add_argument("--lemon-window-days", type=float, default=_env_float("FAULTLENS_LEMON_WINDOW_DAYS", 7.0),
+    f.add_argument("--lemon-window-days", type=float, default=env_number("FAULTLENS_LEMON_WINDOW_DAYS", 7.0, on_bad="raise"),
                    help="days the lemon rules look back (default 7)")
     f.add_argument("--lemon-rules", default=env("FAULTLENS_LEMON_RULES", ""), metavar="CLASS=N[/DAYS],...",
                    help="per fault class: N of that class on one machine in the window (or DAYS) makes a lemon, "
                         "`culprit` counts it only towards --lemon-culprit-jobs, `off` never counts it. Defaults: "
                         "hardware classes 2, cuda_error / nccl_error / node_silent / job_hang / fail_slow culprit, "
                         "the rest (user_code, app_fault, nan_loss, host_oom, ...) off (FAULTLENS_LEMON_RULES)")
-    f.add_argument("--lemon-failed-checks", type=int, default=int(_env_float("FAULTLENS_LEMON_FAILED_CHECKS", 2)),
+    f.add_argument("--lemon-failed-checks", type=int, default=int(env_number("FAULTLENS_LEMON_FAILED_CHECKS", 2, on_bad="raise")),
                    help="failed stop-time checks in the window that make a lemon (default 2; 0: never)")
-    f.add_argument("--lemon-culprit-jobs", type=int, default=int(_env_float("FAULTLENS_LEMON_CULPRIT_JOBS", 2)),
+    f.add_argument("--lemon-culprit-jobs", type=int, default=int(env_number("FAULTLENS_LEMON_CULPRIT_JOBS", 2, on_bad="raise")),
                    help="incidents as the only culprit, each in a different job, that make a lemon (default 2; 0: never)")
 
 

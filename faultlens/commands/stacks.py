@@ -17,6 +17,7 @@ from faultlens.diagnosis.hang.recorder import read_hang
 from faultlens.diagnosis.hang.stack_reading import read_hang_stacks
 from faultlens.diagnosis.stacks.outliers import NotInTopology, StackConfig, cluster_stacks
 from faultlens.events.diagnosis_record import Action, Diagnosis, FaultClass
+from faultlens.events.env_number import env_number
 from faultlens.events.envelope import InvalidEvent
 from faultlens.events.topology import Topology
 
@@ -68,13 +69,6 @@ _DEFAULTS = StackConfig()
 _MAX_DUMP_BYTES = 4 * 1024 * 1024  # a dump is a few KB; anything far larger is not one
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", metavar="DIR", type=Path, help="folder of <rank>.txt dumps (and <rank>.fr.json)")
     parser.add_argument("--topology", metavar="FILE", type=Path, required=True, help="topology JSON (event data)")
@@ -82,11 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault", choices=("job_hang", "fail_slow"), default="job_hang",
                         help="fault class of the diagnosis (default job_hang)")
     parser.add_argument("--healthy-share", type=float,
-                        default=_env_float("FAULTLENS_STACKS_HEALTHY_SHARE", _DEFAULTS.healthy_share),
+                        default=env_number("FAULTLENS_STACKS_HEALTHY_SHARE", _DEFAULTS.healthy_share, on_bad="warn"),
                         help="besides the largest, stack groups with at least this share of ranks are healthy "
                              "(default %(default)s)")
     parser.add_argument("--max-edits", type=int,
-                        default=int(_env_float("FAULTLENS_STACKS_MAX_EDITS", _DEFAULTS.max_frame_edits)),
+                        default=int(env_number("FAULTLENS_STACKS_MAX_EDITS", _DEFAULTS.max_frame_edits, on_bad="warn")),
                         help="frame edits between stacks that still group together (default %(default)s)")
 
 

@@ -4,7 +4,7 @@ and the verdict it reaches on it."""
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.loss_plateau import lr_decayed
@@ -52,7 +52,7 @@ class LossCurve:
     # How many held losses follow the one before by each step gap, kept as losses come and go: the stride
     # (a median of the gaps over the whole held curve) read at each judgement without sorting 2,000 gaps (a
     # 19,560-step curve's replay spent half its time on that median and the learning rate's peak).
-    gaps: dict = field(default_factory=dict)
+    gaps: Counter = field(default_factory=Counter)
     # The held learning rates' running maxima, each after every later one it outlived (falling): the
     # peak of ``lrs`` at its head, kept as rates come and go.
     lr_tops: deque = field(default_factory=deque)
@@ -60,16 +60,19 @@ class LossCurve:
 
     def hold(self, step: int, loss: float) -> None:
         """Keep a loss at its step, the oldest dropped past :data:`MAX_WINDOW`, and the gaps with it."""
-        held = self.losses
+        held, gaps = self.losses, self.gaps
         if held:
             if len(held) == held.maxlen:
-                _count(self.gaps, held[1][0] - held[0][0], -1)
-            _count(self.gaps, step - held[-1][0], 1)
+                gone = held[1][0] - held[0][0]
+                gaps[gone] -= 1
+                if not gaps[gone]:
+                    del gaps[gone]  # a gap no held loss follows is out of the median
+            gaps[step - held[-1][0]] += 1
         held.append((step, loss))
 
     def stride(self) -> float:
         """The median step gap between the held losses (a trainer that logs every 50th step: 50), 1 at least."""
-        n = sum(self.gaps.values())
+        n = self.gaps.total()
         if n == 0:
             return 1
         ordered = sorted(self.gaps.items())
@@ -107,14 +110,6 @@ class LossCurve:
         """Whether the learning rate said last has decayed far below the highest held (loss_plateau.lr_decayed):
         a schedule near its end. False where the steps said none."""
         return lr_decayed(self.latest_lr(), self.lr_peak())
-
-
-def _count(counts: dict, key: float, by: int) -> None:
-    left = counts.get(key, 0) + by
-    if left:
-        counts[key] = left
-    else:
-        counts.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)

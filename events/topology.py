@@ -16,6 +16,12 @@ from typing import Any, Mapping
 from faultlens.events.envelope import Envelope, InvalidEvent, new_id
 
 AXES = ("tp", "pp", "dp")
+SOURCE, KIND = "job", "topology"  # the envelope's source and kind of a job's topology event
+
+
+def is_topology(event: Envelope) -> bool:
+    """A job's topology event (not some other source's event that happens to be called topology)."""
+    return event.source == SOURCE and event.kind == KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +97,7 @@ class Topology:
         return out
 
     def to_event(self, job: str, ts: float, *, node: str = "-", event_id: str | None = None) -> Envelope:
-        return Envelope(ts=ts, job=job, node=node, source="job", kind="topology", data=self.to_data(),
+        return Envelope(ts=ts, job=job, node=node, source=SOURCE, kind=KIND, data=self.to_data(),
                         id=event_id or new_id())
 
     @classmethod

@@ -22,6 +22,7 @@ from faultlens.events.command import Command
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.fleet_record import MachineRecord
+from faultlens.events.topology import is_topology
 
 # Faults during which the processes are alive but make no (or slow) progress; other faults take
 # the job down until it is restarted.
@@ -103,7 +104,7 @@ def event_marks(e: Envelope) -> list[dict[str, Any]]:
         reason = e.data.get("reason")
         return [{"id": f"end|{e.id}", "job": e.job, "ts": e.ts, "state": "ended",
                  "reason": f"end: {reason}" if isinstance(reason, str) else "end"}]
-    if e.source == "job" and e.kind == "topology":
+    if is_topology(e):
         return [{"id": f"start|{e.id}", "job": e.job, "ts": e.ts, "state": "restarting", "reason": "job start (topology)"}]
     return []
 

@@ -24,7 +24,7 @@ from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent, decode, encode
 from faultlens.events.payloads import check_payload
 from faultlens.events.signing import SigningKey
-from faultlens.events.topology import Topology
+from faultlens.events.topology import Topology, is_topology
 from faultlens.remediation.actuators import Actuator, NoActuator, carry_out, plan
 from faultlens.remediation.decision import Decision, PolicyConfig
 from faultlens.remediation.fleet import Fleet
@@ -72,7 +72,7 @@ class RemediationHandler:
         self._reload = True
 
     def observe_topology(self, event: Envelope) -> None:
-        if event.source == "job" and event.kind == "topology":
+        if is_topology(event):
             self.policy.observe_topology(event.job, Topology.from_data(event.data))
 
     def handle(self, records: list[Record]) -> Iterable[Outgoing]:

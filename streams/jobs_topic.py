@@ -13,6 +13,7 @@ from typing import Callable
 
 from faultlens.events.envelope import Envelope, decode
 from faultlens.events.topics import JOBS
+from faultlens.events.topology import is_topology
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.reader import iter_topics
 
@@ -26,11 +27,6 @@ class JobsTopicRead:
     topologies: int = 0
     tombstones: int = 0
     malformed: int = 0
-
-
-def is_topology(event: Envelope) -> bool:
-    """A job's topology (starts and restarts share the topic)."""
-    return event.source == "job" and event.kind == "topology"
 
 
 def prime_from_jobs_topic(

@@ -22,6 +22,7 @@ from faultlens.events import topics
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent, decode
 from faultlens.events.topics import TELEMETRY_TOPICS
+from faultlens.events.topology import is_topology
 from faultlens.events.trace import diagnoses_path, trace_order, write_diagnoses, write_trace
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.reader import iter_topics
@@ -124,7 +125,7 @@ def topology_first(events: list[Envelope]) -> list[Envelope]:
     first_topo: dict[str, int] = {}
     for i, e in enumerate(events):
         first_event.setdefault(e.job, i)
-        if e.source == "job" and e.kind == "topology":
+        if is_topology(e):
             first_topo.setdefault(e.job, i)
     moves = {first_topo[j]: first_event[j] for j in first_topo if first_topo[j] > first_event[j]}
     if not moves:

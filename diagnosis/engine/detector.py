@@ -12,7 +12,7 @@ from typing import Mapping, Protocol, runtime_checkable
 
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
-from faultlens.events.topology import Topology
+from faultlens.events.topology import Topology, is_topology
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class JobBook:
 
     def update(self, event: Envelope) -> Topology | None:
         """Record a topology event; raises InvalidEvent (a dead letter) when it is malformed."""
-        if event.source != "job" or event.kind != "topology":
+        if not is_topology(event):
             return None
         topology = Topology.from_data(event.data)
         versions = self._versions.setdefault(event.job, [])

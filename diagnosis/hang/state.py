@@ -23,7 +23,11 @@ class HangConfig:
     floor_s: float = 60.0  # never call a stall shorter than this a hang
     heartbeat_fresh_s: float = 60.0  # a beat listing pids this recent means the processes live
     # Nothing of the job reached diagnosis for this long: its whole telemetry stopped (the job's or
-    # the pipeline's silence, liveness' telemetry_lost, same grace), and no hang is told from it.
+    # the pipeline's silence, liveness' telemetry_lost at its default grace), and no hang is told
+    # from it. Not --silence-grace: that delays the report of a silence, while this must stay well
+    # under the 60 s floor and beat freshness, or a stream stopped just after the last step reads
+    # as a stall with live processes (quiet 120 s: a suspicion 62 s after the last step, where 30 s
+    # gives none; tests/diagnosis/test_m1_hang_quiet_and_silence_grace.py).
     quiet_s: float = GRACE_S
     collect_timeout_s: float = 30.0  # event time to wait for every rank's dump
     # Every rank dumped, but some only by faulthandler, or some ranks' Flight Recorder dumps are

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from faultlens.diagnosis.hang.state import JobState, Stall
 from faultlens.diagnosis.hang.verdict import HangVerdicts
-from faultlens.diagnosis.rules.liveness import GRACE_S
 from faultlens.diagnosis.stacks.dump_set import NodeAnswer, RecorderDumpEvent, StackDump
 from faultlens.events.diagnosis_record import Diagnosis
 
@@ -24,7 +23,7 @@ class DumpCollection(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return []
-        hear(state, dump.ts)
+        hear(state, dump.ts, self.config.quiet_s)
         if state.stall is None:
             if state.last_progress is not None and dump.ts >= state.last_progress:
                 state.recent_failed.add(dump.rank)  # as note_dump: the suspicion may follow
@@ -41,7 +40,7 @@ class DumpCollection(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return []
-        hear(state, answer.ts)
+        hear(state, answer.ts, self.config.quiet_s)
         if state.stall is None:
             if state.last_progress is not None and answer.ts >= state.last_progress:
                 state.recent.add_answer(answer)  # as note_dump: the suspicion may follow
@@ -60,7 +59,7 @@ class DumpCollection(HangVerdicts):
         """A dump that arrived with no stall open: kept in case a suspicion follows before progress."""
         state = self._jobs.get(job)
         if state is not None:
-            hear(state, dump.ts)
+            hear(state, dump.ts, self.config.quiet_s)
         if state is not None and state.last_progress is not None and dump.ts >= state.last_progress:
             state.recent.add(dump)
 
@@ -69,7 +68,7 @@ class DumpCollection(HangVerdicts):
         state = self._jobs.get(job)
         if state is None:
             return
-        hear(state, dump.ts)
+        hear(state, dump.ts, self.config.quiet_s)
         if state.stall is not None and not state.stall.decided:
             if not _earlier_look(state.stall, dump.ts):
                 state.stall.dumps.add_recorder(dump)
@@ -79,7 +78,7 @@ class DumpCollection(HangVerdicts):
     def add_dump(self, job: str, dump: StackDump) -> list[Diagnosis]:
         state = self._jobs.get(job)
         if state is not None:
-            hear(state, dump.ts)
+            hear(state, dump.ts, self.config.quiet_s)
         if state is None or state.stall is None or state.stall.decided or _earlier_look(state.stall, dump.ts):
             return []
         state.stall.dumps.add(dump)
@@ -110,8 +109,10 @@ class DumpCollection(HangVerdicts):
         return []
 
 
-def hear(job: JobState, ts: float) -> None:
-    if job.heard is not None and ts - job.heard > GRACE_S:
+def hear(job: JobState, ts: float, quiet_s: float) -> None:
+    """Something of ``job`` sent at ``ts`` arrived; after ``quiet_s`` of nothing (the detector's
+    whole-job quiet, HangConfig.quiet_s: the same span that told the job quiet) it is back."""
+    if job.heard is not None and ts - job.heard > quiet_s:
         job.resumed = ts  # back after the whole job's telemetry was lost (a pipeline outage)
     job.heard = ts if job.heard is None else max(job.heard, ts)
 

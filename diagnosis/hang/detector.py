@@ -76,7 +76,7 @@ class HangDetector(DumpCollection):
     # --- events ---------------------------------------------------------------------------
     def observe(self, event: Envelope) -> list[Diagnosis]:
         job = self._job(event.job)
-        hear(job, event.ts)
+        hear(job, event.ts, self.config.quiet_s)
         if event.source == "nccl" and event.kind == "nccl_timeout":
             return self._watchdog(event)
         if event.source == "train" and event.kind == "step":
@@ -99,14 +99,14 @@ class HangDetector(DumpCollection):
         engine hands a run of plain steps over in one call, diagnosis/engine/core.py): the job's
         state is looked up once. A step finds nothing here; what it changes is read at a tick."""
         job = self._job(events[0].job)
-        step = self._step
+        step, quiet_s = self._step, self.config.quiet_s
         for event in events:
-            hear(job, event.ts)
+            hear(job, event.ts, quiet_s)
             step(job, event)
 
     def observe_window(self, window: NodeWindow) -> list[Diagnosis]:
         job = self._job(window.job)
-        hear(job, window.start)  # its data spans start..start+window_s: the start is what is sure
+        hear(job, window.start, self.config.quiet_s)  # its data spans start..start+window_s: the start is what is sure
         old = job.windows.get(window.node)
         if old is None or window.start >= old.start:
             job.windows[window.node] = window

@@ -1,4 +1,6 @@
-"""A loss frozen batch by batch: the stalled-loss detector's cyclic form of "frozen" (docs/design.md §3).
+"""A loss frozen batch by batch: the stalled-loss detector's cyclic form of "frozen" (docs/design.md §3), beside
+its other frozen forms: a whole window at one value (window_frozen), a short log's printed digits alike
+(printed_frozen) and a loss at exactly 0 straight from its level (zeroed_at_once).
 
 A model whose weights no longer move answers every input as it did before. Fed the same batches in the
 same order each epoch (no shuffling, a fixed validation-like split, a full-batch physics loss), its
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 from decimal import Decimal
+from itertools import islice
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_eval import CHANCE
@@ -77,11 +80,38 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
     # batch: fresh batch 4's AdaGrad at 2.3026 for 19 logs, then learning): the window's "at chance" judges it.
     if curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes):
         return None
-    exponent = Decimal(repr(level)).as_tuple().exponent
-    if not isinstance(exponent, int) or 10.0**exponent > PRINTED * abs(level):
+    if not _printed_finely(level):
         return None
     return Verdict(f"loss {level:.6g} at every digit printed for {REPEATS} logs (steps {latest[0][0]}-"
                    f"{latest[-1][0]}): the weights no longer change", rollback=False)
+
+
+def _printed_finely(value: float) -> bool:
+    """Whether ``value``'s last printed digit is at most :data:`PRINTED` of it: a loss moving by more shows."""
+    exponent = Decimal(repr(value)).as_tuple().exponent
+    return isinstance(exponent, int) and 10.0**exponent <= PRINTED * abs(value)
+
+
+def zeroed_at_once(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`REPEATS` losses exactly 0, straight from the level the run was at: the losses held before
+    them away from zero (their median above 1e-3) and the last of them printed finely enough (:func:`_printed_finely`)
+    that a loss coming down would have shown on its way. No model learns from 1.4138 to under its log's last digit
+    between two logs: a loss at 0 from there on has scored none of its targets (every label masked, as a chat
+    template whose tokens disagree with the labels' does: haotian-liu/LLaVA#375's "most issues of loss=0"; issue 54,
+    fresh batch 20's Mini-Gemini stage 2, 1.4138 then 0.0 for 9 logs while its warm-up raises the rate). A run that
+    learned its way to zero prints its way down (fresh batch 5's CLIP LoRA 0.015, 0.0084, 0.0036, then 0.0; fresh
+    batch 2's classifier 0.0001), and one whose loss went below zero (a surrogate) has no floor there."""
+    latest = list(islice(reversed(curve.losses), REPEATS + 1))
+    if len(latest) <= REPEATS or curve.signed or any(v != 0.0 for _, v in latest[:REPEATS]):
+        return None
+    came_from, before = latest[REPEATS]
+    if before == 0.0 or not _printed_finely(before):
+        return None
+    held = [v for _, v in curve.losses]
+    if abs(statistics.median(held[:-REPEATS])) <= 1e-3:
+        return None
+    return Verdict(f"loss 0 at every digit printed for {REPEATS} logs (steps {latest[REPEATS - 1][0]}-{latest[0][0]}), "
+                   f"straight from {before:.6g} at step {came_from}: no target is scored", rollback=False)
 
 
 def window_frozen(curve: LossCurve, values: list[float], level: float, over: str) -> Verdict | None:

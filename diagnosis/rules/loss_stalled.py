@@ -40,7 +40,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - frozen: the same value to 6 digits over the whole window (the weights no longer move), or the same
     batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py); before
     the first window fills, 5 logs alike to every digit printed, those digits a thousandth of the level or finer,
-    away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt);
+    away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt); and at any step, 5 logs at exactly 0
+    straight from the level the run was at, from a last loss printed to a thousandth of its level or finer: nothing
+    is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -87,7 +89,7 @@ import statistics
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen
+from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
@@ -229,6 +231,10 @@ class LossStalledDetector:
         # gradient watch says it, with the checkpoint before it.
         if verdict is None and curve.grad_zero_run == 0 and curve.seen < self._window(curve):
             verdict = printed_frozen(curve)
+        # A loss at exactly 0 straight from its level, at any time: no window judges a loss of 0 (a share of it
+        # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
+        if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
+            verdict = zeroed_at_once(curve)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         if verdict is not None and not curve.fired:
@@ -388,7 +394,8 @@ class LossStalledDetector:
             good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
                     and curve.best_from - near <= c <= curve.best_step + near]
             level = statistics.median(v for _, v in window)
+            lost = (lowest - curve.best) / learned
             return Verdict(f"loss {level:.4g} over steps {first}-{window[-1][0]} stays above the {curve.best:.4g} the "
-                           f"run reached at step {curve.best_step}, losing {(lowest - curve.best) / learned:.0%} of what it had learned"
+                           f"run reached at step {curve.best_step}, losing {lost:.0%} of what it had learned"
                            + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
         return None

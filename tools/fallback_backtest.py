@@ -1,6 +1,7 @@
 """Backtest a general fallback decision on the fresh pairs as they were met unread (issue 54).
 
     python -m tools.fallback_backtest POOLS [--half design|validate|all] [--candidate NAME ...] [--rows]
+                                            [--models DIR --recipe NAME]
 
 POOLS is a folder of ``unread_fresh<N>_<M>_<commit8>.txt`` files: ``tools.log_corpus_score --misses``
 of the opened pair fresh N+M on the code of ``<commit>``, the last commit before the round that opened
@@ -8,7 +9,9 @@ the pair. Its fault rows with ``"got": []`` are the pair's no-event misses at th
 healthy rows (tests/fixtures/log_corpus/freshN) less the ones that fired there are its quiet healthy
 rows. A candidate is a decision layered on what that commit already found: a gate (which lines reach
 the model) and a reading of the model's probabilities, with the model that commit shipped
-(``git show <commit>:parsing/line_model.pkl.gz``), so no candidate sees the pair or anything later.
+(``git show <commit>:parsing/line_model.pkl.gz``), so no candidate sees the pair or anything later;
+with ``--models DIR`` one retrained on that commit's own corpus by a recipe (tools/fallback_retrain.py
+writes DIR/<commit8>_<recipe>.pkl), the healthy rows' reference still the shipped model's reading.
 
 Printed per pair and pooled per half: no-event misses caught with the right class, caught with a
 wrong class, and quiet healthy rows newly fired. The halves split by time: design on pairs 29+30 ..
@@ -297,7 +300,14 @@ def row_reading(
     return None
 
 
-def score_pair(cand: Candidate, model: line_model.LineModel, pair: Pair, needles: NeedleScan | None = None) -> Tally:
+def score_pair(
+    cand: Candidate,
+    model: line_model.LineModel,
+    pair: Pair,
+    needles: NeedleScan | None = None,
+    shipped: line_model.LineModel | None = None,
+) -> Tally:
+    """``shipped``: the commit's shipped model, when ``model`` is a retrained one (what was quiet there is read by it)."""
     t = Tally(misses=len(pair.misses), healthy=len(pair.healthy))
     for row in pair.misses:
         got = row_reading(cand, model, row, needles)
@@ -313,7 +323,7 @@ def score_pair(cand: Candidate, model: line_model.LineModel, pair: Pair, needles
         got = row_reading(cand, model, row, needles)
         # A row today's reading fires too was kept quiet at the commit before the fallback (a rule, the
         # benign table, a program's own handling): no candidate of the fallback meets it there.
-        if got and not row_reading(TODAY, model, row):
+        if got and not row_reading(TODAY, shipped or model, row):
             t.fired += 1
             t.firings.append(f"{pair.name} FIRED {got}: {(row.get('line') or ' | '.join(row['lines']))[:150]}")
     return t
@@ -328,9 +338,22 @@ def pairs(pools: Path, half: str) -> list[Pair]:
     return out
 
 
-def run(pools: Path, half: str, names: Iterable[str], show_rows: bool) -> None:
+def retrained_model(folder: Path, commit: str, recipe: str) -> line_model.LineModel:
+    """A model retrained on ``commit``'s own corpus with ``recipe``: ``folder/<commit8>_<recipe>.pkl``, the exported
+    numbers (parsing.line_scorer.export) pickled, made in a worktree of the commit by its own line_corpus.samples()."""
+    with (folder / f"{commit[:8]}_{recipe}.pkl").open("rb") as f:
+        exported = line_model._BuiltinsOnly(f).load()
+    return line_model.LineModel(exported, {"recipe": recipe})
+
+
+def run(pools: Path, half: str, names: Iterable[str], show_rows: bool, models_from: tuple[Path, str] | None = None) -> None:
     chosen = list(pairs(pools, half))
-    models = {p.commit: shipped_model(p.commit) for p in chosen}
+    shipped = {p.commit: shipped_model(p.commit) for p in chosen}
+    models = (
+        shipped
+        if models_from is None
+        else {p.commit: retrained_model(*models_from[:1], p.commit, models_from[1]) for p in chosen}
+    )
     needles = {p.commit: catalogue_needles(p.commit) for p in chosen}
     for p in chosen:
         print(
@@ -348,7 +371,7 @@ def run(pools: Path, half: str, names: Iterable[str], show_rows: bool) -> None:
         cand = CANDIDATES[name]
         pooled = Tally()
         for p in chosen:
-            t = score_pair(cand, models[p.commit], p, needles[p.commit])
+            t = score_pair(cand, models[p.commit], p, needles[p.commit], shipped[p.commit])
             pooled.add(t)
             print(json.dumps({"candidate": name, "pair": p.name, **t.line()}))
         print(json.dumps({"candidate": name, "pooled": half, **pooled.line()}))
@@ -363,8 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half", choices=("design", "validate", "all"), default="design", help="which pairs (default: design)")
     ap.add_argument("--candidate", action="append", choices=sorted(CANDIDATES), help="candidates to score (default: all)")
     ap.add_argument("--rows", action="store_true", help="print each caught miss and each newly fired healthy row")
+    ap.add_argument("--models", type=Path, help="read retrained models, DIR/<commit8>_<recipe>.pkl, instead of the shipped ones")
+    ap.add_argument("--recipe", default="base", help="the recipe of --models (default: base)")
     args = ap.parse_args(argv)
-    run(args.pools, args.half, args.candidate or list(CANDIDATES), args.rows)
+    run(args.pools, args.half, args.candidate or list(CANDIDATES), args.rows, (args.models, args.recipe) if args.models else None)
     return 0
 
 

@@ -1,0 +1,89 @@
+"""Retrain the line model as a past commit could have, for tools/fallback_backtest.py's ``--models``.
+
+    python -m tools.fallback_retrain OUT COMMIT [COMMIT ...] [--recipe base|words|faultweight]
+
+For each COMMIT, in a ``git worktree add --detach`` of it (removed after), that commit's own
+``line_corpus.samples()`` (its corpus, its OPENED_BATCHES, its tables' examples: never a later batch)
+trains a model by RECIPE, and its exported numbers (``line_scorer.export``) are pickled to
+``OUT/<commit8>_<recipe>.pkl``. Recipes: ``base`` (character 3-5 and word 1-2 n-grams, a linear SVM,
+sigmoid calibration: the shipped recipe), ``words`` (word n-grams only), ``faultweight`` (fault rows
+weighted so all faults weigh what the healthy rows weigh, where healthy rows are the more). Needs
+scikit-learn; no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ("base", "words", "faultweight")
+
+# Run in the commit's worktree (its faultlens first on the path), with the recipe and the output path as arguments.
+_TRAIN = r"""
+import pickle, sys
+sys.path.insert(0, ".")
+import numpy
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.pipeline import FeatureUnion, Pipeline
+from sklearn.svm import LinearSVC
+from faultlens.parsing import line_corpus, line_model
+from faultlens.parsing.line_scorer import export
+
+recipe, out = sys.argv[1], sys.argv[2]
+samples = [(s.source, s.line, s.label) for s in line_corpus.samples()]
+counts = {}
+for _, _, label in samples:
+    counts[label] = counts.get(label, 0) + 1
+samples = [s for s in samples if counts[s[2]] >= 2]
+texts = [f"{source} {line_model.normalise(line)}" for source, line, _ in samples]
+labels = [label for _, _, label in samples]
+parts = [] if recipe == "words" else [("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), min_df=2,
+         max_features=12000, sublinear_tf=True, dtype=numpy.float32))]
+parts.append(("words", TfidfVectorizer(analyzer="word", ngram_range=(1, 2), token_pattern=r"[A-Za-z_][A-Za-z_\-]+", min_df=1,
+             max_features=6000, sublinear_tf=True, lowercase=True, dtype=numpy.float32)))
+smallest = min(labels.count(c) for c in set(labels))
+classifier = CalibratedClassifierCV(LinearSVC(C=1.0, random_state=0), method="sigmoid", cv=min(3, smallest), ensemble=False)
+pipeline = Pipeline([("features", FeatureUnion(parts)), ("classifier", classifier)])
+fit = {}
+if recipe == "faultweight":
+    healthy = labels.count("healthy")
+    weight = max(1.0, healthy / max(len(labels) - healthy, 1))
+    fit["classifier__sample_weight"] = numpy.array([1.0 if label == "healthy" else weight for label in labels])
+pipeline.fit(texts, labels, **fit)
+with open(out, "wb") as f:
+    pickle.dump(export(pipeline), f)
+print(recipe, len(samples), out)
+"""
+
+
+def retrain(commit: str, recipe: str, out: Path) -> Path:
+    target = out / f"{commit[:8]}_{recipe}.pkl"
+    with tempfile.TemporaryDirectory(prefix="fallback_retrain_") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True)
+        try:
+            subprocess.run([sys.executable, "-", recipe, str(target)], cwd=tree, input=_TRAIN, text=True, check=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="folder for <commit8>_<recipe>.pkl")
+    ap.add_argument("commits", nargs="+", help="commits to retrain at (the pools' commits)")
+    ap.add_argument("--recipe", choices=RECIPES, default="base")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for commit in args.commits:
+        retrain(commit, args.recipe, args.out.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,9 +5,10 @@ the clock of the rest, drops known-benign lines, and dispatches each line on its
 family that reads it: the NVIDIA driver's (parsing.kernel_gpu: Xids, a GPU off the bus, SXids),
 the host's (parsing.kernel_host: segfaults, OOM, stalls, AER, machine checks), the NICs'
 (parsing.kernel_nic), then the rule catalogue (parsing.rules) and, for a line nobody took, its
-subsystem or the line model (parsing.fallback). The echoes of one fault over several lines fold
-into the event of its first line (parsing.kernel_echoes), which is emitted at once: a lost GPU
-should not wait for the next line.
+subsystem or the line model (parsing.fallback), else what it says of a device's state
+(parsing.state_grammar). The echoes of one fault over several lines fold into the event of its
+first line (parsing.kernel_echoes), which is emitted at once: a lost GPU should not wait for the
+next line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from faultlens.parsing import fallback, kernel_host, kernel_quiet
+from faultlens.parsing import fallback, kernel_host, kernel_quiet, state_grammar
 from faultlens.parsing.alarm import ALARM_PRIORITY, kernel_priority
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.benign import for_source as benign_for
@@ -56,7 +57,7 @@ def _prefilter(rules: Sequence[LineRule], benign_needles: Sequence[str]) -> re.P
     the NARROWED words, on every line of their driver)."""
     if any(not r.needles for r in rules):
         return None
-    words = {w.lower() for w in (*CODE_LITERALS, *NVRM_LITERALS, *NIC_LITERALS, *SEVERITY_QUICK, *ALARM_QUICK, *benign_needles)}
+    words = {w.lower() for w in (*CODE_LITERALS, *NVRM_LITERALS, *NIC_LITERALS, *SEVERITY_QUICK, *ALARM_QUICK, *state_grammar.PREFILTER, *benign_needles)}
     return any_of(words | gate_words(rules, words, NARROWED))
 
 
@@ -128,6 +129,9 @@ class KernelLogParser:
                 self.stats.by_subsystem += 1
             elif basis == "model":
                 self.stats.by_model += 1
+            elif (reading := state_grammar.read_state(msg, text, self.source)) is not None:
+                # No subsystem or model took the line, but it says a device or node is in a bad state (issue 54)
+                found = [state_grammar.grammar_event(reading, text)]
             if found is None:
                 self.stats.skipped += 1
                 self._unrecognised(msg, sev)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from faultlens.parsing import fallback, nccl_lines, signals, trainer_tracebacks
+from faultlens.parsing import fallback, nccl_lines, signals, state_grammar, trainer_tracebacks
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
@@ -87,7 +87,7 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
     """The pre-filter's regex (on the lowered body), or None when a rule has no needles."""
     if any(not r.needles for r in rules):
         return None
-    words = {w.lower() for w in (*CODE_LITERALS, *signals.LITERALS, *ALARM_QUICK, *(n for r in rules for n in r.needles))}
+    words = {w.lower() for w in (*CODE_LITERALS, *signals.LITERALS, *ALARM_QUICK, *state_grammar.PREFILTER, *(n for r in rules for n in r.needles))}
     return re.compile(any_of(words).pattern + r"|inf(?:inity)?\b")  # nan_lines reads "inf" / "infinity" only ending a word: INFO's does not
 
 
@@ -179,6 +179,10 @@ class TrainerLogParser:
                 self.stats.by_model += 1
                 self._folded[(key, guessed[0][1]["fault"])] = (self._n, self._t)
                 out.extend(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in guessed)
+        if not absorbed and not out and (reading := state_grammar.read_state(msg, text, self.source)) and self._benign.match(msg) is None:
+            # Nothing took the line, but it says a device or node is in a bad state (issue 54)
+            kind, data = state_grammar.grammar_event(reading, text, rank=prefix_rank if prefix_rank is not None else _rank(msg))
+            out.append(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono))
         if out and (level := trainer_level(msg)) is not None and level >= NOTICE:
             # The line's own level first (issue 54): a line its logger printed at info, notice or
             # debug is recorded, never acted on, whatever its words (NCCL's INFO trace above too);

@@ -1,0 +1,170 @@
+"""Backtest the state grammar (parsing.state_grammar) on the lines no reading took, pair by pair.
+
+    python -m tools.grammar_backtest POOL ... [--validate-from N] [--show]
+
+Each POOL is what ``tools.log_corpus_score --misses`` printed for an opened pair of fresh batches
+(``...fresh<N>_<M>...txt`` in its name), on the code just before the round that opened the pair:
+its rows with ``got == []`` are the fault lines nothing read. For each pair the grammar is run on
+them: caught right (its class is the row's), caught wrong (another class). Pairs from N on
+(``--validate-from``) are the validation half, the rest the design half; each half is summed.
+Then its firing: every healthy row of every open corpus file (the development set, the held-out
+set, the mined files, the opened fresh batches; never a sealed one) and every ordinary line of
+the whole logs (tests/fixtures/whole_logs), read by the grammar alone, whatever the rules did with
+them: a line it reads at the line's own level of notice or below is recorded, not fired.
+``--show`` prints each reading.
+
+A pool file's row may be cut short (a long line in a long output); such a row is found again in
+its pair's fixture files by the start of its line, and counts as unread when the parser at HEAD
+gives it no event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from faultlens.parsing.line_corpus import CORPUS, open_files
+from faultlens.parsing.registry import parser_for
+from faultlens.parsing.state_grammar import Reading, read_state
+from faultlens.parsing.timestamps import split_timestamp
+from tools.whole_log_score import WHOLE_LOGS
+
+_PAIR = re.compile(r"fresh(\d+)_(\d+)")
+_CUT_ROW = re.compile(r'\{"lines?": \[?"((?:[^"\\]|\\.){0,60})')
+
+
+def _lines(row: dict[str, Any]) -> list[str]:
+    return row["lines"] if "lines" in row else [row["line"]]
+
+
+def reading_of(row: dict[str, Any]) -> Reading | None:
+    """The grammar's first reading of a row's lines (its ``quiet``: the line's own level makes it a record only)."""
+    for line in _lines(row):
+        msg = split_timestamp(line).message
+        got = read_state(msg, line, row.get("source", "kernel"))
+        if got is not None:
+            return got
+    return None
+
+
+def _unread_at_head(row: dict[str, Any]) -> bool:
+    parser = parser_for(row.get("source", "kernel"))
+    return not [e for line in _lines(row) for e in parser.feed(line)] + parser.flush()
+
+
+def pool_rows(pool: Path) -> tuple[list[dict[str, Any]], int]:
+    """The pool's fault rows nothing read, and the pair's fault count (its total line)."""
+    a, b = (int(x) for x in _PAIR.search(pool.name).groups())  # type: ignore[union-attr]
+    fixtures = [json.loads(t) for n in (a, b) for p in sorted((CORPUS / f"fresh{n}").glob("*.jsonl"))
+                for t in p.read_text(encoding="utf-8").splitlines() if t.strip()]  # fmt: skip
+    unread, faults = [], 0
+    for text in pool.read_text(encoding="utf-8").split("\n"):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text, strict=False)
+        except json.JSONDecodeError:
+            m = _CUT_ROW.match(text)
+            head = json.loads('"' + m.group(1).rstrip("\\") + '"') if m else None
+            whole = next((r for r in fixtures if head and _lines(r)[0].startswith(head)), None)
+            if whole is not None and not whole.get("healthy") and _unread_at_head(whole):
+                unread.append(whole)
+            continue
+        if row.get("total"):
+            faults = row["faults"]
+        elif ("line" in row or "lines" in row) and not row.get("healthy") and row.get("got") == []:
+            unread.append(row)
+    return unread, faults
+
+
+def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
+    unread, faults = pool_rows(pool)
+    right = wrong = 0
+    for row in unread:
+        got = reading_of(row)
+        if got is None:
+            continue
+        ok = got.fault == row.get("fault")
+        right += ok
+        wrong += not ok
+        if show:
+            print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "got": got.fault,
+                              "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"pair": pool.name, "faults": faults, "unread": len(unread), "caught_right": right, "caught_wrong": wrong}
+
+
+def firing(show: bool) -> dict[str, Any]:
+    """Healthy corpus rows and ordinary whole-log lines the grammar reads (acting, and recorded only)."""
+    healthy = fired = recorded = 0
+    for path in open_files():
+        for text in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(text) if text.strip() else {}
+            if not row.get("healthy"):
+                continue
+            healthy += 1
+            reading = reading_of(row)
+            if reading is not None:
+                fired += reading.quiet is None
+                recorded += reading.quiet is not None
+                if show:
+                    print(json.dumps({"healthy": str(path.relative_to(CORPUS)), "quiet": reading.quiet, "got": reading.fault,
+                                      "object": reading.object, "state": reading.state, "line": _lines(row)[0][:160]}))  # fmt: skip
+    ordinary = o_fired = o_recorded = 0
+    manifest = tomllib.loads((WHOLE_LOGS / "manifest.toml").read_text(encoding="utf-8"))
+    for log in manifest["log"]:
+        labelled = {
+            json.loads(t)["line"] for t in (WHOLE_LOGS / f"{log['name']}.labels.jsonl").read_text().splitlines() if t.strip()
+        }
+        cut = re.compile(log["strip"]) if log.get("strip") else None
+        for n, line in enumerate((WHOLE_LOGS / log["file"]).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if n in labelled:
+                continue
+            ordinary += 1
+            text = cut.sub("", line, count=1) if cut else line
+            msg = split_timestamp(text).message
+            got = read_state(msg, text, log["source"])
+            if got is not None:
+                q = got.quiet is not None
+                o_fired += not q
+                o_recorded += q
+                if show:
+                    print(json.dumps({"whole_log": log["name"], "n": n, "quiet": q, "got": got.fault, "object": got.object,
+                                      "state": got.state, "line": text[:160]}))  # fmt: skip
+    return {
+        "healthy_rows": healthy,
+        "healthy_fired": fired,
+        "healthy_recorded": recorded,
+        "whole_log_ordinary": ordinary,
+        "whole_log_fired": o_fired,
+        "whole_log_recorded": o_recorded,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pools", nargs="*", type=Path)
+    ap.add_argument("--validate-from", type=int, default=47, help="first batch of the validation half")
+    ap.add_argument("--show", action="store_true", help="print each reading")
+    ap.add_argument("--no-firing", action="store_true", help="skip the firing count")
+    args = ap.parse_args(argv)
+    halves: dict[str, dict[str, int]] = {}
+    for pool in sorted(args.pools, key=lambda p: int(_PAIR.search(p.name).group(1))):  # type: ignore[union-attr]
+        r = backtest_pool(pool, args.show)
+        print(json.dumps(r))
+        half = "validation" if int(_PAIR.search(pool.name).group(1)) >= args.validate_from else "design"  # type: ignore[union-attr]
+        h = halves.setdefault(half, {"faults": 0, "unread": 0, "caught_right": 0, "caught_wrong": 0})
+        for k in h:
+            h[k] += r[k]
+    for half, h in halves.items():
+        print(json.dumps({"half": half, **h}))
+    if not args.no_firing:
+        print(json.dumps({"firing": True, **firing(args.show)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -71,8 +71,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   in a row, or for one beside a training loss that fitted its data, under a tenth of a guess's
   (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned";
-* and apart from the loss, a gradient norm at zero (< 1e-8, or a millionth of its early median)
-  for a fifth of a window: nothing will move the weights again.
+* and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
+  again (diagnosis/rules/loss_gradient.py).
 
 A run that learned and then levelled off (convergence, the end of a schedule, a plateau below its
 start) is none of these and stays quiet. The action is ``alert`` (a person decides: the cause is
@@ -92,6 +92,7 @@ from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
+from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
 from faultlens.diagnosis.rules.loss_trend import theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
@@ -101,7 +102,6 @@ from faultlens.events.payloads_job import TrainCheckpoint, TrainEval, TrainStep
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20
-START_STEPS = 10  # the early steps whose grad norms are the run's own scale
 BLOCKS = 10
 LEARNING_DROP = 0.01  # of the level, across one window: still learning
 LEARNED = 0.05  # below the start level by this fraction: the run has learned something
@@ -117,10 +117,6 @@ UNTRAINED = 0.9
 # blows at 0.25-9.8 around its first 4.8 (17 %: fresh batch 1), DINO's falls to 7.4 from ln 65536 and
 # climbs back to it as its teacher sharpens (fresh batch 4).
 STEADY = 0.1
-GRAD_ZERO = 1e-8
-GRAD_ZERO_RATIO = 1e-6
-
-
 
 
 def _trained_start(curve: LossCurve) -> bool:
@@ -225,7 +221,8 @@ class LossStalledDetector:
             curve.first, curve.first_step = loss, step
         out: list[Finding] = []
         grad = as_float(reported.grad_norm)
-        verdict = self._grad(curve, step, grad) if grad is not None and math.isfinite(grad) else None
+        verdict = (gradient_zero(curve, step, grad, self._window(curve))
+                   if grad is not None and math.isfinite(grad) else None)
         # Frozen before the first whole window can say so: a run shorter than a window (an 8-log excerpt), or
         # one frozen from its start, is otherwise never judged. Where the steps say their gradient is zero, the
         # gradient watch says it, with the checkpoint before it.
@@ -245,25 +242,6 @@ class LossStalledDetector:
                 detail=f"{verdict.why} (rank {curve.rank}, step {step})"[:300],
             ))
         return out
-
-    def _grad(self, curve: LossCurve, step: int, grad: float) -> Verdict | None:
-        if len(curve.grad_early) < START_STEPS:
-            curve.grad_early.append(grad)
-        early = statistics.median(curve.grad_early)
-        if grad < GRAD_ZERO or (early > 0 and grad < GRAD_ZERO_RATIO * early):
-            if curve.grad_zero_since is None:
-                curve.grad_zero_since = step
-            curve.grad_zero_run += 1
-        else:
-            curve.grad_zero_since, curve.grad_zero_run = None, 0
-            return None
-        if curve.grad_zero_run < max(5, self._window(curve) // 5):
-            return None
-        since = curve.grad_zero_since
-        good = [c for c in curve.checkpoints if c < since]
-        return Verdict(f"gradient norm {grad:.3g} (zero) for {curve.grad_zero_run} steps since step {since}: "
-                       f"the weights no longer move" + (f"; last checkpoint before it at step {good[-1]}" if good else ""),
-                       rollback=bool(good))
 
     def _window(self, curve: LossCurve) -> int:
         interval = statistics.median(curve.intervals) if curve.intervals else 0.0

@@ -75,7 +75,9 @@ class TrainStep(RankedPayload, frozen=True):
     the input though it sits below ln(classes). ``work``: how
     much work this rank did in the step, in a unit the same for every rank of the job (tokens routed
     to its experts, samples or tokens in its micro-batches), so that a rank slower because it had
-    more to do (a hot expert) is not read as a slow machine (diagnosis/peers/slow_work.py)."""
+    more to do (a hot expert) is not read as a slow machine (diagnosis/peers/slow_work.py). ``loss_steps``:
+    where the loss is the trainer's logged mean over this many optimizer steps (ending at this one), not the
+    step's own (the Hugging Face callback's, for a loss made outside the model's forward)."""
 
     step: NonNegInt | None = None
     loss: Metric | None = None
@@ -90,6 +92,7 @@ class TrainStep(RankedPayload, frozen=True):
     lr: NonNeg | None = None
     work: NonNeg | None = None
     chance_loss: NonNeg | None = None
+    loss_steps: NonNegInt | None = None
 
 
 # Names of a correlation metric (Spearman's rho, Pearson's r, Kendall's tau): higher is better, and a model

@@ -54,6 +54,7 @@ class _Step(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     lr: _NonNeg = _UNSET
     work: _NonNeg = _UNSET
     chance_loss: _NonNeg = _UNSET
+    loss_steps: _NonNegInt = _UNSET
 
 
 _FIELDS = _Step.__struct_fields__

@@ -28,6 +28,11 @@ The Trainer hands its callbacks neither the step's loss nor its gradient norm, s
 reads them where they are made: a forward hook on the model takes each micro-batch's loss and
 tokens (training mode only), and a hook on every parameter's gradient accumulation takes the
 gradient's norm before the Trainer clips it (on DDP, this rank's gradient, before averaging).
+A Trainer whose ``compute_loss`` makes the loss from the model's outputs (TRL's DPO, KTO and reward
+trainers, a user's override) calls the model without labels: no forward carries a loss. Its steps
+carry the loss the Trainer logs instead (``on_log``'s ``loss``: the mean over the steps since its
+last log and over the ranks, as ``loss_steps`` says), sent from that log at the logged step; the
+steps between logs carry none. A forward's loss, where there is one, stays the step's (never both).
 
 Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
 """
@@ -35,6 +40,7 @@ Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -155,6 +161,25 @@ def train_label_prior(model: Any, dataloader: Any) -> float | None:
     return shares_entropy(train_label_shares(model, dataloader))
 
 
+def preference_chance(args: Any, logs: dict[str, Any]) -> float | None:
+    """``chance_loss`` of a TRL DPO run, read from its Trainer's log and arguments: ln 2 (times its weight)
+    for DPO's sigmoid loss alone, -log sigmoid(beta * margin), which is ln 2 at a zero reward margin: a
+    policy that tells the chosen answer from the rejected no better than its reference does. A DPO run is
+    one whose logs carry ``rewards/margins`` and whose arguments are a ``DPOConfig``: KTO, BCO, CPO, ORPO and
+    online DPO log margins too, but their losses add other terms or are other functions. None for another
+    ``loss_type`` (hinge, IPO, ... or several), RPO's NLL term (``rpo_alpha``), WPO weighting, or a logged
+    router or NLL loss added to it (trl/trainer/dpo_trainer.py, ``_compute_loss``; docs of DPOConfig)."""
+    if "rewards/margins" not in logs or "DPOConfig" not in {c.__name__ for c in type(args).__mro__}:
+        return None
+    kinds = getattr(args, "loss_type", "sigmoid")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or ())
+    weights = list(getattr(args, "loss_weights", None) or [1.0])
+    added = getattr(args, "rpo_alpha", None) is not None or getattr(args, "use_weighting", False)
+    if kinds != ["sigmoid"] or len(weights) != 1 or added or "aux_loss" in logs or "nll_loss" in logs:
+        return None
+    return float(weights[0]) * math.log(2)
+
+
 def began_from_scratch(model: Any, said: bool | None) -> bool | None:
     """The trainer's word on the run's start, where the user gave none: True for a Hugging Face model
     built from a config (its ``name_or_path`` empty), whose weights are random; None for one loaded by
@@ -201,6 +226,8 @@ class FaultlensCallback(TrainerCallback):
         self._save_requested = False
         self._world = 1
         self._majority: float | None = None
+        self._logged_at = 0  # the step of the Trainer's last logged loss
+        self._unsent: dict[str, Any] | None = None  # a step whose loss the Trainer's log brings
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -229,6 +256,7 @@ class FaultlensCallback(TrainerCallback):
             # The commonest label's share: a held-out accuracy's chance, where the labels say it.
             self._majority = max(shares) if shares else None
         self._world = args.world_size
+        self._logged_at = state.global_step  # the Trainer counts its logged loss from here too
         # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
         from_scratch = False if state.global_step > 0 else began_from_scratch(model, self.from_scratch)
         self.hook = make_hook(rank=args.process_index, checkpoint_dir=args.output_dir,
@@ -246,6 +274,7 @@ class FaultlensCallback(TrainerCallback):
             torch.distributed.barrier()  # no command issued from here on slips past a rank
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._send_unsent(control)  # its log never came: the step goes without a loss, as before
         self._step_started = time.monotonic()
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -270,15 +299,33 @@ class FaultlensCallback(TrainerCallback):
         loss = step_loss(losses, shares=self._loss_is_share)
         if loss is not None and self._loss_is_share and self._world > 1 and getattr(args, "average_tokens_across_devices", False):
             loss *= self._world  # each share was of the whole job's tokens (as the Trainer scales it)
-        norm, tokens = self._grad_norm, self._tokens
+        step = {"grad_norm": self._grad_norm, "tokens": self._tokens, "compute_s": compute_s,
+                "step": state.global_step, "lr": optimizer_lr(kwargs.get("optimizer"))}
         self._reset_step()
-        classes = self.classes if self.classes is not None else loss_classes(self._model)
-        self.hook.step(loss=loss, grad_norm=norm, tokens=tokens, compute_s=compute_s, step=state.global_step,
-                       classes=classes, lr=optimizer_lr(kwargs.get("optimizer")),
-                       chance_loss=self.chance_loss)  # obeys commands; SystemExit on a stop or restart
-        if self._save_due():
-            control.should_save = True  # the Trainer saves right after this event, through its own code
-        return control
+        if loss is None and control.should_log:
+            # The Trainer's compute_loss made the loss outside the forward; its log of it (on_log) comes next,
+            # before the step's evaluation and save (DefaultFlowCallback, first of the callbacks, set should_log).
+            self._unsent = step
+            return control
+        # A loss made outside the forward is over what the user's code says, not the model's head's classes.
+        classes = self.classes if self.classes is not None or loss is None else loss_classes(self._model)
+        return self._send(control, loss=loss, classes=classes, **step)
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> TrainerControl:
+        """The Trainer's log: its ``loss`` is the step's held back in on_step_end, averaged over the steps since
+        its last log (``loss_steps``); a DPO run's ``rewards/margins`` states its chance (:func:`preference_chance`)."""
+        logs = logs or {}
+        if self.chance_loss is None and (chance := preference_chance(args, logs)) is not None:
+            self.chance_loss = chance
+        if "loss" not in logs:
+            return self._send_unsent(control)  # an evaluation's or the run's summary
+        averaged, self._logged_at = state.global_step - self._logged_at, state.global_step
+        if self._unsent is None:
+            return control  # the step's forward carried its loss, sent with it
+        loss = logs["loss"]
+        return self._send_unsent(control, loss=float(loss) if isinstance(loss, (int, float)) else None,
+                                 loss_steps=averaged)
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -298,6 +345,7 @@ class FaultlensCallback(TrainerCallback):
             self.hook.checkpoint_saved(state.global_step, str(path))
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._send_unsent(control)
         self.close()
 
     def close(self) -> None:
@@ -334,6 +382,20 @@ class FaultlensCallback(TrainerCallback):
             if p.grad is not None:
                 self._grad_norms[index] = torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32)
         return done
+
+    # --- sending a step ------------------------------------------------------------------------
+    def _send(self, control: TrainerControl, **step: Any) -> TrainerControl:
+        assert self.hook is not None
+        self.hook.step(chance_loss=self.chance_loss, **step)  # obeys commands; SystemExit on a stop or restart
+        if self._save_due():
+            control.should_save = True  # the Trainer saves right after this event, through its own code
+        return control
+
+    def _send_unsent(self, control: TrainerControl, **loss: Any) -> TrainerControl:
+        step, self._unsent = self._unsent, None
+        if step is None or self.hook is None:
+            return control
+        return self._send(control, classes=self.classes, **step, **loss)
 
     # --- commands -------------------------------------------------------------------------
     def _request_save(self) -> None:

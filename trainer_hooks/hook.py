@@ -176,7 +176,8 @@ class TrainerHook:
 
     def step(self, *, loss: float | None = None, grad_norm: float | None = None, tokens: int | None = None,
              compute_s: float | None = None, step: int | None = None, classes: int | None = None,
-             lr: float | None = None, work: float | None = None, chance_loss: float | None = None) -> None:
+             lr: float | None = None, work: float | None = None, chance_loss: float | None = None,
+             loss_steps: int | None = None) -> None:
         """Publish one step's telemetry, then act on commands that wait for a step boundary.
         ``classes``: how many classes (a language model's vocabulary) the loss is over, so that a
         loss stuck at ln(classes), a uniform guess, is recognised (diagnosis/rules/loss_stalled.py);
@@ -186,7 +187,9 @@ class TrainerHook:
         in its micro-batches), so that a rank slower because it had more to do (a hot expert) is not
         evicted as a slow machine (diagnosis/peers/slow_work.py); ``chance_loss``: the loss of predicting
         the labels' distribution without looking at the input (its entropy in nats), so a loss stuck at the
-        class prior is recognised (callback_support.label_prior_loss)."""
+        class prior is recognised (callback_support.label_prior_loss); ``loss_steps``: where ``loss`` is not this
+        step's own but the trainer's logged mean over the last ``loss_steps`` optimizer steps (this one the last;
+        the Hugging Face callback's, for a loss made outside the model's forward)."""
         now = time.monotonic()
         step_time = now - self._last_step_at
         self._last_step_at = now
@@ -209,6 +212,8 @@ class TrainerHook:
             data["work"] = float(work)
         if chance_loss is not None and math.isfinite(chance_loss) and chance_loss >= 0:
             data["chance_loss"] = float(chance_loss)
+        if loss_steps is not None and loss_steps >= 1:
+            data["loss_steps"] = int(loss_steps)
         self.producer.send_event(self._event("train", "step", data))
         self.boundary()
 

@@ -74,6 +74,7 @@ ODD = [
     _message(step_time_s=[1]), _message(compute_s={}), _message(tokens_per_s="fast"),
     _message(from_scratch=True), _message(from_scratch=1), _message(from_scratch=None),
     _message(lr=3e-4),  # a key TrainStep does not name: kept in data by the general reading
+    _message(loss_steps=10), _message(loss_steps=0), _message(loss_steps=-1), _message(loss_steps=1.5),
     _message(envelope={"ts": 1_790_000_000}),  # an integer time
     _message(envelope={"ts": 1_790_000_000_000}),  # milliseconds
     _message(envelope={"ts": 10**30}), _message(envelope={"v": 2}), _message(envelope={"v": 10**30}),

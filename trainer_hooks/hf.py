@@ -162,13 +162,11 @@ def train_label_prior(model: Any, dataloader: Any) -> float | None:
 
 
 def preference_chance(args: Any, logs: dict[str, Any]) -> float | None:
-    """``chance_loss`` of a TRL DPO run, read from its Trainer's log and arguments: ln 2 (times its weight)
-    for DPO's sigmoid loss alone, -log sigmoid(beta * margin), which is ln 2 at a zero reward margin: a
-    policy that tells the chosen answer from the rejected no better than its reference does. A DPO run is
-    one whose logs carry ``rewards/margins`` and whose arguments are a ``DPOConfig``: KTO, BCO, CPO, ORPO and
-    online DPO log margins too, but their losses add other terms or are other functions. None for another
-    ``loss_type`` (hinge, IPO, ... or several), RPO's NLL term (``rpo_alpha``), WPO weighting, or a logged
-    router or NLL loss added to it (trl/trainer/dpo_trainer.py, ``_compute_loss``; docs of DPOConfig)."""
+    """``chance_loss`` of a TRL DPO run: ln 2 (times its weight) for DPO's sigmoid loss alone, -log sigmoid(beta *
+    margin), ln 2 at a zero reward margin (a policy that tells the chosen answer from the rejected no better than its
+    reference). DPO: logs with ``rewards/margins`` and a ``DPOConfig`` (KTO, BCO, CPO, ORPO, online DPO log margins
+    too, with other losses). None for another ``loss_type`` or several, RPO's ``rpo_alpha``, WPO weighting, or a
+    logged router or NLL loss added (trl/trainer/dpo_trainer.py's loss; DPOConfig's docs)."""
     if "rewards/margins" not in logs or "DPOConfig" not in {c.__name__ for c in type(args).__mro__}:
         return None
     kinds = getattr(args, "loss_type", "sigmoid")

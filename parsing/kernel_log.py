@@ -14,9 +14,10 @@ next line.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Sequence
 
-from faultlens.parsing import fallback, kernel_host, kernel_quiet, state_grammar
+from faultlens.parsing import fallback, kernel_host, kernel_quiet, realign, state_grammar
 from faultlens.parsing.alarm import ALARM_PRIORITY, kernel_priority
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.benign import for_source as benign_for
@@ -81,6 +82,7 @@ class KernelLogParser:
         # clock or the caller's).
         self._echoes = Echoes()
         self._gpu = GpuLines(self._echoes)
+        self._realigning = False  # reading a line again from a known format inside it (parsing.realign)
 
     def feed(self, line: str, *, ts: float | None = None) -> list[ParsedLine]:
         """One raw line; ``ts`` is when it was read (the event's time), used when the line has no clock."""
@@ -133,6 +135,8 @@ class KernelLogParser:
                 # No subsystem or model took the line, but it says a device or node is in a bad state (issue 54)
                 found = [state_grammar.grammar_event(reading, text)]
             if found is None:
+                if not self._realigning and (again := self._realigned(text, msg, ts)):
+                    return again
                 self.stats.skipped += 1
                 self._unrecognised(msg, sev)
                 return []
@@ -143,6 +147,25 @@ class KernelLogParser:
         self.stats.recognised += 1
         self.stats.events += len(found)
         return [ParsedLine(self.source, kind, data, stamped.ts, stamped.mono) for kind, data in found]
+
+    def _realigned(self, text: str, msg: str, ts: float | None) -> list[ParsedLine]:
+        """A line that gave nothing, read again from where a format this parser knows begins inside
+        it (parsing.realign), behind the level its cut-off prefix stated in dmesg -x's columns (the
+        level readers take it from there). The first reading that gives events is the line's; the
+        line is counted once."""
+        for again in realign.candidates(text, msg, programs=False):
+            before = replace(self.stats)
+            self._realigning = True
+            try:
+                out = self.feed(realign.dmesg_level_prefix(again.level) + again.line, ts=ts)
+            finally:
+                self._realigning = False
+            self._echoes.n -= 1
+            if out:
+                self.stats.lines -= 1
+                return out
+            vars(self.stats).update(vars(before))
+        return []
 
     def _unrecognised(self, msg: str, sev: Severity) -> None:
         # An Xid or SXid record the driver's reader could not parse is a GPU or NVSwitch fault

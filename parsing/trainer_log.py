@@ -12,9 +12,10 @@ NCCL line is the CUDA device, kept as ``device``, never taken for the rank.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from faultlens.parsing import fallback, nccl_lines, signals, state_grammar, trainer_tracebacks
+from faultlens.parsing import fallback, nccl_lines, realign, signals, state_grammar, trainer_tracebacks
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
@@ -114,6 +115,10 @@ class TrainerLogParser:
         self._open: dict[tuple[str, int] | None, Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
         self._t: float | None = None  # the current line's time (its own clock, else the caller's)
+        # While a line is read again from a known format inside it (parsing.realign): the level its
+        # cut-off prefix stated (None: none), which outranks the message's own.
+        self._realigning = False
+        self._prefix_level: int | None = None
 
     def feed(self, line: str, *, ts: float | None = None) -> list[ParsedLine]:
         """One raw line; ``ts`` is when it was read (the event's time), used when the line has no clock."""
@@ -150,12 +155,13 @@ class TrainerLogParser:
         msg = stamped.message
         out: list[ParsedLine] = []
         absorbed = False
-        tb = self._open.get(key)
+        # a reading again neither opens nor continues a traceback: its line was another rank's or none's
+        tb = self._open.get(key) if not self._realigning else None
         if tb is not None:
             absorbed, closed = self._continue(tb, key, msg, text)
             out.extend(closed)
         if not absorbed:
-            if trainer_tracebacks.starts(msg):
+            if trainer_tracebacks.starts(msg) and not self._realigning:
                 self._open[key] = Traceback(prefix_rank, local_rank, stamped.ts, stamped.mono, [text])
                 absorbed = True
             else:
@@ -183,7 +189,9 @@ class TrainerLogParser:
             # Nothing took the line, but it says a device or node is in a bad state (issue 54)
             kind, data = state_grammar.grammar_event(reading, text, rank=prefix_rank if prefix_rank is not None else _rank(msg))
             out.append(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono))
-        if out and (level := trainer_level(msg)) is not None and level >= NOTICE:
+        if not absorbed and not out and not self._realigning and self._benign.match(msg) is None and (again := self._realigned(text, msg, ts)):
+            return again
+        if out and (level := self._prefix_level if self._prefix_level is not None else trainer_level(msg)) is not None and level >= NOTICE:
             # The line's own level first (issue 54): a line its logger printed at info, notice or
             # debug is recorded, never acted on, whatever its words (NCCL's INFO trace above too);
             # not a loss its progress line reports as NaN (a value read, at INFO like every step's),
@@ -208,6 +216,24 @@ class TrainerLogParser:
                     self.on_unrecognised(msg)
         self.stats.events += len(out)
         return out
+
+    def _realigned(self, text: str, msg: str, ts: float | None) -> list[ParsedLine]:
+        """A line that gave nothing, read again from where a format this parser knows begins inside
+        it (parsing.realign), at the level its cut-off prefix stated. The first reading that gives
+        events is the line's; the line is counted once, and no traceback opens on a reading."""
+        for again in realign.candidates(text, msg):
+            before = replace(self.stats)
+            self._realigning, self._prefix_level = True, again.level
+            try:
+                out = self.feed(again.line, ts=ts)
+            finally:
+                self._realigning, self._prefix_level = False, None
+            self._n -= 1
+            if out:
+                self.stats.lines -= 1
+                return out
+            vars(self.stats).update(vars(before))
+        return []
 
     def flush(self) -> list[ParsedLine]:
         """Close every open traceback as truncated (its exception line never came)."""

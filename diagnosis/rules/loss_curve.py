@@ -34,6 +34,7 @@ class LossCurve:
     grad_early: list[float] = field(default_factory=list)
     grad_zero_since: int | None = None
     grad_zero_run: int = 0
+    grad_came_back: bool = False  # a run of zero gradients ended: the weights moved again (loss_gradient.py)
     checkpoints: list[int] = field(default_factory=list)
     signed: bool = False  # a loss below zero was seen: a surrogate objective, whose rise is no divergence
     peak: float = 0.0  # the highest loss seen: the scale the run came down from

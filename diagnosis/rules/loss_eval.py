@@ -57,6 +57,10 @@ still near chance too. A model that fits every training batch and scores a guess
 nothing that generalises, and more evaluations will not change it (fresh batch 15: a bert-tiny fine-tune read
 from an unshuffled file, its training loss 0.0011 on one label's reviews, val_accuracy 0.5000 at its one
 evaluation).
+
+A held-out accuracy the same to every digit from the first evaluation of a run watched from an untrained model, while
+a held-out loss beside it moved, is a model answering alike for every input (loss_eval_unchanged.py; observe's
+``untrained``).
 Pure: the same live and replayed.
 """
 
@@ -69,6 +73,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_eval_unchanged import FirstShares
 from faultlens.diagnosis.rules.loss_plateau import LEARNED
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.events.envelope import Envelope, as_float
@@ -146,6 +151,7 @@ class _Evals:
     # each metric whose direction is known, (step, value, higher is better), its latest HISTORY (improving())
     history: dict[str, deque] = field(default_factory=dict)
     fired: bool = False
+    answers: FirstShares = field(default_factory=FirstShares)  # each held-out share while unchanged from its first
 
 
 class HeldOutWatch:
@@ -232,9 +238,12 @@ class HeldOutWatch:
         ]
         return level <= max((v for v in then if v is not None), default=-math.inf)
 
-    def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False) -> list[Finding]:
+    def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False,
+                untrained: bool = False) -> list[Finding]:
         """``told``: the job's loss curve already raised its finding (one per job); ``fitted``: its training
-        loss is under :data:`FITTED` of a guess's (one evaluation at chance is then enough)."""
+        loss is under :data:`FITTED` of a guess's (one evaluation at chance is then enough); ``untrained``: the
+        curve was watched from an untrained model (a held-out share unchanged from its first evaluation is then
+        a model answering alike for every input: loss_eval_unchanged.py)."""
         rank = payload.rank
         if rank is None:
             return []
@@ -245,6 +254,19 @@ class HeldOutWatch:
             return []
         _keep_losses(evals.losses, payload)
         _keep_history(evals.history, payload)
+        evals.answers.add(payload)
+        found = self._at_chance(event, evals, payload, told, fitted)
+        if found or told or evals.fired or not untrained:
+            return found
+        why = evals.answers.unchanged(rank, EVALS)
+        if why is None:
+            return []
+        evals.fired = True
+        return [_finding(event, rank, why)]
+
+    @staticmethod
+    def _at_chance(event: Envelope, evals: _Evals, payload: TrainEval, told: bool, fitted: bool) -> list[Finding]:
+        """The run of evaluations at chance, and its finding once :data:`EVALS` long (module docstring)."""
         metrics = judged(payload)
         if metrics is None:
             return []
@@ -264,18 +286,12 @@ class HeldOutWatch:
         if (len(evals.run) < EVALS and not fitted) or evals.fired or told or _coming_down(evals):
             return []
         evals.fired = True
-        return [
-            Finding(
-                job=event.job,
-                ts=event.ts,
-                fault="loss_stalled",
-                action="alert",
-                ranks=(rank,),
-                entity="loss",
-                evidence=(event.id,),
-                detail=_detail(evals)[:300],
-            )
-        ]
+        return [_finding(event, evals.rank, _detail(evals))]
+
+
+def _finding(event: Envelope, rank: int, detail: str) -> Finding:
+    return Finding(job=event.job, ts=event.ts, fault="loss_stalled", action="alert", ranks=(rank,), entity="loss",
+                   evidence=(event.id,), detail=detail[:300])
 
 
 def _keep_losses(losses: dict[str, list[float]], payload: TrainEval) -> None:

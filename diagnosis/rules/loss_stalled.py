@@ -70,7 +70,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
 * held out, where the trainer evaluates (``train``/``eval``): its metrics at chance for five evaluations
   in a row, or for one beside a training loss that fitted its data, under a tenth of a guess's
   (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
-  latest evaluation quiets "never learned";
+  latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
+  same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py);
 * and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
   again (diagnosis/rules/loss_gradient.py).
 
@@ -173,7 +174,8 @@ class LossStalledDetector:
         if isinstance(payload, TrainEval):
             curve = self._curves.get(event.job)
             return self.held_out.observe(event, payload, told=curve is not None and curve.fired,
-                                         fitted=curve is not None and _fitted(curve))
+                                         fitted=curve is not None and _fitted(curve),
+                                         untrained=curve is not None and self._untrained(curve, self._window(curve)))
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
                 self._checkpoints.setdefault(event.job, []).append(payload.step)

@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = [
+    "tests.bytecode_cache",
     "tests.kafka_fixtures",
     "tests.simulator.sim_fixtures",
     "tests.collectors.stack_fixtures",

@@ -55,6 +55,8 @@ _RFC5424 = re.compile(r"<(?P<pri>\d{1,3})>1 \S+ \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*
 # etcd's capnslog "W | pkg: message" after its clock; glog's and klog's header ends in "file.go:N] ".
 _CAPNSLOG = re.compile(r"(?P<l>[DINWECF]) \| ")
 _GLOG_TAIL = re.compile(r"\s*\d+ [\w.\-/]+:\d+\] ")
+# c10d's own glog-like header in brackets, its month unpadded (torch >= 2.2: "[W710 16:53:50.544805244 socket.cpp:489] ").
+_C10D_HEADER = re.compile(r"\[(?P<l>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d{1,9} (?:\d+ )?[\w.\-/]+:\d+\] ")
 # A JSON or logfmt message field's value (the line a program logged, escaped).
 _JSON_MESSAGE = re.compile(r'"(?:message|msg|log|MESSAGE)"\s*:\s*"(?P<v>(?:[^"\\]|\\.){12,})"')
 _LOGFMT_MESSAGE = re.compile(r'\bmsg="(?P<v>(?:[^"\\]|\\.){12,})"|\bmsg=(?P<bare>[^\s"=]{12,})')
@@ -127,12 +129,15 @@ def _message_field(text: str) -> tuple[int, str] | None:
 
 
 def _after_logger(msg: str) -> tuple[str, int, str] | None:
-    """The message after a glog / klog header ("E0413 10:53:52.84 3263 kubelet.go:2055] ") or an
-    etcd one ("W | "), at the message's start, and the level its letter states."""
+    """The message after a glog / klog header ("E0413 10:53:52.84 3263 kubelet.go:2055] "), c10d's
+    ("[W710 16:53:50.54 socket.cpp:489] ") or an etcd one ("W | "), at the message's start, and the
+    level its letter states."""
     if (m := GLOG_HEADER.match(msg, 1 if msg[:1] == "[" else 0)) is not None:
         tail = _GLOG_TAIL.match(msg, m.end() - 1)
         if tail is not None:
             return msg[tail.end() :], _LETTER_LEVELS[msg[m.start()]], "glog"
+    if msg[:1] == "[" and (m := _C10D_HEADER.match(msg)) is not None:
+        return msg[m.end() :], _LETTER_LEVELS[m.group("l")], "c10d"
     if (m := _CAPNSLOG.match(msg)) is not None:
         return msg[m.end() :], _LETTER_LEVELS[m.group("l")], "capnslog"
     return None

@@ -92,6 +92,11 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
     return re.compile(any_of(words).pattern + r"|inf(?:inity)?\b")  # nan_lines reads "inf" / "infinity" only ending a word: INFO's does not
 
 
+def _soft(data: dict[str, Any]) -> bool:
+    """A reading a line's own warning level takes back (fallback.model_line's guess, generic socket words)."""
+    return data.get("basis") == "model" or data.get("error") in _SOCKET_WORDS
+
+
 def _rank(text: str) -> int | None:
     m = _RANK.search(text)
     if not m:
@@ -189,7 +194,7 @@ class TrainerLogParser:
             # Nothing took the line, but it says a device or node is in a bad state (issue 54)
             kind, data = state_grammar.grammar_event(reading, text, rank=prefix_rank if prefix_rank is not None else _rank(msg))
             out.append(ParsedLine(self.source, kind, data, stamped.ts, stamped.mono))
-        if not absorbed and not out and not self._realigning and self._benign.match(msg) is None and (again := self._realigned(text, msg, ts)):
+        if not absorbed and not out and not self._realigning and self._benign.match(msg) is None and (again := self._realigned(text, body, msg, ts)):
             return again
         if out and (level := self._prefix_level if self._prefix_level is not None else trainer_level(msg)) is not None and level >= NOTICE:
             # The line's own level first (issue 54): a line its logger printed at info, notice or
@@ -217,18 +222,22 @@ class TrainerLogParser:
         self.stats.events += len(out)
         return out
 
-    def _realigned(self, text: str, msg: str, ts: float | None) -> list[ParsedLine]:
+    def _realigned(self, text: str, body: str, msg: str, ts: float | None) -> list[ParsedLine]:
         """A line that gave nothing, read again from where a format this parser knows begins inside
-        it (parsing.realign), at the level its cut-off prefix stated. The first reading that gives
-        events is the line's; the line is counted once, and no traceback opens on a reading."""
-        for again in realign.candidates(text, msg):
+        its body (parsing.realign), behind its task label and rank prefix, at the level its cut-off
+        prefix stated. The first reading that gives events is the line's; the line is counted once,
+        and no traceback opens or continues on a reading."""
+        lead = text[: len(text) - len(body)] if text.endswith(body) else ""
+        for again in realign.candidates(body, msg):
             before = replace(self.stats)
             self._realigning, self._prefix_level = True, again.level
             try:
-                out = self.feed(again.line, ts=ts)
+                out = self.feed(lead + again.line, ts=ts)
             finally:
                 self._realigning, self._prefix_level = False, None
             self._n -= 1
+            if out and again.level == WARNING and any(_soft(e.data) for e in out):
+                out = []  # at warning a guess or a client's socket words do not act (as on a line that says so itself)
             if out:
                 self.stats.lines -= 1
                 return out

@@ -33,6 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 _POOL = re.compile(r"fresh(\d+)_(\d+)_([0-9a-f]{8})")
+_SOCKET_WORDS = frozenset(
+    {"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"}
+)
 _RANK_LABEL = re.compile(r"^(?:\d{1,6}: )?(?:\[(?:rank|default)\d+\]:\s?)?")
 
 
@@ -83,7 +86,13 @@ def _read(rows: list[dict[str, Any]], realign: Any, head_ts: Any) -> list[dict[s
                     if source == "kernel":
                         got2 = again.feed(realign.dmesg_level_prefix(cand.level) + cand.line)
                     else:
-                        got2 = again.feed(cand.line)
+                        got2 = again.feed(line[: len(line) - len(body)] + cand.line)  # behind its rank prefix
+                        if (
+                            got2
+                            and cand.level == 4
+                            and any(e.data.get("basis") == "model" or e.data.get("error") in _SOCKET_WORDS for e in got2)
+                        ):
+                            got2 = []  # TrainerLogParser._realigned: at warning a guess or socket words do not act
                         if got2 and cand.level is not None and cand.level >= 5:
                             told = [(e.kind, e.data) for e in got2 if e.kind != "nan"]
                             record_only(told, "the prefix's level")

@@ -48,6 +48,9 @@ CASES = [
     # etcd's capnslog letter after its clock
     ("nccl", "2026-03-02 10:11:12.123456 E | ERROR: cuInit() 999", "cuda_error", "cuda_error", True),
     ("nccl", "2026-03-02 10:11:12.123456 D | ERROR: cuInit() 999", "cuda_error", "cuda_error", False),
+    # c10d's bracketed header (month unpadded) behind torchrun's rank prefix
+    ("nccl", "[rank3]:[E302 10:11:12.123456789 socket.cpp:489] ERROR: cuInit() 999", "cuda_error", "cuda_error", True),
+    ("nccl", "[rank3]:[I302 10:11:12.123456789 socket.cpp:489] ERROR: cuInit() 999", "cuda_error", "cuda_error", False),
     # glog's I, a JSON object's and logfmt's level fields
     ("nccl", "I0302 10:11:12.123456    42 cuda.go:31] ERROR: cuInit() 999", "cuda_error", "cuda_error", False),
     ("nccl", '{"level":"info","msg":"ERROR: cuInit() 999"}', "cuda_error", "cuda_error", False),
@@ -128,3 +131,17 @@ def test_a_programs_logger_level_is_not_the_kernels(monkeypatch):
     everything = realign.candidates
     monkeypatch.setattr(realign, "candidates", lambda text, msg, programs=True: everything(text, msg))
     assert [f for _, f, _, _ in _read("kernel", line)] == ["cuda_error"]
+
+
+def test_a_reading_again_keeps_the_rank_prefix():
+    parser = parser_for("nccl")
+    assert [e.data["rank"] for e in parser.feed("[rank3]:[E302 10:11:12.123456789 socket.cpp:489] ERROR: cuInit() 999")] == [3]
+
+
+def test_a_warning_prefix_takes_back_a_guess_and_socket_words():
+    # c10d's W header cut off: the process group's socket words at warning are a client's own retry, as on
+    # a line that states its warning itself (the first reading drops them too)
+    line = ("[rank3]:[W302 10:11:12.123456789 ProcessGroupNCCL.cpp:1662] [PG ID 0 Rank 3] Failed to check the flag on "
+            "TCPStore, with error: Connection reset by peer")  # fmt: skip
+    assert [c.form for c in realign.candidates(line[8:], line[8:])] == ["c10d"]
+    assert _read("nccl", line) == []

@@ -131,6 +131,29 @@ def checked(paths: Iterable[Path]) -> dict[str, dict]:
     return {Path(r["trace"]).stem: r for r in map(json.loads, done.stdout.splitlines())}
 
 
+def checked_and_found(paths: Iterable[Path]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """`checked`, and the diagnoses its engine run gave each trace, as `faultlens analyze` prints them
+    (the same engine, the default flags `offline` passes): a test of one trace's diagnoses reads them
+    here instead of running the engine over that trace a second time."""
+    import orjson
+
+    from faultlens import replay_check
+
+    found: dict[str, list[dict]] = {}
+    engine = replay_check.analyze_trace
+
+    def kept(trace, **kwargs):
+        diagnoses, ran = engine(trace, **kwargs)
+        found[Path(trace).stem] = [json.loads(orjson.dumps(d.to_dict())) for d in diagnoses]
+        return diagnoses, ran
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay_check, "analyze_trace", kept)
+        results = checked(paths)
+    assert sorted(found) == sorted(results), "check ran no engine of its own: the spy above lost it"
+    return results, found
+
+
 def assert_expect_files_kept(written: Path, kept: Path, names: Iterable[str]) -> None:
     """The expect files under ``kept`` are exactly the ones the writer writes into ``written``."""
     files = sorted(p.name for p in kept.glob("*.expect.jsonl"))

@@ -163,9 +163,11 @@ def assert_expect_files_kept(written: Path, kept: Path, names: Iterable[str]) ->
 
 
 def written_and_checked(write: Callable[[Path], object], names: Iterable[str], folder: str):
-    """A test module's two fixtures, module-scoped: ``traces``, the folder ``write`` wrote its
-    traces and their expect files into (once), and ``checked``, `faultlens check --json` over
-    ``names`` there (once). Bind both in the module: ``traces, checked = written_and_checked(...)``."""
+    """A test module's three fixtures, module-scoped: ``traces``, the folder ``write`` wrote its
+    traces and their expect files into (once); ``checked``, `faultlens check --json` over ``names``
+    there (once); and ``found``, the diagnoses check's engine gave each trace (checked_and_found),
+    which a test of one trace's diagnoses reads instead of running the engine over it again. Bind
+    all three in the module: ``traces, checked, found = written_and_checked(...)``."""
     names = list(names)
 
     @pytest.fixture(scope="module", name="traces")
@@ -174,11 +176,19 @@ def written_and_checked(write: Callable[[Path], object], names: Iterable[str], f
         write(out)
         return out
 
-    @pytest.fixture(scope="module", name="checked")
-    def checked_traces(traces: Path) -> dict[str, dict]:
-        return checked(traces / f"{name}.parquet" for name in names)
+    @pytest.fixture(scope="module", name="checked_and_found")
+    def checked_and_found_traces(traces: Path) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+        return checked_and_found(traces / f"{name}.parquet" for name in names)
 
-    return traces, checked_traces
+    @pytest.fixture(scope="module", name="checked")
+    def checked_traces(checked_and_found: tuple[dict[str, dict], dict[str, list[dict]]]) -> dict[str, dict]:
+        return checked_and_found[0]
+
+    @pytest.fixture(scope="module", name="found")
+    def found_traces(checked_and_found: tuple[dict[str, dict], dict[str, list[dict]]]) -> dict[str, list[dict]]:
+        return checked_and_found[1]
+
+    return traces, checked_and_found_traces, checked_traces, found_traces
 
 
 def assert_every_trace_expected(results: dict[str, dict], names: Iterable[str], known: Iterable[str] = ()) -> None:

@@ -35,7 +35,7 @@ BROKER_SET = ["elastic", "nic_wave", "back_to_back"]
 EVICTING = ("evict", "evict_reset_gpu")
 
 
-traces, checked = modes.written_and_checked(write_all, SCENARIOS, "outside-fleet")
+traces, checked_and_found, checked, found = modes.written_and_checked(write_all, SCENARIOS, "outside-fleet")
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
@@ -55,14 +55,14 @@ def test_an_older_drivers_null_and_missing_values_are_no_dead_letters(traces):
 
 
 @pytest.mark.long(3)
-def test_a_nic_down_under_every_ranks_watchdog_names_no_other_machine(traces):
+def test_a_nic_down_under_every_ranks_watchdog_names_no_other_machine(found):
     """Before: the watchdog lines were read as they came; with 48 of 64 in, all at one collective,
     the 16 not yet shipped were "never reported (last to log)": a job_hang alert naming the four
     healthy machines holding tp rank 3. The quiet ranks now count once the reports settled (30 s)."""
-    found = modes.offline(traces / "nic_wave.parquet")
-    named = {n for d in found if d["action"] in ("alert", *EVICTING) for n in d["nodes"]}
+    diagnoses = found["nic_wave"]
+    named = {n for d in diagnoses if d["action"] in ("alert", *EVICTING) for n in d["nodes"]}
     assert named == {"ibw-r3-02"}
-    assert [(d["fault"], d["action"]) for d in found if d["action"] in EVICTING] == [("nic", "evict")]
+    assert [(d["fault"], d["action"]) for d in diagnoses if d["action"] in EVICTING] == [("nic", "evict")]
 
 
 def test_a_nic_down_is_one_verdict(checked):

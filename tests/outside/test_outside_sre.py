@@ -31,7 +31,7 @@ BROKER_SET = ["checkpoint_stall", "rolling_upgrade", "job_end", "shared_switch_f
 EVICTING = ("evict", "evict_reset_gpu")
 
 
-traces, checked = modes.written_and_checked(write_all, SCENARIOS, "outside-sre")
+traces, checked_and_found, checked, found = modes.written_and_checked(write_all, SCENARIOS, "outside-sre")
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
@@ -44,27 +44,26 @@ def test_every_incident_gives_what_an_sre_expects(checked):
 
 
 @pytest.mark.long(3)
-def test_a_checkpoint_save_of_four_minutes_is_no_hang(traces):
-    found = modes.offline(traces / "checkpoint_stall.parquet")
-    hang = [d for d in found if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
+def test_a_checkpoint_save_of_four_minutes_is_no_hang(found):
+    diagnoses = found["checkpoint_stall"]
+    hang = [d for d in diagnoses if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
     assert [d["action"] for d in hang] == ["none"] and "writing their checkpoint" in hang[0]["detail"]
 
 
 @pytest.mark.long(3)
-def test_one_rank_writing_the_whole_checkpoint_keeps_its_machine(traces):
-    found = modes.offline(traces / "checkpoint_one_writer.parquet")
-    hang = [d for d in found if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
+def test_one_rank_writing_the_whole_checkpoint_keeps_its_machine(found):
+    diagnoses = found["checkpoint_one_writer"]
+    hang = [d for d in diagnoses if d["fault"] == "job_hang" and d["action"] != "capture_stacks"]
     assert [(d["action"], d["ranks"]) for d in hang] == [("none", [0])] and "a save under way" in hang[0]["detail"]
 
 
 @pytest.mark.long(3)
-def test_a_machine_whose_clock_is_30s_behind_is_never_evicted(traces, checked):
+def test_a_machine_whose_clock_is_30s_behind_is_never_evicted(checked, found):
     """Before: its last beat stamped 30 s before its peers' last ones, at the trace's end it was
     node_silent, action evict. Its step stamps show the error: recorded as clock_skew, no eviction."""
     r = checked["clock_skew"]
     assert r["healthy_evicted"] == [] and r["ok"], (r["extra"], r["healthy_evicted"])
-    found = modes.offline(traces / "clock_skew.parquet")
-    assert [(d["fault"], d["action"], d["nodes"]) for d in found if d["fault"] in ("clock_skew", "node_silent")] == [
+    assert [(d["fault"], d["action"], d["nodes"]) for d in found["clock_skew"] if d["fault"] in ("clock_skew", "node_silent")] == [
         ("clock_skew", "none", ["skw-r2-03"])
     ]
 

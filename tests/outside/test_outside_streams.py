@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "outside" / "strea
 SILENCE = ("telemetry_lost", "node_silent")
 
 
-traces, checked = modes.written_and_checked(write_all, SCENARIOS, "outside-streams")
+traces, checked_and_found, checked, found = modes.written_and_checked(write_all, SCENARIOS, "outside-streams")
 
 
 def test_the_expect_files_kept_are_the_ones_the_writer_writes(traces):
@@ -51,11 +51,11 @@ def at_least_once(traces) -> tuple[list[dict], dict]:
 
 
 @pytest.mark.long(15)
-def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(traces, at_least_once):
-    clean = _verdicts(offline(traces / "standby_swap.parquet"))
+def test_duplicates_disorder_unknown_keys_and_a_late_topology_change_no_verdict(found, at_least_once):
+    clean = _verdicts(found["standby_swap"])
     assert clean == {("gpu_lost", "evict", ("hgx-r2-02",), "")}
     assert _verdicts(at_least_once[0]) == clean
-    assert _verdicts(offline(traces / "late_topology.parquet")) == clean
+    assert _verdicts(found["late_topology"]) == clean
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_eval import CHANCE
 
 
-def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, steady: bool) -> Verdict | None:
+def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, steady: bool,
+              climbing: bool = False) -> Verdict | None:
     """The window's level at (or above) a guess's loss, ln(classes), or the class prior's the trainer
     states."""
     # A guess's loss is what the training loss says of what the model predicts; the held-out metric,
@@ -36,8 +37,11 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
             # level it was judged at (a blow-up: POET at lr 0.3, 14.7 against ln 16); one that came down
             # is falling towards a guess, as "never learned" is not said of a loss that came down. A
             # fine-tune's new head is both: one batch's loss, 0.4-4.8 around ln 5 (fresh batch 11); the
-            # runs found at chance spread by 0-6.5 % of their level (fresh batches 1-11).
-            if steady or (where == "above" and not came_down):
+            # runs found at chance spread by 0-6.5 % of their level (fresh batches 1-11). One climbing steadily
+            # through the window (its block medians' Mann-Kendall trend, as "diverging" asks) is not falling
+            # towards a guess, whatever it came down from: fresh batch 22's 52B GPT, blown up to 48 at its 4th
+            # step, down to 11.65, then up at every step to 20.4 against ln 50257 = 10.82.
+            if steady or (where == "above" and (not came_down or climbing)):
                 return Verdict(
                     f"loss {level:.4g} over {over} is {where} chance, ln({curve.classes}) = "
                     f"{chance:.4g}: the model predicts no better than a uniform guess",

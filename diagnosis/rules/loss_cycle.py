@@ -77,13 +77,17 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
         return None
     level = latest[0][1]
     # At a guess's loss, ln(classes), a loss repeats while the weights move (a uniform output scores it on every
-    # batch: fresh batch 4's AdaGrad at 2.3026 for 19 logs, then learning): the window's "at chance" judges it.
-    if curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes):
+    # batch: fresh batch 4's AdaGrad at 2.3026 for 19 logs from random weights, then learning): the window's "at
+    # chance" judges it. Not a model the trainer says was trained: it never answers uniformly, and one that does for
+    # 5 logs has lost what it knew (fresh batch 22's MiniGPT-4 fine-tune at 10.3750, ln 32000 as fp16 prints it).
+    at_chance = curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes)
+    if at_chance and curve.from_scratch is not False:
         return None
     if not _printed_finely(level):
         return None
+    guess = f", a uniform guess's ln({curve.classes}) from a trained model" if at_chance else ""
     return Verdict(f"loss {level:.6g} at every digit printed for {REPEATS} logs (steps {latest[0][0]}-"
-                   f"{latest[-1][0]}): the weights no longer change", rollback=False)
+                   f"{latest[-1][0]}){guess}: the weights no longer change", rollback=False)
 
 
 def _printed_finely(value: float) -> bool:

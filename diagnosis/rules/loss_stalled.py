@@ -91,11 +91,11 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import REGRESS_NOISE, diverging, lr_raised
+from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
-from faultlens.diagnosis.rules.loss_trend import theil_sen
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
@@ -307,7 +307,8 @@ class LossStalledDetector:
         start = curve.first if curve.first is not None else level
         came_down = level < highest - LEARNED * abs(highest)
         steady = noise <= STEADY * abs(level)
-        chance = at_chance(curve, level, over, came_down=came_down, steady=steady)
+        chance = at_chance(curve, level, over, came_down=came_down, steady=steady,
+                           climbing=mann_kendall_z(ys) >= DIVERGE_Z)
         if chance is not None:
             return chance
         frozen = window_frozen(curve, values, level, over)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,12 +180,15 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
     events: list[Envelope] = []
     ts, last = T0, None
     pending = list(evals)
+    pace = _pace([secs for _, _, secs, _, _ in rows[1:] if secs is not None])
     for index, (step, loss, secs, grad, lr) in enumerate(rows):
         while pending and pending[0][2] <= index:  # the evaluations the file puts before this row
             events.append(_eval_event(pending.pop(0), ts, classes, higher, held_out_prior))
         gap = step - last if last is not None else 1
-        # a log's first step carries the compile / startup time: not the run's pace
-        ts += gap * (secs if secs is not None and last is not None and secs < 60 else default if secs is None else 1.0)
+        # A log's first step carries the compile / startup time, and a step that also ran an evaluation or wrote a
+        # checkpoint its time (nanoGPT's every 250th iteration, 90 s among 0.03 s ones): not the run's pace, replayed
+        # at 1 s a step. A run whose every step takes minutes (a 52B GPT's 123-145 s) is replayed at its own pace.
+        ts += gap * (default if secs is None else secs if last is not None and secs < pace else 1.0)
         data: dict = {"rank": 0, "step": step, "loss": loss if math.isfinite(loss) else "nan", "grad_norm": grad}
         if classes:
             data["classes"] = classes
@@ -201,6 +205,12 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
         last = step
     events.extend(_eval_event(e, ts, classes, higher, held_out_prior) for e in pending)
     return events, rows[-1][0]
+
+
+def _pace(secs: list[float]) -> float:
+    """The step time from which a row's is not the run's pace: 60 s, or ten times the run's median step where
+    that is longer (a run whose steps all take minutes)."""
+    return max(60.0, 10 * statistics.median(secs)) if secs else 60.0
 
 
 def _eval_event(evaluation: Eval, ts: float, classes: int | None, higher: dict[str, bool] | None = None,
@@ -425,6 +435,13 @@ FRESH_MISSED: dict[str, str] = {
     "not the tenth of a guess's that makes one evaluation enough). Told apart by the held-out majority share as "
     "the accuracy's chance only with the loss's six evaluations off chance too, which the weighting puts there "
     "(loss round 22)",
+    "bert_large_cased_multiclass_finetune_accuracy_frozen_7_epochs.csv": "a BERT-large fine-tune whose validation "
+    "accuracy is 3.6057692021131516 % at each of 7 epochs (google-research/bert#855; its BERT-base twin learned): "
+    "what says it learned nothing is that accuracy, which the file leaves out (printed in percent, no class count "
+    "given: no chance to set it against). What is carried reads as a plateau: training loss 5.20, 5.09, 5.02, 5.01, "
+    "5.00, 5.01, 5.03 (3 % down, flat from its 4th epoch), val_loss 4.977 to 4.945 (0.6 % down, no class count for "
+    "a guess's ln), one row an epoch, 7 rows under the 20 a window needs: a fine-tune that settled at once, as "
+    "fresh22's Qwen3-8B QLoRA at 1.31-1.47 does, reads the same (loss round 25)",
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

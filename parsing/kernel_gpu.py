@@ -29,6 +29,9 @@ _XID = re.compile(r"NVRM: Xid \((?P<designator>[^)]{0,80})\):\s*(?P<code>\d{1,5}
 # The driver's Xid loggers dump a record over many lines, each opening with the logger's name
 # ("NVRM: _kgspLogXid119: ... GSP Timeout ..."): lines of Xid 119, whose own Xid line names the GPU.
 _LOGGER_XID = re.compile(r"NVRM: _?\w*?LogXid(?P<code>\d{1,3}):\s*(?P<rest>.*)")
+# (round 32) The driver's robust-channel recovery after an Xid ("krcRcAndNotifyAllChannels_IMPL: RC all channels for
+# critical error 79.", kernel_rc_notify.c): its number is the Xid's, as a logger's line is; a journal may drop the NVRM tag.
+_RC_ALL = re.compile(r"\bRC all channels for critical error (?P<code>\d{1,3})\b\.?\s*(?P<rest>.*)")
 _DESIGNATOR_PCI = re.compile(r"^(?:PCI:)?(?P<pci>" + _PCI + r")\b")
 _MIG = re.compile(r"\bGPU-I:\s*(?P<gi>\d+)(?:\s+GPU-CI:\s*(?P<ci>\d+))?")
 _PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*,\s*")
@@ -47,7 +50,7 @@ _SXID = re.compile(r"(?P<dev>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<pci>" + _P
 # Lowered, one of these is on every NVRM line GpuLines.nvrm reads (the tests of its `in` checks);
 # the kernel parser's pre-filter holds these rather than "nvrm", which the driver prints on every
 # line it writes, most of them news of nothing (module loaded, firmware, persistence).
-NVRM_LITERALS = ("xid", "logxid", "gpu at", "the nvidia gpu", "serial", "fallen off the bus", "installed in this system")
+NVRM_LITERALS = ("xid", "logxid", "gpu at", "the nvidia gpu", "serial", "fallen off the bus", "installed in this system", "rc all channels")
 
 
 def norm_pci(pci: str) -> str:
@@ -79,6 +82,9 @@ class GpuLines:
         if m:
             return self._xid(m, raw)
         m = _LOGGER_XID.search(msg) if "LogXid" in msg else None
+        if m:
+            return self._logger_line(m, raw)
+        m = _RC_ALL.search(msg) if "RC all channels" in msg else None
         if m:
             return self._logger_line(m, raw)
         m = _GPU_AT.search(msg) if "GPU at" in msg else None
@@ -155,8 +161,9 @@ class GpuLines:
         return [("xid", data)]
 
     def _logger_line(self, m: re.Match[str], raw: str) -> Found:
-        """A line of an Xid logger's dump: the echo of that Xid's record; alone (its Xid line lost),
-        an event of that Xid on a GPU it does not name. One event per dump."""
+        """A line of an Xid logger's dump (or the channel recovery that follows an Xid): the echo of
+        that Xid's record; alone (its Xid line lost), an event of that Xid on a GPU it does not name.
+        One event per dump."""
         code = int(m.group("code"))
         if self._echoes.recently(("xid", code)) or self._echoes.seen(("xid_dump", code)):
             return []

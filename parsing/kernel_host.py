@@ -52,6 +52,11 @@ _EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>
 # another module's prefix ("core: [Hardware Error]: Machine check: Processor context corrupt", the x86 mce core
 # built without mce's pr_fmt, fresh27); GHES's "{1}[Hardware Error]: " records are the firmware's, read elsewhere.
 _MCE = re.compile(r"mce: (?:\[Hardware Error\]: )?(?P<text>.*)|(?<!\})\[Hardware Error\]: (?P<hw>(?:CPU \d+: )?Machine [Cc]heck(?! events logged).*)")
+# (round 32) An EDAC driver's own print of the machine check it decodes ("EDAC sbridge MC0: CPU 0: Machine Check Event: 0
+# Bank 7: cc00050000010092", sb_edac.c / skx_common.c: MCG status, bank, MCi_STATUS): the bank's status register says
+# whether the error was corrected (bit 61, UC, clear), not a word of the line.
+_EDAC_MCE_EVENT = re.compile(r"\bMachine Check Event: (?:0x)?[0-9a-fA-F]+ Bank (?P<bank>\d+): (?:0x)?(?P<status>[0-9a-fA-F]{1,16})\b")
+_MCI_STATUS_UC = 1 << 61
 _MCE_EVENT = re.compile(r"Machine [Cc]heck|Uncorrected|[Ff]atal|hardware memory error")
 _MCE_UNCORRECTED = re.compile(r"Uncorrected|[Ff]atal|Exception|PCC|[Cc]ontext corrupt")
 
@@ -146,6 +151,11 @@ def machine_check(msg: str, raw: str, echoes: Echoes) -> Found:
     if m:
         corrected = m.group("ce") == "CE"
         return [("edac", _hw_data(raw, m.group("text"), corrected, count=int(m.group("count"))))]
+    m = _EDAC_MCE_EVENT.search(msg) if "Machine Check Event" in msg else None
+    if m:
+        echoes.seen(("mce", 0))
+        corrected = not int(m.group("status"), 16) & _MCI_STATUS_UC
+        return [("mce", _hw_data(raw, msg[m.start() :], corrected, bank=int(m.group("bank"))))]
     m = _MCE.search(msg)
     if not m:
         return [] if "EDAC" in msg and echoes.fired(("mce", 0)) else None

@@ -38,7 +38,7 @@ from faultlens.parsing.timestamps import split_timestamp
 # or is a branch in NARROWED.
 CODE_LITERALS = ("kernel panic", "fallen off the bus", "sxid", "segfault at", "traps: ", "out of memory",
                  "oom-kill:", "oom kill:", "oom_reaper", "killed process", "lockup", "blocked for more than", "rcu: info", "aer",
-                 "pcie bus error", "edac", "mce:", "[hardware error]: ", "netdev watchdog")
+                 "pcie bus error", "edac", "mce:", "[hardware error]: ", "netdev watchdog", "rc all channels")
 # Branches of _code whose handler reads a line only when it holds one of its own, narrower
 # literals: the pre-filter holds those instead of the branch's word (the driver prints "NVRM" on
 # every line, "link" and "port" fill a healthy log).
@@ -188,7 +188,7 @@ class KernelLogParser:
         if "Kernel panic" in msg or "Kernel Panic" in msg:
             # Before the OOM branch: "Kernel panic - not syncing: Out of memory ..." is a panic.
             return kernel_host.stall(msg, raw, self._echoes)
-        if "NVRM" in msg:
+        if "NVRM" in msg or "RC all channels" in msg:  # (round 32) the recovery line a journal took the tag off
             return self._gpu.nvrm(msg, raw)
         if "fallen off the bus" in msg:
             return self._gpu.fallen(msg, raw)

@@ -55,6 +55,9 @@ _RFC5424 = re.compile(r"<(?P<pri>\d{1,3})>1 \S+ \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*
 # etcd's capnslog "W | pkg: message" after its clock; glog's and klog's header ends in "file.go:N] ".
 _CAPNSLOG = re.compile(r"(?P<l>[DINWECF]) \| ")
 _GLOG_TAIL = re.compile(r"\s*\d+ [\w.\-/]+:\d+\] ")
+# (round 32) The container runtime's log file (CRI: containerd, CRI-O): after its RFC 3339 clock, the stream and a
+# full/partial mark ("2024-03-07T10:55:48.37Z stderr F panic: ..."); the stream is no level: the line's own words say it.
+_CRI_STREAM = re.compile(r"(?:stdout|stderr) [FP] ")
 # c10d's own glog-like header in brackets, its month unpadded (torch >= 2.2: "[W710 16:53:50.544805244 socket.cpp:489] ").
 _C10D_HEADER = re.compile(r"\[(?P<l>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d{1,9} (?:\d+ )?[\w.\-/]+:\d+\] ")
 # A JSON or logfmt message field's value (the line a program logged, escaped).
@@ -128,10 +131,10 @@ def _message_field(text: str) -> tuple[int, str] | None:
     return m.start(), value.split("\n", 1)[0]
 
 
-def _after_logger(msg: str) -> tuple[str, int, str] | None:
+def _after_logger(msg: str) -> tuple[str, int | None, str] | None:
     """The message after a glog / klog header ("E0413 10:53:52.84 3263 kubelet.go:2055] "), c10d's
-    ("[W710 16:53:50.54 socket.cpp:489] ") or an etcd one ("W | "), at the message's start, and the
-    level its letter states."""
+    ("[W710 16:53:50.54 socket.cpp:489] "), an etcd one ("W | ") or a container runtime's stream
+    column ("stderr F "), at the message's start, and the level its letter states (None: none)."""
     if (m := GLOG_HEADER.match(msg, 1 if msg[:1] == "[" else 0)) is not None:
         tail = _GLOG_TAIL.match(msg, m.end() - 1)
         if tail is not None:
@@ -140,6 +143,8 @@ def _after_logger(msg: str) -> tuple[str, int, str] | None:
         return msg[m.end() :], _LETTER_LEVELS[m.group("l")], "c10d"
     if (m := _CAPNSLOG.match(msg)) is not None:
         return msg[m.end() :], _LETTER_LEVELS[m.group("l")], "capnslog"
+    if (m := _CRI_STREAM.match(msg)) is not None:
+        return msg[m.end() :], None, "cri"
     return None
 
 

@@ -14,7 +14,6 @@ next line.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Sequence
 
 from faultlens.parsing import fallback, kernel_host, kernel_quiet, realign, state_grammar
@@ -153,19 +152,16 @@ class KernelLogParser:
         it (parsing.realign), behind the level its cut-off prefix stated in dmesg -x's columns (the
         level readers take it from there). The first reading that gives events is the line's; the
         line is counted once."""
-        for again in realign.candidates(text, msg, programs=False):
-            before = replace(self.stats)
+        def read(again: realign.Realigned) -> list[ParsedLine]:
             self._realigning = True
             try:
                 out = self.feed(realign.dmesg_level_prefix(again.level) + again.line, ts=ts)
             finally:
                 self._realigning = False
             self._echoes.n -= 1
-            if out:
-                self.stats.lines -= 1
-                return out
-            vars(self.stats).update(vars(before))
-        return []
+            return out
+
+        return realign.first_reading(realign.candidates(text, msg, programs=False), self.stats, read)
 
     def _unrecognised(self, msg: str, sev: Severity) -> None:
         # An Xid or SXid record the driver's reader could not parse is a GPU or NVSwitch fault

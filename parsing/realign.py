@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import NamedTuple
+from dataclasses import replace
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from faultlens.parsing.timestamps import GLOG_HEADER, HOST_TAG, ISO_CLOCK, SYSLOG_CLOCK, UPTIME
 
@@ -194,3 +195,19 @@ def dmesg_level_prefix(level: int | None) -> str:
     """The dmesg -x columns that state ``level`` ("kern  :err   : "), as the kernel parser reads a
     level off a line (parsing.alarm.kernel_priority); "" for none."""
     return "" if level is None else f"kern  :{LEVEL_NAMES[level]:<6}: "
+
+
+_Event = TypeVar("_Event")
+
+
+def first_reading(again: list[Realigned], stats: Any, read: Callable[[Realigned], list[_Event]]) -> list[_Event]:
+    """The events of the first candidate whose reading (``read``, the parser's own) gives any, the line
+    counted once in the parser's ``stats``; a reading that gives none leaves no trace in them."""
+    for candidate in again:
+        before = replace(stats)
+        out = read(candidate)
+        if out:
+            stats.lines -= 1
+            return out
+        vars(stats).update(vars(before))
+    return []

@@ -12,7 +12,6 @@ NCCL line is the CUDA device, kept as ``device``, never taken for the rank.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from faultlens.parsing import fallback, nccl_lines, realign, signals, state_grammar, trainer_tracebacks
@@ -228,8 +227,8 @@ class TrainerLogParser:
         prefix stated. The first reading that gives events is the line's; the line is counted once,
         and no traceback opens or continues on a reading."""
         lead = text[: len(text) - len(body)] if text.endswith(body) else ""
-        for again in realign.candidates(body, msg):
-            before = replace(self.stats)
+
+        def read(again: realign.Realigned) -> list[ParsedLine]:
             self._realigning, self._prefix_level = True, again.level
             try:
                 out = self.feed(lead + again.line, ts=ts)
@@ -237,12 +236,10 @@ class TrainerLogParser:
                 self._realigning, self._prefix_level = False, None
             self._n -= 1
             if out and again.level == WARNING and any(_soft(e.data) for e in out):
-                out = []  # at warning a guess or a client's socket words do not act (as on a line that says so itself)
-            if out:
-                self.stats.lines -= 1
-                return out
-            vars(self.stats).update(vars(before))
-        return []
+                return []  # at warning a guess or a client's socket words do not act (as on a line that says so itself)
+            return out
+
+        return realign.first_reading(realign.candidates(body, msg), self.stats, read)
 
     def flush(self) -> list[ParsedLine]:
         """Close every open traceback as truncated (its exception line never came)."""

@@ -31,8 +31,10 @@ gradient's norm before the Trainer clips it (on DDP, this rank's gradient, befor
 A Trainer whose ``compute_loss`` makes the loss from the model's outputs (TRL's DPO, KTO and reward
 trainers, a user's override) calls the model without labels: no forward carries a loss. Its steps
 carry the loss the Trainer logs instead (``on_log``'s ``loss``: the mean over the steps since its
-last log and over the ranks, as ``loss_steps`` says), sent from that log at the logged step; the
-steps between logs carry none. A forward's loss, where there is one, stays the step's (never both).
+last log and over the ranks, as ``loss_steps`` says), sent from that log at the logged step (an epoch's
+log too); the steps between logs carry none, nor does a window whose non-finite loss the Trainer's NaN filter
+replaced (trainer_hooks/hf_logged_loss.py). A forward's loss, where there is one, stays the step's (never both).
+What the callback states of the loss (its classes, its chance): trainer_hooks/hf_loss_facts.py.
 
 Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
 """
@@ -40,7 +42,6 @@ Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -68,12 +69,21 @@ from faultlens.trainer_hooks.callback_support import (
     HookIdentity,
     count_tokens,
     eval_chance,
-    label_shares,
     make_hook,
     optimizer_lr,
     resume_from_environment,
     shares_entropy,
     step_loss,
+)
+from faultlens.trainer_hooks.hf_logged_loss import LOSSES_JUDGED_LEAST, LoggedLoss, log_follows, logged_losses
+from faultlens.trainer_hooks.hf_loss_facts import (  # noqa: F401 (train_label_prior, dpo_chance: read here too)
+    began_from_scratch,
+    dpo_chance,
+    loss_classes,
+    preference_chance,
+    table_columns,
+    train_label_prior,
+    train_label_shares,
 )
 from faultlens.trainer_hooks.hook import TrainerHook
 from faultlens.trainer_hooks.parallel_groups import Layout, publish_layout
@@ -122,73 +132,6 @@ def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[str]:
     return [path for _, path in sorted(found)]
 
 
-def loss_classes(model: Any) -> int | None:
-    """How many classes a Hugging Face model's training loss is over, for the stalled-loss diagnosis
-    (ln of it is a uniform guess's loss): a single-label classification head's labels, else a model's
-    vocabulary (a language-model head's). None for a regression or multi-label head (its loss is no
-    cross-entropy over ``num_labels``), a multiple-choice head (its choices are the batch's) or a model
-    without a config. Read at each step: the model sets ``problem_type`` at its first forward."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return None
-    name = type(model).__name__
-    if name.endswith("ForMultipleChoice"):
-        return None
-    if "Classification" in name:
-        labels = getattr(config, "num_labels", None)
-        single = getattr(config, "problem_type", None) in (None, "single_label_classification")
-        return labels if single and isinstance(labels, int) and labels >= 2 else None
-    return getattr(config, "vocab_size", None)
-
-
-def train_label_shares(model: Any, dataloader: Any) -> list[float] | None:
-    """A single-label classification head's training labels, each class's share
-    (:func:`callback_support.label_shares`), read from a Hugging Face ``datasets`` table's ``labels`` or
-    ``label`` column (the Trainer keeps it). None for any other head (a language model's tokens are no
-    table column), or a dataset that is not such a table (reading a torch Dataset's items would load
-    every sample)."""
-    if "Classification" not in type(model).__name__:
-        return None
-    dataset = getattr(dataloader, "dataset", None)
-    columns = getattr(dataset, "column_names", None) or ()
-    name = next((c for c in ("labels", "label") if c in columns), None)
-    return label_shares(dataset[name], loss_classes(model)) if dataset is not None and name is not None else None
-
-
-def train_label_prior(model: Any, dataloader: Any) -> float | None:
-    """``chance_loss`` for a single-label classification head: its training set's class prior's entropy
-    (:func:`train_label_shares`); None where those are not read."""
-    return shares_entropy(train_label_shares(model, dataloader))
-
-
-def preference_chance(args: Any, logs: dict[str, Any]) -> float | None:
-    """``chance_loss`` of a TRL DPO run: ln 2 (times its weight) for DPO's sigmoid loss alone, -log sigmoid(beta *
-    margin), ln 2 at a zero reward margin (a policy that tells the chosen answer from the rejected no better than its
-    reference). DPO: logs with ``rewards/margins`` and a ``DPOConfig`` (KTO, BCO, CPO, ORPO, online DPO log margins
-    too, with other losses). None for another ``loss_type`` or several, RPO's ``rpo_alpha``, WPO weighting, or a
-    logged router or NLL loss added (trl/trainer/dpo_trainer.py's loss; DPOConfig's docs)."""
-    if "rewards/margins" not in logs or "DPOConfig" not in {c.__name__ for c in type(args).__mro__}:
-        return None
-    kinds = getattr(args, "loss_type", "sigmoid")
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds or ())
-    weights = list(getattr(args, "loss_weights", None) or [1.0])
-    added = getattr(args, "rpo_alpha", None) is not None or getattr(args, "use_weighting", False)
-    if kinds != ["sigmoid"] or len(weights) != 1 or added or "aux_loss" in logs or "nll_loss" in logs:
-        return None
-    return float(weights[0]) * math.log(2)
-
-
-def began_from_scratch(model: Any, said: bool | None) -> bool | None:
-    """The trainer's word on the run's start, where the user gave none: True for a Hugging Face model
-    built from a config (its ``name_or_path`` empty), whose weights are random; None for one loaded by
-    ``from_pretrained`` (it carries the name or path it came from, random head or not) or any other
-    module, which nothing here tells apart from a trained one. (A model built from a config and then
-    given trained weights by hand needs ``from_scratch=False``.)"""
-    if said is not None:
-        return said
-    return True if getattr(model, "name_or_path", None) == "" else None
-
-
 class FaultlensCallback(TrainerCallback):
     """Publishes step telemetry and obeys the job's commands at step boundaries (module docstring).
 
@@ -224,8 +167,9 @@ class FaultlensCallback(TrainerCallback):
         self._save_requested = False
         self._world = 1
         self._majority: float | None = None
-        self._logged_at = 0  # the step of the Trainer's last logged loss
-        self._unsent: dict[str, Any] | None = None  # a step whose loss the Trainer's log brings
+        self._logged = LoggedLoss()  # a step whose loss the Trainer's log brings (trainer_hooks/hf_logged_loss.py)
+        self._columns: tuple[str, ...] | None = None  # the training table's
+        self._scaled = False  # a loss scaler (fp16) is on: a non-finite gradient is its skipped step
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -253,8 +197,9 @@ class FaultlensCallback(TrainerCallback):
                 self.chance_loss = shares_entropy(shares)
             # The commonest label's share: a held-out accuracy's chance, where the labels say it.
             self._majority = max(shares) if shares else None
+        self._columns = table_columns(kwargs.get("train_dataloader"))
         self._world = args.world_size
-        self._logged_at = state.global_step  # the Trainer counts its logged loss from here too
+        self._logged.start(state.global_step)
         # on_train_begin comes after a resumed run loaded its checkpoint's state (global_step > 0).
         from_scratch = False if state.global_step > 0 else began_from_scratch(model, self.from_scratch)
         self.hook = make_hook(rank=args.process_index, checkpoint_dir=args.output_dir,
@@ -284,7 +229,8 @@ class FaultlensCallback(TrainerCallback):
         # Under fp16 the gradients were accumulated scaled; the scale is still the one they were
         # made with here (the scaler updates it inside optimizer.step).
         scaler = getattr(optimizer, "scaler", None)
-        if scaler is not None and scaler.is_enabled():
+        self._scaled = scaler is not None and scaler.is_enabled()
+        if scaler is not None and self._scaled:
             norm /= float(scaler.get_scale())
         self._grad_norm = norm
 
@@ -300,11 +246,14 @@ class FaultlensCallback(TrainerCallback):
         step = {"grad_norm": self._grad_norm, "tokens": self._tokens, "compute_s": compute_s,
                 "step": state.global_step, "lr": optimizer_lr(kwargs.get("optimizer"))}
         self._reset_step()
-        if loss is None and control.should_log:
-            # The Trainer's compute_loss made the loss outside the forward; its log of it (on_log) comes next,
-            # before the step's evaluation and save (DefaultFlowCallback, first of the callbacks, set should_log).
-            self._unsent = step
-            return control
+        if loss is None:
+            # The Trainer's compute_loss made the loss outside the forward: where its log of it (on_log) comes next,
+            # before the step's evaluation and save, the step waits for it (trainer_hooks/hf_logged_loss.py).
+            self._logged.seen(step, scaled=self._scaled)
+            self._warn_sparse(args, state)
+            if log_follows(args, state, control):
+                self._logged.hold(step)
+                return control
         # A loss made outside the forward is over what the user's code says, not the model's head's classes.
         classes = self.classes if self.classes is not None or loss is None else loss_classes(self._model)
         return self._send(control, loss=loss, classes=classes, **step)
@@ -312,18 +261,16 @@ class FaultlensCallback(TrainerCallback):
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, Any] | None = None, **kwargs: Any) -> TrainerControl:
         """The Trainer's log: its ``loss`` is the step's held back in on_step_end, averaged over the steps since
-        its last log (``loss_steps``); a DPO run's ``rewards/margins`` states its chance (:func:`preference_chance`)."""
+        its last log (``loss_steps``; none where the NaN filter hid a step's: trainer_hooks/hf_logged_loss.py); a TRL
+        DPO or reward model's run states its chance (:func:`preference_chance`)."""
         logs = logs or {}
-        if self.chance_loss is None and (chance := preference_chance(args, logs)) is not None:
+        if self.chance_loss is None and (chance := preference_chance(args, logs, self._columns)) is not None:
             self.chance_loss = chance
         if "loss" not in logs:
             return self._send_unsent(control)  # an evaluation's or the run's summary
-        averaged, self._logged_at = state.global_step - self._logged_at, state.global_step
-        if self._unsent is None:
-            return control  # the step's forward carried its loss, sent with it
-        loss = logs["loss"]
-        return self._send_unsent(control, loss=float(loss) if isinstance(loss, (int, float)) else None,
-                                 loss_steps=averaged)
+        loss = self._logged.logged(args, state.global_step, logs["loss"])
+        # (Where the step's forward carried its loss, nothing waits: it was sent with it.)
+        return self._send_unsent(control, **loss)
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -390,10 +337,21 @@ class FaultlensCallback(TrainerCallback):
         return control
 
     def _send_unsent(self, control: TrainerControl, **loss: Any) -> TrainerControl:
-        step, self._unsent = self._unsent, None
+        step = self._logged.take()
         if step is None or self.hook is None:
             return control
         return self._send(control, classes=self.classes, **step, **loss)
+
+    def _warn_sparse(self, args: TrainingArguments, state: TrainerState) -> None:
+        if self._logged.warned:
+            return
+        self._logged.warned = True
+        count = logged_losses(args, state)
+        if count is not None and count < LOSSES_JUDGED_LEAST:
+            log.warning("faultlens: this Trainer makes its loss outside the model's forward, so its loss reaches "
+                        "faultlens only in the Trainer's logs: %d over the run (logging_strategy=%s), fewer than the "
+                        "%d the stalled-loss diagnosis judges at least; log more often (logging_steps) for it to judge",
+                        count, getattr(args.logging_strategy, "value", args.logging_strategy), LOSSES_JUDGED_LEAST)
 
     # --- commands -------------------------------------------------------------------------
     def _request_save(self) -> None:

@@ -2,7 +2,8 @@
 ``compute_loss`` calls the model without labels and makes the loss from its logits (TRL's DPO, KTO and
 reward trainers do). Real Trainer runs on CPU (a tiny GPT-2 built from a config), the hook sending to a
 stand-in producer (no broker): the steps the Trainer logs carry its logged loss with the steps it
-averages, a run whose forward carries its loss is sent as before, and a DPO run's steps state ln 2 as
+averages (an epoch's log too), a run whose forward carries its loss is sent as before, a NaN the Trainer's
+NaN filter hides from its log is still found (by the gradient), and a DPO or reward model's steps state ln 2 as
 their chance."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 STEPS, LOG_EVERY = 6, 2
+NAN_AT = 3  # the first step whose loss is NaN (NanFrom)
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +77,62 @@ def parts():
 
         loss_type: list[str] = dataclasses.field(default_factory=lambda: ["sigmoid"])
 
+    class NanFrom(LossFromLogits):
+        """The model's outputs NaN from step ``NAN_AT`` on (as a run whose weights or activations blew up)."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            logits = model(**inputs).logits
+            if self.state.global_step + 1 >= NAN_AT:
+                logits = logits * float("nan")
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+            return (loss, logits) if return_outputs else loss
+
+    class Reward(transformers.Trainer):
+        """TRL's RewardTrainer's loss (trl/trainer/reward_trainer.py): a one-label head scores a sequence (chosen)
+        and its reversal (rejected), -log sigmoid(r_chosen - r_rejected)."""
+
+        loss_is_scaled_for_ga = False
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            ids = inputs["input_ids"]
+            rewards = model(input_ids=torch.cat([ids, ids.flip(1)])).logits.squeeze(-1)
+            chosen, rejected = rewards.chunk(2)
+            loss = -F.logsigmoid(chosen - rejected).mean()
+            return (loss, None) if return_outputs else loss
+
+    @dataclasses.dataclass
+    class RewardConfig(transformers.TrainingArguments):
+        """TRL's RewardConfig as the callback reads it (its class name, ``center_rewards_coefficient``)."""
+
+        center_rewards_coefficient: float | None = None
+
+    class Pairs(hf_parts.Sequences):
+        """The sequences as a `datasets` table shows itself (not installed here): by its column names."""
+
+        column_names = ["input_ids", "attention_mask"]
+
+    def reward_model():
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            vocab_size=hf_parts.VOCAB,
+            n_positions=hf_parts.SEQ,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            num_labels=1,
+            pad_token_id=hf_parts.VOCAB - 1,
+        )
+        return transformers.GPT2ForSequenceClassification(config)
+
     class Parts:
         pass
 
     found = Parts()
     found.transformers, found.hf, found.data = transformers, hf, hf_parts
     found.LossFromLogits, found.Preference, found.DPOConfig = LossFromLogits, Preference, DPOConfig
+    found.NanFrom, found.Reward, found.RewardConfig, found.Pairs = NanFrom, Reward, RewardConfig, Pairs
+    found.reward_model = reward_model
     return found
 
 
@@ -108,15 +160,16 @@ def sent(monkeypatch, parts):
     return producer
 
 
-def run(parts, tmp_path, trainer_class=None, args_class=None, **callback):
+def run(parts, tmp_path, trainer_class=None, args_class=None, arguments=None, model=None, data=None, **callback):
+    """A short Trainer run on CPU with the callback; ``arguments`` override TrainingArguments'. Returns the Trainer's
+    logged losses by step."""
     args_class = args_class or parts.transformers.TrainingArguments
     args = args_class(
+        **{"max_steps": STEPS, "logging_steps": LOG_EVERY, **(arguments or {})},
         output_dir=str(tmp_path / "out"),
-        max_steps=STEPS,
         per_device_train_batch_size=4,
         gradient_accumulation_steps=2,
         learning_rate=5e-3,
-        logging_steps=LOG_EVERY,
         save_strategy="no",
         report_to="none",
         use_cpu=True,
@@ -126,7 +179,10 @@ def run(parts, tmp_path, trainer_class=None, args_class=None, **callback):
     )
     faultlens = parts.hf.FaultlensCallback(job="j", parallel_groups=False, **callback)
     trainer = (trainer_class or parts.transformers.Trainer)(
-        model=parts.data.tiny_gpt2(), args=args, train_dataset=parts.data.Sequences(64), callbacks=[faultlens]
+        model=model or parts.data.tiny_gpt2(),
+        args=args,
+        train_dataset=data or parts.data.Sequences(64),
+        callbacks=[faultlens],
     )
     trainer.train()
     logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
@@ -193,3 +249,69 @@ def test_a_stated_chance_stands_and_another_preference_loss_states_none(parts, s
     assert hf.preference_chance(dpo(**kwargs), {"loss": 0.6}) is None
     plain = parts.transformers.TrainingArguments(**kwargs)
     assert hf.preference_chance(plain, margins) is None
+
+
+def nan_loss_findings(producer):
+    """What the training rule (diagnosis/rules/training.py) finds in the steps sent: the NaN findings' details."""
+    from faultlens.diagnosis.rules.training import TrainingRule
+
+    rule = TrainingRule()
+    return [f.detail for e in producer.events for f in rule.observe(e) if f.fault == "nan_loss"]
+
+
+@pytest.mark.parametrize("nan_filter", [True, False])
+def test_a_nan_the_trainer_filters_from_its_log_is_still_found(parts, sent, tmp_path, nan_filter):
+    logged = run(parts, tmp_path, parts.NanFrom, arguments={"logging_nan_inf_filter": nan_filter})
+
+    published = {s["step"]: s for s in steps_of(sent)}
+    broken = [n for n in logged if n >= NAN_AT]  # the logged steps whose window holds a NaN step
+    assert broken == [4, 6]
+    if nan_filter:
+        # The Trainer's log of those windows is finite (a stand-in mean, then 0.0 once every step is NaN): sent, it
+        # would be a loss the run never made, so those steps carry none.
+        assert all(math.isfinite(logged[n]) for n in broken)
+        assert all(published[n]["loss"] is None and "loss_steps" not in published[n] for n in broken)
+    else:
+        assert all(published[n]["loss"] == "nan" and published[n]["loss_steps"] == LOG_EVERY for n in broken)
+    # The window before carries its loss; every step from NAN_AT on its non-finite gradient, which the rule finds.
+    assert math.isfinite(published[LOG_EVERY]["loss"])
+    assert [n for n, s in published.items() if s["grad_norm"] == "nan"] == list(range(NAN_AT, STEPS + 1))
+    found = nan_loss_findings(sent)
+    assert found[0] == f"grad_norm = nan at step {NAN_AT} (rank 0 on n001)"
+    assert any("loss = nan" in d for d in found) is not nan_filter
+
+
+def test_an_epochs_log_reaches_its_last_step(parts, sent, tmp_path, caplog):
+    # 64 sequences, 8 a step: 8 steps an epoch; the run stops 4 steps into its second epoch, which logs then too.
+    with caplog.at_level("WARNING", logger="faultlens.trainer_hooks.hf"):
+        logged = run(parts, tmp_path, parts.LossFromLogits, arguments={"logging_strategy": "epoch", "max_steps": 12})
+
+    assert sorted(logged) == [8, 12]
+    with_loss = {s["step"]: s for s in steps_of(sent) if s["loss"] is not None}
+    assert sorted(with_loss) == [8, 12]
+    assert [with_loss[n]["loss"] for n in (8, 12)] == pytest.approx([logged[8], logged[12]])
+    assert [with_loss[n]["loss_steps"] for n in (8, 12)] == [8, 4]
+    # Two losses over the run: too few for the stalled-loss diagnosis to judge, and the user is told.
+    warned = [r.getMessage() for r in caplog.records if "logs: 2 over the run" in r.getMessage()]
+    assert len(warned) == 1 and "logging_strategy=epoch" in warned[0]
+
+
+def test_a_reward_model_states_ln_2_as_its_chance(parts, sent, tmp_path):
+    logged = run(parts, tmp_path, parts.Reward, parts.RewardConfig, model=parts.reward_model(), data=parts.Pairs(64))
+
+    with_loss = [s for s in steps_of(sent) if s["loss"] is not None]
+    assert [s["step"] for s in with_loss] == sorted(logged)
+    # Both answers scored alike: the pairwise loss of a reward model no better than a coin.
+    assert all(s["chance_loss"] == pytest.approx(math.log(2)) for s in with_loss)
+    assert with_loss[0]["loss"] == pytest.approx(math.log(2), rel=0.5)
+
+    hf, config = parts.hf, parts.RewardConfig
+    kwargs = {"output_dir": str(tmp_path / "o"), "report_to": "none", "use_cpu": True}
+    columns = ("input_ids", "attention_mask")
+    assert hf.preference_chance(config(**kwargs), {"loss": 0.6}, columns) == pytest.approx(math.log(2))
+    # A margin column shifts the loss's zero; unknown columns may hold one; a centring term adds to the loss.
+    assert hf.preference_chance(config(**kwargs), {"loss": 0.6}, (*columns, "margin")) is None
+    assert hf.preference_chance(config(**kwargs), {"loss": 0.6}, None) is None
+    assert hf.preference_chance(config(center_rewards_coefficient=0.01, **kwargs), {"loss": 0.6}, columns) is None
+    plain = parts.transformers.TrainingArguments(**kwargs)
+    assert hf.preference_chance(plain, {"loss": 0.6}, columns) is None

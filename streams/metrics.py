@@ -81,9 +81,9 @@ def register_gauges(name: str, getter: Callable[[], dict[str, float]]) -> None:
 
 def add_metrics_argument(parser) -> None:
     """``--metrics-port`` for every long-running command (env FAULTLENS_METRICS_PORT)."""
-    import os
+    from faultlens.events.env_number import env_whole
 
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("FAULTLENS_METRICS_PORT", 0) or 0),
+    parser.add_argument("--metrics-port", type=int, default=env_whole("FAULTLENS_METRICS_PORT", 0, on_bad="raise"),
                         help="serve Prometheus /metrics on this port (default off; env FAULTLENS_METRICS_PORT)")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlens.events.env_number import BadEnvNumber, env_number
+from faultlens.events.env_number import BadEnvNumber, env_number, env_whole
 from faultlens.streams.broker import free_port
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import hook as hook_module
@@ -65,6 +65,8 @@ def test_at_least_refuses_what_float_reads_but_no_bound_is():
         (["analyze", "t.parquet"], "FAULTLENS_SILENCE_GRACE_S"),  # faultlens/engine_flags.py
         (["remediate"], "FAULTLENS_EVICT_WINDOW_S"),  # faultlens/commands/remediate.py (was a traceback)
         (["remediate"], "FAULTLENS_LEMON_CULPRIT_JOBS"),
+        (["demo"], "FAULTLENS_DEMO_SPEED"),  # faultlens/commands/demo.py (was a traceback)
+        (["simulate"], "FAULTLENS_SIM_DURATION"),  # faultlens/commands/simulate.py's _env (was a traceback)
     ],
 )
 def test_an_operator_command_stops_at_start_with_one_line(tmp_path, argv, variable):
@@ -72,6 +74,29 @@ def test_an_operator_command_stops_at_start_with_one_line(tmp_path, argv, variab
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.strip() == f"faultlens: {variable}='ten' is not a number", proc.stderr[-2000:]
     assert proc.stdout == ""
+
+
+def test_a_count_is_a_whole_number_and_a_bound_may_be_strict(caplog):
+    assert env_whole("FAULTLENS_X", 8, on_bad="raise", environ={"FAULTLENS_X": "16"}) == 16
+    assert env_whole("FAULTLENS_X", 8, on_bad="raise", environ={"FAULTLENS_X": "1e3"}) == 1000
+    assert env_whole("FAULTLENS_X", None, on_bad="raise", environ={}) is None
+    # 8.5 nodes is said, not cut to 8 as int(float(...)) would
+    with pytest.raises(BadEnvNumber, match=r"FAULTLENS_X='8.5' is not a whole number$"):
+        env_whole("FAULTLENS_X", 8, on_bad="raise", environ={"FAULTLENS_X": "8.5"})
+    with caplog.at_level(logging.WARNING):
+        assert env_whole("FAULTLENS_X", None, on_bad="warn", at_least=0, environ={"FAULTLENS_X": "-1"}) is None
+    assert "FAULTLENS_X='-1' is not a whole number of at least 0; using none" in caplog.text
+    # above: a bound the value must pass (a number of seconds over 0)
+    for bad in ("0", "-1", "inf"):
+        with pytest.raises(BadEnvNumber, match="is not a number over 0$"):
+            env_number("FAULTLENS_X_S", 3.0, on_bad="raise", above=0.0, environ={"FAULTLENS_X_S": bad})
+    assert env_number("FAULTLENS_X_S", 3.0, on_bad="raise", above=0.0, environ={"FAULTLENS_X_S": "0.5"}) == 0.5
+
+
+def test_a_count_in_an_operator_command_stops_it_at_start(tmp_path):
+    proc = _faultlens(tmp_path, ["simulate"], FAULTLENS_SIM_NODES="8.5")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "faultlens: FAULTLENS_SIM_NODES='8.5' is not a whole number", proc.stderr[-2000:]
 
 
 def test_stacks_says_a_bad_value_and_reads_the_dumps_with_the_default(tmp_path):

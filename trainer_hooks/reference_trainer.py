@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from faultlens.events.env_number import env_whole
 from faultlens.events.topology import Topology
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks import poet
@@ -198,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.ERROR)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     job, node = os.environ["FAULTLENS_JOB"], args.node
-    attempt = int(os.environ.get("FAULTLENS_ATTEMPT", "0"))
+    attempt = env_whole("FAULTLENS_ATTEMPT", 0, on_bad="warn", at_least=0)
     inject = attempt < args.inject_attempts
-    reproduction_steps = int(os.environ["FAULTLENS_REPLAY_STEPS"]) if os.environ.get("FAULTLENS_REPLAY_STEPS") else None
+    reproduction_steps = env_whole("FAULTLENS_REPLAY_STEPS", None, on_bad="warn", at_least=0)
     settings = KafkaSettings.load(overrides={"bootstrap": os.environ["FAULTLENS_BOOTSTRAP"],
                                              "client_id": f"trainer-{job}-{rank}"})
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from faultlens.collectors.checks.suite import ChecksConfig
 from faultlens.collectors.log_source import LogSource
 from faultlens.collectors.spool import SpoolBusy
 from faultlens.events.command_memory import STATE_DIR_ENV, default_state_dir, memory_file
+from faultlens.events.env_number import env_number
 from faultlens.events.home import faultlens_home
 from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys
 from faultlens.parsing.rules import RuleError, load
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop by itself after this many seconds (default: run until Ctrl-C / SIGTERM)")
     g = parser.add_argument_group("sources")
     g.add_argument("--no-nvml", action="store_true", help="do not sample GPUs through NVML")
-    g.add_argument("--nvml-deadline", type=float, default=float(_env("NVML_DEADLINE") or 10.0),
+    g.add_argument("--nvml-deadline", type=float, default=env_number("FAULTLENS_NVML_DEADLINE", 10.0, on_bad="raise"),
                    help="seconds an NVML call may take (default 10, FAULTLENS_NVML_DEADLINE); a call past it is "
                         "given up and reported as gpu/unresponsive naming the GPU and the call")
     g.add_argument("--no-net", action="store_true", help="do not read RDMA port counters")
@@ -116,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("broker outages")
     o.add_argument("--spool-dir", default=_env("SPOOL_DIR"),
                    help="where to spool events while the broker is away (default $FAULTLENS_HOME/spool/JOB-NODE)")
-    o.add_argument("--spool-max-mb", type=float, default=float(_env("SPOOL_MAX_MB") or 256),
+    o.add_argument("--spool-max-mb", type=float, default=env_number("FAULTLENS_SPOOL_MAX_MB", 256.0, on_bad="raise"),
                    help="spool bound in MB (default 256); when full, the oldest GPU samples go first")
     o.add_argument("--no-create-topics", action="store_true", help="do not create missing telemetry topics")
     metrics.add_metrics_argument(parser)

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultlens.events.env_number import env_number, env_whole
+
 if TYPE_CHECKING:  # imported by each function that uses them: `faultlens --help` stays light
     from faultlens.demo.state import DemoState
     from faultlens.events.signing import SigningKey
@@ -48,12 +50,12 @@ Ctrl-C ends the run cleanly with a partial report."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faultlens.streams.config import add_kafka_arguments
 
-    parser.add_argument("--nodes", type=int, default=int(os.environ.get("FAULTLENS_DEMO_NODES", 64)),
+    parser.add_argument("--nodes", type=int, default=env_whole("FAULTLENS_DEMO_NODES", 64, on_bad="raise"),
                         help="simulated nodes (default 64)")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per simulated node (default 8)")
     parser.add_argument("--duration", type=float, default=None,
                         help="simulated seconds (default: what one fault of every class needs, ~1400)")
-    parser.add_argument("--speed", type=float, default=float(os.environ.get("FAULTLENS_DEMO_SPEED", 20.0)),
+    parser.add_argument("--speed", type=float, default=env_number("FAULTLENS_DEMO_SPEED", 20.0, on_bad="raise"),
                         help="simulated seconds per wall second (default 20); 0: lockstep, as fast as the pipeline keeps up")
     parser.add_argument("--seed", type=int, default=0, help="fault plan and telemetry seed (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the history, plots and logs")

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from faultlens.events.env_number import env_number, env_whole
 from faultlens.events.trace import TraceWriter, labels_path, write_labels, write_trace
 from faultlens.simulator import SimConfig, simulate
 from faultlens.simulator.drifts import parse_drift
@@ -36,8 +37,14 @@ fast as possible (--speed 0). Flags default from FAULTLENS_SIM_<FLAG> (e.g. FAUL
 
 
 def _env(name: str, default, cast=str):
-    value = os.environ.get("FAULTLENS_SIM_" + name.upper())
-    return cast(value) if value else default
+    """FAULTLENS_SIM_<NAME>, a flag's default: a number read by events/env_number.py (a bad one stops the command
+    with one line naming it), text as it is."""
+    variable = "FAULTLENS_SIM_" + name.upper()
+    if cast is int:
+        return env_whole(variable, default, on_bad="raise")
+    if cast is float:
+        return env_number(variable, default, on_bad="raise")
+    return os.environ.get(variable) or default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

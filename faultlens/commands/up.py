@@ -11,6 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
+from faultlens.events.env_number import env_number
+
 log = logging.getLogger(__name__)
 
 HELP = "run the whole pipeline in one process: diagnose + remediate + history"
@@ -60,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="append -SUFFIX to every consumer group (default none; env FAULTLENS_GROUP_SUFFIX)")
     g.add_argument("--db", type=Path, default=None,
                    help="history: DuckDB file (default $FAULTLENS_DB or $FAULTLENS_HOME/history.duckdb)")
-    g.add_argument("--sample-rate", type=float, default=float(os.environ.get("FAULTLENS_HISTORY_SAMPLE_RATE", 1.0)),
+    g.add_argument("--sample-rate", type=float, default=env_number("FAULTLENS_HISTORY_SAMPLE_RATE", 1.0, on_bad="raise"),
                    help="history: fraction of gpu/host samples stored (default 1.0)")
     add_engine_arguments(parser)  # the same engine flags as `faultlens diagnose`
     add_policy_arguments(parser)  # the same remediation flags as `faultlens remediate`

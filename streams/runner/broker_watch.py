@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from faultlens.events.env_number import env_number
 from faultlens.streams.broker import answers
 
 log = logging.getLogger(__name__)
@@ -33,18 +34,9 @@ MAX_REPEAT_S = 900.0  # the ERROR comes again at doubling intervals, at most thi
 
 
 def down_after_s(env: Mapping[str, str] = os.environ) -> float:
-    """``FAULTLENS_BROKER_DOWN_S`` in seconds (over 0), else the default (a bad value is said)."""
-    raw = env.get(ENV, "").strip()
-    if not raw:
-        return DOWN_AFTER_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        log.warning("%s=%r is not a number of seconds over 0: %.0f s it is", ENV, raw, DOWN_AFTER_S)
-        return DOWN_AFTER_S
-    return value
+    """``FAULTLENS_BROKER_DOWN_S`` in seconds (over 0), else the default. A bad value is warned of, not raised:
+    the watch is made inside a running stage's loop, which a tuning knob must not stop."""
+    return env_number(ENV, DOWN_AFTER_S, on_bad="warn", above=0.0, environ=env)
 
 
 class BrokerWatch:

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.poet_lm import Corpus, TinyLM, batch, lm_loss, markov_corpus, train_step
+from bench.testbed.sent_events import SentEvents
 from faultlens.diagnosis.engine.offline import analyze
 from faultlens.diagnosis.rules.training import TrainingRule
 from faultlens.events.envelope import Envelope
@@ -41,19 +42,6 @@ from faultlens.trainer_hooks.hook import TrainerHook
 
 log = logging.getLogger("bench.poet")
 NODE = "bench0"
-
-
-class Captured:
-    """Stands in for the hook's Kafka producer: keeps what the hook sends."""
-
-    def __init__(self) -> None:
-        self.events: list[Envelope] = []
-
-    def send_event(self, event: Envelope) -> None:
-        self.events.append(event)
-
-    def flush(self, timeout: float | None = None) -> None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -127,7 +115,7 @@ def one_run(kind: str, lr: float, seed: int, corpus: Corpus, args: argparse.Name
     warmup = max(1, args.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
-    sent = Captured()
+    sent = SentEvents()
     hook = TrainerHook(job=f"poet-bench-{kind}-{lr:g}-{seed}", rank=0, node=NODE, settings=KafkaSettings(),
                        listen=False, producer=sent, flight_recorder=False)
     times = []

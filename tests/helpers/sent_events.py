@@ -1,16 +1,8 @@
-"""A producer stand-in that keeps what a trainer hook sends (unit tests: no broker)."""
+"""The producer stand-in the tests read a trainer hook's events from: the test bed's, shared with the benches
+(bench/testbed/sent_events.py; bench/ never imports tests/)."""
 
 from __future__ import annotations
 
-from faultlens.events.envelope import Envelope
+from bench.testbed.sent_events import SentEvents
 
-
-class SentEvents:
-    def __init__(self) -> None:
-        self.events: list[Envelope] = []
-
-    def send_event(self, event: Envelope) -> None:
-        self.events.append(event)
-
-    def flush(self, timeout: float | None = None) -> None:
-        return None
+__all__ = ["SentEvents"]

@@ -34,7 +34,8 @@ carry the loss the Trainer logs instead (``on_log``'s ``loss``: the mean over th
 last log and over the ranks, as ``loss_steps`` says), sent from that log at the logged step (an epoch's
 log too); the steps between logs carry none, nor does a window whose non-finite loss the Trainer's NaN filter
 replaced (trainer_hooks/hf_logged_loss.py). A forward's loss, where there is one, stays the step's (never both).
-What the callback states of the loss (its classes, its chance): trainer_hooks/hf_loss_facts.py.
+What the callback states of the loss (its classes, its chance): trainer_hooks/hf_loss_facts.py. Under fp16 the
+gradient norm is the loss scaler's unscaled, none for an overflow it skips: trainer_hooks/hf_grad_scaler.py.
 
 Needs transformers (``pip install 'faultlens[hf]'``); imported only here.
 """
@@ -75,6 +76,7 @@ from faultlens.trainer_hooks.callback_support import (
     shares_entropy,
     step_loss,
 )
+from faultlens.trainer_hooks.hf_grad_scaler import ScaledNorm
 from faultlens.trainer_hooks.hf_logged_loss import LOSSES_JUDGED_LEAST, LoggedLoss, log_follows, logged_losses
 from faultlens.trainer_hooks.hf_loss_facts import (  # noqa: F401 (train_label_prior, dpo_chance: read here too)
     began_from_scratch,
@@ -169,7 +171,7 @@ class FaultlensCallback(TrainerCallback):
         self._majority: float | None = None
         self._logged = LoggedLoss()  # a step whose loss the Trainer's log brings (trainer_hooks/hf_logged_loss.py)
         self._columns: tuple[str, ...] | None = None  # the training table's
-        self._scaled = False  # a loss scaler (fp16) is on: a non-finite gradient is its skipped step
+        self._scale = ScaledNorm()  # an fp16 loss scaler's, where one is on
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -225,14 +227,8 @@ class FaultlensCallback(TrainerCallback):
         norms = list(self._grad_norms.values())
         if not norms:
             return
-        norm = float(torch.linalg.vector_norm(torch.stack(norms)))
-        # Under fp16 the gradients were accumulated scaled; the scale is still the one they were
-        # made with here (the scaler updates it inside optimizer.step).
-        scaler = getattr(optimizer, "scaler", None)
-        self._scaled = scaler is not None and scaler.is_enabled()
-        if scaler is not None and self._scaled:
-            norm /= float(scaler.get_scale())
-        self._grad_norm = norm
+        # Under fp16 the gradients were accumulated scaled (trainer_hooks/hf_grad_scaler.py).
+        self._grad_norm = self._scale.unscaled(float(torch.linalg.vector_norm(torch.stack(norms))), optimizer)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> TrainerControl:
@@ -243,13 +239,13 @@ class FaultlensCallback(TrainerCallback):
         loss = step_loss(losses, shares=self._loss_is_share)
         if loss is not None and self._loss_is_share and self._world > 1 and getattr(args, "average_tokens_across_devices", False):
             loss *= self._world  # each share was of the whole job's tokens (as the Trainer scales it)
-        step = {"grad_norm": self._grad_norm, "tokens": self._tokens, "compute_s": compute_s,
+        step = {"grad_norm": self._scale.model_norm(self._grad_norm), "tokens": self._tokens, "compute_s": compute_s,
                 "step": state.global_step, "lr": optimizer_lr(kwargs.get("optimizer"))}
         self._reset_step()
         if loss is None:
             # The Trainer's compute_loss made the loss outside the forward: where its log of it (on_log) comes next,
             # before the step's evaluation and save, the step waits for it (trainer_hooks/hf_logged_loss.py).
-            self._logged.seen(step, scaled=self._scaled)
+            self._logged.seen(step)
             self._warn_sparse(args, state)
             if log_follows(args, state, control):
                 self._logged.hold(step)

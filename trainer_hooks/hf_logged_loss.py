@@ -11,8 +11,8 @@ transformers' trainer.py and trainer_callback.py:
   added as the mean of the window so far, so a NaN run logs finite losses (a window's mean with a stand-in, then
   0.0 once every step is NaN). The callback cannot see the loss itself; it does see the step's gradient, non-finite
   after a non-finite loss. A window with such a step sends no loss (the stand-in is no loss the run made); the
-  step's own non-finite ``grad_norm`` carries the NaN to the training rule. Under a loss scaler (fp16) a non-finite
-  gradient is routine (the scaler skips the step and lowers its scale; the loss was finite), so it hides nothing.
+  step's own non-finite ``grad_norm`` carries the NaN to the training rule. A loss scaler's skipped overflow (fp16)
+  sends no norm (trainer_hooks/hf_grad_scaler.py): its loss was finite, nothing hidden.
 """
 
 from __future__ import annotations
@@ -55,16 +55,16 @@ class LoggedLoss:
     def __init__(self) -> None:
         self.logged_at = 0  # the step of the Trainer's last logged loss
         self.unsent: dict[str, Any] | None = None
-        self._broken = False  # a step since the last log whose gradient went non-finite, no scaler to say why
+        self._broken = False  # a step since the last log whose gradient went non-finite
         self.warned = False
 
     def start(self, step: int) -> None:
         self.logged_at = step  # the Trainer counts its logged loss from here too
 
-    def seen(self, step: dict[str, Any], *, scaled: bool) -> None:
-        """A step without a loss of its own, as it ends (``scaled``: a loss scaler is on)."""
+    def seen(self, step: dict[str, Any]) -> None:
+        """A step without a loss of its own, as it ends (its norm none where a loss scaler skipped an overflow)."""
         norm = step.get("grad_norm")
-        if not scaled and norm is not None and not math.isfinite(norm):
+        if norm is not None and not math.isfinite(norm):
             self._broken = True
 
     def hold(self, step: dict[str, Any]) -> None:

@@ -40,6 +40,8 @@ def log_follows(args: Any, state: Any, control: Any) -> bool:
 def logged_losses(args: Any, state: Any) -> int | None:
     """How many losses the Trainer logs over the whole run (None where its length is unknown)."""
     strategy = getattr(args, "logging_strategy", None)
+    if strategy == "no":
+        return 0
     if strategy == "epoch":
         epochs = getattr(state, "num_train_epochs", None) or getattr(args, "num_train_epochs", None)
         return math.ceil(epochs) if epochs else None

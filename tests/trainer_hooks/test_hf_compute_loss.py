@@ -315,3 +315,18 @@ def test_a_reward_model_states_ln_2_as_its_chance(parts, sent, tmp_path):
     assert hf.preference_chance(config(center_rewards_coefficient=0.01, **kwargs), {"loss": 0.6}, columns) is None
     plain = parts.transformers.TrainingArguments(**kwargs)
     assert hf.preference_chance(plain, {"loss": 0.6}, columns) is None
+
+
+def test_the_losses_a_run_logs_are_counted(parts, tmp_path):
+    from types import SimpleNamespace
+
+    from faultlens.trainer_hooks.hf_logged_loss import logged_losses
+
+    state = SimpleNamespace(logging_steps=500, max_steps=1000, num_train_epochs=3)
+    kwargs = {"output_dir": str(tmp_path / "o"), "report_to": "none", "use_cpu": True}
+    counted = {
+        strategy: logged_losses(parts.transformers.TrainingArguments(logging_strategy=strategy, **kwargs), state)
+        for strategy in ("steps", "epoch", "no")
+    }
+    # The Trainer's default 500 steps over 1,000; an epoch's log over 3; none at all (the loss never reaches faultlens).
+    assert counted == {"steps": 2, "epoch": 3, "no": 0}

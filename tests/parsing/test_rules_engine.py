@@ -56,16 +56,52 @@ def messages() -> list[str]:
     return list(out)
 
 
+@pytest.fixture(scope="module")
+def takes(messages):
+    """Each source's rules (catalogue order) and, for every message, the rules that take it by the
+    definition, as (rule index, match) in catalogue order: a rule takes a line holding one of its
+    needles (a rule without needles: any line) in which its pattern is found. Read once per
+    message and source, here, by each needle's lines, for the tests that ask which rule comes first
+    (whole set or subset) and what every taken line holds; the line-by-line loop (_reference) read
+    every line once per rule set and test."""
+    found: dict[str, tuple[tuple[LineRule, ...], list[list[tuple[int, re.Match]]]]] = {}
+    for source in ("kernel", "nccl"):
+        rules = tuple(r for r in shipped() if r.applies_to(source))
+        holding: dict[str, set[int]] = {}
+        for needle in {n for r in rules for n in r.needles}:
+            holding[needle] = {i for i, msg in enumerate(messages) if needle in msg}
+        per_line: list[list[tuple[int, re.Match]]] = [[] for _ in messages]
+        for at, rule in enumerate(rules):
+            lines = set().union(*(holding[n] for n in rule.needles)) if rule.needles else range(len(messages))
+            for i in sorted(lines):
+                if (m := rule.pattern.search(messages[i])) is not None:
+                    per_line[i].append((at, m))
+        found[source] = rules, per_line
+    return found
+
+
+def _reading(rule: LineRule, m: re.Match) -> tuple[str, tuple]:
+    return rule.id, (m.group(0), tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None)))
+
+
 @pytest.mark.parametrize("source", ["kernel", "nccl"])
-def test_first_rule_is_the_definitions_on_every_line_we_hold(source, messages):
-    rules = tuple(r for r in shipped() if r.applies_to(source))
+def test_first_rule_is_the_definitions_on_every_line_we_hold(source, messages, takes):
+    rules, per_line = takes[source]
     whole = RuleSet.for_source(source)
     assert whole.rules == rules
+    # A subset's first rule is its first in catalogue order among the rules taking the line: its
+    # rules are the whole set's, in the whole set's order.
+    positions: dict[int, frozenset[int]] = {id(whole): frozenset(range(len(rules)))}
     hits = 0
-    for msg in messages:
+    for msg, taken in zip(messages, per_line, strict=True):
         subset = whole.for_subsystem(subsystem_of(msg))
+        if id(subset) not in positions:
+            at = [rules.index(r) for r in subset.rules]
+            assert at == sorted(set(at)), (source, subsystem_of(msg))
+            positions[id(subset)] = frozenset(at)
         for rule_set in {id(whole): whole, id(subset): subset}.values():
-            want = _reference(rule_set.rules, msg)
+            mine = positions[id(rule_set)]
+            want = next((_reading(rules[at], m) for at, m in taken if at in mine), None)
             assert _matched(rule_set, msg) == want, (source, rule_set is whole, msg)
             hits += want is not None
     assert len(messages) > 10_000 and hits > 100
@@ -138,19 +174,19 @@ def test_every_set_required_of_a_pattern_is_in_each_match(pattern, text):
         assert any(w in m.group(0).lower() for w in words), (words, m.group(0))
 
 
-def test_every_line_a_rule_takes_holds_one_of_its_prefilter_words(messages):
-    rules = RuleSet.for_source("kernel").rules
+def test_every_line_a_rule_takes_holds_one_of_its_prefilter_words(messages, takes):
+    rules, per_line = takes["kernel"]
+    assert rules == RuleSet.for_source("kernel").rules
     base = {"err", "fail", "time"}
     gate = gate_words(rules, base, kernel_log.NARROWED)
     assert "nvrm" not in gate  # gpu.rm_timeout's needle: on every line of the driver
+    sets = [required(rule.pattern, _cost) for rule in rules]
     took = 0
-    for msg in messages:
+    for msg, taken in zip(messages, per_line, strict=True):
         low = msg.lower()
-        for rule in rules:
-            m = rule.pattern.search(msg) if not rule.needles or any(n in msg for n in rule.needles) else None
-            if m is not None:
-                took += 1
-                assert any(w in low for w in (*gate, *base)), (rule.id, msg)
-                for words in required(rule.pattern, _cost):
-                    assert any(w in m.group(0).lower() for w in words), (rule.id, words, msg)
+        for at, m in taken:
+            took += 1
+            assert any(w in low for w in (*gate, *base)), (rules[at].id, msg)
+            for words in sets[at]:
+                assert any(w in m.group(0).lower() for w in words), (rules[at].id, words, msg)
     assert took > 300

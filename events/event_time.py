@@ -284,8 +284,14 @@ class WatermarkMerge(Generic[T]):
 
     def _idle(self, partition: Partition, state: PartitionState, wall_now: float,
               caught_up: dict[Partition, bool]) -> bool:
-        """Caught up, nothing held, quiet for max_idle_s: the partition sets no low watermark."""
-        return (caught_up.get(partition, True) and state.held == 0
+        """Caught up, nothing held, quiet for max_idle_s: the partition sets no low watermark. Not a
+        partition with upstream writers: their words on it say how far it has got (idle writers let
+        it go), and its quiet says nothing. A writer's records and words go to each partition in its
+        own batch; one partition's next records may reach the broker, or a poll, after the word the
+        writer sent with them has been read on another. Passed over as idle, the late partition let
+        that word release the other's records past its own still unread (tests/events/
+        test_merge_written_partition_quiet.py): a job's clock mate handed on ahead of it moves its time."""
+        return (not state.writers and caught_up.get(partition, True) and state.held == 0
                 and wall_now - state.last_data >= self.max_idle_s)
 
     def _release_once(self, wall_now: float, caught_up: dict[Partition, bool]) -> list[T]:

@@ -192,9 +192,11 @@ def run_backlog(settings: KafkaSettings, all_cases: list[Case], tmp: Path, *, no
 def assert_as_offline(outcomes: list[Outcome]) -> None:
     """No healthy machine evicted, the acting diagnoses the offline ones, and the end of every
     stream named (as the job's or the pipeline's, never a machine's)."""
+    # Each live diagnosis with its action, nodes, time and the start of its reason: a CI run at 5b607f15
+    # named only the faults, and its hang's missing second capture could not be told from the log.
     report = [(o.case.name, sorted(o.missing), sorted(o.extra), sorted(o.healthy_evicted), o.extra_details,
-               sorted(d.fault for d in o.live)) for o in outcomes]
+               [f"{d.fault}/{d.action} {','.join(d.nodes[:3])} @{d.ts:.1f}: {d.detail[:160]}"
+                for d in sorted(o.live, key=lambda d: d.ts)]) for o in outcomes]
     assert all(not o.healthy_evicted for o in outcomes), report
     assert all(not o.missing and not o.extra for o in outcomes), report
-    # (each case's live faults in the report: a CI run at bf2e7fa5 said only that one of three lacked its end)
     assert all(any(d.fault == "telemetry_lost" for d in o.live) for o in outcomes), report

@@ -37,7 +37,7 @@ class _Refs(HTMLParser):
                 self.refs.append((tag, name, value))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def conn():
     c = memory_history()
     HistorySink(c).write(build_batch(known.records() + requests.records(), labels=known.LABELS))
@@ -49,12 +49,14 @@ def conn():
     c.close()
 
 
-def _page(conn) -> str:
+@pytest.fixture(scope="module")
+def page(conn) -> str:
+    """The report of ``conn``, rendered once (its six charts are most of a test's CPU): the tests
+    below only read it, and ``conn`` is only read."""
     return html_report.render(conn, source="test.duckdb", generated_at=known.T0 + 200)
 
 
-def test_self_contained(conn):
-    page = _page(conn)
+def test_self_contained(page):
     refs = _Refs()
     refs.feed(page)
     external = [r for r in refs.refs if not (r[1] == "src" and r[2].startswith("data:image/png;base64,"))
@@ -67,14 +69,12 @@ def test_self_contained(conn):
         assert base64.b64decode(uri.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_text_from_the_history_is_escaped(conn):
-    page = _page(conn)
+def test_text_from_the_history_is_escaped(page):
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; in data/loader.py: if a &lt; b &amp;&amp; c &gt; d" in page
 
 
-def test_sections_hold_the_figures(conn):
-    page = _page(conn)
+def test_sections_hold_the_figures(conn, page):
     text = re.sub(r"<[^>]+>", " ", page)
     for heading in ("Effective training time (ETTR) per job", "Incidents", "Time to recover (MTTR) per fault class",
                     "Detection latency", "Commands and their outcome", "Wrongly blamed"):
@@ -107,15 +107,15 @@ def test_cli_writes_the_file_and_says_where(tmp_path, capsys):
 
 
 @needs_chromium
-def test_renders_in_headless_chromium(conn, tmp_path):
+def test_renders_in_headless_chromium(page, tmp_path):
     from PIL import Image, ImageStat
 
-    page = tmp_path / "report.html"
-    page.write_text(_page(conn), encoding="utf-8")
+    html_file = tmp_path / "report.html"
+    html_file.write_text(page, encoding="utf-8")
     shot = tmp_path / "shot.png"
     # Waited for while the browser prints, computes or writes (tests/progress.py), not 120 s.
     proc = run_watched([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()],
+                        f"--screenshot={shot}", "--window-size=1280,2400", html_file.as_uri()],
                        stall_s=120, cpu=True, watch=[tmp_path], limit_s=280)
     assert shot.exists(), proc.stderr[-2000:]
     image = Image.open(io.BytesIO(shot.read_bytes())).convert("RGB")
@@ -158,14 +158,13 @@ def test_the_report_projects_a_big_job_from_the_historys_detection():
     c.close()
 
 
-def test_headline_latency_is_the_one_score_prints_with_its_words(conn):
+def test_headline_latency_is_the_one_score_prints_with_its_words(page):
     """One definition of detection latency: with ground truth the page's headline is `faultlens score`'s
     number (labelled onset → first matching diagnosis), and the words beside it say so."""
     from faultlens.diagnosis.replay.scoring import LATENCY_WORDS_EVIDENCE, LATENCY_WORDS_LABELLED, score
 
     diagnoses = [d for d in known.records() if d.__class__.__name__ == "Diagnosis"]
     scored = score(diagnoses, known.LABELS).overall()
-    page = _page(conn)
     card = re.search(r'<div class="v">([^<]*) s</div><div class="k">detection latency p50 \(p99 ([^)]*) s\): ([^<]*)<',
                      page)
     assert card, page[:3000]

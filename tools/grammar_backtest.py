@@ -25,7 +25,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from faultlens.parsing.line_corpus import CORPUS, open_files
 from faultlens.parsing.registry import parser_for
@@ -97,8 +97,9 @@ def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
     return {"pair": pool.name, "faults": faults, "unread": len(unread), "caught_right": right, "caught_wrong": wrong}
 
 
-def firing(show: bool) -> dict[str, Any]:
-    """Healthy corpus rows and ordinary whole-log lines the grammar reads (acting, and recorded only)."""
+def firing(show: bool, keep: Callable[[Reading], bool] = lambda _: True) -> dict[str, Any]:
+    """Healthy corpus rows and ordinary whole-log lines the grammar reads (acting, and recorded only);
+    ``keep``: which readings count (tools.storage_backtest: the storage vocabulary's only)."""
     healthy = fired = recorded = 0
     for path in open_files():
         for text in path.read_text(encoding="utf-8").splitlines():
@@ -107,7 +108,7 @@ def firing(show: bool) -> dict[str, Any]:
                 continue
             healthy += 1
             reading = reading_of(row)
-            if reading is not None:
+            if reading is not None and keep(reading):
                 fired += reading.quiet is None
                 recorded += reading.quiet is not None
                 if show:
@@ -127,7 +128,7 @@ def firing(show: bool) -> dict[str, Any]:
             text = cut.sub("", line, count=1) if cut else line
             msg = split_timestamp(text).message
             got = read_state(msg, text, log["source"])
-            if got is not None:
+            if got is not None and keep(got):
                 q = got.quiet is not None
                 o_fired += not q
                 o_recorded += q

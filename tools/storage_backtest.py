@@ -1,0 +1,102 @@
+"""Backtest the storage vocabulary (parsing.storage_state) on the lines no reading took, pair by pair.
+
+    python -m tools.storage_backtest POOL ... [--validate-from N] [--show] [--no-firing]
+
+The pools and the halves are tools.grammar_backtest's (its pool reader: the unread fault rows of each
+opened pair on the code just before its round). Counted here are the readings the storage vocabulary
+adds to the state grammar (a reading whose rule is ``storage_state``: the vocabulary reads only a line the
+grammar's own objects and states did not), each as acting (an alert) or recorded (the line's own level is
+notice or below), caught right (``storage``, the row's class) or caught wrong. Then its firing, by
+tools.grammar_backtest.firing over every healthy row of every open corpus file and every ordinary
+whole-log line, kept to the storage vocabulary's readings. And its reach on what the rules already read:
+of every open corpus row labelled ``storage``, how many it would read by itself (a general reading of the
+vocabulary should read the mined lines too), and of every other fault row, how many it would call storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from faultlens.parsing.line_corpus import open_files
+from faultlens.parsing.state_grammar import Reading
+from tools.grammar_backtest import _PAIR, _lines, firing, pool_rows, reading_of
+
+_HALF_KEYS = ("faults", "unread", "acting_right", "recorded_right", "caught_wrong")
+
+
+def _storage(reading: Reading | None) -> bool:
+    return reading is not None and reading.rule == "storage_state"
+
+
+def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
+    unread, faults = pool_rows(pool)
+    out: dict[str, int] = dict.fromkeys(_HALF_KEYS, 0) | {"faults": faults, "unread": len(unread)}
+    for row in unread:
+        got = reading_of(row)
+        if got is None or not _storage(got):
+            continue
+        ok = got.fault == row.get("fault")
+        key = "caught_wrong" if not ok else "recorded_right" if got.quiet else "acting_right"
+        out[key] += 1
+        if show:
+            print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "quiet": got.quiet,
+                              "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"pair": pool.name, **out}
+
+
+def reach(show: bool) -> dict[str, int]:
+    """Open corpus fault rows the vocabulary reads by itself, whatever the rules did with them."""
+    storage = storage_read = other = other_read = 0
+    for path in open_files():
+        for text in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(text) if text.strip() else {}
+            fault = row.get("fault")
+            if not fault:
+                continue
+            got = reading_of(row)
+            read = _storage(got)
+            if fault == "storage":
+                storage += 1
+                storage_read += read
+            else:
+                other += 1
+                other_read += read
+                if read and show:
+                    print(json.dumps({"other_class": fault, "file": path.name, "object": got.object,  # type: ignore[union-attr]
+                                      "state": got.state, "line": _lines(row)[0][:160]}))  # type: ignore[union-attr]  # fmt: skip
+    return {
+        "storage_rows": storage,
+        "storage_rows_read": storage_read,
+        "other_fault_rows": other,
+        "other_read_as_storage": other_read,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pools", nargs="*", type=Path)
+    ap.add_argument("--validate-from", type=int, default=47, help="first batch of the validation half")
+    ap.add_argument("--show", action="store_true", help="print each reading")
+    ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
+    args = ap.parse_args(argv)
+    halves: dict[str, dict[str, int]] = {}
+    for pool in sorted(args.pools, key=lambda p: int(_PAIR.search(p.name).group(1))):  # type: ignore[union-attr]
+        r = backtest_pool(pool, args.show)
+        print(json.dumps(r))
+        half = "validation" if int(_PAIR.search(pool.name).group(1)) >= args.validate_from else "design"  # type: ignore[union-attr]
+        h = halves.setdefault(half, dict.fromkeys(_HALF_KEYS, 0))
+        for k in h:
+            h[k] += r[k]
+    for half, h in halves.items():
+        print(json.dumps({"half": half, **h}))
+    if not args.no_firing:
+        print(json.dumps({"firing": True, **firing(args.show, keep=_storage)}))
+        print(json.dumps({"reach": True, **reach(args.show)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -222,8 +222,9 @@ def trainer_level(message: str) -> int | None:
 
 # A program that says it will try again (issue 54, round 15): "command failed, retrying after 5 seconds",
 # wandb's "encountered retryable exception": the failure is not its last word; if it is, the giving-up
-# line says so. Never a guess's alert on its own (parsing.fallback), nor generic socket words'.
-_RETRYING = re.compile(r"\bretrying\b|\bretryable\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? (?:in|after) \d", re.IGNORECASE)
+# line says so. Never a guess's alert on its own (parsing.fallback), nor generic socket words'. "non-retryable"
+# says the opposite (nfs-ganesha's "Error I/O error ... but was set non-retryable", fresh48: read as a retry).
+_RETRYING = re.compile(r"\bretrying\b|(?<!non-)\bretryable\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? (?:in|after) \d", re.IGNORECASE)
 
 
 def says_retrying(message: str) -> bool:

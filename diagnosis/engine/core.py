@@ -191,15 +191,16 @@ class Engine(JobClocks):
                 return []
             self._remember(event.id, _DEAD)
             raise
-        if self._held and not (hold and skew_s is None and event.kind == "step" and event.source == "train"
-                               and event.job == self._held[0].job):
+        step = event.kind == "step" and event.source == "train"  # four in five
+        if self._held and not (hold and step and skew_s is None and event.job == self._held[0].job):
             self._take_held()  # anything else comes after the run
-        if event.source == "summary" and event.kind == "finding" and event.data.get("wave_copy") is True:
-            self._wave_copy(event)
-            return []
-        if event.source == "summary" and event.kind == "clock":
-            return self._clocks_elsewhere(event)
-        lane = self._lane(event.job)
+        if not step and event.source == "summary":
+            if event.kind == "finding" and event.data.get("wave_copy") is True:
+                self._wave_copy(event)
+                return []
+            if event.kind == "clock":
+                return self._clocks_elsewhere(event)
+        lane = self._lanes.get(event.job) or self._lane(event.job)
         out: list[Diagnosis] = []
         if skew_s is not None:
             out.extend(lane.skew_alert(event, skew_s, clamped, at, self.config.skew_alert_every_s))
@@ -213,7 +214,7 @@ class Engine(JobClocks):
         timed = event.source != "job"
         if lane.now is None and timed:
             self.book.advance(event.job, event.ts)
-        if late_by > self.config.max_lateness_s and (event.source, event.kind) in _TIMELY_ONLY:
+        if late_by > self.config.max_lateness_s and (step or (event.source, event.kind) in _TIMELY_ONLY):
             # Counted and logged (the history keeps it); judging a window or a silence from it
             # now could only produce a false verdict.
             self.stats["late"] += 1
@@ -223,9 +224,15 @@ class Engine(JobClocks):
                             self.config.max_lateness_s, self.stats["late"])
             self._remember(event.id, event.job)
             return out
-        self._remember(event.id, event.job)
+        seen_ids = self._seen  # (_remember inline: once an event)
+        seen_ids[event.id] = event.job
+        if len(seen_ids) > self.config.seen_ids:
+            seen_ids.popitem(last=False)
         self.stats["events"] += 1
-        found = self._observe(lane, event, hold)
+        if step and not lane.pending and self.config.stage != "job":
+            found = self._node_step(lane, event, hold)
+        else:
+            found = self._observe(lane, event, hold)
         if late_by > self.config.max_lateness_s:
             self.stats["late_faults"] += 1
             found = [msgspec.structs.replace(d, detail=f"late by {late_by:.0f}s: {d.detail}") for d in found]
@@ -295,21 +302,30 @@ class Engine(JobClocks):
                 return []
             findings, diags = lane.stage.observe(event)
             return lane.settle(findings, diags)
+        if event.kind == "step" and event.source == "train":
+            return self._node_step(lane, event, hold)
         node_out = NodeOutput()
-        if event.kind == "step" and event.source == "train":  # four in five: its Struct read once for every reader
-            self._check_rank(event, node_out)
-            self.node_stage.observe_step(event, typed(event, TrainStep), node_out)
-            if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
-                self._held.append(event)  # (the step itself, passed on: a train event)
-                self._held_lane = lane
-                return []
-            if self._held:
-                self._take_held()
-            return self._job_side(lane, node_out)
         for parsed in self.node_stage.parse(event) if event.kind == "line" else (event,):
             self.stats["parsed"] += parsed is not event
             self._check_rank(parsed, node_out)
             self.node_stage.observe(parsed, node_out)
+        return self._job_side(lane, node_out)
+
+    def _node_step(self, lane: Lane, event: Envelope, hold: bool) -> list[Diagnosis]:
+        """A step's node side (four in five events: its Struct read once for every reader), then its
+        job side, or held to be taken with its job's next plain steps (``hold``)."""
+        node_out = NodeOutput()
+        mismatch = rank_mismatch(self.book, event)
+        if mismatch is not None:
+            self._mismatched(mismatch, node_out)
+        step = event._payload
+        self.node_stage.observe_step(event, step if type(step) is TrainStep else typed(event, TrainStep), node_out)
+        if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
+            self._held.append(event)  # (the step itself, passed on: a train event)
+            self._held_lane = lane
+            return []
+        if self._held:
+            self._take_held()
         return self._job_side(lane, node_out)
 
     def _apply_pending(self, lane: Lane, until: float) -> None:
@@ -332,8 +348,11 @@ class Engine(JobClocks):
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""
         finding = rank_mismatch(self.book, event)
         if finding is not None:
-            self.stats["topology_mismatch"] += 1
-            out.findings.append(finding)
+            self._mismatched(finding, out)
+
+    def _mismatched(self, finding: Finding, out: NodeOutput) -> None:
+        self.stats["topology_mismatch"] += 1
+        out.findings.append(finding)
 
     def _job_side(self, lane: Lane, node_out: NodeOutput) -> list[Diagnosis]:
         forward = node_out.forward

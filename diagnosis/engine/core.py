@@ -94,6 +94,7 @@ class Engine(JobClocks):
         self._held: list[Envelope] = []
         self._held_lane: Lane | None = None
         self._ready: list[Diagnosis] = []
+        self._step_out = NodeOutput()
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)
@@ -314,16 +315,20 @@ class Engine(JobClocks):
     def _node_step(self, lane: Lane, event: Envelope, hold: bool) -> list[Diagnosis]:
         """A step's node side (four in five events: its Struct read once for every reader), then its
         job side, or held to be taken with its job's next plain steps (``hold``)."""
-        node_out = NodeOutput()
+        node_out = self._step_out
+        if node_out.forward or node_out.findings or node_out.windows:  # left by a step that raised
+            node_out = self._step_out = NodeOutput()
         mismatch = rank_mismatch(self.book, event)
         if mismatch is not None:
             self._mismatched(mismatch, node_out)
         step = event._payload
         self.node_stage.observe_step(event, step if type(step) is TrainStep else typed(event, TrainStep), node_out)
         if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
+            node_out.forward.clear()
             self._held.append(event)  # (the step itself, passed on: a train event)
             self._held_lane = lane
             return []
+        self._step_out = NodeOutput()
         if self._held:
             self._take_held()
         return self._job_side(lane, node_out)

@@ -75,6 +75,17 @@ SPIKE_NEAR = 3.0
 # spike once its rank has shown a window (``window`` values); a grad norm, whose spike the next loss
 # must answer, from MIN_BASELINE on. A NaN, a divergence and a regression are the other rules' and wait
 # for nothing.
+# An fp16 loss scaler's skipped step is no NaN of the model's: the scaled gradient overflowed, the scaler
+# skipped the update and halved its scale, and the trainer logs the step's NaN or inf norm beside the loss
+# its forward made, an ordinary one (issue 54, fresh batch 23: a DPO LoRA on a T4 logs grad_norm NaN at 4
+# of 75 steps, its loss 0.69, 0.69, 0.44, 1.1 there, and learns from ln 2 to 0.2). A non-finite norm is
+# the model's where its step's loss says so: none sent (the Hugging Face callback sends none for a
+# non-finite window), non-finite, exactly 0 (the Trainer's stand-in for a NaN window's mean: fresh
+# batches 1, 12, 20), blown up (factor x the median of its kept losses: fresh batch 23's VG-LLM, 14.4 then
+# 8195.8), or a surrogate's (signed: nothing tells its blow-up); or where such steps run on past what a
+# scaler does: halving from 2**16 (torch's GradScaler, apex and DeepSpeed start there) passes a scale of
+# 1 after this many skips in a row, below which every step overflows (docs/design.md §9: nan_loss).
+SCALER_SKIPS = 16
 
 
 def robust_sigma(values) -> tuple[float, float]:
@@ -126,6 +137,7 @@ class TrainingRule:
         self.window = window
         self._series: dict[tuple[str, int], _Series] = {}  # (job, rank) → its loss and grad-norm baselines
         self._unanswered: dict[tuple[str, int], tuple[Envelope, str]] = {}  # a spike awaiting the next loss
+        self._skipped: dict[tuple[str, int], int] = {}  # a rank's loss scaler's skipped steps in a row
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "nccl":
@@ -220,12 +232,40 @@ class TrainingRule:
                     baseline.push(value, False)
                 else:
                     self._judge(event, step, rank, "grad_norm", raw, value, baseline, loss, out)
+                if self._skipped and math.isfinite(value):
+                    self._skipped.pop(key, None)  # a loss scaler's run of skipped steps, if any, is over
         return out
+
+    def _scaler_skipped(self, key: tuple[str, int], loss: float | None, classes: int | None) -> bool:
+        """Whether a step's non-finite grad norm is an fp16 loss scaler's skipped step, counted: its loss an
+        ordinary one (under factor x the median of the losses kept before it, or of a guess's, ln(classes), where
+        none was: a first step's; with neither, nothing says it is), not SCALER_SKIPS such steps in a row yet."""
+        losses = self._series[key].loss
+        if loss is None or not math.isfinite(loss) or loss == 0.0 or losses.signed:
+            return False
+        before = list(losses.values)
+        if before and before[-1] == loss:
+            before.pop()  # this step's own loss, kept a moment ago
+        if before:
+            scale = statistics.median(before)
+        elif classes is not None and classes >= 2:
+            scale = math.log(classes)
+        else:
+            return False
+        if loss >= self.factor * scale:
+            return False
+        skips = self._skipped.get(key, 0) + 1
+        if skips > SCALER_SKIPS:
+            return False
+        self._skipped[key] = skips
+        return True
 
     def _judge(self, event: Envelope, step: TrainStep, rank: int, metric: str, raw: object, value: float,
                baseline: _Baseline, loss: float | None, out: list[Finding]) -> None:
         """One metric's value of a step in full: a NaN, a spike against its rank's baseline, or kept in it."""
         if not math.isfinite(value):
+            if metric == "grad_norm" and self._scaler_skipped((event.job, rank), loss, step.classes):
+                return
             out.append(self._nan(event, (rank,), f"{metric} = {raw} at step {or_else(step.step, '?')} (rank {rank} on {event.node})"))
             return
         base = baseline.values

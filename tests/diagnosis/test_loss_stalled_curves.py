@@ -442,6 +442,23 @@ FRESH_MISSED: dict[str, str] = {
     "5.00, 5.01, 5.03 (3 % down, flat from its 4th epoch), val_loss 4.977 to 4.945 (0.6 % down, no class count for "
     "a guess's ln), one row an epoch, 7 rows under the 20 a window needs: a fine-tune that settled at once, as "
     "fresh22's Qwen3-8B QLoRA at 1.31-1.47 does, reads the same (loss round 25)",
+    "llama_lora_sft_dpo_rewards_zero_loss_0.6932_ln2.csv": "a DPO of Llama from an SFT LoRA at 0.6932 = ln 2 at each "
+    "of its 3 quoted logs (epochs 0.38-0.45, learning rate 1.37e-05, rewards 0.0): a trained model at a guess's loss "
+    "to every printed digit, which loss_cycle.printed_frozen calls frozen at the 5th such log; 3 are fewer, and "
+    "fresh23's healthy fp16 DPO LoRA prints ln 2 to every digit at its first 4 logs (learning rate 0 at 1-3, 5e-06 "
+    "at 4) before it learns to 0.2: a count under 5 would rest on the learning rate of 3 logs alone (loss round 26)",
+    "qwen2.5_0.5b_full_sft_recsys_loss_12_lr_0_grad_0.csv": "a 0.5B full SFT whose 4 quoted logs carry learning rate "
+    "0.0 and grad_norm 0.0 beside a loss of 12.10, 12.06, 12.00, 12.07: the gradient watch (loss_gradient."
+    "gradient_zero) calls a zero norm at its 5th log in a row (a fifth of the shortest window, 5 at least); 4 are "
+    "fewer. fresh21's healthy GRPO policy logs grad_norm 0 in runs of 2-6 (learning rate 0 too at its first step), "
+    "its loss 0.0 there, not 12: a loss far from 0 beside a zero gradient would tell them apart, at 4 logs a count "
+    "chosen for this curve (loss round 26)",
+    "waveglow_vocoder_spike_40490_then_back_near_its_start_32_iterations.csv": "a WaveGlow vocoder first seen at "
+    "iteration 123873, its negative log-likelihood at -5.27 to -5.60 for 14 iterations and -4.72 to -5.18 for 5, then "
+    "40490.18 at 123892 and -3.48, -2.22, -1.67, -1.11 to -1.72 for its last 9: 12 logs after the blow-up, under the "
+    "shortest window's 20, so every window judged still holds the -5.5 level in its first blocks ('regressed' needs "
+    "every block above the best; it also measures what was learned from the first loss seen, -5.48, at the run's "
+    "floor: nothing); a signed loss is never 'diverging' (loss round 26)",
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

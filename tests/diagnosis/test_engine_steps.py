@@ -66,7 +66,9 @@ def _messages(seed: int) -> list[tuple[str, bytes]]:
                 if (t, rank) == (120, 2):
                     loss = "nan"
                 if (t, rank) == (130, 10):
-                    grad = "inf"
+                    grad, loss = "inf", loss * 1000  # the model's: its loss blew up with it
+                if (t, rank) == (140, 3):
+                    grad = "inf"  # beside an ordinary loss: an fp16 loss scaler's skipped step, no NaN
                 if (t, rank) in ((90, 6), (100, 7)):
                     grad *= 40  # a grad-norm spike: the next loss of rank 6 answers it, rank 7's does not
                 if (t, rank) == (91, 6):
@@ -159,7 +161,7 @@ def test_the_run_has_what_the_step_path_must_get_right():
     spikes = [f for f in found if f["fault"] == "loss_spike"]
     assert {tuple(f["ranks"]) for f in spikes} == {(1,), (6,), (9,)}  # rank 7's loss did not answer
     assert any(len(f["evidence"]) == 2 for f in spikes)  # rank 6's grad norm, answered by its next loss
-    assert {tuple(f["ranks"]) for f in found if f["fault"] == "nan_loss"} == {(2,), (10,)}
+    assert {tuple(f["ranks"]) for f in found if f["fault"] == "nan_loss"} == {(2,), (10,)}  # not 3's skipped step
     assert any(f["entity"] == "rank-placement" for f in found)
     assert [f["ranks"] for f in found if f["fault"] == "gpu_thermal"] == [[5]]  # throttled, and its rank slowed
     windows = [orjson.loads(value) for topic, _, _, value in outputs if b'"kind":"window"' in value]

@@ -25,7 +25,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from faultlens.parsing.line_corpus import CORPUS, open_files
 from faultlens.parsing.registry import parser_for
@@ -145,6 +145,26 @@ def firing(show: bool, keep: Callable[[Reading], bool] = lambda _: True) -> dict
     }
 
 
+def pair_of(pool: Path) -> int:
+    """The first batch of the opened pair a pool file is of (``...fresh<N>_<M>...`` in its name)."""
+    return int(_PAIR.search(pool.name).group(1))  # type: ignore[union-attr]
+
+
+def print_by_half(pools: Iterable[Path], validate_from: int, backtest: Callable[[Path], dict[str, Any]],
+                  keys: Iterable[str]) -> None:
+    """Each pool's ``backtest`` printed in pair order, then each half's sums of ``keys``: pairs from
+    ``validate_from`` on are the validation half, the rest the design half (every backtest tool's report)."""
+    halves: dict[str, dict[str, int]] = {}
+    for pool in sorted(pools, key=pair_of):
+        r = backtest(pool)
+        print(json.dumps(r), flush=True)
+        h = halves.setdefault("validation" if pair_of(pool) >= validate_from else "design", dict.fromkeys(keys, 0))
+        for k in h:
+            h[k] += r[k]
+    for half, h in halves.items():
+        print(json.dumps({"half": half, **h}))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pools", nargs="*", type=Path)
@@ -152,16 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", action="store_true", help="print each reading")
     ap.add_argument("--no-firing", action="store_true", help="skip the firing count")
     args = ap.parse_args(argv)
-    halves: dict[str, dict[str, int]] = {}
-    for pool in sorted(args.pools, key=lambda p: int(_PAIR.search(p.name).group(1))):  # type: ignore[union-attr]
-        r = backtest_pool(pool, args.show)
-        print(json.dumps(r))
-        half = "validation" if int(_PAIR.search(pool.name).group(1)) >= args.validate_from else "design"  # type: ignore[union-attr]
-        h = halves.setdefault(half, {"faults": 0, "unread": 0, "caught_right": 0, "caught_wrong": 0})
-        for k in h:
-            h[k] += r[k]
-    for half, h in halves.items():
-        print(json.dumps({"half": half, **h}))
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show),
+                  ("faults", "unread", "caught_right", "caught_wrong"))
     if not args.no_firing:
         print(json.dumps({"firing": True, **firing(args.show)}))
     return 0

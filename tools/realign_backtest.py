@@ -179,19 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker is not None:
         return worker(args.worker)
-    halves: dict[str, dict[str, int]] = {}
-    for pool in sorted(args.pools, key=lambda p: int(_POOL.search(p.name).group(1))):  # type: ignore[union-attr]
-        r = backtest_pool(pool, args.show)
-        print(json.dumps(r), flush=True)
-        half = "validation" if int(_POOL.search(pool.name).group(1)) >= args.validate_from else "design"  # type: ignore[union-attr]
-        h = halves.setdefault(
-            half,
-            dict.fromkeys(("faults", "unread", "caught_right", "caught_wrong", "recorded", "quiet_healthy", "newly_fired"), 0),
-        )
-        for k in h:
-            h[k] += r[k]
-    for half, h in halves.items():
-        print(json.dumps({"half": half, **h}))
+    from tools.grammar_backtest import print_by_half  # (here: a worker imports its own commit's faultlens)
+
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show),
+                  ("faults", "unread", "caught_right", "caught_wrong", "recorded", "quiet_healthy", "newly_fired"))
     return 0
 
 

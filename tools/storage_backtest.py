@@ -22,7 +22,7 @@ from typing import Any
 
 from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.state_grammar import Reading
-from tools.grammar_backtest import _PAIR, _lines, firing, pool_rows, reading_of
+from tools.grammar_backtest import _lines, firing, pool_rows, print_by_half, reading_of
 
 _HALF_KEYS = ("faults", "unread", "acting_right", "recorded_right", "caught_wrong")
 
@@ -82,16 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", action="store_true", help="print each reading")
     ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
     args = ap.parse_args(argv)
-    halves: dict[str, dict[str, int]] = {}
-    for pool in sorted(args.pools, key=lambda p: int(_PAIR.search(p.name).group(1))):  # type: ignore[union-attr]
-        r = backtest_pool(pool, args.show)
-        print(json.dumps(r))
-        half = "validation" if int(_PAIR.search(pool.name).group(1)) >= args.validate_from else "design"  # type: ignore[union-attr]
-        h = halves.setdefault(half, dict.fromkeys(_HALF_KEYS, 0))
-        for k in h:
-            h[k] += r[k]
-    for half, h in halves.items():
-        print(json.dumps({"half": half, **h}))
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show), _HALF_KEYS)
     if not args.no_firing:
         print(json.dumps({"firing": True, **firing(args.show, keep=_storage)}))
         print(json.dumps({"reach": True, **reach(args.show)}))

@@ -225,10 +225,7 @@ class Engine(JobClocks):
                             self.config.max_lateness_s, self.stats["late"])
             self._remember(event.id, event.job)
             return out
-        seen_ids = self._seen  # (_remember inline: once an event)
-        seen_ids[event.id] = event.job
-        if len(seen_ids) > self.config.seen_ids:
-            seen_ids.popitem(last=False)
+        self._remember(event.id, event.job)
         self.stats["events"] += 1
         if step and not lane.pending and self.config.stage != "job":
             found = self._node_step(lane, event, hold)
@@ -318,9 +315,7 @@ class Engine(JobClocks):
         node_out = self._step_out
         if node_out.forward or node_out.findings or node_out.windows:  # left by a step that raised
             node_out = self._step_out = NodeOutput()
-        mismatch = rank_mismatch(self.book, event)
-        if mismatch is not None:
-            self._mismatched(mismatch, node_out)
+        self._check_rank(event, node_out)
         step = event._payload
         self.node_stage.observe_step(event, step if type(step) is TrainStep else typed(event, TrainStep), node_out)
         if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
@@ -353,11 +348,8 @@ class Engine(JobClocks):
         """Rank-bearing events must agree with the job's topology; disagreement is reported, once."""
         finding = rank_mismatch(self.book, event)
         if finding is not None:
-            self._mismatched(finding, out)
-
-    def _mismatched(self, finding: Finding, out: NodeOutput) -> None:
-        self.stats["topology_mismatch"] += 1
-        out.findings.append(finding)
+            self.stats["topology_mismatch"] += 1
+            out.findings.append(finding)
 
     def _job_side(self, lane: Lane, node_out: NodeOutput) -> list[Diagnosis]:
         forward = node_out.forward

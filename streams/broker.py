@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from faultlens.events.home import faultlens_home
+from faultlens.streams.local_port import free_port
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,6 @@ class BrokerError(RuntimeError):
 
 def state_file() -> Path:
     return faultlens_home() / "broker.json"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def answers(bootstrap: str, timeout: float = 1.0) -> bool:

@@ -39,9 +39,9 @@ from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, defaul
 from faultlens.events.command_screen import CommandScreen
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
-from faultlens.streams.broker import free_port
 from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
+from faultlens.streams.local_port import free_port
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Sequence
 
 from faultlens.collectors.checks.result import CheckResult, skipped
+from faultlens.streams.local_port import free_port
 
 NAME = "collective"
 ELEMENTS = 1 << 16
@@ -69,14 +70,6 @@ def judge_collective(outcomes: Sequence[RankOutcome], world: int, timeout_s: flo
     return CheckResult(NAME, True, f"all_reduce over {world} local rank(s) exact")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: int | None = None,
                    start_s: float = 120.0) -> list[RankOutcome]:
     """Start ``world`` ranks, collect their lines, kill the rest.
@@ -86,7 +79,7 @@ def run_collective(world: int, backend: str, timeout_s: float, *, stall_rank: in
     and a rank not ready within ``start_s`` is silent. ``stall_rank`` makes that rank never join
     the collective (fault injection for tests).
     """
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen] = []
     lines: list[list[str]] = []
     ready: list[threading.Event] = []

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import urllib.request
 import uuid
 
 import pytest
 
 from faultlens.demo.processes import faultlens
+from faultlens.streams.local_port import free_port
 from tests.progress import procs_progress, wait_until
 
 pytestmark = pytest.mark.broker
@@ -21,12 +21,6 @@ pytestmark = pytest.mark.broker
 HOLDING = "this member runs the pipeline"
 STANDING_BY = "standing by"
 STALL_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _lease_held(port: int) -> str:
@@ -41,7 +35,7 @@ def test_two_stage_all_members_one_acts_and_killing_it_hands_over(own_kafka_sett
     group = f"test-lease-{uuid.uuid4().hex[:6]}"
     argv = ["diagnose", "--bootstrap", settings.bootstrap, "--group", group]
     env = {**os.environ, "FAULTLENS_LOG_LEVEL": "WARNING"}
-    ports = [_free_port() for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
     procs = [faultlens(f"member{i}", [*argv, "--metrics-port", str(port)], env, tmp_path)
              for i, port in enumerate(ports)]
     try:

@@ -5,7 +5,6 @@ offline ones. (Apart from tests/diagnosis/test_stages.py so that the test runner
 from __future__ import annotations
 
 import re
-import socket
 import urllib.request
 import uuid
 
@@ -15,6 +14,7 @@ from bench.testbed.backlog_split import start_members
 from faultlens.diagnosis.replay.scoring import is_scored
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.simulator import FaultPlan
+from faultlens.streams.local_port import free_port
 from faultlens.streams.replay import replay_trace
 from tests.diagnosis.live_members import LIVE_JOB_IDLE_S, finish_node_members
 from tests.diagnosis.sim_replay import acting, offline_trace
@@ -24,12 +24,6 @@ from tests.progress import cpu_ticks, wait_until
 pytestmark = pytest.mark.broker
 
 READ = re.compile(r'^faultlens_events_in_total\{consumer="diagnose-job"\} (\S+)$', re.M)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _records_in(port: int) -> int | None:
@@ -68,7 +62,7 @@ def test_e2e_a_job_stage_member_killed_mid_stream_changes_nothing(own_kafka_sett
     argv = ["diagnose", "--stage", "job", "--bootstrap", kafka_settings.bootstrap, "--group", group,
             "--idle-stop", str(LIVE_JOB_IDLE_S)]
     env = dict(os.environ)
-    ports = [_free_port() for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
     first, second = (faultlens(f"job{i}", [*argv, "--metrics-port", str(port)], env, tmp_path)
                      for i, port in enumerate(ports))
     procs = [first, second]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from faultlens.streams.local_port import free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "scancel", "sbatch", "squeue")
 REAL_NODE = "fl-node1"
@@ -45,14 +46,12 @@ def _binary(name: str) -> str:
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 # One CPU and 256 MB per node: a machine with less than the config says would register as

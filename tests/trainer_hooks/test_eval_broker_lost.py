@@ -118,6 +118,16 @@ def arrived_evals(settings: KafkaSettings, job: str, wanted: set[int], hook: Tra
     return evals(found)
 
 
+def drained(outbox) -> None:
+    """Until the broker has acknowledged everything sent so far, while the spool moves."""
+    wait_until(
+        lambda: outbox.pending == 0 and not outbox.down,
+        progress=lambda: (outbox.pending, outbox.delivered, outbox.outages),
+        stall_s=STALL_S,
+        what="the outbox's spool to be delivered",
+    )
+
+
 @pytest.fixture
 def broker(tmp_path):
     with own_broker(tmp_path) as b:  # this module kills its broker: one of its own
@@ -136,7 +146,10 @@ def test_a_training_loop_evaluates_through_a_killed_broker_and_its_evals_arrive_
     try:
         assert hook.wait_ready()
         before = loop.run(10, "training with the broker up")
-        assert outbox.flush(STALL_S) and outbox.outages == 0
+        drained(outbox)
+        # A batch acknowledged later than FLUSH_S is an outage by design (a loaded machine's fresh broker
+        # may be that slow): the kill's is counted from here, and every outage is said once, as is its end.
+        base, first = outbox.outages, len(caplog.records)
 
         with caplog.at_level(logging.WARNING, logger="faultlens.trainer_hooks.outbox"):
             broker.proc.kill()
@@ -153,17 +166,18 @@ def test_a_training_loop_evaluates_through_a_killed_broker_and_its_evals_arrive_
             delivered = outbox.delivered
             during += loop.run(20, "training and evaluating with no broker")
             # Everything sent since the kill waits in the spool: 30 steps and their 6 evals, none dropped.
-            assert outbox.pending == 30 + 6 and outbox.dropped == 0 and outbox.outages == 1
+            assert outbox.pending == 30 + 6 and outbox.dropped == 0 and outbox.outages == base + 1
             assert outbox.delivered == delivered and not outbox.flush(STALL_S)  # no wait for a broker that is gone
 
             broker.start()  # the same address, empty (memory storage): what arrives now was spooled or is new
             ensure_topics(settings)
             after = loop.run(10, "training with the broker back")
             arrived = arrived_evals(settings, job, set(during + after), hook)
-            assert outbox.flush(STALL_S) and not outbox.down and outbox.outages == 1 and outbox.dropped == 0
-        said = [r.getMessage() for r in caplog.records]
-        assert sum("spooling up to" in m for m in said) == 1, said  # one word of the outage
-        assert sum("broker back after" in m for m in said) == 1, said  # and one of its end
+            drained(outbox)
+            assert outbox.dropped == 0
+        said = [r.getMessage() for r in caplog.records[first:]]
+        assert sum("spooling up to" in m for m in said) == outbox.outages - base, said  # one word of the outage
+        assert sum("broker back after" in m for m in said) == outbox.outages - base, said  # and one of its end
     finally:
         hook.close()
 

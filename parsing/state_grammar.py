@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultlens.parsing import storage_state
+from faultlens.parsing import own_failure, storage_state
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.fallback import CEILING
 from faultlens.parsing.line import any_of, common
@@ -145,7 +145,7 @@ _OWN_PREFILTER = tuple(q for q in QUICK if q not in ("no ", "not ", "n't")) + (
     "not responding", "not healthy", "not ready", "seem to", "appear to", "not exist", "n't exist", "match")
 # With the storage vocabulary's literals, but those holding a literal here or an alarm word (both parsers' pre-filters
 # carry parsing.alarm.QUICK): a literal inside another passes no line more and costs the scan (a third of its time).
-PREFILTER = _OWN_PREFILTER + tuple(q for q in storage_state.QUICK if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
+PREFILTER = _OWN_PREFILTER + tuple(q for q in (*storage_state.QUICK, *own_failure.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
 
 
 # A level word the line's own format prints, upper case, where the parsers' readers of levels may not look
@@ -170,6 +170,8 @@ class Reading:
 
     @property
     def finding(self) -> str:
+        if self.rule == "own_failure":
+            return f"{self.object!r} states its own failure ({self.state}); no rule, subsystem or model took the line"
         return f"the state grammar reads {self.object!r} as {self.state}; no rule, subsystem or model took the line"
 
 
@@ -179,7 +181,8 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
     own tag does not); ``source`` the stream (kernel / nccl), whose format states the line's level."""
     low = message.lower()
     grammar = _QUICK.search(low) is not None
-    if not (grammar or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
+    own = source != "kernel" and own_failure.quick(low)  # the kernel's log holds no program's frames
+    if not (grammar or own or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
         return None
     if reassured(message) or says_retrying(message):
         return None
@@ -187,9 +190,13 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
     if reading is None:
         # what a storage system says of its own health, in the vocabulary storage systems share
         said = storage_state.read_storage(message, raw)
-        if said is None:
+        if said is not None:
+            reading = Reading("storage", *said, rule="storage_state")
+        elif own and (told := own_failure.read_own_failure(message)) is not None:
+            # a program's own word that it failed, in its frame: the job's code (parsing.own_failure)
+            reading = Reading("user_code", *told, rule="own_failure")
+        else:
             return None
-        reading = Reading("storage", *said, rule="storage_state")
     quiet = _own_level(message, raw, source)
     return Reading(reading.fault, reading.object, reading.state, quiet, reading.rule) if quiet else reading
 

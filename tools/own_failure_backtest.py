@@ -1,0 +1,92 @@
+"""Backtest the reading of a program's own failure frame (parsing.own_failure) on the lines no reading took, pair by pair.
+
+    python -m tools.own_failure_backtest POOL ... [--validate-from N] [--show] [--no-firing]
+
+The pools and the halves are tools.grammar_backtest's (its pool reader: the unread fault rows of each
+opened pair on the code just before its round). Counted here are the readings the frames add to the state
+grammar (a reading whose rule is ``own_failure``: read only on a job's stream, for a line the grammar's
+objects and the storage vocabulary did not take), each as acting (an alert) or recorded (the line's own
+level is notice or below), caught right (``user_code``, the row's class) or caught wrong. Then its firing,
+by tools.grammar_backtest.firing over every healthy row of every open corpus file and every ordinary
+whole-log line, kept to the frames' readings. And its reach on what the rules already read: of every open
+corpus row labelled ``user_code``, how many the frames would read by themselves, and of every other fault
+row, how many they would call ``user_code``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from faultlens.parsing.line_corpus import open_files
+from faultlens.parsing.state_grammar import Reading
+from tools.grammar_backtest import _lines, firing, pool_rows, print_by_half, reading_of
+
+_HALF_KEYS = ("faults", "unread", "acting_right", "recorded_right", "caught_wrong")
+
+
+def _own(reading: Reading | None) -> bool:
+    return reading is not None and reading.rule == "own_failure"
+
+
+def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
+    unread, faults = pool_rows(pool)
+    out: dict[str, int] = dict.fromkeys(_HALF_KEYS, 0) | {"faults": faults, "unread": len(unread)}
+    for row in unread:
+        got = reading_of(row)
+        if got is None or not _own(got):
+            continue
+        ok = got.fault == row.get("fault")
+        key = "caught_wrong" if not ok else "recorded_right" if got.quiet else "acting_right"
+        out[key] += 1
+        if show:
+            print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "quiet": got.quiet,
+                              "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"pair": pool.name, **out}
+
+
+def reach(show: bool) -> dict[str, Any]:
+    """Open corpus fault rows the frames read by themselves, whatever the rules did with them."""
+    mine = mine_read = other = 0
+    wrong: Counter[str] = Counter()
+    for path in open_files():
+        for text in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(text) if text.strip() else {}
+            fault = row.get("fault")
+            if not fault:
+                continue
+            got = reading_of(row)
+            read = _own(got)
+            if fault == "user_code":
+                mine += 1
+                mine_read += read
+            else:
+                other += 1
+                if read:
+                    wrong[fault] += 1
+                    if show:
+                        print(json.dumps({"other_class": fault, "file": path.name, "object": got.object,  # type: ignore[union-attr]
+                                          "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"user_code_rows": mine, "user_code_rows_read": mine_read, "other_fault_rows": other,
+            "other_read_as_user_code": sum(wrong.values()), "by_class": dict(wrong.most_common())}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pools", nargs="*", type=Path)
+    ap.add_argument("--validate-from", type=int, default=59, help="first batch of the validation half")
+    ap.add_argument("--show", action="store_true", help="print each reading")
+    ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
+    args = ap.parse_args(argv)
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show), _HALF_KEYS)
+    if not args.no_firing:
+        print(json.dumps({"firing": True, **firing(args.show, keep=_own)}))
+        print(json.dumps({"reach": True, **reach(args.show)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -103,6 +103,6 @@ def _said(diagnoses: list[Diagnosis], start: float) -> list[str]:
 def _members(members) -> list[dict]:
     """What each member read, handed on late, read again and judged late (runner and engine counts)."""
     return [{"group": r.group, "in": r.stats.records_in, "late_released": r.stats.late_released,
-             "redeliveries": r.stats.redeliveries, "forced": r.merge.forced if r.merge is not None else None,
+             "redeliveries": r.stats.redeliveries, "skewed": r.stats.skewed, "forced": r.merge.forced if r.merge is not None else None,
              **{k: h.engine.stats[k] for k in ("late", "late_faults", "duplicates") if hasattr(h, "engine")}}
             for _, r, h in members]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from faultlens.history import html_report
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.history.whatif import headline
 from tests.helpers.chromium import chromium, needs_chromium
 from tests.history import known
+from tests.history.report_page import render
 from tests.progress import run_watched
 
 
@@ -64,7 +64,7 @@ def test_each_largest_loss_says_where_its_seconds_come_from():
     c = _history()
     try:
         expected = headline.headline(headline.history_rows(c))["largest_losses"]
-        page = html_report.render(c, generated_at=0.0)
+        page = render(c, generated_at=0.0)
     finally:
         c.close()
     head, *body = _rows(page)
@@ -95,7 +95,7 @@ def test_a_measured_loss_says_its_samples_and_a_thin_one_is_marked_a_guess(monke
     monkeypatch.setattr(headline, "headline", lambda rows: projection)
     c = _history()
     try:
-        page = html_report.render(c, generated_at=0.0)
+        page = render(c, generated_at=0.0)
     finally:
         c.close()
     _, *body = _rows(page)
@@ -112,7 +112,7 @@ def test_the_rendered_report_shows_the_sources(tmp_path):
     """The DOM as the browser built it (not the text we wrote): the column and its words are there."""
     c = _history()
     try:
-        page = html_report.render(c, generated_at=0.0)
+        page = render(c, generated_at=0.0)
     finally:
         c.close()
     path = tmp_path / "report.html"

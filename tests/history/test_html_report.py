@@ -11,12 +11,12 @@ from html.parser import HTMLParser
 import pytest
 
 from faultlens.cli import main
-from faultlens.history import html_report
 from faultlens.history.queries import run
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.helpers.chromium import chromium, needs_chromium
 from tests.history import known, requests
+from tests.history.report_page import render
 from tests.progress import run_watched
 
 HOSTILE = requests.RECORD_ONLY.detail  # "Xid 63 <row remap pending> & retired page"
@@ -53,7 +53,7 @@ def conn():
 def page(conn) -> str:
     """The report of ``conn``, rendered once (its six charts are most of a test's CPU): the tests
     below only read it, and ``conn`` is only read."""
-    return html_report.render(conn, source="test.duckdb", generated_at=known.T0 + 200)
+    return render(conn, source="test.duckdb", generated_at=known.T0 + 200)
 
 
 def test_self_contained(page):
@@ -133,7 +133,7 @@ def test_a_history_without_diagnoses_still_renders():
     c = memory_history()  # a trace loaded with --no-diagnose: events and timeline marks only
     HistorySink(c).write(build_batch(known.events()))
     try:
-        page = html_report.render(c)
+        page = render(c)
     finally:
         c.close()
     assert page.count("<img") == 1  # only the job timeline has data
@@ -173,5 +173,5 @@ def test_headline_latency_is_the_one_score_prints_with_its_words(page):
     # without labels the headline is from the first evidence, and says so
     bare = memory_history()
     HistorySink(bare).write(build_batch(known.records()))
-    card = re.search(r'detection latency p50 \(p99 [^)]* s\): ([^<]*)<', html_report.render(bare, generated_at=known.T0))
+    card = re.search(r'detection latency p50 \(p99 [^)]* s\): ([^<]*)<', render(bare, generated_at=known.T0))
     assert card and html.unescape(card.group(1)) == LATENCY_WORDS_EVIDENCE

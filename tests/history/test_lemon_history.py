@@ -3,11 +3,11 @@ HTML report's per-machine table with the lemons."""
 
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.fleet_record import MachineRecord
-from faultlens.history.html_report import render
 from faultlens.history.queries import run
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.remediation.fleet import Fleet
+from tests.history.report_page import render
 
 T0 = 1_767_225_600.0
 

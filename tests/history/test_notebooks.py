@@ -13,16 +13,19 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from faultlens.history.loader import load_trace
 from faultlens.history.schema import open_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import known
 from tests.progress import Stalled, cpu_ticks, wait_until
+
+if TYPE_CHECKING:  # imported when a notebook runs: each xdist worker collects this file, one runs it
+    import nbformat
+    from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "faultlens-test-venv"
@@ -56,6 +59,9 @@ def _execute(name: str, db: Path, kernel_path: Path, monkeypatch) -> tuple[nbfor
     """Run the notebook; return it and its text: printed lines and the plain-text form of displayed DataFrames."""
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
     monkeypatch.setenv("FAULTLENS_DB", str(db))
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.executable)"))
     _run_watched(NotebookClient(nb, kernel_name=KERNEL, timeout=None, resources={"metadata": {"path": str(NOTEBOOKS)}}),

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from faultlens.history import plots
+import pytest
+
 from faultlens.history.schema import memory_history
 from faultlens.history.sink import HistorySink, build_batch
 from tests.history import requests
+
+
+@pytest.fixture(scope="module")
+def plots():
+    """faultlens.history.plots, imported by the worker that runs these tests (it imports matplotlib and
+    pandas, ~1 CPU-s), not by every xdist worker that collects the file."""
+    from faultlens.history import plots
+
+    return plots
 
 
 def _caption(fig) -> str:
     return fig._supxlabel.get_text() if fig._supxlabel is not None else ""
 
 
-def test_heatmap_counts_acting_diagnoses_only(conn):
+def test_heatmap_counts_acting_diagnoses_only(plots, conn):
     fig = plots.node_class_heatmap(conn)
     ax = fig.axes[0]
     nodes = [t.get_text() for t in ax.get_yticklabels()]
@@ -26,7 +36,7 @@ def test_heatmap_counts_acting_diagnoses_only(conn):
     assert "Not counted: 2 stack request(s)" in _caption(fig) and "2 record-only finding(s)" in _caption(fig)
 
 
-def test_faults_over_time_draws_requests_in_their_own_panel(conn):
+def test_faults_over_time_draws_requests_in_their_own_panel(plots, conn):
     fig = plots.faults_over_time(conn)
     top, bottom = fig.axes[:2]
     acting = sum(p.get_height() for p in top.patches)
@@ -36,7 +46,7 @@ def test_faults_over_time_draws_requests_in_their_own_panel(conn):
     assert "Counted: 3 acting diagnoses" in _caption(fig) and "stack requests" in bottom.get_ylabel().replace("\n", " ")
 
 
-def test_every_chart_has_a_title_units_and_a_caption(conn):
+def test_every_chart_has_a_title_units_and_a_caption(plots, conn):
     for name, make in plots.PLOTS.items():
         fig = make(conn)
         assert fig is not None, name
@@ -47,13 +57,13 @@ def test_every_chart_has_a_title_units_and_a_caption(conn):
         assert _caption(fig).startswith(("Counted:", "MTBF =", "Bars:")), (name, _caption(fig))
 
 
-def test_latency_histogram_leaves_requests_out(conn):
+def test_latency_histogram_leaves_requests_out(plots, conn):
     fig = plots.latency_histogram(conn)
     assert sum(p.get_height() for p in fig.axes[0].patches) == 3
     assert fig.axes[0].get_title() == "Detection latency (3 acting diagnoses)"
 
 
-def test_nothing_to_draw_gives_none():
+def test_nothing_to_draw_gives_none(plots):
     c = memory_history()
     HistorySink(c).write(build_batch(requests.REQUESTS[:1]))  # only a request: no failure to draw
     try:
@@ -66,7 +76,7 @@ def test_nothing_to_draw_gives_none():
         c.close()
 
 
-def test_duration_unit():
+def test_duration_unit(plots):
     assert plots.duration_unit(30) == (1.0, "s")
     assert plots.duration_unit(1449) == (60.0, "min")
     assert plots.duration_unit(3 * 86400) == (86400.0, "days")

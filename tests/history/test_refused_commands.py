@@ -13,12 +13,13 @@ from faultlens.collectors.checks.source import ChecksSource
 from faultlens.events.command import Command
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import SigningKey
-from faultlens.history import html_report, queries
+from faultlens.history import queries
 from faultlens.history.schema import memory_history, open_history
 from faultlens.history.sink import HistorySink, build_batch
 from faultlens.streams.config import KafkaSettings
 from tests.history import known
 from tests.history.answered import FORGED, TRUSTED, acks, write_history
+from tests.history.report_page import render
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_command_outcomes_say_who_refused(conn):
 
 
 def test_the_html_report_leaves_the_refused_eviction_out(conn):
-    page = html_report.render(conn, source="h.duckdb", generated_at=known.D + 100)
+    page = render(conn, source="h.duckdb", generated_at=known.D + 100)
     blamed = page[page.index('id="blamed"'):page.index('id="faults"')]
     assert ">j2<" not in blamed and "gpu_thermal" not in blamed
     assert ">n9<" in blamed  # the section does list evictions

@@ -300,7 +300,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 24))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 25))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -459,6 +459,19 @@ FRESH_MISSED: dict[str, str] = {
     "shortest window's 20, so every window judged still holds the -5.5 level in its first blocks ('regressed' needs "
     "every block above the best; it also measures what was learned from the first loss seen, -5.48, at the run's "
     "floor: nothing); a signed loss is never 'diverging' (loss round 26)",
+    "llama_lora_int4_xturing_loss_always_10.40_ln32000.csv": "an INT4 LLaMA LoRA fine-tune at loss 10.40 at each of "
+    "its 7 quoted steps (27-33; 'always 10.40, irrespective of the data'), against ln 32000 = 10.37: a trained model at "
+    "a guess's loss, which loss_cycle.printed_frozen calls frozen at the 5th log alike when the digits printed are a "
+    "thousandth of the level or finer (fresh22's MiniGPT-4 at 10.3750). The bar printed 10.40 (a step of 0.096 %); the "
+    "event carries the float 10.4, whose digits (a step of 0.96 %) say no more than a loss moving by under 0.5 %, as a "
+    "new head's at ln(classes) in its warm-up does; 7 logs are under the 20 the shortest window judges at chance "
+    "(loss round 27)",
+    "llama_1.3b_megatron_deepspeed_fp16_scale_collapsed_loss_10.65_to_13.4.csv": "a 1.3B LLaMA pretraining from "
+    "scratch in fp16 whose note keeps 6 of its 2,500 iterations: 10.655, 10.652, 10.646 at 1-3, then 12.67, 13.40, 12.55 "
+    "at 2498-2500 with the loss scale at 1 and 1,586 steps skipped, and validation 13.60 at 2500, 31 % above ln 32000 = "
+    "10.37: 6 logs, under the 20 the shortest window judges (never learned, diverging); the later three 19 % above the "
+    "first three, not the quarter a divergence climbs; one held-out loss above a guess's is what an over-fitted "
+    "classifier's is too (loss round 27)",
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from faultlens.streams.broker import free_port
+from tests.in_process import faultlens_main
 from tests.progress import Watched, run_watched
 
 
@@ -18,11 +19,20 @@ def _env(tmp_path) -> dict[str, str]:
     return {**env, "FAULTLENS_HOME": str(tmp_path / "home")}
 
 
-def test_nodes_without_a_broker_says_what_it_looked_for_and_exits_1(tmp_path):
+@pytest.fixture
+def own_home(tmp_path, monkeypatch):
+    """_env's settings for a command run in this process (tests/in_process.py): a command that ends by
+    itself after a line or two. Nine interpreters started for those were ~0.7 CPU-s each; the commands
+    that wait on a broker, and the bootstrap that does not answer, still run as a user runs them."""
+    monkeypatch.setenv("FAULTLENS_HOME", str(tmp_path / "home"))
+    for name in ("FAULTLENS_BOOTSTRAP", "FAULTLENS_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_nodes_without_a_broker_says_what_it_looked_for_and_exits_1(tmp_path, own_home):
     for op in (["list"], ["show", "n1"]):
-        proc = run_watched(
-            [sys.executable, "-m", "faultlens", "nodes", *op], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280
-        )
+        proc = faultlens_main("nodes", *op)
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert "no broker to talk to" in proc.stderr and "faultlens up" in proc.stderr, proc.stderr[-2000:]
         assert proc.stdout == ""
@@ -34,13 +44,7 @@ def test_a_bootstrap_that_does_not_answer_is_one_line_not_a_traceback(tmp_path):
     # test waits that out once. Each is waited for while it logs its retries, never a fixed time.
     down = f"127.0.0.1:{free_port()}"
     trace = tmp_path / "t.parquet"
-    sim = run_watched(
-        [sys.executable, "-m", "faultlens", "simulate", "--nodes", "2", "--gpus", "2", "--duration", "30", "--out", str(trace)],
-        env=_env(tmp_path),
-        stall_s=60,
-        cpu=True,
-        limit_s=280,
-    )
+    sim = faultlens_main("simulate", "--nodes", "2", "--gpus", "2", "--duration", "30", "--out", trace)  # the input, in this process
     assert sim.returncode == 0, sim.stderr[-2000:]
     argvs = {"status": ["status"], "replay": ["replay", str(trace), "--speed", "0"], "nodes": ["nodes", "list"]}
     procs = {
@@ -87,7 +91,7 @@ def test_up_on_its_own_broker_stops_without_a_page_of_kafka_errors(tmp_path):
     assert "ERROR" not in log and "Traceback" not in log, log[-3000:]
 
 
-def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
+def test_a_missing_or_misshapen_trace_is_named_once(tmp_path, own_home):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -96,26 +100,24 @@ def test_a_missing_or_misshapen_trace_is_named_once(tmp_path):
     missing = tmp_path / "missing.parquet"
     said = {}
     for name, argv in {"score": ["score", str(missing)], "check": ["check", "--expect", str(wrong)]}.items():
-        proc = run_watched([sys.executable, "-m", "faultlens", *argv], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280)
+        proc = faultlens_main(*argv)
         assert proc.returncode == 2, proc.stderr[-2000:]
         said[name] = proc.stderr.strip().splitlines()[-1]
     # score looked for the labels of a trace that is not there and said only that (issue: O6 walk-through)
     assert said["score"] == f"faultlens score: {missing}: no such trace"
     assert said["check"].startswith(f"faultlens check: {wrong}: not a faultlens trace")
     assert said["check"].count(str(wrong)) == 1
-    proc = run_watched([sys.executable, "-m", "faultlens", "keys", "show", str(wrong)], env=_env(tmp_path), stall_s=60,
-                       cpu=True, limit_s=280)
+    proc = faultlens_main("keys", "show", wrong)
     assert proc.returncode == 1 and proc.stderr.count(str(wrong)) == 1, proc.stderr[-2000:]
     assert proc.stderr.startswith(f"faultlens keys show: {wrong}: not a PEM"), proc.stderr[-2000:]
     thresholds = tmp_path / "t.toml"
     thresholds.write_text("[wave]\nwindow_s = 0\n")
-    proc = run_watched([sys.executable, "-m", "faultlens", "rules", "diff", "--db", str(wrong), "--thresholds",
-                        str(thresholds)], env=_env(tmp_path), stall_s=60, cpu=True, limit_s=280)
+    proc = faultlens_main("rules", "diff", "--db", wrong, "--thresholds", thresholds)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.startswith(f"faultlens rules diff: {wrong}: not a faultlens history"), proc.stderr[-2000:]
 
 
-def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):
+def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path, own_home):
     bad = tmp_path / "bad.toml"
     bad.write_text("[kafka\nbootstrap =\n")
     cases = [
@@ -124,8 +126,10 @@ def test_a_config_file_or_setting_given_wrong_is_one_line_and_exit_2(tmp_path):
         (["status"], {"FAULTLENS_SESSION_TIMEOUT_MS": "abc"}, "must be a whole number"),
     ]
     for argv, env, words in cases:
-        proc = run_watched([sys.executable, "-m", "faultlens", *argv], env={**_env(tmp_path), **env}, stall_s=60,
-                           cpu=True, limit_s=280)
+        with own_home.context() as case:
+            for name, value in env.items():
+                case.setenv(name, value)
+            proc = faultlens_main(*argv)
         assert proc.returncode == 2, (argv, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and words in proc.stderr, (argv, proc.stderr[-2000:])
         assert proc.stderr.strip().splitlines()[-1].startswith(f"faultlens {argv[0]}: "), proc.stderr[-2000:]

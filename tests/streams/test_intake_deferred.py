@@ -14,8 +14,8 @@ from faultlens.diagnosis.edge.consumer import TELEMETRY_DECODERS
 from faultlens.events import topics
 from faultlens.events.event_clock import EventClock
 from faultlens.events.event_time import WatermarkMerge
-from faultlens.events.typed_read import EnvelopeTime
-from faultlens.streams.intake import Intake
+from faultlens.events.typed_read import EnvelopeTime, read_envelope_time
+from faultlens.streams.intake import Intake, peek_envelope_time
 from faultlens.streams.kafka_client import Message
 from faultlens.streams.runner.types import RunnerStats
 
@@ -126,3 +126,53 @@ def test_nothing_is_deferred_without_event_time_or_on_a_topic_of_watermarks():
         good, _ = intake.split(polled)
         assert type(good[0].value) is not EnvelopeTime
         assert intake.complete(good, []) is good
+
+
+@pytest.mark.parametrize("raw", [
+    _gpu_message(0),
+    _gpu_message(0, ts=int(T)),  # an integer time
+    _gpu_message(0, ts=T + 0.123456789),
+    _gpu_message(0, ts=1e300),  # out of bounds: no time
+    _gpu_message(0, ts="yesterday"),
+    _gpu_message(0, job=""),
+    _gpu_message(0, node="dgx\u00e9"),  # not ASCII: the general peek
+    _gpu_message(0, node='a"b'),  # an escape: the general peek
+    _gpu_message(0, node=_DROP),
+    _gpu_message(0, id=_DROP),
+    b' ' + _gpu_message(0),
+    _gpu_message(0).replace(b'"ts":', b'"ts" : '),
+    orjson.dumps({"ts": T, "v": 1, "id": "x", "job": "llm", "node": "n", "data": {}}),  # another key order
+    b'{"v":01,"id":"x","ts":1790000000.0,"job":"llm","node":"n","source":"gpu","data":{}}',  # not JSON
+    b'{"v":1,"id":"x","ts":1790000000.0,"job":"llm","source":"gpu","node":"n","data":{}}',  # node after source
+    b'{"v":1,"id":"x","data":{"a":1,"source":2},"ts":1790000000.0,"job":"j","node":"n","source":"gpu"}',  # nested
+    b'{"v":1,"id":"x\\","ts":1790000000.0,"job":"j","node":"n","source":"gpu","data":{}}',  # an escaped backslash
+    b'{"v":1,"id":"x\",\"source\":","ts":1790000000.0,"job":"j","node":"n","source":"gpu","data":{}}',
+    b"{not json",
+    None,
+], ids=["plain", "int-ts", "long-ts", "ts-huge", "ts-text", "job-empty", "non-ascii", "escape", "no-node", "no-id",
+        "space-first", "space-in", "other-order", "v-leading-zero", "node-after-source", "nested-source",
+        "escaped-backslash", "escaped-quotes", "not-json", "none"])
+def test_the_envelopes_first_keys_give_the_time_the_general_peek_gives(raw):
+    assert peek_envelope_time(raw) == read_envelope_time(raw)
+
+
+def test_a_payload_that_is_not_json_past_the_envelope_is_refused_on_release_with_the_usual_reason():
+    raw = _gpu_message(1)[:-20]  # cut short: placed by its first keys, refused once read whole
+    polled = _polled([_gpu_message(0), raw, _gpu_message(2)])
+    intake = _intake()
+    held, dead = intake.split(polled)
+    assert dead == [] and [type(r.value) for r in held] == [EnvelopeTime] * 3
+    out: list = []
+    released = intake.complete(held, out)
+    _, dead_at_once = _intake(deferred=()).split(polled)
+    assert [r.offset for r in released] == [0, 2]
+    assert len(out) == 1 and _letter(out[0]) == _letter(dead_at_once[0])
+
+
+def test_an_envelope_key_stated_twice_is_placed_by_its_first_statement():
+    """The one difference from the general peek (streams/intake.py's docstring): the prefix is read,
+    not the payload after it. Read whole, the last statement holds, as it does at once."""
+    raw = _gpu_message(0)[:-1] + b',"ts":' + str(T + 5).encode() + b"}"
+    assert read_envelope_time(raw).ts == T + 5 and peek_envelope_time(raw).ts == T
+    deferred, dead = _read(_intake(), _polled([raw]))
+    assert dead == [] and deferred[0].event_ts == T and deferred[0].value.ts == T + 5

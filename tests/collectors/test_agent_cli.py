@@ -1,4 +1,5 @@
-"""`faultlens collect` as a real process on the real broker: starts, publishes, stops cleanly on SIGTERM."""
+"""`faultlens collect` as a real process on the real broker: starts, publishes, stops cleanly on SIGTERM; its
+refusals at start through main() in the test's process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from faultlens.events.command_memory import memory_file
 from faultlens.events.envelope import decode
+from tests.in_process import faultlens_main
 from tests.kafka_fixtures import wait_for_records
 from tests.progress import Watched, cpu_ticks, run_watched
 
@@ -37,16 +39,18 @@ def test_collect_help_names_the_flags():
         assert flag in out.stdout
 
 
-def test_collect_without_a_job_is_a_clear_error(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "FAULTLENS_JOB"}
-    out = _collect("--bootstrap", "127.0.0.1:1", env=env)
+# A refusal at start: main() in this process (tests/in_process.py; --help above and the broker tests
+# run the command as a user does), not an interpreter started to print one line.
+def test_collect_without_a_job_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("FAULTLENS_JOB", raising=False)
+    out = faultlens_main("collect", "--bootstrap", "127.0.0.1:1")
     assert out.returncode == 2 and "--job" in out.stderr
 
 
 def test_collect_refuses_the_removed_shared_secret_clearly(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("s3cret")
-    out = _collect("--job", "j", "--bootstrap", "127.0.0.1:1", "--secret-file", str(secret))
+    out = faultlens_main("collect", "--job", "j", "--bootstrap", "127.0.0.1:1", "--secret-file", secret)
     assert out.returncode == 2 and "HMAC" in out.stderr and "--verify-key" in out.stderr
 
 
@@ -110,5 +114,5 @@ def test_collect_stops_by_itself_after_duration(kafka_settings, tmp_path):
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout.strip().splitlines()[-1])
     assert stopped["event"] == "stopped" and stopped["delivered"] >= 3  # heartbeats every 0.2 s for 1.5 s
-    refused = _collect("--job", job, "--bootstrap", "127.0.0.1:1", "--duration", "0")
+    refused = faultlens_main("collect", "--job", job, "--bootstrap", "127.0.0.1:1", "--duration", "0")
     assert refused.returncode == 2 and "--duration" in refused.stderr

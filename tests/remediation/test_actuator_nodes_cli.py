@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.in_process import faultlens_main
 from tests.progress import run_watched  # waits while it prints or computes (issue 47)
 from tests.remediation.slurm_fixture import GHOST_NODES
 
@@ -17,18 +18,21 @@ def faultlens(*argv, env=None):
                        cpu=True, limit_s=280)
 
 
-def test_nodes_needs_a_scheduler():
-    r = faultlens("resume", "n1", env={**os.environ, "FAULTLENS_ACTUATOR": ""})
+# The two below through main() in this process (tests/in_process.py): the command ends by itself, the
+# script actuator's child is still a process; the Slurm and broker tests run `faultlens nodes` as a user does.
+def test_nodes_needs_a_scheduler(monkeypatch):
+    monkeypatch.setenv("FAULTLENS_ACTUATOR", "")
+    r = faultlens_main("nodes", "resume", "n1")
     assert r.returncode == 2 and "--actuator slurm|kubernetes|script" in r.stderr
 
 
 def test_nodes_exit_status_follows_the_outcome(tmp_path):
-    ok = faultlens("resume", "n1", "n2", "--actuator", "script", "--actuator-command",
-                   f"{sys.executable} -c \"import json,sys; r=json.load(sys.stdin); print('back', *r['nodes'])\"")
+    ok = faultlens_main("nodes", "resume", "n1", "n2", "--actuator", "script", "--actuator-command",
+                        f"{sys.executable} -c \"import json,sys; r=json.load(sys.stdin); print('back', *r['nodes'])\"")
     rec = json.loads(ok.stdout)
     assert ok.returncode == 0 and (rec["op"], rec["outcome"], rec["detail"]) == ("bring_back", "ok", "back n1 n2")
-    bad = faultlens("drain", "n1", "--actuator", "script", "--actuator-command",
-                    f"{sys.executable} -c \"import sys; sys.exit('no such machine')\"")
+    bad = faultlens_main("nodes", "drain", "n1", "--actuator", "script", "--actuator-command",
+                         f"{sys.executable} -c \"import sys; sys.exit('no such machine')\"")
     rec = json.loads(bad.stdout)
     assert bad.returncode == 1 and rec["outcome"] == "error" and rec["detail"].endswith("no such machine")
 

@@ -107,15 +107,15 @@ class NodeStageHandler:
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
-        forwards: dict[bytes, list[tuple[float, bytes]]] = {}  # job key → (ts, event bytes) passed on
+        forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
         for r in records:
             try:
                 self._one(r, out, forwards)
             except InvalidEvent as exc:
                 out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
                                        self.group))
-        for key, items in forwards.items():
-            out.extend(self._bundle(key, items))
+        for job, items in forwards.items():
+            out.extend(self._bundle(job.encode(), items))
         self.emitted += len(out)
         return out
 
@@ -155,7 +155,7 @@ class NodeStageHandler:
         for number in {tp.partition for tp in partitions}:
             self._stages.pop(number, None)
 
-    def _one(self, r: Record, out: list[Outgoing], forwards: dict[bytes, list[tuple[float, bytes]]]) -> None:
+    def _one(self, r: Record, out: list[Outgoing], forwards: dict[str, list[tuple[float, bytes]]]) -> None:
         """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
         into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
         event: Envelope = r.value
@@ -206,25 +206,32 @@ class NodeStageHandler:
                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
         if node_out.windows:
             made += [window_summary(w, event.ts) for w in node_out.windows]
-        # An event passed on as read goes as the bytes it came in: no second encoding.
+        # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
+        # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
         as_read = r.raw if event is r.value else None
         forward = node_out.forward
-        if as_read is not None and len(forward) == 1 and forward[0] is event:  # (most: a step, a beat)
-            passed = [(event.job, event.ts, as_read)]
-        else:
-            passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
+        one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
+        passed: Sequence[tuple[str, float, bytes]] = () if one is not None else [
+            (e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
         for o in made:
             # A job's outputs keep the order they were made in: what was passed on before a window
             # or a finding goes out before it (a job stage reading a backlog may take a window's
             # time as the partition's progress).
-            if o.key in forwards:
-                out.extend(self._bundle(o.key, forwards.pop(o.key)))
+            key = o.key
+            if key is not None and (job := key.decode()) in forwards:
+                out.extend(self._bundle(key, forwards.pop(job)))
             out.append(o)
-        for job, ts, raw in passed:
-            key = job.encode()
-            held = forwards.get(key)
+        if one is not None:
+            held = forwards.get(event.job)
             if held is None:
-                forwards[key] = [(ts, raw)]
+                forwards[event.job] = [(event.ts, one)]
+            else:
+                held.append((event.ts, one))
+            return
+        for job, ts, raw in passed:
+            held = forwards.get(job)
+            if held is None:
+                forwards[job] = [(ts, raw)]
             else:
                 held.append((ts, raw))
 

@@ -87,18 +87,21 @@ def _test_module_file(module: str) -> Path | None:
     return None
 
 
-def heavy_at_collection(path: Path, seen: set[Path] | None = None) -> list[str]:
-    """The heavy modules ``path`` imports at its top, itself or through a tests.* module it imports there."""
-    seen = set() if seen is None else seen
-    if path in seen:
-        return []
-    seen.add(path)
+def heavy_at_collection(path: Path, known: dict[Path, list[str]] | None = None) -> list[str]:
+    """The heavy modules ``path`` imports at its top, itself or through a tests.* module it imports there.
+    ``known``: each file's answer, shared across calls (the helpers most test files import are read once;
+    a file found again while it is being read counts nothing, its answer comes where it began)."""
+    known = {} if known is None else known
+    if path in known:
+        return known[path]
+    known[path] = []
     found = []
     for module in imported_at_top(ast.parse(path.read_text(), filename=str(path))):
         if _is_heavy(module):
             found.append(module)
         elif (helper := _test_module_file(module)) is not None:
-            found += [f"{module} -> {m}" for m in heavy_at_collection(helper, seen)]
+            found += [f"{module} -> {m}" for m in heavy_at_collection(helper, known)]
+    known[path] = found
     return found
 
 
@@ -111,7 +114,8 @@ def _collected() -> list[Path]:
 
 
 def test_no_test_file_imports_a_heavy_library_when_collected():
-    found = {str(p.relative_to(ROOT)): heavy for p in _collected() if (heavy := heavy_at_collection(p))}
+    known: dict[Path, list[str]] = {}
+    found = {str(p.relative_to(ROOT)): heavy for p in _collected() if (heavy := heavy_at_collection(p, known))}
     assert found == {}, found
 
 

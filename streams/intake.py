@@ -47,7 +47,7 @@ UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
 # so the first one found is a key of the envelope, or of something nested, whose prefix then
 # does not read as an object.
 _SOURCE_KEY = b',"source":'
-_PREFIX_MAX = 1024  # the three names are at most 256 characters each (events/envelope.py)
+_PREFIX_MAX = 1024  # looked for no further: an envelope with longer names is peeked the general way
 _read_prefix = msgspec.json.Decoder(EnvelopeTime).decode
 
 

@@ -71,7 +71,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   in a row, or for one beside a training loss that fitted its data, under a tenth of a guess's
   (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
-  same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py);
+  same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py), or a held-out
+  loss and the latest training loss both a tenth above its start and a guess's, a window of steps on: worse than the
+  random model it came from (loss_worse_than_start.py);
 * and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
   again (diagnosis/rules/loss_gradient.py).
 
@@ -96,6 +98,7 @@ from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
+from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_start
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
@@ -173,9 +176,14 @@ class LossStalledDetector:
             return []
         if isinstance(payload, TrainEval):
             curve = self._curves.get(event.job)
-            return self.held_out.observe(event, payload, told=curve is not None and curve.fired,
-                                         fitted=curve is not None and _fitted(curve),
-                                         untrained=curve is not None and self._untrained(curve, self._window(curve)))
+            untrained = curve is not None and self._untrained(curve, self._window(curve))
+            found = self.held_out.observe(event, payload, told=curve is not None and curve.fired,
+                                          fitted=curve is not None and _fitted(curve), untrained=untrained)
+            if found or curve is None or not untrained or curve.fired or payload.step is None:
+                return found
+            # Worse than its random start on held-out and training data alike: blown up (loss_worse_than_start.py).
+            verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve))
+            return self._finding(curve, event, verdict, payload.step)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
                 self._checkpoints.setdefault(event.job, []).append(payload.step)
@@ -221,7 +229,6 @@ class LossStalledDetector:
         curve.held_out_leaving = self.held_out.leaving(event.job)
         if curve.first is None:
             curve.first, curve.first_step = loss, step
-        out: list[Finding] = []
         grad = as_float(reported.grad_norm)
         verdict = (gradient_zero(curve, step, grad, self._window(curve))
                    if grad is not None and math.isfinite(grad) else None)
@@ -236,14 +243,17 @@ class LossStalledDetector:
             verdict = zeroed_at_once(curve)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
-        if verdict is not None and not curve.fired:
-            curve.fired = True
-            out.append(Finding(
-                job=event.job, ts=event.ts, fault="loss_stalled", action="rollback" if verdict.rollback else "alert",
-                ranks=(curve.rank,), entity="loss", evidence=(event.id,),
-                detail=f"{verdict.why} (rank {curve.rank}, step {step})"[:300],
-            ))
-        return out
+        return self._finding(curve, event, verdict, step)
+
+    @staticmethod
+    def _finding(curve: LossCurve, event: Envelope, verdict: Verdict | None, step: int) -> list[Finding]:
+        """The job's one finding for ``verdict``, at ``event``, unless it has already raised one."""
+        if verdict is None or curve.fired:
+            return []
+        curve.fired = True
+        return [Finding(job=event.job, ts=event.ts, fault="loss_stalled", action="rollback" if verdict.rollback else "alert",
+                        ranks=(curve.rank,), entity="loss", evidence=(event.id,),
+                        detail=f"{verdict.why} (rank {curve.rank}, step {step})"[:300])]
 
     def _window(self, curve: LossCurve) -> int:
         interval = statistics.median(curve.intervals) if curve.intervals else 0.0

@@ -461,17 +461,15 @@ FRESH_MISSED: dict[str, str] = {
     "floor: nothing); a signed loss is never 'diverging' (loss round 26)",
     "llama_lora_int4_xturing_loss_always_10.40_ln32000.csv": "an INT4 LLaMA LoRA fine-tune at loss 10.40 at each of "
     "its 7 quoted steps (27-33; 'always 10.40, irrespective of the data'), against ln 32000 = 10.37: a trained model at "
-    "a guess's loss, which loss_cycle.printed_frozen calls frozen at the 5th log alike when the digits printed are a "
+    "a guess's loss, which loss_cycle.printed_frozen calls frozen at the 5th log alike where the digits are a "
     "thousandth of the level or finer (fresh22's MiniGPT-4 at 10.3750). The bar printed 10.40 (a step of 0.096 %); the "
-    "event carries the float 10.4, whose digits (a step of 0.96 %) say no more than a loss moving by under 0.5 %, as a "
-    "new head's at ln(classes) in its warm-up does; 7 logs are under the 20 the shortest window judges at chance "
-    "(loss round 27)",
-    "llama_1.3b_megatron_deepspeed_fp16_scale_collapsed_loss_10.65_to_13.4.csv": "a 1.3B LLaMA pretraining from "
-    "scratch in fp16 whose note keeps 6 of its 2,500 iterations: 10.655, 10.652, 10.646 at 1-3, then 12.67, 13.40, 12.55 "
-    "at 2498-2500 with the loss scale at 1 and 1,586 steps skipped, and validation 13.60 at 2500, 31 % above ln 32000 = "
-    "10.37: 6 logs, under the 20 the shortest window judges (never learned, diverging); the later three 19 % above the "
-    "first three, not the quarter a divergence climbs; one held-out loss above a guess's is what an over-fitted "
-    "classifier's is too (loss round 27)",
+    "event carries the float 10.4, whose digits (a step of 0.96 %) say no more than a loss moving by under 0.5 %, as "
+    "fresh4's two healthy UCF101 fine-tunes' new heads do at ln 61 in their warm-up (4.0895-4.1110 at their first "
+    "5 logs: 4.1 at every one, printed so). Near a guess's for 5 logs alone is no stall (those two, and fresh15's and "
+    "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
+    # fresh24's 1.3B LLaMA pretraining (6 of its 2,500 iterations kept: 10.66 at 1, 12.55-13.40 at 2498-2500, loss
+    # scale 1) is found since round 27 at its one validation, 13.60: held-out and training loss both a tenth above its
+    # untrained start and a guess's, a window of steps on (loss_worse_than_start.py).
     # fresh14 (scored sealed on rounds 15 and 16, opened in round 17): its fair-text MLP v13, whose softmax fed to
     # cross-entropy levels off at 2.43-2.49 (24 % below its first 3.226, near the pairing's floor of 2.392) while its
     # val_loss falls at each of 30 epochs (2.496 to 2.428), is quiet since a plateau whose held-out loss still falls

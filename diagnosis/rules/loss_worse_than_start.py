@@ -1,0 +1,51 @@
+"""A run trained from random weights that ends worse than it began, on its held-out data and its training batches
+alike: the stalled-loss detector's "worse than its start" (loss_stalled.py, docs/design.md §3), judged at an evaluation.
+
+Watched from an untrained model, a run's first loss is a random init's, a guess's or about it. Training that works
+brings its training loss and its held-out loss below it; one that over-fits leaves its held-out loss above while its
+training loss falls far below. Both a tenth above the start (and above a guess's, ln(classes), where the class count is
+said) a window's worth of steps on is a model worse than the random one it came from: it blew up (issue 54, fresh batch
+24: a 1.3B LLaMA pretraining in fp16, 10.65 at iteration 1, 12.5-13.4 at 2498-2500 with its loss scale at 1,
+validation 13.60 against ln 32000 = 10.37; its log keeps 6 iterations, too few for any window).
+
+Neither alone says it: a training loss above its start is a batch's spike, or a warm-up's rise at once (fresh batch 24's
+Llama-3.1-8B, 12.3 then 26 at step 2, 5.1 by step 20); a held-out loss above it is an over-fitted classifier's. Nor does
+an evaluation inside the first window of steps: the init is still settling (fresh batch 9's butterfly CNN, val_loss 7.53
+against its first 3.40 at step 24 of a 10-step log, then learning). Pure: the state is the curve's (loss_curve.LossCurve).
+"""
+
+from __future__ import annotations
+
+import math
+
+from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.events.envelope import as_float
+
+ABOVE = 0.1  # above the start by this share of it: the tenth a spike and a divergence are measured in
+
+
+def worse_than_start(curve: LossCurve, step: int, metrics: dict, window: int) -> Verdict | None:
+    """The verdict at an evaluation at ``step`` of ``metrics`` (a held-out loss: a name saying ``loss``), for a curve
+    the caller has found watched from its untrained start, once ``window`` logged steps' worth of steps have passed."""
+    first, since = curve.first, curve.first_step
+    if first is None or since is None or first <= 0 or curve.signed or not curve.losses:
+        return None
+    if step - since < window * curve.stride():
+        return None
+    guess = math.log(curve.classes) if curve.classes else None
+    bar = (1 + ABOVE) * max(first, guess or 0.0)
+    latest = curve.losses[-1][1]
+    held = [
+        (name, value)
+        for name, value in ((n, as_float(v)) for n, v in metrics.items())
+        if "loss" in name.lower() and value is not None and math.isfinite(value) and value > bar
+    ]
+    if latest <= bar or not held:
+        return None
+    name, value = held[0]
+    said = f" and a guess's ln({curve.classes}) = {guess:.4g}" if guess is not None else ""
+    return Verdict(
+        f"held-out {name} {value:.4g} and training loss {latest:.4g} at step {step}, both a tenth above the "
+        f"{first:.4g} it began at, untrained (step {since}){said}: worse than its start",
+        rollback=False,
+    )

@@ -97,6 +97,28 @@ def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
     return {"pair": pool.name, "faults": faults, "unread": len(unread), "caught_right": right, "caught_wrong": wrong}
 
 
+# What a by-rule backtest counts per pool (storage_backtest, own_failure_backtest).
+RULE_HALF_KEYS = ("faults", "unread", "acting_right", "recorded_right", "caught_wrong")
+
+
+def backtest_rule_pool(pool: Path, rule: str, show: bool) -> dict[str, Any]:
+    """One pool's unread rows the reading named ``rule`` (Reading.rule) takes: right and acting, right and
+    recorded only (quiet), or given another class."""
+    unread, faults = pool_rows(pool)
+    out: dict[str, int] = dict.fromkeys(RULE_HALF_KEYS, 0) | {"faults": faults, "unread": len(unread)}
+    for row in unread:
+        got = reading_of(row)
+        if got is None or got.rule != rule:
+            continue
+        ok = got.fault == row.get("fault")
+        key = "caught_wrong" if not ok else "recorded_right" if got.quiet else "acting_right"
+        out[key] += 1
+        if show:
+            print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "quiet": got.quiet,
+                              "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"pair": pool.name, **out}
+
+
 def firing(show: bool, keep: Callable[[Reading], bool] = lambda _: True) -> dict[str, Any]:
     """Healthy corpus rows and ordinary whole-log lines the grammar reads (acting, and recorded only);
     ``keep``: which readings count (tools.storage_backtest: the storage vocabulary's only)."""

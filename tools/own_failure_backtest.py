@@ -23,29 +23,11 @@ from typing import Any
 
 from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.state_grammar import Reading
-from tools.grammar_backtest import _lines, firing, pool_rows, print_by_half, reading_of
-
-_HALF_KEYS = ("faults", "unread", "acting_right", "recorded_right", "caught_wrong")
+from tools.grammar_backtest import RULE_HALF_KEYS, _lines, backtest_rule_pool, firing, print_by_half, reading_of
 
 
 def _own(reading: Reading | None) -> bool:
     return reading is not None and reading.rule == "own_failure"
-
-
-def backtest_pool(pool: Path, show: bool) -> dict[str, Any]:
-    unread, faults = pool_rows(pool)
-    out: dict[str, int] = dict.fromkeys(_HALF_KEYS, 0) | {"faults": faults, "unread": len(unread)}
-    for row in unread:
-        got = reading_of(row)
-        if got is None or not _own(got):
-            continue
-        ok = got.fault == row.get("fault")
-        key = "caught_wrong" if not ok else "recorded_right" if got.quiet else "acting_right"
-        out[key] += 1
-        if show:
-            print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "quiet": got.quiet,
-                              "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
-    return {"pair": pool.name, **out}
 
 
 def reach(show: bool) -> dict[str, Any]:
@@ -81,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", action="store_true", help="print each reading")
     ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
     args = ap.parse_args(argv)
-    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show), _HALF_KEYS)
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_rule_pool(pool, "own_failure", args.show),
+                   RULE_HALF_KEYS)
     if not args.no_firing:
         print(json.dumps({"firing": True, **firing(args.show, keep=_own)}))
         print(json.dumps({"reach": True, **reach(args.show)}))

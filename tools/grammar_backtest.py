@@ -187,6 +187,24 @@ def print_by_half(pools: Iterable[Path], validate_from: int, backtest: Callable[
         print(json.dumps({"half": half, **h}))
 
 
+def rule_backtest_main(argv: list[str] | None, doc: str | None, rule: str, validate_from: int,
+                       reach: Callable[[bool], dict[str, Any]]) -> int:
+    """The command line of a backtest of one reading (Reading.rule ``rule``): its pools by half, then
+    its firing over every healthy row and ``reach`` (what it reads of the open corpus by itself)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pools", nargs="*", type=Path)
+    ap.add_argument("--validate-from", type=int, default=validate_from, help="first batch of the validation half")
+    ap.add_argument("--show", action="store_true", help="print each reading")
+    ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
+    args = ap.parse_args(argv)
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest_rule_pool(pool, rule, args.show),
+                  RULE_HALF_KEYS)
+    if not args.no_firing:
+        print(json.dumps({"firing": True, **firing(args.show, keep=lambda reading: reading.rule == rule)}))
+        print(json.dumps({"reach": True, **reach(args.show)}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pools", nargs="*", type=Path)

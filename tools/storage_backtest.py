@@ -15,13 +15,11 @@ vocabulary should read the mined lines too), and of every other fault row, how m
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.state_grammar import Reading
-from tools.grammar_backtest import RULE_HALF_KEYS, _lines, backtest_rule_pool, firing, print_by_half, reading_of
+from tools.grammar_backtest import _lines, reading_of, rule_backtest_main
 
 
 def _storage(reading: Reading | None) -> bool:
@@ -57,18 +55,7 @@ def reach(show: bool) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pools", nargs="*", type=Path)
-    ap.add_argument("--validate-from", type=int, default=47, help="first batch of the validation half")
-    ap.add_argument("--show", action="store_true", help="print each reading")
-    ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
-    args = ap.parse_args(argv)
-    print_by_half(args.pools, args.validate_from, lambda pool: backtest_rule_pool(pool, "storage_state", args.show),
-                   RULE_HALF_KEYS)
-    if not args.no_firing:
-        print(json.dumps({"firing": True, **firing(args.show, keep=_storage)}))
-        print(json.dumps({"reach": True, **reach(args.show)}))
-    return 0
+    return rule_backtest_main(argv, __doc__, "storage_state", 47, reach)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ checkpoint before the last). A crash with no command is followed by a wait for o
 still exiting, stretches it to the checks' own wait, for their verdict), then a restart in place.
 Every restart is published as a `job`/`restart` event and printed as a JSON line on stdout; the
 job's end (finished, stopped, cancelled by SIGTERM, or given up) as a `job`/`end` event, so that
-its agents stopping next are not read as machines dying.
+its agents stopping next are not read as machines dying. With no broker it trains all the same
+(trainer_hooks/outbox.py): those events are spooled until one answers, and commands are read once it does.
 
 A restart with ``mode: dual_phase_replay`` first runs the plan's groups one by one
 (trainer_hooks.reproduction: a few steps each, ``--replay-steps``, ``--replay-timeout``), publishes
@@ -39,12 +40,12 @@ from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, defaul
 from faultlens.events.command_screen import CommandScreen
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
-from faultlens.streams.command_listener import CommandListener
+from faultlens.streams.broker import answers
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.local_port import free_port
-from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
+from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
 from faultlens.trainer_hooks.outbox_voice import client_threads, quiet_close
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.trainer_hooks.restart_plan import RestartPlan, plan_restart
@@ -107,8 +108,10 @@ class Launcher:
         self.standby = tuple(s for s in args.standby.split(",") if s)
         self.commands: queue.Queue[Command] = queue.Queue()
         memory = CommandMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
-        self.listener = CommandListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
-        self.producer = Producer(settings)
+        # The trainer side's clients (as `faultlens run`'s): with no broker the job starts and trains at
+        # once, its restarts and end are spooled, and commands are read once one answers.
+        self.listener = ProbingListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
+        self.producer = Outbox(settings, name="faultlens-launcher-outbox")
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
         self.attempt = 0
         self._stopping = False
@@ -189,8 +192,11 @@ class Launcher:
 
     def run(self) -> int:
         self.listener.start()
-        if not self.listener.ready.wait(30):
-            log.error("command listener not ready; continuing without commands")
+        if not answers(self.settings.bootstrap or "", 1.0):
+            log.warning("no broker answers at %s: training starts anyway; commands are obeyed once it does",
+                        self.settings.bootstrap)
+        elif not self.listener.ready.wait(30):
+            log.error("command listener not ready after 30 s; starting the job, commands will be read once it is")
         resume = "latest"
         while True:
             self.spawn(resume)

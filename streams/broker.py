@@ -30,14 +30,40 @@ def state_file() -> Path:
     return faultlens_home() / "broker.json"
 
 
+KAFKA_PORT = 9092  # a bootstrap address without a port: the Kafka clients' default
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """The (host, port) of each address in a bootstrap list ("b1:9092,b2:9092", "[::1]:9092", "b3"):
+    a host without a port is on Kafka's; an address whose port is no number is left out."""
+    found = []
+    for item in (a.strip() for a in bootstrap.split(",")):
+        if not item:
+            continue
+        if item.startswith("["):  # an IPv6 literal: [host]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        elif item.count(":") == 1:
+            host, _, port = item.partition(":")
+        else:  # a bare host name, or an IPv6 literal without brackets (no port can be told from it)
+            host, port = item, ""
+        if port and not port.isdigit():
+            continue
+        found.append((host or "127.0.0.1", int(port) if port else KAFKA_PORT))
+    return found
+
+
 def answers(bootstrap: str, timeout: float = 1.0) -> bool:
-    """Whether something accepts TCP connections at the first bootstrap address."""
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """Whether something accepts TCP connections at any of the bootstrap addresses, each tried for
+    at most ``timeout``: a cluster whose first listed broker is down for maintenance is still there
+    (the Kafka clients bootstrap from whichever answers)."""
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def wait_until_ready(bootstrap: str, timeout: float = 20.0) -> None:

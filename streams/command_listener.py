@@ -19,6 +19,7 @@ from kafka.errors import KafkaError
 from faultlens.events import topics
 from faultlens.events.command import Command
 from faultlens.events.command_screen import CommandScreen, Screened
+from faultlens.streams.broker import answers
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.reader_ends import seek_past_end
@@ -34,6 +35,7 @@ COMMANDS_TOPIC = topics.COMMANDS
 # 634 ms). POLL_MS bounds how long stop() waits for the thread to notice.
 FETCH_WAIT_MS = 500
 POLL_MS = 250
+PROBE_TIMEOUT_S = 0.5
 
 
 class CommandListener(threading.Thread):
@@ -62,6 +64,11 @@ class CommandListener(threading.Thread):
 
     def _consumer(self) -> Consumer | None:
         """A consumer at the end of every partition, or None while the broker or topic is away."""
+        # A TCP probe first: against no broker a Kafka client blocks for its bootstrap timeout (30 s
+        # in kafka-python) and logs each failed connection at ERROR, about once a second, into the
+        # agent's journal or the training job's output, for as long as the broker is away.
+        if self.settings.bootstrap and not answers(self.settings.bootstrap, PROBE_TIMEOUT_S):
+            return None
         try:
             consumer = open_consumer(self.settings, None, max_records=100, fetch_max_wait_ms=FETCH_WAIT_MS)
         except (KafkaError, OSError) as exc:

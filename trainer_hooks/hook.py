@@ -51,12 +51,13 @@ from faultlens.events.flight_recorder import RECORDER_KIND, recorder_payload
 from faultlens.events.signing import VerifyKeys, load_verify_keys
 from faultlens.events.topology import Topology
 from faultlens.streams.broker import answers
+from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.trainer_hooks import flight_recorder as flight_recorder_dump
 from faultlens.trainer_hooks.ack_reasons import obeyed_reason
 from faultlens.trainer_hooks.exit_codes import ACTION_EXIT
-from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
+from faultlens.trainer_hooks.outbox import Outbox
 from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads
 from faultlens.trainer_hooks.worker_exits import record_uncaught
 
@@ -126,12 +127,12 @@ class TrainerHook:
         self._boundary_reached = threading.Event()
         self._last_step_at = time.monotonic()
         self._lock = threading.Lock()
-        self.listener: ProbingListener | None = None
+        self.listener: CommandListener | None = None
         if listen:
             memory = CommandMemory(memory_file(state_dir or default_state_dir(), "hook", job, f"r{rank}"))
             screen = CommandScreen(keys if keys is not None else load_verify_keys(), job, node, rank, memory=memory,
                                    spokesperson=rank == 0)
-            self.listener = ProbingListener(settings, screen, self._on_command, self._on_refused)
+            self.listener = CommandListener(settings, screen, self._on_command, self._on_refused)
         # Through an outage only the outbox's own lines speak: the clients the hook owns are DEBUG then.
         self.voice: OutageVoice | None = None
         if settings is not None and (self.outbox is not None or self.listener is not None):

@@ -41,11 +41,12 @@ from faultlens.events.command_screen import CommandScreen
 from faultlens.events.envelope import Envelope
 from faultlens.events.signing import VERIFY_KEY_ENV, VerifyKeys, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import answers
+from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings, add_kafka_arguments
 from faultlens.streams.local_port import free_port
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
-from faultlens.trainer_hooks.outbox import Outbox, ProbingListener
+from faultlens.trainer_hooks.outbox import Outbox
 from faultlens.trainer_hooks.outbox_voice import client_threads, quiet_close
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.trainer_hooks.restart_plan import RestartPlan, plan_restart
@@ -110,7 +111,7 @@ class Launcher:
         memory = CommandMemory(memory_file(args.state_dir or default_state_dir(), "launcher", self.job))
         # The trainer side's clients (as `faultlens run`'s): with no broker the job starts and trains at
         # once, its restarts and end are spooled, and commands are read once one answers.
-        self.listener = ProbingListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
+        self.listener = CommandListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
         self.producer = Outbox(settings, name="faultlens-launcher-outbox")
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
         self.attempt = 0

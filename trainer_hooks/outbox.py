@@ -31,7 +31,6 @@ from typing import Callable, Protocol
 
 from faultlens.events.envelope import Envelope, encode
 from faultlens.streams.broker import answers
-from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import DeliveryError, RefusalVoice
 
@@ -41,17 +40,6 @@ CAPACITY = 20_000  # events (a step event is ~300 bytes: 6 MB; at 1 step/s per r
 BATCH = 500
 FLUSH_S = 5.0  # a batch not acknowledged within this long: the broker is taken as gone
 RETRY_S = 1.0
-
-
-class ProbingListener(CommandListener):
-    """The command listener of the trainer side, with a TCP probe before each Kafka client it makes:
-    against no broker kafka-python blocks for its bootstrap timeout and logs every retry into the
-    training job's output."""
-
-    def _consumer(self):  # type: ignore[no-untyped-def]
-        if self.settings.bootstrap and not answers(self.settings.bootstrap, 0.5):
-            return None
-        return super()._consumer()
 
 
 class Sink(Protocol):

@@ -13,10 +13,10 @@ from faultlens.events.command_memory import STATE_DIR_ENV, CommandMemory, defaul
 from faultlens.events.command_screen import CommandScreen
 from faultlens.events.signing import VERIFY_KEY_ENV, load_verify_keys, verify_key_paths
 from faultlens.streams.broker import answers
+from faultlens.streams.command_listener import CommandListener
 from faultlens.streams.config import add_kafka_arguments
 from faultlens.streams.connect import connected
 from faultlens.trainer_hooks.exit_codes import EVICTED, STOPPED
-from faultlens.trainer_hooks.outbox import ProbingListener
 from faultlens.trainer_hooks.run_heartbeat import RunHeartbeat
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def _run_job(torchrun, JobSide, args: argparse.Namespace, job: str) -> int:
                            crash_wait=args.crash_wait, command_wait=args.command_wait, grace=args.grace,
                            parser_factory=_trainer_log_parser)
             memory = CommandMemory(memory_file(state_dir or default_state_dir(), "run", job, node))
-            listener = ProbingListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
+            listener = CommandListener(settings, CommandScreen(keys, job, memory=memory), side.inbox.put)
             listener.start()
             # The operator side never holds the job back: with no broker it starts at once, and
             # commands are read once one answers (the workers' telemetry is spooled meanwhile).

@@ -126,11 +126,17 @@ class KernelLogParser:
         if found is None:
             sev = severity_of(msg, text)
             found, basis = fallback.kernel_line(msg, text, sev)
+            if basis == "subsystem" and found and found[0][1].get("fault") == "unknown":
+                # A driver the subsystem table keeps outside the job (i915's display GPU) whose device says it hung or
+                # failed a reset: the device's class, read as any vendor's, still recorded only (parsing.accelerator_state).
+                reading = state_grammar.read_state(msg, text, self.source)
+                if reading is not None and reading.rule == "accelerator_state":
+                    found, basis = [state_grammar.grammar_event(reading, text)], "grammar"
             if basis == "subsystem":
                 self.stats.by_subsystem += 1
             elif basis == "model":
                 self.stats.by_model += 1
-            elif (reading := state_grammar.read_state(msg, text, self.source)) is not None:
+            elif basis != "grammar" and (reading := state_grammar.read_state(msg, text, self.source)) is not None:
                 # No subsystem or model took the line, but it says a device or node is in a bad state (issue 54)
                 found = [state_grammar.grammar_event(reading, text)]
             if found is None:

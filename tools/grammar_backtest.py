@@ -25,7 +25,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from faultlens.parsing.line_corpus import CORPUS, open_files
 from faultlens.parsing.registry import parser_for
@@ -117,6 +117,16 @@ def backtest_rule_pool(pool: Path, rule: str, show: bool) -> dict[str, Any]:
             print(json.dumps({"pool": pool.name[:24], "right": ok, "want": row.get("fault"), "quiet": got.quiet,
                               "object": got.object, "state": got.state, "line": _lines(row)[0][:160]}))  # fmt: skip
     return {"pair": pool.name, **out}
+
+
+def open_fault_rows() -> Iterator[tuple[Path, dict[str, Any], Reading | None]]:
+    """Every fault row of every open corpus file, with its path and the grammar's reading of it (the by-rule
+    backtests' reach: what a reading takes of the rows the rules already read)."""
+    for path in open_files():
+        for text in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(text) if text.strip() else {}
+            if row.get("fault"):
+                yield path, row, reading_of(row)
 
 
 def firing(show: bool, keep: Callable[[Reading], bool] = lambda _: True) -> dict[str, Any]:

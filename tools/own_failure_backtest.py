@@ -19,9 +19,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.state_grammar import Reading
-from tools.grammar_backtest import _lines, reading_of, rule_backtest_main
+from tools.grammar_backtest import _lines, open_fault_rows, rule_backtest_main
 
 
 def _own(reading: Reading | None) -> bool:
@@ -32,24 +31,19 @@ def reach(show: bool) -> dict[str, Any]:
     """Open corpus fault rows the frames read by themselves, whatever the rules did with them."""
     mine = mine_read = other = 0
     wrong: Counter[str] = Counter()
-    for path in open_files():
-        for text in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(text) if text.strip() else {}
-            fault = row.get("fault")
-            if not fault:
-                continue
-            got = reading_of(row)
-            read = _own(got)
-            if fault == "user_code":
-                mine += 1
-                mine_read += read
-            else:
-                other += 1
-                if read:
-                    wrong[fault] += 1
-                    if show:
-                        print(json.dumps({"other_class": fault, "file": path.name, "object": got.object,  # type: ignore[union-attr]
-                                          "line": _lines(row)[0][:160]}))  # fmt: skip
+    for path, row, got in open_fault_rows():
+        fault = row["fault"]
+        read = _own(got)
+        if fault == "user_code":
+            mine += 1
+            mine_read += read
+        else:
+            other += 1
+            if read:
+                wrong[fault] += 1
+                if show:
+                    print(json.dumps({"other_class": fault, "file": path.name, "object": got.object,  # type: ignore[union-attr]
+                                      "line": _lines(row)[0][:160]}))  # fmt: skip
     return {"user_code_rows": mine, "user_code_rows_read": mine_read, "other_fault_rows": other,
             "other_read_as_user_code": sum(wrong.values()), "by_class": dict(wrong.most_common())}  # fmt: skip
 

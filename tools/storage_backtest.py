@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import json
 
-from faultlens.parsing.line_corpus import open_files
 from faultlens.parsing.state_grammar import Reading
-from tools.grammar_backtest import _lines, reading_of, rule_backtest_main
+from tools.grammar_backtest import _lines, open_fault_rows, rule_backtest_main
 
 
 def _storage(reading: Reading | None) -> bool:
@@ -29,23 +28,17 @@ def _storage(reading: Reading | None) -> bool:
 def reach(show: bool) -> dict[str, int]:
     """Open corpus fault rows the vocabulary reads by itself, whatever the rules did with them."""
     storage = storage_read = other = other_read = 0
-    for path in open_files():
-        for text in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(text) if text.strip() else {}
-            fault = row.get("fault")
-            if not fault:
-                continue
-            got = reading_of(row)
-            read = _storage(got)
-            if fault == "storage":
-                storage += 1
-                storage_read += read
-            else:
-                other += 1
-                other_read += read
-                if read and show:
-                    print(json.dumps({"other_class": fault, "file": path.name, "object": got.object,  # type: ignore[union-attr]
-                                      "state": got.state, "line": _lines(row)[0][:160]}))  # type: ignore[union-attr]  # fmt: skip
+    for path, row, got in open_fault_rows():
+        read = _storage(got)
+        if row["fault"] == "storage":
+            storage += 1
+            storage_read += read
+        else:
+            other += 1
+            other_read += read
+            if read and show:
+                print(json.dumps({"other_class": row["fault"], "file": path.name, "object": got.object,  # type: ignore[union-attr]
+                                  "state": got.state, "line": _lines(row)[0][:160]}))  # type: ignore[union-attr]  # fmt: skip
     return {
         "storage_rows": storage,
         "storage_rows_read": storage_read,

@@ -60,3 +60,37 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
             rollback=False,
         )
     return None
+
+
+# A loss under half a guess's, ln(classes), is a model that learned its input (the SVHN child CNN below at 0.73-1.06
+# against ln 10 = 2.30); one within a tenth of a guess's at half the shortest window's logs in a row (10: each a
+# guess's, not one batch's swing) is back at a guess.
+LEARNED_SHARE = 0.5
+GUESS_BAND = 0.1
+COLLAPSED_LOGS = 10
+
+
+def note_guess(curve: LossCurve, loss: float) -> None:
+    """Count the losses in a row within :data:`GUESS_BAND` of ln(classes), this one the latest."""
+    near = curve.classes is not None and abs(loss - math.log(curve.classes)) <= GUESS_BAND * math.log(curve.classes)
+    curve.at_guess = curve.at_guess + 1 if near else 0
+
+
+def collapsed(curve: LossCurve, step: int) -> Verdict | None:
+    """A run that learned far below a guess's loss and is back at it (issue 54, fresh batch 25: an SVHN child CNN of an
+    architecture search, 0.73-1.06 at steps 4000-4700, then 2.14-2.28 at all 10 logs from 4800, its minibatch accuracy
+    a guess's). A model that predicts a guess's on every batch has forgotten what it learned, and its loss stays there:
+    no window needs to fill (the issue quotes 18 logs). A spike comes back within a few logs, and a plateau at chance
+    a run has not yet left is never below half of it. Not while a held-out metric says the model learned (as at_chance)."""
+    if curve.classes is None or curve.at_guess < COLLAPSED_LOGS or curve.held_out_learned or curve.held_out_leaving:
+        return None
+    guess = math.log(curve.classes)
+    if curve.lowest > LEARNED_SHARE * guess:
+        return None
+    latest = [v for _, v in list(curve.losses)[-COLLAPSED_LOGS:]]
+    return Verdict(
+        f"loss {min(latest):.4g}-{max(latest):.4g} at the latest {COLLAPSED_LOGS} logs to step {step}, within a tenth "
+        f"of a guess's ln({curve.classes}) = {guess:.4g}, after {curve.lowest:.4g}: the model learned, then collapsed "
+        "to a uniform guess",
+        rollback=False,
+    )

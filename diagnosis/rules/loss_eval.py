@@ -228,15 +228,21 @@ class HeldOutWatch:
         (fresh batch 19's solGPT seen from its middle: 0.24-0.29 over iterations 12,000-12,600 against a val
         loss of 0.54-0.59, then 0.42-0.52 with the val loss where it was). False where no loss was evaluated
         by then."""
-        evals = self._jobs.get(job)
-        if evals is None or best is None:
+        if best is None:
             return False
         then = [
             next((v for at, v, _ in reversed(kept) if at is not None and at <= best), None)
-            for name, kept in evals.history.items()
-            if "loss" in name.lower() and kept and kept[0][2] is False
+            for kept in self.held_losses(job).values()
         ]
         return level <= max((v for v in then if v is not None), default=-math.inf)
+
+    def held_losses(self, job: str) -> dict[str, deque]:
+        """Each held-out metric of the job named a loss, lower is better: its (step, value, False) since its first
+        evaluation (its latest :data:`HISTORY`). Empty where the trainer evaluated none."""
+        evals = self._jobs.get(job)
+        if evals is None:
+            return {}
+        return {name: kept for name, kept in evals.history.items() if "loss" in name.lower() and kept and not kept[0][2]}
 
     def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False,
                 untrained: bool = False) -> list[Finding]:

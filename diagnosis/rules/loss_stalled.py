@@ -90,15 +90,15 @@ import math
 import statistics
 
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.rules.loss_chance import at_chance
+from faultlens.diagnosis.rules.loss_chance import at_chance, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
-from faultlens.diagnosis.rules.loss_eval import FITTED, HeldOutWatch
+from faultlens.diagnosis.rules.loss_eval import EVALS, FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
-from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_start
+from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_first_seen, worse_than_start
 from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
@@ -179,10 +179,14 @@ class LossStalledDetector:
             untrained = curve is not None and self._untrained(curve, self._window(curve))
             found = self.held_out.observe(event, payload, told=curve is not None and curve.fired,
                                           fitted=curve is not None and _fitted(curve), untrained=untrained)
-            if found or curve is None or not untrained or curve.fired or payload.step is None:
+            if found or curve is None or curve.fired or payload.step is None:
                 return found
-            # Worse than its random start on held-out and training data alike: blown up (loss_worse_than_start.py).
-            verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve))
+            # Worse than its random start, or than where it was first seen, on held-out and training data alike: blown
+            # up, or ruined by its learning rate (loss_worse_than_start.py).
+            verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve)) if untrained else None
+            # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
+            if verdict is None and not self.held_out.improving(event.job, 0):
+                verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)
             return self._finding(curve, event, verdict, payload.step)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
@@ -223,6 +227,10 @@ class LossStalledDetector:
         curve.hold(step, loss)
         curve.signed = curve.signed or loss < 0
         curve.peak = max(curve.peak, loss)
+        curve.lowest = min(curve.lowest, loss)
+        if curve.first is not None:
+            curve.low_since_first = min(curve.low_since_first, loss)
+        note_guess(curve, loss)
         curve.seen += 1
         curve.held_out_learned = self.held_out.learned(event.job)
         curve.held_out_falling = self.held_out.falling(event.job)
@@ -241,6 +249,8 @@ class LossStalledDetector:
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve)
+        if verdict is None:
+            verdict = collapsed(curve, step)  # learned, then back at a guess's: no window needs to fill (loss_chance.py)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         return self._finding(curve, event, verdict, step)

@@ -49,3 +49,30 @@ def worse_than_start(curve: LossCurve, step: int, metrics: dict, window: int) ->
         f"{first:.4g} it began at, untrained (step {since}){said}: worse than its start",
         rollback=False,
     )
+
+
+def worse_than_first_seen(curve: LossCurve, held: dict, step: int, evals: int) -> Verdict | None:
+    """A run worse than where it was first seen, whatever its start: every held-out loss evaluation since its first
+    (``held``: loss_eval.HeldOutWatch.held_losses), ``evals`` of them at least, a tenth above that first, and every
+    training loss logged since the run's first a tenth above it (issue 54, fresh batch 25: a Whisper-small fine-tune at
+    a learning rate of 3e-3, eval_loss 2.553 at its first epoch, 3.14-4.46 at each of 19 more; training loss 1.2366,
+    then 1.79-2.16 at each of 4 logs). Training that works brings one of them back below its first: an over-fitted
+    model's training loss falls far below it while its held-out loss climbs, and a warm-up's rise or a spike on the
+    training batches comes back. Both held above their first for evaluations on end is a model the training has made
+    worse on the data it trains on and on held-out data: a learning rate that ruined what the model knew, or a blow-up.
+    The caller holds it back while an evaluated metric reaches its best yet (an accuracy climbing while the held-out
+    loss grows more confident on what it misses)."""
+    first, latest = curve.first, curve.losses[-1][1] if curve.losses else None
+    seen_since = curve.low_since_first  # inf until a second training loss
+    if first is None or latest is None or first <= 0 or curve.signed or not (1 + ABOVE) * first < seen_since < math.inf:
+        return None
+    for name, kept in held.items():
+        values = [v for _, v, _ in kept]
+        if values[0] > 0 and len(values) > evals and min(values[1:]) > (1 + ABOVE) * values[0]:
+            return Verdict(
+                f"held-out {name} {min(values[1:]):.4g}-{max(values[1:]):.4g} at each of {len(values) - 1} evaluations "
+                f"to step {step}, training loss {curve.low_since_first:.4g}-{curve.peak:.4g} since its first, both a tenth "
+                f"above their firsts ({values[0]:.4g} held out, {first:.4g} in training): worse than where it was first seen",
+                rollback=False,
+            )
+    return None

@@ -467,15 +467,10 @@ FRESH_MISSED: dict[str, str] = {
     "fresh4's two healthy UCF101 fine-tunes' new heads do at ln 61 in their warm-up (4.0895-4.1110 at their first "
     "5 logs: 4.1 at every one, printed so). Near a guess's for 5 logs alone is no stall (those two, and fresh15's and "
     "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
-    "nas_child_cnn_svhn_learns_to_0.73_then_collapses_to_ln10_at_step_4800.csv": "an SVHN child CNN of an "
-    "architecture search, quoted from step 4000: minibatch loss 0.73-1.06 at 4000-4700, then 2.14-2.28 at all 10 logs "
-    "from 4800 (ln 10 = 2.303; its minibatch accuracy 0.12-0.25, not carried): learned, then collapsed to a guess. 18 "
-    "logs, under the shortest window's 20, so no window is judged (loss round 28)",
-    "whisper_small_hindi_to_braj_lr3e-3_wer_90_to_97_eval_loss_above_its_first.csv": "a Whisper-small fine-tune at "
-    "learning rate 3e-3: eval_loss 2.553 at its first epoch, then 3.14-4.46 at each of 19 more (3.42 at the last), "
-    "never back to its first; training loss 1.2366 at step 500, then 2.028, 2.157, 1.9848, 1.7866 (5 logs). What says "
-    "it is ruined is its eval_wer 89.9-97.5 %, which no event carries; its 5 training logs are under the shortest "
-    "window's 20 (loss round 28)",
+    # fresh25's SVHN child CNN (0.73-1.06, then 2.14-2.28 against ln 10 at all 10 logs from step 4800) is found since
+    # round 28 at its 10th log back at a guess (loss_chance.collapsed), and its Whisper-small at lr 3e-3 (eval_loss
+    # 3.14-4.46 at each of 19 evaluations after its first 2.553, training loss 1.79-2.16 after its first 1.2366) at
+    # step 1056 (loss_worse_than_start.worse_than_first_seen).
     # fresh24's 1.3B LLaMA pretraining (6 of its 2,500 iterations kept: 10.66 at 1, 12.55-13.40 at 2498-2500, loss
     # scale 1) is found since round 27 at its one validation, 13.60: held-out and training loss both a tenth above its
     # untrained start and a guess's, a window of steps on (loss_worse_than_start.py).

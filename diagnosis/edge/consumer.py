@@ -4,7 +4,9 @@ A thin :class:`streams.runner.loop.GroupRunner` handler. Each record goes throug
 own, so one bad event becomes one dead letter (with the engine's reason) and never makes the
 runner redeliver the whole batch through a stateful engine. Redelivered records (at-least-once)
 are recognised by event id inside the engine. A batch's plain steps of a job reach the job stage as
-runs (``Engine.process(..., hold=True)``, issue 56), with the same diagnoses in the same order.
+runs (``Engine.process(..., hold=True)``, issue 56), with the same diagnoses in the same order, and
+the engine takes a batch's steps in one loop (``Engine.process_steps``, diagnosis/engine/step_batch.py),
+with what a bad one costs the same: its own dead letter.
 """
 
 from __future__ import annotations
@@ -121,7 +123,32 @@ class DiagnoseHandler:
         out: list[Outgoing] = []
         where = self._partition_of
         engine, hold = self.engine, self.step_runs
-        for r in records:
+        steps = hold and where is None  # (a job stage's records are summaries: each is read for its partition)
+        i, n = 0, len(records)
+        while i < n:
+            if steps and records[i].value.kind == "step":
+                found: list[Diagnosis] = []
+                try:
+                    i = engine.process_steps(records, i, found)  # a run of plain steps, in one loop
+                except InvalidEvent as exc:
+                    self._found(out, found)
+                    i = engine.failed_at + 1
+                    self._found(out, engine.release())
+                    out.append(self._dead(records[i - 1], f"invalid: {exc}"))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - as below
+                    self._found(out, found)
+                    i = engine.failed_at + 1
+                    r = records[i - 1]
+                    log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
+                    self._release(out)
+                    out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
+                    continue
+                self._found(out, found)
+                if i == n:
+                    break
+            r = records[i]
+            i += 1
             if where is not None and r.topic == topics.SUMMARIES:
                 job = getattr(r.value, "job", None)
                 # A wave candidate's copy comes on every partition (diagnosis/engine/fleet_waves.py), as

@@ -41,6 +41,7 @@ from faultlens.diagnosis.engine.job_clocks import Heard, JobClocks
 from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
 from faultlens.diagnosis.engine.lane import Lane
 from faultlens.diagnosis.engine.stages import JOB_SOURCES, JobStage, NodeOutput, NodeStage, rank_mismatch
+from faultlens.diagnosis.engine.step_batch import StepBatch
 from faultlens.diagnosis.engine.thresholds import shipped as shipped_thresholds
 from faultlens.diagnosis.engine.time_base import TimeBases
 from faultlens.diagnosis.engine.waves import Waves, is_candidate, is_own_evidence
@@ -73,7 +74,7 @@ _TIMELY_ONLY = frozenset({("gpu", "sample"), ("host", "sample"), ("train", "step
                           ("train", "checkpoint"), ("net", "sample")})
 
 
-class Engine(JobClocks):
+class Engine(JobClocks, StepBatch):
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self.book = JobBook()
@@ -95,6 +96,7 @@ class Engine(JobClocks):
         self._held_lane: Lane | None = None
         self._ready: list[Diagnosis] = []
         self._step_out = NodeOutput()
+        self.failed_at = 0  # process_steps (diagnosis/engine/step_batch.py): the record that raised
 
     def _job_size(self, job: str) -> int:
         topo = self.book.topology(job)

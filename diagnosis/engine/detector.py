@@ -8,7 +8,7 @@ trace file, or from a unit test.
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope, InvalidEvent
@@ -83,6 +83,13 @@ class JobBook:
                 break
             current = topology
         return current
+
+    def sole_placement(self, job: str) -> Mapping[int, Any] | None:
+        """The job's ranks' placement (rank → its place) where it has one topology, in force
+        whatever the time (until a restart brings another); None otherwise (then ask
+        :meth:`topology` at the event's time)."""
+        versions = self._versions.get(job)
+        return versions[0][1].by_rank if versions is not None and len(versions) == 1 else None
 
     def replaced_at(self, job: str, at: float) -> Topology | None:
         """The topology that a version stamped exactly ``at`` replaced, else None. At that instant

@@ -189,10 +189,17 @@ class NodeStageHandler:
         stage = self._stages.get(r.partition) or self.stage(r.partition)
         # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
         if event.kind == "step" and event.source == "train":  # four in five: the step path, its Struct read once
-            mismatch = rank_mismatch(self.book, event)
-            if mismatch is not None:
-                node_out.findings.append(mismatch)
-            stage.observe_step(event, typed(event, TrainStep), node_out)
+            step = event._payload
+            if type(step) is not TrainStep:
+                step = typed(event, TrainStep)
+            # rank_mismatch where the job's one topology places the step's rank on its node (a lookup)
+            places = self.book.sole_placement(event.job)
+            place = places.get(step.rank) if places is not None and step.rank is not None else None
+            if place is None or place.node != event.node:
+                mismatch = rank_mismatch(self.book, event)
+                if mismatch is not None:
+                    node_out.findings.append(mismatch)
+            stage.observe_step(event, step, node_out)
         else:
             for parsed in stage.parse(event) if event.kind == "line" else (event,):
                 mismatch = rank_mismatch(self.book, parsed)

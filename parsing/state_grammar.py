@@ -15,7 +15,8 @@ the state (``0 ports down``, ``link is not down``), the line's own word that all
 grammar reads is a suspicion, never more than an alert (parsing.fallback; docs/design.md §1). A line its
 objects and states do not read may still state a storage system's health in that system's own vocabulary (a
 pool's, array's or placement group's state, a count of things in a bad state, an error counter, a block
-request's errno): parsing.storage_state reads it, behind the same guards and under the same ceiling. After a
+request's errno): parsing.storage_state reads it, behind the same guards and under the same ceiling, and a
+user-space storage client's word that an operation on its storage failed, parsing.storage_client. After a
 program's own failure frame (parsing.own_failure), a line that states in any vendor's words that an accelerator
 hung, failed a reset, stopped answering or could not be brought up is read by parsing.accelerator_state.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultlens.parsing import accelerator_state, own_failure, storage_state
+from faultlens.parsing import accelerator_state, own_failure, storage_client, storage_state
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.fallback import CEILING
 from faultlens.parsing.line import any_of, common
@@ -147,7 +148,7 @@ _OWN_PREFILTER = tuple(q for q in QUICK if q not in ("no ", "not ", "n't")) + (
     "not responding", "not healthy", "not ready", "seem to", "appear to", "not exist", "n't exist", "match")
 # With the storage vocabulary's literals, but those holding a literal here or an alarm word (both parsers' pre-filters
 # carry parsing.alarm.QUICK): a literal inside another passes no line more and costs the scan (a third of its time).
-PREFILTER = _OWN_PREFILTER + tuple(q for q in (*storage_state.QUICK, *own_failure.QUICK, *accelerator_state.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
+PREFILTER = _OWN_PREFILTER + tuple(q for q in (*storage_state.QUICK, *storage_client.QUICK, *own_failure.QUICK, *accelerator_state.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
 
 
 # A level word the line's own format prints, upper case, where the parsers' readers of levels may not look
@@ -162,8 +163,8 @@ _LEVEL_WORD = re.compile(r"(?<![\w.])(?:INFO|DEBUG|TRACE|NOTICE)(?=\s|:|\]|\|)|<
 class Reading:
     """``fault``: the class the object gives; ``object`` and ``state``: the words read, for the event's finding;
     ``quiet``: why the line's own level makes it a record, not an alert (None: it does not); ``rule``: the
-    event's rule, ``storage_state`` where the storage vocabulary read the line (parsing.storage_state), ``own_failure``
-    and ``accelerator_state`` where those modules did."""
+    event's rule, ``storage_state`` where the storage vocabulary read the line (parsing.storage_state), ``storage_client``,
+    ``own_failure`` and ``accelerator_state`` where those modules did."""
 
     fault: str
     object: str
@@ -175,6 +176,8 @@ class Reading:
     def finding(self) -> str:
         if self.rule == "own_failure":
             return f"{self.object!r} states its own failure ({self.state}); no rule, subsystem or model took the line"
+        if self.rule == "storage_client":
+            return f"a storage client says {self.state} ({self.object!r}); no rule, subsystem or model took the line"
         if self.rule == "accelerator_state":
             return f"an accelerator's own words {self.object!r} say it {self.state}; no rule, subsystem or model took the line"
         return f"the state grammar reads {self.object!r} as {self.state}; no rule, subsystem or model took the line"
@@ -188,7 +191,8 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
     grammar = _QUICK.search(low) is not None
     own = source != "kernel" and own_failure.quick(low)  # the kernel's log holds no program's frames
     device = accelerator_state.quick(low)
-    if not (grammar or own or device or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
+    client = storage_client.quick(low)
+    if not (grammar or own or device or client or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
         return None
     if reassured(message) or says_retrying(message):
         return None
@@ -198,6 +202,9 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
         said = storage_state.read_storage(message, raw)
         if said is not None:
             reading = Reading("storage", *said, rule="storage_state")
+        elif (client or grammar) and (failed := storage_client.read_storage_client(message)) is not None:
+            # a user-space storage client's own word that an operation on its storage failed (parsing.storage_client)
+            reading = Reading("storage", *failed, rule="storage_client")
         elif own and (told := own_failure.read_own_failure(message)) is not None:
             # a program's own word that it failed, in its frame: the job's code (parsing.own_failure)
             reading = Reading("user_code", *told, rule="own_failure")

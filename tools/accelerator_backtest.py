@@ -14,35 +14,15 @@ with the row's class or another (by the row's class).
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from typing import Any
+from functools import partial
 
-from tools.grammar_backtest import _lines, open_fault_rows, rule_backtest_main
+from tools.grammar_backtest import class_reach, rule_backtest_main
 
 RULE = "accelerator_state"
 
 
-def reach(show: bool) -> dict[str, Any]:
-    """Open corpus fault rows the statements read by themselves, whatever the rules did with them."""
-    rows = 0
-    right: Counter[str] = Counter()
-    wrong: Counter[str] = Counter()
-    for path, row, got in open_fault_rows():
-        rows += 1
-        if got is None or got.rule != RULE:
-            continue
-        fault = row["fault"]
-        (right if got.fault == fault else wrong)[fault] += 1
-        if show and got.fault != fault:
-            print(json.dumps({"other_class": fault, "got": got.fault, "file": path.name, "object": got.object,
-                              "line": _lines(row)[0][:160]}))  # fmt: skip
-    return {"fault_rows": rows, "read_right": sum(right.values()), "read_wrong": sum(wrong.values()),
-            "right_by_class": dict(right.most_common()), "wrong_by_class": dict(wrong.most_common())}  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> int:
-    return rule_backtest_main(argv, __doc__, RULE, 63, reach)
+    return rule_backtest_main(argv, __doc__, RULE, 63, partial(class_reach, RULE))
 
 
 if __name__ == "__main__":

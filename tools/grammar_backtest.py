@@ -24,6 +24,7 @@ import argparse
 import json
 import re
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -127,6 +128,25 @@ def open_fault_rows() -> Iterator[tuple[Path, dict[str, Any], Reading | None]]:
             row = json.loads(text) if text.strip() else {}
             if row.get("fault"):
                 yield path, row, reading_of(row)
+
+
+def class_reach(rule: str, show: bool) -> dict[str, Any]:
+    """Open corpus fault rows the reading named ``rule`` takes by itself, whatever the rules did with them, with
+    the row's class or another, by the row's class (the accelerator-state and storage-client backtests' reach)."""
+    rows = 0
+    right: Counter[str] = Counter()
+    wrong: Counter[str] = Counter()
+    for path, row, got in open_fault_rows():
+        rows += 1
+        if got is None or got.rule != rule:
+            continue
+        fault = row["fault"]
+        (right if got.fault == fault else wrong)[fault] += 1
+        if show and got.fault != fault:
+            print(json.dumps({"other_class": fault, "got": got.fault, "file": path.name, "object": got.object,
+                              "line": _lines(row)[0][:160]}))  # fmt: skip
+    return {"fault_rows": rows, "read_right": sum(right.values()), "read_wrong": sum(wrong.values()),
+            "right_by_class": dict(right.most_common()), "wrong_by_class": dict(wrong.most_common())}  # fmt: skip
 
 
 def firing(show: bool, keep: Callable[[Reading], bool] = lambda _: True) -> dict[str, Any]:

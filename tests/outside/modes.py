@@ -106,18 +106,21 @@ def stop_once_read(settings: KafkaSettings, group: str, procs: list[subprocess.P
             p.send_signal(signal.SIGTERM)
 
 
-def _replay(bootstrap: str, home: Path, trace: Path, speed: float) -> None:
-    subprocess.run([*FAULTLENS, "replay", str(trace), "--bootstrap", bootstrap, "--speed", str(speed),
-                    "--no-progress"], check=True, stdout=subprocess.DEVNULL, env=_env(home))
+def _replay(bootstrap: str, trace: Path, speed: float) -> None:
+    """`faultlens replay` by main() in this process (tests/in_process.py), as `checked` runs check: the
+    members read what it wrote, not where it ran; an interpreter and its imports saved (~1 CPU-s)."""
+    done = faultlens_main("replay", trace, "--bootstrap", bootstrap, "--speed", speed, "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
-def _recorded(bootstrap: str, home: Path, out: Path) -> list[dict]:
+def _recorded(bootstrap: str, out: Path) -> list[dict]:
     trace = out / "diagnoses.parquet"
     # The members are gone, so `diagnoses` is whole: the reader waits for the end offsets it
-    # read at its start (streams/reader.py), then for 1 s of nothing, not 5.
-    subprocess.run([*FAULTLENS, "record", "--bootstrap", bootstrap, "--topics", "diagnoses", "--out",
-                    str(trace), "--idle", "1", "--no-progress"], check=True, stdout=subprocess.DEVNULL,
-                   env=_env(home))
+    # read at its start (streams/reader.py), then for 1 s of nothing, not 5. By main() in this
+    # process, as _replay.
+    done = faultlens_main("record", "--bootstrap", bootstrap, "--topics", "diagnoses", "--out", trace,
+                          "--idle", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
     path = Path(f"{trace}.diagnoses.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -230,7 +233,7 @@ def _through_broker(trace: Path, mode: str, work: Path, speed: float, grace: flo
     with _broker(home) as bootstrap:
         members = 3 if mode == "group" else 1
         if mode == "backlog":
-            _replay(bootstrap, home, trace, 0)
+            _replay(bootstrap, trace, 0)
         if mode == "split":
             stages = [(stage, work / f"split-{stage}-{i}.log") for stage in ("node", "job") for i in range(3)]
         else:
@@ -239,7 +242,7 @@ def _through_broker(trace: Path, mode: str, work: Path, speed: float, grace: flo
         procs = [_diagnose(bootstrap, home, f"outside-split-{stage}" if mode == "split" else f"outside-{mode}",
                            log, idle_stop, grace, stage) for stage, log in stages]
         if mode != "backlog":
-            _replay(bootstrap, home, trace, speed)
+            _replay(bootstrap, trace, speed)
         beside = meanwhile() if meanwhile is not None else None
         if read_stop:
             stop_once_read(KafkaSettings(bootstrap=bootstrap), f"outside-{mode}", procs,
@@ -247,7 +250,7 @@ def _through_broker(trace: Path, mode: str, work: Path, speed: float, grace: flo
         for p in procs:
             p.wait(timeout=1800)
         (work / mode).mkdir(exist_ok=True)
-        return _recorded(bootstrap, home, work / mode), beside
+        return _recorded(bootstrap, work / mode), beside
 
 
 def with_offline(trace: Path, mode: str, work: Path, speed: float = 40.0,

@@ -7,7 +7,7 @@ import math
 import statistics
 from itertools import pairwise
 
-from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict, middle
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.diagnosis.rules.training import robust_sigma
 
@@ -46,7 +46,7 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
     if curve.signed or max(start, highest) <= 0:
         return None
     per = max(1, len(window) // DIVERGE_BLOCKS)
-    ys = [statistics.median(v for _, v in window[i : i + per]) for i in range(0, len(window) - per + 1, per)]
+    ys = [middle(sorted([v for _, v in window[i : i + per]])) for i in range(0, len(window) - per + 1, per)]
     z = mann_kendall_z(ys)
     if z < DIVERGE_Z:
         return None

@@ -192,9 +192,12 @@ class HeldOutWatch:
         if evals is None:
             return False
         for kept in evals.history.values():
-            signed = [(step, v if higher else -v) for step, v, higher in kept if step is not None]
-            before = [v for step, v in signed if step < since]
-            during = [v for step, v in signed if step >= since]
+            # One pass over up to HISTORY evaluations, each signed its better way up: this runs at every judgement.
+            before: list[float] = []
+            during: list[float] = []
+            for step, v, higher in kept:
+                if step is not None:
+                    (before if step < since else during).append(v if higher else -v)
             if not before:
                 before, during = during[:1], during[1:]
             if before and len(during) >= EVALS and max(during) > max(before):

@@ -73,7 +73,10 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
   same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py), or a held-out
   loss and the latest training loss both a tenth above its start and a guess's, a window of steps on: worse than the
-  random model it came from (loss_worse_than_start.py);
+  random model it came from; whatever its start, a held-out loss a tenth above its first evaluation at each of five
+  since, beside a training loss above its first at every log since: worse than where it was first seen
+  (loss_worse_than_start.py); and at any step, a loss back within a tenth of ln(classes) at 10 logs in a row after it
+  had come below half of it: collapsed to a guess (loss_chance.collapsed);
 * and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
   again (diagnosis/rules/loss_gradient.py).
 
@@ -91,7 +94,7 @@ import statistics
 
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import at_chance, collapsed, note_guess
-from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict, block_medians, middle
 from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import EVALS, FITTED, HeldOutWatch
@@ -298,11 +301,8 @@ class LossStalledDetector:
         curve.next_check = curve.seen + max(1, size // 10)
         window = list(curve.losses)[-size:]
         values = [v for _, v in window]
-        per = len(values) // BLOCKS
-        blocks = [window[i * per:(i + 1) * per] for i in range(BLOCKS)]
-        xs = [statistics.median(s for s, _ in b) for b in blocks]
-        ys = [statistics.median(v for _, v in b) for b in blocks]
-        level = statistics.median(values)
+        xs, ys = block_medians(window, BLOCKS)
+        level = middle(sorted(values))
         lowest = min(ys)
         highest, curve.highest = curve.highest, max(curve.highest, level)
         # The best is a whole window's median: the lowest of many short blocks is their noise's low tail.

@@ -11,7 +11,9 @@ validation 13.60 against ln 32000 = 10.37; its log keeps 6 iterations, too few f
 Neither alone says it: a training loss above its start is a batch's spike, or a warm-up's rise at once (fresh batch 24's
 Llama-3.1-8B, 12.3 then 26 at step 2, 5.1 by step 20); a held-out loss above it is an over-fitted classifier's. Nor does
 an evaluation inside the first window of steps: the init is still settling (fresh batch 9's butterfly CNN, val_loss 7.53
-against its first 3.40 at step 24 of a 10-step log, then learning). Pure: the state is the curve's (loss_curve.LossCurve).
+against its first 3.40 at step 24 of a 10-step log, then learning). Whatever the start (a fine-tune's is a trained
+model's), the same reading against where the run was first seen, over evaluations on end: worse_than_first_seen. Pure:
+the state is the curve's (loss_curve.LossCurve).
 """
 
 from __future__ import annotations

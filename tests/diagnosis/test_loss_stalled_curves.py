@@ -9,6 +9,7 @@ runs found, healthy runs flagged) that the parametrised tests hold."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -141,6 +142,17 @@ def trainer_word(meta: dict[str, str], start: float = 0.0, renumber: bool = Fals
     return {"scratch": True, "resumed": False}.get(said)
 
 
+@functools.cache
+def _parsed(path: Path) -> tuple[dict[str, str], list[Row], list[Eval], list[int]]:
+    """A fixture's header, rows, evaluations and checkpoints, parsed once for every mode it is replayed in (the
+    events are made afresh each time: a test may change them); read-only to the callers."""
+    lines = path.read_text().splitlines()
+    if path.suffix == ".csv":
+        return header(lines), *_csv_rows(lines), []
+    rows, checkpoints = _log_rows(lines)
+    return header(lines), rows, [], checkpoints
+
+
 def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0,
                renumber: bool = False) -> tuple[list[Envelope], int]:
     """A fixture as the `train` events a hook would have sent: (events, last step). Times are the
@@ -150,14 +162,8 @@ def read_curve(name: str | Path, step_s: float | None = None, start: float = 0.0
     own steps reports a resumed run. Each step carries the trainer's word on its start
     (:func:`trainer_word`) where the source says it."""
     path = name if isinstance(name, Path) else CURVES / name
-    lines = path.read_text().splitlines()
-    meta = header(lines)
+    meta, rows, evals, checkpoints = _parsed(path)
     from_scratch = trainer_word(meta, start, renumber)
-    evals: list[Eval] = []
-    if path.suffix == ".csv":
-        (rows, evals), checkpoints = _csv_rows(lines), []
-    else:
-        rows, checkpoints = _log_rows(lines)
     assert rows, f"{name}: no loss line parsed"
     skipped = int(start * len(rows))
     rows = rows[skipped:]
@@ -216,7 +222,7 @@ def _pace(secs: list[float]) -> float:
 def _eval_event(evaluation: Eval, ts: float, classes: int | None, higher: dict[str, bool] | None = None,
                 prior: float | None = None) -> Envelope:
     step, metrics, _ = evaluation
-    data = {"rank": 0, "step": max(0, step), "metrics": metrics, "chance": chance_of(metrics, classes, prior)}
+    data = {"rank": 0, "step": max(0, step), "metrics": dict(metrics), "chance": chance_of(metrics, classes, prior)}
     if higher:
         data["higher_is_better"] = {name: up for name, up in higher.items() if name in metrics}
     return Envelope(ts=ts, job="j", node="n0", source="train", kind="eval", data=data)
@@ -251,7 +257,7 @@ def judge(name: str | Path, start: float = 0.0, renumber: bool = False, window_s
     and ``window_s``) and say what it raised against what it must."""
     events, last = read_curve(name, start=start, renumber=renumber)
     if isinstance(name, Path):
-        meta = header(name.read_text().splitlines())
+        meta = _parsed(name)[0]
         expect, default_window = meta["expect"], float(meta["window_s"]) if "window_s" in meta else None
         name = name.name
     else:
@@ -487,7 +493,7 @@ def _fresh(expects) -> list:
 
 
 def _expect(path: Path) -> str:
-    return header(path.read_text().splitlines())["expect"]
+    return _parsed(path)[0]["expect"]
 
 
 @pytest.mark.parametrize("path", _fresh({"loss_stalled", "nan_loss"}))
@@ -506,7 +512,7 @@ def test_fresh_healthy_runs_stay_quiet_from_the_start_from_the_middle_and_under_
 
 def test_fresh_curves_all_carry_a_label_and_a_source():
     for path in (p for folder in FRESH for p in batch(folder)):
-        meta = header(path.read_text().splitlines())
+        meta = _parsed(path)[0]
         assert meta["expect"] in ("quiet", "loss_stalled", "nan_loss") and meta["label"] and meta["source"], path.name
 
 

@@ -72,7 +72,9 @@ class Pair:
 
     @property
     def name(self) -> str:
-        return f"fresh{self.first}+{self.second}"
+        if self.second > self.first + 1:
+            return f"fresh{self.first}-{self.second}"
+        return f"fresh{self.first}+{self.second}" if self.second != self.first else f"fresh{self.first}"
 
 
 @dataclass
@@ -116,7 +118,8 @@ def load_pair(path: Path) -> Pair:
         raise ValueError(
             f"{path}: fresh{max(first, second)} is sealed (OPENED_BATCHES {line_corpus.OPENED_BATCHES}): not read here"
         )
-    rows = _pair_rows(first) + _pair_rows(second)
+    # A pool may hold a run of batches (unread_fresh59_62_*: fresh59..62, opened together).
+    rows = [r for n in range(first, max(first, second) + 1) for r in _pair_rows(n)]
     # A pool row is its fixture row's JSON with "got" appended (cut at 400 characters): matched by that text.
     keyed = [(json.dumps(r, ensure_ascii=False)[:-1], r) for r in rows]
     misses, fired, cut = [], [], 0

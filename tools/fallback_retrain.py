@@ -1,11 +1,13 @@
 """Retrain the line model as a past commit could have, for tools/fallback_backtest.py's ``--models``.
 
-    python -m tools.fallback_retrain OUT COMMIT [COMMIT ...] [--recipe base|words|faultweight]
+    python -m tools.fallback_retrain OUT COMMIT[:N] [COMMIT[:N] ...] [--recipe base|words|faultweight]
 
 For each COMMIT, in a ``git worktree add --detach`` of it (removed after), that commit's own
 ``line_corpus.samples()`` (its corpus, its OPENED_BATCHES, its tables' examples: never a later batch)
 trains a model by RECIPE, and its exported numbers (``line_scorer.export``) are pickled to
-``OUT/<commit8>_<recipe>.pkl``. Recipes: ``base`` (character 3-5 and word 1-2 n-grams, a linear SVM,
+``OUT/<commit8>_<recipe>.pkl``. ``COMMIT:N`` trains on fresh1..N only: a pool made at the commit that
+opened its batches (``OPENED_BATCHES`` already counts them there) needs N = its first batch - 1, else
+the model learns the very rows it is scored on. Recipes: ``base`` (character 3-5 and word 1-2 n-grams, a linear SVM,
 sigmoid calibration: the shipped recipe), ``words`` (word n-grams only), ``faultweight`` (fault rows
 weighted so all faults weigh what the healthy rows weigh, where healthy rows are the more). Needs
 scikit-learn; no network.
@@ -35,6 +37,8 @@ from faultlens.parsing import line_corpus, line_model
 from faultlens.parsing.line_scorer import export
 
 recipe, out = sys.argv[1], sys.argv[2]
+if len(sys.argv) > 3:  # a cap on the opened batches: never the pool's own rows
+    line_corpus.OPENED_BATCHES = min(line_corpus.OPENED_BATCHES, int(sys.argv[3]))
 samples = [(s.source, s.line, s.label) for s in line_corpus.samples()]
 counts = {}
 for _, _, label in samples:
@@ -61,13 +65,14 @@ print(recipe, len(samples), out)
 """
 
 
-def retrain(commit: str, recipe: str, out: Path) -> Path:
+def retrain(commit: str, recipe: str, out: Path, through: int | None = None) -> Path:
     target = out / f"{commit[:8]}_{recipe}.pkl"
+    cap = [] if through is None else [str(through)]
     with tempfile.TemporaryDirectory(prefix="fallback_retrain_") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True)
         try:
-            subprocess.run([sys.executable, "-", recipe, str(target)], cwd=tree, input=_TRAIN, text=True, check=True)
+            subprocess.run([sys.executable, "-", recipe, str(target), *cap], cwd=tree, input=_TRAIN, text=True, check=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
     return target
@@ -76,12 +81,13 @@ def retrain(commit: str, recipe: str, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="folder for <commit8>_<recipe>.pkl")
-    ap.add_argument("commits", nargs="+", help="commits to retrain at (the pools' commits)")
+    ap.add_argument("commits", nargs="+", help="commits to retrain at (the pools' commits), COMMIT:N to train on fresh1..N only")
     ap.add_argument("--recipe", choices=RECIPES, default="base")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for commit in args.commits:
-        retrain(commit, args.recipe, args.out.resolve())
+    for spec in args.commits:
+        commit, _, through = spec.partition(":")
+        retrain(commit, args.recipe, args.out.resolve(), int(through) if through else None)
     return 0
 
 

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.kinds import KNOWN_KINDS, known_kind
-from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail
+from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch, skew_detail, step_rank_mismatch
 from faultlens.diagnosis.engine.thresholds import WaveConfig
 from faultlens.diagnosis.engine.waves import is_candidate, is_own_evidence
 from faultlens.diagnosis.peers.features import NodeWindow
@@ -192,13 +192,9 @@ class NodeStageHandler:
             step = event._payload
             if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
-            # rank_mismatch where the job's one topology places the step's rank on its node (a lookup)
-            places = self.book.sole_placement(event.job)
-            place = places.get(step.rank) if places is not None and step.rank is not None else None
-            if place is None or place.node != event.node:
-                mismatch = rank_mismatch(self.book, event)
-                if mismatch is not None:
-                    node_out.findings.append(mismatch)
+            mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(event.job))
+            if mismatch is not None:
+                node_out.findings.append(mismatch)
             stage.observe_step(event, step, node_out)
         else:
             for parsed in stage.parse(event) if event.kind == "line" else (event,):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.implicit import ImplicitConfig, ImplicitFaultDetector
@@ -78,6 +78,17 @@ def rank_mismatch(book: JobBook, event: Envelope) -> Finding | None:
         reason, entity = f"rank {rank} reported from {event.node} but the topology has it {where}", "rank-placement"
     return Finding(job=event.job, ts=event.ts, fault="unknown", action="none", nodes=(event.node,), entity=entity,
                    evidence=(event.id,), detail=reason)
+
+
+def step_rank_mismatch(book: JobBook, event: Envelope, rank: int | None, places: Mapping[int, Any] | None) -> Finding | None:
+    """:func:`rank_mismatch` for a typed step whose ``rank`` is read: none where ``places`` (the job's one
+    topology's placement, :meth:`JobBook.sole_placement`) puts that rank on the step's node, a lookup
+    (issue 56: four in five events are steps, and the general check finds the topology in force at the
+    event's time each); else the general check."""
+    place = places.get(rank) if places is not None and rank is not None else None
+    if place is not None and place.node == event.node:
+        return None
+    return rank_mismatch(book, event)
 
 
 def skew_detail(event: Envelope, skew_s: float, clamped: str | None) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from faultlens.diagnosis.engine.config import EngineConfig
 from faultlens.diagnosis.engine.detector import JobBook
 from faultlens.diagnosis.engine.lane import Lane
-from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, rank_mismatch
+from faultlens.diagnosis.engine.stages import NodeOutput, NodeStage, step_rank_mismatch
 from faultlens.events.diagnosis_record import Diagnosis
 from faultlens.events.envelope import Envelope
 from faultlens.events.payloads_job import TrainStep
@@ -89,14 +89,10 @@ class StepBatch:
                 node_out = self._step_out
                 if node_out.forward or node_out.findings or node_out.windows:  # left by a step that raised
                     node_out = self._step_out = NodeOutput()
-                # rank_mismatch where the step's rank is placed on its node by the job's one topology
-                rank = step.rank
-                place = places.get(rank) if places is not None and rank is not None else None
-                if place is None or place.node != event.node:
-                    mismatch = rank_mismatch(book, event)
-                    if mismatch is not None:
-                        self.stats["topology_mismatch"] += 1
-                        node_out.findings.append(mismatch)
+                mismatch = step_rank_mismatch(book, event, step.rank, places)
+                if mismatch is not None:
+                    self.stats["topology_mismatch"] += 1
+                    node_out.findings.append(mismatch)
                 observe_step(event, step, node_out)
                 if not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
                     node_out.forward.clear()

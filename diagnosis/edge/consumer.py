@@ -130,19 +130,10 @@ class DiagnoseHandler:
                 found: list[Diagnosis] = []
                 try:
                     i = engine.process_steps(records, i, found)  # a run of plain steps, in one loop
-                except InvalidEvent as exc:
-                    self._found(out, found)
-                    i = engine.failed_at + 1
-                    self._found(out, engine.release())
-                    out.append(self._dead(records[i - 1], f"invalid: {exc}"))
-                    continue
                 except Exception as exc:  # noqa: BLE001 - as below
-                    self._found(out, found)
+                    self._found(out, found)  # what the steps before the one that raised found
                     i = engine.failed_at + 1
-                    r = records[i - 1]
-                    log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
-                    self._release(out)
-                    out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
+                    self._refused(out, records[i - 1], exc)
                     continue
                 self._found(out, found)
                 if i == n:
@@ -157,19 +148,24 @@ class DiagnoseHandler:
                     where[job] = r.partition
             try:
                 found = engine.process(r.value, at=r.event_ts, skew_s=r.skew_s, clamped=r.clamped, hold=hold)
-            except InvalidEvent as exc:
-                self._found(out, engine.release())  # what the steps before it found comes first
-                out.append(self._dead(r, f"invalid: {exc}"))
-                continue
             except Exception as exc:  # noqa: BLE001 - a detector bug must cost one event, not the consumer
-                log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
-                self._release(out)
-                out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
+                self._refused(out, r, exc)
                 continue
             if found:
                 self._found(out, found)
         self._release(out)
         return out
+
+    def _refused(self, out: list[Outgoing], r: Record, exc: Exception) -> None:
+        """Record ``r``, on which the engine raised ``exc`` (called in the ``except``): what the held
+        steps before it found, then its dead letter with the engine's reason."""
+        if isinstance(exc, InvalidEvent):
+            self._found(out, self.engine.release())  # what the steps before it found comes first
+            out.append(self._dead(r, f"invalid: {exc}"))
+            return
+        log.exception("engine failed on %s/%s event %s", r.value.source, r.value.kind, r.value.id)
+        self._release(out)
+        out.append(self._dead(r, f"engine error: {type(exc).__name__}: {exc}"))
 
     def _found(self, out: list[Outgoing], found: list[Diagnosis]) -> None:
         if found:

@@ -47,11 +47,12 @@ from faultlens.streams.local_port import free_port
 from faultlens.trainer_hooks.crash_wait import LEAVING_ACTIONS, checks_wait_s, evicts_none_of, wait_for_verdict
 from faultlens.trainer_hooks.exit_codes import EXIT_ACTION, STOPPED
 from faultlens.trainer_hooks.outbox import Outbox
-from faultlens.trainer_hooks.outbox_voice import client_threads, quiet_close
+from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads, quiet_close
 from faultlens.trainer_hooks.reproduction import run_reproduction
 from faultlens.trainer_hooks.restart_plan import RestartPlan, plan_restart
 
 log = logging.getLogger("faultlens.launcher")
+OUTBOX_THREAD = "faultlens-launcher-outbox"
 
 
 def node_names(args: argparse.Namespace) -> tuple[str, ...]:
@@ -112,7 +113,12 @@ class Launcher:
         # The trainer side's clients (as `faultlens run`'s): with no broker the job starts and trains at
         # once, its restarts and end are spooled, and commands are read once one answers.
         self.listener = CommandListener(settings, CommandScreen(keys, self.job, memory=memory), self.commands.put)
-        self.producer = Outbox(settings, name="faultlens-launcher-outbox")
+        self.producer = Outbox(settings, name=OUTBOX_THREAD)
+        # Through an outage only the outbox and the listener say so, once: the clients' own reconnect lines
+        # (~30 at ERROR in the seconds after a broker is killed) are DEBUG while it is lost (outbox_voice.py).
+        producer = self.producer
+        self.voice = OutageVoice(client_threads(settings.client_id, self.listener.name, OUTBOX_THREAD),
+                                 settings.bootstrap, lambda: producer.down, settings.client_id).install()
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
         self.attempt = 0
         self._stopping = False
@@ -329,8 +335,7 @@ class Launcher:
             self.emit({"event": "waiting_for_checks", "command_id": cmd.id, "nodes": list(cmd.nodes), "wait_s": wait_s})
 
     def close(self) -> None:
-        threads = client_threads(self.settings.client_id, self.listener.name)
-        quiet_close(threads, self.settings.client_id, self.listener.stop, lambda: self.terminate(0), self.producer.close)
+        quiet_close(self.voice, self.listener.stop, lambda: self.terminate(0), self.producer.close)
 
 
 def _interrupt(*_: object) -> None:

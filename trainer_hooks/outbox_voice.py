@@ -135,10 +135,11 @@ class OutageVoice(logging.Filter):
         return waiter
 
 
-def quiet_close(threads: frozenset[str], client_id: str, *steps: Callable[[], object]) -> threading.Thread | None:
-    """Run ``steps`` (each closes clients of ours) with what those clients say as they close at DEBUG;
-    for a process with no :class:`OutageVoice` of its own (the launcher). Returns :meth:`release`'s."""
-    voice = OutageVoice(threads, None, lambda: False, client_id).closing().install()
+def quiet_close(voice: OutageVoice, *steps: Callable[[], object]) -> threading.Thread | None:
+    """Run ``steps`` (each closes clients of ours) with what those clients say as they close at DEBUG
+    (``voice``, installed, is :meth:`~OutageVoice.closing` from now), then release it. Returns
+    :meth:`~OutageVoice.release`'s."""
+    voice.closing()
     try:
         for step in steps:
             step()

@@ -267,7 +267,8 @@ def test_the_launcher_closes_its_clients_quietly(caplog):
         thread.join(STALL_S)
         closed.append("consumer")
 
-    waiter = quiet_close(threads, "faultlens", close_consumer, lambda: closed.append("children"))
+    voice = OutageVoice(threads, None, lambda: False, "faultlens").install()  # the broker is up
+    waiter = quiet_close(voice, close_consumer, lambda: closed.append("children"))
     assert closed == ["consumer", "children"] and waiter is None  # nothing of ours left running: gone
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not any(isinstance(f, OutageVoice) for f in logging.getLogger("kafka.net.transport").filters)

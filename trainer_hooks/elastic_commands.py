@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import time
 from dataclasses import asdict, dataclass
 
@@ -142,6 +143,14 @@ def rendezvous_topology(notes: list[RoundNote]) -> Topology | None:
     sizes = {n.local_world for n in notes}
     extra = {"gpus_per_node": sizes.pop()} if len(sizes) == 1 else None
     return Topology(1, 1, rank, tuple(places), extra)
+
+
+def own_exit_codes(codes: list[int]) -> list[int]:
+    """The workers' exit codes less torch's own ending of the rest: once one worker of a group
+    fails, torch's agent sends the others SIGTERM, and a rank slower to reach the same exit (a busy
+    machine) shows -15 beside its peers' code. Every code -15: someone else ended them all."""
+    own = sorted({c for c in codes if c != -signal.SIGTERM})
+    return own or sorted(set(codes))
 
 
 def action_of_exit_codes(codes: list[int]) -> str | None:

@@ -53,6 +53,7 @@ from faultlens.trainer_hooks.elastic_commands import (
     action_of_exit_codes,
     merge_round,
     named_checkpoint,
+    own_exit_codes,
     rendezvous_topology,
     resume_choice,
 )
@@ -261,7 +262,7 @@ class FaultlensAgent(LocalElasticAgent):
         nodes = side.plan.nodes if side.plan else (side.node,)
         cmd = side.inbox.take(nodes)
         if cmd is None and result.state == WorkerState.FAILED:
-            codes = sorted({f.exitcode for f in result.failures.values()})
+            codes = own_exit_codes([f.exitcode for f in result.failures.values()])
             told = action_of_exit_codes(codes)
             if told is not None:
                 # A worker's hook obeyed a command we have not read yet: it is on its way.
@@ -272,8 +273,8 @@ class FaultlensAgent(LocalElasticAgent):
                 side.report_failures(result.failures)
                 if codes == [USAGE_EXIT]:
                     # Every worker exited 2 (Python's and argparse's code for a script that cannot
-                    # run, or was given bad arguments): no machine is at fault and no verdict will
-                    # come. As torchrun.
+                    # run, or was given bad arguments), or was ended by torch on the first one's exit:
+                    # no machine is at fault and no verdict will come. As torchrun.
                     side.emit({"event": "crash", "attempt": side.plan.attempt if side.plan else 0, "exit_codes": codes,
                                "crash_wait": 0, "why": "every worker exited 2 (bad arguments or script)"})
                     return result

@@ -16,6 +16,7 @@ from faultlens.trainer_hooks.elastic_commands import (
     action_of_exit_codes,
     merge_round,
     named_checkpoint,
+    own_exit_codes,
     rendezvous_topology,
     resume_choice,
     resume_of,
@@ -103,6 +104,16 @@ def test_exit_codes_name_the_command_the_workers_obeyed():
     assert resume_of("rollback") == "rollback" and resume_of("reattempt") == "latest"
     assert named_checkpoint(cmd("rollback", checkpoint="/ck/step_5.pt")) == "/ck/step_5.pt"
     assert named_checkpoint(cmd("rollback", checkpoint=5)) is None and named_checkpoint(None) is None
+
+
+def test_a_rank_torch_ended_on_its_peers_exit_does_not_hide_the_code_they_chose():
+    # CI (stop 67): rank 0 exited 2 on bad arguments, rank 1, slower, took torch's SIGTERM first
+    assert own_exit_codes([-15, 2]) == [2]
+    assert own_exit_codes([ACTION_EXIT["evict"], -15]) == [ACTION_EXIT["evict"]]
+    assert action_of_exit_codes(own_exit_codes([-15, ACTION_EXIT["restart"]])) == "restart"
+    assert own_exit_codes([1, -15, 2]) == [1, 2]  # a crash beside a bad start stays a crash
+    assert own_exit_codes([-15, -15]) == [-15]  # all ended from outside: that is what happened
+    assert own_exit_codes([-9, 2]) == [-9, 2]  # a kill is a code of its own
 
 
 def test_the_inbox_drops_what_is_not_this_rounds_business():

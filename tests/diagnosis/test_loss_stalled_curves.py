@@ -306,9 +306,19 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 26))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 27))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    "dino_vit_self_supervised_frozen_at_ln_65536_epochs_201_to_211.csv": "DINO's self-supervised ViT collapsed to a "
+    "uniform output: train_loss 11.090327-11.090333 at all 11 quoted epochs (201-211) against ln 65536 = 11.090355, "
+    "within 3 millionths of it and creeping up in the sixth digit while its learning rate decays; 11 logs are under "
+    "the 20 the shortest window judges, and the run is first seen there (no earlier loss below half of ln 65536 for "
+    "loss_chance.collapsed to come back from) (loss round 29)",
+    "starcoderbase_15b_qlora_lr5e-3_6_row_overfit_loss_1.0_up_to_29.6.csv": "a QLoRA on the pretrained StarCoderBase "
+    "15.5B at learning rate 0.005 (25 times the script's default), meant to overfit 6 rows: loss 0.9974 at step 10, "
+    "then 4.35, 8.81, 13.54, 15.66, 15.00, 18.78, 20.83, 25.59, 29.56 at step 100, above ln 49152 = 10.80 (a uniform "
+    "guess) at its last 7 logs; no held-out evaluation for worse_than_first_seen, and 10 logs are under the 20 the "
+    "shortest window judges (loss round 29)",
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
     "around 0.045 (each its own noise level drawn), its val_loss 0.039-0.050 over 13 epochs: still 'diverging' from its "
     "start and under the shortest window at step 696199, a 20-log window whose later half's median (0.062) passes the "

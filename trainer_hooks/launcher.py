@@ -118,10 +118,17 @@ class Launcher:
         # (~30 at ERROR in the seconds after a broker is killed) are DEBUG while it is lost (outbox_voice.py).
         producer = self.producer
         self.voice = OutageVoice(client_threads(settings.client_id, self.listener.name, OUTBOX_THREAD),
-                                 settings.bootstrap, lambda: producer.down, settings.client_id).install()
+                                 settings.bootstrap, lambda: producer.down, settings.client_id,
+                                 on_lost=self._say_broker_lost).install()
         self.procs: list[tuple[subprocess.Popen, str, int]] = []
         self.attempt = 0
         self._stopping = False
+
+    def _say_broker_lost(self) -> None:
+        # Once an outage, where the clients' reconnect lines would have been. Not while the listener
+        # never reached a broker: the start said so ("no broker answers at ...").
+        if self.listener.ready.is_set():
+            log.warning("broker at %s lost: training goes on, commands are obeyed once it is back", self.settings.bootstrap)
 
     # --- children ---------------------------------------------------------------------------
     def spawn(self, resume: str, nodes: tuple[str, ...] | None = None, extra_env: dict[str, str] | None = None,

@@ -60,11 +60,15 @@ def client_threads(client_id: str, *others: str) -> frozenset[str]:
 class OutageVoice(logging.Filter):
     """Demotes the WARNING+ records of ``threads`` to DEBUG while ``down()`` or the broker at
     ``bootstrap`` does not answer; a demoted record reaches handlers only where its logger is
-    enabled for DEBUG (the logger's level was checked at WARNING before the filter ran)."""
+    enabled for DEBUG (the logger's level was checked at WARNING before the filter ran).
+    ``on_lost`` is called once an outage, when the first record of it is demoted: an owner whose
+    outbox may have nothing to send for a long while (the launcher) says there that the broker is
+    lost, in the one line the clients' thirty would have been."""
 
-    def __init__(self, threads: frozenset[str], bootstrap: str | None, down: Callable[[], bool], client_id: str = ""):
+    def __init__(self, threads: frozenset[str], bootstrap: str | None, down: Callable[[], bool], client_id: str = "",
+                 on_lost: Callable[[], object] | None = None):
         super().__init__()
-        self.threads, self.bootstrap, self.down = threads, bootstrap, down
+        self.threads, self.bootstrap, self.down, self.on_lost = threads, bootstrap, down, on_lost
         self.librdkafka_name = f"{client_id}#" if client_id else None
         self.demoted = 0
         self._lock = threading.Lock()
@@ -77,13 +81,20 @@ class OutageVoice(logging.Filter):
         SETTLE_S ago."""
         with self._lock:
             now = time.monotonic()
-            if self.down() or any(word in said for word in CONNECTION_LOST):
+            was_lost = self._lost_at is not None and now - self._lost_at < SETTLE_S
+            is_lost = self._lost(now, said)
+        if is_lost and not was_lost and self.on_lost is not None:
+            self.on_lost()  # outside the lock: it logs, and its record may come back through this filter
+        return is_lost
+
+    def _lost(self, now: float, said: str) -> bool:
+        if self.down() or any(word in said for word in CONNECTION_LOST):
+            self._lost_at = now
+        elif self.bootstrap and now - self._probed_at >= PROBE_EVERY_S:
+            if not answers(self.bootstrap, PROBE_TIMEOUT_S):
                 self._lost_at = now
-            elif self.bootstrap and now - self._probed_at >= PROBE_EVERY_S:
-                if not answers(self.bootstrap, PROBE_TIMEOUT_S):
-                    self._lost_at = now
-                self._probed_at = time.monotonic()
-            return self._lost_at is not None and now - self._lost_at < SETTLE_S
+            self._probed_at = time.monotonic()
+        return self._lost_at is not None and now - self._lost_at < SETTLE_S
 
     def ours(self, record: logging.LogRecord) -> bool:
         if record.name == LIBRDKAFKA:

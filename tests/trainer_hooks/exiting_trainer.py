@@ -1,5 +1,6 @@
 """A stand-in trainer for launcher tests: exits with the code given for its attempt (no torch);
-``--sleep S`` first (a job that runs until it is cancelled); ``--together DIR``: the ranks of an
+``--sleep S`` first (a job that runs until it is cancelled); ``--until FILE``: first until the test
+makes FILE (a job that runs until the test has seen what it waits for); ``--together DIR``: the ranks of an
 attempt exit together, each once every rank of it has started (a file each in DIR), as ranks
 obeying one command do at one step boundary. Started one after another, on a loaded machine they
 were seconds apart, and the launcher saw a part of the job obey (test_launcher_broker)."""
@@ -28,4 +29,7 @@ if __name__ == "__main__":
         all_started(Path(together), attempt, int(os.environ["WORLD_SIZE"]))
     if (sleep := arg("--sleep")) is not None:
         time.sleep(float(sleep))
+    if (until := arg("--until")) is not None:
+        while not Path(until).exists():
+            time.sleep(0.05)
     raise SystemExit(codes[min(attempt, len(codes) - 1)])

@@ -18,6 +18,7 @@ import pytest
 
 from faultlens.streams.admin import ensure_topics
 from faultlens.streams.config import KafkaSettings
+from faultlens.trainer_hooks import outbox_voice
 from faultlens.trainer_hooks.hook import TrainerHook
 from faultlens.trainer_hooks.outbox_voice import OutageVoice, client_threads, quiet_close
 from tests.helpers.own_broker import own_broker
@@ -145,6 +146,26 @@ def test_the_hooks_clients_are_demoted_only_while_the_broker_is_lost_and_a_users
     caplog.set_level(logging.DEBUG, logger="kafka.cluster")
     assert voice.filter(r := record("kafka-io-trainer-j-0")) and r.levelname == "DEBUG"  # shown to who asks for DEBUG
     assert voice.demoted == 4
+
+
+def test_an_owner_is_told_once_an_outage_when_its_first_line_is_demoted(caplog, monkeypatch):
+    told: list[float] = []
+    down = [True]
+    now = [1000.0]
+    monkeypatch.setattr(outbox_voice.time, "monotonic", lambda: now[0])
+    voice = OutageVoice(client_threads("launcher"), None, lambda: down[0], on_lost=lambda: told.append(now[0]))
+    caplog.set_level(logging.WARNING, logger="kafka.cluster")
+    for _ in range(5):  # the burst of one outage
+        assert not voice.filter(record("kafka-io-launcher"))
+        now[0] += 1.0
+    assert told == [1000.0]
+    down[0] = False
+    now[0] += outbox_voice.SETTLE_S  # back, and settled: the next loss is another outage
+    assert voice.filter(record("kafka-io-launcher"))
+    down[0] = True
+    assert not voice.filter(record("kafka-io-launcher"))
+    assert told == [1000.0, now[0]]
+    assert voice.filter(record("kafka-io-users-own-consumer")) and len(told) == 2  # a user's client tells nothing
 
 
 def test_a_client_of_the_hooks_that_lost_its_connection_is_the_first_to_know(caplog):

@@ -16,7 +16,8 @@ grammar reads is a suspicion, never more than an alert (parsing.fallback; docs/d
 objects and states do not read may still state a storage system's health in that system's own vocabulary (a
 pool's, array's or placement group's state, a count of things in a bad state, an error counter, a block
 request's errno): parsing.storage_state reads it, behind the same guards and under the same ceiling, and a
-user-space storage client's word that an operation on its storage failed, parsing.storage_client. After a
+user-space storage client's word that an operation on its storage failed, parsing.storage_client. A network link's
+state printed as a field (``LinkState:....Down``, ``phys state: 3: Disabled``) is read by parsing.state_field. After a
 program's own failure frame (parsing.own_failure), a line that states in any vendor's words that an accelerator
 hung, failed a reset, stopped answering or could not be brought up is read by parsing.accelerator_state.
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultlens.parsing import accelerator_state, own_failure, storage_client, storage_state
+from faultlens.parsing import accelerator_state, own_failure, state_field, storage_client, storage_state
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.fallback import CEILING
 from faultlens.parsing.line import any_of, common
@@ -148,7 +149,7 @@ _OWN_PREFILTER = tuple(q for q in QUICK if q not in ("no ", "not ", "n't")) + (
     "not responding", "not healthy", "not ready", "seem to", "appear to", "not exist", "n't exist", "match")
 # With the storage vocabulary's literals, but those holding a literal here or an alarm word (both parsers' pre-filters
 # carry parsing.alarm.QUICK): a literal inside another passes no line more and costs the scan (a third of its time).
-PREFILTER = _OWN_PREFILTER + tuple(q for q in (*storage_state.QUICK, *storage_client.QUICK, *own_failure.QUICK, *accelerator_state.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
+PREFILTER = _OWN_PREFILTER + tuple(q for q in (*state_field.QUICK, *storage_state.QUICK, *storage_client.QUICK, *own_failure.QUICK, *accelerator_state.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
 
 
 # A level word the line's own format prints, upper case, where the parsers' readers of levels may not look
@@ -164,7 +165,7 @@ class Reading:
     """``fault``: the class the object gives; ``object`` and ``state``: the words read, for the event's finding;
     ``quiet``: why the line's own level makes it a record, not an alert (None: it does not); ``rule``: the
     event's rule, ``storage_state`` where the storage vocabulary read the line (parsing.storage_state), ``storage_client``,
-    ``own_failure`` and ``accelerator_state`` where those modules did."""
+    ``own_failure``, ``accelerator_state`` and ``state_field`` where those modules did."""
 
     fault: str
     object: str
@@ -178,6 +179,8 @@ class Reading:
             return f"{self.object!r} states its own failure ({self.state}); no rule, subsystem or model took the line"
         if self.rule == "storage_client":
             return f"a storage client says {self.state} ({self.object!r}); no rule, subsystem or model took the line"
+        if self.rule == "state_field":
+            return f"a link's state field {self.object!r} reads {self.state}; no rule, subsystem or model took the line"
         if self.rule == "accelerator_state":
             return f"an accelerator's own words {self.object!r} say it {self.state}; no rule, subsystem or model took the line"
         return f"the state grammar reads {self.object!r} as {self.state}; no rule, subsystem or model took the line"
@@ -192,15 +195,19 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
     own = source != "kernel" and own_failure.quick(low)  # the kernel's log holds no program's frames
     device = accelerator_state.quick(low)
     client = storage_client.quick(low)
-    if not (grammar or own or device or client or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
+    field = grammar or state_field.quick(low)
+    if not (field or own or device or client or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
         return None
     if reassured(message) or says_retrying(message):
         return None
     reading = _read(message, raw) if grammar else None
     if reading is None:
+        printed = state_field.read_state_field(message) if field else None
+        if printed is not None and not _guarded(message, printed[3], printed[3], counted=False):
+            # a link's state printed as a field whose value says it is down (parsing.state_field)
+            reading = Reading(*printed[:3], rule="state_field")
         # what a storage system says of its own health, in the vocabulary storage systems share
-        said = storage_state.read_storage(message, raw)
-        if said is not None:
+        elif (said := storage_state.read_storage(message, raw)) is not None:
             reading = Reading("storage", *said, rule="storage_state")
         elif (client or grammar) and (failed := storage_client.read_storage_client(message)) is not None:
             # a user-space storage client's own word that an operation on its storage failed (parsing.storage_client)
@@ -255,11 +262,12 @@ def _read(message: str, raw: str | None) -> Reading | None:
     return None
 
 
-def _guarded(message: str, state_at: int, clause_from: int) -> bool:
-    """A negation or count of none just before the state, or a hedge or question in its clause."""
+def _guarded(message: str, state_at: int, clause_from: int, counted: bool = True) -> bool:
+    """A negation or count of none just before the state, or a hedge or question in its clause. ``counted``: False
+    for a field's value, which follows its key, never a count ("lmc 0 state DOWN": the 0 is another field's)."""
     start = max((c.end() for c in _CLAUSE.finditer(message, 0, clause_from)), default=0)
     before = message[start:state_at]
-    if _NEGATED.search(before) and not message[state_at:].lower().startswith(("not ", "no ")):
+    if counted and _NEGATED.search(before) and not message[state_at:].lower().startswith(("not ", "no ")):
         return True
     end = _CLAUSE.search(message, state_at)
     return _HEDGED.search(message, start, end.start() if end else len(message)) is not None

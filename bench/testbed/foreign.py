@@ -40,12 +40,22 @@ def _within(o: dict, t: float) -> bool:
     return o.get("from", float("-inf")) <= t < o.get("to", float("inf"))
 
 
-def _jittered(base: dict, jitter: dict, rng: random.Random) -> dict:
-    out = dict(base)
-    for key, amp in jitter.items():
-        if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool):
-            out[key] = round(out[key] + rng.uniform(-amp, amp), 3)
-    return out
+class _Jitter:
+    """A base row with a uniform jitter (± the value) on each of its numeric fields, drawn anew each
+    :meth:`row`. A series draws one per sample, GPU and rank (~120,000 a case): which fields are
+    numeric is found once, and ``rng.uniform(-amp, amp)`` is its own arithmetic (``a + (b - a) *
+    random()``) on the same draws, so every seed gives the events it gave."""
+
+    def __init__(self, base: dict, jitter: dict) -> None:
+        self.base = base
+        self.plan = [(key, -amp, amp - -amp) for key, amp in jitter.items()
+                     if isinstance(base.get(key), (int, float)) and not isinstance(base.get(key), bool)]
+
+    def row(self, random: Any) -> dict:
+        out = dict(self.base)
+        for key, low, span in self.plan:
+            out[key] = round(out[key] + (low + span * random()), 3)
+        return out
 
 
 def _apply(row: dict, o: dict) -> dict:
@@ -84,19 +94,25 @@ class Trace:
         node_offset = {n: rng.uniform(-s.get("node_spread_c", 0.0), s.get("node_spread_c", 0.0)) for n in nodes}
         gpu_offset = {(n, g): rng.uniform(-s.get("gpu_spread_c", 0.0), s.get("gpu_spread_c", 0.0))
                       for n in nodes for g in range(gpus)}
+        overrides = s.get("override", ())
+        # Who each override is about, found once: a sample asks only whether its time is within.
+        drops = {n: [o for o in overrides if n in o.get("nodes", [n]) and o.get("drop")] for n in nodes}
+        changes = {(n, g): [o for o in overrides if n in o.get("nodes", [n]) and g in o.get("gpus", [g])]
+                   for n in nodes for g in range(gpus)}
+        jitter, draw = _Jitter(s["gpu"], s.get("jitter", {})), rng.random
         t = float(s.get("from", 0.0))
         while t < s["to"]:
             for node in nodes:
-                if any(node in o.get("nodes", [node]) and _within(o, t) and o.get("drop") for o in s.get("override", ())):
+                if any(_within(o, t) for o in drops[node]):
                     continue  # the agent that samples this node is gone
                 rows = []
                 for g in range(gpus):
-                    row = _jittered(s["gpu"], s.get("jitter", {}), rng)
+                    row = jitter.row(draw)
                     row["index"], row["uuid"] = g, f"GPU-{node}-{g}"
                     if isinstance(row.get("temp_c"), (int, float)):
                         row["temp_c"] = round(row["temp_c"] + node_offset[node] + gpu_offset[(node, g)], 1)
-                    for o in s.get("override", ()):
-                        if node in o.get("nodes", [node]) and g in o.get("gpus", [g]) and _within(o, t):
+                    for o in changes[(node, g)]:
+                        if _within(o, t):
                             row = _apply(row, o)
                     if row.get("sm_clock_mhz") is not None:
                         row["sm_clock_mhz"] = int(min(row["sm_clock_mhz"], row.get("sm_clock_max_mhz", 1980)))
@@ -112,10 +128,11 @@ class Trace:
         topo = self.topology
         t, n = float(s.get("from", 0.0)), int(s.get("step0", 1000))
         stop = s.get("stop_at", float("inf"))
+        jitter = _Jitter(s["data"], s.get("jitter", {}))
         while t < min(s["to"], stop):
             rows = {}
             for place in topo.ranks:
-                row = _jittered(s["data"], s.get("jitter", {}), rng)
+                row = jitter.row(rng.random)
                 for o in s.get("override", ()):
                     if place.rank in o.get("ranks", [place.rank]) and place.node in o.get("nodes", [place.node]) and _within(o, t):
                         row = _apply(row, o)

@@ -68,29 +68,64 @@ def at_chance(curve: LossCurve, level: float, over: str, *, came_down: bool, ste
 LEARNED_SHARE = 0.5
 GUESS_BAND = 0.1
 COLLAPSED_LOGS = 10
+# A guess's loss to four digits (a ten-thousandth of ln(classes)): the output uniform on every batch, whatever the
+# batch holds; a loss printed to 4 decimals at ln 2 or ln 10 (0.6931, 2.3026) is within it, one a batch's answers move
+# is not. Above a guess's by more than a tenth at a quarter of the shortest window's logs in a row (5, as
+# loss_cycle.REPEATS reads a short log): worse than answering uniformly on every batch, no one batch's spike.
+EXACT = 1e-4
+ABOVE_LOGS = 5
 
 
 def note_guess(curve: LossCurve, loss: float) -> None:
-    """Count the losses in a row within :data:`GUESS_BAND` of ln(classes), this one the latest."""
-    near = curve.classes is not None and abs(loss - math.log(curve.classes)) <= GUESS_BAND * math.log(curve.classes)
+    """Count the losses in a row near ln(classes) (within :data:`GUESS_BAND`, within :data:`EXACT`) and above it by
+    more than :data:`GUESS_BAND`, this one the latest."""
+    guess = math.log(curve.classes) if curve.classes is not None else None
+    near = guess is not None and abs(loss - guess) <= GUESS_BAND * guess
     curve.at_guess = curve.at_guess + 1 if near else 0
+    curve.exact_guess = curve.exact_guess + 1 if guess is not None and abs(loss - guess) <= EXACT * guess else 0
+    curve.above_guess = curve.above_guess + 1 if guess is not None and loss > (1 + GUESS_BAND) * guess else 0
 
 
-def collapsed(curve: LossCurve, step: int) -> Verdict | None:
-    """A run that learned far below a guess's loss and is back at it (issue 54, fresh batch 25: an SVHN child CNN of an
-    architecture search, 0.73-1.06 at steps 4000-4700, then 2.14-2.28 at all 10 logs from 4800, its minibatch accuracy
-    a guess's). A model that predicts a guess's on every batch has forgotten what it learned, and its loss stays there:
-    no window needs to fill (the issue quotes 18 logs). A spike comes back within a few logs, and a plateau at chance
-    a run has not yet left is never below half of it. Not while a held-out metric says the model learned (as at_chance)."""
-    if curve.classes is None or curve.at_guess < COLLAPSED_LOGS or curve.held_out_learned or curve.held_out_leaving:
+def collapsed(curve: LossCurve, step: int, trained: bool) -> Verdict | None:
+    """A model that has trained and now answers as a uniform guess does, or worse; no window needs to fill (the runs
+    below quote 10-18 logs). ``trained``: the curve was first seen past its first window of steps (the caller's
+    LossStalledDetector._from_start), a run that has trained however its start went. Three readings:
+
+    * it learned far below a guess's loss and is back within a tenth of it at 10 logs in a row (issue 54, fresh batch
+      25: an SVHN child CNN of an architecture search, 0.73-1.06 at steps 4000-4700, then 2.14-2.28 at all 10 logs
+      from 4800, its minibatch accuracy a guess's). A spike comes back within a few logs, and a plateau at chance a run
+      has not yet left is never below half of it;
+    * it learned far below a guess's loss and is a tenth above it at 5 logs in a row: worse than a guess on every
+      batch, what the model knew destroyed (fresh batch 26: a QLoRA on the pretrained StarCoderBase at learning rate
+      0.005, 0.9974 at step 10, then 13.5-29.6 against ln 49152 = 10.80 from step 40);
+    * first seen after it has trained, it sits at a guess's loss to four digits (:data:`EXACT`) at 10 logs in a row:
+      an output uniform whatever the input (fresh batch 26: DINO at epochs 201-211, 11.090327-11.090333 against ln
+      65536 = 11.090355). Watched from its start, a model sits there while its random weights answer alike (fresh
+      batch 4's AdaGrad CNN, 2.3026 for 19 logs, then learning; a DPO run whose policy is its reference, ln 2), which
+      the window's "at chance" and "never learned" judge.
+
+    Not while a held-out metric says the model learned or may be leaving chance (as at_chance)."""
+    # At a guess's to four digits is within a tenth of it: these two counts say whether a reading may hold.
+    if curve.at_guess < COLLAPSED_LOGS and curve.above_guess < ABOVE_LOGS:
+        return None
+    if curve.classes is None or curve.held_out_learned or curve.held_out_leaving:
         return None
     guess = math.log(curve.classes)
-    if curve.lowest > LEARNED_SHARE * guess:
+    learned = curve.lowest <= LEARNED_SHARE * guess
+    if learned and curve.at_guess >= COLLAPSED_LOGS:
+        how = f"within a tenth of a guess's ln({curve.classes}) = {guess:.4g}, after {curve.lowest:.4g}"
+        logs, digits = COLLAPSED_LOGS, 4
+        what = "the model learned, then collapsed to a uniform guess"
+    elif learned and curve.above_guess >= ABOVE_LOGS:
+        how = f"a tenth above a guess's ln({curve.classes}) = {guess:.4g}, after {curve.lowest:.4g}"
+        logs, digits = ABOVE_LOGS, 4
+        what = "the model learned, then became worse than a uniform guess"
+    elif trained and curve.exact_guess >= COLLAPSED_LOGS:
+        how = f"at a guess's ln({curve.classes}) = {guess:.6g} to four digits, first seen trained"
+        logs, digits = COLLAPSED_LOGS, 6
+        what = "the model answers as a uniform guess whatever its input"
+    else:
         return None
-    latest = [v for _, v in list(curve.losses)[-COLLAPSED_LOGS:]]
-    return Verdict(
-        f"loss {min(latest):.4g}-{max(latest):.4g} at the latest {COLLAPSED_LOGS} logs to step {step}, within a tenth "
-        f"of a guess's ln({curve.classes}) = {guess:.4g}, after {curve.lowest:.4g}: the model learned, then collapsed "
-        "to a uniform guess",
-        rollback=False,
-    )
+    latest = [v for _, v in list(curve.losses)[-logs:]]
+    low, high = f"{min(latest):.{digits}g}", f"{max(latest):.{digits}g}"
+    return Verdict(f"loss {low}-{high} at the latest {logs} logs to step {step}, {how}: {what}", rollback=False)

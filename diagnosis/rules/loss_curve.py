@@ -41,6 +41,8 @@ class LossCurve:
     lowest: float = math.inf  # the lowest loss seen: what the run had learned (loss_chance.collapsed)
     low_since_first: float = math.inf  # the lowest loss after its first (loss_worse_than_start.worse_than_first_seen)
     at_guess: int = 0  # losses in a row within a tenth of ln(classes), the latest among them (loss_chance.collapsed)
+    exact_guess: int = 0  # losses in a row at ln(classes) to a ten-thousandth of it, the latest among them (the same)
+    above_guess: int = 0  # losses in a row over ln(classes) by more than a tenth of it, the latest among them (the same)
     lrs: deque = field(default_factory=lambda: deque(maxlen=MAX_WINDOW))  # (step, lr) where the step said
     best_lr: float | None = None  # the learning rate over the best window
     # The job's held-out metric left chance at its latest evaluation (loss_eval.py): the run learned

@@ -75,8 +75,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   loss and the latest training loss both a tenth above its start and a guess's, a window of steps on: worse than the
   random model it came from; whatever its start, a held-out loss a tenth above its first evaluation at each of five
   since, beside a training loss above its first at every log since: worse than where it was first seen
-  (loss_worse_than_start.py); and at any step, a loss back within a tenth of ln(classes) at 10 logs in a row after it
-  had come below half of it: collapsed to a guess (loss_chance.collapsed);
+  (loss_worse_than_start.py); at any step, after a loss below half of ln(classes), one within a tenth of it at 10 logs
+  in a row or a tenth above it at 5; first seen trained, at ln(classes) to four digits at 10 (loss_chance.collapsed);
 * and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
   again (diagnosis/rules/loss_gradient.py).
 
@@ -93,7 +93,7 @@ import math
 import statistics
 
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.rules.loss_chance import at_chance, collapsed, note_guess
+from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, at_chance, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict, block_medians, middle
 from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
@@ -252,8 +252,9 @@ class LossStalledDetector:
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve)
-        if verdict is None:
-            verdict = collapsed(curve, step)  # learned, then back at a guess's: no window needs to fill (loss_chance.py)
+        if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
+            # Learned, then a guess's or worse; first seen trained, a guess's exactly: no window to fill (loss_chance.py)
+            verdict = collapsed(curve, step, curve.exact_guess >= COLLAPSED_LOGS and not self._from_start(curve, self._window(curve)))
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         return self._finding(curve, event, verdict, step)

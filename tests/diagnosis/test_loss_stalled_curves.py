@@ -309,16 +309,6 @@ def batch(folder: Path) -> list[Path]:
 FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 27))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
-    "dino_vit_self_supervised_frozen_at_ln_65536_epochs_201_to_211.csv": "DINO's self-supervised ViT collapsed to a "
-    "uniform output: train_loss 11.090327-11.090333 at all 11 quoted epochs (201-211) against ln 65536 = 11.090355, "
-    "within 3 millionths of it and creeping up in the sixth digit while its learning rate decays; 11 logs are under "
-    "the 20 the shortest window judges, and the run is first seen there (no earlier loss below half of ln 65536 for "
-    "loss_chance.collapsed to come back from) (loss round 29)",
-    "starcoderbase_15b_qlora_lr5e-3_6_row_overfit_loss_1.0_up_to_29.6.csv": "a QLoRA on the pretrained StarCoderBase "
-    "15.5B at learning rate 0.005 (25 times the script's default), meant to overfit 6 rows: loss 0.9974 at step 10, "
-    "then 4.35, 8.81, 13.54, 15.66, 15.00, 18.78, 20.83, 25.59, 29.56 at step 100, above ln 49152 = 10.80 (a uniform "
-    "guess) at its last 7 logs; no held-out evaluation for worse_than_first_seen, and 10 logs are under the 20 the "
-    "shortest window judges (loss round 29)",
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
     "around 0.045 (each its own noise level drawn), its val_loss 0.039-0.050 over 13 epochs: still 'diverging' from its "
     "start and under the shortest window at step 696199, a 20-log window whose later half's median (0.062) passes the "
@@ -487,6 +477,10 @@ FRESH_MISSED: dict[str, str] = {
     # round 28 at its 10th log back at a guess (loss_chance.collapsed), and its Whisper-small at lr 3e-3 (eval_loss
     # 3.14-4.46 at each of 19 evaluations after its first 2.553, training loss 1.79-2.16 after its first 1.2366) at
     # step 1056 (loss_worse_than_start.worse_than_first_seen).
+    # fresh26's DINO ViT (train_loss 11.090327-11.090333 at epochs 201-211 against ln 65536 = 11.090355) is found since
+    # round 29 at its 10th log, first seen trained at a guess's loss to four digits, and its StarCoderBase QLoRA at lr
+    # 0.005 (0.9974 at step 10, then 13.5-29.6 against ln 49152 = 10.80 from step 40) at step 80, its 5th log a tenth
+    # above a guess's after a loss below half of it (loss_chance.collapsed).
     # fresh24's 1.3B LLaMA pretraining (6 of its 2,500 iterations kept: 10.66 at 1, 12.55-13.40 at 2498-2500, loss
     # scale 1) is found since round 27 at its one validation, 13.60: held-out and training loss both a tenth above its
     # untrained start and a guess's, a window of steps on (loss_worse_than_start.py).

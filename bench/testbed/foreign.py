@@ -100,6 +100,8 @@ class Trace:
         changes = {(n, g): [o for o in overrides if n in o.get("nodes", [n]) and g in o.get("gpus", [g])]
                    for n in nodes for g in range(gpus)}
         jitter, draw = _Jitter(s["gpu"], s.get("jitter", {})), rng.random
+        uuids = {(n, g): f"GPU-{n}-{g}" for n in nodes for g in range(gpus)}
+        warm = isinstance(s["gpu"].get("temp_c"), (int, float))  # jittered, a number stays one
         t = float(s.get("from", 0.0))
         while t < s["to"]:
             for node in nodes:
@@ -108,8 +110,8 @@ class Trace:
                 rows = []
                 for g in range(gpus):
                     row = jitter.row(draw)
-                    row["index"], row["uuid"] = g, f"GPU-{node}-{g}"
-                    if isinstance(row.get("temp_c"), (int, float)):
+                    row["index"], row["uuid"] = g, uuids[(node, g)]
+                    if warm:
                         row["temp_c"] = round(row["temp_c"] + node_offset[node] + gpu_offset[(node, g)], 1)
                     for o in changes[(node, g)]:
                         if _within(o, t):

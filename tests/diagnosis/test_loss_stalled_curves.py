@@ -306,7 +306,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 27))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 28))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -473,6 +473,21 @@ FRESH_MISSED: dict[str, str] = {
     "fresh4's two healthy UCF101 fine-tunes' new heads do at ln 61 in their warm-up (4.0895-4.1110 at their first "
     "5 logs: 4.1 at every one, printed so). Near a guess's for 5 logs alone is no stall (those two, and fresh15's and "
     "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
+    "llama_lora_alpaca_lora_loss_in_the_millions_at_lr_0_eval_loss_nan.csv": "an alpaca-lora LLaMA LoRA whose loss is "
+    "129,369 to 99,355,040 at each of its 20 logs (2,339,219 at the first) against ln 32000 = 10.37, at a learning rate "
+    "of 0.0 for logs 1-16 (1.2e-5 to 1.02e-4 at 17-20), its one eval_loss nan at the 20th: it swings by orders of "
+    "magnitude around no climb (never 'diverging'), its first loss is already in the millions (never 'above its "
+    "start'), and nothing reads a loss ten thousand times a guess's as no cross-entropy a model computes (loss round 30)",
+    "qwen2.5_vl_3b_full_sft_loss_60.57_then_0.0_grad_norm_nan.csv": "a Qwen2.5-VL-3B full SFT's two quoted logs: loss "
+    "60.5735 with grad_norm nan, then 0.0 with grad_norm nan (learning rate 8e-6, 1.6e-5): the nan gradient norm is "
+    "read at the first log as nan_loss (training.py), the run's breakage named by its NaN; the label's loss_stalled "
+    "would rest on 2 logs, under the 20 the shortest window judges, and no class count says 60.57 is past a guess's "
+    "(loss round 30)",
+    "qwen2.5_vl_multi_image_finetune_degrading_loss_3.2_to_5.3_token_acc_0.42_to_0.21.csv": "a Qwen2.5-VL multi-image "
+    "fine-tune getting worse: training loss 3.21-3.26 at steps 1860-1920, 5.22-5.31 at 3720-3800; eval_loss 3.3205 at "
+    "1900, 5.3810 at 3800; grad_norm 25.7-28.3 then 83.2-90.1: 9 logs in two excerpts, no class count; one held-out "
+    "evaluation after its first (worse_than_first_seen wants more), and two levels with nothing between them are no "
+    "trend a diverging reading can measure (loss round 30)",
     # fresh25's SVHN child CNN (0.73-1.06, then 2.14-2.28 against ln 10 at all 10 logs from step 4800) is found since
     # round 28 at its 10th log back at a guess (loss_chance.collapsed), and its Whisper-small at lr 3e-3 (eval_loss
     # 3.14-4.46 at each of 19 evaluations after its first 2.553, training loss 1.79-2.16 after its first 1.2366) at

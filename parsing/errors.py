@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from faultlens.parsing.exception_subject import read_subject
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.signals import read_signal
 
@@ -154,6 +155,9 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"expected scalar type|dimension out of range|index out of range|mismatch between collectives|"
                           r"Input type \(\S+\) and (?:weight|bias) type \(\S+\) should be the same|Error\(s\) in loading state_dict for |"
                           r"needed for gradient computation has been modified by an inplace operation|"
+                          # (issue 54, G10) autograd's check of a view changed in place ("Output 0 of SqueezeBackward1 is a
+                          # view and is being modified inplace. This view is the output of a function that returns multiple views")
+                          r"\bis a view and is being modified inplace\b|"
                           # aten's item() on a tensor of more than one element (round 15)
                           r"a Tensor with \d+ elements cannot be converted to Scalar|"
                           # a size the program set that its own parallel layout cannot divide (round 16: "world_size (1)
@@ -333,6 +337,9 @@ def classify_headless(msg: str) -> ExceptionLine | None:
             or _CALLER_STATUS.match(message)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:
+        subject = read_subject(etype, message)
+        if subject:
+            return ExceptionLine(etype, message, subject[0], subject[1], "error")
         return ExceptionLine(etype, message, "unknown", "stop_time_diagnosis", "error")
     return None
 

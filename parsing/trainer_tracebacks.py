@@ -15,6 +15,7 @@ from typing import Any
 
 from faultlens.parsing import signals
 from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_nccl, nccl_fault
+from faultlens.parsing.exception_subject import read_subject
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, common
 
@@ -134,6 +135,11 @@ def judge_traceback(tb: Traceback, etype: str | None, message: str | None, trunc
         innermost_is_user = innermost is not None and not _LIBRARY.search(innermost[0])
         user_code = innermost_is_user or (bool(user_frames) and short in USER_TYPES)
         fault, action, severity = ("user_code", "rollback", "error") if user_code else ("unknown", "stop_time_diagnosis", "error")
+        subject = None if user_code else read_subject(etype, message or "")
+        if subject:
+            # a generic type whose own words name the component that failed (parsing/exception_subject.py)
+            fault, action = subject[0], subject[1]
+            extra["judged_by"] = subject[2]
     data = common(
         "\n".join(tb.lines), fault, action, severity,
         rank=tb.rank, type=etype, message=(message or "")[:1024],

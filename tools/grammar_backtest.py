@@ -217,36 +217,35 @@ def print_by_half(pools: Iterable[Path], validate_from: int, backtest: Callable[
         print(json.dumps({"half": half, **h}))
 
 
-def rule_backtest_main(argv: list[str] | None, doc: str | None, rule: str, validate_from: int,
-                       reach: Callable[[bool], dict[str, Any]]) -> int:
-    """The command line of a backtest of one reading (Reading.rule ``rule``): its pools by half, then
-    its firing over every healthy row and ``reach`` (what it reads of the open corpus by itself)."""
+def halves_main(argv: list[str] | None, doc: str | None, validate_from: int, backtest: Callable[[Path, bool], dict[str, Any]],
+                keys: Iterable[str], after: Callable[[bool], Iterable[dict[str, Any]]]) -> int:
+    """The command line every backtest tool shares: its pools by half (``backtest(pool, show)``, the sums of
+    ``keys``), then, unless --no-firing, each line ``after(show)`` gives (its firing, its reach)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pools", nargs="*", type=Path)
     ap.add_argument("--validate-from", type=int, default=validate_from, help="first batch of the validation half")
     ap.add_argument("--show", action="store_true", help="print each reading")
-    ap.add_argument("--no-firing", action="store_true", help="skip the firing and reach counts")
+    ap.add_argument("--no-firing", action="store_true", help="skip the firing (and reach) counts")
     args = ap.parse_args(argv)
-    print_by_half(args.pools, args.validate_from, lambda pool: backtest_rule_pool(pool, rule, args.show),
-                  RULE_HALF_KEYS)
+    print_by_half(args.pools, args.validate_from, lambda pool: backtest(pool, args.show), keys)
     if not args.no_firing:
-        print(json.dumps({"firing": True, **firing(args.show, keep=lambda reading: reading.rule == rule)}))
-        print(json.dumps({"reach": True, **reach(args.show)}))
+        for line in after(args.show):
+            print(json.dumps(line), flush=True)
     return 0
+
+
+def rule_backtest_main(argv: list[str] | None, doc: str | None, rule: str, validate_from: int,
+                       reach: Callable[[bool], dict[str, Any]]) -> int:
+    """The command line of a backtest of one reading (Reading.rule ``rule``): its pools by half, then
+    its firing over every healthy row and ``reach`` (what it reads of the open corpus by itself)."""
+    return halves_main(argv, doc, validate_from, lambda pool, show: backtest_rule_pool(pool, rule, show), RULE_HALF_KEYS,
+                       lambda show: [{"firing": True, **firing(show, keep=lambda reading: reading.rule == rule)},
+                                     {"reach": True, **reach(show)}])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pools", nargs="*", type=Path)
-    ap.add_argument("--validate-from", type=int, default=47, help="first batch of the validation half")
-    ap.add_argument("--show", action="store_true", help="print each reading")
-    ap.add_argument("--no-firing", action="store_true", help="skip the firing count")
-    args = ap.parse_args(argv)
-    print_by_half(args.pools, args.validate_from, lambda pool: backtest_pool(pool, args.show),
-                  ("faults", "unread", "caught_right", "caught_wrong"))
-    if not args.no_firing:
-        print(json.dumps({"firing": True, **firing(args.show)}))
-    return 0
+    return halves_main(argv, __doc__, 47, backtest_pool, ("faults", "unread", "caught_right", "caught_wrong"),
+                       lambda show: [{"firing": True, **firing(show)}])  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""What a generic runtime exception's own words say failed, when its type says nothing (issue 54).
+
+torch, its extensions and the accelerator runtimes raise one generic type for everything (``RuntimeError``, a
+c10 ``AcceleratorError``), so the exception table (parsing/exceptions.toml) keeps such a line ``unknown`` and
+asks for the stop-time checks. Where the type or the message itself names the component that failed, a person
+reads that component's class instead, whichever library raised it:
+
+- the type is the collective backend's own (torch's ``DistBackendError``, raised only by a process group's
+  backend): ``nccl_error``, as the traceback path and ``terminate called after throwing ... DistBackendError``
+  already read it;
+- the device's allocator could not allocate (``CUDA allocation failed``, a runtime's ``tensor_allocate ...
+  Allocation Failure``): the job asked the device for more than it has, ``user_code`` as CUDA's out of memory is
+  (docs/design.md §9: a GPU allocator's OOM at any level is ``user_code``);
+- the library refuses what the program asked of it (``... is not supported``, ``does not work on multi GPU
+  setups``, ``not implemented``): the request fails on every machine alike, ``user_code`` as a build without
+  code for the device is.
+
+Only an exception already read ``unknown`` is consulted (parsing/errors.py, parsing/trainer_tracebacks.py), so no
+line becomes an event that was none: a reading changes a class, never whether a line fires. An errno, a CUDA or
+NCCL error and the exception table's messages are read before it and keep their word.
+
+Pure functions over one exception's type and message.
+"""
+
+from __future__ import annotations
+
+import re
+
+# torch.distributed's error for a backend's failure (c10d's C10_THROW_ERROR(DistBackendError, ...)); its store's and
+# network's siblings are the exception table's (DistStoreError, DistNetworkError).
+_BACKEND_TYPES = frozenset({"DistBackendError"})
+# The device's (or a tensor's) memory allocation failing: the allocator's subject, not the host's (the host's
+# allocator, ENOMEM and shared memory are the exception table's host_oom, read before this).
+_DEVICE_ALLOC = re.compile(
+    r"(?i)(?<![a-z])(?:CUDA|GPU|device|tensor)[ _](?:memory[ _])?alloc(?:ation|ate|ator)?\b[^\n]{0,40}?\bfail(?:ed|ure|s)?\b"
+)
+# A library's refusal of the request: what the program asked is not supported or not implemented by it.
+_UNSUPPORTED = re.compile(
+    r"\b(?:is|are) not (?:currently |yet )?(?:supported|implemented)\b|\bdoes not (?:currently |yet )?(?:work|support)\b"
+)
+
+
+def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None:
+    """(fault, action, why) of a generic exception by the component its type or message names, or None."""
+    if (etype or "").rsplit(".", 1)[-1] in _BACKEND_TYPES:
+        return "nccl_error", "reattempt", "the collective backend's error type"
+    if _DEVICE_ALLOC.search(message):
+        return "user_code", "rollback", "the device's allocator could not allocate"
+    if _UNSUPPORTED.search(message):
+        return "user_code", "rollback", "the library does not support the request"
+    return None

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.broker
 @pytest.mark.long(75)
 @pytest.mark.timeout(420)
 def test_two_and_two_members_read_seeds_of_a_backlog_and_evict_no_healthy_machine(own_kafka_settings, tmp_path):
-    # The job stage stays up 20 wall seconds past its last record, its wall clock moving quiet jobs
-    # 2.5 event seconds a wall second after the 5 s grace: ~37 event seconds judged past every
-    # stream's end, as 40 wall seconds at the wall clock's own pace did, in half the wait (issue 47).
+    # The job stage stays up 12 wall seconds past its last record, its wall clock moving quiet jobs
+    # 6 event seconds a wall second after the 5 s grace: ~42 event seconds judged past every
+    # stream's end, as 40 wall seconds at the wall clock's own pace did (issue 47: 20 s at 2.5 until S6).
     outcomes = run_backlog(own_kafka_settings, cases(range(2), TEST_SHAPES), tmp_path, node_members=2,
-                           job_members=2, after_end_s=20.0, wall_rate=2.5,
+                           job_members=2, after_end_s=12.0, wall_rate=6.0,
                            finish_nodes=finish_node_members)
     assert_as_offline(outcomes)

@@ -24,41 +24,44 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from faultlens.events.envelope import Envelope, checked_envelope, keep_payload
 from faultlens.events.payload_fields import NonFiniteText
 from faultlens.events.payloads_job import TrainStep
-from faultlens.events.typed_read import Int64, NonNegInt64, message_struct, typed_reader
+from faultlens.events.typed_read import Int64, NonNegInt64, typed_reader
 
 _MAX = sys.float_info.max
 _UNSET = msgspec.UNSET
 _U = msgspec.UnsetType
 # TrainStep's own types (events/payload_fields.py), with integers bounded to 64 bits.
-_NON_NEG_INT: Any = NonNegInt64
-_NON_NEG: Any = Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0, le=_MAX)]]
-_METRIC: Any = Union[Int64, float, NonFiniteText]
-_TYPES: dict[str, Any] = {
-    "rank": _NON_NEG_INT, "step": _NON_NEG_INT, "loss": _METRIC, "grad_norm": _METRIC, "step_time_s": _NON_NEG,
-    "compute_s": _NON_NEG, "tokens": _NON_NEG, "tokens_per_s": _NON_NEG, "mfu": _NON_NEG, "classes": _NON_NEG_INT,
-    "from_scratch": bool, "lr": _NON_NEG, "work": _NON_NEG, "chance_loss": _NON_NEG, "loss_steps": _NON_NEG_INT,
-}
-assert set(_TYPES) == set(TrainStep.__struct_fields__), "a TrainStep key the typed read does not know"
-
-# TrainStep's keys, each absent (unset), null or of its type: a step that sends a null.
-_Step: Any = msgspec.defstruct("_Step", [(name, Union[t, None, _U], _UNSET) for name, t in _TYPES.items()],
-                               gc=False, forbid_unknown_fields=True)
-
-# The TrainStep a plain step is read into, with no copy: TrainStep itself, its keys' values bounded
-# as above and never null (a null goes the way that keeps it, in data, as null), and its unsent keys
-# left out of to_builtins (omit_defaults: an unsent key is None, the default, and a sent one never
-# is), so the data made of it holds the keys the message has, as the general reading's does.
-StepRead: Any = msgspec.defstruct("StepRead", [(name, t, None) for name, t in _TYPES.items()], bases=(TrainStep,),
-                                  frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True,
-                                  omit_defaults=True)
-_read_plain = msgspec.json.Decoder(message_struct("_PlainStepMessage", StepRead)).decode
-_to_builtins = msgspec.to_builtins
+_NonNegInt = Union[NonNegInt64, None, _U]
+_NonNeg = Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0, le=_MAX)], None, _U]
+_Metric = Union[Int64, float, NonFiniteText, None, _U]
 
 
-def _step_data(step: Any) -> dict[str, Any]:
+class _Step(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """TrainStep's keys, each absent (unset), null or of its type."""
+
+    rank: _NonNegInt = _UNSET
+    step: _NonNegInt = _UNSET
+    loss: _Metric = _UNSET
+    grad_norm: _Metric = _UNSET
+    step_time_s: _NonNeg = _UNSET
+    compute_s: _NonNeg = _UNSET
+    tokens: _NonNeg = _UNSET
+    tokens_per_s: _NonNeg = _UNSET
+    mfu: _NonNeg = _UNSET
+    classes: _NonNegInt = _UNSET
+    from_scratch: Union[bool, None, _U] = _UNSET
+    lr: _NonNeg = _UNSET
+    work: _NonNeg = _UNSET
+    chance_loss: _NonNeg = _UNSET
+    loss_steps: _NonNegInt = _UNSET
+
+
+_FIELDS = _Step.__struct_fields__
+assert set(_FIELDS) == set(TrainStep.__struct_fields__), "a TrainStep key the typed read does not know"
+
+
+def _step_data(step: _Step) -> dict[str, Any]:
     """The keys the message has, with their values (msgspec leaves the unset ones out, in C)."""
     return msgspec.to_builtins(step)
 
@@ -67,30 +70,6 @@ def _step_payload(data: dict[str, Any]) -> TrainStep:
     return TrainStep(**data)  # every value was checked against TrainStep's type as it was read
 
 
-# A step with a null, or not plain in another way: its TrainStep made from the data read.
-_decode_with_nulls = typed_reader("train", "step", _Step, _step_data, _step_payload)
-
-
-def decode_train_message(raw: bytes | str | None) -> Envelope:
-    """The envelope of one message of the train topic: a plain step with its TrainStep kept,
-    anything else as events.envelope.decode reads it.
-
-    A plain step (no null, every key documented, every name plain) is read in one msgspec call,
-    its envelope and its payload together, the payload straight into the :class:`TrainStep` every
-    reader reads (:data:`StepRead`): no dict to build the payload from, no second Struct (issue 56).
-    A step with a null (the trainer hook sends ``"mfu": null`` where it knows no peak) is read as
-    before (:data:`_decode_with_nulls`), so ``data`` keeps the null; whatever the plain read refuses goes
-    that way too, so every verdict and dead-letter reason is the one it was."""
-    if type(raw) is bytes and raw.isascii() and b"null" not in raw:
-        try:
-            m = _read_plain(raw)
-        except msgspec.DecodeError:  # a ValidationError is one too
-            pass
-        else:
-            if (m.source == "train" and m.kind == "step" and not m.id[0].isspace() and not m.job[0].isspace()
-                    and not m.node[0].isspace()):
-                step = m.data
-                event = checked_envelope(m.v, m.id, m.ts, m.job, m.node, "train", "step", _to_builtins(step))
-                keep_payload(event, step)
-                return event
-    return _decode_with_nulls(raw)
+# The envelope of one message of the train topic: a plain step with its TrainStep kept, anything
+# else as events.envelope.decode reads it.
+decode_train_message = typed_reader("train", "step", _Step, _step_data, _step_payload)

@@ -38,23 +38,18 @@ _Time = Union[Annotated[int, msgspec.Meta(ge=int(_MIN_TS), le=int(_MAX_TS))],
 _Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
-def message_struct(name: str, payload: type) -> type[Any]:
-    """A message's Struct: the envelope's fields, checked as :class:`Envelope`'s one-pass check
-    takes them (but for a name's first character), and ``data`` read as ``payload``."""
-    return msgspec.defstruct(
-        name,
-        [("v", _Version), ("id", _Name), ("ts", _Time), ("job", _Name), ("node", _Name), ("source", str),
-         ("kind", str), ("data", payload)],
-        gc=False, forbid_unknown_fields=True)
-
-
 def typed_reader(source: str, kind: str, payload: type, payload_data: Callable[[Any], dict[str, Any]],
                  kept: Callable[[dict[str, Any]], Any] | None = None) -> Callable[[bytes | str | None], Envelope]:
     """A decoder for one topic: a ``source``/``kind`` message whose ``data`` the struct
     ``payload`` reads becomes an envelope with ``payload_data(struct)`` as its data, and
     ``kept(data)`` as its typed payload (events.payloads.typed) where given; anything else is
     read by :func:`events.envelope.decode`."""
-    read = msgspec.json.Decoder(message_struct(f"_{source.capitalize()}{kind.capitalize()}Message", payload)).decode
+    message = msgspec.defstruct(
+        f"_{source.capitalize()}{kind.capitalize()}Message",
+        [("v", _Version), ("id", _Name), ("ts", _Time), ("job", _Name), ("node", _Name), ("source", str),
+         ("kind", str), ("data", payload)],
+        gc=False, forbid_unknown_fields=True)
+    read = msgspec.json.Decoder(message).decode
 
     def decode_message(raw: bytes | str | None) -> Envelope:
         if type(raw) is bytes and raw.isascii():

@@ -190,7 +190,7 @@ class NodeStageHandler:
         # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
         if event.kind == "step" and event.source == "train":  # four in five: the step path, its Struct read once
             step = event._payload
-            if not isinstance(step, TrainStep):  # (a plain step's is events.step_reading.StepRead, a TrainStep)
+            if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
             mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(event.job))
             if mismatch is not None:

@@ -319,7 +319,7 @@ class Engine(JobClocks, StepBatch):
             node_out = self._step_out = NodeOutput()
         self._check_rank(event, node_out)
         step = event._payload
-        self.node_stage.observe_step(event, step if isinstance(step, TrainStep) else typed(event, TrainStep), node_out)
+        self.node_stage.observe_step(event, step if type(step) is TrainStep else typed(event, TrainStep), node_out)
         if hold and not node_out.findings and not node_out.windows and len(node_out.forward) == 1:
             node_out.forward.clear()
             self._held.append(event)  # (the step itself, passed on: a train event)

@@ -70,7 +70,7 @@ class StepBatch:
                 if r.skew_s is not None or event.kind != "step" or event.source != "train":
                     break
                 step = event._payload
-                if not isinstance(step, TrainStep) or event.id in seen:
+                if type(step) is not TrainStep or event.id in seen:
                     break
                 if event.job != job:
                     job = event.job

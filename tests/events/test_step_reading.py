@@ -136,20 +136,3 @@ def _mutations(seed: int, n: int):
 def test_seeded_odd_steps_get_the_general_verdict():
     for raw in _mutations(56, 400):
         assert _outcome(decode_train_message, raw) == _outcome(decode, raw), raw
-
-
-def test_a_plain_step_is_read_in_one_call_its_payload_the_struct_read(monkeypatch):
-    """Envelope and payload in one msgspec read: the TrainStep kept is the Struct read (no dict to
-    build it from, no second read); a step with a null goes the way that keeps the null in data."""
-    from faultlens.events import step_reading
-
-    monkeypatch.setattr(step_reading, "_decode_with_nulls", lambda raw: pytest.fail("not read in one call"))
-    event = decode_train_message(_message())
-    step = event._payload
-    assert isinstance(step, TrainStep) and type(step) is step_reading.StepRead
-    assert typed(event, TrainStep) is step and dict(event.data) == STEP
-    assert msgspec.structs.astuple(step) == msgspec.structs.astuple(TrainStep(**STEP))
-    monkeypatch.undo()
-    nulls = decode_train_message(_message(mfu=None))
-    assert nulls.data["mfu"] is None and "classes" not in nulls.data
-    assert type(nulls._payload) is TrainStep and nulls._payload.mfu is None

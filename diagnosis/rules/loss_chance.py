@@ -74,6 +74,10 @@ COLLAPSED_LOGS = 10
 # loss_cycle.REPEATS reads a short log): worse than answering uniformly on every batch, no one batch's spike.
 EXACT = 1e-4
 ABOVE_LOGS = 5
+# Twice a guess's loss at those 5 logs, whatever came before: the answer it needs given the odds of a guess among
+# classes**2, on every batch. A random init starts about a guess's; one that starts higher (raw pixels' huge logits,
+# 63 x ln 2 at a first epoch) or spikes there comes down within 1-3 logs (the healthy runs of fresh batches 1-27).
+FAR_ABOVE = 2.0
 
 
 def note_guess(curve: LossCurve, loss: float) -> None:
@@ -86,10 +90,18 @@ def note_guess(curve: LossCurve, loss: float) -> None:
     curve.above_guess = curve.above_guess + 1 if guess is not None and loss > (1 + GUESS_BAND) * guess else 0
 
 
-def collapsed(curve: LossCurve, step: int, trained: bool) -> Verdict | None:
+def far_above(curve: LossCurve, guess: float) -> bool:
+    """The latest :data:`ABOVE_LOGS` losses each over twice ``guess`` and not coming down across them (the last no
+    lower than the first): an init whose logits start it above a guess's falls from there at once."""
+    latest = [v for _, v in list(curve.losses)[-ABOVE_LOGS:]]
+    return min(latest) > FAR_ABOVE * guess and latest[-1] >= latest[0]
+
+
+def collapsed(curve: LossCurve, step: int, trained: bool, early: bool = False) -> Verdict | None:
     """A model that has trained and now answers as a uniform guess does, or worse; no window needs to fill (the runs
     below quote 10-18 logs). ``trained``: the curve was first seen past its first window of steps (the caller's
-    LossStalledDetector._from_start), a run that has trained however its start went. Three readings:
+    LossStalledDetector._from_start), a run that has trained however its start went; ``early``: no whole window of logs
+    has been judged yet (after one, "above chance" says a loss held over a guess's). Four readings:
 
     * it learned far below a guess's loss and is back within a tenth of it at 10 logs in a row (issue 54, fresh batch
       25: an SVHN child CNN of an architecture search, 0.73-1.06 at steps 4000-4700, then 2.14-2.28 at all 10 logs
@@ -98,6 +110,10 @@ def collapsed(curve: LossCurve, step: int, trained: bool) -> Verdict | None:
     * it learned far below a guess's loss and is a tenth above it at 5 logs in a row: worse than a guess on every
       batch, what the model knew destroyed (fresh batch 26: a QLoRA on the pretrained StarCoderBase at learning rate
       0.005, 0.9974 at step 10, then 13.5-29.6 against ln 49152 = 10.80 from step 40);
+    * before a whole window, it is over twice a guess's loss at 5 logs in a row and not coming down across them,
+      whatever it learned: worse than a guess by that much on every batch, a run a window's "above chance" would judge
+      too late or, in a log shorter than a window, never (fresh batch 27: an alpaca-lora LLaMA LoRA at 129,369 to 99,355,040 at each of its 20 logs
+      against ln 32000 = 10.37, its learning rate 0.0 at 16);
     * first seen after it has trained, it sits at a guess's loss to four digits (:data:`EXACT`) at 10 logs in a row:
       an output uniform whatever the input (fresh batch 26: DINO at epochs 201-211, 11.090327-11.090333 against ln
       65536 = 11.090355). Watched from its start, a model sits there while its random weights answer alike (fresh
@@ -120,6 +136,10 @@ def collapsed(curve: LossCurve, step: int, trained: bool) -> Verdict | None:
         how = f"a tenth above a guess's ln({curve.classes}) = {guess:.4g}, after {curve.lowest:.4g}"
         logs, digits = ABOVE_LOGS, 4
         what = "the model learned, then became worse than a uniform guess"
+    elif early and curve.above_guess >= ABOVE_LOGS and far_above(curve, guess):
+        how = f"over twice a guess's ln({curve.classes}) = {guess:.4g} at each"
+        logs, digits = ABOVE_LOGS, 4
+        what = "the model answers worse than a uniform guess on every batch"
     elif trained and curve.exact_guess >= COLLAPSED_LOGS:
         how = f"at a guess's ln({curve.classes}) = {guess:.6g} to four digits, first seen trained"
         logs, digits = COLLAPSED_LOGS, 6

@@ -76,7 +76,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   random model it came from; whatever its start, a held-out loss a tenth above its first evaluation at each of five
   since, beside a training loss above its first at every log since: worse than where it was first seen
   (loss_worse_than_start.py); at any step, after a loss below half of ln(classes), one within a tenth of it at 10 logs
-  in a row or a tenth above it at 5; first seen trained, at ln(classes) to four digits at 10 (loss_chance.collapsed);
+  in a row or a tenth above it at 5; before a whole window, over twice it at 5 in a row and not coming down across them;
+  first seen trained, at ln(classes) to four digits at 10 (loss_chance.collapsed);
 * and apart from the loss, a gradient norm at zero for a fifth of a window: nothing will move the weights
   again (diagnosis/rules/loss_gradient.py).
 
@@ -253,8 +254,9 @@ class LossStalledDetector:
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
-            # Learned, then a guess's or worse; first seen trained, a guess's exactly: no window to fill (loss_chance.py)
-            verdict = collapsed(curve, step, curve.exact_guess >= COLLAPSED_LOGS and not self._from_start(curve, self._window(curve)))
+            # Learned, then a guess's or worse; trained, a guess's exactly; far above one early: no window to fill (loss_chance.py)
+            trained, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)
+            verdict = collapsed(curve, step, trained and not self._from_start(curve, size), early=curve.seen < size)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         return self._finding(curve, event, verdict, step)

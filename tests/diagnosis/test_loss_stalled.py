@@ -276,3 +276,15 @@ def test_a_run_that_came_down_from_a_level_above_its_start_has_learned_since():
     det = LossStalledDetector(window_s=0.0)
     found = [f for i in range(1, 61) for f in det.observe(step(i, 2.25 + 0.04 * math.sin(i), classes=10))]
     assert found and {f.fault for f in found} == {"loss_stalled"} and "has not fallen below its start" in found[0].detail
+
+
+def test_a_loss_far_above_a_guess_at_every_log_is_said_before_a_window_and_a_falling_one_is_not():
+    # Twice ln(16) and more at 5 logs in a row, not coming down across them: worse than a guess on every batch, said at
+    # the 5th log (issue 54, fresh batch 27's alpaca-lora LoRA in the millions). A random init above a guess's that
+    # falls from there is learning.
+    det = LossStalledDetector()
+    swinging = [40.0, 900.0, 120.0, 3000.0, 75.0, 500.0]
+    out = [f for i, v in enumerate(swinging, 1) for f in det.observe(step(i, v, classes=16))]
+    assert len(out) == 1 and "over twice a guess's ln(16)" in out[0].detail and "step 5)" in out[0].detail
+    det = LossStalledDetector()
+    assert [f for i in range(1, 40) for f in det.observe(step(i, 12.0 - 0.2 * i, classes=16))] == []

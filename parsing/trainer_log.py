@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from faultlens.parsing import fallback, nccl_lines, realign, signals, state_grammar, trainer_tracebacks
+from faultlens.parsing import fallback, group_timeout, nccl_lines, realign, signals, state_grammar, trainer_tracebacks
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
@@ -310,6 +310,11 @@ class TrainerLogParser:
             found = nccl_lines.watchdog(msg, raw, rank, extra)
             if found is not None:
                 return found
+        # a barrier or collective among tasks that timed out (JAX, TF, UCC): its regexes only where a word of lateness is
+        if "timed" in (low := msg.lower()) or "deadline" in low or "expired" in low:
+            late = group_timeout.group_timeout(msg, raw, rank, extra)
+            if late is not None:
+                return [late]
         if "NCCL WARN" in msg or "WARN: Function: " in msg or "Cuda failure " in msg:
             m = nccl_lines.NCCL_WARN.search(msg) or nccl_lines.PLUGIN_OWN_WARN.search(msg) or nccl_lines.BARE_CUDACHECK.match(msg)
             if m:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from faultlens.parsing import errors, trainer_tracebacks
 from faultlens.parsing.line_corpus import CORPUS, open_files
@@ -61,7 +61,8 @@ def _pool_misses(pool: Path) -> list[str]:
     return out
 
 
-def backtest_pair(pool: Path, show: bool) -> dict[str, Any]:
+def backtest_pair(pool: Path, show: bool, without: Callable[[], ContextManager[None]] = without_reading) -> dict[str, Any]:
+    """One pair's rows with the reading and ``without`` it (another reading's backtest passes its own)."""
     a, b = (int(x) for x in _PAIR.search(pool.name).groups())  # type: ignore[union-attr]
     misses = _pool_misses(pool)
     out = dict.fromkeys(KEYS, 0) | {"pair": f"{a}_{b}", "pool_misses": len(misses)}
@@ -73,7 +74,7 @@ def backtest_pair(pool: Path, show: bool) -> dict[str, Any]:
                     continue
                 out["faults"] += 1
                 right, wrong = _right(row)
-                with without_reading():
+                with without():
                     was_right, _ = _right(row)
                 out["gained"] += right and not was_right
                 out["lost"] += was_right and not right
@@ -86,7 +87,7 @@ def backtest_pair(pool: Path, show: bool) -> dict[str, Any]:
     return out
 
 
-def firing() -> dict[str, Any]:
+def firing(without: Callable[[], ContextManager[None]] = without_reading) -> dict[str, Any]:
     """Healthy open rows and whole-log ordinary lines that act, with and without the reading."""
 
     def healthy_fired() -> tuple[int, int]:
@@ -101,7 +102,7 @@ def firing() -> dict[str, Any]:
 
     rows, fired = healthy_fired()
     whole = score_folder()[0].as_dict()
-    with without_reading():
+    with without():
         _, fired_before = healthy_fired()
         whole_before = score_folder()[0].as_dict()
     return {"healthy_rows": rows, "healthy_fired": fired, "healthy_fired_without": fired_before,

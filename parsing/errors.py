@@ -13,6 +13,15 @@ from faultlens.parsing.exception_subject import read_subject
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.signals import read_signal
 
+# (issue 54, G12) the pair transport of a collective library other than NCCL failing between two ranks, by the call
+# that failed or the transport's own source file before the failure ("Gloo connectFullMesh failed with [.../gloo/
+# transport/tcp/pair.h:301] Connect timeout", "[.../gloo/transport/tcp/pair.cc:724] connect [ip]:port: Connection
+# refused"): the subject is the ranks' connect, whatever the socket said; not the same file's status ("connected")
+# nor a pair's later read or recv (their "Connection closed by peer", "Timed out waiting" keep their readings)
+_PAIR_TRANSPORT = (
+    r"|(?P<mesh>\bconnectFullMesh failed\b)"
+    r"|/gloo/transport/\S+:\d+\] (?P<pair>(?i:connect)\b[^\n]*?(?i:\bfailed\b|\brefused\b|\btime ?out\b|\btimed out\b|\bunreachable\b))"
+)
 _NCCL_ERR = re.compile(
     r"\b(?P<name>ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b"
     # gloo says "Connection closed by peer [ip]:port" when the rank across a pair died
@@ -44,6 +53,7 @@ _NCCL_ERR = re.compile(
     # error after "Last error:" (misc/socket.cc: "ncclSocketInit: connecting to address  with family 59936 is neither
     # AF_INET(2) nor AF_INET6(10)"; bootstrap.cc: "Bootstrap : no socket interface found")
     r"|(?P<sock>\bBootstrap : no socket interface found|\bncclSocket[A-Z]\w*: [^\n]*?(?:\bfailed\b|is neither AF_INET))"
+    + _PAIR_TRANSPORT
 )
 _CUDA_ERR = re.compile(
     # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
@@ -281,6 +291,8 @@ def classify_nccl(text: str) -> str | None:
         return "ncclInvalidUsage: duplicate GPU detected"
     if m.group("sock"):
         return m.group("sock")
+    if m.group("mesh") or m.group("pair"):
+        return f"{PAIR_TRANSPORT}: {(m.group('pair') or 'connectFullMesh failed').strip()[:200]}"
     return "communicator aborted"
 
 
@@ -291,11 +303,19 @@ def classify_nccl(text: str) -> str | None:
 _NCCL_USAGE = re.compile(r"\bncclInvalid(?:Usage|Argument)\b|: invalid (?:usage|argument)\b|\bncclResult [45]:|\bNCCL Error [45]:")
 
 
+# classify_nccl's name for a collective library's pair transport that failed (gloo's): the link between two ranks,
+# an alert at most: which rank or network is at fault is in other lines (docs/design.md §1).
+PAIR_TRANSPORT = "pair transport failed"
+
+
 def nccl_fault(error: str) -> tuple[str, str]:
     """(fault, action) of an NCCL error by classify_nccl's name: the caller's misuse is ``user_code``
-    (rollback, as a program's own error), every other result the collective's (``nccl_error``, reattempt)."""
+    (rollback, as a program's own error), a pair transport's failure an alert, every other result the
+    collective's (``nccl_error``, reattempt)."""
     if _NCCL_USAGE.search(error):
         return "user_code", "rollback"
+    if error.startswith(PAIR_TRANSPORT):
+        return "nccl_error", "alert"
     return "nccl_error", "reattempt"
 
 

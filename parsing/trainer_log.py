@@ -336,7 +336,8 @@ class TrainerLogParser:
                     return []
                 self._folded[(key, fault)] = (self._n, self._t)
                 return [("cuda_error", common(raw, fault, action, severity, rank=rank, error=error, **extra))]
-        if "ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg or "Duplicate GPU" in msg or "Bootstrap :" in msg:
+        if ("ncc" in msg or "NCCL" in msg or "onnection" in msg or "Broken pipe" in msg or "Duplicate GPU" in msg or "Bootstrap :" in msg
+                or "gloo" in msg or "Gloo" in msg):
             nccl = classify_nccl(msg)
             if nccl in _SOCKET_WORDS and (says_retrying(msg) or trainer_level(msg) == WARNING):
                 # Generic socket words, not NCCL's, in a line its program printed at warning or that

@@ -48,6 +48,10 @@ ENV_PREFIX = "FAULTLENS_"
 # for the session timeout of members that left); real clusters are fine with it too.
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 
+# The broker holds a fetch up to this long waiting for data: at kafka-python's 500 ms default every
+# hop of diagnose → remediate → hook adds a quarter second on average.
+DEFAULT_FETCH_MAX_WAIT_MS = 100
+
 # The Kafka client library every producer and consumer uses (streams/kafka_client.py): kafka-python
 # by default; confluent-kafka (librdkafka) is the fast path, an optional extra.
 CLIENTS = ("kafka-python", "confluent")
@@ -70,6 +74,7 @@ class KafkaSettings:
     compression: str | None = None
     replication_factor: int = 1
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS  # consumers: the broker's longest wait for data
     client: str = DEFAULT_CLIENT
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -172,9 +177,7 @@ class KafkaSettings:
             "session_timeout_ms": self.session_timeout_ms,
             "heartbeat_interval_ms": max(500, self.session_timeout_ms // 4),
             "max_poll_records": 2000,
-            # The broker holds a fetch up to this long waiting for data: at kafka-python's 500 ms
-            # default every hop of diagnose → remediate → hook adds a quarter second on average.
-            "fetch_max_wait_ms": 100,
+            "fetch_max_wait_ms": self.fetch_max_wait_ms,
             # Partition p of every subscribed topic to one member: the node stage needs a node's
             # events on one member (co-partitioned topics, events/topics.py). kafka-python's
             # default list starts with it too; named, a change of default cannot split a node.

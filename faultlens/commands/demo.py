@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from faultlens.demo.state import DemoState
     from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
     from faultlens.demo.view import LiveView
+    from faultlens.demo.wiring import quicken_for_lockstep
     from faultlens.events.home import faultlens_home
     from faultlens.events.signing import ephemeral_signing_key
     from faultlens.pipeline import Pipeline
@@ -115,7 +116,10 @@ def run(args: argparse.Namespace) -> int:
     broker = None
     try:
         settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap, start=True)
-        pipeline = Pipeline(settings, options).build().start()
+        pipeline = Pipeline(settings, options).build()
+        if args.speed == 0:
+            quicken_for_lockstep(pipeline.consumers["diagnose"].runner)
+        pipeline.start()
         if not pipeline.wait_ready(90):
             raise BrokerError("the consumers did not join their groups within 90 s")
 

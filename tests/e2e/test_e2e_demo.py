@@ -11,7 +11,10 @@ import sys
 
 import pytest
 
+from faultlens.demo.wiring import LOCKSTEP_FETCH_WAIT_MS, LOCKSTEP_POLL_TIMEOUT_MS, quicken_for_lockstep
 from faultlens.history.schema import open_history
+from faultlens.streams.config import DEFAULT_FETCH_MAX_WAIT_MS, KafkaSettings
+from faultlens.streams.runner.options import RunnerOptions
 from tests.progress import run_watched
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -80,3 +83,15 @@ def test_e2e_demo_finds_every_injected_fault_and_obeys_commands(tmp_path):
     assert report["ettr"] and 0 < report["ettr"][0]["ettr"] < 1
     # every eviction the cluster obeyed replaced a machine: spares took the evicted slots
     assert report["run"]["events_published"] > 0 and report["pipeline"]["diagnose"]["dead_letters"] == 0
+
+
+def test_lockstep_shortens_the_diagnosis_runners_waits_alone():
+    """The lockstep's slice waited on the diagnosis consumer's fetch and poll (bench/results_throughput.md,
+    the demo's lockstep): its runner alone gets shorter ones; the settings the others share keep theirs."""
+    shared = KafkaSettings(bootstrap="127.0.0.1:9092")
+    runner = type("Runner", (), {})()  # what the function touches of a GroupRunner not started yet
+    runner.settings, runner.options = shared, RunnerOptions(event_time=True)
+    quicken_for_lockstep(runner)
+    assert runner.settings.consumer_kwargs("g")["fetch_max_wait_ms"] == LOCKSTEP_FETCH_WAIT_MS
+    assert runner.options.poll_timeout_ms == LOCKSTEP_POLL_TIMEOUT_MS and runner.options.event_time
+    assert shared.consumer_kwargs("g")["fetch_max_wait_ms"] == DEFAULT_FETCH_MAX_WAIT_MS == 100

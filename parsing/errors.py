@@ -18,8 +18,9 @@ from faultlens.parsing.signals import read_signal
 # transport/tcp/pair.h:301] Connect timeout", "[.../gloo/transport/tcp/pair.cc:724] connect [ip]:port: Connection
 # refused"): the subject is the ranks' connect, whatever the socket said; not the same file's status ("connected")
 # nor a pair's later read or recv (their "Connection closed by peer", "Timed out waiting" keep their readings)
-_PAIR_TRANSPORT = (
-    r"|(?P<mesh>\bconnectFullMesh failed\b)"
+# Asked before NCCL's words, and only of a line that names gloo: every other line the trainer parser asks pays nothing.
+_PAIR_TRANSPORT = re.compile(
+    r"(?P<mesh>\bconnectFullMesh failed\b)"
     r"|/gloo/transport/\S+:\d+\] (?P<pair>(?i:connect)\b[^\n]*?(?i:\bfailed\b|\brefused\b|\btime ?out\b|\btimed out\b|\bunreachable\b))"
 )
 _NCCL_ERR = re.compile(
@@ -53,7 +54,6 @@ _NCCL_ERR = re.compile(
     # error after "Last error:" (misc/socket.cc: "ncclSocketInit: connecting to address  with family 59936 is neither
     # AF_INET(2) nor AF_INET6(10)"; bootstrap.cc: "Bootstrap : no socket interface found")
     r"|(?P<sock>\bBootstrap : no socket interface found|\bncclSocket[A-Z]\w*: [^\n]*?(?:\bfailed\b|is neither AF_INET))"
-    + _PAIR_TRANSPORT
 )
 _CUDA_ERR = re.compile(
     # ROCm's HIP runtime mirrors CUDA's: torch on ROCm prints "HIP error: <text>", hipError* names
@@ -259,6 +259,8 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
 
 def classify_nccl(text: str) -> str | None:
     """The NCCL error a line names (``ncclSystemError``, ``connection reset``, ...), or None."""
+    if ("gloo" in text or "Gloo" in text) and (p := _PAIR_TRANSPORT.search(text)):
+        return f"{PAIR_TRANSPORT}: {(p.group('pair') or 'connectFullMesh failed').strip()[:200]}"
     m = _NCCL_ERR.search(text)
     if not m:
         return None
@@ -291,8 +293,6 @@ def classify_nccl(text: str) -> str | None:
         return "ncclInvalidUsage: duplicate GPU detected"
     if m.group("sock"):
         return m.group("sock")
-    if m.group("mesh") or m.group("pair"):
-        return f"{PAIR_TRANSPORT}: {(m.group('pair') or 'connectFullMesh failed').strip()[:200]}"
     return "communicator aborted"
 
 

@@ -4,7 +4,7 @@ the reading and without it.
     python -m tools.pair_transport_backtest POOL ... [--validate-from N] [--show] [--no-firing]
 
 Counted as tools.exception_subject_backtest counts its reading (a reading can move a row another reading gave a class):
-every fault row of each opened pair's batches scored by the whole parser with it and with the reading's alternatives
+every fault row of each opened pair's batches scored by the whole parser with it and with the reading's words
 matching nothing; per pair rows gained, right rows lost, rows still given a wrong class, and of the pool's misses how
 many it makes right; then every healthy row of every open corpus file and the whole logs, acting events with and
 without it.
@@ -23,13 +23,13 @@ from tools.grammar_backtest import halves_main
 
 @contextmanager
 def without_reading() -> Iterator[None]:
-    """NCCL's error words as they were before the reading: its named groups kept (classify_nccl asks them), never matching."""
-    kept = errors._NCCL_ERR
-    errors._NCCL_ERR = re.compile(kept.pattern.replace(errors._PAIR_TRANSPORT, r"|(?P<mesh>(?!))|(?P<pair>(?!))"))
+    """NCCL's error words as they were before the reading: the pair transport's words match nothing."""
+    kept = errors._PAIR_TRANSPORT
+    errors._PAIR_TRANSPORT = re.compile(r"(?!)")
     try:
         yield
     finally:
-        errors._NCCL_ERR = kept
+        errors._PAIR_TRANSPORT = kept
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """A loss frozen batch by batch: the stalled-loss detector's cyclic form of "frozen" (docs/design.md §3), beside
 its other frozen forms: a whole window at one value (window_frozen), a short log's printed digits alike
-(printed_frozen) and a loss at exactly 0 straight from its level (zeroed_at_once).
+(printed_frozen) and a loss at exactly 0 straight from its level or from a blow-up (zeroed_at_once).
 
 A model whose weights no longer move answers every input as it did before. Fed the same batches in the
 same order each epoch (no shuffling, a fixed validation-like split, a full-batch physics loss), its
@@ -37,6 +37,8 @@ DISTINCT = 10.0
 # shortest window), printed finely enough (to this share of its level) that a moving one would show it.
 REPEATS = 5
 PRINTED = 1e-3
+# A blow-up the loss cannot come down from in one log: ten times the highest loss of the run before it.
+BLOWN_UP = 10.0
 
 
 def frozen_period(values: list[float], tolerance: float = CYCLE_DIGITS) -> int | None:
@@ -104,8 +106,13 @@ def zeroed_at_once(curve: LossCurve) -> Verdict | None:
     template whose tokens disagree with the labels' does: haotian-liu/LLaVA#375's "most issues of loss=0"; issue 54,
     fresh batch 20's Mini-Gemini stage 2, 1.4138 then 0.0 for 9 logs while its warm-up raises the rate). A run that
     learned its way to zero prints its way down (fresh batch 5's CLIP LoRA 0.015, 0.0084, 0.0036, then 0.0; fresh
-    batch 2's classifier 0.0001), and one whose loss went below zero (a surrogate) has no floor there."""
+    batch 2's classifier 0.0001), and one whose loss went below zero (a surrogate) has no floor there. The latest loss
+    alone will do straight after a blow-up (:func:`_zeroed_after_blow_up`)."""
     latest = list(islice(reversed(curve.losses), REPEATS + 1))
+    if len(latest) > 1 and latest[0][1] == 0.0 and not curve.signed:
+        verdict = _zeroed_after_blow_up(curve)
+        if verdict is not None:
+            return verdict
     if len(latest) <= REPEATS or curve.signed or any(v != 0.0 for _, v in latest[:REPEATS]):
         return None
     came_from, before = latest[REPEATS]
@@ -116,6 +123,23 @@ def zeroed_at_once(curve: LossCurve) -> Verdict | None:
         return None
     return Verdict(f"loss 0 at every digit printed for {REPEATS} logs (steps {latest[REPEATS - 1][0]}-{latest[0][0]}), "
                    f"straight from {before:.6g} at step {came_from}: no target is scored", rollback=False)
+
+
+def _zeroed_after_blow_up(curve: LossCurve) -> Verdict | None:
+    """A loss at exactly 0 at the log straight after a blow-up: the log before it :data:`BLOWN_UP` times every one of
+    the :data:`REPEATS` or more held before that (away from zero, printed finely). A model does not go from the
+    highest loss of its run to under its log's last digit between two logs; it broke, and scores nothing from there
+    (a Trainer logs 0 for a logging window whose every step was NaN). Issue 54, fresh batch 28: a chat LoRA at
+    1.26-1.32 for 12 logs, then 34,023.79, then 0.0. One 0 from a level is a batch whose targets were all masked
+    (:func:`zeroed_at_once` waits for 5); a batch-size-1 loss that swings 10x and touches 0 came down from no such
+    height (fresh batch 4's crystal-graph transformer: 1.85, 0.12, 0.56, then 0.0)."""
+    held = [v for _, v in curve.losses]
+    blown, before = held[-2], held[:-2]
+    if len(before) < REPEATS or not _printed_finely(blown) or min(before) <= 1e-3 or blown < BLOWN_UP * max(before):
+        return None
+    return Verdict(f"loss 0 at every digit printed at step {curve.losses[-1][0]}, straight after {blown:.6g} at step "
+                   f"{curve.losses[-2][0]}, {blown / max(before):.0f}x every loss before it: the run blew up and "
+                   f"scores nothing", rollback=False)
 
 
 def window_frozen(curve: LossCurve, values: list[float], level: float, over: str) -> Verdict | None:

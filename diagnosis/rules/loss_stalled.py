@@ -42,7 +42,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     the first window fills, 5 logs alike to every digit printed, those digits a thousandth of the level or finer,
     away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt); and at any step, 5 logs at exactly 0
     straight from the level the run was at, from a last loss printed to a thousandth of its level or finer: nothing
-    is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0);
+    is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0), or 1 log straight
+    after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what

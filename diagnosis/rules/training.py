@@ -1,4 +1,4 @@
-"""Training rules: user-code exceptions, CUDA errors, NaN/inf losses and loss / grad-norm spikes
+"""Training rules: user-code exceptions, CUDA errors, NaN/inf losses (a held-out one too) and loss / grad-norm spikes
 (a loss spike once its rank has shown a window of values, the tail it must stand out of, and the
 next loss has not taken it back; a grad-norm spike once the next step's loss answers it by a tenth
 of its scale; neither where the
@@ -23,7 +23,7 @@ from typing import NamedTuple
 from faultlens.diagnosis.rules.base import Finding, line_of, missing, or_else, parsed_fault
 from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.payloads import typed
-from faultlens.events.payloads_job import NcclError, NcclException, NcclNan, TrainStep
+from faultlens.events.payloads_job import NcclError, NcclException, NcclNan, TrainEval, TrainStep
 
 SPIKE_FACTOR = 5.0
 BASELINE_STEPS = 50
@@ -85,6 +85,11 @@ SPIKE_NEAR = 3.0
 # 8195.8), or a surrogate's (signed: nothing tells its blow-up); or where such steps run on past what a
 # scaler does: halving from 2**16 (torch's GradScaler, apex and DeepSpeed start there) passes a scale of
 # 1 after this many skips in a row, below which every step overflows (docs/design.md §9: nan_loss).
+# A first step's loss, with no class count to weigh it, counts as ordinary: the scaler starts at its
+# highest scale and skips most at the start (fresh batch 28: a KG-LLM QLoRA logs grad_norm NaN beside its
+# first loss, 4.31 at learning rate 0, and learns to 0.4; a DeepSpeed fp16 tutorial skips 23 steps before
+# its 30th). A model broken from its first step shows it at its next: a loss of 0, non-finite or blown up
+# against the first (fresh batch 24's ModernBERT, 0.2051 then 0.0; fresh batch 27's Qwen2.5-VL, 60.57 then 0.0).
 SCALER_SKIPS = 16
 
 
@@ -144,6 +149,23 @@ class TrainingRule:
             return self._log(event)
         if event.kind == "step":
             return self.observe_step(event, typed(event, TrainStep))
+        if event.kind == "eval":
+            return self._held_out(event, typed(event, TrainEval))
+        return []
+
+    def _held_out(self, event: Envelope, evaluation: TrainEval) -> list[Finding]:
+        """A held-out loss that is NaN or infinite: the model's outputs overflowed on data it did not train on (an
+        fp16 evaluation's logits past 65,504) or its weights are NaN. Beside a finite training loss it is the run's
+        fault no less: the loss its checkpoints are chosen by is gone (issue 54, fresh batch 27's alpaca-lora runs:
+        eval_loss nan after training losses in the millions). Other metrics are not read: a score can be undefined
+        for a batch with no positives without anything being broken."""
+        for name, raw in (evaluation.metrics or {}).items():
+            value = as_float(raw)
+            if value is not None and not math.isfinite(value) and "loss" in name.lower():
+                rank = evaluation.rank
+                where = f"rank {rank if rank is not None else '?'} on {event.node}"
+                return [self._nan(event, (rank,) if rank is not None else (),
+                                  f"held-out {name} = {raw} at step {or_else(evaluation.step, '?')} ({where})")]
         return []
 
     def _log(self, event: Envelope) -> list[Finding]:
@@ -239,7 +261,9 @@ class TrainingRule:
     def _scaler_skipped(self, key: tuple[str, int], loss: float | None, classes: int | None) -> bool:
         """Whether a step's non-finite grad norm is an fp16 loss scaler's skipped step, counted: its loss an
         ordinary one (under factor x the median of the losses kept before it, or of a guess's, ln(classes), where
-        none was: a first step's; with neither, nothing says it is), not SCALER_SKIPS such steps in a row yet."""
+        none was: a first step's; with neither, a first loss counts as ordinary: a scaler overflows most at its
+        first steps, its scale at its highest, and the next step's loss weighs this one), not SCALER_SKIPS such
+        steps in a row yet."""
         losses = self._series[key].loss
         if loss is None or not math.isfinite(loss) or loss == 0.0 or losses.signed:
             return False
@@ -247,12 +271,12 @@ class TrainingRule:
         if before and before[-1] == loss:
             before.pop()  # this step's own loss, kept a moment ago
         if before:
-            scale = statistics.median(before)
+            scale: float | None = statistics.median(before)
         elif classes is not None and classes >= 2:
             scale = math.log(classes)
         else:
-            return False
-        if loss >= self.factor * scale:
+            scale = None  # a first loss with no guess's to weigh: the steps after it say what it was
+        if scale is not None and loss >= self.factor * scale:
             return False
         skips = self._skipped.get(key, 0) + 1
         if skips > SCALER_SKIPS:

@@ -51,8 +51,10 @@ def test_a_nan_norm_beside_a_loss_that_says_the_model_broke_is_nan_loss():
     assert _faults([(1.9, 21.9), ("nan", "nan")])[:1] == [(2, "nan_loss")]
     assert _faults([(1.9, 21.9), (None, "nan")]) == [(2, "nan_loss")]  # the HF callback sends no loss for it
     assert _faults([(-0.2, 1.0), (-0.1, "nan")]) == [(2, "nan_loss")]  # a surrogate: nothing tells its blow-up
-    # A first step with no class count: nothing says its loss is ordinary.
-    assert _faults([(3.0, "nan")]) == [(1, "nan_loss")]
+    # A first step with no class count: nothing weighs its loss, the next step's does (loss round 31).
+    assert _faults([(3.0, "nan")]) == []
+    assert _faults([(3.0, "nan"), (0.0, "nan")]) == [(2, "nan_loss")]
+    assert _faults([(3.0, "nan"), (16.0, "nan")]) == [(2, "nan_loss")]
 
 
 def test_skips_past_a_scale_halved_to_below_1_are_nan_loss():

@@ -475,7 +475,8 @@ FRESH_MISSED: dict[str, str] = {
     "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
     "qwen2.5_vl_3b_full_sft_loss_60.57_then_0.0_grad_norm_nan.csv": "a Qwen2.5-VL-3B full SFT's two quoted logs: loss "
     "60.5735 with grad_norm nan, then 0.0 with grad_norm nan (learning rate 8e-6, 1.6e-5): the nan gradient norm is "
-    "read at the first log as nan_loss (training.py), the run's breakage named by its NaN; the label's loss_stalled "
+    "read as nan_loss (training.py) at the second log, beside its 0.0 (at the first since round 31, with no class count, "
+    "a loss scaler's skip), the run's breakage named by its NaN; the label's loss_stalled "
     "would rest on 2 logs, under the 20 the shortest window judges, and no class count says 60.57 is past a guess's "
     "(loss round 30)",
     "qwen2.5_vl_multi_image_finetune_degrading_loss_3.2_to_5.3_token_acc_0.42_to_0.21.csv": "a Qwen2.5-VL multi-image "
@@ -486,15 +487,6 @@ FRESH_MISSED: dict[str, str] = {
     "first evaluation, with a held-out loss a tenth above its first: it rests on the 3 logs before that evaluation, "
     "and it flags fresh12's healthy gesture GRU first seen halfway (one per-step loss, 0.0157, before its first "
     "evaluation, then 0.03-1.69 a step; val_loss 0.249 then 0.287) (loss round 30)",
-    "kg_llm_qlora_fp16_120_steps_skipped_steps_grad_norm_nan_4.31_to_0.44.csv": "a KG-LLM QLoRA in fp16 that learns "
-    "(4.31 at its first log, 0.88 by 14, 0.37-0.50 over its last 25) whose first log carries grad_norm nan beside its "
-    "loss 4.3097 at learning rate 0.0 (nan again at 2 and 6, finite between): read as nan_loss at step 1 (training.py), "
-    "a first step having no kept loss and no class count to call its loss an ordinary one, so nothing says the loss "
-    "scaler skipped it (from its start and under the shortest window) (loss round 31)",
-    "chat_lora_finetune_1.26_to_1.32_then_34023_then_exactly_0.csv": "a chat LoRA at 1.2634-1.3237 for 12 logs, then "
-    "34023.79, then exactly 0.0 (learning rate 1.99e-4 falling): 14 logs, under the 20 the shortest window judges; the "
-    "blow-up is 26,000x its median but a loss spike waits for a window of 50 values (12 here), and a loss at exactly 0 "
-    "is called frozen at the 5th such log (loss_cycle.zeroed_at_once), one here; no class count (loss round 31)",
     "gpt2_lora_finetune_aborted_9.23_to_6.65_spike_9.58_at_step_2000_then_6.64.csv": "a GPT-2 LoRA's 6 evaluation "
     "lines: train loss 9.2270, 6.9544, 6.5811, 6.6511, 9.5846, 6.6424 (steps 0-2500), val_loss 9.2680, 7.1291, 6.7096, "
     "6.7427, 9.6169, 6.7105, against ln 50257 = 10.82: it learned 29 %, then held 6.6-6.7 over 3 evaluations around a "
@@ -506,6 +498,10 @@ FRESH_MISSED: dict[str, str] = {
     "count or chance_loss says a guess's level, the logged value is a sum over micro-batches the log does not name, and "
     "the 2-level cycle is not frozen to 5 digits (2.7354-2.7686 at its repeats); 30 logs at window_s 0 fill one "
     "window; its 2.7-level logs fall 2 % across it (2.7656 at the first, 2.708 at the last) (loss round 31)",
+    # fresh28's KG-LLM QLoRA in fp16 (grad_norm nan beside its first loss, 4.3097 at learning rate 0.0, no class count)
+    # is quiet since round 31: a first step's non-finite norm beside a finite loss counts as a loss scaler's skip, the
+    # steps after it saying what it was (training.py). Its chat LoRA (1.26-1.32 for 12 logs, then 34,023.79, then 0.0)
+    # is found since round 31 at its 0.0, straight after a blow-up ten times every loss before it (loss_cycle.zeroed_at_once).
     # fresh27's alpaca-lora LLaMA LoRA (129,369 to 99,355,040 at each of its 20 logs against ln 32000 = 10.37, learning
     # rate 0.0 at 16) is found since round 30 at its 5th log, over twice a guess's at 5 logs in a row (loss_chance.collapsed).
     # fresh25's SVHN child CNN (0.73-1.06, then 2.14-2.28 against ln 10 at all 10 logs from step 4800) is found since

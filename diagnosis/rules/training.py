@@ -158,14 +158,17 @@ class TrainingRule:
         fp16 evaluation's logits past 65,504) or its weights are NaN. Beside a finite training loss it is the run's
         fault no less: the loss its checkpoints are chosen by is gone (issue 54, fresh batch 27's alpaca-lora runs:
         eval_loss nan after training losses in the millions). Other metrics are not read: a score can be undefined
-        for a batch with no positives without anything being broken."""
+        for a batch with no positives without anything being broken. An alert, not the stop-time checks: alone
+        (the training loss finite) it can also be the evaluation's own bug (a held-out set whose every label is
+        masked averages over nothing), which no machine check or rollback mends; a broken run's training loss
+        says so in its own steps."""
         for name, raw in (evaluation.metrics or {}).items():
             value = as_float(raw)
             if value is not None and not math.isfinite(value) and "loss" in name.lower():
                 rank = evaluation.rank
                 where = f"rank {rank if rank is not None else '?'} on {event.node}"
                 return [self._nan(event, (rank,) if rank is not None else (),
-                                  f"held-out {name} = {raw} at step {or_else(evaluation.step, '?')} ({where})")]
+                                  f"held-out {name} = {raw} at step {or_else(evaluation.step, '?')} ({where})", "alert")]
         return []
 
     def _log(self, event: Envelope) -> list[Finding]:
@@ -204,9 +207,9 @@ class TrainingRule:
             return [self._nan(event, ranks, f"rank {rank if rank is not None else '?'} on {event.node}: {line_of(event)}")]
         return []
 
-    def _nan(self, event: Envelope, ranks: tuple[int, ...], detail: str) -> Finding:
+    def _nan(self, event: Envelope, ranks: tuple[int, ...], detail: str, action: str = "stop_time_diagnosis") -> Finding:
         return Finding(
-            job=event.job, ts=event.ts, fault="nan_loss", action="stop_time_diagnosis", ranks=ranks,
+            job=event.job, ts=event.ts, fault="nan_loss", action=action, ranks=ranks,
             entity="loss", evidence=(event.id,), detail=detail,
         )
 

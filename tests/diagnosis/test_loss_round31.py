@@ -81,6 +81,7 @@ def test_a_non_finite_held_out_loss_beside_finite_training_losses_is_nan_loss(va
     assert [f for e in steps for f in rule.observe(e)] == []
     (found,) = rule.observe(_eval(10, {"eval_loss": value, "eval_accuracy": 0.4}))
     assert found.fault == "nan_loss" and found.detail.startswith("held-out eval_loss = ") and found.ranks == (0,)
+    assert found.action == "alert"  # alone it may be the evaluation's own bug: no machine checks, no rollback
 
 
 def test_a_non_finite_held_out_score_is_not_read_and_a_finite_held_out_loss_is_quiet():

@@ -306,12 +306,13 @@ class TrainerLogParser:
                 data.setdefault("rank", rank)
                 data.update(extra)
             return found
-        if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in msg.lower():
+        low = msg.lower()
+        if "WorkNCCL" in msg or "NCCL work" in msg or "watchdog" in low:
             found = nccl_lines.watchdog(msg, raw, rank, extra)
             if found is not None:
                 return found
         # a barrier or collective among tasks that timed out (JAX, TF, UCC): its regexes only where a word of lateness is
-        if "timed" in (low := msg.lower()) or "deadline" in low or "expired" in low:
+        if "timed" in low or "deadline" in low or "expired" in low:
             late = group_timeout.group_timeout(msg, raw, rank, extra)
             if late is not None:
                 return [late]

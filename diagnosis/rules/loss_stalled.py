@@ -256,8 +256,8 @@ class LossStalledDetector:
             verdict = zeroed_at_once(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
             # Learned, then a guess's or worse; trained, a guess's exactly; far above one early: no window to fill (loss_chance.py)
-            trained, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)
-            verdict = collapsed(curve, step, trained and not self._from_start(curve, size), early=curve.seen < size)
+            exact, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)  # where from its start is asked at all
+            verdict = collapsed(curve, step, exact and not self._from_start(curve, size), early=curve.seen < size)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = self._judge(curve, event.job)
         return self._finding(curve, event, verdict, step)

@@ -306,7 +306,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 29))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 30))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -498,6 +498,19 @@ FRESH_MISSED: dict[str, str] = {
     "count or chance_loss says a guess's level, the logged value is a sum over micro-batches the log does not name, and "
     "the 2-level cycle is not frozen to 5 digits (2.7354-2.7686 at its repeats); 30 logs at window_s 0 fill one "
     "window; its 2.7-level logs fall 2 % across it (2.7656 at the first, 2.708 at the last) (loss round 31)",
+    "swav_resnet50_pretraining_loss_8.0066_at_ln3000_prototypes_epoch_163.csv": "a SwAV ResNet-50 at epoch 163 whose "
+    "loss reads 8.0065-8.0068 at each of its 6 quoted lines (iterations 0-250), against ln 3000 = 8.0064 (its prototypes): "
+    "a uniform assignment's loss to four digits, the reporter 'stuck around 8' since epoch 1, the maintainer's runs "
+    "falling to ~3; 6 logs are under the 20 the shortest window judges, and fresh26's DINO (11.090327-11.090333 at ln "
+    "65536) is found at its 10th log (loss round 32)",
+    "lightly_swav_voc2012_loss_6.28696_then_6.23836_at_ln512_prototypes.csv": "a lightly SwaV on VOC2012: 6.28696 at "
+    "epoch 0, then 6.23867, 6.23839, 6.23837, 6.23836, 6.23836 against ln 512 = 6.23832 (its prototypes): a uniform "
+    "assignment's loss to four digits from its 2nd epoch, the reporter 'the loss did not decrease significantly'; "
+    "6 logs, under the 20 the shortest window judges (loss round 32)",
+    "tf_object_detection_faster_rcnn_resnet101_loss_0.06_then_5.4e19_climbing_to_2.5e22.csv": "a Faster R-CNN whose "
+    "summed loss is 0.0630, 0.1628, 0.0577 at steps 435-437, then 5.4e19 at 438 and 4.3e20, 2.1e21, 7.8e21, 2.5e22 to "
+    "442 (each about 4-8 times the one before): blown up by 21 orders of magnitude and climbing at every step, no class "
+    "count; 8 logs, under the 20 the shortest window judges, and no finite value is a NaN (loss round 32)",
     # fresh28's KG-LLM QLoRA in fp16 (grad_norm nan beside its first loss, 4.3097 at learning rate 0.0, no class count)
     # is quiet since round 31: a first step's non-finite norm beside a finite loss counts as a loss scaler's skip, the
     # steps after it saying what it was (training.py). Its chat LoRA (1.26-1.32 for 12 logs, then 34,023.79, then 0.0)

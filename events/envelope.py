@@ -11,7 +11,7 @@ import math
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -147,6 +147,11 @@ class Envelope:
     def key(self) -> bytes:
         """Kafka key: the node keeps per-node order; job-level records are keyed by job."""
         return (self.job if self.source in ("job", "summary") else self.node).encode()
+
+    def retimed(self, ts: float) -> "Envelope":
+        """The same event placed at ``ts`` (a skewed clock's event moved into the job's time); a
+        step read as events.step_reading.StepEvent has the same method, so a reader never asks which."""
+        return replace(self, ts=ts)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -40,6 +40,14 @@ Text = str
 Flag = bool
 # Any JSON object (a map the payload documents by example: a heartbeat's ``sources``, ``health``).
 Object = dict
+# Ints within 64 bits, the widest msgspec bounds (orjson reads an int up to 2**64 - 1, a float past
+# it): the types above so bounded, for a payload msgspec also reads straight from the bytes
+# (events/typed_read.py's readers, events/step_reading.py), so that the two readings of one message
+# give the same value or the same refusal (msgspec alone reads 2**64 as an int).
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+NonNegInt64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+NonNeg64 = Union[NonNegInt64, Annotated[float, msgspec.Meta(ge=0, le=_MAX)]]
+Metric64 = Union[Int64, float, NonFiniteText]
 
 
 class Payload(msgspec.Struct, kw_only=True, frozen=True, gc=False):

@@ -9,7 +9,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from faultlens.events.payload_fields import Flag, Int, Metric, NonNeg, NonNegInt, Number, Object, Payload, RankedPayload, Text
+from faultlens.events.payload_fields import (
+    Flag,
+    Int,
+    Metric,
+    Metric64,
+    NonNeg,
+    NonNeg64,
+    NonNegInt,
+    NonNegInt64,
+    Number,
+    Object,
+    Payload,
+    RankedPayload,
+    Text,
+)
 from faultlens.events.payloads_log import ParsedLog
 
 # --- source `nccl` (parsing/trainer_log.py; the kinds a catalogue rule makes: events/payloads_log.py)
@@ -77,22 +91,26 @@ class TrainStep(RankedPayload, frozen=True):
     to its experts, samples or tokens in its micro-batches), so that a rank slower because it had
     more to do (a hot expert) is not read as a slow machine (diagnosis/peers/slow_work.py). ``loss_steps``:
     where the loss is the trainer's logged mean over this many optimizer steps (ending at this one), not the
-    step's own (the Hugging Face callback's, for a loss made outside the model's forward)."""
+    step's own (the Hugging Face callback's, for a loss made outside the model's forward). Every int
+    is bounded to 64 bits (events/payload_fields.py ``Int64``): msgspec also reads
+    a step straight from its bytes into this Struct (events/step_reading.py), and the two readings must
+    agree."""
 
-    step: NonNegInt | None = None
-    loss: Metric | None = None
-    grad_norm: Metric | None = None
-    step_time_s: NonNeg | None = None
-    compute_s: NonNeg | None = None
-    tokens: NonNeg | None = None
-    tokens_per_s: NonNeg | None = None
-    mfu: NonNeg | None = None
-    classes: NonNegInt | None = None
+    rank: NonNegInt64 | None = None  # RankedPayload's, bounded as the rest
+    step: NonNegInt64 | None = None
+    loss: Metric64 | None = None
+    grad_norm: Metric64 | None = None
+    step_time_s: NonNeg64 | None = None
+    compute_s: NonNeg64 | None = None
+    tokens: NonNeg64 | None = None
+    tokens_per_s: NonNeg64 | None = None
+    mfu: NonNeg64 | None = None
+    classes: NonNegInt64 | None = None
     from_scratch: Flag | None = None
-    lr: NonNeg | None = None
-    work: NonNeg | None = None
-    chance_loss: NonNeg | None = None
-    loss_steps: NonNegInt | None = None
+    lr: NonNeg64 | None = None
+    work: NonNeg64 | None = None
+    chance_loss: NonNeg64 | None = None
+    loss_steps: NonNegInt64 | None = None
 
 
 # Names of a correlation metric (Spearman's rho, Pearson's r, Kendall's tau): higher is better, and a model

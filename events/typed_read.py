@@ -23,19 +23,17 @@ from faultlens.events.envelope import (
     keep_payload,
 )
 
-# What orjson reads as an int: past 64 bits it reads a float, which the general reading then
-# names differently (a version or a time that is not an int), so such a message goes that way.
-Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-# A count, an index: what the general reading takes as a non-negative int, bounded as Int64 is.
-NonNegInt64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# (Int64, NonNegInt64: what orjson reads as an int, up to 64 bits; past them the general reading
+# decides, with the reason it gives. The readers of this module's callers import them from here.)
+from faultlens.events.payload_fields import Int64, NonNegInt64  # noqa: F401
 
 # The envelope's fields as Envelope's one-pass check takes them (events/envelope.py), checked by
 # msgspec as they are parsed; a name's first character is tested in Python (a pattern in msgspec
 # cost four times the whole read).
-_Version = Annotated[int, msgspec.Meta(ge=1, le=SCHEMA_VERSION)]
-_Time = Union[Annotated[int, msgspec.Meta(ge=int(_MIN_TS), le=int(_MAX_TS))],
+EnvelopeVersion = Annotated[int, msgspec.Meta(ge=1, le=SCHEMA_VERSION)]
+EnvelopeTs = Union[Annotated[int, msgspec.Meta(ge=int(_MIN_TS), le=int(_MAX_TS))],
               Annotated[float, msgspec.Meta(ge=_MIN_TS, le=_MAX_TS)]]
-_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+EnvelopeName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 def typed_reader(source: str, kind: str, payload: type, payload_data: Callable[[Any], dict[str, Any]],
@@ -46,7 +44,7 @@ def typed_reader(source: str, kind: str, payload: type, payload_data: Callable[[
     read by :func:`events.envelope.decode`."""
     message = msgspec.defstruct(
         f"_{source.capitalize()}{kind.capitalize()}Message",
-        [("v", _Version), ("id", _Name), ("ts", _Time), ("job", _Name), ("node", _Name), ("source", str),
+        [("v", EnvelopeVersion), ("id", EnvelopeName), ("ts", EnvelopeTs), ("job", EnvelopeName), ("node", EnvelopeName), ("source", str),
          ("kind", str), ("data", payload)],
         gc=False, forbid_unknown_fields=True)
     read = msgspec.json.Decoder(message).decode

@@ -177,7 +177,7 @@ class NodeStageHandler:
         if r.skew_s is not None:
             made.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
-                event = dataclasses.replace(event, ts=r.event_ts)
+                event = event.retimed(r.event_ts)
         # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
         # a message (issue 56). What was made of the last record was copied out of it already.
         node_out = self._node_out

@@ -208,7 +208,7 @@ class Engine(JobClocks, StepBatch):
         if skew_s is not None:
             out.extend(lane.skew_alert(event, skew_s, clamped, at, self.config.skew_alert_every_s))
             if at is not None and at != event.ts:
-                event = dataclasses.replace(event, ts=at)
+                event = event.retimed(at)
         late_by = 0.0 if lane.now is None else lane.now - event.ts
         # A job record (topology, restart) is read from the broadcast `jobs` topic, which a job
         # stage member reads in full even for jobs whose data another member holds: it must not

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from faultlens.diagnosis.peers.anomaly import MIN_PEERS, MIN_REL_DEV
-from faultlens.events.envelope import Envelope
+from faultlens.events.envelope import Envelope, InvalidEvent
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainStep
 from faultlens.events.topology import Topology
@@ -153,10 +153,11 @@ class StepWork:
         self._ranks: dict[str, dict[int, deque[list[float]]]] = {}
 
     def observe(self, event: Envelope) -> None:
-        """A ``train``/``step`` event; one without ``work`` costs a dict look-up and is not kept."""
-        if "work" not in event.data:
-            return
-        step = typed(event, TrainStep)
+        """A ``train``/``step`` event; one without ``work`` is not kept."""
+        try:  # (not ``data``: a step read as events.step_reading.StepEvent builds it from its bytes)
+            step = typed(event, TrainStep)
+        except InvalidEvent:
+            return  # the payload check owns step validation (and its dead letters), as the hang detector says
         if step.work is None or step.compute_s is None or step.rank is None:
             return
         buckets = self._ranks.setdefault(event.job, {}).setdefault(step.rank, deque())

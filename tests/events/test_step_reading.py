@@ -12,7 +12,7 @@ import pytest
 from faultlens.events.envelope import InvalidEvent, decode, encode
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_job import TrainStep
-from faultlens.events.step_reading import decode_train_message
+from faultlens.events.step_reading import StepEvent, decode_train_message
 from tests.events.damaged import damaged
 
 T = 1_790_000_000.0
@@ -49,7 +49,8 @@ def _outcome(read, raw):
 def test_a_plain_step_reads_as_the_general_decoding_does_and_is_not_checked_again(monkeypatch):
     raw = _message()
     fast, general = decode_train_message(raw), decode(raw)
-    assert fast == general and fast.data == STEP
+    assert type(fast) is StepEvent  # the slim record, not an Envelope
+    assert fast.to_dict() == general.to_dict() and fast.data == STEP and fast.key == general.key
     assert _outcome(decode_train_message, raw) == _outcome(decode, raw)
     assert orjson.loads(encode(fast)) == orjson.loads(raw)  # a re-encoding loses nothing
     from faultlens.events import payloads
@@ -136,3 +137,16 @@ def _mutations(seed: int, n: int):
 def test_seeded_odd_steps_get_the_general_verdict():
     for raw in _mutations(56, 400):
         assert _outcome(decode_train_message, raw) == _outcome(decode, raw), raw
+
+
+def test_a_step_record_keeps_nulls_and_unknown_keys_in_data_and_is_retimed_as_an_envelope_is():
+    """``data`` is read from the bytes when asked (a null sent stays null, an unknown key stays), and
+    ``retimed`` moves a step as Envelope.retimed moves one: the same event at another time."""
+    raw = _message(mfu=None, extra="kept")
+    fast, general = decode_train_message(raw), decode(raw)
+    assert type(fast) is StepEvent and fast.data == general.data and fast.data["mfu"] is None
+    assert fast.data["extra"] == "kept"
+    moved, moved_general = fast.retimed(T + 5.0), general.retimed(T + 5.0)
+    assert moved.ts == moved_general.ts == T + 5.0 and moved.to_dict() == moved_general.to_dict()
+    assert typed(moved, TrainStep) is typed(fast, TrainStep)  # the payload travels with it, not read again
+    assert orjson.loads(encode(moved)) == {**orjson.loads(raw), "ts": T + 5.0}

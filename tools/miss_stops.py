@@ -70,7 +70,9 @@ def still_missed(pool: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _model_stop(model: line_model.LineModel, msg: str, raw: str, source: str, want: str | None, threshold: float) -> tuple[str, str]:
+def _model_stop(
+    model: line_model.LineModel, msg: str, raw: str, source: str, want: str | None, threshold: float
+) -> tuple[str, str]:
     probs = model.proba(f"{source} {line_model.normalise(msg)}")
     best = max(range(len(probs)), key=probs.__getitem__)
     fault, p = model.classes[best], probs[best]
@@ -90,13 +92,15 @@ def _model_stop(model: line_model.LineModel, msg: str, raw: str, source: str, wa
 def message_of(raw: str, source: str) -> str:
     """The line's message as its parser reads it: after the clock, and a trainer line's rank prefix."""
     if source != "kernel" and (m := _PREFIX.match(raw)) is not None:
-        raw = raw[m.end():]
+        raw = raw[m.end() :]
     return split_timestamp(raw).message
 
 
 def line_stop(model: line_model.LineModel, raw: str, source: str, want: str | None) -> tuple[str, str]:
     """The step today's path stops a line no event scored at, and what was read there."""
     msg = message_of(raw, source)
+    if source == "kernel" and benign_for(source).match(msg) is not None:
+        return "guard: benign table", ""
     if source == "kernel":
         sev = severity_of(msg, raw)
         if not sev.is_error:
@@ -156,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             stop, detail = row_stop(model, row)
             half = "design" if row["batch"] <= args.design_last else "validation"
             counts[half][stop] += 1
-            shown.append(f"fresh{row['batch']} {stop} [{detail}] want {row.get('fault')}: {(row.get('line') or ' | '.join(row['lines']))[:140]}")
+            shown.append(
+                f"fresh{row['batch']} {stop} [{detail}] want {row.get('fault')}: {(row.get('line') or ' | '.join(row['lines']))[:140]}"
+            )
     for half, c in counts.items():
         print(json.dumps({"half": half, "still_missed": sum(c.values()), **dict(c.most_common())}))
     if args.rows:

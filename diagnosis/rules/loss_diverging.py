@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from itertools import pairwise
+from itertools import islice, pairwise
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict, middle
+from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, REPEATS
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.diagnosis.rules.training import robust_sigma
 
@@ -94,3 +95,26 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
         + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""),
         rollback=bool(saved),
     )
+
+
+def blown_up(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`REPEATS` losses each :data:`BLOWN_UP` times every loss the run showed before them (its first
+    among them: worse than where it was first seen, tenfold), those held away from zero: blown up, and not come back
+    in 5 logs, as a spike does within a few. No window needs to fill, which a short excerpt never does (issue 54: fresh
+    batch 29's Faster R-CNN, 0.0630, 0.1628, 0.0577, then 5.4e19 and up at every step to 2.5e22; fresh batch 5's Keras
+    MLP, 1.18 to 0.74 over 10 epochs, then 13.36 and 26.64-26.65 at every epoch after). A loss first seen near zero
+    (a fine-tune's 1e-7 at its first logs, then a batch's 0.13-0.69: fresh batch 14) has no level a tenfold rise
+    measures; a signed loss (a surrogate) has no floor. The caller asks only when the latest loss is ten times the
+    first."""
+    held = curve.losses
+    if curve.signed or len(held) <= REPEATS:
+        return None
+    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    before = [v for _, v in islice(held, len(held) - REPEATS)]
+    top = max(*before, curve.first or 0.0)  # the first loss too, where a long run's held losses no longer reach it
+    if min(before) <= 1e-3 or lowest < BLOWN_UP * top:
+        return None
+    first, last = held[-REPEATS], held[-1]
+    return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {first[0]}-{last[0]}), "
+                   f"{lowest / top:.3g}x every loss before them (at most {top:.4g}): blown up, not come back",
+                   rollback=False)

@@ -61,7 +61,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     and above every window median it has come back from; never a loss that has gone below zero (a surrogate),
     nor while an evaluated metric reaches its best yet (an RL critic's loss grows with the return: fresh
     batch 15). This is how a run first seen mid-way is caught coming apart (issue 54's DeepLab
-    run: what it learned before is unseen, so "regressed" cannot weigh it);
+    run: what it learned before is unseen, so "regressed" cannot weigh it); and at any step, 5 logs in a row
+    each ten times every loss before them, those above 1e-3: blown up, not come back (loss_diverging.blown_up:
+    fresh batch 29's Faster R-CNN, 0.06 then 5.4e19 up to 2.5e22; fresh batch 5's Keras MLP, 1.18 then 13-27);
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, not a trained
     model's (a first loss under 9/10 of a guess's, random weights unsaid: a fine-tune), it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
@@ -97,8 +99,8 @@ import statistics
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, at_chance, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict, block_medians, middle
-from faultlens.diagnosis.rules.loss_cycle import printed_frozen, window_frozen, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
+from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, window_frozen, zeroed_at_once
+from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, blown_up, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import EVALS, FITTED, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
@@ -254,6 +256,8 @@ class LossStalledDetector:
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve)
+        if verdict is None and loss >= BLOWN_UP * curve.first > 1e-2 and not curve.fired:  # loss_diverging.blown_up
+            verdict = blown_up(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
             # Learned, then a guess's or worse; trained, a guess's exactly; far above one early: no window to fill (loss_chance.py)
             exact, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)  # where from its start is asked at all

@@ -351,9 +351,8 @@ FRESH_MISSED: dict[str, str] = {
     "the majority class's share, is what says it predicts one class",
     # fresh5's RMDL, 7 epochs at 14.5063 (0.9 x -ln 1e-7, Keras's clipped loss of a wrong one-hot answer) to 6
     # digits, is found since round 21 by its 5 logs alike to every printed digit (loss_cycle.printed_frozen).
-    "keras_mlp_blows_up_at_epoch_10_then_frozen.csv": "15 epochs, fewer than the 20 points the shortest window "
-    "judges; its jump at epoch 10 comes after 10 values, before the loss has shown the window a spike is judged against "
-    "(50 values: a per-batch loss's tail shows only over that many)",
+    # fresh5's Keras MLP (1.18 to 0.74 over epochs 0-9, then 13.36 and 26.64-26.65 at every epoch after, 15 epochs) is
+    # found since round 32 at its 5th log ten times every loss before them (loss_diverging.blown_up).
     # fresh6: full-length curves; what no step event carries (a class prior). The VAE and the EEG
     # autoencoder at their data's variance are found since the plateau form (diagnosis/rules/loss_plateau.py),
     # the GPT at the unigram entropy and the codec that never learned since their fixtures carry what their
@@ -507,10 +506,8 @@ FRESH_MISSED: dict[str, str] = {
     "epoch 0, then 6.23867, 6.23839, 6.23837, 6.23836, 6.23836 against ln 512 = 6.23832 (its prototypes): a uniform "
     "assignment's loss to four digits from its 2nd epoch, the reporter 'the loss did not decrease significantly'; "
     "6 logs, under the 20 the shortest window judges (loss round 32)",
-    "tf_object_detection_faster_rcnn_resnet101_loss_0.06_then_5.4e19_climbing_to_2.5e22.csv": "a Faster R-CNN whose "
-    "summed loss is 0.0630, 0.1628, 0.0577 at steps 435-437, then 5.4e19 at 438 and 4.3e20, 2.1e21, 7.8e21, 2.5e22 to "
-    "442 (each about 4-8 times the one before): blown up by 21 orders of magnitude and climbing at every step, no class "
-    "count; 8 logs, under the 20 the shortest window judges, and no finite value is a NaN (loss round 32)",
+    # fresh29's Faster R-CNN (0.0630, 0.1628, 0.0577 at steps 435-437, then 5.4e19 and up at every step to 2.5e22 at
+    # 442, no class count) is found since round 32 at its 5th log ten times every loss before them (loss_diverging.blown_up).
     # fresh28's KG-LLM QLoRA in fp16 (grad_norm nan beside its first loss, 4.3097 at learning rate 0.0, no class count)
     # is quiet since round 31: a first step's non-finite norm beside a finite loss counts as a loss scaler's skip, the
     # steps after it saying what it was (training.py). Its chat LoRA (1.26-1.32 for 12 logs, then 34,023.79, then 0.0)

@@ -306,7 +306,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 30))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 31))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -506,6 +506,23 @@ FRESH_MISSED: dict[str, str] = {
     "epoch 0, then 6.23867, 6.23839, 6.23837, 6.23836, 6.23836 against ln 512 = 6.23832 (its prototypes): a uniform "
     "assignment's loss to four digits from its 2nd epoch, the reporter 'the loss did not decrease significantly'; "
     "6 logs, under the 20 the shortest window judges (loss round 32)",
+    "caffe_cnn_loss_87.3366_then_8.26_flat_test_accuracy_0.00028.csv": "a Caffe CNN's 5 quoted lines: loss 87.3366 at "
+    "iteration 0 (Caffe's clamp of a softmax loss at a probability of zero), then 8.2647, 8.2555, 8.2405, 8.2846 at "
+    "iterations 1000-4000 at lr 0.001, test accuracy 0.00028 at iterations 0 and 4000, no class count: 5 logs are under "
+    "the 20 the shortest window judges, no class count says 8.26 is a guess's (ln 3,900 is the collector's arithmetic), "
+    "and two equal accuracies are not the five evaluations a held-out reading waits for (loss round 33)",
+    "wav2vec2_xlsr_ctc_finetune_learned_to_2114_then_collapsed_to_8600_cer_1.0_lr_3e-4.csv": "a wav2vec2 CTC fine-tune "
+    "that learned, 25,446 at step 50, 8,202-8,622 through epoch 1, down to 2,114 at step 1,100 (eval_loss 2,691 to "
+    "680), then climbed at every log from step 1,300 (2,249 to 8,333 at 1,650) and sat at 8,166-8,629 for its last 9 "
+    "logs, eval_loss 2,797 and 2,799 at its last two evaluations, no class count: first seen halfway it is found "
+    "diverging (2,260 to 8,503); from its start the climb ends below its first log, 25,446, a 50-step average over an "
+    "untrained head's losses (loss round 33)",
+    "wav2vec2_xlsr_ctc_finetune_second_run_11383_to_883_spike_to_2397_recovers_to_1061.csv": "the same fine-tune's "
+    "next run (healthy): 11,383 at step 50, down to 883 at 2,150, then up to 1,163-2,397 over steps 2,250-2,650 and "
+    "back to 1,061-1,248 by the end, eval_loss 603 at 2,000, 823 and 1,038, then 853 and 667: first seen halfway (steps "
+    "kept and restarted) and under the shortest window from its middle it is flagged diverging at step 2,800 "
+    "(1,034 to 1,719), its loss by then 1,475, four logs down from its 2,397 peak, the held-out loss's latest "
+    "evaluation below the one before (loss round 33)",
     # fresh29's Faster R-CNN (0.0630, 0.1628, 0.0577 at steps 435-437, then 5.4e19 and up at every step to 2.5e22 at
     # 442, no class count) is found since round 32 at its 5th log ten times every loss before them (loss_diverging.blown_up).
     # fresh28's KG-LLM QLoRA in fp16 (grad_norm nan beside its first loss, 4.3097 at learning rate 0.0, no class count)

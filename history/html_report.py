@@ -24,11 +24,10 @@ from faultlens.history.html_parts import CSS, card, esc, num, table, when
 from faultlens.history.queries import kind_counts, run
 
 
-def _figure(conn: duckdb.DuckDBPyConnection, name: str, alt: str) -> str:
-    fig = plots.PLOTS[name](conn)
-    if fig is None:
+def _figure(png: bytes | None, alt: str) -> str:
+    if png is None:
         return f'<p class="note">No data for the chart “{esc(alt)}”.</p>'
-    data = base64.b64encode(plots.png_bytes(fig)).decode("ascii")
+    data = base64.b64encode(png).decode("ascii")
     return f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}"></figure>'
 
 
@@ -130,8 +129,10 @@ def _headline_cards(ettr: list[dict[str, Any]], kinds: dict[str, int], latency: 
 
 
 def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float | None = None,
-           generated_at: float | None = None) -> str:
-    """The whole report as one HTML string."""
+           generated_at: float | None = None, charts: dict[str, bytes | None] | None = None) -> str:
+    """The whole report as one HTML string; ``charts``: the PNGs history.plots.render_pngs drew
+    already for this history (the demo writes them as files too), else they are drawn here."""
+    charts = charts if charts is not None else plots.render_pngs(conn)
     summary = run(conn, "summary")[0]
     ettr = run(conn, "ettr", max_gap=max_gap)
     latency = run(conn, "detection_latency")[0]
@@ -147,10 +148,10 @@ def render(conn: duckdb.DuckDBPyConnection, *, source: str = "", max_gap: float 
 
     return "\n".join([
         *_opening(summary, source, cards),
-        *_job_sections(conn, ettr, actions),
-        *_latency_section(conn, latency, ttc, labels),
+        *_job_sections(conn, ettr, actions, charts),
+        *_latency_section(conn, latency, ttc, labels, charts),
         *_command_sections(commands, over, wrong),
-        *_fleet_sections(conn),
+        *_fleet_sections(conn, charts),
         *_closing(conn, generated),
     ])
 
@@ -181,13 +182,14 @@ def _opening(summary: dict[str, Any], source: str, cards: list[str]) -> list[str
     ]
 
 
-def _job_sections(conn: duckdb.DuckDBPyConnection, ettr: list[dict[str, Any]], actions: list[dict[str, Any]]) -> list[str]:
+def _job_sections(conn: duckdb.DuckDBPyConnection, ettr: list[dict[str, Any]], actions: list[dict[str, Any]],
+                  charts: dict[str, bytes | None]) -> list[str]:
     """ETTR per job, the incidents, the actions taken and MTTR per fault class."""
     return [
         '<h2 id="ettr">Effective training time (ETTR) per job</h2>',
         '<p class="note">Productive time (train steps seen) / wall time, from the job timeline.</p>',
         table(ettr, ["job", "ettr", "productive_s", "wall_s", "incidents"], empty="No job timeline in this history."),
-        _figure(conn, "job_timeline", "Job timelines"),
+        _figure(charts["job_timeline"], "Job timelines"),
         _projection(conn),
 
         '<h2 id="incidents">Incidents</h2>',
@@ -208,12 +210,12 @@ def _job_sections(conn: duckdb.DuckDBPyConnection, ettr: list[dict[str, Any]], a
         '<h2 id="mttr">Time to recover (MTTR) per fault class</h2>',
         table(run(conn, "mttr_by_class"), ["fault", "incidents", "recovered", "mttr_s", "p50_s", "max_s",
                                             "detection_p50_s"], empty="No incidents."),
-        _figure(conn, "mttr", "MTTR per fault class"),
+        _figure(charts["mttr"], "MTTR per fault class"),
     ]
 
 
 def _latency_section(conn: duckdb.DuckDBPyConnection, latency: dict[str, Any], ttc: dict[str, Any],
-                     labels: dict[str, Any] | None) -> list[str]:
+                     labels: dict[str, Any] | None, charts: dict[str, bytes | None]) -> list[str]:
     """Detection latency: against the labelled onsets where there are labels, and against the first evidence."""
     parts = [
         '<h2 id="latency">Detection latency</h2>',
@@ -234,7 +236,7 @@ def _latency_section(conn: duckdb.DuckDBPyConnection, latency: dict[str, Any], t
         f'{num(ttc["p50_s"])} s, p99 {num(ttc["p99_s"])} s; {ttc["diagnoses_without_command"]} acting '
         "diagnosis(es) got no command.</p>",
         table(run(conn, "detection_by_class"), ["fault", "n", "p50_s", "p99_s", "max_s"], empty="No acting diagnoses."),
-        _figure(conn, "detection_latency", "Detection latency histogram"),
+        _figure(charts["detection_latency"], "Detection latency histogram"),
     ]
 
 
@@ -256,14 +258,14 @@ def _command_sections(commands: list[dict[str, Any]], over: dict[str, Any], wron
     ]
 
 
-def _fleet_sections(conn: duckdb.DuckDBPyConnection) -> list[str]:
+def _fleet_sections(conn: duckdb.DuckDBPyConnection, charts: dict[str, bytes | None]) -> list[str]:
     """Faults by class, the nodes, and the machines across jobs (lemons first)."""
     return [
         '<h2 id="faults">Faults</h2>',
         table(run(conn, "faults_by_class"), ["fault", "acting", "evidence_requests", "record_only", "occurrences",
                                               "nodes"], empty="No diagnoses."),
-        _figure(conn, "faults_over_time", "Acting diagnoses by class over time"),
-        _figure(conn, "node_class_heatmap", "Acting diagnoses per node and class"),
+        _figure(charts["faults_over_time"], "Acting diagnoses by class over time"),
+        _figure(charts["node_class_heatmap"], "Acting diagnoses per node and class"),
 
         '<h2 id="nodes">Nodes</h2>',
         "<h3>Top offending nodes</h3>",
@@ -271,7 +273,7 @@ def _fleet_sections(conn: duckdb.DuckDBPyConnection) -> list[str]:
         "<h3>Candidates for hardware inspection</h3>",
         table(run(conn, "inspection_candidates"), ["node", "hardware_failures", "faults", "engine_asked"],
                empty="None: no node had repeated hardware failures."),
-        _figure(conn, "mtbf", "MTBF per node"),
+        _figure(charts["mtbf"], "MTBF per node"),
 
         '<h2 id="machines">Machines across jobs</h2>',
         '<p class="note">Failures are acting diagnoses naming the machine; MTBF is the history window / its '

@@ -274,17 +274,24 @@ def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
-def write_plots(conn: duckdb.DuckDBPyConnection, outdir: str | Path) -> dict[str, Path | None]:
-    """Save each chart as ``DIR/<name>.png``; a chart with no data maps to None (and no file)."""
+def render_pngs(conn: duckdb.DuckDBPyConnection) -> dict[str, bytes | None]:
+    """Every chart drawn once, as PNG bytes (None: no data to draw): the files and the HTML report
+    both take them from here, so a run that writes both draws each chart once."""
+    return {name: None if (fig := make(conn)) is None else png_bytes(fig) for name, make in PLOTS.items()}
+
+
+def write_plots(conn: duckdb.DuckDBPyConnection, outdir: str | Path,
+                pngs: dict[str, bytes | None] | None = None) -> dict[str, Path | None]:
+    """Save each chart as ``DIR/<name>.png`` (from ``pngs`` when they were drawn already, see
+    :func:`render_pngs`); a chart with no data maps to None (and no file)."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path | None] = {}
-    for name, make in PLOTS.items():
-        fig = make(conn)
-        if fig is None:
+    for name, png in (pngs if pngs is not None else render_pngs(conn)).items():
+        if png is None:
             written[name] = None
             continue
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=100)
+        path.write_bytes(png)
         written[name] = path
     return written

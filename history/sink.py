@@ -97,6 +97,9 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+_EMPTY: dict[str, pa.Table] = {name: schema.empty_table() for name, schema in SCHEMAS.items()}  # immutable, shared
+
+
 @dataclass(frozen=True, slots=True)
 class Sampling:
     """Keep this fraction of the high-rate samples, chosen by a hash of the event id.
@@ -197,7 +200,9 @@ def build_batch(items: Iterable[Any], sampling: Sampling = Sampling(), *, labels
             rows["labels"].append(label_row(label))
         except Unstorable as exc:
             rejected.append(Rejected(-1, f"label: {exc}"))
-    tables = {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) for name, r in rows.items()}
+    # Most tables of a polled batch are empty, and an empty from_pylist costs ~0.1-0.3 ms each:
+    # a tenth of a small batch's write (the history writes one batch per poll).
+    tables = {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) if r else _EMPTY[name] for name, r in rows.items()}
     return Batch(tables, rejected, sampled_out, screened.verified)
 
 

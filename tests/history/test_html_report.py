@@ -175,3 +175,21 @@ def test_headline_latency_is_the_one_score_prints_with_its_words(page):
     HistorySink(bare).write(build_batch(known.records()))
     card = re.search(r'detection latency p50 \(p99 [^)]* s\): ([^<]*)<', render(bare, generated_at=known.T0))
     assert card and html.unescape(card.group(1)) == LATENCY_WORDS_EVIDENCE
+
+
+def test_charts_drawn_once_serve_the_files_and_the_page(conn, page, tmp_path, monkeypatch):
+    """The demo draws each chart once (history.plots.render_pngs) for its PNG files and its report: the
+    same page as a report that draws them itself, the same files as write_plots drawing them."""
+    from faultlens.history import plots
+
+    pngs = plots.render_pngs(conn)
+    assert sorted(name for name, png in pngs.items() if png) == sorted(plots.PLOTS)
+    written = plots.write_plots(conn, tmp_path / "drawn", pngs)
+    drawn_here = plots.write_plots(conn, tmp_path / "own")
+    assert {n: p.read_bytes() for n, p in written.items()} == {n: p.read_bytes() for n, p in drawn_here.items()}
+
+    def no_drawing(conn):
+        raise AssertionError("a chart was drawn again")
+
+    monkeypatch.setattr(plots, "PLOTS", dict.fromkeys(plots.PLOTS, no_drawing))
+    assert render(conn, source="test.duckdb", generated_at=known.T0 + 200, charts=pngs) == page

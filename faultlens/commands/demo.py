@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -71,15 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from faultlens.demo import summary
-    from faultlens.demo.driver import SimDriver
+    from faultlens.demo.live import LiveRun
     from faultlens.demo.state import DemoState
-    from faultlens.demo.trainer import TRAINER_JOB, TrainerJob, torch_missing
-    from faultlens.demo.view import LiveView
-    from faultlens.demo.wiring import quicken_for_lockstep
+    from faultlens.demo.trainer import TRAINER_JOB, torch_missing
     from faultlens.events.home import faultlens_home
     from faultlens.events.signing import ephemeral_signing_key
-    from faultlens.pipeline import Pipeline
-    from faultlens.streams.broker import BrokerError, resolve_bootstrap
     from faultlens.streams.config import KafkaSettings
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -102,82 +97,20 @@ def run(args: argparse.Namespace) -> int:
     notes.append(f"commands are signed with an ephemeral key {signing_key.key_id} made for this run")
     state = DemoState(sim_job=sim_job, trainer_job=TRAINER_JOB if want_trainer else None)
     options = _pipeline_options(args, out_dir, stamp, state, signing_key)
-
-    interrupted = False
-    driver = trainer = view = pipeline = None
-
-    def on_signal(*_):
-        nonlocal interrupted
-        interrupted = True
-        if driver is not None:
-            driver.stop()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    broker = None
-    try:
-        settings.bootstrap, broker = resolve_bootstrap(settings.bootstrap, start=True)
-        pipeline = Pipeline(settings, options).build()
-        if args.speed == 0:
-            quicken_for_lockstep(pipeline.consumers["diagnose"].runner)
-        pipeline.start()
-        if not pipeline.wait_ready(90):
-            raise BrokerError("the consumers did not join their groups within 90 s")
-
-        def settled(published: int) -> bool:
-            c = pipeline.consumers
-            sent = sum(1 for d in list(state.decisions) if d.sent and d.job == sim_job)
-            return (c["diagnose"].runner.stats.records_in >= published and c["diagnose"].runner.stats.held == 0
-                    and c["remediate"].runner.stats.records_in >= c["diagnose"].handler.emitted
-                    and driver is not None and driver.listener.obeyed + driver.listener.refused >= sent)
-
-        driver = SimDriver(settings, cluster, duration, args.speed, signing_key.verify_keys(), state,
-                           settled=settled)
-        if not driver.start_listener():
-            raise BrokerError("the simulated cluster's command listener could not start")
-        _send_forged(settings, sim_job, signing_key.key_id)
-        if want_trainer:
-            trainer = TrainerJob(settings, signing_key, out_dir, nodes=args.trainer_nodes, procs_per_node=args.trainer_procs)
-            trainer.start()
-        view = LiveView(state, pipeline.stats, trainer.events if trainer else list,
-                        live=not args.no_live and not args.json and sys.stdout.isatty())
-        view.start()
-        driver.run()
-        if trainer is not None and not interrupted:
-            deadline = time.monotonic() + 120
-            while not (trainer.finished() or interrupted) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            if not trainer.finished():
-                notes.append("the real trainer had not finished when the demo ended")
-        time.sleep(1.0)  # the last commands' effects reach the history
-    except (BrokerError, ValueError, OSError) as exc:
-        print(f"faultlens demo: {exc}", file=sys.stderr)
-        notes.append(str(exc))
-    finally:
-        if view is not None:
-            view.stop()
-        if driver is not None:
-            driver.close()
-        trainer_events = trainer.events() if trainer else []
-        if trainer is not None:
-            trainer.stop()
-        consumer_stats = pipeline.shutdown() if pipeline is not None else {}
-        if broker is not None:
-            broker.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    if pipeline is None:
+    live = LiveRun(settings, options, state, signing_key, notes).run(args, cluster, duration, out_dir, want_trainer)
+    if live is None:
         return 1
+
     ettr, files = _history_files(out_dir / HISTORY_DB, cluster.labels, out_dir)
-    report = summary.build(state, cluster.labels, trainer_events=trainer_events, ettr=ettr, files=files,
-                           pipeline=consumer_stats, interrupted=interrupted, notes=notes)
+    report = summary.build(state, cluster.labels, trainer_events=live.trainer_events, ettr=ettr, files=files,
+                           pipeline=live.consumer_stats, interrupted=live.interrupted, notes=notes)
     if args.json:
         for line in summary.json_lines(report):
             sys.stdout.write(line.decode() + "\n")
         sys.stdout.flush()
     else:
         summary.render(report)
-    return 130 if interrupted else 0
+    return 130 if live.interrupted else 0
 
 
 def _simulated_cluster(args: argparse.Namespace, sim_job: str) -> tuple[SimulatedCluster, float]:
@@ -231,7 +164,7 @@ def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tup
     from faultlens.demo import summary
     from faultlens.demo.compact import compact_history
     from faultlens.history import html_report
-    from faultlens.history.plots import write_plots
+    from faultlens.history.plots import render_pngs, write_plots
     from faultlens.history.queries import run as query
     from faultlens.history.schema import open_history
     from faultlens.history.sink import HistorySink, build_batch
@@ -242,8 +175,9 @@ def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tup
         # over-eviction and wrongly-blamed sections judge against it instead of the engine's own word.
         HistorySink(conn).write(build_batch([], labels=labels))
         ettr = query(conn, "ettr")
-        plots = write_plots(conn, out_dir / "plots")
-        html = html_report.write(conn, out_dir / "report.html", source=str(db))
+        pngs = render_pngs(conn)  # drawn once: the files and the HTML report's figures
+        plots = write_plots(conn, out_dir / "plots", pngs)
+        html = html_report.write(conn, out_dir / "report.html", source=str(db), charts=pngs)
     finally:
         conn.close()
     try:
@@ -251,22 +185,3 @@ def _history_files(db: Path, labels: list[dict[str, Any]], out_dir: Path) -> tup
     except (OSError, duckdb.Error) as exc:  # the run's results stand without it: only the file is bigger
         log.warning("history %s left as written (not compacted): %s", db, exc)
     return ettr, summary.files_of(out_dir, db, plots, html)
-
-
-def _send_forged(settings, job: str, key_id: str) -> None:
-    """One evict that claims our key id but is signed with another key (what a node that stole no
-    private key could at best produce): the cluster must refuse it, as a real trainer would."""
-    from msgspec.structs import replace
-
-    from faultlens.events import topics
-    from faultlens.events.command import Command, CommandAction
-    from faultlens.events.signing import SigningKey
-    from faultlens.streams.producer import Producer
-
-    now = time.time()
-    unsigned = Command(job=job, action=CommandAction.EVICT, nodes=("n000",), issued_at=now, expires_at=now + 300,
-                       reason="forged by the demo: must be refused", key_id=key_id)
-    forged = replace(unsigned, signature=SigningKey.generate().sign(unsigned.canonical()))
-    with Producer(settings) as producer:
-        producer.send(topics.COMMANDS, job.encode(), forged.encode())
-        producer.flush()

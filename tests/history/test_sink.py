@@ -143,3 +143,22 @@ def test_a_fuller_version_of_a_diagnosis_replaces_the_stored_one():
     sink.write(build_batch([v3]))
     sink.write(build_batch([v1]))  # an older version re-delivered changes nothing
     assert conn.execute("SELECT count, ts, evidence FROM diagnoses").fetchall() == [(3, v1.ts + 5, ["a", "b", "c"])]
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_how_the_records_are_cut_into_batches_leaves_the_same_rows(size):
+    # The demo writes a second's worth of polls in one batch (faultlens/demo/wiring.py PacedWrites):
+    # the history holds what per-poll batches would have written, table for table and row for row.
+    records = known.records() + _gpu_samples(40)
+    sampling = Sampling(0.5)
+
+    def tables(batches) -> dict[str, list]:
+        conn = memory_history()
+        sink = HistorySink(conn)
+        for batch in batches:
+            sink.write(build_batch(batch, sampling))
+        return {t: sorted(map(repr, conn.execute(f"SELECT * FROM {t}").fetchall())) for t in SCHEMAS}
+
+    whole = tables([records])
+    assert whole["events"] and whole["diagnoses"] and whole["commands"]
+    assert tables([records[i:i + size] for i in range(0, len(records), size)]) == whole

@@ -12,10 +12,11 @@ engine keeps each job's own event time.)
 diagnosis has handed on what it published; the diagnosis consumer's waits for more data are
 what that wait was made of, so they are shortened for it alone.
 
-:class:`PacedWrites`: the history consumer is on no one's path while the simulation runs, but it
-wrote each poll in its own DuckDB transaction, and a transaction costs ~8 ms however few rows it
-holds (a slice of the lockstep brings a few dozen): it now writes at most once a second until the
-run ends, then as it reads again, so the shutdown's drain finds it as quick as before.
+:class:`PacedWrites`: in lockstep the history consumer is on no one's path, but it wrote each poll
+in its own DuckDB transaction, and a transaction costs ~8 ms however few rows it holds (a slice of
+the lockstep brings a few dozen): it now writes at most once a second until the run ends, then as
+it reads again, so the shutdown's drain finds it as quick as before. Not in a paced demo: there its
+polls are big already, and paced it fell behind.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ HISTORY_WRITE_EVERY_S = 1.0
 class PacedWrites:
     """Paces one runner's handler (see the module's docstring): after each batch it waits out the
     rest of ``every_s`` before the runner polls again, so the next poll brings what came meanwhile
-    (up to the runner's max_records) and is handled as one batch. The runner still commits only
+    (up to the runner's max_records) and is handled as one batch; a batch of half max_records or
+    more is not paced (the consumer is behind). The runner still commits only
     what its handler returned from, so nothing is committed unwritten. :meth:`release` ends the
     pacing, and any wait under way, at once."""
 
@@ -108,6 +110,10 @@ class PacedWrites:
                  clock: Callable[[], float] = time.monotonic):
         self.every_s = every_s
         self.clock = clock
+        # A batch this big means the consumer is behind (a poll brings at most max_records): it
+        # reads on at once, or pacing would cap it at max_records a second (the 64-node demo at
+        # 20x publishes ~1,100 events a second and more when a fault bursts).
+        self.behind_at = max(2, runner.options.max_records // 2)
         self.batches = 0
         self._released = threading.Event()
         self._handle = runner.handler.handle
@@ -119,7 +125,7 @@ class PacedWrites:
         self.batches += 1
         # A batch that failed is retried one record at a time (GroupRunner._run_handler): those
         # calls are not paced, or a bad batch of n would take n seconds.
-        if len(records) > 1:
+        if 1 < len(records) < self.behind_at:
             self._released.wait(max(0.0, self.every_s - (self.clock() - started)))
         return out
 

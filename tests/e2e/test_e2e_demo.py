@@ -43,9 +43,9 @@ def test_e2e_demo_finds_every_injected_fault_and_obeys_commands(tmp_path):
     # with seed 0 on 8 nodes an eviction restarts the job 36 s into the planned hang, before the
     # 60 s hang floor, and the report rightly lists that hang as missed (cut short).
     # 4 GPUs a node, not 8: the same 17 faults at the same times (seed 1), half the samples and
-    # ranks; the run waits on the lockstep's round trips, not on volume. The whole test: 51.6 CPU-s
-    # user+sys with its children (the demo's Python ~37, the embedded broker ~14), 58.5 before the
-    # demo paced its history writes and drew its charts once (one run each, -n 0, load ~7).
+    # ranks; the run waits on the lockstep's round trips, not on volume. The whole test: 44.7 and
+    # 51.6 CPU-s user+sys with its children in two runs (the demo's Python ~37, the embedded broker
+    # ~14), 58.5 before the demo paced its history writes and drew its charts once (-n 0, load ~7).
     # No fixed bound on the whole run (it took 240 s and more on a loaded 2-core machine, still
     # moving): it fails when neither its status lines nor its output folder moved for two minutes
     # (the longest quiet stretch, the consumers' start and join, is bounded by the demo itself at 90 s).

@@ -7,13 +7,15 @@ import threading
 
 from faultlens.demo.wiring import PacedWrites
 from faultlens.streams.runner.handler import HandlerParts
+from faultlens.streams.runner.options import RunnerOptions
 
 
 class _Runner:
-    """What PacedWrites touches of a GroupRunner not started yet: its resolved handler."""
+    """What PacedWrites touches of a GroupRunner not started yet: its resolved handler and options."""
 
     def __init__(self, handle, tick=None):
         self.handler = HandlerParts(handle=handle, tick=tick)
+        self.options = RunnerOptions(max_records=10)
 
 
 def _in_thread(fn, *args):
@@ -58,6 +60,14 @@ def test_one_record_at_a_time_retries_are_not_paced():
     PacedWrites(runner, every_s=3600.0)
     done, result = _in_thread(runner.handler.handle, ["r"])
     assert done.wait(30) and result["out"] == ["r"]
+
+
+def test_a_consumer_that_is_behind_reads_on_unpaced():
+    # half a poll's max_records or more: the history fell behind, and pacing would cap it at a poll a second
+    runner = _Runner(lambda records: list(records))
+    PacedWrites(runner, every_s=3600.0)
+    done, result = _in_thread(runner.handler.handle, list(range(5)))
+    assert done.wait(30) and result["out"] == list(range(5))
 
 
 def test_a_failing_batch_is_not_held():

@@ -75,6 +75,14 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
     scale = max(curve.peak, math.log(curve.classes) if curve.classes else 0.0)
     if rise < max(DIVERGE_RISE * abs(before), DIVERGE_OF_SCALE * scale, DIVERGE_MIN):
         return None
+    # Still climbing at the window's end: a loss lower at each of the latest REPEATS logs than at the one before is
+    # a spike the run is coming back from, judged again as it goes (issue 54, fresh batch 30: a wav2vec2 fine-tune's
+    # 883 up to 2,397, then 2,167, 1,679, 1,565, 1,475 and on down to 1,061). Four falls in a row are one chance in
+    # 120 for a level's noise, so a divergence is told at a later judgement; a collapse holds its level (the same
+    # project's first run at 8,166-8,629 for its last 9 logs), and a single low latest batch is noise, not a way back.
+    tail = [v for _, v in window[-REPEATS:]]
+    if all(b < a for a, b in pairwise(tail)):
+        return None
     # Above where it was first seen by more than that first loss's own uncertainty: it is one batch's,
     # off its level by the series' step-to-step noise, and a flat noisy curve that dips and comes back
     # ends its window about there (a GPT-2 fine-tune's per-batch loss, 1.2-3.2 around 2.2, back to 2.59

@@ -25,6 +25,7 @@ from faultlens.streams.broker import BrokerError, EmbeddedBroker, resolve_bootst
 from faultlens.streams.config import KafkaSettings
 
 TRAINER_WAIT_S = 120.0  # after the simulation, how long the real trainer may take to finish
+HISTORY_DRAIN_S = 60.0  # at the end, how long the history may take to read the rest (it stops once read to the end)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class LiveRun:
     def run(self, args: Any, cluster: SimulatedCluster, duration: float, out_dir: Path, want_trainer: bool) -> LiveOutcome | None:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            self._start_pipeline(lockstep=args.speed == 0)
+            pipeline = self._start_pipeline(lockstep=args.speed == 0)
             self.driver = SimDriver(
                 self.settings, cluster, duration, args.speed, self.signing_key.verify_keys(), self.state, settled=self._settled
             )
@@ -70,7 +71,7 @@ class LiveRun:
                 self.trainer.start()
             self.view = LiveView(
                 self.state,
-                self.pipeline.stats,
+                pipeline.stats,
                 self.trainer.events if self.trainer else list,
                 live=not args.no_live and not args.json and sys.stdout.isatty(),
             )
@@ -94,21 +95,23 @@ class LiveRun:
         if self.driver is not None:
             self.driver.stop()
 
-    def _start_pipeline(self, lockstep: bool) -> None:
+    def _start_pipeline(self, lockstep: bool) -> Pipeline:
         self.settings.bootstrap, self.broker = resolve_bootstrap(self.settings.bootstrap, start=True)
         pipeline = self.pipeline = Pipeline(self.settings, self.options).build()
         if lockstep:
             quicken_for_lockstep(pipeline.consumers["diagnose"].runner)
             # Paced, the history fell behind the 64-node demo at 20x (~1,100 events a second) and
-            # the shutdown's 3 s drain left ~4,000 records unread; in lockstep it gets ~300 a second.
+            # the shutdown's 3 s drain then left ~4,000 records unread; in lockstep it gets ~300 a second.
             if "history" in pipeline.consumers:
                 self.history_pace = PacedWrites(pipeline.consumers["history"].runner)
         pipeline.start()
         if not pipeline.wait_ready(90):
             raise BrokerError("the consumers did not join their groups within 90 s")
+        return pipeline
 
     def _settled(self, published: int) -> bool:
         """Lockstep: the consumers read what the driver published and the commands sent came back."""
+        assert self.pipeline is not None, "settled is asked only while the pipeline runs"
         c = self.pipeline.consumers
         sent = sum(1 for d in list(self.state.decisions) if d.sent and d.job == self.state.sim_job)
         listener = self.driver.listener if self.driver is not None else None
@@ -140,7 +143,8 @@ class LiveRun:
             self.trainer.stop()
         if self.history_pace is not None:
             self.history_pace.release()
-        consumer_stats = self.pipeline.shutdown() if self.pipeline is not None else {}
+        # The history is the demo's report: its drain may take what a busy machine needs (it ends once read to the end).
+        consumer_stats = self.pipeline.shutdown(drain_s=HISTORY_DRAIN_S) if self.pipeline is not None else {}
         if self.broker is not None:
             self.broker.stop()
         if self.pipeline is None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultlens.parsing import accelerator_state, own_failure, state_field, storage_client, storage_state
+from faultlens.parsing import accelerator_state, level_subject, own_failure, state_field, storage_client, storage_state
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.fallback import CEILING
 from faultlens.parsing.line import any_of, common
@@ -149,7 +149,7 @@ _OWN_PREFILTER = tuple(q for q in QUICK if q not in ("no ", "not ", "n't")) + (
     "not responding", "not healthy", "not ready", "seem to", "appear to", "not exist", "n't exist", "match")
 # With the storage vocabulary's literals, but those holding a literal here or an alarm word (both parsers' pre-filters
 # carry parsing.alarm.QUICK): a literal inside another passes no line more and costs the scan (a third of its time).
-PREFILTER = _OWN_PREFILTER + tuple(q for q in (*state_field.QUICK, *storage_state.QUICK, *storage_client.QUICK, *own_failure.QUICK, *accelerator_state.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
+PREFILTER = _OWN_PREFILTER + tuple(q for q in (*state_field.QUICK, *storage_state.QUICK, *storage_client.QUICK, *own_failure.QUICK, *accelerator_state.QUICK, *level_subject.QUICK) if not any(w in q for w in (*_OWN_PREFILTER, *ALARM_QUICK)))
 
 
 # A level word the line's own format prints, upper case, where the parsers' readers of levels may not look
@@ -181,6 +181,8 @@ class Reading:
             return f"a storage client says {self.state} ({self.object!r}); no rule, subsystem or model took the line"
         if self.rule == "state_field":
             return f"a link's state field {self.object!r} reads {self.state}; no rule, subsystem or model took the line"
+        if self.rule == "level_subject":
+            return f"the line's own level says it failed; its subject {self.object!r} gives the class; no rule, subsystem or model took the line"
         if self.rule == "accelerator_state":
             return f"an accelerator's own words {self.object!r} say it {self.state}; no rule, subsystem or model took the line"
         return f"the state grammar reads {self.object!r} as {self.state}; no rule, subsystem or model took the line"
@@ -196,7 +198,7 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
     device = accelerator_state.quick(low)
     client = storage_client.quick(low)
     field = grammar or state_field.quick(low)
-    if not (field or own or device or client or storage_state.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
+    if not (field or own or device or client or storage_state.quick(low) or level_subject.quick(low)) or _HELP.match(message) or _INVENTORY.match(message):
         return None
     if reassured(message) or says_retrying(message):
         return None
@@ -218,6 +220,9 @@ def read_state(message: str, raw: str | None = None, source: str = "kernel") -> 
         elif (device or grammar) and (stated := accelerator_state.read_accelerator(message, raw)) is not None:
             # an accelerator's own word that it hung, was reset or could not be brought up (parsing.accelerator_state)
             reading = Reading(*stated, rule="accelerator_state")
+        elif level_subject.quick(low) and (subject := level_subject.read_level_subject(message, _placed_objects, _subject_placed)) is not None:
+            # the line's own format states error or fatal; what failed is the subject it names (parsing.level_subject)
+            reading = Reading(subject[0], subject[1], f"at its own {subject[2]} level", rule="level_subject")
         else:
             return None
     quiet = reading.quiet or _own_level(message, raw, source)
@@ -297,6 +302,16 @@ def _resolve(message: str, span: str, state: str, raw: str | None) -> Reading | 
     if fault is None or fault not in _STATES[state][1]:
         return None
     return Reading(_STATE_CLASS.get((state, fault), fault), word, _STATE_WORDS.get(state, state))
+
+
+def _placed_objects(text: str) -> list[tuple[str, str, int]]:
+    """(class, word, where) of each object ``text`` names (parsing.level_subject's subjects)."""
+    return [(o.lastgroup or "", o.group(0), o.start()) for o in _OBJECT.finditer(text)]
+
+
+def _subject_placed(text: str, at: int) -> bool:
+    """Whether a word at ``at`` can be its clause's subject: not after a preposition or an action's verb."""
+    return _COMPLEMENT.search(text, max(0, at - 24), at) is None
 
 
 def _class_elsewhere(message: str, raw: str | None, state: str) -> str | None:

@@ -28,6 +28,7 @@ from faultlens.parsing.errors import (
     nccl_fault,
 )
 from faultlens.parsing.kernel_quiet import record_only
+from faultlens.parsing.level_subject import LETTER_FIRST, letter_frame
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.nan_lines import nan_text, step_of
 from faultlens.parsing.relayed_xid import relayed_xid
@@ -149,9 +150,10 @@ class TrainerLogParser:
                 local_rank = int(m.group(4))
                 key = ("local", local_rank)
             body = body[m.end():]
-        if self._prefilter is not None and key not in self._open and not self._prefilter.search(body.lower()):
+        if (self._prefilter is not None and key not in self._open and not self._prefilter.search(lowered := body.lower())
+                and not (lowered[:1] in LETTER_FIRST and letter_frame(lowered))):
             # No literal any reading needs and no word of trouble (its message is a suffix of the
-            # body), and no traceback of its rank waits for it: nothing can come of it.
+            # body), no glog-style error letter opening it, and no traceback of its rank waits for it: nothing can come of it.
             self.stats.skipped += 1
             return []
         stamped = split_timestamp(body, now=self._now)

@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 31))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 32))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -518,6 +518,26 @@ FRESH_MISSED: dict[str, str] = {
     "logs, eval_loss 2,797 and 2,799 at its last two evaluations, no class count: first seen halfway it is found "
     "diverging (2,260 to 8,503); from its start the climb ends below its first log, 25,446, a 50-step average over an "
     "untrained head's losses (loss round 33)",
+    "imagenet_multigpu_torch_epoch_11_per_batch_at_ln1000_6.905_to_6.909_top1_0pct.csv": "9 quoted batches of an "
+    "ImageNet CNN's epoch 11 from scratch (Err 6.9045-6.9091 against ln 1000 = 6.9078, top-1 0 or 1.56 %): at chance "
+    "by its points, as fresh5's darknet19, but 9 logs are under the 20 the shortest window judges, and a run from "
+    "scratch sits at a guess's loss at first whatever follows (fresh31's PVT, 2 epochs at ln 1000, then learns); "
+    "within 4.8e-4 of ln 1000, not the 1e-4 a guess's loss to four digits is read at (round 13's probe: judging 10 "
+    "points found darknet19 and flagged 15 healthy replays of 32) (loss round 34)",
+    "vit_pytorch_imagenet_from_scratch_epoch_1_iter_6519_loss_33.8_down_to_6.94_acc_0.csv": "9 quoted iterations late "
+    "in a ViT's first ImageNet epoch: 27.83, 33.77, 16.58, 9.60, 12.16, 8.57, 8.25, 6.98, 6.94 against ln 1000 = 6.908, "
+    "iteration accuracy 0 or 0.52 %: by its points a loss coming down onto a guess's, as a warm-up's does (fresh31's "
+    "PVT sits at ln 1000 for 2 epochs, then learns); the latest 5 are not each over twice a guess's (8.57 to 6.94), and "
+    "9 logs are under the 20 the shortest window judges; only the source's 'Loss doesn't drop' says it is no warm-up "
+    "(loss round 34)",
+    "toy_bert_pretraining_lr_0.01_cost_sawtooth_1.6_to_18_then_2.52_at_epoch_5000.csv": "a tutorial BERT at learning "
+    "rate 0.01: cost 15.21, 16.24, 18.44 at epochs 10-30, 4.08 at 40, then a sawtooth, 1.62-1.71 at every third log "
+    "from 70 and 12.70 falling to 5.26 at the others (epochs 50-200), then 2.52 at epoch 5,000, no class count: by its "
+    "own curve a loss "
+    "that fell 83 % from its first log and whose high logs fall at each cycle; only the reporter's run of the same "
+    "script at 0.0001 (0.67 by epoch 80, this folder's healthy sibling) says 2.52 is far above where it should be; a "
+    "loss that more than doubles between logs is also a small-batch per-step loss's noise (fresh16's DiffWave, 0.019-"
+    "0.117) (loss round 34)",
     # fresh30's second wav2vec2 run (healthy: down to 883 at step 2,150, up to 2,397 at 2,600, then 2,167, 1,679, 1,565,
     # 1,475 and on down to 1,061) is quiet since round 33 first seen halfway and under the shortest window from its middle:
     # a loss lower at each of its latest 5 logs than at the one before is a spike coming back (loss_diverging.diverging).

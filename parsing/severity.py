@@ -205,14 +205,22 @@ _TRAINER_LEVELS = {"INFO": 6, "NOTICE": 5, "DEBUG": 7, "TRACE": 7, "WARNING": 4,
 # (The time may already be taken off as the line's stamp.) Only the levels under a warning: UCX's WARN and ERROR keep the words' reading.
 _UCX_LEVEL = re.compile(r"^\s*(?:\[[\d.]+\]\s+)?\[[^\]]+\]\s+\S+:\d+\s+UCX\s+(?P<word>INFO|DEBUG|TRACE\w*|REQ|DATA|ASYNC|FUNC|POLL)\s")
 _UCX_LEVELS = {"INFO": 6}
+# (G15) TensorFlow's and Horovod's C++ log format states its level by one letter between the time and the source
+# line: "2020-09-11 07:07:20.657297: D horovod/common/operations.cc:537] ..." (TF's LogMessage "IWEF", Horovod's
+# "TDIWEF"; the time may already be taken off as the line's stamp). Only the letters under a warning: its W, E and
+# F keep the words' reading (and parsing.level_subject's), as UCX's do.
+_CC_LEVEL = re.compile(r"^(?:\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: )?(?P<letter>[TDI]) [\w.\-/]+\.\w+:\d+\] ")
+_CC_LEVELS = {"T": 7, "D": 7, "I": 6}
 
 
 def trainer_level(message: str) -> int | None:
     """The syslog level a trainer-side line states in its logging format's own word (``NCCL INFO``,
-    ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``, UCX's ``UCX  DEBUG``), else the level :func:`level_word`
+    ``- INFO -``, ``[INFO]``, ``I0722 10:00:00.1``, UCX's ``UCX  DEBUG``, TF's and Horovod's ``D file.cc:537]``), else the level :func:`level_word`
     reads, else None."""
     if " UCX " in message and (u := _UCX_LEVEL.match(message)):
         return _UCX_LEVELS.get(u.group("word"), 7)
+    if "] " in message and (c := _CC_LEVEL.match(message)):
+        return _CC_LEVELS[c.group("letter")]
     if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or "WARNING" in message or ":" in message[:24]:
         m = _TRAINER_LEVEL.match(message)
         if m and "Error" not in m.group("head") and "Exception" not in m.group("head"):

@@ -206,7 +206,7 @@ class JobStage:
         tests/diagnosis/test_engine_step_runs.py holds it to observe, event by event."""
         if self.implicit is not None:
             self.implicit.observe_steps(events)
-        silence, stalled = self.silence.observe, self.stalled.observe
+        silence, stalled = self.silence.observe_step, self.stalled.observe
         for event in events:
             found = silence(event)
             more = stalled(event)

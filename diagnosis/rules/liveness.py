@@ -80,6 +80,7 @@ MAX_SILENT_SHARE = 0.25
 # A node's ranks keep pace while their last reported step is at most this many steps behind the
 # job's median node (pipeline stages finish a step at different times).
 MAX_STEP_LAG = 2
+_NEVER = float("-inf")
 
 
 class SilenceDetector(QuietTogether):
@@ -106,23 +107,7 @@ class SilenceDetector(QuietTogether):
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "train":
-            if event.kind == "step":
-                key = (event.job, event.node)
-                self._note_report(key, event.ts)
-                if event.ts >= self._steps.get(key, event.ts):
-                    self._steps[key] = event.ts
-                    if event.ts > self._ended_jobs.get(event.job, event.ts):
-                        del self._ended_jobs[event.job]  # it trains again
-                    reported = typed(event, TrainStep)
-                    number = reported.step
-                    if number is None:
-                        self._step_no.pop(key, None)
-                    else:  # the latest report's number (a rollback lowers it on every node)
-                        before = self._step_no.get(key, number)
-                        self._step_no[key] = number
-                        if number < before or not number % self.clocks.strides.get(event.job, 1):
-                            return self.clocks.observe(event.job, event.node, number, event.ts, event.id, number < before)
-            return []
+            return self.observe_step(event) if event.kind == "step" else []
         if event.kind != "beat":
             return []
         self._note_report((event.job, event.node), event.ts)
@@ -138,9 +123,42 @@ class SilenceDetector(QuietTogether):
             self._last_work[event.job] = max(event.ts, self._last_work.get(event.job, event.ts))
         return []
 
+    def observe_step(self, event: Envelope) -> list[Finding]:
+        """:meth:`observe` of a ``train``/``step``, which JobStage.observe_steps calls for every step
+        of a run: each state read once (issue 56: liveness is called for every step and beat)."""
+        job, node, ts = event.job, event.node, event.ts
+        key = (job, node)
+        steps = self._steps
+        last_step = steps.get(key)
+        beats = self._beats.get(job)
+        beat = beats.get(node) if beats is not None else None
+        last = _NEVER if last_step is None else last_step  # _note_report's, inline
+        if beat is not None and beat.ts > last:
+            last = beat.ts
+        if ts - last > self.grace_s:
+            self._run_start[key] = ts
+        if last_step is None or ts >= last_step:
+            steps[key] = ts
+            ended = self._ended_jobs
+            if ended and ts > ended.get(job, ts):
+                del ended[job]  # it trains again
+            step = event._payload  # a read step's own (typed() checks it, a call a step: here only if it is not one)
+            number = (step if type(step) is TrainStep else typed(event, TrainStep)).step
+            if number is None:
+                self._step_no.pop(key, None)
+            else:  # the latest report's number (a rollback lowers it on every node)
+                before = self._step_no.get(key, number)
+                self._step_no[key] = number
+                if number < before or not number % self.clocks.strides.get(job, 1):
+                    return self.clocks.observe(job, node, number, ts, event.id, number < before)
+        return []
+
     def _note_report(self, key: tuple[str, str], ts: float) -> None:
-        beat = self._beats.get(key[0], {}).get(key[1])
-        last = max(beat.ts if beat is not None else float("-inf"), self._steps.get(key, float("-inf")))
+        beats = self._beats.get(key[0])
+        beat = beats.get(key[1]) if beats is not None else None
+        last = self._steps.get(key, _NEVER)
+        if beat is not None and beat.ts > last:
+            last = beat.ts
         if ts - last > self.grace_s:
             self._run_start[key] = ts
 

@@ -142,8 +142,7 @@ class SilenceDetector(QuietTogether):
             ended = self._ended_jobs
             if ended and ts > ended.get(job, ts):
                 del ended[job]  # it trains again
-            step = event._payload  # a read step's own (typed() checks it, a call a step: here only if it is not one)
-            number = (step if type(step) is TrainStep else typed(event, TrainStep)).step
+            number = typed(event, TrainStep).step  # every read names its Struct (docs/events.md): no peek at the payload
             if number is None:
                 self._step_no.pop(key, None)
             else:  # the latest report's number (a rollback lowers it on every node)

@@ -11,7 +11,7 @@ from faultlens.pipeline import Consumer, Pipeline
 
 
 class _Runner:
-    """A runner whose thread ends once asked to stop when drained, after ``reads`` more records, or never."""
+    """A runner whose thread ends once asked to stop when drained, or (``drains`` False) only when the test ends it."""
 
     def __init__(self, name: str, calls: list[str], drains: bool = True):
         self.name, self.calls, self.drains = name, calls, drains
@@ -51,10 +51,11 @@ def test_each_downstream_consumer_reads_to_its_end_before_the_next_is_asked() ->
 def test_a_consumer_still_reading_at_the_bound_is_left_to_its_stop_and_said(caplog) -> None:
     calls: list[str] = []
     done = threading.Event()
-    consumers = [_consumer("remediate", calls, done), _consumer("history", calls, done, drains=False)]
+    # One consumer alone: with a short bound, a busy machine must not make a consumer that does drain look late.
+    consumers = [_consumer("history", calls, done, drains=False)]
     with caplog.at_level(logging.WARNING, logger="faultlens.pipeline"):
         Pipeline._drain(consumers, limit_s=0.3)
     done.set()
-    assert calls == ["drain remediate", "ended remediate", "drain history"]
+    assert calls == ["drain history"]
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == ["history was still reading at shutdown (about 1234 record(s) behind); its group reads them at its next start"]

@@ -125,18 +125,12 @@ class SilenceDetector(QuietTogether):
 
     def observe_step(self, event: Envelope) -> list[Finding]:
         """:meth:`observe` of a ``train``/``step``, which JobStage.observe_steps calls for every step
-        of a run: each state read once (issue 56: liveness is called for every step and beat)."""
+        of a run (issue 56: liveness is called for every step and beat, so its state is read once a step)."""
         job, node, ts = event.job, event.node, event.ts
         key = (job, node)
+        self._note_report(key, ts)
         steps = self._steps
         last_step = steps.get(key)
-        beats = self._beats.get(job)
-        beat = beats.get(node) if beats is not None else None
-        last = _NEVER if last_step is None else last_step  # _note_report's, inline
-        if beat is not None and beat.ts > last:
-            last = beat.ts
-        if ts - last > self.grace_s:
-            self._run_start[key] = ts
         if last_step is None or ts >= last_step:
             steps[key] = ts
             ended = self._ended_jobs

@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 32))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 33))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -538,6 +538,13 @@ FRESH_MISSED: dict[str, str] = {
     "script at 0.0001 (0.67 by epoch 80, this folder's healthy sibling) says 2.52 is far above where it should be; a "
     "loss that more than doubles between logs is also a small-batch per-step loss's noise (fresh16's DiffWave, 0.019-"
     "0.117) (loss round 34)",
+    "llms_tool_dpo_loss_0.6931_rewards_zero_accuracy_zero_first_4_logs.csv": "a DPO stage at 0.6931 = ln 2 at each of its "
+    "4 quoted logs (every reward 0.0, the learning rate 9.992e-06 falling to 9.989e-06), from a trained model: a trained "
+    "model at a guess's loss to every printed digit, which loss_cycle.printed_frozen calls frozen at the 5th such log; "
+    "4 are fewer, as fresh23's Llama DPO's 3 (loss round 35)",
+    "pllava_video_llm_finetune_video_loss_frozen_at_10.3755_iters_0_5_10.csv": "a video-LLM fine-tune's 3 quoted logs "
+    "at 10.3755 (iterations 0, 5 and 10 of 336), no class count and no learning rate: the same value at every printed "
+    "digit, which loss_cycle.printed_frozen calls frozen at the 5th log alike; 3 are fewer (loss round 35)",
     # fresh30's second wav2vec2 run (healthy: down to 883 at step 2,150, up to 2,397 at 2,600, then 2,167, 1,679, 1,565,
     # 1,475 and on down to 1,061) is quiet since round 33 first seen halfway and under the shortest window from its middle:
     # a loss lower at each of its latest 5 logs than at the one before is a spike coming back (loss_diverging.diverging).

@@ -40,7 +40,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - frozen: the same value to 6 digits over the whole window (the weights no longer move), or the same
     batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py); before
     the first window fills, 5 logs alike to every digit printed, those digits a thousandth of the level or finer,
-    away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt); and at any step, 5 logs at exactly 0
+    away from ln(classes) unless the trainer says the model was trained, and there 3 where each says a learning rate
+    above zero and none above the one before (loss_cycle.printed_frozen: an 8-log excerpt; a DPO at ln 2 at a falling
+    rate, fresh batches 23 and 32, not one whose warm-up raises its rate from 0); and at any step, 5 logs at exactly 0
     straight from the level the run was at, from a last loss printed to a thousandth of its level or finer: nothing
     is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0), or 1 log straight
     after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0);

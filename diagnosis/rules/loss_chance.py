@@ -100,7 +100,7 @@ def far_above(curve: LossCurve, guess: float) -> bool:
 def collapsed(curve: LossCurve, step: int, trained: bool, early: bool = False) -> Verdict | None:
     """A model that has trained and now answers as a uniform guess does, or worse; no window needs to fill (the runs
     below quote 10-18 logs). ``trained``: the curve was first seen past its first window of steps (the caller's
-    LossStalledDetector._from_start), a run that has trained however its start went; ``early``: no whole window of logs
+    loss_start.from_start), a run that has trained however its start went; ``early``: no whole window of logs
     has been judged yet (after one, "above chance" says a loss held over a guess's). Four readings:
 
     * it learned far below a guess's loss and is back within a tenth of it at 10 logs in a row (issue 54, fresh batch

@@ -18,6 +18,7 @@ flat test's judgement (a converged run at the end of its schedule is no fault).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from decimal import Decimal
@@ -37,6 +38,10 @@ DISTINCT = 10.0
 # shortest window), printed finely enough (to this share of its level) that a moving one would show it.
 REPEATS = 5
 PRINTED = 1e-3
+# ...or this many, at a uniform guess's loss from a trained model, where each of them says a learning rate above zero
+# and none above the one before: the optimizer steps at or past its peak rate (no warm-up), so each log's loss is a
+# moved model's, and a trained model that answers a guess exactly while it moves has lost what it knew.
+STEPPING_REPEATS = 3
 # A blow-up the loss cannot come down from in one log: ten times the highest loss of the run before it.
 BLOWN_UP = 10.0
 
@@ -72,24 +77,43 @@ def printed_frozen(curve: LossCurve) -> Verdict | None:
     (a step of the last one at most :data:`PRINTED` of the level) that a loss still moving would have changed
     them: weights that no longer change (issue 54, fresh batch 18: fp16 pretraining at 54.69 from its 2nd to its
     7th log of 8, after an overflow). A Keras loss printed to 4 decimals at 0.0266 (a step of 0.4 % of it) says
-    less, and is left to the window (fresh batch 5); so is a schedule decayed to nothing (a converged run)."""
-    latest = list(curve.losses)[-REPEATS:]
-    values = {v for _, v in latest}
-    if len(latest) < REPEATS or len(values) > 1 or abs(latest[0][1]) <= 1e-3 or curve.schedule_decayed():
+    less, and is left to the window (fresh batch 5); so is a schedule decayed to nothing (a converged run). At a
+    uniform guess's loss from a trained model, :data:`STEPPING_REPEATS` logs will do while the optimizer steps at or
+    past its peak rate (:func:`_stepping`)."""
+    held = list(islice(reversed(curve.losses), REPEATS))
+    alike = next((n for n, (_, v) in enumerate(held) if v != held[0][1]), len(held))
+    latest = held[:alike][::-1]
+    if alike < STEPPING_REPEATS or abs(latest[0][1]) <= 1e-3 or curve.schedule_decayed():
         return None
     level = latest[0][1]
     # At a guess's loss, ln(classes), a loss repeats while the weights move (a uniform output scores it on every
     # batch: fresh batch 4's AdaGrad at 2.3026 for 19 logs from random weights, then learning): the window's "at
     # chance" judges it. Not a model the trainer says was trained: it never answers uniformly, and one that does for
-    # 5 logs has lost what it knew (fresh batch 22's MiniGPT-4 fine-tune at 10.3750, ln 32000 as fp16 prints it).
+    # 5 logs has lost what it knew (fresh batch 22's MiniGPT-4 fine-tune at 10.3750, ln 32000 as fp16 prints it), or
+    # for 3 while its optimizer steps at or past its peak rate (:func:`_stepping`).
     at_chance = curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes)
     if at_chance and curve.from_scratch is not False:
+        return None
+    if alike < REPEATS and not (at_chance and _stepping(curve, [s for s, _ in latest])):
         return None
     if not _printed_finely(level):
         return None
     guess = f", a uniform guess's ln({curve.classes}) from a trained model" if at_chance else ""
-    return Verdict(f"loss {level:.6g} at every digit printed for {REPEATS} logs (steps {latest[0][0]}-"
+    return Verdict(f"loss {level:.6g} at every digit printed for {alike} logs (steps {latest[0][0]}-"
                    f"{latest[-1][0]}){guess}: the weights no longer change", rollback=False)
+
+
+def _stepping(curve: LossCurve, steps: list[int]) -> bool:
+    """Whether each of ``steps`` said a learning rate above zero and none above the one before it: the optimizer moves
+    the weights at its peak rate or past it, each loss logged a moved model's. A DPO starts at ln 2 by construction
+    (its policy is its reference) and prints it while a warm-up's rate rises from zero (fresh batch 23's healthy fp16
+    LoRA: 0.6931 at its first 4 logs, rate 0, 0, 0, 5e-06, then learning to 0.2); one still there to every digit at a
+    falling rate has a policy that does not move off its reference (fresh batch 23's Llama DPO, 0.6932 at 1.37e-05;
+    fresh batch 32's, 0.6931 at 9.99e-06, every reward 0.0 in both)."""
+    said = dict(islice(reversed(curve.lrs), len(steps) + 1))
+    rates = [said[s] for s in steps if s in said]
+    return (len(rates) == len(steps) and all(r > 0 for r in rates)
+            and all(later <= earlier for earlier, later in itertools.pairwise(rates)))
 
 
 def _printed_finely(value: float) -> bool:

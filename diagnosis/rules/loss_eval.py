@@ -10,7 +10,7 @@ where it knows them, each one's ``chance``: the value of a model that ignores it
 An evaluation is at chance when every metric it gives a chance for, in a known direction, sits there:
 
 * a loss (lower is better) not a tenth below its chance, ln(classes) or the class prior's entropy: the
-  tenth by which a first loss under 9/10 of a guess's is a trained model's (loss_stalled.UNTRAINED);
+  tenth by which a first loss under 9/10 of a guess's is a trained model's (loss_start.UNTRAINED);
 * a share (higher is better, chance below 1: an accuracy; a correlation, whose chance is 0) less than a tenth
   of the way from chance to perfect (a coin's 0.5 to 0.55; 1/30 to 0.13; a Spearman correlation up to 0.1: a
   regressor predicting its target's mean, fresh batch 11's CRISPR model at -0.013 to 0.011), or any share

@@ -40,7 +40,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   - frozen: the same value to 6 digits over the whole window (the weights no longer move), or the same
     batches' values to 5 digits cycle after cycle, the period found from the losses (loss_cycle.py); before
     the first window fills, 5 logs alike to every digit printed, those digits a thousandth of the level or finer,
-    away from ln(classes) (loss_cycle.printed_frozen: an 8-log excerpt); and at any step, 5 logs at exactly 0
+    away from ln(classes) unless the trainer says the model was trained, and there 3 where each says a learning rate
+    above zero and none above the one before (loss_cycle.printed_frozen: an 8-log excerpt; a DPO at ln 2 at a falling
+    rate, fresh batches 23 and 32, not one whose warm-up raises its rate from 0); and at any step, 5 logs at exactly 0
     straight from the level the run was at, from a last loss printed to a thousandth of its level or finer: nothing
     is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0), or 1 log straight
     after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0);
@@ -97,56 +99,21 @@ import math
 import statistics
 
 from faultlens.diagnosis.rules.base import Finding
-from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, at_chance, collapsed, note_guess
-from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict, block_medians, middle
-from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, window_frozen, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, blown_up, diverging, lr_raised
-from faultlens.diagnosis.rules.loss_eval import EVALS, FITTED, HeldOutWatch
+from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, collapsed, note_guess
+from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zeroed_at_once
+from faultlens.diagnosis.rules.loss_diverging import blown_up
+from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
-from faultlens.diagnosis.rules.loss_plateau import stopped_early
-from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
+from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
+from faultlens.diagnosis.rules.loss_window import judge_window
 from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_first_seen, worse_than_start
-from faultlens.diagnosis.rules.training import robust_sigma
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainCheckpoint, TrainEval, TrainStep
 
 WINDOW_S = 1200.0
 MIN_WINDOW = 20
-BLOCKS = 10
-LEARNING_DROP = 0.01  # of the level, across one window: still learning
-LEARNED = 0.05  # below the start level by this fraction: the run has learned something
-REGRESSED = 0.25  # of what the run had learned, above its best: it lost that much of it
-# A first loss at least this share of ln(classes) is an untrained model's: a random init starts at a
-# guess's loss; one a tenth of a guess below it has learned (the tenth a spike and a divergence are
-# measured in), as a fine-tune resumed at 3.66 against ln 61 = 4.11 has (issue 54, fresh batch 4).
-UNTRAINED = 0.9
-# "Never learned" is a loss that stays by its start: a model that learned nothing answers alike at every
-# step, so no tenth of the window sits 5 % below its first loss, and its spread is under a tenth of its
-# level (0.05-6 % in the runs found: issue 54's fresh batches 6-7). A loss that swings by more, or dips
-# and comes back, is a contest or a schedule, not a stall: a GAN generator's from random weights trades
-# blows at 0.25-9.8 around its first 4.8 (17 %: fresh batch 1), DINO's falls to 7.4 from ln 65536 and
-# climbs back to it as its teacher sharpens (fresh batch 4).
-STEADY = 0.1
-
-
-def _trained_start(curve: LossCurve) -> bool:
-    """Whether the run's first loss is a trained model's by the class count: under 9/10 of a guess's
-    (UNTRAINED), the trainer not saying its weights began random. (A pretrained body under a new head starts
-    at a guess's loss, and a trainer's "resumed" with no class count says nothing of where its loss began:
-    fresh batch 13's latent MAE, resumed from a ViT-MAE and stuck 10 % below its first loss, is stalled.)"""
-    return (curve.from_scratch is not True and curve.classes is not None and curve.first is not None
-            and curve.first < UNTRAINED * math.log(curve.classes))
-
-
-def _fitted(curve: LossCurve) -> bool:
-    """Whether the training loss has fitted its batches: the median of its latest ten losses (one batch's
-    spike does not move it) under loss_eval.FITTED of a guess's, ln(classes). False where the class count is
-    unsaid."""
-    if curve.classes is None or not curve.losses:
-        return False
-    latest = [v for _, v in list(curve.losses)[-BLOCKS:]]
-    return statistics.median(latest) < FITTED * math.log(curve.classes)
 
 
 class LossStalledDetector:
@@ -183,14 +150,14 @@ class LossStalledDetector:
             return []
         if isinstance(payload, TrainEval):
             curve = self._curves.get(event.job)
-            untrained = curve is not None and self._untrained(curve, self._window(curve))
+            random_start = curve is not None and untrained(curve, self._window(curve))
             found = self.held_out.observe(event, payload, told=curve is not None and curve.fired,
-                                          fitted=curve is not None and _fitted(curve), untrained=untrained)
+                                          fitted=curve is not None and fitted(curve), untrained=random_start)
             if found or curve is None or curve.fired or payload.step is None:
                 return found
             # Worse than its random start, or than where it was first seen, on held-out and training data alike: blown
             # up, or ruined by its learning rate (loss_worse_than_start.py).
-            verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve)) if untrained else None
+            verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve)) if random_start else None
             # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
             if verdict is None and not self.held_out.improving(event.job, 0):
                 verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)
@@ -261,9 +228,9 @@ class LossStalledDetector:
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
             # Learned, then a guess's or worse; trained, a guess's exactly; far above one early: no window to fill (loss_chance.py)
             exact, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)  # where from its start is asked at all
-            verdict = collapsed(curve, step, exact and not self._from_start(curve, size), early=curve.seen < size)
+            verdict = collapsed(curve, step, exact and not from_start(curve, size), early=curve.seen < size)
         if verdict is None and curve.seen >= curve.next_check:
-            verdict = self._judge(curve, event.job)
+            verdict = judge_window(curve, self._window(curve), self.held_out, event.job)
         return self._finding(curve, event, verdict, step)
 
     @staticmethod
@@ -280,131 +247,3 @@ class LossStalledDetector:
         interval = statistics.median(curve.intervals) if curve.intervals else 0.0
         steps = round(self.window_s / interval) if interval > 0 else MAX_WINDOW
         return max(MIN_WINDOW, min(MAX_WINDOW, steps))
-
-    @staticmethod
-    def _from_start(curve: LossCurve, size: int) -> bool:
-        """Whether the curve was first seen within its first window of steps, not of events: a trainer
-        that logs every 50th step is first seen at step 49 (Lightning's CSV logger; issue 54, fresh
-        batch 6), an HF Trainer at its logging_steps, and is watched from its start all the same. (So is
-        a resumed run whose hook counts its steps from 1 again: what it says is where the run began.)"""
-        return curve.first_step is not None and curve.first_step < size * curve.stride()
-
-    @staticmethod
-    def _untrained(curve: LossCurve, size: int) -> bool:
-        """Whether the curve's first loss is an untrained model's, the start "never learned" is
-        measured from. A curve first seen mid-run (the pipeline started or restarted late, the job
-        resumed from a checkpoint) starts at a trained model's loss; so does a fine-tune, or a resumed
-        run whose hook counts its steps from 1 again: a converged run would read as one that never
-        learned. The trainer's word decides; without it, a first loss near a guess's, ln(classes)."""
-        if curve.first is None or not LossStalledDetector._from_start(curve, size):
-            return False
-        if curve.from_scratch is not None:
-            return curve.from_scratch
-        return curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes)
-
-    def _judge(self, curve: LossCurve, job: str) -> Verdict | None:
-        size = self._window(curve)
-        if curve.seen < size or len(curve.losses) < size:
-            return None  # not a whole window yet: the warm-up is never judged
-        curve.next_check = curve.seen + max(1, size // 10)
-        window = list(curve.losses)[-size:]
-        values = [v for _, v in window]
-        xs, ys = block_medians(window, BLOCKS)
-        level = middle(sorted(values))
-        lowest = min(ys)
-        highest, curve.highest = curve.highest, max(curve.highest, level)
-        # The best is a whole window's median: the lowest of many short blocks is their noise's low tail.
-        if level < curve.best:
-            curve.best, curve.best_from, curve.best_step = level, window[0][0], window[-1][0]
-            during = [lr for s, lr in curve.lrs if s >= window[0][0]]
-            curve.best_lr = statistics.median(during) if during else None
-        span = (xs[-1] - xs[0]) or 1.0
-        drop = -theil_sen(xs, ys) * span
-        _, noise = robust_sigma(values)
-        # Leaving a plateau: the window's latest block below every earlier one by more than the
-        # window's noise. The trend over the whole window is still the plateau's when a run at chance
-        # starts to learn at its end (a fine-tune at ln 61 for 17 epochs of its warm-up, then 4.08,
-        # 4.07, 4.05: issue 54, fresh batch 4); judged again a tenth of a window later.
-        leaving = ys[-1] < min(ys[:-1]) - REGRESS_NOISE * noise
-        learning = drop >= LEARNING_DROP * abs(level) or leaving
-        if learning:
-            curve.fired = False  # learning again: a later stall is a new finding
-            return None
-        first, last = window[0][0], window[-1][0]
-        over = f"steps {first}-{last}"
-        start = curve.first if curve.first is not None else level
-        came_down = level < highest - LEARNED * abs(highest)
-        steady = noise <= STEADY * abs(level)
-        chance = at_chance(curve, level, over, came_down=came_down, steady=steady,
-                           climbing=mann_kendall_z(ys) >= DIVERGE_Z)
-        if chance is not None:
-            return chance
-        frozen = window_frozen(curve, values, level, over)
-        if frozen is not None:
-            return frozen
-        # Never learned: not below its start, nor below any level the run has come down from (a
-        # federated model on non-IID clients is pulled to 6.7 after its first rounds at ln 10 and is
-        # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
-        near = start * (1 - LEARNED) if start > 0 else start
-        # ...unless its held-out metric left chance or may be leaving it (loss_eval.py, loss_chance.py).
-        if (self._untrained(curve, size) and not came_down and steady and lowest >= near
-                and not curve.held_out_learned and not curve.held_out_leaving):
-            return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
-                           f"(trend {-drop:+.3g} across the window)", rollback=False)
-        # A climb while what the run is evaluated on gets better is the loss's scale growing with it (an RL
-        # critic's, whose targets are its own returns: loss_eval.HeldOutWatch.improving), not a divergence.
-        climb = None if self.held_out.improving(job, first) else diverging(curve, window, start, highest)
-        if climb is not None:
-            return climb
-        regressed = self._regressed(curve, job, window, start, lowest, noise)
-        if regressed is not None:
-            return regressed
-        # Learned a little, then stopped: a level no event carries (a class prior, a data variance), told
-        # by the curve's own shape from its start (diagnosis/rules/loss_plateau.py).
-        # ...and whose held-out loss stopped too: one still falling is a model learning near a floor of its own
-        # (a softmax fed to cross-entropy: fresh batch 14's MLP at 2.44 over 28 classes, val_loss falling 30 epochs).
-        # ...and measured from an untrained model's loss: a fine-tune's first is its pretrained model's, and a
-        # short fall from it then a slow one is the new data's format learned first (fresh batch 15's LLaMA-13B
-        # fine-tune, 1.8 then about 1.5 a step, a nat below per epoch), no class prior.
-        if (curve.first is not None and curve.first_step is not None and self._from_start(curve, size)
-                and not curve.held_out_falling and not _trained_start(curve)):
-            why = stopped_early(list(curve.losses), curve.first, curve.first_step, level, noise, size,
-                                curve.stride(), curve.schedule_decayed())
-            if why is not None:
-                return Verdict(f"{why} (steps {first}-{last})", rollback=False)
-        return None
-
-    def _regressed(self, curve: LossCurve, job: str, window: list[tuple[int, float]], start: float,
-                   lowest: float, noise: float) -> Verdict | None:
-        """Regressed: every block of the window (its lowest block median ``lowest``) above the best level the run
-        reached by a quarter of what it had learned and of that level's size, once what it learned stands out
-        of the window's step-to-step ``noise``."""
-        first = window[0][0]
-        # What a run learned before it was first seen is unknown: a run first seen mid-way, resumed or
-        # fine-tuned has learned more than its first loss shows, and a quarter of what it learned since
-        # can be a plateau's wander (a long run first seen at 4.5 sits 5 % above its best 4.0, issue
-        # 54's fresh batch 1). A regression also rises a quarter above the level it had reached.
-        # A quarter of the level is of its size: a likelihood loss below zero (-94) is no smaller a level.
-        # A rise the schedule made is no regression: a warm restart lifts the learning rate from its
-        # low, where the run reached its best, back to its peak, and the loss sits higher with it for
-        # epochs (LocalRetro's cosine restarts every 10 epochs double a 0.010 loss: issue 54, fresh
-        # batch 5). Judged only where the steps say their learning rate; without it, as before. (A
-        # warm-up past a good rate whose loss rises with it is no regression either while the rate
-        # stays raised: it shows as diverging, at chance or never learned.) Nor is a loss above its best while
-        # what the run is evaluated on is better than when the loss was there: the run has lost nothing (a PPO
-        # loss's value term grows with the returns it predicts: fresh batch 16's, 0.21 then 0.5-0.7 as its
-        # return goes -8 to 10-45), nor one back to its held-out loss (loss_eval.HeldOutWatch.lost_nothing).
-        learned = start - curve.best
-        if (learned > REGRESS_NOISE * noise and lowest >= curve.best + REGRESSED * max(learned, abs(curve.best))
-                and not lr_raised(curve, first, curve.best_lr)
-                and not self.held_out.lost_nothing(job, curve.best_step or first, first, lowest)):
-            # A checkpoint saved about when the loss was at its best holds what the run has since lost.
-            near = len(window) // BLOCKS
-            good = [c for c in curve.checkpoints if curve.best_step is not None and curve.best_from is not None
-                    and curve.best_from - near <= c <= curve.best_step + near]
-            level = statistics.median(v for _, v in window)
-            lost = (lowest - curve.best) / learned
-            return Verdict(f"loss {level:.4g} over steps {first}-{window[-1][0]} stays above the {curve.best:.4g} the "
-                           f"run reached at step {curve.best_step}, losing {lost:.0%} of what it had learned"
-                           + (f"; checkpoint at step {good[-1]} predates it" if good else ""), rollback=bool(good))
-        return None

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector, theil_sen
+from faultlens.diagnosis.rules.loss_stalled import LossStalledDetector
+from faultlens.diagnosis.rules.loss_trend import theil_sen
 from faultlens.events.envelope import Envelope
 from tests.helpers.sent_events import SentEvents
 

@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 32))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 33))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -448,11 +448,9 @@ FRESH_MISSED: dict[str, str] = {
     "5.00, 5.01, 5.03 (3 % down, flat from its 4th epoch), val_loss 4.977 to 4.945 (0.6 % down, no class count for "
     "a guess's ln), one row an epoch, 7 rows under the 20 a window needs: a fine-tune that settled at once, as "
     "fresh22's Qwen3-8B QLoRA at 1.31-1.47 does, reads the same (loss round 25)",
-    "llama_lora_sft_dpo_rewards_zero_loss_0.6932_ln2.csv": "a DPO of Llama from an SFT LoRA at 0.6932 = ln 2 at each "
-    "of its 3 quoted logs (epochs 0.38-0.45, learning rate 1.37e-05, rewards 0.0): a trained model at a guess's loss "
-    "to every printed digit, which loss_cycle.printed_frozen calls frozen at the 5th such log; 3 are fewer, and "
-    "fresh23's healthy fp16 DPO LoRA prints ln 2 to every digit at its first 4 logs (learning rate 0 at 1-3, 5e-06 "
-    "at 4) before it learns to 0.2: a count under 5 would rest on the learning rate of 3 logs alone (loss round 26)",
+    # fresh23's Llama DPO (0.6932 = ln 2 at its 3 quoted logs, learning rate 1.37e-05 falling, rewards 0.0) and fresh32's
+    # llms_tool DPO (0.6931 at its 4, 9.992e-06 falling) are found since round 35 at their 3rd log: a trained model at a
+    # guess's loss to every printed digit while its optimizer steps at or past its peak rate (loss_cycle._stepping).
     "qwen2.5_0.5b_full_sft_recsys_loss_12_lr_0_grad_0.csv": "a 0.5B full SFT whose 4 quoted logs carry learning rate "
     "0.0 and grad_norm 0.0 beside a loss of 12.10, 12.06, 12.00, 12.07: the gradient watch (loss_gradient."
     "gradient_zero) calls a zero norm at its 5th log in a row (a fifth of the shortest window, 5 at least); 4 are "
@@ -538,6 +536,9 @@ FRESH_MISSED: dict[str, str] = {
     "script at 0.0001 (0.67 by epoch 80, this folder's healthy sibling) says 2.52 is far above where it should be; a "
     "loss that more than doubles between logs is also a small-batch per-step loss's noise (fresh16's DiffWave, 0.019-"
     "0.117) (loss round 34)",
+    "pllava_video_llm_finetune_video_loss_frozen_at_10.3755_iters_0_5_10.csv": "a video-LLM fine-tune's 3 quoted logs "
+    "at 10.3755 (iterations 0, 5 and 10 of 336), no class count and no learning rate: the same value at every printed "
+    "digit, which loss_cycle.printed_frozen calls frozen at the 5th log alike; 3 are fewer (loss round 35)",
     # fresh30's second wav2vec2 run (healthy: down to 883 at step 2,150, up to 2,397 at 2,600, then 2,167, 1,679, 1,565,
     # 1,475 and on down to 1,061) is quiet since round 33 first seen halfway and under the shortest window from its middle:
     # a loss lower at each of its latest 5 logs than at the one before is a spike coming back (loss_diverging.diverging).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from faultlens.parsing.kernel_log import KernelLogParser
 from faultlens.parsing.trainer_log import TrainerLogParser
 
 
@@ -136,3 +137,26 @@ def test_a_gpu_kernel_that_cannot_be_built_is_user_code(line: str) -> None:
 )
 def test_other_builds_and_the_assemblers_report_are_not_read_as_a_kernel_build(line: str) -> None:
     assert ("user_code", "rollback") not in _acting(line)
+
+
+def _kernel_acting(line: str) -> list[tuple[object, object]]:
+    parser = KernelLogParser()
+    return [
+        (e.data["fault"], e.data["action"])
+        for e in parser.feed(line) + parser.flush()
+        if e.data.get("action") not in ("none", None)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "acts"),
+    [
+        # DRBD 9's prefix (resource/volume, minor, peer): an unresolved split brain, and the peer lost as before
+        ("[ 4711.000123] drbd data/0 drbd3 store-b: Split-Brain detected but unresolved, dropping connection!", True),
+        ("[ 4711.000123] drbd data/0 drbd3 store-b: PingAck did not arrive in time.", True),
+        # a split brain its after-sb policy solved
+        ("[ 4711.000123] drbd data/0 drbd3 store-b: Split-Brain detected, 1 primaries, automatically solved. Sync from this node", False),
+    ],
+)
+def test_drbds_unresolved_split_brain_is_storage(line: str, acts: bool) -> None:
+    assert (_kernel_acting(line) == [("storage", "alert")]) is acts

@@ -160,3 +160,31 @@ def _kernel_acting(line: str) -> list[tuple[object, object]]:
 )
 def test_drbds_unresolved_split_brain_is_storage(line: str, acts: bool) -> None:
     assert (_kernel_acting(line) == [("storage", "alert")]) is acts
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # earlyoom's older report (no uid, badness), its kill by signal, systemd-oomd's trigger and kill
+        'sending SIGTERM to process 31337 "torchrun": badness 812, VmRSS 60211 MiB',
+        'killing process 31337 "torchrun" with signal 9: badness 812, VmRSS 60211 MiB',
+        "Mar 02 11:40:07 gpu-4 systemd-oomd[611]: Memory pressure for /system.slice/job.slice is 81.02% > 60.00% for > 20s with reclaim activity",
+        "Mar 02 11:40:07 gpu-4 systemd-oomd[611]: oomd attempting to kill 4242 with KILL",
+    ],
+)
+def test_a_user_space_oom_killers_kill_is_host_oom(line: str) -> None:
+    assert _acting(line) == [("host_oom", "alert")]
+
+
+@pytest.mark.parametrize(
+    ("line", "acts"),
+    [
+        ("gpu-node-12   NotReady   <none>   41d   v1.27.3", True),
+        ("gpu-node-12   NotReady,SchedulingDisabled   worker   41d   v1.27.3", True),
+        ("10.0.0.9   NotReady   2d       v1.8.0", True),  # an older kubectl: no ROLES column
+        ("gpu-node-12   Ready   <none>   41d   v1.27.3", False),  # the table's healthy row
+        ("the node went NotReady twice in 41d on v1.27.3", False),  # a sentence, not the table's row
+    ],
+)
+def test_kubectl_get_nodes_row_that_says_not_ready_is_node_silent(line: str, acts: bool) -> None:
+    assert (_acting(line) == [("node_silent", "alert")]) is acts

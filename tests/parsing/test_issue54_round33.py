@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from faultlens.parsing.kernel_log import KernelLogParser
-from faultlens.parsing.trainer_log import TrainerLogParser
+from tests.parsing.line_events import acting
 
 
-def _acting(line: str) -> list[tuple[object, object]]:
-    """(fault, action) of each event of ``line`` that acts."""
-    parser = TrainerLogParser()
-    return [
-        (e.data["fault"], e.data["action"])
-        for e in parser.feed(line) + parser.flush()
-        if e.data.get("action") not in ("none", None)
-    ]
+def _acting(line: str, source: str = "nccl") -> list[tuple[object, object]]:
+    """(fault, action) of each event of ``line`` that acts (the job's stream unless told)."""
+    return [(e.data["fault"], e.data["action"]) for e in acting(line, source)]
 
 
 @pytest.mark.parametrize(
@@ -139,15 +133,6 @@ def test_other_builds_and_the_assemblers_report_are_not_read_as_a_kernel_build(l
     assert ("user_code", "rollback") not in _acting(line)
 
 
-def _kernel_acting(line: str) -> list[tuple[object, object]]:
-    parser = KernelLogParser()
-    return [
-        (e.data["fault"], e.data["action"])
-        for e in parser.feed(line) + parser.flush()
-        if e.data.get("action") not in ("none", None)
-    ]
-
-
 @pytest.mark.parametrize(
     ("line", "acts"),
     [
@@ -155,11 +140,14 @@ def _kernel_acting(line: str) -> list[tuple[object, object]]:
         ("[ 4711.000123] drbd data/0 drbd3 store-b: Split-Brain detected but unresolved, dropping connection!", True),
         ("[ 4711.000123] drbd data/0 drbd3 store-b: PingAck did not arrive in time.", True),
         # a split brain its after-sb policy solved
-        ("[ 4711.000123] drbd data/0 drbd3 store-b: Split-Brain detected, 1 primaries, automatically solved. Sync from this node", False),
+        (
+            "[ 4711.000123] drbd data/0 drbd3 store-b: Split-Brain detected, 1 primaries, automatically solved. Sync from this node",
+            False,
+        ),
     ],
 )
 def test_drbds_unresolved_split_brain_is_storage(line: str, acts: bool) -> None:
-    assert (_kernel_acting(line) == [("storage", "alert")]) is acts
+    assert (_acting(line, "kernel") == [("storage", "alert")]) is acts
 
 
 @pytest.mark.parametrize(

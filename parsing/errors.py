@@ -235,12 +235,12 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         return error, "gpu_memory", "evict", "fatal"
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
-    if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low or "nokernelimagefordevice" in low
+    if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low.replace(" ", "") or "nokernelimagefordevice" in low
             or "named symbol not found" in low or "invalid device ordinal" in low or "invalid device function" in low):
         # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
         # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!"); a device number the allocation
         # does not hold fails on every machine the same way (docs/design.md §9); "invalid device function" is CUDA's and HIP's
-        # word for a kernel not compiled for this device's architecture (round 24)
+        # word for a kernel not compiled for this device's architecture (round 24); the name in any spelling (round 33: CUDA_ERROR_NO_BINARY_FOR_GPU)
         return error, "user_code", "rollback", "error"
     if "requires reset" in low:
         return error, "gpu_reset_required", "stop_time_diagnosis", "error"
@@ -251,8 +251,8 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         # cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error detected during the execution"):
         # the link's, not the program's; the kernel's Xid of that link decides an eviction.
         return error, "nvlink", "stop_time_diagnosis", "error"
-    if "device-side assert" in low or m.group("oom") or "out of memory" in low or "out of device memory" in low or "outofmemory" in low:
-        # An index out of range or a batch too big: the program's fault, not the GPU's.
+    if "device-side assert" in low or m.group("oom") or "out of memory" in low or "out of device memory" in low or "outofmemory" in low or "errormemoryallocation" in low:
+        # An index out of range or a batch too big: the program's fault, not the GPU's (the runtime's name cudaErrorMemoryAllocation, round 33).
         return error, "user_code", "rollback", "error"
     return error, "cuda_error", "stop_time_diagnosis", "error"
 

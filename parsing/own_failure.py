@@ -8,7 +8,8 @@ level), ``*** An error occurred in MPI_Init_thread`` (Open MPI's error handler),
 (rank 0 in comm 0): Fatal error in PMPI_Init`` (MPICH's), ``thread 'main' panicked at src/x.rs:5:3`` (Rust's),
 ``select.c:312  UCX  ERROR ...`` (a library's source position, its name, its level), ``[mpiexec@node015] main
 (mpiexec.c:1745): error parsing parameters`` (a function and its source position, then a failing word),
-``timeout: the monitored command dumped core``. A person who has never seen the program reads its failure
+``timeout: the monitored command dumped core``, a runtime's report that the program called its abort (``application
+called MPI_Abort(MPI_COMM_WORLD, 1)``, ``Called CmiAbort``). A person who has never seen the program reads its failure
 from the frame alone, whatever the message after it says; rules name one program's messages, this names
 the frames, so the next program's message in a frame of the same kind is read too.
 
@@ -49,7 +50,10 @@ _FRAMES = re.compile(
     # a launcher's frame: its name@host, a function and its source position, then a failing word
     r"|^\[(?P<hydra>[\w-]+)@[\w.-]+\] \w+ \([^()]+\.c:\d+\): (?=.*?\b(?:error|failed))"
     # a wrapper's record that the command it ran dumped core (coreutils' timeout)
-    r"|^(?P<wrapper>[\w.-]+): the monitored command dumped core")
+    r"|^(?P<wrapper>[\w.-]+): the monitored command dumped core"
+    # the program's own call to its runtime's abort, as the runtime reports it (MPICH's "application called MPI_Abort(comm, 1)",
+    # Charm++'s "Processor 0 Exiting: Called CmiAbort"): the program chose to end the job
+    r"|\b[Cc]alled (?P<abort>[A-Za-z]\w*Abort)\b")
 # fmt: on
 # What names the machine rather than the program: a device (a GPU, an InfiniBand port, NVLink, a disk, a node), the GPU or
 # network stack's calls and libraries (cuMemsetD8, ibv_create_cq, mlx5dv_*, NCCL, NVML), a signal sent from outside
@@ -68,7 +72,7 @@ _HEDGED = re.compile(
     r"\b(?:if|whether|may|might|could be|please (?:use|set|specify|check)|ignor\w*|plugin|allocate resources)\b|\?", re.IGNORECASE
 )
 # Literals one of which any frame needs (the parsers' pre-filters carry them).
-QUICK = ("error", "fatal", "severe", "fail", "panicked", "dumped core")
+QUICK = ("error", "fatal", "severe", "fail", "panicked", "dumped core", "abort")
 _QUICK = any_of(QUICK)
 
 
@@ -80,10 +84,12 @@ def quick(lowered: str) -> bool:
 def read_own_failure(message: str) -> tuple[str, str] | None:
     """(who, what) when the line is a program stating its own failure in its frame, else None."""
     m = _FRAMES.search(message)
-    # the message after the frame (the frame's own words, "on node 0", a host "gpu-a12", are the speaker's)
-    if m is None or _HEDGED.search(message, m.end()) or _MACHINE.search(message, m.end()):
+    # the message after the frame (the frame's own words, "on node 0", a host "gpu-a12", are the speaker's); the frame's
+    # last group names it: the level closes the first frame, after the program's name
+    kind = (m.lastgroup or "") if m is not None else ""
+    # an abort call is said mid-sentence: a hedge before it is its own clause's ("if the program called MPI_Abort")
+    if m is None or _HEDGED.search(message, 0 if kind == "abort" else m.end()) or _MACHINE.search(message, m.end()):
         return None
-    kind = m.lastgroup or ""  # the frame's last group: the level closes the first frame, after the program's name
     if kind == "level":
         return (m.group("prog"), f"its own {m.group('level').lower()} frame")
     return (m.group(kind), _WHAT[kind])
@@ -96,4 +102,5 @@ _WHAT = {
     "lib": "its library's ERROR frame",
     "hydra": "its launcher frame's failure",
     "wrapper": "its command's core dump",
+    "abort": "its call to its runtime's abort",
 }

@@ -1,6 +1,7 @@
 """A loss frozen batch by batch: the stalled-loss detector's cyclic form of "frozen" (docs/design.md §3), beside
 its other frozen forms: a whole window at one value (window_frozen), a short log's printed digits alike
-(printed_frozen) and a loss at exactly 0 straight from its level or from a blow-up (zeroed_at_once).
+(printed_frozen) and a loss at exactly 0 straight from its level or from a blow-up (zeroed_at_once), or from
+the run's first log with its held-out loss at 0 too (zero_from_the_start).
 
 A model whose weights no longer move answers every input as it did before. Fed the same batches in the
 same order each epoch (no shuffling, a fixed validation-like split, a full-batch physics loss), its
@@ -147,6 +148,27 @@ def zeroed_at_once(curve: LossCurve) -> Verdict | None:
         return None
     return Verdict(f"loss 0 at every digit printed for {REPEATS} logs (steps {latest[REPEATS - 1][0]}-{latest[0][0]}), "
                    f"straight from {before:.6g} at step {came_from}: no target is scored", rollback=False)
+
+
+def zero_from_the_start(curve: LossCurve, held_out: dict, watched_from_start: bool) -> Verdict | None:
+    """Every loss exactly 0 from the first log the run showed, watched from its start (``watched_from_start``), at
+    :data:`STEPPING_REPEATS` logs at least, while every held-out loss it evaluated (``held_out``: its held-out losses'
+    ``(step, value, higher)`` by name, loss_eval.HeldOutWatch.held_losses) is exactly 0 too: no model learns its
+    training and held-out data to under its logs' last digit before it has trained, so the losses score nothing,
+    not a fit (a single class, every target masked). Issue 54, fresh batch 33's Inception-v1 classifier: train loss
+    0.000000 at steps 0, 10 and 20 and held-out loss 0.000000 with accuracy 1 at steps 0 and 20. A policy-gradient
+    surrogate sits at 0 from its start while it learns (its advantages sum to 0 in each group: fresh batch 21's GRPO,
+    loss 0.0 at its first logs as its reward rises), with no held-out loss to say the same; a held-out loss above
+    0 says the data is scored; a run first seen later at 0 may have fitted it (:func:`zeroed_at_once` reads a loss
+    that comes to 0 from its level)."""
+    if not watched_from_start or curve.signed or curve.peak != 0.0 or curve.seen < STEPPING_REPEATS:
+        return None
+    evaluated = [value for kept in held_out.values() for _, value, _ in kept]
+    if not evaluated or any(value != 0.0 for value in evaluated):
+        return None
+    return Verdict(f"loss 0 at every log from the first ({curve.seen} logs, steps {curve.first_step}-"
+                   f"{curve.losses[-1][0]}) and held-out loss 0 at every evaluation so far ({len(evaluated)}), from "
+                   f"the run's start: nothing is scored", rollback=False)
 
 
 def _zeroed_after_blow_up(curve: LossCurve) -> Verdict | None:

@@ -26,6 +26,10 @@ DIVERGE_OF_SCALE = 0.1
 # did, whatever the scale (a fine-tune first seen at 1e-3, with no class count to say what a guess is).
 DIVERGE_MIN = 0.01
 DIVERGE_STEADY = 0.2  # of the climb: the middle third's median at least this far from either end's
+# Jumped and held: the latest REPEATS losses each this many times the first (half of BLOWN_UP's tenfold), within
+# HELD_SPREAD of each other (one level, not a per-batch loss's scatter), every loss since the first above it.
+HELD_ABOVE = 5.0
+HELD_SPREAD = 2.0
 
 
 def lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
@@ -126,3 +130,29 @@ def blown_up(curve: LossCurve) -> Verdict | None:
     return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {first[0]}-{last[0]}), "
                    f"{lowest / top:.3g}x every loss before them (at most {top:.4g}): blown up, not come back",
                    rollback=False)
+
+
+def held_above_first(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`REPEATS` losses each :data:`HELD_ABOVE` times the first loss the run showed, within
+    :data:`HELD_SPREAD` of each other, and every loss since that first above it: the run left where it was first seen
+    for a level it holds, and never came back to it. The first loss is the model the run was watched from (a random
+    one at a guess's loss, or a restored checkpoint's trained level); a model that learns, warms up or is resumed with
+    what it had goes on from there, and a per-batch loss that scatters about its level dips back to it or spreads
+    wider than it rose. A resumed run that broke (issue 54, fresh batch 33: a YOLOv4 restored at 10.57, then 98-136 at
+    each of its next 9 logs) or a network coming apart from its first step (its MAR re-identification model, 10.8 at
+    iteration 0, then 19.5, 45.3 and 70-86 at the 5 after) holds such a level before any window fills, where
+    :func:`blown_up` asks for ten times every loss before. Healthy runs of the fixtures reach at most 2.6 times their
+    first with the rest of it (fresh batch 15's per-batch sentence classifier first seen halfway); a first loss near
+    zero (a fine-tune's 2e-3, seen halfway, then 0.01-0.14: fresh batch 17) has no level a fold measures, and a signed
+    loss no floor. The caller asks only while no evaluated metric is better than at its first evaluation (an RL
+    critic's loss climbs a hundredfold while the return it predicts does: fresh batch 15's DDPG)."""
+    held, first = curve.losses, curve.first
+    if curve.signed or first is None or first <= 1e-3 or len(held) <= REPEATS or curve.low_since_first <= first:
+        return None
+    latest = [v for _, v in islice(held, len(held) - REPEATS, None)]
+    low, high = min(latest), max(latest)
+    if low < HELD_ABOVE * first or high > HELD_SPREAD * low:
+        return None
+    return Verdict(f"loss {low:.4g}-{high:.4g} at each of the latest {REPEATS} logs (steps {held[-REPEATS][0]}-"
+                   f"{held[-1][0]}), {low / first:.3g}x its first loss {first:.4g} (step {curve.first_step}) and "
+                   f"above it at every log since: left where it was first seen for a level it holds", rollback=False)

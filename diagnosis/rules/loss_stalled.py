@@ -45,7 +45,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     rate, fresh batches 23 and 32, not one whose warm-up raises its rate from 0); and at any step, 5 logs at exactly 0
     straight from the level the run was at, from a last loss printed to a thousandth of its level or finer: nothing
     is scored (loss_cycle.zeroed_at_once: every target masked; fresh batch 20's 1.4138, then 0.0), or 1 log straight
-    after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0);
+    after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0); and
+    3 logs at 0 from the first, watched from its start, while every held-out loss evaluated is 0 too: nothing is
+    scored (loss_cycle.zero_from_the_start: fresh batch 33's Inception-v1 at 0.000000 with held-out accuracy 1);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -66,6 +68,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     run: what it learned before is unseen, so "regressed" cannot weigh it); and at any step, 5 logs in a row
     each ten times every loss before them, those above 1e-3: blown up, not come back (loss_diverging.blown_up:
     fresh batch 29's Faster R-CNN, 0.06 then 5.4e19 up to 2.5e22; fresh batch 5's Keras MLP, 1.18 then 13-27);
+    and at any step, the latest 5 logs each five times the first loss, within a factor of 2 of each other, every log
+    since above it: left where it was first seen for a level it holds (loss_diverging.held_above_first: fresh batch
+    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86);
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, not a trained
     model's (a first loss under 9/10 of a guess's, random weights unsaid: a fine-tune), it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
@@ -101,8 +106,8 @@ import statistics
 from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import blown_up
+from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zero_from_the_start, zeroed_at_once
+from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, held_above_first
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
@@ -222,13 +227,19 @@ class LossStalledDetector:
         # A loss at exactly 0 straight from its level, at any time: no window judges a loss of 0 (a share of it
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
-            verdict = zeroed_at_once(curve)
+            verdict = zeroed_at_once(curve) or zero_from_the_start(
+                curve, self.held_out.held_losses(event.job), from_start(curve, self._window(curve)))
         if verdict is None and loss >= BLOWN_UP * curve.first > 1e-2 and not curve.fired:  # loss_diverging.blown_up
             verdict = blown_up(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again
             # Learned, then a guess's or worse; trained, a guess's exactly; far above one early: no window to fill (loss_chance.py)
             exact, size = curve.exact_guess >= COLLAPSED_LOGS, self._window(curve)  # where from its start is asked at all
             verdict = collapsed(curve, step, exact and not from_start(curve, size), early=curve.seen < size)
+        # Worse than where it was first seen, held (loss_diverging.held_above_first), unless a metric evaluated is better
+        # than at its first evaluation: an RL critic's loss grows with the return it learns to predict.
+        if (verdict is None and loss >= HELD_ABOVE * curve.first > 1e-3 and not curve.fired
+                and not self.held_out.improving(event.job, 0)):
+            verdict = held_above_first(curve)
         if verdict is None and curve.seen >= curve.next_check:
             verdict = judge_window(curve, self._window(curve), self.held_out, event.job)
         return self._finding(curve, event, verdict, step)

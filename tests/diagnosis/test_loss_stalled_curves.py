@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 33))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 34))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -539,6 +539,18 @@ FRESH_MISSED: dict[str, str] = {
     "pllava_video_llm_finetune_video_loss_frozen_at_10.3755_iters_0_5_10.csv": "a video-LLM fine-tune's 3 quoted logs "
     "at 10.3755 (iterations 0, 5 and 10 of 336), no class count and no learning rate: the same value at every printed "
     "digit, which loss_cycle.printed_frozen calls frozen at the 5th log alike; 3 are fewer (loss round 35)",
+    "lightcnn29_msceleb_resumed_at_epoch_14_batch_loss_0.18_to_0.81_prec_falling_optimizer_not_saved.csv": "a resumed "
+    "LightCNN's 6 quoted batch losses, 0.1796, 0.2190, 0.4000, then 0.8118, 0.7565, 0.6364 (iterations 0-200 and "
+    "6,100-6,300 of epoch 14), no class count: 3.5-4.5 times its first at its last 3 logs, and falling there; "
+    "loss_diverging.held_above_first wants 5 logs at five times the first, and healthy per-batch losses first seen "
+    "halfway hold 2.6 times theirs at 5 (fresh15's sentence classifier) and reach 6 times at 5 as a scatter (fresh17's "
+    "ViT from 2e-3); what says it got worse is its running top-1 precision (94.5 % to 86.9 %), a training metric the "
+    "file leaves out, and the maintainer's 'we don't save optimizer' (loss round 36)",
+    # fresh33's restored YOLOv4 (10.57 at step 1, then 98-136 at its next 9 logs) and MAR re-identification network
+    # (10.8 at iteration 0, then 19.5, 45.3 and 70-86) are found since round 36 at their 5th log five times their first
+    # loss, within a factor of 2 of each other, every log since above it (loss_diverging.held_above_first); its
+    # Inception-v1 (0.000000 from step 0, held-out loss 0.000000 at steps 0 and 20) at its 3rd log, a loss at 0 from
+    # the start with every held-out loss at 0 too (loss_cycle.zero_from_the_start).
     # fresh30's second wav2vec2 run (healthy: down to 883 at step 2,150, up to 2,397 at 2,600, then 2,167, 1,679, 1,565,
     # 1,475 and on down to 1,061) is quiet since round 33 first seen halfway and under the shortest window from its middle:
     # a loss lower at each of its latest 5 logs than at the one before is a spike coming back (loss_diverging.diverging).

@@ -99,6 +99,9 @@ _CUDA_ERR = re.compile(
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",
                   802: "system not yet initialized"}
+# The runtime's name for a device number the process does not have (101, "invalid device ordinal"), spaces and
+# underscores dropped: not cudaErrorInvalidDevicePointer (17), a pointer the program passed wrong.
+_INVALID_DEVICE_NAME = re.compile(r"errorinvaliddevice(?!pointer)")
 # A GPU the process cannot see or reach: the device gone from the bus or the driver's grip
 # (docs/design.md: "Unable to determine the device handle" is gpu_lost too).
 _NO_DEVICE = re.compile(r"no cuda gpus are available|no (?:cuda|rocm)-capable device is detected|cuda driver initialization failed|"
@@ -132,11 +135,14 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
     if _NO_DEVICE.search(low):
         return error, "gpu_lost", "stop_time_diagnosis", "error"
     if ("no kernel image is available" in low or "unsupported ptx version" in low or "nobinaryforgpu" in low.replace(" ", "") or "nokernelimagefordevice" in low
-            or "named symbol not found" in low or "invalid device ordinal" in low or "invalid device function" in low):
+            or "named symbol not found" in low or "invalid device ordinal" in low or "invalid device function" in low
+            or _INVALID_DEVICE_NAME.search(low.replace(" ", ""))):
         # the build has no code for this GPU's architecture: the program's environment, not the GPU (HIP's name for it:
         # hipErrorNoBinaryForGpu, "Unable to find code object for all current devices!"); a device number the allocation
         # does not hold fails on every machine the same way (docs/design.md §9); "invalid device function" is CUDA's and HIP's
         # word for a kernel not compiled for this device's architecture (round 24); the name in any spelling (round 33: CUDA_ERROR_NO_BINARY_FOR_GPU)
+        # (round 34) "invalid device ordinal" by the error's name in any API's spelling (cudaErrorInvalidDevice,
+        # CUDA_ERROR_INVALID_DEVICE, hipErrorInvalidDevice): the name is what a wrapper prints before or instead of the text
         return error, "user_code", "rollback", "error"
     if "requires reset" in low:
         return error, "gpu_reset_required", "stop_time_diagnosis", "error"

@@ -111,6 +111,15 @@ def _subsystem_data(raw: str, att: Attribution, sev: Severity) -> dict[str, Any]
     return data
 
 
+def daemon_line(msg: str, raw: str, daemon: Attribution) -> Found | None:
+    """A known daemon's line in a job's stream: its subsystem's event when the table gives it a class and the line
+    is an error by its own level or words (kernel_line's reading), else None (no guess is taken for it)."""
+    if daemon.fault in (None, "unknown"):
+        return None
+    sev = severity_of(msg, raw)
+    return [("subsystem_error", _subsystem_data(raw, daemon, sev))] if sev.is_error else None
+
+
 def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None, severity: Severity | None = None,
                threshold: float = line_model.THRESHOLD, **extra: Any) -> Found | None:
     """A ``suspect_line`` event when the model names a fault class with confidence, else None."""
@@ -127,9 +136,11 @@ def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None,
     # (round 21) A daemon's journal line in the job's stream (its syslog tag names a program the subsystem table
     # knows: ceph-osd, beegfs-client, chronyd) is that daemon's, whose class the table gives where the kernel stream
     # reads it; a guess from the job's own lines is not taken for it (the model read ceph-osd's '-1 bluefs
-    # _allocate failed' user_code).
-    if source != "kernel" and by_program(program_of(raw)) is not None:
-        return None
+    # _allocate failed' user_code). (round 34) Where the table gives the daemon a class, its error line (by the same
+    # severity reading as the kernel stream's, kernel_line) is that class's here too, at most an alert: a FUSE
+    # storage client's 'cvmfs2[N]: ... EIO (01): lookup failed' is the storage's, as the kernel stream would class it.
+    if source != "kernel" and (daemon := by_program(program_of(raw))) is not None:
+        return daemon_line(msg, raw, daemon)
     guess = model.guess(msg, source)
     # A firmer bar than the model's own is read off its confidence (as the guess reports it, to 3 digits).
     if guess is None or guess.confidence < threshold or _guess_unfounded(guess.fault, msg, raw):

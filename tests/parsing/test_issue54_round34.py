@@ -191,3 +191,44 @@ def test_a_gpus_memory_exhausted_in_plain_words_is_user_code(line: str, acts: bo
 )
 def test_invalid_device_ordinal_by_its_name_is_user_code(line: str, fault: str) -> None:
     assert fault in [f for f, _ in _acting(line)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "MPIDI_OFI_handle_cq_error(1080)....: OFI poll failed (ofi_events.c:1082:MPIDI_OFI_handle_cq_error:Input/output error - TRUNCATED)",
+        " # na_ofi_cq_read(): fi_cq_readerr got err: 110(Connection timed out), prov_errno: -110(Connection timed out).",
+    ],
+)
+def test_a_fabric_completion_in_error_is_the_collectives_error_whatever_its_errno(line: str) -> None:
+    assert [f for f, _ in _acting(line)] == ["nccl_error"]
+
+
+@pytest.mark.parametrize(
+    ("line", "acts"),
+    [
+        ("Message[3] job cancelled - job preempted (node failure)", True),
+        ("job 55120 requeued due to node failure on gpu-n17", True),
+        # help text and a policy line about it
+        ("If a job is requeued due to node failure, it keeps its place in the queue.", False),
+        ("JobRequeue policy: requeue jobs killed by node failure", False),
+    ],
+)
+def test_a_job_ended_by_a_node_failure_is_node_silent(line: str, acts: bool) -> None:
+    assert (("node_silent", "alert") in _acting(line)) is acts
+
+
+@pytest.mark.parametrize(
+    ("line", "acts"),
+    [
+        ("Feb  3 11:20:41 wn12 cvmfs2[5512]: (sft.cern.ch) EIO (05): failed to open /lib/x.so", True),
+        ("Feb  3 11:20:41 wn12 gcsfuse[771]: ReadFile: input/output error, fh.reader.ReadAt: readFull: timed out", True),
+        ("Feb  3 11:20:41 wn12 blobfuse2[771]: [/mnt/data] LOG_ERR [block_cache.go (1050)]: BlockCache::download : failed to download block 7", True),
+        # the same daemons' own notices, at their info level or saying no trouble
+        ("Feb  3 11:20:41 wn12 blobfuse2[771]: LOG_INFO [mount.go (411)]: mount: Mounting blobfuse2 on /mnt/data", False),
+        ("Feb  3 11:20:41 wn12 mount-s3[771]: [INFO] mountpoint_s3_fs::cli: mount-s3 1.16.2", False),
+        ("Feb  3 11:20:41 wn12 cvmfs2[5512]: (sft.cern.ch) switching proxy from http://p1:3128 to http://p2:3128", False),
+    ],
+)
+def test_a_fuse_storage_clients_error_in_the_jobs_stream_is_storage(line: str, acts: bool) -> None:
+    assert (("storage", "alert") in _acting(line)) is acts

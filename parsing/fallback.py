@@ -17,7 +17,7 @@ from faultlens.parsing import line_model
 from faultlens.parsing import rules as catalogue
 from faultlens.parsing.line import common
 from faultlens.parsing.needles import NeedleScan, scan
-from faultlens.parsing.severity import WARNING, Severity, says_retrying, severity_of, trainer_level
+from faultlens.parsing.severity import ERR, WARNING, Severity, says_retrying, severity_of, trainer_level
 from faultlens.parsing.subsystems import Attribution, attribute, by_program
 from faultlens.parsing.timestamps import program_of
 
@@ -43,6 +43,13 @@ _CPU_TOPOLOGY_PROBE = re.compile(r"/sys/devices/system/(?:cpu|node)/\S*/(?:cache
 _REGISTER_ALONE = re.compile(r"(?i)(?:^|\s)[a-z]{1,4}\d{1,2}=0x[0-9a-f]{8,}(?: [0-9a-f]{8,})*\s*$")
 # (round 30) A status report's count of none ('ceph -s': '    0 osds down', '0 hosts (0 osds) down'): the program says
 # nothing is in that state; the guess read the noun and the state word (nic, then storage).
+# (round 34) A storage daemon's words that an operation on its data failed, the subject of its failure (not its own
+# set-up: multipathd's 'failed to increase buffer size', a healthy fresh52 row): an I/O errno, or a read, write,
+# lookup, fetch, open, list, download, upload or mount that failed, either order ('lookup failed', 'Failed to read',
+# 'list_blobs_hierarchical failed').
+_DATA_OP_FAILED = re.compile(r"(?i)\bEIO\b|\bInput/output error\b|\bI/O error\b"
+                             r"|\b(?:read|write|lookup|fetch|open|list|download|upload|mount|stat)\w* (?:failed|error)\b"
+                             r"|\bfail(?:ed|s)? to (?:read|write|lookup|look up|fetch|open|list|download|upload|mount|stat)\b")
 _ZERO_COUNT = re.compile(r"^\s*0 [a-z]+(?: \(0 [a-z]+\))? (?:down|failed|degraded|missing|unfound|lost)\s*$")
 
 
@@ -113,11 +120,15 @@ def _subsystem_data(raw: str, att: Attribution, sev: Severity) -> dict[str, Any]
 
 def daemon_line(msg: str, raw: str, daemon: Attribution) -> Found | None:
     """A known daemon's line in a job's stream: its subsystem's event when the table gives it a class and the line
-    is an error by its own level or words (kernel_line's reading), else None (no guess is taken for it)."""
+    states an error level of its own ('[ERROR]'), or, for a storage daemon, says that an operation on its data failed
+    (an I/O errno, 'lookup failed', 'failed to read'); else None (no guess is taken for it)."""
     if daemon.fault in (None, "unknown"):
         return None
     sev = severity_of(msg, raw)
-    return [("subsystem_error", _subsystem_data(raw, daemon, sev))] if sev.is_error else None
+    level = trainer_level(msg)
+    if not ((level is not None and level <= ERR) or (daemon.fault == "storage" and sev.is_error and _DATA_OP_FAILED.search(msg))):
+        return None
+    return [("subsystem_error", _subsystem_data(raw, daemon, sev))]
 
 
 def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None, severity: Severity | None = None,

@@ -228,7 +228,26 @@ def test_a_job_ended_by_a_node_failure_is_node_silent(line: str, acts: bool) -> 
         ("Feb  3 11:20:41 wn12 blobfuse2[771]: LOG_INFO [mount.go (411)]: mount: Mounting blobfuse2 on /mnt/data", False),
         ("Feb  3 11:20:41 wn12 mount-s3[771]: [INFO] mountpoint_s3_fs::cli: mount-s3 1.16.2", False),
         ("Feb  3 11:20:41 wn12 cvmfs2[5512]: (sft.cern.ch) switching proxy from http://p1:3128 to http://p2:3128", False),
+        # a storage daemon's failure of its own set-up, not of an operation on its data
+        ("Feb  3 11:20:41 wn12 multipathd[990]: failed to increase buffer size", False),
+        ("Feb  3 11:20:41 wn12 gcsfuse[771]: failed to set up metrics exporter: permission denied", False),
     ],
 )
 def test_a_fuse_storage_clients_error_in_the_jobs_stream_is_storage(line: str, acts: bool) -> None:
     assert (("storage", "alert") in _acting(line)) is acts
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # syslogd's broadcast to the terminals: the kernel's tag with no space before its message
+        " kernel:LustreError: 2210:0:(file.c:301:ll_file_open()) LBUG",
+        "kernel:LustreError: 2210:0:(lov_obj.c:88:lov_init()) ASSERTION( lsm != NULL ) failed: ",
+    ],
+)
+def test_a_broadcast_kernel_line_is_read_by_its_drivers_tag(line: str) -> None:
+    assert [f for f, _ in _acting(line, "kernel")] == ["storage"]
+
+
+def test_a_broadcast_kernel_line_keeps_the_kernels_own_readings() -> None:
+    assert [f for f, _ in _acting("kernel:Kernel panic - not syncing: Fatal exception in interrupt", "kernel")] == ["kernel"]

@@ -17,7 +17,7 @@ from faultlens.parsing import line_model
 from faultlens.parsing import rules as catalogue
 from faultlens.parsing.line import common
 from faultlens.parsing.needles import NeedleScan, scan
-from faultlens.parsing.severity import WARNING, Severity, says_retrying, severity_of, trainer_level
+from faultlens.parsing.severity import ERR, WARNING, Severity, says_retrying, severity_of, trainer_level
 from faultlens.parsing.subsystems import Attribution, attribute, by_program
 from faultlens.parsing.timestamps import program_of
 
@@ -43,6 +43,13 @@ _CPU_TOPOLOGY_PROBE = re.compile(r"/sys/devices/system/(?:cpu|node)/\S*/(?:cache
 _REGISTER_ALONE = re.compile(r"(?i)(?:^|\s)[a-z]{1,4}\d{1,2}=0x[0-9a-f]{8,}(?: [0-9a-f]{8,})*\s*$")
 # (round 30) A status report's count of none ('ceph -s': '    0 osds down', '0 hosts (0 osds) down'): the program says
 # nothing is in that state; the guess read the noun and the state word (nic, then storage).
+# (round 34) A storage daemon's words that an operation on its data failed, the subject of its failure (not its own
+# set-up: multipathd's 'failed to increase buffer size', a healthy fresh52 row): an I/O errno, or a read, write,
+# lookup, fetch, open, list, download, upload or mount that failed, either order ('lookup failed', 'Failed to read',
+# 'list_blobs_hierarchical failed').
+_DATA_OP_FAILED = re.compile(r"(?i)\bEIO\b|\bInput/output error\b|\bI/O error\b"
+                             r"|\b(?:read|write|lookup|fetch|open|list|download|upload|mount|stat)\w* (?:failed|error)\b"
+                             r"|\bfail(?:ed|s)? to (?:read|write|lookup|look up|fetch|open|list|download|upload|mount|stat)\b")
 _ZERO_COUNT = re.compile(r"^\s*0 [a-z]+(?: \(0 [a-z]+\))? (?:down|failed|degraded|missing|unfound|lost)\s*$")
 
 
@@ -111,6 +118,19 @@ def _subsystem_data(raw: str, att: Attribution, sev: Severity) -> dict[str, Any]
     return data
 
 
+def daemon_line(msg: str, raw: str, daemon: Attribution) -> Found | None:
+    """A known daemon's line in a job's stream: its subsystem's event when the table gives it a class and the line
+    states an error level of its own ('[ERROR]'), or, for a storage daemon, says that an operation on its data failed
+    (an I/O errno, 'lookup failed', 'failed to read'); else None (no guess is taken for it)."""
+    if daemon.fault in (None, "unknown"):
+        return None
+    sev = severity_of(msg, raw)
+    level = trainer_level(msg)
+    if not ((level is not None and level <= ERR) or (daemon.fault == "storage" and sev.is_error and _DATA_OP_FAILED.search(msg))):
+        return None
+    return [("subsystem_error", _subsystem_data(raw, daemon, sev))]
+
+
 def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None, severity: Severity | None = None,
                threshold: float = line_model.THRESHOLD, **extra: Any) -> Found | None:
     """A ``suspect_line`` event when the model names a fault class with confidence, else None."""
@@ -127,9 +147,11 @@ def model_line(msg: str, raw: str, source: str, *, subsystem: str | None = None,
     # (round 21) A daemon's journal line in the job's stream (its syslog tag names a program the subsystem table
     # knows: ceph-osd, beegfs-client, chronyd) is that daemon's, whose class the table gives where the kernel stream
     # reads it; a guess from the job's own lines is not taken for it (the model read ceph-osd's '-1 bluefs
-    # _allocate failed' user_code).
-    if source != "kernel" and by_program(program_of(raw)) is not None:
-        return None
+    # _allocate failed' user_code). (round 34) Where the table gives the daemon a class, its error line (by the same
+    # severity reading as the kernel stream's, kernel_line) is that class's here too, at most an alert: a FUSE
+    # storage client's 'cvmfs2[N]: ... EIO (01): lookup failed' is the storage's, as the kernel stream would class it.
+    if source != "kernel" and (daemon := by_program(program_of(raw))) is not None:
+        return daemon_line(msg, raw, daemon)
     guess = model.guess(msg, source)
     # A firmer bar than the model's own is read off its confidence (as the guess reports it, to 3 digits).
     if guess is None or guess.confidence < threshold or _guess_unfounded(guess.fault, msg, raw):

@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from faultlens.parsing.alarm import looks_alarming
-from faultlens.parsing.errors import classify_cuda, classify_nccl, nccl_fault
+from faultlens.parsing.cuda_errors import classify_cuda
+from faultlens.parsing.errors import classify_nccl, nccl_fault
 from faultlens.parsing.line import common
 
 

@@ -218,6 +218,11 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
         # a syslog line whose clock and host a reporter dropped, its tag kept ("kernel: [  731.07] sof-audio-pci ..."):
         # the kernel's own clock and driver tag follow
         return Stamped(None, float(m.group(1)), line[m.end():])
+    elif first in "k " and line.lstrip(" ").startswith("kernel:") and (body := line.lstrip(" ")[7:])[:1].isalpha():
+        # (round 34) syslogd's broadcast of an emergency to the terminals ("Message from syslogd@host at ..." then
+        # " kernel:LustreError: 1474:0:(...) LBUG"): the tag and the message with no space between, no clock; the
+        # message is the kernel's, its driver's tag first
+        return Stamped(None, None, body)
     if first.isdigit():
         if line[2:4] == "h " and (m := _ELAPSED.match(line)):
             mono, rest = _strip_mono(line[m.end():])

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultlens.parsing import signals
-from faultlens.parsing.errors import USER_TYPES, classify_cuda, classify_nccl, nccl_fault
+from faultlens.parsing.cuda_errors import classify_cuda
+from faultlens.parsing.errors import USER_TYPES, classify_nccl, nccl_fault
 from faultlens.parsing.exception_subject import read_subject
 from faultlens.parsing.exceptions import judge
 from faultlens.parsing.line import MAX_KEPT, common

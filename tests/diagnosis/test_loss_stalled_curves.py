@@ -546,11 +546,10 @@ FRESH_MISSED: dict[str, str] = {
     "halfway hold 2.6 times theirs at 5 (fresh15's sentence classifier) and reach 6 times at 5 as a scatter (fresh17's "
     "ViT from 2e-3); what says it got worse is its running top-1 precision (94.5 % to 86.9 %), a training metric the "
     "file leaves out, and the maintainer's 'we don't save optimizer' (loss round 36)",
-    "nin_cifar10_pytorch_loss_frozen_at_2.302585_ln10_from_epoch_2_test_acc_10.00_percent_every_epoch.csv": "a "
-    "Network-in-Network on CIFAR-10 from scratch at lr 0.1: 2.303388, 2.289754, 2.233992, then 2.302585 = ln 10 to "
-    "the last printed digit at every line of epochs 2-4 (12 logs), its test loss 2.9473 and accuracy 10.00 % the same "
-    "after each epoch; 16 logs are under the 20 the shortest window judges, and from random weights a guess's loss "
-    "repeating to every digit is left to the window (loss_cycle.printed_frozen: fresh4's AdaGrad) (loss round 37)",
+    # fresh34's Network-in-Network on CIFAR-10 from scratch (2.303388, 2.289754, 2.233992, then 2.302585 = ln 10 at every
+    # line of epochs 2-4 at lr 0.1) is found since round 37 at its 3rd log alike: a loss a fiftieth below a guess's after
+    # the first log says the model left the untrained one, and back at the guess to every digit it lost what it learned
+    # (loss_cycle.printed_frozen, _left_the_guess).
     # fresh33's restored YOLOv4 (10.57 at step 1, then 98-136 at its next 9 logs) and MAR re-identification network
     # (10.8 at iteration 0, then 19.5, 45.3 and 70-86) are found since round 36 at their 5th log five times their first
     # loss, within a factor of 2 of each other, every log since above it (loss_diverging.held_above_first); its

@@ -37,9 +37,14 @@ _LEVEL_WORD = re.compile(
     # A daemon's one-letter level in brackets opening its message, as GPFS's mmfsd writes it to syslog
     # ("mmfs[4242]: [E] Unable to contact any quorum nodes", IBM Spectrum Scale's message severity tags:
     # A alert, X critical, E error, W warning, N notice, I info, D debug); upper case only
-    r"|^(?-i:\[(?P<letter>[AXEWNID])(?::\d+)?\] )",
+    r"|^(?-i:\[(?P<letter>[AXEWNID])(?::\d+)?\] )"
+    # (round 35) a daemon's Go logger that writes its program, pid and level in angle brackets after the clock
+    # ("2022/01/04 10:00:23.245840 juicefs[7] <ERROR>: flush 580362 timeout ...", JuiceFS's and its embedded badger's
+    # format, utils/logger.go): the bracketed word is the level, upper case only
+    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):",
     re.IGNORECASE,
 )
+_ANGLE_LEVELS = {**_LEVELS, "trace": 7, "fatal": 2, "panic": 0}
 _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # Words by which a line says its trouble is over or none: "read error corrected", "recovered",
 # "Successfully unregistered ...", "no action required". Taken back by a negation before them
@@ -188,6 +193,8 @@ def level_word(message: str) -> int | None:
         return None
     if m.group("letter"):
         return _LETTERS[m.group("letter")]
+    if m.group("ang"):
+        return _ANGLE_LEVELS[m.group("ang").lower()]
     return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
 
 

@@ -80,3 +80,45 @@ def test_a_fibre_channel_link_lost_at_boot_is_the_machines_record() -> None:
     """A port down while the machine boots (an unused port, no cable yet) is recorded, never an alert on a job."""
     evs = events("[   31.402117] lpfc 0000:af:00.1: 1:1305 Link Down Event x2 received Data: x2 x7 x98014 x0 x0", "kernel")
     assert [(e.data["fault"], e.data["action"]) for e in evs] == [("storage", "none")]
+
+
+def _job_stream(line: str) -> list[tuple[object, object]]:
+    """(fault, action) of every event of ``line`` read in a job's stream."""
+    return [(e.data["fault"], e.data["action"]) for e in events(line, "nccl")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a Go daemon's own log (clock, program[pid], level in angle brackets): the storage client states its error level
+        "2024/11/02 03:14:15.926535 juicefs[41210] <ERROR>: error: read tcp 10.8.0.12:51022->10.8.0.3:6379: read: connection reset by peer",
+        "2024/11/02 03:14:15.926535 juicefs[41210] <ERROR>: write inode 8812: broken pipe",
+    ],
+)
+def test_a_storage_clients_own_error_level_in_its_go_log_is_the_storages(line: str) -> None:
+    assert _job_stream(line) == [("storage", "alert")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # the same format's notices and warnings: the level word wins over the guess
+        "2024/11/02 03:14:15.926535 juicefs[41210] <INFO>: Ping redis latency: 812.2ms [redis.go:3512]",
+        "2024/11/02 03:14:15.926535 juicefs[41210] <WARNING>: AOF is not enabled, you may lose data if Redis is not shutdown properly.",
+        "2024/11/02 03:14:15.926535 badger[41210] <INFO>: Block cache metrics: hit: 12 miss: 40 keys-evicted: 3",
+    ],
+)
+def test_the_go_logs_notices_and_warnings_stay_quiet(line: str) -> None:
+    assert [a for _, a in _job_stream(line) if a != "none"] == []
+
+
+def test_the_go_logs_level_and_program_are_read() -> None:
+    from faultlens.parsing.severity import level_word
+    from faultlens.parsing.timestamps import program_of
+
+    line = "2024/11/02 03:14:15.926535 juicefs[41210] <FATAL>: The mount point is not ready in 10 seconds, exit it"
+    assert program_of(line) == "juicefs" and level_word(line) == 2
+    # a syslog line keeps its own program; a bracketed word that is no level, or not upper case, is no level
+    assert program_of("2024-11-02T03:14:15+00:00 node7 juicefs[41210]: <ERROR>: x") == "juicefs"
+    assert level_word("2024/11/02 03:14:15.926535 juicefs[41210] <error>: x") is None
+    assert level_word("2024/11/02 03:14:15.926535 juicefs[41210] <Node 3>: x") is None

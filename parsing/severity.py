@@ -37,9 +37,14 @@ _LEVEL_WORD = re.compile(
     # A daemon's one-letter level in brackets opening its message, as GPFS's mmfsd writes it to syslog
     # ("mmfs[4242]: [E] Unable to contact any quorum nodes", IBM Spectrum Scale's message severity tags:
     # A alert, X critical, E error, W warning, N notice, I info, D debug); upper case only
-    r"|^(?-i:\[(?P<letter>[AXEWNID])(?::\d+)?\] )",
+    r"|^(?-i:\[(?P<letter>[AXEWNID])(?::\d+)?\] )"
+    # (round 35) a daemon's Go logger that writes its program, pid and level in angle brackets after the clock
+    # ("2022/01/04 10:00:23.245840 juicefs[7] <ERROR>: flush 580362 timeout ...", JuiceFS's and its embedded badger's
+    # format, utils/logger.go): the bracketed word is the level, upper case only
+    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):",
     re.IGNORECASE,
 )
+_ANGLE_LEVELS = {**_LEVELS, "trace": 7, "fatal": 2, "panic": 0}
 _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # Words by which a line says its trouble is over or none: "read error corrected", "recovered",
 # "Successfully unregistered ...", "no action required". Taken back by a negation before them
@@ -61,7 +66,7 @@ _NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to
 _REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back",
                           "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default"))
 
-_QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
+_QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "couldn't", "can't", "!= expected", "!=expected", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
           "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
           "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_", "io_page_fault")
@@ -78,13 +83,18 @@ _WORDS = re.compile(
     # (round 20) a driver that could not get what its device needs (MMIO mapped, MSI-X vectors reserved, DMA memory
     # allocated: "mpt3sas_cm0: unable to map adapter memory!", "ena ...: Can not reserve msix vectors"), or a device
     # operation that never finished ("e1000e ...: MDI Write did not complete"): the device is not usable
-    r"(?:unable to|can ?not|could not) (?:map|reserve|allocate|request|enable)|did not complete|resetting|unrecoverable|unreadable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
+    # (round 35) in every spelling of not being able ("Couldn't create ib_mad QP1", ionic's RDMA device: its queue pair
+    # or object not created is the same want as one not allocated)
+    r"(?:unable to|can ?not|can't|could(?: not|n't)) (?:map|reserve|allocate|request|enable|create)|did not complete|resetting|unrecoverable|unreadable|uncorrect(?:able|ed)|fatal|critical|stalls?|stalled|hung|"
     r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve
     r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
     # a status that is a negative errno (rc = -5, status: -110, a USB NIC's "Tx status -71") is a failure
     r"\bBUG: |\brc ?= ?-\d+|status:? -\d+|"
+    # (round 35) a driver's own consistency check that failed, printed as an inequality with what it expected (bnxt_en's
+    # "TPA end agg_buf 2 != expected agg_bufs 1": the ring's aggregation state is not what the hardware said)
+    r"\S != ?expected\b|"
     # librdmacm's failed connection events as a program names them (rdma_event_str: an address or route
     # not resolved, the peer unreachable or refusing, the device removed), before the word "error" or without it
     r"\bRDMA_CM_EVENT_(?:ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR|UNREACHABLE|REJECTED|DEVICE_REMOVAL)\b|"
@@ -183,6 +193,8 @@ def level_word(message: str) -> int | None:
         return None
     if m.group("letter"):
         return _LETTERS[m.group("letter")]
+    if m.group("ang"):
+        return _ANGLE_LEVELS[m.group("ang").lower()]
     return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
 
 

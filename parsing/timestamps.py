@@ -65,6 +65,10 @@ _FAC_SEV_HOST_TAG = re.compile(r"\d{1,2} [0-7] [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?:(
 # the program's tag alone is taken off, or the kernel's own clock and driver tag stay behind "kernel: ".
 # A program's name starts in lower case; a capital word there ("WARNING:", "INFO:", "NVRM:") is the message's.
 _TAG_ONLY = re.compile(r"[a-z][\w.\-/@]*(?:\[\d+\])?: ")
+# (round 35) A daemon's Go logger writing straight to its file: Go's log clock (log.LstdFlags|log.Lmicroseconds,
+# "2006/01/02 15:04:05.000000"), then the program and its pid with no host and no colon, then its level in angle
+# brackets (JuiceFS's utils/logger.go: "2025/03/06 10:43:58.436860 juicefs[2508038] <ERROR>: ..."): the program is named.
+_GO_LOG_PROGRAM = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? ([a-z][\w.\-]*)\[\d+\] <[A-Z]+>: ")
 _GLOG = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})\s")
 # (round 18) A console capture's elapsed clock and its delta to the line before ("00h 02m 10.529s(  51ms): [  131.91] ena: ..."):
 # the capture's, not the machine's; taken off, the kernel's own clock and line after it are read as dmesg's.
@@ -279,9 +283,12 @@ def split_timestamp(line: str, *, now: float | None = None) -> Stamped:
 
 def program_of(line: str) -> str | None:
     """The program a syslog or journald line names in its ``host tag[pid]: `` (lowered, the pid
-    dropped), None for the kernel's own lines and a line of no such prefix. split_timestamp takes
-    the tag off with the clock; the parsers ask for it only for a line whose message names no
-    subsystem of its own (a daemon's line: chronyd, ptp4l, rpc.mountd, ...)."""
+    dropped), or a Go daemon's own log names in ``clock program[pid] <LEVEL>:`` (JuiceFS); None for the
+    kernel's own lines and a line of no such prefix. split_timestamp takes the tag off with the clock;
+    the parsers ask for it only for a line whose message names no subsystem of its own (a daemon's
+    line: chronyd, ptp4l, rpc.mountd, ...)."""
+    if line[:1].isdigit() and (go := _GO_LOG_PROGRAM.match(line)):
+        return go.group(1).lower()
     m = _SYSLOG.match(line) if line[:1].isupper() else _ISO.match(line) if line[:1].isdigit() else None
     if m is None or (m.re is _ISO and m.group(7) == ","):
         return None

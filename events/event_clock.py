@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 DEFAULT_MAX_SKEW_S = 300.0
 
@@ -92,43 +92,57 @@ class EventClock:
     def observe(self, job: str, node: str, ts: float, record_ts: float | None, wall_now: float) -> None:
         """Learn the offset of one event (no-op without a record time or for a stamp from the future,
         and where clocks are not judged against peers)."""
-        if not self.judge_peers or record_ts is None:
+        self.observe_many(((job, node, ts, record_ts),), wall_now)
+
+    def observe_many(self, events: Iterable[tuple[str, str, float, float | None]], wall_now: float) -> None:
+        """:meth:`observe` of each ``(job, node, ts, record_ts)`` in turn, in one call: the intake
+        teaches the clock a whole poll before placing any of it, and a call a record was a tenth of
+        its placing (issue 56)."""
+        if not self.judge_peers:
             return
-        if ts > (wall_now if wall_now >= record_ts else record_ts) + self.max_skew_s:  # _from_future, inline: per record
-            return
-        offset = ts - record_ts
-        entry = self._nodes.get((job, node))
-        new = entry is None
-        if entry is None:
-            entry = self._nodes[(job, node)] = _NodeOffsets(
-                median=offset, job_recent=self._job_recent.setdefault(job, deque(maxlen=255)),
-                job_span=self._job_span.setdefault(job, [record_ts, record_ts]))
-            self._job_nodes.setdefault(job, []).append(entry)
-            self._job_dirty[job] = 64
-        entry.recent.append(offset)
-        entry.job_recent.append(offset)
-        span = entry.job_span
-        if record_ts < span[0]:
-            span[0] = record_ts
-        elif record_ts > span[1]:
-            span[1] = record_ts
-        entry.fresh += 1
-        if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
-            entry.median = statistics.median(entry.recent)
-            entry.fresh = 0
-            self._job_dirty[job] += 1
-        elif not new:
-            return  # the job's count moved neither here nor by a new node (64): no estimate is due
-        if self._job_dirty[job] >= 8:
-            self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
-            history = self._job_history.setdefault(job, deque(maxlen=64))
-            if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
-                history.append((record_ts, self._job_offset[job]))
-                self._job_drift[job] = self._drift(job)
-            recent = self._job_recent[job]
-            self._spread_of[job] = tuple(recent) if len(recent) > 1 else None
-            self._job_spread.pop(job, None)
-            self._job_dirty[job] = 0
+        nodes, job_dirty, limit = self._nodes, self._job_dirty, self.max_skew_s
+        for job, node, ts, record_ts in events:
+            if record_ts is None:
+                continue
+            if ts > (wall_now if wall_now >= record_ts else record_ts) + limit:  # _from_future, inline: per record
+                continue
+            offset = ts - record_ts
+            entry = nodes.get((job, node))
+            new = entry is None
+            if entry is None:
+                entry = nodes[(job, node)] = _NodeOffsets(
+                    median=offset, job_recent=self._job_recent.setdefault(job, deque(maxlen=255)),
+                    job_span=self._job_span.setdefault(job, [record_ts, record_ts]))
+                self._job_nodes.setdefault(job, []).append(entry)
+                job_dirty[job] = 64
+            entry.recent.append(offset)
+            entry.job_recent.append(offset)
+            span = entry.job_span
+            if record_ts < span[0]:
+                span[0] = record_ts
+            elif record_ts > span[1]:
+                span[1] = record_ts
+            entry.fresh += 1
+            if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
+                entry.median = statistics.median(entry.recent)
+                entry.fresh = 0
+                job_dirty[job] += 1
+            elif not new:
+                continue  # the job's count moved neither here nor by a new node (64): no estimate is due
+            if job_dirty[job] >= 8:
+                self._estimate(job, record_ts)
+
+    def _estimate(self, job: str, record_ts: float) -> None:
+        """The job's offset taken again from its nodes' medians (every few of their updates)."""
+        self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
+        history = self._job_history.setdefault(job, deque(maxlen=64))
+        if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
+            history.append((record_ts, self._job_offset[job]))
+            self._job_drift[job] = self._drift(job)
+        recent = self._job_recent[job]
+        self._spread_of[job] = tuple(recent) if len(recent) > 1 else None
+        self._job_spread.pop(job, None)
+        self._job_dirty[job] = 0
 
     def _spread(self, job: str) -> float:
         """How far the job's recent offsets spread (q3 - q1) at its latest estimate; inf before one."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_right
+from operator import itemgetter
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
 from faultlens.events.partition_mark import PartitionState, live_writers, partition_mark
@@ -60,6 +61,7 @@ class UpstreamStop(NamedTuple):
 # prefix at the low watermark (a bisection) and merges the prefixes in one sort (timsort merges
 # sorted runs). A global heap cost two pushes and a pop a record (issue 56).
 _TS, _PART, _OFFSET, _ITEM = 0, 2, 3, 4
+_item_of = itemgetter(_ITEM)
 _LAST = float("inf")  # (limit, _LAST) sorts after every held record stamped ``limit``
 
 
@@ -155,8 +157,10 @@ class WatermarkMerge(Generic[T]):
         push, held = heapq.heappush, state.offsets
         for offset in offsets:
             push(held, offset)
-        seq = self._seq
-        entries = [(ts, next(seq), partition, offset, item) for offset, ts, item in zip(offsets, times, items, strict=True)]
+        if not len(offsets) == len(times) == len(items):
+            raise ValueError("add_run: offsets, times and items differ in length")
+        # Each entry (ts, seq, partition, offset, item) built by zip in C, not a comprehension (issue 56).
+        entries = list(zip(times, itertools.islice(self._seq, len(items)), itertools.repeat(partition), offsets, items))
         entries.sort()  # (in offset order, nearly always in time order too: one pass)
         self._hold(partition, entries)
 
@@ -299,7 +303,7 @@ class WatermarkMerge(Generic[T]):
         # Everything idle: as far as the data itself got (followers never lead).
         limit = low if low is not None else self._reached(wall_now)
         gone = self._take(limit)
-        out = [entry[_ITEM] for entry in gone]
+        out = list(map(_item_of, gone))  # (in C: per record, issue 56)
         if limit != float("-inf") and limit != float("inf"):  # inf: every upstream writer idle
             self.progress = limit if self.progress is None else max(self.progress, limit)
         return out
@@ -342,7 +346,7 @@ class WatermarkMerge(Generic[T]):
         top = max((entry[_TS] for entry in gone if entry[_TS] != float("-inf")), default=None)
         if top is not None:
             self.progress = top if self.progress is None else max(self.progress, top)
-        return [entry[_ITEM] for entry in gone]
+        return list(map(_item_of, gone))
 
     def _release_offsets(self, partition: Partition, entries: list[tuple], count: int) -> None:
         """The offsets of ``partition``'s first ``count`` ``entries`` let go, in turn, inline (a
@@ -352,6 +356,16 @@ class WatermarkMerge(Generic[T]):
             return
         state.held -= count
         offsets, released, pop = state.offsets, state.released, heapq.heappop
+        if not released and count <= len(offsets):
+            # Nearly always the records let go hold the partition's lowest offsets held: then the
+            # lazy deletion below pops exactly those and leaves nothing released, and popping them
+            # is all of it (a set's add, two lookups and a discard a record fewer: issue 56).
+            lowest = [pop(offsets) for _ in range(count)]
+            # (of distinct offsets only: a bundle's events let go out of their order may leave a copy held there)
+            if lowest == sorted(map(itemgetter(_OFFSET), entries[:count])) and len(set(lowest)) == count:
+                return
+            for offset in lowest:  # not so: back as they were held, and the general way
+                heapq.heappush(offsets, offset)
         for i in range(count):
             released.add(entries[i][_OFFSET])
             while offsets and offsets[0] in released:

@@ -26,6 +26,7 @@ one), where read whole at once, or by the general peek, it is placed by the last
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Callable, Collection, Mapping, Sequence
 
 import msgspec
@@ -49,6 +50,7 @@ UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
 _SOURCE_KEY = b',"source":'
 _PREFIX_MAX = 1024  # looked for no further: an envelope with longer names is peeked the general way
 _read_prefix = msgspec.json.Decoder(EnvelopeTime).decode
+_job_of, _ts_of = itemgetter(0), itemgetter(2)  # of a placed record's (job, node, ts, record_ts)
 
 
 def peek_envelope_time(raw: bytes | str | None) -> EnvelopeTime | None:
@@ -172,32 +174,42 @@ class Intake:
         the records split built, not on new ones: a Record built twice a message cost ~0.15 µs.)"""
         assert self.clock is not None
         wall = time.time()
-        keyed: list[tuple[Record, float, float | None, str, str]] = []  # (record, ts, record_ts, job, node)
-        observe = self.clock.observe
+        placed: list[Record] = []
+        keyed: list[tuple[str, str, float, float | None]] = []  # (job, node, ts, record_ts) of each in placed
         for r in records:
             value, timestamp_ms = r.value, r.timestamp_ms
-            ts = getattr(value, "ts", None)
             record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time, inline
+            try:  # an envelope (every decoder's): its fields read as attributes, not by three getattr calls
+                ts, job, node = value.ts, value.job, value.node
+            except AttributeError:
+                ts, job, node = getattr(value, "ts", None), getattr(value, "job", ""), getattr(value, "node", "")
             if type(ts) is not float:
                 ts = float(ts) if isinstance(ts, (int, float)) else None
             if ts is None:
                 r.event_ts = record_ts if record_ts is not None else wall
                 continue
-            job, node = getattr(value, "job", ""), getattr(value, "node", "")
             if type(job) is not str or type(node) is not str:
                 job, node = str(job), str(node)
-            observe(job, node, ts, record_ts, wall)
-            keyed.append((r, ts, record_ts, job, node))
+            placed.append(r)
+            keyed.append((job, node, ts, record_ts))
+        self.clock.observe_many(keyed, wall)
+        if not keyed:
+            return
         moved = self.clock.moved
         # Whether each job's clocks can be judged is settled by the observing above: asked once a
         # job here, so an event judged at its own time (nearly all, and every one of a backlog,
         # which is not read live) costs no call to moved(), unless it is stamped from the future.
-        judges: dict[str, bool] = {}
+        judges = {job: self.clock.judges(job) for job in set(map(_job_of, keyed))}
         limit = self.clock.max_skew_s
-        for r, ts, record_ts, job, node in keyed:
-            judged = judges.get(job)
-            if judged is None:
-                judged = judges[job] = self.clock.judges(job)
+        if not any(judges.values()) and max(map(_ts_of, keyed)) <= wall + limit:
+            # No job's clocks judged, nothing from the future (past every clock: wall <= max(wall,
+            # broker time)): each is placed at its own time, as the loop below would place it, without
+            # the loop's tests a record (a backlog's every batch: issue 56).
+            for r, ts in zip(placed, map(_ts_of, keyed)):
+                r.event_ts = ts
+            return
+        for r, (job, node, ts, record_ts) in zip(placed, keyed):
+            judged = judges[job]
             if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
                 r.event_ts = ts
                 continue

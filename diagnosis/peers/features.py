@@ -136,10 +136,17 @@ class FeatureWindows:
     def observe_step(self, event: Envelope, step: TrainStep) -> list[NodeWindow]:
         """A ``train``/``step`` whose payload the caller read (the node stage's step path, four in
         five of its messages: issue 56)."""
-        out: list[NodeWindow] = []
-        acc = self._acc_at(event, out)
-        if acc is None:
-            return out
+        # _acc_at inline where the step falls in the node's open window (nearly every step: a call
+        # fewer a step, issue 56)
+        acc = self._acc.get((event.job, event.node))
+        if acc is not None and math.floor(event.ts / self.window_s) * self.window_s == acc.start:
+            acc.seq += 1
+            out: list[NodeWindow] = []
+        else:
+            out = []
+            acc = self._acc_at(event, out)
+            if acc is None:
+                return out
         t = step.step_time_s  # finite, never negative, or null
         if t is not None:
             if acc.step_times == 0:

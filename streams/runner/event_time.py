@@ -50,6 +50,8 @@ AWAY_S = 5.0
 QUIET_PER_LOOP_S = 0.5
 
 _partition_of = attrgetter("topic", "partition")
+# A run's columns read in C, not by a comprehension a column (per record: issue 56).
+_offset_of, _event_ts_of, _timestamp_of = attrgetter("offset"), attrgetter("event_ts"), attrgetter("timestamp_ms")
 
 
 class EventTimeOrder:
@@ -261,9 +263,10 @@ class EventTimeOrder:
         add_run = merge.add_run
         for (topic, partition), run in groupby([*good, *self.poll_broadcast()], key=_partition_of):
             held = list(run)
-            add_run(TopicPartition(topic, partition), [r.offset for r in held],
-                    cast("list[float]", [r.event_ts for r in held]), cast("list[Record | None]", held), now,
-                    broker_time(max(r.timestamp_ms or 0 for r in held)))
+            # (the latest broker time: a record without one, 0 or None, counts as none, as broker_time reads it)
+            add_run(TopicPartition(topic, partition), list(map(_offset_of, held)),
+                    cast("list[float]", list(map(_event_ts_of, held))), cast("list[Record | None]", held), now,
+                    broker_time(max(filter(None, map(_timestamp_of, held)), default=0)))
         if drain:
             released = merge.drain()
         elif not consumer.assignment():
@@ -274,7 +277,8 @@ class EventTimeOrder:
             released = []
         else:
             released = merge.release(now, self.caught_up(consumer))
-        out = [r for r in released if r is not None]  # watermark records only hold their offset
+        # Watermark records only hold their offset (None); a Record is never false (no __len__ or __bool__).
+        out = list(filter(None, released))
         if out and handed_on is not None and cast(float, out[0].event_ts) < handed_on:
             self._count_late(out, handed_on)
         pause = merge.to_pause() - self.paused

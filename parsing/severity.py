@@ -41,7 +41,12 @@ _LEVEL_WORD = re.compile(
     # (round 35) a daemon's Go logger that writes its program, pid and level in angle brackets after the clock
     # ("2022/01/04 10:00:23.245840 juicefs[7] <ERROR>: flush 580362 timeout ...", JuiceFS's and its embedded badger's
     # format, utils/logger.go): the bracketed word is the level, upper case only
-    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):",
+    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):"
+    # (round 36) libqb's syslog format, which pacemaker and corosync's daemons print through: the program's tag, then its
+    # level in lower case and a colon ("pacemaker-controld[3730]:  notice: Node node1 state is now lost", older "crmd:
+    # notice: crm_update_peer_state_iter: ...", or the message alone once the tag is taken off as the line's prefix).
+    # Only the levels under a warning: its warning and error keep the words' reading, as UCX's and TensorFlow's letters do
+    r"|^(?:.{0,80}?(?<![\w.\-])[A-Za-z][\w.\-]*(?:\[\d+\])?: +| *)(?-i:(?P<qb>notice|info|debug)): ",
     re.IGNORECASE,
 )
 _ANGLE_LEVELS = {**_LEVELS, "trace": 7, "fatal": 2, "panic": 0}
@@ -195,7 +200,7 @@ def level_word(message: str) -> int | None:
         return _LETTERS[m.group("letter")]
     if m.group("ang"):
         return _ANGLE_LEVELS[m.group("ang").lower()]
-    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
+    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or m.group("qb") or "").lower())
 
 
 # The level a trainer's or a library's log line states before its message, in the logging formats

@@ -88,3 +88,26 @@ def test_a_gpus_memory_exhausted_with_the_device_after_the_memory_is_user_code(l
 )
 def test_advice_or_a_hedge_about_the_gpus_memory_is_not_read(line: str) -> None:
     assert ("user_code", "rollback") not in _read(line)
+
+
+@pytest.mark.parametrize(
+    ("line", "source"),
+    [
+        ("2025-01-14T09:02:11.508Z|00042|dpdk|WARN|ice_interrupt_handler(): OICR: MDD event", "nccl"),
+        ("[DPDK| -- ] WARN  (00007fa1c2bfe700) i40e_handle_mdd_event(): TX driver issue detected on PF", "nccl"),
+        ("i40e 0000:af:00.0: Malicious Driver Detection event 0x02 on TX queue 7 PF number 0x01 VF number 0x00", "kernel"),
+    ],
+)
+def test_a_nics_malicious_driver_detection_is_the_nics(line: str, source: str) -> None:
+    assert ("nic", "alert") in [(e.data["fault"], e.data["action"]) for e in events(line, source)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ethtool --set-priv-flags ens1f0 mdd-auto-reset-vf on",
+        "Private flags for ens1f0: mdd-auto-reset-vf: on",
+    ],
+)
+def test_a_nics_malicious_driver_detection_settings_are_not_read(line: str) -> None:
+    assert "nic" not in [e.data["fault"] for e in events(line, "kernel")]

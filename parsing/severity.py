@@ -73,7 +73,7 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "
 
 _QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "couldn't", "can't", "!= expected", "!=expected", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
-          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
+          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum", "crc",
           "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_", "io_page_fault")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
@@ -94,7 +94,9 @@ _WORDS = re.compile(
     r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve
-    r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
+    # (round 36) and by its other name, a CRC (libceph's "osd1 (1)10.0.0.1:6800 bad crc/signature": a message whose
+    # checksum did not match on the wire to the storage)
+    r"(?:invalid|bad|wrong|incorrect) (?:checksums?|crcs?)|(?:checksum|crc) mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
     # a status that is a negative errno (rc = -5, status: -110, a USB NIC's "Tx status -71") is a failure
     r"\bBUG: |\brc ?= ?-\d+|status:? -\d+|"
     # (round 35) a driver's own consistency check that failed, printed as an inequality with what it expected (bnxt_en's

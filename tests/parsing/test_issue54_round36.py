@@ -111,3 +111,20 @@ def test_a_nics_malicious_driver_detection_is_the_nics(line: str, source: str) -
 )
 def test_a_nics_malicious_driver_detection_settings_are_not_read(line: str) -> None:
     assert "nic" not in [e.data["fault"] for e in events(line, "kernel")]
+
+
+def test_a_checksum_that_did_not_match_by_its_crc_name_is_an_error_of_the_storage() -> None:
+    line = "libceph: osd7 (1)10.2.0.9:6812 bad crc/signature"
+    assert [(e.data["fault"], e.data["action"]) for e in events(line, "kernel")] == [("storage", "alert")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Btrfs loaded, crc32c=crc32c-intel, zoned=yes, fsverity=yes",
+        "libceph: loaded (mon/osd proto 15/24)",
+        "crc32c_intel: module verification failed: signature and/or required key missing - tainting kernel",
+    ],
+)
+def test_a_crcs_name_alone_is_no_error_of_the_storage(line: str) -> None:
+    assert "storage" not in [e.data["fault"] for e in events(line, "kernel")]

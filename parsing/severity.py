@@ -41,7 +41,12 @@ _LEVEL_WORD = re.compile(
     # (round 35) a daemon's Go logger that writes its program, pid and level in angle brackets after the clock
     # ("2022/01/04 10:00:23.245840 juicefs[7] <ERROR>: flush 580362 timeout ...", JuiceFS's and its embedded badger's
     # format, utils/logger.go): the bracketed word is the level, upper case only
-    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):",
+    r"|^.{0,48}?[\w.\-]\[\d+\] (?-i:<(?P<ang>EMERG|ALERT|CRIT|CRITICAL|ERR|ERROR|WARN|WARNING|NOTICE|INFO|DEBUG|TRACE|FATAL|PANIC)>):"
+    # (round 36) libqb's syslog format, which pacemaker and corosync's daemons print through: the program's tag, then its
+    # level in lower case and a colon ("pacemaker-controld[3730]:  notice: Node node1 state is now lost", older "crmd:
+    # notice: crm_update_peer_state_iter: ...", or the message alone once the tag is taken off as the line's prefix).
+    # Only the levels under a warning: its warning and error keep the words' reading, as UCX's and TensorFlow's letters do
+    r"|^(?:.{0,80}?(?<![\w.\-])[A-Za-z][\w.\-]*(?:\[\d+\])?: +| *)(?-i:(?P<qb>notice|info|debug)): ",
     re.IGNORECASE,
 )
 _ANGLE_LEVELS = {**_LEVELS, "trace": 7, "fatal": 2, "panic": 0}
@@ -68,7 +73,7 @@ _REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "
 
 _QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "couldn't", "can't", "!= expected", "!=expected", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",
-          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum",
+          "oops", "lockup", "bug:", "starv", "hang", "exception", "null pointer", "unable to handle", "checksum", "csum", "crc",
           "bad block", "bad sector", "status -", "unreadable", "rc=-", "rdma_cm_event_", "io_page_fault")
 _QUICK_RE = any_of(_QUICK)
 # The literals one of which every error word holds (parsing.kernel_log builds its pre-filter on them),
@@ -89,7 +94,9 @@ _WORDS = re.compile(
     r"offline|not responding|(?:has )?not responded|panic|general protection fault|oops|(?:soft|hard) lockup|starved|hangs?|exception|null pointer dereference|"
     r"unable to handle kernel|"
     # corruption by its other words: a checksum that does not match, a block the device cannot serve
-    r"(?:invalid|bad|wrong|incorrect) checksums?|checksum mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
+    # (round 36) and by its other name, a CRC (libceph's "osd1 (1)10.0.0.1:6800 bad crc/signature": a message whose
+    # checksum did not match on the wire to the storage)
+    r"(?:invalid|bad|wrong|incorrect) (?:checksums?|crcs?)|(?:checksum|crc) mismatch|csum failed|bad (?:block|sector)s?(?! list| log))\b|"
     # a status that is a negative errno (rc = -5, status: -110, a USB NIC's "Tx status -71") is a failure
     r"\bBUG: |\brc ?= ?-\d+|status:? -\d+|"
     # (round 35) a driver's own consistency check that failed, printed as an inequality with what it expected (bnxt_en's
@@ -195,7 +202,7 @@ def level_word(message: str) -> int | None:
         return _LETTERS[m.group("letter")]
     if m.group("ang"):
         return _ANGLE_LEVELS[m.group("ang").lower()]
-    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or "").lower())
+    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or m.group("qb") or "").lower())
 
 
 # The level a trainer's or a library's log line states before its message, in the logging formats

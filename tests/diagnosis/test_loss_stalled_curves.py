@@ -549,9 +549,10 @@ FRESH_MISSED: dict[str, str] = {
     "bert_requirement_classifier_train_0.935_to_4e-4_eval_loss_0.82_at_step_490_rising_to_1.29_eval_acc_flat_0.82.csv":
     "a BERT classifier over-fitting (fresh35, sealed miss): held-out loss best 0.8195 at step 490, then up to 1.2864 "
     "at 4410 while the training loss falls 0.935 to 0.0004 and the held-out accuracy sits at 0.78-0.83 (loss round 38)",
-    "laddernet_retina_vessels_epochs_0_to_3_loss_0.348_to_0.160_valid_5.11_to_3.05_epoch_4_loss_1.6e18_valid_1.9e7.csv":
-    "LadderNet diverging at its 5th and last log (fresh35, sealed miss): 0.348 to 0.160 over epochs 0-3, then 1.6e18 "
-    "with its validation loss 3.05 to 1.9e7 (loss round 38)",
+    # fresh35's LadderNet (0.348 to 0.160 over epochs 0-3, then 1.6e18 at its 5th and last log, its validation loss
+    # 3.05 to 1.9e7 there) is found since round 38 at that log: a held-out loss ten times every evaluation before,
+    # beside a training loss at its step ten times every loss before, is the weights coming apart, no batch's spike
+    # (loss_diverging.blown_up_held_out).
     "qwen2.5_vl_7b_lora_3_epochs_train_1.05_to_0.67_eval_loss_rising_1.052_to_1.178_after_best_step_200.csv":
     "a Qwen2.5-VL LoRA over-fitting (fresh35, sealed miss): held-out loss best 1.0518 at step 200, then 1.07-1.08 and "
     "1.167-1.179 while the training loss falls 1.0-1.1 to 0.63-0.74 (loss round 38)",

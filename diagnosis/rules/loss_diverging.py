@@ -156,3 +156,32 @@ def held_above_first(curve: LossCurve) -> Verdict | None:
     return Verdict(f"loss {low:.4g}-{high:.4g} at each of the latest {REPEATS} logs (steps {held[-REPEATS][0]}-"
                    f"{held[-1][0]}), {low / first:.3g}x its first loss {first:.4g} (step {curve.first_step}) and "
                    f"above it at every log since: left where it was first seen for a level it holds", rollback=False)
+
+
+def blown_up_held_out(curve: LossCurve, held_losses: dict, step: int) -> Verdict | None:
+    """A held-out loss evaluated at ``step`` :data:`BLOWN_UP` times every evaluation of it before, beside a training
+    loss at that step as many times every loss the run showed before it: the weights themselves came apart. One batch's
+    loss can spike and come back (a bad batch, a loss scaler's overflow), but a held-out evaluation scores fixed data
+    with the weights as they are, so a tenfold jump in both at once is no batch's: the model that training holds is
+    broken. No window needs to fill, nor :func:`blown_up`'s 5 logs (issue 54, fresh batch 35's LadderNet: train loss
+    0.348 to 0.160 over epochs 0-3, then 1.6e18 at its 5th and last log, its validation loss 3.05 to 1.9e7 there).
+    Each level held away from zero (a fine-tune near 1e-7 has none a fold measures) and no signed loss (no floor)."""
+    held = curve.losses
+    if curve.signed or len(held) < 2 or held[-1][0] != step:
+        return None
+    before = [v for _, v in islice(held, len(held) - 1)]
+    latest = held[-1][1]
+    top = max(*before, curve.first or 0.0)
+    if min(before) <= 1e-3 or latest < BLOWN_UP * top:
+        return None
+    for name, kept in held_losses.items():
+        evaluated = [(at, v) for at, v, _ in kept if at is not None]
+        if len(evaluated) < 2 or evaluated[-1][0] != step:
+            continue
+        then = [v for _, v in evaluated[:-1]]
+        now = evaluated[-1][1]
+        if min(then) > 1e-3 and now >= BLOWN_UP * max(then):
+            return Verdict(f"loss {latest:.4g} at step {step}, {latest / top:.3g}x every loss before it (at most "
+                           f"{top:.4g}), and held-out {name} {now:.4g} there, {now / max(then):.3g}x every evaluation "
+                           f"before (at most {max(then):.4g}): the weights came apart, not one batch", rollback=False)
+    return None

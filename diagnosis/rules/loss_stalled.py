@@ -70,7 +70,10 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     fresh batch 29's Faster R-CNN, 0.06 then 5.4e19 up to 2.5e22; fresh batch 5's Keras MLP, 1.18 then 13-27);
     and at any step, the latest 5 logs each five times the first loss, within a factor of 2 of each other, every log
     since above it: left where it was first seen for a level it holds (loss_diverging.held_above_first: fresh batch
-    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86);
+    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86); and at an
+    evaluation, a held-out loss ten times every evaluation before beside a training loss at its step ten times every
+    loss before: the weights came apart, no batch's spike (loss_diverging.blown_up_held_out: fresh batch 35's
+    LadderNet, 0.16 then 1.6e18, validation 3.05 then 1.9e7);
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, not a trained
     model's (a first loss under 9/10 of a guess's, random weights unsaid: a fine-tune), it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
@@ -107,7 +110,7 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zero_from_the_start, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, held_above_first
+from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, blown_up_held_out, held_above_first
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
@@ -166,6 +169,9 @@ class LossStalledDetector:
             # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
             if verdict is None and not self.held_out.improving(event.job, 0):
                 verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)
+            # A held-out loss and the training loss at its step each tenfold every value before: no batch's spike.
+            if verdict is None:
+                verdict = blown_up_held_out(curve, self.held_out.held_losses(event.job), payload.step)
             return self._finding(curve, event, verdict, payload.step)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:

@@ -205,10 +205,10 @@ class Intake:
             # No job's clocks judged, nothing from the future (past every clock: wall <= max(wall,
             # broker time)): each is placed at its own time, as the loop below would place it, without
             # the loop's tests a record (a backlog's every batch: issue 56).
-            for r, ts in zip(placed, map(_ts_of, keyed)):
+            for r, ts in zip(placed, map(_ts_of, keyed), strict=True):
                 r.event_ts = ts
             return
-        for r, (job, node, ts, record_ts) in zip(placed, keyed):
+        for r, (job, node, ts, record_ts) in zip(placed, keyed, strict=True):
             judged = judges[job]
             if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
                 r.event_ts = ts

@@ -115,3 +115,30 @@ def test_a_host_firewalls_configuration_error_fires_nothing(line: str) -> None:
 def test_a_nic_drivers_own_error_keeps_its_class_beside_the_firewall() -> None:
     line = "Nov 03 10:12:46 gpu-e07 kernel: mlx5_core 0000:3b:00.1 ens4f1: Error cqe on cqn 0x40f, ci 0x12, qn 0x8b3"
     assert "nic" in [f for f, _ in _read(line, "kernel")]
+
+
+@pytest.mark.parametrize(
+    ("line", "source"),
+    [
+        ("HEALTH_WARN 3 OSD(s) experiencing slow operations in BlueStore", "nccl"),
+        ("[WRN] BLUESTORE_SLOW_OP_ALERT: 2 OSD(s) experiencing slow operations in BlueStore", "nccl"),
+        ("            12 OSD(s) experiencing slow operations in BlueStore", "nccl"),
+        ("2024-06-01T10:00:00.000+0000 mon.b (mon.1) 4410 : cluster [WRN] Health check failed: 2 OSD(s) experiencing "
+         "slow operations in BlueStore (BLUESTORE_SLOW_OP_ALERT)", "kernel"),
+    ],
+)
+def test_osds_slow_in_bluestore_are_storage(line: str, source: str) -> None:
+    assert ("storage", "alert") in _read(line, source)
+
+
+@pytest.mark.parametrize(
+    ("line", "source"),
+    [
+        ("            0 OSD(s) experiencing slow operations in BlueStore", "nccl"),
+        ("2024-06-01T10:04:00.000+0000 mon.b (mon.1) 4415 : cluster [INF] Health check cleared: BLUESTORE_SLOW_OP_ALERT "
+         "(was: 2 OSD(s) experiencing slow operations in BlueStore)", "kernel"),
+        ("    bluestore_slow_ops_warn_threshold = 5", "nccl"),
+    ],
+)
+def test_bluestores_slow_operations_cleared_counted_none_or_configured_stay_quiet(line: str, source: str) -> None:
+    assert all(action == "none" for _, action in _read(line, source))

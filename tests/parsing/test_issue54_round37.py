@@ -142,3 +142,30 @@ def test_osds_slow_in_bluestore_are_storage(line: str, source: str) -> None:
 )
 def test_bluestores_slow_operations_cleared_counted_none_or_configured_stay_quiet(line: str, source: str) -> None:
     assert all(action == "none" for _, action in _read(line, source))
+
+
+def _acts(line: str, source: str = "kernel") -> bool:
+    """Whether any event of ``line`` asks an action."""
+    return any(action != "none" for _, action in _read(line, source))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Warning: Volume check failed but did not find any errors",
+        "Warning: Disk check failed but did not detect errors",
+    ],
+)
+def test_a_check_that_says_it_found_no_errors_fires_nothing(line: str) -> None:
+    assert not _acts(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Mar  3 10:00:00 gpu-f01 kernel: XFS (nvme1n1): metadata check failed: did not find the superblock",
+        "Warning: File system check failed, errors detected",
+    ],
+)
+def test_a_check_that_did_not_find_what_it_needed_or_found_errors_still_fires(line: str) -> None:
+    assert ("storage", "alert") in _read(line, "kernel")

@@ -65,11 +65,15 @@ _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 _REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b"
                         r"|(?<!\d )\bsuccessful(?=\s*(?:[.,;:]|$))"
                         r"|\bfall(?:s|ing)? back to\b|\brebuilding it now\b|\bmanually zeroing\b|, disabled\.?\s*$"
-                        r"|\busing (?:the )?default\b", re.IGNORECASE)
+                        r"|\busing (?:the )?default\b"
+                        # (round 37) a check that says it found nothing wrong closes its own failure word ("File system
+                        # check failed but did not detect errors", "scrub did not find any errors"): its outcome is clean
+                        r"|\b(?:did not|didn't) (?:detect|find) (?:any )?(?:errors?|problems?|corruption)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed|successful)"
                       r"|\bunsuccessfully\b", re.IGNORECASE)
 _REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back",
-                          "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default"))
+                          "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default",
+                          "did not detect", "did not find", "didn't detect", "didn't find"))
 
 _QUICK = ("err", "fail", "unable to", "can not", "cannot", "could not", "couldn't", "can't", "!= expected", "!=expected", "did not complete", "time", "abort", "corrupt", "lost", "reset", "unrecover", "uncorrect", "fatal", "critical",
           "stall", "hung", "offline", "not respond", "panic", "rc = -", "status: -", "protection fault",

@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 36))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 37))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -546,6 +546,13 @@ FRESH_MISSED: dict[str, str] = {
     "halfway hold 2.6 times theirs at 5 (fresh15's sentence classifier) and reach 6 times at 5 as a scatter (fresh17's "
     "ViT from 2e-3); what says it got worse is its running top-1 precision (94.5 % to 86.9 %), a training metric the "
     "file leaves out, and the maintainer's 'we don't save optimizer' (loss round 36)",
+    "albert_base_2_classes_at_ln2_train_0.707_0.695_eval_0.700_0.693_0.692_0.671_for_4_epochs.csv": "a pretrained "
+    "ALBERT's new 2-way head: 2 training logs (0.7066 at step 500, 0.6954 at 1000, lr 4.97e-05 then 2.44e-05) and 4 "
+    "evaluations (held-out loss 0.7000, 0.6930, 0.6920, 0.6708; accuracy 0.544, 0.507, 0.543, 0.572), no more: 2 logs "
+    "fill no window and repeat no digit; its held-out loss is a guess's for 3 evaluations, 2 fewer than the 5 "
+    "loss_eval.EVALS asks, and at its 4th and last its accuracy 0.572 is past a coin's band (0.55) with the loss 3 % below "
+    "ln 2: by loss_eval's bands it left chance there, the shape of fresh16's healthy spectrogram CNN (at chance for five "
+    "evaluations, then learning) (loss round 39)",
     # fresh35's LadderNet (0.348 to 0.160 over epochs 0-3, then 1.6e18 at its 5th and last log, its validation loss
     # 3.05 to 1.9e7 there) is found since round 38 at that log: a held-out loss ten times every evaluation before,
     # beside a training loss at its step ten times every loss before, is the weights coming apart, no batch's spike

@@ -553,27 +553,18 @@ FRESH_MISSED: dict[str, str] = {
     "loss_eval.EVALS asks, and at its 4th and last its accuracy 0.572 is past a coin's band (0.55) with the loss 3 % below "
     "ln 2: by loss_eval's bands it left chance there, the shape of fresh16's healthy spectrogram CNN (at chance for five "
     "evaluations, then learning) (loss round 39)",
-    "caffe_googlenet_base_lr_0.01_iteration_0_loss_11.23_then_87.3365_at_every_100_iterations.csv": "a GoogleNet at "
-    "11.2306 at iteration 0, then 87.3365 (-ln FLT_MIN, Caffe's softmax loss of a probability clipped to the float "
-    "minimum) at iterations 100, 200 and 300, no class count: 3 logs alike fill no window and are 2 fewer than "
-    "printed_frozen's 5 away from a guess; 7.8 times its first loss at 3 logs, 2 fewer than held_above_first's 5 "
-    "(loss round 40)",
     "caffe_issue_loss_3.25_to_3.52_at_iteration_208720_accuracy_0.247_since_long.csv": "a Caffe run first seen "
     "208,720 iterations in at 3.25-3.52 for 5 logs, no class count, no start: what says it stalled (the held-out "
     "accuracy 0.247 for 200,000 iterations) is the reporter's word, not in the 5 points (loss round 40)",
-    "har_cnn_issue_loss_frozen_10.8459_for_8_epochs_train_acc_0.0548.csv": "a CNN from scratch at 10.845976-10.845994 "
-    "for 8 epochs (the same to five significant digits), training accuracy 0.054814555 at each, no class count: no 2 "
-    "logs alike to every printed digit, so printed_frozen's 5 never come (loss round 40)",
-    "keras_facenet_triplet_issue_train_loss_270_3.5_2520_24_104_val_loss_0.2000_at_every_epoch.csv": "a triplet "
-    "FaceNet from scratch whose held-out loss is 0.2000 (the margin) at all 7 epochs while its training loss jumps "
-    "270, 3.5, 2520, 24.9, 104, 10.0, 24.4: a held-out loss unchanged from its first evaluation is no reading; only a "
-    "held-out accuracy is (loss_eval_unchanged.py) (loss round 40)",
-    "keras_facenet_triplet_val_loss_frozen_at_margin_0.2000_for_8_epochs_train_0.190_to_0.1775.csv": "a triplet "
-    "FaceNet from scratch whose held-out loss is 0.2000 (the margin) at all 8 epochs while its training loss creeps "
-    "0.1902 to 0.1775: a held-out loss unchanged from its first evaluation is no reading (loss round 40)",
     "tf_triplet_loss_issue_loss_1.0072_to_1.0007_at_margin_val_0.95_to_0.99_8_epochs.csv": "a triplet run from "
     "scratch at 1.0007-1.0072 (held-out 0.95-0.99) for 8 epochs, at its margin of about 1, which no step event "
     "carries (the margin is a triplet loss's guess, as ln(classes) is a softmax's) (loss round 40)",
+    # fresh37's Caffe GoogleNet (11.2306 at iteration 0, then 87.3365 = -ln FLT_MIN at 100, 200, 300) is found since
+    # round 40 at its 3rd log at the ceiling a framework clips a softmax loss at (loss_saturated.py); its two triplet
+    # FaceNets (val_loss 0.2000, the margin, at all 7 and 8 epochs from scratch while the training loss moved) at their
+    # 5th evaluation, a held-out loss unchanged from its first while the weights moved (loss_eval_frozen.py); its
+    # activity-recognition CNN (10.845976-10.845994 at 8 epochs from scratch) at its 5th log, within 1e-5 of its level
+    # printed to a millionth (loss_near_frozen.py).
     # fresh35's LadderNet (0.348 to 0.160 over epochs 0-3, then 1.6e18 at its 5th and last log, its validation loss
     # 3.05 to 1.9e7 there) is found since round 38 at that log: a held-out loss ten times every evaluation before,
     # beside a training loss at its step ten times every loss before, is the weights coming apart, no batch's spike

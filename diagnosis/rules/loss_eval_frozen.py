@@ -13,8 +13,10 @@ accuracy's is loss_eval_unchanged.py).
 So: a held-out loss above 0 the same to every digit at each of its first :data:`loss_eval.EVALS` evaluations, judged
 only from an untrained model's start (the caller's reading: a fine-tune starts converged, and a converged model on a
 small held-out set may repeat itself), while the training losses logged between its first and latest evaluation
-differ by :data:`MOVED` of their level at least: the weights moved. A trainer that logs one evaluation again repeats
-its training loss's log too (nothing moved), and a held-out loss of 0 is a fitted one. Pure.
+differ by :data:`MOVED` of their level at least: the weights moved; and only where the evaluation reports losses alone
+(a metric-learning run evaluates its loss and nothing else). Beside a held-out accuracy the accuracy says it: one that
+moved says the outputs did, and one repeated with the loss to every digit is one evaluation logged again, which says
+nothing of the model (loss_eval_unchanged.py, issue 54's round 24). A held-out loss of 0 is a fitted one. Pure.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
 MOVED = 0.01  # the training loss's spread, as a share of its median, that says the weights were stepped
 
 
-def held_out_frozen(curve: LossCurve, held: dict[str, deque], evals: int) -> Verdict | None:
+def held_out_frozen(curve: LossCurve, held: dict[str, deque], metrics: dict, evals: int) -> Verdict | None:
     """The verdict once some held-out loss in ``held`` (loss_eval.HeldOutWatch.held_losses: each (step, value, False)
-    since its first evaluation) repeated its first value at ``evals`` evaluations or more; None otherwise."""
+    since its first evaluation) repeated its first value at ``evals`` evaluations or more, the evaluation's ``metrics``
+    all losses; None otherwise."""
+    if not metrics or any("loss" not in name.lower() for name in metrics):
+        return None
     for name, kept in held.items():
         values = [value for _, value, _ in kept]
         if len(values) < evals or kept.maxlen == len(values) or values[0] <= 0 or any(v != values[0] for v in values):

@@ -41,7 +41,7 @@ def near_frozen(curve: LossCurve) -> Verdict | None:
     level = abs(statistics.median(values))
     if level <= 1e-3 or max(values) - min(values) > CYCLE_DIGITS * level:
         return None
-    if min(_unit(value) for value in values) > SHOWN * CYCLE_DIGITS * level:
+    if min(printed_unit(value) for value in values) > SHOWN * CYCLE_DIGITS * level:
         return None
     if curve.classes is not None and abs(level - math.log(curve.classes)) <= CHANCE * math.log(curve.classes):
         return None
@@ -50,7 +50,7 @@ def near_frozen(curve: LossCurve) -> Verdict | None:
                    rollback=False)
 
 
-def _unit(value: float) -> float:
+def printed_unit(value: float) -> float:
     """The size of ``value``'s last printed digit (infinite where it cannot be read)."""
     exponent = Decimal(repr(value)).as_tuple().exponent
     return 10.0**exponent if isinstance(exponent, int) else math.inf

@@ -19,10 +19,10 @@ Pure: the same live and replayed.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from itertools import islice
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_near_frozen import printed_unit
 
 # -ln of the probability each framework clips a softmax's output at: Caffe's FLT_MIN, Keras's epsilon.
 CEILINGS: dict[float, str] = {
@@ -51,8 +51,5 @@ def saturated(curve: LossCurve) -> Verdict | None:
 def _printed_as(value: float, ceiling: float) -> bool:
     """Whether ``value`` is ``ceiling`` rounded at its own last printed digit (or as float32 holds it), that digit
     at most :data:`PRINTED` of it."""
-    exponent = Decimal(repr(value)).as_tuple().exponent
-    if not isinstance(exponent, int):
-        return False
-    unit = 10.0**exponent
+    unit = printed_unit(value)
     return unit <= PRINTED * ceiling and abs(value - ceiling) <= max(0.5 * unit * (1 + 1e-9), FLOAT32 * ceiling)

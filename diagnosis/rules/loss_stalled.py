@@ -90,8 +90,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
   same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py), or a held-out
-  loss so while the training loss moved by 1 % of its level: outputs that depend on nothing (loss_eval_frozen.py:
-  fresh batch 37's triplet FaceNets at their margin 0.2000), or a held-out
+  loss so, the evaluation's only kind of metric, while the training loss moved by 1 % of its level: outputs that
+  depend on nothing (loss_eval_frozen.py: fresh batch 37's triplet FaceNets at their margin 0.2000), or a held-out
   loss and the latest training loss both a tenth above its start and a guess's, a window of steps on: worse than the
   random model it came from; whatever its start, a held-out loss a tenth above its first evaluation at each of five
   since, beside a training loss above its first at every log since: worse than where it was first seen
@@ -178,7 +178,7 @@ class LossStalledDetector:
             verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve)) if random_start else None
             # ...or a held-out loss unchanged from its first evaluation while the weights moved (loss_eval_frozen.py).
             if verdict is None and random_start and not self.held_out.told(event.job):
-                verdict = held_out_frozen(curve, self.held_out.held_losses(event.job), EVALS)
+                verdict = held_out_frozen(curve, self.held_out.held_losses(event.job), payload.metrics or {}, EVALS)
             # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
             if verdict is None and not self.held_out.improving(event.job, 0):
                 verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)

@@ -59,11 +59,12 @@ def test_near_a_ceiling_or_too_few_logs_is_no_reading_of_it(losses):
 
 # -- a held-out loss unchanged from its first evaluation while the training loss moves -----------------------------
 
-def _triplet(train: list[float], held: list[float], **more) -> list:
+def _triplet(train: list[float], held: list[float], shares: list[float] | None = None, **more) -> list:
     events = []
     for i, (loss, val) in enumerate(zip(train, held, strict=True)):
         events.append(step(i, loss, **more))
-        events.append(evaluation(i, {"val_loss": val}))
+        metrics = {"val_loss": val} if shares is None else {"val_loss": val, "val_accuracy": shares[i]}
+        events.append(evaluation(i, metrics))
     return replay(events)
 
 
@@ -85,6 +86,14 @@ def test_a_held_out_loss_unchanged_at_five_evaluations_from_scratch_is_found():
 ])
 def test_a_held_out_loss_that_moved_or_a_run_that_did_not_is_quiet(train, held, how):
     assert _triplet(train, held, **how) == []
+
+
+@pytest.mark.parametrize("shares", [
+    [0.7294] * 6,  # repeated with the loss to every digit: one evaluation logged again (round 24)
+    [0.41, 0.47, 0.52, 0.55, 0.58, 0.61],  # an accuracy that moved: the outputs did
+])
+def test_a_held_out_loss_repeated_beside_an_accuracy_is_the_accuracy_s_to_read(shares):
+    assert _triplet(TRAIN, [0.2] * 6, shares, from_scratch=True) == []
 
 
 # -- a loss from random weights moving in its sixth digit only ---------------------------------------------------

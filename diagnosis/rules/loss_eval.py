@@ -247,6 +247,11 @@ class HeldOutWatch:
             return {}
         return {name: kept for name, kept in evals.history.items() if "loss" in name.lower() and kept and not kept[0][2]}
 
+    def told(self, job: str) -> bool:
+        """Whether the job's evaluations have raised their finding (one per job until they learn again)."""
+        evals = self._jobs.get(job)
+        return evals is not None and evals.fired
+
     def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False,
                 untrained: bool = False) -> list[Finding]:
         """``told``: the job's loss curve already raised its finding (one per job); ``fitted``: its training

@@ -48,6 +48,11 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     after a blow-up ten times every loss of the 5 or more before it (fresh batch 28's 1.32, 34,023.79, then 0.0); and
     3 logs at 0 from the first, watched from its start, while every held-out loss evaluated is 0 too: nothing is
     scored (loss_cycle.zero_from_the_start: fresh batch 33's Inception-v1 at 0.000000 with held-out accuracy 1);
+    before the first window fills, watched from random weights, 5 logs within 1e-5 of their level printed to a
+    tenth of that or finer, away from ln(classes) (loss_near_frozen.py: fresh batch 37's CNN at 10.845976-10.845994);
+    and at any step, 3 logs at the ceiling a framework clips a softmax loss at, Caffe's -ln FLT_MIN = 87.3365 or
+    Keras's -ln 1e-7 = 16.1181: every sample's true class at probability 0 (loss_saturated.py: fresh batch 37's
+    GoogleNet, 11.2306 then 87.3365);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -85,6 +90,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
   (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
   latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
   same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py), or a held-out
+  loss so, the evaluation's only kind of metric, while the training loss moved by 1 % of its level: outputs that
+  depend on nothing (loss_eval_frozen.py: fresh batch 37's triplet FaceNets at their margin 0.2000), or a held-out
   loss and the latest training loss both a tenth above its start and a guess's, a window of steps on: worse than the
   random model it came from; whatever its start, a held-out loss a tenth above its first evaluation at each of five
   since, beside a training loss above its first at every log since: worse than where it was first seen
@@ -112,7 +119,10 @@ from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zero_from_the_start, zeroed_at_once
 from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, blown_up_held_out, held_above_first
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
+from faultlens.diagnosis.rules.loss_eval_frozen import held_out_frozen
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
+from faultlens.diagnosis.rules.loss_near_frozen import near_frozen
+from faultlens.diagnosis.rules.loss_saturated import saturated
 from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
 from faultlens.diagnosis.rules.loss_window import judge_window
 from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_first_seen, worse_than_start
@@ -166,6 +176,9 @@ class LossStalledDetector:
             # Worse than its random start, or than where it was first seen, on held-out and training data alike: blown
             # up, or ruined by its learning rate (loss_worse_than_start.py).
             verdict = worse_than_start(curve, payload.step, payload.metrics or {}, self._window(curve)) if random_start else None
+            # ...or a held-out loss unchanged from its first evaluation while the weights moved (loss_eval_frozen.py).
+            if verdict is None and random_start and not self.held_out.told(event.job):
+                verdict = held_out_frozen(curve, self.held_out.held_losses(event.job), payload.metrics or {}, EVALS)
             # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
             if verdict is None and not self.held_out.improving(event.job, 0):
                 verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)
@@ -230,11 +243,16 @@ class LossStalledDetector:
         # gradient watch says it, with the checkpoint before it.
         if verdict is None and curve.grad_zero_run == 0 and curve.seen < self._window(curve):
             verdict = printed_frozen(curve)
+            if verdict is None and untrained(curve, self._window(curve)):  # moving in its sixth digit only
+                verdict = near_frozen(curve)
         # A loss at exactly 0 straight from its level, at any time: no window judges a loss of 0 (a share of it
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve) or zero_from_the_start(
                 curve, self.held_out.held_losses(event.job), from_start(curve, self._window(curve)))
+        # At the ceiling a framework clips a softmax loss at, whatever the start (loss_saturated.py).
+        if verdict is None and not curve.fired:
+            verdict = saturated(curve)
         if verdict is None and loss >= BLOWN_UP * curve.first > 1e-2 and not curve.fired:  # loss_diverging.blown_up
             verdict = blown_up(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again

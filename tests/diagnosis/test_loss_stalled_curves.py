@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 37))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 38))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -553,6 +553,18 @@ FRESH_MISSED: dict[str, str] = {
     "loss_eval.EVALS asks, and at its 4th and last its accuracy 0.572 is past a coin's band (0.55) with the loss 3 % below "
     "ln 2: by loss_eval's bands it left chance there, the shape of fresh16's healthy spectrogram CNN (at chance for five "
     "evaluations, then learning) (loss round 39)",
+    "caffe_issue_loss_3.25_to_3.52_at_iteration_208720_accuracy_0.247_since_long.csv": "a Caffe run first seen "
+    "208,720 iterations in at 3.25-3.52 for 5 logs, no class count, no start: what says it stalled (the held-out "
+    "accuracy 0.247 for 200,000 iterations) is the reporter's word, not in the 5 points (loss round 40)",
+    "tf_triplet_loss_issue_loss_1.0072_to_1.0007_at_margin_val_0.95_to_0.99_8_epochs.csv": "a triplet run from "
+    "scratch at 1.0007-1.0072 (held-out 0.95-0.99) for 8 epochs, at its margin of about 1, which no step event "
+    "carries (the margin is a triplet loss's guess, as ln(classes) is a softmax's) (loss round 40)",
+    # fresh37's Caffe GoogleNet (11.2306 at iteration 0, then 87.3365 = -ln FLT_MIN at 100, 200, 300) is found since
+    # round 40 at its 3rd log at the ceiling a framework clips a softmax loss at (loss_saturated.py); its two triplet
+    # FaceNets (val_loss 0.2000, the margin, at all 7 and 8 epochs from scratch while the training loss moved) at their
+    # 5th evaluation, a held-out loss unchanged from its first while the weights moved (loss_eval_frozen.py); its
+    # activity-recognition CNN (10.845976-10.845994 at 8 epochs from scratch) at its 5th log, within 1e-5 of its level
+    # printed to a millionth (loss_near_frozen.py).
     # fresh35's LadderNet (0.348 to 0.160 over epochs 0-3, then 1.6e18 at its 5th and last log, its validation loss
     # 3.05 to 1.9e7 there) is found since round 38 at that log: a held-out loss ten times every evaluation before,
     # beside a training loss at its step ten times every loss before, is the weights coming apart, no batch's spike

@@ -169,16 +169,13 @@ class NodeStageHandler:
             self.book.update(event)
             return
         placed = r.event_ts if r.event_ts is not None else event.ts
-        job = event.job
-        self.book.advance(job, placed)
+        self.book.advance(event.job, placed)
         # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
         # and the job stage learns which jobs share a clock only from times said along the way.
-        # (None where nothing is made, nearly always: a list built a record was ~1 % of it, issue 56.)
-        made: list[Outgoing] | None = (
-            self._clock_word() if placed - self._clock_said.get(job, _NEVER) >= CLOCK_EVERY_S and self._partitions
-            else None)
+        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+                and self._partitions else [])
         if r.skew_s is not None:
-            made = (made or []) + self._skew(event, r, r.skew_s)
+            made.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = event.retimed(r.event_ts)
         # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
@@ -195,28 +192,16 @@ class NodeStageHandler:
             step = event._payload
             if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
-            mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(job))
+            mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(event.job))
             if mismatch is not None:
                 node_out.findings.append(mismatch)
-            stage.observe_step(event, step, node_out)  # passes the step on (node_out.forward is [event])
-            if made is None and not node_out.findings and not node_out.windows and event is r.value \
-                    and r.raw is not None:
-                # Nearly every step: it made nothing and goes on as the bytes it came in, straight to
-                # its job's list (the general tail below, without its tests: issue 56).
-                held = forwards.get(job)
-                if held is None:
-                    forwards[job] = [(event.ts, r.raw)]
-                else:
-                    held.append((event.ts, r.raw))
-                return
+            stage.observe_step(event, step, node_out)
         else:
             for parsed in stage.parse(event) if event.kind == "line" else (event,):
                 mismatch = rank_mismatch(self.book, parsed)
                 if mismatch is not None:
                     node_out.findings.append(mismatch)
                 stage.observe(parsed, node_out)
-        if made is None:
-            made = []
         if node_out.findings:
             made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
             if self.wave is not None and self._partitions:

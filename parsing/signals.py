@@ -109,8 +109,9 @@ _SHAPES = re.compile(
     # mapped ...)" (openucx src/ucs/debug/debug.c), Open MPI's stack trace "Signal: Segmentation fault (11)"
     # (opal/util/stacktrace.c) and mpirun's "exited on signal 9 (Killed)", torchelastic's SignalException
     # "Process 1234 got signal: 15" (torch/distributed/elastic/multiprocessing/api.py), and (round 39) HPE Cray PALS'
-    # mpiexec naming a rank that died ("<host>: rank 25 died from signal 6 and dumped core")
-    r"|\b(?:caught signal|exited on signal|got signal:?|died from signal) (?P<n15>\d{1,2})\b"
+    # mpiexec naming a rank that died ("<host>: rank 25 died from signal 6 and dumped core"), valgrind's record of the
+    # signal that ended the program it ran ("==64539== Process terminating with default action of signal 11 (SIGSEGV)")
+    r"|\b(?:caught signal|exited on signal|got signal:?|died from signal|default action of signal) (?P<n15>\d{1,2})\b"
     r"|\bSignal: [a-z][a-z ]{1,40}? \((?P<n16>\d{1,2})\)"
     # Android's C library (bionic's debuggerd handler, in the process): "F libc : Fatal signal 6 (SIGABRT), code -1 ..."
     r"|\bFatal signal (?P<n17>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"

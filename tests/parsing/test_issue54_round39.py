@@ -159,3 +159,40 @@ def test_nccls_socket_layer_giving_up_on_a_peer_is_nccl_error(line: str) -> None
 )
 def test_nccls_socket_retries_while_still_trying_are_quiet(line: str) -> None:
     assert _faults(line, "nccl") == []
+
+
+# Beyond fresh78, from tools.miss_stops over fresh1-78's misses: the kubelet's node-condition events and valgrind's
+# record of the signal that ended the program it ran.
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        ("  Normal   NodeHasDiskPressure   7m  kubelet, gpu-worker-2  Node gpu-worker-2 status is now: NodeHasDiskPressure", "storage"),
+        ("  Normal   NodeHasInsufficientMemory  55s  kubelet  Node a100-03 status is now: NodeHasInsufficientMemory", "host_oom"),
+    ],
+)
+def test_the_kubelets_pressure_condition_event_is_read(line: str, fault: str) -> None:
+    assert fault in _faults(line, "nccl")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "  Normal   NodeHasNoDiskPressure   7m  kubelet, gpu-worker-2  Node gpu-worker-2 status is now: NodeHasNoDiskPressure",
+        "  Normal   NodeHasSufficientMemory  55s  kubelet  Node a100-03 status is now: NodeHasSufficientMemory",
+        "  Normal   NodeHasSufficientPID  55s  kubelet  Node a100-03 status is now: NodeHasSufficientPID",
+    ],
+)
+def test_the_kubelets_healthy_condition_event_is_quiet(line: str) -> None:
+    assert _faults(line, "nccl") == []
+
+
+def test_valgrind_recording_a_crash_signal_is_user_code() -> None:
+    line = "==20417== Process terminating with default action of signal 11 (SIGSEGV)"
+    assert "user_code" in _faults(line, "nccl")
+
+
+def test_valgrind_recording_an_abort_is_recorded_and_an_interrupt_is_no_fault() -> None:
+    assert ("user_code", "none") in _read("==20417== Process terminating with default action of signal 6 (SIGABRT): dumping core", "nccl")
+    assert _faults("==20417== Process terminating with default action of signal 2 (SIGINT)", "nccl") == []

@@ -17,7 +17,8 @@ Who prints it and how (all read here, then judged by the signal alone):
   ``zsh: segmentation fault (core dumped)  python train.py``, a bare ``Killed``; Slurm's ``srun:
   error: node17: task 3: Bus error``; a DataLoader's ``killed by signal: Segmentation fault``;
 - the HPC runtimes: UCX's ``Caught signal 11 (Segmentation fault: ...)``, Open MPI's ``Signal:
-  Segmentation fault (11)`` and mpirun's ``exited on signal 9 (Killed)``, torchelastic's ``got signal: 15``.
+  Segmentation fault (11)`` and mpirun's ``exited on signal 9 (Killed)``, torchelastic's ``got signal: 15``,
+  PALS' ``rank 3 died from signal 11``.
 
 What the signal says about a trainer (docs/rules.md, "Signals"):
 
@@ -107,8 +108,10 @@ _SHAPES = re.compile(
     # the HPC runtimes' handlers and launchers: UCX's "Caught signal 11 (Segmentation fault: address not
     # mapped ...)" (openucx src/ucs/debug/debug.c), Open MPI's stack trace "Signal: Segmentation fault (11)"
     # (opal/util/stacktrace.c) and mpirun's "exited on signal 9 (Killed)", torchelastic's SignalException
-    # "Process 1234 got signal: 15" (torch/distributed/elastic/multiprocessing/api.py)
-    r"|\b(?:caught signal|exited on signal|got signal:?) (?P<n15>\d{1,2})\b"
+    # "Process 1234 got signal: 15" (torch/distributed/elastic/multiprocessing/api.py), and (round 39) HPE Cray PALS'
+    # mpiexec naming a rank that died ("<host>: rank 25 died from signal 6 and dumped core"), valgrind's record of the
+    # signal that ended the program it ran ("==64539== Process terminating with default action of signal 11 (SIGSEGV)")
+    r"|\b(?:caught signal|exited on signal|got signal:?|died from signal|default action of signal) (?P<n15>\d{1,2})\b"
     r"|\bSignal: [a-z][a-z ]{1,40}? \((?P<n16>\d{1,2})\)"
     # Android's C library (bionic's debuggerd handler, in the process): "F libc : Fatal signal 6 (SIGABRT), code -1 ..."
     r"|\bFatal signal (?P<n17>\d{1,2}) \((?-i:SIG[A-Z0-9]+)\)"

@@ -90,8 +90,9 @@ _FAULT_STATE = re.compile(r"(?i)\b(?:FW|firmware|controller|adapter|IOC|HBA)\b(?
                           r"|\bfault_state\(0x[0-9a-f]+\)")
 # A block device or its request ending in an errno that is the device's trouble: EIO, ENXIO, EROFS, EBADMSG,
 # ESHUTDOWN, ETIMEDOUT, EUCLEAN, EREMOTEIO ("rbd: rbd2: read result -108", "xfs_log_force: error 5 returned",
-# "errno 5 (Input/output error)"). Not ENODEV (-19): a USB device unplugged says it.
-_ERRNO = re.compile(r"(?i)\b(?:result|error|errno|err|returned|ret|rc|status)\s*[:=]?\s*-(?P<neg>5|6|30|74|108|110|117|121)\b"
+# "errno 5 (Input/output error)"), and ENOTCONN (-107, round 39: a network block device or file system lost its
+# link to the cluster, as ESHUTDOWN). Not ENODEV (-19): a USB device unplugged says it.
+_ERRNO = re.compile(r"(?i)\b(?:result|error|errno|err|returned|ret|rc|status)\s*[:=]?\s*-(?P<neg>5|6|30|74|107|108|110|117|121)\b"
                     r"|\b(?:error|errno)(?: code)?\s*[:=]?\s*\(?(?P<pos>5)\)?(?=[^.;]{0,40}(?:input/output|i/o) error|\s+returned)"
                     r"|\bi/o error with error code (?P<eio>5)\b|\[errno (?P<py>5)\] input/output error")
 # An SDIO card on an MMC host is a radio, not a disk ("mmc1: error -110 whilst initialising SDIO card").

@@ -30,6 +30,12 @@ DIVERGE_STEADY = 0.2  # of the climb: the middle third's median at least this fa
 # HELD_SPREAD of each other (one level, not a per-batch loss's scatter), every loss since the first above it.
 HELD_ABOVE = 5.0
 HELD_SPREAD = 2.0
+# Running away: the latest RUNAWAY_LOGS losses of one sign, each RUNAWAY_STEP times as far from zero as the one before
+# (one jump after a level is a spike's shape), the latest BLOWN_UP squared (a hundred) times the first of them, that
+# first held away from zero.
+RUNAWAY_LOGS = 3
+RUNAWAY_FOLD = BLOWN_UP * BLOWN_UP
+RUNAWAY_STEP = 2.0
 
 
 def lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
@@ -64,12 +70,7 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
     # Steadily: the middle third of the window sits within the climb, not with either end of it. A
     # step (a curriculum's next stage, a new data mix, a bad shard), held or learnt again, puts it
     # with one end.
-    third = len(window) // 3
-    low, mid, high = (
-        statistics.median(v for _, v in part)
-        for part in (window[:third], window[third : len(window) - third], window[len(window) - third :])
-    )
-    if not low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
+    if not _steady(window):
         return None
     # A climb while the schedule raises the learning rate (a warm restart) is judged once it stops
     # raising it: a loss that keeps climbing at a steady rate diverges, a restart's falls again.
@@ -107,6 +108,68 @@ def diverging(curve: LossCurve, window: list[tuple[int, float]], start: float, h
         + (f"; checkpoint at step {saved[-1]} predates it" if saved else ""),
         rollback=bool(saved),
     )
+
+
+def _gap(window: list[tuple[int, float]]) -> int | None:
+    """Where the window's later excerpt begins (its index): after a jump of the steps wider than all its other steps
+    together, the counter between two excerpts of a run unseen (issue 54, fresh batch 38: a Keras CNN's epochs 39-49,
+    then 174-184). None where the steps run on."""
+    gaps = [b[0] - a[0] for a, b in pairwise(window)]
+    widest = max(gaps, default=0)
+    return gaps.index(widest) + 1 if widest > window[-1][0] - window[0][0] - widest else None
+
+
+def climb_from(window: list[tuple[int, float]]) -> int:
+    """The step a climb through ``window`` is judged from, for what the run is evaluated on meanwhile: the later
+    excerpt's first step where the window joins two (what the earlier excerpt's evaluations reached is the level the
+    climb is measured against, not a sign of learning during it), else the window's first."""
+    at = _gap(window)
+    return window[at if at is not None else 0][0]
+
+
+def _steady(window: list[tuple[int, float]]) -> bool:
+    """Whether the window climbs steadily: its middle third's median sits within the climb, not with either end
+    of it. A step (a curriculum's next stage, a new data mix, a bad shard), held or learnt again, puts it with one
+    end. Or, where the window joins two excerpts of a run (:func:`_gap`), the later excerpt goes on climbing by the
+    same trend by itself: its thirds by log count put the jump between the excerpts in the middle (a Keras CNN's
+    epochs 39-49 at 0.76-0.78, then 1.08 rising to 1.17 at 8 of epochs 174-184: issue 54, fresh batch 38), where a
+    new level held or learnt again is flat or falls."""
+    third = len(window) // 3
+    low, mid, high = (
+        statistics.median(v for _, v in part)
+        for part in (window[:third], window[third : len(window) - third], window[len(window) - third :])
+    )
+    if low + DIVERGE_STEADY * (high - low) <= mid <= high - DIVERGE_STEADY * (high - low):
+        return True
+    at = _gap(window)
+    later = [v for _, v in window[at:]] if at is not None else []
+    return len(later) >= RUNAWAY_LOGS and mann_kendall_z(later) >= DIVERGE_Z
+
+
+def running_away(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`RUNAWAY_LOGS` losses of one sign, each :data:`RUNAWAY_STEP` times as far from zero as the one
+    before, the latest :data:`RUNAWAY_FOLD` times the first of them and every loss before them nearer zero: the loss
+    runs away from zero by orders of magnitude, whichever its sign. A loss that may go below zero (a negative SI-SNR, a likelihood)
+    is no floor for a divergence: worse is higher, but a value ever farther from any level the objective can reach
+    (a CTC recogniser's loss, which should stay above zero, at -2.6e10, -1.4e12, -1.2e13 in its only 3 steps: issue 54,
+    fresh batch 38) is arithmetic come apart, where :func:`blown_up` wants 5 logs of a loss above zero. One jump after a
+    level (fresh batch 28's chat LoRA at 1.26-1.32, then 34,023.79) is a spike's shape until it holds. A first of
+    them near zero (a fine-tune's 1e-7, then a batch's 0.1) has no level a fold measures. The caller asks only while
+    no evaluated metric is better than at its first evaluation (a critic's loss grows with the returns it predicts)."""
+    held = curve.losses
+    if len(held) < RUNAWAY_LOGS:
+        return None
+    latest = [v for _, v in islice(held, len(held) - RUNAWAY_LOGS, None)]
+    sizes = [abs(v) for v in latest]
+    if not (all(v > 0 for v in latest) or all(v < 0 for v in latest)) or sizes[0] <= 1e-3:
+        return None
+    if not all(b >= RUNAWAY_STEP * a for a, b in pairwise(sizes)) or sizes[-1] < RUNAWAY_FOLD * sizes[0]:
+        return None
+    if any(abs(v) >= sizes[0] for _, v in islice(held, len(held) - RUNAWAY_LOGS)):
+        return None
+    return Verdict(f"loss {latest[0]:.4g} to {latest[-1]:.4g} over the latest {RUNAWAY_LOGS} logs (steps "
+                   f"{held[-RUNAWAY_LOGS][0]}-{held[-1][0]}), twice as far from zero or more at each, "
+                   f"{sizes[-1] / sizes[0]:.3g}x in size: running away", rollback=False)
 
 
 def blown_up(curve: LossCurve) -> Verdict | None:

@@ -9,7 +9,7 @@ import statistics
 from faultlens.diagnosis.rules.loss_chance import at_chance
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict, block_medians, middle
 from faultlens.diagnosis.rules.loss_cycle import window_frozen
-from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, diverging, lr_raised
+from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, climb_from, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
 from faultlens.diagnosis.rules.loss_start import from_start, trained_start, untrained
@@ -80,9 +80,10 @@ def judge_window(curve: LossCurve, size: int, held_out: HeldOutWatch, job: str) 
             and not curve.held_out_learned and not curve.held_out_leaving):
         return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                        f"(trend {-drop:+.3g} across the window)", rollback=False)
-    # A climb while what the run is evaluated on gets better is the loss's scale growing with it (an RL
+    # A climb while what the run is evaluated on gets better (since the climb's excerpt began, where the window joins
+    # two: loss_diverging.climb_from) is the loss's scale growing with it (an RL
     # critic's, whose targets are its own returns: loss_eval.HeldOutWatch.improving), not a divergence.
-    climb = None if held_out.improving(job, first) else diverging(curve, window, start, highest)
+    climb = None if held_out.improving(job, climb_from(window)) else diverging(curve, window, start, highest)
     if climb is not None:
         return climb
     regressed = _regressed(curve, held_out, job, window, start, lowest, noise)

@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 38))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 39))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -559,6 +559,20 @@ FRESH_MISSED: dict[str, str] = {
     "tf_triplet_loss_issue_loss_1.0072_to_1.0007_at_margin_val_0.95_to_0.99_8_epochs.csv": "a triplet run from "
     "scratch at 1.0007-1.0072 (held-out 0.95-0.99) for 8 epochs, at its margin of about 1, which no step event "
     "carries (the margin is a triplet loss's guess, as ln(classes) is a softmax's) (loss round 40)",
+    "bankcard_ctc_recognizer_issue_loss_3.97_to_plateau_2.79_for_7_epochs_sequence_accuracy_0.csv": "a card-number "
+    "recogniser's 10 epoch losses, 3.97, 2.87, then 2.83 to 2.79 (still falling at 5 of its last 7 epochs, 1.6 % in "
+    "all) with its held-out loss at 2.78-2.82, no class count and no start: a converged run's shape by its losses; "
+    "what says it stalled (an exact-sequence accuracy of 0 at every epoch) is a metric the file leaves out, as it "
+    "has no chance level to read it against (loss round 41)",
+    "svoice_resumed_from_epoch_3_train_-5.89_then_-6.02_-5.54_and_1.49_in_the_resumed_epoch.csv": "a negative SI-SNR "
+    "loss resumed at -5.89 (replayed epochs -2.87, -5.27, -5.89), then -6.02, -5.54 and +1.49 in the resumed epoch: "
+    "worse (higher) than where it was first seen at 1 log only, its last, the shape of a per-batch spike; "
+    "held_above_first wants 5 logs held above the first, and no held-out loss was evaluated after the resume "
+    "(loss round 41)",
+    # fresh38's CTC captcha recogniser (-2.6e10, -1.4e12, -1.2e13 in its 3 steps) is found since round 41 at its 3rd
+    # log, away from zero a hundredfold at each of 3 logs whichever the sign (loss_diverging.running_away), and its
+    # Keras CNN (0.76-0.78 at epochs 39-49, then 1.08 rising to 1.17 at 174-184) at epoch 182, a climb across two
+    # excerpts whose later one climbs by itself, judged against evaluations since it began (loss_diverging.climb_from).
     # fresh37's Caffe GoogleNet (11.2306 at iteration 0, then 87.3365 = -ln FLT_MIN at 100, 200, 300) is found since
     # round 40 at its 3rd log at the ceiling a framework clips a softmax loss at (loss_saturated.py); its two triplet
     # FaceNets (val_loss 0.2000, the margin, at all 7 and 8 epochs from scratch while the training loss moved) at their

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import acting
+from tests.parsing.line_events import acting_verdicts
 
 
 def _acting(line: str, source: str = "nccl") -> list[tuple[object, object]]:
     """(fault, action) of each event of ``line`` that acts (the job's stream unless told)."""
-    return [(e.data["fault"], e.data["action"]) for e in acting(line, source)]
+    return acting_verdicts(line, source)
 
 
 @pytest.mark.parametrize(

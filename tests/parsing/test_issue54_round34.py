@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import acting, events
+from tests.parsing.line_events import acting_verdicts, verdicts
 
 
 def _acting(line: str, source: str = "nccl") -> list[tuple[object, object]]:
     """(fault, action) of each event of ``line`` that acts (the job's stream unless told)."""
-    return [(e.data["fault"], e.data["action"]) for e in acting(line, source)]
+    return acting_verdicts(line, source)
 
 
 def _classes(line: str, source: str = "nccl") -> list[tuple[object, object]]:
     """(fault, action) of every event of ``line``, recorded or acting."""
-    return [(e.data["fault"], e.data["action"]) for e in events(line, source)]
+    return verdicts(line, source)
 
 
 @pytest.mark.parametrize(

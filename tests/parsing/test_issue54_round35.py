@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import acting, events
+from tests.parsing.line_events import acting_verdicts, events, verdicts
 
 
 def _acting(line: str) -> list[tuple[object, object]]:
     """(fault, action) of each event of a kernel ``line`` that acts."""
-    return [(e.data["fault"], e.data["action"]) for e in acting(line, "kernel")]
+    return acting_verdicts(line, "kernel")
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_a_fibre_channel_link_lost_at_boot_is_the_machines_record() -> None:
 
 def _job_stream(line: str) -> list[tuple[object, object]]:
     """(fault, action) of every event of ``line`` read in a job's stream."""
-    return [(e.data["fault"], e.data["action"]) for e in events(line, "nccl")]
+    return verdicts(line, "nccl")
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import events
+from tests.parsing.line_events import events, verdicts
 
 
 def _read(line: str) -> list[tuple[object, object]]:
     """(fault, action) of each event of a job-stream ``line``."""
-    return [(e.data["fault"], e.data["action"]) for e in events(line, "nccl")]
+    return verdicts(line, "nccl")
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parsing.line_events import events
+from tests.parsing.line_events import verdicts
 
 
 def _read(line: str, source: str) -> list[tuple[object, object]]:
     """(fault, action) of each event of ``line`` in ``source``'s stream."""
-    return [(e.data["fault"], e.data["action"]) for e in events(line, source)]
+    return verdicts(line, source)
 
 
 def _faults(line: str, source: str) -> list[object]:

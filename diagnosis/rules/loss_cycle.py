@@ -135,10 +135,16 @@ def _stepping(curve: LossCurve, steps: list[int]) -> bool:
             and all(later <= earlier for earlier, later in itertools.pairwise(rates)))
 
 
+def printed_unit(value: float) -> float:
+    """The size of ``value``'s last printed digit (infinite where it cannot be read)."""
+    exponent = Decimal(repr(value)).as_tuple().exponent
+    return 10.0**exponent if isinstance(exponent, int) else math.inf
+
+
 def _printed_finely(value: float) -> bool:
     """Whether ``value``'s last printed digit is at most :data:`PRINTED` of it: a loss moving by more shows."""
-    exponent = Decimal(repr(value)).as_tuple().exponent
-    return isinstance(exponent, int) and 10.0**exponent <= PRINTED * abs(value)
+    unit = printed_unit(value)
+    return unit != math.inf and unit <= PRINTED * abs(value)
 
 
 def zeroed_at_once(curve: LossCurve) -> Verdict | None:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from decimal import Decimal
 from itertools import islice
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_cycle import CYCLE_DIGITS, REPEATS
+from faultlens.diagnosis.rules.loss_cycle import CYCLE_DIGITS, REPEATS, printed_unit
 from faultlens.diagnosis.rules.loss_eval import CHANCE
 
 SHOWN = 0.1  # the finest printed digit, as a share of the tolerance, that lets a move within it show
@@ -48,9 +47,3 @@ def near_frozen(curve: LossCurve) -> Verdict | None:
     return Verdict(f"loss {min(values):.8g}-{max(values):.8g} for {REPEATS} logs (steps {latest[0][0]}-{latest[-1][0]}), "
                    f"within {CYCLE_DIGITS:g} of its level from random weights: the weights no longer change",
                    rollback=False)
-
-
-def printed_unit(value: float) -> float:
-    """The size of ``value``'s last printed digit (infinite where it cannot be read)."""
-    exponent = Decimal(repr(value)).as_tuple().exponent
-    return 10.0**exponent if isinstance(exponent, int) else math.inf

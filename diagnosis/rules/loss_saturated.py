@@ -22,7 +22,7 @@ import math
 from itertools import islice
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
-from faultlens.diagnosis.rules.loss_near_frozen import printed_unit
+from faultlens.diagnosis.rules.loss_cycle import printed_unit
 
 # -ln of the probability each framework clips a softmax's output at: Caffe's FLT_MIN, Keras's epsilon.
 CEILINGS: dict[float, str] = {

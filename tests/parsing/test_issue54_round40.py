@@ -168,3 +168,19 @@ def test_an_mlx4_virtual_function_that_fails_to_come_up_is_still_nic() -> None:
 )
 def test_an_amd_gpus_older_vmc_page_fault_header_is_app_fault(line: str) -> None:
     assert "app_fault" in _faults(line, "kernel")
+
+
+def test_xfs_finding_a_directory_entry_naming_an_impossible_inode_is_storage() -> None:
+    assert ("storage", "alert") in _read("[ 7310.554120] XFS (md127): Invalid inode number 0x2000000a1", "kernel")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[ 7310.554120] XFS (md127): Mounting V5 Filesystem 4f0c3a1e-6b7d-4a55-9a61-0d2b9c7e11aa",
+        "[ 7310.554120] XFS (md127): Ending clean mount",
+        "[ 7310.554120] XFS (md127): Quotacheck: Done.",
+    ],
+)
+def test_xfs_mounting_is_quiet(line: str) -> None:
+    assert _faults(line, "kernel") == []

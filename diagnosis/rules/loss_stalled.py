@@ -52,7 +52,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     tenth of that or finer, away from ln(classes) (loss_near_frozen.py: fresh batch 37's CNN at 10.845976-10.845994);
     and at any step, 3 logs at the ceiling a framework clips a softmax loss at, Caffe's -ln FLT_MIN = 87.3365 or
     Keras's -ln 1e-7 = 16.1181: every sample's true class at probability 0 (loss_saturated.py: fresh batch 37's
-    GoogleNet, 11.2306 then 87.3365);
+    GoogleNet, 11.2306 then 87.3365), or 2 beside a held-out loss within 1e-5 of it; a loss at zero to float
+    rounding (|loss| <= 1e-12, not 0) alike at 5 logs, one value of 0.1 or more at 15, and a classifier's loss at 0
+    from its first log with no held-out loss above 0 (loss_repeated.py: fresh batch 39);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what

@@ -53,3 +53,26 @@ def _printed_as(value: float, ceiling: float) -> bool:
     at most :data:`PRINTED` of it."""
     unit = printed_unit(value)
     return unit <= PRINTED * ceiling and abs(value - ceiling) <= max(0.5 * unit * (1 + 1e-9), FLOAT32 * ceiling)
+
+
+# A held-out loss is a mean over the test set's batches summed in float32: at the ceiling it lands within this share of
+# it, not to its last printed digit (Caffe's test SoftmaxWithLoss 87.3362 beside the training display's 87.3365).
+SUMMED = 1e-5
+
+
+def saturated_held_out(curve: LossCurve, held_out: dict) -> Verdict | None:
+    """The latest :data:`SATURATED_LOGS` - 1 training losses each at a ceiling (as :func:`saturated` reads it) and
+    the latest held-out loss evaluated within :data:`SUMMED` of the same one: the model saturates on data it never
+    trained on too, so no batch's labels did it (issue 54, fresh batch 39's wide residual network: 87.3365 in
+    training and 87.3362 in test at iterations 1170 and 1560). ``held_out``: loss_eval.HeldOutWatch.held_losses."""
+    held = list(islice(reversed(curve.losses), SATURATED_LOGS - 1))
+    latest = [kept[-1][1] for kept in held_out.values() if kept]
+    if len(held) < SATURATED_LOGS - 1 or not latest:
+        return None
+    for ceiling, what in CEILINGS.items():
+        if all(_printed_as(value, ceiling) for _, value in held) and all(
+                abs(value - ceiling) <= SUMMED * ceiling for value in latest):
+            return Verdict(f"loss {held[0][1]:.6g} at {len(held)} logs (steps {held[-1][0]}-{held[0][0]}) and held-out "
+                           f"loss {latest[0]:.6g} = {what}: every sample's true class at probability 0, on held-out "
+                           f"data too", rollback=False)
+    return None

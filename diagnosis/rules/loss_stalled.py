@@ -52,7 +52,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     tenth of that or finer, away from ln(classes) (loss_near_frozen.py: fresh batch 37's CNN at 10.845976-10.845994);
     and at any step, 3 logs at the ceiling a framework clips a softmax loss at, Caffe's -ln FLT_MIN = 87.3365 or
     Keras's -ln 1e-7 = 16.1181: every sample's true class at probability 0 (loss_saturated.py: fresh batch 37's
-    GoogleNet, 11.2306 then 87.3365);
+    GoogleNet, 11.2306 then 87.3365), or 2 beside a held-out loss within 1e-5 of it; a loss at zero to float
+    rounding (|loss| <= 1e-12, not 0) alike at 5 logs, one value of 0.1 or more at 15, and a classifier's loss at 0
+    from its first log with no held-out loss above 0 (loss_repeated.py: fresh batch 39);
   - regressed: every block of the window above the best level the run reached (the lowest median
     of a judged window) by a quarter of what it had learned and a quarter of that level's size (a
     likelihood loss at -94 is no smaller a level than one at 94), once what
@@ -122,7 +124,8 @@ from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_eval_frozen import held_out_frozen
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
 from faultlens.diagnosis.rules.loss_near_frozen import near_frozen
-from faultlens.diagnosis.rules.loss_saturated import saturated
+from faultlens.diagnosis.rules.loss_repeated import float_zero, long_repeat, zero_with_classes
+from faultlens.diagnosis.rules.loss_saturated import saturated, saturated_held_out
 from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
 from faultlens.diagnosis.rules.loss_window import judge_window
 from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_first_seen, worse_than_start
@@ -245,14 +248,17 @@ class LossStalledDetector:
             verdict = printed_frozen(curve)
             if verdict is None and untrained(curve, self._window(curve)):  # moving in its sixth digit only
                 verdict = near_frozen(curve)
+            # At zero to float rounding, or one value at 15 logs though its float keeps few digits (loss_repeated.py).
+            verdict = verdict or float_zero(curve) or long_repeat(curve)
         # A loss at exactly 0 straight from its level, at any time: no window judges a loss of 0 (a share of it
         # says nothing), and nothing is scored from there on (loss_cycle.zeroed_at_once).
         if verdict is None and loss == 0.0 and curve.grad_zero_run == 0:
             verdict = zeroed_at_once(curve) or zero_from_the_start(
-                curve, self.held_out.held_losses(event.job), from_start(curve, self._window(curve)))
+                curve, self.held_out.held_losses(event.job), from_start(curve, self._window(curve))) or zero_with_classes(
+                curve, self.held_out.held_losses(event.job))
         # At the ceiling a framework clips a softmax loss at, whatever the start (loss_saturated.py).
         if verdict is None and not curve.fired:
-            verdict = saturated(curve)
+            verdict = saturated(curve) or saturated_held_out(curve, self.held_out.held_losses(event.job))
         if verdict is None and loss >= BLOWN_UP * curve.first > 1e-2 and not curve.fired:  # loss_diverging.blown_up
             verdict = blown_up(curve)
         if verdict is None and not curve.fired:  # told once: the judge below says when it learns again

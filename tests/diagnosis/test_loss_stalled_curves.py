@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 39))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 40))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -569,6 +569,18 @@ FRESH_MISSED: dict[str, str] = {
     "worse (higher) than where it was first seen at 1 log only, its last, the shape of a per-batch spike; "
     "held_above_first wants 5 logs held above the first, and no held-out loss was evaluated after the resume "
     "(loss round 41)",
+    "dual_path_rnn_issue_epoch_17_si_snr_loss_-12.715_rising_to_-12.699_then_flat_-12.70_for_11_logs.csv": "a negative "
+    "SI-SNR loss first seen at epoch 17, -12.715 up to -12.699 then -12.700 to -12.705 for 7 logs: 0.13 % worse, then "
+    "flat, the shape of a resumed run at its floor (fresh batch 14's and the fixture folder's converged runs sit so); "
+    "what says it failed (the gradients exploding) lies after the excerpt (loss round 42)",
+    "keras_multitask_five_3_way_heads_issue_val_loss_5.53_rising_to_6.52_above_a_guess_train_4.75_to_3.48.csv": "a "
+    "held-out loss 5.53 rising at each of 5 epochs to 6.52 while the training loss falls, no class count: over-fitting's "
+    "shape, quiet by the corpus convention unless above a guess's, and the guess (5 x ln 3, a sum of five 3-way heads') "
+    "is in no step event (loss round 42)",
+    # fresh39's Lightning bar (4.600 at 15 printed batches, read as 4.6), DetectNet (-6.43825e-20 at 9 displays) and
+    # 101-way C3D fine-tune (0 at its 3 displays) are found since round 42 (loss_repeated.long_repeat, float_zero,
+    # zero_with_classes), and its Caffe WRN (87.3365 at 2 logs, test 87.3362) at its 2nd log, the held-out loss at the
+    # ceiling too (loss_saturated.saturated_held_out).
     # fresh38's CTC captcha recogniser (-2.6e10, -1.4e12, -1.2e13 in its 3 steps) is found since round 41 at its 3rd
     # log, away from zero a hundredfold at each of 3 logs whichever the sign (loss_diverging.running_away), and its
     # Keras CNN (0.76-0.78 at epochs 39-49, then 1.08 rising to 1.17 at 174-184) at epoch 182, a climb across two

@@ -138,13 +138,12 @@ def _outputs(seed: int, poll: int) -> list[tuple]:
 
 
 def _one_at_a_time(monkeypatch) -> None:
-    """Every step through NodeStage.observe, as any other event (a poll's run of steps too)."""
+    """Every step through NodeStage.observe, as any other event."""
 
     def general(self: NodeStage, event: Envelope, step: object, out: NodeOutput) -> None:
         self.observe(event, out)
 
     monkeypatch.setattr(NodeStage, "observe_step", general)
-    monkeypatch.setattr(NodeStage, "observe_steps", lambda self, events, steps: None)  # (a run: step by step)
 
 
 def _findings(outputs: list[tuple]) -> list[dict]:

@@ -108,32 +108,16 @@ class NodeStageHandler:
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
         forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
-        i, n = 0, len(records)
-        while i < n:
-            r = records[i]
-            event = r.value
-            if event.kind == "step" and event.source == "train":
-                # A run of a partition's steps in a row: its readers take it at once (issue 56).
-                j, partition = i + 1, r.partition
-                while j < n and (e := records[j].value).kind == "step" and e.source == "train" \
-                        and records[j].partition == partition:
-                    j += 1
-                if j - i > 1:
-                    self._steps(records[i:j], out, forwards)
-                    i = j
-                    continue
+        for r in records:
             try:
                 self._one(r, out, forwards)
             except InvalidEvent as exc:
-                out.append(self._dead(r, exc))
-            i += 1
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
+                                       self.group))
         for job, items in forwards.items():
             out.extend(self._bundle(job.encode(), items))
         self.emitted += len(out)
         return out
-
-    def _dead(self, r: Record, exc: InvalidEvent) -> Outgoing:
-        return dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}", self.group)
 
     def _clock_word(self) -> list[Outgoing]:
         """How far each job that went on since its last word has delivered (the book's time: its
@@ -174,10 +158,26 @@ class NodeStageHandler:
     def _one(self, r: Record, out: list[Outgoing], forwards: dict[str, list[tuple[float, bytes]]]) -> None:
         """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
         into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
-        head = self._head(r)
-        if head is None:
+        event: Envelope = r.value
+        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
+        kinds = KNOWN_KINDS.get(event.source)
+        if kinds is not None and event.kind not in kinds and not known_kind(event):
+            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+        if event._payload is None:
+            check_payload(event)
+        if event.source == "job":
+            self.book.update(event)
             return
-        event, made = head
+        placed = r.event_ts if r.event_ts is not None else event.ts
+        self.book.advance(event.job, placed)
+        # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
+        # and the job stage learns which jobs share a clock only from times said along the way.
+        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+                and self._partitions else [])
+        if r.skew_s is not None:
+            made.extend(self._skew(event, r, r.skew_s))
+            if r.event_ts is not None and r.event_ts != event.ts:
+                event = event.retimed(r.event_ts)
         # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
         # a message (issue 56). What was made of the last record was copied out of it already.
         node_out = self._node_out
@@ -202,97 +202,17 @@ class NodeStageHandler:
                 if mismatch is not None:
                     node_out.findings.append(mismatch)
                 stage.observe(parsed, node_out)
-        self._tail(r, event, made, node_out.findings, node_out.windows, node_out.forward, out, forwards)
-
-    def _head(self, r: Record) -> tuple[Envelope, list[Outgoing]] | None:
-        """A record's checks, its job's clock and its skew: the event as placed and what it made so
-        far (None for a `job` event: the book took it)."""
-        event: Envelope = r.value
-        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds and not known_kind(event):
-            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        if event._payload is None:
-            check_payload(event)
-        if event.source == "job":
-            self.book.update(event)
-            return None
-        placed = r.event_ts if r.event_ts is not None else event.ts
-        self.book.advance(event.job, placed)
-        # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
-        # and the job stage learns which jobs share a clock only from times said along the way.
-        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
-                and self._partitions else [])
-        if r.skew_s is not None:
-            made.extend(self._skew(event, r, r.skew_s))
-            if r.event_ts is not None and r.event_ts != event.ts:
-                event = event.retimed(r.event_ts)
-        return event, made
-
-    def _steps(self, records: list[Record], out: list[Outgoing], forwards: dict[str, list[tuple[float, bytes]]]) -> None:
-        """:meth:`_one` for a run of one partition's ``train``/``step`` records: each record's checks,
-        clock and rank check in turn, then the stage's readers over the run at once
-        (NodeStage.observe_steps), then each record's outputs in turn, as _one makes them record by
-        record (a record that raises is dead-lettered in its place, its steps read by nobody)."""
-        heads: list[Any] = []
-        events: list[Envelope] = []
-        steps: list[TrainStep] = []
-        book = self.book
-        for r in records:
-            try:
-                event, made = self._head(r)  # type: ignore[misc]  (a step is never a `job` event)
-                step = event._payload
-                if type(step) is not TrainStep:
-                    step = typed(event, TrainStep)
-                mismatch = step_rank_mismatch(book, event, step.rank, book.sole_placement(event.job))
-            except InvalidEvent as exc:
-                heads.append(exc)
-                continue
-            heads.append((event, made, mismatch, len(events)))
-            events.append(event)
-            steps.append(step)
-        stage = self._stages.get(records[0].partition) or self.stage(records[0].partition)
-        read = stage.observe_steps(events, steps) if events else ({}, {})
-        node_out = self._node_out
-        for r, head in zip(records, heads):
-            if type(head) is not tuple:
-                out.append(self._dead(r, head))
-                continue
-            event, made, mismatch, k = head
-            if read is None:  # step by step (a step the readers refuse), as _one takes it
-                if node_out.findings:
-                    node_out.findings.clear()
-                if node_out.windows:
-                    node_out.windows.clear()
-                node_out.forward.clear()
-                if mismatch is not None:
-                    node_out.findings.append(mismatch)
-                try:
-                    stage.observe_step(event, steps[k], node_out)
-                except InvalidEvent as exc:
-                    out.append(self._dead(r, exc))
-                    continue
-                self._tail(r, event, made, node_out.findings, node_out.windows, node_out.forward, out, forwards)
-                continue
-            found = read[0].get(k, ())
-            if mismatch is not None:
-                found = [mismatch, *found]
-            self._tail(r, event, made, found, read[1].get(k, ()), (event,), out, forwards)
-
-    def _tail(self, r: Record, event: Envelope, made: list[Outgoing], findings: Sequence[Finding],
-              windows: Sequence[NodeWindow], forward: Sequence[Envelope], out: list[Outgoing],
-              forwards: dict[str, list[tuple[float, bytes]]]) -> None:
-        """A record's outputs into ``out`` and what it passes on into ``forwards`` (_one's end)."""
-        if findings:
-            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(findings)]
+        if node_out.findings:
+            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
             if self.wave is not None and self._partitions:
-                made += [o for i, f in enumerate(findings) if self._fleet_copy(f)
+                made += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
-        if windows:
-            made += [window_summary(w, event.ts) for w in windows]
+        if node_out.windows:
+            made += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
         # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
         as_read = r.raw if event is r.value else None
+        forward = node_out.forward
         one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
         passed: Sequence[tuple[str, float, bytes]] = () if one is not None else [
             (e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]

@@ -120,10 +120,6 @@ class NodeStage:
         readers: list[Any] = [getattr(rule, "observe_step", None) for rule in self._by_source.get("train", ())]
         self._step_readers: list[Callable[[Envelope, TrainStep], list[Finding]]] | None = (
             readers if None not in readers else None)
-        # ...and their batch entry points (observe_steps), for a poll's run of steps at once.
-        batch: list[Any] = [getattr(rule, "observe_steps", None) for rule in self._by_source.get("train", ())]
-        self._step_batch: list[Callable[..., list[tuple[int, list[Finding]]]]] | None = (
-            batch if self._step_readers is not None and None not in batch else None)
         self.windows = FeatureWindows(window_s)
 
     def _unrecognised(self, source: str, node: str, message: str) -> None:
@@ -164,29 +160,6 @@ class NodeStage:
         if windows:
             out.windows.extend(windows)
         out.forward.append(event)  # train is a source the job stage reads (JOB_SOURCES)
-
-    def observe_steps(self, events: Sequence[Envelope], steps: Sequence[TrainStep]
-                      ) -> tuple[dict[int, list[Finding]], dict[int, list[NodeWindow]]] | None:
-        """:meth:`observe_step` for a run of steps in their order (a poll's, issue 56), each reader
-        handed the whole run at once: (findings, windows closed) by the step's index, each step's
-        findings in the readers' order, as observe_step makes them one step at a time (each reader's
-        state is its own: taking the run reader by reader is taking it step by step). Every step is
-        passed on (the caller forwards them). None, having read nothing, where a rule of ``train`` has
-        no batch entry point or a step has no rank (the training rule refuses it: the caller then takes
-        the run step by step, that step dead-lettered alone as before).
-        tests/diagnosis/test_step_batch_readers.py holds it to observe_step."""
-        batch = self._step_batch
-        if batch is None or None in [step.rank for step in steps]:
-            return None
-        findings: dict[int, list[Finding]] = {}
-        for read in batch:
-            for i, found in read(events, steps):
-                held = findings.get(i)
-                if held is None:
-                    findings[i] = found
-                else:
-                    held.extend(found)
-        return findings, dict(self.windows.observe_steps(events, steps))
 
     def flush(self) -> tuple[list[Envelope], list[NodeWindow]]:
         parsed = self.parser.flush()

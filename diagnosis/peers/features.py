@@ -167,49 +167,6 @@ class FeatureWindows:
             acc.evidence.append(event.id)
         return out
 
-    def observe_steps(self, events, steps) -> list[tuple[int, list[NodeWindow]]]:
-        """:meth:`observe_step` for steps in their order (a poll's run of them, issue 56): (index,
-        windows closed) for each step that closed any. A node's open window is looked up once for its
-        steps in a row that fall in it."""
-        made: list[tuple[int, list[NodeWindow]]] = []
-        accs, window_s, floor = self._acc, self.window_s, math.floor
-        last: tuple[str, str] | None = None
-        acc: _Acc | None = None
-        for i, step in enumerate(steps):
-            event = events[i]
-            key = (event.job, event.node)
-            if key != last:
-                acc, last = accs.get(key), key
-            if acc is not None and floor(event.ts / window_s) * window_s == acc.start:
-                acc.seq += 1
-            else:
-                out: list[NodeWindow] = []
-                acc = self._acc_at(event, out)
-                if out:
-                    made.append((i, out))
-                if acc is None:
-                    last = None  # a straggler of a closed window: the open one is looked up again
-                    continue
-            t = step.step_time_s  # finite, never negative, or null
-            if t is not None:
-                if acc.step_times == 0:
-                    acc.step_time_first = acc.seq
-                acc.step_time_sum += t
-                acc.step_times += 1
-            rank = step.rank
-            if rank is not None:
-                acc.ranks.add(rank)
-                compute = step.compute_s  # finite, never negative, or null
-                if compute is not None:
-                    tally = acc.rank_compute.get(rank)
-                    if tally is None:
-                        tally = acc.rank_compute[rank] = [0.0, 0]
-                    tally[0] += compute
-                    tally[1] += 1
-            if len(acc.evidence) < 4:
-                acc.evidence.append(event.id)
-        return made
-
     def _acc_at(self, event: Envelope, out: list[NodeWindow]) -> _Acc | None:
         """The node's window that holds ``event`` (the one before closed into ``out`` where it is
         the node's first event past it), its event counted; None for a straggler of a closed one."""

@@ -82,37 +82,6 @@ class ThermalRule:
             return []  # _confirm: nothing throttles
         return self._confirm(event, state, rank)
 
-    def observe_steps(self, events, steps) -> list[tuple[int, list[Finding]]]:
-        """:meth:`observe_step` for steps in their order (a poll's run of them, issue 56): (index,
-        findings) for each step that made any. A node's state is looked up once for its steps in a row."""
-        made: list[tuple[int, list[Finding]]] = []
-        nodes = self._nodes
-        last: tuple[str, str] | None = None
-        state = _NodeHeat()  # (replaced at the first step)
-        for i, step in enumerate(steps):
-            event = events[i]
-            key = (event.job, event.node)
-            if key != last:
-                state = nodes.get(key)
-                if state is None:
-                    state = nodes[key] = _NodeHeat()
-                last = key
-            t = step.compute_s if step.compute_s is not None else step.step_time_s
-            rank = step.rank
-            if t is None or t <= 0 or rank is None:
-                continue
-            book = state.recent if state.since is not None else state.baseline
-            times = book.get(rank)
-            if times is None:
-                times = book[rank] = deque(maxlen=60 if book is state.baseline else 10)
-            times.append(t)
-            if state.since is None:
-                continue  # _confirm: nothing throttles
-            found = self._confirm(event, state, rank)
-            if found:
-                made.append((i, found))
-        return made
-
     def _sample(self, event: Envelope, state: _NodeHeat) -> list[Finding]:
         table = gpu_table(event)
         if table is not None and self.hot_c > 0 and not table.any_throttle(THROTTLE_REASONS) \

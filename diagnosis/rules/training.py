@@ -261,55 +261,6 @@ class TrainingRule:
                     self._skipped.pop(key, None)  # a loss scaler's run of skipped steps, if any, is over
         return out
 
-    def observe_steps(self, events, steps) -> list[tuple[int, list[Finding]]]:
-        """:meth:`observe_step` for steps in their order (a poll's run of them, issue 56), its body in one
-        loop: (index, findings) for each step that made any. A step with no rank raises (missing) after
-        the steps before it were taken. tests/diagnosis/test_step_batch_readers.py holds it to observe_step."""
-        made: list[tuple[int, list[Finding]]] = []
-        series_of, unanswered, skipped = self._series, self._unanswered, self._skipped
-        factor, window = self.factor, self.window
-        for i, step in enumerate(steps):
-            event = events[i]
-            rank = step.rank
-            if rank is None:
-                raise missing("rank", event)
-            key = (event.job, rank)
-            series = series_of.get(key)
-            if series is None:
-                series = series_of[key] = _Series(_Baseline(deque(maxlen=window), deque(maxlen=window)),
-                                                  _Baseline(deque(maxlen=window), deque(maxlen=window)))
-            out: list[Finding] = []
-            # (observe_step's gate, per metric)
-            loss: float | None = None  # this step's: with one, a spike waits for the next step's
-            raw = step.loss
-            if raw is not None:
-                value = raw if type(raw) is float else as_float(raw)
-                if value is not None:
-                    loss = value
-                    # Judged only where a spike waits (rare): the medians on every step would cost the rule.
-                    held = unanswered.pop(key, None) if unanswered else None
-                    if held is not None and self._rose(event.job, rank, value, step.classes) is not False:
-                        out.append(self._spike(held[0], rank, held[1], event))
-                    baseline = series.loss
-                    if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
-                        baseline.push(value, False)
-                    else:
-                        self._judge(event, step, rank, "loss", raw, value, baseline, None, out)
-            raw = step.grad_norm
-            if raw is not None:
-                value = raw if type(raw) is float else as_float(raw)
-                if value is not None:
-                    baseline = series.grad_norm
-                    if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
-                        baseline.push(value, False)
-                    else:
-                        self._judge(event, step, rank, "grad_norm", raw, value, baseline, loss, out)
-                    if skipped and math.isfinite(value):
-                        skipped.pop(key, None)  # a loss scaler's run of skipped steps, if any, is over
-            if out:
-                made.append((i, out))
-        return made
-
     def _scaler_skipped(self, key: tuple[str, int], loss: float | None, classes: int | None) -> bool:
         """Whether a step's non-finite grad norm is an fp16 loss scaler's skipped step, counted: its loss an
         ordinary one (under factor x the median of the losses kept before it, or of a guess's, ln(classes), where

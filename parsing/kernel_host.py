@@ -34,6 +34,10 @@ _SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d
 _RCU_STALL = re.compile(r"rcu: INFO: rcu_\w+ (?:self-)?detected stalls? on CPUs?")
 _HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
 _PANIC = re.compile(r"Kernel [Pp]anic - (?:not )?syncing:?\s*(?P<text>.*)")
+# mm/oom_kill.c's panics for want of memory: check_panic_on_oom's "Out of memory: system-wide|compulsory panic_on_oom is
+# enabled" (2.6's "out of memory. panic_on_oom is selected"), out_of_memory's "Out of memory and no killable processes..."
+# (before 4.x) and "System is deadlocked on memory" (after): the machine goes down (evict), host memory is the cause.
+_OOM_PANIC = re.compile(r"^(?:[Oo]ut of memory\b|System is deadlocked on memory)")
 
 _AER = re.compile(
     r"(?P<reporter>" + _PCI + r"): AER: (?:Multiple )?(?P<type>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrected|Uncorrectable)"
@@ -122,7 +126,8 @@ def stall(msg: str, raw: str, echoes: Echoes) -> Found:
     if m:
         if echoes.seen(OOPS_KEY):
             return []  # the end of the oops just emitted
-        return [("panic", common(raw, "kernel", "evict", "fatal", text=m.group("text")))]
+        fault = "host_oom" if _OOM_PANIC.match(m.group("text")) else "kernel"
+        return [("panic", common(raw, fault, "evict", "fatal", text=m.group("text")))]
     m = _RCU_STALL.search(msg)
     if m:
         return [("soft_lockup", common(raw, "kernel", "restart", "error", text=m.group(0)))]

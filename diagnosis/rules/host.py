@@ -27,8 +27,8 @@ class KernelRule:
         kind = event.kind
         if kind in _KERNEL_KINDS:
             fault, action = parsed_fault(event, "kernel", _KERNEL_KINDS[kind])
-            if fault != "kernel":
-                fault = "kernel"
+            if fault != "kernel" and not (kind == "panic" and fault == "host_oom"):
+                fault = "kernel"  # a panic for want of memory keeps host_oom (parsing/kernel_host.py)
             return [self._finding(event, fault, action, kind)]
         if kind == "oom_kill":
             _, action = parsed_fault(event, "host_oom", "restart")

@@ -46,9 +46,10 @@ def test_catalogue_line_and_code_line_of_one_oom_fold_together():
 
 
 def test_panic_naming_oom_is_a_panic():
+    # A panic (the machine goes down: evict) whose cause is host memory (host_oom, issue 54 round 41).
     p = parser_for("kernel")
     (event,) = p.feed("Kernel panic - not syncing: Out of memory and no killable processes...")
-    assert (event.kind, event.data["fault"], event.data["action"]) == ("panic", "kernel", "evict")
+    assert (event.kind, event.data["fault"], event.data["action"]) == ("panic", "host_oom", "evict")
 
 
 def test_user_rules_are_added_after_the_shipped_ones(tmp_path):

@@ -577,14 +577,10 @@ FRESH_MISSED: dict[str, str] = {
     "held-out loss 5.53 rising at each of 5 epochs to 6.52 while the training loss falls, no class count: over-fitting's "
     "shape, quiet by the corpus convention unless above a guess's, and the guess (5 x ln 3, a sum of five 3-way heads') "
     "is in no step event (loss round 42)",
-    "caffe_cuda8_issue_loss_2.0e-4_1.6e-4_6.0e-5_then_87.3365_at_iterations_20480_and_20500.csv": "a Caffe loss of "
-    "6.0e-5 that jumps to 87.3365 (-ln FLT_MIN, the softmax ceiling) at its last 2 logs: saturated wants 3 logs at "
-    "the ceiling, saturated_held_out a held-out loss there too, and the excerpt stops after 2 (loss round 43)",
-    "pnn2_product_nets_issue_loss_0.693614_creeping_to_0.693158_at_ln2_auc_0.500000_every_epoch.csv": "a 2-way click "
-    "model from scratch at 0.693614 creeping to 0.693158 (ln 2 = 0.693147) over 19 epochs: at a guess's loss from "
-    "its start, where an untrained net sits before it learns (fresh4's AdaGrad CNN, 2.3026 for 19 logs), and within "
-    "four digits of it at 9 logs only; what says it stalled (AUC 0.500000 at every epoch) is a metric the harness "
-    "does not read (loss round 43)",
+    # fresh40's Caffe on CUDA 8 (6.0e-5, then 87.3365 at its last 2 logs) is found since round 43 at its 2nd log at the
+    # softmax ceiling straight after a fitted loss (loss_saturated.saturated), and its PNN2 click model (0.693614 creeping
+    # to 0.693158 at ln 2, AUC 0.500000 at every epoch, read since round 43 as val_auc against a coin's 0.5) at its 5th
+    # evaluation at chance (loss_eval.py, payloads_job.area_under_roc).
     # fresh39's Lightning bar (4.600 at 15 printed batches, read as 4.6), DetectNet (-6.43825e-20 at 9 displays) and
     # 101-way C3D fine-tune (0 at its 3 displays) are found since round 42 (loss_repeated.long_repeat, float_zero,
     # zero_with_classes), and its Caffe WRN (87.3365 at 2 logs, test 87.3362) at its 2nd log, the held-out loss at the

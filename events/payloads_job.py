@@ -135,15 +135,25 @@ def determination(name: str) -> bool:
             or "determination" in words)
 
 
+def area_under_roc(name: str) -> bool:
+    """Whether a metric's name says it is an area under the ROC curve (``val_auc``, ``roc_auc``, ``auroc``): higher
+    is better, and scores that ignore the input rank a positive above a negative half the time, 0.5, whatever the
+    class count or prior (trainer_hooks/callback_support.eval_chance). By whole words, as :func:`determination`
+    (``pr_auc``, the area under precision-recall, is the positives' share by chance: not one)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return ("auc" in words or "auroc" in words or "rocauc" in words) and "pr" not in words and "prauc" not in words
+
+
 class TrainEval(RankedPayload, frozen=True):
     """``train``/``eval``: one rank's evaluation on held-out data after ``step`` (the HF callback's
     on_evaluate, the Lightning callback's validation end, ``TrainerHook.eval``). ``metrics``: name to
     value (non-finite ones as for a step's loss); ``chance``: a metric's value for a model that ignores
     its input (ln(classes) or the class prior's entropy for a loss, 1/classes or the majority label's
-    share for an accuracy, 0 for a correlation), so a held-out metric that stays there is read as a run that
+    share for an accuracy, 0 for a correlation, 0.5 for an ROC AUC), so a held-out metric that stays there is read as a run that
     learned nothing of its task (diagnosis/rules/loss_eval.py); ``higher_is_better``: a metric's direction
     where its name does not say it (a name with ``loss`` is lower-is-better, one with ``acc``, a
-    correlation's name, :data:`CORRELATIONS`, or an R²'s, :func:`determination`, higher)."""
+    correlation's name, :data:`CORRELATIONS`, an R²'s, :func:`determination`, or an ROC AUC's,
+    :func:`area_under_roc`, higher)."""
 
     step: NonNegInt | None = None
     metrics: dict[Text, Metric] | None = None
@@ -159,7 +169,8 @@ class TrainEval(RankedPayload, frozen=True):
         lowered = name.lower()
         if "loss" in lowered:
             return False
-        return True if "acc" in lowered or correlation(lowered) or determination(lowered) else None
+        return True if "acc" in lowered or correlation(lowered) or determination(lowered) or area_under_roc(lowered) \
+            else None
 
 
 class TrainCheckpoint(RankedPayload, frozen=True):

@@ -22,7 +22,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypedDict
 
-from faultlens.events.payloads_job import TrainEval, correlation, determination
+from faultlens.events.payloads_job import TrainEval, area_under_roc, correlation, determination
 from faultlens.events.signing import VerifyKeys
 from faultlens.streams.config import KafkaSettings
 from faultlens.trainer_hooks.hook import TrainerHook
@@ -128,7 +128,8 @@ def eval_chance(metrics: Mapping[str, Any], classes: int | None, chance_loss: fl
     (diagnosis/rules/loss_eval.py), by its name's direction: a loss's is ``chance_loss`` (the class
     prior's entropy), else ln(``classes``); an accuracy's the ``majority`` label's share, else
     1/``classes``; a correlation's (Spearman, Pearson) 0, class count or not: predictions that ignore
-    the input do not vary with the target (a regressor predicting the mean); so is an R²'s, what predicting
+    the input do not vary with the target (a regressor predicting the mean); an ROC AUC's 0.5, class count or
+    not, where it is a fraction; an R²'s 0, what predicting
     the target's mean scores (its name says higher is better: payloads_job.determination). Metrics of none of
     these kinds, or a loss or accuracy without a class count, get none."""
     out: dict[str, float] = {}
@@ -136,6 +137,10 @@ def eval_chance(metrics: Mapping[str, Any], classes: int | None, chance_loss: fl
         higher = TrainEval.direction(name)
         if higher is True and (correlation(name) or determination(name)):
             out[name] = 0.0
+        elif higher is True and area_under_roc(name):
+            # A coin's 0.5, where the value is a fraction (an AUC printed in per cent, 48.7, is not read against it).
+            if isinstance(metrics[name], (int, float)) and 0 <= metrics[name] <= 1:
+                out[name] = 0.5
         elif higher is False and (chance_loss is not None or (classes or 0) >= 2):
             out[name] = chance_loss if chance_loss is not None else math.log(classes or 1)
         elif higher is True and (majority is not None or (classes or 0) >= 2):

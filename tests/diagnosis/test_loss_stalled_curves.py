@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 40))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 41))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -577,6 +577,10 @@ FRESH_MISSED: dict[str, str] = {
     "held-out loss 5.53 rising at each of 5 epochs to 6.52 while the training loss falls, no class count: over-fitting's "
     "shape, quiet by the corpus convention unless above a guess's, and the guess (5 x ln 3, a sum of five 3-way heads') "
     "is in no step event (loss round 42)",
+    # fresh40's Caffe on CUDA 8 (6.0e-5, then 87.3365 at its last 2 logs) is found since round 43 at its 2nd log at the
+    # softmax ceiling straight after a fitted loss (loss_saturated.saturated), and its PNN2 click model (0.693614 creeping
+    # to 0.693158 at ln 2, AUC 0.500000 at every epoch, read since round 43 as val_auc against a coin's 0.5) at its 5th
+    # evaluation at chance (loss_eval.py, payloads_job.area_under_roc).
     # fresh39's Lightning bar (4.600 at 15 printed batches, read as 4.6), DetectNet (-6.43825e-20 at 9 displays) and
     # 101-way C3D fine-tune (0 at its 3 displays) are found since round 42 (loss_repeated.long_repeat, float_zero,
     # zero_with_classes), and its Caffe WRN (87.3365 at 2 logs, test 87.3362) at its 2nd log, the held-out loss at the

@@ -136,8 +136,12 @@ def _stepping(curve: LossCurve, steps: list[int]) -> bool:
 
 
 def printed_unit(value: float) -> float:
-    """The size of ``value``'s last printed digit (infinite where it cannot be read)."""
-    exponent = Decimal(repr(value)).as_tuple().exponent
+    """The size of ``value``'s last printed digit (infinite where it cannot be read). Trailing zeros never count, as a
+    trainer's "4.600" reaches us as 4.6: a whole number's ".0" is Python's repr, and 30.0 is known to its tens (a
+    hand-written trace's constant loss 2.0 is not a loss known to a tenth)."""
+    text = repr(value)
+    number = Decimal(text)
+    exponent = (number.normalize() if text.endswith(".0") else number).as_tuple().exponent
     return 10.0**exponent if isinstance(exponent, int) else math.inf
 
 

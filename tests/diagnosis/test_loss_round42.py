@@ -70,11 +70,13 @@ def test_one_value_at_fifteen_logs_is_found_at_the_fifteenth():
     ([4.6] * 7 + [4.5] + [4.6] * 7, None),  # moved once among them
     ([0.03] * 16, None),  # a converged loss printed to one digit
     ([0.5] * 16, None),  # one significant digit (0.5 a tenth of its last digit)
+    ([2.0] * 16, None),  # a whole number: its ".0" is repr's, one significant digit (a hand-written trace's constant)
+    ([30.0] * 16, None),  # two digits, though none after the point is known
     ([4.6] * 16, "decayed"),  # a schedule decayed to nothing holds a converged loss still
 ])
 def test_near_misses_of_a_long_repeat_stay_quiet(losses, lr):
     more = [{"lr": 1e-2 if i < 2 else 1e-6} for i in range(len(losses))] if lr else [{}] * len(losses)
-    assert replay([step(i, loss, **m) for i, (loss, m) in enumerate(zip(losses, more))]) == []
+    assert replay([step(i, loss, **m) for i, (loss, m) in enumerate(zip(losses, more, strict=True))]) == []
 
 
 # -- a classifier's loss exactly 0 from the first log ------------------------------------------------------------------

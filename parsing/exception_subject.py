@@ -13,7 +13,14 @@ reads that component's class instead, whichever library raised it:
   (docs/design.md §9: a GPU allocator's OOM at any level is ``user_code``);
 - the library refuses what the program asked of it (``... is not supported``, ``does not work on multi GPU
   setups``, ``not implemented``): the request fails on every machine alike, ``user_code`` as a build without
-  code for the device is.
+  code for the device is;
+- (issue 54 round 42) a serving engine short of memory for what its own memory settings allow (SGLang's ``Not
+  enough memory. Please try to increase --mem-fraction-static.``, vLLM's KV-cache checks naming
+  ``gpu_memory_utilization`` or ``max_model_len``): the engine was configured past the device, ``user_code`` as
+  the device's allocator failing is; and a serving engine's core process that died starting (vLLM's ``Engine
+  core initialization failed. See root cause above.``, SGLang's ``Failed to initialize scheduler rank N``):
+  the program's own death in its output, ``user_code``, an alert (the root cause printed before it decides
+  what is done; docs/design.md §9).
 
 Only an exception already read ``unknown`` is consulted (parsing/errors.py, parsing/trainer_tracebacks.py), so no
 line becomes an event that was none: a reading changes a class, never whether a line fires. An errno, a CUDA or
@@ -39,6 +46,22 @@ _UNSUPPORTED = re.compile(
     r"\b(?:is|are) not (?:currently |yet )?(?:supported|implemented)\b|\bdoes not (?:currently |yet )?(?:work|support)\b"
 )
 
+# (round 42) A memory shortage whose message names a serving engine's memory setting, the share of the device it may
+# take or the sizes that fill it (vLLM's gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
+# kv_cache_memory, num_gpu_blocks, swap_space, cpu_offload_gb; SGLang's --mem-fraction-static, max_total_tokens,
+# max_running_requests, chunked_prefill_size, cuda_graph_max_bs), as an option or a keyword, dashes or underscores.
+_MEMORY_SHORT = re.compile(r"(?i)\b(?:not enough|insufficient|no available|out of) (?:\w+ ){0,2}memory\b|\bmemory is not enough\b")
+_ENGINE_MEMORY_SETTING = re.compile(
+    r"(?i)(?<![\w-])(?:--)?(?:gpu[_-]memory[_-]utilization|mem[_-]fraction[_-]static|max[_-]model[_-]len|max[_-]num[_-]seqs"
+    r"|max[_-]num[_-]batched[_-]tokens|kv[_-]cache[_-]memory(?:[_-]bytes)?|num[_-]gpu[_-]blocks(?:[_-]override)?|swap[_-]space"
+    r"|cpu[_-]offload[_-]gb|max[_-]total[_-]tokens|max[_-]running[_-]requests|chunked[_-]prefill[_-]size|cuda[_-]graph[_-]max[_-]bs)\b"
+)
+# (round 42) A serving engine's core process that died while starting, in the words its front end raises: vLLM's
+# wait_for_engine_startup ("Engine core initialization failed. See root cause above. Failed core proc(s): {...}"),
+# SGLang's launcher ("Failed to initialize scheduler rank 0"). Not vLLM's client that sees its engine gone ("Engine
+# core proc EngineCore_DP0 died unexpectedly, shutting down client."): it prints that at every interpreter exit too.
+_ENGINE_START_FAILED = re.compile(r"\bEngine core initialization failed\b|\bFailed to initialize scheduler rank \d+\b")
+
 
 def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None:
     """(fault, action, why) of a generic exception by the component its type or message names, or None."""
@@ -48,4 +71,8 @@ def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None
         return "user_code", "rollback", "the device's allocator could not allocate"
     if _UNSUPPORTED.search(message):
         return "user_code", "rollback", "the library does not support the request"
+    if _MEMORY_SHORT.search(message) and _ENGINE_MEMORY_SETTING.search(message):
+        return "user_code", "rollback", "the serving engine's memory settings exceed the device"
+    if _ENGINE_START_FAILED.search(message):
+        return "user_code", "alert", "a serving engine's core process died starting"
     return None

@@ -119,7 +119,15 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zero_from_the_start, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, blown_up_held_out, held_above_first, running_away
+from faultlens.diagnosis.rules.loss_diverging import (
+    HELD_ABOVE,
+    LOST,
+    blown_up,
+    blown_up_held_out,
+    held_above_first,
+    lost_what_it_learned,
+    running_away,
+)
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_eval_frozen import held_out_frozen
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
@@ -270,6 +278,10 @@ class LossStalledDetector:
         if (verdict is None and loss >= HELD_ABOVE * curve.first > 1e-3 and not curve.fired
                 and not self.held_out.improving(event.job, 0)):
             verdict = held_above_first(curve)
+        # Learned, then lost it all and more, held (loss_diverging.lost_what_it_learned), held back the same way.
+        if (verdict is None and loss >= LOST * curve.first > 1e-3 and not curve.fired
+                and not self.held_out.improving(event.job, 0)):
+            verdict = lost_what_it_learned(curve)
         # Away from zero by orders of magnitude, either sign, in 3 logs (loss_diverging.running_away), held back the same way.
         if verdict is None and not curve.fired and not self.held_out.improving(event.job, 0):
             verdict = running_away(curve)

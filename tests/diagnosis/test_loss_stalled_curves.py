@@ -383,11 +383,10 @@ FRESH_MISSED: dict[str, str] = {
     # fresh11 (scored sealed on rounds 12 and 13, opened in round 14): its Bayesian network at ln 2 in training
     # loss is quiet since a held-out metric that left chance (val_acc 0.70, val_loss 0.56) answers for what the
     # model predicts; its per-batch DR fine-tune (0.36-4.79 around ln 5) since a guess's loss is steady.
-    "minlora_gpt2_fp32_loss_explodes_at_iter_110.csv": "19 logged points (iters 0-180 every 10), one fewer than "
-    "the 20 the shortest window judges; its jump from 4.82 to 270.4 at iter 110 (44x the median 6.09 of the 11 "
-    "values before it) comes before the loss has shown the 50 values a spike is judged against (a per-batch loss's "
-    "tail shows only over that many), as fresh5's Keras MLP at epoch 10; the float16 run beside it is found by its "
-    "NaN at the same iter",
+    # fresh11's GPT-2 in fp32 (10.93 to 4.82 over iterations 0-100, then 270.4 at 110 and 183, 122, 97, 69 after it) is
+    # found since round 44 at iteration 150: after a loss below half its first, its latest 5 logs each twice every loss
+    # before them, its first among them (loss_diverging.lost_what_it_learned); coming down from its blow-up, it is never
+    # blown_up's tenfold at 5 logs nor held_above_first's one level.
     # fresh11's CRISPR regressor (MSE at its standardised target's variance, 1.0) is found since round 17 by its
     # held-out Spearman correlation, -0.013 to 0.011 at every epoch: a correlation's name says higher is better and
     # its chance is 0 (callback_support.eval_chance), five evaluations at chance (loss_eval.py).

@@ -225,6 +225,36 @@ def lost_what_it_learned(curve: LossCurve) -> Verdict | None:
                    f"fallen to {curve.lowest:.4g} from its first {first:.4g}: lost what it learned", rollback=False)
 
 
+def lost_what_it_learned_held_out(curve: LossCurve, held_losses: dict, step: int) -> Verdict | None:
+    """At an evaluation at ``step``: a held-out loss that fell below :data:`LEARNED` of its first evaluation back at or
+    above that first, beside the latest :data:`REPEATS` training losses each :data:`LOST` times the lowest the run
+    reached: what it learned is lost on data it never trained on, and on its own batches, held. The first evaluation,
+    not the first training log, is the level the run is measured against where a trainer's first log averages an
+    untrained head's losses (issue 54, fresh batch 30's wav2vec2 CTC fine-tune: 25,446 at step 50, a 50-step mean, then
+    8,202-8,622 through epoch 1, down to 2,114; eval_loss 2,691 at its first evaluation, 680 by its fifth; then the
+    training loss climbs to 8,166-8,629 and the held-out loss is 2,797 at step 1,750). An over-fitting model's training
+    loss falls while its held-out loss climbs, and a spike on the training batches alone leaves the held-out loss
+    where the weights had it. Each level held away from zero, and no signed loss (no floor). The caller asks only while
+    no evaluated metric is better at its latest evaluation than at its first."""
+    held = curve.losses
+    if curve.signed or len(held) < REPEATS or curve.lowest <= 1e-3:
+        return None
+    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    if lowest < LOST * curve.lowest:
+        return None
+    for name, kept in held_losses.items():
+        evaluated = [v for at, v, _ in kept if at is not None]
+        if kept[-1][0] != step or len(evaluated) < 3 or evaluated[0] <= 1e-3:
+            continue
+        first, best, now = evaluated[0], min(evaluated), evaluated[-1]
+        if best < LEARNED * first and now >= first:
+            return Verdict(f"held-out {name} {now:.4g} at step {step}, back above its first evaluation {first:.4g} after "
+                           f"{best:.4g}, and training loss {lowest:.4g} or more at each of the latest {REPEATS} logs, "
+                           f"{lowest / curve.lowest:.3g}x the lowest it reached ({curve.lowest:.4g}): lost what it "
+                           f"learned", rollback=False)
+    return None
+
+
 def held_above_first(curve: LossCurve) -> Verdict | None:
     """The latest :data:`REPEATS` losses each :data:`HELD_ABOVE` times the first loss the run showed, within
     :data:`HELD_SPREAD` of each other, and every loss since that first above it: the run left where it was first seen

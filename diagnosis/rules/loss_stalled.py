@@ -126,6 +126,7 @@ from faultlens.diagnosis.rules.loss_diverging import (
     blown_up_held_out,
     held_above_first,
     lost_what_it_learned,
+    lost_what_it_learned_held_out,
     running_away,
 )
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
@@ -196,6 +197,10 @@ class LossStalledDetector:
             # A held-out loss and the training loss at its step each tenfold every value before: no batch's spike.
             if verdict is None:
                 verdict = blown_up_held_out(curve, self.held_out.held_losses(event.job), payload.step)
+            # Back at its first evaluation after halving it, its training loss held at twice its lowest: lost what it
+            # learned, unless a metric is better now than at its first evaluation (loss_diverging.py).
+            if verdict is None and not self.held_out.better_than_first(event.job):
+                verdict = lost_what_it_learned_held_out(curve, self.held_out.held_losses(event.job), payload.step)
             return self._finding(curve, event, verdict, payload.step)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
@@ -280,7 +285,7 @@ class LossStalledDetector:
             verdict = held_above_first(curve)
         # Learned, then lost it all and more, held (loss_diverging.lost_what_it_learned), held back the same way.
         if (verdict is None and loss >= LOST * curve.first > 1e-3 and not curve.fired
-                and not self.held_out.improving(event.job, 0)):
+                and not self.held_out.better_than_first(event.job)):
             verdict = lost_what_it_learned(curve)
         # Away from zero by orders of magnitude, either sign, in 3 logs (loss_diverging.running_away), held back the same way.
         if verdict is None and not curve.fired and not self.held_out.improving(event.job, 0):

@@ -77,7 +77,12 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     fresh batch 29's Faster R-CNN, 0.06 then 5.4e19 up to 2.5e22; fresh batch 5's Keras MLP, 1.18 then 13-27);
     and at any step, the latest 5 logs each five times the first loss, within a factor of 2 of each other, every log
     since above it: left where it was first seen for a level it holds (loss_diverging.held_above_first: fresh batch
-    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86); and at an
+    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86); and at any step,
+    after a loss below half its first, the latest 5 logs each twice every loss before them, its first among them:
+    lost what it learned (loss_diverging.lost_what_it_learned: fresh batch 11's GPT-2 in fp32, 10.93 to 4.82, then 270
+    coming down through 69), or at an evaluation a held-out loss that halved back above its first evaluation beside
+    training logs held at twice the lowest (lost_what_it_learned_held_out: fresh batch 30's wav2vec2), neither while a
+    metric is better at its latest evaluation than at its first; and at an
     evaluation, a held-out loss ten times every evaluation before beside a training loss at its step ten times every
     loss before: the weights came apart, no batch's spike (loss_diverging.blown_up_held_out: fresh batch 35's
     LadderNet, 0.16 then 1.6e18, validation 3.05 then 1.9e7);

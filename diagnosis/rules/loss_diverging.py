@@ -211,14 +211,14 @@ def lost_what_it_learned(curve: LossCurve) -> Verdict | None:
     and a signed loss no floor. The caller asks only while no evaluated metric is better than at its first evaluation
     (an RL critic's loss grows with the return it learns to predict)."""
     held, first = curve.losses, curve.first
-    if curve.signed or first is None or first <= 1e-3 or len(held) < 2 * REPEATS:
+    # What it learned down to: the lowest loss seen, where a long run's held losses no longer reach it (asked first:
+    # a run that never halved its loss is out before its held losses are read, at every step it sits high).
+    if curve.signed or first is None or first <= 1e-3 or len(held) < 2 * REPEATS or curve.lowest >= LEARNED * first:
         return None
     before = [v for _, v in islice(held, len(held) - REPEATS)]
     top = max(*before, first)  # the first loss too, where a long run's held losses no longer reach it
     lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
-    # What it learned down to: the lowest loss seen, where a long run's held losses no longer reach it (the latest
-    # REPEATS, each above the first, are not it).
-    if curve.lowest >= LEARNED * first or lowest < LOST * top:
+    if lowest < LOST * top:
         return None
     return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {held[-REPEATS][0]}-"
                    f"{held[-1][0]}), {lowest / top:.3g}x every loss before them (at most {top:.4g}), after it had "

@@ -36,6 +36,10 @@ HELD_SPREAD = 2.0
 RUNAWAY_LOGS = 3
 RUNAWAY_FOLD = BLOWN_UP * BLOWN_UP
 RUNAWAY_STEP = 2.0
+# Lost what it learned: after falling below LEARNED of its first loss, the latest REPEATS logs each LOST times every loss
+# before them (its first among them), REPEATS logs at least before them.
+LEARNED = 0.5
+LOST = 2.0
 
 
 def lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
@@ -193,6 +197,62 @@ def blown_up(curve: LossCurve) -> Verdict | None:
     return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {first[0]}-{last[0]}), "
                    f"{lowest / top:.3g}x every loss before them (at most {top:.4g}): blown up, not come back",
                    rollback=False)
+
+
+def lost_what_it_learned(curve: LossCurve) -> Verdict | None:
+    """After the loss fell below :data:`LEARNED` of its first, the latest :data:`REPEATS` losses each :data:`LOST` times
+    every loss the run showed before them, its first among them, with :data:`REPEATS` logs at least before them: the
+    run learned, then lost all of it and more, held. The first loss is the model the run was watched from; a run that
+    halved it learned, and a loss twice the highest it ever showed, at 5 logs in a row, is worse than that start on
+    every batch since, where a spike comes back within a few logs and a per-batch loss's scatter is already in the
+    highest before (issue 54, fresh batch 11's GPT-2 in fp32: 10.93 to 4.82 over iterations 0-100, then 270.4, 182.7,
+    121.9, 96.7, 68.6 at 110-150, coming down from its blow-up, so never :func:`blown_up`'s tenfold at 5 logs nor
+    :func:`held_above_first`'s one level). A first loss near zero (a fine-tune's 1e-7) has no level a fold measures,
+    and a signed loss no floor. The caller asks only while no evaluated metric is better than at its first evaluation
+    (an RL critic's loss grows with the return it learns to predict)."""
+    held, first = curve.losses, curve.first
+    # What it learned down to: the lowest loss seen, where a long run's held losses no longer reach it (asked first:
+    # a run that never halved its loss is out before its held losses are read, at every step it sits high).
+    if curve.signed or first is None or first <= 1e-3 or len(held) < 2 * REPEATS or curve.lowest >= LEARNED * first:
+        return None
+    before = [v for _, v in islice(held, len(held) - REPEATS)]
+    top = max(*before, first)  # the first loss too, where a long run's held losses no longer reach it
+    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    if lowest < LOST * top:
+        return None
+    return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {held[-REPEATS][0]}-"
+                   f"{held[-1][0]}), {lowest / top:.3g}x every loss before them (at most {top:.4g}), after it had "
+                   f"fallen to {curve.lowest:.4g} from its first {first:.4g}: lost what it learned", rollback=False)
+
+
+def lost_what_it_learned_held_out(curve: LossCurve, held_losses: dict, step: int) -> Verdict | None:
+    """At an evaluation at ``step``: a held-out loss that fell below :data:`LEARNED` of its first evaluation back at or
+    above that first, beside the latest :data:`REPEATS` training losses each :data:`LOST` times the lowest the run
+    reached: what it learned is lost on data it never trained on, and on its own batches, held. The first evaluation,
+    not the first training log, is the level the run is measured against where a trainer's first log averages an
+    untrained head's losses (issue 54, fresh batch 30's wav2vec2 CTC fine-tune: 25,446 at step 50, a 50-step mean, then
+    8,202-8,622 through epoch 1, down to 2,114; eval_loss 2,691 at its first evaluation, 680 by its fifth; then the
+    training loss climbs to 8,166-8,629 and the held-out loss is 2,797 at step 1,750). An over-fitting model's training
+    loss falls while its held-out loss climbs, and a spike on the training batches alone leaves the held-out loss
+    where the weights had it. Each level held away from zero, and no signed loss (no floor). The caller asks only while
+    no evaluated metric is better at its latest evaluation than at its first."""
+    held = curve.losses
+    if curve.signed or len(held) < REPEATS or curve.lowest <= 1e-3:
+        return None
+    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    if lowest < LOST * curve.lowest:
+        return None
+    for name, kept in held_losses.items():
+        evaluated = [v for at, v, _ in kept if at is not None]
+        if kept[-1][0] != step or len(evaluated) < 3 or evaluated[0] <= 1e-3:
+            continue
+        first, best, now = evaluated[0], min(evaluated), evaluated[-1]
+        if best < LEARNED * first and now >= first:
+            return Verdict(f"held-out {name} {now:.4g} at step {step}, back above its first evaluation {first:.4g} after "
+                           f"{best:.4g}, and training loss {lowest:.4g} or more at each of the latest {REPEATS} logs, "
+                           f"{lowest / curve.lowest:.3g}x the lowest it reached ({curve.lowest:.4g}): lost what it "
+                           f"learned", rollback=False)
+    return None
 
 
 def held_above_first(curve: LossCurve) -> Verdict | None:

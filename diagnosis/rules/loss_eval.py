@@ -204,6 +204,15 @@ class HeldOutWatch:
                 return True
         return False
 
+    def better_than_first(self, job: str) -> bool:
+        """Whether any evaluated metric of the job is better, its better way, at its latest evaluation than at its
+        first (kept): what the run learned on held-out data is not all lost (loss_diverging.lost_what_it_learned)."""
+        evals = self._jobs.get(job)
+        return evals is not None and any(
+            len(kept) > 1 and (kept[-1][1] > kept[0][1] if kept[-1][2] else kept[-1][1] < kept[0][1])
+            for kept in evals.history.values()
+        )
+
     def better_since(self, job: str, best: int, since: int) -> bool:
         """Whether any evaluated metric of the job is better, its better way, from step ``since`` on (the
         median of at least :data:`EVALS` evaluations) than at every evaluation up to step ``best``: where

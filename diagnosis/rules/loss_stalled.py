@@ -77,7 +77,12 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     fresh batch 29's Faster R-CNN, 0.06 then 5.4e19 up to 2.5e22; fresh batch 5's Keras MLP, 1.18 then 13-27);
     and at any step, the latest 5 logs each five times the first loss, within a factor of 2 of each other, every log
     since above it: left where it was first seen for a level it holds (loss_diverging.held_above_first: fresh batch
-    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86); and at an
+    33's YOLOv4 restored at 10.57, then 98-136; its MAR network, 10.8 at iteration 0, then 70-86); and at any step,
+    after a loss below half its first, the latest 5 logs each twice every loss before them, its first among them:
+    lost what it learned (loss_diverging.lost_what_it_learned: fresh batch 11's GPT-2 in fp32, 10.93 to 4.82, then 270
+    coming down through 69), or at an evaluation a held-out loss that halved back above its first evaluation beside
+    training logs held at twice the lowest (lost_what_it_learned_held_out: fresh batch 30's wav2vec2), neither while a
+    metric is better at its latest evaluation than at its first; and at an
     evaluation, a held-out loss ten times every evaluation before beside a training loss at its step ten times every
     loss before: the weights came apart, no batch's spike (loss_diverging.blown_up_held_out: fresh batch 35's
     LadderNet, 0.16 then 1.6e18, validation 3.05 then 1.9e7);
@@ -119,7 +124,16 @@ from faultlens.diagnosis.rules.base import Finding
 from faultlens.diagnosis.rules.loss_chance import COLLAPSED_LOGS, collapsed, note_guess
 from faultlens.diagnosis.rules.loss_curve import MAX_WINDOW, LossCurve, Verdict
 from faultlens.diagnosis.rules.loss_cycle import BLOWN_UP, printed_frozen, zero_from_the_start, zeroed_at_once
-from faultlens.diagnosis.rules.loss_diverging import HELD_ABOVE, blown_up, blown_up_held_out, held_above_first, running_away
+from faultlens.diagnosis.rules.loss_diverging import (
+    HELD_ABOVE,
+    LOST,
+    blown_up,
+    blown_up_held_out,
+    held_above_first,
+    lost_what_it_learned,
+    lost_what_it_learned_held_out,
+    running_away,
+)
 from faultlens.diagnosis.rules.loss_eval import EVALS, HeldOutWatch
 from faultlens.diagnosis.rules.loss_eval_frozen import held_out_frozen
 from faultlens.diagnosis.rules.loss_gradient import gradient_zero
@@ -188,6 +202,10 @@ class LossStalledDetector:
             # A held-out loss and the training loss at its step each tenfold every value before: no batch's spike.
             if verdict is None:
                 verdict = blown_up_held_out(curve, self.held_out.held_losses(event.job), payload.step)
+            # Back at its first evaluation after halving it, its training loss held at twice its lowest: lost what it
+            # learned, unless a metric is better now than at its first evaluation (loss_diverging.py).
+            if verdict is None and not self.held_out.better_than_first(event.job):
+                verdict = lost_what_it_learned_held_out(curve, self.held_out.held_losses(event.job), payload.step)
             return self._finding(curve, event, verdict, payload.step)
         if isinstance(payload, TrainCheckpoint):
             if payload.step is not None:
@@ -270,6 +288,10 @@ class LossStalledDetector:
         if (verdict is None and loss >= HELD_ABOVE * curve.first > 1e-3 and not curve.fired
                 and not self.held_out.improving(event.job, 0)):
             verdict = held_above_first(curve)
+        # Learned, then lost it all and more, held (loss_diverging.lost_what_it_learned), held back the same way.
+        if (verdict is None and loss >= LOST * curve.first > 1e-3 and not curve.fired
+                and not self.held_out.better_than_first(event.job)):
+            verdict = lost_what_it_learned(curve)
         # Away from zero by orders of magnitude, either sign, in 3 logs (loss_diverging.running_away), held back the same way.
         if verdict is None and not curve.fired and not self.held_out.improving(event.job, 0):
             verdict = running_away(curve)

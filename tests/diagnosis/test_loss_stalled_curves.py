@@ -307,7 +307,7 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 41))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 42))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
@@ -383,11 +383,10 @@ FRESH_MISSED: dict[str, str] = {
     # fresh11 (scored sealed on rounds 12 and 13, opened in round 14): its Bayesian network at ln 2 in training
     # loss is quiet since a held-out metric that left chance (val_acc 0.70, val_loss 0.56) answers for what the
     # model predicts; its per-batch DR fine-tune (0.36-4.79 around ln 5) since a guess's loss is steady.
-    "minlora_gpt2_fp32_loss_explodes_at_iter_110.csv": "19 logged points (iters 0-180 every 10), one fewer than "
-    "the 20 the shortest window judges; its jump from 4.82 to 270.4 at iter 110 (44x the median 6.09 of the 11 "
-    "values before it) comes before the loss has shown the 50 values a spike is judged against (a per-batch loss's "
-    "tail shows only over that many), as fresh5's Keras MLP at epoch 10; the float16 run beside it is found by its "
-    "NaN at the same iter",
+    # fresh11's GPT-2 in fp32 (10.93 to 4.82 over iterations 0-100, then 270.4 at 110 and 183, 122, 97, 69 after it) is
+    # found since round 44 at iteration 150: after a loss below half its first, its latest 5 logs each twice every loss
+    # before them, its first among them (loss_diverging.lost_what_it_learned); coming down from its blow-up, it is never
+    # blown_up's tenfold at 5 logs nor held_above_first's one level.
     # fresh11's CRISPR regressor (MSE at its standardised target's variance, 1.0) is found since round 17 by its
     # held-out Spearman correlation, -0.013 to 0.011 at every epoch: a correlation's name says higher is better and
     # its chance is 0 (callback_support.eval_chance), five evaluations at chance (loss_eval.py).
@@ -510,12 +509,6 @@ FRESH_MISSED: dict[str, str] = {
     "iterations 1000-4000 at lr 0.001, test accuracy 0.00028 at iterations 0 and 4000, no class count: 5 logs are under "
     "the 20 the shortest window judges, no class count says 8.26 is a guess's (ln 3,900 is the collector's arithmetic), "
     "and two equal accuracies are not the five evaluations a held-out reading waits for (loss round 33)",
-    "wav2vec2_xlsr_ctc_finetune_learned_to_2114_then_collapsed_to_8600_cer_1.0_lr_3e-4.csv": "a wav2vec2 CTC fine-tune "
-    "that learned, 25,446 at step 50, 8,202-8,622 through epoch 1, down to 2,114 at step 1,100 (eval_loss 2,691 to "
-    "680), then climbed at every log from step 1,300 (2,249 to 8,333 at 1,650) and sat at 8,166-8,629 for its last 9 "
-    "logs, eval_loss 2,797 and 2,799 at its last two evaluations, no class count: first seen halfway it is found "
-    "diverging (2,260 to 8,503); from its start the climb ends below its first log, 25,446, a 50-step average over an "
-    "untrained head's losses (loss round 33)",
     "imagenet_multigpu_torch_epoch_11_per_batch_at_ln1000_6.905_to_6.909_top1_0pct.csv": "9 quoted batches of an "
     "ImageNet CNN's epoch 11 from scratch (Err 6.9045-6.9091 against ln 1000 = 6.9078, top-1 0 or 1.56 %): at chance "
     "by its points, as fresh5's darknet19, but 9 logs are under the 20 the shortest window judges, and a run from "
@@ -610,6 +603,10 @@ FRESH_MISSED: dict[str, str] = {
     # loss, within a factor of 2 of each other, every log since above it (loss_diverging.held_above_first); its
     # Inception-v1 (0.000000 from step 0, held-out loss 0.000000 at steps 0 and 20) at its 3rd log, a loss at 0 from
     # the start with every held-out loss at 0 too (loss_cycle.zero_from_the_start).
+    # fresh30's first wav2vec2 run (25,446 at step 50, a 50-step mean over an untrained head's losses; down to 2,114; then
+    # 8,166-8,629 for its last 9 logs) is found since round 44 at step 1,750 of 2,050: its held-out loss, 2,691 at its
+    # first evaluation and 680 by its fifth, is back above that first (2,797), its latest 5 training logs each twice the
+    # lowest it reached, no metric better than at its first evaluation (loss_diverging.lost_what_it_learned_held_out).
     # fresh30's second wav2vec2 run (healthy: down to 883 at step 2,150, up to 2,397 at 2,600, then 2,167, 1,679, 1,565,
     # 1,475 and on down to 1,061) is quiet since round 33 first seen halfway and under the shortest window from its middle:
     # a loss lower at each of its latest 5 logs than at the one before is a spike coming back (loss_diverging.diverging).

@@ -54,7 +54,11 @@ _CUDA_ERR = re.compile(
     # Ascend NPUs under torch_npu: a device task that failed, reported at the stream's synchronisation as
     # CUDA's are ("ACL stream synchronize failed, error code:507035", torch_npu's AT_ERROR after
     # aclrtSynchronizeStream; CANN's own "Synchronize stream failed. error code is 507015")
+    # (round 43) and torch_npu's wrapper of a synchronize call that failed ("NPU function error:
+    # c10_npu::acl::AclrtSynchronizeStreamWithTimeout(copy_stream), error code is 507035", its device-wide
+    # AclrtSynchronizeDeviceWithTimeout too): the device's work failed or never finished, whatever the code
     r"|(?P<acl>ACL stream synchronize failed(?:, error code: ?\d+)?|Synchronize stream failed\. error code is \d+"
+    r"|NPU function error: \S*?Synchronize(?:Stream|Device)\S*, error code is \d+"
     # CANN's runtime report of a device task that failed ("EZ9999  Kernel task happen error, retCode=0x26, [aicore exception]")
     r"|Kernel task happen error, retCode=0x[0-9a-fA-F]+(?:, \[[\w ]+\])?)"
     # the CUDA driver API's error names, torch < 1.5's "cuda runtime error (802) : system not yet initialized",

@@ -35,6 +35,9 @@ _NCCL_ERR = re.compile(
     r"|(?P<store>Socket Timeout|connect\(\) timed out\. Original timeout was)"
     # older torch's "NCCL Error 2: unhandled system error"; nccl-tests' "Test NCCL failure common.cu:497 'unhandled cuda error'" (older: no "Test ")
     r"|NCCL Error (?P<code>\d+): (?P<why3>[^\n]+)"
+    # (round 43) Paddle's enforce on an ncclResult_t in its external-error format ("OSError: (External) NCCL error(1),
+    # unhandled cuda error.", paddle/phi/core/enforce.h: "NCCL error(%d), %s."): the result's number and its text
+    r"|NCCL error\((?P<pcode>\d+)\), (?P<ptext>[^.\n]+)"
     r"|(?:Test )?NCCL failure (?P<where2>\S+\.\w+:\d+) '(?P<why4>[^']+)'"
     # the origin c10d prints under a C++ exception: "Exception raised from ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521"
     r"|Exception raised from (?P<origin>\w+) at \S*(?:ProcessGroupNCCL|NCCLUtils)\.\w+:\d+"
@@ -135,6 +138,8 @@ def classify_nccl(text: str) -> str | None:
         return "store socket timeout"
     if m.group("why3"):
         return f"NCCL Error {m.group('code')}: {m.group('why3').strip()}"
+    if m.group("ptext"):
+        return f"ncclResult {m.group('pcode')}: {m.group('ptext').strip()}"
     if m.group("why4"):
         return f"NCCL failure {m.group('where2')}: {m.group('why4')}"
     if m.group("ntext"):

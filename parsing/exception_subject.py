@@ -38,8 +38,11 @@ import re
 _BACKEND_TYPES = frozenset({"DistBackendError"})
 # The device's (or a tensor's) memory allocation failing: the allocator's subject, not the host's (the host's
 # allocator, ENOMEM and shared memory are the exception table's host_oom, read before this).
+# (round 43) also a framework's allocation for a device kernel's own buffers, its output, input or workspace (MindSpore's
+# "Malloc for kernel output failed, Memory isn't enough, node:Default/Cast-op446"): a kernel's buffers are the device's
 _DEVICE_ALLOC = re.compile(
     r"(?i)(?<![a-z])(?:CUDA|GPU|device|tensor)[ _](?:memory[ _])?alloc(?:ation|ate|ator)?\b[^\n]{0,40}?\bfail(?:ed|ure|s)?\b"
+    r"|\b(?:malloc|alloc(?:ate|ation)?)\b (?:memory )?for (?:the )?kernel(?:'s)? (?:output|input|workspace)s?\b[^\n]{0,20}?\bfail(?:ed|ure|s)?\b"
 )
 # A library's refusal of the request: what the program asked is not supported or not implemented by it.
 _UNSUPPORTED = re.compile(

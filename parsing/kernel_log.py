@@ -147,7 +147,7 @@ class KernelLogParser:
                 return []
         if kernel_quiet.at_boot(found, stamped.mono, self._live_from):
             self.stats.boot += 1
-        elif kernel_quiet.unused_device(found, msg) or kernel_quiet.display_engine(found, msg):
+        elif kernel_quiet.unused_device(found, msg) or kernel_quiet.display_engine(found, msg) or kernel_quiet.no_such_device(found, msg):
             self.stats.quieted += 1
         self.stats.recognised += 1
         self.stats.events += len(found)

@@ -112,6 +112,25 @@ def unused_device(found: Found, msg: str) -> bool:
     return hit
 
 
+# (round 43) A driver's probe or registration that returned -ENODEV (-19): the driver found no device of its kind on
+# this machine (an EDAC memory-controller driver on a board without its controller or with ECC off: "EDAC sbridge:
+# Failed to register device with error -19."). The driver core itself takes a probe's -ENODEV as "not mine", no
+# failure (drivers/base/dd.c really_probe logs it at debug only); a driver that prints it has said the same. An I/O
+# or an open's -19 (a device gone under a read, a PHY that would not attach to an interface brought up) is no probe's.
+_PROBE_WORD = re.compile(r"\b(?:probe|probing|register|registration|registering)\b", re.IGNORECASE)
+_NO_SUCH_DEVICE = re.compile(r"\b(?:error|err|returned|ret|rc)\b\s*[:=]?\s*-(?:19|ENODEV)\b|\berror -ENODEV\b")
+
+
+def no_such_device(found: Found, msg: str) -> bool:
+    """Record, not act on, a probe's or a registration's failure with -ENODEV: the driver found no device of its
+    kind (see _NO_SUCH_DEVICE). True when it did."""
+    if not found or ("-19" not in msg and "ENODEV" not in msg) or not _NO_SUCH_DEVICE.search(msg) or not _PROBE_WORD.search(msg):
+        return False
+    before = [data.get("action") for _, data in found]
+    record_only(found, "a probe or registration that found no such device (-ENODEV): the driver has nothing to drive here")
+    return before != [data.get("action") for _, data in found]
+
+
 # amdgpu's display engine (drivers/gpu/drm/amd/display): the display core's register waits
 # (dc/dc_helper.c generic_reg_wait: DC_LOG_WARNING "REG_WAIT timeout %dus * %d tries - %s line:%d"),
 # its functions by their prefixes (dcn32_*, dce110_*, dc_*, dmub_* / DMUB firmware, amdgpu_dm_*,

@@ -52,7 +52,12 @@ _NAN_LOGGED = re.compile(
     r"|\[(?:Forward|Backward|Update)\] Layer \S+, (?:(?:top|bottom|param) blob|param) \S+ (?:data: [^;]+; )?(?:data|diff): [+-]?nan\b"
     # (round 27) a NaN scalar tensor printed alone on its line ("tensor(nan, device='cuda:0')", print(loss) in a training
     # loop): the loop's one number per step, torch's repr of it (device, dtype, grad_fn as torch writes them)
-    r"|^\s*tensor\(nan(?:, device='[\w:]+')?(?:, dtype=torch\.\w+)?(?:, grad_fn=<\w*>)?\)\s*$",
+    r"|^\s*tensor\(nan(?:, device='[\w:]+')?(?:, dtype=torch\.\w+)?(?:, grad_fn=<\w*>)?\)\s*$"
+    # (round 43) a detector trainer's progress row under its table's header ("Epoch GPU_mem box_loss cls_loss dfl_loss
+    # Instances Size", the YOLO trainers of ultralytics and yolov5/v7): the epoch out of the total, the device memory,
+    # the step's loss columns, the batch's instance count and image size, then its progress bar ("91/300  17G  nan  nan
+    # nan  2  640: 100%|..."). A NaN among the loss columns is the training's loss; a finite row is not read
+    r"|^\s*(?:\d+\s+)?\d+/\d+\s+[\d.]+G\s+(?:[-+\d.e]+\s+)*[+-]?nan\s+(?:(?:[-+\d.e]+|[+-]?nan)\s+)*\d+\s+\d+:\s+\d+%\|",
     re.IGNORECASE,
 )
 # Megatron pads its progress line's counter ("iteration     6150/  500000"): any run of blanks, or up

@@ -46,7 +46,12 @@ _LEVEL_WORD = re.compile(
     # level in lower case and a colon ("pacemaker-controld[3730]:  notice: Node node1 state is now lost", older "crmd:
     # notice: crm_update_peer_state_iter: ...", or the message alone once the tag is taken off as the line's prefix).
     # Only the levels under a warning: its warning and error keep the words' reading, as UCX's and TensorFlow's letters do
-    r"|^(?:.{0,80}?(?<![\w.\-])[A-Za-z][\w.\-]*(?:\[\d+\])?: +| *)(?-i:(?P<qb>notice|info|debug)): ",
+    r"|^(?:.{0,80}?(?<![\w.\-])[A-Za-z][\w.\-]*(?:\[\d+\])?: +| *)(?-i:(?P<qb>notice|info|debug)): "
+    # (round 43) a firmware error record's own severity field, as the kernel prints a CPER record (GHES, drivers/firmware/efi
+    # cper.c: "{1}[Hardware Error]: event severity: info", a section's "Error 0, type: info"): cper_severity_str's "info" is
+    # the record's informational severity (CPER_SEV_INFORMATIONAL), the record's own level word. Only that one: its
+    # recoverable and fatal keep the words' reading, its corrected is the reassured word's
+    r"|\[Hardware Error\]: +(?:event severity|Error \d+, type): (?P<cper>info)\b",
     re.IGNORECASE,
 )
 _ANGLE_LEVELS = {**_LEVELS, "trace": 7, "fatal": 2, "panic": 0}
@@ -206,7 +211,8 @@ def level_word(message: str) -> int | None:
         return _LETTERS[m.group("letter")]
     if m.group("ang"):
         return _ANGLE_LEVELS[m.group("ang").lower()]
-    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or m.group("qb") or "").lower())
+    return _LEVELS.get((m.group("tagged") or m.group("fac") or m.group("br") or m.group("kv") or m.group("lus") or m.group("qb")
+                        or m.group("cper") or "").lower())
 
 
 # The level a trainer's or a library's log line states before its message, in the logging formats

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from faultlens.parsing.registry import parser_for
 from tests.parsing.line_events import acting_verdicts, events, verdicts
 
 # ---- AMD's decoded MCi_STATUS flags (parsing/benign.toml mce.amd_status_corrected) ----
@@ -108,8 +109,6 @@ def test_an_nmi_for_a_bus_or_io_channel_error_is_the_hosts_fault(line: str) -> N
 
 
 def test_the_old_kernels_three_lines_are_one_fault() -> None:
-    from faultlens.parsing.registry import parser_for
-
     p = parser_for("kernel")
     lines = [
         "[ 9130.004411] Uhhuh. NMI received for unknown reason a1 on CPU 2.",

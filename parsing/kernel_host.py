@@ -51,7 +51,11 @@ _PCIE_BUS = re.compile(r"(?P<pci>" + _PCI + r"): (?:AER: )?PCIe Bus Error: (?:se
 # states the severity; alone it names no error.
 _AER_AGENT = re.compile(_PCI + r": (?:AER: )?\s*Error of this Agent(?:\([0-9a-f]+\))? is reported first")
 
-_EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?P<count>\d+) (?P<ce>CE|UE) (?P<text>.*)")
+# The EDAC core's record of host memory errors: edac_mc.c's "%d %s error(s) on ..." with its count and, (round 44) in
+# kernels before 3.x, one error a line with no count (edac_mc_handle_ce/ue's "CE page 0x.., offset ..", the FB-DIMM form
+# "CE row 3, channel 0, label ...", "UE - no information available: ..."). CE or UE is the record's own word whatever the
+# driver's message after it says ("memory read on FATAL area" names sb_edac's area type, not the error's severity).
+_EDAC = re.compile(r"EDAC (?:\w+ )?MC\d+: (?:(?P<count>\d+) (?P<ce>CE|UE) |(?P<legacy>CE|UE) (?=page 0x|row \d|- no information))(?P<text>.*)")
 # mce's lines: its own prefix, or the kernel's HW_ERR tag ("[Hardware Error]: ") before a machine check after
 # another module's prefix ("core: [Hardware Error]: Machine check: Processor context corrupt", the x86 mce core
 # built without mce's pr_fmt, fresh27); GHES's "{1}[Hardware Error]: " records are the firmware's, read elsewhere.
@@ -154,8 +158,8 @@ def aer(msg: str, raw: str, echoes: Echoes) -> Found:
 def machine_check(msg: str, raw: str, echoes: Echoes) -> Found:
     m = _EDAC.search(msg)
     if m:
-        corrected = m.group("ce") == "CE"
-        return [("edac", _hw_data(raw, m.group("text"), corrected, count=int(m.group("count"))))]
+        corrected = (m.group("ce") or m.group("legacy")) == "CE"
+        return [("edac", _hw_data(raw, m.group("text"), corrected, count=int(m.group("count") or 1)))]
     m = _EDAC_MCE_EVENT.search(msg) if "Machine Check Event" in msg else None
     if m:
         echoes.seen(("mce", 0))

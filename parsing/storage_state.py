@@ -85,9 +85,13 @@ _NAMED = re.compile(rf"\b(?P<obj>pg \d+\.[0-9a-f]+) is (?:stuck )?(?P<pg>{_PG_ST
 # (a warning's reason is read by the counts above: clock skew and configuration warn too).
 _HEALTH_ERR = re.compile(r"\bHEALTH_ERR\b")
 
-# A storage controller whose firmware stopped (megaraid's "FW in FAULT state", mpt3sas's "fault_state(0x5854)").
+# A storage controller whose firmware stopped (megaraid's "FW in FAULT state", mpt3sas's "fault_state(0x5854)"), (round 44)
+# in the words of FreeBSD's drivers too: mfi(4)'s "Firmware fault" (mfi_transition_firmware, MFI_FWSTATE_FAULT), mps(4) and
+# mpr(4)'s "IOC Fault 0x40000d04, Resetting": the firmware or IOC with "fault" as its state, the clause ending there or
+# with the fault's code, not a subject of other words ("firmware fault handling", "IOC fault injection").
 _FAULT_STATE = re.compile(r"(?i)\b(?:FW|firmware|controller|adapter|IOC|HBA)\b(?:\s+\w+){0,2}?\s+(?:is\s+)?in\s+(?:a\s+)?FAULT\s+state\b"
-                          r"|\bfault_state\(0x[0-9a-f]+\)")
+                          r"|\bfault_state\(0x[0-9a-f]+\)"
+                          r"|\b(?:FW|firmware|IOC) fault(?:\s*(?:0x)?[0-9a-f]+)?\s*(?:[.,;!]|$)")
 # A block device or its request ending in an errno that is the device's trouble: EIO, ENXIO, EROFS, EBADMSG,
 # ESHUTDOWN, ETIMEDOUT, EUCLEAN, EREMOTEIO ("rbd: rbd2: read result -108", "xfs_log_force: error 5 returned",
 # "errno 5 (Input/output error)"), and ENOTCONN (-107, round 39: a network block device or file system lost its
@@ -140,7 +144,7 @@ _CLAUSE = re.compile(r"[.;!?]\s|\s-\s|\|")
 # scan of every line (a trainer's every step line holds "1e-5", many a line "pg", "mon" or "unknown").
 QUICK = ("degraded", "faulted", "unavail", "suspended", "removed", "online ", "faulty", "(f)", "block", "undersized",
          "incomplete", "inactive", "stale", "peering", "inconsistent", "unfound", "pgs ", "pg ", "osd", "down",
-         "slow ops", "slow req", "slow metadata", "health_err", "fault state", "fault_state", "result -", "returned -",
+         "slow ops", "slow req", "slow metadata", "health_err", "fault state", "fault_state", "firmware fault", "fw fault", "ioc fault", "result -", "returned -",
          "rc = -", "rc=-", "ret=-", "status -", "error", "errno", "disabled", "offlined", "dead", "i/o is",
          "uncorrectable i/o", "active path", "all paths", "errs: wr", "critical warning", "current_pending",
          "offline_uncorrect", "reported_uncorrect", "zio", "marked the", "marked device", "marked disk", "marked drive",

@@ -90,10 +90,6 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 # before anyone reads them) are not read here: parsing.line_corpus.OPENED_BATCHES says which are open.
 
 
-def _sealed(part: str) -> bool:
-    return sealed(Path(part))
-
-
 def held_lines(bench_lines: int = 3000) -> dict[str, list[str]]:
     """Every log line we hold, by where it comes from (a file, or a named set), in order: the
     corpus rows (multi-line records whole), the ``line`` events of the fixtures' traces, the text
@@ -104,7 +100,7 @@ def held_lines(bench_lines: int = 3000) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for path in sorted(FIXTURES.rglob("*")):
         rel = path.relative_to(FIXTURES)
-        if not path.is_file() or any(map(_sealed, rel.parts)) or path.suffix not in (".jsonl", ".log", ".txt"):
+        if not path.is_file() or sealed(rel) or path.suffix not in (".jsonl", ".log", ".txt"):
             continue
         text = path.read_bytes().decode("utf-8", errors="replace")
         if path.suffix != ".jsonl":

@@ -125,6 +125,10 @@ PAYLOAD_TYPES: dict[tuple[str, str], type[Payload]] = {
     ("nccl", "exception"): NcclException,
     ("nccl", "nan"): NcclNan,
     ("nccl", "nic_error"): NicLine,
+    # A BMC SEL listing (ipmitool) printed by a health check or a job script: the catalogue's source-"any" rules
+    # host.bmc_sel_uncorrectable / host.bmc_sel_drive_fault give the kernel's kinds on this source too.
+    ("nccl", "edac"): KernelMachineCheck,
+    ("nccl", "disk_error"): KernelStorage,
     ("nccl", "oom_kill"): SchedulerLine,
     ("nccl", "node_failure"): SchedulerLine,
     ("nccl", "worker_failed"): SchedulerLine,

@@ -26,9 +26,21 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_co
 OPENED_BATCHES = 87
 
 
+# The whole-log batches (tests/fixtures/whole_logs/freshN) opened so far: whole logs are numbered apart from
+# the line batches, so their fresh1 is sealed while the line corpus's fresh1 has long been open.
+OPENED_WHOLE_LOG_BATCHES = 0
+
+
 def sealed(path: Path) -> bool:
-    """Whether ``path`` lies in a sealed fresh batch (``freshN`` with N above OPENED_BATCHES)."""
-    return any(p.startswith("fresh") and p[5:].isdigit() and int(p[5:]) > OPENED_BATCHES for p in path.parts)
+    """Whether ``path`` lies in a sealed fresh batch: ``freshN`` with N above OPENED_BATCHES, or, under
+    a ``whole_logs`` folder, above OPENED_WHOLE_LOG_BATCHES."""
+    opened = OPENED_BATCHES
+    for part in path.parts:
+        if part == "whole_logs":
+            opened = OPENED_WHOLE_LOG_BATCHES
+        elif part.startswith("fresh") and part[5:].isdigit() and int(part[5:]) > opened:
+            return True
+    return False
 
 
 def open_files(corpus: Path = CORPUS) -> list[Path]:

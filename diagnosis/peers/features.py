@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from math import isfinite
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from faultlens.diagnosis.peers.sample_features import SAMPLE_FEATURES, Features, loose_features, pcie_replay_total, plain_features
 from faultlens.events.envelope import Envelope
@@ -67,6 +67,10 @@ FOLD_EVERY = 16
 @dataclass(slots=True)
 class _Acc:
     start: float
+    # Event times known to fall in this window (floor(ts / window_s) * window_s == start at both ends, so at
+    # every time between): a step is placed by two float compares, not a division, floor and product (issue 56).
+    lo: float = math.inf
+    hi: float = -math.inf
     sums: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     # Where each feature first had a value (event number, place in its event): the window's
@@ -76,6 +80,7 @@ class _Acc:
     samples: int = 0
     ranks: set[int] = field(default_factory=set)
     evidence: list[str] = field(default_factory=list)
+    evidence_full: bool = False  # four ids held: no len() of them a step
     pcie_replay_first: float | None = None
     pcie_replay_last: float | None = None
     pcie_replay_t0: float = 0.0
@@ -113,6 +118,28 @@ class _Acc:
         self.pcie_replay_last, self.pcie_replay_t1 = pcie_replay_total(held[-1][3]), held[-1][1]
 
 
+def _bounds(start: float, window_s: float, ts: float) -> tuple[float, float]:
+    """The lowest and highest times near ``start`` and ``start + window_s`` that
+    ``floor(t / window_s) * window_s`` puts in the window at ``start`` (``ts`` is one): that is
+    monotone in ``t``, so every time between them is the window's too. A few float steps from each
+    edge find where rounding puts it; where they do not, ``ts`` itself is the bound (a narrower
+    range only sends more events the long way)."""
+
+    def inside(t: float) -> bool:
+        return math.floor(t / window_s) * window_s == start
+
+    lo, hi = start, math.nextafter(start + window_s, -math.inf)
+    for _ in range(4):
+        if inside(lo) or lo >= ts:
+            break
+        lo = math.nextafter(lo, math.inf)
+    for _ in range(4):
+        if inside(hi) or hi <= ts:
+            break
+        hi = math.nextafter(hi, -math.inf)
+    return (lo if inside(lo) and lo <= ts else ts), (hi if inside(hi) and hi >= ts else ts)
+
+
 class FeatureWindows:
     """Node-local: folds a node's samples and steps into fixed event-time windows."""
 
@@ -126,25 +153,28 @@ class FeatureWindows:
             acc = self._acc_at(event, out)
             if acc is not None:
                 self._sample(acc, event)
-                if len(acc.evidence) < 4:
+                if not acc.evidence_full:
                     acc.evidence.append(event.id)
+                    acc.evidence_full = len(acc.evidence) >= 4
             return out
         if event.source == "train" and event.kind == "step":
-            return self.observe_step(event, typed(event, TrainStep))  # read once by the node stage's payload check
+            return list(self.observe_step(event, typed(event, TrainStep)))  # read once by the node stage's payload check
         return []
 
-    def observe_step(self, event: Envelope, step: TrainStep) -> list[NodeWindow]:
+    def observe_step(self, event: Envelope, step: TrainStep) -> Sequence[NodeWindow]:
         """A ``train``/``step`` whose payload the caller read (the node stage's step path, four in
-        five of its messages: issue 56)."""
+        five of its messages: issue 56); the windows it closed (an empty tuple, no list a step, where none)."""
         # _acc_at inline where the step falls in the node's open window (nearly every step: a call
         # fewer a step, issue 56)
         acc = self._acc.get((event.job, event.node))
-        if acc is not None and math.floor(event.ts / self.window_s) * self.window_s == acc.start:
+        out: Sequence[NodeWindow]
+        if acc is not None and acc.lo <= event.ts <= acc.hi:
             acc.seq += 1
-            out: list[NodeWindow] = []
+            out = ()
         else:
-            out = []
-            acc = self._acc_at(event, out)
+            closed: list[NodeWindow] = []
+            acc = self._acc_at(event, closed)
+            out = closed
             if acc is None:
                 return out
         t = step.step_time_s  # finite, never negative, or null
@@ -163,8 +193,9 @@ class FeatureWindows:
                     tally = acc.rank_compute[rank] = [0.0, 0]
                 tally[0] += compute
                 tally[1] += 1
-        if len(acc.evidence) < 4:
+        if not acc.evidence_full:
             acc.evidence.append(event.id)
+            acc.evidence_full = len(acc.evidence) >= 4
         return out
 
     def _acc_at(self, event: Envelope, out: list[NodeWindow]) -> _Acc | None:
@@ -177,6 +208,7 @@ class FeatureWindows:
             if acc is not None:
                 out.append(self._close(key, acc))
             acc = self._acc[key] = _Acc(start)
+            acc.lo, acc.hi = _bounds(start, self.window_s, event.ts)
         elif start < acc.start:
             return None  # a straggling event of a closed window: too late to count
         acc.seq += 1

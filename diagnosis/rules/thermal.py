@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from faultlens.diagnosis.rules.base import Finding, opt_float
@@ -61,25 +61,31 @@ class ThermalRule:
         if event.source == "gpu" and event.kind == "sample":
             return self._sample(event, state)
         if event.source == "train" and event.kind == "step":
-            return self.observe_step(event, typed(event, TrainStep))  # read once by the node stage's payload check
+            return list(self.observe_step(event, typed(event, TrainStep)))  # read once by the node stage's payload check
         return []
 
-    def observe_step(self, event: Envelope, step: TrainStep) -> list[Finding]:
-        """A ``train``/``step`` whose payload the caller read (the node stage's step path)."""
+    def observe_step(self, event: Envelope, step: TrainStep) -> Sequence[Finding]:
+        """A ``train``/``step`` whose payload the caller read (the node stage's step path); an empty tuple
+        where nothing throttles (no list a step: issue 56)."""
         state = self._nodes.get((event.job, event.node))
         if state is None:
             state = self._nodes[(event.job, event.node)] = _NodeHeat()
-        t = step.compute_s if step.compute_s is not None else step.step_time_s
+        t = step.compute_s
+        if t is None:
+            t = step.step_time_s
         rank = step.rank
-        if t is None or t <= 0 or rank is None:
-            return []
-        book = state.recent if state.since is not None else state.baseline
-        times = book.get(rank)
+        if t is None or t <= 0.0 or rank is None:  # (0.0: a float against a float is the specialised compare)
+            return ()
+        if state.since is None:  # the usual step: a baseline time, nothing to confirm
+            times = state.baseline.get(rank)
+            if times is None:
+                times = state.baseline[rank] = deque(maxlen=60)
+            times.append(t)
+            return ()
+        times = state.recent.get(rank)
         if times is None:
-            times = book[rank] = deque(maxlen=60 if book is state.baseline else 10)
+            times = state.recent[rank] = deque(maxlen=10)
         times.append(t)
-        if state.since is None:
-            return []  # _confirm: nothing throttles
         return self._confirm(event, state, rank)
 
     def _sample(self, event: Envelope, state: _NodeHeat) -> list[Finding]:

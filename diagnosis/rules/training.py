@@ -110,21 +110,34 @@ class _Baseline:
     least: float = math.inf
     peak: float = 0.0  # the highest value accepted (a spike never is): the scale the run came down from
     signed: bool = False  # a value below zero was seen: a surrogate objective, no ratio means anything
+    # Values kept before ``least`` may have left the window: a value pushed leaves it ``maxlen`` pushes
+    # later, so a count down from there says when min() must be taken again, where reading the value
+    # about to go out on every push cost four C calls a step (issue 56).
+    lasts: int = 0
 
     def push(self, value: float, excursion: bool) -> None:
         """A value kept in the window (a spike never is), and whether it was an excursion."""
         self.recent.append(excursion)
         values = self.values
-        gone = values[0] if values and len(values) == values.maxlen else None
         values.append(value)
-        if value < 0:
+        if value < 0.0:  # (0.0, not 0: a float against a float is the interpreter's specialised compare)
             self.signed = True
         if value > self.peak:
             self.peak = value
-        if value < self.least:
+        if value <= self.least:
             self.least = value
-        elif gone is not None and gone == self.least:
-            self.least = min(values)
+            self.lasts = values.maxlen or 0
+        else:
+            self.lasts -= 1
+            if self.lasts <= 0:
+                self._renew()
+
+    def _renew(self) -> None:
+        """The least of the window again, and how long its oldest copy there stays (a newer copy of it
+        renews it once more then)."""
+        values = self.values
+        least = self.least = min(values)
+        self.lasts = (values.maxlen or 0) - len(values) + 1 + values.index(least)
 
 
 class _Series(NamedTuple):
@@ -140,7 +153,9 @@ class TrainingRule:
     def __init__(self, factor: float = SPIKE_FACTOR, window: int = BASELINE_STEPS) -> None:
         self.factor = factor
         self.window = window
-        self._series: dict[tuple[str, int], _Series] = {}  # (job, rank) → its loss and grad-norm baselines
+        # job → rank → its loss and grad-norm baselines (two lookups of a str and an int cost less than a
+        # (job, rank) tuple built and hashed on every step: issue 56)
+        self._series: dict[str, dict[int, _Series]] = {}
         self._unanswered: dict[tuple[str, int], tuple[Envelope, str]] = {}  # a spike awaiting the next loss
         self._skipped: dict[tuple[str, int], int] = {}  # a rank's loss scaler's skipped steps in a row
 
@@ -219,12 +234,15 @@ class TrainingRule:
         rank = step.rank
         if rank is None:
             raise missing("rank", event)
-        # A rank's two baselines in one lookup (a step is four in five node-stage messages: issue 56).
-        key = (event.job, rank)
-        series = self._series.get(key)
+        # A rank's two baselines in one place (a step is four in five node-stage messages: issue 56).
+        job = event.job
+        ranks = self._series.get(job)
+        if ranks is None:
+            ranks = self._series[job] = {}
+        series = ranks.get(rank)
         if series is None:
-            series = self._series[key] = _Series(_Baseline(deque(maxlen=self.window), deque(maxlen=self.window)),
-                                                 _Baseline(deque(maxlen=self.window), deque(maxlen=self.window)))
+            series = ranks[rank] = _Series(_Baseline(deque(maxlen=self.window), deque(maxlen=self.window)),
+                                           _Baseline(deque(maxlen=self.window), deque(maxlen=self.window)))
         out: list[Finding] = []
         # The gate, per metric: a finite value below factor × its window's minimum cannot be factor ×
         # the window's median (no median is under the minimum), so it is no excursion and no spike;
@@ -240,12 +258,29 @@ class TrainingRule:
             if value is not None:
                 loss = value
                 # Judged only where a spike waits (rare): the medians on every step would cost the rule.
-                held = self._unanswered.pop(key, None) if self._unanswered else None
-                if held is not None and self._rose(event.job, rank, value, step.classes) is not False:
-                    out.append(self._spike(held[0], rank, held[1], event))
+                if self._unanswered:
+                    held = self._unanswered.pop((job, rank), None)
+                    if held is not None and self._rose(job, rank, value, step.classes) is not False:
+                        out.append(self._spike(held[0], rank, held[1], event))
                 baseline = series.loss
-                if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
-                    baseline.push(value, False)
+                least = baseline.least
+                if isfinite(value) and (value < factor * least or value < 0.0 or baseline.signed):
+                    # _Baseline.push(value, False) inline, here and for the grad norm: two calls a step were
+                    # ~1.1k instructions of its ~7.5k (issue 56). tests/diagnosis/test_training_gate.py holds
+                    # the baselines so kept to push's, value by value, on every trace and curve.
+                    baseline.recent.append(False)
+                    baseline.values.append(value)
+                    if value < 0.0:
+                        baseline.signed = True
+                    if value > baseline.peak:
+                        baseline.peak = value
+                    if value <= least:
+                        baseline.least = value
+                        baseline.lasts = self.window
+                    else:
+                        baseline.lasts -= 1
+                        if baseline.lasts <= 0:
+                            baseline._renew()
                 else:
                     self._judge(event, step, rank, "loss", raw, value, baseline, None, out)
         raw = step.grad_norm
@@ -253,12 +288,25 @@ class TrainingRule:
             value = raw if type(raw) is float else as_float(raw)
             if value is not None:
                 baseline = series.grad_norm
-                if isfinite(value) and (value < factor * baseline.least or value < 0 or baseline.signed):
-                    baseline.push(value, False)
+                least = baseline.least
+                if isfinite(value) and (value < factor * least or value < 0.0 or baseline.signed):
+                    baseline.recent.append(False)
+                    baseline.values.append(value)
+                    if value < 0.0:
+                        baseline.signed = True
+                    if value > baseline.peak:
+                        baseline.peak = value
+                    if value <= least:
+                        baseline.least = value
+                        baseline.lasts = self.window
+                    else:
+                        baseline.lasts -= 1
+                        if baseline.lasts <= 0:
+                            baseline._renew()
                 else:
                     self._judge(event, step, rank, "grad_norm", raw, value, baseline, loss, out)
                 if self._skipped and math.isfinite(value):
-                    self._skipped.pop(key, None)  # a loss scaler's run of skipped steps, if any, is over
+                    self._skipped.pop((job, rank), None)  # a loss scaler's run of skipped steps, if any, is over
         return out
 
     def _scaler_skipped(self, key: tuple[str, int], loss: float | None, classes: int | None) -> bool:
@@ -267,7 +315,7 @@ class TrainingRule:
         none was: a first step's; with neither, a first loss counts as ordinary: a scaler overflows most at its
         first steps, its scale at its highest, and the next step's loss weighs this one), not SCALER_SKIPS such
         steps in a row yet."""
-        losses = self._series[key].loss
+        losses = self._series[key[0]][key[1]].loss
         if loss is None or not math.isfinite(loss) or loss == 0.0 or losses.signed:
             return False
         before = list(losses.values)
@@ -329,7 +377,7 @@ class TrainingRule:
     def _rose(self, job: str, rank: int, loss: float, classes: int | None) -> bool | None:
         """Whether a loss stands past its own noise above its baseline, by as much of its scale as a
         loss spike must (None: no baseline yet, or a non-finite loss, which the NaN finding carries)."""
-        series = self._series.get((job, rank))
+        series = self._series.get(job, {}).get(rank)
         baseline = series.loss if series is not None else None
         if baseline is None or len(baseline.values) < MIN_BASELINE or not math.isfinite(loss):
             return None

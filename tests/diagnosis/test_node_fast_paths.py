@@ -89,3 +89,18 @@ def test_the_baseline_minimum_follows_values_in_and_out():
     for value in [3.0, 1.0, 2.0, 5.0, 4.0, 1.5, 6.0, 7.0, 8.0, 0.5, 9.0]:
         baseline.push(value, False)
         assert baseline.least == min(baseline.values)
+
+
+def test_the_baseline_minimum_follows_values_in_and_out_with_repeats_and_long_climbs():
+    """The count down to the least's leaving (issue 56): repeated minima, climbs longer than the window,
+    a window filling up; ``least`` is min(values) after every push, as the value-out reading had it."""
+    import random
+
+    seeded = random.Random(56)
+    for maxlen in (1, 2, 3, 5, 50):
+        baseline = _Baseline(deque(maxlen=maxlen), deque(maxlen=maxlen))
+        values = ([float(v) for v in range(120)] + [3.0] * 7 + [2.0, 3.0, 2.0, 4.0] * 20
+                  + [float(seeded.choice((1, 2, 3, 9))) for _ in range(400)] + [-1.0, 0.0, -0.0, 5.0] * 30)
+        for value in values:
+            baseline.push(value, False)
+            assert baseline.least == min(baseline.values), (maxlen, value)

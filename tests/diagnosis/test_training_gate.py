@@ -58,8 +58,8 @@ def _run(events: list[Envelope]) -> tuple[list, dict, int]:
 
     rule._judge = counted  # type: ignore[method-assign]
     found = [[f.to_event(f"{e.id}.f{i}") for i, f in enumerate(rule.observe(e))] for e in events]
-    state = {key: [(list(b.values), list(b.recent), b.least, b.peak, b.signed) for b in series]
-             for key, series in rule._series.items()}
+    state = {(job, rank): [(list(b.values), list(b.recent), b.least, b.peak, b.signed) for b in series]
+             for job, ranks in rule._series.items() for rank, series in ranks.items()}
     return found, state, judged
 
 

@@ -506,12 +506,9 @@ FRESH_MISSED: dict[str, str] = {
     "fresh4's two healthy UCF101 fine-tunes' new heads do at ln 61 in their warm-up (4.0895-4.1110 at their first "
     "5 logs: 4.1 at every one, printed so). Near a guess's for 5 logs alone is no stall (those two, and fresh15's and "
     "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
-    "qwen2.5_vl_3b_full_sft_loss_60.57_then_0.0_grad_norm_nan.csv": "a Qwen2.5-VL-3B full SFT's two quoted logs: loss "
-    "60.5735 with grad_norm nan, then 0.0 with grad_norm nan (learning rate 8e-6, 1.6e-5): the nan gradient norm is "
-    "read as nan_loss (training.py) at the second log, beside its 0.0 (at the first since round 31, with no class count, "
-    "a loss scaler's skip), the run's breakage named by its NaN; the label's loss_stalled "
-    "would rest on 2 logs, under the 20 the shortest window judges, and no class count says 60.57 is past a guess's "
-    "(loss round 30)",
+    # fresh27's Qwen2.5-VL-3B full SFT (loss 60.5735, then 0.0, grad_norm nan at both logs) is relabelled nan_loss in
+    # round 45 (the lead's decision: the NaN gradient broke it; two logs never fill a stalled window), raised at its
+    # second log since round 30 (training.py).
     "qwen2.5_vl_multi_image_finetune_degrading_loss_3.2_to_5.3_token_acc_0.42_to_0.21.csv": "a Qwen2.5-VL multi-image "
     "fine-tune getting worse: training loss 3.21-3.26 at steps 1860-1920, 5.22-5.31 at 3720-3800; eval_loss 3.3205 at "
     "1900, 5.3810 at 3800; grad_norm 25.7-28.3 then 83.2-90.1: 9 logs in two excerpts, no class count; one held-out "

@@ -128,8 +128,10 @@ from faultlens.diagnosis.rules.loss_diverging import (
     HELD_ABOVE,
     LOST,
     blown_up,
+    blown_up_from_level,
     blown_up_held_out,
     held_above_first,
+    jumped,
     lost_what_it_learned,
     lost_what_it_learned_held_out,
     running_away,
@@ -292,6 +294,11 @@ class LossStalledDetector:
         if (verdict is None and loss >= LOST * curve.first > 1e-3 and not curve.fired
                 and not self.held_out.better_than_first(event.job)):
             verdict = lost_what_it_learned(curve)
+        # Ten times the level the run held at 5 logs in a row, or ten thousand times every loss before at one: blown up
+        # without a nan (loss_diverging.blown_up_from_level, jumped), held back the same way.
+        if (verdict is None and loss >= BLOWN_UP * curve.first > 1e-3 and not curve.fired
+                and not self.held_out.better_than_first(event.job)):
+            verdict = blown_up_from_level(curve) or jumped(curve)
         # Away from zero by orders of magnitude, either sign, in 3 logs (loss_diverging.running_away), held back the same way.
         if verdict is None and not curve.fired and not self.held_out.improving(event.job, 0):
             verdict = running_away(curve)

@@ -342,10 +342,10 @@ FRESH_MISSED: dict[str, str] = {
     "level it is a slow learner at a guess's, as fresh4's AdaGrad CNN (2.3026 for 19 logs, then learning) and the "
     "fixture folder's CIFAR-10 SGD plateau are; what says it cannot learn (its labels drawn at random) is no event's "
     "(loss round 45)",
-    "pfnl_video_sr_issue_steps_30020_to_30200_loss_0.0087_to_0.0168_then_1508190_at_30220_model_collapsed.csv": "opened "
-    "in round 45: 0.0087-0.0168 for 10 logs, then 1,508,190 at its last (loss round 45)",
-    "char_cnn_text_classifier_issue_steps_3866_to_3879_loss_0.23_to_0.48_then_3.6_to_4977_acc_0.93_to_0.23.csv": "opened "
-    "in round 45: 0.23-0.48, then 3.6 to 4977 without a nan (loss round 45)",
+    # fresh43's PFNL video super-resolution model (0.0087-0.0168 for 10 logs, then 1,508,190 at step 30,220, finite) is
+    # found since round 45 at that log, 9e7 times every loss before it (loss_diverging.jumped), and its character CNN
+    # (0.23-0.48, then 3.61, 8.54, 5.26, 322, 21.9, 131, 4977 without a nan) at step 3875, its latest 5 logs each ten times
+    # the median of the losses before them (loss_diverging.blown_up_from_level).
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
     "around 0.045 (each its own noise level drawn), its val_loss 0.039-0.050 over 13 epochs: still 'diverging' from its "
     "start and under the shortest window at step 696199, a 20-log window whose later half's median (0.062) passes the "

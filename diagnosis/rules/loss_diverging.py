@@ -40,6 +40,9 @@ RUNAWAY_STEP = 2.0
 # before them (its first among them), REPEATS logs at least before them.
 LEARNED = 0.5
 LOST = 2.0
+# Jumped by orders of magnitude at one log: BLOWN_UP to the fourth (ten thousand) times every loss before it, REPEATS logs
+# at least before it. The healthy curves' highest single log over every loss before is 26.5 times (a DQN's TD loss).
+JUMPED = BLOWN_UP**4
 
 
 def lr_raised(curve: LossCurve, since: int, base: float | None) -> bool:
@@ -308,3 +311,45 @@ def blown_up_held_out(curve: LossCurve, held_losses: dict, step: int) -> Verdict
                            f"{top:.4g}), and held-out {name} {now:.4g} there, {now / max(then):.3g}x every evaluation "
                            f"before (at most {max(then):.4g}): the weights came apart, not one batch", rollback=False)
     return None
+
+
+def blown_up_from_level(curve: LossCurve) -> Verdict | None:
+    """The latest :data:`REPEATS` losses each :data:`BLOWN_UP` times the median of every loss before them, with
+    :data:`REPEATS` logs at least before them: blown up from the level the run held, not come back. :func:`blown_up`
+    measures against the highest loss before, so a blow-up that climbs in steps (its first log only 7.5 times the level,
+    the next 5 times it) never passes it at 5 logs in a row; the median is the level the run held, which a spike or the
+    blow-up's own first steps do not move (issue 54, fresh batch 43's character CNN: 0.23-0.48, then 3.61, 8.54, 5.26,
+    322, 21.9, 131, 4977 without a nan, found at the 5th log after it). Healthy curves reach at most 2.4 times their
+    earlier median at 5 logs in a row (fresh batch 12's per-step gesture GRU), and RL critics 7.5 (fresh batch 15's
+    DDPG, its return rising). A level near zero (a fine-tune's 1e-7) has none a fold measures, and a signed loss no
+    floor. The caller asks only while no evaluated metric is better than at its first evaluation."""
+    held = curve.losses
+    if curve.signed or len(held) < 2 * REPEATS:
+        return None
+    before = [v for _, v in islice(held, len(held) - REPEATS)]
+    level = statistics.median(before)
+    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    if min(before) <= 1e-3 or lowest < BLOWN_UP * level:
+        return None
+    return Verdict(f"loss {lowest:.4g} or more at each of the latest {REPEATS} logs (steps {held[-REPEATS][0]}-"
+                   f"{held[-1][0]}), {lowest / level:.3g}x the {level:.4g} the run held before them (their median): "
+                   f"blown up from its level, not come back", rollback=False)
+
+
+def jumped(curve: LossCurve) -> Verdict | None:
+    """The latest loss :data:`JUMPED` times every loss before it, :data:`REPEATS` logs at least before it: a jump of
+    four orders of magnitude in one step is no batch's noise but the weights come apart (issue 54, fresh batch 43's PFNL
+    video super-resolution model, 0.0087-0.0168 for 10 logs, then 1,508,190 at step 30,220, finite; its trainer prints
+    'Model collapsed'). Healthy curves reach at most 26.5 times every loss before at one log (fresh batch 17's CartPole
+    DQN, its TD loss spiking while the return is at its maximum). Each loss before held away from zero (a fine-tune near
+    1e-7 has no level a fold measures), and no signed loss. The caller asks only while no evaluated metric is better
+    than at its first evaluation."""
+    held = curve.losses
+    if curve.signed or len(held) <= REPEATS:
+        return None
+    before = [v for _, v in islice(held, len(held) - 1)]
+    latest = held[-1][1]
+    if min(before) <= 1e-3 or latest < JUMPED * max(before):
+        return None
+    return Verdict(f"loss {latest:.4g} at step {held[-1][0]}, {latest / max(before):.3g}x every loss before it (at most "
+                   f"{max(before):.4g}): jumped by orders of magnitude, the weights come apart", rollback=False)

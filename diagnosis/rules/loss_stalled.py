@@ -85,7 +85,11 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     metric is better at its latest evaluation than at its first; and at an
     evaluation, a held-out loss ten times every evaluation before beside a training loss at its step ten times every
     loss before: the weights came apart, no batch's spike (loss_diverging.blown_up_held_out: fresh batch 35's
-    LadderNet, 0.16 then 1.6e18, validation 3.05 then 1.9e7);
+    LadderNet, 0.16 then 1.6e18, validation 3.05 then 1.9e7); and at any step, the latest 5 logs each ten times the
+    median of every loss before them: blown up from its level, in steps (loss_diverging.blown_up_from_level: fresh
+    batch 43's character CNN, 0.23-0.48, then 3.6 up to 4977), or one log ten thousand times every loss before it:
+    jumped (loss_diverging.jumped: fresh batch 43's PFNL, 0.01, then 1.5e6), neither while a metric is better at its
+    latest evaluation than at its first;
   - learned a little, then stopped (diagnosis/rules/loss_plateau.py): watched from its start, not a trained
     model's (a first loss under 9/10 of a guess's, random weights unsaid: a fine-tune), it fell
     5-25 % of its first loss, then did not move for five times as long as that fall took (two windows at
@@ -128,8 +132,10 @@ from faultlens.diagnosis.rules.loss_diverging import (
     HELD_ABOVE,
     LOST,
     blown_up,
+    blown_up_from_level,
     blown_up_held_out,
     held_above_first,
+    jumped,
     lost_what_it_learned,
     lost_what_it_learned_held_out,
     running_away,
@@ -292,6 +298,11 @@ class LossStalledDetector:
         if (verdict is None and loss >= LOST * curve.first > 1e-3 and not curve.fired
                 and not self.held_out.better_than_first(event.job)):
             verdict = lost_what_it_learned(curve)
+        # Ten times the level the run held at 5 logs in a row, or ten thousand times every loss before at one: blown up
+        # without a nan (loss_diverging.blown_up_from_level, jumped), held back the same way.
+        if (verdict is None and loss >= BLOWN_UP * curve.first > 1e-3 and not curve.fired
+                and not self.held_out.better_than_first(event.job)):
+            verdict = blown_up_from_level(curve) or jumped(curve)
         # Away from zero by orders of magnitude, either sign, in 3 logs (loss_diverging.running_away), held back the same way.
         if verdict is None and not curve.fired and not self.held_out.improving(event.job, 0):
             verdict = running_away(curve)

@@ -307,9 +307,45 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 42))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 44))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    # fresh42 and fresh43 (scored sealed on 008b87ab / 871dffdb and e07cc8b5, opened in round 45).
+    "comfy_lora_sd_scripts_issue_avr_loss_0_at_every_epoch_11_to_16_steps_176_to_256_of_800.csv": "a LoRA's sd-scripts "
+    "avr_loss 0 at each of its 6 epoch logs, first seen at epoch 11 (resumed), no class count, no held-out row: a loss of "
+    "exactly 0 from the first log seen has no level it fell from (loss_cycle.zeroed_at_once) and no held-out 0 beside it "
+    "(zero_from_the_start); a healthy GRPO policy logs 0.0 in runs of 2-6 (fresh21) and a relativistic-hinge "
+    "discriminator 0.000000 at 16 of 18 (fresh43's BMSG-GAN): only the objective (a diffusion MSE is never 0) says it, "
+    "which no event carries (loss round 45)",
+    "alphanet_imagenet_supernet_issue_epoch_48_batches_70_to_150_kd_loss_-2.2_to_-4.5_acc1_57_to_0.1_collapse.csv": "the "
+    "collapse is in the batch's top-1 accuracy (57 % to 0.1 %, a guess's 1/1000), a training metric printed in per cent "
+    "that no step event carries; the loss, a negative alpha-divergence distillation loss, drops (-2.3 to -4.5) and a "
+    "signed loss has no floor a divergence or a guess's level is read against (loss round 45)",
+    "cdcn_face_antispoofing_issue_comment_epochs_1261_to_1276_depth_loss_0.0047_to_0.0057_val_acc_0.5659_test_acer_0.5546.csv":
+    "one held-out evaluation (val_acc 0.5659), printed before the first training line of the excerpt, so no training "
+    "loss had fitted when it came; 0.5659 is past a tenth of the way from a coin's 0.5 to 1 (0.55), loss_eval's band of "
+    "chance; the ACERs (0.44, 0.55) are no metric with a chance level the events carry (loss round 45)",
+    "lipnet_issue_5_epochs_train_0.357_to_0.057_acc_0.98_val_acc_0.16_to_0.50_val_loss_3.0_to_11.4.csv": "no class count "
+    "(the excerpt does not say what the head predicts), so its held-out accuracy 0.16-0.50 and loss 3.0-11.4 have no "
+    "chance to be judged against; a held-out loss many times a falling training loss is over-fitting, which the corpus "
+    "labels quiet (fresh35's BERT and Qwen2.5-VL) (loss round 45)",
+    "stegolab_xu_net_steganalysis_issue_5_epochs_train_0.539_to_0.214_val_loss_0.748_rising_to_1.483_val_acc_0.53_to_0.63.csv":
+    "a 2-way head whose held-out loss is above ln 2 at all 5 evaluations (0.748 rising to 1.483) while its training "
+    "loss falls 0.539 to 0.214, its held-out accuracy 0.594, 0.625, 0.531, 0.563, 0.563: past a tenth of the way from "
+    "0.5 to 1 (0.55) at 4 of 5, so by loss_eval's bands the accuracy left chance, and a held-out loss above a guess's "
+    "beside a falling training loss is over-fitting, labelled quiet in the corpus (fresh43's AlexNet at val_loss 3.2-4.7 "
+    "against ln 17); what says a coin's is 32 held-out images (accuracies in 32nds), a count no event carries "
+    "(loss round 45)",
+    "keras_blog_mlp_random_labels_10_way_20_epochs_loss_2.3688_to_2.2891_at_ln10_acc_0.10_to_0.14.csv": "a 10-way MLP on "
+    "random labels from scratch, 2.3688 then within 1.2 % of ln 10 for 17 epochs, 20 logs: the one window judged (its "
+    "20th log) falls 2-3 % across it (2.37 to 2.29, memorising), past the 1 % a window that reads as learning, and at its "
+    "level it is a slow learner at a guess's, as fresh4's AdaGrad CNN (2.3026 for 19 logs, then learning) and the "
+    "fixture folder's CIFAR-10 SGD plateau are; what says it cannot learn (its labels drawn at random) is no event's "
+    "(loss round 45)",
+    # fresh43's PFNL video super-resolution model (0.0087-0.0168 for 10 logs, then 1,508,190 at step 30,220, finite) is
+    # found since round 45 at that log, 9e7 times every loss before it (loss_diverging.jumped), and its character CNN
+    # (0.23-0.48, then 3.61, 8.54, 5.26, 322, 21.9, 131, 4977 without a nan) at step 3875, its latest 5 logs each ten times
+    # the median of the losses before them (loss_diverging.blown_up_from_level).
     "diffwave_resumed_at_epoch_480_flat_noisy.csv": "a DiffWave resumed at its floor, single batches 0.019-0.117 "
     "around 0.045 (each its own noise level drawn), its val_loss 0.039-0.050 over 13 epochs: still 'diverging' from its "
     "start and under the shortest window at step 696199, a 20-log window whose later half's median (0.062) passes the "
@@ -470,12 +506,9 @@ FRESH_MISSED: dict[str, str] = {
     "fresh4's two healthy UCF101 fine-tunes' new heads do at ln 61 in their warm-up (4.0895-4.1110 at their first "
     "5 logs: 4.1 at every one, printed so). Near a guess's for 5 logs alone is no stall (those two, and fresh15's and "
     "fresh23's DPO runs at ln 2); 7 logs are under the 20 the shortest window judges (loss round 27)",
-    "qwen2.5_vl_3b_full_sft_loss_60.57_then_0.0_grad_norm_nan.csv": "a Qwen2.5-VL-3B full SFT's two quoted logs: loss "
-    "60.5735 with grad_norm nan, then 0.0 with grad_norm nan (learning rate 8e-6, 1.6e-5): the nan gradient norm is "
-    "read as nan_loss (training.py) at the second log, beside its 0.0 (at the first since round 31, with no class count, "
-    "a loss scaler's skip), the run's breakage named by its NaN; the label's loss_stalled "
-    "would rest on 2 logs, under the 20 the shortest window judges, and no class count says 60.57 is past a guess's "
-    "(loss round 30)",
+    # fresh27's Qwen2.5-VL-3B full SFT (loss 60.5735, then 0.0, grad_norm nan at both logs) is relabelled nan_loss in
+    # round 45 (the lead's decision: the NaN gradient broke it; two logs never fill a stalled window), raised at its
+    # second log since round 30 (training.py).
     "qwen2.5_vl_multi_image_finetune_degrading_loss_3.2_to_5.3_token_acc_0.42_to_0.21.csv": "a Qwen2.5-VL multi-image "
     "fine-tune getting worse: training loss 3.21-3.26 at steps 1860-1920, 5.22-5.31 at 3720-3800; eval_loss 3.3205 at "
     "1900, 5.3810 at 3800; grad_norm 25.7-28.3 then 83.2-90.1: 9 logs in two excerpts, no class count; one held-out "

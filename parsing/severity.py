@@ -117,7 +117,8 @@ _WORDS = re.compile(
     # the AMD IOMMU's record of a device's DMA to an address it was not given (amd_iommu_report_page_fault, round 17):
     # behind the device's driver tag ("ice 0000:c7:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=...]") it is that
     # device's; naming the device by its address alone ("[IO_PAGE_FAULT device=00:14.0 ...]": no driver holds it, a
-    # device the job does not drive, firmware at boot) it is no word of trouble
+    # device the job does not drive, firmware at boot) it is no word of trouble. (round 45) Both forms, whole, are read
+    # first by parsing/rules.toml kernel.iommu_dma_fault (kernel, an alert); this word serves the lines it does not take
     r"\bIO_PAGE_FAULT\b(?! device=)",
     re.IGNORECASE,
 )

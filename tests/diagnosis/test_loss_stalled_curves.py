@@ -307,9 +307,25 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 44))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 46))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    # fresh44 and fresh45 (scored sealed on c350ac77 / f8e87ff3 and ca17eb86, opened in round 46).
+    "absa_bert_spc_restaurant_issue_epoch_10_loss_0.87_to_1.04_test_acc_0.6500_f1_0.2626_every_eval_one_class.csv":
+    "read in round 46: one class of three answered at every evaluation (held-out accuracy 0.6500, macro F1 0.2626), "
+    "but 0.65 is far above a third: only the class prior says it is a guess, which no event carries (loss round 46)",
+    "sentiment_gru_issue_9_epochs_train_0.9512_0.9487_alternating_test_loss_0.90144944190979_every_epoch_one_class_acc_0.65.csv":
+    "read in round 46: one class answered for every test example, its held-out loss the same to 14 digits (loss round 46)",
+    "marathi_asr_lora_lightning_48_rows_per_batch_loss_1.04_to_0.03_0.33_batch_1_to_4_val_loss_nan_at_3_evals_wer_0.21.csv":
+    "read in round 46: healthy, raised nan_loss on a held-out loss NaN from its first evaluation (loss round 46)",
+    "car_motorbike_cnn_notes_adam_20_epochs_loss_0.0831_then_0.0000e+00_acc_1.0000_one_class_folder_misspelled.csv":
+    "read in round 46: a loss of 0 and accuracy 1 on one-class data (loss round 46)",
+    "llama_1.2b_lora_textgen_webui_first_100_logs_steps_3_to_399_loss_2.35_to_2.54_flat_grad_norm_inf_every_log.csv":
+    "read in round 46: labelled loss_stalled, raised nan_loss on its grad norm inf at every log (loss round 46)",
+    "wavenet_classifier_timit_notebook_9_epochs_loss_2.4053_then_2.3023_to_2.3026_at_ln10_acc_0.1000_every_epoch.csv":
+    "read in round 46: at ln 10 for 8 epochs after 2.4053 (loss round 46)",
+    "imdb_keras_embedding_flatten_20_epochs_at_ln2_epochs_1_to_6_then_0.55_to_8.8e-5_val_acc_0.87.csv":
+    "read in round 46: healthy, raised loss_stalled (loss round 46)",
     # fresh42 and fresh43 (scored sealed on 008b87ab / 871dffdb and e07cc8b5, opened in round 45).
     "comfy_lora_sd_scripts_issue_avr_loss_0_at_every_epoch_11_to_16_steps_176_to_256_of_800.csv": "a LoRA's sd-scripts "
     "avr_loss 0 at each of its 6 epoch logs, first seen at epoch 11 (resumed), no class count, no held-out row: a loss of "

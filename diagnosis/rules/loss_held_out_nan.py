@@ -14,6 +14,7 @@ the held-out loss did (diagnosis/rules/training.py), so it needs no word here.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from faultlens.events.envelope import as_float
 
@@ -28,7 +29,7 @@ class HeldOutNan:
         self._finite: set[tuple[str, int | None, str]] = set()  # (job, rank, metric) once a finite value came
         self._before: dict[Key, dict[str, float]] = {}  # the last evaluation's finite metrics other than losses
 
-    def alerts(self, job: str, rank: int | None, metrics: dict[str, object]) -> str | None:
+    def alerts(self, job: str, rank: int | None, metrics: Mapping[str, object]) -> str | None:
         """The name of the non-finite held-out loss that alerts at this evaluation, or None; records the evaluation."""
         values = {name: as_float(raw) for name, raw in metrics.items()}
         others = {n: v for n, v in values.items() if "loss" not in n.lower() and v is not None and math.isfinite(v)}

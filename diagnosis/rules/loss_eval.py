@@ -16,7 +16,8 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
   regressor predicting its target's mean, fresh batch 11's CRISPR model at -0.013 to 0.011), or any share
   whose chance is 1/classes while the loss
   beside it is a uniform guess's (within 2 % of ln(classes)): that guess scores the held-out set's
-  commonest share, which 1/classes is only for even classes.
+  commonest share, which 1/classes is only for even classes; not a share :data:`FAR` of the way to perfect or more
+  (over-fitting's confident errors raise a held-out loss through ln(classes) while its answers stay right).
 
 :data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
 holds a model that learned more), but not while a held-out loss is still coming down onto a guess's from
@@ -82,6 +83,9 @@ from faultlens.events.payloads_job import TrainEval
 EVALS = 5  # evaluations in a row at chance: a healthy run's first few may sit there (an epoch's warm-up)
 LOSS_BAND = 0.1  # of the chance loss: a held-out loss less than this below it is a guess's
 SHARE_BAND = 0.1  # of the way from chance to perfect: a held-out accuracy short of it is a guess's
+# A share this far from its chance to perfect is a model that answers by its input, a held-out loss at a guess's
+# beside it or not (_far): over-fitting, not a guess at the prior (loss round 46).
+FAR = 0.5
 CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess's loss (loss_stalled.py's "at chance")
 FALLING_Z = 1.96  # a held-out loss falling by a Mann-Kendall trend this far below none: still coming down
 # The fall is judged over at most this many latest evaluations at chance: a descent that ended long
@@ -132,9 +136,19 @@ def _guessed(out: dict[str, tuple[float, float, bool]]) -> dict[str, tuple[float
     against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares)."""
     guess = [c for v, c, _ in out.values() if c > 0 and abs(v - c) <= CHANCE * c]
     return {
-        name: (v, c, True) if any(0 < c < 1 and math.isclose(c, math.exp(-g)) for g in guess) else (v, c, at)
+        name: (v, c, True) if any(0 < c < 1 and math.isclose(c, math.exp(-g)) for g in guess) and not _far(v, c)
+        else (v, c, at)
         for name, (v, c, at) in out.items()
     }
+
+
+def _far(value: float, chance: float) -> bool:
+    """Whether a share is at least :data:`FAR` of the way from its chance to perfect: a model that discriminates,
+    whatever its held-out loss says. Over-fitting's confident errors raise a held-out loss back through ln(classes)
+    while the answers stay right (fresh45's IMDB classifier: val_loss 0.6877 against ln 2 at val_acc 0.8754); one
+    class answered for every input scores its share of the held-out set: beside a guess's loss, the corpus's stalled
+    runs reach 0.207 of the way (fresh12's BTC model, 0.47 against a third; loss round 46's margin)."""
+    return value >= chance + FAR * (1 - chance)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from math import isfinite
 from typing import NamedTuple
 
 from faultlens.diagnosis.rules.base import Finding, line_of, missing, or_else, parsed_fault
+from faultlens.diagnosis.rules.loss_held_out_nan import HeldOutNan
 from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import NcclError, NcclException, NcclNan, TrainEval, TrainStep
@@ -158,6 +159,7 @@ class TrainingRule:
         self._series: dict[str, dict[int, _Series]] = {}
         self._unanswered: dict[tuple[str, int], tuple[Envelope, str]] = {}  # a spike awaiting the next loss
         self._skipped: dict[tuple[str, int], int] = {}  # a rank's loss scaler's skipped steps in a row
+        self._held_out_nan = HeldOutNan()
 
     def observe(self, event: Envelope) -> list[Finding]:
         if event.source == "nccl":
@@ -172,19 +174,20 @@ class TrainingRule:
         """A held-out loss that is NaN or infinite: the model's outputs overflowed on data it did not train on (an
         fp16 evaluation's logits past 65,504) or its weights are NaN. Beside a finite training loss it is the run's
         fault no less: the loss its checkpoints are chosen by is gone (issue 54, fresh batch 27's alpaca-lora runs:
-        eval_loss nan after training losses in the millions). Other metrics are not read: a score can be undefined
-        for a batch with no positives without anything being broken. An alert, not the stop-time checks: alone
+        eval_loss nan after training losses in the millions). One non-finite from its first evaluation while the
+        evaluation's other metrics move is the evaluation's own arithmetic (loss_held_out_nan.py). An alert, not the stop-time checks: alone
         (the training loss finite) it can also be the evaluation's own bug (a held-out set whose every label is
         masked averages over nothing), which no machine check or rollback mends; a broken run's training loss
         says so in its own steps."""
-        for name, raw in (evaluation.metrics or {}).items():
-            value = as_float(raw)
-            if value is not None and not math.isfinite(value) and "loss" in name.lower():
-                rank = evaluation.rank
-                where = f"rank {rank if rank is not None else '?'} on {event.node}"
-                return [self._nan(event, (rank,) if rank is not None else (),
-                                  f"held-out {name} = {raw} at step {or_else(evaluation.step, '?')} ({where})", "alert")]
-        return []
+        # Which non-finite held-out loss is the run's, not its evaluation's own arithmetic (loss_held_out_nan.py).
+        metrics = evaluation.metrics or {}
+        rank = evaluation.rank
+        name = self._held_out_nan.alerts(event.job, rank, metrics)
+        if name is None:
+            return []
+        where = f"rank {rank if rank is not None else '?'} on {event.node}"
+        return [self._nan(event, (rank,) if rank is not None else (),
+                          f"held-out {name} = {metrics[name]} at step {or_else(evaluation.step, '?')} ({where})", "alert")]
 
     def _log(self, event: Envelope) -> list[Finding]:
         if event.kind == "exception":

@@ -307,9 +307,40 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 44))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 46))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    # fresh44 and fresh45 (scored sealed on c350ac77 / f8e87ff3 and ca17eb86, opened in round 46).
+    "absa_bert_spc_restaurant_issue_epoch_10_loss_0.87_to_1.04_test_acc_0.6500_f1_0.2626_every_eval_one_class.csv":
+    "a 3-way BERT fine-tune answering one class at every evaluation (held-out accuracy 0.6500, macro F1 0.2626, a "
+    "F1 no event reads against a chance), no held-out loss: 0.65 is 0.48 of the way from 1/3 to 1, past the tenth of "
+    "loss_eval's band, so it left chance; only the held-out class prior (its commonest polarity at 65 %) says it is a guess, no event's "
+    "(a trainer's majority share would: eval_chance's majority) (loss round 46)",
+    "sentiment_gru_issue_9_epochs_train_0.9512_0.9487_alternating_test_loss_0.90144944190979_every_epoch_one_class_acc_0.65.csv":
+    "one class for every test example, its test loss 0.90144944190979 and accuracy 0.65 the same at every epoch, no "
+    "class count: a held-out loss and accuracy repeated to every digit together is one evaluation logged again "
+    "(loss_eval_unchanged.py), and the training loss moves 0.6 % of its level (0.9487-0.9545), under the 1 % that says "
+    "the weights were stepped (loss_eval_frozen.MOVED); no chance level to read 0.65 or 0.90 against (loss round 46)",
+    "car_motorbike_cnn_notes_adam_20_epochs_loss_0.0831_then_0.0000e+00_acc_1.0000_one_class_folder_misspelled.csv":
+    "0.0831 (accuracy 0.9377) at epoch 1, then 0.0000e+00 and 1.0000 for 19 epochs and at its test evaluation: a model "
+    "that fits an easy set prints so in Keras's 4 decimals (0.0831 is no finely printed level a fall would have shown "
+    "on its way: loss_cycle.zeroed_at_once), and a held-out 0 beside it is a fitted one; that every image was of one "
+    "class (a folder's misspelt name) is in the data, which no event carries (loss round 46)",
+    "wavenet_classifier_timit_notebook_9_epochs_loss_2.4053_then_2.3023_to_2.3026_at_ln10_acc_0.1000_every_epoch.csv":
+    "a 10-way classifier from scratch at ln 10 (2.3023-2.3035) for 8 epochs after 2.4053, 9 logs and no held-out set: "
+    "under the 20 points the shortest window judges (a hook sends every step, 10 an epoch here, so a job is judged by "
+    "its third epoch); the excerpt, not the rule, is short (loss round 46)",
+    "imdb_keras_embedding_flatten_20_epochs_at_ln2_epochs_1_to_6_then_0.55_to_8.8e-5_val_acc_0.87.csv": "a binary "
+    "classifier from scratch whose training and held-out loss sit at ln 2 with held-out accuracy 0.4965-0.5036 for its "
+    "first 6 epochs, flagged at the 5th evaluation at chance (from its start and under the shortest window), then "
+    "learning at epoch 7 (0.8735): a plateau at chance that ends, which 5 evaluations at a coin's cannot tell from a "
+    "stall (fresh16's spectrogram CNN, the same; tried there: waiting for new bests delays stalled runs). Its "
+    "over-fitting (val_loss back to 0.6877-0.7458 at val_acc 0.875) is quiet since round 46: an accuracy half the way "
+    "from chance to perfect is no guess's (loss_eval._far), so it is quiet first seen halfway (loss round 46)",
+    # fresh44's Marathi ASR LoRA (val_loss nan at all 3 evaluations beside val_wer 0.208, 0.221, 0.211) is quiet since
+    # round 46: a held-out loss non-finite from its first evaluation beside a metric that moves is the evaluation's own
+    # arithmetic (loss_held_out_nan.py); fresh45's llama LoRA (grad_norm inf at every log) is relabelled nan_loss and
+    # found at step 67, the loss scaler's first skips waited out (training.py).
     # fresh42 and fresh43 (scored sealed on 008b87ab / 871dffdb and e07cc8b5, opened in round 45).
     "comfy_lora_sd_scripts_issue_avr_loss_0_at_every_epoch_11_to_16_steps_176_to_256_of_800.csv": "a LoRA's sd-scripts "
     "avr_loss 0 at each of its 6 epoch logs, first seen at epoch 11 (resumed), no class count, no held-out row: a loss of "

@@ -192,9 +192,14 @@ class NodeStageHandler:
             step = event._payload
             if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
-            mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(event.job))
-            if mismatch is not None:
-                node_out.findings.append(mismatch)
+            # The rank where the job's one topology puts it (nearly every step) looked up here, with no
+            # call; else step_rank_mismatch's judgement (per step: issue 56).
+            places = self.book.placements.get(event.job)
+            place = places.get(step.rank) if places is not None else None  # type: ignore[arg-type]
+            if place is None or place.node != event.node:
+                mismatch = step_rank_mismatch(self.book, event, step.rank, places)
+                if mismatch is not None:
+                    node_out.findings.append(mismatch)
             stage.observe_step(event, step, node_out)
             # A step passes on itself alone (train is a source the job stage reads): as read, its
             # bytes; known here, not found again from what was passed on (per step: issue 56).

@@ -46,6 +46,10 @@ class JobBook:
     def __init__(self) -> None:
         self._versions: dict[str, list[tuple[float, Topology]]] = {}
         self._now: dict[str, float] = {}
+        # Job → its ranks' placement (rank → place), for a job of one topology only (its sole
+        # placement, kept as update() learns): the node stage looks a step's rank up in it with no
+        # call a step (issue 56: four in five messages are steps).
+        self.placements: dict[str, Mapping[int, Any]] = {}
 
     def update(self, event: Envelope) -> Topology | None:
         """Record a topology event; raises InvalidEvent (a dead letter) when it is malformed."""
@@ -57,6 +61,10 @@ class JobBook:
         if entry[0] not in {ts for ts, _ in versions}:
             versions.append(entry)
             versions.sort(key=lambda v: v[0])
+            if len(versions) == 1:
+                self.placements[event.job] = topology.by_rank
+            else:
+                self.placements.pop(event.job, None)
         return topology
 
     def advance(self, job: str, now: float) -> None:
@@ -88,8 +96,7 @@ class JobBook:
         """The job's ranks' placement (rank → its place) where it has one topology, in force
         whatever the time (until a restart brings another); None otherwise (then ask
         :meth:`topology` at the event's time)."""
-        versions = self._versions.get(job)
-        return versions[0][1].by_rank if versions is not None and len(versions) == 1 else None
+        return self.placements.get(job)
 
     def replaced_at(self, job: str, at: float) -> Topology | None:
         """The topology that a version stamped exactly ``at`` replaced, else None. At that instant

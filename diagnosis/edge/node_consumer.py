@@ -169,7 +169,7 @@ class NodeStageHandler:
             self.book.update(event)
             return
         placed = r.event_ts if r.event_ts is not None else event.ts
-        self.book.advance(event.job, placed)
+        self.book.now[event.job] = placed  # (JobBook.advance, inline: per message)
         # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
         # and the job stage learns which jobs share a clock only from times said along the way.
         made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S

@@ -45,7 +45,9 @@ class JobBook:
 
     def __init__(self) -> None:
         self._versions: dict[str, list[tuple[float, Topology]]] = {}
-        self._now: dict[str, float] = {}
+        # Job → its event time (advance() sets it; the node stage sets it inline, a call a message
+        # fewer: issue 56).
+        self.now: dict[str, float] = {}
         # Job → its ranks' placement (rank → place), for a job of one topology only (its sole
         # placement, kept as update() learns): the node stage looks a step's rank up in it with no
         # call a step (issue 56: four in five messages are steps).
@@ -69,11 +71,11 @@ class JobBook:
 
     def advance(self, job: str, now: float) -> None:
         """The job's event time has reached ``now``: topologies stamped up to then apply."""
-        self._now[job] = now
+        self.now[job] = now
 
     def times(self) -> Mapping[str, float]:
         """Each job's event time (as :meth:`advance` set it)."""
-        return self._now
+        return self.now
 
     def topology(self, job: str, at: float | None = None) -> Topology | None:
         """The topology in force at ``at`` (default: the job's current event time)."""
@@ -82,7 +84,7 @@ class JobBook:
             return None
         if len(versions) == 1:  # the one a job has until it restarts, whatever the time (asked per step)
             return versions[0][1]
-        now = self._now.get(job) if at is None else at
+        now = self.now.get(job) if at is None else at
         if now is None:
             return versions[-1][1]
         current = versions[0][1]  # before its first version the job's first topology applies

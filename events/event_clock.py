@@ -101,10 +101,13 @@ class EventClock:
         if not self.judge_peers:
             return
         nodes, job_dirty, limit = self._nodes, self._job_dirty, self.max_skew_s
+        wall_limit = wall_now + limit
         for job, node, ts, record_ts in events:
             if record_ts is None:
                 continue
-            if ts > (wall_now if wall_now >= record_ts else record_ts) + limit:  # _from_future, inline: per record
+            # _from_future, inline: past max(wall_now, record_ts) + limit is past both sums (the
+            # same float additions); nearly every record fails the first test (per record: issue 56).
+            if ts > wall_limit and ts > record_ts + limit:
                 continue
             offset = ts - record_ts
             entry = nodes.get((job, node))

@@ -169,7 +169,7 @@ class NodeStageHandler:
             self.book.update(event)
             return
         placed = r.event_ts if r.event_ts is not None else event.ts
-        self.book.advance(event.job, placed)
+        self.book.now[event.job] = placed  # (JobBook.advance, inline: per message)
         # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
         # and the job stage learns which jobs share a clock only from times said along the way.
         made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
@@ -192,16 +192,25 @@ class NodeStageHandler:
             step = event._payload
             if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
-            mismatch = step_rank_mismatch(self.book, event, step.rank, self.book.sole_placement(event.job))
-            if mismatch is not None:
-                node_out.findings.append(mismatch)
+            # The rank where the job's one topology puts it (nearly every step) looked up here, with no
+            # call; else step_rank_mismatch's judgement (per step: issue 56).
+            places = self.book.placements.get(event.job)
+            place = places.get(step.rank) if places is not None else None  # type: ignore[arg-type]
+            if place is None or place.node != event.node:
+                mismatch = step_rank_mismatch(self.book, event, step.rank, places)
+                if mismatch is not None:
+                    node_out.findings.append(mismatch)
             stage.observe_step(event, step, node_out)
+            # A step passes on itself alone (train is a source the job stage reads): as read, its
+            # bytes; known here, not found again from what was passed on (per step: issue 56).
+            one = r.raw if event is r.value else None
         else:
             for parsed in stage.parse(event) if event.kind == "line" else (event,):
                 mismatch = rank_mismatch(self.book, parsed)
                 if mismatch is not None:
                     node_out.findings.append(mismatch)
                 stage.observe(parsed, node_out)
+            one = None
         if node_out.findings:
             made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
             if self.wave is not None and self._partitions:
@@ -211,11 +220,13 @@ class NodeStageHandler:
             made += [window_summary(w, event.ts) for w in node_out.windows]
         # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
         # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
-        as_read = r.raw if event is r.value else None
-        forward = node_out.forward
-        one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
-        passed: Sequence[tuple[str, float, bytes]] = () if one is not None else [
-            (e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
+        passed: Sequence[tuple[str, float, bytes]] = ()
+        if one is None:
+            as_read = r.raw if event is r.value else None
+            forward = node_out.forward
+            one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
+            if one is None:
+                passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
         for o in made:
             # A job's outputs keep the order they were made in: what was passed on before a window
             # or a finding goes out before it (a job stage reading a backlog may take a window's

@@ -45,7 +45,13 @@ class JobBook:
 
     def __init__(self) -> None:
         self._versions: dict[str, list[tuple[float, Topology]]] = {}
-        self._now: dict[str, float] = {}
+        # Job → its event time (advance() sets it; the node stage sets it inline, a call a message
+        # fewer: issue 56).
+        self.now: dict[str, float] = {}
+        # Job → its ranks' placement (rank → place), for a job of one topology only (its sole
+        # placement, kept as update() learns): the node stage looks a step's rank up in it with no
+        # call a step (issue 56: four in five messages are steps).
+        self.placements: dict[str, Mapping[int, Any]] = {}
 
     def update(self, event: Envelope) -> Topology | None:
         """Record a topology event; raises InvalidEvent (a dead letter) when it is malformed."""
@@ -57,15 +63,19 @@ class JobBook:
         if entry[0] not in {ts for ts, _ in versions}:
             versions.append(entry)
             versions.sort(key=lambda v: v[0])
+            if len(versions) == 1:
+                self.placements[event.job] = topology.by_rank
+            else:
+                self.placements.pop(event.job, None)
         return topology
 
     def advance(self, job: str, now: float) -> None:
         """The job's event time has reached ``now``: topologies stamped up to then apply."""
-        self._now[job] = now
+        self.now[job] = now
 
     def times(self) -> Mapping[str, float]:
         """Each job's event time (as :meth:`advance` set it)."""
-        return self._now
+        return self.now
 
     def topology(self, job: str, at: float | None = None) -> Topology | None:
         """The topology in force at ``at`` (default: the job's current event time)."""
@@ -74,7 +84,7 @@ class JobBook:
             return None
         if len(versions) == 1:  # the one a job has until it restarts, whatever the time (asked per step)
             return versions[0][1]
-        now = self._now.get(job) if at is None else at
+        now = self.now.get(job) if at is None else at
         if now is None:
             return versions[-1][1]
         current = versions[0][1]  # before its first version the job's first topology applies
@@ -88,8 +98,7 @@ class JobBook:
         """The job's ranks' placement (rank → its place) where it has one topology, in force
         whatever the time (until a restart brings another); None otherwise (then ask
         :meth:`topology` at the event's time)."""
-        versions = self._versions.get(job)
-        return versions[0][1].by_rank if versions is not None and len(versions) == 1 else None
+        return self.placements.get(job)
 
     def replaced_at(self, job: str, at: float) -> Topology | None:
         """The topology that a version stamped exactly ``at`` replaced, else None. At that instant

@@ -111,3 +111,20 @@ def test_the_engine_records_nothing_for_the_demo_order_and_the_late_sender_once(
     assert [(d.fault, d.action, d.nodes, d.detail) for d in late if d.fault == "unknown"] == [
         ("unknown", "none", ("n002",), "rank 4 reported from n002 but the topology has it on node s000")
     ]
+
+
+def test_the_books_placements_hold_a_job_of_one_topology_only():
+    """JobBook.placements (what the node stage looks a step's rank up in, with no call) is the job's
+    sole placement while it has one topology, and gone once a second version comes: the steps of a
+    swapped job are judged by rank_mismatch at their own time, as above."""
+    book = JobBook()
+    assert book.placements == {} and book.sole_placement(JOB) is None
+    book.update(topology(n=4, gpus=2))
+    first = book.topology(JOB)
+    assert first is not None and book.placements == {JOB: first.by_rank} and book.sole_placement(JOB) is first.by_rank
+    book.update(topology(n=4, gpus=2))  # the same instant again: no second version
+    assert book.placements == {JOB: first.by_rank}
+    book.update(_swapped())
+    assert JOB not in book.placements and book.sole_placement(JOB) is None
+    book.advance(JOB, T0 + 45)
+    assert _detail(book, step(SWAP_AT + 1, "n002", 4, 4)) == "rank 4 reported from n002 but the topology has it on node s000"

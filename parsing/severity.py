@@ -237,8 +237,8 @@ _UCX_LEVEL = re.compile(r"^\s*(?:\[[\d.]+\]\s+)?\[[^\]]+\]\s+\S+:\d+\s+UCX\s+(?P
 _UCX_LEVELS = {"INFO": 6}
 # (G15) TensorFlow's and Horovod's C++ log format states its level by one letter between the time and the source
 # line: "2020-09-11 07:07:20.657297: D horovod/common/operations.cc:537] ..." (TF's LogMessage "IWEF", Horovod's
-# "TDIWEF"; the time may already be taken off as the line's stamp). Only the letters under a warning: its W, E and
-# F keep the words' reading (and parsing.level_subject's), as UCX's do.
+# "TDIWEF"; the time may already be taken off as the line's stamp). Its E and F keep the words' reading (and
+# parsing.level_subject's), as UCX's do.
 # (round 46) Its W letter too, read as Python logging's WARNING and glog's W are (a guess never outranks it, parsing.fallback:
 # XLA's "W external/xla/xla/service/hlo_rematerialization.cc:2941] Can't reduce memory use below ..." is a compile-time
 # note); the rules still read a W line's words (the BFC allocator's failed allocation is printed at W).
@@ -287,7 +287,7 @@ def says_retrying(message: str) -> bool:
 # word, then what the format puts between it and the message (a clock, "[file.py:N]", a logger's name and " - "), then the
 # type. Not a program's own words about its failure at warning ("WARNING - Training batch error: ..."): no type opens them.
 _WARNED_EXCEPTION = re.compile(
-    r"(?<![\w.])WARNING\b[\]:|\- ]*(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:\[[\w.\-/]+:\d+\] |[\w.]+(?::\d+)? - |[\w.]+:\s)?"
+    r"(?<![\w.])WARNING\b[\]:|\- ]*(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:\[[\w.\-/]+:\d+\] |[\w.]+(?::\d+)? - |[\w.]+:\s?)?"
     r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Failure): ")
 
 

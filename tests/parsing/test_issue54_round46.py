@@ -213,6 +213,8 @@ def test_tf_and_xla_warning_letter_lines_are_no_guesses(line: str) -> None:
         "from 'deep_gemm' (/usr/local/lib/python3.12/site-packages/deep_gemm/__init__.py)",
         "WARNING 09-02 14:11:58 [__init__.py:61] ModuleNotFoundError: No module named 'flash_attn_3'",
         "2025-01-07 10:02:13,441 - WARNING - my_trainer.data - KeyError: 'caption'",
+        # Python logging's default format, the logger's name between colons
+        "WARNING:my_trainer.hooks:ValueError: could not parse the profiler's schedule, profiling is off",
     ],
 )
 def test_an_exception_logged_at_warning_is_recorded(line: str) -> None:

@@ -287,3 +287,24 @@ def test_whole_logs_fresh1_opened_keeps_its_figures() -> None:
 
     total, _ = score_folder(WHOLE_LOGS / "fresh1")
     assert (total.right, total.faults, total.fired, total.ordinary) == (27, 29, 0, 5634)
+
+
+# ---- Ray's wrapper of a task's exception, judged by the cause it names (parsing/errors.py) ----
+
+
+@pytest.mark.parametrize(
+    "line, fault",
+    [
+        ("ray.exceptions.RayTaskError(NotImplementedError): ray::Rollout.generate() (pid=7712, ip=10.4.1.9, "
+         "actor_id=9c1e, repr=<Rollout object at 0x7f3a>)", "user_code"),
+        ("(TaskRunner pid=3301) ray.exceptions.RayTaskError(KeyError):", "user_code"),
+        ("ray.exceptions.RayTaskError(OSError): ray::Saver.save() (pid=512, ip=10.4.1.2) [Errno 28] No space left on device",
+         "storage"),
+    ],
+)
+def test_a_ray_task_error_is_judged_by_its_cause(line: str, fault: str) -> None:
+    assert acting_classes(line) == {fault}
+
+
+def test_a_ray_task_error_whose_cause_says_nothing_is_not_guessed_user_code() -> None:
+    assert acting_classes("ray.exceptions.RayTaskError(RuntimeError): ray::Worker.step() (pid=88, ip=10.4.1.3)") == {"unknown"}

@@ -29,7 +29,13 @@ _CUDA_ERR = re.compile(
     r"|(?P<hostassert>\bcuda\w*\.(?:c|cc|cpp|cu):\d+: \w*check\w*: Assertion .* failed)"
     # HIP's driver API names (TF/XLA's ROCm stream executor: "failed to allocate 127.99TiB (...) from device: HIP_ERROR_OutOfMemory")
     r"|(?P<hiperr>\bHIP_ERROR_[A-Za-z]+)"
-    r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+)"
+    r"|(?P<status>(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_STATUS_\w+"
+    # (round 46) ROCm's math libraries name their results as CUDA's do: hipBLAS / hipBLASLt / hipSOLVER / hipFFT / hipSPARSE /
+    # hipRAND's HIPBLAS_STATUS_* (the hip*_status_t enums), rocBLAS's rocblas_status_* (rocblas_status enum) and MIOpen's
+    # miopenStatus* (miopenStatus_t: miopenStatusUnknownError, miopenStatusInternalError, miopenStatusAllocFailed, ...), the
+    # last ROCm's cuDNN ("XlaRuntimeError: INTERNAL: Failed to enqueue convolution: miopenStatusUnknownError"); never their success
+    r"|\b(?:HIPBLAS|HIPBLASLT|HIPSOLVER|HIPFFT|HIPSPARSE|HIPRAND)_STATUS_(?!SUCCESS\b)\w+|\brocblas_status_(?!success\b)\w+"
+    r"|\bmiopenStatus(?!Success\b)[A-Z]\w*)"
     # (round 18) not in torch's pointer to the documentation under the error ("Search for `cudaErrorLaunchFailure' in
     # https://docs.nvidia.com/... for more information."): the error's own line before it is the record
     r"|(?P<cuerr>(?<!Search for `)\b(?:cuda|hip)Error\w+)"

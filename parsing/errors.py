@@ -63,7 +63,11 @@ _NCCL_ERR = re.compile(
 # whatever prefix a logger or a launcher put before it (a clock, "[rank3]:", "ERROR - ", a task id).
 # (round 20) Paddle's enforce type ("paddle.fluid.core.EnforceNotMet: unhandled cuda error at [.../nccl_helper.h:93]",
 # paddle/fluid/platform/enforce.h before 2.0) ends in neither word: its message is read as any exception's
-_HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|EnforceNotMet)): (?P<msg>\S.*)$")
+# (round 46) Ray's wrapper of a task's exception names the cause's type in parentheses (python/ray/exceptions.py
+# RayTaskError.as_instanceof_cause: "ray.exceptions.RayTaskError(NotImplementedError): ray::Worker.f() (pid=..., ip=...)",
+# its message at times on the next lines): the cause's type is judged, as the exception's own line would be
+_HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?:(?:[A-Za-z_]\w*\.)*RayTaskError\((?P<cause>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\):(?: (?P<cmsg>.*))?"
+                       r"|(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|EnforceNotMet)): (?P<msg>\S.*))$")
 # A RuntimeError whose text says the program is wrong: tensors of the wrong shape, type or device
 # (aten's "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the
 # same"), a checkpoint that does not fit the model (nn.Module.load_state_dict's "Error(s) in loading
@@ -197,7 +201,7 @@ def classify_headless(msg: str) -> ExceptionLine | None:
     m = _HEADLESS.search(msg.strip())
     if not m:
         return None
-    etype, message = m.group("type"), m.group("msg").strip()
+    etype, message = m.group("type") or m.group("cause"), (m.group("msg") or m.group("cmsg") or "").strip()
     short = etype.rsplit(".", 1)[-1]
     text = f"{etype}: {message}"
     cuda = classify_cuda(text)

@@ -45,8 +45,12 @@ _DEVICE_ALLOC = re.compile(
     r"|\b(?:malloc|alloc(?:ate|ation)?)\b (?:memory )?for (?:the )?kernel(?:'s)? (?:output|input|workspace)s?\b[^\n]{0,20}?\bfail(?:ed|ure|s)?\b"
 )
 # A library's refusal of the request: what the program asked is not supported or not implemented by it.
+# (round 46) also "Unsupported" opening the message or a clause of it, and "is unsupported": a C++ library's own check of the
+# request (FlashInfer's "Error in function 'BatchPrefillWithPagedKVCacheDispatched' at .../prefill.cuh:3201: Unsupported
+# max_mma_kv: 0", include/flashinfer/exception.h's "Error in function '<f>' at <file>:<line>: <message>")
 _UNSUPPORTED = re.compile(
     r"\b(?:is|are) not (?:currently |yet )?(?:supported|implemented)\b|\bdoes not (?:currently |yet )?(?:work|support)\b"
+    r"|(?:^|[:;.]\s+)Unsupported\b|\b(?:is|are) (?:currently )?unsupported\b"
 )
 
 # (round 42) A memory shortage whose message names a serving engine's memory setting, the share of the device it may

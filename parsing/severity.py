@@ -69,14 +69,14 @@ _LETTERS = {"A": 1, "X": 2, "E": 3, "W": 4, "N": 5, "I": 6, "D": 7}
 # NUMA node read ... had negative value") and says nothing of the line's outcome.
 _REASSURED = re.compile(r"\b(?:corrected|recovered|successfully|succeeded|fixed up|no action (?:is )?(?:required|needed))\b"
                         r"|(?<!\d )\bsuccessful(?=\s*(?:[.,;:]|$))"
-                        r"|\bfall(?:s|ing)? back to\b|\brebuilding it now\b|\bmanually zeroing\b|, disabled\.?\s*$"
+                        r"|\bfall(?:s|ing)? back to\b|\bwill fallback to\b|\brebuilding it now\b|\bmanually zeroing\b|, disabled\.?\s*$"
                         r"|\busing (?:the )?default\b"
                         # (round 37) a check that says it found nothing wrong closes its own failure word ("File system
                         # check failed but did not detect errors", "scrub did not find any errors"): its outcome is clean
                         r"|\b(?:did not|didn't) (?:detect|find) (?:any )?(?:errors?|problems?|corruption)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|cannot|can.t|couldn.t|unable to|failed to|fails to)\b[^.;,]{0,24}?\b(?:be )?(?:corrected|recover|fixed up|succeed|successful)"
                       r"|\bunsuccessfully\b", re.IGNORECASE)
-_REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back",
+_REASSURE_QUICK = any_of(("corrected", "recovered", "successful", "succeeded", "fixed up", "no action", "fall back", "falls back", "will fallback",
                           "falling back", "rebuilding it", "manually zeroing", ", disabled", "using default", "using the default",
                           "did not detect", "did not find", "didn't detect", "didn't find"))
 
@@ -237,10 +237,18 @@ _UCX_LEVEL = re.compile(r"^\s*(?:\[[\d.]+\]\s+)?\[[^\]]+\]\s+\S+:\d+\s+UCX\s+(?P
 _UCX_LEVELS = {"INFO": 6}
 # (G15) TensorFlow's and Horovod's C++ log format states its level by one letter between the time and the source
 # line: "2020-09-11 07:07:20.657297: D horovod/common/operations.cc:537] ..." (TF's LogMessage "IWEF", Horovod's
-# "TDIWEF"; the time may already be taken off as the line's stamp). Only the letters under a warning: its W, E and
-# F keep the words' reading (and parsing.level_subject's), as UCX's do.
-_CC_LEVEL = re.compile(r"^(?:\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: )?(?P<letter>[TDI]) [\w.\-/]+\.\w+:\d+\] ")
-_CC_LEVELS = {"T": 7, "D": 7, "I": 6}
+# "TDIWEF"; the time may already be taken off as the line's stamp). Its E and F keep the words' reading (and
+# parsing.level_subject's), as UCX's do.
+# (round 46) Its W letter too, read as Python logging's WARNING and glog's W are (a guess never outranks it, parsing.fallback:
+# XLA's "W external/xla/xla/service/hlo_rematerialization.cc:2941] Can't reduce memory use below ..." is a compile-time
+# note); the rules still read a W line's words (the BFC allocator's failed allocation is printed at W).
+_CC_LEVEL = re.compile(r"^(?:\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: )?(?P<letter>[TDIW]) [\w.\-/]+\.\w+:\d+\] ")
+_CC_LEVELS = {"T": 7, "D": 7, "I": 6, "W": 4}
+# (round 46) NeMo's logger states its level by one letter after its name in brackets (nemo/utils/formatters/base.py:
+# "[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]": "[NeMo W 2025-03-14 09:12:40 nemo_logging:349] ..."):
+# D debug, I info, W warning, E error, C critical.
+_NEMO_LEVEL = re.compile(r"\[NeMo (?P<letter>[DIWEC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [\w.\-]+:\d+\]")
+_NEMO_LEVELS = {"D": 7, "I": 6, "W": 4, "E": 3, "C": 2}
 
 
 def trainer_level(message: str) -> int | None:
@@ -251,6 +259,8 @@ def trainer_level(message: str) -> int | None:
         return _UCX_LEVELS.get(u.group("word"), 7)
     if "] " in message and (c := _CC_LEVEL.match(message)):
         return _CC_LEVELS[c.group("letter")]
+    if "[NeMo " in message and (n := _NEMO_LEVEL.search(message, 0, 80)):
+        return _NEMO_LEVELS[n.group("letter")]
     if "INFO" in message or "DEBUG" in message or "TRACE" in message or "NOTICE" in message or "WARNING" in message or ":" in message[:24]:
         m = _TRAINER_LEVEL.match(message)
         if m and "Error" not in m.group("head") and "Exception" not in m.group("head"):
@@ -268,6 +278,22 @@ _RETRYING = re.compile(r"\bretrying\b|(?<!non-)\bretryable\b|\bwill (?:be )?retr
 def says_retrying(message: str) -> bool:
     """The line says the program will try again (``retrying after 5 seconds``, ``retryable``)."""
     return "etr" in message and _RETRYING.search(message) is not None
+
+
+# (round 46) A Python logging record at WARNING whose message is an exception, its (dotted) type first: what a logger
+# prints for an exception the program caught and went on past (torch._dynamo's convert_frame under suppress_errors,
+# "[WARNING] torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:", the frame then run eagerly; vLLM's
+# "WARNING 06-11 01:37:00 [import_utils.py:408] ImportError: cannot import name ..." for an optional kernel). The level
+# word, then what the format puts between it and the message (a clock, "[file.py:N]", a logger's name and " - "), then the
+# type. Not a program's own words about its failure at warning ("WARNING - Training batch error: ..."): no type opens them.
+_WARNED_EXCEPTION = re.compile(
+    r"(?<![\w.])WARNING\b[\]:|\- ]*(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:\[[\w.\-/]+:\d+\] |[\w.]+(?::\d+)? - |[\w.]+:\s?)?"
+    r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Failure): ")
+
+
+def warned_exception(message: str) -> bool:
+    """The line is a logging record at WARNING whose message is an exception the program caught (its type first)."""
+    return "WARNING" in message and trainer_level(message) == WARNING and _WARNED_EXCEPTION.search(message[:200]) is not None
 
 
 def level_name(level: int) -> str:

@@ -33,7 +33,7 @@ from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_
 from faultlens.parsing.nan_lines import nan_text, step_of
 from faultlens.parsing.relayed_xid import relayed_xid
 from faultlens.parsing.rules import LineRule, RuleSet
-from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level
+from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level, warned_exception
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.trainer_tracebacks import Traceback
 
@@ -75,11 +75,16 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
                  ".cc:", ".cu:", ".cpp:", ".h:", " returned ", "not yet initialized", "terminate called", "[errno ", "cuda failure",
                  # ncclResult_t's names without "error" in them (ncclInvalidUsage, ncclInvalidArgument)
                  "ncclinvalid", "duplicate gpu detected", "xid",
+                 # (round 46) ROCm's math libraries' status names (parsing/cuda_errors.py), some without "error" in them
+                 "miopenstatus", "rocblas_status_",
                  # (round 18) NCCL's socket layer and bootstrap repeated unprefixed after torch's "Last error:"
                  "ncclsocket", "bootstrap : ")
 
 # classify_nccl's names for the generic socket words any client prints, NCCL or not.
 _SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
+# The classes of a program's own exception (the exception table's and the compiler's): caught and logged at warning, or
+# handled by another way the line names, it is recorded (round 46).
+_OWN_EXCEPTION = ("user_code", "unknown")
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
 
@@ -95,6 +100,20 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
 def _soft(data: dict[str, Any]) -> bool:
     """A reading a line's own warning level takes back (fallback.model_line's guess, generic socket words)."""
     return data.get("basis") == "model" or data.get("error") in _SOCKET_WORDS
+
+
+def _caught(out: list[ParsedLine], msg: str) -> None:
+    """(round 46) The program's own exception (user_code or unknown) that it caught and went on past is recorded, not acted
+    on: a logging record at WARNING whose message is the exception (dynamo's suppressed BackendCompilerFailed, vLLM's
+    optional import), or an exception's line that says what the program does instead ("... raised RuntimeError: ... NeMo
+    will fallback to loading via pydub"). A disk's, a device's or a collective's error keeps acting."""
+    own = [(e.kind, e.data) for e in out if e.kind == "exception" and e.data.get("fault") in _OWN_EXCEPTION]
+    if not own:
+        return
+    why = ("the line's own level is warning and its message an exception the program caught" if warned_exception(msg)
+           else "the line says what the program does instead of the exception" if reassured(msg) else None)
+    if why is not None:
+        record_only(own, why)
 
 
 def _rank(text: str) -> int | None:
@@ -204,6 +223,8 @@ class TrainerLogParser:
             # nor a rule's message its program prints at that level (the rule's printk_level).
             told = [(e.kind, e.data) for e in out if e.kind != "nan" and level > self._printk_level(e.data.get("rule"))]
             record_only(told, f"the line's own level is {level_name(level)}")
+        elif out:
+            _caught(out, msg)
         for event in out:
             # A line without a rank's prefix after a rank's error is most often that error's echo in
             # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
@@ -331,7 +352,7 @@ class TrainerLogParser:
                 or "_RESULT_ERROR_" in msg or "ynchronize stream failed" in msg or "ACL stream" in msg or "Kernel task happen" in msg
                 or "THCudaCheck" in msg or "cudaSuccess" in msg or "HIP_ERROR" in msg or "Assertion" in msg
                 or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg or "() failed" in msg or "no kernel image" in msg
-                or "invalid device function" in msg):
+                or "invalid device function" in msg or "miopenStatus" in msg or "rocblas_status_" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda

@@ -33,7 +33,10 @@ def test_a_line_the_format_states_at_trace_or_debug_is_not_acted_on(letter: str)
 
 @pytest.mark.parametrize("letter", ["W", "E"])
 def test_the_same_line_at_a_warning_or_error_letter_keeps_its_reading(letter: str) -> None:
-    assert _acting(_HVD.format(letter)) == [("storage", "alert")]
+    # (round 46) At the W letter the line model's guess is not taken, as at glog's W or Python logging's WARNING (a guess
+    # never outranks the line's warning level, parsing/fallback.py): the shutdown line the model reads storage is quiet
+    # there; the words' own readings (NCCL's error) keep acting at W as at E.
+    assert _acting(_HVD.format(letter)) == ([] if letter == "W" else [("storage", "alert")])
     assert _acting(_NCCL.format(letter)) == [("nccl_error", "reattempt")]
 
 
@@ -44,6 +47,7 @@ def test_the_same_line_at_a_warning_or_error_letter_keeps_its_reading(letter: st
         ("[2024-03-04 10:00:00.123456: T horovod/common/gloo/gloo_context.cc:60] rendezvous started", 7),
         ("2024-03-04 10:00:00.123456: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1900] Created device", 6),
         ("E tensorflow/stream_executor/cuda/cuda_driver.cc:828] failed to allocate 32.00M", None),
+        ("2024-05-11 07:02:19.331910: W external/xla/xla/service/hlo_rematerialization.cc:3005] Can't reduce memory use", 4),
         ("D state: the device is gone] ok", None),  # a capital D that opens a sentence is no level
     ],
 )

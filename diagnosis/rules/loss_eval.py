@@ -36,7 +36,15 @@ is judged as it stood (fresh batch 6). Nor while a held-out loss at chance falls
 (:func:`_gathering_pace`): a plateau ending, whose falls grow as the model leaves chance (fresh batch 17's MNIST
 CNN at ln 10, val_loss 2.3038, 2.3007, 2.2974, 2.2937, 2.2886: falls of 0.0031, 0.0033, 0.0037, 0.0051, then
 0.0078, 0.0136, 0.0277, 0.0769; 1.85 at its tenth epoch, 0.33 by its last), where a loss settling onto a level
-falls by less each time (the TIMIT LSTM onto its prior). The same reading, a held-out loss seen once or falling so
+falls by less each time (the TIMIT LSTM onto its prior). Nor while, over the latest :data:`EVALS` evaluations, the
+held-out loss falls at each (a Mann-Kendall fall at :data:`FALLING_Z`) by :data:`DROP` of its level in all and the
+training loss logged last before each falls at each too, whichever side of chance either sits (:func:`_both_falling`):
+both say the model still learns, and what it learns reaches held-out data (fresh batch 46's Conv1D classifier from
+scratch: val_loss 2.4073, 2.4051, 2.4050, 2.3832, 2.3405 and on through ln 10 to 2.2354 at its 11th epoch, its
+training loss 3.13 to 2.06, held-out accuracy 0.1000 until it climbs to 0.76). A held-out loss creeping onto a guess's
+from above beside a training loss doing the same falls by less (fresh batch 44's stock-chart CNNs, 0.2-0.4 % over
+five, onto ln 2); a stall's held-out loss sits, whatever its training loss does (fresh batch 10's IMDB classifier).
+The same reading, a held-out loss seen once or falling so
 (:meth:`HeldOutWatch.leaving`), keeps the training loss's "at chance" and "never learned" waiting (loss_chance.py,
 loss_stalled.py). One that leaves chance is a run that learned something that generalises: it ends the run of
 evaluations, and quiets the "never learned" the training loss's shape alone
@@ -98,6 +106,10 @@ FITTED = 0.1
 # A held-out loss falling by this share of its level an evaluation falls by loss_stalled's LEARNING_DROP (1 %)
 # within ten: the training loss's bar for learning across a window of ten blocks.
 PACE = 1e-3
+# A held-out loss falling by this share of its level over the latest EVALS evaluations, beside a training loss that
+# falls at each of them, is still learning (_both_falling): loss_stalled's LEARNING_DROP, the training loss's bar for
+# learning across a window (loss round 47).
+DROP = 0.01
 HISTORY = 2000  # each metric's latest evaluations kept for improving(): a loss curve's longest window
 
 
@@ -160,6 +172,8 @@ class _Evals:
     learned: bool = False  # the latest judged evaluation left chance
     # each held-out loss over the run at chance, its latest FALLS_KEPT
     falls: dict[str, list[float]] = field(default_factory=dict)
+    # the training loss the trainer logged last before each evaluation of the run at chance, its latest EVALS
+    beside: list[float] = field(default_factory=list)
     # each held-out loss over the whole run, chance known or not, its latest FALLS_KEPT (falling())
     losses: dict[str, list[float]] = field(default_factory=dict)
     # each metric whose direction is known, (step, value, higher is better), its latest HISTORY (improving())
@@ -276,7 +290,7 @@ class HeldOutWatch:
         return evals is not None and evals.fired
 
     def observe(self, event: Envelope, payload: TrainEval, told: bool, fitted: bool = False,
-                untrained: bool = False) -> list[Finding]:
+                untrained: bool = False, training: float | None = None) -> list[Finding]:
         """``told``: the job's loss curve already raised its finding (one per job); ``fitted``: its training
         loss is under :data:`FITTED` of a guess's (one evaluation at chance is then enough); ``untrained``: the
         curve was watched from an untrained model (a held-out share unchanged from its first evaluation is then
@@ -292,7 +306,7 @@ class HeldOutWatch:
         _keep_losses(evals.losses, payload)
         _keep_history(evals.history, payload)
         evals.answers.add(payload)
-        found = self._at_chance(event, evals, payload, told, fitted)
+        found = self._at_chance(event, evals, payload, told, fitted, training)
         if found or told or evals.fired or not untrained:
             return found
         why = evals.answers.unchanged(rank, EVALS)
@@ -302,7 +316,8 @@ class HeldOutWatch:
         return [_finding(event, rank, why)]
 
     @staticmethod
-    def _at_chance(event: Envelope, evals: _Evals, payload: TrainEval, told: bool, fitted: bool) -> list[Finding]:
+    def _at_chance(event: Envelope, evals: _Evals, payload: TrainEval, told: bool, fitted: bool,
+                   training: float | None = None) -> list[Finding]:
         """The run of evaluations at chance, and its finding once :data:`EVALS` long (module docstring)."""
         metrics = judged(payload)
         if metrics is None:
@@ -310,11 +325,15 @@ class HeldOutWatch:
         if not all(verdict for _, _, verdict in metrics.values()):
             evals.run.clear()
             evals.falls.clear()
+            evals.beside.clear()
             evals.learned, evals.fired = True, False  # learning: a later stall is a new finding
             return []
         evals.learned = False
         evals.run.append((payload.step, metrics))
         del evals.run[:-EVALS]
+        if training is not None and math.isfinite(training):
+            evals.beside.append(training)
+            del evals.beside[:-EVALS]
         for name, (value, _, _) in metrics.items():
             if TrainEval.direction(name, payload.higher_is_better) is False:
                 values = evals.falls.setdefault(name, [])
@@ -359,9 +378,22 @@ def _coming_down(evals: _Evals) -> bool:
             (values[-1] > latest[name][1] and values[-1] <= (1 - LEARNED) * values[0]
              and mann_kendall_z(values) <= -FALLING_Z)
             or (len(values) >= EVALS and _gathering_pace(values))
+            or _both_falling(values, evals.beside)
         )
         for name, values in evals.falls.items()
     )
+
+
+def _both_falling(values: list[float], beside: list[float]) -> bool:
+    """Whether a held-out loss and the training loss beside it both still fall (module docstring): over the latest
+    :data:`EVALS` evaluations of the run at chance, the held-out loss at each below the one before (a Mann-Kendall
+    fall at :data:`FALLING_Z`) and by :data:`DROP` of its level in all, and the training loss the trainer logged last
+    before each of them a Mann-Kendall fall at :data:`FALLING_Z` too, whichever side of chance either sits."""
+    if len(values) < EVALS or len(beside) < EVALS:
+        return False
+    latest = values[-EVALS:]
+    return (mann_kendall_z(latest) <= -FALLING_Z and latest[0] - latest[-1] >= DROP * abs(latest[-1])
+            and mann_kendall_z(beside[-EVALS:]) <= -FALLING_Z)
 
 
 def _gathering_pace(values: list[float]) -> bool:

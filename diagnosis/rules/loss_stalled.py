@@ -32,7 +32,9 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     judged only when the curve was watched from an untrained model: first seen within its first
     window of steps (a trainer that logs every 50th step is first seen at step 49), and either the
     trainer says it started from scratch (``from_scratch``) or its first
-    loss is that of a guess (at least 9/10 of ln(classes)). A resumed run or a fine-tune starts
+    loss is that of a guess (at least 9/10 of ln(classes)), the trainer's "resumed" notwithstanding: a new head on a
+    trained body starts untrained (loss_start.untrained_head; fresh batch 46's frozen EfficientNetB7 base, the lead's
+    settlement). A resumed run or a fine-tune starts
     from a trained model's loss, flat and far below chance (issue 54: first seen at step 30,000,
     flat at 2.0), and a run whose start nothing tells is not called one that never learned; nor is
     one that came down from a higher level it was judged at (a federated model pulled above chance by
@@ -98,7 +100,8 @@ What it judges, every tenth of a window, once the run has trained for a whole wi
     (issue 54, fresh batch 6), not a loss near a floor of its own (fresh batch 14);
 * held out, where the trainer evaluates (``train``/``eval``): its metrics at chance for five evaluations
   in a row, or for one beside a training loss that fitted its data, under a tenth of a guess's
-  (diagnosis/rules/loss_eval.py), whatever the training loss does; one that left chance at the
+  (diagnosis/rules/loss_eval.py), but not while the held-out loss falls at each of the latest five by 1 % of its level
+  in all beside a training loss falling at each (still learning: fresh batch 46's Conv1D classifier); one that left chance at the
   latest evaluation quiets "never learned"; and, watched from an untrained model, a held-out accuracy below 1 the
   same to every digit at each of its first five evaluations: no answer moved (loss_eval_unchanged.py), or a held-out
   loss so, the evaluation's only kind of metric, while the training loss moved by 1 % of its level: outputs that
@@ -193,7 +196,8 @@ class LossStalledDetector:
             curve = self._curves.get(event.job)
             random_start = curve is not None and untrained(curve, self._window(curve))
             found = self.held_out.observe(event, payload, told=curve is not None and curve.fired,
-                                          fitted=curve is not None and fitted(curve), untrained=random_start)
+                                          fitted=curve is not None and fitted(curve), untrained=random_start,
+                                          training=curve.losses[-1][1] if curve is not None and curve.losses else None)
             if found or curve is None or curve.fired or payload.step is None:
                 return found
             # Worse than its random start, or than where it was first seen, on held-out and training data alike: blown

@@ -57,3 +57,16 @@ def untrained(curve: LossCurve, size: int) -> bool:
     if curve.from_scratch is not None:
         return curve.from_scratch
     return curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes)
+
+
+def untrained_head(curve: LossCurve, size: int) -> bool:
+    """Whether "never learned" is measured from the curve's first loss: watched from an untrained model
+    (:func:`untrained`), or from a trained body under a new head, where the trainer says the run resumed (a frozen
+    pretrained base, its features extracted) but the first loss sits at a guess's, at least 9/10 of ln(classes): the
+    head that trains starts untrained, and the run is healthy only if it learns (issue 54's fresh batch 46, an
+    EfficientNetB7 base under a new 10-way head at ln 10; the lead's settlement, loss round 47). Not for the other
+    readings of an untrained start: a held-out share unchanged from its first evaluation is a new head's warm-up too."""
+    if untrained(curve, size):
+        return True
+    return (curve.from_scratch is False and curve.first is not None and from_start(curve, size)
+            and curve.classes is not None and curve.first >= UNTRAINED * math.log(curve.classes))

@@ -12,7 +12,7 @@ from faultlens.diagnosis.rules.loss_cycle import window_frozen
 from faultlens.diagnosis.rules.loss_diverging import DIVERGE_Z, REGRESS_NOISE, climb_from, diverging, lr_raised
 from faultlens.diagnosis.rules.loss_eval import HeldOutWatch
 from faultlens.diagnosis.rules.loss_plateau import stopped_early
-from faultlens.diagnosis.rules.loss_start import from_start, trained_start, untrained
+from faultlens.diagnosis.rules.loss_start import from_start, trained_start, untrained_head
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z, theil_sen
 from faultlens.diagnosis.rules.training import robust_sigma
 
@@ -76,7 +76,7 @@ def judge_window(curve: LossCurve, size: int, held_out: HeldOutWatch, job: str) 
     # back at 2.19 twenty rounds on, learning: issue 54, fresh batch 6).
     near = start * (1 - LEARNED) if start > 0 else start
     # ...unless its held-out metric left chance or may be leaving it (loss_eval.py, loss_chance.py).
-    if (untrained(curve, size) and not came_down and steady and lowest >= near
+    if (untrained_head(curve, size) and not came_down and steady and lowest >= near
             and not curve.held_out_learned and not curve.held_out_leaving):
         return Verdict(f"loss {level:.4g} over {over} has not fallen below its start {start:.4g} "
                        f"(trend {-drop:+.3g} across the window)", rollback=False)

@@ -845,11 +845,16 @@ def test_the_engine_raises_it_once_and_the_ladder_only_records_an_alert():
     assert JobLadder("j").decide(diagnoses[0], ("n0",)).action is None
 
 
-def main(folder: Path | None = None, sealed: bool = False) -> None:
+def main(folder: Path | None = None, sealed: bool = False, every: bool = False) -> None:
     """Print the table and the figures: of the fixture folder's curves by EXPECT, or of a fresh
     batch's folder (``python -m tests.diagnosis.test_loss_stalled_curves tests/fixtures/loss_curves/fresh1``)
-    by each file's header, as that batch was scored before anything changed."""
-    curves = batch(folder) if folder else [*FAULTY, *HEALTHY]
+    by each file's header, as that batch was scored before anything changed; ``--all``: the fixture
+    folder's curves and every opened batch (FRESH) together, the figure each round reports."""
+    curves: list = [*FAULTY, *HEALTHY]
+    if folder:
+        curves = list(batch(folder))
+    elif every:
+        curves += [c for f in FRESH for c in batch(f)]
     outcomes = [judge(c) for c in curves]
     faulty = [o for o in outcomes if o.expect != "quiet"]
     healthy = [o for o in outcomes if o.expect == "quiet"]
@@ -874,5 +879,5 @@ def main(folder: Path | None = None, sealed: bool = False) -> None:
 if __name__ == "__main__":
     import sys
 
-    args = [a for a in sys.argv[1:] if a != "--sealed"]
-    main(Path(args[0]) if args else None, sealed="--sealed" in sys.argv)
+    args = [a for a in sys.argv[1:] if a not in ("--sealed", "--all")]
+    main(Path(args[0]) if args else None, sealed="--sealed" in sys.argv, every="--all" in sys.argv)

@@ -53,6 +53,9 @@ _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 # cluster]", ray _private/ray_logging: the same line from other workers): the worker's own line is between.
 _RAY = re.compile(r"^\([\w.\-]+ pid=\d+(?:, ip=[\w.:\-]+)?\) ")
 _RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
+# ProcessGroupNCCL's log prefix names its rank ("[PG ID 0 PG GUID 0(default_pg) Rank 2] ", older "[PG 0 Rank 1] ",
+# "[Rank 0] ").
+_PG_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([\w\-]*\))? )?)?Rank (\d+)\]")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
 
 # Lowered, one of these is on every line that can give an event or be called alarming when no
@@ -233,6 +236,9 @@ class TrainerLogParser:
                 self._folded[(None, event.data["fault"])] = (self._n, self._t)
             if event.kind == "nccl_timeout":
                 self._folded[(key, "nccl_timeout")] = (self._n, self._t)
+                if key is None and (named := _PG_RANK.search(msg)) is not None:
+                    # (round 47) and the rank its words name, whose dump lines fold into it (_seen_rule)
+                    self._folded[(("rank", int(named.group(1))), "nccl_timeout")] = (self._n, self._t)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -323,7 +329,7 @@ class TrainerLogParser:
             return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=failed, **extra))]
         # The catalogue first: its trainer rules name lines the generic NCCL WARN / error reading
         # below would take for an NCCL fault (an IB port error is the NIC's).
-        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k))
+        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k, msg))
         if found is not None:
             for _, data in found:
                 data.setdefault("rank", rank)
@@ -420,12 +426,17 @@ class TrainerLogParser:
         rule = self._rule_by_id.get(rule_id) if rule_id else None
         return rule.printk_level if rule is not None else WARNING
 
-    def _seen_rule(self, key: Any, fold: Any) -> bool:
+    def _seen_rule(self, key: Any, fold: Any, msg: str = "") -> bool:
         if fold[0] == "nccl_error":
             # A rule folding as NCCL's error (ProcessGroupNCCL's own E lines): what the process group
             # prints after a watchdog timeout or an NCCL error of the rank (the failed collective's
             # stack, the flight recorder's dump, the heartbeat) is that error's echo, over its C++ dump
             # and however long the dump took (by lines, not seconds: it waits on the flight recorder).
+            # (round 47) A line whose rank prefix is not at its start (a launcher's host label before it: pdsh's
+            # "localhost: [rank2]:[E328 ...") still names its rank in ProcessGroupNCCL's own words ("[PG ID 0 PG GUID 0
+            # Rank 2]"): the fold is that rank's, not every unprefixed line's (another rank's dump is its own news).
+            if key is None and (named := _PG_RANK.search(msg)) is not None:
+                key = ("rank", int(named.group(1)))
             seen = any((at := self._folded.get((key, f))) is not None and self._n - at[0] <= CXX_FOLD_LINES
                        for f in ("nccl_error", "nccl_timeout"))
             self._folded[(key, "nccl_error")] = (self._n, self._t)

@@ -1,0 +1,104 @@
+"""Issue 54, round 47 (fresh90 and whole_logs/fresh2 opened, G32).
+
+First, round 46's regression that only the sealed whole logs showed: c10d's unpadded month let
+`torch.process_group_nccl_error` (which folds as the rank's NCCL error) read the dump lines of every rank of a
+DeepSpeed job whose launcher (pdsh) labels each line with its host before the rank's prefix ("localhost: [rank2]:[E328
+..."). Without a prefix at the line's start every such line had one fold key, so each rank's own word that it was
+dumping for a collective timeout folded into rank 0's watchdog timeout: one event for eight ranks. The fold is now the
+rank's that ProcessGroupNCCL's own words name ("[PG ID 0 PG GUID 0(default_pg) Rank 2]"), and the dump's notes on its
+own signalling ("Observed flight recorder dump signal ...", "First PG on this rank to signal dumping") are left out, as
+the flight recorder's note on itself is.
+
+Every line is written for the test (other hosts, stamps, ranks and sequence numbers than the batch's), beside the
+healthy look-alikes each reading must leave alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faultlens.parsing.registry import parser_for
+from tests.parsing.line_events import acting_verdicts
+
+NCCL = "nccl"
+
+
+def acting_classes(line: str) -> set[object]:
+    return {fault for fault, _ in acting_verdicts(line, NCCL)}
+
+
+def stream(lines: list[str], source: str = NCCL) -> list[set[object]]:
+    """The acting classes on each line, the lines fed in order to one parser (as the agent's follower does)."""
+    p = parser_for(source)
+    out = [{e.data.get("fault") for e in p.feed(line) if e.data.get("action") not in (None, "none")} for line in lines]
+    out[-1] |= {e.data.get("fault") for e in p.flush() if e.data.get("action") not in (None, "none")}
+    return out
+
+
+# ---- each rank's dump after a collective timeout, behind a launcher's host label (parsing/trainer_log.py _seen_rule) ----
+
+_WATCHDOG = [
+    "node-a: [rank0]:[E714 03:11:02.118830211 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=14, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
+    "node-a: [rank0]:[E714 03:11:02.118901342 ProcessGroupNCCL.cpp:2168] [PG ID 1 PG GUID 1 Rank 0]  failure detected by watchdog "
+    "at work sequence id: 14 PG status: last enqueued work: 14, last completed work: 13",
+    "node-a: [rank0]:[E714 03:11:02.119002001 ProcessGroupNCCL.cpp:2500] [PG ID 1 PG GUID 1 Rank 0] First PG on this rank to signal dumping.",
+    "node-a: [rank0]:[E714 03:11:03.002222010 ProcessGroupNCCL.cpp:1791] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump "
+    "signal due to a collective timeout from this local rank and we will try our best to dump the debug info. Last enqueued NCCL "
+    "work: 14, last completed NCCL work: 13.",
+    "node-a: [rank3]:[E714 03:11:03.002318822 ProcessGroupNCCL.cpp:1727] [PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight "
+    "recorder dump signal from another rank via TCPStore.",
+    "node-a: [rank3]:[E714 03:11:03.002410913 ProcessGroupNCCL.cpp:1791] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received a dump "
+    "signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 14, "
+    "last completed NCCL work: 14.",
+    "node-a: [rank0]:[E714 03:11:03.002501119 ProcessGroupNCCL.cpp:1529] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL "
+    "preparing to dump debug info. Include stack trace: 1",
+    "node-a: [rank3]:[E714 03:11:03.002610324 ProcessGroupNCCL.cpp:1529] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL "
+    "preparing to dump debug info. Include stack trace: 1",
+    "10.2.0.17: [rank6]:[E714 03:11:02.740011522 ProcessGroupNCCL.cpp:1727] [PG ID 0 PG GUID 0(default_pg) Rank 6] Observed flight "
+    "recorder dump signal from another rank via TCPStore.",
+    "10.2.0.17: [rank6]:[E714 03:11:02.740133910 ProcessGroupNCCL.cpp:1791] [PG ID 0 PG GUID 0(default_pg) Rank 6] Received a dump "
+    "signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 14, "
+    "last completed NCCL work: 14.",
+]
+
+
+def test_each_ranks_dump_behind_a_host_label_is_its_own_news() -> None:
+    got = stream(_WATCHDOG)
+    assert got[0] == {"nccl_error"}  # rank 0's watchdog timeout
+    assert got[2] == set()  # the dump's note on its signalling
+    assert got[3] == set()  # rank 0's dump folds into its own watchdog timeout, as without the label
+    assert got[4] == set() and got[8] == set()  # "Observed flight recorder dump signal": how the signal travelled
+    assert got[5] == {"nccl_error"}  # rank 3's dump for rank 0's timeout: rank 3's news
+    assert got[6] == set() and got[7] == set()  # each rank's "preparing to dump" folds into its own dump line
+    assert got[9] == {"nccl_error"}  # rank 6, on the other host
+
+
+def test_without_host_labels_the_ranks_dumps_read_the_same() -> None:
+    plain = [line.split(": ", 1)[1] for line in _WATCHDOG]
+    assert stream(plain) == stream(_WATCHDOG)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank3]:[E714 03:11:03.002318822 ProcessGroupNCCL.cpp:1727] [PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight "
+        "recorder dump signal from another rank via TCPStore.",
+        "[rank0]:[E1114 03:11:02.119002001 ProcessGroupNCCL.cpp:2500] [PG ID 1 PG GUID 1 Rank 0] First PG on this rank to signal dumping.",
+    ],
+)
+def test_the_dumps_notes_on_its_signalling_stay_quiet_alone(line: str) -> None:
+    assert acting_classes(line) == set()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank3]:[E714 03:11:03.002410913 ProcessGroupNCCL.cpp:1791] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received a dump signal "
+        "due to a collective timeout from  rank 0 and we will try our best to dump the debug info.",
+        "[rank1]:[E1114 03:11:03.002501119 ProcessGroupNCCL.cpp:1529] [PG ID 0 PG GUID 0(default_pg) Rank 1] ProcessGroupNCCL "
+        "preparing to dump debug info. Include stack trace: 1",
+    ],
+)
+def test_the_dumps_own_lines_still_act_alone(line: str) -> None:
+    assert acting_classes(line) == {"nccl_error"}

@@ -143,3 +143,48 @@ def test_whole_logs_fresh1_and_fresh2_figures() -> None:
 
     total, _ = score_folder(WHOLE_LOGS / "fresh1")
     assert (total.right, total.faults, total.fired, total.ordinary) == (29, 29, 0, 5634)
+
+
+# ---- fresh90's forms (parsing/rules.toml, round 47 section) ----
+
+
+@pytest.mark.parametrize(
+    "line, fault",
+    [
+        # c10d's store server could not take its port, older torch's words without the errno, and the bind's sibling
+        ("[E socket.cpp:435] [c10d] The server socket has failed to listen on any local network address.", "user_code"),
+        ("[E1203 10:02:11.337000 140221 socket.cpp:860] [c10d] The server socket has failed to bind to 0.0.0.0:29511 "
+         "(errno: 98 - Address already in use).", "user_code"),
+        # a library's wrapper of a failed NCCL call, with ncclResult_t's number
+        ("RuntimeError: NCCL exception (csrc/kernels/internode_ll.cu:77): 3", "nccl_error"),
+        ("[rank12]: RuntimeError: NCCL exception (csrc/deep_ep.cpp:1203): 6", "nccl_error"),
+        # NCCL's unique id never fetched from c10d's store
+        ("[12] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '1:3', "
+         "but store->get('1:3') got error: Socket Timeout", "nccl_error"),
+        # DDP's reducer and Lightning on parameters outside the loss
+        ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error "
+         "indicates that your module has parameters that were not used in producing loss.", "user_code"),
+        ("[rank3]: RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
+         "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP.", "user_code"),
+    ],
+)
+def test_fresh90_forms(line: str, fault: str) -> None:
+    assert acting_classes(line) == {fault}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # the client side of the same store, retried during rendezvous (the lead's settlement: healthy)
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-7]:29511 (errno: 111 - Connection refused).",
+        # the server that did listen
+        "[I1203 10:02:11.337000 140221 socket.cpp:720] [c10d] The server socket has started to listen on [::]:29511.",
+        # NCCL's id published and fetched
+        "[I1203 10:02:12.001000 140221 ProcessGroupNCCL.cpp:2001] [PG ID 0 PG GUID 0 Rank 3] ProcessGroupNCCL broadcast unique ID through store took 0.21 ms",
+        # DDP's note that find_unused_parameters found none
+        "[W reducer.cpp:1346] Warning: find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
+        "parameters in the forward pass. This flag results in an extra traversal of the autograd graph every iteration",
+    ],
+)
+def test_fresh90_look_alikes_stay_quiet(line: str) -> None:
+    assert acting_classes(line) == set()

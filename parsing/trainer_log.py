@@ -47,12 +47,23 @@ FOLD_S = 10.0
 
 # srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
 _SRUN_LABEL = re.compile(r"^\d{1,6}: ")
+# (round 47) pdsh's label of every line with the host it came from ("localhost: ", "192.168.205.202: ", "node-3.cluster: "),
+# as DeepSpeed's multi-node launcher runs the job through pdsh, before a rank's prefix: the rank is the line's, as without it.
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*: (?=\[(?:rank|default)\d+\]:)")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 # Ray's prefix on every line a worker actor prints ("(RayWorkerWrapper pid=92234, ip=172.19.24.110) ",
 # ray python/ray/_private/log_monitor.py) and its de-duplication's suffix (" [repeated 2x across
 # cluster]", ray _private/ray_logging: the same line from other workers): the worker's own line is between.
 _RAY = re.compile(r"^\([\w.\-]+ pid=\d+(?:, ip=[\w.:\-]+)?\) ")
 _RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
+# (round 47) A rank's note that its program is exiting without tearing its process group down (torch >= 2.4
+# ProcessGroupNCCL's destructor, at W: "WARNING: destroy_process_group() was not called before program exit, which can
+# leak resources."): printed by every rank of a job that ends, cleanly or not; clean when nothing failed before it.
+_PROGRAM_EXIT = re.compile(r"\bdestroy_process_group\(\) was not called before program exit\b")
+# The socket layer's failures a job's teardown shows once its ranks exit one by one: c10d's store client losing the
+# store (whose server is rank 0's process: "[c10d] recvValue failed on SocketImpl(...): Connection reset by peer") and
+# NCCL's return-code trace through its socket code ("NCCL INFO misc/socket.cc:64 -> 3").
+_TEARDOWN_SOCKET = re.compile(r"\[c10d\] (?:recv|send)(?:Value|Bytes) failed on SocketImpl\(|\bNCCL INFO (?:misc/)?socket\.cc:\d+ -> \d+")
 # ProcessGroupNCCL's log prefix names its rank ("[PG ID 0 PG GUID 0(default_pg) Rank 2] ", older "[PG 0 Rank 1] ",
 # "[Rank 0] ").
 _PG_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([\w\-]*\))? )?)?Rank (\d+)\]")
@@ -139,6 +150,10 @@ class TrainerLogParser:
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
+        # (round 47) The job's clean exit: a rank's program-exit note ("destroy_process_group() was not called before
+        # program exit") read while nothing had failed; and whether anything acted on a fault before it.
+        self._failed = False
+        self._clean_exit = False
         self._open: dict[tuple[str, int] | None, Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
         self._t: float | None = None  # the current line's time (its own clock, else the caller's)
@@ -157,6 +172,8 @@ class TrainerLogParser:
             return []
         label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
         body = text[label.end():] if label else text
+        if ": [" in body[:80] and (host := _HOST_LABEL.match(body)) is not None:
+            body = body[host.end():]
         if body[:1] == "(" and (ray := _RAY.match(body)) is not None:
             body = body[ray.end():]
             if body.endswith("cluster]"):
@@ -228,6 +245,13 @@ class TrainerLogParser:
             record_only(told, f"the line's own level is {level_name(level)}")
         elif out:
             _caught(out, msg)
+        if self._clean_exit and out and _TEARDOWN_SOCKET.search(msg) is not None:
+            record_only([(e.kind, e.data) for e in out if e.data.get("fault") == "nccl_error"],
+                        "a socket closing after the job's clean program exit (nothing failed before it): its teardown")
+        elif "before program exit" in msg and not self._failed and _PROGRAM_EXIT.search(msg) is not None:
+            self._clean_exit = True
+        if not self._failed and any(e.data.get("action") not in (None, "none") for e in out):
+            self._failed = True
         for event in out:
             # A line without a rank's prefix after a rank's error is most often that error's echo in
             # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate

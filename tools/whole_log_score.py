@@ -119,15 +119,9 @@ def _got(p: Any) -> Got:
     return Got(p.kind, d.get("fault"), d.get("action"), d.get("rule"), None if unit is None else str(unit))
 
 
-def _folded_into_burst(n: int, want: str, text: str, got: list[list[Got]], source: str, strip: str) -> bool:
-    """(round 47) Labelled line ``n`` gave nothing of its class in the stream, but read alone it is of that class on a
-    unit (its device, else its rank), and within the parsers' fold window before it an event of that class came on the
-    same unit: the parser folded it into that event, one burst one event by design, whatever unlabelled lines came
-    between (a dm target's debug lines among a disk's failed writes, the other ranks' lines among one rank's dump)."""
-    alone = [u for u in (g.unit for g in feed([text], source, strip)[0] if g.fault == want) if u is not None]
-    if not alone:
-        return False
-    return any(g.fault == want and g.unit in alone for m in range(max(1, n - FOLD_WINDOW), n) for g in got[m - 1])
+def _alone_units(want: str, text: str, source: str, strip: str) -> list[str]:
+    """The units (device, else rank) of the events of class ``want`` that ``text`` gives read alone by a fresh parser."""
+    return [u for u in (g.unit for g in feed([text], source, strip)[0] if g.fault == want) if u is not None]
 
 
 def _window(n: int, labels: dict[int, str]) -> range:
@@ -141,7 +135,13 @@ def _window(n: int, labels: dict[int, str]) -> range:
 def score_log(lines: list[str], labels: dict[int, str], source: str, strip: str = "", name: str = "") -> LogScore:
     got = feed(lines, source, strip)
     s = LogScore(lines=len(lines))
+    # (round 47) the last line an event of (class, unit) came on, or a labelled line folded into one: the parsers'
+    # fold memory, refreshed by each line it folds (a heartbeat's line every second, one event for its burst)
+    last: dict[tuple[str | None, str], int] = {}
     for n, events in enumerate(got, 1):
+        for g in events:
+            if g.unit is not None:
+                last[(g.fault, g.unit)] = n
         want = labels.get(n)
         fired = [g for g in events if g.acts]
         if want is None:
@@ -158,7 +158,16 @@ def score_log(lines: list[str], labels: dict[int, str], source: str, strip: str 
             s.other_fired += bool(fired)
             continue
         near = [g for m in _window(n, labels) if 0 < m <= len(got) for g in got[m - 1]]
-        right = any(g.fault == want for g in near) or _folded_into_burst(n, want, lines[n - 1], got, source, strip)
+        right = any(g.fault == want for g in near)
+        if not right:
+            # read alone the line is of its class on a unit, and an event of that class on the same unit (or a line
+            # folded into one) came within FOLD_WINDOW lines before it: the parser folded it into that burst's event,
+            # one burst one event by design, whatever unlabelled lines came between (a dm target's debug lines among a
+            # disk's failed writes, other ranks' lines among one rank's dump)
+            units = _alone_units(want, lines[n - 1], source, strip)
+            right = any(n - last.get((want, u), -FOLD_WINDOW - 1) <= FOLD_WINDOW for u in units)
+            for u in units if right else ():
+                last[(want, u)] = n
         alerted = any(g.acts for g in near)
         s.faults += 1
         s.right += right

@@ -49,7 +49,9 @@ FOLD_S = 10.0
 _SRUN_LABEL = re.compile(r"^\d{1,6}: ")
 # (round 47) pdsh's label of every line with the host it came from ("localhost: ", "192.168.205.202: ", "node-3.cluster: "),
 # as DeepSpeed's multi-node launcher runs the job through pdsh, before a rank's prefix: the rank is the line's, as without it.
-_HOST_LABEL = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*: (?=\[(?:rank|default)\d+\]:)")
+# Before NCCL's own prefix too ("192.168.205.202: DGX2-2:1314970:1316911 [0] NCCL INFO ..."): its level is read as
+# without; and before c10's stack header ("localhost: Exception raised from run at ..."), the echo of the error above it.
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*: (?=\[(?:rank|default)\d+\]:|[\w.\-]+:\d+:\d+ \[\d+\] NCCL |Exception raised from )")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 # Ray's prefix on every line a worker actor prints ("(RayWorkerWrapper pid=92234, ip=172.19.24.110) ",
 # ray python/ray/_private/log_monitor.py) and its de-duplication's suffix (" [repeated 2x across
@@ -172,7 +174,7 @@ class TrainerLogParser:
             return []
         label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
         body = text[label.end():] if label else text
-        if ": [" in body[:80] and (host := _HOST_LABEL.match(body)) is not None:
+        if ": " in body[:64] and (host := _HOST_LABEL.match(body)) is not None:
             body = body[host.end():]
         if body[:1] == "(" and (ray := _RAY.match(body)) is not None:
             body = body[ray.end():]

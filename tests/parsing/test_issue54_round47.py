@@ -161,6 +161,8 @@ def test_whole_logs_fresh1_and_fresh2_figures() -> None:
         # NCCL's unique id never fetched from c10d's store
         ("[12] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '1:3', "
          "but store->get('1:3') got error: Socket Timeout", "nccl_error"),
+        ("[3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '2', "
+         "but store->get('2') got error: wait timeout after 600000ms", "nccl_error"),
         # DDP's reducer and Lightning on parameters outside the loss
         ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error "
          "indicates that your module has parameters that were not used in producing loss.", "user_code"),
@@ -188,3 +190,103 @@ def test_fresh90_forms(line: str, fault: str) -> None:
 )
 def test_fresh90_look_alikes_stay_quiet(line: str) -> None:
     assert acting_classes(line) == set()
+
+
+# ---- whole_logs/fresh2's forms ----
+
+
+@pytest.mark.parametrize(
+    "line, fault",
+    [
+        # c10d's store client losing the store (its server is rank 0's process): the heartbeat and a get/wait
+        ("[rank3]:[W1207 08:14:02.118830211 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=88, addr=[::ffff:10.1.0.4]:51220, "
+         "remote=[node-0]:29500): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?", "nccl_error"),
+        ("[rank11]:[W1207 08:14:03.220011875 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=91, addr=[::]:40112, "
+         "remote=[::ffff:10.1.0.2]:29500): Broken pipe", "nccl_error"),
+        # NCCL's allocation helper after its CUDA call failed (the lead's settlement: user_code, as the OOM before it)
+        ("gpu-17:88121:88290 [2] include/alloc.h:241 NCCL WARN Failed to CUDA calloc async 32 bytes", "user_code"),
+        ("[rank2]: Failed to CUDA calloc async 32 bytes", "user_code"),
+        ("gpu-17:88121:88290 [2] include/alloc.h:190 NCCL WARN Failed to CUDA malloc 2097152 bytes", "user_code"),
+    ],
+)
+def test_fresh2_forms(line: str, fault: str) -> None:
+    assert acting_classes(line) == {fault}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # c10's header over a C++ exception's stack: where it was raised; its message came on the line before
+        "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:671 (most recent call first):",
+        "node-2: Exception raised from sendBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:645 (most recent call first):",
+        "Exception raised from get at ../torch/csrc/distributed/c10d/TCPStore.cpp:402 (most recent call first):",
+        # the client side of the store retried during rendezvous (healthy, the lead's settlement)
+        "[W1207 08:00:01.000000000 socket.cpp:752] [c10d] The client socket has failed to connect to [node-0]:29500 (errno: 111 - Connection refused).",
+    ],
+)
+def test_fresh2_look_alikes_stay_quiet(line: str) -> None:
+    assert acting_classes(line) == set()
+
+
+@pytest.mark.parametrize(
+    "line, fault",
+    [
+        # a known origin under the header keeps its reading (parsing/errors.py, parsing/cuda_errors.py)
+        ("Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:611 (most recent call first):", "nccl_error"),
+        ("Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):", "cuda_error"),
+    ],
+)
+def test_c10_headers_of_a_known_origin_keep_their_reading(line: str, fault: str) -> None:
+    assert acting_classes(line) == {fault}
+
+
+def test_a_host_label_before_a_rank_prefix_reads_as_the_rank_prefix() -> None:
+    line = "[rank5]:[W1207 08:14:03.220011875 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=91, addr=[::]:40112, remote=[::]:29500): Broken pipe"
+    for host in ("localhost", "10.1.0.7", "gpu-node-3.cluster.local"):
+        got = parser_for(NCCL).feed(f"{host}: {line}")
+        assert [(e.data["fault"], e.data.get("rank")) for e in got] == [("nccl_error", 5)]
+
+
+_EXIT = "[rank{r}]:[W1207 09:00:01.534130044 ProcessGroupNCCL.cpp:1524] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())"
+_RESET = "[rank{r}]:[W1207 09:00:07.841627790 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=90, addr=[::]:41000, remote=[::]:29500): Connection reset by peer"
+_NCCL_SOCKET = "node-1:51200:51290 [{r}] NCCL INFO misc/socket.cc:64 -> 3"
+
+
+def test_sockets_closing_after_a_clean_program_exit_are_teardown() -> None:
+    """The lead's settlement: the healthy run's teardown `recvValue failed ... Connection reset by peer` stays ordinary. A
+    line reader cannot know (alone it is nccl_error, as fresh63 labels it); the stream can: the ranks' program-exit note
+    came while nothing had failed, so the store's server (rank 0's process) leaving first is the job's own teardown."""
+    lines = [_EXIT.format(r=1), _EXIT.format(r=3), _RESET.format(r=1), _NCCL_SOCKET.format(r=0), _RESET.format(r=3)]
+    assert stream(lines) == [set()] * 5
+    assert acting_classes(_RESET.format(r=1)) == {"nccl_error"}
+
+
+@pytest.mark.parametrize("host", ["", "localhost: ", "10.1.0.7: "])
+def test_nccls_info_lines_read_at_info_behind_a_host_label(host: str) -> None:
+    """NCCL's INFO return-code trace is recorded (its class kept, as the corpus labels it), a launcher's host label or not."""
+    line = host + _NCCL_SOCKET.format(r=2)
+    assert acting_classes(line) == set()
+    assert {e.data.get("fault") for e in parser_for(NCCL).feed(line)} == {"nccl_error"}
+
+
+def test_sockets_closing_after_a_failure_still_act() -> None:
+    failed = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 31.74 GiB"
+    got = stream([failed, _EXIT.format(r=0), _EXIT.format(r=1), _RESET.format(r=1)])
+    assert got[0] == {"user_code"} and got[3] == {"nccl_error"}
+
+
+def test_the_scorer_follows_a_heartbeats_fold_past_the_window() -> None:
+    """A rank's store heartbeat fails once a second, a c10 stack between each: one event, the rest folded into it over
+    more lines than one fold window; the scorer credits each labelled line whose rank's last line of the burst came
+    within the window (the parser's fold memory, refreshed by each line it folds)."""
+    from tools.whole_log_score import score_log
+
+    beat = "[rank6]:[W1207 08:14:{s:02d}.220011875 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=91, addr=[::]:40112, remote=[::]:29500): Broken pipe"
+    frames = [f"frame #{i}: <unknown function> + 0x{i:x}abc (0x7f00 in /usr/lib/libtorch_cpu.so)" for i in range(30)]
+    lines, labels = [], {}
+    for s in range(6):
+        lines.append(beat.format(s=s))
+        labels[len(lines)] = "nccl_error"
+        lines.extend(frames)
+    sc = score_log(lines, labels, NCCL)
+    assert (sc.right, sc.faults, sc.fired) == (6, 6, 0)

@@ -27,6 +27,7 @@ from faultlens.parsing.errors import (
     classify_terminate,
     nccl_fault,
 )
+from faultlens.parsing import job_context
 from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.level_subject import LETTER_FIRST, letter_frame
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
@@ -47,28 +48,12 @@ FOLD_S = 10.0
 
 # srun --label / Slurm's "N: " task prefix before everything else (the task id, not always the rank).
 _SRUN_LABEL = re.compile(r"^\d{1,6}: ")
-# (round 47) pdsh's label of every line with the host it came from ("localhost: ", "192.168.205.202: ", "node-3.cluster: "),
-# as DeepSpeed's multi-node launcher runs the job through pdsh, before a rank's prefix: the rank is the line's, as without it.
-# Before NCCL's own prefix too ("192.168.205.202: DGX2-2:1314970:1316911 [0] NCCL INFO ..."): its level is read as
-# without; and before c10's stack header ("localhost: Exception raised from run at ..."), the echo of the error above it.
-_HOST_LABEL = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*: (?=\[(?:rank|default)\d+\]:|[\w.\-]+:\d+:\d+ \[\d+\] NCCL |Exception raised from )")
 _PREFIX = re.compile(r"^\[(?:(rank)(\d+)|(default)(\d+))\]:\s?")
 # Ray's prefix on every line a worker actor prints ("(RayWorkerWrapper pid=92234, ip=172.19.24.110) ",
 # ray python/ray/_private/log_monitor.py) and its de-duplication's suffix (" [repeated 2x across
 # cluster]", ray _private/ray_logging: the same line from other workers): the worker's own line is between.
 _RAY = re.compile(r"^\([\w.\-]+ pid=\d+(?:, ip=[\w.:\-]+)?\) ")
 _RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
-# (round 47) A rank's note that its program is exiting without tearing its process group down (torch >= 2.4
-# ProcessGroupNCCL's destructor, at W: "WARNING: destroy_process_group() was not called before program exit, which can
-# leak resources."): printed by every rank of a job that ends, cleanly or not; clean when nothing failed before it.
-_PROGRAM_EXIT = re.compile(r"\bdestroy_process_group\(\) was not called before program exit\b")
-# The socket layer's failures a job's teardown shows once its ranks exit one by one: c10d's store client losing the
-# store (whose server is rank 0's process: "[c10d] recvValue failed on SocketImpl(...): Connection reset by peer") and
-# NCCL's return-code trace through its socket code ("NCCL INFO misc/socket.cc:64 -> 3").
-_TEARDOWN_SOCKET = re.compile(r"\[c10d\] (?:recv|send)(?:Value|Bytes) failed on SocketImpl\(|\bNCCL INFO (?:misc/)?socket\.cc:\d+ -> \d+")
-# ProcessGroupNCCL's log prefix names its rank ("[PG ID 0 PG GUID 0(default_pg) Rank 2] ", older "[PG 0 Rank 1] ",
-# "[Rank 0] ").
-_PG_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([\w\-]*\))? )?)?Rank (\d+)\]")
 _RANK = re.compile(r"\[Rank (\d+)\]|\bRank (\d+)\]|\brank[=:]\s?(\d+)\b|\bglobal rank (\d+)\b")
 
 # Lowered, one of these is on every line that can give an event or be called alarming when no
@@ -152,10 +137,7 @@ class TrainerLogParser:
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
-        # (round 47) The job's clean exit: a rank's program-exit note ("destroy_process_group() was not called before
-        # program exit") read while nothing had failed; and whether anything acted on a fault before it.
-        self._failed = False
-        self._clean_exit = False
+        self._exit = job_context.CleanExit()  # (round 47) whether the job is exiting cleanly
         self._open: dict[tuple[str, int] | None, Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
         self._t: float | None = None  # the current line's time (its own clock, else the caller's)
@@ -173,9 +155,7 @@ class TrainerLogParser:
             self.stats.garbled += 1
             return []
         label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
-        body = text[label.end():] if label else text
-        if ": " in body[:64] and (host := _HOST_LABEL.match(body)) is not None:
-            body = body[host.end():]
+        body = job_context.host_label_off(text[label.end():] if label else text)  # (round 47) pdsh's "node-3: " too
         if body[:1] == "(" and (ray := _RAY.match(body)) is not None:
             body = body[ray.end():]
             if body.endswith("cluster]"):
@@ -247,24 +227,8 @@ class TrainerLogParser:
             record_only(told, f"the line's own level is {level_name(level)}")
         elif out:
             _caught(out, msg)
-        if self._clean_exit and out and _TEARDOWN_SOCKET.search(msg) is not None:
-            record_only([(e.kind, e.data) for e in out if e.data.get("fault") == "nccl_error"],
-                        "a socket closing after the job's clean program exit (nothing failed before it): its teardown")
-        elif "before program exit" in msg and not self._failed and _PROGRAM_EXIT.search(msg) is not None:
-            self._clean_exit = True
-        if not self._failed and any(e.data.get("action") not in (None, "none") for e in out):
-            self._failed = True
-        for event in out:
-            # A line without a rank's prefix after a rank's error is most often that error's echo in
-            # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
-            # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
-            if event.data.get("fault") in _ERROR_CLASSES:
-                self._folded[(None, event.data["fault"])] = (self._n, self._t)
-            if event.kind == "nccl_timeout":
-                self._folded[(key, "nccl_timeout")] = (self._n, self._t)
-                if key is None and (named := _PG_RANK.search(msg)) is not None:
-                    # (round 47) and the rank its words name, whose dump lines fold into it (_seen_rule)
-                    self._folded[(("rank", int(named.group(1))), "nccl_timeout")] = (self._n, self._t)
+        self._exit.read(self._n, self._t, msg, out, self._realigning)  # (round 47) a clean exit's teardown
+        self._mark(out, key, msg)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -276,6 +240,19 @@ class TrainerLogParser:
         self.stats.events += len(out)
         return out
 
+    def _mark(self, out: list[ParsedLine], key: Any, msg: str) -> None:
+        """Remember the line's errors for the folds of the lines after it."""
+        for event in out:
+            # A line without a rank's prefix after a rank's error is most often that error's echo in
+            # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
+            # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
+            if event.data.get("fault") in _ERROR_CLASSES:
+                self._folded[(None, event.data["fault"])] = (self._n, self._t)
+            if event.kind == "nccl_timeout":
+                # (round 47) and under the rank its words name, whose dump lines fold into it (_seen_rule)
+                for k in {key, job_context.named_rank_key(key, msg)}:
+                    self._folded[(k, "nccl_timeout")] = (self._n, self._t)
+
     def _realigned(self, text: str, body: str, msg: str, ts: float | None) -> list[ParsedLine]:
         """A line that gave nothing, read again from where a format this parser knows begins inside
         its body (parsing.realign), behind its task label and rank prefix, at the level its cut-off
@@ -284,14 +261,15 @@ class TrainerLogParser:
         lead = text[: len(text) - len(body)] if text.endswith(body) else ""
 
         def read(again: realign.Realigned) -> list[ParsedLine]:
-            self._realigning, self._prefix_level = True, again.level
+            self._realigning, self._prefix_level, t = True, again.level, self._t
             try:
                 out = self.feed(lead + again.line, ts=ts)
-            finally:
-                self._realigning, self._prefix_level = False, None
+            finally:  # (round 47) the line's own clock stays its own (the reading's cut-off text has none)
+                self._realigning, self._prefix_level, self._t = False, None, t
             self._n -= 1
             if out and again.level == WARNING and any(_soft(e.data) for e in out):
                 return []  # at warning a guess or a client's socket words do not act (as on a line that says so itself)
+            self._exit.kept(out)
             return out
 
         return realign.first_reading(realign.candidates(body, msg), self.stats, read)
@@ -461,8 +439,7 @@ class TrainerLogParser:
             # (round 47) A line whose rank prefix is not at its start (a launcher's host label before it: pdsh's
             # "localhost: [rank2]:[E328 ...") still names its rank in ProcessGroupNCCL's own words ("[PG ID 0 PG GUID 0
             # Rank 2]"): the fold is that rank's, not every unprefixed line's (another rank's dump is its own news).
-            if key is None and (named := _PG_RANK.search(msg)) is not None:
-                key = ("rank", int(named.group(1)))
+            key = job_context.named_rank_key(key, msg)
             seen = any((at := self._folded.get((key, f))) is not None and self._n - at[0] <= CXX_FOLD_LINES
                        for f in ("nccl_error", "nccl_timeout"))
             self._folded[(key, "nccl_error")] = (self._n, self._t)

@@ -290,3 +290,13 @@ def test_the_scorer_follows_a_heartbeats_fold_past_the_window() -> None:
         lines.extend(frames)
     sc = score_log(lines, labels, NCCL)
     assert (sc.right, sc.faults, sc.fired) == (6, 6, 0)
+
+
+def test_a_clean_exits_teardown_ends() -> None:
+    """One stream outlives its jobs: a store failure minutes after an earlier job's clean exit acts again, and so does one
+    after a failure that came after the exit note."""
+    later = "[rank1]:[W1207 09:10:07.841627790 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=90, addr=[::]:41000, remote=[::]:29500): Connection reset by peer"
+    assert stream([_EXIT.format(r=1), later]) == [set(), {"nccl_error"}]
+    failed = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    got = stream([_EXIT.format(r=1), failed, _RESET.format(r=1)])
+    assert got[1] == {"user_code"} and got[2] == {"nccl_error"}

@@ -143,6 +143,9 @@ def test_whole_logs_fresh1_and_fresh2_figures() -> None:
 
     total, _ = score_folder(WHOLE_LOGS / "fresh1")
     assert (total.right, total.faults, total.fired, total.ordinary) == (29, 29, 0, 5634)
+    total, per_log = score_folder(WHOLE_LOGS / "fresh2")
+    assert (total.right, total.faults, total.fired, total.ordinary) == (116, 127, 0, 16722)
+    assert per_log["deepspeed_2node_watchdog"].right == 31 and per_log["deepspeed_2node_healthy"].fired == 0
 
 
 # ---- fresh90's forms (parsing/rules.toml, round 47 section) ----

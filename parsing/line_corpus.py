@@ -23,12 +23,12 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "log_co
 # The fresh batches read to write rules so far (issue 54): the later ones are sealed, collected and
 # scored unread, and nothing but their scoring may read them (a test that feeds every corpus line
 # prints lines when it fails). Raise it when a batch is opened.
-OPENED_BATCHES = 89
+OPENED_BATCHES = 90
 
 
 # The whole-log batches (tests/fixtures/whole_logs/freshN) opened so far: whole logs are numbered apart from
 # the line batches, so their fresh1 is sealed while the line corpus's fresh1 has long been open.
-OPENED_WHOLE_LOG_BATCHES = 1
+OPENED_WHOLE_LOG_BATCHES = 2
 
 
 def sealed(path: Path) -> bool:

@@ -27,6 +27,7 @@ from faultlens.parsing.errors import (
     classify_terminate,
     nccl_fault,
 )
+from faultlens.parsing import job_context
 from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.level_subject import LETTER_FIRST, letter_frame
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
@@ -136,6 +137,7 @@ class TrainerLogParser:
         self._benign = benign_for(self.source)
         self._prefilter = _prefilter(self._rules.rules)
         self._n = 0
+        self._exit = job_context.CleanExit()  # (round 47) whether the job is exiting cleanly
         self._open: dict[tuple[str, int] | None, Traceback] = {}
         self._folded: dict[tuple[tuple[str, int] | None, str], tuple[int, float | None]] = {}
         self._t: float | None = None  # the current line's time (its own clock, else the caller's)
@@ -153,7 +155,7 @@ class TrainerLogParser:
             self.stats.garbled += 1
             return []
         label = _SRUN_LABEL.match(text) if text[:1].isdigit() else None
-        body = text[label.end():] if label else text
+        body = job_context.host_label_off(text[label.end():] if label else text)  # (round 47) pdsh's "node-3: " too
         if body[:1] == "(" and (ray := _RAY.match(body)) is not None:
             body = body[ray.end():]
             if body.endswith("cluster]"):
@@ -225,14 +227,8 @@ class TrainerLogParser:
             record_only(told, f"the line's own level is {level_name(level)}")
         elif out:
             _caught(out, msg)
-        for event in out:
-            # A line without a rank's prefix after a rank's error is most often that error's echo in
-            # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
-            # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
-            if event.data.get("fault") in _ERROR_CLASSES:
-                self._folded[(None, event.data["fault"])] = (self._n, self._t)
-            if event.kind == "nccl_timeout":
-                self._folded[(key, "nccl_timeout")] = (self._n, self._t)
+        self._exit.read(self._n, self._t, msg, out, self._realigning)  # (round 47) a clean exit's teardown
+        self._mark(out, key, msg)
         if absorbed or out:
             self.stats.recognised += 1
         else:
@@ -244,6 +240,19 @@ class TrainerLogParser:
         self.stats.events += len(out)
         return out
 
+    def _mark(self, out: list[ParsedLine], key: Any, msg: str) -> None:
+        """Remember the line's errors for the folds of the lines after it."""
+        for event in out:
+            # A line without a rank's prefix after a rank's error is most often that error's echo in
+            # the C++ runtime's words (c10d's "Exception raised from checkTimeout at ...", "terminate
+            # called after throwing an instance of 'c10::DistBackendError'", written to stderr unprefixed).
+            if event.data.get("fault") in _ERROR_CLASSES:
+                self._folded[(None, event.data["fault"])] = (self._n, self._t)
+            if event.kind == "nccl_timeout":
+                # (round 47) and under the rank its words name, whose dump lines fold into it (_seen_rule)
+                for k in {key, job_context.named_rank_key(key, msg)}:
+                    self._folded[(k, "nccl_timeout")] = (self._n, self._t)
+
     def _realigned(self, text: str, body: str, msg: str, ts: float | None) -> list[ParsedLine]:
         """A line that gave nothing, read again from where a format this parser knows begins inside
         its body (parsing.realign), behind its task label and rank prefix, at the level its cut-off
@@ -252,14 +261,15 @@ class TrainerLogParser:
         lead = text[: len(text) - len(body)] if text.endswith(body) else ""
 
         def read(again: realign.Realigned) -> list[ParsedLine]:
-            self._realigning, self._prefix_level = True, again.level
+            self._realigning, self._prefix_level, t = True, again.level, self._t
             try:
                 out = self.feed(lead + again.line, ts=ts)
-            finally:
-                self._realigning, self._prefix_level = False, None
+            finally:  # (round 47) the line's own clock stays its own (the reading's cut-off text has none)
+                self._realigning, self._prefix_level, self._t = False, None, t
             self._n -= 1
             if out and again.level == WARNING and any(_soft(e.data) for e in out):
                 return []  # at warning a guess or a client's socket words do not act (as on a line that says so itself)
+            self._exit.kept(out)
             return out
 
         return realign.first_reading(realign.candidates(body, msg), self.stats, read)
@@ -323,7 +333,7 @@ class TrainerLogParser:
             return [("nccl_error", common(raw, "nccl_error", "reattempt", "error", rank=rank, error=failed, **extra))]
         # The catalogue first: its trainer rules name lines the generic NCCL WARN / error reading
         # below would take for an NCCL fault (an IB port error is the NIC's).
-        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k))
+        found = self._rules.match(msg, raw, lambda k: self._seen_rule(key, k, msg))
         if found is not None:
             for _, data in found:
                 data.setdefault("rank", rank)
@@ -420,12 +430,16 @@ class TrainerLogParser:
         rule = self._rule_by_id.get(rule_id) if rule_id else None
         return rule.printk_level if rule is not None else WARNING
 
-    def _seen_rule(self, key: Any, fold: Any) -> bool:
+    def _seen_rule(self, key: Any, fold: Any, msg: str = "") -> bool:
         if fold[0] == "nccl_error":
             # A rule folding as NCCL's error (ProcessGroupNCCL's own E lines): what the process group
             # prints after a watchdog timeout or an NCCL error of the rank (the failed collective's
             # stack, the flight recorder's dump, the heartbeat) is that error's echo, over its C++ dump
             # and however long the dump took (by lines, not seconds: it waits on the flight recorder).
+            # (round 47) A line whose rank prefix is not at its start (a launcher's host label before it: pdsh's
+            # "localhost: [rank2]:[E328 ...") still names its rank in ProcessGroupNCCL's own words ("[PG ID 0 PG GUID 0
+            # Rank 2]"): the fold is that rank's, not every unprefixed line's (another rank's dump is its own news).
+            key = job_context.named_rank_key(key, msg)
             seen = any((at := self._folded.get((key, f))) is not None and self._n - at[0] <= CXX_FOLD_LINES
                        for f in ("nccl_error", "nccl_timeout"))
             self._folded[(key, "nccl_error")] = (self._n, self._t)

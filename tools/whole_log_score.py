@@ -13,7 +13,9 @@ would alert on: ``fault`` a class of docs/design.md §9, or ``other`` (an alert,
 A labelled line is caught when an event of its class comes on it, on one of the next RECORD_TAIL
 lines (a record that closes later: a traceback's exception line) or on the head of its burst (an
 earlier line of the same class within FOLD_BACK, every line between labelled the same: the
-echoes the parser folds into the first line's event). ``alerted`` is the same with any class,
+echoes the parser folds into the first line's event), or (round 47) when the line read alone is of its
+class on a unit (a device, else a rank) and an event of that class on the same unit came within
+FOLD_WINDOW lines before it: the parser folded it into that burst's event, unlabelled lines between. ``alerted`` is the same with any class,
 counting only events that act (an action other than none). An ordinary line (unlabelled) fired
 when an event on it acts.
 
@@ -42,6 +44,7 @@ WHOLE_LOGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "wh
 OTHER = "other"  # an alert whose class is none of ours: neither a fault to catch nor an ordinary line
 RECORD_TAIL = 3
 FOLD_BACK = 8
+FOLD_WINDOW = 64  # the parsers' fold window in lines (parsing/kernel_echoes.py FOLD_LINES, parsing/trainer_log.py CXX_FOLD_LINES)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Got:
     fault: str | None
     action: str | None
     rule: str | None
+    unit: str | None = None  # what the event is on: its device (a disk, a GPU), else its rank
 
     @property
     def acts(self) -> bool:
@@ -111,7 +115,13 @@ def feed(lines: list[str], source: str, strip: str = "") -> list[list[Got]]:
 
 def _got(p: Any) -> Got:
     d = p.data
-    return Got(p.kind, d.get("fault"), d.get("action"), d.get("rule"))
+    unit = d.get("device") if d.get("device") is not None else (f"rank {d['rank']}" if d.get("rank") is not None else None)
+    return Got(p.kind, d.get("fault"), d.get("action"), d.get("rule"), None if unit is None else str(unit))
+
+
+def _alone_units(want: str, text: str, source: str, strip: str) -> list[str]:
+    """The units (device, else rank) of the events of class ``want`` that ``text`` gives read alone by a fresh parser."""
+    return [u for u in (g.unit for g in feed([text], source, strip)[0] if g.fault == want) if u is not None]
 
 
 def _window(n: int, labels: dict[int, str]) -> range:
@@ -125,7 +135,13 @@ def _window(n: int, labels: dict[int, str]) -> range:
 def score_log(lines: list[str], labels: dict[int, str], source: str, strip: str = "", name: str = "") -> LogScore:
     got = feed(lines, source, strip)
     s = LogScore(lines=len(lines))
+    # (round 47) the last line an event of (class, unit) came on, or a labelled line folded into one: the parsers'
+    # fold memory, refreshed by each line it folds (a heartbeat's line every second, one event for its burst)
+    last: dict[tuple[str | None, str], int] = {}
     for n, events in enumerate(got, 1):
+        for g in events:
+            if g.unit is not None:
+                last[(g.fault, g.unit)] = n
         want = labels.get(n)
         fired = [g for g in events if g.acts]
         if want is None:
@@ -143,6 +159,15 @@ def score_log(lines: list[str], labels: dict[int, str], source: str, strip: str 
             continue
         near = [g for m in _window(n, labels) if 0 < m <= len(got) for g in got[m - 1]]
         right = any(g.fault == want for g in near)
+        if not right:
+            # read alone the line is of its class on a unit, and an event of that class on the same unit (or a line
+            # folded into one) came within FOLD_WINDOW lines before it: the parser folded it into that burst's event,
+            # one burst one event by design, whatever unlabelled lines came between (a dm target's debug lines among a
+            # disk's failed writes, other ranks' lines among one rank's dump)
+            units = _alone_units(want, lines[n - 1], source, strip)
+            right = any(n - last.get((want, u), -FOLD_WINDOW - 1) <= FOLD_WINDOW for u in units)
+            for u in units if right else ():
+                last[(want, u)] = n
         alerted = any(g.acts for g in near)
         s.faults += 1
         s.right += right

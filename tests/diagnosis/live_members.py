@@ -204,18 +204,27 @@ def finish_node_members(settings: KafkaSettings, nodes, node_group: str) -> None
     run gave up after REBALANCE_IDLE_GRACE_S, 5,836 records of 18 partitions never handed on, and the
     job stage judged two hung jobs without a third of their nodes (test_silence_backlog_wide at load
     10: both evictions missed; reproduced by stopping the test's process 20 s as the node stage
-    read). A deployed member that exits is started again by its supervisor, and reads what its group
-    left: so is one here, until the group committed the telemetry to the end."""
+    read). The members' idle stop is held meanwhile (a deployed member has none: it stays up), so none
+    leaves mid-way through another's join; a member that stops anyway (its bounded run gives up a join
+    stuck past REBALANCE_IDLE_GRACE_S) is followed by a fresh one, as a deployed member that exits is
+    started again by its supervisor and reads what its group left, until the group committed the
+    telemetry to the end."""
     members = list(nodes)
+    held = hold_idle_stop(members)
     for restart in range(NODE_RESTARTS + 1):
         if committed_to_end(settings, node_group, topics.TELEMETRY_TOPICS,
                             running=lambda: any(t.is_alive() for t, _, _ in members),
                             progress=lambda: tuple(r.stats.records_in for _, r, _ in members), what=node_group):
             break
         if restart == NODE_RESTARTS:
+            held.set()
             stop_together(settings, members)
             raise AssertionError(f"{node_group}: {len(members)} node-stage members stopped with telemetry unread")
-        members += start_members(settings, "node", 1, node_group, 6.0)
+        fresh = start_members(settings, "node", 1, node_group, 6.0)
+        for _, r, _ in fresh:
+            r.idle_together = lambda due: due and held.is_set()
+        members += fresh
+    held.set()
     stop_together(settings, members)
 
 

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from operator import itemgetter
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
-from faultlens.events.partition_mark import PartitionState, live_writers, partition_mark
+from faultlens.events.partition_mark import PartitionState, last_words, live_writers, partition_mark
 
 T = TypeVar("T")
 Partition = Hashable
@@ -47,11 +47,17 @@ class UpstreamStop(NamedTuple):
     """Every upstream writer of a partition has fallen silent (none spoke for ``writer_ttl_s``):
     ``since`` is the wall time the last of them spoke, ``members`` those that spoke last, and
     ``watermark`` how far they had written. What is quiet downstream of it is the pipeline's silence,
-    not its sources': a consumer's clock must not run on past ``since`` (docs/design.md §1)."""
+    not its sources': a consumer's clock must not run on past ``since`` (docs/design.md §1).
+    ``behind``: a word in force when they fell silent said its writer still had input to read (a
+    backlog, a partition just taken over): records are on their way, so the quiet before ``since``
+    is no more the sources' than the silence after it, and a consumer's clock must not run at all.
+    A starved or rebalancing node stage falls silent so; a clock moved up to ``since`` then moved a
+    hung job's time past steps still to come (test_silence_backlog_wide, a machine at load 10)."""
 
     since: float
     members: tuple[str, ...]
     watermark: float
+    behind: bool = False
 
 
 # A held record is the tuple (ts, seq, partition, offset, item): ``seq`` is unique, so tuples
@@ -245,7 +251,8 @@ class WatermarkMerge(Generic[T]):
                     if since - heard < self.writer_ttl_s}
             if all(done for _, _, done in last.values()):
                 continue
-            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _, _ in last.values()))
+            behind = any(behind for _, _, behind, _ in last_words(state, self.writer_ttl_s))
+            out[p] = UpstreamStop(since, tuple(sorted(last)), max(mark for mark, _, _ in last.values()), behind)
         return out
 
     def low_watermark(self, wall_now: float, caught_up: dict[Partition, bool]) -> float | None:

@@ -45,7 +45,13 @@ SETTLE_S = 30.0
 RELEASE_WAIT_S = 60.0
 # A client of the hook's that says its connection failed is the first to know: a probe made as the
 # broker dies may still be answered (its connections closed a moment before its listening socket).
-CONNECTION_LOST = ("KafkaConnectionError", "ECONNREFUSED", "Connection refused", "socket disconnected")
+# Said in the record's text, or only in its exception: a broker killed with a request of ours still
+# unread resets the connection (the kernel closes a socket with unread data so), and kafka-python logs
+# "Error receiving network data closing socket" with a ConnectionResetError's traceback, the same
+# loss as the empty read it logs as "socket disconnected" when the broker had read everything.
+CONNECTION_LOST = ("KafkaConnectionError", "ECONNREFUSED", "Connection refused", "socket disconnected",
+                   "ConnectionResetError", "Connection reset", "ConnectionAbortedError", "BrokenPipeError",
+                   "Broken pipe")
 # Loggers of the clients the hook owns: kafka-python's (all created when kafka is imported) and the
 # command listener's own reconnect line. Not the outbox's: its lines are the ones the user reads.
 LIBRDKAFKA = "faultlens.streams.librdkafka"  # streams/confluent_config.py: args (facility, client name, text)
@@ -105,7 +111,7 @@ class OutageVoice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not self.ours(record):
             return True
-        if not self._closing and not self.lost(record.getMessage()):
+        if not self._closing and not self.lost(_said(record)):
             return True
         self.demoted += 1
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
@@ -157,6 +163,15 @@ def quiet_close(voice: OutageVoice, *steps: Callable[[], object]) -> threading.T
     finally:
         waiter = voice.release()
     return waiter
+
+
+def _said(record: logging.LogRecord) -> str:
+    """What a record says: its text, and the exception it carries (a connection reset is said there
+    alone: "ConnectionResetError: [Errno 104] Connection reset by peer")."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None:
+        return record.getMessage()
+    return f"{record.getMessage()} {type(exc).__name__}: {exc}"
 
 
 def _loggers() -> list[logging.Logger]:

@@ -203,7 +203,9 @@ class DiagnoseHandler:
                 if stop is None:
                     self._upstream_alerted.pop(job, None)
                     continue
-                until[job] = stop.since
+                # Writers that fell silent behind on their input vouch for no quiet: the job's time stays
+                # where its records brought it (events.event_time.UpstreamStop.behind).
+                until[job] = float("-inf") if stop.behind else stop.since
                 if self._upstream_alerted.get(job) != stop.since:
                     self._upstream_alerted[job] = stop.since
                     found.append(upstream_alert(job, partition, stop, now, self.engine.job_time(job)))

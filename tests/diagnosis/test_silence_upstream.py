@@ -71,8 +71,8 @@ def test_a_partition_without_writers_has_no_upstream_to_stop():
     assert merge.stopped_upstream(WALL + 100, {P0: True}) == {}
 
 
-def _handler_with_a_quiet_job() -> tuple[DiagnoseHandler, float]:
-    handler = DiagnoseHandler(Engine(EngineConfig(stage="job", implicit=False, grace_s=5.0)))
+def _handler_with_a_quiet_job(wall_rate: float = 1.0) -> tuple[DiagnoseHandler, float]:
+    handler = DiagnoseHandler(Engine(EngineConfig(stage="job", implicit=False, grace_s=5.0, wall_rate=wall_rate)))
     events = [beat(t, n, job="j") for t in range(0, 60, 5) for n in nodes(4)]
     handler.handle([Record(topics.SUMMARIES, 0, i, b"j", e, 0, event_ts=e.ts) for i, e in enumerate(events)])
     handler.engine._lanes["j"].arrival_wall = WALL  # its last record arrived at WALL
@@ -89,6 +89,34 @@ def test_the_job_stage_keeps_a_jobs_time_where_its_node_stage_stopped_and_alerts
     [alert] = [_decode(o.value) for o in out]
     assert (alert.fault, alert.action, alert.nodes) == ("telemetry_lost", "alert", ())
     assert "node-a, node-b" in alert.detail and "partition 0" in alert.detail
+
+
+def test_writers_that_fell_silent_while_behind_leave_the_jobs_time_where_it_was_delivered():
+    """test_silence_backlog_wide on a starved machine: every node-stage member was silent 16 s (starved,
+    or rebalancing after one was) while reading a backlog, its last words saying it was behind. The
+    job stage took the silence for a stop and moved each job's time by the wall clock up to when the
+    writers last spoke, 6 event seconds a wall second past the grace, past steps still on their way:
+    both hangs were judged on part of their ranks ("no rank stopped before the others": reattempt,
+    not the offline evict). A slow pipeline's silence holds its jobs' time; only writers that said
+    they had read everything (not behind) vouch for the quiet before they stopped."""
+    handler, before = _handler_with_a_quiet_job(wall_rate=6.0)
+    merge = WatermarkMerge(writer_ttl_s=15.0)
+    merge.assign([P0], WALL)
+    for k, (member, part) in enumerate((("node-a", 0), ("node-b", 1))):  # behind on a backlog, 10 s after the job's last record
+        merge.report(P0, member, T0 + 60, WALL + 10 + k, WALL + 10 + k, reads=[f"telemetry.gpu:{part}"], of=2,
+                     behind=True)
+    [stop] = merge.stopped_upstream(WALL + 30, {P0: True}).values()
+    out = [o for k in range(3) for o in handler.tick(WALL + 30 + k, busy=frozenset(), upstream={P0: stop})]
+    assert handler.engine.job_time("j") == before
+    assert [(d.fault, d.action) for d in map(_decode, [o.value for o in out])] == [("telemetry_lost", "alert")]
+    # The same writers caught up (not behind) when they stopped: the quiet they spoke through was the job's.
+    handler, before = _handler_with_a_quiet_job(wall_rate=6.0)
+    for k, (member, part) in enumerate((("node-a", 0), ("node-b", 1))):
+        merge.report(P0, member, T0 + 60, WALL + 10 + k, WALL + 10 + k, reads=[f"telemetry.gpu:{part}"], of=2)
+    [stop] = merge.stopped_upstream(WALL + 30, {P0: True}).values()
+    for k in range(3):
+        handler.tick(WALL + 30 + k, busy=frozenset(), upstream={P0: stop})
+    assert handler.engine.job_time("j") == before + (11 - 5) * 6.0
 
 
 def test_without_a_stop_the_wall_clock_moves_the_quiet_job_and_names_the_job_not_its_nodes():

@@ -73,9 +73,12 @@ def test_a_broker_killed_mid_run_is_one_line_of_the_launchers_and_the_job_ends_w
                 what="the listener's first connection",
                 explain=lambda: "".join(err[-20:]),
             )
+            # Counted before the kill: the launcher answers the kill at once (its clients' sockets are
+            # reset or closed as the kernel closes the broker's), and on a loaded machine its first lines
+            # were read in before a count taken after the broker was reaped.
+            at_kill = len(err)
             broker.proc.kill()
             broker.proc.wait()
-            at_kill = len(err)
             # Its clients notice on their own clock (reconnects, a metadata refresh): waited for by the
             # launcher's CPU, which their retries move, never by a clock of the test's.
             wait_until(

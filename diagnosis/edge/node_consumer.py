@@ -107,7 +107,9 @@ class NodeStageHandler:
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
-        forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
+        # job → the times and the bytes of the events it passed on, two lists (the bundle's time is the
+        # latest, found by max() in C, not a pass over (ts, bytes) pairs: issue 56)
+        forwards: dict[str, tuple[list[float], list[bytes]]] = {}
         for r in records:
             try:
                 self._one(r, out, forwards)
@@ -133,14 +135,13 @@ class NodeStageHandler:
         raw = encode(word)
         return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
 
-    def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
-        """What a job had passed on since its last other output: one bundle (events/bundle.py),
-        a lone event as itself."""
-        if len(items) == 1:
-            return [Outgoing(topics.SUMMARIES, key, items[0][1])]
-        latest = max(ts for ts, _ in items)
-        return [Outgoing(topics.SUMMARIES, key, value)
-                for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
+    def _bundle(self, key: bytes, items: tuple[list[float], list[bytes]]) -> list[Outgoing]:
+        """What a job had passed on since its last other output (its events' times and bytes): one
+        bundle (events/bundle.py), a lone event as itself."""
+        times, raws = items
+        if len(raws) == 1:
+            return [Outgoing(topics.SUMMARIES, key, raws[0])]
+        return [Outgoing(topics.SUMMARIES, key, value) for value in pack(key.decode(), self.member, max(times), raws)]
 
     def stage(self, partition: int) -> NodeStage:
         """The node stage of the nodes on input partition number ``partition``."""
@@ -155,7 +156,7 @@ class NodeStageHandler:
         for number in {tp.partition for tp in partitions}:
             self._stages.pop(number, None)
 
-    def _one(self, r: Record, out: list[Outgoing], forwards: dict[str, list[tuple[float, bytes]]]) -> None:
+    def _one(self, r: Record, out: list[Outgoing], forwards: dict[str, tuple[list[float], list[bytes]]]) -> None:
         """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
         into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
         event: Envelope = r.value
@@ -238,16 +239,18 @@ class NodeStageHandler:
         if one is not None:
             held = forwards.get(event.job)
             if held is None:
-                forwards[event.job] = [(event.ts, one)]
+                forwards[event.job] = ([event.ts], [one])
             else:
-                held.append((event.ts, one))
+                held[0].append(event.ts)
+                held[1].append(one)
             return
         for job, ts, raw in passed:
             held = forwards.get(job)
             if held is None:
-                forwards[job] = [(ts, raw)]
+                forwards[job] = ([ts], [raw])
             else:
-                held.append((ts, raw))
+                held[0].append(ts)
+                held[1].append(raw)
 
     def _fleet_copy(self, f: Finding) -> bool:
         """A wave candidate; or evidence of a machine's own (an Xid 79), which the fleet wave holding

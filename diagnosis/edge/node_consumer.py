@@ -179,17 +179,13 @@ class NodeStageHandler:
             made.extend(self._skew(event, r, r.skew_s))
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = event.retimed(r.event_ts)
-        # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
-        # a message (issue 56). What was made of the last record was copied out of it already.
-        node_out = self._node_out
-        if node_out.findings:
-            node_out.findings.clear()
-        if node_out.windows:
-            node_out.windows.clear()
-        node_out.forward.clear()
         stage = self._stages.get(r.partition) or self.stage(r.partition)
         # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
-        if event.kind == "step" and event.source == "train":  # four in five: the step path, its Struct read once
+        findings: Sequence[Finding]
+        windows: Sequence[NodeWindow]
+        if event.kind == "step" and event.source == "train" and (readers := stage.step_readers) is not None:
+            # Four in five: the step path, its Struct read once, handed to the stage's step readers here
+            # (NodeStage.observe_step's work without its frame or the NodeOutput: per step, issue 56).
             step = event._payload
             if type(step) is not TrainStep:
                 step = typed(event, TrainStep)
@@ -197,34 +193,48 @@ class NodeStageHandler:
             # call; else step_rank_mismatch's judgement (per step: issue 56).
             places = self.book.placements.get(event.job)
             place = places.get(step.rank) if places is not None else None  # type: ignore[arg-type]
+            findings = ()  # (a list only where something is found: per step, issue 56)
             if place is None or place.node != event.node:
                 mismatch = step_rank_mismatch(self.book, event, step.rank, places)
                 if mismatch is not None:
-                    node_out.findings.append(mismatch)
-            stage.observe_step(event, step, node_out)
+                    findings = [mismatch]
+            for read in readers:
+                found = read(event, step)
+                if found:
+                    findings = [*findings, *found]
+            windows = stage.windows.observe_step(event, step)
             # A step passes on itself alone (train is a source the job stage reads): as read, its
             # bytes; known here, not found again from what was passed on (per step: issue 56).
-            one = r.raw if event is r.value else None
+            one = r.raw if event is r.value else encode(event)
         else:
+            # One NodeOutput for every other record, its lists emptied here: built per record, it was
+            # ~0.1 µs a message (issue 56). What was made of the last record was copied out of it already.
+            node_out = self._node_out
+            if node_out.findings:
+                node_out.findings.clear()
+            if node_out.windows:
+                node_out.windows.clear()
+            node_out.forward.clear()
             for parsed in stage.parse(event) if event.kind == "line" else (event,):
                 mismatch = rank_mismatch(self.book, parsed)
                 if mismatch is not None:
                     node_out.findings.append(mismatch)
                 stage.observe(parsed, node_out)
+            findings, windows = node_out.findings, node_out.windows
             one = None
-        if node_out.findings:
-            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+        if findings:
+            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(findings)]
             if self.wave is not None and self._partitions:
-                made += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
+                made += [o for i, f in enumerate(findings) if self._fleet_copy(f)
                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
-        if node_out.windows:
-            made += [window_summary(w, event.ts) for w in node_out.windows]
+        if windows:
+            made += [window_summary(w, event.ts) for w in windows]
         # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
         # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
         passed: Sequence[tuple[str, float, bytes]] = ()
         if one is None:
             as_read = r.raw if event is r.value else None
-            forward = node_out.forward
+            forward = self._node_out.forward
             one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
             if one is None:
                 passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]

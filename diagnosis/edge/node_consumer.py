@@ -53,6 +53,7 @@ from faultlens.events.envelope import Envelope, InvalidEvent, encode
 from faultlens.events.event_time import WriterWord
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_job import TrainStep
+from faultlens.events.step_reading import StepEvent
 from faultlens.parsing.rules import LineRule
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.loop import Record, dead_letter, record_bytes
@@ -160,35 +161,41 @@ class NodeStageHandler:
         """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
         into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
         event: Envelope = r.value
-        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds and not known_kind(event):
-            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        if event._payload is None:
-            check_payload(event)
-        if event.source == "job":
-            self.book.update(event)
-            return
+        step: TrainStep | None
+        if type(event) is StepEvent:
+            # Four in five: a plain step as the train topic's reader reads it (events/step_reading.py),
+            # its kind known and its payload typed by that reading: none of the tests below (per step: issue 56).
+            step = event._payload
+        else:
+            # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
+            kinds = KNOWN_KINDS.get(event.source)
+            if kinds is not None and event.kind not in kinds and not known_kind(event):
+                raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
+            if event._payload is None:
+                check_payload(event)
+            if event.source == "job":
+                self.book.update(event)
+                return
+            step = typed(event, TrainStep) if event.kind == "step" and event.source == "train" else None
         placed = r.event_ts if r.event_ts is not None else event.ts
         self.book.now[event.job] = placed  # (JobBook.advance, inline: per message)
         # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
         # and the job stage learns which jobs share a clock only from times said along the way.
-        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
-                and self._partitions else [])
+        # (What is made a list only where something is: per message, issue 56.)
+        made: list[Outgoing] | None = (
+            self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+            and self._partitions else None)
         if r.skew_s is not None:
-            made.extend(self._skew(event, r, r.skew_s))
+            made = [*(made or ()), *self._skew(event, r, r.skew_s)]
             if r.event_ts is not None and r.event_ts != event.ts:
                 event = event.retimed(r.event_ts)
         stage = self._stages.get(r.partition) or self.stage(r.partition)
         # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
         findings: Sequence[Finding]
         windows: Sequence[NodeWindow]
-        if event.kind == "step" and event.source == "train" and (readers := stage.step_readers) is not None:
-            # Four in five: the step path, its Struct read once, handed to the stage's step readers here
-            # (NodeStage.observe_step's work without its frame or the NodeOutput: per step, issue 56).
-            step = event._payload
-            if type(step) is not TrainStep:
-                step = typed(event, TrainStep)
+        if step is not None and (readers := stage.step_readers) is not None:
+            # The step path: its Struct handed to the stage's step readers here (NodeStage.observe_step's
+            # work without its frame or the NodeOutput: per step, issue 56).
             # The rank where the job's one topology puts it (nearly every step) looked up here, with no
             # call; else step_rank_mismatch's judgement (per step: issue 56).
             places = self.book.placements.get(event.job)
@@ -222,13 +229,15 @@ class NodeStageHandler:
                 stage.observe(parsed, node_out)
             findings, windows = node_out.findings, node_out.windows
             one = None
-        if findings:
-            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(findings)]
-            if self.wave is not None and self._partitions:
-                made += [o for i, f in enumerate(findings) if self._fleet_copy(f)
-                        for o in self._wave_copies(f, f"{event.id}.f{i}")]
-        if windows:
-            made += [window_summary(w, event.ts) for w in windows]
+        if findings or windows:
+            made = made or []
+            if findings:
+                made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(findings)]
+                if self.wave is not None and self._partitions:
+                    made += [o for i, f in enumerate(findings) if self._fleet_copy(f)
+                            for o in self._wave_copies(f, f"{event.id}.f{i}")]
+            if windows:
+                made += [window_summary(w, event.ts) for w in windows]
         # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
         # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
         passed: Sequence[tuple[str, float, bytes]] = ()
@@ -238,7 +247,7 @@ class NodeStageHandler:
             one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
             if one is None:
                 passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
-        for o in made:
+        for o in made or ():
             # A job's outputs keep the order they were made in: what was passed on before a window
             # or a finding goes out before it (a job stage reading a backlog may take a window's
             # time as the partition's progress).

@@ -223,9 +223,12 @@ class NodeStageHandler:
                         node_out.windows.clear()
                     node_out.forward.clear()
                     for parsed in stage.parse(event) if event.kind == "line" else (event,):
-                        mismatch = rank_mismatch(self.book, parsed)
-                        if mismatch is not None:
-                            node_out.findings.append(mismatch)
+                        # (rank_mismatch's own first test inline: a sample or a beat states no rank, and is
+                        # no call: issue 56)
+                        if parsed.data.get("rank") is not None:
+                            mismatch = rank_mismatch(self.book, parsed)
+                            if mismatch is not None:
+                                node_out.findings.append(mismatch)
                         stage.observe(parsed, node_out)
                     findings, windows = node_out.findings, node_out.windows
                     one = None

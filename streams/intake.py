@@ -151,13 +151,10 @@ class Intake:
         if not self.deferred:
             return records
         refused = None
-        decoders = self._decoders
         for r in records:
             if type(r.value) is EnvelopeTime:
                 try:
-                    # (_decoder's two lines inline: a call a deferred record, a fifth of the node stage's: issue 56)
-                    dec = decoders if callable(decoders) else decoders.get(r.topic, decode)
-                    r.value = dec(r.raw)
+                    r.value = self._decoder(r.topic)(r.raw)
                 except UNREADABLE as exc:
                     dead.append(self._unreadable(r.topic, r.partition, r.offset, r.key, r.raw, exc))
                     refused = refused or set()

@@ -127,7 +127,10 @@ class EventClock:
                 span[1] = record_ts
             entry.fresh += 1
             if entry.fresh >= 8:  # a median every few events keeps the hot path cheap
-                entry.median = statistics.median(entry.recent)
+                # (statistics.median's own sum, inline: a call every 8 records was ~1 % of this loop, issue 56)
+                recent = sorted(entry.recent)
+                half = len(recent) // 2
+                entry.median = recent[half] if len(recent) % 2 else (recent[half - 1] + recent[half]) / 2
                 entry.fresh = 0
                 job_dirty[job] += 1
             elif not new:
@@ -137,7 +140,7 @@ class EventClock:
 
     def _estimate(self, job: str, record_ts: float) -> None:
         """The job's offset taken again from its nodes' medians (every few of their updates)."""
-        self._job_offset[job] = statistics.median(e.median for e in self._job_nodes[job])
+        self._job_offset[job] = statistics.median([e.median for e in self._job_nodes[job]])  # (a list: no generator)
         history = self._job_history.setdefault(job, deque(maxlen=64))
         if not history or record_ts - history[-1][0] >= LIVE_SPAN_S / 8:
             history.append((record_ts, self._job_offset[job]))

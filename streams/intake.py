@@ -190,6 +190,7 @@ class Intake:
                 continue
             if type(job) is not str or type(node) is not str:
                 job, node = str(job), str(node)
+            r.event_ts = ts  # its own time, where nearly every record stays (moved below, where not)
             placed.append(r)
             keyed.append((job, node, ts, record_ts))
         self.clock.observe_many(keyed, wall)
@@ -203,19 +204,14 @@ class Intake:
         limit = self.clock.max_skew_s
         if not any(judges.values()) and max(map(_ts_of, keyed)) <= wall + limit:
             # No job's clocks judged, nothing from the future (past every clock: wall <= max(wall,
-            # broker time)): each is placed at its own time, as the loop below would place it, without
-            # the loop's tests a record (a backlog's every batch: issue 56).
-            for r, ts in zip(placed, map(_ts_of, keyed), strict=True):
-                r.event_ts = ts
+            # broker time)): each stays at its own time, set above, as the loop below would place it,
+            # with no second pass over the batch (a backlog's every batch: issue 56).
             return
         for r, (job, node, ts, record_ts) in zip(placed, keyed, strict=True):
             judged = judges[job]
             if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
-                r.event_ts = ts
-                continue
+                continue  # at its own time (set above)
             at = moved(job, node, ts, record_ts, wall)  # a move always says by how much (skew_s)
-            if at is None:
-                r.event_ts = ts
-            else:
+            if at is not None:
                 self.stats.skewed += 1
                 r.event_ts, r.skew_s, r.clamped = at.ts, at.skew_s, at.clamped

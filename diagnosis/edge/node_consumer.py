@@ -53,6 +53,7 @@ from faultlens.events.envelope import Envelope, InvalidEvent, encode
 from faultlens.events.event_time import WriterWord
 from faultlens.events.payloads import check_payload, typed
 from faultlens.events.payloads_job import TrainStep
+from faultlens.events.step_reading import StepEvent
 from faultlens.parsing.rules import LineRule
 from faultlens.streams.producer import Outgoing
 from faultlens.streams.runner.loop import Record, dead_letter, record_bytes
@@ -103,17 +104,14 @@ class NodeStageHandler:
         self.member = member_id()
         self.emitted = 0
         self._clock_said: dict[str, float] = {}  # job → the time last said of it (`summary/clock`)
-        self._node_out = NodeOutput()  # every record's, emptied as the next one comes (_one)
+        self._node_out = NodeOutput()  # every record's but a step's, emptied as the next one comes (_each)
 
     def handle(self, records: list[Record]) -> list[Outgoing]:
         out: list[Outgoing] = []
-        forwards: dict[str, list[tuple[float, bytes]]] = {}  # job → (ts, event bytes) passed on
-        for r in records:
-            try:
-                self._one(r, out, forwards)
-            except InvalidEvent as exc:
-                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
-                                       self.group))
+        # job → the times and the bytes of the events it passed on, two lists (the bundle's time is the
+        # latest, found by max() in C, not a pass over (ts, bytes) pairs: issue 56)
+        forwards: dict[str, tuple[list[float], list[bytes]]] = {}
+        self._each(records, out, forwards)
         for job, items in forwards.items():
             out.extend(self._bundle(job.encode(), items))
         self.emitted += len(out)
@@ -133,14 +131,13 @@ class NodeStageHandler:
         raw = encode(word)
         return [Outgoing(topics.SUMMARIES, None, raw, partition=p) for p in self._partitions]
 
-    def _bundle(self, key: bytes, items: list[tuple[float, bytes]]) -> list[Outgoing]:
-        """What a job had passed on since its last other output: one bundle (events/bundle.py),
-        a lone event as itself."""
-        if len(items) == 1:
-            return [Outgoing(topics.SUMMARIES, key, items[0][1])]
-        latest = max(ts for ts, _ in items)
-        return [Outgoing(topics.SUMMARIES, key, value)
-                for value in pack(key.decode(), self.member, latest, [raw for _, raw in items])]
+    def _bundle(self, key: bytes, items: tuple[list[float], list[bytes]]) -> list[Outgoing]:
+        """What a job had passed on since its last other output (its events' times and bytes): one
+        bundle (events/bundle.py), a lone event as itself."""
+        times, raws = items
+        if len(raws) == 1:
+            return [Outgoing(topics.SUMMARIES, key, raws[0])]
+        return [Outgoing(topics.SUMMARIES, key, value) for value in pack(key.decode(), self.member, max(times), raws)]
 
     def stage(self, partition: int) -> NodeStage:
         """The node stage of the nodes on input partition number ``partition``."""
@@ -155,99 +152,137 @@ class NodeStageHandler:
         for number in {tp.partition for tp in partitions}:
             self._stages.pop(number, None)
 
-    def _one(self, r: Record, out: list[Outgoing], forwards: dict[str, list[tuple[float, bytes]]]) -> None:
-        """One record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
-        into ``forwards`` by job (nothing of either where it raises InvalidEvent: a dead letter)."""
-        event: Envelope = r.value
-        # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
-        kinds = KNOWN_KINDS.get(event.source)
-        if kinds is not None and event.kind not in kinds and not known_kind(event):
-            raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} (docs/events.md)")
-        if event._payload is None:
-            check_payload(event)
-        if event.source == "job":
-            self.book.update(event)
-            return
-        placed = r.event_ts if r.event_ts is not None else event.ts
-        self.book.now[event.job] = placed  # (JobBook.advance, inline: per message)
-        # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
-        # and the job stage learns which jobs share a clock only from times said along the way.
-        made = (self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
-                and self._partitions else [])
-        if r.skew_s is not None:
-            made.extend(self._skew(event, r, r.skew_s))
-            if r.event_ts is not None and r.event_ts != event.ts:
-                event = event.retimed(r.event_ts)
-        # One NodeOutput for every record, its lists emptied here: built per record, it was ~0.1 µs
-        # a message (issue 56). What was made of the last record was copied out of it already.
-        node_out = self._node_out
-        if node_out.findings:
-            node_out.findings.clear()
-        if node_out.windows:
-            node_out.windows.clear()
-        node_out.forward.clear()
-        stage = self._stages.get(r.partition) or self.stage(r.partition)
-        # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
-        if event.kind == "step" and event.source == "train":  # four in five: the step path, its Struct read once
-            step = event._payload
-            if type(step) is not TrainStep:
-                step = typed(event, TrainStep)
-            # The rank where the job's one topology puts it (nearly every step) looked up here, with no
-            # call; else step_rank_mismatch's judgement (per step: issue 56).
-            places = self.book.placements.get(event.job)
-            place = places.get(step.rank) if places is not None else None  # type: ignore[arg-type]
-            if place is None or place.node != event.node:
-                mismatch = step_rank_mismatch(self.book, event, step.rank, places)
-                if mismatch is not None:
-                    node_out.findings.append(mismatch)
-            stage.observe_step(event, step, node_out)
-            # A step passes on itself alone (train is a source the job stage reads): as read, its
-            # bytes; known here, not found again from what was passed on (per step: issue 56).
-            one = r.raw if event is r.value else None
-        else:
-            for parsed in stage.parse(event) if event.kind == "line" else (event,):
-                mismatch = rank_mismatch(self.book, parsed)
-                if mismatch is not None:
-                    node_out.findings.append(mismatch)
-                stage.observe(parsed, node_out)
-            one = None
-        if node_out.findings:
-            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(node_out.findings)]
+    def _each(self, records: list[Record], out: list[Outgoing], forwards: dict[str, tuple[list[float], list[bytes]]]) -> None:
+        """Each record's outputs into ``out``, and the (ts, event bytes) it passes on to the job stage
+        into ``forwards`` by job; of a record that raises InvalidEvent, a dead letter and nothing else.
+        (One loop over the batch, its body a record's work, not a call a record: in this CPython a
+        method call and return were ~480 instructions, half a percent of the node stage: issue 56.)"""
+        for r in records:
+            try:
+                event: Envelope = r.value
+                step: TrainStep | None
+                if type(event) is StepEvent:
+                    # Four in five: a plain step as the train topic's reader reads it (events/step_reading.py), its
+                    # kind known and its payload typed by that reading: none of the tests below (per step: issue 56).
+                    step = event._payload
+                else:
+                    # (known_kind and check_payload's own first tests inline: a typed read kept its payload)
+                    kinds = KNOWN_KINDS.get(event.source)
+                    if kinds is not None and event.kind not in kinds and not known_kind(event):
+                        raise InvalidEvent("kind", f"unknown kind {event.kind!r} for source {event.source!r} "
+                                                   "(docs/events.md)")
+                    if event._payload is None:
+                        check_payload(event)
+                    if event.source == "job":
+                        self.book.update(event)
+                        continue
+                    step = typed(event, TrainStep) if event.kind == "step" and event.source == "train" else None
+                placed = r.event_ts if r.event_ts is not None else event.ts
+                self.book.now[event.job] = placed  # (JobBook.advance, inline: per message)
+                # Said as the job's time goes on, not once a batch: a backlog's batch spans minutes of it,
+                # and the job stage learns which jobs share a clock only from times said along the way.
+                # (What is made a list only where something is: per message, issue 56.)
+                made: list[Outgoing] | None = (
+                    self._clock_word() if placed - self._clock_said.get(event.job, _NEVER) >= CLOCK_EVERY_S
+                    and self._partitions else None)
+                if r.skew_s is not None:
+                    made = [*(made or ()), *self._skew(event, r, r.skew_s)]
+                    if r.event_ts is not None and r.event_ts != event.ts:
+                        event = event.retimed(r.event_ts)
+                stage = self._stages.get(r.partition) or self.stage(r.partition)
+                # (Per message, a call or a comprehension skipped is ~2 % of this handler: issue 56.)
+                findings: Sequence[Finding]
+                windows: Sequence[NodeWindow]
+                if step is not None and (readers := stage.step_readers) is not None:
+                    # The step path: its Struct handed to the stage's step readers here (NodeStage.observe_step's
+                    # work without its frame or the NodeOutput: per step, issue 56).
+                    # The rank where the job's one topology puts it (nearly every step) looked up here, with no
+                    # call; else step_rank_mismatch's judgement (per step: issue 56).
+                    places = self.book.placements.get(event.job)
+                    place = places.get(step.rank) if places is not None else None  # type: ignore[arg-type]
+                    findings = ()  # (a list only where something is found: per step, issue 56)
+                    if place is None or place.node != event.node:
+                        mismatch = step_rank_mismatch(self.book, event, step.rank, places)
+                        if mismatch is not None:
+                            findings = [mismatch]
+                    for read in readers:
+                        found = read(event, step)
+                        if found:
+                            findings = [*findings, *found]
+                    windows = stage.windows.observe_step(event, step)
+                    # A step passes on itself alone (train is a source the job stage reads): as read, its
+                    # bytes; known here, not found again from what was passed on (per step: issue 56).
+                    one = r.raw if event is r.value else encode(event)
+                else:
+                    # One NodeOutput for every other record, its lists emptied here: built per record, it was
+                    # ~0.1 µs a message (issue 56). What was made of the last record was copied out of it already.
+                    node_out = self._node_out
+                    if node_out.findings:
+                        node_out.findings.clear()
+                    if node_out.windows:
+                        node_out.windows.clear()
+                    node_out.forward.clear()
+                    for parsed in stage.parse(event) if event.kind == "line" else (event,):
+                        # (rank_mismatch's own first test inline: a sample or a beat states no rank, and is
+                        # no call: issue 56)
+                        if parsed.data.get("rank") is not None:
+                            mismatch = rank_mismatch(self.book, parsed)
+                            if mismatch is not None:
+                                node_out.findings.append(mismatch)
+                        stage.observe(parsed, node_out)
+                    findings, windows = node_out.findings, node_out.windows
+                    one = None
+                if findings or windows:
+                    made = self._summaries(event, findings, windows, made or [])
+                # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
+                # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
+                passed: Sequence[tuple[str, float, bytes]] = ()
+                if one is None:
+                    as_read = r.raw if event is r.value else None
+                    forward = self._node_out.forward
+                    one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
+                    if one is None:
+                        passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e))
+                                  for e in forward]
+                for o in made or ():
+                    # A job's outputs keep the order they were made in: what was passed on before a window
+                    # or a finding goes out before it (a job stage reading a backlog may take a window's
+                    # time as the partition's progress).
+                    key = o.key
+                    if key is not None and (job := key.decode()) in forwards:
+                        out.extend(self._bundle(key, forwards.pop(job)))
+                    out.append(o)
+                if one is not None:
+                    held = forwards.get(event.job)
+                    if held is None:
+                        forwards[event.job] = ([event.ts], [one])
+                    else:
+                        held[0].append(event.ts)
+                        held[1].append(one)
+                    continue
+                for job, ts, raw in passed:
+                    held = forwards.get(job)
+                    if held is None:
+                        forwards[job] = ([ts], [raw])
+                    else:
+                        held[0].append(ts)
+                        held[1].append(raw)
+            except InvalidEvent as exc:
+                out.append(dead_letter(r.topic, r.partition, r.offset, r.key, record_bytes(r), f"invalid: {exc}",
+                                       self.group))
+
+    def _summaries(self, event: Envelope, findings: Sequence[Finding], windows: Sequence[NodeWindow],
+                   made: list[Outgoing]) -> list[Outgoing]:
+        """``made`` with what ``event`` made for `summaries`: its findings (and their wave copies), then
+        the windows it closed."""
+        if findings:
+            made += [summary(f.to_event(f"{event.id}.f{i}")) for i, f in enumerate(findings)]
             if self.wave is not None and self._partitions:
-                made += [o for i, f in enumerate(node_out.findings) if self._fleet_copy(f)
-                        for o in self._wave_copies(f, f"{event.id}.f{i}")]
-        if node_out.windows:
-            made += [window_summary(w, event.ts) for w in node_out.windows]
-        # An event passed on as read goes as the bytes it came in: no second encoding. Most (a step,
-        # a beat) pass on only themselves, added straight to their job's list below (per message: issue 56).
-        passed: Sequence[tuple[str, float, bytes]] = ()
-        if one is None:
-            as_read = r.raw if event is r.value else None
-            forward = node_out.forward
-            one = as_read if as_read is not None and len(forward) == 1 and forward[0] is event else None
-            if one is None:
-                passed = [(e.job, e.ts, as_read if e is event and as_read is not None else encode(e)) for e in forward]
-        for o in made:
-            # A job's outputs keep the order they were made in: what was passed on before a window
-            # or a finding goes out before it (a job stage reading a backlog may take a window's
-            # time as the partition's progress).
-            key = o.key
-            if key is not None and (job := key.decode()) in forwards:
-                out.extend(self._bundle(key, forwards.pop(job)))
-            out.append(o)
-        if one is not None:
-            held = forwards.get(event.job)
-            if held is None:
-                forwards[event.job] = [(event.ts, one)]
-            else:
-                held.append((event.ts, one))
-            return
-        for job, ts, raw in passed:
-            held = forwards.get(job)
-            if held is None:
-                forwards[job] = [(ts, raw)]
-            else:
-                held.append((ts, raw))
+                made += [o for i, f in enumerate(findings) if self._fleet_copy(f)
+                         for o in self._wave_copies(f, f"{event.id}.f{i}")]
+        if windows:
+            made += [window_summary(w, event.ts) for w in windows]
+        return made
 
     def _fleet_copy(self, f: Finding) -> bool:
         """A wave candidate; or evidence of a machine's own (an Xid 79), which the fleet wave holding

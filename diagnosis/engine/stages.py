@@ -118,7 +118,8 @@ class NodeStage:
         # The step path's readers (observe_step): the rules of `train` by their own step methods, so the
         # payload is read once for all of them (None where one has none: then observe, as any event).
         readers: list[Any] = [getattr(rule, "observe_step", None) for rule in self._by_source.get("train", ())]
-        self._step_readers: list[Callable[[Envelope, TrainStep], list[Finding]]] | None = (
+        # (Public: the node stage's handler calls them itself, diagnosis/edge/node_consumer.py.)
+        self.step_readers: list[Callable[[Envelope, TrainStep], Sequence[Finding]]] | None = (
             readers if None not in readers else None)
         self.windows = FeatureWindows(window_s)
 
@@ -148,7 +149,7 @@ class NodeStage:
         """:meth:`observe` for a ``train``/``step`` whose payload the caller read: four in five of the
         node stage's messages (issue 56), each reader handed the Struct instead of reading it again.
         tests/diagnosis/test_engine_steps.py holds it to observe."""
-        readers = self._step_readers
+        readers = self.step_readers
         if readers is None:
             self.observe(event, out)
             return

@@ -64,3 +64,30 @@ def test_a_bundle_inside_a_bundle_is_rejected():
     [outer] = pack("j1", "m", T0, [inner, encode(_step(2))])
     got = decode_bundled(outer)
     assert [e.id for e in got.events] == ["s2"] and "inside a bundle" in got.rejected[0][1]
+
+
+def _cut_one_by_one(encoded: list[bytes], max_bytes: int) -> list[list[bytes]]:
+    """The bundles' contents as pack's loop cuts them, an event at a time (its rule before the
+    one-bundle shortcut, issue 56)."""
+    chunks: list[list[bytes]] = []
+    chunk: list[bytes] = []
+    size = 0
+    for raw in encoded:
+        if chunk and size + len(raw) > max_bytes:
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(raw)
+        size += len(raw) + 1
+    return chunks + [chunk] if chunk else chunks
+
+
+@pytest.mark.parametrize("slack", [-2, -1, 0, 1, 2])
+def test_one_bundle_exactly_where_the_event_by_event_cut_makes_one(slack: int) -> None:
+    # At the limit, a byte either side: all but the last event with their commas, and the last, fit or not.
+    encoded = [encode(_step(i)) for i in range(7)]
+    limit = sum(map(len, encoded)) + len(encoded) - 1 + slack
+    raws = pack("j1", "m", T0, encoded, max_bytes=limit)
+    assert len(raws) == (1 if slack >= 0 else 2)
+    got = [[encode(e) for e in decode_bundled(r).events] for r in raws]
+    assert got == _cut_one_by_one(encoded, limit)
+    assert pack("j1", "m", T0, [], max_bytes=limit) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
@@ -507,3 +508,17 @@ def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_
         assert one.progress == runs.progress and one.forced == runs.forced
     assert sum(map(len, released_one)) > 500 and one.forced > 0  # releases of both kinds happened
     assert one.drain() == runs.drain() and _state(one, parts) == _state(runs, parts)
+
+
+def test_a_nodes_median_is_the_statistics_median_of_its_recent_offsets() -> None:
+    # The clock takes a node's median inline every 8 records (issue 56): statistics.median's value, of an
+    # even count (8 held) and of an odd one (the 15 a node keeps), offsets in no order.
+    clock = EventClock()
+    rng = random.Random(56)
+    for i in range(24):
+        record_ts = 1_767_225_600.0 + i
+        clock.observe_many([("j", "n1", record_ts + rng.uniform(-3.0, 3.0), record_ts)], record_ts)
+        entry = clock._nodes[("j", "n1")]
+        if (i + 1) % 8 == 0:
+            assert entry.median == statistics.median(entry.recent)
+            assert len(entry.recent) == min(i + 1, 15)

@@ -318,11 +318,9 @@ FRESH_MISSED: dict[str, str] = {
     "chance_loss line: no source prints it); held-out accuracy 0.06 beside a loss not at chance. The same script with "
     "less weight decay (healthy in this batch) sits at the same level for epochs 3-24, its held-out loss rising too "
     "from epoch 17, then falls: only the plateau's length tells them apart (loss round 48)",
-    "cifar10_lenet_200_way_head_50_epochs_at_ln10_for_epochs_2_to_6_then_1.72_val_acc_0.10_to_0.386.csv":
-    "flagged at epoch 5 (from its start and under the shortest window): held-out accuracy 0.1000 to every digit at its "
-    "first 5 evaluations from scratch (loss_eval_unchanged) while its held-out loss moved, 2.379, 2.325, 2.315, 2.312, "
-    "2.308, and its training loss fell at each, 3.156 to 2.310; at epoch 6 the accuracy moves (0.1322) and climbs to "
-    "0.386 by epoch 50 (loss round 48)",
+    # fresh47's LeNet with a 200-way head on CIFAR-10 (held-out accuracy 0.1000 at its first 5 evaluations while its
+    # held-out loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; 0.386 by epoch 50) is quiet since round
+    # 48: a share unchanged from its first evaluation waits while both losses still fall (loss_eval._both_falling).
     # fresh46 (scored sealed on 9c8d9f97 and 527c4c08, opened in round 47).
     "fashion_52_class_mlp_notebook_part5a_zero_init_10_epochs_train_loss_3.896_to_3.512_near_ln52_acc_9.5_pct_majority_class.csv":
     "a 52-class MLP from zero weights, 3.896 (near ln 52 = 3.951) falling at each of its 10 epoch logs by less each time "

@@ -180,6 +180,9 @@ class _Evals:
     history: dict[str, deque] = field(default_factory=dict)
     fired: bool = False
     answers: FirstShares = field(default_factory=FirstShares)  # each held-out share while unchanged from its first
+    # the training loss the trainer logged last before each evaluation of the whole run, its latest EVALS (what
+    # _both_falling reads beside the held-out losses while a share is unchanged: loss round 48)
+    trained: list[float] = field(default_factory=list)
 
 
 class HeldOutWatch:
@@ -306,9 +309,17 @@ class HeldOutWatch:
         _keep_losses(evals.losses, payload)
         _keep_history(evals.history, payload)
         evals.answers.add(payload)
+        if training is not None and math.isfinite(training):
+            evals.trained.append(training)
+            del evals.trained[:-EVALS]
         found = self._at_chance(event, evals, payload, told, fitted, training)
         if found or told or evals.fired or not untrained:
             return found
+        # A held-out loss and the training loss both still falling: the model still learns what reaches held-out
+        # data, and its answers may yet move (fresh batch 47's LeNet, val_acc 0.1000 at its first five epochs while
+        # val_loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; loss round 48).
+        if any(_both_falling(values, evals.trained) for values in evals.losses.values()):
+            return []
         why = evals.answers.unchanged(rank, EVALS)
         if why is None:
             return []

@@ -307,9 +307,20 @@ def batch(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".log"))
 
 
-FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 47))
+FRESH = tuple(CURVES / f"fresh{n}" for n in range(1, 48))
 # Fresh batches (their READMEs): what the detectors still miss, and why; strict, so a fix shows.
 FRESH_MISSED: dict[str, str] = {
+    # fresh47 (scored sealed on f432364f and f4dc8ac8, opened in round 48).
+    "digit_sum_37_way_convnet_wd0.01_30_epochs_train_loss_3.17_at_class_prior_not_ln37_val_acc_6_pct.csv":
+    "a 37-way ConvNet (sums of four digits) at 3.172-3.180 for epochs 2-30, the class prior's entropy (about 3.17), "
+    "12 % under ln 37 = 3.61: past the tenth under a guess's loss that says a model learned something (loss_eval's "
+    "LOSS_BAND, loss_start.UNTRAINED), so neither loss is a guess's, and no event carries the prior's entropy (no "
+    "chance_loss line: no source prints it); held-out accuracy 0.06 beside a loss not at chance. The same script with "
+    "less weight decay (healthy in this batch) sits at the same level for epochs 3-24, its held-out loss rising too "
+    "from epoch 17, then falls: only the plateau's length tells them apart (loss round 48)",
+    # fresh47's LeNet with a 200-way head on CIFAR-10 (held-out accuracy 0.1000 at its first 5 evaluations while its
+    # held-out loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; 0.386 by epoch 50) is quiet since round
+    # 48: a share unchanged from its first evaluation waits while both losses still fall (loss_eval._both_falling).
     # fresh46 (scored sealed on 9c8d9f97 and 527c4c08, opened in round 47).
     "fashion_52_class_mlp_notebook_part5a_zero_init_10_epochs_train_loss_3.896_to_3.512_near_ln52_acc_9.5_pct_majority_class.csv":
     "a 52-class MLP from zero weights, 3.896 (near ln 52 = 3.951) falling at each of its 10 epoch logs by less each time "

@@ -104,7 +104,14 @@ _CUDA_ERR = re.compile(
     r"invalid device ordinal|"
     # (round 24) cudaErrorInvalidDeviceFunction (98), a kernel not compiled for this device's architecture, in any program's
     # report of it (the CUDA samples' "(error code invalid device function)", NCCL's CUDACHECK): the build's (§9)
-    r"invalid device function)"
+    r"invalid device function|"
+    # (round 48) torch's check that the driver can run the CUDA it was built for (c10/cuda: "The NVIDIA driver on your system
+    # is too old (found version 11040). Please update your GPU driver ..."): the CUDA runtime cannot start on this driver,
+    # cuda_error (the lead's settlement; the runtime's own "CUDA driver version is insufficient for CUDA runtime version"
+    # keeps its gpu_lost rows); cuDNN finding no algorithm or engine it can run for the op (aten's cudnn Conv: "Unable to
+    # find a valid cuDNN algorithm to run convolution"; the cuDNN v8 frontend's "GET was unable to find an engine to execute
+    # this computation", "FIND was unable to find an engine ..."): the library's failure on the device, cuda_error
+    r"The NVIDIA driver on your system is too old|Unable to find a valid cuDNN algorithm\b|\b(?:GET|FIND) was unable to find an engine\b)"
 )
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",

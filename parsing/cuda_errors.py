@@ -21,6 +21,9 @@ _CUDA_ERR = re.compile(
     # MXNet's "Check failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of memory"): by the code and its text
     r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
     r"|Check failed: \(?\w+\)? == cudaSuccess \((?P<ckcode>\d+) vs\. 0\)\s+(?:Name: \S+ ErrStr: ?)?(?P<cktext>[^\n]+)"
+    # (round 48) a program's own check that prints the cudaError_t's number in parentheses (OpenMM's CUDA platform: "Error
+    # synchronizing on event for CCMA: CUDA error (700) at .../CudaIntegrationUtilities.cpp:736"): by the code, as a CHECK's
+    r"|\bCUDA error \((?P<pcode>\d+)\)"
     # a device-side assert as the kernel prints it (CUDA's __assert_fail on the device: "<file>.cu:40: <func>: block: [0,0,0],
     # thread: [49,0,0] Assertion `t >= 0 && t < n_classes` failed."): the program indexed wrong, as "device-side assert triggered"
     r"|(?P<devassert>\.cuh?:\d+: .*\bblock: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion)"
@@ -135,8 +138,8 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         error = f"{m.group('call')} returned {code}" + (f" ({_RUNTIME_CODES[code]})" if code in _RUNTIME_CODES else "")
     elif m.group("rttext"):
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
-    elif m.group("thtext") or m.group("cktext") is not None:
-        code = int(m.group("thcode") or m.group("ckcode"))
+    elif m.group("thtext") or m.group("cktext") is not None or m.group("pcode"):
+        code = int(m.group("thcode") or m.group("ckcode") or m.group("pcode"))
         error = f"cudaError {code}: " + (m.group("thtext") or m.group("cktext") or _RUNTIME_CODES.get(code, "")).strip()
         if code in (59, 710):  # cudaErrorAssert (59 before CUDA 10, 710 after): a device-side assert
             error += " (device-side assert)"

@@ -84,6 +84,15 @@ _ADVISED_SETTING = re.compile(
     r"|decreasing|decrease|reducing|reduce|lowering|lower|raising|changing|change) (?:a |the )?(?:value (?:for|of) )?`?[a-z_][a-z0-9_.]*_[a-z0-9_]+`?\b"
 )
 
+# (round 48, whole_logs/fresh2's leftover) A name the program's configuration gave that its model does not hold (accelerate's
+# FSDP auto-wrap: "ValueError: Could not find the transformer layer class <Name> in the model."; "module <name> not found in
+# the model", "Target modules {...} not found in the base model"): the job's configuration, user_code, whichever library's
+# frames raised it (a launcher's frames are all site-packages, so the traceback's own frames cannot say it is the program's).
+_NOT_IN_MODEL = re.compile(
+    r"(?i)\b(?:could not|couldn't|cannot|can't|unable to|failed to) find\b[^\n]{0,100}?\bin (?:the |your |this )?(?:base )?model\b"
+    r"|\bnot (?:be )?found in (?:the |your |this )?(?:base )?model\b"
+)
+
 
 def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None:
     """(fault, action, why) of a generic exception by the component its type or message names, or None."""
@@ -97,6 +106,8 @@ def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None
         return "user_code", "rollback", "the serving engine's memory settings exceed the device"
     if _ENGINE_START_FAILED.search(message):
         return "user_code", "alert", "a serving engine's core process died starting"
+    if _NOT_IN_MODEL.search(message):
+        return "user_code", "rollback", "a name the job's configuration gave is not in its model"
     if _WRAPPED.match(message):
         return "user_code", "rollback", "torch re-raised what the program's model or dataset code raised in a replica or a worker"
     if _ADVISED_SETTING.search(message):

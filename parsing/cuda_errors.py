@@ -21,6 +21,9 @@ _CUDA_ERR = re.compile(
     # MXNet's "Check failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of memory"): by the code and its text
     r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
     r"|Check failed: \(?\w+\)? == cudaSuccess \((?P<ckcode>\d+) vs\. 0\)\s+(?:Name: \S+ ErrStr: ?)?(?P<cktext>[^\n]+)"
+    # (round 48) a program's own check that prints the cudaError_t's number in parentheses (OpenMM's CUDA platform: "Error
+    # synchronizing on event for CCMA: CUDA error (700) at .../CudaIntegrationUtilities.cpp:736"): by the code, as a CHECK's
+    r"|\bCUDA error \((?P<pcode>\d+)\)"
     # a device-side assert as the kernel prints it (CUDA's __assert_fail on the device: "<file>.cu:40: <func>: block: [0,0,0],
     # thread: [49,0,0] Assertion `t >= 0 && t < n_classes` failed."): the program indexed wrong, as "device-side assert triggered"
     r"|(?P<devassert>\.cuh?:\d+: .*\bblock: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion)"
@@ -104,7 +107,14 @@ _CUDA_ERR = re.compile(
     r"invalid device ordinal|"
     # (round 24) cudaErrorInvalidDeviceFunction (98), a kernel not compiled for this device's architecture, in any program's
     # report of it (the CUDA samples' "(error code invalid device function)", NCCL's CUDACHECK): the build's (§9)
-    r"invalid device function)"
+    r"invalid device function|"
+    # (round 48) torch's check that the driver can run the CUDA it was built for (c10/cuda: "The NVIDIA driver on your system
+    # is too old (found version 11040). Please update your GPU driver ..."): the CUDA runtime cannot start on this driver,
+    # cuda_error (the lead's settlement; the runtime's own "CUDA driver version is insufficient for CUDA runtime version"
+    # keeps its gpu_lost rows); cuDNN finding no algorithm or engine it can run for the op (aten's cudnn Conv: "Unable to
+    # find a valid cuDNN algorithm to run convolution"; the cuDNN v8 frontend's "GET was unable to find an engine to execute
+    # this computation", "FIND was unable to find an engine ..."): the library's failure on the device, cuda_error
+    r"The NVIDIA driver on your system is too old|Unable to find a valid cuDNN algorithm\b|\b(?:GET|FIND) was unable to find an engine\b)"
 )
 # cudaError_t codes a checked call prints as a number whose reading is not cuda_error's.
 _RUNTIME_CODES = {2: "out of memory", 100: "no CUDA-capable device is detected", 214: "uncorrectable ECC error encountered",
@@ -128,8 +138,8 @@ def classify_cuda(text: str) -> tuple[str, str, str, str] | None:
         error = f"{m.group('call')} returned {code}" + (f" ({_RUNTIME_CODES[code]})" if code in _RUNTIME_CODES else "")
     elif m.group("rttext"):
         error = f"cuda runtime error ({m.group('rtcode')}): {m.group('rttext')}"
-    elif m.group("thtext") or m.group("cktext") is not None:
-        code = int(m.group("thcode") or m.group("ckcode"))
+    elif m.group("thtext") or m.group("cktext") is not None or m.group("pcode"):
+        code = int(m.group("thcode") or m.group("ckcode") or m.group("pcode"))
         error = f"cudaError {code}: " + (m.group("thtext") or m.group("cktext") or _RUNTIME_CODES.get(code, "")).strip()
         if code in (59, 710):  # cudaErrorAssert (59 before CUDA 10, 710 after): a device-side assert
             error += " (device-side assert)"

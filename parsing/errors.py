@@ -66,8 +66,11 @@ _NCCL_ERR = re.compile(
 # (round 46) Ray's wrapper of a task's exception names the cause's type in parentheses (python/ray/exceptions.py
 # RayTaskError.as_instanceof_cause: "ray.exceptions.RayTaskError(NotImplementedError): ray::Worker.f() (pid=..., ip=...)",
 # its message at times on the next lines): the cause's type is judged, as the exception's own line would be
+# (round 48) also a type whose name opens with underscores, a binding's private class as Python prints it (torch's
+# "torch._C._LinAlgError: linalg.svd: The algorithm failed to converge ...", the C class behind torch.linalg.LinAlgError), and
+# Python's base type itself ("Exception: ..."), which classify_headless reads as the program's only where it opens the line
 _HEADLESS = re.compile(r"(?:^|(?<=[\s\]\)>|:]))(?:(?:[A-Za-z_]\w*\.)*RayTaskError\((?P<cause>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\):(?: (?P<cmsg>.*))?"
-                       r"|(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|EnforceNotMet)): (?P<msg>\S.*))$")
+                       r"|(?P<type>(?:[A-Za-z_]\w*\.)*(?:_*[A-Z]\w*(?:Error|Exception)|EnforceNotMet|Exception)): (?P<msg>\S.*))$")
 # A RuntimeError whose text says the program is wrong: tensors of the wrong shape, type or device
 # (aten's "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the
 # same"), a checkpoint that does not fit the model (nn.Module.load_state_dict's "Error(s) in loading
@@ -93,7 +96,16 @@ _SHAPE_ERROR = re.compile(r"shapes? cannot be multiplied|size mismatch|must matc
                           r"\bon the same device as the\b|\bhas data of a different type\b|"
                           # (round 20) torch's argument parser refusing a call's arguments (torch/csrc/utils/python_arg_parser.cpp:
                           # "full() received an invalid combination of arguments - got (...), but expected one of:", a TypeError)
-                          r"\breceived an invalid combination of arguments\b")
+                          r"\breceived an invalid combination of arguments\b|"
+                          # (round 48) autograd's checks of how the program uses the graph (torch/csrc/autograd: "Trying to backward
+                          # through the graph a second time (or directly access saved tensors after they have already been freed)",
+                          # "element 0 of tensors does not require grad and does not have a grad_fn", "grad can be implicitly created
+                          # only for scalar outputs"), and aten's check that an op's two operands agree ("expected mat1 and mat2 to have
+                          # the same dtype, but got: c10::Half != float", "expected m1 and m2 to have the same dtype", "... to be on the
+                          # same device"): the program's tensors or graph, the same on every machine
+                          r"\bbackward through the graph a second time\b|\bdoes not require grad and does not have a grad_fn\b|"
+                          r"\bgrad can be implicitly created only for (?:real )?scalar outputs\b|"
+                          r"\b[Ee]xpected \w+ and \w+ to (?:have the same|be on the same)\b")
 # Types worth a stop-time diagnosis even without their traceback (torch and CUDA runtime failures).
 _HEADLESS_OTHER = frozenset({"RuntimeError", "AcceleratorError", "OutOfMemoryError", "DistBackendError", "DistStoreError",
                              "DistNetworkError", "MemoryError", "OSError", "SystemError"})
@@ -112,8 +124,11 @@ USER_TYPES = frozenset(
 # ValidationError): an uncaught one is the program's own report of its end, user_code (docs/design.md §9), as
 # USER_TYPES are; and absl's status codes that say the caller asked wrong (XLA's "XlaRuntimeError: INVALID_ARGUMENT:
 # ...", FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED), not RESOURCE_EXHAUSTED, INTERNAL or UNKNOWN.
+# (round 48) and a linear-algebra library's error (torch.linalg's LinAlgError, printed "torch._C._LinAlgError: linalg.svd: The
+# algorithm failed to converge ...", "... The solver failed because the input matrix is singular."; numpy.linalg's LinAlgError,
+# a ValueError): the program's matrices are singular or ill-conditioned, its numbers, the same on every machine.
 _USER_NAMED = re.compile(r"(?:Decode|Parse|Parser|Parsing|Config|Configuration|Misconfiguration|Instantiation|Validation|Schema|"
-                         r"Argument|Usage)(?:Error|Exception)$")
+                         r"Argument|Usage|LinAlg)(?:Error|Exception)$")
 _CALLER_STATUS = re.compile(r"^(?:INVALID_ARGUMENT|FAILED_PRECONDITION|OUT_OF_RANGE|UNIMPLEMENTED): ")
 # (round 16) A library's subclass of one of USER_TYPES named for it (omegaconf's ConfigAttributeError and
 # ConfigKeyError, a ConfigTypeError): the same report by its library, as USER_TYPES are.
@@ -197,7 +212,14 @@ class ExceptionLine:
 def classify_headless(msg: str) -> ExceptionLine | None:
     """A bare ``Type: message`` line judged without frames: a CUDA / NCCL error by its text, a type
     that says the program is wrong (ValueError, KeyError, a shape mismatch) is user code, torch's
-    runtime types ask for a stop-time diagnosis; any other type is too weak to call (None)."""
+    runtime types ask for a stop-time diagnosis; any other type is too weak to call (None).
+
+    (round 48) Python's base ``Exception`` itself opening the line (after a rank prefix the parser took off), as a
+    traceback's last line prints it ("Exception: Dataset not found."): ``raise Exception(...)`` is a program's own
+    idiom (libraries raise their own types), read after every CUDA, NCCL, errno, message and signal reading (DeepSpeed's
+    loss-scale "Exception: Current loss scale already at minimum" is a rule's nan_loss, torch.multiprocessing's
+    "Exception: process 3 terminated with signal SIGKILL" the signal's): user code. Not ``Exception:`` inside another
+    program's record ("ERROR [..] Exception: bad file: ...", an ACPI "Exception: AE_NOT_FOUND"): no traceback prints there."""
     m = _HEADLESS.search(msg.strip())
     if not m:
         return None
@@ -219,7 +241,8 @@ def classify_headless(msg: str) -> ExceptionLine | None:
         return ExceptionLine(etype, message, signal_data["fault"], signal_data["action"], signal_data["severity"])
     if (short in USER_TYPES or short.endswith(_USER_SUFFIX) or (short == "RuntimeError" and _SHAPE_ERROR.search(message))
             or _USER_NAMED.search(short)
-            or _CALLER_STATUS.match(message)):
+            or _CALLER_STATUS.match(message)
+            or (etype == "Exception" and m.start("type") == 0)):
         return ExceptionLine(etype, message, "user_code", "rollback", "error")
     if short in _HEADLESS_OTHER:
         subject = read_subject(etype, message)

@@ -70,6 +70,30 @@ _ENGINE_MEMORY_SETTING = re.compile(
 _ENGINE_START_FAILED = re.compile(r"\bEngine core initialization failed\b|\bFailed to initialize scheduler rank \d+\b")
 
 
+# (round 48) torch's ExceptionWrapper re-raising, in the main process, what the program's own code raised where torch ran it
+# for it (torch/_utils.py: "Caught <Type> in replica <n> on device <d>." for DataParallel's replicas of the program's module,
+# "Caught <Type> in DataLoader worker process <n>." for its Dataset's code in a worker): the program's model or data code
+# raised it, user_code as its own traceback's last line is; the original traceback's lines follow and keep their own readings
+# (a CUDA error or an errno there is its own event). The wrapper's OOM is CUDA's (parsing/cuda_errors.py reads it first).
+_WRAPPED = re.compile(r"^Caught (?:[A-Za-z_]\w*\.)*[A-Za-z_]\w* in (?:replica \d+ on device \d+|DataLoader worker process \d+)\.?\s*$")
+# (round 48) A library's refusal that tells the program which of its own settings to change ("Unable to sample before the end
+# of the first episode. We recommend choosing a value for learning_starts that is greater than ...", "Please set
+# `max_steps` ...", "try increasing the value of num_workers"): the program's configuration, the same on every machine.
+_ADVISED_SETTING = re.compile(
+    r"(?i)\b(?:we recommend|please|try|you (?:should|must|need to)) (?:choosing|choose|setting|set|passing|pass|increasing|increase"
+    r"|decreasing|decrease|reducing|reduce|lowering|lower|raising|changing|change) (?:a |the )?(?:value (?:for|of) )?`?[a-z_][a-z0-9_.]*_[a-z0-9_]+`?\b"
+)
+
+# (round 48, whole_logs/fresh2's leftover) A name the program's configuration gave that its model does not hold (accelerate's
+# FSDP auto-wrap: "ValueError: Could not find the transformer layer class <Name> in the model."; "module <name> not found in
+# the model", "Target modules {...} not found in the base model"): the job's configuration, user_code, whichever library's
+# frames raised it (a launcher's frames are all site-packages, so the traceback's own frames cannot say it is the program's).
+_NOT_IN_MODEL = re.compile(
+    r"(?i)\b(?:could not|couldn't|cannot|can't|unable to|failed to) find\b[^\n]{0,100}?\bin (?:the |your |this )?(?:base )?model\b"
+    r"|\bnot (?:be )?found in (?:the |your |this )?(?:base )?model\b"
+)
+
+
 def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None:
     """(fault, action, why) of a generic exception by the component its type or message names, or None."""
     if (etype or "").rsplit(".", 1)[-1] in _BACKEND_TYPES:
@@ -82,4 +106,10 @@ def read_subject(etype: str | None, message: str) -> tuple[str, str, str] | None
         return "user_code", "rollback", "the serving engine's memory settings exceed the device"
     if _ENGINE_START_FAILED.search(message):
         return "user_code", "alert", "a serving engine's core process died starting"
+    if _NOT_IN_MODEL.search(message):
+        return "user_code", "rollback", "a name the job's configuration gave is not in its model"
+    if _WRAPPED.match(message):
+        return "user_code", "rollback", "torch re-raised what the program's model or dataset code raised in a replica or a worker"
+    if _ADVISED_SETTING.search(message):
+        return "user_code", "rollback", "the library tells the program which of its settings to change"
     return None

@@ -272,7 +272,11 @@ def trainer_level(message: str) -> int | None:
 # wandb's "encountered retryable exception": the failure is not its last word; if it is, the giving-up
 # line says so. Never a guess's alert on its own (parsing.fallback), nor generic socket words'. "non-retryable"
 # says the opposite (nfs-ganesha's "Error I/O error ... but was set non-retryable", fresh48: read as a retry).
-_RETRYING = re.compile(r"\bretrying\b|(?<!non-)\bretryable\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? (?:in|after) \d", re.IGNORECASE)
+# (round 48) also a retry loop's note that one attempt failed (W&B's retry.py logs "Retry attempt failed:" with the
+# exception, then sleeps and tries again; it raises on the last): not a last or final attempt's, nor one that gives up.
+_RETRYING = re.compile(r"\bretrying\b|(?<!non-)\bretryable\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? (?:in|after) \d"
+                       r"|(?<!last )(?<!final )\bretry attempt(?: #?\d+(?:/\d+| of \d+)?)? failed\b(?![^\n]*\b(?:giving up|gave up|no more retries|aborting)\b)",
+                       re.IGNORECASE)
 
 
 def says_retrying(message: str) -> bool:

@@ -362,7 +362,8 @@ class TrainerLogParser:
                 or "_RESULT_ERROR_" in msg or "ynchronize stream failed" in msg or "ACL stream" in msg or "Kernel task happen" in msg
                 or "THCudaCheck" in msg or "cudaSuccess" in msg or "HIP_ERROR" in msg or "Assertion" in msg
                 or "OfDeviceMemory" in msg or "OF_DEVICE_MEMORY" in msg or "() failed" in msg or "no kernel image" in msg
-                or "invalid device function" in msg or "miopenStatus" in msg or "rocblas_status_" in msg):
+                or "invalid device function" in msg or "miopenStatus" in msg or "rocblas_status_" in msg
+                or "cuDNN" in msg or "NVIDIA driver" in msg or "find an engine" in msg):
             cuda = classify_cuda(msg)
             if cuda:
                 error, fault, action, severity = cuda

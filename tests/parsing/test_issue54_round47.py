@@ -144,7 +144,10 @@ def test_whole_logs_fresh1_and_fresh2_figures() -> None:
     total, _ = score_folder(WHOLE_LOGS / "fresh1")
     assert (total.right, total.faults, total.fired, total.ordinary) == (29, 29, 0, 5634)
     total, per_log = score_folder(WHOLE_LOGS / "fresh2")
-    assert (total.right, total.faults, total.fired, total.ordinary) == (116, 127, 0, 16722)
+    # 116 after round 47; 124 after round 48 read its leftover (swift_fsdp2_valueerror's 8 ValueErrors naming a class
+    # the model lacks: tests/parsing/test_issue54_round48.py)
+    assert (total.right, total.faults, total.fired, total.ordinary) == (124, 127, 0, 16722)
+    assert per_log["swift_fsdp2_valueerror"].right == 8
     assert per_log["deepspeed_2node_watchdog"].right == 31 and per_log["deepspeed_2node_healthy"].fired == 0
 
 

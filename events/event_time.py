@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from operator import itemgetter
 from typing import Generic, Hashable, Iterable, Iterator, NamedTuple, TypeVar
 
@@ -67,7 +67,7 @@ class UpstreamStop(NamedTuple):
 # prefix at the low watermark (a bisection) and merges the prefixes in one sort (timsort merges
 # sorted runs). A global heap cost two pushes and a pop a record (issue 56).
 _TS, _PART, _OFFSET, _ITEM = 0, 2, 3, 4
-_item_of = itemgetter(_ITEM)
+_item_of, _offset_of = itemgetter(_ITEM), itemgetter(_OFFSET)
 _LAST = float("inf")  # (limit, _LAST) sorts after every held record stamped ``limit``
 
 
@@ -142,7 +142,7 @@ class WatermarkMerge(Generic[T]):
         state.last_data = wall_now
         state.reached(broker_ts)
         state.held += 1
-        heapq.heappush(state.offsets, offset)
+        insort(state.offsets, offset)
         self._hold(partition, [(ts, next(self._seq), partition, offset, item)])
 
     def add_run(self, partition: Partition, offsets: list[int], times: list[float], items: list[T],
@@ -160,15 +160,24 @@ class WatermarkMerge(Generic[T]):
         state.last_data = wall_now
         state.reached(broker_ts)
         state.held += len(items)
-        push, held = heapq.heappush, state.offsets
-        for offset in offsets:
-            push(held, offset)
         if not len(offsets) == len(times) == len(items):
             raise ValueError("add_run: offsets, times and items differ in length")
         # Each entry (ts, seq, partition, offset, item) built by zip in C, not a comprehension (issue 56).
         entries = list(zip(times, itertools.islice(self._seq, len(items)), itertools.repeat(partition), offsets, items))
         entries.sort()  # (in offset order, nearly always in time order too: one pass)
         self._hold(partition, entries)
+        # The offsets held, in order: a poll's come in offset order after those held (one pass to
+        # see it, then appended); else (a replay, a rebalance) merged from the first later one held.
+        run = sorted(offsets)
+        held = state.offsets
+        if not held or held[-1] <= run[0]:
+            held += run
+        else:
+            at = bisect_right(held, run[0])
+            run += held[at:]
+            del held[at:]
+            run.sort()
+            held += run
 
     def _hold(self, partition: Partition, entries: list[tuple]) -> None:
         """Sorted ``entries`` of ``partition`` merged into its run."""
@@ -356,27 +365,27 @@ class WatermarkMerge(Generic[T]):
         return list(map(_item_of, gone))
 
     def _release_offsets(self, partition: Partition, entries: list[tuple], count: int) -> None:
-        """The offsets of ``partition``'s first ``count`` ``entries`` let go, in turn, inline (a
-        bundle's events share its offset: each one let go takes one of its copies off the heap)."""
+        """The offsets of ``partition``'s first ``count`` ``entries`` let go: one copy of each taken
+        from the partition's offsets held (a bundle's events share its offset, a copy each). Nearly
+        always they are the lowest held, in order: then the held list loses its prefix at once,
+        where a heap popped each in a Python loop (issue 56)."""
         state = self._parts.get(partition)
         if state is None:
             return
         state.held -= count
-        offsets, released, pop = state.offsets, state.released, heapq.heappop
-        if not released and count <= len(offsets):
-            # Nearly always the records let go hold the partition's lowest offsets held: then the
-            # lazy deletion below pops exactly those and leaves nothing released, and popping them
-            # is all of it (a set's add, two lookups and a discard a record fewer: issue 56).
-            lowest = [pop(offsets) for _ in range(count)]
-            # (of distinct offsets only: a bundle's events let go out of their order may leave a copy held there)
-            if lowest == sorted(map(itemgetter(_OFFSET), entries[:count])) and len(set(lowest)) == count:
-                return
-            for offset in lowest:  # not so: back as they were held, and the general way
-                heapq.heappush(offsets, offset)
-        for i in range(count):
-            released.add(entries[i][_OFFSET])
-            while offsets and offsets[0] in released:
-                released.discard(pop(offsets))
+        offsets = state.offsets
+        let_go = list(map(_offset_of, entries[:count]))
+        if offsets[:count] == let_go:
+            del offsets[:count]
+            return
+        let_go.sort()
+        if offsets[:count] == let_go:
+            del offsets[:count]
+            return
+        for offset in let_go:  # let go out of offset order (times that went back): one copy each
+            at = bisect_left(offsets, offset)
+            if at < len(offsets) and offsets[at] == offset:
+                del offsets[at]
 
     # --- what the consumer should do ----------------------------------------------------------
     @property

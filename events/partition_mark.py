@@ -36,8 +36,9 @@ class PartitionState:
     # alive if it spoke shortly before that, not shortly before now.
     frontier: float | None = None
     held: int = 0
-    offsets: list[int] = field(default_factory=list)  # offsets held, a min-heap with lazy deletion
-    released: set[int] = field(default_factory=set)  # released while a lower offset is still held
+    # The offsets of the records held, in ascending order, an offset once a record (a bundle's
+    # events share its offset: a copy each); the first is where a commit stops.
+    offsets: list[int] = field(default_factory=list)
 
     def reached(self, broker_ts: float | None) -> None:
         """A record (or an announcement) stamped ``broker_ts`` by the broker was read from it."""

@@ -466,14 +466,25 @@ def test_a_writer_that_says_it_is_behind_holds_back_whatever_it_says_of_idleness
 
 
 def _state(merge: WatermarkMerge, parts) -> list:
-    return [(p, merge.lowest_held_offset(p), merge.frontier(p), merge._parts[p].watermark, merge._parts[p].held,
-             sorted(merge._parts[p].released)) for p in parts]
+    return [(p, merge.frontier(p), merge._parts[p].watermark, merge._parts[p].held) for p in parts]
+
+
+def _commits(merge: WatermarkMerge, parts) -> list:
+    return [merge.lowest_held_offset(p) for p in parts]
+
+
+def _lowest_held(merge: WatermarkMerge, parts) -> list:
+    """Each partition's lowest offset among the records held (items (partition, offset)): where a commit stops."""
+    return [min((o for q, o in merge.held_items() if q == p), default=None) for p in parts]
 
 
 def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_time():
     """add_run (the runner's per-poll call) and the batched release against add() and each offset
     let go record by record: the same records go in the same order at every release, the same
-    offsets stay committable, the same marks."""
+    marks; the offsets committable are the lowest of the records held, the heap's wherever it was
+    right. The heap's lazy deletion (a set of offsets released) could not count a bundle's copies: two
+    events of one bundle let go while a lower offset was held left a copy of its offset on the heap
+    with none of its records held, and the commit stopped there for good (seen in this run)."""
     rnd = random.Random(56)
     # the reference holds every record on one heap and lets each offset go alone, as the merge did
     one, runs = one_heap(WatermarkMerge(max_held=60)), WatermarkMerge(max_held=60)
@@ -482,6 +493,7 @@ def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_
         merge.assign(parts, NOW)
     offsets = dict.fromkeys(parts, 0)
     released_one, released_runs = [], []
+    same = stuck = 0
     for poll in range(60):
         wall = NOW + poll
         for p in rnd.sample(parts, rnd.randint(1, 5)):
@@ -506,8 +518,16 @@ def test_a_partitions_run_added_at_once_is_held_and_released_as_one_record_at_a_
         assert released_one[-1] == released_runs[-1]
         assert _state(one, parts) == _state(runs, parts) and one.held == runs.held
         assert one.progress == runs.progress and one.forced == runs.forced
+        truth, heap_commits = _lowest_held(runs, parts), _commits(one, parts)
+        assert _commits(runs, parts) == truth
+        same += sum(h == t for h, t in zip(heap_commits, truth, strict=True))
+        # where the heap differs, it stops below every record held: an offset whose records all went
+        stuck += sum(h is not None and (t is None or h < t) for h, t in zip(heap_commits, truth, strict=True))
+        assert all(h == t or (h is not None and (t is None or h < t)) for h, t in zip(heap_commits, truth, strict=True))
     assert sum(map(len, released_one)) > 500 and one.forced > 0  # releases of both kinds happened
+    assert same > 50 and stuck > 0  # mostly the same commits; the heap's stuck copy happened
     assert one.drain() == runs.drain() and _state(one, parts) == _state(runs, parts)
+    assert _commits(runs, parts) == [None] * len(parts)
 
 
 def test_a_nodes_median_is_the_statistics_median_of_its_recent_offsets() -> None:

@@ -75,6 +75,7 @@ Pure: the same live and replayed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -125,9 +126,10 @@ def at_chance(value: float, chance: float, higher: bool) -> bool | None:
     return value >= (1 - LOSS_BAND) * chance
 
 
-def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
+def judged(payload: TrainEval, came_back: frozenset[str] = frozenset()) -> dict[str, tuple[float, float, bool]] | None:
     """The evaluation's metrics that say where chance is, each (value, chance, at chance); None when
-    none does (the evaluation tells nothing either way)."""
+    none does (the evaluation tells nothing either way). ``came_back``: the held-out losses that were a learned
+    model's before (:func:`_came_back`), whose guess's level says nothing of the shares beside them."""
     out: dict[str, tuple[float, float, bool]] = {}
     for name, raw in (payload.metrics or {}).items():
         value, chance = as_float(raw), (payload.chance or {}).get(name)
@@ -137,21 +139,42 @@ def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
         verdict = at_chance(value, float(chance), higher)
         if verdict is not None:
             out[name] = (value, float(chance), verdict)
-    return _guessed(out) or None
+    return _guessed(out, came_back) or None
 
 
-def _guessed(out: dict[str, tuple[float, float, bool]]) -> dict[str, tuple[float, float, bool]]:
+def _guessed(out: dict[str, tuple[float, float, bool]],
+             came_back: frozenset[str] = frozenset()) -> dict[str, tuple[float, float, bool]]:
     """A held-out loss within :data:`CHANCE` of ln(classes) is a uniform guess's, and then so is its
     accuracy where that accuracy's chance is 1/classes, a guess at the prior: a model answering alike
     for every input argmaxes one class and scores that class's share of the held-out set, which is 1/classes
     only when the classes are even (issue 54's fresh batch 12: a three-way BTC model at val_loss 1.0974
-    against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares)."""
-    guess = [c for v, c, _ in out.values() if c > 0 and abs(v - c) <= CHANCE * c]
+    against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares). Not a held-out loss in ``came_back``:
+    one that climbed to a guess's from a learned model's is over-fitting's, whose shares answer for themselves
+    (:func:`_came_back`)."""
+    guess = [c for name, (v, c, _) in out.items() if c > 0 and abs(v - c) <= CHANCE * c and name not in came_back]
     return {
         name: (v, c, True) if any(0 < c < 1 and math.isclose(c, math.exp(-g)) for g in guess) and not _far(v, c)
         else (v, c, at)
         for name, (v, c, at) in out.items()
     }
+
+
+def _came_back(history: dict[str, deque], payload: TrainEval) -> frozenset[str]:
+    """The held-out losses of the evaluation (``payload``) with a known chance that were, at an earlier evaluation, more
+    than :data:`LOSS_BAND` below it: a learned model's, not a guess's. A held-out loss back at ln(classes) from there
+    is over-fitting's confident errors (the training loss fitted, the held-out loss climbing), not a model answering
+    alike for every input, so the shares beside it are judged by their own band, not taken for a guess's at the prior
+    (issue 54, fresh batch 48's CIFAR-100 classifier from scratch: val_loss 2.78 at epoch 6, back to 4.519 within 2 %
+    of ln 100 at epoch 29 beside a training loss of 0.0104, val_acc 0.3045, thirty times a guess's; loss round 49)."""
+    out = set()
+    for name, chance in (payload.chance or {}).items():
+        kept = history.get(name)
+        if kept is None or len(kept) < 2 or kept[0][2] or chance is None or float(chance) <= 0:
+            continue
+        bar = (1 - LOSS_BAND) * float(chance)
+        if any(v < bar for _, v, _ in itertools.islice(kept, len(kept) - 1)):
+            out.add(name)
+    return frozenset(out)
 
 
 def _far(value: float, chance: float) -> bool:
@@ -330,7 +353,7 @@ class HeldOutWatch:
     def _at_chance(event: Envelope, evals: _Evals, payload: TrainEval, told: bool, fitted: bool,
                    training: float | None = None) -> list[Finding]:
         """The run of evaluations at chance, and its finding once :data:`EVALS` long (module docstring)."""
-        metrics = judged(payload)
+        metrics = judged(payload, _came_back(evals.history, payload))
         if metrics is None:
             return []
         if not all(verdict for _, _, verdict in metrics.values()):

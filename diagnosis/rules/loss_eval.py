@@ -17,7 +17,9 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
   whose chance is 1/classes while the loss
   beside it is a uniform guess's (within 2 % of ln(classes)): that guess scores the held-out set's
   commonest share, which 1/classes is only for even classes; not a share :data:`FAR` of the way to perfect or more
-  (over-fitting's confident errors raise a held-out loss through ln(classes) while its answers stay right).
+  (over-fitting's confident errors raise a held-out loss through ln(classes) while its answers stay right), nor beside
+  a held-out loss that was a learned model's (a tenth under its chance) at an earlier evaluation: back at a guess's
+  from there, it is over-fitting's, and the share answers for itself (:func:`_came_back`, loss round 49).
 
 :data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
 holds a model that learned more), but not while a held-out loss is still coming down onto a guess's from

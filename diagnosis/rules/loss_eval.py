@@ -312,6 +312,12 @@ class HeldOutWatch:
             return {}
         return {name: kept for name, kept in evals.history.items() if "loss" in name.lower() and kept and not kept[0][2]}
 
+    def history(self, job: str) -> dict[str, deque]:
+        """Each held-out metric of known direction of the job: its (step, value, higher is better) since its first
+        evaluation (its latest :data:`HISTORY`). Empty where the trainer evaluated none."""
+        evals = self._jobs.get(job)
+        return {} if evals is None else dict(evals.history)
+
     def told(self, job: str) -> bool:
         """Whether the job's evaluations have raised their finding (one per job until they learn again)."""
         evals = self._jobs.get(job)

@@ -128,3 +128,46 @@ def test_a_held_out_loss_at_ln_100_that_was_never_a_learned_model_s_still_takes_
     # The same evaluations where the held-out loss was never a tenth under ln 100: a guess at the prior as before.
     found = replay_both(_over_fit([4.3, 4.35, 4.2, 4.3, 4.45, 4.52]), 0.0)
     assert [f.fault for f in found] == ["loss_stalled"] and "at chance" in found[0].detail
+
+
+# -- every held-out metric worse than at its first evaluation while training does not fall -----------------------------
+
+DEAD = FRESH48 / "mnist_mlp_numpy_dead_neurons_rmsprop_lr0.1_3.12_then_stuck_at_1.9_val_acc_0.20_for_15_epochs.csv"
+FELL_BACK = "lost what its first epoch learned"
+TRAIN = [3.12, 1.63, 1.75, 1.78, 1.68, 1.83, 1.94, 1.94, 1.95, 1.91, 1.91, 1.90, 1.90, 1.94, 1.99, 1.91, 1.87, 1.97]
+VAL_LOSS = [1.80, 3.51, 1.86, 1.87, 1.71, 1.93, 1.94, 1.97, 1.91, 1.96, 1.92, 1.89, 2.00, 1.88, 1.98, 1.85, 1.90, 1.90]
+VAL_ACC = [0.29, 0.29, 0.24, 0.27, 0.28, 0.20, 0.20, 0.19, 0.21, 0.16, 0.19, 0.18, 0.18, 0.20, 0.21, 0.19, 0.18, 0.21]
+
+
+def _fell_back(train=TRAIN, val_loss=VAL_LOSS, val_acc=VAL_ACC, **said) -> list:
+    said = {"classes": 10, "from_scratch": True, **said}
+    events = []
+    for i, (loss, vl, va) in enumerate(zip(train, val_loss, val_acc, strict=True)):
+        metrics = {"val_loss": vl} if va is None else {"val_loss": vl, "val_acc": va}
+        events += [step(i + 1, loss, **said), evaluation(i + 1, metrics)]
+    return events
+
+
+def test_the_dead_neurons_mlp_is_found_with_a_quarter_of_its_epochs_left():
+    outcome = judge(DEAD)
+    assert outcome.right and outcome.at is not None and outcome.at <= 0.75
+
+
+def test_a_run_whose_every_held_out_metric_fell_back_from_its_first_while_training_sits_is_found():
+    found = replay_both(_fell_back(), 0.0)
+    assert [f.fault for f in found] == ["loss_stalled"] and FELL_BACK in found[0].detail
+
+
+@pytest.mark.parametrize("change", [
+    {"train": [*TRAIN[:8], *(1.9 - 0.08 * i for i in range(10))]},  # training still falling at each log
+    {"train": [*TRAIN[:8], *([0.05] * 10)]},  # training fitted: over-fitting, not a stall
+    {"val_acc": [*VAL_ACC[:14], 0.30, *VAL_ACC[15:]]},  # an accuracy better than the first at epoch 15
+    {"val_loss": [*VAL_LOSS[:14], 1.75, *VAL_LOSS[15:]]},  # a held-out loss better than the first at epoch 15
+    {"val_acc": [None] * len(VAL_ACC)},  # no accuracy: a loss alone
+    {"from_scratch": False, "classes": 100},  # watched from a trained model (1.8 under 9/10 of ln 100)
+], ids=["training_falls", "fitted", "accuracy_better", "loss_better", "no_accuracy", "trained_start"])
+def test_its_near_misses_stay_quiet(change):
+    kwargs = {k: v for k, v in change.items() if k in ("train", "val_loss", "val_acc")}
+    said = {k: v for k, v in change.items() if k not in kwargs}
+    found = replay_both(_fell_back(**kwargs, **said), 0.0)
+    assert not [f for f in found if FELL_BACK in f.detail], [f.detail for f in found]

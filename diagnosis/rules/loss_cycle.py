@@ -151,6 +151,16 @@ def _printed_finely(value: float) -> bool:
     return unit != math.inf and unit <= PRINTED * abs(value)
 
 
+def _printed_coarsely(values: list[float], level: float) -> bool:
+    """Whether any of a window's losses is printed to a last digit over :data:`PRINTED` of the window's level: a log
+    that rounds its loss to a fixed count of decimals prints a small loss with one or two significant digits, and a
+    loss still falling by a few per cent a window shows the same digits at every log of it (issue 54, fresh batch 48's
+    PaiNN regressions printed to 4 decimals: 0.002 over their last 20 epochs, 0.0033 then 0.0027, while their held-out
+    L1 falls at each epoch). A window alike to 6 digits says the weights no longer change only where 6 digits, or 3,
+    were printed (fresh batch 48's blown-up PaiNN, 3.194e31 to 5 digits at each of 621 epochs)."""
+    return any(not _printed_finely(v) for v in values)
+
+
 def zeroed_at_once(curve: LossCurve) -> Verdict | None:
     """The latest :data:`REPEATS` losses exactly 0, straight from the level the run was at: the losses held before
     them away from zero (their median above 1e-3) and the last of them printed finely enough (:func:`_printed_finely`)
@@ -219,13 +229,16 @@ def _zeroed_after_blow_up(curve: LossCurve) -> Verdict | None:
 def window_frozen(curve: LossCurve, values: list[float], level: float, over: str) -> Verdict | None:
     """A whole window's frozen forms: one value to 6 digits (:data:`FROZEN`), or the same batches' values to 5
     digits cycle after cycle (:func:`frozen_period`), not where the schedule has decayed to nothing (a converged
-    run at the end of its schedule). Nothing at or around zero: a share of zero says nothing."""
+    run at the end of its schedule). Nothing at or around zero: a share of zero says nothing. Nor a window printed
+    coarsely (:func:`_printed_coarsely`): its digits cannot show the weights move (loss round 49)."""
     if level <= 1e-3:
         return None
     if max(values) - min(values) <= FROZEN * abs(level):
+        if _printed_coarsely(values, level):
+            return None
         return Verdict(f"loss frozen at {level:.6g} over {over}: the weights no longer change", rollback=False)
     period = frozen_period(values) if not curve.schedule_decayed() else None
-    if period is None:
+    if period is None or _printed_coarsely(values, level):
         return None
     return Verdict(f"loss frozen batch by batch over {over}: every {period} steps it repeats its values "
                    f"({min(values):.5g}-{max(values):.5g}) to 5 digits: the weights no longer change", rollback=False)

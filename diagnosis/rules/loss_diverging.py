@@ -238,16 +238,21 @@ def lost_what_it_learned_held_out(curve: LossCurve, held_losses: dict, step: int
     training loss climbs to 8,166-8,629 and the held-out loss is 2,797 at step 1,750). An over-fitting model's training
     loss falls while its held-out loss climbs, and a spike on the training batches alone leaves the held-out loss
     where the weights had it. Each level held away from zero, and no signed loss (no floor). The caller asks only while
-    no evaluated metric is better at its latest evaluation than at its first."""
+    no evaluated metric is better at its latest evaluation than at its first. Nor while the weights come back
+    (:func:`_coming_back`): the latest :data:`REPEATS` training losses each below the one before, and the held-out loss
+    at each of its latest :data:`REPEATS` evaluations too (loss round 49)."""
     held = curve.losses
     if curve.signed or len(held) < REPEATS or curve.lowest <= 1e-3:
         return None
-    lowest = min(v for _, v in islice(held, len(held) - REPEATS, None))
+    latest = [v for _, v in islice(held, len(held) - REPEATS, None)]
+    lowest = min(latest)
     if lowest < LOST * curve.lowest:
         return None
     for name, kept in held_losses.items():
         evaluated = [v for at, v, _ in kept if at is not None]
         if kept[-1][0] != step or len(evaluated) < 3 or evaluated[0] <= 1e-3:
+            continue
+        if _coming_back(latest, evaluated):
             continue
         first, best, now = evaluated[0], min(evaluated), evaluated[-1]
         if best < LEARNED * first and now >= first:
@@ -256,6 +261,19 @@ def lost_what_it_learned_held_out(curve: LossCurve, held_losses: dict, step: int
                            f"{lowest / curve.lowest:.3g}x the lowest it reached ({curve.lowest:.4g}): lost what it "
                            f"learned", rollback=False)
     return None
+
+
+def _coming_back(latest: list[float], evaluated: list[float]) -> bool:
+    """Whether a blown-up run is coming back: its latest :data:`REPEATS` training losses (``latest``) each below the one
+    before, and its held-out loss at each of its latest :data:`REPEATS` evaluations (``evaluated``) below the one before.
+    A held-out evaluation scores fixed data with the weights as they are, so one better at each of five says the weights
+    mend, where a run that lost what it learned holds its level on both (issue 54, fresh batch 30's wav2vec2 CTC, its
+    training loss back at 8,166-8,629). Fresh batch 48's PaiNN regression, down from a blow-up at epoch 1 to 0.019 at
+    epoch 30, blows up again at epoch 31 (9.7e11) and comes back: training 1.17e7, 7.28e6, 3.69e6, 1.57e6 and held-out
+    5.58e6, 3.72e6, 1.97e6, 8.84e5, 3.28e5 at epochs 31-35; 0.002 by epoch 170."""
+    if len(latest) < REPEATS or len(evaluated) < REPEATS:
+        return False
+    return all(b < a for a, b in pairwise(latest[-REPEATS:])) and all(b < a for a, b in pairwise(evaluated[-REPEATS:]))
 
 
 def held_above_first(curve: LossCurve) -> Verdict | None:

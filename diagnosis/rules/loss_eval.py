@@ -17,7 +17,9 @@ An evaluation is at chance when every metric it gives a chance for, in a known d
   whose chance is 1/classes while the loss
   beside it is a uniform guess's (within 2 % of ln(classes)): that guess scores the held-out set's
   commonest share, which 1/classes is only for even classes; not a share :data:`FAR` of the way to perfect or more
-  (over-fitting's confident errors raise a held-out loss through ln(classes) while its answers stay right).
+  (over-fitting's confident errors raise a held-out loss through ln(classes) while its answers stay right), nor beside
+  a held-out loss that was a learned model's (a tenth under its chance) at an earlier evaluation: back at a guess's
+  from there, it is over-fitting's, and the share answers for itself (:func:`_came_back`, loss round 49).
 
 :data:`EVALS` evaluations in a row at chance are one finding (an alert, never a rollback: no checkpoint
 holds a model that learned more), but not while a held-out loss is still coming down onto a guess's from
@@ -75,6 +77,7 @@ Pure: the same live and replayed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -125,9 +128,10 @@ def at_chance(value: float, chance: float, higher: bool) -> bool | None:
     return value >= (1 - LOSS_BAND) * chance
 
 
-def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
+def judged(payload: TrainEval, came_back: frozenset[str] = frozenset()) -> dict[str, tuple[float, float, bool]] | None:
     """The evaluation's metrics that say where chance is, each (value, chance, at chance); None when
-    none does (the evaluation tells nothing either way)."""
+    none does (the evaluation tells nothing either way). ``came_back``: the held-out losses that were a learned
+    model's before (:func:`_came_back`), whose guess's level says nothing of the shares beside them."""
     out: dict[str, tuple[float, float, bool]] = {}
     for name, raw in (payload.metrics or {}).items():
         value, chance = as_float(raw), (payload.chance or {}).get(name)
@@ -137,21 +141,42 @@ def judged(payload: TrainEval) -> dict[str, tuple[float, float, bool]] | None:
         verdict = at_chance(value, float(chance), higher)
         if verdict is not None:
             out[name] = (value, float(chance), verdict)
-    return _guessed(out) or None
+    return _guessed(out, came_back) or None
 
 
-def _guessed(out: dict[str, tuple[float, float, bool]]) -> dict[str, tuple[float, float, bool]]:
+def _guessed(out: dict[str, tuple[float, float, bool]],
+             came_back: frozenset[str] = frozenset()) -> dict[str, tuple[float, float, bool]]:
     """A held-out loss within :data:`CHANCE` of ln(classes) is a uniform guess's, and then so is its
     accuracy where that accuracy's chance is 1/classes, a guess at the prior: a model answering alike
     for every input argmaxes one class and scores that class's share of the held-out set, which is 1/classes
     only when the classes are even (issue 54's fresh batch 12: a three-way BTC model at val_loss 1.0974
-    against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares)."""
-    guess = [c for v, c, _ in out.values() if c > 0 and abs(v - c) <= CHANCE * c]
+    against ln 3 = 1.0986 scores 0.47, then 0.27, the held-out set's shares). Not a held-out loss in ``came_back``:
+    one that climbed to a guess's from a learned model's is over-fitting's, whose shares answer for themselves
+    (:func:`_came_back`)."""
+    guess = [c for name, (v, c, _) in out.items() if c > 0 and abs(v - c) <= CHANCE * c and name not in came_back]
     return {
         name: (v, c, True) if any(0 < c < 1 and math.isclose(c, math.exp(-g)) for g in guess) and not _far(v, c)
         else (v, c, at)
         for name, (v, c, at) in out.items()
     }
+
+
+def _came_back(history: dict[str, deque], payload: TrainEval) -> frozenset[str]:
+    """The held-out losses of the evaluation (``payload``) with a known chance that were, at an earlier evaluation, more
+    than :data:`LOSS_BAND` below it: a learned model's, not a guess's. A held-out loss back at ln(classes) from there
+    is over-fitting's confident errors (the training loss fitted, the held-out loss climbing), not a model answering
+    alike for every input, so the shares beside it are judged by their own band, not taken for a guess's at the prior
+    (issue 54, fresh batch 48's CIFAR-100 classifier from scratch: val_loss 2.78 at epoch 6, back to 4.519 within 2 %
+    of ln 100 at epoch 29 beside a training loss of 0.0104, val_acc 0.3045, thirty times a guess's; loss round 49)."""
+    out = set()
+    for name, chance in (payload.chance or {}).items():
+        kept = history.get(name)
+        if kept is None or len(kept) < 2 or kept[0][2] or chance is None or float(chance) <= 0:
+            continue
+        bar = (1 - LOSS_BAND) * float(chance)
+        if any(v < bar for _, v, _ in itertools.islice(kept, len(kept) - 1)):
+            out.add(name)
+    return frozenset(out)
 
 
 def _far(value: float, chance: float) -> bool:
@@ -287,6 +312,12 @@ class HeldOutWatch:
             return {}
         return {name: kept for name, kept in evals.history.items() if "loss" in name.lower() and kept and not kept[0][2]}
 
+    def history(self, job: str) -> dict[str, deque]:
+        """Each held-out metric of known direction of the job: its (step, value, higher is better) since its first
+        evaluation (its latest :data:`HISTORY`). Empty where the trainer evaluated none."""
+        evals = self._jobs.get(job)
+        return {} if evals is None else dict(evals.history)
+
     def told(self, job: str) -> bool:
         """Whether the job's evaluations have raised their finding (one per job until they learn again)."""
         evals = self._jobs.get(job)
@@ -330,7 +361,7 @@ class HeldOutWatch:
     def _at_chance(event: Envelope, evals: _Evals, payload: TrainEval, told: bool, fitted: bool,
                    training: float | None = None) -> list[Finding]:
         """The run of evaluations at chance, and its finding once :data:`EVALS` long (module docstring)."""
-        metrics = judged(payload)
+        metrics = judged(payload, _came_back(evals.history, payload))
         if metrics is None:
             return []
         if not all(verdict for _, _, verdict in metrics.values()):

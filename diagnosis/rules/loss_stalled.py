@@ -151,7 +151,7 @@ from faultlens.diagnosis.rules.loss_repeated import float_zero, long_repeat, zer
 from faultlens.diagnosis.rules.loss_saturated import saturated, saturated_held_out
 from faultlens.diagnosis.rules.loss_start import fitted, from_start, untrained
 from faultlens.diagnosis.rules.loss_window import judge_window
-from faultlens.diagnosis.rules.loss_worse_than_start import worse_than_first_seen, worse_than_start
+from faultlens.diagnosis.rules.loss_worse_than_start import fell_back_from_first, worse_than_first_seen, worse_than_start
 from faultlens.events.envelope import Envelope, InvalidEvent, as_float
 from faultlens.events.payloads import typed
 from faultlens.events.payloads_job import TrainCheckpoint, TrainEval, TrainStep
@@ -206,6 +206,9 @@ class LossStalledDetector:
             # ...or a held-out loss unchanged from its first evaluation while the weights moved (loss_eval_frozen.py).
             if verdict is None and random_start and not self.held_out.told(event.job):
                 verdict = held_out_frozen(curve, self.held_out.held_losses(event.job), payload.metrics or {}, EVALS)
+            # ...or every held-out metric worse than at its first evaluation while training does not fall (round 49).
+            if verdict is None and random_start:
+                verdict = fell_back_from_first(curve, self.held_out.history(event.job), payload.step, 2 * EVALS)
             # ...unless a metric evaluated is better than at its first evaluation (improving from step 0 on).
             if verdict is None and not self.held_out.improving(event.job, 0):
                 verdict = worse_than_first_seen(curve, self.held_out.held_losses(event.job), payload.step, EVALS)

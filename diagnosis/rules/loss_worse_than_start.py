@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 
 from faultlens.diagnosis.rules.loss_curve import LossCurve, Verdict
+from faultlens.diagnosis.rules.loss_eval import FALLING_Z, FITTED
+from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.events.envelope import as_float
 
 ABOVE = 0.1  # above the start by this share of it: the tenth a spike and a divergence are measured in
@@ -78,3 +80,35 @@ def worse_than_first_seen(curve: LossCurve, held: dict, step: int, evals: int) -
                 rollback=False,
             )
     return None
+
+
+def fell_back_from_first(curve: LossCurve, history: dict, step: int, evals: int) -> Verdict | None:
+    """Watched from an untrained model (the caller's), every held-out metric of known direction (``history``: its
+    ``(step, value, higher)`` since its first evaluation, loss_eval.HeldOutWatch.history) worse, its better way, than at
+    its first evaluation at each of the latest ``evals`` evaluations (ten: twice loss_eval.EVALS) since that first,
+    an accuracy among them, while the training loss logged over them has no fall (no Mann-Kendall fall at FALLING_Z) and
+    has fitted nothing (its latest median at least FITTED of a guess's, ln(classes)): what the first epoch learned is lost
+    on held-out data, and training does not bring it back (issue 54, fresh batch 48's NumPy MLP at RMSprop lr 0.1: 3.12 at
+    its first epoch, then 1.7-2.0; held-out accuracy 0.29 at its first evaluation, 0.16-0.21 at each of epochs 6-20, its
+    held-out loss 1.80 then 1.85-2.00). An over-fitting run's training loss falls, or has fitted its batches; a run
+    still learning betters its first evaluation somewhere."""
+    if curve.classes is None or curve.signed or len(curve.losses) < evals:
+        return None
+    shares = 0
+    for kept in history.values():
+        values = [(v if higher else -v) for at, v, higher in kept if at is not None]
+        if len(values) <= evals or max(values[-evals:]) >= values[0]:
+            return None
+        shares += any(higher for _, _, higher in kept)
+    if not shares:
+        return None
+    since = [at for at, _, _ in next(iter(history.values()))][-evals]
+    training = [v for s, v in curve.losses if since is not None and s >= since]
+    if len(training) < evals or mann_kendall_z(training) <= -FALLING_Z:
+        return None
+    if sorted(training)[len(training) // 2] < FITTED * math.log(curve.classes):
+        return None
+    parts = ", ".join(f"{name} {kept[0][1]:.4g} at first" for name, kept in history.items())
+    return Verdict(f"every held-out metric worse than at its first evaluation ({parts}) at each of the latest {evals} "
+                   f"evaluations to step {step}, the training loss without a fall over them: lost what its first "
+                   f"epoch learned", rollback=False)

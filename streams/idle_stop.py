@@ -11,6 +11,14 @@ where the runner can tell (``drained``), waits while the broker still holds reco
 member's partitions, for at most ``unread_wait_s`` more: a member left in a rebalance's limbo
 (kafka-python keeps revoked partitions in its assignment until a join that may never complete)
 must still end its run.
+
+Quiet is counted in polls that returned nothing, not in wall time (session 25): a process stopped
+for 20 s (SIGSTOP: a starved or descheduled member) came back to a poll that returned nothing and
+took the stop for 23 s of quiet, and two members stopped right after resuming, their input not read
+(the fetch a stopped process never sent cannot have brought records). Each empty poll adds the time
+since the one before, but at most a poll's length and ``LOOP_SLACK_S`` (a slow loop still adds some
+quiet, so a starved run still ends); a gap longer than ``STALL_S`` past the poll's length is a stall
+of the process itself: it adds nothing, and several empty polls are needed again after it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ log = logging.getLogger(__name__)
 MIN_EMPTY_POLLS = 3
 # How long past idle_stop_s a run waits for records the broker says are still unread.
 UNREAD_WAIT_S = 60.0
+# What one empty poll adds to the quiet at most, past the poll's own length: the loop's own work.
+LOOP_SLACK_S = 0.5
+# A gap between two polls longer than the poll's length and this is a stall of the process (stopped,
+# descheduled, swapped), not quiet.
+STALL_S = 5.0
 
 
 @dataclass
@@ -32,24 +45,35 @@ class IdleStop:
     idle_stop_s: float
     min_empty_polls: int = MIN_EMPTY_POLLS
     unread_wait_s: float = UNREAD_WAIT_S
-    quiet_since: float = 0.0
+    poll_s: float = 0.2  # the poll's timeout (RunnerOptions.poll_timeout_ms)
+    quiet_s: float = 0.0  # quiet counted so far, in empty polls
+    last_poll: float = 0.0
     empty_polls: int = 0
+    stalls: int = 0  # stalls of the process seen (not quiet)
     _warned: bool = False
 
     def start(self, now: float) -> None:
         """Something that restarts the count: records read, a partition assigned, a join going on."""
-        self.quiet_since, self.empty_polls, self._warned = now, 0, False
+        self.quiet_s, self.last_poll, self.empty_polls, self._warned = 0.0, now, 0, False
 
     def polled(self, now: float, got_records: bool) -> None:
         if got_records:
             self.start(now)
-        else:
-            self.empty_polls += 1
+            return
+        gap, self.last_poll = now - self.last_poll, now
+        if gap > self.poll_s + STALL_S:
+            # the process did not run: no poll could have brought anything in that time
+            self.stalls += 1
+            self.empty_polls = 0
+            log.info("no poll for %.0fs (the process stalled): not counted as quiet", gap)
+            return
+        self.quiet_s += min(gap, self.poll_s + LOOP_SLACK_S)
+        self.empty_polls += 1
 
     def due(self, now: float, drained: Callable[[], bool]) -> bool:
         """Whether the run may stop now; ``drained`` (asked only once the rest holds) says whether
         every partition of the member was read to its end."""
-        quiet = now - self.quiet_since
+        quiet = self.quiet_s + 1e-9  # a sum of poll lengths
         if quiet < self.idle_stop_s or self.empty_polls < self.min_empty_polls:
             return False
         if drained():

@@ -203,7 +203,7 @@ class GroupRunner(Delivery):
         self.rebalances.loop_thread = threading.get_ident()
         self.consumer = consumer = self._consumer()
         self.commits.start(time.monotonic())
-        idle = IdleStop(idle_stop_s) if idle_stop_s is not None else None
+        idle = IdleStop(idle_stop_s, poll_s=self.options.poll_timeout_ms / 1000) if idle_stop_s is not None else None
         if idle is not None:
             idle.start(self.commits.settled_at)
         order, book, stats = self.order, self.rebalance, self.stats

@@ -85,3 +85,33 @@ class IdleStop:
             self._warned = True
             log.info("quiet for %.0fs but records of its partitions are still unread: waiting for them", quiet)
         return False
+
+
+@dataclass
+class JoinWait:
+    """How long a member has waited in a group's join (between a revocation, or its start, and its
+    next assignment), counted as :class:`IdleStop` counts quiet: in polls, a stall of the process
+    not counted (a member stopped for 20 s and kicked from its group was not 20 s in a join).
+    ``stuck`` once the join outlasted ``grace_s``: the runner then rejoins with a fresh member
+    (session 25: a kicked member's join that Tansu never completed, the others having left it
+    mid-way, stalled for good; the member gave up with 5,836 records of 18 partitions unread)."""
+
+    grace_s: float
+    poll_s: float = 0.2
+    waited_s: float = 0.0
+    last_poll: float | None = None
+
+    def reset(self) -> None:
+        self.waited_s, self.last_poll = 0.0, None
+
+    def polled(self, now: float) -> None:
+        if self.last_poll is None:
+            self.last_poll = now
+            return
+        gap, self.last_poll = now - self.last_poll, now
+        if gap <= self.poll_s + STALL_S:
+            self.waited_s += min(gap, self.poll_s + LOOP_SLACK_S)
+
+    @property
+    def stuck(self) -> bool:
+        return self.waited_s + 1e-9 >= self.grace_s

@@ -4,7 +4,7 @@ several empty polls, and waits (bounded) for records still unread. The clock is 
 
 from __future__ import annotations
 
-from faultlens.streams.idle_stop import IdleStop
+from faultlens.streams.idle_stop import IdleStop, JoinWait
 
 
 def _empty_polls(idle: IdleStop, start: float, until: float, step: float = 0.2) -> float:
@@ -112,3 +112,27 @@ def test_a_loop_always_slow_still_ends_its_run():
         t += 3.0
         idle.polled(t, False)
         assert t < 300
+
+
+# --- a join's wait, counted the same way ---------------------------------------------------------
+def test_a_join_is_stuck_after_its_grace_in_polls():
+    wait = JoinWait(2.0, poll_s=0.2)
+    t = 0.0
+    wait.polled(t)
+    while not wait.stuck:
+        t = round(t + 0.2, 3)
+        wait.polled(t)
+        assert t < 10
+    assert 1.9 <= t <= 2.1
+
+
+def test_a_stopped_process_is_not_a_stuck_join():
+    # SIGSTOPped 30 s mid-join: the join has not been waited on for 30 s of the process's time
+    wait = JoinWait(2.0, poll_s=0.2)
+    wait.polled(0.0)
+    wait.polled(0.2)
+    wait.polled(30.2)
+    assert not wait.stuck
+    wait.reset()
+    wait.polled(40.0)
+    assert wait.waited_s == 0.0

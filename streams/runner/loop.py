@@ -327,6 +327,8 @@ class GroupRunner(Delivery):
                     # come, or this member's join is stuck and it joins again).
                     assignments = book.assignments
                     idle.start(now)
+                    if self.idle_together is not None:
+                        self.idle_together(False)  # siblings do not stop while partitions move
                     join.polled(now)
                     if not join.stuck:
                         continue
@@ -339,8 +341,7 @@ class GroupRunner(Delivery):
                     if rejoins >= MAX_REJOINS:
                         log.error("joined the group %d times without an assignment, its input not "
                                   "committed to the end: stopping with it unread", rejoins + 1)
-                        ended = True
-                        break
+                        break  # not the input's end: its last word says no `done`
                     rejoins += 1
                     log.warning("no assignment after %.0fs in a join and the group's input is not "
                                 "committed to the end: joining again as a fresh member (%d of %d)",

@@ -18,7 +18,8 @@ took the stop for 23 s of quiet, and two members stopped right after resuming, t
 (the fetch a stopped process never sent cannot have brought records). Each empty poll adds the time
 since the one before, but at most a poll's length and ``LOOP_SLACK_S`` (a slow loop still adds some
 quiet, so a starved run still ends); a gap longer than ``STALL_S`` past the poll's length is a stall
-of the process itself: it adds nothing, and several empty polls are needed again after it.
+of the process itself: it adds nothing, and several empty polls are needed again after it (a gap
+right after one is a slow loop, counted as one: a loop always that slow still ends its run).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class IdleStop:
     last_poll: float = 0.0
     empty_polls: int = 0
     stalls: int = 0  # stalls of the process seen (not quiet)
+    _stalled_before: bool = False
     _warned: bool = False
 
     def start(self, now: float) -> None:
@@ -61,12 +63,16 @@ class IdleStop:
             self.start(now)
             return
         gap, self.last_poll = now - self.last_poll, now
-        if gap > self.poll_s + STALL_S:
+        stalled = gap > self.poll_s + STALL_S
+        if stalled and not self._stalled_before:
             # the process did not run: no poll could have brought anything in that time
+            self._stalled_before = True
             self.stalls += 1
             self.empty_polls = 0
             log.info("no poll for %.0fs (the process stalled): not counted as quiet", gap)
             return
+        # a loop slow time after time is a slow loop, not a stall: some quiet still counts
+        self._stalled_before = stalled
         self.quiet_s += min(gap, self.poll_s + LOOP_SLACK_S)
         self.empty_polls += 1
 

@@ -136,3 +136,16 @@ def test_a_stopped_process_is_not_a_stuck_join():
     wait.reset()
     wait.polled(40.0)
     assert wait.waited_s == 0.0
+
+
+def test_a_loop_always_slower_than_a_stall_still_ends_its_run():
+    # every loop 6 s (a handler's clock working through many jobs on a starved machine): the first
+    # gap is taken for a stall, the ones after it for slow loops, each a poll's credit
+    idle = IdleStop(2.0, poll_s=0.2)
+    idle.start(0.0)
+    t = 0.0
+    while not idle.due(t, lambda: True):
+        t += 6.0
+        idle.polled(t, False)
+        assert t < 300
+    assert idle.stalls == 1

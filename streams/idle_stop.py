@@ -96,8 +96,10 @@ class IdleStop:
 @dataclass
 class JoinWait:
     """How long a member has waited in a group's join (between a revocation, or its start, and its
-    next assignment), counted as :class:`IdleStop` counts quiet: in polls, a stall of the process
-    not counted (a member stopped for 20 s and kicked from its group was not 20 s in a join).
+    next assignment), counted in polls: each at most ``STALL_S`` past the poll's length, so a stall
+    of the process counts as one long poll (a member stopped for 20 s and kicked from its group was
+    not 20 s in a join), while a poll that blocks in a join that does not complete (90 s seen on
+    Tansu) still adds up to ``grace_s``.
     ``stuck`` once the join outlasted ``grace_s``: the runner then rejoins with a fresh member
     (session 25: a kicked member's join that Tansu never completed, the others having left it
     mid-way, stalled for good; the member gave up with 5,836 records of 18 partitions unread)."""
@@ -115,8 +117,7 @@ class JoinWait:
             self.last_poll = now
             return
         gap, self.last_poll = now - self.last_poll, now
-        if gap <= self.poll_s + STALL_S:
-            self.waited_s += min(gap, self.poll_s + LOOP_SLACK_S)
+        self.waited_s += min(gap, self.poll_s + STALL_S)
 
     @property
     def stuck(self) -> bool:

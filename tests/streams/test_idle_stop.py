@@ -4,7 +4,7 @@ several empty polls, and waits (bounded) for records still unread. The clock is 
 
 from __future__ import annotations
 
-from faultlens.streams.idle_stop import IdleStop, JoinWait
+from faultlens.streams.idle_stop import STALL_S, IdleStop, JoinWait
 
 
 def _empty_polls(idle: IdleStop, start: float, until: float, step: float = 0.2) -> float:
@@ -126,16 +126,27 @@ def test_a_join_is_stuck_after_its_grace_in_polls():
     assert 1.9 <= t <= 2.1
 
 
-def test_a_stopped_process_is_not_a_stuck_join():
+def test_a_stopped_process_is_one_long_poll_of_a_join():
     # SIGSTOPped 30 s mid-join: the join has not been waited on for 30 s of the process's time
-    wait = JoinWait(2.0, poll_s=0.2)
+    wait = JoinWait(10.0, poll_s=0.2)
     wait.polled(0.0)
     wait.polled(0.2)
     wait.polled(30.2)
-    assert not wait.stuck
+    assert not wait.stuck and wait.waited_s <= 0.2 + 0.2 + STALL_S + 1e-9
     wait.reset()
     wait.polled(40.0)
     assert wait.waited_s == 0.0
+
+
+def test_polls_blocking_in_a_join_still_make_it_stuck():
+    # each poll blocks 90 s in a join that never completes
+    wait = JoinWait(30.0, poll_s=0.2)
+    t = 0.0
+    wait.polled(t)
+    for _ in range(6):
+        t += 90.0
+        wait.polled(t)
+    assert wait.stuck
 
 
 def test_a_loop_always_slower_than_a_stall_still_ends_its_run():

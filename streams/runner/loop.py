@@ -25,6 +25,7 @@ Duplicates after a crash are possible by design; downstream dedups by event id.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -355,7 +356,7 @@ class GroupRunner(Delivery):
                     idle.start(now)  # idle time counts from joining the group, and from each assignment
                 else:
                     idle.polled(now, bool(polled))
-                    due = idle.due(now, lambda: self._drained(consumer))
+                    due = idle.due(now, functools.partial(self._drained, consumer))
                     if self.idle_together is not None:
                         due = self.idle_together(due)
                     if due:

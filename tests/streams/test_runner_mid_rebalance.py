@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from faultlens.events.envelope import Envelope, encode
+from faultlens.streams.config import KafkaSettings
 from faultlens.streams.producer import Producer
 from faultlens.streams.runner.loop import GroupRunner
-from faultlens.streams.config import KafkaSettings
 
 pytestmark = pytest.mark.broker
 

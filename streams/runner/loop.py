@@ -25,6 +25,7 @@ Duplicates after a crash are possible by design; downstream dedups by event id.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -38,7 +39,7 @@ from faultlens.events.event_clock import EventClock
 from faultlens.events.event_time import UpstreamStop, WatermarkMerge
 from faultlens.streams.config import KafkaSettings
 from faultlens.streams.gc_policy import tune_for_streaming
-from faultlens.streams.idle_stop import IdleStop
+from faultlens.streams.idle_stop import IdleStop, JoinWait
 from faultlens.streams.intake import Intake
 from faultlens.streams.kafka_client import Consumer, open_consumer
 from faultlens.streams.producer import Outgoing, Producer
@@ -67,11 +68,17 @@ from faultlens.streams.runner.types import (  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-# How long a rebalance holds off a bounded run's idle stop (see RebalanceBook.rebalancing): joins
-# on a healthy broker take seconds; one not done by then is stuck (seen with kafka-python 3 on
-# Tansu when the only other member left mid-join), and the member stops, committing where its
-# handing on stopped.
+# How long a bounded run waits in a group's join (see RebalanceBook.rebalancing), counted in polls
+# (streams.idle_stop.JoinWait), before it takes the join for stuck: joins on a healthy broker take
+# seconds; one not done by then is stuck (seen with kafka-python 3 on Tansu when the only other
+# member left mid-join, or when a member stopped past its session came back kicked). A member
+# without an assignment never idle-stops while its group's committed offsets are behind the end of
+# its input: it rejoins with a fresh member, up to MAX_REJOINS times, and finishes its input
+# (session 25: a kicked member gave up here with 5,836 records of 18 partitions unread).
 REBALANCE_IDLE_GRACE_S = 30.0
+MAX_REJOINS = 3
+# How long a bounded run's question "has the group committed its input to the end?" may take.
+GROUP_DONE_TIMEOUT_MS = 5000
 # How often a bounded run refreshes its lag (highwater() is what the last fetch reported).
 LAG_EVERY_S = 5.0
 
@@ -189,11 +196,50 @@ class GroupRunner(Delivery):
 
     # --- the loop ---------------------------------------------------------------------------
     def _consumer(self) -> Consumer:
-        consumer = open_consumer(self.settings, self.group, max_records=self.options.max_records)
-        consumer.subscribe(self.topics, listener=RebalanceListener(self))
+        consumer = self._group_consumer()
         if self.order is not None:
             self.order.open_broadcast(self.settings, self.options.max_records)
         return consumer
+
+    def _group_consumer(self) -> Consumer:
+        """A fresh member of the group, subscribed (it joins at its first polls)."""
+        consumer = open_consumer(self.settings, self.group, max_records=self.options.max_records)
+        consumer.subscribe(self.topics, listener=RebalanceListener(self))
+        return consumer
+
+    def _rejoin(self, consumer: Consumer) -> Consumer:
+        """Leave a join that does not complete and join again as a fresh member: what was handed on
+        is committed where the group still takes it, the old member closed, a new one subscribed.
+        The book still holds where each partition revoked from this member resumes."""
+        if self.commits.unsettled:
+            self._deliver_and_commit(consumer, {}, [])
+        try:
+            consumer.close(autocommit=False)
+        except Exception as exc:  # noqa: BLE001 - a member stuck in a join may not close cleanly
+            log.warning("closing the member stuck in its join failed (%s); joining again anyway", exc)
+        self.rebalances.apply(self)
+        self.consumer = consumer = self._group_consumer()
+        return consumer
+
+    def _group_done(self, consumer: Consumer) -> bool:
+        """Whether the group committed every partition of this member's topics to its end (then a
+        member without an assignment has nothing left to read); False when the broker cannot say."""
+        try:
+            parts = [TopicPartition(t, p) for t in self.topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            if not parts:
+                return False
+            ends = consumer.end_offsets(parts)
+            for tp in parts:
+                try:
+                    committed = consumer.committed(tp, timeout_ms=GROUP_DONE_TIMEOUT_MS)
+                except TypeError:  # a client whose committed() takes no timeout (confluent)
+                    committed = consumer.committed(tp)
+                if (committed if committed is not None else 0) < ends.get(tp, 0):
+                    return False
+            return True
+        except Exception as exc:  # noqa: BLE001 - not knowing is not done
+            log.info("cannot tell whether the group committed its input to the end (%s)", exc)
+            return False
 
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,
             handle_signals: bool = True) -> RunnerStats:
@@ -203,9 +249,11 @@ class GroupRunner(Delivery):
         self.rebalances.loop_thread = threading.get_ident()
         self.consumer = consumer = self._consumer()
         self.commits.start(time.monotonic())
-        idle = IdleStop(idle_stop_s) if idle_stop_s is not None else None
+        idle = IdleStop(idle_stop_s, poll_s=self.options.poll_timeout_ms / 1000) if idle_stop_s is not None else None
         if idle is not None:
             idle.start(self.commits.settled_at)
+        join = JoinWait(REBALANCE_IDLE_GRACE_S, poll_s=self.options.poll_timeout_ms / 1000)
+        rejoins = 0
         order, book, stats = self.order, self.rebalance, self.stats
         poll_timeout_ms, tick_interval_s = self.options.poll_timeout_ms, self.options.tick_interval_s
         ticks = self.handler.ticks
@@ -275,13 +323,40 @@ class GroupRunner(Delivery):
                 if idle is None:
                     continue
                 now = time.monotonic()
-                if (not self.ready.is_set() or assignments != book.assignments
-                        or (book.rebalancing is not None and now - book.rebalancing < REBALANCE_IDLE_GRACE_S)):
+                if not self.ready.is_set() or book.rebalancing is not None:
+                    # In a join: no idle stop while the group has input left (an assignment will
+                    # come, or this member's join is stuck and it joins again).
+                    assignments = book.assignments
+                    idle.start(now)
+                    if self.idle_together is not None:
+                        self.idle_together(False)  # siblings do not stop while partitions move
+                    join.polled(now)
+                    if not join.stuck:
+                        continue
+                    join.reset()
+                    if self._group_done(consumer):
+                        log.info("no assignment after %.0fs in a join, and the group committed its input "
+                                 "to the end: stopping", REBALANCE_IDLE_GRACE_S)
+                        ended = True
+                        break
+                    if rejoins >= MAX_REJOINS:
+                        log.error("joined the group %d times without an assignment, its input not "
+                                  "committed to the end: stopping with it unread", rejoins + 1)
+                        break  # not the input's end: its last word says no `done`
+                    rejoins += 1
+                    log.warning("no assignment after %.0fs in a join and the group's input is not "
+                                "committed to the end: joining again as a fresh member (%d of %d)",
+                                REBALANCE_IDLE_GRACE_S, rejoins, MAX_REJOINS)
+                    consumer = self._rejoin(consumer)
+                    continue
+                join.reset()
+                rejoins = 0
+                if assignments != book.assignments:
                     assignments = book.assignments
                     idle.start(now)  # idle time counts from joining the group, and from each assignment
                 else:
                     idle.polled(now, bool(polled))
-                    due = idle.due(now, lambda: self._drained(consumer))
+                    due = idle.due(now, functools.partial(self._drained, consumer))
                     if self.idle_together is not None:
                         due = self.idle_together(due)
                     if due:

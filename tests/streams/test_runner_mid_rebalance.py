@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kafka.structs import TopicPartition
 
 from faultlens.streams.config import KafkaSettings
@@ -129,19 +130,92 @@ def test_a_member_does_not_stop_for_idleness_in_the_middle_of_a_rebalance():
     assert consumer.joined_again
 
 
-def test_a_join_that_never_completes_still_ends_a_bounded_run(monkeypatch):
-    """A stuck join (kafka-python 3 on Tansu, the only other member gone) holds the idle stop off
-    only REBALANCE_IDLE_GRACE_S: the member then stops, committing where its handing on stopped."""
+class _StuckMember(_JoiningConsumer):
+    """A member whose join never completes; the broker says the group committed ``group_committed``
+    of the partition's 13 records."""
+
+    def __init__(self, runner: GroupRunner, group_committed: int | None = None, fresh: bool = False):
+        super().__init__(runner, join_s=float("inf"))
+        self.group_committed = group_committed
+        self.closed = False
+        if fresh:
+            self.polls, self._join_ends = 2, float("inf")  # joining from its first poll, never assigned
+
+    def partitions_for_topic(self, topic):
+        return {0}
+
+    def end_offsets(self, partitions):
+        return {tp: 13 for tp in partitions}
+
+    def committed(self, tp, timeout_ms=None):
+        return self.group_committed
+
+    def close(self, autocommit=False):
+        self.closed = True
+
+
+class _FreshMember(_StuckMember):
+    """A fresh member whose join completes at its first poll."""
+
+    def poll(self, timeout_ms):
+        self.polls += 1
+        if self.polls == 1:
+            self.runner._assigned([TP])
+            self.joined_again = True
+        time.sleep(0.02)
+        return {}
+
+
+def test_a_stuck_join_with_input_left_joins_again_and_finishes(monkeypatch):
+    """A member whose join does not complete (kicked while stopped; Tansu left its join mid-way)
+    while its group's commits are behind the end of its input does not stop with partitions unread:
+    it joins again as a fresh member, is assigned, and ends its run from there (session 25)."""
     import faultlens.streams.runner.loop as runner_module
 
     monkeypatch.setattr(runner_module, "REBALANCE_IDLE_GRACE_S", 0.3)
     runner = _runner()
-    consumer = _JoiningConsumer(runner, join_s=float("inf"))
-    runner._consumer = lambda: consumer
+    stuck = _StuckMember(runner, group_committed=5)
+    fresh = _FreshMember(runner, group_committed=5)
+    runner._consumer = lambda: stuck
+    runner._group_consumer = lambda: fresh
+    runner.run(idle_stop_s=0.2, handle_signals=False)
+    assert stuck.closed and not stuck.joined_again
+    assert fresh.joined_again  # it read on as the partition's owner, then idle-stopped
+    assert runner.rebalance.assignments == 2 and runner.rebalance.rebalancing is None
+
+
+def test_a_stuck_join_stops_when_the_group_committed_its_input_to_the_end(monkeypatch):
+    """Nothing left to read (the others committed the input to its end): no rejoin, the run ends."""
+    import faultlens.streams.runner.loop as runner_module
+
+    monkeypatch.setattr(runner_module, "REBALANCE_IDLE_GRACE_S", 0.3)
+    runner = _runner()
+    stuck = _StuckMember(runner, group_committed=13)
+    runner._consumer = lambda: stuck
+    runner._group_consumer = lambda: pytest.fail("joined again with nothing left to read")
     _hold(runner, range(10, 13))
     runner.run(idle_stop_s=0.2, handle_signals=False)
-    assert not consumer.joined_again
-    assert consumer.commits[-1] == {TP: 10}
+    assert not stuck.joined_again
+    assert stuck.commits[-1] == {TP: 10}  # where its handing on stopped (a broker refuses it past a new generation)
+
+
+def test_a_join_that_never_completes_still_ends_a_bounded_run(monkeypatch):
+    """Joins that never complete, fresh member after fresh member, end a bounded run after
+    MAX_REJOINS: the member stops, committing where its handing on stopped."""
+    import faultlens.streams.runner.loop as runner_module
+
+    monkeypatch.setattr(runner_module, "REBALANCE_IDLE_GRACE_S", 0.3)
+    monkeypatch.setattr(runner_module, "MAX_REJOINS", 2)
+    runner = _runner()
+    stuck = _StuckMember(runner)
+    fresh: list[_StuckMember] = []
+    runner._consumer = lambda: stuck
+    runner._group_consumer = lambda: fresh.append(_StuckMember(runner, fresh=True)) or fresh[-1]
+    _hold(runner, range(10, 13))
+    runner.run(idle_stop_s=0.2, handle_signals=False)
+    assert not stuck.joined_again and stuck.closed
+    assert len(fresh) == 2 and fresh[0].closed and not any(f.joined_again for f in fresh)
+    assert stuck.commits[-1] == {TP: 10}
 
 
 def test_a_member_between_revocation_and_assignment_says_nothing_downstream():

@@ -204,10 +204,12 @@ def finish_node_members(settings: KafkaSettings, nodes, node_group: str) -> None
     run gave up after REBALANCE_IDLE_GRACE_S, 5,836 records of 18 partitions never handed on, and the
     job stage judged two hung jobs without a third of their nodes (test_silence_backlog_wide at load
     10: both evictions missed; reproduced by stopping the test's process 20 s as the node stage
-    read). The members' idle stop is held meanwhile (a deployed member has none: it stays up), so none
-    leaves mid-way through another's join; a member that stops anyway (its bounded run gives up a join
-    stuck past REBALANCE_IDLE_GRACE_S) is followed by a fresh one, as a deployed member that exits is
-    started again by its supervisor and reads what its group left, until the group committed the
+    read). The runner now rejoins such a join as a fresh member (up to MAX_REJOINS) and never
+    idle-stops while its group's input is uncommitted (docs/streaming.md); this harness stays as the
+    backstop a supervisor is: the members' idle stop is held meanwhile (a deployed member has none: it
+    stays up), so none leaves mid-way through another's join, and a member that stops anyway (its
+    bounded run gave up after its rejoins) is followed by a fresh one, as a deployed member that exits
+    is started again by its supervisor and reads what its group left, until the group committed the
     telemetry to the end."""
     members = list(nodes)
     held = hold_idle_stop(members)

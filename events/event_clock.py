@@ -12,16 +12,13 @@ flushed, a trace replayed fast) the offsets of one job spread apart, and no cloc
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, Iterable, NamedTuple, Sequence
 
 DEFAULT_MAX_SKEW_S = 300.0
-
-_event_ts = attrgetter("event_ts")
-
 
 def _record_key(r: Any) -> tuple[str, str, float, float | None]:
     """A placed record's ``(job, node, ts, record_ts)`` as :meth:`EventClock.place_records` reads it
@@ -170,6 +167,7 @@ class EventClock:
         judge = self.judge_peers
         nodes, job_dirty, limit = self._nodes, self._job_dirty, self.max_skew_s
         wall_limit = wall_now + limit
+        latest = -math.inf  # the latest own time placed (compared here: a max() over the records after was ~2 % of placing)
         for r in records:
             # (_record_key's reading, inline: per record)
             value, timestamp_ms = r.value, r.timestamp_ms
@@ -188,6 +186,8 @@ class EventClock:
             r.event_ts = ts  # its own time, where nearly every record stays (moved below, where not)
             placed.append(r)
             jobs.add(job)
+            if ts > latest:
+                latest = ts
             # observe_many's body, inline (the same tests in the same order)
             if record_ts is None or not judge:
                 continue
@@ -226,7 +226,7 @@ class EventClock:
         # here, so an event judged at its own time (nearly all, and every one of a backlog, which is
         # not read live) costs no call to moved(), unless it is stamped from the future.
         judges = {job: self.judges(job) for job in jobs}
-        if not any(judges.values()) and max(map(_event_ts, placed)) <= wall_limit:
+        if not any(judges.values()) and latest <= wall_limit:
             # No job's clocks judged, nothing from the future (past every clock: wall <= max(wall,
             # broker time)): each stays at its own time, set above, with no second pass (issue 56).
             return 0

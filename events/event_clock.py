@@ -20,18 +20,23 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 DEFAULT_MAX_SKEW_S = 300.0
 
-def _record_key(r: Any) -> tuple[str, str, float, float | None]:
-    """A placed record's ``(job, node, ts, record_ts)`` as :meth:`EventClock.place_records` reads it
-    (it has a ``ts``: only placed records are asked)."""
+
+def _record_key(r: Any) -> tuple[str, str, float, float | None] | None:
+    """A record's ``(job, node, ts, record_ts)`` as :meth:`EventClock.place_records` reads it; None
+    where it states no time (placed at its broker's or the wall's)."""
     value, timestamp_ms = r.value, r.timestamp_ms
     record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None
     try:
         ts, job, node = value.ts, value.job, value.node
     except AttributeError:
         ts, job, node = getattr(value, "ts", None), getattr(value, "job", ""), getattr(value, "node", "")
+    if type(ts) is not float:
+        ts = float(ts) if isinstance(ts, (int, float)) else None
+    if ts is None:
+        return None
     if type(job) is not str or type(node) is not str:
         job, node = str(job), str(node)
-    return job, node, float(ts), record_ts
+    return job, node, ts, record_ts
 
 
 class Placement(NamedTuple):
@@ -162,8 +167,7 @@ class EventClock:
 
         Learning a record as it is read is learning the batch before placing any of it: nothing is
         placed (beyond its own time, which learning never reads) until the loop is done."""
-        placed: list[Any] = []
-        jobs: set[str] = set()
+        jobs: dict[str, bool] = {}  # the jobs of the records placed at their own time (a dict: no call a record)
         judge = self.judge_peers
         nodes, job_dirty, limit = self._nodes, self._job_dirty, self.max_skew_s
         wall_limit = wall_now + limit
@@ -184,8 +188,7 @@ class EventClock:
             if type(job) is not str or type(node) is not str:
                 job, node = str(job), str(node)
             r.event_ts = ts  # its own time, where nearly every record stays (moved below, where not)
-            placed.append(r)
-            jobs.add(job)
+            jobs[job] = True
             if ts > latest:
                 latest = ts
             # observe_many's body, inline (the same tests in the same order)
@@ -220,7 +223,7 @@ class EventClock:
                 continue
             if job_dirty[job] >= 8:
                 self._estimate(job, record_ts)
-        if not placed:
+        if not jobs:
             return 0
         # Whether each job's clocks can be judged is settled by the learning above: asked once a job
         # here, so an event judged at its own time (nearly all, and every one of a backlog, which is
@@ -231,8 +234,11 @@ class EventClock:
             # broker time)): each stays at its own time, set above, with no second pass (issue 56).
             return 0
         moved = 0
-        for r in placed:
-            job, node, ts, record_ts = _record_key(r)
+        for r in records:  # (read again: this pass is rare, a list of what was placed a record was not)
+            key = _record_key(r)
+            if key is None:
+                continue  # placed by its broker's time or the wall's (above)
+            job, node, ts, record_ts = key
             if not judges[job] and ts <= (wall_now if record_ts is None or wall_now >= record_ts else record_ts) + limit:
                 continue  # at its own time (set above)
             at = self.moved(job, node, ts, record_ts, wall_now)  # a move always says by how much (skew_s)

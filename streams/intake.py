@@ -26,7 +26,6 @@ one), where read whole at once, or by the general peek, it is placed by the last
 from __future__ import annotations
 
 import time
-from operator import itemgetter
 from typing import Callable, Collection, Mapping, Sequence
 
 import msgspec
@@ -50,7 +49,6 @@ UNREADABLE = (InvalidEvent, ValueError, TypeError, KeyError)
 _SOURCE_KEY = b',"source":'
 _PREFIX_MAX = 1024  # looked for no further: an envelope with longer names is peeked the general way
 _read_prefix = msgspec.json.Decoder(EnvelopeTime).decode
-_job_of, _ts_of = itemgetter(0), itemgetter(2)  # of a placed record's (job, node, ts, record_ts)
 
 
 def peek_envelope_time(raw: bytes | str | None) -> EnvelopeTime | None:
@@ -170,48 +168,10 @@ class Intake:
         return dead_letter(topic, partition, offset, key, raw, f"invalid: {exc}", self.group)
 
     def _place(self, records: list[Record]) -> None:
-        """Each record's place in event time set: the whole batch teaches the clock first. (Set on
-        the records split built, not on new ones: a Record built twice a message cost ~0.15 µs.)"""
+        """Each record's place in event time set: the whole batch teaches the clock first, in the
+        clock's one pass over the records (EventClock.place_records). (Set on the records split built,
+        not on new ones: a Record built twice a message cost ~0.15 µs.)"""
         assert self.clock is not None
-        wall = time.time()
-        placed: list[Record] = []
-        keyed: list[tuple[str, str, float, float | None]] = []  # (job, node, ts, record_ts) of each in placed
-        for r in records:
-            value, timestamp_ms = r.value, r.timestamp_ms
-            record_ts = timestamp_ms / 1000.0 if timestamp_ms and timestamp_ms > 0 else None  # broker_time, inline
-            try:  # an envelope (every decoder's): its fields read as attributes, not by three getattr calls
-                ts, job, node = value.ts, value.job, value.node
-            except AttributeError:
-                ts, job, node = getattr(value, "ts", None), getattr(value, "job", ""), getattr(value, "node", "")
-            if type(ts) is not float:
-                ts = float(ts) if isinstance(ts, (int, float)) else None
-            if ts is None:
-                r.event_ts = record_ts if record_ts is not None else wall
-                continue
-            if type(job) is not str or type(node) is not str:
-                job, node = str(job), str(node)
-            r.event_ts = ts  # its own time, where nearly every record stays (moved below, where not)
-            placed.append(r)
-            keyed.append((job, node, ts, record_ts))
-        self.clock.observe_many(keyed, wall)
-        if not keyed:
-            return
-        moved = self.clock.moved
-        # Whether each job's clocks can be judged is settled by the observing above: asked once a
-        # job here, so an event judged at its own time (nearly all, and every one of a backlog,
-        # which is not read live) costs no call to moved(), unless it is stamped from the future.
-        judges = {job: self.clock.judges(job) for job in set(map(_job_of, keyed))}
-        limit = self.clock.max_skew_s
-        if not any(judges.values()) and max(map(_ts_of, keyed)) <= wall + limit:
-            # No job's clocks judged, nothing from the future (past every clock: wall <= max(wall,
-            # broker time)): each stays at its own time, set above, as the loop below would place it,
-            # with no second pass over the batch (a backlog's every batch: issue 56).
-            return
-        for r, (job, node, ts, record_ts) in zip(placed, keyed, strict=True):
-            judged = judges[job]
-            if not judged and ts <= (wall if record_ts is None or wall >= record_ts else record_ts) + limit:
-                continue  # at its own time (set above)
-            at = moved(job, node, ts, record_ts, wall)  # a move always says by how much (skew_s)
-            if at is not None:
-                self.stats.skewed += 1
-                r.event_ts, r.skew_s, r.clamped = at.ts, at.skew_s, at.clamped
+        moved = self.clock.place_records(records, time.time())
+        if moved:
+            self.stats.skewed += moved

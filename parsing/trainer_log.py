@@ -14,10 +14,20 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from faultlens.parsing import fallback, group_timeout, nccl_lines, realign, signals, state_grammar, trainer_tracebacks
+from faultlens.parsing import (
+    fallback,
+    group_timeout,
+    job_context,
+    nccl_lines,
+    realign,
+    signals,
+    state_grammar,
+    trainer_tracebacks,
+)
 from faultlens.parsing.alarm import QUICK as ALARM_QUICK
 from faultlens.parsing.alarm import looks_alarming
 from faultlens.parsing.benign import for_source as benign_for
+from faultlens.parsing.caught import caught_exception
 from faultlens.parsing.errors import (
     ExceptionLine,
     classify_bare,
@@ -27,14 +37,13 @@ from faultlens.parsing.errors import (
     classify_terminate,
     nccl_fault,
 )
-from faultlens.parsing import job_context
 from faultlens.parsing.kernel_quiet import record_only
 from faultlens.parsing.level_subject import LETTER_FIRST, letter_frame
 from faultlens.parsing.line import OnUnrecognised, ParsedLine, ParserStats, any_of, clean_line, common
 from faultlens.parsing.nan_lines import nan_text, step_of
 from faultlens.parsing.relayed_xid import relayed_xid
 from faultlens.parsing.rules import LineRule, RuleSet
-from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level, warned_exception
+from faultlens.parsing.severity import NOTICE, WARNING, level_name, reassured, says_retrying, trainer_level
 from faultlens.parsing.timestamps import split_timestamp
 from faultlens.parsing.trainer_tracebacks import Traceback
 
@@ -83,9 +92,6 @@ CODE_LITERALS = ("traceback (most recent call last):", "worknccl", "nccl work", 
 
 # classify_nccl's names for the generic socket words any client prints, NCCL or not.
 _SOCKET_WORDS = frozenset({"connection reset by peer", "connection closed by peer", "connection closed by remote peer", "broken pipe"})
-# The classes of a program's own exception (the exception table's and the compiler's): caught and logged at warning, or
-# handled by another way the line names, it is recorded (round 46).
-_OWN_EXCEPTION = ("user_code", "unknown")
 # Classes of the errors whose detail lines follow them (a model line right after one is its detail).
 _ERROR_CLASSES = ("cuda_error", "nccl_error", "gpu_memory", "user_code")
 
@@ -101,20 +107,6 @@ def _prefilter(rules: Sequence[LineRule]) -> re.Pattern[str] | None:
 def _soft(data: dict[str, Any]) -> bool:
     """A reading a line's own warning level takes back (fallback.model_line's guess, generic socket words)."""
     return data.get("basis") == "model" or data.get("error") in _SOCKET_WORDS
-
-
-def _caught(out: list[ParsedLine], msg: str) -> None:
-    """(round 46) The program's own exception (user_code or unknown) that it caught and went on past is recorded, not acted
-    on: a logging record at WARNING whose message is the exception (dynamo's suppressed BackendCompilerFailed, vLLM's
-    optional import), or an exception's line that says what the program does instead ("... raised RuntimeError: ... NeMo
-    will fallback to loading via pydub"). A disk's, a device's or a collective's error keeps acting."""
-    own = [(e.kind, e.data) for e in out if e.kind == "exception" and e.data.get("fault") in _OWN_EXCEPTION]
-    if not own:
-        return
-    why = ("the line's own level is warning and its message an exception the program caught" if warned_exception(msg)
-           else "the line says what the program does instead of the exception" if reassured(msg) else None)
-    if why is not None:
-        record_only(own, why)
 
 
 def _rank(text: str) -> int | None:
@@ -226,7 +218,7 @@ class TrainerLogParser:
             told = [(e.kind, e.data) for e in out if e.kind != "nan" and level > self._printk_level(e.data.get("rule"))]
             record_only(told, f"the line's own level is {level_name(level)}")
         elif out:
-            _caught(out, msg)
+            caught_exception(out, msg)
         self._exit.read(self._n, self._t, msg, out, self._realigning)  # (round 47) a clean exit's teardown
         self._mark(out, key, msg)
         if absorbed or out:

@@ -35,12 +35,12 @@ stall sits, above a guess's or at it: the same script's stalled run wanders at 2
 TIMIT LSTM that learned its class prior falls through ln 1947 onto the prior's entropy, below a guess's, and
 is judged as it stood (fresh batch 6). Nor while a held-out loss at chance falls at each of the latest
 :data:`EVALS` evaluations by more than at the one before, each fall :data:`PACE` of its level at least
-(:func:`_gathering_pace`): a plateau ending, whose falls grow as the model leaves chance (fresh batch 17's MNIST
+(:func:`~diagnosis.rules.loss_eval_falls.gathering_pace`): a plateau ending, whose falls grow as the model leaves chance (fresh batch 17's MNIST
 CNN at ln 10, val_loss 2.3038, 2.3007, 2.2974, 2.2937, 2.2886: falls of 0.0031, 0.0033, 0.0037, 0.0051, then
 0.0078, 0.0136, 0.0277, 0.0769; 1.85 at its tenth epoch, 0.33 by its last), where a loss settling onto a level
 falls by less each time (the TIMIT LSTM onto its prior). Nor while, over the latest :data:`EVALS` evaluations, the
 held-out loss falls at each (a Mann-Kendall fall at :data:`FALLING_Z`) by :data:`DROP` of its level in all and the
-training loss logged last before each falls at each too, whichever side of chance either sits (:func:`_both_falling`):
+training loss logged last before each falls at each too, whichever side of chance either sits (:func:`~diagnosis.rules.loss_eval_falls.both_falling`):
 both say the model still learns, and what it learns reaches held-out data (fresh batch 46's Conv1D classifier from
 scratch: val_loss 2.4073, 2.4051, 2.4050, 2.3832, 2.3405 and on through ln 10 to 2.2354 at its 11th epoch, its
 training loss 3.13 to 2.06, held-out accuracy 0.1000 until it climbs to 0.76). A held-out loss creeping onto a guess's
@@ -82,23 +82,21 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from faultlens.diagnosis.rules.base import Finding
+from faultlens.diagnosis.rules.loss_eval_falls import DROP, EVALS, FALLING_Z, PACE, both_falling, gathering_pace  # noqa: F401
 from faultlens.diagnosis.rules.loss_eval_unchanged import FirstShares
 from faultlens.diagnosis.rules.loss_plateau import LEARNED
 from faultlens.diagnosis.rules.loss_trend import mann_kendall_z
 from faultlens.events.envelope import Envelope, as_float
 from faultlens.events.payloads_job import TrainEval
 
-EVALS = 5  # evaluations in a row at chance: a healthy run's first few may sit there (an epoch's warm-up)
 LOSS_BAND = 0.1  # of the chance loss: a held-out loss less than this below it is a guess's
 SHARE_BAND = 0.1  # of the way from chance to perfect: a held-out accuracy short of it is a guess's
 # A share this far from its chance to perfect is a model that answers by its input, a held-out loss at a guess's
 # beside it or not (_far): over-fitting, not a guess at the prior (loss round 46).
 FAR = 0.5
 CHANCE = 0.02  # within this fraction of ln(classes): a uniform guess's loss (loss_stalled.py's "at chance")
-FALLING_Z = 1.96  # a held-out loss falling by a Mann-Kendall trend this far below none: still coming down
 # The fall is judged over at most this many latest evaluations at chance: a descent that ended long
 # ago would hold the trend test down for dozens more (5 falling, then 40 flat: z -2.0), so a loss that
 # came down and then sat above a guess's is found some EVALS evaluations late, not never.
@@ -106,13 +104,6 @@ FALLS_KEPT = 2 * EVALS
 # A training loss under this share of a guess's has fitted its batches (a tenth, as LOSS_BAND is of chance
 # for a held-out loss that learned): no warm-up is left for more evaluations to wait out.
 FITTED = 0.1
-# A held-out loss falling by this share of its level an evaluation falls by loss_stalled's LEARNING_DROP (1 %)
-# within ten: the training loss's bar for learning across a window of ten blocks.
-PACE = 1e-3
-# A held-out loss falling by this share of its level over the latest EVALS evaluations, beside a training loss that
-# falls at each of them, is still learning (_both_falling): loss_stalled's LEARNING_DROP, the training loss's bar for
-# learning across a window (loss round 47).
-DROP = 0.01
 HISTORY = 2000  # each metric's latest evaluations kept for improving(): a loss curve's longest window
 
 
@@ -206,7 +197,7 @@ class _Evals:
     fired: bool = False
     answers: FirstShares = field(default_factory=FirstShares)  # each held-out share while unchanged from its first
     # the training loss the trainer logged last before each evaluation of the whole run, its latest EVALS (what
-    # _both_falling reads beside the held-out losses while a share is unchanged: loss round 48)
+    # both_falling reads beside the held-out losses while a share is unchanged: loss round 48)
     trained: list[float] = field(default_factory=list)
 
 
@@ -234,11 +225,11 @@ class HeldOutWatch:
         )
 
     def leaving(self, job: str) -> bool:
-        """Whether a held-out loss of the job may be leaving chance (:func:`_gathering_pace`), chance known or
+        """Whether a held-out loss of the job may be leaving chance (:func:`~diagnosis.rules.loss_eval_falls.gathering_pace`), chance known or
         not: the training loss's "at chance" and "never learned" wait for it. False where the trainer has
         evaluated no loss."""
         evals = self._jobs.get(job)
-        return evals is not None and any(_gathering_pace(values) for values in evals.losses.values())
+        return evals is not None and any(gathering_pace(values) for values in evals.losses.values())
 
     def improving(self, job: str, since: int) -> bool:
         """Whether any evaluated metric of the job reached its best yet from step ``since`` on: one of at
@@ -349,7 +340,7 @@ class HeldOutWatch:
         # A held-out loss and the training loss both still falling: the model still learns what reaches held-out
         # data, and its answers may yet move (fresh batch 47's LeNet, val_acc 0.1000 at its first five epochs while
         # val_loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; loss round 48).
-        if any(_both_falling(values, evals.trained) for values in evals.losses.values()):
+        if any(both_falling(values, evals.trained) for values in evals.losses.values()):
             return []
         why = evals.answers.unchanged(rank, EVALS)
         if why is None:
@@ -419,38 +410,11 @@ def _coming_down(evals: _Evals) -> bool:
         and (
             (values[-1] > latest[name][1] and values[-1] <= (1 - LEARNED) * values[0]
              and mann_kendall_z(values) <= -FALLING_Z)
-            or (len(values) >= EVALS and _gathering_pace(values))
-            or _both_falling(values, evals.beside)
+            or (len(values) >= EVALS and gathering_pace(values))
+            or both_falling(values, evals.beside)
         )
         for name, values in evals.falls.items()
     )
-
-
-def _both_falling(values: list[float], beside: list[float]) -> bool:
-    """Whether a held-out loss and the training loss beside it both still fall (module docstring): over the latest
-    :data:`EVALS` evaluations of the run at chance, the held-out loss at each below the one before (a Mann-Kendall
-    fall at :data:`FALLING_Z`) and by :data:`DROP` of its level in all, and the training loss the trainer logged last
-    before each of them a Mann-Kendall fall at :data:`FALLING_Z` too, whichever side of chance either sits."""
-    if len(values) < EVALS or len(beside) < EVALS:
-        return False
-    latest = values[-EVALS:]
-    return (mann_kendall_z(latest) <= -FALLING_Z and latest[0] - latest[-1] >= DROP * abs(latest[-1])
-            and mann_kendall_z(beside[-EVALS:]) <= -FALLING_Z)
-
-
-def _gathering_pace(values: list[float]) -> bool:
-    """Whether a held-out loss may be leaving chance (module docstring): seen once (one evaluation says
-    nothing of where it goes); then falling at every evaluation by :data:`PACE` of its level at least; and
-    from :data:`EVALS` evaluations on, at each of the latest by more than at the one before: a plateau that
-    is ending falls faster each time, where a loss settling onto a level, a class prior's or a guess's, falls
-    by less each time, and one crawling at a learning rate far too low by the same (fresh batch 17's crypto
-    LSTM, 0.127 an epoch of 681) or by next to nothing (fresh batch 16's building-energy MLP, 1e-5 of its
-    level an epoch, if faster each time)."""
-    latest = values[-EVALS:]
-    steps = [a - b for a, b in pairwise(latest)]
-    if not all(d >= PACE * abs(latest[-1]) for d in steps):
-        return False
-    return len(latest) < EVALS or all(b > a for a, b in pairwise(steps))
 
 
 def _detail(evals: _Evals) -> str:

@@ -22,7 +22,7 @@ reading waits for) is a finding, judged only
   evaluation again repeats every metric, and a share with no loss beside it says nothing of its outputs.
 
 It waits (loss_eval.observe, loss round 48) while, over the latest five evaluations, a held-out loss falls at each by
-1 % of its level in all beside a training loss falling at each too (loss_eval._both_falling): the model still learns
+1 % of its level in all beside a training loss falling at each too (loss_eval_falls.both_falling): the model still learns
 what reaches held-out data, and its answers may yet move (fresh batch 47's LeNet with a 200-way head on CIFAR-10:
 val_acc 0.1000 at epochs 1-5 while val_loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; 0.1322 at
 epoch 6, 0.386 by epoch 50). The finding comes once either stops falling with the share still unchanged.

@@ -16,6 +16,7 @@ its own state (docs/streaming.md, "The runner's parts"):
 - :class:`~streams.runner.commit.CommitSchedule`: when outputs are awaited and offsets committed.
 - :class:`~streams.runner.delivery.Delivery` (the runner's base): outputs sent, awaited and offsets
   committed when the schedule says so.
+- :class:`~streams.runner.join.JoinRecovery` (the runner's other base): a bounded run's stuck join left.
 
 A message that does not decode, or that makes the handler raise, goes to ``dead-letter`` with
 the reason; the messages around it are processed as usual. A handler that raises on a whole
@@ -48,6 +49,7 @@ from faultlens.streams.runner.commit import CommitSchedule
 from faultlens.streams.runner.delivery import Delivery
 from faultlens.streams.runner.event_time import EventTimeOrder
 from faultlens.streams.runner.handler import HandleFn, HandlerParts
+from faultlens.streams.runner.join import JoinRecovery
 from faultlens.streams.runner.options import COMMIT_INTERVAL_S, ProgressCallback, RunnerOptions  # noqa: F401
 from faultlens.streams.runner.progress import ProgressAnnouncer
 from faultlens.streams.runner.rebalance import RebalanceBook, RebalanceListener, RebalanceQueue
@@ -77,13 +79,11 @@ log = logging.getLogger(__name__)
 # (session 25: a kicked member gave up here with 5,836 records of 18 partitions unread).
 REBALANCE_IDLE_GRACE_S = 30.0
 MAX_REJOINS = 3
-# How long a bounded run's question "has the group committed its input to the end?" may take.
-GROUP_DONE_TIMEOUT_MS = 5000
 # How often a bounded run refreshes its lag (highwater() is what the last fetch reported).
 LAG_EVERY_S = 5.0
 
 
-class GroupRunner(Delivery):
+class GroupRunner(Delivery, JoinRecovery):
     """Runs one consumer-group member until :meth:`stop`, SIGTERM/SIGINT, or a run limit.
 
     ``options`` (:class:`RunnerOptions`), or its fields as keyword arguments (``event_time=True``):
@@ -221,26 +221,6 @@ class GroupRunner(Delivery):
         self.consumer = consumer = self._group_consumer()
         return consumer
 
-    def _group_done(self, consumer: Consumer) -> bool:
-        """Whether the group committed every partition of this member's topics to its end (then a
-        member without an assignment has nothing left to read); False when the broker cannot say."""
-        try:
-            parts = [TopicPartition(t, p) for t in self.topics for p in sorted(consumer.partitions_for_topic(t) or ())]
-            if not parts:
-                return False
-            ends = consumer.end_offsets(parts)
-            for tp in parts:
-                try:
-                    committed = consumer.committed(tp, timeout_ms=GROUP_DONE_TIMEOUT_MS)
-                except TypeError:  # a client whose committed() takes no timeout (confluent)
-                    committed = consumer.committed(tp)
-                if (committed if committed is not None else 0) < ends.get(tp, 0):
-                    return False
-            return True
-        except Exception as exc:  # noqa: BLE001 - not knowing is not done
-            log.info("cannot tell whether the group committed its input to the end (%s)", exc)
-            return False
-
     def run(self, *, max_records_total: int | None = None, idle_stop_s: float | None = None,
             handle_signals: bool = True) -> RunnerStats:
         """Process until stopped; ``max_records_total``/``idle_stop_s`` bound a run (tests, replays)."""
@@ -253,11 +233,11 @@ class GroupRunner(Delivery):
         if idle is not None:
             idle.start(self.commits.settled_at)
         join = JoinWait(REBALANCE_IDLE_GRACE_S, poll_s=self.options.poll_timeout_ms / 1000)
-        rejoins = 0
+        self.rejoins = 0
         order, book, stats = self.order, self.rebalance, self.stats
         poll_timeout_ms, tick_interval_s = self.options.poll_timeout_ms, self.options.tick_interval_s
         ticks = self.handler.ticks
-        assignments = book.assignments
+        self._idle_assignments = book.assignments
         last_tick = last_lag = 0.0
         ended = False  # stopped because the input ended (idle or drained), not asked to or bounded
         try:
@@ -322,52 +302,45 @@ class GroupRunner(Delivery):
                         break
                 if idle is None:
                     continue
-                now = time.monotonic()
-                if not self.ready.is_set() or book.rebalancing is not None:
-                    # In a join: no idle stop while the group has input left (an assignment will
-                    # come, or this member's join is stuck and it joins again).
-                    assignments = book.assignments
-                    idle.start(now)
-                    if self.idle_together is not None:
-                        self.idle_together(False)  # siblings do not stop while partitions move
-                    join.polled(now)
-                    if not join.stuck:
-                        continue
-                    join.reset()
-                    if self._group_done(consumer):
-                        log.info("no assignment after %.0fs in a join, and the group committed its input "
-                                 "to the end: stopping", REBALANCE_IDLE_GRACE_S)
-                        ended = True
-                        break
-                    if rejoins >= MAX_REJOINS:
-                        log.error("joined the group %d times without an assignment, its input not "
-                                  "committed to the end: stopping with it unread", rejoins + 1)
-                        break  # not the input's end: its last word says no `done`
-                    rejoins += 1
-                    log.warning("no assignment after %.0fs in a join and the group's input is not "
-                                "committed to the end: joining again as a fresh member (%d of %d)",
-                                REBALANCE_IDLE_GRACE_S, rejoins, MAX_REJOINS)
-                    consumer = self._rejoin(consumer)
-                    continue
-                join.reset()
-                rejoins = 0
-                if assignments != book.assignments:
-                    assignments = book.assignments
-                    idle.start(now)  # idle time counts from joining the group, and from each assignment
-                else:
-                    idle.polled(now, bool(polled))
-                    due = idle.due(now, functools.partial(self._drained, consumer))
-                    if self.idle_together is not None:
-                        due = self.idle_together(due)
-                    if due:
-                        ended = True
-                        break
+                verdict, consumer = self._idle_verdict(consumer, idle, join, bool(polled))
+                if verdict is not None:
+                    ended = verdict  # False: a stuck join given up, not the input's end: no `done`
+                    break
             self._finish(consumer, done=ended)
         finally:
             self._close()
             for sig, handler in previous_signals.items():
                 signal.signal(sig, handler)
         return self.stats
+
+    def _idle_verdict(self, consumer: Consumer, idle: IdleStop, join: JoinWait,
+                      polled: bool) -> tuple[bool | None, Consumer]:
+        """A bounded run's stop after a poll: ``(None, c)`` go on polling with ``c``; ``(True, c)``
+        the input's end (idle, or the group committed it all); ``(False, c)`` a stuck join given up."""
+        book, now = self.rebalance, time.monotonic()
+        if not self.ready.is_set() or book.rebalancing is not None:
+            # In a join: no idle stop while the group has input left (an assignment will
+            # come, or this member's join is stuck and it joins again).
+            self._idle_assignments = book.assignments
+            idle.start(now)
+            if self.idle_together is not None:
+                self.idle_together(False)  # siblings do not stop while partitions move
+            join.polled(now)
+            if not join.stuck:
+                return None, consumer
+            join.reset()
+            return self.stuck_join(consumer, REBALANCE_IDLE_GRACE_S, MAX_REJOINS)
+        join.reset()
+        self.rejoins = 0
+        if self._idle_assignments != book.assignments:
+            self._idle_assignments = book.assignments
+            idle.start(now)  # idle time counts from joining the group, and from each assignment
+            return None, consumer
+        idle.polled(now, polled)
+        due = idle.due(now, functools.partial(self._drained, consumer))
+        if self.idle_together is not None:
+            due = self.idle_together(due)
+        return (True if due else None), consumer
 
     def _tick_gate(self, consumer: Consumer) -> frozenset[str] | None:
         """None when the handler's clock may not tick now; else the jobs it must leave alone."""

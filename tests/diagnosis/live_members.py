@@ -215,8 +215,9 @@ def finish_node_members(settings: KafkaSettings, nodes, node_group: str) -> None
     held = hold_idle_stop(members)
     for restart in range(NODE_RESTARTS + 1):
         if committed_to_end(settings, node_group, topics.TELEMETRY_TOPICS,
-                            running=lambda: any(t.is_alive() for t, _, _ in members),
-                            progress=lambda: tuple(r.stats.records_in for _, r, _ in members), what=node_group):
+                            running=lambda members=members: any(t.is_alive() for t, _, _ in members),
+                            progress=lambda members=members: tuple(r.stats.records_in for _, r, _ in members),
+                            what=node_group):
             break
         if restart == NODE_RESTARTS:
             held.set()

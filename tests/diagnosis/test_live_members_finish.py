@@ -12,8 +12,8 @@ import pytest
 from bench.testbed import foreign
 from faultlens.diagnosis.edge.consumer import diagnose_consumer
 from faultlens.events import topics
-from faultlens.streams.replay import replay_trace
 from faultlens.streams.kafka_client import open_consumer
+from faultlens.streams.replay import replay_trace
 from tests.diagnosis.live_members import end_offsets, finish_node_members
 
 pytestmark = pytest.mark.broker

@@ -3,7 +3,7 @@ and a new head on a trained body measured from its guess's start.
 
 * Five evaluations at chance wait while the held-out loss falls at each of them by 1 % of its level in all and the
   training loss logged before each falls at each too, whichever side of ln(classes) either sits
-  (loss_eval._both_falling): the model is still learning, and what it learns reaches held-out data (fresh46's Keras
+  (loss_eval_falls.both_falling): the model is still learning, and what it learns reaches held-out data (fresh46's Keras
   Conv1D classifier: val_loss 2.4073, 2.4051, 2.4050, 2.3832, 2.3405, then on through ln 10 to 2.2354, its training
   loss 3.13 to 2.06, held-out accuracy 0.1000 until epoch 11, then 0.21-0.76). A held-out loss that sits, or a training
   loss that sits beside a falling held-out one (a model settling onto a level), is judged as before.

@@ -3,7 +3,7 @@ the held-out loss and the training loss beside it both still fall.
 
 A share of the held-out set the same to every digit at each of the first five evaluations of a run from scratch, while
 a held-out loss beside it moved, is a model answering one class for every input (loss_eval_unchanged.py, round 24). It
-now waits, as the at-chance reading does since round 47 (loss_eval._both_falling), while over the latest five
+now waits, as the at-chance reading does since round 47 (loss_eval_falls.both_falling), while over the latest five
 evaluations the held-out loss falls at each by 1 % of its level in all and the training loss logged before each falls
 at each too: the model is still learning, and what it learns reaches held-out data, so its answers may yet move
 (fresh47's LeNet with a 200-way head on CIFAR-10's 10 classes: val_acc 0.1000 at epochs 1-5 while val_loss fell 2.379,

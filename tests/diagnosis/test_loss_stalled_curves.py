@@ -330,7 +330,7 @@ FRESH_MISSED: dict[str, str] = {
     "from epoch 17, then falls: only the plateau's length tells them apart (loss round 48)",
     # fresh47's LeNet with a 200-way head on CIFAR-10 (held-out accuracy 0.1000 at its first 5 evaluations while its
     # held-out loss fell 2.379 to 2.308 and its training loss 3.156 to 2.310; 0.386 by epoch 50) is quiet since round
-    # 48: a share unchanged from its first evaluation waits while both losses still fall (loss_eval._both_falling).
+    # 48: a share unchanged from its first evaluation waits while both losses still fall (loss_eval_falls.both_falling).
     # fresh46 (scored sealed on 9c8d9f97 and 527c4c08, opened in round 47).
     "fashion_52_class_mlp_notebook_part5a_zero_init_10_epochs_train_loss_3.896_to_3.512_near_ln52_acc_9.5_pct_majority_class.csv":
     "a 52-class MLP from zero weights, 3.896 (near ln 52 = 3.951) falling at each of its 10 epoch logs by less each time "
@@ -343,7 +343,7 @@ FRESH_MISSED: dict[str, str] = {
     # fresh46's Keras Conv1D classifier (held-out accuracy 0.1000 at epochs 2-7, its held-out loss 2.4073 falling at each
     # evaluation through ln 10 to 2.2354 by epoch 11, its training loss 3.13 to 2.06) is quiet since round 47: a held-out
     # loss falling at each of the latest 5 evaluations by 1 % in all beside a training loss falling at each is still
-    # learning (loss_eval._both_falling).
+    # learning (loss_eval_falls.both_falling).
     # fresh44 and fresh45 (scored sealed on c350ac77 / f8e87ff3 and ca17eb86, opened in round 46).
     "absa_bert_spc_restaurant_issue_epoch_10_loss_0.87_to_1.04_test_acc_0.6500_f1_0.2626_every_eval_one_class.csv":
     "a 3-way BERT fine-tune answering one class at every evaluation (held-out accuracy 0.6500, macro F1 0.2626, a "
